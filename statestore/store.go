@@ -1,0 +1,73 @@
+// Package statestore holds Eddy's byte-level key-value stores: the Store
+// interface, a badger backend for persistent state, an in-memory backend, and
+// the write-back record cache that sits in front of every logged store.
+//
+// A Store also keeps the changelog position its contents reflect. The position
+// is written in the same atomic write as the data it covers (see Store.Write),
+// so a crash can never leave the two out of step: a store either holds a
+// batch and the position after it, or neither.
+package statestore
+
+import "errors"
+
+// ErrClosed is returned by operations on a closed store.
+var ErrClosed = errors.New("statestore: store is closed")
+
+// NoPosition is the position of a store that has never recorded one: its
+// changelog must be read from the beginning.
+const NoPosition int64 = -1
+
+// Entry is one write: a put of Value under Key, or a delete of Key when
+// Value is nil.
+type Entry struct {
+	Key   []byte
+	Value []byte
+}
+
+// Deleted reports whether e is a delete (a tombstone).
+func (e Entry) Deleted() bool { return e.Value == nil }
+
+// Iterator walks key-value pairs in ascending key order. Key and Value are
+// valid only until the next call to Next; copy them to keep them.
+type Iterator interface {
+	// Next advances to the next pair and reports whether there is one.
+	Next() bool
+	Key() []byte
+	Value() []byte
+	// Err returns the first error the iteration hit, if any.
+	Err() error
+	// Close releases the iterator. It must be called.
+	Close() error
+}
+
+// ReadWriter is the byte-level key-value interface processors see (through
+// typed wrappers in package topology).
+type ReadWriter interface {
+	// Get returns the value for key and whether it was found.
+	Get(key []byte) (value []byte, found bool, err error)
+	// Put stores value under key. A nil value is not allowed; use Delete.
+	Put(key, value []byte) error
+	// Delete removes key. Deleting an absent key is not an error.
+	Delete(key []byte) error
+	// Range iterates over keys in [from, to). A nil bound is unbounded.
+	Range(from, to []byte) (Iterator, error)
+	// All iterates over every key.
+	All() (Iterator, error)
+	// ApproximateCount estimates the number of keys.
+	ApproximateCount() (int64, error)
+}
+
+// Store is a persistent or in-memory key-value store with a changelog
+// position. Reads may run concurrently with one writer and always see either
+// all or none of a Write.
+type Store interface {
+	ReadWriter
+	// Write applies entries in order and records position (the offset of
+	// the next changelog record to apply) atomically with them.
+	Write(entries []Entry, position int64) error
+	// Position returns the changelog position recorded by the last Write,
+	// or NoPosition.
+	Position() (int64, error)
+	// Close flushes and releases the store. Closing twice is a no-op.
+	Close() error
+}
