@@ -1,0 +1,258 @@
+// Package broker runs an embedded, single-node Kafka-protocol broker built on
+// franz-go's kfake, for the demo and for tests.
+//
+// The broker speaks enough of the Kafka protocol for Eddy's needs: produce and
+// fetch, classic consumer groups, the admin requests used to create and check
+// topics (including topic configs such as cleanup.policy=compact),
+// idempotent and transactional producers, and read_committed fetches. Topics
+// are created automatically when a client asks for them in a metadata
+// request that permits it.
+//
+// It is not a replacement for a real cluster: there is one node, no
+// replication, and compaction runs on a timer (see Config.CompactionInterval)
+// or on demand (Broker.Compact) rather than continuously.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Defaults applied by Start to zero-valued Config fields.
+const (
+	// DefaultListen binds a random free port on the loopback interface.
+	DefaultListen = "127.0.0.1:0"
+	// DefaultPartitions is the partition count of automatically created
+	// topics and of topics created with a partition count of -1.
+	DefaultPartitions int32 = 6
+	// DefaultGroupMinSessionTimeout is well below Kafka's 6 s so that tests
+	// and the demo can use short session timeouts and notice a member that
+	// died without leaving quickly. A client config tuned against this
+	// minimum may be rejected by a real cluster, whose minimum is 6 s.
+	DefaultGroupMinSessionTimeout = 500 * time.Millisecond
+	// DefaultGroupMaxSessionTimeout matches Kafka's default.
+	DefaultGroupMaxSessionTimeout = 5 * time.Minute
+	// DefaultCompactionInterval is how often compacted topics are cleaned.
+	// Kafka cleans continuously; kfake cleans on a ticker whose default is
+	// an hour, which would make compaction invisible in a demo.
+	DefaultCompactionInterval = 30 * time.Second
+)
+
+// Config configures an embedded broker. The zero value is valid: a
+// non-persistent broker on a random loopback port.
+type Config struct {
+	// Listen is the TCP address to listen on, as HOST:PORT. Empty means
+	// DefaultListen. Port 0 picks a free port; read it back with
+	// Broker.Addrs. The broker advertises the address it is bound to, so
+	// an unspecified host (":9092", "0.0.0.0:9092") is advertised as such;
+	// that works for clients on the same machine only.
+	Listen string
+
+	// DataDir, if set, makes the broker persist topics, records, committed
+	// offsets and producer state under this directory and reload them on
+	// the next Start with the same directory. Empty keeps everything in
+	// memory (in this process's heap) and loses it on Close. Only one
+	// broker may use a directory at a time; nothing enforces this.
+	DataDir string
+
+	// Partitions is the partition count of automatically created topics.
+	// Zero means DefaultPartitions.
+	Partitions int32
+
+	// Logger receives the broker's own logs. Nil discards them.
+	Logger *slog.Logger
+
+	// GroupMinSessionTimeout and GroupMaxSessionTimeout bound the session
+	// timeout a group member may ask for; a JoinGroup outside them fails
+	// with INVALID_SESSION_TIMEOUT. Zero means the Default* constants.
+	GroupMinSessionTimeout time.Duration
+	GroupMaxSessionTimeout time.Duration
+
+	// CompactionInterval is how often topics with cleanup.policy=compact
+	// are compacted. Zero means DefaultCompactionInterval.
+	CompactionInterval time.Duration
+
+	// SyncWrites fsyncs every produced batch. Without it, records reach the
+	// OS page cache at once (so they survive the process being killed) but
+	// are only synced to disk on segment roll and Close. Only meaningful
+	// with DataDir.
+	SyncWrites bool
+}
+
+// Validate reports whether c is usable. It checks c as given, before
+// defaults are applied.
+func (c Config) Validate() error {
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("broker: listen address %q: %w", c.Listen, err)
+		}
+	}
+	if c.Partitions < 0 {
+		return fmt.Errorf("broker: partitions must be positive, got %d", c.Partitions)
+	}
+	if c.GroupMinSessionTimeout < 0 || c.GroupMaxSessionTimeout < 0 {
+		return errors.New("broker: group session timeouts must not be negative")
+	}
+	if c.CompactionInterval < 0 {
+		return errors.New("broker: compaction interval must not be negative")
+	}
+	d := c.withDefaults()
+	if d.GroupMinSessionTimeout > d.GroupMaxSessionTimeout {
+		return fmt.Errorf("broker: group min session timeout %v exceeds max %v",
+			d.GroupMinSessionTimeout, d.GroupMaxSessionTimeout)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.GroupMinSessionTimeout == 0 {
+		c.GroupMinSessionTimeout = DefaultGroupMinSessionTimeout
+	}
+	if c.GroupMaxSessionTimeout == 0 {
+		c.GroupMaxSessionTimeout = DefaultGroupMaxSessionTimeout
+	}
+	if c.CompactionInterval == 0 {
+		c.CompactionInterval = DefaultCompactionInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Broker is a running embedded broker. Its methods are safe for concurrent
+// use.
+type Broker struct {
+	cluster *kfake.Cluster
+	addrs   []string
+	logger  *slog.Logger
+
+	// mu keeps calls into the cluster from racing with Close: kfake serves
+	// them on its run loop, which is gone after Close, so a call made then
+	// would block forever.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// Start starts a broker and returns once it accepts connections.
+func Start(cfg Config) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+
+	// kfake only listens on 127.0.0.1; replacing its listen function is
+	// how we honour the host part of the configured address.
+	listen := func(network, _ string) (net.Listener, error) {
+		return net.Listen(network, cfg.Listen)
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.ListenFn(listen),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(int(cfg.Partitions)),
+		kfake.GroupMinSessionTimeout(cfg.GroupMinSessionTimeout),
+		kfake.GroupMaxSessionTimeout(cfg.GroupMaxSessionTimeout),
+		kfake.WithLogger(slogAdapter{cfg.Logger}),
+		kfake.BrokerConfigs(map[string]string{
+			"log.cleaner.backoff.ms": fmt.Sprint(cfg.CompactionInterval.Milliseconds()),
+		}),
+	}
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+		if cfg.SyncWrites {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("broker: start on %s: %w", cfg.Listen, err)
+	}
+	b := &Broker{
+		cluster: c,
+		addrs:   c.ListenAddrs(),
+		logger:  cfg.Logger,
+	}
+	b.logger.Info("embedded broker started",
+		"addrs", b.addrs, "data_dir", cfg.DataDir, "partitions", cfg.Partitions)
+	return b, nil
+}
+
+// Addrs returns the addresses clients should bootstrap from, as HOST:PORT.
+// They remain valid to read after Close.
+func (b *Broker) Addrs() []string {
+	return append([]string(nil), b.addrs...)
+}
+
+// Compact compacts every topic with cleanup.policy=compact now, instead of
+// waiting for the next CompactionInterval tick. kfake never compacts a
+// partition's last record batch, and drops tombstones only once they are
+// older than the topic's delete.retention.ms (default one day). It does
+// nothing after Close.
+func (b *Broker) Compact() {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return
+	}
+	b.cluster.Compact()
+}
+
+// Cluster returns the underlying kfake cluster, for tests that need its
+// fault injection or request control hooks. Calls on it after Close may
+// block forever.
+func (b *Broker) Cluster() *kfake.Cluster {
+	return b.cluster
+}
+
+// Close stops the broker. With a DataDir it first writes the remaining state
+// so the next Start with that directory resumes where this one stopped.
+// Open client connections are dropped. Close is idempotent.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	b.cluster.Close()
+	b.logger.Info("embedded broker stopped", "addrs", b.addrs)
+}
+
+// slogAdapter forwards kfake's printf-style logs to slog, formatting only the
+// messages the handler will keep.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Logf(level kfake.LogLevel, format string, args ...any) {
+	var lvl slog.Level
+	switch level {
+	case kfake.LogLevelNone:
+		return
+	case kfake.LogLevelError:
+		lvl = slog.LevelError
+	case kfake.LogLevelWarn:
+		lvl = slog.LevelWarn
+	case kfake.LogLevelInfo:
+		lvl = slog.LevelInfo
+	default:
+		lvl = slog.LevelDebug
+	}
+	ctx := context.Background()
+	if !a.l.Enabled(ctx, lvl) {
+		return
+	}
+	a.l.Log(ctx, lvl, fmt.Sprintf(format, args...), "component", "kfake")
+}

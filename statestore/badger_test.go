@@ -1,0 +1,128 @@
+package statestore
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/stretchr/testify/require"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A batch beyond one transaction goes through the WriteBatch path; the data
+// and the position must all land, and survive a reopen.
+func TestBadgerWriteLargerThanOneTxn(t *testing.T) {
+	dir := t.TempDir()
+	o := testBadgerOptions()
+	o.MemTableSize = 1 << 20 // caps a transaction at ~1,600 entries
+	s := openTestBadger(t, dir, o)
+	bs := s.(*badgerStore)
+
+	const n = 20_000
+	batch := make([]Entry, 0, n+1)
+	for i := 0; i < n; i++ {
+		batch = append(batch, Entry{Key: fmt.Appendf(nil, "key-%06d", i), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	batch = append(batch, Entry{Key: []byte("key-000000")}) // order still counts
+	require.False(t, bs.fitsOneTxn(batch))
+	require.True(t, bs.fitsOneTxn(batch[:100]))
+	require.NoError(t, s.Write(batch, 99))
+
+	check := func(s Store) {
+		pos, err := s.Position()
+		require.NoError(t, err)
+		require.Equal(t, int64(99), pos)
+		cnt, err := s.ApproximateCount()
+		require.NoError(t, err)
+		require.Equal(t, int64(n-1), cnt)
+		_, found, err := s.Get([]byte("key-000000"))
+		require.NoError(t, err)
+		require.False(t, found)
+		v, found, err := s.Get([]byte("key-019999"))
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, "v19999", string(v))
+	}
+	check(s)
+	require.NoError(t, s.Close())
+	check(openTestBadger(t, dir, o))
+}
+
+// If the estimate says a batch fits but badger disagrees, Write must still
+// succeed through the fallback.
+func TestBadgerTxnTooBigFallback(t *testing.T) {
+	o := testBadgerOptions()
+	o.MemTableSize = 1 << 20
+	s := openTestBadger(t, t.TempDir(), o)
+	bs := s.(*badgerStore)
+	batch := make([]Entry, 0, 5000)
+	for i := 0; i < cap(batch); i++ {
+		batch = append(batch, Entry{Key: fmt.Appendf(nil, "k%05d", i), Value: []byte("v")})
+	}
+	err := bs.writeTxn(batch, prefixKeys(batch), make([]byte, 8))
+	require.ErrorIs(t, err, badger.ErrTxnTooBig, "the direct transaction must not fit")
+	require.NoError(t, bs.writeBatch(batch, prefixKeys(batch), []byte{0, 0, 0, 0, 0, 0, 0, 5}))
+	n, err := s.ApproximateCount()
+	require.NoError(t, err)
+	require.Equal(t, int64(len(batch)), n)
+}
+
+// Closing the store while an iterator is open must not crash; the iterator
+// stops and reports ErrClosed.
+func TestBadgerCloseWithOpenIterator(t *testing.T) {
+	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
+	put(t, s, "a", "1", "b", "2", "c", "3")
+	it, err := s.All()
+	require.NoError(t, err)
+	require.True(t, it.Next())
+	k := it.Key()
+	require.NoError(t, s.Close())
+	require.Equal(t, "a", string(k), "pairs already returned stay valid")
+	require.False(t, it.Next())
+	require.ErrorIs(t, it.Err(), ErrClosed)
+	require.NoError(t, it.Close())
+
+	// An iterator finished before Close reports no error.
+	s = openTestBadger(t, t.TempDir(), testBadgerOptions())
+	it, err = s.All()
+	require.NoError(t, err)
+	require.False(t, it.Next())
+	require.NoError(t, s.Close())
+	require.NoError(t, it.Err())
+	require.NoError(t, it.Close())
+}
+
+func TestBadgerOpenTwiceFailsAndDestroy(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s := openTestBadger(t, dir, testBadgerOptions())
+	_, err := OpenBadger(dir, testBadgerOptions())
+	require.Error(t, err, "badger locks its directory")
+	require.NoError(t, s.Close())
+	require.NoError(t, DestroyBadger(dir))
+	_, err = os.Stat(dir)
+	require.True(t, os.IsNotExist(err))
+	s = openTestBadger(t, dir, testBadgerOptions())
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, NoPosition, pos)
+}
+
+func TestBadgerOptionsDefaults(t *testing.T) {
+	o := BadgerOptions{Compress: true}.withDefaults()
+	d := DefaultBadgerOptions()
+	require.Equal(t, d.MemTableSize, o.MemTableSize)
+	require.Equal(t, d.NumCompactors, o.NumCompactors)
+	require.Equal(t, int64(1<<20), o.BlockCacheSize, "compression needs a block cache")
+	require.NotNil(t, o.Logger)
+
+	bo := o.badger("/x")
+	require.False(t, bo.DetectConflicts)
+	require.Equal(t, d.ValueThreshold, bo.ValueThreshold)
+
+	tuned := BadgerOptions{Tune: func(bo badger.Options) badger.Options { return bo.WithNumCompactors(0) }}.withDefaults().badger("/x")
+	require.Equal(t, 0, tuned.NumCompactors)
+}

@@ -1,0 +1,217 @@
+package statestore
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/stretchr/testify/require"
+)
+
+// benchRecord fills a 10-byte key and an 8-byte value for record i.
+func benchRecord(i int, key, val []byte) {
+	copy(key, fmt.Appendf(key[:0], "%010d", i))
+	binary.BigEndian.PutUint64(val, uint64(i))
+}
+
+func reportRate(b *testing.B) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkBadgerWriteBatch is the baseline: b.N records through one plain
+// badger WriteBatch on a DB tuned like the store's. One op is one record.
+func BenchmarkBadgerWriteBatch(b *testing.B) {
+	o := DefaultBadgerOptions()
+	o.Logger = discardLogger()
+	db, err := badger.Open(o.withDefaults().badger(b.TempDir()))
+	require.NoError(b, err)
+	defer db.Close()
+	key, val := make([]byte, 10), make([]byte, 8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	wb := db.NewWriteBatch()
+	for i := 0; i < b.N; i++ {
+		benchRecord(i, key, val)
+		// WriteBatch keeps the slices until its transaction commits.
+		if err := wb.Set(append([]byte{}, key...), append([]byte{}, val...)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	require.NoError(b, wb.Flush())
+	b.StopTimer()
+	reportRate(b)
+}
+
+// BenchmarkBadgerStoreWrite writes the same records through Store.Write in
+// batches, the restoration path. One op is one record. batch=2000 commits
+// one transaction per batch; batch=20000 exceeds a transaction and takes
+// the WriteBatch path.
+func BenchmarkBadgerStoreWrite(b *testing.B) {
+	for _, size := range []int{2000, 20000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			o := DefaultBadgerOptions()
+			o.Logger = discardLogger()
+			s, err := OpenBadger(b.TempDir(), o)
+			require.NoError(b, err)
+			defer s.Close()
+			benchStoreWrite(b, s, size)
+		})
+	}
+}
+
+// BenchmarkMemoryStoreWrite is the same workload on the in-memory store.
+func BenchmarkMemoryStoreWrite(b *testing.B) {
+	s := NewMemory()
+	defer s.Close()
+	benchStoreWrite(b, s, 2000)
+}
+
+func benchStoreWrite(b *testing.B, s Store, size int) {
+	buf := make([]byte, size*18)
+	batch := make([]Entry, 0, size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rec := buf[len(batch)*18 : len(batch)*18+18]
+		benchRecord(i, rec[:10], rec[10:])
+		batch = append(batch, Entry{Key: rec[:10], Value: rec[10:]})
+		if len(batch) == size || i == b.N-1 {
+			if err := s.Write(batch, int64(i+1)); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	b.StopTimer()
+	reportRate(b)
+}
+
+// BenchmarkCachedStorePut measures the processing-path write: a put into
+// the record cache, committed every 10,000 records.
+func BenchmarkCachedStorePut(b *testing.B) {
+	c := NewCachedStore(NewMemory(), NewCacheBudget(64<<20))
+	key, val := make([]byte, 10), make([]byte, 8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		benchRecord(i%50_000, key, val)
+		if err := c.Put(key, val); err != nil {
+			b.Fatal(err)
+		}
+		if i%10_000 == 9_999 {
+			if err := c.Commit(int64(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestBadgerMemoryFootprint opens 12 badger stores, writes 1,000,000 keys
+// in total through Store.Write (restoration-sized batches) and reports the
+// process RSS. Opt in with EDDY_STATESTORE_RSS=1; it writes ~100 MB and
+// takes a few seconds.
+func TestBadgerMemoryFootprint(t *testing.T) {
+	if os.Getenv("EDDY_STATESTORE_RSS") == "" {
+		t.Skip("set EDDY_STATESTORE_RSS=1 to run")
+	}
+	const (
+		stores = 12
+		total  = 1_000_000
+		batch  = 2000
+	)
+	dir := t.TempDir()
+	rssBefore := procStatus(t, "VmRSS")
+	o := DefaultBadgerOptions()
+	o.Logger = discardLogger()
+	if v := os.Getenv("EDDY_STATESTORE_RSS_MEMTABLE_KIB"); v != "" {
+		kib, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		o.MemTableSize = int64(kib) << 10
+	}
+	ss := make([]Store, stores)
+	for i := range ss {
+		s, err := OpenBadger(filepath.Join(dir, fmt.Sprintf("0_%d", i)), o)
+		require.NoError(t, err)
+		ss[i] = s
+	}
+	rssOpen := procStatus(t, "VmRSS")
+
+	start := time.Now()
+	per := total / stores
+	buf := make([]byte, batch*18)
+	entries := make([]Entry, 0, batch)
+	written := 0
+	// Round-robin, one batch per store at a time, as concurrent restores
+	// of several tasks would interleave.
+	for off := 0; off < per; off += batch {
+		for si, s := range ss {
+			entries = entries[:0]
+			for j := off; j < min(off+batch, per); j++ {
+				rec := buf[len(entries)*18 : len(entries)*18+18]
+				benchRecord(si*per+j, rec[:10], rec[10:])
+				entries = append(entries, Entry{Key: rec[:10], Value: rec[10:]})
+			}
+			require.NoError(t, s.Write(entries, int64(off+len(entries))))
+			written += len(entries)
+		}
+	}
+	elapsed := time.Since(start)
+	rssWritten := procStatus(t, "VmRSS")
+
+	var counted int64
+	countStart := time.Now()
+	for _, s := range ss {
+		n, err := s.ApproximateCount()
+		require.NoError(t, err)
+		counted += n
+	}
+	require.Equal(t, int64(written), counted)
+	countTook := time.Since(countStart)
+	rssRead := procStatus(t, "VmRSS")
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	hwm := procStatus(t, "VmHWM")
+	runtime.GC()
+	var live runtime.MemStats
+	runtime.ReadMemStats(&live)
+	debug.FreeOSMemory()
+	rssFreed := procStatus(t, "VmRSS")
+	for _, s := range ss {
+		require.NoError(t, s.Close())
+	}
+	t.Logf("%d stores, %d keys in %v (%.0f records/s)", stores, written, elapsed.Round(time.Millisecond), float64(written)/elapsed.Seconds())
+	t.Logf("ApproximateCount over all stores: %v (%.0f ns/key)", countTook.Round(time.Millisecond), float64(countTook.Nanoseconds())/float64(counted))
+	t.Logf("VmRSS: start %d MiB, 12 open %d MiB, after writes %d MiB, after counting (full key scans) %d MiB; VmHWM %d MiB",
+		rssBefore>>10, rssOpen>>10, rssWritten>>10, rssRead>>10, hwm>>10)
+	t.Logf("Go heap: HeapInuse %d MiB, Sys %d MiB; live after GC %d MiB; VmRSS after returning free memory to the OS %d MiB",
+		ms.HeapInuse>>20, ms.Sys>>20, live.HeapAlloc>>20, rssFreed>>10)
+	require.Less(t, hwm, int64(512<<10), "peak RSS must stay under 512 MiB")
+}
+
+// procStatus returns a kB field of /proc/self/status.
+func procStatus(t *testing.T, field string) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/status")
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			var kb int64
+			_, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb)
+			require.NoError(t, err)
+			return kb
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}

@@ -1,0 +1,380 @@
+package statestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// recordingStore wraps a Store and records its Write calls.
+type recordingStore struct {
+	Store
+	mu       sync.Mutex
+	writes   []recordedWrite
+	failNext error
+}
+
+type recordedWrite struct {
+	entries  []Entry
+	position int64
+}
+
+func (r *recordingStore) Write(entries []Entry, position int64) error {
+	r.mu.Lock()
+	err := r.failNext
+	r.failNext = nil
+	if err == nil {
+		r.writes = append(r.writes, recordedWrite{slices.Clone(entries), position})
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return r.Store.Write(entries, position)
+}
+
+func newTestCache(t *testing.T, budget *CacheBudget) (*CachedStore, *recordingStore) {
+	inner := &recordingStore{Store: NewMemory()}
+	t.Cleanup(func() { _ = inner.Close() })
+	return NewCachedStore(inner, budget), inner
+}
+
+func entryStrings(es []Entry) []kv {
+	out := make([]kv, len(es))
+	for i, e := range es {
+		v := string(e.Value)
+		if e.Deleted() {
+			v = "<tombstone>"
+		}
+		out[i] = kv{string(e.Key), v}
+	}
+	return out
+}
+
+func TestCacheCollapsesWrites(t *testing.T) {
+	c, inner := newTestCache(t, nil)
+	put(t, c, "b", "1", "b", "2", "a", "x")
+	require.NoError(t, c.Delete([]byte("c")))
+	require.NoError(t, c.Delete([]byte("a")))
+	put(t, c, "c", "back")
+	require.Equal(t, 3, c.DirtyLen())
+	require.Equal(t, []kv{{"a", "<tombstone>"}, {"b", "2"}, {"c", "back"}}, entryStrings(c.Dirty()))
+	require.Empty(t, inner.writes, "the cache never writes on its own")
+	v, found, err := c.Get([]byte("b"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "2", string(v))
+}
+
+func TestCacheTombstonesHideInnerKeys(t *testing.T) {
+	c, inner := newTestCache(t, nil)
+	put(t, inner, "a", "1", "b", "2", "c", "3")
+	require.NoError(t, c.Delete([]byte("b")))
+	_, found, err := c.Get([]byte("b"))
+	require.NoError(t, err)
+	require.False(t, found)
+	v, found, err := c.Get([]byte("a"))
+	require.NoError(t, err)
+	require.True(t, found, "reads fall through to the inner store")
+	require.Equal(t, "1", string(v))
+	require.Equal(t, []kv{{"a", "1"}, {"c", "3"}}, collectAll(t, c))
+	n, err := c.ApproximateCount()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+}
+
+func TestCacheMergedRange(t *testing.T) {
+	c, inner := newTestCache(t, nil)
+	put(t, inner, "a", "inner-a", "c", "inner-c", "e", "inner-e", "g", "inner-g")
+	put(t, c, "b", "dirty-b", "c", "dirty-c", "d", "dirty-d", "f", "dirty-f", "h", "dirty-h")
+	require.NoError(t, c.Delete([]byte("e")))
+	require.NoError(t, c.Delete([]byte("g")))
+	require.NoError(t, c.Delete([]byte("zz"))) // tombstone for an absent key, at the end
+
+	cases := []struct {
+		name     string
+		from, to string
+		want     []kv
+	}{
+		{"all", "", "", []kv{{"a", "inner-a"}, {"b", "dirty-b"}, {"c", "dirty-c"}, {"d", "dirty-d"}, {"f", "dirty-f"}, {"h", "dirty-h"}}},
+		{"middle", "b", "f", []kv{{"b", "dirty-b"}, {"c", "dirty-c"}, {"d", "dirty-d"}}},
+		{"only tombstoned", "e", "f", nil},
+		{"tail", "f", "", []kv{{"f", "dirty-f"}, {"h", "dirty-h"}}},
+		{"head", "", "b", []kv{{"a", "inner-a"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var from, to []byte
+			if tc.from != "" {
+				from = []byte(tc.from)
+			}
+			if tc.to != "" {
+				to = []byte(tc.to)
+			}
+			it, err := c.Range(from, to)
+			require.Equal(t, tc.want, collect(t, it, err))
+		})
+	}
+}
+
+func TestCacheBudgetAccounting(t *testing.T) {
+	budget := NewCacheBudget(1000)
+	c1, _ := newTestCache(t, budget)
+	c2, _ := newTestCache(t, budget)
+	require.Zero(t, budget.Used())
+	require.False(t, budget.Full())
+
+	put(t, c1, "k", "abc")
+	require.Equal(t, int64(1+3+cacheEntryOverhead), budget.Used())
+	put(t, c1, "k", "abcde") // same key: only the value growth is charged
+	require.Equal(t, int64(1+5+cacheEntryOverhead), budget.Used())
+	require.NoError(t, c1.Delete([]byte("k"))) // tombstone: value bytes released
+	require.Equal(t, int64(1+cacheEntryOverhead), budget.Used())
+	c1Bytes := budget.Used()
+
+	put(t, c2, "big", string(make([]byte, 900)))
+	require.Equal(t, c1Bytes+3+900+cacheEntryOverhead, budget.Used())
+	require.True(t, budget.Full(), "two stores share one budget")
+
+	require.NoError(t, c2.Commit(5))
+	require.Equal(t, c1Bytes, budget.Used(), "commit releases only its own bytes")
+	require.False(t, budget.Full())
+	c1.Discard()
+	require.Zero(t, budget.Used())
+
+	zero := NewCacheBudget(0)
+	require.False(t, zero.Full())
+	c3, _ := newTestCache(t, zero)
+	put(t, c3, "k", "v")
+	require.True(t, zero.Full(), "a zero budget is full once anything is dirty")
+
+	var unbounded *CacheBudget
+	require.False(t, unbounded.Full())
+	require.Zero(t, unbounded.Used())
+}
+
+func TestCacheCommit(t *testing.T) {
+	c, inner := newTestCache(t, NewCacheBudget(1<<20))
+	put(t, inner, "stale", "old")
+
+	require.NoError(t, c.Commit(1))
+	require.Empty(t, inner.writes, "nothing dirty: no write, no position")
+	pos, err := inner.Position()
+	require.NoError(t, err)
+	require.Equal(t, NoPosition, pos)
+
+	put(t, c, "z", "26", "a", "1", "m", "13", "a", "one")
+	require.NoError(t, c.Delete([]byte("stale")))
+	dirty := c.Dirty()
+	require.NoError(t, c.Commit(17))
+	require.Len(t, inner.writes, 1)
+	require.Equal(t, int64(17), inner.writes[0].position)
+	require.Equal(t, entryStrings(dirty), entryStrings(inner.writes[0].entries))
+	require.Equal(t, []kv{{"a", "one"}, {"m", "13"}, {"stale", "<tombstone>"}, {"z", "26"}}, entryStrings(inner.writes[0].entries))
+	require.Zero(t, c.DirtyLen())
+	require.Empty(t, c.Dirty())
+	require.Equal(t, []kv{{"a", "one"}, {"m", "13"}, {"z", "26"}}, collectAll(t, inner))
+	pos, err = inner.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(17), pos)
+
+	// Entries handed out by Dirty are never modified afterwards.
+	require.Equal(t, "one", string(dirty[0].Value))
+	put(t, c, "a", "uno")
+	require.Equal(t, "one", string(dirty[0].Value))
+}
+
+func TestCacheCommitFailureKeepsDirty(t *testing.T) {
+	budget := NewCacheBudget(1 << 20)
+	c, inner := newTestCache(t, budget)
+	put(t, c, "a", "1")
+	used := budget.Used()
+	boom := errors.New("boom")
+	inner.failNext = boom
+	require.ErrorIs(t, c.Commit(3), boom)
+	require.Equal(t, 1, c.DirtyLen())
+	require.Equal(t, used, budget.Used())
+	require.NoError(t, c.Commit(3))
+	require.Zero(t, budget.Used())
+}
+
+func TestCacheDiscard(t *testing.T) {
+	budget := NewCacheBudget(1 << 20)
+	c, inner := newTestCache(t, budget)
+	put(t, inner, "a", "committed")
+	put(t, c, "a", "dirty", "b", "dirty")
+	c.Discard()
+	require.Zero(t, budget.Used())
+	require.Empty(t, c.Dirty())
+	require.NoError(t, c.Commit(9))
+	require.Empty(t, inner.writes)
+	require.Equal(t, []kv{{"a", "committed"}}, collectAll(t, c))
+}
+
+// An open iterator keeps its view while the cache is written and committed.
+func TestCacheIteratorSnapshot(t *testing.T) {
+	c, inner := newTestCache(t, nil)
+	put(t, inner, "a", "1")
+	put(t, c, "b", "2", "c", "3")
+	it, err := c.All()
+	require.NoError(t, err)
+	require.True(t, it.Next())
+	require.Equal(t, "a", string(it.Key()))
+
+	put(t, c, "b", "changed", "bb", "new")
+	require.NoError(t, c.Delete([]byte("c")))
+	require.NoError(t, c.Commit(1))
+	put(t, c, "d", "4")
+
+	var rest []kv
+	for it.Next() {
+		rest = append(rest, kv{string(it.Key()), string(it.Value())})
+	}
+	require.NoError(t, it.Close())
+	require.Equal(t, []kv{{"b", "2"}, {"c", "3"}}, rest)
+	require.Equal(t, []kv{{"a", "1"}, {"b", "changed"}, {"bb", "new"}, {"d", "4"}}, collectAll(t, c))
+}
+
+// Random operations against a model, committing and discarding now and
+// then, with an iterator snapshot checked against the model of its time.
+func TestCacheRandomAgainstModel(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			inner := b.open(t)
+			c := NewCachedStore(inner, NewCacheBudget(1<<20))
+			r := rand.New(rand.NewPCG(5, 6))
+			committed := map[string]string{}
+			view := map[string]string{}
+			type pending struct {
+				it   Iterator
+				want []kv
+			}
+			var open []pending
+			sorted := func(m map[string]string) []kv {
+				out := make([]kv, 0, len(m))
+				for k, v := range m {
+					out = append(out, kv{k, v})
+				}
+				slices.SortFunc(out, func(a, b kv) int { return bytes.Compare([]byte(a.k), []byte(b.k)) })
+				return out
+			}
+			for step := 0; step < 2000; step++ {
+				k := fmt.Sprintf("%02d", r.IntN(40))
+				switch op := r.IntN(100); {
+				case op < 50:
+					v := fmt.Sprint(step)
+					require.NoError(t, c.Put([]byte(k), []byte(v)))
+					view[k] = v
+				case op < 75:
+					require.NoError(t, c.Delete([]byte(k)))
+					delete(view, k)
+				case op < 85:
+					got, found, err := c.Get([]byte(k))
+					require.NoError(t, err)
+					want, ok := view[k]
+					require.Equal(t, ok, found)
+					require.Equal(t, want, string(got))
+				case op < 90:
+					require.NoError(t, c.Commit(int64(step)))
+					committed = maps(view)
+				case op < 92:
+					c.Discard()
+					view = maps(committed)
+				case op < 96:
+					it, err := c.All()
+					require.NoError(t, err)
+					open = append(open, pending{it, sorted(view)})
+				default:
+					if len(open) > 0 {
+						p := open[0]
+						open = open[1:]
+						require.Equal(t, p.want, collect(t, p.it, nil))
+					}
+				}
+			}
+			for _, p := range open {
+				require.Equal(t, p.want, collect(t, p.it, nil))
+			}
+			require.Equal(t, sorted(view), collectAll(t, c))
+			require.NoError(t, c.Commit(1<<40))
+			require.Equal(t, sorted(view), collectAll(t, inner))
+		})
+	}
+}
+
+func maps(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Readers on other goroutines run against the stream thread's writes and
+// commits (meant for -race).
+func TestCacheConcurrentReaders(t *testing.T) {
+	c, _ := newTestCache(t, NewCacheBudget(1<<20))
+	stop := make(chan struct{})
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				if _, _, err := c.Get([]byte("k05")); err != nil {
+					errs <- err
+					return
+				}
+				it, err := c.All()
+				if err != nil {
+					errs <- err
+					return
+				}
+				var prev []byte
+				for it.Next() {
+					if prev != nil && bytes.Compare(prev, it.Key()) >= 0 {
+						errs <- fmt.Errorf("out of order: %q then %q", prev, it.Key())
+						_ = it.Close()
+						return
+					}
+					prev = append(prev[:0], it.Key()...)
+				}
+				if err := it.Close(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 3000 && time.Now().Before(deadline); i++ {
+		k := fmt.Appendf(nil, "k%02d", i%20)
+		if i%3 == 0 {
+			require.NoError(t, c.Delete(k))
+		} else {
+			require.NoError(t, c.Put(k, fmt.Appendf(nil, "%d", i)))
+		}
+		if i%50 == 0 {
+			require.NoError(t, c.Commit(int64(i)))
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for r := 0; r < 2; r++ {
+		require.NoError(t, <-errs)
+	}
+}
