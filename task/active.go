@@ -1,0 +1,315 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// Sender emits a sink record on behalf of a task. The runtime implements it
+// with its producer and chooses the partition.
+type Sender interface {
+	Send(rec topology.OutputRecord) error
+}
+
+// StoreOpener opens the backing store for one store of one task. The runtime
+// decides where persistent stores live and how they are tuned.
+type StoreOpener func(id ID, info topology.StoreInfo) (statestore.Store, error)
+
+// Config is what an active task needs to start.
+type Config struct {
+	ID       ID
+	AppID    string
+	Topology *topology.Topology
+	// Changelog maps a logged store's name to its changelog topic.
+	Changelog func(store string) string
+	Open      StoreOpener
+	// Budget bounds the bytes of writes the task's caches hold between
+	// commits; it is shared by all the tasks of one stream thread.
+	Budget *statestore.CacheBudget
+	Sender Sender
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// StoreHandle is one open store of a task.
+type StoreHandle struct {
+	Info topology.StoreInfo
+	// Inner is the backing store; Cache sits in front of it and is what
+	// processors use.
+	Inner statestore.Store
+	Cache *statestore.CachedStore
+	// Changelog is the changelog topic of a logged store, "" otherwise.
+	Changelog string
+}
+
+// ChangelogWrite is a batch of pending writes of one store, bound for one
+// changelog partition.
+type ChangelogWrite struct {
+	Store     string
+	Topic     string
+	Partition int32
+	Entries   []statestore.Entry
+}
+
+// Active is an active task: one partition of one sub-topology, with its
+// processors, its stores and the offsets it has consumed.
+type Active struct {
+	cfg    Config
+	state  State
+	stores map[string]*StoreHandle
+	order  []string // store names in declaration order
+	graph  topology.TaskGraph
+	// consumed maps an input topic to the offset of the next record to
+	// process on the task's partition.
+	consumed map[string]int64
+	// committed holds the offsets last committed, so that a commit with
+	// nothing new to say is skipped.
+	committed map[string]int64
+	log       *slog.Logger
+}
+
+// NewActive opens the task's stores and instantiates its processors. The
+// task starts in Created; call StartRestoring next.
+func NewActive(cfg Config) (t *Active, err error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	subs := cfg.Topology.SubTopologies()
+	if cfg.ID.SubTopology < 0 || cfg.ID.SubTopology >= len(subs) {
+		return nil, fmt.Errorf("task %s: no such sub-topology", cfg.ID)
+	}
+	t = &Active{
+		cfg:       cfg,
+		state:     Created,
+		stores:    make(map[string]*StoreHandle),
+		consumed:  make(map[string]int64),
+		committed: make(map[string]int64),
+		log:       cfg.Logger.With("task", cfg.ID.String()),
+	}
+	defer func() {
+		if err != nil {
+			t.closeStores()
+		}
+	}()
+	for _, info := range subs[cfg.ID.SubTopology].Stores {
+		inner, err := cfg.Open(cfg.ID, info)
+		if err != nil {
+			return nil, fmt.Errorf("task %s: open store %q: %w", cfg.ID, info.Name, err)
+		}
+		h := &StoreHandle{Info: info, Inner: inner, Cache: statestore.NewCachedStore(inner, cfg.Budget)}
+		if info.Logged {
+			h.Changelog = cfg.Changelog(info.Name)
+		}
+		t.stores[info.Name] = h
+		t.order = append(t.order, info.Name)
+	}
+	g, err := cfg.Topology.NewTaskGraph(cfg.ID.SubTopology, env{t})
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", cfg.ID, err)
+	}
+	t.graph = g
+	return t, nil
+}
+
+// ID returns the task's ID.
+func (t *Active) ID() ID { return t.cfg.ID }
+
+// State returns the task's state.
+func (t *Active) State() State { return t.state }
+
+// Stores returns the task's stores in declaration order.
+func (t *Active) Stores() []*StoreHandle {
+	out := make([]*StoreHandle, 0, len(t.order))
+	for _, n := range t.order {
+		out = append(out, t.stores[n])
+	}
+	return out
+}
+
+// Store returns one of the task's stores by name.
+func (t *Active) Store(name string) (*StoreHandle, bool) {
+	h, ok := t.stores[name]
+	return h, ok
+}
+
+func (t *Active) transition(to State) error {
+	if !CanTransition(t.state, to) {
+		return &TransitionError{Task: t.cfg.ID, From: t.state, To: to}
+	}
+	t.log.Debug("task state", "from", t.state.String(), "to", to.String())
+	t.state = to
+	return nil
+}
+
+// StartRestoring moves a created or suspended task to Restoring.
+func (t *Active) StartRestoring() error { return t.transition(Restoring) }
+
+// Restored moves a restoring task to Running: its stores hold everything
+// their changelogs held when restoration began.
+func (t *Active) Restored() error { return t.transition(Running) }
+
+// Suspend moves the task to Suspended after a revocation. The caller must
+// have committed the task first (or be abandoning its uncommitted work).
+func (t *Active) Suspend() error { return t.transition(Suspended) }
+
+// Resume moves a suspended task straight back to Running: its stores were
+// never closed, so there is nothing to restore.
+func (t *Active) Resume() error { return t.transition(Running) }
+
+// Process runs one input record through the task's processors. The record's
+// offset counts as consumed only if processing succeeds; see Skip.
+func (t *Active) Process(rec topology.InputRecord) error {
+	if t.state != Running {
+		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, t.state)
+	}
+	if err := t.graph.Process(rec); err != nil {
+		return err
+	}
+	t.consumed[rec.Topic] = rec.Offset + 1
+	return nil
+}
+
+// Skip marks a record as consumed without processing it (a record the
+// deserialization handler chose to skip).
+func (t *Active) Skip(rec topology.InputRecord) { t.consumed[rec.Topic] = rec.Offset + 1 }
+
+// Punctuate runs punctuators that are due.
+func (t *Active) Punctuate(now time.Time) error {
+	if t.state != Running {
+		return nil
+	}
+	return t.graph.Punctuate(now)
+}
+
+// PendingChangelog returns, for each logged store with writes since the last
+// commit, the records to send to its changelog partition. Entries are
+// sorted by key.
+func (t *Active) PendingChangelog() []ChangelogWrite {
+	var out []ChangelogWrite
+	for _, n := range t.order {
+		h := t.stores[n]
+		if !h.Info.Logged {
+			continue
+		}
+		if d := h.Cache.Dirty(); len(d) > 0 {
+			out = append(out, ChangelogWrite{Store: n, Topic: h.Changelog, Partition: t.cfg.ID.Partition, Entries: d})
+		}
+	}
+	return out
+}
+
+// LastOffsetFunc reports the offset of the last changelog record acknowledged
+// for a topic partition since the commit began.
+type LastOffsetFunc func(topic string, partition int32) (offset int64, ok bool)
+
+// CompleteCommit writes every store's pending writes into the store together
+// with its new changelog position. It must be called only after every record
+// returned by PendingChangelog has been acknowledged by the broker.
+func (t *Active) CompleteCommit(last LastOffsetFunc) error {
+	for _, n := range t.order {
+		h := t.stores[n]
+		pos := statestore.NoPosition
+		if h.Info.Logged {
+			if len(h.Cache.Dirty()) == 0 {
+				continue
+			}
+			off, ok := last(h.Changelog, t.cfg.ID.Partition)
+			if !ok {
+				return fmt.Errorf("task %s: store %q has pending writes but no acknowledged changelog offset", t.cfg.ID, n)
+			}
+			pos = off + 1
+		}
+		if err := h.Cache.Commit(pos); err != nil {
+			return fmt.Errorf("task %s: write store %q: %w", t.cfg.ID, n, err)
+		}
+	}
+	return nil
+}
+
+// OffsetsToCommit returns the input offsets consumed since the last call to
+// MarkCommitted, keyed by topic (the partition is the task's).
+func (t *Active) OffsetsToCommit() map[string]int64 {
+	out := make(map[string]int64)
+	for topic, off := range t.consumed {
+		if t.committed[topic] != off {
+			out[topic] = off
+		}
+	}
+	return out
+}
+
+// MarkCommitted records that offsets returned by OffsetsToCommit are
+// committed.
+func (t *Active) MarkCommitted(offsets map[string]int64) {
+	for topic, off := range offsets {
+		t.committed[topic] = off
+	}
+}
+
+// Close closes the task's processors and stores. A clean close assumes the
+// caller committed; an unclean one drops writes not yet committed, so the
+// stores keep exactly what their recorded positions say.
+func (t *Active) Close(clean bool) error {
+	if t.state == Closed {
+		return nil
+	}
+	var errs []error
+	if t.graph != nil {
+		if err := t.graph.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("task %s: close processors: %w", t.cfg.ID, err))
+		}
+	}
+	if !clean {
+		for _, h := range t.stores {
+			h.Cache.Discard()
+		}
+	}
+	errs = append(errs, t.closeStores()...)
+	t.state = Closed
+	return errors.Join(errs...)
+}
+
+func (t *Active) closeStores() []error {
+	var errs []error
+	for _, n := range t.order {
+		h := t.stores[n]
+		h.Cache.Discard()
+		if err := h.Inner.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("task %s: close store %q: %w", t.cfg.ID, n, err))
+		}
+	}
+	return errs
+}
+
+// Dir returns a task's directory under an application state directory.
+func Dir(appDir string, id ID) string { return filepath.Join(appDir, id.String()) }
+
+// RemoveDir deletes a task's directory and everything in it.
+func RemoveDir(appDir string, id ID) error { return os.RemoveAll(Dir(appDir, id)) }
+
+// env is the task's face towards its processor graph.
+type env struct{ t *Active }
+
+func (e env) AppID() string                        { return e.t.cfg.AppID }
+func (e env) TaskID() string                       { return e.t.cfg.ID.String() }
+func (e env) Partition() int32                     { return e.t.cfg.ID.Partition }
+func (e env) Now() time.Time                       { return e.t.cfg.Now() }
+func (e env) Send(rec topology.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
+
+func (e env) Store(name string) (statestore.ReadWriter, error) {
+	h, ok := e.t.stores[name]
+	if !ok {
+		return nil, fmt.Errorf("task %s: no store %q", e.t.cfg.ID, name)
+	}
+	return h.Cache, nil
+}

@@ -1,0 +1,209 @@
+package topology
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/eddystreams/eddy/serde"
+)
+
+// Builder assembles a topology: sources created with Stream and Table,
+// operators applied to the streams and tables they return, sinks added with
+// KStream.To, and stores declared with AddStore. Mistakes are recorded as
+// they happen and reported together by Build, so DSL calls can be chained
+// without checking errors at each step.
+//
+// A Builder is not safe for concurrent use.
+type Builder struct {
+	nodes  []*node
+	stores []StoreInfo
+	// storeOwner names who declared each store, for error messages.
+	storeOwner map[string]string
+	errs       []error
+}
+
+// NewBuilder returns an empty Builder.
+func NewBuilder() *Builder {
+	return &Builder{storeOwner: make(map[string]string)}
+}
+
+// AddStore declares a key-value store for processors added with Process.
+// DSL aggregations and tables declare their own stores; do not declare
+// those again. A store must be used by at least one processor, and all the
+// processors that use it must end up in the same sub-topology.
+func (b *Builder) AddStore(spec StoreInfo) {
+	b.declareStore(spec, "AddStore")
+}
+
+func (b *Builder) declareStore(spec StoreInfo, owner string) {
+	if spec.Name == "" {
+		b.errorf("%s: store name is empty", owner)
+		return
+	}
+	if prev, dup := b.storeOwner[spec.Name]; dup {
+		b.errorf("store %q is declared twice (by %s and by %s)", spec.Name, prev, owner)
+		return
+	}
+	b.storeOwner[spec.Name] = owner
+	b.stores = append(b.stores, spec)
+}
+
+func (b *Builder) errorf(format string, args ...any) {
+	b.errs = append(b.errs, fmt.Errorf("topology: "+format, args...))
+}
+
+type nodeKind int
+
+const (
+	kindSource nodeKind = iota
+	kindProcessor
+	kindSink
+)
+
+// node is one vertex of the processor graph. The graph is untyped: typed
+// DSL functions capture their types in the closures they store here.
+type node struct {
+	id       int
+	name     string
+	kind     nodeKind
+	parents  []*node
+	children []*node
+	stores   []string
+	// sub is the node's sub-topology, set by Build.
+	sub int
+
+	// topic is the topic a source reads or a sink writes.
+	topic TopicRef
+	// partitions is the partition count asked for a repartition topic, on
+	// the sink that writes it.
+	partitions int32
+
+	decode  func(InputRecord) (record, error)
+	encode  func(record) (key, value []byte, err error)
+	newProc func() (procImpl, error)
+}
+
+// label names the node in error messages.
+func (n *node) label() string {
+	switch n.kind {
+	case kindSource:
+		return fmt.Sprintf("source %q", n.name)
+	case kindSink:
+		return fmt.Sprintf("sink %q", n.name)
+	default:
+		return fmt.Sprintf("processor %q", n.name)
+	}
+}
+
+// record is a record inside a task's graph. Keys and values always hold
+// values of the stream's static types; a Kafka null is carried as the zero
+// value plus a flag, because most Go types have no null of their own.
+type record struct {
+	key, value         any
+	keyNull, valueNull bool
+	ts                 time.Time
+	headers            []Header
+}
+
+// as converts a graph value back to its static type. The comma-ok form
+// keeps nil interface values (zero values of interface types) from
+// panicking.
+func as[T any](v any) T {
+	t, _ := v.(T)
+	return t
+}
+
+func (b *Builder) addNode(kind nodeKind, op string, o options, parents ...*node) *node {
+	n := &node{id: len(b.nodes), kind: kind, name: o.name}
+	if n.name == "" {
+		n.name = op + "-" + strconv.Itoa(n.id)
+	}
+	for _, p := range parents {
+		p.children = append(p.children, n)
+		n.parents = append(n.parents, p)
+	}
+	b.nodes = append(b.nodes, n)
+	return n
+}
+
+// addProcessor adds a processor node whose instances run proc.
+func (b *Builder) addProcessor(op string, o options, proc func() procImpl, parents ...*node) *node {
+	n := b.addNode(kindProcessor, op, o, parents...)
+	n.newProc = func() (procImpl, error) { return proc(), nil }
+	return n
+}
+
+// addStateless adds a processor node with no state: fn runs for every
+// record.
+func (b *Builder) addStateless(op string, o options, fn func(*nodeInstance, record) error, parents ...*node) *node {
+	return b.addProcessor(op, o, func() procImpl { return statelessProc(fn) }, parents...)
+}
+
+func addSource[K, V any](b *Builder, topic TopicRef, ks serde.Serde[K], vs serde.Serde[V], o options) *node {
+	n := b.addNode(kindSource, "source", o)
+	n.topic = topic
+	if topic.Name == "" {
+		b.errorf("%s: topic name is empty", n.label())
+	}
+	b.checkSerdes(n, ks == nil, vs == nil)
+	n.decode = func(in InputRecord) (record, error) {
+		r := record{ts: in.Timestamp, headers: in.Headers}
+		var err error
+		if in.Key == nil {
+			r.key, r.keyNull = zero[K](), true
+		} else if r.key, err = ks.Decode(in.Key); err != nil {
+			return r, fmt.Errorf("key: %w", err)
+		}
+		if in.Value == nil {
+			r.value, r.valueNull = zero[V](), true
+		} else if r.value, err = vs.Decode(in.Value); err != nil {
+			return r, fmt.Errorf("value: %w", err)
+		}
+		return r, nil
+	}
+	return n
+}
+
+func addSink[K, V any](b *Builder, parent *node, topic TopicRef, ks serde.Serde[K], vs serde.Serde[V], o options) *node {
+	n := b.addNode(kindSink, "sink", o, parent)
+	n.topic = topic
+	if topic.Name == "" {
+		b.errorf("%s: topic name is empty", n.label())
+	}
+	b.checkSerdes(n, ks == nil, vs == nil)
+	n.encode = func(r record) (key, value []byte, err error) {
+		if !r.keyNull {
+			if key, err = ks.Encode(as[K](r.key)); err != nil {
+				return nil, nil, fmt.Errorf("key: %w", err)
+			}
+		}
+		if !r.valueNull {
+			if value, err = vs.Encode(as[V](r.value)); err != nil {
+				return nil, nil, fmt.Errorf("value: %w", err)
+			}
+		}
+		return key, value, nil
+	}
+	return n
+}
+
+func (b *Builder) checkSerdes(n *node, keyNil, valueNil bool) {
+	if keyNil {
+		b.errorf("%s: key serde is nil", n.label())
+	}
+	if valueNil {
+		b.errorf("%s: value serde is nil", n.label())
+	}
+}
+
+func (b *Builder) checkFunc(n *node, isNil bool, what string) {
+	if isNil {
+		b.errorf("%s: %s is nil", n.label(), what)
+	}
+}
+
+func zero[T any]() T {
+	var z T
+	return z
+}

@@ -1,0 +1,42 @@
+package topology
+
+// Option adjusts one DSL operation. Options that do not apply to an
+// operation are ignored; each option's doc says where it applies.
+type Option func(*options)
+
+type options struct {
+	name       string
+	partitions int32
+	inMemory   bool
+	unlogged   bool
+}
+
+func collect(opts []Option) options {
+	var o options
+	for _, fn := range opts {
+		if fn != nil {
+			fn(&o)
+		}
+	}
+	return o
+}
+
+// Named gives the node an operation creates a fixed name instead of a
+// generated one such as "filter-3". Names appear in Describe and errors, and
+// a processor forwards to a named child with ProcessorContext.ForwardTo.
+// Node names must be unique within a topology.
+func Named(name string) Option { return func(o *options) { o.name = name } }
+
+// NumPartitions sets the partition count of the repartition topic that
+// GroupBy or GroupByKey create. Without it the topic gets the partition
+// count of the sub-topology that writes it.
+func NumPartitions(n int32) Option { return func(o *options) { o.partitions = n } }
+
+// InMemory keeps the store of an aggregation or table in memory instead of
+// on disk. It is rebuilt from its changelog when its task starts.
+func InMemory() Option { return func(o *options) { o.inMemory = true } }
+
+// WithoutLogging gives the store of an aggregation or table no changelog
+// topic. Its contents are then lost when a task moves to another instance,
+// and standby replicas cannot follow it.
+func WithoutLogging() Option { return func(o *options) { o.unlogged = true } }

@@ -1,0 +1,185 @@
+package topology
+
+import (
+	"fmt"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// KeyValueStore is a typed view of a byte-level store: keys and values are
+// encoded with the serdes it was made with. Iteration order is the order of
+// the encoded keys (so, for example, negative int64 keys encoded with
+// serde.Int64 sort after positive ones).
+type KeyValueStore[K, V any] struct {
+	rw         statestore.ReadWriter
+	keySerde   serde.Serde[K]
+	valueSerde serde.Serde[V]
+}
+
+// NewKeyValueStore wraps rw with keySerde and valueSerde.
+func NewKeyValueStore[K, V any](rw statestore.ReadWriter, keySerde serde.Serde[K], valueSerde serde.Serde[V]) *KeyValueStore[K, V] {
+	return &KeyValueStore[K, V]{rw: rw, keySerde: keySerde, valueSerde: valueSerde}
+}
+
+// StoreProvider gives access to byte-level stores by name. ProcessorContext
+// implements it, as does the test driver in package topologytest.
+type StoreProvider interface {
+	Store(name string) (statestore.ReadWriter, error)
+}
+
+// GetKeyValueStore returns the store named name from p, typed with keySerde
+// and valueSerde. A processor may only open the stores it declared when it
+// was added with Process.
+func GetKeyValueStore[K, V any](p StoreProvider, name string, keySerde serde.Serde[K], valueSerde serde.Serde[V]) (*KeyValueStore[K, V], error) {
+	if keySerde == nil || valueSerde == nil {
+		return nil, fmt.Errorf("topology: store %q: key and value serdes must not be nil", name)
+	}
+	rw, err := p.Store(name)
+	if err != nil {
+		return nil, err
+	}
+	return NewKeyValueStore(rw, keySerde, valueSerde), nil
+}
+
+// ReadWriter returns the byte-level store underneath.
+func (s *KeyValueStore[K, V]) ReadWriter() statestore.ReadWriter { return s.rw }
+
+func (s *KeyValueStore[K, V]) encodeKey(k K) ([]byte, error) {
+	b, err := s.keySerde.Encode(k)
+	if err != nil {
+		return nil, fmt.Errorf("topology: encode store key: %w", err)
+	}
+	return b, nil
+}
+
+// Get returns the value of k and whether it was found.
+func (s *KeyValueStore[K, V]) Get(k K) (V, bool, error) {
+	var zero V
+	kb, err := s.encodeKey(k)
+	if err != nil {
+		return zero, false, err
+	}
+	vb, found, err := s.rw.Get(kb)
+	if err != nil || !found {
+		return zero, false, err
+	}
+	v, err := s.valueSerde.Decode(vb)
+	if err != nil {
+		return zero, false, fmt.Errorf("topology: decode store value: %w", err)
+	}
+	return v, true, nil
+}
+
+// Put stores v under k. A value that encodes to nil is refused, since the
+// byte-level store reserves nil for deletes.
+func (s *KeyValueStore[K, V]) Put(k K, v V) error {
+	kb, err := s.encodeKey(k)
+	if err != nil {
+		return err
+	}
+	vb, err := s.valueSerde.Encode(v)
+	if err != nil {
+		return fmt.Errorf("topology: encode store value: %w", err)
+	}
+	if vb == nil {
+		return fmt.Errorf("topology: store value encodes to nil; use Delete to remove a key")
+	}
+	return s.rw.Put(kb, vb)
+}
+
+// Delete removes k. Deleting an absent key is not an error.
+func (s *KeyValueStore[K, V]) Delete(k K) error {
+	kb, err := s.encodeKey(k)
+	if err != nil {
+		return err
+	}
+	return s.rw.Delete(kb)
+}
+
+// Range iterates over the keys whose encodings lie in [from, to).
+func (s *KeyValueStore[K, V]) Range(from, to K) (*KeyValueIterator[K, V], error) {
+	fb, err := s.encodeKey(from)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := s.encodeKey(to)
+	if err != nil {
+		return nil, err
+	}
+	it, err := s.rw.Range(fb, tb)
+	if err != nil {
+		return nil, err
+	}
+	return &KeyValueIterator[K, V]{it: it, s: s}, nil
+}
+
+// All iterates over every key.
+func (s *KeyValueStore[K, V]) All() (*KeyValueIterator[K, V], error) {
+	it, err := s.rw.All()
+	if err != nil {
+		return nil, err
+	}
+	return &KeyValueIterator[K, V]{it: it, s: s}, nil
+}
+
+// ApproximateCount estimates the number of keys.
+func (s *KeyValueStore[K, V]) ApproximateCount() (int64, error) { return s.rw.ApproximateCount() }
+
+// KeyValueIterator walks a KeyValueStore in key order. It must be closed.
+type KeyValueIterator[K, V any] struct {
+	it  statestore.Iterator
+	s   *KeyValueStore[K, V]
+	kv  KeyValue[K, V]
+	err error
+}
+
+// Next decodes the next pair and reports whether there is one. It returns
+// false at the end and on the first error; see Err.
+func (i *KeyValueIterator[K, V]) Next() bool {
+	if i.err != nil || !i.it.Next() {
+		return false
+	}
+	k, err := i.s.keySerde.Decode(i.it.Key())
+	if err != nil {
+		i.err = fmt.Errorf("topology: decode store key: %w", err)
+		return false
+	}
+	v, err := i.s.valueSerde.Decode(i.it.Value())
+	if err != nil {
+		i.err = fmt.Errorf("topology: decode store value: %w", err)
+		return false
+	}
+	i.kv = KeyValue[K, V]{Key: k, Value: v}
+	return true
+}
+
+// Key returns the current key.
+func (i *KeyValueIterator[K, V]) Key() K { return i.kv.Key }
+
+// Value returns the current value.
+func (i *KeyValueIterator[K, V]) Value() V { return i.kv.Value }
+
+// Err returns the first error of the iteration, from the store or a serde.
+func (i *KeyValueIterator[K, V]) Err() error {
+	if i.err != nil {
+		return i.err
+	}
+	return i.it.Err()
+}
+
+// Close releases the iterator.
+func (i *KeyValueIterator[K, V]) Close() error { return i.it.Close() }
+
+// Collect drains the iterator into a slice and closes it.
+func (i *KeyValueIterator[K, V]) Collect() ([]KeyValue[K, V], error) {
+	var out []KeyValue[K, V]
+	for i.Next() {
+		out = append(out, i.kv)
+	}
+	err := i.Err()
+	if cerr := i.Close(); err == nil {
+		err = cerr
+	}
+	return out, err
+}

@@ -1,0 +1,278 @@
+package topology
+
+import (
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// KGroupedStream is a stream grouped by key, ready to be aggregated. Records
+// with a null key or value are dropped by every aggregation (as Kafka
+// Streams does): they cannot be assigned to a group or added to it.
+type KGroupedStream[K, V any] struct {
+	g *grouping[K, V]
+}
+
+// grouping is shared by copies of a KGroupedStream so that several
+// aggregations of one grouping share one repartition topic.
+type grouping[K, V any] struct {
+	b          *Builder
+	parent     *node
+	keySerde   serde.Serde[K]
+	valueSerde serde.Serde[V]
+	// repartition is set when records must be re-keyed through a topic
+	// before they can be aggregated.
+	repartition bool
+	name        string
+	partitions  int32
+	// source reads the repartition topic once it has been created.
+	source *node
+}
+
+// GroupByKey groups s by its current key. If an upstream operator may have
+// changed the key (Map, SelectKey, FlatMap, Process), records are first
+// written through a repartition topic named "<app>-<store>-repartition"
+// after the store of the first aggregation, so that every key is aggregated
+// by one task. The serdes encode the records in that topic; they are also
+// the key serde of the aggregation's store and, for Reduce, its value serde.
+// NumPartitions applies.
+func (s KStream[K, V]) GroupByKey(keySerde serde.Serde[K], valueSerde serde.Serde[V], opts ...Option) KGroupedStream[K, V] {
+	b := s.builder()
+	o := collect(opts)
+	if keySerde == nil || valueSerde == nil {
+		b.errorf("GroupByKey after %s: key and value serdes must not be nil", s.n.label())
+	}
+	return KGroupedStream[K, V]{g: &grouping[K, V]{
+		b: b, parent: s.n, keySerde: keySerde, valueSerde: valueSerde,
+		repartition: s.keyChanged, partitions: o.partitions,
+	}}
+}
+
+// GroupBy groups s by the key selector returns. The re-keyed records are
+// written to the repartition topic "<app>-<name>-repartition" and read back
+// by a new sub-topology, so each key is aggregated by exactly one task. An
+// empty name uses the store name of the first aggregation instead. The
+// serdes encode the repartition topic, as for GroupByKey. Named names the
+// key-selecting node; NumPartitions applies.
+func GroupBy[K, V, K2 any](s KStream[K, V], selector func(K, V) K2, name string, keySerde serde.Serde[K2], valueSerde serde.Serde[V], opts ...Option) KGroupedStream[K2, V] {
+	b := s.builder()
+	o := collect(opts)
+	sel := selectKey(s, "groupby", selector, o)
+	if keySerde == nil || valueSerde == nil {
+		b.errorf("GroupBy %q after %s: key and value serdes must not be nil", name, s.n.label())
+	}
+	return KGroupedStream[K2, V]{g: &grouping[K2, V]{
+		b: b, parent: sel.n, keySerde: keySerde, valueSerde: valueSerde,
+		repartition: true, name: name, partitions: o.partitions,
+	}}
+}
+
+// input returns the node an aggregation reads from, creating the
+// repartition sink and source the first time it is needed.
+func (g *grouping[K, V]) input(store string) *node {
+	if !g.repartition {
+		return g.parent
+	}
+	if g.source == nil {
+		name := g.name
+		if name == "" {
+			name = store
+		}
+		topic := TopicRef{Name: name + "-repartition", Internal: true}
+		sink := addSink(g.b, g.parent, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-sink"})
+		sink.partitions = g.partitions
+		if g.partitions < 0 {
+			g.b.errorf("%s: partition count %d is negative", sink.label(), g.partitions)
+		}
+		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source"})
+	}
+	return g.source
+}
+
+func (g KGroupedStream[K, V]) grouping() *grouping[K, V] {
+	if g.g == nil {
+		panic("topology: use of a zero KGroupedStream; create one with GroupByKey or GroupBy")
+	}
+	return g.g
+}
+
+// Count counts the records of each key into the store named store
+// (persistent and logged unless InMemory or WithoutLogging is given; values
+// are encoded with serde.Int64). Named names the node.
+func (g KGroupedStream[K, V]) Count(store string, opts ...Option) KTable[K, int64] {
+	return aggregate(g.grouping(), "count", store, serde.Int64, collect(opts), "",
+		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+}
+
+// Reduce combines the values of each key with fn, starting from the key's
+// first value, into the store named store (persistent and logged unless
+// InMemory or WithoutLogging is given; values encoded with the grouping's
+// value serde). Named names the node.
+func (g KGroupedStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...Option) KTable[K, V] {
+	gr := g.grouping()
+	var missing string
+	if fn == nil {
+		missing = "reducer"
+	}
+	return aggregate(gr, "reduce", store, gr.valueSerde, collect(opts), missing,
+		func(_ K, v V, agg V, found bool) V {
+			if !found {
+				return v
+			}
+			return fn(agg, v)
+		})
+}
+
+// Aggregate folds the values of each key into an aggregate: init gives a
+// key's starting aggregate and adder folds in one value. Aggregates live in
+// the store named store (persistent and logged unless InMemory or
+// WithoutLogging is given), encoded with aggSerde. Named names the node.
+func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K, V, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[K, A] {
+	var missing string
+	switch {
+	case init == nil:
+		missing = "initializer"
+	case adder == nil:
+		missing = "adder"
+	}
+	return aggregate(g.grouping(), "aggregate", store, aggSerde, collect(opts), missing,
+		func(k K, v V, agg A, found bool) A {
+			if !found {
+				agg = init()
+			}
+			return adder(k, v, agg)
+		})
+}
+
+// aggregate adds a node that applies step to each record and its key's
+// current aggregate (found is false for a new key) and forwards the result.
+func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[K, A] {
+	b := g.b
+	in := g.input(store)
+	n := b.addProcessor(op, o, func() procImpl {
+		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step}
+	}, in)
+	n.stores = []string{store}
+	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if missingFunc != "" {
+		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	}
+	return KTable[K, A]{b: b, n: n, store: store, keySerde: g.keySerde, valueSerde: aggSerde}
+}
+
+type aggProc[K, V, A any] struct {
+	store    string
+	keySerde serde.Serde[K]
+	aggSerde serde.Serde[A]
+	step     func(K, V, A, bool) A
+	kv       *KeyValueStore[K, A]
+}
+
+func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	p.kv = NewKeyValueStore(rw, p.keySerde, p.aggSerde)
+	return nil
+}
+
+func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
+	if r.keyNull || r.valueNull {
+		return nil
+	}
+	k := as[K](r.key)
+	cur, found, err := p.kv.Get(k)
+	if err != nil {
+		return err
+	}
+	next := p.step(k, as[V](r.value), cur, found)
+	if err := p.kv.Put(k, next); err != nil {
+		return err
+	}
+	return c.forward(record{key: r.key, value: next, ts: r.ts, headers: r.headers})
+}
+
+func (p *aggProc[K, V, A]) close() error { return nil }
+
+// KTable is a changelog stream viewed as a table: the latest value of each
+// key, materialized in a named store. A table forwards every update
+// downstream as soon as it is applied; there is no caching of updates.
+type KTable[K, V any] struct {
+	b          *Builder
+	n          *node
+	store      string
+	keySerde   serde.Serde[K]
+	valueSerde serde.Serde[V]
+}
+
+// Table reads topic into the store named store (persistent and logged
+// unless InMemory or WithoutLogging is given) using keySerde and valueSerde
+// for both the topic and the store. A record with a null value deletes its
+// key and is forwarded downstream as a null (a tombstone); a record with a
+// null key is dropped. Named names the table's processor node.
+func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSerde serde.Serde[V], store string, opts ...Option) KTable[K, V] {
+	o := collect(opts)
+	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, options{})
+	n := b.addProcessor("table", o, func() procImpl {
+		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde}
+	}, src)
+	n.stores = []string{store}
+	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	return KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde}
+}
+
+type tableProc[K, V any] struct {
+	store      string
+	keySerde   serde.Serde[K]
+	valueSerde serde.Serde[V]
+	kv         *KeyValueStore[K, V]
+}
+
+func (p *tableProc[K, V]) init(c *nodeInstance) error {
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	return nil
+}
+
+func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
+	if r.keyNull {
+		return nil
+	}
+	k := as[K](r.key)
+	var err error
+	if r.valueNull {
+		err = p.kv.Delete(k)
+	} else {
+		err = p.kv.Put(k, as[V](r.value))
+	}
+	if err != nil {
+		return err
+	}
+	return c.forward(r)
+}
+
+func (p *tableProc[K, V]) close() error { return nil }
+
+// ToStream returns the stream of the table's updates: one record per update,
+// carrying the key and its new value (a null after a delete).
+func (t KTable[K, V]) ToStream() KStream[K, V] {
+	if t.b == nil {
+		panic("topology: use of a zero KTable")
+	}
+	return KStream[K, V]{b: t.b, n: t.n}
+}
+
+// StoreName returns the name of the store the table is materialized in.
+func (t KTable[K, V]) StoreName() string { return t.store }
+
+// TypedStore wraps rw, the byte-level store named StoreName (as a task or
+// interactive query opened it), with the table's serdes.
+func (t KTable[K, V]) TypedStore(rw statestore.ReadWriter) *KeyValueStore[K, V] {
+	return NewKeyValueStore(rw, t.keySerde, t.valueSerde)
+}

@@ -1,0 +1,297 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// procImpl is a processor node's per-task instance, untyped.
+type procImpl interface {
+	init(c *nodeInstance) error
+	process(c *nodeInstance, r record) error
+	close() error
+}
+
+// statelessProc is a procImpl that needs no setup.
+type statelessProc func(*nodeInstance, record) error
+
+func (f statelessProc) init(*nodeInstance) error                { return nil }
+func (f statelessProc) process(c *nodeInstance, r record) error { return f(c, r) }
+func (f statelessProc) close() error                            { return nil }
+
+// nodeInstance is one node of one task's graph.
+type nodeInstance struct {
+	node     *node
+	task     *taskGraph
+	children []*nodeInstance
+	proc     procImpl
+	// ts is the timestamp inherited by records the node forwards without
+	// one: that of the record being processed or the punctuation time.
+	ts time.Time
+}
+
+// nodeError attributes an error to the node it arose in, once.
+type nodeError struct {
+	node string
+	err  error
+}
+
+func (e *nodeError) Error() string { return "topology: node " + e.node + ": " + e.err.Error() }
+func (e *nodeError) Unwrap() error { return e.err }
+
+func (in *nodeInstance) wrap(err error) error {
+	var ne *nodeError
+	if err == nil || errors.As(err, &ne) {
+		return err
+	}
+	return &nodeError{node: fmt.Sprintf("%q", in.node.name), err: err}
+}
+
+func (in *nodeInstance) process(r record) error {
+	switch in.node.kind {
+	case kindSource:
+		return in.forward(r)
+	case kindSink:
+		key, value, err := in.node.encode(r)
+		if err != nil {
+			return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))
+		}
+		return in.wrap(in.task.env.Send(OutputRecord{
+			Topic:     in.node.topic.FullName(in.task.app),
+			Key:       key,
+			Value:     value,
+			Timestamp: r.ts,
+			Headers:   r.headers,
+		}))
+	default:
+		in.ts = r.ts
+		return in.wrap(in.proc.process(in, r))
+	}
+}
+
+func (in *nodeInstance) forward(r record) error {
+	for _, c := range in.children {
+		if err := c.process(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (in *nodeInstance) forwardTo(child string, r record) error {
+	for _, c := range in.children {
+		if c.node.name == child {
+			return c.process(r)
+		}
+	}
+	return fmt.Errorf("topology: %s has no child named %q", in.node.label(), child)
+}
+
+func (in *nodeInstance) store(name string) (statestore.ReadWriter, error) {
+	if !slices.Contains(in.node.stores, name) {
+		return nil, fmt.Errorf("topology: %s did not declare store %q", in.node.label(), name)
+	}
+	rw, ok := in.task.stores[name]
+	if !ok {
+		return nil, fmt.Errorf("topology: task %s has no store %q", in.task.env.TaskID(), name)
+	}
+	return rw, nil
+}
+
+// taskGraph is the TaskGraph of one task.
+type taskGraph struct {
+	env     TaskEnv
+	app     string
+	nodes   []*nodeInstance
+	sources map[string]*nodeInstance
+	stores  map[string]statestore.ReadWriter
+
+	streamTime time.Time
+	meta       RecordMetadata
+	hasMeta    bool
+
+	puncts []*punctuation
+	// inited counts the processors whose Init succeeded, so a failed start
+	// closes exactly those.
+	inited []*nodeInstance
+	closed bool
+}
+
+// NewTaskGraph instantiates sub-topology id for one task: a fresh processor
+// from every supplier, the task's stores from env, and each processor's
+// Init, in creation order. If an Init fails, the processors already
+// initialized are closed.
+func (t *Topology) NewTaskGraph(id int, env TaskEnv) (TaskGraph, error) {
+	if id < 0 || id >= len(t.subs) {
+		return nil, fmt.Errorf("topology: no sub-topology %d (have %d)", id, len(t.subs))
+	}
+	st := t.subs[id]
+	g := &taskGraph{
+		env:     env,
+		app:     env.AppID(),
+		sources: make(map[string]*nodeInstance),
+		stores:  make(map[string]statestore.ReadWriter),
+	}
+	for _, s := range st.info.Stores {
+		rw, err := env.Store(s.Name)
+		if err != nil {
+			return nil, fmt.Errorf("topology: task %s: open store %q: %w", env.TaskID(), s.Name, err)
+		}
+		if rw == nil {
+			return nil, fmt.Errorf("topology: task %s: store %q is nil", env.TaskID(), s.Name)
+		}
+		g.stores[s.Name] = rw
+	}
+	byNode := make(map[*node]*nodeInstance, len(st.nodes))
+	for _, n := range st.nodes {
+		in := &nodeInstance{node: n, task: g}
+		if n.kind == kindProcessor {
+			p, err := n.newProc()
+			if err != nil {
+				return nil, err
+			}
+			in.proc = p
+		}
+		if n.kind == kindSource {
+			g.sources[n.topic.FullName(g.app)] = in
+		}
+		byNode[n] = in
+		g.nodes = append(g.nodes, in)
+	}
+	for _, in := range g.nodes {
+		for _, c := range in.node.children {
+			in.children = append(in.children, byNode[c])
+		}
+	}
+	for _, in := range g.nodes {
+		if in.proc == nil {
+			continue
+		}
+		if err := in.proc.init(in); err != nil {
+			err = fmt.Errorf("topology: task %s: init %s: %w", env.TaskID(), in.node.label(), err)
+			return nil, errors.Join(err, g.Close())
+		}
+		g.inited = append(g.inited, in)
+	}
+	return g, nil
+}
+
+func (g *taskGraph) Process(rec InputRecord) error {
+	if g.closed {
+		return fmt.Errorf("topology: task %s is closed", g.env.TaskID())
+	}
+	src, ok := g.sources[rec.Topic]
+	if !ok {
+		return fmt.Errorf("topology: task %s does not read topic %q", g.env.TaskID(), rec.Topic)
+	}
+	r, err := src.node.decode(rec)
+	if err != nil {
+		return &DeserializationError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: err}
+	}
+	if rec.Timestamp.After(g.streamTime) {
+		g.streamTime = rec.Timestamp
+	}
+	g.meta = RecordMetadata{
+		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset,
+		Timestamp: rec.Timestamp, Headers: rec.Headers,
+	}
+	g.hasMeta = true
+	err = src.process(r)
+	g.meta, g.hasMeta = RecordMetadata{}, false
+	return err
+}
+
+func (g *taskGraph) Close() error {
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	var errs []error
+	for _, in := range g.inited {
+		if err := in.proc.close(); err != nil {
+			errs = append(errs, fmt.Errorf("topology: task %s: close %s: %w", g.env.TaskID(), in.node.label(), err))
+		}
+	}
+	g.puncts = nil
+	return errors.Join(errs...)
+}
+
+// punctuation is one scheduled punctuator.
+type punctuation struct {
+	in        *nodeInstance
+	typ       PunctuationType
+	interval  time.Duration
+	next      time.Time
+	fn        Punctuator
+	cancelled bool
+}
+
+func (p *punctuation) Cancel() { p.cancelled = true }
+
+// epoch anchors stream-time schedules, so that they fire at multiples of
+// their interval regardless of when they were scheduled.
+var epoch = time.Unix(0, 0)
+
+func (g *taskGraph) schedule(in *nodeInstance, interval time.Duration, typ PunctuationType, fn Punctuator) (Cancellable, error) {
+	if interval <= 0 {
+		return nil, fmt.Errorf("topology: %s: punctuation interval must be positive, got %v", in.node.label(), interval)
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("topology: %s: punctuator is nil", in.node.label())
+	}
+	p := &punctuation{in: in, typ: typ, interval: interval, fn: fn}
+	switch typ {
+	case StreamTime:
+		// Due as soon as the task has seen a record.
+		p.next = epoch
+	case WallClockTime:
+		p.next = g.env.Now().Add(interval)
+	default:
+		return nil, fmt.Errorf("topology: %s: unknown punctuation type %v", in.node.label(), typ)
+	}
+	g.puncts = append(g.puncts, p)
+	return p, nil
+}
+
+// Punctuate runs the punctuators that are due, in the order they were
+// scheduled. Each fires at most once per call.
+func (g *taskGraph) Punctuate(now time.Time) error {
+	if g.closed {
+		return fmt.Errorf("topology: task %s is closed", g.env.TaskID())
+	}
+	due := slices.Clone(g.puncts)
+	var err error
+	for _, p := range due {
+		if p.cancelled {
+			continue
+		}
+		var at time.Time
+		switch p.typ {
+		case StreamTime:
+			if g.streamTime.IsZero() || g.streamTime.Before(p.next) {
+				continue
+			}
+			at = g.streamTime
+		case WallClockTime:
+			if now.Before(p.next) {
+				continue
+			}
+			at = now
+		}
+		// Skip the intervals that passed unseen: the next punctuation is
+		// the first scheduled instant after at.
+		missed := at.Sub(p.next) / p.interval
+		p.next = p.next.Add((missed + 1) * p.interval)
+		p.in.ts = at
+		if err = p.fn(at); err != nil {
+			err = fmt.Errorf("topology: task %s: %s punctuator of %s: %w", g.env.TaskID(), p.typ, p.in.node.label(), err)
+			break
+		}
+	}
+	g.puncts = slices.DeleteFunc(g.puncts, func(p *punctuation) bool { return p.cancelled })
+	return err
+}

@@ -1,0 +1,255 @@
+package topology_test
+
+import (
+	"bytes"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// fakeEnv is a TaskEnv with map-backed stores that records what is sent.
+type fakeEnv struct {
+	partition int32
+	sub       int
+	stores    map[string]*mapStore
+	sent      []topology.OutputRecord
+	sendErr   error
+	storeErr  error
+}
+
+func newFakeEnv(partition int32) *fakeEnv {
+	return &fakeEnv{partition: partition, stores: make(map[string]*mapStore)}
+}
+
+func (e *fakeEnv) AppID() string    { return app }
+func (e *fakeEnv) TaskID() string   { return strconv.Itoa(e.sub) + "_" + strconv.Itoa(int(e.partition)) }
+func (e *fakeEnv) Partition() int32 { return e.partition }
+func (e *fakeEnv) Now() time.Time   { return time.Unix(1000, 0) }
+
+func (e *fakeEnv) Store(name string) (statestore.ReadWriter, error) {
+	if e.storeErr != nil {
+		return nil, e.storeErr
+	}
+	s, ok := e.stores[name]
+	if !ok {
+		s = &mapStore{m: make(map[string][]byte)}
+		e.stores[name] = s
+	}
+	return s, nil
+}
+
+func (e *fakeEnv) Send(rec topology.OutputRecord) error {
+	if e.sendErr != nil {
+		return e.sendErr
+	}
+	e.sent = append(e.sent, rec)
+	return nil
+}
+
+type mapStore struct{ m map[string][]byte }
+
+func (s *mapStore) Get(k []byte) ([]byte, bool, error) { v, ok := s.m[string(k)]; return v, ok, nil }
+func (s *mapStore) Put(k, v []byte) error              { s.m[string(k)] = bytes.Clone(v); return nil }
+func (s *mapStore) Delete(k []byte) error              { delete(s.m, string(k)); return nil }
+func (s *mapStore) All() (statestore.Iterator, error)  { return s.Range(nil, nil) }
+func (s *mapStore) ApproximateCount() (int64, error)   { return int64(len(s.m)), nil }
+func (s *mapStore) Range(from, to []byte) (statestore.Iterator, error) {
+	it := &sliceIter{i: -1}
+	for k, v := range s.m {
+		if (from == nil || k >= string(from)) && (to == nil || k < string(to)) {
+			it.kv = append(it.kv, [2][]byte{[]byte(k), v})
+		}
+	}
+	sort.Slice(it.kv, func(a, b int) bool { return bytes.Compare(it.kv[a][0], it.kv[b][0]) < 0 })
+	return it, nil
+}
+
+type sliceIter struct {
+	kv [][2][]byte
+	i  int
+}
+
+func (it *sliceIter) Next() bool    { it.i++; return it.i < len(it.kv) }
+func (it *sliceIter) Key() []byte   { return it.kv[it.i][0] }
+func (it *sliceIter) Value() []byte { return it.kv[it.i][1] }
+func (it *sliceIter) Err() error    { return nil }
+func (it *sliceIter) Close() error  { return nil }
+
+// TestWordCountThroughTaskGraphs drives the two sub-topologies of word
+// count by hand, as the runtime does: sub-topology 0's records for the
+// repartition topic are partitioned by key and fed to the tasks of
+// sub-topology 1.
+func TestWordCountThroughTaskGraphs(t *testing.T) {
+	topo := wordCount(t)
+	subs := topo.SubTopologies()
+	require.Len(t, subs, 2)
+	rep := topology.TopicRef{Name: "words-repartition", Internal: true}
+	require.Equal(t, []topology.TopicRef{{Name: "lines"}}, subs[0].Sources)
+	require.Equal(t, []topology.TopicRef{rep}, subs[0].Sinks)
+	require.Empty(t, subs[0].Stores)
+	require.Equal(t, []topology.TopicRef{rep}, subs[1].Sources)
+	require.Equal(t, []topology.TopicRef{{Name: "word-counts"}}, subs[1].Sinks)
+	require.Equal(t, []topology.StoreInfo{{Name: "counts", Persistent: true, Logged: true}}, subs[1].Stores)
+	require.Equal(t, []topology.RepartitionInfo{{Topic: rep, WriterSubTopology: 0}}, topo.RepartitionTopics())
+	require.Equal(t, []string{"lines", "test-app-words-repartition"}, topo.SourceTopics(app))
+	id, ok := topo.StoreSubTopology("counts")
+	require.True(t, ok)
+	require.Equal(t, 1, id)
+
+	const parts = 3
+	splitEnv := newFakeEnv(0)
+	split, err := topo.NewTaskGraph(0, splitEnv)
+	require.NoError(t, err)
+	var countEnvs []*fakeEnv
+	var counters []topology.TaskGraph
+	for p := range int32(parts) {
+		e := newFakeEnv(p)
+		e.sub = 1
+		g, err := topo.NewTaskGraph(1, e)
+		require.NoError(t, err)
+		countEnvs, counters = append(countEnvs, e), append(counters, g)
+	}
+
+	text := "to be or not to be that is the question"
+	ts := time.Unix(100, 0)
+	require.NoError(t, split.Process(topology.InputRecord{Topic: "lines", Value: []byte(text), Timestamp: ts}))
+	offsets := make([]int64, parts)
+	for _, rec := range splitEnv.sent {
+		require.Equal(t, "test-app-words-repartition", rec.Topic)
+		require.Equal(t, ts, rec.Timestamp)
+		p := topology.Partition(rec.Key, parts)
+		require.NoError(t, counters[p].Process(topology.InputRecord{
+			Topic: rec.Topic, Partition: p, Offset: offsets[p], Timestamp: rec.Timestamp, Key: rec.Key, Value: rec.Value,
+		}))
+		offsets[p]++
+	}
+	require.Len(t, splitEnv.sent, 10)
+
+	counts := map[string]int64{}
+	for p, e := range countEnvs {
+		for _, rec := range e.sent {
+			require.Equal(t, "word-counts", rec.Topic)
+			n, err := serde.Int64.Decode(rec.Value)
+			require.NoError(t, err)
+			counts[string(rec.Key)] = n
+			require.Equal(t, int32(p), topology.Partition(rec.Key, parts), "each word is counted by the task owning its partition")
+		}
+	}
+	want := map[string]int64{}
+	for _, w := range strings.Fields(text) {
+		want[w]++
+	}
+	require.Equal(t, want, counts)
+
+	// The store of each task holds exactly that task's words.
+	total := int64(0)
+	for _, e := range countEnvs {
+		n, err := e.stores["counts"].ApproximateCount()
+		require.NoError(t, err)
+		total += n
+	}
+	require.Equal(t, int64(len(want)), total)
+	for _, g := range append(counters, split) {
+		require.NoError(t, g.Close())
+	}
+}
+
+func TestTaskGraphErrors(t *testing.T) {
+	b := topology.NewBuilder()
+	topology.Stream(b, "in", serde.Int64, serde.String).GroupByKey(serde.Int64, serde.String).Count("c").
+		ToStream().To("out", serde.Int64, serde.Int64)
+	topo, err := b.Build()
+	require.NoError(t, err)
+
+	_, err = topo.NewTaskGraph(1, newFakeEnv(0))
+	require.ErrorContains(t, err, "no sub-topology 1")
+
+	storeErr := errors.New("disk on fire")
+	e := newFakeEnv(0)
+	e.storeErr = storeErr
+	_, err = topo.NewTaskGraph(0, e)
+	require.ErrorIs(t, err, storeErr)
+	require.ErrorContains(t, err, `store "c"`)
+
+	e = newFakeEnv(2)
+	g, err := topo.NewTaskGraph(0, e)
+	require.NoError(t, err)
+
+	err = g.Process(topology.InputRecord{Topic: "in", Partition: 2, Offset: 17, Key: []byte{1, 2, 3}, Value: []byte("v")})
+	var de *topology.DeserializationError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "in", de.Topic)
+	require.Equal(t, int32(2), de.Partition)
+	require.Equal(t, int64(17), de.Offset)
+	require.ErrorContains(t, err, "key: serde: int64 needs 8 bytes")
+
+	require.ErrorContains(t, g.Process(topology.InputRecord{Topic: "elsewhere"}), `does not read topic "elsewhere"`)
+
+	key, _ := serde.Int64.Encode(7)
+	require.NoError(t, g.Process(topology.InputRecord{Topic: "in", Key: key, Value: []byte("v"), Timestamp: time.Unix(5, 0)}))
+	require.Equal(t, []topology.OutputRecord{{Topic: "out", Key: key, Value: []byte{0, 0, 0, 0, 0, 0, 0, 1}, Timestamp: time.Unix(5, 0)}}, e.sent)
+
+	sendErr := errors.New("producer fenced")
+	e.sendErr = sendErr
+	err = g.Process(topology.InputRecord{Topic: "in", Key: key, Value: []byte("v")})
+	require.ErrorIs(t, err, sendErr)
+	require.ErrorContains(t, err, `node "sink-2"`)
+
+	require.NoError(t, g.Close())
+	require.Error(t, g.Process(topology.InputRecord{Topic: "in", Key: key, Value: []byte("v")}))
+	require.Error(t, g.Punctuate(time.Now()))
+}
+
+func TestSinkEncodeErrorNamesTheSink(t *testing.T) {
+	bad := serde.Funcs[string]{
+		EncodeFn: func(string) ([]byte, error) { return nil, errors.New("unencodable") },
+		DecodeFn: serde.String.Decode,
+	}
+	b := topology.NewBuilder()
+	topology.Stream(b, "in", serde.String, serde.String).To("out", serde.String, bad, topology.Named("bad-sink"))
+	topo, err := b.Build()
+	require.NoError(t, err)
+	g, err := topo.NewTaskGraph(0, newFakeEnv(0))
+	require.NoError(t, err)
+	err = g.Process(topology.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")})
+	require.ErrorContains(t, err, `node "bad-sink": encode for topic "out": value: unencodable`)
+}
+
+// BenchmarkCountTask measures one task of a count: decode, store
+// read-modify-write, encode and send, per record.
+func BenchmarkCountTask(b *testing.B) {
+	bld := topology.NewBuilder()
+	topology.Stream(bld, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).
+		Count("c").ToStream().To("out", serde.String, serde.Int64)
+	topo, err := bld.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newFakeEnv(0)
+	g, err := topo.NewTaskGraph(0, e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([][]byte, 1000)
+	for i := range keys {
+		keys[i] = []byte("word-" + strconv.Itoa(i))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e.sent = e.sent[:0]
+		if err := g.Process(topology.InputRecord{Topic: "in", Key: keys[i%len(keys)], Value: []byte("v"), Timestamp: time.Unix(1, 0)}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
