@@ -1,0 +1,420 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// State is the lifecycle state of an App.
+type State int32
+
+// The states of an App. An App moves Created → Starting → Running →
+// Closing → Closed, or to Failed from Starting or Running when a thread
+// hits an error it cannot recover from.
+const (
+	StateCreated State = iota
+	StateStarting
+	StateRunning
+	StateClosing
+	StateClosed
+	StateFailed
+)
+
+func (s State) String() string {
+	switch s {
+	case StateCreated:
+		return "created"
+	case StateStarting:
+		return "starting"
+	case StateRunning:
+		return "running"
+	case StateClosing:
+		return "closing"
+	case StateClosed:
+		return "closed"
+	case StateFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// App is one instance of an application: a topology run by stream threads
+// against Kafka. Create it with New, then Start it; Close it to leave the
+// group cleanly.
+type App struct {
+	cfg  Config
+	topo *topology.Topology
+	log  *slog.Logger
+
+	state   atomic.Int32
+	dir     *stateDir
+	admin   *kadm.Client
+	adminCl *kgo.Client
+	plan    *topicPlan
+	threads []*thread
+
+	skipped  atomic.Int64
+	replicas replicas
+
+	closeOnce sync.Once
+	done      chan struct{}
+	errMu     sync.Mutex
+	err       error
+}
+
+// New checks the configuration and the topology and returns an App that is
+// not yet connected to anything.
+func New(topo *topology.Topology, cfg Config) (*App, error) {
+	if topo == nil {
+		return nil, errors.New("runtime: nil topology")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	a := &App{
+		cfg:  cfg,
+		topo: topo,
+		log:  cfg.Logger.With("app", cfg.ApplicationID),
+		done: make(chan struct{}),
+	}
+	return a, nil
+}
+
+// State returns the App's lifecycle state.
+func (a *App) State() State { return State(a.state.Load()) }
+
+// ProcessID is the instance's stable ID, kept in its state directory across
+// restarts. It is empty before Start.
+func (a *App) ProcessID() string {
+	if a.dir == nil {
+		return ""
+	}
+	return a.dir.processID
+}
+
+// Done is closed when the App stops, whether by Close or by a fatal error.
+func (a *App) Done() <-chan struct{} { return a.done }
+
+// Err returns the fatal error that stopped the App, if any.
+func (a *App) Err() error {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
+	return a.err
+}
+
+// Skipped returns how many input records were skipped because they could not
+// be deserialized (with DeserializationLogAndSkip).
+func (a *App) Skipped() int64 { return a.skipped.Load() }
+
+// Start locks the state directory, creates or verifies the application's
+// internal topics, and starts the stream threads. It returns once the
+// threads are running; they join the group in the background.
+func (a *App) Start(ctx context.Context) (err error) {
+	if !a.state.CompareAndSwap(int32(StateCreated), int32(StateStarting)) {
+		return fmt.Errorf("runtime: Start called in state %s", a.State())
+	}
+	defer func() {
+		if err != nil {
+			a.releaseResources()
+			a.state.Store(int32(StateFailed))
+			a.setErr(err)
+			a.closeOnce.Do(func() { close(a.done) })
+		}
+	}()
+	a.dir, err = openStateDir(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID))
+	if err != nil {
+		return err
+	}
+	a.log = a.log.With("process", a.dir.processID)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, a.cfg.ClientOptions...)
+	a.adminCl, err = kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("runtime: admin client: %w", err)
+	}
+	a.admin = kadm.NewClient(a.adminCl)
+	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
+		return err
+	}
+	budget := a.cfg.CacheMaxBytes / int64(a.cfg.NumStreamThreads)
+	for i := range a.cfg.NumStreamThreads {
+		th, err := newThread(a, i, statestore.NewCacheBudget(budget))
+		if err != nil {
+			for _, t := range a.threads {
+				t.abort()
+			}
+			a.threads = nil
+			return err
+		}
+		a.threads = append(a.threads, th)
+	}
+	a.state.Store(int32(StateRunning))
+	for _, th := range a.threads {
+		go th.run()
+	}
+	a.log.Info("started", "threads", len(a.threads), "state_dir", a.dir.path)
+	return nil
+}
+
+// Close stops processing, commits what was processed, closes every store and
+// leaves the group so the remaining instances take over at once. It is safe
+// to call more than once and after a fatal error.
+func (a *App) Close(ctx context.Context) error {
+	for {
+		s := a.State()
+		if s == StateClosing || s == StateClosed {
+			<-a.done
+			return a.closeErr()
+		}
+		if s == StateCreated {
+			a.state.Store(int32(StateClosed))
+			a.closeOnce.Do(func() { close(a.done) })
+			return nil
+		}
+		if a.state.CompareAndSwap(int32(s), int32(StateClosing)) {
+			break
+		}
+	}
+	var errs []error
+	for _, th := range a.threads {
+		th.stop()
+	}
+	for _, th := range a.threads {
+		if err := th.wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.releaseResources()
+	if a.Err() == nil {
+		a.state.Store(int32(StateClosed))
+	} else {
+		a.state.Store(int32(StateFailed))
+	}
+	a.closeOnce.Do(func() { close(a.done) })
+	a.log.Info("closed")
+	return errors.Join(errs...)
+}
+
+func (a *App) closeErr() error {
+	if a.State() == StateFailed {
+		return a.Err()
+	}
+	return nil
+}
+
+func (a *App) releaseResources() {
+	if a.adminCl != nil {
+		a.adminCl.Close()
+		a.adminCl = nil
+	}
+	if a.dir != nil {
+		a.dir.close()
+	}
+}
+
+// fail records a fatal error from a thread and stops the App in the
+// background: the thread that failed cannot close the others while it is
+// still inside its own loop.
+func (a *App) fail(err error) {
+	if a.setErr(err) {
+		a.log.Error("fatal error, stopping", "err", err)
+		go a.Close(context.Background())
+	}
+}
+
+func (a *App) setErr(err error) bool {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
+	if a.err != nil {
+		return false
+	}
+	a.err = err
+	return true
+}
+
+// appDir is the folder holding the application's task directories.
+func (a *App) appDir() string { return a.dir.path }
+
+// openStore opens the backing store of one store of one task.
+func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
+	if !info.Persistent {
+		return statestore.NewMemory(), nil
+	}
+	return statestore.OpenBadger(filepath.Join(task.Dir(a.appDir(), id), info.Name), statestore.DefaultBadgerOptions())
+}
+
+// topicPlan is what start-up learned and decided about topics: partition
+// counts of every sub-topology and of every topic the app writes.
+type topicPlan struct {
+	// subPartitions[i] is the partition count (and so the task count) of
+	// sub-topology i.
+	subPartitions []int32
+	// partitions maps every topic the app reads or writes to its count.
+	partitions map[string]int32
+	// topicSub maps every source topic to the sub-topology reading it.
+	topicSub map[string]int
+	// sources lists every source topic, sorted.
+	sources []string
+}
+
+func (p *topicPlan) changelogTopic(app, store string) string { return changelog.TopicName(app, store) }
+
+// planTopics reads the partition counts of the user's topics, derives those
+// of the internal topics, checks co-partitioning, and creates or verifies the
+// internal topics.
+func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, cfg Config) (*topicPlan, error) {
+	app := cfg.ApplicationID
+	subs := topo.SubTopologies()
+	var external []string
+	for _, st := range subs {
+		for _, r := range append(slices.Clone(st.Sources), st.Sinks...) {
+			if !r.Internal {
+				external = append(external, r.Name)
+			}
+		}
+	}
+	slices.Sort(external)
+	external = slices.Compact(external)
+	plan := &topicPlan{
+		subPartitions: make([]int32, len(subs)),
+		partitions:    make(map[string]int32),
+		topicSub:      make(map[string]int),
+	}
+	if len(external) > 0 {
+		details, err := adm.ListTopics(ctx, external...)
+		if err != nil {
+			return nil, fmt.Errorf("runtime: describe topics: %w", err)
+		}
+		for _, name := range external {
+			d, ok := details[name]
+			if !ok || d.Err != nil {
+				cause := "it does not exist"
+				if ok && d.Err != nil {
+					cause = d.Err.Error()
+				}
+				return nil, fmt.Errorf("runtime: topic %q used by the topology is not available: %s; create it before starting", name, cause)
+			}
+			plan.partitions[name] = int32(len(d.Partitions))
+		}
+	}
+	// Derive counts: a sub-topology has the count of its sources; a
+	// repartition topic without an explicit count has its writer's count.
+	// Repartition chains may run through several sub-topologies, so iterate
+	// until nothing changes.
+	reparts := topo.RepartitionTopics()
+	for range len(subs) + 1 {
+		for _, rp := range reparts {
+			name := rp.Topic.FullName(app)
+			if _, ok := plan.partitions[name]; ok {
+				continue
+			}
+			if rp.Partitions > 0 {
+				plan.partitions[name] = rp.Partitions
+			} else if n := plan.subPartitions[rp.WriterSubTopology]; n > 0 {
+				plan.partitions[name] = n
+			}
+		}
+		for i, st := range subs {
+			for _, r := range st.Sources {
+				if n := plan.partitions[r.FullName(app)]; n > plan.subPartitions[i] {
+					plan.subPartitions[i] = n
+				}
+			}
+		}
+	}
+	if err := topo.CheckCoPartitioning(plan.partitions, app); err != nil {
+		return nil, err
+	}
+	for i, st := range subs {
+		if plan.subPartitions[i] == 0 {
+			return nil, fmt.Errorf("runtime: cannot derive the partition count of sub-topology %d", st.ID)
+		}
+		for _, r := range st.Sources {
+			name := r.FullName(app)
+			plan.topicSub[name] = i
+			plan.sources = append(plan.sources, name)
+		}
+	}
+	slices.Sort(plan.sources)
+	var specs []changelog.TopicSpec
+	for _, rp := range reparts {
+		name := rp.Topic.FullName(app)
+		specs = append(specs, changelog.TopicSpec{Name: name, Partitions: plan.partitions[name], ReplicationFactor: cfg.ReplicationFactor})
+	}
+	for i, st := range subs {
+		for _, s := range st.Stores {
+			if !s.Logged {
+				continue
+			}
+			name := changelog.TopicName(app, s.Name)
+			plan.partitions[name] = plan.subPartitions[i]
+			specs = append(specs, changelog.TopicSpec{Name: name, Partitions: plan.subPartitions[i], Compacted: true, ReplicationFactor: cfg.ReplicationFactor})
+		}
+	}
+	if err := changelog.EnsureTopics(ctx, adm, specs); err != nil {
+		return nil, fmt.Errorf("runtime: internal topics: %w", err)
+	}
+	return plan, nil
+}
+
+// TaskInfo describes one task this instance holds.
+type TaskInfo struct {
+	ID    task.ID
+	State task.State
+	// Restored counts changelog records restoration applied to the task's
+	// stores since this instance started.
+	Restored int64
+	// Remaining is the number of changelog records still to restore, summed
+	// over the task's stores; 0 once the task runs.
+	Remaining int64
+}
+
+// Tasks lists the tasks this instance holds, ordered by ID.
+func (a *App) Tasks() []TaskInfo {
+	var out []TaskInfo
+	for _, th := range a.threads {
+		th.mu.Lock()
+		for _, t := range th.tasks {
+			info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t)}
+			if t.State() == task.Restoring {
+				for _, h := range t.Stores() {
+					if h.Changelog == "" {
+						continue
+					}
+					if p, ok := th.rest.progress(h.Changelog, t.ID().Partition); ok && p.Lag > 0 {
+						info.Remaining += p.Lag
+					}
+				}
+			}
+			out = append(out, info)
+		}
+		th.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
+	return out
+}
+
+// RestoredRecords counts the changelog records applied by every restoration
+// that finished since this instance started, including those of tasks it no
+// longer holds.
+func (a *App) RestoredRecords() int64 {
+	var n int64
+	for _, th := range a.threads {
+		n += th.rest.totalRestored()
+	}
+	return n
+}

@@ -1,0 +1,187 @@
+// Package runtime runs a topology as one instance of an Eddy application:
+// it owns the configuration, the state directory and its lock, the stream
+// threads (poll → process → commit), the tasks they own, restoration of
+// state from changelogs, and the group membership that spreads tasks over
+// the application's instances.
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DeserializationHandling says what a stream thread does with an input
+// record its source cannot decode.
+type DeserializationHandling int
+
+const (
+	// DeserializationFail stops the application with an error naming the
+	// record's topic, partition and offset. Nothing at or past that offset
+	// is committed, so a fixed deployment resumes at the bad record.
+	DeserializationFail DeserializationHandling = iota
+	// DeserializationLogAndSkip logs the record's coordinates, counts it
+	// (see App.Skipped) and carries on past it.
+	DeserializationLogAndSkip
+)
+
+func (h DeserializationHandling) String() string {
+	switch h {
+	case DeserializationFail:
+		return "fail"
+	case DeserializationLogAndSkip:
+		return "log-and-skip"
+	}
+	return fmt.Sprintf("DeserializationHandling(%d)", int(h))
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultCommitInterval    = time.Second
+	DefaultCacheMaxBytes     = 10 << 20
+	DefaultSessionTimeout    = 10 * time.Second
+	DefaultRebalanceTimeout  = 30 * time.Second
+	DefaultMaxPollRecords    = 1000
+	DefaultNumStreamThreads  = 1
+	DefaultReplicationFactor = -1
+)
+
+// Config configures one instance of an application. The zero value of every
+// optional field selects the default documented on it.
+type Config struct {
+	// ApplicationID names the application: its consumer group, the prefix
+	// of its internal topics and its folder in StateDir. Required; letters,
+	// digits, '.', '_' and '-' only.
+	ApplicationID string
+	// Brokers are the seed brokers, host:port each. Required.
+	Brokers []string
+	// StateDir holds one folder per application with its task stores.
+	// Default: $TMPDIR/eddy.
+	StateDir string
+	// NumStreamThreads is how many threads process records; each is a
+	// member of the group. Default 1.
+	NumStreamThreads int
+	// CommitInterval is how often a thread commits. Default 1s.
+	CommitInterval time.Duration
+	// CacheMaxBytes bounds, across all threads, the bytes of store writes
+	// held in record caches between commits. A thread whose cache fills up
+	// commits early. Default 10 MiB.
+	CacheMaxBytes int64
+	// MaxPollRecords caps the records a thread processes between two
+	// checks of its commit timer. Default 1000.
+	MaxPollRecords int
+	// SessionTimeout is the group session timeout: how long the group waits
+	// for a silent member before moving its tasks. Default 10s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout bounds how long a member may take to rejoin during a
+	// rebalance. Default 30s.
+	RebalanceTimeout time.Duration
+	// DeserializationErrors chooses how undecodable input is handled.
+	// Default DeserializationFail.
+	DeserializationErrors DeserializationHandling
+	// Endpoint is the host:port on which this instance answers queries,
+	// advertised to the other instances. Optional.
+	Endpoint string
+	// ReplicationFactor for the internal topics Eddy creates; -1 (the
+	// default) uses the broker's default.
+	ReplicationFactor int16
+	// Logger receives the runtime's logs. Default: discard.
+	Logger *slog.Logger
+	// ClientOptions are extra franz-go options given to every client Eddy
+	// creates (TLS, SASL, client ID and so on). Options that Eddy sets
+	// itself (group, partitioner, isolation level) must not be overridden.
+	ClientOptions []kgo.Opt
+}
+
+var appIDPattern = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(os.TempDir(), "eddy")
+	}
+	if c.NumStreamThreads == 0 {
+		c.NumStreamThreads = DefaultNumStreamThreads
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.CacheMaxBytes == 0 {
+		c.CacheMaxBytes = DefaultCacheMaxBytes
+	}
+	if c.MaxPollRecords == 0 {
+		c.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = DefaultReplicationFactor
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every problem with the configuration, after defaults are
+// applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.ApplicationID == "" {
+		errs = append(errs, errors.New("ApplicationID is required"))
+	} else if !appIDPattern.MatchString(c.ApplicationID) {
+		errs = append(errs, fmt.Errorf("ApplicationID %q may hold only letters, digits, '.', '_' and '-'", c.ApplicationID))
+	}
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("Brokers is required (host:port of at least one broker)"))
+	}
+	for _, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			errs = append(errs, fmt.Errorf("broker %q is not host:port", b))
+		}
+	}
+	if c.Endpoint != "" {
+		if _, _, err := net.SplitHostPort(c.Endpoint); err != nil {
+			errs = append(errs, fmt.Errorf("Endpoint %q is not host:port", c.Endpoint))
+		}
+	}
+	if c.NumStreamThreads < 1 {
+		errs = append(errs, fmt.Errorf("NumStreamThreads must be at least 1, got %d", c.NumStreamThreads))
+	}
+	if c.CommitInterval < 0 {
+		errs = append(errs, fmt.Errorf("CommitInterval must be positive, got %s", c.CommitInterval))
+	}
+	if c.CacheMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("CacheMaxBytes must not be negative, got %d", c.CacheMaxBytes))
+	}
+	if c.MaxPollRecords < 0 {
+		errs = append(errs, fmt.Errorf("MaxPollRecords must not be negative, got %d", c.MaxPollRecords))
+	}
+	if c.SessionTimeout < 0 || c.RebalanceTimeout < 0 {
+		errs = append(errs, errors.New("SessionTimeout and RebalanceTimeout must be positive"))
+	}
+	switch c.DeserializationErrors {
+	case DeserializationFail, DeserializationLogAndSkip:
+	default:
+		errs = append(errs, fmt.Errorf("unknown DeserializationErrors %d", int(c.DeserializationErrors)))
+	}
+	if c.ReplicationFactor < -1 || c.ReplicationFactor == 0 {
+		errs = append(errs, fmt.Errorf("ReplicationFactor must be -1 or positive, got %d", c.ReplicationFactor))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("runtime: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/task"
+)
+
+// restorer reads the changelogs of a thread's restoring tasks into their
+// stores on a goroutine of its own, so that restoring one task never stalls
+// processing of the others. The thread collects finished tasks with
+// finished, between polls.
+//
+// A restoring task's stores belong to the restorer: the thread does not read
+// or write them until the task is reported finished or unregistered (and
+// Unregister waits for a write in progress).
+type restorer struct {
+	reader *changelog.Reader
+	log    *slog.Logger
+	cancel context.CancelFunc
+	exited chan struct{}
+
+	mu      sync.Mutex
+	pending map[task.ID]*restoring // tasks with changelogs still being read
+	done    []task.ID              // finished, not yet collected
+	failed  error
+	// restored counts records applied by restoration per task, since this
+	// instance started.
+	restored map[task.ID]int64
+}
+
+type restoring struct {
+	parts map[changelog.TopicPartition]bool // changelog partitions not yet complete
+}
+
+func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
+	rd, err := changelog.NewReader(changelog.ReaderConfig{
+		Seeds:      a.cfg.Brokers,
+		ClientOpts: a.cfg.ClientOptions,
+		Logger:     log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: changelog reader: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &restorer{
+		reader:   rd,
+		log:      log,
+		cancel:   cancel,
+		exited:   make(chan struct{}),
+		pending:  make(map[task.ID]*restoring),
+		restored: make(map[task.ID]int64),
+	}
+	go r.run(ctx)
+	return r, nil
+}
+
+func (r *restorer) run(ctx context.Context) {
+	defer close(r.exited)
+	for {
+		completed, err := r.reader.Poll(ctx)
+		r.complete(completed)
+		if err != nil {
+			if errors.Is(err, changelog.ErrClosed) || ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("changelog poll", "err", err)
+		}
+	}
+}
+
+func (r *restorer) complete(cs []changelog.Completed) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cs {
+		id, err := task.ParseID(c.Task)
+		if err != nil {
+			continue
+		}
+		if c.Err != nil {
+			if r.failed == nil {
+				r.failed = fmt.Errorf("runtime: restore task %s from %s/%d: %w", id, c.Topic, c.Partition, c.Err)
+			}
+			continue
+		}
+		r.restored[id] += c.Restored
+		p, ok := r.pending[id]
+		if !ok {
+			continue
+		}
+		delete(p.parts, changelog.TopicPartition{Topic: c.Topic, Partition: c.Partition})
+		if len(p.parts) == 0 {
+			delete(r.pending, id)
+			r.done = append(r.done, id)
+		}
+	}
+}
+
+// register starts restoring a task's logged stores. A task without any is
+// finished at once.
+func (r *restorer) register(t *task.Active) error {
+	p := &restoring{parts: make(map[changelog.TopicPartition]bool)}
+	r.mu.Lock()
+	r.pending[t.ID()] = p
+	for _, h := range t.Stores() {
+		if h.Changelog != "" {
+			p.parts[changelog.TopicPartition{Topic: h.Changelog, Partition: t.ID().Partition}] = true
+		}
+	}
+	if len(p.parts) == 0 {
+		delete(r.pending, t.ID())
+		r.done = append(r.done, t.ID())
+	}
+	r.mu.Unlock()
+	for _, h := range t.Stores() {
+		if h.Changelog == "" {
+			continue
+		}
+		err := r.reader.Register(changelog.Partition{
+			Topic: h.Changelog, Partition: t.ID().Partition, Store: h.Inner, Mode: changelog.Restore, Task: t.ID().String(),
+		})
+		if err != nil {
+			r.unregister(t)
+			return fmt.Errorf("runtime: restore task %s: %w", t.ID(), err)
+		}
+	}
+	return nil
+}
+
+// unregister stops restoring a task; when it returns the restorer no longer
+// touches the task's stores.
+func (r *restorer) unregister(t *task.Active) {
+	r.mu.Lock()
+	delete(r.pending, t.ID())
+	r.mu.Unlock()
+	for _, h := range t.Stores() {
+		if h.Changelog != "" {
+			r.reader.Unregister(h.Changelog, t.ID().Partition)
+		}
+	}
+}
+
+// finished returns the tasks whose restoration completed since the last
+// call, or the first restoration failure.
+func (r *restorer) finished() ([]task.ID, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed != nil {
+		return nil, r.failed
+	}
+	out := r.done
+	r.done = nil
+	return out, nil
+}
+
+// active reports whether any task is restoring.
+func (r *restorer) active() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending) > 0 || len(r.done) > 0
+}
+
+// restoredRecords returns how many changelog records restoration applied to
+// a task's stores since the instance started, including a restoration in
+// progress.
+func (r *restorer) restoredRecords(t *task.Active) int64 {
+	r.mu.Lock()
+	n := r.restored[t.ID()]
+	r.mu.Unlock()
+	for _, h := range t.Stores() {
+		if h.Changelog == "" {
+			continue
+		}
+		if p, ok := r.reader.Progress(h.Changelog, t.ID().Partition); ok {
+			n += p.Restored
+		}
+	}
+	return n
+}
+
+// progress returns the reading state of one changelog partition.
+func (r *restorer) progress(topic string, partition int32) (changelog.Progress, bool) {
+	return r.reader.Progress(topic, partition)
+}
+
+func (r *restorer) close() {
+	r.cancel()
+	r.reader.Close()
+	<-r.exited
+}
+
+// totalRestored counts records applied by restorations that finished since
+// the instance started, over all tasks.
+func (r *restorer) totalRestored() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, v := range r.restored {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,520 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// thread is a stream thread: one group member that polls its input
+// partitions, runs records through the tasks that own them, and commits.
+//
+// The group client blocks rebalances while the thread processes
+// (BlockRebalanceOnPoll), so rebalance callbacks and processing never run at
+// the same time; mu makes that explicit for readers of the code and for the
+// race detector.
+type thread struct {
+	app    *App
+	idx    int
+	log    *slog.Logger
+	cl     *kgo.Client
+	budget *statestore.CacheBudget
+	rest   *restorer
+
+	mu         sync.Mutex
+	tasks      map[task.ID]*task.Active
+	lastCommit time.Time
+	rr         map[string]int32 // round-robin partition for keyless sink records
+	// resumable holds suspended tasks that were running when suspended:
+	// their stores are complete, so they resume without restoring.
+	resumable map[task.ID]bool
+
+	produceErr atomic.Pointer[error]
+
+	// ctx is cancelled to stop the thread; it bounds polls and restoration
+	// but never produce requests, which must finish for a clean commit.
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopping atomic.Bool
+	exited   chan struct{}
+	exitErr  error
+}
+
+func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error) {
+	th := &thread{
+		app:       a,
+		idx:       idx,
+		log:       a.log.With("thread", idx),
+		budget:    budget,
+		tasks:     make(map[task.ID]*task.Active),
+		rr:        make(map[string]int32),
+		resumable: make(map[task.ID]bool),
+		exited:    make(chan struct{}),
+	}
+	th.ctx, th.cancel = context.WithCancel(context.Background())
+	cfg := a.cfg
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, idx)),
+		kgo.ConsumerGroup(cfg.ApplicationID),
+		kgo.ConsumeTopics(a.plan.sources...),
+		kgo.Balancers(kgo.RangeBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(th.onAssigned),
+		kgo.OnPartitionsRevoked(th.onRevoked),
+		kgo.OnPartitionsLost(th.onLost),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
+		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5 * time.Millisecond),
+	}
+	opts = append(opts, cfg.ClientOptions...)
+	var err error
+	if th.cl, err = kgo.NewClient(opts...); err != nil {
+		return nil, fmt.Errorf("runtime: thread %d client: %w", idx, err)
+	}
+	if th.rest, err = newRestorer(a, th.log); err != nil {
+		th.cl.Close()
+		return nil, err
+	}
+	return th, nil
+}
+
+// stop asks the thread to finish its loop; wait waits for it.
+func (th *thread) stop() {
+	th.stopping.Store(true)
+	th.cancel()
+}
+
+func (th *thread) wait(ctx context.Context) error {
+	select {
+	case <-th.exited:
+		return th.exitErr
+	case <-ctx.Done():
+		return fmt.Errorf("runtime: thread %d did not stop: %w", th.idx, ctx.Err())
+	}
+}
+
+// abort releases a thread that never ran.
+func (th *thread) abort() {
+	th.cancel()
+	th.cl.Close()
+	th.rest.close()
+}
+
+func (th *thread) run() {
+	err := th.loop()
+	if err != nil && !th.stopping.Load() {
+		th.app.fail(err)
+	}
+	th.shutdown(err == nil)
+	th.exitErr = err
+	close(th.exited)
+}
+
+func (th *thread) loop() error {
+	for !th.stopping.Load() {
+		if err := th.iteration(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// iteration is one pass of the loop: poll, process, restore, commit.
+func (th *thread) iteration() error {
+	pollCtx, cancel := context.WithTimeout(th.ctx, th.pollWait())
+	fetches := th.cl.PollRecords(pollCtx, th.app.cfg.MaxPollRecords)
+	cancel()
+	defer th.cl.AllowRebalance()
+	if fetches.IsClientClosed() || th.stopping.Load() {
+		return nil
+	}
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	var fatal error
+	fetches.EachError(func(topic string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		th.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+	})
+	fetches.EachRecord(func(r *kgo.Record) {
+		if fatal == nil {
+			fatal = th.process(r)
+		}
+	})
+	if fatal != nil {
+		return fatal
+	}
+	if err := th.restoreStep(); err != nil {
+		return err
+	}
+	if time.Since(th.lastCommit) >= th.app.cfg.CommitInterval || th.budget.Full() {
+		if err := th.commitBounded(); err != nil {
+			return err
+		}
+	}
+	now := time.Now()
+	for _, t := range th.tasks {
+		if err := t.Punctuate(now); err != nil {
+			return fmt.Errorf("runtime: task %s punctuate: %w", t.ID(), err)
+		}
+	}
+	return nil
+}
+
+// pollWait bounds a poll so that commits and restoration are not starved
+// when no input arrives.
+func (th *thread) pollWait() time.Duration {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if th.rest.active() {
+		return 20 * time.Millisecond
+	}
+	wait := th.app.cfg.CommitInterval - time.Since(th.lastCommit)
+	return max(10*time.Millisecond, min(wait, 500*time.Millisecond))
+}
+
+func (th *thread) process(r *kgo.Record) error {
+	id := task.ID{SubTopology: th.app.plan.topicSub[r.Topic], Partition: r.Partition}
+	t, ok := th.tasks[id]
+	if !ok || t.State() != task.Running {
+		// Partitions of tasks that are not running are paused, so this
+		// is a record fetched before the pause; it will be fetched again.
+		return nil
+	}
+	in := topology.InputRecord{
+		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
+		Key: r.Key, Value: r.Value,
+	}
+	for _, h := range r.Headers {
+		in.Headers = append(in.Headers, topology.Header{Key: h.Key, Value: h.Value})
+	}
+	err := t.Process(in)
+	var de *topology.DeserializationError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &de) && th.app.cfg.DeserializationErrors == DeserializationLogAndSkip:
+		th.app.skipped.Add(1)
+		th.log.Warn("skipping record that cannot be deserialized", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", de.Err)
+		t.Skip(in)
+		return nil
+	default:
+		return fmt.Errorf("runtime: task %s: %w", id, err)
+	}
+}
+
+// Send implements task.Sender: it partitions a sink record as Kafka's default
+// partitioner would and hands it to the producer.
+func (th *thread) Send(rec topology.OutputRecord) error {
+	if p := th.produceErr.Load(); p != nil {
+		return *p
+	}
+	n, ok := th.app.plan.partitions[rec.Topic]
+	if !ok || n <= 0 {
+		return fmt.Errorf("runtime: sink topic %q has no known partition count", rec.Topic)
+	}
+	var part int32
+	if rec.Key != nil {
+		part = topology.Partition(rec.Key, n)
+	} else {
+		part = th.rr[rec.Topic] % n
+		th.rr[rec.Topic] = part + 1
+	}
+	kr := &kgo.Record{Topic: rec.Topic, Partition: part, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
+	for _, h := range rec.Headers {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	th.cl.Produce(context.Background(), kr, th.onProduced)
+	return nil
+}
+
+func (th *thread) onProduced(r *kgo.Record, err error) {
+	if err != nil {
+		err = fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)
+		th.produceErr.CompareAndSwap(nil, &err)
+	}
+}
+
+// commitBounded commits with a deadline rather than the thread's context:
+// a stop request must not cut a commit in half, but a broker that stopped
+// answering must not hang the thread forever either.
+func (th *thread) commitBounded() error {
+	ctx, cancel := context.WithTimeout(context.Background(), th.app.cfg.RebalanceTimeout)
+	defer cancel()
+	return th.commit(ctx)
+}
+
+// commit makes everything processed so far durable, in the order that keeps
+// at-least-once: store writes go to the changelogs, the producer is flushed
+// and every record acknowledged, the writes enter the stores with their new
+// changelog positions, and only then are input offsets committed.
+func (th *thread) commit(ctx context.Context) error {
+	th.lastCommit = time.Now()
+	running := th.runningTasks()
+	if len(running) == 0 {
+		return nil
+	}
+	acks := new(changelog.Offsets)
+	for _, t := range running {
+		for _, w := range t.PendingChangelog() {
+			changelog.Send(context.Background(), th.cl, w.Topic, w.Partition, w.Entries, acks)
+		}
+	}
+	if err := th.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("runtime: commit: flush producer: %w", err)
+	}
+	if p := th.produceErr.Load(); p != nil {
+		return fmt.Errorf("runtime: commit: %w", *p)
+	}
+	if err := acks.Err(); err != nil {
+		return fmt.Errorf("runtime: commit: changelog: %w", err)
+	}
+	for _, t := range running {
+		if err := t.CompleteCommit(acks.Last); err != nil {
+			return fmt.Errorf("runtime: commit: %w", err)
+		}
+	}
+	offsets := make(map[string]map[int32]kgo.EpochOffset)
+	perTask := make(map[task.ID]map[string]int64)
+	for _, t := range running {
+		o := t.OffsetsToCommit()
+		if len(o) == 0 {
+			continue
+		}
+		perTask[t.ID()] = o
+		for topic, off := range o {
+			if offsets[topic] == nil {
+				offsets[topic] = make(map[int32]kgo.EpochOffset)
+			}
+			offsets[topic][t.ID().Partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		}
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	var commitErr error
+	th.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			commitErr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && commitErr == nil {
+					commitErr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e)
+				}
+			}
+		}
+	})
+	if commitErr != nil {
+		return fmt.Errorf("runtime: commit offsets: %w", commitErr)
+	}
+	for id, o := range perTask {
+		th.tasks[id].MarkCommitted(o)
+	}
+	return nil
+}
+
+func (th *thread) runningTasks() []*task.Active {
+	var out []*task.Active
+	for _, id := range slices.SortedFunc(maps.Keys(th.tasks), task.ID.Compare) {
+		if t := th.tasks[id]; t.State() == task.Running {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// assignedTasks groups assigned input partitions into tasks.
+func (th *thread) assignedTasks(assigned map[string][]int32) map[task.ID]bool {
+	out := make(map[task.ID]bool)
+	for topic, parts := range assigned {
+		st, ok := th.app.plan.topicSub[topic]
+		if !ok {
+			continue
+		}
+		for _, p := range parts {
+			out[task.ID{SubTopology: st, Partition: p}] = true
+		}
+	}
+	return out
+}
+
+// inputPartitions lists the input partitions of a task.
+func (th *thread) inputPartitions(id task.ID) map[string][]int32 {
+	out := make(map[string][]int32)
+	for _, r := range th.app.topo.SubTopologies()[id.SubTopology].Sources {
+		out[r.FullName(th.app.cfg.ApplicationID)] = []int32{id.Partition}
+	}
+	return out
+}
+
+func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	want := th.assignedTasks(assigned)
+	// Tasks suspended at the revocation and not assigned back are closed.
+	for id, t := range th.tasks {
+		if !want[id] {
+			th.closeTask(t, true)
+		}
+	}
+	for _, id := range slices.SortedFunc(maps.Keys(want), task.ID.Compare) {
+		if t, ok := th.tasks[id]; ok {
+			if t.State() == task.Suspended && th.resumable[id] {
+				if err := t.Resume(); err != nil {
+					th.app.fail(err)
+				}
+				th.app.replicas.add(t)
+				continue
+			}
+			if err := th.startRestoring(t); err != nil {
+				th.app.fail(err)
+			}
+			continue
+		}
+		t, err := task.NewActive(task.Config{
+			ID:        id,
+			AppID:     th.app.cfg.ApplicationID,
+			Topology:  th.app.topo,
+			Changelog: func(store string) string { return changelog.TopicName(th.app.cfg.ApplicationID, store) },
+			Open:      th.app.openStore,
+			Budget:    th.budget,
+			Sender:    th,
+			Logger:    th.log,
+		})
+		if err != nil {
+			th.app.fail(err)
+			continue
+		}
+		th.tasks[id] = t
+		if err := th.startRestoring(t); err != nil {
+			th.app.fail(err)
+		}
+	}
+	th.log.Info("assigned", "tasks", len(th.tasks))
+}
+
+// startRestoring pauses a task's input and hands its changelogs to the
+// restorer; the task runs once they are caught up.
+func (th *thread) startRestoring(t *task.Active) error {
+	if err := t.StartRestoring(); err != nil {
+		return err
+	}
+	th.cl.PauseFetchPartitions(th.inputPartitions(t.ID()))
+	return th.rest.register(t)
+}
+
+// restoreStep applies a batch of changelog records to restoring tasks and
+// starts those that caught up.
+func (th *thread) restoreStep() error {
+	done, err := th.rest.finished()
+	if err != nil {
+		return err
+	}
+	for _, id := range done {
+		t, ok := th.tasks[id]
+		if !ok || t.State() != task.Restoring {
+			continue
+		}
+		if err := t.Restored(); err != nil {
+			return err
+		}
+		th.app.replicas.add(t)
+		th.cl.ResumeFetchPartitions(th.inputPartitions(id))
+	}
+	return nil
+}
+
+func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]int32) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if err := th.commit(ctx); err != nil {
+		th.log.Warn("commit on revocation failed; dropping uncommitted work", "err", err)
+		th.dropAll()
+		return
+	}
+	// Eager rebalancing revokes everything; keep the tasks (and their open
+	// stores) suspended in case they come back.
+	clear(th.resumable)
+	for _, t := range th.tasks {
+		th.rest.unregister(t)
+		th.resumable[t.ID()] = t.State() == task.Running
+		th.app.replicas.remove(t)
+		if t.State() == task.Restoring || t.State() == task.Running {
+			if err := t.Suspend(); err != nil {
+				th.app.fail(err)
+			}
+		}
+	}
+}
+
+func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	th.log.Warn("partitions lost; closing tasks without committing")
+	th.dropAll()
+}
+
+// dropAll closes every task without committing: the stores keep what their
+// recorded positions cover and nothing more.
+func (th *thread) dropAll() {
+	for _, t := range th.tasks {
+		th.closeTask(t, false)
+	}
+}
+
+func (th *thread) closeTask(t *task.Active, clean bool) {
+	th.app.replicas.remove(t)
+	th.rest.unregister(t)
+	if err := t.Close(clean); err != nil {
+		th.log.Warn("close task", "task", t.ID(), "err", err)
+	}
+	delete(th.tasks, t.ID())
+}
+
+// shutdown commits (when the thread stopped cleanly), leaves the group and
+// closes every task.
+func (th *thread) shutdown(clean bool) {
+	th.mu.Lock()
+	if clean {
+		if err := th.commitBounded(); err != nil {
+			th.log.Warn("final commit failed", "err", err)
+			clean = false
+			th.dropAll()
+		}
+	} else {
+		th.dropAll()
+	}
+	th.mu.Unlock()
+	// Leaving the group runs the revocation callback, which takes mu.
+	th.cl.CloseAllowingRebalance()
+	th.mu.Lock()
+	for _, t := range th.tasks {
+		th.closeTask(t, clean)
+	}
+	th.mu.Unlock()
+	th.rest.close()
+}
