@@ -5,20 +5,11 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/eddystreams/eddy/iq"
+
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
-)
-
-// Errors a local read returns; callers branch on them with errors.Is.
-var (
-	// ErrUnknownStore: the topology has no store of that name.
-	ErrUnknownStore = errors.New("runtime: unknown store")
-	// ErrNotRunning: the App is not running (not started, or closed).
-	ErrNotRunning = errors.New("runtime: application is not running")
-	// ErrNotHostedHere: this instance does not hold the key's partition as
-	// a running active task; ask the instance that does.
-	ErrNotHostedHere = errors.New("runtime: partition is not hosted here as a running active")
 )
 
 // replicas tracks the stores of running active tasks, so that queries find
@@ -78,10 +69,10 @@ func (a *App) storeSubTopology(store string) (int, bool) {
 func (a *App) KeyPartition(store string, key []byte) (int32, error) {
 	st, ok := a.storeSubTopology(store)
 	if !ok {
-		return 0, fmt.Errorf("%w %q", ErrUnknownStore, store)
+		return 0, fmt.Errorf("%w %q", iq.ErrUnknownStore, store)
 	}
 	if a.plan == nil {
-		return 0, ErrNotRunning
+		return 0, iq.ErrNotRunning
 	}
 	return topology.Partition(key, a.plan.subPartitions[st]), nil
 }
@@ -91,7 +82,7 @@ func (a *App) KeyPartition(store string, key []byte) (int32, error) {
 // committed. The partition is returned with the answer.
 func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, partition int32, err error) {
 	if a.State() != StateRunning {
-		return nil, false, 0, ErrNotRunning
+		return nil, false, 0, iq.ErrNotRunning
 	}
 	partition, err = a.KeyPartition(store, key)
 	if err != nil {
@@ -99,11 +90,25 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	}
 	s, ok := a.replicas.get(store, partition)
 	if !ok {
-		return nil, false, partition, fmt.Errorf("%w: store %q partition %d", ErrNotHostedHere, store, partition)
+		return nil, false, partition, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
 	}
 	value, found, err = s.Get(key)
 	if errors.Is(err, statestore.ErrClosed) {
-		return nil, false, partition, fmt.Errorf("%w: store %q partition %d moved while reading", ErrNotHostedHere, store, partition)
+		return nil, false, partition, fmt.Errorf("%w: store %q partition %d moved while reading", iq.ErrNotHostedHere, store, partition)
 	}
 	return value, found, partition, err
+}
+
+// Ready reports whether the instance is running, every thread has received
+// an assignment, and no task is restoring.
+func (a *App) Ready() bool {
+	if a.State() != StateRunning {
+		return false
+	}
+	for _, th := range a.threads {
+		if !th.assigned.Load() || th.rest.active() {
+			return false
+		}
+	}
+	return true
 }

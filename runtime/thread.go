@@ -45,6 +45,7 @@ type thread struct {
 	resumable map[task.ID]bool
 
 	produceErr atomic.Pointer[error]
+	assigned   atomic.Bool // an assignment was received since the last revocation
 
 	// ctx is cancelled to stop the thread; it bounds polls and restoration
 	// but never produce requests, which must finish for a clean commit.
@@ -414,6 +415,7 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 			th.app.fail(err)
 		}
 	}
+	th.assigned.Store(true)
 	th.log.Info("assigned", "tasks", len(th.tasks))
 }
 
@@ -458,6 +460,7 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 	}
 	// Eager rebalancing revokes everything; keep the tasks (and their open
 	// stores) suspended in case they come back.
+	th.assigned.Store(false)
 	clear(th.resumable)
 	for _, t := range th.tasks {
 		th.rest.unregister(t)

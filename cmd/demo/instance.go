@@ -1,22 +1,193 @@
 package main
 
-// STUB — the lead replaces this file. It holds the two commands that need
-// the runtime: `demo instance` and the no-argument demo. Keep the
-// signatures (they are what main.go dispatches to) or change both files
-// together.
-
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
 )
 
-// runInstance is `demo instance`: one word-count instance.
-func runInstance(ctx context.Context, args []string, s stdio) error {
-	return errors.New("instance: not yet implemented")
+// Names the word-count application uses.
+const (
+	inputTopic  = "text"
+	outputTopic = "word-counts"
+	countsStore = "counts"
+)
+
+// wordCount is the demo's topology: lines in, a count per word in the store
+// "counts", every new count out to "word-counts".
+func wordCount() (*topology.Topology, error) {
+	b := topology.NewBuilder()
+	lines := topology.Stream(b, inputTopic, serde.Bytes, serde.String)
+	ws := topology.FlatMapValues(lines, func(_ []byte, line string) []string { return words(line) })
+	counts := topology.GroupBy(ws, func(_ []byte, w string) string { return w }, "words", serde.String, serde.String).Count(countsStore)
+	counts.ToStream().To(outputTopic, serde.String, serde.Int64)
+	return b.Build()
 }
 
-// runDefault is the no-argument demo: embedded broker, instances and
-// producer in one process. args holds its flags, if any.
-func runDefault(ctx context.Context, args []string, s stdio) error {
-	return errors.New("the in-process demo is not yet implemented; see `demo help`")
+// ensureTopics creates the input and output topics if they are missing, with
+// the broker's default partition count.
+func ensureTopics(ctx context.Context, brokers []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	resp, err := adm.CreateTopics(ctx, -1, -1, nil, inputTopic, outputTopic)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
+}
+
+// countsHandler serves the instance's HTTP API for the "counts" store.
+func countsHandler(app *runtime.App) http.Handler {
+	return iq.NewHandler(app, iq.StoreCodec{
+		Name:      countsStore,
+		EncodeKey: serde.String.Encode,
+		DecodeValue: func(b []byte) (any, error) {
+			return serde.Int64.Decode(b)
+		},
+	})
+}
+
+// instanceOptions are the settings of one word-count instance.
+type instanceOptions struct {
+	brokers  []string
+	stateDir string
+	http     string
+	app      string
+	logger   *slog.Logger
+	// sessionTimeout, when non-zero, overrides the runtime default.
+	sessionTimeout time.Duration
+}
+
+// instance is a running word-count instance with its HTTP server.
+type instance struct {
+	app  *runtime.App
+	srv  *http.Server
+	addr string
+}
+
+func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
+	if err := ensureTopics(ctx, o.brokers); err != nil {
+		return nil, err
+	}
+	topo, err := wordCount()
+	if err != nil {
+		return nil, err
+	}
+	var ln net.Listener
+	if o.http != "" {
+		if ln, err = net.Listen("tcp", o.http); err != nil {
+			return nil, fmt.Errorf("listen on --http %s: %w", o.http, err)
+		}
+	}
+	cfg := runtime.Config{
+		ApplicationID:  o.app,
+		Brokers:        o.brokers,
+		StateDir:       o.stateDir,
+		Logger:         o.logger,
+		SessionTimeout: o.sessionTimeout,
+	}
+	if ln != nil {
+		cfg.Endpoint = ln.Addr().String()
+	}
+	app, err := runtime.New(topo, cfg)
+	if err == nil {
+		err = app.Start(ctx)
+	}
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, err
+	}
+	in := &instance{app: app}
+	if ln != nil {
+		in.addr = ln.Addr().String()
+		in.srv = &http.Server{Handler: countsHandler(app), ReadHeaderTimeout: 5 * time.Second}
+		go in.srv.Serve(ln)
+	}
+	return in, nil
+}
+
+// close stops the HTTP server and the instance, leaving the group cleanly.
+func (in *instance) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if in.srv != nil {
+		in.srv.Shutdown(ctx)
+	}
+	return in.app.Close(ctx)
+}
+
+// runInstance is `demo instance`: one word-count instance, until ctx is
+// cancelled or the instance fails.
+func runInstance(ctx context.Context, args []string, s stdio) error {
+	fs := newFlagSet("instance", instanceSynopsis, s)
+	brokers := fs.String("brokers", "", "comma-separated `HOST:PORT` list of brokers (required)")
+	stateDir := fs.String("state-dir", "", "`DIR` for this instance's state stores (required)")
+	httpAddr := fs.String("http", "", "`HOST:PORT` to serve queries on (required)")
+	appID := fs.String("app", "wordcount", "application ID: the consumer group and internal topic prefix")
+	standbys := fs.Int("standbys", 0, "standby replicas per task")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	seeds := splitBrokers(*brokers)
+	switch {
+	case len(seeds) == 0:
+		return usageErrorf(fs, "--brokers is required")
+	case *stateDir == "":
+		return usageErrorf(fs, "--state-dir is required")
+	case *httpAddr == "":
+		return usageErrorf(fs, "--http is required")
+	case *standbys < 0:
+		return usageErrorf(fs, "--standbys must not be negative")
+	case *standbys > 0:
+		return usageErrorf(fs, "--standbys %d: standby replicas are not implemented yet; use 0", *standbys)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageErrorf(fs, "--log-level: %v", err)
+	}
+	in, err := startInstance(ctx, instanceOptions{
+		brokers:  seeds,
+		stateDir: *stateDir,
+		http:     *httpAddr,
+		app:      *appID,
+		logger:   slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.out, "instance %s serving on http://%s\n", in.app.ProcessID(), in.addr)
+	select {
+	case <-ctx.Done():
+	case <-in.app.Done():
+	}
+	err = in.close()
+	if ferr := in.app.Err(); ferr != nil {
+		return ferr
+	}
+	return err
 }
