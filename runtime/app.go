@@ -67,6 +67,11 @@ type App struct {
 	plan    *topicPlan
 	threads []*thread
 
+	// net is the dialer of every client; killCtx ends when Kill cuts it.
+	net        *network
+	killCtx    context.Context
+	killCancel context.CancelFunc
+
 	skipped  atomic.Int64
 	replicas replicas
 
@@ -91,7 +96,9 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		topo: topo,
 		log:  cfg.Logger.With("app", cfg.ApplicationID),
 		done: make(chan struct{}),
+		net:  newNetwork(),
 	}
+	a.killCtx, a.killCancel = context.WithCancel(context.Background())
 	return a, nil
 }
 
@@ -141,8 +148,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return err
 	}
 	a.log = a.log.With("process", a.dir.processID)
-	opts := append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, a.cfg.ClientOptions...)
-	a.adminCl, err = kgo.NewClient(opts...)
+	a.adminCl, err = kgo.NewClient(a.clientOpts()...)
 	if err != nil {
 		return fmt.Errorf("runtime: admin client: %w", err)
 	}
@@ -244,6 +250,13 @@ func (a *App) setErr(err error) bool {
 	}
 	a.err = err
 	return true
+}
+
+// clientOpts are the options every client of the App starts from.
+func (a *App) clientOpts(extra ...kgo.Opt) []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...), kgo.Dialer(a.net.dial)}
+	opts = append(opts, extra...)
+	return append(opts, a.cfg.ClientOptions...)
 }
 
 // appDir is the folder holding the application's task directories.

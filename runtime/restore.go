@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/eddystreams/eddy/changelog"
 	"github.com/eddystreams/eddy/task"
 )
@@ -41,7 +43,7 @@ type restoring struct {
 func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
 		Seeds:      a.cfg.Brokers,
-		ClientOpts: a.cfg.ClientOptions,
+		ClientOpts: append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
 		Logger:     log,
 	})
 	if err != nil {

@@ -52,6 +52,7 @@ type thread struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopping atomic.Bool
+	killed   atomic.Bool // set by Kill: no commit, no leave-group
 	exited   chan struct{}
 	exitErr  error
 }
@@ -69,8 +70,7 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 	}
 	th.ctx, th.cancel = context.WithCancel(context.Background())
 	cfg := a.cfg
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
+	opts := a.clientOpts(
 		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, idx)),
 		kgo.ConsumerGroup(cfg.ApplicationID),
 		kgo.ConsumeTopics(a.plan.sources...),
@@ -84,11 +84,10 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5 * time.Millisecond),
-	}
-	opts = append(opts, cfg.ClientOptions...)
+		kgo.ProducerLinger(5*time.Millisecond),
+	)
 	var err error
 	if th.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("runtime: thread %d client: %w", idx, err)
@@ -126,6 +125,11 @@ func (th *thread) run() {
 	err := th.loop()
 	if err != nil && !th.stopping.Load() {
 		th.app.fail(err)
+	}
+	if th.killed.Load() {
+		th.die()
+		close(th.exited)
+		return
 	}
 	th.shutdown(err == nil)
 	th.exitErr = err
@@ -262,7 +266,7 @@ func (th *thread) onProduced(r *kgo.Record, err error) {
 // a stop request must not cut a commit in half, but a broker that stopped
 // answering must not hang the thread forever either.
 func (th *thread) commitBounded() error {
-	ctx, cancel := context.WithTimeout(context.Background(), th.app.cfg.RebalanceTimeout)
+	ctx, cancel := context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
 	defer cancel()
 	return th.commit(ctx)
 }
@@ -496,6 +500,21 @@ func (th *thread) closeTask(t *task.Active, clean bool) {
 		th.log.Warn("close task", "task", t.ID(), "err", err)
 	}
 	delete(th.tasks, t.ID())
+}
+
+// die is shutdown after Kill: the network is already cut, so leaving the
+// group cannot reach the broker; tasks close without committing.
+func (th *thread) die() {
+	th.mu.Lock()
+	th.dropAll()
+	th.mu.Unlock()
+	// A cancelled context makes the leave-group attempt return at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	th.cl.LeaveGroupContext(ctx)
+	th.cl.AllowRebalance()
+	th.cl.Close()
+	th.rest.close()
 }
 
 // shutdown commits (when the thread stopped cleanly), leaves the group and

@@ -1,0 +1,99 @@
+package runtime
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+func countTopology(t *testing.T) *topology.Topology {
+	b := topology.NewBuilder()
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	s.GroupByKey(serde.String, serde.String).Count("counts")
+	topo, err := b.Build()
+	require.NoError(t, err)
+	return topo
+}
+
+func startBroker(t *testing.T, topics ...string) (*broker.Broker, *kadm.Client) {
+	b, err := broker.Start(broker.Config{Partitions: 2})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	_, err = adm.CreateTopics(context.Background(), 2, -1, nil, topics...)
+	require.NoError(t, err)
+	return b, adm
+}
+
+func groupMembers(t *testing.T, adm *kadm.Client, group string) int {
+	d, err := adm.DescribeGroups(context.Background(), group)
+	require.NoError(t, err)
+	return len(d[group].Members)
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Close leaves the group at once; Kill leaves the member behind until the
+// session timeout, as a crash would.
+func TestCloseLeavesGroupKillDoesNot(t *testing.T) {
+	b, adm := startBroker(t, "in")
+	start := func() *App {
+		app, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: t.TempDir(), SessionTimeout: 20 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		waitFor(t, 10*time.Second, "ready", app.Ready)
+		return app
+	}
+	app := start()
+	require.Equal(t, 1, groupMembers(t, adm, "g"))
+	require.NoError(t, app.Close(context.Background()))
+	require.Equal(t, 0, groupMembers(t, adm, "g"), "a closed instance must have left the group")
+	require.Equal(t, StateClosed, app.State())
+
+	app = start()
+	app.Kill()
+	require.Equal(t, StateClosed, app.State())
+	require.Equal(t, 1, groupMembers(t, adm, "g"), "a killed instance must not have left the group")
+	require.NoError(t, app.Close(context.Background()), "Close after Kill is a no-op")
+}
+
+func TestStartFailsOnMissingSourceTopic(t *testing.T) {
+	b, _ := startBroker(t, "other")
+	app, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: t.TempDir()})
+	require.NoError(t, err)
+	err = app.Start(context.Background())
+	require.ErrorContains(t, err, `topic "in"`)
+	require.Equal(t, StateFailed, app.State())
+}
+
+func TestSecondInstanceOnSameStateDirFails(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	dir := t.TempDir()
+	a1, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: dir})
+	require.NoError(t, err)
+	require.NoError(t, a1.Start(context.Background()))
+	defer a1.Close(context.Background())
+	a2, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: dir})
+	require.NoError(t, err)
+	require.ErrorIs(t, a2.Start(context.Background()), ErrStateDirLocked)
+}
