@@ -1,0 +1,710 @@
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// Mode says how far the Reader reads a registered partition.
+type Mode int8
+
+const (
+	// Restore reads from the store's position to the end offset listed
+	// when restoration began, then reports the partition complete and
+	// forgets it. Records written after that listing are not waited for:
+	// the active task that owns the store will process (and log) them.
+	Restore Mode = iota
+	// Follow reads from the store's position for as long as the partition
+	// is registered, keeping a standby replica current.
+	Follow
+)
+
+// String returns "restore" or "follow".
+func (m Mode) String() string {
+	switch m {
+	case Restore:
+		return "restore"
+	case Follow:
+		return "follow"
+	default:
+		return fmt.Sprintf("Mode(%d)", int8(m))
+	}
+}
+
+// Partition is one changelog partition to read into one store.
+type Partition struct {
+	Topic     string
+	Partition int32
+	// Store receives the records; its Position is where reading starts.
+	Store statestore.Store
+	Mode  Mode
+	// Task names the owner in logs only.
+	Task string
+}
+
+// Progress is a registered partition's reading state.
+type Progress struct {
+	Mode Mode
+	// Restored counts records (puts and deletes) applied since the
+	// partition was registered.
+	Restored int64
+	// Position is the offset of the next record to apply, or
+	// statestore.NoPosition if the store had none and nothing has been
+	// applied yet.
+	Position int64
+	// End is, in Restore mode, the offset restoration reads up to; in
+	// Follow mode, the newest high watermark seen (the last stable offset
+	// when reading committed). -1 while unknown.
+	End int64
+	// Lag is End minus Position (a missing position counts as 0), or -1
+	// while End is unknown.
+	Lag int64
+}
+
+// Completed reports a partition the Reader has finished with and no longer
+// holds: a restoration that reached its end offset, or a partition of
+// either mode that failed.
+type Completed struct {
+	Topic     string
+	Partition int32
+	Task      string
+	Store     statestore.Store
+	Mode      Mode
+	// Restored counts records applied since registration.
+	Restored int64
+	// Position is the store's position when the Reader let go of it.
+	Position int64
+	// Duration is the time since registration.
+	Duration time.Duration
+	// Err, when non-nil, is why the partition was dropped: a store write
+	// failure or a fatal fetch error. The store may then be behind (never
+	// inconsistent: each batch is written atomically with its position).
+	Err error
+}
+
+// Errors callers may branch on.
+var (
+	// ErrClosed is returned by a closed Reader.
+	ErrClosed = errors.New("changelog: reader is closed")
+	// ErrAlreadyRegistered is returned by Register for a partition that
+	// is already registered.
+	ErrAlreadyRegistered = errors.New("changelog: partition already registered")
+)
+
+// ReaderConfig configures a Reader.
+type ReaderConfig struct {
+	// Seeds are the bootstrap brokers. Required unless ClientOpts names
+	// them.
+	Seeds []string
+	// ClientOpts are appended to the Reader's own kgo options, for TLS,
+	// SASL, client ID and the like. They must not set a consumer group.
+	ClientOpts []kgo.Opt
+	// ReadCommitted reads only committed transactional data (for
+	// exactly-once); ends and lag are then measured to the last stable
+	// offset. Default: read uncommitted.
+	ReadCommitted bool
+	// MaxBatchRecords caps the records taken in one Poll, and so the size
+	// of one store write. Default 10 000.
+	MaxBatchRecords int
+	// RetryBackoff is how long Poll waits before retrying a failed
+	// end-offset listing. Default 1s.
+	RetryBackoff time.Duration
+	// FetchMaxWait is how long the broker may hold a fetch that has no
+	// data. A partition registered while such a fetch is in flight is
+	// first fetched when it returns, so this bounds how long a new
+	// restoration can wait to start. Default 500ms (Kafka's consumer
+	// default; kgo's own is 5s).
+	FetchMaxWait time.Duration
+	// Logger receives progress logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Defaults used when ReaderConfig leaves a field zero.
+const (
+	DefaultMaxBatchRecords = 10_000
+	DefaultRetryBackoff    = time.Second
+	DefaultFetchMaxWait    = 500 * time.Millisecond
+)
+
+// Validate reports whether the config is usable.
+func (c ReaderConfig) Validate() error {
+	if len(c.Seeds) == 0 && len(c.ClientOpts) == 0 {
+		return errors.New("changelog: reader config needs Seeds or ClientOpts")
+	}
+	if c.MaxBatchRecords < 0 {
+		return fmt.Errorf("changelog: MaxBatchRecords must not be negative, got %d", c.MaxBatchRecords)
+	}
+	if c.RetryBackoff < 0 {
+		return fmt.Errorf("changelog: RetryBackoff must not be negative, got %v", c.RetryBackoff)
+	}
+	if c.FetchMaxWait < 0 {
+		return fmt.Errorf("changelog: FetchMaxWait must not be negative, got %v", c.FetchMaxWait)
+	}
+	return nil
+}
+
+// Reader reads changelog partitions into stores, in the spirit of Kafka
+// Streams' StoreChangelogReader. It owns a group-less consumer: partitions
+// are assigned to it directly, so reading never joins or disturbs the
+// application's consumer group.
+//
+// One goroutine drives it by calling Poll in a loop; Register, Unregister
+// and Progress may be called from any goroutine at any time.
+type Reader struct {
+	cfg ReaderConfig
+	log *slog.Logger
+	cl  *kgo.Client
+
+	pollMu sync.Mutex // one Poll at a time; Close waits on it
+
+	mu     sync.Mutex
+	parts  map[TopicPartition]*partState
+	epoch  uint64             // bumped whenever consumption of a partition starts or stops
+	wake   context.CancelFunc // interrupts a blocked Poll; nil when not polling
+	closed bool
+}
+
+type partState struct {
+	tp      TopicPartition
+	reg     Partition
+	started time.Time
+
+	// Guarded by Reader.mu.
+	consumedAt uint64 // epoch at which consumption started; 0 = not consuming
+	needOffs   bool   // end (and start) offsets not listed yet
+	retryAt    time.Time
+	pos        int64
+	end        int64
+	restored   int64
+
+	// applyMu is held across a store write, so that Unregister can wait
+	// for one in flight.
+	applyMu sync.Mutex
+}
+
+// NewReader creates a Reader and its consumer client.
+func NewReader(cfg ReaderConfig) (*Reader, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBatchRecords == 0 {
+		cfg.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if cfg.RetryBackoff == 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.FetchMaxWait == 0 {
+		cfg.FetchMaxWait = DefaultFetchMaxWait
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	iso := kgo.ReadUncommitted()
+	if cfg.ReadCommitted {
+		iso = kgo.ReadCommitted()
+	}
+	opts := []kgo.Opt{
+		kgo.FetchIsolationLevel(iso),
+		// Transaction markers must come back as records: a restoration
+		// whose end offset sits just past a commit marker finishes only
+		// when the position moves past the marker, and kgo does not
+		// surface a fetch that held nothing but markers.
+		kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(cfg.FetchMaxWait),
+	}
+	if len(cfg.Seeds) > 0 {
+		opts = append(opts, kgo.SeedBrokers(cfg.Seeds...))
+	}
+	opts = append(opts, cfg.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("changelog: creating reader client: %w", err)
+	}
+	return &Reader{
+		cfg:   cfg,
+		log:   log,
+		cl:    cl,
+		parts: make(map[TopicPartition]*partState),
+	}, nil
+}
+
+// Register starts reading p.Topic/p.Partition into p.Store from the
+// store's position (from the beginning if it has none). A Restore
+// partition starts once Poll has listed its end offset; if the store is
+// already there, the next Poll reports it complete without fetching.
+func (r *Reader) Register(p Partition) error {
+	if p.Store == nil {
+		return fmt.Errorf("changelog: register %s[%d]: nil store", p.Topic, p.Partition)
+	}
+	if p.Mode != Restore && p.Mode != Follow {
+		return fmt.Errorf("changelog: register %s[%d]: unknown mode %v", p.Topic, p.Partition, p.Mode)
+	}
+	pos, err := p.Store.Position()
+	if err != nil {
+		return fmt.Errorf("changelog: register %s[%d]: reading store position: %w", p.Topic, p.Partition, err)
+	}
+	tp := TopicPartition{p.Topic, p.Partition}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	if _, ok := r.parts[tp]; ok {
+		return fmt.Errorf("%w: %s[%d]", ErrAlreadyRegistered, p.Topic, p.Partition)
+	}
+	st := &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1}
+	r.parts[tp] = st
+	if p.Mode == Follow {
+		// A standby needs no end offset to start; the listing only
+		// gives it a lag before the first fetch arrives.
+		r.consumeLocked(st, pos)
+		r.log.Info("changelog follow started", logAttrs(st, slog.Int64("from", pos))...)
+	}
+	r.wakeLocked()
+	return nil
+}
+
+// Unregister stops reading the partition and reports whether it was
+// registered. When it returns, no further write reaches the store: a write
+// already under way is waited for.
+func (r *Reader) Unregister(topic string, partition int32) bool {
+	r.mu.Lock()
+	st, ok := r.parts[TopicPartition{topic, partition}]
+	if ok {
+		r.dropLocked(st)
+	}
+	r.mu.Unlock()
+	if !ok {
+		return false
+	}
+	// Wait for a write that began before st left the map.
+	st.applyMu.Lock()
+	st.applyMu.Unlock()
+	return true
+}
+
+// Progress returns the partition's reading state, and false if it is not
+// registered (a completed restoration is no longer registered).
+func (r *Reader) Progress(topic string, partition int32) (Progress, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.parts[TopicPartition{topic, partition}]
+	if !ok {
+		return Progress{}, false
+	}
+	return st.progressLocked(), true
+}
+
+func (st *partState) progressLocked() Progress {
+	p := Progress{Mode: st.reg.Mode, Restored: st.restored, Position: st.pos, End: st.end, Lag: -1}
+	if st.end >= 0 {
+		p.Lag = max(st.end-max(st.pos, 0), 0)
+	}
+	return p
+}
+
+// Poll does one round of reading: it lists end offsets for newly
+// registered partitions, waits for fetched records (until some arrive, ctx
+// ends, or a Register or Unregister interrupts the wait), and applies
+// them, all records of one partition as one store write. It returns the
+// partitions finished in this round. Concurrent calls are serialized; one
+// polling goroutine is the intended use.
+//
+// Poll returns ctx's error when ctx ends, and ErrClosed once the Reader is
+// closed; records fetched before either are still applied.
+func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+
+	done, retryPending := r.listPending(ctx)
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return done, ErrClosed
+	}
+	// Records taken from the client belong to the registration that was
+	// consuming when they were taken. Any partition whose consumption
+	// (re)started after this point is ambiguous and is re-sought below.
+	epoch := r.epoch
+	var pctx context.Context
+	var cancel context.CancelFunc
+	switch {
+	case len(done) > 0:
+		// Report completions now; take only what is already buffered.
+		pctx, cancel = nil, func() {}
+	case retryPending:
+		pctx, cancel = context.WithTimeout(ctx, r.cfg.RetryBackoff)
+	default:
+		pctx, cancel = context.WithCancel(ctx)
+	}
+	r.wake = cancel
+	r.mu.Unlock()
+
+	fetches := r.cl.PollRecords(pctx, r.cfg.MaxBatchRecords)
+
+	r.mu.Lock()
+	r.wake = nil
+	closed := r.closed
+	r.mu.Unlock()
+	cancel()
+	if closed {
+		return done, ErrClosed
+	}
+
+	done = append(done, r.apply(fetches, epoch)...)
+	for _, fe := range fetches.Errors() {
+		if errors.Is(fe.Err, kgo.ErrClientClosed) {
+			return done, ErrClosed
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return done, err
+	}
+	return done, nil
+}
+
+// Close stops the Reader: it interrupts and waits for a running Poll and
+// closes the consumer. It does not close the registered stores.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	if r.wake != nil {
+		r.wake()
+	}
+	r.mu.Unlock()
+	r.cl.Close()
+	// Wait out a Poll that was mid-flight.
+	r.pollMu.Lock()
+	r.pollMu.Unlock()
+	return nil
+}
+
+// wakeLocked interrupts a Poll blocked waiting for records, so that it
+// notices registration changes promptly.
+func (r *Reader) wakeLocked() {
+	if r.wake != nil {
+		r.wake()
+	}
+}
+
+// consumeLocked starts fetching st at pos.
+func (r *Reader) consumeLocked(st *partState, pos int64) {
+	off := kgo.NewOffset().AtStart()
+	if pos >= 0 {
+		off = kgo.NewOffset().At(pos)
+	}
+	r.epoch++
+	st.consumedAt = r.epoch
+	r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{st.tp.Topic: {st.tp.Partition: off}})
+}
+
+// dropLocked forgets st and stops fetching it.
+func (r *Reader) dropLocked(st *partState) {
+	if r.parts[st.tp] != st {
+		return
+	}
+	delete(r.parts, st.tp)
+	if st.consumedAt != 0 {
+		r.cl.RemoveConsumePartitions(map[string][]int32{st.tp.Topic: {st.tp.Partition}})
+		r.epoch++
+		st.consumedAt = 0
+	}
+	r.wakeLocked()
+}
+
+// listPending lists offsets for partitions registered since the last
+// round, starts Restore partitions that have something to read and
+// completes those that do not. It reports whether some listing failed and
+// must be retried.
+func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool) {
+	now := time.Now()
+	r.mu.Lock()
+	var pending []*partState
+	var tps, restoreTPs []TopicPartition
+	for _, st := range r.parts {
+		if !st.needOffs {
+			continue
+		}
+		if now.Before(st.retryAt) {
+			retry = true
+			continue
+		}
+		pending = append(pending, st)
+		tps = append(tps, st.tp)
+		if st.reg.Mode == Restore {
+			restoreTPs = append(restoreTPs, st.tp)
+		}
+	}
+	r.mu.Unlock()
+	if len(pending) == 0 {
+		return nil, retry
+	}
+
+	ends, endErr := r.listOffsets(ctx, tps, -1)
+	var starts map[TopicPartition]int64
+	var startErr error
+	if len(restoreTPs) > 0 {
+		// The log start matters when the store has no position (or one
+		// the log has since dropped): reading from the beginning of a log
+		// emptied by deletion must not wait for records that are gone.
+		starts, startErr = r.listOffsets(ctx, restoreTPs, -2)
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range pending {
+		if r.parts[st.tp] != st {
+			continue // unregistered meanwhile
+		}
+		end, ok := ends[st.tp]
+		start, sok := starts[st.tp]
+		if !ok || (st.reg.Mode == Restore && !sok) {
+			st.retryAt = now.Add(r.cfg.RetryBackoff)
+			retry = true
+			r.log.Warn("changelog end offset listing failed; will retry",
+				logAttrs(st, slog.Any("error", errors.Join(endErr, startErr)))...)
+			continue
+		}
+		st.needOffs = false
+		if st.reg.Mode == Follow {
+			st.end = max(st.end, end)
+			continue
+		}
+		st.end = end
+		from := max(st.pos, start)
+		if from >= end {
+			if st.pos > end {
+				r.log.Warn("changelog store position is beyond the changelog end",
+					logAttrs(st, slog.Int64("position", st.pos), slog.Int64("end", end))...)
+			}
+			done = append(done, r.completeLocked(st, nil))
+			continue
+		}
+		r.log.Info("changelog restore started", logAttrs(st, slog.Int64("from", from), slog.Int64("to", end))...)
+		r.consumeLocked(st, st.pos)
+	}
+	return done, retry
+}
+
+// completeLocked drops st and describes it.
+func (r *Reader) completeLocked(st *partState, err error) Completed {
+	r.dropLocked(st)
+	c := Completed{
+		Topic:     st.tp.Topic,
+		Partition: st.tp.Partition,
+		Task:      st.reg.Task,
+		Store:     st.reg.Store,
+		Mode:      st.reg.Mode,
+		Restored:  st.restored,
+		Position:  st.pos,
+		Duration:  time.Since(st.started),
+		Err:       err,
+	}
+	if err != nil {
+		r.log.Error("changelog reading failed", logAttrs(st, slog.Any("error", err))...)
+	} else {
+		r.log.Info("changelog restore completed", logAttrs(st,
+			slog.Int64("records", c.Restored), slog.Int64("position", c.Position),
+			slog.Duration("duration", c.Duration))...)
+	}
+	return c
+}
+
+type batch struct {
+	st   *partState
+	recs []*kgo.Record
+	hwm  int64
+}
+
+// apply writes fetched records to their stores, one write per partition.
+func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
+	var done []Completed
+	var batches []*batch
+	byTP := make(map[TopicPartition]*batch)
+
+	r.mu.Lock()
+	var reseek []*partState
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		st := r.parts[TopicPartition{p.Topic, p.Partition}]
+		if st == nil || st.consumedAt == 0 {
+			return // unregistered since the fetch; nothing to apply to
+		}
+		if st.consumedAt > epoch {
+			// Taken from a consumption that predates this
+			// registration (or its re-seek): neither its records nor
+			// its error are this registration's.
+			if len(p.Records) > 0 {
+				reseek = append(reseek, st)
+			}
+			return
+		}
+		if p.Err != nil {
+			var loss *kgo.ErrDataLoss
+			if !errors.As(p.Err, &loss) {
+				// Dropping st also voids any batch already gathered for
+				// it: applyBatch skips partitions no longer registered.
+				done = append(done, r.completeLocked(st, fmt.Errorf("changelog: fetching %s[%d]: %w", p.Topic, p.Partition, p.Err)))
+				return
+			}
+			// kgo has already reset to the earliest offset it could.
+			r.log.Warn("changelog data loss detected", logAttrs(st, slog.Any("error", p.Err))...)
+		}
+		b := byTP[st.tp]
+		if b == nil {
+			b = &batch{st: st, hwm: -1}
+			byTP[st.tp] = b
+			batches = append(batches, b)
+		}
+		b.recs = append(b.recs, p.Records...)
+		hwm := p.HighWatermark
+		if r.cfg.ReadCommitted {
+			hwm = p.LastStableOffset
+		}
+		b.hwm = max(b.hwm, hwm)
+	})
+	for _, st := range reseek {
+		// These records may predate the current registration; drop them
+		// and fetch again from the position we trust.
+		if r.parts[st.tp] == st && st.consumedAt != 0 {
+			r.cl.RemoveConsumePartitions(map[string][]int32{st.tp.Topic: {st.tp.Partition}})
+			r.consumeLocked(st, st.pos)
+		}
+	}
+	r.mu.Unlock()
+
+	for _, b := range batches {
+		if c, ok := r.applyBatch(b); ok {
+			done = append(done, c)
+		}
+	}
+	return done
+}
+
+func (r *Reader) applyBatch(b *batch) (Completed, bool) {
+	st := b.st
+	st.applyMu.Lock()
+	defer st.applyMu.Unlock()
+	// Unregister drops st from the map before waiting on applyMu, so
+	// checking here, under applyMu, means a write never starts after
+	// Unregister has returned.
+	r.mu.Lock()
+	live := r.parts[st.tp] == st
+	r.mu.Unlock()
+	if !live {
+		return Completed{}, false
+	}
+	// Only Poll writes pos, and Poll is the caller: no lock needed to read.
+	pos := st.pos
+	last := int64(-1)
+	entries := make([]statestore.Entry, 0, len(b.recs))
+	for _, rec := range b.recs {
+		if rec.Offset < pos {
+			continue // already applied
+		}
+		last = rec.Offset
+		if rec.Attrs.IsControl() {
+			continue // a transaction marker: moves the position, holds no data
+		}
+		entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
+	}
+	var werr error
+	if last >= 0 {
+		werr = st.reg.Store.Write(entries, last+1)
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if werr != nil {
+		if r.parts[st.tp] != st {
+			return Completed{}, false
+		}
+		return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store: %w",
+			len(entries), st.tp.Topic, st.tp.Partition, werr)), true
+	}
+	if last >= 0 {
+		st.pos = last + 1
+		st.restored += int64(len(entries))
+	}
+	if r.parts[st.tp] != st {
+		return Completed{}, false // unregistered during the write
+	}
+	if st.reg.Mode == Follow {
+		st.end = max(st.end, b.hwm)
+		return Completed{}, false
+	}
+	if st.pos >= st.end {
+		return r.completeLocked(st, nil), true
+	}
+	return Completed{}, false
+}
+
+// listOffsets lists, per partition, the offset for timestamp (-1 end, -2
+// start). Partitions that could not be listed are missing from the result;
+// the error says why.
+func (r *Reader) listOffsets(ctx context.Context, tps []TopicPartition, timestamp int64) (map[TopicPartition]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	if r.cfg.ReadCommitted {
+		req.IsolationLevel = 1
+	}
+	idx := make(map[string]int)
+	for _, tp := range tps {
+		i, ok := idx[tp.Topic]
+		if !ok {
+			i = len(req.Topics)
+			idx[tp.Topic] = i
+			t := kmsg.NewListOffsetsRequestTopic()
+			t.Topic = tp.Topic
+			req.Topics = append(req.Topics, t)
+		}
+		p := kmsg.NewListOffsetsRequestTopicPartition()
+		p.Partition = tp.Partition
+		p.Timestamp = timestamp
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
+	}
+	out := make(map[TopicPartition]int64, len(tps))
+	var errs []error
+	for _, shard := range r.cl.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			errs = append(errs, shard.Err)
+			continue
+		}
+		resp := shard.Resp.(*kmsg.ListOffsetsResponse)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					errs = append(errs, fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, err))
+					continue
+				}
+				out[TopicPartition{t.Topic, p.Partition}] = p.Offset
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func logAttrs(st *partState, extra ...any) []any {
+	return append([]any{
+		slog.String("topic", st.tp.Topic),
+		slog.Int("partition", int(st.tp.Partition)),
+		slog.String("task", st.reg.Task),
+		slog.String("mode", st.reg.Mode.String()),
+	}, extra...)
+}

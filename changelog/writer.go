@@ -1,0 +1,116 @@
+package changelog
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// TopicPartition names one partition of one topic.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Offsets collects the outcome of Send calls: the highest acknowledged
+// offset of every partition sent to, and the first error. Produce
+// callbacks run concurrently, so every method is safe for concurrent use.
+// The zero value is ready to use.
+//
+// One commit uses it like this: Send for each dirty store, Flush the
+// producer, check Err, then write each store with position Last+1.
+type Offsets struct {
+	mu      sync.Mutex
+	last    map[TopicPartition]int64
+	err     error
+	pending int
+}
+
+// Last returns the highest acknowledged offset for the partition, and false
+// if no record sent to it has been acknowledged.
+func (o *Offsets) Last(topic string, partition int32) (int64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	off, ok := o.last[TopicPartition{topic, partition}]
+	return off, ok
+}
+
+// Err returns the first produce error, if any. After an error the
+// changelog may hold some of the batch and not the rest, so the caller must
+// not record a position for it.
+func (o *Offsets) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// Pending returns how many sent records have not been acknowledged or
+// failed yet. It is 0 after a successful Flush of the producer.
+func (o *Offsets) Pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pending
+}
+
+// Reset forgets all offsets and the error, for reuse by the next commit.
+// It must not be called while records are pending.
+func (o *Offsets) Reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	clear(o.last)
+	o.err = nil
+	o.pending = 0
+}
+
+func (o *Offsets) sent(n int) {
+	o.mu.Lock()
+	o.pending += n
+	o.mu.Unlock()
+}
+
+func (o *Offsets) acked(r *kgo.Record, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pending--
+	if err != nil {
+		if o.err == nil {
+			o.err = fmt.Errorf("changelog: producing to %s[%d]: %w", r.Topic, r.Partition, err)
+		}
+		return
+	}
+	tp := TopicPartition{r.Topic, r.Partition}
+	if o.last == nil {
+		o.last = make(map[TopicPartition]int64)
+	}
+	if prev, ok := o.last[tp]; !ok || r.Offset > prev {
+		o.last[tp] = r.Offset
+	}
+}
+
+// Send produces entries, in order, to one changelog partition through cl
+// and returns without waiting for acknowledgements; the outcome lands in
+// track. An entry with a nil value becomes a tombstone.
+//
+// cl must be configured with kgo.RecordPartitioner(kgo.ManualPartitioner())
+// so that each record goes to the partition named here (the task's
+// partition) rather than one picked by key hash. The entries' key and value
+// slices are handed to the producer without copying and must not change
+// until the producer has been flushed.
+func Send(ctx context.Context, cl *kgo.Client, topic string, partition int32, entries []statestore.Entry, track *Offsets) {
+	if len(entries) == 0 {
+		return
+	}
+	track.sent(len(entries))
+	for _, e := range entries {
+		cl.Produce(ctx, &kgo.Record{
+			Topic:     topic,
+			Partition: partition,
+			Key:       e.Key,
+			Value:     e.Value,
+		}, track.acked)
+	}
+}
