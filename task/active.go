@@ -30,6 +30,9 @@ type Config struct {
 	// Changelog maps a logged store's name to its changelog topic.
 	Changelog func(store string) string
 	Open      StoreOpener
+	// Stores are stores already open for this task (from a standby being
+	// promoted); the rest are opened with Open.
+	Stores []*StoreHandle
 	// Budget bounds the bytes of writes the task's caches hold between
 	// commits; it is shared by all the tasks of one stream thread.
 	Budget *statestore.CacheBudget
@@ -101,9 +104,16 @@ func NewActive(cfg Config) (t *Active, err error) {
 			t.closeStores()
 		}
 	}()
+	adopted := make(map[string]*StoreHandle)
+	for _, h := range cfg.Stores {
+		adopted[h.Info.Name] = h
+	}
 	for _, info := range subs[cfg.ID.SubTopology].Stores {
-		inner, err := cfg.Open(cfg.ID, info)
-		if err != nil {
+		var inner statestore.Store
+		if h, ok := adopted[info.Name]; ok {
+			delete(adopted, info.Name)
+			inner = h.Inner
+		} else if inner, err = cfg.Open(cfg.ID, info); err != nil {
 			return nil, fmt.Errorf("task %s: open store %q: %w", cfg.ID, info.Name, err)
 		}
 		h := &StoreHandle{Info: info, Inner: inner, Cache: statestore.NewCachedStore(inner, cfg.Budget)}
@@ -112,6 +122,12 @@ func NewActive(cfg Config) (t *Active, err error) {
 		}
 		t.stores[info.Name] = h
 		t.order = append(t.order, info.Name)
+	}
+	if len(adopted) > 0 {
+		for _, h := range adopted {
+			h.Inner.Close()
+		}
+		return nil, fmt.Errorf("task %s: adopted stores the sub-topology does not declare", cfg.ID)
 	}
 	g, err := cfg.Topology.NewTaskGraph(cfg.ID.SubTopology, env{t})
 	if err != nil {
@@ -254,6 +270,28 @@ func (t *Active) MarkCommitted(offsets map[string]int64) {
 	for topic, off := range offsets {
 		t.committed[topic] = off
 	}
+}
+
+// Demote closes the task's processors but keeps its stores open and returns
+// them, for a standby replica to adopt. The caller must have committed the
+// task: uncommitted writes are dropped.
+func (t *Active) Demote() ([]*StoreHandle, error) {
+	var err error
+	if t.graph != nil {
+		if cerr := t.graph.Close(); cerr != nil {
+			err = fmt.Errorf("task %s: close processors: %w", t.cfg.ID, cerr)
+		}
+	}
+	out := make([]*StoreHandle, 0, len(t.order))
+	for _, n := range t.order {
+		h := t.stores[n]
+		h.Cache.Discard()
+		out = append(out, h)
+	}
+	t.stores = nil
+	t.order = nil
+	t.state = Closed
+	return out, err
 }
 
 // Close closes the task's processors and stores. A clean close assumes the

@@ -1,0 +1,145 @@
+package task
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/topology"
+)
+
+func TestTransitions(t *testing.T) {
+	legal := map[[2]State]bool{
+		{Created, Restoring}: true, {Created, Closed}: true,
+		{Restoring, Running}: true, {Restoring, Suspended}: true, {Restoring, Closed}: true,
+		{Running, Suspended}: true, {Running, Closed}: true,
+		{Suspended, Restoring}: true, {Suspended, Running}: true, {Suspended, Closed}: true,
+	}
+	for from := Created; from <= Closed; from++ {
+		for to := Created; to <= Closed; to++ {
+			require.Equal(t, legal[[2]State{from, to}], CanTransition(from, to), "%s -> %s", from, to)
+		}
+	}
+	require.Equal(t, "restoring", Restoring.String())
+}
+
+type sink struct{ out []topology.OutputRecord }
+
+func (s *sink) Send(r topology.OutputRecord) error { s.out = append(s.out, r); return nil }
+
+func countTopology(t *testing.T) *topology.Topology {
+	b := topology.NewBuilder()
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	s.GroupByKey(serde.String, serde.String).Count("counts").ToStream().To("out", serde.String, serde.Int64)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	return topo
+}
+
+func newActive(t *testing.T, topo *topology.Topology, stores []*StoreHandle, opened *int) (*Active, *sink) {
+	out := &sink{}
+	a, err := NewActive(Config{
+		ID: ID{0, 3}, AppID: "app", Topology: topo,
+		Changelog: func(s string) string { return "app-" + s + "-changelog" },
+		Open: func(ID, topology.StoreInfo) (statestore.Store, error) {
+			*opened++
+			return statestore.NewMemory(), nil
+		},
+		Stores: stores,
+		Budget: statestore.NewCacheBudget(1 << 20),
+		Sender: out,
+	})
+	require.NoError(t, err)
+	return a, out
+}
+
+func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
+	topo := countTopology(t)
+	opened := 0
+	a, out := newActive(t, topo, nil, &opened)
+	require.Equal(t, 1, opened)
+	require.Equal(t, Created, a.State())
+	require.Error(t, a.Process(topology.InputRecord{Topic: "in", Key: []byte("k")}), "a created task must not process")
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+
+	for off := range int64(3) {
+		require.NoError(t, a.Process(topology.InputRecord{Topic: "in", Partition: 3, Offset: 10 + off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
+	}
+	require.Len(t, out.out, 3, "every update is forwarded")
+	pend := a.PendingChangelog()
+	require.Len(t, pend, 1)
+	require.Equal(t, "app-counts-changelog", pend[0].Topic)
+	require.Equal(t, int32(3), pend[0].Partition)
+	require.Len(t, pend[0].Entries, 1, "three updates of one key collapse to one changelog record")
+
+	h, _ := a.Store("counts")
+	_, found, err := h.Inner.Get([]byte("k"))
+	require.NoError(t, err)
+	require.False(t, found, "nothing reaches the store before the commit completes")
+	require.Error(t, a.CompleteCommit(func(string, int32) (int64, bool) { return 0, false }), "no acknowledged offset, no store write")
+	require.NoError(t, a.CompleteCommit(func(topic string, p int32) (int64, bool) { return 41, topic == "app-counts-changelog" && p == 3 }))
+	pos, err := h.Inner.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(42), pos, "the store records the position after the last acknowledged changelog record")
+	v, found, err := h.Inner.Get([]byte("k"))
+	require.NoError(t, err)
+	require.True(t, found)
+	n, _ := serde.Int64.Decode(v)
+	require.Equal(t, int64(3), n)
+	require.Equal(t, map[string]int64{"in": 13}, a.OffsetsToCommit())
+	a.MarkCommitted(a.OffsetsToCommit())
+	require.Empty(t, a.OffsetsToCommit())
+
+	// Active → standby → active keeps the same open store.
+	stores, err := a.Demote()
+	require.NoError(t, err)
+	require.Equal(t, Closed, a.State())
+	sb, err := NewStandby(StandbyConfig{ID: ID{0, 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
+	require.NoError(t, err)
+	require.NoError(t, sb.StartUpdating())
+	require.Same(t, h.Inner, sb.Stores()[0].Inner)
+	a2, _ := newActive(t, topo, sb.Release(), &opened)
+	require.Equal(t, 1, opened, "promotion reopens nothing")
+	h2, _ := a2.Store("counts")
+	require.Same(t, h.Inner, h2.Inner)
+	require.NoError(t, a2.Close(true))
+	_, _, err = h.Inner.Get([]byte("k"))
+	require.ErrorIs(t, err, statestore.ErrClosed)
+}
+
+// countingStore counts Writes that reach the backing store.
+type countingStore struct {
+	statestore.Store
+	writes int
+}
+
+func (c *countingStore) Write(e []statestore.Entry, pos int64) error {
+	c.writes++
+	return c.Store.Write(e, pos)
+}
+
+func TestCloseWritesOnlyCommittedWork(t *testing.T) {
+	topo := countTopology(t)
+	for _, clean := range []bool{true, false} {
+		inner := &countingStore{Store: statestore.NewMemory()}
+		a, err := NewActive(Config{
+			ID: ID{0, 0}, AppID: "app", Topology: topo,
+			Changelog: func(s string) string { return s },
+			Open:      func(ID, topology.StoreInfo) (statestore.Store, error) { return inner, nil },
+			Budget:    statestore.NewCacheBudget(1 << 20),
+			Sender:    &sink{},
+		})
+		require.NoError(t, err)
+		require.NoError(t, a.StartRestoring())
+		require.NoError(t, a.Restored())
+		require.NoError(t, a.Process(topology.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")}))
+		require.NoError(t, a.Close(clean))
+		require.Equal(t, Closed, a.State())
+		require.Zero(t, inner.writes, "close (clean=%v) must not write uncommitted work: only a commit writes stores", clean)
+		require.NoError(t, a.Close(clean), "closing twice is a no-op")
+	}
+}
