@@ -48,6 +48,7 @@ const (
 	DefaultCacheMaxBytes     = 10 << 20
 	DefaultSessionTimeout    = 10 * time.Second
 	DefaultRebalanceTimeout  = 30 * time.Second
+	DefaultHeartbeatInterval = time.Second
 	DefaultMaxPollRecords    = 1000
 	DefaultNumStreamThreads  = 1
 	DefaultReplicationFactor = -1
@@ -80,6 +81,11 @@ type Config struct {
 	// SessionTimeout is the group session timeout: how long the group waits
 	// for a silent member before moving its tasks. Default 10s.
 	SessionTimeout time.Duration
+	// HeartbeatInterval is how often a member heartbeats; it is also how
+	// soon a member learns that the group is rebalancing, so it bounds how
+	// fast work moves after an instance leaves. Must be below
+	// SessionTimeout. Default 1s.
+	HeartbeatInterval time.Duration
 	// RebalanceTimeout bounds how long a member may take to rejoin during a
 	// rebalance. Default 30s.
 	RebalanceTimeout time.Duration
@@ -121,6 +127,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = min(DefaultHeartbeatInterval, c.SessionTimeout/3)
 	}
 	if c.RebalanceTimeout == 0 {
 		c.RebalanceTimeout = DefaultRebalanceTimeout
@@ -169,8 +178,10 @@ func (c Config) Validate() error {
 	if c.MaxPollRecords < 0 {
 		errs = append(errs, fmt.Errorf("MaxPollRecords must not be negative, got %d", c.MaxPollRecords))
 	}
-	if c.SessionTimeout < 0 || c.RebalanceTimeout < 0 {
-		errs = append(errs, errors.New("SessionTimeout and RebalanceTimeout must be positive"))
+	if c.SessionTimeout < 0 || c.RebalanceTimeout < 0 || c.HeartbeatInterval < 0 {
+		errs = append(errs, errors.New("SessionTimeout, HeartbeatInterval and RebalanceTimeout must be positive"))
+	} else if c.HeartbeatInterval >= c.SessionTimeout {
+		errs = append(errs, fmt.Errorf("HeartbeatInterval (%s) must be below SessionTimeout (%s)", c.HeartbeatInterval, c.SessionTimeout))
 	}
 	switch c.DeserializationErrors {
 	case DeserializationFail, DeserializationLogAndSkip:

@@ -82,19 +82,24 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		kgo.OnPartitionsLost(th.onLost),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
-		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
+		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
+	// The client joins the group as soon as it exists, and its rebalance
+	// callbacks may run before NewClient returns: hold mu (which they
+	// take) until the thread is whole.
+	th.mu.Lock()
+	defer th.mu.Unlock()
 	var err error
-	if th.cl, err = kgo.NewClient(opts...); err != nil {
-		return nil, fmt.Errorf("runtime: thread %d client: %w", idx, err)
-	}
 	if th.rest, err = newRestorer(a, th.log); err != nil {
-		th.cl.Close()
 		return nil, err
+	}
+	if th.cl, err = kgo.NewClient(opts...); err != nil {
+		th.rest.close()
+		return nil, fmt.Errorf("runtime: thread %d client: %w", idx, err)
 	}
 	return th, nil
 }

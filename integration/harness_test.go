@@ -1,0 +1,603 @@
+// Package integration runs Eddy applications end to end against the embedded
+// broker, in-process: word count over generated corpora, restarts with kept
+// and wiped state, two instances sharing tasks, and poison input.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	inputTopic  = "text"
+	outputTopic = "word-counts"
+	countsStore = "counts"
+	// groupByName names the GroupBy, and so the repartition topic
+	// "<app>-words-repartition".
+	groupByName = "words"
+
+	// commitInterval is short so that tests see committed state quickly.
+	commitInterval = 100 * time.Millisecond
+	// settleTimeout bounds every wait for the application to catch up. It
+	// is generous for a slow, shared machine under -race; a healthy run
+	// settles in a few seconds.
+	settleTimeout = 60 * time.Second
+	pollEvery     = 50 * time.Millisecond
+)
+
+func repartitionTopic(app string) string { return app + "-" + groupByName + "-repartition" }
+
+func changelogTopic(app string) string { return changelog.TopicName(app, countsStore) }
+
+// cluster is one embedded broker with the word-count topics and a client for
+// producing, reading and administering it.
+type cluster struct {
+	b          *broker.Broker
+	cl         *kgo.Client
+	adm        *kadm.Client
+	partitions int32
+	next       int32 // round-robin partition for produced lines
+}
+
+// newCluster starts a broker and creates the input and output topics with
+// the given partition count. Compaction is pushed out of every test's
+// lifetime, so changelogs keep every record and restorations can be
+// counted exactly.
+func newCluster(t *testing.T, partitions int32) *cluster {
+	t.Helper()
+	b, err := broker.Start(broker.Config{
+		Partitions:         partitions,
+		CompactionInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(b.Addrs()...),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond),
+	)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	c := &cluster{b: b, cl: cl, adm: kadm.NewClient(cl), partitions: partitions}
+	resp, err := c.adm.CreateTopics(ctx(t), partitions, -1, nil, inputTopic, outputTopic)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	return c
+}
+
+// ctx returns a context bounded by the settle timeout and cancelled when the
+// test ends.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	t.Cleanup(cancel)
+	return c
+}
+
+// produceLines sends lines to the input topic, spread round-robin over its
+// partitions, and waits until every one is acknowledged.
+func (c *cluster) produceLines(t *testing.T, lines []string) {
+	t.Helper()
+	recs := make([]*kgo.Record, len(lines))
+	for i, l := range lines {
+		recs[i] = &kgo.Record{Topic: inputTopic, Partition: c.next, Value: []byte(l)}
+		c.next = (c.next + 1) % c.partitions
+	}
+	c.produce(t, recs...)
+}
+
+// produce sends records as given (partition included) and waits for their
+// acknowledgements; the records come back with their offsets set.
+func (c *cluster) produce(t *testing.T, recs ...*kgo.Record) {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, r := range recs {
+		c.cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	require.NoError(t, c.cl.Flush(ctx(t)))
+	mu.Lock()
+	defer mu.Unlock()
+	require.NoError(t, errors.Join(errs...))
+}
+
+// endOffsets lists the end offset of every partition of the topics.
+func (c *cluster) endOffsets(t *testing.T, topics ...string) map[string]map[int32]int64 {
+	t.Helper()
+	l, err := c.adm.ListEndOffsets(ctx(t), topics...)
+	require.NoError(t, err)
+	require.NoError(t, l.Error())
+	out := make(map[string]map[int32]int64)
+	l.Each(func(o kadm.ListedOffset) {
+		if out[o.Topic] == nil {
+			out[o.Topic] = make(map[int32]int64)
+		}
+		out[o.Topic][o.Partition] = o.Offset
+	})
+	for _, topic := range topics {
+		require.Contains(t, out, topic, "no end offsets listed for %s", topic)
+	}
+	return out
+}
+
+func sumOffsets(m map[int32]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// committed returns the application's committed offsets for the topics;
+// a partition without a commit is absent.
+func (c *cluster) committed(t *testing.T, group string, topics ...string) (map[string]map[int32]int64, error) {
+	t.Helper()
+	resp, err := c.adm.FetchOffsetsForTopics(ctx(t), group, topics...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]map[int32]int64)
+	var errs []error
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Err != nil {
+			errs = append(errs, o.Err)
+			return
+		}
+		if o.At < 0 {
+			return
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = make(map[int32]int64)
+		}
+		out[o.Topic][o.Partition] = o.At
+	})
+	return out, errors.Join(errs...)
+}
+
+// waitCaughtUp waits until the application has committed every input and
+// repartition record. Committed offsets are read before end offsets: once
+// all input is committed, everything derived from it (repartition records,
+// store writes, output records) was acknowledged before that commit, so the
+// repartition end offsets read afterwards are final.
+func (c *cluster) waitCaughtUp(t *testing.T, app string) {
+	t.Helper()
+	topics := []string{inputTopic, repartitionTopic(app)}
+	waitFor(t, settleTimeout, "application "+app+" to commit all input", func() (bool, string) {
+		com, err := c.committed(t, app, topics...)
+		if err != nil {
+			return false, err.Error()
+		}
+		ends := c.endOffsets(t, topics...)
+		for _, topic := range topics {
+			for p, end := range ends[topic] {
+				if got := com[topic][p]; got != end {
+					return false, fmt.Sprintf("%s/%d committed %d of %d", topic, p, got, end)
+				}
+			}
+		}
+		return true, ""
+	})
+}
+
+// readLatest consumes a word-count output topic from the start to the end
+// offsets it has now and returns the latest count per word.
+func (c *cluster) readLatest(t *testing.T, topic string) map[string]int64 {
+	t.Helper()
+	ends := c.endOffsets(t, topic)[topic]
+	parts := make(map[int32]kgo.Offset)
+	for p, end := range ends {
+		if end > 0 {
+			parts[p] = kgo.NewOffset().AtStart()
+		}
+	}
+	latest := make(map[string]int64)
+	if len(parts) == 0 {
+		return latest
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(c.b.Addrs()...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	require.NoError(t, err)
+	defer cl.Close()
+	next := make(map[int32]int64)
+	done := func() bool {
+		for p, end := range ends {
+			if next[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	rctx := ctx(t)
+	for !done() {
+		fs := cl.PollFetches(rctx)
+		require.NoError(t, rctx.Err(), "reading %s: got to %v of %v", topic, next, ends)
+		fs.EachError(func(_ string, _ int32, err error) { require.NoError(t, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= ends[r.Partition] {
+				return
+			}
+			n, err := serde.Int64.Decode(r.Value)
+			require.NoError(t, err, "value of %q at %s/%d@%d", r.Key, r.Topic, r.Partition, r.Offset)
+			latest[string(r.Key)] = n
+			next[r.Partition] = r.Offset + 1
+		})
+	}
+	return latest
+}
+
+// waitFor polls cond until it holds or timeout passes; cond's message says
+// what is still missing and is reported on failure.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, msg)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// lineSplitValues is the input value serde of the word-count topology: a
+// string, except that a value starting with poisonMarker cannot be decoded.
+var lineSplitValues serde.Serde[string] = serde.Funcs[string]{
+	EncodeFn: func(s string) ([]byte, error) { return []byte(s), nil },
+	DecodeFn: func(b []byte) (string, error) {
+		if bytes.HasPrefix(b, poisonMarker) {
+			return "", errors.New("poison marker")
+		}
+		return string(b), nil
+	},
+}
+
+var poisonMarker = []byte{0xff}
+
+// tokenize splits a line into words: maximal runs of Unicode letters or
+// digits, lowercased.
+func tokenize(line string) []string {
+	ws := strings.FieldsFunc(line, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	for i, w := range ws {
+		ws[i] = strings.ToLower(w)
+	}
+	return ws
+}
+
+// wordCount builds Stream(text) → FlatMapValues(words) → GroupBy(word) →
+// Count(counts) → ToStream → To(word-counts).
+func wordCount(t *testing.T) *topology.Topology {
+	t.Helper()
+	b := topology.NewBuilder()
+	lines := topology.Stream(b, inputTopic, serde.String, lineSplitValues)
+	words := topology.FlatMapValues(lines, func(_, line string) []string { return tokenize(line) })
+	counts := topology.GroupBy(words, func(_, w string) string { return w },
+		groupByName, serde.String, serde.String).Count(countsStore)
+	counts.ToStream().To(outputTopic, serde.String, serde.Int64)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	return topo
+}
+
+// instance is one running App with its logs kept in memory and printed if
+// the test fails.
+type instance struct {
+	*runtime.App
+	name     string
+	stateDir string
+}
+
+type instanceConfig struct {
+	appID          string
+	stateDir       string
+	sessionTimeout time.Duration
+	deser          runtime.DeserializationHandling
+}
+
+// logBuffer collects an instance's logs; they are printed only when the test
+// fails, so passing runs stay quiet.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// start creates and starts an App for the word-count topology. The test's
+// cleanup closes it if the test has not.
+func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance {
+	t.Helper()
+	if cfg.appID == "" {
+		cfg.appID = "wc"
+	}
+	if cfg.sessionTimeout == 0 {
+		cfg.sessionTimeout = 6 * time.Second
+	}
+	logs := new(logBuffer)
+	level := slog.LevelInfo
+	if os.Getenv("EDDY_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})).With("instance", name)
+	app, err := runtime.New(wordCount(t), runtime.Config{
+		ApplicationID:         cfg.appID,
+		Brokers:               c.b.Addrs(),
+		StateDir:              cfg.stateDir,
+		CommitInterval:        commitInterval,
+		SessionTimeout:        cfg.sessionTimeout,
+		DeserializationErrors: cfg.deser,
+		Logger:                logger,
+	})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx(t)))
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// An instance that failed reports its fatal error again from
+		// Close; tests that expect the failure have checked it already.
+		failed := app.State() == runtime.StateFailed
+		if err := app.Close(cctx); err != nil && !failed {
+			t.Errorf("instance %s: close at cleanup: %v", name, err)
+		}
+		if t.Failed() {
+			t.Logf("logs of instance %s:\n%s", name, logs.String())
+		}
+	})
+	return &instance{App: app, name: name, stateDir: cfg.stateDir}
+}
+
+// close closes the instance gracefully and requires that it succeeds.
+func (in *instance) close(t *testing.T) {
+	t.Helper()
+	require.NoError(t, in.Close(ctx(t)), "close instance %s", in.name)
+	require.Equal(t, runtime.StateClosed, in.State())
+}
+
+// runningTasks returns the IDs of the instance's running tasks, and whether
+// every task it holds is running.
+func (in *instance) runningTasks() (ids []task.ID, allRunning bool) {
+	allRunning = true
+	for _, ti := range in.Tasks() {
+		if ti.State == task.Running {
+			ids = append(ids, ti.ID)
+		} else {
+			allRunning = false
+		}
+	}
+	return ids, allRunning
+}
+
+// waitAllTasksRunning waits until the instance holds exactly n tasks, all
+// running.
+func (in *instance) waitAllTasksRunning(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("instance %s to run %d tasks", in.name, n), func() (bool, string) {
+		if err := in.Err(); err != nil {
+			t.Fatalf("instance %s failed: %v", in.name, err)
+		}
+		ids, all := in.runningTasks()
+		return all && len(ids) == n, fmt.Sprintf("tasks %v", in.Tasks())
+	})
+}
+
+// allTasks is the number of tasks of the word-count topology: two
+// sub-topologies with one task per partition each.
+func (c *cluster) allTasks() int { return 2 * int(c.partitions) }
+
+// requireStore reads every word of want through LocalGet on whichever
+// instance hosts it and requires the stored count to match.
+func requireStore(t *testing.T, want map[string]int64, insts ...*instance) {
+	t.Helper()
+	got := make(map[string]int64, len(want))
+	var missing []string
+	for _, w := range slices.Sorted(maps.Keys(want)) {
+		key, err := serde.String.Encode(w)
+		require.NoError(t, err)
+		hosted := false
+		for _, in := range insts {
+			v, found, _, err := in.LocalGet(countsStore, key)
+			if errors.Is(err, iq.ErrNotHostedHere) {
+				continue
+			}
+			require.NoError(t, err, "LocalGet(%q) on %s", w, in.name)
+			hosted = true
+			if found {
+				n, err := serde.Int64.Decode(v)
+				require.NoError(t, err)
+				got[w] = n
+			}
+			break
+		}
+		if !hosted {
+			missing = append(missing, w)
+		}
+	}
+	require.Empty(t, missing, "words whose partition no instance hosts as a running active")
+	requireCounts(t, want, got, "store "+countsStore)
+}
+
+// requireCounts compares counts and, on a mismatch, reports a few differing
+// words rather than two maps of thousands of entries.
+func requireCounts(t *testing.T, want, got map[string]int64, what string) {
+	t.Helper()
+	if maps.Equal(want, got) {
+		return
+	}
+	var diffs []string
+	for _, w := range slices.Sorted(maps.Keys(want)) {
+		if got[w] != want[w] {
+			diffs = append(diffs, fmt.Sprintf("%q: want %d, got %d", w, want[w], got[w]))
+		}
+	}
+	for _, w := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[w]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%q: unexpected, got %d", w, got[w]))
+		}
+	}
+	t.Fatalf("%s: %d words differ from the reference (%d words expected, %d present); first: %s",
+		what, len(diffs), len(want), len(got), strings.Join(diffs[:min(10, len(diffs))], "; "))
+}
+
+// requireOutput reads the output topic to its end and requires the latest
+// count per word to equal want.
+func (c *cluster) requireOutput(t *testing.T, want map[string]int64) {
+	t.Helper()
+	requireCounts(t, want, c.readLatest(t, outputTopic), "topic "+outputTopic)
+}
+
+// storePositions opens the counts stores a closed instance left on disk and
+// returns their changelog positions by partition.
+func storePositions(t *testing.T, stateDir, app string, partitions int32) map[int32]int64 {
+	t.Helper()
+	out := make(map[int32]int64)
+	for p := range partitions {
+		dir := filepath.Join(task.Dir(filepath.Join(stateDir, app), task.ID{SubTopology: 1, Partition: p}), countsStore)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+		require.NoError(t, err)
+		pos, err := s.Position()
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		out[p] = pos
+	}
+	return out
+}
+
+// corpus generates text whose words follow a Zipf distribution over a fixed
+// vocabulary, deterministically from a seed. Words are rendered with mixed
+// case and punctuation so that the topology's tokenizer has work to do,
+// while the reference count is taken from the generated words themselves.
+type corpus struct {
+	rnd   *rand.Rand
+	zipf  *rand.Zipf
+	vocab []string
+}
+
+const corpusAlphabet = "abcdefghijklmnopqrstuvwxyzéøå0123456789"
+
+func newCorpus(seed uint64, vocabSize int) *corpus {
+	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	alphabet := []rune(corpusAlphabet)
+	seen := make(map[string]bool, vocabSize)
+	vocab := make([]string, 0, vocabSize)
+	for len(vocab) < vocabSize {
+		n := 2 + rnd.IntN(9)
+		rs := make([]rune, n)
+		for i := range rs {
+			rs[i] = alphabet[rnd.IntN(len(alphabet))]
+		}
+		w := string(rs)
+		if !seen[w] {
+			seen[w] = true
+			vocab = append(vocab, w)
+		}
+	}
+	return &corpus{rnd: rnd, zipf: rand.NewZipf(rnd, 1.1, 2, uint64(vocabSize-1)), vocab: vocab}
+}
+
+var separators = []string{" ", " ", " ", ", ", ". ", " - ", "; ", "! ", " (", ") ", "'", "\t"}
+
+// lines generates lines holding nWords words in total and adds every word to
+// counts.
+func (c *corpus) lines(nWords int, counts map[string]int64) []string {
+	var out []string
+	var sb strings.Builder
+	for nWords > 0 {
+		n := min(nWords, 1+c.rnd.IntN(16))
+		nWords -= n
+		sb.Reset()
+		for i := range n {
+			w := c.vocab[c.zipf.Uint64()]
+			counts[w]++
+			if i > 0 {
+				sb.WriteString(separators[c.rnd.IntN(len(separators))])
+			}
+			sb.WriteString(c.render(w))
+		}
+		out = append(out, sb.String())
+	}
+	return out
+}
+
+// render changes a word's case without changing its lowercase form.
+func (c *corpus) render(w string) string {
+	switch c.rnd.IntN(8) {
+	case 0:
+		return strings.ToUpper(w)
+	case 1:
+		r, size := utf8.DecodeRuneInString(w)
+		return string(unicode.ToUpper(r)) + w[size:]
+	}
+	return w
+}
+
+// TestCorpusTokenizesToReference checks the harness itself: tokenizing the
+// generated lines gives back exactly the generated words.
+func TestCorpusTokenizesToReference(t *testing.T) {
+	want := make(map[string]int64)
+	lines := newCorpus(7, 500).lines(20_000, want)
+	got := make(map[string]int64)
+	for _, l := range lines {
+		for _, w := range tokenize(l) {
+			got[w]++
+		}
+	}
+	requireCounts(t, want, got, "tokenized corpus")
+	var total int64
+	for _, n := range want {
+		total += n
+	}
+	require.EqualValues(t, 20_000, total)
+	require.Greater(t, len(want), 100, "vocabulary actually used")
+}
