@@ -9,10 +9,12 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/changelog"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -73,7 +75,13 @@ type App struct {
 	killCancel context.CancelFunc
 
 	skipped  atomic.Int64
-	replicas replicas
+	registry *registry
+
+	// assignment is the latest assignment any thread received; it carries
+	// the group-wide routing maps.
+	assignment atomic.Pointer[assignor.AssignmentInfo]
+	probeMu    sync.Mutex
+	probe      *time.Timer // the next probing rebalance
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -156,6 +164,9 @@ func (a *App) Start(ctx context.Context) (err error) {
 	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
 		return err
 	}
+	if a.registry, err = newRegistry(a); err != nil {
+		return err
+	}
 	budget := a.cfg.CacheMaxBytes / int64(a.cfg.NumStreamThreads)
 	for i := range a.cfg.NumStreamThreads {
 		th, err := newThread(a, i, statestore.NewCacheBudget(budget))
@@ -223,6 +234,14 @@ func (a *App) closeErr() error {
 }
 
 func (a *App) releaseResources() {
+	a.probeMu.Lock()
+	if a.probe != nil {
+		a.probe.Stop()
+	}
+	a.probeMu.Unlock()
+	if a.registry != nil {
+		a.registry.close()
+	}
 	if a.adminCl != nil {
 		a.adminCl.Close()
 		a.adminCl = nil
@@ -262,6 +281,69 @@ func (a *App) clientOpts(extra ...kgo.Opt) []kgo.Opt {
 // appDir is the folder holding the application's task directories.
 func (a *App) appDir() string { return a.dir.path }
 
+// changelogTopic names a store's changelog topic.
+func (a *App) changelogTopic(store string) string {
+	return changelog.TopicName(a.cfg.ApplicationID, store)
+}
+
+// subscription is what this instance tells the group when a thread joins.
+func (a *App) subscription() assignor.SubscriptionInfo {
+	return assignor.SubscriptionInfo{
+		ProcessID: a.dir.processID,
+		Endpoint:  a.cfg.Endpoint,
+		Capacity:  1,
+		Tags:      a.cfg.Tags,
+		Tasks:     a.registry.subscription(),
+	}
+}
+
+// endOffsets lists the end offsets of topics, for the leader's lag
+// computation.
+func (a *App) endOffsets(ctx context.Context, topics []string) (map[string]map[int32]int64, error) {
+	ends, err := a.admin.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]map[int32]int64)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			return
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = make(map[int32]int64)
+		}
+		out[o.Topic][o.Partition] = o.Offset
+	})
+	return out, nil
+}
+
+// assignmentReceived records a thread's new assignment and acts on what it
+// asks of the whole instance: a rejoin when the leader could not read our
+// protocol version, a probing rebalance at the time it names. It runs on
+// the thread's group goroutine and must not block.
+func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
+	if info.ErrorCode != assignor.ErrNone {
+		a.log.Warn("assignment asks to rejoin", "code", info.ErrorCode)
+		go th.cl.ForceRebalance()
+		return
+	}
+	a.assignment.Store(&info)
+	a.probeMu.Lock()
+	defer a.probeMu.Unlock()
+	if a.probe != nil {
+		a.probe.Stop()
+		a.probe = nil
+	}
+	if info.NextProbingRebalanceMs > 0 {
+		wait := time.Until(time.UnixMilli(info.NextProbingRebalanceMs))
+		a.log.Info("probing rebalance scheduled", "in", wait.Round(time.Millisecond))
+		a.probe = time.AfterFunc(max(wait, 0), func() {
+			a.log.Info("probing rebalance")
+			th.cl.ForceRebalance()
+		})
+	}
+}
+
 // openStore opens the backing store of one store of one task.
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
 	if !info.Persistent {
@@ -282,9 +364,11 @@ type topicPlan struct {
 	topicSub map[string]int
 	// sources lists every source topic, sorted.
 	sources []string
+	// taskTopics maps every task to its source topics.
+	taskTopics map[task.ID][]string
+	// changelogs maps every stateful sub-topology to its changelog topics.
+	changelogs map[int][]string
 }
-
-func (p *topicPlan) changelogTopic(app, store string) string { return changelog.TopicName(app, store) }
 
 // planTopics reads the partition counts of the user's topics, derives those
 // of the internal topics, checks co-partitioning, and creates or verifies the
@@ -363,6 +447,25 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		}
 	}
 	slices.Sort(plan.sources)
+	plan.taskTopics = make(map[task.ID][]string)
+	plan.changelogs = make(map[int][]string)
+	for i, st := range subs {
+		var topics []string
+		for _, r := range st.Sources {
+			topics = append(topics, r.FullName(app))
+		}
+		for p := range plan.subPartitions[i] {
+			plan.taskTopics[task.ID{SubTopology: i, Partition: p}] = topics
+		}
+		if len(st.Stores) > 0 {
+			plan.changelogs[i] = []string{}
+			for _, s := range st.Stores {
+				if s.Logged {
+					plan.changelogs[i] = append(plan.changelogs[i], changelog.TopicName(app, s.Name))
+				}
+			}
+		}
+	}
 	var specs []changelog.TopicSpec
 	for _, rp := range reparts {
 		name := rp.Topic.FullName(app)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/assignor"
 )
 
 // DeserializationHandling says what a stream thread does with an input
@@ -52,6 +54,7 @@ const (
 	DefaultMaxPollRecords    = 1000
 	DefaultNumStreamThreads  = 1
 	DefaultReplicationFactor = -1
+	DefaultStateCleanupDelay = 10 * time.Minute
 )
 
 // Config configures one instance of an application. The zero value of every
@@ -98,6 +101,28 @@ type Config struct {
 	// ReplicationFactor for the internal topics Eddy creates; -1 (the
 	// default) uses the broker's default.
 	ReplicationFactor int16
+	// NumStandbys is how many standby replicas each stateful task has, on
+	// other instances, kept current from its changelogs. Default 0.
+	NumStandbys int
+	// AcceptableRecoveryLag is the largest changelog lag at which a replica
+	// counts as caught up: the assignor moves an active only to a caught-up
+	// instance, and queries that accept that much staleness may read a
+	// restoring replica. Default 10 000 records.
+	AcceptableRecoveryLag int64
+	// MaxWarmups caps the warmup replicas in the group at once. Default 2.
+	MaxWarmups int
+	// ProbingRebalanceInterval is how long after an assignment with warmups
+	// the group rebalances again to check on them. Default 10 minutes.
+	ProbingRebalanceInterval time.Duration
+	// Tags are this instance's rack-awareness tags, e.g. {"zone": "a"}.
+	Tags map[string]string
+	// RackAwareTags names the tag keys over whose values each task's
+	// replicas are spread.
+	RackAwareTags []string
+	// StateCleanupDelay is how long a task directory left on disk after its
+	// task moved away is kept (so that a task coming back restores only
+	// the tail) before it is deleted. Default 10 minutes.
+	StateCleanupDelay time.Duration
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
 	// ClientOptions are extra franz-go options given to every client Eddy
@@ -136,6 +161,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = DefaultReplicationFactor
+	}
+	if c.AcceptableRecoveryLag == 0 {
+		c.AcceptableRecoveryLag = assignor.DefaultAcceptableRecoveryLag
+	}
+	if c.MaxWarmups == 0 {
+		c.MaxWarmups = assignor.DefaultMaxWarmups
+	}
+	if c.ProbingRebalanceInterval == 0 {
+		c.ProbingRebalanceInterval = assignor.DefaultProbingRebalanceInterval
+	}
+	if c.StateCleanupDelay == 0 {
+		c.StateCleanupDelay = DefaultStateCleanupDelay
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -191,8 +228,28 @@ func (c Config) Validate() error {
 	if c.ReplicationFactor < -1 || c.ReplicationFactor == 0 {
 		errs = append(errs, fmt.Errorf("ReplicationFactor must be -1 or positive, got %d", c.ReplicationFactor))
 	}
+	if c.NumStandbys < 0 {
+		errs = append(errs, fmt.Errorf("NumStandbys must not be negative, got %d", c.NumStandbys))
+	}
+	if c.AcceptableRecoveryLag < 0 || c.MaxWarmups < 0 || c.ProbingRebalanceInterval < 0 || c.StateCleanupDelay < 0 {
+		errs = append(errs, errors.New("AcceptableRecoveryLag, MaxWarmups, ProbingRebalanceInterval and StateCleanupDelay must not be negative"))
+	}
+	if err := c.assignorConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("runtime: invalid config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// assignorConfig is the part of the configuration the assignor uses.
+func (c Config) assignorConfig() assignor.Config {
+	return assignor.Config{
+		NumStandbys:              c.NumStandbys,
+		AcceptableRecoveryLag:    c.AcceptableRecoveryLag,
+		MaxWarmups:               c.MaxWarmups,
+		ProbingRebalanceInterval: c.ProbingRebalanceInterval,
+		RackAwareTags:            c.RackAwareTags,
+	}
 }

@@ -3,54 +3,12 @@ package runtime
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/eddystreams/eddy/iq"
 
 	"github.com/eddystreams/eddy/statestore"
-	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
-
-// replicas tracks the stores of running active tasks, so that queries find
-// them without waiting for the stream thread that owns them.
-type replicas struct {
-	mu     sync.RWMutex
-	stores map[string]map[int32]statestore.Store // store → partition → store
-}
-
-func (r *replicas) add(t *task.Active) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stores == nil {
-		r.stores = make(map[string]map[int32]statestore.Store)
-	}
-	for _, h := range t.Stores() {
-		m := r.stores[h.Info.Name]
-		if m == nil {
-			m = make(map[int32]statestore.Store)
-			r.stores[h.Info.Name] = m
-		}
-		m[t.ID().Partition] = h.Inner
-	}
-}
-
-func (r *replicas) remove(t *task.Active) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, h := range t.Stores() {
-		if m := r.stores[h.Info.Name]; m != nil && m[t.ID().Partition] == h.Inner {
-			delete(m, t.ID().Partition)
-		}
-	}
-}
-
-func (r *replicas) get(store string, partition int32) (statestore.Store, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	s, ok := r.stores[store][partition]
-	return s, ok
-}
 
 // storeSubTopology finds the sub-topology that owns a store.
 func (a *App) storeSubTopology(store string) (int, bool) {
@@ -88,7 +46,7 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	if err != nil {
 		return nil, false, 0, err
 	}
-	s, ok := a.replicas.get(store, partition)
+	s, ok := a.registry.activeStore(store, partition)
 	if !ok {
 		return nil, false, partition, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/changelog"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -40,12 +41,12 @@ type thread struct {
 	tasks      map[task.ID]*task.Active
 	lastCommit time.Time
 	rr         map[string]int32 // round-robin partition for keyless sink records
-	// resumable holds suspended tasks that were running when suspended:
-	// their stores are complete, so they resume without restoring.
-	resumable map[task.ID]bool
 
 	produceErr atomic.Pointer[error]
-	assigned   atomic.Bool // an assignment was received since the last revocation
+	// info is the assignment the balancer decoded at the last sync, read
+	// by onAssigned right after.
+	info     atomic.Pointer[assignor.AssignmentInfo]
+	assigned atomic.Bool // an assignment was received since the last revocation
 
 	// ctx is cancelled to stop the thread; it bounds polls and restoration
 	// but never produce requests, which must finish for a clean commit.
@@ -59,22 +60,33 @@ type thread struct {
 
 func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error) {
 	th := &thread{
-		app:       a,
-		idx:       idx,
-		log:       a.log.With("thread", idx),
-		budget:    budget,
-		tasks:     make(map[task.ID]*task.Active),
-		rr:        make(map[string]int32),
-		resumable: make(map[task.ID]bool),
-		exited:    make(chan struct{}),
+		app:    a,
+		idx:    idx,
+		log:    a.log.With("thread", idx),
+		budget: budget,
+		tasks:  make(map[task.ID]*task.Active),
+		rr:     make(map[string]int32),
+		exited: make(chan struct{}),
 	}
 	th.ctx, th.cancel = context.WithCancel(context.Background())
 	cfg := a.cfg
+	bal, err := assignor.NewBalancer(assignor.BalancerConfig{
+		Subscription: a.subscription,
+		Tasks:        a.plan.taskTopics,
+		Changelogs:   a.plan.changelogs,
+		EndOffsets:   a.endOffsets,
+		Assignor:     cfg.assignorConfig(),
+		OnAssignment: th.onAssignment,
+		Logger:       th.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: balancer: %w", err)
+	}
 	opts := a.clientOpts(
 		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, idx)),
 		kgo.ConsumerGroup(cfg.ApplicationID),
 		kgo.ConsumeTopics(a.plan.sources...),
-		kgo.Balancers(kgo.RangeBalancer()),
+		kgo.Balancers(bal),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(th.onAssigned),
@@ -93,7 +105,6 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 	// take) until the thread is whole.
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	var err error
 	if th.rest, err = newRestorer(a, th.log); err != nil {
 		return nil, err
 	}
@@ -357,21 +368,6 @@ func (th *thread) runningTasks() []*task.Active {
 	return out
 }
 
-// assignedTasks groups assigned input partitions into tasks.
-func (th *thread) assignedTasks(assigned map[string][]int32) map[task.ID]bool {
-	out := make(map[task.ID]bool)
-	for topic, parts := range assigned {
-		st, ok := th.app.plan.topicSub[topic]
-		if !ok {
-			continue
-		}
-		for _, p := range parts {
-			out[task.ID{SubTopology: st, Partition: p}] = true
-		}
-	}
-	return out
-}
-
 // inputPartitions lists the input partitions of a task.
 func (th *thread) inputPartitions(id task.ID) map[string][]int32 {
 	out := make(map[string][]int32)
@@ -381,36 +377,37 @@ func (th *thread) inputPartitions(id task.ID) map[string][]int32 {
 	return out
 }
 
+// onAssignment receives the balancer's decoded assignment, just before
+// onAssigned runs. It must not block.
+func (th *thread) onAssignment(info assignor.AssignmentInfo) {
+	th.info.Store(&info)
+	th.app.assignmentReceived(th, info)
+}
+
+// onAssigned starts the active tasks of a new assignment: each takes its
+// stores from the registry when they are open here (idle since the
+// revocation, or a standby being promoted) and restores only what they
+// lack. Then the registry brings standbys in line.
 func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	want := th.assignedTasks(assigned)
-	// Tasks suspended at the revocation and not assigned back are closed.
-	for id, t := range th.tasks {
-		if !want[id] {
-			th.closeTask(t, true)
-		}
+	info := th.info.Load()
+	if info == nil {
+		th.app.fail(errors.New("runtime: assigned partitions without an assignment from the balancer"))
+		return
 	}
-	for _, id := range slices.SortedFunc(maps.Keys(want), task.ID.Compare) {
-		if t, ok := th.tasks[id]; ok {
-			if t.State() == task.Suspended && th.resumable[id] {
-				if err := t.Resume(); err != nil {
-					th.app.fail(err)
-				}
-				th.app.replicas.add(t)
-				continue
-			}
-			if err := th.startRestoring(t); err != nil {
-				th.app.fail(err)
-			}
+	for _, id := range info.Active {
+		if _, ok := th.tasks[id]; ok {
 			continue
 		}
+		stores := th.app.registry.claimActive(th, id)
 		t, err := task.NewActive(task.Config{
 			ID:        id,
 			AppID:     th.app.cfg.ApplicationID,
 			Topology:  th.app.topo,
-			Changelog: func(store string) string { return changelog.TopicName(th.app.cfg.ApplicationID, store) },
+			Changelog: th.app.changelogTopic,
 			Open:      th.app.openStore,
+			Stores:    stores,
 			Budget:    th.budget,
 			Sender:    th,
 			Logger:    th.log,
@@ -420,12 +417,14 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 			continue
 		}
 		th.tasks[id] = t
+		th.app.registry.activeStarted(th, t)
 		if err := th.startRestoring(t); err != nil {
 			th.app.fail(err)
 		}
 	}
+	th.app.registry.setShare(th.idx, *info)
 	th.assigned.Store(true)
-	th.log.Info("assigned", "tasks", len(th.tasks))
+	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
 }
 
 // startRestoring pauses a task's input and hands its changelogs to the
@@ -453,7 +452,7 @@ func (th *thread) restoreStep() error {
 		if err := t.Restored(); err != nil {
 			return err
 		}
-		th.app.replicas.add(t)
+		th.app.registry.activeRunning(t)
 		th.cl.ResumeFetchPartitions(th.inputPartitions(id))
 	}
 	return nil
@@ -462,30 +461,26 @@ func (th *thread) restoreStep() error {
 func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]int32) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	th.assigned.Store(false)
 	if err := th.commit(ctx); err != nil {
 		th.log.Warn("commit on revocation failed; dropping uncommitted work", "err", err)
 		th.dropAll()
 		return
 	}
-	// Eager rebalancing revokes everything; keep the tasks (and their open
-	// stores) suspended in case they come back.
-	th.assigned.Store(false)
-	clear(th.resumable)
+	// Eager rebalancing revokes everything. The stores stay open in the
+	// registry, so a task assigned back — to this thread or another, as
+	// active or standby — keeps its state.
 	for _, t := range th.tasks {
 		th.rest.unregister(t)
-		th.resumable[t.ID()] = t.State() == task.Running
-		th.app.replicas.remove(t)
-		if t.State() == task.Restoring || t.State() == task.Running {
-			if err := t.Suspend(); err != nil {
-				th.app.fail(err)
-			}
-		}
+		th.app.registry.park(t)
+		delete(th.tasks, t.ID())
 	}
 }
 
 func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	th.assigned.Store(false)
 	th.log.Warn("partitions lost; closing tasks without committing")
 	th.dropAll()
 }
@@ -499,11 +494,8 @@ func (th *thread) dropAll() {
 }
 
 func (th *thread) closeTask(t *task.Active, clean bool) {
-	th.app.replicas.remove(t)
 	th.rest.unregister(t)
-	if err := t.Close(clean); err != nil {
-		th.log.Warn("close task", "task", t.ID(), "err", err)
-	}
+	th.app.registry.closeActive(t, clean)
 	delete(th.tasks, t.ID())
 }
 

@@ -1,0 +1,567 @@
+package assignor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// ProtocolName is the group protocol name the Balancer registers. All
+// members of an application must use it.
+const ProtocolName = "eddy"
+
+// DefaultEndOffsetsTimeout bounds the leader's end-offset lookup.
+const DefaultEndOffsetsTimeout = 10 * time.Second
+
+// BalancerConfig configures a Balancer.
+type BalancerConfig struct {
+	// Subscription returns this member's current state. It is called at
+	// every join, since store positions move. Version fields and
+	// OwnedActive/OwnedStandby are filled in by the Balancer. Required.
+	Subscription func() SubscriptionInfo
+	// Tasks maps every task of the application to its source topics; the
+	// task reads partition task.Partition of each. Required.
+	Tasks map[task.ID][]string
+	// Changelogs lists the changelog topics of each stateful sub-topology
+	// (the task of partition p uses partition p of each). A sub-topology
+	// is stateful exactly when it has an entry here, possibly empty for
+	// state that is not logged.
+	Changelogs map[int][]string
+	// EndOffsets returns the end offsets (high watermarks) of every
+	// partition of the given topics. Only the leader calls it, while
+	// balancing. When it is nil or fails, or leaves a partition out, the
+	// leader takes the highest position any member reports for that
+	// partition as its end, which still ranks replicas correctly.
+	EndOffsets func(ctx context.Context, topics []string) (map[string]map[int32]int64, error)
+	// EndOffsetsTimeout bounds EndOffsets (default 10 s).
+	EndOffsetsTimeout time.Duration
+	// Assignor configures Assign.
+	Assignor Config
+	// Now is the clock for the probing rebalance time (default time.Now).
+	Now func() time.Time
+	// OnAssignment receives this member's decoded assignment whenever the
+	// member syncs, before kgo calls OnPartitionsAssigned. It runs on
+	// kgo's group goroutine and must not block. When ErrorCode is not
+	// ErrNone the assignment is empty and the member must rejoin soon
+	// (kgo.Client.ForceRebalance, called from another goroutine); its next
+	// subscription already uses a version the group can read. When
+	// NextProbingRebalanceMs is set, the application should call
+	// ForceRebalance at that time; positions will have moved, so the
+	// changed subscription makes the coordinator rebalance.
+	OnAssignment func(AssignmentInfo)
+	// Logger receives balancing logs (default: discarded).
+	Logger *slog.Logger
+}
+
+// Validate reports a configuration that cannot be used.
+func (c BalancerConfig) Validate() error {
+	var errs []error
+	if c.Subscription == nil {
+		errs = append(errs, errors.New("assignor: BalancerConfig.Subscription is required"))
+	}
+	if len(c.Tasks) == 0 {
+		errs = append(errs, errors.New("assignor: BalancerConfig.Tasks is empty"))
+	}
+	for id, topics := range c.Tasks {
+		if len(topics) == 0 {
+			errs = append(errs, fmt.Errorf("assignor: task %v has no source topics", id))
+		}
+	}
+	if c.EndOffsetsTimeout < 0 {
+		errs = append(errs, fmt.Errorf("assignor: EndOffsetsTimeout %v is negative", c.EndOffsetsTimeout))
+	}
+	if err := c.Assignor.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Balancer is the kgo.GroupBalancer of an Eddy application: eager (not
+// cooperative), protocol "eddy", with SubscriptionInfo as join metadata and
+// AssignmentInfo as assignment. Each kgo client (group member) needs its own
+// Balancer, since it remembers that member's last assignment and protocol
+// version. Several members may share a process ID, one per stream thread:
+// Assign places tasks on processes and the Balancer spreads each process's
+// tasks over its members, whole tasks to one member, balanced by the members'
+// capacities and sticky to what each member held.
+type Balancer struct {
+	cfg    BalancerConfig
+	format *format
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	version int32 // the version this member subscribes with
+	last    AssignmentInfo
+}
+
+var _ kgo.GroupBalancer = (*Balancer)(nil)
+
+// NewBalancer returns a Balancer; pass it to kgo.Balancers.
+func NewBalancer(cfg BalancerConfig) (*Balancer, error) {
+	return newBalancer(cfg, defaultFormat)
+}
+
+func newBalancer(cfg BalancerConfig, f *format) (*Balancer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.EndOffsetsTimeout == 0 {
+		cfg.EndOffsetsTimeout = DefaultEndOffsetsTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Assignor = cfg.Assignor.normalized()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Balancer{cfg: cfg, format: f, log: log, version: f.latest}, nil
+}
+
+// ProtocolName implements kgo.GroupBalancer.
+func (*Balancer) ProtocolName() string { return ProtocolName }
+
+// IsCooperative implements kgo.GroupBalancer: the protocol is eager.
+func (*Balancer) IsCooperative() bool { return false }
+
+// JoinGroupMetadata implements kgo.GroupBalancer: the encoded
+// SubscriptionInfo. Equal states encode to equal bytes, so an unchanged
+// member does not make the coordinator rebalance.
+func (b *Balancer) JoinGroupMetadata([]string, map[string][]int32, int32) []byte {
+	info := b.cfg.Subscription()
+	b.mu.Lock()
+	version := b.version
+	info.OwnedActive = slices.Clone(b.last.Active)
+	info.OwnedStandby = slices.Concat(b.last.Standby, b.last.Warmup)
+	b.mu.Unlock()
+	enc, err := b.format.encodeSubscription(info, version)
+	if err != nil {
+		// Only an unsupported version fails, and b.version is always
+		// one of ours.
+		panic(fmt.Sprintf("assignor: encoding subscription: %v", err))
+	}
+	return enc
+}
+
+// ParseSyncAssignment implements kgo.GroupBalancer: it decodes this member's
+// AssignmentInfo, hands it to OnAssignment, and returns the source partitions
+// of the member's active tasks. Standby and warmup partitions are not
+// consumed through the group.
+func (b *Balancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
+	if len(assignment) == 0 {
+		// The leader gave us nothing (or skipped assignment): no tasks.
+		b.deliver(AssignmentInfo{})
+		return map[string][]int32{}, nil
+	}
+	a, err := b.format.decodeAssignment(assignment)
+	var uv *UnsupportedVersionError
+	switch {
+	case errors.As(err, &uv):
+		b.log.Warn("assignment in a version this member cannot read; rejoining with its own",
+			"version", uv.Version, "leader_latest", uv.LatestSupported, "our_latest", b.format.latest)
+		b.mu.Lock()
+		b.version = b.format.latest
+		b.mu.Unlock()
+		b.deliver(AssignmentInfo{Version: uv.Version, LatestSupportedVersion: uv.LatestSupported, ErrorCode: ErrUnsupportedVersion})
+		return map[string][]int32{}, nil
+	case err != nil:
+		return nil, err
+	}
+
+	b.mu.Lock()
+	switch {
+	case a.ErrorCode == ErrVersionProbing:
+		b.version = min(b.format.latest, a.LatestSupportedVersion)
+	case a.LatestSupportedVersion > b.version:
+		// The leader reads newer versions than we last spoke; subscribe
+		// with the newest we share from the next join on.
+		b.version = min(b.format.latest, a.LatestSupportedVersion)
+	}
+	b.mu.Unlock()
+	if a.ErrorCode != ErrNone {
+		b.log.Info("group asked members to rejoin", "error", a.ErrorCode, "version", b.currentVersion())
+		b.deliver(a)
+		return map[string][]int32{}, nil
+	}
+
+	out := map[string][]int32{}
+	for _, t := range a.Active {
+		topics, ok := b.cfg.Tasks[t]
+		if !ok {
+			b.log.Warn("assigned a task this member's topology does not have", "task", t)
+			continue
+		}
+		for _, topic := range topics {
+			out[topic] = append(out[topic], t.Partition)
+		}
+	}
+	for _, ps := range out {
+		slices.Sort(ps)
+	}
+	b.deliver(a)
+	return out, nil
+}
+
+func (b *Balancer) currentVersion() int32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.version
+}
+
+func (b *Balancer) deliver(a AssignmentInfo) {
+	b.mu.Lock()
+	if a.ErrorCode == ErrNone {
+		b.last = a
+	}
+	b.mu.Unlock()
+	if b.cfg.OnAssignment != nil {
+		b.cfg.OnAssignment(a)
+	}
+}
+
+// member is one group member as the leader sees it.
+type member struct {
+	id      string
+	sub     SubscriptionInfo
+	process string
+}
+
+// memberBalancer balances one generation; kgo creates one per rebalance on
+// the leader.
+type memberBalancer struct {
+	b       *Balancer
+	members []member
+	// probing is set when some subscription is in a version we cannot
+	// read; version is what assignments are encoded in.
+	probing bool
+	version int32
+}
+
+// MemberBalancer implements kgo.GroupBalancer. It decodes every member's
+// subscription and names all source topics as the group's topics.
+func (b *Balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
+	mb := &memberBalancer{b: b}
+	var latest []int32
+	for _, m := range members {
+		s, err := b.format.decodeSubscription(m.ProtocolMetadata)
+		var uv *UnsupportedVersionError
+		switch {
+		case errors.As(err, &uv):
+			mb.probing = true
+			b.log.Info("member subscribed with a version newer than ours; asking the group to rejoin with ours",
+				"member", m.MemberID, "version", uv.Version, "our_latest", b.format.latest)
+		case err != nil:
+			return nil, nil, fmt.Errorf("assignor: member %s: %w", m.MemberID, err)
+		}
+		latest = append(latest, s.LatestSupportedVersion)
+		process := s.ProcessID
+		if process == "" {
+			process = "member:" + m.MemberID
+		}
+		mb.members = append(mb.members, member{id: m.MemberID, sub: s, process: process})
+	}
+	slices.SortFunc(mb.members, func(x, y member) int {
+		if x.id < y.id {
+			return -1
+		} else if x.id > y.id {
+			return 1
+		}
+		return 0
+	})
+	mb.version = negotiate(b.format.latest, latest)
+	topics := map[string]struct{}{}
+	for _, ts := range b.cfg.Tasks {
+		for _, t := range ts {
+			topics[t] = struct{}{}
+		}
+	}
+	return mb, topics, nil
+}
+
+// syncAssignments is a finished plan.
+type syncAssignments []kmsg.SyncGroupRequestGroupAssignment
+
+func (s syncAssignments) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment { return s }
+
+// Balance implements kgo.GroupMemberBalancer; kgo calls BalanceOrError
+// instead.
+func (mb *memberBalancer) Balance(topics map[string]int32) kgo.IntoSyncAssignment {
+	plan, err := mb.BalanceOrError(topics)
+	if err != nil {
+		mb.b.log.Error("balance failed", "err", err)
+		return syncAssignments{}
+	}
+	return plan
+}
+
+// BalanceOrError implements kgo.GroupMemberBalancerOrError.
+func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncAssignment, error) {
+	b := mb.b
+	infos := make(map[string]AssignmentInfo, len(mb.members))
+	if mb.probing {
+		for _, m := range mb.members {
+			infos[m.id] = AssignmentInfo{ErrorCode: ErrVersionProbing}
+		}
+		return mb.encode(infos)
+	}
+	b.checkPartitions(topics)
+
+	in, byProcess := mb.input()
+	out := Assign(b.cfg.Assignor, in)
+
+	var nextProbe int64
+	if out.FollowupRebalance {
+		nextProbe = b.cfg.Now().Add(out.ProbingRebalanceInterval).UnixMilli()
+	}
+	activeByHost, standbyByHost := map[string][]task.ID{}, map[string][]task.ID{}
+	for _, pid := range slices.Sorted(maps.Keys(byProcess)) {
+		ca := out.Clients[pid]
+		if host := byProcess[pid][0].sub.Endpoint; host != "" {
+			activeByHost[host] = append(activeByHost[host], ca.Active...)
+			standbyByHost[host] = append(standbyByHost[host], slices.Concat(ca.Standby, ca.Warmup)...)
+		}
+	}
+	for h, ts := range activeByHost {
+		activeByHost[h] = sortedIDs(ts)
+	}
+	for h, ts := range standbyByHost {
+		standbyByHost[h] = sortedIDs(ts)
+	}
+	for pid, ms := range byProcess {
+		for i, share := range spreadOverMembers(ms, out.Clients[pid], in.Tasks) {
+			share.NextProbingRebalanceMs = nextProbe
+			share.PartitionsByHost = activeByHost
+			share.StandbyPartitionsByHost = standbyByHost
+			infos[ms[i].id] = share
+		}
+	}
+	b.log.Info("balanced group", "members", len(mb.members), "processes", len(byProcess),
+		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version)
+	return mb.encode(infos)
+}
+
+func (mb *memberBalancer) encode(infos map[string]AssignmentInfo) (kgo.IntoSyncAssignment, error) {
+	plan := make(syncAssignments, 0, len(mb.members))
+	for _, m := range mb.members {
+		enc, err := mb.b.format.encodeAssignment(infos[m.id], mb.version)
+		if err != nil {
+			return nil, err
+		}
+		a := kmsg.NewSyncGroupRequestGroupAssignment()
+		a.MemberID = m.id
+		a.MemberAssignment = enc
+		plan = append(plan, a)
+	}
+	return plan, nil
+}
+
+// checkPartitions logs tasks whose source partitions the cluster lacks;
+// such a task is still assigned but its member will read nothing.
+func (b *Balancer) checkPartitions(counts map[string]int32) {
+	missing := 0
+	for id, topics := range b.cfg.Tasks {
+		for _, t := range topics {
+			if n, ok := counts[t]; ok && id.Partition >= n {
+				missing++
+				break
+			}
+		}
+	}
+	if missing > 0 {
+		b.log.Warn("tasks read partitions that do not exist", "tasks", missing)
+	}
+}
+
+func sortedIDs(ts []task.ID) []task.ID {
+	s := slices.SortedFunc(slices.Values(ts), task.ID.Compare)
+	return slices.Compact(s)
+}
+
+// input merges members into processes and turns positions into lags.
+func (mb *memberBalancer) input() (Input, map[string][]member) {
+	b := mb.b
+	in := Input{Tasks: make(map[task.ID]TaskInfo, len(b.cfg.Tasks)), Clients: map[string]ClientState{}}
+	for id := range b.cfg.Tasks {
+		_, stateful := b.cfg.Changelogs[id.SubTopology]
+		in.Tasks[id] = TaskInfo{Stateful: stateful}
+	}
+	byProcess := map[string][]member{}
+	for _, m := range mb.members {
+		byProcess[m.process] = append(byProcess[m.process], m)
+	}
+
+	// Per process: the strongest role and the furthest position reported
+	// by any of its members for each task directory.
+	type dir struct {
+		role      TaskRole
+		positions map[string]int64
+	}
+	dirs := map[string]map[task.ID]*dir{}
+	maxPos := map[string]map[int32]int64{}
+	for pid, ms := range byProcess {
+		dirs[pid] = map[task.ID]*dir{}
+		for _, m := range ms {
+			for _, t := range m.sub.Tasks {
+				if !in.Tasks[t.Task].Stateful {
+					continue
+				}
+				d := dirs[pid][t.Task]
+				if d == nil {
+					d = &dir{positions: map[string]int64{}}
+					dirs[pid][t.Task] = d
+				}
+				d.role = max(d.role, t.Role)
+				for topic, pos := range t.Positions {
+					if old, ok := d.positions[topic]; !ok || pos > old {
+						d.positions[topic] = pos
+					}
+					if maxPos[topic] == nil {
+						maxPos[topic] = map[int32]int64{}
+					}
+					maxPos[topic][t.Task.Partition] = max(maxPos[topic][t.Task.Partition], pos)
+				}
+			}
+		}
+	}
+	ends := b.endOffsets()
+	end := func(topic string, p int32) int64 {
+		if e, ok := ends[topic][p]; ok {
+			return e
+		}
+		return maxPos[topic][p]
+	}
+
+	for pid, ms := range byProcess {
+		cs := ClientState{Tags: ms[0].sub.Tags, Lags: map[task.ID]int64{}}
+		for _, m := range ms {
+			cs.Capacity += max(1, int(m.sub.Capacity))
+			for _, t := range m.sub.OwnedActive {
+				if ti, ok := in.Tasks[t]; ok && !ti.Stateful {
+					cs.PrevActive = append(cs.PrevActive, t)
+				}
+			}
+			cs.PrevStandby = append(cs.PrevStandby, m.sub.OwnedStandby...)
+		}
+		for id, d := range dirs[pid] {
+			switch {
+			case d.role == RoleActive:
+				cs.PrevActive = append(cs.PrevActive, id)
+				cs.Lags[id] = LagRunning
+				continue
+			case d.role == RoleStandby:
+				cs.PrevStandby = append(cs.PrevStandby, id)
+			}
+			topics := b.cfg.Changelogs[id.SubTopology]
+			if len(topics) == 0 {
+				continue
+			}
+			var lag int64
+			for _, topic := range topics {
+				pos, ok := d.positions[topic]
+				if !ok || pos < 0 {
+					pos = 0
+				}
+				lag += max(0, end(topic, id.Partition)-pos)
+			}
+			cs.Lags[id] = lag
+		}
+		in.Clients[pid] = cs
+	}
+	return in, byProcess
+}
+
+// endOffsets fetches the changelogs' end offsets, or returns nil when it
+// cannot; lags then fall back to the furthest reported positions.
+func (b *Balancer) endOffsets() map[string]map[int32]int64 {
+	if b.cfg.EndOffsets == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, ts := range b.cfg.Changelogs {
+		for _, t := range ts {
+			set[t] = true
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EndOffsetsTimeout)
+	defer cancel()
+	ends, err := b.cfg.EndOffsets(ctx, slices.Sorted(maps.Keys(set)))
+	if err != nil {
+		b.log.Warn("cannot fetch changelog end offsets; ranking replicas by reported positions", "err", err)
+		return nil
+	}
+	return ends
+}
+
+// spreadOverMembers splits a process's assignment over its members (sorted
+// by member ID): stateful actives by capacity, then stateless actives so that
+// all actives are even, then standbys and warmups; each task stays with the
+// member that held it where balance allows.
+func spreadOverMembers(ms []member, ca ClientAssignment, tasks map[task.ID]TaskInfo) []AssignmentInfo {
+	caps := make([]int, len(ms))
+	for i, m := range ms {
+		caps[i] = max(1, int(m.sub.Capacity))
+	}
+	prevOf := func(ts []task.ID, owned func(member) []task.ID) []int {
+		prev := filled(len(ts), -1)
+		for i, t := range ts {
+			for j, m := range ms {
+				if slices.Contains(owned(m), t) {
+					prev[i] = j
+					break
+				}
+			}
+		}
+		return prev
+	}
+	ownedActive := func(m member) []task.ID { return m.sub.OwnedActive }
+	ownedStandby := func(m member) []task.ID { return m.sub.OwnedStandby }
+
+	var sf, sl []task.ID
+	for _, t := range ca.Active {
+		if tasks[t].Stateful {
+			sf = append(sf, t)
+		} else {
+			sl = append(sl, t)
+		}
+	}
+	lo, hi := bounds(len(sf), caps, len(sf))
+	sfOwner, sfLoad := (&spreader{caps: caps, lo: lo, hi: hi}).spread(prevOf(sf, ownedActive), make([]int, len(ms)))
+	lo, hi = bounds(len(ca.Active), caps, len(ca.Active))
+	slOwner, _ := (&spreader{caps: caps, lo: lo, hi: hi}).spread(prevOf(sl, ownedActive), sfLoad)
+	replicas := slices.Concat(ca.Standby, ca.Warmup)
+	lo, hi = bounds(len(replicas), caps, len(replicas))
+	rOwner, _ := (&spreader{caps: caps, lo: lo, hi: hi}).spread(prevOf(replicas, ownedStandby), make([]int, len(ms)))
+
+	out := make([]AssignmentInfo, len(ms))
+	for i, t := range sf {
+		out[sfOwner[i]].Active = append(out[sfOwner[i]].Active, t)
+	}
+	for i, t := range sl {
+		out[slOwner[i]].Active = append(out[slOwner[i]].Active, t)
+	}
+	for i, t := range replicas {
+		if i < len(ca.Standby) {
+			out[rOwner[i]].Standby = append(out[rOwner[i]].Standby, t)
+		} else {
+			out[rOwner[i]].Warmup = append(out[rOwner[i]].Warmup, t)
+		}
+	}
+	for i := range out {
+		out[i].Active = sortedIDs(out[i].Active)
+	}
+	return out
+}

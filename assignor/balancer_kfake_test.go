@@ -1,0 +1,150 @@
+package assignor
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// TestBalancerWithKfake runs two kgo clients in one group on the in-process
+// broker with the Balancer and checks that they split the tasks: whole tasks
+// (all source topics of a partition together), disjoint, covering all.
+func TestBalancerWithKfake(t *testing.T) {
+	const parts = 4
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "left", "right", "events"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close) // runs after the clients' cleanups
+	tasks, changelogs := testTopology(parts, parts)
+
+	type state struct {
+		mu       sync.Mutex
+		assigned map[string][]int32
+		info     AssignmentInfo
+	}
+	start := func(process string) (*kgo.Client, *state) {
+		st := &state{}
+		b, err := NewBalancer(BalancerConfig{
+			Subscription: func() SubscriptionInfo {
+				return SubscriptionInfo{ProcessID: process, Endpoint: process + ":8080", Capacity: 1}
+			},
+			Tasks:        tasks,
+			Changelogs:   changelogs,
+			Assignor:     DefaultConfig(),
+			OnAssignment: func(a AssignmentInfo) { st.mu.Lock(); st.info = a; st.mu.Unlock() },
+		})
+		require.NoError(t, err)
+		cl, err := kgo.NewClient(
+			kgo.SeedBrokers(cluster.ListenAddrs()...),
+			kgo.ConsumerGroup("eddy-balancer-test"),
+			kgo.ConsumeTopics("left", "right", "events"),
+			kgo.Balancers(b),
+			kgo.HeartbeatInterval(100*time.Millisecond),
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				st.mu.Lock()
+				st.assigned = maps.Clone(m)
+				st.mu.Unlock()
+			}),
+			kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {
+				st.mu.Lock()
+				st.assigned = nil
+				st.mu.Unlock()
+			}),
+		)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for ctx.Err() == nil {
+				cl.PollFetches(ctx)
+			}
+		}()
+		t.Cleanup(func() { cancel(); <-done; cl.Close() })
+		return cl, st
+	}
+
+	_, s1 := start("proc-1")
+	_, s2 := start("proc-2")
+
+	var last string
+	settled := func() bool {
+		got := map[string]map[string][]int32{}
+		infos := map[string]AssignmentInfo{}
+		for name, s := range map[string]*state{"proc-1": s1, "proc-2": s2} {
+			s.mu.Lock()
+			got[name], infos[name] = s.assigned, s.info
+			s.mu.Unlock()
+		}
+		last = fmt.Sprintf("assigned %v, infos %v", got, infos)
+		if len(got["proc-1"]) == 0 || len(got["proc-2"]) == 0 {
+			return false
+		}
+		owner := map[task.ID]string{}
+		for name, parts := range got {
+			for tk, topics := range tasks {
+				n := 0
+				for _, topic := range topics {
+					for _, p := range parts[topic] {
+						if p == tk.Partition {
+							n++
+						}
+					}
+				}
+				if n != 0 && n != len(topics) {
+					return false // part of a task: not settled, or wrong
+				}
+				if n > 0 {
+					if owner[tk] != "" {
+						return false
+					}
+					owner[tk] = name
+				}
+			}
+			if !equalIDs(infos[name].Active, tasksOf(owner, name)) {
+				return false
+			}
+		}
+		return len(owner) == len(tasks)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !settled() {
+		require.True(t, time.Now().Before(deadline), "no settled split; last seen: %s", last)
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	s1.mu.Lock()
+	defer s1.mu.Unlock()
+	require.Len(t, s1.info.Active, parts, "balanced: half of the %d tasks each", 2*parts)
+	require.Len(t, s1.info.PartitionsByHost, 2)
+}
+
+func tasksOf(owner map[task.ID]string, name string) []task.ID {
+	var out []task.ID
+	for tk, o := range owner {
+		if o == name {
+			out = append(out, tk)
+		}
+	}
+	return sortedIDs(out)
+}
+
+func equalIDs(a, b []task.ID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,273 @@
+package assignor
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// fakeV2 is a format that speaks versions 1 and 2, where version 2 is
+// version 1 with an extra trailing field, as a future Eddy might define it.
+var fakeV2 = &format{min: 1, latest: 2, codecs: map[int32]codec{
+	1: v1Codec,
+	2: {
+		writeSub:   func(w *writer, s *SubscriptionInfo) { writeSubV1(w, s); w.str("v2-extra") },
+		readSub:    func(r *reader, s *SubscriptionInfo) { readSubV1(r, s); _ = r.str() },
+		writeAssig: func(w *writer, a *AssignmentInfo) { writeAssigV1(w, a); w.str("v2-extra") },
+		readAssig:  func(r *reader, a *AssignmentInfo) { readAssigV1(r, a); _ = r.str() },
+	},
+}}
+
+func sampleSubscription() SubscriptionInfo {
+	return SubscriptionInfo{
+		ProcessID: "6f1c2a9e-process",
+		Endpoint:  "10.0.0.7:8080",
+		Capacity:  3,
+		Tags:      map[string]string{"zone": "eu-1a", "rack": "r7"},
+		Tasks: []TaskOffsets{
+			{Task: tid(0, 1), Role: RoleActive, Positions: map[string]int64{"app-counts-changelog": 1234, "app-other-changelog": 0}},
+			{Task: tid(0, 3), Role: RoleStandby, Positions: map[string]int64{"app-counts-changelog": 1 << 40}},
+			{Task: tid(2, 0), Role: RoleNone, Positions: map[string]int64{"app-x-changelog": -1}},
+			{Task: tid(3, 7), Role: RoleNone},
+		},
+		OwnedActive:  []task.ID{tid(0, 1), tid(1, 1)},
+		OwnedStandby: []task.ID{tid(0, 3)},
+	}
+}
+
+func sampleAssignment() AssignmentInfo {
+	return AssignmentInfo{
+		ErrorCode:              ErrNone,
+		Active:                 []task.ID{tid(0, 1), tid(1, 1)},
+		Standby:                []task.ID{tid(0, 3)},
+		Warmup:                 []task.ID{tid(0, 5)},
+		NextProbingRebalanceMs: 1_767_225_600_000,
+		PartitionsByHost: map[string][]task.ID{
+			"10.0.0.7:8080": {tid(0, 1), tid(1, 1)},
+			"10.0.0.8:8080": {tid(0, 0), tid(0, 3)},
+		},
+		StandbyPartitionsByHost: map[string][]task.ID{
+			"10.0.0.7:8080": {tid(0, 3), tid(0, 5)},
+		},
+	}
+}
+
+func TestSubscriptionRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    SubscriptionInfo
+	}{
+		{"full", sampleSubscription()},
+		{"empty", SubscriptionInfo{}},
+		{"unicode", SubscriptionInfo{ProcessID: "prøcess-ü", Endpoint: "[::1]:9", Tags: map[string]string{"zöne": ""}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := EncodeSubscription(tc.s, 1)
+			require.NoError(t, err)
+			got, err := DecodeSubscription(b)
+			require.NoError(t, err)
+			want := tc.s
+			want.Version, want.LatestSupportedVersion = 1, LatestSupportedVersion
+			require.Equal(t, want, got)
+
+			again, err := EncodeSubscription(got, 1)
+			require.NoError(t, err)
+			require.Equal(t, b, again)
+		})
+	}
+}
+
+func TestSubscriptionEncodingIsDeterministic(t *testing.T) {
+	a := sampleSubscription()
+	b := sampleSubscription()
+	// Same content, other order: the bytes must not change, or the broker
+	// would see changed metadata and rebalance for nothing.
+	b.Tasks[0], b.Tasks[2] = b.Tasks[2], b.Tasks[0]
+	b.OwnedActive[0], b.OwnedActive[1] = b.OwnedActive[1], b.OwnedActive[0]
+	var first []byte
+	for i := range 20 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		enc, err := EncodeSubscription(s, 1)
+		require.NoError(t, err)
+		if first == nil {
+			first = enc
+		}
+		require.Equal(t, first, enc)
+	}
+}
+
+func TestAssignmentRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    AssignmentInfo
+	}{
+		{"full", sampleAssignment()},
+		{"empty", AssignmentInfo{}},
+		{"probing", AssignmentInfo{ErrorCode: ErrVersionProbing}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := EncodeAssignment(tc.a, 1)
+			require.NoError(t, err)
+			got, err := DecodeAssignment(b)
+			require.NoError(t, err)
+			want := tc.a
+			want.Version, want.LatestSupportedVersion = 1, LatestSupportedVersion
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+func TestDecodeMalformed(t *testing.T) {
+	good, err := EncodeSubscription(sampleSubscription(), 1)
+	require.NoError(t, err)
+	goodA, err := EncodeAssignment(sampleAssignment(), 1)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"nil", nil},
+		{"short header", []byte{0xED, 0xD1, 0, 0, 0, 1}},
+		{"no magic", []byte{0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}},
+		{"version above sender's latest", []byte{0xED, 0xD1, 0, 0, 0, 2, 0, 0, 0, 1}},
+		{"header only", []byte{0xED, 0xD1, 0, 0, 0, 1, 0, 0, 0, 1}},
+		{"trailing byte", append(append([]byte{}, good...), 0)},
+		{"huge length", []byte{0xED, 0xD1, 0, 0, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeSubscription(tc.b)
+			require.ErrorIs(t, err, ErrMalformed)
+			_, err = DecodeAssignment(tc.b)
+			require.ErrorIs(t, err, ErrMalformed)
+		})
+	}
+	// Every truncation of a valid encoding is an error, never a panic.
+	for n := range len(good) {
+		_, err := DecodeSubscription(good[:n])
+		require.Error(t, err, "subscription cut at %d", n)
+	}
+	for n := range len(goodA) {
+		_, err := DecodeAssignment(goodA[:n])
+		require.Error(t, err, "assignment cut at %d", n)
+	}
+}
+
+func TestVersionNegotiation(t *testing.T) {
+	sub := sampleSubscription()
+
+	t.Run("encoding an unsupported version fails", func(t *testing.T) {
+		_, err := EncodeSubscription(sub, 2)
+		var uv *UnsupportedVersionError
+		require.ErrorAs(t, err, &uv)
+		_, err = EncodeAssignment(AssignmentInfo{}, 0)
+		require.ErrorAs(t, err, &uv)
+	})
+
+	t.Run("a v1 build reads the header of a v2 subscription", func(t *testing.T) {
+		b, err := fakeV2.encodeSubscription(sub, 2)
+		require.NoError(t, err)
+		got, err := DecodeSubscription(b)
+		var uv *UnsupportedVersionError
+		require.ErrorAs(t, err, &uv)
+		require.Equal(t, UnsupportedVersionError{Version: 2, LatestSupported: 2, MinSupported: 1, MaxSupported: 1}, *uv)
+		require.Equal(t, SubscriptionInfo{Version: 2, LatestSupportedVersion: 2}, got)
+	})
+
+	t.Run("a v2 build reads v1 and v2", func(t *testing.T) {
+		for _, v := range []int32{1, 2} {
+			b, err := fakeV2.encodeSubscription(sub, v)
+			require.NoError(t, err)
+			got, err := fakeV2.decodeSubscription(b)
+			require.NoError(t, err)
+			require.Equal(t, v, got.Version)
+			require.Equal(t, int32(2), got.LatestSupportedVersion)
+			require.Equal(t, sub.Tasks, got.Tasks)
+		}
+		// A v2 sender downgraded to v1 is readable by v1 builds.
+		b, err := fakeV2.encodeSubscription(sub, 1)
+		require.NoError(t, err)
+		got, err := DecodeSubscription(b)
+		require.NoError(t, err)
+		require.Equal(t, int32(2), got.LatestSupportedVersion)
+	})
+
+	t.Run("a v1 member given a v2 assignment reports it", func(t *testing.T) {
+		b, err := fakeV2.encodeAssignment(sampleAssignment(), 2)
+		require.NoError(t, err)
+		got, err := DecodeAssignment(b)
+		var uv *UnsupportedVersionError
+		require.ErrorAs(t, err, &uv)
+		require.Equal(t, int32(2), got.Version)
+	})
+
+	t.Run("leader encodes for the lowest", func(t *testing.T) {
+		require.Equal(t, int32(1), negotiate(2, []int32{2, 1, 2}))
+		require.Equal(t, int32(2), negotiate(2, []int32{2, 3}))
+		require.Equal(t, int32(1), negotiate(1, []int32{2}))
+		require.Equal(t, int32(2), negotiate(2, nil))
+	})
+}
+
+func FuzzDecodeSubscription(f *testing.F) {
+	for _, s := range []SubscriptionInfo{sampleSubscription(), {}} {
+		b, err := EncodeSubscription(s, 1)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	b, _ := fakeV2.encodeSubscription(sampleSubscription(), 2)
+	f.Add(b)
+	f.Add([]byte{})
+	f.Add([]byte{0xED, 0xD1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeSubscription(b)
+		if err != nil {
+			var uv *UnsupportedVersionError
+			if !errors.Is(err, ErrMalformed) && !errors.As(err, &uv) {
+				t.Fatalf("unexpected error type %T: %v", err, err)
+			}
+			return
+		}
+		// Whatever decodes re-encodes to something that decodes equal,
+		// the sender's latest version aside (the header carries ours).
+		enc, err := EncodeSubscription(s, s.Version)
+		require.NoError(t, err)
+		s2, err := DecodeSubscription(enc)
+		require.NoError(t, err)
+		s.LatestSupportedVersion = LatestSupportedVersion
+		require.Equal(t, s, s2)
+	})
+}
+
+func FuzzDecodeAssignment(f *testing.F) {
+	for _, a := range []AssignmentInfo{sampleAssignment(), {}, {ErrorCode: ErrVersionProbing}} {
+		b, err := EncodeAssignment(a, 1)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	b, _ := fakeV2.encodeAssignment(sampleAssignment(), 2)
+	f.Add(b)
+	f.Add(binary.BigEndian.AppendUint32([]byte{0xED, 0xD1, 0, 0, 0, 1}, 1))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := DecodeAssignment(b)
+		if err != nil {
+			var uv *UnsupportedVersionError
+			if !errors.Is(err, ErrMalformed) && !errors.As(err, &uv) {
+				t.Fatalf("unexpected error type %T: %v", err, err)
+			}
+			return
+		}
+		enc, err := EncodeAssignment(a, a.Version)
+		require.NoError(t, err)
+		a2, err := DecodeAssignment(enc)
+		require.NoError(t, err)
+		a.LatestSupportedVersion = LatestSupportedVersion
+		require.Equal(t, a, a2)
+	})
+}

@@ -1,0 +1,541 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+)
+
+// Role is what an instance does with its replica of a task's state.
+type Role int
+
+// The roles of a replica.
+const (
+	// RoleIdle: stores open, nobody processing or following them, between
+	// a revocation and the assignment after it.
+	RoleIdle Role = iota
+	// RoleRestoring: an active task reading its changelogs before it runs.
+	RoleRestoring
+	// RoleActive: an active task that is running.
+	RoleActive
+	// RoleStandby: a standby replica following its changelogs.
+	RoleStandby
+	// RoleWarmup: a standby replica placed to catch up before its task
+	// moves here.
+	RoleWarmup
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleIdle:
+		return "idle"
+	case RoleRestoring:
+		return "restoring"
+	case RoleActive:
+		return "active"
+	case RoleStandby:
+		return "standby"
+	case RoleWarmup:
+		return "warmup"
+	}
+	return fmt.Sprintf("Role(%d)", int(r))
+}
+
+// replica is one task's state held open by this instance.
+type replica struct {
+	id      task.ID
+	role    Role
+	stores  []*task.StoreHandle
+	standby *task.Standby // RoleStandby, RoleWarmup
+	owner   *thread       // RoleRestoring, RoleActive
+	// caughtUp is when the replica was last known to have no lag.
+	caughtUp time.Time
+}
+
+// diskState is a task directory left on disk by a task no longer held.
+type diskState struct {
+	positions map[string]int64 // changelog topic → position
+	since     time.Time
+}
+
+// registry is the instance's record of every task whose state it holds:
+// actives (owned by stream threads), standbys (followed by the registry's
+// own changelog reader), idle stores between a revocation and the next
+// assignment, and directories left on disk. It is the one place that
+// decides when stores open and close, so that state moving between roles —
+// a standby promoted, an active demoted, a task moving between threads —
+// keeps its open stores and never rereads what it has.
+type registry struct {
+	app      *App
+	log      *slog.Logger
+	follower *changelog.Reader
+	cancel   context.CancelFunc
+	exited   chan struct{}
+
+	mu     sync.Mutex
+	reps   map[task.ID]*replica
+	shares map[int]assignor.AssignmentInfo // latest assignment of each thread
+	onDisk map[task.ID]diskState
+	closed bool
+}
+
+func newRegistry(a *App) (*registry, error) {
+	rd, err := changelog.NewReader(changelog.ReaderConfig{
+		Seeds:      a.cfg.Brokers,
+		ClientOpts: append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
+		Logger:     a.log.With("reader", "standby"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: standby changelog reader: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &registry{
+		app:      a,
+		log:      a.log,
+		follower: rd,
+		cancel:   cancel,
+		exited:   make(chan struct{}),
+		reps:     make(map[task.ID]*replica),
+		shares:   make(map[int]assignor.AssignmentInfo),
+		onDisk:   make(map[task.ID]diskState),
+	}
+	if err := r.scanDisk(); err != nil {
+		cancel()
+		rd.Close()
+		return nil, err
+	}
+	go r.follow(ctx)
+	go r.janitor(ctx)
+	return r, nil
+}
+
+// persistentLogged lists the stores of a sub-topology whose state survives
+// on disk and can be brought up to date from a changelog.
+func (r *registry) persistentLogged(sub int) []string {
+	var out []string
+	for _, s := range r.app.topo.SubTopologies()[sub].Stores {
+		if s.Persistent && s.Logged {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// scanDisk finds the task directories a previous run left and reads their
+// stores' positions, so the first subscription can report them.
+func (r *registry) scanDisk() error {
+	entries, err := os.ReadDir(r.app.appDir())
+	if err != nil {
+		return fmt.Errorf("runtime: read state directory: %w", err)
+	}
+	subs := r.app.topo.SubTopologies()
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id, err := task.ParseID(e.Name())
+		if err != nil || id.SubTopology >= len(subs) || id.Partition >= r.app.plan.subPartitions[id.SubTopology] {
+			r.log.Warn("ignoring unknown folder in the state directory", "folder", e.Name())
+			continue
+		}
+		positions := make(map[string]int64)
+		for _, name := range r.persistentLogged(id.SubTopology) {
+			dir := filepath.Join(task.Dir(r.app.appDir(), id), name)
+			if _, err := os.Stat(dir); err != nil {
+				continue
+			}
+			s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+			if err != nil {
+				return fmt.Errorf("runtime: open store %s of task %s: %w", name, id, err)
+			}
+			pos, err := s.Position()
+			s.Close()
+			if err != nil {
+				return fmt.Errorf("runtime: read position of store %s of task %s: %w", name, id, err)
+			}
+			if pos != statestore.NoPosition {
+				positions[changelog.TopicName(r.app.cfg.ApplicationID, name)] = pos
+			}
+		}
+		info, _ := e.Info()
+		since := time.Now()
+		if info != nil {
+			since = info.ModTime()
+		}
+		r.onDisk[id] = diskState{positions: positions, since: since}
+	}
+	return nil
+}
+
+// positions reads the changelog positions of a replica's logged stores.
+func positions(stores []*task.StoreHandle) map[string]int64 {
+	out := make(map[string]int64)
+	for _, h := range stores {
+		if h.Changelog == "" {
+			continue
+		}
+		if pos, err := h.Inner.Position(); err == nil && pos != statestore.NoPosition {
+			out[h.Changelog] = pos
+		}
+	}
+	return out
+}
+
+// subscription is the part of the member's subscription that describes the
+// state this instance holds.
+func (r *registry) subscription() []assignor.TaskOffsets {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []assignor.TaskOffsets
+	for id, rep := range r.reps {
+		role := assignor.RoleNone
+		switch rep.role {
+		case RoleActive:
+			role = assignor.RoleActive
+		case RoleStandby, RoleWarmup:
+			role = assignor.RoleStandby
+		}
+		out = append(out, assignor.TaskOffsets{Task: id, Role: role, Positions: positions(rep.stores)})
+	}
+	for id, d := range r.onDisk {
+		if _, open := r.reps[id]; !open {
+			out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: maps.Clone(d.positions)})
+		}
+	}
+	slices.SortFunc(out, func(a, b assignor.TaskOffsets) int { return a.Task.Compare(b.Task) })
+	return out
+}
+
+// park takes the stores of an active task that was just revoked (and
+// committed): they stay open, idle, until the next assignment says where
+// the task goes.
+func (r *registry) park(t *task.Active) {
+	stores, err := t.Demote()
+	if err != nil {
+		r.log.Warn("demote task", "task", t.ID(), "err", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleIdle, stores: stores}
+}
+
+// claimActive hands a thread the open stores of a task it is to run as
+// active: idle stores, or a standby's (promotion). It returns nil when the
+// task's stores are not open here.
+func (r *registry) claimActive(th *thread, id task.ID) []*task.StoreHandle {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.onDisk, id)
+	rep, ok := r.reps[id]
+	if !ok {
+		return nil
+	}
+	var stores []*task.StoreHandle
+	switch rep.role {
+	case RoleIdle:
+		stores = rep.stores
+	case RoleStandby, RoleWarmup:
+		r.unfollowLocked(rep)
+		stores = rep.standby.Release()
+		r.log.Info("promoting standby", "task", id)
+	default:
+		// Another thread still owns it; this cannot happen with eager
+		// rebalancing, where every thread revokes before any is assigned.
+		r.log.Error("task claimed while active elsewhere", "task", id, "role", rep.role, "owner", rep.owner.idx)
+		return nil
+	}
+	delete(r.reps, id)
+	return stores
+}
+
+// activeStarted records a task a thread now owns and restores.
+func (r *registry) activeStarted(th *thread, t *task.Active) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th}
+}
+
+// activeRunning records that a task finished restoring and runs.
+func (r *registry) activeRunning(t *task.Active) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rep, ok := r.reps[t.ID()]; ok {
+		rep.role = RoleActive
+		rep.caughtUp = time.Now()
+	}
+}
+
+// closeActive closes a task a thread owns, for good; its directory is left
+// on disk with its positions recorded.
+func (r *registry) closeActive(t *task.Active, clean bool) {
+	pos := positions(t.Stores())
+	if err := t.Close(clean); err != nil {
+		r.log.Warn("close task", "task", t.ID(), "err", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.reps, t.ID())
+	r.leftOnDiskLocked(t.ID(), pos)
+}
+
+func (r *registry) leftOnDiskLocked(id task.ID, pos map[string]int64) {
+	if len(r.persistentLogged(id.SubTopology)) == 0 {
+		return
+	}
+	r.onDisk[id] = diskState{positions: pos, since: time.Now()}
+}
+
+// setShare records a thread's new assignment and brings the standbys in
+// line with what all the threads' assignments want.
+func (r *registry) setShare(idx int, info assignor.AssignmentInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shares[idx] = info
+	r.reconcileLocked()
+}
+
+// reconcileLocked opens standbys every thread's latest assignment wants and
+// closes replicas none wants. Threads learn their assignments one at a time;
+// a replica another thread's older assignment still names is kept until
+// that thread's new one arrives.
+func (r *registry) reconcileLocked() {
+	if r.closed {
+		return
+	}
+	active := make(map[task.ID]bool)
+	standby := make(map[task.ID]bool) // value: warmup
+	for _, sh := range r.shares {
+		for _, id := range sh.Active {
+			active[id] = true
+		}
+	}
+	for _, sh := range r.shares {
+		for _, id := range sh.Standby {
+			if !active[id] {
+				standby[id] = false
+			}
+		}
+		for _, id := range sh.Warmup {
+			if _, dup := standby[id]; !active[id] && !dup {
+				standby[id] = true
+			}
+		}
+	}
+	for _, id := range slices.SortedFunc(maps.Keys(r.reps), task.ID.Compare) {
+		rep := r.reps[id]
+		warmup, wantStandby := standby[id]
+		switch {
+		case rep.role == RoleStandby || rep.role == RoleWarmup:
+			if !wantStandby {
+				r.closeStandbyLocked(rep)
+				continue
+			}
+			rep.standby.SetWarmup(warmup)
+			rep.role = roleFor(warmup)
+		case rep.role == RoleIdle:
+			if wantStandby {
+				r.openStandbyLocked(id, rep.stores, warmup)
+			} else if !active[id] {
+				pos := positions(rep.stores)
+				for _, h := range rep.stores {
+					h.Inner.Close()
+				}
+				delete(r.reps, id)
+				r.leftOnDiskLocked(id, pos)
+			}
+		}
+	}
+	for _, id := range slices.SortedFunc(maps.Keys(standby), task.ID.Compare) {
+		if _, open := r.reps[id]; !open {
+			r.openStandbyLocked(id, nil, standby[id])
+		}
+	}
+}
+
+func roleFor(warmup bool) Role {
+	if warmup {
+		return RoleWarmup
+	}
+	return RoleStandby
+}
+
+// openStandbyLocked starts a standby replica, adopting open stores if given,
+// and follows its changelogs.
+func (r *registry) openStandbyLocked(id task.ID, stores []*task.StoreHandle, warmup bool) {
+	delete(r.onDisk, id)
+	delete(r.reps, id)
+	sb, err := task.NewStandby(task.StandbyConfig{
+		ID:        id,
+		Topology:  r.app.topo,
+		Changelog: r.app.changelogTopic,
+		Open:      r.app.openStore,
+		Stores:    stores,
+		Warmup:    warmup,
+		Logger:    r.log,
+	})
+	if err == nil {
+		err = sb.StartUpdating()
+	}
+	if err != nil {
+		r.log.Warn("cannot open standby", "task", id, "err", err)
+		return
+	}
+	rep := &replica{id: id, role: roleFor(warmup), stores: sb.Stores(), standby: sb}
+	r.reps[id] = rep
+	for _, h := range sb.Stores() {
+		err := r.follower.Register(changelog.Partition{Topic: h.Changelog, Partition: id.Partition, Store: h.Inner, Mode: changelog.Follow, Task: id.String()})
+		if err != nil {
+			r.log.Warn("cannot follow changelog", "task", id, "topic", h.Changelog, "err", err)
+		}
+	}
+	r.log.Info("standby opened", "task", id, "warmup", warmup)
+}
+
+func (r *registry) unfollowLocked(rep *replica) {
+	for _, h := range rep.stores {
+		r.follower.Unregister(h.Changelog, rep.id.Partition)
+	}
+}
+
+func (r *registry) closeStandbyLocked(rep *replica) {
+	r.unfollowLocked(rep)
+	pos := positions(rep.stores)
+	if err := rep.standby.Close(); err != nil {
+		r.log.Warn("close standby", "task", rep.id, "err", err)
+	}
+	delete(r.reps, rep.id)
+	r.leftOnDiskLocked(rep.id, pos)
+	r.log.Info("standby closed", "task", rep.id)
+}
+
+// follow runs the standby changelog reader and tracks when each standby was
+// last caught up.
+func (r *registry) follow(ctx context.Context) {
+	defer close(r.exited)
+	for {
+		completed, err := r.follower.Poll(ctx)
+		for _, c := range completed {
+			if c.Err != nil {
+				r.log.Warn("standby stopped following its changelog", "task", c.Task, "topic", c.Topic, "err", c.Err)
+			}
+		}
+		if err != nil && (errors.Is(err, changelog.ErrClosed) || ctx.Err() != nil) {
+			return
+		}
+		now := time.Now()
+		r.mu.Lock()
+		for _, rep := range r.reps {
+			if rep.role == RoleStandby || rep.role == RoleWarmup {
+				if lag, ok := r.standbyLagLocked(rep); ok && lag == 0 {
+					rep.caughtUp = now
+				}
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// standbyLagLocked sums a standby's lag over its changelog partitions.
+func (r *registry) standbyLagLocked(rep *replica) (int64, bool) {
+	var lag int64
+	for _, h := range rep.stores {
+		p, ok := r.follower.Progress(h.Changelog, rep.id.Partition)
+		if !ok || p.Lag < 0 {
+			return 0, false
+		}
+		lag += p.Lag
+	}
+	return lag, true
+}
+
+// janitor deletes task directories left on disk longer than
+// StateCleanupDelay.
+func (r *registry) janitor(ctx context.Context) {
+	every := min(r.app.cfg.StateCleanupDelay/2, 30*time.Second)
+	tick := time.NewTicker(max(every, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		for id, d := range r.onDisk {
+			if _, open := r.reps[id]; open || time.Since(d.since) < r.app.cfg.StateCleanupDelay {
+				continue
+			}
+			if err := task.RemoveDir(r.app.appDir(), id); err != nil {
+				r.log.Warn("cannot delete task directory", "task", id, "err", err)
+				continue
+			}
+			delete(r.onDisk, id)
+			r.log.Info("deleted task directory left unassigned", "task", id, "after", r.app.cfg.StateCleanupDelay)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// close stops following and closes every standby and idle replica. Threads
+// must have closed their actives first.
+func (r *registry) close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.follower.Close()
+	<-r.exited
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rep := range r.reps {
+		switch rep.role {
+		case RoleStandby, RoleWarmup:
+			rep.standby.Close()
+		case RoleIdle:
+			for _, h := range rep.stores {
+				h.Inner.Close()
+			}
+		default:
+			continue
+		}
+		delete(r.reps, rep.id)
+	}
+}
+
+// activeStore returns the backing store of a running active task's store.
+func (r *registry) activeStore(store string, partition int32) (statestore.Store, bool) {
+	sub, ok := r.app.storeSubTopology(store)
+	if !ok {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.reps[task.ID{SubTopology: sub, Partition: partition}]
+	if !ok || rep.role != RoleActive {
+		return nil, false
+	}
+	for _, h := range rep.stores {
+		if h.Info.Name == store {
+			return h.Inner, true
+		}
+	}
+	return nil, false
+}
