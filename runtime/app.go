@@ -534,3 +534,26 @@ func (a *App) RestoredRecords() int64 {
 	}
 	return n
 }
+
+// Replicas lists every store partition this instance holds — running and
+// restoring actives, standbys, warmups, and idle stores between a
+// revocation and the next assignment — with its role, position and lag.
+// It asks the broker nothing: lags come from what restoration and standby
+// fetches last saw.
+func (a *App) Replicas() []ReplicaInfo {
+	if a.registry == nil {
+		return nil
+	}
+	return a.registry.replicas()
+}
+
+// Assignment returns the latest assignment this instance received, with the
+// group-wide maps of which hosts hold which tasks as active and as standby
+// (or warmup); false before the first assignment.
+func (a *App) Assignment() (assignor.AssignmentInfo, bool) {
+	p := a.assignment.Load()
+	if p == nil {
+		return assignor.AssignmentInfo{}, false
+	}
+	return *p, true
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -538,4 +539,73 @@ func (r *registry) activeStore(store string, partition int32) (statestore.Store,
 		}
 	}
 	return nil, false
+}
+
+// ReplicaInfo describes one store partition this instance holds, in one of
+// the roles of Role.
+type ReplicaInfo struct {
+	Task      task.ID
+	Store     string
+	Partition int32
+	Role      Role
+	// Position is the changelog offset of the next record the store would
+	// apply; End is the changelog's end as last known (the restoration
+	// target while restoring, the high watermark for a standby); Lag is
+	// End minus Position, or -1 while unknown. A running active is the
+	// changelog's writer and has lag 0.
+	Position, End, Lag int64
+	// CaughtUp is when the replica last had no lag; zero if not since this
+	// instance started.
+	CaughtUp time.Time
+	// Restored counts records restoration applied to the store since this
+	// instance started.
+	Restored int64
+	// Backing is the store the replica reads from; it reflects committed
+	// data only, and readers see whole batches.
+	Backing statestore.Store
+}
+
+// replicas lists every store partition of every open replica.
+func (r *registry) replicas() []ReplicaInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ReplicaInfo
+	now := time.Now()
+	for _, rep := range r.reps {
+		for _, h := range rep.stores {
+			ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, Role: rep.role, Lag: -1, End: -1, CaughtUp: rep.caughtUp, Backing: h.Inner}
+			pos, err := h.Inner.Position()
+			if err != nil || pos == statestore.NoPosition {
+				pos = 0
+			}
+			ri.Position = pos
+			switch rep.role {
+			case RoleActive:
+				ri.End, ri.Lag, ri.CaughtUp = pos, 0, now
+			case RoleRestoring:
+				if h.Changelog != "" {
+					if p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
+						ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+					}
+				} else {
+					ri.End, ri.Lag = pos, 0
+				}
+			case RoleStandby, RoleWarmup:
+				if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
+					ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+				}
+			}
+			if rep.owner != nil && h.Changelog != "" {
+				ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
+			}
+			out = append(out, ri)
+		}
+	}
+	slices.SortFunc(out, func(a, b ReplicaInfo) int {
+		if c := a.Task.Compare(b.Task); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Store, b.Store)
+	})
+	return out
 }

@@ -31,9 +31,9 @@ type restorer struct {
 	pending map[task.ID]*restoring // tasks with changelogs still being read
 	done    []task.ID              // finished, not yet collected
 	failed  error
-	// restored counts records applied by restoration per task, since this
-	// instance started.
-	restored map[task.ID]int64
+	// restored counts records applied by finished restorations per
+	// changelog partition, since this instance started.
+	restored map[changelog.TopicPartition]int64
 }
 
 type restoring struct {
@@ -56,7 +56,7 @@ func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 		cancel:   cancel,
 		exited:   make(chan struct{}),
 		pending:  make(map[task.ID]*restoring),
-		restored: make(map[task.ID]int64),
+		restored: make(map[changelog.TopicPartition]int64),
 	}
 	go r.run(ctx)
 	return r, nil
@@ -90,12 +90,13 @@ func (r *restorer) complete(cs []changelog.Completed) {
 			}
 			continue
 		}
-		r.restored[id] += c.Restored
+		tp := changelog.TopicPartition{Topic: c.Topic, Partition: c.Partition}
+		r.restored[tp] += c.Restored
 		p, ok := r.pending[id]
 		if !ok {
 			continue
 		}
-		delete(p.parts, changelog.TopicPartition{Topic: c.Topic, Partition: c.Partition})
+		delete(p.parts, tp)
 		if len(p.parts) == 0 {
 			delete(r.pending, id)
 			r.done = append(r.done, id)
@@ -171,16 +172,23 @@ func (r *restorer) active() bool {
 // a task's stores since the instance started, including a restoration in
 // progress.
 func (r *restorer) restoredRecords(t *task.Active) int64 {
-	r.mu.Lock()
-	n := r.restored[t.ID()]
-	r.mu.Unlock()
+	var n int64
 	for _, h := range t.Stores() {
-		if h.Changelog == "" {
-			continue
+		if h.Changelog != "" {
+			n += r.restoredInto(h.Changelog, t.ID().Partition)
 		}
-		if p, ok := r.reader.Progress(h.Changelog, t.ID().Partition); ok {
-			n += p.Restored
-		}
+	}
+	return n
+}
+
+// restoredInto is restoredRecords for one changelog partition.
+func (r *restorer) restoredInto(topic string, partition int32) int64 {
+	tp := changelog.TopicPartition{Topic: topic, Partition: partition}
+	r.mu.Lock()
+	n := r.restored[tp]
+	r.mu.Unlock()
+	if p, ok := r.reader.Progress(topic, partition); ok {
+		n += p.Restored
 	}
 	return n
 }
