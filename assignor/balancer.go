@@ -324,12 +324,13 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	if out.FollowupRebalance {
 		nextProbe = b.cfg.Now().Add(out.ProbingRebalanceInterval).UnixMilli()
 	}
-	activeByHost, standbyByHost := map[string][]task.ID{}, map[string][]task.ID{}
+	activeByHost, standbyByHost, warmupByHost := map[string][]task.ID{}, map[string][]task.ID{}, map[string][]task.ID{}
 	for _, pid := range slices.Sorted(maps.Keys(byProcess)) {
 		ca := out.Clients[pid]
 		if host := byProcess[pid][0].sub.Endpoint; host != "" {
 			activeByHost[host] = append(activeByHost[host], ca.Active...)
-			standbyByHost[host] = append(standbyByHost[host], slices.Concat(ca.Standby, ca.Warmup)...)
+			standbyByHost[host] = append(standbyByHost[host], ca.Standby...)
+			warmupByHost[host] = append(warmupByHost[host], ca.Warmup...)
 		}
 	}
 	for h, ts := range activeByHost {
@@ -338,11 +339,19 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	for h, ts := range standbyByHost {
 		standbyByHost[h] = sortedIDs(ts)
 	}
+	for h, ts := range warmupByHost {
+		if len(ts) == 0 {
+			delete(warmupByHost, h)
+			continue
+		}
+		warmupByHost[h] = sortedIDs(ts)
+	}
 	for pid, ms := range byProcess {
 		for i, share := range spreadOverMembers(ms, out.Clients[pid], in.Tasks) {
 			share.NextProbingRebalanceMs = nextProbe
 			share.PartitionsByHost = activeByHost
 			share.StandbyPartitionsByHost = standbyByHost
+			share.WarmupPartitionsByHost = warmupByHost
 			infos[ms[i].id] = share
 		}
 	}

@@ -261,7 +261,7 @@ func TestBalancerProbingRebalance(t *testing.T) {
 	want := g.now.Add(DefaultProbingRebalanceInterval).UnixMilli()
 	require.Equal(t, want, a.last().NextProbingRebalanceMs)
 	require.Equal(t, want, b.last().NextProbingRebalanceMs)
-	require.Equal(t, b.last().Warmup, a.last().StandbyPartitionsByHost["b:1"])
+	require.Equal(t, b.last().Warmup, a.last().WarmupPartitionsByHost["b:1"])
 
 	// b reports its warmups caught up: they move.
 	for _, tk := range b.last().Warmup {

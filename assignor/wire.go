@@ -146,12 +146,13 @@ type AssignmentInfo struct {
 	// group should rebalance again to check on warmups, or 0.
 	NextProbingRebalanceMs int64
 	// PartitionsByHost maps each process endpoint to the tasks it runs as
-	// active, and StandbyPartitionsByHost to those it holds as standby or
-	// warmup. Task IDs name partitions: task s_p holds partition p of
+	// active, StandbyPartitionsByHost to those it holds as standby, and
+	// WarmupPartitionsByHost to those it holds as warmup. Task IDs name partitions: task s_p holds partition p of
 	// every store of sub-topology s. Processes without an endpoint are
 	// left out.
 	PartitionsByHost        map[string][]task.ID
 	StandbyPartitionsByHost map[string][]task.ID
+	WarmupPartitionsByHost  map[string][]task.ID
 }
 
 // EncodeSubscription encodes s in the given version.
@@ -387,6 +388,7 @@ func writeAssigV1(w *writer, a *AssignmentInfo) {
 	w.varint(a.NextProbingRebalanceMs)
 	w.hostMap(a.PartitionsByHost)
 	w.hostMap(a.StandbyPartitionsByHost)
+	w.hostMap(a.WarmupPartitionsByHost)
 }
 
 func readAssigV1(r *reader, a *AssignmentInfo) {
@@ -401,6 +403,7 @@ func readAssigV1(r *reader, a *AssignmentInfo) {
 	a.NextProbingRebalanceMs = r.varint()
 	a.PartitionsByHost = r.hostMap()
 	a.StandbyPartitionsByHost = r.hostMap()
+	a.WarmupPartitionsByHost = r.hostMap()
 }
 
 type writer struct{ b []byte }

@@ -51,7 +51,10 @@ func sampleAssignment() AssignmentInfo {
 			"10.0.0.8:8080": {tid(0, 0), tid(0, 3)},
 		},
 		StandbyPartitionsByHost: map[string][]task.ID{
-			"10.0.0.7:8080": {tid(0, 3), tid(0, 5)},
+			"10.0.0.7:8080": {tid(0, 3)},
+		},
+		WarmupPartitionsByHost: map[string][]task.ID{
+			"10.0.0.7:8080": {tid(0, 5)},
 		},
 	}
 }
