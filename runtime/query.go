@@ -3,6 +3,12 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/eddystreams/eddy/task"
 
 	"github.com/eddystreams/eddy/iq"
 
@@ -69,4 +75,139 @@ func (a *App) Ready() bool {
 		}
 	}
 	return true
+}
+
+// Queries returns the App as the query layer sees it: its routing metadata,
+// its local replicas with their roles and lags, and their stores. Pass it to
+// iq.NewQuerier or iq.NewServer. Its methods never wait for a stream thread.
+func (a *App) Queries() iq.Backend { return queryBackend{a} }
+
+type queryBackend struct{ a *App }
+
+func (q queryBackend) Self() string                 { return q.a.cfg.Endpoint }
+func (q queryBackend) AcceptableRecoveryLag() int64 { return q.a.cfg.AcceptableRecoveryLag }
+
+func (q queryBackend) KeyPartition(store string, key []byte) (int32, error) {
+	return q.a.KeyPartition(store, key)
+}
+
+func (q queryBackend) running() error {
+	switch q.a.State() {
+	case StateCreated, StateStarting:
+		return iq.ErrNotStarted
+	case StateRunning:
+		return nil
+	default:
+		return iq.ErrShuttingDown
+	}
+}
+
+func (q queryBackend) Metadata() (iq.Metadata, error) {
+	if err := q.running(); err != nil {
+		return iq.Metadata{}, err
+	}
+	info, ok := q.a.Assignment()
+	if !ok {
+		return iq.Metadata{}, iq.ErrNotStarted
+	}
+	subs := q.a.topo.SubTopologies()
+	parts := func(ids []task.ID) []iq.StorePartition {
+		var out []iq.StorePartition
+		for _, id := range ids {
+			for _, s := range subs[id.SubTopology].Stores {
+				out = append(out, iq.StorePartition{Store: s.Name, Partition: id.Partition})
+			}
+		}
+		return out
+	}
+	hosts := make(map[string]bool)
+	for _, m := range []map[string][]task.ID{info.PartitionsByHost, info.StandbyPartitionsByHost, info.WarmupPartitionsByHost} {
+		for h := range m {
+			hosts[h] = true
+		}
+	}
+	md := iq.Metadata{Partitions: make(map[string]int32)}
+	for _, h := range slices.Sorted(maps.Keys(hosts)) {
+		md.Hosts = append(md.Hosts, iq.HostMetadata{
+			Host:    h,
+			Active:  parts(info.PartitionsByHost[h]),
+			Standby: parts(info.StandbyPartitionsByHost[h]),
+			Warmup:  parts(info.WarmupPartitionsByHost[h]),
+		})
+	}
+	for i, st := range subs {
+		for _, s := range st.Stores {
+			md.Partitions[s.Name] = q.a.plan.subPartitions[i]
+		}
+	}
+	return md, nil
+}
+
+func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error) {
+	if err := q.running(); err != nil {
+		return nil, err
+	}
+	sub, ok := q.a.storeSubTopology(store)
+	if !ok {
+		return nil, fmt.Errorf("%w %q", iq.ErrUnknownStore, store)
+	}
+	if partition < 0 || partition >= q.a.plan.subPartitions[sub] {
+		return nil, fmt.Errorf("%w: store %q has %d partitions, asked for %d", iq.ErrUnknownPartition, store, q.a.plan.subPartitions[sub], partition)
+	}
+	id := task.ID{SubTopology: sub, Partition: partition}
+	ri, ok := q.a.registry.replica(id, store)
+	if !ok {
+		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
+	}
+	if ri.Role == RoleIdle {
+		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrRebalancing, store, partition)
+	}
+	return localReplica{a: q.a, id: id, store: store, backing: ri.Backing}, nil
+}
+
+func (q queryBackend) LocalReplicas() []iq.ReplicaInfo {
+	var out []iq.ReplicaInfo
+	for _, ri := range q.a.Replicas() {
+		if ri.Role != RoleIdle {
+			out = append(out, toIQ(ri))
+		}
+	}
+	return out
+}
+
+// localReplica is one local store partition as the query layer reads it;
+// its Info is looked up afresh on every call, as roles and lags move.
+type localReplica struct {
+	a       *App
+	id      task.ID
+	store   string
+	backing statestore.Store
+}
+
+func (r localReplica) Store() statestore.Store { return r.backing }
+
+func (r localReplica) Info() iq.ReplicaInfo {
+	ri, ok := r.a.registry.replica(r.id, r.store)
+	if !ok || ri.Backing != r.backing {
+		// The replica closed or changed hands since it was looked up: it
+		// has no position any more.
+		return iq.ReplicaInfo{Store: r.store, Partition: r.id.Partition, Role: iq.RoleRestoring, Lag: math.MaxInt64, End: -1}
+	}
+	return toIQ(ri)
+}
+
+func toIQ(ri ReplicaInfo) iq.ReplicaInfo {
+	role := map[Role]iq.Role{RoleActive: iq.RoleActive, RoleRestoring: iq.RoleRestoring, RoleStandby: iq.RoleStandby, RoleWarmup: iq.RoleWarmup}[ri.Role]
+	out := iq.ReplicaInfo{Store: ri.Store, Partition: ri.Partition, Role: role, Position: ri.Position, End: ri.End, Lag: ri.Lag, Restored: ri.Restored}
+	if out.Lag < 0 {
+		// Unknown yet (no fetch answered): as far behind as can be, so no
+		// bound but "any" accepts it.
+		out.Lag = math.MaxInt64
+	}
+	if out.Lag > 0 && !ri.CaughtUp.IsZero() {
+		out.SinceCaughtUp = time.Since(ri.CaughtUp)
+	} else if out.Lag > 0 {
+		out.SinceCaughtUp = time.Since(ri.Opened)
+	}
+	return out
 }

@@ -65,6 +65,8 @@ type replica struct {
 	owner   *thread       // RoleRestoring, RoleActive
 	// caughtUp is when the replica was last known to have no lag.
 	caughtUp time.Time
+	// opened is when this instance opened the replica's stores.
+	opened time.Time
 }
 
 // diskState is a task directory left on disk by a task no longer held.
@@ -231,7 +233,7 @@ func (r *registry) park(t *task.Active) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleIdle, stores: stores}
+	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleIdle, stores: stores, opened: time.Now()}
 }
 
 // claimActive hands a thread the open stores of a task it is to run as
@@ -267,7 +269,7 @@ func (r *registry) claimActive(th *thread, id task.ID) []*task.StoreHandle {
 func (r *registry) activeStarted(th *thread, t *task.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th}
+	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th, opened: time.Now()}
 }
 
 // activeRunning records that a task finished restoring and runs.
@@ -395,7 +397,7 @@ func (r *registry) openStandbyLocked(id task.ID, stores []*task.StoreHandle, war
 		r.log.Warn("cannot open standby", "task", id, "err", err)
 		return
 	}
-	rep := &replica{id: id, role: roleFor(warmup), stores: sb.Stores(), standby: sb}
+	rep := &replica{id: id, role: roleFor(warmup), stores: sb.Stores(), standby: sb, opened: time.Now()}
 	r.reps[id] = rep
 	for _, h := range sb.Stores() {
 		err := r.follower.Register(changelog.Partition{Topic: h.Changelog, Partition: id.Partition, Store: h.Inner, Mode: changelog.Follow, Task: id.String()})
@@ -557,6 +559,8 @@ type ReplicaInfo struct {
 	// CaughtUp is when the replica last had no lag; zero if not since this
 	// instance started.
 	CaughtUp time.Time
+	// Opened is when this instance opened the replica's stores.
+	Opened time.Time
 	// Restored counts records restoration applied to the store since this
 	// instance started.
 	Restored int64
@@ -570,35 +574,9 @@ func (r *registry) replicas() []ReplicaInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []ReplicaInfo
-	now := time.Now()
 	for _, rep := range r.reps {
 		for _, h := range rep.stores {
-			ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, Role: rep.role, Lag: -1, End: -1, CaughtUp: rep.caughtUp, Backing: h.Inner}
-			pos, err := h.Inner.Position()
-			if err != nil || pos == statestore.NoPosition {
-				pos = 0
-			}
-			ri.Position = pos
-			switch rep.role {
-			case RoleActive:
-				ri.End, ri.Lag, ri.CaughtUp = pos, 0, now
-			case RoleRestoring:
-				if h.Changelog != "" {
-					if p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
-						ri.End, ri.Lag = p.End, max(p.End-pos, 0)
-					}
-				} else {
-					ri.End, ri.Lag = pos, 0
-				}
-			case RoleStandby, RoleWarmup:
-				if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
-					ri.End, ri.Lag = p.End, max(p.End-pos, 0)
-				}
-			}
-			if rep.owner != nil && h.Changelog != "" {
-				ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
-			}
-			out = append(out, ri)
+			out = append(out, r.infoLocked(rep, h))
 		}
 	}
 	slices.SortFunc(out, func(a, b ReplicaInfo) int {
@@ -608,4 +586,48 @@ func (r *registry) replicas() []ReplicaInfo {
 		return strings.Compare(a.Store, b.Store)
 	})
 	return out
+}
+
+// replica describes one store of one replica, if it is open here.
+func (r *registry) replica(id task.ID, store string) (ReplicaInfo, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.reps[id]
+	if !ok {
+		return ReplicaInfo{}, false
+	}
+	for _, h := range rep.stores {
+		if h.Info.Name == store {
+			return r.infoLocked(rep, h), true
+		}
+	}
+	return ReplicaInfo{}, false
+}
+
+func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
+	ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, Role: rep.role, Lag: -1, End: -1,
+		CaughtUp: rep.caughtUp, Opened: rep.opened, Backing: h.Inner}
+	pos, err := h.Inner.Position()
+	if err != nil || pos == statestore.NoPosition {
+		pos = 0
+	}
+	ri.Position = pos
+	switch rep.role {
+	case RoleActive:
+		ri.End, ri.Lag, ri.CaughtUp = pos, 0, time.Now()
+	case RoleRestoring:
+		if h.Changelog == "" {
+			ri.End, ri.Lag = pos, 0
+		} else if p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
+			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+		}
+	case RoleStandby, RoleWarmup:
+		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
+			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+		}
+	}
+	if rep.owner != nil && h.Changelog != "" {
+		ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
+	}
+	return ri
 }

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -76,6 +79,9 @@ type instanceOptions struct {
 	http     string
 	app      string
 	logger   *slog.Logger
+	standbys int
+	tags     map[string]string
+	rackTags []string
 	// sessionTimeout, when non-zero, overrides the runtime default.
 	sessionTimeout time.Duration
 }
@@ -107,6 +113,9 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		StateDir:       o.stateDir,
 		Logger:         o.logger,
 		SessionTimeout: o.sessionTimeout,
+		NumStandbys:    o.standbys,
+		Tags:           o.tags,
+		RackAwareTags:  o.rackTags,
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
@@ -149,6 +158,9 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	httpAddr := fs.String("http", "", "`HOST:PORT` to serve queries on (required)")
 	appID := fs.String("app", "wordcount", "application ID: the consumer group and internal topic prefix")
 	standbys := fs.Int("standbys", 0, "standby replicas per task")
+	tags := tagFlag{}
+	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
+	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -163,8 +175,6 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		return usageErrorf(fs, "--http is required")
 	case *standbys < 0:
 		return usageErrorf(fs, "--standbys must not be negative")
-	case *standbys > 0:
-		return usageErrorf(fs, "--standbys %d: standby replicas are not implemented yet; use 0", *standbys)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -175,6 +185,9 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		stateDir: *stateDir,
 		http:     *httpAddr,
 		app:      *appID,
+		standbys: *standbys,
+		tags:     tags,
+		rackTags: splitBrokers(*rackTags),
 		logger:   slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
@@ -190,4 +203,27 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		return ferr
 	}
 	return err
+}
+
+// tagFlag collects repeated --tag KEY=VALUE flags.
+type tagFlag map[string]string
+
+func (t tagFlag) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(t)) {
+		parts = append(parts, k+"="+t[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (t tagFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	if _, dup := t[k]; dup {
+		return fmt.Errorf("tag %q given twice", k)
+	}
+	t[k] = val
+	return nil
 }

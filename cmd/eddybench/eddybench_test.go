@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain lets the test binary stand in for eddybench when benchmark (c)
+// re-executes itself to start its broker and instance children.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		if err := run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestAppendWords(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{"", nil},
+		{"Hello, world.", []string{"hello", "world"}},
+		{"a-b  c's 42x", []string{"a", "b", "c", "s", "42x"}},
+		{"ÉTÉ été", []string{"été", "été"}},
+		{"x\xffy", []string{"x", "y"}},
+	} {
+		require.Equal(t, tc.want, appendWords(nil, tc.line), "line %q", tc.line)
+	}
+}
+
+func TestLineGenDeterministic(t *testing.T) {
+	a, b := newLineGen(7), newLineGen(7)
+	for range 100 {
+		l := a.line()
+		require.Equal(t, l, b.line())
+		n := len(appendWords(nil, l))
+		require.GreaterOrEqual(t, n, minWordsPerLine)
+		require.LessOrEqual(t, n, maxWordsPerLine)
+	}
+}
+
+func TestFmtNum(t *testing.T) {
+	for in, want := range map[float64]string{0: "0.0", 42.26: "42.3", 999: "999", 1234: "1,234", 1234567.8: "1,234,568"} {
+		require.Equal(t, want, fmtNum(in))
+	}
+}
+
+// TestSmoke runs every benchmark at tiny sizes: the figures mean nothing,
+// but every phase, check and child process is exercised.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts brokers and child processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"--lines", "2000", "--records", "3000", "--keys", "3000", "--tasks", "4", "--partitions", "3"},
+		strings.NewReader(""), &out, &errOut)
+	t.Log(out.String())
+	// Ratios at these sizes are noise, so a FAIL verdict is not an error;
+	// only a broken benchmark is.
+	require.NoError(t, err, errOut.String())
+	for _, want := range []string{"(a) word count", "(b) restore", "(b) … App, 4 tasks", "(c) peak RSS, 4 tasks"} {
+		require.Contains(t, out.String(), want)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, args := range [][]string{{"--only", "x"}, {"--lines", "0"}, {"extra"}} {
+		var out, errOut bytes.Buffer
+		require.Error(t, run(context.Background(), args, strings.NewReader(""), &out, &errOut), "args %v", args)
+	}
+}

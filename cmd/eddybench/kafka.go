@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// createTopics creates plain (delete-policy) topics and fails if any
+// already exists: every benchmark starts on fresh topics.
+func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, names ...string) error {
+	resp, err := adm.CreateTopics(ctx, partitions, -1, nil, names...)
+	if err != nil {
+		return fmt.Errorf("create topics %v: %w", names, err)
+	}
+	return resp.Error()
+}
+
+// producer sends records asynchronously and remembers the first failure.
+type producer struct {
+	cl    *kgo.Client
+	mu    sync.Mutex
+	acked int64
+	err   error
+}
+
+func (p *producer) send(ctx context.Context, r *kgo.Record) {
+	p.cl.Produce(ctx, r, p.done)
+}
+
+func (p *producer) done(_ *kgo.Record, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		if p.err == nil {
+			p.err = err
+		}
+		return
+	}
+	p.acked++
+}
+
+// flush waits for every record sent so far and returns how many were
+// acknowledged in all, or the first failure.
+func (p *producer) flush(ctx context.Context) (int64, error) {
+	err := p.cl.Flush(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.acked, errors.Join(err, p.err)
+}
+
+// endOffsetSum sums the end offsets of a topic's partitions: the number of
+// records ever written to it.
+func endOffsetSum(ctx context.Context, adm *kadm.Client, topic string) (int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	if err := ends.Error(); err != nil {
+		return 0, err
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n, nil
+}
+
+// profile starts a CPU profile and a block profile of one timed phase,
+// written to dir as name.pprof and name-block.pprof, if dir is set, and
+// returns the function that stops them. The block profile shows where
+// goroutines wait (for a flush, a poll, a lock), which the CPU profile
+// cannot.
+func profile(dir, name string) (stop func(), err error) {
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if bf, err := os.Create(filepath.Join(dir, name+"-block.pprof")); err == nil {
+			_ = pprof.Lookup("block").WriteTo(bf, 0)
+			bf.Close()
+		}
+		// Block events accumulate over the process's life, so a later
+		// phase's file includes earlier phases too: read it focused on
+		// the phase's own goroutines (e.g. -focus 'thread\).iteration').
+		runtime.SetBlockProfileRate(0)
+	}, nil
+}

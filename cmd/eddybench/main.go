@@ -1,0 +1,243 @@
+// Command eddybench measures Eddy against bare baselines and prints the
+// figures the core runtime is held to, as ratios measured in one run:
+//
+//	(a) word-count throughput, Eddy vs a bare franz-go consume→produce loop
+//	    over the same input on the same embedded broker (target ≥ 0.5×);
+//	(b) restoration rate from a changelog, changelog.Reader into a badger
+//	    store vs a bare badger WriteBatch of the same records (target ≥ 0.8×),
+//	    and, for information, a whole App restoring a wiped state directory;
+//	(c) peak RSS (VmHWM) of one instance holding 12 tasks and 1,000,000
+//	    distinct keys, with the broker in a separate process (target ≤ 512 MiB).
+//
+// Usage:
+//
+//	eddybench [--only a,b,c] [--lines N] [--records N] [--keys N] [flags]
+//
+// Each benchmark prints what exactly it times next to its figures. The
+// subcommands "broker" and "rss-instance" are the child processes of (c);
+// they are not meant to be run by hand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// config holds the flags of a benchmark run.
+type config struct {
+	only           map[string]bool
+	lines          int
+	partitions     int
+	threads        int
+	records        int
+	keys           int
+	tasks          int
+	fetchPartBytes int
+	restoreBatch   int
+	e2e            bool
+	seed           uint64
+	profileDir     string
+	verbose        bool
+	out            io.Writer
+	log            *slog.Logger
+}
+
+func (c *config) want(name string) bool { return len(c.only) == 0 || c.only[name] }
+
+// logf prints a progress line; figures go to the final table.
+func (c *config) logf(format string, args ...any) {
+	fmt.Fprintf(c.out, "  · "+format+"\n", args...)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "eddybench:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// run dispatches to a child-process subcommand or runs the benchmarks.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "broker":
+			return runBrokerChild(ctx, args[1:], stdin, stdout)
+		case "rss-instance":
+			return runRSSInstance(ctx, args[1:], stdin, stdout, stderr)
+		}
+	}
+	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	only := fs.String("only", "a,b,c", "comma-separated benchmarks to run: a (word count), b (restore), c (peak RSS)")
+	cfg := &config{out: stdout}
+	fs.IntVar(&cfg.lines, "lines", 500_000, "(a) input lines for word count")
+	fs.IntVar(&cfg.partitions, "partitions", 6, "(a) partitions of the input, repartition and output topics")
+	fs.IntVar(&cfg.threads, "threads", 1, "(a) Eddy stream threads")
+	fs.IntVar(&cfg.records, "records", 1_000_000, "(b) changelog records to restore")
+	fs.BoolVar(&cfg.e2e, "e2e", true, "(b) also time a whole App restoring a wiped state directory")
+	fs.IntVar(&cfg.keys, "keys", 1_000_000, "(c) distinct keys held by the instance")
+	fs.IntVar(&cfg.tasks, "tasks", 12, "(b e2e, c) tasks, i.e. partitions of the input topic")
+	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
+	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
+	seed := fs.Uint64("seed", 1, "(a) corpus seed")
+	fs.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the timed phases into this `DIR`")
+	fs.BoolVar(&cfg.verbose, "v", false, "log the runtime's info messages to stderr")
+	timeout := fs.Duration("timeout", 15*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.seed = *seed
+	cfg.only = make(map[string]bool)
+	for _, s := range strings.Split(*only, ",") {
+		s = strings.TrimSpace(s)
+		switch s {
+		case "a", "b", "c":
+			cfg.only[s] = true
+		case "":
+		default:
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b or c)", s)
+		}
+	}
+	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
+		return errors.New("--lines, --records, --keys, --partitions, --tasks and --threads must be positive")
+	}
+	level := slog.LevelWarn
+	if cfg.verbose {
+		level = slog.LevelInfo
+	}
+	cfg.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.profileDir != "" {
+		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	fmt.Fprintf(stdout, "eddybench: %s %s/%s, GOMAXPROCS=%d, %d CPUs\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	var rows []row
+	var errs []error
+	for _, b := range []struct {
+		name string
+		fn   func(context.Context, *config) ([]row, error)
+	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}} {
+		if !cfg.want(b.name) {
+			continue
+		}
+		start := time.Now()
+		r, err := b.fn(ctx, cfg)
+		rows = append(rows, r...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("(%s): %w", b.name, err))
+			fmt.Fprintf(stdout, "  ! (%s) failed: %v\n", b.name, err)
+		}
+		fmt.Fprintf(stdout, "  (%s) took %s\n", b.name, time.Since(start).Round(100*time.Millisecond))
+		// Each benchmark leaves garbage (a whole broker's records for
+		// (a) and (b)); collect it so that the next starts from the same
+		// place.
+		runtime.GC()
+	}
+	printTable(stdout, rows)
+	return errors.Join(errs...)
+}
+
+// row is one line of the summary table.
+type row struct {
+	name     string
+	unit     string
+	eddy     float64
+	base     float64 // 0: no baseline
+	target   string
+	pass     bool
+	hasCheck bool
+}
+
+func printTable(w io.Writer, rows []row) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "benchmark\t unit\t eddy\t baseline\t ratio\t target\t verdict\t")
+	for _, r := range rows {
+		base, ratio := "-", "-"
+		if r.base > 0 {
+			base = fmtNum(r.base)
+			ratio = fmt.Sprintf("%.3f×", r.eddy/r.base)
+		}
+		verdict := "-"
+		if r.hasCheck {
+			verdict = "FAIL"
+			if r.pass {
+				verdict = "ok"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", r.name, r.unit, fmtNum(r.eddy), base, ratio, r.target, verdict)
+	}
+	tw.Flush()
+}
+
+// fmtNum prints figures with thousands separators and no false precision.
+func fmtNum(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	s := fmt.Sprintf("%.0f", v)
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+// ratioRow builds a throughput row checked against a minimum ratio.
+func ratioRow(name, unit string, eddy, base, min float64) row {
+	return row{name: name, unit: unit, eddy: eddy, base: base,
+		target: fmt.Sprintf("≥ %.1f×", min), hasCheck: true, pass: base > 0 && eddy/base >= min}
+}
+
+// rate is events per second over d.
+func rate(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// waitFor polls cond every interval until it reports true, fails, or ctx
+// ends.
+func waitFor(ctx context.Context, interval time.Duration, cond func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	restoreTopic = "bench-restore-changelog"
+	restoreApp   = "bench-restore"
+	restoreInput = "bench-restore-in"
+	restoreStore = "counts"
+	restoreRuns  = 3
+)
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func fmtDurations(ds []time.Duration) string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Round(time.Millisecond).String())
+	}
+	return strings.Join(out, ", ")
+}
+
+// benchKey is the i-th key of a restore or RSS run: 10 bytes, distinct for
+// i < 10^9.
+func benchKey(i int) []byte { return fmt.Appendf(make([]byte, 0, 10), "k%09d", i) }
+
+// benchValue is an 8-byte value, the size of a count.
+func benchValue(i int) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(i)) }
+
+// benchRestore is benchmark (b).
+func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
+	n := cfg.records
+	fmt.Fprintf(cfg.out, "\n(b) restore: %d records (10-byte keys, 8-byte values), in-process broker\n", n)
+	if cfg.restoreBatch > 0 {
+		fmt.Fprintf(cfg.out, "  experiment: ReaderConfig.MaxBatchRecords = %d\n", cfg.restoreBatch)
+	}
+	b, err := broker.Start(broker.Config{Partitions: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	addrs := b.Addrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := changelog.EnsureTopics(ctx, adm, []changelog.TopicSpec{{Name: restoreTopic, Partitions: 1, Compacted: true, ReplicationFactor: -1}}); err != nil {
+		return nil, err
+	}
+	entries := make([]statestore.Entry, n)
+	for i := range entries {
+		entries[i] = statestore.Entry{Key: benchKey(i), Value: benchValue(i)}
+	}
+	loadStart := time.Now()
+	p := &producer{cl: cl}
+	for _, e := range entries {
+		p.send(ctx, &kgo.Record{Topic: restoreTopic, Partition: 0, Key: e.Key, Value: e.Value})
+	}
+	if acked, err := p.flush(ctx); err != nil || acked != int64(n) {
+		return nil, fmt.Errorf("loading changelog: %d of %d acknowledged: %v", acked, n, err)
+	}
+	cfg.logf("wrote %d records to %s[0] in %s", n, restoreTopic, time.Since(loadStart).Round(time.Millisecond))
+
+	root, err := os.MkdirTemp("", "eddybench-restore-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(root)
+
+	// Each side takes a second or two, so they alternate, three times,
+	// and each side's median is its figure: a burst of load from
+	// elsewhere on the machine then skews one pair, not the ratio.
+	var eddys, bares []time.Duration
+	for i := range restoreRuns {
+		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("restore-reader-%d", i+1))
+		if err != nil {
+			return nil, err
+		}
+		d, err := restoreWithReader(ctx, addrs, filepath.Join(root, fmt.Sprintf("reader-%d", i)), int64(n), cfg.restoreBatch)
+		stopProf()
+		if err != nil {
+			return nil, fmt.Errorf("changelog reader: %w", err)
+		}
+		eddys = append(eddys, d)
+		if d, err = bareBadgerWrite(filepath.Join(root, fmt.Sprintf("bare-%d", i)), entries); err != nil {
+			return nil, fmt.Errorf("bare badger: %w", err)
+		}
+		bares = append(bares, d)
+		// The directories hold ~100 MiB each at the default size.
+		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("reader-%d", i)))
+		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("bare-%d", i)))
+	}
+	entries = nil
+	eddy, bare := median(eddys), median(bares)
+
+	fmt.Fprintf(cfg.out, "  changelog.Reader → statestore.OpenBadger: %s records/s (median of %s)\n", fmtNum(rate(int64(n), eddy)), fmtDurations(eddys))
+	fmt.Fprintf(cfg.out, "  bare badger WriteBatch:                  %s records/s (median of %s)\n", fmtNum(rate(int64(n), bare)), fmtDurations(bares))
+	fmt.Fprintf(cfg.out, "  eddy     = Reader.Register(Mode: Restore) on an opened store until Poll reports it Completed\n"+
+		"             (end-offset listing, fetches from the broker, store writes of ≤ %d records + position).\n"+
+		"  baseline = badger.Open with the options OpenBadger derives from DefaultBadgerOptions, then one\n"+
+		"             NewWriteBatch: Set every record (already in memory), Flush. Opening and closing are untimed.\n",
+		changelog.DefaultMaxBatchRecords)
+	rows := []row{ratioRow("(b) restore", "records/s", rate(int64(n), eddy), rate(int64(n), bare), 0.8)}
+
+	if cfg.e2e {
+		d, restored, err := restoreWithApp(ctx, cfg, addrs, adm, cl, filepath.Join(root, "app"))
+		if err != nil {
+			return rows, fmt.Errorf("App restore: %w", err)
+		}
+		fmt.Fprintf(cfg.out, "  App restoring a wiped state dir: %s records/s (%d records over %d tasks in %s)\n"+
+			"             timed from App.Start to every task running; includes topic checks and the group join.\n",
+			fmtNum(rate(restored, d)), restored, cfg.tasks, d.Round(time.Millisecond))
+		rows = append(rows, row{name: fmt.Sprintf("(b) … App, %d tasks", cfg.tasks), unit: "records/s",
+			eddy: rate(restored, d), base: rate(int64(n), bare), target: "info"})
+	}
+	return rows, nil
+}
+
+// restoreWithReader restores the changelog into a fresh store with a
+// changelog.Reader and returns how long that took.
+func restoreWithReader(ctx context.Context, addrs []string, dir string, want int64, batch int) (time.Duration, error) {
+	store, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+	if err != nil {
+		return 0, err
+	}
+	defer store.Close()
+	rd, err := changelog.NewReader(changelog.ReaderConfig{Seeds: addrs, MaxBatchRecords: batch})
+	if err != nil {
+		return 0, err
+	}
+	defer rd.Close()
+	start := time.Now()
+	if err := rd.Register(changelog.Partition{Topic: restoreTopic, Partition: 0, Store: store, Mode: changelog.Restore, Task: "bench"}); err != nil {
+		return 0, err
+	}
+	for {
+		done, err := rd.Poll(ctx)
+		for _, c := range done {
+			elapsed := time.Since(start)
+			if c.Err != nil {
+				return 0, c.Err
+			}
+			if c.Restored != want {
+				return 0, fmt.Errorf("restored %d records, want %d", c.Restored, want)
+			}
+			return elapsed, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+// bareBadgerWrite writes entries into a new badger DB with one WriteBatch,
+// using exactly the badger options a Store opened with the default options
+// gets, and returns how long the writes took.
+func bareBadgerWrite(dir string, entries []statestore.Entry) (time.Duration, error) {
+	opts, err := storeBadgerOptions(dir + "-probe")
+	if err != nil {
+		return 0, err
+	}
+	db, err := badger.Open(opts.WithDir(dir).WithValueDir(dir))
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	start := time.Now()
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, e := range entries {
+		if err := wb.Set(e.Key, e.Value); err != nil {
+			return 0, err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// storeBadgerOptions returns the badger options OpenBadger uses with the
+// default options. They are captured through the Tune hook rather than
+// rebuilt here, so the baseline cannot drift from the store's settings.
+func storeBadgerOptions(probeDir string) (badger.Options, error) {
+	var got badger.Options
+	bo := statestore.DefaultBadgerOptions()
+	bo.Tune = func(o badger.Options) badger.Options { got = o; return o }
+	s, err := statestore.OpenBadger(probeDir, bo)
+	if err != nil {
+		return got, err
+	}
+	return got, errors.Join(s.Close(), statestore.DestroyBadger(probeDir))
+}
+
+// restoreWithApp times a whole App restoring a wiped state directory: the
+// changelog of a Count store is filled directly (one record per key, as a
+// store with one update per key would have logged it), then an App with an
+// empty state directory starts and restores every task before running.
+func restoreWithApp(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, cl *kgo.Client, dir string) (time.Duration, int64, error) {
+	parts := int32(cfg.tasks)
+	clTopic := changelog.TopicName(restoreApp, restoreStore)
+	if err := createTopics(ctx, adm, parts, restoreInput); err != nil {
+		return 0, 0, err
+	}
+	if err := changelog.EnsureTopics(ctx, adm, []changelog.TopicSpec{{Name: clTopic, Partitions: parts, Compacted: true, ReplicationFactor: -1}}); err != nil {
+		return 0, 0, err
+	}
+	one, _ := serde.Int64.Encode(1)
+	p := &producer{cl: cl}
+	for i := range cfg.records {
+		k := benchKey(i)
+		p.send(ctx, &kgo.Record{Topic: clTopic, Partition: topology.Partition(k, parts), Key: k, Value: one})
+	}
+	if acked, err := p.flush(ctx); err != nil || acked != int64(cfg.records) {
+		return 0, 0, fmt.Errorf("loading changelog: %d of %d acknowledged: %v", acked, cfg.records, err)
+	}
+
+	bld := topology.NewBuilder()
+	topology.Stream(bld, restoreInput, serde.Bytes, serde.Bytes).GroupByKey(serde.Bytes, serde.Bytes).Count(restoreStore)
+	topo, err := bld.Build()
+	if err != nil {
+		return 0, 0, err
+	}
+	app, err := runtime.New(topo, runtime.Config{ApplicationID: restoreApp, Brokers: addrs, StateDir: dir, Logger: cfg.log})
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := app.Start(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer app.Close(context.Background())
+	err = waitFor(ctx, 5*time.Millisecond, func() (bool, error) {
+		select {
+		case <-app.Done():
+			return false, fmt.Errorf("app stopped: %v", app.Err())
+		default:
+		}
+		ts := app.Tasks()
+		if len(ts) != int(parts) {
+			return false, nil
+		}
+		for _, t := range ts {
+			if t.State != task.Running {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		return 0, 0, err
+	}
+	restored := app.RestoredRecords()
+	if restored != int64(cfg.records) {
+		return 0, 0, fmt.Errorf("restored %d records, want %d", restored, cfg.records)
+	}
+	k := benchKey(cfg.records - 1)
+	v, found, _, err := app.LocalGet(restoreStore, k)
+	if err != nil || !found {
+		return 0, 0, fmt.Errorf("restored store lacks key %q: found=%v err=%v", k, found, err)
+	}
+	if got, _ := serde.Int64.Decode(v); got != 1 {
+		return 0, 0, fmt.Errorf("restored key %q holds %d, want 1", k, got)
+	}
+	return elapsed, restored, app.Close(ctx)
+}

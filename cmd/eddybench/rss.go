@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	eddyrt "github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	rssTopic = "bench-rss-keys"
+	rssApp   = "bench-rss"
+	rssStore = "counts"
+	// rssLimitMiB is the target of benchmark (c).
+	rssLimitMiB = 512
+	// childEnv marks a re-executed child, so that a test binary (whose
+	// main is the test runner) knows to run a subcommand instead.
+	childEnv = "EDDYBENCH_CHILD"
+)
+
+// benchRSS is benchmark (c). Three processes: a broker child (so the
+// records it holds are not in the measured heap), this process loading the
+// input and watching, and an instance child running one App. The figure is
+// the instance child's VmHWM once its group has committed every input
+// offset (which the runtime does only after the counts are in the stores).
+func benchRSS(ctx context.Context, cfg *config) ([]row, error) {
+	fmt.Fprintf(cfg.out, "\n(c) peak RSS: %d distinct keys, %d tasks, broker in a child process\n", cfg.keys, cfg.tasks)
+	bro, err := startChild(ctx, "broker", "--partitions", strconv.Itoa(cfg.tasks))
+	if err != nil {
+		return nil, fmt.Errorf("broker child: %w", err)
+	}
+	defer bro.stop()
+	addr, err := bro.readLine()
+	if err != nil {
+		return nil, fmt.Errorf("broker child: %w", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := createTopics(ctx, adm, int32(cfg.tasks), rssTopic); err != nil {
+		return nil, err
+	}
+	loadStart := time.Now()
+	p := &producer{cl: cl}
+	val := []byte("x")
+	for i := range cfg.keys {
+		// The default partitioner hashes keys with murmur2, as Eddy does.
+		p.send(ctx, &kgo.Record{Topic: rssTopic, Key: benchKey(i), Value: val})
+	}
+	if acked, err := p.flush(ctx); err != nil || acked != int64(cfg.keys) {
+		return nil, fmt.Errorf("loading keys: %d of %d acknowledged: %v", acked, cfg.keys, err)
+	}
+	cfg.logf("loaded %d keys into %s (%d partitions) in %s", cfg.keys, rssTopic, cfg.tasks, time.Since(loadStart).Round(time.Millisecond))
+
+	dir, err := os.MkdirTemp("", "eddybench-rss-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	args := []string{"rss-instance", "--brokers", addr, "--state-dir", dir, "--keys", strconv.Itoa(cfg.keys)}
+	if cfg.profileDir != "" {
+		args = append(args, "--heap-profile", filepath.Join(cfg.profileDir, "rss-instance-heap.pprof"))
+	}
+	if cfg.fetchPartBytes > 0 {
+		args = append(args, "--fetch-partition-bytes", strconv.Itoa(cfg.fetchPartBytes))
+		fmt.Fprintf(cfg.out, "  experiment: the instance's clients get kgo.FetchMaxPartitionBytes(%d)\n", cfg.fetchPartBytes)
+	}
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		fmt.Fprintf(cfg.out, "  experiment: GOMEMLIMIT=%s (inherited by the instance)\n", v)
+	}
+	inst, err := startChild(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("instance child: %w", err)
+	}
+	defer inst.stop()
+	if line, err := inst.readLine(); err != nil || line != "started" {
+		return nil, fmt.Errorf("instance child did not start: %q %v", line, err)
+	}
+	start := time.Now()
+	pid := inst.cmd.Process.Pid
+	var maxRSS int64
+	err = waitFor(ctx, 100*time.Millisecond, func() (bool, error) {
+		if inst.exited() {
+			return false, errors.New("instance child exited early")
+		}
+		if st, err := procStatus(pid); err == nil {
+			maxRSS = max(maxRSS, st["VmRSS"])
+		}
+		return groupCaughtUp(ctx, adm, rssApp, rssTopic)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the instance to count every key: %w%s", err, inst.stderrTail())
+	}
+	elapsed := time.Since(start)
+	st, err := procStatus(pid)
+	if err != nil {
+		return nil, err
+	}
+	// Closing its stdin tells the child to report and verify.
+	inst.stdin.Close()
+	line, err := inst.readLine()
+	if err != nil {
+		return nil, fmt.Errorf("instance child report: %w%s", err, inst.stderrTail())
+	}
+	var rep rssReport
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		return nil, fmt.Errorf("instance child report %q: %w", line, err)
+	}
+	if err := inst.wait(); err != nil {
+		return nil, fmt.Errorf("instance child: %w%s", err, inst.stderrTail())
+	}
+	if rep.Error != "" {
+		return nil, errors.New("instance child: " + rep.Error)
+	}
+	mib := func(kb int64) float64 { return float64(kb) / 1024 }
+	fmt.Fprintf(cfg.out, "  instance pid %d: VmHWM %.0f MiB; at the end VmRSS %.0f MiB = anon %.0f + file %.0f + shmem %.0f MiB\n",
+		pid, mib(st["VmHWM"]), mib(st["VmRSS"]), mib(st["RssAnon"]), mib(st["RssFile"]), mib(st["RssShmem"]))
+	fmt.Fprintf(cfg.out, "  Go runtime at the end: HeapInuse %.0f MiB, HeapSys %.0f MiB, Sys %.0f MiB, %d GCs (GOGC=%s, GOMEMLIMIT=%s)\n",
+		float64(rep.HeapInuse)/(1<<20), float64(rep.HeapSys)/(1<<20), float64(rep.Sys)/(1<<20), rep.NumGC, envOr("GOGC", "100"), envOr("GOMEMLIMIT", "off"))
+	fmt.Fprintf(cfg.out, "  %d keys counted in %s (%s keys/s) by %d tasks; %d of %d sampled keys read back with count 1\n",
+		cfg.keys, elapsed.Round(time.Millisecond), fmtNum(rate(int64(cfg.keys), elapsed)), rep.Tasks, rep.Verified, rep.Sampled)
+	fmt.Fprintf(cfg.out, "  method   = the instance is a child process running one App (topology: Stream(%s) →\n"+
+		"             GroupByKey → Count(%q), badger stores, default config); keys were preloaded. When the\n"+
+		"             group's committed offsets reach the topic's end offsets (the runtime commits offsets only\n"+
+		"             after the counts are in the stores), VmHWM is read from /proc/<pid>/status.\n",
+		rssTopic, rssStore)
+	if rep.Tasks != cfg.tasks || rep.Verified != rep.Sampled {
+		return nil, fmt.Errorf("instance held %d tasks (want %d) and read back %d of %d sampled keys",
+			rep.Tasks, cfg.tasks, rep.Verified, rep.Sampled)
+	}
+	hwm := mib(st["VmHWM"])
+	return []row{{name: fmt.Sprintf("(c) peak RSS, %d tasks", cfg.tasks), unit: "MiB", eddy: hwm,
+		target: fmt.Sprintf("≤ %d MiB", rssLimitMiB), hasCheck: true, pass: hwm <= rssLimitMiB}}, nil
+}
+
+// groupCaughtUp reports whether group has committed, on every partition of
+// topic, the partition's end offset.
+func groupCaughtUp(ctx context.Context, adm *kadm.Client, group, topic string) (bool, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return false, err
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false, nil // the group may not exist yet
+	}
+	caughtUp := true
+	ends.Each(func(o kadm.ListedOffset) {
+		c, ok := committed.Lookup(topic, o.Partition)
+		if !ok || c.At < o.Offset {
+			caughtUp = false
+		}
+	})
+	return caughtUp, nil
+}
+
+// procStatus reads the kB figures of /proc/<pid>/status.
+func procStatus(pid int) (map[string]int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64)
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 2 && f[1] == "kB" {
+			if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				out[k] = n
+			}
+		}
+	}
+	if _, ok := out["VmHWM"]; !ok {
+		return nil, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	}
+	return out, nil
+}
+
+// child is a re-executed copy of this program running a subcommand. It
+// stops when its standard input closes, so it cannot outlive its parent.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Reader
+	stderr *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// syncBuffer collects a child's stderr, which exec copies in from a
+// goroutine of its own while the parent may read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startChild(ctx context.Context, args ...string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	c := &child{cmd: cmd, stderr: new(syncBuffer), done: make(chan struct{})}
+	cmd.Stderr = c.stderr
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	// A pipe of our own rather than StdoutPipe: Wait would close that one
+	// as soon as the child exits, possibly before its last line is read.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = pw
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	c.out = bufio.NewReader(pr)
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) readLine() (string, error) {
+	l, err := c.out.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("reading child output: %w%s", err, c.stderrTail())
+	}
+	return strings.TrimSpace(l), nil
+}
+
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *child) wait() error {
+	<-c.done
+	return c.err
+}
+
+// stop closes the child's stdin and, if it has not exited within a few
+// seconds, kills it.
+func (c *child) stop() {
+	c.stdin.Close()
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// stderrTail is the end of the child's stderr, for error messages. Read
+// only after the child exited or when a failure is being reported anyway.
+func (c *child) stderrTail() string {
+	s := c.stderr.String()
+	if s == "" {
+		return ""
+	}
+	if len(s) > 2000 {
+		s = "…" + s[len(s)-2000:]
+	}
+	return "\nchild stderr:\n" + s
+}
+
+// runBrokerChild is the "broker" subcommand: an in-memory embedded broker
+// whose address is the first line of output. It runs until stdin closes.
+func runBrokerChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	parts := fs.Int("partitions", 12, "partitions of auto-created topics")
+	listen := fs.String("listen", "127.0.0.1:0", "HOST:PORT to listen on")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := broker.Start(broker.Config{Listen: *listen, Partitions: int32(*parts)})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	fmt.Fprintln(stdout, b.Addrs()[0])
+	waitStdin(ctx, stdin)
+	return nil
+}
+
+// waitStdin returns when stdin reaches EOF or ctx ends.
+func waitStdin(ctx context.Context, stdin io.Reader) {
+	eof := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stdin)
+		close(eof)
+	}()
+	select {
+	case <-eof:
+	case <-ctx.Done():
+	}
+}
+
+// rssReport is what the instance child prints when asked to stop.
+type rssReport struct {
+	Tasks     int    `json:"tasks"`
+	Sampled   int    `json:"sampled"`
+	Verified  int    `json:"verified"`
+	HeapInuse uint64 `json:"heap_inuse"`
+	HeapSys   uint64 `json:"heap_sys"`
+	Sys       uint64 `json:"sys"`
+	NumGC     uint32 `json:"num_gc"`
+	Error     string `json:"error,omitempty"`
+}
+
+// runRSSInstance is the "rss-instance" subcommand: one App counting keys.
+// It prints "started", runs until stdin closes, then prints an rssReport
+// (Go memory figures, tasks held, a sample of keys read back) and exits.
+func runRSSInstance(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rss-instance", flag.ContinueOnError)
+	brokers := fs.String("brokers", "", "HOST:PORT of the broker")
+	dir := fs.String("state-dir", "", "state directory")
+	keys := fs.Int("keys", 0, "number of keys fed (for the read-back sample)")
+	heapProfile := fs.String("heap-profile", "", "write a heap profile to this file when asked to report")
+	fetchPartBytes := fs.Int("fetch-partition-bytes", 0, "if positive, kgo.FetchMaxPartitionBytes for the App's clients")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	bld := topology.NewBuilder()
+	topology.Stream(bld, rssTopic, serde.Bytes, serde.Bytes).GroupByKey(serde.Bytes, serde.Bytes).Count(rssStore)
+	topo, err := bld.Build()
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var extra []kgo.Opt
+	if *fetchPartBytes > 0 {
+		extra = append(extra, kgo.FetchMaxPartitionBytes(int32(*fetchPartBytes)))
+	}
+	app, err := eddyrt.New(topo, eddyrt.Config{ApplicationID: rssApp, Brokers: []string{*brokers}, StateDir: *dir, Logger: log, ClientOptions: extra})
+	if err != nil {
+		return err
+	}
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+	defer app.Close(context.Background())
+	fmt.Fprintln(stdout, "started")
+	waitStdin(ctx, stdin)
+
+	var rep rssReport
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rep.HeapInuse, rep.HeapSys, rep.Sys, rep.NumGC = ms.HeapInuse, ms.HeapSys, ms.Sys, ms.NumGC
+	if *heapProfile != "" {
+		if err := writeHeapProfile(*heapProfile); err != nil {
+			rep.Error = err.Error()
+		}
+	}
+	for _, t := range app.Tasks() {
+		if t.State == task.Running {
+			rep.Tasks++
+		}
+	}
+	if err := app.Err(); err != nil {
+		rep.Error = err.Error()
+	}
+	// Every 1000th key, and the last: enough to catch a lost partition.
+	for i := 0; *keys > 0 && rep.Error == ""; i += 1000 {
+		i = min(i, *keys-1)
+		rep.Sampled++
+		v, found, _, err := app.LocalGet(rssStore, benchKey(i))
+		if err == nil && found {
+			if n, _ := serde.Int64.Decode(v); n == 1 {
+				rep.Verified++
+			}
+		}
+		if i == *keys-1 {
+			break
+		}
+	}
+	if err := app.Close(ctx); err != nil && rep.Error == "" {
+		rep.Error = err.Error()
+	}
+	b, _ := json.Marshal(rep)
+	fmt.Fprintln(stdout, string(b))
+	return nil
+}
+
+// writeHeapProfile writes the live heap as of the last GC.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	wcInput        = "text"
+	wcBaselineOut  = "bench-words"
+	wcEddyOut      = "word-counts"
+	wcBaselineApp  = "bench-baseline"
+	wcBaselineRuns = 3
+	wcEddyApp      = "bench-wc"
+	wcCountsStore  = "counts"
+	wcRepartition  = wcEddyApp + "-words-repartition"
+	wcCommitPeriod = runtime.DefaultCommitInterval
+	// wcLinger is the producer linger Eddy's stream threads use; the
+	// baseline uses it too, so neither batches more than the other.
+	wcLinger = 5 * time.Millisecond
+)
+
+// phase is the timing of one side of a throughput comparison.
+type phase struct {
+	start, first, done time.Time
+}
+
+func (p phase) fromStart() time.Duration { return p.done.Sub(p.start) }
+func (p phase) fromFirst() time.Duration { return p.done.Sub(p.first) }
+
+// benchWordCount is benchmark (a). Both sides read the same preloaded
+// lines from the same in-process broker; the baseline runs first (three
+// times, its median counts), then Eddy once. The headline rate of each side is lines per second from its first
+// input record to its finish line, so that group joins and start-up count
+// against neither; rates from start are printed too.
+func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
+	fmt.Fprintf(cfg.out, "\n(a) word count: %d lines, %d partitions, in-process broker\n", cfg.lines, cfg.partitions)
+	b, err := broker.Start(broker.Config{Partitions: int32(cfg.partitions)})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	addrs := b.Addrs()
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return nil, err
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	if err := createTopics(ctx, adm, int32(cfg.partitions), wcInput, wcEddyOut); err != nil {
+		return nil, err
+	}
+
+	gen := newLineGen(cfg.seed)
+	ref := make(map[string]int64)
+	var totalWords int64
+	var buf []string
+	lines := make([]string, cfg.lines)
+	for i := range lines {
+		lines[i] = gen.line()
+		buf = appendWords(buf[:0], lines[i])
+		for _, w := range buf {
+			ref[w]++
+		}
+		totalWords += int64(len(buf))
+	}
+	loadStart := time.Now()
+	p := &producer{cl: admCl}
+	for _, l := range lines {
+		p.send(ctx, &kgo.Record{Topic: wcInput, Value: []byte(l)})
+	}
+	if n, err := p.flush(ctx); err != nil || n != int64(len(lines)) {
+		return nil, fmt.Errorf("preloading input: %d of %d acknowledged: %v", n, len(lines), err)
+	}
+	lines = nil
+	cfg.logf("preloaded %d lines (%d words, %d distinct) in %s", cfg.lines, totalWords, len(ref), time.Since(loadStart).Round(time.Millisecond))
+
+	// The baseline is short, so one run is at the mercy of whatever else
+	// the machine does for that second; its median of three runs (each
+	// with its own group and output topic) is the reference.
+	var bases []phase
+	for i := range wcBaselineRuns {
+		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("wordcount-baseline-%d", i+1))
+		if err != nil {
+			return nil, err
+		}
+		ph, err := baselineRun(ctx, cfg, adm, addrs, i+1, totalWords)
+		stopProf()
+		if err != nil {
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+		bases = append(bases, ph)
+	}
+	slices.SortFunc(bases, func(x, y phase) int { return cmp.Compare(x.fromFirst(), y.fromFirst()) })
+	base := bases[len(bases)/2]
+
+	stopProf, err := profile(cfg.profileDir, "wordcount-eddy")
+	if err != nil {
+		return nil, err
+	}
+	eddy, err := runEddyWordCount(ctx, cfg, addrs, adm, int64(cfg.lines), ref)
+	stopProf()
+	if err != nil {
+		return nil, fmt.Errorf("eddy: %w", err)
+	}
+	outEddy, err := endOffsetSum(ctx, adm, wcEddyOut)
+	if err != nil {
+		return nil, err
+	}
+	cfg.logf("eddy: first record after %s, counts exact after %s; %d count updates emitted to %s",
+		eddy.first.Sub(eddy.start).Round(time.Millisecond), eddy.fromStart().Round(time.Millisecond), outEddy, wcEddyOut)
+
+	n := int64(cfg.lines)
+	var all []string
+	for _, b := range bases {
+		all = append(all, fmtNum(rate(n, b.fromFirst())))
+	}
+	fmt.Fprintf(cfg.out, "  baseline: %s lines/s from first record (%s from client start); median of %s\n",
+		fmtNum(rate(n, base.fromFirst())), fmtNum(rate(n, base.fromStart())), strings.Join(all, ", "))
+	fmt.Fprintf(cfg.out, "  eddy:     %s lines/s from first record (%s from App.Start)\n",
+		fmtNum(rate(n, eddy.fromFirst())), fmtNum(rate(n, eddy.fromStart())))
+	fmt.Fprintf(cfg.out, "  baseline = one kgo group client: poll lines, split each into words, produce word→\"1\" per word\n"+
+		"             to a fresh topic (linger %s); every %s and at the end flush the producer (all acked), then commit\n"+
+		"             the polled offsets. Done = all %d lines consumed, all %d word records acked, final commit done.\n"+
+		"  eddy     = runtime App, %d stream thread(s), defaults (commit %s, cache %d MiB); topology\n"+
+		"             FlatMapValues(words) → GroupBy(word) [repartition] → Count(%q) → %s.\n"+
+		"             Done = the first check (every 20 ms) at which every line went through FlatMapValues, the\n"+
+		"             group's committed offsets reach the end of %s and of the repartition topic, and every\n"+
+		"             word's count in the store (App.LocalGet, committed data) equals a reference count.\n"+
+		"             Store writes follow producer acks at commit, so outputs are acked by then.\n",
+		wcLinger, wcCommitPeriod, n, totalWords,
+		cfg.threads, wcCommitPeriod, runtime.DefaultCacheMaxBytes>>20, wcCountsStore, wcEddyOut, wcInput)
+	return []row{
+		ratioRow("(a) word count", "lines/s", rate(n, eddy.fromFirst()), rate(n, base.fromFirst()), 0.5),
+		{name: "(a) … from start", unit: "lines/s", eddy: rate(n, eddy.fromStart()), base: rate(n, base.fromStart()), target: "info"},
+	}, nil
+}
+
+// baselineRun runs the baseline once with group and output topic of its
+// own, checks its output, and deletes the topic again so that the broker's
+// heap does not grow with every run.
+func baselineRun(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string, run int, words int64) (phase, error) {
+	group := fmt.Sprintf("%s-%d", wcBaselineApp, run)
+	out := fmt.Sprintf("%s-%d", wcBaselineOut, run)
+	if err := createTopics(ctx, adm, int32(cfg.partitions), out); err != nil {
+		return phase{}, err
+	}
+	ph, err := runBaselineWordCount(ctx, addrs, group, out, int64(cfg.lines), words)
+	if err != nil {
+		return ph, err
+	}
+	written, err := endOffsetSum(ctx, adm, out)
+	if err != nil {
+		return ph, err
+	}
+	if written != words {
+		return ph, fmt.Errorf("baseline wrote %d word records, want %d", written, words)
+	}
+	cfg.logf("baseline run %d: first record after %s, done after %s; %d word records written",
+		run, ph.first.Sub(ph.start).Round(time.Millisecond), ph.fromStart().Round(time.Millisecond), written)
+	if _, err := adm.DeleteTopics(ctx, out); err != nil {
+		return ph, err
+	}
+	return ph, nil
+}
+
+// runBaselineWordCount is the least work any Kafka word count must do
+// without state: consume each line, split it, produce one record per word,
+// and commit input offsets only once what they produced is acknowledged.
+func runBaselineWordCount(ctx context.Context, addrs []string, group, out string, lines, words int64) (phase, error) {
+	var ph phase
+	ph.start = time.Now()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(wcInput),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.DefaultProduceTopic(out),
+		kgo.ProducerLinger(wcLinger),
+	)
+	if err != nil {
+		return ph, err
+	}
+	defer cl.Close()
+	p := &producer{cl: cl}
+	one := []byte("1")
+	var consumed int64
+	var buf []string
+	lastCommit := time.Now()
+	commit := func() error {
+		if _, err := p.flush(ctx); err != nil {
+			return err
+		}
+		lastCommit = time.Now()
+		return cl.CommitUncommittedOffsets(ctx)
+	}
+	for consumed < lines {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return ph, err
+		}
+		var ferr error
+		fs.EachError(func(t string, part int32, err error) {
+			ferr = errors.Join(ferr, fmt.Errorf("%s/%d: %w", t, part, err))
+		})
+		if ferr != nil {
+			return ph, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if consumed == 0 {
+				ph.first = time.Now()
+			}
+			consumed++
+			buf = appendWords(buf[:0], string(r.Value))
+			for _, w := range buf {
+				p.send(ctx, &kgo.Record{Key: []byte(w), Value: one})
+			}
+		})
+		if time.Since(lastCommit) >= wcCommitPeriod {
+			if err := commit(); err != nil {
+				return ph, err
+			}
+		}
+	}
+	if err := commit(); err != nil {
+		return ph, err
+	}
+	ph.done = time.Now()
+	if acked, _ := p.flush(ctx); acked != words || consumed != lines {
+		return ph, fmt.Errorf("consumed %d lines (want %d), %d word records acked (want %d)", consumed, lines, acked, words)
+	}
+	return ph, nil
+}
+
+// runEddyWordCount runs the word-count topology and times it until the
+// store holds exactly the reference counts.
+func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, lines int64, ref map[string]int64) (phase, error) {
+	var ph phase
+	var seen atomic.Int64
+	var first atomic.Int64
+	bld := topology.NewBuilder()
+	text := topology.Stream(bld, wcInput, serde.String, serde.String)
+	words := topology.FlatMapValues(text, func(_, line string) []string {
+		if seen.Add(1) == 1 {
+			first.Store(time.Now().UnixNano())
+		}
+		return appendWords(nil, line)
+	})
+	topology.GroupBy(words, func(_, w string) string { return w }, "words", serde.String, serde.String).
+		Count(wcCountsStore).ToStream().To(wcEddyOut, serde.String, serde.Int64)
+	topo, err := bld.Build()
+	if err != nil {
+		return ph, err
+	}
+	dir, err := os.MkdirTemp("", "eddybench-wc-")
+	if err != nil {
+		return ph, err
+	}
+	defer os.RemoveAll(dir)
+	app, err := runtime.New(topo, runtime.Config{
+		ApplicationID:    wcEddyApp,
+		Brokers:          addrs,
+		StateDir:         dir,
+		NumStreamThreads: cfg.threads,
+		Logger:           cfg.log,
+	})
+	if err != nil {
+		return ph, err
+	}
+	ph.start = time.Now()
+	if err := app.Start(ctx); err != nil {
+		return ph, err
+	}
+	defer app.Close(context.Background())
+
+	pending := make(map[string]int64, len(ref))
+	for w, n := range ref {
+		pending[w] = n
+	}
+	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		select {
+		case <-app.Done():
+			return false, fmt.Errorf("app stopped: %v", app.Err())
+		default:
+		}
+		if seen.Load() < lines {
+			return false, nil
+		}
+		// Reading 5,000 words from the stores costs a few milliseconds
+		// of CPU, so wait first for what must precede exact counts: the
+		// group's commits covering the input and the repartition topic.
+		// The runtime commits offsets only after the stores hold what
+		// those offsets produced, so the check below then passes at once.
+		for _, topic := range []string{wcInput, wcRepartition} {
+			if ok, err := groupCaughtUp(ctx, adm, wcEddyApp, topic); !ok || err != nil {
+				return false, err
+			}
+		}
+		// Counts only grow and the input is finite, so a word whose
+		// count reached its reference is final.
+		for w, want := range pending {
+			v, found, _, err := app.LocalGet(wcCountsStore, []byte(w))
+			if err != nil || !found {
+				continue // not running here yet, or not counted yet
+			}
+			got, err := serde.Int64.Decode(v)
+			if err != nil {
+				return false, err
+			}
+			if got > want {
+				return false, fmt.Errorf("word %q counted %d times, want %d", w, got, want)
+			}
+			if got == want {
+				delete(pending, w)
+			}
+		}
+		return len(pending) == 0, nil
+	})
+	ph.done = time.Now()
+	ph.first = time.Unix(0, first.Load())
+	if err != nil {
+		return ph, err
+	}
+	if n := seen.Load(); n != lines {
+		return ph, fmt.Errorf("%d lines went through the topology, want %d", n, lines)
+	}
+	return ph, app.Close(ctx)
+}
