@@ -1,0 +1,343 @@
+package iq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// ClientOptions tunes a Client. Zero fields take the defaults documented on
+// each.
+type ClientOptions struct {
+	// Timeout bounds one request to one instance. Default 2s.
+	Timeout time.Duration
+	// MetadataMaxAge is how long a fetched routing table is used before it
+	// is fetched again; failures that suggest it is out of date refresh it
+	// sooner. Default 30s.
+	MetadataMaxAge time.Duration
+	// SuspectFor is how long an instance that did not answer at all is
+	// routed around, unless the routing table changes first. Default 5s.
+	SuspectFor time.Duration
+	// DisableMonotonic stops the client from passing the last position it
+	// saw for a partition as min_position. Monotonic reads are on by
+	// default.
+	DisableMonotonic bool
+	// Transport carries the requests. Nil uses a private transport with a
+	// 1s connect timeout.
+	Transport http.RoundTripper
+}
+
+// minRefreshInterval keeps a burst of failing lookups from turning into a
+// burst of metadata requests: refreshes closer together than this reuse
+// the last table.
+const minRefreshInterval = 100 * time.Millisecond
+
+// Client queries an Eddy application from outside it. Given the address of
+// any of its instances, it fetches the routing table (/v1/metadata),
+// computes each key's partition itself, and asks the partition's active
+// host, then its standbys and warmups while the staleness bound allows,
+// refreshing the table when answers suggest it is out of date.
+//
+// Unless disabled, reads are monotonic per partition: the client remembers
+// the highest position it saw for each store partition and refuses answers
+// from replicas behind it (they answer 409 and the client moves on), so it
+// never returns older data than it returned before, across failovers.
+//
+// A Client is safe for concurrent use. Close it to release connections.
+type Client struct {
+	seeds  []string
+	opts   ClientOptions
+	rt     *router
+	minGap time.Duration
+
+	mu     sync.Mutex // guards meta, metaFP, metaAt
+	meta   *Metadata
+	metaFP uint64
+	metaAt time.Time
+
+	refreshMu sync.Mutex // one metadata fetch at a time
+	lastForce time.Time  // guarded by refreshMu
+
+	posMu sync.Mutex
+	pos   map[StorePartition]int64
+}
+
+// NewClient returns a client that bootstraps from addrs (host:port, at
+// least one). It does no I/O until the first query.
+func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("iq: NewClient needs at least one instance address")
+	}
+	c := &Client{opts: opts, pos: make(map[StorePartition]int64), minGap: minRefreshInterval}
+	for _, a := range addrs {
+		n, err := normalizeAddr(a)
+		if err != nil {
+			return nil, err
+		}
+		c.seeds = append(c.seeds, n)
+	}
+	c.seeds = dedupe(c.seeds)
+	if c.opts.Timeout <= 0 {
+		c.opts.Timeout = 2 * time.Second
+	}
+	if c.opts.MetadataMaxAge <= 0 {
+		c.opts.MetadataMaxAge = 30 * time.Second
+	}
+	if c.opts.SuspectFor <= 0 {
+		c.opts.SuspectFor = 5 * time.Second
+	}
+	c.rt = newRouter(c.opts.Transport, c.opts.Timeout, c.opts.SuspectFor)
+	return c, nil
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() { c.rt.close() }
+
+// Metadata returns the routing table, fetching it if the client has none
+// or it is older than MetadataMaxAge.
+func (c *Client) Metadata(ctx context.Context) (Metadata, error) {
+	m, _, err := c.metadata(ctx, false)
+	return m, err
+}
+
+// RefreshMetadata fetches the routing table now.
+func (c *Client) RefreshMetadata(ctx context.Context) (Metadata, error) {
+	m, _, err := c.metadata(ctx, true)
+	return m, err
+}
+
+func (c *Client) cached() (Metadata, uint64, time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.meta == nil {
+		return Metadata{}, 0, time.Time{}, false
+	}
+	return *c.meta, c.metaFP, c.metaAt, true
+}
+
+func (c *Client) metadata(ctx context.Context, force bool) (Metadata, uint64, error) {
+	asked := time.Now()
+	if m, fp, at, ok := c.cached(); ok && !force && asked.Sub(at) < c.opts.MetadataMaxAge {
+		return m, fp, nil
+	}
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	// Another caller may have refreshed while this one waited; and forced
+	// refreshes (after failures) are spaced out, so that a partition no
+	// replica can serve does not turn every lookup into a metadata fetch.
+	if m, fp, at, ok := c.cached(); ok {
+		if at.After(asked) || (!force && asked.Sub(at) < c.opts.MetadataMaxAge) || (force && time.Since(c.lastForce) < c.minGap) {
+			return m, fp, nil
+		}
+	}
+	if force {
+		c.lastForce = time.Now()
+	}
+	m, err := c.fetchMetadata(ctx)
+	if err != nil {
+		return Metadata{}, 0, err
+	}
+	fp := fingerprint(m)
+	c.mu.Lock()
+	c.meta, c.metaFP, c.metaAt = &m, fp, time.Now()
+	c.mu.Unlock()
+	return m, fp, nil
+}
+
+// fetchMetadata asks the known instances, then the seeds, for the routing
+// table; the first answer wins.
+func (c *Client) fetchMetadata(ctx context.Context) (Metadata, error) {
+	var hosts []string
+	fp := func() uint64 { return 0 }
+	if m, f, _, ok := c.cached(); ok {
+		for _, h := range m.Hosts {
+			hosts = append(hosts, h.Host)
+		}
+		fp = func() uint64 { return f }
+	}
+	hosts = dedupe(append(hosts, c.seeds...))
+	var m Metadata
+	tried, ok := c.rt.try(ctx, hosts, fp, "/v1/metadata", func(_ string, st int, body []byte) error {
+		if st != http.StatusOK {
+			return decodeErrorAnswer(st, body)
+		}
+		var w wireMetadata
+		if err := json.Unmarshal(body, &w); err != nil {
+			return fmt.Errorf("iq: malformed metadata answer: %w", err)
+		}
+		m = w.metadata()
+		return nil
+	})
+	if !ok {
+		return Metadata{}, &UnavailableError{Partition: -1, Cause: errors.New("no instance returned the routing table"), Tried: tried}
+	}
+	return m, nil
+}
+
+// LastPosition returns the highest position the client has seen for a
+// store partition.
+func (c *Client) LastPosition(store string, partition int32) (int64, bool) {
+	c.posMu.Lock()
+	defer c.posMu.Unlock()
+	p, ok := c.pos[StorePartition{store, partition}]
+	return p, ok
+}
+
+func (c *Client) saw(store string, partition int32, position int64) {
+	c.posMu.Lock()
+	defer c.posMu.Unlock()
+	sp := StorePartition{store, partition}
+	if old, ok := c.pos[sp]; !ok || position > old {
+		c.pos[sp] = position
+	}
+}
+
+// KeyMetadata names the partition of a serialized key and its hosts, from
+// the client's routing table.
+func (c *Client) KeyMetadata(ctx context.Context, store string, keyBytes []byte) (KeyQueryMetadata, error) {
+	m, _, err := c.metadata(ctx, false)
+	if err != nil {
+		return KeyQueryMetadata{}, err
+	}
+	n, ok := m.Partitions[store]
+	if !ok {
+		return KeyQueryMetadata{}, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	}
+	return locate(m, store, topology.Partition(keyBytes, n))
+}
+
+// Get looks up a key. keyText is the key as the store's StoreCodec reads
+// it from a URL; keyBytes is the same key serialized with the store's key
+// serde, from which the partition is computed. The value comes back as the
+// JSON the server rendered.
+func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte, opts ...QueryOption) (Result[json.RawMessage], error) {
+	o := buildOptions(opts)
+	m, fp, err := c.metadata(ctx, false)
+	if err != nil {
+		return Result[json.RawMessage]{}, &UnavailableError{Store: store, Partition: -1, Bound: o.bound, Cause: err}
+	}
+	ue := &UnavailableError{Store: store, Partition: -1, Bound: o.bound}
+	for round := 0; ; round++ {
+		res, retry, err := c.getOnce(ctx, m, store, keyText, keyBytes, &o, ue)
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			ue.Cause = ctx.Err()
+			return Result[json.RawMessage]{}, ue
+		}
+		if !retry || round == 1 {
+			return Result[json.RawMessage]{}, err
+		}
+		nm, nfp, merr := c.metadata(ctx, true)
+		if merr != nil || nfp == fp {
+			return Result[json.RawMessage]{}, err
+		}
+		m, fp = nm, nfp
+	}
+}
+
+// getOnce tries every candidate of the key's partition under one routing
+// table. retry says whether a newer table might do better.
+func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string, keyBytes []byte, o *queryOptions, ue *UnavailableError) (Result[json.RawMessage], bool, error) {
+	n, ok := m.Partitions[store]
+	if !ok {
+		return Result[json.RawMessage]{}, true, fmt.Errorf("%w: %q is not in the routing table", ErrUnknownStore, store)
+	}
+	part := o.partition
+	if !o.hasPartition {
+		part = topology.Partition(keyBytes, n)
+	}
+	ue.Partition = part
+	km, err := locate(m, store, part)
+	if err != nil {
+		ue.Cause = err
+		return Result[json.RawMessage]{}, true, ue
+	}
+	// The partition goes along only when the caller chose it: a server that
+	// computes it from the key itself cannot be misled into reading the
+	// wrong partition by a key written differently from how it was hashed.
+	q := url.Values{"staleness": {o.bound.String()}, "route": {"false"}}
+	if o.hasPartition {
+		q.Set("partition", strconv.Itoa(int(part)))
+	}
+	minPos, hasMin := o.minPosition, o.hasMin
+	if !c.opts.DisableMonotonic {
+		if last, ok := c.LastPosition(store, part); ok && (!hasMin || last > minPos) {
+			minPos, hasMin = last, true
+		}
+	}
+	if hasMin {
+		q.Set("min_position", strconv.FormatInt(minPos, 10))
+	}
+	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/keys/" + url.PathEscape(keyText) + "?" + q.Encode()
+	var res Result[json.RawMessage]
+	var fatal error
+	tried, ok := c.rt.try(ctx, candidates(km, o.bound, ""), memoFingerprint(m), pathQuery, func(_ string, st int, body []byte) error {
+		if st == http.StatusOK || st == http.StatusNotFound {
+			var k wireKey
+			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
+				res = Result[json.RawMessage]{Value: k.Value, Found: st == http.StatusOK, Provenance: k.ServedBy.provenance(k.Partition)}
+				return nil
+			}
+		}
+		err := decodeErrorAnswer(st, body)
+		if errors.Is(err, ErrInvalidQuery) || errors.Is(err, ErrUnknownStore) {
+			fatal = err
+		}
+		return err
+	})
+	if ok {
+		if !c.opts.DisableMonotonic {
+			c.saw(store, part, res.Provenance.Position)
+		}
+		return res, false, nil
+	}
+	if fatal != nil {
+		return Result[json.RawMessage]{}, false, fatal
+	}
+	ue.Tried = append(ue.Tried, tried...)
+	if len(tried) == 0 {
+		ue.Cause = fmt.Errorf("no host within staleness=%s holds the partition (active %q)", o.bound, km.Active)
+	}
+	// Staleness and position refusals say nothing about the table; anything
+	// else (no answer, not hosted, not started, moving) may mean it moved on.
+	retry := false
+	for _, a := range tried {
+		if !errors.Is(a.Err, ErrTooStale) && !errors.Is(a.Err, ErrBehind) {
+			retry = true
+		}
+	}
+	return Result[json.RawMessage]{}, retry, ue
+}
+
+// ClientGet looks up a typed key through a Client. The key is written in
+// the URL with fmt.Sprint (what CodecFor's default key parser reads for
+// string and integer keys) and serialized with keySerde to find its
+// partition; the JSON value is decoded into V.
+func ClientGet[K, V any](ctx context.Context, c *Client, store string, key K, keySerde serde.Serde[K], opts ...QueryOption) (Result[V], error) {
+	kb, err := keySerde.Encode(key)
+	if err != nil {
+		return Result[V]{}, invalidf("encode key for store %q: %v", store, err)
+	}
+	raw, err := c.Get(ctx, store, fmt.Sprint(key), kb, opts...)
+	if err != nil {
+		return Result[V]{}, err
+	}
+	res := Result[V]{Found: raw.Found, Provenance: raw.Provenance}
+	if raw.Found {
+		if err := json.Unmarshal(raw.Value, &res.Value); err != nil {
+			return Result[V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, raw.Provenance.Partition, err)
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,505 @@
+package iq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// Provenance says where an answer came from, read when the answer was.
+type Provenance struct {
+	// Host is the answering instance's query endpoint ("" if it has none).
+	Host      string
+	Partition int32
+	Role      Role
+	// Position is the replica's changelog position right after the read:
+	// the data returned reflects no record at or beyond it. Pass it back
+	// as a minimum position to never read older data again.
+	Position int64
+	// Lag is the replica's lag right after the read.
+	Lag int64
+}
+
+// Result is the answer to a key lookup.
+type Result[V any] struct {
+	Value V
+	// Found is false when the key is absent on the answering replica.
+	Found      bool
+	Provenance Provenance
+}
+
+// KeyValue is one entry of a range.
+type KeyValue[K, V any] struct {
+	Key   K
+	Value V
+}
+
+// PartitionEntries is what one partition's replica returned for a range.
+type PartitionEntries[K, V any] struct {
+	Provenance Provenance
+	Entries    []KeyValue[K, V]
+	// Truncated is set when the limit cut the range short.
+	Truncated bool
+}
+
+// PartitionError is a partition that could not answer, and why.
+type PartitionError struct {
+	Partition int32
+	Err       error
+}
+
+// RangeResult is the answer to a range or full scan: one entry per
+// partition that answered, in partition order, and the local replicas that
+// refused (too stale, behind, moved away).
+type RangeResult[K, V any] struct {
+	Partitions []PartitionEntries[K, V]
+	Refused    []PartitionError
+}
+
+// PartitionCount is one partition's approximate key count.
+type PartitionCount struct {
+	Provenance Provenance
+	Count      int64
+}
+
+// CountResult is the answer to ApproximateCount.
+type CountResult struct {
+	// Total sums Partitions.
+	Total      int64
+	Partitions []PartitionCount
+	Refused    []PartitionError
+}
+
+// KeyQueryMetadata says which hosts hold the partition of a key, from the
+// latest assignment.
+type KeyQueryMetadata struct {
+	Partition int32
+	// Active is the active host, or "" when no host holds the partition as
+	// an active (between an instance's loss and the next assignment).
+	Active   string
+	Standbys []string
+	Warmups  []string
+}
+
+// StoreMetadata is what every host holds of one store.
+type StoreMetadata struct {
+	Store      string
+	Partitions int32
+	// Hosts holds only the hosts with some replica of the store, with
+	// only this store's partitions, sorted by Host.
+	Hosts []HostMetadata
+}
+
+// QueryOption adjusts one query.
+type QueryOption func(*queryOptions)
+
+type queryOptions struct {
+	bound        Staleness
+	partition    int32
+	hasPartition bool
+	minPosition  int64
+	hasMin       bool
+	limit        int
+}
+
+// WithStaleness sets the staleness bound (default ActiveOnly).
+func WithStaleness(s Staleness) QueryOption { return func(o *queryOptions) { o.bound = s } }
+
+// WithPartition restricts the query to one partition. For a key lookup it
+// replaces the partition computed from the key (for stores partitioned by
+// something other than the default partitioner).
+func WithPartition(p int32) QueryOption {
+	return func(o *queryOptions) { o.partition, o.hasPartition = p, true }
+}
+
+// WithMinPosition refuses replicas whose changelog position is below pos
+// with a *BehindError (monotonic reads). It needs a single partition: a key
+// lookup, or a range with WithPartition.
+func WithMinPosition(pos int64) QueryOption {
+	return func(o *queryOptions) { o.minPosition, o.hasMin = pos, true }
+}
+
+// WithLimit caps the entries a range or scan returns per partition
+// (0, the default, is no cap).
+func WithLimit(n int) QueryOption { return func(o *queryOptions) { o.limit = n } }
+
+func buildOptions(opts []QueryOption) queryOptions {
+	var o queryOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Querier answers queries against the local replicas of a Backend, and
+// reads the routing table it holds. It is safe for concurrent use.
+type Querier struct {
+	b Backend
+}
+
+// NewQuerier returns a Querier over b.
+func NewQuerier(b Backend) *Querier { return &Querier{b: b} }
+
+// Backend returns the backend q reads.
+func (q *Querier) Backend() Backend { return q.b }
+
+// replica returns the local replica of a partition if it may answer under
+// the options (within the bound and at or past the minimum position), with
+// what it said about itself before the read.
+func (q *Querier) replica(store string, p int32, o *queryOptions) (Replica, ReplicaInfo, error) {
+	if p < 0 {
+		return nil, ReplicaInfo{}, fmt.Errorf("%w: partition %d of store %q", ErrUnknownPartition, p, store)
+	}
+	r, err := q.b.Replica(store, p)
+	if err != nil {
+		if errors.Is(err, ErrNotHostedHere) {
+			// Tell a partition that does not exist from one hosted
+			// elsewhere, when the routing table can say.
+			if m, merr := q.b.Metadata(); merr == nil {
+				if n, ok := m.Partitions[store]; ok && p >= n {
+					return nil, ReplicaInfo{}, fmt.Errorf("%w: partition %d of store %q, which has %d", ErrUnknownPartition, p, store, n)
+				}
+			}
+		}
+		return nil, ReplicaInfo{}, err
+	}
+	info := r.Info()
+	if err := o.bound.Check(info, q.b.AcceptableRecoveryLag()); err != nil {
+		se := err.(*StaleError)
+		se.Store, se.Partition, se.Host = store, p, q.b.Self()
+		return nil, ReplicaInfo{}, se
+	}
+	if o.hasMin && info.Position < o.minPosition {
+		return nil, ReplicaInfo{}, &BehindError{Store: store, Partition: p, Host: q.b.Self(), Role: info.Role, Position: info.Position, MinPosition: o.minPosition}
+	}
+	return r, info, nil
+}
+
+// provenance describes r right after a read. Taking the position after the
+// read makes it an upper bound of what the read saw, which is the safe side
+// for monotonic reads. A position that went backwards means the replica was
+// closed or replaced under the read; what it said before is then the better
+// description of what was read.
+func (q *Querier) provenance(r Replica, p int32, before ReplicaInfo) Provenance {
+	info := r.Info()
+	if info.Position < before.Position {
+		info = before
+	}
+	return Provenance{Host: q.b.Self(), Partition: p, Role: info.Role, Position: info.Position, Lag: info.Lag}
+}
+
+// movedErr turns a store closed under a reader into the retryable error it
+// means: the replica moved away while being read.
+func movedErr(store string, p int32, err error) error {
+	if errors.Is(err, statestore.ErrClosed) {
+		return fmt.Errorf("%w: store %q partition %d was closed while being read (it moved)", ErrNotHostedHere, store, p)
+	}
+	return fmt.Errorf("iq: store %q partition %d: %w", store, p, err)
+}
+
+// GetBytes looks up a serialized key in the local replica of its partition.
+// It fails with ErrNotHostedHere when no local replica exists, *StaleError
+// outside the bound, *BehindError below the minimum position.
+func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts ...QueryOption) (Result[[]byte], error) {
+	if err := ctx.Err(); err != nil {
+		return Result[[]byte]{}, err
+	}
+	o := buildOptions(opts)
+	p := o.partition
+	if !o.hasPartition {
+		var err error
+		if p, err = q.b.KeyPartition(store, key); err != nil {
+			return Result[[]byte]{}, err
+		}
+	}
+	r, before, err := q.replica(store, p, &o)
+	if err != nil {
+		return Result[[]byte]{}, err
+	}
+	v, found, err := r.Store().Get(key)
+	if err != nil {
+		return Result[[]byte]{}, movedErr(store, p, err)
+	}
+	return Result[[]byte]{Value: v, Found: found, Provenance: q.provenance(r, p, before)}, nil
+}
+
+// Get looks up a key in the local replica of its partition, serializing the
+// key and deserializing the value with the given serdes (the store's own).
+func Get[K, V any](ctx context.Context, q *Querier, store string, key K, keySerde serde.Serde[K], valueSerde serde.Serde[V], opts ...QueryOption) (Result[V], error) {
+	kb, err := keySerde.Encode(key)
+	if err != nil {
+		return Result[V]{}, invalidf("encode key for store %q: %v", store, err)
+	}
+	raw, err := q.GetBytes(ctx, store, kb, opts...)
+	if err != nil {
+		return Result[V]{}, err
+	}
+	res := Result[V]{Found: raw.Found, Provenance: raw.Provenance}
+	if raw.Found {
+		if res.Value, err = valueSerde.Decode(raw.Value); err != nil {
+			return Result[V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, raw.Provenance.Partition, err)
+		}
+	}
+	return res, nil
+}
+
+// localPartitions lists the partitions a local scan visits: the one asked
+// for, or every local replica of the store.
+func (q *Querier) localPartitions(store string, o *queryOptions) ([]int32, error) {
+	if o.hasPartition {
+		return []int32{o.partition}, nil
+	}
+	if o.hasMin {
+		return nil, invalidf("a minimum position needs a single partition (use WithPartition)")
+	}
+	m, err := q.b.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := m.Partitions[store]; !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	}
+	var ps []int32
+	for _, info := range q.b.LocalReplicas() {
+		if info.Store == store {
+			ps = append(ps, info.Partition)
+		}
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps), nil
+}
+
+// scan runs open on every partition the options select and decodes what it
+// yields. A single asked-for partition that cannot answer fails the call;
+// in an all-local scan it is listed in Refused.
+func scan[K, V any](ctx context.Context, q *Querier, store string, o *queryOptions, open func(statestore.Store) (statestore.Iterator, error), ks serde.Serde[K], vs serde.Serde[V]) (RangeResult[K, V], error) {
+	var res RangeResult[K, V]
+	ps, err := q.localPartitions(store, o)
+	if err != nil {
+		return res, err
+	}
+	for _, p := range ps {
+		if err := ctx.Err(); err != nil {
+			return RangeResult[K, V]{}, err
+		}
+		pe, err := scanPartition(ctx, q, store, p, o, open, ks, vs)
+		switch {
+		case err == nil:
+			res.Partitions = append(res.Partitions, pe)
+		case o.hasPartition || ctx.Err() != nil || errors.Is(err, ErrInvalidQuery):
+			return RangeResult[K, V]{}, err
+		default:
+			res.Refused = append(res.Refused, PartitionError{Partition: p, Err: err})
+		}
+	}
+	return res, nil
+}
+
+func scanPartition[K, V any](ctx context.Context, q *Querier, store string, p int32, o *queryOptions, open func(statestore.Store) (statestore.Iterator, error), ks serde.Serde[K], vs serde.Serde[V]) (PartitionEntries[K, V], error) {
+	r, before, err := q.replica(store, p, o)
+	if err != nil {
+		return PartitionEntries[K, V]{}, err
+	}
+	it, err := open(r.Store())
+	if err != nil {
+		return PartitionEntries[K, V]{}, movedErr(store, p, err)
+	}
+	defer it.Close()
+	var pe PartitionEntries[K, V]
+	for it.Next() {
+		if o.limit > 0 && len(pe.Entries) == o.limit {
+			pe.Truncated = true
+			break
+		}
+		// Checking every entry costs little next to the iterator step and
+		// keeps a cancelled scan of a large store short.
+		if len(pe.Entries)%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return PartitionEntries[K, V]{}, err
+			}
+		}
+		k, err := ks.Decode(it.Key())
+		if err != nil {
+			return PartitionEntries[K, V]{}, fmt.Errorf("iq: store %q partition %d: decode key: %w", store, p, err)
+		}
+		v, err := vs.Decode(it.Value())
+		if err != nil {
+			return PartitionEntries[K, V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, p, err)
+		}
+		pe.Entries = append(pe.Entries, KeyValue[K, V]{Key: k, Value: v})
+	}
+	if err := it.Err(); err != nil {
+		return PartitionEntries[K, V]{}, movedErr(store, p, err)
+	}
+	pe.Provenance = q.provenance(r, p, before)
+	return pe, nil
+}
+
+// RangeBytes returns the serialized entries with keys in [from, to) (a nil
+// bound is open) from one partition (WithPartition) or every local replica
+// of the store that satisfies the bound. Keys are ordered bytewise within a
+// partition.
+func (q *Querier) RangeBytes(ctx context.Context, store string, from, to []byte, opts ...QueryOption) (RangeResult[[]byte, []byte], error) {
+	o := buildOptions(opts)
+	return scan(ctx, q, store, &o, func(s statestore.Store) (statestore.Iterator, error) { return s.Range(from, to) }, serde.Bytes, serde.Bytes)
+}
+
+// Range returns the entries with keys in [from, to), serialized with
+// keySerde and ordered by their serialized bytes, from one partition or
+// every local replica (see RangeBytes).
+func Range[K, V any](ctx context.Context, q *Querier, store string, from, to K, keySerde serde.Serde[K], valueSerde serde.Serde[V], opts ...QueryOption) (RangeResult[K, V], error) {
+	fb, err := keySerde.Encode(from)
+	if err != nil {
+		return RangeResult[K, V]{}, invalidf("encode range start for store %q: %v", store, err)
+	}
+	tb, err := keySerde.Encode(to)
+	if err != nil {
+		return RangeResult[K, V]{}, invalidf("encode range end for store %q: %v", store, err)
+	}
+	o := buildOptions(opts)
+	return scan(ctx, q, store, &o, func(s statestore.Store) (statestore.Iterator, error) { return s.Range(fb, tb) }, keySerde, valueSerde)
+}
+
+// All returns every entry of one partition or of every local replica (see
+// RangeBytes).
+func All[K, V any](ctx context.Context, q *Querier, store string, keySerde serde.Serde[K], valueSerde serde.Serde[V], opts ...QueryOption) (RangeResult[K, V], error) {
+	o := buildOptions(opts)
+	return scan(ctx, q, store, &o, func(s statestore.Store) (statestore.Iterator, error) { return s.All() }, keySerde, valueSerde)
+}
+
+// ApproximateCount estimates the keys of one partition or of every local
+// replica that satisfies the bound.
+func (q *Querier) ApproximateCount(ctx context.Context, store string, opts ...QueryOption) (CountResult, error) {
+	o := buildOptions(opts)
+	var res CountResult
+	ps, err := q.localPartitions(store, &o)
+	if err != nil {
+		return res, err
+	}
+	for _, p := range ps {
+		if err := ctx.Err(); err != nil {
+			return CountResult{}, err
+		}
+		r, before, err := q.replica(store, p, &o)
+		var n int64
+		if err == nil {
+			if n, err = r.Store().ApproximateCount(); err != nil {
+				err = movedErr(store, p, err)
+			}
+		}
+		if err != nil {
+			if o.hasPartition {
+				return CountResult{}, err
+			}
+			res.Refused = append(res.Refused, PartitionError{Partition: p, Err: err})
+			continue
+		}
+		res.Partitions = append(res.Partitions, PartitionCount{Provenance: q.provenance(r, p, before), Count: n})
+		res.Total += n
+	}
+	return res, nil
+}
+
+// Metadata returns the routing table of the latest assignment, for every
+// host.
+func (q *Querier) Metadata() (Metadata, error) { return q.b.Metadata() }
+
+// LocalReplicas describes every local replica: role, position, end, lag.
+func (q *Querier) LocalReplicas() []ReplicaInfo { return q.b.LocalReplicas() }
+
+// StoreMetadata returns which partitions of store each host holds.
+func (q *Querier) StoreMetadata(store string) (StoreMetadata, error) {
+	m, err := q.b.Metadata()
+	if err != nil {
+		return StoreMetadata{}, err
+	}
+	return storeMetadata(m, store)
+}
+
+func storeMetadata(m Metadata, store string) (StoreMetadata, error) {
+	n, ok := m.Partitions[store]
+	if !ok {
+		return StoreMetadata{}, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	}
+	sm := StoreMetadata{Store: store, Partitions: n}
+	only := func(sps []StorePartition) []StorePartition {
+		var out []StorePartition
+		for _, sp := range sps {
+			if sp.Store == store {
+				out = append(out, sp)
+			}
+		}
+		return out
+	}
+	for _, h := range m.Hosts {
+		hm := HostMetadata{Host: h.Host, Active: only(h.Active), Standby: only(h.Standby), Warmup: only(h.Warmup)}
+		if len(hm.Active)+len(hm.Standby)+len(hm.Warmup) > 0 {
+			sm.Hosts = append(sm.Hosts, hm)
+		}
+	}
+	return sm, nil
+}
+
+// KeyMetadata names the partition of a serialized key and the hosts that
+// hold it. Before the first assignment, or when no host holds the
+// partition in any role, it fails with an *UnavailableError rather than
+// guess.
+func (q *Querier) KeyMetadata(store string, key []byte) (KeyQueryMetadata, error) {
+	p, err := q.b.KeyPartition(store, key)
+	if err != nil {
+		if errors.Is(err, ErrUnknownStore) {
+			return KeyQueryMetadata{}, err
+		}
+		return KeyQueryMetadata{}, &UnavailableError{Store: store, Partition: -1, Cause: err}
+	}
+	return q.PartitionMetadata(store, p)
+}
+
+// KeyMetadataFor is KeyMetadata for a typed key.
+func KeyMetadataFor[K any](q *Querier, store string, key K, keySerde serde.Serde[K]) (KeyQueryMetadata, error) {
+	kb, err := keySerde.Encode(key)
+	if err != nil {
+		return KeyQueryMetadata{}, invalidf("encode key for store %q: %v", store, err)
+	}
+	return q.KeyMetadata(store, kb)
+}
+
+// PartitionMetadata names the hosts holding one partition of a store.
+func (q *Querier) PartitionMetadata(store string, p int32) (KeyQueryMetadata, error) {
+	m, err := q.b.Metadata()
+	if err != nil {
+		return KeyQueryMetadata{}, &UnavailableError{Store: store, Partition: p, Cause: err}
+	}
+	return locate(m, store, p)
+}
+
+// locate finds a partition's hosts in a routing table.
+func locate(m Metadata, store string, p int32) (KeyQueryMetadata, error) {
+	n, ok := m.Partitions[store]
+	if !ok {
+		return KeyQueryMetadata{}, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	}
+	if p < 0 || p >= n {
+		return KeyQueryMetadata{}, fmt.Errorf("%w: partition %d of store %q, which has %d", ErrUnknownPartition, p, store, n)
+	}
+	km := KeyQueryMetadata{Partition: p}
+	want := StorePartition{Store: store, Partition: p}
+	for _, h := range m.Hosts {
+		switch {
+		case slices.Contains(h.Active, want):
+			km.Active = h.Host
+		case slices.Contains(h.Standby, want):
+			km.Standbys = append(km.Standbys, h.Host)
+		case slices.Contains(h.Warmup, want):
+			km.Warmups = append(km.Warmups, h.Host)
+		}
+	}
+	if km.Active == "" && len(km.Standbys) == 0 && len(km.Warmups) == 0 {
+		return KeyQueryMetadata{}, &UnavailableError{Store: store, Partition: p, Cause: errors.New("no host holds the partition in the latest assignment")}
+	}
+	return km, nil
+}

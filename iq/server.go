@@ -1,0 +1,606 @@
+package iq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/eddystreams/eddy/serde"
+)
+
+// StoreCodec tells the HTTP server how to turn a key written in a URL into
+// a store key, and stored keys and values into JSON.
+type StoreCodec struct {
+	Name string
+	// EncodeKey parses a key as written in a URL into the store's key
+	// bytes (the key serde's encoding).
+	EncodeKey func(string) ([]byte, error)
+	// DecodeKey turns a stored key into a JSON-encodable value for range
+	// answers. Nil renders the key bytes as a string.
+	DecodeKey func([]byte) (any, error)
+	// DecodeValue turns a stored value into a JSON-encodable value.
+	DecodeValue func([]byte) (any, error)
+}
+
+// CodecFor builds a StoreCodec from a store's serdes. parseKey reads a key
+// as written in a URL; nil handles string, int64, int32 and int keys (as
+// decimal), the forms the routing Client writes with fmt.Sprint.
+func CodecFor[K, V any](name string, keySerde serde.Serde[K], valueSerde serde.Serde[V], parseKey func(string) (K, error)) StoreCodec {
+	if parseKey == nil {
+		parseKey = parseKeyText[K]
+	}
+	return StoreCodec{
+		Name: name,
+		EncodeKey: func(s string) ([]byte, error) {
+			k, err := parseKey(s)
+			if err != nil {
+				return nil, err
+			}
+			return keySerde.Encode(k)
+		},
+		DecodeKey:   func(b []byte) (any, error) { return keySerde.Decode(b) },
+		DecodeValue: func(b []byte) (any, error) { return valueSerde.Decode(b) },
+	}
+}
+
+func parseKeyText[K any](s string) (K, error) {
+	var k K
+	var err error
+	switch p := any(&k).(type) {
+	case *string:
+		*p = s
+	case *int64:
+		*p, err = strconv.ParseInt(s, 10, 64)
+	case *int32:
+		var n int64
+		n, err = strconv.ParseInt(s, 10, 32)
+		*p = int32(n)
+	case *int:
+		*p, err = strconv.Atoi(s)
+	default:
+		err = fmt.Errorf("no parser for keys of type %T (give CodecFor a parseKey)", k)
+	}
+	return k, err
+}
+
+// ServerConfig tunes a Server. Zero fields take the defaults documented on
+// each.
+type ServerConfig struct {
+	// ForwardTimeout bounds one forwarded request. Default 2s.
+	ForwardTimeout time.Duration
+	// SuspectFor is how long a host whose forward failed at the transport
+	// level is routed around, unless the routing table changes first.
+	// Default 5s.
+	SuspectFor time.Duration
+	// MaxRangeEntries caps the entries one partition contributes to a
+	// range answer (the limit= parameter may only lower it). Default
+	// 10000.
+	MaxRangeEntries int
+	// FanOut is how many partitions a routed range asks at once.
+	// Default 8.
+	FanOut int
+	// Transport carries forwarded requests. Nil uses a private transport
+	// with a 1s connect timeout.
+	Transport http.RoundTripper
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.ForwardTimeout <= 0 {
+		c.ForwardTimeout = 2 * time.Second
+	}
+	if c.SuspectFor <= 0 {
+		c.SuspectFor = 5 * time.Second
+	}
+	if c.MaxRangeEntries <= 0 {
+		c.MaxRangeEntries = 10000
+	}
+	if c.FanOut <= 0 {
+		c.FanOut = 8
+	}
+	return c
+}
+
+// Server is the HTTP API of one instance. It serves:
+//
+//	GET /v1/stores/{store}/keys/{key}   ?staleness= &route= (default true) &min_position= &partition=
+//	    200 {"key","value","partition","served_by":{"host","role","position","lag"}}
+//	    404 the same without "value" when the key is absent on the answering replica
+//	    503 {"error","reason","tried":[{"host","error","reason"}]} when no replica within the bound answered
+//	GET /v1/stores/{store}/range        ?from= &to= &staleness= &route= (default false) &partition= &limit= &min_position=
+//	    200 {"store","partitions":[{"partition","served_by","entries":[{"key","value"}],"truncated"}],"failed":[...]}
+//	GET /v1/metadata/stores/{store}/keys/{key}  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
+//	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
+//	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N}}
+//	GET /v1/lags                        [{"store","partition","role","position","end","lag","restored","since_caught_up_ms"}]
+//	GET /healthz                        200 when the routing table is known and no local replica is restoring, else 503
+//
+// Errors are {"error": message, "reason": code, ...} with the status
+// StatusFor gives. With route=true a key lookup is answered locally when a
+// local replica satisfies the bound, else forwarded once (with route=false)
+// to the active host, then to standby and warmup hosts while the bound
+// allows them. A host whose forward fails without an HTTP answer is
+// skipped for a while (see ServerConfig.SuspectFor).
+type Server struct {
+	b      Backend
+	q      *Querier
+	cfg    ServerConfig
+	codecs map[string]StoreCodec
+	rt     *router
+	mux    *http.ServeMux
+}
+
+// NewServer returns the HTTP API of the instance b describes, for the
+// stores named by codecs, with the default ServerConfig.
+func NewServer(b Backend, codecs ...StoreCodec) *Server {
+	return NewServerWithConfig(b, ServerConfig{}, codecs...)
+}
+
+// NewServerWithConfig is NewServer with explicit settings.
+func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Server {
+	cfg = cfg.withDefaults()
+	s := &Server{
+		b:      b,
+		q:      NewQuerier(b),
+		cfg:    cfg,
+		codecs: make(map[string]StoreCodec, len(codecs)),
+		rt:     newRouter(cfg.Transport, cfg.ForwardTimeout, cfg.SuspectFor),
+		mux:    http.NewServeMux(),
+	}
+	for _, c := range codecs {
+		s.codecs[c.Name] = c
+	}
+	s.mux.HandleFunc("GET /healthz", s.handleHealth)
+	s.mux.HandleFunc("GET /v1/metadata", s.handleMetadata)
+	s.mux.HandleFunc("GET /v1/metadata/stores/{store}", s.handleStoreMetadata)
+	s.mux.HandleFunc("GET /v1/metadata/stores/{store}/keys/{key}", s.handleKeyMetadata)
+	s.mux.HandleFunc("GET /v1/lags", s.handleLags)
+	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}", s.handleKey)
+	s.mux.HandleFunc("GET /v1/stores/{store}/range", s.handleRange)
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Querier returns the in-process query API the server answers from.
+func (s *Server) Querier() *Querier { return s.q }
+
+// Close releases the idle connections the server keeps to other
+// instances. The server stays usable; call Close when the instance stops.
+func (s *Server) Close() { s.rt.close() }
+
+func (s *Server) self() string {
+	if h := s.b.Self(); h != "" {
+		return h
+	}
+	return "local"
+}
+
+func (s *Server) codec(w http.ResponseWriter, store string) (StoreCodec, bool) {
+	c, ok := s.codecs[store]
+	if !ok {
+		writeErr(w, fmt.Errorf("%w: %q is not served over HTTP", ErrUnknownStore, store))
+	}
+	return c, ok
+}
+
+// params are a query's URL parameters.
+type params struct {
+	bound        Staleness
+	route        bool
+	partition    int32
+	hasPartition bool
+	minPos       int64
+	hasMin       bool
+	limit        int
+}
+
+func parseParams(v url.Values, routeDefault bool, maxLimit int) (params, error) {
+	p := params{route: routeDefault, limit: maxLimit}
+	var err error
+	if p.bound, err = ParseStaleness(v.Get("staleness")); err != nil {
+		return p, err
+	}
+	if s := v.Get("route"); s != "" {
+		if p.route, err = strconv.ParseBool(s); err != nil {
+			return p, invalidf("route=%q: want true or false", s)
+		}
+	}
+	if s := v.Get("partition"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil || n < 0 {
+			return p, invalidf("partition=%q: want a non-negative partition number", s)
+		}
+		p.partition, p.hasPartition = int32(n), true
+	}
+	if s := v.Get("min_position"); s != "" {
+		if p.minPos, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return p, invalidf("min_position=%q: want a changelog offset", s)
+		}
+		p.hasMin = true
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return p, invalidf("limit=%q: want a positive count", s)
+		}
+		p.limit = min(n, maxLimit)
+	}
+	return p, nil
+}
+
+func (p params) options() []QueryOption {
+	opts := []QueryOption{WithStaleness(p.bound)}
+	if p.hasPartition {
+		opts = append(opts, WithPartition(p.partition))
+	}
+	if p.hasMin {
+		opts = append(opts, WithMinPosition(p.minPos))
+	}
+	if p.limit > 0 {
+		opts = append(opts, WithLimit(p.limit))
+	}
+	return opts
+}
+
+// forwardQuery is the query string of a forwarded request: the same
+// bound and positions, never routed again.
+func (p params) forwardQuery(extra url.Values) string {
+	v := url.Values{}
+	for k, vs := range extra {
+		v[k] = vs
+	}
+	v.Set("staleness", p.bound.String())
+	v.Set("route", "false")
+	if p.hasMin {
+		v.Set("min_position", strconv.FormatInt(p.minPos, 10))
+	}
+	return v.Encode()
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	if _, err := s.b.Metadata(); err != nil {
+		writeErr(w, err)
+		return
+	}
+	for _, i := range s.b.LocalReplicas() {
+		if i.Role == RoleRestoring {
+			writeErr(w, fmt.Errorf("%w: store %q partition %d is restoring (lag %d)", ErrRebalancing, i.Store, i.Partition, i.Lag))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleMetadata(w http.ResponseWriter, _ *http.Request) {
+	m, err := s.b.Metadata()
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toWireMetadata(m))
+}
+
+func (s *Server) handleStoreMetadata(w http.ResponseWriter, r *http.Request) {
+	sm, err := s.q.StoreMetadata(r.PathValue("store"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	wm := toWireMetadata(Metadata{Hosts: sm.Hosts})
+	writeJSON(w, http.StatusOK, struct {
+		Store      string         `json:"store"`
+		Partitions int32          `json:"partitions"`
+		Instances  []wireInstance `json:"instances"`
+	}{sm.Store, sm.Partitions, wm.Instances})
+}
+
+func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request) {
+	store, keyText := r.PathValue("store"), r.PathValue("key")
+	c, ok := s.codec(w, store)
+	if !ok {
+		return
+	}
+	kb, err := c.EncodeKey(keyText)
+	if err != nil {
+		writeErr(w, invalidf("malformed key %q for store %q: %v", keyText, store, err))
+		return
+	}
+	km, err := s.q.KeyMetadata(store, kb)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := wireKeyMetadata{Partition: km.Partition, Standbys: nonNil(km.Standbys), Warmups: nonNil(km.Warmups)}
+	if km.Active != "" {
+		out.Active = &km.Active
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleLags(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, lagsOf(s.b.LocalReplicas()))
+}
+
+func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
+	store, keyText := r.PathValue("store"), r.PathValue("key")
+	c, ok := s.codec(w, store)
+	if !ok {
+		return
+	}
+	p, err := parseParams(r.URL.Query(), true, 0)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	kb, err := c.EncodeKey(keyText)
+	if err != nil {
+		writeErr(w, invalidf("malformed key %q for store %q: %v", keyText, store, err))
+		return
+	}
+	ctx := r.Context()
+	res, err := s.q.GetBytes(ctx, store, kb, p.options()...)
+	if err == nil {
+		s.writeKey(w, c, keyText, res)
+		return
+	}
+	if !p.route || !reroutable(err) {
+		writeErr(w, err)
+		return
+	}
+	localErr := err
+	part := p.partition
+	if !p.hasPartition {
+		if part, err = s.b.KeyPartition(store, kb); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
+	var status int
+	var answer []byte
+	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/keys/" + url.PathEscape(keyText) + "?" + p.forwardQuery(nil)
+	if p.hasPartition {
+		pathQuery += "&partition=" + strconv.Itoa(int(part))
+	}
+	uerr := s.route(ctx, store, part, p.bound, localErr, pathQuery, func(_ string, st int, body []byte) error {
+		if st == http.StatusOK || st == http.StatusNotFound {
+			var k wireKey
+			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
+				status, answer = st, body
+				return nil
+			}
+		}
+		return decodeErrorAnswer(st, body)
+	})
+	if uerr != nil {
+		writeErr(w, uerr)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(answer)
+}
+
+// route asks the other hosts of a partition, after the local attempt
+// failed with localErr. It returns nil once accept took an answer, else
+// the *UnavailableError listing every attempt.
+func (s *Server) route(ctx context.Context, store string, part int32, bound Staleness, localErr error, pathQuery string, accept func(host string, status int, body []byte) error) error {
+	ue := &UnavailableError{Store: store, Partition: part, Bound: bound}
+	if !errors.Is(localErr, ErrNotHostedHere) {
+		ue.Tried = append(ue.Tried, Attempt{Host: s.self(), Err: localErr})
+	}
+	m, err := s.b.Metadata()
+	if err != nil {
+		ue.Cause = err
+		return ue
+	}
+	km, err := locate(m, store, part)
+	if err != nil {
+		var inner *UnavailableError
+		if errors.As(err, &inner) {
+			err = inner.Cause
+		}
+		ue.Cause = err
+		return ue
+	}
+	tried, ok := s.rt.try(ctx, candidates(km, bound, s.b.Self()), memoFingerprint(m), pathQuery, accept)
+	if ok {
+		return nil
+	}
+	ue.Tried = append(ue.Tried, tried...)
+	if err := ctx.Err(); err != nil {
+		ue.Cause = err
+	} else if len(ue.Tried) == 0 {
+		ue.Cause = fmt.Errorf("no host within staleness=%s holds the partition (active %q)", bound, km.Active)
+	}
+	return ue
+}
+
+func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, res Result[[]byte]) {
+	out := wireKey{Key: keyText, Partition: res.Provenance.Partition, ServedBy: servedBy(res.Provenance)}
+	if !res.Found {
+		out.Error = "key not found"
+		writeJSON(w, http.StatusNotFound, out)
+		return
+	}
+	v, err := c.DecodeValue(res.Value)
+	if err == nil {
+		out.Value, err = json.Marshal(v)
+	}
+	if err != nil {
+		writeErr(w, fmt.Errorf("iq: store %q partition %d: decode value: %w", c.Name, res.Provenance.Partition, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func encodeEntries(c StoreCodec, pe PartitionEntries[[]byte, []byte]) (wirePartitionRange, error) {
+	out := wirePartitionRange{Partition: pe.Provenance.Partition, ServedBy: servedBy(pe.Provenance), Entries: make([]wireEntry, 0, len(pe.Entries)), Truncated: pe.Truncated}
+	for _, e := range pe.Entries {
+		var k any = string(e.Key)
+		var err error
+		if c.DecodeKey != nil {
+			if k, err = c.DecodeKey(e.Key); err != nil {
+				return out, fmt.Errorf("iq: store %q partition %d: decode key: %w", c.Name, out.Partition, err)
+			}
+		}
+		v, err := c.DecodeValue(e.Value)
+		if err != nil {
+			return out, fmt.Errorf("iq: store %q partition %d: decode value: %w", c.Name, out.Partition, err)
+		}
+		var we wireEntry
+		if we.Key, err = json.Marshal(k); err == nil {
+			we.Value, err = json.Marshal(v)
+		}
+		if err != nil {
+			return out, fmt.Errorf("iq: store %q partition %d: %w", c.Name, out.Partition, err)
+		}
+		out.Entries = append(out.Entries, we)
+	}
+	return out, nil
+}
+
+func partitionFailure(p int32, err error) wirePartitionError {
+	_, we := toWireError(err)
+	return wirePartitionError{Partition: p, wireError: we}
+}
+
+func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
+	store := r.PathValue("store")
+	c, ok := s.codec(w, store)
+	if !ok {
+		return
+	}
+	v := r.URL.Query()
+	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var from, to []byte
+	for _, b := range []struct {
+		name string
+		dst  *[]byte
+	}{{"from", &from}, {"to", &to}} {
+		if t := v.Get(b.name); t != "" {
+			if *b.dst, err = c.EncodeKey(t); err != nil {
+				writeErr(w, invalidf("malformed %s=%q for store %q: %v", b.name, t, store, err))
+				return
+			}
+		}
+	}
+	ctx := r.Context()
+	out := wireRange{Store: store, Partitions: []wirePartitionRange{}}
+	if !p.route {
+		res, err := s.q.RangeBytes(ctx, store, from, to, p.options()...)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		for _, pe := range res.Partitions {
+			wp, err := encodeEntries(c, pe)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			out.Partitions = append(out.Partitions, wp)
+		}
+		for _, f := range res.Refused {
+			out.Failed = append(out.Failed, partitionFailure(f.Partition, f.Err))
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	m, err := s.b.Metadata()
+	if err != nil {
+		writeErr(w, &UnavailableError{Store: store, Partition: -1, Bound: p.bound, Cause: err})
+		return
+	}
+	n, ok := m.Partitions[store]
+	if !ok {
+		writeErr(w, fmt.Errorf("%w: %q", ErrUnknownStore, store))
+		return
+	}
+	parts := make([]int32, 0, n)
+	if p.hasPartition {
+		parts = append(parts, p.partition)
+	} else {
+		for i := int32(0); i < n; i++ {
+			parts = append(parts, i)
+		}
+	}
+	type slot struct {
+		ok   wirePartitionRange
+		fail *wirePartitionError
+	}
+	slots := make([]slot, len(parts))
+	sem := make(chan struct{}, s.cfg.FanOut)
+	var wg sync.WaitGroup
+	for i, part := range parts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			wp, err := s.rangePartition(ctx, c, store, part, from, to, v, p)
+			if err != nil {
+				f := partitionFailure(part, err)
+				slots[i].fail = &f
+				return
+			}
+			slots[i].ok = wp
+		}()
+	}
+	wg.Wait()
+	for _, sl := range slots {
+		if sl.fail != nil {
+			out.Failed = append(out.Failed, *sl.fail)
+		} else {
+			out.Partitions = append(out.Partitions, sl.ok)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// rangePartition answers one partition of a routed range: locally if a
+// local replica may, else from another host.
+func (s *Server) rangePartition(ctx context.Context, c StoreCodec, store string, part int32, from, to []byte, v url.Values, p params) (wirePartitionRange, error) {
+	p.partition, p.hasPartition = part, true
+	res, err := s.q.RangeBytes(ctx, store, from, to, p.options()...)
+	if err == nil {
+		return encodeEntries(c, res.Partitions[0])
+	}
+	if !reroutable(err) {
+		return wirePartitionRange{}, err
+	}
+	extra := url.Values{"partition": {strconv.Itoa(int(part))}, "limit": {strconv.Itoa(p.limit)}}
+	for _, k := range []string{"from", "to"} {
+		if t := v.Get(k); t != "" {
+			extra.Set(k, t)
+		}
+	}
+	var got wirePartitionRange
+	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/range?" + p.forwardQuery(extra)
+	uerr := s.route(ctx, store, part, p.bound, err, pathQuery, func(_ string, st int, body []byte) error {
+		if st == http.StatusOK {
+			var wr wireRange
+			if json.Unmarshal(body, &wr) == nil && len(wr.Partitions) == 1 && wr.Partitions[0].ServedBy != nil {
+				got = wr.Partitions[0]
+				return nil
+			}
+			if len(wr.Failed) == 1 {
+				return fromWireError(st, wr.Failed[0].wireError)
+			}
+		}
+		return decodeErrorAnswer(st, body)
+	})
+	if uerr != nil {
+		return wirePartitionRange{}, uerr
+	}
+	return got, nil
+}

@@ -1,0 +1,378 @@
+package iq
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+)
+
+// The JSON shapes of the HTTP API. Server and Client share them, so the two
+// cannot drift apart.
+
+type wireServedBy struct {
+	Host     string `json:"host"`
+	Role     Role   `json:"role"`
+	Position int64  `json:"position"`
+	Lag      int64  `json:"lag"`
+}
+
+func servedBy(p Provenance) *wireServedBy {
+	return &wireServedBy{Host: p.Host, Role: p.Role, Position: p.Position, Lag: p.Lag}
+}
+
+func (s *wireServedBy) provenance(partition int32) Provenance {
+	return Provenance{Host: s.Host, Partition: partition, Role: s.Role, Position: s.Position, Lag: s.Lag}
+}
+
+// wireKey is the 200 and 404 answer of a key lookup.
+type wireKey struct {
+	Key       string          `json:"key"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	Partition int32           `json:"partition"`
+	ServedBy  *wireServedBy   `json:"served_by,omitempty"`
+	Error     string          `json:"error,omitempty"`
+}
+
+type wireEntry struct {
+	Key   json.RawMessage `json:"key"`
+	Value json.RawMessage `json:"value"`
+}
+
+type wirePartitionRange struct {
+	Partition int32         `json:"partition"`
+	ServedBy  *wireServedBy `json:"served_by"`
+	Entries   []wireEntry   `json:"entries"`
+	Truncated bool          `json:"truncated,omitempty"`
+}
+
+type wireRange struct {
+	Store      string               `json:"store"`
+	Partitions []wirePartitionRange `json:"partitions"`
+	Failed     []wirePartitionError `json:"failed,omitempty"`
+}
+
+type wirePartitionError struct {
+	Partition int32 `json:"partition"`
+	wireError
+}
+
+type wireKeyMetadata struct {
+	Partition int32    `json:"partition"`
+	Active    *string  `json:"active"`
+	Standbys  []string `json:"standbys"`
+	Warmups   []string `json:"warmups"`
+}
+
+type wireInstance struct {
+	Host    string           `json:"host"`
+	Active  []StorePartition `json:"active"`
+	Standby []StorePartition `json:"standby"`
+	Warmup  []StorePartition `json:"warmup"`
+}
+
+type wireMetadata struct {
+	Instances  []wireInstance   `json:"instances"`
+	Partitions map[string]int32 `json:"partitions"`
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func toWireMetadata(m Metadata) wireMetadata {
+	w := wireMetadata{Instances: []wireInstance{}, Partitions: m.Partitions}
+	if w.Partitions == nil {
+		w.Partitions = map[string]int32{}
+	}
+	for _, h := range m.Hosts {
+		w.Instances = append(w.Instances, wireInstance{Host: h.Host, Active: nonNil(h.Active), Standby: nonNil(h.Standby), Warmup: nonNil(h.Warmup)})
+	}
+	return w
+}
+
+func (w wireMetadata) metadata() Metadata {
+	m := Metadata{Partitions: w.Partitions}
+	for _, in := range w.Instances {
+		m.Hosts = append(m.Hosts, HostMetadata{Host: in.Host, Active: in.Active, Standby: in.Standby, Warmup: in.Warmup})
+	}
+	sort.Slice(m.Hosts, func(i, j int) bool { return m.Hosts[i].Host < m.Hosts[j].Host })
+	return m
+}
+
+type wireLag struct {
+	Store           string `json:"store"`
+	Partition       int32  `json:"partition"`
+	Role            Role   `json:"role"`
+	Position        int64  `json:"position"`
+	End             int64  `json:"end"`
+	Lag             int64  `json:"lag"`
+	Restored        int64  `json:"restored"`
+	SinceCaughtUpMs int64  `json:"since_caught_up_ms"`
+}
+
+// wireError is every error answer. Reason is a stable code a program can
+// branch on; the optional fields carry what the typed errors carry.
+type wireError struct {
+	Error       string        `json:"error"`
+	Reason      string        `json:"reason"`
+	Store       string        `json:"store,omitempty"`
+	Partition   *int32        `json:"partition,omitempty"`
+	Role        *Role         `json:"role,omitempty"`
+	Position    *int64        `json:"position,omitempty"`
+	Lag         *int64        `json:"lag,omitempty"`
+	MinPosition *int64        `json:"min_position,omitempty"`
+	Bound       string        `json:"staleness,omitempty"`
+	Tried       []wireAttempt `json:"tried,omitempty"`
+}
+
+type wireAttempt struct {
+	Host   string `json:"host"`
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
+
+// Reason codes of error answers.
+const (
+	reasonUnknownStore     = "unknown_store"
+	reasonUnknownPartition = "unknown_partition"
+	reasonInvalid          = "invalid_query"
+	reasonNotStarted       = "not_started"
+	reasonShuttingDown     = "shutting_down"
+	reasonNotRunning       = "not_running"
+	reasonRebalancing      = "rebalancing"
+	reasonNotHosted        = "not_hosted_here"
+	reasonTooStale         = "too_stale"
+	reasonBehind           = "behind"
+	reasonNotAvailable     = "not_available"
+	reasonUnreachable      = "unreachable"
+	reasonSuspect          = "suspect"
+	reasonInternal         = "internal"
+)
+
+// classify maps an error to its HTTP status and reason code. Order matters:
+// typed errors first, then the specific sentinels before their families.
+func classify(err error) (int, string) {
+	var (
+		se *StaleError
+		be *BehindError
+		ue *UnavailableError
+	)
+	switch {
+	case errors.As(err, &se):
+		return http.StatusServiceUnavailable, reasonTooStale
+	case errors.As(err, &be):
+		return http.StatusConflict, reasonBehind
+	case errors.As(err, &ue):
+		return http.StatusServiceUnavailable, reasonNotAvailable
+	case errors.Is(err, ErrInvalidQuery):
+		return http.StatusBadRequest, reasonInvalid
+	case errors.Is(err, ErrUnknownStore):
+		return http.StatusNotFound, reasonUnknownStore
+	case errors.Is(err, ErrUnknownPartition):
+		return http.StatusBadRequest, reasonUnknownPartition
+	case errors.Is(err, ErrNotHostedHere):
+		return http.StatusMisdirectedRequest, reasonNotHosted
+	case errors.Is(err, ErrNotStarted):
+		return http.StatusServiceUnavailable, reasonNotStarted
+	case errors.Is(err, ErrShuttingDown):
+		return http.StatusServiceUnavailable, reasonShuttingDown
+	case errors.Is(err, ErrNotRunning):
+		return http.StatusServiceUnavailable, reasonNotRunning
+	case errors.Is(err, ErrRebalancing):
+		return http.StatusServiceUnavailable, reasonRebalancing
+	case errors.Is(err, ErrNotAvailable):
+		return http.StatusServiceUnavailable, reasonNotAvailable
+	default:
+		return http.StatusInternalServerError, reasonInternal
+	}
+}
+
+// StatusFor maps a query error to the HTTP status the server answers it
+// with: 400 invalid query or partition, 404 unknown store, 409 behind the
+// minimum position, 421 not hosted here, 503 too stale, not started,
+// shutting down, rebalancing or no replica available, 500 otherwise.
+func StatusFor(err error) int {
+	s, _ := classify(err)
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// validRole leaves an invalid role out of an error answer rather than fail
+// to encode the answer.
+func validRole(r Role) *Role {
+	if r < RoleActive || r > RoleWarmup {
+		return nil
+	}
+	return &r
+}
+
+func toWireError(err error) (int, wireError) {
+	status, reason := classify(err)
+	w := wireError{Error: err.Error(), Reason: reason}
+	var (
+		se *StaleError
+		be *BehindError
+		ue *UnavailableError
+	)
+	switch {
+	case errors.As(err, &se):
+		w.Store, w.Partition, w.Role = se.Store, ptr(se.Partition), validRole(se.Role)
+		w.Position, w.Lag, w.Bound = ptr(se.Position), ptr(se.Lag), se.Bound.String()
+	case errors.As(err, &be):
+		w.Store, w.Partition, w.Role = be.Store, ptr(be.Partition), validRole(be.Role)
+		w.Position, w.MinPosition = ptr(be.Position), ptr(be.MinPosition)
+	case errors.As(err, &ue):
+		w.Store, w.Bound = ue.Store, ue.Bound.String()
+		if ue.Partition >= 0 {
+			w.Partition = ptr(ue.Partition)
+		}
+		w.Tried = []wireAttempt{}
+		for _, a := range ue.Tried {
+			_, r := classify(a.Err)
+			var ta *transportError
+			if errors.As(a.Err, &ta) {
+				r = reasonUnreachable
+			} else if errors.Is(a.Err, errSuspect) {
+				r = reasonSuspect
+			}
+			w.Tried = append(w.Tried, wireAttempt{Host: a.Host, Error: a.Err.Error(), Reason: r})
+		}
+	}
+	return status, w
+}
+
+// remoteError is an error answer from another instance, turned back into an
+// error that matches the same sentinels and typed errors as the original.
+type remoteError struct {
+	status int
+	msg    string
+	kind   error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+
+func (e *remoteError) Unwrap() error { return e.kind }
+
+// fromWireError rebuilds a typed error from an error answer.
+func fromWireError(status int, w wireError) error {
+	msg := w.Error
+	if msg == "" {
+		msg = fmt.Sprintf("iq: HTTP %d %s", status, http.StatusText(status))
+	}
+	deref := func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	part := int32(-1)
+	if w.Partition != nil {
+		part = *w.Partition
+	}
+	var role Role
+	if w.Role != nil {
+		role = *w.Role
+	}
+	switch w.Reason {
+	case reasonTooStale:
+		b, _ := ParseStaleness(w.Bound)
+		return &StaleError{Store: w.Store, Partition: part, Role: role, Position: deref(w.Position), Lag: deref(w.Lag), Bound: b}
+	case reasonBehind:
+		return &BehindError{Store: w.Store, Partition: part, Role: role, Position: deref(w.Position), MinPosition: deref(w.MinPosition)}
+	case reasonNotAvailable:
+		b, _ := ParseStaleness(w.Bound)
+		ue := &UnavailableError{Store: w.Store, Partition: part, Bound: b}
+		for _, a := range w.Tried {
+			ue.Tried = append(ue.Tried, Attempt{Host: a.Host, Err: &remoteError{msg: a.Error, kind: kindOf(a.Reason)}})
+		}
+		if len(w.Tried) == 0 {
+			ue.Cause = &remoteError{status: status, msg: msg}
+		}
+		return ue
+	}
+	return &remoteError{status: status, msg: msg, kind: kindOf(w.Reason)}
+}
+
+func kindOf(reason string) error {
+	switch reason {
+	case reasonUnknownStore:
+		return ErrUnknownStore
+	case reasonUnknownPartition:
+		return ErrUnknownPartition
+	case reasonInvalid:
+		return ErrInvalidQuery
+	case reasonNotStarted:
+		return ErrNotStarted
+	case reasonShuttingDown:
+		return ErrShuttingDown
+	case reasonNotRunning:
+		return ErrNotRunning
+	case reasonRebalancing:
+		return ErrRebalancing
+	case reasonNotHosted:
+		return ErrNotHostedHere
+	case reasonTooStale:
+		return ErrTooStale
+	case reasonBehind:
+		return ErrBehind
+	case reasonNotAvailable:
+		return ErrNotAvailable
+	case reasonSuspect:
+		return errSuspect
+	}
+	return nil
+}
+
+// transportError is a forward that got no HTTP answer at all: the host is
+// down, unreachable or too slow. It is what marks a host suspect.
+type transportError struct {
+	host string
+	err  error
+}
+
+func (e *transportError) Error() string {
+	return fmt.Sprintf("iq: %s unreachable: %v", e.host, e.err)
+}
+
+func (e *transportError) Unwrap() error { return e.err }
+
+var errSuspect = errors.New("iq: skipped: host failed recently and is suspect until the next assignment or its suspicion expires")
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(wireError{Error: fmt.Sprintf("iq: encode answer: %v", err), Reason: reasonInternal})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	status, body := toWireError(err)
+	writeJSON(w, status, body)
+}
+
+func lagsOf(infos []ReplicaInfo) []wireLag {
+	out := make([]wireLag, 0, len(infos))
+	for _, i := range infos {
+		out = append(out, wireLag{
+			Store: i.Store, Partition: i.Partition, Role: i.Role, Position: i.Position, End: i.End,
+			Lag: i.Lag, Restored: i.Restored, SinceCaughtUpMs: i.SinceCaughtUp.Milliseconds(),
+		})
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].Store != out[b].Store {
+			return out[a].Store < out[b].Store
+		}
+		return out[a].Partition < out[b].Partition
+	})
+	return out
+}
