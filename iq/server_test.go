@@ -481,33 +481,3 @@ func TestCodecFor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte("x"), kb)
 }
-
-// legacyReader is the old LocalReader contract, still served by the
-// deprecated NewHandler until the runtime moves to Backend.
-type legacyReader struct{ ready bool }
-
-func (l legacyReader) LocalGet(_ string, key []byte) ([]byte, bool, int32, error) {
-	if string(key) == "gone" {
-		return nil, false, 1, ErrNotHostedHere
-	}
-	v, _ := serde.Int64.Encode(3)
-	return v, string(key) == "k", 0, nil
-}
-
-func (l legacyReader) Ready() bool { return l.ready }
-
-func TestLegacyHandler(t *testing.T) {
-	hs := httptest.NewServer(NewHandler(legacyReader{}, countsCodec()))
-	defer hs.Close()
-	status, body := getBody(t, hs.URL+"/v1/stores/counts/keys/k")
-	require.Equal(t, 200, status)
-	require.JSONEq(t, `{"key":"k","value":3,"partition":0}`, string(body))
-	status, _ = getBody(t, hs.URL+"/v1/stores/counts/keys/other")
-	require.Equal(t, 404, status)
-	status, _ = getBody(t, hs.URL+"/v1/stores/counts/keys/gone")
-	require.Equal(t, 421, status)
-	status, _ = getBody(t, hs.URL+"/v1/stores/nope/keys/k")
-	require.Equal(t, 404, status)
-	status, _ = getBody(t, hs.URL+"/healthz")
-	require.Equal(t, 503, status)
-}

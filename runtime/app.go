@@ -16,6 +16,7 @@ import (
 
 	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
@@ -80,6 +81,7 @@ type App struct {
 	// assignment is the latest assignment any thread received; it carries
 	// the group-wide routing maps.
 	assignment atomic.Pointer[assignor.AssignmentInfo]
+	routing    atomic.Pointer[iq.Metadata] // built from assignment
 	probeMu    sync.Mutex
 	probe      *time.Timer // the next probing rebalance
 
@@ -328,6 +330,7 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 		return
 	}
 	a.assignment.Store(&info)
+	a.routing.Store(a.routingTable(info))
 	a.probeMu.Lock()
 	defer a.probeMu.Unlock()
 	if a.probe != nil {

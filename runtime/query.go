@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/task"
 
 	"github.com/eddystreams/eddy/iq"
@@ -106,11 +107,17 @@ func (q queryBackend) Metadata() (iq.Metadata, error) {
 	if err := q.running(); err != nil {
 		return iq.Metadata{}, err
 	}
-	info, ok := q.a.Assignment()
-	if !ok {
+	md := q.a.routing.Load()
+	if md == nil {
 		return iq.Metadata{}, iq.ErrNotStarted
 	}
-	subs := q.a.topo.SubTopologies()
+	return *md, nil
+}
+
+// routingTable turns an assignment's host maps into the query layer's
+// metadata: which store partitions each host holds, in which role.
+func (a *App) routingTable(info assignor.AssignmentInfo) *iq.Metadata {
+	subs := a.topo.SubTopologies()
 	parts := func(ids []task.ID) []iq.StorePartition {
 		var out []iq.StorePartition
 		for _, id := range ids {
@@ -126,7 +133,7 @@ func (q queryBackend) Metadata() (iq.Metadata, error) {
 			hosts[h] = true
 		}
 	}
-	md := iq.Metadata{Partitions: make(map[string]int32)}
+	md := &iq.Metadata{Partitions: make(map[string]int32)}
 	for _, h := range slices.Sorted(maps.Keys(hosts)) {
 		md.Hosts = append(md.Hosts, iq.HostMetadata{
 			Host:    h,
@@ -137,10 +144,10 @@ func (q queryBackend) Metadata() (iq.Metadata, error) {
 	}
 	for i, st := range subs {
 		for _, s := range st.Stores {
-			md.Partitions[s.Name] = q.a.plan.subPartitions[i]
+			md.Partitions[s.Name] = a.plan.subPartitions[i]
 		}
 	}
-	return md, nil
+	return md
 }
 
 func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error) {
@@ -197,7 +204,17 @@ func (r localReplica) Info() iq.ReplicaInfo {
 }
 
 func toIQ(ri ReplicaInfo) iq.ReplicaInfo {
-	role := map[Role]iq.Role{RoleActive: iq.RoleActive, RoleRestoring: iq.RoleRestoring, RoleStandby: iq.RoleStandby, RoleWarmup: iq.RoleWarmup}[ri.Role]
+	var role iq.Role
+	switch ri.Role {
+	case RoleActive:
+		role = iq.RoleActive
+	case RoleRestoring:
+		role = iq.RoleRestoring
+	case RoleStandby:
+		role = iq.RoleStandby
+	case RoleWarmup:
+		role = iq.RoleWarmup
+	}
 	out := iq.ReplicaInfo{Store: ri.Store, Partition: ri.Partition, Role: role, Position: ri.Position, End: ri.End, Lag: ri.Lag, Restored: ri.Restored}
 	if out.Lag < 0 {
 		// Unknown yet (no fetch answered): as far behind as can be, so no

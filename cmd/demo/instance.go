@@ -61,15 +61,9 @@ func ensureTopics(ctx context.Context, brokers []string) error {
 	return nil
 }
 
-// countsHandler serves the instance's HTTP API for the "counts" store.
-func countsHandler(app *runtime.App) http.Handler {
-	return iq.NewHandler(app, iq.StoreCodec{
-		Name:      countsStore,
-		EncodeKey: serde.String.Encode,
-		DecodeValue: func(b []byte) (any, error) {
-			return serde.Int64.Decode(b)
-		},
-	})
+// countsServer serves the instance's query API for the "counts" store.
+func countsServer(app *runtime.App) *iq.Server {
+	return iq.NewServer(app.Queries(), iq.CodecFor(countsStore, serde.String, serde.Int64, nil))
 }
 
 // instanceOptions are the settings of one word-count instance.
@@ -90,6 +84,7 @@ type instanceOptions struct {
 type instance struct {
 	app  *runtime.App
 	srv  *http.Server
+	iq   *iq.Server
 	addr string
 }
 
@@ -133,7 +128,8 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 	in := &instance{app: app}
 	if ln != nil {
 		in.addr = ln.Addr().String()
-		in.srv = &http.Server{Handler: countsHandler(app), ReadHeaderTimeout: 5 * time.Second}
+		in.iq = countsServer(app)
+		in.srv = &http.Server{Handler: in.iq, ReadHeaderTimeout: 5 * time.Second}
 		go in.srv.Serve(ln)
 	}
 	return in, nil
@@ -145,6 +141,7 @@ func (in *instance) close() error {
 	defer cancel()
 	if in.srv != nil {
 		in.srv.Shutdown(ctx)
+		in.iq.Close()
 	}
 	return in.app.Close(ctx)
 }
