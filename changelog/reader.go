@@ -135,6 +135,11 @@ const (
 	DefaultMaxBatchRecords = 10_000
 	DefaultRetryBackoff    = time.Second
 	DefaultFetchMaxWait    = 500 * time.Millisecond
+	// FetchPartitionBytes and FetchMaxBytes bound one fetch of a Reader
+	// (per partition and in all); the runtime uses them for its group
+	// consumers too.
+	FetchPartitionBytes = 256 << 10
+	FetchMaxBytes       = 4 << 20
 )
 
 // Validate reports whether the config is usable.
@@ -224,6 +229,12 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 		kgo.KeepControlRecords(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(cfg.FetchMaxWait),
+		// kgo decodes a whole fetch into records at once, ~150 bytes of
+		// heap per record whatever its size; with the 1 MiB per partition
+		// default, small changelog records cost ~50k structs per partition
+		// in flight. Smaller fetches keep an instance's memory bounded.
+		kgo.FetchMaxPartitionBytes(FetchPartitionBytes),
+		kgo.FetchMaxBytes(FetchMaxBytes),
 	}
 	if len(cfg.Seeds) > 0 {
 		opts = append(opts, kgo.SeedBrokers(cfg.Seeds...))

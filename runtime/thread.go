@@ -97,6 +97,8 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.FetchMaxPartitionBytes(changelog.FetchPartitionBytes),
+		kgo.FetchMaxBytes(changelog.FetchMaxBytes),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
