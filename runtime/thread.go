@@ -230,22 +230,26 @@ func (th *thread) process(r *kgo.Record) error {
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
 		Key: r.Key, Value: r.Value,
 	}
-	for _, h := range r.Headers {
-		in.Headers = append(in.Headers, topology.Header{Key: h.Key, Value: h.Value})
+	if len(r.Headers) > 0 {
+		in.Headers = make([]topology.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			in.Headers[i] = topology.Header{Key: h.Key, Value: h.Value}
+		}
 	}
 	err := t.Process(in)
-	var de *topology.DeserializationError
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.As(err, &de) && th.app.cfg.DeserializationErrors == DeserializationLogAndSkip:
+	}
+	// Declared only here: errors.As makes its target escape, and it would
+	// otherwise be allocated for every record.
+	var de *topology.DeserializationError
+	if errors.As(err, &de) && th.app.cfg.DeserializationErrors == DeserializationLogAndSkip {
 		th.app.skipped.Add(1)
 		th.log.Warn("skipping record that cannot be deserialized", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", de.Err)
 		t.Skip(in)
 		return nil
-	default:
-		return fmt.Errorf("runtime: task %s: %w", id, err)
 	}
+	return fmt.Errorf("runtime: task %s: %w", id, err)
 }
 
 // Send implements task.Sender: it partitions a sink record as Kafka's default
@@ -265,9 +269,14 @@ func (th *thread) Send(rec topology.OutputRecord) error {
 		part = th.rr[rec.Topic] % n
 		th.rr[rec.Topic] = part + 1
 	}
+	// The record is the producer's until its promise runs, so it cannot
+	// be pooled.
 	kr := &kgo.Record{Topic: rec.Topic, Partition: part, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
-	for _, h := range rec.Headers {
-		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	if len(rec.Headers) > 0 {
+		kr.Headers = make([]kgo.RecordHeader, len(rec.Headers))
+		for i, h := range rec.Headers {
+			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
 	}
 	th.cl.Produce(context.Background(), kr, th.onProduced)
 	return nil
@@ -275,8 +284,10 @@ func (th *thread) Send(rec topology.OutputRecord) error {
 
 func (th *thread) onProduced(r *kgo.Record, err error) {
 	if err != nil {
-		err = fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)
-		th.produceErr.CompareAndSwap(nil, &err)
+		// A fresh variable: taking the address of err itself would move
+		// it to the heap on every call, successful ones included.
+		wrapped := fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)
+		th.produceErr.CompareAndSwap(nil, &wrapped)
 	}
 }
 
@@ -298,6 +309,11 @@ func (th *thread) commit(ctx context.Context) error {
 	running := th.runningTasks()
 	if len(running) == 0 {
 		return nil
+	}
+	for _, t := range running {
+		if err := t.Flush(); err != nil {
+			return fmt.Errorf("runtime: commit: task %s: %w", t.ID(), err)
+		}
 	}
 	acks := new(changelog.Offsets)
 	for _, t := range running {

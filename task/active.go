@@ -207,6 +207,16 @@ func (t *Active) Punctuate(now time.Time) error {
 	return t.graph.Punctuate(now)
 }
 
+// Flush forwards the task's buffered table updates downstream (see
+// topology.TableBuffering). Call it at every commit, before
+// PendingChangelog: forwarding may write further stores.
+func (t *Active) Flush() error {
+	if t.state != Running {
+		return nil
+	}
+	return t.graph.Flush()
+}
+
 // PendingChangelog returns, for each logged store with writes since the last
 // commit, the records to send to its changelog partition. Entries are
 // sorted by key.
@@ -343,6 +353,12 @@ func (e env) TaskID() string                       { return e.t.cfg.ID.String() 
 func (e env) Partition() int32                     { return e.t.cfg.ID.Partition }
 func (e env) Now() time.Time                       { return e.t.cfg.Now() }
 func (e env) Send(rec topology.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
+
+// BufferTableUpdates implements topology.TableBuffering: with a record cache,
+// tables forward each key's latest value at commit rather than every update.
+func (e env) BufferTableUpdates() bool {
+	return e.t.cfg.Budget != nil && e.t.cfg.Budget.Max() > 0
+}
 
 func (e env) Store(name string) (statestore.ReadWriter, error) {
 	h, ok := e.t.stores[name]

@@ -114,8 +114,22 @@ type TaskGraph interface {
 	// Punctuate runs wall-clock punctuators that are due at now and
 	// stream-time punctuators that are due at the task's stream time.
 	Punctuate(now time.Time) error
+	// Flush forwards the latest value of every table key updated since
+	// the last Flush, when the task buffers table updates (see
+	// TableBuffering); otherwise it does nothing. The runtime calls it at
+	// every commit, before collecting the stores' changelog writes.
+	Flush() error
 	// Close calls Close on every processor.
 	Close() error
+}
+
+// TableBuffering is an optional interface of TaskEnv. When BufferTableUpdates
+// reports true, tables do not forward each update as it happens: repeated
+// updates of a key between two commits collapse, and TaskGraph.Flush forwards
+// the latest value of each updated key (Kafka Streams' behaviour with record
+// caching on). Otherwise every update is forwarded at once.
+type TableBuffering interface {
+	BufferTableUpdates() bool
 }
 
 // DeserializationError reports an input record that could not be decoded.

@@ -74,27 +74,39 @@ func (s *KeyValueStore[K, V]) Get(k K) (V, bool, error) {
 // Put stores v under k. A value that encodes to nil is refused, since the
 // byte-level store reserves nil for deletes.
 func (s *KeyValueStore[K, V]) Put(k K, v V) error {
+	_, err := s.put(k, v)
+	return err
+}
+
+// put is Put that also returns the encoded key.
+func (s *KeyValueStore[K, V]) put(k K, v V) ([]byte, error) {
 	kb, err := s.encodeKey(k)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	vb, err := s.valueSerde.Encode(v)
 	if err != nil {
-		return fmt.Errorf("topology: encode store value: %w", err)
+		return nil, fmt.Errorf("topology: encode store value: %w", err)
 	}
 	if vb == nil {
-		return fmt.Errorf("topology: store value encodes to nil; use Delete to remove a key")
+		return nil, fmt.Errorf("topology: store value encodes to nil; use Delete to remove a key")
 	}
-	return s.rw.Put(kb, vb)
+	return kb, s.rw.Put(kb, vb)
 }
 
 // Delete removes k. Deleting an absent key is not an error.
 func (s *KeyValueStore[K, V]) Delete(k K) error {
+	_, err := s.delete(k)
+	return err
+}
+
+// delete is Delete that also returns the encoded key.
+func (s *KeyValueStore[K, V]) delete(k K) ([]byte, error) {
 	kb, err := s.encodeKey(k)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.rw.Delete(kb)
+	return kb, s.rw.Delete(kb)
 }
 
 // Range iterates over the keys whose encodings lie in [from, to).

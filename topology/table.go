@@ -168,6 +168,7 @@ type aggProc[K, V, A any] struct {
 	aggSerde serde.Serde[A]
 	step     func(K, V, A, bool) A
 	kv       *KeyValueStore[K, A]
+	updates  tableUpdates
 }
 
 func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
@@ -189,17 +190,23 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return err
 	}
 	next := p.step(k, as[V](r.value), cur, found)
-	if err := p.kv.Put(k, next); err != nil {
+	kb, err := p.kv.put(k, next)
+	if err != nil {
 		return err
 	}
-	return c.forward(record{key: r.key, value: next, ts: r.ts, headers: r.headers})
+	return p.updates.emit(c, kb, record{key: r.key, value: next, ts: r.ts, headers: r.headers})
 }
+
+func (p *aggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
 
 func (p *aggProc[K, V, A]) close() error { return nil }
 
 // KTable is a changelog stream viewed as a table: the latest value of each
-// key, materialized in a named store. A table forwards every update
-// downstream as soon as it is applied; there is no caching of updates.
+// key, materialized in a named store. Under the runtime, with its record
+// cache on (the default), a table forwards the latest value of each updated
+// key at every commit, so repeated updates of one key between commits reach
+// downstream once; with the cache off (and in topologytest) every update is
+// forwarded as soon as it is applied.
 type KTable[K, V any] struct {
 	b          *Builder
 	n          *node
@@ -229,6 +236,7 @@ type tableProc[K, V any] struct {
 	keySerde   serde.Serde[K]
 	valueSerde serde.Serde[V]
 	kv         *KeyValueStore[K, V]
+	updates    tableUpdates
 }
 
 func (p *tableProc[K, V]) init(c *nodeInstance) error {
@@ -245,17 +253,22 @@ func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	var err error
+	var (
+		kb  []byte
+		err error
+	)
 	if r.valueNull {
-		err = p.kv.Delete(k)
+		kb, err = p.kv.delete(k)
 	} else {
-		err = p.kv.Put(k, as[V](r.value))
+		kb, err = p.kv.put(k, as[V](r.value))
 	}
 	if err != nil {
 		return err
 	}
-	return c.forward(r)
+	return p.updates.emit(c, kb, r)
 }
+
+func (p *tableProc[K, V]) flush(c *nodeInstance) error { return p.updates.flush(c) }
 
 func (p *tableProc[K, V]) close() error { return nil }
 

@@ -16,6 +16,50 @@ type procImpl interface {
 	close() error
 }
 
+// tableUpdates collects a table node's updates between flushes when the
+// task buffers table updates: one pending record per key, the latest.
+type tableUpdates struct {
+	index   map[string]int
+	pending []record
+}
+
+// emit forwards r now, or, when the task buffers table updates, keeps it
+// as the pending update of its serialized key.
+func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
+	if !c.task.buffered {
+		return c.forward(r)
+	}
+	if u.index == nil {
+		u.index = make(map[string]int)
+	}
+	if i, ok := u.index[string(key)]; ok {
+		u.pending[i] = r
+		return nil
+	}
+	u.index[string(key)] = len(u.pending)
+	u.pending = append(u.pending, r)
+	return nil
+}
+
+// flush forwards the pending updates in the order their keys were first
+// updated.
+func (u *tableUpdates) flush(c *nodeInstance) error {
+	pending := u.pending
+	u.pending = u.pending[:0]
+	clear(u.index)
+	for _, r := range pending {
+		if err := c.forward(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flusher is a procImpl that holds table updates until Flush.
+type flusher interface {
+	flush(c *nodeInstance) error
+}
+
 // statelessProc is a procImpl that needs no setup.
 type statelessProc func(*nodeInstance, record) error
 
@@ -111,8 +155,10 @@ type taskGraph struct {
 	stores  map[string]statestore.ReadWriter
 
 	streamTime time.Time
-	meta       RecordMetadata
-	hasMeta    bool
+	// buffered: tables hold updates until Flush (TableBuffering).
+	buffered bool
+	meta     RecordMetadata
+	hasMeta  bool
 
 	puncts []*punctuation
 	// inited counts the processors whose Init succeeded, so a failed start
@@ -135,6 +181,9 @@ func (t *Topology) NewTaskGraph(id int, env TaskEnv) (TaskGraph, error) {
 		app:     env.AppID(),
 		sources: make(map[string]*nodeInstance),
 		stores:  make(map[string]statestore.ReadWriter),
+	}
+	if tb, ok := env.(TableBuffering); ok {
+		g.buffered = tb.BufferTableUpdates()
 	}
 	for _, s := range st.info.Stores {
 		rw, err := env.Store(s.Name)
@@ -203,6 +252,20 @@ func (g *taskGraph) Process(rec InputRecord) error {
 	err = src.process(r)
 	g.meta, g.hasMeta = RecordMetadata{}, false
 	return err
+}
+
+func (g *taskGraph) Flush() error {
+	if g.closed || !g.buffered {
+		return nil
+	}
+	for _, in := range g.nodes {
+		if f, ok := in.proc.(flusher); ok {
+			if err := f.flush(in); err != nil {
+				return in.wrap(err)
+			}
+		}
+	}
+	return nil
 }
 
 func (g *taskGraph) Close() error {

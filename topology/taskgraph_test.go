@@ -253,3 +253,51 @@ func BenchmarkCountTask(b *testing.B) {
 		i++
 	}
 }
+
+// bufferingEnv buffers table updates until Flush, as the runtime does with
+// its record cache on.
+type bufferingEnv struct{ *fakeEnv }
+
+func (bufferingEnv) BufferTableUpdates() bool { return true }
+
+func TestTableUpdatesBufferedUntilFlush(t *testing.T) {
+	b := topology.NewBuilder()
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	s.GroupByKey(serde.String, serde.String).Count("counts").ToStream().To("out", serde.String, serde.Int64)
+	tb := topology.Table(b, "tin", serde.String, serde.String, "table")
+	tb.ToStream().To("tout", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+
+	env := bufferingEnv{newFakeEnv(0)}
+	g, err := topo.NewTaskGraph(0, env)
+	require.NoError(t, err)
+	for _, k := range []string{"a", "b", "a", "a"} {
+		require.NoError(t, g.Process(topology.InputRecord{Topic: "in", Key: []byte(k), Value: []byte("x"), Timestamp: time.Unix(5, 0)}))
+	}
+	require.Empty(t, env.sent, "nothing is forwarded before Flush")
+	require.NoError(t, g.Flush())
+	require.Len(t, env.sent, 2, "one record per updated key")
+	require.Equal(t, "a", string(env.sent[0].Key), "keys flush in the order they were first updated")
+	n, _ := serde.Int64.Decode(env.sent[0].Value)
+	require.Equal(t, int64(3), n, "the latest value of a")
+	require.Equal(t, "b", string(env.sent[1].Key))
+	require.NoError(t, g.Flush())
+	require.Len(t, env.sent, 2, "a second Flush with no updates forwards nothing")
+
+	tenv := bufferingEnv{newFakeEnv(0)}
+	tenv.sub = 1
+	tg, err := topo.NewTaskGraph(1, tenv)
+	require.NoError(t, err)
+	require.NoError(t, tg.Process(topology.InputRecord{Topic: "tin", Key: []byte("k"), Value: []byte("v1")}))
+	require.NoError(t, tg.Process(topology.InputRecord{Topic: "tin", Key: []byte("k")}))
+	require.NoError(t, tg.Flush())
+	require.Len(t, tenv.sent, 1)
+	require.Nil(t, tenv.sent[0].Value, "a delete after a put forwards the tombstone")
+
+	plain := newFakeEnv(0)
+	pg, err := topo.NewTaskGraph(0, plain)
+	require.NoError(t, err)
+	require.NoError(t, pg.Process(topology.InputRecord{Topic: "in", Key: []byte("a"), Value: []byte("x")}))
+	require.Len(t, plain.sent, 1, "without buffering every update is forwarded at once")
+}
