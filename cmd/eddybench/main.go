@@ -7,7 +7,11 @@
 //	    store vs a bare badger WriteBatch of the same records (target ≥ 0.8×),
 //	    and, for information, a whole App restoring a wiped state directory;
 //	(c) peak RSS (VmHWM) of one instance holding 12 tasks and 1,000,000
-//	    distinct keys, with the broker in a separate process (target ≤ 512 MiB).
+//	    distinct keys, with the broker in a separate process (target ≤ 512 MiB);
+//	(d) failover: from the hard stop of the instance holding a partition's
+//	    active to the first record processed on that partition by the new
+//	    active (target ≤ session timeout + 1 s), and the records it restored
+//	    (target ≤ the standby's lag at the stop).
 //
 // Usage:
 //
@@ -48,6 +52,7 @@ type config struct {
 	e2e            bool
 	seed           uint64
 	profileDir     string
+	sessionTimeout time.Duration
 	verbose        bool
 	out            io.Writer
 	log            *slog.Logger
@@ -84,7 +89,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c", "comma-separated benchmarks to run: a (word count), b (restore), c (peak RSS)")
+	only := fs.String("only", "a,b,c,d", "comma-separated benchmarks to run: a (word count), b (restore), c (peak RSS), d (failover)")
 	cfg := &config{out: stdout}
 	fs.IntVar(&cfg.lines, "lines", 500_000, "(a) input lines for word count")
 	fs.IntVar(&cfg.partitions, "partitions", 6, "(a) partitions of the input, repartition and output topics")
@@ -96,6 +101,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
+	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 3*time.Second, "(d) group session timeout of the instances")
 	fs.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the timed phases into this `DIR`")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the runtime's info messages to stderr")
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up after this long")
@@ -110,11 +116,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c":
+		case "a", "b", "c", "d":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b or c)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c or d)", s)
 		}
 	}
 	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
@@ -140,7 +146,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, b := range []struct {
 		name string
 		fn   func(context.Context, *config) ([]row, error)
-	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}} {
+	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}} {
 		if !cfg.want(b.name) {
 			continue
 		}
