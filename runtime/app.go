@@ -77,6 +77,7 @@ type App struct {
 
 	skipped  atomic.Int64
 	registry *registry
+	metrics  *metrics
 
 	// assignment is the latest assignment any thread received; it carries
 	// the group-wide routing maps.
@@ -109,6 +110,7 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		net:  newNetwork(),
 	}
 	a.killCtx, a.killCancel = context.WithCancel(context.Background())
+	a.metrics = newMetrics(a)
 	return a, nil
 }
 

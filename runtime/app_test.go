@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -96,4 +97,50 @@ func TestSecondInstanceOnSameStateDirFails(t *testing.T) {
 	a2, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: dir})
 	require.NoError(t, err)
 	require.ErrorIs(t, a2.Start(context.Background()), ErrStateDirLocked)
+}
+
+func TestMetricsCollector(t *testing.T) {
+	b, adm := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "m", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+	waitFor(t, 10*time.Second, "ready", app.Ready)
+	_ = adm
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	defer cl.Close()
+	for range 10 {
+		cl.Produce(context.Background(), &kgo.Record{Key: []byte("k"), Value: []byte("v")}, nil)
+	}
+	require.NoError(t, cl.Flush(context.Background()))
+
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(app.Metrics()))
+	values := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch {
+				case m.GetCounter() != nil:
+					out[mf.GetName()] += m.GetCounter().GetValue()
+				case m.GetHistogram() != nil:
+					out[mf.GetName()] += float64(m.GetHistogram().GetSampleCount())
+				case m.GetGauge() != nil:
+					out[mf.GetName()] += m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	waitFor(t, 10*time.Second, "10 records processed and committed", func() bool {
+		v := values()
+		return v["eddy_records_processed_total"] == 10 && v["eddy_commit_latency_seconds"] > 0
+	})
+	v := values()
+	require.GreaterOrEqual(t, v["eddy_rebalances_total"], 1.0)
+	require.Contains(t, v, "eddy_replica_position")
+	require.Contains(t, v, "eddy_records_skipped_total")
 }

@@ -181,11 +181,14 @@ func (th *thread) iteration() error {
 		}
 		th.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 	})
+	var n int
 	fetches.EachRecord(func(r *kgo.Record) {
 		if fatal == nil {
 			fatal = th.process(r)
+			n++
 		}
 	})
+	th.app.metrics.processed.Add(float64(n))
 	if fatal != nil {
 		return fatal
 	}
@@ -297,7 +300,10 @@ func (th *thread) onProduced(r *kgo.Record, err error) {
 func (th *thread) commitBounded() error {
 	ctx, cancel := context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
 	defer cancel()
-	return th.commit(ctx)
+	start := time.Now()
+	err := th.commit(ctx)
+	th.app.metrics.commitLatency.Observe(time.Since(start).Seconds())
+	return err
 }
 
 // commit makes everything processed so far durable, in the order that keeps
@@ -441,6 +447,7 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 		}
 	}
 	th.app.registry.setShare(th.idx, *info)
+	th.app.metrics.rebalances.Inc()
 	th.assigned.Store(true)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
 }
