@@ -86,10 +86,11 @@ type App struct {
 	probeMu    sync.Mutex
 	probe      *time.Timer // the next probing rebalance
 
-	closeOnce sync.Once
-	done      chan struct{}
-	errMu     sync.Mutex
-	err       error
+	closeOnce   sync.Once
+	releaseOnce sync.Once
+	done        chan struct{}
+	errMu       sync.Mutex
+	err         error
 }
 
 // New checks the configuration and the topology and returns an App that is
@@ -237,7 +238,11 @@ func (a *App) closeErr() error {
 	return nil
 }
 
-func (a *App) releaseResources() {
+// releaseResources closes what the App holds, once, whichever of Close,
+// Kill or a failed Start gets there first.
+func (a *App) releaseResources() { a.releaseOnce.Do(a.release) }
+
+func (a *App) release() {
 	a.probeMu.Lock()
 	if a.probe != nil {
 		a.probe.Stop()

@@ -44,17 +44,55 @@ func (h DeserializationHandling) String() string {
 	return fmt.Sprintf("DeserializationHandling(%d)", int(h))
 }
 
+// ProcessingGuarantee is what a crash may do to results.
+type ProcessingGuarantee int
+
+const (
+	// AtLeastOnce never loses input, but a crash repeats what was
+	// processed after the last commit: its outputs are written again and
+	// its store updates applied again.
+	AtLeastOnce ProcessingGuarantee = iota
+	// ExactlyOnce makes each commit's outputs, changelog records and input
+	// offsets visible together or not at all (Kafka transactions, one
+	// transactional producer per stream thread), and keeps every store
+	// free of writes from transactions that did not commit: a crash loses
+	// nothing, repeats nothing, and leaves the local state usable.
+	ExactlyOnce
+)
+
+func (g ProcessingGuarantee) String() string {
+	switch g {
+	case AtLeastOnce:
+		return "at-least-once"
+	case ExactlyOnce:
+		return "exactly-once"
+	}
+	return fmt.Sprintf("ProcessingGuarantee(%d)", int(g))
+}
+
+// ParseProcessingGuarantee parses "at-least-once" or "exactly-once".
+func ParseProcessingGuarantee(s string) (ProcessingGuarantee, error) {
+	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+		if g.String() == s {
+			return g, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown processing guarantee %q (want at-least-once or exactly-once)", s)
+}
+
 // Defaults for Config fields left zero.
 const (
-	DefaultCommitInterval    = time.Second
-	DefaultCacheMaxBytes     = 10 << 20
-	DefaultSessionTimeout    = 10 * time.Second
-	DefaultRebalanceTimeout  = 30 * time.Second
-	DefaultHeartbeatInterval = time.Second
-	DefaultMaxPollRecords    = 1000
-	DefaultNumStreamThreads  = 1
-	DefaultReplicationFactor = -1
-	DefaultStateCleanupDelay = 10 * time.Minute
+	DefaultCommitInterval     = time.Second
+	DefaultEOSCommitInterval  = 100 * time.Millisecond
+	DefaultTransactionTimeout = 10 * time.Second
+	DefaultCacheMaxBytes      = 10 << 20
+	DefaultSessionTimeout     = 10 * time.Second
+	DefaultRebalanceTimeout   = 30 * time.Second
+	DefaultHeartbeatInterval  = time.Second
+	DefaultMaxPollRecords     = 1000
+	DefaultNumStreamThreads   = 1
+	DefaultReplicationFactor  = -1
+	DefaultStateCleanupDelay  = 10 * time.Minute
 )
 
 // Config configures one instance of an application. The zero value of every
@@ -72,8 +110,16 @@ type Config struct {
 	// NumStreamThreads is how many threads process records; each is a
 	// member of the group. Default 1.
 	NumStreamThreads int
-	// CommitInterval is how often a thread commits. Default 1s.
+	// ProcessingGuarantee is AtLeastOnce (the default) or ExactlyOnce.
+	ProcessingGuarantee ProcessingGuarantee
+	// CommitInterval is how often a thread commits. Default 1s, or 100ms
+	// with ExactlyOnce, where output becomes visible only at commit.
 	CommitInterval time.Duration
+	// TransactionTimeout bounds a transaction under ExactlyOnce. It is also
+	// how long the partitions of an instance that died mid-transaction stay
+	// blocked for its successor (unless the instance restarts first, which
+	// aborts its open transaction at once). Default 10s.
+	TransactionTimeout time.Duration
 	// CacheMaxBytes bounds, across all threads, the bytes of store writes
 	// held in record caches between commits. A thread whose cache fills up
 	// commits early. Default 10 MiB.
@@ -143,6 +189,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CommitInterval == 0 {
 		c.CommitInterval = DefaultCommitInterval
+		if c.ProcessingGuarantee == ExactlyOnce {
+			c.CommitInterval = DefaultEOSCommitInterval
+		}
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
 	}
 	if c.CacheMaxBytes == 0 {
 		c.CacheMaxBytes = DefaultCacheMaxBytes
@@ -219,6 +271,14 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("SessionTimeout, HeartbeatInterval and RebalanceTimeout must be positive"))
 	} else if c.HeartbeatInterval >= c.SessionTimeout {
 		errs = append(errs, fmt.Errorf("HeartbeatInterval (%s) must be below SessionTimeout (%s)", c.HeartbeatInterval, c.SessionTimeout))
+	}
+	switch c.ProcessingGuarantee {
+	case AtLeastOnce, ExactlyOnce:
+	default:
+		errs = append(errs, fmt.Errorf("unknown ProcessingGuarantee %d", int(c.ProcessingGuarantee)))
+	}
+	if c.TransactionTimeout < 0 {
+		errs = append(errs, fmt.Errorf("TransactionTimeout must be positive, got %s", c.TransactionTimeout))
 	}
 	switch c.DeserializationErrors {
 	case DeserializationFail, DeserializationLogAndSkip:

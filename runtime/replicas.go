@@ -98,9 +98,10 @@ type registry struct {
 
 func newRegistry(a *App) (*registry, error) {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
-		Seeds:      a.cfg.Brokers,
-		ClientOpts: append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
-		Logger:     a.log.With("reader", "standby"),
+		Seeds:         a.cfg.Brokers,
+		ClientOpts:    append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
+		Logger:        a.log.With("reader", "standby"),
+		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: standby changelog reader: %w", err)

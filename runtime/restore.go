@@ -42,9 +42,10 @@ type restoring struct {
 
 func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
-		Seeds:      a.cfg.Brokers,
-		ClientOpts: append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
-		Logger:     log,
+		Seeds:         a.cfg.Brokers,
+		ClientOpts:    append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
+		Logger:        log,
+		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: changelog reader: %w", err)

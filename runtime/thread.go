@@ -43,6 +43,16 @@ type thread struct {
 	rr         map[string]int32 // round-robin partition for keyless sink records
 
 	produceErr atomic.Pointer[error]
+	// sess is the transactional session under exactly-once; cl is then
+	// its client.
+	sess *kgo.GroupTransactSession
+	// rebalancePending is set when the group wants to rebalance while the
+	// thread holds it off: the thread commits before letting it proceed.
+	rebalancePending atomic.Bool
+	// abortPending is set (exactly-once) when a revocation or loss dropped
+	// the tasks' uncommitted work: the open transaction must be aborted
+	// before anything else is processed.
+	abortPending bool
 	// info is the assignment the balancer decoded at the last sync, read
 	// by onAssigned right after.
 	info     atomic.Pointer[assignor.AssignmentInfo]
@@ -69,7 +79,28 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		exited: make(chan struct{}),
 	}
 	th.ctx, th.cancel = context.WithCancel(context.Background())
-	cfg := a.cfg
+	// The client joins the group as soon as it exists, and its rebalance
+	// callbacks may run before it is stored: hold mu (which they take)
+	// until the thread is whole.
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	var err error
+	if th.rest, err = newRestorer(a, th.log); err != nil {
+		return nil, err
+	}
+	if err := th.connect(); err != nil {
+		th.rest.close()
+		return nil, err
+	}
+	return th, nil
+}
+
+// connect creates the thread's group client: a consumer and producer in
+// one, and under exactly-once a transactional session whose transactional
+// ID is stable across restarts, so a restarted instance fences its former
+// self and aborts whatever transaction it left open.
+func (th *thread) connect() error {
+	a, cfg := th.app, th.app.cfg
 	bal, err := assignor.NewBalancer(assignor.BalancerConfig{
 		Subscription: a.subscription,
 		Tasks:        a.plan.taskTopics,
@@ -80,10 +111,10 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		Logger:       th.log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("runtime: balancer: %w", err)
+		return fmt.Errorf("runtime: balancer: %w", err)
 	}
 	opts := a.clientOpts(
-		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, idx)),
+		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
 		kgo.ConsumerGroup(cfg.ApplicationID),
 		kgo.ConsumeTopics(a.plan.sources...),
 		kgo.Balancers(bal),
@@ -92,6 +123,7 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		kgo.OnPartitionsAssigned(th.onAssigned),
 		kgo.OnPartitionsRevoked(th.onRevoked),
 		kgo.OnPartitionsLost(th.onLost),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { th.rebalancePending.Store(true) }),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
@@ -102,19 +134,27 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
-	// The client joins the group as soon as it exists, and its rebalance
-	// callbacks may run before NewClient returns: hold mu (which they
-	// take) until the thread is whole.
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	if th.rest, err = newRestorer(a, th.log); err != nil {
-		return nil, err
+	if cfg.ProcessingGuarantee != ExactlyOnce {
+		if th.cl, err = kgo.NewClient(opts...); err != nil {
+			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
+		}
+		return nil
 	}
-	if th.cl, err = kgo.NewClient(opts...); err != nil {
-		th.rest.close()
-		return nil, fmt.Errorf("runtime: thread %d client: %w", idx, err)
+	opts = append(opts,
+		kgo.TransactionalID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
+		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+	)
+	if th.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
+		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
 	}
-	return th, nil
+	th.cl = th.sess.Client()
+	if err := th.sess.Begin(); err != nil {
+		th.sess.Close()
+		return fmt.Errorf("runtime: thread %d begin transaction: %w", th.idx, err)
+	}
+	return nil
 }
 
 // stop asks the thread to finish its loop; wait waits for it.
@@ -141,7 +181,7 @@ func (th *thread) abort() {
 
 func (th *thread) run() {
 	err := th.loop()
-	if err != nil && !th.stopping.Load() {
+	if err != nil && !th.stopping.Load() && !th.killed.Load() {
 		th.app.fail(err)
 	}
 	if th.killed.Load() {
@@ -174,6 +214,11 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	if th.abortPending {
+		// The records just polled may predate the rewind the abort
+		// makes; they will be fetched again.
+		return th.abortTransaction()
+	}
 	var fatal error
 	fetches.EachError(func(topic string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -195,7 +240,7 @@ func (th *thread) iteration() error {
 	if err := th.restoreStep(); err != nil {
 		return err
 	}
-	if time.Since(th.lastCommit) >= th.app.cfg.CommitInterval || th.budget.Full() {
+	if time.Since(th.lastCommit) >= th.app.cfg.CommitInterval || th.budget.Full() || th.rebalancePending.Swap(false) {
 		if err := th.commitBounded(); err != nil {
 			return err
 		}
@@ -327,6 +372,9 @@ func (th *thread) commit(ctx context.Context) error {
 			changelog.Send(context.Background(), th.cl, w.Topic, w.Partition, w.Entries, acks)
 		}
 	}
+	if th.sess != nil {
+		return th.commitTransaction(ctx, running, acks)
+	}
 	if err := th.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("runtime: commit: flush producer: %w", err)
 	}
@@ -380,6 +428,121 @@ func (th *thread) commit(ctx context.Context) error {
 		th.tasks[id].MarkCommitted(o)
 	}
 	return nil
+}
+
+// errCrashed stops a thread that a test made crash in the middle of a commit.
+var errCrashed = errors.New("runtime: crashed by test hook")
+
+// crashAt is a test seam: when it returns true for a commit step, the
+// thread behaves as if the process died there (network cut, nothing more
+// written).
+var crashAt func(step string) bool
+
+func (th *thread) maybeCrash(step string) error {
+	if crashAt == nil || !crashAt(step) {
+		return nil
+	}
+	th.app.net.sever()
+	th.killed.Store(true)
+	return errCrashed
+}
+
+// commitTransaction ends the thread's transaction (exactly-once): the
+// session flushes the producer, commits the consumed offsets inside the
+// transaction and commits it. Only once the transaction has committed do the
+// stores receive the writes, with their new changelog positions, so a store
+// never holds a write of a transaction that did not commit. If the session
+// aborts instead (a rebalance got in the way), the writes are dropped and
+// the consumer is back at the last committed offsets.
+func (th *thread) commitTransaction(ctx context.Context, running []*task.Active, acks *changelog.Offsets) error {
+	try := kgo.TryCommit
+	if th.produceErr.Load() != nil || acks.Err() != nil {
+		try = kgo.TryAbort
+	}
+	if err := th.maybeCrash("before-commit"); err != nil {
+		return err
+	}
+	committed, err := th.sess.End(ctx, try)
+	if err != nil {
+		return th.transactionFailed(err)
+	}
+	if !committed {
+		th.log.Info("transaction aborted; dropping uncommitted work", "tasks", len(running))
+		th.discard(running)
+		return th.begin()
+	}
+	if err := th.maybeCrash("after-commit"); err != nil {
+		return err
+	}
+	for _, t := range running {
+		if err := t.CompleteCommit(acks.Last); err != nil {
+			return fmt.Errorf("runtime: commit: %w", err)
+		}
+	}
+	return th.begin()
+}
+
+// begin starts the next transaction, clearing a produce error that belonged
+// to the one just ended.
+func (th *thread) begin() error {
+	th.produceErr.Store(nil)
+	if err := th.sess.Begin(); err != nil {
+		return fmt.Errorf("runtime: begin transaction: %w", err)
+	}
+	return nil
+}
+
+// abortTransaction aborts the open transaction after a revocation or loss
+// dropped the work it held.
+func (th *thread) abortTransaction() error {
+	th.abortPending = false
+	ctx, cancel := context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
+	defer cancel()
+	th.discard(th.runningTasks())
+	if _, err := th.sess.End(ctx, kgo.TryAbort); err != nil {
+		return th.transactionFailed(err)
+	}
+	return th.begin()
+}
+
+// discard drops the uncommitted writes of tasks whose transaction aborted.
+func (th *thread) discard(tasks []*task.Active) {
+	for _, t := range tasks {
+		t.Abort()
+	}
+}
+
+// transactionFailed handles an error ending a transaction. Being fenced
+// means another instance owns this thread's work now (this one was a
+// zombie: paused or cut off past its session): the thread drops its tasks
+// without writing them to its stores and joins the group again with a new
+// client.
+func (th *thread) transactionFailed(err error) error {
+	if !isFenced(err) {
+		return fmt.Errorf("runtime: end transaction: %w", err)
+	}
+	th.log.Warn("fenced: another instance took over this thread's tasks; dropping them and rejoining", "err", err)
+	th.dropAll()
+	old := th.sess
+	// Close must not run the revocation callback against this thread's
+	// lock, which the caller holds.
+	th.mu.Unlock()
+	old.AllowRebalance()
+	old.Close()
+	th.mu.Lock()
+	th.dropAll()
+	if cerr := th.connect(); cerr != nil {
+		return cerr
+	}
+	return nil
+}
+
+// isFenced reports whether a transactional error means the producer was
+// fenced by a newer one with the same transactional ID or the group moved
+// on without this member.
+func isFenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.FencedInstanceID)
 }
 
 func (th *thread) runningTasks() []*task.Active {
@@ -487,14 +650,28 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
+	if th.sess != nil {
+		// The session aborts a transaction a revocation interrupts; the
+		// thread committed just before allowing the rebalance when it
+		// could, so this drops at most what came after.
+		th.discard(th.runningTasks())
+		th.abortPending = true
+		th.parkAll()
+		return
+	}
 	if err := th.commit(ctx); err != nil {
 		th.log.Warn("commit on revocation failed; dropping uncommitted work", "err", err)
 		th.dropAll()
 		return
 	}
-	// Eager rebalancing revokes everything. The stores stay open in the
-	// registry, so a task assigned back — to this thread or another, as
-	// active or standby — keeps its state.
+	th.parkAll()
+}
+
+// parkAll hands every task's open stores to the registry after a
+// revocation. Eager rebalancing revokes everything; the stores stay open, so
+// a task assigned back — to this thread or another, as active or standby —
+// keeps its state.
+func (th *thread) parkAll() {
 	for _, t := range th.tasks {
 		th.rest.unregister(t)
 		th.app.registry.park(t)
@@ -508,6 +685,9 @@ func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32)
 	th.assigned.Store(false)
 	th.log.Warn("partitions lost; closing tasks without committing")
 	th.dropAll()
+	if th.sess != nil {
+		th.abortPending = true
+	}
 }
 
 // dropAll closes every task without committing: the stores keep what their

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -260,6 +261,17 @@ func (t *Active) CompleteCommit(last LastOffsetFunc) error {
 		}
 	}
 	return nil
+}
+
+// Abort drops the task's writes since its last commit: its transaction did
+// not commit, so its stores stay exactly at their recorded positions and the
+// input will be processed again.
+func (t *Active) Abort() {
+	for _, n := range t.order {
+		t.stores[n].Cache.Discard()
+	}
+	clear(t.consumed)
+	maps.Copy(t.consumed, t.committed)
 }
 
 // OffsetsToCommit returns the input offsets consumed since the last call to
