@@ -410,3 +410,34 @@ func TestSpreadOverMembersSticky(t *testing.T) {
 	all := slices.Concat(out[0].Active, out[1].Active, out[2].Active)
 	require.ElementsMatch(t, ca.Active, all)
 }
+
+// A process without a task's directory lags by the whole changelog: on an
+// empty or short changelog it is caught up and takes its share of actives at
+// once, without warmups; on a long one it warms up first.
+func TestBalancerNewcomerLagIsChangelogEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		end        int64
+		wantActive int
+		wantWarmup int
+	}{
+		{"empty changelogs", 0, 2, 0},
+		{"short changelogs", DefaultAcceptableRecoveryLag, 2, 0},
+		{"long changelogs", DefaultAcceptableRecoveryLag + 1, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newFixture(t, 4, 0)
+			a := g.add("m-a", "proc-a", "a:1", defaultFormat)
+			b := g.add("m-b", "proc-b", "b:1", defaultFormat)
+			g.ends = map[string]map[int32]int64{changelog: {}}
+			for p := range 4 {
+				g.ends[changelog][int32(p)] = tc.end
+				a.sub.Tasks = append(a.sub.Tasks, TaskOffsets{Task: tid(0, int32(p)), Role: RoleActive, Positions: map[string]int64{changelog: tc.end}})
+			}
+			g.rebalance()
+			require.Len(t, b.last().Active, tc.wantActive)
+			require.Len(t, b.last().Warmup, tc.wantWarmup)
+			require.Equal(t, tc.wantWarmup > 0, b.last().NextProbingRebalanceMs > 0)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 // Package integration runs Eddy applications end to end against the embedded
 // broker, in-process: word count over generated corpora, restarts with kept
-// and wiped state, two instances sharing tasks, and poison input.
+// and wiped state, two instances sharing tasks, poison input, and groups with
+// standby replicas that lose, gain and get back instances.
 package integration
 
 import (
@@ -324,13 +325,25 @@ type instance struct {
 	*runtime.App
 	name     string
 	stateDir string
+	endpoint string
 }
 
+// instanceConfig holds what tests vary between instances; zero fields take
+// the runtime's defaults (the session timeout takes the harness's).
 type instanceConfig struct {
 	appID          string
 	stateDir       string
 	sessionTimeout time.Duration
 	deser          runtime.DeserializationHandling
+
+	// High-availability settings, passed through to runtime.Config.
+	endpoint      string
+	standbys      int
+	tags          map[string]string
+	rackTags      []string
+	acceptableLag int64
+	maxWarmups    int
+	probing       time.Duration
 }
 
 // logBuffer collects an instance's logs; they are printed only when the test
@@ -376,6 +389,14 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		SessionTimeout:        cfg.sessionTimeout,
 		DeserializationErrors: cfg.deser,
 		Logger:                logger,
+
+		Endpoint:                 cfg.endpoint,
+		NumStandbys:              cfg.standbys,
+		Tags:                     cfg.tags,
+		RackAwareTags:            cfg.rackTags,
+		AcceptableRecoveryLag:    cfg.acceptableLag,
+		MaxWarmups:               cfg.maxWarmups,
+		ProbingRebalanceInterval: cfg.probing,
 	})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(ctx(t)))
@@ -392,7 +413,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 			t.Logf("logs of instance %s:\n%s", name, logs.String())
 		}
 	})
-	return &instance{App: app, name: name, stateDir: cfg.stateDir}
+	return &instance{App: app, name: name, stateDir: cfg.stateDir, endpoint: cfg.endpoint}
 }
 
 // close closes the instance gracefully and requires that it succeeds.

@@ -88,6 +88,56 @@ type ServerConfig struct {
 	// Transport carries forwarded requests. Nil uses a private transport
 	// with a 1s connect timeout.
 	Transport http.RoundTripper
+	// Observe, when set, is called once for every key lookup the server
+	// finishes, answered or refused, just before the answer is written
+	// (so a caller that has the answer knows it was observed). It runs on
+	// the request's goroutine, concurrently with other requests: it must
+	// be safe for concurrent use and quick, such as incrementing a
+	// metric. Range queries and metadata requests are not observed.
+	Observe func(KeyQuery)
+}
+
+// KeyQuery describes one key lookup an HTTP server finished, for
+// ServerConfig.Observe.
+//
+// A lookup routed to another instance is observed twice, by two servers:
+// the one that forwarded it (Forwarded set, ServedBy naming the other
+// host) and the one that answered it locally. Counting only lookups with
+// Forwarded unset counts each answer once across a cluster.
+type KeyQuery struct {
+	// Store is the store named in the request's URL, which may not exist
+	// (Reason unknown_store).
+	Store string
+	// Err is why the lookup was refused; nil when a replica answered,
+	// whether or not it found the key.
+	Err error
+	// Reason is the code the error answer carries in its "reason" field
+	// (too_stale, not_available, rebalancing, invalid_query, ...); "" when
+	// a replica answered.
+	Reason string
+	// ServedBy is the replica that answered, when Err is nil.
+	ServedBy Provenance
+	// Found is whether the answering replica held the key.
+	Found bool
+	// Forwarded is set when another instance answered and this server
+	// passed its answer on.
+	Forwarded bool
+}
+
+func (s *Server) observe(q KeyQuery) {
+	if s.cfg.Observe == nil {
+		return
+	}
+	if q.Err != nil {
+		_, q.Reason = classify(q.Err)
+	}
+	s.cfg.Observe(q)
+}
+
+// refuseKey writes err as the answer to a key lookup, observing it.
+func (s *Server) refuseKey(w http.ResponseWriter, store string, err error) {
+	s.observe(KeyQuery{Store: store, Err: err})
+	writeErr(w, err)
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -330,18 +380,19 @@ func (s *Server) handleLags(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
 	store, keyText := r.PathValue("store"), r.PathValue("key")
-	c, ok := s.codec(w, store)
+	c, ok := s.codecs[store]
 	if !ok {
+		s.refuseKey(w, store, fmt.Errorf("%w: %q is not served over HTTP", ErrUnknownStore, store))
 		return
 	}
 	p, err := parseParams(r.URL.Query(), true, 0)
 	if err != nil {
-		writeErr(w, err)
+		s.refuseKey(w, store, err)
 		return
 	}
 	kb, err := c.EncodeKey(keyText)
 	if err != nil {
-		writeErr(w, invalidf("malformed key %q for store %q: %v", keyText, store, err))
+		s.refuseKey(w, store, invalidf("malformed key %q for store %q: %v", keyText, store, err))
 		return
 	}
 	ctx := r.Context()
@@ -351,19 +402,20 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !p.route || !reroutable(err) {
-		writeErr(w, err)
+		s.refuseKey(w, store, err)
 		return
 	}
 	localErr := err
 	part := p.partition
 	if !p.hasPartition {
 		if part, err = s.b.KeyPartition(store, kb); err != nil {
-			writeErr(w, err)
+			s.refuseKey(w, store, err)
 			return
 		}
 	}
 	var status int
 	var answer []byte
+	var served Provenance
 	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/keys/" + url.PathEscape(keyText) + "?" + p.forwardQuery(nil)
 	if p.hasPartition {
 		pathQuery += "&partition=" + strconv.Itoa(int(part))
@@ -372,16 +424,17 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
 		if st == http.StatusOK || st == http.StatusNotFound {
 			var k wireKey
 			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
-				status, answer = st, body
+				status, answer, served = st, body, k.ServedBy.provenance(k.Partition)
 				return nil
 			}
 		}
 		return decodeErrorAnswer(st, body)
 	})
 	if uerr != nil {
-		writeErr(w, uerr)
+		s.refuseKey(w, store, uerr)
 		return
 	}
+	s.observe(KeyQuery{Store: store, ServedBy: served, Found: status == http.StatusOK, Forwarded: true})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(answer)
@@ -426,6 +479,7 @@ func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, r
 	out := wireKey{Key: keyText, Partition: res.Provenance.Partition, ServedBy: servedBy(res.Provenance)}
 	if !res.Found {
 		out.Error = "key not found"
+		s.observe(KeyQuery{Store: c.Name, ServedBy: res.Provenance})
 		writeJSON(w, http.StatusNotFound, out)
 		return
 	}
@@ -434,9 +488,10 @@ func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, r
 		out.Value, err = json.Marshal(v)
 	}
 	if err != nil {
-		writeErr(w, fmt.Errorf("iq: store %q partition %d: decode value: %w", c.Name, res.Provenance.Partition, err))
+		s.refuseKey(w, c.Name, fmt.Errorf("iq: store %q partition %d: decode value: %w", c.Name, res.Provenance.Partition, err))
 		return
 	}
+	s.observe(KeyQuery{Store: c.Name, ServedBy: res.Provenance, Found: true})
 	writeJSON(w, http.StatusOK, out)
 }
 

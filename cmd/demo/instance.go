@@ -61,31 +61,36 @@ func ensureTopics(ctx context.Context, brokers []string) error {
 	return nil
 }
 
-// countsServer serves the instance's query API for the "counts" store.
-func countsServer(app *runtime.App) *iq.Server {
-	return iq.NewServer(app.Queries(), iq.CodecFor(countsStore, serde.String, serde.Int64, nil))
+// countsServer serves the instance's query API for the "counts" store,
+// reporting every key query to observe.
+func countsServer(app *runtime.App, observe func(iq.KeyQuery)) *iq.Server {
+	return iq.NewServerWithConfig(app.Queries(), iq.ServerConfig{Observe: observe},
+		iq.CodecFor(countsStore, serde.String, serde.Int64, nil))
 }
 
 // instanceOptions are the settings of one word-count instance.
 type instanceOptions struct {
-	brokers  []string
-	stateDir string
-	http     string
-	app      string
-	logger   *slog.Logger
-	standbys int
-	tags     map[string]string
-	rackTags []string
+	brokers   []string
+	stateDir  string
+	http      string
+	app       string
+	logger    *slog.Logger
+	standbys  int
+	guarantee runtime.ProcessingGuarantee
+	tags      map[string]string
+	rackTags  []string
 	// sessionTimeout, when non-zero, overrides the runtime default.
 	sessionTimeout time.Duration
 }
 
 // instance is a running word-count instance with its HTTP server.
 type instance struct {
-	app  *runtime.App
-	srv  *http.Server
-	iq   *iq.Server
-	addr string
+	app     *runtime.App
+	srv     *http.Server
+	iq      *iq.Server
+	metrics *instanceMetrics
+	web     *webUI
+	addr    string
 }
 
 func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
@@ -103,19 +108,24 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		}
 	}
 	cfg := runtime.Config{
-		ApplicationID:  o.app,
-		Brokers:        o.brokers,
-		StateDir:       o.stateDir,
-		Logger:         o.logger,
-		SessionTimeout: o.sessionTimeout,
-		NumStandbys:    o.standbys,
-		Tags:           o.tags,
-		RackAwareTags:  o.rackTags,
+		ApplicationID:       o.app,
+		Brokers:             o.brokers,
+		StateDir:            o.stateDir,
+		Logger:              o.logger,
+		SessionTimeout:      o.sessionTimeout,
+		NumStandbys:         o.standbys,
+		ProcessingGuarantee: o.guarantee,
+		Tags:                o.tags,
+		RackAwareTags:       o.rackTags,
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
 	}
 	app, err := runtime.New(topo, cfg)
+	var metrics *instanceMetrics
+	if err == nil && ln != nil {
+		metrics, err = newInstanceMetrics(app, o.app)
+	}
 	if err == nil {
 		err = app.Start(ctx)
 	}
@@ -125,11 +135,12 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		}
 		return nil, err
 	}
-	in := &instance{app: app}
+	in := &instance{app: app, metrics: metrics}
 	if ln != nil {
 		in.addr = ln.Addr().String()
-		in.iq = countsServer(app)
-		in.srv = &http.Server{Handler: in.iq, ReadHeaderTimeout: 5 * time.Second}
+		in.iq = countsServer(app, metrics.observe)
+		in.web = newWebUI(in.addr)
+		in.srv = &http.Server{Handler: in.handler(), ReadHeaderTimeout: 5 * time.Second}
 		go in.srv.Serve(ln)
 	}
 	return in, nil
@@ -142,6 +153,7 @@ func (in *instance) close() error {
 	if in.srv != nil {
 		in.srv.Shutdown(ctx)
 		in.iq.Close()
+		in.web.close()
 	}
 	return in.app.Close(ctx)
 }
@@ -155,6 +167,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	httpAddr := fs.String("http", "", "`HOST:PORT` to serve queries on (required)")
 	appID := fs.String("app", "wordcount", "application ID: the consumer group and internal topic prefix")
 	standbys := fs.Int("standbys", 0, "standby replicas per task")
+	guarantee := fs.String("guarantee", "at-least-once", "processing guarantee: at-least-once or exactly-once")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
@@ -173,19 +186,24 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	case *standbys < 0:
 		return usageErrorf(fs, "--standbys must not be negative")
 	}
+	g, err := runtime.ParseProcessingGuarantee(*guarantee)
+	if err != nil {
+		return usageErrorf(fs, "--guarantee: %v", err)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageErrorf(fs, "--log-level: %v", err)
 	}
 	in, err := startInstance(ctx, instanceOptions{
-		brokers:  seeds,
-		stateDir: *stateDir,
-		http:     *httpAddr,
-		app:      *appID,
-		standbys: *standbys,
-		tags:     tags,
-		rackTags: splitBrokers(*rackTags),
-		logger:   slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		brokers:   seeds,
+		stateDir:  *stateDir,
+		http:      *httpAddr,
+		app:       *appID,
+		standbys:  *standbys,
+		guarantee: g,
+		tags:      tags,
+		rackTags:  splitBrokers(*rackTags),
+		logger:    slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return err

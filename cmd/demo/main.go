@@ -6,6 +6,8 @@
 //	demo broker   --listen HOST:PORT [--data-dir DIR] [--partitions N]
 //	demo instance --brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N]
 //	demo produce  --brokers HOST:PORT[,...] [--topic text] [--file F]
+//	demo query    --http HOST:PORT WORD [--staleness active|any|lag:N|age:D]
+//	demo status   --http HOST:PORT
 //
 // Run "demo COMMAND -h" for a command's flags.
 package main
@@ -49,6 +51,8 @@ var commands = []command{
 	{"broker", brokerSynopsis, runBroker},
 	{"instance", instanceSynopsis, runInstance},
 	{"produce", produceSynopsis, runProduce},
+	{"query", querySynopsis, runQuery},
+	{"status", statusSynopsis, runStatus},
 }
 
 // errUsage marks errors caused by how the command was invoked. The message

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/runtime"
+)
+
+// instanceMetrics is one instance's Prometheus registry: the runtime's own
+// collector, the query counters fed by the query server's Observe hook, and
+// the Go and process collectors. Each instance has its own registry rather
+// than the global one, so that several instances in one process (the
+// no-argument demo, tests) do not collide.
+type instanceMetrics struct {
+	reg     *prometheus.Registry
+	served  *prometheus.CounterVec
+	refused *prometheus.CounterVec
+
+	// Totals for the terminal view, which should not have to parse its
+	// own exposition.
+	local, forwarded, refusals atomic.Int64
+}
+
+// Label values of the "via" label of eddy_queries_served_total.
+const (
+	viaLocal     = "local"
+	viaForwarded = "forwarded"
+)
+
+func newInstanceMetrics(app *runtime.App, appID string) (*instanceMetrics, error) {
+	constLabels := prometheus.Labels{"application": appID}
+	m := &instanceMetrics{
+		reg: prometheus.NewRegistry(),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "queries_served_total",
+			Help: "Key queries this instance answered, by the role of the replica that answered; " +
+				`via="forwarded" when another instance answered and this one passed the answer on ` +
+				`(sum via="local" over all instances to count each answer once).`,
+			ConstLabels: constLabels,
+		}, []string{"store", "role", "via"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "queries_refused_total",
+			Help:        "Key queries this instance refused, by the reason code of the error answer (too_stale, not_available, rebalancing, ...).",
+			ConstLabels: constLabels,
+		}, []string{"store", "reason"}),
+	}
+	for _, c := range []prometheus.Collector{
+		app.Metrics(), m.served, m.refused,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := m.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// observe counts one key query; it is the query server's Observe hook.
+func (m *instanceMetrics) observe(q iq.KeyQuery) {
+	// Store names come from URLs: anything the demo does not serve is
+	// lumped together, so that clients cannot mint label values.
+	store := q.Store
+	if store != countsStore {
+		store = "other"
+	}
+	if q.Err != nil {
+		m.refusals.Add(1)
+		m.refused.WithLabelValues(store, q.Reason).Inc()
+		return
+	}
+	via := viaLocal
+	if q.Forwarded {
+		via = viaForwarded
+		m.forwarded.Add(1)
+	} else {
+		m.local.Add(1)
+	}
+	m.served.WithLabelValues(store, q.ServedBy.Role.String(), via).Inc()
+}
+
+// queryCounts is what an instance's query server has done so far.
+type queryCounts struct {
+	// Local counts answers from this instance's own replicas; Forwarded
+	// those it fetched from another instance.
+	Local, Forwarded int64
+	Refused          int64
+}
+
+func (m *instanceMetrics) counts() queryCounts {
+	return queryCounts{Local: m.local.Load(), Forwarded: m.forwarded.Load(), Refused: m.refusals.Load()}
+}
+
+// handler serves the registry in the Prometheus exposition format.
+func (m *instanceMetrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}

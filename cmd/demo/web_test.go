@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// waitUntil polls cond until it holds, failing the test with cond's last
+// explanation when the deadline passes first.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %s", what, timeout, why)
+		}
+		<-tick.C
+	}
+}
+
+// httpGet fetches a URL and returns its status, Content-Type and body.
+func httpGet(t *testing.T, u string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+}
+
+// testCluster is an embedded broker and two word-count instances with one
+// standby per task, serving HTTP on loopback ports, that have counted
+// text.
+type testCluster struct {
+	ins  []*instance
+	want map[string]int64 // the count of every word produced
+}
+
+func startTestCluster(t *testing.T) *testCluster {
+	ctx := testCtx(t)
+	b := startBroker(t)
+	c := &testCluster{want: map[string]int64{}}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for range 2 {
+		in, err := startInstance(ctx, instanceOptions{
+			brokers: b.Addrs(), stateDir: t.TempDir(), http: "127.0.0.1:0", app: "wordcount",
+			standbys: 1, logger: logger, sessionTimeout: time.Second,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { in.close() })
+		c.ins = append(c.ins, in)
+	}
+
+	// Settled: both instances hold an active and a standby of every
+	// partition between them, and report no restoration.
+	waitUntil(t, 20*time.Second, "the cluster settles", func() (bool, string) {
+		v, err := fetchCluster(ctx, http.DefaultClient, c.ins[0].addr, time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(v.Instances) != 2 {
+			return false, fmt.Sprintf("%d instances", len(v.Instances))
+		}
+		var actives, standbys int
+		for _, in := range v.Instances {
+			actives += len(in.Active)
+			standbys += len(in.Standby)
+			if in.Error != "" || len(in.Lags) != len(in.Active)+len(in.Standby) {
+				return false, fmt.Sprintf("%s reports %v (error %q)", in.Host, in.Lags, in.Error)
+			}
+			for _, l := range in.Lags {
+				if l.Role == "restoring" {
+					return false, fmt.Sprintf("%s restores %s/%d", in.Host, l.Store, l.Partition)
+				}
+			}
+		}
+		n := int(v.Partitions[countsStore])
+		return n > 0 && actives == n && standbys == n, fmt.Sprintf("%d actives, %d standbys of %d partitions", actives, standbys, n)
+	})
+
+	lines := generateLines(7, 300)
+	for _, l := range lines {
+		for _, w := range words(l) {
+			c.want[w]++
+		}
+	}
+	_, stderr, err := runCmd(ctx, strings.Join(lines, "\n"), "produce", "--brokers", strings.Join(b.Addrs(), ","))
+	require.NoError(t, err, stderr)
+
+	// Counted: every word's count is exact on its active.
+	waitUntil(t, 20*time.Second, "the counts are exact", func() (bool, string) {
+		for w, n := range c.want {
+			got, err := lookup(c.ins[c.activeOf(t, w)], w)
+			if err != nil || got != n {
+				return false, fmt.Sprintf("%s: %d (%v), want %d", w, got, err, n)
+			}
+		}
+		return true, ""
+	})
+	return c
+}
+
+// activeOf returns the index of the instance holding the active of a
+// word's partition. The assignor decides where actives go (a sticky one
+// may leave them all on the instance that started first), so tests pick
+// which instance to ask from this.
+func (c *testCluster) activeOf(t *testing.T, word string) int {
+	for i, in := range c.ins {
+		part, err := in.app.KeyPartition(countsStore, []byte(word))
+		require.NoError(t, err)
+		for _, r := range in.app.Queries().LocalReplicas() {
+			if r.Store == countsStore && r.Partition == part && r.Role.String() == "active" {
+				return i
+			}
+		}
+	}
+	t.Fatalf("no instance holds the active of %q", word)
+	return -1
+}
+
+// TestMultiProcessCommands runs query, status, the status page and the
+// metrics endpoint against a real two-instance cluster in this process.
+func TestMultiProcessCommands(t *testing.T) {
+	start := time.Now()
+	c := startTestCluster(t)
+	t.Logf("cluster settled and counted in %s", time.Since(start).Round(time.Millisecond))
+	ctx := testCtx(t)
+	// x holds the active of word's partition, y a standby (two
+	// instances, one standby per task: y holds every partition in some
+	// role, so it can answer anything locally with staleness=any).
+	var word string
+	for w := range c.want {
+		word = w
+		break
+	}
+	x, y := c.ins[c.activeOf(t, word)], c.ins[1-c.activeOf(t, word)]
+	want := c.want[word]
+
+	t.Run("query answered locally and forwarded", func(t *testing.T) {
+		for _, tc := range []struct {
+			ask, host string
+		}{{x.addr, x.addr}, {y.addr, x.addr}} {
+			stdout, stderr, err := runCmd(ctx, "", "query", "--http", tc.ask, word)
+			require.NoError(t, err, stderr)
+			require.Contains(t, stdout, fmt.Sprintf("%s: %d\n", word, want))
+			require.Contains(t, stdout, "served by "+tc.host+": active replica of counts partition ")
+		}
+		// Words may be given in any case, flags after them. With any
+		// staleness y answers from its own replica.
+		stdout, _, err := runCmd(ctx, "", "query", strings.ToUpper(word), "--http", y.addr, "--staleness", "any")
+		require.NoError(t, err)
+		require.Regexp(t, `^`+word+`: \d+\nserved by `+regexp.QuoteMeta(y.addr)+`: (active|standby) replica`, stdout)
+
+		stdout, _, err = runCmd(ctx, "", "query", "--http", x.addr, "--json", word)
+		require.NoError(t, err)
+		var ka keyAnswer
+		require.NoError(t, json.Unmarshal([]byte(stdout), &ka))
+		require.Equal(t, strconv.FormatInt(want, 10), string(ka.Value))
+		require.Equal(t, x.addr, ka.ServedBy.Host)
+
+		stdout, _, err = runCmd(ctx, "", "query", "--http", x.addr, "zzyzx")
+		require.NoError(t, err)
+		require.Contains(t, stdout, "zzyzx: not counted")
+	})
+
+	t.Run("status", func(t *testing.T) {
+		stdout, stderr, err := runCmd(ctx, "", "status", "--http", y.addr)
+		require.NoError(t, err, stderr)
+		out := squash(stdout)
+		require.Contains(t, out, "cluster as seen from "+y.addr+": 2 instances; stores counts (3 partitions)")
+		rows := regexp.MustCompile(`(?m)^counts/\d .*$`).FindAllString(out, -1)
+		require.Len(t, rows, 3, stdout)
+		for _, r := range rows {
+			require.Equal(t, 1, strings.Count(r, "active"), "one active per partition: %s", r)
+			require.Equal(t, 1, strings.Count(r, "standby lag "), "one standby per partition: %s", r)
+		}
+		for _, in := range c.ins {
+			require.Regexp(t, `(?m)^`+regexp.QuoteMeta(in.addr)+` [\d,-]+ [\d,-]+ - ok`, out)
+		}
+	})
+
+	t.Run("status page", func(t *testing.T) {
+		status, ctype, body := httpGet(t, "http://"+y.addr+"/")
+		require.Equal(t, 200, status)
+		require.Equal(t, "text/html; charset=utf-8", ctype)
+		require.Contains(t, body, "<title>Eddy word count</title>")
+		require.Contains(t, body, `fetch("cluster.json"`)
+
+		status, ctype, body = httpGet(t, "http://"+y.addr+"/cluster.json")
+		require.Equal(t, 200, status)
+		require.Equal(t, "application/json", ctype)
+		var pv pageView
+		require.NoError(t, json.Unmarshal([]byte(body), &pv))
+		require.Len(t, pv.Instances, 2)
+		require.Len(t, pv.Rows, 3)
+
+		status, _, _ = httpGet(t, "http://"+y.addr+"/nope")
+		require.Equal(t, 404, status, "only / is the page")
+		status, _, _ = httpGet(t, "http://"+y.addr+"/healthz")
+		require.Equal(t, 200, status, "the query server keeps /healthz")
+	})
+
+	t.Run("status page in a browser", func(t *testing.T) {
+		testPageInChromium(t, c, y, word)
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		// One refusal of each kind the demo's own queries can cause.
+		status, _, _ := httpGet(t, "http://"+y.addr+"/v1/stores/counts/keys/x?staleness=soon")
+		require.Equal(t, 400, status)
+		status, _, _ = httpGet(t, "http://"+y.addr+"/v1/stores/made-up-"+strconv.Itoa(int(time.Now().UnixNano()))+"/keys/x")
+		require.Equal(t, 404, status)
+
+		// scrape returns a function summing the samples of a metric
+		// that carry the given labels, failing if there are none.
+		scrape := func(in *instance) func(metric string, labels ...string) float64 {
+			status, ctype, body := httpGet(t, "http://"+in.addr+"/metrics")
+			require.Equal(t, 200, status)
+			require.True(t, strings.HasPrefix(ctype, "text/plain"), ctype)
+			require.Contains(t, body, "\ngo_goroutines ", "the Go collector is registered")
+			return func(metric string, labels ...string) float64 {
+				t.Helper()
+				re := `(?m)^` + regexp.QuoteMeta(metric) + `\{([^}]*)\} (\S+)$`
+				var sum float64
+				var found bool
+			lines:
+				for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(body, -1) {
+					for _, l := range labels {
+						if !strings.Contains(m[1], l) {
+							continue lines
+						}
+					}
+					v, err := strconv.ParseFloat(m[2], 64)
+					require.NoError(t, err)
+					sum, found = sum+v, true
+				}
+				require.True(t, found, "no %s with %v in\n%s", metric, labels, body)
+				return sum
+			}
+		}
+		app := `application="wordcount"`
+		// x runs every active of the counts store.
+		xv := scrape(x)
+		require.Greater(t, xv("eddy_records_processed_total", app), 0.0)
+		require.Equal(t, 0.0, xv("eddy_records_skipped_total", app))
+		require.Greater(t, xv("eddy_commit_latency_seconds_count", app), 0.0)
+		require.Greater(t, xv("eddy_rebalances_total", app), 0.0)
+		require.Greater(t, xv("eddy_replica_position", `store="counts"`, `role="active"`), 0.0)
+		require.Equal(t, 0.0, xv("eddy_replica_lag", `store="counts"`, `role="active"`))
+		require.Greater(t, xv("eddy_queries_served_total", app, `store="counts"`, `role="active"`, `via="local"`), 0.0)
+		// y follows x's actives, answered the staleness=any query
+		// itself, and passed on x's answers.
+		yv := scrape(y)
+		require.GreaterOrEqual(t, yv("eddy_replica_lag", `store="counts"`, `role="standby"`), 0.0)
+		require.Greater(t, yv("eddy_rebalances_total", app), 0.0)
+		require.Greater(t, yv("eddy_queries_served_total", app, `store="counts"`, `via="local"`), 0.0)
+		require.Greater(t, yv("eddy_queries_served_total", `role="active"`, `via="forwarded"`), 0.0)
+		require.Equal(t, 1.0, yv("eddy_queries_refused_total", `store="counts"`, `reason="invalid_query"`))
+		require.Equal(t, 1.0, yv("eddy_queries_refused_total", `store="other"`, `reason="unknown_store"`),
+			"store names the demo does not serve share one label value")
+
+		qc := y.metrics.counts()
+		require.Positive(t, qc.Local)
+		require.Positive(t, qc.Forwarded)
+		require.EqualValues(t, 2, qc.Refused)
+	})
+
+	t.Run("an instance that stops answering", func(t *testing.T) {
+		// x's HTTP server goes away while x stays in the group: its
+		// actives can no longer be asked, and y must say so.
+		require.NoError(t, x.srv.Close())
+
+		stdout, _, err := runCmd(ctx, "", "status", "--http", y.addr, "--timeout", "1s")
+		require.NoError(t, err)
+		require.Regexp(t, `(?m)^`+regexp.QuoteMeta(x.addr)+` .* unreachable: `, squash(stdout))
+
+		_, _, err = runCmd(ctx, "", "query", "--http", y.addr, word)
+		require.ErrorContains(t, err, "no replica could answer within staleness=active")
+		require.ErrorContains(t, err, "tried "+x.addr+": unreachable")
+		require.ErrorContains(t, err, "--staleness lag:10000")
+
+		// y's standby of the partition answers when allowed to.
+		stdout, _, err = runCmd(ctx, "", "query", "--http", y.addr, word, "--staleness", "any")
+		require.NoError(t, err)
+		require.Contains(t, stdout, "served by "+y.addr+": standby replica of counts partition ")
+		require.GreaterOrEqual(t, y.metrics.counts().Refused, int64(3))
+	})
+}
+
+// chromium returns the path of a Chromium or Chrome binary, or "".
+func chromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// testPageInChromium loads the status page in headless Chromium, with a
+// word to query in its URL, and checks the DOM the page's script built:
+// the grid of every partition on every instance, and the answer.
+func testPageInChromium(t *testing.T, c *testCluster, in *instance, word string) {
+	bin := chromium()
+	if bin == "" {
+		t.Skip("Chromium is not installed (looked for chromium, chromium-browser, google-chrome and google-chrome-stable on PATH): " +
+			"skipping the real-browser test of the status page; install it (apt-get install chromium) to run it")
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 60*time.Second)
+	defer cancel()
+	u := "http://" + in.addr + "/?word=" + url.QueryEscape(strings.ToUpper(word)) + "&staleness=any"
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(),
+		// Virtual time runs the page's timers without waiting for them
+		// in real time, and pauses while its fetches are in flight.
+		"--virtual-time-budget=3000", "--dump-dom", u)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	out, err := cmd.Output()
+	require.NoError(t, err, "chromium: %s", stderr.String())
+	t.Logf("chromium rendered the page in %s", time.Since(start).Round(time.Millisecond))
+	dom := string(out)
+
+	for _, i := range c.ins {
+		require.Contains(t, dom, `<th class="" data-host="`+i.addr+`">`, "a column per instance")
+	}
+	require.Equal(t, 3, strings.Count(dom, `data-role="active"`), "one active per partition:\n%s", dom)
+	require.Equal(t, 3, strings.Count(dom, `data-role="standby"`), "one standby per partition:\n%s", dom)
+	require.Regexp(t, `<td class="r-active" data-role="active" data-host="[^"]+" title="active">active</td>`, dom)
+	require.Regexp(t, `<td class="r-standby" data-role="standby" data-host="[^"]+" title="standby lag \d+">standby lag \d+</td>`, dom)
+	require.Contains(t, dom, "seen from "+in.addr+" · 2 instances")
+
+	require.Contains(t, dom, `<div id="answer" aria-live="polite" data-status="200">`, "the query in the URL was asked:\n%s", dom)
+	require.Contains(t, dom, fmt.Sprintf(`<span class="value">%s: %d</span>`, word, c.want[word]))
+	require.Regexp(t, `served by <span class="chip r-(active|standby)">(active|standby)</span>`, dom)
+}
