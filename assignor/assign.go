@@ -140,6 +140,13 @@ type Input struct {
 	Tasks map[task.ID]TaskInfo
 	// Clients maps each client's stable process ID to its state.
 	Clients map[string]ClientState
+	// Ends holds, for stateful tasks, the total end offset of the task's
+	// changelogs: the lag of a client that has no state for the task and
+	// would restore it all. A client without state is caught up when that
+	// is within AcceptableRecoveryLag (an empty or short changelog), though
+	// a caught-up client with state is still preferred. A task missing here
+	// counts as unknown: clients without state are never caught up on it.
+	Ends map[task.ID]int64
 }
 
 // ClientAssignment is one client's share. All lists are sorted.
@@ -331,13 +338,22 @@ func newRun(cfg Config, in Input) *run {
 	}
 
 	r.eligible = make([][]int, ns)
-	for i := range r.sf {
+	for i, id := range r.sf {
 		best := lagUnknown
 		var caught []int
-		for _, cl := range r.state[i] {
-			if r.caughtUpLag(cl.lag) {
-				caught = append(caught, cl.client)
+		end, known := in.Ends[id]
+		shortLog := known && r.caughtUpLag(max(end, 0))
+		for c := range r.ids {
+			switch lag := r.lag(i, c); {
+			case lag == lagUnknown:
+				if shortLog {
+					caught = append(caught, c)
+				}
+			case r.caughtUpLag(lag):
+				caught = append(caught, c)
 			}
+		}
+		for _, cl := range r.state[i] {
 			best = min(best, cl.lag)
 		}
 		switch {
@@ -430,9 +446,14 @@ func (r *run) assignStatefulActives() {
 		order:    order,
 		affinity: func(i, c int) int {
 			if r.isEligible(i, c) {
+				if r.lag(i, c) == lagUnknown {
+					// Caught up only because the changelog is short:
+					// a client with state restores less.
+					return 1
+				}
 				return 0
 			}
-			return 1 + r.stateRank(i, c)
+			return 2 + r.stateRank(i, c)
 		},
 	}
 	r.target, r.targetLoad = sp.spread(r.prevActive, make([]int, nc))

@@ -52,7 +52,7 @@ func cfgWith(f func(*Config)) Config {
 // reported as caught up (actives running, standbys and warmups at lag 0),
 // and earlier state kept as it was.
 func next(in Input, out Output) Input {
-	nin := Input{Tasks: in.Tasks, Clients: map[string]ClientState{}}
+	nin := Input{Tasks: in.Tasks, Clients: map[string]ClientState{}, Ends: in.Ends}
 	for id, cs := range in.Clients {
 		a := out.Clients[id]
 		lags := map[task.ID]int64{}
@@ -546,4 +546,39 @@ func TestLargeGroup(t *testing.T) {
 		final, fin, _ := converge(t, cfg, grown, 1000)
 		require.NoError(t, balanced(fin, final, zones == 0), "zones %d", zones)
 	}
+}
+
+// A client without state for a task is caught up when the task's changelog
+// is within AcceptableRecoveryLag, but one with state is preferred; with the
+// ends unknown, a client without state is never caught up.
+func TestChangelogEndsMakeStatelessClientsCaughtUp(t *testing.T) {
+	sf := tasks(0, 2)
+	base := func(ends map[task.ID]int64) Input {
+		return Input{
+			Tasks: taskMap(sf, nil),
+			Clients: map[string]ClientState{
+				"a": {PrevActive: sf, Lags: lagsOf(LagRunning, sf...)},
+				"b": {Lags: lagsOf(5, sf[0])},
+				"c": {},
+			},
+			Ends: ends,
+		}
+	}
+	short := Assign(DefaultConfig(), base(map[task.ID]int64{sf[0]: 100, sf[1]: 100}))
+	require.False(t, short.FollowupRebalance, "everyone is caught up on short changelogs")
+	require.Empty(t, warmupsOf(short))
+	own := owners(short)
+	require.NotEqual(t, "c", own[sf[0]], "task 0 has warm homes (a runs it, b has a standby)")
+	moved := 0
+	for _, id := range sf {
+		if own[id] != "a" {
+			moved++
+		}
+	}
+	require.Equal(t, 1, moved, "balance moves one of a's two tasks")
+
+	long := Assign(DefaultConfig(), base(map[task.ID]int64{sf[0]: 1e6, sf[1]: 1e6}))
+	require.Empty(t, long.Clients["c"].Active, "no active goes to a client that must restore a long changelog")
+	unknown := Assign(DefaultConfig(), base(nil))
+	require.Empty(t, unknown.Clients["c"].Active, "with ends unknown a client without state is not caught up")
 }

@@ -485,21 +485,21 @@ func (mb *memberBalancer) input() (Input, map[string][]member) {
 			}
 			cs.Lags[id] = lag
 		}
-		// A client with no directory for a stateful task would restore the
-		// whole changelog: its lag is the changelog's end, which makes it
-		// caught up on a task whose changelog is empty or short.
-		for id, ti := range in.Tasks {
-			topics := b.cfg.Changelogs[id.SubTopology]
-			if _, has := cs.Lags[id]; has || !ti.Stateful || len(topics) == 0 {
-				continue
-			}
-			var lag int64
-			for _, topic := range topics {
-				lag += end(topic, id.Partition)
-			}
-			cs.Lags[id] = lag
-		}
 		in.Clients[pid] = cs
+	}
+	// A client with no directory for a stateful task would restore the
+	// whole changelog: its lag is the changelog's end.
+	in.Ends = make(map[task.ID]int64)
+	for id, ti := range in.Tasks {
+		topics := b.cfg.Changelogs[id.SubTopology]
+		if !ti.Stateful || len(topics) == 0 {
+			continue
+		}
+		var total int64
+		for _, topic := range topics {
+			total += end(topic, id.Partition)
+		}
+		in.Ends[id] = total
 	}
 	return in, byProcess
 }

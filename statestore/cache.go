@@ -2,13 +2,14 @@ package statestore
 
 import (
 	"bytes"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
 
 // cacheEntryOverhead is what a dirty entry costs beyond its key and value
-// bytes: the tree node holding it (slice headers, child pointers, priority,
-// version).
+// bytes: its slot in the entry slice and in the key index (slice headers,
+// the index's string key and hash-table share).
 const cacheEntryOverhead = 80
 
 // CacheBudget bounds the bytes of dirty entries held by a group of
@@ -99,23 +100,26 @@ type CachedStore struct {
 	// mu guards the fields below: exclusively for changes, shared for
 	// reads.
 	mu sync.RWMutex
-	// root is a treap of dirty entries, tombstones stored as nil values.
-	// It is mutated in place until an iterator takes a snapshot of it
-	// (shared); the next mutation then starts a new version (gen) and
-	// copies the paths it changes, so the snapshot stays intact.
-	root   *memNode
-	gen    uint64
-	shared atomic.Bool
+	// entries holds the dirty entries in first-write order, tombstones as
+	// nil values; index maps a key to its slot. Point reads and writes are
+	// one hash lookup, and a rewrite of a dirty key replaces its value
+	// slice without touching the index. Value bytes are never modified
+	// once stored, only replaced, so a copy of an Entry stays valid.
+	entries []Entry
+	index   map[string]int
+	// sorted is the key-ordered copy of entries that Dirty returns and
+	// iterators walk, built on demand and dropped (never modified) by the
+	// next write, so whoever holds it keeps an immutable snapshot.
+	sorted []Entry
 	puts   int64 // dirty entries that are puts
 	dels   int64 // dirty entries that are tombstones
 	bytes  int64 // bytes charged to budget
-	sorted []Entry
 }
 
 // NewCachedStore returns an empty cache in front of inner, charging the
 // given budget (nil means unbounded).
 func NewCachedStore(inner Store, budget *CacheBudget) *CachedStore {
-	return &CachedStore{inner: inner, budget: budget}
+	return &CachedStore{inner: inner, budget: budget, index: make(map[string]int)}
 }
 
 // Inner returns the store behind the cache.
@@ -125,19 +129,20 @@ func (c *CachedStore) Inner() Store { return c.inner }
 // store's.
 func (c *CachedStore) Get(key []byte) ([]byte, bool, error) {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for n := c.root; n != nil; {
-		switch cmp := bytes.Compare(key, n.key); {
-		case cmp < 0:
-			n = n.left
-		case cmp > 0:
-			n = n.right
-		case n.value == nil:
+	if i, ok := c.index[string(key)]; ok {
+		v := c.entries[i].Value
+		c.mu.RUnlock()
+		if v == nil {
 			return nil, false, nil
-		default:
-			return append([]byte{}, n.value...), true, nil
 		}
+		// A copy: the dirty value may already be on its way to the
+		// changelog, and a caller that scribbles on it must not change
+		// what is sent.
+		return cloneBytes(v), true, nil
 	}
+	c.mu.RUnlock()
+	// Outside mu: a Commit that lands meanwhile writes to the inner store
+	// the very value this read would have found in the cache.
 	return c.inner.Get(key)
 }
 
@@ -146,8 +151,16 @@ func (c *CachedStore) Put(key, value []byte) error {
 	if value == nil {
 		return errNilValue
 	}
-	c.set(key, append([]byte{}, value...))
+	c.set(key, cloneBytes(value))
 	return nil
+}
+
+// cloneBytes copies b into a new slice that is never nil, so an empty value
+// stays a put rather than turning into a tombstone.
+func cloneBytes(b []byte) []byte {
+	out := make([]byte, len(b))
+	copy(out, b)
+	return out
 }
 
 // Delete records a dirty tombstone, which hides key in the inner store
@@ -162,20 +175,16 @@ func (c *CachedStore) set(key, value []byte) {
 	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.shared.Swap(false) {
-		c.gen++
-	}
-	w := memWriter{gen: c.gen}
-	var (
-		prev    []byte
-		existed bool
-	)
-	c.root, prev, existed = w.insert(c.root, key, value)
 	delta := int64(len(value))
-	if existed {
+	if i, ok := c.index[string(key)]; ok {
+		prev := c.entries[i].Value
 		delta -= int64(len(prev))
 		c.countEntry(prev, -1)
+		c.entries[i].Value = value
 	} else {
+		k := string(key)
+		c.index[k] = len(c.entries)
+		c.entries = append(c.entries, Entry{Key: []byte(k), Value: value})
 		delta += int64(len(key)) + cacheEntryOverhead
 	}
 	c.countEntry(value, 1)
@@ -196,18 +205,49 @@ func (c *CachedStore) countEntry(value []byte, n int64) {
 // inner store. The iterator works on a snapshot of the dirty entries and
 // on the inner store's own snapshot, taken together, so later writes and
 // commits do not show through.
+//
+// The first Range (or Dirty) after a write sorts the dirty entries, which
+// costs O(n log n) for n dirty entries; later ones reuse that order until
+// the next write.
 func (c *CachedStore) Range(from, to []byte) (Iterator, error) {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
+	if c.sorted != nil || len(c.entries) == 0 {
+		defer c.mu.RUnlock()
+		return c.rangeLocked(from, to)
+	}
+	c.mu.RUnlock()
+	// Sorting writes c.sorted, which shared holders of mu may be reading.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sortLocked()
+	return c.rangeLocked(from, to)
+}
+
+// rangeLocked needs mu in either mode, and c.sorted built if anything is
+// dirty.
+func (c *CachedStore) rangeLocked(from, to []byte) (Iterator, error) {
 	inner, err := c.inner.Range(from, to)
 	if err != nil {
 		return nil, err
 	}
-	if c.root == nil {
+	if len(c.entries) == 0 {
 		return inner, nil
 	}
-	c.shared.Store(true)
-	return &mergeIter{dirty: newMemIter(c.root, from, to), inner: inner, needDirty: true, needInner: true}, nil
+	d := c.sorted
+	if from != nil {
+		d = d[searchEntries(d, from):]
+	}
+	if to != nil {
+		d = d[:searchEntries(d, to)]
+	}
+	return &mergeIter{dirty: &entryIter{rest: d}, inner: inner, needDirty: true, needInner: true}, nil
+}
+
+// searchEntries returns the index of the first entry of sorted whose key is
+// not below key.
+func searchEntries(sorted []Entry, key []byte) int {
+	i, _ := slices.BinarySearchFunc(sorted, key, func(e Entry, k []byte) int { return bytes.Compare(e.Key, k) })
+	return i
 }
 
 // All iterates over every key, dirty entries merged over the inner store.
@@ -237,15 +277,19 @@ func (c *CachedStore) Dirty() []Entry {
 }
 
 func (c *CachedStore) dirtyLocked() []Entry {
-	if c.sorted == nil && c.root != nil {
-		out := make([]Entry, 0, c.puts+c.dels)
-		it := newMemIter(c.root, nil, nil)
-		for it.Next() {
-			out = append(out, Entry{Key: it.Key(), Value: it.Value()})
-		}
-		c.sorted = out
-	}
+	c.sortLocked()
 	return c.sorted
+}
+
+// sortLocked builds c.sorted from the dirty entries if a write dropped it.
+// It needs mu exclusively.
+func (c *CachedStore) sortLocked() {
+	if c.sorted != nil || len(c.entries) == 0 {
+		return
+	}
+	out := slices.Clone(c.entries)
+	slices.SortFunc(out, func(a, b Entry) int { return bytes.Compare(a.Key, b.Key) })
+	c.sorted = out
 }
 
 // DirtyLen returns the number of dirty entries.
@@ -291,14 +335,53 @@ func (c *CachedStore) Discard() {
 	c.clearLocked()
 }
 
+// maxReusedEntries bounds the dirty set whose slice and index a commit
+// keeps for the next round: hot keys then cost no allocation for their
+// slots, while a burst that grew them far beyond the usual does not pin
+// that memory for the life of the task.
+const maxReusedEntries = 1 << 14
+
 func (c *CachedStore) clearLocked() {
 	c.budget.add(-c.bytes)
-	c.root, c.sorted = nil, nil
+	if len(c.entries) > maxReusedEntries {
+		c.entries, c.index = nil, make(map[string]int)
+	} else {
+		// Drop the references so committed values can be collected.
+		clear(c.entries)
+		c.entries = c.entries[:0]
+		clear(c.index)
+	}
+	c.sorted = nil
 	c.puts, c.dels, c.bytes = 0, 0, 0
-	// Open iterators may hold the old tree; a new version keeps any node
-	// built from here on out of their way.
-	c.gen++
-	c.shared.Store(false)
+}
+
+// entryIter walks a sorted slice of entries, tombstones included.
+type entryIter struct {
+	rest []Entry
+	cur  *Entry
+}
+
+func (it *entryIter) Next() bool {
+	if len(it.rest) == 0 {
+		it.cur = nil
+		return false
+	}
+	it.cur, it.rest = &it.rest[0], it.rest[1:]
+	return true
+}
+
+func (it *entryIter) Key() []byte {
+	if it.cur == nil {
+		return nil
+	}
+	return it.cur.Key
+}
+
+func (it *entryIter) Value() []byte {
+	if it.cur == nil {
+		return nil
+	}
+	return it.cur.Value
 }
 
 // mergeIter merges a snapshot of dirty entries (tombstones included) over an
@@ -306,7 +389,7 @@ func (c *CachedStore) clearLocked() {
 // that consumed its current pair, so the pair handed out stays valid until
 // then, as the Iterator contract requires.
 type mergeIter struct {
-	dirty                *memIter
+	dirty                *entryIter
 	inner                Iterator
 	needDirty, needInner bool
 	dValid, iValid       bool
@@ -377,6 +460,6 @@ func (m *mergeIter) Err() error { return m.inner.Err() }
 
 func (m *mergeIter) Close() error {
 	m.done = true
-	_ = m.dirty.Close()
+	m.dirty.rest, m.dirty.cur = nil, nil
 	return m.inner.Close()
 }

@@ -242,6 +242,74 @@ func TestCacheIteratorSnapshot(t *testing.T) {
 	require.Equal(t, []kv{{"a", "1"}, {"b", "changed"}, {"bb", "new"}, {"d", "4"}}, collectAll(t, c))
 }
 
+// Whatever was handed out — Dirty's slice, an open iterator, a value from
+// Get — stays as it was while the cache is written, committed and its
+// slots reused, and a caller writing into a Get result changes nothing.
+func TestCacheHandedOutDataIsIsolated(t *testing.T) {
+	c, _ := newTestCache(t, NewCacheBudget(1<<20))
+	put(t, c, "b", "2", "a", "1")
+	dirty := c.Dirty()
+	it, err := c.Range([]byte("a"), nil)
+	require.NoError(t, err)
+	got, found, err := c.Get([]byte("a"))
+	require.NoError(t, err)
+	require.True(t, found)
+	got[0] = 'X'
+
+	require.NoError(t, c.Commit(1))
+	put(t, c, "c", "3", "a", "one", "b", "two") // reuses the cleared slots
+	require.NoError(t, c.Delete([]byte("d")))
+
+	require.Equal(t, []kv{{"a", "1"}, {"b", "2"}}, entryStrings(dirty))
+	require.Equal(t, []kv{{"a", "1"}, {"b", "2"}}, collect(t, it, nil))
+	require.Equal(t, []kv{{"a", "one"}, {"b", "two"}, {"c", "3"}, {"d", "<tombstone>"}}, entryStrings(c.Dirty()))
+	require.Equal(t, []kv{{"a", "one"}, {"b", "two"}, {"c", "3"}}, collectAll(t, c))
+}
+
+// An empty value is a put, not a tombstone, in the cache and after commit.
+func TestCacheEmptyValue(t *testing.T) {
+	c, inner := newTestCache(t, nil)
+	require.NoError(t, c.Put([]byte("k"), []byte{}))
+	require.ErrorIs(t, c.Put([]byte("n"), nil), errNilValue)
+	check := func(s ReadWriter) {
+		t.Helper()
+		v, found, err := s.Get([]byte("k"))
+		require.NoError(t, err)
+		require.True(t, found)
+		require.NotNil(t, v)
+		require.Empty(t, v)
+		require.Equal(t, []kv{{"k", ""}}, collectAll(t, s))
+	}
+	check(c)
+	require.Equal(t, []kv{{"k", ""}}, entryStrings(c.Dirty()))
+	require.NoError(t, c.Commit(1))
+	check(inner)
+	check(c)
+}
+
+// A dirty set larger than what a commit keeps for reuse is dropped whole;
+// the cache keeps working the same afterwards.
+func TestCacheLargeDirtySet(t *testing.T) {
+	budget := NewCacheBudget(64 << 20)
+	c, inner := newTestCache(t, budget)
+	n := maxReusedEntries + 10
+	for i := range n {
+		require.NoError(t, c.Put(fmt.Appendf(nil, "k%06d", i), []byte("v")))
+	}
+	require.Equal(t, n, c.DirtyLen())
+	require.NoError(t, c.Commit(1))
+	require.Zero(t, budget.Used())
+	count, err := inner.ApproximateCount()
+	require.NoError(t, err)
+	require.Equal(t, int64(n), count)
+
+	put(t, c, "k000001", "new")
+	require.NoError(t, c.Delete([]byte("k000002")))
+	require.Equal(t, []kv{{"k000001", "new"}, {"k000002", "<tombstone>"}}, entryStrings(c.Dirty()))
+	it, err := c.Range([]byte("k000000"), []byte("k000003"))
+	require.Equal(t, []kv{{"k000000", "v"}, {"k000001", "new"}}, collect(t, it, err))
+}
+
 // Random operations against a model, committing and discarding now and
 // then, with an iterator snapshot checked against the model of its time.
 func TestCacheRandomAgainstModel(t *testing.T) {
@@ -376,5 +444,33 @@ func TestCacheConcurrentReaders(t *testing.T) {
 	wg.Wait()
 	for r := 0; r < 2; r++ {
 		require.NoError(t, <-errs)
+	}
+}
+
+// BenchmarkCachedStoreCount is the word-count pattern on the processing
+// path: read a key's count, write it back incremented, over a few thousand
+// hot keys, committing every 100,000 records.
+func BenchmarkCachedStoreCount(b *testing.B) {
+	c := NewCachedStore(NewMemory(), NewCacheBudget(64<<20))
+	keys := make([][]byte, 5000)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "word%d", i*7919)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := keys[(i*31)%len(keys)]
+		v, _, err := c.Get(k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Put(k, append(v[:0:0], byte(len(v)))); err != nil {
+			b.Fatal(err)
+		}
+		if i%100_000 == 99_999 {
+			if err := c.Commit(int64(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
