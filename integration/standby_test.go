@@ -833,8 +833,12 @@ func TestNewInstanceWarmsUp(t *testing.T) {
 
 	gen := newCorpus(14, 3000)
 	want := make(map[string]int64)
-	c.produceLines(t, gen.lines(60_000, want))
-	c.waitCaughtUp(t, haApp)
+	// Several batches, each committed before the next, so the changelogs
+	// hold several updates per word however fast processing is.
+	for range 5 {
+		c.produceLines(t, gen.lines(12_000, want))
+		c.waitCaughtUp(t, haApp)
+	}
 	ends := c.endOffsets(t, changelogTopic(haApp))[changelogTopic(haApp)]
 	for p, end := range ends {
 		require.Greater(t, end, int64(5*acceptableLag), "changelog partition %d is too small for a fresh instance to be behind", p)
