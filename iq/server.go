@@ -584,6 +584,10 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 	}
 	parts := make([]int32, 0, n)
 	if p.hasPartition {
+		if p.partition < 0 || p.partition >= n {
+			writeErr(w, fmt.Errorf("%w: store %q has %d partitions, asked for %d", ErrUnknownPartition, store, n, p.partition))
+			return
+		}
 		parts = append(parts, p.partition)
 	} else {
 		for i := int32(0); i < n; i++ {

@@ -166,7 +166,7 @@ func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error)
 	if !ok {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
 	}
-	if ri.Role == RoleIdle {
+	if ri.Role == RoleIdle && ri.Lag < 0 {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrRebalancing, store, partition)
 	}
 	return localReplica{a: q.a, id: id, store: store, backing: ri.Backing}, nil
@@ -175,9 +175,7 @@ func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error)
 func (q queryBackend) LocalReplicas() []iq.ReplicaInfo {
 	var out []iq.ReplicaInfo
 	for _, ri := range q.a.Replicas() {
-		if ri.Role != RoleIdle {
-			out = append(out, toIQ(ri))
-		}
+		out = append(out, toIQ(ri))
 	}
 	return out
 }
@@ -210,7 +208,10 @@ func toIQ(ri ReplicaInfo) iq.ReplicaInfo {
 		role = iq.RoleActive
 	case RoleRestoring:
 		role = iq.RoleRestoring
-	case RoleStandby:
+	case RoleStandby, RoleIdle:
+		// An idle replica is a revoked active waiting for the next
+		// assignment: like a standby, it holds committed data and
+		// processes nothing.
 		role = iq.RoleStandby
 	case RoleWarmup:
 		role = iq.RoleWarmup

@@ -67,6 +67,11 @@ type replica struct {
 	caughtUp time.Time
 	// opened is when this instance opened the replica's stores.
 	opened time.Time
+	// ends is the last changelog end known for each of the replica's
+	// changelog topics: carried over when a standby is promoted or an
+	// active parked, so a replica never reports an unknown lag while it
+	// changes role.
+	ends map[string]int64
 }
 
 // diskState is a task directory left on disk by a task no longer held.
@@ -234,7 +239,7 @@ func (r *registry) park(t *task.Active) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleIdle, stores: stores, opened: time.Now()}
+	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleIdle, stores: stores, opened: time.Now(), ends: positions(stores)}
 }
 
 // claimActive hands a thread the open stores of a task it is to run as
@@ -249,10 +254,12 @@ func (r *registry) claimActive(th *thread, id task.ID) []*task.StoreHandle {
 		return nil
 	}
 	var stores []*task.StoreHandle
+	ends := rep.ends
 	switch rep.role {
 	case RoleIdle:
 		stores = rep.stores
 	case RoleStandby, RoleWarmup:
+		ends = r.followedEndsLocked(rep)
 		r.unfollowLocked(rep)
 		stores = rep.standby.Release()
 		r.log.Info("promoting standby", "task", id)
@@ -262,15 +269,40 @@ func (r *registry) claimActive(th *thread, id task.ID) []*task.StoreHandle {
 		r.log.Error("task claimed while active elsewhere", "task", id, "role", rep.role, "owner", rep.owner.idx)
 		return nil
 	}
-	delete(r.reps, id)
+	// The replica stays visible to queries, now restoring, while the
+	// thread builds the task around its stores.
+	r.reps[id] = &replica{id: id, role: RoleRestoring, stores: stores, owner: th, opened: rep.opened, caughtUp: rep.caughtUp, ends: ends}
 	return stores
+}
+
+// followedEndsLocked reads the changelog ends a standby last saw.
+func (r *registry) followedEndsLocked(rep *replica) map[string]int64 {
+	ends := make(map[string]int64)
+	for _, h := range rep.stores {
+		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
+			ends[h.Changelog] = p.End
+		}
+	}
+	return ends
 }
 
 // activeStarted records a task a thread now owns and restores.
 func (r *registry) activeStarted(th *thread, t *task.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th, opened: time.Now()}
+	rep := &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th, opened: time.Now()}
+	if old, ok := r.reps[t.ID()]; ok && old.owner == th {
+		rep.opened, rep.caughtUp, rep.ends = old.opened, old.caughtUp, old.ends
+	}
+	r.reps[t.ID()] = rep
+}
+
+// forget drops a replica a thread claimed but could not start; its stores
+// are closed by the caller.
+func (r *registry) forget(id task.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.reps, id)
 }
 
 // activeRunning records that a task finished restoring and runs.
@@ -617,10 +649,22 @@ func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
 	case RoleActive:
 		ri.End, ri.Lag, ri.CaughtUp = pos, 0, time.Now()
 	case RoleRestoring:
-		if h.Changelog == "" {
+		switch p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); {
+		case h.Changelog == "" || rep.owner.rest.isDone(rep.id):
+			// Nothing to restore, or restored and about to run.
 			ri.End, ri.Lag = pos, 0
-		} else if p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
+		case ok && p.End >= 0:
 			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+		default:
+			if end, known := rep.ends[h.Changelog]; known {
+				// Not listed yet: the end the replica knew before it
+				// started restoring is a lower bound of the lag.
+				ri.End, ri.Lag = max(end, pos), max(end-pos, 0)
+			}
+		}
+	case RoleIdle:
+		if end, known := rep.ends[h.Changelog]; known {
+			ri.End, ri.Lag = max(end, pos), max(end-pos, 0)
 		}
 	case RoleStandby, RoleWarmup:
 		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -215,4 +216,12 @@ func (r *restorer) totalRestored() int64 {
 		n += v
 	}
 	return n
+}
+
+// isDone reports whether a task registered for restoration has finished
+// (its completion may not have been collected by the thread yet).
+func (r *restorer) isDone(id task.ID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.done, id)
 }

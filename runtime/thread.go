@@ -600,12 +600,14 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 			Logger:    th.log,
 		})
 		if err != nil {
+			th.app.registry.forget(id)
 			th.app.fail(err)
 			continue
 		}
 		th.tasks[id] = t
+		err = th.startRestoring(t)
 		th.app.registry.activeStarted(th, t)
-		if err := th.startRestoring(t); err != nil {
+		if err != nil {
 			th.app.fail(err)
 		}
 	}
