@@ -11,7 +11,11 @@
 //	(d) failover: from the hard stop of the instance holding a partition's
 //	    active to the first record processed on that partition by the new
 //	    active (target ≤ session timeout + 1 s), and the records it restored
-//	    (target ≤ the standby's lag at the stop).
+//	    (target ≤ the standby's lag at the stop);
+//	(e) with (a): exactly-once word-count throughput against at-least-once
+//	    (target ≥ 0.7×);
+//	(f) restart after a crash under exactly-once: records restored against
+//	    records in the changelog (target: only the tail).
 //
 // Usage:
 //
@@ -89,7 +93,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d", "comma-separated benchmarks to run: a (word count), b (restore), c (peak RSS), d (failover)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once)")
 	cfg := &config{out: stdout}
 	fs.IntVar(&cfg.lines, "lines", 500_000, "(a) input lines for word count")
 	fs.IntVar(&cfg.partitions, "partitions", 6, "(a) partitions of the input, repartition and output topics")
@@ -116,11 +120,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d":
+		case "a", "b", "c", "d", "f":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c or d)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d or f)", s)
 		}
 	}
 	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
@@ -146,7 +150,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, b := range []struct {
 		name string
 		fn   func(context.Context, *config) ([]row, error)
-	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}} {
+	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash}} {
 		if !cfg.want(b.name) {
 			continue
 		}
