@@ -70,6 +70,19 @@ func TestStatusFor(t *testing.T) {
 	}
 }
 
+// A too-stale refusal keeps, across the wire, the details its message
+// explains itself with.
+func TestStaleErrorRoundTripKeepsDetails(t *testing.T) {
+	in := &StaleError{Store: "s", Partition: 3, Host: "h:1", Role: RoleRestoring, Position: 7, Lag: 500,
+		AcceptableRecoveryLag: 100, Bound: MaxLag(1000)}
+	st, w := toWireError(in)
+	var back *StaleError
+	require.ErrorAs(t, fromWireError(st, w), &back)
+	require.Equal(t, in.Host, back.Host)
+	require.Equal(t, in.AcceptableRecoveryLag, back.AcceptableRecoveryLag)
+	require.Equal(t, in.Error(), back.Error())
+}
+
 // TestServerErrors covers every typed error end to end: the status, the
 // reason code, and a message that says what to do.
 func TestServerErrors(t *testing.T) {

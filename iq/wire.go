@@ -118,16 +118,20 @@ type wireLag struct {
 // wireError is every error answer. Reason is a stable code a program can
 // branch on; the optional fields carry what the typed errors carry.
 type wireError struct {
-	Error       string        `json:"error"`
-	Reason      string        `json:"reason"`
-	Store       string        `json:"store,omitempty"`
-	Partition   *int32        `json:"partition,omitempty"`
-	Role        *Role         `json:"role,omitempty"`
-	Position    *int64        `json:"position,omitempty"`
-	Lag         *int64        `json:"lag,omitempty"`
-	MinPosition *int64        `json:"min_position,omitempty"`
-	Bound       string        `json:"staleness,omitempty"`
-	Tried       []wireAttempt `json:"tried,omitempty"`
+	Error       string `json:"error"`
+	Reason      string `json:"reason"`
+	Store       string `json:"store,omitempty"`
+	Partition   *int32 `json:"partition,omitempty"`
+	Role        *Role  `json:"role,omitempty"`
+	Position    *int64 `json:"position,omitempty"`
+	Lag         *int64 `json:"lag,omitempty"`
+	MinPosition *int64 `json:"min_position,omitempty"`
+	Host        string `json:"host,omitempty"`
+	// AcceptableRecoveryLag is the refusing instance's, for a too-stale
+	// refusal: it says why a bounded query was refused.
+	AcceptableRecoveryLag *int64        `json:"acceptable_recovery_lag,omitempty"`
+	Bound                 string        `json:"staleness,omitempty"`
+	Tried                 []wireAttempt `json:"tried,omitempty"`
 }
 
 type wireAttempt struct {
@@ -224,8 +228,9 @@ func toWireError(err error) (int, wireError) {
 	case errors.As(err, &se):
 		w.Store, w.Partition, w.Role = se.Store, ptr(se.Partition), validRole(se.Role)
 		w.Position, w.Lag, w.Bound = ptr(se.Position), ptr(se.Lag), se.Bound.String()
+		w.Host, w.AcceptableRecoveryLag = se.Host, ptr(se.AcceptableRecoveryLag)
 	case errors.As(err, &be):
-		w.Store, w.Partition, w.Role = be.Store, ptr(be.Partition), validRole(be.Role)
+		w.Store, w.Partition, w.Role, w.Host = be.Store, ptr(be.Partition), validRole(be.Role), be.Host
 		w.Position, w.MinPosition = ptr(be.Position), ptr(be.MinPosition)
 	case errors.As(err, &ue):
 		w.Store, w.Bound = ue.Store, ue.Bound.String()
@@ -282,9 +287,10 @@ func fromWireError(status int, w wireError) error {
 	switch w.Reason {
 	case reasonTooStale:
 		b, _ := ParseStaleness(w.Bound)
-		return &StaleError{Store: w.Store, Partition: part, Role: role, Position: deref(w.Position), Lag: deref(w.Lag), Bound: b}
+		return &StaleError{Store: w.Store, Partition: part, Host: w.Host, Role: role, Position: deref(w.Position), Lag: deref(w.Lag),
+			AcceptableRecoveryLag: deref(w.AcceptableRecoveryLag), Bound: b}
 	case reasonBehind:
-		return &BehindError{Store: w.Store, Partition: part, Role: role, Position: deref(w.Position), MinPosition: deref(w.MinPosition)}
+		return &BehindError{Store: w.Store, Partition: part, Host: w.Host, Role: role, Position: deref(w.Position), MinPosition: deref(w.MinPosition)}
 	case reasonNotAvailable:
 		b, _ := ParseStaleness(w.Bound)
 		ue := &UnavailableError{Store: w.Store, Partition: part, Bound: b}
