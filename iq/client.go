@@ -31,6 +31,11 @@ type ClientOptions struct {
 	// saw for a partition as min_position. Monotonic reads are on by
 	// default.
 	DisableMonotonic bool
+	// BehindWait is how long a lookup whose every eligible replica is
+	// behind the position the client already saw keeps retrying them
+	// (they usually catch up within milliseconds) before giving up.
+	// Default 500ms; a negative value does not wait.
+	BehindWait time.Duration
 	// Transport carries the requests. Nil uses a private transport with a
 	// 1s connect timeout.
 	Transport http.RoundTripper
@@ -94,6 +99,12 @@ func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
 	}
 	if c.opts.SuspectFor <= 0 {
 		c.opts.SuspectFor = 5 * time.Second
+	}
+	switch {
+	case c.opts.BehindWait == 0:
+		c.opts.BehindWait = 500 * time.Millisecond
+	case c.opts.BehindWait < 0:
+		c.opts.BehindWait = 0
 	}
 	c.rt = newRouter(c.opts.Transport, c.opts.Timeout, c.opts.SuspectFor)
 	return c, nil
@@ -226,6 +237,7 @@ func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte
 		return Result[json.RawMessage]{}, &UnavailableError{Store: store, Partition: -1, Bound: o.bound, Cause: err}
 	}
 	ue := &UnavailableError{Store: store, Partition: -1, Bound: o.bound}
+	behindUntil := time.Now().Add(c.opts.BehindWait)
 	for round := 0; ; round++ {
 		res, retry, err := c.getOnce(ctx, m, store, keyText, keyBytes, &o, ue)
 		if err == nil {
@@ -234,6 +246,19 @@ func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte
 		if ctx.Err() != nil {
 			ue.Cause = ctx.Err()
 			return Result[json.RawMessage]{}, ue
+		}
+		if onlyBehind(ue.Tried) && time.Now().Before(behindUntil) {
+			// Every replica that could answer is just behind what this
+			// client already saw: give them a moment to catch up.
+			select {
+			case <-ctx.Done():
+				ue.Cause = ctx.Err()
+				return Result[json.RawMessage]{}, ue
+			case <-time.After(behindRetryPause):
+			}
+			ue.Tried = ue.Tried[:0]
+			round--
+			continue
 		}
 		if !retry || round == 1 {
 			return Result[json.RawMessage]{}, err
@@ -244,6 +269,29 @@ func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte
 		}
 		m, fp = nm, nfp
 	}
+}
+
+// behindRetryPause is the pause between retries of replicas that were
+// behind.
+const behindRetryPause = 20 * time.Millisecond
+
+// onlyBehind reports whether some replica refused for being behind and every
+// other attempt was a skip of a host already known to be down.
+func onlyBehind(tried []Attempt) bool {
+	behind := false
+	for _, a := range tried {
+		switch {
+		case errors.Is(a.Err, ErrBehind):
+			behind = true
+		case errors.Is(a.Err, errSuspect):
+		default:
+			var te *transportError
+			if !errors.As(a.Err, &te) {
+				return false
+			}
+		}
+	}
+	return behind
 }
 
 // getOnce tries every candidate of the key's partition under one routing

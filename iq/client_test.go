@@ -218,3 +218,44 @@ func TestClientBootstrap(t *testing.T) {
 	_, err = ClientGet[string, int64](context.Background(), cl2, testStore, "x", serde.String)
 	require.ErrorIs(t, err, ErrNotAvailable)
 }
+
+// A replica just behind what the client saw is given a moment to catch up
+// instead of failing the lookup.
+func TestClientWaitsForBehindReplica(t *testing.T) {
+	noLeaks(t)
+	c := newCluster(t, 3, 1, ServerConfig{})
+	active := c.ins[0].b.add(testStore, 0, RoleActive)
+	standby := c.ins[1].b.add(testStore, 0, RoleStandby)
+	c.publish()
+	const k = "word"
+	for i := int64(1); i <= 10; i++ {
+		active.put(t, k, i)
+		if i <= 6 {
+			standby.put(t, k, i)
+		}
+	}
+	standby.set(func(i *ReplicaInfo) { i.End = 10 })
+	cl, err := NewClient([]string{c.ins[2].addr()}, ClientOptions{BehindWait: 5 * time.Second})
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx := context.Background()
+	bound := WithStaleness(MaxLag(10000))
+	res, err := ClientGet[string, int64](ctx, cl, testStore, k, serde.String, bound)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), res.Value)
+
+	c.kill(0)
+	caughtUp := make(chan struct{})
+	go func() {
+		defer close(caughtUp)
+		time.Sleep(100 * time.Millisecond) // the standby catches up while the lookup waits
+		for i := int64(7); i <= 10; i++ {
+			standby.put(t, k, i)
+		}
+	}()
+	res, err = ClientGet[string, int64](ctx, cl, testStore, k, serde.String, bound)
+	<-caughtUp
+	require.NoError(t, err, "the lookup waits for the standby instead of failing")
+	require.Equal(t, int64(10), res.Value)
+	require.Equal(t, RoleStandby, res.Provenance.Role)
+}
