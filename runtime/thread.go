@@ -66,6 +66,22 @@ type thread struct {
 	killed   atomic.Bool // set by Kill: no commit, no leave-group
 	exited   chan struct{}
 	exitErr  error
+
+	// Hot-path caches of process and Send, used, like rr, only with mu
+	// held.
+	//
+	// produced is th.onProduced as a func value, made once: a method
+	// value allocates a closure every time it is evaluated.
+	produced func(*kgo.Record, error)
+	// sendTopic and sendParts remember the partition count of the last
+	// sink topic; srcTopic and srcSub the sub-topology of the last input
+	// topic. Sink records come in runs per topic and input records in runs
+	// per partition, so a string comparison (often of one shared string)
+	// replaces a map lookup. The plan does not change once threads run.
+	sendTopic string
+	sendParts int32
+	srcTopic  string
+	srcSub    int
 }
 
 func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error) {
@@ -267,7 +283,10 @@ func (th *thread) pollWait() time.Duration {
 }
 
 func (th *thread) process(r *kgo.Record) error {
-	id := task.ID{SubTopology: th.app.plan.topicSub[r.Topic], Partition: r.Partition}
+	if r.Topic != th.srcTopic {
+		th.srcTopic, th.srcSub = r.Topic, th.app.plan.topicSub[r.Topic]
+	}
+	id := task.ID{SubTopology: th.srcSub, Partition: r.Partition}
 	t, ok := th.tasks[id]
 	if !ok || t.State() != task.Running {
 		// Partitions of tasks that are not running are paused, so this
@@ -306,9 +325,14 @@ func (th *thread) Send(rec topology.OutputRecord) error {
 	if p := th.produceErr.Load(); p != nil {
 		return *p
 	}
-	n, ok := th.app.plan.partitions[rec.Topic]
-	if !ok || n <= 0 {
-		return fmt.Errorf("runtime: sink topic %q has no known partition count", rec.Topic)
+	n := th.sendParts
+	if rec.Topic != th.sendTopic || n <= 0 {
+		var ok bool
+		n, ok = th.app.plan.partitions[rec.Topic]
+		if !ok || n <= 0 {
+			return fmt.Errorf("runtime: sink topic %q has no known partition count", rec.Topic)
+		}
+		th.sendTopic, th.sendParts = rec.Topic, n
 	}
 	var part int32
 	if rec.Key != nil {
@@ -326,7 +350,10 @@ func (th *thread) Send(rec topology.OutputRecord) error {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
 	}
-	th.cl.Produce(context.Background(), kr, th.onProduced)
+	if th.produced == nil {
+		th.produced = th.onProduced
+	}
+	th.cl.Produce(context.Background(), kr, th.produced)
 	return nil
 }
 

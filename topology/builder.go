@@ -1,9 +1,11 @@
 package topology
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/eddystreams/eddy/serde"
 )
@@ -82,6 +84,9 @@ type node struct {
 	decode  func(InputRecord) (record, error)
 	encode  func(record) (key, value []byte, err error)
 	newProc func() (procImpl, error)
+	// readsMeta marks a node whose processor can ask for the metadata of
+	// the record being processed (a user Processor).
+	readsMeta bool
 }
 
 // label names the node in error messages.
@@ -147,6 +152,10 @@ func addSource[K, V any](b *Builder, topic TopicRef, ks serde.Serde[K], vs serde
 		b.errorf("%s: topic name is empty", n.label())
 	}
 	b.checkSerdes(n, ks == nil, vs == nil)
+	if isStringSerde(ks) && isStringSerde(vs) {
+		n.decode = decodeStrings
+		return n
+	}
 	n.decode = func(in InputRecord) (record, error) {
 		r := record{ts: in.Timestamp, headers: in.Headers}
 		var err error
@@ -172,6 +181,10 @@ func addSink[K, V any](b *Builder, parent *node, topic TopicRef, ks serde.Serde[
 		b.errorf("%s: topic name is empty", n.label())
 	}
 	b.checkSerdes(n, ks == nil, vs == nil)
+	if isStringSerde(ks) && isStringSerde(vs) {
+		n.encode = encodeStrings
+		return n
+	}
 	n.encode = func(r record) (key, value []byte, err error) {
 		if !r.keyNull {
 			if key, err = ks.Encode(as[K](r.key)); err != nil {
@@ -186,6 +199,63 @@ func addSink[K, V any](b *Builder, parent *node, topic TopicRef, ks serde.Serde[
 		return key, value, nil
 	}
 	return n
+}
+
+// isStringSerde reports whether s is serde.String, whose encoding the graph
+// may perform itself. Only a Serde[string] can equal it, so T is string
+// when it reports true.
+func isStringSerde[T any](s serde.Serde[T]) bool {
+	ss, ok := any(s).(serde.Serde[string])
+	return ok && ss == serde.String
+}
+
+// decodeStrings is a source's decode when key and value are both
+// serde.String. It copies the key and value out of the input in one
+// allocation, and once when they are equal (as in a stream grouped by its
+// value), sharing the boxed string: strings are immutable, so sharing is
+// invisible.
+func decodeStrings(in InputRecord) (record, error) {
+	r := record{ts: in.Timestamp, headers: in.Headers}
+	switch {
+	case in.Key == nil && in.Value == nil:
+		r.key, r.value, r.keyNull, r.valueNull = "", "", true, true
+	case in.Key == nil:
+		r.key, r.keyNull, r.value = "", true, string(in.Value)
+	case in.Value == nil:
+		r.key, r.value, r.valueNull = string(in.Key), "", true
+	case bytes.Equal(in.Key, in.Value):
+		r.key = string(in.Key)
+		r.value = r.key
+	default:
+		buf := make([]byte, len(in.Key)+len(in.Value))
+		n := copy(buf, in.Key)
+		copy(buf[n:], in.Value)
+		s := unsafe.String(unsafe.SliceData(buf), len(buf))
+		r.key, r.value = s[:n], s[n:]
+	}
+	return r, nil
+}
+
+// encodeStrings is a sink's encode when key and value are both
+// serde.String: one allocation for both, and a shared slice when they are
+// the same string. The producer only reads the slices.
+func encodeStrings(r record) (key, value []byte, err error) {
+	k, v := as[string](r.key), as[string](r.value)
+	switch {
+	case r.keyNull && r.valueNull:
+		return nil, nil, nil
+	case r.keyNull:
+		return nil, []byte(v), nil
+	case r.valueNull:
+		return []byte(k), nil, nil
+	case k == v:
+		b := []byte(k)
+		return b, b, nil
+	}
+	buf := make([]byte, len(k)+len(v))
+	n := copy(buf, k)
+	copy(buf[n:], v)
+	return buf[:n:n], buf[n:], nil
 }
 
 func (b *Builder) checkSerdes(n *node, keyNil, valueNil bool) {

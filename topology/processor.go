@@ -122,6 +122,7 @@ func Process[KIn, VIn, KOut, VOut any](s KStream[KIn, VIn], name string, supplie
 	b := s.builder()
 	n := b.addNode(kindProcessor, "process", options{name: name}, s.n)
 	n.stores = append([]string(nil), stores...)
+	n.readsMeta = true
 	b.checkFunc(n, supplier == nil, "processor supplier")
 	n.newProc = func() (procImpl, error) {
 		p := supplier()

@@ -60,6 +60,12 @@ func (s *KeyValueStore[K, V]) Get(k K) (V, bool, error) {
 	if err != nil {
 		return zero, false, err
 	}
+	return s.getEncoded(kb)
+}
+
+// getEncoded is Get for a key already encoded.
+func (s *KeyValueStore[K, V]) getEncoded(kb []byte) (V, bool, error) {
+	var zero V
 	vb, found, err := s.rw.Get(kb)
 	if err != nil || !found {
 		return zero, false, err
@@ -84,14 +90,19 @@ func (s *KeyValueStore[K, V]) put(k K, v V) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return kb, s.putEncoded(kb, v)
+}
+
+// putEncoded is Put for a key already encoded. The store may keep kb.
+func (s *KeyValueStore[K, V]) putEncoded(kb []byte, v V) error {
 	vb, err := s.valueSerde.Encode(v)
 	if err != nil {
-		return nil, fmt.Errorf("topology: encode store value: %w", err)
+		return fmt.Errorf("topology: encode store value: %w", err)
 	}
 	if vb == nil {
-		return nil, fmt.Errorf("topology: store value encodes to nil; use Delete to remove a key")
+		return fmt.Errorf("topology: store value encodes to nil; use Delete to remove a key")
 	}
-	return kb, s.rw.Put(kb, vb)
+	return s.rw.Put(kb, vb)
 }
 
 // Delete removes k. Deleting an absent key is not an error.

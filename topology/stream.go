@@ -1,6 +1,8 @@
 package topology
 
 import (
+	"unsafe"
+
 	"github.com/eddystreams/eddy/serde"
 )
 
@@ -138,7 +140,7 @@ func selectKey[K, V, K2 any](s KStream[K, V], op string, fn func(K, V) K2, o opt
 	b := s.builder()
 	n := b.addStateless(op, o, func(c *nodeInstance, r record) error {
 		k := fn(as[K](r.key), as[V](r.value))
-		return c.forward(record{key: k, value: r.value, valueNull: r.valueNull, ts: r.ts, headers: r.headers})
+		return c.forward(record{key: box(k, r.value, r.key), value: r.value, valueNull: r.valueNull, ts: r.ts, headers: r.headers})
 	}, s.n)
 	b.checkFunc(n, fn == nil, "function")
 	return KStream[K2, V]{b: b, n: n, keyChanged: true}
@@ -177,8 +179,10 @@ func FlatMap[K, V, K2, V2 any](s KStream[K, V], fn func(K, V) []KeyValue[K2, V2]
 func FlatMapValues[K, V, V2 any](s KStream[K, V], fn func(K, V) []V2, opts ...Option) KStream[K, V2] {
 	b := s.builder()
 	n := b.addStateless("flatmapvalues", collect(opts), func(c *nodeInstance, r record) error {
+		out := record{key: r.key, keyNull: r.keyNull, ts: r.ts, headers: r.headers}
 		for _, v := range fn(as[K](r.key), as[V](r.value)) {
-			if err := c.forward(record{key: r.key, keyNull: r.keyNull, value: v, ts: r.ts, headers: r.headers}); err != nil {
+			out.value = v
+			if err := c.forward(out); err != nil {
 				return err
 			}
 		}
@@ -186,4 +190,19 @@ func FlatMapValues[K, V, V2 any](s KStream[K, V], fn func(K, V) []V2, opts ...Op
 	}, s.n)
 	b.checkFunc(n, fn == nil, "function")
 	return KStream[K, V2]{b: b, n: n, keyChanged: s.keyChanged}
+}
+
+// box converts v to a graph value, reusing one of the already boxed values
+// when v is a string that is one of them, bytes and all (a key selector
+// returning the value, say), so that no second copy of the string header
+// is allocated. Strings are immutable, so sharing the box is invisible.
+func box[T any](v T, boxed ...any) any {
+	if s, ok := any(v).(string); ok {
+		for _, b := range boxed {
+			if bs, ok := b.(string); ok && len(bs) == len(s) && unsafe.StringData(bs) == unsafe.StringData(s) {
+				return b
+			}
+		}
+	}
+	return v
 }

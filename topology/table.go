@@ -185,13 +185,18 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	cur, found, err := p.kv.Get(k)
+	// Encoded once for both the read and the write: stores do not modify
+	// the keys they are given.
+	kb, err := p.kv.encodeKey(k)
+	if err != nil {
+		return err
+	}
+	cur, found, err := p.kv.getEncoded(kb)
 	if err != nil {
 		return err
 	}
 	next := p.step(k, as[V](r.value), cur, found)
-	kb, err := p.kv.put(k, next)
-	if err != nil {
+	if err := p.kv.putEncoded(kb, next); err != nil {
 		return err
 	}
 	return p.updates.emit(c, kb, record{key: r.key, value: next, ts: r.ts, headers: r.headers})

@@ -76,6 +76,9 @@ type nodeInstance struct {
 	// ts is the timestamp inherited by records the node forwards without
 	// one: that of the record being processed or the punctuation time.
 	ts time.Time
+	// topic is a sink's full topic name, computed once per task rather
+	// than concatenated for every record.
+	topic string
 }
 
 // nodeError attributes an error to the node it arose in, once.
@@ -88,8 +91,13 @@ func (e *nodeError) Error() string { return "topology: node " + e.node + ": " + 
 func (e *nodeError) Unwrap() error { return e.err }
 
 func (in *nodeInstance) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	// Declared only on the error path: errors.As makes its target escape,
+	// which would otherwise cost an allocation per node per record.
 	var ne *nodeError
-	if err == nil || errors.As(err, &ne) {
+	if errors.As(err, &ne) {
 		return err
 	}
 	return &nodeError{node: fmt.Sprintf("%q", in.node.name), err: err}
@@ -105,7 +113,7 @@ func (in *nodeInstance) process(r record) error {
 			return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))
 		}
 		return in.wrap(in.task.env.Send(OutputRecord{
-			Topic:     in.node.topic.FullName(in.task.app),
+			Topic:     in.topic,
 			Key:       key,
 			Value:     value,
 			Timestamp: r.ts,
@@ -153,12 +161,19 @@ type taskGraph struct {
 	nodes   []*nodeInstance
 	sources map[string]*nodeInstance
 	stores  map[string]statestore.ReadWriter
+	// lastTopic and lastSrc remember the source of the previous record:
+	// records arrive in runs from one partition, and comparing a topic
+	// string that shares its bytes is cheaper than hashing it.
+	lastTopic string
+	lastSrc   *nodeInstance
 
 	streamTime time.Time
 	// buffered: tables hold updates until Flush (TableBuffering).
 	buffered bool
 	meta     RecordMetadata
 	hasMeta  bool
+	// trackMeta: some processor may read meta, so Process must set it.
+	trackMeta bool
 
 	puncts []*punctuation
 	// inited counts the processors whose Init succeeded, so a failed start
@@ -205,9 +220,13 @@ func (t *Topology) NewTaskGraph(id int, env TaskEnv) (TaskGraph, error) {
 			}
 			in.proc = p
 		}
-		if n.kind == kindSource {
+		switch n.kind {
+		case kindSource:
 			g.sources[n.topic.FullName(g.app)] = in
+		case kindSink:
+			in.topic = n.topic.FullName(g.app)
 		}
+		g.trackMeta = g.trackMeta || n.readsMeta
 		byNode[n] = in
 		g.nodes = append(g.nodes, in)
 	}
@@ -233,9 +252,13 @@ func (g *taskGraph) Process(rec InputRecord) error {
 	if g.closed {
 		return fmt.Errorf("topology: task %s is closed", g.env.TaskID())
 	}
-	src, ok := g.sources[rec.Topic]
-	if !ok {
-		return fmt.Errorf("topology: task %s does not read topic %q", g.env.TaskID(), rec.Topic)
+	src := g.lastSrc
+	if src == nil || rec.Topic != g.lastTopic {
+		var ok bool
+		if src, ok = g.sources[rec.Topic]; !ok {
+			return fmt.Errorf("topology: task %s does not read topic %q", g.env.TaskID(), rec.Topic)
+		}
+		g.lastTopic, g.lastSrc = rec.Topic, src
 	}
 	r, err := src.node.decode(rec)
 	if err != nil {
@@ -243,6 +266,9 @@ func (g *taskGraph) Process(rec InputRecord) error {
 	}
 	if rec.Timestamp.After(g.streamTime) {
 		g.streamTime = rec.Timestamp
+	}
+	if !g.trackMeta {
+		return src.process(r)
 	}
 	g.meta = RecordMetadata{
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset,

@@ -1,0 +1,78 @@
+package topology
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+)
+
+// The string fast paths must behave exactly as the generic paths through
+// serde.String do, Kafka nulls and empty strings included.
+func TestStringFastPathsMatchGeneric(t *testing.T) {
+	b := NewBuilder()
+	src := addSource(b, TopicRef{Name: "s"}, serde.String, serde.String, options{})
+	sink := addSink(b, src, TopicRef{Name: "o"}, serde.String, serde.String, options{})
+	// Wrapping the serde hides it from isStringSerde: the generic path.
+	wrapped := serde.Funcs[string]{EncodeFn: serde.String.Encode, DecodeFn: serde.String.Decode}
+	gsrc := addSource(b, TopicRef{Name: "g"}, wrapped, wrapped, options{})
+	gsink := addSink(b, gsrc, TopicRef{Name: "go"}, wrapped, wrapped, options{})
+	require.True(t, isStringSerde(serde.String))
+	require.False(t, isStringSerde[string](wrapped))
+	require.False(t, isStringSerde(serde.Bytes))
+
+	cases := map[string]struct{ key, value []byte }{
+		"both null":       {nil, nil},
+		"null key":        {nil, []byte("v")},
+		"null value":      {[]byte("k"), nil},
+		"equal":           {[]byte("word"), []byte("word")},
+		"different":       {[]byte("key"), []byte("a value")},
+		"empty key":       {[]byte{}, []byte("v")},
+		"both empty":      {[]byte{}, []byte{}},
+		"empty value":     {[]byte("k"), []byte{}},
+		"same length":     {[]byte("abc"), []byte("abd")},
+		"value is prefix": {[]byte("abc"), []byte("ab")},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := InputRecord{Topic: "s", Key: c.key, Value: c.value}
+			got, err := src.decode(in)
+			require.NoError(t, err)
+			want, err := gsrc.decode(in)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+
+			k, v, err := sink.encode(got)
+			require.NoError(t, err)
+			wk, wv, err := gsink.encode(want)
+			require.NoError(t, err)
+			require.Equal(t, wk, k)
+			require.Equal(t, wv, v)
+			require.Equal(t, wk == nil, k == nil, "null key")
+			require.Equal(t, wv == nil, v == nil, "null value")
+			// The key must not reach into the value's bytes: appending to
+			// it may not overwrite them.
+			if k != nil && v != nil && len(v) > 0 && len(k) > 0 && &k[0] != &v[0] {
+				_ = append(k, 'x')
+				require.Equal(t, wv, v)
+			}
+		})
+	}
+}
+
+func TestBoxReusesIdenticalStrings(t *testing.T) {
+	s := "hello world"
+	boxed := any(s)
+	require.Equal(t, s, box(s, 1, boxed))
+	require.Zero(t, testing.AllocsPerRun(100, func() { boxSink = box(s, 1, boxed) }))
+
+	// Equal content in other bytes, a substring, or another type: boxed anew.
+	other := string([]byte(s))
+	require.Equal(t, other, box(other, boxed))
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { boxSink = box(other, boxed) }))
+	require.Equal(t, "hello", box(s[:5], boxed))
+	require.Equal(t, 7, box(7, boxed))
+}
+
+var boxSink any
