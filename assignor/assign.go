@@ -446,14 +446,20 @@ func (r *run) assignStatefulActives() {
 		order:    order,
 		affinity: func(i, c int) int {
 			if r.isEligible(i, c) {
-				if r.lag(i, c) == lagUnknown {
+				switch lag := r.lag(i, c); lag {
+				case LagRunning, 0:
+					return 0
+				case lagUnknown:
 					// Caught up only because the changelog is short:
 					// a client with state restores less.
+					return 2
+				default:
+					// Within the acceptable lag but behind: a standby
+					// that has everything is a better home.
 					return 1
 				}
-				return 0
 			}
-			return 2 + r.stateRank(i, c)
+			return 3 + r.stateRank(i, c)
 		},
 	}
 	r.target, r.targetLoad = sp.spread(r.prevActive, make([]int, nc))

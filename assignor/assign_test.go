@@ -582,3 +582,19 @@ func TestChangelogEndsMakeStatelessClientsCaughtUp(t *testing.T) {
 	unknown := Assign(DefaultConfig(), base(nil))
 	require.Empty(t, unknown.Clients["c"].Active, "with ends unknown a client without state is not caught up")
 }
+
+// Among caught-up clients with state, one with everything (a standby at lag
+// 0) is preferred to one that is behind within the acceptable lag.
+func TestActivePrefersReplicaWithNoLag(t *testing.T) {
+	sf := tasks(0, 1)
+	in := Input{
+		Tasks: taskMap(sf, nil),
+		Clients: map[string]ClientState{
+			"a": {Lags: lagsOf(500, sf...)},
+			"b": {Lags: lagsOf(0, sf...)},
+		},
+	}
+	out := Assign(DefaultConfig(), in)
+	require.Equal(t, "b", owners(out)[sf[0]])
+	require.False(t, out.FollowupRebalance)
+}

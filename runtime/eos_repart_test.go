@@ -32,4 +32,18 @@ func TestExactlyOnceThroughRepartition(t *testing.T) {
 	}
 	require.NoError(t, c.cl.Flush(context.Background()))
 	waitCounts(t, app, map[string]int64{"k0": 40, "k1": 20})
+
+	// A store's position after a commit is past the transaction's commit
+	// marker: the changelog's end, where a standby reading it would stand.
+	ends, err := c.adm.ListEndOffsets(context.Background(), "eosr-counts-changelog")
+	require.NoError(t, err)
+	for _, ri := range app.Replicas() {
+		if ri.Store != "counts" || ri.Role != RoleActive {
+			continue
+		}
+		end, _ := ends.Lookup("eosr-counts-changelog", ri.Partition)
+		if end.Offset > 0 {
+			require.Equal(t, end.Offset, ri.Position, "partition %d", ri.Partition)
+		}
+	}
 }

@@ -501,8 +501,16 @@ func (th *thread) commitTransaction(ctx context.Context, running []*task.Active,
 	if err := th.maybeCrash("after-commit"); err != nil {
 		return err
 	}
+	// The transaction's commit marker sits right after its last record in
+	// each changelog partition (the task is the partition's only writer),
+	// so the store's position after the commit is past the marker too:
+	// where a reader of the changelog, a standby, stands after it.
+	pastMarker := func(topic string, partition int32) (int64, bool) {
+		off, ok := acks.Last(topic, partition)
+		return off + 1, ok
+	}
 	for _, t := range running {
-		if err := t.CompleteCommit(acks.Last); err != nil {
+		if err := t.CompleteCommit(pastMarker); err != nil {
 			return fmt.Errorf("runtime: commit: %w", err)
 		}
 	}

@@ -79,8 +79,13 @@ type instanceOptions struct {
 	guarantee runtime.ProcessingGuarantee
 	tags      map[string]string
 	rackTags  []string
-	// sessionTimeout, when non-zero, overrides the runtime default.
-	sessionTimeout time.Duration
+	// sessionTimeout and transactionTimeout, when non-zero, override the
+	// runtime defaults.
+	sessionTimeout     time.Duration
+	transactionTimeout time.Duration
+	// probingInterval, when non-zero, overrides how soon after an
+	// assignment with warmups the group rebalances to check on them.
+	probingInterval time.Duration
 }
 
 // instance is a running word-count instance with its HTTP server.
@@ -108,15 +113,17 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		}
 	}
 	cfg := runtime.Config{
-		ApplicationID:       o.app,
-		Brokers:             o.brokers,
-		StateDir:            o.stateDir,
-		Logger:              o.logger,
-		SessionTimeout:      o.sessionTimeout,
-		NumStandbys:         o.standbys,
-		ProcessingGuarantee: o.guarantee,
-		Tags:                o.tags,
-		RackAwareTags:       o.rackTags,
+		ApplicationID:            o.app,
+		Brokers:                  o.brokers,
+		StateDir:                 o.stateDir,
+		Logger:                   o.logger,
+		SessionTimeout:           o.sessionTimeout,
+		TransactionTimeout:       o.transactionTimeout,
+		ProbingRebalanceInterval: o.probingInterval,
+		NumStandbys:              o.standbys,
+		ProcessingGuarantee:      o.guarantee,
+		Tags:                     o.tags,
+		RackAwareTags:            o.rackTags,
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
@@ -158,6 +165,18 @@ func (in *instance) close() error {
 	return in.app.Close(ctx)
 }
 
+// kill stops the instance the way a crash would: its query endpoint stops
+// answering at once, and the App is killed (network cut, no commit, no
+// leave-group), so the group notices only after the session timeout.
+func (in *instance) kill() {
+	if in.srv != nil {
+		in.srv.Close()
+		in.iq.Close()
+		in.web.close()
+	}
+	in.app.Kill()
+}
+
 // runInstance is `demo instance`: one word-count instance, until ctx is
 // cancelled or the instance fails.
 func runInstance(ctx context.Context, args []string, s stdio) error {
@@ -168,6 +187,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	appID := fs.String("app", "wordcount", "application ID: the consumer group and internal topic prefix")
 	standbys := fs.Int("standbys", 0, "standby replicas per task")
 	guarantee := fs.String("guarantee", "at-least-once", "processing guarantee: at-least-once or exactly-once")
+	sessionTimeout := fs.Duration("session-timeout", 0, "group session timeout: how soon the others take over after this instance dies (default 10s)")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
@@ -195,15 +215,16 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		return usageErrorf(fs, "--log-level: %v", err)
 	}
 	in, err := startInstance(ctx, instanceOptions{
-		brokers:   seeds,
-		stateDir:  *stateDir,
-		http:      *httpAddr,
-		app:       *appID,
-		standbys:  *standbys,
-		guarantee: g,
-		tags:      tags,
-		rackTags:  splitBrokers(*rackTags),
-		logger:    slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		brokers:        seeds,
+		stateDir:       *stateDir,
+		http:           *httpAddr,
+		app:            *appID,
+		standbys:       *standbys,
+		guarantee:      g,
+		sessionTimeout: *sessionTimeout,
+		tags:           tags,
+		rackTags:       splitBrokers(*rackTags),
+		logger:         slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return err

@@ -1,7 +1,14 @@
 // Command demo shows Eddy counting words.
 //
-// With no subcommand it runs a self-contained demo in one process. The
-// subcommands run the same pieces as separate processes:
+// With no subcommand it runs a self-contained demo in one process: an
+// embedded broker and three word-count instances with a standby each, fed
+// generated text, queried through the routing client, with one instance
+// killed hard and restarted while a live view shows roles, lags, restores
+// and answers; it exits 0 when every final count equals the words produced:
+//
+//	demo [--duration D] [--rate N] [--instances N] [--standbys N] [--no-chaos] [--forever] [--state-dir DIR] [--seed N]
+//
+// The subcommands run the same pieces as separate processes:
 //
 //	demo broker   --listen HOST:PORT [--data-dir DIR] [--partitions N]
 //	demo instance --brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N]
@@ -43,7 +50,7 @@ type command struct {
 // command's own.
 const (
 	brokerSynopsis   = "--listen HOST:PORT [--data-dir DIR] [--partitions N]"
-	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]]"
+	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]] [--guarantee at-least-once|exactly-once] [--session-timeout D]"
 	produceSynopsis  = "--brokers HOST:PORT[,...] [--topic text] [--file F]"
 )
 
@@ -111,10 +118,13 @@ func isHelp(arg string) bool {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: demo [flags]            run the whole demo in this process")
+	fmt.Fprintf(w, "usage: demo %s\n", defaultSynopsis)
 	for _, c := range commands {
 		fmt.Fprintf(w, "       demo %s %s\n", c.name, c.synopsis)
 	}
+	fmt.Fprintln(w, "\nWith no command, runs the whole demo in this process: a word-count cluster whose")
+	fmt.Fprintln(w, "state stays queryable while one of its instances is killed and restarted. Its flags:")
+	printDemoFlags(w)
 	fmt.Fprintln(w, "\nRun \"demo COMMAND -h\" for a command's flags.")
 }
 
