@@ -45,8 +45,18 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 // updated.
 func (u *tableUpdates) flush(c *nodeInstance) error {
 	pending := u.pending
-	u.pending = u.pending[:0]
+	u.pending = nil
 	clear(u.index)
+	defer func() {
+		// Keep a modest buffer for the next interval; release one a burst
+		// of keys grew, which would otherwise stay allocated per task.
+		if cap(pending) <= maxRetainedUpdates {
+			clear(pending)
+			u.pending = pending[:0]
+		} else {
+			u.index = nil
+		}
+	}()
 	for _, r := range pending {
 		if err := c.forward(r); err != nil {
 			return err
@@ -54,6 +64,10 @@ func (u *tableUpdates) flush(c *nodeInstance) error {
 	}
 	return nil
 }
+
+// maxRetainedUpdates bounds the pending-update buffer a table keeps between
+// flushes.
+const maxRetainedUpdates = 4096
 
 // flusher is a procImpl that holds table updates until Flush.
 type flusher interface {
