@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -18,8 +20,11 @@ var errSevered = errors.New("runtime: instance was killed")
 type network struct {
 	mu      sync.Mutex
 	severed bool
-	conns   map[net.Conn]struct{}
-	dialer  net.Dialer
+	// partitioned is set by tests that cut the instance off for a while
+	// and then let it back; unlike severed, it can be undone.
+	partitioned bool
+	conns       map[net.Conn]struct{}
+	dialer      net.Dialer
 }
 
 func newNetwork() *network {
@@ -28,9 +33,9 @@ func newNetwork() *network {
 
 func (n *network) dial(ctx context.Context, network, host string) (net.Conn, error) {
 	n.mu.Lock()
-	if n.severed {
+	if err := n.blockedLocked(network); err != nil {
 		n.mu.Unlock()
-		return nil, errSevered
+		return nil, err
 	}
 	n.mu.Unlock()
 	c, err := n.dialer.DialContext(ctx, network, host)
@@ -39,19 +44,50 @@ func (n *network) dial(ctx context.Context, network, host string) (net.Conn, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.severed {
+	if err := n.blockedLocked(network); err != nil {
 		c.Close()
-		return nil, errSevered
+		return nil, err
 	}
 	tc := &trackedConn{Conn: c, n: n}
 	n.conns[tc] = struct{}{}
 	return tc, nil
 }
 
+// blockedLocked returns why a dial must fail now, if it must.
+func (n *network) blockedLocked(network string) error {
+	switch {
+	case n.severed:
+		return errSevered
+	case n.partitioned:
+		// Shaped like what a dial across a real partition returns, so
+		// that the clients treat it as the transient failure it is and
+		// keep retrying rather than giving up at once.
+		return &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}
+	}
+	return nil
+}
+
 func (n *network) sever() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.severed = true
+	n.closeAllLocked()
+}
+
+// partition cuts the instance off from the brokers while on is true — open
+// connections are closed and new dials fail — and lets it dial again once
+// on is false, for tests of an instance that is partitioned away past its
+// session timeout and then comes back (a zombie). It never undoes sever.
+func (n *network) partition(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.partitioned = on
+	if on {
+		n.closeAllLocked()
+	}
+}
+
+func (n *network) closeAllLocked() {
 	for c := range n.conns {
 		c.(*trackedConn).Conn.Close()
 	}

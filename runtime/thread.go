@@ -553,10 +553,15 @@ func (th *thread) discard(tasks []*task.Active) {
 // without writing them to its stores and joins the group again with a new
 // client.
 func (th *thread) transactionFailed(err error) error {
-	if !isFenced(err) {
+	// A transaction that cannot end in time belongs to a member the group
+	// has most likely dropped while it was cut off (the session waits for
+	// a heartbeat that a blocked rebalance never delivers): treat it like
+	// fencing. Reconnecting with the same transactional ID also aborts it.
+	stuck := errors.Is(err, context.DeadlineExceeded) && !th.stopping.Load() && th.app.killCtx.Err() == nil
+	if !isFenced(err) && !stuck {
 		return fmt.Errorf("runtime: end transaction: %w", err)
 	}
-	th.log.Warn("fenced: another instance took over this thread's tasks; dropping them and rejoining", "err", err)
+	th.log.Warn("transaction cannot commit (fenced, or dropped from the group while cut off); dropping uncommitted work and rejoining", "err", err)
 	th.dropAll()
 	old := th.sess
 	// Close must not run the revocation callback against this thread's

@@ -1,0 +1,458 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
+)
+
+// logSink collects the logs of the instances of a test, to show them when
+// it fails and to tell which way a zombie found out it was one.
+type logSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// storeSnapshot is what the counts store of one task held at one moment:
+// its changelog position and, when the store was open, its contents (nil
+// for a store closed and left on disk).
+type storeSnapshot struct {
+	position int64
+	contents map[string]string
+}
+
+// snapshotStore reads the counts store of a task that app holds: from the
+// open replica if there is one, else the position recorded when the task was
+// closed and its store left on disk. A store written or closed while it was
+// read gives no snapshot.
+func snapshotStore(app *App, id task.ID) (storeSnapshot, bool) {
+	for _, ri := range app.Replicas() {
+		if ri.Task != id || ri.Store != "counts" {
+			continue
+		}
+		pos, err := ri.Backing.Position()
+		if err != nil {
+			return storeSnapshot{}, false
+		}
+		it, err := ri.Backing.All()
+		if err != nil {
+			return storeSnapshot{}, false
+		}
+		contents := make(map[string]string)
+		for it.Next() {
+			contents[string(it.Key())] = string(it.Value())
+		}
+		err = it.Err()
+		it.Close()
+		if again, err2 := ri.Backing.Position(); err != nil || err2 != nil || again != pos {
+			return storeSnapshot{}, false
+		}
+		return storeSnapshot{position: pos, contents: contents}, true
+	}
+	r := app.registry
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, open := r.reps[id]; open {
+		return storeSnapshot{}, false
+	}
+	d, ok := r.onDisk[id]
+	if !ok {
+		return storeSnapshot{}, false
+	}
+	pos, ok := d.positions[app.changelogTopic("counts")]
+	return storeSnapshot{position: pos}, ok
+}
+
+// committedChangelog reads every committed record of a changelog's
+// partitions, as a restoring reader would see them. It appends a
+// non-transactional marker record to each partition and reads up to it, so
+// it must run after every writer has stopped.
+func committedChangelog(t *testing.T, brokers []string, topic string, partitions int32) map[int32][]*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const marker = "\x00end-of-test"
+	w, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer w.Close()
+	offsets := make(map[string]map[int32]kgo.Offset)
+	offsets[topic] = make(map[int32]kgo.Offset)
+	for p := range partitions {
+		require.NoError(t, w.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Key: []byte(marker), Value: []byte{}}).FirstErr())
+		offsets[topic][p] = kgo.NewOffset().AtStart()
+	}
+	r, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(offsets), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	require.NoError(t, err)
+	defer r.Close()
+	out := make(map[int32][]*kgo.Record)
+	done := make(map[int32]bool)
+	for len(done) < int(partitions) {
+		fs := r.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "reading %s up to the end marker", topic)
+		fs.EachRecord(func(rec *kgo.Record) {
+			if string(rec.Key) == marker {
+				done[rec.Partition] = true
+				return
+			}
+			out[rec.Partition] = append(out[rec.Partition], rec)
+		})
+	}
+	return out
+}
+
+// fold is what a store restored from records holds once it has applied
+// every record below position.
+func fold(records []*kgo.Record, position int64) map[string]string {
+	out := make(map[string]string)
+	for _, r := range records {
+		if r.Offset >= position {
+			break
+		}
+		if r.Value == nil {
+			delete(out, string(r.Key))
+			continue
+		}
+		out[string(r.Key)] = string(r.Value)
+	}
+	return out
+}
+
+// afterCommitOf reports whether position is where a store stands after one
+// of producer's transactions committed: the store's last write is the
+// transaction's last record, committed, and the commit marker follows it.
+func afterCommitOf(records []*kgo.Record, producer int64, position int64) bool {
+	last := false
+	for _, r := range records {
+		switch r.Offset {
+		case position - 2:
+			last = r.ProducerID == producer
+		case position - 1:
+			return false
+		}
+	}
+	return last
+}
+
+// A zombie — an instance cut off from the brokers past its session timeout
+// while input keeps arriving — cannot commit once the group has moved its
+// tasks: its stale transaction counts nothing twice, it drops its tasks
+// without writing their uncommitted work into its stores, and it rejoins the
+// group when it can reach the brokers again. The cut comes either in the
+// middle of a commit, with changelog records of the open transaction not yet
+// on the broker (they reach it after the partition heals), or while the
+// instance has nothing uncommitted.
+func TestExactlyOnceZombieIsFencedAndRejoins(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		midCommit bool
+	}{
+		{"cut mid-commit", true},
+		{"cut between commits", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testZombie(t, tc.midCommit) })
+	}
+}
+
+func testZombie(t *testing.T, midCommit bool) {
+	c := newEOSCluster(t)
+	logs := &logSink{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("instance logs:\n%s", logs.String())
+		}
+	})
+	// The commit hook is set before any thread runs and cleared after
+	// they all stopped (cleanups run last-registered first); cutHook
+	// says what it does meanwhile.
+	var cutHook atomic.Pointer[func()]
+	crashAt = func(step string) bool {
+		if f := cutHook.Load(); f != nil && step == "before-commit" {
+			(*f)()
+		}
+		return false
+	}
+	t.Cleanup(func() { crashAt = nil })
+	start := func(name string) *App {
+		app, err := New(countTopology(t), Config{
+			ApplicationID: "zombie", Brokers: c.b.Addrs(), StateDir: t.TempDir(),
+			ProcessingGuarantee: ExactlyOnce, SessionTimeout: 2 * time.Second,
+			// One group member per instance: the zombie is one thread.
+			NumStreamThreads: 1,
+			// A commit may take this long; it bounds how long a zombie
+			// can stay stuck in the commit the partition cut short.
+			RebalanceTimeout: 6 * time.Second,
+			Logger:           slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("instance", name),
+		})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		t.Cleanup(func() { app.Close(context.Background()) })
+		return app
+	}
+	a := start("A")
+	waitFor(t, 20*time.Second, "A ready", a.Ready)
+	b := start("B")
+	waitFor(t, 20*time.Second, "A and B ready with one task each", func() bool {
+		return a.Ready() && b.Ready() && len(a.Tasks()) == 1 && len(b.Tasks()) == 1
+	})
+	heldID := a.Tasks()[0].ID
+
+	// Input arrives throughout — before the partition, while A is cut off
+	// and after it is back — except while paused.
+	var wantMu sync.Mutex
+	want := map[string]int64{}
+	var paused atomic.Bool
+	stopInput, inputDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(inputDone)
+		for i := 0; ; {
+			select {
+			case <-stopInput:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			// Checked under wantMu, which is held across the produce,
+			// so that no record lands after a pause has read want.
+			wantMu.Lock()
+			if !paused.Load() {
+				k := "k" + strconv.Itoa(i%10)
+				i++
+				if c.cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(k), Value: []byte("v")}).FirstErr() == nil {
+					want[k]++
+				}
+			}
+			wantMu.Unlock()
+		}
+	}()
+	stopInputOnce := sync.OnceFunc(func() { close(stopInput); <-inputDone })
+	defer stopInputOnce()
+	wanted := func() map[string]int64 {
+		wantMu.Lock()
+		defer wantMu.Unlock()
+		return maps.Clone(want)
+	}
+
+	waitFor(t, 20*time.Second, "A commits work on its task", func() bool {
+		s, ok := snapshotStore(a, heldID)
+		return ok && s.position > 0
+	})
+	// A's transactional producer, to tell its changelog records from B's.
+	a.threads[0].mu.Lock()
+	aCl := a.threads[0].cl
+	a.threads[0].mu.Unlock()
+	pidCtx, cancelPID := context.WithTimeout(context.Background(), 10*time.Second)
+	aPID, _, err := aCl.ProducerID(pidCtx)
+	cancelPID()
+	require.NoError(t, err)
+
+	// Watch A's store of its task from before the partition until A
+	// receives its next assignment, including after A closes it: all it
+	// holds in that window must be what A's committed transactions wrote.
+	before := a.assignment.Load()
+	var samplesMu sync.Mutex
+	var samples []storeSnapshot
+	stopSampling, samplingDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(samplingDone)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			snap, ok := snapshotStore(a, heldID)
+			// Checked after the snapshot: one taken before A's next
+			// assignment arrived is kept.
+			if a.assignment.Load() != before {
+				return
+			}
+			if ok {
+				samplesMu.Lock()
+				samples = append(samples, snap)
+				samplesMu.Unlock()
+			}
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	stopSamplingOnce := sync.OnceFunc(func() { close(stopSampling); <-samplingDone })
+	defer stopSamplingOnce()
+
+	var cut time.Time
+	if midCommit {
+		// Cut A off in a commit of its own whose changelog records its
+		// client still holds: the hook runs on every thread's commit,
+		// B's too, but only A's client has records in flight then.
+		done := make(chan struct{})
+		var once sync.Once
+		hook := func() {
+			if aCl.BufferedProduceRecords() > 0 {
+				once.Do(func() {
+					a.net.partition(true)
+					cut = time.Now()
+					close(done)
+				})
+			}
+		}
+		cutHook.Store(&hook)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("A never committed changelog records to be cut off in")
+		}
+		cutHook.Store(nil)
+	} else {
+		// Cut A off with everything it processed committed.
+		paused.Store(true)
+		settled := wanted()
+		waitFor(t, 20*time.Second, "A commits all its input", func() bool {
+			got := counts(a)
+			for k, n := range settled {
+				if v, ok := got[k]; ok && v != n {
+					return false
+				}
+			}
+			return len(got) > 0
+		})
+		a.net.partition(true)
+		cut = time.Now()
+		paused.Store(false)
+	}
+
+	// B takes over A's task once the broker gives up on A, and commits
+	// new work on it.
+	var takeover int64 = -1
+	waitFor(t, 20*time.Second, "B runs every task and commits on A's former task", func() bool {
+		running := 0
+		for _, ti := range b.Tasks() {
+			if ti.State == task.Running {
+				running++
+			}
+		}
+		if running != 2 {
+			return false
+		}
+		for _, ri := range b.Replicas() {
+			if ri.Task == heldID && ri.Role == RoleActive {
+				if takeover < 0 {
+					takeover = ri.Position
+				}
+				return ri.Position > takeover
+			}
+		}
+		return false
+	})
+	t.Logf("B took over task %s and committed on it %s after the partition began", heldID, time.Since(cut).Round(time.Millisecond))
+	require.Greater(t, time.Since(cut), 2*time.Second, "the partition outlasted the session timeout")
+	a.net.partition(false)
+	healed := time.Now()
+
+	// A finds out it is a zombie, drops its tasks and rejoins: the group
+	// hands it a task again and it runs it.
+	waitFor(t, 30*time.Second, "A back in the group with a new assignment", func() bool {
+		return a.State() != StateRunning || a.assignment.Load() != before
+	})
+	require.Equal(t, StateRunning, a.State(), "A must survive being a zombie: %v", a.Err())
+	t.Logf("A received a new assignment %s after the partition healed", time.Since(healed).Round(time.Millisecond))
+	waitFor(t, 20*time.Second, "A and B ready, each task active on one of them, A running one", func() bool {
+		return a.Ready() && b.Ready() && len(activeOf(a))+len(activeOf(b)) == 2 && len(a.Tasks()) > 0
+	})
+
+	stopInputOnce()
+	final := wanted()
+	waitFor(t, 20*time.Second, fmt.Sprintf("exact counts %v across A and B", final), func() bool {
+		got := counts(b)
+		maps.Copy(got, counts(a))
+		return maps.Equal(got, final)
+	})
+	for _, app := range []*App{a, b} {
+		require.Equal(t, StateRunning, app.State())
+		require.NoError(t, app.Err())
+	}
+	aLogs := instanceLogs(logs.String(), "A")
+	t.Logf("what A logged: fenced=%v transaction-aborted=%v partitions-lost=%v",
+		strings.Contains(aLogs, "fenced"), strings.Contains(aLogs, "transaction aborted"), strings.Contains(aLogs, "partitions lost"))
+
+	// Every state A's store held while A was a zombie is one its own
+	// committed transactions left: its position is just past the commit
+	// marker of one of them, and its contents are the committed changelog
+	// up to there. A store that took in the work of a transaction that did
+	// not commit stands past records no committed transaction holds, or
+	// holds counts no committed record carries.
+	stopSamplingOnce()
+	require.NoError(t, a.Close(context.Background()))
+	require.NoError(t, b.Close(context.Background()))
+	committed := committedChangelog(t, c.b.Addrs(), "zombie-counts-changelog", 2)
+	samplesMu.Lock()
+	defer samplesMu.Unlock()
+	var closed int
+	for _, s := range samples {
+		log := committed[heldID.Partition]
+		require.True(t, afterCommitOf(log, aPID, s.position),
+			"A's store stands at %d, which is not past a commit of A's (open: %v)", s.position, s.contents != nil)
+		if s.contents == nil {
+			closed++
+			continue
+		}
+		require.Equal(t, fold(log, s.position), s.contents,
+			"A's store at position %d holds state no committed transaction wrote", s.position)
+	}
+	require.NotZero(t, closed, "A's task was never seen closed and left on disk before A's next assignment")
+	t.Logf("checked %d snapshots of A's store, %d of them closed on disk", len(samples), closed)
+	// The committed changelogs, which every restore reads, count each
+	// input record once.
+	total := make(map[string]string)
+	for p := range int32(2) {
+		maps.Copy(total, fold(committed[p], 1<<62))
+	}
+	require.Len(t, total, len(final))
+	for k, n := range final {
+		enc, err := serde.Int64.Encode(n)
+		require.NoError(t, err)
+		require.Equal(t, string(enc), total[k], "changelog count of %s", k)
+	}
+}
+
+func activeOf(app *App) []task.ID {
+	info, ok := app.Assignment()
+	if !ok {
+		return nil
+	}
+	return info.Active
+}
+
+// instanceLogs keeps the log lines of one instance.
+func instanceLogs(all, name string) string {
+	var out strings.Builder
+	for line := range strings.Lines(all) {
+		if strings.Contains(line, "instance="+name) {
+			out.WriteString(line)
+		}
+	}
+	return out.String()
+}
