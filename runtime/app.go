@@ -557,13 +557,18 @@ func (a *App) Replicas() []ReplicaInfo {
 	return a.registry.replicas()
 }
 
-// Assignment returns the latest assignment this instance received, with the
-// group-wide maps of which hosts hold which tasks as active and as standby
-// (or warmup); false before the first assignment.
+// Assignment returns the latest assignment this instance received: its
+// actives, standbys and warmups over all its stream threads, and the
+// group-wide maps of which hosts hold which tasks as active, standby and
+// warmup; false before the first assignment.
 func (a *App) Assignment() (assignor.AssignmentInfo, bool) {
 	p := a.assignment.Load()
 	if p == nil {
 		return assignor.AssignmentInfo{}, false
 	}
-	return *p, true
+	info := *p
+	if a.registry != nil && len(a.threads) > 1 {
+		info.Active, info.Standby, info.Warmup = a.registry.instanceShare()
+	}
+	return info, true
 }

@@ -676,3 +676,20 @@ func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
 	}
 	return ri
 }
+
+// instanceShare is the union of every thread's latest share of the
+// assignment, sorted.
+func (r *registry) instanceShare() (active, standby, warmup []task.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sh := range r.shares {
+		active = append(active, sh.Active...)
+		standby = append(standby, sh.Standby...)
+		warmup = append(warmup, sh.Warmup...)
+	}
+	for _, l := range []*[]task.ID{&active, &standby, &warmup} {
+		slices.SortFunc(*l, task.ID.Compare)
+		*l = slices.CompactFunc(*l, func(a, b task.ID) bool { return a == b })
+	}
+	return active, standby, warmup
+}
