@@ -107,6 +107,9 @@ func newRegistry(a *App) (*registry, error) {
 		ClientOpts:    append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
 		Logger:        a.log.With("reader", "standby"),
 		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
+		// Small enough for one badger transaction with small values, so
+		// queries never see part of a batch.
+		MaxBatchRecords: restoreBatchRecords,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: standby changelog reader: %w", err)

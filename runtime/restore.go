@@ -14,6 +14,10 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
+// restoreBatchRecords caps one store write of restoration or standby
+// updating.
+const restoreBatchRecords = 4000
+
 // restorer reads the changelogs of a thread's restoring tasks into their
 // stores on a goroutine of its own, so that restoring one task never stalls
 // processing of the others. The thread collects finished tasks with
@@ -47,6 +51,9 @@ func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 		ClientOpts:    append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
 		Logger:        log,
 		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
+		// Small enough for one badger transaction with small values, so
+		// queries never see part of a batch.
+		MaxBatchRecords: restoreBatchRecords,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: changelog reader: %w", err)
