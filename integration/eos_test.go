@@ -42,6 +42,7 @@ func startEOS(t *testing.T, c *cluster, name, dir string) *runtime.App {
 		StateDir:            dir,
 		ProcessingGuarantee: runtime.ExactlyOnce,
 		NumStandbys:         1,
+		NumStreamThreads:    streamThreads(t),
 		SessionTimeout:      3 * time.Second,
 		Endpoint:            name + ".invalid:1",
 		Logger:              slog.New(slog.NewTextHandler(logs, nil)).With("instance", name),

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +66,9 @@ type cluster struct {
 	adm        *kadm.Client
 	partitions int32
 	next       int32 // round-robin partition for produced lines
+	// threads is the stream threads of every instance started on the
+	// cluster, which the assignor balances load over.
+	threads int
 }
 
 // newCluster starts a broker and creates the input and output topics with
@@ -86,7 +90,7 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 	)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
-	c := &cluster{b: b, cl: cl, adm: kadm.NewClient(cl), partitions: partitions}
+	c := &cluster{b: b, cl: cl, adm: kadm.NewClient(cl), partitions: partitions, threads: streamThreads(t)}
 	resp, err := c.adm.CreateTopics(ctx(t), partitions, -1, nil, inputTopic, outputTopic)
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
@@ -319,6 +323,37 @@ func wordCount(t *testing.T) *topology.Topology {
 	return topo
 }
 
+// streamThreadsEnv names the variable that sets NumStreamThreads for every
+// instance the tests start, so that the whole suite can be run against
+// multi-threaded instances as well as the default.
+const streamThreadsEnv = "EDDY_TEST_THREADS"
+
+// envStreamThreads parses streamThreadsEnv once; unset means the runtime's
+// default.
+var envStreamThreads = sync.OnceValues(func() (int, error) {
+	s := os.Getenv(streamThreadsEnv)
+	if s == "" {
+		return runtime.DefaultNumStreamThreads, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err == nil && n < 1 {
+		err = errors.New("must be at least 1")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", streamThreadsEnv, s, err)
+	}
+	return n, nil
+})
+
+// streamThreads is the number of stream threads of every instance the tests
+// start, and so the capacity every instance offers the assignor.
+func streamThreads(t testing.TB) int {
+	t.Helper()
+	n, err := envStreamThreads()
+	require.NoError(t, err)
+	return n
+}
+
 // instance is one running App with its logs kept in memory and printed if
 // the test fails.
 type instance struct {
@@ -389,6 +424,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		SessionTimeout:        cfg.sessionTimeout,
 		DeserializationErrors: cfg.deser,
 		Logger:                logger,
+		NumStreamThreads:      streamThreads(t),
 
 		Endpoint:                 cfg.endpoint,
 		NumStandbys:              cfg.standbys,

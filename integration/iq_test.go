@@ -694,7 +694,9 @@ func TestIQMonotonicReadsAcrossFailover(t *testing.T) {
 // one hosted elsewhere: each gets its typed error in process and its 4xx
 // with a message that says what to do over HTTP.
 func TestIQMalformedQueries(t *testing.T) {
-	c := newCluster(t, 2)
+	// One counts partition per stream thread of the two nodes: balance per
+	// thread then leaves each node some partitions and not all of them.
+	c := newCluster(t, int32(2*streamThreads(t)))
 	nodes := []*iqNode{c.startIQNode(t, "a", settled), c.startIQNode(t, "b", settled)}
 	want := make(map[string]int64)
 	c.produceLines(t, newCorpus(26, 200).lines(2000, want))
@@ -948,7 +950,7 @@ func measureAvailability(b *testing.B, dur time.Duration) {
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(brk.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(5*time.Millisecond))
 	require.NoError(b, err)
 	defer kcl.Close()
-	c := &cluster{b: brk, cl: kcl, adm: kadm.NewClient(kcl), partitions: partitions}
+	c := &cluster{b: brk, cl: kcl, adm: kadm.NewClient(kcl), partitions: partitions, threads: streamThreads(b)}
 	bctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
 	resp, err := c.adm.CreateTopics(bctx, partitions, -1, nil, inputTopic, outputTopic)
@@ -973,6 +975,7 @@ func measureAvailability(b *testing.B, dur time.Duration) {
 		app, err := runtime.New(topo, runtime.Config{
 			ApplicationID: "wc", Brokers: brk.Addrs(), StateDir: dirs[i], CommitInterval: commitInterval,
 			SessionTimeout: failoverSession, Endpoint: ln.Addr().String(), NumStandbys: 1, ProbingRebalanceInterval: time.Second,
+			NumStreamThreads: streamThreads(b),
 		})
 		require.NoError(b, err)
 		require.NoError(b, app.Start(bctx))

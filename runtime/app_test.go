@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -37,6 +39,21 @@ func startBroker(t *testing.T, topics ...string) (*broker.Broker, *kadm.Client) 
 	return b, adm
 }
 
+// testThreads is the stream threads the tests that count group members give
+// each instance: EDDY_TEST_THREADS, as for the integration tests, or the
+// default.
+func testThreads(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv("EDDY_TEST_THREADS")
+	if s == "" {
+		return DefaultNumStreamThreads
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, "EDDY_TEST_THREADS")
+	require.Positive(t, n, "EDDY_TEST_THREADS")
+	return n
+}
+
 func groupMembers(t *testing.T, adm *kadm.Client, group string) int {
 	d, err := adm.DescribeGroups(context.Background(), group)
 	require.NoError(t, err)
@@ -58,15 +75,18 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // session timeout, as a crash would.
 func TestCloseLeavesGroupKillDoesNot(t *testing.T) {
 	b, adm := startBroker(t, "in")
+	// Every stream thread is a member of the group.
+	threads := testThreads(t)
 	start := func() *App {
-		app, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: t.TempDir(), SessionTimeout: 20 * time.Second})
+		app, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: t.TempDir(), SessionTimeout: 20 * time.Second,
+			NumStreamThreads: threads})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		waitFor(t, 10*time.Second, "ready", app.Ready)
 		return app
 	}
 	app := start()
-	require.Equal(t, 1, groupMembers(t, adm, "g"))
+	require.Equal(t, threads, groupMembers(t, adm, "g"))
 	require.NoError(t, app.Close(context.Background()))
 	require.Equal(t, 0, groupMembers(t, adm, "g"), "a closed instance must have left the group")
 	require.Equal(t, StateClosed, app.State())
@@ -74,7 +94,7 @@ func TestCloseLeavesGroupKillDoesNot(t *testing.T) {
 	app = start()
 	app.Kill()
 	require.Equal(t, StateClosed, app.State())
-	require.Equal(t, 1, groupMembers(t, adm, "g"), "a killed instance must not have left the group")
+	require.Equal(t, threads, groupMembers(t, adm, "g"), "a killed instance must not have left the group")
 	require.NoError(t, app.Close(context.Background()), "Close after Kill is a no-op")
 }
 
