@@ -455,8 +455,12 @@ func (mb *memberBalancer) input() (Input, map[string][]member) {
 		cs := ClientState{Tags: ms[0].sub.Tags, Lags: map[task.ID]int64{}}
 		for _, m := range ms {
 			cs.Capacity += max(1, int(m.sub.Capacity))
+			// A member's own last actives count as previously active,
+			// stateful ones included: under eager rebalancing a task
+			// revoked moments before this join is reported from disk (its
+			// thread parked it) rather than as running.
 			for _, t := range m.sub.OwnedActive {
-				if ti, ok := in.Tasks[t]; ok && !ti.Stateful {
+				if _, ok := in.Tasks[t]; ok {
 					cs.PrevActive = append(cs.PrevActive, t)
 				}
 			}
