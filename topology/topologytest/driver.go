@@ -130,6 +130,12 @@ func (d *Driver) Pipe(topic string, key, value []byte, ts time.Time, headers ...
 		d.queue = nil
 		return err
 	}
+	return d.drain()
+}
+
+// drain processes the records the topology wrote to topics it reads itself
+// (repartition topics), and what they cause in turn.
+func (d *Driver) drain() error {
 	for len(d.queue) > 0 {
 		rec := d.queue[0]
 		d.queue = d.queue[1:]
@@ -171,15 +177,7 @@ func (d *Driver) AdvanceWallClock(dt time.Duration) error {
 			return err
 		}
 	}
-	for len(d.queue) > 0 {
-		rec := d.queue[0]
-		d.queue = d.queue[1:]
-		if err := d.process(rec.Topic, rec.Key, rec.Value, rec.Timestamp, rec.Headers); err != nil {
-			d.queue = nil
-			return err
-		}
-	}
-	return nil
+	return d.drain()
 }
 
 // ReadOutput removes and returns the records written to topic (a full topic
