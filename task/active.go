@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -71,8 +70,12 @@ type Active struct {
 	order  []string // store names in declaration order
 	graph  topology.TaskGraph
 	// consumed maps an input topic to the offset of the next record to
-	// process on the task's partition.
-	consumed map[string]int64
+	// process on the task's partition. Records come in runs from one
+	// topic, so lastTopic and lastNext remember the entry of the previous
+	// record and most records update it without a map lookup.
+	consumed  map[string]*int64
+	lastTopic string
+	lastNext  *int64
 	// committed holds the offsets last committed, so that a commit with
 	// nothing new to say is skipped.
 	committed map[string]int64
@@ -96,7 +99,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 		cfg:       cfg,
 		state:     Created,
 		stores:    make(map[string]*StoreHandle),
-		consumed:  make(map[string]int64),
+		consumed:  make(map[string]*int64),
 		committed: make(map[string]int64),
 		log:       cfg.Logger.With("task", cfg.ID.String()),
 	}
@@ -192,13 +195,25 @@ func (t *Active) Process(rec topology.InputRecord) error {
 	if err := t.graph.Process(rec); err != nil {
 		return err
 	}
-	t.consumed[rec.Topic] = rec.Offset + 1
+	t.markConsumed(rec.Topic, rec.Offset+1)
 	return nil
+}
+
+func (t *Active) markConsumed(topic string, next int64) {
+	if t.lastNext == nil || topic != t.lastTopic {
+		p, ok := t.consumed[topic]
+		if !ok {
+			p = new(int64)
+			t.consumed[topic] = p
+		}
+		t.lastTopic, t.lastNext = topic, p
+	}
+	*t.lastNext = next
 }
 
 // Skip marks a record as consumed without processing it (a record the
 // deserialization handler chose to skip).
-func (t *Active) Skip(rec topology.InputRecord) { t.consumed[rec.Topic] = rec.Offset + 1 }
+func (t *Active) Skip(rec topology.InputRecord) { t.markConsumed(rec.Topic, rec.Offset+1) }
 
 // Punctuate runs punctuators that are due.
 func (t *Active) Punctuate(now time.Time) error {
@@ -271,16 +286,19 @@ func (t *Active) Abort() {
 		t.stores[n].Cache.Discard()
 	}
 	clear(t.consumed)
-	maps.Copy(t.consumed, t.committed)
+	t.lastTopic, t.lastNext = "", nil
+	for topic, off := range t.committed {
+		t.consumed[topic] = &off
+	}
 }
 
 // OffsetsToCommit returns the input offsets consumed since the last call to
 // MarkCommitted, keyed by topic (the partition is the task's).
 func (t *Active) OffsetsToCommit() map[string]int64 {
 	out := make(map[string]int64)
-	for topic, off := range t.consumed {
-		if t.committed[topic] != off {
-			out[topic] = off
+	for topic, next := range t.consumed {
+		if off, ok := t.committed[topic]; !ok || off != *next {
+			out[topic] = *next
 		}
 	}
 	return out

@@ -147,3 +147,36 @@ func TestCloseWritesOnlyCommittedWork(t *testing.T) {
 		require.NoError(t, a.Close(clean), "closing twice is a no-op")
 	}
 }
+
+func TestActiveConsumedOffsetsAcrossTopicsSkipAndAbort(t *testing.T) {
+	b := topology.NewBuilder()
+	merged := topology.Stream(b, "a", serde.String, serde.String).Merge(topology.Stream(b, "b", serde.String, serde.String))
+	merged.To("out", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	opened := 0
+	a, _ := newActive(t, topo, nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	rec := func(topic string, off int64) topology.InputRecord {
+		return topology.InputRecord{Topic: topic, Partition: 3, Offset: off, Value: []byte("v")}
+	}
+	// Interleaved runs of two topics: each keeps its own offset.
+	require.NoError(t, a.Process(rec("a", 5)))
+	require.NoError(t, a.Process(rec("b", 7)))
+	require.NoError(t, a.Process(rec("a", 6)))
+	a.Skip(rec("b", 8))
+	require.Equal(t, map[string]int64{"a": 7, "b": 9}, a.OffsetsToCommit())
+	a.MarkCommitted(a.OffsetsToCommit())
+	require.Empty(t, a.OffsetsToCommit())
+
+	require.NoError(t, a.Process(rec("a", 7)))
+	require.NoError(t, a.Process(rec("a", 8)))
+	require.Equal(t, map[string]int64{"a": 9}, a.OffsetsToCommit(), "only topics that moved")
+	a.Abort()
+	require.Empty(t, a.OffsetsToCommit(), "an abort rewinds to the committed offsets")
+	require.NoError(t, a.Process(rec("a", 7)))
+	require.Equal(t, map[string]int64{"a": 8}, a.OffsetsToCommit(), "processing after an abort continues from the committed offsets")
+	require.NoError(t, a.Process(rec("b", 9)))
+	require.Equal(t, map[string]int64{"a": 8, "b": 10}, a.OffsetsToCommit())
+}

@@ -109,6 +109,12 @@ type record struct {
 	keyNull, valueNull bool
 	ts                 time.Time
 	headers            []Header
+	// srcKey is the key's bytes as a source read them, set by the source
+	// and meaningful only to the source's own children: an aggregation
+	// reading a repartition topic, whose key serde is its store's, uses
+	// them as the store key instead of encoding the key again. Nodes
+	// further down may have changed the key without clearing it.
+	srcKey []byte
 }
 
 // as converts a graph value back to its static type. The comma-ok form
@@ -157,7 +163,7 @@ func addSource[K, V any](b *Builder, topic TopicRef, ks serde.Serde[K], vs serde
 		return n
 	}
 	n.decode = func(in InputRecord) (record, error) {
-		r := record{ts: in.Timestamp, headers: in.Headers}
+		r := record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key}
 		var err error
 		if in.Key == nil {
 			r.key, r.keyNull = zero[K](), true
@@ -215,7 +221,7 @@ func isStringSerde[T any](s serde.Serde[T]) bool {
 // value), sharing the boxed string: strings are immutable, so sharing is
 // invisible.
 func decodeStrings(in InputRecord) (record, error) {
-	r := record{ts: in.Timestamp, headers: in.Headers}
+	r := record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key}
 	switch {
 	case in.Key == nil && in.Value == nil:
 		r.key, r.value, r.keyNull, r.valueNull = "", "", true, true

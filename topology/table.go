@@ -148,8 +148,11 @@ func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K,
 func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[K, A] {
 	b := g.b
 	in := g.input(store)
+	// Records read back from the repartition topic carry their key encoded
+	// with g.keySerde, the store's key serde.
+	srcKey := g.repartition
 	n := b.addProcessor(op, o, func() procImpl {
-		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step}
+		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step, srcKey: srcKey}
 	}, in)
 	n.stores = []string{store}
 	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
@@ -167,8 +170,11 @@ type aggProc[K, V, A any] struct {
 	keySerde serde.Serde[K]
 	aggSerde serde.Serde[A]
 	step     func(K, V, A, bool) A
-	kv       *KeyValueStore[K, A]
-	updates  tableUpdates
+	// srcKey: the aggregation reads its repartition topic's source
+	// directly, so a record's srcKey is its store key.
+	srcKey  bool
+	kv      *KeyValueStore[K, A]
+	updates tableUpdates
 }
 
 func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
@@ -185,11 +191,14 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	// Encoded once for both the read and the write: stores do not modify
-	// the keys they are given.
-	kb, err := p.kv.encodeKey(k)
-	if err != nil {
-		return err
+	// Encoded at most once for both the read and the write: stores do not
+	// modify the keys they are given.
+	kb := r.srcKey
+	if !p.srcKey || kb == nil {
+		var err error
+		if kb, err = p.kv.encodeKey(k); err != nil {
+			return err
+		}
 	}
 	cur, found, err := p.kv.getEncoded(kb)
 	if err != nil {
