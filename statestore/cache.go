@@ -175,8 +175,51 @@ func (c *CachedStore) set(key, value []byte) {
 	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	i, ok := c.index[string(key)]
+	c.setLocked(key, value, i, ok)
+}
+
+// Update is a read-modify-write of one key with a single lookup: fn gets the
+// key's current value (found is false when it is absent or deleted) and
+// returns its new value, which Update records as a dirty put. The old value
+// is the cache's or the inner store's own bytes, which fn must neither
+// modify nor keep; the new value becomes the cache's, so fn must return
+// bytes that nobody modifies afterwards. If fn fails, nothing is written.
+func (c *CachedStore) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	// Every mutator holds wmu, so the index and the entries cannot change
+	// under this read even without mu; concurrent readers only read.
+	i, dirty := c.index[string(key)]
+	var (
+		old   []byte
+		found bool
+		err   error
+	)
+	if dirty {
+		old = c.entries[i].Value
+		found = old != nil
+	} else if old, found, err = c.inner.Get(key); err != nil {
+		return err
+	}
+	value, err := fn(old, found)
+	if err != nil {
+		return err
+	}
+	if value == nil {
+		return errNilValue
+	}
+	c.mu.Lock()
+	c.setLocked(key, value, i, dirty)
+	c.mu.Unlock()
+	return nil
+}
+
+// setLocked records value for key, whose slot is i if dirty. It needs wmu
+// and mu exclusively.
+func (c *CachedStore) setLocked(key, value []byte, i int, dirty bool) {
 	delta := int64(len(value))
-	if i, ok := c.index[string(key)]; ok {
+	if dirty {
 		prev := c.entries[i].Value
 		delta -= int64(len(prev))
 		c.countEntry(prev, -1)

@@ -336,10 +336,18 @@ func TestCacheRandomAgainstModel(t *testing.T) {
 			for step := 0; step < 2000; step++ {
 				k := fmt.Sprintf("%02d", r.IntN(40))
 				switch op := r.IntN(100); {
-				case op < 50:
+				case op < 40:
 					v := fmt.Sprint(step)
 					require.NoError(t, c.Put([]byte(k), []byte(v)))
 					view[k] = v
+				case op < 50:
+					want, ok := view[k]
+					require.NoError(t, c.Update([]byte(k), func(old []byte, found bool) ([]byte, error) {
+						require.Equal(t, ok, found)
+						require.Equal(t, want, string(old))
+						return []byte(string(old) + "+"), nil
+					}))
+					view[k] = want + "+"
 				case op < 75:
 					require.NoError(t, c.Delete([]byte(k)))
 					delete(view, k)
@@ -473,4 +481,40 @@ func BenchmarkCachedStoreCount(b *testing.B) {
 			}
 		}
 	}
+}
+
+func TestCacheUpdate(t *testing.T) {
+	budget := NewCacheBudget(1 << 20)
+	c, _ := newTestCache(t, budget)
+	incr := func(old []byte, found bool) ([]byte, error) {
+		if !found {
+			return []byte{1}, nil
+		}
+		return []byte{old[0] + 1}, nil
+	}
+	require.NoError(t, c.Update([]byte("k"), incr))
+	require.NoError(t, c.Update([]byte("k"), incr))
+	got, found, err := c.Get([]byte("k"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, []byte{2}, got, "the second update sees the first one's dirty value")
+	require.Equal(t, int64(1+1+cacheEntryOverhead), budget.Used(), "charged like a put")
+	require.Equal(t, 1, c.DirtyLen())
+
+	require.NoError(t, c.Commit(7))
+	require.NoError(t, c.Update([]byte("k"), incr))
+	require.Equal(t, []Entry{{Key: []byte("k"), Value: []byte{3}}}, c.Dirty(), "an update of a clean key reads the inner store")
+
+	require.NoError(t, c.Delete([]byte("k")))
+	require.NoError(t, c.Update([]byte("k"), incr))
+	require.Equal(t, []Entry{{Key: []byte("k"), Value: []byte{1}}}, c.Dirty(), "a tombstone reads as absent")
+
+	boom := errors.New("boom")
+	require.ErrorIs(t, c.Update([]byte("x"), func([]byte, bool) ([]byte, error) { return nil, boom }), boom)
+	require.ErrorIs(t, c.Update([]byte("x"), func([]byte, bool) ([]byte, error) { return nil, nil }), errNilValue)
+	_, found, err = c.Get([]byte("x"))
+	require.NoError(t, err)
+	require.False(t, found, "a failed update writes nothing")
+	require.Equal(t, 1, c.DirtyLen())
+
 }

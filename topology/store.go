@@ -70,11 +70,32 @@ func (s *KeyValueStore[K, V]) getEncoded(kb []byte) (V, bool, error) {
 	if err != nil || !found {
 		return zero, false, err
 	}
-	v, err := s.valueSerde.Decode(vb)
+	v, err := s.decodeValue(vb)
 	if err != nil {
-		return zero, false, fmt.Errorf("topology: decode store value: %w", err)
+		return zero, false, err
 	}
 	return v, true, nil
+}
+
+func (s *KeyValueStore[K, V]) decodeValue(vb []byte) (V, error) {
+	v, err := s.valueSerde.Decode(vb)
+	if err != nil {
+		return v, fmt.Errorf("topology: decode store value: %w", err)
+	}
+	return v, nil
+}
+
+// encodeValue encodes v for the store, refusing a value that encodes to
+// nil, since byte-level stores reserve nil for deletes.
+func (s *KeyValueStore[K, V]) encodeValue(v V) ([]byte, error) {
+	vb, err := s.valueSerde.Encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("topology: encode store value: %w", err)
+	}
+	if vb == nil {
+		return nil, fmt.Errorf("topology: store value encodes to nil; use Delete to remove a key")
+	}
+	return vb, nil
 }
 
 // Put stores v under k. A value that encodes to nil is refused, since the
@@ -95,12 +116,9 @@ func (s *KeyValueStore[K, V]) put(k K, v V) ([]byte, error) {
 
 // putEncoded is Put for a key already encoded. The store may keep kb.
 func (s *KeyValueStore[K, V]) putEncoded(kb []byte, v V) error {
-	vb, err := s.valueSerde.Encode(v)
+	vb, err := s.encodeValue(v)
 	if err != nil {
-		return fmt.Errorf("topology: encode store value: %w", err)
-	}
-	if vb == nil {
-		return fmt.Errorf("topology: store value encodes to nil; use Delete to remove a key")
+		return err
 	}
 	return s.rw.Put(kb, vb)
 }

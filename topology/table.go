@@ -1,6 +1,8 @@
 package topology
 
 import (
+	"bytes"
+
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 )
@@ -175,6 +177,25 @@ type aggProc[K, V, A any] struct {
 	srcKey  bool
 	kv      *KeyValueStore[K, A]
 	updates tableUpdates
+
+	// With a store that can update a key in place (the runtime's record
+	// cache), each record is one Update with updateFn, a method value made
+	// once; key, value and next carry its input and result, and
+	// decodeCopies and encodeFresh say whether aggSerde's decode copies its
+	// input and its encode returns new bytes, so that the store's bytes
+	// need no defensive copies.
+	up           updater
+	updateFn     func(old []byte, found bool) ([]byte, error)
+	key          K
+	value        V
+	next         A
+	decodeCopies bool
+	encodeFresh  bool
+}
+
+// updater is the read-modify-write of statestore.CachedStore.
+type updater interface {
+	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
 }
 
 func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
@@ -183,7 +204,49 @@ func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
 		return err
 	}
 	p.kv = NewKeyValueStore(rw, p.keySerde, p.aggSerde)
+	if up, ok := rw.(updater); ok {
+		p.up, p.updateFn = up, p.update
+		p.decodeCopies, p.encodeFresh = serdeCopies(p.aggSerde)
+	}
 	return nil
+}
+
+// serdeCopies reports, for the serdes of package serde whose behaviour is
+// known, whether Decode copies its input and whether Encode returns new
+// bytes. For any other serde both are false.
+func serdeCopies[T any](s serde.Serde[T]) (decodeCopies, encodeFresh bool) {
+	switch v := any(s).(type) {
+	case serde.Serde[int64]:
+		return v == serde.Int64, v == serde.Int64
+	case serde.Serde[string]:
+		return v == serde.String, v == serde.String
+	case serde.Serde[[]byte]:
+		return v == serde.Bytes, false // Encode returns its argument
+	}
+	return false, false
+}
+
+// update is updateFn: one aggregation step on the key's stored bytes.
+func (p *aggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
+	var cur A
+	if found {
+		if !p.decodeCopies {
+			old = bytes.Clone(old)
+		}
+		var err error
+		if cur, err = p.kv.decodeValue(old); err != nil {
+			return nil, err
+		}
+	}
+	p.next = p.step(p.key, p.value, cur, found)
+	vb, err := p.kv.encodeValue(p.next)
+	if err != nil {
+		return nil, err
+	}
+	if !p.encodeFresh {
+		vb = bytes.Clone(vb)
+	}
+	return vb, nil
 }
 
 func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
@@ -200,13 +263,23 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			return err
 		}
 	}
-	cur, found, err := p.kv.getEncoded(kb)
-	if err != nil {
-		return err
-	}
-	next := p.step(k, as[V](r.value), cur, found)
-	if err := p.kv.putEncoded(kb, next); err != nil {
-		return err
+	var next A
+	if p.up != nil {
+		p.key, p.value = k, as[V](r.value)
+		err := p.up.Update(kb, p.updateFn)
+		next, p.key, p.value, p.next = p.next, zero[K](), zero[V](), zero[A]()
+		if err != nil {
+			return err
+		}
+	} else {
+		cur, found, err := p.kv.getEncoded(kb)
+		if err != nil {
+			return err
+		}
+		next = p.step(k, as[V](r.value), cur, found)
+		if err := p.kv.putEncoded(kb, next); err != nil {
+			return err
+		}
 	}
 	return p.updates.emit(c, kb, record{key: r.key, value: next, ts: r.ts, headers: r.headers})
 }

@@ -301,3 +301,66 @@ func TestTableUpdatesBufferedUntilFlush(t *testing.T) {
 	require.NoError(t, pg.Process(topology.InputRecord{Topic: "in", Key: []byte("a"), Value: []byte("x")}))
 	require.Len(t, plain.sent, 1, "without buffering every update is forwarded at once")
 }
+
+// cachedEnv gives the task record caches, as the runtime does, so that
+// aggregations take the cache's read-modify-write path.
+type cachedEnv struct {
+	*fakeEnv
+	caches map[string]*statestore.CachedStore
+}
+
+func (e cachedEnv) Store(name string) (statestore.ReadWriter, error) {
+	c, ok := e.caches[name]
+	if !ok {
+		c = statestore.NewCachedStore(statestore.NewMemory(), nil)
+		e.caches[name] = c
+	}
+	return c, nil
+}
+
+func TestAggregateThroughCacheNeverScribblesOnStoredBytes(t *testing.T) {
+	// A serde that hands out the store's own bytes, and an aggregator that
+	// increments its aggregate in place: the cache's values, and what a
+	// commit already took for the changelog, must not change under it.
+	aliasing := serde.Funcs[[]byte]{
+		EncodeFn: func(b []byte) ([]byte, error) { return b, nil },
+		DecodeFn: func(b []byte) ([]byte, error) { return b, nil },
+	}
+	b := topology.NewBuilder()
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	topology.Aggregate(topology.GroupBy(s, func(_, v string) string { return v }, "g", serde.String, serde.String),
+		func() []byte { return []byte{0} },
+		func(_ string, _ string, agg []byte) []byte { agg[0]++; return agg },
+		"agg", aliasing)
+	topology.GroupBy(s, func(_, v string) string { return v }, "c", serde.String, serde.String).Count("counts")
+	topo, err := b.Build()
+	require.NoError(t, err)
+	env := cachedEnv{fakeEnv: newFakeEnv(0), caches: map[string]*statestore.CachedStore{}}
+	env.sub = 1
+	g, err := topo.NewTaskGraph(1, env)
+	require.NoError(t, err)
+	in := func(k string) topology.InputRecord {
+		return topology.InputRecord{Topic: app + "-g-repartition", Key: []byte(k), Value: []byte(k)}
+	}
+	require.NoError(t, g.Process(in("a")))
+	require.NoError(t, g.Process(in("a")))
+	snapshot := env.caches["agg"].Dirty()
+	require.Equal(t, []byte{2}, snapshot[0].Value)
+	require.NoError(t, g.Process(in("a")))
+	require.Equal(t, []byte{2}, snapshot[0].Value, "bytes taken for the changelog stay as they were")
+	v, found, err := env.caches["agg"].Get([]byte("a"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, []byte{3}, v)
+
+	// Count, with serde.Int64, takes the copy-free path.
+	cg, err := topo.NewTaskGraph(2, cachedEnv{fakeEnv: &fakeEnv{sub: 2, stores: map[string]*mapStore{}}, caches: env.caches})
+	require.NoError(t, err)
+	for range 3 {
+		require.NoError(t, cg.Process(topology.InputRecord{Topic: app + "-c-repartition", Key: []byte("w"), Value: []byte("w")}))
+	}
+	v, _, err = env.caches["counts"].Get([]byte("w"))
+	require.NoError(t, err)
+	n, _ := serde.Int64.Decode(v)
+	require.Equal(t, int64(3), n)
+}

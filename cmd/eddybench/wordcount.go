@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -34,10 +35,23 @@ const (
 	wcLinger = 5 * time.Millisecond
 )
 
-// phase is the timing of one side of a throughput comparison.
+// phase is the timing of one side of a throughput comparison, with the
+// CPU time the whole process (broker included) spent from start to done.
 type phase struct {
 	start, first, done time.Time
+	cpuStart, cpuDone  time.Duration
 }
+
+// cpu is the process's CPU time (user and system) since it started.
+func cpu() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (p phase) cpu() time.Duration { return p.cpuDone - p.cpuStart }
 
 func (p phase) fromStart() time.Duration { return p.done.Sub(p.start) }
 func (p phase) fromFirst() time.Duration { return p.done.Sub(p.first) }
@@ -137,6 +151,8 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 		fmtNum(rate(n, base.fromFirst())), fmtNum(rate(n, base.fromStart())), strings.Join(all, ", "))
 	fmt.Fprintf(cfg.out, "  eddy:     %s lines/s from first record (%s from App.Start)\n",
 		fmtNum(rate(n, eddy.fromFirst())), fmtNum(rate(n, eddy.fromStart())))
+	fmt.Fprintf(cfg.out, "  CPU per 1,000 lines (whole process, broker included, start to done): baseline %s, eddy %s (%.2f×), eddy exactly-once %s\n",
+		cpuPer(base.cpu(), n), cpuPer(eddy.cpu(), n), float64(base.cpu())/float64(eddy.cpu()), cpuPer(eos.cpu(), n))
 	fmt.Fprintf(cfg.out, "  eddy exactly-once: %s lines/s from first record (commit interval %s, one transaction per commit)\n",
 		fmtNum(rate(n, eos.fromFirst())), runtime.DefaultEOSCommitInterval)
 	fmt.Fprintf(cfg.out, "  baseline = one kgo group client: poll lines, split each into words, produce word→\"1\" per word\n"+
@@ -190,7 +206,7 @@ func baselineRun(ctx context.Context, cfg *config, adm *kadm.Client, addrs []str
 // and commit input offsets only once what they produced is acknowledged.
 func runBaselineWordCount(ctx context.Context, addrs []string, group, out string, lines, words int64) (phase, error) {
 	var ph phase
-	ph.start = time.Now()
+	ph.start, ph.cpuStart = time.Now(), cpu()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(addrs...),
 		kgo.ConsumerGroup(group),
@@ -248,7 +264,7 @@ func runBaselineWordCount(ctx context.Context, addrs []string, group, out string
 	if err := commit(); err != nil {
 		return ph, err
 	}
-	ph.done = time.Now()
+	ph.done, ph.cpuDone = time.Now(), cpu()
 	if acked, _ := p.flush(ctx); acked != words || consumed != lines {
 		return ph, fmt.Errorf("consumed %d lines (want %d), %d word records acked (want %d)", consumed, lines, acked, words)
 	}
@@ -291,7 +307,7 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 	if err != nil {
 		return ph, err
 	}
-	ph.start = time.Now()
+	ph.start, ph.cpuStart = time.Now(), cpu()
 	if err := app.Start(ctx); err != nil {
 		return ph, err
 	}
@@ -346,7 +362,7 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 		}
 		return len(pending) == 0, nil
 	})
-	ph.done = time.Now()
+	ph.done, ph.cpuDone = time.Now(), cpu()
 	ph.first = time.Unix(0, first.Load())
 	if err != nil {
 		return ph, err
@@ -356,4 +372,9 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 		return ph, fmt.Errorf("%d lines went through the topology, want %d", n, lines)
 	}
 	return ph, app.Close(ctx)
+}
+
+// cpuPer formats CPU time per 1,000 of n units.
+func cpuPer(d time.Duration, n int64) string {
+	return (d * 1000 / time.Duration(n)).Round(time.Microsecond).String()
 }
