@@ -34,6 +34,7 @@ type thread struct {
 	idx    int
 	log    *slog.Logger
 	cl     *kgo.Client
+	out    *outbox // sink records on their way to cl
 	budget *statestore.CacheBudget
 	rest   *restorer
 
@@ -70,9 +71,6 @@ type thread struct {
 	// Hot-path caches of process and Send, used, like rr, only with mu
 	// held.
 	//
-	// produced is th.onProduced as a func value, made once: a method
-	// value allocates a closure every time it is evaluated.
-	produced func(*kgo.Record, error)
 	// sendTopic and sendParts remember the partition count of the last
 	// sink topic; srcTopic and srcSub the sub-topology of the last input
 	// topic. Sink records come in runs per topic and input records in runs
@@ -163,6 +161,7 @@ func (th *thread) connect() error {
 		if th.cl, err = kgo.NewClient(opts...); err != nil {
 			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
 		}
+		th.out = newOutbox(th.cl, th.onProduced)
 		return nil
 	}
 	opts = append(opts,
@@ -179,6 +178,7 @@ func (th *thread) connect() error {
 		th.sess.Close()
 		return fmt.Errorf("runtime: thread %d begin transaction: %w", th.idx, err)
 	}
+	th.out = newOutbox(th.cl, th.onProduced)
 	return nil
 }
 
@@ -201,6 +201,7 @@ func (th *thread) wait(ctx context.Context) error {
 func (th *thread) abort() {
 	th.cancel()
 	th.cl.Close()
+	th.out.close()
 	th.rest.close()
 }
 
@@ -362,10 +363,7 @@ func (th *thread) Send(rec topology.OutputRecord) error {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
 	}
-	if th.produced == nil {
-		th.produced = th.onProduced
-	}
-	th.cl.Produce(context.Background(), kr, th.produced)
+	th.out.send(kr)
 	return nil
 }
 
@@ -405,6 +403,9 @@ func (th *thread) commit(ctx context.Context) error {
 			return fmt.Errorf("runtime: commit: task %s: %w", t.ID(), err)
 		}
 	}
+	// From here on the producer's Flush, or the transaction's end, covers
+	// every record the tasks sent.
+	th.out.flush()
 	acks := new(changelog.Offsets)
 	for _, t := range running {
 		for _, w := range t.PendingChangelog() {
@@ -546,6 +547,7 @@ func (th *thread) abortTransaction() error {
 	ctx, cancel := context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
 	defer cancel()
 	th.discard(th.runningTasks())
+	th.out.flush()
 	if _, err := th.sess.End(ctx, kgo.TryAbort); err != nil {
 		return th.transactionFailed(err)
 	}
@@ -582,6 +584,7 @@ func (th *thread) transactionFailed(err error) error {
 	old.AllowRebalance()
 	old.Close()
 	th.mu.Lock()
+	th.out.close()
 	th.dropAll()
 	if cerr := th.connect(); cerr != nil {
 		return cerr
@@ -770,6 +773,7 @@ func (th *thread) die() {
 	th.cl.LeaveGroupContext(ctx)
 	th.cl.AllowRebalance()
 	th.cl.Close()
+	th.out.close()
 	th.rest.close()
 }
 
@@ -790,6 +794,8 @@ func (th *thread) shutdown(clean bool) {
 	// Leaving the group runs the revocation callback, which takes mu.
 	th.cl.CloseAllowingRebalance()
 	th.mu.Lock()
+	// After the close: the revocation callback commits through the outbox.
+	th.out.close()
 	for _, t := range th.tasks {
 		th.closeTask(t, clean)
 	}
