@@ -28,6 +28,7 @@ type fakeStore struct {
 	onWrite  func(entries []statestore.Entry, position int64) // called under mu
 	resets   int
 	resetErr error
+	onReset  func() // called after a successful Reset, without mu
 }
 
 func newFakeStore() *fakeStore {
@@ -89,13 +90,18 @@ func (s *fakeStore) Position() (int64, error) { return s.position(), nil }
 
 func (s *fakeStore) Reset() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.resetErr != nil {
+		s.mu.Unlock()
 		return s.resetErr
 	}
 	clear(s.data)
 	s.pos = statestore.NoPosition
 	s.resets++
+	hook := s.onReset
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	return nil
 }
 

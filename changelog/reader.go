@@ -190,6 +190,9 @@ type Reader struct {
 	epoch  uint64             // bumped whenever consumption of a partition starts or stops
 	wake   context.CancelFunc // interrupts a blocked Poll; nil when not polling
 	closed bool
+	// listDue is set by Register and cleared when listPending gathers the
+	// partitions to list.
+	listDue bool
 
 	resets atomic.Int64 // stores emptied because their position did not fit
 }
@@ -299,6 +302,7 @@ func (r *Reader) Register(p Partition) error {
 		return fmt.Errorf("%w: %s[%d]", ErrAlreadyRegistered, p.Topic, p.Partition)
 	}
 	r.parts[tp] = &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1}
+	r.listDue = true
 	r.wakeLocked()
 	return nil
 }
@@ -371,6 +375,11 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	switch {
 	case len(done) > 0:
 		// Report completions now; take only what is already buffered.
+		pctx, cancel = nil, func() {}
+	case r.listDue:
+		// Registered after listPending looked, before there was a wait
+		// to interrupt: list it in the next round rather than wait for
+		// records that may never come.
 		pctx, cancel = nil, func() {}
 	case retryPending:
 		pctx, cancel = context.WithTimeout(ctx, r.cfg.RetryBackoff)
@@ -474,6 +483,7 @@ func (r *Reader) stopLocked(st *partState) {
 func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool) {
 	now := time.Now()
 	r.mu.Lock()
+	r.listDue = false
 	var pending []*partState
 	var tps []TopicPartition
 	for _, st := range r.parts {

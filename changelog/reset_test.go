@@ -275,3 +275,24 @@ func TestResetFailureDropsPartition(t *testing.T) {
 	require.False(t, ok)
 	require.Zero(t, r.StoreResets())
 }
+
+// A partition registered while Poll is busy listing others, before it has a
+// wait that Register could interrupt, is listed in the next round rather
+// than left waiting for records that may never come: here neither
+// partition has any. The registration is made from inside a store reset,
+// which runs in that window.
+func TestRegisterDuringListingIsListedPromptly(t *testing.T) {
+	const other = "app-other-changelog"
+	c := newCluster(t, 1, clTopic, other)
+	r := newReader(t, c, nil)
+	late := newFakeStore()
+	registered := make(chan error, 1)
+	store := staleStore(t, 10)
+	store.onReset = func() {
+		registered <- r.Register(Partition{Topic: other, Partition: 0, Store: late, Mode: Follow})
+	}
+	require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: Follow}))
+	runPolling(t, r)
+	require.NoError(t, <-registered)
+	eventually(t, func() bool { p, ok := r.Progress(other, 0); return ok && p.End == 0 }, "the late partition listed")
+}
