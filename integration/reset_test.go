@@ -81,6 +81,36 @@ func replicaContents(t *testing.T, in *instance) (map[string]int64, []int32) {
 	return out, parts
 }
 
+// waitSettled waits until the application's group is stable with every
+// stream thread of the instances in it and the instances run every task
+// between them: a thread joining late would move tasks, and a task moving
+// is not readable through LocalGet.
+func (c *cluster) waitSettled(t *testing.T, app string, insts ...*instance) {
+	t.Helper()
+	waitFor(t, settleTimeout, "the group to settle", func() (bool, string) {
+		groups, err := c.adm.DescribeGroups(ctx(t), app)
+		if err != nil {
+			return false, err.Error()
+		}
+		g := groups[app]
+		if want := c.threads * len(insts); g.State != "Stable" || len(g.Members) != want {
+			return false, fmt.Sprintf("group %s with %d of %d members", g.State, len(g.Members), want)
+		}
+		n := 0
+		for _, in := range insts {
+			if err := in.Err(); err != nil {
+				t.Fatalf("instance %s failed: %v", in.name, err)
+			}
+			ids, all := in.runningTasks()
+			if !all {
+				return false, fmt.Sprintf("%s: tasks %v", in.name, in.Tasks())
+			}
+			n += len(ids)
+		}
+		return n == c.allTasks(), fmt.Sprintf("%d of %d tasks running", n, c.allTasks())
+	})
+}
+
 func storeResets(insts ...*instance) int64 {
 	var n int64
 	for _, in := range insts {
@@ -167,6 +197,7 @@ func TestStateDirKeptAcrossDeletedRecords(t *testing.T) {
 	counts := make(map[string]int64)
 
 	first := c.start(t, "first", instanceConfig{stateDir: dir})
+	c.waitSettled(t, app, first)
 	c.produceLines(t, newCorpus(31, 1500).lines(20_000, counts))
 	c.waitCaughtUp(t, app)
 	requireStore(t, counts, first)
@@ -175,6 +206,7 @@ func TestStateDirKeptAcrossDeletedRecords(t *testing.T) {
 	pos := storePositions(t, dir, app, c.partitions)
 
 	other := c.start(t, "other", instanceConfig{stateDir: t.TempDir()})
+	c.waitSettled(t, app, other)
 	c.produceLines(t, newCorpus(32, 1500).lines(20_000, counts))
 	c.waitCaughtUp(t, app)
 	requireStore(t, counts, other)
@@ -204,7 +236,7 @@ func TestStateDirKeptAcrossDeletedRecords(t *testing.T) {
 	require.NotEmpty(t, gone, "precondition: some words the first instance counted are only in deleted records")
 
 	again := c.start(t, "again", instanceConfig{stateDir: dir})
-	again.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
+	c.waitSettled(t, app, again)
 	require.EqualValues(t, c.partitions, again.StoreResets())
 	require.Equal(t, tail, again.RestoredRecords(), "restored from the log start; tasks: %v", again.Tasks())
 	got, parts := replicaContents(t, again)
