@@ -255,9 +255,9 @@ func DestroyBadger(dir string) error {
 	return errors.Join(os.RemoveAll(dir), os.RemoveAll(resetDir(dir)))
 }
 
-// resetDir is where Reset moves a store's directory before deleting it. A
-// logged store's name never holds '~' (Kafka topic names cannot), so the
-// name cannot be another store's.
+// resetDir is where Reset moves a store's directory before deleting it.
+// Kafka topic names cannot hold '~', so it is no logged store's directory;
+// only an unlogged store named "<name>~reset" would collide.
 func resetDir(dir string) string { return filepath.Clean(dir) + "~reset" }
 
 type badgerStore struct {
