@@ -26,6 +26,9 @@ type fakeStore struct {
 	maxBatch int
 	failWith error
 	onWrite  func(entries []statestore.Entry, position int64) // called under mu
+	resets   int
+	resetErr error
+	onReset  func() // called after a successful Reset, without mu
 }
 
 func newFakeStore() *fakeStore {
@@ -84,6 +87,29 @@ func (s *fakeStore) Write(entries []statestore.Entry, position int64) error {
 }
 
 func (s *fakeStore) Position() (int64, error) { return s.position(), nil }
+
+func (s *fakeStore) Reset() error {
+	s.mu.Lock()
+	if s.resetErr != nil {
+		s.mu.Unlock()
+		return s.resetErr
+	}
+	clear(s.data)
+	s.pos = statestore.NoPosition
+	s.resets++
+	hook := s.onReset
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return nil
+}
+
+func (s *fakeStore) resetCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resets
+}
 
 func (s *fakeStore) position() int64 {
 	s.mu.Lock()

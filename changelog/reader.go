@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -43,14 +44,24 @@ func (m Mode) String() string {
 }
 
 // Partition is one changelog partition to read into one store.
+//
+// The store's Position is where reading starts, provided the changelog
+// still holds it. A position past the changelog's end (the topic was
+// deleted and created again, or the broker lost data: the store holds
+// another history) or below its log start (records the store never saw
+// were deleted, tombstones among them) means the store cannot be brought
+// up to date by reading on. The Reader then empties it with Store.Reset
+// and reads the changelog from its start, as it does when the log moves
+// away under a partition being read.
 type Partition struct {
 	Topic     string
 	Partition int32
-	// Store receives the records; its Position is where reading starts.
+	// Store receives the records.
 	Store statestore.Store
 	Mode  Mode
-	// Task names the owner in logs only.
-	Task string
+	// Task and StoreName name the owner in logs only.
+	Task      string
+	StoreName string
 }
 
 // Progress is a registered partition's reading state.
@@ -88,8 +99,9 @@ type Completed struct {
 	// Duration is the time since registration.
 	Duration time.Duration
 	// Err, when non-nil, is why the partition was dropped: a store write
-	// failure or a fatal fetch error. The store may then be behind (never
-	// inconsistent: each batch is written atomically with its position).
+	// or reset failure, or a fatal fetch error. The store may then be
+	// behind (never inconsistent: each batch is written atomically with
+	// its position, and a reset empties data and position together).
 	Err error
 }
 
@@ -178,6 +190,11 @@ type Reader struct {
 	epoch  uint64             // bumped whenever consumption of a partition starts or stops
 	wake   context.CancelFunc // interrupts a blocked Poll; nil when not polling
 	closed bool
+	// listDue is set by Register and cleared when listPending gathers the
+	// partitions to list.
+	listDue bool
+
+	resets atomic.Int64 // stores emptied because their position did not fit
 }
 
 type partState struct {
@@ -187,11 +204,14 @@ type partState struct {
 
 	// Guarded by Reader.mu.
 	consumedAt uint64 // epoch at which consumption started; 0 = not consuming
-	needOffs   bool   // end (and start) offsets not listed yet
+	needOffs   bool   // start and end offsets not listed yet
 	retryAt    time.Time
-	pos        int64
-	end        int64
-	restored   int64
+	// pastEnd is set when a listing found the position past the end under
+	// read committed; the store is reset only if the next listing agrees.
+	pastEnd  bool
+	pos      int64
+	end      int64
+	restored int64
 
 	// applyMu is held across a store write, so that Unregister can wait
 	// for one in flight.
@@ -222,12 +242,15 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 	}
 	opts := []kgo.Opt{
 		kgo.FetchIsolationLevel(iso),
+		// An offset the log no longer holds must come back as an error, not
+		// be silently replaced by another: what the store holds was built
+		// from records that are gone, so it must be rebuilt.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		// Transaction markers must come back as records: a restoration
 		// whose end offset sits just past a commit marker finishes only
 		// when the position moves past the marker, and kgo does not
 		// surface a fetch that held nothing but markers.
 		kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(cfg.FetchMaxWait),
 		// kgo decodes a whole fetch into records at once, ~150 bytes of
 		// heap per record whatever its size; with the 1 MiB per partition
@@ -253,9 +276,11 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 }
 
 // Register starts reading p.Topic/p.Partition into p.Store from the
-// store's position (from the beginning if it has none). A Restore
-// partition starts once Poll has listed its end offset; if the store is
-// already there, the next Poll reports it complete without fetching.
+// store's position (from the beginning if it has none). Reading starts once
+// Poll has listed the partition's start and end offsets, which also tell
+// whether the position still fits the changelog (see Partition); a Restore
+// partition whose store is already at the end is reported complete without
+// fetching.
 func (r *Reader) Register(p Partition) error {
 	if p.Store == nil {
 		return fmt.Errorf("changelog: register %s[%d]: nil store", p.Topic, p.Partition)
@@ -276,14 +301,8 @@ func (r *Reader) Register(p Partition) error {
 	if _, ok := r.parts[tp]; ok {
 		return fmt.Errorf("%w: %s[%d]", ErrAlreadyRegistered, p.Topic, p.Partition)
 	}
-	st := &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1}
-	r.parts[tp] = st
-	if p.Mode == Follow {
-		// A standby needs no end offset to start; the listing only
-		// gives it a lag before the first fetch arrives.
-		r.consumeLocked(st, pos)
-		r.log.Info("changelog follow started", logAttrs(st, slog.Int64("from", pos))...)
-	}
+	r.parts[tp] = &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1}
+	r.listDue = true
 	r.wakeLocked()
 	return nil
 }
@@ -357,6 +376,11 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	case len(done) > 0:
 		// Report completions now; take only what is already buffered.
 		pctx, cancel = nil, func() {}
+	case r.listDue:
+		// Registered after listPending looked, before there was a wait
+		// to interrupt: list it in the next round rather than wait for
+		// records that may never come.
+		pctx, cancel = nil, func() {}
 	case retryPending:
 		pctx, cancel = context.WithTimeout(ctx, r.cfg.RetryBackoff)
 	default:
@@ -387,6 +411,10 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	}
 	return done, nil
 }
+
+// StoreResets counts the stores the Reader has emptied (with Store.Reset)
+// because their position did not fit their changelog.
+func (r *Reader) StoreResets() int64 { return r.resets.Load() }
 
 // Close stops the Reader: it interrupts and waits for a running Poll and
 // closes the consumer. It does not close the registered stores.
@@ -433,23 +461,31 @@ func (r *Reader) dropLocked(st *partState) {
 		return
 	}
 	delete(r.parts, st.tp)
+	r.stopLocked(st)
+	r.wakeLocked()
+}
+
+// stopLocked stops fetching st. Records already taken for it are then
+// ignored: they belong to an earlier epoch.
+func (r *Reader) stopLocked(st *partState) {
 	if st.consumedAt != 0 {
 		r.cl.RemoveConsumePartitions(map[string][]int32{st.tp.Topic: {st.tp.Partition}})
 		r.epoch++
 		st.consumedAt = 0
 	}
-	r.wakeLocked()
 }
 
-// listPending lists offsets for partitions registered since the last
-// round, starts Restore partitions that have something to read and
-// completes those that do not. It reports whether some listing failed and
-// must be retried.
+// listPending lists start and end offsets for partitions registered (or
+// reset) since the last round, checks that each store's position fits its
+// changelog, resetting the store if it does not, and starts reading, or
+// completes a Restore partition with nothing to read. It reports whether
+// some listing failed, or must be repeated, and so needs a retry.
 func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool) {
 	now := time.Now()
 	r.mu.Lock()
+	r.listDue = false
 	var pending []*partState
-	var tps, restoreTPs []TopicPartition
+	var tps []TopicPartition
 	for _, st := range r.parts {
 		if !st.needOffs {
 			continue
@@ -460,59 +496,156 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		}
 		pending = append(pending, st)
 		tps = append(tps, st.tp)
-		if st.reg.Mode == Restore {
-			restoreTPs = append(restoreTPs, st.tp)
-		}
 	}
 	r.mu.Unlock()
 	if len(pending) == 0 {
 		return nil, retry
 	}
 
-	ends, endErr := r.listOffsets(ctx, tps, -1)
-	var starts map[TopicPartition]int64
-	var startErr error
-	if len(restoreTPs) > 0 {
-		// The log start matters when the store has no position (or one
-		// the log has since dropped): reading from the beginning of a log
-		// emptied by deletion must not wait for records that are gone.
-		starts, startErr = r.listOffsets(ctx, restoreTPs, -2)
+	// Only Poll, the caller, writes pos: no lock needed to read it.
+	starts, startErr := r.listOffsets(ctx, tps, -2, false)
+	ends, endErr := r.listOffsets(ctx, tps, -1, r.cfg.ReadCommitted)
+	// Under read committed the end is the last stable offset, which an
+	// open transaction holds back, maybe below positions that are fine:
+	// whether a position is past the log is a question for the high
+	// watermark.
+	var hwms map[TopicPartition]int64
+	var hwmErr error
+	if r.cfg.ReadCommitted {
+		var past []TopicPartition
+		for _, st := range pending {
+			if end, ok := ends[st.tp]; ok && st.pos > end {
+				past = append(past, st.tp)
+			}
+		}
+		if len(past) > 0 {
+			hwms, hwmErr = r.listOffsets(ctx, past, -1, false)
+		}
 	}
 
+	type unfit struct {
+		st         *partState
+		why        string
+		start, end int64
+	}
+	var resets []unfit
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, st := range pending {
 		if r.parts[st.tp] != st {
 			continue // unregistered meanwhile
 		}
-		end, ok := ends[st.tp]
 		start, sok := starts[st.tp]
-		if !ok || (st.reg.Mode == Restore && !sok) {
+		end, eok := ends[st.tp]
+		hwm, hok := end, true
+		if r.cfg.ReadCommitted && eok && st.pos > end {
+			hwm, hok = hwms[st.tp]
+		}
+		if !sok || !eok || !hok {
 			st.retryAt = now.Add(r.cfg.RetryBackoff)
 			retry = true
-			r.log.Warn("changelog end offset listing failed; will retry",
-				logAttrs(st, slog.Any("error", errors.Join(endErr, startErr)))...)
+			r.log.Warn("changelog offset listing failed; will retry",
+				logAttrs(st, slog.Any("error", errors.Join(startErr, endErr, hwmErr)))...)
 			continue
 		}
-		st.needOffs = false
-		if st.reg.Mode == Follow {
-			st.end = max(st.end, end)
-			continue
-		}
-		st.end = end
-		from := max(st.pos, start)
-		if from >= end {
-			if st.pos > end {
-				r.log.Warn("changelog store position is beyond the changelog end",
-					logAttrs(st, slog.Int64("position", st.pos), slog.Int64("end", end))...)
+		switch {
+		case st.pos > hwm && r.cfg.ReadCommitted && !st.pastEnd:
+			// The transaction coordinator writes commit markers after
+			// the commit returns, and a position after a commit is past
+			// its marker (see the runtime's commit): for a moment the
+			// position may be one past the high watermark. The next
+			// listing settles it.
+			st.pastEnd = true
+			st.retryAt = now.Add(r.cfg.RetryBackoff)
+			retry = true
+			r.log.Info("changelog store position is past the changelog end; listing again before resetting the store",
+				logAttrs(st, slog.Int64("position", st.pos), slog.Int64("end", hwm))...)
+		case st.pos > hwm:
+			resets = append(resets, unfit{st, "position beyond the changelog end", start, hwm})
+		case st.pos > 0 && st.pos < start:
+			resets = append(resets, unfit{st, "position below the changelog start", start, hwm})
+		default:
+			if c, ok := r.startLocked(st, start, end); ok {
+				done = append(done, c)
 			}
-			done = append(done, r.completeLocked(st, nil))
+		}
+	}
+	r.mu.Unlock()
+
+	for _, u := range resets {
+		failed, ready := r.resetStore(u.st, u.why, u.start, u.end)
+		if failed != nil {
+			done = append(done, *failed)
+		}
+		if !ready {
 			continue
 		}
-		r.log.Info("changelog restore started", logAttrs(st, slog.Int64("from", from), slog.Int64("to", end))...)
-		r.consumeLocked(st, st.pos)
+		r.mu.Lock()
+		if r.parts[u.st.tp] == u.st {
+			// The log did not change with the store: this listing holds.
+			if c, ok := r.startLocked(u.st, starts[u.st.tp], ends[u.st.tp]); ok {
+				done = append(done, c)
+			}
+		}
+		r.mu.Unlock()
 	}
 	return done, retry
+}
+
+// startLocked starts reading a listed partition whose position fits its
+// changelog, or completes a Restore partition with nothing to read.
+func (r *Reader) startLocked(st *partState, start, end int64) (Completed, bool) {
+	st.needOffs = false
+	st.pastEnd = false
+	from := max(st.pos, start)
+	if st.reg.Mode == Follow {
+		st.end = max(st.end, end)
+		r.log.Info("changelog follow started", logAttrs(st, slog.Int64("from", from))...)
+		r.consumeLocked(st, from)
+		return Completed{}, false
+	}
+	st.end = end
+	if from >= end {
+		return r.completeLocked(st, nil), true
+	}
+	r.log.Info("changelog restore started", logAttrs(st, slog.Int64("from", from), slog.Int64("to", end))...)
+	r.consumeLocked(st, from)
+	return Completed{}, false
+}
+
+// resetStore empties st's store because its position does not fit the
+// changelog, and reports whether st is still registered and ready to read
+// from the start. A failed reset drops st and is returned as its
+// completion. The caller must have stopped consumption of st and must not
+// hold r.mu. start and end are for the log (-1 if unknown).
+func (r *Reader) resetStore(st *partState, why string, start, end int64) (failed *Completed, ready bool) {
+	st.applyMu.Lock()
+	defer st.applyMu.Unlock()
+	r.mu.Lock()
+	live := r.parts[st.tp] == st
+	pos := st.pos
+	r.mu.Unlock()
+	if !live {
+		return nil, false
+	}
+	r.log.Warn("changelog store does not fit its changelog; resetting the store and reading the changelog from its start",
+		logAttrs(st, slog.String("reason", why), slog.Int64("position", pos), slog.Int64("start", start), slog.Int64("end", end))...)
+	err := st.reg.Store.Reset()
+	if err == nil {
+		r.resets.Add(1)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parts[st.tp] != st {
+		return nil, false
+	}
+	if err != nil {
+		c := r.completeLocked(st, fmt.Errorf("changelog: resetting the store of %s[%d]: %w", st.tp.Topic, st.tp.Partition, err))
+		return &c, false
+	}
+	st.pos = statestore.NoPosition
+	st.end = -1
+	st.pastEnd = false
+	return nil, true
 }
 
 // completeLocked drops st and describes it.
@@ -551,6 +684,12 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	var batches []*batch
 	byTP := make(map[TopicPartition]*batch)
 
+	type lost struct {
+		st         *partState
+		err        error
+		start, end int64
+	}
+	var losses []lost
 	r.mu.Lock()
 	var reseek []*partState
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -569,14 +708,24 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		}
 		if p.Err != nil {
 			var loss *kgo.ErrDataLoss
-			if !errors.As(p.Err, &loss) {
-				// Dropping st also voids any batch already gathered for
-				// it: applyBatch skips partitions no longer registered.
-				done = append(done, r.completeLocked(st, fmt.Errorf("changelog: fetching %s[%d]: %w", p.Topic, p.Partition, p.Err)))
+			if errors.As(p.Err, &loss) || errors.Is(p.Err, kerr.OffsetOutOfRange) {
+				// The log moved away under the position: records were
+				// deleted before they were read, or the log was cut
+				// back or replaced after they were. Stop; the store is
+				// reset below and read again from the start. Stopping
+				// voids anything else taken for st in this round.
+				r.stopLocked(st)
+				start, end := int64(-1), int64(-1)
+				if loss == nil {
+					start, end = p.LogStartOffset, p.HighWatermark
+				}
+				losses = append(losses, lost{st, p.Err, start, end})
 				return
 			}
-			// kgo has already reset to the earliest offset it could.
-			r.log.Warn("changelog data loss detected", logAttrs(st, slog.Any("error", p.Err))...)
+			// Dropping st also voids any batch already gathered for it:
+			// applyBatch skips partitions no longer registered.
+			done = append(done, r.completeLocked(st, fmt.Errorf("changelog: fetching %s[%d]: %w", p.Topic, p.Partition, p.Err)))
+			return
 		}
 		b := byTP[st.tp]
 		if b == nil {
@@ -591,6 +740,15 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		}
 		b.hwm = max(b.hwm, hwm)
 	})
+	// A partition stopped by a later fetch's loss must not get the records
+	// an earlier fetch of this round held: they would land after the reset.
+	kept := batches[:0]
+	for _, b := range batches {
+		if b.st.consumedAt != 0 {
+			kept = append(kept, b)
+		}
+	}
+	batches = kept
 	for _, st := range reseek {
 		// These records may predate the current registration; drop them
 		// and fetch again from the position we trust.
@@ -604,6 +762,22 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	for _, b := range batches {
 		if c, ok := r.applyBatch(b); ok {
 			done = append(done, c)
+		}
+	}
+	for _, l := range losses {
+		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end)
+		if failed != nil {
+			done = append(done, *failed)
+		}
+		if ready {
+			// Listed again at the next Poll, which starts it from the
+			// start of the log as it is now.
+			r.mu.Lock()
+			if r.parts[l.st.tp] == l.st {
+				l.st.needOffs = true
+				l.st.retryAt = time.Time{}
+			}
+			r.mu.Unlock()
 		}
 	}
 	return done
@@ -668,11 +842,12 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 }
 
 // listOffsets lists, per partition, the offset for timestamp (-1 end, -2
-// start). Partitions that could not be listed are missing from the result;
-// the error says why.
-func (r *Reader) listOffsets(ctx context.Context, tps []TopicPartition, timestamp int64) (map[TopicPartition]int64, error) {
+// start); the end is the last stable offset if committed is set, the high
+// watermark otherwise. Partitions that could not be listed are missing
+// from the result; the error says why.
+func (r *Reader) listOffsets(ctx context.Context, tps []TopicPartition, timestamp int64, committed bool) (map[TopicPartition]int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
-	if r.cfg.ReadCommitted {
+	if committed {
 		req.IsolationLevel = 1
 	}
 	idx := make(map[string]int)
@@ -716,6 +891,7 @@ func logAttrs(st *partState, extra ...any) []any {
 		slog.String("topic", st.tp.Topic),
 		slog.Int("partition", int(st.tp.Partition)),
 		slog.String("task", st.reg.Task),
+		slog.String("store", st.reg.StoreName),
 		slog.String("mode", st.reg.Mode.String()),
 	}, extra...)
 }

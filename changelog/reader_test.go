@@ -221,7 +221,7 @@ func TestUnregisterStopsApplying(t *testing.T) {
 func produceCount(t *testing.T, c *kfake.Cluster, topic string, partition int32) int64 {
 	t.Helper()
 	r := newReader(t, c, nil)
-	ends, err := r.listOffsets(context.Background(), []TopicPartition{{topic, partition}}, -1)
+	ends, err := r.listOffsets(context.Background(), []TopicPartition{{topic, partition}}, -1, false)
 	require.NoError(t, err)
 	return ends[TopicPartition{topic, partition}]
 }
@@ -417,6 +417,10 @@ func TestApplyGuards(t *testing.T) {
 	require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: Follow}))
 	other := newFakeStore()
 	require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 1, Store: other, Mode: Follow}))
+	// Consumption starts once offsets are listed.
+	done, retry := r.listPending(context.Background())
+	require.Empty(t, done)
+	require.False(t, retry)
 
 	fetch := func(partition int32, hwm int64, offsets ...int64) kgo.Fetches {
 		var recs []*kgo.Record
@@ -445,24 +449,37 @@ func TestApplyGuards(t *testing.T) {
 	writes, _ := store.stats()
 	require.Equal(t, 2, writes, "one write per partition per round")
 
-	// Data loss is reported by kgo after it has reset; reading goes on.
-	loss := fetch(0, 9, 5)
-	loss[0].Topics[0].Partitions[0].Err = &kgo.ErrDataLoss{Topic: clTopic, Partition: 0, ConsumedTo: 7, ResetTo: 5}
+	// Data loss: the store holds records the log no longer has. It is
+	// reset, and nothing taken for it in the same round is applied, not
+	// even from a fetch before the one reporting the loss.
+	loss := append(fetch(0, 9, 5), fetch(0, 9, 6)...)
+	loss[1].Topics[0].Partitions[0].Err = &kgo.ErrDataLoss{Topic: clTopic, Partition: 0, ConsumedTo: 7, ResetTo: 5}
 	require.Empty(t, r.apply(loss, epoch()))
-	require.Equal(t, 6, store.len())
+	require.Zero(t, store.len())
+	require.Equal(t, 1, store.resetCount())
+	p, ok := r.Progress(clTopic, 0)
+	require.True(t, ok, "a reset partition stays registered")
+	require.Equal(t, Progress{Mode: Follow, Restored: 5, Position: statestore.NoPosition, End: -1, Lag: -1}, p)
+	r.mu.Lock()
+	require.True(t, r.parts[TopicPartition{clTopic, 0}].needOffs, "listed again before reading from the start")
+	r.mu.Unlock()
+	// Records fetched before the reset went into effect are not applied.
+	require.Empty(t, r.apply(fetch(0, 9, 7, 8), epoch()))
+	require.Zero(t, store.len())
+	require.EqualValues(t, 1, r.StoreResets())
 
 	// Any other fetch error drops the partition.
 	bad := fetch(1, 9, 0)
 	bad[0].Topics[0].Partitions[0].Err = kerr.UnknownTopicOrPartition
-	done := r.apply(bad, epoch())
+	done = r.apply(bad, epoch())
 	require.Len(t, done, 1)
 	require.ErrorIs(t, done[0].Err, kerr.UnknownTopicOrPartition)
 	require.Zero(t, other.len())
-	_, ok := r.Progress(clTopic, 1)
+	_, ok = r.Progress(clTopic, 1)
 	require.False(t, ok)
 
 	// Records for unregistered partitions go nowhere.
 	require.True(t, r.Unregister(clTopic, 0))
 	require.Empty(t, r.apply(fetch(0, 20, 6, 7), epoch()))
-	require.Equal(t, 6, store.len())
+	require.Zero(t, store.len())
 }

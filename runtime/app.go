@@ -545,6 +545,23 @@ func (a *App) RestoredRecords() int64 {
 	return n
 }
 
+// StoreResets counts the stores this instance emptied and rebuilt from their
+// changelogs, since it started, because their changelog position no longer
+// fitted the changelog: a position past the changelog's end (the topic was
+// deleted and created again, or the broker reset, while the state directory
+// was kept) or below its log start (records the store never applied were
+// deleted). Restorations and standbys both count.
+func (a *App) StoreResets() int64 {
+	var n int64
+	for _, th := range a.threads {
+		n += th.rest.reader.StoreResets()
+	}
+	if a.registry != nil {
+		n += a.registry.follower.StoreResets()
+	}
+	return n
+}
+
 // Replicas lists every store partition this instance holds — running and
 // restoring actives, standbys, warmups, and idle stores between a
 // revocation and the next assignment — with its role, position and lag.

@@ -163,4 +163,6 @@ func TestMetricsCollector(t *testing.T) {
 	require.GreaterOrEqual(t, v["eddy_rebalances_total"], 1.0)
 	require.Contains(t, v, "eddy_replica_position")
 	require.Contains(t, v, "eddy_records_skipped_total")
+	require.Contains(t, v, "eddy_store_resets_total")
+	require.Zero(t, v["eddy_store_resets_total"])
 }

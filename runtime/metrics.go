@@ -14,6 +14,7 @@ type metrics struct {
 	app           *App
 	processed     prometheus.Counter
 	skipped       prometheus.CounterFunc
+	resets        prometheus.CounterFunc
 	commitLatency prometheus.Histogram
 	rebalances    prometheus.Counter
 	replicaDesc   map[string]*prometheus.Desc
@@ -33,6 +34,11 @@ func newMetrics(a *App) *metrics {
 			Help:        "Input records skipped because they could not be deserialized.",
 			ConstLabels: constLabels,
 		}, func() float64 { return float64(a.skipped.Load()) }),
+		resets: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "store_resets_total",
+			Help:        "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
+			ConstLabels: constLabels,
+		}, func() float64 { return float64(a.StoreResets()) }),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "eddy", Name: "commit_latency_seconds",
 			Help:        "Time a stream thread takes to commit: flush, changelog acknowledgements, store writes, offsets.",
@@ -62,6 +68,7 @@ func newMetrics(a *App) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.processed.Describe(ch)
 	m.skipped.Describe(ch)
+	m.resets.Describe(ch)
 	m.commitLatency.Describe(ch)
 	m.rebalances.Describe(ch)
 	for _, d := range m.replicaDesc {
@@ -73,6 +80,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.processed.Collect(ch)
 	m.skipped.Collect(ch)
+	m.resets.Collect(ch)
 	m.commitLatency.Collect(ch)
 	m.rebalances.Collect(ch)
 	for _, ri := range m.app.Replicas() {
@@ -92,7 +100,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Metrics returns the App's metrics as a Prometheus collector: records
-// processed and skipped, commit latency, rebalances, and per store
+// processed and skipped, stores reset, commit latency, rebalances, and per store
 // partition its role, position, lag, restoration remaining and records
 // restored. Register it with any prometheus.Registerer; the App does not
 // register it anywhere itself.

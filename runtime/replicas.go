@@ -436,7 +436,8 @@ func (r *registry) openStandbyLocked(id task.ID, stores []*task.StoreHandle, war
 	rep := &replica{id: id, role: roleFor(warmup), stores: sb.Stores(), standby: sb, opened: time.Now()}
 	r.reps[id] = rep
 	for _, h := range sb.Stores() {
-		err := r.follower.Register(changelog.Partition{Topic: h.Changelog, Partition: id.Partition, Store: h.Inner, Mode: changelog.Follow, Task: id.String()})
+		err := r.follower.Register(changelog.Partition{Topic: h.Changelog, Partition: id.Partition, Store: h.Inner, Mode: changelog.Follow,
+			Task: id.String(), StoreName: h.Info.Name})
 		if err != nil {
 			r.log.Warn("cannot follow changelog", "task", id, "topic", h.Changelog, "err", err)
 		}

@@ -134,7 +134,8 @@ func (r *restorer) register(t *task.Active) error {
 			continue
 		}
 		err := r.reader.Register(changelog.Partition{
-			Topic: h.Changelog, Partition: t.ID().Partition, Store: h.Inner, Mode: changelog.Restore, Task: t.ID().String(),
+			Topic: h.Changelog, Partition: t.ID().Partition, Store: h.Inner, Mode: changelog.Restore,
+			Task: t.ID().String(), StoreName: h.Info.Name,
 		})
 		if err != nil {
 			r.unregister(t)

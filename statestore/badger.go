@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -215,6 +216,11 @@ func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a
 // non-atomic path; see Write.
 func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	opts = opts.withDefaults()
+	// A Reset interrupted by a crash after moving the old store aside
+	// leaves it behind; nothing in it is wanted.
+	if err := os.RemoveAll(resetDir(dir)); err != nil {
+		return nil, fmt.Errorf("statestore: remove %s: %w", resetDir(dir), err)
+	}
 	db, err := badger.Open(opts.badger(dir))
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open badger %s: %w", dir, err)
@@ -222,6 +228,7 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	s := &badgerStore{
 		db:             db,
 		dir:            dir,
+		opts:           opts,
 		valueThreshold: opts.ValueThreshold,
 		iters:          make(map[*badgerIter]struct{}),
 		stopGC:         make(chan struct{}),
@@ -245,17 +252,23 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 // The store must be closed first. Removing the directory by any other means
 // is equally fine: a store keeps nothing outside it.
 func DestroyBadger(dir string) error {
-	return os.RemoveAll(dir)
+	return errors.Join(os.RemoveAll(dir), os.RemoveAll(resetDir(dir)))
 }
+
+// resetDir is where Reset moves a store's directory before deleting it.
+// Kafka topic names cannot hold '~', so it is no logged store's directory;
+// only an unlogged store named "<name>~reset" would collide.
+func resetDir(dir string) string { return filepath.Clean(dir) + "~reset" }
 
 type badgerStore struct {
 	db             *badger.DB
 	dir            string
+	opts           BadgerOptions // with defaults applied; Reset reopens with them
 	valueThreshold int64
 
-	// mu guards closed. Every operation holds it for reading while it uses
-	// db, so Close (which takes it for writing) waits for operations in
-	// flight and later ones see ErrClosed.
+	// mu guards closed and db. Every operation holds it for reading while
+	// it uses db, so Close and Reset (which take it for writing) wait for
+	// operations in flight, and later ones see ErrClosed or the new db.
 	mu     sync.RWMutex
 	closed bool
 	// position mirrors the position record, so Position needs no read.
@@ -581,6 +594,16 @@ func (s *badgerStore) Close() error {
 	close(s.stopGC)
 	<-s.gcDone
 
+	s.releaseIters(ErrClosed)
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("statestore: close badger %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// releaseIters ends every open iterator with err: a badger iterator must
+// not outlive its DB.
+func (s *badgerStore) releaseIters(err error) {
 	s.itersMu.Lock()
 	open := make([]*badgerIter, 0, len(s.iters))
 	for it := range s.iters {
@@ -588,13 +611,92 @@ func (s *badgerStore) Close() error {
 	}
 	s.itersMu.Unlock()
 	for _, it := range open {
-		it.release(ErrClosed)
+		it.release(err)
 	}
+}
 
+// Reset closes the DB, renames its directory aside and opens a new, empty
+// DB in its place, then deletes the old one. The rename is the one step
+// that decides: a crash before it leaves the old store whole (its position
+// still does not fit, so it is reset again), a crash after it leaves no
+// store at all, which opens empty. Badger's DropAll deletes in several
+// steps a crash can come between, and must not run alongside readers;
+// queries may read a store at any time.
+//
+// Readers wait while it runs, for one DB close and open: typically tens of
+// milliseconds. If no DB can be opened again the store is left closed and
+// every later call returns ErrClosed.
+func (s *badgerStore) Reset() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.releaseIters(ErrReset)
 	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("statestore: close badger %s: %w", s.dir, err)
+		s.breakLocked()
+		return fmt.Errorf("statestore: reset badger %s: close: %w", s.dir, err)
+	}
+	aside := resetDir(s.dir)
+	err := os.RemoveAll(aside)
+	if err == nil {
+		err = os.Rename(s.dir, aside)
+	}
+	if err != nil {
+		// The old store is still where it was: keep serving it.
+		err = fmt.Errorf("statestore: reset badger %s: %w", s.dir, err)
+		if rerr := s.reopenLocked(); rerr != nil {
+			s.breakLocked()
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	if err := syncDir(filepath.Dir(s.dir)); err != nil {
+		// Should the rename be lost to a crash, the old store comes back
+		// with its old position, and is found unfit and reset again.
+		s.opts.Logger.Warn("statestore: cannot sync the directory of a reset store", "dir", s.dir, "err", err)
+	}
+	if err := s.reopenLocked(); err != nil {
+		s.breakLocked()
+		return fmt.Errorf("statestore: reset badger %s: %w", s.dir, err)
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		// The store is reset; the next open retries the cleanup.
+		s.opts.Logger.Warn("statestore: cannot delete the contents of a reset store", "dir", aside, "err", err)
 	}
 	return nil
+}
+
+// reopenLocked opens the DB in s.dir again after Reset closed it.
+func (s *badgerStore) reopenLocked() error {
+	db, err := badger.Open(s.opts.badger(s.dir))
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	s.db = db
+	pos, err := s.readPosition()
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	s.position.Store(pos)
+	return nil
+}
+
+// breakLocked leaves the store closed after a Reset that lost its DB.
+func (s *badgerStore) breakLocked() {
+	s.closed = true
+	close(s.stopGC)
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	return errors.Join(err, f.Close())
 }
 
 // badgerIter iterates one read transaction. Key and Value are copied into

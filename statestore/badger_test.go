@@ -126,3 +126,47 @@ func TestBadgerOptionsDefaults(t *testing.T) {
 	tuned := BadgerOptions{Tune: func(bo badger.Options) badger.Options { return bo.WithNumCompactors(0) }}.withDefaults().badger("/x")
 	require.Equal(t, 0, tuned.NumCompactors)
 }
+
+// An iterator open on a store being reset ends with ErrReset; pairs it has
+// returned stay valid.
+func TestBadgerResetWithOpenIterator(t *testing.T) {
+	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
+	put(t, s, "a", "1", "b", "2")
+	it, err := s.All()
+	require.NoError(t, err)
+	require.True(t, it.Next())
+	k := it.Key()
+	require.NoError(t, s.Reset())
+	require.Equal(t, "a", string(k))
+	require.False(t, it.Next())
+	require.ErrorIs(t, it.Err(), ErrReset)
+	require.NoError(t, it.Close())
+	require.Empty(t, collectAll(t, s))
+}
+
+// Reset leaves nothing of the old store on disk, and a reset interrupted
+// between moving the old store aside and deleting it is finished by the
+// next open: the store opens empty, at no position.
+func TestBadgerResetOnDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s := openTestBadger(t, dir, testBadgerOptions())
+	require.NoError(t, s.Write([]Entry{{Key: []byte("a"), Value: []byte("1")}}, 7))
+	require.NoError(t, s.Reset())
+	_, err := os.Stat(resetDir(dir))
+	require.True(t, os.IsNotExist(err), "the old contents are deleted")
+	require.NoError(t, s.Write([]Entry{{Key: []byte("b"), Value: []byte("2")}}, 3))
+	require.NoError(t, s.Close())
+
+	// A crash right after the rename: the directory is gone, its old
+	// contents sit aside.
+	require.NoError(t, os.Rename(dir, resetDir(dir)))
+	s = openTestBadger(t, dir, testBadgerOptions())
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, NoPosition, pos)
+	require.Empty(t, collectAll(t, s))
+	_, err = os.Stat(resetDir(dir))
+	require.True(t, os.IsNotExist(err), "open deletes what an interrupted reset left")
+	require.NoError(t, s.Close())
+	require.NoError(t, DestroyBadger(dir))
+}

@@ -3,9 +3,12 @@ package statestore
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +98,8 @@ func TestConformance(t *testing.T) {
 			t.Run("WriteAtomicForReaders", func(t *testing.T) { testWriteAtomic(t, b) })
 			t.Run("Closed", func(t *testing.T) { testClosed(t, b) })
 			t.Run("RandomAgainstModel", func(t *testing.T) { testRandomModel(t, b) })
+			t.Run("Reset", func(t *testing.T) { testReset(t, b) })
+			t.Run("ResetAtomicForReaders", func(t *testing.T) { testResetAtomic(t, b) })
 			if b.reopen != nil {
 				t.Run("Persistence", func(t *testing.T) { testPersistence(t, b) })
 			}
@@ -380,6 +385,7 @@ func testClosed(t *testing.T, b backend) {
 	require.ErrorIs(t, err, ErrClosed)
 	_, err = s.Position()
 	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, s.Reset(), ErrClosed)
 }
 
 // testRandomModel runs random writes against a map and compares reads.
@@ -437,4 +443,102 @@ func testPersistence(t *testing.T, b backend) {
 	require.NoError(t, err)
 	require.Equal(t, int64(11), pos)
 	require.Equal(t, []kv{{"b", "2"}, {"c", "3"}}, collectAll(t, s))
+}
+
+// testReset checks that Reset empties the store and forgets its position,
+// and that the store works on afterwards (and, if persistent, stays reset
+// across a reopen).
+func testReset(t *testing.T, b backend) {
+	s := b.open(t)
+	require.NoError(t, s.Write([]Entry{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}, 42))
+	require.NoError(t, s.Reset())
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, NoPosition, pos)
+	require.Empty(t, collectAll(t, s))
+	n, err := s.ApproximateCount()
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, found, err := s.Get([]byte("a"))
+	require.NoError(t, err)
+	require.False(t, found)
+
+	require.NoError(t, s.Reset(), "resetting an empty store")
+	require.NoError(t, s.Write([]Entry{{Key: []byte("c"), Value: []byte("3")}}, 5))
+	if b.reopen != nil {
+		s = b.reopen(t, s)
+	}
+	pos, err = s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(5), pos)
+	require.Equal(t, []kv{{"c", "3"}}, collectAll(t, s))
+}
+
+// testResetAtomicForReaders resets a store under concurrent readers: a
+// read sees the whole old contents or none of them, and an iteration cut
+// short says so with ErrReset.
+func testResetAtomic(t *testing.T, b backend) {
+	s := b.open(t)
+	const keys = 200
+	es := make([]Entry, keys)
+	for i := range es {
+		es[i] = Entry{Key: fmt.Appendf(nil, "key-%03d", i), Value: []byte("v")}
+	}
+	require.NoError(t, s.Write(es, 9))
+
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	var reads atomic.Int64
+	go func() {
+		defer close(errs)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			it, err := s.All()
+			if err != nil {
+				errs <- err
+				return
+			}
+			n := 0
+			for it.Next() {
+				n++
+			}
+			ierr := it.Err()
+			it.Close()
+			switch {
+			case ierr != nil && !errors.Is(ierr, ErrReset):
+				errs <- ierr
+				return
+			case ierr == nil && n != 0 && n != keys:
+				errs <- fmt.Errorf("a reader saw %d of %d keys", n, keys)
+				return
+			}
+			reads.Add(1)
+		}
+	}()
+	// Reads before, during and after the reset.
+	waitReads := func(n int64) {
+		deadline := time.Now().Add(10 * time.Second)
+		for reads.Load() < n {
+			select {
+			case err := <-errs:
+				require.NoError(t, err)
+				t.Fatal("reader stopped")
+			default:
+			}
+			require.True(t, time.Now().Before(deadline), "reader stalled")
+			runtime.Gosched()
+		}
+	}
+	waitReads(1)
+	require.NoError(t, s.Reset())
+	waitReads(reads.Load() + 2)
+	close(stop)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Empty(t, collectAll(t, s))
 }

@@ -149,6 +149,18 @@ func (s *memStore) Position() (int64, error) {
 	return snap.position, nil
 }
 
+// Reset publishes an empty version. Iterators already open keep reading
+// the version they started on.
+func (s *memStore) Reset() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.snap.Store(&memSnapshot{position: NoPosition})
+	return nil
+}
+
 func (s *memStore) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()

@@ -13,6 +13,10 @@ import "errors"
 // ErrClosed is returned by operations on a closed store.
 var ErrClosed = errors.New("statestore: store is closed")
 
+// ErrReset is reported by an iterator whose store was emptied by Reset
+// while it was open.
+var ErrReset = errors.New("statestore: store was reset")
+
 // NoPosition is the position of a store that has never recorded one: its
 // changelog must be read from the beginning.
 const NoPosition int64 = -1
@@ -68,6 +72,12 @@ type Store interface {
 	// Position returns the changelog position recorded by the last Write,
 	// or NoPosition.
 	Position() (int64, error)
+	// Reset removes every key and the position in one step, leaving the
+	// store as if newly created: readers, and a crash, see either the old
+	// contents with the old position or an empty store at NoPosition, never
+	// a mix. It is how a store whose position no longer fits its changelog
+	// is rebuilt. Iterators open at the time may end with ErrReset.
+	Reset() error
 	// Close flushes and releases the store. Closing twice is a no-op.
 	Close() error
 }
