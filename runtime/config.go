@@ -89,7 +89,7 @@ const (
 	DefaultSessionTimeout     = 10 * time.Second
 	DefaultRebalanceTimeout   = 30 * time.Second
 	DefaultHeartbeatInterval  = time.Second
-	DefaultMaxPollRecords     = 1000
+	DefaultMaxPollRecords     = 100_000
 	DefaultNumStreamThreads   = 1
 	DefaultReplicationFactor  = -1
 	DefaultStateCleanupDelay  = 10 * time.Minute
@@ -125,7 +125,14 @@ type Config struct {
 	// commits early. Default 10 MiB.
 	CacheMaxBytes int64
 	// MaxPollRecords caps the records a thread processes between two
-	// checks of its commit timer. Default 1000.
+	// checks of its commit timer. Default 100,000, which is more than one
+	// fetch (FetchMaxBytes, 4 MiB) holds of all but tiny records: the client
+	// sends its next fetch only once the last one has been polled to the
+	// end, so a cap below a fetch's records leaves the thread waiting for a
+	// fetch round trip every time it runs dry, where a whole fetch per poll
+	// lets the next one arrive while this one is processed. Lower it when
+	// records are slow to process and commits or rebalances must not wait
+	// for a whole fetch.
 	MaxPollRecords int
 	// SessionTimeout is the group session timeout: how long the group waits
 	// for a silent member before moving its tasks. Default 10s.

@@ -48,6 +48,7 @@ type config struct {
 	lines          int
 	partitions     int
 	threads        int
+	maxPoll        int
 	records        int
 	keys           int
 	tasks          int
@@ -98,6 +99,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.lines, "lines", 500_000, "(a) input lines for word count")
 	fs.IntVar(&cfg.partitions, "partitions", 6, "(a) partitions of the input, repartition and output topics")
 	fs.IntVar(&cfg.threads, "threads", 1, "(a) Eddy stream threads")
+	fs.IntVar(&cfg.maxPoll, "max-poll-records", 0, "(a) experiment: runtime.Config.MaxPollRecords; 0 keeps the default")
 	fs.IntVar(&cfg.records, "records", 1_000_000, "(b) changelog records to restore")
 	fs.BoolVar(&cfg.e2e, "e2e", true, "(b) also time a whole App restoring a wiped state directory")
 	fs.IntVar(&cfg.keys, "keys", 1_000_000, "(c) distinct keys held by the instance")

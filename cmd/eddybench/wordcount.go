@@ -301,6 +301,7 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 		Brokers:             addrs,
 		StateDir:            dir,
 		NumStreamThreads:    cfg.threads,
+		MaxPollRecords:      cfg.maxPoll,
 		ProcessingGuarantee: guarantee,
 		Logger:              cfg.log,
 	})
