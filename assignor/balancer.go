@@ -481,11 +481,16 @@ func (mb *memberBalancer) input() (Input, map[string][]member) {
 			}
 			var lag int64
 			for _, topic := range topics {
+				e := end(topic, id.Partition)
 				pos, ok := d.positions[topic]
-				if !ok || pos < 0 {
+				// A position past the end is from another history of the
+				// changelog (a recreated topic): the store will be reset
+				// and rebuilt from the start. One past the end is an
+				// exactly-once store waiting for its commit marker.
+				if !ok || pos < 0 || pos > e+1 {
 					pos = 0
 				}
-				lag += max(0, end(topic, id.Partition)-pos)
+				lag += max(0, e-pos)
 			}
 			cs.Lags[id] = lag
 		}

@@ -226,12 +226,20 @@ func TestBalancerLagsFromPositions(t *testing.T) {
 		name    string
 		ends    map[string]map[int32]int64
 		endsErr error
+		bPos    int64
 		want    string // member that must get task 0_0
 	}{
 		// b's store is 100 behind the end: caught up; a's is far behind.
-		{"end offsets", map[string]map[int32]int64{changelog: {0: 20_100}}, nil, "m-b"},
+		{"end offsets", map[string]map[int32]int64{changelog: {0: 20_100}}, nil, 20_000, "m-b"},
 		// Without end offsets the furthest position counts as the end.
-		{"end offsets fail", nil, errors.New("broker down"), "m-b"},
+		{"end offsets fail", nil, errors.New("broker down"), 20_000, "m-b"},
+		// A position past the end belongs to another history of the
+		// changelog (the topic was recreated): that store is rebuilt from
+		// scratch, so its lag is the whole changelog, more than a's.
+		{"position past the end", map[string]map[int32]int64{changelog: {0: 20_100}}, nil, 30_000, "m-a"},
+		// One past the end is where an exactly-once store stands before
+		// its transaction's commit marker is written: caught up.
+		{"position at an unwritten marker", map[string]map[int32]int64{changelog: {0: 20_100}}, nil, 20_101, "m-b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newFixture(t, 1, 0)
@@ -239,7 +247,7 @@ func TestBalancerLagsFromPositions(t *testing.T) {
 			a := g.add("m-a", "proc-a", "", defaultFormat)
 			b := g.add("m-b", "proc-b", "", defaultFormat)
 			a.sub.Tasks = []TaskOffsets{{Task: tid(0, 0), Positions: map[string]int64{changelog: 5_000}}}
-			b.sub.Tasks = []TaskOffsets{{Task: tid(0, 0), Positions: map[string]int64{changelog: 20_000}}}
+			b.sub.Tasks = []TaskOffsets{{Task: tid(0, 0), Positions: map[string]int64{changelog: tc.bPos}}}
 			got := g.rebalance()
 			require.Equal(t, map[string][]int32{"left": {0}, "right": {0}}, got[tc.want])
 		})
