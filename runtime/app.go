@@ -156,20 +156,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 			a.closeOnce.Do(func() { close(a.done) })
 		}
 	}()
-	a.dir, err = openStateDir(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID))
-	if err != nil {
-		return err
-	}
-	a.log = a.log.With("process", a.dir.processID)
-	a.adminCl, err = kgo.NewClient(a.clientOpts()...)
-	if err != nil {
-		return fmt.Errorf("runtime: admin client: %w", err)
-	}
-	a.admin = kadm.NewClient(a.adminCl)
-	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
-		return err
-	}
-	if a.registry, err = newRegistry(a); err != nil {
+	if err := a.prepare(ctx); err != nil {
 		return err
 	}
 	budget := a.cfg.CacheMaxBytes / int64(a.cfg.NumStreamThreads)
@@ -189,6 +176,29 @@ func (a *App) Start(ctx context.Context) (err error) {
 		go th.run()
 	}
 	a.log.Info("started", "threads", len(a.threads), "state_dir", a.dir.path)
+	return nil
+}
+
+// prepare does what Start does before the stream threads exist: it locks
+// the state directory, connects the admin client, plans the topics and
+// opens the replica registry.
+func (a *App) prepare(ctx context.Context) (err error) {
+	a.dir, err = openStateDir(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID))
+	if err != nil {
+		return err
+	}
+	a.log = a.log.With("process", a.dir.processID)
+	a.adminCl, err = kgo.NewClient(a.clientOpts()...)
+	if err != nil {
+		return fmt.Errorf("runtime: admin client: %w", err)
+	}
+	a.admin = kadm.NewClient(a.adminCl)
+	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
+		return err
+	}
+	if a.registry, err = newRegistry(a); err != nil {
+		return err
+	}
 	return nil
 }
 
