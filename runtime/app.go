@@ -76,6 +76,7 @@ type App struct {
 	killCancel context.CancelFunc
 
 	skipped  atomic.Int64
+	restored *restoreTally
 	registry *registry
 	metrics  *metrics
 
@@ -109,6 +110,8 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		log:  cfg.Logger.With("app", cfg.ApplicationID),
 		done: make(chan struct{}),
 		net:  newNetwork(),
+
+		restored: newRestoreTally(),
 	}
 	a.killCtx, a.killCancel = context.WithCancel(context.Background())
 	a.metrics = newMetrics(a)
@@ -547,13 +550,7 @@ func (a *App) Tasks() []TaskInfo {
 // RestoredRecords counts the changelog records applied by every restoration
 // that finished since this instance started, including those of tasks it no
 // longer holds.
-func (a *App) RestoredRecords() int64 {
-	var n int64
-	for _, th := range a.threads {
-		n += th.rest.totalRestored()
-	}
-	return n
-}
+func (a *App) RestoredRecords() int64 { return a.restored.total() }
 
 // Replicas lists every store partition this instance holds — running and
 // restoring actives, standbys, warmups, and idle stores between a

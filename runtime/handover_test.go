@@ -88,6 +88,16 @@ func (r *handoverRig) counts(id task.ID) ReplicaInfo {
 	return ri
 }
 
+// restored is what the instance reports as restored into a task.
+func (r *handoverRig) restored(id task.ID) int64 {
+	for _, ti := range r.app.Tasks() {
+		if ti.ID == id {
+			return ti.Restored
+		}
+	}
+	return -1
+}
+
 // waitRunning steps a thread's restoration, as its loop would, until the
 // task runs.
 func (r *handoverRig) waitRunning(t *testing.T, i int, id task.ID) {
@@ -151,7 +161,7 @@ func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
 			r.waitRunning(t, 1, task00)
 			r.waitRunning(t, 0, task01)
 			require.Same(t, standbyStore, r.backing(t, 1, task00), "the promoted task runs on the standby's store")
-			require.Zero(t, r.th[1].rest.restoredRecords(r.th[1].tasks[task00]), "the promoted standby restored records again")
+			require.Zero(t, r.restored(task00), "the promoted standby restored records again")
 			require.Equal(t, RoleActive, r.counts(task00).Role)
 			require.NoError(t, r.app.Err())
 		})
@@ -171,6 +181,7 @@ func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
 			r.waitRunning(t, 0, task00)
 			r.waitRunning(t, 0, task01)
 			stores := map[task.ID]statestore.Store{task00: r.backing(t, 0, task00), task01: r.backing(t, 0, task01)}
+			require.EqualValues(t, handoverRecords, r.restored(task00), "0_0 restored from scratch on thread 0")
 
 			// 0_0 moves to thread 1; 0_1 leaves the instance.
 			r.revokeAll()
@@ -189,7 +200,12 @@ func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
 			require.False(t, open, "0_1, assigned nowhere here, is still open")
 			r.waitRunning(t, 1, task00)
 			require.Same(t, stores[task00], r.backing(t, 1, task00), "0_0 was reopened on thread 1")
-			require.Zero(t, r.th[1].rest.restoredRecords(r.th[1].tasks[task00]))
+			// The count of records restored into 0_0 belongs to the
+			// instance: it neither grows (nothing was read again) nor
+			// starts over on the new thread.
+			require.EqualValues(t, handoverRecords, r.restored(task00))
+			require.EqualValues(t, handoverRecords, r.counts(task00).Restored)
+			require.EqualValues(t, 2*handoverRecords, r.app.RestoredRecords())
 			require.NoError(t, r.app.Err())
 		})
 	}

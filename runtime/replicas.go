@@ -709,8 +709,12 @@ func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
 			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
 		}
 	}
-	if rep.owner != nil && h.Changelog != "" {
-		ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
+	if h.Changelog != "" {
+		if rep.owner != nil {
+			ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
+		} else {
+			ri.Restored = r.app.restored.get(changelog.TopicPartition{Topic: h.Changelog, Partition: rep.id.Partition})
+		}
 	}
 	return ri
 }
