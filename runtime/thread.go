@@ -476,10 +476,11 @@ var errCrashed = errors.New("runtime: crashed by test hook")
 // crashAt is a test seam: when it returns true for a commit step, the
 // thread behaves as if the process died there (network cut, nothing more
 // written).
-var crashAt func(step string) bool
+// It is set while stream threads run, so it is read atomically.
+var crashAt atomic.Pointer[func(step string) bool]
 
 func (th *thread) maybeCrash(step string) error {
-	if crashAt == nil || !crashAt(step) {
+	if f := crashAt.Load(); f == nil || !(*f)(step) {
 		return nil
 	}
 	th.app.net.sever()
