@@ -346,7 +346,7 @@ func (a *App) endOffsets(ctx context.Context, topics []string) (map[string]map[i
 func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 	if info.ErrorCode != assignor.ErrNone {
 		a.log.Warn("assignment asks to rejoin", "code", info.ErrorCode)
-		go th.cl.ForceRebalance()
+		go th.forceRebalance()
 		return
 	}
 	a.assignment.Store(&info)
@@ -362,7 +362,7 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 		a.log.Info("probing rebalance scheduled", "in", wait.Round(time.Millisecond))
 		a.probe = time.AfterFunc(max(wait, 0), func() {
 			a.log.Info("probing rebalance")
-			th.cl.ForceRebalance()
+			th.forceRebalance()
 		})
 	}
 }

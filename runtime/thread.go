@@ -51,6 +51,10 @@ type thread struct {
 	// sess is the transactional session under exactly-once; cl is then
 	// its client.
 	sess *kgo.GroupTransactSession
+	// group is cl for goroutines other than the thread's own (a probing
+	// rebalance timer), which may run while a fenced thread replaces its
+	// client; nil until the first client exists.
+	group atomic.Pointer[kgo.Client]
 	// rebalancePending is set when the group wants to rebalance while the
 	// thread holds it off: the thread commits before letting it proceed.
 	rebalancePending atomic.Bool
@@ -166,6 +170,7 @@ func (th *thread) connect() error {
 		if th.cl, err = kgo.NewClient(opts...); err != nil {
 			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
 		}
+		th.group.Store(th.cl)
 		return nil
 	}
 	opts = append(opts,
@@ -178,11 +183,20 @@ func (th *thread) connect() error {
 		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
 	}
 	th.cl = th.sess.Client()
+	th.group.Store(th.cl)
 	if err := th.sess.Begin(); err != nil {
 		th.sess.Close()
 		return fmt.Errorf("runtime: thread %d begin transaction: %w", th.idx, err)
 	}
 	return nil
+}
+
+// forceRebalance asks the group to rebalance through the thread's current
+// client. It may be called from any goroutine.
+func (th *thread) forceRebalance() {
+	if cl := th.group.Load(); cl != nil {
+		cl.ForceRebalance()
+	}
 }
 
 // stop asks the thread to finish its loop; wait waits for it.
