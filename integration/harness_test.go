@@ -474,7 +474,9 @@ func (in *instance) runningTasks() (ids []task.ID, allRunning bool) {
 }
 
 // waitAllTasksRunning waits until the instance holds exactly n tasks, all
-// running.
+// running, and every one of its stream threads has an assignment: the
+// threads of an instance join the group one after the other, and the first
+// may run every task before the second's arrival moves some.
 func (in *instance) waitAllTasksRunning(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
 	waitFor(t, timeout, fmt.Sprintf("instance %s to run %d tasks", in.name, n), func() (bool, string) {
@@ -482,7 +484,7 @@ func (in *instance) waitAllTasksRunning(t *testing.T, n int, timeout time.Durati
 			t.Fatalf("instance %s failed: %v", in.name, err)
 		}
 		ids, all := in.runningTasks()
-		return all && len(ids) == n, fmt.Sprintf("tasks %v", in.Tasks())
+		return all && len(ids) == n && in.Ready(), fmt.Sprintf("tasks %v, ready %v", in.Tasks(), in.Ready())
 	})
 }
 
@@ -491,34 +493,41 @@ func (in *instance) waitAllTasksRunning(t *testing.T, n int, timeout time.Durati
 func (c *cluster) allTasks() int { return 2 * int(c.partitions) }
 
 // requireStore reads every word of want through LocalGet on whichever
-// instance hosts it and requires the stored count to match.
+// instance hosts it and requires the stored count to match. A partition may
+// be between owners when it is called — the threads of an instance join the
+// group one after the other, and each arrival moves tasks — so it waits,
+// within settleTimeout, for every partition to be hosted as a running active
+// before comparing.
 func requireStore(t *testing.T, want map[string]int64, insts ...*instance) {
 	t.Helper()
-	got := make(map[string]int64, len(want))
-	var missing []string
-	for _, w := range slices.Sorted(maps.Keys(want)) {
-		key, err := serde.String.Encode(w)
-		require.NoError(t, err)
-		hosted := false
-		for _, in := range insts {
-			v, found, _, err := in.LocalGet(countsStore, key)
-			if errors.Is(err, iq.ErrNotHostedHere) {
-				continue
+	var got map[string]int64
+	waitFor(t, settleTimeout, "every word's partition hosted as a running active", func() (bool, string) {
+		got = make(map[string]int64, len(want))
+		var missing []string
+		for _, w := range slices.Sorted(maps.Keys(want)) {
+			key, err := serde.String.Encode(w)
+			require.NoError(t, err)
+			hosted := false
+			for _, in := range insts {
+				v, found, _, err := in.LocalGet(countsStore, key)
+				if errors.Is(err, iq.ErrNotHostedHere) {
+					continue
+				}
+				require.NoError(t, err, "LocalGet(%q) on %s", w, in.name)
+				hosted = true
+				if found {
+					n, err := serde.Int64.Decode(v)
+					require.NoError(t, err)
+					got[w] = n
+				}
+				break
 			}
-			require.NoError(t, err, "LocalGet(%q) on %s", w, in.name)
-			hosted = true
-			if found {
-				n, err := serde.Int64.Decode(v)
-				require.NoError(t, err)
-				got[w] = n
+			if !hosted {
+				missing = append(missing, w)
 			}
-			break
 		}
-		if !hosted {
-			missing = append(missing, w)
-		}
-	}
-	require.Empty(t, missing, "words whose partition no instance hosts as a running active")
+		return len(missing) == 0, fmt.Sprintf("%d words unhosted, first %v", len(missing), missing[:min(5, len(missing))])
+	})
 	requireCounts(t, want, got, "store "+countsStore)
 }
 

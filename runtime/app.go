@@ -76,6 +76,7 @@ type App struct {
 	killCancel context.CancelFunc
 
 	skipped  atomic.Int64
+	restored *restoreTally
 	registry *registry
 	metrics  *metrics
 
@@ -109,6 +110,8 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		log:  cfg.Logger.With("app", cfg.ApplicationID),
 		done: make(chan struct{}),
 		net:  newNetwork(),
+
+		restored: newRestoreTally(),
 	}
 	a.killCtx, a.killCancel = context.WithCancel(context.Background())
 	a.metrics = newMetrics(a)
@@ -156,20 +159,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 			a.closeOnce.Do(func() { close(a.done) })
 		}
 	}()
-	a.dir, err = openStateDir(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID))
-	if err != nil {
-		return err
-	}
-	a.log = a.log.With("process", a.dir.processID)
-	a.adminCl, err = kgo.NewClient(a.clientOpts()...)
-	if err != nil {
-		return fmt.Errorf("runtime: admin client: %w", err)
-	}
-	a.admin = kadm.NewClient(a.adminCl)
-	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
-		return err
-	}
-	if a.registry, err = newRegistry(a); err != nil {
+	if err := a.prepare(ctx); err != nil {
 		return err
 	}
 	budget := a.cfg.CacheMaxBytes / int64(a.cfg.NumStreamThreads)
@@ -189,6 +179,29 @@ func (a *App) Start(ctx context.Context) (err error) {
 		go th.run()
 	}
 	a.log.Info("started", "threads", len(a.threads), "state_dir", a.dir.path)
+	return nil
+}
+
+// prepare does what Start does before the stream threads exist: it locks
+// the state directory, connects the admin client, plans the topics and
+// opens the replica registry.
+func (a *App) prepare(ctx context.Context) (err error) {
+	a.dir, err = openStateDir(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID))
+	if err != nil {
+		return err
+	}
+	a.log = a.log.With("process", a.dir.processID)
+	a.adminCl, err = kgo.NewClient(a.clientOpts()...)
+	if err != nil {
+		return fmt.Errorf("runtime: admin client: %w", err)
+	}
+	a.admin = kadm.NewClient(a.adminCl)
+	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
+		return err
+	}
+	if a.registry, err = newRegistry(a); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -333,7 +346,7 @@ func (a *App) endOffsets(ctx context.Context, topics []string) (map[string]map[i
 func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 	if info.ErrorCode != assignor.ErrNone {
 		a.log.Warn("assignment asks to rejoin", "code", info.ErrorCode)
-		go th.cl.ForceRebalance()
+		go th.forceRebalance()
 		return
 	}
 	a.assignment.Store(&info)
@@ -349,7 +362,7 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 		a.log.Info("probing rebalance scheduled", "in", wait.Round(time.Millisecond))
 		a.probe = time.AfterFunc(max(wait, 0), func() {
 			a.log.Info("probing rebalance")
-			th.cl.ForceRebalance()
+			th.forceRebalance()
 		})
 	}
 }
@@ -537,13 +550,7 @@ func (a *App) Tasks() []TaskInfo {
 // RestoredRecords counts the changelog records applied by every restoration
 // that finished since this instance started, including those of tasks it no
 // longer holds.
-func (a *App) RestoredRecords() int64 {
-	var n int64
-	for _, th := range a.threads {
-		n += th.rest.totalRestored()
-	}
-	return n
-}
+func (a *App) RestoredRecords() int64 { return a.restored.total() }
 
 // StoreResets counts the stores this instance emptied and rebuilt from their
 // changelogs, since it started, because their changelog position no longer

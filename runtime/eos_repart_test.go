@@ -23,7 +23,8 @@ func TestExactlyOnceThroughRepartition(t *testing.T) {
 	topo, err := b.Build()
 	require.NoError(t, err)
 	app, err := New(topo, Config{ApplicationID: "eosr", Brokers: c.b.Addrs(), StateDir: t.TempDir(), ProcessingGuarantee: ExactlyOnce,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		NumStreamThreads: testThreads(t),
+		Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(context.Background()))
 	defer app.Close(context.Background())

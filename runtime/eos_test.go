@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -51,6 +52,7 @@ func (c *eosCluster) start(t *testing.T, dir string) *App {
 	app, err := New(countTopology(t), Config{
 		ApplicationID: "eos", Brokers: c.b.Addrs(), StateDir: dir,
 		ProcessingGuarantee: ExactlyOnce, SessionTimeout: 2 * time.Second,
+		NumStreamThreads: testThreads(t),
 	})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(context.Background()))
@@ -98,13 +100,16 @@ func TestExactlyOnceCrashDuringCommit(t *testing.T) {
 			waitCounts(t, app, want)
 
 			var armed atomic.Bool
-			crashAt = func(s string) bool { return s == step && armed.Load() }
-			defer func() { crashAt = nil }()
+			crash := func(s string) bool { return s == step && armed.Load() }
+			crashAt.Store(&crash)
+			defer crashAt.Store(nil)
 			armed.Store(true)
 			c.produce(t, 50, want)
-			waitFor(t, 20*time.Second, "the crash", func() bool { return app.State() != StateRunning || app.threads[0].killed.Load() })
+			waitFor(t, 20*time.Second, "the crash", func() bool {
+				return app.State() != StateRunning || slices.ContainsFunc(app.threads, func(th *thread) bool { return th.killed.Load() })
+			})
 			app.Kill()
-			crashAt = nil
+			crashAt.Store(nil)
 			restoredBefore := int64(0)
 
 			app = c.start(t, dir)

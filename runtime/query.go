@@ -65,13 +65,14 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 }
 
 // Ready reports whether the instance is running, every thread has received
-// an assignment, and no task is restoring.
+// an assignment, and no task is restoring or waiting for another thread to
+// let it go.
 func (a *App) Ready() bool {
 	if a.State() != StateRunning {
 		return false
 	}
 	for _, th := range a.threads {
-		if !th.assigned.Load() || th.rest.active() {
+		if !th.assigned.Load() || th.waitingAny.Load() || th.rest.active() {
 			return false
 		}
 	}

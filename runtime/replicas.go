@@ -97,8 +97,13 @@ type registry struct {
 	mu     sync.Mutex
 	reps   map[task.ID]*replica
 	shares map[int]assignor.AssignmentInfo // latest assignment of each thread
-	onDisk map[task.ID]diskState
-	closed bool
+	// current holds the threads whose share is an assignment received
+	// since their last revocation or loss. Threads learn a new assignment
+	// one at a time; until every one has, a thread still to hear may be
+	// about to claim any replica, so none is closed.
+	current map[int]bool
+	onDisk  map[task.ID]diskState
+	closed  bool
 }
 
 func newRegistry(a *App) (*registry, error) {
@@ -123,6 +128,7 @@ func newRegistry(a *App) (*registry, error) {
 		exited:   make(chan struct{}),
 		reps:     make(map[task.ID]*replica),
 		shares:   make(map[int]assignor.AssignmentInfo),
+		current:  make(map[int]bool),
 		onDisk:   make(map[task.ID]diskState),
 	}
 	if err := r.scanDisk(); err != nil {
@@ -246,17 +252,22 @@ func (r *registry) park(t *task.Active) {
 }
 
 // claimActive hands a thread the open stores of a task it is to run as
-// active: idle stores, or a standby's (promotion). It returns nil when the
-// task's stores are not open here.
-func (r *registry) claimActive(th *thread, id task.ID) []*task.StoreHandle {
+// active: idle stores, or a standby's (promotion). It returns no stores when
+// the task's stores are not open here: the caller opens them, and until it
+// reports the task started the registry holds the task for it, so nothing
+// else opens the same directory. It returns held when another thread of this
+// instance still owns the task: that thread has not yet learnt that it lost
+// it (it fell out of the group and has not noticed), and the caller must
+// try again once it lets go.
+func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHandle, held bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.onDisk, id)
 	rep, ok := r.reps[id]
 	if !ok {
-		return nil
+		delete(r.onDisk, id)
+		r.reps[id] = &replica{id: id, role: RoleRestoring, owner: th, opened: time.Now()}
+		return nil, false
 	}
-	var stores []*task.StoreHandle
 	ends := rep.ends
 	switch rep.role {
 	case RoleIdle:
@@ -265,17 +276,17 @@ func (r *registry) claimActive(th *thread, id task.ID) []*task.StoreHandle {
 		ends = r.followedEndsLocked(rep)
 		r.unfollowLocked(rep)
 		stores = rep.standby.Release()
-		r.log.Info("promoting standby", "task", id)
+		r.log.Info("promoting standby", "task", id, "thread", th.idx)
 	default:
-		// Another thread still owns it; this cannot happen with eager
-		// rebalancing, where every thread revokes before any is assigned.
-		r.log.Error("task claimed while active elsewhere", "task", id, "role", rep.role, "owner", rep.owner.idx)
-		return nil
+		if rep.owner != th {
+			r.log.Info("task assigned while another thread still holds it; waiting for its release", "task", id, "holder", rep.owner.idx, "thread", th.idx)
+		}
+		return nil, true
 	}
 	// The replica stays visible to queries, now restoring, while the
 	// thread builds the task around its stores.
 	r.reps[id] = &replica{id: id, role: RoleRestoring, stores: stores, owner: th, opened: rep.opened, caughtUp: rep.caughtUp, ends: ends}
-	return stores
+	return stores, false
 }
 
 // followedEndsLocked reads the changelog ends a standby last saw.
@@ -302,10 +313,12 @@ func (r *registry) activeStarted(th *thread, t *task.Active) {
 
 // forget drops a replica a thread claimed but could not start; its stores
 // are closed by the caller.
-func (r *registry) forget(id task.ID) {
+func (r *registry) forget(th *thread, id task.ID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.reps, id)
+	if rep, ok := r.reps[id]; ok && rep.owner == th {
+		delete(r.reps, id)
+	}
 }
 
 // activeRunning records that a task finished restoring and runs.
@@ -339,30 +352,52 @@ func (r *registry) leftOnDiskLocked(id task.ID, pos map[string]int64) {
 }
 
 // setShare records a thread's new assignment and brings the standbys in
-// line with what all the threads' assignments want.
+// line with what the threads' assignments want.
 func (r *registry) setShare(idx int, info assignor.AssignmentInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.shares[idx] = info
+	r.current[idx] = true
 	r.reconcileLocked()
 }
 
-// reconcileLocked opens standbys every thread's latest assignment wants and
-// closes replicas none wants. Threads learn their assignments one at a time;
-// a replica another thread's older assignment still names is kept until
-// that thread's new one arrives.
+// revoked records that a thread gave up its assignment (revoked or lost)
+// and will learn a new one.
+func (r *registry) revoked(idx int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.current, idx)
+}
+
+// reconcileLocked opens the standbys the threads' current assignments want
+// and, once every thread has its assignment, closes the replicas none wants.
+//
+// Until then a replica that no current assignment names is kept as it is —
+// a standby keeps following, idle stores stay open — because the threads
+// still to hear may be about to claim it: a standby promoted on another
+// thread, or a task moving from one thread to another, keeps its open
+// stores whichever thread learns its assignment first. The shares of those
+// threads are from before their revocation and say nothing about what
+// comes.
 func (r *registry) reconcileLocked() {
 	if r.closed {
 		return
 	}
+	settled := len(r.current) >= r.app.cfg.NumStreamThreads
 	active := make(map[task.ID]bool)
 	standby := make(map[task.ID]bool) // value: warmup
-	for _, sh := range r.shares {
+	for idx, sh := range r.shares {
+		if !r.current[idx] {
+			continue
+		}
 		for _, id := range sh.Active {
 			active[id] = true
 		}
 	}
-	for _, sh := range r.shares {
+	for idx, sh := range r.shares {
+		if !r.current[idx] {
+			continue
+		}
 		for _, id := range sh.Standby {
 			if !active[id] {
 				standby[id] = false
@@ -379,16 +414,16 @@ func (r *registry) reconcileLocked() {
 		warmup, wantStandby := standby[id]
 		switch {
 		case rep.role == RoleStandby || rep.role == RoleWarmup:
-			if !wantStandby {
+			if wantStandby {
+				rep.standby.SetWarmup(warmup)
+				rep.role = roleFor(warmup)
+			} else if settled {
 				r.closeStandbyLocked(rep)
-				continue
 			}
-			rep.standby.SetWarmup(warmup)
-			rep.role = roleFor(warmup)
 		case rep.role == RoleIdle:
 			if wantStandby {
 				r.openStandbyLocked(id, rep.stores, warmup)
-			} else if !active[id] {
+			} else if settled && !active[id] {
 				pos := positions(rep.stores)
 				for _, h := range rep.stores {
 					h.Inner.Close()
@@ -675,8 +710,12 @@ func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
 			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
 		}
 	}
-	if rep.owner != nil && h.Changelog != "" {
-		ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
+	if h.Changelog != "" {
+		if rep.owner != nil {
+			ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
+		} else {
+			ri.Restored = r.app.restored.get(changelog.TopicPartition{Topic: h.Changelog, Partition: rep.id.Partition})
+		}
 	}
 	return ri
 }

@@ -36,9 +36,43 @@ type restorer struct {
 	pending map[task.ID]*restoring // tasks with changelogs still being read
 	done    []task.ID              // finished, not yet collected
 	failed  error
-	// restored counts records applied by finished restorations per
-	// changelog partition, since this instance started.
-	restored map[changelog.TopicPartition]int64
+	// tally is the instance's count of records finished restorations
+	// applied, shared by every thread's restorer.
+	tally *restoreTally
+}
+
+// restoreTally counts, per changelog partition, the records applied by
+// restorations that finished since the instance started, whichever thread
+// ran them: a task that moves between threads keeps its count.
+type restoreTally struct {
+	mu sync.Mutex
+	n  map[changelog.TopicPartition]int64
+}
+
+func newRestoreTally() *restoreTally {
+	return &restoreTally{n: make(map[changelog.TopicPartition]int64)}
+}
+
+func (t *restoreTally) add(tp changelog.TopicPartition, n int64) {
+	t.mu.Lock()
+	t.n[tp] += n
+	t.mu.Unlock()
+}
+
+func (t *restoreTally) get(tp changelog.TopicPartition) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[tp]
+}
+
+func (t *restoreTally) total() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n int64
+	for _, v := range t.n {
+		n += v
+	}
+	return n
 }
 
 type restoring struct {
@@ -60,12 +94,12 @@ func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &restorer{
-		reader:   rd,
-		log:      log,
-		cancel:   cancel,
-		exited:   make(chan struct{}),
-		pending:  make(map[task.ID]*restoring),
-		restored: make(map[changelog.TopicPartition]int64),
+		reader:  rd,
+		log:     log,
+		cancel:  cancel,
+		exited:  make(chan struct{}),
+		pending: make(map[task.ID]*restoring),
+		tally:   a.restored,
 	}
 	go r.run(ctx)
 	return r, nil
@@ -100,7 +134,7 @@ func (r *restorer) complete(cs []changelog.Completed) {
 			continue
 		}
 		tp := changelog.TopicPartition{Topic: c.Topic, Partition: c.Partition}
-		r.restored[tp] += c.Restored
+		r.tally.add(tp, c.Restored)
 		p, ok := r.pending[id]
 		if !ok {
 			continue
@@ -193,10 +227,7 @@ func (r *restorer) restoredRecords(t *task.Active) int64 {
 
 // restoredInto is restoredRecords for one changelog partition.
 func (r *restorer) restoredInto(topic string, partition int32) int64 {
-	tp := changelog.TopicPartition{Topic: topic, Partition: partition}
-	r.mu.Lock()
-	n := r.restored[tp]
-	r.mu.Unlock()
+	n := r.tally.get(changelog.TopicPartition{Topic: topic, Partition: partition})
 	if p, ok := r.reader.Progress(topic, partition); ok {
 		n += p.Restored
 	}
@@ -212,18 +243,6 @@ func (r *restorer) close() {
 	r.cancel()
 	r.reader.Close()
 	<-r.exited
-}
-
-// totalRestored counts records applied by restorations that finished since
-// the instance started, over all tasks.
-func (r *restorer) totalRestored() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var n int64
-	for _, v := range r.restored {
-		n += v
-	}
-	return n
 }
 
 // isDone reports whether a task registered for restoration has finished

@@ -38,8 +38,13 @@ type thread struct {
 	budget *statestore.CacheBudget
 	rest   *restorer
 
-	mu         sync.Mutex
-	tasks      map[task.ID]*task.Active
+	mu    sync.Mutex
+	tasks map[task.ID]*task.Active
+	// waiting holds tasks assigned to this thread that another thread of
+	// the instance still held when the assignment came; they start when it
+	// lets go. waitingAny mirrors len(waiting) > 0 for readers without mu.
+	waiting    map[task.ID]bool
+	waitingAny atomic.Bool
 	lastCommit time.Time
 	rr         map[string]int32 // round-robin partition for keyless sink records
 
@@ -47,6 +52,10 @@ type thread struct {
 	// sess is the transactional session under exactly-once; cl is then
 	// its client.
 	sess *kgo.GroupTransactSession
+	// group is cl for goroutines other than the thread's own (a probing
+	// rebalance timer), which may run while a fenced thread replaces its
+	// client; nil until the first client exists.
+	group atomic.Pointer[kgo.Client]
 	// rebalancePending is set when the group wants to rebalance while the
 	// thread holds it off: the thread commits before letting it proceed.
 	rebalancePending atomic.Bool
@@ -92,16 +101,7 @@ type thread struct {
 const recBlock = 256
 
 func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error) {
-	th := &thread{
-		app:    a,
-		idx:    idx,
-		log:    a.log.With("thread", idx),
-		budget: budget,
-		tasks:  make(map[task.ID]*task.Active),
-		rr:     make(map[string]int32),
-		exited: make(chan struct{}),
-	}
-	th.ctx, th.cancel = context.WithCancel(context.Background())
+	th := unconnectedThread(a, idx, budget)
 	// The client joins the group as soon as it exists, and its rebalance
 	// callbacks may run before it is stored: hold mu (which they take)
 	// until the thread is whole.
@@ -116,6 +116,22 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 		return nil, err
 	}
 	return th, nil
+}
+
+// unconnectedThread is a thread without clients.
+func unconnectedThread(a *App, idx int, budget *statestore.CacheBudget) *thread {
+	th := &thread{
+		app:     a,
+		idx:     idx,
+		log:     a.log.With("thread", idx),
+		budget:  budget,
+		tasks:   make(map[task.ID]*task.Active),
+		waiting: make(map[task.ID]bool),
+		rr:      make(map[string]int32),
+		exited:  make(chan struct{}),
+	}
+	th.ctx, th.cancel = context.WithCancel(context.Background())
+	return th
 }
 
 // connect creates the thread's group client: a consumer and producer in
@@ -162,6 +178,7 @@ func (th *thread) connect() error {
 			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
 		}
 		th.out = newOutbox(th.cl, th.onProduced)
+		th.group.Store(th.cl)
 		return nil
 	}
 	opts = append(opts,
@@ -174,12 +191,21 @@ func (th *thread) connect() error {
 		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
 	}
 	th.cl = th.sess.Client()
+	th.group.Store(th.cl)
 	if err := th.sess.Begin(); err != nil {
 		th.sess.Close()
 		return fmt.Errorf("runtime: thread %d begin transaction: %w", th.idx, err)
 	}
 	th.out = newOutbox(th.cl, th.onProduced)
 	return nil
+}
+
+// forceRebalance asks the group to rebalance through the thread's current
+// client. It may be called from any goroutine.
+func (th *thread) forceRebalance() {
+	if cl := th.group.Load(); cl != nil {
+		cl.ForceRebalance()
+	}
 }
 
 // stop asks the thread to finish its loop; wait waits for it.
@@ -263,6 +289,7 @@ func (th *thread) iteration() error {
 	if fatal != nil {
 		return fatal
 	}
+	th.startWaiting()
 	if err := th.restoreStep(); err != nil {
 		return err
 	}
@@ -476,10 +503,11 @@ var errCrashed = errors.New("runtime: crashed by test hook")
 // crashAt is a test seam: when it returns true for a commit step, the
 // thread behaves as if the process died there (network cut, nothing more
 // written).
-var crashAt func(step string) bool
+// It is set while stream threads run, so it is read atomically.
+var crashAt atomic.Pointer[func(step string) bool]
 
 func (th *thread) maybeCrash(step string) error {
-	if crashAt == nil || !crashAt(step) {
+	if f := crashAt.Load(); f == nil || !(*f)(step) {
 		return nil
 	}
 	th.app.net.sever()
@@ -642,34 +670,64 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 		if _, ok := th.tasks[id]; ok {
 			continue
 		}
-		stores := th.app.registry.claimActive(th, id)
-		t, err := task.NewActive(task.Config{
-			ID:        id,
-			AppID:     th.app.cfg.ApplicationID,
-			Topology:  th.app.topo,
-			Changelog: th.app.changelogTopic,
-			Open:      th.app.openStore,
-			Stores:    stores,
-			Budget:    th.budget,
-			Sender:    th,
-			Logger:    th.log,
-		})
-		if err != nil {
-			th.app.registry.forget(id)
-			th.app.fail(err)
-			continue
-		}
-		th.tasks[id] = t
-		err = th.startRestoring(t)
-		th.app.registry.activeStarted(th, t)
-		if err != nil {
-			th.app.fail(err)
+		if !th.startActive(id) {
+			// Its input stays paused until the task starts.
+			th.cl.PauseFetchPartitions(th.inputPartitions(id))
+			th.waiting[id] = true
 		}
 	}
+	th.waitingAny.Store(len(th.waiting) > 0)
 	th.app.registry.setShare(th.idx, *info)
 	th.app.metrics.rebalances.Inc()
 	th.assigned.Store(true)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
+}
+
+// startActive creates an active task around the stores the registry hands
+// over (or opens them) and starts restoring it. It returns false, doing
+// nothing, when another thread of this instance still holds the task.
+func (th *thread) startActive(id task.ID) bool {
+	stores, held := th.app.registry.claimActive(th, id)
+	if held {
+		return false
+	}
+	t, err := task.NewActive(task.Config{
+		ID:        id,
+		AppID:     th.app.cfg.ApplicationID,
+		Topology:  th.app.topo,
+		Changelog: th.app.changelogTopic,
+		Open:      th.app.openStore,
+		Stores:    stores,
+		Budget:    th.budget,
+		Sender:    th,
+		Logger:    th.log,
+	})
+	if err != nil {
+		th.app.registry.forget(th, id)
+		th.app.fail(err)
+		return true
+	}
+	th.tasks[id] = t
+	err = th.startRestoring(t)
+	th.app.registry.activeStarted(th, t)
+	if err != nil {
+		th.app.fail(err)
+	}
+	return true
+}
+
+// startWaiting starts the assigned tasks that were held by another thread
+// when the assignment came, once that thread has let them go.
+func (th *thread) startWaiting() {
+	if len(th.waiting) == 0 {
+		return
+	}
+	for _, id := range slices.SortedFunc(maps.Keys(th.waiting), task.ID.Compare) {
+		if th.startActive(id) {
+			delete(th.waiting, id)
+		}
+	}
+	th.waitingAny.Store(len(th.waiting) > 0)
 }
 
 // startRestoring pauses a task's input and hands its changelogs to the
@@ -707,6 +765,7 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
+	defer th.unassigned()
 	if th.sess != nil {
 		// The session aborts a transaction a revocation interrupts; the
 		// thread committed just before allowing the rebalance when it
@@ -722,6 +781,14 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 		return
 	}
 	th.parkAll()
+}
+
+// unassigned forgets the tasks still waiting to start and tells the
+// registry that the thread's next assignment is not yet known.
+func (th *thread) unassigned() {
+	clear(th.waiting)
+	th.waitingAny.Store(false)
+	th.app.registry.revoked(th.idx)
 }
 
 // parkAll hands every task's open stores to the registry after a
@@ -740,6 +807,7 @@ func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32)
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
+	defer th.unassigned()
 	th.log.Warn("partitions lost; closing tasks without committing")
 	th.dropAll()
 	if th.sess != nil {

@@ -193,13 +193,14 @@ func testZombie(t *testing.T, midCommit bool) {
 	// they all stopped (cleanups run last-registered first); cutHook
 	// says what it does meanwhile.
 	var cutHook atomic.Pointer[func()]
-	crashAt = func(step string) bool {
+	hook := func(step string) bool {
 		if f := cutHook.Load(); f != nil && step == "before-commit" {
 			(*f)()
 		}
 		return false
 	}
-	t.Cleanup(func() { crashAt = nil })
+	crashAt.Store(&hook)
+	t.Cleanup(func() { crashAt.Store(nil) })
 	dirs := map[string]string{}
 	start := func(name string) *App {
 		dirs[name] = t.TempDir()

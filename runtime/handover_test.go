@@ -1,0 +1,250 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+)
+
+// handoverRig is an instance with two stream threads that never join a
+// group: the test calls their rebalance callbacks itself, in the order it
+// chooses, as the group client of each would.
+type handoverRig struct {
+	app *App
+	th  []*thread
+}
+
+const handoverRecords = 50
+
+var (
+	task00 = task.ID{SubTopology: 0, Partition: 0}
+	task01 = task.ID{SubTopology: 0, Partition: 1}
+)
+
+func newHandoverRig(t *testing.T) *handoverRig {
+	b, _ := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "handover", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 2})
+	require.NoError(t, err)
+	require.NoError(t, app.prepare(context.Background()))
+	r := &handoverRig{app: app}
+	for i := range 2 {
+		th := unconnectedThread(app, i, statestore.NewCacheBudget(0))
+		th.rest, err = newRestorer(app, th.log)
+		require.NoError(t, err)
+		th.cl, err = kgo.NewClient(app.clientOpts()...)
+		require.NoError(t, err)
+		th.out = newOutbox(th.cl, th.onProduced)
+		r.th = append(r.th, th)
+	}
+	app.threads = r.th
+	app.state.Store(int32(StateRunning))
+	t.Cleanup(func() {
+		for _, th := range r.th {
+			th.mu.Lock()
+			th.dropAll()
+			th.mu.Unlock()
+			th.cl.Close()
+			th.out.close()
+			th.rest.close()
+		}
+		app.releaseResources()
+	})
+
+	// The changelog of both tasks' store already holds records, so a
+	// replica opened anew would have to read them again.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	topic := changelog.TopicName("handover", "counts")
+	for p := range int32(2) {
+		for i := range handoverRecords {
+			rec := &kgo.Record{Topic: topic, Partition: p, Key: fmt.Appendf(nil, "k%d", i), Value: []byte{0, 0, 0, 0, 0, 0, 0, 1}}
+			require.NoError(t, cl.ProduceSync(context.Background(), rec).FirstErr())
+		}
+	}
+	return r
+}
+
+func (r *handoverRig) assign(i int, info assignor.AssignmentInfo) {
+	r.th[i].info.Store(&info)
+	r.th[i].onAssigned(context.Background(), nil, nil)
+}
+
+func (r *handoverRig) revokeAll() {
+	for _, th := range r.th {
+		th.onRevoked(context.Background(), nil, nil)
+	}
+}
+
+func (r *handoverRig) counts(id task.ID) ReplicaInfo {
+	ri, _ := r.app.registry.replica(id, "counts")
+	return ri
+}
+
+// restored is what the instance reports as restored into a task.
+func (r *handoverRig) restored(id task.ID) int64 {
+	for _, ti := range r.app.Tasks() {
+		if ti.ID == id {
+			return ti.Restored
+		}
+	}
+	return -1
+}
+
+// waitRunning steps a thread's restoration, as its loop would, until the
+// task runs.
+func (r *handoverRig) waitRunning(t *testing.T, i int, id task.ID) {
+	t.Helper()
+	th := r.th[i]
+	waitFor(t, 10*time.Second, fmt.Sprintf("task %s running on thread %d", id, i), func() bool {
+		th.mu.Lock()
+		defer th.mu.Unlock()
+		th.startWaiting()
+		require.NoError(t, th.restoreStep())
+		tk, ok := th.tasks[id]
+		return ok && tk.State() == task.Running
+	})
+}
+
+// backing returns the store a thread's task runs on.
+func (r *handoverRig) backing(t *testing.T, i int, id task.ID) statestore.Store {
+	t.Helper()
+	th := r.th[i]
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	tk, ok := th.tasks[id]
+	require.True(t, ok, "thread %d has no task %s", i, id)
+	h, ok := tk.Store("counts")
+	require.True(t, ok)
+	return h.Inner
+}
+
+// A standby promoted to active on another thread of its instance keeps its
+// open store whichever of the two threads handles its new assignment first:
+// the thread that does not get the task must not close the standby under
+// the one that does. The ordering is forced here; in a group it is a race
+// between the threads' callbacks.
+func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
+	for _, order := range [][]int{{0, 1}, {1, 0}} {
+		t.Run(fmt.Sprintf("thread %d assigned first", order[0]), func(t *testing.T) {
+			r := newHandoverRig(t)
+			// Thread 0 follows 0_0 as a standby; thread 1 runs 0_1.
+			r.assign(0, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+			r.assign(1, assignor.AssignmentInfo{Active: []task.ID{task01}})
+			waitFor(t, 10*time.Second, "standby 0_0 caught up", func() bool {
+				ri := r.counts(task00)
+				return ri.Role == RoleStandby && ri.Position == handoverRecords && ri.Lag == 0
+			})
+			r.waitRunning(t, 1, task01)
+			standbyStore := r.counts(task00).Backing
+
+			// The next assignment moves 0_0 to thread 1 as active, and
+			// 0_1 to thread 0.
+			r.revokeAll()
+			next := map[int]assignor.AssignmentInfo{
+				0: {Active: []task.ID{task01}},
+				1: {Active: []task.ID{task00}},
+			}
+			for _, i := range order {
+				r.assign(i, next[i])
+				ri, open := r.app.registry.replica(task00, "counts")
+				require.True(t, open, "0_0 not open here after thread %d's assignment", i)
+				require.Same(t, standbyStore, ri.Backing, "0_0 reopened after thread %d's assignment", i)
+			}
+			r.waitRunning(t, 1, task00)
+			r.waitRunning(t, 0, task01)
+			require.Same(t, standbyStore, r.backing(t, 1, task00), "the promoted task runs on the standby's store")
+			require.Zero(t, r.restored(task00), "the promoted standby restored records again")
+			require.Equal(t, RoleActive, r.counts(task00).Role)
+			require.NoError(t, r.app.Err())
+		})
+	}
+}
+
+// An active task released by one thread and claimed by another thread of the
+// same instance moves with its open store, whichever thread handles the
+// assignment first; a replica nobody claims is closed once every thread has
+// its assignment, not before.
+func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
+	for _, order := range [][]int{{0, 1}, {1, 0}} {
+		t.Run(fmt.Sprintf("thread %d assigned first", order[0]), func(t *testing.T) {
+			r := newHandoverRig(t)
+			r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00, task01}})
+			r.assign(1, assignor.AssignmentInfo{})
+			r.waitRunning(t, 0, task00)
+			r.waitRunning(t, 0, task01)
+			stores := map[task.ID]statestore.Store{task00: r.backing(t, 0, task00), task01: r.backing(t, 0, task01)}
+			require.EqualValues(t, handoverRecords, r.restored(task00), "0_0 restored from scratch on thread 0")
+
+			// 0_0 moves to thread 1; 0_1 leaves the instance.
+			r.revokeAll()
+			next := map[int]assignor.AssignmentInfo{
+				0: {},
+				1: {Active: []task.ID{task00}},
+			}
+			r.assign(order[0], next[order[0]])
+			for id, s := range stores {
+				ri, open := r.app.registry.replica(id, "counts")
+				require.True(t, open, "%s closed before every thread had its assignment", id)
+				require.Same(t, s, ri.Backing)
+			}
+			r.assign(order[1], next[order[1]])
+			_, open := r.app.registry.replica(task01, "counts")
+			require.False(t, open, "0_1, assigned nowhere here, is still open")
+			r.waitRunning(t, 1, task00)
+			require.Same(t, stores[task00], r.backing(t, 1, task00), "0_0 was reopened on thread 1")
+			// The count of records restored into 0_0 belongs to the
+			// instance: it neither grows (nothing was read again) nor
+			// starts over on the new thread.
+			require.EqualValues(t, handoverRecords, r.restored(task00))
+			require.EqualValues(t, handoverRecords, r.counts(task00).Restored)
+			require.EqualValues(t, 2*handoverRecords, r.app.RestoredRecords())
+			require.NoError(t, r.app.Err())
+		})
+	}
+}
+
+// A task assigned to a thread while another thread of the instance still
+// holds it (that thread fell out of the group and has not noticed yet)
+// waits, input paused, until the holder lets it go, then starts on the
+// store the holder released; it never opens the store a second time.
+func TestTaskHeldByAnotherThreadStartsWhenReleased(t *testing.T) {
+	r := newHandoverRig(t)
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	r.assign(1, assignor.AssignmentInfo{})
+	r.waitRunning(t, 0, task00)
+	held := r.backing(t, 0, task00)
+
+	// Thread 1 is assigned 0_0 in a generation thread 0 is not part of.
+	r.th[1].onRevoked(context.Background(), nil, nil)
+	r.assign(1, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	in := r.th[1].inputPartitions(task00)
+	th1 := r.th[1]
+	for range 3 {
+		th1.mu.Lock()
+		th1.startWaiting()
+		_, started := th1.tasks[task00]
+		th1.mu.Unlock()
+		require.False(t, started, "thread 1 started 0_0 while thread 0 runs it")
+	}
+	require.Equal(t, in, th1.cl.PauseFetchPartitions(nil), "input of the waiting task is not paused")
+	require.False(t, r.app.Ready(), "ready with a task waiting to start")
+	require.Equal(t, RoleActive, r.counts(task00).Role, "0_0 no longer runs on thread 0")
+	require.Same(t, held, r.counts(task00).Backing)
+
+	// Thread 0 notices and lets it go, committing first.
+	r.th[0].onRevoked(context.Background(), nil, nil)
+	r.waitRunning(t, 1, task00)
+	require.Same(t, held, r.backing(t, 1, task00))
+	require.Empty(t, th1.cl.PauseFetchPartitions(nil), "input of the started task still paused")
+	require.NoError(t, r.app.Err())
+}
