@@ -89,6 +89,11 @@ type thread struct {
 	sendParts int32
 	srcTopic  string
 	srcSub    int
+	// lastTask is the task of lastID, the previous record's: records come
+	// in runs per partition. Nil when unknown; any change to tasks
+	// clears it.
+	lastID   task.ID
+	lastTask *task.Active
 	// recs is the unused tail of a block of producer records. Records
 	// are handed out one by one and never reused: the producer holds each
 	// until its promise runs, and the block stays alive until the last of
@@ -324,8 +329,12 @@ func (th *thread) process(r *kgo.Record) error {
 		th.srcTopic, th.srcSub = r.Topic, th.app.plan.topicSub[r.Topic]
 	}
 	id := task.ID{SubTopology: th.srcSub, Partition: r.Partition}
-	t, ok := th.tasks[id]
-	if !ok || t.State() != task.Running {
+	t := th.lastTask
+	if t == nil || id != th.lastID {
+		t = th.tasks[id]
+		th.lastID, th.lastTask = id, t
+	}
+	if t == nil || t.State() != task.Running {
 		// Partitions of tasks that are not running are paused, so this
 		// is a record fetched before the pause; it will be fetched again.
 		return nil
@@ -708,6 +717,7 @@ func (th *thread) startActive(id task.ID) bool {
 		return true
 	}
 	th.tasks[id] = t
+	th.lastTask = nil
 	err = th.startRestoring(t)
 	th.app.registry.activeStarted(th, t)
 	if err != nil {
@@ -800,6 +810,7 @@ func (th *thread) parkAll() {
 		th.rest.unregister(t)
 		th.app.registry.park(t)
 		delete(th.tasks, t.ID())
+		th.lastTask = nil
 	}
 }
 
@@ -827,6 +838,7 @@ func (th *thread) closeTask(t *task.Active, clean bool) {
 	th.rest.unregister(t)
 	th.app.registry.closeActive(t, clean)
 	delete(th.tasks, t.ID())
+	th.lastTask = nil
 }
 
 // die is shutdown after Kill: the network is already cut, so leaving the
