@@ -460,10 +460,8 @@ func (th *thread) commit(ctx context.Context) error {
 	if err := acks.Err(); err != nil {
 		return fmt.Errorf("runtime: commit: changelog: %w", err)
 	}
-	for _, t := range running {
-		if err := t.CompleteCommit(acks.Last); err != nil {
-			return fmt.Errorf("runtime: commit: %w", err)
-		}
+	if err := completeCommits(running, acks.Last); err != nil {
+		return err
 	}
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
 	perTask := make(map[task.ID]map[string]int64)
@@ -559,12 +557,33 @@ func (th *thread) commitTransaction(ctx context.Context, running []*task.Active,
 		off, ok := acks.Last(topic, partition)
 		return off + 1, ok
 	}
-	for _, t := range running {
-		if err := t.CompleteCommit(pastMarker); err != nil {
-			return fmt.Errorf("runtime: commit: %w", err)
-		}
+	if err := completeCommits(running, pastMarker); err != nil {
+		return err
 	}
 	return th.begin()
+}
+
+// completeCommits writes the tasks' committed writes into their stores, all
+// tasks at once: every store is a database of its own whose write waits for
+// its own disk work, so writing them one after another would add those
+// waits up on every commit.
+func completeCommits(tasks []*task.Active, last task.LastOffsetFunc) error {
+	if len(tasks) == 1 {
+		if err := tasks[0].CompleteCommit(last); err != nil {
+			return fmt.Errorf("runtime: commit: %w", err)
+		}
+		return nil
+	}
+	errs := make([]error, len(tasks))
+	var wg sync.WaitGroup
+	for i, t := range tasks {
+		wg.Go(func() { errs[i] = t.CompleteCommit(last) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("runtime: commit: %w", err)
+	}
+	return nil
 }
 
 // begin starts the next transaction, clearing a produce error that belonged

@@ -131,7 +131,11 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eddy: %w", err)
 	}
+	if stopProf, err = profile(cfg.profileDir, "wordcount-eddy-eos"); err != nil {
+		return nil, err
+	}
 	eos, err := runEddyWordCount(ctx, cfg, addrs, adm, int64(cfg.lines), ref, wcEddyApp+"-eos", runtime.ExactlyOnce)
+	stopProf()
 	if err != nil {
 		return nil, fmt.Errorf("eddy exactly-once: %w", err)
 	}
