@@ -40,9 +40,9 @@ func newHandoverRig(t *testing.T) *handoverRig {
 		th := unconnectedThread(app, i, statestore.NewCacheBudget(0))
 		th.rest, err = newRestorer(app, th.log)
 		require.NoError(t, err)
-		th.cl, err = kgo.NewClient(app.clientOpts()...)
+		cl, err := kgo.NewClient(app.clientOpts()...)
 		require.NoError(t, err)
-		th.out = newOutbox(th.cl, th.onProduced)
+		th.attach(cl)
 		r.th = append(r.th, th)
 	}
 	app.threads = r.th

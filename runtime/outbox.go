@@ -102,9 +102,9 @@ func (o *outbox) flush() {
 	o.pending.Wait()
 }
 
-// close flushes and stops the goroutine. It must be called once, by the
-// thread, before the client is closed or after; records given to a closed
-// client fail through their promise.
+// close flushes and stops the goroutine; later calls do nothing. It may run
+// before or after the client is closed: records given to a closed client
+// fail through their promise.
 func (o *outbox) close() {
 	if o.closed {
 		return

@@ -179,11 +179,11 @@ func (th *thread) connect() error {
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
 	if cfg.ProcessingGuarantee != ExactlyOnce {
-		if th.cl, err = kgo.NewClient(opts...); err != nil {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
 			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
 		}
-		th.out = newOutbox(th.cl, th.onProduced)
-		th.group.Store(th.cl)
+		th.attach(cl)
 		return nil
 	}
 	opts = append(opts,
@@ -195,14 +195,19 @@ func (th *thread) connect() error {
 	if th.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
 		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
 	}
-	th.cl = th.sess.Client()
-	th.group.Store(th.cl)
 	if err := th.sess.Begin(); err != nil {
 		th.sess.Close()
 		return fmt.Errorf("runtime: thread %d begin transaction: %w", th.idx, err)
 	}
-	th.out = newOutbox(th.cl, th.onProduced)
+	th.attach(th.sess.Client())
 	return nil
+}
+
+// attach makes cl the thread's client, with an outbox of its own.
+func (th *thread) attach(cl *kgo.Client) {
+	th.cl = cl
+	th.group.Store(cl)
+	th.out = newOutbox(cl, th.onProduced)
 }
 
 // forceRebalance asks the group to rebalance through the thread's current
