@@ -88,27 +88,69 @@ type Metadata struct {
 	Partitions map[string]int32
 }
 
+// Unknown is the value of a ReplicaInfo duration that is not known: a
+// replica never caught up, a lag never confirmed, an active whose commits
+// were never observed.
+const Unknown time.Duration = -1
+
 // ReplicaInfo describes one local replica of a store partition at one
-// moment.
+// moment. Every figure in it is one the replica can vouch for: a position
+// at which its contents are a consistent snapshot, a lag the broker
+// confirmed recently, an age measured against the partition's input.
 type ReplicaInfo struct {
 	Store     string
 	Partition int32
 	Role      Role
 	// Position is the changelog offset of the next record to apply: the
-	// store's contents reflect everything before it.
+	// store's contents are a consistent snapshot of the changelog before
+	// it. -1 while Rebuilding: the replica has no consistent position.
 	Position int64
-	// End is the end offset (high watermark) last known for the changelog
-	// partition.
+	// Rebuilding is set while the replica reads its changelog from empty
+	// (a fresh replica, or one reset because its position no longer fit)
+	// and has not yet reached the end offset taken when it began. A
+	// compacted changelog read part way is no snapshot of any offset, so
+	// such a replica answers only AnyStaleness.
+	Rebuilding bool
+	// End is the changelog end offset the broker last confirmed (the last
+	// stable offset when reading committed), -1 if never.
 	End int64
-	// Lag is End - Position, never negative.
+	// Lag is End - Position, never negative; -1 (unknown) when End was
+	// never confirmed, when the last confirmation is older than the
+	// backend's confirmation window (the replica may be cut off from the
+	// broker), or while Rebuilding.
 	Lag int64
-	// SinceCaughtUp is how long ago this replica last had lag 0; 0 if it
-	// is caught up now. A replica never caught up reports the time since
-	// it was created.
-	SinceCaughtUp time.Duration
+	// LagConfirmedAgo is how long ago the broker last confirmed End;
+	// Unknown if never. 0 for a running active, the changelog's writer.
+	LagConfirmedAgo time.Duration
+	// CaughtUpAgo is how long ago the replica last had a confirmed lag of
+	// 0 (0 if it has now); Unknown if it never had since it was opened.
+	CaughtUpAgo time.Duration
+	// InputCommittedAgo is how long ago the partition's active task was
+	// last known to have committed all the input then present on its
+	// source partitions (observed from the group's committed offsets and
+	// the source partitions' end offsets); Unknown if never observed. A
+	// replica of a dead or stalled active ages with it even when its
+	// changelog, no longer written, shows no lag. 0 for a running active.
+	InputCommittedAgo time.Duration
 	// Restored counts records applied by restoration since the instance
 	// started.
 	Restored int64
+}
+
+// Age is how stale the replica's contents may be: the longer of the time
+// since it last caught up with its changelog and the time since its
+// partition's active last covered its input. A running active has age 0.
+// ok is false when the age is not known (a rebuilding replica, one never
+// caught up, an active never observed): such a replica fails every age
+// bound.
+func (i ReplicaInfo) Age() (age time.Duration, ok bool) {
+	if i.Role == RoleActive {
+		return 0, true
+	}
+	if i.Rebuilding || i.CaughtUpAgo < 0 || i.InputCommittedAgo < 0 {
+		return 0, false
+	}
+	return max(i.CaughtUpAgo, i.InputCommittedAgo), true
 }
 
 // Replica is a local replica of one store partition.

@@ -41,7 +41,7 @@ func TestQuerierGet(t *testing.T) {
 	k0, k1, k2, k3 := keyIn(0, 4, "a"), keyIn(1, 4, "b"), keyIn(2, 4, "c"), keyIn(3, 4, "d")
 	reps[0].put(t, k0, 7)
 	reps[1].put(t, k1, 8)
-	reps[1].set(func(i *ReplicaInfo) { i.End = i.Position + 40; i.SinceCaughtUp = 3 * time.Second })
+	reps[1].set(func(i *ReplicaInfo) { i.End = i.Position + 40; i.CaughtUpAgo = 3 * time.Second })
 	reps[2].put(t, k2, 9)
 	reps[2].set(func(i *ReplicaInfo) { i.End = 5000 })
 

@@ -158,7 +158,7 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 	b, reps := oneInstance(t)
 	k0 := keyIn(0, 4, "a")
 	reps[0].put(t, k0, 42)
-	reps[1].set(func(i *ReplicaInfo) { i.End = 30; i.Restored = 12; i.SinceCaughtUp = 1500 * time.Millisecond })
+	reps[1].set(func(i *ReplicaInfo) { i.End = 30; i.Restored = 12; i.CaughtUpAgo = 1500 * time.Millisecond })
 	srv := NewServer(b, countsCodec())
 	defer srv.Close()
 	hs := httptest.NewServer(srv)
@@ -263,7 +263,7 @@ func TestRouting(t *testing.T) {
 	k0 := keyIn(0, 3, "k")
 	reps[[2]int{0, 0}].put(t, k0, 5)
 	reps[[2]int{2, 0}].put(t, k0, 4) // the standby of partition 0, one record behind
-	reps[[2]int{2, 0}].set(func(i *ReplicaInfo) { i.End = 2; i.SinceCaughtUp = time.Second })
+	reps[[2]int{2, 0}].set(func(i *ReplicaInfo) { i.End = 2; i.CaughtUpAgo = time.Second })
 	a, b, s := c.ins[0], c.ins[1], c.ins[2] // active, no replica, standby of partition 0
 
 	served := func(body map[string]any) (string, string) {

@@ -124,7 +124,8 @@ func (s Staleness) Allows(info ReplicaInfo, acceptableRecoveryLag int64) bool {
 	case staleLag:
 		return info.Lag <= s.maxLag && info.Lag <= acceptableRecoveryLag
 	case staleAge:
-		return info.SinceCaughtUp <= s.maxAge && info.Lag <= acceptableRecoveryLag
+		age, ok := info.Age()
+		return ok && age <= s.maxAge && info.Lag <= acceptableRecoveryLag
 	default:
 		return false
 	}
@@ -142,7 +143,7 @@ func (s Staleness) Check(info ReplicaInfo, acceptableRecoveryLag int64) error {
 		Role:                  info.Role,
 		Position:              info.Position,
 		Lag:                   info.Lag,
-		SinceCaughtUp:         info.SinceCaughtUp,
+		SinceCaughtUp:         info.CaughtUpAgo,
 		AcceptableRecoveryLag: acceptableRecoveryLag,
 		Bound:                 s,
 	}

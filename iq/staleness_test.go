@@ -62,7 +62,7 @@ func TestParseStaleness(t *testing.T) {
 func TestStalenessGate(t *testing.T) {
 	const arl = 1000
 	rep := func(role Role, lag int64, since time.Duration) ReplicaInfo {
-		return ReplicaInfo{Store: "s", Partition: 1, Role: role, Position: 5000 - lag, End: 5000, Lag: lag, SinceCaughtUp: since}
+		return ReplicaInfo{Store: "s", Partition: 1, Role: role, Position: 5000 - lag, End: 5000, Lag: lag, CaughtUpAgo: since}
 	}
 	for _, tc := range []struct {
 		name  string

@@ -371,7 +371,7 @@ func lagsOf(infos []ReplicaInfo) []wireLag {
 	for _, i := range infos {
 		out = append(out, wireLag{
 			Store: i.Store, Partition: i.Partition, Role: i.Role, Position: i.Position, End: i.End,
-			Lag: i.Lag, Restored: i.Restored, SinceCaughtUpMs: i.SinceCaughtUp.Milliseconds(),
+			Lag: i.Lag, Restored: i.Restored, SinceCaughtUpMs: i.CaughtUpAgo.Milliseconds(),
 		})
 	}
 	sort.Slice(out, func(a, b int) bool {

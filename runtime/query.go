@@ -223,10 +223,16 @@ func toIQ(ri ReplicaInfo) iq.ReplicaInfo {
 		// bound but "any" accepts it.
 		out.Lag = math.MaxInt64
 	}
-	if out.Lag > 0 && !ri.CaughtUp.IsZero() {
-		out.SinceCaughtUp = time.Since(ri.CaughtUp)
-	} else if out.Lag > 0 {
-		out.SinceCaughtUp = time.Since(ri.Opened)
+	// Interim mapping, kept from before the fields above were split: the
+	// runtime does not yet track confirmation times or input commits.
+	out.LagConfirmedAgo, out.InputCommittedAgo = 0, 0
+	switch {
+	case out.Lag == 0:
+		out.CaughtUpAgo = 0
+	case !ri.CaughtUp.IsZero():
+		out.CaughtUpAgo = time.Since(ri.CaughtUp)
+	default:
+		out.CaughtUpAgo = iq.Unknown
 	}
 	return out
 }
