@@ -44,8 +44,9 @@ type ClientOptions struct {
 	// overrides it for one lookup.
 	Prefer Preference
 	// ActiveFirstTimeout bounds the wait for a partition's active before a
-	// lookup whose bound allows other replicas asks them instead. Default
-	// 300ms.
+	// lookup whose bound allows other replicas asks them instead; an
+	// active that does not answer in time is routed around for
+	// SuspectFor, like one that did not answer at all. Default 300ms.
 	ActiveFirstTimeout time.Duration
 }
 

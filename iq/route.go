@@ -23,30 +23,6 @@ import (
 // reads, so a misbehaving peer cannot exhaust memory.
 const maxAnswerBytes = 64 << 20
 
-// candidates orders the hosts that may answer for a partition under a
-// bound: the active first, then standbys, then warmups, leaving out skip
-// (the asking instance, which already tried itself).
-func candidates(km KeyQueryMetadata, bound Staleness, skip string) []string {
-	var hosts []string
-	if km.Active != "" && km.Active != skip {
-		hosts = append(hosts, km.Active)
-	}
-	if !bound.AllowsNonActive() {
-		return hosts
-	}
-	for _, h := range km.Standbys {
-		if h != skip {
-			hosts = append(hosts, h)
-		}
-	}
-	for _, h := range km.Warmups {
-		if h != skip {
-			hosts = append(hosts, h)
-		}
-	}
-	return hosts
-}
-
 // fingerprint identifies a routing table's content, so suspicion can end
 // at the next assignment without the backend exposing a generation.
 func fingerprint(m Metadata) uint64 {

@@ -45,7 +45,7 @@ func freshness(t *testing.T, cfg ServerConfig) (*cluster, []*fakeReplica) {
 		i.Position, i.End, i.Rebuilding, i.CaughtUpAgo = -1, 3000, true, Unknown
 	})
 	reps[2].set(func(i *ReplicaInfo) { i.Position, i.End, i.CaughtUpAgo = 2990, 3000, time.Second })
-	reps[3].set(func(i *ReplicaInfo) { i.Position, i.End, i.CaughtUpAgo = 2000, 3000, 2 * time.Second })
+	reps[3].set(func(i *ReplicaInfo) { i.Position, i.End, i.CaughtUpAgo = 2000, 3000, 2*time.Second })
 	c.publish()
 	return c, reps
 }
@@ -260,6 +260,9 @@ func TestKeysThatAreNotPathSegments(t *testing.T) {
 	status, body = getJSON(t, c.ins[1].http.URL+"/v1/stores/counts/keys")
 	require.Equal(t, 400, status)
 	require.Equal(t, reasonInvalid, body["reason"])
+	status, body = getJSON(t, c.ins[1].http.URL+"/v1/metadata/stores/counts/keys?key=..")
+	require.Equal(t, 200, status)
+	require.Equal(t, c.ins[0].addr(), body["active"])
 }
 
 func TestNegativeMinPosition(t *testing.T) {

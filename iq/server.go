@@ -214,7 +214,8 @@ func (c ServerConfig) withDefaults() ServerConfig {
 //	GET /v1/stores/{store}/range        ?from= &to= &staleness= &route= (default false) &prefer= &partition= &limit= &min_position=
 //	    200 {"store","partitions":[{"partition","served_by","entries":[{"key","value"}],"truncated"}],"failed":[...]}
 //	    429 past MaxConcurrentRanges
-//	GET /v1/metadata/stores/{store}/keys/{key}  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
+//	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
+//	GET /v1/metadata/stores/{store}/keys/{key}  the same
 //	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
 //	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N}}
 //	GET /v1/lags                        [{"store","partition","role","position","end","lag","rebuilding","restored","lag_confirmed_ms_ago","since_caught_up_ms","input_committed_ms_ago","age_ms"}]
@@ -273,7 +274,16 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /v1/metadata", s.handleMetadata)
 	s.mux.HandleFunc("GET /v1/metadata/stores/{store}", s.handleStoreMetadata)
-	s.mux.HandleFunc("GET /v1/metadata/stores/{store}/keys/{key}", s.handleKeyMetadata)
+	s.mux.HandleFunc("GET /v1/metadata/stores/{store}/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
+		s.handleKeyMetadata(w, r, r.PathValue("key"))
+	})
+	s.mux.HandleFunc("GET /v1/metadata/stores/{store}/keys", func(w http.ResponseWriter, r *http.Request) {
+		if !r.URL.Query().Has("key") {
+			writeErr(w, invalidf("key metadata needs a key: /v1/metadata/stores/%s/keys?key=KEY", r.PathValue("store")))
+			return
+		}
+		s.handleKeyMetadata(w, r, r.URL.Query().Get("key"))
+	})
 	s.mux.HandleFunc("GET /v1/lags", s.handleLags)
 	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
 		s.handleKey(w, r, r.PathValue("key"))
@@ -462,8 +472,8 @@ func (s *Server) handleStoreMetadata(w http.ResponseWriter, r *http.Request) {
 	}{sm.Store, sm.Partitions, wm.Instances})
 }
 
-func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request) {
-	store, keyText := r.PathValue("store"), r.PathValue("key")
+func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request, keyText string) {
+	store := r.PathValue("store")
 	c, ok := s.codec(w, store)
 	if !ok {
 		return
