@@ -532,7 +532,7 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		lp := provenanceOf(s.b.Self(), part, info)
 		local = &lp
 		if !p.route || (p.prefer == PreferFreshest && lp.caughtUp()) {
-			s.answerKeyLocally(w, c, keyText, rep, info, part, kb, nil)
+			s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, nil)
 			return
 		}
 	}
@@ -564,7 +564,13 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		return
 	}
 	if ch.local {
-		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, ch.tried)
+		// Routing took a while: the local replica must still be within
+		// the bound now.
+		if rep, info, err = s.q.replica(store, part, &o); err != nil {
+			s.refuseKey(w, store, &UnavailableError{Store: store, Partition: part, Bound: p.bound, Tried: append(ch.tried, Attempt{Host: s.self(), Err: err})})
+			return
+		}
+		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, ch.tried)
 		return
 	}
 	s.observe(KeyQuery{Store: store, ServedBy: ch.prov, Found: ch.val.status == http.StatusOK, Forwarded: true})
@@ -576,11 +582,11 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 // answerKeyLocally reads a key from the local replica. tried, the
 // attempts of a router that fell back on it, make up the refusal if the
 // replica moved away meanwhile.
-func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, tried []Attempt) {
+func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, bound Staleness, tried []Attempt) {
 	res, err := s.q.getFrom(rep, info, c.Name, part, kb)
 	if err != nil {
 		if tried != nil {
-			err = &UnavailableError{Store: c.Name, Partition: part, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
+			err = &UnavailableError{Store: c.Name, Partition: part, Bound: bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
 		}
 		s.refuseKey(w, c.Name, err)
 		return
