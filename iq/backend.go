@@ -185,7 +185,4 @@ type Backend interface {
 	Replica(store string, partition int32) (Replica, error)
 	// LocalReplicas describes every local replica.
 	LocalReplicas() []ReplicaInfo
-	// AcceptableRecoveryLag is the lag within which a replica other than
-	// a running active counts as near caught up.
-	AcceptableRecoveryLag() int64
 }

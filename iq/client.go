@@ -39,6 +39,15 @@ type ClientOptions struct {
 	// Transport carries the requests. Nil uses a private transport with a
 	// 1s connect timeout.
 	Transport http.RoundTripper
+	// Prefer is how lookups choose among the replicas within their bound:
+	// PreferFreshest (the default) or PreferSpread. WithPreference
+	// overrides it for one lookup.
+	Prefer Preference
+	// ActiveFirstTimeout bounds the wait for a partition's active before a
+	// lookup whose bound allows other replicas asks them instead; an
+	// active that does not answer in time is routed around for
+	// SuspectFor, like one that did not answer at all. Default 300ms.
+	ActiveFirstTimeout time.Duration
 }
 
 // minRefreshInterval keeps a burst of failing lookups from turning into a
@@ -49,8 +58,11 @@ const minRefreshInterval = 100 * time.Millisecond
 // Client queries an Eddy application from outside it. Given the address of
 // any of its instances, it fetches the routing table (/v1/metadata),
 // computes each key's partition itself, and asks the partition's active
-// host, then its standbys and warmups while the staleness bound allows,
-// refreshing the table when answers suggest it is out of date.
+// host first (for ActiveFirstTimeout when the bound allows others), then
+// every standby and warmup the bound allows at once, returning the
+// freshest answer (see the package doc), refreshing the table when answers
+// suggest it is out of date. With PreferSpread it asks the replicas in
+// random order instead.
 //
 // Unless disabled, reads are monotonic per partition: the client remembers
 // the highest position it saw for each store partition and refuses answers
@@ -99,6 +111,9 @@ func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
 	}
 	if c.opts.SuspectFor <= 0 {
 		c.opts.SuspectFor = 5 * time.Second
+	}
+	if c.opts.ActiveFirstTimeout <= 0 {
+		c.opts.ActiveFirstTimeout = 300 * time.Millisecond
 	}
 	switch {
 	case c.opts.BehindWait == 0:
@@ -327,23 +342,32 @@ func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string,
 	if hasMin {
 		q.Set("min_position", strconv.FormatInt(minPos, 10))
 	}
-	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/keys/" + url.PathEscape(keyText) + "?" + q.Encode()
-	var res Result[json.RawMessage]
 	var fatal error
-	tried, ok := c.rt.try(ctx, candidates(km, o.bound, ""), memoFingerprint(m), pathQuery, func(_ string, st int, body []byte) error {
+	prefer := c.opts.Prefer
+	if o.hasPrefer {
+		prefer = o.prefer
+	}
+	pl := newRoutePlan(km, o.bound, "", nil, c.opts.ActiveFirstTimeout, memoFingerprint(m))
+	ch, tried, ok := routeBy(ctx, c.rt, prefer, pl, keyPath(store, keyText, q), func(st int, body []byte) (Result[json.RawMessage], Provenance, error) {
 		if st == http.StatusOK || st == http.StatusNotFound {
 			var k wireKey
 			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
-				res = Result[json.RawMessage]{Value: k.Value, Found: st == http.StatusOK, Provenance: k.ServedBy.provenance(k.Partition)}
-				return nil
+				prov := k.ServedBy.provenance(k.Partition)
+				return Result[json.RawMessage]{Value: k.Value, Found: st == http.StatusOK, Provenance: prov}, prov, nil
 			}
 		}
-		err := decodeErrorAnswer(st, body)
-		if errors.Is(err, ErrInvalidQuery) || errors.Is(err, ErrUnknownStore) {
-			fatal = err
-		}
-		return err
+		return Result[json.RawMessage]{}, Provenance{}, decodeErrorAnswer(st, body)
 	})
+	res := ch.val
+	// What is wrong with the query itself is wrong everywhere: no other
+	// table will do better. (Decoders may run concurrently, so this is
+	// found after the fact.)
+	for _, a := range tried {
+		if errors.Is(a.Err, ErrInvalidQuery) || errors.Is(a.Err, ErrUnknownStore) {
+			fatal = a.Err
+			break
+		}
+	}
 	if ok {
 		if !c.opts.DisableMonotonic {
 			c.saw(store, part, res.Provenance.Position)

@@ -34,11 +34,17 @@ func (r *fakeReplica) Info() ReplicaInfo {
 
 func (r *fakeReplica) Store() statestore.Store { return r.store }
 
+// set changes the replica's description; the lag follows End and
+// Position unless the replica is rebuilding or its lag unconfirmed
+// (LagConfirmedAgo Unknown), when it is unknown.
 func (r *fakeReplica) set(f func(*ReplicaInfo)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f(&r.info)
 	r.info.Lag = max(r.info.End-r.info.Position, 0)
+	if r.info.Rebuilding || r.info.LagConfirmedAgo < 0 {
+		r.info.Lag = -1
+	}
 }
 
 // put writes key=value through Store.Write and moves the position, as a
@@ -64,11 +70,10 @@ type fakeBackend struct {
 	partitions map[string]int32
 	replicas   map[StorePartition]*fakeReplica
 	replicaErr error // when set, Replica fails with it
-	arl        int64
 }
 
 func newFakeBackend(self string, partitions map[string]int32) *fakeBackend {
-	return &fakeBackend{self: self, partitions: partitions, replicas: make(map[StorePartition]*fakeReplica), arl: 10000}
+	return &fakeBackend{self: self, partitions: partitions, replicas: make(map[StorePartition]*fakeReplica)}
 }
 
 func (f *fakeBackend) Self() string {
@@ -116,8 +121,6 @@ func (f *fakeBackend) LocalReplicas() []ReplicaInfo {
 	}
 	return out
 }
-
-func (f *fakeBackend) AcceptableRecoveryLag() int64 { return f.arl }
 
 // add gives the instance a replica with a fresh in-memory store.
 func (f *fakeBackend) add(store string, p int32, role Role) *fakeReplica {

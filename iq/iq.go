@@ -3,10 +3,45 @@
 // HTTP, from active, restoring, standby and warmup replicas alike.
 //
 // Every answer says where it came from (host, partition, replica role,
-// changelog position and lag), and every caller states how stale an answer it
+// changelog position, lag, age, and how long ago the partition's active last
+// committed its input), and every caller states how stale an answer it
 // accepts (see Staleness). A replica outside the caller's bound refuses with
 // a typed error instead of answering, so no caller ever gets older data than
 // it asked for without being told.
+//
+// # Staleness bounds
+//
+//   - "active" (ActiveOnly, the default): only the partition's running
+//     active answers.
+//   - "lag:N" (MaxLag): a replica that is not rebuilding and whose lag, the
+//     changelog records between its position and the end offset the broker
+//     confirmed recently, is known and at most N. A lag not confirmed
+//     recently is unknown and fails.
+//   - "age:D" (MaxAge): a replica whose age is known and at most D. The age
+//     is the longer of the time since the replica last had a confirmed lag
+//     of 0 and the time since the partition's active last committed all its
+//     input. A replica never caught up since it was opened, a rebuilding
+//     one, or one whose active was never seen committing, has no age and
+//     fails; a standby of a dead active fails D after the active's last
+//     commit, though its changelog, no longer written, shows no lag.
+//   - "any" (AnyStaleness): any replica, a rebuilding one included.
+//
+// A running active passes every bound. The caller's bound is not capped by
+// the instance's acceptable recovery lag (the assignor's threshold): as in
+// KIP-535, the caller chooses.
+//
+// # Routing
+//
+// With routing on (the HTTP server's route=true, and the Client always), a
+// lookup is answered by the freshest replica that can answer within the
+// bound: an instance answers from its own replica at once only when it is the
+// running active or caught up (a confirmed lag of 0, not rebuilding);
+// otherwise the partition's active is asked first, for a short while
+// (ServerConfig.ActiveFirstTimeout) when the bound lets others answer, and
+// then every other replica within the bound, the local one included; the
+// answer of the replica at the highest changelog position wins (ties go to
+// the smaller confirmed lag). PreferSpread instead spreads lookups at random
+// over every replica within the bound.
 //
 // The package never depends on the runtime: the runtime implements Backend,
 // and iq builds the in-process Querier, the HTTP Server and the routing
@@ -67,39 +102,66 @@ var (
 	ErrNotAvailable error = &sentinel{msg: "iq: no replica can answer right now (retry shortly, or loosen the staleness bound)"}
 	// ErrInvalidQuery: a malformed key, staleness bound or parameter.
 	ErrInvalidQuery error = &sentinel{msg: "iq: invalid query (fix the request)"}
+	// ErrOverloaded: the instance is at its limit of concurrent range
+	// queries or forwarded lookups (see ServerConfig); the HTTP server
+	// answers 429 with a Retry-After header.
+	ErrOverloaded error = &sentinel{msg: "iq: instance is at its concurrency limit (retry after the Retry-After delay, or ask another instance)"}
 )
 
 // StaleError is a replica's refusal to answer because it is outside the
-// caller's staleness bound. errors.Is(err, ErrTooStale) holds.
+// caller's staleness bound. It carries what the replica said about itself,
+// and its message says which rule of Staleness it failed.
+// errors.Is(err, ErrTooStale) holds.
 type StaleError struct {
 	Store     string
 	Partition int32
 	Host      string
 	Role      Role
-	Position  int64
-	Lag       int64
-	// SinceCaughtUp is how long ago the replica last had no lag.
+	// Position is -1 while the replica is rebuilding.
+	Position int64
+	// Lag is -1 when unknown.
+	Lag        int64
+	Rebuilding bool
+	// LagConfirmedAgo is how long ago the broker last confirmed the
+	// changelog end, Unknown if never.
+	LagConfirmedAgo time.Duration
+	// SinceCaughtUp is how long ago the replica last had no lag, Unknown
+	// if never.
 	SinceCaughtUp time.Duration
-	// AcceptableRecoveryLag is the near-caught-up limit that applied.
+	// InputCommittedAgo is how long ago the partition's active last
+	// committed its input, Unknown if never observed.
+	InputCommittedAgo time.Duration
+	// AcceptableRecoveryLag is always 0.
+	//
+	// Deprecated: the acceptable recovery lag no longer caps a caller's
+	// bound (see Staleness); the field stays only so that existing code
+	// compiles.
 	AcceptableRecoveryLag int64
 	Bound                 Staleness
 }
 
-// Error names the replica, its lag and the bound it missed, and what to do next.
+func (e *StaleError) info() ReplicaInfo {
+	return ReplicaInfo{Store: e.Store, Partition: e.Partition, Role: e.Role, Position: e.Position, Lag: e.Lag, Rebuilding: e.Rebuilding,
+		LagConfirmedAgo: e.LagConfirmedAgo, CaughtUpAgo: e.SinceCaughtUp, InputCommittedAgo: e.InputCommittedAgo}
+}
+
+// Error names the replica, what it vouches for, the bound it missed and
+// why, and what to do next.
 func (e *StaleError) Error() string {
-	var why string
-	switch {
-	case e.Bound.kind == staleActive:
-		why = "only a running active may answer"
-	case e.Lag > e.AcceptableRecoveryLag:
-		why = fmt.Sprintf("its lag exceeds the acceptable recovery lag %d, so it answers only staleness=any", e.AcceptableRecoveryLag)
-	case e.Bound.kind == staleAge:
-		why = fmt.Sprintf("last caught up %s ago", e.SinceCaughtUp.Round(time.Millisecond))
-	default:
-		why = "its lag exceeds the bound"
+	why := e.Bound.refusal(e.info())
+	if why == "" {
+		why = "it is outside the bound"
 	}
-	return fmt.Sprintf("iq: store %q partition %d: %s replica%s at position %d, lag %d, refuses staleness=%s: %s (ask the active host, or retry with a looser bound such as staleness=any)",
-		e.Store, e.Partition, e.Role, onHost(e.Host), e.Position, e.Lag, e.Bound, why)
+	at := fmt.Sprintf("at position %d", e.Position)
+	if e.Rebuilding || e.Position < 0 {
+		at = "rebuilding (no consistent position yet)"
+	}
+	lag := fmt.Sprintf("lag %d", e.Lag)
+	if e.Lag < 0 {
+		lag = "lag unknown"
+	}
+	return fmt.Sprintf("iq: store %q partition %d: %s replica%s %s, %s, refuses staleness=%s: %s (ask the active host, or retry with a looser bound such as staleness=any)",
+		e.Store, e.Partition, e.Role, onHost(e.Host), at, lag, e.Bound, why)
 }
 
 // Is makes errors.Is(err, ErrTooStale) hold.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -20,8 +21,61 @@ type Provenance struct {
 	// the data returned reflects no record at or beyond it. Pass it back
 	// as a minimum position to never read older data again.
 	Position int64
-	// Lag is the replica's lag right after the read.
+	// Lag is the replica's lag right after the read, -1 when unknown (not
+	// confirmed by the broker recently, or rebuilding).
 	Lag int64
+	// Rebuilding is set when the replica was rebuilding its store from
+	// empty (Position is then -1): only staleness=any accepts it.
+	Rebuilding bool
+	// LagConfirmedAgo is how long before the read the broker last
+	// confirmed the changelog end, Unknown if never. 0 for an active.
+	LagConfirmedAgo time.Duration
+	// Age is the replica's age (ReplicaInfo.Age), Unknown if not known.
+	// 0 for an active.
+	Age time.Duration
+	// InputCommittedAgo is how long before the read the partition's
+	// active last committed its input, Unknown if never observed. 0 for
+	// an active.
+	InputCommittedAgo time.Duration
+}
+
+// provenanceOf describes what a replica said about itself, as an answer
+// carries it.
+func provenanceOf(host string, p int32, info ReplicaInfo) Provenance {
+	age, ok := info.Age()
+	if !ok {
+		age = Unknown
+	}
+	return Provenance{Host: host, Partition: p, Role: info.Role, Position: info.Position, Lag: info.Lag, Rebuilding: info.Rebuilding,
+		LagConfirmedAgo: info.LagConfirmedAgo, Age: age, InputCommittedAgo: info.InputCommittedAgo}
+}
+
+// caughtUp reports whether a replica is as fresh as its partition can be:
+// the running active, or a replica with a confirmed lag of 0. Routers
+// answer from such a replica without asking any other.
+func (p Provenance) caughtUp() bool {
+	return p.Role == RoleActive || (!p.Rebuilding && p.Lag == 0)
+}
+
+// fresher reports whether p's data is fresher than o's, for routers
+// choosing between answers: a running active first, then a replica with a
+// consistent position over a rebuilding one, then the higher changelog
+// position (every replica of a partition reads the same changelog), then
+// a confirmed lag over an unknown one, then the smaller lag.
+func (p Provenance) fresher(o Provenance) bool {
+	if (p.Role == RoleActive) != (o.Role == RoleActive) {
+		return p.Role == RoleActive
+	}
+	if p.Rebuilding != o.Rebuilding {
+		return !p.Rebuilding
+	}
+	if p.Position != o.Position {
+		return p.Position > o.Position
+	}
+	if (p.Lag >= 0) != (o.Lag >= 0) {
+		return p.Lag >= 0
+	}
+	return p.Lag < o.Lag
 }
 
 // Result is the answer to a key lookup.
@@ -104,6 +158,52 @@ type queryOptions struct {
 	minPosition  int64
 	hasMin       bool
 	limit        int
+	prefer       Preference
+	hasPrefer    bool
+}
+
+// Preference is how a router chooses among the replicas that may answer
+// within a bound.
+type Preference uint8
+
+// Routing preferences.
+const (
+	// PreferFreshest, the default, asks the active first and otherwise
+	// takes the answer of the freshest replica within the bound.
+	PreferFreshest Preference = iota
+	// PreferSpread spreads lookups at random over every replica within
+	// the bound, active included, to share the load ("chosen randomly",
+	// as KIP-535's draft put it). Answers may be staler than with
+	// PreferFreshest, never staler than the bound.
+	PreferSpread
+)
+
+// String returns freshest or spread, as the HTTP prefer= parameter spells
+// it.
+func (p Preference) String() string {
+	if p == PreferSpread {
+		return "spread"
+	}
+	return "freshest"
+}
+
+// ParsePreference parses "freshest" (or "") and "spread". Errors match
+// ErrInvalidQuery.
+func ParsePreference(s string) (Preference, error) {
+	switch s {
+	case "", "freshest":
+		return PreferFreshest, nil
+	case "spread":
+		return PreferSpread, nil
+	}
+	return 0, invalidf("prefer=%q: want freshest or spread", s)
+}
+
+// WithPreference sets how a routing Client chooses among replicas within
+// the bound for this query, overriding ClientOptions.Prefer. Local
+// queries (Querier) ignore it.
+func WithPreference(p Preference) QueryOption {
+	return func(o *queryOptions) { o.prefer, o.hasPrefer = p, true }
 }
 
 // WithStaleness sets the staleness bound (default ActiveOnly).
@@ -167,8 +267,11 @@ func (q *Querier) replica(store string, p int32, o *queryOptions) (Replica, Repl
 		}
 		return nil, ReplicaInfo{}, err
 	}
+	if o.hasMin && o.minPosition < 0 {
+		return nil, ReplicaInfo{}, invalidf("min_position %d: want a changelog offset, 0 or more", o.minPosition)
+	}
 	info := r.Info()
-	if err := o.bound.Check(info, q.b.AcceptableRecoveryLag()); err != nil {
+	if err := o.bound.Check(info); err != nil {
 		se := err.(*StaleError)
 		se.Store, se.Partition, se.Host = store, p, q.b.Self()
 		return nil, ReplicaInfo{}, se
@@ -189,7 +292,7 @@ func (q *Querier) provenance(r Replica, p int32, before ReplicaInfo) Provenance 
 	if info.Position < before.Position {
 		info = before
 	}
-	return Provenance{Host: q.b.Self(), Partition: p, Role: info.Role, Position: info.Position, Lag: info.Lag}
+	return provenanceOf(q.b.Self(), p, info)
 }
 
 // movedErr turns a store closed under a reader into the retryable error it
@@ -220,6 +323,12 @@ func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts .
 	if err != nil {
 		return Result[[]byte]{}, err
 	}
+	return q.getFrom(r, before, store, p, key)
+}
+
+// getFrom reads a key from a replica that was found fit to answer when it
+// said before about itself.
+func (q *Querier) getFrom(r Replica, before ReplicaInfo, store string, p int32, key []byte) (Result[[]byte], error) {
 	v, found, err := r.Store().Get(key)
 	if err != nil {
 		return Result[[]byte]{}, movedErr(store, p, err)

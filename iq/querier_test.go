@@ -17,7 +17,6 @@ import (
 // other hosts too.
 func oneInstance(t *testing.T) (*fakeBackend, map[int32]*fakeReplica) {
 	b := newFakeBackend("self:1", map[string]int32{testStore: 4})
-	b.arl = 100
 	reps := map[int32]*fakeReplica{
 		0: b.add(testStore, 0, RoleActive),
 		1: b.add(testStore, 1, RoleStandby),
@@ -43,7 +42,7 @@ func TestQuerierGet(t *testing.T) {
 	reps[1].put(t, k1, 8)
 	reps[1].set(func(i *ReplicaInfo) { i.End = i.Position + 40; i.CaughtUpAgo = 3 * time.Second })
 	reps[2].put(t, k2, 9)
-	reps[2].set(func(i *ReplicaInfo) { i.End = 5000 })
+	reps[2].set(func(i *ReplicaInfo) { i.End, i.Position, i.Rebuilding, i.CaughtUpAgo = 5000, -1, true, Unknown })
 
 	t.Run("active answers with provenance", func(t *testing.T) {
 		res, err := Get(ctx, q, testStore, k0, serde.String, serde.Int64)
@@ -65,7 +64,7 @@ func TestQuerierGet(t *testing.T) {
 		var se *StaleError
 		require.True(t, errors.As(err, &se))
 		require.Equal(t, StaleError{Store: testStore, Partition: 1, Host: "self:1", Role: RoleStandby, Position: 1, Lag: 40,
-			SinceCaughtUp: 3 * time.Second, AcceptableRecoveryLag: 100, Bound: ActiveOnly()}, *se)
+			SinceCaughtUp: 3 * time.Second, Bound: ActiveOnly()}, *se)
 		require.Contains(t, err.Error(), "standby replica on self:1 at position 1, lag 40")
 	})
 	t.Run("standby answers any and lag within bound", func(t *testing.T) {
@@ -73,7 +72,7 @@ func TestQuerierGet(t *testing.T) {
 			res, err := Get(ctx, q, testStore, k1, serde.String, serde.Int64, WithStaleness(bound))
 			require.NoError(t, err, bound.String())
 			require.Equal(t, int64(8), res.Value)
-			require.Equal(t, Provenance{Host: "self:1", Partition: 1, Role: RoleStandby, Position: 1, Lag: 40}, res.Provenance)
+			require.Equal(t, Provenance{Host: "self:1", Partition: 1, Role: RoleStandby, Position: 1, Lag: 40, Age: 3 * time.Second}, res.Provenance)
 		}
 		_, err := Get(ctx, q, testStore, k1, serde.String, serde.Int64, WithStaleness(MaxLag(39)))
 		require.ErrorIs(t, err, ErrTooStale)
@@ -85,13 +84,15 @@ func TestQuerierGet(t *testing.T) {
 		var se *StaleError
 		require.True(t, errors.As(err, &se))
 		require.Equal(t, RoleRestoring, se.Role)
-		require.Equal(t, int64(4999), se.Lag)
-		require.Contains(t, err.Error(), "acceptable recovery lag 100")
+		require.Equal(t, int64(-1), se.Lag)
+		require.True(t, se.Rebuilding)
+		require.Contains(t, err.Error(), "rebuilding (no consistent position yet), lag unknown")
+		_, err = Get(ctx, q, testStore, k2, serde.String, serde.Int64, WithStaleness(MaxAge(time.Hour)))
+		require.ErrorIs(t, err, ErrTooStale)
 		res, err := Get(ctx, q, testStore, k2, serde.String, serde.Int64, WithStaleness(AnyStaleness()))
 		require.NoError(t, err)
 		require.Equal(t, int64(9), res.Value)
-		require.Equal(t, RoleRestoring, res.Provenance.Role)
-		require.Equal(t, int64(4999), res.Provenance.Lag)
+		require.Equal(t, Provenance{Host: "self:1", Partition: 2, Role: RoleRestoring, Position: -1, Lag: -1, Rebuilding: true, Age: Unknown}, res.Provenance)
 	})
 	t.Run("not hosted, unknown store, unknown partition", func(t *testing.T) {
 		_, err := Get(ctx, q, testStore, k3, serde.String, serde.Int64, WithStaleness(AnyStaleness()))
@@ -117,6 +118,8 @@ func TestQuerierGet(t *testing.T) {
 		var be *BehindError
 		require.True(t, errors.As(err, &be))
 		require.Equal(t, BehindError{Store: testStore, Partition: 0, Host: "self:1", Role: RoleActive, Position: 1, MinPosition: 2}, *be)
+		_, err = Get(ctx, q, testStore, k0, serde.String, serde.Int64, WithMinPosition(-1))
+		require.ErrorIs(t, err, ErrInvalidQuery)
 	})
 	t.Run("errors from the backend pass through", func(t *testing.T) {
 		b.replicaErr = ErrRebalancing

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -20,30 +22,6 @@ import (
 // maxAnswerBytes bounds how much of another instance's answer a router
 // reads, so a misbehaving peer cannot exhaust memory.
 const maxAnswerBytes = 64 << 20
-
-// candidates orders the hosts that may answer for a partition under a
-// bound: the active first, then standbys, then warmups, leaving out skip
-// (the asking instance, which already tried itself).
-func candidates(km KeyQueryMetadata, bound Staleness, skip string) []string {
-	var hosts []string
-	if km.Active != "" && km.Active != skip {
-		hosts = append(hosts, km.Active)
-	}
-	if !bound.AllowsNonActive() {
-		return hosts
-	}
-	for _, h := range km.Standbys {
-		if h != skip {
-			hosts = append(hosts, h)
-		}
-	}
-	for _, h := range km.Warmups {
-		if h != skip {
-			hosts = append(hosts, h)
-		}
-	}
-	return hosts
-}
 
 // fingerprint identifies a routing table's content, so suspicion can end
 // at the next assignment without the backend exposing a generation.
@@ -164,7 +142,12 @@ func (r *router) close() { r.hc.CloseIdleConnections() }
 // get sends one GET to host and reads the answer. An error means no HTTP
 // answer came back; it is a *transportError unless ctx ended first.
 func (r *router) get(ctx context.Context, host, pathQuery string) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	return r.getWithin(ctx, host, pathQuery, r.timeout)
+}
+
+// getWithin is get bounded by timeout instead of the router's own.
+func (r *router) getWithin(ctx context.Context, host, pathQuery string, timeout time.Duration) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+pathQuery, nil)
 	if err != nil {
@@ -272,4 +255,186 @@ func dedupe(hosts []string) []string {
 		}
 	}
 	return out
+}
+
+// routePlan is who may answer for one partition, as a router sees it.
+type routePlan struct {
+	// active is the partition's active host when it is another instance.
+	active string
+	// others are the other instances' standbys and warmups, when the
+	// bound allows them.
+	others []string
+	// local describes the asking instance's own replica when it may
+	// answer (within the bound and the minimum position); nil otherwise.
+	local *Provenance
+	bound Staleness
+	// activeFirst bounds the wait for the active when others could answer
+	// instead.
+	activeFirst time.Duration
+	fp          func() uint64
+}
+
+// newRoutePlan plans a partition's candidates from its hosts, leaving out
+// self (whose replica, if it may answer, is local).
+func newRoutePlan(km KeyQueryMetadata, bound Staleness, self string, local *Provenance, activeFirst time.Duration, fp func() uint64) routePlan {
+	pl := routePlan{local: local, bound: bound, activeFirst: activeFirst, fp: fp}
+	if km.Active != "" && km.Active != self {
+		pl.active = km.Active
+	}
+	if bound.AllowsNonActive() {
+		for _, h := range append(slices.Clip(km.Standbys), km.Warmups...) {
+			if h != self {
+				pl.others = append(pl.others, h)
+			}
+		}
+	}
+	return pl
+}
+
+// decodeFn turns another instance's HTTP answer into a value and its
+// provenance, or the refusal it carries.
+type decodeFn[T any] func(status int, body []byte) (T, Provenance, error)
+
+// choice is the answer a router settled on: another host's, or the local
+// replica's (which the caller then reads).
+type choice[T any] struct {
+	local bool
+	host  string
+	prov  Provenance
+	val   T
+}
+
+// askHost asks one host within timeout, skipping it if suspect and
+// marking it suspect if it gives no HTTP answer.
+func askHost[T any](ctx context.Context, r *router, host string, timeout time.Duration, fp func() uint64, pathQuery string, decode decodeFn[T]) (T, Provenance, error) {
+	var zero T
+	if r.suspects.suspect(host, fp) {
+		return zero, Provenance{}, errSuspect
+	}
+	status, body, err := r.getWithin(ctx, host, pathQuery, timeout)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.suspects.mark(host, fp())
+		}
+		return zero, Provenance{}, err
+	}
+	return decode(status, body)
+}
+
+// routeFreshest finds the freshest answer within the plan's bound. The
+// active is asked first, for no longer than activeFirst when anyone else
+// could answer instead, since a live active's answer is the freshest
+// there is. Failing that, every other replica is asked at once and the
+// freshest answer wins (Provenance.fresher), the local replica included;
+// a caught-up answer ends the wait for the others. It returns every
+// failed attempt, in candidate order, and whether some replica answered.
+func routeFreshest[T any](ctx context.Context, r *router, pl routePlan, pathQuery string, decode decodeFn[T]) (choice[T], []Attempt, bool) {
+	var tried []Attempt
+	if pl.active != "" {
+		timeout := r.timeout
+		if pl.bound.AllowsNonActive() && (len(pl.others) > 0 || pl.local != nil) {
+			timeout = min(pl.activeFirst, r.timeout)
+		}
+		v, prov, err := askHost(ctx, r, pl.active, timeout, pl.fp, pathQuery, decode)
+		if err == nil {
+			return choice[T]{host: pl.active, prov: prov, val: v}, nil, true
+		}
+		tried = append(tried, Attempt{Host: pl.active, Err: err})
+		if ctx.Err() != nil {
+			return choice[T]{}, tried, false
+		}
+	}
+	var best choice[T]
+	have := false
+	if pl.local != nil {
+		best, have = choice[T]{local: true, prov: *pl.local}, true
+	}
+	if len(pl.others) > 0 {
+		type reply struct {
+			i    int
+			v    T
+			prov Provenance
+			err  error
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		replies := make(chan reply, len(pl.others))
+		for i, h := range pl.others {
+			go func() {
+				v, prov, err := askHost(fctx, r, h, r.timeout, pl.fp, pathQuery, decode)
+				replies <- reply{i, v, prov, err}
+			}()
+		}
+		failed := make([]error, len(pl.others))
+		settled := false
+		for range pl.others {
+			x := <-replies
+			if x.err != nil {
+				if !settled {
+					failed[x.i] = x.err
+				}
+				continue
+			}
+			if !have || x.prov.fresher(best.prov) {
+				best, have = choice[T]{host: pl.others[x.i], prov: x.prov, val: x.v}, true
+			}
+			if !settled && best.prov.caughtUp() {
+				// Nothing fresher is worth waiting for.
+				settled = true
+				cancel()
+			}
+		}
+		for i, err := range failed {
+			if err != nil {
+				tried = append(tried, Attempt{Host: pl.others[i], Err: err})
+			}
+		}
+	}
+	return best, tried, have
+}
+
+// routeSpread asks the plan's candidates, the local replica and the
+// active included, in random order until one answers.
+func routeSpread[T any](ctx context.Context, r *router, pl routePlan, pathQuery string, decode decodeFn[T]) (choice[T], []Attempt, bool) {
+	var hosts []string
+	if pl.active != "" {
+		hosts = append(hosts, pl.active)
+	}
+	hosts = append(hosts, pl.others...)
+	if pl.local != nil {
+		hosts = append(hosts, "") // the local replica
+	}
+	rand.Shuffle(len(hosts), func(i, j int) { hosts[i], hosts[j] = hosts[j], hosts[i] })
+	var tried []Attempt
+	for _, h := range hosts {
+		if h == "" {
+			return choice[T]{local: true, prov: *pl.local}, tried, true
+		}
+		if err := ctx.Err(); err != nil {
+			tried = append(tried, Attempt{Host: h, Err: err})
+			return choice[T]{}, tried, false
+		}
+		v, prov, err := askHost(ctx, r, h, r.timeout, pl.fp, pathQuery, decode)
+		if err == nil {
+			return choice[T]{host: h, prov: prov, val: v}, tried, true
+		}
+		tried = append(tried, Attempt{Host: h, Err: err})
+	}
+	return choice[T]{}, tried, false
+}
+
+// routeBy runs the plan under a preference.
+func routeBy[T any](ctx context.Context, r *router, prefer Preference, pl routePlan, pathQuery string, decode decodeFn[T]) (choice[T], []Attempt, bool) {
+	if prefer == PreferSpread {
+		return routeSpread(ctx, r, pl, pathQuery, decode)
+	}
+	return routeFreshest(ctx, r, pl, pathQuery, decode)
+}
+
+// keyPath is the path and query of a key lookup. The key travels as a
+// query parameter: as a path segment, keys such as ".." or "a/b" would be
+// cleaned or split on the way.
+func keyPath(store, keyText string, q url.Values) string {
+	q.Set("key", keyText)
+	return "/v1/stores/" + url.PathEscape(store) + "/keys?" + q.Encode()
 }

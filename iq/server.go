@@ -85,6 +85,31 @@ type ServerConfig struct {
 	// FanOut is how many partitions a routed range asks at once.
 	// Default 8.
 	FanOut int
+	// ActiveFirstTimeout bounds the wait for a partition's active before
+	// a routed query falls back to the other replicas within its bound
+	// (the whole ForwardTimeout applies when nobody else could answer).
+	// An active that does not answer in time is routed around like a
+	// host that did not answer at all (see SuspectFor). Default 300ms.
+	ActiveFirstTimeout time.Duration
+	// MaxConcurrentRanges caps the range queries the server works on at
+	// once, local and routed, its answers to other instances included;
+	// past it a range query is answered 429 with a Retry-After header.
+	// Each may hold up to MaxRangeEntries entries per partition in
+	// memory. Default 4.
+	MaxConcurrentRanges int
+	// MaxConcurrentForwards caps the key lookups the server is routing to
+	// other instances at once; past it a lookup that needs another
+	// instance is answered 429 with a Retry-After header. Default 256.
+	MaxConcurrentForwards int
+	// RetryAfter is what a 429 answer's Retry-After header says, rounded
+	// up to whole seconds. Default 1s.
+	RetryAfter time.Duration
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are
+	// the http.Server timeouts HTTPServer sets: how long a client may
+	// take to send its headers, its whole request, how long an answer
+	// may take to write (routing and range scans included), and how long
+	// an idle keep-alive connection is kept. Defaults 5s, 10s, 30s, 60s.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// Transport carries forwarded requests. Nil uses a private transport
 	// with a 1s connect timeout.
 	Transport http.RoundTripper
@@ -137,7 +162,7 @@ func (s *Server) observe(q KeyQuery) {
 // refuseKey writes err as the answer to a key lookup, observing it.
 func (s *Server) refuseKey(w http.ResponseWriter, store string, err error) {
 	s.observe(KeyQuery{Store: store, Err: err})
-	writeErr(w, err)
+	s.writeErr(w, err)
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -153,29 +178,64 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	if c.FanOut <= 0 {
 		c.FanOut = 8
 	}
+	if c.ActiveFirstTimeout <= 0 {
+		c.ActiveFirstTimeout = 300 * time.Millisecond
+	}
+	if c.MaxConcurrentRanges <= 0 {
+		c.MaxConcurrentRanges = 4
+	}
+	if c.MaxConcurrentForwards <= 0 {
+		c.MaxConcurrentForwards = 256
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = time.Second
+	}
+	for _, d := range []struct {
+		p *time.Duration
+		v time.Duration
+	}{{&c.ReadHeaderTimeout, 5 * time.Second}, {&c.ReadTimeout, 10 * time.Second}, {&c.WriteTimeout, 30 * time.Second}, {&c.IdleTimeout, time.Minute}} {
+		if *d.p <= 0 {
+			*d.p = d.v
+		}
+	}
 	return c
 }
 
 // Server is the HTTP API of one instance. It serves:
 //
-//	GET /v1/stores/{store}/keys/{key}   ?staleness= &route= (default true) &min_position= &partition=
-//	    200 {"key","value","partition","served_by":{"host","role","position","lag"}}
+//	GET /v1/stores/{store}/keys?key=   ?staleness= &route= (default true) &prefer=freshest|spread &min_position= &partition=
+//	GET /v1/stores/{store}/keys/{key}  the same, with the key as a path segment (keys such as ".." or "a/b" need the form above)
+//	    200 {"key","value","partition","served_by":{"host","role","position","lag","rebuilding","lag_confirmed_ms_ago","age_ms","input_committed_ms_ago"}}
+//	        (position is null while rebuilding; lag, and each _ms figure, null when unknown)
 //	    404 the same without "value" when the key is absent on the answering replica
+//	    409 {"reason":"behind"} when the replica asked (route=false) is below min_position
+//	    429 {"reason":"overloaded"} with Retry-After past MaxConcurrentForwards
 //	    503 {"error","reason","tried":[{"host","error","reason"}]} when no replica within the bound answered
-//	GET /v1/stores/{store}/range        ?from= &to= &staleness= &route= (default false) &partition= &limit= &min_position=
+//	GET /v1/stores/{store}/range        ?from= &to= &staleness= &route= (default false) &prefer= &partition= &limit= &min_position=
 //	    200 {"store","partitions":[{"partition","served_by","entries":[{"key","value"}],"truncated"}],"failed":[...]}
-//	GET /v1/metadata/stores/{store}/keys/{key}  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
+//	    429 past MaxConcurrentRanges
+//	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
+//	GET /v1/metadata/stores/{store}/keys/{key}  the same
 //	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
 //	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N}}
-//	GET /v1/lags                        [{"store","partition","role","position","end","lag","restored","since_caught_up_ms"}]
+//	GET /v1/lags                        [{"store","partition","role","position","end","lag","rebuilding","restored","lag_confirmed_ms_ago","since_caught_up_ms","input_committed_ms_ago","age_ms"}]
 //	GET /healthz                        200 when the routing table is known and no local replica is restoring, else 503
 //
 // Errors are {"error": message, "reason": code, ...} with the status
-// StatusFor gives. With route=true a key lookup is answered locally when a
-// local replica satisfies the bound, else forwarded once (with route=false)
-// to the active host, then to standby and warmup hosts while the bound
-// allows them. A host whose forward fails without an HTTP answer is
-// skipped for a while (see ServerConfig.SuspectFor).
+// StatusFor gives. A min_position no replica has reached is answered 409
+// (reason behind) by a replica asked with route=false; routed, it is a 503
+// whose tried list gives reason behind for each replica that refused so.
+//
+// With route=true (and prefer=freshest, the default) a key lookup is
+// answered locally when the local replica is the running active, or is
+// caught up (a confirmed lag of 0) and within the bound; otherwise the
+// active is asked first (for ActiveFirstTimeout when others may answer),
+// then every standby and warmup the bound allows at once, and the
+// freshest answer, the local replica's included, is served. prefer=spread
+// picks among all of them at random instead. Forwarded requests carry
+// route=false, so they never travel further. A host whose forward fails
+// without an HTTP answer is skipped for a while (see
+// ServerConfig.SuspectFor). Routed ranges do the same for each partition.
 type Server struct {
 	b      Backend
 	q      *Querier
@@ -183,6 +243,9 @@ type Server struct {
 	codecs map[string]StoreCodec
 	rt     *router
 	mux    *http.ServeMux
+	// ranges and forwards hold one token per range query and per routed
+	// key lookup in progress.
+	ranges, forwards chan struct{}
 }
 
 // NewServer returns the HTTP API of the instance b describes, for the
@@ -201,6 +264,9 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 		codecs: make(map[string]StoreCodec, len(codecs)),
 		rt:     newRouter(cfg.Transport, cfg.ForwardTimeout, cfg.SuspectFor),
 		mux:    http.NewServeMux(),
+
+		ranges:   make(chan struct{}, cfg.MaxConcurrentRanges),
+		forwards: make(chan struct{}, cfg.MaxConcurrentForwards),
 	}
 	for _, c := range codecs {
 		s.codecs[c.Name] = c
@@ -208,15 +274,66 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /v1/metadata", s.handleMetadata)
 	s.mux.HandleFunc("GET /v1/metadata/stores/{store}", s.handleStoreMetadata)
-	s.mux.HandleFunc("GET /v1/metadata/stores/{store}/keys/{key}", s.handleKeyMetadata)
+	s.mux.HandleFunc("GET /v1/metadata/stores/{store}/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
+		s.handleKeyMetadata(w, r, r.PathValue("key"))
+	})
+	s.mux.HandleFunc("GET /v1/metadata/stores/{store}/keys", func(w http.ResponseWriter, r *http.Request) {
+		if !r.URL.Query().Has("key") {
+			writeErr(w, invalidf("key metadata needs a key: /v1/metadata/stores/%s/keys?key=KEY", r.PathValue("store")))
+			return
+		}
+		s.handleKeyMetadata(w, r, r.URL.Query().Get("key"))
+	})
 	s.mux.HandleFunc("GET /v1/lags", s.handleLags)
-	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}", s.handleKey)
+	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
+		s.handleKey(w, r, r.PathValue("key"))
+	})
+	s.mux.HandleFunc("GET /v1/stores/{store}/keys", func(w http.ResponseWriter, r *http.Request) {
+		if !r.URL.Query().Has("key") {
+			s.refuseKey(w, r.PathValue("store"), invalidf("a key lookup needs a key: /v1/stores/%s/keys?key=KEY", r.PathValue("store")))
+			return
+		}
+		s.handleKey(w, r, r.URL.Query().Get("key"))
+	})
 	s.mux.HandleFunc("GET /v1/stores/{store}/range", s.handleRange)
 	return s
 }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// HTTPServer returns an http.Server serving s on addr with the timeouts of
+// the ServerConfig, so that slow or idle clients cannot hold connections
+// open. Replace its Handler to serve more than the query API (wrapping s).
+func (s *Server) HTTPServer(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+	}
+}
+
+// acquire takes a token of sem, or fails with ErrOverloaded at once.
+func acquire(sem chan struct{}, what string) (release func(), err error) {
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	default:
+		return nil, fmt.Errorf("%w: %d %s already in progress", ErrOverloaded, cap(sem), what)
+	}
+}
+
+// writeErr writes an error answer, with the Retry-After an overloaded
+// answer promises.
+func (s *Server) writeErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, ErrOverloaded) {
+		w.Header().Set("Retry-After", strconv.Itoa(int((s.cfg.RetryAfter+time.Second-1)/time.Second)))
+	}
+	writeErr(w, err)
+}
 
 // Querier returns the in-process query API the server answers from.
 func (s *Server) Querier() *Querier { return s.q }
@@ -249,6 +366,7 @@ type params struct {
 	minPos       int64
 	hasMin       bool
 	limit        int
+	prefer       Preference
 }
 
 func parseParams(v url.Values, routeDefault bool, maxLimit int) (params, error) {
@@ -270,8 +388,8 @@ func parseParams(v url.Values, routeDefault bool, maxLimit int) (params, error) 
 		p.partition, p.hasPartition = int32(n), true
 	}
 	if s := v.Get("min_position"); s != "" {
-		if p.minPos, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return p, invalidf("min_position=%q: want a changelog offset", s)
+		if p.minPos, err = strconv.ParseInt(s, 10, 64); err != nil || p.minPos < 0 {
+			return p, invalidf("min_position=%q: want a changelog offset, 0 or more", s)
 		}
 		p.hasMin = true
 	}
@@ -281,6 +399,9 @@ func parseParams(v url.Values, routeDefault bool, maxLimit int) (params, error) 
 			return p, invalidf("limit=%q: want a positive count", s)
 		}
 		p.limit = min(n, maxLimit)
+	}
+	if p.prefer, err = ParsePreference(v.Get("prefer")); err != nil {
+		return p, err
 	}
 	return p, nil
 }
@@ -299,19 +420,19 @@ func (p params) options() []QueryOption {
 	return opts
 }
 
-// forwardQuery is the query string of a forwarded request: the same
-// bound and positions, never routed again.
-func (p params) forwardQuery(extra url.Values) string {
+// forwardQuery is the query of a forwarded request: the same bound,
+// minimum position and partition, never routed again.
+func (p params) forwardQuery() url.Values {
 	v := url.Values{}
-	for k, vs := range extra {
-		v[k] = vs
-	}
 	v.Set("staleness", p.bound.String())
 	v.Set("route", "false")
 	if p.hasMin {
 		v.Set("min_position", strconv.FormatInt(p.minPos, 10))
 	}
-	return v.Encode()
+	if p.hasPartition {
+		v.Set("partition", strconv.Itoa(int(p.partition)))
+	}
+	return v
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
@@ -351,8 +472,8 @@ func (s *Server) handleStoreMetadata(w http.ResponseWriter, r *http.Request) {
 	}{sm.Store, sm.Partitions, wm.Instances})
 }
 
-func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request) {
-	store, keyText := r.PathValue("store"), r.PathValue("key")
+func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request, keyText string) {
+	store := r.PathValue("store")
 	c, ok := s.codec(w, store)
 	if !ok {
 		return
@@ -378,14 +499,15 @@ func (s *Server) handleLags(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, lagsOf(s.b.LocalReplicas()))
 }
 
-func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
-	store, keyText := r.PathValue("store"), r.PathValue("key")
+func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText string) {
+	store := r.PathValue("store")
+	v := r.URL.Query()
 	c, ok := s.codecs[store]
 	if !ok {
 		s.refuseKey(w, store, fmt.Errorf("%w: %q is not served over HTTP", ErrUnknownStore, store))
 		return
 	}
-	p, err := parseParams(r.URL.Query(), true, 0)
+	p, err := parseParams(v, true, 0)
 	if err != nil {
 		s.refuseKey(w, store, err)
 		return
@@ -395,17 +517,6 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
 		s.refuseKey(w, store, invalidf("malformed key %q for store %q: %v", keyText, store, err))
 		return
 	}
-	ctx := r.Context()
-	res, err := s.q.GetBytes(ctx, store, kb, p.options()...)
-	if err == nil {
-		s.writeKey(w, c, keyText, res)
-		return
-	}
-	if !p.route || !reroutable(err) {
-		s.refuseKey(w, store, err)
-		return
-	}
-	localErr := err
 	part := p.partition
 	if !p.hasPartition {
 		if part, err = s.b.KeyPartition(store, kb); err != nil {
@@ -413,66 +524,122 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var status int
-	var answer []byte
-	var served Provenance
-	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/keys/" + url.PathEscape(keyText) + "?" + p.forwardQuery(nil)
-	if p.hasPartition {
-		pathQuery += "&partition=" + strconv.Itoa(int(part))
+	ctx := r.Context()
+	o := buildOptions(p.options())
+	rep, info, localErr := s.q.replica(store, part, &o)
+	var local *Provenance
+	if localErr == nil {
+		lp := provenanceOf(s.b.Self(), part, info)
+		local = &lp
+		if !p.route || (p.prefer == PreferFreshest && lp.caughtUp()) {
+			s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, nil)
+			return
+		}
 	}
-	uerr := s.route(ctx, store, part, p.bound, localErr, pathQuery, func(_ string, st int, body []byte) error {
+	if !p.route || !reroutable(localErr) {
+		s.refuseKey(w, store, localErr)
+		return
+	}
+	release, err := acquire(s.forwards, "forwarded key lookups")
+	if err != nil {
+		s.refuseKey(w, store, err)
+		return
+	}
+	defer release()
+	type keyAnswer struct {
+		status int
+		body   []byte
+	}
+	ch, err := routeFor(ctx, s, store, part, p, local, localErr, keyPath(store, keyText, p.forwardQuery()), func(st int, body []byte) (keyAnswer, Provenance, error) {
 		if st == http.StatusOK || st == http.StatusNotFound {
 			var k wireKey
 			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
-				status, answer, served = st, body, k.ServedBy.provenance(k.Partition)
-				return nil
+				return keyAnswer{st, body}, k.ServedBy.provenance(k.Partition), nil
 			}
 		}
-		return decodeErrorAnswer(st, body)
+		return keyAnswer{}, Provenance{}, decodeErrorAnswer(st, body)
 	})
-	if uerr != nil {
-		s.refuseKey(w, store, uerr)
+	if err != nil {
+		s.refuseKey(w, store, err)
 		return
 	}
-	s.observe(KeyQuery{Store: store, ServedBy: served, Found: status == http.StatusOK, Forwarded: true})
+	if ch.local {
+		// Routing took a while: the local replica must still be within
+		// the bound now.
+		if rep, info, err = s.q.replica(store, part, &o); err != nil {
+			s.refuseKey(w, store, &UnavailableError{Store: store, Partition: part, Bound: p.bound, Tried: append(ch.tried, Attempt{Host: s.self(), Err: err})})
+			return
+		}
+		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, ch.tried)
+		return
+	}
+	s.observe(KeyQuery{Store: store, ServedBy: ch.prov, Found: ch.val.status == http.StatusOK, Forwarded: true})
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(answer)
+	w.WriteHeader(ch.val.status)
+	w.Write(ch.val.body)
 }
 
-// route asks the other hosts of a partition, after the local attempt
-// failed with localErr. It returns nil once accept took an answer, else
-// the *UnavailableError listing every attempt.
-func (s *Server) route(ctx context.Context, store string, part int32, bound Staleness, localErr error, pathQuery string, accept func(host string, status int, body []byte) error) error {
-	ue := &UnavailableError{Store: store, Partition: part, Bound: bound}
-	if !errors.Is(localErr, ErrNotHostedHere) {
+// answerKeyLocally reads a key from the local replica. tried, the
+// attempts of a router that fell back on it, make up the refusal if the
+// replica moved away meanwhile.
+func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, bound Staleness, tried []Attempt) {
+	res, err := s.q.getFrom(rep, info, c.Name, part, kb)
+	if err != nil {
+		if tried != nil {
+			err = &UnavailableError{Store: c.Name, Partition: part, Bound: bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
+		}
+		s.refuseKey(w, c.Name, err)
+		return
+	}
+	s.writeKey(w, c, keyText, res)
+}
+
+// routed is what routeFor settled on, with the attempts that failed on the
+// way (they explain a later failure of the local replica).
+type routed[T any] struct {
+	choice[T]
+	tried []Attempt
+}
+
+// routeFor asks the other replicas of a partition for a query the local
+// replica did not answer at once: local is that replica when it may
+// answer within the bound (a fallback), localErr why it may not. It
+// returns the answer chosen, or the *UnavailableError listing every
+// attempt.
+func routeFor[T any](ctx context.Context, s *Server, store string, part int32, p params, local *Provenance, localErr error, pathQuery string, decode decodeFn[T]) (routed[T], error) {
+	ue := &UnavailableError{Store: store, Partition: part, Bound: p.bound}
+	if localErr != nil && !errors.Is(localErr, ErrNotHostedHere) {
 		ue.Tried = append(ue.Tried, Attempt{Host: s.self(), Err: localErr})
 	}
+	var km KeyQueryMetadata
 	m, err := s.b.Metadata()
-	if err != nil {
-		ue.Cause = err
-		return ue
-	}
-	km, err := locate(m, store, part)
-	if err != nil {
+	if err == nil {
+		km, err = locate(m, store, part)
 		var inner *UnavailableError
 		if errors.As(err, &inner) {
 			err = inner.Cause
 		}
-		ue.Cause = err
-		return ue
 	}
-	tried, ok := s.rt.try(ctx, candidates(km, bound, s.b.Self()), memoFingerprint(m), pathQuery, accept)
+	if err != nil {
+		if local != nil {
+			// Nobody else is known: the local replica is the freshest.
+			return routed[T]{choice: choice[T]{local: true, prov: *local}}, nil
+		}
+		ue.Cause = err
+		return routed[T]{}, ue
+	}
+	pl := newRoutePlan(km, p.bound, s.b.Self(), local, s.cfg.ActiveFirstTimeout, memoFingerprint(m))
+	ch, tried, ok := routeBy(ctx, s.rt, p.prefer, pl, pathQuery, decode)
 	if ok {
-		return nil
+		return routed[T]{choice: ch, tried: append(ue.Tried, tried...)}, nil
 	}
 	ue.Tried = append(ue.Tried, tried...)
 	if err := ctx.Err(); err != nil {
 		ue.Cause = err
 	} else if len(ue.Tried) == 0 {
-		ue.Cause = fmt.Errorf("no host within staleness=%s holds the partition (active %q)", bound, km.Active)
+		ue.Cause = fmt.Errorf("no host within staleness=%s holds the partition (active %q)", p.bound, km.Active)
 	}
-	return ue
+	return routed[T]{}, ue
 }
 
 func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, res Result[[]byte]) {
@@ -532,6 +699,12 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	release, err := acquire(s.ranges, "range queries")
+	if err != nil {
+		s.writeErr(w, err)
+		return
+	}
+	defer release()
 	v := r.URL.Query()
 	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
 	if err != nil {
@@ -626,40 +799,55 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// rangePartition answers one partition of a routed range: locally if a
-// local replica may, else from another host.
+// rangePartition answers one partition of a routed range, choosing the
+// replica as a routed key lookup does.
 func (s *Server) rangePartition(ctx context.Context, c StoreCodec, store string, part int32, from, to []byte, v url.Values, p params) (wirePartitionRange, error) {
 	p.partition, p.hasPartition = part, true
-	res, err := s.q.RangeBytes(ctx, store, from, to, p.options()...)
-	if err == nil {
+	o := buildOptions(p.options())
+	_, info, localErr := s.q.replica(store, part, &o)
+	readLocal := func() (wirePartitionRange, error) {
+		res, err := s.q.RangeBytes(ctx, store, from, to, p.options()...)
+		if err != nil {
+			return wirePartitionRange{}, err
+		}
 		return encodeEntries(c, res.Partitions[0])
 	}
-	if !reroutable(err) {
-		return wirePartitionRange{}, err
-	}
-	extra := url.Values{"partition": {strconv.Itoa(int(part))}, "limit": {strconv.Itoa(p.limit)}}
-	for _, k := range []string{"from", "to"} {
-		if t := v.Get(k); t != "" {
-			extra.Set(k, t)
+	var local *Provenance
+	if localErr == nil {
+		lp := provenanceOf(s.b.Self(), part, info)
+		local = &lp
+		if p.prefer == PreferFreshest && lp.caughtUp() {
+			return readLocal()
 		}
 	}
-	var got wirePartitionRange
-	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/range?" + p.forwardQuery(extra)
-	uerr := s.route(ctx, store, part, p.bound, err, pathQuery, func(_ string, st int, body []byte) error {
+	if !reroutable(localErr) {
+		return wirePartitionRange{}, localErr
+	}
+	q := p.forwardQuery()
+	q.Set("limit", strconv.Itoa(p.limit))
+	for _, k := range []string{"from", "to"} {
+		if t := v.Get(k); t != "" {
+			q.Set(k, t)
+		}
+	}
+	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/range?" + q.Encode()
+	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery, func(st int, body []byte) (wirePartitionRange, Provenance, error) {
 		if st == http.StatusOK {
 			var wr wireRange
 			if json.Unmarshal(body, &wr) == nil && len(wr.Partitions) == 1 && wr.Partitions[0].ServedBy != nil {
-				got = wr.Partitions[0]
-				return nil
+				return wr.Partitions[0], wr.Partitions[0].ServedBy.provenance(part), nil
 			}
 			if len(wr.Failed) == 1 {
-				return fromWireError(st, wr.Failed[0].wireError)
+				return wirePartitionRange{}, Provenance{}, fromWireError(st, wr.Failed[0].wireError)
 			}
 		}
-		return decodeErrorAnswer(st, body)
+		return wirePartitionRange{}, Provenance{}, decodeErrorAnswer(st, body)
 	})
-	if uerr != nil {
-		return wirePartitionRange{}, uerr
+	if err != nil {
+		return wirePartitionRange{}, err
 	}
-	return got, nil
+	if ch.local {
+		return readLocal()
+	}
+	return ch.val, nil
 }

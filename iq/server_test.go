@@ -73,14 +73,20 @@ func TestStatusFor(t *testing.T) {
 // A too-stale refusal keeps, across the wire, the details its message
 // explains itself with.
 func TestStaleErrorRoundTripKeepsDetails(t *testing.T) {
-	in := &StaleError{Store: "s", Partition: 3, Host: "h:1", Role: RoleRestoring, Position: 7, Lag: 500,
-		AcceptableRecoveryLag: 100, Bound: MaxLag(1000)}
-	st, w := toWireError(in)
-	var back *StaleError
-	require.ErrorAs(t, fromWireError(st, w), &back)
-	require.Equal(t, in.Host, back.Host)
-	require.Equal(t, in.AcceptableRecoveryLag, back.AcceptableRecoveryLag)
-	require.Equal(t, in.Error(), back.Error())
+	for _, in := range []*StaleError{
+		{Store: "s", Partition: 3, Host: "h:1", Role: RoleRestoring, Position: 7, Lag: 500, LagConfirmedAgo: 20 * time.Millisecond,
+			SinceCaughtUp: Unknown, InputCommittedAgo: time.Second, Bound: MaxLag(100)},
+		{Store: "s", Partition: 3, Host: "h:1", Role: RoleStandby, Position: -1, Lag: -1, Rebuilding: true, LagConfirmedAgo: Unknown,
+			SinceCaughtUp: Unknown, InputCommittedAgo: Unknown, Bound: MaxAge(time.Minute)},
+		{Store: "s", Partition: 0, Host: "h:1", Role: RoleStandby, Position: 70, Lag: -1, LagConfirmedAgo: 12345 * time.Millisecond,
+			SinceCaughtUp: 2 * time.Second, InputCommittedAgo: 9 * time.Second, Bound: MaxAge(5 * time.Second)},
+	} {
+		st, w := toWireError(in)
+		var back *StaleError
+		require.ErrorAs(t, fromWireError(st, w), &back)
+		require.Equal(t, *in, *back)
+		require.Equal(t, in.Error(), back.Error())
+	}
 }
 
 // TestServerErrors covers every typed error end to end: the status, the
@@ -166,12 +172,12 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 
 	status, body := getBody(t, hs.URL+"/v1/stores/counts/keys/"+k0)
 	require.Equal(t, 200, status)
-	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"value":42,"partition":0,"served_by":{"host":"self:1","role":"active","position":1,"lag":0}}`, k0), string(body))
+	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"value":42,"partition":0,"served_by":{"host":"self:1","role":"active","position":1,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0}}`, k0), string(body))
 
 	absent := keyIn(0, 4, "zz")
 	status, body = getBody(t, hs.URL+"/v1/stores/counts/keys/"+absent)
 	require.Equal(t, 404, status)
-	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"partition":0,"error":"key not found","served_by":{"host":"self:1","role":"active","position":1,"lag":0}}`, absent), string(body))
+	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"partition":0,"error":"key not found","served_by":{"host":"self:1","role":"active","position":1,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0}}`, absent), string(body))
 
 	status, body = getBody(t, hs.URL+"/v1/metadata/stores/counts/keys/"+k0)
 	require.Equal(t, 200, status)
@@ -197,12 +203,25 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 	require.Equal(t, 200, status)
 	require.JSONEq(t, `{"store":"other","partitions":1,"instances":[{"host":"third:1","active":[],"standby":[{"store":"other","partition":0}],"warmup":[]}]}`, string(body))
 
+	// What a replica cannot vouch for is null.
+	reps[1].set(func(i *ReplicaInfo) { i.LagConfirmedAgo, i.InputCommittedAgo = 250*time.Millisecond, 4*time.Second })
+	reps[2].set(func(i *ReplicaInfo) {
+		i.Rebuilding, i.Position, i.End, i.LagConfirmedAgo, i.CaughtUpAgo, i.InputCommittedAgo = true, -1, -1, Unknown, Unknown, Unknown
+	})
 	status, body = getBody(t, hs.URL+"/v1/lags")
 	require.Equal(t, 200, status)
 	require.JSONEq(t, `[
-		{"store":"counts","partition":0,"role":"active","position":1,"end":1,"lag":0,"restored":0,"since_caught_up_ms":0},
-		{"store":"counts","partition":1,"role":"standby","position":0,"end":30,"lag":30,"restored":12,"since_caught_up_ms":1500},
-		{"store":"counts","partition":2,"role":"restoring","position":0,"end":0,"lag":0,"restored":0,"since_caught_up_ms":0}]`, string(body))
+		{"store":"counts","partition":0,"role":"active","position":1,"end":1,"lag":0,"rebuilding":false,"restored":0,
+		 "lag_confirmed_ms_ago":0,"since_caught_up_ms":0,"input_committed_ms_ago":0,"age_ms":0},
+		{"store":"counts","partition":1,"role":"standby","position":0,"end":30,"lag":30,"rebuilding":false,"restored":12,
+		 "lag_confirmed_ms_ago":250,"since_caught_up_ms":1500,"input_committed_ms_ago":4000,"age_ms":4000},
+		{"store":"counts","partition":2,"role":"restoring","position":null,"end":null,"lag":null,"rebuilding":true,"restored":0,
+		 "lag_confirmed_ms_ago":null,"since_caught_up_ms":null,"input_committed_ms_ago":null,"age_ms":null}]`, string(body))
+	var lags []wireLag
+	require.NoError(t, json.Unmarshal(body, &lags))
+	for i, l := range lags {
+		require.Equal(t, reps[int32(i)].Info(), l.info(), "partition %d round trip", i)
+	}
 
 	// Healthy only with the routing table known and nothing restoring.
 	status, h := getJSON(t, hs.URL+"/healthz")
@@ -235,8 +254,8 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 	status, body = getBody(t, hs.URL+"/v1/stores/counts/range?from=a&staleness=any&limit=1")
 	require.Equal(t, 200, status)
 	require.JSONEq(t, `{"store":"counts","partitions":[
-		{"partition":0,"served_by":{"host":"self:1","role":"active","position":2,"lag":0},"entries":[{"key":"`+k0+`","value":42}],"truncated":true},
-		{"partition":1,"served_by":{"host":"self:1","role":"standby","position":1,"lag":29},"entries":[{"key":"x","value":3}]}]}`, string(body))
+		{"partition":0,"served_by":{"host":"self:1","role":"active","position":2,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0},"entries":[{"key":"`+k0+`","value":42}],"truncated":true},
+		{"partition":1,"served_by":{"host":"self:1","role":"standby","position":1,"lag":29,"rebuilding":false,"lag_confirmed_ms_ago":250,"age_ms":4000,"input_committed_ms_ago":4000},"entries":[{"key":"x","value":3}]}]}`, string(body))
 }
 
 // threeInstances is a 3-instance, 3-partition cluster: instance i is
@@ -280,10 +299,17 @@ func TestRouting(t *testing.T) {
 		require.Equal(t, "active", role)
 		require.Equal(t, before, b.hits.Load()+s.hits.Load(), "a local answer forwards nothing")
 	})
-	t.Run("local standby within the bound answers", func(t *testing.T) {
+	t.Run("local standby behind within the bound gives way to the active", func(t *testing.T) {
 		status, body := getJSON(t, keyURL(s, k0, "staleness=lag:1"))
 		require.Equal(t, 200, status)
 		host, role := served(body)
+		require.Equal(t, a.addr(), host)
+		require.Equal(t, "active", role)
+		require.EqualValues(t, 5, body["value"])
+		// Unrouted, the local standby answers.
+		status, body = getJSON(t, keyURL(s, k0, "staleness=lag:1&route=false"))
+		require.Equal(t, 200, status)
+		host, role = served(body)
 		require.Equal(t, s.addr(), host)
 		require.Equal(t, "standby", role)
 		require.EqualValues(t, 4, body["value"])

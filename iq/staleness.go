@@ -1,6 +1,7 @@
 package iq
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -18,19 +19,36 @@ const (
 // Staleness is how stale an answer a caller accepts. The zero value is
 // ActiveOnly, the default.
 //
-// A running active (RoleActive) satisfies every bound. Any other replica
-// (restoring, standby, warmup) satisfies:
+// A running active (RoleActive) satisfies every bound: it is the
+// partition's writer, so its lag and age are 0 by definition. Any other
+// replica (restoring, standby, warmup) satisfies:
 //
 //   - ActiveOnly: never;
-//   - MaxLag(n): when its lag is at most n and at most the acceptable
-//     recovery lag;
-//   - MaxAge(d): when it was last caught up at most d ago and its lag is at
-//     most the acceptable recovery lag;
-//   - AnyStaleness: always.
+//   - MaxLag(n) ("lag:N"): when it is not rebuilding and its lag is known
+//     and at most n records. The lag is the number of changelog records
+//     between the replica's position and the changelog end the broker
+//     confirmed recently; a lag the broker has not confirmed within the
+//     backend's confirmation window (the replica may be cut off from the
+//     broker) is unknown, and an unknown lag fails every lag bound;
+//   - MaxAge(d) ("age:D"): when its age (ReplicaInfo.Age) is known and at
+//     most d. The age is the longer of how long ago the replica last had a
+//     confirmed lag of 0 and how long ago the partition's active last
+//     committed all the input it had. So a standby that has never caught
+//     up since it was opened has no age and fails every age bound, and a
+//     standby of a dead or stalled active, whose changelog no longer moves
+//     and so shows no lag, stops passing age:D once its active's last
+//     commit is more than d old;
+//   - AnyStaleness ("any"): always, a rebuilding replica included.
 //
-// The acceptable-recovery-lag clause is the near-caught-up gate: a replica
-// rebuilding from scratch, far behind, answers only callers that accept any
-// staleness, whatever number they put in their bound.
+// A replica rebuilding its store from empty (ReplicaInfo.Rebuilding) holds
+// no consistent snapshot of any changelog offset until it reaches the end
+// offset taken when it began, so it passes only AnyStaleness, whatever
+// number a bound carries.
+//
+// The bound is the caller's to choose, as KIP-535 leaves it: the
+// instance's acceptable recovery lag (the assignor's near-caught-up
+// threshold) does not cap it, so lag:50000 accepts a standby 40000 records
+// behind.
 type Staleness struct {
 	kind   staleKind
 	maxLag int64
@@ -43,12 +61,13 @@ func ActiveOnly() Staleness { return Staleness{} }
 // AnyStaleness accepts any replica, however far behind.
 func AnyStaleness() Staleness { return Staleness{kind: staleAny} }
 
-// MaxLag accepts replicas at most n records behind the changelog end (and
-// within the acceptable recovery lag). A negative n counts as 0.
+// MaxLag accepts replicas whose confirmed lag is at most n records (see
+// Staleness). A negative n counts as 0.
 func MaxLag(n int64) Staleness { return Staleness{kind: staleLag, maxLag: max(n, 0)} }
 
-// MaxAge accepts replicas that were fully caught up at most d ago (and are
-// within the acceptable recovery lag). A negative d counts as 0.
+// MaxAge accepts replicas whose known age is at most d: caught up with
+// their changelog at most d ago, and of a partition whose active committed
+// its input at most d ago (see Staleness). A negative d counts as 0.
 func MaxAge(d time.Duration) Staleness { return Staleness{kind: staleAge, maxAge: max(d, 0)} }
 
 // ParseStaleness parses "active", "any", "lag:N" or "age:DURATION" (a Go
@@ -112,39 +131,64 @@ func (s *Staleness) UnmarshalText(b []byte) error {
 // candidates at all.
 func (s Staleness) AllowsNonActive() bool { return s.kind != staleActive }
 
-// Allows reports whether a replica described by info satisfies the bound,
-// given the acceptable recovery lag.
-func (s Staleness) Allows(info ReplicaInfo, acceptableRecoveryLag int64) bool {
-	if info.Role == RoleActive {
-		return true
+// Allows reports whether a replica described by info satisfies the bound.
+func (s Staleness) Allows(info ReplicaInfo) bool { return s.refusal(info) == "" }
+
+// refusal says why info fails the bound, or "" if it passes.
+func (s Staleness) refusal(info ReplicaInfo) string {
+	if info.Role == RoleActive || s.kind == staleAny {
+		return ""
 	}
-	switch s.kind {
-	case staleAny:
-		return true
-	case staleLag:
-		return info.Lag <= s.maxLag && info.Lag <= acceptableRecoveryLag
-	case staleAge:
-		age, ok := info.Age()
-		return ok && age <= s.maxAge && info.Lag <= acceptableRecoveryLag
-	default:
-		return false
+	switch {
+	case s.kind == staleActive:
+		return "only a running active may answer"
+	case info.Rebuilding:
+		return "it is rebuilding its store from empty and holds no consistent snapshot yet, so it answers only staleness=any"
+	case s.kind == staleLag && info.Lag < 0:
+		if info.LagConfirmedAgo < 0 {
+			return "its lag is unknown: the broker never confirmed its changelog's end"
+		}
+		return fmt.Sprintf("its lag is unknown: the broker last confirmed its changelog's end %s ago", ms(info.LagConfirmedAgo))
+	case s.kind == staleLag && info.Lag > s.maxLag:
+		return fmt.Sprintf("its lag %d exceeds %d", info.Lag, s.maxLag)
+	case s.kind == staleLag:
+		return ""
 	}
+	// staleAge
+	switch {
+	case info.CaughtUpAgo < 0:
+		return "its age is unknown: it has never caught up with its changelog since it was opened"
+	case info.InputCommittedAgo < 0:
+		return "its age is unknown: its partition's active was never seen committing its input"
+	}
+	age, _ := info.Age()
+	if age <= s.maxAge {
+		return ""
+	}
+	return fmt.Sprintf("its age %s exceeds %s (last caught up %s ago; the partition's active last committed its input %s ago)",
+		ms(age), s.maxAge, ms(info.CaughtUpAgo), ms(info.InputCommittedAgo))
 }
 
-// Check is Allows returning the refusal: nil, or a *StaleError carrying the
-// replica's role, position and lag.
-func (s Staleness) Check(info ReplicaInfo, acceptableRecoveryLag int64) error {
-	if s.Allows(info, acceptableRecoveryLag) {
+// ms renders a duration to the millisecond, as answers report them.
+func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+// Check is Allows returning the refusal: nil, or a *StaleError carrying
+// what the replica said about itself and why it fails the bound.
+func (s Staleness) Check(info ReplicaInfo) error {
+	why := s.refusal(info)
+	if why == "" {
 		return nil
 	}
 	return &StaleError{
-		Store:                 info.Store,
-		Partition:             info.Partition,
-		Role:                  info.Role,
-		Position:              info.Position,
-		Lag:                   info.Lag,
-		SinceCaughtUp:         info.CaughtUpAgo,
-		AcceptableRecoveryLag: acceptableRecoveryLag,
-		Bound:                 s,
+		Store:             info.Store,
+		Partition:         info.Partition,
+		Role:              info.Role,
+		Position:          info.Position,
+		Lag:               info.Lag,
+		Rebuilding:        info.Rebuilding,
+		LagConfirmedAgo:   info.LagConfirmedAgo,
+		SinceCaughtUp:     info.CaughtUpAgo,
+		InputCommittedAgo: info.InputCommittedAgo,
+		Bound:             s,
 	}
 }

@@ -6,24 +6,70 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"time"
 )
 
 // The JSON shapes of the HTTP API. Server and Client share them, so the two
 // cannot drift apart.
 
+// wireServedBy is an answer's provenance. What the replica cannot vouch
+// for is null: position while rebuilding, lag when unknown, the ages when
+// not known.
 type wireServedBy struct {
-	Host     string `json:"host"`
-	Role     Role   `json:"role"`
-	Position int64  `json:"position"`
-	Lag      int64  `json:"lag"`
+	Host       string `json:"host"`
+	Role       Role   `json:"role"`
+	Position   *int64 `json:"position"`
+	Lag        *int64 `json:"lag"`
+	Rebuilding bool   `json:"rebuilding"`
+	// LagConfirmedMsAgo is how long ago the broker confirmed the end the
+	// lag is counted from: with a null lag, how long ago it was last known.
+	LagConfirmedMsAgo   *int64 `json:"lag_confirmed_ms_ago"`
+	AgeMs               *int64 `json:"age_ms"`
+	InputCommittedMsAgo *int64 `json:"input_committed_ms_ago"`
+}
+
+// orNull encodes a count that is unknown when negative.
+func orNull(n int64) *int64 {
+	if n < 0 {
+		return nil
+	}
+	return &n
+}
+
+// fromNull decodes what orNull encoded.
+func fromNull(p *int64) int64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+// msOrNull encodes a duration, Unknown when negative, in milliseconds
+// (rounded, as answers' messages render them).
+func msOrNull(d time.Duration) *int64 {
+	if d < 0 {
+		return nil
+	}
+	n := int64(d.Round(time.Millisecond) / time.Millisecond)
+	return &n
+}
+
+// msFromNull decodes what msOrNull encoded.
+func msFromNull(p *int64) time.Duration {
+	if p == nil || *p < 0 {
+		return Unknown
+	}
+	return time.Duration(*p) * time.Millisecond
 }
 
 func servedBy(p Provenance) *wireServedBy {
-	return &wireServedBy{Host: p.Host, Role: p.Role, Position: p.Position, Lag: p.Lag}
+	return &wireServedBy{Host: p.Host, Role: p.Role, Position: orNull(p.Position), Lag: orNull(p.Lag), Rebuilding: p.Rebuilding,
+		LagConfirmedMsAgo: msOrNull(p.LagConfirmedAgo), AgeMs: msOrNull(p.Age), InputCommittedMsAgo: msOrNull(p.InputCommittedAgo)}
 }
 
 func (s *wireServedBy) provenance(partition int32) Provenance {
-	return Provenance{Host: s.Host, Partition: partition, Role: s.Role, Position: s.Position, Lag: s.Lag}
+	return Provenance{Host: s.Host, Partition: partition, Role: s.Role, Position: fromNull(s.Position), Lag: fromNull(s.Lag), Rebuilding: s.Rebuilding,
+		LagConfirmedAgo: msFromNull(s.LagConfirmedMsAgo), Age: msFromNull(s.AgeMs), InputCommittedAgo: msFromNull(s.InputCommittedMsAgo)}
 }
 
 // wireKey is the 200 and 404 answer of a key lookup.
@@ -104,15 +150,38 @@ func (w wireMetadata) metadata() Metadata {
 	return m
 }
 
+// wireLag is one local replica in /v1/lags. Unknown figures are null.
 type wireLag struct {
-	Store           string `json:"store"`
-	Partition       int32  `json:"partition"`
-	Role            Role   `json:"role"`
-	Position        int64  `json:"position"`
-	End             int64  `json:"end"`
-	Lag             int64  `json:"lag"`
-	Restored        int64  `json:"restored"`
-	SinceCaughtUpMs int64  `json:"since_caught_up_ms"`
+	Store               string `json:"store"`
+	Partition           int32  `json:"partition"`
+	Role                Role   `json:"role"`
+	Position            *int64 `json:"position"`
+	End                 *int64 `json:"end"`
+	Lag                 *int64 `json:"lag"`
+	Rebuilding          bool   `json:"rebuilding"`
+	Restored            int64  `json:"restored"`
+	LagConfirmedMsAgo   *int64 `json:"lag_confirmed_ms_ago"`
+	SinceCaughtUpMs     *int64 `json:"since_caught_up_ms"`
+	InputCommittedMsAgo *int64 `json:"input_committed_ms_ago"`
+	AgeMs               *int64 `json:"age_ms"`
+}
+
+func toWireLag(i ReplicaInfo) wireLag {
+	age, ok := i.Age()
+	if !ok {
+		age = Unknown
+	}
+	return wireLag{
+		Store: i.Store, Partition: i.Partition, Role: i.Role, Position: orNull(i.Position), End: orNull(i.End),
+		Lag: orNull(i.Lag), Rebuilding: i.Rebuilding, Restored: i.Restored, LagConfirmedMsAgo: msOrNull(i.LagConfirmedAgo),
+		SinceCaughtUpMs: msOrNull(i.CaughtUpAgo), InputCommittedMsAgo: msOrNull(i.InputCommittedAgo), AgeMs: msOrNull(age),
+	}
+}
+
+func (w wireLag) info() ReplicaInfo {
+	return ReplicaInfo{Store: w.Store, Partition: w.Partition, Role: w.Role, Position: fromNull(w.Position), End: fromNull(w.End),
+		Lag: fromNull(w.Lag), Rebuilding: w.Rebuilding, Restored: w.Restored, LagConfirmedAgo: msFromNull(w.LagConfirmedMsAgo),
+		CaughtUpAgo: msFromNull(w.SinceCaughtUpMs), InputCommittedAgo: msFromNull(w.InputCommittedMsAgo)}
 }
 
 // wireError is every error answer. Reason is a stable code a program can
@@ -127,11 +196,14 @@ type wireError struct {
 	Lag         *int64 `json:"lag,omitempty"`
 	MinPosition *int64 `json:"min_position,omitempty"`
 	Host        string `json:"host,omitempty"`
-	// AcceptableRecoveryLag is the refusing instance's, for a too-stale
-	// refusal: it says why a bounded query was refused.
-	AcceptableRecoveryLag *int64        `json:"acceptable_recovery_lag,omitempty"`
-	Bound                 string        `json:"staleness,omitempty"`
-	Tried                 []wireAttempt `json:"tried,omitempty"`
+	// The rest of what a too-stale replica said about itself; an absent
+	// position or lag there is unknown.
+	Rebuilding          bool          `json:"rebuilding,omitempty"`
+	LagConfirmedMsAgo   *int64        `json:"lag_confirmed_ms_ago,omitempty"`
+	SinceCaughtUpMs     *int64        `json:"since_caught_up_ms,omitempty"`
+	InputCommittedMsAgo *int64        `json:"input_committed_ms_ago,omitempty"`
+	Bound               string        `json:"staleness,omitempty"`
+	Tried               []wireAttempt `json:"tried,omitempty"`
 }
 
 type wireAttempt struct {
@@ -156,6 +228,7 @@ const (
 	reasonUnreachable      = "unreachable"
 	reasonSuspect          = "suspect"
 	reasonInternal         = "internal"
+	reasonOverloaded       = "overloaded"
 )
 
 // classify maps an error to its HTTP status and reason code. Order matters:
@@ -175,6 +248,8 @@ func classify(err error) (int, string) {
 		return http.StatusServiceUnavailable, reasonNotAvailable
 	case errors.Is(err, ErrInvalidQuery):
 		return http.StatusBadRequest, reasonInvalid
+	case errors.Is(err, ErrOverloaded):
+		return http.StatusTooManyRequests, reasonOverloaded
 	case errors.Is(err, ErrUnknownStore):
 		return http.StatusNotFound, reasonUnknownStore
 	case errors.Is(err, ErrUnknownPartition):
@@ -198,8 +273,9 @@ func classify(err error) (int, string) {
 
 // StatusFor maps a query error to the HTTP status the server answers it
 // with: 400 invalid query or partition, 404 unknown store, 409 behind the
-// minimum position, 421 not hosted here, 503 too stale, not started,
-// shutting down, rebalancing or no replica available, 500 otherwise.
+// minimum position, 421 not hosted here, 429 overloaded, 503 too stale, not
+// started, shutting down, rebalancing or no replica available, 500
+// otherwise.
 func StatusFor(err error) int {
 	s, _ := classify(err)
 	return s
@@ -227,8 +303,9 @@ func toWireError(err error) (int, wireError) {
 	switch {
 	case errors.As(err, &se):
 		w.Store, w.Partition, w.Role = se.Store, ptr(se.Partition), validRole(se.Role)
-		w.Position, w.Lag, w.Bound = ptr(se.Position), ptr(se.Lag), se.Bound.String()
-		w.Host, w.AcceptableRecoveryLag = se.Host, ptr(se.AcceptableRecoveryLag)
+		w.Position, w.Lag, w.Bound = orNull(se.Position), orNull(se.Lag), se.Bound.String()
+		w.Host, w.Rebuilding = se.Host, se.Rebuilding
+		w.LagConfirmedMsAgo, w.SinceCaughtUpMs, w.InputCommittedMsAgo = msOrNull(se.LagConfirmedAgo), msOrNull(se.SinceCaughtUp), msOrNull(se.InputCommittedAgo)
 	case errors.As(err, &be):
 		w.Store, w.Partition, w.Role, w.Host = be.Store, ptr(be.Partition), validRole(be.Role), be.Host
 		w.Position, w.MinPosition = ptr(be.Position), ptr(be.MinPosition)
@@ -287,8 +364,9 @@ func fromWireError(status int, w wireError) error {
 	switch w.Reason {
 	case reasonTooStale:
 		b, _ := ParseStaleness(w.Bound)
-		return &StaleError{Store: w.Store, Partition: part, Host: w.Host, Role: role, Position: deref(w.Position), Lag: deref(w.Lag),
-			AcceptableRecoveryLag: deref(w.AcceptableRecoveryLag), Bound: b}
+		return &StaleError{Store: w.Store, Partition: part, Host: w.Host, Role: role, Position: fromNull(w.Position), Lag: fromNull(w.Lag),
+			Rebuilding: w.Rebuilding, LagConfirmedAgo: msFromNull(w.LagConfirmedMsAgo), SinceCaughtUp: msFromNull(w.SinceCaughtUpMs),
+			InputCommittedAgo: msFromNull(w.InputCommittedMsAgo), Bound: b}
 	case reasonBehind:
 		return &BehindError{Store: w.Store, Partition: part, Host: w.Host, Role: role, Position: deref(w.Position), MinPosition: deref(w.MinPosition)}
 	case reasonNotAvailable:
@@ -329,6 +407,8 @@ func kindOf(reason string) error {
 		return ErrBehind
 	case reasonNotAvailable:
 		return ErrNotAvailable
+	case reasonOverloaded:
+		return ErrOverloaded
 	case reasonSuspect:
 		return errSuspect
 	}
@@ -369,10 +449,7 @@ func writeErr(w http.ResponseWriter, err error) {
 func lagsOf(infos []ReplicaInfo) []wireLag {
 	out := make([]wireLag, 0, len(infos))
 	for _, i := range infos {
-		out = append(out, wireLag{
-			Store: i.Store, Partition: i.Partition, Role: i.Role, Position: i.Position, End: i.End,
-			Lag: i.Lag, Restored: i.Restored, SinceCaughtUpMs: i.CaughtUpAgo.Milliseconds(),
-		})
+		out = append(out, toWireLag(i))
 	}
 	sort.Slice(out, func(a, b int) bool {
 		if out[a].Store != out[b].Store {

@@ -147,7 +147,8 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		in.addr = ln.Addr().String()
 		in.iq = countsServer(app, metrics.observe)
 		in.web = newWebUI(in.addr)
-		in.srv = &http.Server{Handler: in.handler(), ReadHeaderTimeout: 5 * time.Second}
+		in.srv = in.iq.HTTPServer(in.addr)
+		in.srv.Handler = in.handler()
 		go in.srv.Serve(ln)
 	}
 	return in, nil

@@ -27,8 +27,8 @@ type keyAnswer struct {
 	ServedBy  *struct {
 		Host     string `json:"host"`
 		Role     string `json:"role"`
-		Position int64  `json:"position"`
-		Lag      int64  `json:"lag"`
+		Position *int64 `json:"position"` // null while rebuilding
+		Lag      *int64 `json:"lag"`      // null when unknown
 	} `json:"served_by"`
 }
 
@@ -68,8 +68,10 @@ func runQuery(ctx context.Context, args []string, s stdio) error {
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	u := "http://" + a + "/v1/stores/" + countsStore + "/keys/" + url.PathEscape(word) +
-		"?route=true&staleness=" + url.QueryEscape(bound.String())
+	// The word goes as a parameter: as a path segment, words such as ".."
+	// would not survive.
+	u := "http://" + a + "/v1/stores/" + countsStore + "/keys?" +
+		url.Values{"key": {word}, "route": {"true"}, "staleness": {bound.String()}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -104,8 +106,15 @@ func runQuery(ctx context.Context, args []string, s stdio) error {
 		} else {
 			fmt.Fprintf(s.out, "%s: not counted (no such word in %s partition %d)\n", word, countsStore, ka.Partition)
 		}
-		fmt.Fprintf(s.out, "served by %s: %s replica of %s partition %d at position %d, lag %d\n",
-			sb.Host, sb.Role, countsStore, ka.Partition, sb.Position, sb.Lag)
+		at, lag := "rebuilding", "lag unknown"
+		if sb.Position != nil {
+			at = fmt.Sprintf("at position %d", *sb.Position)
+		}
+		if sb.Lag != nil {
+			lag = fmt.Sprintf("lag %d", *sb.Lag)
+		}
+		fmt.Fprintf(s.out, "served by %s: %s replica of %s partition %d %s, %s\n",
+			sb.Host, sb.Role, countsStore, ka.Partition, at, lag)
 		return nil
 	}
 	return refusal(a, word, bound, resp.StatusCode, body)

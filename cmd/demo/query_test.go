@@ -125,14 +125,21 @@ func TestQueryAnswersAndRefusals(t *testing.T) {
 			name:   "count, word normalized, bound passed on",
 			status: 200, body: `{"key":"fox","value":42,"partition":2,"served_by":{"host":"h:1","role":"standby","position":99,"lag":3}}`,
 			args:    []string{"Fox", "--staleness", "lag:5"},
-			wantURI: "/v1/stores/counts/keys/fox?route=true&staleness=lag%3A5",
+			wantURI: "/v1/stores/counts/keys?key=fox&route=true&staleness=lag%3A5",
 			wantOut: []string{"fox: 42\n", "served by h:1: standby replica of counts partition 2 at position 99, lag 3\n"},
+		},
+		{
+			name:   "what the replica cannot vouch for is said so",
+			status: 404, body: `{"key":"fox","partition":2,"error":"key not found","served_by":{"host":"h:1","role":"standby","position":null,"lag":null,"rebuilding":true}}`,
+			args:    []string{"fox", "--staleness", "any"},
+			wantURI: "/v1/stores/counts/keys?key=fox&route=true&staleness=any",
+			wantOut: []string{"served by h:1: standby replica of counts partition 2 rebuilding, lag unknown\n"},
 		},
 		{
 			name:   "absent word is an answer",
 			status: 404, body: `{"key":"zebra","partition":1,"error":"key not found","served_by":{"host":"h:2","role":"active","position":7,"lag":0}}`,
 			args:    []string{"zebra"},
-			wantURI: "/v1/stores/counts/keys/zebra?route=true&staleness=active",
+			wantURI: "/v1/stores/counts/keys?key=zebra&route=true&staleness=active",
 			wantOut: []string{"zebra: not counted (no such word in counts partition 1)", "served by h:2: active replica"},
 		},
 		{

@@ -36,6 +36,8 @@ type hostAssignment struct {
 	Warmup  []iq.StorePartition `json:"warmup"`
 }
 
+// replicaLag is one replica in /v1/lags. Figures the replica cannot vouch
+// for come as null and are kept as -1.
 type replicaLag struct {
 	Store           string `json:"store"`
 	Partition       int32  `json:"partition"`
@@ -43,8 +45,20 @@ type replicaLag struct {
 	Position        int64  `json:"position"`
 	End             int64  `json:"end"`
 	Lag             int64  `json:"lag"`
+	Rebuilding      bool   `json:"rebuilding"`
 	Restored        int64  `json:"restored"`
 	SinceCaughtUpMs int64  `json:"since_caught_up_ms"`
+}
+
+// UnmarshalJSON reads null figures as -1 (unknown).
+func (l *replicaLag) UnmarshalJSON(b []byte) error {
+	type plain replicaLag
+	p := plain{Position: -1, End: -1, Lag: -1, SinceCaughtUpMs: -1}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*l = replicaLag(p)
+	return nil
 }
 
 // errorAnswer is an error answer of the query API.
@@ -190,8 +204,13 @@ type cell struct {
 func (c cell) text(unreachable bool) string {
 	switch {
 	case c.lag != nil:
-		if c.lag.Role == "active" && c.lag.Lag == 0 {
+		switch {
+		case c.lag.Role == "active" && c.lag.Lag == 0:
 			return "active"
+		case c.lag.Rebuilding:
+			return c.lag.Role + " rebuilding"
+		case c.lag.Lag < 0:
+			return c.lag.Role + " lag ?"
 		}
 		return fmt.Sprintf("%s lag %d", c.lag.Role, c.lag.Lag)
 	case c.assigned == "":
@@ -287,10 +306,10 @@ func (v clusterView) print(w io.Writer) {
 			var restoring, lag int64
 			for _, l := range in.Lags {
 				if l.Role == "restoring" {
-					restoring += l.Lag
+					restoring += max(l.Lag, 0)
 				}
 				if l.Role != "active" {
-					lag += l.Lag
+					lag += max(l.Lag, 0)
 				}
 			}
 			if restoring > 0 {

@@ -25,7 +25,8 @@ var indexHTML []byte
 type pageCell struct {
 	// Role is active, restoring, standby, warmup, or "" for none.
 	Role string `json:"role"`
-	// Lag is nil when the instance did not report the replica.
+	// Lag is nil when the instance did not report the replica, or
+	// reported its lag as unknown.
 	Lag *int64 `json:"lag"`
 	// Unconfirmed is set when the assignment names the replica but the
 	// instance did not report it (unreachable, or still opening it).
@@ -68,7 +69,10 @@ func (v clusterView) page() pageView {
 		for i, c := range cells[sp] {
 			pc := pageCell{Role: c.assigned, Text: c.text(v.Instances[i].Error != "")}
 			if c.lag != nil {
-				pc.Role, pc.Lag = c.lag.Role, &c.lag.Lag
+				pc.Role = c.lag.Role
+				if c.lag.Lag >= 0 {
+					pc.Lag = &c.lag.Lag
+				}
 			} else if c.assigned != "" {
 				pc.Unconfirmed = true
 			}
