@@ -217,10 +217,11 @@ func (l *availLoad) one() {
 		l.mu.Unlock()
 		return
 	}
-	in := l.targets[int(i/uint64(len(availModes)))%len(l.targets)]
+	n := len(l.targets)
+	in := l.targets[int(i/uint64(len(availModes)))%n]
 	l.mu.Unlock()
 	mode := availModes[i%uint64(len(availModes))]
-	word := l.words[int(i/uint64(len(availModes)*len(l.targets)))%len(l.words)]
+	word := l.words[int(i/uint64(len(availModes)*n))%len(l.words)]
 	a, err := l.h.lookup(in.http, word, mode)
 	l.record(in.name, word, mode, a, err)
 }
