@@ -46,6 +46,19 @@ type availAnswer struct {
 	} `json:"served_by"`
 	Error  string `json:"error"`
 	Reason string `json:"reason"`
+	Tried  []struct {
+		Reason string `json:"reason"`
+	} `json:"tried"`
+}
+
+// reasons is the refusal's reason and those of the hosts it tried, such as
+// "not_available[unreachable too_stale]".
+func (a availAnswer) reasons() string {
+	var rs []string
+	for _, t := range a.Tried {
+		rs = append(rs, t.Reason)
+	}
+	return fmt.Sprintf("%s%v", a.Reason, rs)
 }
 
 func (a availAnswer) provenance() string {
@@ -268,7 +281,7 @@ func (l *availLoad) record(via, word, mode string, a availAnswer, err error) {
 			answered = true
 		}
 	case a.status == http.StatusServiceUnavailable || a.status == http.StatusConflict || a.status == http.StatusTooManyRequests:
-		s.refused[fmt.Sprintf("HTTP %d %s", a.status, a.Reason)]++
+		s.refused[fmt.Sprintf("HTTP %d %s", a.status, a.reasons())]++
 	default:
 		bad("HTTP %d %s: %s", a.status, a.Reason, a.Error)
 	}
