@@ -187,11 +187,22 @@ func newAvailLoad(h *procHTTP, want map[string]int64, words []string, workers in
 	return l
 }
 
-// setTargets replaces the instances queried.
+// setTargets replaces the instances queried. An instance that comes back
+// starts afresh in the gap figures: its downtime was not a gap in answers,
+// since nobody asked it meanwhile.
 func (l *availLoad) setTargets(insts ...*procInstance) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, in := range insts {
+		if !slices.Contains(l.targets, in) {
+			for k := range l.lastOK {
+				if strings.HasPrefix(k, in.name+"/") {
+					delete(l.lastOK, k)
+				}
+			}
+		}
+	}
 	l.targets = slices.Clone(insts)
-	l.mu.Unlock()
 }
 
 func (l *availLoad) start() {

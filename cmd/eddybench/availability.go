@@ -334,6 +334,18 @@ type avTally struct {
 	maxGap         time.Duration
 }
 
+// forget drops what the tally remembers of answers through via, whose
+// downtime is not a gap in availability: it was not asked meanwhile.
+func (t *avTally) forget(via string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.lastOK {
+		if strings.HasPrefix(k, via+"/") {
+			delete(t.lastOK, k)
+		}
+	}
+}
+
 func (t *avTally) record(via, word string, ref map[string]int64, a avAnswer, err error) {
 	now := time.Now()
 	want, present := ref[word]
@@ -478,6 +490,9 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 		takeovers = append(takeovers, time.Since(killed))
 		if _, err := c.start(ctx, victim); err != nil {
 			return nil, err
+		}
+		for _, t := range tallies {
+			t.forget(victim.name)
 		}
 		live.Store(&nodes)
 		if err := c.waitSettled(ctx, nodes, 1, 2*time.Minute, "layout after restarting "+victim.name); err != nil {
