@@ -156,6 +156,10 @@ type availLoad struct {
 	workers int
 	every   time.Duration // pause between one worker's queries
 
+	// gate is held shared by each query from choosing its instance to its
+	// answer, so that setTargets returns only once no query to a dropped
+	// instance is in flight: the instance may be killed right after.
+	gate    sync.RWMutex
 	mu      sync.Mutex
 	targets []*procInstance // instances queried
 	stats   map[string]*availStats
@@ -191,6 +195,8 @@ func newAvailLoad(h *procHTTP, want map[string]int64, words []string, workers in
 // starts afresh in the gap figures: its downtime was not a gap in answers,
 // since nobody asked it meanwhile.
 func (l *availLoad) setTargets(insts ...*procInstance) {
+	l.gate.Lock()
+	defer l.gate.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, in := range insts {
@@ -235,6 +241,8 @@ func (l *availLoad) halt() {
 // one asks the next (instance, word, bound) of a fixed rotation: the
 // numbers of words, bounds and instances decide the order, not chance.
 func (l *availLoad) one() {
+	l.gate.RLock()
+	defer l.gate.RUnlock()
 	i := l.next.Add(1) - 1
 	l.mu.Lock()
 	if len(l.targets) == 0 {

@@ -447,8 +447,17 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 	for _, b := range bounds {
 		tallies[b] = &avTally{refused: make(map[string]int), lastOK: make(map[string]time.Time)}
 	}
+	// gate is held shared by each query from choosing its instance to its
+	// answer, so that setLive returns only once no query to a dropped
+	// instance is in flight: the instance may be killed right after.
+	var gate sync.RWMutex
 	var live atomic.Pointer[[]*avNode]
-	live.Store(&nodes)
+	setLive := func(ns []*avNode) {
+		gate.Lock()
+		live.Store(&ns)
+		gate.Unlock()
+	}
+	setLive(nodes)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var seq atomic.Uint64
@@ -463,6 +472,7 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 					return
 				case <-tick.C:
 				}
+				gate.RLock()
 				i := int(seq.Add(1))
 				ns := *live.Load()
 				b := bounds[i%len(bounds)]
@@ -470,6 +480,7 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 				w := sample[i/(len(bounds)*len(ns))%len(sample)]
 				a, err := avLookup(hc, n.addr, w, b)
 				tallies[b].record(n.name, w, ref, a, err)
+				gate.RUnlock()
 			}
 		})
 	}
@@ -481,7 +492,7 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 		// Let the load run on the settled cluster between kills.
 		time.Sleep(2 * time.Second)
 		survivors := slices.Delete(slices.Clone(nodes), i, i+1)
-		live.Store(&survivors)
+		setLive(survivors)
 		killed := time.Now()
 		victim.kill()
 		if err := c.waitSettled(ctx, survivors, 1, 2*time.Minute, "take-over after killing "+victim.name); err != nil {
@@ -494,7 +505,7 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 		for _, t := range tallies {
 			t.forget(victim.name)
 		}
-		live.Store(&nodes)
+		setLive(nodes)
 		if err := c.waitSettled(ctx, nodes, 1, 2*time.Minute, "layout after restarting "+victim.name); err != nil {
 			return nil, err
 		}
