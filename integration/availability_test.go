@@ -18,11 +18,17 @@ const (
 	// availSession is the instances' session timeout: short, so that the
 	// group notices the kill, and the test ends, soon.
 	availSession = 3 * time.Second
-	// availMinAnswered is the share of queries under each bound that must
-	// be answered (correctly): refusals are allowed while partitions change
-	// hands, but a test that passes by refusing everything proves nothing.
-	availMinAnswered = 0.5
 )
+
+// availMinAnswered is the share of queries under each bound that must be
+// answered (correctly): refusals are allowed while partitions change hands,
+// but a test that passes by refusing everything proves nothing. Under
+// active, a third of the partitions has no active from the kill until the
+// rebalance (the session timeout and more), about half the time queried;
+// under age:5s the standbys of a dead active may stop answering too, as
+// that active's last commit ages past 5 s; under lag:10000 the standbys,
+// current at the kill, can answer throughout, or the active in their stead.
+var availMinAnswered = map[string]float64{"lag:10000": 0.8, "age:5s": 0.4, "active": 0.4}
 
 // TestAvailabilityThroughKill is issue 10's test 1. Three instances (a
 // broker and each instance a separate process), one standby per task, a
@@ -118,7 +124,7 @@ func testAvailability(t *testing.T, restart bool) {
 	load.setTargets(insts...)
 	load.start()
 	defer load.halt()
-	load.waitAnswers(t, 20)
+	load.waitAnswers(t, 50)
 
 	load.setTargets(survivors...)
 	killed := time.Now()
@@ -152,7 +158,7 @@ func testAvailability(t *testing.T, restart bool) {
 		return msg == "", msg
 	})
 	t.Logf("settled, every replica current, %s after the kill", time.Since(killed).Round(time.Millisecond))
-	load.waitAnswers(t, 20)
+	load.waitAnswers(t, 50)
 	load.halt()
 
 	wrong, share := load.report(t)
@@ -160,6 +166,6 @@ func testAvailability(t *testing.T, restart bool) {
 		t.Errorf("%d answers contradict the text, e.g.:\n  %s", len(wrong), strings.Join(wrong[:min(len(wrong), 20)], "\n  "))
 	}
 	for _, m := range availModes {
-		require.GreaterOrEqual(t, share[m], availMinAnswered, "share of queries answered under %s", m)
+		require.GreaterOrEqual(t, share[m], availMinAnswered[m], "share of queries answered under %s", m)
 	}
 }
