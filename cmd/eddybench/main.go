@@ -15,7 +15,12 @@
 //	(e) with (a): exactly-once word-count throughput against at-least-once
 //	    (target ≥ 0.7×);
 //	(f) restart after a crash under exactly-once: records restored against
-//	    records in the changelog (target: only the tail).
+//	    records in the changelog (target: only the tail);
+//	(g) queries under age:5s through the hard stop of each of three
+//	    instances in turn: answers correct (target 100%) and queries
+//	    answered (target ≥ 99.9%);
+//	(h) local point-query p99 while a rebalance moves tasks against the
+//	    steady cluster's (target ≤ 2×).
 //
 // Usage:
 //
@@ -94,7 +99,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance)")
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
@@ -111,7 +116,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
-	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 3*time.Second, "(d) group session timeout of the instances")
+	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 3*time.Second, "(d, g, h) group session timeout of the instances")
 	fs.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the timed phases into this `DIR`")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the runtime's info messages to stderr")
 	timeout := fs.Duration("timeout", 15*time.Minute, "give up after this long")
@@ -126,11 +131,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d", "f":
+		case "a", "b", "c", "d", "f", "g", "h":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d or f)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g or h)", s)
 		}
 	}
 	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
@@ -156,7 +161,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, b := range []struct {
 		name string
 		fn   func(context.Context, *config) ([]row, error)
-	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash}} {
+	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash},
+		{"g", benchAvailability}, {"h", benchRebalanceLatency}} {
 		if !cfg.want(b.name) {
 			continue
 		}
