@@ -39,10 +39,12 @@ type availAnswer struct {
 	Value     *int64 `json:"value"`
 	Partition int32  `json:"partition"`
 	ServedBy  *struct {
-		Host     string `json:"host"`
-		Role     string `json:"role"`
-		Position int64  `json:"position"`
-		Lag      int64  `json:"lag"`
+		Host string `json:"host"`
+		Role string `json:"role"`
+		// Position and Lag are null when the replica cannot vouch for
+		// them (rebuilding, lag not confirmed).
+		Position *int64 `json:"position"`
+		Lag      *int64 `json:"lag"`
 	} `json:"served_by"`
 	Error  string `json:"error"`
 	Reason string `json:"reason"`
@@ -65,8 +67,15 @@ func (a availAnswer) provenance() string {
 	if a.ServedBy == nil {
 		return "no served_by"
 	}
-	return fmt.Sprintf("%s %s of partition %d at position %d, lag %d",
-		a.ServedBy.Role, a.ServedBy.Host, a.Partition, a.ServedBy.Position, a.ServedBy.Lag)
+	return fmt.Sprintf("%s %s of partition %d at position %s, lag %s",
+		a.ServedBy.Role, a.ServedBy.Host, a.Partition, orUnknown(a.ServedBy.Position), orUnknown(a.ServedBy.Lag))
+}
+
+func orUnknown(p *int64) string {
+	if p == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*p)
 }
 
 // lookup asks addr for word under the staleness bound, routing on.
@@ -94,9 +103,9 @@ type replicaLag struct {
 	Store     string `json:"store"`
 	Partition int32  `json:"partition"`
 	Role      string `json:"role"`
-	Position  int64  `json:"position"`
+	Position  *int64 `json:"position"`
 	End       int64  `json:"end"`
-	Lag       int64  `json:"lag"`
+	Lag       *int64 `json:"lag"` // null: unknown
 }
 
 func (h *procHTTP) lags(addr string) ([]replicaLag, error) {
@@ -126,8 +135,8 @@ func replicasCurrentProblem(h *procHTTP, partitions, standbys int, insts ...*pro
 			if l.Store != countsStore {
 				continue
 			}
-			if l.Lag != 0 {
-				return fmt.Sprintf("%s: %s of partition %d at %d of %d, lag %d", in.name, l.Role, l.Partition, l.Position, l.End, l.Lag)
+			if l.Lag == nil || *l.Lag != 0 {
+				return fmt.Sprintf("%s: %s of partition %d at %s of %d, lag %s", in.name, l.Role, l.Partition, orUnknown(l.Position), l.End, orUnknown(l.Lag))
 			}
 			if roles[l.Partition] == nil {
 				roles[l.Partition] = make(map[string]int)
