@@ -190,7 +190,7 @@ func (b *Balancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, e
 	}
 	b.mu.Unlock()
 	if a.ErrorCode != ErrNone {
-		b.log.Info("group asked members to rejoin", "error", a.ErrorCode, "version", b.currentVersion())
+		b.log.Info("assignment carries an error code instead of tasks", "error", a.ErrorCode, "version", b.currentVersion())
 		b.deliver(a)
 		return map[string][]int32{}, nil
 	}
@@ -312,6 +312,16 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	if mb.probing {
 		for _, m := range mb.members {
 			infos[m.id] = AssignmentInfo{ErrorCode: ErrVersionProbing}
+		}
+		return mb.encode(infos)
+	}
+	for _, m := range mb.members {
+		if m.sub.ShutdownReason == "" {
+			continue
+		}
+		b.log.Warn("a member asked the application to shut down; telling every member", "member", m.id, "process", m.process, "reason", m.sub.ShutdownReason)
+		for _, o := range mb.members {
+			infos[o.id] = AssignmentInfo{ErrorCode: ErrShutdownApplication, ShutdownReason: m.sub.ShutdownReason}
 		}
 		return mb.encode(infos)
 	}
