@@ -76,7 +76,16 @@ type App struct {
 	killCancel context.CancelFunc
 
 	skipped  atomic.Int64
-	restored *restoreTally
+	// processingErrors counts records skipped by ProcessingLogAndContinue.
+	processingErrors atomic.Int64
+	// replaced counts stream threads replaced by ReplaceThread.
+	replaced     atomic.Int64
+	replacements replacements
+	errLogs      logLimiter
+	// shutdownReason, once set, asks the group to shut the application
+	// down (ShutdownApplication); every subscription carries it.
+	shutdownReason atomic.Pointer[string]
+	restored       *restoreTally
 	registry *registry
 	metrics  *metrics
 
@@ -143,6 +152,13 @@ func (a *App) Err() error {
 // Skipped returns how many input records were skipped because they could not
 // be deserialized (with DeserializationLogAndSkip).
 func (a *App) Skipped() int64 { return a.skipped.Load() }
+
+// ProcessingErrors returns how many records were skipped because a
+// processor failed on them (ProcessingLogAndContinue).
+func (a *App) ProcessingErrors() int64 { return a.processingErrors.Load() }
+
+// ThreadsReplaced returns how many stream threads ReplaceThread replaced.
+func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 
 // Start locks the state directory, creates or verifies the application's
 // internal topics, and starts the stream threads. It returns once the
@@ -273,6 +289,25 @@ func (a *App) release() {
 	}
 }
 
+// requestApplicationShutdown asks the group to shut every instance down
+// (ShutdownApplication): the subscriptions of this instance's threads carry
+// the reason from now on, and a rebalance makes the leader read them. If no
+// assignment carrying the shutdown arrives within the rebalance timeout,
+// this instance shuts down alone.
+func (a *App) requestApplicationShutdown(err error) {
+	reason := fmt.Sprintf("instance %s: %v", a.dir.processID, err)
+	if !a.shutdownReason.CompareAndSwap(nil, &reason) {
+		return
+	}
+	a.log.Error("asking every instance of the application to shut down", "err", err)
+	for _, th := range a.threads {
+		go th.forceRebalance()
+	}
+	time.AfterFunc(a.cfg.RebalanceTimeout, func() {
+		a.fail(fmt.Errorf("runtime: the group did not act on the request to shut the application down within %s; shutting this instance down: %w", a.cfg.RebalanceTimeout, err))
+	})
+}
+
 // fail records a fatal error from a thread and stops the App in the
 // background: the thread that failed cannot close the others while it is
 // still inside its own loop.
@@ -310,13 +345,17 @@ func (a *App) changelogTopic(store string) string {
 
 // subscription is what this instance tells the group when a thread joins.
 func (a *App) subscription() assignor.SubscriptionInfo {
-	return assignor.SubscriptionInfo{
+	s := assignor.SubscriptionInfo{
 		ProcessID: a.dir.processID,
 		Endpoint:  a.cfg.Endpoint,
 		Capacity:  1,
 		Tags:      a.cfg.Tags,
 		Tasks:     a.registry.subscription(),
 	}
+	if r := a.shutdownReason.Load(); r != nil {
+		s.ShutdownReason = *r
+	}
+	return s
 }
 
 // endOffsets lists the end offsets of topics, for the leader's lag
@@ -344,7 +383,12 @@ func (a *App) endOffsets(ctx context.Context, topics []string) (map[string]map[i
 // protocol version, a probing rebalance at the time it names. It runs on
 // the thread's group goroutine and must not block.
 func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
-	if info.ErrorCode != assignor.ErrNone {
+	switch info.ErrorCode {
+	case assignor.ErrNone:
+	case assignor.ErrShutdownApplication:
+		a.fail(&ApplicationShutdownError{Reason: info.ShutdownReason})
+		return
+	default:
 		a.log.Warn("assignment asks to rejoin", "code", info.ErrorCode)
 		go th.forceRebalance()
 		return
@@ -406,6 +450,9 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 				external = append(external, r.Name)
 			}
 		}
+	}
+	if cfg.DeadLetterTopic != "" {
+		external = append(external, cfg.DeadLetterTopic)
 	}
 	slices.Sort(external)
 	external = slices.Compact(external)

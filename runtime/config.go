@@ -148,6 +148,21 @@ type Config struct {
 	// DeserializationErrors chooses how undecodable input is handled.
 	// Default DeserializationFail.
 	DeserializationErrors DeserializationHandling
+	// ProcessingErrors says what a stream thread does when a processor
+	// returns an error or panics on a record. Default ProcessingFail.
+	ProcessingErrors ProcessingErrorHandling
+	// DeadLetterTopic, when set, receives every record skipped under
+	// ProcessingLogAndContinue or DeserializationLogAndSkip: its key,
+	// value and headers as read, with headers naming the error, its
+	// source topic, partition and offset, the task and the node (the
+	// DeadLetterHeader* constants). Under exactly-once it is written in
+	// the same transaction as the rest of the commit. Like the topology's
+	// own sink topics, it must exist before Start.
+	DeadLetterTopic string
+	// OnStreamThreadError says what happens when a stream thread stops on
+	// an error: ShutdownInstance (the default), ReplaceThread or
+	// ShutdownApplication.
+	OnStreamThreadError StreamThreadErrorPolicy
 	// Endpoint is the host:port on which this instance answers queries,
 	// advertised to the other instances. Optional.
 	Endpoint string
@@ -291,6 +306,19 @@ func (c Config) Validate() error {
 	case DeserializationFail, DeserializationLogAndSkip:
 	default:
 		errs = append(errs, fmt.Errorf("unknown DeserializationErrors %d", int(c.DeserializationErrors)))
+	}
+	switch c.ProcessingErrors {
+	case ProcessingFail, ProcessingLogAndContinue:
+	default:
+		errs = append(errs, fmt.Errorf("unknown ProcessingErrors %d", int(c.ProcessingErrors)))
+	}
+	switch c.OnStreamThreadError {
+	case ShutdownInstance, ReplaceThread, ShutdownApplication:
+	default:
+		errs = append(errs, fmt.Errorf("unknown OnStreamThreadError %d", int(c.OnStreamThreadError)))
+	}
+	if c.DeadLetterTopic != "" && c.ProcessingErrors == ProcessingFail && c.DeserializationErrors == DeserializationFail {
+		errs = append(errs, fmt.Errorf("DeadLetterTopic %q is set but no handler skips records (set ProcessingErrors to ProcessingLogAndContinue or DeserializationErrors to DeserializationLogAndSkip)", c.DeadLetterTopic))
 	}
 	if c.ReplicationFactor < -1 || c.ReplicationFactor == 0 {
 		errs = append(errs, fmt.Errorf("ReplicationFactor must be -1 or positive, got %d", c.ReplicationFactor))

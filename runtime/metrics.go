@@ -14,6 +14,8 @@ type metrics struct {
 	app           *App
 	processed     prometheus.Counter
 	skipped       prometheus.CounterFunc
+	failed        prometheus.CounterFunc
+	replaced      prometheus.CounterFunc
 	resets        prometheus.CounterFunc
 	commitLatency prometheus.Histogram
 	rebalances    prometheus.Counter
@@ -34,6 +36,16 @@ func newMetrics(a *App) *metrics {
 			Help:        "Input records skipped because they could not be deserialized.",
 			ConstLabels: constLabels,
 		}, func() float64 { return float64(a.skipped.Load()) }),
+		failed: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "processing_errors_total",
+			Help:        "Input records skipped because a processor failed on them (ProcessingLogAndContinue).",
+			ConstLabels: constLabels,
+		}, func() float64 { return float64(a.processingErrors.Load()) }),
+		replaced: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "stream_threads_replaced_total",
+			Help:        "Stream threads replaced after an error (ReplaceThread).",
+			ConstLabels: constLabels,
+		}, func() float64 { return float64(a.replaced.Load()) }),
 		resets: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "eddy", Name: "store_resets_total",
 			Help:        "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
@@ -68,6 +80,8 @@ func newMetrics(a *App) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.processed.Describe(ch)
 	m.skipped.Describe(ch)
+	m.failed.Describe(ch)
+	m.replaced.Describe(ch)
 	m.resets.Describe(ch)
 	m.commitLatency.Describe(ch)
 	m.rebalances.Describe(ch)
@@ -80,6 +94,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.processed.Collect(ch)
 	m.skipped.Collect(ch)
+	m.failed.Collect(ch)
+	m.replaced.Collect(ch)
 	m.resets.Collect(ch)
 	m.commitLatency.Collect(ch)
 	m.rebalances.Collect(ch)

@@ -74,6 +74,10 @@ type thread struct {
 	cancel   context.CancelFunc
 	stopping atomic.Bool
 	killed   atomic.Bool // set by Kill: no commit, no leave-group
+	// halted is set (under mu) when the thread stopped processing on an
+	// error under ShutdownApplication: it keeps polling only to take part
+	// in the rebalance that tells every member to shut down.
+	halted bool
 	exited   chan struct{}
 	exitErr  error
 
@@ -242,7 +246,17 @@ func (th *thread) abort() {
 }
 
 func (th *thread) run() {
-	err := th.loop()
+	var err error
+	for {
+		err = th.loop()
+		if err == nil || th.stopping.Load() || th.killed.Load() {
+			break
+		}
+		var again bool
+		if again, err = th.recover(err); !again {
+			break
+		}
+	}
 	if err != nil && !th.stopping.Load() && !th.killed.Load() {
 		th.app.fail(err)
 	}
@@ -254,6 +268,50 @@ func (th *thread) run() {
 	th.shutdown(err == nil)
 	th.exitErr = err
 	close(th.exited)
+}
+
+// recover applies OnStreamThreadError to an error that stopped the loop.
+// It reports whether the loop should run again, and the error the thread
+// stops with otherwise.
+func (th *thread) recover(err error) (bool, error) {
+	switch th.app.cfg.OnStreamThreadError {
+	case ReplaceThread:
+		key := failureKey(err)
+		ok, n := th.app.replacements.allow(key, time.Now())
+		if !ok {
+			return false, fmt.Errorf("runtime: stream thread failed %d times in a row on the same %s; not replacing it again: %w", n, key, err)
+		}
+		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", n)
+		th.mu.Lock()
+		rerr := th.reconnect()
+		th.mu.Unlock()
+		if rerr != nil {
+			return false, errors.Join(err, rerr)
+		}
+		th.app.replaced.Add(1)
+		return true, nil
+	case ShutdownApplication:
+		th.halt()
+		th.app.requestApplicationShutdown(err)
+		return true, nil
+	}
+	return false, err
+}
+
+// halt makes the thread stop processing for good: its tasks close without
+// committing (under exactly-once the open transaction is aborted), and
+// from now on it only polls, so that it keeps its place in the group for
+// the rebalance that carries ShutdownApplication to every member.
+func (th *thread) halt() {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	th.halted = true
+	th.dropAll()
+	if th.sess != nil {
+		if err := th.abortTransaction(); err != nil {
+			th.log.Warn("aborting the transaction of a halted thread failed", "err", err)
+		}
+	}
 }
 
 func (th *thread) loop() error {
@@ -276,6 +334,9 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	if th.halted {
+		return nil
+	}
 	if th.abortPending {
 		// The records just polled may predate the rewind the abort
 		// makes; they will be fetched again.
@@ -361,13 +422,50 @@ func (th *thread) process(r *kgo.Record) error {
 	// Declared only here: errors.As makes its target escape, and it would
 	// otherwise be allocated for every record.
 	var de *topology.DeserializationError
-	if errors.As(err, &de) && th.app.cfg.DeserializationErrors == DeserializationLogAndSkip {
+	if errors.As(err, &de) {
+		if th.app.cfg.DeserializationErrors != DeserializationLogAndSkip {
+			return fmt.Errorf("runtime: task %s: %w", id, err)
+		}
 		th.app.skipped.Add(1)
-		th.log.Warn("skipping record that cannot be deserialized", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", de.Err)
-		t.Skip(in)
-		return nil
+		return th.skip(t, in, "", "skipping record that cannot be deserialized", de.Err)
 	}
-	return fmt.Errorf("runtime: task %s: %w", id, err)
+	pe := &ProcessingError{Task: id, Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, Err: err}
+	var ne *topology.NodeError
+	if errors.As(err, &ne) {
+		pe.Node = ne.Node
+	}
+	if th.app.cfg.ProcessingErrors != ProcessingLogAndContinue {
+		return pe
+	}
+	th.app.processingErrors.Add(1)
+	return th.skip(t, in, pe.Node, "skipping record a processor failed on", pe.Unwrap())
+}
+
+// skip carries on past a record a handler chose to skip: it logs why (a
+// few lines a second at most), sends the record to the dead-letter topic if
+// there is one, and marks it consumed.
+func (th *thread) skip(t *task.Active, in topology.InputRecord, node, msg string, cause error) error {
+	if ok, suppressed := th.app.errLogs.allow(time.Now()); ok {
+		attrs := []any{"task", t.ID(), "topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "err", cause}
+		if node != "" {
+			attrs = append(attrs, "node", node)
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "similar_lines_suppressed", suppressed)
+		}
+		var pe *topology.PanicError
+		if errors.As(cause, &pe) {
+			attrs = append(attrs, "stack", string(pe.Stack))
+		}
+		th.log.Warn(msg, attrs...)
+	}
+	if dlq := th.app.cfg.DeadLetterTopic; dlq != "" {
+		if err := th.Send(deadLetter(dlq, t.ID(), in, node, cause)); err != nil {
+			return fmt.Errorf("runtime: task %s: send record %s/%d@%d to the dead-letter topic %q: %w", t.ID(), in.Topic, in.Partition, in.Offset, dlq, err)
+		}
+	}
+	t.Skip(in)
+	return nil
 }
 
 // Send implements task.Sender: it partitions a sink record as Kafka's default
@@ -637,20 +735,30 @@ func (th *thread) transactionFailed(err error) error {
 		return fmt.Errorf("runtime: end transaction: %w", err)
 	}
 	th.log.Warn("transaction cannot commit (fenced, or dropped from the group while cut off); dropping uncommitted work and rejoining", "err", err)
+	return th.reconnect()
+}
+
+// reconnect drops the thread's tasks without committing and replaces its
+// client: it leaves the group and joins it again as a new member. It is
+// called with mu held, and releases it while the old client closes, since
+// closing runs the revocation callback, which takes mu.
+func (th *thread) reconnect() error {
 	th.dropAll()
-	old := th.sess
-	// Close must not run the revocation callback against this thread's
-	// lock, which the caller holds.
+	oldSess, oldCl := th.sess, th.cl
 	th.mu.Unlock()
-	old.AllowRebalance()
-	old.Close()
+	if oldSess != nil {
+		oldSess.AllowRebalance()
+		oldSess.Close()
+	} else {
+		oldCl.AllowRebalance()
+		oldCl.Close()
+	}
 	th.mu.Lock()
 	th.out.close()
 	th.dropAll()
-	if cerr := th.connect(); cerr != nil {
-		return cerr
-	}
-	return nil
+	th.abortPending = false
+	th.sess = nil
+	return th.connect()
 }
 
 // isFenced reports whether a transactional error means the producer was
@@ -800,6 +908,10 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
 	defer th.unassigned()
+	if th.halted {
+		th.dropAll()
+		return
+	}
 	if th.sess != nil {
 		// The session aborts a transaction a revocation interrupts; the
 		// thread committed just before allowing the rebalance when it
