@@ -211,7 +211,14 @@ func (th *thread) connect() error {
 func (th *thread) attach(cl *kgo.Client) {
 	th.cl = cl
 	th.group.Store(cl)
-	th.out = newOutbox(cl, th.onProduced)
+	// A client being replaced fails the records it still holds, maybe
+	// after its successor is attached: only the current client's failures
+	// concern the thread.
+	th.out = newOutbox(cl, func(r *kgo.Record, err error) {
+		if th.group.Load() == cl {
+			th.onProduced(r, err)
+		}
+	})
 }
 
 // forceRebalance asks the group to rebalance through the thread's current
@@ -758,6 +765,9 @@ func (th *thread) reconnect() error {
 	th.dropAll()
 	th.abortPending = false
 	th.sess = nil
+	// The old client failed what it still held as it closed; none of that
+	// concerns the new one.
+	th.produceErr.Store(nil)
 	return th.connect()
 }
 
