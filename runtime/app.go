@@ -75,7 +75,7 @@ type App struct {
 	killCtx    context.Context
 	killCancel context.CancelFunc
 
-	skipped  atomic.Int64
+	skipped atomic.Int64
 	// processingErrors counts records skipped by ProcessingLogAndContinue.
 	processingErrors atomic.Int64
 	// replaced counts stream threads replaced by ReplaceThread.
@@ -86,8 +86,8 @@ type App struct {
 	// down (ShutdownApplication); every subscription carries it.
 	shutdownReason atomic.Pointer[string]
 	restored       *restoreTally
-	registry *registry
-	metrics  *metrics
+	registry       *registry
+	metrics        *metrics
 
 	// assignment is the latest assignment any thread received; it carries
 	// the group-wide routing maps.

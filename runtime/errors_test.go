@@ -114,7 +114,7 @@ func TestProcessingLogAndContinueWithDeadLetterTopic(t *testing.T) {
 			require.Len(t, dead, 2, "each failed record reaches the dead-letter topic once")
 			for i, want := range []struct {
 				value, err string
-				offset   int64
+				offset     int64
 			}{{"fail", "boom: the value says fail", offs[1]}, {"panic", "panic: assignment to entry in nil map", offs[3]}} {
 				r := dead[i]
 				require.Equal(t, "k", string(r.Key))

@@ -77,9 +77,9 @@ type thread struct {
 	// halted is set (under mu) when the thread stopped processing on an
 	// error under ShutdownApplication: it keeps polling only to take part
 	// in the rebalance that tells every member to shut down.
-	halted bool
-	exited   chan struct{}
-	exitErr  error
+	halted  bool
+	exited  chan struct{}
+	exitErr error
 
 	// Hot-path caches of process and Send, used, like rr, only with mu
 	// held.
