@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -79,7 +80,10 @@ type App struct {
 	// processingErrors counts records skipped by ProcessingLogAndContinue.
 	processingErrors atomic.Int64
 	// replaced counts stream threads replaced by ReplaceThread.
-	replaced     atomic.Int64
+	replaced atomic.Int64
+	// storesWiped counts stores deleted because their files were
+	// unreadable.
+	storesWiped  atomic.Int64
 	replacements replacements
 	errLogs      logLimiter
 	// shutdownReason, once set, asks the group to shut the application
@@ -416,8 +420,44 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 	if !info.Persistent {
 		return statestore.NewMemory(), nil
 	}
-	return statestore.OpenBadger(filepath.Join(task.Dir(a.appDir(), id), info.Name), statestore.DefaultBadgerOptions())
+	return a.openPersistent(id, info.Name)
 }
+
+// openPersistent opens a task's persistent store. A store whose files
+// cannot be opened (a garbled manifest, a truncated table or log) is
+// deleted and opened empty, with a warning: its changelog rebuilds it, and
+// the instance's other tasks never notice. Failures of the machine rather
+// than of the files (a full disk, permissions, too many open files) are
+// returned as they are: deleting the store would not help.
+func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) {
+	dir := filepath.Join(task.Dir(a.appDir(), id), name)
+	s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+	if err == nil || !unreadableState(err) {
+		return s, err
+	}
+	a.log.Warn("store files cannot be opened; deleting the store to rebuild it from its changelog",
+		"task", id, "store", name, "dir", dir, "err", err)
+	if derr := statestore.DestroyBadger(dir); derr != nil {
+		return nil, fmt.Errorf("runtime: delete unreadable store %s of task %s: %w (opening it failed with: %v)", name, id, derr, err)
+	}
+	a.storesWiped.Add(1)
+	return statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+}
+
+// unreadableState reports whether a store failed to open because of its
+// own files, as opposed to the machine it runs on.
+func unreadableState(err error) bool {
+	for _, machine := range []error{syscall.ENOSPC, syscall.EACCES, syscall.EPERM, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EROFS, syscall.EIO} {
+		if errors.Is(err, machine) {
+			return false
+		}
+	}
+	return true
+}
+
+// StoresWiped counts the persistent stores this instance found unreadable
+// on disk, deleted and rebuilt from their changelogs.
+func (a *App) StoresWiped() int64 { return a.storesWiped.Load() }
 
 // topicPlan is what start-up learned and decided about topics: partition
 // counts of every sub-topology and of every topic the app writes.

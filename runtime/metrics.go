@@ -17,6 +17,7 @@ type metrics struct {
 	failed        prometheus.CounterFunc
 	replaced      prometheus.CounterFunc
 	resets        prometheus.CounterFunc
+	wiped         prometheus.CounterFunc
 	commitLatency prometheus.Histogram
 	rebalances    prometheus.Counter
 	replicaDesc   map[string]*prometheus.Desc
@@ -51,6 +52,11 @@ func newMetrics(a *App) *metrics {
 			Help:        "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
 			ConstLabels: constLabels,
 		}, func() float64 { return float64(a.StoreResets()) }),
+		wiped: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "stores_wiped_total",
+			Help:        "Persistent stores whose files could not be opened, deleted and rebuilt from their changelogs.",
+			ConstLabels: constLabels,
+		}, func() float64 { return float64(a.storesWiped.Load()) }),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "eddy", Name: "commit_latency_seconds",
 			Help:        "Time a stream thread takes to commit: flush, changelog acknowledgements, store writes, offsets.",
@@ -83,6 +89,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.failed.Describe(ch)
 	m.replaced.Describe(ch)
 	m.resets.Describe(ch)
+	m.wiped.Describe(ch)
 	m.commitLatency.Describe(ch)
 	m.rebalances.Describe(ch)
 	for _, d := range m.replicaDesc {
@@ -97,6 +104,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.failed.Collect(ch)
 	m.replaced.Collect(ch)
 	m.resets.Collect(ch)
+	m.wiped.Collect(ch)
 	m.commitLatency.Collect(ch)
 	m.rebalances.Collect(ch)
 	for _, ri := range m.app.Replicas() {
