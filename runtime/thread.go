@@ -48,7 +48,9 @@ type thread struct {
 	lastCommit time.Time
 	rr         map[string]int32 // round-robin partition for keyless sink records
 
-	produceErr atomic.Pointer[error]
+	// produceErr is the first produce failure of the current client
+	// since the last commit; see produceFailure.
+	produceErr atomic.Pointer[produceFailure]
 	// sess is the transactional session under exactly-once; cl is then
 	// its client.
 	sess *kgo.GroupTransactSession
@@ -214,11 +216,7 @@ func (th *thread) attach(cl *kgo.Client) {
 	// A client being replaced fails the records it still holds, maybe
 	// after its successor is attached: only the current client's failures
 	// concern the thread.
-	th.out = newOutbox(cl, func(r *kgo.Record, err error) {
-		if th.group.Load() == cl {
-			th.onProduced(r, err)
-		}
-	})
+	th.out = newOutbox(cl, func(r *kgo.Record, err error) { th.onProduced(cl, r, err) })
 }
 
 // forceRebalance asks the group to rebalance through the thread's current
@@ -478,8 +476,8 @@ func (th *thread) skip(t *task.Active, in topology.InputRecord, node, msg string
 // Send implements task.Sender: it partitions a sink record as Kafka's default
 // partitioner would and hands it to the producer.
 func (th *thread) Send(rec topology.OutputRecord) error {
-	if p := th.produceErr.Load(); p != nil {
-		return *p
+	if err := th.produceFailed(); err != nil {
+		return err
 	}
 	n := th.sendParts
 	if rec.Topic != th.sendTopic || n <= 0 {
@@ -513,13 +511,37 @@ func (th *thread) Send(rec topology.OutputRecord) error {
 	return nil
 }
 
-func (th *thread) onProduced(r *kgo.Record, err error) {
-	if err != nil {
-		// A fresh variable: taking the address of err itself would move
-		// it to the heap on every call, successful ones included.
-		wrapped := fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)
-		th.produceErr.CompareAndSwap(nil, &wrapped)
+// produceFailure is a produce failure and the client it happened on. A
+// client being replaced fails the records it still holds, sometimes after
+// its successor is attached; those failures concern no one.
+type produceFailure struct {
+	cl  *kgo.Client
+	err error
+}
+
+func (th *thread) onProduced(cl *kgo.Client, r *kgo.Record, err error) {
+	if err == nil || cl != th.group.Load() {
+		return
 	}
+	f := &produceFailure{cl: cl, err: fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)}
+	for {
+		old := th.produceErr.Load()
+		if old != nil && old.cl == cl {
+			return // the first failure is the one to report
+		}
+		if th.produceErr.CompareAndSwap(old, f) {
+			return
+		}
+	}
+}
+
+// produceFailed returns the current client's first produce failure since
+// the last commit, if any.
+func (th *thread) produceFailed() error {
+	if f := th.produceErr.Load(); f != nil && f.cl == th.group.Load() {
+		return f.err
+	}
+	return nil
 }
 
 // commitBounded commits with a deadline rather than the thread's context:
@@ -564,8 +586,8 @@ func (th *thread) commit(ctx context.Context) error {
 	if err := th.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("runtime: commit: flush producer: %w", err)
 	}
-	if p := th.produceErr.Load(); p != nil {
-		return fmt.Errorf("runtime: commit: %w", *p)
+	if err := th.produceFailed(); err != nil {
+		return fmt.Errorf("runtime: commit: %w", err)
 	}
 	if err := acks.Err(); err != nil {
 		return fmt.Errorf("runtime: commit: changelog: %w", err)
@@ -641,7 +663,7 @@ func (th *thread) maybeCrash(step string) error {
 // the consumer is back at the last committed offsets.
 func (th *thread) commitTransaction(ctx context.Context, running []*task.Active, acks *changelog.Offsets) error {
 	try := kgo.TryCommit
-	if th.produceErr.Load() != nil || acks.Err() != nil {
+	if th.produceFailed() != nil || acks.Err() != nil {
 		try = kgo.TryAbort
 	}
 	if err := th.maybeCrash("before-commit"); err != nil {
@@ -765,9 +787,6 @@ func (th *thread) reconnect() error {
 	th.dropAll()
 	th.abortPending = false
 	th.sess = nil
-	// The old client failed what it still held as it closed; none of that
-	// concerns the new one.
-	th.produceErr.Store(nil)
 	return th.connect()
 }
 
