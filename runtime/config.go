@@ -159,6 +159,13 @@ type Config struct {
 	// the same transaction as the rest of the commit. Like the topology's
 	// own sink topics, it must exist before Start.
 	DeadLetterTopic string
+	// MaxGroupMetadataBytes is the brokers' message.max.bytes: the largest
+	// record in which the group coordinator stores the group's
+	// subscriptions and assignments. The leader refuses (and its instance
+	// stops with an *assignor.GroupMetadataTooLargeError naming the sizes)
+	// an assignment that would not fit, since the group could never
+	// settle. Default 1048588, Kafka's default.
+	MaxGroupMetadataBytes int
 	// OnStreamThreadError says what happens when a stream thread stops on
 	// an error: ShutdownInstance (the default), ReplaceThread or
 	// ShutdownApplication.
@@ -248,6 +255,9 @@ func (c Config) withDefaults() Config {
 	if c.StateCleanupDelay == 0 {
 		c.StateCleanupDelay = DefaultStateCleanupDelay
 	}
+	if c.MaxGroupMetadataBytes == 0 {
+		c.MaxGroupMetadataBytes = assignor.DefaultMaxGroupMetadataBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -325,6 +335,9 @@ func (c Config) Validate() error {
 	}
 	if c.NumStandbys < 0 {
 		errs = append(errs, fmt.Errorf("NumStandbys must not be negative, got %d", c.NumStandbys))
+	}
+	if c.MaxGroupMetadataBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxGroupMetadataBytes must not be negative, got %d", c.MaxGroupMetadataBytes))
 	}
 	if c.AcceptableRecoveryLag < 0 || c.MaxWarmups < 0 || c.ProbingRebalanceInterval < 0 || c.StateCleanupDelay < 0 {
 		errs = append(errs, errors.New("AcceptableRecoveryLag, MaxWarmups, ProbingRebalanceInterval and StateCleanupDelay must not be negative"))

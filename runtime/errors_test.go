@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -259,3 +262,31 @@ func testLogger(t *testing.T) *slog.Logger {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+// An assignment the brokers could not store stops the leader's instance
+// with the sizes and the limit, instead of a group that never settles.
+func TestGroupMetadataTooLargeStopsWithTheSizes(t *testing.T) {
+	b, err := broker.Start(broker.Config{Partitions: 2, MessageMaxBytes: 400})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	_, err = kadm.NewClient(cl).CreateTopics(context.Background(), 200, -1, nil, "in")
+	require.NoError(t, err)
+	app, err := New(countTopology(t), Config{ApplicationID: "big-group", Brokers: b.Addrs(), StateDir: t.TempDir(),
+		SessionTimeout: 2 * time.Second, MaxGroupMetadataBytes: 400})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	select {
+	case <-app.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the instance kept trying to settle a group whose metadata cannot fit")
+	}
+	var tooLarge *assignor.GroupMetadataTooLargeError
+	require.ErrorAs(t, app.Err(), &tooLarge)
+	require.Equal(t, 400, tooLarge.Limit)
+	require.Greater(t, tooLarge.Bytes, 400)
+	require.Equal(t, 200, tooLarge.Tasks)
+	require.ErrorContains(t, app.Err(), "message.max.bytes")
+}

@@ -158,7 +158,11 @@ func (th *thread) connect() error {
 		EndOffsets:   a.endOffsets,
 		Assignor:     cfg.assignorConfig(),
 		OnAssignment: th.onAssignment,
-		Logger:       th.log,
+		// The group cannot settle while its metadata does not fit: stop
+		// with the reason rather than retry for ever.
+		MaxGroupMetadataBytes: cfg.MaxGroupMetadataBytes,
+		OnError:               func(err error) { a.fail(err) },
+		Logger:                th.log,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: balancer: %w", err)
@@ -350,6 +354,12 @@ func (th *thread) iteration() error {
 	var fatal error
 	fetches.EachError(func(topic string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if errors.Is(err, kerr.UnknownServerError) {
+			// What a Kafka coordinator answers a SyncGroup whose group
+			// record exceeds its message.max.bytes.
+			th.log.Error("group error UNKNOWN_SERVER_ERROR: if the brokers' message.max.bytes is below MaxGroupMetadataBytes, the group's metadata does not fit; lower MaxGroupMetadataBytes to the brokers' limit to get the sizes, or raise the limit", "err", err, "max_group_metadata_bytes", th.app.cfg.MaxGroupMetadataBytes)
 			return
 		}
 		th.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
