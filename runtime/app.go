@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/changelog"
@@ -253,6 +255,11 @@ func (a *App) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if a.cfg.StaticMembership {
+		if err := a.leaveStatic(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	a.releaseResources()
 	if a.Err() == nil {
 		a.state.Store(int32(StateClosed))
@@ -262,6 +269,34 @@ func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() { close(a.done) })
 	a.log.Info("closed")
 	return errors.Join(errs...)
+}
+
+// leaveStatic takes the instance's static members out of the group: a
+// static member's client does not leave when it closes (so that a restart
+// can take its place back), but a clean Close should hand its tasks over
+// at once.
+func (a *App) leaveStatic(ctx context.Context) error {
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = a.cfg.ApplicationID
+	for _, th := range a.threads {
+		m := kmsg.NewLeaveGroupRequestMember()
+		m.InstanceID = kmsg.StringPtr(th.instanceID())
+		m.Reason = kmsg.StringPtr("eddy instance closing")
+		req.Members = append(req.Members, m)
+	}
+	resp, err := req.RequestWith(ctx, a.adminCl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: leave the group as static members: %w", err)
+	}
+	for _, m := range resp.Members {
+		if e := kerr.ErrorForCode(m.ErrorCode); e != nil && !errors.Is(e, kerr.UnknownMemberID) {
+			return fmt.Errorf("runtime: leave the group as static member %s: %w", *m.InstanceID, e)
+		}
+	}
+	return nil
 }
 
 func (a *App) closeErr() error {

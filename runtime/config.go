@@ -159,6 +159,16 @@ type Config struct {
 	// the same transaction as the rest of the commit. Like the topology's
 	// own sink topics, it must exist before Start.
 	DeadLetterTopic string
+	// StaticMembership makes every stream thread a static group member
+	// (KIP-345), with an instance ID derived from the state directory's
+	// process ID and the thread's index. A restarted instance then takes
+	// its threads' places back at once, without waiting out the session
+	// timeout of the members it left behind, and, if nothing else changed,
+	// without a rebalance. Close still leaves the group, so the other
+	// instances take over at once. Off by default: two instances sharing
+	// a state directory's process ID (a copied directory) would fence each
+	// other.
+	StaticMembership bool
 	// MaxGroupMetadataBytes is the brokers' message.max.bytes: the largest
 	// record in which the group coordinator stores the group's
 	// subscriptions and assignments. The leader refuses (and its instance

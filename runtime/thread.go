@@ -188,6 +188,9 @@ func (th *thread) connect() error {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
+	if cfg.StaticMembership {
+		opts = append(opts, kgo.InstanceID(th.instanceID()))
+	}
 	if cfg.ProcessingGuarantee != ExactlyOnce {
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
@@ -211,6 +214,13 @@ func (th *thread) connect() error {
 	}
 	th.attach(th.sess.Client())
 	return nil
+}
+
+// instanceID is the thread's static group membership ID (KIP-345): stable
+// across restarts with the same state directory, like the transactional
+// ID, so a restarted thread takes its own place in the group back.
+func (th *thread) instanceID() string {
+	return fmt.Sprintf("%s-%s-%d", th.app.cfg.ApplicationID, th.app.dir.processID, th.idx)
 }
 
 // attach makes cl the thread's client, with an outbox of its own.
