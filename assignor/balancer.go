@@ -23,6 +23,32 @@ const ProtocolName = "eddy"
 // DefaultEndOffsetsTimeout bounds the leader's end-offset lookup.
 const DefaultEndOffsetsTimeout = 10 * time.Second
 
+// DefaultMaxGroupMetadataBytes is Kafka's default message.max.bytes. A
+// Kafka coordinator stores a group's subscriptions and assignments as one
+// record in its offsets topic, under that limit, and fails the leader's
+// SyncGroup (with UNKNOWN_SERVER_ERROR) when the record is larger.
+const DefaultMaxGroupMetadataBytes = 1048588
+
+// groupMetadataOverhead approximates the bytes a coordinator's group
+// record holds per member besides its subscription and assignment (member,
+// client and instance IDs, host, timeouts).
+const groupMetadataOverhead = 128
+
+// GroupMetadataTooLargeError is the leader's refusal to send assignments
+// that the coordinator could not store: the group would never settle.
+type GroupMetadataTooLargeError struct {
+	// Bytes estimates the group record: Subscriptions + Assignments + a
+	// fixed overhead per member.
+	Bytes, Subscriptions, Assignments int
+	Members, Tasks                    int
+	Limit                             int
+}
+
+func (e *GroupMetadataTooLargeError) Error() string {
+	return fmt.Sprintf("assignor: the group's metadata would take about %d bytes (%d members, %d tasks: %d bytes of subscriptions, %d of assignments), above the %d bytes a broker with that message.max.bytes stores for a group: the group cannot settle; raise message.max.bytes on the brokers and the application's limit with it, or run fewer stream threads",
+		e.Bytes, e.Members, e.Tasks, e.Subscriptions, e.Assignments, e.Limit)
+}
+
 // BalancerConfig configures a Balancer.
 type BalancerConfig struct {
 	// Subscription returns this member's current state. It is called at
@@ -59,6 +85,15 @@ type BalancerConfig struct {
 	// ForceRebalance at that time; positions will have moved, so the
 	// changed subscription makes the coordinator rebalance.
 	OnAssignment func(AssignmentInfo)
+	// MaxGroupMetadataBytes is the largest group record the brokers store:
+	// their message.max.bytes (default DefaultMaxGroupMetadataBytes). A
+	// balance whose subscriptions and assignments would exceed it fails
+	// with a *GroupMetadataTooLargeError, reported to OnError.
+	MaxGroupMetadataBytes int
+	// OnError, if set, receives errors that stop this member, as leader,
+	// from producing any assignment; the group cannot settle until they
+	// are fixed. It must not block.
+	OnError func(error)
 	// Logger receives balancing logs (default: discarded).
 	Logger *slog.Logger
 }
@@ -79,6 +114,9 @@ func (c BalancerConfig) Validate() error {
 	}
 	if c.EndOffsetsTimeout < 0 {
 		errs = append(errs, fmt.Errorf("assignor: EndOffsetsTimeout %v is negative", c.EndOffsetsTimeout))
+	}
+	if c.MaxGroupMetadataBytes < 0 {
+		errs = append(errs, fmt.Errorf("assignor: MaxGroupMetadataBytes %d is negative", c.MaxGroupMetadataBytes))
 	}
 	if err := c.Assignor.Validate(); err != nil {
 		errs = append(errs, err)
@@ -117,6 +155,9 @@ func newBalancer(cfg BalancerConfig, f *format) (*Balancer, error) {
 	}
 	if cfg.EndOffsetsTimeout == 0 {
 		cfg.EndOffsetsTimeout = DefaultEndOffsetsTimeout
+	}
+	if cfg.MaxGroupMetadataBytes == 0 {
+		cfg.MaxGroupMetadataBytes = DefaultMaxGroupMetadataBytes
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -190,7 +231,7 @@ func (b *Balancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, e
 	}
 	b.mu.Unlock()
 	if a.ErrorCode != ErrNone {
-		b.log.Info("group asked members to rejoin", "error", a.ErrorCode, "version", b.currentVersion())
+		b.log.Info("assignment carries an error code instead of tasks", "error", a.ErrorCode, "version", b.currentVersion())
 		b.deliver(a)
 		return map[string][]int32{}, nil
 	}
@@ -235,6 +276,8 @@ type member struct {
 	id      string
 	sub     SubscriptionInfo
 	process string
+	// subBytes is the size of the member's encoded subscription.
+	subBytes int
 }
 
 // memberBalancer balances one generation; kgo creates one per rebalance on
@@ -269,7 +312,7 @@ func (b *Balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.G
 		if process == "" {
 			process = "member:" + m.MemberID
 		}
-		mb.members = append(mb.members, member{id: m.MemberID, sub: s, process: process})
+		mb.members = append(mb.members, member{id: m.MemberID, sub: s, process: process, subBytes: len(m.ProtocolMetadata)})
 	}
 	slices.SortFunc(mb.members, func(x, y member) int {
 		if x.id < y.id {
@@ -312,6 +355,16 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	if mb.probing {
 		for _, m := range mb.members {
 			infos[m.id] = AssignmentInfo{ErrorCode: ErrVersionProbing}
+		}
+		return mb.encode(infos)
+	}
+	for _, m := range mb.members {
+		if m.sub.ShutdownReason == "" {
+			continue
+		}
+		b.log.Warn("a member asked the application to shut down; telling every member", "member", m.id, "process", m.process, "reason", m.sub.ShutdownReason)
+		for _, o := range mb.members {
+			infos[o.id] = AssignmentInfo{ErrorCode: ErrShutdownApplication, ShutdownReason: m.sub.ShutdownReason}
 		}
 		return mb.encode(infos)
 	}
@@ -372,7 +425,31 @@ func (mb *memberBalancer) encode(infos map[string]AssignmentInfo) (kgo.IntoSyncA
 		a.MemberAssignment = enc
 		plan = append(plan, a)
 	}
+	if err := mb.checkSize(plan); err != nil {
+		mb.b.log.Error("group metadata too large for the brokers", "err", err)
+		if mb.b.cfg.OnError != nil {
+			mb.b.cfg.OnError(err)
+		}
+		return nil, err
+	}
 	return plan, nil
+}
+
+// checkSize refuses a plan whose group record the coordinator could not
+// store.
+func (mb *memberBalancer) checkSize(plan syncAssignments) error {
+	e := &GroupMetadataTooLargeError{Members: len(mb.members), Tasks: len(mb.b.cfg.Tasks), Limit: mb.b.cfg.MaxGroupMetadataBytes}
+	for _, m := range mb.members {
+		e.Subscriptions += m.subBytes
+	}
+	for _, a := range plan {
+		e.Assignments += len(a.MemberAssignment)
+	}
+	e.Bytes = e.Subscriptions + e.Assignments + groupMetadataOverhead*len(mb.members)
+	if e.Bytes > e.Limit {
+		return e
+	}
+	return nil
 }
 
 // checkPartitions logs tasks whose source partitions the cluster lacks;

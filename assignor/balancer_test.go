@@ -287,8 +287,8 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 
 	t.Run("v1 leader, v2 member: version probing, then v1 everywhere", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
-		old := g.add("m-1", "proc-1", "", defaultFormat) // leader
-		nu := g.add("m-2", "proc-2", "", fakeV2)
+		old := g.add("m-1", "proc-1", "", formatV1) // leader
+		nu := g.add("m-2", "proc-2", "", defaultFormat)
 		require.Equal(t, int32(2), peek(nu.b.JoinGroupMetadata(nil, nil, 0)))
 
 		got := g.rebalance()
@@ -308,8 +308,8 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 
 	t.Run("v2 leader, mixed members: assignments in v1", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
-		g.add("m-1", "proc-1", "", fakeV2) // leader
-		old := g.add("m-2", "proc-2", "", defaultFormat)
+		g.add("m-1", "proc-1", "", defaultFormat) // leader
+		old := g.add("m-2", "proc-2", "", formatV1)
 		got := g.rebalance()
 		requireWholeDisjoint(t, g.tasks, got)
 		require.Equal(t, int32(1), old.last().Version)
@@ -318,16 +318,16 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 
 	t.Run("all v2: assignments in v2", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
-		a := g.add("m-1", "proc-1", "", fakeV2)
-		g.add("m-2", "proc-2", "", fakeV2)
+		a := g.add("m-1", "proc-1", "", defaultFormat)
+		g.add("m-2", "proc-2", "", defaultFormat)
 		requireWholeDisjoint(t, g.tasks, g.rebalance())
 		require.Equal(t, int32(2), a.last().Version)
 	})
 
 	t.Run("member given a version it cannot read rejoins with its own", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
-		m := g.add("m-1", "proc-1", "", defaultFormat)
-		enc, err := fakeV2.encodeAssignment(AssignmentInfo{Active: []task.ID{tid(0, 0)}}, 2)
+		m := g.add("m-1", "proc-1", "", formatV1)
+		enc, err := defaultFormat.encodeAssignment(AssignmentInfo{Active: []task.ID{tid(0, 0)}}, 2)
 		require.NoError(t, err)
 		parts, err := m.b.ParseSyncAssignment(enc)
 		require.NoError(t, err)
@@ -338,13 +338,13 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 
 	t.Run("a downgraded member upgrades when the leader can read more", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
-		m := g.add("m-1", "proc-1", "", fakeV2)
-		probe, err := defaultFormat.encodeAssignment(AssignmentInfo{ErrorCode: ErrVersionProbing}, 1)
+		m := g.add("m-1", "proc-1", "", defaultFormat)
+		probe, err := formatV1.encodeAssignment(AssignmentInfo{ErrorCode: ErrVersionProbing}, 1)
 		require.NoError(t, err)
 		_, err = m.b.ParseSyncAssignment(probe)
 		require.NoError(t, err)
 		require.Equal(t, int32(1), peek(m.b.JoinGroupMetadata(nil, nil, 0)))
-		fromV2Leader, err := fakeV2.encodeAssignment(AssignmentInfo{}, 1)
+		fromV2Leader, err := defaultFormat.encodeAssignment(AssignmentInfo{}, 1)
 		require.NoError(t, err)
 		_, err = m.b.ParseSyncAssignment(fromV2Leader)
 		require.NoError(t, err)
@@ -448,4 +448,39 @@ func TestBalancerNewcomerLagIsChangelogEnd(t *testing.T) {
 			require.Equal(t, tc.wantWarmup > 0, b.last().NextProbingRebalanceMs > 0)
 		})
 	}
+}
+
+func TestBalancerShutdownApplication(t *testing.T) {
+	t.Run("one member asks: every member is told, with the reason", func(t *testing.T) {
+		g := newFixture(t, 4, 2)
+		a := g.add("m-1", "proc-1", "a:1", defaultFormat)
+		b := g.add("m-2", "proc-2", "b:1", defaultFormat)
+		c := g.add("m-3", "proc-3", "c:1", defaultFormat)
+		requireWholeDisjoint(t, g.tasks, g.rebalance())
+		b.sub.ShutdownReason = "task 0_1: poison record"
+		got := g.rebalance()
+		for _, m := range []*testMember{a, b, c} {
+			require.Empty(t, got[m.id], "member %s keeps no partitions", m.id)
+			require.Equal(t, ErrShutdownApplication, m.last().ErrorCode)
+			require.Equal(t, "task 0_1: poison record", m.last().ShutdownReason)
+			require.Empty(t, m.last().Active)
+		}
+	})
+	t.Run("a version 1 encoding drops the request", func(t *testing.T) {
+		enc, err := EncodeSubscription(SubscriptionInfo{ProcessID: "p", ShutdownReason: "why"}, 1)
+		require.NoError(t, err)
+		got, err := DecodeSubscription(enc)
+		require.NoError(t, err)
+		require.Empty(t, got.ShutdownReason)
+		enc, err = EncodeSubscription(SubscriptionInfo{ProcessID: "p", ShutdownReason: "why"}, 2)
+		require.NoError(t, err)
+		got, err = DecodeSubscription(enc)
+		require.NoError(t, err)
+		require.Equal(t, "why", got.ShutdownReason)
+		ea, err := EncodeAssignment(AssignmentInfo{ErrorCode: ErrShutdownApplication, ShutdownReason: "why"}, 2)
+		require.NoError(t, err)
+		ga, err := DecodeAssignment(ea)
+		require.NoError(t, err)
+		require.Equal(t, "why", ga.ShutdownReason)
+	})
 }

@@ -19,7 +19,7 @@ import (
 // for a future version.
 const (
 	MinSupportedVersion    int32 = 1
-	LatestSupportedVersion int32 = 1
+	LatestSupportedVersion int32 = 2
 )
 
 // ErrMalformed is wrapped by decoding errors for bytes that are not a valid
@@ -62,6 +62,11 @@ const (
 	// own runtime when it received an assignment it cannot read, and will
 	// rejoin with its own version.
 	ErrUnsupportedVersion ErrorCode = 2
+	// ErrShutdownApplication means some member asked the whole application
+	// to shut down (its SubscriptionInfo.ShutdownReason was set, version
+	// 2 on): every member gets an empty assignment carrying the reason and
+	// must close its instance.
+	ErrShutdownApplication ErrorCode = 3
 )
 
 // String names the code for logs.
@@ -73,6 +78,8 @@ func (c ErrorCode) String() string {
 		return "version probing"
 	case ErrUnsupportedVersion:
 		return "unsupported version"
+	case ErrShutdownApplication:
+		return "shutdown application"
 	}
 	return fmt.Sprintf("error code %d", int16(c))
 }
@@ -129,6 +136,10 @@ type SubscriptionInfo struct {
 	// The Balancer fills them in.
 	OwnedActive  []task.ID
 	OwnedStandby []task.ID
+	// ShutdownReason, when not empty, asks the leader to shut the whole
+	// application down, and says why (version 2 on; a version 1 encoding
+	// drops it).
+	ShutdownReason string
 }
 
 // AssignmentInfo is the user data the leader sends each member.
@@ -153,6 +164,9 @@ type AssignmentInfo struct {
 	PartitionsByHost        map[string][]task.ID
 	StandbyPartitionsByHost map[string][]task.ID
 	WarmupPartitionsByHost  map[string][]task.ID
+	// ShutdownReason is, with ErrShutdownApplication, the reason the member
+	// that asked for the shutdown gave (version 2 on).
+	ShutdownReason string
 }
 
 // EncodeSubscription encodes s in the given version.
@@ -192,9 +206,12 @@ type format struct {
 	codecs      map[int32]codec
 }
 
-var defaultFormat = &format{min: 1, latest: 1, codecs: map[int32]codec{1: v1Codec}}
+var defaultFormat = &format{min: 1, latest: 2, codecs: map[int32]codec{1: v1Codec, 2: v2Codec}}
 
-var v1Codec = codec{writeSub: writeSubV1, readSub: readSubV1, writeAssig: writeAssigV1, readAssig: readAssigV1}
+var (
+	v1Codec = codec{writeSub: writeSubV1, readSub: readSubV1, writeAssig: writeAssigV1, readAssig: readAssigV1}
+	v2Codec = codec{writeSub: writeSubV2, readSub: readSubV2, writeAssig: writeAssigV2, readAssig: readAssigV2}
+)
 
 // negotiate returns the version a leader that supports up to ours should
 // encode assignments in for members that support up to theirs: the lowest.
@@ -405,6 +422,15 @@ func readAssigV1(r *reader, a *AssignmentInfo) {
 	a.StandbyPartitionsByHost = r.hostMap()
 	a.WarmupPartitionsByHost = r.hostMap()
 }
+
+// Version 2: version 1 with the shutdown reason appended to both the
+// subscription and the assignment.
+
+func writeSubV2(w *writer, s *SubscriptionInfo) { writeSubV1(w, s); w.str(s.ShutdownReason) }
+func readSubV2(r *reader, s *SubscriptionInfo)  { readSubV1(r, s); s.ShutdownReason = r.str() }
+
+func writeAssigV2(w *writer, a *AssignmentInfo) { writeAssigV1(w, a); w.str(a.ShutdownReason) }
+func readAssigV2(r *reader, a *AssignmentInfo)  { readAssigV1(r, a); a.ShutdownReason = r.str() }
 
 type writer struct{ b []byte }
 

@@ -3,6 +3,7 @@ package assignor
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,17 +11,10 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// fakeV2 is a format that speaks versions 1 and 2, where version 2 is
-// version 1 with an extra trailing field, as a future Eddy might define it.
-var fakeV2 = &format{min: 1, latest: 2, codecs: map[int32]codec{
-	1: v1Codec,
-	2: {
-		writeSub:   func(w *writer, s *SubscriptionInfo) { writeSubV1(w, s); w.str("v2-extra") },
-		readSub:    func(r *reader, s *SubscriptionInfo) { readSubV1(r, s); _ = r.str() },
-		writeAssig: func(w *writer, a *AssignmentInfo) { writeAssigV1(w, a); w.str("v2-extra") },
-		readAssig:  func(r *reader, a *AssignmentInfo) { readAssigV1(r, a); _ = r.str() },
-	},
-}}
+// formatV1 is a build that speaks only version 1, as Eddy did before
+// version 2 added the shutdown reason: the older side of every mixed-version
+// test below.
+var formatV1 = &format{min: 1, latest: 1, codecs: map[int32]codec{1: v1Codec}}
 
 func sampleSubscription() SubscriptionInfo {
 	return SubscriptionInfo{
@@ -67,20 +61,26 @@ func TestSubscriptionRoundTrip(t *testing.T) {
 		{"full", sampleSubscription()},
 		{"empty", SubscriptionInfo{}},
 		{"unicode", SubscriptionInfo{ProcessID: "prøcess-ü", Endpoint: "[::1]:9", Tags: map[string]string{"zöne": ""}}},
+		{"shutdown", SubscriptionInfo{ProcessID: "p", ShutdownReason: "task 0_1 failed: panic: boom"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b, err := EncodeSubscription(tc.s, 1)
-			require.NoError(t, err)
-			got, err := DecodeSubscription(b)
-			require.NoError(t, err)
-			want := tc.s
-			want.Version, want.LatestSupportedVersion = 1, LatestSupportedVersion
-			require.Equal(t, want, got)
+		for v := MinSupportedVersion; v <= LatestSupportedVersion; v++ {
+			t.Run(fmt.Sprintf("%s/v%d", tc.name, v), func(t *testing.T) {
+				b, err := EncodeSubscription(tc.s, v)
+				require.NoError(t, err)
+				got, err := DecodeSubscription(b)
+				require.NoError(t, err)
+				want := tc.s
+				want.Version, want.LatestSupportedVersion = v, LatestSupportedVersion
+				if v < 2 {
+					want.ShutdownReason = "" // version 1 cannot carry it
+				}
+				require.Equal(t, want, got)
 
-			again, err := EncodeSubscription(got, 1)
-			require.NoError(t, err)
-			require.Equal(t, b, again)
-		})
+				again, err := EncodeSubscription(got, v)
+				require.NoError(t, err)
+				require.Equal(t, b, again)
+			})
+		}
 	}
 }
 
@@ -166,7 +166,7 @@ func TestVersionNegotiation(t *testing.T) {
 	sub := sampleSubscription()
 
 	t.Run("encoding an unsupported version fails", func(t *testing.T) {
-		_, err := EncodeSubscription(sub, 2)
+		_, err := EncodeSubscription(sub, 3)
 		var uv *UnsupportedVersionError
 		require.ErrorAs(t, err, &uv)
 		_, err = EncodeAssignment(AssignmentInfo{}, 0)
@@ -174,9 +174,9 @@ func TestVersionNegotiation(t *testing.T) {
 	})
 
 	t.Run("a v1 build reads the header of a v2 subscription", func(t *testing.T) {
-		b, err := fakeV2.encodeSubscription(sub, 2)
+		b, err := defaultFormat.encodeSubscription(sub, 2)
 		require.NoError(t, err)
-		got, err := DecodeSubscription(b)
+		got, err := formatV1.decodeSubscription(b)
 		var uv *UnsupportedVersionError
 		require.ErrorAs(t, err, &uv)
 		require.Equal(t, UnsupportedVersionError{Version: 2, LatestSupported: 2, MinSupported: 1, MaxSupported: 1}, *uv)
@@ -185,26 +185,26 @@ func TestVersionNegotiation(t *testing.T) {
 
 	t.Run("a v2 build reads v1 and v2", func(t *testing.T) {
 		for _, v := range []int32{1, 2} {
-			b, err := fakeV2.encodeSubscription(sub, v)
+			b, err := defaultFormat.encodeSubscription(sub, v)
 			require.NoError(t, err)
-			got, err := fakeV2.decodeSubscription(b)
+			got, err := defaultFormat.decodeSubscription(b)
 			require.NoError(t, err)
 			require.Equal(t, v, got.Version)
 			require.Equal(t, int32(2), got.LatestSupportedVersion)
 			require.Equal(t, sub.Tasks, got.Tasks)
 		}
 		// A v2 sender downgraded to v1 is readable by v1 builds.
-		b, err := fakeV2.encodeSubscription(sub, 1)
+		b, err := defaultFormat.encodeSubscription(sub, 1)
 		require.NoError(t, err)
-		got, err := DecodeSubscription(b)
+		got, err := formatV1.decodeSubscription(b)
 		require.NoError(t, err)
 		require.Equal(t, int32(2), got.LatestSupportedVersion)
 	})
 
 	t.Run("a v1 member given a v2 assignment reports it", func(t *testing.T) {
-		b, err := fakeV2.encodeAssignment(sampleAssignment(), 2)
+		b, err := defaultFormat.encodeAssignment(sampleAssignment(), 2)
 		require.NoError(t, err)
-		got, err := DecodeAssignment(b)
+		got, err := formatV1.decodeAssignment(b)
 		var uv *UnsupportedVersionError
 		require.ErrorAs(t, err, &uv)
 		require.Equal(t, int32(2), got.Version)
@@ -224,7 +224,7 @@ func FuzzDecodeSubscription(f *testing.F) {
 		require.NoError(f, err)
 		f.Add(b)
 	}
-	b, _ := fakeV2.encodeSubscription(sampleSubscription(), 2)
+	b, _ := defaultFormat.encodeSubscription(SubscriptionInfo{ShutdownReason: "poison record"}, 2)
 	f.Add(b)
 	f.Add([]byte{})
 	f.Add([]byte{0xED, 0xD1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0})
@@ -254,7 +254,7 @@ func FuzzDecodeAssignment(f *testing.F) {
 		require.NoError(f, err)
 		f.Add(b)
 	}
-	b, _ := fakeV2.encodeAssignment(sampleAssignment(), 2)
+	b, _ := defaultFormat.encodeAssignment(AssignmentInfo{ErrorCode: ErrShutdownApplication, ShutdownReason: "poison record"}, 2)
 	f.Add(b)
 	f.Add(binary.BigEndian.AppendUint32([]byte{0xED, 0xD1, 0, 0, 0, 1}, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {

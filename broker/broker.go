@@ -8,9 +8,35 @@
 // are created automatically when a client asks for them in a metadata
 // request that permits it.
 //
-// It is not a replacement for a real cluster: there is one node, no
-// replication, and compaction runs on a timer (see Config.CompactionInterval)
-// or on demand (Broker.Compact) rather than continuously.
+// It is not a replacement for a real cluster: there is one node and no
+// replication. Where Eddy depends on how a real Kafka behaves, the broker is
+// made to behave that way, through kfake's request hooks and settings rather
+// than changes to kfake:
+//
+//   - Members waiting at the coordinator are kept alive. Kafka never expires
+//     a member whose JoinGroup or SyncGroup is waiting for its answer; kfake
+//     expires it at its session timeout, which let repeated kills wedge a
+//     group (the live members, waiting for a dead one, expired in turn, and
+//     the rebalance started over). The broker heartbeats on behalf of
+//     waiting members.
+//   - Group metadata is bounded. Kafka stores a group's subscriptions and
+//     assignments as one record and fails a SyncGroup whose record would
+//     exceed message.max.bytes with UNKNOWN_SERVER_ERROR; so does the broker
+//     (Config.MessageMaxBytes; it estimates the record as the members'
+//     subscriptions and assignments plus a fixed overhead per member).
+//   - Compaction is rare. kfake's compactor moves a partition's log start
+//     offset to the first batch it keeps; Kafka's log cleaner never moves
+//     it (only retention and DeleteRecords do). A store whose changelog
+//     position falls below the log start is rebuilt from scratch, so with
+//     kfake compacting often, restarts would rebuild what a real cluster
+//     lets them restore from their position. Compaction therefore runs once
+//     a day by default (Config.CompactionInterval) or on demand
+//     (Broker.Compact), and moves the log start when it does.
+//
+// Divergences that remain: one node, no replication; compaction when it
+// runs moves the log start offset as described; topics are created on
+// metadata requests (auto-creation, which Kafka disables by default in
+// managed clusters).
 package broker
 
 import (
@@ -39,10 +65,13 @@ const (
 	DefaultGroupMinSessionTimeout = 500 * time.Millisecond
 	// DefaultGroupMaxSessionTimeout matches Kafka's default.
 	DefaultGroupMaxSessionTimeout = 5 * time.Minute
-	// DefaultCompactionInterval is how often compacted topics are cleaned.
-	// Kafka cleans continuously; kfake cleans on a ticker whose default is
-	// an hour, which would make compaction invisible in a demo.
-	DefaultCompactionInterval = 30 * time.Second
+	// DefaultCompactionInterval is how often compacted topics are cleaned:
+	// rarely, because kfake's compaction moves the log start offset, which
+	// Kafka's never does (see the package doc).
+	DefaultCompactionInterval = 24 * time.Hour
+	// DefaultMessageMaxBytes is Kafka's default message.max.bytes, which
+	// also bounds a group's metadata record.
+	DefaultMessageMaxBytes = 1048588
 )
 
 // Config configures an embedded broker. The zero value is valid: a
@@ -79,6 +108,11 @@ type Config struct {
 	// are compacted. Zero means DefaultCompactionInterval.
 	CompactionInterval time.Duration
 
+	// MessageMaxBytes bounds a consumer group's metadata (subscriptions and
+	// assignments), as message.max.bytes does on Kafka. Zero means
+	// DefaultMessageMaxBytes.
+	MessageMaxBytes int
+
 	// SyncWrites fsyncs every produced batch. Without it, records reach the
 	// OS page cache at once (so they survive the process being killed) but
 	// are only synced to disk on segment roll and Close. Only meaningful
@@ -102,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	if c.CompactionInterval < 0 {
 		return errors.New("broker: compaction interval must not be negative")
+	}
+	if c.MessageMaxBytes < 0 {
+		return errors.New("broker: message max bytes must not be negative")
 	}
 	d := c.withDefaults()
 	if d.GroupMinSessionTimeout > d.GroupMaxSessionTimeout {
@@ -127,6 +164,9 @@ func (c Config) withDefaults() Config {
 	if c.CompactionInterval == 0 {
 		c.CompactionInterval = DefaultCompactionInterval
 	}
+	if c.MessageMaxBytes == 0 {
+		c.MessageMaxBytes = DefaultMessageMaxBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,6 +177,7 @@ func (c Config) withDefaults() Config {
 // use.
 type Broker struct {
 	cluster *kfake.Cluster
+	groups  *groupGuard
 	addrs   []string
 	logger  *slog.Logger
 
@@ -186,6 +227,10 @@ func Start(cfg Config) (*Broker, error) {
 		addrs:   c.ListenAddrs(),
 		logger:  cfg.Logger,
 	}
+	if b.groups, err = newGroupGuard(c, b.addrs, cfg.MessageMaxBytes); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("broker: group guard: %w", err)
+	}
 	b.logger.Info("embedded broker started",
 		"addrs", b.addrs, "data_dir", cfg.DataDir, "partitions", cfg.Partitions)
 	return b, nil
@@ -212,8 +257,9 @@ func (b *Broker) Compact() {
 }
 
 // Cluster returns the underlying kfake cluster, for tests that need its
-// fault injection or request control hooks. Calls on it after Close may
-// block forever.
+// fault injection or request control hooks (the broker's own hooks on
+// JoinGroup and SyncGroup run first). Calls on it after Close may block
+// forever.
 func (b *Broker) Cluster() *kfake.Cluster {
 	return b.cluster
 }
@@ -228,6 +274,7 @@ func (b *Broker) Close() {
 		return
 	}
 	b.closed = true
+	b.groups.close()
 	b.cluster.Close()
 	b.logger.Info("embedded broker stopped", "addrs", b.addrs)
 }

@@ -9,10 +9,13 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/changelog"
@@ -75,10 +78,22 @@ type App struct {
 	killCtx    context.Context
 	killCancel context.CancelFunc
 
-	skipped  atomic.Int64
-	restored *restoreTally
-	registry *registry
-	metrics  *metrics
+	skipped atomic.Int64
+	// processingErrors counts records skipped by ProcessingLogAndContinue.
+	processingErrors atomic.Int64
+	// replaced counts stream threads replaced by ReplaceThread.
+	replaced atomic.Int64
+	// storesWiped counts stores deleted because their files were
+	// unreadable.
+	storesWiped  atomic.Int64
+	replacements replacements
+	errLogs      logLimiter
+	// shutdownReason, once set, asks the group to shut the application
+	// down (ShutdownApplication); every subscription carries it.
+	shutdownReason atomic.Pointer[string]
+	restored       *restoreTally
+	registry       *registry
+	metrics        *metrics
 
 	// assignment is the latest assignment any thread received; it carries
 	// the group-wide routing maps.
@@ -143,6 +158,13 @@ func (a *App) Err() error {
 // Skipped returns how many input records were skipped because they could not
 // be deserialized (with DeserializationLogAndSkip).
 func (a *App) Skipped() int64 { return a.skipped.Load() }
+
+// ProcessingErrors returns how many records were skipped because a
+// processor failed on them (ProcessingLogAndContinue).
+func (a *App) ProcessingErrors() int64 { return a.processingErrors.Load() }
+
+// ThreadsReplaced returns how many stream threads ReplaceThread replaced.
+func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 
 // Start locks the state directory, creates or verifies the application's
 // internal topics, and starts the stream threads. It returns once the
@@ -233,6 +255,11 @@ func (a *App) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if a.cfg.StaticMembership {
+		if err := a.leaveStatic(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	a.releaseResources()
 	if a.Err() == nil {
 		a.state.Store(int32(StateClosed))
@@ -242,6 +269,34 @@ func (a *App) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() { close(a.done) })
 	a.log.Info("closed")
 	return errors.Join(errs...)
+}
+
+// leaveStatic takes the instance's static members out of the group: a
+// static member's client does not leave when it closes (so that a restart
+// can take its place back), but a clean Close should hand its tasks over
+// at once.
+func (a *App) leaveStatic(ctx context.Context) error {
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = a.cfg.ApplicationID
+	for _, th := range a.threads {
+		m := kmsg.NewLeaveGroupRequestMember()
+		m.InstanceID = kmsg.StringPtr(th.instanceID())
+		m.Reason = kmsg.StringPtr("eddy instance closing")
+		req.Members = append(req.Members, m)
+	}
+	resp, err := req.RequestWith(ctx, a.adminCl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: leave the group as static members: %w", err)
+	}
+	for _, m := range resp.Members {
+		if e := kerr.ErrorForCode(m.ErrorCode); e != nil && !errors.Is(e, kerr.UnknownMemberID) {
+			return fmt.Errorf("runtime: leave the group as static member %s: %w", *m.InstanceID, e)
+		}
+	}
+	return nil
 }
 
 func (a *App) closeErr() error {
@@ -271,6 +326,25 @@ func (a *App) release() {
 	if a.dir != nil {
 		a.dir.close()
 	}
+}
+
+// requestApplicationShutdown asks the group to shut every instance down
+// (ShutdownApplication): the subscriptions of this instance's threads carry
+// the reason from now on, and a rebalance makes the leader read them. If no
+// assignment carrying the shutdown arrives within the rebalance timeout,
+// this instance shuts down alone.
+func (a *App) requestApplicationShutdown(err error) {
+	reason := fmt.Sprintf("instance %s: %v", a.dir.processID, err)
+	if !a.shutdownReason.CompareAndSwap(nil, &reason) {
+		return
+	}
+	a.log.Error("asking every instance of the application to shut down", "err", err)
+	for _, th := range a.threads {
+		go th.forceRebalance()
+	}
+	time.AfterFunc(a.cfg.RebalanceTimeout, func() {
+		a.fail(fmt.Errorf("runtime: the group did not act on the request to shut the application down within %s; shutting this instance down: %w", a.cfg.RebalanceTimeout, err))
+	})
 }
 
 // fail records a fatal error from a thread and stops the App in the
@@ -310,13 +384,17 @@ func (a *App) changelogTopic(store string) string {
 
 // subscription is what this instance tells the group when a thread joins.
 func (a *App) subscription() assignor.SubscriptionInfo {
-	return assignor.SubscriptionInfo{
+	s := assignor.SubscriptionInfo{
 		ProcessID: a.dir.processID,
 		Endpoint:  a.cfg.Endpoint,
 		Capacity:  1,
 		Tags:      a.cfg.Tags,
 		Tasks:     a.registry.subscription(),
 	}
+	if r := a.shutdownReason.Load(); r != nil {
+		s.ShutdownReason = *r
+	}
+	return s
 }
 
 // endOffsets lists the end offsets of topics, for the leader's lag
@@ -344,7 +422,12 @@ func (a *App) endOffsets(ctx context.Context, topics []string) (map[string]map[i
 // protocol version, a probing rebalance at the time it names. It runs on
 // the thread's group goroutine and must not block.
 func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
-	if info.ErrorCode != assignor.ErrNone {
+	switch info.ErrorCode {
+	case assignor.ErrNone:
+	case assignor.ErrShutdownApplication:
+		a.fail(&ApplicationShutdownError{Reason: info.ShutdownReason})
+		return
+	default:
 		a.log.Warn("assignment asks to rejoin", "code", info.ErrorCode)
 		go th.forceRebalance()
 		return
@@ -372,8 +455,44 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 	if !info.Persistent {
 		return statestore.NewMemory(), nil
 	}
-	return statestore.OpenBadger(filepath.Join(task.Dir(a.appDir(), id), info.Name), statestore.DefaultBadgerOptions())
+	return a.openPersistent(id, info.Name)
 }
+
+// openPersistent opens a task's persistent store. A store whose files
+// cannot be opened (a garbled manifest, a truncated table or log) is
+// deleted and opened empty, with a warning: its changelog rebuilds it, and
+// the instance's other tasks never notice. Failures of the machine rather
+// than of the files (a full disk, permissions, too many open files) are
+// returned as they are: deleting the store would not help.
+func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) {
+	dir := filepath.Join(task.Dir(a.appDir(), id), name)
+	s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+	if err == nil || !unreadableState(err) {
+		return s, err
+	}
+	a.log.Warn("store files cannot be opened; deleting the store to rebuild it from its changelog",
+		"task", id, "store", name, "dir", dir, "err", err)
+	if derr := statestore.DestroyBadger(dir); derr != nil {
+		return nil, fmt.Errorf("runtime: delete unreadable store %s of task %s: %w (opening it failed with: %v)", name, id, derr, err)
+	}
+	a.storesWiped.Add(1)
+	return statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+}
+
+// unreadableState reports whether a store failed to open because of its
+// own files, as opposed to the machine it runs on.
+func unreadableState(err error) bool {
+	for _, machine := range []error{syscall.ENOSPC, syscall.EACCES, syscall.EPERM, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EROFS, syscall.EIO} {
+		if errors.Is(err, machine) {
+			return false
+		}
+	}
+	return true
+}
+
+// StoresWiped counts the persistent stores this instance found unreadable
+// on disk, deleted and rebuilt from their changelogs.
+func (a *App) StoresWiped() int64 { return a.storesWiped.Load() }
 
 // topicPlan is what start-up learned and decided about topics: partition
 // counts of every sub-topology and of every topic the app writes.
@@ -406,6 +525,9 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 				external = append(external, r.Name)
 			}
 		}
+	}
+	if cfg.DeadLetterTopic != "" {
+		external = append(external, cfg.DeadLetterTopic)
 	}
 	slices.Sort(external)
 	external = slices.Compact(external)

@@ -148,6 +148,38 @@ type Config struct {
 	// DeserializationErrors chooses how undecodable input is handled.
 	// Default DeserializationFail.
 	DeserializationErrors DeserializationHandling
+	// ProcessingErrors says what a stream thread does when a processor
+	// returns an error or panics on a record. Default ProcessingFail.
+	ProcessingErrors ProcessingErrorHandling
+	// DeadLetterTopic, when set, receives every record skipped under
+	// ProcessingLogAndContinue or DeserializationLogAndSkip: its key,
+	// value and headers as read, with headers naming the error, its
+	// source topic, partition and offset, the task and the node (the
+	// DeadLetterHeader* constants). Under exactly-once it is written in
+	// the same transaction as the rest of the commit. Like the topology's
+	// own sink topics, it must exist before Start.
+	DeadLetterTopic string
+	// StaticMembership makes every stream thread a static group member
+	// (KIP-345), with an instance ID derived from the state directory's
+	// process ID and the thread's index. A restarted instance then takes
+	// its threads' places back at once, without waiting out the session
+	// timeout of the members it left behind, and, if nothing else changed,
+	// without a rebalance. Close still leaves the group, so the other
+	// instances take over at once. Off by default: two instances sharing
+	// a state directory's process ID (a copied directory) would fence each
+	// other.
+	StaticMembership bool
+	// MaxGroupMetadataBytes is the brokers' message.max.bytes: the largest
+	// record in which the group coordinator stores the group's
+	// subscriptions and assignments. The leader refuses (and its instance
+	// stops with an *assignor.GroupMetadataTooLargeError naming the sizes)
+	// an assignment that would not fit, since the group could never
+	// settle. Default 1048588, Kafka's default.
+	MaxGroupMetadataBytes int
+	// OnStreamThreadError says what happens when a stream thread stops on
+	// an error: ShutdownInstance (the default), ReplaceThread or
+	// ShutdownApplication.
+	OnStreamThreadError StreamThreadErrorPolicy
 	// Endpoint is the host:port on which this instance answers queries,
 	// advertised to the other instances. Optional.
 	Endpoint string
@@ -233,6 +265,9 @@ func (c Config) withDefaults() Config {
 	if c.StateCleanupDelay == 0 {
 		c.StateCleanupDelay = DefaultStateCleanupDelay
 	}
+	if c.MaxGroupMetadataBytes == 0 {
+		c.MaxGroupMetadataBytes = assignor.DefaultMaxGroupMetadataBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -292,11 +327,27 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown DeserializationErrors %d", int(c.DeserializationErrors)))
 	}
+	switch c.ProcessingErrors {
+	case ProcessingFail, ProcessingLogAndContinue:
+	default:
+		errs = append(errs, fmt.Errorf("unknown ProcessingErrors %d", int(c.ProcessingErrors)))
+	}
+	switch c.OnStreamThreadError {
+	case ShutdownInstance, ReplaceThread, ShutdownApplication:
+	default:
+		errs = append(errs, fmt.Errorf("unknown OnStreamThreadError %d", int(c.OnStreamThreadError)))
+	}
+	if c.DeadLetterTopic != "" && c.ProcessingErrors == ProcessingFail && c.DeserializationErrors == DeserializationFail {
+		errs = append(errs, fmt.Errorf("DeadLetterTopic %q is set but no handler skips records (set ProcessingErrors to ProcessingLogAndContinue or DeserializationErrors to DeserializationLogAndSkip)", c.DeadLetterTopic))
+	}
 	if c.ReplicationFactor < -1 || c.ReplicationFactor == 0 {
 		errs = append(errs, fmt.Errorf("ReplicationFactor must be -1 or positive, got %d", c.ReplicationFactor))
 	}
 	if c.NumStandbys < 0 {
 		errs = append(errs, fmt.Errorf("NumStandbys must not be negative, got %d", c.NumStandbys))
+	}
+	if c.MaxGroupMetadataBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxGroupMetadataBytes must not be negative, got %d", c.MaxGroupMetadataBytes))
 	}
 	if c.AcceptableRecoveryLag < 0 || c.MaxWarmups < 0 || c.ProbingRebalanceInterval < 0 || c.StateCleanupDelay < 0 {
 		errs = append(errs, errors.New("AcceptableRecoveryLag, MaxWarmups, ProbingRebalanceInterval and StateCleanupDelay must not be negative"))

@@ -14,7 +14,10 @@ type metrics struct {
 	app           *App
 	processed     prometheus.Counter
 	skipped       prometheus.CounterFunc
+	failed        prometheus.CounterFunc
+	replaced      prometheus.CounterFunc
 	resets        prometheus.CounterFunc
+	wiped         prometheus.CounterFunc
 	commitLatency prometheus.Histogram
 	rebalances    prometheus.Counter
 	replicaDesc   map[string]*prometheus.Desc
@@ -34,11 +37,26 @@ func newMetrics(a *App) *metrics {
 			Help:        "Input records skipped because they could not be deserialized.",
 			ConstLabels: constLabels,
 		}, func() float64 { return float64(a.skipped.Load()) }),
+		failed: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "processing_errors_total",
+			Help:        "Input records skipped because a processor failed on them (ProcessingLogAndContinue).",
+			ConstLabels: constLabels,
+		}, func() float64 { return float64(a.processingErrors.Load()) }),
+		replaced: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "stream_threads_replaced_total",
+			Help:        "Stream threads replaced after an error (ReplaceThread).",
+			ConstLabels: constLabels,
+		}, func() float64 { return float64(a.replaced.Load()) }),
 		resets: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "eddy", Name: "store_resets_total",
 			Help:        "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
 			ConstLabels: constLabels,
 		}, func() float64 { return float64(a.StoreResets()) }),
+		wiped: prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "eddy", Name: "stores_wiped_total",
+			Help:        "Persistent stores whose files could not be opened, deleted and rebuilt from their changelogs.",
+			ConstLabels: constLabels,
+		}, func() float64 { return float64(a.storesWiped.Load()) }),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "eddy", Name: "commit_latency_seconds",
 			Help:        "Time a stream thread takes to commit: flush, changelog acknowledgements, store writes, offsets.",
@@ -68,7 +86,10 @@ func newMetrics(a *App) *metrics {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.processed.Describe(ch)
 	m.skipped.Describe(ch)
+	m.failed.Describe(ch)
+	m.replaced.Describe(ch)
 	m.resets.Describe(ch)
+	m.wiped.Describe(ch)
 	m.commitLatency.Describe(ch)
 	m.rebalances.Describe(ch)
 	for _, d := range m.replicaDesc {
@@ -80,7 +101,10 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.processed.Collect(ch)
 	m.skipped.Collect(ch)
+	m.failed.Collect(ch)
+	m.replaced.Collect(ch)
 	m.resets.Collect(ch)
+	m.wiped.Collect(ch)
 	m.commitLatency.Collect(ch)
 	m.rebalances.Collect(ch)
 	for _, ri := range m.app.Replicas() {

@@ -176,7 +176,7 @@ func (r *registry) scanDisk() error {
 			if _, err := os.Stat(dir); err != nil {
 				continue
 			}
-			s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+			s, err := r.app.openPersistent(id, name)
 			if err != nil {
 				return fmt.Errorf("runtime: open store %s of task %s: %w", name, id, err)
 			}

@@ -48,7 +48,9 @@ type thread struct {
 	lastCommit time.Time
 	rr         map[string]int32 // round-robin partition for keyless sink records
 
-	produceErr atomic.Pointer[error]
+	// produceErr is the first produce failure of the current client
+	// since the last commit; see produceFailure.
+	produceErr atomic.Pointer[produceFailure]
 	// sess is the transactional session under exactly-once; cl is then
 	// its client.
 	sess *kgo.GroupTransactSession
@@ -74,8 +76,12 @@ type thread struct {
 	cancel   context.CancelFunc
 	stopping atomic.Bool
 	killed   atomic.Bool // set by Kill: no commit, no leave-group
-	exited   chan struct{}
-	exitErr  error
+	// halted is set (under mu) when the thread stopped processing on an
+	// error under ShutdownApplication: it keeps polling only to take part
+	// in the rebalance that tells every member to shut down.
+	halted  bool
+	exited  chan struct{}
+	exitErr error
 
 	// Hot-path caches of process and Send, used, like rr, only with mu
 	// held.
@@ -152,7 +158,11 @@ func (th *thread) connect() error {
 		EndOffsets:   a.endOffsets,
 		Assignor:     cfg.assignorConfig(),
 		OnAssignment: th.onAssignment,
-		Logger:       th.log,
+		// The group cannot settle while its metadata does not fit: stop
+		// with the reason rather than retry for ever.
+		MaxGroupMetadataBytes: cfg.MaxGroupMetadataBytes,
+		OnError:               func(err error) { a.fail(err) },
+		Logger:                th.log,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: balancer: %w", err)
@@ -178,6 +188,9 @@ func (th *thread) connect() error {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
+	if cfg.StaticMembership {
+		opts = append(opts, kgo.InstanceID(th.instanceID()))
+	}
 	if cfg.ProcessingGuarantee != ExactlyOnce {
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
@@ -203,11 +216,21 @@ func (th *thread) connect() error {
 	return nil
 }
 
+// instanceID is the thread's static group membership ID (KIP-345): stable
+// across restarts with the same state directory, like the transactional
+// ID, so a restarted thread takes its own place in the group back.
+func (th *thread) instanceID() string {
+	return fmt.Sprintf("%s-%s-%d", th.app.cfg.ApplicationID, th.app.dir.processID, th.idx)
+}
+
 // attach makes cl the thread's client, with an outbox of its own.
 func (th *thread) attach(cl *kgo.Client) {
 	th.cl = cl
 	th.group.Store(cl)
-	th.out = newOutbox(cl, th.onProduced)
+	// A client being replaced fails the records it still holds, maybe
+	// after its successor is attached: only the current client's failures
+	// concern the thread.
+	th.out = newOutbox(cl, func(r *kgo.Record, err error) { th.onProduced(cl, r, err) })
 }
 
 // forceRebalance asks the group to rebalance through the thread's current
@@ -242,7 +265,17 @@ func (th *thread) abort() {
 }
 
 func (th *thread) run() {
-	err := th.loop()
+	var err error
+	for {
+		err = th.loop()
+		if err == nil || th.stopping.Load() || th.killed.Load() {
+			break
+		}
+		var again bool
+		if again, err = th.recover(err); !again {
+			break
+		}
+	}
 	if err != nil && !th.stopping.Load() && !th.killed.Load() {
 		th.app.fail(err)
 	}
@@ -254,6 +287,50 @@ func (th *thread) run() {
 	th.shutdown(err == nil)
 	th.exitErr = err
 	close(th.exited)
+}
+
+// recover applies OnStreamThreadError to an error that stopped the loop.
+// It reports whether the loop should run again, and the error the thread
+// stops with otherwise.
+func (th *thread) recover(err error) (bool, error) {
+	switch th.app.cfg.OnStreamThreadError {
+	case ReplaceThread:
+		key := failureKey(err)
+		ok, n := th.app.replacements.allow(key, time.Now())
+		if !ok {
+			return false, fmt.Errorf("runtime: stream thread failed %d times in a row on the same %s; not replacing it again: %w", n, key, err)
+		}
+		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", n)
+		th.mu.Lock()
+		rerr := th.reconnect()
+		th.mu.Unlock()
+		if rerr != nil {
+			return false, errors.Join(err, rerr)
+		}
+		th.app.replaced.Add(1)
+		return true, nil
+	case ShutdownApplication:
+		th.halt()
+		th.app.requestApplicationShutdown(err)
+		return true, nil
+	}
+	return false, err
+}
+
+// halt makes the thread stop processing for good: its tasks close without
+// committing (under exactly-once the open transaction is aborted), and
+// from now on it only polls, so that it keeps its place in the group for
+// the rebalance that carries ShutdownApplication to every member.
+func (th *thread) halt() {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	th.halted = true
+	th.dropAll()
+	if th.sess != nil {
+		if err := th.abortTransaction(); err != nil {
+			th.log.Warn("aborting the transaction of a halted thread failed", "err", err)
+		}
+	}
 }
 
 func (th *thread) loop() error {
@@ -276,6 +353,9 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	if th.halted {
+		return nil
+	}
 	if th.abortPending {
 		// The records just polled may predate the rewind the abort
 		// makes; they will be fetched again.
@@ -284,6 +364,12 @@ func (th *thread) iteration() error {
 	var fatal error
 	fetches.EachError(func(topic string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if errors.Is(err, kerr.UnknownServerError) {
+			// What a Kafka coordinator answers a SyncGroup whose group
+			// record exceeds its message.max.bytes.
+			th.log.Error("group error UNKNOWN_SERVER_ERROR: if the brokers' message.max.bytes is below MaxGroupMetadataBytes, the group's metadata does not fit; lower MaxGroupMetadataBytes to the brokers' limit to get the sizes, or raise the limit", "err", err, "max_group_metadata_bytes", th.app.cfg.MaxGroupMetadataBytes)
 			return
 		}
 		th.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
@@ -361,20 +447,57 @@ func (th *thread) process(r *kgo.Record) error {
 	// Declared only here: errors.As makes its target escape, and it would
 	// otherwise be allocated for every record.
 	var de *topology.DeserializationError
-	if errors.As(err, &de) && th.app.cfg.DeserializationErrors == DeserializationLogAndSkip {
+	if errors.As(err, &de) {
+		if th.app.cfg.DeserializationErrors != DeserializationLogAndSkip {
+			return fmt.Errorf("runtime: task %s: %w", id, err)
+		}
 		th.app.skipped.Add(1)
-		th.log.Warn("skipping record that cannot be deserialized", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", de.Err)
-		t.Skip(in)
-		return nil
+		return th.skip(t, in, "", "skipping record that cannot be deserialized", de.Err)
 	}
-	return fmt.Errorf("runtime: task %s: %w", id, err)
+	pe := &ProcessingError{Task: id, Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, Err: err}
+	var ne *topology.NodeError
+	if errors.As(err, &ne) {
+		pe.Node = ne.Node
+	}
+	if th.app.cfg.ProcessingErrors != ProcessingLogAndContinue {
+		return pe
+	}
+	th.app.processingErrors.Add(1)
+	return th.skip(t, in, pe.Node, "skipping record a processor failed on", pe.Unwrap())
+}
+
+// skip carries on past a record a handler chose to skip: it logs why (a
+// few lines a second at most), sends the record to the dead-letter topic if
+// there is one, and marks it consumed.
+func (th *thread) skip(t *task.Active, in topology.InputRecord, node, msg string, cause error) error {
+	if ok, suppressed := th.app.errLogs.allow(time.Now()); ok {
+		attrs := []any{"task", t.ID(), "topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "err", cause}
+		if node != "" {
+			attrs = append(attrs, "node", node)
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "similar_lines_suppressed", suppressed)
+		}
+		var pe *topology.PanicError
+		if errors.As(cause, &pe) {
+			attrs = append(attrs, "stack", string(pe.Stack))
+		}
+		th.log.Warn(msg, attrs...)
+	}
+	if dlq := th.app.cfg.DeadLetterTopic; dlq != "" {
+		if err := th.Send(deadLetter(dlq, t.ID(), in, node, cause)); err != nil {
+			return fmt.Errorf("runtime: task %s: send record %s/%d@%d to the dead-letter topic %q: %w", t.ID(), in.Topic, in.Partition, in.Offset, dlq, err)
+		}
+	}
+	t.Skip(in)
+	return nil
 }
 
 // Send implements task.Sender: it partitions a sink record as Kafka's default
 // partitioner would and hands it to the producer.
 func (th *thread) Send(rec topology.OutputRecord) error {
-	if p := th.produceErr.Load(); p != nil {
-		return *p
+	if err := th.produceFailed(); err != nil {
+		return err
 	}
 	n := th.sendParts
 	if rec.Topic != th.sendTopic || n <= 0 {
@@ -408,13 +531,37 @@ func (th *thread) Send(rec topology.OutputRecord) error {
 	return nil
 }
 
-func (th *thread) onProduced(r *kgo.Record, err error) {
-	if err != nil {
-		// A fresh variable: taking the address of err itself would move
-		// it to the heap on every call, successful ones included.
-		wrapped := fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)
-		th.produceErr.CompareAndSwap(nil, &wrapped)
+// produceFailure is a produce failure and the client it happened on. A
+// client being replaced fails the records it still holds, sometimes after
+// its successor is attached; those failures concern no one.
+type produceFailure struct {
+	cl  *kgo.Client
+	err error
+}
+
+func (th *thread) onProduced(cl *kgo.Client, r *kgo.Record, err error) {
+	if err == nil || cl != th.group.Load() {
+		return
 	}
+	f := &produceFailure{cl: cl, err: fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)}
+	for {
+		old := th.produceErr.Load()
+		if old != nil && old.cl == cl {
+			return // the first failure is the one to report
+		}
+		if th.produceErr.CompareAndSwap(old, f) {
+			return
+		}
+	}
+}
+
+// produceFailed returns the current client's first produce failure since
+// the last commit, if any.
+func (th *thread) produceFailed() error {
+	if f := th.produceErr.Load(); f != nil && f.cl == th.group.Load() {
+		return f.err
+	}
+	return nil
 }
 
 // commitBounded commits with a deadline rather than the thread's context:
@@ -459,8 +606,8 @@ func (th *thread) commit(ctx context.Context) error {
 	if err := th.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("runtime: commit: flush producer: %w", err)
 	}
-	if p := th.produceErr.Load(); p != nil {
-		return fmt.Errorf("runtime: commit: %w", *p)
+	if err := th.produceFailed(); err != nil {
+		return fmt.Errorf("runtime: commit: %w", err)
 	}
 	if err := acks.Err(); err != nil {
 		return fmt.Errorf("runtime: commit: changelog: %w", err)
@@ -536,7 +683,7 @@ func (th *thread) maybeCrash(step string) error {
 // the consumer is back at the last committed offsets.
 func (th *thread) commitTransaction(ctx context.Context, running []*task.Active, acks *changelog.Offsets) error {
 	try := kgo.TryCommit
-	if th.produceErr.Load() != nil || acks.Err() != nil {
+	if th.produceFailed() != nil || acks.Err() != nil {
 		try = kgo.TryAbort
 	}
 	if err := th.maybeCrash("before-commit"); err != nil {
@@ -637,20 +784,30 @@ func (th *thread) transactionFailed(err error) error {
 		return fmt.Errorf("runtime: end transaction: %w", err)
 	}
 	th.log.Warn("transaction cannot commit (fenced, or dropped from the group while cut off); dropping uncommitted work and rejoining", "err", err)
+	return th.reconnect()
+}
+
+// reconnect drops the thread's tasks without committing and replaces its
+// client: it leaves the group and joins it again as a new member. It is
+// called with mu held, and releases it while the old client closes, since
+// closing runs the revocation callback, which takes mu.
+func (th *thread) reconnect() error {
 	th.dropAll()
-	old := th.sess
-	// Close must not run the revocation callback against this thread's
-	// lock, which the caller holds.
+	oldSess, oldCl := th.sess, th.cl
 	th.mu.Unlock()
-	old.AllowRebalance()
-	old.Close()
+	if oldSess != nil {
+		oldSess.AllowRebalance()
+		oldSess.Close()
+	} else {
+		oldCl.AllowRebalance()
+		oldCl.Close()
+	}
 	th.mu.Lock()
 	th.out.close()
 	th.dropAll()
-	if cerr := th.connect(); cerr != nil {
-		return cerr
-	}
-	return nil
+	th.abortPending = false
+	th.sess = nil
+	return th.connect()
 }
 
 // isFenced reports whether a transactional error means the producer was
@@ -800,6 +957,10 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
 	defer th.unassigned()
+	if th.halted {
+		th.dropAll()
+		return
+	}
 	if th.sess != nil {
 		// The session aborts a transaction a revocation interrupts; the
 		// thread committed just before allowing the rebalance when it

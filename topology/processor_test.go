@@ -327,7 +327,7 @@ func TestProcessorErrorsAndLifecycle(t *testing.T) {
 		defer d.Close()
 		err = d.AdvanceWallClock(time.Second)
 		require.ErrorIs(t, err, boom)
-		require.ErrorContains(t, err, `wall-clock punctuator of processor "b"`)
+		require.ErrorContains(t, err, `node "b": task 0_0: wall-clock punctuator: boom`)
 	})
 }
 
