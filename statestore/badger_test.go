@@ -13,7 +13,7 @@ import (
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// A batch beyond one transaction goes through the WriteBatch path; the data
+// A batch beyond one transaction goes through the staged path; the data
 // and the position must all land, and survive a reopen.
 func TestBadgerWriteLargerThanOneTxn(t *testing.T) {
 	dir := t.TempDir()
@@ -28,8 +28,10 @@ func TestBadgerWriteLargerThanOneTxn(t *testing.T) {
 		batch = append(batch, Entry{Key: fmt.Appendf(nil, "key-%06d", i), Value: fmt.Appendf(nil, "v%d", i)})
 	}
 	batch = append(batch, Entry{Key: []byte("key-000000")}) // order still counts
-	require.False(t, bs.fitsOneTxn(batch))
-	require.True(t, bs.fitsOneTxn(batch[:100]))
+	ops, err := bs.plan(batch)
+	require.NoError(t, err)
+	require.False(t, bs.fitsOneTxn(ops))
+	require.True(t, bs.fitsOneTxn(ops[:100]))
 	require.NoError(t, s.Write(batch, 99))
 
 	check := func(s Store) {
@@ -53,7 +55,7 @@ func TestBadgerWriteLargerThanOneTxn(t *testing.T) {
 }
 
 // If the estimate says a batch fits but badger disagrees, Write must still
-// succeed through the fallback.
+// succeed through the staged path.
 func TestBadgerTxnTooBigFallback(t *testing.T) {
 	o := testBadgerOptions()
 	o.MemTableSize = 1 << 20
@@ -63,9 +65,11 @@ func TestBadgerTxnTooBigFallback(t *testing.T) {
 	for i := 0; i < cap(batch); i++ {
 		batch = append(batch, Entry{Key: fmt.Appendf(nil, "k%05d", i), Value: []byte("v")})
 	}
-	err := bs.writeTxn(batch, prefixKeys(batch), make([]byte, 8))
+	ops, err := bs.plan(batch)
+	require.NoError(t, err)
+	err = bs.writeTxn(ops, make([]byte, 8))
 	require.ErrorIs(t, err, badger.ErrTxnTooBig, "the direct transaction must not fit")
-	require.NoError(t, bs.writeBatch(batch, prefixKeys(batch), []byte{0, 0, 0, 0, 0, 0, 0, 5}))
+	require.NoError(t, bs.writeStaged(ops, []byte{0, 0, 0, 0, 0, 0, 0, 5}))
 	n, err := s.ApproximateCount()
 	require.NoError(t, err)
 	require.Equal(t, int64(len(batch)), n)
