@@ -93,6 +93,14 @@ func encodeMarker(pos []byte, n int) []byte {
 // writeStaged writes ops and pos atomically in several transactions.
 // Called with wmu held.
 func (s *badgerStore) writeStaged(ops []op, pos []byte) error {
+	if err := s.stage(ops, pos); err != nil {
+		return err
+	}
+	return s.applyStaged(ops, pos)
+}
+
+// stage writes ops to the stage and then the marker that commits them.
+func (s *badgerStore) stage(ops []op, pos []byte) error {
 	wb := s.db.NewWriteBatch()
 	for i, o := range ops {
 		if err := wb.Set(stageKey(uint64(i)), encodeStaged(o)); err != nil {
@@ -107,7 +115,7 @@ func (s *badgerStore) writeStaged(ops []op, pos []byte) error {
 	if err != nil {
 		return fmt.Errorf("stage marker: %w", err)
 	}
-	return s.applyStaged(ops, pos)
+	return nil
 }
 
 // applyStaged applies committed staged ops, moves the position, removes
