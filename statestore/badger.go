@@ -363,10 +363,13 @@ func (s *badgerStore) update(e Entry) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := s.check(e); err != nil {
+			return &EntryError{Index: 0, Err: err}
+		}
 		p := planner{txn: txn}
 		ops, err := p.add(nil, e)
 		if err != nil {
-			return err
+			return &EntryError{Index: 0, Err: err}
 		}
 		for _, o := range ops {
 			if err := setOp(txn, o); err != nil {
@@ -437,7 +440,10 @@ func (s *badgerStore) plan(entries []Entry) ([]op, error) {
 	buf := make([]byte, n)
 	ops := make([]op, 0, len(entries))
 	var p *planner
-	for _, e := range entries {
+	for i, e := range entries {
+		if err := s.check(e); err != nil {
+			return nil, &EntryError{Index: i, Err: err}
+		}
 		if len(e.Key) <= maxRawKey {
 			k := buf[: 1+len(e.Key) : 1+len(e.Key)]
 			k[0] = userPrefix
@@ -452,10 +458,25 @@ func (s *badgerStore) plan(entries []Entry) ([]op, error) {
 		}
 		var err error
 		if ops, err = p.add(ops, e); err != nil {
-			return nil, err
+			return nil, &EntryError{Index: i, Err: err}
 		}
 	}
 	return ops, nil
+}
+
+// check refuses, before anything is written, an entry badger cannot hold:
+// a value (with the key, for a slot) beyond one value-log file.
+func (s *badgerStore) check(e Entry) error {
+	n := int64(len(e.Value))
+	if len(e.Key) > maxRawKey {
+		n += int64(len(e.Key)) + binary.MaxVarintLen64
+	}
+	// Staging adds a few bytes of framing and the badger key.
+	if n+3+binary.MaxVarintLen64+maxKeyBytes > s.opts.ValueLogFileSize {
+		return fmt.Errorf("%w: key of %d bytes and value of %d bytes exceed the value-log file size of %d bytes (BadgerOptions.ValueLogFileSize)",
+			ErrTooLarge, len(e.Key), len(e.Value), s.opts.ValueLogFileSize)
+	}
+	return nil
 }
 
 // fitsOneTxn mirrors badger's transaction size check (Txn.checkSize) so

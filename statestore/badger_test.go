@@ -307,3 +307,23 @@ func TestBadgerLegacyLongestKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// An entry beyond what badger holds is refused before anything is
+// written, naming its index, and the store works on.
+func TestBadgerEntryTooLarge(t *testing.T) {
+	o := testBadgerOptions()
+	o.ValueLogFileSize = 1 << 20
+	s := openTestBadger(t, t.TempDir(), o)
+	big := make([]byte, 1<<20)
+	err := s.Write([]Entry{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: big}}, 5)
+	var ee *EntryError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 1, ee.Index)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.ErrorIs(t, s.Put([]byte("b"), big), ErrTooLarge)
+	require.Empty(t, collectAll(t, s))
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, NoPosition, pos)
+	require.NoError(t, s.Write([]Entry{{Key: []byte("b"), Value: big[:500_000]}}, 6))
+}
