@@ -57,7 +57,7 @@ func startGuarantee(t *testing.T, c *cluster, name, dir string, g runtime.Proces
 func waitCaughtUpAny(t *testing.T, c *cluster, g runtime.ProcessingGuarantee) {
 	t.Helper()
 	if g != runtime.ExactlyOnce {
-		waitCaughtUpAny(t, c, g)
+		c.waitCaughtUp(t, "wc")
 		return
 	}
 	rep := repartitionTopic("wc")
