@@ -800,6 +800,7 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 	pos := st.pos
 	last := int64(-1)
 	entries := make([]statestore.Entry, 0, len(b.recs))
+	offsets := make([]int64, 0, len(b.recs))
 	for _, rec := range b.recs {
 		if rec.Offset < pos {
 			continue // already applied
@@ -809,6 +810,7 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 			continue // a transaction marker: moves the position, holds no data
 		}
 		entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
+		offsets = append(offsets, rec.Offset)
 	}
 	var werr error
 	if last >= 0 {
@@ -821,8 +823,12 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 		if r.parts[st.tp] != st {
 			return Completed{}, false
 		}
-		return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store: %w",
-			len(entries), st.tp.Topic, st.tp.Partition, werr)), true
+		where := ""
+		if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(offsets) {
+			where = fmt.Sprintf(" (the record at offset %d cannot be stored)", offsets[ee.Index])
+		}
+		return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
+			len(entries), st.tp.Topic, st.tp.Partition, where, werr)), true
 	}
 	if last >= 0 {
 		st.pos = last + 1

@@ -210,10 +210,11 @@ func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a
 // OpenBadger opens (creating if needed) a badger-backed Store in dir. Only
 // one process may hold dir open at a time; badger locks it.
 //
-// A Write applies its entries and position in one badger transaction, so
-// readers (which use badger read transactions, i.e. snapshots) see all or
-// none of it. A Write too large for one transaction falls back to a
-// non-atomic path; see Write.
+// Keys of any length are accepted, although badger's own keys may not
+// exceed 65,000 bytes: longer ones are stored under a derived key (see the
+// layout notes in badgerkeys.go). A Write applies its entries and position
+// atomically, for readers and across crashes, however large it is; see
+// Write.
 func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	opts = opts.withDefaults()
 	// A Reset interrupted by a crash after moving the old store aside
@@ -233,6 +234,10 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 		iters:          make(map[*badgerIter]struct{}),
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),
+	}
+	if err := s.recoverStage(); err != nil {
+		_ = db.Close()
+		return nil, err
 	}
 	pos, err := s.readPosition()
 	if err != nil {
@@ -275,6 +280,12 @@ type badgerStore struct {
 	position atomic.Int64
 	// wmu serialises writers, so position follows the order of Writes.
 	wmu sync.Mutex
+	// view gates the taking of read snapshots: a staged Write holds it
+	// exclusively while it applies, so no snapshot sees part of it.
+	view sync.RWMutex
+	// failed is set when a staged Write could not be applied: every call
+	// returns it until a Reset or a reopen finishes or drops the Write.
+	failed atomic.Pointer[error]
 
 	// Open iterators, so Close can release them before closing the DB:
 	// their owners may not have finished, and a badger iterator must not
@@ -292,7 +303,18 @@ func (s *badgerStore) enter() error {
 		s.mu.RUnlock()
 		return ErrClosed
 	}
+	if err := s.failed.Load(); err != nil {
+		s.mu.RUnlock()
+		return *err
+	}
 	return nil
+}
+
+// snapshot opens a read transaction that sees whole Writes only.
+func (s *badgerStore) snapshot() *badger.Txn {
+	s.view.RLock()
+	defer s.view.RUnlock()
+	return s.db.NewTransaction(false)
 }
 
 func (s *badgerStore) exit() { s.mu.RUnlock() }
@@ -309,63 +331,74 @@ func (s *badgerStore) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer s.exit()
-	txn := s.db.NewTransaction(false)
+	txn := s.snapshot()
 	defer txn.Discard()
-	item, err := txn.Get(userKey(key))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, false, nil
-	}
+	v, found, err := getIn(txn, key)
 	if err != nil {
 		return nil, false, fmt.Errorf("statestore: badger get: %w", err)
 	}
-	// Start from a non-nil slice so an empty value reads back as empty,
-	// not as nil (which would look like a tombstone to Entry users).
-	v, err := item.ValueCopy(make([]byte, 0, item.ValueSize()))
-	if err != nil {
-		return nil, false, fmt.Errorf("statestore: badger get: %w", err)
-	}
-	return v, true, nil
+	return v, found, nil
 }
 
 func (s *badgerStore) Put(key, value []byte) error {
 	if value == nil {
 		return errNilValue
 	}
-	return s.update(func(txn *badger.Txn) error { return txn.Set(userKey(key), value) })
+	return s.update(Entry{Key: key, Value: value})
 }
 
 func (s *badgerStore) Delete(key []byte) error {
-	return s.update(func(txn *badger.Txn) error { return txn.Delete(userKey(key)) })
+	return s.update(Entry{Key: key})
 }
 
-func (s *badgerStore) update(fn func(*badger.Txn) error) error {
+// update writes one entry in one transaction, which always fits: a badger
+// key is at most 65,000 bytes and a value of 16 KiB or more
+// (ValueThreshold) goes to the value log, leaving a pointer in the
+// transaction.
+func (s *badgerStore) update(e Entry) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.exit()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.db.Update(fn); err != nil {
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := s.check(e); err != nil {
+			return &EntryError{Index: 0, Err: err}
+		}
+		p := planner{txn: txn}
+		ops, err := p.add(nil, e)
+		if err != nil {
+			return &EntryError{Index: 0, Err: err}
+		}
+		for _, o := range ops {
+			if err := setOp(txn, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("statestore: badger write: %w", err)
 	}
 	return nil
 }
 
+func setOp(txn *badger.Txn, o op) error {
+	if o.value == nil {
+		return txn.Delete(o.key)
+	}
+	return txn.SetEntry(o.entry())
+}
+
 // Write applies entries and records position.
 //
 // When the batch fits in one badger transaction (badger caps a transaction
-// at 15% of MemTableSize and a matching entry count, ~6,500 entries with
-// the default options), entries and position commit together.
-//
-// A larger batch goes through a badger WriteBatch, which splits it into
-// several transactions, and the position is written in a final transaction
-// of its own, only after every data transaction has committed. A crash or a
-// reader in between can then see some of the new data under the old
-// position, never the new position without all of its data. That is safe
-// for a changelog-backed store: restoring from the old position re-applies
-// records the store may already hold, and applying a changelog record is
-// idempotent (a put or delete of a key to a value, last one wins), so the
-// result is the same state.
+// at 15% of MemTableSize and a matching entry count, ~6,500 small entries
+// or ~630 KB with the default options), entries and position commit
+// together. A larger batch is staged and then applied with new reads held
+// back (see badgerstage.go), so it is just as atomic, for readers and
+// across a crash, at the cost of writing it twice.
 func (s *badgerStore) Write(entries []Entry, position int64) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -374,17 +407,18 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 
-	keys := prefixKeys(entries)
 	var pos [8]byte
 	binary.BigEndian.PutUint64(pos[:], uint64(position))
-	var err error
-	if s.fitsOneTxn(entries) {
-		err = s.writeTxn(entries, keys, pos[:])
-		if errors.Is(err, badger.ErrTxnTooBig) {
-			err = s.writeBatch(entries, keys, pos[:])
+	ops, err := s.plan(entries)
+	if err == nil {
+		if s.fitsOneTxn(ops) {
+			err = s.writeTxn(ops, pos[:])
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				err = s.writeStaged(ops, pos[:])
+			}
+		} else {
+			err = s.writeStaged(ops, pos[:])
 		}
-	} else {
-		err = s.writeBatch(entries, keys, pos[:])
 	}
 	if err != nil {
 		return fmt.Errorf("statestore: badger write: %w", err)
@@ -393,34 +427,68 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	return nil
 }
 
-// prefixKeys builds the namespaced keys of a batch in one allocation.
-func prefixKeys(entries []Entry) [][]byte {
+// plan turns a batch into badger ops. Short keys, nearly always all of
+// them, get their namespaced keys from one allocation; long keys go
+// through a planner, which reads their slots.
+func (s *badgerStore) plan(entries []Entry) ([]op, error) {
 	n := 0
 	for _, e := range entries {
-		n += 1 + len(e.Key)
+		if len(e.Key) <= maxRawKey {
+			n += 1 + len(e.Key)
+		}
 	}
 	buf := make([]byte, n)
-	keys := make([][]byte, len(entries))
+	ops := make([]op, 0, len(entries))
+	var p *planner
 	for i, e := range entries {
-		k := buf[: 1+len(e.Key) : 1+len(e.Key)]
-		k[0] = userPrefix
-		copy(k[1:], e.Key)
-		keys[i] = k
-		buf = buf[len(k):]
+		if err := s.check(e); err != nil {
+			return nil, &EntryError{Index: i, Err: err}
+		}
+		if len(e.Key) <= maxRawKey {
+			k := buf[: 1+len(e.Key) : 1+len(e.Key)]
+			k[0] = userPrefix
+			copy(k[1:], e.Key)
+			buf = buf[len(k):]
+			ops = append(ops, op{key: k, value: e.Value})
+			continue
+		}
+		if p == nil {
+			p = &planner{txn: s.db.NewTransaction(false)}
+			defer p.txn.Discard()
+		}
+		var err error
+		if ops, err = p.add(ops, e); err != nil {
+			return nil, &EntryError{Index: i, Err: err}
+		}
 	}
-	return keys
+	return ops, nil
+}
+
+// check refuses, before anything is written, an entry badger cannot hold:
+// a value (with the key, for a slot) beyond one value-log file.
+func (s *badgerStore) check(e Entry) error {
+	n := int64(len(e.Value))
+	if len(e.Key) > maxRawKey {
+		n += int64(len(e.Key)) + binary.MaxVarintLen64
+	}
+	// Staging adds a few bytes of framing and the badger key.
+	if n+3+binary.MaxVarintLen64+maxKeyBytes > s.opts.ValueLogFileSize {
+		return fmt.Errorf("%w: key of %d bytes and value of %d bytes exceed the value-log file size of %d bytes (BadgerOptions.ValueLogFileSize)",
+			ErrTooLarge, len(e.Key), len(e.Value), s.opts.ValueLogFileSize)
+	}
+	return nil
 }
 
 // fitsOneTxn mirrors badger's transaction size check (Txn.checkSize) so
 // that a batch known to be too big skips building a doomed transaction.
 // If the two ever disagree, Write still falls back on ErrTxnTooBig.
-func (s *badgerStore) fitsOneTxn(entries []Entry) bool {
+func (s *badgerStore) fitsOneTxn(ops []op) bool {
 	const perEntry = 2 + 10 // meta bytes and the version suffix
-	count := int64(len(entries) + 1)
+	count := int64(len(ops) + 1)
 	size := int64(len(positionKey) + 8 + perEntry)
-	for _, e := range entries {
-		size += int64(1+len(e.Key)) + perEntry
-		if v := int64(len(e.Value)); v < s.valueThreshold {
+	for _, o := range ops {
+		size += int64(len(o.key)) + perEntry
+		if v := int64(len(o.value)); v < s.valueThreshold {
 			size += v
 		} else {
 			size += 12 // value pointer
@@ -429,17 +497,11 @@ func (s *badgerStore) fitsOneTxn(entries []Entry) bool {
 	return count < s.db.MaxBatchCount() && size < s.db.MaxBatchSize()
 }
 
-func (s *badgerStore) writeTxn(entries []Entry, keys [][]byte, pos []byte) error {
+func (s *badgerStore) writeTxn(ops []op, pos []byte) error {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
-	for i, e := range entries {
-		var err error
-		if e.Deleted() {
-			err = txn.Delete(keys[i])
-		} else {
-			err = txn.Set(keys[i], e.Value)
-		}
-		if err != nil {
+	for _, o := range ops {
+		if err := setOp(txn, o); err != nil {
 			return err
 		}
 	}
@@ -447,27 +509,6 @@ func (s *badgerStore) writeTxn(entries []Entry, keys [][]byte, pos []byte) error
 		return err
 	}
 	return txn.Commit()
-}
-
-func (s *badgerStore) writeBatch(entries []Entry, keys [][]byte, pos []byte) error {
-	wb := s.db.NewWriteBatch()
-	defer wb.Cancel()
-	for i, e := range entries {
-		var err error
-		if e.Deleted() {
-			err = wb.Delete(keys[i])
-		} else {
-			err = wb.Set(keys[i], e.Value)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if err := wb.Flush(); err != nil {
-		return err
-	}
-	// Only now, with all the data committed, move the position.
-	return s.db.Update(func(txn *badger.Txn) error { return txn.Set(positionKey, pos) })
 }
 
 func (s *badgerStore) readPosition() (int64, error) {
@@ -507,15 +548,14 @@ func (s *badgerStore) Range(from, to []byte) (Iterator, error) {
 		return nil, err
 	}
 	defer s.exit()
-	txn := s.db.NewTransaction(false)
+	txn := s.snapshot()
 	it := &badgerIter{
 		store: s,
 		txn:   txn,
 		iter:  txn.NewIterator(badger.IteratorOptions{Prefix: []byte{userPrefix}}),
-		start: userKey(from),
-	}
-	if to != nil {
-		it.end = userKey(to)
+		seek:  seekKey(from),
+		from:  bytes.Clone(from),
+		to:    bytes.Clone(to),
 	}
 	s.itersMu.Lock()
 	s.iters[it] = struct{}{}
@@ -536,17 +576,14 @@ func (s *badgerStore) ApproximateCount() (int64, error) {
 		return 0, err
 	}
 	defer s.exit()
+	// One badger key per user key, whatever its layout.
 	var n int64
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{userPrefix}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			n++
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("statestore: badger count: %w", err)
+	txn := s.snapshot()
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{userPrefix}})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		n++
 	}
 	return n, nil
 }
@@ -674,12 +711,17 @@ func (s *badgerStore) reopenLocked() error {
 		return fmt.Errorf("open: %w", err)
 	}
 	s.db = db
+	if err := s.recoverStage(); err != nil {
+		_ = db.Close()
+		return err
+	}
 	pos, err := s.readPosition()
 	if err != nil {
 		_ = db.Close()
 		return err
 	}
 	s.position.Store(pos)
+	s.failed.Store(nil)
 	return nil
 }
 
@@ -699,66 +741,137 @@ func syncDir(dir string) error {
 	return errors.Join(err, f.Close())
 }
 
-// badgerIter iterates one read transaction. Key and Value are copied into
-// buffers the iterator owns, so they stay valid even if the store closes
-// under them.
+// badgerIter iterates one read transaction, yielding real keys in
+// bytewise order within [from, to). Badger's order is that order except
+// within a group of keys sharing their first slotPrefixLen bytes (see
+// badgerkeys.go), so a group is read whole, sorted and then yielded. Key
+// and Value are copied into buffers the iterator owns, so they stay valid
+// even if the store closes under them.
 type badgerIter struct {
 	store *badgerStore
 
 	// mu makes Close of the store (from another goroutine) safe against a
 	// Next in progress.
-	mu      sync.Mutex
-	txn     *badger.Txn
-	iter    *badger.Iterator
-	start   []byte
-	end     []byte // nil: unbounded
-	started bool
-	done    bool
-	err     error
-	key     []byte
-	val     []byte
+	mu       sync.Mutex
+	txn      *badger.Txn
+	iter     *badger.Iterator
+	seek     []byte
+	from, to []byte // real-key bounds; nil: unbounded
+	started  bool
+	// positioned: iter already stands on the next unread item (reading a
+	// group stops on the first item after it).
+	positioned bool
+	group      []pair // the rest of the group being yielded
+	done       bool
+	err        error
+	key        []byte // nil when not on a pair
+	val        []byte
+	kbuf, vbuf []byte // reused for items outside groups
 }
 
 func (it *badgerIter) Next() bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.done {
-		return false
+	for !it.done {
+		if len(it.group) > 0 {
+			p := it.group[0]
+			it.group = it.group[1:]
+			if it.from != nil && bytes.Compare(p.key, it.from) < 0 {
+				continue
+			}
+			if it.to != nil && bytes.Compare(p.key, it.to) >= 0 {
+				it.finish()
+				return false
+			}
+			it.key, it.val = p.key, p.value
+			return true
+		}
+		switch {
+		case !it.started:
+			it.started = true
+			it.iter.Seek(it.seek)
+		case it.positioned:
+			it.positioned = false
+		default:
+			it.iter.Next()
+		}
+		if !it.iter.Valid() {
+			it.finish()
+			return false
+		}
+		item := it.iter.Item()
+		if inGroup(item.Key()) {
+			if err := it.readGroup(); err != nil {
+				it.err = fmt.Errorf("statestore: badger iterate: %w", err)
+				it.finish()
+				return false
+			}
+			continue
+		}
+		it.kbuf = item.KeyCopy(it.kbuf[:0])
+		key := it.kbuf[1:]
+		if it.from != nil && bytes.Compare(key, it.from) < 0 {
+			continue
+		}
+		if it.to != nil && bytes.Compare(key, it.to) >= 0 {
+			it.finish()
+			return false
+		}
+		val, err := item.ValueCopy(it.vbuf[:0])
+		if err != nil {
+			it.err = fmt.Errorf("statestore: badger iterate: %w", err)
+			it.finish()
+			return false
+		}
+		if val == nil {
+			val = []byte{}
+		}
+		it.vbuf = val
+		it.key, it.val = key, val
+		return true
 	}
-	if !it.started {
-		it.started = true
-		it.iter.Seek(it.start)
-	} else {
-		it.iter.Next()
+	return false
+}
+
+// readGroup reads the group starting at the current item into it.group,
+// sorted by real key, leaving iter on the first item after it.
+func (it *badgerIter) readGroup() error {
+	first := it.iter.Item().Key()
+	prefix := bytes.Clone(first[:1+slotPrefixLen])
+	var group []pair
+	for ; it.iter.Valid(); it.iter.Next() {
+		item := it.iter.Item()
+		k := item.Key()
+		if !inGroup(k) || !bytes.Equal(k[:1+slotPrefixLen], prefix) {
+			break
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		if item.UserMeta() != metaSlotV1 {
+			group = append(group, pair{key: bytes.Clone(k[1:]), value: v})
+			continue
+		}
+		key, val, err := decodeSlot(v)
+		if err != nil {
+			return err
+		}
+		group = append(group, pair{key: key, value: val})
 	}
-	if !it.iter.Valid() {
-		it.finish()
-		return false
-	}
-	item := it.iter.Item()
-	it.key = item.KeyCopy(it.key[:0])
-	if it.end != nil && bytes.Compare(it.key, it.end) >= 0 {
-		it.finish()
-		return false
-	}
-	val, err := item.ValueCopy(it.val[:0])
-	if err != nil {
-		it.err = fmt.Errorf("statestore: badger iterate: %w", err)
-		it.finish()
-		return false
-	}
-	if val == nil {
-		val = []byte{}
-	}
-	it.val = val
-	return true
+	sortPairs(group)
+	it.group, it.positioned = group, true
+	return nil
 }
 
 // finish ends the iteration early, releasing the snapshot right away
 // rather than at Close. Called with mu held.
 func (it *badgerIter) finish() {
 	it.done = true
-	it.key, it.val = nil, nil
+	it.key, it.val, it.group = nil, nil, nil
 	if it.iter != nil {
 		it.iter.Close()
 		it.txn.Discard()
@@ -779,10 +892,10 @@ func (it *badgerIter) release(err error) {
 func (it *badgerIter) Key() []byte {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.done || len(it.key) == 0 {
+	if it.done {
 		return nil
 	}
-	return it.key[1:]
+	return it.key
 }
 
 func (it *badgerIter) Value() []byte {

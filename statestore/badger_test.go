@@ -1,6 +1,8 @@
 package statestore
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,7 +15,7 @@ import (
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// A batch beyond one transaction goes through the WriteBatch path; the data
+// A batch beyond one transaction goes through the staged path; the data
 // and the position must all land, and survive a reopen.
 func TestBadgerWriteLargerThanOneTxn(t *testing.T) {
 	dir := t.TempDir()
@@ -28,8 +30,10 @@ func TestBadgerWriteLargerThanOneTxn(t *testing.T) {
 		batch = append(batch, Entry{Key: fmt.Appendf(nil, "key-%06d", i), Value: fmt.Appendf(nil, "v%d", i)})
 	}
 	batch = append(batch, Entry{Key: []byte("key-000000")}) // order still counts
-	require.False(t, bs.fitsOneTxn(batch))
-	require.True(t, bs.fitsOneTxn(batch[:100]))
+	ops, err := bs.plan(batch)
+	require.NoError(t, err)
+	require.False(t, bs.fitsOneTxn(ops))
+	require.True(t, bs.fitsOneTxn(ops[:100]))
 	require.NoError(t, s.Write(batch, 99))
 
 	check := func(s Store) {
@@ -53,7 +57,7 @@ func TestBadgerWriteLargerThanOneTxn(t *testing.T) {
 }
 
 // If the estimate says a batch fits but badger disagrees, Write must still
-// succeed through the fallback.
+// succeed through the staged path.
 func TestBadgerTxnTooBigFallback(t *testing.T) {
 	o := testBadgerOptions()
 	o.MemTableSize = 1 << 20
@@ -63,9 +67,11 @@ func TestBadgerTxnTooBigFallback(t *testing.T) {
 	for i := 0; i < cap(batch); i++ {
 		batch = append(batch, Entry{Key: fmt.Appendf(nil, "k%05d", i), Value: []byte("v")})
 	}
-	err := bs.writeTxn(batch, prefixKeys(batch), make([]byte, 8))
+	ops, err := bs.plan(batch)
+	require.NoError(t, err)
+	err = bs.writeTxn(ops, make([]byte, 8))
 	require.ErrorIs(t, err, badger.ErrTxnTooBig, "the direct transaction must not fit")
-	require.NoError(t, bs.writeBatch(batch, prefixKeys(batch), []byte{0, 0, 0, 0, 0, 0, 0, 5}))
+	require.NoError(t, bs.writeStaged(ops, []byte{0, 0, 0, 0, 0, 0, 0, 5}))
 	n, err := s.ApproximateCount()
 	require.NoError(t, err)
 	require.Equal(t, int64(len(batch)), n)
@@ -169,4 +175,155 @@ func TestBadgerResetOnDisk(t *testing.T) {
 	require.True(t, os.IsNotExist(err), "open deletes what an interrupted reset left")
 	require.NoError(t, s.Close())
 	require.NoError(t, DestroyBadger(dir))
+}
+
+// stagedKeys counts what a staged write left in the stage namespace.
+func stagedKeys(t *testing.T, s Store) int {
+	t.Helper()
+	n := 0
+	require.NoError(t, s.(*badgerStore).db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{stagePrefix}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	}))
+	return n
+}
+
+// A staged Write is decided by its marker: interrupted after the marker
+// (a crash), the next open finishes it; interrupted before, the next open
+// discards it and the old data and position stand. Either way the stage is
+// gone after the open.
+func TestBadgerStagedWriteRecovery(t *testing.T) {
+	long := func(i int) []byte { return fmt.Appendf(bytes.Repeat([]byte("x"), 70_000), "%02d", i) }
+	batch := func(gen byte) []Entry {
+		es := make([]Entry, 20)
+		for i := range es {
+			es[i] = Entry{Key: long(i), Value: []byte{gen}}
+		}
+		return append(es, Entry{Key: []byte("short"), Value: []byte{gen}})
+	}
+	check := func(t *testing.T, s Store, gen byte, pos int64) {
+		t.Helper()
+		got := collectAll(t, s)
+		require.Len(t, got, 21)
+		for _, p := range got {
+			require.Equal(t, string([]byte{gen}), p.v)
+		}
+		p, err := s.Position()
+		require.NoError(t, err)
+		require.Equal(t, pos, p)
+		require.Zero(t, stagedKeys(t, s))
+	}
+	posBytes := func(p int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(p)) }
+
+	for _, tc := range []struct {
+		name      string
+		interrupt func(t *testing.T, bs *badgerStore, ops []op)
+		wantGen   byte
+		wantPos   int64
+	}{
+		{"after the marker", func(t *testing.T, bs *badgerStore, ops []op) {
+			require.NoError(t, bs.stage(ops, posBytes(2)))
+		}, 2, 2},
+		{"before the marker", func(t *testing.T, bs *badgerStore, ops []op) {
+			require.NoError(t, bs.stage(ops, posBytes(2)))
+			require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Delete(stageMarkerKey) }))
+		}, 1, 1},
+		{"marker without all of its stage", func(t *testing.T, bs *badgerStore, ops []op) {
+			require.NoError(t, bs.stage(ops, posBytes(2)))
+			require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Delete(stageKey(3)) }))
+		}, 1, 1},
+		{"after the apply, before the cleanup", func(t *testing.T, bs *badgerStore, ops []op) {
+			require.NoError(t, bs.stage(ops, posBytes(2)))
+			require.NoError(t, bs.applyGated(ops, posBytes(2)))
+		}, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openTestBadger(t, dir, testBadgerOptions())
+			require.NoError(t, s.Write(batch(1), 1))
+			check(t, s, 1, 1)
+			bs := s.(*badgerStore)
+			ops, err := bs.plan(batch(2))
+			require.NoError(t, err)
+			require.False(t, bs.fitsOneTxn(ops), "the batch must need staging")
+			tc.interrupt(t, bs, ops)
+			require.NoError(t, s.Close())
+			s = openTestBadger(t, dir, testBadgerOptions())
+			check(t, s, tc.wantGen, tc.wantPos)
+			require.NoError(t, s.Write(batch(3), 3), "the store writes on")
+			check(t, s, 3, 3)
+		})
+	}
+}
+
+// A slot holding another key (a SHA-256 collision, forged here) is never
+// read as the key asked for, never overwritten, and deleting the key
+// asked for leaves it alone.
+func TestBadgerLongKeySlotCollision(t *testing.T) {
+	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
+	bs := s.(*badgerStore)
+	mine := bytes.Repeat([]byte("c"), 70_000)
+	other := append(bytes.Repeat([]byte("c"), 69_999), 'd')
+	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error {
+		return txn.SetEntry(badger.NewEntry(slotKey(mine), encodeSlot(other, []byte("theirs"))).WithMeta(metaSlotV1))
+	}))
+	_, found, err := s.Get(mine)
+	require.NoError(t, err)
+	require.False(t, found)
+	require.Error(t, s.Put(mine, []byte("mine")))
+	require.Error(t, s.Write([]Entry{{Key: mine, Value: []byte("mine")}}, 1))
+	require.NoError(t, s.Delete(mine))
+	require.Equal(t, []kv{{string(other), "theirs"}}, collectAll(t, s))
+}
+
+// A key of 64,999 bytes, the longest the old layout accepted, may sit
+// unslotted in an existing store: it is read, listed and counted, and
+// writing or deleting it moves or removes it.
+func TestBadgerLegacyLongestKey(t *testing.T) {
+	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
+	bs := s.(*badgerStore)
+	k := bytes.Repeat([]byte("q"), legacyRawKey)
+	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Set(userKey(k), []byte("old")) }))
+	v, found, err := s.Get(k)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "old", string(v))
+	require.Equal(t, []kv{{string(k), "old"}}, collectAll(t, s))
+
+	require.NoError(t, s.Put(k, []byte("new")))
+	require.Equal(t, []kv{{string(k), "new"}}, collectAll(t, s))
+	n, err := s.ApproximateCount()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "the unslotted copy is gone")
+
+	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Set(userKey(k), []byte("old")) }))
+	require.NoError(t, s.Write([]Entry{{Key: k}}, 1))
+	require.Empty(t, collectAll(t, s))
+	n, err = s.ApproximateCount()
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// An entry beyond what badger holds is refused before anything is
+// written, naming its index, and the store works on.
+func TestBadgerEntryTooLarge(t *testing.T) {
+	o := testBadgerOptions()
+	o.ValueLogFileSize = 1 << 20
+	s := openTestBadger(t, t.TempDir(), o)
+	big := make([]byte, 1<<20)
+	err := s.Write([]Entry{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: big}}, 5)
+	var ee *EntryError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 1, ee.Index)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.ErrorIs(t, s.Put([]byte("b"), big), ErrTooLarge)
+	require.Empty(t, collectAll(t, s))
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, NoPosition, pos)
+	require.NoError(t, s.Write([]Entry{{Key: []byte("b"), Value: big[:500_000]}}, 6))
 }

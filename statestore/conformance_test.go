@@ -100,6 +100,9 @@ func TestConformance(t *testing.T) {
 			t.Run("RandomAgainstModel", func(t *testing.T) { testRandomModel(t, b) })
 			t.Run("Reset", func(t *testing.T) { testReset(t, b) })
 			t.Run("ResetAtomicForReaders", func(t *testing.T) { testResetAtomic(t, b) })
+			t.Run("BigKeysAndValues", func(t *testing.T) { testBigKeysAndValues(t, b) })
+			t.Run("BigBatchAtomic", func(t *testing.T) { testBigBatchAtomic(t, b, 30) })
+			t.Run("BigBatchAtomicShortKeys", func(t *testing.T) { testBigBatchAtomic(t, b, 0) })
 			if b.reopen != nil {
 				t.Run("Persistence", func(t *testing.T) { testPersistence(t, b) })
 			}
@@ -541,4 +544,265 @@ func testResetAtomic(t *testing.T, b backend) {
 		require.NoError(t, err)
 	}
 	require.Empty(t, collectAll(t, s))
+}
+
+// bigKeys returns keys around and far beyond badger's 65,000-byte key
+// limit, many sharing long prefixes (so that the badger backend's slots
+// must be put in order by real key), with short neighbours on both sides.
+func bigKeys() [][]byte {
+	m := func(n int, tail string) []byte { return append(bytes.Repeat([]byte("m"), n), tail...) }
+	r := rand.New(rand.NewPCG(5, 6))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.IntN(256))
+		}
+		return b
+	}
+	keys := [][]byte{
+		[]byte("a"),
+		[]byte("z"),
+		m(1, ""),
+		m(64_966, ""),
+		m(64_967, ""),
+		m(64_967, "z"),
+		m(64_998, ""),
+		m(64_999, ""),
+		m(65_000, ""),
+		m(65_001, ""),
+		m(69_999, "a"),
+		m(70_000, ""),
+		m(70_000, "\x00"),
+		m(69_999, "\xff"),
+		m(900_000, ""),
+		m(64_999, "\x00"),
+		append(bytes.Repeat([]byte("l"), 70_000), "m"...),
+		append([]byte("n"), bytes.Repeat([]byte{0xff}, 69_999)...),
+		append(m(65_500, ""), random(10)...),
+		append(m(65_500, ""), random(10)...),
+		random(70_000),
+		random(64_999),
+		random(900_000),
+	}
+	return keys
+}
+
+func sortedKeys(model map[string][]byte) []string {
+	keys := make([]string, 0, len(model))
+	for k := range model {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return bytes.Compare([]byte(a), []byte(b)) })
+	return keys
+}
+
+// checkModel compares every read of s with model: Get, All, Range over
+// many bounds (every key, and just past and just before some), and count.
+func checkModel(t *testing.T, s ReadWriter, model map[string][]byte, probes [][]byte) {
+	t.Helper()
+	for _, k := range probes {
+		v, found, err := s.Get(k)
+		require.NoError(t, err)
+		want, ok := model[string(k)]
+		require.Equal(t, ok, found, "Get of a key of %d bytes", len(k))
+		if ok {
+			require.True(t, bytes.Equal(want, v), "Get of a key of %d bytes: value of %d bytes, want %d", len(k), len(v), len(want))
+		}
+	}
+	sorted := sortedKeys(model)
+	rangeKeys := func(from, to []byte) []string {
+		it, err := s.Range(from, to)
+		require.NoError(t, err)
+		var got []string
+		for it.Next() {
+			got = append(got, string(it.Key()))
+			require.True(t, bytes.Equal(model[string(it.Key())], it.Value()), "value of a key of %d bytes", len(it.Key()))
+		}
+		require.NoError(t, it.Err())
+		require.NoError(t, it.Close())
+		return got
+	}
+	wantRange := func(from, to []byte) []string {
+		var want []string
+		for _, k := range sorted {
+			if (from == nil || k >= string(from)) && (to == nil || k < string(to)) {
+				want = append(want, k)
+			}
+		}
+		return want
+	}
+	lens := func(ks []string) []int {
+		out := make([]int, len(ks))
+		for i, k := range ks {
+			out[i] = len(k)
+		}
+		return out
+	}
+	requireRange := func(from, to []byte) {
+		t.Helper()
+		got, want := rangeKeys(from, to), wantRange(from, to)
+		require.True(t, slices.Equal(want, got), "Range [%d bytes, %d bytes): got key lengths %v, want %v", len(from), len(to), lens(got), lens(want))
+	}
+	requireRange(nil, nil)
+	bounds := [][]byte{nil}
+	for _, k := range probes {
+		bounds = append(bounds, k, append(bytes.Clone(k), 0), k[:len(k)/2])
+	}
+	for i, from := range bounds {
+		// Every bound as from and as to, paired with a few others.
+		requireRange(from, nil)
+		requireRange(nil, from)
+		requireRange(from, bounds[(i*7+3)%len(bounds)])
+	}
+	n, err := s.ApproximateCount()
+	require.NoError(t, err)
+	require.Equal(t, int64(len(model)), n)
+}
+
+// testBigKeysAndValues stores keys of up to 900,000 bytes and values near a
+// megabyte, the sizes Kafka accepts, and checks every read against a model
+// through puts, overwrites, deletes, a reopen and a reset.
+func testBigKeysAndValues(t *testing.T, b backend) {
+	s := b.open(t)
+	keys := bigKeys()
+	bigValue := func(i int) []byte {
+		v := bytes.Repeat([]byte{byte(i)}, 1_000_000-i)
+		return binary.BigEndian.AppendUint32(v, uint32(i))
+	}
+	model := map[string][]byte{}
+	for i, k := range keys {
+		v := fmt.Appendf(nil, "v%d", i)
+		if i%3 == 0 {
+			v = bigValue(i)
+		}
+		require.NoError(t, s.Put(k, v), "Put of a key of %d bytes", len(k))
+		model[string(k)] = v
+	}
+	probes := append(keys, bytes.Repeat([]byte("m"), 80_000), bytes.Repeat([]byte("m"), 64_968))
+	checkModel(t, s, model, probes)
+
+	// Overwrite and delete, through Put/Delete and through Write.
+	for i, k := range keys {
+		switch i % 4 {
+		case 0:
+			require.NoError(t, s.Delete(k))
+			delete(model, string(k))
+		case 1:
+			v := bigValue(i + 1)
+			require.NoError(t, s.Put(k, v))
+			model[string(k)] = v
+		}
+	}
+	var batch []Entry
+	for i, k := range keys {
+		switch i % 4 {
+		case 2:
+			batch = append(batch, Entry{Key: k})
+			delete(model, string(k))
+		case 3:
+			v := []byte{}
+			batch = append(batch, Entry{Key: k, Value: v})
+			model[string(k)] = v
+		}
+	}
+	require.NoError(t, s.Delete(bytes.Repeat([]byte("m"), 80_000)), "deleting an absent long key")
+	require.NoError(t, s.Write(batch, 77))
+	checkModel(t, s, model, probes)
+
+	if b.reopen != nil {
+		s = b.reopen(t, s)
+		pos, err := s.Position()
+		require.NoError(t, err)
+		require.Equal(t, int64(77), pos)
+		checkModel(t, s, model, probes)
+	}
+
+	require.NoError(t, s.Reset())
+	checkModel(t, s, map[string][]byte{}, probes)
+	require.NoError(t, s.Write([]Entry{{Key: keys[len(keys)-1], Value: bigValue(1)}}, 3))
+	if b.reopen != nil {
+		s = b.reopen(t, s)
+	}
+	checkModel(t, s, map[string][]byte{string(keys[len(keys)-1]): bigValue(1)}, probes)
+}
+
+// testBigBatchAtomic writes batches far beyond one badger transaction
+// (longKeys keys beyond the badger key limit with values of 100 KB, and
+// thousands of entries with 300-byte values) while readers check they
+// never see part of one, then checks the last batch and its position
+// survive a reopen.
+func testBigBatchAtomic(t *testing.T, b backend, longKeys int) {
+	s := b.open(t)
+	const smallKeys, writes = 3000, 8
+	key := func(i int) []byte {
+		if i < longKeys {
+			return fmt.Appendf(bytes.Repeat([]byte("k"), 70_000), "%03d", i)
+		}
+		return fmt.Appendf(nil, "small-%05d", i)
+	}
+	batch := func(gen uint64) []Entry {
+		es := make([]Entry, longKeys+smallKeys)
+		for i := range es {
+			v := binary.BigEndian.AppendUint64(nil, gen)
+			if i < longKeys {
+				v = append(v, bytes.Repeat([]byte{byte(gen)}, 100_000)...)
+			} else {
+				v = append(v, bytes.Repeat([]byte{byte(gen)}, 300)...)
+			}
+			es[i] = Entry{Key: key(i), Value: v}
+		}
+		return es
+	}
+	require.NoError(t, s.Write(batch(0), 0))
+	done := make(chan error, 1)
+	go func() {
+		for g := uint64(1); g <= writes; g++ {
+			if err := s.Write(batch(g), int64(g)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	check := func(s Store) uint64 {
+		it, err := s.All()
+		require.NoError(t, err)
+		n, gen := 0, uint64(0)
+		for it.Next() {
+			g := binary.BigEndian.Uint64(it.Value())
+			if n == 0 {
+				gen = g
+			}
+			require.Equal(t, gen, g, "a reader saw part of a Write")
+			n++
+		}
+		require.NoError(t, it.Err())
+		require.NoError(t, it.Close())
+		require.Equal(t, longKeys+smallKeys, n)
+		v, found, err := s.Get(key(0))
+		require.NoError(t, err)
+		require.True(t, found)
+		require.GreaterOrEqual(t, binary.BigEndian.Uint64(v), gen)
+		return gen
+	}
+	deadline := time.After(60 * time.Second)
+	for finished := false; !finished; {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			finished = true
+		case <-deadline:
+			t.Fatal("writer did not finish")
+		default:
+			check(s)
+		}
+	}
+	require.Equal(t, uint64(writes), check(s))
+	if b.reopen != nil {
+		s = b.reopen(t, s)
+		require.Equal(t, uint64(writes), check(s))
+	}
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(writes), pos)
 }
