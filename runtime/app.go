@@ -78,6 +78,7 @@ type App struct {
 	skipped  atomic.Int64
 	restored *restoreTally
 	registry *registry
+	fresh    *freshness
 	metrics  *metrics
 
 	// assignment is the latest assignment any thread received; it carries
@@ -202,6 +203,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	if a.registry, err = newRegistry(a); err != nil {
 		return err
 	}
+	a.fresh = newFreshness(a, FreshnessInterval)
 	return nil
 }
 
@@ -261,6 +263,10 @@ func (a *App) release() {
 		a.probe.Stop()
 	}
 	a.probeMu.Unlock()
+	if a.fresh != nil {
+		// Before the admin client it lists offsets with is closed.
+		a.fresh.close()
+	}
 	if a.registry != nil {
 		a.registry.close()
 	}

@@ -1,0 +1,273 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// vouches reports whether a replica described by info satisfies a bound
+// under the semantics iq.ReplicaInfo documents: an unknown lag (-1) fails
+// every lag bound, an unknown age every age bound. The acceptable recovery
+// lag is left out: these tests are about what the replica vouches for.
+func vouches(info iq.ReplicaInfo, s iq.Staleness) bool {
+	if info.Role != iq.RoleActive && strings.HasPrefix(s.String(), "lag:") && info.Lag < 0 {
+		return false
+	}
+	return s.Allows(info, math.MaxInt64)
+}
+
+// newStandbyRig is an instance that holds no active task and is told to
+// keep a standby of task 0_0, whose changelog already holds records
+// changelog records, rewriting the same 50 keys as a compacted changelog
+// would.
+func newStandbyRig(t *testing.T, records int) *App {
+	t.Helper()
+	b, _ := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "prov", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1})
+	require.NoError(t, err)
+	require.NoError(t, app.prepare(context.Background()))
+	app.state.Store(int32(StateRunning))
+	t.Cleanup(app.releaseResources)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	topic := changelog.TopicName("prov", "counts")
+	for i := range records {
+		v, err := serde.Int64.Encode(int64(i))
+		require.NoError(t, err)
+		cl.Produce(context.Background(), &kgo.Record{Topic: topic, Partition: 0, Key: fmt.Appendf(nil, "k%d", i%50), Value: v}, nil)
+	}
+	require.NoError(t, cl.Flush(context.Background()))
+
+	app.registry.setShare(0, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	return app
+}
+
+func standbyInfo(app *App) (iq.ReplicaInfo, bool) {
+	r, err := app.Queries().Replica("counts", 0)
+	if err != nil {
+		return iq.ReplicaInfo{}, false
+	}
+	return r.Info(), true
+}
+
+// issue 10, test 2: a replica rebuilding from empty passes no lag or age
+// bound before it reaches the end offset its restoration began with, even a
+// lag bound larger than its whole changelog; it does once it has.
+func TestRebuildingReplicaPassesNoLagOrAgeBound(t *testing.T) {
+	const records = 30_000
+	app := newStandbyRig(t, records)
+	lag, age := iq.MaxLag(10*records), iq.MaxAge(time.Hour)
+	rebuilding := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		info, ok := standbyInfo(app)
+		require.True(t, time.Now().Before(deadline), "standby never caught up: %+v", info)
+		if !ok {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		require.Equal(t, iq.RoleStandby, info.Role)
+		if info.Position < records {
+			require.False(t, vouches(info, lag), "short of the end it began with, the replica passed %s: %+v", lag, info)
+			require.False(t, vouches(info, age), "short of the end it began with, the replica passed %s: %+v", age, info)
+			if info.Rebuilding {
+				require.Equal(t, int64(-1), info.Position, "a rebuilding replica has no position")
+				require.Equal(t, int64(-1), info.Lag, "a rebuilding replica has no lag")
+				rebuilding++
+			}
+		} else if vouches(info, lag) && vouches(info, age) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.Positive(t, rebuilding, "the replica was seen rebuilding")
+	info, _ := standbyInfo(app)
+	require.False(t, info.Rebuilding)
+	require.Equal(t, int64(records), info.Position)
+}
+
+// issue 10, test 3: a standby cut off from the broker (not killed) stops
+// passing lag bounds within a bounded time and reports its lag as unknown,
+// with how long ago it was last confirmed; it recovers once reachable.
+func TestCutOffStandbyReportsUnknownLag(t *testing.T) {
+	app := newStandbyRig(t, 100)
+	bound := iq.MaxLag(1_000_000)
+	waitFor(t, 20*time.Second, "standby caught up with a confirmed lag", func() bool {
+		info, ok := standbyInfo(app)
+		return ok && info.Lag == 0 && vouches(info, iq.MaxLag(0))
+	})
+
+	app.net.partition(true)
+	cut := time.Now()
+	waitFor(t, LagConfirmWindow+3*changelog.DefaultConfirmInterval, "lag reported unknown", func() bool {
+		info, ok := standbyInfo(app)
+		require.True(t, ok)
+		return info.Lag == -1 && !vouches(info, bound)
+	})
+	info, _ := standbyInfo(app)
+	require.Greater(t, info.LagConfirmedAgo, LagConfirmWindow)
+	require.LessOrEqual(t, info.LagConfirmedAgo, time.Since(cut)+LagConfirmWindow, "the age of the last confirmation is reported")
+	require.Equal(t, int64(100), info.End, "the end last confirmed is still reported")
+
+	app.net.partition(false)
+	waitFor(t, 20*time.Second, "lag confirmed again once reachable", func() bool {
+		info, _ := standbyInfo(app)
+		return info.Lag == 0 && vouches(info, bound)
+	})
+}
+
+// issue 10, test 4: a standby of a killed active stops passing age:D within
+// D plus one commit interval of the active's last commit while input keeps
+// arriving, though its changelog, no longer written, shows no lag; while the
+// active lives and input flows, the standby passes age:D.
+func TestStandbyOfKilledActiveAges(t *testing.T) {
+	const (
+		d        = 3 * time.Second
+		interval = 100 * time.Millisecond
+	)
+	b, _ := startBroker(t, "in")
+	start := func() *App {
+		app, err := New(countTopology(t), Config{ApplicationID: "provk", Brokers: b.Addrs(), StateDir: t.TempDir(),
+			NumStreamThreads: 1, NumStandbys: 1, CommitInterval: interval,
+			// Long enough that the standby is still a standby when the
+			// test has seen what it needs.
+			SessionTimeout: 45 * time.Second, HeartbeatInterval: time.Second})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	victim := start()
+	t.Cleanup(victim.Kill)
+	survivor := start()
+	t.Cleanup(func() { survivor.Close(context.Background()) })
+
+	// Input flows for the whole test.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"), kgo.ProducerLinger(0))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%20), Value: []byte("v")}, nil)
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+
+	// The survivor's standby of the victim's active.
+	var part int32 = -1
+	standby := func() (iq.ReplicaInfo, bool) {
+		for _, info := range survivor.Queries().LocalReplicas() {
+			if info.Store == "counts" && (part < 0 || info.Partition == part) && info.Role == iq.RoleStandby {
+				return info, true
+			}
+		}
+		return iq.ReplicaInfo{}, false
+	}
+	waitFor(t, 60*time.Second, "a standby of the victim's active passing "+iq.MaxAge(d).String(), func() bool {
+		info, ok := standby()
+		if ok && vouches(info, iq.MaxAge(d)) {
+			part = info.Partition
+			return true
+		}
+		return false
+	})
+	// It keeps passing while the active lives: the age is not a fluke of
+	// one moment.
+	for range 10 {
+		info, ok := standby()
+		require.True(t, ok)
+		require.True(t, vouches(info, iq.MaxAge(d)), "a live active's standby fails %s: %+v", iq.MaxAge(d), info)
+		time.Sleep(3 * interval)
+	}
+
+	victim.Kill()
+	killed := time.Now() // the victim's last commit was before this
+	for {
+		info, ok := standby()
+		require.True(t, ok, "the standby stays a standby until the session times out")
+		if !vouches(info, iq.MaxAge(d)) {
+			require.Positive(t, info.InputCommittedAgo, "the input, not the changelog, tells the standby is stale: %+v", info)
+			break
+		}
+		require.Less(t, time.Since(killed), d+interval+250*time.Millisecond,
+			"still passing %s after the active's last commit: %+v", iq.MaxAge(d), info)
+		time.Sleep(10 * time.Millisecond)
+	}
+	info, _ := standby()
+	require.Equal(t, int64(0), info.Lag, "its changelog stopped: it shows no lag, yet is stale")
+}
+
+// Under exactly-once, a drained task commits its partitions' end offsets:
+// transaction markers are consumed too, so the committed offset does not sit
+// one below the last marker for ever.
+func TestExactlyOnceCommitsPastMarkers(t *testing.T) {
+	c := newEOSCluster(t)
+	b := topology.NewBuilder()
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	w := topology.FlatMapValues(s, func(_, v string) []string { return strings.Fields(v) })
+	topology.GroupBy(w, func(_, v string) string { return v }, "words", serde.String, serde.String).Count("counts")
+	topo, err := b.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "eosm", Brokers: c.b.Addrs(), StateDir: t.TempDir(), ProcessingGuarantee: ExactlyOnce,
+		NumStreamThreads: testThreads(t)})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+
+	// Input written in transactions as well, so that the source topic
+	// holds markers too, not only the repartition topic Eddy writes.
+	txn, err := kgo.NewClient(kgo.SeedBrokers(c.b.Addrs()...), kgo.DefaultProduceTopic("in"), kgo.TransactionalID("prov-input"))
+	require.NoError(t, err)
+	defer txn.Close()
+	for range 5 {
+		require.NoError(t, txn.BeginTransaction())
+		for range 4 {
+			txn.Produce(context.Background(), &kgo.Record{Value: []byte("k0 k1 k0")}, nil)
+		}
+		require.NoError(t, txn.EndTransaction(context.Background(), kgo.TryCommit))
+	}
+	waitCounts(t, app, map[string]int64{"k0": 40, "k1": 20})
+
+	topics := app.plan.sources
+	require.Len(t, topics, 2, "the input and the repartition topic")
+	var last string
+	waitFor(t, 20*time.Second, "committed offsets at the end offsets", func() bool {
+		ends, err := c.adm.ListCommittedOffsets(context.Background(), topics...)
+		require.NoError(t, err)
+		commits, err := c.adm.FetchOffsets(context.Background(), "eosm")
+		require.NoError(t, err)
+		ok := true
+		var sb strings.Builder
+		ends.Each(func(o kadm.ListedOffset) {
+			got, _ := commits.Lookup(o.Topic, o.Partition)
+			fmt.Fprintf(&sb, "%s[%d] end %d committed %d; ", o.Topic, o.Partition, o.Offset, got.At)
+			if o.Offset > 0 && got.At != o.Offset {
+				ok = false
+			}
+		})
+		last = sb.String()
+		return ok
+	})
+	t.Log(last)
+	require.NotEmpty(t, last)
+}
