@@ -244,6 +244,7 @@ func TestExactlyOnceCommitsPastMarkers(t *testing.T) {
 		for range 4 {
 			txn.Produce(context.Background(), &kgo.Record{Value: []byte("k0 k1 k0")}, nil)
 		}
+		require.NoError(t, txn.Flush(context.Background()))
 		require.NoError(t, txn.EndTransaction(context.Background(), kgo.TryCommit))
 	}
 	waitCounts(t, app, map[string]int64{"k0": 40, "k1": 20})
@@ -270,4 +271,68 @@ func TestExactlyOnceCommitsPastMarkers(t *testing.T) {
 	})
 	t.Log(last)
 	require.NotEmpty(t, last)
+}
+
+// toIQ turns last-known figures into what a replica vouches for.
+func TestToIQReportsOnlyWhatIsVouchedFor(t *testing.T) {
+	now := time.Now()
+	base := ReplicaInfo{Store: "s", Role: RoleStandby, Position: 90, End: 100, Lag: 10, EndConfirmed: now.Add(-time.Second),
+		CaughtUp: now.Add(-5 * time.Second), InputCommitted: now.Add(-2 * time.Second)}
+	got := toIQAt(base, now)
+	require.Equal(t, iq.ReplicaInfo{Store: "s", Role: iq.RoleStandby, Position: 90, End: 100, Lag: 10, LagConfirmedAgo: time.Second,
+		CaughtUpAgo: 5 * time.Second, InputCommittedAgo: 2 * time.Second}, got)
+
+	stale := base
+	stale.EndConfirmed = now.Add(-LagConfirmWindow - time.Second)
+	got = toIQAt(stale, now)
+	require.Equal(t, int64(-1), got.Lag, "a lag confirmed too long ago is unknown")
+	require.Equal(t, LagConfirmWindow+time.Second, got.LagConfirmedAgo)
+	require.Equal(t, int64(100), got.End)
+
+	rebuilding := base
+	rebuilding.Rebuilding = true
+	got = toIQAt(rebuilding, now)
+	require.True(t, got.Rebuilding)
+	require.Equal(t, int64(-1), got.Position)
+	require.Equal(t, int64(-1), got.Lag)
+	_, ok := got.Age()
+	require.False(t, ok)
+
+	never := base
+	never.CaughtUp, never.InputCommitted, never.EndConfirmed, never.End, never.Lag = time.Time{}, time.Time{}, time.Time{}, -1, -1
+	got = toIQAt(never, now)
+	require.Equal(t, iq.Unknown, got.CaughtUpAgo, "never caught up since opened")
+	require.Equal(t, iq.Unknown, got.InputCommittedAgo)
+	require.Equal(t, iq.Unknown, got.LagConfirmedAgo)
+	require.Equal(t, int64(-1), got.Lag)
+
+	caughtUp := base
+	caughtUp.Position, caughtUp.Lag = 100, 0
+	require.Equal(t, time.Duration(0), toIQAt(caughtUp, now).CaughtUpAgo, "a confirmed lag of 0 is caught up now")
+
+	active := ReplicaInfo{Role: RoleActive, Position: 7, End: 7}
+	got = toIQAt(active, now)
+	require.Equal(t, iq.ReplicaInfo{Role: iq.RoleActive, Position: 7, End: 7}, got)
+}
+
+// The time a partition's input was last covered is the latest time whose
+// observed end the committed offset reaches.
+func TestInputWatchCoveredTime(t *testing.T) {
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var w inputWatch
+	w.observe(at(0), 10, 5)
+	require.True(t, w.covered.IsZero(), "never covered yet")
+	w.observe(at(1), 20, 10)
+	require.Equal(t, at(0), w.covered, "the commit reached the end seen at 0")
+	w.observe(at(2), 20, 15)
+	require.Equal(t, at(0), w.covered)
+	w.observe(at(3), 20, 20)
+	require.Equal(t, at(3), w.covered, "end 20 was still the end at 3")
+	w.observe(at(4), 30, 20) // the active stops committing
+	w.observe(at(5), 40, 20)
+	require.Equal(t, at(3), w.covered)
+	w.observe(at(6), 40, 35)
+	require.Equal(t, at(4), w.covered)
+	require.Len(t, w.samples, 1)
 }
