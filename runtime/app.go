@@ -578,8 +578,9 @@ func (a *App) StoreResets() int64 {
 // Replicas lists every store partition this instance holds — running and
 // restoring actives, standbys, warmups, and idle stores between a
 // revocation and the next assignment — with its role, position and lag.
-// It asks the broker nothing: lags come from what restoration and standby
-// fetches last saw.
+// It asks the broker nothing: lags come from what the changelog readers last
+// fetched or listed, with the time the broker last confirmed them (see
+// ReplicaInfo for what each figure vouches for).
 func (a *App) Replicas() []ReplicaInfo {
 	if a.registry == nil {
 		return nil
