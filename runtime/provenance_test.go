@@ -207,6 +207,7 @@ func TestStandbyOfKilledActiveAges(t *testing.T) {
 		require.True(t, ok, "the standby stays a standby until the session times out")
 		if !vouches(info, iq.MaxAge(d)) {
 			require.Positive(t, info.InputCommittedAgo, "the input, not the changelog, tells the standby is stale: %+v", info)
+			t.Logf("standby failed %s %v after the kill: %+v", iq.MaxAge(d), time.Since(killed), info)
 			break
 		}
 		require.Less(t, time.Since(killed), d+interval+250*time.Millisecond,
