@@ -47,9 +47,16 @@ type freshness struct {
 	cancel context.CancelFunc
 	exited chan struct{}
 
+	listed time.Time // last listing; only run touches it
+
 	mu    sync.Mutex
 	parts map[changelog.TopicPartition]*inputWatch
 }
+
+// freshnessCheck is how often the tracker looks for replicas it does not
+// watch yet: a standby just opened has no input age until the first listing,
+// so that listing comes at once rather than up to FreshnessInterval later.
+const freshnessCheck = 50 * time.Millisecond
 
 // inputWatch is what is known of one source partition.
 type inputWatch struct {
@@ -81,7 +88,7 @@ func (f *freshness) close() {
 
 func (f *freshness) run(ctx context.Context) {
 	defer close(f.exited)
-	tick := time.NewTicker(f.every)
+	tick := time.NewTicker(min(freshnessCheck, f.every))
 	defer tick.Stop()
 	for {
 		f.round(ctx)
@@ -123,10 +130,17 @@ func (f *freshness) round(ctx context.Context) {
 	want := f.watched()
 	f.mu.Lock()
 	maps.DeleteFunc(f.parts, func(tp changelog.TopicPartition, _ *inputWatch) bool { return !want[tp] })
+	fresh := false
+	for tp := range want {
+		if f.parts[tp] == nil {
+			fresh = true
+		}
+	}
 	f.mu.Unlock()
-	if len(want) == 0 {
+	if len(want) == 0 || (!fresh && time.Since(f.listed) < f.every) {
 		return
 	}
+	f.listed = time.Now()
 	topics := make(map[string]bool)
 	for tp := range want {
 		topics[tp.Topic] = true
