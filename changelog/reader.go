@@ -81,6 +81,21 @@ type Progress struct {
 	// Lag is End minus Position (a missing position counts as 0), or -1
 	// while End is unknown.
 	Lag int64
+	// Rebuilding is set while the store is read from empty — registered
+	// without a position, or reset because its position did not fit —
+	// and its position has not yet reached RebuildTarget. A compacted
+	// changelog read part way holds the latest value of some keys and
+	// none yet of others: no offset's snapshot. Once the position reaches
+	// the target the store is consistent at its position, and stays so.
+	Rebuilding bool
+	// RebuildTarget is the changelog end offset listed when a rebuild
+	// began (-1 while not yet listed, or when the store was not rebuilt).
+	RebuildTarget int64
+	// EndConfirmed is when the broker last confirmed the partition's end:
+	// a listing of its offsets, or a fetch that returned records. Zero if
+	// never. A Reader cut off from the broker stops confirming, so a lag
+	// computed from an old confirmation may be far from the truth.
+	EndConfirmed time.Time
 }
 
 // Completed reports a partition the Reader has finished with and no longer
@@ -138,6 +153,11 @@ type ReaderConfig struct {
 	// restoration can wait to start. Default 500ms (Kafka's consumer
 	// default; kgo's own is 5s).
 	FetchMaxWait time.Duration
+	// ConfirmInterval is how often the Reader lists the end offsets of
+	// the partitions it reads, so that a changelog no record arrives on
+	// (kgo surfaces no empty fetch) still has its end confirmed; see
+	// Progress.EndConfirmed. Default 1s.
+	ConfirmInterval time.Duration
 	// Logger receives progress logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -147,6 +167,7 @@ const (
 	DefaultMaxBatchRecords = 10_000
 	DefaultRetryBackoff    = time.Second
 	DefaultFetchMaxWait    = 500 * time.Millisecond
+	DefaultConfirmInterval = time.Second
 	// FetchPartitionBytes and FetchMaxBytes bound one fetch of a Reader
 	// (per partition and in all); the runtime uses them for its group
 	// consumers too.
@@ -167,6 +188,9 @@ func (c ReaderConfig) Validate() error {
 	}
 	if c.FetchMaxWait < 0 {
 		return fmt.Errorf("changelog: FetchMaxWait must not be negative, got %v", c.FetchMaxWait)
+	}
+	if c.ConfirmInterval < 0 {
+		return fmt.Errorf("changelog: ConfirmInterval must not be negative, got %v", c.ConfirmInterval)
 	}
 	return nil
 }
@@ -193,6 +217,9 @@ type Reader struct {
 	// listDue is set by Register and cleared when listPending gathers the
 	// partitions to list.
 	listDue bool
+	// confirmedAt is when Poll last listed the ends of the partitions
+	// being read; only Poll touches it.
+	confirmedAt time.Time
 
 	resets atomic.Int64 // stores emptied because their position did not fit
 }
@@ -212,6 +239,13 @@ type partState struct {
 	pos      int64
 	end      int64
 	restored int64
+	// rebuilding is set while the store is read from empty and has not
+	// reached target, the end listed when reading began (-1 until
+	// listed).
+	rebuilding bool
+	target     int64
+	// confirmed is when the broker last confirmed end.
+	confirmed time.Time
 
 	// applyMu is held across a store write, so that Unregister can wait
 	// for one in flight.
@@ -231,6 +265,9 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 	}
 	if cfg.FetchMaxWait == 0 {
 		cfg.FetchMaxWait = DefaultFetchMaxWait
+	}
+	if cfg.ConfirmInterval == 0 {
+		cfg.ConfirmInterval = DefaultConfirmInterval
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -301,7 +338,8 @@ func (r *Reader) Register(p Partition) error {
 	if _, ok := r.parts[tp]; ok {
 		return fmt.Errorf("%w: %s[%d]", ErrAlreadyRegistered, p.Topic, p.Partition)
 	}
-	r.parts[tp] = &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1}
+	r.parts[tp] = &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1,
+		rebuilding: pos == statestore.NoPosition, target: -1}
 	r.listDue = true
 	r.wakeLocked()
 	return nil
@@ -339,7 +377,8 @@ func (r *Reader) Progress(topic string, partition int32) (Progress, bool) {
 }
 
 func (st *partState) progressLocked() Progress {
-	p := Progress{Mode: st.reg.Mode, Restored: st.restored, Position: st.pos, End: st.end, Lag: -1}
+	p := Progress{Mode: st.reg.Mode, Restored: st.restored, Position: st.pos, End: st.end, Lag: -1,
+		Rebuilding: st.rebuilding, RebuildTarget: st.target, EndConfirmed: st.confirmed}
 	if st.end >= 0 {
 		p.Lag = max(st.end-max(st.pos, 0), 0)
 	}
@@ -360,6 +399,7 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	defer r.pollMu.Unlock()
 
 	done, retryPending := r.listPending(ctx)
+	r.confirmEnds(ctx)
 
 	r.mu.Lock()
 	if r.closed {
@@ -382,9 +422,11 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 		// records that may never come.
 		pctx, cancel = nil, func() {}
 	case retryPending:
-		pctx, cancel = context.WithTimeout(ctx, r.cfg.RetryBackoff)
+		pctx, cancel = context.WithTimeout(ctx, min(r.cfg.RetryBackoff, r.untilConfirm()))
 	default:
-		pctx, cancel = context.WithCancel(ctx)
+		// Wake for the next confirmation of the ends even if no
+		// record comes.
+		pctx, cancel = context.WithTimeout(ctx, r.untilConfirm())
 	}
 	r.wake = cancel
 	r.mu.Unlock()
@@ -410,6 +452,62 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 		return done, err
 	}
 	return done, nil
+}
+
+// untilConfirm is how long until confirmEnds is due, at least a
+// millisecond. Only Poll calls it.
+func (r *Reader) untilConfirm() time.Duration {
+	return max(r.cfg.ConfirmInterval-time.Since(r.confirmedAt), time.Millisecond)
+}
+
+// confirmEnds lists the end offsets of the partitions being read, once per
+// ConfirmInterval, and records them as confirmed: a Follow partition's end
+// moves up to the listing; a Restore partition keeps its target, but its
+// lag to it is known to be current. kgo surfaces no fetch that returned
+// nothing, so without this an idle changelog would never be confirmed
+// again, and a Reader cut off from the broker could not tell. A listing
+// that fails (the broker is unreachable) confirms nothing, and the
+// confirmations age.
+func (r *Reader) confirmEnds(ctx context.Context) {
+	if time.Since(r.confirmedAt) < r.cfg.ConfirmInterval {
+		return
+	}
+	now := time.Now()
+	r.confirmedAt = now
+	r.mu.Lock()
+	var sts []*partState
+	var tps []TopicPartition
+	for _, st := range r.parts {
+		if st.consumedAt != 0 && !st.needOffs {
+			sts = append(sts, st)
+			tps = append(tps, st.tp)
+		}
+	}
+	r.mu.Unlock()
+	if len(tps) == 0 {
+		return
+	}
+	// Bounded, so that an unreachable broker delays the next fetch by one
+	// interval at most.
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.ConfirmInterval)
+	ends, err := r.listOffsets(lctx, tps, -1, r.cfg.ReadCommitted)
+	cancel()
+	if err != nil {
+		r.log.Debug("changelog end confirmation failed", slog.Any("error", err))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range sts {
+		end, ok := ends[st.tp]
+		if !ok || r.parts[st.tp] != st || st.consumedAt == 0 {
+			continue
+		}
+		if st.reg.Mode == Follow {
+			st.end = max(st.end, end)
+		}
+		// The time before the request: the end was at least this then.
+		st.confirmed = now
+	}
 }
 
 // StoreResets counts the stores the Reader has emptied (with Store.Reset)
@@ -564,7 +662,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		case st.pos > 0 && st.pos < start:
 			resets = append(resets, unfit{st, "position below the changelog start", start, hwm})
 		default:
-			if c, ok := r.startLocked(st, start, end); ok {
+			if c, ok := r.startLocked(st, start, end, now); ok {
 				done = append(done, c)
 			}
 		}
@@ -582,7 +680,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		r.mu.Lock()
 		if r.parts[u.st.tp] == u.st {
 			// The log did not change with the store: this listing holds.
-			if c, ok := r.startLocked(u.st, starts[u.st.tp], ends[u.st.tp]); ok {
+			if c, ok := r.startLocked(u.st, starts[u.st.tp], ends[u.st.tp], now); ok {
 				done = append(done, c)
 			}
 		}
@@ -592,11 +690,23 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 }
 
 // startLocked starts reading a listed partition whose position fits its
-// changelog, or completes a Restore partition with nothing to read.
-func (r *Reader) startLocked(st *partState, start, end int64) (Completed, bool) {
+// changelog, or completes a Restore partition with nothing to read. listed
+// is when the offsets were listed.
+func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time) (Completed, bool) {
 	st.needOffs = false
 	st.pastEnd = false
+	st.confirmed = listed
 	from := max(st.pos, start)
+	if st.rebuilding {
+		// Reading from empty: consistent only once everything the log
+		// held now has been read, whatever compaction left of it.
+		if st.target < 0 {
+			st.target = end
+		}
+		if from >= st.target {
+			st.rebuilding = false
+		}
+	}
 	if st.reg.Mode == Follow {
 		st.end = max(st.end, end)
 		r.log.Info("changelog follow started", logAttrs(st, slog.Int64("from", from))...)
@@ -645,6 +755,7 @@ func (r *Reader) resetStore(st *partState, why string, start, end int64) (failed
 	st.pos = statestore.NoPosition
 	st.end = -1
 	st.pastEnd = false
+	st.rebuilding, st.target = true, -1
 	return nil, true
 }
 
@@ -676,6 +787,7 @@ type batch struct {
 	st   *partState
 	recs []*kgo.Record
 	hwm  int64
+	at   time.Time // when the fetch was taken from the client
 }
 
 // apply writes fetched records to their stores, one write per partition.
@@ -690,6 +802,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		start, end int64
 	}
 	var losses []lost
+	now := time.Now()
 	r.mu.Lock()
 	var reseek []*partState
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -729,7 +842,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		}
 		b := byTP[st.tp]
 		if b == nil {
-			b = &batch{st: st, hwm: -1}
+			b = &batch{st: st, hwm: -1, at: now}
 			byTP[st.tp] = b
 			batches = append(batches, b)
 		}
@@ -836,6 +949,13 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 	}
 	if r.parts[st.tp] != st {
 		return Completed{}, false // unregistered during the write
+	}
+	if st.rebuilding && st.target >= 0 && st.pos >= st.target {
+		st.rebuilding = false
+		r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
+	}
+	if b.hwm >= 0 {
+		st.confirmed = b.at
 	}
 	if st.reg.Mode == Follow {
 		st.end = max(st.end, b.hwm)

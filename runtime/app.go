@@ -93,6 +93,7 @@ type App struct {
 	shutdownReason atomic.Pointer[string]
 	restored       *restoreTally
 	registry       *registry
+	fresh          *freshness
 	metrics        *metrics
 
 	// assignment is the latest assignment any thread received; it carries
@@ -224,6 +225,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	if a.registry, err = newRegistry(a); err != nil {
 		return err
 	}
+	a.fresh = newFreshness(a, FreshnessInterval)
 	return nil
 }
 
@@ -316,6 +318,10 @@ func (a *App) release() {
 		a.probe.Stop()
 	}
 	a.probeMu.Unlock()
+	if a.fresh != nil {
+		// Before the admin client it lists offsets with is closed.
+		a.fresh.close()
+	}
 	if a.registry != nil {
 		a.registry.close()
 	}
@@ -694,8 +700,9 @@ func (a *App) StoreResets() int64 {
 // Replicas lists every store partition this instance holds — running and
 // restoring actives, standbys, warmups, and idle stores between a
 // revocation and the next assignment — with its role, position and lag.
-// It asks the broker nothing: lags come from what restoration and standby
-// fetches last saw.
+// It asks the broker nothing: lags come from what the changelog readers last
+// fetched or listed, with the time the broker last confirmed them (see
+// ReplicaInfo for what each figure vouches for).
 func (a *App) Replicas() []ReplicaInfo {
 	if a.registry == nil {
 		return nil

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/changelog"
 	"github.com/eddystreams/eddy/task"
 
 	"github.com/eddystreams/eddy/iq"
@@ -197,12 +197,25 @@ func (r localReplica) Info() iq.ReplicaInfo {
 	if !ok || ri.Backing != r.backing {
 		// The replica closed or changed hands since it was looked up: it
 		// has no position any more.
-		return iq.ReplicaInfo{Store: r.store, Partition: r.id.Partition, Role: iq.RoleRestoring, Lag: math.MaxInt64, End: -1}
+		return iq.ReplicaInfo{Store: r.store, Partition: r.id.Partition, Role: iq.RoleRestoring, Position: -1, End: -1, Lag: -1,
+			LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: iq.Unknown}
 	}
 	return toIQ(ri)
 }
 
-func toIQ(ri ReplicaInfo) iq.ReplicaInfo {
+// LagConfirmWindow is how recent the broker's last confirmation of a
+// replica's changelog end must be for its lag to be reported: an older one
+// may be the last word of a broker the replica can no longer reach, and the
+// lag is then reported as unknown (with how long ago it was last
+// confirmed). The changelog readers confirm every
+// changelog.DefaultConfirmInterval, so three intervals leave room for a slow
+// answer.
+const LagConfirmWindow = 3 * changelog.DefaultConfirmInterval
+
+// toIQ reports what a replica can vouch for, as iq.ReplicaInfo defines it.
+func toIQ(ri ReplicaInfo) iq.ReplicaInfo { return toIQAt(ri, time.Now()) }
+
+func toIQAt(ri ReplicaInfo, now time.Time) iq.ReplicaInfo {
 	var role iq.Role
 	switch ri.Role {
 	case RoleActive:
@@ -217,22 +230,35 @@ func toIQ(ri ReplicaInfo) iq.ReplicaInfo {
 	case RoleWarmup:
 		role = iq.RoleWarmup
 	}
-	out := iq.ReplicaInfo{Store: ri.Store, Partition: ri.Partition, Role: role, Position: ri.Position, End: ri.End, Lag: ri.Lag, Restored: ri.Restored}
-	if out.Lag < 0 {
-		// Unknown yet (no fetch answered): as far behind as can be, so no
-		// bound but "any" accepts it.
-		out.Lag = math.MaxInt64
+	out := iq.ReplicaInfo{Store: ri.Store, Partition: ri.Partition, Role: role, Position: ri.Position,
+		End: -1, Lag: -1, LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: iq.Unknown,
+		Restored: ri.Restored}
+	if ri.Role == RoleActive {
+		// The changelog's writer, processing its input itself.
+		out.End, out.Lag = ri.End, 0
+		out.LagConfirmedAgo, out.CaughtUpAgo, out.InputCommittedAgo = 0, 0, 0
+		return out
 	}
-	// Interim mapping, kept from before the fields above were split: the
-	// runtime does not yet track confirmation times or input commits.
-	out.LagConfirmedAgo, out.InputCommittedAgo = 0, 0
+	if ri.End >= 0 && !ri.EndConfirmed.IsZero() {
+		out.End = ri.End
+		out.LagConfirmedAgo = max(now.Sub(ri.EndConfirmed), 0)
+	}
+	if ri.Rebuilding {
+		// No consistent position until the rebuild reaches its target.
+		out.Rebuilding, out.Position = true, -1
+	}
+	lagKnown := !ri.Rebuilding && out.End >= 0 && ri.Lag >= 0 && out.LagConfirmedAgo <= LagConfirmWindow
+	if lagKnown {
+		out.Lag = ri.Lag
+	}
 	switch {
-	case out.Lag == 0:
+	case lagKnown && out.Lag == 0:
 		out.CaughtUpAgo = 0
 	case !ri.CaughtUp.IsZero():
-		out.CaughtUpAgo = time.Since(ri.CaughtUp)
-	default:
-		out.CaughtUpAgo = iq.Unknown
+		out.CaughtUpAgo = max(now.Sub(ri.CaughtUp), 0)
+	}
+	if !ri.InputCommitted.IsZero() {
+		out.InputCommittedAgo = max(now.Sub(ri.InputCommitted), 0)
 	}
 	return out
 }

@@ -524,12 +524,14 @@ func (r *registry) follow(ctx context.Context) {
 	}
 }
 
-// standbyLagLocked sums a standby's lag over its changelog partitions.
+// standbyLagLocked sums a standby's lag over its changelog partitions; it
+// is not known while a store rebuilds or when the broker has not confirmed
+// a changelog's end within LagConfirmWindow.
 func (r *registry) standbyLagLocked(rep *replica) (int64, bool) {
 	var lag int64
 	for _, h := range rep.stores {
 		p, ok := r.follower.Progress(h.Changelog, rep.id.Partition)
-		if !ok || p.Lag < 0 {
+		if !ok || p.Lag < 0 || p.Rebuilding || time.Since(p.EndConfirmed) > LagConfirmWindow {
 			return 0, false
 		}
 		lag += p.Lag
@@ -616,7 +618,22 @@ func (r *registry) activeStore(store string, partition int32) (statestore.Store,
 }
 
 // ReplicaInfo describes one store partition this instance holds, in one of
-// the roles of Role.
+// the roles of Role. Its figures are the last known ones, each with the time
+// that says how far to trust it; Queries (iq.ReplicaInfo) reports only what
+// they vouch for:
+//
+//   - while Rebuilding, the store is no snapshot of any offset: no
+//     position, no lag;
+//   - a lag whose end the broker last confirmed more than LagConfirmWindow
+//     ago is unknown (the replica may be cut off from the broker);
+//   - CaughtUp is the last time the lag was confirmed to be 0;
+//   - InputCommitted is the last time the partition's active was seen to
+//     have committed all the input then present, which keeps aging while
+//     the active is dead even though its changelog, no longer written,
+//     shows no lag.
+//
+// A running active is the changelog's writer and processes the input
+// itself: lag 0, confirmed, caught up and covering its input now.
 type ReplicaInfo struct {
 	Task      task.ID
 	Store     string
@@ -624,13 +641,26 @@ type ReplicaInfo struct {
 	Role      Role
 	// Position is the changelog offset of the next record the store would
 	// apply; End is the changelog's end as last known (the restoration
-	// target while restoring, the high watermark for a standby); Lag is
-	// End minus Position, or -1 while unknown. A running active is the
-	// changelog's writer and has lag 0.
+	// target while restoring, the high watermark — last stable offset
+	// under exactly-once — for a standby); Lag is End minus Position, or
+	// -1 while unknown.
 	Position, End, Lag int64
-	// CaughtUp is when the replica last had no lag; zero if not since this
-	// instance started.
+	// Rebuilding is set while the store is read from empty (opened
+	// without a position, or reset because its position no longer fitted
+	// its changelog) and has not reached the changelog end listed when
+	// that reading began. Compaction drops records, so until then the
+	// store holds some keys' newest values and other keys' older ones.
+	Rebuilding bool
+	// EndConfirmed is when the broker last confirmed End (a listing, or a
+	// fetch that returned records); zero if never.
+	EndConfirmed time.Time
+	// CaughtUp is when the replica last had a confirmed lag of 0; zero if
+	// not since this instance opened it.
 	CaughtUp time.Time
+	// InputCommitted is the latest time at which the task's active was
+	// seen to have committed every source partition up to its end offset
+	// then (see FreshnessInterval); zero if never observed.
+	InputCommitted time.Time
 	// Opened is when this instance opened the replica's stores.
 	Opened time.Time
 	// Restored counts records restoration applied to the store since this
@@ -677,6 +707,7 @@ func (r *registry) replica(id task.ID, store string) (ReplicaInfo, bool) {
 }
 
 func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
+	now := time.Now()
 	ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, Role: rep.role, Lag: -1, End: -1,
 		CaughtUp: rep.caughtUp, Opened: rep.opened, Backing: h.Inner}
 	pos, err := h.Inner.Position()
@@ -686,29 +717,47 @@ func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
 	ri.Position = pos
 	switch rep.role {
 	case RoleActive:
-		ri.End, ri.Lag, ri.CaughtUp = pos, 0, time.Now()
+		ri.End, ri.Lag, ri.CaughtUp = pos, 0, now
+		ri.EndConfirmed, ri.InputCommitted = now, now
 	case RoleRestoring:
 		switch p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); {
 		case h.Changelog == "" || rep.owner.rest.isDone(rep.id):
-			// Nothing to restore, or restored and about to run.
-			ri.End, ri.Lag = pos, 0
-		case ok && p.End >= 0:
-			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+			// Nothing to restore, or restored and about to run: the task
+			// is the changelog's only writer now.
+			ri.End, ri.Lag, ri.EndConfirmed = pos, 0, now
+		case ok:
+			ri.Rebuilding, ri.EndConfirmed = p.Rebuilding, p.EndConfirmed
+			if p.End >= 0 {
+				ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+			}
 		default:
 			if end, known := rep.ends[h.Changelog]; known {
 				// Not listed yet: the end the replica knew before it
-				// started restoring is a lower bound of the lag.
+				// started restoring is a lower bound of the lag, not
+				// confirmed.
 				ri.End, ri.Lag = max(end, pos), max(end-pos, 0)
 			}
 		}
 	case RoleIdle:
 		if end, known := rep.ends[h.Changelog]; known {
 			ri.End, ri.Lag = max(end, pos), max(end-pos, 0)
+			// A parked active committed before it was parked: its
+			// position was the changelog's end then.
+			ri.EndConfirmed = rep.opened
+			if ri.Lag == 0 && rep.opened.After(ri.CaughtUp) {
+				ri.CaughtUp = rep.opened
+			}
 		}
 	case RoleStandby, RoleWarmup:
-		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
-			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok {
+			ri.Rebuilding, ri.EndConfirmed = p.Rebuilding, p.EndConfirmed
+			if p.End >= 0 {
+				ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+			}
 		}
+	}
+	if rep.role != RoleActive && r.app.fresh != nil {
+		ri.InputCommitted, _ = r.app.fresh.inputCommitted(rep.id)
 	}
 	if h.Changelog != "" {
 		if rep.owner != nil {

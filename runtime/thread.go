@@ -182,6 +182,12 @@ func (th *thread) connect() error {
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Transaction markers come back as records, so that a task's
+		// consumed offset moves past them (see passControl): a drained
+		// task then commits its partition's end offset, not one below
+		// the last marker for ever, which is how the freshness tracker
+		// tells that the active covered its input.
+		kgo.KeepControlRecords(),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.FetchMaxPartitionBytes(changelog.FetchPartitionBytes),
 		kgo.FetchMaxBytes(changelog.FetchMaxBytes),
@@ -376,10 +382,15 @@ func (th *thread) iteration() error {
 	})
 	var n int
 	fetches.EachRecord(func(r *kgo.Record) {
-		if fatal == nil {
-			fatal = th.process(r)
-			n++
+		if fatal != nil {
+			return
 		}
+		if r.Attrs.IsControl() {
+			th.passControl(r)
+			return
+		}
+		fatal = th.process(r)
+		n++
 	})
 	th.app.metrics.processed.Add(float64(n))
 	if fatal != nil {
@@ -415,7 +426,8 @@ func (th *thread) pollWait() time.Duration {
 	return max(10*time.Millisecond, min(wait, 500*time.Millisecond))
 }
 
-func (th *thread) process(r *kgo.Record) error {
+// taskOf returns the running task that owns an input record, or nil.
+func (th *thread) taskOf(r *kgo.Record) (task.ID, *task.Active) {
 	if r.Topic != th.srcTopic {
 		th.srcTopic, th.srcSub = r.Topic, th.app.plan.topicSub[r.Topic]
 	}
@@ -428,6 +440,24 @@ func (th *thread) process(r *kgo.Record) error {
 	if t == nil || t.State() != task.Running {
 		// Partitions of tasks that are not running are paused, so this
 		// is a record fetched before the pause; it will be fetched again.
+		return id, nil
+	}
+	return id, t
+}
+
+// passControl moves a task's consumed offset past a transaction marker
+// without processing it, as Kafka Streams commits the consumer's position:
+// the next commit then covers the marker, even when it is the only thing
+// the task consumed since the last one.
+func (th *thread) passControl(r *kgo.Record) {
+	if _, t := th.taskOf(r); t != nil {
+		t.Skip(topology.InputRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
+	}
+}
+
+func (th *thread) process(r *kgo.Record) error {
+	id, t := th.taskOf(r)
+	if t == nil {
 		return nil
 	}
 	in := topology.InputRecord{

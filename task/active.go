@@ -211,8 +211,9 @@ func (t *Active) markConsumed(topic string, next int64) {
 	*t.lastNext = next
 }
 
-// Skip marks a record as consumed without processing it (a record the
-// deserialization handler chose to skip).
+// Skip marks a record as consumed without processing it: a record the
+// deserialization handler chose to skip, or a transaction marker, which
+// holds no data but takes an offset the task's commit must cover.
 func (t *Active) Skip(rec topology.InputRecord) { t.markConsumed(rec.Topic, rec.Offset+1) }
 
 // Punctuate runs punctuators that are due.
