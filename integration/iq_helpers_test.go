@@ -300,10 +300,13 @@ type iqAnswer struct {
 	Value     json.RawMessage `json:"value"`
 	Partition *int32          `json:"partition"`
 	ServedBy  *struct {
-		Host     string `json:"host"`
-		Role     string `json:"role"`
-		Position int64  `json:"position"`
-		Lag      int64  `json:"lag"`
+		Host string `json:"host"`
+		Role string `json:"role"`
+		// Position and Lag are null (nil) when the replica cannot vouch
+		// for them: rebuilding, or a lag the broker has not confirmed.
+		Position   *int64 `json:"position"`
+		Lag        *int64 `json:"lag"`
+		Rebuilding bool   `json:"rebuilding"`
 	} `json:"served_by"`
 	Error  string  `json:"error"`
 	Reason string  `json:"reason"`
@@ -317,6 +320,22 @@ type iqAnswer struct {
 	// Metadata answers.
 	Active   *string  `json:"active"`
 	Standbys []string `json:"standbys"`
+}
+
+// orMinus1 is *p, or -1 (unknown, as iq.ReplicaInfo says it) for null.
+func orMinus1(p *int64) int64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+// stable is p without the figures that move with the clock (how long ago
+// the lag was confirmed, the age, how long ago the input was committed),
+// so that tests can compare the rest exactly.
+func stable(p iq.Provenance) iq.Provenance {
+	p.LagConfirmedAgo, p.Age, p.InputCommittedAgo = 0, 0, 0
+	return p
 }
 
 // count decodes the value of a key answer.
@@ -625,7 +644,7 @@ func httpObs(a iqAnswer, err error) (iqObs, error) {
 	if (a.Status != http.StatusOK && a.Status != http.StatusNotFound) || a.ServedBy == nil || a.Partition == nil {
 		return iqObs{}, errors.New(a.String())
 	}
-	o := iqObs{partition: *a.Partition, host: a.ServedBy.Host, role: a.ServedBy.Role, position: a.ServedBy.Position, lag: a.ServedBy.Lag, found: a.Status == http.StatusOK}
+	o := iqObs{partition: *a.Partition, host: a.ServedBy.Host, role: a.ServedBy.Role, position: orMinus1(a.ServedBy.Position), lag: orMinus1(a.ServedBy.Lag), found: a.Status == http.StatusOK}
 	if o.found {
 		n, err := a.count()
 		if err != nil {
