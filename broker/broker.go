@@ -65,14 +65,19 @@ const (
 	DefaultGroupMinSessionTimeout = 500 * time.Millisecond
 	// DefaultGroupMaxSessionTimeout matches Kafka's default.
 	DefaultGroupMaxSessionTimeout = 5 * time.Minute
-	// DefaultCompactionInterval is how often compacted topics are cleaned:
-	// rarely, because kfake's compaction moves the log start offset, which
-	// Kafka's never does (see the package doc).
-	DefaultCompactionInterval = 24 * time.Hour
+	// DefaultCompactionInterval is how often compacted topics are cleaned,
+	// often enough for the demo to show compaction at work. Compaction no
+	// longer moves the log start offset clients see (see the package doc),
+	// so it costs restarted stores nothing.
+	DefaultCompactionInterval = 30 * time.Second
 	// DefaultMessageMaxBytes is Kafka's default message.max.bytes, which
 	// also bounds a group's metadata record.
 	DefaultMessageMaxBytes = 1048588
 )
+
+// idleCleaner is the interval given to kfake's own cleaner, which the broker
+// replaces with its own: long enough never to run.
+const idleCleaner = 10 * 365 * 24 * time.Hour
 
 // Config configures an embedded broker. The zero value is valid: a
 // non-persistent broker on a random loopback port.
@@ -178,8 +183,13 @@ func (c Config) withDefaults() Config {
 type Broker struct {
 	cluster *kfake.Cluster
 	groups  *groupGuard
+	starts  *logStarts
 	addrs   []string
 	logger  *slog.Logger
+
+	stopCompactor context.CancelFunc
+	compactorDone chan struct{}
+	stopOnce      sync.Once
 
 	// mu keeps calls into the cluster from racing with Close: kfake serves
 	// them on its run loop, which is gone after Close, so a call made then
@@ -209,7 +219,13 @@ func Start(cfg Config) (*Broker, error) {
 		kfake.GroupMaxSessionTimeout(cfg.GroupMaxSessionTimeout),
 		kfake.WithLogger(slogAdapter{cfg.Logger}),
 		kfake.BrokerConfigs(map[string]string{
-			"log.cleaner.backoff.ms": fmt.Sprint(cfg.CompactionInterval.Milliseconds()),
+			// The broker compacts on its own schedule (see logStarts);
+			// kfake's cleaner would move log starts behind its back.
+			"log.cleaner.backoff.ms": fmt.Sprint(idleCleaner.Milliseconds()),
+			// No default retention: kfake would apply it to compacted
+			// topics too, which Kafka never does. Topics with
+			// retention.ms or retention.bytes set keep them.
+			"log.retention.ms": "-1",
 		}),
 	}
 	if cfg.DataDir != "" {
@@ -231,6 +247,15 @@ func Start(cfg Config) (*Broker, error) {
 		c.Close()
 		return nil, fmt.Errorf("broker: group guard: %w", err)
 	}
+	if b.starts, err = newLogStarts(c, b.addrs, cfg.DataDir, b.logger); err != nil {
+		b.groups.close()
+		c.Close()
+		return nil, fmt.Errorf("broker: log starts: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopCompactor = cancel
+	b.compactorDone = make(chan struct{})
+	go b.compactEvery(ctx, cfg.CompactionInterval)
 	b.logger.Info("embedded broker started",
 		"addrs", b.addrs, "data_dir", cfg.DataDir, "partitions", cfg.Partitions)
 	return b, nil
@@ -248,12 +273,35 @@ func (b *Broker) Addrs() []string {
 // older than the topic's delete.retention.ms (default one day). It does
 // nothing after Close.
 func (b *Broker) Compact() {
+	if err := b.compact(context.Background()); err != nil {
+		b.logger.Warn("compaction", "err", err)
+	}
+}
+
+func (b *Broker) compact(ctx context.Context) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
-		return
+		return nil
 	}
-	b.cluster.Compact()
+	return b.starts.compact(ctx)
+}
+
+// compactEvery compacts every interval until ctx ends.
+func (b *Broker) compactEvery(ctx context.Context, interval time.Duration) {
+	defer close(b.compactorDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := b.compact(ctx); err != nil && ctx.Err() == nil {
+			b.logger.Warn("compaction", "err", err)
+		}
+	}
 }
 
 // Cluster returns the underlying kfake cluster, for tests that need its
@@ -268,6 +316,12 @@ func (b *Broker) Cluster() *kfake.Cluster {
 // so the next Start with that directory resumes where this one stopped.
 // Open client connections are dropped. Close is idempotent.
 func (b *Broker) Close() {
+	// The compactor goes first, outside mu: a run it has started holds mu
+	// for reading until it ends.
+	b.stopOnce.Do(func() {
+		b.stopCompactor()
+		<-b.compactorDone
+	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -275,6 +329,7 @@ func (b *Broker) Close() {
 	}
 	b.closed = true
 	b.groups.close()
+	b.starts.close()
 	b.cluster.Close()
 	b.logger.Info("embedded broker stopped", "addrs", b.addrs)
 }
