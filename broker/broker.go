@@ -24,19 +24,58 @@
 //     exceed message.max.bytes with UNKNOWN_SERVER_ERROR; so does the broker
 //     (Config.MessageMaxBytes; it estimates the record as the members'
 //     subscriptions and assignments plus a fixed overhead per member).
-//   - Compaction is rare. kfake's compactor moves a partition's log start
-//     offset to the first batch it keeps; Kafka's log cleaner never moves
-//     it (only retention and DeleteRecords do). A store whose changelog
-//     position falls below the log start is rebuilt from scratch, so with
-//     kfake compacting often, restarts would rebuild what a real cluster
-//     lets them restore from their position. Compaction therefore runs once
-//     a day by default (Config.CompactionInterval) or on demand
-//     (Broker.Compact), and moves the log start when it does.
+//   - Compaction leaves the log start offset alone. kfake's compactor moves
+//     a partition's log start offset to the first batch it keeps; Kafka's
+//     log cleaner never moves it (only DeleteRecords and retention do). A
+//     store whose changelog position falls below the log start is rebuilt
+//     from scratch, so on kfake a restart after a compaction rebuilt what a
+//     real cluster lets it restore from its position. The broker runs
+//     compaction itself (every Config.CompactionInterval, or on demand with
+//     Broker.Compact) and keeps, for every partition of a compacted topic,
+//     the log start Kafka would have, persisted in the DataDir: ListOffsets
+//     for the earliest offset answers it, a fetch from an offset compaction
+//     removed is served from the next record kept, and a fetch below it
+//     fails with OFFSET_OUT_OF_RANGE.
+//   - DeleteRecords below the log start succeeds and changes nothing, as on
+//     Kafka; kfake fails it with OFFSET_OUT_OF_RANGE.
+//   - Compacted topics are not subject to retention. kfake applies the
+//     broker's default retention (7 days) to every topic, deleting records
+//     of compacted topics by their timestamps; Kafka applies retention only
+//     where cleanup.policy includes delete. The broker's default retention
+//     is therefore off (see below); retention.ms and retention.bytes set on
+//     a topic apply at each compaction run.
 //
-// Divergences that remain: one node, no replication; compaction when it
-// runs moves the log start offset as described; topics are created on
-// metadata requests (auto-creation, which Kafka disables by default in
-// managed clusters).
+// Divergences that remain, and what a real cluster does instead:
+//
+//   - One node and no replication. A real cluster has several brokers and
+//     replicates every partition.
+//   - Topics are created on metadata requests that allow it. Managed
+//     clusters usually set auto.create.topics.enable=false.
+//   - No default retention. A topic without retention.ms or
+//     retention.bytes keeps its records forever; Kafka deletes them after
+//     log.retention.ms (7 days) where cleanup.policy includes delete.
+//   - Compaction is eager. Each run cleans every batch but a partition's
+//     last; Kafka cleans only rolled segments (segment.ms 7 days,
+//     segment.bytes 1 GiB) past min.cleanable.dirty.ratio, so superseded
+//     records stay readable far longer on a real cluster.
+//   - Tombstones expire by their timestamp. A tombstone whose timestamp is
+//     older than delete.retention.ms (1 day) goes at the next compaction;
+//     Kafka keeps every tombstone for delete.retention.ms after the cleaner
+//     first reaches it.
+//   - Fetch responses report kfake's log start. Their log_start_offset
+//     field, and ListOffsets for the earliest offset when the same request
+//     also asks other timestamps, give the first batch compaction kept;
+//     Kafka gives the log start offset. Eddy reads the log start only
+//     through ListOffsets asking the earliest offsets alone.
+//   - DeleteRecords into a compacted range reports kfake's start. The log
+//     start moves where Kafka moves it, but the response's low watermark is
+//     the first batch compaction kept; Kafka answers the new log start.
+//   - Compaction and deletions made on the kfake cluster itself
+//     (Broker.Cluster) bypass the broker: they move the log start as kfake
+//     does.
+//   - Short session timeouts are accepted. The group minimum session
+//     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
+//     group.min.session.timeout.ms is 6 s.
 package broker
 
 import (
@@ -109,8 +148,9 @@ type Config struct {
 	GroupMinSessionTimeout time.Duration
 	GroupMaxSessionTimeout time.Duration
 
-	// CompactionInterval is how often topics with cleanup.policy=compact
-	// are compacted. Zero means DefaultCompactionInterval.
+	// CompactionInterval is how often the broker compacts topics whose
+	// cleanup.policy includes compact and applies the retention.ms and
+	// retention.bytes set on topics. Zero means DefaultCompactionInterval.
 	CompactionInterval time.Duration
 
 	// MessageMaxBytes bounds a consumer group's metadata (subscriptions and
@@ -267,11 +307,13 @@ func (b *Broker) Addrs() []string {
 	return append([]string(nil), b.addrs...)
 }
 
-// Compact compacts every topic with cleanup.policy=compact now, instead of
-// waiting for the next CompactionInterval tick. kfake never compacts a
-// partition's last record batch, and drops tombstones only once they are
-// older than the topic's delete.retention.ms (default one day). It does
-// nothing after Close.
+// Compact applies retention and compacts every topic whose cleanup.policy
+// includes compact now, instead of waiting for the next CompactionInterval
+// tick. The log start offsets clients see stay where Kafka's cleaner would
+// leave them (see the package doc). kfake never compacts a partition's
+// last record batch, and drops tombstones once their timestamp is older
+// than the topic's delete.retention.ms (default one day). Compact returns
+// once compaction is done; it does nothing after Close.
 func (b *Broker) Compact() {
 	if err := b.compact(context.Background()); err != nil {
 		b.logger.Warn("compaction", "err", err)
