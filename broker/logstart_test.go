@@ -197,9 +197,9 @@ func TestListEarliestOffsetsRequest(t *testing.T) {
 		require.Equal(t, kerr.UnknownTopicOrPartition.Code, p.ErrorCode)
 	}
 
-	require.Equal(t, kerr.UnknownLeaderEpoch.Code, list(epoch+1).Topics[0].Partitions[0].ErrorCode)
+	require.Equal(t, kerr.UnknownLeaderEpoch.Code, list(epoch + 1).Topics[0].Partitions[0].ErrorCode)
 	if epoch > 0 {
-		require.Equal(t, kerr.FencedLeaderEpoch.Code, list(epoch-1).Topics[0].Partitions[0].ErrorCode)
+		require.Equal(t, kerr.FencedLeaderEpoch.Code, list(epoch - 1).Topics[0].Partitions[0].ErrorCode)
 	}
 	require.Zero(t, list(epoch).Topics[0].Partitions[0].ErrorCode)
 }
