@@ -348,8 +348,10 @@ func (b *Broker) compactEvery(ctx context.Context, interval time.Duration) {
 
 // Cluster returns the underlying kfake cluster, for tests that need its
 // fault injection or request control hooks (the broker's own hooks on
-// JoinGroup and SyncGroup run first). Calls on it after Close may block
-// forever.
+// JoinGroup, SyncGroup, ListOffsets, Fetch and DeleteRecords run first; a
+// ListOffsets the broker answers itself bypasses kfake's faults). Compacting
+// or deleting records through it bypasses the broker's log start keeping
+// (see the package doc). Calls on it after Close may block forever.
 func (b *Broker) Cluster() *kfake.Cluster {
 	return b.cluster
 }
