@@ -62,6 +62,10 @@
 //     older than delete.retention.ms (1 day) goes at the next compaction;
 //     Kafka keeps every tombstone for delete.retention.ms after the cleaner
 //     first reaches it.
+//   - Retention does not see what compaction removed. On a topic whose
+//     cleanup.policy is compact,delete, records that expire after
+//     compaction removed them leave the log start where it was; Kafka
+//     moves it past every expired segment.
 //   - Fetch responses report kfake's log start. Their log_start_offset
 //     field, and ListOffsets for the earliest offset when the same request
 //     also asks other timestamps, give the first batch compaction kept;

@@ -116,6 +116,21 @@ func TestDocumentedDivergences(t *testing.T) {
 			rec := requireRecordAt(ctx, t, b, "log", 0, 2)
 			require.Equal(t, "z", string(rec.Key))
 		}},
+		{"Retention does not see what compaction removed.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "log", 1, map[string]string{"cleanup.policy": "compact,delete", "retention.ms": "86400000"})
+			age := 30 * time.Minute
+			produceEach(ctx, t, b, "log", kv{key: "k", value: "1", age: age}, kv{key: "k", value: "2", age: age}, kv{key: "k", value: "3"}, kv{key: "m"})
+			b.Compact()
+			require.EqualValues(t, 2, kfakeStart(t, b, "log", 0), "precondition: compaction removed offsets 0 and 1")
+
+			// Offsets 0 and 1 expire now; Kafka would start the log at 2.
+			_, err := kadm.NewClient(newClient(t, b)).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kadm.StringPtr("60000")}}, "log")
+			require.NoError(t, err)
+			b.Compact()
+			require.EqualValues(t, 0, listedStart(ctx, t, b, "log", 0))
+		}},
 		{"Fetch responses report kfake's log start.", func(t *testing.T) {
 			ctx := testCtx(t)
 			b := start(t, Config{})
