@@ -24,19 +24,62 @@
 //     exceed message.max.bytes with UNKNOWN_SERVER_ERROR; so does the broker
 //     (Config.MessageMaxBytes; it estimates the record as the members'
 //     subscriptions and assignments plus a fixed overhead per member).
-//   - Compaction is rare. kfake's compactor moves a partition's log start
-//     offset to the first batch it keeps; Kafka's log cleaner never moves
-//     it (only retention and DeleteRecords do). A store whose changelog
-//     position falls below the log start is rebuilt from scratch, so with
-//     kfake compacting often, restarts would rebuild what a real cluster
-//     lets them restore from their position. Compaction therefore runs once
-//     a day by default (Config.CompactionInterval) or on demand
-//     (Broker.Compact), and moves the log start when it does.
+//   - Compaction leaves the log start offset alone. kfake's compactor moves
+//     a partition's log start offset to the first batch it keeps; Kafka's
+//     log cleaner never moves it (only DeleteRecords and retention do). A
+//     store whose changelog position falls below the log start is rebuilt
+//     from scratch, so on kfake a restart after a compaction rebuilt what a
+//     real cluster lets it restore from its position. The broker runs
+//     compaction itself (every Config.CompactionInterval, or on demand with
+//     Broker.Compact) and keeps, for every partition of a compacted topic,
+//     the log start Kafka would have, persisted in the DataDir: ListOffsets
+//     for the earliest offset answers it, a fetch from an offset compaction
+//     removed is served from the next record kept, and a fetch below it
+//     fails with OFFSET_OUT_OF_RANGE.
+//   - DeleteRecords below the log start succeeds and changes nothing, as on
+//     Kafka; kfake fails it with OFFSET_OUT_OF_RANGE.
+//   - Compacted topics are not subject to retention. kfake applies the
+//     broker's default retention (7 days) to every topic, deleting records
+//     of compacted topics by their timestamps; Kafka applies retention only
+//     where cleanup.policy includes delete. The broker's default retention
+//     is therefore off (see below); retention.ms and retention.bytes set on
+//     a topic apply at each compaction run.
 //
-// Divergences that remain: one node, no replication; compaction when it
-// runs moves the log start offset as described; topics are created on
-// metadata requests (auto-creation, which Kafka disables by default in
-// managed clusters).
+// Divergences that remain, and what a real cluster does instead:
+//
+//   - One node and no replication. A real cluster has several brokers and
+//     replicates every partition.
+//   - Topics are created on metadata requests that allow it. Managed
+//     clusters usually set auto.create.topics.enable=false.
+//   - No default retention. A topic without retention.ms or
+//     retention.bytes keeps its records forever; Kafka deletes them after
+//     log.retention.ms (7 days) where cleanup.policy includes delete.
+//   - Compaction is eager. Each run cleans every batch but a partition's
+//     last; Kafka cleans only rolled segments (segment.ms 7 days,
+//     segment.bytes 1 GiB) past min.cleanable.dirty.ratio, so superseded
+//     records stay readable far longer on a real cluster.
+//   - Tombstones expire by their timestamp. A tombstone whose timestamp is
+//     older than delete.retention.ms (1 day) goes at the next compaction;
+//     Kafka keeps every tombstone for delete.retention.ms after the cleaner
+//     first reaches it.
+//   - Retention does not see what compaction removed. On a topic whose
+//     cleanup.policy is compact,delete, records that expire after
+//     compaction removed them leave the log start where it was; Kafka
+//     moves it past every expired segment.
+//   - Fetch responses report kfake's log start. Their log_start_offset
+//     field, and ListOffsets for the earliest offset when the same request
+//     also asks other timestamps, give the first batch compaction kept;
+//     Kafka gives the log start offset. Eddy reads the log start only
+//     through ListOffsets asking the earliest offsets alone.
+//   - DeleteRecords into a compacted range reports kfake's start. The log
+//     start moves where Kafka moves it, but the response's low watermark is
+//     the first batch compaction kept; Kafka answers the new log start.
+//   - Compaction and deletions made on the kfake cluster itself
+//     (Broker.Cluster) bypass the broker: they move the log start as kfake
+//     does.
+//   - Short session timeouts are accepted. The group minimum session
+//     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
+//     group.min.session.timeout.ms is 6 s.
 package broker
 
 import (
@@ -65,14 +108,19 @@ const (
 	DefaultGroupMinSessionTimeout = 500 * time.Millisecond
 	// DefaultGroupMaxSessionTimeout matches Kafka's default.
 	DefaultGroupMaxSessionTimeout = 5 * time.Minute
-	// DefaultCompactionInterval is how often compacted topics are cleaned:
-	// rarely, because kfake's compaction moves the log start offset, which
-	// Kafka's never does (see the package doc).
-	DefaultCompactionInterval = 24 * time.Hour
+	// DefaultCompactionInterval is how often compacted topics are cleaned,
+	// often enough for the demo to show compaction at work. Compaction no
+	// longer moves the log start offset clients see (see the package doc),
+	// so it costs restarted stores nothing.
+	DefaultCompactionInterval = 30 * time.Second
 	// DefaultMessageMaxBytes is Kafka's default message.max.bytes, which
 	// also bounds a group's metadata record.
 	DefaultMessageMaxBytes = 1048588
 )
+
+// idleCleaner is the interval given to kfake's own cleaner, which the broker
+// replaces with its own: long enough never to run.
+const idleCleaner = 10 * 365 * 24 * time.Hour
 
 // Config configures an embedded broker. The zero value is valid: a
 // non-persistent broker on a random loopback port.
@@ -104,8 +152,9 @@ type Config struct {
 	GroupMinSessionTimeout time.Duration
 	GroupMaxSessionTimeout time.Duration
 
-	// CompactionInterval is how often topics with cleanup.policy=compact
-	// are compacted. Zero means DefaultCompactionInterval.
+	// CompactionInterval is how often the broker compacts topics whose
+	// cleanup.policy includes compact and applies the retention.ms and
+	// retention.bytes set on topics. Zero means DefaultCompactionInterval.
 	CompactionInterval time.Duration
 
 	// MessageMaxBytes bounds a consumer group's metadata (subscriptions and
@@ -178,8 +227,13 @@ func (c Config) withDefaults() Config {
 type Broker struct {
 	cluster *kfake.Cluster
 	groups  *groupGuard
+	starts  *logStarts
 	addrs   []string
 	logger  *slog.Logger
+
+	stopCompactor context.CancelFunc
+	compactorDone chan struct{}
+	stopOnce      sync.Once
 
 	// mu keeps calls into the cluster from racing with Close: kfake serves
 	// them on its run loop, which is gone after Close, so a call made then
@@ -209,7 +263,13 @@ func Start(cfg Config) (*Broker, error) {
 		kfake.GroupMaxSessionTimeout(cfg.GroupMaxSessionTimeout),
 		kfake.WithLogger(slogAdapter{cfg.Logger}),
 		kfake.BrokerConfigs(map[string]string{
-			"log.cleaner.backoff.ms": fmt.Sprint(cfg.CompactionInterval.Milliseconds()),
+			// The broker compacts on its own schedule (see logStarts);
+			// kfake's cleaner would move log starts behind its back.
+			"log.cleaner.backoff.ms": fmt.Sprint(idleCleaner.Milliseconds()),
+			// No default retention: kfake would apply it to compacted
+			// topics too, which Kafka never does. Topics with
+			// retention.ms or retention.bytes set keep them.
+			"log.retention.ms": "-1",
 		}),
 	}
 	if cfg.DataDir != "" {
@@ -231,6 +291,15 @@ func Start(cfg Config) (*Broker, error) {
 		c.Close()
 		return nil, fmt.Errorf("broker: group guard: %w", err)
 	}
+	if b.starts, err = newLogStarts(c, b.addrs, cfg.DataDir, b.logger); err != nil {
+		b.groups.close()
+		c.Close()
+		return nil, fmt.Errorf("broker: log starts: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopCompactor = cancel
+	b.compactorDone = make(chan struct{})
+	go b.compactEvery(ctx, cfg.CompactionInterval)
 	b.logger.Info("embedded broker started",
 		"addrs", b.addrs, "data_dir", cfg.DataDir, "partitions", cfg.Partitions)
 	return b, nil
@@ -242,24 +311,51 @@ func (b *Broker) Addrs() []string {
 	return append([]string(nil), b.addrs...)
 }
 
-// Compact compacts every topic with cleanup.policy=compact now, instead of
-// waiting for the next CompactionInterval tick. kfake never compacts a
-// partition's last record batch, and drops tombstones only once they are
-// older than the topic's delete.retention.ms (default one day). It does
-// nothing after Close.
+// Compact applies retention and compacts every topic whose cleanup.policy
+// includes compact now, instead of waiting for the next CompactionInterval
+// tick. The log start offsets clients see stay where Kafka's cleaner would
+// leave them (see the package doc). kfake never compacts a partition's
+// last record batch, and drops tombstones once their timestamp is older
+// than the topic's delete.retention.ms (default one day). Compact returns
+// once compaction is done; it does nothing after Close.
 func (b *Broker) Compact() {
+	if err := b.compact(context.Background()); err != nil {
+		b.logger.Warn("compaction", "err", err)
+	}
+}
+
+func (b *Broker) compact(ctx context.Context) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
-		return
+		return nil
 	}
-	b.cluster.Compact()
+	return b.starts.compact(ctx)
+}
+
+// compactEvery compacts every interval until ctx ends.
+func (b *Broker) compactEvery(ctx context.Context, interval time.Duration) {
+	defer close(b.compactorDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := b.compact(ctx); err != nil && ctx.Err() == nil {
+			b.logger.Warn("compaction", "err", err)
+		}
+	}
 }
 
 // Cluster returns the underlying kfake cluster, for tests that need its
 // fault injection or request control hooks (the broker's own hooks on
-// JoinGroup and SyncGroup run first). Calls on it after Close may block
-// forever.
+// JoinGroup, SyncGroup, ListOffsets, Fetch and DeleteRecords run first; a
+// ListOffsets the broker answers itself bypasses kfake's faults). Compacting
+// or deleting records through it bypasses the broker's log start keeping
+// (see the package doc). Calls on it after Close may block forever.
 func (b *Broker) Cluster() *kfake.Cluster {
 	return b.cluster
 }
@@ -268,6 +364,12 @@ func (b *Broker) Cluster() *kfake.Cluster {
 // so the next Start with that directory resumes where this one stopped.
 // Open client connections are dropped. Close is idempotent.
 func (b *Broker) Close() {
+	// The compactor goes first, outside mu: a run it has started holds mu
+	// for reading until it ends.
+	b.stopOnce.Do(func() {
+		b.stopCompactor()
+		<-b.compactorDone
+	})
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -275,6 +377,7 @@ func (b *Broker) Close() {
 	}
 	b.closed = true
 	b.groups.close()
+	b.starts.close()
 	b.cluster.Close()
 	b.logger.Info("embedded broker stopped", "addrs", b.addrs)
 }

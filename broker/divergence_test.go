@@ -1,0 +1,230 @@
+package broker
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// docDivergences returns the bullets of the package doc's list of
+// divergences that remain, each joined into one line.
+func docDivergences(t *testing.T) []string {
+	t.Helper()
+	src, err := os.ReadFile("broker.go")
+	require.NoError(t, err)
+	var (
+		bullets []string
+		in      bool
+	)
+	for _, line := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(line, "package ") {
+			break
+		}
+		text, ok := strings.CutPrefix(line, "//")
+		if !ok {
+			continue
+		}
+		if strings.Contains(text, "Divergences that remain") {
+			in = true
+			continue
+		}
+		if !in {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(text, "   - "):
+			bullets = append(bullets, strings.TrimPrefix(text, "   - "))
+		case strings.HasPrefix(text, "     ") && len(bullets) > 0:
+			bullets[len(bullets)-1] += " " + strings.TrimSpace(text)
+		case strings.TrimSpace(text) == "":
+		default:
+			in = false
+		}
+	}
+	require.NotEmpty(t, bullets, "the package doc lists its divergences")
+	return bullets
+}
+
+// TestDocumentedDivergences checks every divergence from Kafka the package
+// doc lists against what the broker does. Each row is named by the start of
+// its bullet; a bullet without a row, or a row without a bullet, fails.
+func TestDocumentedDivergences(t *testing.T) {
+	rows := []struct {
+		bullet string
+		check  func(t *testing.T)
+	}{
+		{"One node and no replication.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "t", 2, nil)
+			req := kmsg.NewPtrMetadataRequest()
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr("t")
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctx, newClient(t, b))
+			require.NoError(t, err)
+			require.Len(t, resp.Brokers, 1)
+			require.Len(t, resp.Topics, 1)
+			for _, p := range resp.Topics[0].Partitions {
+				require.Len(t, p.Replicas, 1)
+			}
+		}},
+		{"Topics are created on metadata requests that allow it.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			req := kmsg.NewPtrMetadataRequest()
+			req.AllowAutoTopicCreation = true
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr("made-on-demand")
+			req.Topics = append(req.Topics, rt)
+			_, err := req.RequestWith(ctx, newClient(t, b))
+			require.NoError(t, err)
+			require.NotNil(t, b.Cluster().TopicInfo("made-on-demand"))
+		}},
+		{"No default retention.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "plain", 1, nil)
+			produceEach(ctx, t, b, "plain", kv{key: "old", age: 30 * 24 * time.Hour}, kv{key: "new"})
+			b.Compact() // applies retention too
+			require.EqualValues(t, 0, listedStart(ctx, t, b, "plain", 0))
+			requireRecordAt(ctx, t, b, "plain", 0, 0)
+		}},
+		{"Compaction is eager.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "log", 1, map[string]string{"cleanup.policy": "compact"})
+			produceEach(ctx, t, b, "log", kv{key: "a", value: "1"}, kv{key: "a", value: "2"}, kv{key: "b", value: "1"})
+			b.Compact()
+			// A few seconds' worth of records, far inside Kafka's active
+			// segment, are cleaned all the same.
+			requireRecordAt(ctx, t, b, "log", 0, 1)
+		}},
+		{"Tombstones expire by their timestamp.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "log", 1, map[string]string{"cleanup.policy": "compact"})
+			produceEach(ctx, t, b, "log", kv{key: "k", value: "1"}, kv{key: "k", tombstone: true, age: 48 * time.Hour}, kv{key: "z", value: "1"})
+			b.Compact()
+			// The first compaction to see the tombstone drops it.
+			rec := requireRecordAt(ctx, t, b, "log", 0, 2)
+			require.Equal(t, "z", string(rec.Key))
+		}},
+		{"Retention does not see what compaction removed.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "log", 1, map[string]string{"cleanup.policy": "compact,delete", "retention.ms": "86400000"})
+			age := 30 * time.Minute
+			produceEach(ctx, t, b, "log", kv{key: "k", value: "1", age: age}, kv{key: "k", value: "2", age: age}, kv{key: "k", value: "3"}, kv{key: "m"})
+			b.Compact()
+			require.EqualValues(t, 2, kfakeStart(t, b, "log", 0), "precondition: compaction removed offsets 0 and 1")
+
+			// Offsets 0 and 1 expire now; Kafka would start the log at 2.
+			_, err := kadm.NewClient(newClient(t, b)).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kadm.StringPtr("60000")}}, "log")
+			require.NoError(t, err)
+			b.Compact()
+			require.EqualValues(t, 0, listedStart(ctx, t, b, "log", 0))
+		}},
+		{"Fetch responses report kfake's log start.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "log", 2, map[string]string{"cleanup.policy": "compact"})
+			produceEach(ctx, t, b, "log", gappedLog...)
+			b.Compact()
+			require.EqualValues(t, 0, listedStart(ctx, t, b, "log", 0))
+
+			_, part, err := fetchAt(ctx, t, b, "log", 0, 0)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, part.LogStartOffset, "a fetch response's log start")
+
+			req := kmsg.NewPtrListOffsetsRequest()
+			req.ReplicaID = -1
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = "log"
+			for p, ts := range []int64{-2, -1} {
+				rp := kmsg.NewListOffsetsRequestTopicPartition()
+				rp.Partition = int32(p)
+				rp.Timestamp = ts
+				rp.CurrentLeaderEpoch = -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+			raw, err := newClient(t, b).SeedBrokers()[0].Request(ctx, req)
+			require.NoError(t, err)
+			resp := raw.(*kmsg.ListOffsetsResponse)
+			require.Len(t, resp.Topics, 1)
+			for _, p := range resp.Topics[0].Partitions {
+				if p.Partition == 0 {
+					require.EqualValues(t, 3, p.Offset, "earliest asked along with latest")
+				}
+			}
+		}},
+		{"DeleteRecords into a compacted range reports kfake's start.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			newGappedLog(ctx, t, b, "log")
+			var os kadm.Offsets
+			os.AddOffset("log", 0, 1, -1)
+			resp, err := kadm.NewClient(newClient(t, b)).DeleteRecords(ctx, os)
+			require.NoError(t, err)
+			require.NoError(t, resp.Error())
+			d, ok := resp.Lookup("log", 0)
+			require.True(t, ok)
+			require.EqualValues(t, 3, d.LowWatermark)
+			require.EqualValues(t, 1, listedStart(ctx, t, b, "log", 0))
+		}},
+		{"Compaction and deletions made on the kfake cluster itself", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "log", 1, map[string]string{"cleanup.policy": "compact"})
+			produceEach(ctx, t, b, "log", gappedLog...)
+			b.Cluster().Compact()
+			require.EqualValues(t, 3, listedStart(ctx, t, b, "log", 0), "compacted behind the broker's back")
+
+			newGappedLog(ctx, t, b, "log2")
+			require.ErrorIs(t, b.Cluster().DeleteRecords("log2", 0, 1), kerr.OffsetOutOfRange,
+				"kfake refuses a deletion Kafka would accept")
+			require.EqualValues(t, 0, listedStart(ctx, t, b, "log2", 0))
+		}},
+		{"Short session timeouts are accepted.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			req := kmsg.NewPtrJoinGroupRequest()
+			req.Group = "g"
+			req.SessionTimeoutMillis = 1000
+			req.RebalanceTimeoutMillis = 5000
+			req.ProtocolType = "consumer"
+			proto := kmsg.NewJoinGroupRequestProtocol()
+			proto.Name = "range"
+			req.Protocols = append(req.Protocols, proto)
+			resp, err := req.RequestWith(ctx, newClient(t, b))
+			require.NoError(t, err)
+			// Kafka would answer INVALID_SESSION_TIMEOUT; a first join is
+			// told its member ID instead.
+			require.ErrorIs(t, kerr.ErrorForCode(resp.ErrorCode), kerr.MemberIDRequired)
+		}},
+	}
+
+	bullets := docDivergences(t)
+	matched := make(map[string]bool)
+	for _, bullet := range bullets {
+		n := 0
+		for _, r := range rows {
+			if strings.HasPrefix(bullet, r.bullet) {
+				n++
+				matched[r.bullet] = true
+			}
+		}
+		require.Equal(t, 1, n, "rows checking the documented divergence %q", bullet)
+	}
+	for _, r := range rows {
+		require.True(t, matched[r.bullet], "row %q checks no divergence the package doc lists", r.bullet)
+		t.Run(r.bullet, r.check)
+	}
+}
