@@ -79,6 +79,9 @@ type App struct {
 	restored *restoreTally
 	registry *registry
 	metrics  *metrics
+	// openStoreHook, set only by tests, runs every store opening (open)
+	// in openStore's stead: it may delay the opening or wrap the store.
+	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
 
 	// assignment is the latest assignment any thread received; it carries
 	// the group-wide routing maps.
@@ -369,10 +372,16 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 
 // openStore opens the backing store of one store of one task.
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
-	if !info.Persistent {
-		return statestore.NewMemory(), nil
+	open := func() (statestore.Store, error) {
+		if !info.Persistent {
+			return statestore.NewMemory(), nil
+		}
+		return statestore.OpenBadger(filepath.Join(task.Dir(a.appDir(), id), info.Name), statestore.DefaultBadgerOptions())
 	}
-	return statestore.OpenBadger(filepath.Join(task.Dir(a.appDir(), id), info.Name), statestore.DefaultBadgerOptions())
+	if a.openStoreHook != nil {
+		return a.openStoreHook(id, info, open)
+	}
+	return open()
 }
 
 // topicPlan is what start-up learned and decided about topics: partition
