@@ -94,11 +94,8 @@ type registry struct {
 	cancel   context.CancelFunc
 	exited   chan struct{}
 
-	// recMu serializes reconciliations (and close) while they open and
-	// close stores. Queries and metrics never take it: they take only mu,
-	// which is never held across store I/O.
-	recMu sync.Mutex
-
+	// mu guards what follows. Queries and metrics take it, so it is never
+	// held across store I/O.
 	mu     sync.Mutex
 	reps   map[task.ID]*replica
 	shares map[int]assignor.AssignmentInfo // latest assignment of each thread
@@ -110,9 +107,15 @@ type registry struct {
 	// moving holds the tasks whose stores are being opened or closed
 	// outside mu. They are in neither reps nor onDisk: queries do not see
 	// them, plans leave them alone, and a thread claiming one waits until
-	// the move is over, so no directory is ever opened twice.
-	moving map[task.ID]bool
-	// moved is signalled, under mu, whenever a task leaves moving.
+	// the move is over, so no directory is ever opened twice. The value is
+	// the changelog positions the task's stores had when the move began,
+	// which the subscription reports meanwhile.
+	moving map[task.ID]map[string]int64
+	// reconciling is set while a reconciliation runs; stale, when the
+	// threads' assignments changed since it planned.
+	reconciling, stale bool
+	// moved is signalled, under mu, whenever a task leaves moving or a
+	// reconciliation ends.
 	moved  *sync.Cond
 	onDisk map[task.ID]diskState
 	closed bool
@@ -141,7 +144,7 @@ func newRegistry(a *App) (*registry, error) {
 		reps:     make(map[task.ID]*replica),
 		shares:   make(map[int]assignor.AssignmentInfo),
 		current:  make(map[int]bool),
-		moving:   make(map[task.ID]bool),
+		moving:   make(map[task.ID]map[string]int64),
 		onDisk:   make(map[task.ID]diskState),
 	}
 	r.moved = sync.NewCond(&r.mu)
@@ -248,6 +251,13 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 			out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: maps.Clone(d.positions)})
 		}
 	}
+	// A task whose stores are opening or closing is here either way.
+	for id, pos := range r.moving {
+		if pos == nil {
+			pos = make(map[string]int64)
+		}
+		out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: maps.Clone(pos)})
+	}
 	slices.SortFunc(out, func(a, b assignor.TaskOffsets) int { return a.Task.Compare(b.Task) })
 	return out
 }
@@ -280,7 +290,7 @@ func (r *registry) park(t *task.Active) {
 // queries keep reading it meanwhile and no plan acts on it.
 func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHandle, held bool) {
 	r.mu.Lock()
-	if r.moving[id] {
+	if _, moving := r.moving[id]; moving {
 		r.mu.Unlock()
 		r.log.Info("task assigned while its stores are being opened or closed; waiting for them", "task", id, "thread", th.idx)
 		return nil, true
@@ -365,11 +375,11 @@ func (r *registry) activeRunning(t *task.Active) {
 // see before its stores close, and stays moving until they have.
 func (r *registry) closeActive(t *task.Active, clean bool) {
 	id := t.ID()
+	pos := positions(t.Stores())
 	r.mu.Lock()
 	delete(r.reps, id)
-	r.moving[id] = true
+	r.moving[id] = pos
 	r.mu.Unlock()
-	pos := positions(t.Stores())
 	if err := t.Close(clean); err != nil {
 		r.log.Warn("close task", "task", id, "err", err)
 	}
@@ -505,7 +515,9 @@ func planReconcile(held map[task.ID]Role, moving map[task.ID]bool, shares map[in
 		case role == RoleStandby || role == RoleWarmup:
 			if wantStandby && role != roleFor(warmup) {
 				plan = append(plan, step{kind: stepRetag, id: id, warmup: warmup})
-			} else if !wantStandby && settled {
+			} else if !wantStandby && settled && !active[id] {
+				// A standby wanted as active is kept for the thread
+				// that will claim it.
 				plan = append(plan, step{kind: stepCloseStandby, id: id})
 			}
 		case role == RoleIdle:
@@ -537,21 +549,40 @@ func roleFor(warmup bool) Role {
 // unfollowed, and writes under way are waited for while queries go on.
 // Each replica a step moves is taken out of reps into moving for the
 // duration and published back, under mu, as soon as its step is done.
-// Reconciliations run one at a time (recMu), so two threads' assignments
-// arriving together never act on the same replica twice.
+//
+// One reconciliation runs at a time, so two threads' assignments arriving
+// together never act on the same replica twice: a thread whose assignment
+// arrives while another thread's reconciliation runs leaves it to that
+// one, which plans again once done, and returns without waiting for stores
+// it does not need.
 func (r *registry) reconcile() {
-	r.recMu.Lock()
-	defer r.recMu.Unlock()
 	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	defer r.mu.Unlock()
+	r.stale = true
+	if r.reconciling {
 		return
 	}
+	r.reconciling = true
+	defer r.moved.Broadcast()
+	for r.stale && !r.closed {
+		r.stale = false
+		r.reconcileOnceLocked()
+	}
+	r.reconciling = false
+}
+
+// reconcileOnceLocked plans and carries out one reconciliation; mu is
+// released while it opens and closes stores.
+func (r *registry) reconcileOnceLocked() {
 	held := make(map[task.ID]Role, len(r.reps))
 	for id, rep := range r.reps {
 		held[id] = rep.role
 	}
-	plan := planReconcile(held, r.moving, r.shares, r.current, r.app.cfg.NumStreamThreads)
+	busy := make(map[task.ID]bool, len(r.moving))
+	for id := range r.moving {
+		busy[id] = true
+	}
+	plan := planReconcile(held, busy, r.shares, r.current, r.app.cfg.NumStreamThreads)
 	type move struct {
 		step
 		rep *replica
@@ -564,12 +595,19 @@ func (r *registry) reconcile() {
 			rep.role = roleFor(st.warmup)
 			continue
 		}
+		var pos map[string]int64
+		if rep != nil {
+			pos = positions(rep.stores)
+		} else if d, ok := r.onDisk[st.id]; ok {
+			pos = d.positions
+		}
 		delete(r.reps, st.id)
 		delete(r.onDisk, st.id)
-		r.moving[st.id] = true
+		r.moving[st.id] = pos
 		moves = append(moves, move{st, rep})
 	}
 	r.mu.Unlock()
+	defer r.mu.Lock()
 
 	for _, m := range moves {
 		var opened *replica
@@ -729,22 +767,20 @@ func (r *registry) janitor(ctx context.Context) {
 // the reconciliation and the moves under way are over. Threads must have
 // closed their actives first.
 func (r *registry) close() {
-	r.recMu.Lock()
-	defer r.recMu.Unlock()
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return
 	}
 	r.closed = true
+	for r.reconciling || len(r.moving) > 0 {
+		r.moved.Wait()
+	}
 	r.mu.Unlock()
 	r.cancel()
 	r.follower.Close()
 	<-r.exited
 	r.mu.Lock()
-	for len(r.moving) > 0 {
-		r.moved.Wait()
-	}
 	var closing []*replica
 	for id, rep := range r.reps {
 		switch rep.role {
