@@ -747,19 +747,32 @@ func (r *registry) janitor(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		// Directories are deleted outside mu, moving meanwhile so that
+		// nobody opens them.
 		r.mu.Lock()
+		var expired []task.ID
 		for id, d := range r.onDisk {
 			if _, open := r.reps[id]; open || time.Since(d.since) < r.app.cfg.StateCleanupDelay {
 				continue
 			}
-			if err := task.RemoveDir(r.app.appDir(), id); err != nil {
-				r.log.Warn("cannot delete task directory", "task", id, "err", err)
-				continue
-			}
 			delete(r.onDisk, id)
-			r.log.Info("deleted task directory left unassigned", "task", id, "after", r.app.cfg.StateCleanupDelay)
+			r.moving[id] = d.positions
+			expired = append(expired, id)
 		}
 		r.mu.Unlock()
+		for _, id := range expired {
+			err := task.RemoveDir(r.app.appDir(), id)
+			r.mu.Lock()
+			if err != nil {
+				r.log.Warn("cannot delete task directory", "task", id, "err", err)
+				// Kept, and tried again at the next tick.
+				r.onDisk[id] = diskState{positions: r.moving[id], since: time.Now().Add(-r.app.cfg.StateCleanupDelay)}
+			} else {
+				r.log.Info("deleted task directory left unassigned", "task", id, "after", r.app.cfg.StateCleanupDelay)
+			}
+			r.doneMovingLocked(id)
+			r.mu.Unlock()
+		}
 	}
 }
 
