@@ -303,3 +303,78 @@ func TestTaskClaimedWhileItsStandbyOpensWaits(t *testing.T) {
 	require.Same(t, standby.Backing, r.backing(t, 0, task00), "0_0 was opened again instead of promoted")
 	require.NoError(t, r.app.Err())
 }
+
+// slowClose is a store whose Close waits until released.
+type slowClose struct {
+	statestore.Store
+	started chan struct{}
+	release chan struct{}
+}
+
+func (s *slowClose) Close() error {
+	close(s.started)
+	<-s.release
+	return s.Store.Close()
+}
+
+// Queries answer while a reconciliation waits on a store that is slow to
+// close; the standby being closed is no longer listed.
+func TestQueriesDoNotWaitForAStoreClosing(t *testing.T) {
+	r := newHandoverRig(t)
+	slow := &slowClose{started: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(slow.release) }) }
+	t.Cleanup(unblock)
+	r.app.openStoreHook = func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error) {
+		s, err := open()
+		if err != nil || id != task00 {
+			return s, err
+		}
+		slow.Store = s
+		return slow, nil
+	}
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	r.waitRunning(t, 0, task01)
+	_, ok := r.app.registry.replica(task00, "counts")
+	require.True(t, ok)
+
+	// Every thread has its assignment and none wants 0_0 any more.
+	assigned := make(chan struct{})
+	go func() {
+		defer close(assigned)
+		r.assign(1, assignor.AssignmentInfo{})
+	}()
+	select {
+	case <-slow.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby's store was never closed")
+	}
+	q := r.app.Queries()
+	within(t, time.Second, "Replica of the running active", func() {
+		rep, err := q.Replica("counts", 1)
+		require.NoError(t, err)
+		require.Equal(t, iq.RoleActive, rep.Info().Role)
+	})
+	within(t, time.Second, "Replica of the standby being closed", func() {
+		_, err := q.Replica("counts", 0)
+		require.ErrorIs(t, err, iq.ErrNotHostedHere)
+	})
+	within(t, time.Second, "LocalReplicas", func() {
+		require.Len(t, q.LocalReplicas(), 1)
+	})
+	within(t, time.Second, "LocalGet", func() {
+		_, found, _, err := r.app.LocalGet("counts", keyOn(t, r.app, 1))
+		require.NoError(t, err)
+		require.True(t, found)
+	})
+	unblock()
+	select {
+	case <-assigned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the assignment never finished")
+	}
+	_, ok = r.app.registry.replica(task00, "counts")
+	require.False(t, ok, "the standby nobody wants is still open")
+	require.NoError(t, r.app.Err())
+}
