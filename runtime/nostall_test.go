@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -377,4 +378,88 @@ func TestQueriesDoNotWaitForAStoreClosing(t *testing.T) {
 	_, ok = r.app.registry.replica(task00, "counts")
 	require.False(t, ok, "the standby nobody wants is still open")
 	require.NoError(t, r.app.Err())
+}
+
+// Query latency on a steady instance and while reconciliations open and
+// close a standby's badger store over and over; the figures are logged (run
+// with -v), not asserted. Every query must answer.
+func TestQueryLatencyThroughReconciliations(t *testing.T) {
+	r := newHandoverRig(t)
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, assignor.AssignmentInfo{})
+	r.waitRunning(t, 0, task01)
+	key := keyOn(t, r.app, 1)
+	q := r.app.Queries()
+
+	var (
+		mu      sync.Mutex
+		phase   int // 0 steady, 1 reconciling, 2 stop
+		lat     [2][]time.Duration
+		failure error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			mu.Lock()
+			p := phase
+			mu.Unlock()
+			if p == 2 {
+				return
+			}
+			start := time.Now()
+			_, found, _, err := r.app.LocalGet("counts", key)
+			if err == nil && !found {
+				err = errors.New("key not found")
+			}
+			if err == nil {
+				_, err = q.Replica("counts", 1)
+			}
+			q.LocalReplicas()
+			d := time.Since(start)
+			mu.Lock()
+			if err != nil && failure == nil {
+				failure = err
+			}
+			lat[p] = append(lat[p], d)
+			mu.Unlock()
+		}
+	}()
+	var spans [2]time.Duration
+	began := time.Now()
+	time.Sleep(time.Second) // the steady phase: a span of time, not a wait for a condition
+	mu.Lock()
+	phase = 1
+	mu.Unlock()
+	spans[0] = time.Since(began)
+	began = time.Now()
+	const rounds = 20
+	for range rounds {
+		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+		waitFor(t, 10*time.Second, "standby 0_0 open", func() bool {
+			_, ok := r.app.registry.replica(task00, "counts")
+			return ok
+		})
+		r.assign(1, assignor.AssignmentInfo{})
+		waitFor(t, 10*time.Second, "standby 0_0 closed", func() bool {
+			_, ok := r.app.registry.replica(task00, "counts")
+			return !ok
+		})
+	}
+	mu.Lock()
+	phase = 2
+	mu.Unlock()
+	spans[1] = time.Since(began)
+	<-done
+	require.NoError(t, failure)
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[min(len(s)-1, int(float64(len(s))*p))]
+	}
+	for i, name := range []string{"steady", "reconciling"} {
+		require.NotEmpty(t, lat[i])
+		t.Logf("%s: %d queries in %s, p50 %s, p99 %s, p99.9 %s, max %s", name, len(lat[i]), spans[i].Round(time.Millisecond),
+			pct(lat[i], 0.5), pct(lat[i], 0.99), pct(lat[i], 0.999), slices.Max(lat[i]))
+	}
 }
