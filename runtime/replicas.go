@@ -87,6 +87,14 @@ type diskState struct {
 // decides when stores open and close, so that state moving between roles —
 // a standby promoted, an active demoted, a task moving between threads —
 // keeps its open stores and never rereads what it has.
+//
+// Queries, metrics and the subscription read the registry under mu, which
+// is never held while a store opens, closes or waits for a write: the
+// registry decides under mu (planReconcile for the standbys and idle
+// stores, claimActive and closeActive for the threads' tasks), marks the
+// tasks concerned as moving, does the I/O without mu, then publishes the
+// outcome under mu. A replica moving is not listed, so a query finds it
+// absent rather than waiting for it.
 type registry struct {
 	app      *App
 	log      *slog.Logger
