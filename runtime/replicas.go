@@ -74,6 +74,17 @@ type replica struct {
 	ends map[string]int64
 }
 
+// move is a task whose stores or directory are being opened, closed or
+// deleted outside the registry's lock.
+type move struct {
+	// positions are the changelog positions of the task's stores when the
+	// move began, reported in the subscription meanwhile.
+	positions map[string]int64
+	// deleting is set while the task's directory is deleted: the
+	// instance holds its state no more.
+	deleting bool
+}
+
 // diskState is a task directory left on disk by a task no longer held.
 type diskState struct {
 	positions map[string]int64 // changelog topic → position
@@ -115,10 +126,8 @@ type registry struct {
 	// moving holds the tasks whose stores are being opened or closed
 	// outside mu. They are in neither reps nor onDisk: queries do not see
 	// them, plans leave them alone, and a thread claiming one waits until
-	// the move is over, so no directory is ever opened twice. The value is
-	// the changelog positions the task's stores had when the move began,
-	// which the subscription reports meanwhile.
-	moving map[task.ID]map[string]int64
+	// the move is over, so no directory is ever opened twice.
+	moving map[task.ID]move
 	// reconciling is set while a reconciliation runs; stale, when the
 	// threads' assignments changed since it planned.
 	reconciling, stale bool
@@ -152,7 +161,7 @@ func newRegistry(a *App) (*registry, error) {
 		reps:     make(map[task.ID]*replica),
 		shares:   make(map[int]assignor.AssignmentInfo),
 		current:  make(map[int]bool),
-		moving:   make(map[task.ID]map[string]int64),
+		moving:   make(map[task.ID]move),
 		onDisk:   make(map[task.ID]diskState),
 	}
 	r.moved = sync.NewCond(&r.mu)
@@ -260,11 +269,15 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 		}
 	}
 	// A task whose stores are opening or closing is here either way.
-	for id, pos := range r.moving {
+	for id, m := range r.moving {
+		if m.deleting {
+			continue
+		}
+		pos := maps.Clone(m.positions)
 		if pos == nil {
 			pos = make(map[string]int64)
 		}
-		out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: maps.Clone(pos)})
+		out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: pos})
 	}
 	slices.SortFunc(out, func(a, b assignor.TaskOffsets) int { return a.Task.Compare(b.Task) })
 	return out
@@ -386,7 +399,7 @@ func (r *registry) closeActive(t *task.Active, clean bool) {
 	pos := positions(t.Stores())
 	r.mu.Lock()
 	delete(r.reps, id)
-	r.moving[id] = pos
+	r.moving[id] = move{positions: pos}
 	r.mu.Unlock()
 	if err := t.Close(clean); err != nil {
 		r.log.Warn("close task", "task", id, "err", err)
@@ -591,11 +604,11 @@ func (r *registry) reconcileOnceLocked() {
 		busy[id] = true
 	}
 	plan := planReconcile(held, busy, r.shares, r.current, r.app.cfg.NumStreamThreads)
-	type move struct {
+	type work struct {
 		step
 		rep *replica
 	}
-	var moves []move
+	var moves []work
 	for _, st := range plan {
 		rep := r.reps[st.id]
 		if st.kind == stepRetag {
@@ -611,8 +624,8 @@ func (r *registry) reconcileOnceLocked() {
 		}
 		delete(r.reps, st.id)
 		delete(r.onDisk, st.id)
-		r.moving[st.id] = pos
-		moves = append(moves, move{st, rep})
+		r.moving[st.id] = move{positions: pos}
+		moves = append(moves, work{st, rep})
 	}
 	r.mu.Unlock()
 	defer r.mu.Lock()
@@ -764,7 +777,7 @@ func (r *registry) janitor(ctx context.Context) {
 				continue
 			}
 			delete(r.onDisk, id)
-			r.moving[id] = d.positions
+			r.moving[id] = move{positions: d.positions, deleting: true}
 			expired = append(expired, id)
 		}
 		r.mu.Unlock()
@@ -774,7 +787,7 @@ func (r *registry) janitor(ctx context.Context) {
 			if err != nil {
 				r.log.Warn("cannot delete task directory", "task", id, "err", err)
 				// Kept, and tried again at the next tick.
-				r.onDisk[id] = diskState{positions: r.moving[id], since: time.Now().Add(-r.app.cfg.StateCleanupDelay)}
+				r.onDisk[id] = diskState{positions: r.moving[id].positions, since: time.Now().Add(-r.app.cfg.StateCleanupDelay)}
 			} else {
 				r.log.Info("deleted task directory left unassigned", "task", id, "after", r.app.cfg.StateCleanupDelay)
 			}
