@@ -95,6 +95,9 @@ type App struct {
 	registry       *registry
 	fresh          *freshness
 	metrics        *metrics
+	// openStoreHook, set only by tests, runs every store opening (open)
+	// in openStore's stead: it may delay the opening or wrap the store.
+	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
 
 	// assignment is the latest assignment any thread received; it carries
 	// the group-wide routing maps.
@@ -458,10 +461,16 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 
 // openStore opens the backing store of one store of one task.
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
-	if !info.Persistent {
-		return statestore.NewMemory(), nil
+	open := func() (statestore.Store, error) {
+		if !info.Persistent {
+			return statestore.NewMemory(), nil
+		}
+		return a.openPersistent(id, info.Name)
 	}
-	return a.openPersistent(id, info.Name)
+	if a.openStoreHook != nil {
+		return a.openStoreHook(id, info, open)
+	}
+	return open()
 }
 
 // openPersistent opens a task's persistent store. A store whose files

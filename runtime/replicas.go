@@ -74,6 +74,17 @@ type replica struct {
 	ends map[string]int64
 }
 
+// move is a task whose stores or directory are being opened, closed or
+// deleted outside the registry's lock.
+type move struct {
+	// positions are the changelog positions of the task's stores when the
+	// move began, reported in the subscription meanwhile.
+	positions map[string]int64
+	// deleting is set while the task's directory is deleted: the
+	// instance holds its state no more.
+	deleting bool
+}
+
 // diskState is a task directory left on disk by a task no longer held.
 type diskState struct {
 	positions map[string]int64 // changelog topic → position
@@ -87,6 +98,14 @@ type diskState struct {
 // decides when stores open and close, so that state moving between roles —
 // a standby promoted, an active demoted, a task moving between threads —
 // keeps its open stores and never rereads what it has.
+//
+// Queries, metrics and the subscription read the registry under mu, which
+// is never held while a store opens, closes or waits for a write: the
+// registry decides under mu (planReconcile for the standbys and idle
+// stores, claimActive and closeActive for the threads' tasks), marks the
+// tasks concerned as moving, does the I/O without mu, then publishes the
+// outcome under mu. A replica moving is not listed, so a query finds it
+// absent rather than waiting for it.
 type registry struct {
 	app      *App
 	log      *slog.Logger
@@ -94,6 +113,8 @@ type registry struct {
 	cancel   context.CancelFunc
 	exited   chan struct{}
 
+	// mu guards what follows. Queries and metrics take it, so it is never
+	// held across store I/O.
 	mu     sync.Mutex
 	reps   map[task.ID]*replica
 	shares map[int]assignor.AssignmentInfo // latest assignment of each thread
@@ -102,8 +123,19 @@ type registry struct {
 	// one at a time; until every one has, a thread still to hear may be
 	// about to claim any replica, so none is closed.
 	current map[int]bool
-	onDisk  map[task.ID]diskState
-	closed  bool
+	// moving holds the tasks whose stores are being opened or closed
+	// outside mu. They are in neither reps nor onDisk: queries do not see
+	// them, plans leave them alone, and a thread claiming one waits until
+	// the move is over, so no directory is ever opened twice.
+	moving map[task.ID]move
+	// reconciling is set while a reconciliation runs; stale, when the
+	// threads' assignments changed since it planned.
+	reconciling, stale bool
+	// moved is signalled, under mu, whenever a task leaves moving or a
+	// reconciliation ends.
+	moved  *sync.Cond
+	onDisk map[task.ID]diskState
+	closed bool
 }
 
 func newRegistry(a *App) (*registry, error) {
@@ -129,8 +161,10 @@ func newRegistry(a *App) (*registry, error) {
 		reps:     make(map[task.ID]*replica),
 		shares:   make(map[int]assignor.AssignmentInfo),
 		current:  make(map[int]bool),
+		moving:   make(map[task.ID]move),
 		onDisk:   make(map[task.ID]diskState),
 	}
+	r.moved = sync.NewCond(&r.mu)
 	if err := r.scanDisk(); err != nil {
 		cancel()
 		rd.Close()
@@ -234,6 +268,17 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 			out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: maps.Clone(d.positions)})
 		}
 	}
+	// A task whose stores are opening or closing is here either way.
+	for id, m := range r.moving {
+		if m.deleting {
+			continue
+		}
+		pos := maps.Clone(m.positions)
+		if pos == nil {
+			pos = make(map[string]int64)
+		}
+		out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: pos})
+	}
 	slices.SortFunc(out, func(a, b assignor.TaskOffsets) int { return a.Task.Compare(b.Task) })
 	return out
 }
@@ -256,28 +301,37 @@ func (r *registry) park(t *task.Active) {
 // the task's stores are not open here: the caller opens them, and until it
 // reports the task started the registry holds the task for it, so nothing
 // else opens the same directory. It returns held when another thread of this
-// instance still owns the task: that thread has not yet learnt that it lost
-// it (it fell out of the group and has not noticed), and the caller must
-// try again once it lets go.
+// instance still owns the task (that thread has not yet learnt that it lost
+// it: it fell out of the group and has not noticed), or while a
+// reconciliation opens or closes the task's stores; the caller must try
+// again once they are let go.
+//
+// A promoted standby's reader may be writing a batch to its stores; that
+// write is waited for outside mu, with the replica already the caller's, so
+// queries keep reading it meanwhile and no plan acts on it.
 func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHandle, held bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	if _, moving := r.moving[id]; moving {
+		r.mu.Unlock()
+		r.log.Info("task assigned while its stores are being opened or closed; waiting for them", "task", id, "thread", th.idx)
+		return nil, true
+	}
 	rep, ok := r.reps[id]
 	if !ok {
 		delete(r.onDisk, id)
 		r.reps[id] = &replica{id: id, role: RoleRestoring, owner: th, opened: time.Now()}
+		r.mu.Unlock()
 		return nil, false
 	}
+	var promoted *task.Standby
 	ends := rep.ends
 	switch rep.role {
 	case RoleIdle:
-		stores = rep.stores
 	case RoleStandby, RoleWarmup:
 		ends = r.followedEndsLocked(rep)
-		r.unfollowLocked(rep)
-		stores = rep.standby.Release()
-		r.log.Info("promoting standby", "task", id, "thread", th.idx)
+		promoted = rep.standby
 	default:
+		r.mu.Unlock()
 		if rep.owner != th {
 			r.log.Info("task assigned while another thread still holds it; waiting for its release", "task", id, "holder", rep.owner.idx, "thread", th.idx)
 		}
@@ -285,8 +339,14 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHand
 	}
 	// The replica stays visible to queries, now restoring, while the
 	// thread builds the task around its stores.
-	r.reps[id] = &replica{id: id, role: RoleRestoring, stores: stores, owner: th, opened: rep.opened, caughtUp: rep.caughtUp, ends: ends}
-	return stores, false
+	r.reps[id] = &replica{id: id, role: RoleRestoring, stores: rep.stores, owner: th, opened: rep.opened, caughtUp: rep.caughtUp, ends: ends}
+	r.mu.Unlock()
+	if promoted != nil {
+		r.unfollow(rep)
+		r.log.Info("promoting standby", "task", id, "thread", th.idx)
+		return promoted.Release(), false
+	}
+	return rep.stores, false
 }
 
 // followedEndsLocked reads the changelog ends a standby last saw.
@@ -332,16 +392,22 @@ func (r *registry) activeRunning(t *task.Active) {
 }
 
 // closeActive closes a task a thread owns, for good; its directory is left
-// on disk with its positions recorded.
+// on disk with its positions recorded. The task leaves the replicas queries
+// see before its stores close, and stays moving until they have.
 func (r *registry) closeActive(t *task.Active, clean bool) {
+	id := t.ID()
 	pos := positions(t.Stores())
+	r.mu.Lock()
+	delete(r.reps, id)
+	r.moving[id] = move{positions: pos}
+	r.mu.Unlock()
 	if err := t.Close(clean); err != nil {
-		r.log.Warn("close task", "task", t.ID(), "err", err)
+		r.log.Warn("close task", "task", id, "err", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.reps, t.ID())
-	r.leftOnDiskLocked(t.ID(), pos)
+	r.doneMovingLocked(id)
+	r.leftOnDiskLocked(id, pos)
 }
 
 func (r *registry) leftOnDiskLocked(id task.ID, pos map[string]int64) {
@@ -355,10 +421,10 @@ func (r *registry) leftOnDiskLocked(id task.ID, pos map[string]int64) {
 // line with what the threads' assignments want.
 func (r *registry) setShare(idx int, info assignor.AssignmentInfo) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.shares[idx] = info
 	r.current[idx] = true
-	r.reconcileLocked()
+	r.mu.Unlock()
+	r.reconcile()
 }
 
 // revoked records that a thread gave up its assignment (revoked or lost)
@@ -369,33 +435,76 @@ func (r *registry) revoked(idx int) {
 	delete(r.current, idx)
 }
 
-// reconcileLocked opens the standbys the threads' current assignments want
-// and, once every thread has its assignment, closes the replicas none wants.
-//
-// Until then a replica that no current assignment names is kept as it is —
-// a standby keeps following, idle stores stay open — because the threads
-// still to hear may be about to claim it: a standby promoted on another
-// thread, or a task moving from one thread to another, keeps its open
-// stores whichever thread learns its assignment first. The shares of those
-// threads are from before their revocation and say nothing about what
-// comes.
-func (r *registry) reconcileLocked() {
-	if r.closed {
-		return
+// stepKind is what a reconciliation does to one replica.
+type stepKind int
+
+const (
+	// stepRetag turns a standby into a warmup or back; it moves no state.
+	stepRetag stepKind = iota
+	// stepAdopt makes a standby of idle stores.
+	stepAdopt
+	// stepCloseStandby stops following a standby and closes its stores.
+	stepCloseStandby
+	// stepCloseIdle closes idle stores no thread claimed.
+	stepCloseIdle
+	// stepOpen opens a standby whose stores are not open here.
+	stepOpen
+)
+
+func (k stepKind) String() string {
+	switch k {
+	case stepRetag:
+		return "retag"
+	case stepAdopt:
+		return "adopt"
+	case stepCloseStandby:
+		return "close-standby"
+	case stepCloseIdle:
+		return "close-idle"
+	case stepOpen:
+		return "open"
 	}
-	settled := len(r.current) >= r.app.cfg.NumStreamThreads
+	return fmt.Sprintf("stepKind(%d)", int(k))
+}
+
+// step is one action of a reconciliation plan.
+type step struct {
+	kind stepKind
+	id   task.ID
+	// warmup is the role a standby opened, adopted or retagged takes.
+	warmup bool
+}
+
+// planReconcile decides what a reconciliation does: it opens the standbys
+// the threads' current assignments want and, once every one of threads has
+// its assignment (current), closes the standbys and idle stores none wants.
+// held gives the role of every replica open here; moving lists the tasks
+// whose stores are being opened or closed, which the plan leaves alone.
+//
+// Until every thread has its assignment a replica that no current
+// assignment names is kept as it is — a standby keeps following, idle
+// stores stay open — because the threads still to hear may be about to
+// claim it: a standby promoted on another thread, or a task moving from
+// one thread to another, keeps its open stores whichever thread learns its
+// assignment first. The shares of those threads are from before their
+// revocation and say nothing about what comes.
+//
+// Steps come in task order, those acting on open replicas first; the plan
+// is a pure function of its arguments.
+func planReconcile(held map[task.ID]Role, moving map[task.ID]bool, shares map[int]assignor.AssignmentInfo, current map[int]bool, threads int) []step {
+	settled := len(current) >= threads
 	active := make(map[task.ID]bool)
 	standby := make(map[task.ID]bool) // value: warmup
-	for idx, sh := range r.shares {
-		if !r.current[idx] {
+	for idx, sh := range shares {
+		if !current[idx] {
 			continue
 		}
 		for _, id := range sh.Active {
 			active[id] = true
 		}
 	}
-	for idx, sh := range r.shares {
-		if !r.current[idx] {
+	for idx, sh := range shares {
+		if !current[idx] {
 			continue
 		}
 		for _, id := range sh.Standby {
@@ -403,41 +512,49 @@ func (r *registry) reconcileLocked() {
 				standby[id] = false
 			}
 		}
+	}
+	for idx, sh := range shares {
+		if !current[idx] {
+			continue
+		}
+		// A task one thread wants as a standby and another as a warmup
+		// is a standby.
 		for _, id := range sh.Warmup {
 			if _, dup := standby[id]; !active[id] && !dup {
 				standby[id] = true
 			}
 		}
 	}
-	for _, id := range slices.SortedFunc(maps.Keys(r.reps), task.ID.Compare) {
-		rep := r.reps[id]
+	var plan []step
+	for _, id := range slices.SortedFunc(maps.Keys(held), task.ID.Compare) {
+		if moving[id] {
+			continue
+		}
+		role := held[id]
 		warmup, wantStandby := standby[id]
 		switch {
-		case rep.role == RoleStandby || rep.role == RoleWarmup:
-			if wantStandby {
-				rep.standby.SetWarmup(warmup)
-				rep.role = roleFor(warmup)
-			} else if settled {
-				r.closeStandbyLocked(rep)
+		case role == RoleStandby || role == RoleWarmup:
+			if wantStandby && role != roleFor(warmup) {
+				plan = append(plan, step{kind: stepRetag, id: id, warmup: warmup})
+			} else if !wantStandby && settled && !active[id] {
+				// A standby wanted as active is kept for the thread
+				// that will claim it.
+				plan = append(plan, step{kind: stepCloseStandby, id: id})
 			}
-		case rep.role == RoleIdle:
+		case role == RoleIdle:
 			if wantStandby {
-				r.openStandbyLocked(id, rep.stores, warmup)
+				plan = append(plan, step{kind: stepAdopt, id: id, warmup: warmup})
 			} else if settled && !active[id] {
-				pos := positions(rep.stores)
-				for _, h := range rep.stores {
-					h.Inner.Close()
-				}
-				delete(r.reps, id)
-				r.leftOnDiskLocked(id, pos)
+				plan = append(plan, step{kind: stepCloseIdle, id: id})
 			}
 		}
 	}
 	for _, id := range slices.SortedFunc(maps.Keys(standby), task.ID.Compare) {
-		if _, open := r.reps[id]; !open {
-			r.openStandbyLocked(id, nil, standby[id])
+		if _, open := held[id]; !open && !moving[id] {
+			plan = append(plan, step{kind: stepOpen, id: id, warmup: standby[id]})
 		}
 	}
+	return plan
 }
 
 func roleFor(warmup bool) Role {
@@ -447,11 +564,111 @@ func roleFor(warmup bool) Role {
 	return RoleStandby
 }
 
-// openStandbyLocked starts a standby replica, adopting open stores if given,
-// and follows its changelogs.
-func (r *registry) openStandbyLocked(id task.ID, stores []*task.StoreHandle, warmup bool) {
-	delete(r.onDisk, id)
-	delete(r.reps, id)
+// reconcile plans under mu what the threads' assignments ask of the
+// standbys and idle stores (planReconcile), then carries the plan out with
+// mu released: stores open and close, changelogs are followed and
+// unfollowed, and writes under way are waited for while queries go on.
+// Each replica a step moves is taken out of reps into moving for the
+// duration and published back, under mu, as soon as its step is done.
+//
+// One reconciliation runs at a time, so two threads' assignments arriving
+// together never act on the same replica twice: a thread whose assignment
+// arrives while another thread's reconciliation runs leaves it to that
+// one, which plans again once done, and returns without waiting for stores
+// it does not need.
+func (r *registry) reconcile() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stale = true
+	if r.reconciling {
+		return
+	}
+	r.reconciling = true
+	defer r.moved.Broadcast()
+	for r.stale && !r.closed {
+		r.stale = false
+		r.reconcileOnceLocked()
+	}
+	r.reconciling = false
+}
+
+// reconcileOnceLocked plans and carries out one reconciliation; mu is
+// released while it opens and closes stores.
+func (r *registry) reconcileOnceLocked() {
+	held := make(map[task.ID]Role, len(r.reps))
+	for id, rep := range r.reps {
+		held[id] = rep.role
+	}
+	busy := make(map[task.ID]bool, len(r.moving))
+	for id := range r.moving {
+		busy[id] = true
+	}
+	plan := planReconcile(held, busy, r.shares, r.current, r.app.cfg.NumStreamThreads)
+	type work struct {
+		step
+		rep *replica
+	}
+	var moves []work
+	for _, st := range plan {
+		rep := r.reps[st.id]
+		if st.kind == stepRetag {
+			rep.standby.SetWarmup(st.warmup)
+			rep.role = roleFor(st.warmup)
+			continue
+		}
+		var pos map[string]int64
+		if rep != nil {
+			pos = positions(rep.stores)
+		} else if d, ok := r.onDisk[st.id]; ok {
+			pos = d.positions
+		}
+		delete(r.reps, st.id)
+		delete(r.onDisk, st.id)
+		r.moving[st.id] = move{positions: pos}
+		moves = append(moves, work{st, rep})
+	}
+	r.mu.Unlock()
+	defer r.mu.Lock()
+
+	for _, m := range moves {
+		var opened *replica
+		var left map[string]int64
+		switch m.kind {
+		case stepOpen:
+			opened = r.openStandby(m.id, nil, m.warmup)
+		case stepAdopt:
+			opened = r.openStandby(m.id, m.rep.stores, m.warmup)
+		case stepCloseStandby:
+			left = r.closeStandby(m.rep)
+		case stepCloseIdle:
+			left = positions(m.rep.stores)
+			for _, h := range m.rep.stores {
+				if err := h.Inner.Close(); err != nil {
+					r.log.Warn("close idle store", "task", m.id, "store", h.Info.Name, "err", err)
+				}
+			}
+		}
+		r.mu.Lock()
+		r.doneMovingLocked(m.id)
+		if opened != nil {
+			r.reps[m.id] = opened
+		} else if left != nil {
+			r.leftOnDiskLocked(m.id, left)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// doneMovingLocked ends a task's move and wakes whoever waits for moves to
+// end.
+func (r *registry) doneMovingLocked(id task.ID) {
+	delete(r.moving, id)
+	r.moved.Broadcast()
+}
+
+// openStandby starts a standby replica, adopting open stores if given,
+// and follows its changelogs. It returns nil if the standby cannot start.
+func (r *registry) openStandby(id task.ID, stores []*task.StoreHandle, warmup bool) *replica {
 	sb, err := task.NewStandby(task.StandbyConfig{
 		ID:        id,
 		Topology:  r.app.topo,
@@ -466,10 +683,8 @@ func (r *registry) openStandbyLocked(id task.ID, stores []*task.StoreHandle, war
 	}
 	if err != nil {
 		r.log.Warn("cannot open standby", "task", id, "err", err)
-		return
+		return nil
 	}
-	rep := &replica{id: id, role: roleFor(warmup), stores: sb.Stores(), standby: sb, opened: time.Now()}
-	r.reps[id] = rep
 	for _, h := range sb.Stores() {
 		err := r.follower.Register(changelog.Partition{Topic: h.Changelog, Partition: id.Partition, Store: h.Inner, Mode: changelog.Follow,
 			Task: id.String(), StoreName: h.Info.Name})
@@ -478,23 +693,27 @@ func (r *registry) openStandbyLocked(id task.ID, stores []*task.StoreHandle, war
 		}
 	}
 	r.log.Info("standby opened", "task", id, "warmup", warmup)
+	return &replica{id: id, role: roleFor(warmup), stores: sb.Stores(), standby: sb, opened: time.Now()}
 }
 
-func (r *registry) unfollowLocked(rep *replica) {
+// unfollow stops the standby reader following a replica's changelogs,
+// waiting for a write to its stores under way.
+func (r *registry) unfollow(rep *replica) {
 	for _, h := range rep.stores {
 		r.follower.Unregister(h.Changelog, rep.id.Partition)
 	}
 }
 
-func (r *registry) closeStandbyLocked(rep *replica) {
-	r.unfollowLocked(rep)
+// closeStandby stops following a standby and closes it, returning the
+// positions its stores were left at.
+func (r *registry) closeStandby(rep *replica) map[string]int64 {
+	r.unfollow(rep)
 	pos := positions(rep.stores)
 	if err := rep.standby.Close(); err != nil {
 		r.log.Warn("close standby", "task", rep.id, "err", err)
 	}
-	delete(r.reps, rep.id)
-	r.leftOnDiskLocked(rep.id, pos)
 	r.log.Info("standby closed", "task", rep.id)
+	return pos
 }
 
 // follow runs the standby changelog reader and tracks when each standby was
@@ -551,24 +770,38 @@ func (r *registry) janitor(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		// Directories are deleted outside mu, moving meanwhile so that
+		// nobody opens them.
 		r.mu.Lock()
+		var expired []task.ID
 		for id, d := range r.onDisk {
 			if _, open := r.reps[id]; open || time.Since(d.since) < r.app.cfg.StateCleanupDelay {
 				continue
 			}
-			if err := task.RemoveDir(r.app.appDir(), id); err != nil {
-				r.log.Warn("cannot delete task directory", "task", id, "err", err)
-				continue
-			}
 			delete(r.onDisk, id)
-			r.log.Info("deleted task directory left unassigned", "task", id, "after", r.app.cfg.StateCleanupDelay)
+			r.moving[id] = move{positions: d.positions, deleting: true}
+			expired = append(expired, id)
 		}
 		r.mu.Unlock()
+		for _, id := range expired {
+			err := task.RemoveDir(r.app.appDir(), id)
+			r.mu.Lock()
+			if err != nil {
+				r.log.Warn("cannot delete task directory", "task", id, "err", err)
+				// Kept, and tried again at the next tick.
+				r.onDisk[id] = diskState{positions: r.moving[id].positions, since: time.Now().Add(-r.app.cfg.StateCleanupDelay)}
+			} else {
+				r.log.Info("deleted task directory left unassigned", "task", id, "after", r.app.cfg.StateCleanupDelay)
+			}
+			r.doneMovingLocked(id)
+			r.mu.Unlock()
+		}
 	}
 }
 
-// close stops following and closes every standby and idle replica. Threads
-// must have closed their actives first.
+// close stops following and closes every standby and idle replica, once
+// the reconciliation and the moves under way are over. Threads must have
+// closed their actives first.
 func (r *registry) close() {
 	r.mu.Lock()
 	if r.closed {
@@ -576,24 +809,31 @@ func (r *registry) close() {
 		return
 	}
 	r.closed = true
+	for r.reconciling || len(r.moving) > 0 {
+		r.moved.Wait()
+	}
 	r.mu.Unlock()
 	r.cancel()
 	r.follower.Close()
 	<-r.exited
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rep := range r.reps {
+	var closing []*replica
+	for id, rep := range r.reps {
 		switch rep.role {
-		case RoleStandby, RoleWarmup:
+		case RoleStandby, RoleWarmup, RoleIdle:
+			delete(r.reps, id)
+			closing = append(closing, rep)
+		}
+	}
+	r.mu.Unlock()
+	for _, rep := range closing {
+		if rep.standby != nil {
 			rep.standby.Close()
-		case RoleIdle:
-			for _, h := range rep.stores {
-				h.Inner.Close()
-			}
-		default:
 			continue
 		}
-		delete(r.reps, rep.id)
+		for _, h := range rep.stores {
+			h.Inner.Close()
+		}
 	}
 }
 

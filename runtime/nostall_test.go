@@ -1,0 +1,465 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+func tid(p int32) task.ID { return task.ID{SubTopology: 0, Partition: p} }
+
+func TestPlanReconcile(t *testing.T) {
+	ids := func(ps ...int32) []task.ID {
+		var out []task.ID
+		for _, p := range ps {
+			out = append(out, tid(p))
+		}
+		return out
+	}
+	all := map[int]bool{0: true, 1: true}
+	for _, tc := range []struct {
+		name    string
+		held    map[task.ID]Role
+		moving  map[task.ID]bool
+		shares  map[int]assignor.AssignmentInfo
+		current map[int]bool
+		want    []step
+	}{
+		{
+			name:    "nothing held, nothing wanted",
+			current: all,
+		},
+		{
+			name:    "standbys and warmups not open are opened, in task order",
+			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(2)}, 1: {Warmup: ids(1)}},
+			current: all,
+			want:    []step{{kind: stepOpen, id: tid(1), warmup: true}, {kind: stepOpen, id: tid(2)}},
+		},
+		{
+			name:    "a thread still to hear does not stop a standby opening",
+			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(1)}},
+			current: map[int]bool{0: true},
+			want:    []step{{kind: stepOpen, id: tid(1)}},
+		},
+		{
+			name:    "the share of a thread still to hear is ignored",
+			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Standby: ids(1)}},
+			current: map[int]bool{0: true},
+		},
+		{
+			name:    "a task active on one thread is no standby of another",
+			shares:  map[int]assignor.AssignmentInfo{0: {Active: ids(1)}, 1: {Standby: ids(1), Warmup: ids(1)}},
+			current: all,
+		},
+		{
+			name:    "standby wins over warmup",
+			shares:  map[int]assignor.AssignmentInfo{0: {Warmup: ids(1)}, 1: {Standby: ids(1)}},
+			current: all,
+			want:    []step{{kind: stepOpen, id: tid(1)}},
+		},
+		{
+			name:    "a standby that becomes a warmup is retagged, one that stays is left",
+			held:    map[task.ID]Role{tid(0): RoleStandby, tid(1): RoleStandby},
+			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {Warmup: ids(1)}},
+			current: all,
+			want:    []step{{kind: stepRetag, id: tid(1), warmup: true}},
+		},
+		{
+			name:    "idle stores wanted as a standby are adopted",
+			held:    map[task.ID]Role{tid(0): RoleIdle},
+			shares:  map[int]assignor.AssignmentInfo{1: {Warmup: ids(0)}},
+			current: map[int]bool{1: true},
+			want:    []step{{kind: stepAdopt, id: tid(0), warmup: true}},
+		},
+		{
+			name:    "nothing closes until every thread has its assignment",
+			held:    map[task.ID]Role{tid(0): RoleIdle, tid(1): RoleStandby, tid(2): RoleWarmup},
+			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Standby: ids(1)}},
+			current: map[int]bool{0: true},
+		},
+		{
+			name:    "once every thread has its assignment, what none wants closes",
+			held:    map[task.ID]Role{tid(0): RoleIdle, tid(1): RoleStandby, tid(2): RoleWarmup, tid(3): RoleIdle},
+			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Active: ids(3)}},
+			current: all,
+			want: []step{
+				{kind: stepCloseIdle, id: tid(0)},
+				{kind: stepCloseStandby, id: tid(1)},
+				{kind: stepCloseStandby, id: tid(2)},
+			},
+		},
+		{
+			name:    "actives, restoring tasks and claimed tasks are the threads' business",
+			held:    map[task.ID]Role{tid(0): RoleActive, tid(1): RoleRestoring},
+			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {Warmup: ids(1)}},
+			current: all,
+		},
+		{
+			name:    "a standby wanted as active is kept for the thread that claims it",
+			held:    map[task.ID]Role{tid(0): RoleStandby, tid(1): RoleIdle},
+			shares:  map[int]assignor.AssignmentInfo{0: {Active: ids(0)}, 1: {Active: ids(1)}},
+			current: all,
+		},
+		{
+			name:    "a task whose stores are moving is neither opened nor closed",
+			held:    map[task.ID]Role{tid(1): RoleStandby},
+			moving:  map[task.ID]bool{tid(0): true, tid(1): true},
+			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {}},
+			current: all,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := planReconcile(tc.held, tc.moving, tc.shares, tc.current, 2)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// blockingOpens makes an App's openings of one task's stores wait until
+// released, reporting when one starts waiting.
+type blockingOpens struct {
+	id       task.ID
+	started  chan struct{}
+	release  chan struct{}
+	once     sync.Once
+	released sync.Once
+}
+
+func blockOpens(t *testing.T, a *App, id task.ID) *blockingOpens {
+	b := &blockingOpens{id: id, started: make(chan struct{}), release: make(chan struct{})}
+	a.openStoreHook = func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error) {
+		if id == b.id {
+			b.once.Do(func() { close(b.started) })
+			<-b.release
+		}
+		return open()
+	}
+	// A failing test must not leave a reconciliation blocked for ever.
+	t.Cleanup(b.unblock)
+	return b
+}
+
+func (b *blockingOpens) unblock() { b.released.Do(func() { close(b.release) }) }
+
+func (b *blockingOpens) blocked() bool {
+	select {
+	case <-b.release:
+		return false
+	default:
+		return true
+	}
+}
+
+// within runs f in its own goroutine and fails the test if it does not
+// return within d.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %s", what, d)
+	}
+}
+
+// keyOn finds a key of the rig's changelogs that the default partitioner
+// places on a partition.
+func keyOn(t *testing.T, a *App, p int32) []byte {
+	for i := range handoverRecords {
+		k := fmt.Appendf(nil, "k%d", i)
+		if got, err := a.KeyPartition("counts", k); err == nil && got == p {
+			return k
+		}
+	}
+	t.Fatalf("no key of partition %d", p)
+	return nil
+}
+
+// Queries, local reads and metrics answer while a reconciliation waits on
+// a store that is slow to open: the open happens outside any lock they
+// take, and the replica being opened is simply not listed until it is.
+func TestQueriesDoNotWaitForAStoreOpening(t *testing.T) {
+	r := newHandoverRig(t)
+	open := blockOpens(t, r.app, task00)
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
+	r.waitRunning(t, 0, task01)
+
+	assigned := make(chan struct{})
+	go func() {
+		defer close(assigned)
+		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	}()
+	select {
+	case <-open.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby's store was never opened")
+	}
+
+	q := r.app.Queries()
+	metrics := prometheus.NewRegistry()
+	require.NoError(t, metrics.Register(r.app.Metrics()))
+	const deadline = time.Second
+	within(t, deadline, "Replica of the running active", func() {
+		rep, err := q.Replica("counts", 1)
+		require.NoError(t, err)
+		require.Equal(t, iq.RoleActive, rep.Info().Role)
+	})
+	within(t, deadline, "Replica of the standby being opened", func() {
+		_, err := q.Replica("counts", 0)
+		require.True(t, errors.Is(err, iq.ErrNotHostedHere) || errors.Is(err, iq.ErrRebalancing), "got %v", err)
+	})
+	within(t, deadline, "LocalReplicas", func() {
+		var parts []int32
+		for _, ri := range q.LocalReplicas() {
+			parts = append(parts, ri.Partition)
+		}
+		require.Equal(t, []int32{1}, parts, "only the active is listed while the standby opens")
+	})
+	within(t, deadline, "App.Replicas", func() {
+		require.Len(t, r.app.Replicas(), 1)
+	})
+	within(t, deadline, "LocalGet", func() {
+		_, found, p, err := r.app.LocalGet("counts", keyOn(t, r.app, 1))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, p)
+		require.True(t, found)
+	})
+	within(t, deadline, "a metrics scrape", func() {
+		_, err := metrics.Gather()
+		require.NoError(t, err)
+	})
+	require.True(t, open.blocked(), "the opening was let go before the queries ran")
+
+	open.unblock()
+	select {
+	case <-assigned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the assignment never finished")
+	}
+	ri, ok := r.app.registry.replica(task00, "counts")
+	require.True(t, ok, "the standby is not listed once open")
+	require.Equal(t, RoleStandby, ri.Role)
+	require.NoError(t, r.app.Err())
+}
+
+// A task assigned to a thread while a reconciliation is still opening its
+// stores as a standby (the thread is a generation ahead) waits for the
+// opening, then promotes the standby: the directory is never opened twice.
+func TestTaskClaimedWhileItsStandbyOpensWaits(t *testing.T) {
+	r := newHandoverRig(t)
+	open := blockOpens(t, r.app, task00)
+	r.assign(0, assignor.AssignmentInfo{})
+
+	assigned := make(chan struct{})
+	go func() {
+		defer close(assigned)
+		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	}()
+	select {
+	case <-open.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby's store was never opened")
+	}
+
+	// Thread 0 is assigned 0_0 in a generation thread 1 has not joined.
+	// Its callbacks neither wait for the opening nor open the store
+	// themselves.
+	within(t, time.Second, "the revocation and assignment of thread 0", func() {
+		r.th[0].onRevoked(t.Context(), nil, nil)
+		r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	})
+	th0 := r.th[0]
+	th0.mu.Lock()
+	_, started := th0.tasks[task00]
+	waiting := th0.waiting[task00]
+	th0.mu.Unlock()
+	require.False(t, started, "thread 0 started 0_0 while its standby was opening")
+	require.True(t, waiting)
+
+	open.unblock()
+	select {
+	case <-assigned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("thread 1's assignment never finished")
+	}
+	standby, ok := r.app.registry.replica(task00, "counts")
+	require.True(t, ok)
+	r.waitRunning(t, 0, task00)
+	require.Same(t, standby.Backing, r.backing(t, 0, task00), "0_0 was opened again instead of promoted")
+	require.NoError(t, r.app.Err())
+}
+
+// slowClose is a store whose Close waits until released.
+type slowClose struct {
+	statestore.Store
+	started chan struct{}
+	release chan struct{}
+}
+
+func (s *slowClose) Close() error {
+	close(s.started)
+	<-s.release
+	return s.Store.Close()
+}
+
+// Queries answer while a reconciliation waits on a store that is slow to
+// close; the standby being closed is no longer listed.
+func TestQueriesDoNotWaitForAStoreClosing(t *testing.T) {
+	r := newHandoverRig(t)
+	slow := &slowClose{started: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(slow.release) }) }
+	t.Cleanup(unblock)
+	r.app.openStoreHook = func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error) {
+		s, err := open()
+		if err != nil || id != task00 {
+			return s, err
+		}
+		slow.Store = s
+		return slow, nil
+	}
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	r.waitRunning(t, 0, task01)
+	_, ok := r.app.registry.replica(task00, "counts")
+	require.True(t, ok)
+
+	// Every thread has its assignment and none wants 0_0 any more.
+	assigned := make(chan struct{})
+	go func() {
+		defer close(assigned)
+		r.assign(1, assignor.AssignmentInfo{})
+	}()
+	select {
+	case <-slow.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby's store was never closed")
+	}
+	q := r.app.Queries()
+	within(t, time.Second, "Replica of the running active", func() {
+		rep, err := q.Replica("counts", 1)
+		require.NoError(t, err)
+		require.Equal(t, iq.RoleActive, rep.Info().Role)
+	})
+	within(t, time.Second, "Replica of the standby being closed", func() {
+		_, err := q.Replica("counts", 0)
+		require.ErrorIs(t, err, iq.ErrNotHostedHere)
+	})
+	within(t, time.Second, "LocalReplicas", func() {
+		require.Len(t, q.LocalReplicas(), 1)
+	})
+	within(t, time.Second, "LocalGet", func() {
+		_, found, _, err := r.app.LocalGet("counts", keyOn(t, r.app, 1))
+		require.NoError(t, err)
+		require.True(t, found)
+	})
+	unblock()
+	select {
+	case <-assigned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the assignment never finished")
+	}
+	_, ok = r.app.registry.replica(task00, "counts")
+	require.False(t, ok, "the standby nobody wants is still open")
+	require.NoError(t, r.app.Err())
+}
+
+// Query latency on a steady instance and while reconciliations open and
+// close a standby's badger store over and over; the figures are logged (run
+// with -v), not asserted. Every query must answer.
+func TestQueryLatencyThroughReconciliations(t *testing.T) {
+	r := newHandoverRig(t)
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, assignor.AssignmentInfo{})
+	r.waitRunning(t, 0, task01)
+	key := keyOn(t, r.app, 1)
+	q := r.app.Queries()
+
+	var (
+		mu      sync.Mutex
+		phase   int // 0 steady, 1 reconciling, 2 stop
+		lat     [2][]time.Duration
+		failure error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			mu.Lock()
+			p := phase
+			mu.Unlock()
+			if p == 2 {
+				return
+			}
+			start := time.Now()
+			_, found, _, err := r.app.LocalGet("counts", key)
+			if err == nil && !found {
+				err = errors.New("key not found")
+			}
+			if err == nil {
+				_, err = q.Replica("counts", 1)
+			}
+			q.LocalReplicas()
+			d := time.Since(start)
+			mu.Lock()
+			if err != nil && failure == nil {
+				failure = err
+			}
+			lat[p] = append(lat[p], d)
+			mu.Unlock()
+		}
+	}()
+	var spans [2]time.Duration
+	began := time.Now()
+	time.Sleep(time.Second) // the steady phase: a span of time, not a wait for a condition
+	mu.Lock()
+	phase = 1
+	mu.Unlock()
+	spans[0] = time.Since(began)
+	began = time.Now()
+	const rounds = 20
+	for range rounds {
+		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+		waitFor(t, 10*time.Second, "standby 0_0 open", func() bool {
+			_, ok := r.app.registry.replica(task00, "counts")
+			return ok
+		})
+		r.assign(1, assignor.AssignmentInfo{})
+		waitFor(t, 10*time.Second, "standby 0_0 closed", func() bool {
+			_, ok := r.app.registry.replica(task00, "counts")
+			return !ok
+		})
+	}
+	mu.Lock()
+	phase = 2
+	mu.Unlock()
+	spans[1] = time.Since(began)
+	<-done
+	require.NoError(t, failure)
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[min(len(s)-1, int(float64(len(s))*p))]
+	}
+	for i, name := range []string{"steady", "reconciling"} {
+		require.NotEmpty(t, lat[i])
+		t.Logf("%s: %d queries in %s, p50 %s, p99 %s, p99.9 %s, max %s", name, len(lat[i]), spans[i].Round(time.Millisecond),
+			pct(lat[i], 0.5), pct(lat[i], 0.99), pct(lat[i], 0.999), slices.Max(lat[i]))
+	}
+}
