@@ -604,6 +604,16 @@ func countDiff(want, got map[string]int64, failed map[string]error) string {
 	if len(parts) > 0 {
 		msg += ": " + strings.Join(parts, "; ")
 	}
+	var extra []string
+	for w := range got {
+		if _, ok := want[w]; !ok {
+			extra = append(extra, w)
+		}
+	}
+	if len(extra) > 0 {
+		slices.Sort(extra)
+		msg += fmt.Sprintf("; %d words not in the reference, e.g. %q", len(extra), extra[0])
+	}
 	if len(failed) > 0 {
 		ws := slices.Sorted(maps.Keys(failed))
 		msg += fmt.Sprintf("; %d queries failed, e.g. %q: %v", len(failed), ws[0], failed[ws[0]])
