@@ -15,8 +15,8 @@ import (
 )
 
 // restoreBatchRecords caps one store write of restoration or standby
-// updating.
-const restoreBatchRecords = 4000
+// updating: the changelog reader's default, one badger transaction.
+const restoreBatchRecords = changelog.DefaultMaxBatchRecords
 
 // restorer reads the changelogs of a thread's restoring tasks into their
 // stores on a goroutine of its own, so that restoring one task never stalls
