@@ -400,9 +400,7 @@ func runKillLoopBench(ctx context.Context, cfg *config, g runtime.ProcessingGuar
 		}
 		pending = true
 		res.kills++
-		if cfg.verbose {
-			cfg.logf("%5.1fs: killed instance %d", at.Sub(began).Seconds(), v)
-		}
+		cfg.logf("%5.1fs: killed instance %d", at.Sub(began).Seconds(), v)
 	}
 	if err := waitFor(ctx, 50*time.Millisecond, func() (bool, error) {
 		since, ok := c.allRunningSince()
@@ -433,13 +431,32 @@ func runKillLoopBench(ctx context.Context, cfg *config, g runtime.ProcessingGuar
 		// covers; the input's commit is in the same transactions.
 		caughtUp = topics[:1]
 	}
+	cfg.logf("loop over after %s; waiting for the group to commit its input", time.Since(began).Round(time.Millisecond))
+	lastReport := time.Now()
 	if err := waitFor(settle, 100*time.Millisecond, func() (bool, error) {
+		if err := c.failed(); err != nil {
+			return false, err
+		}
+		com, err := committedOffsets(settle, adm, klApp, caughtUp)
+		if err != nil {
+			return false, nil
+		}
+		ends, err := endOffsets(settle, adm, caughtUp)
+		if err != nil {
+			return false, nil
+		}
 		for _, t := range caughtUp {
-			if ok, err := groupCaughtUp(settle, adm, klApp, t); !ok || err != nil {
-				return false, err
+			for p, end := range ends[t] {
+				if com[t][p] < end {
+					if time.Since(lastReport) > 10*time.Second {
+						lastReport = time.Now()
+						cfg.logf("not yet: committed %v, ends %v", com, ends)
+					}
+					return false, nil
+				}
 			}
 		}
-		return true, c.failed()
+		return true, nil
 	}); err != nil {
 		return nil, fmt.Errorf("the group never committed all its input: %w", err)
 	}
