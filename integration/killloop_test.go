@@ -120,8 +120,9 @@ func runKillLoop(t *testing.T, guarantee string) *killLoop {
 		kl.windows = append(kl.windows, redoWindow{from: from, to: kl.probe.ends(t)})
 		down := 200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond)))
 		time.Sleep(down)
-		v.restart()
+		// Timed from the start of the process, not from its ready line.
 		lastRestart = time.Now()
+		v.restart()
 		kl.kills++
 		lacked, _ := mon.longestLack()
 		t.Logf("%5.1fs: killed %s, restarted after %s; longest lack of a running active so far %s",
