@@ -73,7 +73,15 @@ type klResult struct {
 // from each restart until every task ran.
 func benchKillLoop(ctx context.Context, cfg *config) ([]row, error) {
 	var rows []row
-	for _, g := range []runtime.ProcessingGuarantee{runtime.ExactlyOnce, runtime.AtLeastOnce} {
+	gs := []runtime.ProcessingGuarantee{runtime.ExactlyOnce, runtime.AtLeastOnce}
+	if cfg.killLoopOnly != "" {
+		g, err := runtime.ParseProcessingGuarantee(cfg.killLoopOnly)
+		if err != nil {
+			return nil, fmt.Errorf("--killloop-guarantee: %w", err)
+		}
+		gs = []runtime.ProcessingGuarantee{g}
+	}
+	for _, g := range gs {
 		res, err := runKillLoopBench(ctx, cfg, g)
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", g, err)

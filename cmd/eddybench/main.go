@@ -67,6 +67,7 @@ type config struct {
 	sessionTimeout time.Duration
 	killLoopFor    time.Duration
 	killLoopStatic bool
+	killLoopOnly   string
 	verbose        bool
 	out            io.Writer
 	log            *slog.Logger
@@ -123,6 +124,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 3*time.Second, "(d, g) group session timeout of the instances")
 	fs.DurationVar(&cfg.killLoopFor, "killloop-duration", 5*time.Minute, "(g) how long instances are killed, under each guarantee")
 	fs.BoolVar(&cfg.killLoopStatic, "killloop-static", false, "(g) instances are static group members")
+	fs.StringVar(&cfg.killLoopOnly, "killloop-guarantee", "", "(g) run only under this guarantee (exactly-once or at-least-once); both by default")
 	fs.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the timed phases into this `DIR`")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the runtime's info messages to stderr")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long")
