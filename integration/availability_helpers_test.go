@@ -20,18 +20,6 @@ import (
 	"time"
 )
 
-// startInstanceWith starts `demo instance` with one standby per task, the
-// guarantee and the extra flags given (such as --session-timeout).
-func (c *procCluster) startInstanceWith(name, guarantee string, extra ...string) *procInstance {
-	c.t.Helper()
-	in := &procInstance{c: c, http: freePort(c.t), stateDir: c.dir + "/" + name}
-	args := append([]string{"instance", "--brokers", c.addr, "--state-dir", in.stateDir,
-		"--http", in.http, "--standbys", "1", "--guarantee", guarantee}, extra...)
-	in.proc = c.newProc(name, args...)
-	in.restart()
-	return in
-}
-
 // availAnswer is the query API's answer to a key lookup, with the
 // provenance the availability test reports.
 type availAnswer struct {

@@ -86,6 +86,9 @@ type instanceOptions struct {
 	// probingInterval, when non-zero, overrides how soon after an
 	// assignment with warmups the group rebalances to check on them.
 	probingInterval time.Duration
+	// staticMembership makes the instance's stream threads static group
+	// members (runtime.Config.StaticMembership).
+	staticMembership bool
 }
 
 // instance is a running word-count instance with its HTTP server.
@@ -124,6 +127,7 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		ProcessingGuarantee:      o.guarantee,
 		Tags:                     o.tags,
 		RackAwareTags:            o.rackTags,
+		StaticMembership:         o.staticMembership,
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
@@ -189,6 +193,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	standbys := fs.Int("standbys", 0, "standby replicas per task")
 	guarantee := fs.String("guarantee", "at-least-once", "processing guarantee: at-least-once or exactly-once")
 	sessionTimeout := fs.Duration("session-timeout", 0, "group session timeout: how soon the others take over after this instance dies (default 10s)")
+	static := fs.Bool("static-membership", false, "join the group as a static member (KIP-345), so that a restart on the same --state-dir takes its place back without waiting out the session timeout")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
@@ -216,16 +221,17 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		return usageErrorf(fs, "--log-level: %v", err)
 	}
 	in, err := startInstance(ctx, instanceOptions{
-		brokers:        seeds,
-		stateDir:       *stateDir,
-		http:           *httpAddr,
-		app:            *appID,
-		standbys:       *standbys,
-		guarantee:      g,
-		sessionTimeout: *sessionTimeout,
-		tags:           tags,
-		rackTags:       splitBrokers(*rackTags),
-		logger:         slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		brokers:          seeds,
+		stateDir:         *stateDir,
+		http:             *httpAddr,
+		app:              *appID,
+		standbys:         *standbys,
+		guarantee:        g,
+		sessionTimeout:   *sessionTimeout,
+		staticMembership: *static,
+		tags:             tags,
+		rackTags:         splitBrokers(*rackTags),
+		logger:           slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return err

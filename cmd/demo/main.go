@@ -50,7 +50,7 @@ type command struct {
 // command's own.
 const (
 	brokerSynopsis   = "--listen HOST:PORT [--data-dir DIR] [--partitions N]"
-	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]] [--guarantee at-least-once|exactly-once] [--session-timeout D]"
+	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]] [--guarantee at-least-once|exactly-once] [--session-timeout D] [--static-membership]"
 	produceSynopsis  = "--brokers HOST:PORT[,...] [--topic text] [--file F]"
 )
 

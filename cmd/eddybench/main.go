@@ -15,12 +15,19 @@
 //	(e) with (a): exactly-once word-count throughput against at-least-once
 //	    (target ≥ 0.7×);
 //	(f) restart after a crash under exactly-once: records restored against
-//	    records in the changelog (target: only the tail);
+//	    records in the changelog (target: only the tail), and the time from
+//	    the restart to every task running, with and without static
+//	    membership (target ≤ 3 s with it);
 //	(g) queries under age:5s through the hard stop of each of three
 //	    instances in turn: answers correct (target 100%) and queries
 //	    answered (target ≥ 99.9%);
 //	(h) local point-query p99 while a rebalance moves tasks against the
-//	    steady cluster's (target ≤ 2×).
+//	    steady cluster's (target ≤ 2×);
+//	(k) kill loop (not run by default): three instances, a random one
+//	    killed every 3–8 s without waiting for the group, for
+//	    --killloop-duration under each guarantee; records lost (target 0),
+//	    the longest a task lacked a running active (target ≤ 2× session
+//	    timeout), over-count under at-least-once.
 //
 // Usage:
 //
@@ -63,6 +70,9 @@ type config struct {
 	seed           uint64
 	profileDir     string
 	sessionTimeout time.Duration
+	killLoopFor    time.Duration
+	killLoopStatic bool
+	killLoopOnly   string
 	verbose        bool
 	out            io.Writer
 	log            *slog.Logger
@@ -99,7 +109,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), k (kill loop, minutes long)")
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
@@ -116,10 +126,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
-	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 3*time.Second, "(d, g, h) group session timeout of the instances")
+	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 3*time.Second, "(d, g, h, k) group session timeout of the instances")
+	fs.DurationVar(&cfg.killLoopFor, "killloop-duration", 5*time.Minute, "(k) how long instances are killed, under each guarantee")
+	fs.BoolVar(&cfg.killLoopStatic, "killloop-static", false, "(k) instances are static group members")
+	fs.StringVar(&cfg.killLoopOnly, "killloop-guarantee", "", "(k) run only under this guarantee (exactly-once or at-least-once); both by default")
 	fs.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the timed phases into this `DIR`")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the runtime's info messages to stderr")
-	timeout := fs.Duration("timeout", 15*time.Minute, "give up after this long")
+	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -131,12 +144,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d", "f", "g", "h":
+		case "a", "b", "c", "d", "f", "g", "h", "k":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g or h)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h or k)", s)
 		}
+	}
+	if cfg.killLoopFor <= 0 {
+		return errors.New("--killloop-duration must be positive")
 	}
 	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
 		return errors.New("--lines, --records, --keys, --partitions, --tasks and --threads must be positive")
@@ -162,7 +178,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		name string
 		fn   func(context.Context, *config) ([]row, error)
 	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash},
-		{"g", benchAvailability}, {"h", benchRebalanceLatency}} {
+		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"k", benchKillLoop}} {
 		if !cfg.want(b.name) {
 			continue
 		}
