@@ -983,6 +983,14 @@ func (th *thread) restoreStep() error {
 }
 
 func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]int32) {
+	if th.stopping.Load() {
+		// The thread is shutting down: it closes its tasks itself, and may
+		// be holding mu right now while its final commit waits for the
+		// transactional session's lock, which the session holds while it
+		// runs this callback (a rebalance the last poll let through).
+		// Waiting for mu here would deadlock Close.
+		return
+	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
@@ -1030,6 +1038,14 @@ func (th *thread) parkAll() {
 }
 
 func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
+	if th.stopping.Load() {
+		// The thread is shutting down: it closes its tasks itself, and may
+		// be holding mu right now while its final commit waits for the
+		// transactional session's lock, which the session holds while it
+		// runs this callback (a rebalance the last poll let through).
+		// Waiting for mu here would deadlock Close.
+		return
+	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
