@@ -292,6 +292,7 @@ type avAnswer struct {
 	Value    *int64    `json:"value"`
 	ServedBy *struct{} `json:"served_by"`
 	Reason   string    `json:"reason"`
+	Error    string    `json:"error"`
 	Tried    []struct {
 		Reason string `json:"reason"`
 	} `json:"tried"`
@@ -328,10 +329,13 @@ type avTally struct {
 	asked, correct int
 	wrong          int
 	refused        map[string]int // "HTTP 503 too_stale" → count
-	transport      int
-	examples       []string // of wrong answers
-	lastOK         map[string]time.Time
-	maxGap         time.Duration
+	// refusedAs is one refusal of each kind: the instance asked and the
+	// error it gave.
+	refusedAs map[string]string
+	transport int
+	examples  []string // of wrong answers
+	lastOK    map[string]time.Time
+	maxGap    time.Duration
 }
 
 // forget drops what the tally remembers of answers through via, whose
@@ -370,7 +374,11 @@ func (t *avTally) record(via, word string, ref map[string]int64, a avAnswer, err
 	case a.status == http.StatusNotFound && a.ServedBy != nil:
 		wrong(fmt.Sprintf("not found, the input has %d", want))
 	case a.status == http.StatusServiceUnavailable || a.status == http.StatusConflict || a.status == http.StatusTooManyRequests:
-		t.refused[fmt.Sprintf("HTTP %d %s", a.status, a.reasons())]++
+		kind := fmt.Sprintf("HTTP %d %s", a.status, a.reasons())
+		t.refused[kind]++
+		if _, seen := t.refusedAs[kind]; !seen {
+			t.refusedAs[kind] = via + ": " + a.Error
+		}
 		return
 	default:
 		wrong(fmt.Sprintf("HTTP %d %s (%v)", a.status, a.Reason, err))
@@ -445,7 +453,7 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 	bounds := []string{"age:5s", "lag:10000"}
 	tallies := make(map[string]*avTally)
 	for _, b := range bounds {
-		tallies[b] = &avTally{refused: make(map[string]int), lastOK: make(map[string]time.Time)}
+		tallies[b] = &avTally{refused: make(map[string]int), refusedAs: make(map[string]string), lastOK: make(map[string]time.Time)}
 	}
 	// gate is held shared by each query from choosing its instance to its
 	// answer, so that setLive returns only once no query to a dropped
@@ -525,6 +533,9 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 		answeredPct := 100 * float64(answers) / float64(max(t.asked, 1))
 		fmt.Fprintf(cfg.out, "  %s: %d queries: %d answers, %d correct (%.3f%%), %d wrong; %d refused %v; %d without an HTTP answer\n",
 			b, t.asked, answers, t.correct, correctPct, t.wrong, sumInts(t.refused), sortedTally(t.refused), t.transport)
+		for _, kind := range slices.Sorted(maps.Keys(t.refusedAs)) {
+			fmt.Fprintf(cfg.out, "    e.g. %s from %s\n", kind, t.refusedAs[kind])
+		}
 		for _, e := range t.examples {
 			fmt.Fprintf(cfg.out, "    wrong: %s\n", e)
 		}
