@@ -390,6 +390,30 @@ func (t *avTally) record(via, word string, ref map[string]int64, a avAnswer, err
 	t.lastOK[k] = now
 }
 
+// avClientTally counts the routing client's answers under age:5s.
+type avClientTally struct {
+	mu                     sync.Mutex
+	asked, answered, wrong int
+	refusal                string
+}
+
+func (t *avClientTally) record(word string, ref map[string]int64, res iq.Result[int64], err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.asked++
+	if err != nil {
+		if t.refusal == "" {
+			t.refusal = err.Error()
+		}
+		return
+	}
+	t.answered++
+	want, present := ref[word]
+	if res.Found != present || (present && res.Value != want) {
+		t.wrong++
+	}
+}
+
 // benchAvailability is (g).
 func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 	c, err := newAVCluster(ctx, cfg, "avail", runtime.Config{
@@ -492,6 +516,35 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 			}
 		})
 	}
+	// And as an application would query the cluster: through the routing
+	// client, which knows every instance and asks another when one cannot
+	// answer (a starting instance without an assignment refuses at once).
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.addr
+	}
+	qc, err := iq.NewClient(addrs, iq.ClientOptions{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer qc.Close()
+	var client avClientTally
+	wg.Go(func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			w := sample[i%len(sample)]
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			res, err := iq.ClientGet[string, int64](qctx, qc, avCounts, w, serde.String, iq.WithStaleness(iq.MaxAge(5*time.Second)))
+			cancel()
+			client.record(w, ref, res, err)
+		}
+	})
 	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer halt()
 
@@ -541,18 +594,26 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 		}
 		fmt.Fprintf(cfg.out, "    longest a word went without a correct answer through one instance: %s\n", t.maxGap.Round(time.Millisecond))
 		rows = append(rows, row{name: "(g) answers correct, " + b, unit: "%", eddy: correctPct, target: "100%", hasCheck: true, pass: t.wrong == 0 && answers > 0})
-		answered := row{name: "(g) queries answered, " + b, unit: "%", eddy: answeredPct, target: "-"}
-		if b == bounds[0] {
-			answered.target, answered.hasCheck, answered.pass = "≥ 99.9%", true, answeredPct >= 99.9
-		}
-		rows = append(rows, answered)
+		rows = append(rows, row{name: "(g) answered via each instance, " + b, unit: "%", eddy: answeredPct, target: "info"})
 		t.mu.Unlock()
 	}
+	client.mu.Lock()
+	clientPct := 100 * float64(client.answered) / float64(max(client.asked, 1))
+	fmt.Fprintf(cfg.out, "  routing client, age:5s: %d queries: %d answers (%.3f%%), %d wrong\n", client.asked, client.answered, clientPct, client.wrong)
+	if client.refusal != "" {
+		fmt.Fprintf(cfg.out, "    e.g. refused: %s\n", client.refusal)
+	}
+	rows = append(rows,
+		row{name: "(g) client answers correct, age:5s", unit: "%", eddy: 100 * float64(client.answered-client.wrong) / float64(max(client.answered, 1)), target: "100%", hasCheck: true, pass: client.wrong == 0 && client.answered > 0},
+		row{name: "(g) client queries answered, age:5s", unit: "%", eddy: clientPct, target: "≥ 99.9%", hasCheck: true, pass: clientPct >= 99.9})
+	client.mu.Unlock()
 	fmt.Fprintf(cfg.out, "  kill → survivors settled, every replica current: %v\n", roundAll(takeovers))
 	fmt.Fprintf(cfg.out, "  method = three in-process instances (exactly-once), %d-word sample (%d absent) queried over HTTP\n"+
 		"           through every live instance with route=true, ~300 queries/s alternating the bounds; Kill() cuts the\n"+
 		"           instance's network and its query server; each victim restarts on its state directory once the\n"+
-		"           survivors have settled. A 404 is correct only for an absent word; refusals (503/409/429) are not answers.\n",
+		"           survivors have settled. A 404 is correct only for an absent word; refusals (503/409/429) are not answers.\n"+
+		"           Asked directly, a restarted instance refuses (503, Retry-After) until its first assignment; the\n"+
+		"           routing client (iq.Client over all three addresses, ~100 queries/s) asks another instance then.\n",
 		len(sample), 20)
 	return rows, nil
 }
