@@ -225,6 +225,9 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
 		return err
 	}
+	if err := a.checkAccess(ctx); err != nil {
+		return err
+	}
 	if a.registry, err = newRegistry(a); err != nil {
 		return err
 	}
