@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
@@ -42,8 +44,8 @@ func wordCount() (*topology.Topology, error) {
 
 // ensureTopics creates the input and output topics if they are missing, with
 // the broker's default partition count.
-func ensureTopics(ctx context.Context, brokers []string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func ensureTopics(ctx context.Context, brokers []string, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return err
 	}
@@ -86,6 +88,9 @@ type instanceOptions struct {
 	// probingInterval, when non-zero, overrides how soon after an
 	// assignment with warmups the group rebalances to check on them.
 	probingInterval time.Duration
+	// tls and sasl, when set, secure the connections to the brokers.
+	tls  *tls.Config
+	sasl sasl.Mechanism
 }
 
 // instance is a running word-count instance with its HTTP server.
@@ -99,7 +104,7 @@ type instance struct {
 }
 
 func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
-	if err := ensureTopics(ctx, o.brokers); err != nil {
+	if err := ensureTopics(ctx, o.brokers, clientOpts(o.tls, o.sasl)...); err != nil {
 		return nil, err
 	}
 	topo, err := wordCount()
@@ -124,6 +129,8 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		ProcessingGuarantee:      o.guarantee,
 		Tags:                     o.tags,
 		RackAwareTags:            o.rackTags,
+		TLS:                      o.tls,
+		SASL:                     o.sasl,
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
@@ -193,8 +200,13 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	sec := addSecurityFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	tlsCfg, mech, err := sec.resolve()
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
 	seeds := splitBrokers(*brokers)
 	switch {
@@ -226,6 +238,8 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		tags:           tags,
 		rackTags:       splitBrokers(*rackTags),
 		logger:         slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		tls:            tlsCfg,
+		sasl:           mech,
 	})
 	if err != nil {
 		return err
