@@ -177,7 +177,11 @@ type Config struct {
 	// ACLs, as a Kafka broker with an authorizer does: what no ACL allows
 	// is refused with an authorization error. Superusers pass every check.
 	// Needs Users. The broker's own clients (see the package doc)
-	// authenticate as a superuser of their own.
+	// authenticate as a superuser of their own. One gap: a ListOffsets
+	// for the earliest offsets of a compacted topic's partitions, which
+	// the broker answers itself (see the package doc), is answered
+	// before kfake's authentication and ACL checks, so it is never
+	// refused.
 	EnableACLs bool
 
 	// SyncWrites fsyncs every produced batch. Without it, records reach the
