@@ -84,6 +84,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,6 +93,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Defaults applied by Start to zero-valued Config fields.
@@ -162,6 +164,26 @@ type Config struct {
 	// DefaultMessageMaxBytes.
 	MessageMaxBytes int
 
+	// TLS, when set, makes the listener speak only TLS, with this
+	// configuration (GenerateCerts makes one for tests). The broker's own
+	// clients trust the certificates it serves.
+	TLS *tls.Config
+
+	// Users, when not empty, makes the broker require SASL: each client
+	// authenticates as one of them (ClientMechanism gives the client side).
+	Users []User
+
+	// EnableACLs makes the broker check every request against the users'
+	// ACLs, as a Kafka broker with an authorizer does: what no ACL allows
+	// is refused with an authorization error. Superusers pass every check.
+	// Needs Users. The broker's own clients (see the package doc)
+	// authenticate as a superuser of their own. One gap: a ListOffsets
+	// for the earliest offsets of a compacted topic's partitions, which
+	// the broker answers itself (see the package doc), is answered
+	// before kfake's authentication and ACL checks, so it is never
+	// refused.
+	EnableACLs bool
+
 	// SyncWrites fsyncs every produced batch. Without it, records reach the
 	// OS page cache at once (so they survive the process being killed) but
 	// are only synced to disk on segment roll and Close. Only meaningful
@@ -188,6 +210,9 @@ func (c Config) Validate() error {
 	}
 	if c.MessageMaxBytes < 0 {
 		return errors.New("broker: message max bytes must not be negative")
+	}
+	if err := c.validateSecurity(); err != nil {
+		return err
 	}
 	d := c.withDefaults()
 	if d.GroupMinSessionTimeout > d.GroupMaxSessionTimeout {
@@ -272,6 +297,11 @@ func Start(cfg Config) (*Broker, error) {
 			"log.retention.ms": "-1",
 		}),
 	}
+	secure, internal, err := cfg.securityOpts()
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	opts = append(opts, secure...)
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
 		if cfg.SyncWrites {
@@ -287,11 +317,12 @@ func Start(cfg Config) (*Broker, error) {
 		addrs:   c.ListenAddrs(),
 		logger:  cfg.Logger,
 	}
-	if b.groups, err = newGroupGuard(c, b.addrs, cfg.MessageMaxBytes); err != nil {
+	internal = append([]kgo.Opt{kgo.SeedBrokers(b.addrs...)}, internal...)
+	if b.groups, err = newGroupGuard(c, internal, cfg.MessageMaxBytes); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("broker: group guard: %w", err)
 	}
-	if b.starts, err = newLogStarts(c, b.addrs, cfg.DataDir, b.logger); err != nil {
+	if b.starts, err = newLogStarts(c, internal, cfg.DataDir, b.logger); err != nil {
 		b.groups.close()
 		c.Close()
 		return nil, fmt.Errorf("broker: log starts: %w", err)

@@ -65,8 +65,8 @@ const keepAliveEvery = 150 * time.Millisecond
 // and instance IDs, host, timeouts).
 const groupMetadataOverhead = 128
 
-func newGroupGuard(c *kfake.Cluster, addrs []string, maxBytes int) (*groupGuard, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+func newGroupGuard(c *kfake.Cluster, clientOpts []kgo.Opt, maxBytes int) (*groupGuard, error) {
+	cl, err := kgo.NewClient(clientOpts...)
 	if err != nil {
 		return nil, err
 	}

@@ -97,8 +97,8 @@ type persistedStartTP struct {
 	LogStart  int64  `json:"log_start"`
 }
 
-func newLogStarts(c *kfake.Cluster, addrs []string, dataDir string, logger *slog.Logger) (*logStarts, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+func newLogStarts(c *kfake.Cluster, clientOpts []kgo.Opt, dataDir string, logger *slog.Logger) (*logStarts, error) {
+	cl, err := kgo.NewClient(clientOpts...)
 	if err != nil {
 		return nil, err
 	}

@@ -128,7 +128,7 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		topo: topo,
 		log:  cfg.Logger.With("app", cfg.ApplicationID),
 		done: make(chan struct{}),
-		net:  newNetwork(),
+		net:  newNetwork(cfg.TLS),
 
 		restored: newRestoreTally(),
 	}
@@ -223,6 +223,9 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	a.admin = kadm.NewClient(a.adminCl)
 	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
+		return err
+	}
+	if err := a.checkAccess(ctx); err != nil {
 		return err
 	}
 	if a.registry, err = newRegistry(a); err != nil {
@@ -378,9 +381,8 @@ func (a *App) setErr(err error) bool {
 
 // clientOpts are the options every client of the App starts from.
 func (a *App) clientOpts(extra ...kgo.Opt) []kgo.Opt {
-	opts := []kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...), kgo.Dialer(a.net.dial)}
-	opts = append(opts, extra...)
-	return append(opts, a.cfg.ClientOptions...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, extra...)
+	return append(opts, a.connOpts()...)
 }
 
 // appDir is the folder holding the application's task directories.

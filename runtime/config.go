@@ -6,6 +6,8 @@
 package runtime
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,9 +15,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/eddystreams/eddy/assignor"
 )
@@ -210,9 +215,27 @@ type Config struct {
 	StateCleanupDelay time.Duration
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
+	// TLS, when set, makes every client Eddy creates connect to the
+	// brokers over TLS with this configuration. The handshake runs inside
+	// Eddy's own dialer, so Kill still severs the connections. A config
+	// without ServerName verifies each broker's certificate against the
+	// host it is dialed at, as franz-go's DialTLSConfig does. Use this
+	// rather than kgo.DialTLSConfig, which New refuses.
+	TLS *tls.Config
+	// SASL, when set, authenticates every client Eddy creates with this
+	// mechanism, e.g. from franz-go's pkg/sasl/plain or pkg/sasl/scram:
+	//
+	//	scram.Auth{User: "eddy", Pass: pw}.AsSha512Mechanism()
+	//
+	// It runs over whatever connection the dialer makes, TLS or not.
+	// kgo.SASL in ClientOptions works as well.
+	SASL sasl.Mechanism
 	// ClientOptions are extra franz-go options given to every client Eddy
-	// creates (TLS, SASL, client ID and so on). Options that Eddy sets
-	// itself (group, partitioner, isolation level) must not be overridden.
+	// creates (client ID, SASL and so on). Options that Eddy sets itself
+	// (group, partitioner, isolation level) must not be overridden, and
+	// neither may the dialer: New refuses kgo.Dialer and kgo.DialTLSConfig
+	// here (set TLS instead), since Kill and the tests' network cuts work
+	// through Eddy's own dialer.
 	ClientOptions []kgo.Opt
 }
 
@@ -355,6 +378,9 @@ func (c Config) Validate() error {
 	if err := c.assignorConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.validateClientOptions(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("runtime: invalid config: %w", errors.Join(errs...))
 	}
@@ -370,4 +396,39 @@ func (c Config) assignorConfig() assignor.Config {
 		ProbingRebalanceInterval: c.ProbingRebalanceInterval,
 		RackAwareTags:            c.RackAwareTags,
 	}
+}
+
+// errDialerConflict is how kgo refuses a Dialer beside a DialTLSConfig.
+const errDialerConflict = "cannot set both Dialer and DialTLSConfig"
+
+// validateClientOptions checks that ClientOptions are valid franz-go
+// options and leave Eddy's dialer alone. kgo offers no way to inspect
+// options, but it refuses a Dialer beside a DialTLSConfig: adding one of
+// them to the user's options reveals whether the options hold the other.
+func (c Config) validateClientOptions() error {
+	if len(c.ClientOptions) == 0 {
+		return nil
+	}
+	conflicts := func(extra kgo.Opt) bool {
+		err := kgo.ValidateOpts(append(slices.Clone(c.ClientOptions), extra)...)
+		return err != nil && strings.Contains(err.Error(), errDialerConflict)
+	}
+	if err := kgo.ValidateOpts(c.ClientOptions...); err != nil {
+		if strings.Contains(err.Error(), errDialerConflict) {
+			return errors.New("ClientOptions set both kgo.Dialer and kgo.DialTLSConfig; Eddy dials itself (so that Kill can sever connections): remove both and set Config.TLS for TLS")
+		}
+		return fmt.Errorf("ClientOptions: %w", err)
+	}
+	if conflicts(kgo.Dialer(noDial)) {
+		return errors.New("ClientOptions set kgo.DialTLSConfig, which franz-go cannot combine with the dialer Eddy gives every client (so that Kill can sever connections): set Config.TLS instead")
+	}
+	if conflicts(kgo.DialTLSConfig(new(tls.Config))) {
+		return errors.New("ClientOptions set kgo.Dialer, which would replace the dialer Eddy gives every client and leave Kill unable to sever connections: remove it, and set Config.TLS for TLS")
+	}
+	return nil
+}
+
+// noDial stands in for Eddy's dialer while options are validated.
+func noDial(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("not dialing")
 }

@@ -2,12 +2,16 @@ package runtime
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // errSevered is what dials fail with after Kill.
@@ -25,10 +29,20 @@ type network struct {
 	partitioned bool
 	conns       map[net.Conn]struct{}
 	dialer      net.Dialer
+	// tls, when set, is the client configuration every connection is
+	// wrapped in. TLS lives inside this dialer rather than in kgo's
+	// DialTLSConfig (which kgo refuses alongside a Dialer) so that the
+	// tracked connection underneath stays in reach of Kill.
+	tls *tls.Config
 }
 
-func newNetwork() *network {
-	return &network{conns: make(map[net.Conn]struct{}), dialer: net.Dialer{Timeout: 10 * time.Second}}
+func newNetwork(tlsCfg *tls.Config) *network {
+	if tlsCfg != nil {
+		// The App's own copy: a caller changing its config later must
+		// not change what connections already made were checked against.
+		tlsCfg = tlsCfg.Clone()
+	}
+	return &network{conns: make(map[net.Conn]struct{}), dialer: net.Dialer{Timeout: 10 * time.Second}, tls: tlsCfg}
 }
 
 func (n *network) dial(ctx context.Context, network, host string) (net.Conn, error) {
@@ -42,6 +56,19 @@ func (n *network) dial(ctx context.Context, network, host string) (net.Conn, err
 	if err != nil {
 		return nil, err
 	}
+	tc, err := n.track(c, network)
+	if err != nil {
+		return nil, err
+	}
+	if n.tls == nil {
+		return tc, nil
+	}
+	return n.handshake(ctx, tc, host)
+}
+
+// track registers a freshly dialed connection, so that sever and partition
+// close it, unless the network was cut while it was being dialed.
+func (n *network) track(c net.Conn, network string) (*trackedConn, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.blockedLocked(network); err != nil {
@@ -50,6 +77,29 @@ func (n *network) dial(ctx context.Context, network, host string) (net.Conn, err
 	}
 	tc := &trackedConn{Conn: c, n: n}
 	n.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// handshake runs a TLS client handshake over the tracked connection c, so
+// that severing c (which Kill does, even mid-handshake) cuts the TLS
+// session too. Like kgo's own TLS dialing, it verifies the broker's
+// certificate against the host dialed unless the configuration names a
+// server.
+func (n *network) handshake(ctx context.Context, c *trackedConn, host string) (net.Conn, error) {
+	cfg := n.tls.Clone()
+	if cfg.ServerName == "" {
+		server, _, err := net.SplitHostPort(host)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("runtime: TLS to %q: %w", host, err)
+		}
+		cfg.ServerName = server
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("runtime: TLS handshake with %s: %w", host, err)
+	}
 	return tc, nil
 }
 
@@ -113,8 +163,9 @@ func (c *trackedConn) Close() error {
 // its network connections are cut first, so the group is not told it left
 // and nothing more is committed; then its clients and stores are closed
 // without writing uncommitted work. The group moves its tasks after the
-// session timeout. Kill relies on the App's own dialer: a dialer given in
-// ClientOptions replaces it, and then Kill may still leave the group.
+// session timeout. Kill relies on the App's own dialer, which is why New
+// refuses a kgo.Dialer or kgo.DialTLSConfig in ClientOptions (Config.TLS
+// dials TLS through it instead).
 func (a *App) Kill() {
 	a.net.sever()
 	a.killCancel()
@@ -138,4 +189,15 @@ func (a *App) Kill() {
 	a.state.Store(int32(StateClosed))
 	a.closeOnce.Do(func() { close(a.done) })
 	a.log.Info("killed")
+}
+
+// connOpts are the options by which every client of the App reaches the
+// brokers: the App's own dialer (with TLS inside it), SASL, then the
+// user's ClientOptions.
+func (a *App) connOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.Dialer(a.net.dial)}
+	if a.cfg.SASL != nil {
+		opts = append(opts, kgo.SASL(a.cfg.SASL))
+	}
+	return append(opts, a.cfg.ClientOptions...)
 }

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/changelog"
 	"github.com/eddystreams/eddy/statestore"
@@ -141,7 +139,7 @@ type registry struct {
 func newRegistry(a *App) (*registry, error) {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
 		Seeds:         a.cfg.Brokers,
-		ClientOpts:    append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
+		ClientOpts:    a.connOpts(),
 		Logger:        a.log.With("reader", "standby"),
 		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
 		// Small enough for one badger transaction with small values, so

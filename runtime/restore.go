@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/eddystreams/eddy/changelog"
 	"github.com/eddystreams/eddy/task"
 )
@@ -82,7 +80,7 @@ type restoring struct {
 func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
 		Seeds:         a.cfg.Brokers,
-		ClientOpts:    append([]kgo.Opt{kgo.Dialer(a.net.dial)}, a.cfg.ClientOptions...),
+		ClientOpts:    a.connOpts(),
 		Logger:        log,
 		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
 		// Small enough for one badger transaction with small values, so

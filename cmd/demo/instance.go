@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
@@ -42,8 +44,8 @@ func wordCount() (*topology.Topology, error) {
 
 // ensureTopics creates the input and output topics if they are missing, with
 // the broker's default partition count.
-func ensureTopics(ctx context.Context, brokers []string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func ensureTopics(ctx context.Context, brokers []string, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return err
 	}
@@ -89,6 +91,9 @@ type instanceOptions struct {
 	// staticMembership makes the instance's stream threads static group
 	// members (runtime.Config.StaticMembership).
 	staticMembership bool
+	// tls and sasl, when set, secure the connections to the brokers.
+	tls  *tls.Config
+	sasl sasl.Mechanism
 }
 
 // instance is a running word-count instance with its HTTP server.
@@ -102,7 +107,7 @@ type instance struct {
 }
 
 func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
-	if err := ensureTopics(ctx, o.brokers); err != nil {
+	if err := ensureTopics(ctx, o.brokers, clientOpts(o.tls, o.sasl)...); err != nil {
 		return nil, err
 	}
 	topo, err := wordCount()
@@ -128,6 +133,8 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		Tags:                     o.tags,
 		RackAwareTags:            o.rackTags,
 		StaticMembership:         o.staticMembership,
+		TLS:                      o.tls,
+		SASL:                     o.sasl,
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
@@ -198,8 +205,13 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	sec := addSecurityFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	tlsCfg, mech, err := sec.resolve()
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
 	seeds := splitBrokers(*brokers)
 	switch {
@@ -232,6 +244,8 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		tags:             tags,
 		rackTags:         splitBrokers(*rackTags),
 		logger:           slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		tls:              tlsCfg,
+		sasl:             mech,
 	})
 	if err != nil {
 		return err

@@ -10,9 +10,9 @@
 //
 // The subcommands run the same pieces as separate processes:
 //
-//	demo broker   --listen HOST:PORT [--data-dir DIR] [--partitions N]
+//	demo broker   --listen HOST:PORT [--data-dir DIR] [--partitions N] [--tls-dir DIR] [--sasl-user U]
 //	demo instance --brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N]
-//	demo produce  --brokers HOST:PORT[,...] [--topic text] [--file F]
+//	demo produce  --brokers HOST:PORT[,...] [--topic text] [--file F] [--tls-ca F] [--sasl-user U]
 //	demo query    --http HOST:PORT WORD [--staleness active|any|lag:N|age:D]
 //	demo status   --http HOST:PORT
 //
@@ -49,9 +49,9 @@ type command struct {
 // Synopses of the subcommands, shared by the overall usage and each
 // command's own.
 const (
-	brokerSynopsis   = "--listen HOST:PORT [--data-dir DIR] [--partitions N]"
-	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]] [--guarantee at-least-once|exactly-once] [--session-timeout D] [--static-membership]"
-	produceSynopsis  = "--brokers HOST:PORT[,...] [--topic text] [--file F]"
+	brokerSynopsis   = "--listen HOST:PORT [--data-dir DIR] [--partitions N] [--tls-dir DIR] [--sasl-user U --sasl-password P]"
+	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]] [--guarantee at-least-once|exactly-once] [--session-timeout D] [--static-membership] [--tls-ca F] [--sasl-user U --sasl-password P]"
+	produceSynopsis  = "--brokers HOST:PORT[,...] [--topic text] [--file F] [--tls-ca F] [--sasl-user U --sasl-password P]"
 )
 
 var commands = []command{

@@ -26,8 +26,13 @@ func runProduce(ctx context.Context, args []string, s stdio) error {
 	topic := fs.String("topic", "text", "`TOPIC` to write to; created with the broker's default partition count if missing")
 	file := fs.String("file", "", "`F` to read lines from; empty or - reads standard input")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up on a record the broker has not acknowledged within this long")
+	sec := addSecurityFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	tlsCfg, mech, err := sec.resolve()
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
 	seeds := splitBrokers(*brokers)
 	if len(seeds) == 0 {
@@ -50,12 +55,12 @@ func runProduce(ctx context.Context, args []string, s stdio) error {
 		in = f
 	}
 
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.DefaultProduceTopic(*topic),
 		kgo.AllowAutoTopicCreation(),
 		kgo.RecordDeliveryTimeout(*timeout),
-	)
+	}, clientOpts(tlsCfg, mech)...)...)
 	if err != nil {
 		return err
 	}
