@@ -126,7 +126,7 @@ type BadgerOptions struct {
 // and the process peaks at ~200-210 MiB VmRSS, garbage awaiting
 // collection included (GOGC=100; a Go memory limit lowers it).
 func DefaultBadgerOptions() BadgerOptions {
-	return BadgerOptions{
+	o := BadgerOptions{
 		MemTableSize:            4 << 20,
 		NumMemtables:            2,
 		BaseTableSize:           2 << 20,
@@ -139,6 +139,8 @@ func DefaultBadgerOptions() BadgerOptions {
 		NumCompactors:           2,
 		ValueLogGCInterval:      5 * time.Minute,
 	}
+	o.DiskReserve = o.defaultReserve()
+	return o
 }
 
 func (o BadgerOptions) withDefaults() BadgerOptions {
