@@ -95,3 +95,22 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 		})
 	}
 }
+
+// An instance that must open a store on a full disk stops with an error
+// that says so and names the store's directory, and deletes nothing.
+func TestDiskFullAtOpenIsReported(t *testing.T) {
+	reserve := statestore.DefaultBadgerOptions().DiskReserve
+	fs := mountTmpfs(t, reserve+16<<20)
+	c := newEOSCluster(t)
+	want := map[string]int64{}
+	c.produce(t, 50, want)
+	fillTo(t, fs, reserve/2)
+	app, err := New(countTopology(t), Config{ApplicationID: "diskfull-open", Brokers: c.b.Addrs(), StateDir: fs, SessionTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+	waitFor(t, 20*time.Second, "the instance stops for the full disk", func() bool { return app.Err() != nil })
+	require.ErrorIs(t, app.Err(), statestore.ErrDiskFull)
+	require.ErrorContains(t, app.Err(), fs)
+	require.Zero(t, app.StoresWiped())
+}
