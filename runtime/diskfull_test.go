@@ -62,7 +62,7 @@ func fillTo(t *testing.T, dir string, leave int64) string {
 func TestDiskFullPausesAndResumes(t *testing.T) {
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
-			reserve := statestore.DefaultBadgerOptions().DiskReserve
+			reserve := statestore.DefaultBadgerOptions().EffectiveDiskReserve()
 			fs := mountTmpfs(t, reserve+64<<20)
 			c := newEOSCluster(t)
 			start := func() *App {
@@ -99,7 +99,7 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 // An instance that must open a store on a full disk stops with an error
 // that says so and names the store's directory, and deletes nothing.
 func TestDiskFullAtOpenIsReported(t *testing.T) {
-	reserve := statestore.DefaultBadgerOptions().DiskReserve
+	reserve := statestore.DefaultBadgerOptions().EffectiveDiskReserve()
 	fs := mountTmpfs(t, reserve+16<<20)
 	c := newEOSCluster(t)
 	want := map[string]int64{}

@@ -126,7 +126,7 @@ type BadgerOptions struct {
 // and the process peaks at ~200-210 MiB VmRSS, garbage awaiting
 // collection included (GOGC=100; a Go memory limit lowers it).
 func DefaultBadgerOptions() BadgerOptions {
-	o := BadgerOptions{
+	return BadgerOptions{
 		MemTableSize:            4 << 20,
 		NumMemtables:            2,
 		BaseTableSize:           2 << 20,
@@ -139,9 +139,12 @@ func DefaultBadgerOptions() BadgerOptions {
 		NumCompactors:           2,
 		ValueLogGCInterval:      5 * time.Minute,
 	}
-	o.DiskReserve = o.defaultReserve()
-	return o
 }
+
+// EffectiveDiskReserve returns the free space a store opened with o keeps
+// in reserve: DiskReserve, or the sum it defaults to for the other
+// options; negative when the check is off.
+func (o BadgerOptions) EffectiveDiskReserve() int64 { return o.withDefaults().DiskReserve }
 
 func (o BadgerOptions) withDefaults() BadgerOptions {
 	d := DefaultBadgerOptions()
