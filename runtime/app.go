@@ -85,9 +85,12 @@ type App struct {
 	replaced atomic.Int64
 	// storesWiped counts stores deleted because their files were
 	// unreadable.
-	storesWiped  atomic.Int64
-	replacements replacements
-	errLogs      logLimiter
+	storesWiped atomic.Int64
+	// diskFullWaits counts store writes refused for a full disk and
+	// retried (see thread.writeStores).
+	diskFullWaits atomic.Int64
+	replacements  replacements
+	errLogs       logLimiter
 	// shutdownReason, once set, asks the group to shut the application
 	// down (ShutdownApplication); every subscription carries it.
 	shutdownReason atomic.Pointer[string]
@@ -480,7 +483,9 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 // deleted and opened empty, with a warning: its changelog rebuilds it, and
 // the instance's other tasks never notice. Failures of the machine rather
 // than of the files (a full disk, permissions, too many open files) are
-// returned as they are: deleting the store would not help.
+// returned as they are: deleting the store would not help. A full disk is
+// reported as statestore.ErrDiskFull naming the directory, before badger
+// touches the files (see statestore.BadgerOptions.DiskReserve).
 func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) {
 	dir := filepath.Join(task.Dir(a.appDir(), id), name)
 	s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
@@ -499,7 +504,7 @@ func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) 
 // unreadableState reports whether a store failed to open because of its
 // own files, as opposed to the machine it runs on.
 func unreadableState(err error) bool {
-	for _, machine := range []error{syscall.ENOSPC, syscall.EACCES, syscall.EPERM, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EROFS, syscall.EIO} {
+	for _, machine := range []error{statestore.ErrDiskFull, syscall.ENOSPC, syscall.EACCES, syscall.EPERM, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EROFS, syscall.EIO} {
 		if errors.Is(err, machine) {
 			return false
 		}

@@ -642,7 +642,7 @@ func (th *thread) commit(ctx context.Context) error {
 	if err := acks.Err(); err != nil {
 		return fmt.Errorf("runtime: commit: changelog: %w", err)
 	}
-	if err := completeCommits(running, acks.Last); err != nil {
+	if err := th.writeStores(running, acks.Last); err != nil {
 		return err
 	}
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
@@ -739,7 +739,7 @@ func (th *thread) commitTransaction(ctx context.Context, running []*task.Active,
 		off, ok := acks.Last(topic, partition)
 		return off + 1, ok
 	}
-	if err := completeCommits(running, pastMarker); err != nil {
+	if err := th.writeStores(running, pastMarker); err != nil {
 		return err
 	}
 	return th.begin()

@@ -70,6 +70,20 @@ type BadgerOptions struct {
 	// Logger receives badger's warnings and errors; its info and debug
 	// messages go out at slog's debug level. Nil means slog.Default().
 	Logger *slog.Logger
+	// DiskReserve is the free space, in bytes, below which the store
+	// refuses writes (Write, Put, Delete) and opening with an error
+	// wrapping ErrDiskFull, and skips value-log garbage collection. Badger
+	// writes its logs and tables through memory-mapped sparse files, so a
+	// filesystem that runs out of space under it does not return an error:
+	// the process dies with SIGBUS (checked with badger v4.9.6 on a full
+	// tmpfs: a compaction's table write faulted). The reserve leaves room
+	// for the work badger may still do for writes it has accepted: its
+	// memtable logs, their flush, one level-0 compaction and a value-log
+	// file. Zero means that sum for these options (about 84 MiB with the
+	// defaults); negative disables the check. The reserve guards against
+	// this store's own growth: space taken by others while badger flushes
+	// or compacts can still crash it.
+	DiskReserve int64
 	// Tune, if set, may adjust the final badger options (an escape hatch;
 	// the store's correctness does not depend on any option it sets).
 	Tune func(badger.Options) badger.Options
@@ -127,6 +141,11 @@ func DefaultBadgerOptions() BadgerOptions {
 	}
 }
 
+// EffectiveDiskReserve returns the free space a store opened with o keeps
+// in reserve: DiskReserve, or the sum it defaults to for the other
+// options; negative when the check is off.
+func (o BadgerOptions) EffectiveDiskReserve() int64 { return o.withDefaults().DiskReserve }
+
 func (o BadgerOptions) withDefaults() BadgerOptions {
 	d := DefaultBadgerOptions()
 	set64 := func(v *int64, def int64) {
@@ -151,6 +170,9 @@ func (o BadgerOptions) withDefaults() BadgerOptions {
 	if o.ValueLogGCInterval == 0 {
 		o.ValueLogGCInterval = d.ValueLogGCInterval
 	}
+	if o.DiskReserve == 0 {
+		o.DiskReserve = o.defaultReserve()
+	}
 	if o.Compress && o.BlockCacheSize == 0 {
 		o.BlockCacheSize = 1 << 20
 	}
@@ -158,6 +180,17 @@ func (o BadgerOptions) withDefaults() BadgerOptions {
 		o.Logger = slog.Default()
 	}
 	return o
+}
+
+// defaultReserve sums what badger may write for work already accepted:
+// each memtable's log (a sparse file of twice MemTableSize), the tables
+// their flushes produce, one compaction of level 0 into level 1, and one
+// value-log file (also sparse, of twice ValueLogFileSize).
+func (o BadgerOptions) defaultReserve() int64 {
+	logs := int64(o.NumMemtables) * 2 * o.MemTableSize
+	flushes := int64(o.NumMemtables) * o.MemTableSize
+	compaction := int64(o.NumLevelZeroTables)*o.MemTableSize + o.BaseLevelSize
+	return logs + flushes + compaction + 2*o.ValueLogFileSize
 }
 
 func (o BadgerOptions) badger(dir string) badger.Options {
@@ -222,9 +255,14 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	if err := os.RemoveAll(resetDir(dir)); err != nil {
 		return nil, fmt.Errorf("statestore: remove %s: %w", resetDir(dir), err)
 	}
+	// Opening replays and flushes badger's logs: it needs the same room
+	// as a write.
+	if err := checkRoom(dir, opts.DiskReserve); err != nil {
+		return nil, err
+	}
 	db, err := badger.Open(opts.badger(dir))
 	if err != nil {
-		return nil, fmt.Errorf("statestore: open badger %s: %w", dir, err)
+		return nil, diskError(dir, opts.DiskReserve, fmt.Errorf("statestore: open badger %s: %w", dir, err))
 	}
 	s := &badgerStore{
 		db:             db,
@@ -319,6 +357,37 @@ func (s *badgerStore) snapshot() *badger.Txn {
 
 func (s *badgerStore) exit() { s.mu.RUnlock() }
 
+// checkRoom refuses to let badger write into dir's filesystem when less
+// than reserve bytes are free (see BadgerOptions.DiskReserve). The
+// directory need not exist yet: its nearest existing parent is measured.
+func checkRoom(dir string, reserve int64) error {
+	if reserve < 0 {
+		return nil
+	}
+	for d := dir; ; {
+		free, ok := freeBytes(d)
+		if ok {
+			if free < reserve {
+				return &DiskFullError{Dir: dir, Free: free, Reserve: reserve}
+			}
+			return nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return nil
+		}
+		d = parent
+	}
+}
+
+// diskError marks err as a full disk if the filesystem said so.
+func diskError(dir string, reserve int64, err error) error {
+	if err == nil || !isNoSpace(err) || errors.Is(err, ErrDiskFull) {
+		return err
+	}
+	return &DiskFullError{Dir: dir, Free: -1, Reserve: reserve, Err: err}
+}
+
 func userKey(key []byte) []byte {
 	k := make([]byte, 1+len(key))
 	k[0] = userPrefix
@@ -362,6 +431,9 @@ func (s *badgerStore) update(e Entry) error {
 	defer s.exit()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
+		return err
+	}
 	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := s.check(e); err != nil {
 			return &EntryError{Index: 0, Err: err}
@@ -379,7 +451,7 @@ func (s *badgerStore) update(e Entry) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("statestore: badger write: %w", err)
+		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
 	}
 	return nil
 }
@@ -407,6 +479,11 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 
+	// Checked before anything is written, so a refused Write leaves the
+	// store exactly as it was and may simply be retried.
+	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
+		return err
+	}
 	var pos [8]byte
 	binary.BigEndian.PutUint64(pos[:], uint64(position))
 	ops, err := s.plan(entries)
@@ -421,7 +498,7 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("statestore: badger write: %w", err)
+		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
 	}
 	s.position.Store(position)
 	return nil
@@ -602,7 +679,7 @@ func (s *badgerStore) gcLoop(every time.Duration, log *slog.Logger) {
 		// while there is garbage worth collecting.
 		for {
 			if err := s.collectGarbage(); err != nil {
-				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, ErrClosed) {
+				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrDiskFull) {
 					log.Warn("statestore: badger value log GC failed", "dir", s.dir, "err", err)
 				}
 				break
@@ -616,6 +693,10 @@ func (s *badgerStore) collectGarbage() error {
 		return err
 	}
 	defer s.exit()
+	// GC writes a new value-log file before deleting the old one.
+	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
+		return err
+	}
 	return s.db.RunValueLogGC(0.5)
 }
 

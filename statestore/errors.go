@@ -26,3 +26,40 @@ func (e *EntryError) Error() string {
 }
 
 func (e *EntryError) Unwrap() error { return e.Err }
+
+// ErrDiskFull is the cause of an error from a store that refused, or
+// failed, to write because the filesystem holding it is full, or nearly so
+// (see BadgerOptions.DiskReserve). The store is left as it was: readable,
+// its data and position still in step. A write refused this way may be
+// retried as it is once space has been freed; nothing needs reopening.
+var ErrDiskFull = errors.New("statestore: disk full")
+
+// DiskFullError reports a store that could not write for lack of disk
+// space. errors.Is(err, ErrDiskFull) holds for it, and errors.Is also finds
+// the system's error (ENOSPC) when the filesystem itself refused a write.
+type DiskFullError struct {
+	// Dir is the store's directory.
+	Dir string
+	// Free is the space available in Dir's filesystem when the store
+	// looked, and Reserve the space the store keeps free (both in bytes);
+	// Free is -1 when the filesystem reported the error itself.
+	Free, Reserve int64
+	// Err is the filesystem's error, if it reported one.
+	Err error
+}
+
+func (e *DiskFullError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("statestore: disk full: store %s: %v", e.Dir, e.Err)
+	}
+	return fmt.Sprintf("statestore: disk full: store %s: %d bytes free, below the %d bytes the store keeps free for its database's own work (BadgerOptions.DiskReserve); free space to resume",
+		e.Dir, e.Free, e.Reserve)
+}
+
+// Unwrap returns ErrDiskFull and the filesystem's error, if any.
+func (e *DiskFullError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrDiskFull, e.Err}
+	}
+	return []error{ErrDiskFull}
+}

@@ -103,9 +103,11 @@ func NewActive(cfg Config) (t *Active, err error) {
 		committed: make(map[string]int64),
 		log:       cfg.Logger.With("task", cfg.ID.String()),
 	}
+	// The error returns set t to nil: close the stores of the task made.
+	made := t
 	defer func() {
 		if err != nil {
-			t.closeStores()
+			made.closeStores()
 		}
 	}()
 	adopted := make(map[string]*StoreHandle)

@@ -1,0 +1,74 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+)
+
+// Waiting out a full disk: the first retry comes quickly (space is often
+// freed by a log rotation or a cleanup already under way), later ones
+// back off, and the error is logged at most once per diskFullLogEvery.
+const (
+	diskFullFirstWait = 100 * time.Millisecond
+	diskFullMaxWait   = 5 * time.Second
+	diskFullLogEvery  = 30 * time.Second
+)
+
+// writeStores writes the tasks' committed writes into their stores,
+// waiting out a full disk rather than failing the thread.
+//
+// By the time the stores are written the commit has happened where it
+// counts: under exactly-once the transaction holding the changelog records
+// has committed, and under at-least-once the changelog records are
+// acknowledged. The writes must therefore land as they are, never dropped:
+// a store refused with statestore.ErrDiskFull is left unchanged, and the
+// tasks keep the writes in their caches (queries read them from there), so
+// the same writes with the same positions are simply tried again, with
+// backoff, until space is freed. Stores already written have nothing left
+// to write and are skipped. The thread processes nothing meanwhile; input
+// offsets are committed (at-least-once) only after the stores are written.
+// Failing instead would not help: a replacement thread would restore the
+// same stores on the same full disk.
+//
+// Stopping or killing the instance ends the wait: the stores then keep
+// their last positions, and whoever runs the task next restores the
+// missing writes from the changelog.
+func (th *thread) writeStores(tasks []*task.Active, last task.LastOffsetFunc) error {
+	wait := diskFullFirstWait
+	var since, logged time.Time
+	for attempt := 1; ; attempt++ {
+		err := completeCommits(tasks, last)
+		if err == nil || !errors.Is(err, statestore.ErrDiskFull) {
+			if err == nil && attempt > 1 {
+				th.log.Info("disk space freed; store writes resumed", "waited", time.Since(since).Round(time.Millisecond), "attempts", attempt)
+			}
+			return err
+		}
+		now := time.Now()
+		if attempt == 1 {
+			since = now
+		}
+		if now.Sub(logged) >= diskFullLogEvery {
+			logged = now
+			th.log.Error("disk full: committed writes cannot enter their stores; processing is paused and the writes are retried until space is freed",
+				"err", err, "waited", now.Sub(since).Round(time.Millisecond), "attempts", attempt)
+		}
+		th.app.diskFullWaits.Add(1)
+		select {
+		case <-th.ctx.Done():
+			return fmt.Errorf("runtime: stopped while waiting for disk space: %w", err)
+		case <-th.app.killCtx.Done():
+			return fmt.Errorf("runtime: killed while waiting for disk space: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, diskFullMaxWait)
+	}
+}
+
+// DiskFullWaits counts the times this instance found a store write refused
+// for a full disk (statestore.ErrDiskFull) and paused to retry it.
+func (a *App) DiskFullWaits() int64 { return a.diskFullWaits.Load() }

@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes for the test, skipping it where
+// mounting is not permitted.
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("disk-full test needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		t.Skipf("disk-full test cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// fillTo writes a ballast file until only leave bytes remain free in dir's
+// filesystem, and returns its path.
+func fillTo(t *testing.T, dir string, leave int64) string {
+	t.Helper()
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(dir, &st))
+	free := int64(st.Bavail) * st.Bsize
+	require.Greater(t, free, leave, "nothing to fill")
+	path := filepath.Join(dir, "ballast")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for n := free - leave; n > 0; n -= int64(len(chunk)) {
+		_, err := f.Write(chunk[:min(n, int64(len(chunk)))])
+		require.NoError(t, err)
+	}
+	return path
+}
+
+// A disk that fills up under a running instance pauses its commits without
+// failing the thread, losing or repeating anything; once space is freed
+// the instance carries on by itself, and the counts are exact, also after
+// a restart that reads them back from the stores.
+func TestDiskFullPausesAndResumes(t *testing.T) {
+	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+		t.Run(g.String(), func(t *testing.T) {
+			reserve := statestore.DefaultBadgerOptions().EffectiveDiskReserve()
+			fs := mountTmpfs(t, reserve+64<<20)
+			c := newEOSCluster(t)
+			start := func() *App {
+				app, err := New(countTopology(t), Config{ApplicationID: "diskfull", Brokers: c.b.Addrs(), StateDir: fs,
+					ProcessingGuarantee: g, SessionTimeout: 2 * time.Second})
+				require.NoError(t, err)
+				require.NoError(t, app.Start(context.Background()))
+				return app
+			}
+			app := start()
+			want := map[string]int64{}
+			c.produce(t, 300, want)
+			waitCounts(t, app, want)
+
+			ballast := fillTo(t, fs, reserve/2)
+			c.produce(t, 200, want)
+			waitFor(t, 20*time.Second, "a store write refused for a full disk", func() bool { return app.DiskFullWaits() > 0 })
+			require.Equal(t, StateRunning, app.State(), "a full disk does not stop the instance")
+
+			require.NoError(t, os.Remove(ballast))
+			c.produce(t, 100, want)
+			waitCounts(t, app, want)
+			require.Equal(t, StateRunning, app.State())
+			require.Zero(t, app.StoresWiped())
+			require.NoError(t, app.Close(context.Background()))
+
+			app = start()
+			defer app.Close(context.Background())
+			waitCounts(t, app, want)
+		})
+	}
+}
+
+// An instance that must open a store on a full disk stops with an error
+// that says so and names the store's directory, and deletes nothing.
+func TestDiskFullAtOpenIsReported(t *testing.T) {
+	reserve := statestore.DefaultBadgerOptions().EffectiveDiskReserve()
+	fs := mountTmpfs(t, reserve+16<<20)
+	c := newEOSCluster(t)
+	want := map[string]int64{}
+	c.produce(t, 50, want)
+	fillTo(t, fs, reserve/2)
+	app, err := New(countTopology(t), Config{ApplicationID: "diskfull-open", Brokers: c.b.Addrs(), StateDir: fs, SessionTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+	waitFor(t, 20*time.Second, "the instance stops for the full disk", func() bool { return app.Err() != nil })
+	require.ErrorIs(t, app.Err(), statestore.ErrDiskFull)
+	require.ErrorContains(t, app.Err(), fs)
+	require.Zero(t, app.StoresWiped())
+}

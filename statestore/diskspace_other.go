@@ -1,0 +1,14 @@
+//go:build !unix
+
+package statestore
+
+import (
+	"errors"
+	"syscall"
+)
+
+// freeBytes cannot measure free space here; stores then rely on the
+// filesystem's own errors.
+func freeBytes(string) (int64, bool) { return 0, false }
+
+func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
