@@ -230,7 +230,7 @@ func (c *cluster) iqWaitCurrent(t *testing.T, nodes []*iqNode, k int) iqLayout {
 	t.Helper()
 	var lay iqLayout
 	cl := changelogTopic("wc")
-	waitFor(t, settleTimeout, "every counts replica at its changelog's end", func() (bool, string) {
+	waitFor(t, settleTimeout, "every counts replica at its changelog's end, with a known age", func() (bool, string) {
 		var probs []string
 		if lay, probs = c.iqLayoutProblems(nodes, k); len(probs) > 0 {
 			return false, strings.Join(probs, "; ")
@@ -241,6 +241,11 @@ func (c *cluster) iqWaitCurrent(t *testing.T, nodes []*iqNode, k int) iqLayout {
 				ri, _ := n.replica(p)
 				if ri.Position != ends[p] || ri.Lag != 0 {
 					return false, fmt.Sprintf("partition %d on %s: %s at %d lag %d, changelog end %d", p, n.name, ri.Role, ri.Position, ri.Lag, ends[p])
+				}
+				// Current means able to vouch for its age too: a standby
+				// knows it once its instance has seen the active's commits.
+				if _, known := ri.Age(); !known {
+					return false, fmt.Sprintf("partition %d on %s: %s age not known yet (input committed %s ago)", p, n.name, ri.Role, ri.InputCommittedAgo)
 				}
 			}
 		}
