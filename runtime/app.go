@@ -106,6 +106,13 @@ type App struct {
 	probeMu    sync.Mutex
 	probe      *time.Timer // the next probing rebalance
 
+	// startIDs are the topic IDs seen at start; watchTopics compares the
+	// broker's with them (see wipe.go).
+	startIDs  map[string]kadm.TopicID
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	rewires   atomic.Int64
+
 	closeOnce   sync.Once
 	releaseOnce sync.Once
 	done        chan struct{}
@@ -204,6 +211,13 @@ func (a *App) Start(ctx context.Context) (err error) {
 	for _, th := range a.threads {
 		go th.run()
 	}
+	wctx, cancel := context.WithCancel(context.Background())
+	a.stopWatch = cancel
+	a.watchDone = make(chan struct{})
+	go func() {
+		defer close(a.watchDone)
+		a.watchTopics(wctx, a.startIDs)
+	}()
 	a.log.Info("started", "threads", len(a.threads), "state_dir", a.dir.path)
 	return nil
 }
@@ -227,6 +241,9 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	if err := a.checkAccess(ctx); err != nil {
 		return err
+	}
+	if a.startIDs, err = a.topicIDs(ctx); err != nil {
+		return fmt.Errorf("runtime: describe topics: %w", err)
 	}
 	if a.registry, err = newRegistry(a); err != nil {
 		return err
@@ -319,6 +336,11 @@ func (a *App) closeErr() error {
 func (a *App) releaseResources() { a.releaseOnce.Do(a.release) }
 
 func (a *App) release() {
+	if a.stopWatch != nil {
+		// Before the threads and the registry it rewires are closed.
+		a.stopWatch()
+		<-a.watchDone
+	}
 	a.probeMu.Lock()
 	if a.probe != nil {
 		a.probe.Stop()
@@ -527,6 +549,11 @@ type topicPlan struct {
 	taskTopics map[task.ID][]string
 	// changelogs maps every stateful sub-topology to its changelog topics.
 	changelogs map[int][]string
+	// external lists the user's topics the app reads or writes, sorted.
+	external []string
+	// specs describes the internal topics, to create them again if the
+	// broker loses them.
+	specs []changelog.TopicSpec
 }
 
 // planTopics reads the partition counts of the user's topics, derives those
@@ -646,6 +673,7 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 	if err := changelog.EnsureTopics(ctx, adm, specs); err != nil {
 		return nil, fmt.Errorf("runtime: internal topics: %w", err)
 	}
+	plan.external, plan.specs = external, specs
 	return plan, nil
 }
 
@@ -700,10 +728,12 @@ func (a *App) RestoredRecords() int64 { return a.restored.total() }
 func (a *App) StoreResets() int64 {
 	var n int64
 	for _, th := range a.threads {
-		n += th.rest.reader.StoreResets()
+		n += th.rest.storeResets()
 	}
-	if a.registry != nil {
-		n += a.registry.follower.StoreResets()
+	if r := a.registry; r != nil {
+		r.mu.Lock()
+		n += r.follower.StoreResets()
+		r.mu.Unlock()
 	}
 	return n
 }
