@@ -62,12 +62,17 @@ func wipeBroker(t *testing.T, c *cluster, listen string) {
 // under the given guarantee. Its logs are printed if the test fails.
 func startWipeInstance(t *testing.T, c *cluster, name string, g runtime.ProcessingGuarantee) *instance {
 	t.Helper()
+	return startWipeInstanceIn(t, c, name, t.TempDir(), g)
+}
+
+// startWipeInstanceIn is startWipeInstance with a given state directory.
+func startWipeInstanceIn(t *testing.T, c *cluster, name, dir string, g runtime.ProcessingGuarantee) *instance {
+	t.Helper()
 	logs := new(logBuffer)
 	level := slog.LevelInfo
 	if os.Getenv("EDDY_TEST_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
-	dir := t.TempDir()
 	app, err := runtime.New(wordCount(t), runtime.Config{
 		ApplicationID:       "wipe",
 		Brokers:             c.b.Addrs(),
@@ -170,7 +175,10 @@ func TestBrokerWipeRecovery(t *testing.T) {
 	}
 }
 
-func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
+// newWipeCluster starts a persistent broker on a free port with the
+// word-count topics and returns it with the address to restart it on.
+func newWipeCluster(t *testing.T) (*cluster, string) {
+	t.Helper()
 	b, err := broker.Start(broker.Config{
 		Listen:             "127.0.0.1:0",
 		DataDir:            t.TempDir(),
@@ -180,6 +188,7 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	listen := b.Addrs()[0]
+	var c *cluster
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(b.Addrs()...),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -187,11 +196,15 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 	)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
-	c := &cluster{b: b, cl: cl, adm: kadm.NewClient(cl), partitions: wipePartitions, threads: streamThreads(t)}
+	c = &cluster{b: b, cl: cl, adm: kadm.NewClient(cl), partitions: wipePartitions, threads: streamThreads(t)}
 	resp, err := c.adm.CreateTopics(ctx(t), wipePartitions, -1, nil, inputTopic, outputTopic)
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
+	return c, listen
+}
 
+func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
+	c, listen := newWipeCluster(t)
 	insts := []*instance{
 		startWipeInstance(t, c, "a", g),
 		startWipeInstance(t, c, "b", g),
@@ -203,7 +216,7 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 	c.produceLines(t, gen.lines(6000, before))
 	waitWipeCounts(t, "the counts before the wipe", words, before, insts...)
 
-	b.Close()
+	c.b.Close()
 	wipeBroker(t, c, listen)
 	t.Logf("broker restarted on %s with an empty data directory", listen)
 
@@ -219,4 +232,36 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 		require.NoError(t, in.Err(), "instance %s", in.name)
 		require.Equal(t, runtime.StateRunning, in.State(), "instance %s", in.name)
 	}
+}
+
+// TestBrokerWipeThenRestartWithKeptState is the restart by hand after a
+// broker lost its data: an instance stopped before the wipe comes back with
+// its state directory, whose stores' positions count records of changelogs
+// that no longer exist. The new changelogs have grown past those positions
+// by then, so the positions fit them; restoring from there would keep old
+// counts for every word whose latest new record lies below the position.
+// The state must be rebuilt from the new changelogs instead.
+func TestBrokerWipeThenRestartWithKeptState(t *testing.T) {
+	c, listen := newWipeCluster(t)
+	dir := t.TempDir()
+	a := startWipeInstanceIn(t, c, "a", dir, runtime.ExactlyOnce)
+	gen := newCorpus(13, 300)
+	words := slices.Clone(gen.vocab)
+	before := make(map[string]int64)
+	c.produceLines(t, gen.lines(3000, before))
+	waitWipeCounts(t, "the counts before the wipe", words, before, a)
+	a.close(t)
+
+	c.b.Close()
+	wipeBroker(t, c, listen)
+	after := make(map[string]int64)
+	b := startWipeInstance(t, c, "b", runtime.ExactlyOnce)
+	// More input than before, so the new changelogs outgrow the old
+	// positions.
+	c.produceLines(t, gen.lines(9000, after))
+	waitWipeCounts(t, "the counts of the input produced after the wipe", words, after, b)
+	b.close(t)
+
+	a = startWipeInstanceIn(t, c, "a2", dir, runtime.ExactlyOnce)
+	waitWipeCounts(t, "the counts after restarting with the state kept from before the wipe", words, after, a)
 }

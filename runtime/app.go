@@ -245,6 +245,9 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	if a.startIDs, err = a.topicIDs(ctx); err != nil {
 		return fmt.Errorf("runtime: describe topics: %w", err)
 	}
+	if err := a.forgetRecreatedState(a.startIDs); err != nil {
+		return err
+	}
 	if a.registry, err = newRegistry(a); err != nil {
 		return err
 	}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -179,6 +183,9 @@ func (a *App) rewireAll(ctx context.Context, known map[string]kadm.TopicID, chan
 	if err := a.registry.rewire(recreated); err != nil {
 		return nil, err
 	}
+	if err := a.recordChangelogIDs(ids); err != nil {
+		return nil, err
+	}
 	a.log.Info("topics back; threads rejoin the group with new clients", "recreated", slices.Sorted(maps.Keys(recreated)))
 	return ids, nil
 }
@@ -315,10 +322,97 @@ func (r *registry) rewire(recreated map[string]bool) error {
 // onRecreated reports whether a task has a logged store whose changelog
 // was recreated.
 func (r *registry) onRecreated(id task.ID, recreated map[string]bool) bool {
-	for _, s := range r.app.topo.SubTopologies()[id.SubTopology].Stores {
-		if s.Logged && recreated[changelog.TopicName(r.app.cfg.ApplicationID, s.Name)] {
+	return onRecreated(r.app, id, recreated)
+}
+
+func onRecreated(a *App, id task.ID, recreated map[string]bool) bool {
+	for _, s := range a.topo.SubTopologies()[id.SubTopology].Stores {
+		if s.Logged && recreated[changelog.TopicName(a.cfg.ApplicationID, s.Name)] {
 			return true
 		}
 	}
 	return false
+}
+
+// changelogIDsFile records, in the application's state directory, the topic
+// IDs of the changelogs the stores on disk were written from. An instance
+// that was stopped while the broker lost its data comes back to
+// changelogs with the same names and new IDs; its stores' positions count
+// records of the old logs and may well fall inside the new ones, where
+// restoring from them would mix old state with new.
+const changelogIDsFile = "changelog-topic-ids"
+
+// forgetRecreatedState deletes, before the state directory is scanned, the
+// task directories whose changelogs have other IDs than the ones recorded,
+// and records the current IDs.
+func (a *App) forgetRecreatedState(ids map[string]kadm.TopicID) error {
+	path := filepath.Join(a.appDir(), changelogIDsFile)
+	recorded := make(map[string]string)
+	if b, err := os.ReadFile(path); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if name, id, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+				recorded[name] = id
+			}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("runtime: read %s: %w", path, err)
+	}
+	recreated := make(map[string]bool)
+	for _, name := range a.changelogNames() {
+		if old, ok := recorded[name]; ok && old != ids[name].String() {
+			recreated[name] = true
+		}
+	}
+	if len(recreated) > 0 {
+		entries, err := os.ReadDir(a.appDir())
+		if err != nil {
+			return fmt.Errorf("runtime: read state directory: %w", err)
+		}
+		subs := a.topo.SubTopologies()
+		for _, e := range entries {
+			id, err := task.ParseID(e.Name())
+			if !e.IsDir() || err != nil || id.SubTopology >= len(subs) {
+				continue
+			}
+			if !onRecreated(a, id, recreated) {
+				continue
+			}
+			a.log.Warn("the changelog of a task's state on disk was recreated since it was written; deleting the state to rebuild it from the new changelog",
+				"task", id, "changelogs", slices.Sorted(maps.Keys(recreated)))
+			if err := task.RemoveDir(a.appDir(), id); err != nil {
+				return fmt.Errorf("runtime: delete the state of task %s, whose changelog was recreated: %w", id, err)
+			}
+		}
+	}
+	return a.recordChangelogIDs(ids)
+}
+
+// recordChangelogIDs writes the changelogs' current IDs to the state
+// directory, atomically.
+func (a *App) recordChangelogIDs(ids map[string]kadm.TopicID) error {
+	var sb strings.Builder
+	for _, name := range a.changelogNames() {
+		if id, ok := ids[name]; ok {
+			fmt.Fprintf(&sb, "%s %s\n", name, id)
+		}
+	}
+	path := filepath.Join(a.appDir(), changelogIDsFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(sb.String()), 0o644); err != nil {
+		return fmt.Errorf("runtime: write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("runtime: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// changelogNames lists the application's changelog topics, sorted.
+func (a *App) changelogNames() []string {
+	var out []string
+	for _, names := range a.plan.changelogs {
+		out = append(out, names...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
