@@ -26,7 +26,9 @@ const wipePartitions = 3
 // wipeBroker starts an embedded broker on listen with a fresh data
 // directory, as an operator restarting a broker whose disk was lost would,
 // and creates the user's input and output topics again.
-func wipeBroker(t *testing.T, c *cluster, listen string) {
+// Before creating them it waits for noticed, if given, to hold: the
+// instances must wait for their input and output topics rather than fail.
+func wipeBroker(t *testing.T, c *cluster, listen string, noticed func() (bool, string)) {
 	t.Helper()
 	b, err := broker.Start(broker.Config{
 		Listen:             listen,
@@ -48,6 +50,9 @@ func wipeBroker(t *testing.T, c *cluster, listen string) {
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	c.cl, c.adm = cl, kadm.NewClient(cl)
+	if noticed != nil {
+		waitFor(t, settleTimeout, "the instances to notice the wipe", noticed)
+	}
 	var resp kadm.CreateTopicResponses
 	waitFor(t, settleTimeout, "the user's topics to be created on the new broker", func() (bool, string) {
 		resp, err = c.adm.CreateTopics(ctx(t), wipePartitions, -1, nil, inputTopic, outputTopic)
@@ -217,7 +222,17 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 	waitWipeCounts(t, "the counts before the wipe", words, before, insts...)
 
 	c.b.Close()
-	wipeBroker(t, c, listen)
+	wipeBroker(t, c, listen, func() (bool, string) {
+		for _, in := range insts {
+			if err := in.Err(); err != nil {
+				t.Fatalf("instance %s failed: %v", in.name, err)
+			}
+			if in.Rewires() == 0 {
+				return false, "instance " + in.name + " has not noticed"
+			}
+		}
+		return true, ""
+	})
 	t.Logf("broker restarted on %s with an empty data directory", listen)
 
 	// New input only: what the counts must be once the instances noticed.
@@ -253,7 +268,7 @@ func TestBrokerWipeThenRestartWithKeptState(t *testing.T) {
 	a.close(t)
 
 	c.b.Close()
-	wipeBroker(t, c, listen)
+	wipeBroker(t, c, listen, nil)
 	after := make(map[string]int64)
 	b := startWipeInstance(t, c, "b", runtime.ExactlyOnce)
 	// More input than before, so the new changelogs outgrow the old
