@@ -207,10 +207,8 @@ func (a *App) Start(ctx context.Context) (err error) {
 		}
 		a.threads = append(a.threads, th)
 	}
-	a.state.Store(int32(StateRunning))
-	for _, th := range a.threads {
-		go th.run()
-	}
+	// The watcher starts before the threads: a thread that fails at once
+	// releases the App, which stops the watcher.
 	wctx, cancel := context.WithCancel(context.Background())
 	a.stopWatch = cancel
 	a.watchDone = make(chan struct{})
@@ -218,6 +216,10 @@ func (a *App) Start(ctx context.Context) (err error) {
 		defer close(a.watchDone)
 		a.watchTopics(wctx, a.startIDs)
 	}()
+	a.state.Store(int32(StateRunning))
+	for _, th := range a.threads {
+		go th.run()
+	}
 	a.log.Info("started", "threads", len(a.threads), "state_dir", a.dir.path)
 	return nil
 }
