@@ -279,4 +279,5 @@ func TestBrokerWipeThenRestartWithKeptState(t *testing.T) {
 
 	a = startWipeInstanceIn(t, c, "a2", dir, runtime.ExactlyOnce)
 	waitWipeCounts(t, "the counts after restarting with the state kept from before the wipe", words, after, a)
+	require.Positive(t, a.StoreResets(), "the state kept from before the wipe was reset")
 }

@@ -112,6 +112,9 @@ type App struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	rewires   atomic.Int64
+	// recreatedResets counts stores deleted because their changelog was
+	// recreated; StoreResets includes them.
+	recreatedResets atomic.Int64
 
 	closeOnce   sync.Once
 	releaseOnce sync.Once
@@ -730,8 +733,12 @@ func (a *App) RestoredRecords() int64 { return a.restored.total() }
 // deleted and created again, or the broker reset, while the state directory
 // was kept) or below its log start (records the store never applied were
 // deleted). Restorations and standbys both count.
+//
+// Stores whose changelog topic has another ID than the one they were
+// written from are deleted rather than reset in place (see wipe.go); each
+// counts as one reset.
 func (a *App) StoreResets() int64 {
-	var n int64
+	n := a.recreatedResets.Load()
 	for _, th := range a.threads {
 		n += th.rest.storeResets()
 	}

@@ -297,7 +297,11 @@ func (r *registry) rewire(recreated map[string]bool) error {
 	r.mu.Unlock()
 	var errs []error
 	for _, id := range wipe {
+		n := storesOnRecreated(r.app, id, recreated)
 		err := task.RemoveDir(r.app.appDir(), id)
+		if err == nil {
+			r.app.recreatedResets.Add(n)
+		}
 		r.mu.Lock()
 		r.doneMovingLocked(id)
 		r.mu.Unlock()
@@ -323,6 +327,21 @@ func (r *registry) rewire(recreated map[string]bool) error {
 // was recreated.
 func (r *registry) onRecreated(id task.ID, recreated map[string]bool) bool {
 	return onRecreated(r.app, id, recreated)
+}
+
+// storesOnRecreated counts the persistent stores a task directory holds
+// on disk whose changelog was recreated: deleting it resets them.
+func storesOnRecreated(a *App, id task.ID, recreated map[string]bool) int64 {
+	var n int64
+	for _, s := range a.topo.SubTopologies()[id.SubTopology].Stores {
+		if !s.Persistent || !s.Logged || !recreated[changelog.TopicName(a.cfg.ApplicationID, s.Name)] {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(task.Dir(a.appDir(), id), s.Name)); err == nil {
+			n++
+		}
+	}
+	return n
 }
 
 func onRecreated(a *App, id task.ID, recreated map[string]bool) bool {
@@ -379,9 +398,11 @@ func (a *App) forgetRecreatedState(ids map[string]kadm.TopicID) error {
 			}
 			a.log.Warn("the changelog of a task's state on disk was recreated since it was written; deleting the state to rebuild it from the new changelog",
 				"task", id, "changelogs", slices.Sorted(maps.Keys(recreated)))
+			n := storesOnRecreated(a, id, recreated)
 			if err := task.RemoveDir(a.appDir(), id); err != nil {
 				return fmt.Errorf("runtime: delete the state of task %s, whose changelog was recreated: %w", id, err)
 			}
+			a.recreatedResets.Add(n)
 		}
 	}
 	return a.recordChangelogIDs(ids)
