@@ -109,6 +109,16 @@ type App struct {
 	probeMu    sync.Mutex
 	probe      *time.Timer // the next probing rebalance
 
+	// startIDs are the topic IDs seen at start; watchTopics compares the
+	// broker's with them (see wipe.go).
+	startIDs  map[string]kadm.TopicID
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	rewires   atomic.Int64
+	// recreatedResets counts stores deleted because their changelog was
+	// recreated; StoreResets includes them.
+	recreatedResets atomic.Int64
+
 	closeOnce   sync.Once
 	releaseOnce sync.Once
 	done        chan struct{}
@@ -203,6 +213,15 @@ func (a *App) Start(ctx context.Context) (err error) {
 		}
 		a.threads = append(a.threads, th)
 	}
+	// The watcher starts before the threads: a thread that fails at once
+	// releases the App, which stops the watcher.
+	wctx, cancel := context.WithCancel(context.Background())
+	a.stopWatch = cancel
+	a.watchDone = make(chan struct{})
+	go func() {
+		defer close(a.watchDone)
+		a.watchTopics(wctx, a.startIDs)
+	}()
 	a.state.Store(int32(StateRunning))
 	for _, th := range a.threads {
 		go th.run()
@@ -229,6 +248,12 @@ func (a *App) prepare(ctx context.Context) (err error) {
 		return err
 	}
 	if err := a.checkAccess(ctx); err != nil {
+		return err
+	}
+	if a.startIDs, err = a.topicIDs(ctx); err != nil {
+		return fmt.Errorf("runtime: describe topics: %w", err)
+	}
+	if err := a.forgetRecreatedState(a.startIDs); err != nil {
 		return err
 	}
 	if a.registry, err = newRegistry(a); err != nil {
@@ -322,6 +347,11 @@ func (a *App) closeErr() error {
 func (a *App) releaseResources() { a.releaseOnce.Do(a.release) }
 
 func (a *App) release() {
+	if a.stopWatch != nil {
+		// Before the threads and the registry it rewires are closed.
+		a.stopWatch()
+		<-a.watchDone
+	}
 	a.probeMu.Lock()
 	if a.probe != nil {
 		a.probe.Stop()
@@ -532,6 +562,11 @@ type topicPlan struct {
 	taskTopics map[task.ID][]string
 	// changelogs maps every stateful sub-topology to its changelog topics.
 	changelogs map[int][]string
+	// external lists the user's topics the app reads or writes, sorted.
+	external []string
+	// specs describes the internal topics, to create them again if the
+	// broker loses them.
+	specs []changelog.TopicSpec
 }
 
 // planTopics reads the partition counts of the user's topics, derives those
@@ -651,6 +686,7 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 	if err := changelog.EnsureTopics(ctx, adm, specs); err != nil {
 		return nil, fmt.Errorf("runtime: internal topics: %w", err)
 	}
+	plan.external, plan.specs = external, specs
 	return plan, nil
 }
 
@@ -702,13 +738,19 @@ func (a *App) RestoredRecords() int64 { return a.restored.total() }
 // deleted and created again, or the broker reset, while the state directory
 // was kept) or below its log start (records the store never applied were
 // deleted). Restorations and standbys both count.
+//
+// Stores whose changelog topic has another ID than the one they were
+// written from are deleted rather than reset in place (see wipe.go); each
+// counts as one reset.
 func (a *App) StoreResets() int64 {
-	var n int64
+	n := a.recreatedResets.Load()
 	for _, th := range a.threads {
-		n += th.rest.reader.StoreResets()
+		n += th.rest.storeResets()
 	}
-	if a.registry != nil {
-		n += a.registry.follower.StoreResets()
+	if r := a.registry; r != nil {
+		r.mu.Lock()
+		n += r.follower.StoreResets()
+		r.mu.Unlock()
 	}
 	return n
 }

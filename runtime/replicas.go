@@ -137,6 +137,35 @@ type registry struct {
 }
 
 func newRegistry(a *App) (*registry, error) {
+	r := &registry{app: a}
+	rd, err := r.newFollower()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.log = a.log
+	r.follower = rd
+	r.cancel = cancel
+	r.exited = make(chan struct{})
+	r.reps = make(map[task.ID]*replica)
+	r.shares = make(map[int]assignor.AssignmentInfo)
+	r.current = make(map[int]bool)
+	r.moving = make(map[task.ID]move)
+	r.onDisk = make(map[task.ID]diskState)
+	r.moved = sync.NewCond(&r.mu)
+	if err := r.scanDisk(); err != nil {
+		cancel()
+		rd.Close()
+		return nil, err
+	}
+	go r.follow(ctx)
+	go r.janitor(ctx)
+	return r, nil
+}
+
+// newFollower creates the standby changelog reader.
+func (r *registry) newFollower() (*changelog.Reader, error) {
+	a := r.app
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
 		Seeds:         a.cfg.Brokers,
 		ClientOpts:    a.connOpts(),
@@ -149,28 +178,7 @@ func newRegistry(a *App) (*registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: standby changelog reader: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &registry{
-		app:      a,
-		log:      a.log,
-		follower: rd,
-		cancel:   cancel,
-		exited:   make(chan struct{}),
-		reps:     make(map[task.ID]*replica),
-		shares:   make(map[int]assignor.AssignmentInfo),
-		current:  make(map[int]bool),
-		moving:   make(map[task.ID]move),
-		onDisk:   make(map[task.ID]diskState),
-	}
-	r.moved = sync.NewCond(&r.mu)
-	if err := r.scanDisk(); err != nil {
-		cancel()
-		rd.Close()
-		return nil, err
-	}
-	go r.follow(ctx)
-	go r.janitor(ctx)
-	return r, nil
+	return rd, nil
 }
 
 // persistentLogged lists the stores of a sub-topology whose state survives
@@ -717,9 +725,12 @@ func (r *registry) closeStandby(rep *replica) map[string]int64 {
 // follow runs the standby changelog reader and tracks when each standby was
 // last caught up.
 func (r *registry) follow(ctx context.Context) {
-	defer close(r.exited)
+	r.mu.Lock()
+	rd, exited := r.follower, r.exited
+	r.mu.Unlock()
+	defer close(exited)
 	for {
-		completed, err := r.follower.Poll(ctx)
+		completed, err := rd.Poll(ctx)
 		for _, c := range completed {
 			if c.Err != nil {
 				r.log.Warn("standby stopped following its changelog", "task", c.Task, "topic", c.Topic, "err", c.Err)

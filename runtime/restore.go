@@ -78,6 +78,17 @@ type restoring struct {
 }
 
 func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
+	r := &restorer{log: log, tally: a.restored}
+	if err := r.start(a, log); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// start gives the restorer a new changelog reader, with a client that knows
+// nothing of topics it read before, and nothing to restore. The thread
+// calls it with its mu held, after stop, when its topics were recreated.
+func (r *restorer) start(a *App, log *slog.Logger) error {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
 		Seeds:         a.cfg.Brokers,
 		ClientOpts:    a.connOpts(),
@@ -88,25 +99,21 @@ func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 		MaxBatchRecords: restoreBatchRecords,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("runtime: changelog reader: %w", err)
+		return fmt.Errorf("runtime: changelog reader: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &restorer{
-		reader:  rd,
-		log:     log,
-		cancel:  cancel,
-		exited:  make(chan struct{}),
-		pending: make(map[task.ID]*restoring),
-		tally:   a.restored,
-	}
-	go r.run(ctx)
-	return r, nil
+	r.mu.Lock()
+	r.reader, r.cancel, r.exited = rd, cancel, make(chan struct{})
+	r.pending, r.done, r.failed = make(map[task.ID]*restoring), nil, nil
+	r.mu.Unlock()
+	go r.run(ctx, rd, r.exited)
+	return nil
 }
 
-func (r *restorer) run(ctx context.Context) {
-	defer close(r.exited)
+func (r *restorer) run(ctx context.Context, rd *changelog.Reader, exited chan struct{}) {
+	defer close(exited)
 	for {
-		completed, err := r.reader.Poll(ctx)
+		completed, err := rd.Poll(ctx)
 		r.complete(completed)
 		if err != nil {
 			if errors.Is(err, changelog.ErrClosed) || ctx.Err() != nil {
@@ -237,10 +244,28 @@ func (r *restorer) progress(topic string, partition int32) (changelog.Progress, 
 	return r.reader.Progress(topic, partition)
 }
 
-func (r *restorer) close() {
-	r.cancel()
-	r.reader.Close()
-	<-r.exited
+func (r *restorer) close() { r.stop() }
+
+// stop closes the reader; start gives the restorer a new one. Closing a
+// stopped restorer is a no-op.
+func (r *restorer) stop() {
+	r.mu.Lock()
+	rd, cancel, exited := r.reader, r.cancel, r.exited
+	r.cancel = nil
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	rd.Close()
+	<-exited
+}
+
+// storeResets counts the store resets of the current reader.
+func (r *restorer) storeResets() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reader.StoreResets()
 }
 
 // isDone reports whether a task registered for restoration has finished

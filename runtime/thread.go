@@ -75,7 +75,10 @@ type thread struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopping atomic.Bool
-	killed   atomic.Bool // set by Kill: no commit, no leave-group
+	// rewireReq asks the thread to let go of its client and tasks until
+	// the application's topics are back (see wipe.go).
+	rewireReq atomic.Pointer[rewire]
+	killed    atomic.Bool // set by Kill: no commit, no leave-group
 	// halted is set (under mu) when the thread stopped processing on an
 	// error under ShutdownApplication: it keeps polling only to take part
 	// in the rebalance that tells every member to shut down.
@@ -350,6 +353,11 @@ func (th *thread) loop() error {
 
 // iteration is one pass of the loop: poll, process, restore, commit.
 func (th *thread) iteration() error {
+	if r := th.rewireReq.Swap(nil); r != nil {
+		th.mu.Lock()
+		defer th.mu.Unlock()
+		return th.pauseForRewire(r)
+	}
 	pollCtx, cancel := context.WithTimeout(th.ctx, th.pollWait())
 	fetches := th.cl.PollRecords(pollCtx, th.app.cfg.MaxPollRecords)
 	cancel()
