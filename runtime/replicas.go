@@ -70,6 +70,11 @@ type replica struct {
 	// active parked, so a replica never reports an unknown lag while it
 	// changes role.
 	ends map[string]int64
+	// endsConfirmed is when the broker last confirmed ends (the oldest
+	// confirmation among the stores), carried with them: a promoted
+	// standby's end stays as trustworthy as it was until its restoration
+	// lists the end again. Zero when ends were not confirmed.
+	endsConfirmed time.Time
 }
 
 // move is a task whose stores or directory are being opened, closed or
@@ -330,11 +335,14 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHand
 		return nil, false
 	}
 	var promoted *task.Standby
-	ends := rep.ends
+	ends, confirmed := rep.ends, rep.endsConfirmed
 	switch rep.role {
 	case RoleIdle:
+		// A parked active committed right before it was parked: its
+		// position was the changelog's end then.
+		confirmed = rep.opened
 	case RoleStandby, RoleWarmup:
-		ends = r.followedEndsLocked(rep)
+		ends, confirmed = r.followedEndsLocked(rep)
 		promoted = rep.standby
 	default:
 		r.mu.Unlock()
@@ -345,7 +353,7 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHand
 	}
 	// The replica stays visible to queries, now restoring, while the
 	// thread builds the task around its stores.
-	r.reps[id] = &replica{id: id, role: RoleRestoring, stores: rep.stores, owner: th, opened: rep.opened, caughtUp: rep.caughtUp, ends: ends}
+	r.reps[id] = &replica{id: id, role: RoleRestoring, stores: rep.stores, owner: th, opened: rep.opened, caughtUp: rep.caughtUp, ends: ends, endsConfirmed: confirmed}
 	r.mu.Unlock()
 	if promoted != nil {
 		r.unfollow(rep)
@@ -355,15 +363,26 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHand
 	return rep.stores, false
 }
 
-// followedEndsLocked reads the changelog ends a standby last saw.
-func (r *registry) followedEndsLocked(rep *replica) map[string]int64 {
+// followedEndsLocked reads the changelog ends a standby last saw, and when
+// the broker confirmed them (the oldest confirmation; zero if one was never
+// confirmed).
+func (r *registry) followedEndsLocked(rep *replica) (map[string]int64, time.Time) {
 	ends := make(map[string]int64)
-	for _, h := range rep.stores {
-		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok && p.End >= 0 {
+	var confirmed time.Time
+	for i, h := range rep.stores {
+		p, ok := r.follower.Progress(h.Changelog, rep.id.Partition)
+		if ok && p.End >= 0 {
 			ends[h.Changelog] = p.End
 		}
+		if !ok || p.EndConfirmed.IsZero() {
+			confirmed = time.Time{}
+			break
+		}
+		if i == 0 || p.EndConfirmed.Before(confirmed) {
+			confirmed = p.EndConfirmed
+		}
 	}
-	return ends
+	return ends, confirmed
 }
 
 // activeStarted records a task a thread now owns and restores.
@@ -372,7 +391,7 @@ func (r *registry) activeStarted(th *thread, t *task.Active) {
 	defer r.mu.Unlock()
 	rep := &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th, opened: time.Now()}
 	if old, ok := r.reps[t.ID()]; ok && old.owner == th {
-		rep.opened, rep.caughtUp, rep.ends = old.opened, old.caughtUp, old.ends
+		rep.opened, rep.caughtUp, rep.ends, rep.endsConfirmed = old.opened, old.caughtUp, old.ends, old.endsConfirmed
 	}
 	r.reps[t.ID()] = rep
 }
@@ -974,17 +993,19 @@ func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
 			// Nothing to restore, or restored and about to run: the task
 			// is the changelog's only writer now.
 			ri.End, ri.Lag, ri.EndConfirmed = pos, 0, now
-		case ok:
+		case ok && p.End >= 0:
 			ri.Rebuilding, ri.EndConfirmed = p.Rebuilding, p.EndConfirmed
-			if p.End >= 0 {
-				ri.End, ri.Lag = p.End, max(p.End-pos, 0)
-			}
+			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
 		default:
+			if ok {
+				ri.Rebuilding = p.Rebuilding
+			}
 			if end, known := rep.ends[h.Changelog]; known {
 				// Not listed yet: the end the replica knew before it
-				// started restoring is a lower bound of the lag, not
-				// confirmed.
+				// started restoring (a promoted standby's, a parked
+				// active's), as confirmed as it was then.
 				ri.End, ri.Lag = max(end, pos), max(end-pos, 0)
+				ri.EndConfirmed = rep.endsConfirmed
 			}
 		}
 	case RoleIdle:
