@@ -131,13 +131,7 @@ type StaleError struct {
 	// InputCommittedAgo is how long ago the partition's active last
 	// committed its input, Unknown if never observed.
 	InputCommittedAgo time.Duration
-	// AcceptableRecoveryLag is always 0.
-	//
-	// Deprecated: the acceptable recovery lag no longer caps a caller's
-	// bound (see Staleness); the field stays only so that existing code
-	// compiles.
-	AcceptableRecoveryLag int64
-	Bound                 Staleness
+	Bound             Staleness
 }
 
 func (e *StaleError) info() ReplicaInfo {

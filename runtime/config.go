@@ -196,8 +196,8 @@ type Config struct {
 	NumStandbys int
 	// AcceptableRecoveryLag is the largest changelog lag at which a replica
 	// counts as caught up: the assignor moves an active only to a caught-up
-	// instance, and queries that accept that much staleness may read a
-	// restoring replica. Default 10 000 records.
+	// instance. It does not limit queries, whose callers state the
+	// staleness they accept (package iq). Default 10 000 records.
 	AcceptableRecoveryLag int64
 	// MaxWarmups caps the warmup replicas in the group at once. Default 2.
 	MaxWarmups int

@@ -86,8 +86,7 @@ func (a *App) Queries() iq.Backend { return queryBackend{a} }
 
 type queryBackend struct{ a *App }
 
-func (q queryBackend) Self() string                 { return q.a.cfg.Endpoint }
-func (q queryBackend) AcceptableRecoveryLag() int64 { return q.a.cfg.AcceptableRecoveryLag }
+func (q queryBackend) Self() string { return q.a.cfg.Endpoint }
 
 func (q queryBackend) KeyPartition(store string, key []byte) (int32, error) {
 	return q.a.KeyPartition(store, key)
