@@ -830,6 +830,14 @@ func (th *thread) transactionFailed(err error) error {
 // called with mu held, and releases it while the old client closes, since
 // closing runs the revocation callback, which takes mu.
 func (th *thread) reconnect() error {
+	th.releaseClient()
+	return th.connect()
+}
+
+// releaseClient drops the thread's tasks without committing and closes its
+// client, which leaves the group. It is called with mu held, and releases
+// it while the client closes.
+func (th *thread) releaseClient() {
 	th.dropAll()
 	oldSess, oldCl := th.sess, th.cl
 	th.mu.Unlock()
@@ -845,7 +853,6 @@ func (th *thread) reconnect() error {
 	th.dropAll()
 	th.abortPending = false
 	th.sess = nil
-	return th.connect()
 }
 
 // isFenced reports whether a transactional error means the producer was

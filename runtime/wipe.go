@@ -212,21 +212,7 @@ func (a *App) Rewires() int64 { return a.rewires.Load() }
 // again. It is called with mu held.
 func (th *thread) pauseForRewire(r *rewire) error {
 	th.log.Warn("letting go of tasks and client until the application's topics are back")
-	th.dropAll()
-	oldSess, oldCl := th.sess, th.cl
-	th.mu.Unlock()
-	if oldSess != nil {
-		oldSess.AllowRebalance()
-		oldSess.Close()
-	} else {
-		oldCl.AllowRebalance()
-		oldCl.Close()
-	}
-	th.mu.Lock()
-	th.out.close()
-	th.dropAll()
-	th.abortPending = false
-	th.sess = nil
+	th.releaseClient()
 	th.assigned.Store(false)
 	th.unassigned()
 	th.rest.stop()
