@@ -122,6 +122,22 @@ func avTopology() (*topology.Topology, error) {
 
 // start starts a new node or, given a stopped one, the same node again on
 // its state directory and address.
+// startSettled starts n instances and waits for their first settled
+// layout, one standby per task.
+func (c *avCluster) startSettled(ctx context.Context, n int) ([]*avNode, error) {
+	nodes := make([]*avNode, n)
+	for i := range nodes {
+		var err error
+		if nodes[i], err = c.start(ctx, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.waitSettled(ctx, nodes, 1, 2*time.Minute, "first layout"); err != nil {
+		return nil, err
+	}
+	return nodes, nil
+}
+
 func (c *avCluster) start(ctx context.Context, n *avNode) (*avNode, error) {
 	if n == nil {
 		n = &avNode{name: fmt.Sprintf("i%d", len(c.created)+1), addr: "127.0.0.1:0"}
@@ -425,13 +441,8 @@ func benchAvailability(ctx context.Context, cfg *config) ([]row, error) {
 		return nil, err
 	}
 	defer c.close()
-	nodes := make([]*avNode, 3)
-	for i := range nodes {
-		if nodes[i], err = c.start(ctx, nil); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.waitSettled(ctx, nodes, 1, 2*time.Minute, "first layout"); err != nil {
+	nodes, err := c.startSettled(ctx, 3)
+	if err != nil {
 		return nil, err
 	}
 	lines, ref := avCorpus(cfg.seed, 20_000, nil)
@@ -693,13 +704,8 @@ func benchRebalanceLatency(ctx context.Context, cfg *config) ([]row, error) {
 		return nil, err
 	}
 	defer c.close()
-	nodes := make([]*avNode, 3)
-	for i := range nodes {
-		if nodes[i], err = c.start(ctx, nil); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.waitSettled(ctx, nodes, 1, 2*time.Minute, "first layout"); err != nil {
+	nodes, err := c.startSettled(ctx, 3)
+	if err != nil {
 		return nil, err
 	}
 	// Distinct keys beyond the vocabulary, so that a moving task has a
