@@ -15,10 +15,10 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// FreshnessInterval is how often an instance holding replicas other than
-// running actives lists its tasks' source partitions' end offsets and the
-// group's committed offsets, to tell how long ago each task's active last
-// covered its input (ReplicaInfo.InputCommitted).
+// FreshnessInterval is how often an instance lists its topology's source
+// partitions' end offsets and the group's committed offsets, to tell how
+// long ago each task's active last covered its input
+// (ReplicaInfo.InputCommitted).
 const FreshnessInterval = 500 * time.Millisecond
 
 // freshnessHistory caps the end offsets remembered per source partition
@@ -29,14 +29,19 @@ const FreshnessInterval = 500 * time.Millisecond
 // short.
 const freshnessHistory = 240
 
-// freshness watches, for the tasks of which this instance holds a replica
-// other than a running active, whether the partition's active keeps
-// committing the input that arrives. A standby follows the changelog its
-// active writes; when the active dies the changelog stops, and the standby
-// shows no lag while input piles up unprocessed. What does not stop is the
-// source partitions' end, so the freshness of a replica is measured there:
-// the latest time t at which the end offset of every source partition was
-// covered by the group's committed offset.
+// freshness watches whether each task's active keeps committing the input
+// that arrives. A standby follows the changelog its active writes; when the
+// active dies the changelog stops, and the standby shows no lag while input
+// piles up unprocessed. What does not stop is the source partitions' end, so
+// the freshness of a replica is measured there: the latest time t at which
+// the end offset of every source partition was covered by the group's
+// committed offset.
+//
+// Every source partition of the topology is watched from start-up, not only
+// those of the replicas held now: a standby opened by a rebalance then finds
+// its partition's history already known, rather than being refused every
+// age bound until a commit is first seen to cover an end seen after it
+// opened, which on a busy partition takes a commit interval or more.
 //
 // The end is what the stream threads read up to: the last stable offset
 // under exactly-once, the high watermark otherwise. A drained task commits
@@ -47,16 +52,9 @@ type freshness struct {
 	cancel context.CancelFunc
 	exited chan struct{}
 
-	listed time.Time // last listing; only run touches it
-
 	mu    sync.Mutex
 	parts map[changelog.TopicPartition]*inputWatch
 }
-
-// freshnessCheck is how often the tracker looks for replicas it does not
-// watch yet: a standby just opened has no input age until the first listing,
-// so that listing comes at once rather than up to FreshnessInterval later.
-const freshnessCheck = 50 * time.Millisecond
 
 // inputWatch is what is known of one source partition.
 type inputWatch struct {
@@ -88,7 +86,7 @@ func (f *freshness) close() {
 
 func (f *freshness) run(ctx context.Context) {
 	defer close(f.exited)
-	tick := time.NewTicker(min(freshnessCheck, f.every))
+	tick := time.NewTicker(f.every)
 	defer tick.Stop()
 	for {
 		f.round(ctx)
@@ -100,19 +98,16 @@ func (f *freshness) run(ctx context.Context) {
 	}
 }
 
-// watched lists the source partitions of the tasks this instance holds in
-// a role other than running active.
-func (f *freshness) watched() map[changelog.TopicPartition]bool {
-	out := make(map[changelog.TopicPartition]bool)
-	for _, ri := range f.a.Replicas() {
-		if ri.Role == RoleActive {
-			continue
-		}
-		for _, tp := range f.a.sourcePartitions(ri.Task) {
-			out[tp] = true
+// sourceTopics lists the full names of the topology's source topics, user
+// and repartition alike.
+func (a *App) sourceTopics() []string {
+	topics := make(map[string]bool)
+	for _, st := range a.topo.SubTopologies() {
+		for _, r := range st.Sources {
+			topics[r.FullName(a.cfg.ApplicationID)] = true
 		}
 	}
-	return out
+	return slices.Sorted(maps.Keys(topics))
 }
 
 // sourcePartitions lists a task's source partitions.
@@ -124,29 +119,13 @@ func (a *App) sourcePartitions(id task.ID) []changelog.TopicPartition {
 	return out
 }
 
-// round lists ends and commits once and updates what each watched
-// partition has covered.
+// round lists ends and commits once and updates what each source partition
+// has covered.
 func (f *freshness) round(ctx context.Context) {
-	want := f.watched()
-	f.mu.Lock()
-	maps.DeleteFunc(f.parts, func(tp changelog.TopicPartition, _ *inputWatch) bool { return !want[tp] })
-	fresh := false
-	for tp := range want {
-		if f.parts[tp] == nil {
-			fresh = true
-		}
-	}
-	f.mu.Unlock()
-	if len(want) == 0 || (!fresh && time.Since(f.listed) < f.every) {
+	names := f.a.sourceTopics()
+	if len(names) == 0 {
 		return
 	}
-	f.listed = time.Now()
-	topics := make(map[string]bool)
-	for tp := range want {
-		topics[tp.Topic] = true
-	}
-	names := slices.Sorted(maps.Keys(topics))
-
 	lctx, cancel := context.WithTimeout(ctx, f.every*4)
 	defer cancel()
 	// Taken before the request: the ends listed were reached by then at
@@ -174,25 +153,25 @@ func (f *freshness) round(ctx context.Context) {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for tp := range want {
-		lo, ok := ends.Lookup(tp.Topic, tp.Partition)
-		if !ok || lo.Err != nil {
-			continue
+	ends.Each(func(lo kadm.ListedOffset) {
+		if lo.Err != nil {
+			return
 		}
 		committed := int64(0) // never committed: the group starts at the log's start
-		if c, ok := commits.Lookup(tp.Topic, tp.Partition); ok {
+		if c, ok := commits.Lookup(lo.Topic, lo.Partition); ok {
 			if c.Err != nil {
-				continue
+				return
 			}
 			committed = max(c.At, 0)
 		}
+		tp := changelog.TopicPartition{Topic: lo.Topic, Partition: lo.Partition}
 		w := f.parts[tp]
 		if w == nil {
 			w = &inputWatch{}
 			f.parts[tp] = w
 		}
 		w.observe(at, lo.Offset, committed)
-	}
+	})
 }
 
 // observe records the end seen at a time and the committed offset seen

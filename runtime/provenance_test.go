@@ -325,3 +325,45 @@ func TestInputWatchCoveredTime(t *testing.T) {
 	require.Equal(t, at(4), w.covered)
 	require.Len(t, w.samples, 1)
 }
+
+// A standby opened by a rebalance must not wait for a commit seen after it
+// opened before it has an age: the instance watches every task's input from
+// start-up, whether it holds the task or not, so the history is already
+// there. Here one instance runs every task as active, and still knows when
+// each task's active last covered its input.
+func TestInputFreshnessKnownForTasksNotHeldAsStandby(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "provall", Brokers: b.Addrs(), StateDir: t.TempDir(),
+		NumStreamThreads: 1, CommitInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	t.Cleanup(func() { app.Close(context.Background()) })
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	for i := range 200 {
+		cl.Produce(context.Background(), &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")}, nil)
+	}
+	require.NoError(t, cl.Flush(context.Background()))
+
+	parts, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), "in")
+	require.NoError(t, err)
+	n := 0
+	parts.Each(func(kadm.ListedOffset) { n++ })
+	require.Positive(t, n)
+	waitFor(t, 30*time.Second, "every task's input freshness known to an instance holding only actives", func() bool {
+		for _, ri := range app.Replicas() {
+			if ri.Role != RoleActive {
+				return false
+			}
+		}
+		for p := range int32(n) {
+			at, ok := app.fresh.inputCommitted(task.ID{SubTopology: 0, Partition: p})
+			if !ok || time.Since(at) > 5*time.Second {
+				return false
+			}
+		}
+		return true
+	})
+}
