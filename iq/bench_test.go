@@ -89,7 +89,7 @@ func httpPair(tb testing.TB) (a, b *fakeInstance, hc *http.Client) {
 	c.ins[0].b.mu.Unlock()
 	_ = st
 	c.publish()
-	tr := newTransport()
+	tr := newTransport(nil)
 	hc = &http.Client{Transport: tr}
 	tb.Cleanup(tr.CloseIdleConnections)
 	return c.ins[0], c.ins[1], hc

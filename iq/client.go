@@ -2,12 +2,15 @@ package iq
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +40,16 @@ type ClientOptions struct {
 	// Default 500ms; a negative value does not wait.
 	BehindWait time.Duration
 	// Transport carries the requests. Nil uses a private transport with a
-	// 1s connect timeout.
+	// 1s connect timeout (and TLS).
 	Transport http.RoundTripper
+	// TLS, when set, makes the client use https, verifying the instances
+	// with it (RootCAs for a private CA; Certificates for client
+	// certificates). Addresses given as https://host:port also turn https
+	// on, trusting the system's roots unless TLS says otherwise.
+	TLS *tls.Config
+	// Token is the bearer token the instances require (ServerConfig.Token);
+	// empty sends none.
+	Token string
 	// Prefer is how lookups choose among the replicas within their bound:
 	// PreferFreshest (the default) or PreferSpread. WithPreference
 	// overrides it for one lookup.
@@ -95,7 +106,9 @@ func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
 		return nil, errors.New("iq: NewClient needs at least one instance address")
 	}
 	c := &Client{opts: opts, pos: make(map[StorePartition]int64), minGap: minRefreshInterval}
+	useTLS := opts.TLS != nil
 	for _, a := range addrs {
+		useTLS = useTLS || strings.HasPrefix(strings.TrimSpace(a), "https://")
 		n, err := normalizeAddr(a)
 		if err != nil {
 			return nil, err
@@ -121,7 +134,7 @@ func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
 	case c.opts.BehindWait < 0:
 		c.opts.BehindWait = 0
 	}
-	c.rt = newRouter(c.opts.Transport, c.opts.Timeout, c.opts.SuspectFor)
+	c.rt = newRouter(c.opts.Transport, useTLS, c.opts.TLS, c.opts.Token, c.opts.Timeout, c.opts.SuspectFor)
 	return c, nil
 }
 
@@ -204,6 +217,11 @@ func (c *Client) fetchMetadata(ctx context.Context) (Metadata, error) {
 		return nil
 	})
 	if !ok {
+		// Refused credentials are a configuration error, not an outage:
+		// say so rather than "unavailable, retry".
+		if len(tried) > 0 && !slices.ContainsFunc(tried, func(a Attempt) bool { return !errors.Is(a.Err, ErrUnauthorized) }) {
+			return Metadata{}, fmt.Errorf("iq: routing table from %s: %w", tried[0].Host, tried[0].Err)
+		}
 		return Metadata{}, &UnavailableError{Partition: -1, Cause: errors.New("no instance returned the routing table"), Tried: tried}
 	}
 	return m, nil

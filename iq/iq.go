@@ -106,6 +106,10 @@ var (
 	// queries or forwarded lookups (see ServerConfig); the HTTP server
 	// answers 429 with a Retry-After header.
 	ErrOverloaded error = &sentinel{msg: "iq: instance is at its concurrency limit (retry after the Retry-After delay, or ask another instance)"}
+	// ErrUnauthorized: the server requires a bearer token (ServerConfig
+	// Token) and the request carried none or another; the HTTP server
+	// answers 401.
+	ErrUnauthorized error = &sentinel{msg: "iq: the query server refused the request's credentials (set the bearer token it was configured with)"}
 )
 
 // StaleError is a replica's refusal to answer because it is outside the

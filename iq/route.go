@@ -2,6 +2,7 @@ package iq
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -115,13 +116,17 @@ type router struct {
 	hc       *http.Client
 	timeout  time.Duration
 	suspects *suspects
+	// scheme is "https" when instances serve TLS, and token the bearer
+	// token sent with every request ("" sends none).
+	scheme, token string
 }
 
 // newTransport is the transport routers use when not given one: short
 // connect timeouts so a dead host is found out fast, and enough idle
 // connections per host that a busy router keeps its connections warm.
-func newTransport() *http.Transport {
+func newTransport(tc *tls.Config) *http.Transport {
 	return &http.Transport{
+		TLSClientConfig:       tc,
 		DialContext:           (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          512,
 		MaxIdleConnsPerHost:   128,
@@ -130,11 +135,18 @@ func newTransport() *http.Transport {
 	}
 }
 
-func newRouter(rt http.RoundTripper, timeout, suspectFor time.Duration) *router {
+// newRouter returns a router over rt, or over a transport of its own
+// verifying servers with tc when rt is nil. Requests use https when useTLS
+// is set, and carry token as a bearer token when it is not empty.
+func newRouter(rt http.RoundTripper, useTLS bool, tc *tls.Config, token string, timeout, suspectFor time.Duration) *router {
 	if rt == nil {
-		rt = newTransport()
+		rt = newTransport(tc)
 	}
-	return &router{hc: &http.Client{Transport: rt}, timeout: timeout, suspects: newSuspects(suspectFor)}
+	r := &router{hc: &http.Client{Transport: rt}, timeout: timeout, suspects: newSuspects(suspectFor), scheme: "http", token: token}
+	if useTLS {
+		r.scheme = "https"
+	}
+	return r
 }
 
 func (r *router) close() { r.hc.CloseIdleConnections() }
@@ -149,9 +161,12 @@ func (r *router) get(ctx context.Context, host, pathQuery string) (int, []byte, 
 func (r *router) getWithin(ctx context.Context, host, pathQuery string, timeout time.Duration) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+pathQuery, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.scheme+"://"+host+pathQuery, nil)
 	if err != nil {
 		return 0, nil, &transportError{host: host, err: err}
+	}
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
 	}
 	resp, err := r.hc.Do(req)
 	if err != nil {
@@ -236,10 +251,12 @@ func reroutable(err error) bool {
 		errors.Is(err, context.DeadlineExceeded))
 }
 
-// normalizeAddr accepts host:port or an http:// URL with no path.
+// normalizeAddr accepts host:port or an http:// or https:// URL with no
+// path (the scheme comes from the client's options, see ClientOptions.TLS).
 func normalizeAddr(a string) (string, error) {
 	a = strings.TrimSpace(a)
 	a = strings.TrimPrefix(a, "http://")
+	a = strings.TrimPrefix(a, "https://")
 	a = strings.TrimSuffix(a, "/")
 	if _, _, err := net.SplitHostPort(a); err != nil {
 		return "", fmt.Errorf("iq: address %q is not host:port: %w", a, err)

@@ -2,12 +2,15 @@ package iq
 
 import (
 	"context"
+	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,8 +114,24 @@ type ServerConfig struct {
 	// an idle keep-alive connection is kept. Defaults 5s, 10s, 30s, 60s.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// Transport carries forwarded requests. Nil uses a private transport
-	// with a 1s connect timeout.
+	// with a 1s connect timeout (and ForwardTLS).
 	Transport http.RoundTripper
+	// TLS, when set, is the server side of HTTPS: HTTPServer's server
+	// carries it (serve with ListenAndServeTLS("", "") or
+	// ServeTLS(listener, "", "")), and requests forwarded to other
+	// instances use https, since they serve alike. Without TLS and Token
+	// anyone who reaches the port reads every store: keep it private.
+	TLS *tls.Config
+	// ForwardTLS verifies the other instances when forwarding over HTTPS
+	// (RootCAs for a private CA; Certificates when they require client
+	// certificates). Nil trusts the system's roots.
+	ForwardTLS *tls.Config
+	// Token, when set, is a bearer token every request must carry
+	// ("Authorization: Bearer TOKEN") except GET /healthz, which probes
+	// use; others are answered 401 with reason "unauthorized". Forwarded
+	// requests carry it, so every instance of an application needs the
+	// same token. Send it over TLS only: it is a password.
+	Token string
 	// Observe, when set, is called once for every key lookup the server
 	// finishes, answered or refused, just before the answer is written
 	// (so a caller that has the answer knows it was observed). It runs on
@@ -262,7 +281,7 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 		q:      NewQuerier(b),
 		cfg:    cfg,
 		codecs: make(map[string]StoreCodec, len(codecs)),
-		rt:     newRouter(cfg.Transport, cfg.ForwardTimeout, cfg.SuspectFor),
+		rt:     newRouter(cfg.Transport, cfg.TLS != nil, cfg.ForwardTLS, cfg.Token, cfg.ForwardTimeout, cfg.SuspectFor),
 		mux:    http.NewServeMux(),
 
 		ranges:   make(chan struct{}, cfg.MaxConcurrentRanges),
@@ -299,8 +318,24 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. With a Token configured it refuses
+// requests without it, /healthz excepted.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !bearerMatches(r, s.cfg.Token) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="eddy"`)
+		writeErr(w, ErrUnauthorized)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// bearerMatches reports whether r carries token as its bearer token,
+// comparing in constant time so the answer's timing does not reveal how
+// much of a guess was right.
+func bearerMatches(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
 
 // HTTPServer returns an http.Server serving s on addr with the timeouts of
 // the ServerConfig, so that slow or idle clients cannot hold connections
@@ -309,6 +344,7 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           s,
+		TLSConfig:         s.cfg.TLS,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,

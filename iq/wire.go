@@ -229,6 +229,7 @@ const (
 	reasonSuspect          = "suspect"
 	reasonInternal         = "internal"
 	reasonOverloaded       = "overloaded"
+	reasonUnauthorized     = "unauthorized"
 )
 
 // classify maps an error to its HTTP status and reason code. Order matters:
@@ -250,6 +251,8 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, reasonInvalid
 	case errors.Is(err, ErrOverloaded):
 		return http.StatusTooManyRequests, reasonOverloaded
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized, reasonUnauthorized
 	case errors.Is(err, ErrUnknownStore):
 		return http.StatusNotFound, reasonUnknownStore
 	case errors.Is(err, ErrUnknownPartition):
@@ -272,8 +275,9 @@ func classify(err error) (int, string) {
 }
 
 // StatusFor maps a query error to the HTTP status the server answers it
-// with: 400 invalid query or partition, 404 unknown store, 409 behind the
-// minimum position, 421 not hosted here, 429 overloaded, 503 too stale, not
+// with: 400 invalid query or partition, 401 unauthorized, 404 unknown store,
+// 409 behind the minimum position, 421 not hosted here, 429 overloaded, 503
+// too stale, not
 // started, shutting down, rebalancing or no replica available, 500
 // otherwise.
 func StatusFor(err error) int {
@@ -391,6 +395,8 @@ func kindOf(reason string) error {
 		return ErrUnknownPartition
 	case reasonInvalid:
 		return ErrInvalidQuery
+	case reasonUnauthorized:
+		return ErrUnauthorized
 	case reasonNotStarted:
 		return ErrNotStarted
 	case reasonShuttingDown:
