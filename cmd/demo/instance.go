@@ -64,10 +64,10 @@ func ensureTopics(ctx context.Context, brokers []string, opts ...kgo.Opt) error 
 }
 
 // countsServer serves the instance's query API for the "counts" store,
-// reporting every key query to observe.
-func countsServer(app *runtime.App, observe func(iq.KeyQuery)) *iq.Server {
-	return iq.NewServerWithConfig(app.Queries(), iq.ServerConfig{Observe: observe},
-		iq.CodecFor(countsStore, serde.String, serde.Int64, nil))
+// with the security settings of cfg, reporting every key query to observe.
+func countsServer(app *runtime.App, cfg iq.ServerConfig, observe func(iq.KeyQuery)) *iq.Server {
+	cfg.Observe = observe
+	return iq.NewServerWithConfig(app.Queries(), cfg, iq.CodecFor(countsStore, serde.String, serde.Int64, nil))
 }
 
 // instanceOptions are the settings of one word-count instance.
@@ -94,6 +94,8 @@ type instanceOptions struct {
 	// tls and sasl, when set, secure the connections to the brokers.
 	tls  *tls.Config
 	sasl sasl.Mechanism
+	// query holds the query server's TLS and bearer token settings.
+	query iq.ServerConfig
 }
 
 // instance is a running word-count instance with its HTTP server.
@@ -104,6 +106,7 @@ type instance struct {
 	metrics *instanceMetrics
 	web     *webUI
 	addr    string
+	scheme  string // "https" when the query server serves TLS
 }
 
 func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
@@ -153,14 +156,19 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		}
 		return nil, err
 	}
-	in := &instance{app: app, metrics: metrics}
+	in := &instance{app: app, metrics: metrics, scheme: "http"}
 	if ln != nil {
 		in.addr = ln.Addr().String()
-		in.iq = countsServer(app, metrics.observe)
+		in.iq = countsServer(app, o.query, metrics.observe)
 		in.web = newWebUI(in.addr)
 		in.srv = in.iq.HTTPServer(in.addr)
 		in.srv.Handler = in.handler()
-		go in.srv.Serve(ln)
+		if o.query.TLS != nil {
+			in.scheme = "https"
+			go in.srv.ServeTLS(ln, "", "")
+		} else {
+			go in.srv.Serve(ln)
+		}
 	}
 	return in, nil
 }
@@ -206,11 +214,16 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	sec := addSecurityFlags(fs)
+	qsec := addQueryServerFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	tlsCfg, mech, err := sec.resolve()
 	if err != nil {
+		return usageErrorf(fs, "%v", err)
+	}
+	var qcfg iq.ServerConfig
+	if err := qsec.serverConfig(&qcfg); err != nil {
 		return usageErrorf(fs, "%v", err)
 	}
 	seeds := splitBrokers(*brokers)
@@ -246,11 +259,12 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		logger:           slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
 		tls:              tlsCfg,
 		sasl:             mech,
+		query:            qcfg,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(s.out, "instance %s serving on http://%s\n", in.app.ProcessID(), in.addr)
+	fmt.Fprintf(s.out, "instance %s serving on %s://%s\n", in.app.ProcessID(), in.scheme, in.addr)
 	select {
 	case <-ctx.Done():
 	case <-in.app.Done():

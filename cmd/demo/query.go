@@ -42,9 +42,14 @@ func runQuery(ctx context.Context, args []string, s stdio) error {
 	staleness := fs.String("staleness", "active", "how stale an answer to accept: active, any, lag:N (records) or age:D (since caught up)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up when no answer came within this long")
 	asJSON := fs.Bool("json", false, "print the instance's JSON answer unchanged")
+	qsec := addQueryClientFlags(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	tlsCfg, token, err := qsec.client(strings.HasPrefix(strings.TrimSpace(*addr), "https://"))
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
 	a, err := normalizeHTTP(*addr)
 	if err != nil {
@@ -70,13 +75,20 @@ func runQuery(ctx context.Context, args []string, s stdio) error {
 	defer cancel()
 	// The word goes as a parameter: as a path segment, words such as ".."
 	// would not survive.
-	u := "http://" + a + "/v1/stores/" + countsStore + "/keys?" +
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	u := scheme + "://" + a + "/v1/stores/" + countsStore + "/keys?" +
 		url.Values{"key": {word}, "route": {"true"}, "staleness": {bound.String()}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -157,7 +169,9 @@ func refusal(addr, word string, bound iq.Staleness, status int, body []byte) err
 // normalizeHTTP checks an --http address, accepting host:port or
 // http://host:port.
 func normalizeHTTP(a string) (string, error) {
-	a = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(a), "http://"), "/")
+	a = strings.TrimSpace(a)
+	a = strings.TrimPrefix(strings.TrimPrefix(a, "http://"), "https://")
+	a = strings.TrimSuffix(a, "/")
 	if a == "" {
 		return "", errors.New("an instance's HOST:PORT is required")
 	}

@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/iq"
 )
 
 // saslPasswordEnv is read for the SASL password when --sasl-password is
@@ -102,4 +104,113 @@ func clientOpts(tlsCfg *tls.Config, mech sasl.Mechanism) []kgo.Opt {
 		opts = append(opts, kgo.SASL(mech))
 	}
 	return opts
+}
+
+// queryTokenEnv is read for the query API's bearer token when no
+// --query-token-file is given; a token is never a plain flag, so it does not
+// appear in the process list.
+const queryTokenEnv = "EDDY_QUERY_TOKEN"
+
+// queryFlags secure the query API: an instance serves it over TLS and
+// requires a bearer token; `demo query` and forwarding instances present
+// them.
+type queryFlags struct {
+	certFile, keyFile, caFile, tokenFile *string
+}
+
+// addQueryServerFlags adds the flags of an instance's query server.
+func addQueryServerFlags(fs *flag.FlagSet) *queryFlags {
+	return &queryFlags{
+		certFile:  fs.String("query-tls-cert", "", "PEM `FILE` of the certificate to serve queries over HTTPS with (with --query-tls-key); the other instances must serve HTTPS too"),
+		keyFile:   fs.String("query-tls-key", "", "PEM `FILE` of the query certificate's key"),
+		caFile:    fs.String("query-tls-ca", "", "PEM `FILE` of the CA certificates to verify the other instances against when forwarding queries (default: the system's roots)"),
+		tokenFile: fs.String("query-token-file", "", "`FILE` holding the bearer token every query must carry, forwarded ones included (default: $"+queryTokenEnv+"; none: the port must be private)"),
+	}
+}
+
+// addQueryClientFlags adds the flags by which `demo query` reaches a
+// secured query API.
+func addQueryClientFlags(fs *flag.FlagSet) *queryFlags {
+	return &queryFlags{
+		caFile:    fs.String("query-tls-ca", "", "PEM `FILE` of the CA certificates to verify the instance against; asks over HTTPS (as does an https:// --http)"),
+		tokenFile: fs.String("query-token-file", "", "`FILE` holding the query API's bearer token (default: $"+queryTokenEnv+")"),
+	}
+}
+
+// token returns the bearer token, from the file or the environment.
+func (f *queryFlags) token() (string, error) {
+	if *f.tokenFile == "" {
+		return strings.TrimSpace(os.Getenv(queryTokenEnv)), nil
+	}
+	b, err := os.ReadFile(*f.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--query-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("--query-token-file: %s is empty", *f.tokenFile)
+	}
+	return tok, nil
+}
+
+// roots returns the CA pool of --query-tls-ca, nil when not given.
+func (f *queryFlags) roots() (*x509.CertPool, error) {
+	if *f.caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(*f.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--query-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--query-tls-ca: no PEM certificate in %s", *f.caFile)
+	}
+	return pool, nil
+}
+
+// serverConfig fills the security settings of an instance's query server.
+func (f *queryFlags) serverConfig(cfg *iq.ServerConfig) error {
+	tok, err := f.token()
+	if err != nil {
+		return err
+	}
+	cfg.Token = tok
+	if (*f.certFile == "") != (*f.keyFile == "") {
+		return errors.New("--query-tls-cert and --query-tls-key go together")
+	}
+	pool, err := f.roots()
+	if err != nil {
+		return err
+	}
+	if *f.certFile == "" {
+		if pool != nil {
+			return errors.New("--query-tls-ca needs --query-tls-cert and --query-tls-key: instances forward over HTTPS only when they serve it")
+		}
+		return nil
+	}
+	kp, err := tls.LoadX509KeyPair(*f.certFile, *f.keyFile)
+	if err != nil {
+		return fmt.Errorf("--query-tls-cert/--query-tls-key: %w", err)
+	}
+	cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{kp}}
+	cfg.ForwardTLS = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	return nil
+}
+
+// client returns the TLS configuration (nil for plain HTTP) and token a
+// query command uses; useTLS says whether the address asked for https.
+func (f *queryFlags) client(useTLS bool) (*tls.Config, string, error) {
+	tok, err := f.token()
+	if err != nil {
+		return nil, "", err
+	}
+	pool, err := f.roots()
+	if err != nil {
+		return nil, "", err
+	}
+	if pool == nil && !useTLS {
+		return nil, tok, nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, tok, nil
 }

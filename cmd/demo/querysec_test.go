@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// writeSelfSigned writes a certificate for 127.0.0.1 that is its own CA,
+// and its key, as PEM files.
+func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "demo query test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	return certFile, keyFile
+}
+
+// `demo instance` with --query-tls-* and a token serves HTTPS and refuses
+// queries without the token; `demo query` with the CA and the token reads.
+func TestInstanceServesQueriesOverTLSWithToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	b := startBroker(t)
+	brokers := strings.Join(b.Addrs(), ",")
+	dir := t.TempDir()
+	cert, key := writeSelfSigned(t, dir)
+	tokenFile := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("tok-123\n"), 0o600))
+
+	_, _, err := runCmd(ctx, "alpha beta alpha\n", "produce", "--brokers", brokers)
+	require.NoError(t, err)
+
+	ictx, stop := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ictx, []string{"instance", "--brokers", brokers, "--state-dir", filepath.Join(dir, "state"), "--http", "127.0.0.1:0",
+			"--query-tls-cert", cert, "--query-tls-key", key, "--query-tls-ca", cert, "--query-token-file", tokenFile},
+			stdio{in: strings.NewReader(""), out: pw, err: io.Discard})
+		pw.Close()
+	}()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	br := bufio.NewReader(pr)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	go io.Copy(io.Discard, br) // the instance must not block on its output
+	_, addr, ok := strings.Cut(strings.TrimSpace(line), "serving on ")
+	require.True(t, ok, "first line: %q", line)
+	require.True(t, strings.HasPrefix(addr, "https://"), "serves HTTPS: %q", line)
+
+	t.Setenv(queryTokenEnv, "")
+	var out string
+	require.Eventually(t, func() bool {
+		out, _, err = runCmd(ctx, "", "query", "--http", addr, "--query-tls-ca", cert, "--query-token-file", tokenFile, "alpha")
+		return err == nil && strings.HasPrefix(out, "alpha: 2\n")
+	}, 60*time.Second, 100*time.Millisecond, "last: %q %v", out, err)
+
+	_, _, err = runCmd(ctx, "", "query", "--http", addr, "--query-tls-ca", cert, "alpha")
+	require.ErrorContains(t, err, "401")
+	require.ErrorContains(t, err, "unauthorized")
+
+	t.Setenv(queryTokenEnv, "tok-123")
+	out, _, err = runCmd(ctx, "", "query", "--http", addr, "--query-tls-ca", cert, "beta")
+	require.NoError(t, err, "the token from $%s", queryTokenEnv)
+	require.True(t, strings.HasPrefix(out, "beta: 1\n"), out)
+
+	_, _, err = runCmd(ctx, "", "query", "--http", strings.TrimPrefix(addr, "https://"), "alpha")
+	require.Error(t, err, "plain HTTP to an HTTPS port is no answer")
+}
