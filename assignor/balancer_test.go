@@ -2,7 +2,6 @@ package assignor
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"slices"
 	"sync"
@@ -283,7 +282,12 @@ func TestBalancerProbingRebalance(t *testing.T) {
 }
 
 func TestBalancerVersionNegotiation(t *testing.T) {
-	peek := func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b[2:])) }
+	peek := func(b []byte) int32 {
+		g, err := DecodeGroupSubscription(b)
+		require.NoError(t, err)
+		require.Equal(t, FramingConsumer, g.Framing)
+		return g.Info.Version
+	}
 
 	t.Run("v1 leader, v2 member: version probing, then v1 everywhere", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
