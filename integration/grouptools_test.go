@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -224,10 +225,19 @@ print(json.dumps({
 `
 
 func describeWithKafkaPython(ctx context.Context, bootstrap, group string) ([]toolMember, string, error) {
+	// One run takes a second or two; bound each so that a hanging one
+	// leaves room for another and for its message.
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, systemPython, "-c", kafkaPythonDescribe, bootstrap, group)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			// kafka-python 2.0.2 waits for ever on a describe whose
+			// member data it fails to decode.
+			return nil, "", fmt.Errorf("kafka-python gave no answer in time: %s", lastLines(stderr.String(), 5))
+		}
 		return nil, "", fmt.Errorf("kafka-python: %v: %s", err, lastLines(stderr.String(), 5))
 	}
 	var out struct {
