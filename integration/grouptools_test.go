@@ -234,8 +234,8 @@ func describeWithKafkaPython(ctx context.Context, bootstrap, group string) ([]to
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
-			// kafka-python 2.0.2 waits for ever on a describe whose
-			// member data it fails to decode.
+			// kafka-python 2.0.2 has been seen to give no answer at
+			// all on a group whose member data it cannot decode.
 			return nil, "", fmt.Errorf("kafka-python gave no answer in time: %s", lastLines(stderr.String(), 5))
 		}
 		return nil, "", fmt.Errorf("kafka-python: %v: %s", err, lastLines(stderr.String(), 5))
