@@ -134,9 +134,9 @@ func (c BalancerConfig) Validate() error {
 // Balancer is the kgo.GroupBalancer of an Eddy application: eager (not
 // cooperative), protocol "eddy", with SubscriptionInfo as join metadata and
 // AssignmentInfo as assignment, each carried as the user data of the
-// standard consumer protocol (see Framing). Each kgo client (group member) needs its own
-// Balancer, since it remembers that member's last assignment and protocol
-// version. Several members may share a process ID, one per stream thread:
+// standard consumer protocol (see Framing). Each kgo client (group member)
+// needs its own Balancer, since it remembers that member's last assignment
+// and protocol version. Several members may share a process ID, one per stream thread:
 // Assign places tasks on processes and the Balancer spreads each process's
 // tasks over its members, whole tasks to one member, balanced by the members'
 // capacities and sticky to what each member held.
