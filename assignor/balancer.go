@@ -96,6 +96,13 @@ type BalancerConfig struct {
 	OnError func(error)
 	// Logger receives balancing logs (default: discarded).
 	Logger *slog.Logger
+	// BareFraming makes this member subscribe in FramingBare, which
+	// builds before the consumer framing can read, instead of
+	// FramingConsumer. A leader always reads both framings and answers
+	// each member in its own, so only the first rolling bounce of an
+	// upgrade from such a build needs it (while one of them may lead);
+	// a second bounce turns it off.
+	BareFraming bool
 }
 
 // Validate reports a configuration that cannot be used.
@@ -126,9 +133,10 @@ func (c BalancerConfig) Validate() error {
 
 // Balancer is the kgo.GroupBalancer of an Eddy application: eager (not
 // cooperative), protocol "eddy", with SubscriptionInfo as join metadata and
-// AssignmentInfo as assignment. Each kgo client (group member) needs its own
-// Balancer, since it remembers that member's last assignment and protocol
-// version. Several members may share a process ID, one per stream thread:
+// AssignmentInfo as assignment, each carried as the user data of the
+// standard consumer protocol (see Framing). Each kgo client (group member)
+// needs its own Balancer, since it remembers that member's last assignment
+// and protocol version. Several members may share a process ID, one per stream thread:
 // Assign places tasks on processes and the Balancer spreads each process's
 // tasks over its members, whole tasks to one member, balanced by the members'
 // capacities and sticky to what each member held.
@@ -136,6 +144,10 @@ type Balancer struct {
 	cfg    BalancerConfig
 	format *format
 	log    *slog.Logger
+	// topics are the application's source topics, sorted: the topics of
+	// every subscription.
+	topics  []string
+	framing Framing
 
 	mu      sync.Mutex
 	version int32 // the version this member subscribes with
@@ -167,7 +179,16 @@ func newBalancer(cfg BalancerConfig, f *format) (*Balancer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Balancer{cfg: cfg, format: f, log: log, version: f.latest}, nil
+	var topics []string
+	for _, ts := range cfg.Tasks {
+		topics = append(topics, ts...)
+	}
+	framing := FramingConsumer
+	if cfg.BareFraming {
+		framing = FramingBare
+	}
+	return &Balancer{cfg: cfg, format: f, log: log, version: f.latest, framing: framing,
+		topics: slices.Compact(slices.Sorted(slices.Values(topics)))}, nil
 }
 
 // ProtocolName implements kgo.GroupBalancer.
@@ -177,16 +198,23 @@ func (*Balancer) ProtocolName() string { return ProtocolName }
 func (*Balancer) IsCooperative() bool { return false }
 
 // JoinGroupMetadata implements kgo.GroupBalancer: the encoded
-// SubscriptionInfo. Equal states encode to equal bytes, so an unchanged
-// member does not make the coordinator rebalance.
-func (b *Balancer) JoinGroupMetadata([]string, map[string][]int32, int32) []byte {
+// SubscriptionInfo in the member's framing, with the application's source
+// topics and the partitions kgo says the member still owns. Equal states
+// encode to equal bytes, so an unchanged member does not make the
+// coordinator rebalance.
+func (b *Balancer) JoinGroupMetadata(_ []string, owned map[string][]int32, _ int32) []byte {
 	info := b.cfg.Subscription()
 	b.mu.Lock()
 	version := b.version
 	info.OwnedActive = slices.Clone(b.last.Active)
 	info.OwnedStandby = slices.Concat(b.last.Standby, b.last.Warmup)
 	b.mu.Unlock()
-	enc, err := b.format.encodeSubscription(info, version)
+	g := GroupSubscription{Framing: b.framing, Info: info}
+	if b.framing == FramingConsumer {
+		g.Topics = b.topics
+		g.OwnedPartitions = owned
+	}
+	enc, err := b.format.encodeGroupSubscription(g, version)
 	if err != nil {
 		// Only an unsupported version fails, and b.version is always
 		// one of ours.
@@ -196,16 +224,17 @@ func (b *Balancer) JoinGroupMetadata([]string, map[string][]int32, int32) []byte
 }
 
 // ParseSyncAssignment implements kgo.GroupBalancer: it decodes this member's
-// AssignmentInfo, hands it to OnAssignment, and returns the source partitions
-// of the member's active tasks. Standby and warmup partitions are not
-// consumed through the group.
+// AssignmentInfo in either framing, hands it to OnAssignment, and returns the
+// source partitions of the member's active tasks. Standby and warmup
+// partitions are not consumed through the group.
 func (b *Balancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, error) {
 	if len(assignment) == 0 {
 		// The leader gave us nothing (or skipped assignment): no tasks.
 		b.deliver(AssignmentInfo{})
 		return map[string][]int32{}, nil
 	}
-	a, err := b.format.decodeAssignment(assignment)
+	g, err := b.format.decodeGroupAssignment(assignment)
+	a := g.Info
 	var uv *UnsupportedVersionError
 	switch {
 	case errors.As(err, &uv):
@@ -236,19 +265,17 @@ func (b *Balancer) ParseSyncAssignment(assignment []byte) (map[string][]int32, e
 		return map[string][]int32{}, nil
 	}
 
-	out := map[string][]int32{}
 	for _, t := range a.Active {
-		topics, ok := b.cfg.Tasks[t]
-		if !ok {
+		if _, ok := b.cfg.Tasks[t]; !ok {
 			b.log.Warn("assigned a task this member's topology does not have", "task", t)
-			continue
-		}
-		for _, topic := range topics {
-			out[topic] = append(out[topic], t.Partition)
 		}
 	}
-	for _, ps := range out {
-		slices.Sort(ps)
+	// The member consumes what its own topology says its tasks read; a
+	// leader of the same topology listed exactly these in the framing.
+	out := sourcePartitions(b.cfg.Tasks, a.Active)
+	if g.Framing == FramingConsumer && !maps.EqualFunc(out, g.Partitions, slices.Equal) {
+		b.log.Warn("the assignment's topic partitions differ from its tasks' source partitions (leader with another topology?); consuming the tasks'",
+			"listed", g.Partitions, "consumed", out)
 	}
 	b.deliver(a)
 	return out, nil
@@ -275,6 +302,7 @@ func (b *Balancer) deliver(a AssignmentInfo) {
 type member struct {
 	id      string
 	sub     SubscriptionInfo
+	framing Framing
 	process string
 	// subBytes is the size of the member's encoded subscription.
 	subBytes int
@@ -292,12 +320,14 @@ type memberBalancer struct {
 }
 
 // MemberBalancer implements kgo.GroupBalancer. It decodes every member's
-// subscription and names all source topics as the group's topics.
+// subscription, in either framing, and names all source topics as the
+// group's topics.
 func (b *Balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
 	mb := &memberBalancer{b: b}
 	var latest []int32
 	for _, m := range members {
-		s, err := b.format.decodeSubscription(m.ProtocolMetadata)
+		g, err := b.format.decodeGroupSubscription(m.ProtocolMetadata)
+		s := g.Info
 		var uv *UnsupportedVersionError
 		switch {
 		case errors.As(err, &uv):
@@ -312,7 +342,7 @@ func (b *Balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.G
 		if process == "" {
 			process = "member:" + m.MemberID
 		}
-		mb.members = append(mb.members, member{id: m.MemberID, sub: s, process: process, subBytes: len(m.ProtocolMetadata)})
+		mb.members = append(mb.members, member{id: m.MemberID, sub: s, framing: g.Framing, process: process, subBytes: len(m.ProtocolMetadata)})
 	}
 	slices.SortFunc(mb.members, func(x, y member) int {
 		if x.id < y.id {
@@ -416,7 +446,13 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 func (mb *memberBalancer) encode(infos map[string]AssignmentInfo) (kgo.IntoSyncAssignment, error) {
 	plan := make(syncAssignments, 0, len(mb.members))
 	for _, m := range mb.members {
-		enc, err := mb.b.format.encodeAssignment(infos[m.id], mb.version)
+		// Each member is answered in the framing it subscribed in: a
+		// build before the consumer framing reads only the bare one.
+		g := GroupAssignment{Framing: m.framing, Info: infos[m.id]}
+		if m.framing == FramingConsumer {
+			g.Partitions = sourcePartitions(mb.b.cfg.Tasks, g.Info.Active)
+		}
+		enc, err := mb.b.format.encodeGroupAssignment(g, mb.version)
 		if err != nil {
 			return nil, err
 		}

@@ -2,7 +2,6 @@ package assignor
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"slices"
 	"sync"
@@ -38,6 +37,9 @@ type testMember struct {
 	sub SubscriptionInfo
 	mu  sync.Mutex
 	got []AssignmentInfo
+	// join and raw are the member's last JoinGroup metadata and SyncGroup
+	// assignment bytes.
+	join, raw []byte
 }
 
 func (m *testMember) last() AssignmentInfo {
@@ -95,6 +97,7 @@ func (g *groupFixture) rebalance() map[string]map[string][]int32 {
 		jm := kmsg.NewJoinGroupResponseMember()
 		jm.MemberID = m.id
 		jm.ProtocolMetadata = m.b.JoinGroupMetadata([]string{"events", "left", "right"}, nil, 1)
+		m.join = jm.ProtocolMetadata
 		join = append(join, jm)
 	}
 	mb, topics, err := g.members[0].b.MemberBalancer(join)
@@ -120,6 +123,7 @@ func (g *groupFixture) rebalance() map[string]map[string][]int32 {
 	for _, s := range sync {
 		for _, m := range g.members {
 			if m.id == s.MemberID {
+				m.raw = s.MemberAssignment
 				parts, err := m.b.ParseSyncAssignment(s.MemberAssignment)
 				require.NoError(g.t, err)
 				out[m.id] = parts
@@ -283,7 +287,12 @@ func TestBalancerProbingRebalance(t *testing.T) {
 }
 
 func TestBalancerVersionNegotiation(t *testing.T) {
-	peek := func(b []byte) int32 { return int32(binary.BigEndian.Uint32(b[2:])) }
+	peek := func(b []byte) int32 {
+		g, err := DecodeGroupSubscription(b)
+		require.NoError(t, err)
+		require.Equal(t, FramingConsumer, g.Framing)
+		return g.Info.Version
+	}
 
 	t.Run("v1 leader, v2 member: version probing, then v1 everywhere", func(t *testing.T) {
 		g := newFixture(t, 4, 0)

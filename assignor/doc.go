@@ -16,6 +16,18 @@
 //     leader) and AssignmentInfo (what the leader tells each member), with
 //     explicit version negotiation so that members running different Eddy
 //     versions can share a group.
+//   - Their framing in the group protocol. The group's protocol type is
+//     "consumer", so each encoding travels as the user data of Kafka's
+//     standard consumer protocol: the JoinGroup metadata is a
+//     ConsumerMemberMetadata (version 1) listing the application's source
+//     topics and the partitions the member still owns, and each SyncGroup
+//     assignment a ConsumerMemberAssignment (version 0) listing the source
+//     partitions of the member's active tasks, the partitions it consumes.
+//     Tools that describe groups therefore show who reads what. Builds
+//     before this framing sent the encodings bare; their bytes open with
+//     Eddy's magic, which no consumer-protocol version can, so a leader
+//     reads both and answers each member in the framing it joined with
+//     (FramingConsumer, FramingBare).
 //   - Balancer, the franz-go kgo.GroupBalancer that carries those formats in
 //     the group protocol, turns reported store positions into lags, calls
 //     Assign and spreads each process's tasks over its group members.

@@ -181,6 +181,14 @@ type Config struct {
 	// an assignment that would not fit, since the group could never
 	// settle. Default 1048588, Kafka's default.
 	MaxGroupMetadataBytes int
+	// BareGroupFormat makes the stream threads join the group in the bare
+	// format of Eddy builds that did not yet frame their group data in the
+	// standard consumer protocol. Set it on every instance for the first
+	// rolling bounce of an upgrade from such a build, while an old
+	// instance may lead the group, and remove it in a second bounce; the
+	// group reads both formats either way, but tools that describe groups
+	// only read the framed one.
+	BareGroupFormat bool
 	// OnStreamThreadError says what happens when a stream thread stops on
 	// an error: ShutdownInstance (the default), ReplaceThread or
 	// ShutdownApplication.

@@ -166,6 +166,7 @@ func (th *thread) connect() error {
 		MaxGroupMetadataBytes: cfg.MaxGroupMetadataBytes,
 		OnError:               func(err error) { a.fail(err) },
 		Logger:                th.log,
+		BareFraming:           cfg.BareGroupFormat,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: balancer: %w", err)
