@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/runtime"
 )
@@ -288,4 +291,77 @@ func TestAppResetToTime(t *testing.T) {
 			a.close(t)
 		})
 	}
+}
+
+// TestAppResetWaitsForOpenTransaction leaves a transaction open holding an
+// offset of the group, as an exactly-once instance killed mid-commit does,
+// and commits it only once Reset says it waits for it: Reset's offsets
+// must come after the transaction's, not be overwritten by them.
+func TestAppResetWaitsForOpenTransaction(t *testing.T) {
+	c := newCluster(t, 2)
+	c.produceLines(t, newCorpus(4, 100).lines(500, map[string]int64{}))
+	// The group exists, with an offset, as after a run.
+	var first kadm.Offsets
+	first.Add(kadm.Offset{Topic: inputTopic, Partition: 1, At: 3, LeaderEpoch: -1})
+	require.NoError(t, c.adm.CommitAllOffsets(ctx(t), resetApp, first))
+
+	tcl, err := kgo.NewClient(kgo.SeedBrokers(c.b.Addrs()...), kgo.TransactionalID("stray-"+resetApp),
+		kgo.TransactionTimeout(time.Minute), kgo.DefaultProduceTopic(outputTopic))
+	require.NoError(t, err)
+	defer tcl.Close()
+	require.NoError(t, tcl.BeginTransaction())
+	require.NoError(t, tcl.ProduceSync(ctx(t), &kgo.Record{Value: []byte("x")}).FirstErr())
+	pid, epoch, err := tcl.ProducerID(ctx(t))
+	require.NoError(t, err)
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = "stray-"+resetApp, pid, epoch, resetApp
+	addResp, err := add.RequestWith(ctx(t), tcl)
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(addResp.ErrorCode))
+	commit := kmsg.NewPtrTxnOffsetCommitRequest()
+	commit.TransactionalID, commit.Group, commit.ProducerID, commit.ProducerEpoch = "stray-"+resetApp, resetApp, pid, epoch
+	commit.Generation = -1
+	ct := kmsg.NewTxnOffsetCommitRequestTopic()
+	ct.Topic = inputTopic
+	listed, err := c.adm.ListTopics(ctx(t), inputTopic)
+	require.NoError(t, err)
+	ct.TopicID = listed[inputTopic].ID // requests from v6 name topics by ID
+	cp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	cp.Partition, cp.Offset, cp.LeaderEpoch = 0, 77, -1
+	ct.Partitions = append(ct.Partitions, cp)
+	commit.Topics = append(commit.Topics, ct)
+	commitResp, err := commit.RequestWith(ctx(t), tcl)
+	require.NoError(t, err)
+	for _, rt := range commitResp.Topics {
+		for _, rp := range rt.Partitions {
+			require.NoError(t, kerr.ErrorForCode(rp.ErrorCode))
+		}
+	}
+
+	logs := new(logBuffer)
+	cfg := resetConfig(c, t.TempDir())
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	done := make(chan error, 1)
+	go func() {
+		_, err := runtime.Reset(ctx(t), wordCount(t), cfg, runtime.ResetOptions{})
+		done <- err
+	}()
+	waitFor(t, settleTimeout, "Reset to wait for the open transaction", func() (bool, string) {
+		select {
+		case err := <-done:
+			t.Fatalf("Reset returned (%v) with a transaction open on its group's offsets", err)
+		default:
+		}
+		return strings.Contains(logs.String(), "waiting for an open transaction"), logs.String()
+	})
+	require.NoError(t, tcl.EndTransaction(ctx(t), kgo.TryCommit))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx(t).Done():
+		t.Fatal("Reset still waits after the transaction committed")
+	}
+	com, err := c.committed(t, resetApp, inputTopic)
+	require.NoError(t, err)
+	require.Equal(t, map[string]map[int32]int64{inputTopic: {0: 0, 1: 0}}, com, "Reset's offsets, committed after the transaction's")
 }

@@ -471,7 +471,7 @@ func awaitStableOffsets(ctx context.Context, adm *kadm.Client, group string, log
 		if err == nil {
 			err = resp.Error()
 		}
-		if err == nil {
+		if err == nil || errors.Is(err, kerr.GroupIDNotFound) {
 			return nil
 		}
 		if !errors.Is(err, kerr.UnstableOffsetCommit) {
