@@ -194,10 +194,14 @@ func (a *App) Kill() {
 // connOpts are the options by which every client of the App reaches the
 // brokers: the App's own dialer (with TLS inside it), SASL, then the
 // user's ClientOptions.
-func (a *App) connOpts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.Dialer(a.net.dial)}
-	if a.cfg.SASL != nil {
-		opts = append(opts, kgo.SASL(a.cfg.SASL))
+func (a *App) connOpts() []kgo.Opt { return connOptions(a.cfg, a.net) }
+
+// connOptions are the options by which a client reaches the brokers
+// configured in cfg through n.
+func connOptions(cfg Config, n *network) []kgo.Opt {
+	opts := []kgo.Opt{kgo.Dialer(n.dial)}
+	if cfg.SASL != nil {
+		opts = append(opts, kgo.SASL(cfg.SASL))
 	}
-	return append(opts, a.cfg.ClientOptions...)
+	return append(opts, cfg.ClientOptions...)
 }
