@@ -222,7 +222,8 @@ type Config struct {
 	// source topic, partition and offset, the task and the node (the
 	// DeadLetterHeader* constants). Under exactly-once it is written in
 	// the same transaction as the rest of the commit. Like the topology's
-	// own sink topics, it must exist before Start.
+	// own sink topics, it must exist before Start unless
+	// CreateMissingTopics is set.
 	DeadLetterTopic string
 	// StaticMembership makes every stream thread a static group member
 	// (KIP-345), with an instance ID derived from the state directory's
