@@ -104,6 +104,11 @@ const (
 	DefaultRepartitionPurgeInterval = 30 * time.Second
 )
 
+// NoRepartitionPurge, as Config.RepartitionPurgeInterval, turns purging
+// off: the repartition topics then keep every record for ever. It is meant
+// for audits that read a repartition topic after the fact.
+const NoRepartitionPurge time.Duration = -1
+
 // Compression is a codec for the record batches Eddy produces.
 type Compression int
 
@@ -270,7 +275,8 @@ type Config struct {
 	// RepartitionPurgeInterval is how often each stream thread, after a
 	// commit, deletes the records of repartition topics below the group's
 	// committed offsets (DeleteRecords). Repartition topics are created
-	// with infinite retention, so this is what bounds them. Default 30s.
+	// with infinite retention, so this is what bounds them. Default 30s;
+	// NoRepartitionPurge turns purging off.
 	RepartitionPurgeInterval time.Duration
 	// Compression is the codec of every record batch Eddy produces (sink,
 	// repartition and changelog topics). Default CompressionNone, Kafka's
@@ -461,8 +467,8 @@ func (c Config) Validate() error {
 	if c.DefaultPartitions < -1 || c.DefaultPartitions == 0 {
 		errs = append(errs, fmt.Errorf("DefaultPartitions must be -1 or positive, got %d", c.DefaultPartitions))
 	}
-	if c.RepartitionPurgeInterval < 0 {
-		errs = append(errs, fmt.Errorf("RepartitionPurgeInterval must be positive, got %s", c.RepartitionPurgeInterval))
+	if c.RepartitionPurgeInterval < 0 && c.RepartitionPurgeInterval != NoRepartitionPurge {
+		errs = append(errs, fmt.Errorf("RepartitionPurgeInterval must be positive, or NoRepartitionPurge to turn purging off, got %s", c.RepartitionPurgeInterval))
 	}
 	if c.Compression < CompressionNone || c.Compression > CompressionZstd {
 		errs = append(errs, fmt.Errorf("unknown Compression %d", int(c.Compression)))

@@ -62,7 +62,7 @@ func newPurger(ctx context.Context, adm *kadm.Client, topics []string, interval 
 // thread idx's client cl knows, unless the thread purged less than an
 // interval ago or its last request has not finished.
 func (p *purger) afterCommit(idx int, cl *kgo.Client) {
-	if p == nil || len(p.topics) == 0 {
+	if p == nil || len(p.topics) == 0 || p.interval < 0 {
 		return
 	}
 	p.mu.Lock()

@@ -48,6 +48,8 @@ func TestConfigTopicFields(t *testing.T) {
 		})
 	}
 	c := ok
+	c.RepartitionPurgeInterval = NoRepartitionPurge
+	require.NoError(t, c.Validate())
 	c.DefaultPartitions, c.RepartitionPurgeInterval, c.Compression, c.CreateMissingTopics = 6, time.Second, CompressionLZ4, true
 	require.NoError(t, c.Validate())
 }
