@@ -217,3 +217,18 @@ func createUserTopics(ctx context.Context, adm *kadm.Client, cfg Config, names [
 	}
 	return nil
 }
+
+// recreateUserTopics creates, with CreateMissingTopics, the user's topics a
+// broker lost, with the partition counts the App started with: tasks and
+// stores are partitioned by them.
+func (a *App) recreateUserTopics(ctx context.Context, names []string) error {
+	specs := make([]changelog.TopicSpec, 0, len(names))
+	for _, name := range names {
+		specs = append(specs, changelog.TopicSpec{Name: name, Partitions: a.plan.partitions[name], ReplicationFactor: a.cfg.ReplicationFactor})
+	}
+	if err := changelog.EnsureTopics(ctx, a.admin, specs); err != nil {
+		return fmt.Errorf("runtime: recreating missing topics: %w", err)
+	}
+	a.log.Info("created the missing user topics again", "topics", names)
+	return nil
+}
