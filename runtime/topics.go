@@ -48,21 +48,23 @@ type MissingTopicsError struct {
 // Error lists the missing topics by role.
 func (e *MissingTopicsError) Error() string {
 	var parts []string
-	quote := func(names []string) string {
+	list := func(role string, names []string) {
+		if len(names) == 0 {
+			return
+		}
 		q := make([]string, len(names))
 		for i, n := range names {
 			q[i] = strconv.Quote(n)
 		}
-		return strings.Join(q, ", ")
+		if len(names) > 1 {
+			role += "s"
+		}
+		parts = append(parts, role+" "+strings.Join(q, ", "))
 	}
-	if len(e.Sources) > 0 {
-		parts = append(parts, "source topics "+quote(e.Sources))
-	}
-	if len(e.Sinks) > 0 {
-		parts = append(parts, "sink topics "+quote(e.Sinks))
-	}
-	return fmt.Sprintf("runtime: %d topics the topology uses do not exist: %s; create them before starting, or set Config.CreateMissingTopics",
-		len(e.Sources)+len(e.Sinks), strings.Join(parts, "; "))
+	list("source topic", e.Sources)
+	list("sink topic", e.Sinks)
+	return "runtime: topics the topology uses are missing: " + strings.Join(parts, "; ") +
+		"; create them before starting, or set Config.CreateMissingTopics"
 }
 
 // userTopics lists the user's topics (external) and records the partition

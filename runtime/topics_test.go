@@ -15,12 +15,12 @@ func TestMissingTopicsError(t *testing.T) {
 	require.True(t, errors.As(err, &m))
 	require.Equal(t, []string{"a", "b"}, m.Sources)
 	require.Equal(t, []string{"c"}, m.Sinks)
-	require.ErrorContains(t, err, `3 topics the topology uses do not exist: source topics "a", "b"; sink topics "c"`)
+	require.ErrorContains(t, err, `topics the topology uses are missing: source topics "a", "b"; sink topic "c"`)
 	require.ErrorContains(t, err, "Config.CreateMissingTopics")
 
 	only := &MissingTopicsError{Sinks: []string{"dlq"}}
 	require.NotContains(t, only.Error(), "source topics")
-	require.Contains(t, only.Error(), `1 topics the topology uses do not exist: sink topics "dlq"`)
+	require.Contains(t, only.Error(), `are missing: sink topic "dlq"; create them`)
 }
 
 func TestConfigTopicFields(t *testing.T) {
