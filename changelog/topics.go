@@ -28,7 +28,9 @@ func TopicName(app, store string) string { return app + "-" + store + "-changelo
 type TopicSpec struct {
 	// Name is the full topic name on the broker.
 	Name string
-	// Partitions is the required partition count; it must be positive.
+	// Partitions is the required partition count. -1 creates a missing
+	// topic with the broker's default (num.partitions) and accepts any
+	// count of an existing one; the caller lists the topic to learn it.
 	Partitions int32
 	// Compacted sets cleanup.policy=compact unless Configs sets
 	// cleanup.policy itself (windowed stores want "compact,delete").
@@ -77,8 +79,8 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) erro
 		if s.Name == "" {
 			return errors.New("changelog: topic spec without a name")
 		}
-		if s.Partitions <= 0 {
-			return fmt.Errorf("changelog: topic %q: partitions must be positive, got %d", s.Name, s.Partitions)
+		if s.Partitions <= 0 && s.Partitions != -1 {
+			return fmt.Errorf("changelog: topic %q: partitions must be positive or -1, got %d", s.Name, s.Partitions)
 		}
 		if prev, dup := byName[s.Name]; dup {
 			if prev.Partitions != s.Partitions {
@@ -204,6 +206,9 @@ func allLeadersKnown(d kadm.TopicDetail) bool {
 }
 
 func checkPartitions(s TopicSpec, d kadm.TopicDetail) error {
+	if s.Partitions < 0 {
+		return nil
+	}
 	if got := int32(len(d.Partitions)); got != s.Partitions {
 		return &PartitionMismatchError{Topic: s.Name, Expected: s.Partitions, Actual: got}
 	}

@@ -106,3 +106,19 @@ func TestEnsureTopicsRejectsBadSpecs(t *testing.T) {
 	}
 	require.NoError(t, EnsureTopics(context.Background(), adm, nil))
 }
+
+// TestEnsureTopicsBrokerDefaultPartitions creates a topic with the broker's
+// default partition count (-1) and accepts any count of an existing one.
+func TestEnsureTopicsBrokerDefaultPartitions(t *testing.T) {
+	c := newCluster(t, 3, "existing")
+	adm := newAdmin(t, c.ListenAddrs())
+	ctx := context.Background()
+	require.NoError(t, EnsureTopics(ctx, adm, []TopicSpec{{Name: "fresh", Partitions: -1}, {Name: "existing", Partitions: -1}}))
+	details, err := adm.ListTopics(kadm.WithAuthorizedOps(ctx), "fresh", "existing")
+	require.NoError(t, err)
+	require.Len(t, details["fresh"].Partitions, 10, "kfake's default num.partitions")
+	require.Len(t, details["existing"].Partitions, 3)
+
+	err = EnsureTopics(ctx, adm, []TopicSpec{{Name: "bad", Partitions: 0}})
+	require.ErrorContains(t, err, "partitions must be positive or -1")
+}

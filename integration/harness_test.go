@@ -379,6 +379,9 @@ type instanceConfig struct {
 	acceptableLag int64
 	maxWarmups    int
 	probing       time.Duration
+	// keepRepartition turns purging off, for tests that read the
+	// repartition topic's records after the group committed past them.
+	keepRepartition bool
 }
 
 // logBuffer collects an instance's logs; they are printed only when the test
@@ -433,6 +436,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		AcceptableRecoveryLag:    cfg.acceptableLag,
 		MaxWarmups:               cfg.maxWarmups,
 		ProbingRebalanceInterval: cfg.probing,
+		RepartitionPurgeInterval: purgeInterval(cfg.keepRepartition),
 	})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(ctx(t)))
@@ -450,6 +454,14 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		}
 	})
 	return &instance{App: app, name: name, stateDir: cfg.stateDir, endpoint: cfg.endpoint}
+}
+
+// purgeInterval is the runtime's default, or no purging when keep is set.
+func purgeInterval(keep bool) time.Duration {
+	if keep {
+		return runtime.NoRepartitionPurge
+	}
+	return 0
 }
 
 // close closes the instance gracefully and requires that it succeeds.

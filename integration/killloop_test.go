@@ -56,8 +56,9 @@ func runKillLoop(t *testing.T, guarantee string) *killLoop {
 	c := newProcCluster(t, procPartitions)
 	kl := &killLoop{c: c, h: newProcHTTP(t), want: make(map[string]int64)}
 	for i := range 3 {
+		// The over-count bound reads the repartition topic afterwards.
 		kl.insts = append(kl.insts, c.startInstanceWith(fmt.Sprintf("i%d", i+1), guarantee,
-			"--session-timeout", killLoopSession.String()))
+			"--session-timeout", killLoopSession.String(), "--keep-repartition-records"))
 	}
 	waitSettled(t, kl.h, settleTimeout, procPartitions, kl.insts...)
 	kl.probe = newOffsetProbe(t, c.addr, procApp, inputTopic, repartitionTopic(procApp))

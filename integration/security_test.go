@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -37,7 +38,7 @@ func appACLs(app string, sources, sinks []string) []broker.ACL {
 		add(kmsg.ACLResourceTypeTopic, s, lit, kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe)
 	}
 	add(kmsg.ACLResourceTypeTopic, app+"-", pre, kmsg.ACLOperationCreate, kmsg.ACLOperationRead,
-		kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe)
+		kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe, kmsg.ACLOperationDelete)
 	add(kmsg.ACLResourceTypeTransactionalId, app+"-", pre, kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe)
 	return out
 }
@@ -112,6 +113,8 @@ func startSecure(t *testing.T, c *cluster, clientTLS *tls.Config, app string) (*
 		Logger:              slog.New(slog.NewTextHandler(logs, nil)).With("instance", app),
 		TLS:                 clientTLS,
 		SASL:                m,
+		// Short, so that the test sees purging work under the ACLs.
+		RepartitionPurgeInterval: 200 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	sctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
@@ -158,6 +161,21 @@ func TestSecurityTLSSCRAMAndACLs(t *testing.T) {
 		c.produceLines(t, lines)
 		c.waitCaughtUp(t, ok)
 		requireStore(t, want, in)
+		// Delete on the prefix lets the repartition topic be purged.
+		rp := repartitionTopic(ok)
+		waitFor(t, settleTimeout, rp+" purged to the committed offsets", func() (bool, string) {
+			com, err := c.committed(t, ok, rp)
+			if err != nil {
+				return false, err.Error()
+			}
+			starts := c.logStarts(t, rp)
+			for p, start := range starts {
+				if start == 0 || start != com[rp][p] {
+					return false, fmt.Sprintf("log starts %v, committed %v", starts, com[rp])
+				}
+			}
+			return true, ""
+		})
 		require.NoError(t, in.Err())
 	})
 

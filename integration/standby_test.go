@@ -692,7 +692,9 @@ func TestKillStandbyTakesOver(t *testing.T) {
 	const sessionTimeout = 2 * time.Second
 	c := newCluster(t, haPartitions)
 	insts := c.startGroup(t, 3, func(int) instanceConfig {
-		return instanceConfig{standbys: 1, sessionTimeout: sessionTimeout, probing: 2 * time.Second}
+		// The redo windows are read from the repartition topic after
+		// the take-over has committed past them.
+		return instanceConfig{standbys: 1, sessionTimeout: sessionTimeout, probing: 2 * time.Second, keepRepartition: true}
 	})
 	c.waitPlacement(t, insts, 1)
 

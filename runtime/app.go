@@ -97,6 +97,7 @@ type App struct {
 	restored       *restoreTally
 	registry       *registry
 	fresh          *freshness
+	purge          *purger
 	metrics        *metrics
 	// openStoreHook, set only by tests, runs every store opening (open)
 	// in openStore's stead: it may delay the opening or wrap the store.
@@ -260,6 +261,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 		return err
 	}
 	a.fresh = newFreshness(a, FreshnessInterval)
+	a.purge = newPurger(a.killCtx, a.admin, a.plan.repartitions, a.cfg.RepartitionPurgeInterval, a.log)
 	return nil
 }
 
@@ -364,6 +366,8 @@ func (a *App) release() {
 	if a.registry != nil {
 		a.registry.close()
 	}
+	// Before the admin client it deletes records with is closed.
+	a.purge.close()
 	if a.adminCl != nil {
 		a.adminCl.Close()
 		a.adminCl = nil
@@ -414,7 +418,9 @@ func (a *App) setErr(err error) bool {
 
 // clientOpts are the options every client of the App starts from.
 func (a *App) clientOpts(extra ...kgo.Opt) []kgo.Opt {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...)}, extra...)
+	// Compression matters only to the clients that produce; it is set on
+	// all so that no producer is left with franz-go's default (snappy).
+	opts := append([]kgo.Opt{kgo.SeedBrokers(a.cfg.Brokers...), kgo.ProducerBatchCompression(a.cfg.Compression.codec()...)}, extra...)
 	return append(opts, a.connOpts()...)
 }
 
@@ -564,13 +570,16 @@ type topicPlan struct {
 	changelogs map[int][]string
 	// external lists the user's topics the app reads or writes, sorted.
 	external []string
+	// repartitions lists the repartition topics, which the purger trims.
+	repartitions []string
 	// specs describes the internal topics, to create them again if the
 	// broker loses them.
 	specs []changelog.TopicSpec
 }
 
-// planTopics reads the partition counts of the user's topics, derives those
-// of the internal topics, checks co-partitioning, and creates or verifies the
+// planTopics reads the partition counts of the user's topics (creating
+// missing ones if Config.CreateMissingTopics allows), derives those of the
+// internal topics, checks co-partitioning, and creates or verifies the
 // internal topics.
 func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, cfg Config) (*topicPlan, error) {
 	app := cfg.ApplicationID
@@ -593,22 +602,12 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		partitions:    make(map[string]int32),
 		topicSub:      make(map[string]int),
 	}
-	if len(external) > 0 {
-		details, err := adm.ListTopics(ctx, external...)
-		if err != nil {
-			return nil, fmt.Errorf("runtime: describe topics: %w", err)
-		}
-		for _, name := range external {
-			d, ok := details[name]
-			if !ok || d.Err != nil {
-				cause := "it does not exist"
-				if ok && d.Err != nil {
-					cause = d.Err.Error()
-				}
-				return nil, fmt.Errorf("runtime: topic %q used by the topology is not available: %s; create it before starting", name, cause)
-			}
-			plan.partitions[name] = int32(len(d.Partitions))
-		}
+	missing, err := userTopics(ctx, adm, topo, cfg, external, plan.partitions)
+	if err != nil {
+		return nil, err
+	}
+	if missing, err = createMissingSources(ctx, adm, topo, cfg, missing, plan.partitions); err != nil {
+		return nil, err
 	}
 	// Derive counts: a sub-topology has the count of its sources; a
 	// repartition topic without an explicit count has its writer's count.
@@ -649,6 +648,9 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		}
 	}
 	slices.Sort(plan.sources)
+	if err := createMissingSinks(ctx, adm, topo, cfg, missing, plan.subPartitions, plan.partitions); err != nil {
+		return nil, err
+	}
 	plan.taskTopics = make(map[task.ID][]string)
 	plan.changelogs = make(map[int][]string)
 	for i, st := range subs {
@@ -671,7 +673,8 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 	var specs []changelog.TopicSpec
 	for _, rp := range reparts {
 		name := rp.Topic.FullName(app)
-		specs = append(specs, changelog.TopicSpec{Name: name, Partitions: plan.partitions[name], ReplicationFactor: cfg.ReplicationFactor})
+		plan.repartitions = append(plan.repartitions, name)
+		specs = append(specs, changelog.TopicSpec{Name: name, Partitions: plan.partitions[name], ReplicationFactor: cfg.ReplicationFactor, Configs: repartitionTopicConfigs()})
 	}
 	for i, st := range subs {
 		for _, s := range st.Stores {

@@ -103,7 +103,11 @@ func TestStartFailsOnMissingSourceTopic(t *testing.T) {
 	app, err := New(countTopology(t), Config{ApplicationID: "g", Brokers: b.Addrs(), StateDir: t.TempDir()})
 	require.NoError(t, err)
 	err = app.Start(context.Background())
-	require.ErrorContains(t, err, `topic "in"`)
+	require.ErrorContains(t, err, `source topic "in"`)
+	var missing *MissingTopicsError
+	require.ErrorAs(t, err, &missing)
+	require.Equal(t, []string{"in"}, missing.Sources)
+	require.Empty(t, missing.Sinks)
 	require.Equal(t, StateFailed, app.State())
 }
 

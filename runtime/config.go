@@ -98,7 +98,72 @@ const (
 	DefaultNumStreamThreads   = 1
 	DefaultReplicationFactor  = -1
 	DefaultStateCleanupDelay  = 10 * time.Minute
+	DefaultPartitions         = -1
+	// DefaultRepartitionPurgeInterval is Kafka Streams' default
+	// repartition.purge.interval.ms.
+	DefaultRepartitionPurgeInterval = 30 * time.Second
 )
+
+// NoRepartitionPurge, as Config.RepartitionPurgeInterval, turns purging
+// off: the repartition topics then keep every record for ever. It is meant
+// for audits that read a repartition topic after the fact.
+const NoRepartitionPurge time.Duration = -1
+
+// Compression is a codec for the record batches Eddy produces.
+type Compression int
+
+// The codecs Kafka defines.
+const (
+	CompressionNone Compression = iota
+	CompressionGzip
+	CompressionSnappy
+	CompressionLZ4
+	CompressionZstd
+)
+
+func (c Compression) String() string {
+	switch c {
+	case CompressionNone:
+		return "none"
+	case CompressionGzip:
+		return "gzip"
+	case CompressionSnappy:
+		return "snappy"
+	case CompressionLZ4:
+		return "lz4"
+	case CompressionZstd:
+		return "zstd"
+	}
+	return fmt.Sprintf("Compression(%d)", int(c))
+}
+
+// ParseCompression parses "none", "gzip", "snappy", "lz4" or "zstd", the
+// names of Kafka's compression.type.
+func ParseCompression(s string) (Compression, error) {
+	for c := CompressionNone; c <= CompressionZstd; c++ {
+		if c.String() == s {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown compression %q (want none, gzip, snappy, lz4 or zstd)", s)
+}
+
+// codec is the franz-go codec of c. franz-go falls back to the next codec
+// given when a broker is too old for one; none needs no fallback, and the
+// others fall back to none rather than to franz-go's default, snappy.
+func (c Compression) codec() []kgo.CompressionCodec {
+	switch c {
+	case CompressionGzip:
+		return []kgo.CompressionCodec{kgo.GzipCompression(), kgo.NoCompression()}
+	case CompressionSnappy:
+		return []kgo.CompressionCodec{kgo.SnappyCompression(), kgo.NoCompression()}
+	case CompressionLZ4:
+		return []kgo.CompressionCodec{kgo.Lz4Compression(), kgo.NoCompression()}
+	case CompressionZstd:
+		return []kgo.CompressionCodec{kgo.ZstdCompression(), kgo.NoCompression()}
+	}
+	return []kgo.CompressionCodec{kgo.NoCompression()}
+}
 
 // Config configures one instance of an application. The zero value of every
 // optional field selects the default documented on it.
@@ -162,7 +227,8 @@ type Config struct {
 	// source topic, partition and offset, the task and the node (the
 	// DeadLetterHeader* constants). Under exactly-once it is written in
 	// the same transaction as the rest of the commit. Like the topology's
-	// own sink topics, it must exist before Start.
+	// own sink topics, it must exist before Start unless
+	// CreateMissingTopics is set.
 	DeadLetterTopic string
 	// StaticMembership makes every stream thread a static group member
 	// (KIP-345), with an instance ID derived from the state directory's
@@ -196,9 +262,35 @@ type Config struct {
 	// Endpoint is the host:port on which this instance answers queries,
 	// advertised to the other instances. Optional.
 	Endpoint string
-	// ReplicationFactor for the internal topics Eddy creates; -1 (the
-	// default) uses the broker's default.
+	// ReplicationFactor for the topics Eddy creates (its internal topics,
+	// and the user's with CreateMissingTopics); -1 (the default) uses the
+	// broker's default.
 	ReplicationFactor int16
+	// CreateMissingTopics makes Start create the topology's source and
+	// sink topics (and DeadLetterTopic) that do not exist, with the
+	// broker's default configs. A missing source topic takes the largest
+	// partition count of the existing topics it must be co-partitioned
+	// with; a missing sink, the largest task count of the sub-topologies
+	// writing it; a topic neither decides, DefaultPartitions. Off by
+	// default, as in Kafka Streams: a mistyped topic name then stops Start
+	// with a *MissingTopicsError naming every missing topic instead of
+	// creating a topic nobody writes. Internal topics are always created.
+	CreateMissingTopics bool
+	// DefaultPartitions is the partition count of a topic created by
+	// CreateMissingTopics that no other topic decides; -1 (the default)
+	// uses the broker's default (num.partitions).
+	DefaultPartitions int32
+	// RepartitionPurgeInterval is how often each stream thread, after a
+	// commit, deletes the records of repartition topics below the group's
+	// committed offsets (DeleteRecords). Repartition topics are created
+	// with infinite retention, so this is what bounds them. Default 30s;
+	// NoRepartitionPurge turns purging off.
+	RepartitionPurgeInterval time.Duration
+	// Compression is the codec of every record batch Eddy produces (sink,
+	// repartition and changelog topics). Default CompressionNone, Kafka's
+	// producer default, which every client can read. A compression option
+	// in ClientOptions overrides it.
+	Compression Compression
 	// NumStandbys is how many standby replicas each stateful task has, on
 	// other instances, kept current from its changelogs. Default 0.
 	NumStandbys int
@@ -296,6 +388,12 @@ func (c Config) withDefaults() Config {
 	if c.StateCleanupDelay == 0 {
 		c.StateCleanupDelay = DefaultStateCleanupDelay
 	}
+	if c.DefaultPartitions == 0 {
+		c.DefaultPartitions = DefaultPartitions
+	}
+	if c.RepartitionPurgeInterval == 0 {
+		c.RepartitionPurgeInterval = DefaultRepartitionPurgeInterval
+	}
 	if c.MaxGroupMetadataBytes == 0 {
 		c.MaxGroupMetadataBytes = assignor.DefaultMaxGroupMetadataBytes
 	}
@@ -373,6 +471,15 @@ func (c Config) Validate() error {
 	}
 	if c.ReplicationFactor < -1 || c.ReplicationFactor == 0 {
 		errs = append(errs, fmt.Errorf("ReplicationFactor must be -1 or positive, got %d", c.ReplicationFactor))
+	}
+	if c.DefaultPartitions < -1 || c.DefaultPartitions == 0 {
+		errs = append(errs, fmt.Errorf("DefaultPartitions must be -1 or positive, got %d", c.DefaultPartitions))
+	}
+	if c.RepartitionPurgeInterval < 0 && c.RepartitionPurgeInterval != NoRepartitionPurge {
+		errs = append(errs, fmt.Errorf("RepartitionPurgeInterval must be positive, or NoRepartitionPurge to turn purging off, got %s", c.RepartitionPurgeInterval))
+	}
+	if c.Compression < CompressionNone || c.Compression > CompressionZstd {
+		errs = append(errs, fmt.Errorf("unknown Compression %d", int(c.Compression)))
 	}
 	if c.NumStandbys < 0 {
 		errs = append(errs, fmt.Errorf("NumStandbys must not be negative, got %d", c.NumStandbys))

@@ -413,6 +413,7 @@ func (th *thread) iteration() error {
 		if err := th.commitBounded(); err != nil {
 			return err
 		}
+		th.app.purge.afterCommit(th.idx, th.cl)
 	}
 	now := time.Now()
 	for _, t := range th.tasks {

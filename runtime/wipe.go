@@ -139,10 +139,15 @@ func (a *App) rewireAll(ctx context.Context, known map[string]kadm.TopicID, chan
 		if err == nil && len(missing) == 0 {
 			break
 		}
+		if err == nil && a.cfg.CreateMissingTopics {
+			if err = a.recreateUserTopics(ctx, missing); err == nil {
+				continue // to learn their new IDs
+			}
+		}
 		if time.Since(lastLog) >= missingLogEvery {
 			lastLog = time.Now()
 			if err != nil {
-				a.log.Warn("waiting for the broker to describe the application's topics", "err", err)
+				a.log.Warn("waiting for the broker to describe (or create) the application's topics", "err", err)
 			} else {
 				a.log.Warn("waiting for the application's input and output topics to exist; create them to resume", "missing", missing)
 			}

@@ -91,6 +91,8 @@ type instanceOptions struct {
 	// staticMembership makes the instance's stream threads static group
 	// members (runtime.Config.StaticMembership).
 	staticMembership bool
+	// keepRepartition turns purging of the repartition topic off.
+	keepRepartition bool
 	// tls and sasl, when set, secure the connections to the brokers.
 	tls  *tls.Config
 	sasl sasl.Mechanism
@@ -138,6 +140,9 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		StaticMembership:         o.staticMembership,
 		TLS:                      o.tls,
 		SASL:                     o.sasl,
+	}
+	if o.keepRepartition {
+		cfg.RepartitionPurgeInterval = runtime.NoRepartitionPurge
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
@@ -208,6 +213,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	standbys := fs.Int("standbys", 0, "standby replicas per task")
 	guarantee := fs.String("guarantee", "at-least-once", "processing guarantee: at-least-once or exactly-once")
 	sessionTimeout := fs.Duration("session-timeout", 0, "group session timeout: how soon the others take over after this instance dies (default 10s)")
+	keepRepartition := fs.Bool("keep-repartition-records", false, "never purge the repartition topic (for audits that read it afterwards); by default records the group has committed are deleted every 30s")
 	static := fs.Bool("static-membership", false, "join the group as a static member (KIP-345), so that a restart on the same --state-dir takes its place back without waiting out the session timeout")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
@@ -254,6 +260,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		guarantee:        g,
 		sessionTimeout:   *sessionTimeout,
 		staticMembership: *static,
+		keepRepartition:  *keepRepartition,
 		tags:             tags,
 		rackTags:         splitBrokers(*rackTags),
 		logger:           slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),

@@ -164,8 +164,10 @@ func (c *klCluster) start(ctx context.Context, i int) error {
 		SessionTimeout:      c.cfg.sessionTimeout,
 		ProcessingGuarantee: c.guarantee,
 		StaticMembership:    c.static,
-		Endpoint:            "127.0.0.1:" + strconv.Itoa(21000+i),
-		Logger:              c.cfg.log.With("instance", i),
+		// The over-count bound reads the repartition topic afterwards.
+		RepartitionPurgeInterval: runtime.NoRepartitionPurge,
+		Endpoint:                 "127.0.0.1:" + strconv.Itoa(21000+i),
+		Logger:                   c.cfg.log.With("instance", i),
 	})
 	if err != nil {
 		return err
