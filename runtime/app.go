@@ -700,6 +700,9 @@ type TaskInfo struct {
 	// Remaining is the number of changelog records still to restore, summed
 	// over the task's stores; 0 once the task runs.
 	Remaining int64
+	// Processed and Punctuations count the records the task processed and
+	// the punctuator calls it made since this instance last opened it.
+	Processed, Punctuations int64
 }
 
 // Tasks lists the tasks this instance holds, ordered by ID.
@@ -708,7 +711,8 @@ func (a *App) Tasks() []TaskInfo {
 	for _, th := range a.threads {
 		th.mu.Lock()
 		for _, t := range th.tasks {
-			info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t)}
+			info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
+				Processed: t.Processed(), Punctuations: t.Punctuations()}
 			if t.State() == task.Restoring {
 				for _, h := range t.Stores() {
 					if h.Changelog == "" {

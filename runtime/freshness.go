@@ -31,7 +31,8 @@ const freshnessHistory = 240
 
 // freshness watches, for the tasks of which this instance holds a replica
 // other than a running active, whether the partition's active keeps
-// committing the input that arrives. A standby follows the changelog its
+// committing the input that arrives. The same listings give the consumer lag
+// of the instance's active tasks. A standby follows the changelog its
 // active writes; when the active dies the changelog stops, and the standby
 // shows no lag while input piles up unprocessed. What does not stop is the
 // source partitions' end, so the freshness of a replica is measured there:
@@ -66,6 +67,10 @@ type inputWatch struct {
 	// covered is the latest time whose end the committed offset is known
 	// to cover; zero if never.
 	covered time.Time
+	// lag is the end minus the committed offset at the last listing, at
+	// listed.
+	lag    int64
+	listed time.Time
 }
 
 type endSample struct {
@@ -101,9 +106,17 @@ func (f *freshness) run(ctx context.Context) {
 }
 
 // watched lists the source partitions of the tasks this instance holds in
-// a role other than running active.
+// a role other than running active, for their input age, and of its active
+// tasks, for their consumer lag (eddy_consumer_lag_records).
 func (f *freshness) watched() map[changelog.TopicPartition]bool {
 	out := make(map[changelog.TopicPartition]bool)
+	if info, ok := f.a.Assignment(); ok {
+		for _, id := range info.Active {
+			for _, tp := range f.a.sourcePartitions(id) {
+				out[tp] = true
+			}
+		}
+	}
 	for _, ri := range f.a.Replicas() {
 		if ri.Role == RoleActive {
 			continue
@@ -192,7 +205,22 @@ func (f *freshness) round(ctx context.Context) {
 			f.parts[tp] = w
 		}
 		w.observe(at, lo.Offset, committed)
+		w.lag, w.listed = max(lo.Offset-committed, 0), at
 	}
+}
+
+// consumerLags returns, for each of the given source partitions listed in
+// the last lagWindow, its end minus the group's committed offset.
+func (f *freshness) consumerLags(tps []changelog.TopicPartition, lagWindow time.Duration) map[changelog.TopicPartition]int64 {
+	out := make(map[changelog.TopicPartition]int64, len(tps))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, tp := range tps {
+		if w := f.parts[tp]; w != nil && !w.listed.IsZero() && time.Since(w.listed) <= lagWindow {
+			out[tp] = w.lag
+		}
+	}
+	return out
 }
 
 // observe records the end seen at a time and the committed offset seen
