@@ -1,8 +1,12 @@
 package runtime
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,6 +21,10 @@ import (
 // label is there from New on, zero until something happens.
 type metrics struct {
 	app *App
+	// lastTasks is each thread's tasks as last read; a scrape that finds a
+	// thread busy for longer than scrapeWait shows them rather than wait.
+	mu        sync.Mutex
+	lastTasks map[*thread][]TaskInfo
 	// repartition holds the full names of the repartition topics, which
 	// eddy_records_processed_total tells apart from the user's input.
 	repartition map[string]bool
@@ -68,6 +76,7 @@ func newMetrics(a *App) *metrics {
 	}
 	m := &metrics{
 		app:         a,
+		lastTasks:   make(map[*thread][]TaskInfo),
 		repartition: make(map[string]bool),
 		states:      appStates(),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -174,7 +183,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	started := now != StateCreated && now != StateStarting
 	var remaining int64
 	if started {
-		for _, ti := range a.Tasks() {
+		for _, ti := range m.tasks() {
 			id := ti.ID.String()
 			remaining += ti.Remaining
 			ch <- prometheus.MustNewConstMetric(m.taskProcessed, prometheus.CounterValue, float64(ti.Processed), id)
@@ -204,6 +213,44 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.consumerLag, prometheus.GaugeValue, float64(lag), tp.Topic, strconv.Itoa(int(tp.Partition)))
 		}
 	}
+}
+
+// scrapeWait bounds how long a scrape waits for a stream thread: a thread
+// holds its lock through a whole batch of records, and one stuck in a
+// processor must not stop the metrics that show it stuck.
+const scrapeWait = 100 * time.Millisecond
+
+// tasks lists the instance's tasks, taking a thread's from its last
+// reading when the thread stays busy past scrapeWait.
+func (m *metrics) tasks() []TaskInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []TaskInfo
+	seen := make(map[*thread]bool, len(m.app.threads))
+	for _, th := range m.app.threads {
+		seen[th] = true
+		if lockWithin(&th.mu, scrapeWait) {
+			m.lastTasks[th] = th.taskInfos()
+			th.mu.Unlock()
+		}
+		out = append(out, m.lastTasks[th]...)
+	}
+	// Threads replaced (ReplaceThread) are forgotten.
+	maps.DeleteFunc(m.lastTasks, func(th *thread, _ []TaskInfo) bool { return !seen[th] })
+	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
+	return out
+}
+
+// lockWithin locks mu if it can within d.
+func lockWithin(mu *sync.Mutex, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !mu.TryLock() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
 
 // Metrics returns the App's metrics as a Prometheus collector; README.md's
