@@ -157,7 +157,7 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 	if ln != nil {
 		in.addr = ln.Addr().String()
 		in.iq = countsServer(app, metrics.observe)
-		in.web = newWebUI(in.addr)
+		in.web = newWebUI(in.addr, metrics)
 		in.srv = in.iq.HTTPServer(in.addr)
 		in.srv.Handler = in.handler()
 		go in.srv.Serve(ln)
