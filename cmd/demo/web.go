@@ -131,13 +131,28 @@ func (u *webUI) close() {
 	u.hc.CloseIdleConnections()
 }
 
-// sample records the instance's input every interval until close.
+// othersEvery is how often an instance refreshes what it knows of the
+// others' histories without a page asking, so that one that dies before
+// anyone opens the page is still drawn, up to where it stopped.
+const othersEvery = 5
+
+// sample records the instance's input every interval until close, and
+// every othersEvery intervals the other instances' histories.
 func (u *webUI) sample(m *instanceMetrics, every time.Duration) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	for {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-u.stop
+		cancel()
+	}()
+	for n := 0; ; n++ {
 		if records, lag, err := m.inputSample(); err == nil {
 			u.hist.add(time.Now(), records, lag)
+		}
+		if n%othersEvery == othersEvery-1 {
+			u.clusterHistory(ctx)
 		}
 		select {
 		case <-u.stop:
@@ -282,15 +297,25 @@ func (u *webUI) serveHistory(w http.ResponseWriter, _ *http.Request) {
 func (u *webUI) serveClusterHistory(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	ch, err := u.clusterHistory(r.Context())
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	json.NewEncoder(w).Encode(ch)
+}
+
+// clusterHistory gathers every instance's history; it fails only when this
+// instance gives no routing table.
+func (u *webUI) clusterHistory(ctx context.Context) (clusterHistory, error) {
 	window := historyEvery * historyLen
 	var md metadataAnswer
-	mctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	mctx, cancel := context.WithTimeout(ctx, time.Second)
 	err := getJSON(mctx, u.hc, u.self, "/v1/metadata", &md)
 	cancel()
 	if err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]string{"error": explainFetch(err).Error()})
-		return
+		return clusterHistory{}, explainFetch(err)
 	}
 	hosts := make(map[string]bool)
 	for _, h := range md.Instances {
@@ -309,7 +334,7 @@ func (u *webUI) serveClusterHistory(w http.ResponseWriter, r *http.Request) {
 	var wg sync.WaitGroup
 	for h := range hosts {
 		wg.Go(func() {
-			hctx, cancel := context.WithTimeout(r.Context(), time.Second)
+			hctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			var a historyAnswer
 			if err := getJSON(hctx, u.hc, h, "/history.json", &a); err != nil {
@@ -335,5 +360,5 @@ func (u *webUI) serveClusterHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	u.othersMu.Unlock()
 	slices.SortFunc(out.Instances, func(a, b hostHistory) int { return cmp.Compare(a.Host, b.Host) })
-	json.NewEncoder(w).Encode(out)
+	return out, nil
 }

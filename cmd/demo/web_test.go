@@ -12,8 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -251,7 +251,6 @@ func TestMultiProcessCommands(t *testing.T) {
 	t.Run("status page in a browser", func(t *testing.T) {
 		testPageInChromium(t, c, y, word)
 	})
-
 
 	t.Run("metrics", func(t *testing.T) {
 		// One refusal of each kind the demo's own queries can cause.
