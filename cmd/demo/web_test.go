@@ -421,7 +421,7 @@ func testChartsInChromium(t *testing.T, c *testCluster, in, gone *instance) {
 	}
 	require.Greater(t, first["all rate"].max, 1.0, "the text the cluster counted shows in its input rate")
 	require.Contains(t, first, gone.addr+" rate")
-	require.Contains(t, dumpDOM(t, bin, u, time.Second), gone.addr+" (not answering)",
+	require.Regexp(t, regexp.QuoteMeta(gone.addr)+`<small title="unreachable: [^"]*">not answering</small>`, dumpDOM(t, bin, u, time.Second),
 		"an instance that stopped answering keeps its last samples, marked")
 
 	// The instances keep sampling: a later load draws more points.
