@@ -301,3 +301,48 @@ func TestMetricsDocumented(t *testing.T) {
 	})
 	require.Less(t, len(s.labelValues("eddy_task_records_processed_total", "task")), 4)
 }
+
+// TestMetricsRestoreProgress restores a task's store on an instance with
+// an empty state directory: the per-task and instance totals count the
+// changelog records applied, and nothing remains once the tasks run.
+func TestMetricsRestoreProgress(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	cfg := Config{ApplicationID: "r", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond}
+	app, err := New(countTopology(t), cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	defer cl.Close()
+	for i := range 30 {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}).FirstErr())
+	}
+	waitFor(t, 20*time.Second, "30 keys counted", func() bool {
+		n := 0
+		for i := range 30 {
+			if count(app, fmt.Sprint("k", i)) == 1 {
+				n++
+			}
+		}
+		return n == 30
+	})
+	require.NoError(t, app.Close(context.Background()))
+
+	cfg.StateDir = t.TempDir()
+	app, err = New(countTopology(t), cfg)
+	require.NoError(t, err)
+	defer app.Close(context.Background())
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(app.Metrics()))
+	require.NoError(t, app.Start(context.Background()))
+	waitFor(t, 20*time.Second, "the changelog restored", app.Ready)
+	var s scrape
+	waitFor(t, 10*time.Second, "30 changelog records counted as restored", func() bool {
+		s = gather(t, reg)
+		return s.sum("eddy_restored_records_total") == 30
+	})
+	require.Equal(t, 30.0, s.sum("eddy_task_restored_records_total"))
+	require.Equal(t, []string{"0_0", "0_1"}, s.labelValues("eddy_task_restored_records_total", "task"))
+	require.Zero(t, s.sum("eddy_restore_remaining_records"))
+	require.Zero(t, s.sum("eddy_task_restore_remaining_records"))
+}
