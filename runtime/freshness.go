@@ -110,10 +110,15 @@ func (f *freshness) run(ctx context.Context) {
 // tasks, for their consumer lag (eddy_consumer_lag_records).
 func (f *freshness) watched() map[changelog.TopicPartition]bool {
 	out := make(map[changelog.TopicPartition]bool)
-	if info, ok := f.a.Assignment(); ok {
-		for _, id := range info.Active {
-			for _, tp := range f.a.sourcePartitions(id) {
-				out[tp] = true
+	// Assignment reads the thread list, which Start is still building
+	// while the threads' first assignments may arrive: actives wait for a
+	// round after Start.
+	if s := f.a.State(); s != StateStarting && s != StateCreated {
+		if info, ok := f.a.Assignment(); ok {
+			for _, id := range info.Active {
+				for _, tp := range f.a.sourcePartitions(id) {
+					out[tp] = true
+				}
 			}
 		}
 	}
