@@ -703,6 +703,9 @@ type TaskInfo struct {
 	// Remaining is the number of changelog records still to restore, summed
 	// over the task's stores; 0 once the task runs.
 	Remaining int64
+	// Processed and Punctuations count the records the task processed and
+	// the punctuator calls it made since this instance last opened it.
+	Processed, Punctuations int64
 }
 
 // Tasks lists the tasks this instance holds, ordered by ID.
@@ -710,23 +713,31 @@ func (a *App) Tasks() []TaskInfo {
 	var out []TaskInfo
 	for _, th := range a.threads {
 		th.mu.Lock()
-		for _, t := range th.tasks {
-			info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t)}
-			if t.State() == task.Restoring {
-				for _, h := range t.Stores() {
-					if h.Changelog == "" {
-						continue
-					}
-					if p, ok := th.rest.progress(h.Changelog, t.ID().Partition); ok && p.Lag > 0 {
-						info.Remaining += p.Lag
-					}
-				}
-			}
-			out = append(out, info)
-		}
+		out = append(out, th.taskInfos()...)
 		th.mu.Unlock()
 	}
 	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
+	return out
+}
+
+// taskInfos describes the thread's tasks; th.mu must be held.
+func (th *thread) taskInfos() []TaskInfo {
+	var out []TaskInfo
+	for _, t := range th.tasks {
+		info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
+			Processed: t.Processed(), Punctuations: t.Punctuations()}
+		if t.State() == task.Restoring {
+			for _, h := range t.Stores() {
+				if h.Changelog == "" {
+					continue
+				}
+				if p, ok := th.rest.progress(h.Changelog, t.ID().Partition); ok && p.Lag > 0 {
+					info.Remaining += p.Lag
+				}
+			}
+		}
+		out = append(out, info)
+	}
 	return out
 }
 

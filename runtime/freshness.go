@@ -35,7 +35,8 @@ const freshnessHistory = 240
 // piles up unprocessed. What does not stop is the source partitions' end, so
 // the freshness of a replica is measured there: the latest time t at which
 // the end offset of every source partition was covered by the group's
-// committed offset.
+// committed offset. The same listings give the consumer lag of the
+// instance's active tasks (eddy_consumer_lag_records).
 //
 // Every source partition of the topology is watched from start-up, not only
 // those of the replicas held now: a standby opened by a rebalance then finds
@@ -64,6 +65,10 @@ type inputWatch struct {
 	// covered is the latest time whose end the committed offset is known
 	// to cover; zero if never.
 	covered time.Time
+	// lag is the end minus the committed offset at the last listing, at
+	// listed.
+	lag    int64
+	listed time.Time
 }
 
 type endSample struct {
@@ -171,7 +176,22 @@ func (f *freshness) round(ctx context.Context) {
 			f.parts[tp] = w
 		}
 		w.observe(at, lo.Offset, committed)
+		w.lag, w.listed = max(lo.Offset-committed, 0), at
 	})
+}
+
+// consumerLags returns, for each of the given source partitions listed in
+// the last lagWindow, its end minus the group's committed offset.
+func (f *freshness) consumerLags(tps []changelog.TopicPartition, lagWindow time.Duration) map[changelog.TopicPartition]int64 {
+	out := make(map[changelog.TopicPartition]int64, len(tps))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, tp := range tps {
+		if w := f.parts[tp]; w != nil && !w.listed.IsZero() && time.Since(w.listed) <= lagWindow {
+			out[tp] = w.lag
+		}
+	}
+	return out
 }
 
 // observe records the end seen at a time and the committed offset seen

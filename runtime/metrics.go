@@ -1,62 +1,101 @@
 package runtime
 
 import (
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eddystreams/eddy/changelog"
 )
 
 // metrics are the App's Prometheus metrics. Counters and histograms are
-// updated as things happen; per-replica gauges (restoration progress,
-// standby lag) are read from the registry at scrape time, so they cost
-// nothing between scrapes.
+// updated as things happen; everything that describes what the instance
+// holds now (its state, tasks, replicas, consumer lag) is read at scrape
+// time, so it costs nothing between scrapes and a task that leaves takes
+// its series with it. Every series without a task, replica or partition
+// label is there from New on, zero until something happens.
 type metrics struct {
-	app           *App
-	processed     prometheus.Counter
-	skipped       prometheus.CounterFunc
-	failed        prometheus.CounterFunc
-	replaced      prometheus.CounterFunc
-	resets        prometheus.CounterFunc
-	wiped         prometheus.CounterFunc
-	commitLatency prometheus.Histogram
-	rebalances    prometheus.Counter
-	replicaDesc   map[string]*prometheus.Desc
+	app *App
+	// lastTasks is each thread's tasks as last read; a scrape that finds a
+	// thread busy for longer than scrapeWait shows them rather than wait.
+	mu        sync.Mutex
+	lastTasks map[*thread][]TaskInfo
+	// repartition holds the full names of the repartition topics, which
+	// eddy_records_processed_total tells apart from the user's input.
+	repartition map[string]bool
+	states      []State
+
+	input, repartitioned prometheus.Counter
+	processed            *prometheus.CounterVec
+	skipped              prometheus.CounterFunc
+	failed               prometheus.CounterFunc
+	replaced             prometheus.CounterFunc
+	resets               prometheus.CounterFunc
+	wiped                prometheus.CounterFunc
+	restored             prometheus.CounterFunc
+	commitLatency        prometheus.Histogram
+	rebalances           prometheus.Counter
+
+	state, consumerLag, restoreRemaining                         *prometheus.Desc
+	replicaPosition, replicaLag                                  *prometheus.Desc
+	taskProcessed, taskPunctuations, taskRemaining, taskRestored *prometheus.Desc
+}
+
+// Label values of eddy_records_processed_total's source label.
+const (
+	sourceInput       = "input"
+	sourceRepartition = "repartition"
+)
+
+// appStates lists the App's states, found by asking State.String about each
+// small value in turn: a state added to the type shows up in eddy_app_state
+// without this file knowing of it.
+func appStates() []State {
+	var out []State
+	for s := State(0); s < 64; s++ {
+		if !strings.HasPrefix(s.String(), "State(") {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func newMetrics(a *App) *metrics {
 	constLabels := prometheus.Labels{"application": a.cfg.ApplicationID}
+	counterFunc := func(name, help string, f func() int64) prometheus.CounterFunc {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "eddy", Name: name, Help: help, ConstLabels: constLabels},
+			func() float64 { return float64(f()) })
+	}
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("eddy_"+name, help, labels, constLabels)
+	}
 	m := &metrics{
-		app: a,
-		processed: prometheus.NewCounter(prometheus.CounterOpts{
+		app:         a,
+		lastTasks:   make(map[*thread][]TaskInfo),
+		repartition: make(map[string]bool),
+		states:      appStates(),
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "eddy", Name: "records_processed_total",
-			Help:        "Input records processed by this instance's stream threads.",
+			Help:        `Records this instance's stream threads processed, by source: "input" (the user's source topics) or "repartition" (the application's repartition topics).`,
 			ConstLabels: constLabels,
-		}),
-		skipped: prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "eddy", Name: "records_skipped_total",
-			Help:        "Input records skipped because they could not be deserialized.",
-			ConstLabels: constLabels,
-		}, func() float64 { return float64(a.skipped.Load()) }),
-		failed: prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "eddy", Name: "processing_errors_total",
-			Help:        "Input records skipped because a processor failed on them (ProcessingLogAndContinue).",
-			ConstLabels: constLabels,
-		}, func() float64 { return float64(a.processingErrors.Load()) }),
-		replaced: prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "eddy", Name: "stream_threads_replaced_total",
-			Help:        "Stream threads replaced after an error (ReplaceThread).",
-			ConstLabels: constLabels,
-		}, func() float64 { return float64(a.replaced.Load()) }),
-		resets: prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "eddy", Name: "store_resets_total",
-			Help:        "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
-			ConstLabels: constLabels,
-		}, func() float64 { return float64(a.StoreResets()) }),
-		wiped: prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "eddy", Name: "stores_wiped_total",
-			Help:        "Persistent stores whose files could not be opened, deleted and rebuilt from their changelogs.",
-			ConstLabels: constLabels,
-		}, func() float64 { return float64(a.storesWiped.Load()) }),
+		}, []string{"source"}),
+		skipped: counterFunc("records_skipped_total", "Records skipped because they could not be deserialized.",
+			a.skipped.Load),
+		failed: counterFunc("processing_errors_total", "Records skipped because a processor failed on them (ProcessingLogAndContinue).",
+			a.processingErrors.Load),
+		replaced: counterFunc("stream_threads_replaced_total", "Stream threads replaced after an error (ReplaceThread).",
+			a.replaced.Load),
+		resets: counterFunc("store_resets_total", "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
+			a.StoreResets),
+		wiped: counterFunc("stores_wiped_total", "Persistent stores whose files could not be opened, deleted and rebuilt from their changelogs.",
+			a.storesWiped.Load),
+		restored: counterFunc("restored_records_total", "Changelog records applied by the restorations that finished since this instance started.",
+			a.RestoredRecords),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "eddy", Name: "commit_latency_seconds",
 			Help:        "Time a stream thread takes to commit: flush, changelog acknowledgements, store writes, offsets.",
@@ -68,64 +107,153 @@ func newMetrics(a *App) *metrics {
 			Help:        "Assignments received by this instance's stream threads.",
 			ConstLabels: constLabels,
 		}),
-		replicaDesc: map[string]*prometheus.Desc{
-			"position": prometheus.NewDesc("eddy_replica_position", "Changelog offset of the next record a store partition would apply.",
-				[]string{"store", "partition", "role"}, constLabels),
-			"lag": prometheus.NewDesc("eddy_replica_lag", "Changelog records a store partition lacks (restoring actives, standbys, warmups); 0 for running actives.",
-				[]string{"store", "partition", "role"}, constLabels),
-			"restore_remaining": prometheus.NewDesc("eddy_restore_remaining_records", "Changelog records a restoring active task still has to apply.",
-				[]string{"store", "partition"}, constLabels),
-			"restored": prometheus.NewDesc("eddy_restored_records_total", "Changelog records restoration applied to a store partition since this instance started.",
-				[]string{"store", "partition"}, constLabels),
-		},
+		state: desc("app_state", "1 for the state the App is in, 0 for the others.", "state"),
+		consumerLag: desc("consumer_lag_records",
+			"Records on a source partition of this instance's active tasks beyond the group's committed offset (end offset, the last stable offset under exactly-once, minus committed), as listed at most 3 s ago.",
+			"topic", "partition"),
+		restoreRemaining: desc("restore_remaining_records", "Changelog records this instance's restoring tasks still have to apply."),
+		replicaPosition: desc("replica_position", "Changelog offset of the next record a store partition would apply.",
+			"store", "partition", "role"),
+		replicaLag: desc("replica_lag_records", "Changelog records a store partition lacks (restoring actives, standbys, warmups); 0 for running actives.",
+			"store", "partition", "role"),
+		taskProcessed: desc("task_records_processed_total", "Records an active task processed since this instance last opened it.",
+			"task"),
+		taskPunctuations: desc("task_punctuations_total", "Punctuator calls an active task made since this instance last opened it.",
+			"task"),
+		taskRemaining: desc("task_restore_remaining_records", "Changelog records an active task still has to restore; 0 once it runs.",
+			"task"),
+		taskRestored: desc("task_restored_records_total", "Changelog records restoration applied to an active task's stores since this instance started.",
+			"task"),
+	}
+	m.input = m.processed.WithLabelValues(sourceInput)
+	m.repartitioned = m.processed.WithLabelValues(sourceRepartition)
+	for _, st := range a.topo.SubTopologies() {
+		for _, r := range st.Sources {
+			if r.Internal {
+				m.repartition[r.FullName(a.cfg.ApplicationID)] = true
+			}
+		}
 	}
 	return m
 }
 
+// processedFrom counts n records processed from a source topic.
+func (m *metrics) processedFrom(topic string, n int) {
+	if n == 0 {
+		return
+	}
+	if m.repartition[topic] {
+		m.repartitioned.Add(float64(n))
+	} else {
+		m.input.Add(float64(n))
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.processed, m.skipped, m.failed, m.replaced, m.resets, m.wiped, m.restored, m.commitLatency, m.rebalances}
+}
+
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.processed.Describe(ch)
-	m.skipped.Describe(ch)
-	m.failed.Describe(ch)
-	m.replaced.Describe(ch)
-	m.resets.Describe(ch)
-	m.wiped.Describe(ch)
-	m.commitLatency.Describe(ch)
-	m.rebalances.Describe(ch)
-	for _, d := range m.replicaDesc {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+	for _, d := range []*prometheus.Desc{m.state, m.consumerLag, m.restoreRemaining, m.replicaPosition, m.replicaLag,
+		m.taskProcessed, m.taskPunctuations, m.taskRemaining, m.taskRestored} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	m.processed.Collect(ch)
-	m.skipped.Collect(ch)
-	m.failed.Collect(ch)
-	m.replaced.Collect(ch)
-	m.resets.Collect(ch)
-	m.wiped.Collect(ch)
-	m.commitLatency.Collect(ch)
-	m.rebalances.Collect(ch)
-	for _, ri := range m.app.Replicas() {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+	a := m.app
+	now := a.State()
+	for _, s := range m.states {
+		v := 0.0
+		if s == now {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, v, s.String())
+	}
+	// Start sets up the threads, the registry and the freshness tracker
+	// before it leaves StateStarting; until then they must not be read.
+	started := now != StateCreated && now != StateStarting
+	var remaining int64
+	if started {
+		for _, ti := range m.tasks() {
+			id := ti.ID.String()
+			remaining += ti.Remaining
+			ch <- prometheus.MustNewConstMetric(m.taskProcessed, prometheus.CounterValue, float64(ti.Processed), id)
+			ch <- prometheus.MustNewConstMetric(m.taskPunctuations, prometheus.CounterValue, float64(ti.Punctuations), id)
+			ch <- prometheus.MustNewConstMetric(m.taskRemaining, prometheus.GaugeValue, float64(ti.Remaining), id)
+			ch <- prometheus.MustNewConstMetric(m.taskRestored, prometheus.CounterValue, float64(ti.Restored), id)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(m.restoreRemaining, prometheus.GaugeValue, float64(remaining))
+	if !started {
+		return
+	}
+	for _, ri := range a.Replicas() {
 		part := strconv.Itoa(int(ri.Partition))
 		role := ri.Role.String()
-		ch <- prometheus.MustNewConstMetric(m.replicaDesc["position"], prometheus.GaugeValue, float64(ri.Position), ri.Store, part, role)
+		ch <- prometheus.MustNewConstMetric(m.replicaPosition, prometheus.GaugeValue, float64(ri.Position), ri.Store, part, role)
 		if ri.Lag >= 0 {
-			ch <- prometheus.MustNewConstMetric(m.replicaDesc["lag"], prometheus.GaugeValue, float64(ri.Lag), ri.Store, part, role)
+			ch <- prometheus.MustNewConstMetric(m.replicaLag, prometheus.GaugeValue, float64(ri.Lag), ri.Store, part, role)
 		}
-		if ri.Role == RoleRestoring && ri.Lag >= 0 {
-			ch <- prometheus.MustNewConstMetric(m.replicaDesc["restore_remaining"], prometheus.GaugeValue, float64(ri.Lag), ri.Store, part)
+	}
+	if info, ok := a.Assignment(); ok && a.fresh != nil {
+		var tps []changelog.TopicPartition
+		for _, id := range info.Active {
+			tps = append(tps, a.sourcePartitions(id)...)
 		}
-		if ri.Role == RoleRestoring || ri.Role == RoleActive {
-			ch <- prometheus.MustNewConstMetric(m.replicaDesc["restored"], prometheus.CounterValue, float64(ri.Restored), ri.Store, part)
+		for tp, lag := range a.fresh.consumerLags(tps, LagConfirmWindow) {
+			ch <- prometheus.MustNewConstMetric(m.consumerLag, prometheus.GaugeValue, float64(lag), tp.Topic, strconv.Itoa(int(tp.Partition)))
 		}
 	}
 }
 
-// Metrics returns the App's metrics as a Prometheus collector: records
-// processed and skipped, stores reset, commit latency, rebalances, and per store
-// partition its role, position, lag, restoration remaining and records
-// restored. Register it with any prometheus.Registerer; the App does not
-// register it anywhere itself.
+// scrapeWait bounds how long a scrape waits for a stream thread: a thread
+// holds its lock through a whole batch of records, and one stuck in a
+// processor must not stop the metrics that show it stuck.
+const scrapeWait = 100 * time.Millisecond
+
+// tasks lists the instance's tasks, taking a thread's from its last
+// reading when the thread stays busy past scrapeWait.
+func (m *metrics) tasks() []TaskInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []TaskInfo
+	seen := make(map[*thread]bool, len(m.app.threads))
+	for _, th := range m.app.threads {
+		seen[th] = true
+		if lockWithin(&th.mu, scrapeWait) {
+			m.lastTasks[th] = th.taskInfos()
+			th.mu.Unlock()
+		}
+		out = append(out, m.lastTasks[th]...)
+	}
+	// Threads replaced (ReplaceThread) are forgotten.
+	maps.DeleteFunc(m.lastTasks, func(th *thread, _ []TaskInfo) bool { return !seen[th] })
+	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
+	return out
+}
+
+// lockWithin locks mu if it can within d.
+func lockWithin(mu *sync.Mutex, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !mu.TryLock() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// Metrics returns the App's metrics as a Prometheus collector; README.md's
+// Metrics section lists every series. Register it with any
+// prometheus.Registerer; the App does not register it anywhere itself.
 func (a *App) Metrics() prometheus.Collector { return a.metrics }

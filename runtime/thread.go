@@ -389,19 +389,21 @@ func (th *thread) iteration() error {
 		}
 		th.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 	})
-	var n int
-	fetches.EachRecord(func(r *kgo.Record) {
-		if fatal != nil {
-			return
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		var n int
+		for _, r := range p.Records {
+			if fatal != nil {
+				break
+			}
+			if r.Attrs.IsControl() {
+				th.passControl(r)
+				continue
+			}
+			fatal = th.process(r)
+			n++
 		}
-		if r.Attrs.IsControl() {
-			th.passControl(r)
-			return
-		}
-		fatal = th.process(r)
-		n++
+		th.app.metrics.processedFrom(p.Topic, n)
 	})
-	th.app.metrics.processed.Add(float64(n))
 	if fatal != nil {
 		return fatal
 	}

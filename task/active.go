@@ -79,6 +79,8 @@ type Active struct {
 	// committed holds the offsets last committed, so that a commit with
 	// nothing new to say is skipped.
 	committed map[string]int64
+	// processed counts the records Process was given while running.
+	processed int64
 	log       *slog.Logger
 }
 
@@ -194,6 +196,7 @@ func (t *Active) Process(rec topology.InputRecord) error {
 	if t.state != Running {
 		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, t.state)
 	}
+	t.processed++
 	if err := t.graph.Process(rec); err != nil {
 		return err
 	}
@@ -217,6 +220,13 @@ func (t *Active) markConsumed(topic string, next int64) {
 // deserialization handler chose to skip, or a transaction marker, which
 // holds no data but takes an offset the task's commit must cover.
 func (t *Active) Skip(rec topology.InputRecord) { t.markConsumed(rec.Topic, rec.Offset+1) }
+
+// Processed counts the records Process was given while the task ran,
+// failed ones included.
+func (t *Active) Processed() int64 { return t.processed }
+
+// Punctuations counts the punctuator calls the task made.
+func (t *Active) Punctuations() int64 { return t.graph.Punctuations() }
 
 // Punctuate runs punctuators that are due.
 func (t *Active) Punctuate(now time.Time) error {

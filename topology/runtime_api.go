@@ -114,6 +114,8 @@ type TaskGraph interface {
 	// Punctuate runs wall-clock punctuators that are due at now and
 	// stream-time punctuators that are due at the task's stream time.
 	Punctuate(now time.Time) error
+	// Punctuations counts the punctuator calls Punctuate made so far.
+	Punctuations() int64
 	// Flush forwards the latest value of every table key updated since
 	// the last Flush, when the task buffers table updates (see
 	// TableBuffering); otherwise it does nothing. The runtime calls it at

@@ -227,6 +227,8 @@ type taskGraph struct {
 	trackMeta bool
 
 	puncts []*punctuation
+	// punctuated counts punctuator calls, for the runtime's metrics.
+	punctuated int64
 	// inited counts the processors whose Init succeeded, so a failed start
 	// closes exactly those.
 	inited []*nodeInstance
@@ -426,6 +428,9 @@ func (g *taskGraph) schedule(in *nodeInstance, interval time.Duration, typ Punct
 	return p, nil
 }
 
+// Punctuations implements TaskGraph.
+func (g *taskGraph) Punctuations() int64 { return g.punctuated }
+
 // Punctuate runs the punctuators that are due, in the order they were
 // scheduled. Each fires at most once per call.
 func (g *taskGraph) Punctuate(now time.Time) (err error) {
@@ -462,6 +467,7 @@ func (g *taskGraph) Punctuate(now time.Time) (err error) {
 		p.next = p.next.Add((missed + 1) * p.interval)
 		p.in.ts = at
 		current = p.in
+		g.punctuated++
 		if err = p.fn(at); err != nil {
 			err = p.in.wrap(fmt.Errorf("task %s: %s punctuator: %w", g.env.TaskID(), p.typ, err))
 			break

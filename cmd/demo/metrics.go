@@ -18,7 +18,10 @@ import (
 // than the global one, so that several instances in one process (the
 // no-argument demo, tests) do not collide.
 type instanceMetrics struct {
-	reg     *prometheus.Registry
+	reg *prometheus.Registry
+	// appReg holds only the runtime's collector, for the status page's
+	// samples, which need none of the rest.
+	appReg  *prometheus.Registry
 	served  *prometheus.CounterVec
 	refused *prometheus.CounterVec
 
@@ -36,7 +39,8 @@ const (
 func newInstanceMetrics(app *runtime.App, appID string) (*instanceMetrics, error) {
 	constLabels := prometheus.Labels{"application": appID}
 	m := &instanceMetrics{
-		reg: prometheus.NewRegistry(),
+		reg:    prometheus.NewRegistry(),
+		appReg: prometheus.NewRegistry(),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "eddy", Name: "queries_served_total",
 			Help: "Key queries this instance answered, by the role of the replica that answered; " +
@@ -59,7 +63,55 @@ func newInstanceMetrics(app *runtime.App, appID string) (*instanceMetrics, error
 			return nil, err
 		}
 	}
+	if err := m.appReg.Register(app.Metrics()); err != nil {
+		return nil, err
+	}
+	// Every series of the counts store is there from the start, at 0, so
+	// that a rate over the first refusal of a kind is a rate, not a gap.
+	for _, role := range []iq.Role{iq.RoleActive, iq.RoleRestoring, iq.RoleStandby, iq.RoleWarmup} {
+		for _, via := range []string{viaLocal, viaForwarded} {
+			m.served.WithLabelValues(countsStore, role.String(), via)
+		}
+	}
+	for _, reason := range queryRefusalCodes {
+		m.refused.WithLabelValues(countsStore, reason)
+	}
 	return m, nil
+}
+
+// queryRefusalCodes are the reason codes iq's server gives a refused key
+// query (iq keeps its list unexported): the ones
+// eddy_queries_refused_total starts with.
+var queryRefusalCodes = []string{
+	"invalid_query", "unknown_store", "unknown_partition", "not_started", "shutting_down", "not_running",
+	"rebalancing", "not_hosted_here", "too_stale", "behind", "not_available", "overloaded", "internal",
+}
+
+// inputSample reads the figures the status page charts: input records
+// processed so far and the consumer lag summed over the instance's source
+// partitions.
+func (m *instanceMetrics) inputSample() (records, lag float64, err error) {
+	mfs, err := m.appReg.Gather()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "eddy_records_processed_total":
+			for _, s := range mf.GetMetric() {
+				for _, l := range s.GetLabel() {
+					if l.GetName() == "source" && l.GetValue() == "input" {
+						records += s.GetCounter().GetValue()
+					}
+				}
+			}
+		case "eddy_consumer_lag_records":
+			for _, s := range mf.GetMetric() {
+				lag += s.GetGauge().GetValue()
+			}
+		}
+	}
+	return records, lag, nil
 }
 
 // observe counts one key query; it is the query server's Observe hook.

@@ -7,16 +7,21 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/runtime"
 )
 
 // waitUntil polls cond until it holds, failing the test with cond's last
@@ -215,6 +220,28 @@ func TestMultiProcessCommands(t *testing.T) {
 		require.Len(t, pv.Instances, 2)
 		require.Len(t, pv.Rows, 3)
 
+		// Both instances sample their input; y gathers them (and keeps
+		// x's for the charts after x stops answering, below).
+		waitUntil(t, 10*time.Second, "both instances' input history", func() (bool, string) {
+			var ch clusterHistory
+			if err := getJSON(ctx, http.DefaultClient, y.addr, "/cluster-history.json", &ch); err != nil {
+				return false, err.Error()
+			}
+			if len(ch.Instances) != 2 {
+				return false, fmt.Sprintf("%d instances", len(ch.Instances))
+			}
+			var rate float64
+			for _, in := range ch.Instances {
+				if in.Error != "" || len(in.Samples) == 0 {
+					return false, fmt.Sprintf("%s: %d samples, error %q", in.Host, len(in.Samples), in.Error)
+				}
+				for _, s := range in.Samples {
+					rate = max(rate, s.Rate)
+				}
+			}
+			return rate > 0, "no input rate above 0 in the history"
+		})
+
 		status, _, _ = httpGet(t, "http://"+y.addr+"/nope")
 		require.Equal(t, 404, status, "only / is the page")
 		status, _, _ = httpGet(t, "http://"+y.addr+"/healthz")
@@ -239,6 +266,8 @@ func TestMultiProcessCommands(t *testing.T) {
 			require.Equal(t, 200, status)
 			require.True(t, strings.HasPrefix(ctype, "text/plain"), ctype)
 			require.Contains(t, body, "\ngo_goroutines ", "the Go collector is registered")
+			// x runs actives, so every documented series is there.
+			checkAgainstREADME(t, body, in == x)
 			return func(metric string, labels ...string) float64 {
 				t.Helper()
 				re := `(?m)^` + regexp.QuoteMeta(metric) + `\{([^}]*)\} (\S+)$`
@@ -267,12 +296,17 @@ func TestMultiProcessCommands(t *testing.T) {
 		require.Greater(t, xv("eddy_commit_latency_seconds_count", app), 0.0)
 		require.Greater(t, xv("eddy_rebalances_total", app), 0.0)
 		require.Greater(t, xv("eddy_replica_position", `store="counts"`, `role="active"`), 0.0)
-		require.Equal(t, 0.0, xv("eddy_replica_lag", `store="counts"`, `role="active"`))
+		require.Equal(t, 0.0, xv("eddy_replica_lag_records", `store="counts"`, `role="active"`))
 		require.Greater(t, xv("eddy_queries_served_total", app, `store="counts"`, `role="active"`, `via="local"`), 0.0)
+		require.Equal(t, 1.0, xv("eddy_app_state", `state="running"`))
+		require.Equal(t, 0.0, xv("eddy_consumer_lag_records", `topic="text"`), "x has counted all the text")
+		// Present; x's tasks may have been reopened (and their counts
+		// started again) by a rebalance since they counted the text.
+		require.GreaterOrEqual(t, xv("eddy_task_records_processed_total"), 0.0)
 		// y follows x's actives, answered the staleness=any query
 		// itself, and passed on x's answers.
 		yv := scrape(y)
-		require.GreaterOrEqual(t, yv("eddy_replica_lag", `store="counts"`, `role="standby"`), 0.0)
+		require.GreaterOrEqual(t, yv("eddy_replica_lag_records", `store="counts"`, `role="standby"`), 0.0)
 		require.Greater(t, yv("eddy_rebalances_total", app), 0.0)
 		require.Greater(t, yv("eddy_queries_served_total", app, `store="counts"`, `via="local"`), 0.0)
 		require.Greater(t, yv("eddy_queries_served_total", `role="active"`, `via="forwarded"`), 0.0)
@@ -306,6 +340,10 @@ func TestMultiProcessCommands(t *testing.T) {
 		require.Contains(t, stdout, "served by "+y.addr+": standby replica of counts partition ")
 		require.GreaterOrEqual(t, y.metrics.counts().Refused, int64(3))
 	})
+
+	t.Run("input charts in a browser", func(t *testing.T) {
+		testChartsInChromium(t, c, y, x)
+	})
 }
 
 // chromium returns the path of a Chromium or Chrome binary, or "".
@@ -316,6 +354,82 @@ func chromium() string {
 		}
 	}
 	return ""
+}
+
+// dumpDOM loads a page in headless Chromium, runs its timers for budget of
+// virtual time, and returns the DOM its script built.
+func dumpDOM(t *testing.T, bin, u string, budget time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(testCtx(t), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(),
+		fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom", u)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "chromium: %s", stderr.String())
+	return string(out)
+}
+
+// chartAttrs are the data attributes of the page's charts, by host and kind.
+type chartAttrs struct {
+	samples int
+	max     float64
+	lines   int
+}
+
+// pageCharts reads the charts out of a dumped DOM.
+func pageCharts(t *testing.T, dom string) (draws int, charts map[string]chartAttrs) {
+	t.Helper()
+	m := regexp.MustCompile(`<table id="charts" data-draws="(\d+)">`).FindStringSubmatch(dom)
+	require.NotNil(t, m, "the charts table:\n%s", dom)
+	draws, _ = strconv.Atoi(m[1])
+	charts = map[string]chartAttrs{}
+	re := regexp.MustCompile(`(?s)<svg [^>]*data-host="([^"]+)" data-kind="(rate|lag)" data-samples="(\d+)" data-max="([\d.]+)"[^>]*>(.*?)</svg>`)
+	for _, m := range re.FindAllStringSubmatch(dom, -1) {
+		n, _ := strconv.Atoi(m[3])
+		mx, _ := strconv.ParseFloat(m[4], 64)
+		charts[m[1]+" "+m[2]] = chartAttrs{samples: n, max: mx, lines: len(regexp.MustCompile(`<polyline points="[\d., ]+"`).FindAllString(m[5], -1))}
+	}
+	return draws, charts
+}
+
+// testChartsInChromium loads the status page in headless Chromium and
+// checks its input charts: a rate and a lag chart for the cluster and for
+// each instance (gone's from the samples it gave before it stopped
+// answering), drawn with the samples so far, redrawn while the page is
+// open, and drawn with more samples when it is loaded later.
+func testChartsInChromium(t *testing.T, c *testCluster, in, gone *instance) {
+	bin := chromium()
+	if bin == "" {
+		t.Skip("Chromium is not installed (looked for chromium, chromium-browser, google-chrome and google-chrome-stable on PATH): " +
+			"skipping the real-browser test of the status page's charts; install it (apt-get install chromium) to run it")
+	}
+	u := "http://" + in.addr + "/"
+	draws, first := pageCharts(t, dumpDOM(t, bin, u, 4*time.Second))
+	require.GreaterOrEqual(t, draws, 2, "the charts are redrawn while the page is open")
+	for _, host := range []string{"all", c.ins[0].addr, c.ins[1].addr} {
+		for _, kind := range []string{"rate", "lag"} {
+			ch, ok := first[host+" "+kind]
+			require.True(t, ok, "a %s chart for %s in %v", kind, host, first)
+			require.Positive(t, ch.samples, "%s %s has data points", host, kind)
+			require.Positive(t, ch.lines, "%s %s draws a line", host, kind)
+		}
+	}
+	require.Greater(t, first["all rate"].max, 1.0, "the text the cluster counted shows in its input rate")
+	require.Contains(t, first, gone.addr+" rate")
+	require.Regexp(t, regexp.QuoteMeta(gone.addr)+`<small title="unreachable: [^"]*">not answering</small>`, dumpDOM(t, bin, u, time.Second),
+		"an instance that stopped answering keeps its last samples, marked")
+
+	// The instances keep sampling: a later load draws more points.
+	waitUntil(t, 20*time.Second, "more samples on a later load", func() (bool, string) {
+		_, later := pageCharts(t, dumpDOM(t, bin, u, time.Second))
+		return later["all rate"].samples > first["all rate"].samples,
+			fmt.Sprintf("%d samples, first load %d", later["all rate"].samples, first["all rate"].samples)
+	})
 }
 
 // testPageInChromium loads the status page in headless Chromium, with a
@@ -357,4 +471,182 @@ func testPageInChromium(t *testing.T, c *testCluster, in *instance, word string)
 	require.Contains(t, dom, `<div id="answer" aria-live="polite" data-status="200">`, "the query in the URL was asked:\n%s", dom)
 	require.Contains(t, dom, fmt.Sprintf(`<span class="value">%s: %d</span>`, word, c.want[word]))
 	require.Regexp(t, `served by <span class="chip r-(active|standby)">(active|standby)</span>`, dom)
+}
+
+// readmeSeries parses README.md's metrics table: each series' type, and
+// whether it is there from start-up ("always").
+func readmeSeries(t *testing.T) (types map[string]string, always map[string]bool) {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	types, always = map[string]string{}, map[string]bool{}
+	_, section, ok := strings.Cut(string(b), "\n### Metrics\n")
+	require.True(t, ok, "README.md has a Metrics section")
+	section, _, _ = strings.Cut(section, "\n#")
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| `eddy_") {
+			continue
+		}
+		cols := strings.Split(strings.Trim(line, "|"), "|")
+		require.Len(t, cols, 6, "metrics table row %q", line)
+		name := strings.Trim(cols[0], " `")
+		types[name] = strings.TrimSpace(cols[1])
+		always[name] = strings.HasPrefix(strings.TrimSpace(cols[3]), "always")
+	}
+	require.NotEmpty(t, types)
+	return types, always
+}
+
+// exposedFamilies reads the eddy_ families of a Prometheus text exposition,
+// with their types.
+func exposedFamilies(body string) map[string]string {
+	out := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (eddy_\S+) (\S+)$`).FindAllStringSubmatch(body, -1) {
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+// checkAgainstREADME fails if body exposes an eddy_ series README.md does
+// not list (or lists with another type), or lacks one it lists as
+// always there (every one it lists, with all).
+func checkAgainstREADME(t *testing.T, body string, all bool) {
+	t.Helper()
+	types, always := readmeSeries(t)
+	exposed := exposedFamilies(body)
+	for name, typ := range exposed {
+		require.Contains(t, types, name, "%s is not in README.md's metrics table", name)
+		require.Equal(t, types[name], typ, "%s's type", name)
+	}
+	for name := range types {
+		if all || always[name] {
+			require.Contains(t, exposed, name, "README.md lists %s, /metrics lacks it", name)
+		}
+	}
+}
+
+// TestMetricsEndpointAtStartup scrapes an instance's registry before the
+// App has connected to anything: every series README.md lists as always
+// there is, the query counters of the counts store at 0.
+func TestMetricsEndpointAtStartup(t *testing.T) {
+	topo, err := wordCount()
+	require.NoError(t, err)
+	app, err := runtime.New(topo, runtime.Config{ApplicationID: "wordcount", Brokers: []string{"127.0.0.1:1"}, StateDir: t.TempDir()})
+	require.NoError(t, err)
+	m, err := newInstanceMetrics(app, "wordcount")
+	require.NoError(t, err)
+	srv := httptest.NewServer(m.handler())
+	defer srv.Close()
+	status, _, body := httpGet(t, srv.URL)
+	require.Equal(t, 200, status)
+	checkAgainstREADME(t, body, false)
+	require.Contains(t, body, `eddy_app_state{application="wordcount",state="created"} 1`)
+	require.Contains(t, body, `eddy_queries_refused_total{application="wordcount",reason="too_stale",store="counts"} 0`)
+	require.Contains(t, body, `eddy_queries_served_total{application="wordcount",role="standby",store="counts",via="local"} 0`)
+	require.Contains(t, body, `eddy_records_processed_total{application="wordcount",source="input"} 0`)
+}
+
+func TestHistoryRing(t *testing.T) {
+	h := newHistory(3)
+	t0 := time.UnixMilli(1_000_000)
+	h.add(t0, 100, 5)
+	require.Empty(t, h.samples(), "the first reading is the rate's base")
+	h.add(t0.Add(time.Second), 110, 4)
+	h.add(t0.Add(2*time.Second), 130, 0)
+	require.Equal(t, []sample{{At: 1_001_000, Rate: 10, Lag: 4}, {At: 1_002_000, Rate: 20, Lag: 0}}, h.samples())
+	h.add(t0.Add(4*time.Second), 130, 1)
+	h.add(t0.Add(5*time.Second), 3, 2) // a new App counts from 0
+	require.Equal(t, []sample{{At: 1_002_000, Rate: 20, Lag: 0}, {At: 1_004_000, Rate: 0, Lag: 1}, {At: 1_005_000, Rate: 3, Lag: 2}},
+		h.samples(), "the ring keeps the latest, oldest first")
+}
+
+// historyHost is an instance reduced to /v1/metadata and /history.json,
+// the latter from a real webUI whose history the test fills.
+type historyHost struct {
+	srv *httptest.Server
+	ui  *webUI
+}
+
+func newHistoryHost(t *testing.T, meta *atomic.Pointer[string]) *historyHost {
+	h := &historyHost{}
+	h.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/metadata":
+			io.WriteString(w, *meta.Load())
+		case "/history.json":
+			h.ui.serveHistory(w, r)
+		case "/cluster-history.json":
+			h.ui.serveClusterHistory(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	h.srv.Start()
+	t.Cleanup(h.srv.Close)
+	h.ui = newWebUI(h.addr(), nil)
+	t.Cleanup(h.ui.close)
+	return h
+}
+
+func (h *historyHost) addr() string { return h.srv.Listener.Addr().String() }
+
+func TestHistoryEndpoints(t *testing.T) {
+	var meta atomic.Pointer[string]
+	a, b := newHistoryHost(t, &meta), newHistoryHost(t, &meta)
+	both := fmt.Sprintf(`{"instances":[{"host":%q},{"host":%q}],"partitions":{"counts":3}}`, a.addr(), b.addr())
+	meta.Store(&both)
+	t0 := time.Now().Add(-time.Minute)
+	for i := range 4 {
+		a.ui.hist.add(t0.Add(time.Duration(i)*time.Second), float64(100*i), float64(10-i))
+		b.ui.hist.add(t0.Add(time.Duration(i)*time.Second), float64(50*i), 0)
+	}
+
+	var own historyAnswer
+	require.NoError(t, getJSON(testCtx(t), http.DefaultClient, a.addr(), "/history.json", &own))
+	require.Equal(t, a.addr(), own.Host)
+	require.EqualValues(t, 1000, own.IntervalMs)
+	require.Len(t, own.Samples, 3)
+	require.Equal(t, sample{At: t0.Add(3 * time.Second).UnixMilli(), Rate: 100, Lag: 7}, own.Samples[2])
+
+	get := func() clusterHistory {
+		t.Helper()
+		var ch clusterHistory
+		require.NoError(t, getJSON(testCtx(t), http.DefaultClient, a.addr(), "/cluster-history.json", &ch))
+		return ch
+	}
+	ch := get()
+	require.EqualValues(t, historyLen*1000, ch.WindowMs)
+	require.Len(t, ch.Instances, 2)
+	hosts := []string{a.addr(), b.addr()}
+	slices.Sort(hosts)
+	require.Equal(t, hosts, []string{ch.Instances[0].Host, ch.Instances[1].Host}, "sorted by host")
+	for _, in := range ch.Instances {
+		require.Empty(t, in.Error)
+		require.Len(t, in.Samples, 3)
+	}
+
+	// b dies and then leaves the routing table: its last samples stay,
+	// marked, so that its chart shows where it stopped.
+	b.srv.Close()
+	onlyA := fmt.Sprintf(`{"instances":[{"host":%q}],"partitions":{"counts":3}}`, a.addr())
+	meta.Store(&onlyA)
+	ch = get()
+	require.Len(t, ch.Instances, 2)
+	for _, in := range ch.Instances {
+		if in.Host == b.addr() {
+			require.Contains(t, in.Error, "unreachable")
+			require.Len(t, in.Samples, 3)
+			require.Equal(t, 50.0, in.Samples[0].Rate)
+		} else {
+			require.Empty(t, in.Error)
+		}
+	}
+
+	// An instance that cannot give the routing table answers 503.
+	dead := newWebUI(deadAddr(t, "127.0.0.1"), nil)
+	defer dead.close()
+	rec := httptest.NewRecorder()
+	dead.serveClusterHistory(rec, httptest.NewRequest("GET", "/cluster-history.json", nil))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Contains(t, rec.Body.String(), "unreachable")
 }
