@@ -165,7 +165,7 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 	if ln != nil {
 		in.addr = ln.Addr().String()
 		in.iq = countsServer(app, o.query, metrics.observe)
-		in.web = newWebUI(in.addr, metrics)
+		in.web = newWebUI(in.addr, peerClient(o.query.TLS != nil, o.query.ForwardTLS, o.query.Token), metrics)
 		in.srv = in.iq.HTTPServer(in.addr)
 		in.srv.Handler = in.handler()
 		if o.query.TLS != nil {

@@ -51,7 +51,7 @@ type command struct {
 // command's own.
 const (
 	brokerSynopsis   = "--listen HOST:PORT [--data-dir DIR] [--partitions N] [--tls-dir DIR] [--sasl-user U --sasl-password P]"
-	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]] [--guarantee at-least-once|exactly-once] [--session-timeout D] [--static-membership] [--tls-ca F] [--sasl-user U --sasl-password P]"
+	instanceSynopsis = "--brokers HOST:PORT[,...] --state-dir DIR --http HOST:PORT [--app wordcount] [--standbys N] [--tag KEY=VALUE]... [--rack-tags KEY[,KEY]] [--guarantee at-least-once|exactly-once] [--session-timeout D] [--static-membership] [--tls-ca F] [--sasl-user U --sasl-password P] [--query-tls-cert F --query-tls-key F] [--query-tls-ca F] [--query-token-file F]"
 	produceSynopsis  = "--brokers HOST:PORT[,...] [--topic text] [--file F] [--tls-ca F] [--sasl-user U --sasl-password P]"
 )
 

@@ -17,7 +17,7 @@ import (
 )
 
 // querySynopsis is the flags of `demo query`.
-const querySynopsis = "--http HOST:PORT WORD [--staleness active|any|lag:N|age:D] [--json]"
+const querySynopsis = "--http HOST:PORT WORD [--staleness active|any|lag:N|age:D] [--json] [--query-tls-ca FILE] [--query-token-file FILE]"
 
 // keyAnswer is the 200 and 404 answer of a key lookup.
 type keyAnswer struct {

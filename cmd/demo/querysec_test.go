@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -102,4 +103,30 @@ func TestInstanceServesQueriesOverTLSWithToken(t *testing.T) {
 
 	_, _, err = runCmd(ctx, "", "query", "--http", strings.TrimPrefix(addr, "https://"), "alpha")
 	require.Error(t, err, "plain HTTP to an HTTPS port is no answer")
+
+	// The status command and the page's cluster view ask the instances
+	// over HTTPS with the token too.
+	out, _, err = runCmd(ctx, "", "status", "--http", addr, "--query-tls-ca", cert)
+	require.NoError(t, err, out)
+	require.NotContains(t, out, "unreachable")
+	require.NotContains(t, out, "401")
+	var view pageView
+	require.NoError(t, getJSON(ctx, peerClient(true, mustPool(t, cert), ""), strings.TrimPrefix(addr, "https://"), "/cluster.json", &view))
+	require.Len(t, view.Instances, 1)
+	require.Empty(t, view.Instances[0].Error, "the page's own view of the instance")
+	require.Equal(t, 3, view.Instances[0].Actives)
+	require.Len(t, view.Rows, 3)
+	for _, r := range view.Rows {
+		require.Equal(t, "active", r.Cells[0].Role, "%+v", r)
+		require.False(t, r.Cells[0].Unconfirmed, "the instance's lags were read: %+v", r)
+	}
+}
+
+func mustPool(t *testing.T, certFile string) *tls.Config {
+	t.Helper()
+	b, err := os.ReadFile(certFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(b))
+	return &tls.Config{RootCAs: pool}
 }

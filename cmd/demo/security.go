@@ -6,8 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -213,4 +215,36 @@ func (f *queryFlags) client(useTLS bool) (*tls.Config, string, error) {
 		return nil, tok, nil
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, tok, nil
+}
+
+// peerTransport carries the demo's own requests to query servers (the
+// status page gathering lags and histories, `demo status`): it turns them
+// to https when the servers serve TLS, and adds the bearer token, so the
+// callers keep building plain http:// URLs.
+type peerTransport struct {
+	base   http.RoundTripper
+	https  bool
+	token  string
+	secure bool // https or token: the request is rewritten
+}
+
+func (t *peerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !t.secure {
+		return t.base.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	if t.https && r.URL.Scheme == "http" {
+		r.URL.Scheme = "https"
+	}
+	if t.token != "" {
+		r.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// peerClient returns an HTTP client for the query servers: over TLS
+// verified with tc when useTLS, with token when not empty.
+func peerClient(useTLS bool, tc *tls.Config, token string) *http.Client {
+	base := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, TLSClientConfig: tc}
+	return &http.Client{Transport: &peerTransport{base: base, https: useTLS, token: token, secure: useTLS || token != ""}}
 }

@@ -341,7 +341,7 @@ func (v clusterView) print(w io.Writer) {
 }
 
 // statusSynopsis is the flags of `demo status`.
-const statusSynopsis = "--http HOST:PORT [--timeout D]"
+const statusSynopsis = "--http HOST:PORT [--timeout D] [--query-tls-ca FILE] [--query-token-file FILE]"
 
 // runStatus is `demo status`: the whole cluster as one instance sees it.
 // It fails only when that instance gives no routing table; instances that
@@ -350,8 +350,13 @@ func runStatus(ctx context.Context, args []string, s stdio) error {
 	fs := newFlagSet("status", statusSynopsis, s)
 	addr := fs.String("http", "", "`HOST:PORT` of any instance's query server (required)")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for each instance")
+	qsec := addQueryClientFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	tlsCfg, token, err := qsec.client(strings.HasPrefix(strings.TrimSpace(*addr), "https://"))
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
 	a, err := normalizeHTTP(*addr)
 	if err != nil {
@@ -360,7 +365,7 @@ func runStatus(ctx context.Context, args []string, s stdio) error {
 	if *timeout <= 0 {
 		return usageErrorf(fs, "--timeout must be positive")
 	}
-	hc := &http.Client{}
+	hc := peerClient(tlsCfg != nil, tlsCfg, token)
 	defer hc.CloseIdleConnections()
 	v, err := fetchCluster(ctx, hc, a, *timeout)
 	if err != nil {

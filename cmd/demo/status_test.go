@@ -130,7 +130,7 @@ func TestStatusCommandErrors(t *testing.T) {
 
 func TestClusterJSON(t *testing.T) {
 	a, b, c := fakeCluster(t)
-	u := newWebUI(a.addr(), nil)
+	u := newWebUI(a.addr(), peerClient(false, nil, ""), nil)
 	defer u.close()
 	srv := httptest.NewServer(http.HandlerFunc(u.serveCluster))
 	defer srv.Close()
@@ -162,7 +162,7 @@ func TestClusterJSON(t *testing.T) {
 	}, pv.Rows)
 
 	// The instance asked for the table not answering is an error answer.
-	dead := newWebUI(deadAddr(t, "127.0.0.1"), nil)
+	dead := newWebUI(deadAddr(t, "127.0.0.1"), peerClient(false, nil, ""), nil)
 	defer dead.close()
 	rec := httptest.NewRecorder()
 	dead.serveCluster(rec, httptest.NewRequest("GET", "/cluster.json", nil))

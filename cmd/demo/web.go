@@ -114,10 +114,10 @@ type seenHistory struct {
 	at      time.Time
 }
 
-// newWebUI serves the page of the instance at self; with m it samples the
-// instance's input for the charts.
-func newWebUI(self string, m *instanceMetrics) *webUI {
-	u := &webUI{self: self, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}},
+// newWebUI serves the page of the instance at self, asking the query
+// servers with hc; with m it samples the instance's input for the charts.
+func newWebUI(self string, hc *http.Client, m *instanceMetrics) *webUI {
+	u := &webUI{self: self, hc: hc,
 		hist: newHistory(historyLen), stop: make(chan struct{}), others: make(map[string]seenHistory)}
 	if m != nil {
 		u.samplerRan.Go(func() { u.sample(m, historyEvery) })

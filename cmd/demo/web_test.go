@@ -583,7 +583,7 @@ func newHistoryHost(t *testing.T, meta *atomic.Pointer[string]) *historyHost {
 	}))
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)
-	h.ui = newWebUI(h.addr(), nil)
+	h.ui = newWebUI(h.addr(), peerClient(false, nil, ""), nil)
 	t.Cleanup(h.ui.close)
 	return h
 }
@@ -643,7 +643,7 @@ func TestHistoryEndpoints(t *testing.T) {
 	}
 
 	// An instance that cannot give the routing table answers 503.
-	dead := newWebUI(deadAddr(t, "127.0.0.1"), nil)
+	dead := newWebUI(deadAddr(t, "127.0.0.1"), peerClient(false, nil, ""), nil)
 	defer dead.close()
 	rec := httptest.NewRecorder()
 	dead.serveClusterHistory(rec, httptest.NewRequest("GET", "/cluster-history.json", nil))
