@@ -1,0 +1,502 @@
+package statestore
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The window and session store conformance suite, run on every backend.
+func TestWindowConformance(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("WindowBasics", func(t *testing.T) { testWindowBasics(t, b) })
+			t.Run("WindowRandomAgainstModel", func(t *testing.T) { testWindowRandomModel(t, b) })
+			t.Run("WindowRetention", func(t *testing.T) { testWindowRetention(t, b) })
+			t.Run("RestoreSkipsExpired", func(t *testing.T) { testRestoreSkipsExpired(t, b) })
+			t.Run("CachedExpiresAtCommit", func(t *testing.T) { testCachedExpiry(t, b) })
+			t.Run("SegmentIntervalChanged", func(t *testing.T) { testIntervalChanged(t, b) })
+			t.Run("SegmentedReset", func(t *testing.T) { testSegmentedReset(t, b) })
+			t.Run("SessionBasics", func(t *testing.T) { testSessionBasics(t, b) })
+			t.Run("SessionMerging", func(t *testing.T) { testSessionMerging(t, b) })
+			t.Run("SessionRetention", func(t *testing.T) { testSessionRetention(t, b) })
+			if b.reopen != nil {
+				t.Run("WindowReopen", func(t *testing.T) { testWindowReopen(t, b) })
+			}
+		})
+	}
+}
+
+type wrow struct {
+	k          string
+	start, end int64
+	v          string
+}
+
+func (r wrow) String() string { return fmt.Sprintf("%q[%d,%d]=%s", r.k, r.start, r.end, r.v) }
+
+// collectW returns a function that drains a window iterator, so a call can
+// take a fetch's two results directly.
+func collectW(t *testing.T) func(*WindowIterator, error) []wrow {
+	return func(it *WindowIterator, err error) []wrow { return drainW(t, it, err) }
+}
+
+func drainW(t *testing.T, it *WindowIterator, err error) []wrow {
+	t.Helper()
+	require.NoError(t, err)
+	var out []wrow
+	for it.Next() {
+		out = append(out, wrow{string(it.Key()), it.Start(), it.End(), string(it.Value())})
+	}
+	require.NoError(t, it.Err())
+	require.NoError(t, it.Close())
+	return out
+}
+
+func reversed[T any](s []T) []T {
+	out := slices.Clone(s)
+	slices.Reverse(out)
+	return out
+}
+
+// openSegmented opens a SegmentedStore on a fresh store of b.
+func openSegmented(t *testing.T, b backend, opts WindowOptions) *SegmentedStore {
+	t.Helper()
+	s, err := NewSegmentedStore(b.open(t), opts)
+	require.NoError(t, err)
+	return s
+}
+
+func openWindows(t *testing.T, rw ReadWriter, opts WindowOptions) *WindowStore {
+	t.Helper()
+	w, err := NewWindowStore(rw, opts)
+	require.NoError(t, err)
+	return w
+}
+
+func wput(t *testing.T, w *WindowStore, k string, start int64, v string) {
+	t.Helper()
+	require.NoError(t, w.Put([]byte(k), start, []byte(v)))
+}
+
+func testWindowBasics(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 1000, SegmentInterval: 10, WindowSize: 5}
+	w := openWindows(t, openSegmented(t, b, opts), opts)
+	wput(t, w, "a", 0, "a0")
+	wput(t, w, "a", 7, "a7")
+	wput(t, w, "a", 10, "a10")
+	wput(t, w, "a", 25, "a25")
+	// Keys that share a's bytes, with zero bytes, 0xff and empty: none may
+	// leak into a's windows, and they sort in byte order.
+	for _, k := range []string{"b", "a\x00", "", "a\x00\x01", "a\xff", "a\x01"} {
+		wput(t, w, k, 10, "v"+k)
+	}
+
+	v, found, err := w.Get([]byte("a"), 10)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "a10", string(v))
+	_, found, err = w.Get([]byte("a"), 11)
+	require.NoError(t, err)
+	require.False(t, found)
+
+	all := []wrow{{"a", 0, 5, "a0"}, {"a", 7, 12, "a7"}, {"a", 10, 15, "a10"}, {"a", 25, 30, "a25"}}
+	require.Equal(t, all, collectW(t)(w.Fetch([]byte("a"), 0, 100)))
+	require.Equal(t, all, collectW(t)(w.Fetch([]byte("a"), 0, math.MaxInt64)))
+	require.Equal(t, all[1:3], collectW(t)(w.Fetch([]byte("a"), 7, 10)), "both bounds included")
+	require.Empty(t, collectW(t)(w.Fetch([]byte("a"), 8, 9)))
+	require.Empty(t, collectW(t)(w.Fetch([]byte("a"), 10, 7)))
+	require.Equal(t, reversed(all), collectW(t)(w.FetchBackward([]byte("a"), 0, 100)))
+	require.Equal(t, []wrow{{"a\x00", 10, 15, "va\x00"}}, collectW(t)(w.Fetch([]byte("a\x00"), 0, 100)))
+	require.Equal(t, []wrow{{"", 10, 15, "v"}}, collectW(t)(w.Fetch([]byte{}, 0, 100)))
+
+	seg1 := []wrow{{"", 10, 15, "v"}, {"a", 10, 15, "a10"}, {"a\x00", 10, 15, "va\x00"}, {"a\x00\x01", 10, 15, "va\x00\x01"},
+		{"a\x01", 10, 15, "va\x01"}, {"a\xff", 10, 15, "va\xff"}, {"b", 10, 15, "vb"}}
+	require.Equal(t, seg1, collectW(t)(w.FetchAll(10, 10)))
+	everything := append(append([]wrow{all[0], all[1]}, seg1...), all[3])
+	require.Equal(t, everything, collectW(t)(w.FetchAll(0, 100)))
+	require.Equal(t, reversed(everything), collectW(t)(w.FetchAllBackward(0, 100)))
+	require.Equal(t, []wrow{all[0], all[1], all[2], seg1[2], seg1[3], all[3]},
+		collectW(t)(w.FetchRange([]byte("a"), []byte("a\x00\x01"), 0, 100)), "key bounds included, ordered by segment")
+	require.Equal(t, seg1[4:], collectW(t)(w.FetchRange([]byte("a\x01"), nil, 10, 19)))
+
+	require.NoError(t, w.Remove([]byte("a"), 7))
+	require.Equal(t, []wrow{all[0], all[2], all[3]}, collectW(t)(w.Fetch([]byte("a"), 0, 100)))
+	require.ErrorIs(t, w.Put([]byte("a"), -1, []byte("x")), ErrNegativeTime)
+
+	obs, err := w.ObservedTime()
+	require.NoError(t, err)
+	require.Equal(t, int64(25), obs)
+
+	// A second store over the same data finds it, and its time.
+	w2 := openWindows(t, w.t.rw, opts)
+	require.Equal(t, everything[:1], collectW(t)(w2.Fetch([]byte("a"), 0, 0)))
+	obs, err = w2.ObservedTime()
+	require.NoError(t, err)
+	require.Equal(t, int64(20), obs, "a reopened store knows the latest segment's start")
+}
+
+// testWindowRandomModel runs random puts and removes through a record cache
+// over a SegmentedStore, committing now and then, and compares every kind
+// of fetch with a model.
+func testWindowRandomModel(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 1 << 40, SegmentInterval: 17, WindowSize: 3}
+	seg := openSegmented(t, b, opts)
+	cache := NewCachedStore(seg, nil)
+	w := openWindows(t, cache, opts)
+	r := rand.New(rand.NewPCG(11, 12))
+	keys := []string{"", "a", "a\x00", "a\x00\x00", "ab", "b", "\xff", "\x00"}
+	type mk struct {
+		k string
+		t int64
+	}
+	model := map[mk]string{}
+	pos := int64(0)
+	for i := range 3000 {
+		k, ts := keys[r.IntN(len(keys))], r.Int64N(200)
+		if r.IntN(4) == 0 {
+			require.NoError(t, w.Remove([]byte(k), ts))
+			delete(model, mk{k, ts})
+		} else {
+			v := fmt.Sprint(i)
+			wput(t, w, k, ts, v)
+			model[mk{k, ts}] = v
+		}
+		if r.IntN(100) == 0 {
+			pos++
+			cache.Dirty()
+			require.NoError(t, cache.Commit(pos))
+		}
+	}
+	p, err := seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, pos, p)
+
+	// expect lists the model's windows in [from, to] for keys in
+	// [kf, kt], in the store's order: segment, key, start.
+	expect := func(kf, kt *string, from, to int64) []wrow {
+		var out []wrow
+		for m, v := range model {
+			if m.t < from || m.t > to || (kf != nil && m.k < *kf) || (kt != nil && m.k > *kt) {
+				continue
+			}
+			out = append(out, wrow{m.k, m.t, m.t + 3, v})
+		}
+		slices.SortFunc(out, func(a, b wrow) int {
+			if sa, sb := a.start/17, b.start/17; sa != sb {
+				return int(sa - sb)
+			}
+			if c := strings.Compare(a.k, b.k); c != 0 {
+				return c
+			}
+			return int(a.start - b.start)
+		})
+		return out
+	}
+	for range 200 {
+		from := r.Int64N(220) - 10
+		to := from + r.Int64N(120)
+		k := keys[r.IntN(len(keys))]
+		k2 := keys[r.IntN(len(keys))]
+		require.Equal(t, expect(&k, &k, from, to), collectW(t)(w.Fetch([]byte(k), from, to)), "fetch %q [%d,%d]", k, from, to)
+		require.Equal(t, reversed(expect(&k, &k, from, to)), collectW(t)(w.FetchBackward([]byte(k), from, to)))
+		require.Equal(t, expect(nil, nil, from, to), collectW(t)(w.FetchAll(from, to)))
+		require.Equal(t, reversed(expect(nil, nil, from, to)), collectW(t)(w.FetchAllBackward(from, to)))
+		require.Equal(t, expect(&k, &k2, from, to), collectW(t)(w.FetchRange([]byte(k), []byte(k2), from, to)), "range %q..%q", k, k2)
+	}
+}
+
+// rawTimes lists the times of every key in the byte-level store.
+func rawTimes(t *testing.T, s ReadWriter, l layout) []int64 {
+	t.Helper()
+	it, err := s.All()
+	require.NoError(t, err)
+	var out []int64
+	for it.Next() {
+		ts, err := l.keyTime(it.Key())
+		require.NoError(t, err)
+		out = append(out, ts)
+	}
+	require.NoError(t, it.Err())
+	require.NoError(t, it.Close())
+	return out
+}
+
+func testWindowRetention(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 50, SegmentInterval: 10, WindowSize: 10}
+	seg := openSegmented(t, b, opts)
+	require.NoError(t, seg.Write(nil, 42))
+	w := openWindows(t, seg, opts)
+	for ts := int64(0); ts <= 500; ts += 5 {
+		wput(t, w, "k", ts, fmt.Sprint(ts))
+		wput(t, w, "j", ts, fmt.Sprint(ts))
+		// Reads show exactly the live windows: time > observed - 50.
+		var want []int64
+		for x := max(0, ts-45); x <= ts; x += 5 {
+			want = append(want, x)
+		}
+		got := collectW(t)(w.Fetch([]byte("k"), 0, math.MaxInt64))
+		var starts []int64
+		for _, r := range got {
+			starts = append(starts, r.start)
+		}
+		require.Equal(t, want, starts, "at %d", ts)
+		// Storage holds only live segments: at most 50/10 + 1 of them.
+		raw := rawTimes(t, seg, w.t.l)
+		require.NotEmpty(t, raw)
+		require.GreaterOrEqual(t, raw[0]/10, (ts-49)/10, "at %d an expired segment is still stored", ts)
+		require.LessOrEqual(t, len(raw), 2*(50/5+10/5), "at %d", ts)
+	}
+	// Expiry never moves the position.
+	p, err := seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(42), p)
+
+	// A window already expired is not written; nor is its removal.
+	require.NoError(t, w.Put([]byte("k"), 400, []byte("late")))
+	_, found, err := seg.Get(w.key([]byte("k"), 400))
+	require.NoError(t, err)
+	require.False(t, found)
+	_, found, err = w.Get([]byte("k"), 455)
+	require.NoError(t, err)
+	require.True(t, found)
+	_, found, err = w.Get([]byte("k"), 450)
+	require.NoError(t, err)
+	require.False(t, found, "the window at observed - retention has expired")
+
+	// Expire moves time on without writes.
+	require.NoError(t, seg.Expire(10_000))
+	require.Empty(t, rawTimes(t, seg, w.t.l))
+	require.Equal(t, int64(10_000), seg.ObservedTime())
+	p, err = seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(42), p)
+}
+
+// testRestoreSkipsExpired writes a changelog-like batch of old and new
+// windows as a restoration would: the expired ones never land, the
+// position does.
+func testRestoreSkipsExpired(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 100, SegmentInterval: 50}
+	seg := openSegmented(t, b, opts)
+	var batch []Entry
+	l, err := opts.layout()
+	require.NoError(t, err)
+	for ts := int64(0); ts < 1000; ts += 10 {
+		batch = append(batch, Entry{Key: appendTime(prefix(l.segment(ts), []byte("k")), ts), Value: []byte("v")})
+	}
+	require.NoError(t, seg.Write(batch[:60], 60))
+	require.NoError(t, seg.Write(batch[60:], 100))
+	raw := rawTimes(t, seg, l)
+	require.Equal(t, int64(900), raw[0], "only the live segment's windows, from 900")
+	require.Equal(t, int64(990), raw[len(raw)-1])
+	p, err := seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(100), p)
+
+	// A later batch with only old records still records its position.
+	require.NoError(t, seg.Write(batch[:3], 103))
+	p, err = seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(103), p)
+	require.Len(t, rawTimes(t, seg, l), len(raw))
+}
+
+// testCachedExpiry checks expiry through the path a task uses: a record
+// cache over the segmented store, expired data dropped at commit.
+func testCachedExpiry(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 20, SegmentInterval: 10}
+	seg := openSegmented(t, b, opts)
+	cache := NewCachedStore(seg, nil)
+	w := openWindows(t, cache, opts)
+	for ts := int64(0); ts < 100; ts++ {
+		wput(t, w, "k", ts, "v")
+	}
+	// Uncommitted: the store has nothing, reads through the cache show
+	// the live windows only.
+	require.Empty(t, rawTimes(t, seg, w.t.l))
+	require.Len(t, collectW(t)(w.Fetch([]byte("k"), 0, 1000)), 20)
+	require.Len(t, cache.Dirty(), 100)
+	require.NoError(t, cache.Commit(7))
+	raw := rawTimes(t, seg, w.t.l)
+	require.Equal(t, int64(80), raw[0], "committed windows of expired segments were skipped")
+	require.Len(t, collectW(t)(w.Fetch([]byte("k"), 0, 1000)), 20)
+}
+
+func testIntervalChanged(t *testing.T, b backend) {
+	inner := b.open(t)
+	a, err := NewSegmentedStore(inner, WindowOptions{Retention: 100, SegmentInterval: 10})
+	require.NoError(t, err)
+	wa := openWindows(t, a, WindowOptions{Retention: 100, SegmentInterval: 10})
+	wput(t, wa, "k", 15, "v")
+	key := wa.key([]byte("k"), 15)
+
+	c, err := NewSegmentedStore(inner, WindowOptions{Retention: 100, SegmentInterval: 20})
+	require.NoError(t, err)
+	err = c.Write([]Entry{{Key: key, Value: []byte("v")}}, 1)
+	var ee *EntryError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 0, ee.Index)
+	require.Contains(t, err.Error(), "must be reset")
+	err = c.Write([]Entry{{Key: []byte("not a window key"), Value: []byte("v")}}, 1)
+	require.ErrorIs(t, err, errCorruptKey)
+}
+
+func testSegmentedReset(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 100}
+	seg := openSegmented(t, b, opts)
+	w := openWindows(t, seg, opts)
+	wput(t, w, "k", 500, "v")
+	require.NoError(t, seg.Write(nil, 9))
+	require.NoError(t, seg.Reset())
+	require.Equal(t, int64(math.MinInt64), seg.ObservedTime())
+	p, err := seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, NoPosition, p)
+	// After a reset old times are live again.
+	w = openWindows(t, seg, opts)
+	wput(t, w, "k", 5, "v")
+	require.Len(t, collectW(t)(w.Fetch([]byte("k"), 0, 10)), 1)
+}
+
+func testWindowReopen(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 30, SegmentInterval: 10}
+	seg := openSegmented(t, b, opts)
+	w := openWindows(t, seg, opts)
+	for ts := int64(0); ts <= 100; ts += 5 {
+		wput(t, w, "k", ts, "v")
+	}
+	require.NoError(t, seg.Write(nil, 5))
+	inner := b.reopen(t, seg.Inner())
+	seg, err := NewSegmentedStore(inner, opts)
+	require.NoError(t, err)
+	w = openWindows(t, seg, opts)
+	require.Len(t, collectW(t)(w.Fetch([]byte("k"), 0, 1000)), 6, "75..100")
+	wput(t, w, "k", 200, "v")
+	require.Equal(t, []int64{200}, rawTimes(t, seg, w.t.l))
+	p, err := seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(5), p)
+}
+
+func openSessions(t *testing.T, rw ReadWriter, opts WindowOptions) *SessionStore {
+	t.Helper()
+	s, err := NewSessionStore(rw, opts)
+	require.NoError(t, err)
+	return s
+}
+
+func sput(t *testing.T, s *SessionStore, k string, start, end int64, v string) {
+	t.Helper()
+	require.NoError(t, s.Put([]byte(k), start, end, []byte(v)))
+}
+
+func testSessionBasics(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 1000, SegmentInterval: 10}
+	s := openSessions(t, openSegmented(t, b, opts), opts)
+	sput(t, s, "a", 0, 5, "s1")
+	sput(t, s, "a", 10, 20, "s2")
+	sput(t, s, "a", 30, 30, "s3")
+	sput(t, s, "a", 2, 20, "s4")
+	sput(t, s, "b", 12, 14, "b")
+	sput(t, s, "a\x00", 10, 20, "z")
+
+	s1, s2, s3, s4 := wrow{"a", 0, 5, "s1"}, wrow{"a", 10, 20, "s2"}, wrow{"a", 30, 30, "s3"}, wrow{"a", 2, 20, "s4"}
+	require.Equal(t, []wrow{s4, s2}, collectW(t)(s.FindSessions([]byte("a"), 15, 25)), "ordered by end, then start")
+	require.Equal(t, []wrow{s1, s4, s2, s3}, collectW(t)(s.FindSessions([]byte("a"), 5, 30)), "both bounds included")
+	require.Equal(t, []wrow{s1, s4, s2}, collectW(t)(s.FindSessions([]byte("a"), 0, 29)))
+	require.Equal(t, []wrow{s3, s2, s4, s1}, collectW(t)(s.FindSessionsBackward([]byte("a"), 0, 100)))
+	require.Equal(t, []wrow{s1, s4, s2, s3}, collectW(t)(s.Fetch([]byte("a"))))
+	require.Empty(t, collectW(t)(s.FindSessions([]byte("a"), 31, 100)))
+	require.Equal(t, []wrow{s1, {"b", 12, 14, "b"}, s4, s2, {"a\x00", 10, 20, "z"}, s3},
+		collectW(t)(s.FindSessionsRange(nil, nil, 0, 100)), "by segment of end, key, end, start")
+
+	v, found, err := s.Get([]byte("a"), 10, 20)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "s2", string(v))
+	require.NoError(t, s.Remove([]byte("a"), 10, 20))
+	_, found, err = s.Get([]byte("a"), 10, 20)
+	require.NoError(t, err)
+	require.False(t, found)
+	require.ErrorIs(t, s.Put([]byte("a"), 5, 4, []byte("x")), ErrBadSession)
+	require.ErrorIs(t, s.Put([]byte("a"), -5, 4, []byte("x")), ErrNegativeTime)
+}
+
+// testSessionMerging aggregates counts per session the way the DSL will:
+// find the sessions a record joins, remove them, put the merged one. The
+// result must not depend on the order records arrive in.
+func testSessionMerging(t *testing.T, b backend) {
+	const gap = 5
+	r := rand.New(rand.NewPCG(21, 22))
+	for round := range 20 {
+		opts := WindowOptions{Retention: 1 << 40, SegmentInterval: 7}
+		seg := openSegmented(t, b, opts)
+		cache := NewCachedStore(seg, nil)
+		s := openSessions(t, cache, opts)
+		times := make([]int64, 30)
+		for i := range times {
+			times[i] = r.Int64N(150)
+		}
+		for i, ts := range times {
+			it, err := s.FindSessions([]byte("k"), ts-gap, ts+gap)
+			require.NoError(t, err)
+			merged, count := wrow{start: ts, end: ts}, 1
+			var old []wrow
+			for it.Next() {
+				old = append(old, wrow{start: it.Start(), end: it.End()})
+				var n int
+				_, err := fmt.Sscan(string(it.Value()), &n)
+				require.NoError(t, err)
+				count += n
+				merged.start, merged.end = min(merged.start, it.Start()), max(merged.end, it.End())
+			}
+			require.NoError(t, errors.Join(it.Err(), it.Close()))
+			for _, o := range old {
+				require.NoError(t, s.Remove([]byte("k"), o.start, o.end))
+			}
+			sput(t, s, "k", merged.start, merged.end, fmt.Sprint(count))
+			if i%7 == 0 {
+				cache.Dirty()
+				require.NoError(t, cache.Commit(int64(i)))
+			}
+		}
+		sorted := slices.Sorted(slices.Values(times))
+		var want []wrow
+		for _, ts := range sorted {
+			if n := len(want); n > 0 && ts-want[n-1].end <= gap {
+				want[n-1].end = ts
+				c := 0
+				fmt.Sscan(want[n-1].v, &c)
+				want[n-1].v = fmt.Sprint(c + 1)
+				continue
+			}
+			want = append(want, wrow{"k", ts, ts, "1"})
+		}
+		require.Equal(t, want, collectW(t)(s.Fetch([]byte("k"))), "round %d, times %v", round, times)
+	}
+}
+
+func testSessionRetention(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 30, SegmentInterval: 10}
+	seg := openSegmented(t, b, opts)
+	s := openSessions(t, seg, opts)
+	for end := int64(10); end <= 300; end += 10 {
+		sput(t, s, "k", end-8, end, "v")
+		got := collectW(t)(s.FindSessions([]byte("k"), 0, math.MaxInt64))
+		require.Equal(t, max(10, end-20), got[0].end, "at %d the sessions ending after end-30 are live", end)
+		raw := rawTimes(t, seg, s.t.l)
+		require.LessOrEqual(t, len(raw), 4)
+		require.GreaterOrEqual(t, raw[0], end-39)
+	}
+	// A long session expires by its end, not its start.
+	sput(t, s, "long", 0, 300, "v")
+	require.Len(t, collectW(t)(s.Fetch([]byte("long"))), 1)
+}
