@@ -240,12 +240,12 @@ func TestQueryAnswersAndRefusals(t *testing.T) {
 }
 
 func TestNormalizeHTTP(t *testing.T) {
-	for in, want := range map[string]string{"a:1": "a:1", " http://a:1/ ": "a:1", "[::1]:80": "[::1]:80"} {
+	for in, want := range map[string]string{"a:1": "a:1", " http://a:1/ ": "a:1", "https://a:1": "a:1", "[::1]:80": "[::1]:80"} {
 		got, err := normalizeHTTP(in)
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	for _, in := range []string{"", "http://", "a", "https://a:1"} {
+	for _, in := range []string{"", "http://", "https://", "a", "ftp://a:1"} {
 		_, err := normalizeHTTP(in)
 		require.Error(t, err, in)
 	}
