@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/plan"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -71,11 +72,11 @@ func BenchmarkWordCountTasks(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		repart.out = repart.out[:0]
-		if err := split.Process(topology.InputRecord{Topic: "text", Offset: off, Value: corpus[off%int64(len(corpus))], Timestamp: ts}); err != nil {
+		if err := split.Process(plan.InputRecord{Topic: "text", Offset: off, Value: corpus[off%int64(len(corpus))], Timestamp: ts}); err != nil {
 			b.Fatal(err)
 		}
 		for _, r := range repart.out {
-			if err := count.Process(topology.InputRecord{Topic: "app-words-repartition", Offset: off, Key: r.Key, Value: r.Value, Timestamp: ts}); err != nil {
+			if err := count.Process(plan.InputRecord{Topic: "app-words-repartition", Offset: off, Key: r.Key, Value: r.Value, Timestamp: ts}); err != nil {
 				b.Fatal(err)
 			}
 		}

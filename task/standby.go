@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/eddystreams/eddy/internal/plan"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -71,7 +72,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	subs := cfg.Topology.SubTopologies()
+	subs := plan.Of(cfg.Topology).SubTopologies()
 	if cfg.ID.SubTopology < 0 || cfg.ID.SubTopology >= len(subs) {
 		return nil, fmt.Errorf("standby %s: no such sub-topology", cfg.ID)
 	}
