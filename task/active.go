@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/plan"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -36,7 +37,7 @@ type Config struct {
 	Stores []*StoreHandle
 	// Budget bounds the bytes of writes the task's caches hold between
 	// commits; it is shared by all the tasks of one stream thread.
-	Budget *statestore.CacheBudget
+	Budget *cache.Budget
 	Sender Sender
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -48,7 +49,7 @@ type StoreHandle struct {
 	// Inner is the backing store; Cache sits in front of it and is what
 	// processors use.
 	Inner statestore.Store
-	Cache *statestore.CachedStore
+	Cache *cache.Store
 	// Changelog is the changelog topic of a logged store, "" otherwise.
 	Changelog string
 }
@@ -123,7 +124,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 		} else if inner, err = cfg.Open(cfg.ID, info); err != nil {
 			return nil, fmt.Errorf("task %s: open store %q: %w", cfg.ID, info.Name, err)
 		}
-		h := &StoreHandle{Info: info, Inner: inner, Cache: statestore.NewCachedStore(inner, cfg.Budget)}
+		h := &StoreHandle{Info: info, Inner: inner, Cache: cache.New(inner, cfg.Budget)}
 		if info.Logged {
 			h.Changelog = cfg.Changelog(info.Name)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/plan"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -28,7 +29,7 @@ func BenchmarkWordCountTasks(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	budget := statestore.NewCacheBudget(10 << 20)
+	budget := cache.NewBudget(10 << 20)
 	newTask := func(sub int, out Sender) *Active {
 		a, err := NewActive(Config{
 			ID: ID{sub, 0}, AppID: "app", Topology: topo,

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/plan"
-	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -103,7 +103,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("standby %s: open store %q: %w", cfg.ID, info.Name, err)
 		}
-		s.stores = append(s.stores, &StoreHandle{Info: info, Inner: inner, Cache: statestore.NewCachedStore(inner, nil), Changelog: cfg.Changelog(info.Name)})
+		s.stores = append(s.stores, &StoreHandle{Info: info, Inner: inner, Cache: cache.New(inner, nil), Changelog: cfg.Changelog(info.Name)})
 	}
 	if len(adopted) > 0 {
 		return nil, fmt.Errorf("standby %s: adopted stores the sub-topology does not declare", cfg.ID)

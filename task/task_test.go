@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/plan"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -50,7 +51,7 @@ func newActive(t *testing.T, topo *topology.Topology, stores []*StoreHandle, ope
 			return statestore.NewMemory(), nil
 		},
 		Stores: stores,
-		Budget: statestore.NewCacheBudget(1 << 20),
+		Budget: cache.NewBudget(1 << 20),
 		Sender: out,
 	})
 	require.NoError(t, err)
@@ -135,7 +136,7 @@ func TestCloseWritesOnlyCommittedWork(t *testing.T) {
 			ID: ID{0, 0}, AppID: "app", Topology: topo,
 			Changelog: func(s string) string { return s },
 			Open:      func(ID, topology.StoreInfo) (statestore.Store, error) { return inner, nil },
-			Budget:    statestore.NewCacheBudget(1 << 20),
+			Budget:    cache.NewBudget(1 << 20),
 			Sender:    &sink{},
 		})
 		require.NoError(t, err)

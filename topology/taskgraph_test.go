@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/plan"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -307,13 +308,13 @@ func TestTableUpdatesBufferedUntilFlush(t *testing.T) {
 // aggregations take the cache's read-modify-write path.
 type cachedEnv struct {
 	*fakeEnv
-	caches map[string]*statestore.CachedStore
+	caches map[string]*cache.Store
 }
 
 func (e cachedEnv) Store(name string) (statestore.ReadWriter, error) {
 	c, ok := e.caches[name]
 	if !ok {
-		c = statestore.NewCachedStore(statestore.NewMemory(), nil)
+		c = cache.New(statestore.NewMemory(), nil)
 		e.caches[name] = c
 	}
 	return c, nil
@@ -336,7 +337,7 @@ func TestAggregateThroughCacheNeverScribblesOnStoredBytes(t *testing.T) {
 	topology.GroupBy(s, func(_, v string) string { return v }, "c", serde.String, serde.String).Count("counts")
 	topo, err := b.Build()
 	require.NoError(t, err)
-	env := cachedEnv{fakeEnv: newFakeEnv(0), caches: map[string]*statestore.CachedStore{}}
+	env := cachedEnv{fakeEnv: newFakeEnv(0), caches: map[string]*cache.Store{}}
 	env.sub = 1
 	g, err := plan.Of(topo).NewTaskGraph(1, env)
 	require.NoError(t, err)
