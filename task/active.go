@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/internal/cache"
-	"github.com/eddystreams/eddy/internal/plan"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -17,7 +17,7 @@ import (
 // Sender emits a sink record on behalf of a task. The runtime implements it
 // with its producer and chooses the partition.
 type Sender interface {
-	Send(rec plan.OutputRecord) error
+	Send(rec graph.OutputRecord) error
 }
 
 // StoreOpener opens the backing store for one store of one task. The runtime
@@ -70,7 +70,7 @@ type Active struct {
 	state  State
 	stores map[string]*StoreHandle
 	order  []string // store names in declaration order
-	graph  plan.TaskGraph
+	graph  graph.TaskGraph
 	// consumed maps an input topic to the offset of the next record to
 	// process on the task's partition. Records come in runs from one
 	// topic, so lastTopic and lastNext remember the entry of the previous
@@ -93,7 +93,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	subs := plan.Of(cfg.Topology).SubTopologies()
+	subs := graph.Of(cfg.Topology).SubTopologies()
 	if cfg.ID.SubTopology < 0 || cfg.ID.SubTopology >= len(subs) {
 		return nil, fmt.Errorf("task %s: no such sub-topology", cfg.ID)
 	}
@@ -137,7 +137,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 		}
 		return nil, fmt.Errorf("task %s: adopted stores the sub-topology does not declare", cfg.ID)
 	}
-	g, err := plan.Of(cfg.Topology).NewTaskGraph(cfg.ID.SubTopology, env{t})
+	g, err := graph.Of(cfg.Topology).NewTaskGraph(cfg.ID.SubTopology, env{t})
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", cfg.ID, err)
 	}
@@ -192,7 +192,7 @@ func (t *Active) Resume() error { return t.transition(Running) }
 
 // Process runs one input record through the task's processors. The record's
 // offset counts as consumed only if processing succeeds; see Skip.
-func (t *Active) Process(rec plan.InputRecord) error {
+func (t *Active) Process(rec graph.InputRecord) error {
 	if t.state != Running {
 		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, t.state)
 	}
@@ -218,7 +218,7 @@ func (t *Active) markConsumed(topic string, next int64) {
 // Skip marks a record as consumed without processing it: a record the
 // deserialization handler chose to skip, or a transaction marker, which
 // holds no data but takes an offset the task's commit must cover.
-func (t *Active) Skip(rec plan.InputRecord) { t.markConsumed(rec.Topic, rec.Offset+1) }
+func (t *Active) Skip(rec graph.InputRecord) { t.markConsumed(rec.Topic, rec.Offset+1) }
 
 // Punctuate runs punctuators that are due.
 func (t *Active) Punctuate(now time.Time) error {
@@ -229,7 +229,7 @@ func (t *Active) Punctuate(now time.Time) error {
 }
 
 // Flush forwards the task's buffered table updates downstream (see
-// plan.TableBuffering). Call it at every commit, before
+// graph.TableBuffering). Call it at every commit, before
 // PendingChangelog: forwarding may write further stores.
 func (t *Active) Flush() error {
 	if t.state != Running {
@@ -383,13 +383,13 @@ func RemoveDir(appDir string, id ID) error { return os.RemoveAll(Dir(appDir, id)
 // env is the task's face towards its processor graph.
 type env struct{ t *Active }
 
-func (e env) AppID() string                    { return e.t.cfg.AppID }
-func (e env) TaskID() string                   { return e.t.cfg.ID.String() }
-func (e env) Partition() int32                 { return e.t.cfg.ID.Partition }
-func (e env) Now() time.Time                   { return e.t.cfg.Now() }
-func (e env) Send(rec plan.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
+func (e env) AppID() string                     { return e.t.cfg.AppID }
+func (e env) TaskID() string                    { return e.t.cfg.ID.String() }
+func (e env) Partition() int32                  { return e.t.cfg.ID.Partition }
+func (e env) Now() time.Time                    { return e.t.cfg.Now() }
+func (e env) Send(rec graph.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
 
-// BufferTableUpdates implements plan.TableBuffering: with a record cache,
+// BufferTableUpdates implements graph.TableBuffering: with a record cache,
 // tables forward each key's latest value at commit rather than every update.
 func (e env) BufferTableUpdates() bool {
 	return e.t.cfg.Budget != nil && e.t.cfg.Budget.Max() > 0

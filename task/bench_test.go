@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/internal/cache"
-	"github.com/eddystreams/eddy/internal/plan"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -73,11 +73,11 @@ func BenchmarkWordCountTasks(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		repart.out = repart.out[:0]
-		if err := split.Process(plan.InputRecord{Topic: "text", Offset: off, Value: corpus[off%int64(len(corpus))], Timestamp: ts}); err != nil {
+		if err := split.Process(graph.InputRecord{Topic: "text", Offset: off, Value: corpus[off%int64(len(corpus))], Timestamp: ts}); err != nil {
 			b.Fatal(err)
 		}
 		for _, r := range repart.out {
-			if err := count.Process(plan.InputRecord{Topic: "app-words-repartition", Offset: off, Key: r.Key, Value: r.Value, Timestamp: ts}); err != nil {
+			if err := count.Process(graph.InputRecord{Topic: "app-words-repartition", Offset: off, Key: r.Key, Value: r.Value, Timestamp: ts}); err != nil {
 				b.Fatal(err)
 			}
 		}

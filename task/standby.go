@@ -6,7 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/eddystreams/eddy/internal/cache"
-	"github.com/eddystreams/eddy/internal/plan"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -72,7 +72,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	subs := plan.Of(cfg.Topology).SubTopologies()
+	subs := graph.Of(cfg.Topology).SubTopologies()
 	if cfg.ID.SubTopology < 0 || cfg.ID.SubTopology >= len(subs) {
 		return nil, fmt.Errorf("standby %s: no such sub-topology", cfg.ID)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddystreams/eddy/internal/cache"
-	"github.com/eddystreams/eddy/internal/plan"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -28,9 +28,9 @@ func TestTransitions(t *testing.T) {
 	require.Equal(t, "restoring", Restoring.String())
 }
 
-type sink struct{ out []plan.OutputRecord }
+type sink struct{ out []graph.OutputRecord }
 
-func (s *sink) Send(r plan.OutputRecord) error { s.out = append(s.out, r); return nil }
+func (s *sink) Send(r graph.OutputRecord) error { s.out = append(s.out, r); return nil }
 
 func countTopology(t *testing.T) *topology.Topology {
 	b := topology.NewBuilder()
@@ -64,12 +64,12 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	a, out := newActive(t, topo, nil, &opened)
 	require.Equal(t, 1, opened)
 	require.Equal(t, Created, a.State())
-	require.Error(t, a.Process(plan.InputRecord{Topic: "in", Key: []byte("k")}), "a created task must not process")
+	require.Error(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k")}), "a created task must not process")
 	require.NoError(t, a.StartRestoring())
 	require.NoError(t, a.Restored())
 
 	for off := range int64(3) {
-		require.NoError(t, a.Process(plan.InputRecord{Topic: "in", Partition: 3, Offset: 10 + off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: 10 + off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
 	}
 	require.Empty(t, out.out, "with a record cache, table updates wait for the commit")
 	require.NoError(t, a.Flush())
@@ -142,7 +142,7 @@ func TestCloseWritesOnlyCommittedWork(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, a.StartRestoring())
 		require.NoError(t, a.Restored())
-		require.NoError(t, a.Process(plan.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")}))
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")}))
 		require.NoError(t, a.Close(clean))
 		require.Equal(t, Closed, a.State())
 		require.Zero(t, inner.writes, "close (clean=%v) must not write uncommitted work: only a commit writes stores", clean)
@@ -160,8 +160,8 @@ func TestActiveConsumedOffsetsAcrossTopicsSkipAndAbort(t *testing.T) {
 	a, _ := newActive(t, topo, nil, &opened)
 	require.NoError(t, a.StartRestoring())
 	require.NoError(t, a.Restored())
-	rec := func(topic string, off int64) plan.InputRecord {
-		return plan.InputRecord{Topic: topic, Partition: 3, Offset: off, Value: []byte("v")}
+	rec := func(topic string, off int64) graph.InputRecord {
+		return graph.InputRecord{Topic: topic, Partition: 3, Offset: off, Value: []byte("v")}
 	}
 	// Interleaved runs of two topics: each keeps its own offset.
 	require.NoError(t, a.Process(rec("a", 5)))

@@ -57,6 +57,6 @@
 //
 // Build checks the graph and splits it into sub-topologies, which the
 // runtime runs as tasks "<subtopology>_<partition>" through the internal
-// package plan, which this package fills. Package topologytest runs a
+// package graph, which this package fills. Package topologytest runs a
 // Topology in-process without Kafka, for tests.
 package topology

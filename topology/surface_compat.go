@@ -1,28 +1,28 @@
 package topology
 
-import "github.com/eddystreams/eddy/internal/plan"
+import "github.com/eddystreams/eddy/internal/graph"
 
 // Transitional: the names callers outside topology, task and topologytest
 // still use until the mechanical rewrite (.surface-move.sh) moves them to
-// package plan and deletes this file.
+// package graph and deletes this file.
 
 type (
-	InputRecord     = plan.InputRecord
-	OutputRecord    = plan.OutputRecord
-	TaskEnv         = plan.TaskEnv
-	TaskGraph       = plan.TaskGraph
-	TableBuffering  = plan.TableBuffering
-	SubTopologyInfo = plan.SubTopology
-	RepartitionInfo = plan.Repartition
+	InputRecord     = graph.InputRecord
+	OutputRecord    = graph.OutputRecord
+	TaskEnv         = graph.TaskEnv
+	TaskGraph       = graph.TaskGraph
+	TableBuffering  = graph.TableBuffering
+	SubTopologyInfo = graph.SubTopology
+	RepartitionInfo = graph.Repartition
 )
 
-func InternalTopicName(app, name string) string { return plan.InternalTopicName(app, name) }
+func InternalTopicName(app, name string) string { return graph.InternalTopicName(app, name) }
 
-func (t *Topology) SubTopologies() []plan.SubTopology {
+func (t *Topology) SubTopologies() []graph.SubTopology {
 	return (*runtimeView)(t).SubTopologies()
 }
 
-func (t *Topology) RepartitionTopics() []plan.Repartition {
+func (t *Topology) RepartitionTopics() []graph.Repartition {
 	return (*runtimeView)(t).RepartitionTopics()
 }
 
@@ -36,6 +36,6 @@ func (t *Topology) CheckCoPartitioning(partitions map[string]int32, app string) 
 	return (*runtimeView)(t).CheckCoPartitioning(partitions, app)
 }
 
-func (t *Topology) NewTaskGraph(id int, env plan.TaskEnv) (plan.TaskGraph, error) {
+func (t *Topology) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, error) {
 	return (*runtimeView)(t).NewTaskGraph(id, env)
 }

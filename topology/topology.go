@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/eddystreams/eddy/internal/plan"
+	"github.com/eddystreams/eddy/internal/graph"
 )
 
 // Topology is a built, immutable processor graph split into sub-topologies.
@@ -21,7 +21,7 @@ type Topology struct {
 
 type subTopology struct {
 	nodes []*node // in creation order
-	info  plan.SubTopology
+	info  graph.SubTopology
 }
 
 // Build checks the graph and splits it into sub-topologies: the connected
@@ -153,7 +153,7 @@ func (t *Topology) split() {
 		r := find(n.id)
 		st, ok := subOfRoot[r]
 		if !ok {
-			st = &subTopology{info: plan.SubTopology{ID: len(t.subs)}}
+			st = &subTopology{info: graph.SubTopology{ID: len(t.subs)}}
 			subOfRoot[r] = st
 			t.subs = append(t.subs, st)
 		}
@@ -187,10 +187,10 @@ func (t *Topology) fillInfo(stores []StoreInfo) {
 }
 
 // SubTopologies describes every sub-topology; element i has ID i.
-func (t *runtimeView) SubTopologies() []plan.SubTopology {
-	out := make([]plan.SubTopology, len(t.subs))
+func (t *runtimeView) SubTopologies() []graph.SubTopology {
+	out := make([]graph.SubTopology, len(t.subs))
 	for i, st := range t.subs {
-		out[i] = plan.SubTopology{
+		out[i] = graph.SubTopology{
 			ID:            st.info.ID,
 			Sources:       slices.Clone(st.info.Sources),
 			Sinks:         slices.Clone(st.info.Sinks),
@@ -203,8 +203,8 @@ func (t *runtimeView) SubTopologies() []plan.SubTopology {
 
 // RepartitionTopics lists the repartition topics the runtime must create,
 // in the order they were created.
-func (t *runtimeView) RepartitionTopics() []plan.Repartition {
-	var out []plan.Repartition
+func (t *runtimeView) RepartitionTopics() []graph.Repartition {
+	var out []graph.Repartition
 	seen := make(map[TopicRef]bool)
 	for _, st := range t.subs {
 		for _, n := range st.nodes {
@@ -212,7 +212,7 @@ func (t *runtimeView) RepartitionTopics() []plan.Repartition {
 				continue
 			}
 			seen[n.topic] = true
-			out = append(out, plan.Repartition{Topic: n.topic, Partitions: n.partitions, WriterSubTopology: st.info.ID})
+			out = append(out, graph.Repartition{Topic: n.topic, Partitions: n.partitions, WriterSubTopology: st.info.ID})
 		}
 	}
 	return out

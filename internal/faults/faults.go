@@ -4,11 +4,11 @@
 // from inside this module.
 package faults
 
-// Kill stops app, a *runtime.App or a value embedding one, the way a crash would: its
-// network connections are cut first, so the group is not told it left and
-// nothing more is committed; then its clients and stores are closed without
-// writing uncommitted work. The group moves its tasks after the session
-// timeout.
+// Kill stops app, a *runtime.App or a value embedding one, the way a crash
+// would: its network connections are cut first, so the group is not told it
+// left and nothing more is committed; then its clients and stores are
+// closed without writing uncommitted work. The group moves its tasks after
+// the session timeout.
 //
 // Kill is a variable set by package runtime in its init: runtime imports
 // this package, so its App cannot be named here.

@@ -24,7 +24,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/eddystreams/eddy/internal/plan"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -42,12 +42,12 @@ type Config struct {
 type Driver struct {
 	app     string
 	now     time.Time
-	tasks   []plan.TaskGraph
+	tasks   []graph.TaskGraph
 	stores  map[string]*memStore
 	readers map[string]int // full topic name -> sub-topology
 	offsets map[string]int64
-	outputs map[string][]plan.OutputRecord
-	queue   []plan.OutputRecord
+	outputs map[string][]graph.OutputRecord
+	queue   []graph.OutputRecord
 	closed  bool
 }
 
@@ -65,16 +65,16 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 		stores:  make(map[string]*memStore),
 		readers: make(map[string]int),
 		offsets: make(map[string]int64),
-		outputs: make(map[string][]plan.OutputRecord),
+		outputs: make(map[string][]graph.OutputRecord),
 	}
-	for _, st := range plan.Of(topo).SubTopologies() {
+	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, src := range st.Sources {
 			d.readers[src.FullName(d.app)] = st.ID
 		}
 		for _, s := range st.Stores {
 			d.stores[s.Name] = newMemStore()
 		}
-		g, err := plan.Of(topo).NewTaskGraph(st.ID, &env{d: d, sub: st.ID})
+		g, err := graph.Of(topo).NewTaskGraph(st.ID, &env{d: d, sub: st.ID})
 		if err != nil {
 			return nil, errors.Join(err, d.Close())
 		}
@@ -96,7 +96,7 @@ func (e *env) Now() time.Time   { return e.d.now }
 
 func (e *env) Store(name string) (statestore.ReadWriter, error) { return e.d.Store(name) }
 
-func (e *env) Send(rec plan.OutputRecord) error {
+func (e *env) Send(rec graph.OutputRecord) error {
 	e.d.outputs[rec.Topic] = append(e.d.outputs[rec.Topic], rec)
 	if _, ok := e.d.readers[rec.Topic]; ok {
 		e.d.queue = append(e.d.queue, rec)
@@ -156,7 +156,7 @@ func (d *Driver) process(topic string, key, value []byte, ts time.Time, headers 
 	off := d.offsets[topic]
 	d.offsets[topic] = off + 1
 	g := d.tasks[sub]
-	err := g.Process(plan.InputRecord{
+	err := g.Process(graph.InputRecord{
 		Topic: topic, Partition: 0, Offset: off, Timestamp: ts, Headers: headers, Key: key, Value: value,
 	})
 	if err != nil {
@@ -184,7 +184,7 @@ func (d *Driver) AdvanceWallClock(dt time.Duration) error {
 // ReadOutput removes and returns the records written to topic (a full topic
 // name) so far, oldest first. Records written to topics the topology reads
 // are captured too, besides being fed back in.
-func (d *Driver) ReadOutput(topic string) []plan.OutputRecord {
+func (d *Driver) ReadOutput(topic string) []graph.OutputRecord {
 	recs := d.outputs[topic]
 	delete(d.outputs, topic)
 	return recs

@@ -1,4 +1,4 @@
-// Package plan is a built topology as the runtime drives it: the records a
+// Package graph is a built topology as the runtime drives it: the records a
 // task takes in and sends out, the environment a task gives its processor
 // graph, the sub-topologies with their topics and stores, and the
 // repartition topics to create.
@@ -7,8 +7,8 @@
 // (Header, StoreInfo, TopicRef are aliases of the types here, so that a
 // user's Record and a task's InputRecord share their headers without a
 // copy) and sets Of in its init; the runtime, package task and
-// topologytest reach a Topology's plan through Of.
-package plan
+// topologytest reach it through Of.
+package graph
 
 import (
 	"time"
@@ -16,13 +16,13 @@ import (
 	"github.com/eddystreams/eddy/statestore"
 )
 
-// Of returns the plan of topo, which must be a *topology.Topology. It is
-// a variable, set by package topology in its init, because topology
-// imports this package and so cannot be named here.
-var Of func(topo any) Plan
+// Of returns the runtime's view of topo, which must be a
+// *topology.Topology. It is a variable, set by package topology in its
+// init, because topology imports this package and so cannot be named here.
+var Of func(topo any) Topology
 
-// Plan is what the runtime asks of a built topology.
-type Plan interface {
+// Topology is what the runtime asks of a built topology.
+type Topology interface {
 	// SubTopologies describes every sub-topology; element i has ID i.
 	SubTopologies() []SubTopology
 	// RepartitionTopics lists the repartition topics to create, in the
