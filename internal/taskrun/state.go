@@ -1,6 +1,10 @@
-package task
+package taskrun
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/eddystreams/eddy/task"
+)
 
 // State is where an active task is in its life.
 //
@@ -58,7 +62,7 @@ func CanTransition(from, to State) bool {
 // TransitionError reports an illegal state change, which is always a bug in
 // the caller.
 type TransitionError struct {
-	Task     ID
+	Task     task.ID
 	From, To State
 }
 

@@ -1,4 +1,4 @@
-package task
+package taskrun
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -42,7 +43,7 @@ func (s StandbyState) String() string {
 
 // StandbyConfig is what a standby replica needs to start.
 type StandbyConfig struct {
-	ID       ID
+	ID       task.ID
 	Topology *topology.Topology
 	// Changelog maps a logged store's name to its changelog topic.
 	Changelog func(store string) string
@@ -60,7 +61,7 @@ type StandbyConfig struct {
 // from their changelogs, and no processors. Unlogged stores have nothing to
 // follow, so a standby holds only the logged ones.
 type Standby struct {
-	id     ID
+	id     task.ID
 	warmup bool
 	state  StandbyState
 	stores []*StoreHandle
@@ -112,7 +113,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 }
 
 // ID returns the task's ID.
-func (s *Standby) ID() ID { return s.id }
+func (s *Standby) ID() task.ID { return s.id }
 
 // Warmup reports whether the replica is a warmup.
 func (s *Standby) Warmup() bool { return s.warmup }

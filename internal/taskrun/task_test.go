@@ -1,4 +1,4 @@
-package task
+package taskrun
 
 import (
 	"testing"
@@ -10,6 +10,7 @@ import (
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -44,9 +45,9 @@ func countTopology(t *testing.T) *topology.Topology {
 func newActive(t *testing.T, topo *topology.Topology, stores []*StoreHandle, opened *int) (*Active, *sink) {
 	out := &sink{}
 	a, err := NewActive(Config{
-		ID: ID{0, 3}, AppID: "app", Topology: topo,
+		ID: task.ID{SubTopology: 0, Partition: 3}, AppID: "app", Topology: topo,
 		Changelog: func(s string) string { return "app-" + s + "-changelog" },
-		Open: func(ID, topology.StoreInfo) (statestore.Store, error) {
+		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
 			*opened++
 			return statestore.NewMemory(), nil
 		},
@@ -104,7 +105,7 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	stores, err := a.Demote()
 	require.NoError(t, err)
 	require.Equal(t, Closed, a.State())
-	sb, err := NewStandby(StandbyConfig{ID: ID{0, 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
+	sb, err := NewStandby(StandbyConfig{ID: task.ID{SubTopology: 0, Partition: 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
 	require.NoError(t, err)
 	require.NoError(t, sb.StartUpdating())
 	require.Same(t, h.Inner, sb.Stores()[0].Inner)
@@ -133,9 +134,9 @@ func TestCloseWritesOnlyCommittedWork(t *testing.T) {
 	for _, clean := range []bool{true, false} {
 		inner := &countingStore{Store: statestore.NewMemory()}
 		a, err := NewActive(Config{
-			ID: ID{0, 0}, AppID: "app", Topology: topo,
+			ID: task.ID{SubTopology: 0, Partition: 0}, AppID: "app", Topology: topo,
 			Changelog: func(s string) string { return s },
-			Open:      func(ID, topology.StoreInfo) (statestore.Store, error) { return inner, nil },
+			Open:      func(task.ID, topology.StoreInfo) (statestore.Store, error) { return inner, nil },
 			Budget:    cache.NewBudget(1 << 20),
 			Sender:    &sink{},
 		})

@@ -1,16 +1,20 @@
-package task
+// Package taskrun runs tasks: an Active task processes its partition of a
+// sub-topology through the record cache in front of its stores and says
+// what a commit must send and write; a Standby applies the changelogs of a
+// task that is active elsewhere. Both keep their state machines here. The
+// runtime owns them; users meet tasks only by ID (package task).
+package taskrun
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -22,11 +26,11 @@ type Sender interface {
 
 // StoreOpener opens the backing store for one store of one task. The runtime
 // decides where persistent stores live and how they are tuned.
-type StoreOpener func(id ID, info topology.StoreInfo) (statestore.Store, error)
+type StoreOpener func(id task.ID, info topology.StoreInfo) (statestore.Store, error)
 
 // Config is what an active task needs to start.
 type Config struct {
-	ID       ID
+	ID       task.ID
 	AppID    string
 	Topology *topology.Topology
 	// Changelog maps a logged store's name to its changelog topic.
@@ -146,7 +150,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 }
 
 // ID returns the task's ID.
-func (t *Active) ID() ID { return t.cfg.ID }
+func (t *Active) ID() task.ID { return t.cfg.ID }
 
 // State returns the task's state.
 func (t *Active) State() State { return t.state }
@@ -373,12 +377,6 @@ func (t *Active) closeStores() []error {
 	}
 	return errs
 }
-
-// Dir returns a task's directory under an application state directory.
-func Dir(appDir string, id ID) string { return filepath.Join(appDir, id.String()) }
-
-// RemoveDir deletes a task's directory and everything in it.
-func RemoveDir(appDir string, id ID) error { return os.RemoveAll(Dir(appDir, id)) }
 
 // env is the task's face towards its processor graph.
 type env struct{ t *Active }

@@ -1,4 +1,4 @@
-package task
+package taskrun
 
 import (
 	"math/rand/v2"
@@ -11,6 +11,7 @@ import (
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -32,9 +33,9 @@ func BenchmarkWordCountTasks(b *testing.B) {
 	budget := cache.NewBudget(10 << 20)
 	newTask := func(sub int, out Sender) *Active {
 		a, err := NewActive(Config{
-			ID: ID{sub, 0}, AppID: "app", Topology: topo,
+			ID: task.ID{SubTopology: sub, Partition: 0}, AppID: "app", Topology: topo,
 			Changelog: func(s string) string { return "app-" + s + "-changelog" },
-			Open: func(ID, topology.StoreInfo) (statestore.Store, error) {
+			Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
 				return statestore.NewMemory(), nil
 			},
 			Budget: budget,
