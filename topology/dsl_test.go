@@ -145,7 +145,7 @@ func TestSinkKeepsTimestampHeadersAndNulls(t *testing.T) {
 
 	out := d.ReadOutput("out")
 	require.Len(t, out, 2)
-	require.Equal(t, graph.OutputRecord{Topic: "out", Key: nil, Value: []byte("x!"), Timestamp: ts, Headers: hdrs}, out[0])
+	require.Equal(t, topology.Record[[]byte, []byte]{Key: nil, Value: []byte("x!"), Timestamp: ts, Headers: hdrs}, out[0])
 	// MapValues computes a new (non-null) value from the null one.
 	require.Equal(t, []byte("k"), out[1].Key)
 	require.Equal(t, []byte("!"), out[1].Value)

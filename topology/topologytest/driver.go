@@ -182,12 +182,17 @@ func (d *Driver) AdvanceWallClock(dt time.Duration) error {
 }
 
 // ReadOutput removes and returns the records written to topic (a full topic
-// name) so far, oldest first. Records written to topics the topology reads
-// are captured too, besides being fed back in.
-func (d *Driver) ReadOutput(topic string) []graph.OutputRecord {
+// name) so far, oldest first, as the bytes on the topic: a nil key or value
+// is a null. Records written to topics the topology reads are captured too,
+// besides being fed back in.
+func (d *Driver) ReadOutput(topic string) []topology.Record[[]byte, []byte] {
 	recs := d.outputs[topic]
 	delete(d.outputs, topic)
-	return recs
+	out := make([]topology.Record[[]byte, []byte], len(recs))
+	for i, r := range recs {
+		out[i] = topology.Record[[]byte, []byte]{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers}
+	}
+	return out
 }
 
 // Close closes every task. Closing twice is a no-op.
