@@ -1,8 +1,9 @@
 // Package task names Eddy's unit of work: a task is one partition of one
 // sub-topology, named "<subtopology>_<partition>", with its state in its own
 // folder under the application's state directory. Queries, the assignor
-// and the runtime's reports speak of tasks by ID. (How a task runs, active
-// or standby, is the runtime's business: internal/taskrun.)
+// and the runtime's reports speak of tasks by ID, and of an active task's
+// life by State. (How a task runs, active or standby, is the runtime's
+// business: internal/taskrun.)
 package task
 
 import (

@@ -1,8 +1,8 @@
 // Package taskrun runs tasks: an Active task processes its partition of a
 // sub-topology through the record cache in front of its stores and says
 // what a commit must send and write; a Standby applies the changelogs of a
-// task that is active elsewhere. Both keep their state machines here. The
-// runtime owns them; users meet tasks only by ID (package task).
+// task that is active elsewhere. The runtime owns them; users meet tasks
+// only by ID and State (package task).
 package taskrun
 
 import (
@@ -71,7 +71,7 @@ type ChangelogWrite struct {
 // processors, its stores and the offsets it has consumed.
 type Active struct {
 	cfg    Config
-	state  State
+	state  task.State
 	stores map[string]*StoreHandle
 	order  []string // store names in declaration order
 	graph  graph.TaskGraph
@@ -103,7 +103,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 	}
 	t = &Active{
 		cfg:       cfg,
-		state:     Created,
+		state:     task.Created,
 		stores:    make(map[string]*StoreHandle),
 		consumed:  make(map[string]*int64),
 		committed: make(map[string]int64),
@@ -153,7 +153,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 func (t *Active) ID() task.ID { return t.cfg.ID }
 
 // State returns the task's state.
-func (t *Active) State() State { return t.state }
+func (t *Active) State() task.State { return t.state }
 
 // Stores returns the task's stores in declaration order.
 func (t *Active) Stores() []*StoreHandle {
@@ -170,9 +170,9 @@ func (t *Active) Store(name string) (*StoreHandle, bool) {
 	return h, ok
 }
 
-func (t *Active) transition(to State) error {
-	if !CanTransition(t.state, to) {
-		return &TransitionError{Task: t.cfg.ID, From: t.state, To: to}
+func (t *Active) transition(to task.State) error {
+	if !task.CanTransition(t.state, to) {
+		return &task.TransitionError{Task: t.cfg.ID, From: t.state, To: to}
 	}
 	t.log.Debug("task state", "from", t.state.String(), "to", to.String())
 	t.state = to
@@ -180,24 +180,24 @@ func (t *Active) transition(to State) error {
 }
 
 // StartRestoring moves a created or suspended task to Restoring.
-func (t *Active) StartRestoring() error { return t.transition(Restoring) }
+func (t *Active) StartRestoring() error { return t.transition(task.Restoring) }
 
 // Restored moves a restoring task to Running: its stores hold everything
 // their changelogs held when restoration began.
-func (t *Active) Restored() error { return t.transition(Running) }
+func (t *Active) Restored() error { return t.transition(task.Running) }
 
 // Suspend moves the task to Suspended after a revocation. The caller must
 // have committed the task first (or be abandoning its uncommitted work).
-func (t *Active) Suspend() error { return t.transition(Suspended) }
+func (t *Active) Suspend() error { return t.transition(task.Suspended) }
 
 // Resume moves a suspended task straight back to Running: its stores were
 // never closed, so there is nothing to restore.
-func (t *Active) Resume() error { return t.transition(Running) }
+func (t *Active) Resume() error { return t.transition(task.Running) }
 
 // Process runs one input record through the task's processors. The record's
 // offset counts as consumed only if processing succeeds; see Skip.
 func (t *Active) Process(rec graph.InputRecord) error {
-	if t.state != Running {
+	if t.state != task.Running {
 		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, t.state)
 	}
 	if err := t.graph.Process(rec); err != nil {
@@ -226,7 +226,7 @@ func (t *Active) Skip(rec graph.InputRecord) { t.markConsumed(rec.Topic, rec.Off
 
 // Punctuate runs punctuators that are due.
 func (t *Active) Punctuate(now time.Time) error {
-	if t.state != Running {
+	if t.state != task.Running {
 		return nil
 	}
 	return t.graph.Punctuate(now)
@@ -236,7 +236,7 @@ func (t *Active) Punctuate(now time.Time) error {
 // graph.TableBuffering). Call it at every commit, before
 // PendingChangelog: forwarding may write further stores.
 func (t *Active) Flush() error {
-	if t.state != Running {
+	if t.state != task.Running {
 		return nil
 	}
 	return t.graph.Flush()
@@ -339,7 +339,7 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 	}
 	t.stores = nil
 	t.order = nil
-	t.state = Closed
+	t.state = task.Closed
 	return out, err
 }
 
@@ -347,7 +347,7 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 // caller committed; an unclean one drops writes not yet committed, so the
 // stores keep exactly what their recorded positions say.
 func (t *Active) Close(clean bool) error {
-	if t.state == Closed {
+	if t.state == task.Closed {
 		return nil
 	}
 	var errs []error
@@ -362,7 +362,7 @@ func (t *Active) Close(clean bool) error {
 		}
 	}
 	errs = append(errs, t.closeStores()...)
-	t.state = Closed
+	t.state = task.Closed
 	return errors.Join(errs...)
 }
 

@@ -14,21 +14,6 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-func TestTransitions(t *testing.T) {
-	legal := map[[2]State]bool{
-		{Created, Restoring}: true, {Created, Closed}: true,
-		{Restoring, Running}: true, {Restoring, Suspended}: true, {Restoring, Closed}: true,
-		{Running, Suspended}: true, {Running, Closed}: true,
-		{Suspended, Restoring}: true, {Suspended, Running}: true, {Suspended, Closed}: true,
-	}
-	for from := Created; from <= Closed; from++ {
-		for to := Created; to <= Closed; to++ {
-			require.Equal(t, legal[[2]State{from, to}], CanTransition(from, to), "%s -> %s", from, to)
-		}
-	}
-	require.Equal(t, "restoring", Restoring.String())
-}
-
 type sink struct{ out []graph.OutputRecord }
 
 func (s *sink) Send(r graph.OutputRecord) error { s.out = append(s.out, r); return nil }
@@ -64,7 +49,7 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	opened := 0
 	a, out := newActive(t, topo, nil, &opened)
 	require.Equal(t, 1, opened)
-	require.Equal(t, Created, a.State())
+	require.Equal(t, task.Created, a.State())
 	require.Error(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k")}), "a created task must not process")
 	require.NoError(t, a.StartRestoring())
 	require.NoError(t, a.Restored())
@@ -104,7 +89,7 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	// Active → standby → active keeps the same open store.
 	stores, err := a.Demote()
 	require.NoError(t, err)
-	require.Equal(t, Closed, a.State())
+	require.Equal(t, task.Closed, a.State())
 	sb, err := NewStandby(StandbyConfig{ID: task.ID{SubTopology: 0, Partition: 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
 	require.NoError(t, err)
 	require.NoError(t, sb.StartUpdating())
@@ -145,7 +130,7 @@ func TestCloseWritesOnlyCommittedWork(t *testing.T) {
 		require.NoError(t, a.Restored())
 		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")}))
 		require.NoError(t, a.Close(clean))
-		require.Equal(t, Closed, a.State())
+		require.Equal(t, task.Closed, a.State())
 		require.Zero(t, inner.writes, "close (clean=%v) must not write uncommitted work: only a commit writes stores", clean)
 		require.NoError(t, a.Close(clean), "closing twice is a no-op")
 	}

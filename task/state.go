@@ -1,10 +1,6 @@
-package taskrun
+package task
 
-import (
-	"fmt"
-
-	"github.com/eddystreams/eddy/task"
-)
+import "fmt"
 
 // State is where an active task is in its life.
 //
@@ -62,7 +58,7 @@ func CanTransition(from, to State) bool {
 // TransitionError reports an illegal state change, which is always a bug in
 // the caller.
 type TransitionError struct {
-	Task     task.ID
+	Task     ID
 	From, To State
 }
 
