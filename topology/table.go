@@ -193,7 +193,7 @@ type aggProc[K, V, A any] struct {
 	encodeFresh  bool
 }
 
-// updater is the read-modify-write of cache.Store.
+// updater is the read-modify-write of statestore.CachedStore.
 type updater interface {
 	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
 }

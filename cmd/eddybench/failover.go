@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -179,7 +178,7 @@ func benchFailover(ctx context.Context, cfg *config) ([]row, error) {
 		}
 	}
 	killed := time.Now()
-	faults.Kill(victim.app)
+	victim.app.Kill()
 	cfg.logf("killed the instance holding partition %d's active; standby lag at the kill %d records", part, lagAtKill)
 
 	var took time.Duration
