@@ -411,7 +411,7 @@ func (s *badgerStore) Get(key []byte) ([]byte, bool, error) {
 
 func (s *badgerStore) Put(key, value []byte) error {
 	if value == nil {
-		return errNilValue
+		return ErrNilValue
 	}
 	return s.update(Entry{Key: key, Value: value})
 }

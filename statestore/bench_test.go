@@ -95,26 +95,6 @@ func benchStoreWrite(b *testing.B, s Store, size int) {
 	reportRate(b)
 }
 
-// BenchmarkCachedStorePut measures the processing-path write: a put into
-// the record cache, committed every 10,000 records.
-func BenchmarkCachedStorePut(b *testing.B) {
-	c := NewCachedStore(NewMemory(), NewCacheBudget(64<<20))
-	key, val := make([]byte, 10), make([]byte, 8)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		benchRecord(i%50_000, key, val)
-		if err := c.Put(key, val); err != nil {
-			b.Fatal(err)
-		}
-		if i%10_000 == 9_999 {
-			if err := c.Commit(int64(i)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-}
-
 // TestBadgerMemoryFootprint opens 12 badger stores, writes 1,000,000 keys
 // in total through Store.Write (restoration-sized batches) and reports the
 // process RSS. Opt in with EDDY_STATESTORE_RSS=1; it writes ~100 MB and

@@ -5,7 +5,9 @@ import (
 	"fmt"
 )
 
-var errNilValue = errors.New("statestore: nil value (use Delete to remove a key)")
+// ErrNilValue is what Put returns for a nil value: a nil value is how a
+// changelog marks a deletion, so deleting takes Delete.
+var ErrNilValue = errors.New("statestore: nil value (use Delete to remove a key)")
 
 // ErrTooLarge is the cause of an EntryError for an entry bigger than the
 // store can hold. The badger store holds any key and a key plus value of up

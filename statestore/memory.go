@@ -78,7 +78,7 @@ func (s *memStore) Get(key []byte) ([]byte, bool, error) {
 
 func (s *memStore) Put(key, value []byte) error {
 	if value == nil {
-		return errNilValue
+		return ErrNilValue
 	}
 	return s.apply([]Entry{{Key: key, Value: value}}, false, 0)
 }

@@ -1,12 +1,16 @@
-// Package task holds Eddy's unit of work: a task is one partition of one
-// sub-topology, named "<subtopology>_<partition>". This file defines task IDs;
-// the rest of the package holds active and standby tasks and their state
-// machines.
+// Package task names Eddy's unit of work: a task is one partition of one
+// sub-topology, named "<subtopology>_<partition>", with its state in its own
+// folder under the application's state directory. Queries, the assignor
+// and the runtime's reports speak of tasks by ID, and of an active task's
+// life by State. (How a task runs, active or standby, is the runtime's
+// business: internal/taskrun.)
 package task
 
 import (
 	"cmp"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -47,3 +51,9 @@ func (id ID) Compare(o ID) int {
 	}
 	return cmp.Compare(id.Partition, o.Partition)
 }
+
+// Dir returns a task's directory under an application state directory.
+func Dir(appDir string, id ID) string { return filepath.Join(appDir, id.String()) }
+
+// RemoveDir deletes a task's directory and everything in it.
+func RemoveDir(appDir string, id ID) error { return os.RemoveAll(Dir(appDir, id)) }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -113,7 +114,7 @@ func TestBuildNumbersSubTopologiesInCreationOrder(t *testing.T) {
 	a.Merge(c).To("ac-out", serde.String, serde.String)
 	topo, err := b.Build()
 	require.NoError(t, err)
-	subs := topo.SubTopologies()
+	subs := graph.Of(topo).SubTopologies()
 	require.Len(t, subs, 2)
 	require.Equal(t, 0, subs[0].ID)
 	require.Equal(t, []topology.TopicRef{{Name: "a"}, {Name: "c"}}, subs[0].Sources)
@@ -124,10 +125,10 @@ func TestBuildNumbersSubTopologiesInCreationOrder(t *testing.T) {
 	// The topology is a snapshot: later use of the builder does not
 	// change it.
 	a.To("late", serde.String, serde.String)
-	require.Len(t, topo.SubTopologies()[0].Sinks, 1)
+	require.Len(t, graph.Of(topo).SubTopologies()[0].Sinks, 1)
 	again, err := b.Build()
 	require.NoError(t, err)
-	require.Len(t, again.SubTopologies()[0].Sinks, 2)
+	require.Len(t, graph.Of(again).SubTopologies()[0].Sinks, 2)
 }
 
 func TestDescribeStructure(t *testing.T) {
@@ -185,7 +186,7 @@ func TestCheckCoPartitioning(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := topo.CheckCoPartitioning(c.parts, "app")
+			err := graph.Of(topo).CheckCoPartitioning(c.parts, "app")
 			if c.want == nil {
 				require.NoError(t, err)
 				return

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 )
 
@@ -81,7 +82,7 @@ type node struct {
 	// the sink that writes it.
 	partitions int32
 
-	decode  func(InputRecord) (record, error)
+	decode  func(graph.InputRecord) (record, error)
 	encode  func(record) (key, value []byte, err error)
 	newProc func() (procImpl, error)
 	// readsMeta marks a node whose processor can ask for the metadata of
@@ -162,7 +163,7 @@ func addSource[K, V any](b *Builder, topic TopicRef, ks serde.Serde[K], vs serde
 		n.decode = decodeStrings
 		return n
 	}
-	n.decode = func(in InputRecord) (record, error) {
+	n.decode = func(in graph.InputRecord) (record, error) {
 		r := record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key}
 		var err error
 		if in.Key == nil {
@@ -220,7 +221,7 @@ func isStringSerde[T any](s serde.Serde[T]) bool {
 // allocation, and once when they are equal (as in a stream grouped by its
 // value), sharing the boxed string: strings are immutable, so sharing is
 // invisible.
-func decodeStrings(in InputRecord) (record, error) {
+func decodeStrings(in graph.InputRecord) (record, error) {
 	r := record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key}
 	switch {
 	case in.Key == nil && in.Value == nil:

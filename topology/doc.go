@@ -56,7 +56,7 @@
 // # Running
 //
 // Build checks the graph and splits it into sub-topologies, which the
-// runtime runs as tasks "<subtopology>_<partition>" through the interface
-// in runtime_api.go. Package topologytest runs a Topology in-process without
-// Kafka, for tests.
+// runtime runs as tasks "<subtopology>_<partition>" through the internal
+// package graph, which this package fills. Package topologytest runs a
+// Topology in-process without Kafka, for tests.
 package topology

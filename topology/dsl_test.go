@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 	"github.com/eddystreams/eddy/topology/topologytest"
@@ -122,8 +123,8 @@ func TestMergeInterleavesStreamsInOneSubTopology(t *testing.T) {
 	z := topology.Stream(b, "z", serde.String, serde.String)
 	x.Merge(y, z).To("out", serde.String, serde.String)
 	d, topo := start(t, b)
-	require.Len(t, topo.SubTopologies(), 1)
-	require.Equal(t, []topology.TopicRef{{Name: "x"}, {Name: "y"}, {Name: "z"}}, topo.SubTopologies()[0].CoPartitioned)
+	require.Len(t, graph.Of(topo).SubTopologies(), 1)
+	require.Equal(t, []topology.TopicRef{{Name: "x"}, {Name: "y"}, {Name: "z"}}, graph.Of(topo).SubTopologies()[0].CoPartitioned)
 	require.NoError(t, strIn(d, "y").Pipe("1", "y"))
 	require.NoError(t, strIn(d, "x").Pipe("2", "x"))
 	require.NoError(t, strIn(d, "z").Pipe("3", "z"))
@@ -144,7 +145,7 @@ func TestSinkKeepsTimestampHeadersAndNulls(t *testing.T) {
 
 	out := d.ReadOutput("out")
 	require.Len(t, out, 2)
-	require.Equal(t, topology.OutputRecord{Topic: "out", Key: nil, Value: []byte("x!"), Timestamp: ts, Headers: hdrs}, out[0])
+	require.Equal(t, topology.Record[[]byte, []byte]{Key: nil, Value: []byte("x!"), Timestamp: ts, Headers: hdrs}, out[0])
 	// MapValues computes a new (non-null) value from the null one.
 	require.Equal(t, []byte("k"), out[1].Key)
 	require.Equal(t, []byte("!"), out[1].Value)
@@ -165,8 +166,8 @@ func TestGroupByKeyAggregationsWithoutRepartition(t *testing.T) {
 		func(_ string, v int64, agg string) string { return agg + strconv.FormatInt(v, 10) },
 		"concat", serde.String).ToStream().To("concat-out", serde.String, serde.String)
 	d, topo := start(t, b)
-	require.Len(t, topo.SubTopologies(), 1, "grouping by an unchanged key needs no repartition")
-	require.Empty(t, topo.RepartitionTopics())
+	require.Len(t, graph.Of(topo).SubTopologies(), 1, "grouping by an unchanged key needs no repartition")
+	require.Empty(t, graph.Of(topo).RepartitionTopics())
 
 	in := topologytest.NewInputTopic(d, "in", serde.String, serde.Int64)
 	for _, kv := range kvs[string, int64]("a", int64(3), "b", int64(1), "a", int64(7), "a", int64(5)) {
@@ -195,10 +196,10 @@ func TestGroupByKeyAfterKeyChangeRepartitionsByStoreName(t *testing.T) {
 	rekeyed.GroupByKey(serde.String, serde.String, topology.NumPartitions(6)).Count("by-value").
 		ToStream().To("out", serde.String, serde.Int64)
 	d, topo := start(t, b)
-	require.Len(t, topo.SubTopologies(), 2)
-	require.Equal(t, []topology.RepartitionInfo{{
+	require.Len(t, graph.Of(topo).SubTopologies(), 2)
+	require.Equal(t, []graph.Repartition{{
 		Topic: topology.TopicRef{Name: "by-value-repartition", Internal: true}, Partitions: 6, WriterSubTopology: 0,
-	}}, topo.RepartitionTopics())
+	}}, graph.Of(topo).RepartitionTopics())
 	require.NoError(t, strIn(d, "in").Pipe("k1", "x"))
 	require.NoError(t, strIn(d, "in").Pipe("k2", "x"))
 	require.Equal(t, kvs[string, int64]("x", int64(1), "x", int64(2)), readKVs(t, d, "out", serde.String, serde.Int64))
@@ -212,14 +213,14 @@ func TestAggregationsOfOneGroupingShareARepartitionTopic(t *testing.T) {
 	g.Reduce(func(agg, v string) string { return agg + "," + v }, "first-letter-list").
 		ToStream().To("out", serde.String, serde.String)
 	d, topo := start(t, b)
-	require.Len(t, topo.SubTopologies(), 2)
-	reps := topo.RepartitionTopics()
+	require.Len(t, graph.Of(topo).SubTopologies(), 2)
+	reps := graph.Of(topo).RepartitionTopics()
 	require.Len(t, reps, 1)
 	require.Equal(t, "first-letter-count-repartition", reps[0].Topic.Name, "unnamed GroupBy takes the first store's name")
 	require.Equal(t, []topology.StoreInfo{
 		{Name: "first-letter-count", Persistent: true, Logged: true},
 		{Name: "first-letter-list", Persistent: true, Logged: true},
-	}, topo.SubTopologies()[1].Stores)
+	}, graph.Of(topo).SubTopologies()[1].Stores)
 	require.NoError(t, strIn(d, "in").Pipe("", "apple"))
 	require.NoError(t, strIn(d, "in").Pipe("", "avocado"))
 	require.Equal(t, kvs[string, string]("a", "apple", "a", "apple,avocado"), readKVs(t, d, "out", serde.String, serde.String))
@@ -246,7 +247,7 @@ func TestStoreOptions(t *testing.T) {
 	topology.Table(b, "t", serde.String, serde.String, "tbl", topology.InMemory(), topology.WithoutLogging())
 	_, topo := start(t, b)
 	var stores []topology.StoreInfo
-	for _, st := range topo.SubTopologies() {
+	for _, st := range graph.Of(topo).SubTopologies() {
 		stores = append(stores, st.Stores...)
 	}
 	require.Equal(t, []topology.StoreInfo{

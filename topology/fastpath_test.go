@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 )
 
@@ -36,7 +37,7 @@ func TestStringFastPathsMatchGeneric(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			in := InputRecord{Topic: "s", Key: c.key, Value: c.value}
+			in := graph.InputRecord{Topic: "s", Key: c.key, Value: c.value}
 			got, err := src.decode(in)
 			require.NoError(t, err)
 			want, err := gsrc.decode(in)

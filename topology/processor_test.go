@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 	"github.com/eddystreams/eddy/topology/topologytest"
@@ -51,7 +52,7 @@ func TestProcessorForwardsToNamedChildrenAndUsesStores(t *testing.T) {
 	out.Filter(func(string, string) bool { return true }, topology.Named("firsts")).To("firsts", serde.String, serde.String)
 	out.To("dups", serde.String, serde.String, topology.Named("dups"))
 	d, topo := start(t, b)
-	require.Equal(t, []topology.StoreInfo{{Name: "seen", Persistent: true, Logged: true}}, topo.SubTopologies()[0].Stores)
+	require.Equal(t, []topology.StoreInfo{{Name: "seen", Persistent: true, Logged: true}}, graph.Of(topo).SubTopologies()[0].Stores)
 
 	in := strIn(d, "in")
 	ts := time.UnixMilli(5000)
@@ -342,7 +343,7 @@ func TestEachTaskGetsItsOwnProcessorInstance(t *testing.T) {
 	topo, err := b.Build()
 	require.NoError(t, err)
 	for p := range int32(3) {
-		g, err := topo.NewTaskGraph(0, newFakeEnv(p))
+		g, err := graph.Of(topo).NewTaskGraph(0, newFakeEnv(p))
 		require.NoError(t, err)
 		require.NoError(t, g.Close())
 	}
@@ -353,7 +354,7 @@ func TestEachTaskGetsItsOwnProcessorInstance(t *testing.T) {
 		func() topology.Processor[string, string, string, string] { return nil })
 	topo, err = b.Build()
 	require.NoError(t, err)
-	_, err = topo.NewTaskGraph(0, newFakeEnv(0))
+	_, err = graph.Of(topo).NewTaskGraph(0, newFakeEnv(0))
 	require.ErrorContains(t, err, `processor "nil": supplier returned a nil processor`)
 }
 
@@ -372,7 +373,7 @@ func TestPunctuatorOutputFlowsThroughRepartition(t *testing.T) {
 	})
 	beats.GroupByKey(serde.String, serde.String).Count("beats").ToStream().To("out", serde.String, serde.Int64)
 	d, topo := start(t, b)
-	require.Len(t, topo.SubTopologies(), 2, "Process may change keys, so grouping repartitions")
+	require.Len(t, graph.Of(topo).SubTopologies(), 2, "Process may change keys, so grouping repartitions")
 	require.NoError(t, d.AdvanceWallClock(time.Second))
 	require.NoError(t, d.AdvanceWallClock(time.Second))
 	require.Equal(t, kvs[string, int64]("beat", int64(1), "beat", int64(2)), readKVs(t, d, "out", serde.String, serde.Int64))

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/statestore"
 )
 
@@ -160,7 +162,7 @@ func (in *nodeInstance) run(r record) error {
 		if err != nil {
 			return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))
 		}
-		return in.wrap(in.task.env.Send(OutputRecord{
+		return in.wrap(in.task.env.Send(graph.OutputRecord{
 			Topic:     in.topic,
 			Key:       key,
 			Value:     value,
@@ -202,9 +204,9 @@ func (in *nodeInstance) store(name string) (statestore.ReadWriter, error) {
 	return rw, nil
 }
 
-// taskGraph is the TaskGraph of one task.
+// taskGraph is the graph.TaskGraph of one task.
 type taskGraph struct {
-	env     TaskEnv
+	env     graph.TaskEnv
 	app     string
 	nodes   []*nodeInstance
 	sources map[string]*nodeInstance
@@ -219,7 +221,7 @@ type taskGraph struct {
 	running *nodeInstance
 
 	streamTime time.Time
-	// buffered: tables hold updates until Flush (TableBuffering).
+	// buffered: tables hold updates until Flush (graph.TableBuffering).
 	buffered bool
 	meta     RecordMetadata
 	hasMeta  bool
@@ -239,7 +241,7 @@ type taskGraph struct {
 // from every supplier, the task's stores from env, and each processor's
 // Init, in creation order. If an Init fails, the processors already
 // initialized are closed.
-func (t *Topology) NewTaskGraph(id int, env TaskEnv) (TaskGraph, error) {
+func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, error) {
 	if id < 0 || id >= len(t.subs) {
 		return nil, fmt.Errorf("topology: no sub-topology %d (have %d)", id, len(t.subs))
 	}
@@ -250,7 +252,7 @@ func (t *Topology) NewTaskGraph(id int, env TaskEnv) (TaskGraph, error) {
 		sources: make(map[string]*nodeInstance),
 		stores:  make(map[string]statestore.ReadWriter),
 	}
-	if tb, ok := env.(TableBuffering); ok {
+	if tb, ok := env.(graph.TableBuffering); ok {
 		g.buffered = tb.BufferTableUpdates()
 	}
 	for _, s := range st.info.Stores {
@@ -318,7 +320,7 @@ func (g *taskGraph) recovered(p any, fallback *nodeInstance) error {
 	return &NodeError{Node: in.node.name, Err: pe}
 }
 
-func (g *taskGraph) Process(rec InputRecord) (err error) {
+func (g *taskGraph) Process(rec graph.InputRecord) (err error) {
 	if g.closed {
 		return fmt.Errorf("topology: task %s is closed", g.env.TaskID())
 	}
@@ -476,3 +478,18 @@ func (g *taskGraph) Punctuate(now time.Time) (err error) {
 	g.puncts = slices.DeleteFunc(g.puncts, func(p *punctuation) bool { return p.cancelled })
 	return err
 }
+
+// DeserializationError reports an input record that could not be decoded.
+type DeserializationError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *DeserializationError) Error() string {
+	return "topology: cannot deserialize record at " + e.Topic + "/" +
+		strconv.Itoa(int(e.Partition)) + "@" + strconv.FormatInt(e.Offset, 10) + ": " + e.Err.Error()
+}
+
+func (e *DeserializationError) Unwrap() error { return e.Err }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -21,7 +23,7 @@ type fakeEnv struct {
 	partition int32
 	sub       int
 	stores    map[string]*mapStore
-	sent      []topology.OutputRecord
+	sent      []graph.OutputRecord
 	sendErr   error
 	storeErr  error
 }
@@ -47,7 +49,7 @@ func (e *fakeEnv) Store(name string) (statestore.ReadWriter, error) {
 	return s, nil
 }
 
-func (e *fakeEnv) Send(rec topology.OutputRecord) error {
+func (e *fakeEnv) Send(rec graph.OutputRecord) error {
 	if e.sendErr != nil {
 		return e.sendErr
 	}
@@ -90,7 +92,7 @@ func (it *sliceIter) Close() error  { return nil }
 // sub-topology 1.
 func TestWordCountThroughTaskGraphs(t *testing.T) {
 	topo := wordCount(t)
-	subs := topo.SubTopologies()
+	subs := graph.Of(topo).SubTopologies()
 	require.Len(t, subs, 2)
 	rep := topology.TopicRef{Name: "words-repartition", Internal: true}
 	require.Equal(t, []topology.TopicRef{{Name: "lines"}}, subs[0].Sources)
@@ -99,35 +101,35 @@ func TestWordCountThroughTaskGraphs(t *testing.T) {
 	require.Equal(t, []topology.TopicRef{rep}, subs[1].Sources)
 	require.Equal(t, []topology.TopicRef{{Name: "word-counts"}}, subs[1].Sinks)
 	require.Equal(t, []topology.StoreInfo{{Name: "counts", Persistent: true, Logged: true}}, subs[1].Stores)
-	require.Equal(t, []topology.RepartitionInfo{{Topic: rep, WriterSubTopology: 0}}, topo.RepartitionTopics())
-	require.Equal(t, []string{"lines", "test-app-words-repartition"}, topo.SourceTopics(app))
-	id, ok := topo.StoreSubTopology("counts")
+	require.Equal(t, []graph.Repartition{{Topic: rep, WriterSubTopology: 0}}, graph.Of(topo).RepartitionTopics())
+	require.Equal(t, []string{"lines", "test-app-words-repartition"}, graph.Of(topo).SourceTopics(app))
+	id, ok := graph.Of(topo).StoreSubTopology("counts")
 	require.True(t, ok)
 	require.Equal(t, 1, id)
 
 	const parts = 3
 	splitEnv := newFakeEnv(0)
-	split, err := topo.NewTaskGraph(0, splitEnv)
+	split, err := graph.Of(topo).NewTaskGraph(0, splitEnv)
 	require.NoError(t, err)
 	var countEnvs []*fakeEnv
-	var counters []topology.TaskGraph
+	var counters []graph.TaskGraph
 	for p := range int32(parts) {
 		e := newFakeEnv(p)
 		e.sub = 1
-		g, err := topo.NewTaskGraph(1, e)
+		g, err := graph.Of(topo).NewTaskGraph(1, e)
 		require.NoError(t, err)
 		countEnvs, counters = append(countEnvs, e), append(counters, g)
 	}
 
 	text := "to be or not to be that is the question"
 	ts := time.Unix(100, 0)
-	require.NoError(t, split.Process(topology.InputRecord{Topic: "lines", Value: []byte(text), Timestamp: ts}))
+	require.NoError(t, split.Process(graph.InputRecord{Topic: "lines", Value: []byte(text), Timestamp: ts}))
 	offsets := make([]int64, parts)
 	for _, rec := range splitEnv.sent {
 		require.Equal(t, "test-app-words-repartition", rec.Topic)
 		require.Equal(t, ts, rec.Timestamp)
 		p := topology.Partition(rec.Key, parts)
-		require.NoError(t, counters[p].Process(topology.InputRecord{
+		require.NoError(t, counters[p].Process(graph.InputRecord{
 			Topic: rec.Topic, Partition: p, Offset: offsets[p], Timestamp: rec.Timestamp, Key: rec.Key, Value: rec.Value,
 		}))
 		offsets[p]++
@@ -170,21 +172,21 @@ func TestTaskGraphErrors(t *testing.T) {
 	topo, err := b.Build()
 	require.NoError(t, err)
 
-	_, err = topo.NewTaskGraph(1, newFakeEnv(0))
+	_, err = graph.Of(topo).NewTaskGraph(1, newFakeEnv(0))
 	require.ErrorContains(t, err, "no sub-topology 1")
 
 	storeErr := errors.New("disk on fire")
 	e := newFakeEnv(0)
 	e.storeErr = storeErr
-	_, err = topo.NewTaskGraph(0, e)
+	_, err = graph.Of(topo).NewTaskGraph(0, e)
 	require.ErrorIs(t, err, storeErr)
 	require.ErrorContains(t, err, `store "c"`)
 
 	e = newFakeEnv(2)
-	g, err := topo.NewTaskGraph(0, e)
+	g, err := graph.Of(topo).NewTaskGraph(0, e)
 	require.NoError(t, err)
 
-	err = g.Process(topology.InputRecord{Topic: "in", Partition: 2, Offset: 17, Key: []byte{1, 2, 3}, Value: []byte("v")})
+	err = g.Process(graph.InputRecord{Topic: "in", Partition: 2, Offset: 17, Key: []byte{1, 2, 3}, Value: []byte("v")})
 	var de *topology.DeserializationError
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, "in", de.Topic)
@@ -192,20 +194,20 @@ func TestTaskGraphErrors(t *testing.T) {
 	require.Equal(t, int64(17), de.Offset)
 	require.ErrorContains(t, err, "key: serde: int64 needs 8 bytes")
 
-	require.ErrorContains(t, g.Process(topology.InputRecord{Topic: "elsewhere"}), `does not read topic "elsewhere"`)
+	require.ErrorContains(t, g.Process(graph.InputRecord{Topic: "elsewhere"}), `does not read topic "elsewhere"`)
 
 	key, _ := serde.Int64.Encode(7)
-	require.NoError(t, g.Process(topology.InputRecord{Topic: "in", Key: key, Value: []byte("v"), Timestamp: time.Unix(5, 0)}))
-	require.Equal(t, []topology.OutputRecord{{Topic: "out", Key: key, Value: []byte{0, 0, 0, 0, 0, 0, 0, 1}, Timestamp: time.Unix(5, 0)}}, e.sent)
+	require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Key: key, Value: []byte("v"), Timestamp: time.Unix(5, 0)}))
+	require.Equal(t, []graph.OutputRecord{{Topic: "out", Key: key, Value: []byte{0, 0, 0, 0, 0, 0, 0, 1}, Timestamp: time.Unix(5, 0)}}, e.sent)
 
 	sendErr := errors.New("producer fenced")
 	e.sendErr = sendErr
-	err = g.Process(topology.InputRecord{Topic: "in", Key: key, Value: []byte("v")})
+	err = g.Process(graph.InputRecord{Topic: "in", Key: key, Value: []byte("v")})
 	require.ErrorIs(t, err, sendErr)
 	require.ErrorContains(t, err, `node "sink-2"`)
 
 	require.NoError(t, g.Close())
-	require.Error(t, g.Process(topology.InputRecord{Topic: "in", Key: key, Value: []byte("v")}))
+	require.Error(t, g.Process(graph.InputRecord{Topic: "in", Key: key, Value: []byte("v")}))
 	require.Error(t, g.Punctuate(time.Now()))
 }
 
@@ -218,9 +220,9 @@ func TestSinkEncodeErrorNamesTheSink(t *testing.T) {
 	topology.Stream(b, "in", serde.String, serde.String).To("out", serde.String, bad, topology.Named("bad-sink"))
 	topo, err := b.Build()
 	require.NoError(t, err)
-	g, err := topo.NewTaskGraph(0, newFakeEnv(0))
+	g, err := graph.Of(topo).NewTaskGraph(0, newFakeEnv(0))
 	require.NoError(t, err)
-	err = g.Process(topology.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")})
+	err = g.Process(graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")})
 	require.ErrorContains(t, err, `node "bad-sink": encode for topic "out": value: unencodable`)
 }
 
@@ -235,7 +237,7 @@ func BenchmarkCountTask(b *testing.B) {
 		b.Fatal(err)
 	}
 	e := newFakeEnv(0)
-	g, err := topo.NewTaskGraph(0, e)
+	g, err := graph.Of(topo).NewTaskGraph(0, e)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func BenchmarkCountTask(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		e.sent = e.sent[:0]
-		if err := g.Process(topology.InputRecord{Topic: "in", Key: keys[i%len(keys)], Value: []byte("v"), Timestamp: time.Unix(1, 0)}); err != nil {
+		if err := g.Process(graph.InputRecord{Topic: "in", Key: keys[i%len(keys)], Value: []byte("v"), Timestamp: time.Unix(1, 0)}); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -270,10 +272,10 @@ func TestTableUpdatesBufferedUntilFlush(t *testing.T) {
 	require.NoError(t, err)
 
 	env := bufferingEnv{newFakeEnv(0)}
-	g, err := topo.NewTaskGraph(0, env)
+	g, err := graph.Of(topo).NewTaskGraph(0, env)
 	require.NoError(t, err)
 	for _, k := range []string{"a", "b", "a", "a"} {
-		require.NoError(t, g.Process(topology.InputRecord{Topic: "in", Key: []byte(k), Value: []byte("x"), Timestamp: time.Unix(5, 0)}))
+		require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Key: []byte(k), Value: []byte("x"), Timestamp: time.Unix(5, 0)}))
 	}
 	require.Empty(t, env.sent, "nothing is forwarded before Flush")
 	require.NoError(t, g.Flush())
@@ -287,18 +289,18 @@ func TestTableUpdatesBufferedUntilFlush(t *testing.T) {
 
 	tenv := bufferingEnv{newFakeEnv(0)}
 	tenv.sub = 1
-	tg, err := topo.NewTaskGraph(1, tenv)
+	tg, err := graph.Of(topo).NewTaskGraph(1, tenv)
 	require.NoError(t, err)
-	require.NoError(t, tg.Process(topology.InputRecord{Topic: "tin", Key: []byte("k"), Value: []byte("v1")}))
-	require.NoError(t, tg.Process(topology.InputRecord{Topic: "tin", Key: []byte("k")}))
+	require.NoError(t, tg.Process(graph.InputRecord{Topic: "tin", Key: []byte("k"), Value: []byte("v1")}))
+	require.NoError(t, tg.Process(graph.InputRecord{Topic: "tin", Key: []byte("k")}))
 	require.NoError(t, tg.Flush())
 	require.Len(t, tenv.sent, 1)
 	require.Nil(t, tenv.sent[0].Value, "a delete after a put forwards the tombstone")
 
 	plain := newFakeEnv(0)
-	pg, err := topo.NewTaskGraph(0, plain)
+	pg, err := graph.Of(topo).NewTaskGraph(0, plain)
 	require.NoError(t, err)
-	require.NoError(t, pg.Process(topology.InputRecord{Topic: "in", Key: []byte("a"), Value: []byte("x")}))
+	require.NoError(t, pg.Process(graph.InputRecord{Topic: "in", Key: []byte("a"), Value: []byte("x")}))
 	require.Len(t, plain.sent, 1, "without buffering every update is forwarded at once")
 }
 
@@ -306,13 +308,13 @@ func TestTableUpdatesBufferedUntilFlush(t *testing.T) {
 // aggregations take the cache's read-modify-write path.
 type cachedEnv struct {
 	*fakeEnv
-	caches map[string]*statestore.CachedStore
+	caches map[string]*cache.Store
 }
 
 func (e cachedEnv) Store(name string) (statestore.ReadWriter, error) {
 	c, ok := e.caches[name]
 	if !ok {
-		c = statestore.NewCachedStore(statestore.NewMemory(), nil)
+		c = cache.New(statestore.NewMemory(), nil)
 		e.caches[name] = c
 	}
 	return c, nil
@@ -335,12 +337,12 @@ func TestAggregateThroughCacheNeverScribblesOnStoredBytes(t *testing.T) {
 	topology.GroupBy(s, func(_, v string) string { return v }, "c", serde.String, serde.String).Count("counts")
 	topo, err := b.Build()
 	require.NoError(t, err)
-	env := cachedEnv{fakeEnv: newFakeEnv(0), caches: map[string]*statestore.CachedStore{}}
+	env := cachedEnv{fakeEnv: newFakeEnv(0), caches: map[string]*cache.Store{}}
 	env.sub = 1
-	g, err := topo.NewTaskGraph(1, env)
+	g, err := graph.Of(topo).NewTaskGraph(1, env)
 	require.NoError(t, err)
-	in := func(k string) topology.InputRecord {
-		return topology.InputRecord{Topic: app + "-g-repartition", Key: []byte(k), Value: []byte(k)}
+	in := func(k string) graph.InputRecord {
+		return graph.InputRecord{Topic: app + "-g-repartition", Key: []byte(k), Value: []byte(k)}
 	}
 	require.NoError(t, g.Process(in("a")))
 	require.NoError(t, g.Process(in("a")))
@@ -354,10 +356,10 @@ func TestAggregateThroughCacheNeverScribblesOnStoredBytes(t *testing.T) {
 	require.Equal(t, []byte{3}, v)
 
 	// Count, with serde.Int64, takes the copy-free path.
-	cg, err := topo.NewTaskGraph(2, cachedEnv{fakeEnv: &fakeEnv{sub: 2, stores: map[string]*mapStore{}}, caches: env.caches})
+	cg, err := graph.Of(topo).NewTaskGraph(2, cachedEnv{fakeEnv: &fakeEnv{sub: 2, stores: map[string]*mapStore{}}, caches: env.caches})
 	require.NoError(t, err)
 	for range 3 {
-		require.NoError(t, cg.Process(topology.InputRecord{Topic: app + "-c-repartition", Key: []byte("w"), Value: []byte("w")}))
+		require.NoError(t, cg.Process(graph.InputRecord{Topic: app + "-c-repartition", Key: []byte("w"), Value: []byte("w")}))
 	}
 	v, _, err = env.caches["counts"].Get([]byte("w"))
 	require.NoError(t, err)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/eddystreams/eddy/internal/graph"
 )
 
 // Topology is a built, immutable processor graph split into sub-topologies.
@@ -19,7 +21,7 @@ type Topology struct {
 
 type subTopology struct {
 	nodes []*node // in creation order
-	info  SubTopologyInfo
+	info  graph.SubTopology
 }
 
 // Build checks the graph and splits it into sub-topologies: the connected
@@ -151,7 +153,7 @@ func (t *Topology) split() {
 		r := find(n.id)
 		st, ok := subOfRoot[r]
 		if !ok {
-			st = &subTopology{info: SubTopologyInfo{ID: len(t.subs)}}
+			st = &subTopology{info: graph.SubTopology{ID: len(t.subs)}}
 			subOfRoot[r] = st
 			t.subs = append(t.subs, st)
 		}
@@ -185,10 +187,10 @@ func (t *Topology) fillInfo(stores []StoreInfo) {
 }
 
 // SubTopologies describes every sub-topology; element i has ID i.
-func (t *Topology) SubTopologies() []SubTopologyInfo {
-	out := make([]SubTopologyInfo, len(t.subs))
+func (t *runtimeView) SubTopologies() []graph.SubTopology {
+	out := make([]graph.SubTopology, len(t.subs))
 	for i, st := range t.subs {
-		out[i] = SubTopologyInfo{
+		out[i] = graph.SubTopology{
 			ID:            st.info.ID,
 			Sources:       slices.Clone(st.info.Sources),
 			Sinks:         slices.Clone(st.info.Sinks),
@@ -201,8 +203,8 @@ func (t *Topology) SubTopologies() []SubTopologyInfo {
 
 // RepartitionTopics lists the repartition topics the runtime must create,
 // in the order they were created.
-func (t *Topology) RepartitionTopics() []RepartitionInfo {
-	var out []RepartitionInfo
+func (t *runtimeView) RepartitionTopics() []graph.Repartition {
+	var out []graph.Repartition
 	seen := make(map[TopicRef]bool)
 	for _, st := range t.subs {
 		for _, n := range st.nodes {
@@ -210,7 +212,7 @@ func (t *Topology) RepartitionTopics() []RepartitionInfo {
 				continue
 			}
 			seen[n.topic] = true
-			out = append(out, RepartitionInfo{Topic: n.topic, Partitions: n.partitions, WriterSubTopology: st.info.ID})
+			out = append(out, graph.Repartition{Topic: n.topic, Partitions: n.partitions, WriterSubTopology: st.info.ID})
 		}
 	}
 	return out
@@ -218,7 +220,7 @@ func (t *Topology) RepartitionTopics() []RepartitionInfo {
 
 // SourceTopics returns the full names of all topics the application app
 // reads, sorted: the topics its consumer subscribes to.
-func (t *Topology) SourceTopics(app string) []string {
+func (t *runtimeView) SourceTopics(app string) []string {
 	var out []string
 	for _, st := range t.subs {
 		for _, r := range st.info.Sources {
@@ -231,7 +233,7 @@ func (t *Topology) SourceTopics(app string) []string {
 
 // StoreSubTopology returns the ID of the sub-topology that owns store, so
 // that a key's partition can be turned into the task holding it.
-func (t *Topology) StoreSubTopology(store string) (int, bool) {
+func (t *runtimeView) StoreSubTopology(store string) (int, bool) {
 	id, ok := t.storeSub[store]
 	return id, ok
 }
@@ -241,7 +243,7 @@ func (t *Topology) StoreSubTopology(store string) (int, bool) {
 // all of them. partitions maps full topic names to partition counts and
 // must hold every source topic, internal ones included. The error names
 // each offending sub-topology and its topics with their counts.
-func (t *Topology) CheckCoPartitioning(partitions map[string]int32, app string) error {
+func (t *runtimeView) CheckCoPartitioning(partitions map[string]int32, app string) error {
 	var errs []error
 	for _, st := range t.subs {
 		var parts []string

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -41,12 +42,12 @@ type Config struct {
 type Driver struct {
 	app     string
 	now     time.Time
-	tasks   []topology.TaskGraph
+	tasks   []graph.TaskGraph
 	stores  map[string]*memStore
 	readers map[string]int // full topic name -> sub-topology
 	offsets map[string]int64
-	outputs map[string][]topology.OutputRecord
-	queue   []topology.OutputRecord
+	outputs map[string][]graph.OutputRecord
+	queue   []graph.OutputRecord
 	closed  bool
 }
 
@@ -64,16 +65,16 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 		stores:  make(map[string]*memStore),
 		readers: make(map[string]int),
 		offsets: make(map[string]int64),
-		outputs: make(map[string][]topology.OutputRecord),
+		outputs: make(map[string][]graph.OutputRecord),
 	}
-	for _, st := range topo.SubTopologies() {
+	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, src := range st.Sources {
 			d.readers[src.FullName(d.app)] = st.ID
 		}
 		for _, s := range st.Stores {
 			d.stores[s.Name] = newMemStore()
 		}
-		g, err := topo.NewTaskGraph(st.ID, &env{d: d, sub: st.ID})
+		g, err := graph.Of(topo).NewTaskGraph(st.ID, &env{d: d, sub: st.ID})
 		if err != nil {
 			return nil, errors.Join(err, d.Close())
 		}
@@ -95,7 +96,7 @@ func (e *env) Now() time.Time   { return e.d.now }
 
 func (e *env) Store(name string) (statestore.ReadWriter, error) { return e.d.Store(name) }
 
-func (e *env) Send(rec topology.OutputRecord) error {
+func (e *env) Send(rec graph.OutputRecord) error {
 	e.d.outputs[rec.Topic] = append(e.d.outputs[rec.Topic], rec)
 	if _, ok := e.d.readers[rec.Topic]; ok {
 		e.d.queue = append(e.d.queue, rec)
@@ -155,7 +156,7 @@ func (d *Driver) process(topic string, key, value []byte, ts time.Time, headers 
 	off := d.offsets[topic]
 	d.offsets[topic] = off + 1
 	g := d.tasks[sub]
-	err := g.Process(topology.InputRecord{
+	err := g.Process(graph.InputRecord{
 		Topic: topic, Partition: 0, Offset: off, Timestamp: ts, Headers: headers, Key: key, Value: value,
 	})
 	if err != nil {
@@ -181,12 +182,17 @@ func (d *Driver) AdvanceWallClock(dt time.Duration) error {
 }
 
 // ReadOutput removes and returns the records written to topic (a full topic
-// name) so far, oldest first. Records written to topics the topology reads
-// are captured too, besides being fed back in.
-func (d *Driver) ReadOutput(topic string) []topology.OutputRecord {
+// name) so far, oldest first, as the bytes on the topic: a nil key or value
+// is a null. Records written to topics the topology reads are captured too,
+// besides being fed back in.
+func (d *Driver) ReadOutput(topic string) []topology.Record[[]byte, []byte] {
 	recs := d.outputs[topic]
 	delete(d.outputs, topic)
-	return recs
+	out := make([]topology.Record[[]byte, []byte], len(recs))
+	for i, r := range recs {
+		out[i] = topology.Record[[]byte, []byte]{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers}
+	}
+	return out
 }
 
 // Close closes every task. Closing twice is a no-op.

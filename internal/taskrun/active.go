@@ -1,30 +1,36 @@
-package task
+// Package taskrun runs tasks: an Active task processes its partition of a
+// sub-topology through the record cache in front of its stores and says
+// what a commit must send and write; a Standby applies the changelogs of a
+// task that is active elsewhere. The runtime owns them; users meet tasks
+// only by ID and State (package task).
+package taskrun
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
 // Sender emits a sink record on behalf of a task. The runtime implements it
 // with its producer and chooses the partition.
 type Sender interface {
-	Send(rec topology.OutputRecord) error
+	Send(rec graph.OutputRecord) error
 }
 
 // StoreOpener opens the backing store for one store of one task. The runtime
 // decides where persistent stores live and how they are tuned.
-type StoreOpener func(id ID, info topology.StoreInfo) (statestore.Store, error)
+type StoreOpener func(id task.ID, info topology.StoreInfo) (statestore.Store, error)
 
 // Config is what an active task needs to start.
 type Config struct {
-	ID       ID
+	ID       task.ID
 	AppID    string
 	Topology *topology.Topology
 	// Changelog maps a logged store's name to its changelog topic.
@@ -35,7 +41,7 @@ type Config struct {
 	Stores []*StoreHandle
 	// Budget bounds the bytes of writes the task's caches hold between
 	// commits; it is shared by all the tasks of one stream thread.
-	Budget *statestore.CacheBudget
+	Budget *cache.Budget
 	Sender Sender
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -47,7 +53,7 @@ type StoreHandle struct {
 	// Inner is the backing store; Cache sits in front of it and is what
 	// processors use.
 	Inner statestore.Store
-	Cache *statestore.CachedStore
+	Cache *cache.Store
 	// Changelog is the changelog topic of a logged store, "" otherwise.
 	Changelog string
 }
@@ -65,10 +71,10 @@ type ChangelogWrite struct {
 // processors, its stores and the offsets it has consumed.
 type Active struct {
 	cfg    Config
-	state  State
+	state  task.State
 	stores map[string]*StoreHandle
 	order  []string // store names in declaration order
-	graph  topology.TaskGraph
+	graph  graph.TaskGraph
 	// consumed maps an input topic to the offset of the next record to
 	// process on the task's partition. Records come in runs from one
 	// topic, so lastTopic and lastNext remember the entry of the previous
@@ -93,13 +99,13 @@ func NewActive(cfg Config) (t *Active, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	subs := cfg.Topology.SubTopologies()
+	subs := graph.Of(cfg.Topology).SubTopologies()
 	if cfg.ID.SubTopology < 0 || cfg.ID.SubTopology >= len(subs) {
 		return nil, fmt.Errorf("task %s: no such sub-topology", cfg.ID)
 	}
 	t = &Active{
 		cfg:       cfg,
-		state:     Created,
+		state:     task.Created,
 		stores:    make(map[string]*StoreHandle),
 		consumed:  make(map[string]*int64),
 		committed: make(map[string]int64),
@@ -124,7 +130,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 		} else if inner, err = cfg.Open(cfg.ID, info); err != nil {
 			return nil, fmt.Errorf("task %s: open store %q: %w", cfg.ID, info.Name, err)
 		}
-		h := &StoreHandle{Info: info, Inner: inner, Cache: statestore.NewCachedStore(inner, cfg.Budget)}
+		h := &StoreHandle{Info: info, Inner: inner, Cache: cache.New(inner, cfg.Budget)}
 		if info.Logged {
 			h.Changelog = cfg.Changelog(info.Name)
 		}
@@ -137,7 +143,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 		}
 		return nil, fmt.Errorf("task %s: adopted stores the sub-topology does not declare", cfg.ID)
 	}
-	g, err := cfg.Topology.NewTaskGraph(cfg.ID.SubTopology, env{t})
+	g, err := graph.Of(cfg.Topology).NewTaskGraph(cfg.ID.SubTopology, env{t})
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", cfg.ID, err)
 	}
@@ -146,10 +152,10 @@ func NewActive(cfg Config) (t *Active, err error) {
 }
 
 // ID returns the task's ID.
-func (t *Active) ID() ID { return t.cfg.ID }
+func (t *Active) ID() task.ID { return t.cfg.ID }
 
 // State returns the task's state.
-func (t *Active) State() State { return t.state }
+func (t *Active) State() task.State { return t.state }
 
 // Stores returns the task's stores in declaration order.
 func (t *Active) Stores() []*StoreHandle {
@@ -166,9 +172,9 @@ func (t *Active) Store(name string) (*StoreHandle, bool) {
 	return h, ok
 }
 
-func (t *Active) transition(to State) error {
-	if !CanTransition(t.state, to) {
-		return &TransitionError{Task: t.cfg.ID, From: t.state, To: to}
+func (t *Active) transition(to task.State) error {
+	if !task.CanTransition(t.state, to) {
+		return &task.TransitionError{Task: t.cfg.ID, From: t.state, To: to}
 	}
 	t.log.Debug("task state", "from", t.state.String(), "to", to.String())
 	t.state = to
@@ -176,24 +182,24 @@ func (t *Active) transition(to State) error {
 }
 
 // StartRestoring moves a created or suspended task to Restoring.
-func (t *Active) StartRestoring() error { return t.transition(Restoring) }
+func (t *Active) StartRestoring() error { return t.transition(task.Restoring) }
 
 // Restored moves a restoring task to Running: its stores hold everything
 // their changelogs held when restoration began.
-func (t *Active) Restored() error { return t.transition(Running) }
+func (t *Active) Restored() error { return t.transition(task.Running) }
 
 // Suspend moves the task to Suspended after a revocation. The caller must
 // have committed the task first (or be abandoning its uncommitted work).
-func (t *Active) Suspend() error { return t.transition(Suspended) }
+func (t *Active) Suspend() error { return t.transition(task.Suspended) }
 
 // Resume moves a suspended task straight back to Running: its stores were
 // never closed, so there is nothing to restore.
-func (t *Active) Resume() error { return t.transition(Running) }
+func (t *Active) Resume() error { return t.transition(task.Running) }
 
 // Process runs one input record through the task's processors. The record's
 // offset counts as consumed only if processing succeeds; see Skip.
-func (t *Active) Process(rec topology.InputRecord) error {
-	if t.state != Running {
+func (t *Active) Process(rec graph.InputRecord) error {
+	if t.state != task.Running {
 		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, t.state)
 	}
 	t.processed++
@@ -219,7 +225,7 @@ func (t *Active) markConsumed(topic string, next int64) {
 // Skip marks a record as consumed without processing it: a record the
 // deserialization handler chose to skip, or a transaction marker, which
 // holds no data but takes an offset the task's commit must cover.
-func (t *Active) Skip(rec topology.InputRecord) { t.markConsumed(rec.Topic, rec.Offset+1) }
+func (t *Active) Skip(rec graph.InputRecord) { t.markConsumed(rec.Topic, rec.Offset+1) }
 
 // Processed counts the records Process was given while the task ran,
 // failed ones included.
@@ -230,17 +236,17 @@ func (t *Active) Punctuations() int64 { return t.graph.Punctuations() }
 
 // Punctuate runs punctuators that are due.
 func (t *Active) Punctuate(now time.Time) error {
-	if t.state != Running {
+	if t.state != task.Running {
 		return nil
 	}
 	return t.graph.Punctuate(now)
 }
 
 // Flush forwards the task's buffered table updates downstream (see
-// topology.TableBuffering). Call it at every commit, before
+// graph.TableBuffering). Call it at every commit, before
 // PendingChangelog: forwarding may write further stores.
 func (t *Active) Flush() error {
-	if t.state != Running {
+	if t.state != task.Running {
 		return nil
 	}
 	return t.graph.Flush()
@@ -343,7 +349,7 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 	}
 	t.stores = nil
 	t.order = nil
-	t.state = Closed
+	t.state = task.Closed
 	return out, err
 }
 
@@ -351,7 +357,7 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 // caller committed; an unclean one drops writes not yet committed, so the
 // stores keep exactly what their recorded positions say.
 func (t *Active) Close(clean bool) error {
-	if t.state == Closed {
+	if t.state == task.Closed {
 		return nil
 	}
 	var errs []error
@@ -366,7 +372,7 @@ func (t *Active) Close(clean bool) error {
 		}
 	}
 	errs = append(errs, t.closeStores()...)
-	t.state = Closed
+	t.state = task.Closed
 	return errors.Join(errs...)
 }
 
@@ -382,22 +388,16 @@ func (t *Active) closeStores() []error {
 	return errs
 }
 
-// Dir returns a task's directory under an application state directory.
-func Dir(appDir string, id ID) string { return filepath.Join(appDir, id.String()) }
-
-// RemoveDir deletes a task's directory and everything in it.
-func RemoveDir(appDir string, id ID) error { return os.RemoveAll(Dir(appDir, id)) }
-
 // env is the task's face towards its processor graph.
 type env struct{ t *Active }
 
-func (e env) AppID() string                        { return e.t.cfg.AppID }
-func (e env) TaskID() string                       { return e.t.cfg.ID.String() }
-func (e env) Partition() int32                     { return e.t.cfg.ID.Partition }
-func (e env) Now() time.Time                       { return e.t.cfg.Now() }
-func (e env) Send(rec topology.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
+func (e env) AppID() string                     { return e.t.cfg.AppID }
+func (e env) TaskID() string                    { return e.t.cfg.ID.String() }
+func (e env) Partition() int32                  { return e.t.cfg.ID.Partition }
+func (e env) Now() time.Time                    { return e.t.cfg.Now() }
+func (e env) Send(rec graph.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
 
-// BufferTableUpdates implements topology.TableBuffering: with a record cache,
+// BufferTableUpdates implements graph.TableBuffering: with a record cache,
 // tables forward each key's latest value at commit rather than every update.
 func (e env) BufferTableUpdates() bool {
 	return e.t.cfg.Budget != nil && e.t.cfg.Budget.Max() > 0

@@ -1,4 +1,4 @@
-package task
+package taskrun
 
 import (
 	"testing"
@@ -6,29 +6,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
-func TestTransitions(t *testing.T) {
-	legal := map[[2]State]bool{
-		{Created, Restoring}: true, {Created, Closed}: true,
-		{Restoring, Running}: true, {Restoring, Suspended}: true, {Restoring, Closed}: true,
-		{Running, Suspended}: true, {Running, Closed}: true,
-		{Suspended, Restoring}: true, {Suspended, Running}: true, {Suspended, Closed}: true,
-	}
-	for from := Created; from <= Closed; from++ {
-		for to := Created; to <= Closed; to++ {
-			require.Equal(t, legal[[2]State{from, to}], CanTransition(from, to), "%s -> %s", from, to)
-		}
-	}
-	require.Equal(t, "restoring", Restoring.String())
-}
+type sink struct{ out []graph.OutputRecord }
 
-type sink struct{ out []topology.OutputRecord }
-
-func (s *sink) Send(r topology.OutputRecord) error { s.out = append(s.out, r); return nil }
+func (s *sink) Send(r graph.OutputRecord) error { s.out = append(s.out, r); return nil }
 
 func countTopology(t *testing.T) *topology.Topology {
 	b := topology.NewBuilder()
@@ -42,14 +30,14 @@ func countTopology(t *testing.T) *topology.Topology {
 func newActive(t *testing.T, topo *topology.Topology, stores []*StoreHandle, opened *int) (*Active, *sink) {
 	out := &sink{}
 	a, err := NewActive(Config{
-		ID: ID{0, 3}, AppID: "app", Topology: topo,
+		ID: task.ID{SubTopology: 0, Partition: 3}, AppID: "app", Topology: topo,
 		Changelog: func(s string) string { return "app-" + s + "-changelog" },
-		Open: func(ID, topology.StoreInfo) (statestore.Store, error) {
+		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
 			*opened++
 			return statestore.NewMemory(), nil
 		},
 		Stores: stores,
-		Budget: statestore.NewCacheBudget(1 << 20),
+		Budget: cache.NewBudget(1 << 20),
 		Sender: out,
 	})
 	require.NoError(t, err)
@@ -61,13 +49,13 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	opened := 0
 	a, out := newActive(t, topo, nil, &opened)
 	require.Equal(t, 1, opened)
-	require.Equal(t, Created, a.State())
-	require.Error(t, a.Process(topology.InputRecord{Topic: "in", Key: []byte("k")}), "a created task must not process")
+	require.Equal(t, task.Created, a.State())
+	require.Error(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k")}), "a created task must not process")
 	require.NoError(t, a.StartRestoring())
 	require.NoError(t, a.Restored())
 
 	for off := range int64(3) {
-		require.NoError(t, a.Process(topology.InputRecord{Topic: "in", Partition: 3, Offset: 10 + off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: 10 + off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
 	}
 	require.Empty(t, out.out, "with a record cache, table updates wait for the commit")
 	require.NoError(t, a.Flush())
@@ -101,8 +89,8 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	// Active → standby → active keeps the same open store.
 	stores, err := a.Demote()
 	require.NoError(t, err)
-	require.Equal(t, Closed, a.State())
-	sb, err := NewStandby(StandbyConfig{ID: ID{0, 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
+	require.Equal(t, task.Closed, a.State())
+	sb, err := NewStandby(StandbyConfig{ID: task.ID{SubTopology: 0, Partition: 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
 	require.NoError(t, err)
 	require.NoError(t, sb.StartUpdating())
 	require.Same(t, h.Inner, sb.Stores()[0].Inner)
@@ -131,18 +119,18 @@ func TestCloseWritesOnlyCommittedWork(t *testing.T) {
 	for _, clean := range []bool{true, false} {
 		inner := &countingStore{Store: statestore.NewMemory()}
 		a, err := NewActive(Config{
-			ID: ID{0, 0}, AppID: "app", Topology: topo,
+			ID: task.ID{SubTopology: 0, Partition: 0}, AppID: "app", Topology: topo,
 			Changelog: func(s string) string { return s },
-			Open:      func(ID, topology.StoreInfo) (statestore.Store, error) { return inner, nil },
-			Budget:    statestore.NewCacheBudget(1 << 20),
+			Open:      func(task.ID, topology.StoreInfo) (statestore.Store, error) { return inner, nil },
+			Budget:    cache.NewBudget(1 << 20),
 			Sender:    &sink{},
 		})
 		require.NoError(t, err)
 		require.NoError(t, a.StartRestoring())
 		require.NoError(t, a.Restored())
-		require.NoError(t, a.Process(topology.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")}))
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")}))
 		require.NoError(t, a.Close(clean))
-		require.Equal(t, Closed, a.State())
+		require.Equal(t, task.Closed, a.State())
 		require.Zero(t, inner.writes, "close (clean=%v) must not write uncommitted work: only a commit writes stores", clean)
 		require.NoError(t, a.Close(clean), "closing twice is a no-op")
 	}
@@ -158,8 +146,8 @@ func TestActiveConsumedOffsetsAcrossTopicsSkipAndAbort(t *testing.T) {
 	a, _ := newActive(t, topo, nil, &opened)
 	require.NoError(t, a.StartRestoring())
 	require.NoError(t, a.Restored())
-	rec := func(topic string, off int64) topology.InputRecord {
-		return topology.InputRecord{Topic: topic, Partition: 3, Offset: off, Value: []byte("v")}
+	rec := func(topic string, off int64) graph.InputRecord {
+		return graph.InputRecord{Topic: topic, Partition: 3, Offset: off, Value: []byte("v")}
 	}
 	// Interleaved runs of two topics: each keeps its own offset.
 	require.NoError(t, a.Process(rec("a", 5)))

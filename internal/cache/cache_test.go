@@ -1,4 +1,4 @@
-package statestore
+package cache
 
 import (
 	"bytes"
@@ -11,22 +11,24 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/statestore"
 )
 
-// recordingStore wraps a Store and records its Write calls.
+// recordingStore wraps a statestore.Store and records its Write calls.
 type recordingStore struct {
-	Store
+	statestore.Store
 	mu       sync.Mutex
 	writes   []recordedWrite
 	failNext error
 }
 
 type recordedWrite struct {
-	entries  []Entry
+	entries  []statestore.Entry
 	position int64
 }
 
-func (r *recordingStore) Write(entries []Entry, position int64) error {
+func (r *recordingStore) Write(entries []statestore.Entry, position int64) error {
 	r.mu.Lock()
 	err := r.failNext
 	r.failNext = nil
@@ -40,13 +42,13 @@ func (r *recordingStore) Write(entries []Entry, position int64) error {
 	return r.Store.Write(entries, position)
 }
 
-func newTestCache(t *testing.T, budget *CacheBudget) (*CachedStore, *recordingStore) {
-	inner := &recordingStore{Store: NewMemory()}
+func newTestCache(t *testing.T, budget *Budget) (*Store, *recordingStore) {
+	inner := &recordingStore{Store: statestore.NewMemory()}
 	t.Cleanup(func() { _ = inner.Close() })
-	return NewCachedStore(inner, budget), inner
+	return New(inner, budget), inner
 }
 
-func entryStrings(es []Entry) []kv {
+func entryStrings(es []statestore.Entry) []kv {
 	out := make([]kv, len(es))
 	for i, e := range es {
 		v := string(e.Value)
@@ -125,7 +127,7 @@ func TestCacheMergedRange(t *testing.T) {
 }
 
 func TestCacheBudgetAccounting(t *testing.T) {
-	budget := NewCacheBudget(1000)
+	budget := NewBudget(1000)
 	c1, _ := newTestCache(t, budget)
 	c2, _ := newTestCache(t, budget)
 	require.Zero(t, budget.Used())
@@ -149,26 +151,26 @@ func TestCacheBudgetAccounting(t *testing.T) {
 	c1.Discard()
 	require.Zero(t, budget.Used())
 
-	zero := NewCacheBudget(0)
+	zero := NewBudget(0)
 	require.False(t, zero.Full())
 	c3, _ := newTestCache(t, zero)
 	put(t, c3, "k", "v")
 	require.True(t, zero.Full(), "a zero budget is full once anything is dirty")
 
-	var unbounded *CacheBudget
+	var unbounded *Budget
 	require.False(t, unbounded.Full())
 	require.Zero(t, unbounded.Used())
 }
 
 func TestCacheCommit(t *testing.T) {
-	c, inner := newTestCache(t, NewCacheBudget(1<<20))
+	c, inner := newTestCache(t, NewBudget(1<<20))
 	put(t, inner, "stale", "old")
 
 	require.NoError(t, c.Commit(1))
 	require.Empty(t, inner.writes, "nothing dirty: no write, no position")
 	pos, err := inner.Position()
 	require.NoError(t, err)
-	require.Equal(t, NoPosition, pos)
+	require.Equal(t, statestore.NoPosition, pos)
 
 	put(t, c, "z", "26", "a", "1", "m", "13", "a", "one")
 	require.NoError(t, c.Delete([]byte("stale")))
@@ -192,7 +194,7 @@ func TestCacheCommit(t *testing.T) {
 }
 
 func TestCacheCommitFailureKeepsDirty(t *testing.T) {
-	budget := NewCacheBudget(1 << 20)
+	budget := NewBudget(1 << 20)
 	c, inner := newTestCache(t, budget)
 	put(t, c, "a", "1")
 	used := budget.Used()
@@ -206,7 +208,7 @@ func TestCacheCommitFailureKeepsDirty(t *testing.T) {
 }
 
 func TestCacheDiscard(t *testing.T) {
-	budget := NewCacheBudget(1 << 20)
+	budget := NewBudget(1 << 20)
 	c, inner := newTestCache(t, budget)
 	put(t, inner, "a", "committed")
 	put(t, c, "a", "dirty", "b", "dirty")
@@ -246,7 +248,7 @@ func TestCacheIteratorSnapshot(t *testing.T) {
 // Get — stays as it was while the cache is written, committed and its
 // slots reused, and a caller writing into a Get result changes nothing.
 func TestCacheHandedOutDataIsIsolated(t *testing.T) {
-	c, _ := newTestCache(t, NewCacheBudget(1<<20))
+	c, _ := newTestCache(t, NewBudget(1<<20))
 	put(t, c, "b", "2", "a", "1")
 	dirty := c.Dirty()
 	it, err := c.Range([]byte("a"), nil)
@@ -270,8 +272,8 @@ func TestCacheHandedOutDataIsIsolated(t *testing.T) {
 func TestCacheEmptyValue(t *testing.T) {
 	c, inner := newTestCache(t, nil)
 	require.NoError(t, c.Put([]byte("k"), []byte{}))
-	require.ErrorIs(t, c.Put([]byte("n"), nil), errNilValue)
-	check := func(s ReadWriter) {
+	require.ErrorIs(t, c.Put([]byte("n"), nil), statestore.ErrNilValue)
+	check := func(s statestore.ReadWriter) {
 		t.Helper()
 		v, found, err := s.Get([]byte("k"))
 		require.NoError(t, err)
@@ -290,7 +292,7 @@ func TestCacheEmptyValue(t *testing.T) {
 // A dirty set larger than what a commit keeps for reuse is dropped whole;
 // the cache keeps working the same afterwards.
 func TestCacheLargeDirtySet(t *testing.T) {
-	budget := NewCacheBudget(64 << 20)
+	budget := NewBudget(64 << 20)
 	c, inner := newTestCache(t, budget)
 	n := maxReusedEntries + 10
 	for i := range n {
@@ -316,12 +318,12 @@ func TestCacheRandomAgainstModel(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			inner := b.open(t)
-			c := NewCachedStore(inner, NewCacheBudget(1<<20))
+			c := New(inner, NewBudget(1<<20))
 			r := rand.New(rand.NewPCG(5, 6))
 			committed := map[string]string{}
 			view := map[string]string{}
 			type pending struct {
-				it   Iterator
+				it   statestore.Iterator
 				want []kv
 			}
 			var open []pending
@@ -396,7 +398,7 @@ func maps(m map[string]string) map[string]string {
 // Readers on other goroutines run against the stream thread's writes and
 // commits (meant for -race).
 func TestCacheConcurrentReaders(t *testing.T) {
-	c, _ := newTestCache(t, NewCacheBudget(1<<20))
+	c, _ := newTestCache(t, NewBudget(1<<20))
 	stop := make(chan struct{})
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup
@@ -459,7 +461,7 @@ func TestCacheConcurrentReaders(t *testing.T) {
 // path: read a key's count, write it back incremented, over a few thousand
 // hot keys, committing every 100,000 records.
 func BenchmarkCachedStoreCount(b *testing.B) {
-	c := NewCachedStore(NewMemory(), NewCacheBudget(64<<20))
+	c := New(statestore.NewMemory(), NewBudget(64<<20))
 	keys := make([][]byte, 5000)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "word%d", i*7919)
@@ -484,7 +486,7 @@ func BenchmarkCachedStoreCount(b *testing.B) {
 }
 
 func TestCacheUpdate(t *testing.T) {
-	budget := NewCacheBudget(1 << 20)
+	budget := NewBudget(1 << 20)
 	c, _ := newTestCache(t, budget)
 	incr := func(old []byte, found bool) ([]byte, error) {
 		if !found {
@@ -503,15 +505,15 @@ func TestCacheUpdate(t *testing.T) {
 
 	require.NoError(t, c.Commit(7))
 	require.NoError(t, c.Update([]byte("k"), incr))
-	require.Equal(t, []Entry{{Key: []byte("k"), Value: []byte{3}}}, c.Dirty(), "an update of a clean key reads the inner store")
+	require.Equal(t, []statestore.Entry{{Key: []byte("k"), Value: []byte{3}}}, c.Dirty(), "an update of a clean key reads the inner store")
 
 	require.NoError(t, c.Delete([]byte("k")))
 	require.NoError(t, c.Update([]byte("k"), incr))
-	require.Equal(t, []Entry{{Key: []byte("k"), Value: []byte{1}}}, c.Dirty(), "a tombstone reads as absent")
+	require.Equal(t, []statestore.Entry{{Key: []byte("k"), Value: []byte{1}}}, c.Dirty(), "a tombstone reads as absent")
 
 	boom := errors.New("boom")
 	require.ErrorIs(t, c.Update([]byte("x"), func([]byte, bool) ([]byte, error) { return nil, boom }), boom)
-	require.ErrorIs(t, c.Update([]byte("x"), func([]byte, bool) ([]byte, error) { return nil, nil }), errNilValue)
+	require.ErrorIs(t, c.Update([]byte("x"), func([]byte, bool) ([]byte, error) { return nil, nil }), statestore.ErrNilValue)
 	_, found, err = c.Get([]byte("x"))
 	require.NoError(t, err)
 	require.False(t, found, "a failed update writes nothing")

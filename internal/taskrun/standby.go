@@ -1,11 +1,13 @@
-package task
+package taskrun
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
 
-	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -41,7 +43,7 @@ func (s StandbyState) String() string {
 
 // StandbyConfig is what a standby replica needs to start.
 type StandbyConfig struct {
-	ID       ID
+	ID       task.ID
 	Topology *topology.Topology
 	// Changelog maps a logged store's name to its changelog topic.
 	Changelog func(store string) string
@@ -59,7 +61,7 @@ type StandbyConfig struct {
 // from their changelogs, and no processors. Unlogged stores have nothing to
 // follow, so a standby holds only the logged ones.
 type Standby struct {
-	id     ID
+	id     task.ID
 	warmup bool
 	state  StandbyState
 	stores []*StoreHandle
@@ -71,7 +73,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	subs := cfg.Topology.SubTopologies()
+	subs := graph.Of(cfg.Topology).SubTopologies()
 	if cfg.ID.SubTopology < 0 || cfg.ID.SubTopology >= len(subs) {
 		return nil, fmt.Errorf("standby %s: no such sub-topology", cfg.ID)
 	}
@@ -102,7 +104,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("standby %s: open store %q: %w", cfg.ID, info.Name, err)
 		}
-		s.stores = append(s.stores, &StoreHandle{Info: info, Inner: inner, Cache: statestore.NewCachedStore(inner, nil), Changelog: cfg.Changelog(info.Name)})
+		s.stores = append(s.stores, &StoreHandle{Info: info, Inner: inner, Cache: cache.New(inner, nil), Changelog: cfg.Changelog(info.Name)})
 	}
 	if len(adopted) > 0 {
 		return nil, fmt.Errorf("standby %s: adopted stores the sub-topology does not declare", cfg.ID)
@@ -111,7 +113,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 }
 
 // ID returns the task's ID.
-func (s *Standby) ID() ID { return s.id }
+func (s *Standby) ID() task.ID { return s.id }
 
 // Warmup reports whether the replica is a warmup.
 func (s *Standby) Warmup() bool { return s.warmup }

@@ -1,10 +1,18 @@
-package statestore
+// Package cache is the write-back record cache the runtime puts in front of
+// every store of a task: writes collect in memory between commits, so that
+// a commit sends each changed key to the changelog once, and so that under
+// exactly-once a store never holds a write whose transaction did not
+// commit. Processors see a Store only as the statestore.ReadWriter their
+// context hands them.
+package cache
 
 import (
 	"bytes"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // cacheEntryOverhead is what a dirty entry costs beyond its key and value
@@ -12,28 +20,28 @@ import (
 // the index's string key and hash-table share).
 const cacheEntryOverhead = 80
 
-// CacheBudget bounds the bytes of dirty entries held by a group of
-// CachedStores: one budget per stream thread, shared by the stores of all
+// Budget bounds the bytes of dirty entries held by a group of
+// Stores: one budget per stream thread, shared by the stores of all
 // its tasks. The budget never blocks or refuses a write; it only reports
 // when it is Full, and the runtime then commits early, which empties the
 // caches and releases their bytes.
 //
 // An entry is charged len(key) + len(value) + 80 bytes of overhead. A nil
-// *CacheBudget is unbounded and never full.
-type CacheBudget struct {
+// *Budget is unbounded and never full.
+type Budget struct {
 	max  int64
 	used atomic.Int64
 }
 
-// NewCacheBudget returns a budget of maxBytes. With maxBytes <= 0 the
+// NewBudget returns a budget of maxBytes. With maxBytes <= 0 the
 // budget is full as soon as anything is dirty, which makes the runtime
 // commit after every record (no write buffering).
-func NewCacheBudget(maxBytes int64) *CacheBudget {
-	return &CacheBudget{max: maxBytes}
+func NewBudget(maxBytes int64) *Budget {
+	return &Budget{max: maxBytes}
 }
 
 // Max returns the budget's size in bytes.
-func (b *CacheBudget) Max() int64 {
+func (b *Budget) Max() int64 {
 	if b == nil {
 		return 0
 	}
@@ -41,7 +49,7 @@ func (b *CacheBudget) Max() int64 {
 }
 
 // Used returns the bytes currently charged by dirty entries.
-func (b *CacheBudget) Used() int64 {
+func (b *Budget) Used() int64 {
 	if b == nil {
 		return 0
 	}
@@ -50,7 +58,7 @@ func (b *CacheBudget) Used() int64 {
 
 // Full reports whether the dirty entries have reached the budget, the
 // signal to commit.
-func (b *CacheBudget) Full() bool {
+func (b *Budget) Full() bool {
 	if b == nil {
 		return false
 	}
@@ -58,14 +66,14 @@ func (b *CacheBudget) Full() bool {
 	return u > 0 && u >= b.max
 }
 
-func (b *CacheBudget) add(n int64) {
+func (b *Budget) add(n int64) {
 	if b != nil && n != 0 {
 		b.used.Add(n)
 	}
 }
 
-// CachedStore is the write-back record cache in front of a Store. It
-// implements ReadWriter; processors use it instead of the store.
+// Store is the write-back record cache in front of a statestore.Store. It
+// implements statestore.ReadWriter; processors use it instead of the store.
 //
 // Put and Delete only record the write in memory as a dirty entry; repeated
 // writes to one key collapse into one entry holding the latest value or a
@@ -75,7 +83,7 @@ func (b *CacheBudget) add(n int64) {
 // The cache never writes to the inner store on its own: there is no
 // eviction and no write-through. Dirty entries leave only through Commit,
 // which the runtime calls at every commit, and earlier whenever the shared
-// CacheBudget reports Full. The commit protocol is:
+// Budget reports Full. The commit protocol is:
 //
 //  1. Dirty() returns the entries, sorted by key; the runtime sends them to
 //     the changelog and waits for the broker's acknowledgements.
@@ -90,9 +98,9 @@ func (b *CacheBudget) add(n int64) {
 // stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to
 // be called from one goroutine, and no Put or Delete may come between
 // Dirty and the Commit that applies what it returned.
-type CachedStore struct {
-	inner  Store
-	budget *CacheBudget
+type Store struct {
+	inner  statestore.Store
+	budget *Budget
 
 	// wmu serialises the mutators, so Commit can write to the inner store
 	// without holding mu and block no reader meanwhile.
@@ -104,30 +112,30 @@ type CachedStore struct {
 	// nil values; index maps a key to its slot. Point reads and writes are
 	// one hash lookup, and a rewrite of a dirty key replaces its value
 	// slice without touching the index. Value bytes are never modified
-	// once stored, only replaced, so a copy of an Entry stays valid.
-	entries []Entry
+	// once stored, only replaced, so a copy of a statestore.Entry stays valid.
+	entries []statestore.Entry
 	index   map[string]int
 	// sorted is the key-ordered copy of entries that Dirty returns and
 	// iterators walk, built on demand and dropped (never modified) by the
 	// next write, so whoever holds it keeps an immutable snapshot.
-	sorted []Entry
+	sorted []statestore.Entry
 	puts   int64 // dirty entries that are puts
 	dels   int64 // dirty entries that are tombstones
 	bytes  int64 // bytes charged to budget
 }
 
-// NewCachedStore returns an empty cache in front of inner, charging the
+// New returns an empty cache in front of inner, charging the
 // given budget (nil means unbounded).
-func NewCachedStore(inner Store, budget *CacheBudget) *CachedStore {
-	return &CachedStore{inner: inner, budget: budget, index: make(map[string]int)}
+func New(inner statestore.Store, budget *Budget) *Store {
+	return &Store{inner: inner, budget: budget, index: make(map[string]int)}
 }
 
 // Inner returns the store behind the cache.
-func (c *CachedStore) Inner() Store { return c.inner }
+func (c *Store) Inner() statestore.Store { return c.inner }
 
 // Get returns the dirty value for key if there is one, otherwise the inner
 // store's.
-func (c *CachedStore) Get(key []byte) ([]byte, bool, error) {
+func (c *Store) Get(key []byte) ([]byte, bool, error) {
 	c.mu.RLock()
 	if i, ok := c.index[string(key)]; ok {
 		v := c.entries[i].Value
@@ -147,9 +155,9 @@ func (c *CachedStore) Get(key []byte) ([]byte, bool, error) {
 }
 
 // Put records a dirty put. The cache copies key and value.
-func (c *CachedStore) Put(key, value []byte) error {
+func (c *Store) Put(key, value []byte) error {
 	if value == nil {
-		return errNilValue
+		return statestore.ErrNilValue
 	}
 	c.set(key, cloneBytes(value))
 	return nil
@@ -165,12 +173,12 @@ func cloneBytes(b []byte) []byte {
 
 // Delete records a dirty tombstone, which hides key in the inner store
 // until Commit deletes it there.
-func (c *CachedStore) Delete(key []byte) error {
+func (c *Store) Delete(key []byte) error {
 	c.set(key, nil)
 	return nil
 }
 
-func (c *CachedStore) set(key, value []byte) {
+func (c *Store) set(key, value []byte) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -185,7 +193,7 @@ func (c *CachedStore) set(key, value []byte) {
 // is the cache's or the inner store's own bytes, which fn must neither
 // modify nor keep; the new value becomes the cache's, so fn must return
 // bytes that nobody modifies afterwards. If fn fails, nothing is written.
-func (c *CachedStore) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
+func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	// Every mutator holds wmu, so the index and the entries cannot change
@@ -207,7 +215,7 @@ func (c *CachedStore) Update(key []byte, fn func(old []byte, found bool) ([]byte
 		return err
 	}
 	if value == nil {
-		return errNilValue
+		return statestore.ErrNilValue
 	}
 	c.mu.Lock()
 	c.setLocked(key, value, i, dirty)
@@ -217,7 +225,7 @@ func (c *CachedStore) Update(key []byte, fn func(old []byte, found bool) ([]byte
 
 // setLocked records value for key, whose slot is i if dirty. It needs wmu
 // and mu exclusively.
-func (c *CachedStore) setLocked(key, value []byte, i int, dirty bool) {
+func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
 	delta := int64(len(value))
 	if dirty {
 		prev := c.entries[i].Value
@@ -227,7 +235,7 @@ func (c *CachedStore) setLocked(key, value []byte, i int, dirty bool) {
 	} else {
 		k := string(key)
 		c.index[k] = len(c.entries)
-		c.entries = append(c.entries, Entry{Key: []byte(k), Value: value})
+		c.entries = append(c.entries, statestore.Entry{Key: []byte(k), Value: value})
 		delta += int64(len(key)) + cacheEntryOverhead
 	}
 	c.countEntry(value, 1)
@@ -236,7 +244,7 @@ func (c *CachedStore) setLocked(key, value []byte, i int, dirty bool) {
 	c.sorted = nil
 }
 
-func (c *CachedStore) countEntry(value []byte, n int64) {
+func (c *Store) countEntry(value []byte, n int64) {
 	if value == nil {
 		c.dels += n
 	} else {
@@ -252,7 +260,7 @@ func (c *CachedStore) countEntry(value []byte, n int64) {
 // The first Range (or Dirty) after a write sorts the dirty entries, which
 // costs O(n log n) for n dirty entries; later ones reuse that order until
 // the next write.
-func (c *CachedStore) Range(from, to []byte) (Iterator, error) {
+func (c *Store) Range(from, to []byte) (statestore.Iterator, error) {
 	c.mu.RLock()
 	if c.sorted != nil || len(c.entries) == 0 {
 		defer c.mu.RUnlock()
@@ -268,7 +276,7 @@ func (c *CachedStore) Range(from, to []byte) (Iterator, error) {
 
 // rangeLocked needs mu in either mode, and c.sorted built if anything is
 // dirty.
-func (c *CachedStore) rangeLocked(from, to []byte) (Iterator, error) {
+func (c *Store) rangeLocked(from, to []byte) (statestore.Iterator, error) {
 	inner, err := c.inner.Range(from, to)
 	if err != nil {
 		return nil, err
@@ -288,18 +296,18 @@ func (c *CachedStore) rangeLocked(from, to []byte) (Iterator, error) {
 
 // searchEntries returns the index of the first entry of sorted whose key is
 // not below key.
-func searchEntries(sorted []Entry, key []byte) int {
-	i, _ := slices.BinarySearchFunc(sorted, key, func(e Entry, k []byte) int { return bytes.Compare(e.Key, k) })
+func searchEntries(sorted []statestore.Entry, key []byte) int {
+	i, _ := slices.BinarySearchFunc(sorted, key, func(e statestore.Entry, k []byte) int { return bytes.Compare(e.Key, k) })
 	return i
 }
 
 // All iterates over every key, dirty entries merged over the inner store.
-func (c *CachedStore) All() (Iterator, error) { return c.Range(nil, nil) }
+func (c *Store) All() (statestore.Iterator, error) { return c.Range(nil, nil) }
 
 // ApproximateCount is the inner store's estimate adjusted by the dirty
 // entries: plus the puts, minus the tombstones. Puts over existing keys and
 // tombstones for absent ones make it drift until the next commit.
-func (c *CachedStore) ApproximateCount() (int64, error) {
+func (c *Store) ApproximateCount() (int64, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	n, err := c.inner.ApproximateCount()
@@ -313,30 +321,30 @@ func (c *CachedStore) ApproximateCount() (int64, error) {
 // a nil Value. The slice and the bytes it refers to are never modified by
 // the cache afterwards, so they may be handed to an asynchronous producer;
 // callers must not modify them either.
-func (c *CachedStore) Dirty() []Entry {
+func (c *Store) Dirty() []statestore.Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.dirtyLocked()
 }
 
-func (c *CachedStore) dirtyLocked() []Entry {
+func (c *Store) dirtyLocked() []statestore.Entry {
 	c.sortLocked()
 	return c.sorted
 }
 
 // sortLocked builds c.sorted from the dirty entries if a write dropped it.
 // It needs mu exclusively.
-func (c *CachedStore) sortLocked() {
+func (c *Store) sortLocked() {
 	if c.sorted != nil || len(c.entries) == 0 {
 		return
 	}
 	out := slices.Clone(c.entries)
-	slices.SortFunc(out, func(a, b Entry) int { return bytes.Compare(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b statestore.Entry) int { return bytes.Compare(a.Key, b.Key) })
 	c.sorted = out
 }
 
 // DirtyLen returns the number of dirty entries.
-func (c *CachedStore) DirtyLen() int {
+func (c *Store) DirtyLen() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return int(c.puts + c.dels)
@@ -346,7 +354,7 @@ func (c *CachedStore) DirtyLen() int {
 // with one inner.Write(entries, position), then drops them and releases
 // their budget. With nothing dirty it does nothing, not even record the
 // position. If the write fails the entries stay dirty.
-func (c *CachedStore) Commit(position int64) error {
+func (c *Store) Commit(position int64) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -370,7 +378,7 @@ func (c *CachedStore) Commit(position int64) error {
 
 // Discard drops every dirty entry without writing it and releases its
 // budget.
-func (c *CachedStore) Discard() {
+func (c *Store) Discard() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -384,7 +392,7 @@ func (c *CachedStore) Discard() {
 // that memory for the life of the task.
 const maxReusedEntries = 1 << 14
 
-func (c *CachedStore) clearLocked() {
+func (c *Store) clearLocked() {
 	c.budget.add(-c.bytes)
 	if len(c.entries) > maxReusedEntries {
 		c.entries, c.index = nil, make(map[string]int)
@@ -400,8 +408,8 @@ func (c *CachedStore) clearLocked() {
 
 // entryIter walks a sorted slice of entries, tombstones included.
 type entryIter struct {
-	rest []Entry
-	cur  *Entry
+	rest []statestore.Entry
+	cur  *statestore.Entry
 }
 
 func (it *entryIter) Next() bool {
@@ -430,10 +438,10 @@ func (it *entryIter) Value() []byte {
 // mergeIter merges a snapshot of dirty entries (tombstones included) over an
 // inner iterator. A source is advanced lazily, at the Next after the one
 // that consumed its current pair, so the pair handed out stays valid until
-// then, as the Iterator contract requires.
+// then, as the statestore.Iterator contract requires.
 type mergeIter struct {
 	dirty                *entryIter
-	inner                Iterator
+	inner                statestore.Iterator
 	needDirty, needInner bool
 	dValid, iValid       bool
 	fromDirty            bool

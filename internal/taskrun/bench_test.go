@@ -1,4 +1,4 @@
-package task
+package taskrun
 
 import (
 	"math/rand/v2"
@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -27,12 +30,12 @@ func BenchmarkWordCountTasks(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	budget := statestore.NewCacheBudget(10 << 20)
+	budget := cache.NewBudget(10 << 20)
 	newTask := func(sub int, out Sender) *Active {
 		a, err := NewActive(Config{
-			ID: ID{sub, 0}, AppID: "app", Topology: topo,
+			ID: task.ID{SubTopology: sub, Partition: 0}, AppID: "app", Topology: topo,
 			Changelog: func(s string) string { return "app-" + s + "-changelog" },
-			Open: func(ID, topology.StoreInfo) (statestore.Store, error) {
+			Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
 				return statestore.NewMemory(), nil
 			},
 			Budget: budget,
@@ -71,11 +74,11 @@ func BenchmarkWordCountTasks(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		repart.out = repart.out[:0]
-		if err := split.Process(topology.InputRecord{Topic: "text", Offset: off, Value: corpus[off%int64(len(corpus))], Timestamp: ts}); err != nil {
+		if err := split.Process(graph.InputRecord{Topic: "text", Offset: off, Value: corpus[off%int64(len(corpus))], Timestamp: ts}); err != nil {
 			b.Fatal(err)
 		}
 		for _, r := range repart.out {
-			if err := count.Process(topology.InputRecord{Topic: "app-words-repartition", Offset: off, Key: r.Key, Value: r.Value, Timestamp: ts}); err != nil {
+			if err := count.Process(graph.InputRecord{Topic: "app-words-repartition", Offset: off, Key: r.Key, Value: r.Value, Timestamp: ts}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,0 +1,175 @@
+// Package graph is a built topology as the runtime drives it: the records a
+// task takes in and sends out, the environment a task gives its processor
+// graph, the sub-topologies with their topics and stores, and the
+// repartition topics to create.
+//
+// Users never see this package. Package topology declares what they use
+// (Header, StoreInfo, TopicRef are aliases of the types here, so that a
+// user's Record and a task's InputRecord share their headers without a
+// copy) and sets Of in its init; the runtime, package task and
+// topologytest reach it through Of.
+package graph
+
+import (
+	"time"
+
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// Of returns the runtime's view of topo, which must be a
+// *topology.Topology. It is a variable, set by package topology in its
+// init, because topology imports this package and so cannot be named here.
+var Of func(topo any) Topology
+
+// Topology is what the runtime asks of a built topology.
+type Topology interface {
+	// SubTopologies describes every sub-topology; element i has ID i.
+	SubTopologies() []SubTopology
+	// RepartitionTopics lists the repartition topics to create, in the
+	// order they were created.
+	RepartitionTopics() []Repartition
+	// SourceTopics returns the full names of all topics application app
+	// reads, sorted: the topics its consumers subscribe to.
+	SourceTopics(app string) []string
+	// StoreSubTopology returns the ID of the sub-topology that owns store,
+	// so that a key's partition can be turned into the task holding it.
+	StoreSubTopology(store string) (int, bool)
+	// CheckCoPartitioning checks that the source topics of every
+	// sub-topology have equal partition counts, since each task reads the
+	// same partition of all of them. partitions maps full topic names to
+	// partition counts and must hold every source topic, internal ones
+	// included. The error names each offending sub-topology and its
+	// topics with their counts.
+	CheckCoPartitioning(partitions map[string]int32, app string) error
+	// NewTaskGraph instantiates sub-topology id for one task: a fresh
+	// processor from every supplier, the task's stores from env, and each
+	// processor's Init, in creation order. If an Init fails, the
+	// processors already initialized are closed.
+	NewTaskGraph(id int, env TaskEnv) (TaskGraph, error)
+}
+
+// Header is a Kafka record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// InputRecord is a raw record read from a source topic, handed to a task.
+type InputRecord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Headers   []Header
+	Key       []byte
+	Value     []byte
+}
+
+// OutputRecord is a serialized record a sink emits. Topic is the full topic
+// name (internal topics already carry the application prefix).
+type OutputRecord struct {
+	Topic     string
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time
+	Headers   []Header
+}
+
+// TaskEnv is what the runtime provides to one task's processor graph.
+type TaskEnv interface {
+	// AppID is the application ID that prefixes internal topic names.
+	AppID() string
+	// TaskID is the task's "<subtopology>_<partition>" name.
+	TaskID() string
+	// Partition is the task's partition.
+	Partition() int32
+	// Store returns the byte-level store the task opened for a store the
+	// sub-topology declared.
+	Store(name string) (statestore.ReadWriter, error)
+	// Send emits a record to a sink topic. The runtime chooses the
+	// partition the way Kafka's default partitioner does
+	// (topology.Partition).
+	Send(rec OutputRecord) error
+	// Now is the wall clock, an environment's own so that test drivers
+	// can control it.
+	Now() time.Time
+}
+
+// TableBuffering is an optional interface of TaskEnv. When BufferTableUpdates
+// reports true, tables do not forward each update as it happens: repeated
+// updates of a key between two commits collapse, and TaskGraph.Flush forwards
+// the latest value of each updated key (Kafka Streams' behaviour with record
+// caching on). Otherwise every update is forwarded at once.
+type TableBuffering interface {
+	BufferTableUpdates() bool
+}
+
+// TaskGraph is one task's instance of a sub-topology's processors.
+type TaskGraph interface {
+	// Process runs one input record through the graph. Errors from
+	// deserialization are returned as *topology.DeserializationError.
+	Process(rec InputRecord) error
+	// Punctuate runs wall-clock punctuators that are due at now and
+	// stream-time punctuators that are due at the task's stream time.
+	Punctuate(now time.Time) error
+	// Punctuations counts the punctuator calls Punctuate made so far.
+	Punctuations() int64
+	// Flush forwards the latest value of every table key updated since
+	// the last Flush, when the task buffers table updates (see
+	// TableBuffering); otherwise it does nothing. The runtime calls it at
+	// every commit, before collecting the stores' changelog writes.
+	Flush() error
+	// Close calls Close on every processor.
+	Close() error
+}
+
+// TopicRef names a topic a sub-topology reads or writes. Internal topics
+// (repartition topics) are named without the application prefix; their full
+// name is InternalTopicName(app, Name).
+type TopicRef struct {
+	Name     string
+	Internal bool
+}
+
+// FullName returns the topic's name on the broker for application app.
+func (r TopicRef) FullName(app string) string {
+	if r.Internal {
+		return InternalTopicName(app, r.Name)
+	}
+	return r.Name
+}
+
+// InternalTopicName is "<app>-<name>", the name of an internal topic.
+func InternalTopicName(app, name string) string { return app + "-" + name }
+
+// StoreInfo describes a state store: its name, whether it lives on disk,
+// whether a changelog backs it.
+type StoreInfo struct {
+	Name string
+	// Persistent stores live on disk (badger); others in memory.
+	Persistent bool
+	// Logged stores are backed by a changelog topic.
+	Logged bool
+}
+
+// SubTopology describes one sub-topology: its sources, sinks and stores.
+// Every task of the sub-topology reads partition p of every source topic.
+type SubTopology struct {
+	ID      int
+	Sources []TopicRef
+	Sinks   []TopicRef
+	Stores  []StoreInfo
+	// CoPartitioned lists source topics that must have equal partition
+	// counts (all sources of a sub-topology, in practice).
+	CoPartitioned []TopicRef
+}
+
+// Repartition describes a repartition topic the runtime must create.
+type Repartition struct {
+	Topic TopicRef
+	// Partitions is the count the user asked for, or 0 to use the
+	// partition count of the sub-topology that writes it.
+	Partitions int32
+	// WriterSubTopology is the ID of the sub-topology that writes it.
+	WriterSubTopology int
+}

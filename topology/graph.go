@@ -1,0 +1,26 @@
+package topology
+
+import "github.com/eddystreams/eddy/internal/graph"
+
+// Header is a Kafka record header: a string key and a byte value. Records
+// carry their headers from source to sink unless a processor changes them.
+type Header = graph.Header
+
+// StoreInfo declares a state store (see Builder.AddStore): Name names it
+// (and its changelog, "<app>-<Name>-changelog"); Persistent stores live on
+// disk (badger), others in memory; Logged stores are backed by a changelog
+// topic, so that they survive the loss of their instance.
+type StoreInfo = graph.StoreInfo
+
+// TopicRef names a topic in a TopologyDescription: Name as the user gave
+// it, and Internal for repartition topics, whose name on the broker is
+// "<app>-<Name>" (see FullName).
+type TopicRef = graph.TopicRef
+
+// runtimeView is a Topology as the runtime sees it (graph.Topology), a
+// type of its own so that these methods stay out of the user API.
+type runtimeView Topology
+
+func init() {
+	graph.Of = func(topo any) graph.Topology { return (*runtimeView)(topo.(*Topology)) }
+}
