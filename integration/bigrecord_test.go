@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 )
 
@@ -156,7 +157,7 @@ func TestBigRecordsCounted(t *testing.T) {
 			// from the changelogs, big keys included.
 			c.produceLines(t, bigLines(gen, 1, want))
 			waitCaughtUpAny(t, c, g)
-			a.Kill()
+			faults.Kill(a)
 			c.produceLines(t, append(gen.lines(2_000, want), bigLines(gen, 2, want)...))
 			a = startGuarantee(t, c, "run2", dir, g)
 			a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)

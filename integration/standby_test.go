@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
@@ -733,7 +734,7 @@ func TestKillStandbyTakesOver(t *testing.T) {
 	committed, err := c.committed(t, haApp, topics...)
 	require.NoError(t, err)
 
-	victim.Kill()
+	faults.Kill(victim)
 	killed := time.Now()
 	require.Equal(t, runtime.StateClosed, victim.State())
 	ends := c.endOffsets(t, append(topics, changelogTopic(haApp))...)

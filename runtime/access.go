@@ -11,6 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eddystreams/eddy/internal/graph"
 )
 
 // AccessError is what Start returns when the application's principal lacks
@@ -101,7 +103,7 @@ func (a *App) checkTopicAccess(ctx context.Context) []error {
 			needs[topic] = append(needs[topic], op)
 		}
 	}
-	for _, st := range a.topo.SubTopologies() {
+	for _, st := range graph.Of(a.topo).SubTopologies() {
 		for _, r := range st.Sources {
 			need(r.FullName(app), kmsg.ACLOperationRead)
 		}

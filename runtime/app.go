@@ -18,7 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -62,6 +64,8 @@ func (s State) String() string {
 // against Kafka. Create it with New, then Start it; Close it to leave the
 // group cleanly.
 type App struct {
+	faultsTarget // makes *App a faults.App (see internal/faults)
+
 	cfg  Config
 	topo *topology.Topology
 	log  *slog.Logger
@@ -204,7 +208,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	budget := a.cfg.CacheMaxBytes / int64(a.cfg.NumStreamThreads)
 	for i := range a.cfg.NumStreamThreads {
-		th, err := newThread(a, i, statestore.NewCacheBudget(budget))
+		th, err := newThread(a, i, cache.NewBudget(budget))
 		if err != nil {
 			for _, t := range a.threads {
 				t.abort()
@@ -583,7 +587,7 @@ type topicPlan struct {
 // internal topics.
 func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, cfg Config) (*topicPlan, error) {
 	app := cfg.ApplicationID
-	subs := topo.SubTopologies()
+	subs := graph.Of(topo).SubTopologies()
 	var external []string
 	for _, st := range subs {
 		for _, r := range append(slices.Clone(st.Sources), st.Sinks...) {
@@ -613,7 +617,7 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 	// repartition topic without an explicit count has its writer's count.
 	// Repartition chains may run through several sub-topologies, so iterate
 	// until nothing changes.
-	reparts := topo.RepartitionTopics()
+	reparts := graph.Of(topo).RepartitionTopics()
 	for range len(subs) + 1 {
 		for _, rp := range reparts {
 			name := rp.Topic.FullName(app)
@@ -634,7 +638,7 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 			}
 		}
 	}
-	if err := topo.CheckCoPartitioning(plan.partitions, app); err != nil {
+	if err := graph.Of(topo).CheckCoPartitioning(plan.partitions, app); err != nil {
 		return nil, err
 	}
 	for i, st := range subs {

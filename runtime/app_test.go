@@ -92,7 +92,7 @@ func TestCloseLeavesGroupKillDoesNot(t *testing.T) {
 	require.Equal(t, StateClosed, app.State())
 
 	app = start()
-	app.Kill()
+	app.kill()
 	require.Equal(t, StateClosed, app.State())
 	require.Equal(t, threads, groupMembers(t, adm, "g"), "a killed instance must not have left the group")
 	require.NoError(t, app.Close(context.Background()), "Close after Kill is a no-op")

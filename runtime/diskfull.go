@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/statestore"
-	"github.com/eddystreams/eddy/task"
 )
 
 // Waiting out a full disk: the first retry comes quickly (space is often
@@ -37,7 +37,7 @@ const (
 // Stopping or killing the instance ends the wait: the stores then keep
 // their last positions, and whoever runs the task next restores the
 // missing writes from the changelog.
-func (th *thread) writeStores(tasks []*task.Active, last task.LastOffsetFunc) error {
+func (th *thread) writeStores(tasks []*taskrun.Active, last taskrun.LastOffsetFunc) error {
 	wait := diskFullFirstWait
 	var since, logged time.Time
 	for attempt := 1; ; attempt++ {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -142,7 +143,7 @@ const (
 
 // deadLetter is in, as sent to the dead-letter topic: its key, value and
 // headers, and where it came from and why it failed.
-func deadLetter(topic string, id task.ID, in topology.InputRecord, node string, err error) topology.OutputRecord {
+func deadLetter(topic string, id task.ID, in graph.InputRecord, node string, err error) graph.OutputRecord {
 	hs := make([]topology.Header, 0, len(in.Headers)+6)
 	hs = append(hs, in.Headers...)
 	hs = append(hs,
@@ -155,7 +156,7 @@ func deadLetter(topic string, id task.ID, in topology.InputRecord, node string, 
 	if node != "" {
 		hs = append(hs, topology.Header{Key: DeadLetterHeaderNode, Value: []byte(node)})
 	}
-	return topology.OutputRecord{Topic: topic, Key: in.Key, Value: in.Value, Timestamp: in.Timestamp, Headers: hs}
+	return graph.OutputRecord{Topic: topic, Key: in.Key, Value: in.Value, Timestamp: in.Timestamp, Headers: hs}
 }
 
 // failureKey names a thread failure for counting replacements: the record

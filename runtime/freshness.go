@@ -11,7 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -107,7 +108,7 @@ func (f *freshness) run(ctx context.Context) {
 // and repartition alike.
 func (a *App) sourceTopics() []string {
 	topics := make(map[string]bool)
-	for _, st := range a.topo.SubTopologies() {
+	for _, st := range graph.Of(a.topo).SubTopologies() {
 		for _, r := range st.Sources {
 			topics[r.FullName(a.cfg.ApplicationID)] = true
 		}
@@ -118,7 +119,7 @@ func (a *App) sourceTopics() []string {
 // sourcePartitions lists a task's source partitions.
 func (a *App) sourcePartitions(id task.ID) []changelog.TopicPartition {
 	var out []changelog.TopicPartition
-	for _, r := range a.topo.SubTopologies()[id.SubTopology].Sources {
+	for _, r := range graph.Of(a.topo).SubTopologies()[id.SubTopology].Sources {
 		out = append(out, changelog.TopicPartition{Topic: r.FullName(a.cfg.ApplicationID), Partition: id.Partition})
 	}
 	return out

@@ -10,7 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
@@ -37,7 +38,7 @@ func newHandoverRig(t *testing.T) *handoverRig {
 	require.NoError(t, app.prepare(context.Background()))
 	r := &handoverRig{app: app}
 	for i := range 2 {
-		th := unconnectedThread(app, i, statestore.NewCacheBudget(0))
+		th := unconnectedThread(app, i, cache.NewBudget(0))
 		th.rest, err = newRestorer(app, th.log)
 		require.NoError(t, err)
 		cl, err := kgo.NewClient(app.clientOpts()...)

@@ -159,14 +159,14 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Kill stops the instance the way a crash would, for chaos tests and demos:
+// kill stops the instance the way a crash would, for chaos tests and demos:
 // its network connections are cut first, so the group is not told it left
 // and nothing more is committed; then its clients and stores are closed
 // without writing uncommitted work. The group moves its tasks after the
 // session timeout. Kill relies on the App's own dialer, which is why New
 // refuses a kgo.Dialer or kgo.DialTLSConfig in ClientOptions (Config.TLS
 // dials TLS through it instead).
-func (a *App) Kill() {
+func (a *App) kill() {
 	a.net.sever()
 	a.killCancel()
 	for {

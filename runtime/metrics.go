@@ -10,7 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
 )
 
 // metrics are the App's Prometheus metrics. Counters and histograms are
@@ -127,7 +128,7 @@ func newMetrics(a *App) *metrics {
 	}
 	m.input = m.processed.WithLabelValues(sourceInput)
 	m.repartitioned = m.processed.WithLabelValues(sourceRepartition)
-	for _, st := range a.topo.SubTopologies() {
+	for _, st := range graph.Of(a.topo).SubTopologies() {
 		for _, r := range st.Sources {
 			if r.Internal {
 				m.repartition[r.FullName(a.cfg.ApplicationID)] = true

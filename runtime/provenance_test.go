@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -143,7 +143,7 @@ func TestStandbyOfKilledActiveAges(t *testing.T) {
 		return app
 	}
 	victim := start()
-	t.Cleanup(victim.Kill)
+	t.Cleanup(victim.kill)
 	survivor := start()
 	t.Cleanup(func() { survivor.Close(context.Background()) })
 
@@ -188,7 +188,7 @@ func TestStandbyOfKilledActiveAges(t *testing.T) {
 		time.Sleep(3 * interval)
 	}
 
-	victim.Kill()
+	victim.kill()
 	killed := time.Now() // the victim's last commit was before this
 	for {
 		info, ok := standby()

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/task"
 
 	"github.com/eddystreams/eddy/iq"
@@ -19,7 +20,7 @@ import (
 
 // storeSubTopology finds the sub-topology that owns a store.
 func (a *App) storeSubTopology(store string) (int, bool) {
-	for i, st := range a.topo.SubTopologies() {
+	for i, st := range graph.Of(a.topo).SubTopologies() {
 		for _, s := range st.Stores {
 			if s.Name == store {
 				return i, true
@@ -117,7 +118,7 @@ func (q queryBackend) Metadata() (iq.Metadata, error) {
 // routingTable turns an assignment's host maps into the query layer's
 // metadata: which store partitions each host holds, in which role.
 func (a *App) routingTable(info assignor.AssignmentInfo) *iq.Metadata {
-	subs := a.topo.SubTopologies()
+	subs := graph.Of(a.topo).SubTopologies()
 	parts := func(ids []task.ID) []iq.StorePartition {
 		var out []iq.StorePartition
 		for _, id := range ids {

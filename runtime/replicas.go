@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
@@ -58,9 +60,9 @@ func (r Role) String() string {
 type replica struct {
 	id      task.ID
 	role    Role
-	stores  []*task.StoreHandle
-	standby *task.Standby // RoleStandby, RoleWarmup
-	owner   *thread       // RoleRestoring, RoleActive
+	stores  []*taskrun.StoreHandle
+	standby *taskrun.Standby // RoleStandby, RoleWarmup
+	owner   *thread          // RoleRestoring, RoleActive
 	// caughtUp is when the replica was last known to have no lag.
 	caughtUp time.Time
 	// opened is when this instance opened the replica's stores.
@@ -190,7 +192,7 @@ func (r *registry) newFollower() (*changelog.Reader, error) {
 // on disk and can be brought up to date from a changelog.
 func (r *registry) persistentLogged(sub int) []string {
 	var out []string
-	for _, s := range r.app.topo.SubTopologies()[sub].Stores {
+	for _, s := range graph.Of(r.app.topo).SubTopologies()[sub].Stores {
 		if s.Persistent && s.Logged {
 			out = append(out, s.Name)
 		}
@@ -205,7 +207,7 @@ func (r *registry) scanDisk() error {
 	if err != nil {
 		return fmt.Errorf("runtime: read state directory: %w", err)
 	}
-	subs := r.app.topo.SubTopologies()
+	subs := graph.Of(r.app.topo).SubTopologies()
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -245,7 +247,7 @@ func (r *registry) scanDisk() error {
 }
 
 // positions reads the changelog positions of a replica's logged stores.
-func positions(stores []*task.StoreHandle) map[string]int64 {
+func positions(stores []*taskrun.StoreHandle) map[string]int64 {
 	out := make(map[string]int64)
 	for _, h := range stores {
 		if h.Changelog == "" {
@@ -297,7 +299,7 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 // park takes the stores of an active task that was just revoked (and
 // committed): they stay open, idle, until the next assignment says where
 // the task goes.
-func (r *registry) park(t *task.Active) {
+func (r *registry) park(t *taskrun.Active) {
 	stores, err := t.Demote()
 	if err != nil {
 		r.log.Warn("demote task", "task", t.ID(), "err", err)
@@ -320,7 +322,7 @@ func (r *registry) park(t *task.Active) {
 // A promoted standby's reader may be writing a batch to its stores; that
 // write is waited for outside mu, with the replica already the caller's, so
 // queries keep reading it meanwhile and no plan acts on it.
-func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHandle, held bool) {
+func (r *registry) claimActive(th *thread, id task.ID) (stores []*taskrun.StoreHandle, held bool) {
 	r.mu.Lock()
 	if _, moving := r.moving[id]; moving {
 		r.mu.Unlock()
@@ -334,7 +336,7 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*task.StoreHand
 		r.mu.Unlock()
 		return nil, false
 	}
-	var promoted *task.Standby
+	var promoted *taskrun.Standby
 	ends, confirmed := rep.ends, rep.endsConfirmed
 	switch rep.role {
 	case RoleIdle:
@@ -386,7 +388,7 @@ func (r *registry) followedEndsLocked(rep *replica) (map[string]int64, time.Time
 }
 
 // activeStarted records a task a thread now owns and restores.
-func (r *registry) activeStarted(th *thread, t *task.Active) {
+func (r *registry) activeStarted(th *thread, t *taskrun.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th, opened: time.Now()}
@@ -407,7 +409,7 @@ func (r *registry) forget(th *thread, id task.ID) {
 }
 
 // activeRunning records that a task finished restoring and runs.
-func (r *registry) activeRunning(t *task.Active) {
+func (r *registry) activeRunning(t *taskrun.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rep, ok := r.reps[t.ID()]; ok {
@@ -419,7 +421,7 @@ func (r *registry) activeRunning(t *task.Active) {
 // closeActive closes a task a thread owns, for good; its directory is left
 // on disk with its positions recorded. The task leaves the replicas queries
 // see before its stores close, and stays moving until they have.
-func (r *registry) closeActive(t *task.Active, clean bool) {
+func (r *registry) closeActive(t *taskrun.Active, clean bool) {
 	id := t.ID()
 	pos := positions(t.Stores())
 	r.mu.Lock()
@@ -693,8 +695,8 @@ func (r *registry) doneMovingLocked(id task.ID) {
 
 // openStandby starts a standby replica, adopting open stores if given,
 // and follows its changelogs. It returns nil if the standby cannot start.
-func (r *registry) openStandby(id task.ID, stores []*task.StoreHandle, warmup bool) *replica {
-	sb, err := task.NewStandby(task.StandbyConfig{
+func (r *registry) openStandby(id task.ID, stores []*taskrun.StoreHandle, warmup bool) *replica {
+	sb, err := taskrun.NewStandby(taskrun.StandbyConfig{
 		ID:        id,
 		Topology:  r.app.topo,
 		Changelog: r.app.changelogTopic,
@@ -974,7 +976,7 @@ func (r *registry) replica(id task.ID, store string) (ReplicaInfo, bool) {
 	return ReplicaInfo{}, false
 }
 
-func (r *registry) infoLocked(rep *replica, h *task.StoreHandle) ReplicaInfo {
+func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo {
 	now := time.Now()
 	ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, Role: rep.role, Lag: -1, End: -1,
 		CaughtUp: rep.caughtUp, Opened: rep.opened, Backing: h.Inner}

@@ -17,7 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -354,14 +355,14 @@ func groupMembersError(ctx context.Context, adm *kadm.Client, group string) erro
 // those of them it also writes.
 func userSources(topo *topology.Topology, app string) (inputs, intermediate []string) {
 	sinks := make(map[string]bool)
-	for _, st := range topo.SubTopologies() {
+	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, r := range st.Sinks {
 			if !r.Internal {
 				sinks[r.Name] = true
 			}
 		}
 	}
-	for _, st := range topo.SubTopologies() {
+	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, r := range st.Sources {
 			if r.Internal {
 				continue
@@ -381,10 +382,10 @@ func userSources(topo *topology.Topology, app string) (inputs, intermediate []st
 // the topology names and those its naming scheme matches.
 func internalTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, app string) ([]string, error) {
 	named := make(map[string]bool)
-	for _, rp := range topo.RepartitionTopics() {
+	for _, rp := range graph.Of(topo).RepartitionTopics() {
 		named[rp.Topic.FullName(app)] = true
 	}
-	for _, st := range topo.SubTopologies() {
+	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, s := range st.Stores {
 			if s.Logged {
 				named[changelog.TopicName(app, s.Name)] = true

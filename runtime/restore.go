@@ -8,7 +8,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -154,7 +155,7 @@ func (r *restorer) complete(cs []changelog.Completed) {
 
 // register starts restoring a task's logged stores. A task without any is
 // finished at once.
-func (r *restorer) register(t *task.Active) error {
+func (r *restorer) register(t *taskrun.Active) error {
 	p := &restoring{parts: make(map[changelog.TopicPartition]bool)}
 	r.mu.Lock()
 	r.pending[t.ID()] = p
@@ -186,7 +187,7 @@ func (r *restorer) register(t *task.Active) error {
 
 // unregister stops restoring a task; when it returns the restorer no longer
 // touches the task's stores.
-func (r *restorer) unregister(t *task.Active) {
+func (r *restorer) unregister(t *taskrun.Active) {
 	r.mu.Lock()
 	delete(r.pending, t.ID())
 	r.mu.Unlock()
@@ -220,7 +221,7 @@ func (r *restorer) active() bool {
 // restoredRecords returns how many changelog records restoration applied to
 // a task's stores since the instance started, including a restoration in
 // progress.
-func (r *restorer) restoredRecords(t *task.Active) int64 {
+func (r *restorer) restoredRecords(t *taskrun.Active) int64 {
 	var n int64
 	for _, h := range t.Stores() {
 		if h.Changelog != "" {

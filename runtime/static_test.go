@@ -29,7 +29,7 @@ func TestStaticMembershipRestartAfterKill(t *testing.T) {
 	want := map[string]int64{}
 	c.produce(t, 300, want)
 	waitCounts(t, app, want)
-	app.Kill()
+	app.kill()
 
 	restarted := time.Now()
 	app = start()

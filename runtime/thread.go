@@ -16,8 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/changelog"
-	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -35,11 +37,11 @@ type thread struct {
 	log    *slog.Logger
 	cl     *kgo.Client
 	out    *outbox // sink records on their way to cl
-	budget *statestore.CacheBudget
+	budget *cache.Budget
 	rest   *restorer
 
 	mu    sync.Mutex
-	tasks map[task.ID]*task.Active
+	tasks map[task.ID]*taskrun.Active
 	// waiting holds tasks assigned to this thread that another thread of
 	// the instance still held when the assignment came; they start when it
 	// lets go. waitingAny mirrors len(waiting) > 0 for readers without mu.
@@ -102,7 +104,7 @@ type thread struct {
 	// in runs per partition. Nil when unknown; any change to tasks
 	// clears it.
 	lastID   task.ID
-	lastTask *task.Active
+	lastTask *taskrun.Active
 	// recs is the unused tail of a block of producer records. Records
 	// are handed out one by one and never reused: the producer holds each
 	// until its promise runs, and the block stays alive until the last of
@@ -114,7 +116,7 @@ type thread struct {
 // 40 KiB, a few milliseconds of sends at full speed.
 const recBlock = 256
 
-func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error) {
+func newThread(a *App, idx int, budget *cache.Budget) (*thread, error) {
 	th := unconnectedThread(a, idx, budget)
 	// The client joins the group as soon as it exists, and its rebalance
 	// callbacks may run before it is stored: hold mu (which they take)
@@ -133,13 +135,13 @@ func newThread(a *App, idx int, budget *statestore.CacheBudget) (*thread, error)
 }
 
 // unconnectedThread is a thread without clients.
-func unconnectedThread(a *App, idx int, budget *statestore.CacheBudget) *thread {
+func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 	th := &thread{
 		app:     a,
 		idx:     idx,
 		log:     a.log.With("thread", idx),
 		budget:  budget,
-		tasks:   make(map[task.ID]*task.Active),
+		tasks:   make(map[task.ID]*taskrun.Active),
 		waiting: make(map[task.ID]bool),
 		rr:      make(map[string]int32),
 		exited:  make(chan struct{}),
@@ -439,7 +441,7 @@ func (th *thread) pollWait() time.Duration {
 }
 
 // taskOf returns the running task that owns an input record, or nil.
-func (th *thread) taskOf(r *kgo.Record) (task.ID, *task.Active) {
+func (th *thread) taskOf(r *kgo.Record) (task.ID, *taskrun.Active) {
 	if r.Topic != th.srcTopic {
 		th.srcTopic, th.srcSub = r.Topic, th.app.plan.topicSub[r.Topic]
 	}
@@ -463,7 +465,7 @@ func (th *thread) taskOf(r *kgo.Record) (task.ID, *task.Active) {
 // the task consumed since the last one.
 func (th *thread) passControl(r *kgo.Record) {
 	if _, t := th.taskOf(r); t != nil {
-		t.Skip(topology.InputRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
+		t.Skip(graph.InputRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
 	}
 }
 
@@ -472,7 +474,7 @@ func (th *thread) process(r *kgo.Record) error {
 	if t == nil {
 		return nil
 	}
-	in := topology.InputRecord{
+	in := graph.InputRecord{
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
 		Key: r.Key, Value: r.Value,
 	}
@@ -511,7 +513,7 @@ func (th *thread) process(r *kgo.Record) error {
 // skip carries on past a record a handler chose to skip: it logs why (a
 // few lines a second at most), sends the record to the dead-letter topic if
 // there is one, and marks it consumed.
-func (th *thread) skip(t *task.Active, in topology.InputRecord, node, msg string, cause error) error {
+func (th *thread) skip(t *taskrun.Active, in graph.InputRecord, node, msg string, cause error) error {
 	if ok, suppressed := th.app.errLogs.allow(time.Now()); ok {
 		attrs := []any{"task", t.ID(), "topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "err", cause}
 		if node != "" {
@@ -535,9 +537,9 @@ func (th *thread) skip(t *task.Active, in topology.InputRecord, node, msg string
 	return nil
 }
 
-// Send implements task.Sender: it partitions a sink record as Kafka's default
+// Send implements taskrun.Sender: it partitions a sink record as Kafka's default
 // partitioner would and hands it to the producer.
-func (th *thread) Send(rec topology.OutputRecord) error {
+func (th *thread) Send(rec graph.OutputRecord) error {
 	if err := th.produceFailed(); err != nil {
 		return err
 	}
@@ -723,7 +725,7 @@ func (th *thread) maybeCrash(step string) error {
 // never holds a write of a transaction that did not commit. If the session
 // aborts instead (a rebalance got in the way), the writes are dropped and
 // the consumer is back at the last committed offsets.
-func (th *thread) commitTransaction(ctx context.Context, running []*task.Active, acks *changelog.Offsets) error {
+func (th *thread) commitTransaction(ctx context.Context, running []*taskrun.Active, acks *changelog.Offsets) error {
 	try := kgo.TryCommit
 	if th.produceFailed() != nil || acks.Err() != nil {
 		try = kgo.TryAbort
@@ -761,7 +763,7 @@ func (th *thread) commitTransaction(ctx context.Context, running []*task.Active,
 // tasks at once: every store is a database of its own whose write waits for
 // its own disk work, so writing them one after another would add those
 // waits up on every commit.
-func completeCommits(tasks []*task.Active, last task.LastOffsetFunc) error {
+func completeCommits(tasks []*taskrun.Active, last taskrun.LastOffsetFunc) error {
 	if len(tasks) == 1 {
 		if err := tasks[0].CompleteCommit(last); err != nil {
 			return fmt.Errorf("runtime: commit: %w", err)
@@ -805,7 +807,7 @@ func (th *thread) abortTransaction() error {
 }
 
 // discard drops the uncommitted writes of tasks whose transaction aborted.
-func (th *thread) discard(tasks []*task.Active) {
+func (th *thread) discard(tasks []*taskrun.Active) {
 	for _, t := range tasks {
 		t.Abort()
 	}
@@ -867,8 +869,8 @@ func isFenced(err error) bool {
 		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.FencedInstanceID)
 }
 
-func (th *thread) runningTasks() []*task.Active {
-	var out []*task.Active
+func (th *thread) runningTasks() []*taskrun.Active {
+	var out []*taskrun.Active
 	for _, id := range slices.SortedFunc(maps.Keys(th.tasks), task.ID.Compare) {
 		if t := th.tasks[id]; t.State() == task.Running {
 			out = append(out, t)
@@ -880,7 +882,7 @@ func (th *thread) runningTasks() []*task.Active {
 // inputPartitions lists the input partitions of a task.
 func (th *thread) inputPartitions(id task.ID) map[string][]int32 {
 	out := make(map[string][]int32)
-	for _, r := range th.app.topo.SubTopologies()[id.SubTopology].Sources {
+	for _, r := range graph.Of(th.app.topo).SubTopologies()[id.SubTopology].Sources {
 		out[r.FullName(th.app.cfg.ApplicationID)] = []int32{id.Partition}
 	}
 	return out
@@ -930,7 +932,7 @@ func (th *thread) startActive(id task.ID) bool {
 	if held {
 		return false
 	}
-	t, err := task.NewActive(task.Config{
+	t, err := taskrun.NewActive(taskrun.Config{
 		ID:        id,
 		AppID:     th.app.cfg.ApplicationID,
 		Topology:  th.app.topo,
@@ -972,7 +974,7 @@ func (th *thread) startWaiting() {
 
 // startRestoring pauses a task's input and hands its changelogs to the
 // restorer; the task runs once they are caught up.
-func (th *thread) startRestoring(t *task.Active) error {
+func (th *thread) startRestoring(t *taskrun.Active) error {
 	if err := t.StartRestoring(); err != nil {
 		return err
 	}
@@ -1084,7 +1086,7 @@ func (th *thread) dropAll() {
 	}
 }
 
-func (th *thread) closeTask(t *task.Active, clean bool) {
+func (th *thread) closeTask(t *taskrun.Active, clean bool) {
 	th.rest.unregister(t)
 	th.app.registry.closeActive(t, clean)
 	delete(th.tasks, t.ID())

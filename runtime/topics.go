@@ -11,7 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -97,7 +98,7 @@ func userTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		return missing, nil
 	}
 	read := make(map[string]bool)
-	for _, st := range topo.SubTopologies() {
+	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, r := range st.Sources {
 			if !r.Internal {
 				read[r.Name] = true
@@ -121,7 +122,7 @@ func userTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 // takes their largest count; one that nothing else decides takes
 // Config.DefaultPartitions. It returns the missing topics left: the sinks.
 func createMissingSources(ctx context.Context, adm *kadm.Client, topo *topology.Topology, cfg Config, missing []string, partitions map[string]int32) ([]string, error) {
-	subs := topo.SubTopologies()
+	subs := graph.Of(topo).SubTopologies()
 	isMissing := make(map[string]bool, len(missing))
 	for _, m := range missing {
 		isMissing[m] = true
@@ -129,7 +130,7 @@ func createMissingSources(ctx context.Context, adm *kadm.Client, topo *topology.
 	// counts holds the decided count of every source topic; propagate
 	// through sub-topologies sharing topics until nothing changes.
 	counts := make(map[string]int32)
-	for _, rp := range topo.RepartitionTopics() {
+	for _, rp := range graph.Of(topo).RepartitionTopics() {
 		if rp.Partitions > 0 {
 			counts[rp.Topic.FullName(cfg.ApplicationID)] = rp.Partitions
 		}
@@ -179,7 +180,7 @@ func createMissingSinks(ctx context.Context, adm *kadm.Client, topo *topology.To
 		return nil
 	}
 	counts := make(map[string]int32)
-	for i, st := range topo.SubTopologies() {
+	for i, st := range graph.Of(topo).SubTopologies() {
 		for _, r := range st.Sinks {
 			if !r.Internal && slices.Contains(sinks, r.Name) {
 				counts[r.Name] = max(counts[r.Name], subPartitions[i])

@@ -14,7 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -324,7 +325,7 @@ func (r *registry) onRecreated(id task.ID, recreated map[string]bool) bool {
 // on disk whose changelog was recreated: deleting it resets them.
 func storesOnRecreated(a *App, id task.ID, recreated map[string]bool) int64 {
 	var n int64
-	for _, s := range a.topo.SubTopologies()[id.SubTopology].Stores {
+	for _, s := range graph.Of(a.topo).SubTopologies()[id.SubTopology].Stores {
 		if !s.Persistent || !s.Logged || !recreated[changelog.TopicName(a.cfg.ApplicationID, s.Name)] {
 			continue
 		}
@@ -336,7 +337,7 @@ func storesOnRecreated(a *App, id task.ID, recreated map[string]bool) int64 {
 }
 
 func onRecreated(a *App, id task.ID, recreated map[string]bool) bool {
-	for _, s := range a.topo.SubTopologies()[id.SubTopology].Stores {
+	for _, s := range graph.Of(a.topo).SubTopologies()[id.SubTopology].Stores {
 		if s.Logged && recreated[changelog.TopicName(a.cfg.ApplicationID, s.Name)] {
 			return true
 		}
@@ -378,7 +379,7 @@ func (a *App) forgetRecreatedState(ids map[string]kadm.TopicID) error {
 		if err != nil {
 			return fmt.Errorf("runtime: read state directory: %w", err)
 		}
-		subs := a.topo.SubTopologies()
+		subs := graph.Of(a.topo).SubTopologies()
 		for _, e := range entries {
 			id, err := task.ParseID(e.Name())
 			if !e.IsDir() || err != nil || id.SubTopology >= len(subs) {

@@ -170,7 +170,7 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 // Put writes one window without changing the position; see Write.
 func (s *SegmentedStore) Put(key, value []byte) error {
 	if value == nil {
-		return errNilValue
+		return ErrNilValue
 	}
 	return s.single(Entry{Key: key, Value: value})
 }

@@ -21,7 +21,6 @@ func TestWindowConformance(t *testing.T) {
 			t.Run("WindowRandomAgainstModel", func(t *testing.T) { testWindowRandomModel(t, b) })
 			t.Run("WindowRetention", func(t *testing.T) { testWindowRetention(t, b) })
 			t.Run("RestoreSkipsExpired", func(t *testing.T) { testRestoreSkipsExpired(t, b) })
-			t.Run("CachedExpiresAtCommit", func(t *testing.T) { testCachedExpiry(t, b) })
 			t.Run("SegmentIntervalChanged", func(t *testing.T) { testIntervalChanged(t, b) })
 			t.Run("SegmentedReset", func(t *testing.T) { testSegmentedReset(t, b) })
 			t.Run("SessionBasics", func(t *testing.T) { testSessionBasics(t, b) })
@@ -143,14 +142,13 @@ func testWindowBasics(t *testing.T, b backend) {
 	require.Equal(t, int64(20), obs, "a reopened store knows the latest segment's start")
 }
 
-// testWindowRandomModel runs random puts and removes through a record cache
-// over a SegmentedStore, committing now and then, and compares every kind
-// of fetch with a model.
+// testWindowRandomModel runs random puts and removes on a SegmentedStore,
+// recording a position now and then, and compares every kind of fetch with
+// a model. (internal/cache runs the same store under the record cache.)
 func testWindowRandomModel(t *testing.T, b backend) {
 	opts := WindowOptions{Retention: 1 << 40, SegmentInterval: 17, WindowSize: 3}
 	seg := openSegmented(t, b, opts)
-	cache := NewCachedStore(seg, nil)
-	w := openWindows(t, cache, opts)
+	w := openWindows(t, seg, opts)
 	r := rand.New(rand.NewPCG(11, 12))
 	keys := []string{"", "a", "a\x00", "a\x00\x00", "ab", "b", "\xff", "\x00"}
 	type mk struct {
@@ -171,8 +169,7 @@ func testWindowRandomModel(t *testing.T, b backend) {
 		}
 		if r.IntN(100) == 0 {
 			pos++
-			cache.Dirty()
-			require.NoError(t, cache.Commit(pos))
+			require.NoError(t, seg.Write(nil, pos))
 		}
 	}
 	p, err := seg.Position()
@@ -309,27 +306,6 @@ func testRestoreSkipsExpired(t *testing.T, b backend) {
 	require.Len(t, rawTimes(t, seg, l), len(raw))
 }
 
-// testCachedExpiry checks expiry through the path a task uses: a record
-// cache over the segmented store, expired data dropped at commit.
-func testCachedExpiry(t *testing.T, b backend) {
-	opts := WindowOptions{Retention: 20, SegmentInterval: 10}
-	seg := openSegmented(t, b, opts)
-	cache := NewCachedStore(seg, nil)
-	w := openWindows(t, cache, opts)
-	for ts := int64(0); ts < 100; ts++ {
-		wput(t, w, "k", ts, "v")
-	}
-	// Uncommitted: the store has nothing, reads through the cache show
-	// the live windows only.
-	require.Empty(t, rawTimes(t, seg, w.t.l))
-	require.Len(t, collectW(t)(w.Fetch([]byte("k"), 0, 1000)), 20)
-	require.Len(t, cache.Dirty(), 100)
-	require.NoError(t, cache.Commit(7))
-	raw := rawTimes(t, seg, w.t.l)
-	require.Equal(t, int64(80), raw[0], "committed windows of expired segments were skipped")
-	require.Len(t, collectW(t)(w.Fetch([]byte("k"), 0, 1000)), 20)
-}
-
 func testIntervalChanged(t *testing.T, b backend) {
 	inner := b.open(t)
 	a, err := NewSegmentedStore(inner, WindowOptions{Retention: 100, SegmentInterval: 10})
@@ -439,8 +415,7 @@ func testSessionMerging(t *testing.T, b backend) {
 	for round := range 20 {
 		opts := WindowOptions{Retention: 1 << 40, SegmentInterval: 7}
 		seg := openSegmented(t, b, opts)
-		cache := NewCachedStore(seg, nil)
-		s := openSessions(t, cache, opts)
+		s := openSessions(t, seg, opts)
 		times := make([]int64, 30)
 		for i := range times {
 			times[i] = r.Int64N(150)
@@ -464,8 +439,7 @@ func testSessionMerging(t *testing.T, b backend) {
 			}
 			sput(t, s, "k", merged.start, merged.end, fmt.Sprint(count))
 			if i%7 == 0 {
-				cache.Dirty()
-				require.NoError(t, cache.Commit(int64(i)))
+				require.NoError(t, seg.Write(nil, int64(i)))
 			}
 		}
 		sorted := slices.Sorted(slices.Values(times))

@@ -193,7 +193,7 @@ type aggProc[K, V, A any] struct {
 	encodeFresh  bool
 }
 
-// updater is the read-modify-write of statestore.CachedStore.
+// updater is the read-modify-write of cache.Store.
 type updater interface {
 	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
 }

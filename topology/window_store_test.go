@@ -3,6 +3,7 @@ package topology
 import (
 	"testing"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/stretchr/testify/require"
@@ -12,7 +13,7 @@ func TestTypedWindowAndSessionStores(t *testing.T) {
 	opts := statestore.WindowOptions{Retention: 100, SegmentInterval: 10, WindowSize: 10}
 	seg, err := statestore.NewSegmentedStore(statestore.NewMemory(), opts)
 	require.NoError(t, err)
-	cache := statestore.NewCachedStore(seg, nil)
+	cache := cache.New(seg, nil)
 	bw, err := statestore.NewWindowStore(cache, opts)
 	require.NoError(t, err)
 	w := NewWindowStore(bw, serde.String, serde.Int64)

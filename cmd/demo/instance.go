@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
@@ -199,7 +200,7 @@ func (in *instance) kill() {
 		in.iq.Close()
 		in.web.close()
 	}
-	in.app.Kill()
+	faults.Kill(in.app)
 }
 
 // runInstance is `demo instance`: one word-count instance, until ctx is

@@ -11,7 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/changelog"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -93,7 +94,7 @@ func eosCrashOnce(ctx context.Context, cfg *config, static bool) ([]row, error) 
 		app.Close(ctx)
 		return nil, err
 	}
-	app.Kill()
+	faults.Kill(app)
 	ends, err := adm.ListEndOffsets(ctx, changelog.TopicName("crash", "crash-counts"))
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -178,7 +179,7 @@ func benchFailover(ctx context.Context, cfg *config) ([]row, error) {
 		}
 	}
 	killed := time.Now()
-	victim.app.Kill()
+	faults.Kill(victim.app)
 	cfg.logf("killed the instance holding partition %d's active; standby lag at the kill %d records", part, lagAtKill)
 
 	var took time.Duration

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -187,7 +188,7 @@ func (c *klCluster) kill(i int) {
 	c.apps[i] = nil
 	c.mu.Unlock()
 	if app != nil {
-		app.Kill()
+		faults.Kill(app)
 	}
 }
 
