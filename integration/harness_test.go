@@ -456,7 +456,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 func (in *instance) close(t *testing.T) {
 	t.Helper()
 	require.NoError(t, in.Close(ctx(t)), "close instance %s", in.name)
-	require.Equal(t, runtime.StateClosed, in.State())
+	require.Equal(t, runtime.StateNotRunning, in.State())
 }
 
 // runningTasks returns the IDs of the instance's running tasks, and whether
