@@ -31,7 +31,9 @@ func TestQuerierAndClientErrorsMatch(t *testing.T) {
 		active.put(t, "k", int64(i))
 	}
 	standby := c.ins[1].b.add(testStore, 0, RoleStandby)
-	standby.set(func(i *ReplicaInfo) { i.Position, i.End, i.LagConfirmedAgo, i.CaughtUpAgo, i.InputCommittedAgo = 3, 8, 0, time.Hour, 0 })
+	standby.set(func(i *ReplicaInfo) {
+		i.Position, i.End, i.LagConfirmedAgo, i.CaughtUpAgo, i.InputCommittedAgo = 3, 8, 0, time.Hour, 0
+	})
 	c.publish()
 	q0, q1 := NewQuerier(c.ins[0].b), NewQuerier(c.ins[1].b)
 	ctx := context.Background()
