@@ -441,7 +441,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		defer cancel()
 		// An instance that failed reports its fatal error again from
 		// Close; tests that expect the failure have checked it already.
-		failed := app.State() == runtime.StateFailed
+		failed := app.State() == runtime.StateFailed || app.State() == runtime.StatePendingError
 		if err := app.Close(cctx); err != nil && !failed {
 			t.Errorf("instance %s: close at cleanup: %v", name, err)
 		}
