@@ -43,6 +43,16 @@
 // the smaller confirmed lag). PreferSpread instead spreads lookups at random
 // over every replica within the bound.
 //
+// # Errors
+//
+// Queries fail with Go values that errors.Is and errors.As recognise: the
+// sentinels below, and *StaleError, *BehindError and *UnavailableError.
+// The Querier and the Client report the same condition with the same
+// values; a router's *UnavailableError unwraps to its cause and to every
+// attempt's error. Their messages speak Go; HTTP status codes, and hints in
+// HTTP terms, are added only where the Server encodes an error (StatusFor),
+// and the Client decodes an answer back into the same values.
+//
 // The package never depends on the runtime: the runtime implements Backend,
 // and iq builds the in-process Querier, the HTTP Server and the routing
 // Client on top of it.
