@@ -198,6 +198,12 @@ func (s gatedStore) Write(entries []statestore.Entry, position int64) error {
 // assignment, nor while an active task restores a long changelog; it is
 // Running once the restoration is complete, and only then.
 func TestStateNotRunningBeforeAssignmentOrWhileRestoring(t *testing.T) {
+	for _, threads := range []int{1, 2} {
+		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) { testNotRunningWhileRestoring(t, threads) })
+	}
+}
+
+func testNotRunningWhileRestoring(t *testing.T, threads int) {
 	const perPartition = 3000
 	topic := changelog.TopicName("rs", "counts")
 	b, _ := startBroker(t, "in", topic)
@@ -229,7 +235,7 @@ func TestStateNotRunningBeforeAssignmentOrWhileRestoring(t *testing.T) {
 		atRunning.assigned = app.assignment.Load() != nil && !slices.ContainsFunc(app.threads, func(th *thread) bool { return !th.assigned.Load() })
 		atRunning.restored = app.RestoredRecords()
 	}
-	app, err = New(countTopology(t), Config{ApplicationID: "rs", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
+	app, err = New(countTopology(t), Config{ApplicationID: "rs", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: threads,
 		StateListener: log.listen})
 	require.NoError(t, err)
 	gate, entered := make(chan struct{}), make(chan struct{})
