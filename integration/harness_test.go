@@ -445,7 +445,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		defer cancel()
 		// An instance that failed reports its fatal error again from
 		// Close; tests that expect the failure have checked it already.
-		failed := app.State() == runtime.StateFailed
+		failed := app.State() == runtime.StateFailed || app.State() == runtime.StatePendingError
 		if err := app.Close(cctx); err != nil && !failed {
 			t.Errorf("instance %s: close at cleanup: %v", name, err)
 		}
@@ -468,7 +468,7 @@ func purgeInterval(keep bool) time.Duration {
 func (in *instance) close(t *testing.T) {
 	t.Helper()
 	require.NoError(t, in.Close(ctx(t)), "close instance %s", in.name)
-	require.Equal(t, runtime.StateClosed, in.State())
+	require.Equal(t, runtime.StateNotRunning, in.State())
 }
 
 // runningTasks returns the IDs of the instance's running tasks, and whether

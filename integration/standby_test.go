@@ -101,7 +101,7 @@ func (v *partView) String() string {
 func live(insts []*instance) []*instance {
 	var out []*instance
 	for _, in := range insts {
-		if in.State() == runtime.StateRunning {
+		if in.State().IsRunningOrRebalancing() {
 			out = append(out, in)
 		}
 	}
@@ -736,7 +736,7 @@ func TestKillStandbyTakesOver(t *testing.T) {
 
 	faults.Kill(victim)
 	killed := time.Now()
-	require.Equal(t, runtime.StateClosed, victim.State())
+	require.Equal(t, runtime.StateNotRunning, victim.State())
 	ends := c.endOffsets(t, append(topics, changelogTopic(haApp))...)
 
 	waitFor(t, sessionTimeout+settleTimeout, "the standbys to take over", func() (bool, string) {

@@ -397,7 +397,7 @@ func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string,
 	}
 	ue.Tried = append(ue.Tried, tried...)
 	if len(tried) == 0 {
-		ue.Cause = fmt.Errorf("no host within staleness=%s holds the partition (active %q)", o.bound, km.Active)
+		ue.Cause = fmt.Errorf("no host within staleness bound %s holds the partition (active %q)", o.bound, km.Active)
 	}
 	// Staleness and position refusals say nothing about the table; anything
 	// else (no answer, not hosted, not started, moving) may mean it moved on.

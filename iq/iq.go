@@ -43,6 +43,16 @@
 // the smaller confirmed lag). PreferSpread instead spreads lookups at random
 // over every replica within the bound.
 //
+// # Errors
+//
+// Queries fail with Go values that errors.Is and errors.As recognise: the
+// sentinels below, and *StaleError, *BehindError and *UnavailableError.
+// The Querier and the Client report the same condition with the same
+// values; a router's *UnavailableError unwraps to its cause and to every
+// attempt's error. Their messages speak Go; HTTP status codes, and hints in
+// HTTP terms, are added only where the Server encodes an error (StatusFor),
+// and the Client decodes an answer back into the same values.
+//
 // The package never depends on the runtime: the runtime implements Backend,
 // and iq builds the in-process Querier, the HTTP Server and the routing
 // Client on top of it.
@@ -83,13 +93,13 @@ var (
 	// owners during a rebalance.
 	ErrRebalancing error = &sentinel{msg: "iq: partition is moving in a rebalance (retry shortly, or ask another replica with a looser staleness bound)"}
 	// ErrUnknownStore: the topology has no queryable store of that name.
-	ErrUnknownStore error = &sentinel{msg: "iq: unknown store (check the store name against the topology's Describe output or /v1/metadata)"}
+	ErrUnknownStore error = &sentinel{msg: "iq: unknown store (check the store name against the topology's Describe output)"}
 	// ErrUnknownPartition: the partition number is outside the store's
 	// partitions.
-	ErrUnknownPartition error = &sentinel{msg: "iq: no such partition (check the partition count in /v1/metadata)"}
+	ErrUnknownPartition error = &sentinel{msg: "iq: no such partition (check the store's partition count in the routing metadata)"}
 	// ErrNotHostedHere: this instance holds no replica, of any role, of the
 	// partition. Ask a host that does (KeyMetadata names them).
-	ErrNotHostedHere error = &sentinel{msg: "iq: partition is not hosted here (ask the hosts KeyMetadata names, or query with route=true)"}
+	ErrNotHostedHere error = &sentinel{msg: "iq: partition is not hosted here (ask a host KeyMetadata names, or query through a routing Client)"}
 	// ErrTooStale: the replica is outside the caller's staleness bound.
 	// Returned as *StaleError.
 	ErrTooStale error = &sentinel{msg: "iq: replica is too stale for the staleness bound (ask the active host, or loosen the bound)"}
@@ -103,12 +113,10 @@ var (
 	// ErrInvalidQuery: a malformed key, staleness bound or parameter.
 	ErrInvalidQuery error = &sentinel{msg: "iq: invalid query (fix the request)"}
 	// ErrOverloaded: the instance is at its limit of concurrent range
-	// queries or forwarded lookups (see ServerConfig); the HTTP server
-	// answers 429 with a Retry-After header.
-	ErrOverloaded error = &sentinel{msg: "iq: instance is at its concurrency limit (retry after the Retry-After delay, or ask another instance)"}
+	// queries or forwarded lookups (see ServerConfig).
+	ErrOverloaded error = &sentinel{msg: "iq: instance is at its concurrency limit (retry shortly, or ask another instance)"}
 	// ErrUnauthorized: the server requires a bearer token (ServerConfig
-	// Token) and the request carried none or another; the HTTP server
-	// answers 401.
+	// Token) and the request carried none or another.
 	ErrUnauthorized error = &sentinel{msg: "iq: the query server refused the request's credentials (set the bearer token it was configured with)"}
 )
 
@@ -158,7 +166,7 @@ func (e *StaleError) Error() string {
 	if e.Lag < 0 {
 		lag = "lag unknown"
 	}
-	return fmt.Sprintf("iq: store %q partition %d: %s replica%s %s, %s, refuses staleness=%s: %s (ask the active host, or retry with a looser bound such as staleness=any)",
+	return fmt.Sprintf("iq: store %q partition %d: %s replica%s %s, %s, refuses staleness bound %s: %s (ask the active host, or retry with a looser bound such as any)",
 		e.Store, e.Partition, e.Role, onHost(e.Host), at, lag, e.Bound, why)
 }
 
@@ -179,7 +187,7 @@ type BehindError struct {
 
 // Error names both positions, and what to do next.
 func (e *BehindError) Error() string {
-	return fmt.Sprintf("iq: store %q partition %d: %s replica%s at position %d is behind min_position %d (ask another replica, or retry when it has caught up)",
+	return fmt.Sprintf("iq: store %q partition %d: %s replica%s at position %d is behind the minimum position %d (ask another replica, or retry when it has caught up)",
 		e.Store, e.Partition, e.Role, onHost(e.Host), e.Position, e.MinPosition)
 }
 
@@ -195,8 +203,10 @@ type Attempt struct {
 // UnavailableError says no replica could answer for a partition: before the
 // first assignment, when no host holds the partition, or when every
 // candidate within the bound refused or failed (Tried lists them in the
-// order tried). errors.Is(err, ErrNotAvailable) holds, and so does
-// errors.Is(err, Cause) when a single cause explains it.
+// order tried). errors.Is(err, ErrNotAvailable) holds, and errors.Is and
+// errors.As also see the Cause and every attempt's error: a caller finds
+// the *StaleError of a replica that refused, or ErrNotStarted when the
+// instances asked had no assignment yet.
 type UnavailableError struct {
 	Store string
 	// Partition is -1 when it could not be computed.
@@ -215,7 +225,7 @@ func (e *UnavailableError) Error() string {
 	}
 	b.WriteString(": no replica could answer")
 	if e.Bound.kind != staleActive || len(e.Tried) > 0 {
-		fmt.Fprintf(&b, " within staleness=%s", e.Bound)
+		fmt.Fprintf(&b, " within staleness bound %s", e.Bound)
 	}
 	if e.Cause != nil {
 		fmt.Fprintf(&b, ": %v", e.Cause)
@@ -237,8 +247,19 @@ func (e *UnavailableError) Error() string {
 // Is makes errors.Is(err, ErrNotAvailable) hold.
 func (e *UnavailableError) Is(target error) bool { return target == ErrNotAvailable }
 
-// Unwrap exposes the single cause, if any.
-func (e *UnavailableError) Unwrap() error { return e.Cause }
+// Unwrap exposes the cause and the attempts' errors.
+func (e *UnavailableError) Unwrap() []error {
+	errs := make([]error, 0, 1+len(e.Tried))
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	for _, a := range e.Tried {
+		if a.Err != nil {
+			errs = append(errs, a.Err)
+		}
+	}
+	return errs
+}
 
 func onHost(h string) string {
 	if h == "" {

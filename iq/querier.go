@@ -25,7 +25,7 @@ type Provenance struct {
 	// confirmed by the broker recently, or rebuilding).
 	Lag int64
 	// Rebuilding is set when the replica was rebuilding its store from
-	// empty (Position is then -1): only staleness=any accepts it.
+	// empty (Position is then -1): only AnyStaleness accepts it.
 	Rebuilding bool
 	// LagConfirmedAgo is how long before the read the broker last
 	// confirmed the changelog end, Unknown if never. 0 for an active.
@@ -196,7 +196,7 @@ func ParsePreference(s string) (Preference, error) {
 	case "spread":
 		return PreferSpread, nil
 	}
-	return 0, invalidf("prefer=%q: want freshest or spread", s)
+	return 0, invalidf("preference %q: want freshest or spread", s)
 }
 
 // WithPreference sets how a routing Client chooses among replicas within
@@ -268,7 +268,7 @@ func (q *Querier) replica(store string, p int32, o *queryOptions) (Replica, Repl
 		return nil, ReplicaInfo{}, err
 	}
 	if o.hasMin && o.minPosition < 0 {
-		return nil, ReplicaInfo{}, invalidf("min_position %d: want a changelog offset, 0 or more", o.minPosition)
+		return nil, ReplicaInfo{}, invalidf("minimum position %d: want a changelog offset, 0 or more", o.minPosition)
 	}
 	info := r.Info()
 	if err := o.bound.Check(info); err != nil {

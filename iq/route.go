@@ -230,7 +230,7 @@ func memoFingerprint(m Metadata) func() uint64 {
 func decodeErrorAnswer(status int, body []byte) error {
 	var w wireError
 	if err := json.Unmarshal(body, &w); err != nil || (w.Error == "" && w.Reason == "") {
-		return &remoteError{status: status, msg: fmt.Sprintf("iq: HTTP %d %s: %s", status, http.StatusText(status), snippet(body))}
+		return &remoteError{status: status, msg: fmt.Sprintf("iq: HTTP %d %s: %s", status, http.StatusText(status), snippet(body)), kind: kindOfStatus(status)}
 	}
 	return fromWireError(status, w)
 }

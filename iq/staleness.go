@@ -143,7 +143,7 @@ func (s Staleness) refusal(info ReplicaInfo) string {
 	case s.kind == staleActive:
 		return "only a running active may answer"
 	case info.Rebuilding:
-		return "it is rebuilding its store from empty and holds no consistent snapshot yet, so it answers only staleness=any"
+		return "it is rebuilding its store from empty and holds no consistent snapshot yet, so only the any bound accepts it"
 	case s.kind == staleLag && info.Lag < 0:
 		if info.LagConfirmedAgo < 0 {
 			return "its lag is unknown: the broker never confirmed its changelog's end"

@@ -140,7 +140,7 @@ func TestStalenessGate(t *testing.T) {
 			require.Equal(t, tc.info.Position, se.Position)
 			require.Equal(t, tc.info.Rebuilding, se.Rebuilding)
 			require.Equal(t, tc.bound, se.Bound)
-			require.Contains(t, err.Error(), "staleness="+tc.bound.String())
+			require.Contains(t, err.Error(), "staleness bound "+tc.bound.String())
 			require.Contains(t, err.Error(), tc.why)
 			if tc.info.Lag < 0 {
 				require.Contains(t, err.Error(), "lag unknown")

@@ -233,7 +233,8 @@ const (
 )
 
 // classify maps an error to its HTTP status and reason code. Order matters:
-// typed errors first, then the specific sentinels before their families.
+// typed errors first (an *UnavailableError before the refusals it may
+// carry), then the specific sentinels before their families.
 func classify(err error) (int, string) {
 	var (
 		se *StaleError
@@ -241,12 +242,12 @@ func classify(err error) (int, string) {
 		ue *UnavailableError
 	)
 	switch {
+	case errors.As(err, &ue):
+		return http.StatusServiceUnavailable, reasonNotAvailable
 	case errors.As(err, &se):
 		return http.StatusServiceUnavailable, reasonTooStale
 	case errors.As(err, &be):
 		return http.StatusConflict, reasonBehind
-	case errors.As(err, &ue):
-		return http.StatusServiceUnavailable, reasonNotAvailable
 	case errors.Is(err, ErrInvalidQuery):
 		return http.StatusBadRequest, reasonInvalid
 	case errors.Is(err, ErrOverloaded):
@@ -274,6 +275,27 @@ func classify(err error) (int, string) {
 	}
 }
 
+// httpHint says, for an error answer, what to do next in the HTTP API's
+// own terms; the errors themselves speak Go.
+func httpHint(reason string, err error) string {
+	switch reason {
+	case reasonNotHosted:
+		return " (over HTTP, route=true sends the query to a host that holds the partition)"
+	case reasonUnknownStore, reasonUnknownPartition:
+		return " (GET /v1/metadata lists the stores and their partition counts)"
+	case reasonTooStale:
+		return " (over HTTP, retry with a looser staleness= parameter such as staleness=any)"
+	case reasonBehind:
+		var be *BehindError
+		if errors.As(err, &be) {
+			return fmt.Sprintf(" (the request's min_position %d)", be.MinPosition)
+		}
+	case reasonOverloaded:
+		return " (retry after the Retry-After delay)"
+	}
+	return ""
+}
+
 // StatusFor maps a query error to the HTTP status the server answers it
 // with: 400 invalid query or partition, 401 unauthorized, 404 unknown store,
 // 409 behind the minimum position, 421 not hosted here, 429 overloaded, 503
@@ -298,22 +320,22 @@ func validRole(r Role) *Role {
 
 func toWireError(err error) (int, wireError) {
 	status, reason := classify(err)
-	w := wireError{Error: err.Error(), Reason: reason}
+	w := wireError{Error: err.Error() + httpHint(reason, err), Reason: reason}
 	var (
 		se *StaleError
 		be *BehindError
 		ue *UnavailableError
 	)
 	switch {
-	case errors.As(err, &se):
+	case reason == reasonTooStale && errors.As(err, &se):
 		w.Store, w.Partition, w.Role = se.Store, ptr(se.Partition), validRole(se.Role)
 		w.Position, w.Lag, w.Bound = orNull(se.Position), orNull(se.Lag), se.Bound.String()
 		w.Host, w.Rebuilding = se.Host, se.Rebuilding
 		w.LagConfirmedMsAgo, w.SinceCaughtUpMs, w.InputCommittedMsAgo = msOrNull(se.LagConfirmedAgo), msOrNull(se.SinceCaughtUp), msOrNull(se.InputCommittedAgo)
-	case errors.As(err, &be):
+	case reason == reasonBehind && errors.As(err, &be):
 		w.Store, w.Partition, w.Role, w.Host = be.Store, ptr(be.Partition), validRole(be.Role), be.Host
 		w.Position, w.MinPosition = ptr(be.Position), ptr(be.MinPosition)
-	case errors.As(err, &ue):
+	case reason == reasonNotAvailable && errors.As(err, &ue):
 		w.Store, w.Bound = ue.Store, ue.Bound.String()
 		if ue.Partition >= 0 {
 			w.Partition = ptr(ue.Partition)
@@ -384,7 +406,31 @@ func fromWireError(status int, w wireError) error {
 		}
 		return ue
 	}
-	return &remoteError{status: status, msg: msg, kind: kindOf(w.Reason)}
+	kind := kindOf(w.Reason)
+	if kind == nil && w.Reason == "" {
+		kind = kindOfStatus(status)
+	}
+	return &remoteError{status: status, msg: msg, kind: kind}
+}
+
+// kindOfStatus is the sentinel an error answer's status alone stands for,
+// for answers that carry no reason (a proxy in between, an older server).
+// 400 and 404 are left out: any HTTP server asked at a wrong address
+// answers them, and taking them for a bad query or an unknown store would
+// stop a Client from asking the next host. 503 says too little to pick
+// one cause and maps to ErrNotAvailable.
+func kindOfStatus(status int) error {
+	switch status {
+	case http.StatusConflict:
+		return ErrBehind
+	case http.StatusMisdirectedRequest:
+		return ErrNotHostedHere
+	case http.StatusTooManyRequests:
+		return ErrOverloaded
+	case http.StatusServiceUnavailable:
+		return ErrNotAvailable
+	}
+	return nil
 }
 
 func kindOf(reason string) error {

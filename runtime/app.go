@@ -27,39 +27,6 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-// State is the lifecycle state of an App.
-type State int32
-
-// The states of an App. An App moves Created → Starting → Running →
-// Closing → Closed, or to Failed from Starting or Running when a thread
-// hits an error it cannot recover from.
-const (
-	StateCreated State = iota
-	StateStarting
-	StateRunning
-	StateClosing
-	StateClosed
-	StateFailed
-)
-
-func (s State) String() string {
-	switch s {
-	case StateCreated:
-		return "created"
-	case StateStarting:
-		return "starting"
-	case StateRunning:
-		return "running"
-	case StateClosing:
-		return "closing"
-	case StateClosed:
-		return "closed"
-	case StateFailed:
-		return "failed"
-	}
-	return fmt.Sprintf("State(%d)", int32(s))
-}
-
 // App is one instance of an application: a topology run by stream threads
 // against Kafka. Create it with New, then Start it; Close it to leave the
 // group cleanly.
@@ -70,7 +37,23 @@ type App struct {
 	topo *topology.Topology
 	log  *slog.Logger
 
+	// state is the current State, read without locks; stateMu orders
+	// its changes and the listener's calls (see setState).
 	state   atomic.Int32
+	stateMu sync.Mutex
+	// badTransitions counts transitions setState refused (bugs).
+	badTransitions atomic.Int64
+	// startMu is held by Start; Close and Kill take it to wait for a
+	// Start in progress. closing is set by whichever of Close, Kill or a
+	// failed Start stops the instance, so that it is stopped once.
+	startMu sync.Mutex
+	closing atomic.Bool
+	// threadsUp is set once a.threads is complete and never changes
+	// again; until then thread callbacks must not read it.
+	threadsUp atomic.Bool
+	// serving is set once Start has planned the topics and opened the
+	// registry, which queries read.
+	serving atomic.Bool
 	dir     *stateDir
 	admin   *kadm.Client
 	adminCl *kgo.Client
@@ -189,23 +172,31 @@ func (a *App) ProcessingErrors() int64 { return a.processingErrors.Load() }
 func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 
 // Start locks the state directory, creates or verifies the application's
-// internal topics, and starts the stream threads. It returns once the
-// threads are running; they join the group in the background.
+// internal topics, and starts the stream threads. It moves the App from
+// Created to Rebalancing at once; it returns once the threads are running,
+// and they join the group in the background (the App is Running once they
+// have their assignments and restored their active tasks). A failed Start
+// leaves the App Failed.
 func (a *App) Start(ctx context.Context) (err error) {
-	if !a.state.CompareAndSwap(int32(StateCreated), int32(StateStarting)) {
+	a.startMu.Lock()
+	defer a.startMu.Unlock()
+	if a.closing.Load() || !a.setState(StateRebalancing, StateCreated) {
 		return fmt.Errorf("runtime: Start called in state %s", a.State())
 	}
 	defer func() {
 		if err != nil {
-			a.releaseResources()
-			a.state.Store(int32(StateFailed))
+			a.closing.Store(true)
 			a.setErr(err)
+			a.setState(StatePendingError, StateRebalancing)
+			a.releaseResources()
+			a.setState(StateFailed)
 			a.closeOnce.Do(func() { close(a.done) })
 		}
 	}()
 	if err := a.prepare(ctx); err != nil {
 		return err
 	}
+	a.serving.Store(true)
 	budget := a.cfg.CacheMaxBytes / int64(a.cfg.NumStreamThreads)
 	for i := range a.cfg.NumStreamThreads {
 		th, err := newThread(a, i, cache.NewBudget(budget))
@@ -227,7 +218,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 		defer close(a.watchDone)
 		a.watchTopics(wctx, a.startIDs)
 	}()
-	a.state.Store(int32(StateRunning))
+	a.threadsUp.Store(true)
 	for _, th := range a.threads {
 		go th.run()
 	}
@@ -270,47 +261,47 @@ func (a *App) prepare(ctx context.Context) (err error) {
 }
 
 // Close stops processing, commits what was processed, closes every store and
-// leaves the group so the remaining instances take over at once. It is safe
-// to call more than once and after a fatal error.
+// leaves the group so the remaining instances take over at once. It moves
+// the App to PendingShutdown, then NotRunning (or, when a fatal error is
+// stopping it, from PendingError to Failed). It is safe to call more than
+// once and after a fatal error; a Close called while Start runs waits for
+// Start to return.
 func (a *App) Close(ctx context.Context) error {
-	for {
-		s := a.State()
-		if s == StateClosing || s == StateClosed {
-			<-a.done
-			return a.closeErr()
-		}
-		if s == StateCreated {
-			a.state.Store(int32(StateClosed))
-			a.closeOnce.Do(func() { close(a.done) })
-			return nil
-		}
-		if a.state.CompareAndSwap(int32(s), int32(StateClosing)) {
-			break
-		}
+	a.startMu.Lock()
+	threads := a.threads
+	a.startMu.Unlock()
+	if !a.closing.CompareAndSwap(false, true) {
+		<-a.done
+		return a.closeErr()
 	}
+	a.setState(StatePendingShutdown, StateCreated, StateRebalancing, StateRunning)
 	var errs []error
-	for _, th := range a.threads {
+	for _, th := range threads {
 		th.stop()
 	}
-	for _, th := range a.threads {
+	for _, th := range threads {
 		if err := th.wait(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if a.cfg.StaticMembership {
+	if a.cfg.StaticMembership && len(threads) > 0 {
 		if err := a.leaveStatic(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	a.releaseResources()
-	if a.Err() == nil {
-		a.state.Store(int32(StateClosed))
-	} else {
-		a.state.Store(int32(StateFailed))
-	}
-	a.closeOnce.Do(func() { close(a.done) })
+	a.stopped()
 	a.log.Info("closed")
 	return errors.Join(errs...)
+}
+
+// stopped ends a shutdown: PendingShutdown becomes NotRunning and
+// PendingError Failed, and Done is closed.
+func (a *App) stopped() {
+	if !a.setState(StateNotRunning, StatePendingShutdown) {
+		a.setState(StateFailed, StatePendingError)
+	}
+	a.closeOnce.Do(func() { close(a.done) })
 }
 
 // leaveStatic takes the instance's static members out of the group: a
@@ -400,12 +391,15 @@ func (a *App) requestApplicationShutdown(err error) {
 	})
 }
 
-// fail records a fatal error from a thread and stops the App in the
-// background: the thread that failed cannot close the others while it is
-// still inside its own loop.
+// fail records a fatal error from a thread, moves the App to PendingError
+// and stops it in the background: the thread that failed cannot close the
+// others while it is still inside its own loop. An error met while Close
+// or Kill is already stopping the App is recorded (Err) but does not
+// change the state.
 func (a *App) fail(err error) {
 	if a.setErr(err) {
 		a.log.Error("fatal error, stopping", "err", err)
+		a.setState(StatePendingError, StateRebalancing, StateRunning)
 		go a.Close(context.Background())
 	}
 }

@@ -89,11 +89,11 @@ func TestCloseLeavesGroupKillDoesNot(t *testing.T) {
 	require.Equal(t, threads, groupMembers(t, adm, "g"))
 	require.NoError(t, app.Close(context.Background()))
 	require.Equal(t, 0, groupMembers(t, adm, "g"), "a closed instance must have left the group")
-	require.Equal(t, StateClosed, app.State())
+	require.Equal(t, StateNotRunning, app.State())
 
 	app = start()
 	app.kill()
-	require.Equal(t, StateClosed, app.State())
+	require.Equal(t, StateNotRunning, app.State())
 	require.Equal(t, threads, groupMembers(t, adm, "g"), "a killed instance must not have left the group")
 	require.NoError(t, app.Close(context.Background()), "Close after Kill is a no-op")
 }

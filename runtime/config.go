@@ -315,6 +315,15 @@ type Config struct {
 	StateCleanupDelay time.Duration
 	// Logger receives the runtime's logs. Default: discard.
 	Logger *slog.Logger
+	// StateListener, when set, hears of every change of the App's State,
+	// exactly once and in the order they happen, with the state left and
+	// the state entered. It is called synchronously by the goroutine
+	// making the change (Start, Close, Kill, or a stream thread's group
+	// callback or loop) while the App holds its state lock, so it must
+	// return quickly and may call only State, Err, Done and ProcessID on
+	// the App: anything else (Close, Tasks, queries) may wait for the
+	// very thread that is calling it. Hand longer work to a goroutine.
+	StateListener func(old, new State)
 	// TLS, when set, makes every client Eddy creates connect to the
 	// brokers over TLS with this configuration. The handshake runs inside
 	// Eddy's own dialer, so Kill still severs the connections. A config

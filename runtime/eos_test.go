@@ -106,7 +106,7 @@ func TestExactlyOnceCrashDuringCommit(t *testing.T) {
 			armed.Store(true)
 			c.produce(t, 50, want)
 			waitFor(t, 20*time.Second, "the crash", func() bool {
-				return app.State() != StateRunning || slices.ContainsFunc(app.threads, func(th *thread) bool { return th.killed.Load() })
+				return !app.State().IsRunningOrRebalancing() || slices.ContainsFunc(app.threads, func(th *thread) bool { return th.killed.Load() })
 			})
 			app.kill()
 			crashAt.Store(nil)

@@ -48,6 +48,7 @@ func newHandoverRig(t *testing.T) *handoverRig {
 	}
 	app.threads = r.th
 	app.state.Store(int32(StateRunning))
+	app.serving.Store(true)
 	t.Cleanup(func() {
 		for _, th := range r.th {
 			th.mu.Lock()

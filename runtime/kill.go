@@ -166,28 +166,30 @@ func (c *trackedConn) Close() error {
 // session timeout. Kill relies on the App's own dialer, which is why New
 // refuses a kgo.Dialer or kgo.DialTLSConfig in ClientOptions (Config.TLS
 // dials TLS through it instead).
+//
+// Kill moves the App through PendingShutdown to NotRunning, or, when a
+// fatal error was already stopping it, to Failed.
 func (a *App) kill() {
 	a.net.sever()
 	a.killCancel()
-	for {
-		s := a.State()
-		if s != StateStarting && s != StateRunning {
-			break
-		}
-		if a.state.CompareAndSwap(int32(s), int32(StateClosing)) {
-			break
-		}
-	}
-	for _, th := range a.threads {
+	// A Start in progress, cut off from the network, returns soon.
+	a.startMu.Lock()
+	threads := a.threads
+	a.startMu.Unlock()
+	for _, th := range threads {
 		th.killed.Store(true)
 		th.stop()
 	}
-	for _, th := range a.threads {
+	if !a.closing.CompareAndSwap(false, true) {
+		<-a.done
+		return
+	}
+	a.setState(StatePendingShutdown, StateCreated, StateRebalancing, StateRunning)
+	for _, th := range threads {
 		<-th.exited
 	}
 	a.releaseResources()
-	a.state.Store(int32(StateClosed))
-	a.closeOnce.Do(func() { close(a.done) })
+	a.stopped()
 	a.log.Info("killed")
 }
 

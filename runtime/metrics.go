@@ -180,8 +180,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, v, s.String())
 	}
 	// Start sets up the threads, the registry and the freshness tracker
-	// before it leaves StateStarting; until then they must not be read.
-	started := now != StateCreated && now != StateStarting
+	// before it sets threadsUp; until then they must not be read.
+	started := a.threadsUp.Load()
 	var remaining int64
 	if started {
 		for _, ti := range m.tasks() {

@@ -217,6 +217,11 @@ func TestMetricsDocumented(t *testing.T) {
 	require.NoError(t, app.Start(context.Background()))
 	s = gather(t, reg)
 	check(s, false)
+	require.Equal(t, 1.0, s.sum("eddy_app_state"), "exactly one state is 1")
+	require.Equal(t, 1.0, s.sum("eddy_app_state", fmt.Sprintf("state=%q", StateRebalancing))+s.sum("eddy_app_state", fmt.Sprintf("state=%q", StateRunning)),
+		"just started: rebalancing, or already running")
+	waitFor(t, 30*time.Second, "running", func() bool { return app.State() == StateRunning })
+	s = gather(t, reg)
 	oneHot(s, StateRunning)
 	require.Zero(t, s.sum("eddy_records_processed_total"))
 	require.Equal(t, []string{"input", "repartition"}, s.labelValues("eddy_records_processed_total", "source"))

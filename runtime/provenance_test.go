@@ -31,6 +31,7 @@ func newStandbyRig(t *testing.T, records int) *App {
 	require.NoError(t, err)
 	require.NoError(t, app.prepare(context.Background()))
 	app.state.Store(int32(StateRunning))
+	app.serving.Store(true)
 	t.Cleanup(app.releaseResources)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))

@@ -47,8 +47,8 @@ func (a *App) KeyPartition(store string, key []byte) (int32, error) {
 // It answers only from a running active task and sees what that task last
 // committed. The partition is returned with the answer.
 func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, partition int32, err error) {
-	if a.State() != StateRunning {
-		return nil, false, 0, iq.ErrNotRunning
+	if err := (queryBackend{a}).running(); err != nil {
+		return nil, false, 0, err
 	}
 	partition, err = a.KeyPartition(store, key)
 	if err != nil {
@@ -65,19 +65,12 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	return value, found, partition, err
 }
 
-// Ready reports whether the instance is running, every thread has received
-// an assignment, and no task is restoring or waiting for another thread to
-// let it go.
+// Ready reports whether the instance is Running: every thread has received
+// an assignment, and no active task is restoring or waiting for another
+// thread to let it go. It checks the threads as well as the state, so it
+// turns false as soon as a thread starts a rebalance.
 func (a *App) Ready() bool {
-	if a.State() != StateRunning {
-		return false
-	}
-	for _, th := range a.threads {
-		if !th.assigned.Load() || th.waitingAny.Load() || th.rest.active() {
-			return false
-		}
-	}
-	return true
+	return a.State() == StateRunning && a.settled()
 }
 
 // Queries returns the App as the query layer sees it: its routing metadata,
@@ -93,11 +86,15 @@ func (q queryBackend) KeyPartition(store string, key []byte) (int32, error) {
 	return q.a.KeyPartition(store, key)
 }
 
+// running says whether queries can be served: from the moment Start has
+// opened the registry until the instance starts shutting down, rebalances
+// included (replicas answer through them, each with its role).
 func (q queryBackend) running() error {
-	switch q.a.State() {
-	case StateCreated, StateStarting:
+	s := q.a.State()
+	switch {
+	case s == StateCreated || (s.IsRunningOrRebalancing() && !q.a.serving.Load()):
 		return iq.ErrNotStarted
-	case StateRunning:
+	case s.IsRunningOrRebalancing():
 		return nil
 	default:
 		return iq.ErrShuttingDown

@@ -413,6 +413,7 @@ func (th *thread) iteration() error {
 	if err := th.restoreStep(); err != nil {
 		return err
 	}
+	th.app.maybeRunning()
 	if time.Since(th.lastCommit) >= th.app.cfg.CommitInterval || th.budget.Full() || th.rebalancePending.Swap(false) {
 		if err := th.commitBounded(); err != nil {
 			return err
@@ -922,6 +923,7 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 	th.app.metrics.rebalances.Inc()
 	th.assigned.Store(true)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
+	th.app.maybeRunning()
 }
 
 // startActive creates an active task around the stores the registry hands
@@ -1015,6 +1017,7 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
+	th.app.rebalanceStarted()
 	defer th.unassigned()
 	if th.halted {
 		th.dropAll()
@@ -1070,6 +1073,7 @@ func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32)
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
+	th.app.rebalanceStarted()
 	defer th.unassigned()
 	th.log.Warn("partitions lost; closing tasks without committing")
 	th.dropAll()

@@ -220,6 +220,7 @@ func (th *thread) pauseForRewire(r *rewire) error {
 	th.log.Warn("letting go of tasks and client until the application's topics are back")
 	th.releaseClient()
 	th.assigned.Store(false)
+	th.app.rebalanceStarted()
 	th.unassigned()
 	th.rest.stop()
 	th.mu.Unlock()

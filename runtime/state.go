@@ -1,0 +1,157 @@
+package runtime
+
+import (
+	"fmt"
+	"slices"
+)
+
+// State is the lifecycle state of an App, in the spirit of Kafka Streams'
+// KafkaStreams.State:
+//
+//	Created ──Start──▶ Rebalancing ◀──▶ Running
+//	   │                   │               │
+//	   └──────Close/Kill───┴───────────────┴──▶ PendingShutdown ──▶ NotRunning
+//	                       │               │
+//	                       └─fatal error───┴──▶ PendingError ──▶ Failed
+//
+// Running means every stream thread has received its assignment and has
+// none of its active tasks restoring or waiting to start; any thread
+// losing or giving up its partitions (the start of a rebalance) moves the
+// instance back to Rebalancing. Standbys and warmups catching up do not
+// hold the instance in Rebalancing: they serve no input. Queries are served
+// in both Rebalancing and Running. The transitions allowed are exactly
+// those of validTransition.
+type State int32
+
+// The states of an App.
+const (
+	// StateCreated: New returned; Start has not been called.
+	StateCreated State = iota
+	// StateRebalancing: started, and some stream thread has no
+	// assignment yet (its group is rebalancing) or has an active task
+	// restoring or waiting for another thread to let it go.
+	StateRebalancing
+	// StateRunning: every stream thread has its assignment and all its
+	// active tasks process input.
+	StateRunning
+	// StatePendingShutdown: Close or Kill is stopping the instance.
+	StatePendingShutdown
+	// StateNotRunning: stopped by Close or Kill. Terminal.
+	StateNotRunning
+	// StatePendingError: a fatal error (see Err) is stopping the
+	// instance.
+	StatePendingError
+	// StateFailed: stopped by a fatal error, which Err returns.
+	// Terminal.
+	StateFailed
+)
+
+var stateNames = [...]string{
+	StateCreated:         "created",
+	StateRebalancing:     "rebalancing",
+	StateRunning:         "running",
+	StatePendingShutdown: "pending-shutdown",
+	StateNotRunning:      "not-running",
+	StatePendingError:    "pending-error",
+	StateFailed:          "failed",
+}
+
+func (s State) String() string {
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// IsRunningOrRebalancing reports whether the instance is started and not
+// stopping: it processes, or will again once the rebalance is over.
+func (s State) IsRunningOrRebalancing() bool {
+	return s == StateRebalancing || s == StateRunning
+}
+
+// Terminal reports whether no transition leaves s.
+func (s State) Terminal() bool { return s == StateNotRunning || s == StateFailed }
+
+// transitions lists, for every state, the states it may move to. It is the
+// one place the state machine is defined; setState refuses anything else.
+var transitions = map[State][]State{
+	StateCreated:         {StateRebalancing, StatePendingShutdown},
+	StateRebalancing:     {StateRunning, StatePendingShutdown, StatePendingError},
+	StateRunning:         {StateRebalancing, StatePendingShutdown, StatePendingError},
+	StatePendingShutdown: {StateNotRunning},
+	StatePendingError:    {StateFailed},
+}
+
+// validTransition reports whether an App may move from one state to
+// another.
+func validTransition(from, to State) bool {
+	return slices.Contains(transitions[from], to)
+}
+
+// setState moves the App to state to, if it is in one of the states from
+// (any state when from is empty), and reports whether it moved. A move the
+// table does not allow is a bug: it is refused, logged and counted
+// (badTransitions, which the tests check). The listener hears of each move
+// while stateMu is held, so it hears of them exactly once and in order.
+func (a *App) setState(to State, from ...State) bool {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	return a.setStateLocked(to, from...)
+}
+
+func (a *App) setStateLocked(to State, from ...State) bool {
+	cur := State(a.state.Load())
+	if len(from) > 0 && !slices.Contains(from, cur) {
+		return false
+	}
+	if !validTransition(cur, to) {
+		a.badTransitions.Add(1)
+		a.log.Error("refusing an illegal application state transition (a bug)", "from", cur, "to", to)
+		return false
+	}
+	a.state.Store(int32(to))
+	a.log.Info("state", "from", cur, "to", to)
+	if l := a.cfg.StateListener; l != nil {
+		l(cur, to)
+	}
+	return true
+}
+
+// rebalanceStarted moves a running instance to Rebalancing: one of its
+// threads has just given up its partitions, or lost them, or left the
+// group. Called after the thread cleared its assigned flag, so that a
+// concurrent settled check cannot see it still assigned.
+func (a *App) rebalanceStarted() {
+	a.setState(StateRebalancing, StateRunning)
+}
+
+// maybeRunning moves a rebalancing instance to Running once every thread
+// has settled. Threads call it after anything that may settle them: an
+// assignment, a restoration finished, a waiting task started. The check
+// and the move happen under stateMu, as does rebalanceStarted, so a thread
+// unsettling itself meanwhile is never missed.
+func (a *App) maybeRunning() {
+	if a.State() != StateRebalancing || !a.threadsUp.Load() {
+		return
+	}
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	if State(a.state.Load()) == StateRebalancing && a.settled() {
+		a.setStateLocked(StateRunning, StateRebalancing)
+	}
+}
+
+// settled reports whether every stream thread has received its assignment
+// and has no active task restoring or waiting for another thread to let it
+// go. Only call it once threadsUp is set: a.threads is complete then.
+func (a *App) settled() bool {
+	if len(a.threads) == 0 {
+		return false
+	}
+	for _, th := range a.threads {
+		if !th.assigned.Load() || th.waitingAny.Load() || th.rest.active() {
+			return false
+		}
+	}
+	return true
+}
