@@ -757,6 +757,171 @@ func (r *run) assignStandbys() {
 	}
 	for r.augment(func(c int) bool { return r.replicas[c] > lo[c] }, func(c int) bool { return r.replicas[c] < lo[c] }) {
 	}
+	if len(r.cfg.RackAwareTags) > 1 {
+		r.respread(lo, hi)
+	}
+}
+
+// respread re-places whole standby sets where moving one standby at a time
+// cannot reach balance. With several tag keys a task's replicas can be
+// pinned: no single standby can move without repeating a zone or a rack,
+// while its two standbys can trade places with another pair (from zone b
+// rack 2 and zone c rack 3 to zone b rack 3 and zone c rack 2). Each
+// accepted re-placement keeps every key's spread and strictly lowers the
+// total distance of clients from their limits, so the loop ends.
+func (r *run) respread(lo, hi []int) {
+	off := func(c int) int { return max(0, r.replicas[c]-hi[c]) + max(0, lo[c]-r.replicas[c]) }
+	for {
+		total, low := 0, false
+		for c := range r.ids {
+			total += off(c)
+			low = low || r.replicas[c] < lo[c]
+		}
+		if total == 0 {
+			return
+		}
+		improved := false
+		for i := range r.sf {
+			touches := low
+			for _, c := range r.holders[i][1:] {
+				touches = touches || r.replicas[c] > hi[c]
+			}
+			if touches && r.replaceStandbys(i, lo, hi, off) {
+				improved = true
+			}
+		}
+		if !improved {
+			return
+		}
+	}
+}
+
+// replaceStandbys places task i's standbys again and keeps the new set only
+// if no tag key's spread shrinks and the clients' distance from their limits
+// (off) falls. The first standby fixes much of the rest when keys pin each
+// other, so it tries the respreadTries best first standbys, each completed
+// greedily, and keeps the best set.
+func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
+	old := slices.Clone(r.holders[i][1:])
+	spread := r.spreadOf(r.holders[i])
+	cost := func(set []int) int {
+		n := 0
+		for _, c := range set {
+			n += off(c)
+		}
+		return n
+	}
+	affected := func(set []int) []int {
+		out := slices.Clone(old)
+		for _, c := range set {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	for _, c := range old {
+		r.removeStandby(i, c)
+	}
+	// rank orders clients for the next standby of task i: tag spread,
+	// then clients below their lower limit, then those with room, then
+	// the least loaded, then those that held it.
+	rank := func(a, b int) int {
+		if x, y := r.tagScore(i, a), r.tagScore(i, b); x != y {
+			return y - x
+		}
+		for _, lim := range [][]int{lo, hi} {
+			if x, y := r.replicas[a] >= lim[a], r.replicas[b] >= lim[b]; x != y {
+				if x {
+					return 1
+				}
+				return -1
+			}
+		}
+		if x := cmpRatio(r.replicas[a]+1, r.caps[a], r.replicas[b]+1, r.caps[b]); x != 0 {
+			return x
+		}
+		if x, y := slices.Contains(old, a), slices.Contains(old, b); x != y {
+			if x {
+				return -1
+			}
+			return 1
+		}
+		return a - b
+	}
+	var firsts []int
+	for c := range r.ids {
+		if !slices.Contains(r.holders[i], c) {
+			firsts = append(firsts, c)
+		}
+	}
+	slices.SortFunc(firsts, rank)
+	var best []int
+	bestGain := 0
+	for _, first := range firsts[:min(len(firsts), respreadTries)] {
+		set := []int{first}
+		r.addStandby(i, first)
+		for len(r.holders[i]) < 1+r.k {
+			pick := -1
+			for c := range r.ids {
+				if !slices.Contains(r.holders[i], c) && (pick < 0 || rank(c, pick) < 0) {
+					pick = c
+				}
+			}
+			r.addStandby(i, pick)
+			set = append(set, pick)
+		}
+		aff := affected(set)
+		after := cost(aff)
+		ok := true
+		for j, n := range r.spreadOf(r.holders[i]) {
+			ok = ok && n >= spread[j]
+		}
+		for _, c := range set {
+			r.removeStandby(i, c)
+		}
+		for _, c := range old {
+			r.addStandby(i, c)
+		}
+		gain := cost(aff) - after
+		for _, c := range old {
+			r.removeStandby(i, c)
+		}
+		if ok && gain > bestGain {
+			best, bestGain = set, gain
+		}
+	}
+	if best == nil {
+		best = old
+	}
+	for _, c := range best {
+		r.addStandby(i, c)
+	}
+	return bestGain > 0
+}
+
+// respreadTries bounds the first standbys replaceStandbys tries per task.
+const respreadTries = 32
+
+func (r *run) removeStandby(i, c int) {
+	r.holders[i] = slices.DeleteFunc(r.holders[i], func(h int) bool { return h == c })
+	r.standbys[c] = slices.DeleteFunc(r.standbys[c], func(t int) bool { return t == i })
+	r.replicas[c]--
+}
+
+// spreadOf counts, per tag key, the distinct values among clients.
+func (r *run) spreadOf(clients []int) []int {
+	out := make([]int, len(r.cfg.RackAwareTags))
+	for j := range out {
+		var seen []int
+		for _, c := range clients {
+			if !slices.Contains(seen, r.tags[c][j]) {
+				seen = append(seen, r.tags[c][j])
+			}
+		}
+		out[j] = len(seen)
+	}
+	return out
 }
 
 func (r *run) addStandby(i, c int) {
