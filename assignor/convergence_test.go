@@ -32,7 +32,7 @@ import (
 // MaxWarmups plus the sum of the shortfalls. Converged assignments must be
 // balanced per client by capacity (a level λ with λ·cap ≤ n ≤ λ·cap+1 for
 // every client), each sub-topology must be spread in the first round of a
-// new group, and no task's active may change owner more than twice while the
+// new group, and no task's active may change owner more than moveLimit times while the
 // group converges after one event.
 //
 // EDDY_ASSIGNOR_SEEDS sets the number of random clusters (default 300);
