@@ -3,6 +3,7 @@ package assignor
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -54,6 +55,15 @@ type Config struct {
 	// replicas whenever such a client exists. Tag spreading takes priority
 	// over standby balance.
 	RackAwareTags []string
+	// ActiveRackTag, if set, names the client tag key whose value is the
+	// client's rack in the sense of the brokers' broker.rack (for example
+	// "rack" or "zone"). Together with Input.TaskRacks it makes actives
+	// prefer clients on the rack of their input partitions' leaders, so
+	// that fetches stay within the rack, as KIP-925 does for Kafka
+	// Streams. The preference never overrides warmth: among clients that
+	// are equally caught up on a task, one on a leader's rack is chosen,
+	// and a client over its share gives up off-rack tasks first.
+	ActiveRackTag string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -88,6 +98,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("assignor: RackAwareTags names %q twice", k))
 		}
 		seen[k] = true
+	}
+	if c.ActiveRackTag != "" && strings.TrimSpace(c.ActiveRackTag) == "" {
+		errs = append(errs, errors.New("assignor: ActiveRackTag is blank"))
 	}
 	return errors.Join(errs...)
 }
@@ -147,6 +160,12 @@ type Input struct {
 	// a caught-up client with state is still preferred. A task missing here
 	// counts as unknown: clients without state are never caught up on it.
 	Ends map[task.ID]int64
+	// TaskRacks optionally holds, per task, the racks (broker.rack) of the
+	// leaders of the task's input partitions, as the group leader learns
+	// them from metadata. It is used only with Config.ActiveRackTag; a task
+	// missing here, or with no racks, has no rack preference. The Balancer
+	// does not fill it yet: the runtime has to pass leader racks in.
+	TaskRacks map[task.ID][]string
 }
 
 // ClientAssignment is one client's share. All lists are sorted.
@@ -158,6 +177,13 @@ type ClientAssignment struct {
 	// count towards NumStandbys.
 	Warmup []task.ID
 }
+
+// AssignFunc computes an assignment from the state of the group. Assign is
+// the default; an application may plug in its own placement with the same
+// input and output (as KIP-924 allows in Kafka Streams), and should check
+// its results with ValidateOutput in its tests. The Balancer rejects an
+// output that does not give every task exactly one active.
+type AssignFunc func(Config, Input) Output
 
 // Output is an assignment of every task.
 type Output struct {
@@ -176,7 +202,10 @@ type Output struct {
 // With no clients, every client map in the output is empty and no task is
 // assigned.
 //
-// The rules, in priority order:
+// Assign first computes a target, the balanced assignment it is heading for,
+// and then this round's assignment, which differs from the target only
+// where the target would restore state that exists elsewhere. The rules, in
+// priority order:
 //   - every task gets exactly one active; every stateful task gets
 //     min(NumStandbys, clients-1) standbys on distinct clients other than
 //     its active's, spread over distinct RackAwareTags values where possible;
@@ -184,21 +213,76 @@ type Output struct {
 //     within AcceptableRecoveryLag, or running it) when one exists, or else
 //     to the most caught-up client; a client with no state is as good as any
 //     other only when no client has state;
-//   - load is balanced per thread of capacity, separately for stateful
-//     actives, for all actives, and for stateful replicas (active plus
-//     standby): on a converged assignment every thread's count of each is
-//     within one of every other thread's;
-//   - where balance wants an active on a client that is not caught up, the
-//     active stays on a caught-up client, the destination gets a warmup (at
-//     most MaxWarmups in the group) and FollowupRebalance is set;
-//   - assignments are sticky: previous owners keep what balance allows.
+//   - state moves only through warmups. A task with c clients caught up on
+//     it places min(c, 1+standbys) of its replicas on caught-up clients, so
+//     only max(0, 1+standbys-c) of them restore: a standby restores on a
+//     new client only when too few clients are caught up (a client was
+//     lost, or the task is new). Where the target puts a replica on a client
+//     that is not caught up while a caught-up client could hold it, the
+//     caught-up client keeps it, the target client gets a warmup (at most
+//     MaxWarmups in the group, partly restored state first) and
+//     FollowupRebalance is set. Every round therefore starts at most
+//     MaxWarmups plus the sum of those shortfalls restorations;
+//   - the target is balanced by capacity across clients, separately for
+//     stateful actives, for all actives and for stateful replicas (active
+//     plus standby): there is a level λ such that every client's count n
+//     satisfies λ·capacity ≤ n ≤ λ·capacity+1, so every thread's count is
+//     within one of every other's and no client with capacity idles while
+//     another holds two tasks more than its share (clients that hold every
+//     stateful task aside for replicas);
+//   - stateless tasks balance the total active load as it is this round,
+//     not as the target will have it once warmups finish;
+//   - assignments are sticky: previous owners keep what balance allows, and
+//     a client over its share gives up first the tasks that have other warm
+//     homes, that are off their input leaders' rack (ActiveRackTag), and
+//     of whose sub-topology it holds the most;
+//   - tasks that must be placed anyway go, among equally good clients, to
+//     one on their input leaders' rack and holding the fewest tasks of their
+//     sub-topology for its capacity, which spreads each sub-topology.
 func Assign(cfg Config, in Input) Output {
 	r := newRun(cfg.normalized(), in)
 	r.assignStatefulActives()
 	r.assignStandbys()
-	r.assignWarmups()
+	r.settleReplicas()
 	r.assignStatelessActives()
 	return r.output()
+}
+
+// ValidateOutput reports an output that does not assign every task of in
+// exactly one active, names a client or task that is not in in, or puts two
+// replicas of one task on one client. It checks what any AssignFunc must
+// meet, not Assign's placement rules.
+func ValidateOutput(in Input, out Output) error {
+	var errs []error
+	owners := make(map[task.ID]int, len(in.Tasks))
+	for id, a := range out.Clients {
+		if _, ok := in.Clients[id]; !ok {
+			errs = append(errs, fmt.Errorf("assignor: output names unknown client %q", id))
+		}
+		seen := map[task.ID]bool{}
+		for _, l := range [][]task.ID{a.Active, a.Standby, a.Warmup} {
+			for _, t := range l {
+				if _, ok := in.Tasks[t]; !ok {
+					errs = append(errs, fmt.Errorf("assignor: client %q is given unknown task %v", id, t))
+				}
+				if seen[t] {
+					errs = append(errs, fmt.Errorf("assignor: client %q holds task %v twice", id, t))
+				}
+				seen[t] = true
+			}
+		}
+		for _, t := range a.Active {
+			owners[t]++
+		}
+	}
+	if len(in.Clients) > 0 {
+		for t := range in.Tasks {
+			if owners[t] != 1 {
+				errs = append(errs, fmt.Errorf("assignor: task %v has %d actives", t, owners[t]))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // run holds one Assign call's working state. Clients and tasks are indexed
@@ -209,29 +293,39 @@ type run struct {
 	k       int // standbys per stateful task
 	ids     []string
 	caps    []int
-	tags    [][]int // per client, per rack key: interned value
+	tags    [][]int  // per client, per rack key: interned value
+	rack    []string // per client: its ActiveRackTag value, or ""
+	hash    []uint64 // per client: hash of its ID
 	sf      []task.ID
 	sl      []task.ID
 	sfIndex map[task.ID]int
+	groups  int   // distinct sub-topologies
+	sfGroup []int // interned sub-topology per stateful task
+	slGroup []int
+	sfRacks [][]string // input leaders' racks per stateful task, sorted
+	slRacks [][]string
 
 	// Per stateful task.
 	state       [][]clientLag // clients with state, sorted by client
 	eligible    [][]int       // clients allowed to take the active; nil when free
+	shortLog    []bool        // clients without state are caught up
 	prevActive  []int
 	prevStandby [][]int
-	target      []int // balanced destination of the active
-	targetLoad  []int // stateful actives per client, as balance wants them
-	active      []int // where the active actually goes
-	holders     [][]int
-	warmup      []int
+	prevLoad    []int   // stateful replicas per client in the previous round
+	target      []int   // balanced destination of the active
+	targetLoad  []int   // stateful actives per client, as balance wants them
+	active      []int   // where the active actually goes
+	holders     [][]int // target replicas, target active first
+	standby     [][]int // actual standbys this round
+	warmups     []warmup
 
 	// Per stateless task.
 	slPrev  []int
 	slOwner []int
 
-	activeLoad []int // stateful actives per client
-	replicas   []int // stateful actives plus standbys per client
-	standbys   [][]int
+	activeLoad []int   // actual stateful actives per client
+	replicas   []int   // target stateful actives plus standbys per client
+	standbys   [][]int // target standbys per client
 	followup   bool
 }
 
@@ -240,22 +334,30 @@ type clientLag struct {
 	lag    int64
 }
 
+type warmup struct {
+	task, client int
+	lag          int64
+	active       bool
+}
+
 func newRun(cfg Config, in Input) *run {
 	r := &run{cfg: cfg}
 	for id := range in.Clients {
 		r.ids = append(r.ids, id)
 	}
 	slices.Sort(r.ids)
-	cIndex := make(map[string]int, len(r.ids))
-	for i, id := range r.ids {
-		cIndex[id] = i
-	}
 	values := map[string]int{}
 	r.caps = make([]int, len(r.ids))
 	r.tags = make([][]int, len(r.ids))
+	r.rack = make([]string, len(r.ids))
+	r.hash = make([]uint64, len(r.ids))
 	for i, id := range r.ids {
 		cs := in.Clients[id]
+		r.hash[i] = clientHash(id)
 		r.caps[i] = max(cs.Capacity, 1)
+		if cfg.ActiveRackTag != "" {
+			r.rack[i] = cs.Tags[cfg.ActiveRackTag]
+		}
 		r.tags[i] = make([]int, len(cfg.RackAwareTags))
 		for j, key := range cfg.RackAwareTags {
 			v, ok := cs.Tags[key]
@@ -285,6 +387,25 @@ func newRun(cfg Config, in Input) *run {
 	byID := func(a, b task.ID) int { return a.Compare(b) }
 	slices.SortFunc(r.sf, byID)
 	slices.SortFunc(r.sl, byID)
+	subs := map[int]int{}
+	intern := func(ids []task.ID) (groups []int, racks [][]string) {
+		groups, racks = make([]int, len(ids)), make([][]string, len(ids))
+		for i, id := range ids {
+			g, ok := subs[id.SubTopology]
+			if !ok {
+				g = len(subs)
+				subs[id.SubTopology] = g
+			}
+			groups[i] = g
+			if cfg.ActiveRackTag != "" && len(in.TaskRacks[id]) > 0 {
+				racks[i] = slices.Compact(slices.Sorted(slices.Values(in.TaskRacks[id])))
+			}
+		}
+		return groups, racks
+	}
+	r.sfGroup, r.sfRacks = intern(r.sf)
+	r.slGroup, r.slRacks = intern(r.sl)
+	r.groups = len(subs)
 	r.sfIndex = make(map[task.ID]int, len(r.sf))
 	for i, id := range r.sf {
 		r.sfIndex[id] = i
@@ -298,6 +419,7 @@ func newRun(cfg Config, in Input) *run {
 	r.state = make([][]clientLag, ns)
 	r.prevActive = filled(ns, -1)
 	r.prevStandby = make([][]int, ns)
+	r.prevLoad = make([]int, len(r.ids))
 	r.slPrev = filled(len(r.sl), -1)
 	for c, id := range r.ids {
 		cs := in.Clients[id]
@@ -321,6 +443,7 @@ func newRun(cfg Config, in Input) *run {
 				if r.prevActive[i] < 0 {
 					r.prevActive[i] = c
 				}
+				r.prevLoad[c]++
 			} else if i, ok := slIndex[t]; ok && r.slPrev[i] < 0 {
 				r.slPrev[i] = c
 			}
@@ -328,31 +451,36 @@ func newRun(cfg Config, in Input) *run {
 		for _, t := range cs.PrevStandby {
 			if i, ok := r.sfIndex[t]; ok && !slices.Contains(r.prevStandby[i], c) {
 				r.prevStandby[i] = append(r.prevStandby[i], c)
+				r.prevLoad[c]++
 			}
 		}
 		// Clients are visited in index order, so each state list stays
 		// sorted by client.
-		for i, lag := range lags {
-			r.state[i] = append(r.state[i], clientLag{c, lag})
+		for _, i := range slices.Sorted(maps.Keys(lags)) {
+			r.state[i] = append(r.state[i], clientLag{c, lags[i]})
 		}
 	}
 
 	r.eligible = make([][]int, ns)
+	r.shortLog = make([]bool, ns)
 	for i, id := range r.sf {
-		best := lagUnknown
-		var caught []int
 		end, known := in.Ends[id]
-		shortLog := known && r.caughtUpLag(max(end, 0))
-		for c := range r.ids {
-			switch lag := r.lag(i, c); {
-			case lag == lagUnknown:
-				if shortLog {
+		r.shortLog[i] = known && r.caughtUpLag(max(end, 0))
+		var caught []int
+		if r.shortLog[i] {
+			for c := range r.ids {
+				if r.caught(i, c) {
 					caught = append(caught, c)
 				}
-			case r.caughtUpLag(lag):
-				caught = append(caught, c)
+			}
+		} else {
+			for _, cl := range r.state[i] {
+				if r.caughtUpLag(cl.lag) {
+					caught = append(caught, cl.client)
+				}
 			}
 		}
+		best := lagUnknown
 		for _, cl := range r.state[i] {
 			best = min(best, cl.lag)
 		}
@@ -380,6 +508,17 @@ func filled(n, v int) []int {
 
 func (r *run) caughtUpLag(lag int64) bool {
 	return lag == LagRunning || lag <= r.cfg.AcceptableRecoveryLag
+}
+
+// caught reports whether client c is caught up on stateful task i: it could
+// take the task's active, or hold a replica of it, without restoring more
+// than AcceptableRecoveryLag records.
+func (r *run) caught(i, c int) bool {
+	lag := r.lag(i, c)
+	if lag == lagUnknown {
+		return r.shortLog[i]
+	}
+	return r.caughtUpLag(lag)
 }
 
 // lag returns client c's lag on stateful task i, or lagUnknown.
@@ -422,6 +561,19 @@ func (r *run) stateRank(i, c int) int {
 	}
 }
 
+// offRack is 1 when client c is not on the rack of any of racks, the input
+// leaders' racks of a task, and 0 when it is or when rack awareness of
+// actives is off or the racks are unknown.
+func (r *run) offRack(racks []string, c int) int {
+	if len(racks) == 0 || c < 0 {
+		return 0
+	}
+	if _, ok := slices.BinarySearch(racks, r.rack[c]); ok && r.rack[c] != "" {
+		return 0
+	}
+	return 1
+}
+
 // assignStatefulActives computes the balanced target of every stateful
 // active and then where it actually goes this round.
 func (r *run) assignStatefulActives() {
@@ -431,36 +583,38 @@ func (r *run) assignStatefulActives() {
 		return
 	}
 	lo, hi := bounds(ns, r.caps, ns)
-	order := make([]int, ns)
-	for i := range order {
-		order[i] = i
-	}
+	order := interleave(ns, r.sfGroup)
 	// Tasks with few warm clients choose first, while those clients still
 	// have room.
 	slices.SortStableFunc(order, func(a, b int) int { return r.numEligible(a) - r.numEligible(b) })
 	sp := spreader{
 		caps: r.caps, lo: lo, hi: hi,
 		// A client over its share gives up first the tasks that have other
-		// warm homes, so the moves it must make need no warmup.
-		keepRank: r.numEligible,
+		// warm homes, so the moves it must make need no warmup, and then
+		// those off their leaders' rack.
+		keepRank: func(i int) int { return 2*r.numEligible(i) + r.offRack(r.sfRacks[i], r.prevActive[i]) },
 		order:    order,
 		affinity: func(i, c int) int {
+			warmth := 3 + r.stateRank(i, c)
 			if r.isEligible(i, c) {
 				switch lag := r.lag(i, c); lag {
 				case LagRunning, 0:
-					return 0
+					warmth = 0
 				case lagUnknown:
 					// Caught up only because the changelog is short:
 					// a client with state restores less.
-					return 2
+					warmth = 2
 				default:
 					// Within the acceptable lag but behind: a standby
 					// that has everything is a better home.
-					return 1
+					warmth = 1
 				}
 			}
-			return 3 + r.stateRank(i, c)
+			return 2*warmth + r.offRack(r.sfRacks[i], c)
 		},
+		group:  r.sfGroup,
+		groups: r.groups,
+		pref:   func(i, c int) uint64 { return rendezvous(r.sf[i], r.hash[c]) },
 	}
 	r.target, r.targetLoad = sp.spread(r.prevActive, make([]int, nc))
 
@@ -504,17 +658,17 @@ func (r *run) betterSource(i, a, b int) bool {
 	return a < b
 }
 
-// assignStandbys gives every stateful task r.k standbys.
+// assignStandbys gives every stateful task r.k standbys in the target.
 func (r *run) assignStandbys() {
 	ns, nc := len(r.sf), len(r.ids)
 	r.holders = make([][]int, ns)
 	r.standbys = make([][]int, nc)
-	r.replicas = slices.Clone(r.activeLoad)
+	r.replicas = slices.Clone(r.targetLoad)
 	if nc == 0 {
 		return
 	}
 	for i := range r.sf {
-		r.holders[i] = append(make([]int, 0, 1+r.k), r.active[i])
+		r.holders[i] = append(make([]int, 0, 1+r.k), r.target[i])
 	}
 	if r.k == 0 {
 		return
@@ -523,8 +677,11 @@ func (r *run) assignStandbys() {
 
 	// Sticky pass: previous standbys, and the previous active if the
 	// active moved, keep their replica unless tags call for another client.
-	// Clients left over their share shed replicas in the balance pass,
-	// which moves no more of them than it must.
+	// Among equally fresh candidates the one that was least loaded keeps
+	// it, so that a replica kept on a busy client while another warmed up
+	// goes to the warmed client. Clients left over their share shed
+	// replicas in the balance pass, which moves no more of them than it
+	// must.
 	var cands []int
 	for i := range r.sf {
 		cands = cands[:0]
@@ -538,6 +695,9 @@ func (r *run) assignStandbys() {
 					return -1
 				}
 				return 1
+			}
+			if c := cmpRatio(r.prevLoad[a], r.caps[a], r.prevLoad[b], r.caps[b]); c != 0 {
+				return c
 			}
 			return a - b
 		})
@@ -597,6 +757,171 @@ func (r *run) assignStandbys() {
 	}
 	for r.augment(func(c int) bool { return r.replicas[c] > lo[c] }, func(c int) bool { return r.replicas[c] < lo[c] }) {
 	}
+	if len(r.cfg.RackAwareTags) > 1 {
+		r.respread(lo, hi)
+	}
+}
+
+// respread re-places whole standby sets where moving one standby at a time
+// cannot reach balance. With several tag keys a task's replicas can be
+// pinned: no single standby can move without repeating a zone or a rack,
+// while its two standbys can trade places with another pair (from zone b
+// rack 2 and zone c rack 3 to zone b rack 3 and zone c rack 2). Each
+// accepted re-placement keeps every key's spread and strictly lowers the
+// total distance of clients from their limits, so the loop ends.
+func (r *run) respread(lo, hi []int) {
+	off := func(c int) int { return max(0, r.replicas[c]-hi[c]) + max(0, lo[c]-r.replicas[c]) }
+	for {
+		total, low := 0, false
+		for c := range r.ids {
+			total += off(c)
+			low = low || r.replicas[c] < lo[c]
+		}
+		if total == 0 {
+			return
+		}
+		improved := false
+		for i := range r.sf {
+			touches := low
+			for _, c := range r.holders[i][1:] {
+				touches = touches || r.replicas[c] > hi[c]
+			}
+			if touches && r.replaceStandbys(i, lo, hi, off) {
+				improved = true
+			}
+		}
+		if !improved {
+			return
+		}
+	}
+}
+
+// replaceStandbys places task i's standbys again and keeps the new set only
+// if no tag key's spread shrinks and the clients' distance from their limits
+// (off) falls. The first standby fixes much of the rest when keys pin each
+// other, so it tries the respreadTries best first standbys, each completed
+// greedily, and keeps the best set.
+func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
+	old := slices.Clone(r.holders[i][1:])
+	spread := r.spreadOf(r.holders[i])
+	cost := func(set []int) int {
+		n := 0
+		for _, c := range set {
+			n += off(c)
+		}
+		return n
+	}
+	affected := func(set []int) []int {
+		out := slices.Clone(old)
+		for _, c := range set {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	for _, c := range old {
+		r.removeStandby(i, c)
+	}
+	// rank orders clients for the next standby of task i: tag spread,
+	// then clients below their lower limit, then those with room, then
+	// the least loaded, then those that held it.
+	rank := func(a, b int) int {
+		if x, y := r.tagScore(i, a), r.tagScore(i, b); x != y {
+			return y - x
+		}
+		for _, lim := range [][]int{lo, hi} {
+			if x, y := r.replicas[a] >= lim[a], r.replicas[b] >= lim[b]; x != y {
+				if x {
+					return 1
+				}
+				return -1
+			}
+		}
+		if x := cmpRatio(r.replicas[a]+1, r.caps[a], r.replicas[b]+1, r.caps[b]); x != 0 {
+			return x
+		}
+		if x, y := slices.Contains(old, a), slices.Contains(old, b); x != y {
+			if x {
+				return -1
+			}
+			return 1
+		}
+		return a - b
+	}
+	var firsts []int
+	for c := range r.ids {
+		if !slices.Contains(r.holders[i], c) {
+			firsts = append(firsts, c)
+		}
+	}
+	slices.SortFunc(firsts, rank)
+	var best []int
+	bestGain := 0
+	for _, first := range firsts[:min(len(firsts), respreadTries)] {
+		set := []int{first}
+		r.addStandby(i, first)
+		for len(r.holders[i]) < 1+r.k {
+			pick := -1
+			for c := range r.ids {
+				if !slices.Contains(r.holders[i], c) && (pick < 0 || rank(c, pick) < 0) {
+					pick = c
+				}
+			}
+			r.addStandby(i, pick)
+			set = append(set, pick)
+		}
+		aff := affected(set)
+		after := cost(aff)
+		ok := true
+		for j, n := range r.spreadOf(r.holders[i]) {
+			ok = ok && n >= spread[j]
+		}
+		for _, c := range set {
+			r.removeStandby(i, c)
+		}
+		for _, c := range old {
+			r.addStandby(i, c)
+		}
+		gain := cost(aff) - after
+		for _, c := range old {
+			r.removeStandby(i, c)
+		}
+		if ok && gain > bestGain {
+			best, bestGain = set, gain
+		}
+	}
+	if best == nil {
+		best = old
+	}
+	for _, c := range best {
+		r.addStandby(i, c)
+	}
+	return bestGain > 0
+}
+
+// respreadTries bounds the first standbys replaceStandbys tries per task.
+const respreadTries = 32
+
+func (r *run) removeStandby(i, c int) {
+	r.holders[i] = slices.DeleteFunc(r.holders[i], func(h int) bool { return h == c })
+	r.standbys[c] = slices.DeleteFunc(r.standbys[c], func(t int) bool { return t == i })
+	r.replicas[c]--
+}
+
+// spreadOf counts, per tag key, the distinct values among clients.
+func (r *run) spreadOf(clients []int) []int {
+	out := make([]int, len(r.cfg.RackAwareTags))
+	for j := range out {
+		var seen []int
+		for _, c := range clients {
+			if !slices.Contains(seen, r.tags[c][j]) {
+				seen = append(seen, r.tags[c][j])
+			}
+		}
+		out[j] = len(seen)
+	}
+	return out
 }
 
 func (r *run) addStandby(i, c int) {
@@ -606,12 +931,16 @@ func (r *run) addStandby(i, c int) {
 }
 
 // tagScore counts the rack keys on which client c's value is new among task
-// i's replicas.
+// i's target replicas.
 func (r *run) tagScore(i, c int) int {
+	return r.tagScoreAmong(r.holders[i], c)
+}
+
+func (r *run) tagScoreAmong(holders []int, c int) int {
 	score := 0
 	for j, v := range r.tags[c] {
 		used := false
-		for _, h := range r.holders[i] {
+		for _, h := range holders {
 			if r.tags[h][j] == v {
 				used = true
 				break
@@ -735,45 +1064,121 @@ func (r *run) applyChain(y int, parent, via []int) bool {
 	return true
 }
 
-// assignWarmups gives the balanced targets of displaced actives a warmup,
-// warmest first, up to MaxWarmups.
-func (r *run) assignWarmups() {
-	var moving []int
+// settleReplicas decides this round's standbys from the target's: each task
+// keeps its replicas on caught-up clients first (the target's, then others,
+// best tag spread, freshest and least loaded first), restores on the
+// target's other clients only what caught-up clients cannot hold, and asks
+// for warmups on the target clients it could not use yet.
+func (r *run) settleReplicas() {
+	ns, nc := len(r.sf), len(r.ids)
+	r.standby = make([][]int, ns)
+	if nc == 0 {
+		return
+	}
+	load := slices.Clone(r.activeLoad)
+	var want []warmup
 	for i := range r.sf {
-		if r.active[i] != r.target[i] && !slices.Contains(r.holders[i], r.target[i]) {
-			moving = append(moving, i)
+		a := r.active[i]
+		picks := make([]int, 0, 1+r.k)
+		picks = append(picks, a)
+		for _, c := range r.holders[i] {
+			if len(picks) == 1+r.k {
+				break
+			}
+			if !slices.Contains(picks, c) && r.caught(i, c) {
+				picks = append(picks, c)
+			}
+		}
+		for len(picks) < 1+r.k {
+			// A caught-up client outside the target; with a short
+			// changelog every client is caught up and the target's
+			// clients were enough, so only clients with state qualify.
+			best, bestScore := -1, 0
+			for _, cl := range r.state[i] {
+				c := cl.client
+				if slices.Contains(picks, c) || !r.caughtUpLag(cl.lag) {
+					continue
+				}
+				score := r.tagScoreAmong(picks, c)
+				if best >= 0 {
+					if score != bestScore {
+						if score < bestScore {
+							continue
+						}
+					} else if lb := r.lag(i, best); cl.lag != lb {
+						if cl.lag > lb {
+							continue
+						}
+					} else if cmpRatio(load[c]+1, r.caps[c], load[best]+1, r.caps[best]) >= 0 {
+						continue
+					}
+				}
+				best, bestScore = c, score
+			}
+			if best < 0 {
+				break
+			}
+			picks = append(picks, best)
+		}
+		// Too few clients are caught up: the target's clients restore.
+		for _, c := range r.holders[i] {
+			if len(picks) == 1+r.k {
+				break
+			}
+			if !slices.Contains(picks, c) {
+				picks = append(picks, c)
+			}
+		}
+		r.standby[i] = picks[1:]
+		for _, c := range r.standby[i] {
+			load[c]++
+		}
+		for _, c := range r.holders[i] {
+			if !slices.Contains(picks, c) {
+				r.followup = true
+				want = append(want, warmup{task: i, client: c, lag: r.lag(i, c), active: c == r.target[i]})
+			}
 		}
 	}
-	slices.SortStableFunc(moving, func(a, b int) int {
-		la, lb := r.lag(a, r.target[a]), r.lag(b, r.target[b])
+	// Partly restored state first, as it costs least to finish; then
+	// actives, whose moves balance the load.
+	slices.SortStableFunc(want, func(a, b warmup) int {
 		switch {
-		case la < lb:
-			return -1
-		case la > lb:
+		case a.lag != b.lag:
+			if a.lag < b.lag {
+				return -1
+			}
+			return 1
+		case a.active != b.active:
+			if a.active {
+				return -1
+			}
 			return 1
 		}
 		return 0
 	})
-	r.warmup = filled(len(r.sf), -1)
-	for _, i := range moving[:min(len(moving), r.cfg.MaxWarmups)] {
-		r.warmup[i] = r.target[i]
-	}
+	r.warmups = want[:min(len(want), r.cfg.MaxWarmups)]
 }
 
-// assignStatelessActives balances stateless tasks so that total actives per
-// thread are even, given the stateful actives already placed.
+// assignStatelessActives balances stateless tasks so that total actives are
+// balanced given the stateful actives as they run this round.
 func (r *run) assignStatelessActives() {
 	nc := len(r.ids)
 	if nc == 0 {
 		r.slOwner = filled(len(r.sl), -1)
 		return
 	}
-	// Balance against where the stateful actives are headed rather than
-	// where they sit while warmups run, so that stateless tasks move once
-	// and not back and forth with every probing rebalance.
-	lo, hi := bounds(len(r.sf)+len(r.sl), r.caps, len(r.sf)+len(r.sl))
-	sp := spreader{caps: r.caps, lo: lo, hi: hi}
-	r.slOwner, _ = sp.spread(r.slPrev, r.targetLoad)
+	total := len(r.sf) + len(r.sl)
+	lo, hi := bounds(total, r.caps, total)
+	sp := spreader{
+		caps: r.caps, lo: lo, hi: hi,
+		keepRank: func(i int) int { return r.offRack(r.slRacks[i], r.slPrev[i]) },
+		affinity: func(i, c int) int { return r.offRack(r.slRacks[i], c) },
+		group:    r.slGroup,
+		groups:   r.groups,
+		pref:     func(i, c int) uint64 { return rendezvous(r.sl[i], r.hash[c]) },
+	}
+	r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
 }
 
 func (r *run) output() Output {
@@ -792,234 +1197,20 @@ func (r *run) output() Output {
 	for i, c := range r.slOwner {
 		as[c].Active = append(as[c].Active, r.sl[i])
 	}
-	for c, ts := range r.standbys {
-		for _, i := range ts {
+	for i, cs := range r.standby {
+		for _, c := range cs {
 			as[c].Standby = append(as[c].Standby, r.sf[i])
 		}
 	}
-	for i, c := range r.warmup {
-		if c >= 0 {
-			as[c].Warmup = append(as[c].Warmup, r.sf[i])
-		}
+	for _, w := range r.warmups {
+		as[w.client].Warmup = append(as[w.client].Warmup, r.sf[w.task])
 	}
 	byID := func(a, b task.ID) int { return a.Compare(b) }
 	for c, id := range r.ids {
 		slices.SortFunc(as[c].Active, byID)
 		slices.SortFunc(as[c].Standby, byID)
+		slices.SortFunc(as[c].Warmup, byID)
 		out.Clients[id] = as[c]
 	}
 	return out
-}
-
-// bounds returns per-bin load limits for spreading total items over bins
-// with the given capacities, where no bin can take more than limit items:
-// with λ the smallest per-thread level at which the bins can hold them all,
-// bin b may hold between min(caps[b]·(λ-1), limit) and min(caps[b]·λ, limit).
-// Any spread within the limits has every thread within one item of every
-// other thread, bins held down by limit aside.
-func bounds(total int, caps []int, limit int) (lo, hi []int) {
-	lo, hi = make([]int, len(caps)), make([]int, len(caps))
-	if total <= 0 || len(caps) == 0 {
-		return lo, hi
-	}
-	sumCaps := 0
-	for _, c := range caps {
-		sumCaps += c
-	}
-	level := (total + sumCaps - 1) / sumCaps
-	for {
-		room := 0
-		for _, c := range caps {
-			room += min(c*level, limit)
-		}
-		if room >= total || level > total {
-			break
-		}
-		level++
-	}
-	for b, c := range caps {
-		hi[b] = min(c*level, limit)
-		lo[b] = min(c*(level-1), limit)
-	}
-	return lo, hi
-}
-
-// cmpRatio compares a/ca with b/cb.
-func cmpRatio(a, ca, b, cb int) int {
-	x, y := int64(a)*int64(cb), int64(b)*int64(ca)
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
-}
-
-// spreader places items on bins within per-bin load limits, keeping items on
-// their previous bins where it can.
-type spreader struct {
-	caps   []int
-	lo, hi []int
-	// keepRank orders a bin's previous items: lower ranks stay first.
-	// Nil keeps items in index order.
-	keepRank func(item int) int
-	// order is the order in which unplaced items choose a bin; it must
-	// list every item, or be nil for index order.
-	order []int
-	// affinity ranks bins for an item, lower is better, 0 best; it
-	// outweighs load within the limits. Nil treats all bins alike.
-	affinity func(item, bin int) int
-}
-
-// spread returns each item's bin and each bin's final load, base included.
-// prev gives each item's previous bin or -1. With no bins, every item gets
-// -1.
-func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
-	n, nb := len(prev), len(s.caps)
-	owner = filled(n, -1)
-	load = slices.Clone(base)
-	if nb == 0 {
-		return owner, load
-	}
-	aff := func(i, b int) int {
-		if s.affinity == nil {
-			return 0
-		}
-		return s.affinity(i, b)
-	}
-
-	// Keep.
-	byBin := make([][]int, nb)
-	for i, b := range prev {
-		if b >= 0 && b < nb {
-			byBin[b] = append(byBin[b], i)
-		}
-	}
-	for b, items := range byBin {
-		if s.keepRank != nil {
-			slices.SortStableFunc(items, func(x, y int) int { return s.keepRank(x) - s.keepRank(y) })
-		}
-		for _, i := range items {
-			if load[b] >= s.hi[b] {
-				break
-			}
-			owner[i] = b
-			load[b]++
-		}
-	}
-
-	// Place the rest: first every item that has a bin of the best affinity
-	// with room, then the others wherever is least loaded. Doing the first
-	// kind first keeps the others from filling the bins they need.
-	place := func(i int, onlyBest bool) {
-		best, bestAff := -1, 0
-		for b := range nb {
-			a := aff(i, b)
-			if best >= 0 {
-				if full, bfull := load[b] >= s.hi[b], load[best] >= s.hi[best]; full != bfull {
-					if full {
-						continue
-					}
-				} else if a != bestAff {
-					if a > bestAff {
-						continue
-					}
-				} else if cmpRatio(load[b]+1, s.caps[b], load[best]+1, s.caps[best]) >= 0 {
-					continue
-				}
-			}
-			best, bestAff = b, a
-		}
-		if onlyBest && (bestAff != 0 || load[best] >= s.hi[best]) {
-			return
-		}
-		owner[i] = best
-		load[best]++
-	}
-	order := s.order
-	if order == nil {
-		order = make([]int, n)
-		for i := range order {
-			order[i] = i
-		}
-	}
-	for _, onlyBest := range []bool{true, false} {
-		for _, i := range order {
-			if owner[i] < 0 {
-				place(i, onlyBest)
-			}
-		}
-	}
-
-	// Raise bins below their lower limit, taking from the fullest bins
-	// that are above theirs.
-	for {
-		low := -1
-		for b := range nb {
-			if load[b] < s.lo[b] && (low < 0 || cmpRatio(load[b], s.caps[b], load[low], s.caps[low]) < 0) {
-				low = b
-			}
-		}
-		if low < 0 {
-			break
-		}
-		pick := -1
-		for i, b := range owner {
-			if b == low || load[b] <= s.lo[b] {
-				continue
-			}
-			if pick >= 0 {
-				pb := owner[pick]
-				if a, pa := aff(i, low), aff(pick, low); a != pa {
-					if a > pa {
-						continue
-					}
-				} else if cmpRatio(load[b], s.caps[b], load[pb], s.caps[pb]) <= 0 {
-					continue
-				}
-			}
-			pick = i
-		}
-		if pick < 0 {
-			break
-		}
-		load[owner[pick]]--
-		owner[pick] = low
-		load[low]++
-	}
-
-	// Drain bins above their upper limit, which only a heavy base causes.
-	for {
-		high := -1
-		for b := range nb {
-			if load[b] > s.hi[b] && (high < 0 || cmpRatio(load[b], s.caps[b], load[high], s.caps[high]) > 0) {
-				if slices.Contains(owner, b) {
-					high = b
-				}
-			}
-		}
-		if high < 0 {
-			break
-		}
-		low := -1
-		for b := range nb {
-			if load[b] < s.hi[b] && (low < 0 || cmpRatio(load[b]+1, s.caps[b], load[low]+1, s.caps[low]) < 0) {
-				low = b
-			}
-		}
-		if low < 0 {
-			break
-		}
-		pick := -1
-		for i, b := range owner {
-			if b == high && (pick < 0 || aff(i, low) < aff(pick, low)) {
-				pick = i
-			}
-		}
-		load[high]--
-		owner[pick] = low
-		load[low]++
-	}
-	return owner, load
 }

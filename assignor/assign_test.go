@@ -380,32 +380,38 @@ func TestSticky(t *testing.T) {
 		grown.Clients["d"] = ClientState{Capacity: 1}
 		out, _, _ := converge(t, cfg, grown, 20)
 		require.NoError(t, balanced(grown, out, true))
+		require.NoError(t, balancedByClient(grown, out, true))
 		before, after := owners(first), owners(out)
 		moved := 0
 		for tk, o := range after {
-			if before[tk] != o {
+			if before[tk] != o && in.Tasks[tk].Stateful {
 				moved++
-				require.Equal(t, "d", o, "task %v moved between old clients", tk)
+				require.Equal(t, "d", o, "stateful task %v moved between old clients", tk)
 			}
 		}
-		// 18 tasks over 4 clients: d needs 4 (and no more than 5);
-		// stateful: 12 over 4, so exactly 3 of them.
-		require.Equal(t, 4, moved)
-		require.Len(t, out.Clients["d"].Active, 4)
+		// Stateful: 12 over 4, so exactly 3 of them move. Stateless
+		// tasks follow the load while the stateful ones warm up on d,
+		// and d ends with 4 or 5 of the 18.
+		require.Equal(t, 3, moved)
+		require.Contains(t, []int{4, 5}, len(out.Clients["d"].Active))
 	})
 
 	t.Run("removing a client moves only its tasks", func(t *testing.T) {
 		shrunk := next(in, first)
 		delete(shrunk.Clients, "c")
-		out, _, rounds := converge(t, cfg, shrunk, 20)
-		require.Equal(t, 1, rounds, "c's standbys are caught up elsewhere")
-		before, after := owners(first), owners(out)
-		for tk, o := range after {
-			if before[tk] != "c" {
+		round1 := Assign(cfg, shrunk)
+		before := owners(first)
+		for tk, o := range owners(round1) {
+			if before[tk] != "c" && in.Tasks[tk].Stateful {
 				require.Equal(t, before[tk], o, "task %v moved though its owner stayed", tk)
 			}
 		}
-		require.NoError(t, balanced(shrunk, out, true))
+		// c's actives go to their caught-up standbys at once; the
+		// standbys c held restore on the other client, the only one
+		// left that can hold them.
+		require.Empty(t, warmupsOf(round1))
+		out, fin, _ := converge(t, cfg, shrunk, 20)
+		require.NoError(t, balanced(fin, out, true))
 	})
 }
 
@@ -425,10 +431,11 @@ func TestNewGroupConvergesInOneRound(t *testing.T) {
 	}
 }
 
+// Stateless tasks balance the load as it is while stateful tasks wait for
+// their warmups, not as it will be.
 func TestStatelessBalanceTotalLoad(t *testing.T) {
-	// a runs everything and b is new. Balance wants two stateful tasks on
-	// a and one on b, so stateless tasks go one to a and two to b at once,
-	// while a keeps all stateful tasks until b's warmup is done.
+	// a runs everything and b is new: a keeps all stateful tasks until
+	// b's warmup is done, so b takes the stateless ones at once.
 	sf, sl := tasks(0, 3), tasks(1, 3)
 	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
 		"a": {Capacity: 1, PrevActive: slices.Concat(sf, sl)},
@@ -437,8 +444,8 @@ func TestStatelessBalanceTotalLoad(t *testing.T) {
 	cfg := cfgWith(func(c *Config) { c.NumStandbys = 1 })
 	out := Assign(cfg, in)
 	require.NoError(t, validate(cfg, in, out))
-	require.Equal(t, append(slices.Clone(sf), sl[0]), out.Clients["a"].Active)
-	require.Equal(t, sl[1:], out.Clients["b"].Active)
+	require.Equal(t, sf, out.Clients["a"].Active)
+	require.Equal(t, sl, out.Clients["b"].Active)
 	for _, a := range out.Clients {
 		for _, tk := range a.Standby {
 			require.Zero(t, tk.SubTopology, "stateless task %v got a standby", tk)

@@ -73,6 +73,12 @@ type BalancerConfig struct {
 	EndOffsetsTimeout time.Duration
 	// Assignor configures Assign.
 	Assignor Config
+	// AssignFunc, if set, replaces Assign as the leader's placement (a
+	// user-supplied assignor, as KIP-924 allows); it receives Assignor
+	// and the group's state. An output that does not give every task
+	// exactly one active (ValidateOutput) fails the balance and is
+	// reported to OnError.
+	AssignFunc AssignFunc
 	// Now is the clock for the probing rebalance time (default time.Now).
 	Now func() time.Time
 	// OnAssignment receives this member's decoded assignment whenever the
@@ -401,7 +407,21 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	b.checkPartitions(topics)
 
 	in, byProcess := mb.input()
-	out := Assign(b.cfg.Assignor, in)
+	assign := b.cfg.AssignFunc
+	if assign == nil {
+		assign = Assign
+	}
+	out := assign(b.cfg.Assignor, in)
+	if b.cfg.AssignFunc != nil {
+		if err := ValidateOutput(in, out); err != nil {
+			err = fmt.Errorf("assignor: the configured AssignFunc returned an invalid assignment: %w", err)
+			b.log.Error("balance failed", "err", err)
+			if b.cfg.OnError != nil {
+				b.cfg.OnError(err)
+			}
+			return nil, err
+		}
+	}
 
 	var nextProbe int64
 	if out.FollowupRebalance {

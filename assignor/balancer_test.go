@@ -3,6 +3,7 @@ package assignor
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -59,6 +60,8 @@ type groupFixture struct {
 	endsErr error
 	now     time.Time
 	cfg     Config
+	assign  AssignFunc
+	errs    []error
 	members []*testMember
 }
 
@@ -79,6 +82,8 @@ func (g *groupFixture) add(id, process, endpoint string, f *format) *testMember 
 			return g.ends, g.endsErr
 		},
 		Assignor:     g.cfg,
+		AssignFunc:   g.assign,
+		OnError:      func(err error) { g.errs = append(g.errs, err) },
 		Now:          func() time.Time { return g.now },
 		OnAssignment: func(a AssignmentInfo) { m.mu.Lock(); m.got = append(m.got, a); m.mu.Unlock() },
 	}, f)
@@ -492,4 +497,45 @@ func TestBalancerShutdownApplication(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "why", ga.ShutdownReason)
 	})
+}
+
+// A user's AssignFunc replaces Assign; an invalid output fails the balance.
+func TestBalancerAssignFunc(t *testing.T) {
+	g := newFixture(t, 2, 0)
+	var seen Input
+	g.assign = func(cfg Config, in Input) Output {
+		seen = in
+		out := Output{Clients: map[string]ClientAssignment{}}
+		for id := range in.Clients {
+			out.Clients[id] = ClientAssignment{}
+		}
+		all := slices.SortedFunc(maps.Keys(in.Tasks), task.ID.Compare)
+		out.Clients["proc-b"] = ClientAssignment{Active: all}
+		return out
+	}
+	g.add("m-a", "proc-a", "", defaultFormat)
+	g.add("m-b", "proc-b", "", defaultFormat)
+	got := g.rebalance()
+	require.Empty(t, got["m-a"])
+	require.Equal(t, map[string][]int32{"left": {0, 1}, "right": {0, 1}}, got["m-b"])
+	require.Len(t, seen.Clients, 2)
+	require.Len(t, seen.Tasks, 2)
+
+	// An output that leaves a task unassigned is refused.
+	g.assign = func(cfg Config, in Input) Output { return Output{Clients: map[string]ClientAssignment{}} }
+	g2 := newFixture(t, 2, 0)
+	g2.assign = g.assign
+	g2.add("m-a", "proc-a", "", defaultFormat)
+	var join []kmsg.JoinGroupResponseMember
+	for _, m := range g2.members {
+		jm := kmsg.NewJoinGroupResponseMember()
+		jm.MemberID = m.id
+		jm.ProtocolMetadata = m.b.JoinGroupMetadata([]string{"events", "left", "right"}, nil, 1)
+		join = append(join, jm)
+	}
+	mb, _, err := g2.members[0].b.MemberBalancer(join)
+	require.NoError(t, err)
+	_, err = mb.(kgo.GroupMemberBalancerOrError).BalanceOrError(map[string]int32{"left": 16, "right": 16, "events": 16})
+	require.ErrorContains(t, err, "AssignFunc")
+	require.Len(t, g2.errs, 1)
 }

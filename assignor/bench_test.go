@@ -9,24 +9,35 @@ import (
 
 // benchInput builds 100 clients and 1000 stateful tasks (100 sub-topologies
 // of 10 partitions).
-func benchInput(zones int) Input {
+func benchInput(zones int) Input { return benchInputSized(100, 100, zones) }
+
+// benchInputSized builds clients clients and subs sub-topologies of 10
+// stateful partitions each.
+func benchInputSized(clients, subs, zones int) Input {
 	in := Input{Tasks: map[task.ID]TaskInfo{}, Clients: map[string]ClientState{}}
-	for sub := range 100 {
+	for sub := range subs {
 		for p := range 10 {
 			in.Tasks[tid(sub, int32(p))] = TaskInfo{Stateful: true}
 		}
 	}
-	for c := range 100 {
+	for c := range clients {
 		cs := ClientState{Capacity: 1 + c%2}
 		if zones > 0 {
 			cs.Tags = map[string]string{"zone": fmt.Sprint(c % zones)}
 		}
-		in.Clients[fmt.Sprintf("client-%03d", c)] = cs
+		in.Clients[fmt.Sprintf("client-%04d", c)] = cs
 	}
 	return in
 }
 
 func BenchmarkAssign(b *testing.B) {
+	run := func(name string, cfg Config, in Input) {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				Assign(cfg, in)
+			}
+		})
+	}
 	for _, zones := range []int{0, 3} {
 		cfg := DefaultConfig()
 		cfg.NumStandbys = 2
@@ -36,18 +47,30 @@ func BenchmarkAssign(b *testing.B) {
 		fresh := benchInput(zones)
 		stable := next(fresh, Assign(cfg, fresh))
 		lost := next(fresh, Assign(cfg, fresh))
-		delete(lost.Clients, "client-042")
+		delete(lost.Clients, "client-0042")
 		joined := next(fresh, Assign(cfg, fresh))
 		joined.Clients["client-new"] = ClientState{Capacity: 2}
 		for _, sc := range []struct {
 			name string
 			in   Input
 		}{{"new-group", fresh}, {"stable", stable}, {"client-lost", lost}, {"client-joined", joined}} {
-			b.Run(fmt.Sprintf("100x1000x2/zones=%d/%s", zones, sc.name), func(b *testing.B) {
-				for b.Loop() {
-					Assign(cfg, sc.in)
-				}
-			})
+			run(fmt.Sprintf("100x1000x2/zones=%d/%s", zones, sc.name), cfg, sc.in)
 		}
+	}
+	// 1,000 clients and 10,000 tasks over three zones.
+	cfg := DefaultConfig()
+	cfg.NumStandbys = 2
+	cfg.RackAwareTags = []string{"zone"}
+	fresh := benchInputSized(1000, 1000, 3)
+	stable := next(fresh, Assign(cfg, fresh))
+	lost := next(fresh, Assign(cfg, fresh))
+	delete(lost.Clients, "client-0042")
+	joined := next(fresh, Assign(cfg, fresh))
+	joined.Clients["client-new"] = ClientState{Capacity: 2, Tags: map[string]string{"zone": "0"}}
+	for _, sc := range []struct {
+		name string
+		in   Input
+	}{{"new-group", fresh}, {"stable", stable}, {"client-lost", lost}, {"client-joined", joined}} {
+		run("1000x10000x2/zones=3/"+sc.name, cfg, sc.in)
 	}
 }

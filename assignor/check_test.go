@@ -160,3 +160,52 @@ func balanced(in Input, out Output, checkReplicas bool) error {
 	}
 	return errors.Join(errs...)
 }
+
+// balancedByClient checks the balance across clients of a converged
+// assignment: for stateful actives, all actives and (when tags do not
+// constrain them) stateful replicas there is a level λ with
+// λ·capacity ≤ n ≤ λ·capacity+1 for every client's count n, which holds
+// exactly when (n_a-1)/cap_a ≤ n_b/cap_b for every two clients a and b.
+// Clients that hold every stateful task are left out for replicas.
+func balancedByClient(in Input, out Output, checkReplicas bool) error {
+	ns := 0
+	for _, ti := range in.Tasks {
+		if ti.Stateful {
+			ns++
+		}
+	}
+	var errs []error
+	check := func(what string, count func(ClientAssignment) int, saturate int) {
+		for a, x := range out.Clients {
+			na, ca := count(x), max(1, in.Clients[a].Capacity)
+			if saturate > 0 && na >= saturate {
+				continue
+			}
+			for b, y := range out.Clients {
+				nb, cb := count(y), max(1, in.Clients[b].Capacity)
+				if saturate > 0 && nb >= saturate {
+					continue
+				}
+				if (na-1)*cb > nb*ca {
+					errs = append(errs, fmt.Errorf("%s unbalanced across clients: %s holds %d with capacity %d, %s %d with capacity %d", what, a, na, ca, b, nb, cb))
+					return
+				}
+			}
+		}
+	}
+	sfActive := func(x ClientAssignment) int {
+		n := 0
+		for _, t := range x.Active {
+			if in.Tasks[t].Stateful {
+				n++
+			}
+		}
+		return n
+	}
+	check("stateful actives", sfActive, 0)
+	check("actives", func(x ClientAssignment) int { return len(x.Active) }, 0)
+	if checkReplicas {
+		check("stateful replicas", func(x ClientAssignment) int { return sfActive(x) + len(x.Standby) }, ns)
+	}
+	return errors.Join(errs...)
+}

@@ -22,31 +22,66 @@ import (
 // balanced, tag-spread and stable; convergence must take at most
 // 2·(stateful tasks)·(1+standbys) rounds.
 //
-// EDDY_ASSIGNOR_SIM_ITERATIONS sets the number of random clusters (default
-// 100); EDDY_ASSIGNOR_SIM_SEED replays one cluster.
+// Every round must also bound restoration. A replica (active, standby or
+// warmup) of a stateful task restores when its client is not caught up on
+// the task in the round's input (its lag is above AcceptableRecoveryLag, or
+// it has no state and the changelog is not known to be short); it restores
+// from scratch when the client has no state for the task at all. A task's
+// shortfall is max(0, 1+standbys-c) for c clients caught up on it: the
+// replicas that have nowhere warm to go. Each round restores at most
+// MaxWarmups plus the sum of the shortfalls. Converged assignments must be
+// balanced per client by capacity (a level λ with λ·cap ≤ n ≤ λ·cap+1 for
+// every client), each sub-topology must be spread in the first round of a
+// new group, and no task's active may change owner more than moveLimit times while the
+// group converges after one event.
+//
+// EDDY_ASSIGNOR_SEEDS sets the number of random clusters (default 300);
+// EDDY_ASSIGNOR_SIM_SEED replays one cluster. TestConvergence logs the
+// restoration figures.
 func TestConvergence(t *testing.T) {
-	iterations := 100
-	if s := os.Getenv("EDDY_ASSIGNOR_SIM_ITERATIONS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("EDDY_ASSIGNOR_SIM_ITERATIONS: %v", err)
-		}
-		iterations = n
+	iterations := 300
+	if testing.Short() {
+		iterations = 50
 	}
-	base := uint64(time.Now().UnixNano())
+	for _, env := range []string{"EDDY_ASSIGNOR_SIM_ITERATIONS", "EDDY_ASSIGNOR_SEEDS"} {
+		if s := os.Getenv(env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				t.Fatalf("%s: %v", env, err)
+			}
+			iterations = n
+		}
+	}
+	base, trace := uint64(time.Now().UnixNano()), false
 	if s := os.Getenv("EDDY_ASSIGNOR_SIM_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			t.Fatalf("EDDY_ASSIGNOR_SIM_SEED: %v", err)
 		}
 		base, iterations = n, 1
+		trace = true
 	}
+	st := simStats{trace: trace}
 	for i := range iterations {
 		seed := base + uint64(i)
-		if err := simulate(seed); err != nil {
+		if err := simulate(seed, &st); err != nil {
 			t.Fatalf("seed %d (replay with EDDY_ASSIGNOR_SIM_SEED=%d): %v", seed, seed, err)
 		}
 	}
+	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
+		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d; "+
+		"converged sub-topology excess max %d",
+		iterations, st.rounds, st.maxRestore, float64(st.restore)/float64(max(st.rounds, 1)),
+		st.maxScratch, float64(st.scratch)/float64(max(st.rounds, 1)), st.maxExtra, st.maxMoves, st.maxSubExcess)
+}
+
+// simStats accumulates figures over a simulation run.
+type simStats struct {
+	rounds, restore, scratch int
+	maxRestore, maxScratch   int
+	maxExtra, maxMoves       int
+	maxSubExcess             int
+	trace                    bool
 }
 
 // staleDrift is how far state on disk that is no longer assigned falls
@@ -62,17 +97,21 @@ type simClient struct {
 }
 
 type sim struct {
-	rng     *rand.Rand
-	cfg     Config
-	tasks   map[task.ID]TaskInfo
-	clients map[string]*simClient
-	nextID  int
-	zones   int
-	log     []string
+	rng       *rand.Rand
+	cfg       Config
+	tasks     map[task.ID]TaskInfo
+	taskRacks map[task.ID][]string
+	clients   map[string]*simClient
+	nextID    int
+	zones     int
+	racks     int
+	log       []string
+	st        *simStats
+	trace     bool // log every change of owner
 }
 
-func simulate(seed uint64) error {
-	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), clients: map[string]*simClient{}}
+func simulate(seed uint64, st *simStats) error {
+	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), clients: map[string]*simClient{}, st: st, trace: st.trace}
 	s.cfg = DefaultConfig()
 	s.cfg.NumStandbys = s.rng.IntN(4)
 	s.cfg.MaxWarmups = 1 + s.rng.IntN(3)
@@ -80,17 +119,31 @@ func simulate(seed uint64) error {
 		s.cfg.RackAwareTags = []string{"zone"}
 		s.zones = 1 + s.rng.IntN(3)
 	}
+	if s.rng.IntN(4) == 0 {
+		// Actives prefer the rack of their input leaders; a zone each.
+		s.cfg.ActiveRackTag = "rack"
+		s.racks = 1 + s.rng.IntN(3)
+	}
 	s.tasks = map[task.ID]TaskInfo{}
+	s.taskRacks = map[task.ID][]string{}
 	for sub := range 1 + s.rng.IntN(10) {
 		stateful := s.rng.IntN(2) == 0
 		for p := range 1 + s.rng.IntN(10) {
-			s.tasks[task.ID{SubTopology: sub, Partition: int32(p)}] = TaskInfo{Stateful: stateful}
+			id := task.ID{SubTopology: sub, Partition: int32(p)}
+			s.tasks[id] = TaskInfo{Stateful: stateful}
+			if s.racks > 0 {
+				s.taskRacks[id] = []string{fmt.Sprintf("r%d", s.rng.IntN(s.racks))}
+			}
 		}
 	}
 	for range 1 + s.rng.IntN(10) {
 		s.addClient()
 	}
 	s.log = append(s.log, fmt.Sprintf("cluster: %d tasks, %d clients, config %+v", len(s.tasks), len(s.clients), s.cfg))
+	// The rack preference of actives outweighs sub-topology spread.
+	if err := s.checkSubTopologies(Assign(s.cfg, s.input())); err != nil && s.racks == 0 {
+		return s.wrap(fmt.Errorf("new group: %w", err))
+	}
 	if err := s.converge(); err != nil {
 		return s.wrap(err)
 	}
@@ -140,8 +193,12 @@ func (s *sim) addClient() string {
 	id := fmt.Sprintf("client-%03d", s.nextID)
 	s.nextID++
 	c := &simClient{cap: 1 + s.rng.IntN(3), lags: map[task.ID]int64{}}
+	c.tags = map[string]string{}
 	if s.zones > 0 {
-		c.tags = map[string]string{"zone": fmt.Sprintf("z%d", s.rng.IntN(s.zones))}
+		c.tags["zone"] = fmt.Sprintf("z%d", s.rng.IntN(s.zones))
+	}
+	if s.racks > 0 {
+		c.tags["rack"] = fmt.Sprintf("r%d", s.rng.IntN(s.racks))
 	}
 	s.clients[id] = c
 	return id
@@ -157,7 +214,7 @@ func (s *sim) pick() string {
 }
 
 func (s *sim) input() Input {
-	in := Input{Tasks: s.tasks, Clients: map[string]ClientState{}}
+	in := Input{Tasks: s.tasks, Clients: map[string]ClientState{}, TaskRacks: s.taskRacks}
 	for id, c := range s.clients {
 		in.Clients[id] = ClientState{
 			Capacity:    c.cap,
@@ -200,11 +257,34 @@ func (s *sim) converge() error {
 	}
 	k := min(s.cfg.NumStandbys, len(s.clients)-1)
 	limit := max(1, 2*ns*(1+k))
+	moves := map[task.ID]int{}
 	for round := 1; ; round++ {
 		in := s.input()
 		out := Assign(s.cfg, in)
 		if err := validate(s.cfg, in, out); err != nil {
 			return fmt.Errorf("round %d invalid: %w", round, err)
+		}
+		if err := s.checkRestoration(in, out); err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		prev := owners(Output{Clients: func() map[string]ClientAssignment {
+			m := map[string]ClientAssignment{}
+			for id, cs := range in.Clients {
+				m[id] = ClientAssignment{Active: cs.PrevActive}
+			}
+			return m
+		}()})
+		for t, o := range owners(out) {
+			if p, ok := prev[t]; ok && p != o {
+				if s.trace {
+					s.log = append(s.log, fmt.Sprintf("    round %d: %v %s -> %s (stateful %v)", round, t, p, o, s.tasks[t].Stateful))
+				}
+				moves[t]++
+				s.st.maxMoves = max(s.st.maxMoves, moves[t])
+				if moves[t] > moveLimit {
+					return fmt.Errorf("round %d: task %v changed owner %d times since the event", round, t, moves[t])
+				}
+			}
 		}
 		s.apply(out)
 		if out.FollowupRebalance {
@@ -218,6 +298,8 @@ func (s *sim) converge() error {
 		}
 		var errs []error
 		errs = append(errs, balanced(in, out, s.zones == 0))
+		errs = append(errs, balancedByClient(in, out, s.zones == 0))
+		s.st.maxSubExcess = max(s.st.maxSubExcess, subTopologyExcess(in, out))
 		errs = append(errs, s.checkSpread(out))
 		// A converged group that rebalances again keeps its assignment.
 		if again := Assign(s.cfg, s.input()); !equalOutputs(again, out) {
@@ -273,3 +355,99 @@ func equalOutputs(a, b Output) bool {
 	}
 	return true
 }
+
+// checkRestoration checks the bound on restorations in one round and
+// records the figures.
+func (s *sim) checkRestoration(in Input, out Output) error {
+	cfg := s.cfg.normalized()
+	k := min(cfg.NumStandbys, len(in.Clients)-1)
+	caughtUp := func(cs ClientState, t task.ID) (caught, hasState bool) {
+		lag, ok := effectiveLag(cs, t)
+		if !ok {
+			end, known := in.Ends[t]
+			return known && max(end, 0) <= cfg.AcceptableRecoveryLag, false
+		}
+		return lag == LagRunning || lag <= cfg.AcceptableRecoveryLag, true
+	}
+	shortfall := 0
+	for t, ti := range in.Tasks {
+		if !ti.Stateful {
+			continue
+		}
+		n := 0
+		for _, cs := range in.Clients {
+			if c, _ := caughtUp(cs, t); c {
+				n++
+			}
+		}
+		shortfall += max(0, 1+k-n)
+	}
+	restore, scratch := 0, 0
+	for id, a := range out.Clients {
+		for _, t := range slices.Concat(a.Active, a.Standby, a.Warmup) {
+			if !in.Tasks[t].Stateful {
+				continue
+			}
+			if c, has := caughtUp(in.Clients[id], t); !c {
+				restore++
+				if !has {
+					scratch++
+				}
+			}
+		}
+	}
+	s.st.rounds++
+	s.st.restore += restore
+	s.st.scratch += scratch
+	s.st.maxRestore = max(s.st.maxRestore, restore)
+	s.st.maxScratch = max(s.st.maxScratch, scratch)
+	s.st.maxExtra = max(s.st.maxExtra, restore-shortfall)
+	if restore > cfg.MaxWarmups+shortfall {
+		return fmt.Errorf("%d restorations (%d from scratch), above MaxWarmups %d plus the shortfall %d", restore, scratch, cfg.MaxWarmups, shortfall)
+	}
+	return nil
+}
+
+// checkSubTopologies checks that a new group spreads each sub-topology: no
+// client holds more than one active of it above its share by capacity,
+// rounded up.
+func (s *sim) checkSubTopologies(out Output) error {
+	in := s.input()
+	if ex := subTopologyExcess(in, out); ex > 2 {
+		return fmt.Errorf("a client holds %d actives of one sub-topology above its share rounded up", ex)
+	}
+	return nil
+}
+
+// subTopologyExcess is the largest number of actives of one sub-topology a
+// client holds above its share by capacity, rounded up.
+func subTopologyExcess(in Input, out Output) int {
+	sumCaps := 0
+	for _, cs := range in.Clients {
+		sumCaps += max(1, cs.Capacity)
+	}
+	per := map[int]int{}
+	for t := range in.Tasks {
+		per[t.SubTopology]++
+	}
+	worst := 0
+	for id, a := range out.Clients {
+		held := map[int]int{}
+		for _, t := range a.Active {
+			held[t.SubTopology]++
+		}
+		c := max(1, in.Clients[id].Capacity)
+		for sub, n := range held {
+			share := (per[sub]*c + sumCaps - 1) / sumCaps
+			worst = max(worst, n-share)
+		}
+	}
+	return worst
+}
+
+// moveLimit bounds how often one task's active may change owner while the
+// group converges after one event. Stateless tasks follow the current load,
+// so one can move to a new client, back when stateful tasks arrive there,
+// and once more as rounding of the shares shifts; rendezvous preferences keep
+// the same task from being picked every round.
+const moveLimit = 4

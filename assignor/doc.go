@@ -4,14 +4,21 @@
 // It has three layers:
 //
 //   - Assign, a pure function in the spirit of Kafka Streams'
-//     high-availability task assignor (KIP-441). It places every task's active
-//     copy only where that task's state is already warm, spreads standby
-//     replicas over distinct clients (and distinct rack-awareness tag values),
-//     balances load by capacity, stays sticky, and when balance would move a
-//     task to a client that is not caught up it keeps the task where it is,
-//     warms the destination up with a warmup replica and asks for a follow-up
-//     (probing) rebalance instead. It does no I/O and reads no clock, so it is
-//     exhaustively testable by table and by simulation.
+//     high-availability task assignor (KIP-441). It computes a balanced,
+//     sticky target and then this round's assignment, which differs from
+//     the target only where the target would restore state that is caught
+//     up elsewhere. Actives go only where their state is caught up; a task's
+//     replicas use caught-up clients before any other, so a standby restores
+//     on a new client only when too few clients are caught up on the task,
+//     and any other movement of state happens through warmups (at most
+//     MaxWarmups at once) followed by a probing rebalance. Load is balanced
+//     across clients by capacity (a small client gets its share too),
+//     stateless tasks follow the load as it is, each sub-topology is spread
+//     where that costs no movement, standbys spread over the values of one
+//     or more tag keys, and actives can prefer the rack of their input
+//     partitions' leaders (Config.ActiveRackTag, Input.TaskRacks). It does
+//     no I/O and reads no clock, so it is exhaustively testable by table and
+//     by simulation. An application may replace it with its own AssignFunc.
 //   - Versioned wire formats, SubscriptionInfo (what a member tells the group
 //     leader) and AssignmentInfo (what the leader tells each member), with
 //     explicit version negotiation so that members running different Eddy

@@ -1,0 +1,262 @@
+package assignor
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// Regression tests for the cases where Assign once chose what a Kafka
+// Streams operator would call wrong (issue 16).
+
+// restorations counts the stateful replicas out places on clients that are
+// not caught up on them in in.
+func restorations(cfg Config, in Input, out Output) int {
+	n := 0
+	for id, a := range out.Clients {
+		for _, t := range slices.Concat(a.Active, a.Standby, a.Warmup) {
+			if !in.Tasks[t].Stateful {
+				continue
+			}
+			lag, ok := effectiveLag(in.Clients[id], t)
+			if !ok || (lag != LagRunning && lag > cfg.AcceptableRecoveryLag) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Client 1 runs three tasks, client 2 holds caught-up standbys of all three
+// and client 3 is empty: the standbys stay on client 2 and client 3 gets one
+// warmup, not two cold standbys and a warmup.
+func TestRegressionRestoreOnlyThroughWarmups(t *testing.T) {
+	sf := tasks(0, 3)
+	cfg := cfgWith(func(c *Config) { c.NumStandbys = 1; c.MaxWarmups = 1 })
+	in := Input{Tasks: taskMap(sf, nil), Clients: map[string]ClientState{
+		"c1": {Capacity: 1, PrevActive: sf},
+		"c2": {Capacity: 1, PrevStandby: sf, Lags: lagsOf(0, sf...)},
+		"c3": {Capacity: 1},
+	}}
+	out := Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	require.Equal(t, 1, restorations(cfg, in, out), "only the warmup restores")
+	require.Empty(t, out.Clients["c3"].Standby)
+	require.Len(t, out.Clients["c3"].Warmup, 1)
+	for _, tk := range sf {
+		held := slices.Contains(out.Clients["c2"].Active, tk) || slices.Contains(out.Clients["c2"].Standby, tk)
+		require.True(t, held, "c2's caught-up copy of %v is unused", tk)
+	}
+	require.True(t, out.FollowupRebalance)
+
+	// Every round of the migration restores at most the one warmup.
+	for round := 0; out.FollowupRebalance; round++ {
+		require.Less(t, round, 20)
+		in = next(in, out)
+		out = Assign(cfg, in)
+		require.NoError(t, validate(cfg, in, out))
+		require.LessOrEqual(t, restorations(cfg, in, out), 1)
+	}
+	require.NoError(t, balanced(in, out, true))
+	for id, a := range out.Clients {
+		require.Len(t, a.Active, 1, id)
+		require.Len(t, a.Standby, 1, id)
+	}
+}
+
+// Two clients of two threads each, two tasks, both caught up on client 2
+// as well: one task moves to client 2 at once.
+func TestRegressionNoIdleClient(t *testing.T) {
+	sf := tasks(0, 2)
+	in := Input{Tasks: taskMap(sf, nil), Clients: map[string]ClientState{
+		"c1": {Capacity: 2, PrevActive: sf},
+		"c2": {Capacity: 2, PrevStandby: sf, Lags: lagsOf(0, sf...)},
+	}}
+	out := Assign(DefaultConfig(), in)
+	require.NoError(t, validate(DefaultConfig(), in, out))
+	require.Len(t, out.Clients["c1"].Active, 1)
+	require.Len(t, out.Clients["c2"].Active, 1)
+	require.False(t, out.FollowupRebalance)
+}
+
+// Capacities 100, 50 and 1 and nine caught-up tasks: the one-thread client
+// gets a task.
+func TestRegressionSmallClientGetsShare(t *testing.T) {
+	sf := tasks(0, 9)
+	in := Input{Tasks: taskMap(sf, nil), Clients: map[string]ClientState{
+		"big":   {Capacity: 100, PrevActive: sf},
+		"mid":   {Capacity: 50, Lags: lagsOf(0, sf...)},
+		"small": {Capacity: 1, Lags: lagsOf(0, sf...)},
+	}}
+	out := Assign(DefaultConfig(), in)
+	require.NoError(t, validate(DefaultConfig(), in, out))
+	require.NoError(t, balancedByClient(in, out, true))
+	require.Len(t, out.Clients["small"].Active, 1)
+	require.Len(t, out.Clients["mid"].Active, 3)
+	require.Len(t, out.Clients["big"].Active, 5)
+	require.False(t, out.FollowupRebalance)
+}
+
+// While warmups run, stateless tasks balance the load as it is: no client
+// runs 6 tasks while another runs 1.
+func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
+	sf, sl := tasks(0, 6), tasks(1, 6)
+	cfg := cfgWith(func(c *Config) { c.MaxWarmups = 1 })
+	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
+		"a": {Capacity: 1, PrevActive: slices.Concat(sf, sl[:3])},
+		"b": {Capacity: 1, PrevActive: sl[3:]},
+	}}
+	for round := 0; ; round++ {
+		require.Less(t, round, 20)
+		out := Assign(cfg, in)
+		require.NoError(t, validate(cfg, in, out))
+		na, nb := len(out.Clients["a"].Active), len(out.Clients["b"].Active)
+		require.LessOrEqual(t, max(na, nb)-min(na, nb), 1, "round %d: %d actives against %d", round, na, nb)
+		if !out.FollowupRebalance {
+			break
+		}
+		in = next(in, out)
+	}
+}
+
+// Nine clients over two tag keys (zone and rack, three of each) with two
+// standbys: each task's three replicas must span three zones and three
+// racks, which pins single standby moves, yet replicas spread evenly.
+func TestRegressionStandbysOverTwoTagKeys(t *testing.T) {
+	cfg := cfgWith(func(c *Config) { c.NumStandbys = 2; c.RackAwareTags = []string{"zone", "rack"} })
+	clients := map[string]ClientState{}
+	i := 0
+	for _, z := range []string{"a", "b", "c"} {
+		for _, r := range []string{"r1", "r2", "r3"} {
+			clients[fmt.Sprintf("c%d", i)] = ClientState{Capacity: 1, Tags: map[string]string{"zone": z, "rack": r}}
+			i++
+		}
+	}
+	for _, n := range []int{2, 3, 4, 5, 7, 8, 9, 12, 18} {
+		in := Input{Tasks: taskMap(tasks(0, n), nil), Clients: clients}
+		out := Assign(cfg, in)
+		require.NoError(t, validate(cfg, in, out), "%d tasks", n)
+		require.NoError(t, balanced(in, out, true), "%d tasks", n)
+		require.NoError(t, balancedByClient(in, out, true), "%d tasks", n)
+		for tk, holders := range replicasOf(out) {
+			zones, racks := map[string]bool{}, map[string]bool{}
+			for _, h := range holders {
+				zones[clients[h].Tags["zone"]] = true
+				racks[clients[h].Tags["rack"]] = true
+			}
+			require.Len(t, zones, 3, "task %v", tk)
+			require.Len(t, racks, 3, "task %v", tk)
+		}
+	}
+}
+
+func replicasOf(out Output) map[task.ID][]string {
+	m := map[task.ID][]string{}
+	for id, a := range out.Clients {
+		for _, t := range slices.Concat(a.Active, a.Standby) {
+			m[t] = append(m[t], id)
+		}
+	}
+	return m
+}
+
+// A new group spreads every sub-topology over the clients.
+func TestRegressionSubTopologySpread(t *testing.T) {
+	in := Input{Tasks: taskMap(slices.Concat(tasks(0, 3), tasks(1, 3), tasks(2, 3)), slices.Concat(tasks(3, 3), tasks(4, 3))), Clients: map[string]ClientState{
+		"a": {Capacity: 1}, "b": {Capacity: 1}, "c": {Capacity: 1},
+	}}
+	out := Assign(DefaultConfig(), in)
+	require.NoError(t, validate(DefaultConfig(), in, out))
+	for id, a := range out.Clients {
+		per := map[int]int{}
+		for _, tk := range a.Active {
+			per[tk.SubTopology]++
+		}
+		require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1, 3: 1, 4: 1}, per, id)
+	}
+}
+
+// Two clients, one added, warmups one at a time: no task's owner changes
+// more than twice while the group converges.
+func TestRegressionNoFlapping(t *testing.T) {
+	sf, sl := tasks(0, 12), tasks(1, 3)
+	cfg := cfgWith(func(c *Config) { c.MaxWarmups = 1 })
+	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
+		"a": {Capacity: 1},
+		"b": {Capacity: 1},
+	}}
+	out, in, _ := converge(t, cfg, in, 5)
+	in = next(in, out)
+	in.Clients["c"] = ClientState{Capacity: 1}
+	changes := map[task.ID]int{}
+	for round := 0; ; round++ {
+		require.Less(t, round, 30)
+		prev := owners(out)
+		out = Assign(cfg, in)
+		require.NoError(t, validate(cfg, in, out))
+		for tk, o := range owners(out) {
+			if prev[tk] != o {
+				changes[tk]++
+				require.LessOrEqual(t, changes[tk], 2, "task %v changed owner again in round %d", tk, round)
+			}
+		}
+		if !out.FollowupRebalance {
+			break
+		}
+		in = next(in, out)
+	}
+	require.NoError(t, balancedByClient(in, out, true))
+}
+
+// Actives prefer the rack of their input leaders, but never at the cost of
+// a restoration.
+func TestRackAwareActives(t *testing.T) {
+	cfg := cfgWith(func(c *Config) { c.ActiveRackTag = "rack" })
+	sf := tasks(0, 4)
+	racks := map[task.ID][]string{sf[0]: {"r1"}, sf[1]: {"r2"}, sf[2]: {"r1"}, sf[3]: {"r2"}}
+	clients := map[string]ClientState{
+		"a": {Capacity: 1, Tags: map[string]string{"rack": "r1"}},
+		"b": {Capacity: 1, Tags: map[string]string{"rack": "r2"}},
+	}
+	in := Input{Tasks: taskMap(sf, nil), Clients: clients, TaskRacks: racks}
+	out := Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	require.Equal(t, []task.ID{sf[0], sf[2]}, out.Clients["a"].Active)
+	require.Equal(t, []task.ID{sf[1], sf[3]}, out.Clients["b"].Active)
+
+	// b runs everything and a has no state: the task that moves to a
+	// for balance is one on a's rack, through a warmup.
+	clients["b"] = ClientState{Capacity: 1, Tags: map[string]string{"rack": "r2"}, PrevActive: sf}
+	out = Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	require.Equal(t, sf, out.Clients["b"].Active, "no active goes where it must restore")
+	for _, w := range out.Clients["a"].Warmup {
+		require.Equal(t, []string{"r1"}, racks[w])
+	}
+
+	// Without ActiveRackTag the racks are ignored.
+	plain := Assign(DefaultConfig(), Input{Tasks: taskMap(sf, nil), Clients: map[string]ClientState{
+		"a": {Capacity: 1, Tags: map[string]string{"rack": "r1"}},
+		"b": {Capacity: 1, Tags: map[string]string{"rack": "r2"}},
+	}, TaskRacks: racks})
+	require.Equal(t, []task.ID{sf[0], sf[2]}, plain.Clients["a"].Active)
+}
+
+func TestValidateOutput(t *testing.T) {
+	sf := tasks(0, 2)
+	in := Input{Tasks: taskMap(sf, nil), Clients: map[string]ClientState{"a": {}, "b": {}}}
+	require.NoError(t, ValidateOutput(in, Assign(DefaultConfig(), in)))
+	for _, bad := range []Output{
+		{Clients: map[string]ClientAssignment{"a": {Active: sf[:1]}}},
+		{Clients: map[string]ClientAssignment{"a": {Active: sf}, "b": {Active: sf[:1]}}},
+		{Clients: map[string]ClientAssignment{"a": {Active: sf, Standby: sf[:1]}}},
+		{Clients: map[string]ClientAssignment{"z": {Active: sf}}},
+		{Clients: map[string]ClientAssignment{"a": {Active: append(slices.Clone(sf), tid(9, 9))}}},
+	} {
+		require.Error(t, ValidateOutput(in, bad), "%+v", bad)
+	}
+}
