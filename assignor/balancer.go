@@ -71,6 +71,12 @@ type BalancerConfig struct {
 	EndOffsets func(ctx context.Context, topics []string) (map[string]map[int32]int64, error)
 	// EndOffsetsTimeout bounds EndOffsets (default 10 s).
 	EndOffsetsTimeout time.Duration
+	// TaskRacks, if set, returns the racks of each task's input
+	// partitions' leaders (Input.TaskRacks), for Config.ActiveRackTag.
+	// Only the leader calls it, while balancing, bounded by
+	// EndOffsetsTimeout; when it fails the racks are left out and actives
+	// are placed without them.
+	TaskRacks func(ctx context.Context) (map[task.ID][]string, error)
 	// Assignor configures Assign.
 	Assignor Config
 	// AssignFunc, if set, replaces Assign as the leader's placement (a
@@ -534,6 +540,16 @@ func sortedIDs(ts []task.ID) []task.ID {
 func (mb *memberBalancer) input() (Input, map[string][]member) {
 	b := mb.b
 	in := Input{Tasks: make(map[task.ID]TaskInfo, len(b.cfg.Tasks)), Clients: map[string]ClientState{}}
+	if b.cfg.TaskRacks != nil && b.cfg.Assignor.ActiveRackTag != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EndOffsetsTimeout)
+		racks, err := b.cfg.TaskRacks(ctx)
+		cancel()
+		if err != nil {
+			b.log.Warn("placing actives without their input leaders' racks", "err", err)
+		} else {
+			in.TaskRacks = racks
+		}
+	}
 	for id := range b.cfg.Tasks {
 		_, stateful := b.cfg.Changelogs[id.SubTopology]
 		in.Tasks[id] = TaskInfo{Stateful: stateful}

@@ -61,6 +61,7 @@ type groupFixture struct {
 	now     time.Time
 	cfg     Config
 	assign  AssignFunc
+	racks   func(context.Context) (map[task.ID][]string, error)
 	errs    []error
 	members []*testMember
 }
@@ -83,6 +84,7 @@ func (g *groupFixture) add(id, process, endpoint string, f *format) *testMember 
 		},
 		Assignor:     g.cfg,
 		AssignFunc:   g.assign,
+		TaskRacks:    g.racks,
 		OnError:      func(err error) { g.errs = append(g.errs, err) },
 		Now:          func() time.Time { return g.now },
 		OnAssignment: func(a AssignmentInfo) { m.mu.Lock(); m.got = append(m.got, a); m.mu.Unlock() },
@@ -538,4 +540,47 @@ func TestBalancerAssignFunc(t *testing.T) {
 	_, err = mb.(kgo.GroupMemberBalancerOrError).BalanceOrError(map[string]int32{"left": 16, "right": 16, "events": 16})
 	require.ErrorContains(t, err, "AssignFunc")
 	require.Len(t, g2.errs, 1)
+}
+
+// With ActiveRackTag set, the leader asks for the racks of the tasks' input
+// leaders and hands them to the placement; a failed lookup places actives
+// without them rather than failing the rebalance.
+func TestBalancerTaskRacks(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tag     string
+		err     error
+		want    map[task.ID][]string
+		lookups int
+	}{
+		{name: "rack tag set", tag: "rack", want: map[task.ID][]string{{SubTopology: 0, Partition: 0}: {"r1"}}, lookups: 1},
+		{name: "lookup fails", tag: "rack", err: errors.New("metadata unavailable"), lookups: 1},
+		{name: "no rack tag", lookups: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newFixture(t, 2, 0)
+			g.cfg.ActiveRackTag = tc.tag
+			lookups := 0
+			g.racks = func(ctx context.Context) (map[task.ID][]string, error) {
+				lookups++
+				_, ok := ctx.Deadline()
+				require.True(t, ok, "the lookup is bounded")
+				if tc.err != nil {
+					return nil, tc.err
+				}
+				return map[task.ID][]string{{SubTopology: 0, Partition: 0}: {"r1"}}, nil
+			}
+			var seen Input
+			g.assign = func(cfg Config, in Input) Output {
+				seen = in
+				return Assign(cfg, in)
+			}
+			g.add("m-a", "proc-a", "", defaultFormat)
+			g.add("m-b", "proc-b", "", defaultFormat)
+			g.rebalance()
+			require.Equal(t, tc.lookups, lookups)
+			require.Equal(t, tc.want, seen.TaskRacks)
+			require.Empty(t, g.errs)
+		})
+	}
 }

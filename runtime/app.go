@@ -465,6 +465,40 @@ func (a *App) endOffsets(ctx context.Context, topics []string) (map[string]map[i
 	return out, nil
 }
 
+// taskRacks lists, for each task, the racks of its source partitions'
+// leaders, from the brokers' metadata, for the leader's rack-aware
+// placement of actives (Config.ActiveRackTag). Brokers without a rack
+// contribute none.
+func (a *App) taskRacks(ctx context.Context) (map[task.ID][]string, error) {
+	md, err := a.admin.Metadata(ctx, a.sourceTopics()...)
+	if err != nil {
+		return nil, err
+	}
+	racks := make(map[int32]string)
+	for _, b := range md.Brokers {
+		if b.Rack != nil && *b.Rack != "" {
+			racks[b.NodeID] = *b.Rack
+		}
+	}
+	leaderRack := make(map[changelog.TopicPartition]string)
+	for _, td := range md.Topics {
+		for _, pd := range td.Partitions {
+			if r, ok := racks[pd.Leader]; ok && pd.Err == nil {
+				leaderRack[changelog.TopicPartition{Topic: td.Topic, Partition: pd.Partition}] = r
+			}
+		}
+	}
+	out := make(map[task.ID][]string)
+	for id := range a.plan.taskTopics {
+		for _, tp := range a.sourcePartitions(id) {
+			if r, ok := leaderRack[tp]; ok && !slices.Contains(out[id], r) {
+				out[id] = append(out[id], r)
+			}
+		}
+	}
+	return out, nil
+}
+
 // assignmentReceived records a thread's new assignment and acts on what it
 // asks of the whole instance: a rejoin when the leader could not read our
 // protocol version, a probing rebalance at the time it names. It runs on

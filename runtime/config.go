@@ -309,6 +309,20 @@ type Config struct {
 	// RackAwareTags names the tag keys over whose values each task's
 	// replicas are spread.
 	RackAwareTags []string
+	// ActiveRackTag, if set, names the tag key of Tags that holds this
+	// instance's rack (its broker.rack): among clients equally able to run
+	// a task without restoring, actives go to one on the rack of the
+	// task's input partitions' leaders, saving cross-rack fetch traffic.
+	// The leaders' racks come from the brokers' metadata; brokers without
+	// racks leave placement as without the tag.
+	ActiveRackTag string
+	// AssignFunc, if set, replaces assignor.Assign as the group leader's
+	// placement of tasks (a custom assignor, as KIP-924 allows). It gets
+	// the same Config and Input and must give every task exactly one
+	// active; an invalid output stops the instance with the reason. Every
+	// instance of the application should set the same function: whichever
+	// is leader places the tasks.
+	AssignFunc assignor.AssignFunc
 	// StateCleanupDelay is how long a task directory left on disk after its
 	// task moved away is kept (so that a task coming back restores only
 	// the tail) before it is deleted. Default 10 minutes.
@@ -519,6 +533,7 @@ func (c Config) assignorConfig() assignor.Config {
 		MaxWarmups:               c.MaxWarmups,
 		ProbingRebalanceInterval: c.ProbingRebalanceInterval,
 		RackAwareTags:            c.RackAwareTags,
+		ActiveRackTag:            c.ActiveRackTag,
 	}
 }
 

@@ -169,6 +169,8 @@ func (th *thread) connect() error {
 		OnError:               func(err error) { a.fail(err) },
 		Logger:                th.log,
 		BareFraming:           cfg.BareGroupFormat,
+		AssignFunc:            cfg.AssignFunc,
+		TaskRacks:             a.taskRacks,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: balancer: %w", err)
