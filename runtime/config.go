@@ -332,7 +332,7 @@ type Config struct {
 	// StateListener, when set, hears of every change of the App's State,
 	// exactly once and in the order they happen, with the state left and
 	// the state entered. It is called synchronously by the goroutine
-	// making the change (Start, Close, Kill, or a stream thread's group
+	// making the change (Start, Close, or a stream thread's group
 	// callback or loop) while the App holds its state lock, so it must
 	// return quickly and may call only State, Err, Done and ProcessID on
 	// the App: anything else (Close, Tasks, queries) may wait for the
@@ -340,7 +340,7 @@ type Config struct {
 	StateListener func(old, new State)
 	// TLS, when set, makes every client Eddy creates connect to the
 	// brokers over TLS with this configuration. The handshake runs inside
-	// Eddy's own dialer, so Kill still severs the connections. A config
+	// Eddy's own dialer, which tracks every connection. A config
 	// without ServerName verifies each broker's certificate against the
 	// host it is dialed at, as franz-go's DialTLSConfig does. Use this
 	// rather than kgo.DialTLSConfig, which New refuses.
@@ -357,8 +357,8 @@ type Config struct {
 	// creates (client ID, SASL and so on). Options that Eddy sets itself
 	// (group, partitioner, isolation level) must not be overridden, and
 	// neither may the dialer: New refuses kgo.Dialer and kgo.DialTLSConfig
-	// here (set TLS instead), since Kill and the tests' network cuts work
-	// through Eddy's own dialer.
+	// here (set TLS instead): every connection goes through Eddy's own
+	// dialer, which tracks them so that a crash-stop cuts them all at once.
 	ClientOptions []kgo.Opt
 }
 
@@ -554,15 +554,15 @@ func (c Config) validateClientOptions() error {
 	}
 	if err := kgo.ValidateOpts(c.ClientOptions...); err != nil {
 		if strings.Contains(err.Error(), errDialerConflict) {
-			return errors.New("ClientOptions set both kgo.Dialer and kgo.DialTLSConfig; Eddy dials itself (so that Kill can sever connections): remove both and set Config.TLS for TLS")
+			return errors.New("ClientOptions set both kgo.Dialer and kgo.DialTLSConfig; Eddy dials every connection itself: remove both and set Config.TLS for TLS")
 		}
 		return fmt.Errorf("ClientOptions: %w", err)
 	}
 	if conflicts(kgo.Dialer(noDial)) {
-		return errors.New("ClientOptions set kgo.DialTLSConfig, which franz-go cannot combine with the dialer Eddy gives every client (so that Kill can sever connections): set Config.TLS instead")
+		return errors.New("ClientOptions set kgo.DialTLSConfig, which franz-go cannot combine with the dialer Eddy gives every client: set Config.TLS instead")
 	}
 	if conflicts(kgo.DialTLSConfig(new(tls.Config))) {
-		return errors.New("ClientOptions set kgo.Dialer, which would replace the dialer Eddy gives every client and leave Kill unable to sever connections: remove it, and set Config.TLS for TLS")
+		return errors.New("ClientOptions set kgo.Dialer, which would replace the dialer Eddy gives every client (it tracks every connection): remove it, and set Config.TLS for TLS")
 	}
 	return nil
 }

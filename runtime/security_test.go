@@ -24,7 +24,7 @@ func TestTLSConflictingClientOptionsAreRefused(t *testing.T) {
 		want string
 	}{
 		"DialTLSConfig": {[]kgo.Opt{kgo.DialTLSConfig(&tls.Config{})}, "set Config.TLS instead"},
-		"Dialer":        {[]kgo.Opt{kgo.Dialer(dial)}, "leave Kill unable to sever connections"},
+		"Dialer":        {[]kgo.Opt{kgo.Dialer(dial)}, "replace the dialer Eddy gives every client"},
 		"both":          {[]kgo.Opt{kgo.Dialer(dial), kgo.DialTLSConfig(&tls.Config{})}, "set Config.TLS for TLS"},
 	} {
 		cfg := base
