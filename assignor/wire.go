@@ -19,7 +19,7 @@ import (
 // for a future version.
 const (
 	MinSupportedVersion    int32 = 1
-	LatestSupportedVersion int32 = 2
+	LatestSupportedVersion int32 = 3
 )
 
 // ErrMalformed is wrapped by decoding errors for bytes that are not a valid
@@ -158,15 +158,28 @@ type AssignmentInfo struct {
 	NextProbingRebalanceMs int64
 	// PartitionsByHost maps each process endpoint to the tasks it runs as
 	// active, StandbyPartitionsByHost to those it holds as standby, and
-	// WarmupPartitionsByHost to those it holds as warmup. Task IDs name partitions: task s_p holds partition p of
-	// every store of sub-topology s. Processes without an endpoint are
-	// left out.
+	// WarmupPartitionsByHost to those it holds as warmup. Task IDs name
+	// partitions: task s_p holds partition p of every store of
+	// sub-topology s. Processes without an endpoint are left out.
+	//
+	// Only versions 1 and 2 carry them: with them every member's
+	// assignment grows with the whole group, and the group's SyncGroup
+	// with members × tasks. From version 3 on they are not encoded (a
+	// leader still fills them, for the older versions); members rebuild
+	// the same maps from DescribeGroups instead (GroupRouting).
 	PartitionsByHost        map[string][]task.ID
 	StandbyPartitionsByHost map[string][]task.ID
 	WarmupPartitionsByHost  map[string][]task.ID
 	// ShutdownReason is, with ErrShutdownApplication, the reason the member
 	// that asked for the shutdown gave (version 2 on).
 	ShutdownReason string
+	// Epoch names the balance that produced the assignment: the leader
+	// gives every member of one balance the same non-zero value, and a
+	// different one in each balance (version 3 on; 0 in earlier versions).
+	// A routing table rebuilt from DescribeGroups is the group's as of
+	// this assignment only when every member's assignment carries this
+	// epoch.
+	Epoch int64
 }
 
 // EncodeSubscription encodes s in the given version.
@@ -206,11 +219,12 @@ type format struct {
 	codecs      map[int32]codec
 }
 
-var defaultFormat = &format{min: 1, latest: 2, codecs: map[int32]codec{1: v1Codec, 2: v2Codec}}
+var defaultFormat = &format{min: 1, latest: 3, codecs: map[int32]codec{1: v1Codec, 2: v2Codec, 3: v3Codec}}
 
 var (
 	v1Codec = codec{writeSub: writeSubV1, readSub: readSubV1, writeAssig: writeAssigV1, readAssig: readAssigV1}
 	v2Codec = codec{writeSub: writeSubV2, readSub: readSubV2, writeAssig: writeAssigV2, readAssig: readAssigV2}
+	v3Codec = codec{writeSub: writeSubV2, readSub: readSubV2, writeAssig: writeAssigV3, readAssig: readAssigV3}
 )
 
 // negotiate returns the version a leader that supports up to ours should
@@ -431,6 +445,35 @@ func readSubV2(r *reader, s *SubscriptionInfo)  { readSubV1(r, s); s.ShutdownRea
 
 func writeAssigV2(w *writer, a *AssignmentInfo) { writeAssigV1(w, a); w.str(a.ShutdownReason) }
 func readAssigV2(r *reader, a *AssignmentInfo)  { readAssigV1(r, a); a.ShutdownReason = r.str() }
+
+// Version 3: the subscription as in version 2; the assignment drops the
+// three host maps and ends with the epoch: error code, actives, standbys,
+// warmups, next probing rebalance, shutdown reason, epoch. Its size no
+// longer depends on the rest of the group.
+
+func writeAssigV3(w *writer, a *AssignmentInfo) {
+	w.varint(int64(a.ErrorCode))
+	w.taskList(a.Active)
+	w.taskList(a.Standby)
+	w.taskList(a.Warmup)
+	w.varint(a.NextProbingRebalanceMs)
+	w.str(a.ShutdownReason)
+	w.varint(a.Epoch)
+}
+
+func readAssigV3(r *reader, a *AssignmentInfo) {
+	code := r.varint()
+	if code < math.MinInt16 || code > math.MaxInt16 {
+		r.fail("error code %d out of range", code)
+	}
+	a.ErrorCode = ErrorCode(code)
+	a.Active = r.taskList()
+	a.Standby = r.taskList()
+	a.Warmup = r.taskList()
+	a.NextProbingRebalanceMs = r.varint()
+	a.ShutdownReason = r.str()
+	a.Epoch = r.varint()
+}
 
 type writer struct{ b []byte }
 
