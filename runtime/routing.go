@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/assignor"
@@ -43,10 +42,12 @@ const (
 // backoff until it shows the epoch, and is needed again only at the next
 // assignment: membership and endpoints change only through a rebalance.
 type router struct {
-	a      *App
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	a *App
+	// describeGroup is describe; tests replace it.
+	describeGroup func() (assignor.Routing, error)
+	ctx           context.Context
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
 
 	mu sync.Mutex
 	// shares holds each thread's latest assignment, by thread index.
@@ -65,7 +66,9 @@ type router struct {
 
 func newRouter(a *App) *router {
 	ctx, cancel := context.WithCancel(a.killCtx)
-	return &router{a: a, ctx: ctx, cancel: cancel, shares: make(map[int]assignor.AssignmentInfo)}
+	r := &router{a: a, ctx: ctx, cancel: cancel, shares: make(map[int]assignor.AssignmentInfo)}
+	r.describeGroup = r.describe
+	return r
 }
 
 // assigned takes a thread's new assignment (ErrorCode ErrNone). It runs on
@@ -155,7 +158,7 @@ func (r *router) refresh() {
 		}
 		r.mu.Unlock()
 
-		table, err := r.describe()
+		table, err := r.describeGroup()
 		if err == nil && table.Epoch != epoch {
 			err = fmt.Errorf("%w: the group is at epoch %d, this instance's assignment at %d", assignor.ErrRoutingUnsettled, table.Epoch, epoch)
 		}
@@ -197,7 +200,7 @@ func (r *router) describe() (assignor.Routing, error) {
 	defer cancel()
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{r.a.cfg.ApplicationID}
-	resp, err := req.RequestWith(ctx, r.client())
+	resp, err := req.RequestWith(ctx, r.a.adminCl)
 	if err != nil {
 		return assignor.Routing{}, err
 	}
@@ -206,8 +209,6 @@ func (r *router) describe() (assignor.Routing, error) {
 	}
 	return assignor.GroupRouting(resp.Groups[0])
 }
-
-func (r *router) client() *kgo.Client { return r.a.adminCl }
 
 // close stops the refresh and waits for it, before the admin client it
 // describes the group with is closed.
