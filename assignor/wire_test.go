@@ -89,6 +89,15 @@ func TestSubscriptionRoundTrip(t *testing.T) {
 		{"empty", SubscriptionInfo{}},
 		{"unicode", SubscriptionInfo{ProcessID: "prøcess-ü", Endpoint: "[::1]:9", Tags: map[string]string{"zöne": ""}}},
 		{"shutdown", SubscriptionInfo{ProcessID: "p", ShutdownReason: "task 0_1 failed: panic: boom"}},
+		{"owned both ways, owned without a directory", SubscriptionInfo{ProcessID: "p",
+			Tasks:        []TaskOffsets{{Task: tid(0, 0), Role: RoleActive}, {Task: tid(0, 1), Role: RoleStandby}},
+			OwnedActive:  []task.ID{tid(0, 0), tid(0, 1), tid(5, 5)},
+			OwnedStandby: []task.ID{tid(0, 1), tid(6, 6)}}},
+		{"topics with no common affix", topicsSub("a", "b-changelog", "zz")},
+		{"one topic", topicsSub("app-counts-changelog")},
+		{"affixes that would overlap", topicsSub("a", "aa", "aaa", "ba")},
+		{"common suffix only", topicsSub("a", "xa", "ya")},
+		{"prefix of another", topicsSub("app-x-changelog", "app-x-changelog-changelog")},
 	} {
 		for v := MinSupportedVersion; v <= LatestSupportedVersion; v++ {
 			t.Run(fmt.Sprintf("%s/v%d", tc.name, v), func(t *testing.T) {
@@ -111,6 +120,36 @@ func TestSubscriptionRoundTrip(t *testing.T) {
 	}
 }
 
+// topicsSub holds one task directory with a position in each of topics.
+func topicsSub(topics ...string) SubscriptionInfo {
+	s := SubscriptionInfo{ProcessID: "p"}
+	for i, t := range topics {
+		s.Tasks = append(s.Tasks, TaskOffsets{Task: tid(i, 0), Role: RoleStandby, Positions: map[string]int64{t: int64(i)}})
+	}
+	return s
+}
+
+// Version 3 subscriptions hold the same information in fewer bytes.
+func TestSubscriptionV3IsSmaller(t *testing.T) {
+	s := SubscriptionInfo{ProcessID: "process-00042", Endpoint: "10.0.0.42:8080", Capacity: 1}
+	for sub := range 10 {
+		for p := range 3 {
+			id := tid(sub, int32(100*p+sub))
+			s.Tasks = append(s.Tasks, TaskOffsets{Task: id, Role: RoleStandby,
+				Positions: map[string]int64{fmt.Sprintf("wordcount-app-store-%d-changelog", sub): 1 << 20}})
+			s.OwnedStandby = append(s.OwnedStandby, id)
+		}
+	}
+	v2 := must(EncodeSubscription(s, 2))
+	v3 := must(EncodeSubscription(s, 3))
+	t.Logf("30 task directories over 10 changelogs: v2 %d B, v3 %d B", len(v2), len(v3))
+	require.Less(t, len(v3), len(v2)*2/3)
+	got, err := DecodeSubscription(v3)
+	require.NoError(t, err)
+	require.Equal(t, s.Tasks, got.Tasks)
+	require.Equal(t, sortedIDs(s.OwnedStandby), got.OwnedStandby)
+}
+
 func TestSubscriptionEncodingIsDeterministic(t *testing.T) {
 	a := sampleSubscription()
 	b := sampleSubscription()
@@ -118,18 +157,20 @@ func TestSubscriptionEncodingIsDeterministic(t *testing.T) {
 	// would see changed metadata and rebalance for nothing.
 	b.Tasks[0], b.Tasks[2] = b.Tasks[2], b.Tasks[0]
 	b.OwnedActive[0], b.OwnedActive[1] = b.OwnedActive[1], b.OwnedActive[0]
-	var first []byte
-	for i := range 20 {
-		s := a
-		if i%2 == 1 {
-			s = b
+	for v := MinSupportedVersion; v <= LatestSupportedVersion; v++ {
+		var first []byte
+		for i := range 20 {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			enc, err := EncodeSubscription(s, v)
+			require.NoError(t, err)
+			if first == nil {
+				first = enc
+			}
+			require.Equal(t, first, enc, "v%d", v)
 		}
-		enc, err := EncodeSubscription(s, 1)
-		require.NoError(t, err)
-		if first == nil {
-			first = enc
-		}
-		require.Equal(t, first, enc)
 	}
 }
 
@@ -295,6 +336,9 @@ func FuzzDecodeSubscription(f *testing.F) {
 	}
 	b, _ := defaultFormat.encodeSubscription(SubscriptionInfo{ShutdownReason: "poison record"}, 2)
 	f.Add(b)
+	for _, s := range []SubscriptionInfo{sampleSubscription(), topicsSub("a", "xa", "ya"), {ShutdownReason: "poison record"}} {
+		f.Add(must(defaultFormat.encodeSubscription(s, 3)))
+	}
 	f.Add([]byte{})
 	f.Add([]byte{0xED, 0xD1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
