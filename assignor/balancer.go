@@ -164,6 +164,8 @@ type Balancer struct {
 	mu      sync.Mutex
 	version int32 // the version this member subscribes with
 	last    AssignmentInfo
+	// epoch is the last epoch this member gave a balance as leader.
+	epoch int64
 }
 
 var _ kgo.GroupBalancer = (*Balancer)(nil)
@@ -429,6 +431,7 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 		}
 	}
 
+	epoch := b.nextEpoch()
 	var nextProbe int64
 	if out.FollowupRebalance {
 		nextProbe = b.cfg.Now().Add(out.ProbingRebalanceInterval).UnixMilli()
@@ -458,6 +461,7 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	for pid, ms := range byProcess {
 		for i, share := range spreadOverMembers(ms, out.Clients[pid], in.Tasks) {
 			share.NextProbingRebalanceMs = nextProbe
+			share.Epoch = epoch
 			share.PartitionsByHost = activeByHost
 			share.StandbyPartitionsByHost = standbyByHost
 			share.WarmupPartitionsByHost = warmupByHost
@@ -465,8 +469,20 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 		}
 	}
 	b.log.Info("balanced group", "members", len(mb.members), "processes", len(byProcess),
-		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version)
+		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version, "epoch", epoch)
 	return mb.encode(infos)
+}
+
+// nextEpoch names a new balance. Members only compare epochs for equality,
+// so it need not be ordered across leaders: the leader's clock in
+// nanoseconds makes two leaders' epochs collide only if they balance in the
+// same nanosecond, and the counter keeps one leader's epochs distinct
+// whatever its clock does.
+func (b *Balancer) nextEpoch() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.epoch = max(b.cfg.Now().UnixNano(), b.epoch+1)
+	return b.epoch
 }
 
 func (mb *memberBalancer) encode(infos map[string]AssignmentInfo) (kgo.IntoSyncAssignment, error) {

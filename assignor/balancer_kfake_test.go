@@ -133,7 +133,7 @@ func TestBalancerWithKfake(t *testing.T) {
 			s1.mu.Lock()
 			defer s1.mu.Unlock()
 			require.Len(t, s1.info.Active, parts, "balanced: half of the %d tasks each", 2*parts)
-			require.Len(t, s1.info.PartitionsByHost, 2)
+			epoch := s1.info.Epoch
 
 			// The group stores each member's data in the framing it chose.
 			req := kmsg.NewPtrDescribeGroupsRequest()
@@ -156,6 +156,18 @@ func TestBalancerWithKfake(t *testing.T) {
 			} else {
 				require.Equal(t, map[Framing]int{FramingConsumer: 2}, framings)
 			}
+
+			// The broker's description of the settled group is the
+			// routing table of the balance both members were given.
+			r, err := GroupRouting(resp.Groups[0])
+			require.NoError(t, err)
+			require.Equal(t, epoch, r.Epoch)
+			require.Len(t, r.Active, 2)
+			s2.mu.Lock()
+			defer s2.mu.Unlock()
+			require.Equal(t, epoch, s2.info.Epoch)
+			require.Equal(t, s1.info.Active, r.Active["proc-1:8080"])
+			require.Equal(t, s2.info.Active, r.Active["proc-2:8080"])
 		})
 	}
 }

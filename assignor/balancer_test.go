@@ -140,6 +140,19 @@ func (g *groupFixture) rebalance() map[string]map[string][]int32 {
 	return out
 }
 
+// describe is the group as a coordinator describes it once Stable: each
+// member's last JoinGroup metadata and SyncGroup assignment.
+func (g *groupFixture) describe() kmsg.DescribeGroupsResponseGroup {
+	d := kmsg.NewDescribeGroupsResponseGroup()
+	d.Group, d.State, d.ProtocolType, d.Protocol = "app", "Stable", "consumer", ProtocolName
+	for _, m := range g.members {
+		dm := kmsg.NewDescribeGroupsResponseGroupMember()
+		dm.MemberID, dm.ProtocolMetadata, dm.MemberAssignment = m.id, m.join, m.raw
+		d.Members = append(d.Members, dm)
+	}
+	return d
+}
+
 // requireWholeDisjoint checks that the members consume whole tasks, each
 // task's partitions on exactly one member, and every active task somewhere.
 func requireWholeDisjoint(t *testing.T, tasks map[task.ID][]string, got map[string]map[string][]int32) {
@@ -203,13 +216,14 @@ func TestBalancerSpreadsProcessesOverMembers(t *testing.T) {
 	for _, tk := range standbyA {
 		require.Contains(t, b1.last().Active, tk)
 	}
-	// The host maps are the same for everyone and name processes.
-	info := a1.last()
-	require.Equal(t, info.PartitionsByHost, b1.last().PartitionsByHost)
-	require.Equal(t, sortedIDs(slices.Concat(a1.last().Active, a2.last().Active)), info.PartitionsByHost["a:1"])
-	require.Equal(t, b1.last().Active, info.PartitionsByHost["b:1"])
-	require.Equal(t, sortedIDs(standbyA), info.StandbyPartitionsByHost["a:1"])
-	require.Equal(t, standbyB, info.StandbyPartitionsByHost["b:1"])
+	// The routing table rebuilt from the group names processes.
+	r, err := GroupRouting(g.describe())
+	require.NoError(t, err)
+	require.Equal(t, a1.last().Epoch, r.Epoch)
+	require.Equal(t, sortedIDs(slices.Concat(a1.last().Active, a2.last().Active)), r.Active["a:1"])
+	require.Equal(t, b1.last().Active, r.Active["b:1"])
+	require.Equal(t, sortedIDs(standbyA), r.Standby["a:1"])
+	require.Equal(t, standbyB, r.Standby["b:1"])
 
 	// A second generation with nothing changed keeps every member's tasks.
 	before := map[string]AssignmentInfo{a1.id: a1.last(), a2.id: a2.last(), b1.id: b1.last()}
@@ -280,7 +294,9 @@ func TestBalancerProbingRebalance(t *testing.T) {
 	want := g.now.Add(DefaultProbingRebalanceInterval).UnixMilli()
 	require.Equal(t, want, a.last().NextProbingRebalanceMs)
 	require.Equal(t, want, b.last().NextProbingRebalanceMs)
-	require.Equal(t, b.last().Warmup, a.last().WarmupPartitionsByHost["b:1"])
+	r, err := GroupRouting(g.describe())
+	require.NoError(t, err)
+	require.Equal(t, b.last().Warmup, r.Warmup["b:1"])
 
 	// b reports its warmups caught up: they move.
 	for _, tk := range b.last().Warmup {
@@ -301,11 +317,11 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 		return g.Info.Version
 	}
 
-	t.Run("v1 leader, v2 member: version probing, then v1 everywhere", func(t *testing.T) {
+	t.Run("v1 leader, v3 member: version probing, then v1 everywhere", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
 		old := g.add("m-1", "proc-1", "", formatV1) // leader
 		nu := g.add("m-2", "proc-2", "", defaultFormat)
-		require.Equal(t, int32(2), peek(nu.b.JoinGroupMetadata(nil, nil, 0)))
+		require.Equal(t, int32(3), peek(nu.b.JoinGroupMetadata(nil, nil, 0)))
 
 		got := g.rebalance()
 		require.Empty(t, got[old.id])
@@ -322,7 +338,7 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 		require.Len(t, nu.last().Active, 2)
 	})
 
-	t.Run("v2 leader, mixed members: assignments in v1", func(t *testing.T) {
+	t.Run("v3 leader, mixed members: assignments in v1", func(t *testing.T) {
 		g := newFixture(t, 4, 0)
 		g.add("m-1", "proc-1", "", defaultFormat) // leader
 		old := g.add("m-2", "proc-2", "", formatV1)
@@ -332,12 +348,88 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 		require.Equal(t, ErrNone, old.last().ErrorCode)
 	})
 
-	t.Run("all v2: assignments in v2", func(t *testing.T) {
-		g := newFixture(t, 4, 0)
-		a := g.add("m-1", "proc-1", "", defaultFormat)
-		g.add("m-2", "proc-2", "", defaultFormat)
+	// A group with a member of a build before version 3 gets the host
+	// maps in every assignment, whoever leads, so that the old member
+	// can route; the new members route from the maps too.
+	for _, tc := range []struct {
+		name        string
+		leader, old *format
+	}{
+		{"v3 leader, v2 member", defaultFormat, formatV2},
+		{"v2 leader, v3 member", formatV2, defaultFormat},
+	} {
+		t.Run(tc.name+": assignments in v2 with the full host maps", func(t *testing.T) {
+			g := newFixture(t, 4, 2)
+			g.cfg.NumStandbys = 1
+			lead := g.add("m-1", "proc-1", "a:1", tc.leader)
+			other := g.add("m-2", "proc-2", "b:1", tc.old)
+			if tc.leader == formatV2 {
+				// The old leader cannot read the v3 subscription: one
+				// round of version probing first.
+				g.rebalance()
+				require.Equal(t, ErrVersionProbing, other.last().ErrorCode)
+			}
+			requireWholeDisjoint(t, g.tasks, g.rebalance())
+			for _, m := range []*testMember{lead, other} {
+				a := m.last()
+				require.Equal(t, int32(2), a.Version, m.id)
+				require.Zero(t, a.Epoch, m.id)
+				r, ok := AssignmentRouting(a)
+				require.True(t, ok)
+				require.Equal(t, lead.last().Active, r.Active["a:1"])
+				require.Equal(t, other.last().Active, r.Active["b:1"])
+				require.Equal(t, lead.last().Standby, r.Standby["a:1"])
+				require.Equal(t, other.last().Standby, r.Standby["b:1"])
+			}
+			// The group's description is no routing table: not one
+			// balance's epoch.
+			_, err := g.members[0].b.format.groupRouting(g.describe())
+			require.ErrorIs(t, err, ErrRoutingUnsettled)
+		})
+	}
+
+	t.Run("all v3: assignments in v3 without host maps; the group's description is the routing table", func(t *testing.T) {
+		g := newFixture(t, 4, 2)
+		g.cfg.NumStandbys = 1
+		a := g.add("m-1", "proc-1", "a:1", defaultFormat)
+		a2 := g.add("m-3", "proc-1", "a:1", defaultFormat)
+		b := g.add("m-2", "proc-2", "b:1", defaultFormat)
 		requireWholeDisjoint(t, g.tasks, g.rebalance())
-		require.Equal(t, int32(2), a.last().Version)
+		require.Equal(t, int32(3), a.last().Version)
+		require.Nil(t, a.last().PartitionsByHost)
+		_, ok := AssignmentRouting(a.last())
+		require.False(t, ok)
+		epoch := a.last().Epoch
+		require.NotZero(t, epoch)
+		require.Equal(t, epoch, b.last().Epoch)
+		r, err := GroupRouting(g.describe())
+		require.NoError(t, err)
+		require.Equal(t, epoch, r.Epoch)
+		require.Equal(t, sortedIDs(slices.Concat(a.last().Active, a2.last().Active)), r.Active["a:1"])
+		require.Equal(t, b.last().Active, r.Active["b:1"])
+		require.Equal(t, sortedIDs(slices.Concat(a.last().Standby, a2.last().Standby)), r.Standby["a:1"])
+		require.Equal(t, b.last().Standby, r.Standby["b:1"])
+		require.Len(t, r.Active, 2)
+
+		// The next balance has another epoch.
+		g.rebalance()
+		require.NotEqual(t, epoch, a.last().Epoch)
+		require.Equal(t, a.last().Epoch, b.last().Epoch)
+	})
+
+	t.Run("a downgraded member upgrades when the leader can read more", func(t *testing.T) {
+		g := newFixture(t, 4, 0)
+		m := g.add("m-1", "proc-1", "", defaultFormat)
+		probe, err := formatV1.encodeAssignment(AssignmentInfo{ErrorCode: ErrVersionProbing}, 1)
+		require.NoError(t, err)
+		_, err = m.b.ParseSyncAssignment(probe)
+		require.NoError(t, err)
+		require.Equal(t, int32(1), peek(m.b.JoinGroupMetadata(nil, nil, 0)))
+		fromV3Leader, err := defaultFormat.encodeAssignment(AssignmentInfo{}, 1)
+		require.NoError(t, err)
+		_, err = m.b.ParseSyncAssignment(fromV3Leader)
+		require.NoError(t, err)
+		require.Equal(t, int32(3), peek(m.b.JoinGroupMetadata(nil, nil, 0)))
 	})
 
 	t.Run("member given a version it cannot read rejoins with its own", func(t *testing.T) {
@@ -350,21 +442,6 @@ func TestBalancerVersionNegotiation(t *testing.T) {
 		require.Empty(t, parts)
 		require.Equal(t, ErrUnsupportedVersion, m.last().ErrorCode)
 		require.Equal(t, int32(1), peek(m.b.JoinGroupMetadata(nil, nil, 0)))
-	})
-
-	t.Run("a downgraded member upgrades when the leader can read more", func(t *testing.T) {
-		g := newFixture(t, 4, 0)
-		m := g.add("m-1", "proc-1", "", defaultFormat)
-		probe, err := formatV1.encodeAssignment(AssignmentInfo{ErrorCode: ErrVersionProbing}, 1)
-		require.NoError(t, err)
-		_, err = m.b.ParseSyncAssignment(probe)
-		require.NoError(t, err)
-		require.Equal(t, int32(1), peek(m.b.JoinGroupMetadata(nil, nil, 0)))
-		fromV2Leader, err := defaultFormat.encodeAssignment(AssignmentInfo{}, 1)
-		require.NoError(t, err)
-		_, err = m.b.ParseSyncAssignment(fromV2Leader)
-		require.NoError(t, err)
-		require.Equal(t, int32(2), peek(m.b.JoinGroupMetadata(nil, nil, 0)))
 	})
 }
 

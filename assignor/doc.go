@@ -22,7 +22,15 @@
 //   - Versioned wire formats, SubscriptionInfo (what a member tells the group
 //     leader) and AssignmentInfo (what the leader tells each member), with
 //     explicit version negotiation so that members running different Eddy
-//     versions can share a group.
+//     versions can share a group. From version 3 on an assignment carries
+//     only the member's own tasks and the balance's epoch, so a SyncGroup
+//     grows with the tasks rather than members × tasks; GroupRouting
+//     rebuilds the group's routing table (which endpoint holds which task in
+//     which role) from the coordinator's DescribeGroups answer, and accepts
+//     it only when every member's assignment carries one epoch. Earlier
+//     versions carried the whole table in every assignment
+//     (AssignmentRouting reads it); a group with a member that speaks no
+//     more than version 2 negotiates version 2.
 //   - Their framing in the group protocol. The group's protocol type is
 //     "consumer", so each encoding travels as the user data of Kafka's
 //     standard consumer protocol: the JoinGroup metadata is a

@@ -99,7 +99,7 @@ func TestGroupAssignmentRoundTrip(t *testing.T) {
 				got, err := DecodeGroupAssignment(b)
 				require.NoError(t, err)
 				want := tc.g
-				want.Info.Version, want.Info.LatestSupportedVersion = v, LatestSupportedVersion
+				want.Info = inVersion(want.Info, v)
 				require.Equal(t, want, got)
 				again, err := EncodeGroupAssignment(got, v)
 				require.NoError(t, err)
@@ -217,20 +217,20 @@ func TestGroupDecodeMalformed(t *testing.T) {
 		require.Equal(t, sampleGroupSubscription().Info.Tasks, g.Info.Tasks)
 	})
 	t.Run("a newer Eddy version inside the framing is reported with its framing", func(t *testing.T) {
-		b, err := formatV3().encodeGroupSubscription(sampleGroupSubscription(), 3)
+		b, err := formatV4().encodeGroupSubscription(sampleGroupSubscription(), 4)
 		require.NoError(t, err)
 		g, err := DecodeGroupSubscription(b)
 		var uv *UnsupportedVersionError
 		require.ErrorAs(t, err, &uv)
-		require.Equal(t, int32(3), uv.Version)
+		require.Equal(t, int32(4), uv.Version)
 		require.Equal(t, FramingConsumer, g.Framing)
 		require.Equal(t, sampleGroupSubscription().Topics, g.Topics)
 	})
 }
 
-// formatV3 is a build one version ahead, whose version 3 is version 2's body.
-func formatV3() *format {
-	return &format{min: 1, latest: 3, codecs: map[int32]codec{1: v1Codec, 2: v2Codec, 3: v2Codec}}
+// formatV4 is a build one version ahead, whose version 4 is version 3's body.
+func formatV4() *format {
+	return &format{min: 1, latest: 4, codecs: map[int32]codec{1: v1Codec, 2: v2Codec, 3: v3Codec, 4: v3Codec}}
 }
 
 // Members of builds before the consumer framing send and read the bare

@@ -19,7 +19,7 @@ import (
 // for a future version.
 const (
 	MinSupportedVersion    int32 = 1
-	LatestSupportedVersion int32 = 2
+	LatestSupportedVersion int32 = 3
 )
 
 // ErrMalformed is wrapped by decoding errors for bytes that are not a valid
@@ -158,15 +158,28 @@ type AssignmentInfo struct {
 	NextProbingRebalanceMs int64
 	// PartitionsByHost maps each process endpoint to the tasks it runs as
 	// active, StandbyPartitionsByHost to those it holds as standby, and
-	// WarmupPartitionsByHost to those it holds as warmup. Task IDs name partitions: task s_p holds partition p of
-	// every store of sub-topology s. Processes without an endpoint are
-	// left out.
+	// WarmupPartitionsByHost to those it holds as warmup. Task IDs name
+	// partitions: task s_p holds partition p of every store of
+	// sub-topology s. Processes without an endpoint are left out.
+	//
+	// Only versions 1 and 2 carry them: with them every member's
+	// assignment grows with the whole group, and the group's SyncGroup
+	// with members × tasks. From version 3 on they are not encoded (a
+	// leader still fills them, for the older versions); members rebuild
+	// the same maps from DescribeGroups instead (GroupRouting).
 	PartitionsByHost        map[string][]task.ID
 	StandbyPartitionsByHost map[string][]task.ID
 	WarmupPartitionsByHost  map[string][]task.ID
 	// ShutdownReason is, with ErrShutdownApplication, the reason the member
 	// that asked for the shutdown gave (version 2 on).
 	ShutdownReason string
+	// Epoch names the balance that produced the assignment: the leader
+	// gives every member of one balance the same non-zero value, and a
+	// different one in each balance (version 3 on; 0 in earlier versions).
+	// A routing table rebuilt from DescribeGroups is the group's as of
+	// this assignment only when every member's assignment carries this
+	// epoch.
+	Epoch int64
 }
 
 // EncodeSubscription encodes s in the given version.
@@ -206,11 +219,12 @@ type format struct {
 	codecs      map[int32]codec
 }
 
-var defaultFormat = &format{min: 1, latest: 2, codecs: map[int32]codec{1: v1Codec, 2: v2Codec}}
+var defaultFormat = &format{min: 1, latest: 3, codecs: map[int32]codec{1: v1Codec, 2: v2Codec, 3: v3Codec}}
 
 var (
 	v1Codec = codec{writeSub: writeSubV1, readSub: readSubV1, writeAssig: writeAssigV1, readAssig: readAssigV1}
 	v2Codec = codec{writeSub: writeSubV2, readSub: readSubV2, writeAssig: writeAssigV2, readAssig: readAssigV2}
+	v3Codec = codec{writeSub: writeSubV3, readSub: readSubV3, writeAssig: writeAssigV3, readAssig: readAssigV3}
 )
 
 // negotiate returns the version a leader that supports up to ours should
@@ -431,6 +445,197 @@ func readSubV2(r *reader, s *SubscriptionInfo)  { readSubV1(r, s); s.ShutdownRea
 
 func writeAssigV2(w *writer, a *AssignmentInfo) { writeAssigV1(w, a); w.str(a.ShutdownReason) }
 func readAssigV2(r *reader, a *AssignmentInfo)  { readAssigV1(r, a); a.ShutdownReason = r.str() }
+
+// Version 3: the assignment drops the three host maps and ends with the
+// epoch: error code, actives, standbys, warmups, next probing rebalance,
+// shutdown reason, epoch. Its size no longer depends on the rest of the
+// group. The subscription carries version 2's fields in fewer bytes, since
+// the coordinator stores every member's subscription beside its assignment
+// in one record: the changelog topic dictionary is written as the names'
+// common prefix and suffix and each name's middle, and a member's owned
+// tasks that are among its task directories are flags on the directory's
+// role byte (ownedActiveFlag, ownedStandbyFlag), the owned lists holding only
+// the rest.
+
+const (
+	ownedActiveFlag  = 0x10
+	ownedStandbyFlag = 0x20
+	roleMask         = 0x0f
+)
+
+func writeSubV3(w *writer, s *SubscriptionInfo) {
+	w.str(s.ProcessID)
+	w.str(s.Endpoint)
+	w.uvarint(uint64(max(s.Capacity, 0)))
+	w.strMap(s.Tags)
+
+	topicSet := map[string]bool{}
+	for _, t := range s.Tasks {
+		for topic := range t.Positions {
+			topicSet[topic] = true
+		}
+	}
+	topics := slices.Sorted(maps.Keys(topicSet))
+	prefix, suffix := affixes(topics)
+	w.str(prefix)
+	w.str(suffix)
+	w.uvarint(uint64(len(topics)))
+	index := make(map[string]int, len(topics))
+	for i, t := range topics {
+		index[t] = i
+		w.str(t[len(prefix) : len(t)-len(suffix)])
+	}
+	ownedA := taskSet(s.OwnedActive)
+	ownedS := taskSet(s.OwnedStandby)
+	ts := slices.Clone(s.Tasks)
+	slices.SortStableFunc(ts, func(a, b TaskOffsets) int { return a.Task.Compare(b.Task) })
+	ts = slices.CompactFunc(ts, func(a, b TaskOffsets) bool { return a.Task == b.Task })
+	w.uvarint(uint64(len(ts)))
+	for _, t := range ts {
+		w.taskID(t.Task)
+		role := byte(t.Role) & roleMask
+		if ownedA[t.Task] {
+			role |= ownedActiveFlag
+			delete(ownedA, t.Task)
+		}
+		if ownedS[t.Task] {
+			role |= ownedStandbyFlag
+			delete(ownedS, t.Task)
+		}
+		w.b = append(w.b, role)
+		w.uvarint(uint64(len(t.Positions)))
+		for _, topic := range slices.Sorted(maps.Keys(t.Positions)) {
+			w.uvarint(uint64(index[topic]))
+			w.varint(t.Positions[topic])
+		}
+	}
+	w.taskList(slices.Collect(maps.Keys(ownedA)))
+	w.taskList(slices.Collect(maps.Keys(ownedS)))
+	w.str(s.ShutdownReason)
+}
+
+func readSubV3(r *reader, s *SubscriptionInfo) {
+	s.ProcessID = r.str()
+	s.Endpoint = r.str()
+	s.Capacity = int32(r.uvarintMax(math.MaxInt32))
+	s.Tags = r.strMap()
+	prefix, suffix := r.str(), r.str()
+	// Each name costs at least its middle's length byte, so the count is
+	// bounded by the bytes left.
+	topics := make([]string, r.count())
+	for i := range topics {
+		topics[i] = prefix + r.str() + suffix
+		if i > 0 && topics[i] <= topics[i-1] {
+			r.fail("changelog topics not sorted")
+		}
+	}
+	var ownedA, ownedS []task.ID
+	n := r.count()
+	for i := 0; i < n && r.err == nil; i++ {
+		t := TaskOffsets{Task: r.taskID()}
+		if i > 0 && t.Task.Compare(s.Tasks[i-1].Task) <= 0 {
+			r.fail("task directories not sorted")
+		}
+		b := r.byte()
+		if b&^(roleMask|ownedActiveFlag|ownedStandbyFlag) != 0 || TaskRole(b&roleMask) > RoleActive {
+			r.fail("unknown task role byte %#x", b)
+		}
+		t.Role = TaskRole(b & roleMask)
+		if b&ownedActiveFlag != 0 {
+			ownedA = append(ownedA, t.Task)
+		}
+		if b&ownedStandbyFlag != 0 {
+			ownedS = append(ownedS, t.Task)
+		}
+		np := r.count()
+		last := -1
+		for range np {
+			idx := int(r.uvarintMax(uint64(len(topics))))
+			off := r.varint()
+			if r.err != nil {
+				break
+			}
+			if idx >= len(topics) || idx <= last {
+				r.fail("bad changelog topic index %d", idx)
+				break
+			}
+			last = idx
+			if t.Positions == nil {
+				t.Positions = make(map[string]int64, np)
+			}
+			t.Positions[topics[idx]] = off
+		}
+		s.Tasks = append(s.Tasks, t)
+	}
+	s.OwnedActive = mergeTasks(ownedA, r.taskList())
+	s.OwnedStandby = mergeTasks(ownedS, r.taskList())
+	s.ShutdownReason = r.str()
+}
+
+// affixes returns the longest prefix and then the longest suffix all names
+// share that do not overlap in any name.
+func affixes(names []string) (prefix, suffix string) {
+	if len(names) == 0 {
+		return "", ""
+	}
+	prefix = names[0]
+	for _, n := range names[1:] {
+		i := 0
+		for i < len(prefix) && i < len(n) && prefix[i] == n[i] {
+			i++
+		}
+		prefix = prefix[:i]
+	}
+	suffix = names[0][len(prefix):]
+	for _, n := range names[1:] {
+		i := 0
+		for i < len(suffix) && i < len(n)-len(prefix) && suffix[len(suffix)-1-i] == n[len(n)-1-i] {
+			i++
+		}
+		suffix = suffix[len(suffix)-i:]
+	}
+	return prefix, suffix
+}
+
+func taskSet(ts []task.ID) map[task.ID]bool {
+	m := make(map[task.ID]bool, len(ts))
+	for _, t := range ts {
+		m[t] = true
+	}
+	return m
+}
+
+// mergeTasks returns the sorted union of two task lists, nil if empty.
+func mergeTasks(a, b []task.ID) []task.ID {
+	if len(a)+len(b) == 0 {
+		return nil
+	}
+	return slices.Compact(slices.SortedFunc(slices.Values(slices.Concat(a, b)), task.ID.Compare))
+}
+
+func writeAssigV3(w *writer, a *AssignmentInfo) {
+	w.varint(int64(a.ErrorCode))
+	w.taskList(a.Active)
+	w.taskList(a.Standby)
+	w.taskList(a.Warmup)
+	w.varint(a.NextProbingRebalanceMs)
+	w.str(a.ShutdownReason)
+	w.varint(a.Epoch)
+}
+
+func readAssigV3(r *reader, a *AssignmentInfo) {
+	code := r.varint()
+	if code < math.MinInt16 || code > math.MaxInt16 {
+		r.fail("error code %d out of range", code)
+	}
+	a.ErrorCode = ErrorCode(code)
+	a.Active = r.taskList()
+	a.Standby = r.taskList()
+	a.Warmup = r.taskList()
+	a.NextProbingRebalanceMs = r.varint()
+	a.ShutdownReason = r.str()
+	a.Epoch = r.varint()
+}
 
 type writer struct{ b []byte }
 

@@ -90,12 +90,14 @@ type App struct {
 	// in openStore's stead: it may delay the opening or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
 
-	// assignment is the latest assignment any thread received; it carries
-	// the group-wide routing maps.
+	// assignment is the latest assignment any thread received.
 	assignment atomic.Pointer[assignor.AssignmentInfo]
-	routing    atomic.Pointer[iq.Metadata] // built from assignment
-	probeMu    sync.Mutex
-	probe      *time.Timer // the next probing rebalance
+	// routing is the routing table queries use; router keeps it in step
+	// with the assignments (see routing.go).
+	routing atomic.Pointer[iq.Metadata]
+	router  *router
+	probeMu sync.Mutex
+	probe   *time.Timer // the next probing rebalance
 
 	// startIDs are the topic IDs seen at start; watchTopics compares the
 	// broker's with them (see wipe.go).
@@ -257,6 +259,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	a.fresh = newFreshness(a, FreshnessInterval)
 	a.purge = newPurger(a.killCtx, a.admin, a.plan.repartitions, a.cfg.RepartitionPurgeInterval, a.log)
+	a.router = newRouter(a)
 	return nil
 }
 
@@ -363,6 +366,8 @@ func (a *App) release() {
 	}
 	// Before the admin client it deletes records with is closed.
 	a.purge.close()
+	// Before the admin client it describes the group with is closed.
+	a.router.close()
 	if a.adminCl != nil {
 		a.adminCl.Close()
 		a.adminCl = nil
@@ -515,7 +520,7 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 		return
 	}
 	a.assignment.Store(&info)
-	a.routing.Store(a.routingTable(info))
+	a.router.assigned(th.idx, info)
 	a.probeMu.Lock()
 	defer a.probeMu.Unlock()
 	if a.probe != nil {
@@ -817,13 +822,20 @@ func (a *App) Replicas() []ReplicaInfo {
 // Assignment returns the latest assignment this instance received: its
 // actives, standbys and warmups over all its stream threads, and the
 // group-wide maps of which hosts hold which tasks as active, standby and
-// warmup; false before the first assignment.
+// warmup; false before the first assignment. Assignments in wire version 3
+// do not carry the maps: they are those of the routing table rebuilt from
+// the group for the assignment's epoch, and nil until it is (see
+// routing.go).
 func (a *App) Assignment() (assignor.AssignmentInfo, bool) {
 	p := a.assignment.Load()
 	if p == nil {
 		return assignor.AssignmentInfo{}, false
 	}
 	info := *p
+	if info.Epoch != 0 {
+		r, _ := a.router.groupTable(info.Epoch)
+		info.PartitionsByHost, info.StandbyPartitionsByHost, info.WarmupPartitionsByHost = r.Active, r.Standby, r.Warmup
+	}
 	if a.registry != nil && len(a.threads) > 1 {
 		info.Active, info.Standby, info.Warmup = a.registry.instanceShare()
 	}

@@ -112,13 +112,18 @@ func (q queryBackend) Metadata() (iq.Metadata, error) {
 	return *md, nil
 }
 
-// routingTable turns an assignment's host maps into the query layer's
+// routingTable turns a balance's routing table into the query layer's
 // metadata: which store partitions each host holds, in which role.
-func (a *App) routingTable(info assignor.AssignmentInfo) *iq.Metadata {
+func (a *App) routingTable(r assignor.Routing) *iq.Metadata {
 	subs := graph.Of(a.topo).SubTopologies()
 	parts := func(ids []task.ID) []iq.StorePartition {
 		var out []iq.StorePartition
 		for _, id := range ids {
+			if id.SubTopology < 0 || id.SubTopology >= len(subs) {
+				// A task of another topology (a leader running another
+				// version of the application): nothing here to name.
+				continue
+			}
 			for _, s := range subs[id.SubTopology].Stores {
 				out = append(out, iq.StorePartition{Store: s.Name, Partition: id.Partition})
 			}
@@ -126,7 +131,7 @@ func (a *App) routingTable(info assignor.AssignmentInfo) *iq.Metadata {
 		return out
 	}
 	hosts := make(map[string]bool)
-	for _, m := range []map[string][]task.ID{info.PartitionsByHost, info.StandbyPartitionsByHost, info.WarmupPartitionsByHost} {
+	for _, m := range []map[string][]task.ID{r.Active, r.Standby, r.Warmup} {
 		for h := range m {
 			hosts[h] = true
 		}
@@ -135,9 +140,9 @@ func (a *App) routingTable(info assignor.AssignmentInfo) *iq.Metadata {
 	for _, h := range slices.Sorted(maps.Keys(hosts)) {
 		md.Hosts = append(md.Hosts, iq.HostMetadata{
 			Host:    h,
-			Active:  parts(info.PartitionsByHost[h]),
-			Standby: parts(info.StandbyPartitionsByHost[h]),
-			Warmup:  parts(info.WarmupPartitionsByHost[h]),
+			Active:  parts(r.Active[h]),
+			Standby: parts(r.Standby[h]),
+			Warmup:  parts(r.Warmup[h]),
 		})
 	}
 	for i, st := range subs {

@@ -1,0 +1,224 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/task"
+)
+
+// Routing-table refresh backoff: the first retry comes soon, since the
+// group is usually Stable a few milliseconds after this member's own
+// SyncGroup answer; later ones back off so that an instance cut off from
+// the coordinator does not hammer it.
+const (
+	routingRetryMin = 20 * time.Millisecond
+	routingRetryMax = 2 * time.Second
+	// routingDescribeTimeout bounds one DescribeGroups.
+	routingDescribeTimeout = 10 * time.Second
+)
+
+// router keeps the instance's routing table (App.routing, what
+// Queries().Metadata returns) in step with the group's assignments.
+//
+// Assignments in wire version 1 or 2 carry the whole table, which is used
+// as it is. From version 3 on an assignment carries only the member's own
+// tasks and the balance's epoch, and the router rebuilds the table from
+// DescribeGroups (assignor.GroupRouting), accepting a description only when
+// every member's assignment carries the epoch of this instance's latest
+// assignment: the table is then exactly the balance's, never older than
+// this instance's own assignment. Until it is accepted the table holds
+// only what this instance itself knows, its own threads' tasks of that
+// epoch: a query for another partition finds no host and is refused as
+// unavailable rather than routed on a previous balance, which may name a
+// host that no longer holds the partition. The description is retried with
+// backoff until it shows the epoch, and is needed again only at the next
+// assignment: membership and endpoints change only through a rebalance.
+type router struct {
+	a *App
+	// describeGroup is describe; tests replace it.
+	describeGroup func() (assignor.Routing, error)
+	ctx           context.Context
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+
+	mu sync.Mutex
+	// shares holds each thread's latest assignment, by thread index.
+	shares map[int]assignor.AssignmentInfo
+	// want is the epoch whose table is still to be described, 0 if none;
+	// accepted is the epoch of the table in use, 0 if it came from an
+	// assignment's host maps or is local.
+	want, accepted int64
+	// table is the routing table in use and complete whether it is the
+	// group's (not only this instance's own share).
+	table    assignor.Routing
+	complete bool
+	running  bool
+	closed   bool
+}
+
+func newRouter(a *App) *router {
+	ctx, cancel := context.WithCancel(a.killCtx)
+	r := &router{a: a, ctx: ctx, cancel: cancel, shares: make(map[int]assignor.AssignmentInfo)}
+	r.describeGroup = r.describe
+	return r
+}
+
+// assigned takes a thread's new assignment (ErrorCode ErrNone). It runs on
+// the thread's group goroutine and does not block.
+func (r *router) assigned(idx int, info assignor.AssignmentInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shares[idx] = info
+	if table, ok := assignor.AssignmentRouting(info); ok {
+		r.want, r.accepted = 0, 0
+		r.use(table, true)
+		return
+	}
+	if info.Epoch == r.accepted {
+		// Another thread's share of the balance whose table is in use.
+		return
+	}
+	r.want = info.Epoch
+	r.use(r.local(info.Epoch), false)
+	if !r.running && !r.closed {
+		r.running = true
+		r.wg.Add(1)
+		go r.refresh()
+	}
+}
+
+// use makes table the one queries route on. Called with r.mu held.
+func (r *router) use(table assignor.Routing, complete bool) {
+	r.table, r.complete = table, complete
+	r.a.routing.Store(r.a.routingTable(table))
+}
+
+// groupTable returns the group's routing table of the given epoch (0 for
+// one carried by a version 1 or 2 assignment), false until it is known.
+func (r *router) groupTable(epoch int64) (assignor.Routing, bool) {
+	if r == nil {
+		return assignor.Routing{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.complete || r.table.Epoch != epoch {
+		return assignor.Routing{}, false
+	}
+	return r.table, true
+}
+
+// local is the routing table as far as this instance knows it: its own
+// threads' tasks of the given epoch. Called with r.mu held.
+func (r *router) local(epoch int64) assignor.Routing {
+	out := assignor.Routing{Epoch: epoch}
+	self := r.a.cfg.Endpoint
+	if self == "" {
+		return out
+	}
+	var act, sb, wu []task.ID
+	for _, info := range r.shares {
+		if info.Epoch == epoch {
+			act = append(act, info.Active...)
+			sb = append(sb, info.Standby...)
+			wu = append(wu, info.Warmup...)
+		}
+	}
+	sorted := func(ts []task.ID) []task.ID {
+		return slices.Compact(slices.SortedFunc(slices.Values(ts), task.ID.Compare))
+	}
+	out.Active = map[string][]task.ID{self: sorted(act)}
+	out.Standby = map[string][]task.ID{self: sorted(sb)}
+	if len(wu) > 0 {
+		out.Warmup = map[string][]task.ID{self: sorted(wu)}
+	}
+	return out
+}
+
+// refresh describes the group until its table is that of the wanted epoch,
+// then stops; assigned starts it again for the next epoch.
+func (r *router) refresh() {
+	defer r.wg.Done()
+	wait := routingRetryMin
+	tries := 0
+	for {
+		r.mu.Lock()
+		epoch := r.want
+		if epoch == 0 || r.closed {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+
+		table, err := r.describeGroup()
+		if err == nil && table.Epoch != epoch {
+			err = fmt.Errorf("%w: the group is at epoch %d, this instance's assignment at %d", assignor.ErrRoutingUnsettled, table.Epoch, epoch)
+		}
+		if err == nil {
+			r.mu.Lock()
+			if r.want == epoch && !r.closed {
+				r.want, r.accepted = 0, epoch
+				r.use(table, true)
+				r.a.log.Debug("routing table rebuilt from the group", "epoch", epoch, "hosts", len(table.Active), "tries", tries+1)
+			}
+			r.mu.Unlock()
+			wait, tries = routingRetryMin, 0
+			continue
+		}
+		tries++
+		switch {
+		case r.ctx.Err() != nil:
+		case errors.Is(err, assignor.ErrRoutingUnsettled) && tries < 20:
+			r.a.log.Debug("routing table not settled yet", "epoch", epoch, "err", err)
+		default:
+			r.a.log.Warn("cannot rebuild the routing table from the group; queries route only to this instance's own partitions meanwhile", "epoch", epoch, "tries", tries, "err", err)
+		}
+		select {
+		case <-r.ctx.Done():
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, routingRetryMax)
+	}
+}
+
+// describe asks the group's coordinator for its members and rebuilds the
+// routing table of their assignments.
+func (r *router) describe() (assignor.Routing, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, routingDescribeTimeout)
+	defer cancel()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{r.a.cfg.ApplicationID}
+	resp, err := req.RequestWith(ctx, r.a.adminCl)
+	if err != nil {
+		return assignor.Routing{}, err
+	}
+	if len(resp.Groups) != 1 {
+		return assignor.Routing{}, fmt.Errorf("runtime: DescribeGroups answered %d groups for one", len(resp.Groups))
+	}
+	return assignor.GroupRouting(resp.Groups[0])
+}
+
+// close stops the refresh and waits for it, before the admin client it
+// describes the group with is closed.
+func (r *router) close() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+}
