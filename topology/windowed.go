@@ -1,0 +1,405 @@
+package topology
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// TimeWindowedKStream is a grouped stream cut into time windows (tumbling
+// or hopping), ready to be aggregated per key and window. Create it with
+// WindowedBy.
+//
+// Windows use event time: a record's timestamp (or what the source's
+// TimestampExtractor says) places it in its windows, and the task's stream
+// time, the largest timestamp it has read, closes them. A record arriving
+// for a window that closed (stream time at or past window end plus grace)
+// is left out of it and counted (runtime.App.DroppedLateRecords); a record
+// without a timestamp (the zero time.Time) fails as a processing error.
+type TimeWindowedKStream[K, V any] struct {
+	g     *grouping[K, V]
+	w     TimeWindows
+	final bool
+}
+
+// WindowedBy cuts the grouped stream g into the time windows w. It is a
+// function rather than a method of KGroupedStream because its results are
+// keyed by Windowed[K], which Go's generics cannot have a method of
+// KGroupedStream[K] lead back to.
+func WindowedBy[K, V any](g KGroupedStream[K, V], w TimeWindows) TimeWindowedKStream[K, V] {
+	gr := g.grouping()
+	if w.size <= 0 {
+		gr.b.errorf("WindowedBy: zero TimeWindows; use TumblingWindows or HoppingWindows")
+	}
+	return TimeWindowedKStream[K, V]{g: gr, w: w}
+}
+
+// EmitFinal makes the aggregation emit one result per key and window, once
+// the window closes (stream time reaches its end plus grace), instead of
+// one per update. The windows awaiting their result are kept in a second
+// store, "<store>-pending" (logged and persistent as the aggregation's
+// store is), so that a restart or a failover neither loses nor, under
+// exactly-once, repeats a result. A result carries the largest timestamp
+// of its window's records. Results are emitted when a record advances
+// stream time past the close, so an idle partition holds them back.
+func (s TimeWindowedKStream[K, V]) EmitFinal() TimeWindowedKStream[K, V] {
+	s.final = true
+	return s
+}
+
+func (s TimeWindowedKStream[K, V]) grouping() *grouping[K, V] {
+	if s.g == nil {
+		panic("topology: use of a zero TimeWindowedKStream; create one with WindowedBy")
+	}
+	return s.g
+}
+
+// Count counts the records of each key in each window into the window
+// store named store (values encoded with serde.Int64). The result is a
+// table keyed by Windowed[K], encoded by TimeWindowedSerde over the
+// grouping's key serde. Named, InMemory and WithoutLogging apply.
+func (s TimeWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
+	return windowedAggregate(s, "windowed-count", store, serde.Int64, collect(opts), "",
+		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+}
+
+// Reduce combines the values of each key in each window with fn, starting
+// from the window's first value (see Count for the store and result).
+func (s TimeWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...Option) KTable[Windowed[K], V] {
+	gr := s.grouping()
+	var missing string
+	if fn == nil {
+		missing = "reducer"
+	}
+	return windowedAggregate(s, "windowed-reduce", store, gr.valueSerde, collect(opts), missing,
+		func(_ K, v V, agg V, found bool) V {
+			if !found {
+				return v
+			}
+			return fn(agg, v)
+		})
+}
+
+// WindowedAggregate folds the values of each key in each window into an
+// aggregate: init gives a window's starting aggregate and adder folds in
+// one value. Aggregates are encoded with aggSerde (see Count for the
+// store and result).
+func WindowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], init func() A, adder func(K, V, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	var missing string
+	switch {
+	case init == nil:
+		missing = "initializer"
+	case adder == nil:
+		missing = "adder"
+	}
+	return windowedAggregate(s, "windowed-aggregate", store, aggSerde, collect(opts), missing,
+		func(k K, v V, agg A, found bool) A {
+			if !found {
+				agg = init()
+			}
+			return adder(k, v, agg)
+		})
+}
+
+// PendingStoreName is the name of the store in which an EmitFinal
+// aggregation into store keeps the windows whose result is still due.
+func PendingStoreName(store string) string { return store + "-pending" }
+
+func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
+	g := s.grouping()
+	b := g.b
+	in := g.input(store)
+	w := s.w
+	info := StoreInfo{
+		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
+		Kind: graph.Window, Retention: max(w.MinRetention(), 1), WindowSize: w.size,
+	}
+	wopts := info.WindowOptions()
+	final := s.final
+	n := b.addProcessor(op, o, func() procImpl {
+		return &windowAggProc[K, V, A]{
+			store: store, w: w, wopts: wopts, final: final,
+			keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+		}
+	}, in)
+	n.stores = []string{store}
+	b.declareStore(info, n.label())
+	if final {
+		pending := PendingStoreName(store)
+		n.stores = append(n.stores, pending)
+		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	}
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if missingFunc != "" {
+		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde}
+}
+
+// windowAggProc aggregates records into time windows.
+//
+// With EmitFinal, every window updated and not yet emitted has an entry in
+// the pending store keyed
+//
+//	close time (8, big-endian) | window start (8) | encoded key
+//
+// holding the window's largest record timestamp (8), so the windows due at
+// a stream time are one range from the start of the store, in close-time
+// order. The pending store also keeps the stream time the processor has
+// reached under streamTimeKey (0xff sorts after every entry, whose first
+// byte is that of a non-negative time), so that after a restart or a
+// failover a record already late before is still late, and a window
+// already emitted is never reopened and emitted again.
+type windowAggProc[K, V, A any] struct {
+	store    string
+	w        TimeWindows
+	wopts    statestore.WindowOptions
+	final    bool
+	keySerde serde.Serde[K]
+	aggSerde serde.Serde[A]
+	step     func(K, V, A, bool) A
+
+	ws      *statestore.WindowStore
+	pending statestore.ReadWriter
+	updates tableUpdates
+	// streamTime is the largest stream time this processor has acted on,
+	// in milliseconds; math.MinInt64 before the first record.
+	streamTime int64
+	// nextClose is the earliest close time in the pending store
+	// (math.MaxInt64 when empty), so that a record that closes no window
+	// costs no range scan.
+	nextClose int64
+	log       lateLog
+}
+
+var streamTimeKey = []byte{0xff}
+
+func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
+		return err
+	}
+	p.streamTime, p.nextClose = math.MinInt64, math.MaxInt64
+	p.log.node = c.node.name
+	if !p.final {
+		return nil
+	}
+	if p.pending, err = c.store(PendingStoreName(p.store)); err != nil {
+		return err
+	}
+	v, found, err := p.pending.Get(streamTimeKey)
+	if err != nil {
+		return err
+	}
+	if found && len(v) == 8 {
+		p.streamTime = int64(binary.BigEndian.Uint64(v))
+	}
+	it, err := p.pending.Range(nil, streamTimeKey)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	if it.Next() && len(it.Key()) >= 16 {
+		p.nextClose = int64(binary.BigEndian.Uint64(it.Key()))
+	}
+	return it.Err()
+}
+
+// errNoTimestamp fails a record that reaches a windowed operation without
+// an event time.
+var errNoTimestamp = errors.New("record has no timestamp; windows need event time (set it, or use a TimestampExtractor)")
+
+func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
+	if r.keyNull || r.valueNull {
+		return nil
+	}
+	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
+		return errNoTimestamp
+	}
+	t := r.ts.UnixMilli()
+	// The task's stream time covers every record of the task; it is at
+	// least t unless t came from elsewhere than the input (a processor
+	// changing timestamps), so t counts too.
+	st := max(p.streamTime, t)
+	if ts := c.task.streamTime; !ts.IsZero() {
+		st = max(st, ts.UnixMilli())
+	}
+	if st > p.streamTime {
+		p.streamTime = st
+		if p.final {
+			if err := p.pending.Put(streamTimeKey, binary.BigEndian.AppendUint64(nil, uint64(st))); err != nil {
+				return err
+			}
+			if err := p.emitClosed(c); err != nil {
+				return err
+			}
+		}
+	}
+	k := as[K](r.key)
+	kb, err := p.keySerde.Encode(k)
+	if err != nil {
+		return fmt.Errorf("encode key for store %q: %w", p.store, err)
+	}
+	v := as[V](r.value)
+	late := false
+	for _, win := range p.w.WindowsFor(t) {
+		if p.w.IsClosed(win, st) {
+			late = true
+			continue
+		}
+		if err := p.add(c, k, kb, v, win, r); err != nil {
+			return err
+		}
+	}
+	if late {
+		c.task.droppedLate++
+		p.log.dropped(c.task, t, st)
+	}
+	return nil
+}
+
+// add folds v into k's window win and emits the update, or records the
+// window as pending its final result.
+func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win Window, r record) error {
+	old, found, err := p.ws.Get(kb, win.Start)
+	if err != nil {
+		return err
+	}
+	var cur A
+	if found {
+		if cur, err = p.aggSerde.Decode(bytes.Clone(old)); err != nil {
+			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+		}
+	}
+	next := p.step(k, v, cur, found)
+	vb, err := encodeStoreValue(p.aggSerde, next)
+	if err != nil {
+		return err
+	}
+	if err := p.ws.Put(kb, win.Start, bytes.Clone(vb)); err != nil {
+		return err
+	}
+	if !p.final {
+		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
+		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
+	}
+	closeAt := p.w.CloseTime(win)
+	pk := binary.BigEndian.AppendUint64(nil, uint64(closeAt))
+	pk = binary.BigEndian.AppendUint64(pk, uint64(win.Start))
+	pk = append(pk, kb...)
+	t := r.ts.UnixMilli()
+	if prev, ok, err := p.pending.Get(pk); err != nil {
+		return err
+	} else if ok && len(prev) == 8 {
+		t = max(t, int64(binary.BigEndian.Uint64(prev)))
+	}
+	if err := p.pending.Put(pk, binary.BigEndian.AppendUint64(nil, uint64(t))); err != nil {
+		return err
+	}
+	p.nextClose = min(p.nextClose, closeAt)
+	return nil
+}
+
+// emitClosed forwards the result of every pending window that stream time
+// has closed, in close-time order, and forgets it.
+func (p *windowAggProc[K, V, A]) emitClosed(c *nodeInstance) error {
+	if p.streamTime < p.nextClose {
+		return nil
+	}
+	upTo := binary.BigEndian.AppendUint64(nil, uint64(p.streamTime)+1)
+	it, err := p.pending.Range(nil, upTo)
+	if err != nil {
+		return err
+	}
+	type due struct {
+		key   []byte
+		start int64
+		ts    int64
+	}
+	var dues []due
+	for it.Next() {
+		k := it.Key()
+		if len(k) < 16 || len(it.Value()) != 8 {
+			continue
+		}
+		dues = append(dues, due{key: bytes.Clone(k), start: int64(binary.BigEndian.Uint64(k[8:16])), ts: int64(binary.BigEndian.Uint64(it.Value()))})
+	}
+	err = errors.Join(it.Err(), it.Close())
+	if err != nil {
+		return err
+	}
+	p.nextClose = math.MaxInt64
+	for _, d := range dues {
+		kb := d.key[16:]
+		vb, found, err := p.ws.Get(kb, d.start)
+		if err != nil {
+			return err
+		}
+		if found {
+			k, err := p.keySerde.Decode(bytes.Clone(kb))
+			if err != nil {
+				return fmt.Errorf("decode key in store %q: %w", PendingStoreName(p.store), err)
+			}
+			agg, err := p.aggSerde.Decode(bytes.Clone(vb))
+			if err != nil {
+				return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+			}
+			win := Window{Start: d.start, End: addSat(d.start, p.w.size)}
+			out := record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(d.ts)}
+			if err := c.forward(out); err != nil {
+				return err
+			}
+		}
+		if err := p.pending.Delete(d.key); err != nil {
+			return err
+		}
+	}
+	// Whatever remains closes later than the stream time just reached.
+	it, err = p.pending.Range(upTo, streamTimeKey)
+	if err != nil {
+		return err
+	}
+	if it.Next() && len(it.Key()) >= 16 {
+		p.nextClose = int64(binary.BigEndian.Uint64(it.Key()))
+	}
+	return errors.Join(it.Err(), it.Close())
+}
+
+func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
+
+func (p *windowAggProc[K, V, A]) close() error { return nil }
+
+// lateLog logs dropped late records at most once per lateLogEvery per
+// node instance, with how many were dropped since the last line.
+type lateLog struct {
+	node    string
+	last    time.Time
+	skipped int64
+}
+
+const lateLogEvery = 10 * time.Second
+
+func (l *lateLog) dropped(g *taskGraph, t, streamTime int64) {
+	now := time.Now()
+	if now.Sub(l.last) < lateLogEvery {
+		l.skipped++
+		return
+	}
+	slog.Warn("topology: dropping late record from closed windows",
+		"task", g.env.TaskID(), "node", l.node, "timestamp_ms", t, "stream_time_ms", streamTime,
+		"dropped_since_last_log", l.skipped)
+	l.last, l.skipped = now, 0
+}
