@@ -231,6 +231,15 @@ func (t *Active) Skip(rec graph.InputRecord) { t.markConsumed(rec.Topic, rec.Off
 // failed ones included.
 func (t *Active) Processed() int64 { return t.processed }
 
+// DroppedLate counts the records the task's windowed aggregations left
+// out of closed windows (graph.LateCounter).
+func (t *Active) DroppedLate() int64 {
+	if lc, ok := t.graph.(graph.LateCounter); ok {
+		return lc.DroppedLate()
+	}
+	return 0
+}
+
 // Punctuations counts the punctuator calls the task made.
 func (t *Active) Punctuations() int64 { return t.graph.Punctuations() }
 
