@@ -42,8 +42,8 @@ type metrics struct {
 	commitLatency        prometheus.Histogram
 	rebalances           prometheus.Counter
 
-	state, consumerLag, restoreRemaining                         *prometheus.Desc
-	replicaPosition, replicaLag                                  *prometheus.Desc
+	state, consumerLag, restoreRemaining                                          *prometheus.Desc
+	replicaPosition, replicaLag                                                   *prometheus.Desc
 	taskProcessed, taskPunctuations, taskDroppedLate, taskRemaining, taskRestored *prometheus.Desc
 }
 
