@@ -147,19 +147,6 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 }
 
 // windowAggProc aggregates records into time windows.
-//
-// With EmitFinal, every window updated and not yet emitted has an entry in
-// the pending store keyed
-//
-//	close time (8, big-endian) | window start (8) | encoded key
-//
-// holding the window's largest record timestamp (8), so the windows due at
-// a stream time are one range from the start of the store, in close-time
-// order. The pending store also keeps the stream time the processor has
-// reached under streamTimeKey (0xff sorts after every entry, whose first
-// byte is that of a non-negative time), so that after a restart or a
-// failover a record already late before is still late, and a window
-// already emitted is never reopened and emitted again.
 type windowAggProc[K, V, A any] struct {
 	store    string
 	w        TimeWindows
@@ -170,19 +157,10 @@ type windowAggProc[K, V, A any] struct {
 	step     func(K, V, A, bool) A
 
 	ws      *statestore.WindowStore
-	pending statestore.ReadWriter
 	updates tableUpdates
-	// streamTime is the largest stream time this processor has acted on,
-	// in milliseconds; math.MinInt64 before the first record.
-	streamTime int64
-	// nextClose is the earliest close time in the pending store
-	// (math.MaxInt64 when empty), so that a record that closes no window
-	// costs no range scan.
-	nextClose int64
-	log       lateLog
+	clock   eventClock
+	log     lateLog
 }
-
-var streamTimeKey = []byte{0xff}
 
 func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	rw, err := c.store(p.store)
@@ -192,61 +170,17 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
 		return err
 	}
-	p.streamTime, p.nextClose = math.MinInt64, math.MaxInt64
 	p.log.node = c.node.name
-	if !p.final {
-		return nil
-	}
-	if p.pending, err = c.store(PendingStoreName(p.store)); err != nil {
-		return err
-	}
-	v, found, err := p.pending.Get(streamTimeKey)
-	if err != nil {
-		return err
-	}
-	if found && len(v) == 8 {
-		p.streamTime = int64(binary.BigEndian.Uint64(v))
-	}
-	it, err := p.pending.Range(nil, streamTimeKey)
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	if it.Next() && len(it.Key()) >= 16 {
-		p.nextClose = int64(binary.BigEndian.Uint64(it.Key()))
-	}
-	return it.Err()
+	return p.clock.open(c, p.store, p.final)
 }
-
-// errNoTimestamp fails a record that reaches a windowed operation without
-// an event time.
-var errNoTimestamp = errors.New("record has no timestamp; windows need event time (set it, or use a TimestampExtractor)")
 
 func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull {
 		return nil
 	}
-	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
-		return errNoTimestamp
-	}
-	t := r.ts.UnixMilli()
-	// The task's stream time covers every record of the task; it is at
-	// least t unless t came from elsewhere than the input (a processor
-	// changing timestamps), so t counts too.
-	st := max(p.streamTime, t)
-	if ts := c.task.streamTime; !ts.IsZero() {
-		st = max(st, ts.UnixMilli())
-	}
-	if st > p.streamTime {
-		p.streamTime = st
-		if p.final {
-			if err := p.pending.Put(streamTimeKey, binary.BigEndian.AppendUint64(nil, uint64(st))); err != nil {
-				return err
-			}
-			if err := p.emitClosed(c); err != nil {
-				return err
-			}
-		}
+	t, st, err := p.clock.advance(c, r, p.emit)
+	if err != nil {
+		return err
 	}
 	k := as[K](r.key)
 	kb, err := p.keySerde.Encode(k)
@@ -296,86 +230,226 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
 		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
 	}
-	closeAt := p.w.CloseTime(win)
-	pk := binary.BigEndian.AppendUint64(nil, uint64(closeAt))
-	pk = binary.BigEndian.AppendUint64(pk, uint64(win.Start))
-	pk = append(pk, kb...)
-	t := r.ts.UnixMilli()
-	if prev, ok, err := p.pending.Get(pk); err != nil {
+	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
+}
+
+// emit forwards the final result of a closed window.
+func (p *windowAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
+	vb, found, err := p.ws.Get(d.kb, d.start)
+	if err != nil || !found {
+		return err
+	}
+	win := Window{Start: d.start, End: addSat(d.start, p.w.size)}
+	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, win, vb)
+}
+
+// emitFinal decodes a closed window's key and aggregate and forwards them,
+// stamped with the window's latest record time.
+func emitFinal[K, A any](c *nodeInstance, store string, ks serde.Serde[K], as serde.Serde[A], d pendingWindow, win Window, vb []byte) error {
+	k, err := ks.Decode(bytes.Clone(d.kb))
+	if err != nil {
+		return fmt.Errorf("decode key in store %q: %w", PendingStoreName(store), err)
+	}
+	agg, err := as.Decode(bytes.Clone(vb))
+	if err != nil {
+		return fmt.Errorf("decode aggregate in store %q: %w", store, err)
+	}
+	return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(d.ts)})
+}
+
+// eventClock is a windowed processor's view of stream time and, with
+// emit-final, its pending windows.
+type eventClock struct {
+	// streamTime is the largest stream time the processor has acted on,
+	// in milliseconds; math.MinInt64 before the first record.
+	streamTime int64
+	pending    *pendingStore // nil unless emit-final
+}
+
+// errNoTimestamp fails a record that reaches a windowed operation without
+// an event time.
+var errNoTimestamp = errors.New("record has no timestamp; windows need event time (set it, or use a TimestampExtractor)")
+
+func (e *eventClock) open(c *nodeInstance, store string, final bool) error {
+	e.streamTime = math.MinInt64
+	if !final {
+		return nil
+	}
+	rw, err := c.store(PendingStoreName(store))
+	if err != nil {
+		return err
+	}
+	e.pending = &pendingStore{rw: rw}
+	if e.streamTime, err = e.pending.open(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// advance takes r's time t into stream time st and, with emit-final, emits
+// (through emit) and forgets every pending window st has closed.
+func (e *eventClock) advance(c *nodeInstance, r record, emit func(*nodeInstance, pendingWindow) error) (t, st int64, err error) {
+	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
+		return 0, 0, errNoTimestamp
+	}
+	t = r.ts.UnixMilli()
+	// The task's stream time covers every record of the task; it is at
+	// least t unless t came from elsewhere than the input (a processor
+	// changing timestamps), so t counts too.
+	st = max(e.streamTime, t)
+	if ts := c.task.streamTime; !ts.IsZero() {
+		st = max(st, ts.UnixMilli())
+	}
+	if st <= e.streamTime {
+		return t, st, nil
+	}
+	e.streamTime = st
+	if e.pending == nil {
+		return t, st, nil
+	}
+	if err := e.pending.setStreamTime(st); err != nil {
+		return 0, 0, err
+	}
+	due, err := e.pending.due(st)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range due {
+		if err := emit(c, d); err != nil {
+			return 0, 0, err
+		}
+		if err := e.pending.rw.Delete(d.key); err != nil {
+			return 0, 0, err
+		}
+	}
+	return t, st, nil
+}
+
+// pendingStore is the store of an emit-final aggregation's windows whose
+// result is still due, keyed
+//
+//	close time (8, big-endian) | window start (8) | encoded key
+//
+// holding the window's largest record time (8), so the windows due at a
+// stream time are one range from the start of the store, in close-time
+// order. It also keeps the stream time the processor has reached under
+// streamTimeKey (ff sorts after every entry, whose first byte is that of a
+// non-negative time), so that after a restart or a failover a record
+// already late before is still late, and a window already emitted is never
+// reopened and emitted again.
+type pendingStore struct {
+	rw statestore.ReadWriter
+	// nextClose is the earliest close time in the store (math.MaxInt64
+	// when empty), so that a record that closes no window costs no range
+	// scan.
+	nextClose int64
+}
+
+// pendingWindow is one entry of a pendingStore.
+type pendingWindow struct {
+	key          []byte // the whole entry key
+	close, start int64
+	kb           []byte // the record key, encoded
+	ts           int64
+}
+
+var streamTimeKey = []byte{0xff}
+
+// open returns the stored stream time (math.MinInt64 if none).
+func (p *pendingStore) open() (int64, error) {
+	st := int64(math.MinInt64)
+	v, found, err := p.rw.Get(streamTimeKey)
+	if err != nil {
+		return st, err
+	}
+	if found && len(v) == 8 {
+		st = int64(binary.BigEndian.Uint64(v))
+	}
+	p.nextClose, err = p.firstClose(nil)
+	return st, err
+}
+
+func (p *pendingStore) firstClose(from []byte) (int64, error) {
+	it, err := p.rw.Range(from, streamTimeKey)
+	if err != nil {
+		return math.MaxInt64, err
+	}
+	next := int64(math.MaxInt64)
+	if it.Next() && len(it.Key()) >= 16 {
+		next = int64(binary.BigEndian.Uint64(it.Key()))
+	}
+	return next, errors.Join(it.Err(), it.Close())
+}
+
+func (p *pendingStore) setStreamTime(st int64) error {
+	return p.rw.Put(streamTimeKey, binary.BigEndian.AppendUint64(nil, uint64(st)))
+}
+
+func pendingKey(closeAt, start int64, kb []byte) []byte {
+	k := make([]byte, 0, 16+len(kb))
+	k = binary.BigEndian.AppendUint64(k, uint64(closeAt))
+	k = binary.BigEndian.AppendUint64(k, uint64(start))
+	return append(k, kb...)
+}
+
+// add records a window updated by a record at ts.
+func (p *pendingStore) add(closeAt, start int64, kb []byte, ts int64) error {
+	pk := pendingKey(closeAt, start, kb)
+	if prev, ok, err := p.rw.Get(pk); err != nil {
 		return err
 	} else if ok && len(prev) == 8 {
-		t = max(t, int64(binary.BigEndian.Uint64(prev)))
+		ts = max(ts, int64(binary.BigEndian.Uint64(prev)))
 	}
-	if err := p.pending.Put(pk, binary.BigEndian.AppendUint64(nil, uint64(t))); err != nil {
+	if err := p.rw.Put(pk, binary.BigEndian.AppendUint64(nil, uint64(ts))); err != nil {
 		return err
 	}
 	p.nextClose = min(p.nextClose, closeAt)
 	return nil
 }
 
-// emitClosed forwards the result of every pending window that stream time
-// has closed, in close-time order, and forgets it.
-func (p *windowAggProc[K, V, A]) emitClosed(c *nodeInstance) error {
-	if p.streamTime < p.nextClose {
-		return nil
+// remove forgets a window that will have no result of its own (a session
+// merged into another), returning its largest record time.
+func (p *pendingStore) remove(closeAt, start int64, kb []byte) (int64, error) {
+	pk := pendingKey(closeAt, start, kb)
+	prev, ok, err := p.rw.Get(pk)
+	if err != nil || !ok {
+		return math.MinInt64, err
 	}
-	upTo := binary.BigEndian.AppendUint64(nil, uint64(p.streamTime)+1)
-	it, err := p.pending.Range(nil, upTo)
+	var ts int64 = math.MinInt64
+	if len(prev) == 8 {
+		ts = int64(binary.BigEndian.Uint64(prev))
+	}
+	return ts, p.rw.Delete(pk)
+}
+
+// due lists the windows closed at stream time st, in close-time order.
+func (p *pendingStore) due(st int64) ([]pendingWindow, error) {
+	if st < p.nextClose {
+		return nil, nil
+	}
+	upTo := binary.BigEndian.AppendUint64(nil, uint64(st)+1)
+	it, err := p.rw.Range(nil, upTo)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type due struct {
-		key   []byte
-		start int64
-		ts    int64
-	}
-	var dues []due
+	var out []pendingWindow
 	for it.Next() {
 		k := it.Key()
 		if len(k) < 16 || len(it.Value()) != 8 {
 			continue
 		}
-		dues = append(dues, due{key: bytes.Clone(k), start: int64(binary.BigEndian.Uint64(k[8:16])), ts: int64(binary.BigEndian.Uint64(it.Value()))})
+		k = bytes.Clone(k)
+		out = append(out, pendingWindow{
+			key: k, close: int64(binary.BigEndian.Uint64(k)), start: int64(binary.BigEndian.Uint64(k[8:16])),
+			kb: k[16:], ts: int64(binary.BigEndian.Uint64(it.Value())),
+		})
 	}
-	err = errors.Join(it.Err(), it.Close())
-	if err != nil {
-		return err
+	if err := errors.Join(it.Err(), it.Close()); err != nil {
+		return nil, err
 	}
-	p.nextClose = math.MaxInt64
-	for _, d := range dues {
-		kb := d.key[16:]
-		vb, found, err := p.ws.Get(kb, d.start)
-		if err != nil {
-			return err
-		}
-		if found {
-			k, err := p.keySerde.Decode(bytes.Clone(kb))
-			if err != nil {
-				return fmt.Errorf("decode key in store %q: %w", PendingStoreName(p.store), err)
-			}
-			agg, err := p.aggSerde.Decode(bytes.Clone(vb))
-			if err != nil {
-				return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
-			}
-			win := Window{Start: d.start, End: addSat(d.start, p.w.size)}
-			out := record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(d.ts)}
-			if err := c.forward(out); err != nil {
-				return err
-			}
-		}
-		if err := p.pending.Delete(d.key); err != nil {
-			return err
-		}
-	}
-	// Whatever remains closes later than the stream time just reached.
-	it, err = p.pending.Range(upTo, streamTimeKey)
-	if err != nil {
-		return err
-	}
-	if it.Next() && len(it.Key()) >= 16 {
-		p.nextClose = int64(binary.BigEndian.Uint64(it.Key()))
-	}
-	return errors.Join(it.Err(), it.Close())
+	// Whatever remains closes later than st.
+	p.nextClose, err = p.firstClose(upTo)
+	return out, err
 }
 
 func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
