@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 	"github.com/eddystreams/eddy/topology/topologytest"
@@ -243,4 +244,19 @@ func TestTimestampExtractorTypeMismatch(t *testing.T) {
 		To("out", serde.String, serde.String)
 	_, err := b.Build()
 	require.ErrorContains(t, err, "timestamp extractor")
+}
+
+func TestWindowedStoresDeclared(t *testing.T) {
+	b := topology.NewBuilder()
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	topology.WindowedBy(g, topology.HoppingWindows(10*time.Second, 5*time.Second).Grace(2*time.Second)).EmitFinal().Count("counts")
+	topology.SessionWindowedBy(g, topology.NewSessionWindows(time.Second)).Count("sessions", topology.InMemory())
+	topo, err := b.Build()
+	require.NoError(t, err)
+	require.Equal(t, []graph.StoreInfo{
+		{Name: "counts", Persistent: true, Logged: true, Kind: graph.Window, Retention: 12_000, WindowSize: 10_000},
+		{Name: "counts-pending", Persistent: true, Logged: true},
+		{Name: "sessions", Logged: true, Kind: graph.Session, Retention: 1_001},
+	}, graph.Of(topo).SubTopologies()[0].Stores)
+	require.Contains(t, topo.Describe().String(), "Store: counts (persistent, logged, window, retention 12000 ms)")
 }
