@@ -260,3 +260,47 @@ func TestWindowedStoresDeclared(t *testing.T) {
 	}, graph.Of(topo).SubTopologies()[0].Stores)
 	require.Contains(t, topo.Describe().String(), "Store: counts (persistent, logged, window, retention 12000 ms)")
 }
+
+// A Processor reaches a window store it declared through GetWindowStore.
+func TestProcessorWindowStore(t *testing.T) {
+	info := topology.StoreInfo{Name: "recent", Persistent: true, Logged: true, Kind: topology.WindowKind, Retention: 60_000, WindowSize: 1_000}
+	b := topology.NewBuilder()
+	b.AddStore(info)
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	out := topology.Process(s, "last-per-second", func() topology.Processor[string, string, string, string] {
+		var ws *topology.WindowStore[string, string]
+		return &funcProc[string, string, string, string]{
+			init: func(ctx strCtx) (err error) {
+				ws, err = topology.GetWindowStore(ctx, info, serde.String, serde.String)
+				return err
+			},
+			process: func(ctx strCtx, r strRec) error {
+				start := r.Timestamp.UnixMilli() / 1000 * 1000
+				if err := ws.Put(r.Key, start, r.Value); err != nil {
+					return err
+				}
+				it, err := ws.Fetch(r.Key, 0, start)
+				if err != nil {
+					return err
+				}
+				all, err := it.Collect()
+				if err != nil {
+					return err
+				}
+				return ctx.Forward(topology.Record[string, string]{Key: r.Key, Value: strconv.Itoa(len(all))})
+			},
+		}
+	}, "recent")
+	out.To("out", serde.String, serde.String)
+	d, _ := start(t, b)
+	in := topologytest.NewInputTopic(d, "in", serde.String, serde.String)
+	for _, ms := range []int64{1_500, 1_700, 3_000, 9_999} {
+		require.NoError(t, in.PipeAt("k", strconv.FormatInt(ms, 10), time.UnixMilli(ms)))
+	}
+	kvs, err := topologytest.NewOutputTopic(d, "out", serde.String, serde.String).ReadKeyValues()
+	require.NoError(t, err)
+	require.Equal(t, []topology.KeyValue[string, string]{{Key: "k", Value: "1"}, {Key: "k", Value: "1"}, {Key: "k", Value: "2"}, {Key: "k", Value: "3"}}, kvs)
+
+	_, err = topology.GetSessionStore(d, info, serde.String, serde.String)
+	require.ErrorContains(t, err, "not a session store")
+}
