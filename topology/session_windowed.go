@@ -162,7 +162,7 @@ func (p *sessionAggProc[K, V, A]) init(c *nodeInstance) error {
 		return err
 	}
 	p.log.node = c.node.name
-	return p.clock.open(c, p.store, p.final)
+	return p.clock.open(c, p.store, p.final, p.ss.ObservedTime)
 }
 
 // session is an existing session a record joins, with its aggregate.

@@ -171,7 +171,7 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 		return err
 	}
 	p.log.node = c.node.name
-	return p.clock.open(c, p.store, p.final)
+	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
 
 func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
@@ -270,9 +270,19 @@ type eventClock struct {
 // an event time.
 var errNoTimestamp = errors.New("record has no timestamp; windows need event time (set it, or use a TimestampExtractor)")
 
-func (e *eventClock) open(c *nodeInstance, store string, final bool) error {
+// open starts the clock: from the pending store's stream time with
+// emit-final, else from observed, the latest window time the store holds
+// (a lower bound of the stream time the store was written at), so that a
+// restarted task does not accept into closed windows what it dropped
+// before, for want of a stream time.
+func (e *eventClock) open(c *nodeInstance, store string, final bool, observed func() (int64, error)) error {
 	e.streamTime = math.MinInt64
 	if !final {
+		obs, err := observed()
+		if err != nil {
+			return err
+		}
+		e.streamTime = obs
 		return nil
 	}
 	rw, err := c.store(PendingStoreName(store))
