@@ -116,6 +116,18 @@ func TestSessionCountRestoredFromChangelog(t *testing.T) {
 		})
 		want := sessionsOf(keys, times, gap)
 		if len(want) != len(latest) {
+			if os.Getenv("DEBUG_SESS") != "" {
+				for k, n := range want {
+					if latest[k] != n {
+						t.Logf("want %v=%d got %d", k, n, latest[k])
+					}
+				}
+				for k, n := range latest {
+					if _, ok := want[k]; !ok {
+						t.Logf("extra %v=%d", k, n)
+					}
+				}
+			}
 			return false
 		}
 		for k, n := range want {

@@ -264,25 +264,20 @@ type eventClock struct {
 	// in milliseconds; math.MinInt64 before the first record.
 	streamTime int64
 	pending    *pendingStore // nil unless emit-final
+	observed   func() (int64, error)
+	started    bool
 }
 
 // errNoTimestamp fails a record that reaches a windowed operation without
 // an event time.
 var errNoTimestamp = errors.New("record has no timestamp; windows need event time (set it, or use a TimestampExtractor)")
 
-// open starts the clock: from the pending store's stream time with
-// emit-final, else from observed, the latest window time the store holds
-// (a lower bound of the stream time the store was written at), so that a
-// restarted task does not accept into closed windows what it dropped
-// before, for want of a stream time.
+// open prepares the clock. It reads nothing yet: a task graph is built
+// before its stores are restored, so the stores are read at the first
+// record (start).
 func (e *eventClock) open(c *nodeInstance, store string, final bool, observed func() (int64, error)) error {
-	e.streamTime = math.MinInt64
+	e.streamTime, e.observed = math.MinInt64, observed
 	if !final {
-		obs, err := observed()
-		if err != nil {
-			return err
-		}
-		e.streamTime = obs
 		return nil
 	}
 	rw, err := c.store(PendingStoreName(store))
@@ -290,10 +285,24 @@ func (e *eventClock) open(c *nodeInstance, store string, final bool, observed fu
 		return err
 	}
 	e.pending = &pendingStore{rw: rw}
-	if e.streamTime, err = e.pending.open(); err != nil {
+	return nil
+}
+
+// start sets the clock from the restored stores: from the pending store's
+// stream time with emit-final, else from the latest window time the store
+// holds (a lower bound of the stream time it was written at), so that a
+// restarted task does not accept into closed windows what it dropped
+// before, for want of a stream time.
+func (e *eventClock) start() error {
+	e.started = true
+	if e.pending != nil {
+		st, err := e.pending.open()
+		e.streamTime = st
 		return err
 	}
-	return nil
+	st, err := e.observed()
+	e.streamTime = st
+	return err
 }
 
 // advance takes r's time t into stream time st and, with emit-final, emits
@@ -301,6 +310,11 @@ func (e *eventClock) open(c *nodeInstance, store string, final bool, observed fu
 func (e *eventClock) advance(c *nodeInstance, r record, emit func(*nodeInstance, pendingWindow) error) (t, st int64, err error) {
 	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
 		return 0, 0, errNoTimestamp
+	}
+	if !e.started {
+		if err := e.start(); err != nil {
+			return 0, 0, err
+		}
 	}
 	t = r.ts.UnixMilli()
 	// The task's stream time covers every record of the task; it is at
