@@ -161,3 +161,70 @@ func TestSessionCountRestoredFromChangelog(t *testing.T) {
 	require.Equal(t, "compact,delete", got["cleanup.policy"])
 	require.Equal(t, strconv.FormatInt((time.Hour+gap*time.Millisecond+time.Millisecond+changelog.DefaultWindowedRetentionMargin).Milliseconds(), 10), got["retention.ms"])
 }
+
+// Emit-final state survives an instance: a replacement with an empty state
+// directory restores the pending windows and the stream time, emits what
+// the first instance left pending exactly once, and drops as late what the
+// first instance's stream time had closed.
+func TestEmitFinalRestoredFromChangelog(t *testing.T) {
+	b, _ := startBroker(t, "in", "out")
+	ks := topology.TimeWindowedSerde(serde.String, 1000)
+	build := func() *topology.Topology {
+		tb := topology.NewBuilder()
+		g := topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		topology.WindowedBy(g, topology.TumblingWindows(time.Second)).EmitFinal().
+			Count("final").ToStream().To("out", ks, serde.Int64)
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		return topo
+	}
+	start := func(dir string) *App {
+		app, err := New(build(), Config{ApplicationID: "final", Brokers: b.Addrs(), StateDir: dir, CommitInterval: 100 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(key string, ms int64) {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Partition: 0, Key: []byte(key), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}).FirstErr())
+	}
+	var got []string
+	next := map[int32]int64{0: 0, 1: 0}
+	read := func() {
+		fetch, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"out": {0: kgo.NewOffset().At(next[0]), 1: kgo.NewOffset().At(next[1])}}),
+			kgo.FetchMaxWait(100*time.Millisecond))
+		require.NoError(t, err)
+		defer fetch.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		fetch.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			w, err := ks.Decode(r.Key)
+			require.NoError(t, err)
+			n, err := serde.Int64.Decode(r.Value)
+			require.NoError(t, err)
+			got = append(got, w.Key+"@"+strconv.FormatInt(w.Window.Start, 10)+"="+strconv.FormatInt(n, 10))
+			next[r.Partition] = r.Offset + 1
+		})
+	}
+	a := start(t.TempDir())
+	produce("a", 500)
+	produce("a", 700)
+	produce("b", 1_200) // closes [0,1000)
+	waitFor(t, 30*time.Second, "a's window", func() bool { read(); return len(got) == 1 })
+	require.Equal(t, []string{"a@0=2"}, got)
+	require.NoError(t, a.Close(context.Background()))
+
+	a2 := start(t.TempDir())
+	defer a2.Close(context.Background())
+	produce("a", 900)   // late: the restored stream time is 1200
+	produce("c", 2_500) // closes [1000,2000)
+	waitFor(t, 30*time.Second, "b's window", func() bool { read(); return len(got) >= 2 })
+	waitFor(t, 30*time.Second, "the late record counted", func() bool { return a2.DroppedLateRecords() == 1 })
+	produce("d", 3_500) // closes [2000,3000), which holds c
+	waitFor(t, 30*time.Second, "c's window", func() bool { read(); return len(got) >= 3 })
+	read()
+	require.Equal(t, []string{"a@0=2", "b@1000=1", "c@2000=1"}, got)
+}
