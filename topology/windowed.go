@@ -496,8 +496,12 @@ func (l *lateLog) dropped(g *taskGraph, t, streamTime int64) {
 		l.skipped++
 		return
 	}
-	slog.Warn("topology: dropping late record from closed windows",
-		"task", g.env.TaskID(), "node", l.node, "timestamp_ms", t, "stream_time_ms", streamTime,
+	log := slog.Default().With("task", g.env.TaskID())
+	if tl, ok := g.env.(graph.TaskLogger); ok {
+		log = tl.Logger() // names the task already
+	}
+	log.Warn("dropping late record from closed windows",
+		"node", l.node, "timestamp_ms", t, "stream_time_ms", streamTime,
 		"dropped_since_last_log", l.skipped)
 	l.last, l.skipped = now, 0
 }

@@ -11,6 +11,7 @@
 package graph
 
 import (
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -103,6 +104,13 @@ type TaskEnv interface {
 // caching on). Otherwise every update is forwarded at once.
 type TableBuffering interface {
 	BufferTableUpdates() bool
+}
+
+// TaskLogger is implemented by task environments that give the task graph
+// a logger for what it reports on its own (late records dropped); without
+// it, the graph logs to slog's default logger.
+type TaskLogger interface {
+	Logger() *slog.Logger
 }
 
 // LateCounter is implemented by task graphs that drop late records: a

@@ -406,6 +406,9 @@ func (e env) Partition() int32                  { return e.t.cfg.ID.Partition }
 func (e env) Now() time.Time                    { return e.t.cfg.Now() }
 func (e env) Send(rec graph.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
 
+// Logger implements graph.TaskLogger.
+func (e env) Logger() *slog.Logger { return e.t.log }
+
 // BufferTableUpdates implements graph.TableBuffering: with a record cache,
 // tables forward each key's latest value at commit rather than every update.
 func (e env) BufferTableUpdates() bool {
