@@ -537,18 +537,35 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 	}
 }
 
-// openStore opens the backing store of one store of one task.
+// openStore opens the backing store of one store of one task. Every
+// replica (active, restoring, standby, warmup) opens its stores here, so a
+// window or session store is wrapped in its segmented layout (see
+// windowstore.go) whatever writes to it.
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
 	open := func() (statestore.Store, error) {
 		if !info.Persistent {
 			return statestore.NewMemory(), nil
 		}
+		if info.Windowed() {
+			if err := a.checkWindowLayout(id, info); err != nil {
+				return nil, err
+			}
+		}
 		return a.openPersistent(id, info.Name)
 	}
+	var (
+		s   statestore.Store
+		err error
+	)
 	if a.openStoreHook != nil {
-		return a.openStoreHook(id, info, open)
+		s, err = a.openStoreHook(id, info, open)
+	} else {
+		s, err = open()
 	}
-	return open()
+	if err != nil || !info.Windowed() {
+		return s, err
+	}
+	return wrapWindowed(s, info)
 }
 
 // openPersistent opens a task's persistent store. A store whose files
@@ -720,7 +737,13 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 			}
 			name := changelog.TopicName(app, s.Name)
 			plan.partitions[name] = plan.subPartitions[i]
-			specs = append(specs, changelog.TopicSpec{Name: name, Partitions: plan.subPartitions[i], Compacted: true, ReplicationFactor: cfg.ReplicationFactor})
+			spec := changelog.TopicSpec{Name: name, Partitions: plan.subPartitions[i], Compacted: true, ReplicationFactor: cfg.ReplicationFactor}
+			if s.Windowed() {
+				// Expired windows leave the store without tombstones;
+				// only the log's retention removes them from the topic.
+				spec.Configs = changelog.WindowedTopicConfigs(time.Duration(s.Retention)*time.Millisecond, cfg.WindowedChangelogRetentionMargin)
+			}
+			specs = append(specs, spec)
 		}
 	}
 	if err := changelog.EnsureTopics(ctx, adm, specs); err != nil {
@@ -743,6 +766,21 @@ type TaskInfo struct {
 	// Processed and Punctuations count the records the task processed and
 	// the punctuator calls it made since this instance last opened it.
 	Processed, Punctuations int64
+	// DroppedLate counts the records the task's windowed aggregations
+	// left out of windows that had closed (later than window end plus
+	// grace), since this instance last opened the task.
+	DroppedLate int64
+}
+
+// DroppedLateRecords counts the late records the active tasks of this
+// instance dropped from closed windows, summed over the tasks it holds
+// now (each since the instance last opened it); see TaskInfo.DroppedLate.
+func (a *App) DroppedLateRecords() int64 {
+	var n int64
+	for _, ti := range a.Tasks() {
+		n += ti.DroppedLate
+	}
+	return n
 }
 
 // Tasks lists the tasks this instance holds, ordered by ID.
@@ -762,7 +800,7 @@ func (th *thread) taskInfos() []TaskInfo {
 	var out []TaskInfo
 	for _, t := range th.tasks {
 		info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
-			Processed: t.Processed(), Punctuations: t.Punctuations()}
+			Processed: t.Processed(), Punctuations: t.Punctuations(), DroppedLate: t.DroppedLate()}
 		if t.State() == task.Restoring {
 			for _, h := range t.Stores() {
 				if h.Changelog == "" {

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/changelog"
 )
 
 // DeserializationHandling says what a stream thread does with an input
@@ -280,6 +281,13 @@ type Config struct {
 	// CreateMissingTopics that no other topic decides; -1 (the default)
 	// uses the broker's default (num.partitions).
 	DefaultPartitions int32
+	// WindowedChangelogRetentionMargin is what the changelog of a window
+	// or session store keeps beyond the store's retention (its
+	// retention.ms is the sum), so that a restoration or a standby that
+	// falls behind still finds every live window. Default one day, as
+	// Kafka Streams' windowstore.changelog.additional.retention.ms. Only
+	// topics Eddy creates get it; existing ones are left as they are.
+	WindowedChangelogRetentionMargin time.Duration
 	// RepartitionPurgeInterval is how often each stream thread, after a
 	// commit, deletes the records of repartition topics below the group's
 	// committed offsets (DeleteRecords). Repartition topics are created
@@ -413,6 +421,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultPartitions == 0 {
 		c.DefaultPartitions = DefaultPartitions
+	}
+	if c.WindowedChangelogRetentionMargin <= 0 {
+		c.WindowedChangelogRetentionMargin = changelog.DefaultWindowedRetentionMargin
 	}
 	if c.RepartitionPurgeInterval == 0 {
 		c.RepartitionPurgeInterval = DefaultRepartitionPurgeInterval

@@ -82,7 +82,10 @@ type node struct {
 	// the sink that writes it.
 	partitions int32
 
-	decode  func(graph.InputRecord) (record, error)
+	decode func(graph.InputRecord) (record, error)
+	// extract, on a source with a TimestampExtractor, gives a decoded
+	// record its event time.
+	extract func(record) (time.Time, error)
 	encode  func(record) (key, value []byte, err error)
 	newProc func() (procImpl, error)
 	// readsMeta marks a node whose processor can ask for the metadata of
@@ -159,6 +162,16 @@ func addSource[K, V any](b *Builder, topic TopicRef, ks serde.Serde[K], vs serde
 		b.errorf("%s: topic name is empty", n.label())
 	}
 	b.checkSerdes(n, ks == nil, vs == nil)
+	if o.extractor != nil {
+		fn, ok := o.extractor.(TimestampExtractor[K, V])
+		if !ok || fn == nil {
+			b.errorf("%s: timestamp extractor is %T, want a non-nil topology.TimestampExtractor[%T, %T]", n.label(), o.extractor, zero[K](), zero[V]())
+		} else {
+			n.extract = func(r record) (time.Time, error) {
+				return fn(Record[K, V]{Key: as[K](r.key), Value: as[V](r.value), Timestamp: r.ts, Headers: r.headers})
+			}
+		}
+	}
 	if isStringSerde(ks) && isStringSerde(vs) {
 		n.decode = decodeStrings
 		return n

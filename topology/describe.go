@@ -118,6 +118,10 @@ func (d TopologyDescription) String() string {
 			if s.Logged {
 				logged = "logged"
 			}
+			if s.Windowed() {
+				fmt.Fprintf(&sb, "  Store: %s (%s, %s, %s, retention %d ms)\n", s.Name, kind, logged, s.Kind, s.Retention)
+				continue
+			}
 			fmt.Fprintf(&sb, "  Store: %s (%s, %s)\n", s.Name, kind, logged)
 		}
 	}

@@ -12,6 +12,18 @@ type Header = graph.Header
 // topic, so that they survive the loss of their instance.
 type StoreInfo = graph.StoreInfo
 
+// StoreKind says what keys a store holds (StoreInfo.Kind): plain keys, or
+// the composite keys of a window or session store, which the runtime keeps
+// bounded by StoreInfo.Retention and logs to a changelog deleted by time.
+type StoreKind = graph.StoreKind
+
+// The kinds of store.
+const (
+	KeyValueKind = graph.KeyValue
+	WindowKind   = graph.Window
+	SessionKind  = graph.Session
+)
+
 // TopicRef names a topic in a TopologyDescription: Name as the user gave
 // it, and Internal for repartition topics, whose name on the broker is
 // "<app>-<Name>" (see FullName).

@@ -1,5 +1,7 @@
 package topology
 
+import "time"
+
 // Option adjusts one DSL operation. Options that do not apply to an
 // operation are ignored; each option's doc says where it applies.
 type Option func(*options)
@@ -9,6 +11,9 @@ type options struct {
 	partitions int32
 	inMemory   bool
 	unlogged   bool
+	// extractor is a TimestampExtractor[K, V] for a source, checked
+	// against the source's types when the source is added.
+	extractor any
 }
 
 func collect(opts []Option) options {
@@ -40,3 +45,19 @@ func InMemory() Option { return func(o *options) { o.inMemory = true } }
 // topic. Its contents are then lost when a task moves to another instance,
 // and standby replicas cannot follow it.
 func WithoutLogging() Option { return func(o *options) { o.unlogged = true } }
+
+// TimestampExtractor gives a source record its event time, the time
+// windows and stream time are computed from. rec holds the decoded key
+// and value, the headers, and the timestamp the record carries in Kafka
+// (what is used without an extractor). A key or value that was a Kafka
+// null is the zero value. An error, or a time before the epoch, fails
+// the record as a processing error (runtime.Config.ProcessingErrors
+// decides what follows); the record is not processed.
+type TimestampExtractor[K, V any] func(rec Record[K, V]) (time.Time, error)
+
+// WithTimestampExtractor sets the event time of the records a source
+// (Stream, Table) reads; K and V must be the source's key and value
+// types. Without it a record's event time is its Kafka timestamp.
+func WithTimestampExtractor[K, V any](fn TimestampExtractor[K, V]) Option {
+	return func(o *options) { o.extractor = fn }
+}

@@ -306,10 +306,11 @@ type KTable[K, V any] struct {
 // unless InMemory or WithoutLogging is given) using keySerde and valueSerde
 // for both the topic and the store. A record with a null value deletes its
 // key and is forwarded downstream as a null (a tombstone); a record with a
-// null key is dropped. Named names the table's processor node.
+// null key is dropped. Named names the table's processor node;
+// WithTimestampExtractor applies to the source.
 func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSerde serde.Serde[V], store string, opts ...Option) KTable[K, V] {
 	o := collect(opts)
-	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, options{})
+	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, options{extractor: o.extractor})
 	n := b.addProcessor("table", o, func() procImpl {
 		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde}
 	}, src)

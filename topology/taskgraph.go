@@ -231,6 +231,9 @@ type taskGraph struct {
 	puncts []*punctuation
 	// punctuated counts punctuator calls, for the runtime's metrics.
 	punctuated int64
+	// droppedLate counts records windowed aggregations left out of closed
+	// windows (graph.LateCounter).
+	droppedLate int64
 	// inited counts the processors whose Init succeeded, so a failed start
 	// closes exactly those.
 	inited []*nodeInstance
@@ -343,15 +346,28 @@ func (g *taskGraph) Process(rec graph.InputRecord) (err error) {
 	if err != nil {
 		return &DeserializationError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: err}
 	}
-	if rec.Timestamp.After(g.streamTime) {
-		g.streamTime = rec.Timestamp
+	if src.node.extract != nil {
+		ts, err := src.node.extract(r)
+		if err != nil {
+			return src.wrap(&TimestampError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: err})
+		}
+		r.ts = ts
+	}
+	// The zero time.Time is how in-process callers leave a record
+	// unstamped; it never advances stream time, and windowed operators
+	// refuse it as they refuse any time before the epoch.
+	if !r.ts.IsZero() && r.ts.UnixMilli() < 0 {
+		return src.wrap(&TimestampError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Time: r.ts})
+	}
+	if r.ts.After(g.streamTime) {
+		g.streamTime = r.ts
 	}
 	if !g.trackMeta {
 		return src.process(r)
 	}
 	g.meta = RecordMetadata{
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset,
-		Timestamp: rec.Timestamp, Headers: rec.Headers,
+		Timestamp: r.ts, Headers: rec.Headers,
 	}
 	g.hasMeta = true
 	err = src.process(r)
@@ -430,6 +446,9 @@ func (g *taskGraph) schedule(in *nodeInstance, interval time.Duration, typ Punct
 	return p, nil
 }
 
+// DroppedLate implements graph.LateCounter.
+func (g *taskGraph) DroppedLate() int64 { return g.droppedLate }
+
 // Punctuations implements TaskGraph.
 func (g *taskGraph) Punctuations() int64 { return g.punctuated }
 
@@ -493,3 +512,25 @@ func (e *DeserializationError) Error() string {
 }
 
 func (e *DeserializationError) Unwrap() error { return e.Err }
+
+// TimestampError reports an input record without a usable event time: its
+// TimestampExtractor failed (Err), or the time is before the epoch (Time),
+// as Kafka's -1 for "no timestamp" is. It is a processing error: the
+// runtime handles it as Config.ProcessingErrors says.
+type TimestampError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Time      time.Time
+	Err       error
+}
+
+func (e *TimestampError) Error() string {
+	at := e.Topic + "/" + strconv.Itoa(int(e.Partition)) + "@" + strconv.FormatInt(e.Offset, 10)
+	if e.Err != nil {
+		return "topology: timestamp extractor failed for record at " + at + ": " + e.Err.Error()
+	}
+	return "topology: invalid timestamp " + strconv.FormatInt(e.Time.UnixMilli(), 10) + " ms of record at " + at
+}
+
+func (e *TimestampError) Unwrap() error { return e.Err }

@@ -220,3 +220,44 @@ func (i *WindowedIterator[K, V]) Collect() ([]KeyValue[Windowed[K], V], error) {
 	}
 	return out, err
 }
+
+// GetWindowStore returns the window store info declares (with AddStore,
+// Kind WindowKind, Retention and WindowSize set) from p, typed with keySerde
+// and valueSerde. info must be the declaration itself: its WindowOptions
+// lay out the store's keys.
+func GetWindowStore[K, V any](p StoreProvider, info StoreInfo, keySerde serde.Serde[K], valueSerde serde.Serde[V]) (*WindowStore[K, V], error) {
+	if info.Kind != WindowKind {
+		return nil, fmt.Errorf("topology: store %q is a %s store, not a window store", info.Name, info.Kind)
+	}
+	if keySerde == nil || valueSerde == nil {
+		return nil, fmt.Errorf("topology: store %q: key and value serdes must not be nil", info.Name)
+	}
+	rw, err := p.Store(info.Name)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := statestore.NewWindowStore(rw, info.WindowOptions())
+	if err != nil {
+		return nil, err
+	}
+	return NewWindowStore(ws, keySerde, valueSerde), nil
+}
+
+// GetSessionStore is GetWindowStore for a session store (Kind SessionKind).
+func GetSessionStore[K, V any](p StoreProvider, info StoreInfo, keySerde serde.Serde[K], valueSerde serde.Serde[V]) (*SessionStore[K, V], error) {
+	if info.Kind != SessionKind {
+		return nil, fmt.Errorf("topology: store %q is a %s store, not a session store", info.Name, info.Kind)
+	}
+	if keySerde == nil || valueSerde == nil {
+		return nil, fmt.Errorf("topology: store %q: key and value serdes must not be nil", info.Name)
+	}
+	rw, err := p.Store(info.Name)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := statestore.NewSessionStore(rw, info.WindowOptions())
+	if err != nil {
+		return nil, err
+	}
+	return NewSessionStore(ss, keySerde, valueSerde), nil
+}

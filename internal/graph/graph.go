@@ -11,6 +11,8 @@
 package graph
 
 import (
+	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/eddystreams/eddy/statestore"
@@ -104,6 +106,22 @@ type TableBuffering interface {
 	BufferTableUpdates() bool
 }
 
+// TaskLogger is implemented by task environments that give the task graph
+// a logger for what it reports on its own (late records dropped); without
+// it, the graph logs to slog's default logger.
+type TaskLogger interface {
+	Logger() *slog.Logger
+}
+
+// LateCounter is implemented by task graphs that drop late records: a
+// windowed aggregation leaves a record out of every window of its that has
+// closed (window end plus grace at or before stream time).
+type LateCounter interface {
+	// DroppedLate counts the records the task left out of at least one
+	// window for being late.
+	DroppedLate() int64
+}
+
 // TaskGraph is one task's instance of a sub-topology's processors.
 type TaskGraph interface {
 	// Process runs one input record through the graph. Errors from
@@ -143,13 +161,54 @@ func (r TopicRef) FullName(app string) string {
 func InternalTopicName(app, name string) string { return app + "-" + name }
 
 // StoreInfo describes a state store: its name, whether it lives on disk,
-// whether a changelog backs it.
+// whether a changelog backs it, and, for window and session stores, the
+// layout and retention the runtime needs to bound them.
 type StoreInfo struct {
 	Name string
 	// Persistent stores live on disk (badger); others in memory.
 	Persistent bool
 	// Logged stores are backed by a changelog topic.
 	Logged bool
+	// Kind is what the store's keys are. Window and session stores are
+	// wrapped in a statestore.SegmentedStore wherever they are opened, and
+	// their changelogs are compacted and deleted by time.
+	Kind StoreKind
+	// Retention, SegmentInterval and WindowSize, in milliseconds, are the
+	// statestore.WindowOptions of a window or session store (see
+	// WindowOptions); unused for key-value stores.
+	Retention, SegmentInterval, WindowSize int64
+}
+
+// StoreKind is the kind of keys a store holds.
+type StoreKind int
+
+const (
+	// KeyValue stores hold plain keys.
+	KeyValue StoreKind = iota
+	// Window stores hold statestore.WindowStore keys.
+	Window
+	// Session stores hold statestore.SessionStore keys.
+	Session
+)
+
+func (k StoreKind) String() string {
+	switch k {
+	case KeyValue:
+		return "key-value"
+	case Window:
+		return "window"
+	case Session:
+		return "session"
+	}
+	return "StoreKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Windowed reports whether the store is a window or session store.
+func (s StoreInfo) Windowed() bool { return s.Kind == Window || s.Kind == Session }
+
+// WindowOptions are the options of a window or session store.
+func (s StoreInfo) WindowOptions() statestore.WindowOptions {
+	return statestore.WindowOptions{Retention: s.Retention, SegmentInterval: s.SegmentInterval, WindowSize: s.WindowSize}
 }
 
 // SubTopology describes one sub-topology: its sources, sinks and stores.

@@ -231,6 +231,15 @@ func (t *Active) Skip(rec graph.InputRecord) { t.markConsumed(rec.Topic, rec.Off
 // failed ones included.
 func (t *Active) Processed() int64 { return t.processed }
 
+// DroppedLate counts the records the task's windowed aggregations left
+// out of closed windows (graph.LateCounter).
+func (t *Active) DroppedLate() int64 {
+	if lc, ok := t.graph.(graph.LateCounter); ok {
+		return lc.DroppedLate()
+	}
+	return 0
+}
+
 // Punctuations counts the punctuator calls the task made.
 func (t *Active) Punctuations() int64 { return t.graph.Punctuations() }
 
@@ -396,6 +405,9 @@ func (e env) TaskID() string                    { return e.t.cfg.ID.String() }
 func (e env) Partition() int32                  { return e.t.cfg.ID.Partition }
 func (e env) Now() time.Time                    { return e.t.cfg.Now() }
 func (e env) Send(rec graph.OutputRecord) error { return e.t.cfg.Sender.Send(rec) }
+
+// Logger implements graph.TaskLogger.
+func (e env) Logger() *slog.Logger { return e.t.log }
 
 // BufferTableUpdates implements graph.TableBuffering: with a record cache,
 // tables forward each key's latest value at commit rather than every update.

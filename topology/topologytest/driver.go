@@ -104,6 +104,18 @@ func (e *env) Send(rec graph.OutputRecord) error {
 	return nil
 }
 
+// DroppedLate counts the records windowed aggregations left out of
+// windows that had closed, over every task.
+func (d *Driver) DroppedLate() int64 {
+	var n int64
+	for _, g := range d.tasks {
+		if lc, ok := g.(graph.LateCounter); ok {
+			n += lc.DroppedLate()
+		}
+	}
+	return n
+}
+
 // Now returns the driver's wall-clock time.
 func (d *Driver) Now() time.Time { return d.now }
 

@@ -1,0 +1,230 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+type sessionKey struct {
+	key        string
+	start, end int64
+}
+
+// sessionsOf merges each key's record times into sessions: a record joins
+// every session within gap of it. No session closes in this test (grace
+// exceeds the input's span), so stream time plays no part.
+func sessionsOf(keys []string, times []int64, gap int64) map[sessionKey]int64 {
+	type sess struct{ start, end, n int64 }
+	byKey := make(map[string][]sess)
+	for i, k := range keys {
+		t := times[i]
+		m := sess{t, t, 1}
+		var keep []sess
+		for _, s := range byKey[k] {
+			if s.end >= t-gap && s.start <= t+gap {
+				m = sess{min(m.start, s.start), max(m.end, s.end), m.n + s.n}
+				continue
+			}
+			keep = append(keep, s)
+		}
+		byKey[k] = append(keep, m)
+	}
+	out := make(map[sessionKey]int64)
+	for k, ss := range byKey {
+		for _, s := range ss {
+			out[sessionKey{k, s.start, s.end}] = s.n
+		}
+	}
+	return out
+}
+
+// A session aggregation runs on session stores the runtime wraps in their
+// segmented layout; its changelog is compacted and deleted by time; and a
+// replacement instance with an empty state directory restores the sessions
+// from the changelog and goes on merging into them.
+func TestSessionCountRestoredFromChangelog(t *testing.T) {
+	const gap = 5_000
+	b, adm := startBroker(t, "in", "out")
+	build := func() *topology.Topology {
+		tb := topology.NewBuilder()
+		g := topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		topology.SessionWindowedBy(g, topology.NewSessionWindows(gap*time.Millisecond).Grace(time.Hour)).
+			Count("sessions").ToStream().To("out", topology.SessionWindowedSerde(serde.String), serde.Int64)
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		return topo
+	}
+	start := func(dir string) *App {
+		app, err := New(build(), Config{ApplicationID: "sessions", Brokers: b.Addrs(), StateDir: dir, CommitInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+
+	rng := rand.New(rand.NewPCG(5, 5))
+	var keys []string
+	var times []int64
+	produce := func(n int) {
+		var recs []*kgo.Record
+		for range n {
+			k := "k" + strconv.Itoa(rng.IntN(4))
+			ts := 1_000_000 + rng.Int64N(600_000)
+			keys, times = append(keys, k), append(times, ts)
+			recs = append(recs, &kgo.Record{Topic: "in", Partition: 0, Key: []byte(k), Value: []byte("v"), Timestamp: time.UnixMilli(ts)})
+		}
+		require.NoError(t, cl.ProduceSync(context.Background(), recs...).FirstErr())
+	}
+	latest := make(map[sessionKey]int64)
+	next := map[int32]int64{0: 0, 1: 0}
+	ks := topology.SessionWindowedSerde(serde.String)
+	caughtUp := func() bool {
+		fetch, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"out": {0: kgo.NewOffset().At(next[0]), 1: kgo.NewOffset().At(next[1])}}),
+			kgo.FetchMaxWait(100*time.Millisecond))
+		require.NoError(t, err)
+		defer fetch.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		fs := fetch.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			w, err := ks.Decode(r.Key)
+			require.NoError(t, err)
+			k := sessionKey{w.Key, w.Window.Start, w.Window.End}
+			if r.Value == nil {
+				delete(latest, k)
+			} else {
+				n, err := serde.Int64.Decode(r.Value)
+				require.NoError(t, err)
+				latest[k] = n
+			}
+			next[r.Partition] = r.Offset + 1
+		})
+		want := sessionsOf(keys, times, gap)
+		if len(want) != len(latest) {
+			if os.Getenv("DEBUG_SESS") != "" {
+				for k, n := range want {
+					if latest[k] != n {
+						t.Logf("want %v=%d got %d", k, n, latest[k])
+					}
+				}
+				for k, n := range latest {
+					if _, ok := want[k]; !ok {
+						t.Logf("extra %v=%d", k, n)
+					}
+				}
+			}
+			return false
+		}
+		for k, n := range want {
+			if latest[k] != n {
+				return false
+			}
+		}
+		return true
+	}
+
+	a := start(t.TempDir())
+	produce(400)
+	waitFor(t, 60*time.Second, "the first sessions", caughtUp)
+	require.NoError(t, a.Close(context.Background()))
+
+	// A new instance with nothing on disk restores the session store from
+	// its changelog and merges into the restored sessions.
+	a2 := start(t.TempDir())
+	defer a2.Close(context.Background())
+	produce(400)
+	waitFor(t, 60*time.Second, "the merged sessions", caughtUp)
+
+	cfgs, err := adm.DescribeTopicConfigs(context.Background(), changelog.TopicName("sessions", "sessions"))
+	require.NoError(t, err)
+	got := make(map[string]string)
+	for _, c := range cfgs[0].Configs {
+		if c.Value != nil {
+			got[c.Key] = *c.Value
+		}
+	}
+	require.Equal(t, "compact,delete", got["cleanup.policy"])
+	require.Equal(t, strconv.FormatInt((time.Hour+gap*time.Millisecond+time.Millisecond+changelog.DefaultWindowedRetentionMargin).Milliseconds(), 10), got["retention.ms"])
+}
+
+// Emit-final state survives an instance: a replacement with an empty state
+// directory restores the pending windows and the stream time, emits what
+// the first instance left pending exactly once, and drops as late what the
+// first instance's stream time had closed.
+func TestEmitFinalRestoredFromChangelog(t *testing.T) {
+	b, _ := startBroker(t, "in", "out")
+	ks := topology.TimeWindowedSerde(serde.String, 1000)
+	build := func() *topology.Topology {
+		tb := topology.NewBuilder()
+		g := topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		topology.WindowedBy(g, topology.TumblingWindows(time.Second)).EmitFinal().
+			Count("final").ToStream().To("out", ks, serde.Int64)
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		return topo
+	}
+	start := func(dir string) *App {
+		app, err := New(build(), Config{ApplicationID: "final", Brokers: b.Addrs(), StateDir: dir, CommitInterval: 100 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(key string, ms int64) {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Partition: 0, Key: []byte(key), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}).FirstErr())
+	}
+	var got []string
+	next := map[int32]int64{0: 0, 1: 0}
+	read := func() {
+		fetch, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"out": {0: kgo.NewOffset().At(next[0]), 1: kgo.NewOffset().At(next[1])}}),
+			kgo.FetchMaxWait(100*time.Millisecond))
+		require.NoError(t, err)
+		defer fetch.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		fetch.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			w, err := ks.Decode(r.Key)
+			require.NoError(t, err)
+			n, err := serde.Int64.Decode(r.Value)
+			require.NoError(t, err)
+			got = append(got, w.Key+"@"+strconv.FormatInt(w.Window.Start, 10)+"="+strconv.FormatInt(n, 10))
+			next[r.Partition] = r.Offset + 1
+		})
+	}
+	a := start(t.TempDir())
+	produce("a", 500)
+	produce("a", 700)
+	produce("b", 1_200) // closes [0,1000)
+	waitFor(t, 30*time.Second, "a's window", func() bool { read(); return len(got) == 1 })
+	require.Equal(t, []string{"a@0=2"}, got)
+	require.NoError(t, a.Close(context.Background()))
+
+	a2 := start(t.TempDir())
+	defer a2.Close(context.Background())
+	produce("a", 900)   // late: the restored stream time is 1200
+	produce("c", 2_500) // closes [1000,2000)
+	waitFor(t, 30*time.Second, "b's window", func() bool { read(); return len(got) >= 2 })
+	waitFor(t, 30*time.Second, "the late record counted", func() bool { return a2.DroppedLateRecords() == 1 })
+	produce("d", 3_500) // closes [2000,3000), which holds c
+	waitFor(t, 30*time.Second, "c's window", func() bool { read(); return len(got) >= 3 })
+	read()
+	require.Equal(t, []string{"a@0=2", "b@1000=1", "c@2000=1"}, got)
+}

@@ -1,0 +1,281 @@
+package topology
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// SessionWindowedKStream is a grouped stream cut into sessions of activity
+// per key, ready to be aggregated. Create it with SessionWindowedBy. Event
+// time, stream time and late records are as for TimeWindowedKStream; a
+// record is late when the session it would form or extend has closed
+// (stream time past its end plus grace). A closed session is final: unlike
+// Kafka Streams, a record within the gap of one starts a session of its
+// own rather than extending it, so a final result is never superseded.
+type SessionWindowedKStream[K, V any] struct {
+	g     *grouping[K, V]
+	w     SessionWindows
+	final bool
+}
+
+// SessionWindowedBy cuts the grouped stream g into the sessions w.
+func SessionWindowedBy[K, V any](g KGroupedStream[K, V], w SessionWindows) SessionWindowedKStream[K, V] {
+	gr := g.grouping()
+	if w.gap <= 0 {
+		gr.b.errorf("SessionWindowedBy: zero SessionWindows; use NewSessionWindows")
+	}
+	return SessionWindowedKStream[K, V]{g: gr, w: w}
+}
+
+// EmitFinal emits one result per session, once it closes, instead of one
+// per update (see TimeWindowedKStream.EmitFinal). A session merged into
+// another before it closed has no result of its own.
+func (s SessionWindowedKStream[K, V]) EmitFinal() SessionWindowedKStream[K, V] {
+	s.final = true
+	return s
+}
+
+func (s SessionWindowedKStream[K, V]) grouping() *grouping[K, V] {
+	if s.g == nil {
+		panic("topology: use of a zero SessionWindowedKStream; create one with SessionWindowedBy")
+	}
+	return s.g
+}
+
+// Count counts the records of each key's sessions into the session store
+// named store (values encoded with serde.Int64). The result is a table
+// keyed by Windowed[K] (the session's first and last record times),
+// encoded by SessionWindowedSerde over the grouping's key serde. Without
+// EmitFinal, a session replaced by a merge is retracted: a null value for
+// its key. Named, InMemory and WithoutLogging apply.
+func (s SessionWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
+	return sessionAggregate(s, "session-count", store, serde.Int64, collect(opts), "",
+		func() (int64, bool) { return 0, true },
+		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 },
+		func(_ K, a, b int64) int64 { return a + b })
+}
+
+// Reduce combines the values of each key's sessions with fn, which also
+// combines two sessions' values when a record merges them (see Count).
+func (s SessionWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...Option) KTable[Windowed[K], V] {
+	gr := s.grouping()
+	var missing string
+	if fn == nil {
+		missing = "reducer"
+	}
+	return sessionAggregate(s, "session-reduce", store, gr.valueSerde, collect(opts), missing,
+		func() (V, bool) { return zero[V](), false },
+		func(_ K, v V, agg V, found bool) V {
+			if !found {
+				return v
+			}
+			return fn(agg, v)
+		},
+		func(_ K, a, b V) V { return fn(a, b) })
+}
+
+// SessionAggregate folds the values of each key's sessions into an
+// aggregate: init gives a new session's starting aggregate, adder folds in
+// one value, and merger combines the aggregates of sessions a record joins
+// (see Count).
+func SessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], init func() A, adder func(K, V, A) A, merger func(K, A, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	var missing string
+	switch {
+	case init == nil:
+		missing = "initializer"
+	case adder == nil:
+		missing = "adder"
+	case merger == nil:
+		missing = "merger"
+	}
+	return sessionAggregate(s, "session-aggregate", store, aggSerde, collect(opts), missing,
+		func() (A, bool) { return init(), true },
+		func(k K, v V, agg A, _ bool) A { return adder(k, v, agg) },
+		merger)
+}
+
+func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string,
+	start func() (A, bool), step func(K, V, A, bool) A, merge func(K, A, A) A) KTable[Windowed[K], A] {
+	g := s.grouping()
+	b := g.b
+	in := g.input(store)
+	w := s.w
+	// One past the minimum: a session ending exactly at the retention
+	// bound could otherwise expire while a record at the edge of grace
+	// still joins it.
+	info := StoreInfo{
+		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
+		Kind: graph.Session, Retention: addSat(w.MinRetention(), 1),
+	}
+	wopts := info.WindowOptions()
+	final := s.final
+	n := b.addProcessor(op, o, func() procImpl {
+		return &sessionAggProc[K, V, A]{
+			store: store, w: w, wopts: wopts, final: final,
+			keySerde: g.keySerde, aggSerde: aggSerde, start: start, step: step, merge: merge,
+		}
+	}, in)
+	n.stores = []string{store}
+	b.declareStore(info, n.label())
+	if final {
+		pending := PendingStoreName(store)
+		n.stores = append(n.stores, pending)
+		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	}
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if missingFunc != "" {
+		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: SessionWindowedSerde(g.keySerde), valueSerde: aggSerde}
+}
+
+type sessionAggProc[K, V, A any] struct {
+	store    string
+	w        SessionWindows
+	wopts    statestore.WindowOptions
+	final    bool
+	keySerde serde.Serde[K]
+	aggSerde serde.Serde[A]
+	start    func() (A, bool)
+	step     func(K, V, A, bool) A
+	merge    func(K, A, A) A
+
+	ss      *statestore.SessionStore
+	updates tableUpdates
+	clock   eventClock
+	log     lateLog
+}
+
+func (p *sessionAggProc[K, V, A]) init(c *nodeInstance) error {
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	if p.ss, err = statestore.NewSessionStore(rw, p.wopts); err != nil {
+		return err
+	}
+	p.log.node = c.node.name
+	return p.clock.open(c, p.store, p.final, p.ss.ObservedTime)
+}
+
+// session is an existing session a record joins, with its aggregate.
+type session[A any] struct {
+	win Window
+	agg A
+}
+
+func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
+	if r.keyNull || r.valueNull {
+		return nil
+	}
+	t, st, err := p.clock.advance(c, r, p.emit)
+	if err != nil {
+		return err
+	}
+	k := as[K](r.key)
+	kb, err := p.keySerde.Encode(k)
+	if err != nil {
+		return fmt.Errorf("encode key for store %q: %w", p.store, err)
+	}
+	earliestEnd, latestStart := p.w.SearchBounds(t)
+	it, err := p.ss.FindSessions(kb, max(earliestEnd, 0), latestStart)
+	if err != nil {
+		return err
+	}
+	var joined []session[A]
+	for it.Next() {
+		win := Window{Start: it.Start(), End: it.End()}
+		if p.w.IsClosed(win, st) {
+			// A closed session is final, its result perhaps already
+			// emitted: a record near it starts a session of its own.
+			continue
+		}
+		agg, err := p.aggSerde.Decode(bytes.Clone(it.Value()))
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+		}
+		joined = append(joined, session[A]{win: win, agg: agg})
+	}
+	if err := it.Err(); err != nil {
+		it.Close()
+		return err
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	wins := make([]Window, len(joined))
+	for i, s := range joined {
+		wins[i] = s.win
+	}
+	merged := p.w.Merge(t, wins)
+	if p.w.IsClosed(merged, st) {
+		c.task.droppedLate++
+		p.log.dropped(c.task, t, st)
+		return nil
+	}
+	agg, have := p.start()
+	maxTs := t
+	for _, s := range joined {
+		sa := s.agg
+		if have {
+			agg = p.merge(k, agg, sa)
+		} else {
+			agg, have = sa, true
+		}
+		if s.win == merged {
+			continue
+		}
+		if err := p.ss.Remove(kb, s.win.Start, s.win.End); err != nil {
+			return err
+		}
+		if p.final {
+			ts, err := p.clock.pending.remove(p.w.CloseTime(s.win), s.win.Start, kb)
+			if err != nil {
+				return err
+			}
+			maxTs = max(maxTs, ts)
+		} else if err := p.updates.emit(c, sessionID(kb, s.win), record{key: Windowed[K]{Key: k, Window: s.win}, value: zero[A](), valueNull: true, ts: r.ts, headers: r.headers}); err != nil {
+			return err
+		}
+	}
+	agg = p.step(k, as[V](r.value), agg, have)
+	vb, err := encodeStoreValue(p.aggSerde, agg)
+	if err != nil {
+		return err
+	}
+	if err := p.ss.Put(kb, merged.Start, merged.End, bytes.Clone(vb)); err != nil {
+		return err
+	}
+	if !p.final {
+		return p.updates.emit(c, sessionID(kb, merged), record{key: Windowed[K]{Key: k, Window: merged}, value: agg, ts: r.ts, headers: r.headers})
+	}
+	return p.clock.pending.add(p.w.CloseTime(merged), merged.Start, kb, maxTs)
+}
+
+func sessionID(kb []byte, w Window) []byte {
+	id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(w.End))
+	return binary.BigEndian.AppendUint64(id, uint64(w.Start))
+}
+
+// emit forwards the final result of a closed session. The pending entry's
+// close time gives the session's end.
+func (p *sessionAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
+	end := d.close - 1 - p.w.grace
+	vb, found, err := p.ss.Get(d.kb, d.start, end)
+	if err != nil || !found {
+		return err
+	}
+	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, Window{Start: d.start, End: end}, vb)
+}
+
+func (p *sessionAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
+
+func (p *sessionAggProc[K, V, A]) close() error { return nil }

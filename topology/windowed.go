@@ -1,0 +1,507 @@
+package topology
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// TimeWindowedKStream is a grouped stream cut into time windows (tumbling
+// or hopping), ready to be aggregated per key and window. Create it with
+// WindowedBy.
+//
+// Windows use event time: a record's timestamp (or what the source's
+// TimestampExtractor says) places it in its windows, and the task's stream
+// time, the largest timestamp it has read, closes them. A record arriving
+// for a window that closed (stream time at or past window end plus grace)
+// is left out of it and counted (runtime.App.DroppedLateRecords); a record
+// without a timestamp (the zero time.Time) fails as a processing error.
+type TimeWindowedKStream[K, V any] struct {
+	g     *grouping[K, V]
+	w     TimeWindows
+	final bool
+}
+
+// WindowedBy cuts the grouped stream g into the time windows w. It is a
+// function rather than a method of KGroupedStream because its results are
+// keyed by Windowed[K], which Go's generics cannot have a method of
+// KGroupedStream[K] lead back to.
+func WindowedBy[K, V any](g KGroupedStream[K, V], w TimeWindows) TimeWindowedKStream[K, V] {
+	gr := g.grouping()
+	if w.size <= 0 {
+		gr.b.errorf("WindowedBy: zero TimeWindows; use TumblingWindows or HoppingWindows")
+	}
+	return TimeWindowedKStream[K, V]{g: gr, w: w}
+}
+
+// EmitFinal makes the aggregation emit one result per key and window, once
+// the window closes (stream time reaches its end plus grace), instead of
+// one per update. The windows awaiting their result are kept in a second
+// store, "<store>-pending" (logged and persistent as the aggregation's
+// store is), so that a restart or a failover neither loses nor, under
+// exactly-once, repeats a result. A result carries the largest timestamp
+// of its window's records. Results are emitted when a record advances
+// stream time past the close, so an idle partition holds them back.
+func (s TimeWindowedKStream[K, V]) EmitFinal() TimeWindowedKStream[K, V] {
+	s.final = true
+	return s
+}
+
+func (s TimeWindowedKStream[K, V]) grouping() *grouping[K, V] {
+	if s.g == nil {
+		panic("topology: use of a zero TimeWindowedKStream; create one with WindowedBy")
+	}
+	return s.g
+}
+
+// Count counts the records of each key in each window into the window
+// store named store (values encoded with serde.Int64). The result is a
+// table keyed by Windowed[K], encoded by TimeWindowedSerde over the
+// grouping's key serde. Named, InMemory and WithoutLogging apply.
+func (s TimeWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
+	return windowedAggregate(s, "windowed-count", store, serde.Int64, collect(opts), "",
+		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+}
+
+// Reduce combines the values of each key in each window with fn, starting
+// from the window's first value (see Count for the store and result).
+func (s TimeWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...Option) KTable[Windowed[K], V] {
+	gr := s.grouping()
+	var missing string
+	if fn == nil {
+		missing = "reducer"
+	}
+	return windowedAggregate(s, "windowed-reduce", store, gr.valueSerde, collect(opts), missing,
+		func(_ K, v V, agg V, found bool) V {
+			if !found {
+				return v
+			}
+			return fn(agg, v)
+		})
+}
+
+// WindowedAggregate folds the values of each key in each window into an
+// aggregate: init gives a window's starting aggregate and adder folds in
+// one value. Aggregates are encoded with aggSerde (see Count for the
+// store and result).
+func WindowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], init func() A, adder func(K, V, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	var missing string
+	switch {
+	case init == nil:
+		missing = "initializer"
+	case adder == nil:
+		missing = "adder"
+	}
+	return windowedAggregate(s, "windowed-aggregate", store, aggSerde, collect(opts), missing,
+		func(k K, v V, agg A, found bool) A {
+			if !found {
+				agg = init()
+			}
+			return adder(k, v, agg)
+		})
+}
+
+// PendingStoreName is the name of the store in which an EmitFinal
+// aggregation into store keeps the windows whose result is still due.
+func PendingStoreName(store string) string { return store + "-pending" }
+
+func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
+	g := s.grouping()
+	b := g.b
+	in := g.input(store)
+	w := s.w
+	info := StoreInfo{
+		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
+		Kind: graph.Window, Retention: max(w.MinRetention(), 1), WindowSize: w.size,
+	}
+	wopts := info.WindowOptions()
+	final := s.final
+	n := b.addProcessor(op, o, func() procImpl {
+		return &windowAggProc[K, V, A]{
+			store: store, w: w, wopts: wopts, final: final,
+			keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+		}
+	}, in)
+	n.stores = []string{store}
+	b.declareStore(info, n.label())
+	if final {
+		pending := PendingStoreName(store)
+		n.stores = append(n.stores, pending)
+		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	}
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if missingFunc != "" {
+		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde}
+}
+
+// windowAggProc aggregates records into time windows.
+type windowAggProc[K, V, A any] struct {
+	store    string
+	w        TimeWindows
+	wopts    statestore.WindowOptions
+	final    bool
+	keySerde serde.Serde[K]
+	aggSerde serde.Serde[A]
+	step     func(K, V, A, bool) A
+
+	ws      *statestore.WindowStore
+	updates tableUpdates
+	clock   eventClock
+	log     lateLog
+}
+
+func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
+		return err
+	}
+	p.log.node = c.node.name
+	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
+}
+
+func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
+	if r.keyNull || r.valueNull {
+		return nil
+	}
+	t, st, err := p.clock.advance(c, r, p.emit)
+	if err != nil {
+		return err
+	}
+	k := as[K](r.key)
+	kb, err := p.keySerde.Encode(k)
+	if err != nil {
+		return fmt.Errorf("encode key for store %q: %w", p.store, err)
+	}
+	v := as[V](r.value)
+	late := false
+	for _, win := range p.w.WindowsFor(t) {
+		if p.w.IsClosed(win, st) {
+			late = true
+			continue
+		}
+		if err := p.add(c, k, kb, v, win, r); err != nil {
+			return err
+		}
+	}
+	if late {
+		c.task.droppedLate++
+		p.log.dropped(c.task, t, st)
+	}
+	return nil
+}
+
+// add folds v into k's window win and emits the update, or records the
+// window as pending its final result.
+func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win Window, r record) error {
+	old, found, err := p.ws.Get(kb, win.Start)
+	if err != nil {
+		return err
+	}
+	var cur A
+	if found {
+		if cur, err = p.aggSerde.Decode(bytes.Clone(old)); err != nil {
+			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+		}
+	}
+	next := p.step(k, v, cur, found)
+	vb, err := encodeStoreValue(p.aggSerde, next)
+	if err != nil {
+		return err
+	}
+	if err := p.ws.Put(kb, win.Start, bytes.Clone(vb)); err != nil {
+		return err
+	}
+	if !p.final {
+		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
+		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
+	}
+	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
+}
+
+// emit forwards the final result of a closed window.
+func (p *windowAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
+	vb, found, err := p.ws.Get(d.kb, d.start)
+	if err != nil || !found {
+		return err
+	}
+	win := Window{Start: d.start, End: addSat(d.start, p.w.size)}
+	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, win, vb)
+}
+
+// emitFinal decodes a closed window's key and aggregate and forwards them,
+// stamped with the window's latest record time.
+func emitFinal[K, A any](c *nodeInstance, store string, ks serde.Serde[K], as serde.Serde[A], d pendingWindow, win Window, vb []byte) error {
+	k, err := ks.Decode(bytes.Clone(d.kb))
+	if err != nil {
+		return fmt.Errorf("decode key in store %q: %w", PendingStoreName(store), err)
+	}
+	agg, err := as.Decode(bytes.Clone(vb))
+	if err != nil {
+		return fmt.Errorf("decode aggregate in store %q: %w", store, err)
+	}
+	return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(d.ts)})
+}
+
+// eventClock is a windowed processor's view of stream time and, with
+// emit-final, its pending windows.
+type eventClock struct {
+	// streamTime is the largest stream time the processor has acted on,
+	// in milliseconds; math.MinInt64 before the first record.
+	streamTime int64
+	pending    *pendingStore // nil unless emit-final
+	observed   func() (int64, error)
+	started    bool
+}
+
+// errNoTimestamp fails a record that reaches a windowed operation without
+// an event time.
+var errNoTimestamp = errors.New("record has no timestamp; windows need event time (set it, or use a TimestampExtractor)")
+
+// open prepares the clock. It reads nothing yet: a task graph is built
+// before its stores are restored, so the stores are read at the first
+// record (start).
+func (e *eventClock) open(c *nodeInstance, store string, final bool, observed func() (int64, error)) error {
+	e.streamTime, e.observed = math.MinInt64, observed
+	if !final {
+		return nil
+	}
+	rw, err := c.store(PendingStoreName(store))
+	if err != nil {
+		return err
+	}
+	e.pending = &pendingStore{rw: rw}
+	return nil
+}
+
+// start sets the clock from the restored stores: from the pending store's
+// stream time with emit-final, else from the latest window time the store
+// holds (a lower bound of the stream time it was written at), so that a
+// restarted task does not accept into closed windows what it dropped
+// before, for want of a stream time.
+func (e *eventClock) start() error {
+	e.started = true
+	if e.pending != nil {
+		st, err := e.pending.open()
+		e.streamTime = st
+		return err
+	}
+	st, err := e.observed()
+	e.streamTime = st
+	return err
+}
+
+// advance takes r's time t into stream time st and, with emit-final, emits
+// (through emit) and forgets every pending window st has closed.
+func (e *eventClock) advance(c *nodeInstance, r record, emit func(*nodeInstance, pendingWindow) error) (t, st int64, err error) {
+	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
+		return 0, 0, errNoTimestamp
+	}
+	if !e.started {
+		if err := e.start(); err != nil {
+			return 0, 0, err
+		}
+	}
+	t = r.ts.UnixMilli()
+	// The task's stream time covers every record of the task; it is at
+	// least t unless t came from elsewhere than the input (a processor
+	// changing timestamps), so t counts too.
+	st = max(e.streamTime, t)
+	if ts := c.task.streamTime; !ts.IsZero() {
+		st = max(st, ts.UnixMilli())
+	}
+	if st <= e.streamTime {
+		return t, st, nil
+	}
+	e.streamTime = st
+	if e.pending == nil {
+		return t, st, nil
+	}
+	if err := e.pending.setStreamTime(st); err != nil {
+		return 0, 0, err
+	}
+	due, err := e.pending.due(st)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range due {
+		if err := emit(c, d); err != nil {
+			return 0, 0, err
+		}
+		if err := e.pending.rw.Delete(d.key); err != nil {
+			return 0, 0, err
+		}
+	}
+	return t, st, nil
+}
+
+// pendingStore is the store of an emit-final aggregation's windows whose
+// result is still due, keyed
+//
+//	close time (8, big-endian) | window start (8) | encoded key
+//
+// holding the window's largest record time (8), so the windows due at a
+// stream time are one range from the start of the store, in close-time
+// order. It also keeps the stream time the processor has reached under
+// streamTimeKey (ff sorts after every entry, whose first byte is that of a
+// non-negative time), so that after a restart or a failover a record
+// already late before is still late, and a window already emitted is never
+// reopened and emitted again.
+type pendingStore struct {
+	rw statestore.ReadWriter
+	// nextClose is the earliest close time in the store (math.MaxInt64
+	// when empty), so that a record that closes no window costs no range
+	// scan.
+	nextClose int64
+}
+
+// pendingWindow is one entry of a pendingStore.
+type pendingWindow struct {
+	key          []byte // the whole entry key
+	close, start int64
+	kb           []byte // the record key, encoded
+	ts           int64
+}
+
+var streamTimeKey = []byte{0xff}
+
+// open returns the stored stream time (math.MinInt64 if none).
+func (p *pendingStore) open() (int64, error) {
+	st := int64(math.MinInt64)
+	v, found, err := p.rw.Get(streamTimeKey)
+	if err != nil {
+		return st, err
+	}
+	if found && len(v) == 8 {
+		st = int64(binary.BigEndian.Uint64(v))
+	}
+	p.nextClose, err = p.firstClose(nil)
+	return st, err
+}
+
+func (p *pendingStore) firstClose(from []byte) (int64, error) {
+	it, err := p.rw.Range(from, streamTimeKey)
+	if err != nil {
+		return math.MaxInt64, err
+	}
+	next := int64(math.MaxInt64)
+	if it.Next() && len(it.Key()) >= 16 {
+		next = int64(binary.BigEndian.Uint64(it.Key()))
+	}
+	return next, errors.Join(it.Err(), it.Close())
+}
+
+func (p *pendingStore) setStreamTime(st int64) error {
+	return p.rw.Put(streamTimeKey, binary.BigEndian.AppendUint64(nil, uint64(st)))
+}
+
+func pendingKey(closeAt, start int64, kb []byte) []byte {
+	k := make([]byte, 0, 16+len(kb))
+	k = binary.BigEndian.AppendUint64(k, uint64(closeAt))
+	k = binary.BigEndian.AppendUint64(k, uint64(start))
+	return append(k, kb...)
+}
+
+// add records a window updated by a record at ts.
+func (p *pendingStore) add(closeAt, start int64, kb []byte, ts int64) error {
+	pk := pendingKey(closeAt, start, kb)
+	if prev, ok, err := p.rw.Get(pk); err != nil {
+		return err
+	} else if ok && len(prev) == 8 {
+		ts = max(ts, int64(binary.BigEndian.Uint64(prev)))
+	}
+	if err := p.rw.Put(pk, binary.BigEndian.AppendUint64(nil, uint64(ts))); err != nil {
+		return err
+	}
+	p.nextClose = min(p.nextClose, closeAt)
+	return nil
+}
+
+// remove forgets a window that will have no result of its own (a session
+// merged into another), returning its largest record time.
+func (p *pendingStore) remove(closeAt, start int64, kb []byte) (int64, error) {
+	pk := pendingKey(closeAt, start, kb)
+	prev, ok, err := p.rw.Get(pk)
+	if err != nil || !ok {
+		return math.MinInt64, err
+	}
+	var ts int64 = math.MinInt64
+	if len(prev) == 8 {
+		ts = int64(binary.BigEndian.Uint64(prev))
+	}
+	return ts, p.rw.Delete(pk)
+}
+
+// due lists the windows closed at stream time st, in close-time order.
+func (p *pendingStore) due(st int64) ([]pendingWindow, error) {
+	if st < p.nextClose {
+		return nil, nil
+	}
+	upTo := binary.BigEndian.AppendUint64(nil, uint64(st)+1)
+	it, err := p.rw.Range(nil, upTo)
+	if err != nil {
+		return nil, err
+	}
+	var out []pendingWindow
+	for it.Next() {
+		k := it.Key()
+		if len(k) < 16 || len(it.Value()) != 8 {
+			continue
+		}
+		k = bytes.Clone(k)
+		out = append(out, pendingWindow{
+			key: k, close: int64(binary.BigEndian.Uint64(k)), start: int64(binary.BigEndian.Uint64(k[8:16])),
+			kb: k[16:], ts: int64(binary.BigEndian.Uint64(it.Value())),
+		})
+	}
+	if err := errors.Join(it.Err(), it.Close()); err != nil {
+		return nil, err
+	}
+	// Whatever remains closes later than st.
+	p.nextClose, err = p.firstClose(upTo)
+	return out, err
+}
+
+func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
+
+func (p *windowAggProc[K, V, A]) close() error { return nil }
+
+// lateLog logs dropped late records at most once per lateLogEvery per
+// node instance, with how many were dropped since the last line.
+type lateLog struct {
+	node    string
+	last    time.Time
+	skipped int64
+}
+
+const lateLogEvery = 10 * time.Second
+
+func (l *lateLog) dropped(g *taskGraph, t, streamTime int64) {
+	now := time.Now()
+	if now.Sub(l.last) < lateLogEvery {
+		l.skipped++
+		return
+	}
+	log := slog.Default().With("task", g.env.TaskID())
+	if tl, ok := g.env.(graph.TaskLogger); ok {
+		log = tl.Logger() // names the task already
+	}
+	log.Warn("dropping late record from closed windows",
+		"node", l.node, "timestamp_ms", t, "stream_time_ms", streamTime,
+		"dropped_since_last_log", l.skipped)
+	l.last, l.skipped = now, 0
+}
