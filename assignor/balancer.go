@@ -101,8 +101,18 @@ type BalancerConfig struct {
 	// FramingConsumer. A leader always reads both framings and answers
 	// each member in its own, so only the first rolling bounce of an
 	// upgrade from such a build needs it (while one of them may lead);
-	// a second bounce turns it off.
+	// a second bounce turns it off. Bare subscriptions carry no owned
+	// partitions, so a bare member always rebalances eagerly.
 	BareFraming bool
+	// Eager makes the member rebalance eagerly: it gives up every
+	// partition before each join, as Eddy builds before cooperative
+	// rebalancing did. Otherwise it rebalances cooperatively (KIP-429): it
+	// keeps what it is assigned again and gives up only what moves. A
+	// leader in either mode holds back, for one round, every task that
+	// another member still owns, so eager and cooperative members of this
+	// build can share a group; builds that do not hold tasks back cannot
+	// share one with cooperative members (see README, upgrading).
+	Eager bool
 }
 
 // Validate reports a configuration that cannot be used.
@@ -131,8 +141,8 @@ func (c BalancerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Balancer is the kgo.GroupBalancer of an Eddy application: eager (not
-// cooperative), protocol "eddy", with SubscriptionInfo as join metadata and
+// Balancer is the kgo.GroupBalancer of an Eddy application: cooperative
+// unless configured Eager, protocol "eddy", with SubscriptionInfo as join metadata and
 // AssignmentInfo as assignment, each carried as the user data of the
 // standard consumer protocol (see Framing). Each kgo client (group member)
 // needs its own Balancer, since it remembers that member's last assignment
@@ -194,8 +204,12 @@ func newBalancer(cfg BalancerConfig, f *format) (*Balancer, error) {
 // ProtocolName implements kgo.GroupBalancer.
 func (*Balancer) ProtocolName() string { return ProtocolName }
 
-// IsCooperative implements kgo.GroupBalancer: the protocol is eager.
-func (*Balancer) IsCooperative() bool { return false }
+// IsCooperative implements kgo.GroupBalancer: true unless the member was
+// configured Eager or in the bare framing, which cannot report what the
+// member owns. kgo then revokes only the partitions a new assignment
+// leaves out, before OnPartitionsAssigned, and rejoins at once so that the
+// group can hand them to their new owner.
+func (b *Balancer) IsCooperative() bool { return !b.cfg.Eager && b.framing == FramingConsumer }
 
 // JoinGroupMetadata implements kgo.GroupBalancer: the encoded
 // SubscriptionInfo in the member's framing, with the application's source
@@ -306,6 +320,9 @@ type member struct {
 	process string
 	// subBytes is the size of the member's encoded subscription.
 	subBytes int
+	// owned are the partitions the member still consumes as it joins
+	// (cooperative members only: an eager member gave everything up).
+	owned map[string][]int32
 }
 
 // memberBalancer balances one generation; kgo creates one per rebalance on
@@ -342,7 +359,8 @@ func (b *Balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.G
 		if process == "" {
 			process = "member:" + m.MemberID
 		}
-		mb.members = append(mb.members, member{id: m.MemberID, sub: s, framing: g.Framing, process: process, subBytes: len(m.ProtocolMetadata)})
+		mb.members = append(mb.members, member{id: m.MemberID, sub: s, framing: g.Framing, process: process,
+			subBytes: len(m.ProtocolMetadata), owned: g.OwnedPartitions})
 	}
 	slices.SortFunc(mb.members, func(x, y member) int {
 		if x.id < y.id {
@@ -438,9 +456,71 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 			infos[ms[i].id] = share
 		}
 	}
+	held := mb.holdBack(infos, in.Tasks)
 	b.log.Info("balanced group", "members", len(mb.members), "processes", len(byProcess),
-		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version)
+		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version, "held_back", held)
 	return mb.encode(infos)
+}
+
+// holdBack makes a plan safe for cooperative members (KIP-429): a task
+// planned for one member while another still owns it — consumes one of its
+// source partitions — is left out of the plan this round. Its owner, not
+// assigned it, revokes it (committing its work first) and rejoins at once,
+// and the next round, with nobody owning the task, assigns it. No task is
+// ever run by two members at a time, whatever each member's mode. Meanwhile
+// a stateful task's new member, unless its process runs the task now,
+// follows it as a warmup, so that it starts caught up. holdBack returns how
+// many tasks it held back.
+func (mb *memberBalancer) holdBack(infos map[string]AssignmentInfo, tasks map[task.ID]TaskInfo) int {
+	owners := map[task.ID][]member{}
+	for _, m := range mb.members {
+		for id := range mb.b.cfg.Tasks {
+			if ownsTask(m.owned, mb.b.cfg.Tasks[id], id.Partition) {
+				owners[id] = append(owners[id], m)
+			}
+		}
+	}
+	if len(owners) == 0 {
+		return 0
+	}
+	held := 0
+	for _, m := range mb.members {
+		info, ok := infos[m.id]
+		if !ok {
+			continue
+		}
+		keep := info.Active[:0:0]
+		for _, id := range info.Active {
+			elsewhere, sameProcess := false, false
+			for _, o := range owners[id] {
+				if o.id != m.id {
+					elsewhere = true
+					sameProcess = sameProcess || o.process == m.process
+				}
+			}
+			if !elsewhere {
+				keep = append(keep, id)
+				continue
+			}
+			held++
+			if tasks[id].Stateful && !sameProcess && !slices.Contains(info.Standby, id) && !slices.Contains(info.Warmup, id) {
+				info.Warmup = sortedIDs(append(slices.Clone(info.Warmup), id))
+			}
+		}
+		info.Active = keep
+		infos[m.id] = info
+	}
+	return held
+}
+
+// ownsTask reports whether owned includes a source partition of a task.
+func ownsTask(owned map[string][]int32, topics []string, partition int32) bool {
+	for _, t := range topics {
+		if slices.Contains(owned[t], partition) {
+			return true
+		}
+	}
+	return false
 }
 
 func (mb *memberBalancer) encode(infos map[string]AssignmentInfo) (kgo.IntoSyncAssignment, error) {
