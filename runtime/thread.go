@@ -64,9 +64,20 @@ type thread struct {
 	// thread holds it off: the thread commits before letting it proceed.
 	rebalancePending atomic.Bool
 	// abortPending is set (exactly-once) when a revocation or loss dropped
-	// the tasks' uncommitted work: the open transaction must be aborted
-	// before anything else is processed.
+	// the tasks' uncommitted work, or when the session will abort the
+	// open transaction anyway (it aborts the first one to end after a
+	// revocation): it must be aborted before anything else is processed.
 	abortPending bool
+	// dirty is set (exactly-once) when the open transaction holds work:
+	// a record processed or passed, or a record sent.
+	dirty bool
+	// cooperative is set when the thread's group member rebalances
+	// cooperatively (see onRevoked).
+	cooperative bool
+	// joining is set while a cooperative rebalance is between its join
+	// and its sync, when the group client holds commits back (see
+	// commitDue).
+	joining atomic.Bool
 	// info is the assignment the balancer decoded at the last sync, read
 	// by onAssigned right after.
 	info     atomic.Pointer[assignor.AssignmentInfo]
@@ -169,10 +180,12 @@ func (th *thread) connect() error {
 		OnError:               func(err error) { a.fail(err) },
 		Logger:                th.log,
 		BareFraming:           cfg.BareGroupFormat,
+		Eager:                 cfg.EagerRebalancing,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: balancer: %w", err)
 	}
+	th.cooperative = bal.IsCooperative()
 	opts := a.clientOpts(
 		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
 		kgo.ConsumerGroup(cfg.ApplicationID),
@@ -414,7 +427,7 @@ func (th *thread) iteration() error {
 		return err
 	}
 	th.app.maybeRunning()
-	if time.Since(th.lastCommit) >= th.app.cfg.CommitInterval || th.budget.Full() || th.rebalancePending.Swap(false) {
+	if th.commitDue() || th.budget.Full() || th.rebalancePending.Swap(false) {
 		if err := th.commitBounded(); err != nil {
 			return err
 		}
@@ -427,6 +440,19 @@ func (th *thread) iteration() error {
 		}
 	}
 	return nil
+}
+
+// commitDue reports whether the commit interval has passed. While a
+// cooperative rebalance is between its join and its sync the group client
+// would hold a commit until the sync, stopping the thread, so the commit
+// waits, as long as the other members can take to notice the rebalance and
+// join (a couple of heartbeats) and no longer.
+func (th *thread) commitDue() bool {
+	since, cfg := time.Since(th.lastCommit), th.app.cfg
+	if since < cfg.CommitInterval {
+		return false
+	}
+	return !th.joining.Load() || since >= cfg.CommitInterval+2*cfg.HeartbeatInterval
 }
 
 // pollWait bounds a poll so that commits and restoration are not starved
@@ -466,6 +492,7 @@ func (th *thread) taskOf(r *kgo.Record) (task.ID, *taskrun.Active) {
 // the task consumed since the last one.
 func (th *thread) passControl(r *kgo.Record) {
 	if _, t := th.taskOf(r); t != nil {
+		th.dirty = true
 		t.Skip(graph.InputRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
 	}
 }
@@ -475,6 +502,7 @@ func (th *thread) process(r *kgo.Record) error {
 	if t == nil {
 		return nil
 	}
+	th.dirty = true
 	in := graph.InputRecord{
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
 		Key: r.Key, Value: r.Value,
@@ -572,6 +600,7 @@ func (th *thread) Send(rec graph.OutputRecord) error {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
 	}
+	th.dirty = true
 	th.out.send(kr)
 	return nil
 }
@@ -787,6 +816,7 @@ func completeCommits(tasks []*taskrun.Active, last taskrun.LastOffsetFunc) error
 // to the one just ended.
 func (th *thread) begin() error {
 	th.produceErr.Store(nil)
+	th.dirty = false
 	if err := th.sess.Begin(); err != nil {
 		return fmt.Errorf("runtime: begin transaction: %w", err)
 	}
@@ -891,8 +921,17 @@ func (th *thread) inputPartitions(id task.ID) map[string][]int32 {
 
 // onAssignment receives the balancer's decoded assignment, just before
 // onAssigned runs. It must not block.
+//
+// A cooperative member that loses tasks revokes them right after this,
+// once the thread lets the rebalance go on; asking the thread to commit
+// first means the revocation usually finds nothing uncommitted, which under
+// exactly-once spares the kept tasks an aborted transaction.
 func (th *thread) onAssignment(info assignor.AssignmentInfo) {
-	th.info.Store(&info)
+	prev := th.info.Swap(&info)
+	th.joining.Store(false)
+	if th.cooperative && prev != nil && slices.ContainsFunc(prev.Active, func(id task.ID) bool { return !slices.Contains(info.Active, id) }) {
+		th.rebalancePending.Store(true)
+	}
 	th.app.assignmentReceived(th, info)
 }
 
@@ -1005,7 +1044,10 @@ func (th *thread) restoreStep() error {
 	return nil
 }
 
-func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]int32) {
+// onRevoked gives up tasks. An eager member gives up all of them at every
+// rebalance; a cooperative one only those whose partitions it lost (see
+// revokeSome).
+func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	if th.stopping.Load() {
 		// The thread is shutting down: it closes its tasks itself, and may
 		// be holding mu right now while its final commit waits for the
@@ -1018,6 +1060,10 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
 	th.app.rebalanceStarted()
+	if th.cooperative {
+		th.revokeSome(ctx, lost)
+		return
+	}
 	defer th.unassigned()
 	if th.halted {
 		th.dropAll()
@@ -1038,6 +1084,75 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]i
 		return
 	}
 	th.parkAll()
+}
+
+// revokeSome is a cooperative revocation. At the end of every group session
+// it gets nothing: the thread keeps its tasks and processes them through the
+// rebalance. After a sync that took tasks away it gets their partitions,
+// and commits the thread's work before it parks them: a task's partitions
+// go to their next owner only once its work is committed.
+//
+// Under exactly-once one transaction spans every task of the thread, and
+// this callback cannot end it (the session holds the lock that ending
+// needs). The thread commits it just before it lets the revocation run
+// (onAssignment asks it to); if work came in since, the revoked tasks'
+// share cannot be committed alone, so the whole transaction is aborted,
+// every task rewinds to its last commit, and the kept tasks process their
+// share again. Either way the session aborts the next transaction to end,
+// so the thread aborts it, empty, before processing more.
+func (th *thread) revokeSome(ctx context.Context, lost map[string][]int32) {
+	if len(lost) == 0 {
+		th.joining.Store(true)
+		return
+	}
+	var revoked []*taskrun.Active
+	for topic, ps := range lost {
+		sub, ok := th.app.plan.topicSub[topic]
+		if !ok {
+			continue
+		}
+		for _, p := range ps {
+			id := task.ID{SubTopology: sub, Partition: p}
+			delete(th.waiting, id)
+			if t, ok := th.tasks[id]; ok && !slices.Contains(revoked, t) {
+				revoked = append(revoked, t)
+			}
+		}
+	}
+	th.waitingAny.Store(len(th.waiting) > 0)
+	// Until its next assignment, the registry keeps the parked stores
+	// open for whichever thread claims them.
+	th.app.registry.revoked(th.idx)
+	th.log.Info("revoking tasks", "tasks", len(revoked), "kept", len(th.tasks)-len(revoked))
+	switch {
+	case th.halted:
+		for _, t := range revoked {
+			th.closeTask(t, false)
+		}
+		return
+	case th.sess != nil:
+		if th.dirty {
+			th.log.Info("tasks revoked while the transaction holds work; aborting it for every task of the thread")
+			th.discard(th.runningTasks())
+		}
+		th.abortPending = true
+	default:
+		if err := th.commit(ctx); err != nil {
+			// The kept tasks' next commit meets the same failure and
+			// stops the thread; the revoked ones must go now.
+			th.log.Warn("commit on revocation failed; dropping the revoked tasks' uncommitted work", "err", err)
+			for _, t := range revoked {
+				th.closeTask(t, false)
+			}
+			return
+		}
+	}
+	for _, t := range revoked {
+		th.rest.unregister(t)
+		th.app.registry.park(t)
+		delete(th.tasks, t.ID())
+		th.lastTask = nil
+	}
 }
 
 // unassigned forgets the tasks still waiting to start and tells the
@@ -1073,6 +1188,7 @@ func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32)
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
+	th.joining.Store(false)
 	th.app.rebalanceStarted()
 	defer th.unassigned()
 	th.log.Warn("partitions lost; closing tasks without committing")
