@@ -78,6 +78,9 @@ type thread struct {
 	// and its sync, when the group client holds commits back (see
 	// commitDue).
 	joining atomic.Bool
+	// revokedTasks counts the tasks the thread gave up in revocations,
+	// and assignments the assignments it received.
+	revokedTasks, assignments atomic.Int64
 	// info is the assignment the balancer decoded at the last sync, read
 	// by onAssigned right after.
 	info     atomic.Pointer[assignor.AssignmentInfo]
@@ -960,6 +963,7 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[stri
 	th.waitingAny.Store(len(th.waiting) > 0)
 	th.app.registry.setShare(th.idx, *info)
 	th.app.metrics.rebalances.Inc()
+	th.assignments.Add(1)
 	th.assigned.Store(true)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
 	th.app.maybeRunning()
@@ -1147,6 +1151,7 @@ func (th *thread) revokeSome(ctx context.Context, lost map[string][]int32) {
 			return
 		}
 	}
+	th.revokedTasks.Add(int64(len(revoked)))
 	for _, t := range revoked {
 		th.rest.unregister(t)
 		th.app.registry.park(t)
@@ -1168,6 +1173,7 @@ func (th *thread) unassigned() {
 // a task assigned back — to this thread or another, as active or standby —
 // keeps its state.
 func (th *thread) parkAll() {
+	th.revokedTasks.Add(int64(len(th.tasks)))
 	for _, t := range th.tasks {
 		th.rest.unregister(t)
 		th.app.registry.park(t)
