@@ -425,38 +425,36 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	if out.FollowupRebalance {
 		nextProbe = b.cfg.Now().Add(out.ProbingRebalanceInterval).UnixMilli()
 	}
-	activeByHost, standbyByHost, warmupByHost := map[string][]task.ID{}, map[string][]task.ID{}, map[string][]task.ID{}
-	for _, pid := range slices.Sorted(maps.Keys(byProcess)) {
-		ca := out.Clients[pid]
-		if host := byProcess[pid][0].sub.Endpoint; host != "" {
-			activeByHost[host] = append(activeByHost[host], ca.Active...)
-			standbyByHost[host] = append(standbyByHost[host], ca.Standby...)
-			warmupByHost[host] = append(warmupByHost[host], ca.Warmup...)
-		}
-	}
-	for h, ts := range activeByHost {
-		activeByHost[h] = sortedIDs(ts)
-	}
-	for h, ts := range standbyByHost {
-		standbyByHost[h] = sortedIDs(ts)
-	}
-	for h, ts := range warmupByHost {
-		if len(ts) == 0 {
-			delete(warmupByHost, h)
-			continue
-		}
-		warmupByHost[h] = sortedIDs(ts)
-	}
 	for pid, ms := range byProcess {
 		for i, share := range spreadOverMembers(ms, out.Clients[pid], in.Tasks) {
 			share.NextProbingRebalanceMs = nextProbe
-			share.PartitionsByHost = activeByHost
-			share.StandbyPartitionsByHost = standbyByHost
-			share.WarmupPartitionsByHost = warmupByHost
 			infos[ms[i].id] = share
 		}
 	}
 	held := mb.holdBack(infos, in.Tasks)
+	// The host maps follow the plan as held back, so that every member's
+	// own tasks are what the maps say its host holds.
+	activeByHost, standbyByHost, warmupByHost := map[string][]task.ID{}, map[string][]task.ID{}, map[string][]task.ID{}
+	for _, pid := range slices.Sorted(maps.Keys(byProcess)) {
+		host := byProcess[pid][0].sub.Endpoint
+		if host == "" {
+			continue
+		}
+		for _, m := range byProcess[pid] {
+			share := infos[m.id]
+			activeByHost[host] = sortedIDs(append(activeByHost[host], share.Active...))
+			standbyByHost[host] = sortedIDs(append(standbyByHost[host], share.Standby...))
+			if len(share.Warmup) > 0 {
+				warmupByHost[host] = sortedIDs(append(warmupByHost[host], share.Warmup...))
+			}
+		}
+	}
+	for id, share := range infos {
+		share.PartitionsByHost = activeByHost
+		share.StandbyPartitionsByHost = standbyByHost
+		share.WarmupPartitionsByHost = warmupByHost
+		infos[id] = share
+	}
 	b.log.Info("balanced group", "members", len(mb.members), "processes", len(byProcess),
 		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version, "held_back", held)
 	return mb.encode(infos)
@@ -468,9 +466,10 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 // assigned it, revokes it (committing its work first) and rejoins at once,
 // and the next round, with nobody owning the task, assigns it. No task is
 // ever run by two members at a time, whatever each member's mode. Meanwhile
-// a stateful task's new member, unless its process runs the task now,
-// follows it as a warmup, so that it starts caught up. holdBack returns how
-// many tasks it held back.
+// a new member that followed the task as a standby or warmup keeps
+// following it as a standby (unless its process runs the task now), so
+// that its replica stays open for the promotion. holdBack returns how many
+// tasks it held back.
 func (mb *memberBalancer) holdBack(infos map[string]AssignmentInfo, tasks map[task.ID]TaskInfo) int {
 	owners := map[task.ID][]member{}
 	for _, m := range mb.members {
@@ -503,8 +502,9 @@ func (mb *memberBalancer) holdBack(infos map[string]AssignmentInfo, tasks map[ta
 				continue
 			}
 			held++
-			if tasks[id].Stateful && !sameProcess && !slices.Contains(info.Standby, id) && !slices.Contains(info.Warmup, id) {
-				info.Warmup = sortedIDs(append(slices.Clone(info.Warmup), id))
+			if tasks[id].Stateful && !sameProcess && slices.Contains(m.sub.OwnedStandby, id) &&
+				!slices.Contains(info.Standby, id) && !slices.Contains(info.Warmup, id) {
+				info.Standby = sortedIDs(append(slices.Clone(info.Standby), id))
 			}
 		}
 		info.Active = keep
