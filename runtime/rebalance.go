@@ -26,6 +26,7 @@ import (
 func (th *thread) onAssignment(info assignor.AssignmentInfo) {
 	prev := th.info.Swap(&info)
 	th.joining.Store(false)
+	th.rejoining.Store(false)
 	if th.cooperative && prev != nil && slices.ContainsFunc(prev.Active, func(id task.ID) bool { return !slices.Contains(info.Active, id) }) {
 		th.rebalancePending.Store(true)
 	}
@@ -218,6 +219,7 @@ func (th *thread) revokeSome(ctx context.Context, lost map[string][]int32) {
 		}
 	}
 	th.waitingAny.Store(len(th.waiting) > 0)
+	th.rejoining.Store(true)
 	// Until its next assignment, the registry keeps the parked stores
 	// open for whichever thread claims them.
 	th.app.registry.revoked(th.idx)
@@ -289,6 +291,7 @@ func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32)
 	defer th.mu.Unlock()
 	th.assigned.Store(false)
 	th.joining.Store(false)
+	th.rejoining.Store(false)
 	th.app.rebalanceStarted()
 	defer th.unassigned()
 	th.log.Warn("partitions lost; closing tasks without committing")

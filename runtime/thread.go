@@ -79,6 +79,11 @@ type thread struct {
 	// and its sync, when the group client holds commits back (see
 	// commitDue).
 	joining atomic.Bool
+	// rejoining is set from a cooperative revocation until the next
+	// assignment: the group client rejoins at once so that the tasks it
+	// gave up can be assigned, and until then the instance has not
+	// settled.
+	rejoining atomic.Bool
 	// revokedTasks counts the tasks the thread gave up in revocations,
 	// and assignments the assignments it received.
 	revokedTasks, assignments atomic.Int64
