@@ -113,8 +113,18 @@ type BalancerConfig struct {
 	// FramingConsumer. A leader always reads both framings and answers
 	// each member in its own, so only the first rolling bounce of an
 	// upgrade from such a build needs it (while one of them may lead);
-	// a second bounce turns it off.
+	// a second bounce turns it off. Bare subscriptions carry no owned
+	// partitions, so a bare member always rebalances eagerly.
 	BareFraming bool
+	// Eager makes the member rebalance eagerly: it gives up every
+	// partition before each join, as Eddy builds before cooperative
+	// rebalancing did. Otherwise it rebalances cooperatively (KIP-429): it
+	// keeps what it is assigned again and gives up only what moves. A
+	// leader in either mode holds back, for one round, every task that
+	// another member still owns, so eager and cooperative members of this
+	// build can share a group; builds that do not hold tasks back cannot
+	// share one with cooperative members (see README, upgrading).
+	Eager bool
 }
 
 // Validate reports a configuration that cannot be used.
@@ -143,8 +153,8 @@ func (c BalancerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Balancer is the kgo.GroupBalancer of an Eddy application: eager (not
-// cooperative), protocol "eddy", with SubscriptionInfo as join metadata and
+// Balancer is the kgo.GroupBalancer of an Eddy application: cooperative
+// unless configured Eager, protocol "eddy", with SubscriptionInfo as join metadata and
 // AssignmentInfo as assignment, each carried as the user data of the
 // standard consumer protocol (see Framing). Each kgo client (group member)
 // needs its own Balancer, since it remembers that member's last assignment
@@ -208,8 +218,12 @@ func newBalancer(cfg BalancerConfig, f *format) (*Balancer, error) {
 // ProtocolName implements kgo.GroupBalancer.
 func (*Balancer) ProtocolName() string { return ProtocolName }
 
-// IsCooperative implements kgo.GroupBalancer: the protocol is eager.
-func (*Balancer) IsCooperative() bool { return false }
+// IsCooperative implements kgo.GroupBalancer: true unless the member was
+// configured Eager or in the bare framing, which cannot report what the
+// member owns. kgo then revokes only the partitions a new assignment
+// leaves out, before OnPartitionsAssigned, and rejoins at once so that the
+// group can hand them to their new owner.
+func (b *Balancer) IsCooperative() bool { return !b.cfg.Eager && b.framing == FramingConsumer }
 
 // JoinGroupMetadata implements kgo.GroupBalancer: the encoded
 // SubscriptionInfo in the member's framing, with the application's source
@@ -320,6 +334,9 @@ type member struct {
 	process string
 	// subBytes is the size of the member's encoded subscription.
 	subBytes int
+	// owned are the partitions the member still consumes as it joins
+	// (cooperative members only: an eager member gave everything up).
+	owned map[string][]int32
 }
 
 // memberBalancer balances one generation; kgo creates one per rebalance on
@@ -356,7 +373,8 @@ func (b *Balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.G
 		if process == "" {
 			process = "member:" + m.MemberID
 		}
-		mb.members = append(mb.members, member{id: m.MemberID, sub: s, framing: g.Framing, process: process, subBytes: len(m.ProtocolMetadata)})
+		mb.members = append(mb.members, member{id: m.MemberID, sub: s, framing: g.Framing, process: process,
+			subBytes: len(m.ProtocolMetadata), owned: g.OwnedPartitions})
 	}
 	slices.SortFunc(mb.members, func(x, y member) int {
 		if x.id < y.id {
@@ -436,40 +454,39 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	if out.FollowupRebalance {
 		nextProbe = b.cfg.Now().Add(out.ProbingRebalanceInterval).UnixMilli()
 	}
-	activeByHost, standbyByHost, warmupByHost := map[string][]task.ID{}, map[string][]task.ID{}, map[string][]task.ID{}
-	for _, pid := range slices.Sorted(maps.Keys(byProcess)) {
-		ca := out.Clients[pid]
-		if host := byProcess[pid][0].sub.Endpoint; host != "" {
-			activeByHost[host] = append(activeByHost[host], ca.Active...)
-			standbyByHost[host] = append(standbyByHost[host], ca.Standby...)
-			warmupByHost[host] = append(warmupByHost[host], ca.Warmup...)
-		}
-	}
-	for h, ts := range activeByHost {
-		activeByHost[h] = sortedIDs(ts)
-	}
-	for h, ts := range standbyByHost {
-		standbyByHost[h] = sortedIDs(ts)
-	}
-	for h, ts := range warmupByHost {
-		if len(ts) == 0 {
-			delete(warmupByHost, h)
-			continue
-		}
-		warmupByHost[h] = sortedIDs(ts)
-	}
 	for pid, ms := range byProcess {
 		for i, share := range spreadOverMembers(ms, out.Clients[pid], in.Tasks) {
 			share.NextProbingRebalanceMs = nextProbe
 			share.Epoch = epoch
-			share.PartitionsByHost = activeByHost
-			share.StandbyPartitionsByHost = standbyByHost
-			share.WarmupPartitionsByHost = warmupByHost
 			infos[ms[i].id] = share
 		}
 	}
+	held := mb.holdBack(infos, in.Tasks)
+	// The host maps follow the plan as held back, so that every member's
+	// own tasks are what the maps say its host holds.
+	activeByHost, standbyByHost, warmupByHost := map[string][]task.ID{}, map[string][]task.ID{}, map[string][]task.ID{}
+	for _, pid := range slices.Sorted(maps.Keys(byProcess)) {
+		host := byProcess[pid][0].sub.Endpoint
+		if host == "" {
+			continue
+		}
+		for _, m := range byProcess[pid] {
+			share := infos[m.id]
+			activeByHost[host] = sortedIDs(append(activeByHost[host], share.Active...))
+			standbyByHost[host] = sortedIDs(append(standbyByHost[host], share.Standby...))
+			if len(share.Warmup) > 0 {
+				warmupByHost[host] = sortedIDs(append(warmupByHost[host], share.Warmup...))
+			}
+		}
+	}
+	for id, share := range infos {
+		share.PartitionsByHost = activeByHost
+		share.StandbyPartitionsByHost = standbyByHost
+		share.WarmupPartitionsByHost = warmupByHost
+		infos[id] = share
+	}
 	b.log.Info("balanced group", "members", len(mb.members), "processes", len(byProcess),
-		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version, "epoch", epoch)
+		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version, "epoch", epoch, "held_back", held)
 	return mb.encode(infos)
 }
 
@@ -483,6 +500,69 @@ func (b *Balancer) nextEpoch() int64 {
 	defer b.mu.Unlock()
 	b.epoch = max(b.cfg.Now().UnixNano(), b.epoch+1)
 	return b.epoch
+}
+
+// holdBack makes a plan safe for cooperative members (KIP-429): a task
+// planned for one member while another still owns it — consumes one of its
+// source partitions — is left out of the plan this round. Its owner, not
+// assigned it, revokes it (committing its work first) and rejoins at once,
+// and the next round, with nobody owning the task, assigns it. No task is
+// ever run by two members at a time, whatever each member's mode. Meanwhile
+// a new member that followed the task as a standby or warmup keeps
+// following it as a standby (unless its process runs the task now), so
+// that its replica stays open for the promotion. holdBack returns how many
+// tasks it held back.
+func (mb *memberBalancer) holdBack(infos map[string]AssignmentInfo, tasks map[task.ID]TaskInfo) int {
+	owners := map[task.ID][]member{}
+	for _, m := range mb.members {
+		for id := range mb.b.cfg.Tasks {
+			if ownsTask(m.owned, mb.b.cfg.Tasks[id], id.Partition) {
+				owners[id] = append(owners[id], m)
+			}
+		}
+	}
+	if len(owners) == 0 {
+		return 0
+	}
+	held := 0
+	for _, m := range mb.members {
+		info, ok := infos[m.id]
+		if !ok {
+			continue
+		}
+		keep := info.Active[:0:0]
+		for _, id := range info.Active {
+			elsewhere, sameProcess := false, false
+			for _, o := range owners[id] {
+				if o.id != m.id {
+					elsewhere = true
+					sameProcess = sameProcess || o.process == m.process
+				}
+			}
+			if !elsewhere {
+				keep = append(keep, id)
+				continue
+			}
+			held++
+			if tasks[id].Stateful && !sameProcess && slices.Contains(m.sub.OwnedStandby, id) &&
+				!slices.Contains(info.Standby, id) && !slices.Contains(info.Warmup, id) {
+				info.Standby = sortedIDs(append(slices.Clone(info.Standby), id))
+			}
+		}
+		info.Active = keep
+		infos[m.id] = info
+	}
+	return held
+}
+
+// ownsTask reports whether owned includes a source partition of a task.
+func ownsTask(owned map[string][]int32, topics []string, partition int32) bool {
+	for _, t := range topics {
+		if slices.Contains(owned[t], partition) {
+			return true
+		}
+	}
+	return false
 }
 
 func (mb *memberBalancer) encode(infos map[string]AssignmentInfo) (kgo.IntoSyncAssignment, error) {

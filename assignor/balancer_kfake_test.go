@@ -3,7 +3,7 @@ package assignor
 import (
 	"context"
 	"fmt"
-	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -57,14 +57,26 @@ func TestBalancerWithKfake(t *testing.T) {
 					kgo.ConsumeTopics("left", "right", "events"),
 					kgo.Balancers(b),
 					kgo.HeartbeatInterval(100*time.Millisecond),
+					// Cooperative members are told only what they gain and
+					// what they lose; eager ones lose everything first.
 					kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 						st.mu.Lock()
-						st.assigned = maps.Clone(m)
+						if st.assigned == nil {
+							st.assigned = map[string][]int32{}
+						}
+						for topic, ps := range m {
+							st.assigned[topic] = slices.Sorted(slices.Values(slices.Concat(st.assigned[topic], ps)))
+						}
 						st.mu.Unlock()
 					}),
-					kgo.OnPartitionsRevoked(func(context.Context, *kgo.Client, map[string][]int32) {
+					kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 						st.mu.Lock()
-						st.assigned = nil
+						for topic, ps := range m {
+							st.assigned[topic] = slices.DeleteFunc(st.assigned[topic], func(p int32) bool { return slices.Contains(ps, p) })
+							if len(st.assigned[topic]) == 0 {
+								delete(st.assigned, topic)
+							}
+						}
 						st.mu.Unlock()
 					}),
 				)

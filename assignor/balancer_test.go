@@ -41,6 +41,9 @@ type testMember struct {
 	// join and raw are the member's last JoinGroup metadata and SyncGroup
 	// assignment bytes.
 	join, raw []byte
+	// owned are the partitions the member says it still consumes as it
+	// joins (kgo's OwnedPartitions); nil for an eager member.
+	owned map[string][]int32
 }
 
 func (m *testMember) last() AssignmentInfo {
@@ -103,7 +106,7 @@ func (g *groupFixture) rebalance() map[string]map[string][]int32 {
 	for _, m := range g.members {
 		jm := kmsg.NewJoinGroupResponseMember()
 		jm.MemberID = m.id
-		jm.ProtocolMetadata = m.b.JoinGroupMetadata([]string{"events", "left", "right"}, nil, 1)
+		jm.ProtocolMetadata = m.b.JoinGroupMetadata([]string{"events", "left", "right"}, m.owned, 1)
 		m.join = jm.ProtocolMetadata
 		join = append(join, jm)
 	}
@@ -478,7 +481,7 @@ func TestBalancerEdgeCases(t *testing.T) {
 	})
 	t.Run("protocol", func(t *testing.T) {
 		require.Equal(t, "eddy", m.b.ProtocolName())
-		require.False(t, m.b.IsCooperative())
+		require.True(t, m.b.IsCooperative())
 	})
 	t.Run("config validation", func(t *testing.T) {
 		_, err := NewBalancer(BalancerConfig{})

@@ -382,6 +382,11 @@ type instanceConfig struct {
 	// keepRepartition turns purging off, for tests that read the
 	// repartition topic's records after the group committed past them.
 	keepRepartition bool
+	// guarantee, eagerRebalancing and stateListener are passed through
+	// to runtime.Config.
+	guarantee        runtime.ProcessingGuarantee
+	eagerRebalancing bool
+	stateListener    func(old, new runtime.State)
 }
 
 // logBuffer collects an instance's logs; they are printed only when the test
@@ -437,6 +442,9 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		MaxWarmups:               cfg.maxWarmups,
 		ProbingRebalanceInterval: cfg.probing,
 		RepartitionPurgeInterval: purgeInterval(cfg.keepRepartition),
+		ProcessingGuarantee:      cfg.guarantee,
+		EagerRebalancing:         cfg.eagerRebalancing,
+		StateListener:            cfg.stateListener,
 	})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(ctx(t)))

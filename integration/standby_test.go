@@ -1081,13 +1081,18 @@ func TestRestartKeepsCaughtUpState(t *testing.T) {
 	for i, a := range seen {
 		require.Empty(t, a.Warmup, "assignment %d of the restarted instance has warmups", i)
 	}
+	// Under cooperative rebalancing the first assignment holds back every
+	// task another instance still runs, and the next one assigns them:
+	// the first that gives the returner tasks must give it its own.
+	first := slices.IndexFunc(seen, func(a assignor.AssignmentInfo) bool { return len(a.Active) > 0 })
+	require.GreaterOrEqual(t, first, 0, "no assignment gave the restarted instance tasks")
 	var stateful []task.ID
-	for _, id := range seen[0].Active {
+	for _, id := range seen[first].Active {
 		if id.SubTopology == 1 {
 			stateful = append(stateful, id)
 		}
 	}
-	require.Equal(t, old, stateful, "counts partitions in the first assignment after the restart")
+	require.Equal(t, old, stateful, "counts partitions in the first assignment with tasks after the restart")
 
 	byTask := make(map[task.ID]runtime.TaskInfo)
 	for _, ti := range again.Tasks() {

@@ -17,7 +17,7 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-func countTopology(t *testing.T) *topology.Topology {
+func countTopology(t testing.TB) *topology.Topology {
 	b := topology.NewBuilder()
 	s := topology.Stream(b, "in", serde.String, serde.String)
 	s.GroupByKey(serde.String, serde.String).Count("counts")

@@ -256,6 +256,17 @@ type Config struct {
 	// group reads both formats either way, but tools that describe groups
 	// only read the framed one.
 	BareGroupFormat bool
+	// EagerRebalancing makes the stream threads rebalance eagerly, as
+	// Eddy builds before cooperative rebalancing did: every rebalance
+	// revokes every task, so processing stops until the group has
+	// settled. By default they rebalance cooperatively (KIP-429): a
+	// thread keeps processing the tasks it keeps, and a task that moves
+	// is committed and revoked in one rebalance and assigned in a second
+	// one. A group cannot mix members of an eager build with cooperative
+	// ones, so upgrading from an eager build takes two rolling bounces:
+	// the first with EagerRebalancing set, the second without (see
+	// README). BareGroupFormat implies it.
+	EagerRebalancing bool
 	// OnStreamThreadError says what happens when a stream thread stops on
 	// an error: ShutdownInstance (the default), ReplaceThread or
 	// ShutdownApplication.

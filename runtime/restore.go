@@ -192,8 +192,13 @@ func (r *restorer) unregister(t *taskrun.Active) {
 	delete(r.pending, t.ID())
 	r.mu.Unlock()
 	for _, h := range t.Stores() {
-		if h.Changelog != "" {
-			r.reader.Unregister(h.Changelog, t.ID().Partition)
+		if h.Changelog == "" {
+			continue
+		}
+		// A restoration cut short (a task revoked while restoring)
+		// counts what it restored: its successor starts from there.
+		if n, ok := r.reader.Release(h.Changelog, t.ID().Partition); ok {
+			r.tally.add(changelog.TopicPartition{Topic: h.Changelog, Partition: t.ID().Partition}, n)
 		}
 	}
 }

@@ -141,15 +141,17 @@ func (a *App) maybeRunning() {
 	}
 }
 
-// settled reports whether every stream thread has received its assignment
-// and has no active task restoring or waiting for another thread to let it
-// go. Only call it once threadsUp is set: a.threads is complete then.
+// settled reports whether every stream thread has received its assignment,
+// is not about to rejoin after a cooperative revocation (the group
+// rebalances again at once to assign what it gave up), and has no active
+// task restoring or waiting for another thread to let it go. Only call it
+// once threadsUp is set: a.threads is complete then.
 func (a *App) settled() bool {
 	if len(a.threads) == 0 {
 		return false
 	}
 	for _, th := range a.threads {
-		if !th.assigned.Load() || th.waitingAny.Load() || th.rest.active() {
+		if !th.assigned.Load() || th.rejoining.Load() || th.waitingAny.Load() || th.rest.active() {
 			return false
 		}
 	}

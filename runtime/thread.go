@@ -13,7 +13,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/cache"
@@ -26,6 +25,8 @@ import (
 
 // thread is a stream thread: one group member that polls its input
 // partitions, runs records through the tasks that own them, and commits.
+// Its commit protocols are in commit.go, its sender in send.go, its
+// rebalance callbacks and task starts and releases in rebalance.go.
 //
 // The group client blocks rebalances while the thread processes
 // (BlockRebalanceOnPoll), so rebalance callbacks and processing never run at
@@ -64,9 +65,28 @@ type thread struct {
 	// thread holds it off: the thread commits before letting it proceed.
 	rebalancePending atomic.Bool
 	// abortPending is set (exactly-once) when a revocation or loss dropped
-	// the tasks' uncommitted work: the open transaction must be aborted
-	// before anything else is processed.
+	// the tasks' uncommitted work, or when the session will abort the
+	// open transaction anyway (it aborts the first one to end after a
+	// revocation): it must be aborted before anything else is processed.
 	abortPending bool
+	// dirty is set (exactly-once) when the open transaction holds work:
+	// a record processed or passed, or a record sent.
+	dirty bool
+	// cooperative is set when the thread's group member rebalances
+	// cooperatively (see onRevoked).
+	cooperative bool
+	// joining is set while a cooperative rebalance is between its join
+	// and its sync, when the group client holds commits back (see
+	// commitDue).
+	joining atomic.Bool
+	// rejoining is set from a cooperative revocation until the next
+	// assignment: the group client rejoins at once so that the tasks it
+	// gave up can be assigned, and until then the instance has not
+	// settled.
+	rejoining atomic.Bool
+	// revokedTasks counts the tasks the thread gave up in revocations,
+	// and assignments the assignments it received.
+	revokedTasks, assignments atomic.Int64
 	// info is the assignment the balancer decoded at the last sync, read
 	// by onAssigned right after.
 	info     atomic.Pointer[assignor.AssignmentInfo]
@@ -111,10 +131,6 @@ type thread struct {
 	// its records is released. One allocation then serves recBlock sends.
 	recs []kgo.Record
 }
-
-// recBlock is how many producer records Send allocates at once: about
-// 40 KiB, a few milliseconds of sends at full speed.
-const recBlock = 256
 
 func newThread(a *App, idx int, budget *cache.Budget) (*thread, error) {
 	th := unconnectedThread(a, idx, budget)
@@ -171,10 +187,12 @@ func (th *thread) connect() error {
 		BareFraming:           cfg.BareGroupFormat,
 		AssignFunc:            cfg.AssignFunc,
 		TaskRacks:             a.taskRacks,
+		Eager:                 cfg.EagerRebalancing,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: balancer: %w", err)
 	}
+	th.cooperative = bal.IsCooperative()
 	opts := a.clientOpts(
 		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
 		kgo.ConsumerGroup(cfg.ApplicationID),
@@ -416,7 +434,7 @@ func (th *thread) iteration() error {
 		return err
 	}
 	th.app.maybeRunning()
-	if time.Since(th.lastCommit) >= th.app.cfg.CommitInterval || th.budget.Full() || th.rebalancePending.Swap(false) {
+	if th.commitDue() || th.budget.Full() || th.rebalancePending.Swap(false) {
 		if err := th.commitBounded(); err != nil {
 			return err
 		}
@@ -429,6 +447,19 @@ func (th *thread) iteration() error {
 		}
 	}
 	return nil
+}
+
+// commitDue reports whether the commit interval has passed. While a
+// cooperative rebalance is between its join and its sync the group client
+// would hold a commit until the sync, stopping the thread, so the commit
+// waits, as long as the other members can take to notice the rebalance and
+// join (a couple of heartbeats) and no longer.
+func (th *thread) commitDue() bool {
+	since, cfg := time.Since(th.lastCommit), th.app.cfg
+	if since < cfg.CommitInterval {
+		return false
+	}
+	return !th.joining.Load() || since >= cfg.CommitInterval+2*cfg.HeartbeatInterval
 }
 
 // pollWait bounds a poll so that commits and restoration are not starved
@@ -468,6 +499,7 @@ func (th *thread) taskOf(r *kgo.Record) (task.ID, *taskrun.Active) {
 // the task consumed since the last one.
 func (th *thread) passControl(r *kgo.Record) {
 	if _, t := th.taskOf(r); t != nil {
+		th.dirty = true
 		t.Skip(graph.InputRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
 	}
 }
@@ -477,6 +509,7 @@ func (th *thread) process(r *kgo.Record) error {
 	if t == nil {
 		return nil
 	}
+	th.dirty = true
 	in := graph.InputRecord{
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
 		Key: r.Key, Value: r.Value,
@@ -540,300 +573,6 @@ func (th *thread) skip(t *taskrun.Active, in graph.InputRecord, node, msg string
 	return nil
 }
 
-// Send implements taskrun.Sender: it partitions a sink record as Kafka's default
-// partitioner would and hands it to the producer.
-func (th *thread) Send(rec graph.OutputRecord) error {
-	if err := th.produceFailed(); err != nil {
-		return err
-	}
-	n := th.sendParts
-	if rec.Topic != th.sendTopic || n <= 0 {
-		var ok bool
-		n, ok = th.app.plan.partitions[rec.Topic]
-		if !ok || n <= 0 {
-			return fmt.Errorf("runtime: sink topic %q has no known partition count", rec.Topic)
-		}
-		th.sendTopic, th.sendParts = rec.Topic, n
-	}
-	var part int32
-	if rec.Key != nil {
-		part = topology.Partition(rec.Key, n)
-	} else {
-		part = th.rr[rec.Topic] % n
-		th.rr[rec.Topic] = part + 1
-	}
-	if len(th.recs) == 0 {
-		th.recs = make([]kgo.Record, recBlock)
-	}
-	kr := &th.recs[0]
-	th.recs = th.recs[1:]
-	*kr = kgo.Record{Topic: rec.Topic, Partition: part, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
-	if len(rec.Headers) > 0 {
-		kr.Headers = make([]kgo.RecordHeader, len(rec.Headers))
-		for i, h := range rec.Headers {
-			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
-		}
-	}
-	th.out.send(kr)
-	return nil
-}
-
-// produceFailure is a produce failure and the client it happened on. A
-// client being replaced fails the records it still holds, sometimes after
-// its successor is attached; those failures concern no one.
-type produceFailure struct {
-	cl  *kgo.Client
-	err error
-}
-
-func (th *thread) onProduced(cl *kgo.Client, r *kgo.Record, err error) {
-	if err == nil || cl != th.group.Load() {
-		return
-	}
-	f := &produceFailure{cl: cl, err: fmt.Errorf("runtime: produce to %s/%d: %w", r.Topic, r.Partition, err)}
-	for {
-		old := th.produceErr.Load()
-		if old != nil && old.cl == cl {
-			return // the first failure is the one to report
-		}
-		if th.produceErr.CompareAndSwap(old, f) {
-			return
-		}
-	}
-}
-
-// produceFailed returns the current client's first produce failure since
-// the last commit, if any.
-func (th *thread) produceFailed() error {
-	if f := th.produceErr.Load(); f != nil && f.cl == th.group.Load() {
-		return f.err
-	}
-	return nil
-}
-
-// commitBounded commits with a deadline rather than the thread's context:
-// a stop request must not cut a commit in half, but a broker that stopped
-// answering must not hang the thread forever either.
-func (th *thread) commitBounded() error {
-	ctx, cancel := context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
-	defer cancel()
-	start := time.Now()
-	err := th.commit(ctx)
-	th.app.metrics.commitLatency.Observe(time.Since(start).Seconds())
-	return err
-}
-
-// commit makes everything processed so far durable, in the order that keeps
-// at-least-once: store writes go to the changelogs, the producer is flushed
-// and every record acknowledged, the writes enter the stores with their new
-// changelog positions, and only then are input offsets committed.
-func (th *thread) commit(ctx context.Context) error {
-	th.lastCommit = time.Now()
-	running := th.runningTasks()
-	if len(running) == 0 {
-		return nil
-	}
-	for _, t := range running {
-		if err := t.Flush(); err != nil {
-			return fmt.Errorf("runtime: commit: task %s: %w", t.ID(), err)
-		}
-	}
-	// From here on the producer's Flush, or the transaction's end, covers
-	// every record the tasks sent.
-	th.out.flush()
-	acks := new(changelog.Offsets)
-	for _, t := range running {
-		for _, w := range t.PendingChangelog() {
-			changelog.Send(context.Background(), th.cl, w.Topic, w.Partition, w.Entries, acks)
-		}
-	}
-	if th.sess != nil {
-		return th.commitTransaction(ctx, running, acks)
-	}
-	if err := th.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("runtime: commit: flush producer: %w", err)
-	}
-	if err := th.produceFailed(); err != nil {
-		return fmt.Errorf("runtime: commit: %w", err)
-	}
-	if err := acks.Err(); err != nil {
-		return fmt.Errorf("runtime: commit: changelog: %w", err)
-	}
-	if err := th.writeStores(running, acks.Last); err != nil {
-		return err
-	}
-	offsets := make(map[string]map[int32]kgo.EpochOffset)
-	perTask := make(map[task.ID]map[string]int64)
-	for _, t := range running {
-		o := t.OffsetsToCommit()
-		if len(o) == 0 {
-			continue
-		}
-		perTask[t.ID()] = o
-		for topic, off := range o {
-			if offsets[topic] == nil {
-				offsets[topic] = make(map[int32]kgo.EpochOffset)
-			}
-			offsets[topic][t.ID().Partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
-		}
-	}
-	if len(offsets) == 0 {
-		return nil
-	}
-	var commitErr error
-	th.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			commitErr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && commitErr == nil {
-					commitErr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e)
-				}
-			}
-		}
-	})
-	if commitErr != nil {
-		return fmt.Errorf("runtime: commit offsets: %w", commitErr)
-	}
-	for id, o := range perTask {
-		th.tasks[id].MarkCommitted(o)
-	}
-	return nil
-}
-
-// errCrashed stops a thread that a test made crash in the middle of a commit.
-var errCrashed = errors.New("runtime: crashed by test hook")
-
-// crashAt is a test seam: when it returns true for a commit step, the
-// thread behaves as if the process died there (network cut, nothing more
-// written).
-// It is set while stream threads run, so it is read atomically.
-var crashAt atomic.Pointer[func(step string) bool]
-
-func (th *thread) maybeCrash(step string) error {
-	if f := crashAt.Load(); f == nil || !(*f)(step) {
-		return nil
-	}
-	th.app.net.sever()
-	th.killed.Store(true)
-	return errCrashed
-}
-
-// commitTransaction ends the thread's transaction (exactly-once): the
-// session flushes the producer, commits the consumed offsets inside the
-// transaction and commits it. Only once the transaction has committed do the
-// stores receive the writes, with their new changelog positions, so a store
-// never holds a write of a transaction that did not commit. If the session
-// aborts instead (a rebalance got in the way), the writes are dropped and
-// the consumer is back at the last committed offsets.
-func (th *thread) commitTransaction(ctx context.Context, running []*taskrun.Active, acks *changelog.Offsets) error {
-	try := kgo.TryCommit
-	if th.produceFailed() != nil || acks.Err() != nil {
-		try = kgo.TryAbort
-	}
-	if err := th.maybeCrash("before-commit"); err != nil {
-		return err
-	}
-	committed, err := th.sess.End(ctx, try)
-	if err != nil {
-		return th.transactionFailed(err)
-	}
-	if !committed {
-		th.log.Info("transaction aborted; dropping uncommitted work", "tasks", len(running))
-		th.discard(running)
-		return th.begin()
-	}
-	if err := th.maybeCrash("after-commit"); err != nil {
-		return err
-	}
-	// The transaction's commit marker sits right after its last record in
-	// each changelog partition (the task is the partition's only writer),
-	// so the store's position after the commit is past the marker too:
-	// where a reader of the changelog, a standby, stands after it.
-	pastMarker := func(topic string, partition int32) (int64, bool) {
-		off, ok := acks.Last(topic, partition)
-		return off + 1, ok
-	}
-	if err := th.writeStores(running, pastMarker); err != nil {
-		return err
-	}
-	return th.begin()
-}
-
-// completeCommits writes the tasks' committed writes into their stores, all
-// tasks at once: every store is a database of its own whose write waits for
-// its own disk work, so writing them one after another would add those
-// waits up on every commit.
-func completeCommits(tasks []*taskrun.Active, last taskrun.LastOffsetFunc) error {
-	if len(tasks) == 1 {
-		if err := tasks[0].CompleteCommit(last); err != nil {
-			return fmt.Errorf("runtime: commit: %w", err)
-		}
-		return nil
-	}
-	errs := make([]error, len(tasks))
-	var wg sync.WaitGroup
-	for i, t := range tasks {
-		wg.Go(func() { errs[i] = t.CompleteCommit(last) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("runtime: commit: %w", err)
-	}
-	return nil
-}
-
-// begin starts the next transaction, clearing a produce error that belonged
-// to the one just ended.
-func (th *thread) begin() error {
-	th.produceErr.Store(nil)
-	if err := th.sess.Begin(); err != nil {
-		return fmt.Errorf("runtime: begin transaction: %w", err)
-	}
-	return nil
-}
-
-// abortTransaction aborts the open transaction after a revocation or loss
-// dropped the work it held.
-func (th *thread) abortTransaction() error {
-	th.abortPending = false
-	ctx, cancel := context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
-	defer cancel()
-	th.discard(th.runningTasks())
-	th.out.flush()
-	if _, err := th.sess.End(ctx, kgo.TryAbort); err != nil {
-		return th.transactionFailed(err)
-	}
-	return th.begin()
-}
-
-// discard drops the uncommitted writes of tasks whose transaction aborted.
-func (th *thread) discard(tasks []*taskrun.Active) {
-	for _, t := range tasks {
-		t.Abort()
-	}
-}
-
-// transactionFailed handles an error ending a transaction. Being fenced
-// means another instance owns this thread's work now (this one was a
-// zombie: paused or cut off past its session): the thread drops its tasks
-// without writing them to its stores and joins the group again with a new
-// client.
-func (th *thread) transactionFailed(err error) error {
-	// A transaction that cannot end in time belongs to a member the group
-	// has most likely dropped while it was cut off (the session waits for
-	// a heartbeat that a blocked rebalance never delivers): treat it like
-	// fencing. Reconnecting with the same transactional ID also aborts it.
-	stuck := errors.Is(err, context.DeadlineExceeded) && !th.stopping.Load() && th.app.killCtx.Err() == nil
-	if !isFenced(err) && !stuck {
-		return fmt.Errorf("runtime: end transaction: %w", err)
-	}
-	th.log.Warn("transaction cannot commit (fenced, or dropped from the group while cut off); dropping uncommitted work and rejoining", "err", err)
-	return th.reconnect()
-}
-
 // reconnect drops the thread's tasks without committing and replaces its
 // client: it leaves the group and joins it again as a new member. It is
 // called with mu held, and releases it while the old client closes, since
@@ -864,14 +603,6 @@ func (th *thread) releaseClient() {
 	th.sess = nil
 }
 
-// isFenced reports whether a transactional error means the producer was
-// fenced by a newer one with the same transactional ID or the group moved
-// on without this member.
-func isFenced(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.FencedInstanceID)
-}
-
 func (th *thread) runningTasks() []*taskrun.Active {
 	var out []*taskrun.Active
 	for _, id := range slices.SortedFunc(maps.Keys(th.tasks), task.ID.Compare) {
@@ -889,214 +620,6 @@ func (th *thread) inputPartitions(id task.ID) map[string][]int32 {
 		out[r.FullName(th.app.cfg.ApplicationID)] = []int32{id.Partition}
 	}
 	return out
-}
-
-// onAssignment receives the balancer's decoded assignment, just before
-// onAssigned runs. It must not block.
-func (th *thread) onAssignment(info assignor.AssignmentInfo) {
-	th.info.Store(&info)
-	th.app.assignmentReceived(th, info)
-}
-
-// onAssigned starts the active tasks of a new assignment: each takes its
-// stores from the registry when they are open here (idle since the
-// revocation, or a standby being promoted) and restores only what they
-// lack. Then the registry brings standbys in line.
-func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	info := th.info.Load()
-	if info == nil {
-		th.app.fail(errors.New("runtime: assigned partitions without an assignment from the balancer"))
-		return
-	}
-	for _, id := range info.Active {
-		if _, ok := th.tasks[id]; ok {
-			continue
-		}
-		if !th.startActive(id) {
-			// Its input stays paused until the task starts.
-			th.cl.PauseFetchPartitions(th.inputPartitions(id))
-			th.waiting[id] = true
-		}
-	}
-	th.waitingAny.Store(len(th.waiting) > 0)
-	th.app.registry.setShare(th.idx, *info)
-	th.app.metrics.rebalances.Inc()
-	th.assigned.Store(true)
-	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
-	th.app.maybeRunning()
-}
-
-// startActive creates an active task around the stores the registry hands
-// over (or opens them) and starts restoring it. It returns false, doing
-// nothing, when another thread of this instance still holds the task.
-func (th *thread) startActive(id task.ID) bool {
-	stores, held := th.app.registry.claimActive(th, id)
-	if held {
-		return false
-	}
-	t, err := taskrun.NewActive(taskrun.Config{
-		ID:        id,
-		AppID:     th.app.cfg.ApplicationID,
-		Topology:  th.app.topo,
-		Changelog: th.app.changelogTopic,
-		Open:      th.app.openStore,
-		Stores:    stores,
-		Budget:    th.budget,
-		Sender:    th,
-		Logger:    th.log,
-	})
-	if err != nil {
-		th.app.registry.forget(th, id)
-		th.app.fail(err)
-		return true
-	}
-	th.tasks[id] = t
-	th.lastTask = nil
-	err = th.startRestoring(t)
-	th.app.registry.activeStarted(th, t)
-	if err != nil {
-		th.app.fail(err)
-	}
-	return true
-}
-
-// startWaiting starts the assigned tasks that were held by another thread
-// when the assignment came, once that thread has let them go.
-func (th *thread) startWaiting() {
-	if len(th.waiting) == 0 {
-		return
-	}
-	for _, id := range slices.SortedFunc(maps.Keys(th.waiting), task.ID.Compare) {
-		if th.startActive(id) {
-			delete(th.waiting, id)
-		}
-	}
-	th.waitingAny.Store(len(th.waiting) > 0)
-}
-
-// startRestoring pauses a task's input and hands its changelogs to the
-// restorer; the task runs once they are caught up.
-func (th *thread) startRestoring(t *taskrun.Active) error {
-	if err := t.StartRestoring(); err != nil {
-		return err
-	}
-	th.cl.PauseFetchPartitions(th.inputPartitions(t.ID()))
-	return th.rest.register(t)
-}
-
-// restoreStep applies a batch of changelog records to restoring tasks and
-// starts those that caught up.
-func (th *thread) restoreStep() error {
-	done, err := th.rest.finished()
-	if err != nil {
-		return err
-	}
-	for _, id := range done {
-		t, ok := th.tasks[id]
-		if !ok || t.State() != task.Restoring {
-			continue
-		}
-		if err := t.Restored(); err != nil {
-			return err
-		}
-		th.app.registry.activeRunning(t)
-		th.cl.ResumeFetchPartitions(th.inputPartitions(id))
-	}
-	return nil
-}
-
-func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, _ map[string][]int32) {
-	if th.stopping.Load() {
-		// The thread is shutting down: it closes its tasks itself, and may
-		// be holding mu right now while its final commit waits for the
-		// transactional session's lock, which the session holds while it
-		// runs this callback (a rebalance the last poll let through).
-		// Waiting for mu here would deadlock Close.
-		return
-	}
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	th.assigned.Store(false)
-	th.app.rebalanceStarted()
-	defer th.unassigned()
-	if th.halted {
-		th.dropAll()
-		return
-	}
-	if th.sess != nil {
-		// The session aborts a transaction a revocation interrupts; the
-		// thread committed just before allowing the rebalance when it
-		// could, so this drops at most what came after.
-		th.discard(th.runningTasks())
-		th.abortPending = true
-		th.parkAll()
-		return
-	}
-	if err := th.commit(ctx); err != nil {
-		th.log.Warn("commit on revocation failed; dropping uncommitted work", "err", err)
-		th.dropAll()
-		return
-	}
-	th.parkAll()
-}
-
-// unassigned forgets the tasks still waiting to start and tells the
-// registry that the thread's next assignment is not yet known.
-func (th *thread) unassigned() {
-	clear(th.waiting)
-	th.waitingAny.Store(false)
-	th.app.registry.revoked(th.idx)
-}
-
-// parkAll hands every task's open stores to the registry after a
-// revocation. Eager rebalancing revokes everything; the stores stay open, so
-// a task assigned back — to this thread or another, as active or standby —
-// keeps its state.
-func (th *thread) parkAll() {
-	for _, t := range th.tasks {
-		th.rest.unregister(t)
-		th.app.registry.park(t)
-		delete(th.tasks, t.ID())
-		th.lastTask = nil
-	}
-}
-
-func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
-	if th.stopping.Load() {
-		// The thread is shutting down: it closes its tasks itself, and may
-		// be holding mu right now while its final commit waits for the
-		// transactional session's lock, which the session holds while it
-		// runs this callback (a rebalance the last poll let through).
-		// Waiting for mu here would deadlock Close.
-		return
-	}
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	th.assigned.Store(false)
-	th.app.rebalanceStarted()
-	defer th.unassigned()
-	th.log.Warn("partitions lost; closing tasks without committing")
-	th.dropAll()
-	if th.sess != nil {
-		th.abortPending = true
-	}
-}
-
-// dropAll closes every task without committing: the stores keep what their
-// recorded positions cover and nothing more.
-func (th *thread) dropAll() {
-	for _, t := range th.tasks {
-		th.closeTask(t, false)
-	}
-}
-
-func (th *thread) closeTask(t *taskrun.Active, clean bool) {
-	th.rest.unregister(t)
-	th.app.registry.closeActive(t, clean)
-	delete(th.tasks, t.ID())
-	th.lastTask = nil
 }
 
 // die is shutdown after Kill: the network is already cut, so leaving the

@@ -368,6 +368,26 @@ func (r *Reader) Unregister(topic string, partition int32) bool {
 	return true
 }
 
+// Release is Unregister that also returns how many records were applied to
+// the partition's store since it was registered, counted once no further
+// write can reach it: what a restoration cut short restored.
+func (r *Reader) Release(topic string, partition int32) (restored int64, ok bool) {
+	r.mu.Lock()
+	st, ok := r.parts[TopicPartition{topic, partition}]
+	if ok {
+		r.dropLocked(st)
+	}
+	r.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	st.applyMu.Lock()
+	st.applyMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return st.restored, true
+}
+
 // Progress returns the partition's reading state, and false if it is not
 // registered (a completed restoration is no longer registered).
 func (r *Reader) Progress(topic string, partition int32) (Progress, bool) {
