@@ -70,6 +70,9 @@ type App struct {
 	processingErrors atomic.Int64
 	// replaced counts stream threads replaced by ReplaceThread.
 	replaced atomic.Int64
+	// rejoins counts stream threads that joined the group again after it
+	// refused their offset commit (errGroupMovedOn).
+	rejoins atomic.Int64
 	// storesWiped counts stores deleted because their files were
 	// unreadable.
 	storesWiped atomic.Int64
@@ -172,6 +175,12 @@ func (a *App) ProcessingErrors() int64 { return a.processingErrors.Load() }
 
 // ThreadsReplaced returns how many stream threads ReplaceThread replaced.
 func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
+
+// Rejoins returns how many times a stream thread joined the group again
+// because the group had moved on without it (its offset commit was refused
+// as from an old generation): its uncommitted work was dropped and is
+// processed again, which under at-least-once may count it twice.
+func (a *App) Rejoins() int64 { return a.rejoins.Load() }
 
 // Start locks the state directory, creates or verifies the application's
 // internal topics, and starts the stream threads. It moves the App from

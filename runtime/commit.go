@@ -105,6 +105,9 @@ func (th *thread) commit(ctx context.Context) error {
 		}
 	})
 	if commitErr != nil {
+		if groupMovedOn(commitErr) {
+			return fmt.Errorf("runtime: commit offsets: %w: %w", errGroupMovedOn, commitErr)
+		}
 		return fmt.Errorf("runtime: commit offsets: %w", commitErr)
 	}
 	for id, o := range perTask {
@@ -251,4 +254,20 @@ func (th *thread) transactionFailed(err error) error {
 func isFenced(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
 		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.FencedInstanceID)
+}
+
+// errGroupMovedOn marks an offset commit the coordinator refused because
+// this member is no longer part of the group's current generation: it was
+// evicted (a long pause, a missed session) or the group is rebalancing.
+// Kafka Streams calls this a task migration. The thread has not lost
+// anything durable — the store writes of the commit are in the changelogs,
+// which is all at-least-once asks — but its tasks may belong to others now,
+// so it drops them uncommitted and joins again (see thread.rejoin).
+var errGroupMovedOn = errors.New("the group moved on without this member")
+
+// groupMovedOn reports whether a commit error means the member's
+// generation is over rather than that something is broken.
+func groupMovedOn(err error) bool {
+	return errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) ||
+		errors.Is(err, kerr.RebalanceInProgress)
 }

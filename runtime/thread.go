@@ -436,7 +436,10 @@ func (th *thread) iteration() error {
 	th.app.maybeRunning()
 	if th.commitDue() || th.budget.Full() || th.rebalancePending.Swap(false) {
 		if err := th.commitBounded(); err != nil {
-			return err
+			if !errors.Is(err, errGroupMovedOn) {
+				return err
+			}
+			return th.rejoin(err)
 		}
 		th.app.purge.afterCommit(th.idx, th.cl)
 	}
@@ -662,4 +665,18 @@ func (th *thread) shutdown(clean bool) {
 	}
 	th.mu.Unlock()
 	th.rest.close()
+}
+
+// rejoin recovers from a commit the group refused because it moved on
+// without this member (errGroupMovedOn): the thread's tasks close without
+// committing, its client leaves, and a new one joins the group, so every
+// partition it is given again is read from the group's committed offset
+// rather than from where this client had got to. It is called with mu held.
+func (th *thread) rejoin(cause error) error {
+	th.log.Warn("offset commit refused: this member is no longer in the group's generation; dropping its uncommitted work and joining again", "err", cause)
+	th.app.rejoins.Add(1)
+	if err := th.reconnect(); err != nil {
+		return errors.Join(cause, err)
+	}
+	return nil
 }
