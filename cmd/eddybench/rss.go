@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -525,7 +526,8 @@ func badgerTables(root string, rep *rssReport) error {
 			return err
 		}
 		dir := filepath.Dir(path)
-		db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil).WithBlockCacheSize(0))
+		db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil).
+			WithCompression(options.None).WithBlockCacheSize(0))
 		if err != nil {
 			return fmt.Errorf("open %s: %w", dir, err)
 		}
@@ -554,9 +556,15 @@ func (s rssSample) String() string {
 		mib(s.total()), mib(s.anon), mib(s.sst), mib(s.memtableLog), mib(s.vlog), mib(s.otherFile))
 }
 
-// readSmaps sums the resident kB of pid's mappings by kind.
+// readSmaps sums the resident kB of pid's file mappings by kind; the
+// anonymous part is the kernel's RssAnon, read just before.
 func readSmaps(pid int) (rssSample, error) {
 	var s rssSample
+	st, err := procStatus(pid)
+	if err != nil {
+		return s, err
+	}
+	s.anon = st["RssAnon"]
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
 		return s, err
@@ -575,7 +583,10 @@ func readSmaps(pid int) (rssSample, error) {
 			}
 			switch {
 			case path == "" || strings.HasPrefix(path, "["):
-				cur = &s.anon
+				// Counted from RssAnon instead: summing anonymous
+				// mappings of a Go heap that changes while smaps is
+				// read has come out above VmHWM.
+				cur = nil
 			case strings.HasSuffix(path, ".sst"):
 				cur = &s.sst
 			case strings.HasSuffix(path, ".mem"):
