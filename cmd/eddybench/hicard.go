@@ -219,13 +219,26 @@ func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, ad
 		return 0, err
 	}
 	start := time.Unix(0, first.Load())
+	// A rebalance between the App's threads may still be moving tasks
+	// (a task in transit is hosted nowhere for a moment), so a sampled
+	// key that cannot be read yet is retried for a while.
+	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelCheck()
 	for i := 0; i < int(n); i += max(1, int(n)/1000) {
-		v, found, _, err := app.LocalGet(hcStore, benchKey(i))
-		if err != nil || !found {
-			return 0, fmt.Errorf("key %d not counted: found=%v err=%v", i, found, err)
-		}
-		if c, _ := serde.Int64.Decode(v); c != 1 {
-			return 0, fmt.Errorf("key %d counted %d times, want 1", i, c)
+		var lastErr error
+		err := waitFor(checkCtx, 10*time.Millisecond, func() (bool, error) {
+			v, found, _, err := app.LocalGet(hcStore, benchKey(i))
+			if err != nil || !found {
+				lastErr = fmt.Errorf("found=%v err=%v", found, err)
+				return false, nil
+			}
+			if c, _ := serde.Int64.Decode(v); c != 1 {
+				return false, fmt.Errorf("key %d counted %d times, want 1", i, c)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("key %d: %w (last read: %v)", i, err, lastErr)
 		}
 	}
 	written, err := endOffsetSum(ctx, adm, hcEddyOut)

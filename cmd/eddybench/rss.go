@@ -428,8 +428,24 @@ func runRSSInstance(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	var rep rssReport
 	stopSampler := sampleHeap(&rep, *heapProfile)
-	waitStdin(ctx, stdin)
+	// An App that stopped on a fatal error ends the child at once, so the
+	// parent reports it instead of waiting for a catch-up that never comes.
+	waitCtx, cancelWait := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-app.Done():
+			cancelWait()
+		case <-waitCtx.Done():
+		}
+	}()
+	waitStdin(waitCtx, stdin)
+	cancelWait()
 	stopSampler()
+	select {
+	case <-app.Done():
+		return fmt.Errorf("app stopped: %v", app.Err())
+	default:
+	}
 
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
