@@ -71,9 +71,24 @@ func TestSmoke(t *testing.T) {
 	// Ratios at these sizes are noise, so a FAIL verdict is not an error;
 	// only a broken benchmark is.
 	require.NoError(t, err, errOut.String())
-	for _, want := range []string{"(a) word count", "(b) restore", "(b) … App, 4 tasks", "(c) peak RSS, 4 tasks"} {
+	for _, want := range []string{"(a) word count", "(b) restore", "(b) … App, 4 tasks", "(c) peak RSS, 4 tasks", "badger after close, 4 DBs"} {
 		require.Contains(t, out.String(), want)
 	}
+}
+
+// TestSmokeHighCardinality runs benchmark (m), which is not in the
+// default set, at a tiny size.
+func TestSmokeHighCardinality(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker and an App")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"--only", "m", "--keys", "3000", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
+	t.Log(out.String())
+	require.NoError(t, err, errOut.String())
+	require.Contains(t, out.String(), "(m) count, distinct keys")
 }
 
 func TestFlagErrors(t *testing.T) {

@@ -7,7 +7,10 @@
 //	    store vs a bare badger WriteBatch of the same records (target ≥ 0.8×),
 //	    and, for information, a whole App restoring a wiped state directory;
 //	(c) peak RSS (VmHWM) of one instance holding 12 tasks and 1,000,000
-//	    distinct keys, with the broker in a separate process (target ≤ 512 MiB);
+//	    distinct keys, with the broker in a separate process (target ≤ 512 MiB),
+//	    broken down by kind of mapping (Go heap, badger tables, memtable
+//	    logs) with the Go heap's live high-water mark and badger's table,
+//	    index and bloom-filter sizes;
 //	(d) failover: from the hard stop of the instance holding a partition's
 //	    active to the first record processed on that partition by the new
 //	    active (target ≤ session timeout + 1 s), and the records it restored
@@ -23,6 +26,9 @@
 //	    answered (target ≥ 99.9%);
 //	(h) local point-query p99 while a rebalance moves tasks against the
 //	    steady cluster's (target ≤ 2×);
+//	(m) high-cardinality counting (not run by default): --keys distinct keys,
+//	    one record each, counted by an App into badger stores, against a
+//	    bare consume→produce loop over the same records (target ≥ 0.5×);
 //	(k) kill loop (not run by default): three instances, a random one
 //	    killed every 3–8 s without waiting for the group, for
 //	    --killloop-duration under each guarantee; records lost (target 0),
@@ -109,7 +115,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), k (kill loop, minutes long)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), k (kill loop, minutes long), m (high-cardinality count vs a bare loop)")
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
@@ -117,12 +123,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.partitions, "partitions", 6, "(a) partitions of the input, repartition and output topics")
 	// One stream thread per core is how an instance is meant to be run; the
 	// baseline's client spreads its own work over the cores too.
-	fs.IntVar(&cfg.threads, "threads", runtime.NumCPU(), "(a) Eddy stream threads, one per core by default")
+	fs.IntVar(&cfg.threads, "threads", runtime.NumCPU(), "(a, m) Eddy stream threads, one per core by default")
 	fs.IntVar(&cfg.maxPoll, "max-poll-records", 0, "(a) experiment: runtime.Config.MaxPollRecords; 0 keeps the default")
 	fs.IntVar(&cfg.records, "records", 1_000_000, "(b) changelog records to restore")
 	fs.BoolVar(&cfg.e2e, "e2e", true, "(b) also time a whole App restoring a wiped state directory")
-	fs.IntVar(&cfg.keys, "keys", 1_000_000, "(c) distinct keys held by the instance")
-	fs.IntVar(&cfg.tasks, "tasks", 12, "(b e2e, c) tasks, i.e. partitions of the input topic")
+	fs.IntVar(&cfg.keys, "keys", 1_000_000, "(c, m) distinct keys held by the instance")
+	fs.IntVar(&cfg.tasks, "tasks", 12, "(b e2e, c, m) tasks, i.e. partitions of the input topic")
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
@@ -144,11 +150,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d", "f", "g", "h", "k":
+		case "a", "b", "c", "d", "f", "g", "h", "k", "m":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h or k)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h, k or m)", s)
 		}
 	}
 	if cfg.killLoopFor <= 0 {
@@ -178,7 +184,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		name string
 		fn   func(context.Context, *config) ([]row, error)
 	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash},
-		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"k", benchKillLoop}} {
+		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}} {
 		if !cfg.want(b.name) {
 			continue
 		}

@@ -9,17 +9,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -104,13 +110,19 @@ func benchRSS(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	start := time.Now()
 	pid := inst.cmd.Process.Pid
-	var maxRSS int64
+	// The breakdown by mapping is sampled less often than the poll: reading
+	// smaps walks every mapping of the child.
+	var peak rssSample
+	lastSmaps := time.Time{}
 	err = waitFor(ctx, 100*time.Millisecond, func() (bool, error) {
 		if inst.exited() {
 			return false, errors.New("instance child exited early")
 		}
-		if st, err := procStatus(pid); err == nil {
-			maxRSS = max(maxRSS, st["VmRSS"])
+		if time.Since(lastSmaps) >= 500*time.Millisecond {
+			lastSmaps = time.Now()
+			if s, err := readSmaps(pid); err == nil && s.total() > peak.total() {
+				peak = s
+			}
 		}
 		return groupCaughtUp(ctx, adm, rssApp, rssTopic)
 	})
@@ -143,6 +155,11 @@ func benchRSS(ctx context.Context, cfg *config) ([]row, error) {
 		pid, mib(st["VmHWM"]), mib(st["VmRSS"]), mib(st["RssAnon"]), mib(st["RssFile"]), mib(st["RssShmem"]))
 	fmt.Fprintf(cfg.out, "  Go runtime at the end: HeapInuse %.0f MiB, HeapSys %.0f MiB, Sys %.0f MiB, %d GCs (GOGC=%s, GOMEMLIMIT=%s)\n",
 		float64(rep.HeapInuse)/(1<<20), float64(rep.HeapSys)/(1<<20), float64(rep.Sys)/(1<<20), rep.NumGC, envOr("GOGC", "100"), envOr("GOMEMLIMIT", "off"))
+	fmt.Fprintf(cfg.out, "  Go heap over the run (sampled every 250 ms): live after GC ≤ %.0f MiB, objects (live + garbage) ≤ %.0f MiB\n",
+		float64(rep.MaxHeapLive)/(1<<20), float64(rep.MaxHeapObjects)/(1<<20))
+	fmt.Fprintf(cfg.out, "  largest sampled RSS (smaps, every 500 ms): %s\n", peak)
+	fmt.Fprintf(cfg.out, "  badger after close, %d DBs: %s keys in %d tables (%.1f MiB on disk, %.1f MiB indexes of which %.1f MiB bloom filters)\n",
+		rep.DBs, fmtNum(float64(rep.TableKeys)), rep.Tables, float64(rep.TableBytes)/(1<<20), float64(rep.IndexBytes)/(1<<20), float64(rep.BloomBytes)/(1<<20))
 	fmt.Fprintf(cfg.out, "  %d keys counted in %s (%s keys/s) by %d tasks; %d of %d sampled keys read back with count 1\n",
 		cfg.keys, elapsed.Round(time.Millisecond), fmtNum(rate(int64(cfg.keys), elapsed)), rep.Tasks, rep.Verified, rep.Sampled)
 	fmt.Fprintf(cfg.out, "  method   = the instance is a child process running one App (topology: Stream(%s) →\n"+
@@ -356,7 +373,19 @@ type rssReport struct {
 	HeapSys   uint64 `json:"heap_sys"`
 	Sys       uint64 `json:"sys"`
 	NumGC     uint32 `json:"num_gc"`
-	Error     string `json:"error,omitempty"`
+	// MaxHeapLive and MaxHeapObjects are the largest figures sampled
+	// while running: the heap found live by the last GC, and the bytes of
+	// heap objects, garbage not yet collected included.
+	MaxHeapLive    uint64 `json:"max_heap_live"`
+	MaxHeapObjects uint64 `json:"max_heap_objects"`
+	// Badger's tables once the App has closed its stores.
+	DBs        int    `json:"dbs"`
+	Tables     int    `json:"tables"`
+	TableKeys  int64  `json:"table_keys"`
+	TableBytes int64  `json:"table_bytes"`
+	IndexBytes int64  `json:"index_bytes"`
+	BloomBytes int64  `json:"bloom_bytes"`
+	Error      string `json:"error,omitempty"`
 }
 
 // runRSSInstance is the "rss-instance" subcommand: one App counting keys.
@@ -392,9 +421,32 @@ func runRSSInstance(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	defer app.Close(context.Background())
 	fmt.Fprintln(stdout, "started")
-	waitStdin(ctx, stdin)
-
+	if *heapProfile != "" {
+		// A stuck instance can be inspected without killing it.
+		stopDumps := dumpGoroutinesOnSignal(*heapProfile + ".goroutines")
+		defer stopDumps()
+	}
 	var rep rssReport
+	stopSampler := sampleHeap(&rep, *heapProfile)
+	// An App that stopped on a fatal error ends the child at once, so the
+	// parent reports it instead of waiting for a catch-up that never comes.
+	waitCtx, cancelWait := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-app.Done():
+			cancelWait()
+		case <-waitCtx.Done():
+		}
+	}()
+	waitStdin(waitCtx, stdin)
+	cancelWait()
+	stopSampler()
+	select {
+	case <-app.Done():
+		return fmt.Errorf("app stopped: %v", app.Err())
+	default:
+	}
+
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rep.HeapInuse, rep.HeapSys, rep.Sys, rep.NumGC = ms.HeapInuse, ms.HeapSys, ms.Sys, ms.NumGC
@@ -428,6 +480,9 @@ func runRSSInstance(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err := app.Close(ctx); err != nil && rep.Error == "" {
 		rep.Error = err.Error()
 	}
+	if err := badgerTables(*dir, &rep); err != nil && rep.Error == "" {
+		rep.Error = err.Error()
+	}
 	b, _ := json.Marshal(rep)
 	fmt.Fprintln(stdout, string(b))
 	return nil
@@ -448,4 +503,143 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// sampleHeap records in rep the largest live heap and heap-object figures
+// until the returned function is called. With a profile path, it also
+// writes a heap profile to path+".peak" whenever the live heap reaches a
+// new high by 5% or more: the end-of-run profile misses what only
+// compactions and flushes hold.
+func sampleHeap(rep *rssReport, profilePath string) (stop func()) {
+	samples := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(samples)
+			if live := samples[0].Value.Uint64(); profilePath != "" && live > rep.MaxHeapLive+rep.MaxHeapLive/20 {
+				_ = writeHeapProfile(profilePath + ".peak")
+			}
+			rep.MaxHeapLive = max(rep.MaxHeapLive, samples[0].Value.Uint64())
+			rep.MaxHeapObjects = max(rep.MaxHeapObjects, samples[1].Value.Uint64())
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// badgerTables opens, read-only, every badger DB under root (closed
+// cleanly, so nothing is left in their logs) and sums their tables.
+func badgerTables(root string, rep *rssReport) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "MANIFEST" {
+			return err
+		}
+		dir := filepath.Dir(path)
+		db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil).
+			WithCompression(options.None).WithBlockCacheSize(0))
+		if err != nil {
+			return fmt.Errorf("open %s: %w", dir, err)
+		}
+		rep.DBs++
+		for _, t := range db.Tables() {
+			rep.Tables++
+			rep.TableKeys += int64(t.KeyCount)
+			rep.TableBytes += int64(t.OnDiskSize)
+			rep.IndexBytes += int64(t.IndexSz)
+			rep.BloomBytes += int64(t.BloomFilterSize)
+		}
+		return db.Close()
+	})
+}
+
+// rssSample is a process's resident memory by kind of mapping, in kB.
+type rssSample struct {
+	anon, sst, memtableLog, vlog, otherFile int64
+}
+
+func (s rssSample) total() int64 { return s.anon + s.sst + s.memtableLog + s.vlog + s.otherFile }
+
+func (s rssSample) String() string {
+	mib := func(kb int64) float64 { return float64(kb) / 1024 }
+	return fmt.Sprintf("%.0f MiB = anonymous %.0f + badger tables (.sst) %.0f + memtable logs (.mem) %.0f + value logs %.0f + other files %.0f",
+		mib(s.total()), mib(s.anon), mib(s.sst), mib(s.memtableLog), mib(s.vlog), mib(s.otherFile))
+}
+
+// readSmaps sums the resident kB of pid's file mappings by kind; the
+// anonymous part is the kernel's RssAnon, read just before.
+func readSmaps(pid int) (rssSample, error) {
+	var s rssSample
+	st, err := procStatus(pid)
+	if err != nil {
+		return s, err
+	}
+	s.anon = st["RssAnon"]
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return s, err
+	}
+	var cur *int64
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if strings.Contains(f[0], "-") && len(f) >= 5 {
+			// A mapping's header: address range, perms, offset, dev, inode, path.
+			path := ""
+			if len(f) >= 6 {
+				path = f[5]
+			}
+			switch {
+			case path == "" || strings.HasPrefix(path, "["):
+				// Counted from RssAnon instead: summing anonymous
+				// mappings of a Go heap that changes while smaps is
+				// read has come out above VmHWM.
+				cur = nil
+			case strings.HasSuffix(path, ".sst"):
+				cur = &s.sst
+			case strings.HasSuffix(path, ".mem"):
+				cur = &s.memtableLog
+			case strings.HasSuffix(path, ".vlog"):
+				cur = &s.vlog
+			default:
+				cur = &s.otherFile
+			}
+			continue
+		}
+		if f[0] == "Rss:" && cur != nil && len(f) >= 2 {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			*cur += n
+		}
+	}
+	return s, nil
+}
+
+// dumpGoroutinesOnSignal writes every goroutine's stack to path each time
+// the process receives SIGUSR1, until the returned function is called.
+func dumpGoroutinesOnSignal(path string) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-ch:
+				if f, err := os.Create(path); err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+					f.Close()
+				}
+			}
+		}
+	}()
+	return func() { signal.Stop(ch); close(done) }
 }

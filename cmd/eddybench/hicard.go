@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	hcInput   = "bench-hicard-keys"
+	hcBaseOut = "bench-hicard-base"
+	hcEddyOut = "bench-hicard-counts"
+	hcApp     = "bench-hicard"
+	hcStore   = "counts"
+)
+
+// benchHighCardinality is benchmark (m): counting --keys distinct keys
+// (one record each, so every record creates a key in a badger store)
+// against a bare consume→produce loop over the same records. The baseline
+// runs before and after Eddy and their mean is the reference, so that a
+// change of load on the machine during the run shows as a spread between
+// the two rather than silently moving the ratio.
+func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
+	n := int64(cfg.keys)
+	fmt.Fprintf(cfg.out, "\n(m) high-cardinality count: %d distinct keys, %d partitions, in-process broker\n", n, cfg.tasks)
+	b, err := broker.Start(broker.Config{Partitions: int32(cfg.tasks)})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	addrs := b.Addrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := createTopics(ctx, adm, int32(cfg.tasks), hcInput, hcEddyOut); err != nil {
+		return nil, err
+	}
+	loadStart := time.Now()
+	p := &producer{cl: cl}
+	val := []byte("x")
+	for i := range cfg.keys {
+		p.send(ctx, &kgo.Record{Topic: hcInput, Key: benchKey(i), Value: val})
+	}
+	if acked, err := p.flush(ctx); err != nil || acked != n {
+		return nil, fmt.Errorf("loading keys: %d of %d acknowledged: %v", acked, n, err)
+	}
+	cfg.logf("loaded %d keys into %s in %s", n, hcInput, time.Since(loadStart).Round(time.Millisecond))
+
+	var bases []time.Duration
+	baseline := func(run int) error {
+		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("hicard-baseline-%d", run))
+		if err != nil {
+			return err
+		}
+		d, err := runBaselineCopy(ctx, cfg, adm, addrs, run, n)
+		stopProf()
+		if err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
+		bases = append(bases, d)
+		return nil
+	}
+	if err := baseline(1); err != nil {
+		return nil, err
+	}
+	stopProf, err := profile(cfg.profileDir, "hicard-eddy")
+	if err != nil {
+		return nil, err
+	}
+	eddy, err := runEddyHighCardinality(ctx, cfg, addrs, adm, n)
+	stopProf()
+	if err != nil {
+		return nil, fmt.Errorf("eddy: %w", err)
+	}
+	if err := baseline(2); err != nil {
+		return nil, err
+	}
+	base := (bases[0] + bases[1]) / 2
+
+	fmt.Fprintf(cfg.out, "  baseline: %s records/s (runs before and after eddy: %s)\n", fmtNum(rate(n, base)), fmtDurations(bases))
+	fmt.Fprintf(cfg.out, "  eddy:     %s records/s (%s)\n", fmtNum(rate(n, eddy)), eddy.Round(time.Millisecond))
+	fmt.Fprintf(cfg.out, "  baseline = one kgo group client: poll, produce key→value per record to a fresh topic (linger %s);\n"+
+		"             every %s and at the end flush the producer, then commit. Timed from its first record to\n"+
+		"             the final commit.\n"+
+		"  eddy     = runtime App, %d stream thread(s), defaults; Stream → GroupByKey → Count(%q, badger) →\n"+
+		"             ToStream → %s. Timed from its first record until the group's committed offsets reach\n"+
+		"             the input's end (the runtime commits only after stores and outputs hold the records).\n",
+		wcLinger, wcCommitPeriod, cfg.threads, hcStore, hcEddyOut)
+	return []row{ratioRow("(m) count, distinct keys", "records/s", rate(n, eddy), rate(n, base), 0.5)}, nil
+}
+
+// runBaselineCopy consumes the input with a group of its own and produces
+// every record unchanged to a fresh topic, committing once what it
+// produced is acknowledged; it returns the time from the first record to
+// the final commit.
+func runBaselineCopy(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string, run int, n int64) (time.Duration, error) {
+	out := fmt.Sprintf("%s-%d", hcBaseOut, run)
+	if err := createTopics(ctx, adm, int32(cfg.tasks), out); err != nil {
+		return 0, err
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumerGroup(fmt.Sprintf("%s-base-%d", hcApp, run)),
+		kgo.ConsumeTopics(hcInput),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.DefaultProduceTopic(out),
+		kgo.ProducerLinger(wcLinger),
+	)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	p := &producer{cl: cl}
+	var consumed int64
+	var first time.Time
+	lastCommit := time.Now()
+	commit := func() error {
+		if _, err := p.flush(ctx); err != nil {
+			return err
+		}
+		lastCommit = time.Now()
+		return cl.CommitUncommittedOffsets(ctx)
+	}
+	for consumed < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		var ferr error
+		fs.EachError(func(t string, part int32, err error) {
+			ferr = errors.Join(ferr, fmt.Errorf("%s/%d: %w", t, part, err))
+		})
+		if ferr != nil {
+			return 0, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if consumed == 0 {
+				first = time.Now()
+			}
+			consumed++
+			p.send(ctx, &kgo.Record{Key: r.Key, Value: r.Value})
+		})
+		if time.Since(lastCommit) >= wcCommitPeriod {
+			if err := commit(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := commit(); err != nil {
+		return 0, err
+	}
+	d := time.Since(first)
+	if acked, _ := p.flush(ctx); acked != n || consumed != n {
+		return 0, fmt.Errorf("consumed %d records, %d acked, want %d", consumed, acked, n)
+	}
+	cfg.logf("baseline run %d: %s", run, d.Round(time.Millisecond))
+	_, err = adm.DeleteTopics(ctx, out)
+	return d, err
+}
+
+// runEddyHighCardinality counts the input's keys with an App and returns
+// the time from its first record until its group has committed the end of
+// the input. It then checks a sample of counts and the output's size.
+func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, n int64) (time.Duration, error) {
+	// Timed from the first record, as the baseline is, so that the group
+	// join counts against neither.
+	var first, seen atomic.Int64
+	bld := topology.NewBuilder()
+	src := topology.Stream(bld, hcInput, serde.Bytes, serde.Bytes).Peek(func(_, _ []byte) {
+		if seen.Add(1) == 1 {
+			first.Store(time.Now().UnixNano())
+		}
+	})
+	src.GroupByKey(serde.Bytes, serde.Bytes).Count(hcStore).ToStream().To(hcEddyOut, serde.Bytes, serde.Int64)
+	topo, err := bld.Build()
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "eddybench-hicard-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	app, err := runtime.New(topo, runtime.Config{ApplicationID: hcApp, Brokers: addrs, StateDir: dir,
+		NumStreamThreads: cfg.threads, Logger: cfg.log})
+	if err != nil {
+		return 0, err
+	}
+	if err := app.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer app.Close(context.Background())
+	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		select {
+		case <-app.Done():
+			return false, fmt.Errorf("app stopped: %v", app.Err())
+		default:
+		}
+		return groupCaughtUp(ctx, adm, hcApp, hcInput)
+	})
+	done := time.Now()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Unix(0, first.Load())
+	// A rebalance between the App's threads may still be moving tasks
+	// (a task in transit is hosted nowhere for a moment), so a sampled
+	// key that cannot be read yet is retried for a while.
+	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelCheck()
+	for i := 0; i < int(n); i += max(1, int(n)/1000) {
+		var lastErr error
+		err := waitFor(checkCtx, 10*time.Millisecond, func() (bool, error) {
+			v, found, _, err := app.LocalGet(hcStore, benchKey(i))
+			if err != nil || !found {
+				lastErr = fmt.Errorf("found=%v err=%v", found, err)
+				return false, nil
+			}
+			if c, _ := serde.Int64.Decode(v); c != 1 {
+				return false, fmt.Errorf("key %d counted %d times, want 1", i, c)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("key %d: %w (last read: %v)", i, err, lastErr)
+		}
+	}
+	written, err := endOffsetSum(ctx, adm, hcEddyOut)
+	if err != nil {
+		return 0, err
+	}
+	if written < n {
+		return 0, fmt.Errorf("%d counts written to %s, want at least %d", written, hcEddyOut, n)
+	}
+	if s := seen.Load(); s != n {
+		return 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
+	}
+	return done.Sub(start), app.Close(ctx)
+}
