@@ -101,3 +101,17 @@ func (r *registry) diskPositions(id task.ID) (map[string]int64, error) {
 	}
 	return positions, nil
 }
+
+// alongside runs side in a goroutine while main runs, and returns main's
+// error once both are done. Start uses it for cluster checks whose answers
+// do not depend on each other, so that their round trips overlap.
+func alongside(side func(), main func() error) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		side()
+	}()
+	err := main()
+	<-done
+	return err
+}
