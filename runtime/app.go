@@ -249,11 +249,11 @@ func (a *App) prepare(ctx context.Context) (err error) {
 		a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg)
 		return err
 	})
-	if err != nil || groupErr != nil {
+	if err != nil {
 		return errors.Join(err, groupErr)
 	}
 	var accessErr error
-	err = alongside(func() { accessErr = a.checkPlannedAccess(ctx) }, func() error {
+	err = alongside(func() { accessErr = errors.Join(groupErr, a.checkPlannedAccess(ctx)) }, func() error {
 		a.startIDs, err = a.topicIDs(ctx)
 		return err
 	})
