@@ -144,12 +144,17 @@ func TestSecurityTLSSCRAMAndACLs(t *testing.T) {
 		noGroup = "wcsec-nogroup"
 		noTxn   = "wcsec-notxn"
 		noSink  = "wcsec-nosink"
+		noBoth  = "wcsec-noboth"
 	)
 	c, clientTLS := secureCluster(t, 4, map[string][]broker.ACL{
 		ok:      appACLs(ok, sources, sinks),
 		noGroup: without(appACLs(noGroup, sources, sinks), kmsg.ACLResourceTypeGroup, "", kmsg.ACLOperationRead),
 		noTxn:   without(appACLs(noTxn, sources, sinks), kmsg.ACLResourceTypeTransactionalId, "", kmsg.ACLOperationWrite),
 		noSink:  without(appACLs(noSink, sources, sinks), kmsg.ACLResourceTypeTopic, outputTopic, kmsg.ACLOperationWrite),
+		// Start checks the group's ACL and the topics' at the same time:
+		// both missing must both be named.
+		noBoth: without(without(appACLs(noBoth, sources, sinks), kmsg.ACLResourceTypeGroup, "", kmsg.ACLOperationRead),
+			kmsg.ACLResourceTypeTopic, outputTopic, kmsg.ACLOperationWrite),
 	})
 
 	t.Run("documented ACLs suffice", func(t *testing.T) {
@@ -186,6 +191,7 @@ func TestSecurityTLSSCRAMAndACLs(t *testing.T) {
 		{noGroup, []string{"GROUP_AUTHORIZATION_FAILED", `group "` + noGroup + `"`, "Read"}},
 		{noTxn, []string{"TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "transactional ID", noTxn + "-", "Write"}},
 		{noSink, []string{"TOPIC_AUTHORIZATION_FAILED", `topic "` + outputTopic + `"`, "Write"}},
+		{noBoth, []string{"GROUP_AUTHORIZATION_FAILED", `group "` + noBoth + `"`, "TOPIC_AUTHORIZATION_FAILED", `topic "` + outputTopic + `"`}},
 	} {
 		t.Run("missing ACL/"+tc.app, func(t *testing.T) {
 			in, err := startSecure(t, c, clientTLS, tc.app)

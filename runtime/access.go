@@ -49,17 +49,18 @@ func hasOp(ops int32, op kmsg.ACLOperation) bool {
 	return ops == opsNotProvided || ops&(1<<int32(op)) != 0
 }
 
-// checkAccess asks the brokers, before any stream thread starts, whether
-// the principal holds the ACLs the application needs on its group, its
-// topics and (under exactly-once) its transactional IDs, and returns every
-// one it lacks. Only authorization errors count: anything else is left to
-// the clients that follow, which retry or fail as they always did.
-func (a *App) checkAccess(ctx context.Context) error {
-	var errs []error
-	if err := a.checkGroupAccess(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	errs = append(errs, a.checkTopicAccess(ctx)...)
+// checkGroupAccess and checkPlannedAccess ask the brokers, before any
+// stream thread starts, whether the principal holds the ACLs the
+// application needs on its group, its topics and (under exactly-once) its
+// transactional IDs, and return every one it lacks. Only authorization
+// errors count: anything else is left to the clients that follow, which
+// retry or fail as they always did. Start runs the group's check alongside
+// the topic plan and the others alongside the topic description.
+
+// checkPlannedAccess checks what needs the topic plan: the topics and the
+// transactional IDs.
+func (a *App) checkPlannedAccess(ctx context.Context) error {
+	errs := a.checkTopicAccess(ctx)
 	if a.cfg.ProcessingGuarantee == ExactlyOnce {
 		for i := range a.cfg.NumStreamThreads {
 			if err := a.checkTxnAccess(ctx, fmt.Sprintf("%s-%s-%d", a.cfg.ApplicationID, a.dir.processID, i)); err != nil {

@@ -251,13 +251,26 @@ func (a *App) prepare(ctx context.Context) (err error) {
 		return fmt.Errorf("runtime: admin client: %w", err)
 	}
 	a.admin = kadm.NewClient(a.adminCl)
-	if a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg); err != nil {
+	// Each check is a round trip or more to the cluster; those that do
+	// not need each other's answers overlap (see startup.go).
+	var groupErr error
+	err = alongside(func() { groupErr = a.checkGroupAccess(ctx) }, func() error {
+		a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg)
 		return err
+	})
+	if err != nil {
+		return errors.Join(err, groupErr)
 	}
-	if err := a.checkAccess(ctx); err != nil {
+	var accessErr error
+	err = alongside(func() { accessErr = errors.Join(groupErr, a.checkPlannedAccess(ctx)) }, func() error {
+		a.startIDs, err = a.topicIDs(ctx)
 		return err
+	})
+	// A missing ACL explains a failed describe, so it comes first.
+	if accessErr != nil {
+		return accessErr
 	}
-	if a.startIDs, err = a.topicIDs(ctx); err != nil {
+	if err != nil {
 		return fmt.Errorf("runtime: describe topics: %w", err)
 	}
 	if err := a.forgetRecreatedState(a.startIDs); err != nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -198,52 +196,6 @@ func (r *registry) persistentLogged(sub int) []string {
 		}
 	}
 	return out
-}
-
-// scanDisk finds the task directories a previous run left and reads their
-// stores' positions, so the first subscription can report them.
-func (r *registry) scanDisk() error {
-	entries, err := os.ReadDir(r.app.appDir())
-	if err != nil {
-		return fmt.Errorf("runtime: read state directory: %w", err)
-	}
-	subs := graph.Of(r.app.topo).SubTopologies()
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		id, err := task.ParseID(e.Name())
-		if err != nil || id.SubTopology >= len(subs) || id.Partition >= r.app.plan.subPartitions[id.SubTopology] {
-			r.log.Warn("ignoring unknown folder in the state directory", "folder", e.Name())
-			continue
-		}
-		positions := make(map[string]int64)
-		for _, name := range r.persistentLogged(id.SubTopology) {
-			dir := filepath.Join(task.Dir(r.app.appDir(), id), name)
-			if _, err := os.Stat(dir); err != nil {
-				continue
-			}
-			s, err := r.app.openPersistent(id, name)
-			if err != nil {
-				return fmt.Errorf("runtime: open store %s of task %s: %w", name, id, err)
-			}
-			pos, err := s.Position()
-			s.Close()
-			if err != nil {
-				return fmt.Errorf("runtime: read position of store %s of task %s: %w", name, id, err)
-			}
-			if pos != statestore.NoPosition {
-				positions[changelog.TopicName(r.app.cfg.ApplicationID, name)] = pos
-			}
-		}
-		info, _ := e.Info()
-		since := time.Now()
-		if info != nil {
-			since = info.ModTime()
-		}
-		r.onDisk[id] = diskState{positions: positions, since: since}
-	}
-	return nil
 }
 
 // positions reads the changelog positions of a replica's logged stores.

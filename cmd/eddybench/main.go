@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), k (kill loop, minutes long), m (high-cardinality count vs a bare loop)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), k (kill loop, minutes long), m (high-cardinality count vs a bare loop), s (start-up latency)")
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
@@ -150,7 +150,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d", "f", "g", "h", "k", "m":
+		case "a", "b", "c", "d", "f", "g", "h", "k", "m", "s":
 			cfg.only[s] = true
 		case "":
 		default:
@@ -184,7 +184,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		name string
 		fn   func(context.Context, *config) ([]row, error)
 	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash},
-		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}} {
+		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}, {"s", benchStartup}} {
 		if !cfg.want(b.name) {
 			continue
 		}

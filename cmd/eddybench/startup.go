@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	suInput     = "su-text"
+	suOutput    = "su-counts"
+	suApp       = "bench-startup"
+	suBaseGroup = "bench-startup-baseline"
+	suLines     = 1000
+	suTail      = 100
+)
+
+// startTimes is what one start of an instance took: from Start (or, for
+// the baseline, from creating the client) to the first input record
+// handed to user code, and to the Running state.
+type startTimes struct {
+	first, running, startCall time.Duration
+}
+
+// benchStartup is benchmark (s): a single instance of the word-count
+// topology starting with its input already produced, fresh and then again
+// on its state directory, against a bare kgo group client joining a new
+// group and polling its first record, all on one in-process broker. It
+// also times the tail: from the acknowledgement of the last input record
+// of a batch produced to a running instance to the counts of that batch
+// being readable as committed state.
+func benchStartup(ctx context.Context, cfg *config) ([]row, error) {
+	fmt.Fprintf(cfg.out, "\n(s) start-up: word count, %d partitions, %d preloaded lines, in-process broker\n", cfg.partitions, suLines)
+	b, err := broker.Start(broker.Config{Partitions: int32(cfg.partitions)})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	addrs := b.Addrs()
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return nil, err
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	if err := createTopics(ctx, adm, int32(cfg.partitions), suInput, suOutput); err != nil {
+		return nil, err
+	}
+	gen := newLineGen(cfg.seed)
+	ref := make(map[string]int64)
+	produce := func(n int) error {
+		p := &producer{cl: admCl}
+		var buf []string
+		for range n {
+			l := gen.line()
+			for _, w := range appendWords(buf[:0], l) {
+				ref[w]++
+			}
+			p.send(ctx, &kgo.Record{Topic: suInput, Value: []byte(l)})
+		}
+		if got, err := p.flush(ctx); err != nil || got != int64(n) {
+			return fmt.Errorf("producing input: %d of %d acknowledged: %v", got, n, err)
+		}
+		return nil
+	}
+	if err := produce(suLines); err != nil {
+		return nil, err
+	}
+
+	base, err := baselineFirstRecord(ctx, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	cfg.logf("baseline: first record %s after creating the client", base.Round(time.Millisecond))
+
+	dir, err := os.MkdirTemp("", "eddybench-startup-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	inst := &startupInstance{cfg: cfg, addrs: addrs, dir: dir}
+	fresh, err := inst.start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fresh start: %w", err)
+	}
+	cfg.logf("fresh: Start returned after %s, first record after %s, Running after %s",
+		fresh.startCall.Round(time.Millisecond), fresh.first.Round(time.Millisecond), fresh.running.Round(time.Millisecond))
+	if err := inst.waitCounts(ctx, adm, ref); err != nil {
+		return nil, err
+	}
+	// The tail: a batch produced to the running instance, from its last
+	// acknowledgement to its counts being committed state.
+	if err := produce(suTail); err != nil {
+		return nil, err
+	}
+	acked := time.Now()
+	if err := inst.waitCounts(ctx, adm, ref); err != nil {
+		return nil, err
+	}
+	tail := time.Since(acked)
+	cfg.logf("tail: counts of %d more lines committed %s after their last acknowledgement (commit interval %s)",
+		suTail, tail.Round(time.Millisecond), runtime.DefaultCommitInterval)
+	if err := inst.app.Close(ctx); err != nil {
+		return nil, err
+	}
+	// The restart finds its state directory and its committed offsets,
+	// with new input waiting.
+	if err := produce(suTail); err != nil {
+		return nil, err
+	}
+	restart, err := inst.start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("restart: %w", err)
+	}
+	cfg.logf("restart: Start returned after %s, first record after %s, Running after %s",
+		restart.startCall.Round(time.Millisecond), restart.first.Round(time.Millisecond), restart.running.Round(time.Millisecond))
+	if err := inst.waitCounts(ctx, adm, ref); err != nil {
+		return nil, err
+	}
+	if err := inst.app.Close(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cfg.out, "  baseline = a kgo client in a new consumer group (FetchMaxWait 500ms, reset to start) polling until\n"+
+		"             its first record; timed from kgo.NewClient.\n"+
+		"  eddy     = runtime App, %d stream thread(s), at-least-once, word count FlatMapValues → GroupBy →\n"+
+		"             Count; first record = the first line reaching FlatMapValues, timed from App.Start;\n"+
+		"             Running = the StateListener's move to Running. Tail = from the producer's\n"+
+		"             acknowledgement of the last of %d lines to every count equal to the reference\n"+
+		"             (App.LocalGet) and the group's offsets covering the input and repartition topics.\n",
+		cfg.threads, suTail)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return []row{
+		{name: "(s) fresh: Start → first record", unit: "ms", eddy: ms(fresh.first), base: ms(base),
+			target: "≤ 300 ms", hasCheck: true, pass: fresh.first <= 300*time.Millisecond},
+		{name: "(s) fresh: Start → Running", unit: "ms", eddy: ms(fresh.running), target: "info"},
+		{name: "(s) restart: Start → first record", unit: "ms", eddy: ms(restart.first), base: ms(base),
+			target: "≤ 300 ms", hasCheck: true, pass: restart.first <= 300*time.Millisecond},
+		{name: "(s) restart: Start → Running", unit: "ms", eddy: ms(restart.running), target: "info"},
+		{name: "(s) last input → final counts", unit: "ms", eddy: ms(tail),
+			target: "≤ 500 ms", hasCheck: true, pass: tail <= 500*time.Millisecond},
+	}, nil
+}
+
+// baselineFirstRecord times a bare group consumer from its creation to
+// its first polled record.
+func baselineFirstRecord(ctx context.Context, addrs []string) (time.Duration, error) {
+	start := time.Now()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumerGroup(suBaseGroup),
+		kgo.ConsumeTopics(suInput),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := fs.Err(); err != nil {
+			return 0, err
+		}
+		if fs.NumRecords() > 0 {
+			return time.Since(start), nil
+		}
+	}
+}
+
+// startupInstance is the App of benchmark (s), started again on the same
+// state directory.
+type startupInstance struct {
+	cfg   *config
+	addrs []string
+	dir   string
+	app   *runtime.App
+	seen  atomic.Int64
+}
+
+// start builds and starts a new App and waits for its first record and
+// for Running.
+func (s *startupInstance) start(ctx context.Context) (startTimes, error) {
+	var firstAt, runningAt atomic.Int64
+	s.seen.Store(0)
+	bld := topology.NewBuilder()
+	text := topology.Stream(bld, suInput, serde.String, serde.String)
+	words := topology.FlatMapValues(text, func(_, line string) []string {
+		if s.seen.Add(1) == 1 {
+			firstAt.Store(time.Now().UnixNano())
+		}
+		return appendWords(nil, line)
+	})
+	topology.GroupBy(words, func(_, w string) string { return w }, "words", serde.String, serde.String).
+		Count(wcCountsStore).ToStream().To(suOutput, serde.String, serde.Int64)
+	topo, err := bld.Build()
+	if err != nil {
+		return startTimes{}, err
+	}
+	app, err := runtime.New(topo, runtime.Config{
+		ApplicationID:    suApp,
+		Brokers:          s.addrs,
+		StateDir:         s.dir,
+		NumStreamThreads: s.cfg.threads,
+		Logger:           s.cfg.log,
+		StateListener: func(_, to runtime.State) {
+			if to == runtime.StateRunning {
+				runningAt.CompareAndSwap(0, time.Now().UnixNano())
+			}
+		},
+	})
+	if err != nil {
+		return startTimes{}, err
+	}
+	s.app = app
+	start := time.Now()
+	if err := app.Start(ctx); err != nil {
+		return startTimes{}, err
+	}
+	var t startTimes
+	t.startCall = time.Since(start)
+	err = waitFor(ctx, time.Millisecond, func() (bool, error) {
+		select {
+		case <-app.Done():
+			return false, fmt.Errorf("app stopped: %v", app.Err())
+		default:
+		}
+		return firstAt.Load() != 0 && runningAt.Load() != 0, nil
+	})
+	if err != nil {
+		app.Close(context.Background())
+		return t, err
+	}
+	t.first = time.Unix(0, firstAt.Load()).Sub(start)
+	t.running = time.Unix(0, runningAt.Load()).Sub(start)
+	return t, nil
+}
+
+// waitCounts waits until the group's committed offsets cover the input and
+// the repartition topic and every count in the store equals ref.
+func (s *startupInstance) waitCounts(ctx context.Context, adm *kadm.Client, ref map[string]int64) error {
+	return waitFor(ctx, 2*time.Millisecond, func() (bool, error) {
+		select {
+		case <-s.app.Done():
+			return false, fmt.Errorf("app stopped: %v", s.app.Err())
+		default:
+		}
+		for _, topic := range []string{suInput, suApp + "-words-repartition"} {
+			if ok, err := caughtUpOrEmpty(ctx, adm, topic); !ok || err != nil {
+				return false, err
+			}
+		}
+		for w, want := range ref {
+			v, found, _, err := s.app.LocalGet(wcCountsStore, []byte(w))
+			if err != nil || !found {
+				return false, nil
+			}
+			got, err := serde.Int64.Decode(v)
+			if err != nil {
+				return false, err
+			}
+			if got != want {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// caughtUpOrEmpty reports whether the instance's group committed the end
+// offset of every partition of topic that holds records: a small input
+// leaves some partitions empty, and nothing is committed for those.
+func caughtUpOrEmpty(ctx context.Context, adm *kadm.Client, topic string) (bool, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return false, err
+	}
+	committed, err := adm.FetchOffsets(ctx, suApp)
+	if err != nil {
+		return false, nil
+	}
+	caughtUp := true
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset == 0 {
+			return
+		}
+		if c, ok := committed.Lookup(topic, o.Partition); !ok || c.At < o.Offset {
+			caughtUp = false
+		}
+	})
+	return caughtUp, nil
+}
