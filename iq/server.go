@@ -315,6 +315,7 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 		s.handleKey(w, r, r.URL.Query().Get("key"))
 	})
 	s.mux.HandleFunc("GET /v1/stores/{store}/range", s.handleRange)
+	s.registerWindows()
 	return s
 }
 
@@ -548,6 +549,10 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		s.refuseKey(w, store, err)
 		return
 	}
+	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
+		s.refuseKey(w, store, err)
+		return
+	}
 	kb, err := c.EncodeKey(keyText)
 	if err != nil {
 		s.refuseKey(w, store, invalidf("malformed key %q for store %q: %v", keyText, store, err))
@@ -744,6 +749,10 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
 	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
 		writeErr(w, err)
 		return
 	}
