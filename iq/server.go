@@ -549,13 +549,13 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		s.refuseKey(w, store, err)
 		return
 	}
-	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
-		s.refuseKey(w, store, err)
-		return
-	}
 	kb, err := c.EncodeKey(keyText)
 	if err != nil {
 		s.refuseKey(w, store, invalidf("malformed key %q for store %q: %v", keyText, store, err))
+		return
+	}
+	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
+		s.refuseKey(w, store, err)
 		return
 	}
 	part := p.partition
