@@ -233,6 +233,9 @@ func (c ServerConfig) withDefaults() ServerConfig {
 //	GET /v1/stores/{store}/range        ?from= &to= &staleness= &route= (default false) &prefer= &partition= &limit= &min_position=
 //	    200 {"store","partitions":[{"partition","served_by","entries":[{"key","value"}],"truncated"}],"failed":[...]}
 //	    429 past MaxConcurrentRanges
+//	GET /v1/stores/{store}/windows?key= &from= &to=  a key's windows (and /keys/{key}/windows), as key lookups; see the package doc
+//	GET /v1/stores/{store}/windows      ?from= &to= every key's windows, as ranges
+//	GET /v1/stores/{store}/sessions?key= a key's sessions (and /keys/{key}/sessions)
 //	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
 //	GET /v1/metadata/stores/{store}/keys/{key}  the same
 //	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
