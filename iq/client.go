@@ -264,21 +264,39 @@ func (c *Client) KeyMetadata(ctx context.Context, store string, keyBytes []byte)
 // serde, from which the partition is computed. The value comes back as the
 // JSON the server rendered.
 func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte, opts ...QueryOption) (Result[json.RawMessage], error) {
+	return clientLookup(ctx, c, store, keyBytes, opts, func(q url.Values) string { return keyPath(store, keyText, q) },
+		func(st int, body []byte) (Result[json.RawMessage], Provenance, error) {
+			if st == http.StatusOK || st == http.StatusNotFound {
+				var k wireKey
+				if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
+					prov := k.ServedBy.provenance(k.Partition)
+					return Result[json.RawMessage]{Value: k.Value, Found: st == http.StatusOK, Provenance: prov}, prov, nil
+				}
+			}
+			return Result[json.RawMessage]{}, Provenance{}, decodeErrorAnswer(st, body)
+		})
+}
+
+// clientLookup asks the replicas of the partition of keyBytes for
+// path(query), as Get describes, refreshing the routing table once when
+// the answers suggest it moved on.
+func clientLookup[T any](ctx context.Context, c *Client, store string, keyBytes []byte, opts []QueryOption, path func(url.Values) string, decode decodeFn[T]) (T, error) {
+	var zero T
 	o := buildOptions(opts)
 	m, fp, err := c.metadata(ctx, false)
 	if err != nil {
-		return Result[json.RawMessage]{}, &UnavailableError{Store: store, Partition: -1, Bound: o.bound, Cause: err}
+		return zero, &UnavailableError{Store: store, Partition: -1, Bound: o.bound, Cause: err}
 	}
 	ue := &UnavailableError{Store: store, Partition: -1, Bound: o.bound}
 	behindUntil := time.Now().Add(c.opts.BehindWait)
 	for round := 0; ; round++ {
-		res, retry, err := c.getOnce(ctx, m, store, keyText, keyBytes, &o, ue)
+		res, retry, err := lookupOnce(ctx, c, m, store, keyBytes, &o, ue, path, decode)
 		if err == nil {
 			return res, nil
 		}
 		if ctx.Err() != nil {
 			ue.Cause = ctx.Err()
-			return Result[json.RawMessage]{}, ue
+			return zero, ue
 		}
 		if onlyBehind(ue.Tried) && time.Now().Before(behindUntil) {
 			// Every replica that could answer is just behind what this
@@ -286,7 +304,7 @@ func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte
 			select {
 			case <-ctx.Done():
 				ue.Cause = ctx.Err()
-				return Result[json.RawMessage]{}, ue
+				return zero, ue
 			case <-time.After(behindRetryPause):
 			}
 			ue.Tried = ue.Tried[:0]
@@ -294,11 +312,11 @@ func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte
 			continue
 		}
 		if !retry || round == 1 {
-			return Result[json.RawMessage]{}, err
+			return zero, err
 		}
 		nm, nfp, merr := c.metadata(ctx, true)
 		if merr != nil || nfp == fp {
-			return Result[json.RawMessage]{}, err
+			return zero, err
 		}
 		m, fp = nm, nfp
 	}
@@ -327,12 +345,13 @@ func onlyBehind(tried []Attempt) bool {
 	return behind
 }
 
-// getOnce tries every candidate of the key's partition under one routing
+// lookupOnce tries every candidate of the key's partition under one routing
 // table. retry says whether a newer table might do better.
-func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string, keyBytes []byte, o *queryOptions, ue *UnavailableError) (Result[json.RawMessage], bool, error) {
+func lookupOnce[T any](ctx context.Context, c *Client, m Metadata, store string, keyBytes []byte, o *queryOptions, ue *UnavailableError, path func(url.Values) string, decode decodeFn[T]) (T, bool, error) {
+	var zero T
 	n, ok := m.Partitions[store]
 	if !ok {
-		return Result[json.RawMessage]{}, true, fmt.Errorf("%w: %q is not in the routing table", ErrUnknownStore, store)
+		return zero, true, fmt.Errorf("%w: %q is not in the routing table", ErrUnknownStore, store)
 	}
 	part := o.partition
 	if !o.hasPartition {
@@ -342,7 +361,7 @@ func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string,
 	km, err := locate(m, store, part)
 	if err != nil {
 		ue.Cause = err
-		return Result[json.RawMessage]{}, true, ue
+		return zero, true, ue
 	}
 	// The partition goes along only when the caller chose it: a server that
 	// computes it from the key itself cannot be misled into reading the
@@ -366,17 +385,7 @@ func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string,
 		prefer = o.prefer
 	}
 	pl := newRoutePlan(km, o.bound, "", nil, c.opts.ActiveFirstTimeout, memoFingerprint(m))
-	ch, tried, ok := routeBy(ctx, c.rt, prefer, pl, keyPath(store, keyText, q), func(st int, body []byte) (Result[json.RawMessage], Provenance, error) {
-		if st == http.StatusOK || st == http.StatusNotFound {
-			var k wireKey
-			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
-				prov := k.ServedBy.provenance(k.Partition)
-				return Result[json.RawMessage]{Value: k.Value, Found: st == http.StatusOK, Provenance: prov}, prov, nil
-			}
-		}
-		return Result[json.RawMessage]{}, Provenance{}, decodeErrorAnswer(st, body)
-	})
-	res := ch.val
+	ch, tried, ok := routeBy(ctx, c.rt, prefer, pl, path(q), decode)
 	// What is wrong with the query itself is wrong everywhere: no other
 	// table will do better. (Decoders may run concurrently, so this is
 	// found after the fact.)
@@ -388,12 +397,12 @@ func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string,
 	}
 	if ok {
 		if !c.opts.DisableMonotonic {
-			c.saw(store, part, res.Provenance.Position)
+			c.saw(store, part, ch.prov.Position)
 		}
-		return res, false, nil
+		return ch.val, false, nil
 	}
 	if fatal != nil {
-		return Result[json.RawMessage]{}, false, fatal
+		return zero, false, fatal
 	}
 	ue.Tried = append(ue.Tried, tried...)
 	if len(tried) == 0 {
@@ -407,7 +416,7 @@ func (c *Client) getOnce(ctx context.Context, m Metadata, store, keyText string,
 			retry = true
 		}
 	}
-	return Result[json.RawMessage]{}, retry, ue
+	return zero, retry, ue
 }
 
 // ClientGet looks up a typed key through a Client. The key is written in

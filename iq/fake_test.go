@@ -2,6 +2,7 @@ package iq
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -70,6 +71,16 @@ type fakeBackend struct {
 	partitions map[string]int32
 	replicas   map[StorePartition]*fakeReplica
 	replicaErr error // when set, Replica fails with it
+	// layouts are the window and session stores; the others are
+	// key-value stores.
+	layouts map[string]StoreLayout
+}
+
+func (f *fakeBackend) StoreLayout(store string) (StoreLayout, error) {
+	if _, ok := f.partitions[store]; !ok {
+		return StoreLayout{}, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	}
+	return f.layouts[store], nil
 }
 
 func newFakeBackend(self string, partitions map[string]int32) *fakeBackend {
@@ -198,7 +209,7 @@ func (c *cluster) kill(i int) {
 // publish builds the routing table from every instance's replicas and
 // hands it to all of them.
 func (c *cluster) publish() Metadata {
-	m := Metadata{Partitions: map[string]int32{testStore: c.parts}}
+	m := Metadata{Partitions: maps.Clone(c.ins[0].b.partitions)}
 	for _, in := range c.ins {
 		hm := HostMetadata{Host: in.addr()}
 		for _, info := range in.b.LocalReplicas() {

@@ -43,6 +43,29 @@
 // the smaller confirmed lag). PreferSpread instead spreads lookups at random
 // over every replica within the bound.
 //
+// # Window and session stores
+//
+// Window and session stores (statestore.WindowStore, SessionStore; the
+// stores of windowed and session aggregations) are read through the same
+// replicas, bounds and routing: WindowFetch returns a key's windows
+// starting in a time range, WindowFetchAll every key's in a range per
+// local partition (bounded by WithLimit), SessionFetch a key's live
+// sessions; ClientWindowFetch and ClientSessionFetch ask through a Client.
+// Every answer carries its Provenance. The Backend says which stores are
+// windowed by implementing LayoutBackend; a window query of a key-value
+// store, or a key lookup or range of a window store, fails with
+// ErrInvalidQuery. Over HTTP:
+//
+//	GET /v1/stores/{store}/windows?key=K&from=&to=   (or /keys/{key}/windows) a key's windows, routed as a key lookup;
+//	    from and to are RFC 3339 or epoch milliseconds, both optional, both included
+//	GET /v1/stores/{store}/windows?from=&to=         every key's windows, bounded and routed as ranges
+//	GET /v1/stores/{store}/sessions?key=K            (or /keys/{key}/sessions) a key's sessions
+//
+// A key with no window in the range is answered 404 with its provenance,
+// as an absent key is. A window store is read one segment at a time, each
+// segment a snapshot of its own, and a reader may show windows its writer
+// has just expired but not yet removed.
+//
 // # Errors
 //
 // Queries fail with Go values that errors.Is and errors.As recognise: the

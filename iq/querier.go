@@ -311,6 +311,9 @@ func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts .
 	if err := ctx.Err(); err != nil {
 		return Result[[]byte]{}, err
 	}
+	if _, err := q.requireKind(store, KindKeyValue); err != nil {
+		return Result[[]byte]{}, err
+	}
 	o := buildOptions(opts)
 	p := o.partition
 	if !o.hasPartition {
@@ -387,6 +390,9 @@ func (q *Querier) localPartitions(store string, o *queryOptions) ([]int32, error
 // in an all-local scan it is listed in Refused.
 func scan[K, V any](ctx context.Context, q *Querier, store string, o *queryOptions, open func(statestore.Store) (statestore.Iterator, error), ks serde.Serde[K], vs serde.Serde[V]) (RangeResult[K, V], error) {
 	var res RangeResult[K, V]
+	if _, err := q.requireKind(store, KindKeyValue); err != nil {
+		return res, err
+	}
 	ps, err := q.localPartitions(store, o)
 	if err != nil {
 		return res, err

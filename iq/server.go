@@ -233,6 +233,9 @@ func (c ServerConfig) withDefaults() ServerConfig {
 //	GET /v1/stores/{store}/range        ?from= &to= &staleness= &route= (default false) &prefer= &partition= &limit= &min_position=
 //	    200 {"store","partitions":[{"partition","served_by","entries":[{"key","value"}],"truncated"}],"failed":[...]}
 //	    429 past MaxConcurrentRanges
+//	GET /v1/stores/{store}/windows?key= &from= &to=  a key's windows (and /keys/{key}/windows), as key lookups; see the package doc
+//	GET /v1/stores/{store}/windows      ?from= &to= every key's windows, as ranges
+//	GET /v1/stores/{store}/sessions?key= a key's sessions (and /keys/{key}/sessions)
 //	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
 //	GET /v1/metadata/stores/{store}/keys/{key}  the same
 //	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
@@ -315,6 +318,7 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 		s.handleKey(w, r, r.URL.Query().Get("key"))
 	})
 	s.mux.HandleFunc("GET /v1/stores/{store}/range", s.handleRange)
+	s.registerWindows()
 	return s
 }
 
@@ -553,6 +557,10 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		s.refuseKey(w, store, invalidf("malformed key %q for store %q: %v", keyText, store, err))
 		return
 	}
+	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
+		s.refuseKey(w, store, err)
+		return
+	}
 	part := p.partition
 	if !p.hasPartition {
 		if part, err = s.b.KeyPartition(store, kb); err != nil {
@@ -744,6 +752,10 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
 	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
 		writeErr(w, err)
 		return
 	}

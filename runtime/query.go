@@ -264,3 +264,23 @@ func toIQAt(ri ReplicaInfo, now time.Time) iq.ReplicaInfo {
 	}
 	return out
 }
+
+// StoreLayout reports a store's kind and, for window and session stores,
+// their layout options, so the query layer can read their composite keys.
+func (q queryBackend) StoreLayout(store string) (iq.StoreLayout, error) {
+	for _, st := range graph.Of(q.a.topo).SubTopologies() {
+		for _, s := range st.Stores {
+			if s.Name != store {
+				continue
+			}
+			switch s.Kind {
+			case graph.Window:
+				return iq.StoreLayout{Kind: iq.KindWindow, Window: s.WindowOptions()}, nil
+			case graph.Session:
+				return iq.StoreLayout{Kind: iq.KindSession, Window: s.WindowOptions()}, nil
+			}
+			return iq.StoreLayout{Kind: iq.KindKeyValue}, nil
+		}
+	}
+	return iq.StoreLayout{}, fmt.Errorf("%w %q", iq.ErrUnknownStore, store)
+}

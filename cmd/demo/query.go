@@ -17,31 +17,62 @@ import (
 )
 
 // querySynopsis is the flags of `demo query`.
-const querySynopsis = "--http HOST:PORT WORD [--staleness active|any|lag:N|age:D] [--json] [--query-tls-ca FILE] [--query-token-file FILE]"
+const querySynopsis = "--http HOST:PORT WORD [--windows [--last N]] [--staleness active|any|lag:N|age:D] [--json] [--query-tls-ca FILE] [--query-token-file FILE]"
+
+// servedBy is the provenance of an answer.
+type servedBy struct {
+	Host     string `json:"host"`
+	Role     string `json:"role"`
+	Position *int64 `json:"position"` // null while rebuilding
+	Lag      *int64 `json:"lag"`      // null when unknown
+}
+
+// describe says which replica of which store partition answered.
+func (sb *servedBy) describe(store string, partition int32) string {
+	at, lag := "rebuilding", "lag unknown"
+	if sb.Position != nil {
+		at = fmt.Sprintf("at position %d", *sb.Position)
+	}
+	if sb.Lag != nil {
+		lag = fmt.Sprintf("lag %d", *sb.Lag)
+	}
+	return fmt.Sprintf("served by %s: %s replica of %s partition %d %s, %s", sb.Host, sb.Role, store, partition, at, lag)
+}
 
 // keyAnswer is the 200 and 404 answer of a key lookup.
 type keyAnswer struct {
 	Key       string          `json:"key"`
 	Value     json.RawMessage `json:"value"`
 	Partition int32           `json:"partition"`
-	ServedBy  *struct {
-		Host     string `json:"host"`
-		Role     string `json:"role"`
-		Position *int64 `json:"position"` // null while rebuilding
-		Lag      *int64 `json:"lag"`      // null when unknown
-	} `json:"served_by"`
+	ServedBy  *servedBy       `json:"served_by"`
+}
+
+// windowsAnswer is the 200 and 404 answer of a key's windows.
+type windowsAnswer struct {
+	Key       string    `json:"key"`
+	Partition int32     `json:"partition"`
+	ServedBy  *servedBy `json:"served_by"`
+	Windows   []struct {
+		Start string          `json:"start"`
+		End   string          `json:"end"`
+		Value json.RawMessage `json:"value"`
+	} `json:"windows"`
 }
 
 // runQuery is `demo query`: one word's count, asked of one instance, which
 // routes the lookup to a replica that may answer within the staleness
 // bound. It prints the count and the replica that served it. A word never
-// counted is an answer (exit 0); a refusal is an error.
+// counted is an answer (exit 0); a refusal is an error. With --windows it
+// prints the word's counts of its last minutes instead, from the window
+// store counts-per-minute.
 func runQuery(ctx context.Context, args []string, s stdio) error {
 	fs := newFlagSet("query", querySynopsis, s)
 	addr := fs.String("http", "", "`HOST:PORT` of any instance's query server (required)")
 	staleness := fs.String("staleness", "active", "how stale an answer to accept: active, any, lag:N (records) or age:D (since caught up)")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up when no answer came within this long")
 	asJSON := fs.Bool("json", false, "print the instance's JSON answer unchanged")
+	perMinute := fs.Bool("windows", false, "print the word's counts per minute (the last --last minutes kept) instead of its total")
+	last := fs.Int("last", 10, "with --windows, how many of the latest minutes to print")
 	qsec := addQueryClientFlags(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -70,6 +101,9 @@ func runQuery(ctx context.Context, args []string, s stdio) error {
 	if *timeout <= 0 {
 		return usageErrorf(fs, "--timeout must be positive")
 	}
+	if *last <= 0 {
+		return usageErrorf(fs, "--last must be positive")
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -79,8 +113,11 @@ func runQuery(ctx context.Context, args []string, s stdio) error {
 	if tlsCfg != nil {
 		scheme = "https"
 	}
-	u := scheme + "://" + a + "/v1/stores/" + countsStore + "/keys?" +
-		url.Values{"key": {word}, "route": {"true"}, "staleness": {bound.String()}}.Encode()
+	q := url.Values{"key": {word}, "route": {"true"}, "staleness": {bound.String()}}.Encode()
+	u := scheme + "://" + a + "/v1/stores/" + countsStore + "/keys?" + q
+	if *perMinute {
+		u = scheme + "://" + a + "/v1/stores/" + minuteStore + "/windows?" + q
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -106,27 +143,38 @@ func runQuery(ctx context.Context, args []string, s stdio) error {
 		s.out.Write(body)
 	}
 
+	found := resp.StatusCode == http.StatusOK
+	if *perMinute {
+		var wa windowsAnswer
+		if (found || resp.StatusCode == http.StatusNotFound) && json.Unmarshal(body, &wa) == nil && wa.ServedBy != nil {
+			if *asJSON {
+				return nil
+			}
+			ws := wa.Windows
+			if !found || len(ws) == 0 {
+				fmt.Fprintf(s.out, "%s: no counts in the minutes %s keeps (partition %d)\n", word, minuteStore, wa.Partition)
+			} else {
+				fmt.Fprintf(s.out, "%s per minute:\n", word)
+				for _, w := range ws[max(len(ws)-*last, 0):] {
+					fmt.Fprintf(s.out, "  %s - %s  %s\n", w.Start, w.End, w.Value)
+				}
+			}
+			fmt.Fprintln(s.out, wa.ServedBy.describe(minuteStore, wa.Partition))
+			return nil
+		}
+		return refusal(a, word, bound, resp.StatusCode, body)
+	}
 	var ka keyAnswer
-	if (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound) &&
-		json.Unmarshal(body, &ka) == nil && ka.ServedBy != nil {
+	if (found || resp.StatusCode == http.StatusNotFound) && json.Unmarshal(body, &ka) == nil && ka.ServedBy != nil {
 		if *asJSON {
 			return nil
 		}
-		sb := ka.ServedBy
-		if resp.StatusCode == http.StatusOK {
+		if found {
 			fmt.Fprintf(s.out, "%s: %s\n", word, ka.Value)
 		} else {
 			fmt.Fprintf(s.out, "%s: not counted (no such word in %s partition %d)\n", word, countsStore, ka.Partition)
 		}
-		at, lag := "rebuilding", "lag unknown"
-		if sb.Position != nil {
-			at = fmt.Sprintf("at position %d", *sb.Position)
-		}
-		if sb.Lag != nil {
-			lag = fmt.Sprintf("lag %d", *sb.Lag)
-		}
-		fmt.Fprintf(s.out, "served by %s: %s replica of %s partition %d %s, %s\n",
-			sb.Host, sb.Role, countsStore, ka.Partition, at, lag)
+		fmt.Fprintln(s.out, ka.ServedBy.describe(countsStore, ka.Partition))
 		return nil
 	}
 	return refusal(a, word, bound, resp.StatusCode, body)

@@ -68,6 +68,7 @@ func TestQueryUsageErrors(t *testing.T) {
 		{"not one word", []string{"--http", "a:1", "fox dog"}, `"fox dog" is not one word`},
 		{"no letters", []string{"--http", "a:1", "--", "--"}, `"--" is not one word`},
 		{"bad staleness", []string{"--http", "a:1", "fox", "--staleness", "lag:x"}, "--staleness: iq: invalid query"},
+		{"bad last", []string{"--http", "a:1", "fox", "--windows", "--last", "0"}, "--last must be positive"},
 		{"bad timeout", []string{"--http", "a:1", "fox", "--timeout", "0s"}, "--timeout must be positive"},
 	}
 	for _, tt := range tests {
@@ -141,6 +142,30 @@ func TestQueryAnswersAndRefusals(t *testing.T) {
 			args:    []string{"zebra"},
 			wantURI: "/v1/stores/counts/keys?key=zebra&route=true&staleness=active",
 			wantOut: []string{"zebra: not counted (no such word in counts partition 1)", "served by h:2: active replica"},
+		},
+		{
+			name:   "windows: the last minutes with provenance",
+			status: 200, body: `{"key":"fox","partition":1,"served_by":{"host":"h:3","role":"active","position":12,"lag":0},"windows":[` +
+				`{"key":"fox","start":"2024-05-01T12:00:00.000Z","end":"2024-05-01T12:01:00.000Z","start_ms":1,"end_ms":2,"value":4},` +
+				`{"key":"fox","start":"2024-05-01T12:01:00.000Z","end":"2024-05-01T12:02:00.000Z","start_ms":1,"end_ms":2,"value":7},` +
+				`{"key":"fox","start":"2024-05-01T12:02:00.000Z","end":"2024-05-01T12:03:00.000Z","start_ms":1,"end_ms":2,"value":2}]}`,
+			args:    []string{"--windows", "--last", "2", "Fox", "--staleness", "lag:5"},
+			wantURI: "/v1/stores/counts-per-minute/windows?key=fox&route=true&staleness=lag%3A5",
+			wantOut: []string{"fox per minute:\n  2024-05-01T12:01:00.000Z - 2024-05-01T12:02:00.000Z  7\n  2024-05-01T12:02:00.000Z - 2024-05-01T12:03:00.000Z  2\n" +
+				"served by h:3: active replica of counts-per-minute partition 1 at position 12, lag 0\n"},
+		},
+		{
+			name:   "windows: a word without minutes is an answer",
+			status: 404, body: `{"key":"zebra","partition":0,"error":"no windows for the key in the time range","windows":[],"served_by":{"host":"h:2","role":"standby","position":5,"lag":null}}`,
+			args:    []string{"zebra", "--windows"},
+			wantURI: "/v1/stores/counts-per-minute/windows?key=zebra&route=true&staleness=active",
+			wantOut: []string{"zebra: no counts in the minutes counts-per-minute keeps (partition 0)\n", "served by h:2: standby replica of counts-per-minute partition 0 at position 5, lag unknown"},
+		},
+		{
+			name:   "windows: a refusal is an error",
+			status: 503, body: `{"error":"iq: no replica","reason":"not_available","tried":[{"host":"h:1","error":"too stale","reason":"too_stale"}]}`,
+			args:    []string{"fox", "--windows"},
+			wantErr: []string{`query "fox": no replica could answer within staleness=active (HTTP 503)`, "tried h:1: too_stale"},
 		},
 		{
 			name:   "json prints the answer unchanged",

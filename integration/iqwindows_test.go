@@ -1,0 +1,275 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/internal/faults"
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	iqwApp     = "iqwin"
+	iqwIn      = "iqw-text"
+	iqwGroupBy = "iqw-words"
+	iqwStore   = "iqw-minutes"
+	// iqwWindows is how many minutes the corpus spreads over; the grace
+	// is long enough that none of them expires during the test.
+	iqwWindows = 8
+)
+
+// iqwNode is one instance of the windowed count, serving the query API.
+type iqwNode struct {
+	*runtime.App
+	addr string
+	srv  *http.Server
+}
+
+func startIQWindows(t *testing.T, c *cluster, name, dir string) *iqwNode {
+	t.Helper()
+	b := topology.NewBuilder()
+	lines := topology.Stream(b, iqwIn, serde.String, serde.String)
+	words := topology.FlatMapValues(lines, func(_, line string) []string { return tokenize(line) })
+	g := topology.GroupBy(words, func(_, w string) string { return w }, iqwGroupBy, serde.String, serde.String)
+	topology.WindowedBy(g, topology.TumblingWindows(time.Minute).Grace(24*time.Hour)).Count(iqwStore)
+	topo, err := b.Build()
+	require.NoError(t, err)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	logs := new(logBuffer)
+	app, err := runtime.New(topo, runtime.Config{
+		ApplicationID:       iqwApp,
+		Brokers:             c.b.Addrs(),
+		StateDir:            dir,
+		Endpoint:            ln.Addr().String(),
+		ProcessingGuarantee: runtime.ExactlyOnce,
+		NumStandbys:         1,
+		NumStreamThreads:    streamThreads(t),
+		SessionTimeout:      3 * time.Second,
+		CommitInterval:      200 * time.Millisecond,
+		Logger:              slog.New(slog.NewTextHandler(logs, nil)).With("instance", name),
+	})
+	if err != nil {
+		ln.Close()
+	}
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx(t)))
+	n := &iqwNode{App: app, addr: ln.Addr().String()}
+	api := iq.NewServer(app.Queries(), iq.CodecFor(iqwStore, serde.String, serde.Int64, nil))
+	n.srv = &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
+	go n.srv.Serve(ln)
+	t.Cleanup(func() {
+		n.srv.Close()
+		api.Close()
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		app.Close(cctx)
+		if t.Failed() {
+			t.Logf("logs of instance %s:\n%s", name, logs.String())
+		}
+	})
+	return n
+}
+
+// iqwAnswer is a key-windows answer as the test reads it.
+type iqwAnswer struct {
+	status  int
+	counts  map[int64]int64 // start -> count
+	host    string
+	role    string
+	errBody string
+}
+
+func iqwGet(hc *http.Client, addr, word, staleness string) (iqwAnswer, error) {
+	u := "http://" + addr + "/v1/stores/" + iqwStore + "/windows?" + url.Values{"key": {word}, "staleness": {staleness}}.Encode()
+	resp, err := hc.Get(u)
+	if err != nil {
+		return iqwAnswer{}, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Windows []struct {
+			StartMs int64 `json:"start_ms"`
+			Value   int64 `json:"value"`
+		} `json:"windows"`
+		ServedBy *struct {
+			Host string `json:"host"`
+			Role string `json:"role"`
+		} `json:"served_by"`
+		Reason string `json:"reason"`
+	}
+	a := iqwAnswer{status: resp.StatusCode}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return a, fmt.Errorf("HTTP %d: undecodable answer: %w", resp.StatusCode, err)
+	}
+	a.errBody = body.Reason
+	if body.ServedBy != nil {
+		a.host, a.role = body.ServedBy.Host, body.ServedBy.Role
+		a.counts = map[int64]int64{}
+		for _, w := range body.Windows {
+			a.counts[w.StartMs] = w.Value
+		}
+	}
+	return a, nil
+}
+
+// TestWindowQueriesAcrossInstances runs a windowed count on three
+// instances with standbys and checks that a word's windows, asked of an
+// instance holding no replica of its partition, match a reference under
+// both active and lag:N bounds, also while an instance is killed.
+func TestWindowQueriesAcrossInstances(t *testing.T) {
+	const partitions = 3
+	c := newCluster(t, partitions)
+	resp, err := c.adm.CreateTopics(ctx(t), partitions, -1, nil, iqwIn)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+
+	// The reference: every word's count per minute.
+	const base int64 = 1_700_000_040_000
+	want := map[string]map[int64]int64{}
+	rng := rand.New(rand.NewPCG(11, 5))
+	var recs []*kgo.Record
+	for _, l := range newCorpus(11, 200).lines(6_000, map[string]int64{}) {
+		ts := base + rng.Int64N(iqwWindows*60_000)
+		start := ts - (ts-base)%60_000
+		for _, w := range tokenize(l) {
+			if want[w] == nil {
+				want[w] = map[int64]int64{}
+			}
+			want[w][start]++
+		}
+		recs = append(recs, &kgo.Record{Topic: iqwIn, Value: []byte(l), Timestamp: time.UnixMilli(ts)})
+	}
+	dir := t.TempDir()
+	nodes := []*iqwNode{
+		startIQWindows(t, c, "a", dir+"/a"),
+		startIQWindows(t, c, "b", dir+"/b"),
+		startIQWindows(t, c, "c", dir+"/c"),
+	}
+	for _, r := range recs {
+		r.Partition = c.next
+		c.next = (c.next + 1) % c.partitions
+	}
+	c.produce(t, recs...)
+
+	topics := []string{iqwIn, iqwApp + "-" + iqwGroupBy + "-repartition"}
+	waitFor(t, 2*settleTimeout, "the application to commit all input", func() (bool, string) {
+		com, err := c.committed(t, iqwApp, topics...)
+		if err != nil {
+			return false, err.Error()
+		}
+		ends := c.endOffsets(t, topics...)
+		for _, topic := range topics {
+			for p, end := range ends[topic] {
+				if got := com[topic][p]; got != end {
+					return false, fmt.Sprintf("%s/%d committed %d of %d", topic, p, got, end)
+				}
+			}
+		}
+		return true, ""
+	})
+
+	var sample []string
+	for w := range want {
+		sample = append(sample, w)
+	}
+	slices.Sort(sample)
+	sample = sample[:min(len(sample), 40)]
+	absent := []string{"zzabsent1", "zzabsent2", "zzabsent3"}
+
+	hc := &http.Client{Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	q := iq.NewQuerier(nodes[0].Queries())
+	// nonOwner is an instance holding no replica of the word's partition,
+	// from the latest routing table.
+	nonOwner := func(word string) (*iqwNode, error) {
+		km, err := iq.KeyMetadataFor(q, iqwStore, word, serde.String)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			if n.addr != km.Active && !slices.Contains(km.Standbys, n.addr) && !slices.Contains(km.Warmups, n.addr) {
+				return n, nil
+			}
+		}
+		return nil, fmt.Errorf("every instance holds partition %d", km.Partition)
+	}
+	check := func(word string, a iqwAnswer) string {
+		w := want[word]
+		switch {
+		case a.status == http.StatusOK && w != nil:
+			if fmt.Sprint(a.counts) != fmt.Sprint(w) {
+				return fmt.Sprintf("%q: got %v from %s %s, want %v", word, a.counts, a.role, a.host, w)
+			}
+		case a.status == http.StatusNotFound && w == nil:
+		case a.status == http.StatusOK || a.status == http.StatusNotFound:
+			return fmt.Sprintf("%q: HTTP %d with %v from %s, want %v", word, a.status, a.counts, a.host, w)
+		}
+		return ""
+	}
+
+	for _, staleness := range []string{"active", "lag:100"} {
+		for _, word := range append(slices.Clone(sample), absent...) {
+			var n *iqwNode
+			waitFor(t, settleTimeout, "a non-owning instance of "+word, func() (bool, string) {
+				var err error
+				n, err = nonOwner(word)
+				return err == nil, fmt.Sprint(err)
+			})
+			a, err := iqwGet(hc, n.addr, word, staleness)
+			require.NoError(t, err)
+			require.Contains(t, []int{200, 404}, a.status, "%s %s: %s", word, staleness, a.errBody)
+			require.Empty(t, check(word, a), staleness)
+			require.NotEqual(t, n.addr, a.host, "%s: the non-owning instance answered itself", word)
+		}
+	}
+	// The typed Client agrees.
+	cl, err := iq.NewClient([]string{nodes[1].addr}, iq.ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	res, err := iq.ClientWindowFetch[string, int64](ctx(t), cl, iqwStore, sample[0], time.Time{}, time.Time{}, serde.String)
+	require.NoError(t, err)
+	got := map[int64]int64{}
+	for _, w := range res.Windows {
+		require.Equal(t, w.Start+60_000, w.End)
+		got[w.Start] = w.Value
+	}
+	require.Equal(t, want[sample[0]], got)
+
+	// Kill an instance and keep asking the survivors: every answer given
+	// is the reference; refusals are allowed while partitions move, but
+	// every word is answered again once the group settles.
+	faults.Kill(nodes[0])
+	nodes[0].srv.Close()
+	survivors := nodes[1:]
+	for _, staleness := range []string{"lag:100", "active"} {
+		for i, word := range append(slices.Clone(sample), absent...) {
+			waitFor(t, 2*settleTimeout, word+" answered under "+staleness+" after the kill", func() (bool, string) {
+				a, err := iqwGet(hc, survivors[i%2].addr, word, staleness)
+				if err != nil {
+					return false, err.Error()
+				}
+				if bad := check(word, a); bad != "" {
+					t.Fatalf("wrong answer after the kill: %s", bad)
+				}
+				return a.status == 200 || a.status == 404, fmt.Sprintf("HTTP %d %s", a.status, a.errBody)
+			})
+		}
+	}
+}
