@@ -2,6 +2,7 @@ package assignor
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -107,7 +108,14 @@ func TestGroupMetadataSizes(t *testing.T) {
 		{1000, 10, 1000},
 	} {
 		by := map[int32]groupSizes{}
-		for _, v := range []int32{2, 3} {
+		versions := []int32{2, 3}
+		if sc.members > 100 && os.Getenv("EDDY_ASSIGNOR_SIZES") == "" {
+			// Version 2 at this size encodes 120 MB and takes half a
+			// minute; its figure is in DESIGN.md. EDDY_ASSIGNOR_SIZES=1
+			// measures it again.
+			versions = []int32{3}
+		}
+		for _, v := range versions {
 			s := measureGroup(t, sc.members, sc.subs, sc.parts, v)
 			t.Logf("%d members × %d tasks × 2 standbys, v%d: %d B per member (largest %d), SyncGroup %d B, subscriptions %d B, group record ≈ %d B",
 				sc.members, sc.subs*sc.parts, v, s.Sync/sc.members, s.MaxAssignment, s.Sync, s.Subscriptions, s.Record)
@@ -116,7 +124,9 @@ func TestGroupMetadataSizes(t *testing.T) {
 		// Version 3's assignments grow with the member's own tasks only.
 		require.Less(t, by[3].MaxAssignment, 400)
 		require.Less(t, by[3].Sync, DefaultMaxGroupMetadataBytes)
-		require.Less(t, by[3].Sync*20, by[2].Sync)
+		if v2, ok := by[2]; ok {
+			require.Less(t, by[3].Sync*20, v2.Sync)
+		}
 		require.Less(t, by[3].Record, DefaultMaxGroupMetadataBytes, "the settled group's record fits a default broker")
 	}
 }
@@ -126,8 +136,8 @@ func TestGroupMetadataSizes(t *testing.T) {
 // standbys, whose version 3 group record fits a broker's default
 // message.max.bytes. It only reports; run it with -v.
 func TestLargestGroupUnderDefaultMessageSize(t *testing.T) {
-	if testing.Short() {
-		t.Skip("balances groups of up to 1,000 members")
+	if os.Getenv("EDDY_ASSIGNOR_SIZES") == "" {
+		t.Skip("a measurement (40 s): set EDDY_ASSIGNOR_SIZES=1 to search for the largest group again")
 	}
 	fits := func(members int) bool {
 		s := measureGroup(t, members, 10, members, 3)
