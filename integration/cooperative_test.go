@@ -60,6 +60,20 @@ func TestCooperativeJoinKeepsTasksProcessing(t *testing.T) {
 				c.produceLines(t, gen.lines(100, want))
 			}
 
+			// The counters before the rebalance: a task restarted by it
+			// (eager) counts from 0 again, below these, however quickly
+			// the rebalance ends.
+			var start map[task.ID]int64
+			waitFor(t, settleTimeout, "every task of a processing input", func() (bool, string) {
+				feed()
+				start = processed()
+				for _, n := range start {
+					if n == 0 {
+						return false, fmt.Sprint(start)
+					}
+				}
+				return len(start) == c.allTasks(), fmt.Sprint(start)
+			})
 			armed.Store(true)
 			b := c.start(t, "b", instanceConfig{stateDir: t.TempDir(), guarantee: tc.guarantee, eagerRebalancing: tc.eager})
 			deadline := time.Now().Add(settleTimeout)
@@ -73,7 +87,6 @@ func TestCooperativeJoinKeepsTasksProcessing(t *testing.T) {
 				require.True(t, time.Now().Before(deadline), "instance a never started rebalancing")
 				feed()
 			}
-			start := processed()
 			last := maps.Clone(start)
 			// A task a gave up, even for a moment (to another of its
 			// threads), or whose counter restarted, did not run through.
