@@ -56,7 +56,7 @@ type thread struct {
 	// commits early (see drainedCommitDue).
 	consumed bool
 	lagging  map[inputPartition]struct{}
-	rr         map[string]int32 // round-robin partition for keyless sink records
+	rr       map[string]int32 // round-robin partition for keyless sink records
 
 	// produceErr is the first produce failure of the current client
 	// since the last commit; see produceFailure.
