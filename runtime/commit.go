@@ -39,6 +39,7 @@ func (th *thread) commitBounded() error {
 // changelog positions, and only then are input offsets committed.
 func (th *thread) commit(ctx context.Context) error {
 	th.lastCommit, th.consumed = time.Now(), false
+	th.commits.Add(1)
 	running := th.runningTasks()
 	if len(running) == 0 {
 		return nil

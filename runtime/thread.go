@@ -56,7 +56,10 @@ type thread struct {
 	// commits early (see drainedCommitDue).
 	consumed bool
 	lagging  map[inputPartition]struct{}
-	rr       map[string]int32 // round-robin partition for keyless sink records
+	// commits counts the thread's commits begun, whatever their outcome,
+	// for tests that bound how often an idle thread commits.
+	commits atomic.Int64
+	rr      map[string]int32 // round-robin partition for keyless sink records
 
 	// produceErr is the first produce failure of the current client
 	// since the last commit; see produceFailure.
