@@ -38,7 +38,8 @@ func (th *thread) commitBounded() error {
 // and every record acknowledged, the writes enter the stores with their new
 // changelog positions, and only then are input offsets committed.
 func (th *thread) commit(ctx context.Context) error {
-	th.lastCommit = time.Now()
+	th.lastCommit, th.consumed = time.Now(), false
+	th.commits.Add(1)
 	running := th.runningTasks()
 	if len(running) == 0 {
 		return nil
@@ -212,7 +213,7 @@ func (th *thread) begin() error {
 // abortTransaction aborts the open transaction after a revocation or loss
 // dropped the work it held.
 func (th *thread) abortTransaction() error {
-	th.abortPending = false
+	th.abortPending, th.consumed = false, false
 	ctx, cancel := context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
 	defer cancel()
 	th.discard(th.runningTasks())

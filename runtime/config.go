@@ -90,6 +90,7 @@ func ParseProcessingGuarantee(s string) (ProcessingGuarantee, error) {
 const (
 	DefaultCommitInterval     = time.Second
 	DefaultEOSCommitInterval  = 100 * time.Millisecond
+	DefaultDrainedCommitDelay = 100 * time.Millisecond
 	DefaultTransactionTimeout = 10 * time.Second
 	DefaultCacheMaxBytes      = 10 << 20
 	DefaultSessionTimeout     = 10 * time.Second
@@ -186,6 +187,16 @@ type Config struct {
 	// CommitInterval is how often a thread commits. Default 1s, or 100ms
 	// with ExactlyOnce, where output becomes visible only at commit.
 	CommitInterval time.Duration
+	// DrainedCommitDelay is the least time between two commits of a thread
+	// that commits before its CommitInterval because its input is drained:
+	// it has consumed records since its last commit and has reached the
+	// end of every input partition it fetched (the high watermark, or the
+	// last stable offset under ExactlyOnce). Results are then committed
+	// soon after input stops rather than up to a commit interval later,
+	// while a thread kept just behind the end by a trickle of input
+	// commits at most once per DrainedCommitDelay. A value at or above
+	// CommitInterval turns early commits off. Default 100ms.
+	DrainedCommitDelay time.Duration
 	// TransactionTimeout bounds a transaction under ExactlyOnce. It is also
 	// how long the partitions of an instance that died mid-transaction stay
 	// blocked for its successor (unless the instance restarts first, which
@@ -397,6 +408,9 @@ func (c Config) withDefaults() Config {
 			c.CommitInterval = DefaultEOSCommitInterval
 		}
 	}
+	if c.DrainedCommitDelay == 0 {
+		c.DrainedCommitDelay = DefaultDrainedCommitDelay
+	}
 	if c.TransactionTimeout == 0 {
 		c.TransactionTimeout = DefaultTransactionTimeout
 	}
@@ -476,6 +490,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitInterval < 0 {
 		errs = append(errs, fmt.Errorf("CommitInterval must be positive, got %s", c.CommitInterval))
+	}
+	if c.DrainedCommitDelay < 0 {
+		errs = append(errs, fmt.Errorf("DrainedCommitDelay must be positive, got %s", c.DrainedCommitDelay))
 	}
 	if c.CacheMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("CacheMaxBytes must not be negative, got %d", c.CacheMaxBytes))

@@ -13,6 +13,7 @@ import (
 func TestConfigDefaults(t *testing.T) {
 	c := Config{ApplicationID: "a", Brokers: []string{"h:1"}}.withDefaults()
 	require.Equal(t, DefaultCommitInterval, c.CommitInterval)
+	require.Equal(t, DefaultDrainedCommitDelay, c.DrainedCommitDelay)
 	require.Equal(t, int64(DefaultCacheMaxBytes), c.CacheMaxBytes)
 	require.Equal(t, DefaultSessionTimeout, c.SessionTimeout)
 	require.Equal(t, DefaultNumStreamThreads, c.NumStreamThreads)
@@ -36,6 +37,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad endpoint", func(c *Config) { c.Endpoint = "x" }, "Endpoint"},
 		{"threads", func(c *Config) { c.NumStreamThreads = -1 }, "NumStreamThreads"},
 		{"commit", func(c *Config) { c.CommitInterval = -time.Second }, "CommitInterval"},
+		{"drained commit", func(c *Config) { c.DrainedCommitDelay = -time.Millisecond }, "DrainedCommitDelay"},
 		{"cache", func(c *Config) { c.CacheMaxBytes = -1 }, "CacheMaxBytes"},
 		{"handler", func(c *Config) { c.DeserializationErrors = 7 }, "DeserializationErrors"},
 		{"rf", func(c *Config) { c.ReplicationFactor = -3 }, "ReplicationFactor"},

@@ -49,7 +49,17 @@ type thread struct {
 	waiting    map[task.ID]bool
 	waitingAny atomic.Bool
 	lastCommit time.Time
-	rr         map[string]int32 // round-robin partition for keyless sink records
+	// consumed is set when a running task consumed an input record or a
+	// transaction marker since the last commit, and lagging holds the
+	// input partitions whose last fetch stopped short of the partition's
+	// end: with consumed set and lagging empty the thread is drained and
+	// commits early (see drainedCommitDue).
+	consumed bool
+	lagging  map[inputPartition]struct{}
+	// commits counts the thread's commits begun, whatever their outcome,
+	// for tests that bound how often an idle thread commits.
+	commits atomic.Int64
+	rr      map[string]int32 // round-robin partition for keyless sink records
 
 	// produceErr is the first produce failure of the current client
 	// since the last commit; see produceFailure.
@@ -160,6 +170,7 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 		tasks:   make(map[task.ID]*taskrun.Active),
 		waiting: make(map[task.ID]bool),
 		rr:      make(map[string]int32),
+		lagging: make(map[inputPartition]struct{}),
 		exited:  make(chan struct{}),
 	}
 	th.ctx, th.cancel = context.WithCancel(context.Background())
@@ -425,6 +436,7 @@ func (th *thread) iteration() error {
 			n++
 		}
 		th.app.metrics.processedFrom(p.Topic, n)
+		th.noteFetched(p)
 	})
 	if fatal != nil {
 		return fatal
@@ -434,7 +446,7 @@ func (th *thread) iteration() error {
 		return err
 	}
 	th.app.maybeRunning()
-	if th.commitDue() || th.budget.Full() || th.rebalancePending.Swap(false) {
+	if th.commitDue() || th.drainedCommitDue() || th.budget.Full() || th.rebalancePending.Swap(false) {
 		if err := th.commitBounded(); err != nil {
 			if !errors.Is(err, errGroupMovedOn) {
 				return err
@@ -465,15 +477,88 @@ func (th *thread) commitDue() bool {
 	return !th.joining.Load() || since >= cfg.CommitInterval+2*cfg.HeartbeatInterval
 }
 
+// inputPartition names a partition of an input topic.
+type inputPartition struct {
+	topic     string
+	partition int32
+}
+
+// noteFetched records whether the records a poll returned for a partition
+// reach the partition's end as the fetch saw it: the high watermark, or
+// under exactly-once the last stable offset, past which a read-committed
+// fetch returns nothing yet. Transaction markers are records here (see
+// passControl), so a drained partition's position does reach that end. A
+// partition whose last record is not its end's predecessor (a poll cut
+// short by MaxPollRecords, a fetch capped in bytes, a compacted tail) is
+// lagging until a later fetch reaches the end.
+func (th *thread) noteFetched(p kgo.FetchTopicPartition) {
+	if len(p.Records) == 0 {
+		return
+	}
+	end := p.HighWatermark
+	if th.sess != nil {
+		end = p.LastStableOffset
+	}
+	key := inputPartition{p.Topic, p.Partition}
+	if p.Records[len(p.Records)-1].Offset+1 >= end {
+		delete(th.lagging, key)
+	} else {
+		th.lagging[key] = struct{}{}
+	}
+}
+
+// drained reports whether the thread consumed input since its last commit
+// and every input partition of its running tasks it has fetched from is at
+// its end. A poll that returns nothing leaves this as it was: the next
+// fetch may simply still be on its way. Partitions whose task no longer
+// runs here are forgotten, so a revoked partition cannot hold early
+// commits off for good.
+func (th *thread) drained() bool {
+	if !th.consumed {
+		return false
+	}
+	for p := range th.lagging {
+		id := task.ID{SubTopology: th.app.plan.topicSub[p.topic], Partition: p.partition}
+		if t := th.tasks[id]; t == nil || t.State() != task.Running {
+			delete(th.lagging, p)
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// drainedCommitDue reports whether a drained thread should commit before
+// its commit interval: DrainedCommitDelay after its last commit. Committing
+// early spends a commit (under exactly-once a transaction) to make results
+// final once input stops, rather than a commit interval later. An idle
+// thread has consumed nothing since its last commit, so it never commits
+// early, and a thread that keeps consuming a trickle of input commits at
+// most once per DrainedCommitDelay. Early commits wait out a cooperative
+// rebalance's join like interval commits do (see commitDue).
+func (th *thread) drainedCommitDue() bool {
+	cfg := th.app.cfg
+	if cfg.DrainedCommitDelay >= cfg.CommitInterval || th.joining.Load() {
+		return false
+	}
+	return time.Since(th.lastCommit) >= cfg.DrainedCommitDelay && th.drained()
+}
+
 // pollWait bounds a poll so that commits and restoration are not starved
-// when no input arrives.
+// when no input arrives: it ends when the next commit is due, the interval
+// commit's or, for a drained thread, the early one's.
 func (th *thread) pollWait() time.Duration {
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	if th.rest.active() {
 		return 20 * time.Millisecond
 	}
-	wait := th.app.cfg.CommitInterval - time.Since(th.lastCommit)
+	cfg := th.app.cfg
+	next := cfg.CommitInterval
+	if cfg.DrainedCommitDelay < next && th.drained() {
+		next = cfg.DrainedCommitDelay
+	}
+	wait := next - time.Since(th.lastCommit)
 	return max(10*time.Millisecond, min(wait, 500*time.Millisecond))
 }
 
@@ -502,7 +587,7 @@ func (th *thread) taskOf(r *kgo.Record) (task.ID, *taskrun.Active) {
 // the task consumed since the last one.
 func (th *thread) passControl(r *kgo.Record) {
 	if _, t := th.taskOf(r); t != nil {
-		th.dirty = true
+		th.dirty, th.consumed = true, true
 		t.Skip(graph.InputRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
 	}
 }
@@ -512,7 +597,7 @@ func (th *thread) process(r *kgo.Record) error {
 	if t == nil {
 		return nil
 	}
-	th.dirty = true
+	th.dirty, th.consumed = true, true
 	in := graph.InputRecord{
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
 		Key: r.Key, Value: r.Value,
