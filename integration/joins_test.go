@@ -250,3 +250,23 @@ func TestJoinCoPartitioningError(t *testing.T) {
 	require.ErrorContains(t, err, "orders-by-customer (4)")
 	require.ErrorContains(t, err, "customers (3)")
 }
+
+// TestJoinRepartitionTakesTableCount: the repartition topic of a re-keyed
+// stream gets the partition count of the table it is joined with, not
+// that of the stream's own topic, so the join starts.
+func TestJoinRepartitionTakesTableCount(t *testing.T) {
+	c := newCluster(t, 4)
+	resp, err := c.adm.CreateTopics(ctx(t), 2, -1, nil, joinOrders)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	resp, err = c.adm.CreateTopics(ctx(t), 4, -1, nil, joinCustomers, joinEnriched)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	_, err = startJoins(t, c, "a", t.TempDir())
+	require.NoError(t, err)
+	repart := joinApp + "-" + joinNode + "-repartition"
+	td, err := c.adm.ListTopics(ctx(t), repart)
+	require.NoError(t, err)
+	require.NoError(t, td.Error())
+	require.Len(t, td[repart].Partitions, 4)
+}
