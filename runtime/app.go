@@ -657,6 +657,24 @@ type topicPlan struct {
 // missing ones if Config.CreateMissingTopics allows), derives those of the
 // internal topics, checks co-partitioning, and creates or verifies the
 // internal topics.
+// coSourcePartitions returns the largest partition count of the user
+// topics that a sub-topology reading repartition topic rp also reads, or 0
+// when there are none.
+func coSourcePartitions(subs []graph.SubTopology, rp graph.TopicRef, partitions map[string]int32) int32 {
+	var n int32
+	for _, st := range subs {
+		if !slices.Contains(st.Sources, rp) {
+			continue
+		}
+		for _, r := range st.Sources {
+			if !r.Internal && partitions[r.Name] > n {
+				n = partitions[r.Name]
+			}
+		}
+	}
+	return n
+}
+
 func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, cfg Config) (*topicPlan, error) {
 	app := cfg.ApplicationID
 	subs := graph.Of(topo).SubTopologies()
@@ -686,7 +704,9 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		return nil, err
 	}
 	// Derive counts: a sub-topology has the count of its sources; a
-	// repartition topic without an explicit count has its writer's count.
+	// repartition topic without an explicit count has the count of the
+	// user topics read beside it (a re-keyed stream joined with a table
+	// must be co-partitioned with the table), else its writer's count.
 	// Repartition chains may run through several sub-topologies, so iterate
 	// until nothing changes.
 	reparts := graph.Of(topo).RepartitionTopics()
@@ -698,6 +718,8 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 			}
 			if rp.Partitions > 0 {
 				plan.partitions[name] = rp.Partitions
+			} else if n := coSourcePartitions(subs, rp.Topic, plan.partitions); n > 0 {
+				plan.partitions[name] = n
 			} else if n := plan.subPartitions[rp.WriterSubTopology]; n > 0 {
 				plan.partitions[name] = n
 			}

@@ -88,6 +88,10 @@ type node struct {
 	extract func(record) (time.Time, error)
 	encode  func(record) (key, value []byte, err error)
 	newProc func() (procImpl, error)
+	// joins is the table node a stream-table join reads the store of: not
+	// a parent, since table updates must not reach the join, but it keeps
+	// both in one sub-topology.
+	joins *node
 	// readsMeta marks a node whose processor can ask for the metadata of
 	// the record being processed (a user Processor).
 	readsMeta bool

@@ -14,6 +14,9 @@ type options struct {
 	// extractor is a TimestampExtractor[K, V] for a source, checked
 	// against the source's types when the source is added.
 	extractor any
+	// valueSerde is a serde.Serde[V] of a join's stream side, checked
+	// against the stream's value type by the join.
+	valueSerde any
 }
 
 func collect(opts []Option) options {

@@ -234,6 +234,9 @@ type taskGraph struct {
 	// droppedLate counts records windowed aggregations left out of closed
 	// windows (graph.LateCounter).
 	droppedLate int64
+	// droppedJoin counts records joins dropped for a null key or value
+	// (JoinDropCounter).
+	droppedJoin int64
 	// inited counts the processors whose Init succeeded, so a failed start
 	// closes exactly those.
 	inited []*nodeInstance

@@ -110,6 +110,9 @@ func cloneGraph(nodes []*node) []*node {
 	for _, c := range out {
 		c.parents = remap(c.parents, out)
 		c.children = remap(c.children, out)
+		if c.joins != nil {
+			c.joins = out[c.joins.id]
+		}
 	}
 	return out
 }
@@ -137,15 +140,21 @@ func (t *Topology) split() {
 		}
 		return i
 	}
+	union := func(x, y *node) {
+		a, b := find(x.id), find(y.id)
+		// Keep the smaller id as the root so roots are first nodes.
+		if a < b {
+			parent[b] = a
+		} else {
+			parent[a] = b
+		}
+	}
 	for _, n := range t.nodes {
 		for _, c := range n.children {
-			a, b := find(n.id), find(c.id)
-			// Keep the smaller id as the root so roots are first nodes.
-			if a < b {
-				parent[b] = a
-			} else {
-				parent[a] = b
-			}
+			union(n, c)
+		}
+		if n.joins != nil {
+			union(n, n.joins)
 		}
 	}
 	subOfRoot := make(map[int]*subTopology)

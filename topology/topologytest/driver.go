@@ -116,6 +116,18 @@ func (d *Driver) DroppedLate() int64 {
 	return n
 }
 
+// DroppedJoinRecords counts the records stream-table joins dropped for a
+// null key or value, over every task.
+func (d *Driver) DroppedJoinRecords() int64 {
+	var n int64
+	for _, g := range d.tasks {
+		if jc, ok := g.(topology.JoinDropCounter); ok {
+			n += jc.DroppedJoinRecords()
+		}
+	}
+	return n
+}
+
 // Now returns the driver's wall-clock time.
 func (d *Driver) Now() time.Time { return d.now }
 

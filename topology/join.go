@@ -1,0 +1,140 @@
+package topology
+
+import (
+	"github.com/eddystreams/eddy/serde"
+)
+
+// Join joins s with the table t on their keys: each record of s looks up
+// t's current value for its key and, when there is one, forwards
+// joiner(value, tableValue) under the record's key, timestamp and headers.
+// A record whose key t does not hold is dropped. Updates of t change what
+// later records find but produce no output themselves; a tombstone in t
+// deletes its key. Records of s with a null key or value are dropped and
+// counted (DroppedJoinRecords of the task graph).
+//
+// s and t must be co-partitioned: the topics they read need equal
+// partition counts, which the runtime checks at start-up. If an operator
+// may have changed the key of s (Map, SelectKey, FlatMap, Process), s is
+// first written through the repartition topic "<app>-<name>-repartition",
+// where name is the join node's name (give it with Named to keep it stable
+// as the topology changes); the topic's records are encoded with t's key
+// serde and the value serde given with JoinValueSerde, which is then
+// required. Named names the join node.
+func Join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], joiner func(v V, tv TV) VR, opts ...Option) KStream[K, VR] {
+	var fn func(V, TV, bool) VR
+	if joiner != nil {
+		fn = func(v V, tv TV, _ bool) VR { return joiner(v, tv) }
+	}
+	return join(s, t, "join", false, fn, collect(opts))
+}
+
+// LeftJoin is Join that keeps the records whose key t does not hold:
+// joiner is called for every record with found false and tv the zero value
+// of TV when t has no value for the key.
+func LeftJoin[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], joiner func(v V, tv TV, found bool) VR, opts ...Option) KStream[K, VR] {
+	return join(s, t, "leftjoin", true, joiner, collect(opts))
+}
+
+// JoinValueSerde gives the value serde of the stream side of Join or
+// LeftJoin, used to encode its repartition topic when the stream must be
+// repartitioned; V must be the stream's value type.
+func JoinValueSerde[V any](s serde.Serde[V]) Option {
+	return func(o *options) { o.valueSerde = s }
+}
+
+func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bool, joiner func(V, TV, bool) VR, o options) KStream[K, VR] {
+	b := s.builder()
+	if t.b == nil {
+		panic("topology: use of a zero KTable")
+	}
+	if t.b != b {
+		b.errorf("%s joins a table from another Builder", s.n.label())
+		return KStream[K, VR]{b: b, n: s.n}
+	}
+	// The node is added before its input is known, so that its (possibly
+	// generated) name can name the repartition topic; its parent is wired
+	// below.
+	n := b.addNode(kindProcessor, op, o)
+	in := s.n
+	if s.keyChanged {
+		vs, ok := o.valueSerde.(serde.Serde[V])
+		switch {
+		case o.valueSerde == nil:
+			b.errorf("%s: the stream was re-keyed (after %s) and must be repartitioned; give its value serde with JoinValueSerde", n.label(), s.n.label())
+		case !ok || vs == nil:
+			b.errorf("%s: JoinValueSerde is %T, want a non-nil serde.Serde[%T]", n.label(), o.valueSerde, zero[V]())
+		default:
+			topic := TopicRef{Name: n.name + "-repartition", Internal: true}
+			sink := addSink(b, s.n, topic, t.keySerde, vs, options{name: topic.Name + "-sink"})
+			sink.partitions = o.partitions
+			if o.partitions < 0 {
+				b.errorf("%s: partition count %d is negative", sink.label(), o.partitions)
+			}
+			in = addSource(b, topic, t.keySerde, vs, options{name: topic.Name + "-source"})
+		}
+	}
+	in.children = append(in.children, n)
+	n.parents = []*node{in}
+	// The table is read, not fed: the join node must share the table's
+	// task (and so its sub-topology and partition) without receiving its
+	// updates.
+	n.joins = t.n
+	n.stores = []string{t.store}
+	b.checkFunc(n, joiner == nil, "joiner")
+	store, keySerde := t.store, t.keySerde
+	n.newProc = func() (procImpl, error) {
+		return &joinProc[K, V, TV, VR]{store: store, keySerde: keySerde, valueSerde: t.valueSerde, left: left, joiner: joiner}, nil
+	}
+	return KStream[K, VR]{b: b, n: n}
+}
+
+type joinProc[K, V, TV, VR any] struct {
+	store      string
+	keySerde   serde.Serde[K]
+	valueSerde serde.Serde[TV]
+	left       bool
+	joiner     func(V, TV, bool) VR
+	kv         *KeyValueStore[K, TV]
+}
+
+func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	return nil
+}
+
+func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
+	if r.keyNull || r.valueNull {
+		c.task.droppedJoin++
+		return nil
+	}
+	kb, err := p.kv.encodeKey(as[K](r.key))
+	if err != nil {
+		return err
+	}
+	tv, found, err := p.kv.getEncoded(kb)
+	if err != nil {
+		return err
+	}
+	if !found && !p.left {
+		return nil
+	}
+	v := p.joiner(as[V](r.value), tv, found)
+	return c.forward(record{key: r.key, value: v, ts: r.ts, headers: r.headers})
+}
+
+func (p *joinProc[K, V, TV, VR]) close() error { return nil }
+
+// JoinDropCounter is implemented by task graphs whose stream-table joins
+// drop records with a null key or value, which cannot be joined.
+type JoinDropCounter interface {
+	// DroppedJoinRecords counts the records the task's joins dropped for
+	// a null key or value.
+	DroppedJoinRecords() int64
+}
+
+// DroppedJoinRecords implements JoinDropCounter.
+func (g *taskGraph) DroppedJoinRecords() int64 { return g.droppedJoin }
