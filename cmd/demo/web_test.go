@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/runtime"
 )
@@ -60,6 +62,9 @@ func httpGet(t *testing.T, u string) (int, string, string) {
 type testCluster struct {
 	ins  []*instance
 	want map[string]int64 // the count of every word produced
+	// perMinute is every word's count per minute (by window start, in
+	// Unix milliseconds), from the times the produced records carry.
+	perMinute map[string]map[int64]int64
 }
 
 func startTestCluster(t *testing.T) *testCluster {
@@ -113,6 +118,7 @@ func startTestCluster(t *testing.T) *testCluster {
 	}
 	_, stderr, err := runCmd(ctx, strings.Join(lines, "\n"), "produce", "--brokers", strings.Join(b.Addrs(), ","))
 	require.NoError(t, err, stderr)
+	c.perMinute = minuteCounts(ctx, t, b.Addrs(), len(lines))
 
 	// Counted: every word's count is exact on its active.
 	waitUntil(t, 20*time.Second, "the counts are exact", func() (bool, string) {
@@ -125,6 +131,35 @@ func startTestCluster(t *testing.T) *testCluster {
 		return true, ""
 	})
 	return c
+}
+
+// minuteCounts reads the n lines of the input topic and counts their
+// words per minute of the records' times: what counts-per-minute must
+// hold. The producer leaves record times to the client (the time of
+// producing), so they can only be known by reading them back.
+func minuteCounts(ctx context.Context, t *testing.T, brokers []string, n int) map[string]map[int64]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(inputTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	out := map[string]map[int64]int64{}
+	for read := 0; read < n; {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "read %d of %d lines", read, n)
+		require.NoError(t, fs.Err0())
+		for _, r := range fs.Records() {
+			read++
+			start := r.Timestamp.UnixMilli() - r.Timestamp.UnixMilli()%time.Minute.Milliseconds()
+			for _, w := range words(string(r.Value)) {
+				if out[w] == nil {
+					out[w] = map[int64]int64{}
+				}
+				out[w][start]++
+			}
+		}
+	}
+	return out
 }
 
 // activeOf returns the index of the instance holding the active of a
@@ -188,6 +223,59 @@ func TestMultiProcessCommands(t *testing.T) {
 		stdout, _, err = runCmd(ctx, "", "query", "--http", x.addr, "zzyzx")
 		require.NoError(t, err)
 		require.Contains(t, stdout, "zzyzx: not counted")
+	})
+
+	t.Run("query windows", func(t *testing.T) {
+		// Every word's counts per minute are exact, asked of either
+		// instance (which routes to the active). The totals are exact
+		// already; the minutes are counted in the same tasks and
+		// commits, but are waited for rather than assumed.
+		answer := func(i int, w string) (map[int64]int64, windowsAnswer, string) {
+			ask := c.ins[i%2].addr
+			stdout, stderr, err := runCmd(ctx, "", "query", "--http", ask, "--windows", "--json", w)
+			require.NoError(t, err, stderr)
+			var wa windowsAnswer
+			require.NoError(t, json.Unmarshal([]byte(stdout), &wa), stdout)
+			got := map[int64]int64{}
+			for _, win := range wa.Windows {
+				start, err := time.Parse(time.RFC3339, win.Start)
+				require.NoError(t, err)
+				end, err := time.Parse(time.RFC3339, win.End)
+				require.NoError(t, err)
+				require.Equal(t, time.Minute, end.Sub(start), "a one-minute window: %s", stdout)
+				n, err := strconv.ParseInt(string(win.Value), 10, 64)
+				require.NoError(t, err)
+				got[start.UnixMilli()] = n
+			}
+			return got, wa, stdout
+		}
+		waitUntil(t, 20*time.Second, "the counts per minute are exact", func() (bool, string) {
+			for i, w := range slices.Sorted(maps.Keys(c.perMinute)) {
+				if got, _, out := answer(i, w); !maps.Equal(got, c.perMinute[w]) {
+					return false, fmt.Sprintf("%s: want %v, got %s", w, c.perMinute[w], out)
+				}
+			}
+			return true, ""
+		})
+		_, wa, _ := answer(0, word)
+		require.Equal(t, x.addr, wa.ServedBy.Host, "routed to the active")
+
+		// The human answer lists the minutes, oldest first, and who
+		// answered.
+		stdout, stderr, err := runCmd(ctx, "", "query", "--http", y.addr, "--windows", word)
+		require.NoError(t, err, stderr)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s per minute:\n", word)
+		for _, start := range slices.Sorted(maps.Keys(c.perMinute[word])) {
+			fmt.Fprintf(&b, "  %s - %s  %d\n", time.UnixMilli(start).UTC().Format("2006-01-02T15:04:05.000Z"),
+				time.UnixMilli(start+60_000).UTC().Format("2006-01-02T15:04:05.000Z"), c.perMinute[word][start])
+		}
+		fmt.Fprintf(&b, "served by %s: active replica of counts-per-minute partition ", x.addr)
+		require.True(t, strings.HasPrefix(stdout, b.String()), "got\n%s\nwant prefix\n%s", stdout, b.String())
+
+		stdout, _, err = runCmd(ctx, "", "query", "--http", x.addr, "--windows", "zzyzx")
+		require.NoError(t, err)
+		require.Contains(t, stdout, "zzyzx: no counts in the minutes counts-per-minute keeps")
 	})
 
 	t.Run("status", func(t *testing.T) {
