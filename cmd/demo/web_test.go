@@ -561,6 +561,14 @@ func testPageInChromium(t *testing.T, c *testCluster, in *instance, word string)
 	require.Contains(t, dom, `<div id="answer" aria-live="polite" data-status="200">`, "the query in the URL was asked:\n%s", dom)
 	require.Contains(t, dom, fmt.Sprintf(`<span class="value">%s: %d</span>`, word, c.want[word]))
 	require.Regexp(t, `served by <span class="chip r-(active|standby)">(active|standby)</span>`, dom)
+
+	// The word's last minutes, oldest first, from counts-per-minute.
+	starts := slices.Sorted(maps.Keys(c.perMinute[word]))
+	var spans []string
+	for _, st := range starts[max(len(starts)-5, 0):] {
+		spans = append(spans, fmt.Sprintf(`<span class="minute">%s %d</span>`, time.UnixMilli(st).UTC().Format("15:04"), c.perMinute[word][st]))
+	}
+	require.Contains(t, dom, `<p class="minutes">per minute (UTC): `+strings.Join(spans, " · ")+`</p>`, "the word's minutes:\n%s", dom)
 }
 
 // readmeSeries parses README.md's metrics table: each series' type, and
