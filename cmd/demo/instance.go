@@ -30,21 +30,41 @@ const (
 	inputTopic  = "text"
 	outputTopic = "word-counts"
 	countsStore = "counts"
-	// minuteStore is the window store `demo query --windows` asks. The
-	// topology does not count per minute yet: adding windowed stores to it
-	// needs the status page and scenarios to count only the counts
-	// store's replicas.
+	// minuteTopic gets each word's final count of each minute, once the
+	// minute has closed (emit-final, after minuteGrace).
+	minuteTopic = "word-counts-per-minute"
+	// minuteStore is the queryable per-minute count, updated as words
+	// arrive; it keeps minuteStoreGrace of closed minutes besides the
+	// current one.
 	minuteStore = "counts-per-minute"
+	// minuteFinalStore holds the minutes whose final count is not out yet.
+	minuteFinalStore = "counts-per-minute-final"
+)
+
+// Grace periods of the per-minute counts: how late (in event time) a word
+// may arrive and still count in its minute. The queryable store's is long
+// so that it keeps the last minutes to query.
+const (
+	minuteGrace      = 10 * time.Second
+	minuteStoreGrace = 10 * time.Minute
 )
 
 // wordCount is the demo's topology: lines in, a count per word in the store
-// "counts", every new count out to "word-counts".
+// "counts", every new count out to "word-counts"; and per minute (tumbling
+// one-minute windows of event time), each word's count so far in the
+// window store "counts-per-minute" and its final count, once the minute
+// has closed, out to "word-counts-per-minute".
 func wordCount() (*topology.Topology, error) {
 	b := topology.NewBuilder()
 	lines := topology.Stream(b, inputTopic, serde.Bytes, serde.String)
 	ws := topology.FlatMapValues(lines, func(_ []byte, line string) []string { return words(line) })
-	counts := topology.GroupBy(ws, func(_ []byte, w string) string { return w }, "words", serde.String, serde.String).Count(countsStore)
+	grouped := topology.GroupBy(ws, func(_ []byte, w string) string { return w }, "words", serde.String, serde.String)
+	counts := grouped.Count(countsStore)
 	counts.ToStream().To(outputTopic, serde.String, serde.Int64)
+	topology.WindowedBy(grouped, topology.TumblingWindows(time.Minute).Grace(minuteStoreGrace)).Count(minuteStore)
+	final := topology.TumblingWindows(time.Minute).Grace(minuteGrace)
+	topology.WindowedBy(grouped, final).EmitFinal().Count(minuteFinalStore).ToStream().
+		To(minuteTopic, topology.TimeWindowedSerde(serde.String, final.Size()), serde.Int64)
 	return b.Build()
 }
 
@@ -57,7 +77,7 @@ func ensureTopics(ctx context.Context, brokers []string, opts ...kgo.Opt) error 
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	resp, err := adm.CreateTopics(ctx, -1, -1, nil, inputTopic, outputTopic)
+	resp, err := adm.CreateTopics(ctx, -1, -1, nil, inputTopic, outputTopic, minuteTopic)
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}
@@ -69,11 +89,13 @@ func ensureTopics(ctx context.Context, brokers []string, opts ...kgo.Opt) error 
 	return nil
 }
 
-// countsServer serves the instance's query API for the "counts" store,
-// with the security settings of cfg, reporting every key query to observe.
+// countsServer serves the instance's query API for the "counts" and
+// "counts-per-minute" stores, with the security settings of cfg, reporting
+// every key query to observe.
 func countsServer(app *runtime.App, cfg iq.ServerConfig, observe func(iq.KeyQuery)) *iq.Server {
 	cfg.Observe = observe
-	return iq.NewServerWithConfig(app.Queries(), cfg, iq.CodecFor(countsStore, serde.String, serde.Int64, nil))
+	return iq.NewServerWithConfig(app.Queries(), cfg, iq.CodecFor(countsStore, serde.String, serde.Int64, nil),
+		iq.CodecFor(minuteStore, serde.String, serde.Int64, nil))
 }
 
 // instanceOptions are the settings of one word-count instance.

@@ -280,7 +280,7 @@ func newDemo(ctx context.Context, cfg demoConfig, s stdio) (_ *demo, err error) 
 	if err != nil {
 		return nil, err
 	}
-	d.feed = &feeder{cl: cl, want: make(map[string]int64)}
+	d.feed = &feeder{cl: cl, want: make(map[string]int64), minutes: make(map[string]map[int64]int64)}
 	feedCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	d.stopFeed, d.feedDone = stop, make(chan struct{})
 	go func() {
@@ -437,8 +437,12 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 type feeder struct {
 	cl *kgo.Client
 
-	mu       sync.Mutex
-	want     map[string]int64
+	mu   sync.Mutex
+	want map[string]int64
+	// minutes counts the words per minute of the records' times (the
+	// producer's clock, the time counts-per-minute windows them by on
+	// topics with the default CreateTime), by window start.
+	minutes  map[string]map[int64]int64
 	lines    int64 // acknowledged
 	words    int64
 	failed   int64
@@ -467,13 +471,13 @@ func (f *feeder) run(ctx context.Context, rate int, c *corpus) {
 		for range due {
 			line := c.line()
 			ws := words(line)
-			f.cl.Produce(produceCtx, &kgo.Record{Value: []byte(line)}, func(_ *kgo.Record, err error) { f.acked(ws, err) })
+			f.cl.Produce(produceCtx, &kgo.Record{Value: []byte(line)}, func(r *kgo.Record, err error) { f.acked(r, ws, err) })
 			sent++
 		}
 	}
 }
 
-func (f *feeder) acked(ws []string, err error) {
+func (f *feeder) acked(r *kgo.Record, ws []string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {
@@ -485,9 +489,19 @@ func (f *feeder) acked(ws []string, err error) {
 	}
 	f.lines++
 	f.words += int64(len(ws))
+	start := minuteOf(r.Timestamp.UnixMilli())
 	for _, w := range ws {
 		f.want[w]++
+		if f.minutes[w] == nil {
+			f.minutes[w] = make(map[int64]int64)
+		}
+		f.minutes[w][start]++
 	}
+}
+
+// minuteOf is the start of the one-minute window holding ms.
+func minuteOf(ms int64) int64 {
+	return ms - ms%time.Minute.Milliseconds()
 }
 
 // fed returns the lines and words acknowledged so far.
@@ -495,6 +509,25 @@ func (f *feeder) fed() (lines, words int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.lines, f.words
+}
+
+// minuteReference returns every word's reference counts of the minutes
+// starting at from or later.
+func (f *feeder) minuteReference(from int64) map[string]map[int64]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]map[int64]int64)
+	for w, ms := range f.minutes {
+		for start, n := range ms {
+			if start >= from {
+				if out[w] == nil {
+					out[w] = make(map[int64]int64)
+				}
+				out[w][start] = n
+			}
+		}
+	}
+	return out
 }
 
 // reference returns a copy of the reference count.
@@ -701,6 +734,35 @@ func (d *demo) query(ctx context.Context, c *iq.Client, word string, opts ...iq.
 	return a, nil
 }
 
+// queryMinutes asks the cluster for a word's counts of the minutes
+// starting at from or later, by window start.
+func (d *demo) queryMinutes(ctx context.Context, c *iq.Client, word string, from int64) (map[int64]int64, error) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := c.WindowFetch(qctx, minuteStore, word, []byte(word), from, iq.MaxTime)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]int64, len(res.Windows))
+	for _, w := range res.Windows {
+		var n int64
+		if err := json.Unmarshal(w.Value, &n); err != nil {
+			return nil, fmt.Errorf("decode the count of %q in the minute from %d: %w", word, w.Start, err)
+		}
+		out[w.Start] = n
+	}
+	return out, nil
+}
+
+// minuteList renders counts per minute as "[15:04 n, ...]", oldest first.
+func minuteList(m map[int64]int64) string {
+	var parts []string
+	for _, start := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", time.UnixMilli(start).UTC().Format("15:04"), m[start]))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
 // shortRefusal says in a few words why a query got no answer.
 func shortRefusal(err error) string {
 	var ue *iq.UnavailableError
@@ -754,16 +816,17 @@ func refusalReasons(err error) string {
 }
 
 // checkCounts queries every word of want through a routing client, from
-// running actives only, until each count equals want or ctx ends; it
-// returns the words that still differ. progress reports how many words
-// match so far.
+// running actives only, until each count equals want, and each word's
+// counts per minute (the windows of counts-per-minute starting at from or
+// later) equal wantMin, or ctx ends; it returns the words that still
+// differ. progress reports how many words match so far.
 //
 // The check has a client of its own, without monotonic reads: the sample
 // queries' client remembers positions read from standbys, and under
 // exactly-once a standby's position counts the last commit marker while
 // its active's does not, so that client would find an idle active
 // forever "behind" what it read.
-func (d *demo) checkCounts(ctx context.Context, want map[string]int64, progress func(exact int)) []string {
+func (d *demo) checkCounts(ctx context.Context, want map[string]int64, wantMin map[string]map[int64]int64, from int64, progress func(exact int)) []string {
 	var addrs []string
 	for _, sl := range d.slots {
 		addrs = append(addrs, sl.addr)
@@ -790,6 +853,10 @@ func (d *demo) checkCounts(ctx context.Context, want map[string]int64, progress 
 			wg.Go(func() {
 				for w := range work {
 					a, err := d.query(ctx, c, w)
+					var got map[int64]int64
+					if err == nil && a.count == want[w] {
+						got, err = d.queryMinutes(ctx, c, w, from)
+					}
 					mu.Lock()
 					switch {
 					case err != nil:
@@ -797,6 +864,9 @@ func (d *demo) checkCounts(ctx context.Context, want map[string]int64, progress 
 						next = append(next, w)
 					case a.count != want[w]:
 						diffs[w] = fmt.Sprintf("%s: counted %d, produced %d", w, a.count, want[w])
+						next = append(next, w)
+					case !maps.Equal(got, wantMin[w]):
+						diffs[w] = fmt.Sprintf("%s: counted per minute %s, produced %s", w, minuteList(got), minuteList(wantMin[w]))
 						next = append(next, w)
 					default:
 						delete(diffs, w)

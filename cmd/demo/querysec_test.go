@@ -114,9 +114,12 @@ func TestInstanceServesQueriesOverTLSWithToken(t *testing.T) {
 	require.NoError(t, getJSON(ctx, peerClient(true, mustPool(t, cert), ""), strings.TrimPrefix(addr, "https://"), "/cluster.json", &view))
 	require.Len(t, view.Instances, 1)
 	require.Empty(t, view.Instances[0].Error, "the page's own view of the instance")
+	// The page shows the counts store's partitions, where the window
+	// stores' replicas are too (the same tasks).
 	require.Equal(t, 3, view.Instances[0].Actives)
 	require.Len(t, view.Rows, 3)
 	for _, r := range view.Rows {
+		require.Equal(t, countsStore, r.Store)
 		require.Equal(t, "active", r.Cells[0].Role, "%+v", r)
 		require.False(t, r.Cells[0].Unconfirmed, "the instance's lags were read: %+v", r)
 	}

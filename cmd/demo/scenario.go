@@ -42,6 +42,11 @@ const (
 	gapShare     = 0.20 // with --forever: end of a round → the next kill
 )
 
+// minutesChecked is how far back from the end of the feed the check
+// compares the counts per minute; well within minuteStoreGrace, so that
+// counts-per-minute still keeps them.
+const minutesChecked = 5 * time.Minute
+
 type phase int
 
 const (
@@ -124,6 +129,7 @@ type scenario struct {
 	checkDone   chan []string
 	checkExact  atomic.Int64 // words whose count matched, set by the check
 	checkTotal  int
+	checkFrom   int64 // the first minute (window start, Unix ms) checked
 	checkEnd    time.Time
 	fedLines    int64
 	fedWords    int64
@@ -690,6 +696,10 @@ func (sc *scenario) startCheck(ctx context.Context) {
 	sc.fedLines, sc.fedWords = d.feed.fed()
 	want := d.feed.reference()
 	sc.checkTotal = len(want)
+	// The minutes checked are the last few, well within the ones
+	// counts-per-minute keeps (minuteStoreGrace), however long the run.
+	sc.checkFrom = minuteOf(sc.feedStopped.Add(-minutesChecked).UnixMilli())
+	wantMin := d.feed.minuteReference(sc.checkFrom)
 	d.feed.mu.Lock()
 	failed, firstErr := d.feed.failed, d.feed.firstErr
 	d.feed.mu.Unlock()
@@ -697,13 +707,14 @@ func (sc *scenario) startCheck(ctx context.Context) {
 	if failed > 0 || err != nil {
 		msg += fmt.Sprintf("; %d not acknowledged (%v), left out of the reference", failed, cmpErr(firstErr, err))
 	}
-	d.event(msg + fmt.Sprintf(". Checking all %s words' counts through the routing client (staleness active) until they equal the reference count", thousands(int64(len(want)))))
+	d.event(msg + fmt.Sprintf(". Checking all %s words' counts, and their counts per minute since %s, through the routing client (staleness active) until they equal the reference counts",
+		thousands(int64(len(want))), time.UnixMilli(sc.checkFrom).UTC().Format("15:04")))
 	sc.enter(phaseChecking, sc.feedStopped)
 	sc.checkDone = make(chan []string, 1)
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, settleDeadline)
 		defer cancel()
-		sc.checkDone <- d.checkCounts(cctx, want, func(n int) { sc.checkExact.Store(int64(n)) })
+		sc.checkDone <- d.checkCounts(cctx, want, wantMin, sc.checkFrom, func(n int) { sc.checkExact.Store(int64(n)) })
 	}()
 }
 
@@ -722,7 +733,7 @@ func (sc *scenario) finish(diffs []string) error {
 	now := time.Now()
 	sc.checkEnd = now
 	if len(diffs) == 0 {
-		d.event(fmt.Sprintf("all %s word counts are exact (%.1fs after the feed stopped)", thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds()))
+		d.event(fmt.Sprintf("all %s word counts are exact, in total and per minute (%.1fs after the feed stopped)", thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds()))
 	} else {
 		d.event(fmt.Sprintf("%d of %d word counts differ from the reference count", len(diffs), sc.checkTotal))
 	}
@@ -993,6 +1004,7 @@ func (sc *scenario) summary(now time.Time, diffs []string, runErr error) {
 		row("counts", "not checked: %v", runErr)
 	case len(diffs) == 0:
 		row("counts", "all %s word counts are exact: each equals the words the broker acknowledged (checked through the routing client, staleness active)", thousands(int64(sc.checkTotal)))
+		row("", "and so are their counts per minute since %s UTC in %s", time.UnixMilli(sc.checkFrom).UTC().Format("15:04"), minuteStore)
 	default:
 		row("counts", "%d of %d word counts differ:", len(diffs), sc.checkTotal)
 		for _, df := range diffs[:min(20, len(diffs))] {

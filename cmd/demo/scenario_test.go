@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/topology"
@@ -60,11 +61,12 @@ func TestDefaultDemo(t *testing.T) {
 		regexp.MustCompile(`\*\*\* #\d is back on 127\.0\.0\.1:\d+ with its old process ID`),
 		regexp.MustCompile(`\*\*\* #\d caught up [0-9.]+s after restarting`),
 		regexp.MustCompile(`\*\*\* scenario complete`),
-		regexp.MustCompile(`\*\*\* all [0-9,]+ word counts are exact`),
+		regexp.MustCompile(`\*\*\* all [0-9,]+ word counts are exact, in total and per minute`),
 		regexp.MustCompile(`(?m)^summary$`),
 		regexp.MustCompile(`(?m)^  failover +[0-9.]+s: #\d killed at`),
 		regexp.MustCompile(`(?m)^  restart +#\d caught up`),
 		regexp.MustCompile(`(?m)^  counts +all [0-9,]+ word counts are exact`),
+		regexp.MustCompile(`(?m)^ +and so are their counts per minute since \d\d:\d\d UTC in counts-per-minute`),
 		regexp.MustCompile(`(?m)^\[ *[0-9.]+s\] fed [0-9,]+ lines · queries [0-9,]+ answered, [0-9,]+ refused · #1 `),
 	} {
 		require.Regexp(t, want, stdout)
@@ -193,4 +195,28 @@ func TestRefusalReasons(t *testing.T) {
 	require.Equal(t, "no replica of partition 2 could answer (unreachable, too stale)", shortRefusal(ue))
 	require.Equal(t, "rebalancing", refusalReasons(iq.ErrRebalancing))
 	require.Equal(t, "timed out", refusalReasons(context.DeadlineExceeded))
+}
+
+func TestFeederCountsPerMinute(t *testing.T) {
+	f := &feeder{want: map[string]int64{}, minutes: map[string]map[int64]int64{}}
+	at := func(s string) *kgo.Record {
+		ts, err := time.Parse(time.RFC3339Nano, s)
+		require.NoError(t, err)
+		return &kgo.Record{Timestamp: ts}
+	}
+	f.acked(at("2026-01-02T10:00:59.999Z"), []string{"fox", "dog", "fox"}, nil)
+	f.acked(at("2026-01-02T10:01:00Z"), []string{"fox"}, nil)
+	f.acked(at("2026-01-02T10:03:30Z"), []string{"dog"}, nil)
+	f.acked(at("2026-01-02T10:03:31Z"), []string{"cat"}, errors.New("not acknowledged"))
+	m := func(s string) int64 { return at(s).Timestamp.UnixMilli() }
+	require.Equal(t, map[string]map[int64]int64{
+		"fox": {m("2026-01-02T10:00:00Z"): 2, m("2026-01-02T10:01:00Z"): 1},
+		"dog": {m("2026-01-02T10:00:00Z"): 1, m("2026-01-02T10:03:00Z"): 1},
+	}, f.minuteReference(0))
+	require.Equal(t, map[string]map[int64]int64{
+		"fox": {m("2026-01-02T10:01:00Z"): 1},
+		"dog": {m("2026-01-02T10:03:00Z"): 1},
+	}, f.minuteReference(m("2026-01-02T10:01:00Z")))
+	require.Equal(t, map[string]int64{"fox": 3, "dog": 2}, f.reference())
+	require.Equal(t, "[10:00 2, 10:01 1]", minuteList(f.minuteReference(0)["fox"]))
 }

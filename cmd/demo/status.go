@@ -74,7 +74,8 @@ type errorAnswer struct {
 
 // clusterView is the cluster as one instance sees it: its routing table,
 // and what every instance in it says about its own replicas. It is what
-// `demo status` prints and what the status page draws (as JSON).
+// `demo status` prints and what the status page draws (as JSON), each
+// narrowed to the counts store.
 type clusterView struct {
 	// From is the instance asked for the routing table.
 	From       string           `json:"from"`
@@ -82,6 +83,48 @@ type clusterView struct {
 	Instances  []instanceView   `json:"instances"`
 	// Taken is when the view was put together, in Unix milliseconds.
 	Taken int64 `json:"taken_ms"`
+	// Others names the stores a view narrowed to one store left out.
+	Others []string `json:"other_stores,omitempty"`
+}
+
+// of narrows the view to one store's partitions and replicas. The word
+// count's stores all belong to the tasks after the "words" repartition,
+// so the replicas of "counts" show where every task is, one row per
+// partition, and the window stores would only repeat them.
+func (v clusterView) of(store string) clusterView {
+	keep := func(sps []iq.StorePartition) []iq.StorePartition {
+		var out []iq.StorePartition
+		for _, sp := range sps {
+			if sp.Store == store {
+				out = append(out, sp)
+			}
+		}
+		return out
+	}
+	n := v
+	n.Partitions = map[string]int32{}
+	n.Others = nil
+	for s, p := range v.Partitions {
+		if s == store {
+			n.Partitions[s] = p
+		} else {
+			n.Others = append(n.Others, s)
+		}
+	}
+	slices.Sort(n.Others)
+	n.Instances = make([]instanceView, len(v.Instances))
+	for i, in := range v.Instances {
+		ni := instanceView{Error: in.Error}
+		ni.Host = in.Host
+		ni.Active, ni.Standby, ni.Warmup = keep(in.Active), keep(in.Standby), keep(in.Warmup)
+		for _, l := range in.Lags {
+			if l.Store == store {
+				ni.Lags = append(ni.Lags, l)
+			}
+		}
+		n.Instances[i] = ni
+	}
+	return n
 }
 
 // instanceView is one instance: what the assignment gave it, and what it
@@ -290,7 +333,11 @@ func (v clusterView) print(w io.Writer) {
 	for _, s := range slices.Sorted(maps.Keys(v.Partitions)) {
 		stores = append(stores, fmt.Sprintf("%s (%d partitions)", s, v.Partitions[s]))
 	}
-	fmt.Fprintf(w, "cluster as seen from %s: %d instances; stores %s\n\n", v.From, len(v.Instances), strings.Join(stores, ", "))
+	fmt.Fprintf(w, "cluster as seen from %s: %d instances; stores %s\n", v.From, len(v.Instances), strings.Join(stores, ", "))
+	if len(v.Others) > 0 {
+		fmt.Fprintf(w, "(not shown: %s, in the same tasks)\n", strings.Join(v.Others, ", "))
+	}
+	fmt.Fprintln(w)
 	if len(v.Instances) == 0 {
 		fmt.Fprintln(w, "no instances in the routing table yet")
 		return
@@ -343,7 +390,8 @@ func (v clusterView) print(w io.Writer) {
 // statusSynopsis is the flags of `demo status`.
 const statusSynopsis = "--http HOST:PORT [--timeout D] [--query-tls-ca FILE] [--query-token-file FILE]"
 
-// runStatus is `demo status`: the whole cluster as one instance sees it.
+// runStatus is `demo status`: the whole cluster as one instance sees it,
+// through the replicas of the counts store (see clusterView.of).
 // It fails only when that instance gives no routing table; instances that
 // do not answer are marked in the output.
 func runStatus(ctx context.Context, args []string, s stdio) error {
@@ -371,6 +419,6 @@ func runStatus(ctx context.Context, args []string, s stdio) error {
 	if err != nil {
 		return err
 	}
-	v.print(s.out)
+	v.of(countsStore).print(s.out)
 	return nil
 }

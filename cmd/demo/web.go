@@ -180,7 +180,7 @@ func (u *webUI) serveCluster(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 		return
 	}
-	json.NewEncoder(w).Encode(v.page())
+	json.NewEncoder(w).Encode(v.of(countsStore).page())
 }
 
 // handler is an instance's HTTP API: the query server under /v1/ and

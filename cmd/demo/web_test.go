@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/runtime"
 )
@@ -60,6 +62,9 @@ func httpGet(t *testing.T, u string) (int, string, string) {
 type testCluster struct {
 	ins  []*instance
 	want map[string]int64 // the count of every word produced
+	// perMinute is every word's count per minute (by window start, in
+	// Unix milliseconds), from the times the produced records carry.
+	perMinute map[string]map[int64]int64
 }
 
 func startTestCluster(t *testing.T) *testCluster {
@@ -80,10 +85,11 @@ func startTestCluster(t *testing.T) *testCluster {
 	// Settled: both instances hold an active and a standby of every
 	// partition between them, and report no restoration.
 	waitUntil(t, 20*time.Second, "the cluster settles", func() (bool, string) {
-		v, err := fetchCluster(ctx, http.DefaultClient, c.ins[0].addr, time.Second)
+		all, err := fetchCluster(ctx, http.DefaultClient, c.ins[0].addr, time.Second)
 		if err != nil {
 			return false, err.Error()
 		}
+		v := all.of(countsStore)
 		if len(v.Instances) != 2 {
 			return false, fmt.Sprintf("%d instances", len(v.Instances))
 		}
@@ -112,6 +118,7 @@ func startTestCluster(t *testing.T) *testCluster {
 	}
 	_, stderr, err := runCmd(ctx, strings.Join(lines, "\n"), "produce", "--brokers", strings.Join(b.Addrs(), ","))
 	require.NoError(t, err, stderr)
+	c.perMinute = minuteCounts(ctx, t, b.Addrs(), len(lines))
 
 	// Counted: every word's count is exact on its active.
 	waitUntil(t, 20*time.Second, "the counts are exact", func() (bool, string) {
@@ -124,6 +131,35 @@ func startTestCluster(t *testing.T) *testCluster {
 		return true, ""
 	})
 	return c
+}
+
+// minuteCounts reads the n lines of the input topic and counts their
+// words per minute of the records' times: what counts-per-minute must
+// hold. The producer leaves record times to the client (the time of
+// producing), so they can only be known by reading them back.
+func minuteCounts(ctx context.Context, t *testing.T, brokers []string, n int) map[string]map[int64]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(inputTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	out := map[string]map[int64]int64{}
+	for read := 0; read < n; {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "read %d of %d lines", read, n)
+		require.NoError(t, fs.Err0())
+		for _, r := range fs.Records() {
+			read++
+			start := r.Timestamp.UnixMilli() - r.Timestamp.UnixMilli()%time.Minute.Milliseconds()
+			for _, w := range words(string(r.Value)) {
+				if out[w] == nil {
+					out[w] = map[int64]int64{}
+				}
+				out[w][start]++
+			}
+		}
+	}
+	return out
 }
 
 // activeOf returns the index of the instance holding the active of a
@@ -189,11 +225,65 @@ func TestMultiProcessCommands(t *testing.T) {
 		require.Contains(t, stdout, "zzyzx: not counted")
 	})
 
+	t.Run("query windows", func(t *testing.T) {
+		// Every word's counts per minute are exact, asked of either
+		// instance (which routes to the active). The totals are exact
+		// already; the minutes are counted in the same tasks and
+		// commits, but are waited for rather than assumed.
+		answer := func(i int, w string) (map[int64]int64, windowsAnswer, string) {
+			ask := c.ins[i%2].addr
+			stdout, stderr, err := runCmd(ctx, "", "query", "--http", ask, "--windows", "--json", w)
+			require.NoError(t, err, stderr)
+			var wa windowsAnswer
+			require.NoError(t, json.Unmarshal([]byte(stdout), &wa), stdout)
+			got := map[int64]int64{}
+			for _, win := range wa.Windows {
+				start, err := time.Parse(time.RFC3339, win.Start)
+				require.NoError(t, err)
+				end, err := time.Parse(time.RFC3339, win.End)
+				require.NoError(t, err)
+				require.Equal(t, time.Minute, end.Sub(start), "a one-minute window: %s", stdout)
+				n, err := strconv.ParseInt(string(win.Value), 10, 64)
+				require.NoError(t, err)
+				got[start.UnixMilli()] = n
+			}
+			return got, wa, stdout
+		}
+		waitUntil(t, 20*time.Second, "the counts per minute are exact", func() (bool, string) {
+			for i, w := range slices.Sorted(maps.Keys(c.perMinute)) {
+				if got, _, out := answer(i, w); !maps.Equal(got, c.perMinute[w]) {
+					return false, fmt.Sprintf("%s: want %v, got %s", w, c.perMinute[w], out)
+				}
+			}
+			return true, ""
+		})
+		_, wa, _ := answer(0, word)
+		require.Equal(t, x.addr, wa.ServedBy.Host, "routed to the active")
+
+		// The human answer lists the minutes, oldest first, and who
+		// answered.
+		stdout, stderr, err := runCmd(ctx, "", "query", "--http", y.addr, "--windows", word)
+		require.NoError(t, err, stderr)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s per minute:\n", word)
+		for _, start := range slices.Sorted(maps.Keys(c.perMinute[word])) {
+			fmt.Fprintf(&b, "  %s - %s  %d\n", time.UnixMilli(start).UTC().Format("2006-01-02T15:04:05.000Z"),
+				time.UnixMilli(start+60_000).UTC().Format("2006-01-02T15:04:05.000Z"), c.perMinute[word][start])
+		}
+		fmt.Fprintf(&b, "served by %s: active replica of counts-per-minute partition ", x.addr)
+		require.True(t, strings.HasPrefix(stdout, b.String()), "got\n%s\nwant prefix\n%s", stdout, b.String())
+
+		stdout, _, err = runCmd(ctx, "", "query", "--http", x.addr, "--windows", "zzyzx")
+		require.NoError(t, err)
+		require.Contains(t, stdout, "zzyzx: no counts in the minutes counts-per-minute keeps")
+	})
+
 	t.Run("status", func(t *testing.T) {
 		stdout, stderr, err := runCmd(ctx, "", "status", "--http", y.addr)
 		require.NoError(t, err, stderr)
 		out := squash(stdout)
-		require.Contains(t, out, "cluster as seen from "+y.addr+": 2 instances; stores counts (3 partitions)")
+		require.Contains(t, out, "cluster as seen from "+y.addr+": 2 instances; stores counts (3 partitions)\n"+
+			"(not shown: counts-per-minute, counts-per-minute-final, counts-per-minute-final-pending, in the same tasks)")
 		rows := regexp.MustCompile(`(?m)^counts/\d .*$`).FindAllString(out, -1)
 		require.Len(t, rows, 3, stdout)
 		for _, r := range rows {
@@ -471,6 +561,14 @@ func testPageInChromium(t *testing.T, c *testCluster, in *instance, word string)
 	require.Contains(t, dom, `<div id="answer" aria-live="polite" data-status="200">`, "the query in the URL was asked:\n%s", dom)
 	require.Contains(t, dom, fmt.Sprintf(`<span class="value">%s: %d</span>`, word, c.want[word]))
 	require.Regexp(t, `served by <span class="chip r-(active|standby)">(active|standby)</span>`, dom)
+
+	// The word's last minutes, oldest first, from counts-per-minute.
+	starts := slices.Sorted(maps.Keys(c.perMinute[word]))
+	var spans []string
+	for _, st := range starts[max(len(starts)-5, 0):] {
+		spans = append(spans, fmt.Sprintf(`<span class="minute">%s %d</span>`, time.UnixMilli(st).UTC().Format("15:04"), c.perMinute[word][st]))
+	}
+	require.Contains(t, dom, `<p class="minutes">per minute (UTC): `+strings.Join(spans, " · ")+`</p>`, "the word's minutes:\n%s", dom)
 }
 
 // readmeSeries parses README.md's metrics table: each series' type, and
