@@ -33,8 +33,8 @@ import (
 // new window folds the records it holds in time order (records with equal
 // times in arrival order); an existing window folds a record in when it
 // arrives. Kafka Streams instead derives a new window's aggregate from a
-// neighbouring window's, which needs no record store but can miss
-// out-of-order records; the price here is storing the values of the last
+// neighbouring window's, which needs no record store; the price of an
+// exact aggregate under any arrival order is storing the values of the last
 // MaxDiff plus grace (Count stores no values, only how many records share
 // a time).
 type SlidingWindowedKStream[K, V any] struct {
