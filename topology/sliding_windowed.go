@@ -1,0 +1,409 @@
+package topology
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// SlidingWindowedKStream is a grouped stream cut into sliding windows
+// (SlidingWindows), ready to be aggregated per key and window. Create it
+// with SlidingWindowedBy. Event time, stream time and late records are as
+// for TimeWindowedKStream; a record is late when its right window, the
+// last window it can fall into, has closed (SlidingWindows.IsLate).
+//
+// A record updates every open window of its key that contains it, and
+// creates the windows it defines (SlidingWindows.WindowsOf): its left
+// window, its right window if a later record lies within MaxDiff, and the
+// right window of the record before it if it lies within MaxDiff of that
+// record. A window that is created, or would be updated, after it closed
+// is left alone: a closed window is final. So a window's aggregate holds
+// exactly the records that fall into it and arrived while it was open.
+//
+// To compute a new window's aggregate exactly, whatever the order in which
+// its records arrived, the aggregation keeps the records themselves for
+// MaxDiff plus grace in a second window store, "<store>-records" (logged
+// and persistent as the aggregation's store is), keyed by record time. A
+// new window folds the records it holds in time order (records with equal
+// times in arrival order); an existing window folds a record in when it
+// arrives. Kafka Streams instead derives a new window's aggregate from a
+// neighbouring window's, which needs no record store; the price of an
+// exact aggregate under any arrival order is storing the values of the last
+// MaxDiff plus grace (Count stores no values, only how many records share
+// a time).
+type SlidingWindowedKStream[K, V any] struct {
+	g     *grouping[K, V]
+	w     SlidingWindows
+	final bool
+}
+
+// SlidingWindowedBy cuts the grouped stream g into the sliding windows w.
+func SlidingWindowedBy[K, V any](g KGroupedStream[K, V], w SlidingWindows) SlidingWindowedKStream[K, V] {
+	gr := g.grouping()
+	if w.diff <= 0 {
+		gr.b.errorf("SlidingWindowedBy: zero SlidingWindows; use NewSlidingWindows")
+	}
+	return SlidingWindowedKStream[K, V]{g: gr, w: w}
+}
+
+// EmitFinal emits one result per key and window, once the window closes,
+// instead of one per update (see TimeWindowedKStream.EmitFinal). A result
+// carries the largest timestamp of its window's records.
+func (s SlidingWindowedKStream[K, V]) EmitFinal() SlidingWindowedKStream[K, V] {
+	s.final = true
+	return s
+}
+
+func (s SlidingWindowedKStream[K, V]) grouping() *grouping[K, V] {
+	if s.g == nil {
+		panic("topology: use of a zero SlidingWindowedKStream; create one with SlidingWindowedBy")
+	}
+	return s.g
+}
+
+// Count counts the records of each key in each sliding window into the
+// window store named store (values encoded with serde.Int64). The result
+// is a table keyed by Windowed[K], encoded by TimeWindowedSerde over the
+// grouping's key serde with window size MaxDiff (windows are [Start,
+// Start+MaxDiff], both ends included). Named, InMemory and WithoutLogging
+// apply, to both stores.
+func (s SlidingWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
+	return slidingAggregate(s, "sliding-count", store, serde.Int64, nil, collect(opts), "",
+		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+}
+
+// Reduce combines the values of each key in each sliding window with fn,
+// starting from the window's earliest value (see Count for the stores and
+// result). The grouping's value serde encodes the kept records.
+func (s SlidingWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...Option) KTable[Windowed[K], V] {
+	gr := s.grouping()
+	var missing string
+	if fn == nil {
+		missing = "reducer"
+	}
+	return slidingAggregate(s, "sliding-reduce", store, gr.valueSerde, gr.valueSerde, collect(opts), missing,
+		func(_ K, v V, agg V, found bool) V {
+			if !found {
+				return v
+			}
+			return fn(agg, v)
+		})
+}
+
+// SlidingAggregate folds the values of each key in each sliding window into
+// an aggregate: init gives a window's starting aggregate and adder folds
+// in one value. Aggregates are encoded with aggSerde (see Count and Reduce
+// for the stores and result).
+func SlidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], init func() A, adder func(K, V, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	var missing string
+	switch {
+	case init == nil:
+		missing = "initializer"
+	case adder == nil:
+		missing = "adder"
+	}
+	return slidingAggregate(s, "sliding-aggregate", store, aggSerde, s.grouping().valueSerde, collect(opts), missing,
+		func(k K, v V, agg A, found bool) A {
+			if !found {
+				agg = init()
+			}
+			return adder(k, v, agg)
+		})
+}
+
+// RecordStoreName is the name of the store in which a sliding-window
+// aggregation into store keeps the records of its open windows.
+func RecordStoreName(store string) string { return store + "-records" }
+
+// slidingAggregate builds the processor. valueSerde encodes the kept
+// records; nil keeps only their number (the step ignores values).
+func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], valueSerde serde.Serde[V], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
+	g := s.grouping()
+	b := g.b
+	in := g.input(store)
+	w := s.w
+	// One past the minimum: the store's observed time is the latest window
+	// start written, which for a right window is one past stream time.
+	info := StoreInfo{
+		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
+		Kind: graph.Window, Retention: addSat(w.MinRetention(), 1), WindowSize: w.diff,
+	}
+	// Records are needed while a window holding them may still be created:
+	// a window starting after stream time minus MaxDiff plus grace.
+	recInfo := StoreInfo{
+		Name: RecordStoreName(store), Persistent: !o.inMemory, Logged: !o.unlogged,
+		Kind: graph.Window, Retention: addSat(w.MinRetention(), 1),
+	}
+	wopts, ropts := info.WindowOptions(), recInfo.WindowOptions()
+	final := s.final
+	n := b.addProcessor(op, o, func() procImpl {
+		return &slidingAggProc[K, V, A]{
+			store: store, w: w, wopts: wopts, ropts: ropts, final: final,
+			keySerde: g.keySerde, valueSerde: valueSerde, aggSerde: aggSerde, step: step,
+		}
+	}, in)
+	n.stores = []string{store, recInfo.Name}
+	b.declareStore(info, n.label())
+	b.declareStore(recInfo, n.label())
+	if final {
+		pending := PendingStoreName(store)
+		n.stores = append(n.stores, pending)
+		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	}
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if op != "sliding-count" && valueSerde == nil {
+		b.errorf("%s: store %q: the grouping's value serde is nil", n.label(), recInfo.Name)
+	}
+	if missingFunc != "" {
+		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.diff), valueSerde: aggSerde}
+}
+
+// slidingAggProc aggregates records into sliding windows.
+type slidingAggProc[K, V, A any] struct {
+	store        string
+	w            SlidingWindows
+	wopts, ropts statestore.WindowOptions
+	final        bool
+	keySerde     serde.Serde[K]
+	valueSerde   serde.Serde[V] // nil: records are kept as a count
+	aggSerde     serde.Serde[A]
+	step         func(K, V, A, bool) A
+
+	ws      *statestore.WindowStore // aggregates by window start
+	rs      *statestore.WindowStore // kept records by record time
+	updates tableUpdates
+	clock   eventClock
+	log     lateLog
+}
+
+func (p *slidingAggProc[K, V, A]) init(c *nodeInstance) error {
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
+		return err
+	}
+	rr, err := c.store(RecordStoreName(p.store))
+	if err != nil {
+		return err
+	}
+	if p.rs, err = statestore.NewWindowStore(rr, p.ropts); err != nil {
+		return err
+	}
+	p.log.node = c.node.name
+	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
+}
+
+// keptRecords are a key's kept records at one time, in arrival order.
+type keptRecords[V any] struct {
+	ts     int64
+	values []V
+}
+
+func (p *slidingAggProc[K, V, A]) process(c *nodeInstance, r record) error {
+	if r.keyNull || r.valueNull {
+		return nil
+	}
+	t, st, err := p.clock.advance(c, r, p.emit)
+	if err != nil {
+		return err
+	}
+	if p.w.IsLate(t, st) {
+		c.task.droppedLate++
+		p.log.dropped(c.task, t, st)
+		return nil
+	}
+	k := as[K](r.key)
+	kb, err := p.keySerde.Encode(k)
+	if err != nil {
+		return fmt.Errorf("encode key for store %q: %w", p.store, err)
+	}
+	v := as[V](r.value)
+	if err := p.keep(kb, t, v); err != nil {
+		return err
+	}
+	d := p.w.diff
+	// The records that can lie in a window this record updates or
+	// creates: from its left window's start to its right window's end.
+	recs, err := p.kept(kb, max(0, t-d), addSat(t, 1+d))
+	if err != nil {
+		return err
+	}
+	existing, err := p.existing(kb, max(0, t-d), t+1)
+	if err != nil {
+		return err
+	}
+	// Every existing window starting at or before t ends at or after it.
+	for _, start := range slices.Sorted(maps.Keys(existing)) {
+		old := existing[start]
+		win := Window{Start: start, End: addSat(start, d)}
+		if start > t || p.w.IsClosed(win, st) {
+			continue
+		}
+		cur, err := p.aggSerde.Decode(old)
+		if err != nil {
+			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+		}
+		if err := p.put(c, k, kb, win, p.step(k, v, cur, true), t, r); err != nil {
+			return err
+		}
+	}
+	create := []Window{p.w.LeftWindow(t)}
+	var pred, succ bool
+	var q int64
+	for _, kr := range recs {
+		if kr.ts < t {
+			pred, q = true, kr.ts
+		}
+		if kr.ts > t && kr.ts-t <= d {
+			succ = true
+		}
+	}
+	if succ {
+		create = append(create, p.w.RightWindow(t))
+	}
+	if pred {
+		create = append(create, p.w.RightWindow(q))
+	}
+	slices.SortFunc(create, func(a, b Window) int { return cmpInt64(a.Start, b.Start) })
+	for _, win := range create {
+		if _, ok := existing[win.Start]; ok || p.w.IsClosed(win, st) {
+			continue
+		}
+		var agg A
+		have := false
+		maxTs := t
+		for _, kr := range recs {
+			if !p.w.Contains(win, kr.ts) {
+				continue
+			}
+			maxTs = max(maxTs, kr.ts)
+			for _, kv := range kr.values {
+				agg, have = p.step(k, kv, agg, have), true
+			}
+		}
+		if err := p.put(c, k, kb, win, agg, maxTs, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// put stores win's aggregate and emits it, or records the window as
+// pending its final result; maxTs is the window's latest record time.
+func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, r record) error {
+	vb, err := encodeStoreValue(p.aggSerde, agg)
+	if err != nil {
+		return err
+	}
+	if err := p.ws.Put(kb, win.Start, bytes.Clone(vb)); err != nil {
+		return err
+	}
+	if !p.final {
+		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
+		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: r.ts, headers: r.headers})
+	}
+	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, maxTs)
+}
+
+// existing reads k's windows starting in [from, to], raw aggregates by
+// start.
+func (p *slidingAggProc[K, V, A]) existing(kb []byte, from, to int64) (map[int64][]byte, error) {
+	it, err := p.ws.Fetch(kb, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64][]byte)
+	for it.Next() {
+		out[it.Start()] = bytes.Clone(it.Value())
+	}
+	err = it.Err()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	return out, err
+}
+
+// The record store holds, for a key and a time, the records at that time
+// in arrival order, each as its encoded value's length (uvarint) and the
+// value. Without a value serde (Count) a record is an empty value.
+
+// keep appends v to k's records at t.
+func (p *slidingAggProc[K, V, A]) keep(kb []byte, t int64, v V) error {
+	var vb []byte
+	if p.valueSerde != nil {
+		var err error
+		if vb, err = p.valueSerde.Encode(v); err != nil {
+			return fmt.Errorf("encode value for store %q: %w", RecordStoreName(p.store), err)
+		}
+	}
+	old, _, err := p.rs.Get(kb, t)
+	if err != nil {
+		return err
+	}
+	buf := binary.AppendUvarint(bytes.Clone(old), uint64(len(vb)))
+	return p.rs.Put(kb, t, append(buf, vb...))
+}
+
+// kept reads k's records at times in [from, to], by time.
+func (p *slidingAggProc[K, V, A]) kept(kb []byte, from, to int64) ([]keptRecords[V], error) {
+	it, err := p.rs.Fetch(kb, from, to)
+	if err != nil {
+		return nil, err
+	}
+	var out []keptRecords[V]
+	for it.Next() {
+		kr := keptRecords[V]{ts: it.Start()}
+		for b := it.Value(); len(b) > 0; {
+			n, w := binary.Uvarint(b)
+			if w <= 0 || uint64(len(b)-w) < n {
+				err = fmt.Errorf("corrupt entry in store %q", RecordStoreName(p.store))
+				break
+			}
+			var v V
+			if p.valueSerde != nil {
+				if v, err = p.valueSerde.Decode(bytes.Clone(b[w : w+int(n)])); err != nil {
+					err = fmt.Errorf("decode value in store %q: %w", RecordStoreName(p.store), err)
+					break
+				}
+			}
+			kr.values = append(kr.values, v)
+			b = b[w+int(n):]
+		}
+		if err != nil {
+			break
+		}
+		out = append(out, kr)
+	}
+	if err == nil {
+		err = it.Err()
+	}
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	return out, err
+}
+
+// emit forwards the final result of a closed window.
+func (p *slidingAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
+	vb, found, err := p.ws.Get(d.kb, d.start)
+	if err != nil || !found {
+		return err
+	}
+	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, Window{Start: d.start, End: addSat(d.start, p.w.diff)}, vb)
+}
+
+func (p *slidingAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
+
+func (p *slidingAggProc[K, V, A]) close() error { return nil }

@@ -1,0 +1,266 @@
+package topology_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+	"github.com/eddystreams/eddy/topology/topologytest"
+)
+
+// slidingRef is the expected state of a sliding-window aggregation,
+// computed by brute force without package topology's window arithmetic.
+type slidingRef struct {
+	counts     map[winKey]int64
+	sums       map[winKey]int64 // sum of the values i+1 of record i
+	maxTs      map[winKey]int64
+	late       int64
+	streamTime int64
+}
+
+// slidingReference replays recs: a record is late when stream time has
+// reached its right window's close (t+1+d+grace); a key's windows are the
+// left window [max(0,t-d), ...] of every accepted record and the right
+// window starting at t+1 of every accepted record followed by another
+// within d; a window exists if it was open when the records first defined
+// it, and holds the accepted records in it that arrived while it was open.
+func slidingReference(recs []timedRec, d, grace int64) slidingRef {
+	ref := slidingRef{counts: map[winKey]int64{}, sums: map[winKey]int64{}, maxTs: map[winKey]int64{}, streamTime: -1}
+	type arrival struct{ ts, st, val int64 }
+	times := map[string][]int64{}
+	arrivals := map[string][]arrival{}
+	exists := map[winKey]bool{}
+	open := func(start, st int64) bool { return start+d+grace > st }
+	for i, r := range recs {
+		ref.streamTime = max(ref.streamTime, r.ts)
+		st := ref.streamTime
+		if r.ts+1+d+grace <= st {
+			ref.late++
+			continue
+		}
+		arrivals[r.key] = append(arrivals[r.key], arrival{r.ts, st, int64(i + 1)})
+		ts := append(times[r.key], r.ts)
+		slices.Sort(ts)
+		times[r.key] = ts
+		for j, t := range ts {
+			starts := []int64{max(0, t-d)}
+			if j+1 < len(ts) && ts[j+1] > t && ts[j+1]-t <= d {
+				starts = append(starts, t+1)
+			}
+			for _, s := range starts {
+				k := winKey{r.key, s}
+				if _, seen := exists[k]; !seen {
+					exists[k] = open(s, st)
+				}
+			}
+		}
+	}
+	for k, ok := range exists {
+		if !ok {
+			continue
+		}
+		for _, a := range arrivals[k.key] {
+			if k.start <= a.ts && a.ts <= k.start+d && open(k.start, a.st) {
+				ref.counts[k]++
+				ref.sums[k] += a.val
+				ref.maxTs[k] = max(ref.maxTs[k], a.ts)
+			}
+		}
+	}
+	return ref
+}
+
+type slidingOutputs struct {
+	counts *topologytest.OutputTopic[topology.Windowed[string], int64]
+	sums   *topologytest.OutputTopic[topology.Windowed[string], int64]
+	squash *topologytest.OutputTopic[topology.Windowed[string], int64]
+}
+
+// slidingTopology counts, sums (Reduce) and sums again (SlidingAggregate)
+// the int64 values of "in" in sliding windows of d ms.
+func slidingTopology(t *testing.T, w topology.SlidingWindows, final bool) (*topologytest.Driver, *topologytest.InputTopic[string, int64], slidingOutputs) {
+	t.Helper()
+	b := topology.NewBuilder()
+	g := topology.Stream(b, "in", serde.String, serde.Int64).GroupByKey(serde.String, serde.Int64)
+	ws := topology.SlidingWindowedBy(g, w)
+	if final {
+		ws = ws.EmitFinal()
+	}
+	wk := topology.TimeWindowedSerde(serde.String, w.MaxDiff())
+	ws.Count("counts").ToStream().To("counts-out", wk, serde.Int64)
+	ws.Reduce(func(a, v int64) int64 { return a + v }, "sums").ToStream().To("sums-out", wk, serde.Int64)
+	topology.SlidingAggregate(ws, func() int64 { return 0 }, func(_ string, v, a int64) int64 { return a + v }, "agg", serde.Int64).
+		ToStream().To("agg-out", wk, serde.Int64)
+	d, _ := start(t, b)
+	return d, topologytest.NewInputTopic(d, "in", serde.String, serde.Int64), slidingOutputs{
+		counts: topologytest.NewOutputTopic(d, "counts-out", wk, serde.Int64),
+		sums:   topologytest.NewOutputTopic(d, "sums-out", wk, serde.Int64),
+		squash: topologytest.NewOutputTopic(d, "agg-out", wk, serde.Int64),
+	}
+}
+
+func latest(t *testing.T, out *topologytest.OutputTopic[topology.Windowed[string], int64], d int64) map[winKey]int64 {
+	t.Helper()
+	recs, err := out.ReadRecords()
+	require.NoError(t, err)
+	got := make(map[winKey]int64)
+	for _, r := range recs {
+		require.Equal(t, d, r.Key.Window.End-r.Key.Window.Start)
+		got[winKey{r.Key.Key, r.Key.Window.Start}] = r.Value
+	}
+	return got
+}
+
+func TestSlidingWindowedMatchesReference(t *testing.T) {
+	keys := []string{"a", "b", "c", "d"}
+	for _, tc := range []struct {
+		name         string
+		diff, grace  int64
+		step, jitter int64
+		n            int
+		seed         uint64
+	}{
+		{"grace", 5_000, 2_000, 300, 9_000, 2000, 1},
+		{"no-grace", 2_000, 0, 200, 3_000, 2000, 2},
+		{"dense", 3_000, 1_000, 50, 5_000, 1500, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := topology.NewSlidingWindows(time.Duration(tc.diff) * time.Millisecond).Grace(time.Duration(tc.grace) * time.Millisecond)
+			recs := outOfOrder(tc.seed, tc.n, keys, tc.step, tc.jitter)
+			ref := slidingReference(recs, tc.diff, tc.grace)
+			require.Positive(t, ref.late, "the input must contain late records")
+			d, in, out := slidingTopology(t, w, false)
+			for i, r := range recs {
+				require.NoError(t, in.PipeAt(r.key, int64(i+1), time.UnixMilli(r.ts)))
+			}
+			require.Equal(t, ref.counts, latest(t, out.counts, tc.diff))
+			require.Equal(t, ref.sums, latest(t, out.sums, tc.diff))
+			require.Equal(t, ref.sums, latest(t, out.squash, tc.diff))
+			// Three aggregations, each dropping the same records.
+			require.Equal(t, 3*ref.late, d.DroppedLate())
+		})
+	}
+}
+
+// TestSlidingWindowsOfAgreesWithReference checks the package's reference
+// model against the test's: with no record late or partly late, the
+// windows are exactly WindowsOf of each key's record times.
+func TestSlidingWindowsOfAgreesWithReference(t *testing.T) {
+	const diff = 4_000
+	w := topology.NewSlidingWindows(diff * time.Millisecond).Grace(time.Hour)
+	recs := outOfOrder(9, 1000, []string{"a", "b"}, 400, 5_000)
+	ref := slidingReference(recs, diff, time.Hour.Milliseconds())
+	require.Zero(t, ref.late)
+	times := map[string][]int64{}
+	for _, r := range recs {
+		times[r.key] = append(times[r.key], r.ts)
+	}
+	want := map[winKey]int64{}
+	for k, ts := range times {
+		for _, win := range w.WindowsOf(ts) {
+			for _, t := range ts {
+				if w.Contains(win, t) {
+					want[winKey{k, win.Start}]++
+				}
+			}
+		}
+	}
+	require.Equal(t, want, ref.counts)
+
+	_, in, out := slidingTopology(t, w, false)
+	for i, r := range recs {
+		require.NoError(t, in.PipeAt(r.key, int64(i+1), time.UnixMilli(r.ts)))
+	}
+	require.Equal(t, want, latest(t, out.counts, diff))
+}
+
+func TestSlidingWindowedKIP450Example(t *testing.T) {
+	// Records at 10, 13 and, out of order, 11 with d=5: windows
+	// [5,10], [11,16] (right of 10), [8,13], [6,11], [12,17] (right of 11).
+	w := topology.NewSlidingWindows(5 * time.Millisecond).Grace(time.Second)
+	_, in, out := slidingTopology(t, w, false)
+	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(10)))
+	require.NoError(t, in.PipeAt("k", 2, time.UnixMilli(13)))
+	require.NoError(t, in.PipeAt("k", 4, time.UnixMilli(11)))
+	kvs, err := out.sums.ReadKeyValues()
+	require.NoError(t, err)
+	win := func(s int64) topology.Windowed[string] {
+		return topology.Windowed[string]{Key: "k", Window: topology.Window{Start: s, End: s + 5}}
+	}
+	require.Equal(t, []topology.KeyValue[topology.Windowed[string], int64]{
+		{Key: win(5), Value: 1},  // left window of 10
+		{Key: win(8), Value: 3},  // left window of 13: 10 and 13
+		{Key: win(11), Value: 2}, // right window of 10: 13
+		{Key: win(8), Value: 7},  // 11 updates the windows holding it
+		{Key: win(11), Value: 6},
+		{Key: win(6), Value: 5},  // left window of 11: 10 and 11
+		{Key: win(12), Value: 2}, // right window of 11: 13
+	}, kvs)
+}
+
+func TestSlidingWindowedLateRecordDroppedAndCounted(t *testing.T) {
+	w := topology.NewSlidingWindows(10 * time.Second).Grace(2 * time.Second)
+	d, in, out := slidingTopology(t, w, false)
+	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(5_000)))
+	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(20_000)))
+	// Stream time 20 s: the right window of 9 s, [9001,19001], closes at
+	// 21 001, so 9 s is accepted, though every window it lies in is closed.
+	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(9_000)))
+	require.Zero(t, d.DroppedLate())
+	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(22_000)))
+	// The right window of 7 s closed at 19 001.
+	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(7_000)))
+	require.Equal(t, int64(3), d.DroppedLate()) // once per aggregation
+	require.Equal(t, map[winKey]int64{
+		{"k", 0}: 1, {"k", 10_000}: 1, {"k", 12_000}: 2, {"k", 20_001}: 1,
+	}, latest(t, out.counts, 10_000))
+}
+
+func TestSlidingWindowedEmitFinalOnePerClosedWindow(t *testing.T) {
+	const diff, grace = 4_000, 1_500
+	w := topology.NewSlidingWindows(diff * time.Millisecond).Grace(grace * time.Millisecond)
+	recs := outOfOrder(5, 1500, []string{"a", "b", "c"}, 200, 7_000)
+	ref := slidingReference(recs, diff, grace)
+	require.Positive(t, ref.late)
+	d, in, out := slidingTopology(t, w, true)
+	for i, r := range recs {
+		require.NoError(t, in.PipeAt(r.key, int64(i+1), time.UnixMilli(r.ts)))
+	}
+	check := func(seen map[winKey]bool, outTopic *topologytest.OutputTopic[topology.Windowed[string], int64], want map[winKey]int64, st int64) {
+		t.Helper()
+		got, err := outTopic.ReadRecords()
+		require.NoError(t, err)
+		for _, r := range got {
+			k := winKey{r.Key.Key, r.Key.Window.Start}
+			require.False(t, seen[k], "window %v emitted twice", k)
+			seen[k] = true
+			require.GreaterOrEqual(t, st, k.start+diff+grace, "window %v emitted before it closed", k)
+			require.Equal(t, want[k], r.Value, "window %v", k)
+			require.Equal(t, ref.maxTs[k], r.Timestamp.UnixMilli(), "timestamp of window %v", k)
+		}
+	}
+	seenCounts, seenSums := map[winKey]bool{}, map[winKey]bool{}
+	check(seenCounts, out.counts, ref.counts, ref.streamTime)
+	check(seenSums, out.sums, ref.sums, ref.streamTime)
+	closed := 0
+	for k := range ref.counts {
+		if ref.streamTime >= k.start+diff+grace {
+			closed++
+			require.True(t, seenCounts[k], "closed window %v not emitted", k)
+		}
+	}
+	require.Len(t, seenCounts, closed)
+	require.Len(t, seenSums, closed)
+	require.Less(t, closed, len(ref.counts), "some windows must still be open")
+	require.Equal(t, 3*ref.late, d.DroppedLate())
+
+	// A record far ahead closes every window: each is emitted once.
+	far := ref.streamTime + 10*diff
+	require.NoError(t, in.PipeAt("z", 0, time.UnixMilli(far)))
+	check(seenCounts, out.counts, ref.counts, far)
+	require.Len(t, seenCounts, len(ref.counts))
+}
