@@ -10,7 +10,7 @@ import (
 // A record whose key t does not hold is dropped. Updates of t change what
 // later records find but produce no output themselves; a tombstone in t
 // deletes its key. Records of s with a null key or value are dropped and
-// counted (DroppedJoinRecords of the task graph).
+// counted (runtime.App.DroppedJoinRecords).
 //
 // s and t must be co-partitioned: the topics they read need equal
 // partition counts, which the runtime checks at start-up. If an operator
@@ -128,13 +128,5 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 
 func (p *joinProc[K, V, TV, VR]) close() error { return nil }
 
-// JoinDropCounter is implemented by task graphs whose stream-table joins
-// drop records with a null key or value, which cannot be joined.
-type JoinDropCounter interface {
-	// DroppedJoinRecords counts the records the task's joins dropped for
-	// a null key or value.
-	DroppedJoinRecords() int64
-}
-
-// DroppedJoinRecords implements JoinDropCounter.
+// DroppedJoinRecords implements graph.JoinDropCounter.
 func (g *taskGraph) DroppedJoinRecords() int64 { return g.droppedJoin }
