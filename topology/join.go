@@ -79,22 +79,21 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	// task (and so its sub-topology and partition) without receiving its
 	// updates.
 	n.joins = t.n
-	n.stores = []string{t.store}
+	store, lookup := t.view()
+	n.stores = []string{store}
 	b.checkFunc(n, joiner == nil, "joiner")
-	store, keySerde := t.store, t.keySerde
 	n.newProc = func() (procImpl, error) {
-		return &joinProc[K, V, TV, VR]{store: store, keySerde: keySerde, valueSerde: t.valueSerde, left: left, joiner: joiner}, nil
+		return &joinProc[K, V, TV, VR]{store: store, lookup: lookup, left: left, joiner: joiner}, nil
 	}
 	return KStream[K, VR]{b: b, n: n}
 }
 
 type joinProc[K, V, TV, VR any] struct {
-	store      string
-	keySerde   serde.Serde[K]
-	valueSerde serde.Serde[TV]
-	left       bool
-	joiner     func(V, TV, bool) VR
-	kv         *KeyValueStore[K, TV]
+	store  string
+	lookup tableLookup[K, TV]
+	left   bool
+	joiner func(V, TV, bool) VR
+	get    func(K) (TV, bool, error)
 }
 
 func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
@@ -102,7 +101,7 @@ func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	p.get = p.lookup(rw)
 	return nil
 }
 
@@ -111,11 +110,7 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 		c.task.droppedJoin++
 		return nil
 	}
-	kb, err := p.kv.encodeKey(as[K](r.key))
-	if err != nil {
-		return err
-	}
-	tv, found, err := p.kv.getEncoded(kb)
+	tv, found, err := p.get(as[K](r.key))
 	if err != nil {
 		return err
 	}
