@@ -10,7 +10,9 @@ import (
 // A record whose key t does not hold is dropped. Updates of t change what
 // later records find but produce no output themselves; a tombstone in t
 // deletes its key. Records of s with a null key or value are dropped and
-// counted (runtime.App.DroppedJoinRecords).
+// counted (runtime.App.DroppedJoinRecords). t may be a table derived
+// without Materialized: its values are then read through the store of the
+// table it derives from, with the operators in between applied.
 //
 // s and t must be co-partitioned: the topics they read need equal
 // partition counts, which the runtime checks at start-up. If an operator
