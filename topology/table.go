@@ -378,8 +378,9 @@ func (t KTable[K, V]) ToStream() KStream[K, V] {
 // or "" for a table derived without Materialized, which has none.
 func (t KTable[K, V]) StoreName() string { return t.store }
 
-// TypedStore wraps rw (for a materialized table), the byte-level store named StoreName (as a task or
-// interactive query opened it), with the table's serdes.
+// TypedStore wraps rw, the byte-level store named StoreName (as a task or
+// interactive query opened it), with the table's serdes. Only a
+// materialized table has a store.
 func (t KTable[K, V]) TypedStore(rw statestore.ReadWriter) *KeyValueStore[K, V] {
 	return NewKeyValueStore(rw, t.keySerde, t.valueSerde)
 }
