@@ -814,6 +814,10 @@ type TaskInfo struct {
 	// left out of windows that had closed (later than window end plus
 	// grace), since this instance last opened the task.
 	DroppedLate int64
+	// DroppedJoin counts the stream records the task's stream-table joins
+	// dropped for a null key or value, since this instance last opened
+	// the task.
+	DroppedJoin int64
 }
 
 // DroppedLateRecords counts the late records the active tasks of this
@@ -823,6 +827,17 @@ func (a *App) DroppedLateRecords() int64 {
 	var n int64
 	for _, ti := range a.Tasks() {
 		n += ti.DroppedLate
+	}
+	return n
+}
+
+// DroppedJoinRecords counts the stream records the active tasks of this
+// instance dropped from stream-table joins for a null key or value, summed
+// over the tasks it holds now; see TaskInfo.DroppedJoin.
+func (a *App) DroppedJoinRecords() int64 {
+	var n int64
+	for _, ti := range a.Tasks() {
+		n += ti.DroppedJoin
 	}
 	return n
 }
@@ -844,7 +859,7 @@ func (th *thread) taskInfos() []TaskInfo {
 	var out []TaskInfo
 	for _, t := range th.tasks {
 		info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
-			Processed: t.Processed(), Punctuations: t.Punctuations(), DroppedLate: t.DroppedLate()}
+			Processed: t.Processed(), Punctuations: t.Punctuations(), DroppedLate: t.DroppedLate(), DroppedJoin: t.DroppedJoin()}
 		if t.State() == task.Restoring {
 			for _, h := range t.Stores() {
 				if h.Changelog == "" {

@@ -42,9 +42,9 @@ type metrics struct {
 	commitLatency        prometheus.Histogram
 	rebalances           prometheus.Counter
 
-	state, consumerLag, restoreRemaining                                          *prometheus.Desc
-	replicaPosition, replicaLag                                                   *prometheus.Desc
-	taskProcessed, taskPunctuations, taskDroppedLate, taskRemaining, taskRestored *prometheus.Desc
+	state, consumerLag, restoreRemaining                                                           *prometheus.Desc
+	replicaPosition, replicaLag                                                                    *prometheus.Desc
+	taskProcessed, taskPunctuations, taskDroppedLate, taskDroppedJoin, taskRemaining, taskRestored *prometheus.Desc
 }
 
 // Label values of eddy_records_processed_total's source label.
@@ -123,6 +123,8 @@ func newMetrics(a *App) *metrics {
 			"task"),
 		taskDroppedLate: desc("task_dropped_late_records_total", "Records an active task's windowed aggregations left out of closed windows since this instance last opened it.",
 			"task"),
+		taskDroppedJoin: desc("task_dropped_join_records_total", "Stream records an active task's stream-table joins dropped for a null key or value since this instance last opened it.",
+			"task"),
 		taskRemaining: desc("task_restore_remaining_records", "Changelog records an active task still has to restore; 0 once it runs.",
 			"task"),
 		taskRestored: desc("task_restored_records_total", "Changelog records restoration applied to an active task's stores since this instance started.",
@@ -162,7 +164,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		c.Describe(ch)
 	}
 	for _, d := range []*prometheus.Desc{m.state, m.consumerLag, m.restoreRemaining, m.replicaPosition, m.replicaLag,
-		m.taskProcessed, m.taskPunctuations, m.taskDroppedLate, m.taskRemaining, m.taskRestored} {
+		m.taskProcessed, m.taskPunctuations, m.taskDroppedLate, m.taskDroppedJoin, m.taskRemaining, m.taskRestored} {
 		ch <- d
 	}
 }
@@ -192,6 +194,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.taskProcessed, prometheus.CounterValue, float64(ti.Processed), id)
 			ch <- prometheus.MustNewConstMetric(m.taskPunctuations, prometheus.CounterValue, float64(ti.Punctuations), id)
 			ch <- prometheus.MustNewConstMetric(m.taskDroppedLate, prometheus.CounterValue, float64(ti.DroppedLate), id)
+			ch <- prometheus.MustNewConstMetric(m.taskDroppedJoin, prometheus.CounterValue, float64(ti.DroppedJoin), id)
 			ch <- prometheus.MustNewConstMetric(m.taskRemaining, prometheus.GaugeValue, float64(ti.Remaining), id)
 			ch <- prometheus.MustNewConstMetric(m.taskRestored, prometheus.CounterValue, float64(ti.Restored), id)
 		}

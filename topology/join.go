@@ -10,7 +10,9 @@ import (
 // A record whose key t does not hold is dropped. Updates of t change what
 // later records find but produce no output themselves; a tombstone in t
 // deletes its key. Records of s with a null key or value are dropped and
-// counted (DroppedJoinRecords of the task graph).
+// counted (runtime.App.DroppedJoinRecords). t may be a table derived
+// without Materialized: its values are then read through the store of the
+// table it derives from, with the operators in between applied.
 //
 // s and t must be co-partitioned: the topics they read need equal
 // partition counts, which the runtime checks at start-up. If an operator
@@ -79,22 +81,21 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	// task (and so its sub-topology and partition) without receiving its
 	// updates.
 	n.joins = t.n
-	n.stores = []string{t.store}
+	store, lookup := t.view()
+	n.stores = []string{store}
 	b.checkFunc(n, joiner == nil, "joiner")
-	store, keySerde := t.store, t.keySerde
 	n.newProc = func() (procImpl, error) {
-		return &joinProc[K, V, TV, VR]{store: store, keySerde: keySerde, valueSerde: t.valueSerde, left: left, joiner: joiner}, nil
+		return &joinProc[K, V, TV, VR]{store: store, lookup: lookup, left: left, joiner: joiner}, nil
 	}
 	return KStream[K, VR]{b: b, n: n}
 }
 
 type joinProc[K, V, TV, VR any] struct {
-	store      string
-	keySerde   serde.Serde[K]
-	valueSerde serde.Serde[TV]
-	left       bool
-	joiner     func(V, TV, bool) VR
-	kv         *KeyValueStore[K, TV]
+	store  string
+	lookup tableLookup[K, TV]
+	left   bool
+	joiner func(V, TV, bool) VR
+	get    func(K) (TV, bool, error)
 }
 
 func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
@@ -102,7 +103,7 @@ func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	p.get = p.lookup(rw)
 	return nil
 }
 
@@ -111,11 +112,7 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 		c.task.droppedJoin++
 		return nil
 	}
-	kb, err := p.kv.encodeKey(as[K](r.key))
-	if err != nil {
-		return err
-	}
-	tv, found, err := p.kv.getEncoded(kb)
+	tv, found, err := p.get(as[K](r.key))
 	if err != nil {
 		return err
 	}
@@ -128,13 +125,5 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 
 func (p *joinProc[K, V, TV, VR]) close() error { return nil }
 
-// JoinDropCounter is implemented by task graphs whose stream-table joins
-// drop records with a null key or value, which cannot be joined.
-type JoinDropCounter interface {
-	// DroppedJoinRecords counts the records the task's joins dropped for
-	// a null key or value.
-	DroppedJoinRecords() int64
-}
-
-// DroppedJoinRecords implements JoinDropCounter.
+// DroppedJoinRecords implements graph.JoinDropCounter.
 func (g *taskGraph) DroppedJoinRecords() int64 { return g.droppedJoin }

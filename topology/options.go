@@ -17,6 +17,10 @@ type options struct {
 	// valueSerde is a serde.Serde[V] of a join's stream side, checked
 	// against the stream's value type by the join.
 	valueSerde any
+	// store is the store a derived table is materialized in (Materialized)
+	// and tableValueSerde its serde.Serde[V] (TableValueSerde).
+	store           string
+	tableValueSerde any
 }
 
 func collect(opts []Option) options {

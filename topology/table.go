@@ -300,6 +300,11 @@ type KTable[K, V any] struct {
 	store      string
 	keySerde   serde.Serde[K]
 	valueSerde serde.Serde[V]
+	// lookup, for a derived table without a store of its own, reads its
+	// values from lookupStore, the store of the table it derives from (see
+	// view); nil for a materialized table.
+	lookup      tableLookup[K, V]
+	lookupStore string
 }
 
 // Table reads topic into the store named store (persistent and logged
@@ -369,11 +374,13 @@ func (t KTable[K, V]) ToStream() KStream[K, V] {
 	return KStream[K, V]{b: t.b, n: t.n}
 }
 
-// StoreName returns the name of the store the table is materialized in.
+// StoreName returns the name of the store the table is materialized in,
+// or "" for a table derived without Materialized, which has none.
 func (t KTable[K, V]) StoreName() string { return t.store }
 
 // TypedStore wraps rw, the byte-level store named StoreName (as a task or
-// interactive query opened it), with the table's serdes.
+// interactive query opened it), with the table's serdes. Only a
+// materialized table has a store.
 func (t KTable[K, V]) TypedStore(rw statestore.ReadWriter) *KeyValueStore[K, V] {
 	return NewKeyValueStore(rw, t.keySerde, t.valueSerde)
 }

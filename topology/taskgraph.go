@@ -235,7 +235,7 @@ type taskGraph struct {
 	// windows (graph.LateCounter).
 	droppedLate int64
 	// droppedJoin counts records joins dropped for a null key or value
-	// (JoinDropCounter).
+	// (graph.JoinDropCounter).
 	droppedJoin int64
 	// inited counts the processors whose Init succeeded, so a failed start
 	// closes exactly those.

@@ -122,6 +122,14 @@ type LateCounter interface {
 	DroppedLate() int64
 }
 
+// JoinDropCounter is implemented by task graphs whose stream-table joins
+// drop stream records with a null key or value, which cannot be joined.
+type JoinDropCounter interface {
+	// DroppedJoinRecords counts the records the task's joins dropped for
+	// a null key or value.
+	DroppedJoinRecords() int64
+}
+
 // TaskGraph is one task's instance of a sub-topology's processors.
 type TaskGraph interface {
 	// Process runs one input record through the graph. Errors from

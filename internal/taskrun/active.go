@@ -240,6 +240,15 @@ func (t *Active) DroppedLate() int64 {
 	return 0
 }
 
+// DroppedJoin counts the stream records the task's joins dropped for a
+// null key or value (graph.JoinDropCounter).
+func (t *Active) DroppedJoin() int64 {
+	if jc, ok := t.graph.(graph.JoinDropCounter); ok {
+		return jc.DroppedJoinRecords()
+	}
+	return 0
+}
+
 // Punctuations counts the punctuator calls the task made.
 func (t *Active) Punctuations() int64 { return t.graph.Punctuations() }
 

@@ -121,7 +121,7 @@ func (d *Driver) DroppedLate() int64 {
 func (d *Driver) DroppedJoinRecords() int64 {
 	var n int64
 	for _, g := range d.tasks {
-		if jc, ok := g.(topology.JoinDropCounter); ok {
+		if jc, ok := g.(graph.JoinDropCounter); ok {
 			n += jc.DroppedJoinRecords()
 		}
 	}

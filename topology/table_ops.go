@@ -1,0 +1,185 @@
+package topology
+
+import (
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// Materialized gives the table that Filter, FilterNot or MapTableValues
+// derives a store of its own named store, so that it can be queried
+// (persistent and logged unless InMemory or WithoutLogging is given). A
+// derived table without it keeps no state: joins and later operators look
+// its values up through the store of the nearest materialized table it
+// derives from, applying the operators on the way.
+func Materialized(store string) Option { return func(o *options) { o.store = store } }
+
+// TableValueSerde gives the value serde of the store MapTableValues
+// materializes its result in (with Materialized); V must be the new value
+// type. Filter and FilterNot use the table's own value serde.
+func TableValueSerde[V any](s serde.Serde[V]) Option {
+	return func(o *options) { o.tableValueSerde = s }
+}
+
+// tableLookup reads one key of a table: made once per task from the
+// store the table's values are derived from (see KTable.view), it returns
+// the key's current value and whether the table holds the key.
+type tableLookup[K, V any] func(rw statestore.ReadWriter) func(k K) (V, bool, error)
+
+// view returns the store a table's values are read from and how to read
+// them: its own store when it is materialized, else its parent's view with
+// the table's operator applied.
+func (t KTable[K, V]) view() (string, tableLookup[K, V]) {
+	if t.lookup != nil {
+		return t.lookupStore, t.lookup
+	}
+	ks, vs := t.keySerde, t.valueSerde
+	return t.store, func(rw statestore.ReadWriter) func(K) (V, bool, error) {
+		return NewKeyValueStore(rw, ks, vs).Get
+	}
+}
+
+// Filter returns the table of t's keys whose current value keep accepts.
+// Every update of t is forwarded: unchanged when keep accepts the new
+// value, else as a tombstone (as is a tombstone of t), so that a table or
+// aggregation downstream deletes a key whose value stopped passing. keep
+// is not called for tombstones. Named names the node; Materialized (with
+// InMemory, WithoutLogging) gives the result a queryable store.
+func (t KTable[K, V]) Filter(keep func(K, V) bool, opts ...Option) KTable[K, V] {
+	return filterTable(t, "table-filter", keep, false, collect(opts))
+}
+
+// FilterNot is Filter with the predicate negated: keys whose value drop
+// accepts are left out (forwarded as tombstones).
+func (t KTable[K, V]) FilterNot(drop func(K, V) bool, opts ...Option) KTable[K, V] {
+	return filterTable(t, "table-filternot", drop, true, collect(opts))
+}
+
+func filterTable[K, V any](t KTable[K, V], op string, pred func(K, V) bool, negate bool, o options) KTable[K, V] {
+	var fn func(K, V) (V, bool)
+	if pred != nil {
+		fn = func(k K, v V) (V, bool) { return v, pred(k, v) != negate }
+	}
+	return deriveTable(t, op, fn, t.valueSerde, o)
+}
+
+// MapTableValues returns the table of t's keys with each value replaced by
+// fn(key, value). Tombstones of t pass through as tombstones without
+// calling fn. Named names the node; Materialized (with TableValueSerde,
+// required then, and InMemory, WithoutLogging) gives the result a
+// queryable store.
+func MapTableValues[K, V, V2 any](t KTable[K, V], fn func(K, V) V2, opts ...Option) KTable[K, V2] {
+	o := collect(opts)
+	var f func(K, V) (V2, bool)
+	if fn != nil {
+		f = func(k K, v V) (V2, bool) { return fn(k, v), true }
+	}
+	var vs serde.Serde[V2]
+	if o.tableValueSerde != nil {
+		var ok bool
+		if vs, ok = o.tableValueSerde.(serde.Serde[V2]); !ok {
+			t.builder().errorf("MapTableValues after %s: TableValueSerde is %T, want a serde.Serde[%T]", t.n.label(), o.tableValueSerde, zero[V2]())
+		}
+	}
+	return deriveTable(t, "table-mapvalues", f, vs, o)
+}
+
+func (t KTable[K, V]) builder() *Builder {
+	if t.b == nil {
+		panic("topology: use of a zero KTable")
+	}
+	return t.b
+}
+
+// deriveTable adds the node of a table whose value for each key is fn of
+// t's value (absent when fn reports false or t has none), materialized in
+// o.store when it is set.
+func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, bool), vs serde.Serde[V2], o options) KTable[K, V2] {
+	b := t.builder()
+	n := b.addNode(kindProcessor, op, o, t.n)
+	b.checkFunc(n, fn == nil, "function")
+	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs}
+	if o.store != "" {
+		n.stores = []string{o.store}
+		b.declareStore(StoreInfo{Name: o.store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+		if vs == nil {
+			b.errorf("%s: store %q: value serde is nil (give it with TableValueSerde)", n.label(), o.store)
+		}
+	} else {
+		parentStore, parent := t.view()
+		out.lookupStore = parentStore
+		out.lookup = func(rw statestore.ReadWriter) func(K) (V2, bool, error) {
+			get := parent(rw)
+			return func(k K) (V2, bool, error) {
+				v, found, err := get(k)
+				if err != nil || !found {
+					return zero[V2](), false, err
+				}
+				v2, ok := fn(k, v)
+				return v2, ok, nil
+			}
+		}
+	}
+	store, ks := o.store, t.keySerde
+	n.newProc = func() (procImpl, error) {
+		return &derivedTableProc[K, V, V2]{store: store, keySerde: ks, valueSerde: vs, fn: fn}, nil
+	}
+	return out
+}
+
+// derivedTableProc applies a table operator to each update of its parent
+// table, keeping the result in its store when it has one.
+type derivedTableProc[K, V, V2 any] struct {
+	store      string
+	keySerde   serde.Serde[K]
+	valueSerde serde.Serde[V2]
+	fn         func(K, V) (V2, bool)
+	kv         *KeyValueStore[K, V2]
+	updates    tableUpdates
+}
+
+func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
+	if p.store == "" {
+		return nil
+	}
+	rw, err := c.store(p.store)
+	if err != nil {
+		return err
+	}
+	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	return nil
+}
+
+func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
+	if r.keyNull {
+		return nil
+	}
+	k := as[K](r.key)
+	out := record{key: r.key, value: zero[V2](), valueNull: true, ts: r.ts, headers: r.headers}
+	if !r.valueNull {
+		if v, ok := p.fn(k, as[V](r.value)); ok {
+			out.value, out.valueNull = v, false
+		}
+	}
+	if p.kv == nil {
+		// The parent table already holds back its updates until the
+		// task flushes, so there is nothing to deduplicate here.
+		return c.forward(out)
+	}
+	var (
+		kb  []byte
+		err error
+	)
+	if out.valueNull {
+		kb, err = p.kv.delete(k)
+	} else {
+		kb, err = p.kv.put(k, as[V2](out.value))
+	}
+	if err != nil {
+		return err
+	}
+	return p.updates.emit(c, kb, out)
+}
+
+func (p *derivedTableProc[K, V, V2]) flush(c *nodeInstance) error { return p.updates.flush(c) }
+
+func (p *derivedTableProc[K, V, V2]) close() error { return nil }
