@@ -179,7 +179,7 @@ func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 // Rejoins returns how many times a stream thread joined the group again
 // because the group had moved on without it (its offset commit was refused
 // as from an old generation): its uncommitted work was dropped and is
-// processed again, which under at-least-once may count it twice.
+// processed again, which under at-least-once may count it once more.
 func (a *App) Rejoins() int64 { return a.rejoins.Load() }
 
 // Start locks the state directory, creates or verifies the application's
