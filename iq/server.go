@@ -793,58 +793,76 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	parts, err := s.partitionsAsked(store, p)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out.Partitions, out.Failed = fanOut(s.cfg.FanOut, parts, func(part int32) (wirePartitionRange, error) {
+		return s.rangePartition(ctx, c, store, part, from, to, v, p)
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// partitionsAsked lists the partitions a routed range-like query covers:
+// the one its partition parameter names, or all of the store's.
+func (s *Server) partitionsAsked(store string, p params) ([]int32, error) {
 	m, err := s.b.Metadata()
 	if err != nil {
-		writeErr(w, &UnavailableError{Store: store, Partition: -1, Bound: p.bound, Cause: err})
-		return
+		return nil, &UnavailableError{Store: store, Partition: -1, Bound: p.bound, Cause: err}
 	}
 	n, ok := m.Partitions[store]
 	if !ok {
-		writeErr(w, fmt.Errorf("%w: %q", ErrUnknownStore, store))
-		return
+		return nil, fmt.Errorf("%w: %q", ErrUnknownStore, store)
 	}
-	parts := make([]int32, 0, n)
 	if p.hasPartition {
 		if p.partition < 0 || p.partition >= n {
-			writeErr(w, fmt.Errorf("%w: store %q has %d partitions, asked for %d", ErrUnknownPartition, store, n, p.partition))
-			return
+			return nil, fmt.Errorf("%w: store %q has %d partitions, asked for %d", ErrUnknownPartition, store, n, p.partition)
 		}
-		parts = append(parts, p.partition)
-	} else {
-		for i := int32(0); i < n; i++ {
-			parts = append(parts, i)
-		}
+		return []int32{p.partition}, nil
 	}
+	parts := make([]int32, 0, n)
+	for i := int32(0); i < n; i++ {
+		parts = append(parts, i)
+	}
+	return parts, nil
+}
+
+// fanOut asks every partition with ask, at most width at once, and returns
+// the answers and the failures, each in partition order.
+func fanOut[T any](width int, parts []int32, ask func(int32) (T, error)) ([]T, []wirePartitionError) {
 	type slot struct {
-		ok   wirePartitionRange
+		ok   T
 		fail *wirePartitionError
 	}
 	slots := make([]slot, len(parts))
-	sem := make(chan struct{}, s.cfg.FanOut)
+	sem := make(chan struct{}, width)
 	var wg sync.WaitGroup
 	for i, part := range parts {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			wp, err := s.rangePartition(ctx, c, store, part, from, to, v, p)
+			v, err := ask(part)
 			if err != nil {
 				f := partitionFailure(part, err)
 				slots[i].fail = &f
 				return
 			}
-			slots[i].ok = wp
+			slots[i].ok = v
 		}()
 	}
 	wg.Wait()
+	oks := make([]T, 0, len(parts)) // an answer lists no partitions as [], not null
+	var fails []wirePartitionError
 	for _, sl := range slots {
 		if sl.fail != nil {
-			out.Failed = append(out.Failed, *sl.fail)
+			fails = append(fails, *sl.fail)
 		} else {
-			out.Partitions = append(out.Partitions, sl.ok)
+			oks = append(oks, sl.ok)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return oks, fails
 }
 
 // rangePartition answers one partition of a routed range, choosing the

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/eddystreams/eddy/serde"
@@ -341,57 +340,14 @@ func (s *Server) handleAllWindows(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	m, err := s.b.Metadata()
+	parts, err := s.partitionsAsked(store, p)
 	if err != nil {
-		writeErr(w, &UnavailableError{Store: store, Partition: -1, Bound: p.bound, Cause: err})
+		writeErr(w, err)
 		return
 	}
-	n, ok := m.Partitions[store]
-	if !ok {
-		writeErr(w, fmt.Errorf("%w: %q", ErrUnknownStore, store))
-		return
-	}
-	var parts []int32
-	if p.hasPartition {
-		if p.partition < 0 || p.partition >= n {
-			writeErr(w, fmt.Errorf("%w: store %q has %d partitions, asked for %d", ErrUnknownPartition, store, n, p.partition))
-			return
-		}
-		parts = append(parts, p.partition)
-	} else {
-		for i := int32(0); i < n; i++ {
-			parts = append(parts, i)
-		}
-	}
-	type slot struct {
-		ok   wirePartitionWindows
-		fail *wirePartitionError
-	}
-	slots := make([]slot, len(parts))
-	sem := make(chan struct{}, s.cfg.FanOut)
-	var wg sync.WaitGroup
-	for i, part := range parts {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			wp, err := s.windowsPartition(ctx, l, store, part, wq, p, encode)
-			if err != nil {
-				f := partitionFailure(part, err)
-				slots[i].fail = &f
-				return
-			}
-			slots[i].ok = wp
-		}()
-	}
-	wg.Wait()
-	for _, sl := range slots {
-		if sl.fail != nil {
-			out.Failed = append(out.Failed, *sl.fail)
-		} else {
-			out.Partitions = append(out.Partitions, sl.ok)
-		}
-	}
+	out.Partitions, out.Failed = fanOut(s.cfg.FanOut, parts, func(part int32) (wirePartitionWindows, error) {
+		return s.windowsPartition(ctx, l, store, part, wq, p, encode)
+	})
 	writeJSON(w, http.StatusOK, out)
 }
 
