@@ -39,6 +39,13 @@ type ClientOptions struct {
 	// (they usually catch up within milliseconds) before giving up.
 	// Default 500ms; a negative value does not wait.
 	BehindWait time.Duration
+	// RebalanceWait is how long a lookup whose routing table names no
+	// replica that holds the partition (every one asked said it is not
+	// hosted there, or the table names none: a rebalance is moving it or
+	// the instances are still learning the new table) keeps refreshing the
+	// table and asking again before giving up. Default 500ms; a negative
+	// value does not wait.
+	RebalanceWait time.Duration
 	// Transport carries the requests. Nil uses a private transport with a
 	// 1s connect timeout (and TLS).
 	Transport http.RoundTripper
@@ -127,6 +134,12 @@ func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
 	}
 	if c.opts.ActiveFirstTimeout <= 0 {
 		c.opts.ActiveFirstTimeout = 300 * time.Millisecond
+	}
+	switch {
+	case c.opts.RebalanceWait == 0:
+		c.opts.RebalanceWait = 500 * time.Millisecond
+	case c.opts.RebalanceWait < 0:
+		c.opts.RebalanceWait = 0
 	}
 	switch {
 	case c.opts.BehindWait == 0:
@@ -289,6 +302,7 @@ func clientLookup[T any](ctx context.Context, c *Client, store string, keyBytes 
 	}
 	ue := &UnavailableError{Store: store, Partition: -1, Bound: o.bound}
 	behindUntil := time.Now().Add(c.opts.BehindWait)
+	movingUntil := time.Now().Add(c.opts.RebalanceWait)
 	for round := 0; ; round++ {
 		res, retry, err := lookupOnce(ctx, c, m, store, keyBytes, &o, ue, path, decode)
 		if err == nil {
@@ -311,6 +325,23 @@ func clientLookup[T any](ctx context.Context, c *Client, store string, keyBytes 
 			round--
 			continue
 		}
+		if retry && onlyMoving(ue.Tried) && time.Now().Before(movingUntil) {
+			// The table names nobody who holds the partition now: a
+			// rebalance is moving it, or the instances have not learned
+			// the new table yet. Ask for the table again shortly.
+			select {
+			case <-ctx.Done():
+				ue.Cause = ctx.Err()
+				return zero, ue
+			case <-time.After(movingRetryPause):
+			}
+			if nm, nfp, merr := c.metadata(ctx, true); merr == nil {
+				m, fp = nm, nfp
+			}
+			ue.Tried = ue.Tried[:0]
+			round--
+			continue
+		}
 		if !retry || round == 1 {
 			return zero, err
 		}
@@ -323,8 +354,25 @@ func clientLookup[T any](ctx context.Context, c *Client, store string, keyBytes 
 }
 
 // behindRetryPause is the pause between retries of replicas that were
-// behind.
-const behindRetryPause = 20 * time.Millisecond
+// behind; movingRetryPause that between routing-table refreshes while a
+// partition moves.
+const (
+	behindRetryPause = 20 * time.Millisecond
+	movingRetryPause = 50 * time.Millisecond
+)
+
+// onlyMoving reports whether no attempt reached a replica of the partition:
+// every host asked said it holds none, or was skipped or unreachable, or
+// the table named nobody at all.
+func onlyMoving(tried []Attempt) bool {
+	for _, a := range tried {
+		var te *transportError
+		if !errors.Is(a.Err, ErrNotHostedHere) && !errors.Is(a.Err, errSuspect) && !errors.As(a.Err, &te) {
+			return false
+		}
+	}
+	return true
+}
 
 // onlyBehind reports whether some replica refused for being behind and every
 // other attempt was a skip of a host already known to be down.

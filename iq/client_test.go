@@ -259,3 +259,42 @@ func TestClientWaitsForBehindReplica(t *testing.T) {
 	require.Equal(t, int64(10), res.Value)
 	require.Equal(t, RoleStandby, res.Provenance.Role)
 }
+
+// A lookup that finds the partition moved — the host the table names says
+// it holds none, and the instances' tables still say so for a moment, as
+// during a rebalance — refreshes the table and asks again within
+// RebalanceWait instead of failing at the first stale table.
+func TestClientWaitsOutAMovingPartition(t *testing.T) {
+	noLeaks(t)
+	c := newCluster(t, 2, 1, ServerConfig{SuspectFor: time.Minute})
+	c.ins[0].b.add(testStore, 0, RoleActive).put(t, "w", 7)
+	c.publish()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := NewClient([]string{c.ins[0].addr()}, ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	res, err := ClientGet[string, int64](ctx, cl, testStore, "w", serde.String)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, res.Value)
+
+	// The partition moves to instance 1; the tables learn of it only
+	// after the client has been refused and has asked for the table
+	// again, more than a client that gives up at once would.
+	base := c.ins[0].hits.Load()
+	c.ins[0].b.remove(testStore, 0)
+	c.ins[1].b.add(testStore, 0, RoleActive).put(t, "w", 8)
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for c.ins[0].hits.Load() < base+3 && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		c.publish()
+	}()
+	res, err = ClientGet[string, int64](ctx, cl, testStore, "w", serde.String)
+	<-published
+	require.NoError(t, err)
+	require.EqualValues(t, 8, res.Value)
+
+}
