@@ -507,9 +507,29 @@ func benchWindowRetention(ctx context.Context, cfg *config) ([]row, error) {
 			target: fmt.Sprintf("≤ %.2f×", wnFlatTolerance), hasCheck: true,
 			pass: ref > 0 && float64(last) <= wnFlatTolerance*float64(ref)}
 	}
+	// Memtable flushes and compactions make both series saw-toothed, so
+	// one sample against another says little; each period's peak shows
+	// whether the teeth grow.
+	peaks := make([]sample, wnRetentions)
+	for _, s := range samples[1:] {
+		p := min(int((s.at-1)/wnSamplesPer), wnRetentions-1)
+		peaks[p].disk, peaks[p].heap = max(peaks[p].disk, s.disk), max(peaks[p].heap, s.heap)
+	}
+	var pd, ph []string
+	for _, p := range peaks {
+		pd = append(pd, fmt.Sprintf("%.1f", float64(p.disk)/(1<<20)))
+		ph = append(ph, fmt.Sprintf("%.1f", float64(p.heap)/(1<<20)))
+	}
+	fmt.Fprintf(cfg.out, "  peak per retention period, MiB: disk %s; heap %s\n", strings.Join(pd, " "), strings.Join(ph, " "))
+	second, final := peaks[min(1, wnRetentions-1)], peaks[wnRetentions-1]
+	info := func(name string, last, ref int64) row {
+		return row{name: name, unit: "MiB", eddy: float64(last) / (1 << 20), base: float64(ref) / (1 << 20), target: "info"}
+	}
 	return []row{
 		flat(fmt.Sprintf("(w3) window store disk, %d× retention", wnRetentions), last.disk, ref.disk),
 		flat(fmt.Sprintf("(w3) Go heap, %d× retention", wnRetentions), last.heap, ref.heap),
+		info("(w3) … disk, peak of last / 2nd period", final.disk, second.disk),
+		info("(w3) … heap, peak of last / 2nd period", final.heap, second.heap),
 	}, nil
 }
 
