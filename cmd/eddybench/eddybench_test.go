@@ -91,8 +91,28 @@ func TestSmokeHighCardinality(t *testing.T) {
 	require.Contains(t, out.String(), "(m) count, distinct keys")
 }
 
+// TestSmokeWindows runs benchmark (w), which is not in the default set, at
+// a tiny size: the windowed and key-value counts with their checks, the
+// window-store restore read back through a WindowStore, and the stream
+// through a window store with its expiry checked.
+func TestSmokeWindows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts brokers and Apps")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"--only", "w", "--window-records", "4000", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
+	t.Log(out.String())
+	require.NoError(t, err, errOut.String())
+	for _, want := range []string{"(w1) tumbling-window count vs key-value", "(w2) window-store restore",
+		"(w3) window store disk, 10× retention", "(w3) Go heap, 10× retention"} {
+		require.Contains(t, out.String(), want)
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
-	for _, args := range [][]string{{"--only", "x"}, {"--lines", "0"}, {"extra"}} {
+	for _, args := range [][]string{{"--only", "x"}, {"--lines", "0"}, {"--window-records", "0"}, {"extra"}} {
 		var out, errOut bytes.Buffer
 		require.Error(t, run(context.Background(), args, strings.NewReader(""), &out, &errOut), "args %v", args)
 	}

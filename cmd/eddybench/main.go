@@ -29,6 +29,11 @@
 //	(m) high-cardinality counting (not run by default): --keys distinct keys,
 //	    one record each, counted by an App into badger stores, against a
 //	    bare consume→produce loop over the same records (target ≥ 0.5×);
+//	(w) windows (not run by default): a tumbling-window count against the
+//	    key-value count over the same input (target ≥ 0.7×); restoring a
+//	    window store against a bare badger WriteBatch (target ≥ 0.8×); disk
+//	    and Go heap of a window store streamed through for 10× its
+//	    retention (target: flat after the first retention period);
 //	(k) kill loop (not run by default): three instances, a random one
 //	    killed every 3–8 s without waiting for the group, for
 //	    --killloop-duration under each guarantee; records lost (target 0),
@@ -69,6 +74,7 @@ type config struct {
 	maxPoll        int
 	records        int
 	keys           int
+	windowRecords  int
 	tasks          int
 	fetchPartBytes int
 	restoreBatch   int
@@ -115,7 +121,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), k (kill loop, minutes long), m (high-cardinality count vs a bare loop), s (start-up latency)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), k (kill loop, minutes long), m (high-cardinality count vs a bare loop), s (start-up latency), w (windows: windowed vs key-value count, window-store restore, window-store disk and heap over 10 retentions)")
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
@@ -127,6 +133,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.maxPoll, "max-poll-records", 0, "(a) experiment: runtime.Config.MaxPollRecords; 0 keeps the default")
 	fs.IntVar(&cfg.records, "records", 1_000_000, "(b) changelog records to restore")
 	fs.BoolVar(&cfg.e2e, "e2e", true, "(b) also time a whole App restoring a wiped state directory")
+	fs.IntVar(&cfg.windowRecords, "window-records", 1_000_000, "(w) input records of the windowed count, changelog records of the window-store restore, records streamed through the window store")
 	fs.IntVar(&cfg.keys, "keys", 1_000_000, "(c, m) distinct keys held by the instance")
 	fs.IntVar(&cfg.tasks, "tasks", 12, "(b e2e, c, m) tasks, i.e. partitions of the input topic")
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
@@ -150,18 +157,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d", "f", "g", "h", "k", "m", "s":
+		case "a", "b", "c", "d", "f", "g", "h", "k", "m", "s", "w":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h, k or m)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h, k, m, s or w)", s)
 		}
 	}
 	if cfg.killLoopFor <= 0 {
 		return errors.New("--killloop-duration must be positive")
 	}
-	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
-		return errors.New("--lines, --records, --keys, --partitions, --tasks and --threads must be positive")
+	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.windowRecords < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
+		return errors.New("--lines, --records, --keys, --window-records, --partitions, --tasks and --threads must be positive")
 	}
 	level := slog.LevelWarn
 	if cfg.verbose {
@@ -184,7 +191,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		name string
 		fn   func(context.Context, *config) ([]row, error)
 	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash},
-		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}, {"s", benchStartup}} {
+		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}, {"s", benchStartup}, {"w", benchWindows}} {
 		if !cfg.want(b.name) {
 			continue
 		}

@@ -152,13 +152,19 @@ func restoreWithReader(ctx context.Context, addrs []string, dir string, want int
 		return 0, err
 	}
 	defer store.Close()
+	return restoreInto(ctx, addrs, restoreTopic, store, want, batch)
+}
+
+// restoreInto restores partition 0 of topic into store with a
+// changelog.Reader and returns how long that took.
+func restoreInto(ctx context.Context, addrs []string, topic string, store statestore.Store, want int64, batch int) (time.Duration, error) {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{Seeds: addrs, MaxBatchRecords: batch})
 	if err != nil {
 		return 0, err
 	}
 	defer rd.Close()
 	start := time.Now()
-	if err := rd.Register(changelog.Partition{Topic: restoreTopic, Partition: 0, Store: store, Mode: changelog.Restore, Task: "bench"}); err != nil {
+	if err := rd.Register(changelog.Partition{Topic: topic, Partition: 0, Store: store, Mode: changelog.Restore, Task: "bench"}); err != nil {
 		return 0, err
 	}
 	for {

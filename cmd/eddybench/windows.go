@@ -1,0 +1,562 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/iq"
+	eddyrt "github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/topology"
+)
+
+const (
+	wnInput        = "bench-window-in"
+	wnKVOut        = "bench-window-kv-counts"
+	wnWinOut       = "bench-window-minute-counts"
+	wnStore        = "counts"
+	wnRestoreTopic = "bench-window-restore-changelog"
+	// wnKeys distinct keys share the input of (w1) and the records of
+	// (w2) and (w3).
+	wnKeys = 10_000
+	// wnSpan is the event time the input of (w1) covers: 30 one-minute
+	// windows.
+	wnSpan   = 30 * time.Minute
+	wnWindow = int64(time.Minute / time.Millisecond)
+	// wnRetentions is how many retention periods (w3) streams through
+	// its store, sampled wnSamplesPer times each.
+	wnRetentions    = 10
+	wnSamplesPer    = 4
+	wnBatch         = 1000 // records per store Write in (w3), as one commit would write
+	wnFlatTolerance = 1.25
+)
+
+// benchWindows is benchmark (w), not run by default:
+//
+//	(w1) a tumbling-window count (1-minute windows) against the key-value
+//	     count over the same input (target ≥ 0.7×);
+//	(w2) restoring a window store (statestore.NewSegmentedStore over
+//	     OpenBadger) from its changelog against a bare badger WriteBatch of
+//	     the same records (target ≥ 0.8×);
+//	(w3) disk and Go heap of a window store under a steady stream for 10×
+//	     its retention (target: flat after the first retention period).
+func benchWindows(ctx context.Context, cfg *config) ([]row, error) {
+	var rows []row
+	r, err := benchWindowCount(ctx, cfg)
+	rows = append(rows, r...)
+	if err != nil {
+		return rows, fmt.Errorf("w1: %w", err)
+	}
+	r, err = benchWindowRestore(ctx, cfg)
+	rows = append(rows, r...)
+	if err != nil {
+		return rows, fmt.Errorf("w2: %w", err)
+	}
+	r, err = benchWindowRetention(ctx, cfg)
+	rows = append(rows, r...)
+	if err != nil {
+		return rows, fmt.Errorf("w3: %w", err)
+	}
+	return rows, nil
+}
+
+// wnRecord is the i-th of n input records: its key and event time, the
+// times spread evenly over wnSpan from t0.
+func wnRecord(i, n int, t0 int64) (key int, ts int64) {
+	return i % wnKeys, t0 + int64(i)*wnSpan.Milliseconds()/int64(n)
+}
+
+// benchWindowCount is (w1). The key-value count runs before and after the
+// windowed one and their mean is the reference, as in (m).
+func benchWindowCount(ctx context.Context, cfg *config) ([]row, error) {
+	n := cfg.windowRecords
+	fmt.Fprintf(cfg.out, "\n(w1) tumbling-window count vs key-value count: %d records, %d keys over %s of event time, %d partitions, in-process broker\n",
+		n, min(n, wnKeys), wnSpan, cfg.tasks)
+	b, err := broker.Start(broker.Config{Partitions: int32(cfg.tasks)})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	addrs := b.Addrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := createTopics(ctx, adm, int32(cfg.tasks), wnInput, wnKVOut, wnWinOut); err != nil {
+		return nil, err
+	}
+	// Recent times, so that no topic retention touches the records; a
+	// whole number of minutes, so that windows line up with the span.
+	t0 := time.Now().Add(-wnSpan - time.Hour).Truncate(time.Minute).UnixMilli()
+	kvRef := make(map[int]int64)
+	winRef := make(map[[2]int64]int64) // key, window start → count
+	latest := make(map[int]int64)      // key → start of its last window
+	loadStart := time.Now()
+	p := &producer{cl: cl}
+	val := []byte("x")
+	for i := range n {
+		k, ts := wnRecord(i, n, t0)
+		kvRef[k]++
+		winRef[[2]int64{int64(k), ts - ts%wnWindow}]++
+		latest[k] = ts - ts%wnWindow
+		p.send(ctx, &kgo.Record{Topic: wnInput, Key: benchKey(k), Value: val, Timestamp: time.UnixMilli(ts)})
+	}
+	if acked, err := p.flush(ctx); err != nil || acked != int64(n) {
+		return nil, fmt.Errorf("loading input: %d of %d acknowledged: %v", acked, n, err)
+	}
+	cfg.logf("loaded %d records into %s in %s; %d windows", n, wnInput, time.Since(loadStart).Round(time.Millisecond), len(winRef))
+
+	var kvs []time.Duration
+	kv := func(run int) error {
+		d, err := runWindowBenchApp(ctx, cfg, addrs, adm, fmt.Sprintf("bench-window-kv-%d", run), false, n, refs{kvRef, winRef, latest})
+		if err != nil {
+			return fmt.Errorf("key-value count: %w", err)
+		}
+		kvs = append(kvs, d)
+		return nil
+	}
+	if err := kv(1); err != nil {
+		return nil, err
+	}
+	win, err := runWindowBenchApp(ctx, cfg, addrs, adm, "bench-window-tumbling", true, n, refs{kvRef, winRef, latest})
+	if err != nil {
+		return nil, fmt.Errorf("windowed count: %w", err)
+	}
+	if err := kv(2); err != nil {
+		return nil, err
+	}
+	base := (kvs[0] + kvs[1]) / 2
+	nn := int64(n)
+	fmt.Fprintf(cfg.out, "  key-value count: %s records/s (runs before and after the windowed count: %s)\n", fmtNum(rate(nn, base)), fmtDurations(kvs))
+	fmt.Fprintf(cfg.out, "  windowed count:  %s records/s (%s)\n", fmtNum(rate(nn, win)), win.Round(time.Millisecond))
+	fmt.Fprintf(cfg.out, "  both     = runtime App, %d stream thread(s), defaults, badger stores; Stream → GroupByKey →\n"+
+		"             Count(%q) → ToStream → To, the windowed one through WindowedBy(TumblingWindows(1m)) and\n"+
+		"             TimeWindowedSerde. Timed from the first record until the group's committed offsets reach\n"+
+		"             the input's end; 100 keys' counts are checked (the windowed one's in the input's last\n"+
+		"             window, the only one a store without grace still holds).\n",
+		cfg.threads, wnStore)
+	return []row{ratioRow("(w1) tumbling-window count vs key-value", "records/s", rate(nn, win), rate(nn, base), 0.7)}, nil
+}
+
+// refs are the expected counts of (w1): per key, per key and window start,
+// and each key's latest window start.
+type refs struct {
+	kv     map[int]int64
+	win    map[[2]int64]int64
+	latest map[int]int64
+}
+
+// runWindowBenchApp runs one count over the input with application ID
+// appID, times it from its first record until its committed offsets reach
+// the input's end, and checks a sample of the counts.
+func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, appID string, windowed bool, n int, ref refs) (time.Duration, error) {
+	var first, seen atomic.Int64
+	bld := topology.NewBuilder()
+	grouped := topology.Stream(bld, wnInput, serde.Bytes, serde.Bytes).Peek(func(_, _ []byte) {
+		if seen.Add(1) == 1 {
+			first.Store(time.Now().UnixNano())
+		}
+	}).GroupByKey(serde.Bytes, serde.Bytes)
+	if windowed {
+		w := topology.TumblingWindows(time.Minute)
+		topology.WindowedBy(grouped, w).Count(wnStore).ToStream().
+			To(wnWinOut, topology.TimeWindowedSerde(serde.Bytes, w.Size()), serde.Int64)
+	} else {
+		grouped.Count(wnStore).ToStream().To(wnKVOut, serde.Bytes, serde.Int64)
+	}
+	topo, err := bld.Build()
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "eddybench-window-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	app, err := eddyrt.New(topo, eddyrt.Config{ApplicationID: appID, Brokers: addrs, StateDir: dir,
+		NumStreamThreads: cfg.threads, Logger: cfg.log})
+	if err != nil {
+		return 0, err
+	}
+	if err := app.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer app.Close(context.Background())
+	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		select {
+		case <-app.Done():
+			return false, fmt.Errorf("app stopped: %v", app.Err())
+		default:
+		}
+		return groupCaughtUp(ctx, adm, appID, wnInput)
+	})
+	done := time.Now()
+	if err != nil {
+		return 0, err
+	}
+	elapsed := done.Sub(time.Unix(0, first.Load()))
+	if s := seen.Load(); s != int64(n) {
+		return 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
+	}
+
+	q := iq.NewQuerier(app.Queries())
+	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelCheck()
+	// Without grace a window store keeps one window's length behind the
+	// latest window start, so only the input's last window is still held
+	// everywhere: keys with a record in it are the ones checked.
+	final := ref.finalStart()
+	checked := 0
+	for k := 0; k < min(n, wnKeys); k++ {
+		if windowed && ref.latest[k] != final {
+			continue
+		}
+		if checked++; checked > 100 {
+			break
+		}
+		var lastErr error
+		err := waitFor(checkCtx, 10*time.Millisecond, func() (bool, error) {
+			var got, want int64
+			if windowed {
+				start := ref.latest[k]
+				want = ref.win[[2]int64{int64(k), start}]
+				res, err := iq.WindowFetch(checkCtx, q, wnStore, benchKey(k), time.UnixMilli(start), time.UnixMilli(start), serde.Bytes, serde.Int64)
+				if err != nil || len(res.Windows) != 1 {
+					lastErr = fmt.Errorf("windows=%d err=%v", len(res.Windows), err)
+					return false, nil
+				}
+				got = res.Windows[0].Value
+			} else {
+				want = ref.kv[k]
+				v, found, _, err := app.LocalGet(wnStore, benchKey(k))
+				if err != nil || !found {
+					lastErr = fmt.Errorf("found=%v err=%v", found, err)
+					return false, nil
+				}
+				got, _ = serde.Int64.Decode(v)
+			}
+			if got != want {
+				return false, fmt.Errorf("key %d counted %d, want %d", k, got, want)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("key %d: %w (last read: %v)", k, err, lastErr)
+		}
+	}
+	if checked == 0 {
+		return 0, fmt.Errorf("no key to check")
+	}
+	return elapsed, app.Close(ctx)
+}
+
+// finalStart is the start of the input's last window.
+func (r refs) finalStart() int64 {
+	var s int64
+	for _, t := range r.latest {
+		s = max(s, t)
+	}
+	return s
+}
+
+// windowStoreKey is key's window starting at start as statestore's window
+// stores lay keys out (see statestore/window.go): segment | key | 00 01 |
+// start. benchKey has no 00 byte, so nothing needs escaping; (w2) and
+// (w3) read records back through statestore.WindowStore, which fails if
+// this layout drifts from the store's.
+func windowStoreKey(key []byte, start, segmentInterval int64) []byte {
+	b := make([]byte, 0, 8+len(key)+2+8)
+	b = appendBig(b, start/segmentInterval)
+	b = append(append(b, key...), 0, 1)
+	return appendBig(b, start)
+}
+
+func appendBig(b []byte, v int64) []byte {
+	return append(b, byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+// benchWindowRestore is (w2): the restore of (b) into a window store. The
+// records are wnKeys keys' consecutive one-minute windows, all within
+// retention, so the store keeps every one.
+func benchWindowRestore(ctx context.Context, cfg *config) ([]row, error) {
+	n := cfg.windowRecords
+	perKey := (n + wnKeys - 1) / wnKeys
+	opts := statestore.WindowOptions{Retention: int64(perKey+1) * wnWindow, WindowSize: wnWindow}
+	interval := max(opts.Retention/2, 1) // the store's default
+	fmt.Fprintf(cfg.out, "\n(w2) window-store restore: %d records (%d keys × up to %d one-minute windows, 8-byte values), in-process broker\n",
+		n, min(n, wnKeys), perKey)
+	b, err := broker.Start(broker.Config{Partitions: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	addrs := b.Addrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	// Compacted only: the delete half of a window changelog's policy
+	// would judge these synthetic times, not the benchmark.
+	if err := changelog.EnsureTopics(ctx, adm, []changelog.TopicSpec{{Name: wnRestoreTopic, Partitions: 1, Compacted: true, ReplicationFactor: -1}}); err != nil {
+		return nil, err
+	}
+	entries := make([]statestore.Entry, n)
+	for i := range entries {
+		entries[i] = statestore.Entry{Key: windowStoreKey(benchKey(i%wnKeys), int64(i/wnKeys)*wnWindow, interval), Value: benchValue(i)}
+	}
+	p := &producer{cl: cl}
+	for _, e := range entries {
+		p.send(ctx, &kgo.Record{Topic: wnRestoreTopic, Partition: 0, Key: e.Key, Value: e.Value})
+	}
+	if acked, err := p.flush(ctx); err != nil || acked != int64(n) {
+		return nil, fmt.Errorf("loading changelog: %d of %d acknowledged: %v", acked, n, err)
+	}
+	root, err := os.MkdirTemp("", "eddybench-window-restore-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(root)
+
+	var eddys, bares []time.Duration
+	for i := range restoreRuns {
+		dir := filepath.Join(root, fmt.Sprintf("window-%d", i))
+		d, err := restoreWindowStore(ctx, addrs, dir, opts, int64(n), cfg.restoreBatch)
+		if err != nil {
+			return nil, fmt.Errorf("window store: %w", err)
+		}
+		eddys = append(eddys, d)
+		bareDir := filepath.Join(root, fmt.Sprintf("bare-%d", i))
+		if d, err = bareBadgerWrite(bareDir, entries); err != nil {
+			return nil, fmt.Errorf("bare badger: %w", err)
+		}
+		bares = append(bares, d)
+		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(bareDir)
+	}
+	eddy, bare := median(eddys), median(bares)
+	nn := int64(n)
+	fmt.Fprintf(cfg.out, "  changelog.Reader → NewSegmentedStore(OpenBadger): %s records/s (median of %s)\n", fmtNum(rate(nn, eddy)), fmtDurations(eddys))
+	fmt.Fprintf(cfg.out, "  bare badger WriteBatch:                          %s records/s (median of %s)\n", fmtNum(rate(nn, bare)), fmtDurations(bares))
+	fmt.Fprintf(cfg.out, "  eddy     = as (b), into a SegmentedStore (retention %s, segment interval %s) over a badger\n"+
+		"             store with DefaultBadgerOptions; the last record is then read back through a WindowStore.\n"+
+		"  baseline = (b)'s: one badger WriteBatch of the same keys and values.\n",
+		time.Duration(opts.Retention)*time.Millisecond, time.Duration(interval)*time.Millisecond)
+	return []row{ratioRow("(w2) window-store restore", "records/s", rate(nn, eddy), rate(nn, bare), 0.8)}, nil
+}
+
+// restoreWindowStore restores the changelog of (w2) into a fresh window
+// store and checks its last record through a WindowStore.
+func restoreWindowStore(ctx context.Context, addrs []string, dir string, opts statestore.WindowOptions, want int64, batch int) (time.Duration, error) {
+	inner, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+	if err != nil {
+		return 0, err
+	}
+	store, err := statestore.NewSegmentedStore(inner, opts)
+	if err != nil {
+		inner.Close()
+		return 0, err
+	}
+	defer store.Close()
+	d, err := restoreInto(ctx, addrs, wnRestoreTopic, store, want, batch)
+	if err != nil {
+		return 0, err
+	}
+	ws, err := statestore.NewWindowStore(store, opts)
+	if err != nil {
+		return 0, err
+	}
+	last := int(want) - 1
+	v, found, err := ws.Get(benchKey(last%wnKeys), int64(last/wnKeys)*wnWindow)
+	if err != nil || !found || string(v) != string(benchValue(last)) {
+		return 0, fmt.Errorf("restored window store lacks record %d: found=%v err=%v", last, found, err)
+	}
+	return d, nil
+}
+
+// benchWindowRetention is (w3): a window store written directly, by
+// batches of wnBatch records with advancing times, for wnRetentions
+// retention periods. The event time is synthetic: one retention period
+// is cfg.windowRecords/wnRetentions records, however long they take.
+func benchWindowRetention(ctx context.Context, cfg *config) ([]row, error) {
+	n := cfg.windowRecords
+	// wnKeys keys × 10 one-minute windows live at a time.
+	opts := statestore.WindowOptions{Retention: 10 * wnWindow, WindowSize: wnWindow}
+	interval := opts.Retention / 2
+	span := wnRetentions * opts.Retention
+	fmt.Fprintf(cfg.out, "\n(w3) window store under a steady stream: %d records, %d keys, one-minute windows, retention %s, %d retention periods\n",
+		n, min(n, wnKeys), time.Duration(opts.Retention)*time.Millisecond, wnRetentions)
+	dir, err := os.MkdirTemp("", "eddybench-window-retention-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	inner, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+	if err != nil {
+		return nil, err
+	}
+	store, err := statestore.NewSegmentedStore(inner, opts)
+	if err != nil {
+		inner.Close()
+		return nil, err
+	}
+	defer store.Close()
+
+	type sample struct {
+		at         int64 // event time, in retention periods × wnSamplesPer
+		disk, heap int64
+	}
+	var samples []sample
+	take := func(step int64) error {
+		disk, err := diskUse(dir)
+		if err != nil {
+			return err
+		}
+		// A collection first, so the figure is the live heap, not
+		// garbage the collector has not reached yet.
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		samples = append(samples, sample{at: step, disk: disk, heap: int64(ms.HeapAlloc)})
+		return nil
+	}
+	start := time.Now()
+	step := span / (wnRetentions * wnSamplesPer)
+	next := step
+	batch := make([]statestore.Entry, 0, wnBatch)
+	for i := range n {
+		ts := int64(i) * span / int64(n)
+		for ts >= next {
+			if len(batch) > 0 {
+				if err := store.Write(batch, int64(i-1)); err != nil {
+					return nil, err
+				}
+				batch = batch[:0]
+			}
+			if err := take(next / step); err != nil {
+				return nil, err
+			}
+			next += step
+		}
+		batch = append(batch, statestore.Entry{Key: windowStoreKey(benchKey(i%wnKeys), ts-ts%wnWindow, interval), Value: benchValue(i)})
+		if len(batch) == wnBatch || i == n-1 {
+			if err := store.Write(batch, int64(i)); err != nil {
+				return nil, err
+			}
+			batch = batch[:0]
+		}
+		if i%wnBatch == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	if err := take(next / step); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+
+	// The latest record is held; a window a whole retention older is not.
+	ws, err := statestore.NewWindowStore(store, opts)
+	if err != nil {
+		return nil, err
+	}
+	lastTS := int64(n-1) * span / int64(n)
+	if v, found, err := ws.Get(benchKey((n-1)%wnKeys), lastTS-lastTS%wnWindow); err != nil || !found || string(v) != string(benchValue(n-1)) {
+		return nil, fmt.Errorf("latest window not read back: found=%v err=%v", found, err)
+	}
+	if _, found, err := ws.Get(benchKey(0), 0); err != nil || found {
+		return nil, fmt.Errorf("window at time 0 still held after %d retention periods (err %v)", wnRetentions, err)
+	}
+
+	var ref sample
+	var series []string
+	for _, s := range samples {
+		if s.at == wnSamplesPer {
+			ref = s
+		}
+		series = append(series, fmt.Sprintf("%.1f/%.1f", float64(s.disk)/(1<<20), float64(s.heap)/(1<<20)))
+	}
+	last := samples[len(samples)-1]
+	fmt.Fprintf(cfg.out, "  %d records written in %s (%s records/s), %d per Write\n", n, elapsed.Round(time.Millisecond), fmtNum(rate(int64(n), elapsed)), wnBatch)
+	fmt.Fprintf(cfg.out, "  disk/heap MiB every retention/%d of event time:\n", wnSamplesPer)
+	for i := 0; i < len(series); i += 2 * wnSamplesPer {
+		fmt.Fprintf(cfg.out, "    %s\n", strings.Join(series[i:min(i+2*wnSamplesPer, len(series))], "  "))
+	}
+	fmt.Fprintf(cfg.out, "  method   = statestore.NewSegmentedStore over OpenBadger(DefaultBadgerOptions); disk is the blocks\n"+
+		"             allocated to the store's directory (du), heap the Go heap after a collection (the whole\n"+
+		"             process, which holds nothing else). Ratios: the last sample against the sample after\n"+
+		"             the first retention period (target ≤ %.2f×, i.e. flat).\n", wnFlatTolerance)
+	flat := func(name string, last, ref int64) row {
+		return row{name: name, unit: "MiB", eddy: float64(last) / (1 << 20), base: float64(ref) / (1 << 20),
+			target: fmt.Sprintf("≤ %.2f×", wnFlatTolerance), hasCheck: true,
+			pass: ref > 0 && float64(last) <= wnFlatTolerance*float64(ref)}
+	}
+	// Memtable flushes and compactions make both series saw-toothed, so
+	// one sample against another says little; each period's peak shows
+	// whether the teeth grow.
+	peaks := make([]sample, wnRetentions)
+	for _, s := range samples[1:] {
+		p := min(int((s.at-1)/wnSamplesPer), wnRetentions-1)
+		peaks[p].disk, peaks[p].heap = max(peaks[p].disk, s.disk), max(peaks[p].heap, s.heap)
+	}
+	var pd, ph []string
+	for _, p := range peaks {
+		pd = append(pd, fmt.Sprintf("%.1f", float64(p.disk)/(1<<20)))
+		ph = append(ph, fmt.Sprintf("%.1f", float64(p.heap)/(1<<20)))
+	}
+	fmt.Fprintf(cfg.out, "  peak per retention period, MiB: disk %s; heap %s\n", strings.Join(pd, " "), strings.Join(ph, " "))
+	second, final := peaks[min(1, wnRetentions-1)], peaks[wnRetentions-1]
+	info := func(name string, last, ref int64) row {
+		return row{name: name, unit: "MiB", eddy: float64(last) / (1 << 20), base: float64(ref) / (1 << 20), target: "info"}
+	}
+	return []row{
+		flat(fmt.Sprintf("(w3) window store disk, %d× retention", wnRetentions), last.disk, ref.disk),
+		flat(fmt.Sprintf("(w3) Go heap, %d× retention", wnRetentions), last.heap, ref.heap),
+		info("(w3) … disk, peak of last / 2nd period", final.disk, second.disk),
+		info("(w3) … heap, peak of last / 2nd period", final.heap, second.heap),
+	}, nil
+}
+
+// diskUse is the space allocated to the files under dir, as du counts it:
+// badger preallocates and truncates files, so their lengths would say
+// less than the disk holds.
+func diskUse(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil // removed by a compaction while walking
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			if os.IsNotExist(err) {
+				return nil
+			}
+			return err
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
+}
