@@ -804,6 +804,30 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// decodeOnePartition reads another instance's answer to a routed
+// range-like query asked of one partition (range, all keys' windows): the
+// partition's entries and who served them, or the error the answer carries.
+func decodeOnePartition[P any](part int32, servedBy func(P) *wireServedBy) decodeFn[P] {
+	return func(st int, body []byte) (P, Provenance, error) {
+		var zero P
+		if st == http.StatusOK {
+			var wr struct {
+				Partitions []P                  `json:"partitions"`
+				Failed     []wirePartitionError `json:"failed"`
+			}
+			if json.Unmarshal(body, &wr) == nil && len(wr.Partitions) == 1 {
+				if sb := servedBy(wr.Partitions[0]); sb != nil {
+					return wr.Partitions[0], sb.provenance(part), nil
+				}
+			}
+			if len(wr.Failed) == 1 {
+				return zero, Provenance{}, fromWireError(st, wr.Failed[0].wireError)
+			}
+		}
+		return zero, Provenance{}, decodeErrorAnswer(st, body)
+	}
+}
+
 // partitionsAsked lists the partitions a routed range-like query covers:
 // the one its partition parameter names, or all of the store's.
 func (s *Server) partitionsAsked(store string, p params) ([]int32, error) {
@@ -897,18 +921,8 @@ func (s *Server) rangePartition(ctx context.Context, c StoreCodec, store string,
 		}
 	}
 	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/range?" + q.Encode()
-	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery, func(st int, body []byte) (wirePartitionRange, Provenance, error) {
-		if st == http.StatusOK {
-			var wr wireRange
-			if json.Unmarshal(body, &wr) == nil && len(wr.Partitions) == 1 && wr.Partitions[0].ServedBy != nil {
-				return wr.Partitions[0], wr.Partitions[0].ServedBy.provenance(part), nil
-			}
-			if len(wr.Failed) == 1 {
-				return wirePartitionRange{}, Provenance{}, fromWireError(st, wr.Failed[0].wireError)
-			}
-		}
-		return wirePartitionRange{}, Provenance{}, decodeErrorAnswer(st, body)
-	})
+	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery,
+		decodeOnePartition(part, func(w wirePartitionRange) *wireServedBy { return w.ServedBy }))
 	if err != nil {
 		return wirePartitionRange{}, err
 	}

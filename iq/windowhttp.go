@@ -384,18 +384,8 @@ func (s *Server) windowsPartition(ctx context.Context, l StoreLayout, store stri
 	q.Set("from", strconv.FormatInt(wq.from, 10))
 	q.Set("to", strconv.FormatInt(wq.to, 10))
 	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/windows?" + q.Encode()
-	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery, func(st int, body []byte) (wirePartitionWindows, Provenance, error) {
-		if st == http.StatusOK {
-			var wr wireWindowRange
-			if json.Unmarshal(body, &wr) == nil && len(wr.Partitions) == 1 && wr.Partitions[0].ServedBy != nil {
-				return wr.Partitions[0], wr.Partitions[0].ServedBy.provenance(part), nil
-			}
-			if len(wr.Failed) == 1 {
-				return wirePartitionWindows{}, Provenance{}, fromWireError(st, wr.Failed[0].wireError)
-			}
-		}
-		return wirePartitionWindows{}, Provenance{}, decodeErrorAnswer(st, body)
-	})
+	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery,
+		decodeOnePartition(part, func(w wirePartitionWindows) *wireServedBy { return w.ServedBy }))
 	if err != nil {
 		return wirePartitionWindows{}, err
 	}
