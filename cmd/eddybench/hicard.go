@@ -192,32 +192,11 @@ func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, ad
 	if err != nil {
 		return 0, err
 	}
-	dir, err := os.MkdirTemp("", "eddybench-hicard-")
+	app, done, stop, err := runCaughtUp(ctx, cfg, adm, addrs, topo, hcApp, hcInput)
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
-	app, err := runtime.New(topo, runtime.Config{ApplicationID: hcApp, Brokers: addrs, StateDir: dir,
-		NumStreamThreads: cfg.threads, Logger: cfg.log})
-	if err != nil {
-		return 0, err
-	}
-	if err := app.Start(ctx); err != nil {
-		return 0, err
-	}
-	defer app.Close(context.Background())
-	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
-		select {
-		case <-app.Done():
-			return false, fmt.Errorf("app stopped: %v", app.Err())
-		default:
-		}
-		return groupCaughtUp(ctx, adm, hcApp, hcInput)
-	})
-	done := time.Now()
-	if err != nil {
-		return 0, err
-	}
+	defer stop()
 	start := time.Unix(0, first.Load())
 	// A rebalance between the App's threads may still be moving tasks
 	// (a task in transit is hosted nowhere for a moment), so a sampled
@@ -252,4 +231,42 @@ func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, ad
 		return 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
 	}
 	return done.Sub(start), app.Close(ctx)
+}
+
+// runCaughtUp starts an App of topo in a temporary state directory and
+// waits until its group has committed the end of every partition of input.
+// It returns the App, still running, with when that was seen; stop closes
+// the App and removes its directory.
+func runCaughtUp(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string, topo *topology.Topology, appID, input string) (app *runtime.App, done time.Time, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "eddybench-"+appID+"-")
+	if err != nil {
+		return nil, time.Time{}, nil, err
+	}
+	app, err = runtime.New(topo, runtime.Config{ApplicationID: appID, Brokers: addrs, StateDir: dir,
+		NumStreamThreads: cfg.threads, Logger: cfg.log})
+	if err == nil {
+		err = app.Start(ctx)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, time.Time{}, nil, err
+	}
+	stop = func() {
+		app.Close(context.Background())
+		os.RemoveAll(dir)
+	}
+	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		select {
+		case <-app.Done():
+			return false, fmt.Errorf("app stopped: %v", app.Err())
+		default:
+		}
+		return groupCaughtUp(ctx, adm, appID, input)
+	})
+	done = time.Now()
+	if err != nil {
+		stop()
+		return nil, time.Time{}, nil, err
+	}
+	return app, done, stop, nil
 }

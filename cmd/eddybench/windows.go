@@ -18,7 +18,6 @@ import (
 	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/iq"
-	eddyrt "github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -184,32 +183,11 @@ func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *ka
 	if err != nil {
 		return 0, err
 	}
-	dir, err := os.MkdirTemp("", "eddybench-window-")
+	app, done, stop, err := runCaughtUp(ctx, cfg, adm, addrs, topo, appID, wnInput)
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
-	app, err := eddyrt.New(topo, eddyrt.Config{ApplicationID: appID, Brokers: addrs, StateDir: dir,
-		NumStreamThreads: cfg.threads, Logger: cfg.log})
-	if err != nil {
-		return 0, err
-	}
-	if err := app.Start(ctx); err != nil {
-		return 0, err
-	}
-	defer app.Close(context.Background())
-	err = waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
-		select {
-		case <-app.Done():
-			return false, fmt.Errorf("app stopped: %v", app.Err())
-		default:
-		}
-		return groupCaughtUp(ctx, adm, appID, wnInput)
-	})
-	done := time.Now()
-	if err != nil {
-		return 0, err
-	}
+	defer stop()
 	elapsed := done.Sub(time.Unix(0, first.Load()))
 	if s := seen.Load(); s != int64(n) {
 		return 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
