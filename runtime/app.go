@@ -21,6 +21,7 @@ import (
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -92,6 +93,10 @@ type App struct {
 	// openStoreHook, set only by tests, runs every store opening (open)
 	// in openStore's stead: it may delay the opening or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
+	// transitionHook, set only by tests before Start, is told of every
+	// replica state transition the registry and the threads' tasks make
+	// or are refused.
+	transitionHook taskrun.Observer
 
 	// assignment is the latest assignment any thread received.
 	assignment atomic.Pointer[assignor.AssignmentInfo]

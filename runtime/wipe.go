@@ -245,14 +245,7 @@ func (r *registry) rewire(recreated map[string]bool) error {
 	for r.reconciling || len(r.moving) > 0 {
 		r.moved.Wait()
 	}
-	var closing []*replica
-	for id, rep := range r.reps {
-		switch rep.role {
-		case RoleStandby, RoleWarmup, RoleIdle:
-			delete(r.reps, id)
-			closing = append(closing, rep)
-		}
-	}
+	closing := r.takeIdleLocked()
 	r.mu.Unlock()
 	r.cancel()
 	r.follower.Close()
