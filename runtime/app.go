@@ -21,7 +21,6 @@ import (
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
-	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -94,9 +93,9 @@ type App struct {
 	// in openStore's stead: it may delay the opening or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
 	// transitionHook, set only by tests before Start, is told of every
-	// replica state transition the registry and the threads' tasks make
-	// or are refused.
-	transitionHook taskrun.Observer
+	// state transition the registry's replicas ("replica") and the
+	// threads' tasks ("task") make or are refused.
+	transitionHook func(kind string, id task.ID, from, to task.State, err error)
 
 	// assignment is the latest assignment any thread received.
 	assignment atomic.Pointer[assignor.AssignmentInfo]

@@ -73,7 +73,7 @@ func (rep *replica) state() task.State { return rep.life.State() }
 // newReplica starts the record of a replica whose stores are about to be
 // opened here.
 func (r *registry) newReplica(id task.ID) *replica {
-	return &replica{id: id, life: taskrun.NewLifecycle(id, task.Created, r.app.observeTransition)}
+	return &replica{id: id, life: taskrun.NewLifecycle(id, task.Created, r.app.transitionObserver("replica"))}
 }
 
 // moveLocked moves a replica to another state. A move the transition
@@ -83,14 +83,18 @@ func (r *registry) moveLocked(rep *replica, to task.State) bool {
 	return rep.life.To(to) == nil
 }
 
-// observeTransition is told of every state transition of a replica, the
-// registry's and the threads' tasks' alike.
-func (a *App) observeTransition(id task.ID, from, to task.State, err error) {
-	if err != nil {
-		a.log.Error("illegal replica state transition refused", "task", id, "from", from.String(), "to", to.String())
-	}
-	if a.transitionHook != nil {
-		a.transitionHook(id, from, to, err)
+// transitionObserver returns the observer of the lifecycles of one kind:
+// "replica" for the registry's replicas, "task" for the threads' active
+// tasks. An illegal transition is a bug, logged as an error (and refused by
+// the lifecycle).
+func (a *App) transitionObserver(kind string) taskrun.Observer {
+	return func(id task.ID, from, to task.State, err error) {
+		if err != nil {
+			a.log.Error("illegal state transition refused", "kind", kind, "task", id, "from", from.String(), "to", to.String())
+		}
+		if a.transitionHook != nil {
+			a.transitionHook(kind, id, from, to, err)
+		}
 	}
 }
 
@@ -280,7 +284,7 @@ func (r *registry) park(t *taskrun.Active) {
 	} else {
 		// A thread parks only tasks it started, which the registry
 		// records; the stores are kept all the same.
-		rep = &replica{id: t.ID(), life: taskrun.NewLifecycle(t.ID(), task.Parked, r.app.observeTransition)}
+		rep = &replica{id: t.ID(), life: taskrun.NewLifecycle(t.ID(), task.Parked, r.app.transitionObserver("replica"))}
 		r.reps[t.ID()] = rep
 	}
 	rep.stores, rep.owner, rep.standby = stores, nil, nil
