@@ -908,7 +908,7 @@ func (a *App) StoreResets() int64 {
 }
 
 // Replicas lists every store partition this instance holds — running and
-// restoring actives, standbys, warmups, and idle stores between a
+// restoring actives, standbys, warmups, and parked stores between a
 // revocation and the next assignment — with its role, position and lag.
 // It asks the broker nothing: lags come from what the changelog readers last
 // fetched or listed, with the time the broker last confirmed them (see

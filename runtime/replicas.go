@@ -117,15 +117,17 @@ type diskState struct {
 
 // registry is the instance's record of every task whose state it holds:
 // actives (owned by stream threads), standbys (followed by the registry's
-// own changelog reader), idle stores between a revocation and the next
+// own changelog reader), parked stores between a revocation and the next
 // assignment, and directories left on disk. It is the one place that
 // decides when stores open and close, so that state moving between roles —
 // a standby promoted, an active demoted, a task moving between threads —
-// keeps its open stores and never rereads what it has.
+// keeps its open stores and never rereads what it has. Each replica's
+// state (task.State) changes only under mu, along the transition table
+// (moveLocked).
 //
 // Queries, metrics and the subscription read the registry under mu, which
 // is never held while a store opens, closes or waits for a write: the
-// registry decides under mu (planReconcile for the standbys and idle
+// registry decides under mu (planReconcile for the standbys and parked
 // stores, claimActive and closeActive for the threads' tasks), marks the
 // tasks concerned as moving, does the I/O without mu, then publishes the
 // outcome under mu. A replica moving is not listed, so a query finds it
@@ -288,7 +290,8 @@ func (r *registry) park(t *taskrun.Active) {
 		r.reps[t.ID()] = rep
 	}
 	rep.stores, rep.owner, rep.standby = stores, nil, nil
-	rep.opened, rep.ends, rep.endsConfirmed = time.Now(), positions(stores), time.Time{}
+	rep.opened, rep.caughtUp = time.Now(), time.Time{}
+	rep.ends, rep.endsConfirmed = positions(stores), time.Time{}
 }
 
 // claimActive hands a thread the open stores of a task it is to run as
@@ -565,7 +568,7 @@ func planReconcile(held map[task.ID]task.State, moving map[task.ID]bool, shares 
 }
 
 // reconcile plans under mu what the threads' assignments ask of the
-// standbys and idle stores (planReconcile), then carries the plan out with
+// standbys and parked stores (planReconcile), then carries the plan out with
 // mu released: stores open and close, changelogs are followed and
 // unfollowed, and writes under way are waited for while queries go on.
 // Each replica a step moves is taken out of reps into moving for the
@@ -814,7 +817,7 @@ func (r *registry) janitor(ctx context.Context) {
 	}
 }
 
-// close stops following and closes every standby and idle replica, once
+// close stops following and closes every standby, warmup and parked replica, once
 // the reconciliation and the moves under way are over. Threads must have
 // closed their actives first.
 func (r *registry) close() {

@@ -237,7 +237,7 @@ func (th *thread) pauseForRewire(r *rewire) error {
 }
 
 // rewire resets what the registry holds for recreated changelogs: standby
-// and idle stores are closed, task directories with a store on a recreated
+// and parked stores are closed, task directories with a store on a recreated
 // changelog are deleted, and the standby reader is replaced, since its
 // client knows the old topic IDs. Threads must have let go of their tasks.
 func (r *registry) rewire(recreated map[string]bool) error {
