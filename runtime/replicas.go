@@ -73,7 +73,7 @@ func (rep *replica) state() task.State { return rep.life.State() }
 // newReplica starts the record of a replica whose stores are about to be
 // opened here.
 func (r *registry) newReplica(id task.ID) *replica {
-	return &replica{id: id, life: taskrun.NewLifecycle(id, task.Created, r.app.transitionObserver("replica"))}
+	return &replica{id: id, life: taskrun.NewLifecycle(id, r.app.transitionObserver("replica"))}
 }
 
 // moveLocked moves a replica to another state. A move the transition
@@ -279,19 +279,24 @@ func (r *registry) park(t *taskrun.Active) {
 		}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	rep, ok := r.reps[t.ID()]
-	if ok {
-		r.moveLocked(rep, task.Parked)
-	} else {
-		// A thread parks only tasks it started, which the registry
-		// records; the stores are kept all the same.
-		rep = &replica{id: t.ID(), life: taskrun.NewLifecycle(t.ID(), task.Parked, r.app.transitionObserver("replica"))}
-		r.reps[t.ID()] = rep
+	if ok && r.moveLocked(rep, task.Parked) {
+		rep.stores, rep.owner, rep.standby = stores, nil, nil
+		rep.opened, rep.caughtUp = time.Now(), time.Time{}
+		rep.ends, rep.endsConfirmed = positions(stores), time.Time{}
+		r.mu.Unlock()
+		return
 	}
-	rep.stores, rep.owner, rep.standby = stores, nil, nil
-	rep.opened, rep.caughtUp = time.Now(), time.Time{}
-	rep.ends, rep.endsConfirmed = positions(stores), time.Time{}
+	r.mu.Unlock()
+	// A thread parks only tasks it started, which the registry records
+	// as restoring or running: anything else is a bug (logged by the
+	// refused transition). The stores are not kept.
+	r.log.Error("cannot park task; closing its stores", "task", t.ID(), "recorded", ok)
+	for _, h := range stores {
+		if err := h.Inner.Close(); err != nil {
+			r.log.Warn("close store", "task", t.ID(), "store", h.Info.Name, "err", err)
+		}
+	}
 }
 
 // claimActive hands a thread the open stores of a task it is to run as

@@ -107,7 +107,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 	}
 	t = &Active{
 		cfg:       cfg,
-		life:      NewLifecycle(cfg.ID, task.Created, cfg.Observe),
+		life:      NewLifecycle(cfg.ID, cfg.Observe),
 		stores:    make(map[string]*StoreHandle),
 		consumed:  make(map[string]*int64),
 		committed: make(map[string]int64),

@@ -18,9 +18,10 @@ type Lifecycle struct {
 	observe Observer
 }
 
-// NewLifecycle starts a replica's lifecycle in the given state.
-func NewLifecycle(id task.ID, start task.State, observe Observer) Lifecycle {
-	return Lifecycle{id: id, state: start, observe: observe}
+// NewLifecycle starts a replica's lifecycle, Created: every replica
+// begins with stores opened (or about to be) and no role.
+func NewLifecycle(id task.ID, observe Observer) Lifecycle {
+	return Lifecycle{id: id, state: task.Created, observe: observe}
 }
 
 // State returns the replica's state.
