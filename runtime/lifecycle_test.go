@@ -3,10 +3,12 @@ package runtime
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -145,4 +147,24 @@ func TestReplicaRevokedWhileRestoringThenLost(t *testing.T) {
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	require.Empty(t, log.refused)
+}
+
+func TestEdgeRoles(t *testing.T) {
+	type roles struct {
+		assignor assignor.TaskRole
+		query    iq.Role
+	}
+	want := map[task.State]roles{
+		task.Created:   {assignor.RoleNone, iq.RoleRestoring},
+		task.Restoring: {assignor.RoleNone, iq.RoleRestoring},
+		task.Running:   {assignor.RoleActive, iq.RoleActive},
+		task.Parked:    {assignor.RoleNone, iq.RoleStandby},
+		task.Standby:   {assignor.RoleStandby, iq.RoleStandby},
+		task.Warmup:    {assignor.RoleStandby, iq.RoleWarmup},
+	}
+	for s, w := range want {
+		a, q := edgeRoles(s)
+		require.Equal(t, w, roles{a, q}, "%s", s)
+		require.Equal(t, w.query, toIQAt(ReplicaInfo{State: s, End: -1, Lag: -1}, time.Now()).Role, "queries see %s through edgeRoles", s)
+	}
 }
