@@ -18,6 +18,7 @@ import (
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
 )
 
 const (
@@ -61,11 +62,11 @@ func startEOS(t *testing.T, c *cluster, name, dir string) *runtime.App {
 }
 
 // eosRoles returns each counts partition's role on app.
-func eosRoles(app *runtime.App) map[int32]runtime.Role {
-	out := make(map[int32]runtime.Role)
+func eosRoles(app *runtime.App) map[int32]task.State {
+	out := make(map[int32]task.State)
 	for _, r := range app.Replicas() {
 		if r.Store == countsStore {
-			out[r.Partition] = r.Role
+			out[r.Partition] = r.State
 		}
 	}
 	return out
@@ -159,10 +160,10 @@ func TestExactlyOnceStandbysNeverHoldAbortedData(t *testing.T) {
 	// warmup is a standby placed to take the active over later).
 	placed := func() (bool, string) {
 		ra, rb := eosRoles(a), eosRoles(b)
-		follows := func(r runtime.Role) bool { return r == runtime.RoleStandby || r == runtime.RoleWarmup }
+		follows := func(r task.State) bool { return r == task.Standby || r == task.Warmup }
 		for p := range int32(eosPartitions) {
 			x, y := ra[p], rb[p]
-			if !(x == runtime.RoleActive && follows(y)) && !(follows(x) && y == runtime.RoleActive) {
+			if !(x == task.Running && follows(y)) && !(follows(x) && y == task.Running) {
 				return false, fmt.Sprintf("partition %d: %s on a, %s on b", p, x, y)
 			}
 		}

@@ -73,7 +73,7 @@ type holder struct {
 }
 
 func (h holder) String() string {
-	return fmt.Sprintf("%s:%s@%d/%d", h.in.name, h.info.Role, h.info.Position, h.info.End)
+	return fmt.Sprintf("%s:%s@%d/%d", h.in.name, h.info.State, h.info.Position, h.info.End)
 }
 
 // partView is every replica of one counts partition across a group.
@@ -122,10 +122,10 @@ func (c *cluster) observe(insts []*instance) map[int32]*partView {
 			}
 			v := view[ri.Partition]
 			h := holder{in: in, info: ri}
-			switch ri.Role {
-			case runtime.RoleActive:
+			switch ri.State {
+			case task.Running:
 				v.active = append(v.active, h)
-			case runtime.RoleStandby:
+			case task.Standby:
 				v.standby = append(v.standby, h)
 			default:
 				v.other = append(v.other, h)

@@ -92,6 +92,10 @@ type App struct {
 	// openStoreHook, set only by tests, runs every store opening (open)
 	// in openStore's stead: it may delay the opening or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
+	// transitionHook, set only by tests before Start, is told of every
+	// state transition the registry's replicas ("replica") and the
+	// threads' tasks ("task") make or are refused.
+	transitionHook func(kind string, id task.ID, from, to task.State, err error)
 
 	// assignment is the latest assignment any thread received.
 	assignment atomic.Pointer[assignor.AssignmentInfo]
@@ -904,7 +908,7 @@ func (a *App) StoreResets() int64 {
 }
 
 // Replicas lists every store partition this instance holds — running and
-// restoring actives, standbys, warmups, and idle stores between a
+// restoring actives, standbys, warmups, and parked stores between a
 // revocation and the next assignment — with its role, position and lag.
 // It asks the broker nothing: lags come from what the changelog readers last
 // fetched or listed, with the time the broker last confirmed them (see

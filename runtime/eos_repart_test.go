@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -39,7 +40,7 @@ func TestExactlyOnceThroughRepartition(t *testing.T) {
 	ends, err := c.adm.ListEndOffsets(context.Background(), "eosr-counts-changelog")
 	require.NoError(t, err)
 	for _, ri := range app.Replicas() {
-		if ri.Store != "counts" || ri.Role != RoleActive {
+		if ri.Store != "counts" || ri.State != task.Running {
 			continue
 		}
 		end, _ := ends.Lookup("eosr-counts-changelog", ri.Partition)

@@ -144,7 +144,7 @@ func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
 			r.assign(1, assignor.AssignmentInfo{Active: []task.ID{task01}})
 			waitFor(t, 10*time.Second, "standby 0_0 caught up", func() bool {
 				ri := r.counts(task00)
-				return ri.Role == RoleStandby && ri.Position == handoverRecords && ri.Lag == 0
+				return ri.State == task.Standby && ri.Position == handoverRecords && ri.Lag == 0
 			})
 			r.waitRunning(t, 1, task01)
 			standbyStore := r.counts(task00).Backing
@@ -166,7 +166,7 @@ func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
 			r.waitRunning(t, 0, task01)
 			require.Same(t, standbyStore, r.backing(t, 1, task00), "the promoted task runs on the standby's store")
 			require.Zero(t, r.restored(task00), "the promoted standby restored records again")
-			require.Equal(t, RoleActive, r.counts(task00).Role)
+			require.Equal(t, task.Running, r.counts(task00).State)
 			require.NoError(t, r.app.Err())
 		})
 	}
@@ -240,7 +240,7 @@ func TestTaskHeldByAnotherThreadStartsWhenReleased(t *testing.T) {
 	}
 	require.Equal(t, in, th1.cl.PauseFetchPartitions(nil), "input of the waiting task is not paused")
 	require.False(t, r.app.Ready(), "ready with a task waiting to start")
-	require.Equal(t, RoleActive, r.counts(task00).Role, "0_0 no longer runs on thread 0")
+	require.Equal(t, task.Running, r.counts(task00).State, "0_0 no longer runs on thread 0")
 	require.Same(t, held, r.counts(task00).Backing)
 
 	// Thread 0 notices and lets it go, committing first.

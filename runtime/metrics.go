@@ -205,7 +205,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, ri := range a.Replicas() {
 		part := strconv.Itoa(int(ri.Partition))
-		role := ri.Role.String()
+		_, r := edgeRoles(ri.State)
+		role := r.String()
 		ch <- prometheus.MustNewConstMetric(m.replicaPosition, prometheus.GaugeValue, float64(ri.Position), ri.Store, part, role)
 		if ri.Lag >= 0 {
 			ch <- prometheus.MustNewConstMetric(m.replicaLag, prometheus.GaugeValue, float64(ri.Lag), ri.Store, part, role)

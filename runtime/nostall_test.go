@@ -28,10 +28,11 @@ func TestPlanReconcile(t *testing.T) {
 		}
 		return out
 	}
+	mv := func(p int32, from, to task.State) step { return step{id: tid(p), from: from, to: to} }
 	all := map[int]bool{0: true, 1: true}
 	for _, tc := range []struct {
 		name    string
-		held    map[task.ID]Role
+		held    map[task.ID]task.State
 		moving  map[task.ID]bool
 		shares  map[int]assignor.AssignmentInfo
 		current map[int]bool
@@ -45,13 +46,13 @@ func TestPlanReconcile(t *testing.T) {
 			name:    "standbys and warmups not open are opened, in task order",
 			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(2)}, 1: {Warmup: ids(1)}},
 			current: all,
-			want:    []step{{kind: stepOpen, id: tid(1), warmup: true}, {kind: stepOpen, id: tid(2)}},
+			want:    []step{mv(1, task.Created, task.Warmup), mv(2, task.Created, task.Standby)},
 		},
 		{
 			name:    "a thread still to hear does not stop a standby opening",
 			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(1)}},
 			current: map[int]bool{0: true},
-			want:    []step{{kind: stepOpen, id: tid(1)}},
+			want:    []step{mv(1, task.Created, task.Standby)},
 		},
 		{
 			name:    "the share of a thread still to hear is ignored",
@@ -67,62 +68,73 @@ func TestPlanReconcile(t *testing.T) {
 			name:    "standby wins over warmup",
 			shares:  map[int]assignor.AssignmentInfo{0: {Warmup: ids(1)}, 1: {Standby: ids(1)}},
 			current: all,
-			want:    []step{{kind: stepOpen, id: tid(1)}},
+			want:    []step{mv(1, task.Created, task.Standby)},
 		},
 		{
-			name:    "a standby that becomes a warmup is retagged, one that stays is left",
-			held:    map[task.ID]Role{tid(0): RoleStandby, tid(1): RoleStandby},
-			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {Warmup: ids(1)}},
+			name:    "a standby that becomes a warmup and a warmup that becomes a standby are retagged, one that stays is left",
+			held:    map[task.ID]task.State{tid(0): task.Standby, tid(1): task.Standby, tid(2): task.Warmup},
+			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0, 2)}, 1: {Warmup: ids(1)}},
 			current: all,
-			want:    []step{{kind: stepRetag, id: tid(1), warmup: true}},
+			want:    []step{mv(1, task.Standby, task.Warmup), mv(2, task.Warmup, task.Standby)},
 		},
 		{
-			name:    "idle stores wanted as a standby are adopted",
-			held:    map[task.ID]Role{tid(0): RoleIdle},
-			shares:  map[int]assignor.AssignmentInfo{1: {Warmup: ids(0)}},
+			name:    "parked stores wanted as a standby or warmup are adopted",
+			held:    map[task.ID]task.State{tid(0): task.Parked, tid(1): task.Parked},
+			shares:  map[int]assignor.AssignmentInfo{1: {Warmup: ids(0), Standby: ids(1)}},
 			current: map[int]bool{1: true},
-			want:    []step{{kind: stepAdopt, id: tid(0), warmup: true}},
+			want:    []step{mv(0, task.Parked, task.Warmup), mv(1, task.Parked, task.Standby)},
 		},
 		{
 			name:    "nothing closes until every thread has its assignment",
-			held:    map[task.ID]Role{tid(0): RoleIdle, tid(1): RoleStandby, tid(2): RoleWarmup},
+			held:    map[task.ID]task.State{tid(0): task.Parked, tid(1): task.Standby, tid(2): task.Warmup},
 			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Standby: ids(1)}},
 			current: map[int]bool{0: true},
 		},
 		{
 			name:    "once every thread has its assignment, what none wants closes",
-			held:    map[task.ID]Role{tid(0): RoleIdle, tid(1): RoleStandby, tid(2): RoleWarmup, tid(3): RoleIdle},
+			held:    map[task.ID]task.State{tid(0): task.Parked, tid(1): task.Standby, tid(2): task.Warmup, tid(3): task.Parked},
 			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Active: ids(3)}},
 			current: all,
-			want: []step{
-				{kind: stepCloseIdle, id: tid(0)},
-				{kind: stepCloseStandby, id: tid(1)},
-				{kind: stepCloseStandby, id: tid(2)},
-			},
+			want:    []step{mv(0, task.Parked, task.Closed), mv(1, task.Standby, task.Closed), mv(2, task.Warmup, task.Closed)},
 		},
 		{
 			name:    "actives, restoring tasks and claimed tasks are the threads' business",
-			held:    map[task.ID]Role{tid(0): RoleActive, tid(1): RoleRestoring},
-			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {Warmup: ids(1)}},
+			held:    map[task.ID]task.State{tid(0): task.Running, tid(1): task.Restoring, tid(2): task.Created},
+			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {Warmup: ids(1, 2)}},
 			current: all,
 		},
 		{
-			name:    "a standby wanted as active is kept for the thread that claims it",
-			held:    map[task.ID]Role{tid(0): RoleStandby, tid(1): RoleIdle},
-			shares:  map[int]assignor.AssignmentInfo{0: {Active: ids(0)}, 1: {Active: ids(1)}},
+			name:    "a standby or parked task wanted as active is kept for the thread that claims it",
+			held:    map[task.ID]task.State{tid(0): task.Standby, tid(1): task.Parked, tid(2): task.Warmup},
+			shares:  map[int]assignor.AssignmentInfo{0: {Active: ids(0)}, 1: {Active: ids(1, 2)}},
 			current: all,
 		},
 		{
 			name:    "a task whose stores are moving is neither opened nor closed",
-			held:    map[task.ID]Role{tid(1): RoleStandby},
+			held:    map[task.ID]task.State{tid(1): task.Standby},
 			moving:  map[task.ID]bool{tid(0): true, tid(1): true},
 			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {}},
 			current: all,
+		},
+		{
+			name: "everything at once: open, adopt, retag and close in one plan",
+			held: map[task.ID]task.State{tid(0): task.Running, tid(1): task.Parked, tid(2): task.Standby, tid(3): task.Warmup, tid(4): task.Parked},
+			shares: map[int]assignor.AssignmentInfo{
+				0: {Active: ids(0), Standby: ids(1)},
+				1: {Warmup: ids(2, 5), Active: ids(3)},
+			},
+			current: all,
+			want: []step{mv(1, task.Parked, task.Standby), mv(2, task.Standby, task.Warmup), mv(4, task.Parked, task.Closed),
+				mv(5, task.Created, task.Warmup)},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := planReconcile(tc.held, tc.moving, tc.shares, tc.current, 2)
 			require.Equal(t, tc.want, got)
+			for _, st := range got {
+				require.True(t, task.CanTransition(st.from, st.to), "plan step %s is a transition the table forbids", st)
+				require.Equal(t, !(st.from.Following() && st.to.Following()), st.io(), "%s", st)
+			}
 		})
 	}
 }
@@ -254,7 +266,7 @@ func TestQueriesDoNotWaitForAStoreOpening(t *testing.T) {
 	}
 	ri, ok := r.app.registry.replica(task00, "counts")
 	require.True(t, ok, "the standby is not listed once open")
-	require.Equal(t, RoleStandby, ri.Role)
+	require.Equal(t, task.Standby, ri.State)
 	require.NoError(t, r.app.Err())
 }
 

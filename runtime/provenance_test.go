@@ -266,7 +266,7 @@ func TestExactlyOnceCommitsPastMarkers(t *testing.T) {
 // toIQ turns last-known figures into what a replica vouches for.
 func TestToIQReportsOnlyWhatIsVouchedFor(t *testing.T) {
 	now := time.Now()
-	base := ReplicaInfo{Store: "s", Role: RoleStandby, Position: 90, End: 100, Lag: 10, EndConfirmed: now.Add(-time.Second),
+	base := ReplicaInfo{Store: "s", State: task.Standby, Position: 90, End: 100, Lag: 10, EndConfirmed: now.Add(-time.Second),
 		CaughtUp: now.Add(-5 * time.Second), InputCommitted: now.Add(-2 * time.Second)}
 	got := toIQAt(base, now)
 	require.Equal(t, iq.ReplicaInfo{Store: "s", Role: iq.RoleStandby, Position: 90, End: 100, Lag: 10, LagConfirmedAgo: time.Second,
@@ -300,7 +300,7 @@ func TestToIQReportsOnlyWhatIsVouchedFor(t *testing.T) {
 	caughtUp.Position, caughtUp.Lag = 100, 0
 	require.Equal(t, time.Duration(0), toIQAt(caughtUp, now).CaughtUpAgo, "a confirmed lag of 0 is caught up now")
 
-	active := ReplicaInfo{Role: RoleActive, Position: 7, End: 7}
+	active := ReplicaInfo{State: task.Running, Position: 7, End: 7}
 	got = toIQAt(active, now)
 	require.Equal(t, iq.ReplicaInfo{Role: iq.RoleActive, Position: 7, End: 7}, got)
 }
@@ -355,7 +355,7 @@ func TestInputFreshnessKnownForTasksNotHeldAsStandby(t *testing.T) {
 	require.Positive(t, n)
 	waitFor(t, 30*time.Second, "every task's input freshness known to an instance holding only actives", func() bool {
 		for _, ri := range app.Replicas() {
-			if ri.Role != RoleActive {
+			if ri.State != task.Running {
 				return false
 			}
 		}

@@ -169,7 +169,7 @@ func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error)
 	if !ok {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
 	}
-	if ri.Role == RoleIdle && ri.Lag < 0 {
+	if ri.State == task.Parked && ri.Lag < 0 {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrRebalancing, store, partition)
 	}
 	return localReplica{a: q.a, id: id, store: store, backing: ri.Backing}, nil
@@ -218,24 +218,11 @@ const LagConfirmWindow = 3 * changelog.DefaultConfirmInterval
 func toIQ(ri ReplicaInfo) iq.ReplicaInfo { return toIQAt(ri, time.Now()) }
 
 func toIQAt(ri ReplicaInfo, now time.Time) iq.ReplicaInfo {
-	var role iq.Role
-	switch ri.Role {
-	case RoleActive:
-		role = iq.RoleActive
-	case RoleRestoring:
-		role = iq.RoleRestoring
-	case RoleStandby, RoleIdle:
-		// An idle replica is a revoked active waiting for the next
-		// assignment: like a standby, it holds committed data and
-		// processes nothing.
-		role = iq.RoleStandby
-	case RoleWarmup:
-		role = iq.RoleWarmup
-	}
+	_, role := edgeRoles(ri.State)
 	out := iq.ReplicaInfo{Store: ri.Store, Partition: ri.Partition, Role: role, Position: ri.Position,
 		End: -1, Lag: -1, LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: iq.Unknown,
 		Restored: ri.Restored}
-	if ri.Role == RoleActive {
+	if ri.State == task.Running {
 		// The changelog's writer, processing its input itself.
 		out.End, out.Lag = ri.End, 0
 		out.LagConfirmedAgo, out.CaughtUpAgo, out.InputCommittedAgo = 0, 0, 0

@@ -82,6 +82,7 @@ func (th *thread) startActive(id task.ID) bool {
 		Budget:    th.budget,
 		Sender:    th,
 		Logger:    th.log,
+		Observe:   th.app.transitionObserver("task"),
 	})
 	if err != nil {
 		th.app.registry.forget(th, id)

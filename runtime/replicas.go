@@ -15,66 +15,87 @@ import (
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/taskrun"
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
 
-// Role is what an instance does with its replica of a task's state.
-type Role int
-
-// The roles of a replica.
-const (
-	// RoleIdle: stores open, nobody processing or following them, between
-	// a revocation and the assignment after it.
-	RoleIdle Role = iota
-	// RoleRestoring: an active task reading its changelogs before it runs.
-	RoleRestoring
-	// RoleActive: an active task that is running.
-	RoleActive
-	// RoleStandby: a standby replica following its changelogs.
-	RoleStandby
-	// RoleWarmup: a standby replica placed to catch up before its task
-	// moves here.
-	RoleWarmup
-)
-
-func (r Role) String() string {
-	switch r {
-	case RoleIdle:
-		return "idle"
-	case RoleRestoring:
-		return "restoring"
-	case RoleActive:
-		return "active"
-	case RoleStandby:
-		return "standby"
-	case RoleWarmup:
-		return "warmup"
+// edgeRoles derives from a replica's state the roles the world outside the
+// instance sees: the assignor, in the subscription (a running active, a
+// standby or warmup following its changelog, or only state with positions
+// — a restoring active is ranked by its lag like any other copy), and
+// queries, routing and metrics labels (iq.Role). A parked replica holds
+// committed data and processes nothing, so queries see it as a standby;
+// the assignor sees state left behind, to be placed by its positions.
+func edgeRoles(s task.State) (assignor.TaskRole, iq.Role) {
+	switch s {
+	case task.Running:
+		return assignor.RoleActive, iq.RoleActive
+	case task.Standby:
+		return assignor.RoleStandby, iq.RoleStandby
+	case task.Warmup:
+		return assignor.RoleStandby, iq.RoleWarmup
+	case task.Parked:
+		return assignor.RoleNone, iq.RoleStandby
+	default: // Created, Restoring (Closed replicas are not listed)
+		return assignor.RoleNone, iq.RoleRestoring
 	}
-	return fmt.Sprintf("Role(%d)", int(r))
 }
 
 // replica is one task's state held open by this instance.
 type replica struct {
-	id      task.ID
-	role    Role
+	id task.ID
+	// life is the replica's state; it changes only under the registry's
+	// mu, through moveLocked.
+	life    taskrun.Lifecycle
 	stores  []*taskrun.StoreHandle
-	standby *taskrun.Standby // RoleStandby, RoleWarmup
-	owner   *thread          // RoleRestoring, RoleActive
+	standby *taskrun.Standby // Standby, Warmup
+	owner   *thread          // Created (claimed), Restoring, Running
 	// caughtUp is when the replica was last known to have no lag.
 	caughtUp time.Time
-	// opened is when this instance opened the replica's stores.
+	// opened is when this instance opened the replica's stores (for a
+	// parked replica, when it was parked).
 	opened time.Time
 	// ends is the last changelog end known for each of the replica's
 	// changelog topics: carried over when a standby is promoted or an
 	// active parked, so a replica never reports an unknown lag while it
-	// changes role.
+	// changes state.
 	ends map[string]int64
 	// endsConfirmed is when the broker last confirmed ends (the oldest
 	// confirmation among the stores), carried with them: a promoted
 	// standby's end stays as trustworthy as it was until its restoration
 	// lists the end again. Zero when ends were not confirmed.
 	endsConfirmed time.Time
+}
+
+func (rep *replica) state() task.State { return rep.life.State() }
+
+// newReplica starts the record of a replica whose stores are about to be
+// opened here.
+func (r *registry) newReplica(id task.ID) *replica {
+	return &replica{id: id, life: taskrun.NewLifecycle(id, r.app.transitionObserver("replica"))}
+}
+
+// moveLocked moves a replica to another state. A move the transition
+// table forbids is a bug: it is logged and refused, the replica keeping
+// its state.
+func (r *registry) moveLocked(rep *replica, to task.State) bool {
+	return rep.life.To(to) == nil
+}
+
+// transitionObserver returns the observer of the lifecycles of one kind:
+// "replica" for the registry's replicas, "task" for the threads' active
+// tasks. An illegal transition is a bug, logged as an error (and refused by
+// the lifecycle).
+func (a *App) transitionObserver(kind string) taskrun.Observer {
+	return func(id task.ID, from, to task.State, err error) {
+		if err != nil {
+			a.log.Error("illegal state transition refused", "kind", kind, "task", id, "from", from.String(), "to", to.String())
+		}
+		if a.transitionHook != nil {
+			a.transitionHook(kind, id, from, to, err)
+		}
+	}
 }
 
 // move is a task whose stores or directory are being opened, closed or
@@ -96,15 +117,17 @@ type diskState struct {
 
 // registry is the instance's record of every task whose state it holds:
 // actives (owned by stream threads), standbys (followed by the registry's
-// own changelog reader), idle stores between a revocation and the next
+// own changelog reader), parked stores between a revocation and the next
 // assignment, and directories left on disk. It is the one place that
 // decides when stores open and close, so that state moving between roles —
 // a standby promoted, an active demoted, a task moving between threads —
-// keeps its open stores and never rereads what it has.
+// keeps its open stores and never rereads what it has. Each replica's
+// state (task.State) changes only under mu, along the transition table
+// (moveLocked).
 //
 // Queries, metrics and the subscription read the registry under mu, which
 // is never held while a store opens, closes or waits for a write: the
-// registry decides under mu (planReconcile for the standbys and idle
+// registry decides under mu (planReconcile for the standbys and parked
 // stores, claimActive and closeActive for the threads' tasks), marks the
 // tasks concerned as moving, does the I/O without mu, then publishes the
 // outcome under mu. A replica moving is not listed, so a query finds it
@@ -219,13 +242,7 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 	defer r.mu.Unlock()
 	var out []assignor.TaskOffsets
 	for id, rep := range r.reps {
-		role := assignor.RoleNone
-		switch rep.role {
-		case RoleActive:
-			role = assignor.RoleActive
-		case RoleStandby, RoleWarmup:
-			role = assignor.RoleStandby
-		}
+		role, _ := edgeRoles(rep.state())
 		out = append(out, assignor.TaskOffsets{Task: id, Role: role, Positions: positions(rep.stores)})
 	}
 	for id, d := range r.onDisk {
@@ -249,27 +266,49 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 }
 
 // park takes the stores of an active task that was just revoked (and
-// committed): they stay open, idle, until the next assignment says where
-// the task goes.
+// committed), demoting it: they stay open, Parked, until the next
+// assignment says where the task goes. A task that cannot be demoted is
+// closed instead.
 func (r *registry) park(t *taskrun.Active) {
 	stores, err := t.Demote()
 	if err != nil {
 		r.log.Warn("demote task", "task", t.ID(), "err", err)
+		if stores == nil {
+			r.closeActive(t, false)
+			return
+		}
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.reps[t.ID()] = &replica{id: t.ID(), role: RoleIdle, stores: stores, opened: time.Now(), ends: positions(stores)}
+	rep, ok := r.reps[t.ID()]
+	if ok && r.moveLocked(rep, task.Parked) {
+		rep.stores, rep.owner, rep.standby = stores, nil, nil
+		rep.opened, rep.caughtUp = time.Now(), time.Time{}
+		rep.ends, rep.endsConfirmed = positions(stores), time.Time{}
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	// A thread parks only tasks it started, which the registry records
+	// as restoring or running: anything else is a bug (logged by the
+	// refused transition). The stores are not kept.
+	r.log.Error("cannot park task; closing its stores", "task", t.ID(), "recorded", ok)
+	for _, h := range stores {
+		if err := h.Inner.Close(); err != nil {
+			r.log.Warn("close store", "task", t.ID(), "store", h.Info.Name, "err", err)
+		}
+	}
 }
 
 // claimActive hands a thread the open stores of a task it is to run as
-// active: idle stores, or a standby's (promotion). It returns no stores when
-// the task's stores are not open here: the caller opens them, and until it
-// reports the task started the registry holds the task for it, so nothing
-// else opens the same directory. It returns held when another thread of this
-// instance still owns the task (that thread has not yet learnt that it lost
-// it: it fell out of the group and has not noticed), or while a
-// reconciliation opens or closes the task's stores; the caller must try
-// again once they are let go.
+// active, moving the replica to Restoring: parked stores (claimed back) or
+// a standby's or warmup's (promotion). It returns no stores when the
+// task's stores are not open here: the caller opens them, and until it
+// reports the task started the registry holds the task for it, Created, so
+// nothing else opens the same directory. It returns held when another
+// thread of this instance still owns the task (that thread has not yet
+// learnt that it lost it: it fell out of the group and has not noticed),
+// or while a reconciliation opens or closes the task's stores; the caller
+// must try again once they are let go.
 //
 // A promoted standby's reader may be writing a batch to its stores; that
 // write is waited for outside mu, with the replica already the caller's, so
@@ -284,20 +323,21 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*taskrun.StoreH
 	rep, ok := r.reps[id]
 	if !ok {
 		delete(r.onDisk, id)
-		r.reps[id] = &replica{id: id, role: RoleRestoring, owner: th, opened: time.Now()}
+		rep = r.newReplica(id)
+		rep.owner, rep.opened = th, time.Now()
+		r.reps[id] = rep
 		r.mu.Unlock()
 		return nil, false
 	}
-	var promoted *taskrun.Standby
-	ends, confirmed := rep.ends, rep.endsConfirmed
-	switch rep.role {
-	case RoleIdle:
+	promoted := rep.standby
+	from := rep.state()
+	switch {
+	case from == task.Parked:
 		// A parked active committed right before it was parked: its
 		// position was the changelog's end then.
-		confirmed = rep.opened
-	case RoleStandby, RoleWarmup:
-		ends, confirmed = r.followedEndsLocked(rep)
-		promoted = rep.standby
+		rep.endsConfirmed = rep.opened
+	case from.Following():
+		rep.ends, rep.endsConfirmed = r.followedEndsLocked(rep)
 	default:
 		r.mu.Unlock()
 		if rep.owner != th {
@@ -307,14 +347,19 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*taskrun.StoreH
 	}
 	// The replica stays visible to queries, now restoring, while the
 	// thread builds the task around its stores.
-	r.reps[id] = &replica{id: id, role: RoleRestoring, stores: rep.stores, owner: th, opened: rep.opened, caughtUp: rep.caughtUp, ends: ends, endsConfirmed: confirmed}
+	if !r.moveLocked(rep, task.Restoring) {
+		r.mu.Unlock()
+		return nil, true
+	}
+	rep.owner, rep.standby = th, nil
+	stores = rep.stores
 	r.mu.Unlock()
 	if promoted != nil {
-		r.unfollow(rep)
-		r.log.Info("promoting standby", "task", id, "thread", th.idx)
+		r.unfollow(id, stores)
+		r.log.Info("promoting standby", "task", id, "thread", th.idx, "from", from.String())
 		return promoted.Release(), false
 	}
-	return rep.stores, false
+	return stores, false
 }
 
 // followedEndsLocked reads the changelog ends a standby last saw, and when
@@ -339,15 +384,22 @@ func (r *registry) followedEndsLocked(rep *replica) (map[string]int64, time.Time
 	return ends, confirmed
 }
 
-// activeStarted records a task a thread now owns and restores.
+// activeStarted records a task a thread now owns and restores: a replica
+// it claimed moves from Created to Restoring (one it claimed open is
+// Restoring already).
 func (r *registry) activeStarted(th *thread, t *taskrun.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := &replica{id: t.ID(), role: RoleRestoring, stores: t.Stores(), owner: th, opened: time.Now()}
-	if old, ok := r.reps[t.ID()]; ok && old.owner == th {
-		rep.opened, rep.caughtUp, rep.ends, rep.endsConfirmed = old.opened, old.caughtUp, old.ends, old.endsConfirmed
+	rep, ok := r.reps[t.ID()]
+	if !ok || rep.owner != th {
+		rep = r.newReplica(t.ID())
+		rep.owner, rep.opened = th, time.Now()
+		r.reps[t.ID()] = rep
 	}
-	r.reps[t.ID()] = rep
+	if rep.state() == task.Created {
+		r.moveLocked(rep, task.Restoring)
+	}
+	rep.stores = t.Stores()
 }
 
 // forget drops a replica a thread claimed but could not start; its stores
@@ -356,6 +408,7 @@ func (r *registry) forget(th *thread, id task.ID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rep, ok := r.reps[id]; ok && rep.owner == th {
+		r.moveLocked(rep, task.Closed)
 		delete(r.reps, id)
 	}
 }
@@ -364,8 +417,7 @@ func (r *registry) forget(th *thread, id task.ID) {
 func (r *registry) activeRunning(t *taskrun.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rep, ok := r.reps[t.ID()]; ok {
-		rep.role = RoleActive
+	if rep, ok := r.reps[t.ID()]; ok && r.moveLocked(rep, task.Running) {
 		rep.caughtUp = time.Now()
 	}
 }
@@ -377,7 +429,10 @@ func (r *registry) closeActive(t *taskrun.Active, clean bool) {
 	id := t.ID()
 	pos := positions(t.Stores())
 	r.mu.Lock()
-	delete(r.reps, id)
+	if rep, ok := r.reps[id]; ok {
+		r.moveLocked(rep, task.Closed)
+		delete(r.reps, id)
+	}
 	r.moving[id] = move{positions: pos}
 	r.mu.Unlock()
 	if err := t.Close(clean); err != nil {
@@ -414,66 +469,47 @@ func (r *registry) revoked(idx int) {
 	delete(r.current, idx)
 }
 
-// stepKind is what a reconciliation does to one replica.
-type stepKind int
-
-const (
-	// stepRetag turns a standby into a warmup or back; it moves no state.
-	stepRetag stepKind = iota
-	// stepAdopt makes a standby of idle stores.
-	stepAdopt
-	// stepCloseStandby stops following a standby and closes its stores.
-	stepCloseStandby
-	// stepCloseIdle closes idle stores no thread claimed.
-	stepCloseIdle
-	// stepOpen opens a standby whose stores are not open here.
-	stepOpen
-)
-
-func (k stepKind) String() string {
-	switch k {
-	case stepRetag:
-		return "retag"
-	case stepAdopt:
-		return "adopt"
-	case stepCloseStandby:
-		return "close-standby"
-	case stepCloseIdle:
-		return "close-idle"
-	case stepOpen:
-		return "open"
-	}
-	return fmt.Sprintf("stepKind(%d)", int(k))
-}
-
-// step is one action of a reconciliation plan.
+// step is one transition of a reconciliation plan: one replica moving from
+// one state to another. A step from Created opens a standby or warmup
+// whose stores are not open here; from Parked to Standby or Warmup it
+// adopts a parked active's open stores; between Standby and Warmup it
+// retags, moving no state; to Closed it closes a standby's or parked
+// replica's stores. Promotions and demotions are not planned here: the
+// threads claim (claimActive) and park (park) their tasks' replicas as
+// their assignments and revocations arrive.
 type step struct {
-	kind stepKind
-	id   task.ID
-	// warmup is the role a standby opened, adopted or retagged takes.
-	warmup bool
+	id       task.ID
+	from, to task.State
 }
+
+// io reports whether carrying out the step opens or closes stores, which
+// the registry does outside its lock.
+func (s step) io() bool { return !(s.from.Following() && s.to.Following()) }
+
+func (s step) String() string { return fmt.Sprintf("%s %s->%s", s.id, s.from, s.to) }
 
 // planReconcile decides what a reconciliation does: it opens the standbys
 // the threads' current assignments want and, once every one of threads has
-// its assignment (current), closes the standbys and idle stores none wants.
-// held gives the role of every replica open here; moving lists the tasks
-// whose stores are being opened or closed, which the plan leaves alone.
+// its assignment (current), closes the standbys and parked stores none
+// wants. held gives the state of every replica open here; moving lists the
+// tasks whose stores are being opened or closed, which the plan leaves
+// alone.
 //
 // Until every thread has its assignment a replica that no current
-// assignment names is kept as it is — a standby keeps following, idle
+// assignment names is kept as it is — a standby keeps following, parked
 // stores stay open — because the threads still to hear may be about to
 // claim it: a standby promoted on another thread, or a task moving from
 // one thread to another, keeps its open stores whichever thread learns its
 // assignment first. The shares of those threads are from before their
 // revocation and say nothing about what comes.
 //
-// Steps come in task order, those acting on open replicas first; the plan
-// is a pure function of its arguments.
-func planReconcile(held map[task.ID]Role, moving map[task.ID]bool, shares map[int]assignor.AssignmentInfo, current map[int]bool, threads int) []step {
+// Steps come in task order, those acting on open replicas first; every one
+// is a transition the table allows; the plan is a pure function of its
+// arguments.
+func planReconcile(held map[task.ID]task.State, moving map[task.ID]bool, shares map[int]assignor.AssignmentInfo, current map[int]bool, threads int) []step {
 	settled := len(current) >= threads
 	active := make(map[task.ID]bool)
-	standby := make(map[task.ID]bool) // value: warmup
+	standby := make(map[task.ID]task.State) // Standby or Warmup
 	for idx, sh := range shares {
 		if !current[idx] {
 			continue
@@ -488,7 +524,7 @@ func planReconcile(held map[task.ID]Role, moving map[task.ID]bool, shares map[in
 		}
 		for _, id := range sh.Standby {
 			if !active[id] {
-				standby[id] = false
+				standby[id] = task.Standby
 			}
 		}
 	}
@@ -500,7 +536,7 @@ func planReconcile(held map[task.ID]Role, moving map[task.ID]bool, shares map[in
 		// is a standby.
 		for _, id := range sh.Warmup {
 			if _, dup := standby[id]; !active[id] && !dup {
-				standby[id] = true
+				standby[id] = task.Warmup
 			}
 		}
 	}
@@ -509,42 +545,35 @@ func planReconcile(held map[task.ID]Role, moving map[task.ID]bool, shares map[in
 		if moving[id] {
 			continue
 		}
-		role := held[id]
-		warmup, wantStandby := standby[id]
+		from := held[id]
+		want, wantStandby := standby[id]
 		switch {
-		case role == RoleStandby || role == RoleWarmup:
-			if wantStandby && role != roleFor(warmup) {
-				plan = append(plan, step{kind: stepRetag, id: id, warmup: warmup})
+		case from.Following():
+			if wantStandby && from != want {
+				plan = append(plan, step{id: id, from: from, to: want})
 			} else if !wantStandby && settled && !active[id] {
 				// A standby wanted as active is kept for the thread
 				// that will claim it.
-				plan = append(plan, step{kind: stepCloseStandby, id: id})
+				plan = append(plan, step{id: id, from: from, to: task.Closed})
 			}
-		case role == RoleIdle:
+		case from == task.Parked:
 			if wantStandby {
-				plan = append(plan, step{kind: stepAdopt, id: id, warmup: warmup})
+				plan = append(plan, step{id: id, from: from, to: want})
 			} else if settled && !active[id] {
-				plan = append(plan, step{kind: stepCloseIdle, id: id})
+				plan = append(plan, step{id: id, from: from, to: task.Closed})
 			}
 		}
 	}
 	for _, id := range slices.SortedFunc(maps.Keys(standby), task.ID.Compare) {
 		if _, open := held[id]; !open && !moving[id] {
-			plan = append(plan, step{kind: stepOpen, id: id, warmup: standby[id]})
+			plan = append(plan, step{id: id, from: task.Created, to: standby[id]})
 		}
 	}
 	return plan
 }
 
-func roleFor(warmup bool) Role {
-	if warmup {
-		return RoleWarmup
-	}
-	return RoleStandby
-}
-
 // reconcile plans under mu what the threads' assignments ask of the
-// standbys and idle stores (planReconcile), then carries the plan out with
+// standbys and parked stores (planReconcile), then carries the plan out with
 // mu released: stores open and close, changelogs are followed and
 // unfollowed, and writes under way are waited for while queries go on.
 // Each replica a step moves is taken out of reps into moving for the
@@ -574,9 +603,9 @@ func (r *registry) reconcile() {
 // reconcileOnceLocked plans and carries out one reconciliation; mu is
 // released while it opens and closes stores.
 func (r *registry) reconcileOnceLocked() {
-	held := make(map[task.ID]Role, len(r.reps))
+	held := make(map[task.ID]task.State, len(r.reps))
 	for id, rep := range r.reps {
-		held[id] = rep.role
+		held[id] = rep.state()
 	}
 	busy := make(map[task.ID]bool, len(r.moving))
 	for id := range r.moving {
@@ -590,9 +619,8 @@ func (r *registry) reconcileOnceLocked() {
 	var moves []work
 	for _, st := range plan {
 		rep := r.reps[st.id]
-		if st.kind == stepRetag {
-			rep.standby.SetWarmup(st.warmup)
-			rep.role = roleFor(st.warmup)
+		if !st.io() {
+			r.moveLocked(rep, st.to)
 			continue
 		}
 		var pos map[string]int64
@@ -600,6 +628,9 @@ func (r *registry) reconcileOnceLocked() {
 			pos = positions(rep.stores)
 		} else if d, ok := r.onDisk[st.id]; ok {
 			pos = d.positions
+		}
+		if rep == nil {
+			rep = r.newReplica(st.id)
 		}
 		delete(r.reps, st.id)
 		delete(r.onDisk, st.id)
@@ -610,29 +641,42 @@ func (r *registry) reconcileOnceLocked() {
 	defer r.mu.Lock()
 
 	for _, m := range moves {
-		var opened *replica
 		var left map[string]int64
-		switch m.kind {
-		case stepOpen:
-			opened = r.openStandby(m.id, nil, m.warmup)
-		case stepAdopt:
-			opened = r.openStandby(m.id, m.rep.stores, m.warmup)
-		case stepCloseStandby:
+		var sb *taskrun.Standby
+		switch {
+		case m.to == task.Closed && m.from.Following():
 			left = r.closeStandby(m.rep)
-		case stepCloseIdle:
+		case m.to == task.Closed:
 			left = positions(m.rep.stores)
 			for _, h := range m.rep.stores {
 				if err := h.Inner.Close(); err != nil {
-					r.log.Warn("close idle store", "task", m.id, "store", h.Info.Name, "err", err)
+					r.log.Warn("close parked store", "task", m.id, "store", h.Info.Name, "err", err)
 				}
 			}
+		default:
+			// Created or Parked to Standby or Warmup: open the stores
+			// (or adopt the parked ones) and follow their changelogs.
+			sb = r.openStandby(m.id, m.rep.stores, m.to)
 		}
 		r.mu.Lock()
 		r.doneMovingLocked(m.id)
-		if opened != nil {
-			r.reps[m.id] = opened
-		} else if left != nil {
-			r.leftOnDiskLocked(m.id, left)
+		switch {
+		case sb != nil && r.moveLocked(m.rep, m.to):
+			m.rep.standby, m.rep.stores, m.rep.opened = sb, sb.Stores(), time.Now()
+			m.rep.ends, m.rep.endsConfirmed, m.rep.caughtUp = nil, time.Time{}, time.Time{}
+			r.reps[m.id] = m.rep
+		case sb != nil:
+			// Refused (a bug, logged): not kept.
+			r.mu.Unlock()
+			r.closeStandby(&replica{id: m.id, stores: sb.Stores(), standby: sb})
+			r.mu.Lock()
+		default:
+			// Closed, or the standby could not start (its stores are
+			// closed).
+			r.moveLocked(m.rep, task.Closed)
+			if left != nil {
+				r.leftOnDiskLocked(m.id, left)
+			}
 		}
 		r.mu.Unlock()
 	}
@@ -645,21 +689,18 @@ func (r *registry) doneMovingLocked(id task.ID) {
 	r.moved.Broadcast()
 }
 
-// openStandby starts a standby replica, adopting open stores if given,
-// and follows its changelogs. It returns nil if the standby cannot start.
-func (r *registry) openStandby(id task.ID, stores []*taskrun.StoreHandle, warmup bool) *replica {
+// openStandby opens the stores of a standby or warmup replica, adopting
+// open ones if given, and follows their changelogs. It returns nil if the
+// standby cannot start.
+func (r *registry) openStandby(id task.ID, stores []*taskrun.StoreHandle, to task.State) *taskrun.Standby {
 	sb, err := taskrun.NewStandby(taskrun.StandbyConfig{
 		ID:        id,
 		Topology:  r.app.topo,
 		Changelog: r.app.changelogTopic,
 		Open:      r.app.openStore,
 		Stores:    stores,
-		Warmup:    warmup,
 		Logger:    r.log,
 	})
-	if err == nil {
-		err = sb.StartUpdating()
-	}
 	if err != nil {
 		r.log.Warn("cannot open standby", "task", id, "err", err)
 		return nil
@@ -671,22 +712,22 @@ func (r *registry) openStandby(id task.ID, stores []*taskrun.StoreHandle, warmup
 			r.log.Warn("cannot follow changelog", "task", id, "topic", h.Changelog, "err", err)
 		}
 	}
-	r.log.Info("standby opened", "task", id, "warmup", warmup)
-	return &replica{id: id, role: roleFor(warmup), stores: sb.Stores(), standby: sb, opened: time.Now()}
+	r.log.Info("standby opened", "task", id, "as", to.String())
+	return sb
 }
 
 // unfollow stops the standby reader following a replica's changelogs,
 // waiting for a write to its stores under way.
-func (r *registry) unfollow(rep *replica) {
-	for _, h := range rep.stores {
-		r.follower.Unregister(h.Changelog, rep.id.Partition)
+func (r *registry) unfollow(id task.ID, stores []*taskrun.StoreHandle) {
+	for _, h := range stores {
+		r.follower.Unregister(h.Changelog, id.Partition)
 	}
 }
 
 // closeStandby stops following a standby and closes it, returning the
 // positions its stores were left at.
 func (r *registry) closeStandby(rep *replica) map[string]int64 {
-	r.unfollow(rep)
+	r.unfollow(rep.id, rep.stores)
 	pos := positions(rep.stores)
 	if err := rep.standby.Close(); err != nil {
 		r.log.Warn("close standby", "task", rep.id, "err", err)
@@ -715,7 +756,7 @@ func (r *registry) follow(ctx context.Context) {
 		now := time.Now()
 		r.mu.Lock()
 		for _, rep := range r.reps {
-			if rep.role == RoleStandby || rep.role == RoleWarmup {
+			if rep.state().Following() {
 				if lag, ok := r.standbyLagLocked(rep); ok && lag == 0 {
 					rep.caughtUp = now
 				}
@@ -781,7 +822,7 @@ func (r *registry) janitor(ctx context.Context) {
 	}
 }
 
-// close stops following and closes every standby and idle replica, once
+// close stops following and closes every standby, warmup and parked replica, once
 // the reconciliation and the moves under way are over. Threads must have
 // closed their actives first.
 func (r *registry) close() {
@@ -799,14 +840,7 @@ func (r *registry) close() {
 	r.follower.Close()
 	<-r.exited
 	r.mu.Lock()
-	var closing []*replica
-	for id, rep := range r.reps {
-		switch rep.role {
-		case RoleStandby, RoleWarmup, RoleIdle:
-			delete(r.reps, id)
-			closing = append(closing, rep)
-		}
-	}
+	closing := r.takeIdleLocked()
 	r.mu.Unlock()
 	for _, rep := range closing {
 		if rep.standby != nil {
@@ -819,6 +853,21 @@ func (r *registry) close() {
 	}
 }
 
+// takeIdleLocked takes out of the registry, Closed, every replica no
+// thread owns (standbys, warmups, parked stores), for the caller to close
+// their stores.
+func (r *registry) takeIdleLocked() []*replica {
+	var out []*replica
+	for id, rep := range r.reps {
+		if st := rep.state(); st.Following() || st == task.Parked {
+			r.moveLocked(rep, task.Closed)
+			delete(r.reps, id)
+			out = append(out, rep)
+		}
+	}
+	return out
+}
+
 // activeStore returns the backing store of a running active task's store.
 func (r *registry) activeStore(store string, partition int32) (statestore.Store, bool) {
 	sub, ok := r.app.storeSubTopology(store)
@@ -828,7 +877,7 @@ func (r *registry) activeStore(store string, partition int32) (statestore.Store,
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep, ok := r.reps[task.ID{SubTopology: sub, Partition: partition}]
-	if !ok || rep.role != RoleActive {
+	if !ok || rep.state() != task.Running {
 		return nil, false
 	}
 	for _, h := range rep.stores {
@@ -840,7 +889,7 @@ func (r *registry) activeStore(store string, partition int32) (statestore.Store,
 }
 
 // ReplicaInfo describes one store partition this instance holds, in one of
-// the roles of Role. Its figures are the last known ones, each with the time
+// the states of its replica's lifecycle (task.State). Its figures are the last known ones, each with the time
 // that says how far to trust it; Queries (iq.ReplicaInfo) reports only what
 // they vouch for:
 //
@@ -860,7 +909,10 @@ type ReplicaInfo struct {
 	Task      task.ID
 	Store     string
 	Partition int32
-	Role      Role
+	// State is the replica's state: Restoring or Running for an active,
+	// Standby or Warmup for a replica following its changelogs, Parked
+	// between a revocation and the assignment after it.
+	State task.State
 	// Position is the changelog offset of the next record the store would
 	// apply; End is the changelog's end as last known (the restoration
 	// target while restoring, the high watermark — last stable offset
@@ -930,18 +982,18 @@ func (r *registry) replica(id task.ID, store string) (ReplicaInfo, bool) {
 
 func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo {
 	now := time.Now()
-	ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, Role: rep.role, Lag: -1, End: -1,
+	ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, State: rep.state(), Lag: -1, End: -1,
 		CaughtUp: rep.caughtUp, Opened: rep.opened, Backing: h.Inner}
 	pos, err := h.Inner.Position()
 	if err != nil || pos == statestore.NoPosition {
 		pos = 0
 	}
 	ri.Position = pos
-	switch rep.role {
-	case RoleActive:
+	switch ri.State {
+	case task.Running:
 		ri.End, ri.Lag, ri.CaughtUp = pos, 0, now
 		ri.EndConfirmed, ri.InputCommitted = now, now
-	case RoleRestoring:
+	case task.Created, task.Restoring:
 		switch p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); {
 		case h.Changelog == "" || rep.owner.rest.isDone(rep.id):
 			// Nothing to restore, or restored and about to run: the task
@@ -962,7 +1014,7 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 				ri.EndConfirmed = rep.endsConfirmed
 			}
 		}
-	case RoleIdle:
+	case task.Parked:
 		if end, known := rep.ends[h.Changelog]; known {
 			ri.End, ri.Lag = max(end, pos), max(end-pos, 0)
 			// A parked active committed before it was parked: its
@@ -972,7 +1024,7 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 				ri.CaughtUp = rep.opened
 			}
 		}
-	case RoleStandby, RoleWarmup:
+	case task.Standby, task.Warmup:
 		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok {
 			ri.Rebuilding, ri.EndConfirmed = p.Rebuilding, p.EndConfirmed
 			if p.End >= 0 {
@@ -980,7 +1032,7 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 			}
 		}
 	}
-	if rep.role != RoleActive && r.app.fresh != nil {
+	if ri.State != task.Running && r.app.fresh != nil {
 		ri.InputCommitted, _ = r.app.fresh.inputCommitted(rep.id)
 	}
 	if h.Changelog != "" {

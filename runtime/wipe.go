@@ -237,7 +237,7 @@ func (th *thread) pauseForRewire(r *rewire) error {
 }
 
 // rewire resets what the registry holds for recreated changelogs: standby
-// and idle stores are closed, task directories with a store on a recreated
+// and parked stores are closed, task directories with a store on a recreated
 // changelog are deleted, and the standby reader is replaced, since its
 // client knows the old topic IDs. Threads must have let go of their tasks.
 func (r *registry) rewire(recreated map[string]bool) error {
@@ -245,14 +245,7 @@ func (r *registry) rewire(recreated map[string]bool) error {
 	for r.reconciling || len(r.moving) > 0 {
 		r.moved.Wait()
 	}
-	var closing []*replica
-	for id, rep := range r.reps {
-		switch rep.role {
-		case RoleStandby, RoleWarmup, RoleIdle:
-			delete(r.reps, id)
-			closing = append(closing, rep)
-		}
-	}
+	closing := r.takeIdleLocked()
 	r.mu.Unlock()
 	r.cancel()
 	r.follower.Close()

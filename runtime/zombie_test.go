@@ -363,7 +363,7 @@ func testZombie(t *testing.T, midCommit bool) {
 			return false
 		}
 		for _, ri := range b.Replicas() {
-			if ri.Task == heldID && ri.Role == RoleActive {
+			if ri.Task == heldID && ri.State == task.Running {
 				if takeover < 0 {
 					takeover = ri.Position
 				}

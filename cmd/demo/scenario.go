@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/task"
 )
 
 // The scripted scenario of the no-argument demo, driven by one loop that
@@ -280,7 +281,7 @@ func (d *demo) poll(ctx context.Context, sc *scenario) error {
 		}
 		sl.replicas = countsReplicas(sl.in.app)
 		for _, ri := range sl.replicas {
-			if ri.Role == runtime.RoleActive {
+			if ri.State == task.Running {
 				sl.restoreBase[ri.Partition] = ri.Restored
 			}
 		}
@@ -325,9 +326,9 @@ func (sc *scenario) settled() (bool, string) {
 	for _, sl := range ups {
 		for _, ri := range sl.replicas {
 			switch {
-			case ri.Role == runtime.RoleActive:
+			case ri.State == task.Running:
 				actives[ri.Partition]++
-			case ri.Role == runtime.RoleStandby && ri.Lag >= 0 && ri.Lag <= caughtUpLag:
+			case ri.State == task.Standby && ri.Lag >= 0 && ri.Lag <= caughtUpLag:
 				standbys[ri.Partition]++
 			}
 		}
@@ -432,7 +433,7 @@ func (sc *scenario) kill(now time.Time) {
 	actives := func(sl *slot) []int32 {
 		var ps []int32
 		for _, ri := range sl.replicas {
-			if ri.Role == runtime.RoleActive || ri.Role == runtime.RoleRestoring {
+			if ri.State == task.Running || ri.State == task.Restoring {
 				ps = append(ps, ri.Partition)
 			}
 		}
@@ -451,7 +452,7 @@ func (sc *scenario) kill(now time.Time) {
 		tk := &takeover{}
 		for _, sl := range ups {
 			for _, ri := range sl.replicas {
-				if sl != victim && ri.Partition == p && ri.Role == runtime.RoleStandby {
+				if sl != victim && ri.Partition == p && ri.State == task.Standby {
 					tk.standby = sl
 					holders = append(holders, fmt.Sprintf("%d on %s", p, sl.name))
 				}
@@ -485,7 +486,7 @@ func (sc *scenario) kill(now time.Time) {
 func (sc *scenario) holderOf(p int32) (*slot, runtime.ReplicaInfo, bool) {
 	for _, sl := range sc.d.upSlots() {
 		for _, ri := range sl.replicas {
-			if ri.Partition == p && (ri.Role == runtime.RoleActive || ri.Role == runtime.RoleRestoring) {
+			if ri.Partition == p && (ri.State == task.Running || ri.State == task.Restoring) {
 				return sl, ri, true
 			}
 		}
@@ -509,7 +510,7 @@ func (sc *scenario) watchFailover(now time.Time) error {
 		if tk.standby == sl {
 			from = "promoting its standby: restoring only the changelog's tail"
 		}
-		if ri.Role == runtime.RoleRestoring && tk.restoringAt.IsZero() {
+		if ri.State == task.Restoring && tk.restoringAt.IsZero() {
 			tk.slot, tk.restoringAt = sl, now
 			togo := "how far is not known yet"
 			if ri.Lag >= 0 {
@@ -517,7 +518,7 @@ func (sc *scenario) watchFailover(now time.Time) error {
 			}
 			d.event(fmt.Sprintf("partition %d: %s took it over %s, %s (%s)", p, sl.name, since(now), from, togo))
 		}
-		if ri.Role == runtime.RoleActive {
+		if ri.State == task.Running {
 			tk.slot, tk.runningAt = sl, now
 			tk.tail = ri.Restored - r.killBase[sl][p]
 			tk.end = ri.Position
@@ -567,7 +568,7 @@ func (sc *scenario) watchHandBack() {
 	}
 	var got []int32
 	for _, ri := range r.victim.replicas {
-		if r.warmups[ri.Partition] && ri.Role == runtime.RoleActive {
+		if r.warmups[ri.Partition] && ri.State == task.Running {
 			got = append(got, ri.Partition)
 			delete(r.warmups, ri.Partition)
 		}
@@ -627,7 +628,7 @@ func (sc *scenario) watchRecovery(now time.Time) error {
 		ok := len(sl.replicas) > 0 && sl.in.app.Ready()
 		for _, ri := range sl.replicas {
 			ok = ok && ri.Lag >= 0 && ri.Lag <= caughtUpLag &&
-				(ri.Role == runtime.RoleActive || ri.Role == runtime.RoleStandby || ri.Role == runtime.RoleWarmup)
+				(ri.State == task.Running || ri.State == task.Standby || ri.State == task.Warmup)
 		}
 		if settled, _ := sc.settled(); !ok || !settled {
 			if now.Sub(r.backAt) > settleDeadline {
@@ -640,7 +641,7 @@ func (sc *scenario) watchRecovery(now time.Time) error {
 		var keptRead, keptSize int64
 		for _, ri := range sl.replicas {
 			read := max(ri.Position-r.initialPos[ri.Partition], 0)
-			if ri.Role == runtime.RoleActive {
+			if ri.State == task.Running {
 				// A restoration faster than a poll shows in Restored
 				// rather than in positions.
 				read = max(read, ri.Restored)
@@ -652,8 +653,8 @@ func (sc *scenario) watchRecovery(now time.Time) error {
 				keptRead += read
 				keptSize += size
 			}
-			holds = append(holds, fmt.Sprintf("%d %s", ri.Partition, ri.Role))
-			if ri.Role == runtime.RoleWarmup {
+			holds = append(holds, fmt.Sprintf("%d %s", ri.Partition, roleName(ri.State)))
+			if ri.State == task.Warmup {
 				if r.warmups == nil {
 					r.warmups = make(map[int32]bool)
 				}
@@ -800,8 +801,8 @@ func (sc *scenario) frame(now time.Time) *frame {
 			}
 			row.recPerSec = sl.rate
 			for _, ri := range sl.replicas {
-				c := replicaCell{partition: ri.Partition, role: ri.Role, lag: ri.Lag}
-				if ri.Role == runtime.RoleRestoring {
+				c := replicaCell{partition: ri.Partition, role: ri.State, lag: ri.Lag}
+				if ri.State == task.Restoring {
 					c.done = max(ri.Restored-sl.restoreBase[ri.Partition], 0)
 					c.total = c.done + max(ri.Lag, 0)
 				}

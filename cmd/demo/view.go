@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/task"
 )
 
 // The live view of the no-argument demo. The scenario fills in a frame
@@ -56,11 +56,11 @@ const (
 // replicaCell is one store partition an instance holds.
 type replicaCell struct {
 	partition int32
-	role      runtime.Role
+	role      task.State
 	// lag is -1 while unknown.
 	lag int64
 	// done and total are restoration progress while the role is
-	// RoleRestoring: records applied by this restoration, and those plus
+	// task.Restoring: records applied by this restoration, and those plus
 	// the records still to apply.
 	done, total int64
 }
@@ -183,23 +183,23 @@ func plainAnswer(a answer) string {
 // restoring replica.
 func replicaGroups(cells []replicaCell, restoring func(replicaCell) string) []string {
 	var out []string
-	for _, role := range []runtime.Role{runtime.RoleActive, runtime.RoleRestoring, runtime.RoleStandby, runtime.RoleWarmup, runtime.RoleIdle} {
+	for _, role := range []task.State{task.Running, task.Restoring, task.Standby, task.Warmup, task.Parked} {
 		var items []string
 		for _, c := range cells {
 			if c.role != role {
 				continue
 			}
 			switch role {
-			case runtime.RoleActive, runtime.RoleIdle:
+			case task.Running, task.Parked:
 				items = append(items, strconv.Itoa(int(c.partition)))
-			case runtime.RoleRestoring:
+			case task.Restoring:
 				items = append(items, restoring(c))
 			default:
 				items = append(items, fmt.Sprintf("%d (lag %s)", c.partition, lagText(c.lag)))
 			}
 		}
 		if len(items) > 0 {
-			out = append(out, role.String()+" "+strings.Join(items, " "))
+			out = append(out, roleName(role)+" "+strings.Join(items, " "))
 		}
 	}
 	return out
@@ -271,23 +271,35 @@ const (
 
 func paint(color, s string) string { return color + s + ansiReset }
 
-func roleColor(r runtime.Role) string {
+func roleColor(r task.State) string {
 	switch r {
-	case runtime.RoleActive:
+	case task.Running:
 		return ansiGreen
-	case runtime.RoleRestoring:
+	case task.Restoring:
 		return ansiMagenta
-	case runtime.RoleStandby:
+	case task.Standby:
 		return ansiCyan
-	case runtime.RoleWarmup:
+	case task.Warmup:
 		return ansiYellow
 	}
 	return ansiDim
 }
 
+// roleName is how the demo labels a replica's state: by the role queries
+// report (a running replica is the active), a parked one as idle.
+func roleName(s task.State) string {
+	switch s {
+	case task.Running:
+		return "active"
+	case task.Parked:
+		return "idle"
+	}
+	return s.String()
+}
+
 func roleNameColor(role string) string {
-	for _, r := range []runtime.Role{runtime.RoleActive, runtime.RoleRestoring, runtime.RoleStandby, runtime.RoleWarmup} {
-		if r.String() == role {
+	for _, r := range []task.State{task.Running, task.Restoring, task.Standby, task.Warmup} {
+		if roleName(r) == role {
 			return roleColor(r)
 		}
 	}
@@ -438,7 +450,7 @@ func renderANSI(w io.Writer, f *frame, width int) {
 		}) {
 			role, rest, _ := strings.Cut(g, " ")
 			color := roleNameColor(role)
-			if role == runtime.RoleIdle.String() {
+			if role == task.Parked.String() {
 				color = ansiDim
 			}
 			groups = append(groups, paint(color, role)+" "+rest)

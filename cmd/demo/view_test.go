@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/task"
 )
 
 func TestThousands(t *testing.T) {
@@ -70,15 +70,15 @@ func testFrame() *frame {
 		bound:    "lag:10000",
 		instances: []instanceRow{
 			{name: "#1", addr: "127.0.0.1:4001", state: stateUp, recPerSec: 812, replicas: []replicaCell{
-				{partition: 0, role: runtime.RoleActive},
-				{partition: 3, role: runtime.RoleActive},
-				{partition: 4, role: runtime.RoleStandby, lag: 2},
-				{partition: 5, role: runtime.RoleWarmup, lag: -1},
+				{partition: 0, role: task.Running},
+				{partition: 3, role: task.Running},
+				{partition: 4, role: task.Standby, lag: 2},
+				{partition: 5, role: task.Warmup, lag: -1},
 			}},
 			{name: "#2", addr: "127.0.0.1:4002", state: stateKilled},
 			{name: "#3", addr: "127.0.0.1:4003", state: stateUp, recPerSec: 790.4, replicas: []replicaCell{
-				{partition: 1, role: runtime.RoleRestoring, lag: 1000, done: 1000, total: 2000},
-				{partition: 2, role: runtime.RoleActive},
+				{partition: 1, role: task.Restoring, lag: 1000, done: 1000, total: 2000},
+				{partition: 2, role: task.Running},
 			}},
 			{name: "#4", addr: "127.0.0.1:4004", state: stateStarting},
 		},

@@ -159,7 +159,7 @@ func benchFailover(ctx context.Context, cfg *config) ([]row, error) {
 		}
 		for p := range int32(partitions) {
 			ra, rb := roles[p][a], roles[p][bb]
-			if ra.Role == runtime.RoleActive && rb.Role == runtime.RoleStandby && rb.Lag >= 0 && rb.Lag < 5000 {
+			if ra.State == task.Running && rb.State == task.Standby && rb.Lag >= 0 && rb.Lag < 5000 {
 				victim, survivor, part = a, bb, p
 				return true, nil
 			}
@@ -174,7 +174,7 @@ func benchFailover(ctx context.Context, cfg *config) ([]row, error) {
 	time.Sleep(2 * time.Second)
 	var lagAtKill int64 = -1
 	for _, ri := range survivor.app.Replicas() {
-		if ri.Task == counts && ri.Role == runtime.RoleStandby {
+		if ri.Task == counts && ri.State == task.Standby {
 			lagAtKill = ri.Lag
 		}
 	}

@@ -45,6 +45,8 @@ type Config struct {
 	Sender Sender
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Observe, if set, is told of every state transition of the task.
+	Observe Observer
 }
 
 // StoreHandle is one open store of a task.
@@ -71,7 +73,7 @@ type ChangelogWrite struct {
 // processors, its stores and the offsets it has consumed.
 type Active struct {
 	cfg    Config
-	state  task.State
+	life   Lifecycle
 	stores map[string]*StoreHandle
 	order  []string // store names in declaration order
 	graph  graph.TaskGraph
@@ -105,7 +107,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 	}
 	t = &Active{
 		cfg:       cfg,
-		state:     task.Created,
+		life:      NewLifecycle(cfg.ID, cfg.Observe),
 		stores:    make(map[string]*StoreHandle),
 		consumed:  make(map[string]*int64),
 		committed: make(map[string]int64),
@@ -155,7 +157,7 @@ func NewActive(cfg Config) (t *Active, err error) {
 func (t *Active) ID() task.ID { return t.cfg.ID }
 
 // State returns the task's state.
-func (t *Active) State() task.State { return t.state }
+func (t *Active) State() task.State { return t.life.State() }
 
 // Stores returns the task's stores in declaration order.
 func (t *Active) Stores() []*StoreHandle {
@@ -173,34 +175,26 @@ func (t *Active) Store(name string) (*StoreHandle, bool) {
 }
 
 func (t *Active) transition(to task.State) error {
-	if !task.CanTransition(t.state, to) {
-		return &task.TransitionError{Task: t.cfg.ID, From: t.state, To: to}
+	from := t.life.State()
+	if err := t.life.To(to); err != nil {
+		return err
 	}
-	t.log.Debug("task state", "from", t.state.String(), "to", to.String())
-	t.state = to
+	t.log.Debug("task state", "from", from.String(), "to", to.String())
 	return nil
 }
 
-// StartRestoring moves a created or suspended task to Restoring.
+// StartRestoring moves a created task to Restoring.
 func (t *Active) StartRestoring() error { return t.transition(task.Restoring) }
 
 // Restored moves a restoring task to Running: its stores hold everything
 // their changelogs held when restoration began.
 func (t *Active) Restored() error { return t.transition(task.Running) }
 
-// Suspend moves the task to Suspended after a revocation. The caller must
-// have committed the task first (or be abandoning its uncommitted work).
-func (t *Active) Suspend() error { return t.transition(task.Suspended) }
-
-// Resume moves a suspended task straight back to Running: its stores were
-// never closed, so there is nothing to restore.
-func (t *Active) Resume() error { return t.transition(task.Running) }
-
 // Process runs one input record through the task's processors. The record's
 // offset counts as consumed only if processing succeeds; see Skip.
 func (t *Active) Process(rec graph.InputRecord) error {
-	if t.state != task.Running {
-		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, t.state)
+	if st := t.life.State(); st != task.Running {
+		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, st)
 	}
 	t.processed++
 	if err := t.graph.Process(rec); err != nil {
@@ -254,7 +248,7 @@ func (t *Active) Punctuations() int64 { return t.graph.Punctuations() }
 
 // Punctuate runs punctuators that are due.
 func (t *Active) Punctuate(now time.Time) error {
-	if t.state != task.Running {
+	if t.life.State() != task.Running {
 		return nil
 	}
 	return t.graph.Punctuate(now)
@@ -264,7 +258,7 @@ func (t *Active) Punctuate(now time.Time) error {
 // graph.TableBuffering). Call it at every commit, before
 // PendingChangelog: forwarding may write further stores.
 func (t *Active) Flush() error {
-	if t.state != task.Running {
+	if t.life.State() != task.Running {
 		return nil
 	}
 	return t.graph.Flush()
@@ -349,10 +343,15 @@ func (t *Active) MarkCommitted(offsets map[string]int64) {
 	}
 }
 
-// Demote closes the task's processors but keeps its stores open and returns
-// them, for a standby replica to adopt. The caller must have committed the
-// task: uncommitted writes are dropped.
+// Demote moves a restoring or running task to Parked: it closes the
+// task's processors but keeps its stores open and returns them, for the
+// registry to hold until the next assignment says where the task goes. The
+// caller must have committed the task: uncommitted writes are dropped. A
+// task in any other state is left as it is, with an error and no stores.
 func (t *Active) Demote() ([]*StoreHandle, error) {
+	if err := t.transition(task.Parked); err != nil {
+		return nil, err
+	}
 	var err error
 	if t.graph != nil {
 		if cerr := t.graph.Close(); cerr != nil {
@@ -367,7 +366,6 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 	}
 	t.stores = nil
 	t.order = nil
-	t.state = task.Closed
 	return out, err
 }
 
@@ -375,8 +373,11 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 // caller committed; an unclean one drops writes not yet committed, so the
 // stores keep exactly what their recorded positions say.
 func (t *Active) Close(clean bool) error {
-	if t.state == task.Closed {
+	if t.life.State() == task.Closed {
 		return nil
+	}
+	if err := t.transition(task.Closed); err != nil {
+		return err
 	}
 	var errs []error
 	if t.graph != nil {
@@ -390,7 +391,6 @@ func (t *Active) Close(clean bool) error {
 		}
 	}
 	errs = append(errs, t.closeStores()...)
-	t.state = task.Closed
 	return errors.Join(errs...)
 }
 

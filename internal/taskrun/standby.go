@@ -11,36 +11,6 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-// StandbyState is where a standby replica is in its life.
-//
-//	Created ──► Updating ──► Closed
-//	   │                       ▲
-//	   └───────────────────────┘
-//
-// A standby is Updating while it applies its changelogs; it leaves by
-// closing, or by handing its open stores to an active task (promotion),
-// which also closes it.
-type StandbyState int
-
-// The states of a standby replica.
-const (
-	StandbyCreated StandbyState = iota
-	StandbyUpdating
-	StandbyClosed
-)
-
-func (s StandbyState) String() string {
-	switch s {
-	case StandbyCreated:
-		return "created"
-	case StandbyUpdating:
-		return "updating"
-	case StandbyClosed:
-		return "closed"
-	}
-	return fmt.Sprintf("StandbyState(%d)", int(s))
-}
-
 // StandbyConfig is what a standby replica needs to start.
 type StandbyConfig struct {
 	ID       task.ID
@@ -48,22 +18,20 @@ type StandbyConfig struct {
 	// Changelog maps a logged store's name to its changelog topic.
 	Changelog func(store string) string
 	Open      StoreOpener
-	// Stores are stores already open for this task (from an active task
-	// that became a standby); the rest are opened.
+	// Stores are stores already open for this task (a parked active's);
+	// the rest are opened.
 	Stores []*StoreHandle
-	// Warmup marks a replica placed to catch up before its task moves
-	// here; it is otherwise a standby.
-	Warmup bool
 	Logger *slog.Logger
 }
 
-// Standby is a standby replica of a task: its logged stores, kept current
-// from their changelogs, and no processors. Unlogged stores have nothing to
-// follow, so a standby holds only the logged ones.
+// Standby holds the stores of a standby (or warmup) replica of a task: its
+// logged stores, kept current from their changelogs by the runtime, and no
+// processors. Unlogged stores have nothing to follow, so a standby holds
+// only the logged ones. Whether the replica is a standby or a warmup, and
+// when it stops being either, is the runtime's replica lifecycle
+// (task.State); a Standby only opens, hands over and closes stores.
 type Standby struct {
 	id     task.ID
-	warmup bool
-	state  StandbyState
 	stores []*StoreHandle
 	log    *slog.Logger
 }
@@ -81,7 +49,7 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 	for _, h := range cfg.Stores {
 		adopted[h.Info.Name] = h
 	}
-	s = &Standby{id: cfg.ID, warmup: cfg.Warmup, log: cfg.Logger.With("standby", cfg.ID.String())}
+	s = &Standby{id: cfg.ID, log: cfg.Logger.With("standby", cfg.ID.String())}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -115,35 +83,15 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 // ID returns the task's ID.
 func (s *Standby) ID() task.ID { return s.id }
 
-// Warmup reports whether the replica is a warmup.
-func (s *Standby) Warmup() bool { return s.warmup }
-
-// SetWarmup changes whether the replica counts as a warmup; the assignor may
-// turn a warmup into a standby and back without moving any state.
-func (s *Standby) SetWarmup(w bool) { s.warmup = w }
-
-// State returns the replica's state.
-func (s *Standby) State() StandbyState { return s.state }
-
 // Stores returns the replica's stores.
 func (s *Standby) Stores() []*StoreHandle { return s.stores }
 
-// StartUpdating moves a created replica to Updating.
-func (s *Standby) StartUpdating() error {
-	if s.state != StandbyCreated {
-		return fmt.Errorf("standby %s: start updating in state %s", s.id, s.state)
-	}
-	s.state = StandbyUpdating
-	return nil
-}
-
-// Release closes the replica without closing its stores and returns them,
-// for an active task to adopt. The caller must have stopped the changelog
-// reader from writing to them.
+// Release gives up the replica's stores without closing them, for an
+// active task to adopt (a promotion). The caller must have stopped the
+// changelog reader from writing to them.
 func (s *Standby) Release() []*StoreHandle {
 	st := s.stores
 	s.stores = nil
-	s.state = StandbyClosed
 	return st
 }
 
@@ -156,6 +104,5 @@ func (s *Standby) Close() error {
 		}
 	}
 	s.stores = nil
-	s.state = StandbyClosed
 	return errors.Join(errs...)
 }

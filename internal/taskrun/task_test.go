@@ -89,10 +89,9 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	// Active → standby → active keeps the same open store.
 	stores, err := a.Demote()
 	require.NoError(t, err)
-	require.Equal(t, task.Closed, a.State())
+	require.Equal(t, task.Parked, a.State())
 	sb, err := NewStandby(StandbyConfig{ID: task.ID{SubTopology: 0, Partition: 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
 	require.NoError(t, err)
-	require.NoError(t, sb.StartUpdating())
 	require.Same(t, h.Inner, sb.Stores()[0].Inner)
 	a2, _ := newActive(t, topo, sb.Release(), &opened)
 	require.Equal(t, 1, opened, "promotion reopens nothing")
@@ -167,4 +166,63 @@ func TestActiveConsumedOffsetsAcrossTopicsSkipAndAbort(t *testing.T) {
 	require.Equal(t, map[string]int64{"a": 8}, a.OffsetsToCommit(), "processing after an abort continues from the committed offsets")
 	require.NoError(t, a.Process(rec("b", 9)))
 	require.Equal(t, map[string]int64{"a": 8, "b": 10}, a.OffsetsToCommit())
+}
+
+// transitions records what an Observer is told.
+type transitions struct {
+	moves []string
+	bad   []error
+}
+
+func (tr *transitions) observe(id task.ID, from, to task.State, err error) {
+	if err != nil {
+		tr.bad = append(tr.bad, err)
+		return
+	}
+	tr.moves = append(tr.moves, from.String()+">"+to.String())
+}
+
+func TestActiveTransitionsGoThroughTheTable(t *testing.T) {
+	topo := countTopology(t)
+	newTask := func(tr *transitions) *Active {
+		a, err := NewActive(Config{
+			ID: task.ID{SubTopology: 0, Partition: 1}, AppID: "app", Topology: topo,
+			Changelog: func(s string) string { return s },
+			Open:      func(task.ID, topology.StoreInfo) (statestore.Store, error) { return statestore.NewMemory(), nil },
+			Sender:    &sink{},
+			Observe:   tr.observe,
+		})
+		require.NoError(t, err)
+		return a
+	}
+
+	var tr transitions
+	a := newTask(&tr)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	stores, err := a.Demote()
+	require.NoError(t, err)
+	require.Len(t, stores, 1)
+	require.NoError(t, a.Close(true))
+	require.Equal(t, []string{"created>restoring", "restoring>running", "running>parked", "parked>closed"}, tr.moves)
+	require.Empty(t, tr.bad)
+
+	// Demote and the other moves refuse what the table forbids, leave the
+	// task as it was and surface the error.
+	tr = transitions{}
+	a = newTask(&tr)
+	stores, err = a.Demote()
+	var te *task.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, task.TransitionError{Task: a.ID(), From: task.Created, To: task.Parked}, *te)
+	require.Nil(t, stores)
+	require.Equal(t, task.Created, a.State())
+	require.Error(t, a.Restored(), "created -> running skips restoration")
+	require.NoError(t, a.StartRestoring())
+	require.Error(t, a.StartRestoring())
+	require.NoError(t, a.Close(false))
+	require.NoError(t, a.Close(false), "closing a closed task is a no-op, not a transition")
+	require.Error(t, a.StartRestoring())
+	require.Equal(t, []string{"created>restoring", "restoring>closed"}, tr.moves)
+	require.Len(t, tr.bad, 4)
 }

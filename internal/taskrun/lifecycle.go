@@ -1,0 +1,44 @@
+package taskrun
+
+import (
+	"github.com/eddystreams/eddy/task"
+)
+
+// Observer is told of every transition a Lifecycle is asked to make; err
+// is set, and the state left as it was, when the table forbids it.
+type Observer func(id task.ID, from, to task.State, err error)
+
+// Lifecycle is a replica's state, changed only along the transitions
+// task.CanTransition allows. Active tasks and the runtime's replica
+// registry each keep one; the zero value is a Created replica of task 0_0
+// with no observer.
+type Lifecycle struct {
+	id      task.ID
+	state   task.State
+	observe Observer
+}
+
+// NewLifecycle starts a replica's lifecycle, Created: every replica
+// begins with stores opened (or about to be) and no role.
+func NewLifecycle(id task.ID, observe Observer) Lifecycle {
+	return Lifecycle{id: id, state: task.Created, observe: observe}
+}
+
+// State returns the replica's state.
+func (l *Lifecycle) State() task.State { return l.state }
+
+// To moves the replica to another state, or returns a *task.TransitionError
+// if the table forbids the move.
+func (l *Lifecycle) To(to task.State) error {
+	from := l.state
+	var err error
+	if !task.CanTransition(from, to) {
+		err = &task.TransitionError{Task: l.id, From: from, To: to}
+	} else {
+		l.state = to
+	}
+	if l.observe != nil {
+		l.observe(l.id, from, to, err)
+	}
+	return err
+}
