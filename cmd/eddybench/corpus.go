@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -118,4 +121,58 @@ func appendWords(dst []string, line string) []string {
 		flush(len(line))
 	}
 	return dst
+}
+
+// maxCorpusLine bounds one input record read from --corpus: well under the
+// broker's default message size, so that a stray huge line (a minified
+// file, say) fails the run with its line number rather than a produce error.
+const maxCorpusLine = 256 << 10
+
+// inputLines returns the word-count input: the non-blank lines of
+// cfg.corpus, or cfg.lines generated lines.
+func inputLines(cfg *config) ([]string, error) {
+	if cfg.corpus == "" {
+		gen := newLineGen(cfg.seed)
+		lines := make([]string, cfg.lines)
+		for i := range lines {
+			lines[i] = gen.line()
+		}
+		return lines, nil
+	}
+	var lines []string
+	err := scanCorpus(cfg.corpus, func(l string) { lines = append(lines, l) })
+	return lines, err
+}
+
+// countCorpusLines returns how many records --corpus gives, so that the
+// run's header and the finish lines know the input size before it is read.
+func countCorpusLines(path string) (int, error) {
+	n := 0
+	err := scanCorpus(path, func(string) { n++ })
+	if err == nil && n == 0 {
+		err = fmt.Errorf("--corpus %s: no non-blank lines", path)
+	}
+	return n, err
+}
+
+// scanCorpus calls fn with each non-blank line of the file at path.
+func scanCorpus(path string, fn func(string)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("--corpus: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxCorpusLine)
+	line := 0
+	for sc.Scan() {
+		line++
+		if l := sc.Text(); strings.TrimSpace(l) != "" {
+			fn(l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("--corpus %s: after line %d: %w (lines are limited to %d bytes)", path, line, err, maxCorpusLine)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,39 @@ func TestFlagErrors(t *testing.T) {
 		var out, errOut bytes.Buffer
 		require.Error(t, run(context.Background(), args, strings.NewReader(""), &out, &errOut), "args %v", args)
 	}
+}
+
+// TestSmokeCorpus runs (a) over a text file, as --corpus reads real text:
+// blank lines are not records, and words in any script are counted (the
+// run checks every word's final count against the file's).
+func TestSmokeCorpus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker and an App")
+	}
+	var text strings.Builder
+	words := []string{"Zürich", "señal", "Οδός", "река", "東京", "naïve", "Straße", "word42"}
+	for i := range 1500 {
+		if i%10 == 0 {
+			text.WriteString("   \n")
+		}
+		for j := range 3 + i%7 {
+			text.WriteString(words[(i*7+j*3)%len(words)])
+			text.WriteString([]string{" ", ", ", "; ", " — "}[(i+j)%4])
+		}
+		text.WriteString("end.\n")
+	}
+	path := filepath.Join(t.TempDir(), "corpus.txt")
+	require.NoError(t, os.WriteFile(path, []byte(text.String()), 0o644))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"--only", "a", "--corpus", path, "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
+	t.Log(out.String())
+	require.NoError(t, err, errOut.String())
+	require.Contains(t, out.String(), "(a) word count: 1500 lines ("+path+")")
+
+	var o2, e2 bytes.Buffer
+	require.ErrorContains(t, run(context.Background(), []string{"--only", "a", "--corpus", filepath.Join(t.TempDir(), "missing")},
+		strings.NewReader(""), &o2, &e2), "--corpus")
 }

@@ -75,6 +75,7 @@ type config struct {
 	records        int
 	keys           int
 	windowRecords  int
+	corpus         string
 	tasks          int
 	fetchPartBytes int
 	restoreBatch   int
@@ -139,6 +140,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
+	fs.StringVar(&cfg.corpus, "corpus", "", "(a) read the word-count input from this text `FILE` (one record per non-blank line) instead of generating --lines lines")
 	fs.DurationVar(&cfg.sessionTimeout, "session-timeout", 3*time.Second, "(d, g, h, k) group session timeout of the instances")
 	fs.DurationVar(&cfg.killLoopFor, "killloop-duration", 5*time.Minute, "(k) how long instances are killed, under each guarantee")
 	fs.BoolVar(&cfg.killLoopStatic, "killloop-static", false, "(k) instances are static group members")
@@ -153,6 +155,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.seed = *seed
+	if cfg.corpus != "" {
+		n, err := countCorpusLines(cfg.corpus)
+		if err != nil {
+			return err
+		}
+		cfg.lines = n
+	}
 	cfg.only = make(map[string]bool)
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)

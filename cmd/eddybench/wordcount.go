@@ -62,7 +62,11 @@ func (p phase) fromFirst() time.Duration { return p.done.Sub(p.first) }
 // input record to its finish line, so that group joins and start-up count
 // against neither; rates from start are printed too.
 func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
-	fmt.Fprintf(cfg.out, "\n(a) word count: %d lines, %d partitions, in-process broker\n", cfg.lines, cfg.partitions)
+	source := "generated"
+	if cfg.corpus != "" {
+		source = cfg.corpus
+	}
+	fmt.Fprintf(cfg.out, "\n(a) word count: %d lines (%s), %d partitions, in-process broker\n", cfg.lines, source, cfg.partitions)
 	b, err := broker.Start(broker.Config{Partitions: int32(cfg.partitions)})
 	if err != nil {
 		return nil, err
@@ -79,13 +83,14 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 		return nil, err
 	}
 
-	gen := newLineGen(cfg.seed)
+	lines, err := inputLines(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ref := make(map[string]int64)
 	var totalWords int64
 	var buf []string
-	lines := make([]string, cfg.lines)
 	for i := range lines {
-		lines[i] = gen.line()
 		buf = appendWords(buf[:0], lines[i])
 		for _, w := range buf {
 			ref[w]++
