@@ -167,6 +167,13 @@ func (c *cluster) waitWindowsCaughtUp(t *testing.T) {
 // partition.
 func readCommittedWindows(t *testing.T, c *cluster, topic string) []topology.KeyValue[topology.Windowed[string], int64] {
 	t.Helper()
+	return readCommittedWindowsWith(t, c, topic, winSerde)
+}
+
+// readCommittedWindowsWith is readCommittedWindows for keys written with
+// keySerde.
+func readCommittedWindowsWith(t *testing.T, c *cluster, topic string, keySerde serde.Serde[topology.Windowed[string]]) []topology.KeyValue[topology.Windowed[string], int64] {
+	t.Helper()
 	sentinel := fmt.Sprintf("\x00end-%d", rand.Uint64())
 	rctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
@@ -195,7 +202,7 @@ func readCommittedWindows(t *testing.T, c *cluster, topic string) []topology.Key
 				}
 				return
 			}
-			k, err := winSerde.Decode(r.Key)
+			k, err := keySerde.Decode(r.Key)
 			require.NoError(t, err)
 			n, err := serde.Int64.Decode(r.Value)
 			require.NoError(t, err)
@@ -242,37 +249,7 @@ func testWindowedWordCount(t *testing.T, kill bool) {
 		// topic by more than the grace.
 		c.waitWindowsCaughtUp(t)
 	}
-	// Every counting task's stream time passes the close of every window
-	// of the corpus; the sentinels' own windows stay open.
-	sentinelTs := winBase + int64(winSpread)*winSize.Milliseconds() + winGrace.Milliseconds() + 2*winSize.Milliseconds()
-	var sentinels []*kgo.Record
-	for _, w := range sentinelWords(partitions) {
-		sentinels = append(sentinels, &kgo.Record{Topic: winIn, Value: []byte(w), Timestamp: time.UnixMilli(sentinelTs)})
-	}
-	c.produceSpread(t, sentinels)
-	c.waitWindowsCaughtUp(t)
-
-	// Emit-on-update: the latest update of every window is its count.
-	latest := make(map[windowKey]int64)
-	for _, kv := range readCommittedWindows(t, c, winUpdates) {
-		require.Equal(t, winSize.Milliseconds(), kv.Key.Window.End-kv.Key.Window.Start)
-		latest[windowKey{kv.Key.Key, kv.Key.Window.Start}] = kv.Value
-	}
-	for _, w := range sentinelWords(partitions) {
-		delete(latest, windowKey{w, sentinelTs - (sentinelTs-winBase)%winSize.Milliseconds()})
-	}
-	require.Equal(t, len(want), len(latest), "windows with updates")
-	require.Equal(t, want, latest)
-
-	// Emit-final: exactly one result per closed window, the full count.
-	final := make(map[windowKey]int64)
-	for _, kv := range readCommittedWindows(t, c, winFinal) {
-		k := windowKey{kv.Key.Key, kv.Key.Window.Start}
-		_, dup := final[k]
-		require.False(t, dup, "window %v emitted twice", k)
-		final[k] = kv.Value
-	}
-	require.Equal(t, want, final)
+	requireWindowedOutputs(t, c, want)
 
 	// Late records: every task's stream time is past their windows' close.
 	lateRecs := []*kgo.Record{}
@@ -321,4 +298,43 @@ func testWindowedWordCount(t *testing.T, kill bool) {
 	require.Equal(t, "compact,delete", wc["cleanup.policy"])
 	require.Equal(t, strconv.FormatInt((winSize+winGrace+changelog.DefaultWindowedRetentionMargin).Milliseconds(), 10), wc["retention.ms"])
 	require.Equal(t, "compact", got[changelog.TopicName(winApp, topology.PendingStoreName(winFinalAgg))]["cleanup.policy"])
+}
+
+// requireWindowedOutputs advances every counting task's stream time past
+// the close of every window of the corpus (the sentinels' own windows stay
+// open) and checks both outputs against want: the latest update of every
+// window is its count, and emit-final gave exactly one result per window,
+// the full count.
+func requireWindowedOutputs(t *testing.T, c *cluster, want map[windowKey]int64) {
+	t.Helper()
+	partitions := c.partitions
+	sentinelTs := winBase + int64(winSpread)*winSize.Milliseconds() + winGrace.Milliseconds() + 2*winSize.Milliseconds()
+	var sentinels []*kgo.Record
+	for _, w := range sentinelWords(partitions) {
+		sentinels = append(sentinels, &kgo.Record{Topic: winIn, Value: []byte(w), Timestamp: time.UnixMilli(sentinelTs)})
+	}
+	c.produceSpread(t, sentinels)
+	c.waitWindowsCaughtUp(t)
+
+	// Emit-on-update: the latest update of every window is its count.
+	latest := make(map[windowKey]int64)
+	for _, kv := range readCommittedWindows(t, c, winUpdates) {
+		require.Equal(t, winSize.Milliseconds(), kv.Key.Window.End-kv.Key.Window.Start)
+		latest[windowKey{kv.Key.Key, kv.Key.Window.Start}] = kv.Value
+	}
+	for _, w := range sentinelWords(partitions) {
+		delete(latest, windowKey{w, sentinelTs - (sentinelTs-winBase)%winSize.Milliseconds()})
+	}
+	require.Equal(t, len(want), len(latest), "windows with updates")
+	require.Equal(t, want, latest)
+
+	// Emit-final: exactly one result per closed window, the full count.
+	final := make(map[windowKey]int64)
+	for _, kv := range readCommittedWindows(t, c, winFinal) {
+		k := windowKey{kv.Key.Key, kv.Key.Window.Start}
+		_, dup := final[k]
+		require.False(t, dup, "window %v emitted twice", k)
+		final[k] = kv.Value
+	}
+	require.Equal(t, want, final)
 }
