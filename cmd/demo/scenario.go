@@ -130,6 +130,12 @@ type scenario struct {
 	checkExact  atomic.Int64 // words whose count matched, set by the check
 	checkTotal  int
 	checkFrom   int64 // the first minute (window start, Unix ms) checked
+	// finalChecked and finalMinutes are the word-minutes and distinct
+	// minutes closed, whose records in word-counts-per-minute the check
+	// compared; finalDiffs how they differed. Set by the check before it
+	// reports on checkDone.
+	finalChecked, finalMinutes int
+	finalDiffs                 []string
 	checkEnd    time.Time
 	fedLines    int64
 	fedWords    int64
@@ -714,7 +720,13 @@ func (sc *scenario) startCheck(ctx context.Context) {
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, settleDeadline)
 		defer cancel()
-		sc.checkDone <- d.checkCounts(cctx, want, wantMin, sc.checkFrom, func(n int) { sc.checkExact.Store(int64(n)) })
+		diffs := d.checkCounts(cctx, want, wantMin, sc.checkFrom, func(n int) { sc.checkExact.Store(int64(n)) })
+		if len(diffs) == 0 {
+			// The counts are exact, so every record is processed and
+			// committed: the emit-final topic is complete.
+			sc.finalChecked, sc.finalMinutes, sc.finalDiffs = d.checkFinalMinutes(cctx, sc.partitions)
+		}
+		sc.checkDone <- diffs
 	}()
 }
 
@@ -732,10 +744,14 @@ func (sc *scenario) finish(diffs []string) error {
 	d := sc.d
 	now := time.Now()
 	sc.checkEnd = now
-	if len(diffs) == 0 {
-		d.event(fmt.Sprintf("all %s word counts are exact, in total and per minute (%.1fs after the feed stopped)", thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds()))
-	} else {
+	switch {
+	case len(diffs) > 0:
 		d.event(fmt.Sprintf("%d of %d word counts differ from the reference count", len(diffs), sc.checkTotal))
+	case len(sc.finalDiffs) > 0:
+		d.event(fmt.Sprintf("all %s word counts are exact, but %s differs from the closed minutes in %d ways", thousands(int64(sc.checkTotal)), minuteTopic, len(sc.finalDiffs)))
+	default:
+		d.event(fmt.Sprintf("all %s word counts are exact, in total and per minute (%.1fs after the feed stopped); %s holds one final count for each of the %s word-minutes closed, each exact",
+			thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds(), minuteTopic, thousands(int64(sc.finalChecked))))
 	}
 	d.render(sc, now)
 	d.flushEvents()
@@ -743,6 +759,8 @@ func (sc *scenario) finish(diffs []string) error {
 	switch {
 	case len(diffs) > 0:
 		err = fmt.Errorf("%d of %d word counts differ from the words produced: %s", len(diffs), sc.checkTotal, strings.Join(diffs[:min(10, len(diffs))], "; "))
+	case len(sc.finalDiffs) > 0:
+		err = fmt.Errorf("%s differs from the %d word-minutes closed in %d ways: %s", minuteTopic, sc.finalChecked, len(sc.finalDiffs), strings.Join(sc.finalDiffs[:min(10, len(sc.finalDiffs))], "; "))
 	case sc.interrupted && !d.cfg.forever:
 		err = errors.New("interrupted before the scenario completed (the counts so far are exact)")
 	}
@@ -1005,6 +1023,15 @@ func (sc *scenario) summary(now time.Time, diffs []string, runErr error) {
 	case len(diffs) == 0:
 		row("counts", "all %s word counts are exact: each equals the words the broker acknowledged (checked through the routing client, staleness active)", thousands(int64(sc.checkTotal)))
 		row("", "and so are their counts per minute since %s UTC in %s", time.UnixMilli(sc.checkFrom).UTC().Format("15:04"), minuteStore)
+		if len(sc.finalDiffs) == 0 {
+			row("final", "%s (read-committed): exactly one record for each of the %s word-minutes closed (%s), each with the minute's count, and no other",
+				minuteTopic, thousands(int64(sc.finalChecked)), plural(sc.finalMinutes, "minute", "minutes"))
+		} else {
+			row("final", "%s differs from the %s word-minutes closed:", minuteTopic, thousands(int64(sc.finalChecked)))
+			for _, df := range sc.finalDiffs[:min(20, len(sc.finalDiffs))] {
+				row("", "%s", df)
+			}
+		}
 	default:
 		row("counts", "%d of %d word counts differ:", len(diffs), sc.checkTotal)
 		for _, df := range diffs[:min(20, len(diffs))] {

@@ -67,6 +67,7 @@ func TestDefaultDemo(t *testing.T) {
 		regexp.MustCompile(`(?m)^  restart +#\d caught up`),
 		regexp.MustCompile(`(?m)^  counts +all [0-9,]+ word counts are exact`),
 		regexp.MustCompile(`(?m)^ +and so are their counts per minute since \d\d:\d\d UTC in counts-per-minute`),
+		regexp.MustCompile(`(?m)^  final +word-counts-per-minute \(read-committed\): exactly one record for each of the [0-9,]+ word-minutes closed \(\d+ minutes?\), each with the minute's count, and no other`),
 		regexp.MustCompile(`(?m)^\[ *[0-9.]+s\] fed [0-9,]+ lines · queries [0-9,]+ answered, [0-9,]+ refused · #1 `),
 	} {
 		require.Regexp(t, want, stdout)
@@ -198,7 +199,7 @@ func TestRefusalReasons(t *testing.T) {
 }
 
 func TestFeederCountsPerMinute(t *testing.T) {
-	f := &feeder{want: map[string]int64{}, minutes: map[string]map[int64]int64{}}
+	f := &feeder{want: map[string]int64{}, minutes: map[string]map[int64]int64{}, latest: map[string]int64{}}
 	at := func(s string) *kgo.Record {
 		ts, err := time.Parse(time.RFC3339Nano, s)
 		require.NoError(t, err)
