@@ -136,10 +136,10 @@ type scenario struct {
 	// reports on checkDone.
 	finalChecked, finalMinutes int
 	finalDiffs                 []string
-	checkEnd    time.Time
-	fedLines    int64
-	fedWords    int64
-	feedStopped time.Time
+	checkEnd                   time.Time
+	fedLines                   int64
+	fedWords                   int64
+	feedStopped                time.Time
 
 	// printedSeq is the sequence number of the last answer printed as a
 	// plain line, and when.
