@@ -130,16 +130,17 @@ type scenario struct {
 	checkExact  atomic.Int64 // words whose count matched, set by the check
 	checkTotal  int
 	checkFrom   int64 // the first minute (window start, Unix ms) checked
+	checkEnd    time.Time
+	fedLines    int64
+	fedWords    int64
+	feedStopped time.Time
+
 	// finalChecked and finalMinutes are the word-minutes and distinct
 	// minutes closed, whose records in word-counts-per-minute the check
 	// compared; finalDiffs how they differed. Set by the check before it
 	// reports on checkDone.
 	finalChecked, finalMinutes int
 	finalDiffs                 []string
-	checkEnd                   time.Time
-	fedLines                   int64
-	fedWords                   int64
-	feedStopped                time.Time
 
 	// printedSeq is the sequence number of the last answer printed as a
 	// plain line, and when.
