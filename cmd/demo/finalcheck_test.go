@@ -62,19 +62,51 @@ func TestCompareFinalMinutes(t *testing.T) {
 	k1, k2 := minuteKey{"fox", 60_000}, minuteKey{"dog", 60_000}
 	want := map[minuteKey]int64{k1: 2, k2: 1}
 	rec := func(k minuteKey, n int64) finalRecord { return finalRecord{key: k, end: k.start + 60_000, count: n} }
-	require.Empty(t, compareFinalMinutes(want, []finalRecord{rec(k2, 1), rec(k1, 2)}))
+	never := func(minuteKey) bool { return false }
+	always := func(minuteKey) bool { return true }
+	require.Empty(t, compareFinalMinutes(want, []finalRecord{rec(k2, 1), rec(k1, 2)}, never))
 	for name, tc := range map[string]struct {
-		got  []finalRecord
-		diff string
+		got    []finalRecord
+		atRisk func(minuteKey) bool
+		diff   string // "" for none
 	}{
-		"twice":      {[]finalRecord{rec(k1, 2), rec(k2, 1), rec(k1, 2)}, `"fox" at 00:01: final count emitted twice (2, then 2)`},
-		"wrong":      {[]finalRecord{rec(k1, 3), rec(k2, 1)}, `"fox" at 00:01: final count 3, produced 2`},
-		"missing":    {[]finalRecord{rec(k1, 2)}, `"dog" at 00:01: no final count (produced 1)`},
-		"not closed": {[]finalRecord{rec(k1, 2), rec(k2, 1), rec(minuteKey{"fox", 120_000}, 1)}, `"fox" at 00:02: final count 1 for a minute that has not closed or had no such word`},
-		"window":     {[]finalRecord{rec(k1, 2), {key: k2, end: 90_000, count: 1}}, `"dog" at 00:01: window ends 30000ms after it starts`},
+		"twice":                  {[]finalRecord{rec(k1, 2), rec(k2, 1), rec(k1, 2)}, never, `"fox" at 00:01: final count emitted twice (2, then 2)`},
+		"twice, at risk":         {[]finalRecord{rec(k1, 2), rec(k2, 1), rec(k1, 1)}, always, `"fox" at 00:01: final count emitted twice (2, then 1)`},
+		"short":                  {[]finalRecord{rec(k1, 1), rec(k2, 1)}, never, `"fox" at 00:01: final count 1, produced 2`},
+		"short, at risk":         {[]finalRecord{rec(k1, 1), rec(k2, 1)}, always, ""},
+		"over":                   {[]finalRecord{rec(k1, 3), rec(k2, 1)}, never, `"fox" at 00:01: final count 3, produced 2`},
+		"over, at risk":          {[]finalRecord{rec(k1, 3), rec(k2, 1)}, always, `"fox" at 00:01: final count 3, produced 2`},
+		"missing":                {[]finalRecord{rec(k1, 2)}, never, `"dog" at 00:01: no final count (produced 1)`},
+		"missing, at risk":       {[]finalRecord{rec(k1, 2)}, always, ""},
+		"not closed":             {[]finalRecord{rec(k1, 2), rec(k2, 1), rec(minuteKey{"fox", 120_000}, 1)}, never, `"fox" at 00:02: final count 1 for a minute that has not closed or had no such word`},
+		"not closed, at risk":    {[]finalRecord{rec(k1, 2), rec(k2, 1), rec(minuteKey{"fox", 120_000}, 1)}, always, `"fox" at 00:02: final count 1 for a minute that has not closed or had no such word`},
+		"window of another size": {[]finalRecord{rec(k1, 2), {key: k2, end: 90_000, count: 1}}, never, `"dog" at 00:01: window ends 30000ms after it starts`},
 	} {
-		require.Equal(t, []string{tc.diff}, compareFinalMinutes(want, tc.got), name)
+		var want2 []string
+		if tc.diff != "" {
+			want2 = []string{tc.diff}
+		}
+		require.Equal(t, want2, compareFinalMinutes(want, tc.got, tc.atRisk), name)
 	}
+}
+
+func TestClosedDuring(t *testing.T) {
+	kill := time.UnixMilli(10 * 60_000) // 00:10:00
+	stalls := []stall{{kill, kill.Add(8 * time.Second)}}
+	// A minute closes minuteGrace after its end: 00:08 closes at 00:09:10,
+	// 00:09 at 00:10:10.
+	for start, want := range map[int64]bool{
+		7 * 60_000: false, // closed 00:08:10, long before the kill
+		8 * 60_000: false, // closed 00:09:10, before the kill's margin
+		9 * 60_000: true,  // closed 00:10:10, during the stall
+		kill.Add(-time.Minute - minuteGrace - stallMargin).UnixMilli():                    true,
+		kill.Add(-time.Minute - minuteGrace - stallMargin - time.Millisecond).UnixMilli(): false,
+		kill.Add(8*time.Second - time.Minute - minuteGrace + stallMargin).UnixMilli():     true,
+		kill.Add(9*time.Second - time.Minute - minuteGrace + stallMargin).UnixMilli():     false,
+	} {
+		require.Equal(t, want, closedDuring(stalls, start), "minute starting %s", time.UnixMilli(start).UTC().Format("15:04:05.000"))
+	}
+	require.False(t, closedDuring(nil, 9*60_000))
 }
 
 // TestReadFinalMinutes reads the topic as the check does: committed
