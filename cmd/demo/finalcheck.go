@@ -38,7 +38,8 @@ const stallMargin = 5 * time.Second
 type stall struct{ from, to time.Time }
 
 // stalls lists the scenario's kills (until the failover completed) and
-// restarts (until the round ended), open ones ending at now.
+// restarts (until the restarted instance caught up, which is when the
+// stateless tasks it got back have run again), open ones ending at now.
 func (sc *scenario) stalls(now time.Time) []stall {
 	or := func(t time.Time) time.Time {
 		if t.IsZero() {
@@ -50,7 +51,7 @@ func (sc *scenario) stalls(now time.Time) []stall {
 	for _, r := range sc.rounds {
 		out = append(out, stall{r.killAt, or(r.failoverAt)})
 		if !r.restartAt.IsZero() {
-			out = append(out, stall{r.restartAt, or(r.endAt)})
+			out = append(out, stall{r.restartAt, or(r.caughtUpAt)})
 		}
 	}
 	return out
@@ -183,8 +184,7 @@ func readFinalMinutes(ctx context.Context, brokers []string, opts ...kgo.Opt) ([
 // with another count, not closed (or never fed), or missing. For a minute
 // atRisk only a count above the reference is wrong, and a missing one is
 // not.
-func compareFinalMinutes(want map[minuteKey]int64, got []finalRecord, atRisk func(minuteKey) bool) []string {
-	var diffs []string
+func compareFinalMinutes(want map[minuteKey]int64, got []finalRecord, atRisk func(minuteKey) bool) (diffs []string, exact int) {
 	seen := make(map[minuteKey]int64, len(got))
 	for _, r := range got {
 		n, ok := want[r.key]
@@ -197,6 +197,8 @@ func compareFinalMinutes(want map[minuteKey]int64, got []finalRecord, atRisk fun
 			diffs = append(diffs, fmt.Sprintf("%s: final count %d, produced %d", r.key, r.count, n))
 		case r.end-r.key.start != time.Minute.Milliseconds():
 			diffs = append(diffs, fmt.Sprintf("%s: window ends %dms after it starts", r.key, r.end-r.key.start))
+		case r.count == n:
+			exact++
 		}
 		seen[r.key] = r.count
 	}
@@ -207,25 +209,36 @@ func compareFinalMinutes(want map[minuteKey]int64, got []finalRecord, atRisk fun
 			diffs = append(diffs, fmt.Sprintf("%s: no final count (produced %d)", k, want[k]))
 		}
 	}
-	return diffs
+	return diffs, exact
+}
+
+// finalCheck is what the check of word-counts-per-minute found.
+type finalCheck struct {
+	closed  int // word-minutes closed
+	minutes int // distinct minutes among them
+	atRisk  int // word-minutes closed during a stall
+	exact   int // word-minutes with one record holding the reference count
+	diffs   []string
 }
 
 // checkFinalMinutes reads word-counts-per-minute and compares it with the
-// closed minutes; it returns how many word-minutes and distinct minutes it
-// checked, how many of those word-minutes closed during a stall, and the
-// differences.
-func (d *demo) checkFinalMinutes(ctx context.Context, partitions int32, stalls []stall) (wordMinutes, minutes, atRisk int, diffs []string) {
+// closed minutes.
+func (d *demo) checkFinalMinutes(ctx context.Context, partitions int32, stalls []stall) finalCheck {
 	want := d.feed.closedMinutes(partitions)
+	fc := finalCheck{closed: len(want)}
 	starts := make(map[int64]bool)
 	for k := range want {
 		starts[k.start] = true
 		if closedDuring(stalls, k.start) {
-			atRisk++
+			fc.atRisk++
 		}
 	}
+	fc.minutes = len(starts)
 	got, err := readFinalMinutes(ctx, d.broker.Addrs())
 	if err != nil {
-		return len(want), len(starts), atRisk, []string{err.Error()}
+		fc.diffs = []string{err.Error()}
+		return fc
 	}
-	return len(want), len(starts), atRisk, compareFinalMinutes(want, got, func(k minuteKey) bool { return closedDuring(stalls, k.start) })
+	fc.diffs, fc.exact = compareFinalMinutes(want, got, func(k minuteKey) bool { return closedDuring(stalls, k.start) })
+	return fc
 }

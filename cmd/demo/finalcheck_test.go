@@ -64,7 +64,11 @@ func TestCompareFinalMinutes(t *testing.T) {
 	rec := func(k minuteKey, n int64) finalRecord { return finalRecord{key: k, end: k.start + 60_000, count: n} }
 	never := func(minuteKey) bool { return false }
 	always := func(minuteKey) bool { return true }
-	require.Empty(t, compareFinalMinutes(want, []finalRecord{rec(k2, 1), rec(k1, 2)}, never))
+	diffs, exact := compareFinalMinutes(want, []finalRecord{rec(k2, 1), rec(k1, 2)}, never)
+	require.Empty(t, diffs)
+	require.Equal(t, 2, exact)
+	_, exact = compareFinalMinutes(want, []finalRecord{rec(k2, 1), rec(k1, 1)}, always)
+	require.Equal(t, 1, exact)
 	for name, tc := range map[string]struct {
 		got    []finalRecord
 		atRisk func(minuteKey) bool
@@ -86,7 +90,8 @@ func TestCompareFinalMinutes(t *testing.T) {
 		if tc.diff != "" {
 			want2 = []string{tc.diff}
 		}
-		require.Equal(t, want2, compareFinalMinutes(want, tc.got, tc.atRisk), name)
+		diffs, _ := compareFinalMinutes(want, tc.got, tc.atRisk)
+		require.Equal(t, want2, diffs, name)
 	}
 }
 

@@ -136,13 +136,9 @@ type scenario struct {
 	fedWords    int64
 	feedStopped time.Time
 
-	// finalChecked and finalMinutes are the word-minutes and distinct
-	// minutes closed, whose records in word-counts-per-minute the check
-	// compared; finalAtRisk those of them that closed during a kill or
-	// restart; finalDiffs how they differed. Set by the check before it
-	// reports on checkDone.
-	finalChecked, finalMinutes, finalAtRisk int
-	finalDiffs                              []string
+	// final is what the check found in word-counts-per-minute, set
+	// before it reports on checkDone.
+	final finalCheck
 
 	// printedSeq is the sequence number of the last answer printed as a
 	// plain line, and when.
@@ -729,7 +725,7 @@ func (sc *scenario) startCheck(ctx context.Context) {
 		if len(diffs) == 0 {
 			// The counts are exact, so every record is processed and
 			// committed: the emit-final topic is complete.
-			sc.finalChecked, sc.finalMinutes, sc.finalAtRisk, sc.finalDiffs = d.checkFinalMinutes(cctx, sc.partitions, stalls)
+			sc.final = d.checkFinalMinutes(cctx, sc.partitions, stalls)
 		}
 		sc.checkDone <- diffs
 	}()
@@ -752,11 +748,11 @@ func (sc *scenario) finish(diffs []string) error {
 	switch {
 	case len(diffs) > 0:
 		d.event(fmt.Sprintf("%d of %d word counts differ from the reference count", len(diffs), sc.checkTotal))
-	case len(sc.finalDiffs) > 0:
-		d.event(fmt.Sprintf("all %s word counts are exact, but %s differs from the closed minutes in %d ways", thousands(int64(sc.checkTotal)), minuteTopic, len(sc.finalDiffs)))
+	case len(sc.final.diffs) > 0:
+		d.event(fmt.Sprintf("all %s word counts are exact, but %s differs from the closed minutes in %d ways", thousands(int64(sc.checkTotal)), minuteTopic, len(sc.final.diffs)))
 	default:
-		d.event(fmt.Sprintf("all %s word counts are exact, in total and per minute (%.1fs after the feed stopped); %s holds one final count for each of the %s word-minutes closed, each exact",
-			thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds(), minuteTopic, thousands(int64(sc.finalChecked))))
+		d.event(fmt.Sprintf("all %s word counts are exact, in total and per minute (%.1fs after the feed stopped); %s holds one final count for each of the %s word-minutes closed, %s of them exact",
+			thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds(), minuteTopic, thousands(int64(sc.final.closed)), thousands(int64(sc.final.exact))))
 	}
 	d.render(sc, now)
 	d.flushEvents()
@@ -764,8 +760,8 @@ func (sc *scenario) finish(diffs []string) error {
 	switch {
 	case len(diffs) > 0:
 		err = fmt.Errorf("%d of %d word counts differ from the words produced: %s", len(diffs), sc.checkTotal, strings.Join(diffs[:min(10, len(diffs))], "; "))
-	case len(sc.finalDiffs) > 0:
-		err = fmt.Errorf("%s differs from the %d word-minutes closed in %d ways: %s", minuteTopic, sc.finalChecked, len(sc.finalDiffs), strings.Join(sc.finalDiffs[:min(10, len(sc.finalDiffs))], "; "))
+	case len(sc.final.diffs) > 0:
+		err = fmt.Errorf("%s differs from the %d word-minutes closed in %d ways: %s", minuteTopic, sc.final.closed, len(sc.final.diffs), strings.Join(sc.final.diffs[:min(10, len(sc.final.diffs))], "; "))
 	case sc.interrupted && !d.cfg.forever:
 		err = errors.New("interrupted before the scenario completed (the counts so far are exact)")
 	}
@@ -1028,16 +1024,17 @@ func (sc *scenario) summary(now time.Time, diffs []string, runErr error) {
 	case len(diffs) == 0:
 		row("counts", "all %s word counts are exact: each equals the words the broker acknowledged (checked through the routing client, staleness active)", thousands(int64(sc.checkTotal)))
 		row("", "and so are their counts per minute since %s UTC in %s", time.UnixMilli(sc.checkFrom).UTC().Format("15:04"), minuteStore)
-		if len(sc.finalDiffs) == 0 {
-			row("final", "%s (read-committed): exactly one record for each of the %s word-minutes closed (%s), each with the minute's count, and no other",
-				minuteTopic, thousands(int64(sc.finalChecked-sc.finalAtRisk)), plural(sc.finalMinutes, "minute", "minutes"))
-			if sc.finalAtRisk > 0 {
-				row("", "and at most one record, counting no more than was fed, for each of the %s word-minutes that closed while a kill or restart held back part of the input (words arriving later than the %s grace are dropped by design)",
-					thousands(int64(sc.finalAtRisk)), minuteGrace)
+		fc := sc.final
+		if len(fc.diffs) == 0 {
+			row("final", "%s word-minutes closed (%s); %s, read committed, has one record for each and no other, %s of them with exactly the words produced",
+				thousands(int64(fc.closed)), plural(fc.minutes, "minute", "minutes"), minuteTopic, thousands(int64(fc.exact)))
+			if fc.atRisk > 0 {
+				row("", "(%s closed while a kill or restart held back part of the input, so words arriving later than the %s grace may be left out of them, by design: they must count no more than was produced)",
+					thousands(int64(fc.atRisk)), minuteGrace)
 			}
 		} else {
-			row("final", "%s differs from the %s word-minutes closed:", minuteTopic, thousands(int64(sc.finalChecked)))
-			for _, df := range sc.finalDiffs[:min(20, len(sc.finalDiffs))] {
+			row("final", "%s differs from the %s word-minutes closed:", minuteTopic, thousands(int64(fc.closed)))
+			for _, df := range fc.diffs[:min(20, len(fc.diffs))] {
 				row("", "%s", df)
 			}
 		}
