@@ -251,6 +251,13 @@ func TestWindowQueriesAcrossInstances(t *testing.T) {
 		got[w.Start] = w.Value
 	}
 	require.Equal(t, want[sample[0]], got)
+	// Every key's windows, one answer per partition, each from its
+	// active.
+	all, err := iq.ClientWindowFetchAll[string, int64](ctx(t), cl, iqwStore, time.Time{}, time.Time{})
+	require.NoError(t, err)
+	require.Empty(t, all.Refused)
+	require.Len(t, all.Partitions, partitions)
+	require.Equal(t, want, iqwAllCounts(t, all, "active"))
 
 	// Kill an instance and keep asking the survivors: every answer given
 	// is the reference; refusals are allowed while partitions move, but
@@ -272,4 +279,42 @@ func TestWindowQueriesAcrossInstances(t *testing.T) {
 			})
 		}
 	}
+	// The all-keys fetch through a client that knew the killed instance:
+	// once every partition answers again, the new actives hold every
+	// window exactly.
+	waitFor(t, 2*settleTimeout, "every partition's windows after the kill", func() (bool, string) {
+		all, err = iq.ClientWindowFetchAll[string, int64](ctx(t), cl, iqwStore, time.Time{}, time.Time{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(all.Refused) == 0, fmt.Sprint(all.Refused)
+	})
+	require.Len(t, all.Partitions, partitions)
+	for _, pw := range all.Partitions {
+		require.NotEqual(t, nodes[0].addr, pw.Provenance.Host, "partition %d answered by the killed instance", pw.Provenance.Partition)
+	}
+	require.Equal(t, want, iqwAllCounts(t, all, "active"))
+}
+
+// iqwAllCounts reads an all-keys answer as word -> start -> count, checking
+// that each partition answered from the role given and holds only its own
+// keys.
+func iqwAllCounts(t *testing.T, res iq.WindowRangeResult[string, int64], role string) map[string]map[int64]int64 {
+	t.Helper()
+	got := map[string]map[int64]int64{}
+	for i, pw := range res.Partitions {
+		require.EqualValues(t, i, pw.Provenance.Partition, "partitions in order")
+		require.Equal(t, role, pw.Provenance.Role.String(), "partition %d", i)
+		require.False(t, pw.Truncated, "partition %d", i)
+		for _, w := range pw.Windows {
+			key, _ := serde.String.Encode(w.Key)
+			require.Equal(t, pw.Provenance.Partition, topology.Partition(key, int32(len(res.Partitions))), "word %q", w.Key)
+			require.Equal(t, w.Start+60_000, w.End)
+			if got[w.Key] == nil {
+				got[w.Key] = map[int64]int64{}
+			}
+			got[w.Key][w.Start] = w.Value
+		}
+	}
+	return got
 }

@@ -46,6 +46,9 @@ type ClientOptions struct {
 	// table and asking again before giving up. Default 500ms; a negative
 	// value does not wait.
 	RebalanceWait time.Duration
+	// FanOut is how many partitions an all-keys query (WindowFetchAll)
+	// asks at once. Default 8.
+	FanOut int
 	// Transport carries the requests. Nil uses a private transport with a
 	// 1s connect timeout (and TLS).
 	Transport http.RoundTripper
@@ -131,6 +134,9 @@ func NewClient(addrs []string, opts ClientOptions) (*Client, error) {
 	}
 	if c.opts.SuspectFor <= 0 {
 		c.opts.SuspectFor = 5 * time.Second
+	}
+	if c.opts.FanOut <= 0 {
+		c.opts.FanOut = 8
 	}
 	if c.opts.ActiveFirstTimeout <= 0 {
 		c.opts.ActiveFirstTimeout = 300 * time.Millisecond

@@ -339,3 +339,116 @@ func TestWindowQueriesInProcessAndThroughTheClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, RoleStandby, cres.Provenance.Role)
 }
+
+// clientWindowCounts reads a typed all-keys answer as key -> count of the
+// window starting at 60s, and checks each partition's provenance.
+func clientWindowCounts(t *testing.T, res WindowRangeResult[string, int64], hosts map[int32]string, role Role) map[string]int64 {
+	t.Helper()
+	got := map[string]int64{}
+	for _, pw := range res.Partitions {
+		require.Equal(t, hosts[pw.Provenance.Partition], pw.Provenance.Host, "partition %d", pw.Provenance.Partition)
+		require.Equal(t, role, pw.Provenance.Role, "partition %d", pw.Provenance.Partition)
+		for _, w := range pw.Windows {
+			require.Equal(t, pw.Provenance.Partition, partitionOf(w.Key, 3), "key %q answered by partition %d", w.Key, pw.Provenance.Partition)
+			require.Equal(t, int64(60_000), w.Start)
+			require.Equal(t, int64(120_000), w.End)
+			got[w.Key] = w.Value
+		}
+	}
+	return got
+}
+
+func TestClientWindowFetchAll(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	want := map[string]int64{}
+	actives := map[int32]string{}
+	for p := 0; p < 3; p++ {
+		actives[int32(p)] = c.ins[p].addr()
+		for j := 0; j < 3; j++ {
+			k := keyIn(int32(p), 3, "k"+string(rune('a'+j)))
+			for _, r := range []*fakeReplica{reps[[2]int{p, p}][winStore], reps[[2]int{(p + 2) % 3, p}][winStore]} {
+				putWindow(t, r, k, 60_000, int64(10*p+j))
+				putWindow(t, r, k, 600_000, 1) // outside the range asked
+			}
+			want[k] = int64(10*p + j)
+		}
+	}
+	ctx := context.Background()
+	cl, err := NewClient([]string{c.ins[1].addr()}, ClientOptions{FanOut: 2})
+	require.NoError(t, err)
+	defer cl.Close()
+
+	// Every partition from its active, whichever instance the client
+	// bootstraps from; each remembered for monotonic reads.
+	res, err := ClientWindowFetchAll[string, int64](ctx, cl, winStore, time.UnixMilli(0), time.UnixMilli(120_000))
+	require.NoError(t, err)
+	require.Len(t, res.Partitions, 3)
+	require.Empty(t, res.Refused)
+	for i, pw := range res.Partitions {
+		require.EqualValues(t, i, pw.Provenance.Partition, "partitions in order")
+		require.EqualValues(t, 6, pw.Provenance.Position)
+		require.False(t, pw.Truncated)
+		pos, ok := cl.LastPosition(winStore, int32(i))
+		require.True(t, ok)
+		require.EqualValues(t, 6, pos)
+	}
+	require.Equal(t, want, clientWindowCounts(t, res, actives, RoleActive))
+
+	// A limit truncates each partition; one partition asked alone.
+	raw, err := cl.WindowFetchAll(ctx, winStore, MinTime, MaxTime, WithLimit(2))
+	require.NoError(t, err)
+	require.Len(t, raw.Partitions, 3)
+	for _, pw := range raw.Partitions {
+		require.Len(t, pw.Windows, 2)
+		require.True(t, pw.Truncated)
+	}
+	one, err := ClientWindowFetchAll[string, int64](ctx, cl, winStore, time.Time{}, time.UnixMilli(60_000), WithPartition(2))
+	require.NoError(t, err)
+	require.Len(t, one.Partitions, 1)
+	require.EqualValues(t, 2, one.Partitions[0].Provenance.Partition)
+	require.Len(t, one.Partitions[0].Windows, 3)
+
+	// Queries wrong everywhere fail the call.
+	_, err = cl.WindowFetchAll(ctx, testStore, MinTime, MaxTime)
+	require.ErrorIs(t, err, ErrInvalidQuery)
+	_, err = cl.WindowFetchAll(ctx, winStore, 5, 4)
+	require.ErrorIs(t, err, ErrInvalidQuery)
+	_, err = cl.WindowFetchAll(ctx, "nope", MinTime, MaxTime)
+	require.ErrorIs(t, err, ErrUnknownStore)
+	_, err = cl.WindowFetchAll(ctx, winStore, MinTime, MaxTime, WithPartition(3))
+	require.ErrorIs(t, err, ErrUnknownPartition)
+
+	// With the active of partition 0 gone, the default bound refuses that
+	// partition and answers the others; a lag bound lets its standby
+	// answer, and asked alone the refusal fails the call.
+	c.kill(0)
+	res, err = ClientWindowFetchAll[string, int64](ctx, cl, winStore, time.Time{}, time.UnixMilli(120_000))
+	require.NoError(t, err)
+	require.Len(t, res.Partitions, 2)
+	require.Len(t, res.Refused, 1)
+	require.EqualValues(t, 0, res.Refused[0].Partition)
+	var ue *UnavailableError
+	require.ErrorAs(t, res.Refused[0].Err, &ue)
+	_, err = cl.WindowFetchAll(ctx, winStore, MinTime, MaxTime, WithPartition(0))
+	require.ErrorAs(t, err, &ue)
+	for p := 0; p < 3; p++ {
+		reps[[2]int{(p + 2) % 3, p}][winStore].set(func(i *ReplicaInfo) { i.CaughtUpAgo = 0 })
+	}
+	res, err = ClientWindowFetchAll[string, int64](ctx, cl, winStore, time.Time{}, time.UnixMilli(120_000), WithStaleness(MaxLag(0)))
+	require.NoError(t, err)
+	require.Empty(t, res.Refused)
+	require.Len(t, res.Partitions, 3)
+	require.Equal(t, c.ins[2].addr(), res.Partitions[0].Provenance.Host)
+	require.Equal(t, RoleStandby, res.Partitions[0].Provenance.Role)
+	got := map[string]int64{}
+	for _, pw := range res.Partitions {
+		if pw.Provenance.Partition > 0 {
+			require.Equal(t, RoleActive, pw.Provenance.Role, "partition %d", pw.Provenance.Partition)
+		}
+		for _, w := range pw.Windows {
+			got[w.Key] = w.Value
+		}
+	}
+	require.Equal(t, want, got)
+}

@@ -3,11 +3,14 @@ package iq
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/eddystreams/eddy/serde"
@@ -484,4 +487,109 @@ func ClientSessionFetch[K, V any](ctx context.Context, c *Client, store string, 
 		return WindowResult[K, V]{}, err
 	}
 	return decodeClientWindows[K, V](store, raw)
+}
+
+// WindowFetchAll asks for every key's windows starting in [from, to]
+// (milliseconds, both included) in each partition of the store, or in the
+// one WithPartition names. Each partition is asked on its own and routed
+// as Get routes a key's partition (active first, then the replicas the
+// bound allows; the routing table refreshed while a partition moves;
+// monotonic per partition), at most ClientOptions.FanOut partitions at
+// once, and comes back with its own provenance. WithLimit caps the windows
+// per partition (the servers cap it at their MaxRangeEntries; Truncated
+// says so). A partition no replica could answer is listed in Refused; an
+// invalid query, an unknown store, a cancelled context or a single
+// asked-for partition that cannot answer fail the call.
+func (c *Client) WindowFetchAll(ctx context.Context, store string, from, to int64, opts ...QueryOption) (WindowRangeResult[json.RawMessage, json.RawMessage], error) {
+	type result = WindowRangeResult[json.RawMessage, json.RawMessage]
+	type partition = PartitionWindows[json.RawMessage, json.RawMessage]
+	if from > to {
+		return result{}, invalidf("time range from %d to %d ms: from is after to", from, to)
+	}
+	o := buildOptions(opts)
+	m, _, err := c.metadata(ctx, false)
+	if err != nil {
+		return result{}, &UnavailableError{Store: store, Partition: -1, Bound: o.bound, Cause: err}
+	}
+	n, ok := m.Partitions[store]
+	if !ok {
+		return result{}, fmt.Errorf("%w: %q is not in the routing table", ErrUnknownStore, store)
+	}
+	parts := make([]int32, 0, n)
+	switch {
+	case o.hasPartition && (o.partition < 0 || o.partition >= n):
+		return result{}, fmt.Errorf("%w: partition %d of store %q, which has %d", ErrUnknownPartition, o.partition, store, n)
+	case o.hasPartition:
+		parts = append(parts, o.partition)
+	default:
+		for p := range n {
+			parts = append(parts, p)
+		}
+	}
+	ask := func(part int32) (partition, error) {
+		popts := append(slices.Clone(opts), WithPartition(part))
+		return clientLookup(ctx, c, store, nil, popts, func(q url.Values) string {
+			q.Set("from", strconv.FormatInt(from, 10))
+			q.Set("to", strconv.FormatInt(to, 10))
+			if o.limit > 0 {
+				q.Set("limit", strconv.Itoa(o.limit))
+			}
+			return "/v1/stores/" + url.PathEscape(store) + "/windows?" + q.Encode()
+		}, func(st int, body []byte) (partition, Provenance, error) {
+			w, prov, err := decodeOnePartition(part, func(w wirePartitionWindows) *wireServedBy { return w.ServedBy })(st, body)
+			if err != nil {
+				return partition{}, Provenance{}, err
+			}
+			pw := partition{Provenance: prov, Truncated: w.Truncated, Windows: make([]Window[json.RawMessage, json.RawMessage], 0, len(w.Windows))}
+			for _, ww := range w.Windows {
+				pw.Windows = append(pw.Windows, Window[json.RawMessage, json.RawMessage]{Key: ww.Key, Start: ww.StartMs, End: ww.EndMs, Value: ww.Value})
+			}
+			return pw, prov, nil
+		})
+	}
+	answers := make([]partition, len(parts))
+	errs := make([]error, len(parts))
+	sem := make(chan struct{}, c.opts.FanOut)
+	var wg sync.WaitGroup
+	for i, part := range parts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			answers[i], errs[i] = ask(part)
+		}()
+	}
+	wg.Wait()
+	var res result
+	for i, part := range parts {
+		err := errs[i]
+		switch {
+		case err == nil:
+			res.Partitions = append(res.Partitions, answers[i])
+		case o.hasPartition || ctx.Err() != nil || errors.Is(err, ErrInvalidQuery) || errors.Is(err, ErrUnknownStore):
+			return result{}, err
+		default:
+			res.Refused = append(res.Refused, PartitionError{Partition: part, Err: err})
+		}
+	}
+	return res, nil
+}
+
+// ClientWindowFetchAll asks a Client for every typed key's windows
+// starting in [from, to] (the zero time leaves either side open), as
+// WindowFetchAll does; keys and values are decoded from the JSON answers.
+func ClientWindowFetchAll[K, V any](ctx context.Context, c *Client, store string, from, to time.Time, opts ...QueryOption) (WindowRangeResult[K, V], error) {
+	raw, err := c.WindowFetchAll(ctx, store, timeMillis(from), toMillis(to), opts...)
+	if err != nil {
+		return WindowRangeResult[K, V]{}, err
+	}
+	res := WindowRangeResult[K, V]{Refused: raw.Refused}
+	for _, pw := range raw.Partitions {
+		typed, err := decodeClientWindows[K, V](store, WindowResult[json.RawMessage, json.RawMessage]{Windows: pw.Windows, Truncated: pw.Truncated, Provenance: pw.Provenance})
+		if err != nil {
+			return WindowRangeResult[K, V]{}, err
+		}
+		res.Partitions = append(res.Partitions, PartitionWindows[K, V]{Provenance: pw.Provenance, Windows: typed.Windows, Truncated: pw.Truncated})
+	}
+	return res, nil
 }

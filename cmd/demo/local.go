@@ -280,7 +280,7 @@ func newDemo(ctx context.Context, cfg demoConfig, s stdio) (_ *demo, err error) 
 	if err != nil {
 		return nil, err
 	}
-	d.feed = &feeder{cl: cl, want: make(map[string]int64), minutes: make(map[string]map[int64]int64)}
+	d.feed = &feeder{cl: cl, want: make(map[string]int64), minutes: make(map[string]map[int64]int64), latest: make(map[string]int64)}
 	feedCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	d.stopFeed, d.feedDone = stop, make(chan struct{})
 	go func() {
@@ -442,7 +442,10 @@ type feeder struct {
 	// minutes counts the words per minute of the records' times (the
 	// producer's clock, the time counts-per-minute windows them by on
 	// topics with the default CreateTime), by window start.
-	minutes  map[string]map[int64]int64
+	minutes map[string]map[int64]int64
+	// latest is each word's latest record time, from which the check
+	// tells which minutes have closed.
+	latest   map[string]int64
 	lines    int64 // acknowledged
 	words    int64
 	failed   int64
@@ -489,9 +492,11 @@ func (f *feeder) acked(r *kgo.Record, ws []string, err error) {
 	}
 	f.lines++
 	f.words += int64(len(ws))
-	start := minuteOf(r.Timestamp.UnixMilli())
+	ts := r.Timestamp.UnixMilli()
+	start := minuteOf(ts)
 	for _, w := range ws {
 		f.want[w]++
+		f.latest[w] = max(f.latest[w], ts)
 		if f.minutes[w] == nil {
 			f.minutes[w] = make(map[int64]int64)
 		}

@@ -79,6 +79,7 @@ type round struct {
 
 	restartAt  time.Time
 	backAt     time.Time // when the restart returned
+	endAt      time.Time // when the round ended, the hand-back included
 	initialPos map[int32]int64
 	caughtUpAt time.Time
 	caughtRead int64 // changelog records it read to catch up
@@ -135,6 +136,10 @@ type scenario struct {
 	fedLines    int64
 	fedWords    int64
 	feedStopped time.Time
+
+	// final is what the check found in word-counts-per-minute, set
+	// before it reports on checkDone.
+	final finalCheck
 
 	// printedSeq is the sequence number of the last answer printed as a
 	// plain line, and when.
@@ -669,6 +674,7 @@ func (sc *scenario) watchRecovery(now time.Time) error {
 	if now.Sub(r.restartAt) < scale(d.cfg.duration, recoverShare) {
 		return nil
 	}
+	r.endAt = now
 	if d.cfg.forever {
 		d.event(fmt.Sprintf("round %d complete; the next kill comes in %s", len(sc.rounds), scale(d.cfg.duration, gapShare).Round(time.Second)))
 		sc.enter(phaseRunning, now)
@@ -712,10 +718,17 @@ func (sc *scenario) startCheck(ctx context.Context) {
 		thousands(int64(len(want))), time.UnixMilli(sc.checkFrom).UTC().Format("15:04")))
 	sc.enter(phaseChecking, sc.feedStopped)
 	sc.checkDone = make(chan []string, 1)
+	stalls := sc.stalls(sc.feedStopped)
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, settleDeadline)
 		defer cancel()
-		sc.checkDone <- d.checkCounts(cctx, want, wantMin, sc.checkFrom, func(n int) { sc.checkExact.Store(int64(n)) })
+		diffs := d.checkCounts(cctx, want, wantMin, sc.checkFrom, func(n int) { sc.checkExact.Store(int64(n)) })
+		if len(diffs) == 0 {
+			// The counts are exact, so every record is processed and
+			// committed: the emit-final topic is complete.
+			sc.final = d.checkFinalMinutes(cctx, sc.partitions, stalls)
+		}
+		sc.checkDone <- diffs
 	}()
 }
 
@@ -733,10 +746,14 @@ func (sc *scenario) finish(diffs []string) error {
 	d := sc.d
 	now := time.Now()
 	sc.checkEnd = now
-	if len(diffs) == 0 {
-		d.event(fmt.Sprintf("all %s word counts are exact, in total and per minute (%.1fs after the feed stopped)", thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds()))
-	} else {
+	switch {
+	case len(diffs) > 0:
 		d.event(fmt.Sprintf("%d of %d word counts differ from the reference count", len(diffs), sc.checkTotal))
+	case len(sc.final.diffs) > 0:
+		d.event(fmt.Sprintf("all %s word counts are exact, but %s differs from the closed minutes in %d ways", thousands(int64(sc.checkTotal)), minuteTopic, len(sc.final.diffs)))
+	default:
+		d.event(fmt.Sprintf("all %s word counts are exact, in total and per minute (%.1fs after the feed stopped); %s holds one final count for each of the %s word-minutes closed, %s of them exact",
+			thousands(int64(sc.checkTotal)), now.Sub(sc.feedStopped).Seconds(), minuteTopic, thousands(int64(sc.final.closed)), thousands(int64(sc.final.exact))))
 	}
 	d.render(sc, now)
 	d.flushEvents()
@@ -744,6 +761,8 @@ func (sc *scenario) finish(diffs []string) error {
 	switch {
 	case len(diffs) > 0:
 		err = fmt.Errorf("%d of %d word counts differ from the words produced: %s", len(diffs), sc.checkTotal, strings.Join(diffs[:min(10, len(diffs))], "; "))
+	case len(sc.final.diffs) > 0:
+		err = fmt.Errorf("%s differs from the %d word-minutes closed in %d ways: %s", minuteTopic, sc.final.closed, len(sc.final.diffs), strings.Join(sc.final.diffs[:min(10, len(sc.final.diffs))], "; "))
 	case sc.interrupted && !d.cfg.forever:
 		err = errors.New("interrupted before the scenario completed (the counts so far are exact)")
 	}
@@ -1006,6 +1025,20 @@ func (sc *scenario) summary(now time.Time, diffs []string, runErr error) {
 	case len(diffs) == 0:
 		row("counts", "all %s word counts are exact: each equals the words the broker acknowledged (checked through the routing client, staleness active)", thousands(int64(sc.checkTotal)))
 		row("", "and so are their counts per minute since %s UTC in %s", time.UnixMilli(sc.checkFrom).UTC().Format("15:04"), minuteStore)
+		fc := sc.final
+		if len(fc.diffs) == 0 {
+			row("final", "%s word-minutes closed (%s); %s, read committed, has one record for each and no other, %s of them with exactly the words produced",
+				thousands(int64(fc.closed)), plural(fc.minutes, "minute", "minutes"), minuteTopic, thousands(int64(fc.exact)))
+			if fc.atRisk > 0 {
+				row("", "(%s closed while a kill or restart held back part of the input, so words arriving later than the %s grace may be left out of them, by design: they must count no more than was produced)",
+					thousands(int64(fc.atRisk)), minuteGrace)
+			}
+		} else {
+			row("final", "%s differs from the %s word-minutes closed:", minuteTopic, thousands(int64(fc.closed)))
+			for _, df := range fc.diffs[:min(20, len(fc.diffs))] {
+				row("", "%s", df)
+			}
+		}
 	default:
 		row("counts", "%d of %d word counts differ:", len(diffs), sc.checkTotal)
 		for _, df := range diffs[:min(20, len(diffs))] {
