@@ -38,7 +38,7 @@ type winReplica struct {
 }
 
 func (r winReplica) String() string {
-	return fmt.Sprintf("%s:%s@%d/%d", r.name, r.info.Role, r.info.Position, r.info.End)
+	return fmt.Sprintf("%s:%s@%d/%d", r.name, r.info.State, r.info.Position, r.info.End)
 }
 
 // winPartView is every replica of one store partition across a group.
@@ -76,10 +76,10 @@ func observeWindows(apps map[string]*runtime.App, stores []string, partitions in
 				continue
 			}
 			r := winReplica{name: name, app: app, info: ri}
-			switch ri.Role {
-			case runtime.RoleActive:
+			switch ri.State {
+			case task.Restoring, task.Running:
 				v.active = append(v.active, r)
-			case runtime.RoleStandby:
+			case task.Standby:
 				v.standby = append(v.standby, r)
 			default:
 				v.other = append(v.other, r)
