@@ -143,9 +143,12 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 	if below <= s.floor {
 		return nil
 	}
-	end := appendTime(nil, below)
+	// From the floor, not from the start: on badger, the keys of segments
+	// dropped earlier linger as tombstones until compaction reaches them,
+	// and a scan from the start would step over all of them at every drop.
+	from, end := appendTime(nil, s.floor), appendTime(nil, below)
 	for {
-		it, err := s.inner.Range(nil, end)
+		it, err := s.inner.Range(from, end)
 		if err != nil {
 			return err
 		}
@@ -162,6 +165,8 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 		if err := s.inner.Write(dels, position); err != nil {
 			return err
 		}
+		// The next batch starts after this one's keys, now tombstones.
+		from = append(dels[len(dels)-1].Key, 0)
 	}
 	s.floor = below
 	return nil
