@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"errors"
+	"math"
 	"sync/atomic"
 )
 
@@ -34,6 +35,12 @@ type SegmentedStore struct {
 	// observed is read by ObservedTime from any goroutine; the writer
 	// serialises everything else.
 	observed atomic.Int64
+	// newest bounds from above the times of the keys the inner store may
+	// hold (math.MaxInt64 until the store is opened), so that Get answers
+	// for a window newer than all of them without a lookup: a window
+	// aggregation asks for every new window before writing it, and the
+	// inner store is badger, where a miss costs as much as a hit.
+	newest atomic.Int64
 	// floor is the lowest segment that may still hold data.
 	floor  int64
 	opened bool
@@ -51,6 +58,7 @@ func NewSegmentedStore(inner Store, opts WindowOptions) (*SegmentedStore, error)
 	}
 	s := &SegmentedStore{inner: inner, l: l}
 	s.observed.Store(noTime)
+	s.newest.Store(math.MaxInt64)
 	return s, nil
 }
 
@@ -70,10 +78,13 @@ func (s *SegmentedStore) open() error {
 		return err
 	}
 	s.opened, s.floor = true, 0
+	newest := int64(noTime)
 	if found {
 		s.floor = lo
 		s.observed.Store(max(s.observed.Load(), hi*s.l.interval))
+		newest = s.l.segmentEnd(hi)
 	}
+	s.newest.Store(newest)
 	return nil
 }
 
@@ -83,7 +94,7 @@ func (s *SegmentedStore) Write(entries []Entry, position int64) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	obs := s.observed.Load()
+	obs, newest := s.observed.Load(), s.newest.Load()
 	times := make([]int64, len(entries))
 	for i, e := range entries {
 		t, err := s.l.keyTime(e.Key)
@@ -92,7 +103,7 @@ func (s *SegmentedStore) Write(entries []Entry, position int64) error {
 		}
 		times[i] = t
 		if !e.Deleted() {
-			obs = max(obs, t)
+			obs, newest = max(obs, t), max(newest, t)
 		}
 	}
 	live := s.l.minLive(obs)
@@ -108,6 +119,8 @@ func (s *SegmentedStore) Write(entries []Entry, position int64) error {
 	if kept == nil {
 		kept = entries
 	}
+	// Raised before the write lands, so no Get skips a key already there.
+	s.newest.Store(newest)
 	if err := s.inner.Write(kept, position); err != nil {
 		return err
 	}
@@ -191,8 +204,14 @@ func (s *SegmentedStore) single(e Entry) error {
 	return s.Write([]Entry{e}, pos)
 }
 
-// Get reads from the inner store.
-func (s *SegmentedStore) Get(key []byte) ([]byte, bool, error) { return s.inner.Get(key) }
+// Get reads from the inner store, unless key's time is later than that of
+// every key written, which it then reports absent.
+func (s *SegmentedStore) Get(key []byte) ([]byte, bool, error) {
+	if t, ok := timeOf(key); ok && t > s.newest.Load() {
+		return nil, false, nil
+	}
+	return s.inner.Get(key)
+}
 
 // Range reads from the inner store.
 func (s *SegmentedStore) Range(from, to []byte) (Iterator, error) { return s.inner.Range(from, to) }
@@ -212,6 +231,7 @@ func (s *SegmentedStore) Reset() error {
 		return err
 	}
 	s.observed.Store(noTime)
+	s.newest.Store(noTime)
 	s.floor, s.opened = 0, true
 	return nil
 }

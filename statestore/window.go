@@ -167,6 +167,26 @@ func splitKey(k, buf []byte) (seg int64, key, rest []byte, err error) {
 	return 0, nil, nil, errCorruptKey
 }
 
+// timeOf is the time after the record key of a composite key (the window
+// start, or the session end), found without unescaping the key; ok is
+// false for a key too short to hold one.
+func timeOf(k []byte) (t int64, ok bool) {
+	for i := 8; i+1 < len(k); i++ {
+		if k[i] != 0 {
+			continue
+		}
+		if k[i+1] != 1 {
+			i++ // an escaped 00
+			continue
+		}
+		if rest := k[i+2:]; len(rest) >= 8 {
+			return int64(binary.BigEndian.Uint64(rest)), true
+		}
+		return 0, false
+	}
+	return 0, false
+}
+
 // keyTime is the time a composite key is segmented by (the first 8 bytes
 // after the record key), checked against its segment under l.
 func (l layout) keyTime(k []byte) (int64, error) {
@@ -311,6 +331,48 @@ func (s *WindowStore) Put(key []byte, start int64, value []byte) error {
 		return nil
 	}
 	return s.t.rw.Put(s.key(key, start), value)
+}
+
+// Updater is a ReadWriter that can read and rewrite one key with a single
+// lookup, as the runtime's record cache does.
+type Updater interface {
+	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
+}
+
+// Update is a read-modify-write of key's window starting at start: fn gets
+// the window's value (found is false when there is none) and returns the
+// new one, which must not be nil. On a ReadWriter that is an Updater it is
+// one lookup, and the same rules hold as for Updater.Update: fn must
+// neither modify nor keep old, and must return bytes nobody modifies
+// afterwards; otherwise it is a Get and a Put. A window already expired
+// reaches fn as absent and is not written, as Put would not.
+func (s *WindowStore) Update(key []byte, start int64, fn func(old []byte, found bool) ([]byte, error)) error {
+	if start < 0 {
+		return ErrNegativeTime
+	}
+	if err := s.t.open(); err != nil {
+		return err
+	}
+	if !s.t.observe(start) {
+		_, err := fn(nil, false)
+		return err
+	}
+	k := s.key(key, start)
+	if u, ok := s.t.rw.(Updater); ok {
+		return u.Update(k, fn)
+	}
+	old, found, err := s.t.rw.Get(k)
+	if err != nil {
+		return err
+	}
+	v, err := fn(old, found)
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		return ErrNilValue
+	}
+	return s.t.rw.Put(k, v)
 }
 
 // Remove removes key's window starting at start.
