@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"sync/atomic"
@@ -23,8 +24,13 @@ import (
 // changelog.WindowedTopicConfigs) forgets them in its own time, and the
 // position is left as it is. The deletion runs in batches, each one Write
 // with the unchanged position; a crash part way leaves expired keys that
-// reads already ignore and the next expiry removes. On badger, deleted
-// keys are reclaimed by compaction and value-log GC.
+// reads already ignore and the next expiry removes. A segment of more
+// than dropBatch keys on badger is dropped by prefix instead (DB.DropPrefix:
+// tables of the segment alone are deleted, others rewritten without it):
+// tombstones for a large segment would take as much room as its data
+// until compaction met them, so disk and memory kept growing for several
+// retention periods. Small segments keep the per-key deletes, since each
+// DropPrefix flushes the memtable and compacts level 0.
 //
 // A key whose segment does not match its time under the store's
 // SegmentInterval (a changelog written with another interval) fails the
@@ -46,8 +52,16 @@ type SegmentedStore struct {
 	opened bool
 }
 
-// dropBatch is how many expired keys one deletion Write removes.
+// dropBatch is how many expired keys one deletion Write removes. A
+// segment holding more is removed by prefix where the inner store can.
 const dropBatch = 4096
+
+// prefixDropper is an inner store that can remove every key with a given
+// prefix at once (badger), rather than writing a tombstone per key that
+// stays on disk until compaction reaches the keys it deletes.
+type prefixDropper interface {
+	dropPrefix(prefix []byte) error
+}
 
 // NewSegmentedStore wraps inner, which holds only window or session store
 // keys laid out as opts says.
@@ -174,6 +188,15 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 		}
 		if len(dels) == 0 {
 			break
+		}
+		if d, ok := s.inner.(prefixDropper); ok && len(dels) == dropBatch {
+			// A large segment goes whole, without a tombstone per key.
+			seg := int64(binary.BigEndian.Uint64(dels[0].Key))
+			if err := d.dropPrefix(appendTime(nil, seg)); err != nil {
+				return err
+			}
+			from = appendTime(nil, seg+1)
+			continue
 		}
 		if err := s.inner.Write(dels, position); err != nil {
 			return err
