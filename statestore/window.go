@@ -171,26 +171,37 @@ func splitKey(k, buf []byte) (seg int64, key, rest []byte, err error) {
 // start, or the session end), found without unescaping the key; ok is
 // false for a key too short to hold one.
 func timeOf(k []byte) (t int64, ok bool) {
+	if _, rest, err := splitRest(k); err == nil && len(rest) >= 8 {
+		return int64(binary.BigEndian.Uint64(rest)), true
+	}
+	return 0, false
+}
+
+// splitRest is splitKey without the record key, so without copying.
+func splitRest(k []byte) (seg int64, rest []byte, err error) {
+	if len(k) < 10 {
+		return 0, nil, errCorruptKey
+	}
 	for i := 8; i+1 < len(k); i++ {
 		if k[i] != 0 {
 			continue
 		}
-		if k[i+1] != 1 {
-			i++ // an escaped 00
-			continue
+		switch k[i+1] {
+		case 0xff:
+			i++
+		case 1:
+			return int64(binary.BigEndian.Uint64(k)), k[i+2:], nil
+		default:
+			return 0, nil, errCorruptKey
 		}
-		if rest := k[i+2:]; len(rest) >= 8 {
-			return int64(binary.BigEndian.Uint64(rest)), true
-		}
-		return 0, false
 	}
-	return 0, false
+	return 0, nil, errCorruptKey
 }
 
 // keyTime is the time a composite key is segmented by (the first 8 bytes
 // after the record key), checked against its segment under l.
 func (l layout) keyTime(k []byte) (int64, error) {
-	seg, _, rest, err := splitKey(k, nil)
+	seg, rest, err := splitRest(k)
 	if err != nil {
 		return 0, err
 	}
@@ -287,7 +298,12 @@ func (t *tracker) observe(x int64) bool {
 // A WindowStore keeps the latest time written through it, so it is meant
 // for one writer (the task's processor); readers, such as queries, open
 // their own, which is cheap.
-type WindowStore struct{ t tracker }
+type WindowStore struct {
+	t tracker
+	// buf holds the key of the latest Update through an Updater, which
+	// keeps no reference to the key it is given.
+	buf []byte
+}
 
 // NewWindowStore returns a window store over rw, which holds only window
 // store keys (it is a SegmentedStore or a cache over one).
@@ -334,7 +350,7 @@ func (s *WindowStore) Put(key []byte, start int64, value []byte) error {
 }
 
 // Updater is a ReadWriter that can read and rewrite one key with a single
-// lookup, as the runtime's record cache does.
+// lookup, as the runtime's record cache does. Update must not keep key.
 type Updater interface {
 	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
 }
@@ -357,10 +373,11 @@ func (s *WindowStore) Update(key []byte, start int64, fn func(old []byte, found 
 		_, err := fn(nil, false)
 		return err
 	}
-	k := s.key(key, start)
 	if u, ok := s.t.rw.(Updater); ok {
-		return u.Update(k, fn)
+		s.buf = appendTime(appendKey(appendTime(s.buf[:0], s.t.l.segment(start)), key), start)
+		return u.Update(s.buf, fn)
 	}
+	k := s.key(key, start)
 	old, found, err := s.t.rw.Get(k)
 	if err != nil {
 		return err
