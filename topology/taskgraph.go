@@ -44,6 +44,23 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 	return nil
 }
 
+// replace gives the pending update of key, if there is one, the value,
+// time and headers of a newer one with the same record key, and reports
+// whether there was one: a table whose record keys are costly to make (a
+// Windowed key put into an interface) makes one only when replace fails.
+func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.Time, headers []Header) bool {
+	if !c.task.buffered {
+		return false
+	}
+	i, ok := u.index[string(key)]
+	if !ok {
+		return false
+	}
+	p := &u.pending[i]
+	p.value, p.valueNull, p.ts, p.headers = value, false, ts, headers
+	return true
+}
+
 // flush forwards the pending updates in the order their keys were first
 // updated.
 func (u *tableUpdates) flush(c *nodeInstance) error {

@@ -236,6 +236,9 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 	if !p.final {
 		// The id only has to tell windows apart; emit copies it.
 		p.id = binary.BigEndian.AppendUint64(append(p.id[:0], kb...), uint64(win.Start))
+		if p.updates.replace(c, p.id, next, r.ts, r.headers) {
+			return nil
+		}
 		return p.updates.emit(c, p.id, record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
