@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/eddystreams/eddy/statestore"
 )
@@ -193,6 +194,7 @@ func (c *Store) set(key, value []byte) {
 // is the cache's or the inner store's own bytes, which fn must neither
 // modify nor keep; the new value becomes the cache's, so fn must return
 // bytes that nobody modifies afterwards. If fn fails, nothing is written.
+// The cache copies key.
 func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -233,9 +235,11 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
 		c.countEntry(prev, -1)
 		c.entries[i].Value = value
 	} else {
-		k := string(key)
-		c.index[k] = len(c.entries)
-		c.entries = append(c.entries, statestore.Entry{Key: []byte(k), Value: value})
+		// One copy serves as the entry's key and the index's: entry keys
+		// are never modified, by the cache or (Dirty's contract) anyone.
+		kb := cloneBytes(key)
+		c.index[unsafe.String(unsafe.SliceData(kb), len(kb))] = len(c.entries)
+		c.entries = append(c.entries, statestore.Entry{Key: kb, Value: value})
 		delta += int64(len(key)) + cacheEntryOverhead
 	}
 	c.countEntry(value, 1)
