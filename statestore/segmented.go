@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"sync"
 	"sync/atomic"
 )
 
@@ -42,14 +43,18 @@ type SegmentedStore struct {
 	// serialises everything else.
 	observed atomic.Int64
 	// newest bounds from above the times of the keys the inner store may
-	// hold (math.MaxInt64 until the store is opened), so that Get answers
+	// hold, so that Get answers
 	// for a window newer than all of them without a lookup: a window
 	// aggregation asks for every new window before writing it, and the
 	// inner store is badger, where a miss costs as much as a hit.
 	newest atomic.Int64
 	// floor is the lowest segment that may still hold data.
-	floor  int64
-	opened bool
+	floor int64
+	// opened is set once open has read the store's segments, by the writer
+	// or by the first Get, whichever comes first; openMu serialises the
+	// two.
+	opened atomic.Bool
+	openMu sync.Mutex
 }
 
 // dropBatch is how many expired keys one deletion Write removes. A
@@ -84,14 +89,19 @@ func (s *SegmentedStore) Inner() Store { return s.inner }
 func (s *SegmentedStore) ObservedTime() int64 { return s.observed.Load() }
 
 func (s *SegmentedStore) open() error {
-	if s.opened {
+	if s.opened.Load() {
+		return nil
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.opened.Load() {
 		return nil
 	}
 	lo, hi, found, err := segmentRange(s.inner)
 	if err != nil {
 		return err
 	}
-	s.opened, s.floor = true, 0
+	s.floor = 0
 	newest := int64(noTime)
 	if found {
 		s.floor = lo
@@ -99,6 +109,7 @@ func (s *SegmentedStore) open() error {
 		newest = s.l.segmentEnd(hi)
 	}
 	s.newest.Store(newest)
+	s.opened.Store(true)
 	return nil
 }
 
@@ -230,6 +241,11 @@ func (s *SegmentedStore) single(e Entry) error {
 // Get reads from the inner store, unless key's time is later than that of
 // every key written, which it then reports absent.
 func (s *SegmentedStore) Get(key []byte) ([]byte, bool, error) {
+	// Opened here too: a task's first commit interval reads before the
+	// store's first Write.
+	if err := s.open(); err != nil {
+		return nil, false, err
+	}
 	if t, ok := timeOf(key); ok && t > s.newest.Load() {
 		return nil, false, nil
 	}
@@ -253,9 +269,12 @@ func (s *SegmentedStore) Reset() error {
 	if err := s.inner.Reset(); err != nil {
 		return err
 	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
 	s.observed.Store(noTime)
 	s.newest.Store(noTime)
-	s.floor, s.opened = 0, true
+	s.floor = 0
+	s.opened.Store(true)
 	return nil
 }
 
