@@ -120,9 +120,12 @@ type Store struct {
 	// iterators walk, built on demand and dropped (never modified) by the
 	// next write, so whoever holds it keeps an immutable snapshot.
 	sorted []statestore.Entry
-	puts   int64 // dirty entries that are puts
-	dels   int64 // dirty entries that are tombstones
-	bytes  int64 // bytes charged to budget
+	// hint is the size of the dirty set a commit released entries and
+	// index for, so the next round makes them at that size at once.
+	hint  int
+	puts  int64 // dirty entries that are puts
+	dels  int64 // dirty entries that are tombstones
+	bytes int64 // bytes charged to budget
 }
 
 // New returns an empty cache in front of inner, charging the
@@ -235,6 +238,10 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
 		c.countEntry(prev, -1)
 		c.entries[i].Value = value
 	} else {
+		if c.index == nil {
+			c.index = make(map[string]int, c.hint)
+			c.entries = make([]statestore.Entry, 0, c.hint)
+		}
 		// One copy serves as the entry's key and the index's: entry keys
 		// are never modified, by the cache or (Dirty's contract) anyone.
 		kb := cloneBytes(key)
@@ -399,7 +406,8 @@ const maxReusedEntries = 1 << 14
 func (c *Store) clearLocked() {
 	c.budget.add(-c.bytes)
 	if len(c.entries) > maxReusedEntries {
-		c.entries, c.index = nil, make(map[string]int)
+		// Made again, at this size, by the next write (setLocked).
+		c.entries, c.index, c.hint = nil, nil, len(c.entries)
 	} else {
 		// Drop the references so committed values can be collected.
 		clear(c.entries)
