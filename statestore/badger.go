@@ -463,6 +463,26 @@ func (s *badgerStore) update(e Entry) error {
 	return nil
 }
 
+// dropPrefix removes every key starting with prefix, long-key slots
+// included (a slot keeps its key's first bytes), without writing
+// tombstones: badger flushes its memtables, drops the tables that hold
+// only such keys and rewrites those holding some (DB.DropPrefix). Writes
+// wait meanwhile; readers may see the keys vanish under them, so it is
+// meant for data no reader wants any more (expired window segments). The
+// position is left as it is.
+func (s *badgerStore) dropPrefix(prefix []byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.db.DropPrefix(append([]byte{userPrefix}, prefix...)); err != nil {
+		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger drop prefix: %w", err))
+	}
+	return nil
+}
+
 func setOp(txn *badger.Txn, o op) error {
 	if o.value == nil {
 		return txn.Delete(o.key)

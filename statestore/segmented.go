@@ -1,7 +1,10 @@
 package statestore
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
+	"sync"
 	"sync/atomic"
 )
 
@@ -22,8 +25,13 @@ import (
 // changelog.WindowedTopicConfigs) forgets them in its own time, and the
 // position is left as it is. The deletion runs in batches, each one Write
 // with the unchanged position; a crash part way leaves expired keys that
-// reads already ignore and the next expiry removes. On badger, deleted
-// keys are reclaimed by compaction and value-log GC.
+// reads already ignore and the next expiry removes. A segment of more
+// than dropBatch keys on badger is dropped by prefix instead (DB.DropPrefix:
+// tables of the segment alone are deleted, others rewritten without it):
+// tombstones for a large segment would take as much room as its data
+// until compaction met them, so disk and memory kept growing for several
+// retention periods. Small segments keep the per-key deletes, since each
+// DropPrefix flushes the memtable and compacts level 0.
 //
 // A key whose segment does not match its time under the store's
 // SegmentInterval (a changelog written with another interval) fails the
@@ -34,13 +42,31 @@ type SegmentedStore struct {
 	// observed is read by ObservedTime from any goroutine; the writer
 	// serialises everything else.
 	observed atomic.Int64
+	// newest bounds from above the times of the keys the inner store may
+	// hold, so that Get answers
+	// for a window newer than all of them without a lookup: a window
+	// aggregation asks for every new window before writing it, and the
+	// inner store is badger, where a miss costs as much as a hit.
+	newest atomic.Int64
 	// floor is the lowest segment that may still hold data.
-	floor  int64
-	opened bool
+	floor int64
+	// opened is set once open has read the store's segments, by the writer
+	// or by the first Get, whichever comes first; openMu serialises the
+	// two.
+	opened atomic.Bool
+	openMu sync.Mutex
 }
 
-// dropBatch is how many expired keys one deletion Write removes.
+// dropBatch is how many expired keys one deletion Write removes. A
+// segment holding more is removed by prefix where the inner store can.
 const dropBatch = 4096
+
+// prefixDropper is an inner store that can remove every key with a given
+// prefix at once (badger), rather than writing a tombstone per key that
+// stays on disk until compaction reaches the keys it deletes.
+type prefixDropper interface {
+	dropPrefix(prefix []byte) error
+}
 
 // NewSegmentedStore wraps inner, which holds only window or session store
 // keys laid out as opts says.
@@ -51,6 +77,7 @@ func NewSegmentedStore(inner Store, opts WindowOptions) (*SegmentedStore, error)
 	}
 	s := &SegmentedStore{inner: inner, l: l}
 	s.observed.Store(noTime)
+	s.newest.Store(math.MaxInt64)
 	return s, nil
 }
 
@@ -62,18 +89,27 @@ func (s *SegmentedStore) Inner() Store { return s.inner }
 func (s *SegmentedStore) ObservedTime() int64 { return s.observed.Load() }
 
 func (s *SegmentedStore) open() error {
-	if s.opened {
+	if s.opened.Load() {
+		return nil
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.opened.Load() {
 		return nil
 	}
 	lo, hi, found, err := segmentRange(s.inner)
 	if err != nil {
 		return err
 	}
-	s.opened, s.floor = true, 0
+	s.floor = 0
+	newest := int64(noTime)
 	if found {
 		s.floor = lo
 		s.observed.Store(max(s.observed.Load(), hi*s.l.interval))
+		newest = s.l.segmentEnd(hi)
 	}
+	s.newest.Store(newest)
+	s.opened.Store(true)
 	return nil
 }
 
@@ -83,7 +119,7 @@ func (s *SegmentedStore) Write(entries []Entry, position int64) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	obs := s.observed.Load()
+	obs, newest := s.observed.Load(), s.newest.Load()
 	times := make([]int64, len(entries))
 	for i, e := range entries {
 		t, err := s.l.keyTime(e.Key)
@@ -92,7 +128,7 @@ func (s *SegmentedStore) Write(entries []Entry, position int64) error {
 		}
 		times[i] = t
 		if !e.Deleted() {
-			obs = max(obs, t)
+			obs, newest = max(obs, t), max(newest, t)
 		}
 	}
 	live := s.l.minLive(obs)
@@ -108,6 +144,8 @@ func (s *SegmentedStore) Write(entries []Entry, position int64) error {
 	if kept == nil {
 		kept = entries
 	}
+	// Raised before the write lands, so no Get skips a key already there.
+	s.newest.Store(newest)
 	if err := s.inner.Write(kept, position); err != nil {
 		return err
 	}
@@ -143,9 +181,12 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 	if below <= s.floor {
 		return nil
 	}
-	end := appendTime(nil, below)
+	// From the floor, not from the start: on badger, the keys of segments
+	// dropped earlier linger as tombstones until compaction reaches them,
+	// and a scan from the start would step over all of them at every drop.
+	from, end := appendTime(nil, s.floor), appendTime(nil, below)
 	for {
-		it, err := s.inner.Range(nil, end)
+		it, err := s.inner.Range(from, end)
 		if err != nil {
 			return err
 		}
@@ -159,9 +200,20 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 		if len(dels) == 0 {
 			break
 		}
+		if d, ok := s.inner.(prefixDropper); ok && len(dels) == dropBatch {
+			// A large segment goes whole, without a tombstone per key.
+			seg := int64(binary.BigEndian.Uint64(dels[0].Key))
+			if err := d.dropPrefix(appendTime(nil, seg)); err != nil {
+				return err
+			}
+			from = appendTime(nil, seg+1)
+			continue
+		}
 		if err := s.inner.Write(dels, position); err != nil {
 			return err
 		}
+		// The next batch starts after this one's keys, now tombstones.
+		from = append(dels[len(dels)-1].Key, 0)
 	}
 	s.floor = below
 	return nil
@@ -186,8 +238,19 @@ func (s *SegmentedStore) single(e Entry) error {
 	return s.Write([]Entry{e}, pos)
 }
 
-// Get reads from the inner store.
-func (s *SegmentedStore) Get(key []byte) ([]byte, bool, error) { return s.inner.Get(key) }
+// Get reads from the inner store, unless key's time is later than that of
+// every key written, which it then reports absent.
+func (s *SegmentedStore) Get(key []byte) ([]byte, bool, error) {
+	// Opened here too: a task's first commit interval reads before the
+	// store's first Write.
+	if err := s.open(); err != nil {
+		return nil, false, err
+	}
+	if t, ok := timeOf(key); ok && t > s.newest.Load() {
+		return nil, false, nil
+	}
+	return s.inner.Get(key)
+}
 
 // Range reads from the inner store.
 func (s *SegmentedStore) Range(from, to []byte) (Iterator, error) { return s.inner.Range(from, to) }
@@ -206,8 +269,12 @@ func (s *SegmentedStore) Reset() error {
 	if err := s.inner.Reset(); err != nil {
 		return err
 	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
 	s.observed.Store(noTime)
-	s.floor, s.opened = 0, true
+	s.newest.Store(noTime)
+	s.floor = 0
+	s.opened.Store(true)
 	return nil
 }
 

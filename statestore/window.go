@@ -167,10 +167,41 @@ func splitKey(k, buf []byte) (seg int64, key, rest []byte, err error) {
 	return 0, nil, nil, errCorruptKey
 }
 
+// timeOf is the time after the record key of a composite key (the window
+// start, or the session end), found without unescaping the key; ok is
+// false for a key too short to hold one.
+func timeOf(k []byte) (t int64, ok bool) {
+	if _, rest, err := splitRest(k); err == nil && len(rest) >= 8 {
+		return int64(binary.BigEndian.Uint64(rest)), true
+	}
+	return 0, false
+}
+
+// splitRest is splitKey without the record key, so without copying.
+func splitRest(k []byte) (seg int64, rest []byte, err error) {
+	if len(k) < 10 {
+		return 0, nil, errCorruptKey
+	}
+	for i := 8; i+1 < len(k); i++ {
+		if k[i] != 0 {
+			continue
+		}
+		switch k[i+1] {
+		case 0xff:
+			i++
+		case 1:
+			return int64(binary.BigEndian.Uint64(k)), k[i+2:], nil
+		default:
+			return 0, nil, errCorruptKey
+		}
+	}
+	return 0, nil, errCorruptKey
+}
+
 // keyTime is the time a composite key is segmented by (the first 8 bytes
 // after the record key), checked against its segment under l.
 func (l layout) keyTime(k []byte) (int64, error) {
-	seg, _, rest, err := splitKey(k, nil)
+	seg, rest, err := splitRest(k)
 	if err != nil {
 		return 0, err
 	}
@@ -267,7 +298,12 @@ func (t *tracker) observe(x int64) bool {
 // A WindowStore keeps the latest time written through it, so it is meant
 // for one writer (the task's processor); readers, such as queries, open
 // their own, which is cheap.
-type WindowStore struct{ t tracker }
+type WindowStore struct {
+	t tracker
+	// buf holds the key of the latest Update through an Updater, which
+	// keeps no reference to the key it is given.
+	buf []byte
+}
 
 // NewWindowStore returns a window store over rw, which holds only window
 // store keys (it is a SegmentedStore or a cache over one).
@@ -311,6 +347,49 @@ func (s *WindowStore) Put(key []byte, start int64, value []byte) error {
 		return nil
 	}
 	return s.t.rw.Put(s.key(key, start), value)
+}
+
+// Updater is a ReadWriter that can read and rewrite one key with a single
+// lookup, as the runtime's record cache does. Update must not keep key.
+type Updater interface {
+	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
+}
+
+// Update is a read-modify-write of key's window starting at start: fn gets
+// the window's value (found is false when there is none) and returns the
+// new one, which must not be nil. On a ReadWriter that is an Updater it is
+// one lookup, and the same rules hold as for Updater.Update: fn must
+// neither modify nor keep old, and must return bytes nobody modifies
+// afterwards; otherwise it is a Get and a Put. A window already expired
+// reaches fn as absent and is not written, as Put would not.
+func (s *WindowStore) Update(key []byte, start int64, fn func(old []byte, found bool) ([]byte, error)) error {
+	if start < 0 {
+		return ErrNegativeTime
+	}
+	if err := s.t.open(); err != nil {
+		return err
+	}
+	if !s.t.observe(start) {
+		_, err := fn(nil, false)
+		return err
+	}
+	if u, ok := s.t.rw.(Updater); ok {
+		s.buf = appendTime(appendKey(appendTime(s.buf[:0], s.t.l.segment(start)), key), start)
+		return u.Update(s.buf, fn)
+	}
+	k := s.key(key, start)
+	old, found, err := s.t.rw.Get(k)
+	if err != nil {
+		return err
+	}
+	v, err := fn(old, found)
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		return ErrNilValue
+	}
+	return s.t.rw.Put(k, v)
 }
 
 // Remove removes key's window starting at start.

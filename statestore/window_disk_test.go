@@ -77,3 +77,64 @@ func TestWindowStoreDiskBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.LessOrEqual(t, n, int64(keys*(1000+250)/10))
 }
+
+// dropCounter counts the tombstones written to a store and the prefixes
+// dropped from it.
+type dropCounter struct {
+	Store
+	tombstones int
+	dropped    [][]byte
+}
+
+func (d *dropCounter) Write(entries []Entry, position int64) error {
+	for _, e := range entries {
+		if e.Deleted() {
+			d.tombstones++
+		}
+	}
+	return d.Store.Write(entries, position)
+}
+
+func (d *dropCounter) dropPrefix(p []byte) error {
+	d.dropped = append(d.dropped, p)
+	return d.Store.(prefixDropper).dropPrefix(p)
+}
+
+// TestSegmentDropByPrefix: on badger, an expired segment of more than
+// dropBatch keys goes by prefix, a smaller one key by key, and both are
+// gone while later segments and the position stay.
+func TestSegmentDropByPrefix(t *testing.T) {
+	opts := WindowOptions{Retention: 100, SegmentInterval: 10, WindowSize: 1}
+	inner := &dropCounter{Store: openTestBadger(t, t.TempDir(), testBadgerOptions())}
+	seg, err := NewSegmentedStore(inner, opts)
+	require.NoError(t, err)
+	w := openWindows(t, seg, opts)
+	var batch []Entry
+	for i := range dropBatch + 100 {
+		batch = append(batch, Entry{Key: w.key([]byte(fmt.Sprintf("big-%05d", i)), 5), Value: []byte("v")})
+	}
+	for i := range 10 {
+		batch = append(batch, Entry{Key: w.key([]byte(fmt.Sprintf("small-%d", i)), 15), Value: []byte("v")})
+	}
+	batch = append(batch, Entry{Key: w.key([]byte("live"), 120), Value: []byte("v")})
+	require.NoError(t, seg.Write(batch[:len(batch)-1], 7))
+	n, err := inner.ApproximateCount()
+	require.NoError(t, err)
+	require.Equal(t, int64(dropBatch+110), n)
+	// Time 120 expires everything at or below 20: segments 0 and 1.
+	require.NoError(t, seg.Write(batch[len(batch)-1:], 8))
+	require.Equal(t, [][]byte{appendTime(nil, 0)}, inner.dropped)
+	require.Equal(t, 10, inner.tombstones, "the small segment key by key")
+	it, err := inner.All()
+	require.NoError(t, err)
+	var left []string
+	for it.Next() {
+		left = append(left, string(it.Key()))
+	}
+	require.NoError(t, it.Err())
+	require.NoError(t, it.Close())
+	require.Equal(t, []string{string(w.key([]byte("live"), 120))}, left)
+	p, err := seg.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(8), p)
+}

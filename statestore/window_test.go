@@ -26,8 +26,11 @@ func TestWindowConformance(t *testing.T) {
 			t.Run("SessionBasics", func(t *testing.T) { testSessionBasics(t, b) })
 			t.Run("SessionMerging", func(t *testing.T) { testSessionMerging(t, b) })
 			t.Run("SessionRetention", func(t *testing.T) { testSessionRetention(t, b) })
+			t.Run("WindowUpdate", func(t *testing.T) { testWindowUpdate(t, b) })
+			t.Run("GetNewerThanWritten", func(t *testing.T) { testGetNewerThanWritten(t, b) })
 			if b.reopen != nil {
 				t.Run("WindowReopen", func(t *testing.T) { testWindowReopen(t, b) })
+				t.Run("ReopenedGetsLatestSegment", func(t *testing.T) { testReopenedGetsLatestSegment(t, b) })
 			}
 		})
 	}
@@ -473,4 +476,138 @@ func testSessionRetention(t *testing.T, b backend) {
 	// A long session expires by its end, not its start.
 	sput(t, s, "long", 0, 300, "v")
 	require.Len(t, collectW(t)(s.Fetch([]byte("long"))), 1)
+}
+
+// countingGets counts the Gets that reach a store.
+type countingGets struct {
+	Store
+	gets int
+}
+
+func (c *countingGets) Get(k []byte) ([]byte, bool, error) {
+	c.gets++
+	return c.Store.Get(k)
+}
+
+// updaterRW gives a ReadWriter the Update of the record cache, so that
+// WindowStore.Update takes its one-lookup path.
+type updaterRW struct {
+	ReadWriter
+	updates int
+}
+
+func (u *updaterRW) Update(k []byte, fn func([]byte, bool) ([]byte, error)) error {
+	u.updates++
+	old, found, err := u.Get(k)
+	if err != nil {
+		return err
+	}
+	v, err := fn(old, found)
+	if err != nil {
+		return err
+	}
+	return u.Put(k, v)
+}
+
+func testWindowUpdate(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 100, SegmentInterval: 10, WindowSize: 10}
+	seg := openSegmented(t, b, opts)
+	incr := func(old []byte, found bool) ([]byte, error) {
+		if !found {
+			return []byte{1}, nil
+		}
+		return []byte{old[0] + 1}, nil
+	}
+	for _, rw := range []ReadWriter{seg, &updaterRW{ReadWriter: seg}} {
+		require.NoError(t, seg.Reset())
+		w := openWindows(t, rw, opts)
+		for range 3 {
+			require.NoError(t, w.Update([]byte("k\x00"), 500, incr))
+		}
+		require.NoError(t, w.Update([]byte("k\x00"), 510, incr))
+		require.Equal(t, []wrow{{"k\x00", 500, 510, "\x03"}, {"k\x00", 510, 520, "\x01"}},
+			collectW(t)(w.Fetch([]byte("k\x00"), 0, 1000)))
+		// An expired window reaches fn as absent and is not written.
+		var sawFound bool
+		require.NoError(t, w.Update([]byte("k\x00"), 300, func(old []byte, found bool) ([]byte, error) {
+			sawFound = found
+			return []byte{9}, nil
+		}))
+		require.False(t, sawFound)
+		_, found, err := w.Get([]byte("k\x00"), 300)
+		require.NoError(t, err)
+		require.False(t, found)
+		require.ErrorIs(t, w.Update([]byte("k"), -1, incr), ErrNegativeTime)
+		boom := errors.New("boom")
+		require.ErrorIs(t, w.Update([]byte("k\x00"), 500, func([]byte, bool) ([]byte, error) { return nil, boom }), boom)
+		v, _, err := w.Get([]byte("k\x00"), 500)
+		require.NoError(t, err)
+		require.Equal(t, []byte{3}, v, "a failed update writes nothing")
+		if u, ok := rw.(*updaterRW); ok {
+			require.Equal(t, 5, u.updates, "every live update is one Update of the ReadWriter")
+		}
+	}
+}
+
+// testGetNewerThanWritten: a window later than every window written is
+// answered without a lookup, and found once it is written.
+func testGetNewerThanWritten(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 100, SegmentInterval: 10, WindowSize: 10}
+	inner := &countingGets{Store: b.open(t)}
+	seg, err := NewSegmentedStore(inner, opts)
+	require.NoError(t, err)
+	w := openWindows(t, seg, opts)
+	_, found, err := w.Get([]byte("a"), 50)
+	require.NoError(t, err)
+	require.False(t, found)
+	require.Zero(t, inner.gets, "an empty store needs no lookup, written to or not")
+	wput(t, w, "a", 50, "v")
+	require.NoError(t, seg.Write(nil, 1))
+	inner.gets = 0
+	for _, k := range []string{"a", "b", "c\x00"} {
+		_, found, err := w.Get([]byte(k), 60)
+		require.NoError(t, err)
+		require.False(t, found)
+	}
+	require.Zero(t, inner.gets, "windows after the latest written need no lookup")
+	v, found, err := w.Get([]byte("a"), 50)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "v", string(v))
+	require.Equal(t, 1, inner.gets)
+	require.NoError(t, seg.Write([]Entry{{Key: w.key([]byte("b"), 60), Value: []byte("w")}}, 2))
+	v, found, err = w.Get([]byte("b"), 60)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "w", string(v))
+	// A session key's time is its end.
+	sopts := WindowOptions{Retention: 100, SegmentInterval: 10}
+	sseg := openSegmented(t, b, sopts)
+	ss := openSessions(t, sseg, sopts)
+	sput(t, ss, "s", 40, 70, "x")
+	got := collectW(t)(ss.FindSessions([]byte("s"), 0, 100))
+	require.Equal(t, []wrow{{"s", 40, 70, "x"}}, got)
+}
+
+// testReopenedGetsLatestSegment: a reopened store knows only its latest
+// segment, not its latest time, so a window late in that segment is still
+// looked up and found.
+func testReopenedGetsLatestSegment(t *testing.T, b backend) {
+	opts := WindowOptions{Retention: 100, SegmentInterval: 10, WindowSize: 1}
+	seg := openSegmented(t, b, opts)
+	w := openWindows(t, seg, opts)
+	wput(t, w, "k", 59, "late")
+	require.NoError(t, seg.Write(nil, 1))
+	seg, err := NewSegmentedStore(b.reopen(t, seg.Inner()), opts)
+	require.NoError(t, err)
+	// Read before any write, then after one of an earlier window.
+	v, found, err := seg.Get(w.key([]byte("k"), 59))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "late", string(v))
+	require.NoError(t, seg.Write([]Entry{{Key: w.key([]byte("j"), 51), Value: []byte("early")}}, 2))
+	v, found, err = seg.Get(w.key([]byte("k"), 59))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "late", string(v))
 }

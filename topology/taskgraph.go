@@ -24,6 +24,10 @@ type procImpl interface {
 type tableUpdates struct {
 	index   map[string]int
 	pending []record
+	// last is how many updates the latest flush forwarded: a buffer
+	// released after a large flush is made again at that size, not grown
+	// from nothing through every doubling.
+	last int
 }
 
 // emit forwards r now, or, when the task buffers table updates, keeps it
@@ -33,7 +37,8 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 		return c.forward(r)
 	}
 	if u.index == nil {
-		u.index = make(map[string]int)
+		u.index = make(map[string]int, u.last)
+		u.pending = make([]record, 0, u.last)
 	}
 	if i, ok := u.index[string(key)]; ok {
 		u.pending[i] = r
@@ -44,11 +49,28 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 	return nil
 }
 
+// replace gives the pending update of key, if there is one, the value,
+// time and headers of a newer one with the same record key, and reports
+// whether there was one: a table whose record keys are costly to make (a
+// Windowed key put into an interface) makes one only when replace fails.
+func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.Time, headers []Header) bool {
+	if !c.task.buffered {
+		return false
+	}
+	i, ok := u.index[string(key)]
+	if !ok {
+		return false
+	}
+	p := &u.pending[i]
+	p.value, p.valueNull, p.ts, p.headers = value, false, ts, headers
+	return true
+}
+
 // flush forwards the pending updates in the order their keys were first
 // updated.
 func (u *tableUpdates) flush(c *nodeInstance) error {
 	pending := u.pending
-	u.pending = nil
+	u.pending, u.last = nil, len(pending)
 	clear(u.index)
 	defer func() {
 		// Keep a modest buffer for the next interval; release one a burst

@@ -304,6 +304,49 @@ func TestTableUpdatesBufferedUntilFlush(t *testing.T) {
 	require.Len(t, plain.sent, 1, "without buffering every update is forwarded at once")
 }
 
+func TestWindowedUpdatesBufferedUntilFlush(t *testing.T) {
+	b := topology.NewBuilder()
+	w := topology.TumblingWindows(10 * time.Second).Grace(10 * time.Second)
+	topology.WindowedBy(topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String), w).
+		Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	env := cachedEnv{bufferingEnv{newFakeEnv(0)}.fakeEnv, map[string]*cache.Store{}}
+	g, err := graph.Of(topo).NewTaskGraph(0, bufferingCachedEnv{env})
+	require.NoError(t, err)
+	for i, r := range []struct {
+		k  string
+		ts int64
+	}{{"a", 1}, {"b", 2}, {"a", 3}, {"a", 12}, {"a", 4}} {
+		require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Offset: int64(i), Key: []byte(r.k), Value: []byte("x"), Timestamp: time.Unix(r.ts, 0)}))
+	}
+	require.Empty(t, env.sent, "nothing is forwarded before Flush")
+	require.NoError(t, g.Flush())
+	ks := topology.TimeWindowedSerde(serde.String, w.Size())
+	type out struct {
+		k     string
+		start int64
+		n     int64
+		ts    int64
+	}
+	var got []out
+	for _, r := range env.sent {
+		k, err := ks.Decode(r.Key)
+		require.NoError(t, err)
+		n, err := serde.Int64.Decode(r.Value)
+		require.NoError(t, err)
+		got = append(got, out{k.Key, k.Window.Start, n, r.Timestamp.Unix()})
+	}
+	// One record per key and window, in the order of their first update,
+	// each with the latest count and the time of the record that made it.
+	require.Equal(t, []out{{"a", 0, 3, 4}, {"b", 0, 1, 2}, {"a", 10_000, 1, 12}}, got)
+}
+
+// bufferingCachedEnv is cachedEnv buffering table updates.
+type bufferingCachedEnv struct{ cachedEnv }
+
+func (bufferingCachedEnv) BufferTableUpdates() bool { return true }
+
 // cachedEnv gives the task record caches, as the runtime does, so that
 // aggregations take the cache's read-modify-write path.
 type cachedEnv struct {

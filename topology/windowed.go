@@ -160,6 +160,21 @@ type windowAggProc[K, V, A any] struct {
 	updates tableUpdates
 	clock   eventClock
 	log     lateLog
+
+	// Each window a record falls in is one WindowStore.Update with
+	// updateFn, a method value made once; key, value and next carry its
+	// input and result, and decodeCopies and encodeFresh say whether
+	// aggSerde's decode copies its input and its encode returns new bytes,
+	// so that the store's bytes need no defensive copies. wins and id are
+	// buffers reused from record to record.
+	updateFn     func(old []byte, found bool) ([]byte, error)
+	key          K
+	value        V
+	next         A
+	decodeCopies bool
+	encodeFresh  bool
+	wins         []Window
+	id           []byte
 }
 
 func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
@@ -171,6 +186,8 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 		return err
 	}
 	p.log.node = c.node.name
+	p.updateFn = p.update
+	p.decodeCopies, p.encodeFresh = serdeCopies(p.aggSerde)
 	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
 
@@ -189,7 +206,8 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	}
 	v := as[V](r.value)
 	late := false
-	for _, win := range p.w.WindowsFor(t) {
+	p.wins = p.w.appendWindowsFor(p.wins[:0], t)
+	for _, win := range p.wins {
 		if p.w.IsClosed(win, st) {
 			late = true
 			continue
@@ -208,29 +226,45 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 // add folds v into k's window win and emits the update, or records the
 // window as pending its final result.
 func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win Window, r record) error {
-	old, found, err := p.ws.Get(kb, win.Start)
+	p.key, p.value = k, v
+	err := p.ws.Update(kb, win.Start, p.updateFn)
+	next := p.next
+	p.key, p.value, p.next = zero[K](), zero[V](), zero[A]()
 	if err != nil {
-		return err
-	}
-	var cur A
-	if found {
-		if cur, err = p.aggSerde.Decode(bytes.Clone(old)); err != nil {
-			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
-		}
-	}
-	next := p.step(k, v, cur, found)
-	vb, err := encodeStoreValue(p.aggSerde, next)
-	if err != nil {
-		return err
-	}
-	if err := p.ws.Put(kb, win.Start, bytes.Clone(vb)); err != nil {
 		return err
 	}
 	if !p.final {
-		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
-		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
+		// The id only has to tell windows apart; emit copies it.
+		p.id = binary.BigEndian.AppendUint64(append(p.id[:0], kb...), uint64(win.Start))
+		if p.updates.replace(c, p.id, next, r.ts, r.headers) {
+			return nil
+		}
+		return p.updates.emit(c, p.id, record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
+}
+
+// update is updateFn: one aggregation step on the window's stored bytes.
+func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
+	var cur A
+	if found {
+		if !p.decodeCopies {
+			old = bytes.Clone(old)
+		}
+		var err error
+		if cur, err = p.aggSerde.Decode(old); err != nil {
+			return nil, fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+		}
+	}
+	p.next = p.step(p.key, p.value, cur, found)
+	vb, err := encodeStoreValue(p.aggSerde, p.next)
+	if err != nil {
+		return nil, err
+	}
+	if !p.encodeFresh {
+		vb = bytes.Clone(vb)
+	}
+	return vb, nil
 }
 
 // emit forwards the final result of a closed window.

@@ -104,14 +104,26 @@ func (w TimeWindows) WindowsFor(t int64) []Window {
 	if t < 0 {
 		return nil
 	}
-	// The earliest window containing t starts after t-size; starts are
-	// multiples of advance and never negative.
-	first := max(0, t-w.size+w.advance) / w.advance * w.advance
-	out := make([]Window, 0, (t-first)/w.advance+1)
-	for s := first; s <= t; s += w.advance {
-		out = append(out, Window{Start: s, End: addSat(s, w.size)})
+	first := w.firstStart(t)
+	return w.appendWindowsFor(make([]Window, 0, (t-first)/w.advance+1), t)
+}
+
+// firstStart is the start of the earliest window containing t >= 0: it
+// starts after t-size, and starts are multiples of advance and never
+// negative.
+func (w TimeWindows) firstStart(t int64) int64 {
+	return max(0, t-w.size+w.advance) / w.advance * w.advance
+}
+
+// appendWindowsFor is WindowsFor appending to dst.
+func (w TimeWindows) appendWindowsFor(dst []Window, t int64) []Window {
+	if t < 0 {
+		return dst
 	}
-	return out
+	for s := w.firstStart(t); s <= t; s += w.advance {
+		dst = append(dst, Window{Start: s, End: addSat(s, w.size)})
+	}
+	return dst
 }
 
 // CloseTime is the stream time at which win closes: its end plus grace.

@@ -183,7 +183,12 @@ func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *ka
 	if err != nil {
 		return 0, err
 	}
+	stopProf, err := profile(cfg.profileDir, appID)
+	if err != nil {
+		return 0, err
+	}
 	app, done, stop, err := runCaughtUp(ctx, cfg, adm, addrs, topo, appID, wnInput)
+	stopProf()
 	if err != nil {
 		return 0, err
 	}

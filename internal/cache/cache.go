@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/eddystreams/eddy/statestore"
 )
@@ -119,9 +120,12 @@ type Store struct {
 	// iterators walk, built on demand and dropped (never modified) by the
 	// next write, so whoever holds it keeps an immutable snapshot.
 	sorted []statestore.Entry
-	puts   int64 // dirty entries that are puts
-	dels   int64 // dirty entries that are tombstones
-	bytes  int64 // bytes charged to budget
+	// hint is the size of the dirty set a commit released entries and
+	// index for, so the next round makes them at that size at once.
+	hint  int
+	puts  int64 // dirty entries that are puts
+	dels  int64 // dirty entries that are tombstones
+	bytes int64 // bytes charged to budget
 }
 
 // New returns an empty cache in front of inner, charging the
@@ -193,6 +197,7 @@ func (c *Store) set(key, value []byte) {
 // is the cache's or the inner store's own bytes, which fn must neither
 // modify nor keep; the new value becomes the cache's, so fn must return
 // bytes that nobody modifies afterwards. If fn fails, nothing is written.
+// The cache copies key.
 func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -233,9 +238,15 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
 		c.countEntry(prev, -1)
 		c.entries[i].Value = value
 	} else {
-		k := string(key)
-		c.index[k] = len(c.entries)
-		c.entries = append(c.entries, statestore.Entry{Key: []byte(k), Value: value})
+		if c.index == nil {
+			c.index = make(map[string]int, c.hint)
+			c.entries = make([]statestore.Entry, 0, c.hint)
+		}
+		// One copy serves as the entry's key and the index's: entry keys
+		// are never modified, by the cache or (Dirty's contract) anyone.
+		kb := cloneBytes(key)
+		c.index[unsafe.String(unsafe.SliceData(kb), len(kb))] = len(c.entries)
+		c.entries = append(c.entries, statestore.Entry{Key: kb, Value: value})
 		delta += int64(len(key)) + cacheEntryOverhead
 	}
 	c.countEntry(value, 1)
@@ -395,7 +406,8 @@ const maxReusedEntries = 1 << 14
 func (c *Store) clearLocked() {
 	c.budget.add(-c.bytes)
 	if len(c.entries) > maxReusedEntries {
-		c.entries, c.index = nil, make(map[string]int)
+		// Made again, at this size, by the next write (setLocked).
+		c.entries, c.index, c.hint = nil, nil, len(c.entries)
 	} else {
 		// Drop the references so committed values can be collected.
 		clear(c.entries)

@@ -306,6 +306,7 @@ func TestCacheLargeDirtySet(t *testing.T) {
 	require.Equal(t, int64(n), count)
 
 	put(t, c, "k000001", "new")
+	require.GreaterOrEqual(t, cap(c.entries), n, "made again at the size the commit released")
 	require.NoError(t, c.Delete([]byte("k000002")))
 	require.Equal(t, []kv{{"k000001", "new"}, {"k000002", "<tombstone>"}}, entryStrings(c.Dirty()))
 	it, err := c.Range([]byte("k000000"), []byte("k000003"))
