@@ -44,12 +44,43 @@ func (b *Builder) declareStore(spec StoreInfo, owner string) {
 		b.errorf("%s: store name is empty", owner)
 		return
 	}
+	b.checkName("store", spec.Name)
 	if prev, dup := b.storeOwner[spec.Name]; dup {
 		b.errorf("store %q is declared twice (by %s and by %s)", spec.Name, prev, owner)
 		return
 	}
 	b.storeOwner[spec.Name] = owner
 	b.stores = append(b.stores, spec)
+}
+
+// maxNameLen bounds user-given names: every internal topic name contains
+// one, and Kafka refuses topic names longer than 249 characters.
+const maxNameLen = 249
+
+// checkName records an error for a user-given name (of a node, store or
+// repartition topic) that could not be part of a Kafka topic name: empty,
+// longer than maxNameLen, or with characters other than ASCII letters,
+// digits, '.', '_' and '-'. Node names are held to the same rule as store
+// and topic names, since a join's or Repartition's node name becomes part
+// of a topic name.
+func (b *Builder) checkName(what, name string) {
+	if name == "" {
+		b.errorf("%s name is empty", what)
+		return
+	}
+	if len(name) > maxNameLen {
+		b.errorf("%s name %q is longer than %d characters", what, name, maxNameLen)
+		return
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			b.errorf("%s name %q has the character %q; use only ASCII letters, digits, '.', '_' and '-'", what, name, r)
+			return
+		}
+	}
+	if name == "." || name == ".." {
+		b.errorf("%s name %q is not allowed", what, name)
+	}
 }
 
 func (b *Builder) errorf(format string, args ...any) {
@@ -137,6 +168,8 @@ func (b *Builder) addNode(kind nodeKind, op string, o options, parents ...*node)
 	n := &node{id: len(b.nodes), kind: kind, name: o.name}
 	if n.name == "" {
 		n.name = op + "-" + strconv.Itoa(n.id)
+	} else if !o.derived {
+		b.checkName("node", n.name)
 	}
 	for _, p := range parents {
 		p.children = append(p.children, n)

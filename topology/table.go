@@ -59,6 +59,9 @@ func GroupBy[K, V, K2 any](s KStream[K, V], selector func(K, V) K2, name string,
 	b := s.builder()
 	o := collect(opts)
 	sel := selectKey(s, "groupby", selector, o)
+	if name != "" {
+		b.checkName("GroupBy", name)
+	}
 	if keySerde == nil || valueSerde == nil {
 		b.errorf("GroupBy %q after %s: key and value serdes must not be nil", name, s.n.label())
 	}
@@ -80,12 +83,12 @@ func (g *grouping[K, V]) input(store string) *node {
 			name = store
 		}
 		topic := TopicRef{Name: name + "-repartition", Internal: true}
-		sink := addSink(g.b, g.parent, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-sink"})
+		sink := addSink(g.b, g.parent, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-sink", derived: true})
 		sink.partitions = g.partitions
 		if g.partitions < 0 {
 			g.b.errorf("%s: partition count %d is negative", sink.label(), g.partitions)
 		}
-		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source"})
+		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source", derived: true})
 	}
 	return g.source
 }
@@ -311,11 +314,15 @@ type KTable[K, V any] struct {
 // unless InMemory or WithoutLogging is given) using keySerde and valueSerde
 // for both the topic and the store. A record with a null value deletes its
 // key and is forwarded downstream as a null (a tombstone); a record with a
-// null key is dropped. Named names the table's processor node;
-// WithTimestampExtractor applies to the source.
+// null key is dropped. Named names the table's processor node, and its
+// source "<name>-source"; WithTimestampExtractor applies to the source.
 func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSerde serde.Serde[V], store string, opts ...Option) KTable[K, V] {
 	o := collect(opts)
-	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, options{extractor: o.extractor})
+	srcOpts := options{extractor: o.extractor}
+	if o.name != "" {
+		srcOpts.name, srcOpts.derived = o.name+"-source", true
+	}
+	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, srcOpts)
 	n := b.addProcessor("table", o, func() procImpl {
 		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde}
 	}, src)
