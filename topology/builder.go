@@ -126,6 +126,42 @@ type node struct {
 	// readsMeta marks a node whose processor can ask for the metadata of
 	// the record being processed (a user Processor).
 	readsMeta bool
+	// olds says whether and how a table node can send the old value with
+	// each update; sendOld, set by requireOldValues, says it must.
+	olds    oldValues
+	sendOld bool
+}
+
+// oldValues is how a table node knows a key's previous value.
+type oldValues int
+
+const (
+	// noOldValues: the node cannot tell (a windowed aggregation).
+	noOldValues oldValues = iota
+	// ownOldValues: the node reads it from its store.
+	ownOldValues
+	// parentOldValues: the node computes it from its parent's.
+	parentOldValues
+)
+
+// requireOldValues makes the table node n, and the nodes it derives old
+// values from, send each update's old value, as a table aggregation needs
+// to retract it. user names the node that needs them, for the error when n
+// cannot.
+func (b *Builder) requireOldValues(n *node, user string) {
+	for {
+		switch n.olds {
+		case ownOldValues:
+			n.sendOld = true
+			return
+		case parentOldValues:
+			n.sendOld = true
+			n = n.parents[0]
+		default:
+			b.errorf("%s: %s cannot send the old values of its updates, which it needs", user, n.label())
+			return
+		}
+	}
 }
 
 // label names the node in error messages.
@@ -154,6 +190,16 @@ type record struct {
 	// them as the store key instead of encoding the key again. Nodes
 	// further down may have changed the key without clearing it.
 	srcKey []byte
+	// old is, on a table update from a node whose sendOld is set, the
+	// value the table held for the key before it; nil elsewhere.
+	old *prior
+}
+
+// prior is a table's value for a key before an update: null when the
+// table did not hold the key.
+type prior struct {
+	value any
+	null  bool
 }
 
 // as converts a graph value back to its static type. The comma-ok form

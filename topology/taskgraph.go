@@ -36,6 +36,11 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 		u.index = make(map[string]int)
 	}
 	if i, ok := u.index[string(key)]; ok {
+		// Collapsed updates go out as one, from the value before the
+		// first to the latest.
+		if r.old != nil {
+			r.old = u.pending[i].old
+		}
 		u.pending[i] = r
 		return nil
 	}
