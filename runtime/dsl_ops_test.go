@@ -1,0 +1,172 @@
+package runtime
+
+import (
+	"context"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// TestTableJoinGroupAndRepartitionUnderRuntime runs, on the embedded
+// broker with the record cache on (so table updates of one commit
+// interval collapse into one, carrying the value before the first), an
+// outer table-table join, a table re-grouped and counted with retraction,
+// and a split stream whose branch is repartitioned by value and counted.
+// Random updates and deletes go to every input; the queried stores must
+// end equal to references computed from the final inputs, and the
+// internal topics must carry the names given.
+func TestTableJoinGroupAndRepartitionUnderRuntime(t *testing.T) {
+	b, adm := startBroker(t, "left", "right", "members", "events", "events-rest")
+	tb := topology.NewBuilder()
+	l := topology.Table(tb, "left", serde.String, serde.String, "left-store")
+	r := topology.Table(tb, "right", serde.String, serde.String, "right-store")
+	topology.OuterJoinTables(l, r, func(lv string, lok bool, rv string, rok bool) string {
+		return lv + "+" + rv
+	}, "joined", serde.String, topology.Named("lr"))
+
+	members := topology.Table(tb, "members", serde.String, serde.String, "members-store")
+	topology.GroupTableBy(members, func(_, g string) (string, string) { return g, "" }, "by-group", serde.String, serde.String).
+		Count("group-counts")
+
+	events := topology.Stream(tb, "events", serde.String, serde.String)
+	br := events.Split(topology.Named("ev")).
+		Branch("a", func(_, v string) bool { return strings.HasPrefix(v, "a") }).
+		DefaultBranch("rest")
+	br["rest"].To("events-rest", serde.String, serde.String)
+	topology.SelectKey(br["a"], func(_, v string) string { return v }).
+		Repartition(nil, nil, topology.Named("a-by-value")).
+		GroupByKey(serde.String, serde.String).Count("a-counts")
+	topo, err := tb.Build()
+	require.NoError(t, err)
+
+	app, err := New(topo, Config{ApplicationID: "dslops", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx := context.Background()
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	left, right, groups := map[string]string{}, map[string]string{}, map[string]string{}
+	aCounts := map[string]int64{}
+	var recs []*kgo.Record
+	put := func(topic, k string, v *string, state map[string]string) {
+		rec := &kgo.Record{Topic: topic, Key: []byte(k)}
+		if v != nil {
+			rec.Value = []byte(*v)
+			state[k] = *v
+		} else {
+			delete(state, k)
+		}
+		recs = append(recs, rec)
+	}
+	for i := range 600 {
+		k := "k" + strconv.Itoa(rng.IntN(6))
+		var v *string
+		if rng.IntN(5) > 0 {
+			s := strconv.Itoa(i)
+			v = &s
+		}
+		switch rng.IntN(4) {
+		case 0:
+			put("left", k, v, left)
+		case 1:
+			put("right", k, v, right)
+		case 2:
+			if v != nil {
+				g := "g" + strconv.Itoa(rng.IntN(3))
+				v = &g
+			}
+			put("members", "u"+strconv.Itoa(rng.IntN(10)), v, groups)
+		default:
+			ev := []string{"apple", "avocado", "banana", "apricot"}[rng.IntN(4)]
+			recs = append(recs, &kgo.Record{Topic: "events", Key: []byte(k), Value: []byte(ev)})
+			if strings.HasPrefix(ev, "a") {
+				aCounts[ev]++
+			}
+		}
+		// Produce in small batches so that updates of one key fall into
+		// different commit intervals as well as the same one.
+		if len(recs) == 20 {
+			require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+			recs = nil
+		}
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+
+	wantJoined := map[string]string{}
+	for i := range 6 {
+		k := "k" + strconv.Itoa(i)
+		lv, lok := left[k]
+		rv, rok := right[k]
+		if lok || rok {
+			wantJoined[k] = lv + "+" + rv
+		}
+	}
+	wantGroups := map[string]int64{}
+	for _, g := range groups {
+		wantGroups[g]++
+	}
+
+	q := iq.NewQuerier(app.Queries())
+	query := func(keys []string, get func(string) (bool, error)) bool {
+		for _, k := range keys {
+			if _, err := get(k); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	gotJoined, gotGroups, gotA := map[string]string{}, map[string]int64{}, map[string]int64{}
+	matches := func() bool {
+		clear(gotJoined)
+		clear(gotGroups)
+		clear(gotA)
+		ok := query([]string{"k0", "k1", "k2", "k3", "k4", "k5"}, func(k string) (bool, error) {
+			res, err := iq.Get[string, string](ctx, q, "joined", k, serde.String, serde.String)
+			if err == nil && res.Found {
+				gotJoined[k] = res.Value
+			}
+			return res.Found, err
+		}) && query([]string{"g0", "g1", "g2"}, func(k string) (bool, error) {
+			res, err := iq.Get[string, int64](ctx, q, "group-counts", k, serde.String, serde.Int64)
+			// A group every member left keeps a count of 0.
+			if err == nil && res.Found && res.Value != 0 {
+				gotGroups[k] = res.Value
+			}
+			return res.Found, err
+		}) && query([]string{"apple", "avocado", "apricot"}, func(k string) (bool, error) {
+			res, err := iq.Get[string, int64](ctx, q, "a-counts", k, serde.String, serde.Int64)
+			if err == nil && res.Found {
+				gotA[k] = res.Value
+			}
+			return res.Found, err
+		})
+		return ok && maps.Equal(gotJoined, wantJoined) && maps.Equal(gotGroups, wantGroups) && maps.Equal(gotA, aCounts)
+	}
+	for deadline := time.Now().Add(60 * time.Second); !matches(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: joined %v, want %v; group counts %v, want %v; a-counts %v, want %v",
+				gotJoined, wantJoined, gotGroups, wantGroups, gotA, aCounts)
+		}
+	}
+
+	topics, err := adm.ListTopics(ctx)
+	require.NoError(t, err)
+	for _, name := range []string{"dslops-joined-changelog", "dslops-by-group-repartition", "dslops-group-counts-changelog", "dslops-a-by-value-repartition"} {
+		require.True(t, topics.Has(name), name)
+	}
+}
