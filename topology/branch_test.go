@@ -148,3 +148,17 @@ func TestNameValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "counts-repartition", graph.Of(topo).RepartitionTopics()[0].Topic.Name)
 }
+
+// TestMergeNamed: the package-level Merge takes Named, and merges like the
+// method.
+func TestMergeNamed(t *testing.T) {
+	b := topology.NewBuilder()
+	x := topology.Stream(b, "x", serde.String, serde.String)
+	y := topology.Stream(b, "y", serde.String, serde.String)
+	topology.Merge([]topology.KStream[string, string]{x, y}, topology.Named("both")).To("out", serde.String, serde.String)
+	d, topo := start(t, b)
+	require.Contains(t, topo.Describe().String(), "Processor: both\n    --> sink-3\n    <-- source-0, source-1\n")
+	require.NoError(t, strIn(d, "y").Pipe("k", "from-y"))
+	require.NoError(t, strIn(d, "x").Pipe("k", "from-x"))
+	require.Equal(t, kvs[string, string]("k", "from-y", "k", "from-x"), readKVs(t, d, "out", serde.String, serde.String))
+}
