@@ -92,7 +92,7 @@ type regional struct {
 func Example_ordersAndRevenue() {
 	b := topology.NewBuilder()
 	customers := topology.Table(b, "customers", serde.String, serde.String, "customers") // id -> "name,region"
-	orders := topology.Stream(b, "orders", serde.String, serde.Int64)                   // customer id -> amount
+	orders := topology.Stream(b, "orders", serde.String, serde.Int64)                    // customer id -> amount
 
 	topology.Join(orders, customers, func(amount int64, customer string) string {
 		name, region, _ := strings.Cut(customer, ",")
