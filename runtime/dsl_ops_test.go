@@ -170,3 +170,95 @@ func TestTableJoinGroupAndRepartitionUnderRuntime(t *testing.T) {
 		require.True(t, topics.Has(name), name)
 	}
 }
+
+// TestForeignKeyJoinUnderRuntime runs a foreign-key join of orders (2
+// partitions) with customers (3 partitions: no co-partitioning needed)
+// while orders move between customers and customers are renamed and
+// deleted, and requires the queried result to end equal to the join of the
+// final tables. Registrations for an order's successive customers are
+// answered by different tasks in any order, so an answer to an older
+// value of the order can arrive last and must be recognized as stale.
+func TestForeignKeyJoinUnderRuntime(t *testing.T) {
+	b, adm := startBroker(t, "orders")
+	_, err := adm.CreateTopics(context.Background(), 3, -1, nil, "customers")
+	require.NoError(t, err)
+	tb := topology.NewBuilder()
+	orders := topology.Table(tb, "orders", serde.String, serde.String, "orders-store")
+	customers := topology.Table(tb, "customers", serde.String, serde.String, "customers-store")
+	topology.JoinByForeignKey(orders, customers, func(_, o string) string { c, _, _ := strings.Cut(o, ":"); return c },
+		func(o, name string) string { return o + "@" + name }, "enriched", serde.String, topology.Named("by-customer"))
+	topo, err := tb.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "fkjoin", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(9, 9))
+	ords, custs := map[string]string{}, map[string]string{}
+	var recs []*kgo.Record
+	for i := range 2000 {
+		switch r := rng.IntN(10); {
+		case r < 6:
+			o := "o" + strconv.Itoa(rng.IntN(10))
+			v := "c" + strconv.Itoa(rng.IntN(5)) + ":" + strconv.Itoa(i)
+			ords[o] = v
+			recs = append(recs, &kgo.Record{Topic: "orders", Key: []byte(o), Value: []byte(v)})
+		case r < 7:
+			o := "o" + strconv.Itoa(rng.IntN(10))
+			delete(ords, o)
+			recs = append(recs, &kgo.Record{Topic: "orders", Key: []byte(o)})
+		case r < 9:
+			c := "c" + strconv.Itoa(rng.IntN(5))
+			custs[c] = "n" + strconv.Itoa(i)
+			recs = append(recs, &kgo.Record{Topic: "customers", Key: []byte(c), Value: []byte(custs[c])})
+		default:
+			c := "c" + strconv.Itoa(rng.IntN(5))
+			delete(custs, c)
+			recs = append(recs, &kgo.Record{Topic: "customers", Key: []byte(c)})
+		}
+		if len(recs) == 100 {
+			require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+			recs = nil
+		}
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+	want := map[string]string{}
+	for o, v := range ords {
+		c, _, _ := strings.Cut(v, ":")
+		if name, ok := custs[c]; ok {
+			want[o] = v + "@" + name
+		}
+	}
+
+	q := iq.NewQuerier(app.Queries())
+	got := map[string]string{}
+	matches := func() bool {
+		clear(got)
+		for i := range 10 {
+			o := "o" + strconv.Itoa(i)
+			res, err := iq.Get[string, string](ctx, q, "enriched", o, serde.String, serde.String)
+			if err != nil {
+				return false
+			}
+			if res.Found {
+				got[o] = res.Value
+			}
+		}
+		return maps.Equal(got, want)
+	}
+	for deadline := time.Now().Add(60 * time.Second); !matches(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: enriched %v, want %v", got, want)
+		}
+	}
+	topics, err := adm.ListTopics(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int32(3), int32(len(topics["fkjoin-by-customer-subscription-registration"].Partitions)), "registrations are partitioned like customers")
+	require.Equal(t, int32(2), int32(len(topics["fkjoin-by-customer-subscription-response"].Partitions)), "responses are partitioned like orders")
+	require.True(t, topics.Has("fkjoin-by-customer-subscriptions-changelog"))
+}
