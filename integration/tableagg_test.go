@@ -27,7 +27,9 @@ const tableAggApp = "tableagg"
 // stream-table LeftJoin into "tx-enriched", and keeps, through a
 // table-table join and table aggregations with retraction, the revenue of
 // each region ("revenue-per-region") and its number of accounts
-// ("accounts-per-region"): an account moving region moves its revenue.
+// ("accounts-per-region"): an account moving region moves its revenue. A
+// foreign-key join gives each account its region's manager
+// ("account-managers").
 func revenueTopology(t *testing.T) *topology.Topology {
 	b := topology.NewBuilder()
 	accounts := topology.Table(b, "accounts", serde.String, serde.String, "accounts-store")
@@ -56,6 +58,13 @@ func revenueTopology(t *testing.T) *topology.Topology {
 	}, "by-region", serde.String, serde.Int64).
 		Reduce(func(sum, n int64) int64 { return sum + n }, func(sum, n int64) int64 { return sum - n }, "revenue-per-region").
 		ToStream().To("revenue-per-region", serde.String, serde.Int64)
+	// Each region's manager ("managers": region -> name), found through
+	// the account's region by a foreign-key join.
+	managers := topology.Table(b, "managers", serde.String, serde.String, "managers-store")
+	topology.JoinByForeignKey(accounts, managers, func(_, region string) string { return region },
+		func(region, manager string) string { return region + ":" + manager },
+		"account-managers", serde.String, topology.Named("account-manager")).
+		ToStream().To("account-managers", serde.String, serde.String)
 	topology.GroupTableBy(accounts, func(acct, region string) (string, string) { return region, acct },
 		"accounts-by-region", serde.String, serde.String).
 		Count("accounts-per-region").ToStream().To("accounts-per-region", serde.String, serde.Int64)
@@ -135,11 +144,17 @@ func latestCommittedInt64(t *testing.T, c *cluster, topic string) map[string]int
 func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 	const partitions = 4
 	c := newCluster(t, partitions)
-	outputs := []string{"tx-enriched", "revenue-per-region", "accounts-per-region"}
+	outputs := []string{"tx-enriched", "revenue-per-region", "accounts-per-region", "account-managers"}
 	resp, err := c.adm.CreateTopics(ctx(t), partitions, -1, nil, append([]string{"tx", "accounts"}, outputs...)...)
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
-	inputs := []string{"tx", "accounts", tableAggApp + "-by-region-repartition", tableAggApp + "-accounts-by-region-repartition"}
+	// Managers have fewer partitions than accounts: a foreign-key join
+	// needs no co-partitioning.
+	resp, err = c.adm.CreateTopics(ctx(t), partitions-1, -1, nil, "managers")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	inputs := []string{"tx", "accounts", "managers", tableAggApp + "-by-region-repartition", tableAggApp + "-accounts-by-region-repartition",
+		tableAggApp + "-account-manager-subscription-registration", tableAggApp + "-account-manager-subscription-response"}
 
 	dir := t.TempDir()
 	a := startTableAgg(t, c, "a", dir+"/a")
@@ -149,6 +164,7 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 	const nAccounts, nTx, batches = 40, 4000, 8
 	region := map[string]string{}
 	revenue := map[string]int64{}
+	manager := map[string]string{}
 	var batch [batches][]*kgo.Record
 	for i := range nTx {
 		bi := i * batches / nTx
@@ -161,6 +177,17 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 			} else {
 				region[acct] = "r" + strconv.Itoa(rng.IntN(5))
 				batch[bi] = append(batch[bi], c.keyed("accounts", acct, []byte(region[acct])))
+			}
+		}
+		if rng.IntN(20) == 0 {
+			// Change or remove a region's manager.
+			r := "r" + strconv.Itoa(rng.IntN(5))
+			if rng.IntN(4) == 0 {
+				delete(manager, r)
+				batch[bi] = append(batch[bi], &kgo.Record{Topic: "managers", Key: []byte(r), Partition: topology.Partition([]byte(r), partitions-1)})
+			} else {
+				manager[r] = "m" + strconv.Itoa(i)
+				batch[bi] = append(batch[bi], &kgo.Record{Topic: "managers", Key: []byte(r), Value: []byte(manager[r]), Partition: topology.Partition([]byte(r), partitions-1)})
 			}
 		}
 		amount := int64(1 + rng.IntN(100))
@@ -195,4 +222,20 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 	maps.DeleteFunc(wantRevenue, func(_ string, n int64) bool { return n == 0 })
 	require.Equal(t, wantRevenue, latestCommittedInt64(t, c, "revenue-per-region"), "revenue per region")
 	require.Equal(t, wantAccounts, latestCommittedInt64(t, c, "accounts-per-region"), "accounts per region")
+
+	wantManagers := map[string]string{}
+	for acct, r := range region {
+		if m, ok := manager[r]; ok {
+			wantManagers[acct] = r + ":" + m
+		}
+	}
+	gotManagers := map[string]string{}
+	for _, kv := range readCommittedStrings(t, c, "account-managers") {
+		if kv.Value == "" {
+			delete(gotManagers, kv.Key) // a tombstone
+		} else {
+			gotManagers[kv.Key] = kv.Value
+		}
+	}
+	require.Equal(t, wantManagers, gotManagers, "account managers")
 }
