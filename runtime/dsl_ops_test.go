@@ -262,3 +262,101 @@ func TestForeignKeyJoinUnderRuntime(t *testing.T) {
 	require.Equal(t, int32(2), int32(len(topics["fkjoin-by-customer-subscription-response"].Partitions)), "responses are partitioned like orders")
 	require.True(t, topics.Has("fkjoin-by-customer-subscriptions-changelog"))
 }
+
+// TestStreamOuterJoinUnderRuntime runs a windowed outer stream-stream
+// join on the embedded broker: every pair of records of one key within
+// 100 ms is joined once, whichever side the runtime processes first (the
+// grace is long enough that nothing is late), and once every task's
+// stream time is moved far ahead, every record nothing joined is emitted
+// once, alone.
+func TestStreamOuterJoinUnderRuntime(t *testing.T) {
+	b, adm := startBroker(t, "clicks", "views", "joined")
+	tb := topology.NewBuilder()
+	w := topology.JoinTimeDifference(100 * time.Millisecond).Grace(time.Hour)
+	show := func(v string, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return v
+	}
+	topology.OuterJoinStreams(topology.Stream(tb, "clicks", serde.String, serde.String), topology.Stream(tb, "views", serde.String, serde.String),
+		func(c string, cok bool, v string, vok bool) string { return show(c, cok) + "|" + show(v, vok) },
+		w, "click-view", serde.String, serde.String, serde.String, topology.Named("click-view")).
+		To("joined", serde.String, serde.String)
+	topo, err := tb.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "ssjoin", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics("joined"), kgo.FetchMaxWait(100*time.Millisecond))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx := context.Background()
+	type rec struct {
+		click bool
+		key   string
+		ts    int64
+		value string
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	var recs []rec
+	var krecs []*kgo.Record
+	base := time.Now().Add(-time.Minute).UnixMilli()
+	for i := range 300 {
+		r := rec{click: rng.IntN(2) == 0, key: "u" + strconv.Itoa(rng.IntN(6)), ts: base + int64(i*20+rng.IntN(60)), value: "e" + strconv.Itoa(i)}
+		recs = append(recs, r)
+		topic := "views"
+		if r.click {
+			topic = "clicks"
+		}
+		krecs = append(krecs, &kgo.Record{Topic: topic, Key: []byte(r.key), Value: []byte(r.value), Timestamp: time.UnixMilli(r.ts)})
+	}
+	require.NoError(t, cl.ProduceSync(ctx, krecs...).FirstErr())
+	want := map[string]int{}
+	matched := map[int]bool{}
+	for i, c := range recs {
+		for j, v := range recs {
+			if c.click && !v.click && c.key == v.key && c.ts-v.ts <= 100 && v.ts-c.ts <= 100 {
+				want[c.key+"="+c.value+"|"+v.value]++
+				matched[i], matched[j] = true, true
+			}
+		}
+	}
+	waitFor(t, 60*time.Second, "the input processed", func() bool { return committedToEnd(t, adm, "ssjoin", "clicks", "views") })
+	// Move every task's stream time past the windows of all the records.
+	var flush []*kgo.Record
+	for p := range int32(2) {
+		flush = append(flush, &kgo.Record{Topic: "clicks", Partition: p, Key: []byte("flush"), Value: []byte("f"), Timestamp: time.UnixMilli(base + int64(time.Hour/time.Millisecond)*3)})
+	}
+	fcl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer fcl.Close()
+	require.NoError(t, fcl.ProduceSync(ctx, flush...).FirstErr())
+	for i, r := range recs {
+		if matched[i] {
+			continue
+		}
+		if r.click {
+			want[r.key+"="+r.value+"|-"]++
+		} else {
+			want[r.key+"=-|"+r.value]++
+		}
+	}
+	got := map[string]int{}
+	n, total := 0, 0
+	for _, c := range want {
+		total += c
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for n < total && time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+			got[string(r.Key)+"="+string(r.Value)]++
+			n++
+		})
+		cancel()
+	}
+	require.Equal(t, want, got)
+}
