@@ -186,6 +186,7 @@ type streamJoinProc[K, V, V2, VR any] struct {
 	// milliseconds; started is false until it was read from the stores.
 	streamTime int64
 	started    bool
+	log        lateLog
 }
 
 func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
@@ -207,6 +208,7 @@ func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
 			return err
 		}
 	}
+	p.log.node = c.node.name
 	return nil
 }
 
@@ -251,6 +253,7 @@ func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error 
 	}
 	if addSat(addSat(t, reach), p.w.grace) < p.streamTime {
 		c.task.droppedLate++
+		p.log.dropped(c.task, t, p.streamTime)
 		return nil
 	}
 	kb, err := p.ks.Encode(as[K](r.key))
