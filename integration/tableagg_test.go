@@ -29,7 +29,8 @@ const tableAggApp = "tableagg"
 // each region ("revenue-per-region") and its number of accounts
 // ("accounts-per-region"): an account moving region moves its revenue. A
 // foreign-key join gives each account its region's manager
-// ("account-managers").
+// ("account-managers"), and a windowed stream-stream join pairs clicks and
+// views ("click-views").
 func revenueTopology(t *testing.T) *topology.Topology {
 	b := topology.NewBuilder()
 	accounts := topology.Table(b, "accounts", serde.String, serde.String, "accounts-store")
@@ -68,6 +69,12 @@ func revenueTopology(t *testing.T) *topology.Topology {
 	topology.GroupTableBy(accounts, func(acct, region string) (string, string) { return region, acct },
 		"accounts-by-region", serde.String, serde.String).
 		Count("accounts-per-region").ToStream().To("accounts-per-region", serde.String, serde.Int64)
+	// Clicks and views of one user within 50 ms of each other, paired by
+	// a windowed stream-stream join ("click-views").
+	topology.JoinStreams(topology.Stream(b, "clicks", serde.String, serde.String), topology.Stream(b, "views", serde.String, serde.String),
+		func(c, v string) string { return c + "|" + v }, topology.JoinTimeDifference(50*time.Millisecond).Grace(time.Hour),
+		"click-view", serde.String, serde.String, serde.String, topology.Named("click-view")).
+		To("click-views", serde.String, serde.String)
 	topo, err := b.Build()
 	require.NoError(t, err)
 	return topo
@@ -137,15 +144,16 @@ func latestCommittedInt64(t *testing.T, c *cluster, topic string) map[string]int
 // TestTableAggregationExactlyOnceFailover runs the revenue topology on two
 // instances under exactly-once while accounts move between regions and
 // are deleted and transactions flow, kills one instance mid-stream, and
-// requires every transaction enriched exactly once and the committed
-// per-region revenue and account counts equal to references computed from
-// the inputs: a transaction counted twice, or a move not retracted from
-// the old region, would show.
+// requires every transaction enriched exactly once, every click-view pair
+// emitted exactly once, and the committed per-region revenue, account
+// counts and account managers equal to references computed from the
+// inputs: a transaction counted twice, or a move not retracted from the
+// old region, would show.
 func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 	const partitions = 4
 	c := newCluster(t, partitions)
-	outputs := []string{"tx-enriched", "revenue-per-region", "accounts-per-region", "account-managers"}
-	resp, err := c.adm.CreateTopics(ctx(t), partitions, -1, nil, append([]string{"tx", "accounts"}, outputs...)...)
+	outputs := []string{"tx-enriched", "revenue-per-region", "accounts-per-region", "account-managers", "click-views"}
+	resp, err := c.adm.CreateTopics(ctx(t), partitions, -1, nil, append([]string{"tx", "accounts", "clicks", "views"}, outputs...)...)
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
 	// Managers have fewer partitions than accounts: a foreign-key join
@@ -153,7 +161,7 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 	resp, err = c.adm.CreateTopics(ctx(t), partitions-1, -1, nil, "managers")
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
-	inputs := []string{"tx", "accounts", "managers", tableAggApp + "-by-region-repartition", tableAggApp + "-accounts-by-region-repartition",
+	inputs := []string{"tx", "accounts", "managers", "clicks", "views", tableAggApp + "-by-region-repartition", tableAggApp + "-accounts-by-region-repartition",
 		tableAggApp + "-account-manager-subscription-registration", tableAggApp + "-account-manager-subscription-response"}
 
 	dir := t.TempDir()
@@ -165,6 +173,13 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 	region := map[string]string{}
 	revenue := map[string]int64{}
 	manager := map[string]string{}
+	type event struct {
+		click    bool
+		user, id string
+		ts       int64
+	}
+	var events []event
+	base := time.Now().Add(-time.Minute).UnixMilli()
 	var batch [batches][]*kgo.Record
 	for i := range nTx {
 		bi := i * batches / nTx
@@ -189,6 +204,17 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 				manager[r] = "m" + strconv.Itoa(i)
 				batch[bi] = append(batch[bi], &kgo.Record{Topic: "managers", Key: []byte(r), Value: []byte(manager[r]), Partition: topology.Partition([]byte(r), partitions-1)})
 			}
+		}
+		if rng.IntN(4) == 0 {
+			e := event{click: rng.IntN(2) == 0, user: "user" + strconv.Itoa(rng.IntN(10)), ts: base + int64(i*5+rng.IntN(40)), id: "e" + strconv.Itoa(i)}
+			events = append(events, e)
+			topic := "views"
+			if e.click {
+				topic = "clicks"
+			}
+			rec := c.keyed(topic, e.user, []byte(e.id))
+			rec.Timestamp = time.UnixMilli(e.ts)
+			batch[bi] = append(batch[bi], rec)
 		}
 		amount := int64(1 + rng.IntN(100))
 		revenue[acct] += amount
@@ -238,4 +264,18 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 		}
 	}
 	require.Equal(t, wantManagers, gotManagers, "account managers")
+
+	wantPairs, gotPairs := map[string]int{}, map[string]int{}
+	for _, c := range events {
+		for _, v := range events {
+			if c.click && !v.click && c.user == v.user && c.ts-v.ts <= 50 && v.ts-c.ts <= 50 {
+				wantPairs[c.user+"="+c.id+"|"+v.id]++
+			}
+		}
+	}
+	for _, kv := range readCommittedStrings(t, c, "click-views") {
+		gotPairs[kv.Key+"="+kv.Value]++
+	}
+	require.NotEmpty(t, wantPairs)
+	require.Equal(t, wantPairs, gotPairs, "click-view pairs, each once")
 }
