@@ -360,3 +360,22 @@ func TestStreamOuterJoinUnderRuntime(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
+
+// TestTableJoinCoPartitioningError: a table-table join of topics with
+// different partition counts does not start, and the error names both
+// topics with their counts.
+func TestTableJoinCoPartitioningError(t *testing.T) {
+	b, adm := startBroker(t, "left")
+	_, err := adm.CreateTopics(context.Background(), 3, -1, nil, "right")
+	require.NoError(t, err)
+	tb := topology.NewBuilder()
+	topology.JoinTables(topology.Table(tb, "left", serde.String, serde.String, "ls"), topology.Table(tb, "right", serde.String, serde.String, "rs"),
+		func(l, r string) string { return l + r }, "lr", serde.String)
+	topo, err := tb.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "ttcopart", Brokers: b.Addrs(), StateDir: t.TempDir()})
+	require.NoError(t, err)
+	err = app.Start(context.Background())
+	require.ErrorContains(t, err, "sub-topology 0 reads topics with different partition counts, which must be equal: left (2), right (3)")
+	app.Close(context.Background())
+}
