@@ -209,8 +209,8 @@ func (g *tableGrouping[K, V]) input(store string) *node {
 // count of 0. Named names the node.
 func (g KGroupedTable[K, V]) Count(store string, opts ...Option) KTable[K, int64] {
 	return tableAggregate(g.grouping(), "table-count", store, serde.Int64, collect(opts), "",
-		func(_ K, ch change[V], n int64, _ bool) int64 {
-			if ch.hasOld {
+		func(_ K, ch change[V], n int64, found bool) int64 {
+			if ch.hasOld && found {
 				n--
 			}
 			if ch.hasNew {
@@ -237,8 +237,7 @@ func (g KGroupedTable[K, V]) Reduce(adder, subtractor func(agg, v V) V, store st
 	return tableAggregate(gr, "table-reduce", store, gr.valueSerde, collect(opts), missing,
 		func(_ K, ch change[V], agg V, found bool) V {
 			if !found {
-				// Nothing to retract from: the group starts with the
-				// value entering it.
+				// The group starts with the value entering it.
 				return ch.newValue
 			}
 			if ch.hasOld {
@@ -273,8 +272,7 @@ func TableAggregate[K, V, A any](g KGroupedTable[K, V], init func() A, adder, su
 		func(k K, ch change[V], agg A, found bool) A {
 			if !found {
 				agg = init()
-			}
-			if ch.hasOld {
+			} else if ch.hasOld {
 				agg = subtractor(k, ch.oldValue, agg)
 			}
 			if ch.hasNew {
@@ -340,7 +338,13 @@ func (p *tableAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	next := p.step(k, as[change[V]](r.value), cur, found)
+	ch := as[change[V]](r.value)
+	if !found && !ch.hasNew {
+		// A retraction from a group with no aggregate (its store lost
+		// state, say): nothing to take it from, as in Kafka Streams.
+		return nil
+	}
+	next := p.step(k, ch, cur, found)
 	if err := p.kv.putEncoded(kb, next); err != nil {
 		return err
 	}

@@ -158,3 +158,19 @@ func TestTableGroupByBuildErrors(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+// TestTableAggregationIgnoresRetractionFromUnknownGroup pipes a retraction
+// alone, for a group with no aggregate, into the repartition topic (as
+// after a store lost its state): the aggregations neither create the
+// group nor emit anything.
+func TestTableAggregationIgnoresRetractionFromUnknownGroup(t *testing.T) {
+	d, _ := start(t, groupedTopology())
+	old, err := serde.Int64.Encode(5)
+	require.NoError(t, err)
+	retraction := append([]byte{2}, old...) // flags: old value only
+	require.NoError(t, d.Pipe(app+"-by-group-repartition", []byte("gx"), retraction, time.Unix(1, 0)))
+	for _, topic := range []string{"counts", "sums", "reduced"} {
+		require.Empty(t, readKVs(t, d, topic, serde.String, serde.Int64), topic)
+		require.Empty(t, storeContents(t, d, topic, serde.Int64), topic)
+	}
+}
