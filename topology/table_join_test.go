@@ -178,3 +178,64 @@ func TestTableJoinDescribeAndCoPartitioning(t *testing.T) {
 	require.ErrorContains(t, rt.CheckCoPartitioning(map[string]int32{"left": 3, "right": 4}, app),
 		"left (3), right (4)")
 }
+
+// benchTask builds b, fills its table topic "t" (if any) with keys, and
+// measures one task processing a record of "in" per iteration, as
+// BenchmarkCountTask does for a count.
+func benchTask(b *testing.B, bld *topology.Builder, keys [][]byte, tableTopic string) {
+	topo, err := bld.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newFakeEnv(0)
+	g, err := graph.Of(topo).NewTaskGraph(0, e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if tableTopic != "" {
+		for _, k := range keys {
+			if err := g.Process(graph.InputRecord{Topic: tableTopic, Key: k, Value: []byte("region"), Timestamp: time.Unix(1, 0)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e.sent = e.sent[:0]
+		if err := g.Process(graph.InputRecord{Topic: "in", Key: keys[i%len(keys)], Value: []byte("v"), Timestamp: time.Unix(1, 0)}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func benchKeys() [][]byte {
+	keys := make([][]byte, 1000)
+	for i := range keys {
+		keys[i] = []byte("word-" + strconv.Itoa(i))
+	}
+	return keys
+}
+
+// BenchmarkStreamTableJoinTask is BenchmarkCountTask's input through a
+// stream-table join with every key in the table: decode, store read, join,
+// encode and send per record.
+func BenchmarkStreamTableJoinTask(b *testing.B) {
+	bld := topology.NewBuilder()
+	t := topology.Table(bld, "t", serde.String, serde.String, "t-store")
+	topology.Join(topology.Stream(bld, "in", serde.String, serde.String), t, func(v, tv string) string { return v + tv }).
+		To("out", serde.String, serde.String)
+	benchTask(b, bld, benchKeys(), "t")
+}
+
+// BenchmarkTableGroupCountTask measures a table update regrouped and
+// counted with retraction: the table's old-value read and write, the
+// change sent to the repartition topic (the task of the count reads it
+// back; this measures the writing side).
+func BenchmarkTableGroupCountTask(b *testing.B) {
+	bld := topology.NewBuilder()
+	t := topology.Table(bld, "in", serde.String, serde.String, "t-store")
+	topology.GroupTableBy(t, func(k, v string) (string, string) { return v, k }, "g", serde.String, serde.String).Count("c")
+	benchTask(b, bld, benchKeys(), "")
+}
