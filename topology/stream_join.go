@@ -76,10 +76,13 @@ func (w JoinWindows) span() int64 { return addSat(addSat(w.before, w.after), w.g
 // Records with a null key or value are dropped and counted as join drops;
 // late records (see JoinWindows.Grace) as late drops.
 //
-// l and r must be co-partitioned; a stream whose key an operator may have
-// changed must be repartitioned first (KStream.Repartition). Named names
-// the join node; the nodes taking each side's records are "<name>-left"
-// and "<name>-right".
+// l and r must be co-partitioned. A side whose key an operator may have
+// changed (Map, SelectKey, FlatMap, Process) is first written through the
+// repartition topic "<app>-<name>-left-repartition" (or "-right-"),
+// encoded with the serdes given here; NumPartitions sets its partition
+// count (default: that of the other side's topic). Named names the join
+// node, and so these topics; the nodes taking each side's records are
+// "<name>-left" and "<name>-right".
 func JoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner func(lv V, rv V2) VR, w JoinWindows, store string, keySerde serde.Serde[K], leftSerde serde.Serde[V], rightSerde serde.Serde[V2], opts ...Option) KStream[K, VR] {
 	var fn func(V, bool, V2, bool) VR
 	if joiner != nil {
@@ -125,14 +128,14 @@ func joinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], op string,
 	if ks == nil || lvs == nil || rvs == nil {
 		b.errorf("%s: key and value serdes must not be nil", n.label())
 	}
-	for _, s := range []struct {
-		side    string
-		changed bool
-		from    *node
-	}{{"left", l.keyChanged, l.n}, {"right", r.keyChanged, r.n}} {
-		if s.changed {
-			b.errorf("%s: the %s stream was re-keyed (after %s); repartition it first with Repartition", n.label(), s.side, s.from.label())
-		}
+	// A side an operator may have re-keyed goes through a repartition
+	// topic of its own first, so that each key meets its partners in one
+	// task.
+	if l.keyChanged && ks != nil && lvs != nil {
+		l = l.Repartition(ks, lvs, Named(n.name+"-left"), NumPartitions(o.partitions))
+	}
+	if r.keyChanged && ks != nil && rvs != nil {
+		r = r.Repartition(ks, rvs, Named(n.name+"-right"), NumPartitions(o.partitions))
 	}
 	for i, parent := range []*node{l.n, r.n} {
 		right := i == 1

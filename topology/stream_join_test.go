@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 	"github.com/eddystreams/eddy/topology/topologytest"
@@ -194,19 +195,19 @@ func TestStreamJoinsMatchReference(t *testing.T) {
 	}
 }
 
-// TestStreamJoinBuildErrors: a re-keyed side must be repartitioned first.
-func TestStreamJoinBuildErrors(t *testing.T) {
+// TestStreamJoinRepartitionsRekeyedSide: a re-keyed side is written
+// through <join>-left-repartition first and joined by its new key.
+func TestStreamJoinRepartitionsRekeyedSide(t *testing.T) {
 	b := topology.NewBuilder()
-	l := topology.SelectKey(topology.Stream(b, "left", serde.String, serde.String), func(_, v string) string { return v })
+	l := topology.SelectKey(topology.Stream(b, "left", serde.String, serde.String), func(_, v string) string { return v[:1] })
 	r := topology.Stream(b, "right", serde.String, serde.String)
-	topology.JoinStreams(l, r, func(a, b string) string { return a + b }, topology.JoinTimeDifference(time.Second), "j", serde.String, serde.String, serde.String)
-	_, err := b.Build()
-	require.ErrorContains(t, err, `processor "stream-join-3": the left stream was re-keyed (after processor "selectkey-1"); repartition it first with Repartition`)
-
-	b = topology.NewBuilder()
-	l = topology.SelectKey(topology.Stream(b, "left", serde.String, serde.String), func(_, v string) string { return v }).Repartition(nil, nil, topology.Named("l"))
-	r = topology.Stream(b, "right", serde.String, serde.String)
-	topology.JoinStreams(l, r, func(a, b string) string { return a + b }, topology.JoinTimeDifference(time.Second), "j", serde.String, serde.String, serde.String)
-	_, err = b.Build()
-	require.NoError(t, err)
+	topology.JoinStreams(l, r, func(a, b string) string { return a + "|" + b }, topology.JoinTimeDifference(time.Second),
+		"j", serde.String, serde.String, serde.String, topology.Named("lr")).To("out", serde.String, serde.String)
+	d, topo := start(t, b)
+	require.Equal(t, []graph.Repartition{{Topic: topology.TopicRef{Name: "lr-left-repartition", Internal: true}, WriterSubTopology: 0}},
+		graph.Of(topo).RepartitionTopics())
+	require.NoError(t, strIn(d, "right").PipeAt("a", "r1", time.UnixMilli(1000)))
+	require.NoError(t, strIn(d, "left").PipeAt("x", "apple", time.UnixMilli(1500)))
+	require.NoError(t, strIn(d, "left").PipeAt("y", "banana", time.UnixMilli(1500)))
+	require.Equal(t, kvs[string, string]("a", "apple|r1"), readKVs(t, d, "out", serde.String, serde.String))
 }
