@@ -44,12 +44,43 @@ func (b *Builder) declareStore(spec StoreInfo, owner string) {
 		b.errorf("%s: store name is empty", owner)
 		return
 	}
+	b.checkName("store", spec.Name)
 	if prev, dup := b.storeOwner[spec.Name]; dup {
 		b.errorf("store %q is declared twice (by %s and by %s)", spec.Name, prev, owner)
 		return
 	}
 	b.storeOwner[spec.Name] = owner
 	b.stores = append(b.stores, spec)
+}
+
+// maxNameLen bounds user-given names: every internal topic name contains
+// one, and Kafka refuses topic names longer than 249 characters.
+const maxNameLen = 249
+
+// checkName records an error for a user-given name (of a node, store or
+// repartition topic) that could not be part of a Kafka topic name: empty,
+// longer than maxNameLen, or with characters other than ASCII letters,
+// digits, '.', '_' and '-'. Node names are held to the same rule as store
+// and topic names, since a join's or Repartition's node name becomes part
+// of a topic name.
+func (b *Builder) checkName(what, name string) {
+	if name == "" {
+		b.errorf("%s name is empty", what)
+		return
+	}
+	if len(name) > maxNameLen {
+		b.errorf("%s name %q is longer than %d characters", what, name, maxNameLen)
+		return
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			b.errorf("%s name %q has the character %q; use only ASCII letters, digits, '.', '_' and '-'", what, name, r)
+			return
+		}
+	}
+	if name == "." || name == ".." {
+		b.errorf("%s name %q is not allowed", what, name)
+	}
 }
 
 func (b *Builder) errorf(format string, args ...any) {
@@ -95,6 +126,42 @@ type node struct {
 	// readsMeta marks a node whose processor can ask for the metadata of
 	// the record being processed (a user Processor).
 	readsMeta bool
+	// olds says whether and how a table node can send the old value with
+	// each update; sendOld, set by requireOldValues, says it must.
+	olds    oldValues
+	sendOld bool
+}
+
+// oldValues is how a table node knows a key's previous value.
+type oldValues int
+
+const (
+	// noOldValues: the node cannot tell (a windowed aggregation).
+	noOldValues oldValues = iota
+	// ownOldValues: the node reads it from its store.
+	ownOldValues
+	// parentOldValues: the node computes it from its parent's.
+	parentOldValues
+)
+
+// requireOldValues makes the table node n, and the nodes it derives old
+// values from, send each update's old value, as a table aggregation needs
+// to retract it. user names the node that needs them, for the error when n
+// cannot.
+func (b *Builder) requireOldValues(n *node, user string) {
+	for {
+		switch n.olds {
+		case ownOldValues:
+			n.sendOld = true
+			return
+		case parentOldValues:
+			n.sendOld = true
+			n = n.parents[0]
+		default:
+			b.errorf("%s: %s cannot send the old values of its updates, which it needs", user, n.label())
+			return
+		}
+	}
 }
 
 // label names the node in error messages.
@@ -123,6 +190,16 @@ type record struct {
 	// them as the store key instead of encoding the key again. Nodes
 	// further down may have changed the key without clearing it.
 	srcKey []byte
+	// old is, on a table update from a node whose sendOld is set, the
+	// value the table held for the key before it; nil elsewhere.
+	old *prior
+}
+
+// prior is a table's value for a key before an update: null when the
+// table did not hold the key.
+type prior struct {
+	value any
+	null  bool
 }
 
 // as converts a graph value back to its static type. The comma-ok form
@@ -137,6 +214,8 @@ func (b *Builder) addNode(kind nodeKind, op string, o options, parents ...*node)
 	n := &node{id: len(b.nodes), kind: kind, name: o.name}
 	if n.name == "" {
 		n.name = op + "-" + strconv.Itoa(n.id)
+	} else if !o.derived {
+		b.checkName("node", n.name)
 	}
 	for _, p := range parents {
 		p.children = append(p.children, n)

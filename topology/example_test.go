@@ -78,3 +78,69 @@ func ExampleTopology_Describe() {
 	//     <-- count-5
 	//   Store: counts (persistent, logged)
 }
+
+// regional is a customer's revenue with the region the customer is in.
+type regional struct {
+	Region  string
+	Revenue int64
+}
+
+// Example_ordersAndRevenue enriches orders with their customers (a
+// stream-table join) and keeps the revenue of each region (a table
+// aggregation): when a customer moves, their revenue moves with them. The
+// README shows this example; keep the two equal.
+func Example_ordersAndRevenue() {
+	b := topology.NewBuilder()
+	customers := topology.Table(b, "customers", serde.String, serde.String, "customers") // id -> "name,region"
+	orders := topology.Stream(b, "orders", serde.String, serde.Int64)                    // customer id -> amount
+
+	topology.Join(orders, customers, func(amount int64, customer string) string {
+		name, region, _ := strings.Cut(customer, ",")
+		return fmt.Sprintf("%s (%s) ordered %d", name, region, amount)
+	}, topology.Named("enrich")).To("orders-enriched", serde.String, serde.String)
+
+	perCustomer := orders.GroupByKey(serde.String, serde.Int64).
+		Reduce(func(sum, amount int64) int64 { return sum + amount }, "revenue-per-customer")
+	withRegion := topology.JoinTables(perCustomer, customers, func(revenue int64, customer string) regional {
+		_, region, _ := strings.Cut(customer, ",")
+		return regional{Region: region, Revenue: revenue}
+	}, "customer-revenue", serde.JSON[regional](), topology.Named("customer-revenue"))
+	topology.GroupTableBy(withRegion, func(_ string, r regional) (string, int64) { return r.Region, r.Revenue },
+		"by-region", serde.String, serde.Int64).
+		Reduce(func(sum, r int64) int64 { return sum + r }, func(sum, r int64) int64 { return sum - r }, "revenue-per-region").
+		ToStream().To("revenue-per-region", serde.String, serde.Int64)
+
+	topo, err := b.Build()
+	if err != nil {
+		panic(err)
+	}
+	d, _ := topologytest.New(topo, topologytest.Config{})
+	defer d.Close()
+	cust := topologytest.NewInputTopic(d, "customers", serde.String, serde.String)
+	ord := topologytest.NewInputTopic(d, "orders", serde.String, serde.Int64)
+	_ = cust.Pipe("c1", "Ann,north")
+	_ = cust.Pipe("c2", "Bob,south")
+	_ = ord.Pipe("c1", 100)
+	_ = ord.Pipe("c2", 50)
+	_ = ord.Pipe("c1", 30)
+	_ = cust.Pipe("c1", "Ann,south") // Ann moves: her 130 leave north for south
+	_ = ord.Pipe("c3", 20)           // no such customer: not enriched, in no region
+
+	enriched, _ := topologytest.NewOutputTopic(d, "orders-enriched", serde.String, serde.String).ReadKeyValues()
+	for _, kv := range enriched {
+		fmt.Println(kv.Key, kv.Value)
+	}
+	revenue, _ := topologytest.NewOutputTopic(d, "revenue-per-region", serde.String, serde.Int64).ReadKeyValues()
+	for _, kv := range revenue {
+		fmt.Println(kv.Key, kv.Value)
+	}
+	// Output:
+	// c1 Ann (north) ordered 100
+	// c2 Bob (south) ordered 50
+	// c1 Ann (north) ordered 30
+	// north 100
+	// south 50
+	// north 130
+	// north 0
+	// south 180
+}

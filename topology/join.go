@@ -67,12 +67,12 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 			b.errorf("%s: JoinValueSerde is %T, want a non-nil serde.Serde[%T]", n.label(), o.valueSerde, zero[V]())
 		default:
 			topic := TopicRef{Name: n.name + "-repartition", Internal: true}
-			sink := addSink(b, s.n, topic, t.keySerde, vs, options{name: topic.Name + "-sink"})
+			sink := addSink(b, s.n, topic, t.keySerde, vs, options{name: topic.Name + "-sink", derived: true})
 			sink.partitions = o.partitions
 			if o.partitions < 0 {
 				b.errorf("%s: partition count %d is negative", sink.label(), o.partitions)
 			}
-			in = addSource(b, topic, t.keySerde, vs, options{name: topic.Name + "-source"})
+			in = addSource(b, topic, t.keySerde, vs, options{name: topic.Name + "-source", derived: true})
 		}
 	}
 	in.children = append(in.children, n)

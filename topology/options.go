@@ -7,7 +7,10 @@ import "time"
 type Option func(*options)
 
 type options struct {
-	name       string
+	name string
+	// derived marks a name made from one already checked (a repartition
+	// topic's sink and source), so that a bad name is reported once.
+	derived    bool
 	partitions int32
 	inMemory   bool
 	unlogged   bool

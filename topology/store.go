@@ -77,6 +77,15 @@ func (s *KeyValueStore[K, V]) getEncoded(kb []byte) (V, bool, error) {
 	return v, true, nil
 }
 
+// prior returns the value stored under kb as a table update's old value.
+func (s *KeyValueStore[K, V]) prior(kb []byte) (*prior, error) {
+	v, found, err := s.getEncoded(kb)
+	if err != nil {
+		return nil, err
+	}
+	return &prior{value: v, null: !found}, nil
+}
+
 func (s *KeyValueStore[K, V]) decodeValue(vb []byte) (V, error) {
 	v, err := s.valueSerde.Decode(vb)
 	if err != nil {

@@ -90,19 +90,32 @@ func (s KStream[K, V]) Peek(fn func(K, V), opts ...Option) KStream[K, V] {
 // interleaved in the order they are processed. Merged streams end up in
 // the same sub-topology, so their source topics must be co-partitioned.
 func (s KStream[K, V]) Merge(others ...KStream[K, V]) KStream[K, V] {
+	return merge(s, others, options{})
+}
+
+// Merge is KStream.Merge of the first of streams with the others, taking
+// options: Named names the merge node. streams must not be empty.
+func Merge[K, V any](streams []KStream[K, V], opts ...Option) KStream[K, V] {
+	if len(streams) == 0 {
+		panic("topology: Merge of no streams")
+	}
+	return merge(streams[0], streams[1:], collect(opts))
+}
+
+func merge[K, V any](s KStream[K, V], others []KStream[K, V], o options) KStream[K, V] {
 	b := s.builder()
 	parents := []*node{s.n}
 	changed := s.keyChanged
 	foreign := false
-	for _, o := range others {
-		if o.b != b {
+	for _, other := range others {
+		if other.b != b {
 			foreign = true
 			continue
 		}
-		parents = append(parents, o.n)
-		changed = changed || o.keyChanged
+		parents = append(parents, other.n)
+		changed = changed || other.keyChanged
 	}
-	n := b.addStateless("merge", options{}, func(c *nodeInstance, r record) error {
+	n := b.addStateless("merge", o, func(c *nodeInstance, r record) error {
 		return c.forward(r)
 	}, parents...)
 	if foreign {

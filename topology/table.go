@@ -59,6 +59,9 @@ func GroupBy[K, V, K2 any](s KStream[K, V], selector func(K, V) K2, name string,
 	b := s.builder()
 	o := collect(opts)
 	sel := selectKey(s, "groupby", selector, o)
+	if name != "" {
+		b.checkName("GroupBy", name)
+	}
 	if keySerde == nil || valueSerde == nil {
 		b.errorf("GroupBy %q after %s: key and value serdes must not be nil", name, s.n.label())
 	}
@@ -80,12 +83,12 @@ func (g *grouping[K, V]) input(store string) *node {
 			name = store
 		}
 		topic := TopicRef{Name: name + "-repartition", Internal: true}
-		sink := addSink(g.b, g.parent, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-sink"})
+		sink := addSink(g.b, g.parent, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-sink", derived: true})
 		sink.partitions = g.partitions
 		if g.partitions < 0 {
 			g.b.errorf("%s: partition count %d is negative", sink.label(), g.partitions)
 		}
-		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source"})
+		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source", derived: true})
 	}
 	return g.source
 }
@@ -157,6 +160,7 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step, srcKey: srcKey}
 	}, in)
 	n.stores = []string{store}
+	n.olds = ownOldValues
 	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -189,6 +193,8 @@ type aggProc[K, V, A any] struct {
 	key          K
 	value        V
 	next         A
+	prev         A
+	prevFound    bool
 	decodeCopies bool
 	encodeFresh  bool
 }
@@ -239,6 +245,7 @@ func (p *aggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
 		}
 	}
 	p.next = p.step(p.key, p.value, cur, found)
+	p.prev, p.prevFound = cur, found
 	vb, err := p.kv.encodeValue(p.next)
 	if err != nil {
 		return nil, err
@@ -263,11 +270,15 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			return err
 		}
 	}
-	var next A
+	var (
+		next, prev A
+		prevFound  bool
+	)
 	if p.up != nil {
 		p.key, p.value = k, as[V](r.value)
 		err := p.up.Update(kb, p.updateFn)
-		next, p.key, p.value, p.next = p.next, zero[K](), zero[V](), zero[A]()
+		next, prev, prevFound = p.next, p.prev, p.prevFound
+		p.key, p.value, p.next, p.prev = zero[K](), zero[V](), zero[A](), zero[A]()
 		if err != nil {
 			return err
 		}
@@ -276,12 +287,16 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if err != nil {
 			return err
 		}
-		next = p.step(k, as[V](r.value), cur, found)
+		next, prev, prevFound = p.step(k, as[V](r.value), cur, found), cur, found
 		if err := p.kv.putEncoded(kb, next); err != nil {
 			return err
 		}
 	}
-	return p.updates.emit(c, kb, record{key: r.key, value: next, ts: r.ts, headers: r.headers})
+	out := record{key: r.key, value: next, ts: r.ts, headers: r.headers}
+	if c.node.sendOld {
+		out.old = &prior{value: prev, null: !prevFound}
+	}
+	return p.updates.emit(c, kb, out)
 }
 
 func (p *aggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
@@ -311,15 +326,20 @@ type KTable[K, V any] struct {
 // unless InMemory or WithoutLogging is given) using keySerde and valueSerde
 // for both the topic and the store. A record with a null value deletes its
 // key and is forwarded downstream as a null (a tombstone); a record with a
-// null key is dropped. Named names the table's processor node;
-// WithTimestampExtractor applies to the source.
+// null key is dropped. Named names the table's processor node, and its
+// source "<name>-source"; WithTimestampExtractor applies to the source.
 func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSerde serde.Serde[V], store string, opts ...Option) KTable[K, V] {
 	o := collect(opts)
-	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, options{extractor: o.extractor})
+	srcOpts := options{extractor: o.extractor}
+	if o.name != "" {
+		srcOpts.name, srcOpts.derived = o.name+"-source", true
+	}
+	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, srcOpts)
 	n := b.addProcessor("table", o, func() procImpl {
 		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde}
 	}, src)
 	n.stores = []string{store}
+	n.olds = ownOldValues
 	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
 	return KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde}
 }
@@ -350,7 +370,19 @@ func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
 		kb  []byte
 		err error
 	)
-	if r.valueNull {
+	if c.node.sendOld {
+		if kb, err = p.kv.encodeKey(k); err != nil {
+			return err
+		}
+		if r.old, err = p.kv.prior(kb); err != nil {
+			return err
+		}
+		if r.valueNull {
+			err = p.kv.rw.Delete(kb)
+		} else {
+			err = p.kv.putEncoded(kb, as[V](r.value))
+		}
+	} else if r.valueNull {
 		kb, err = p.kv.delete(k)
 	} else {
 		kb, err = p.kv.put(k, as[V](r.value))

@@ -96,6 +96,7 @@ func (t KTable[K, V]) builder() *Builder {
 func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, bool), vs serde.Serde[V2], o options) KTable[K, V2] {
 	b := t.builder()
 	n := b.addNode(kindProcessor, op, o, t.n)
+	n.olds = parentOldValues
 	b.checkFunc(n, fn == nil, "function")
 	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs}
 	if o.store != "" {
@@ -158,6 +159,16 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 	if !r.valueNull {
 		if v, ok := p.fn(k, as[V](r.value)); ok {
 			out.value, out.valueNull = v, false
+		}
+	}
+	if c.node.sendOld && r.old != nil {
+		// The parent sends old values too (requireOldValues): this
+		// table's old value is the operator applied to the parent's.
+		out.old = &prior{value: zero[V2](), null: true}
+		if !r.old.null {
+			if v, ok := p.fn(k, as[V](r.old.value)); ok {
+				out.old.value, out.old.null = v, false
+			}
 		}
 	}
 	if p.kv == nil {

@@ -41,6 +41,11 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 		u.pending = make([]record, 0, u.last)
 	}
 	if i, ok := u.index[string(key)]; ok {
+		// Collapsed updates go out as one, from the value before the
+		// first to the latest.
+		if r.old != nil {
+			r.old = u.pending[i].old
+		}
 		u.pending[i] = r
 		return nil
 	}

@@ -1,0 +1,450 @@
+package topology
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// JoinWindows bound the times of the records a windowed stream-stream
+// join pairs: a left record at t joins the right records of its key with
+// times in [t-before, t+after] (a right record at t, the left records in
+// [t-after, t+before]). Grace is how far behind stream time a record may
+// still arrive.
+type JoinWindows struct {
+	before, after, grace int64 // milliseconds
+}
+
+// JoinTimeDifference returns windows pairing records at most d apart
+// either way, with no grace.
+func JoinTimeDifference(d time.Duration) JoinWindows {
+	if d < 0 {
+		panic("topology: JoinTimeDifference needs a non-negative difference")
+	}
+	return JoinWindows{before: d.Milliseconds(), after: d.Milliseconds()}
+}
+
+// Before returns w pairing a left record with right records up to d
+// before it.
+func (w JoinWindows) Before(d time.Duration) JoinWindows {
+	if d < 0 {
+		panic("topology: JoinWindows.Before needs a non-negative duration")
+	}
+	w.before = d.Milliseconds()
+	return w
+}
+
+// After returns w pairing a left record with right records up to d after
+// it.
+func (w JoinWindows) After(d time.Duration) JoinWindows {
+	if d < 0 {
+		panic("topology: JoinWindows.After needs a non-negative duration")
+	}
+	w.after = d.Milliseconds()
+	return w
+}
+
+// Grace returns w accepting records up to g behind the window they need:
+// a left record at t is late, dropped and counted, once stream time is
+// past t+after+g (a right record at t, past t+before+g).
+func (w JoinWindows) Grace(g time.Duration) JoinWindows {
+	if g < 0 {
+		panic("topology: JoinWindows.Grace needs a non-negative duration")
+	}
+	w.grace = g.Milliseconds()
+	return w
+}
+
+// span is before + after + grace: how far behind stream time a record can
+// still meet an accepted partner, and so how long records are kept.
+func (w JoinWindows) span() int64 { return addSat(addSat(w.before, w.after), w.grace) }
+
+// JoinStreams joins the streams l and r on their keys within windows w:
+// every pair of a left and a right record of one key whose times w pairs
+// gives joiner(lv, rv), keyed by the key and stamped with the later of
+// the two times, emitted when the second of the pair arrives. Records are
+// kept in the window stores "<store>-left" and "<store>-right"
+// (persistent and logged unless InMemory or WithoutLogging is given),
+// encoded with keySerde, leftSerde and rightSerde, for before+after+grace.
+// Records with a null key or value are dropped and counted as join drops;
+// late records (see JoinWindows.Grace) as late drops.
+//
+// l and r must be co-partitioned. A side whose key an operator may have
+// changed (Map, SelectKey, FlatMap, Process) is first written through the
+// repartition topic "<app>-<name>-left-repartition" (or "-right-"),
+// encoded with the serdes given here; NumPartitions sets its partition
+// count (default: that of the other side's topic). Named names the join
+// node, and so these topics; the nodes taking each side's records are
+// "<name>-left" and "<name>-right".
+func JoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner func(lv V, rv V2) VR, w JoinWindows, store string, keySerde serde.Serde[K], leftSerde serde.Serde[V], rightSerde serde.Serde[V2], opts ...Option) KStream[K, VR] {
+	var fn func(V, bool, V2, bool) VR
+	if joiner != nil {
+		fn = func(lv V, _ bool, rv V2, _ bool) VR { return joiner(lv, rv) }
+	}
+	return joinStreams(l, r, "stream-join", false, false, fn, w, store, keySerde, leftSerde, rightSerde, collect(opts))
+}
+
+// LeftJoinStreams is JoinStreams that also emits each left record no
+// right record joined, as joiner(lv, zero, false), once no right record
+// that could join it can be accepted any more: when stream time passes
+// t+before+after+grace. Such records wait in the store "<store>-outer".
+func LeftJoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner func(lv V, rv V2, found bool) VR, w JoinWindows, store string, keySerde serde.Serde[K], leftSerde serde.Serde[V], rightSerde serde.Serde[V2], opts ...Option) KStream[K, VR] {
+	var fn func(V, bool, V2, bool) VR
+	if joiner != nil {
+		fn = func(lv V, _ bool, rv V2, rok bool) VR { return joiner(lv, rv, rok) }
+	}
+	return joinStreams(l, r, "stream-leftjoin", true, false, fn, w, store, keySerde, leftSerde, rightSerde, collect(opts))
+}
+
+// OuterJoinStreams is LeftJoinStreams that also emits the right records
+// nothing joined, as joiner(zero, false, rv, true).
+func OuterJoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner func(lv V, lfound bool, rv V2, rfound bool) VR, w JoinWindows, store string, keySerde serde.Serde[K], leftSerde serde.Serde[V], rightSerde serde.Serde[V2], opts ...Option) KStream[K, VR] {
+	return joinStreams(l, r, "stream-outerjoin", true, true, joiner, w, store, keySerde, leftSerde, rightSerde, collect(opts))
+}
+
+// joinSide tags a record with the side of the join it came from.
+type joinSide struct {
+	right bool
+	value any
+}
+
+func joinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], op string, leftOuter, rightOuter bool, fn func(V, bool, V2, bool) VR, w JoinWindows, store string, ks serde.Serde[K], lvs serde.Serde[V], rvs serde.Serde[V2], o options) KStream[K, VR] {
+	b := l.builder()
+	r.builder()
+	n := b.addNode(kindProcessor, op, o)
+	out := KStream[K, VR]{b: b, n: n}
+	if r.b != b {
+		b.errorf("%s joins a stream from another Builder", n.label())
+		return out
+	}
+	b.checkFunc(n, fn == nil, "joiner")
+	if ks == nil || lvs == nil || rvs == nil {
+		b.errorf("%s: key and value serdes must not be nil", n.label())
+	}
+	// A side an operator may have re-keyed goes through a repartition
+	// topic of its own first, so that each key meets its partners in one
+	// task.
+	if l.keyChanged && ks != nil && lvs != nil {
+		l = l.Repartition(ks, lvs, Named(n.name+"-left"), NumPartitions(o.partitions))
+	}
+	if r.keyChanged && ks != nil && rvs != nil {
+		r = r.Repartition(ks, rvs, Named(n.name+"-right"), NumPartitions(o.partitions))
+	}
+	for i, parent := range []*node{l.n, r.n} {
+		right := i == 1
+		suffix := "-left"
+		if right {
+			suffix = "-right"
+		}
+		tag := b.addStateless("", options{name: n.name + suffix, derived: true}, func(c *nodeInstance, rec record) error {
+			rec.value = joinSide{right: right, value: rec.value}
+			return c.forward(rec)
+		}, parent)
+		tag.children = append(tag.children, n)
+		n.parents = append(n.parents, tag)
+	}
+	retention := addSat(w.span(), 1)
+	infos := []StoreInfo{
+		{Name: store + "-left", Persistent: !o.inMemory, Logged: !o.unlogged, Kind: graph.Window, Retention: retention},
+		{Name: store + "-right", Persistent: !o.inMemory, Logged: !o.unlogged, Kind: graph.Window, Retention: retention},
+	}
+	outer := leftOuter || rightOuter
+	if outer {
+		infos = append(infos, StoreInfo{Name: store + "-outer", Persistent: !o.inMemory, Logged: !o.unlogged})
+	}
+	for _, info := range infos {
+		n.stores = append(n.stores, info.Name)
+		b.declareStore(info, n.label())
+	}
+	wopts := infos[0].WindowOptions()
+	n.newProc = func() (procImpl, error) {
+		return &streamJoinProc[K, V, V2, VR]{
+			store: store, w: w, wopts: wopts, outer: outer, leftOuter: leftOuter, rightOuter: rightOuter,
+			ks: ks, lvs: lvs, rvs: rvs, join: fn,
+		}, nil
+	}
+	return out
+}
+
+type streamJoinProc[K, V, V2, VR any] struct {
+	store                        string
+	w                            JoinWindows
+	wopts                        statestore.WindowOptions
+	outer, leftOuter, rightOuter bool
+	ks                           serde.Serde[K]
+	lvs                          serde.Serde[V]
+	rvs                          serde.Serde[V2]
+	join                         func(V, bool, V2, bool) VR
+
+	left, right *statestore.WindowStore
+	unmatched   statestore.ReadWriter // nil for an inner join
+	// streamTime is the largest record time the join has seen, in
+	// milliseconds; started is false until it was read from the stores.
+	streamTime int64
+	started    bool
+	log        lateLog
+}
+
+func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
+	for _, s := range []struct {
+		name string
+		ws   **statestore.WindowStore
+	}{{p.store + "-left", &p.left}, {p.store + "-right", &p.right}} {
+		rw, err := c.store(s.name)
+		if err != nil {
+			return err
+		}
+		if *s.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
+			return err
+		}
+	}
+	if p.outer {
+		var err error
+		if p.unmatched, err = c.store(p.store + "-outer"); err != nil {
+			return err
+		}
+	}
+	p.log.node = c.node.name
+	return nil
+}
+
+// start sets stream time from the restored stores: the latest time either
+// window store holds is a lower bound of it.
+func (p *streamJoinProc[K, V, V2, VR]) start() error {
+	p.started = true
+	lt, err := p.left.ObservedTime()
+	if err != nil {
+		return err
+	}
+	rt, err := p.right.ObservedTime()
+	if err != nil {
+		return err
+	}
+	p.streamTime = max(lt, rt)
+	return nil
+}
+
+func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error {
+	side := as[joinSide](r.value)
+	if r.keyNull || r.valueNull {
+		c.task.droppedJoin++
+		return nil
+	}
+	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
+		return errNoTimestamp
+	}
+	if !p.started {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	t := r.ts.UnixMilli()
+	p.streamTime = max(p.streamTime, t)
+	// A record's own window closes after the side's reach forward.
+	reach, back := p.w.after, p.w.before
+	own, other := p.left, p.right
+	if side.right {
+		reach, back = p.w.before, p.w.after
+		own, other = p.right, p.left
+	}
+	if addSat(addSat(t, reach), p.w.grace) < p.streamTime {
+		c.task.droppedLate++
+		p.log.dropped(c.task, t, p.streamTime)
+		return nil
+	}
+	kb, err := p.ks.Encode(as[K](r.key))
+	if err != nil {
+		return fmt.Errorf("encode key for store %q: %w", p.store, err)
+	}
+	vb, err := p.encodeSide(side)
+	if err != nil {
+		return err
+	}
+	// Keep the record with the others of its key and time.
+	prev, _, err := own.Get(kb, t)
+	if err != nil {
+		return err
+	}
+	if err := own.Put(kb, t, appendValue(bytes.Clone(prev), vb)); err != nil {
+		return err
+	}
+
+	it, err := other.Fetch(kb, max(0, t-back), addSat(t, reach))
+	if err != nil {
+		return err
+	}
+	type match struct {
+		ts     int64
+		values [][]byte
+	}
+	var matches []match
+	for it.Next() {
+		vals, err := splitValues(bytes.Clone(it.Value()))
+		if err != nil {
+			it.Close()
+			return err
+		}
+		matches = append(matches, match{ts: it.Start(), values: vals})
+	}
+	err = it.Err()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	for _, m := range matches {
+		if p.outer {
+			// The partners are joined now: they are no longer unmatched.
+			if err := p.unmatched.Delete(outerKey(m.ts, !side.right, kb)); err != nil {
+				return err
+			}
+		}
+		for _, ob := range m.values {
+			var lv V
+			var rv V2
+			if side.right {
+				if lv, err = p.lvs.Decode(ob); err != nil {
+					return err
+				}
+				rv = as[V2](side.value)
+			} else {
+				lv = as[V](side.value)
+				if rv, err = p.rvs.Decode(ob); err != nil {
+					return err
+				}
+			}
+			out := record{key: r.key, value: p.join(lv, true, rv, true), ts: time.UnixMilli(max(t, m.ts)), headers: r.headers}
+			if err := c.forward(out); err != nil {
+				return err
+			}
+		}
+	}
+	if len(matches) == 0 && (side.right && p.rightOuter || !side.right && p.leftOuter) {
+		key := outerKey(t, side.right, kb)
+		prev, _, err := p.unmatched.Get(key)
+		if err != nil {
+			return err
+		}
+		if err := p.unmatched.Put(key, appendValue(bytes.Clone(prev), vb)); err != nil {
+			return err
+		}
+	}
+	return p.emitUnmatched(c)
+}
+
+func (p *streamJoinProc[K, V, V2, VR]) encodeSide(side joinSide) ([]byte, error) {
+	if side.right {
+		return p.rvs.Encode(as[V2](side.value))
+	}
+	return p.lvs.Encode(as[V](side.value))
+}
+
+// emitUnmatched emits, in time order, the unmatched records no partner can
+// reach any more: those more than before+after+grace behind stream time.
+func (p *streamJoinProc[K, V, V2, VR]) emitUnmatched(c *nodeInstance) error {
+	if !p.outer {
+		return nil
+	}
+	limit := p.streamTime - p.w.span()
+	if limit <= 0 {
+		return nil
+	}
+	it, err := p.unmatched.Range(nil, binary.BigEndian.AppendUint64(nil, uint64(limit)))
+	if err != nil {
+		return err
+	}
+	type entry struct{ key, value []byte }
+	var due []entry
+	for it.Next() {
+		due = append(due, entry{bytes.Clone(it.Key()), bytes.Clone(it.Value())})
+	}
+	err = it.Err()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range due {
+		if err := p.unmatched.Delete(e.key); err != nil {
+			return err
+		}
+		if len(e.key) < 9 {
+			return errBadOuterKey
+		}
+		ts, right := int64(binary.BigEndian.Uint64(e.key)), e.key[8] == 1
+		k, err := p.ks.Decode(e.key[9:])
+		if err != nil {
+			return err
+		}
+		vals, err := splitValues(e.value)
+		if err != nil {
+			return err
+		}
+		for _, vb := range vals {
+			var out VR
+			if right {
+				rv, err := p.rvs.Decode(vb)
+				if err != nil {
+					return err
+				}
+				out = p.join(zero[V](), false, rv, true)
+			} else {
+				lv, err := p.lvs.Decode(vb)
+				if err != nil {
+					return err
+				}
+				out = p.join(lv, true, zero[V2](), false)
+			}
+			if err := c.forward(record{key: k, value: out, ts: time.UnixMilli(ts)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *streamJoinProc[K, V, V2, VR]) close() error { return nil }
+
+var errBadOuterKey = errors.New("topology: malformed stream-join store entry")
+
+// outerKey is an unmatched record's key in the outer store: its time
+// (big-endian, so that keys sort by time), its side, the record key.
+func outerKey(ts int64, right bool, kb []byte) []byte {
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 9+len(kb)), uint64(ts))
+	side := byte(0)
+	if right {
+		side = 1
+	}
+	return append(append(out, side), kb...)
+}
+
+// appendValue adds one encoded value to a list of them: its length as a
+// uvarint, then its bytes.
+func appendValue(list, v []byte) []byte {
+	list = binary.AppendUvarint(list, uint64(len(v)))
+	return append(list, v...)
+}
+
+// splitValues returns the values of a list appendValue made, in the order
+// they were added.
+func splitValues(list []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(list) > 0 {
+		n, w := binary.Uvarint(list)
+		if w <= 0 || n > uint64(len(list)-w) || n > math.MaxInt32 {
+			return nil, errBadOuterKey
+		}
+		out = append(out, list[w:w+int(n)])
+		list = list[w+int(n):]
+	}
+	return out, nil
+}
