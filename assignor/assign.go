@@ -790,10 +790,148 @@ func (r *run) respread(lo, hi []int) {
 				improved = true
 			}
 		}
-		if !improved {
+		if !improved && !r.exchange(lo, hi) {
 			return
 		}
 	}
+}
+
+// swap is one standby of a task moving from one client to another.
+type swap struct{ from, to int }
+
+// exchangeBudget bounds the candidate re-placements one Assign call
+// evaluates in exchange, which keeps large groups with several tag keys
+// fast at the price of possibly stopping short of the even spread.
+const exchangeBudget = 2_000_000
+
+// exchange looks for two re-placements of two tasks' standbys that together
+// bring clients closer to their limits where neither does alone: with keys
+// that pin each other, a task can only trade a pair of standbys for another
+// pair, and the trade that unloads a full client may load a client that
+// only a second task's trade can unload (clients holding 3, 3, 1 and 1
+// replicas where 2 each are possible). A first re-placement that changes
+// nothing or worsens the spread is kept only with a second one that more
+// than makes up for it, so every accepted exchange strictly lowers the total
+// distance from the limits. It reports whether it found one.
+func (r *run) exchange(lo, hi []int) bool {
+	delta := func(moves []swap) int {
+		d := 0
+		for _, m := range moves {
+			n := r.replicas[m.from]
+			d += max(0, n-1-hi[m.from]) + max(0, lo[m.from]-n+1) - max(0, n-hi[m.from]) - max(0, lo[m.from]-n)
+			n = r.replicas[m.to]
+			d += max(0, n+1-hi[m.to]) + max(0, lo[m.to]-n-1) - max(0, n-hi[m.to]) - max(0, lo[m.to]-n)
+		}
+		return d
+	}
+	apply := func(i int, moves []swap) {
+		for _, m := range moves {
+			r.moveStandby(i, m.from, m.to)
+		}
+	}
+	undo := func(i int, moves []swap) {
+		for _, m := range slices.Backward(moves) {
+			r.moveStandby(i, m.to, m.from)
+		}
+	}
+	budget := exchangeBudget
+	low := false
+	for c := range r.ids {
+		low = low || r.replicas[c] < lo[c]
+	}
+	for i := range r.sf {
+		touches := false
+		for _, c := range r.holders[i][1:] {
+			touches = touches || r.replicas[c] > hi[c] || (low && r.replicas[c] > lo[c])
+		}
+		if !touches {
+			continue
+		}
+		for _, first := range r.alternatives(i, &budget) {
+			d1 := delta(first)
+			if d1 < 0 {
+				apply(i, first)
+				return true
+			}
+			apply(i, first)
+			seen := map[int]bool{i: true}
+			for _, m := range first {
+				for _, j := range slices.Clone(r.standbys[m.to]) {
+					if seen[j] {
+						continue
+					}
+					seen[j] = true
+					for _, second := range r.alternatives(j, &budget) {
+						if d1+delta(second) < 0 {
+							apply(j, second)
+							return true
+						}
+					}
+				}
+			}
+			undo(i, first)
+			if budget <= 0 {
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// alternatives lists the standby sets task i could hold instead of its
+// current one that differ in one or two clients and keep every tag key's
+// spread, as the moves that reach them. Each candidate costs budget.
+func (r *run) alternatives(i int, budget *int) [][]swap {
+	if *budget <= 0 {
+		return nil
+	}
+	spread := r.spreadOf(r.holders[i])
+	stand := r.holders[i][1:]
+	var outside []int
+	for c := range r.ids {
+		if !slices.Contains(r.holders[i], c) {
+			outside = append(outside, c)
+		}
+	}
+	set := slices.Clone(r.holders[i])
+	keeps := func() bool {
+		*budget--
+		for j, n := range r.spreadOf(set) {
+			if n < spread[j] {
+				return false
+			}
+		}
+		return true
+	}
+	var out [][]swap
+	for a, x := range stand {
+		for _, y := range outside {
+			set[1+a] = y
+			if keeps() {
+				out = append(out, []swap{{x, y}})
+			}
+		}
+		set[1+a] = x
+	}
+	for a := range stand {
+		for b := a + 1; b < len(stand); b++ {
+			for p, y1 := range outside {
+				for _, y2 := range outside[p+1:] {
+					for _, ys := range [2][2]int{{y1, y2}, {y2, y1}} {
+						if *budget <= 0 {
+							return out
+						}
+						set[1+a], set[1+b] = ys[0], ys[1]
+						if keeps() {
+							out = append(out, []swap{{stand[a], ys[0]}, {stand[b], ys[1]}})
+						}
+					}
+				}
+			}
+			set[1+a], set[1+b] = stand[a], stand[b]
+		}
+	}
+	return out
 }
 
 // replaceStandbys places task i's standbys again and keeps the new set only
