@@ -771,6 +771,7 @@ func (r *run) assignStandbys() {
 // total distance of clients from their limits, so the loop ends.
 func (r *run) respread(lo, hi []int) {
 	off := func(c int) int { return max(0, r.replicas[c]-hi[c]) + max(0, lo[c]-r.replicas[c]) }
+	budget := exchangeBudget
 	for {
 		total, low := 0, false
 		for c := range r.ids {
@@ -790,7 +791,7 @@ func (r *run) respread(lo, hi []int) {
 				improved = true
 			}
 		}
-		if !improved && !r.exchange(lo, hi) {
+		if !improved && !r.exchange(lo, hi, &budget) {
 			return
 		}
 	}
@@ -800,20 +801,21 @@ func (r *run) respread(lo, hi []int) {
 type swap struct{ from, to int }
 
 // exchangeBudget bounds the candidate re-placements one Assign call
-// evaluates in exchange, which keeps large groups with several tag keys
+// evaluates in all its exchanges, which keeps large groups with several tag keys
 // fast at the price of possibly stopping short of the even spread.
-const exchangeBudget = 2_000_000
+const exchangeBudget = 100_000
 
 // exchange looks for two re-placements of two tasks' standbys that together
 // bring clients closer to their limits where neither does alone: with keys
 // that pin each other, a task can only trade a pair of standbys for another
 // pair, and the trade that unloads a full client may load a client that
 // only a second task's trade can unload (clients holding 3, 3, 1 and 1
-// replicas where 2 each are possible). A first re-placement that changes
-// nothing or worsens the spread is kept only with a second one that more
-// than makes up for it, so every accepted exchange strictly lowers the total
-// distance from the limits. It reports whether it found one.
-func (r *run) exchange(lo, hi []int) bool {
+// replicas where 2 each are possible). A first re-placement that leaves
+// the distance from the limits unchanged is kept only with a second one
+// that lowers it, so every accepted exchange strictly lowers the total
+// distance from the limits; the second re-placement gives up a client the
+// first loaded. It reports whether it found one.
+func (r *run) exchange(lo, hi []int, budget *int) bool {
 	delta := func(moves []swap) int {
 		d := 0
 		for _, m := range moves {
@@ -834,7 +836,6 @@ func (r *run) exchange(lo, hi []int) bool {
 			r.moveStandby(i, m.to, m.from)
 		}
 	}
-	budget := exchangeBudget
 	low := false
 	for c := range r.ids {
 		low = low || r.replicas[c] < lo[c]
@@ -847,21 +848,24 @@ func (r *run) exchange(lo, hi []int) bool {
 		if !touches {
 			continue
 		}
-		for _, first := range r.alternatives(i, &budget) {
+		for _, first := range r.alternatives(i, -1, budget) {
 			d1 := delta(first)
 			if d1 < 0 {
 				apply(i, first)
 				return true
 			}
+			// A first re-placement that makes things worse rarely pays:
+			// only trades that keep the distance are followed up.
+			if d1 > 0 {
+				continue
+			}
 			apply(i, first)
-			seen := map[int]bool{i: true}
 			for _, m := range first {
 				for _, j := range slices.Clone(r.standbys[m.to]) {
-					if seen[j] {
+					if j == i {
 						continue
 					}
-					seen[j] = true
-					for _, second := range r.alternatives(j, &budget) {
+					for _, second := range r.alternatives(j, m.to, budget) {
 						if d1+delta(second) < 0 {
 							apply(j, second)
 							return true
@@ -870,7 +874,7 @@ func (r *run) exchange(lo, hi []int) bool {
 				}
 			}
 			undo(i, first)
-			if budget <= 0 {
+			if *budget <= 0 {
 				return false
 			}
 		}
@@ -880,12 +884,44 @@ func (r *run) exchange(lo, hi []int) bool {
 
 // alternatives lists the standby sets task i could hold instead of its
 // current one that differ in one or two clients and keep every tag key's
-// spread, as the moves that reach them. Each candidate costs budget.
-func (r *run) alternatives(i int, budget *int) [][]swap {
+// spread, as the moves that reach them. With from >= 0 only sets that give
+// up client from are listed. Each candidate costs budget.
+func (r *run) alternatives(i, from int, budget *int) [][]swap {
 	if *budget <= 0 {
 		return nil
 	}
-	spread := r.spreadOf(r.holders[i])
+	nk := len(r.cfg.RackAwareTags)
+	set := slices.Clone(r.holders[i])
+	// distinct counts the values of key j among set.
+	distinct := func(j int) int {
+		n := 0
+		for a, c := range set {
+			seen := false
+			for _, d := range set[:a] {
+				if r.tags[d][j] == r.tags[c][j] {
+					seen = true
+					break
+				}
+			}
+			if !seen {
+				n++
+			}
+		}
+		return n
+	}
+	spread := make([]int, nk)
+	for j := range spread {
+		spread[j] = distinct(j)
+	}
+	keeps := func() bool {
+		*budget--
+		for j := range nk {
+			if distinct(j) < spread[j] {
+				return false
+			}
+		}
+		return true
+	}
 	stand := r.holders[i][1:]
 	var outside []int
 	for c := range r.ids {
@@ -893,18 +929,11 @@ func (r *run) alternatives(i int, budget *int) [][]swap {
 			outside = append(outside, c)
 		}
 	}
-	set := slices.Clone(r.holders[i])
-	keeps := func() bool {
-		*budget--
-		for j, n := range r.spreadOf(set) {
-			if n < spread[j] {
-				return false
-			}
-		}
-		return true
-	}
 	var out [][]swap
 	for a, x := range stand {
+		if from >= 0 && x != from {
+			continue
+		}
 		for _, y := range outside {
 			set[1+a] = y
 			if keeps() {
@@ -915,6 +944,9 @@ func (r *run) alternatives(i int, budget *int) [][]swap {
 	}
 	for a := range stand {
 		for b := a + 1; b < len(stand); b++ {
+			if from >= 0 && stand[a] != from && stand[b] != from {
+				continue
+			}
 			for p, y1 := range outside {
 				for _, y2 := range outside[p+1:] {
 					for _, ys := range [2][2]int{{y1, y2}, {y2, y1}} {
