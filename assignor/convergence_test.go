@@ -521,9 +521,9 @@ func subTopologyExcessWhere(in Input, out Output, counts func(client string, sub
 }
 
 // moveLimit bounds how often one stateful task's active may change owner
-// while the group converges after one event (observed: once, from where it
-// runs to its target after a warmup), and statelessMoveLimit one stateless
-// task's. Stateless tasks balance the load as it is in each round, so a
+// while the group converges after one event (nearly always once, from where
+// it runs to its target after a warmup), and statelessMoveLimit one
+// stateless task's. Stateless tasks balance the load as it is in each round, so a
 // client that joins takes stateless tasks at once and hands some on as its
 // stateful actives arrive: those move twice, and as other clients' stateful
 // counts shift by one while the target settles, a few move a third time
