@@ -811,8 +811,8 @@ const exchangeBudget = 100_000
 // pair, and the trade that unloads a full client may load a client that
 // only a second task's trade can unload (clients holding 3, 3, 1 and 1
 // replicas where 2 each are possible). A first re-placement that leaves
-// the distance from the limits unchanged is kept only with a second one
-// that lowers it, so every accepted exchange strictly lowers the total
+// the distance from the limits unchanged, or raises it by up to two, is kept
+// only with a second one that more than makes up for it, so every accepted exchange strictly lowers the total
 // distance from the limits; the second re-placement gives up a client the
 // first loaded. It reports whether it found one.
 func (r *run) exchange(lo, hi []int, budget *int) bool {
@@ -854,9 +854,9 @@ func (r *run) exchange(lo, hi []int, budget *int) bool {
 				apply(i, first)
 				return true
 			}
-			// A first re-placement that makes things worse rarely pays:
-			// only trades that keep the distance are followed up.
-			if d1 > 0 {
+			// A first re-placement that makes things much worse rarely
+			// pays, and following each up costs budget.
+			if d1 > 2 {
 				continue
 			}
 			apply(i, first)

@@ -156,23 +156,37 @@ func TestRegressionStandbysOverTwoTagKeys(t *testing.T) {
 	}
 }
 
-// In random small clusters over two tag keys, a new group's replicas are
-// within the capacity limits of bounds whenever an exhaustive search finds
-// a placement that is, keeping Assign's actives and each task's spread on
-// both keys.
+// In 400 small clusters over two tag keys (a fixed seed; half with random
+// tags, half zone × rack grids), a new group's replicas are within the
+// capacity limits of bounds whenever an exhaustive search finds a placement
+// that is, keeping Assign's actives and each task's spread on both keys.
+// Assign looks no further than two tasks' re-placements at once, so this
+// is not true of every cluster: in 3,000 clusters of this generator one
+// (trial 1947, nine clients, four tasks, one standby) needs longer chains.
 func TestStandbysOverTwoTagKeysReachEvenSpread(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 16))
 	for trial := range 400 {
-		nc := 3 + rng.IntN(6)
 		cfg := cfgWith(func(c *Config) { c.NumStandbys = 1 + rng.IntN(2); c.RackAwareTags = []string{"zone", "rack"} })
 		zones, racks := 2+rng.IntN(2), 2+rng.IntN(2)
 		clients := map[string]ClientState{}
-		for c := range nc {
-			clients[fmt.Sprintf("c%d", c)] = ClientState{Capacity: 1 + rng.IntN(2), Tags: map[string]string{
-				"zone": fmt.Sprint(rng.IntN(zones)), "rack": fmt.Sprint(rng.IntN(racks)),
-			}}
+		if trial%2 == 0 {
+			// Random tags.
+			for c := range 3 + rng.IntN(6) {
+				clients[fmt.Sprintf("c%d", c)] = ClientState{Capacity: 1 + rng.IntN(2), Tags: map[string]string{
+					"zone": fmt.Sprint(rng.IntN(zones)), "rack": fmt.Sprint(rng.IntN(racks)),
+				}}
+			}
+		} else {
+			// A zone × rack grid, where keys pin single moves most.
+			for z := range zones {
+				for r := range racks {
+					clients[fmt.Sprintf("c%d%d", z, r)] = ClientState{Capacity: 1 + rng.IntN(2), Tags: map[string]string{
+						"zone": fmt.Sprint(z), "rack": fmt.Sprint(r),
+					}}
+				}
+			}
 		}
-		in := Input{Tasks: taskMap(tasks(0, 1+rng.IntN(6)), nil), Clients: clients}
+		in := Input{Tasks: taskMap(tasks(0, 1+rng.IntN(8)), nil), Clients: clients}
 		out := Assign(cfg, in)
 		require.NoError(t, validate(cfg, in, out), "trial %d", trial)
 		if evenSpread(cfg, in, out) {
