@@ -771,6 +771,7 @@ func (r *run) assignStandbys() {
 // total distance of clients from their limits, so the loop ends.
 func (r *run) respread(lo, hi []int) {
 	off := func(c int) int { return max(0, r.replicas[c]-hi[c]) + max(0, lo[c]-r.replicas[c]) }
+	budget := exchangeBudget
 	for {
 		total, low := 0, false
 		for c := range r.ids {
@@ -790,10 +791,179 @@ func (r *run) respread(lo, hi []int) {
 				improved = true
 			}
 		}
-		if !improved {
+		if !improved && !r.exchange(lo, hi, &budget) {
 			return
 		}
 	}
+}
+
+// swap is one standby of a task moving from one client to another.
+type swap struct{ from, to int }
+
+// exchangeBudget bounds the candidate re-placements one Assign call
+// evaluates in all its exchanges, which keeps large groups with several tag keys
+// fast at the price of possibly stopping short of the even spread.
+const exchangeBudget = 100_000
+
+// exchange looks for two re-placements of two tasks' standbys that together
+// bring clients closer to their limits where neither does alone: with keys
+// that pin each other, a task can only trade a pair of standbys for another
+// pair, and the trade that unloads a full client may load a client that
+// only a second task's trade can unload (clients holding 3, 3, 1 and 1
+// replicas where 2 each are possible). A first re-placement that leaves
+// the distance from the limits unchanged, or raises it by up to two, is kept
+// only with a second one that more than makes up for it, so every accepted exchange strictly lowers the total
+// distance from the limits; the second re-placement gives up a client the
+// first loaded. It reports whether it found one.
+func (r *run) exchange(lo, hi []int, budget *int) bool {
+	delta := func(moves []swap) int {
+		d := 0
+		for _, m := range moves {
+			n := r.replicas[m.from]
+			d += max(0, n-1-hi[m.from]) + max(0, lo[m.from]-n+1) - max(0, n-hi[m.from]) - max(0, lo[m.from]-n)
+			n = r.replicas[m.to]
+			d += max(0, n+1-hi[m.to]) + max(0, lo[m.to]-n-1) - max(0, n-hi[m.to]) - max(0, lo[m.to]-n)
+		}
+		return d
+	}
+	apply := func(i int, moves []swap) {
+		for _, m := range moves {
+			r.moveStandby(i, m.from, m.to)
+		}
+	}
+	undo := func(i int, moves []swap) {
+		for _, m := range slices.Backward(moves) {
+			r.moveStandby(i, m.to, m.from)
+		}
+	}
+	low := false
+	for c := range r.ids {
+		low = low || r.replicas[c] < lo[c]
+	}
+	for i := range r.sf {
+		touches := false
+		for _, c := range r.holders[i][1:] {
+			touches = touches || r.replicas[c] > hi[c] || (low && r.replicas[c] > lo[c])
+		}
+		if !touches {
+			continue
+		}
+		for _, first := range r.alternatives(i, -1, budget) {
+			d1 := delta(first)
+			if d1 < 0 {
+				apply(i, first)
+				return true
+			}
+			// A first re-placement that makes things much worse rarely
+			// pays, and following each up costs budget.
+			if d1 > 2 {
+				continue
+			}
+			apply(i, first)
+			for _, m := range first {
+				for _, j := range slices.Clone(r.standbys[m.to]) {
+					if j == i {
+						continue
+					}
+					for _, second := range r.alternatives(j, m.to, budget) {
+						if d1+delta(second) < 0 {
+							apply(j, second)
+							return true
+						}
+					}
+				}
+			}
+			undo(i, first)
+			if *budget <= 0 {
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// alternatives lists the standby sets task i could hold instead of its
+// current one that differ in one or two clients and keep every tag key's
+// spread, as the moves that reach them. With from >= 0 only sets that give
+// up client from are listed. Each candidate costs budget.
+func (r *run) alternatives(i, from int, budget *int) [][]swap {
+	if *budget <= 0 {
+		return nil
+	}
+	nk := len(r.cfg.RackAwareTags)
+	set := slices.Clone(r.holders[i])
+	// distinct counts the values of key j among set.
+	distinct := func(j int) int {
+		n := 0
+		for a, c := range set {
+			seen := false
+			for _, d := range set[:a] {
+				if r.tags[d][j] == r.tags[c][j] {
+					seen = true
+					break
+				}
+			}
+			if !seen {
+				n++
+			}
+		}
+		return n
+	}
+	spread := make([]int, nk)
+	for j := range spread {
+		spread[j] = distinct(j)
+	}
+	keeps := func() bool {
+		*budget--
+		for j := range nk {
+			if distinct(j) < spread[j] {
+				return false
+			}
+		}
+		return true
+	}
+	stand := r.holders[i][1:]
+	var outside []int
+	for c := range r.ids {
+		if !slices.Contains(r.holders[i], c) {
+			outside = append(outside, c)
+		}
+	}
+	var out [][]swap
+	for a, x := range stand {
+		if from >= 0 && x != from {
+			continue
+		}
+		for _, y := range outside {
+			set[1+a] = y
+			if keeps() {
+				out = append(out, []swap{{x, y}})
+			}
+		}
+		set[1+a] = x
+	}
+	for a := range stand {
+		for b := a + 1; b < len(stand); b++ {
+			if from >= 0 && stand[a] != from && stand[b] != from {
+				continue
+			}
+			for p, y1 := range outside {
+				for _, y2 := range outside[p+1:] {
+					for _, ys := range [2][2]int{{y1, y2}, {y2, y1}} {
+						if *budget <= 0 {
+							return out
+						}
+						set[1+a], set[1+b] = ys[0], ys[1]
+						if keeps() {
+							out = append(out, []swap{{stand[a], ys[0]}, {stand[b], ys[1]}})
+						}
+					}
+				}
+			}
+			set[1+a], set[1+b] = stand[a], stand[b]
+		}
+	}
+	return out
 }
 
 // replaceStandbys places task i's standbys again and keeps the new set only

@@ -101,8 +101,14 @@ func TestBalancerWithKfake(t *testing.T) {
 				got := map[string]map[string][]int32{}
 				infos := map[string]AssignmentInfo{}
 				for name, s := range map[string]*state{"proc-1": s1, "proc-2": s2} {
+					// A copy: the callbacks change the map and its
+					// slices in place while this reads them.
 					s.mu.Lock()
-					got[name], infos[name] = s.assigned, s.info
+					cp := make(map[string][]int32, len(s.assigned))
+					for topic, ps := range s.assigned {
+						cp[topic] = slices.Clone(ps)
+					}
+					got[name], infos[name] = cp, s.info
 					s.mu.Unlock()
 				}
 				last = fmt.Sprintf("assigned %v, infos %v", got, infos)

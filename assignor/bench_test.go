@@ -57,6 +57,19 @@ func BenchmarkAssign(b *testing.B) {
 			run(fmt.Sprintf("100x1000x2/zones=%d/%s", zones, sc.name), cfg, sc.in)
 		}
 	}
+	// Two tag keys: three zones and, across them, ten racks.
+	cfg2 := DefaultConfig()
+	cfg2.NumStandbys = 2
+	cfg2.RackAwareTags = []string{"zone", "rack"}
+	two := benchInput(3)
+	for id, cs := range two.Clients {
+		var n int
+		fmt.Sscanf(id, "client-%d", &n)
+		cs.Tags["rack"] = fmt.Sprint(n % 10)
+		two.Clients[id] = cs
+	}
+	run("100x1000x2/zones=3,racks=10/new-group", cfg2, two)
+	run("100x1000x2/zones=3,racks=10/stable", cfg2, next(two, Assign(cfg2, two)))
 	// 1,000 clients and 10,000 tasks over three zones.
 	cfg := DefaultConfig()
 	cfg.NumStandbys = 2

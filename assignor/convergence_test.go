@@ -32,12 +32,14 @@ import (
 // MaxWarmups plus the sum of the shortfalls. Converged assignments must be
 // balanced per client by capacity (a level λ with λ·cap ≤ n ≤ λ·cap+1 for
 // every client), each sub-topology must be spread in the first round of a
-// new group, and no task's active may change owner more than moveLimit times while the
-// group converges after one event.
+// new group, and while the group converges after one event no stateful
+// task's active may change owner more than moveLimit times, no stateless
+// task more than statelessMoveLimit times.
 //
 // EDDY_ASSIGNOR_SEEDS sets the number of random clusters (default 300);
-// EDDY_ASSIGNOR_SIM_SEED replays one cluster. TestConvergence logs the
-// restoration figures.
+// EDDY_ASSIGNOR_SIM_SEED replays one cluster and logs every round's loads
+// and changes of owner. TestConvergence logs the restoration, movement and
+// sub-topology figures.
 func TestConvergence(t *testing.T) {
 	iterations := 300
 	if testing.Short() {
@@ -69,10 +71,12 @@ func TestConvergence(t *testing.T) {
 		}
 	}
 	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
-		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d; "+
+		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d (stateless %d); "+
 		"converged sub-topology excess max %d",
 		iterations, st.rounds, st.maxRestore, float64(st.restore)/float64(max(st.rounds, 1)),
-		st.maxScratch, float64(st.scratch)/float64(max(st.rounds, 1)), st.maxExtra, st.maxMoves, st.maxSubExcess)
+		st.maxScratch, float64(st.scratch)/float64(max(st.rounds, 1)), st.maxExtra, st.maxMoves, st.maxStatelessMoves, st.maxSubExcess)
+	t.Logf("sub-topology excess: new groups max %d; converged, where the client received a task of it max %d stateful, %d stateless", st.maxSubExcessNew, st.maxSubExcessMoved, st.maxSubExcessMovedSL)
+	t.Logf("stateless tasks that moved once, twice, three times or more in an event: %v; back where they started: %d", st.statelessMoved[1:], st.statelessBack)
 }
 
 // simStats accumulates figures over a simulation run.
@@ -80,7 +84,13 @@ type simStats struct {
 	rounds, restore, scratch int
 	maxRestore, maxScratch   int
 	maxExtra, maxMoves       int
+	maxStatelessMoves        int
+	statelessMoved           [4]int // stateless tasks per event by owner changes (3 for 3 or more)
+	statelessBack            int    // of those that moved, how many ended where they started
 	maxSubExcess             int
+	maxSubExcessMoved        int // over sub-topologies a client received a task of
+	maxSubExcessNew          int // in new groups
+	maxSubExcessMovedSL      int
 	trace                    bool
 }
 
@@ -258,6 +268,7 @@ func (s *sim) converge() error {
 	k := min(s.cfg.NumStandbys, len(s.clients)-1)
 	limit := max(1, 2*ns*(1+k))
 	moves := map[task.ID]int{}
+	var start map[task.ID]string // owners before the event
 	for round := 1; ; round++ {
 		in := s.input()
 		out := Assign(s.cfg, in)
@@ -274,19 +285,52 @@ func (s *sim) converge() error {
 			}
 			return m
 		}()})
+		if s.trace {
+			line := fmt.Sprintf("    round %d loads:", round)
+			for _, id := range slices.Sorted(maps.Keys(out.Clients)) {
+				a, sfn := out.Clients[id], 0
+				for _, t := range a.Active {
+					if s.tasks[t].Stateful {
+						sfn++
+					}
+				}
+				line += fmt.Sprintf(" %s(cap %d %s): %d sf + %d sl, %d warm;", id[len(id)-3:], s.clients[id].cap, s.clients[id].tags["rack"], sfn, len(a.Active)-sfn, len(a.Warmup))
+			}
+			s.log = append(s.log, line)
+		}
+		if start == nil {
+			start = prev
+		}
 		for t, o := range owners(out) {
 			if p, ok := prev[t]; ok && p != o {
 				if s.trace {
 					s.log = append(s.log, fmt.Sprintf("    round %d: %v %s -> %s (stateful %v)", round, t, p, o, s.tasks[t].Stateful))
 				}
 				moves[t]++
-				s.st.maxMoves = max(s.st.maxMoves, moves[t])
-				if moves[t] > moveLimit {
-					return fmt.Errorf("round %d: task %v changed owner %d times since the event", round, t, moves[t])
+				limit := moveLimit
+				if s.tasks[t].Stateful {
+					s.st.maxMoves = max(s.st.maxMoves, moves[t])
+				} else {
+					s.st.maxStatelessMoves = max(s.st.maxStatelessMoves, moves[t])
+					limit = statelessMoveLimit
+				}
+				if moves[t] > limit {
+					return fmt.Errorf("round %d: task %v (stateful %v) changed owner %d times since the event", round, t, s.tasks[t].Stateful, moves[t])
 				}
 			}
 		}
 		s.apply(out)
+		if !out.FollowupRebalance {
+			fin := owners(out)
+			for t, n := range moves {
+				if !s.tasks[t].Stateful {
+					s.st.statelessMoved[min(n, 3)]++
+					if n >= 2 && fin[t] == start[t] {
+						s.st.statelessBack++
+					}
+				}
+			}
+		}
 		if out.FollowupRebalance {
 			if round >= limit {
 				return fmt.Errorf("no convergence after %d rounds", round)
@@ -300,6 +344,24 @@ func (s *sim) converge() error {
 		errs = append(errs, balanced(in, out, s.zones == 0))
 		errs = append(errs, balancedByClient(in, out, s.zones == 0))
 		s.st.maxSubExcess = max(s.st.maxSubExcess, subTopologyExcess(in, out))
+		type pair struct {
+			client string
+			sub    int
+		}
+		received := map[pair]bool{}
+		for t, o := range owners(out) {
+			if start[t] != o {
+				received[pair{o, t.SubTopology}] = true
+			}
+		}
+		moved := subTopologyExcessWhere(in, out, func(c string, sub int) bool {
+			return received[pair{c, sub}] && s.tasks[task.ID{SubTopology: sub}].Stateful
+		})
+		s.st.maxSubExcessMoved = max(s.st.maxSubExcessMoved, moved)
+		movedSL := subTopologyExcessWhere(in, out, func(c string, sub int) bool {
+			return received[pair{c, sub}] && !s.tasks[task.ID{SubTopology: sub}].Stateful
+		})
+		s.st.maxSubExcessMovedSL = max(s.st.maxSubExcessMovedSL, movedSL)
 		errs = append(errs, s.checkSpread(out))
 		// A converged group that rebalances again keeps its assignment.
 		if again := Assign(s.cfg, s.input()); !equalOutputs(again, out) {
@@ -408,12 +470,16 @@ func (s *sim) checkRestoration(in Input, out Output) error {
 	return nil
 }
 
-// checkSubTopologies checks that a new group spreads each sub-topology: no
-// client holds more than one active of it above its share by capacity,
-// rounded up.
+// checkSubTopologies checks that a new group, where no placement moves state,
+// spreads each sub-topology: no client holds more than two actives of it
+// above its share by capacity, rounded up.
 func (s *sim) checkSubTopologies(out Output) error {
 	in := s.input()
-	if ex := subTopologyExcess(in, out); ex > 2 {
+	ex := subTopologyExcess(in, out)
+	if s.racks == 0 {
+		s.st.maxSubExcessNew = max(s.st.maxSubExcessNew, ex)
+	}
+	if ex > 2 {
 		return fmt.Errorf("a client holds %d actives of one sub-topology above its share rounded up", ex)
 	}
 	return nil
@@ -422,6 +488,12 @@ func (s *sim) checkSubTopologies(out Output) error {
 // subTopologyExcess is the largest number of actives of one sub-topology a
 // client holds above its share by capacity, rounded up.
 func subTopologyExcess(in Input, out Output) int {
+	return subTopologyExcessWhere(in, out, nil)
+}
+
+// subTopologyExcessWhere is subTopologyExcess over the pairs of a client and
+// a sub-topology that count (all of them for a nil counts).
+func subTopologyExcessWhere(in Input, out Output, counts func(client string, sub int) bool) int {
 	sumCaps := 0
 	for _, cs := range in.Clients {
 		sumCaps += max(1, cs.Capacity)
@@ -438,6 +510,9 @@ func subTopologyExcess(in Input, out Output) int {
 		}
 		c := max(1, in.Clients[id].Capacity)
 		for sub, n := range held {
+			if counts != nil && !counts(id, sub) {
+				continue
+			}
 			share := (per[sub]*c + sumCaps - 1) / sumCaps
 			worst = max(worst, n-share)
 		}
@@ -445,9 +520,17 @@ func subTopologyExcess(in Input, out Output) int {
 	return worst
 }
 
-// moveLimit bounds how often one task's active may change owner while the
-// group converges after one event. Stateless tasks follow the current load,
-// so one can move to a new client, back when stateful tasks arrive there,
-// and once more as rounding of the shares shifts; rendezvous preferences keep
-// the same task from being picked every round.
-const moveLimit = 4
+// moveLimit bounds how often one stateful task's active may change owner
+// while the group converges after one event (nearly always once, from where
+// it runs to its target after a warmup), and statelessMoveLimit one
+// stateless task's. Stateless tasks balance the load as it is in each round,
+// so a client that joins takes stateless tasks at once and hands some on as
+// its stateful actives arrive: those move twice. The target itself can shift
+// a client's stateful count down and up again while it settles, and each
+// shift can move a stateless task once more: in 10,000 clusters about 0.1%
+// of the stateless tasks that moved did so three times; four was seen once
+// in about 40,000 clusters.
+const (
+	moveLimit          = 2
+	statelessMoveLimit = 4
+)

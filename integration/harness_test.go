@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/iq"
@@ -382,11 +383,12 @@ type instanceConfig struct {
 	// keepRepartition turns purging off, for tests that read the
 	// repartition topic's records after the group committed past them.
 	keepRepartition bool
-	// guarantee, eagerRebalancing and stateListener are passed through
-	// to runtime.Config.
+	// guarantee, eagerRebalancing, stateListener and assign are passed
+	// through to runtime.Config (assign as AssignFunc).
 	guarantee        runtime.ProcessingGuarantee
 	eagerRebalancing bool
 	stateListener    func(old, new runtime.State)
+	assign           assignor.AssignFunc
 }
 
 // logBuffer collects an instance's logs; they are printed only when the test
@@ -445,6 +447,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		ProcessingGuarantee:      cfg.guarantee,
 		EagerRebalancing:         cfg.eagerRebalancing,
 		StateListener:            cfg.stateListener,
+		AssignFunc:               cfg.assign,
 	})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(ctx(t)))
