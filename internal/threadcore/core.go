@@ -334,6 +334,7 @@ func (c *Core) apply(e Event) {
 		c.setMode(c.back)
 	case EvAbortFailed:
 		if e.Cause == CauseFenced {
+			c.closeAll()
 			c.reconnect(CauseFenced, c.back)
 			return
 		}
@@ -350,6 +351,7 @@ func (c *Core) apply(e Event) {
 	case EvFailed:
 		c.setMode(Failed)
 	case EvReplace:
+		c.closeAll()
 		c.reconnect(CauseReplace, Processing)
 	case EvHalt:
 		c.halted = true
