@@ -352,7 +352,7 @@ func (c *Core) apply(e Event) {
 		c.setMode(Failed)
 	case EvReplace:
 		c.closeAll()
-		c.reconnect(CauseReplace, Processing)
+		c.reconnect(CauseReplace, c.rest())
 	case EvHalt:
 		c.halted = true
 		c.closeAll()
@@ -646,6 +646,7 @@ func (c *Core) forgetWaiting() {
 func (c *Core) exit(clean, killed bool) {
 	held := c.held()
 	clear(c.slots)
+	c.committed, c.releasing = nil, nil
 	c.setMode(Exited)
 	c.emit(Action{Kind: ActExit, Tasks: held, Clean: clean, Killed: killed})
 }

@@ -225,7 +225,7 @@ func TestCooperativeRevocationExactlyOnce(t *testing.T) {
 		script(t, c,
 			step{ev: evTasks(EvRevoked, t1), want: "Unsettle RegistryRevoked Park[0_1]"},
 			step{ev: ev(EvPolled), want: "Discard[0_0] AbortTxn"},
-			step{ev: failed(EvAbortFailed, CauseFenced), want: "Reconnect(fenced)"},
+			step{ev: failed(EvAbortFailed, CauseFenced), want: "Close[0_0](clean=false) Reconnect(fenced)"},
 			step{ev: ev(EvReconnected)},
 		)
 		wantState(t, c, Processing, Revoked)

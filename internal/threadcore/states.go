@@ -84,7 +84,7 @@ var modeMoves = map[Mode][]Mode{
 	Aborting:     {Processing, Reconnecting, Failed, Halted, Exited},
 	Reconnecting: {Processing, Halted, Failed, Exited},
 	Failed:       {Reconnecting, Halted, Committing, Exited},
-	Halted:       {Aborting, Reconnecting, Committing, Exited},
+	Halted:       {Aborting, Reconnecting, Committing, Failed, Exited},
 	Exited:       nil,
 }
 
