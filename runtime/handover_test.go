@@ -52,7 +52,9 @@ func newHandoverRig(t *testing.T) *handoverRig {
 	t.Cleanup(func() {
 		for _, th := range r.th {
 			th.mu.Lock()
-			th.dropAll()
+			for _, tk := range th.tasks {
+				th.closeTask(tk, false)
+			}
 			th.mu.Unlock()
 			th.cl.Close()
 			th.out.close()

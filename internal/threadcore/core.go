@@ -140,7 +140,7 @@ var accepts = func() [numModes][numEventKinds]bool {
 	set(AbortPending, EvPolled, EvRebalanceRequested, EvFailed, EvRewire, EvStop)
 	set(Aborting, EvAborted, EvAbortFailed, EvKill)
 	// The old client's callbacks run while it closes.
-	set(Reconnecting, EvSynced, EvSessionEnded, EvRevoked, EvRevokedAll, EvLost, EvSent, EvKill, EvReconnected, EvFailed)
+	set(Reconnecting, EvSynced, EvAssigned, EvSessionEnded, EvRevoked, EvRevokedAll, EvLost, EvSent, EvKill, EvReconnected, EvFailed)
 	set(Failed, callbacks...)
 	set(Failed, EvRebalanceRequested, EvReplace, EvHalt, EvStop)
 	set(Halted, callbacks...)
@@ -180,7 +180,7 @@ func (c *Core) Step(e Event) ([]Action, error) {
 func (c *Core) check(e Event) error {
 	switch e.Kind {
 	case EvAssigned:
-		if to := c.assignedPhase(); !PhaseMoveAllowed(c.phase, to) {
+		if to := c.assignedPhase(); c.mode != Reconnecting && !PhaseMoveAllowed(c.phase, to) {
 			return fmt.Errorf("%w: %s in phase %s", ErrRefused, e, c.phase)
 		}
 	case EvClaimed, EvHeld, EvClaimFailed:
@@ -258,6 +258,11 @@ func (c *Core) apply(e Event) {
 	case EvSynced:
 		c.synced(e.Tasks)
 	case EvAssigned:
+		if c.mode == Reconnecting {
+			// The old client, closing, completed a session: its
+			// assignment no longer concerns the thread.
+			return
+		}
 		c.setPhase(c.assignedPhase())
 		for _, id := range e.Tasks {
 			if _, ok := c.slots[id]; ok {

@@ -304,8 +304,10 @@ func TestCommitFailures(t *testing.T) {
 			if _, err := c.Step(ev(EvPolled)); !errors.Is(err, ErrRefused) {
 				t.Fatalf("polled while reconnecting: %v", err)
 			}
-			// The old client's leave revokes what it still had.
+			// The old client may complete a session as it closes; its
+			// leave revokes what it still had.
 			script(t, c,
+				step{ev: evTasks(EvAssigned, t0, t1)},
 				step{ev: evTasks(EvRevoked, t0, t1), want: "Unsettle RegistryRevoked"},
 				step{ev: ev(EvReconnected)},
 				step{ev: ev(EvPolled), want: "Process"},

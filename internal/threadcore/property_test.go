@@ -213,8 +213,12 @@ func (m *model) do(th *mthread, a Action) ([]Event, bool) {
 			m.fail("thread %d reconnects holding %v", th.idx, th.c.held())
 		}
 		th.fenced, th.abortOwed = false, false
-		// The old client leaves the group; its revocation callback runs.
+		// The old client may complete a session as it closes, then
+		// leaves the group; its revocation callback runs.
 		var evs []Event
+		if m.rng.IntN(4) == 0 {
+			evs = append(evs, evTasks(EvAssigned, th.assigned...))
+		}
 		if m.cfg.Cooperative {
 			if len(th.assigned) > 0 {
 				evs = append(evs, evTasks(EvRevoked, th.assigned...))
