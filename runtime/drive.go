@@ -123,6 +123,9 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next *thr
 		th.cl.PauseFetchPartitions(th.inputPartitions(a.Task))
 	case threadcore.ActResume:
 		t := th.tasks[a.Task]
+		if t == nil {
+			return nil, fmt.Errorf("runtime: thread %d: task %s restored but not held", th.idx, a.Task)
+		}
 		if err := t.Restored(); err != nil {
 			return nil, err
 		}
