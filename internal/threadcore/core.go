@@ -283,8 +283,11 @@ func (c *Core) apply(e Event) {
 	case EvClaimFailed:
 		delete(c.slots, e.Task)
 	case EvSessionEnded:
-		c.setPhase(map[Phase]Phase{Unassigned: Joining, Assigned: Joining, Joining: Joining,
-			Revoked: RejoinJoining, Rejoining: RejoinJoining, RejoinJoining: RejoinJoining}[c.phase])
+		if c.rejoinOwed() {
+			c.setPhase(RejoinJoining)
+		} else {
+			c.setPhase(Joining)
+		}
 		c.emit(Action{Kind: ActUnsettle})
 	case EvRevoked:
 		c.revoked(e.Tasks)
@@ -405,6 +408,12 @@ func (c *Core) synced(active []task.ID) {
 	c.active = append(make([]task.ID, 0, len(active)), active...)
 }
 
+// rejoinOwed reports whether a cooperative revocation's rejoin is still
+// owed: the phase is one of those after a revocation.
+func (c *Core) rejoinOwed() bool {
+	return c.phase == Revoked || c.phase == Rejoining || c.phase == RejoinJoining
+}
+
 // assignedPhase is the phase an assignment callback leads to.
 func (c *Core) assignedPhase() Phase {
 	switch c.phase {
@@ -425,8 +434,11 @@ func (c *Core) assignedPhase() Phase {
 // again); either way the group client aborts the next transaction to end,
 // so the thread aborts it before processing more.
 func (c *Core) revoked(ids []task.ID) {
-	c.setPhase(map[Phase]Phase{Unassigned: Revoked, Assigned: Revoked, Joining: RejoinJoining,
-		Revoked: Revoked, Rejoining: Revoked, RejoinJoining: RejoinJoining}[c.phase])
+	if c.phase == Joining || c.phase == RejoinJoining {
+		c.setPhase(RejoinJoining)
+	} else {
+		c.setPhase(Revoked)
+	}
 	c.emit(Action{Kind: ActUnsettle})
 	var release []task.ID
 	for _, id := range ids {
