@@ -8,7 +8,9 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/eddystreams/eddy/internal/taskrun"
@@ -70,7 +72,25 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 		}
 	}
 	th.publish()
+	if coreChecked.Load() {
+		th.checkCore()
+	}
 	return stopErr
+}
+
+// coreChecked makes every step check that the core and the thread agree on
+// the tasks the thread holds. The package's tests set it.
+var coreChecked atomic.Bool
+
+// checkCore fails the App when the tasks the core holds (restoring or
+// running) are not exactly the thread's tasks.
+func (th *thread) checkCore() {
+	held := append(th.core.Tasks(threadcore.Restoring), th.core.Tasks(threadcore.Running)...)
+	slices.SortFunc(held, task.ID.Compare)
+	have := slices.SortedFunc(maps.Keys(th.tasks), task.ID.Compare)
+	if !slices.Equal(held, have) {
+		th.app.fail(fmt.Errorf("runtime: thread %d: its core holds %v, the thread %v", th.idx, held, have))
+	}
 }
 
 // publish mirrors what other goroutines read of the core: whether the
