@@ -52,9 +52,7 @@ func newHandoverRig(t *testing.T) *handoverRig {
 	t.Cleanup(func() {
 		for _, th := range r.th {
 			th.mu.Lock()
-			for _, tk := range th.tasks {
-				th.closeTask(tk, false)
-			}
+			th.dropAll()
 			th.mu.Unlock()
 			th.cl.Close()
 			th.out.close()
