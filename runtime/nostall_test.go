@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -299,10 +300,10 @@ func TestTaskClaimedWhileItsStandbyOpensWaits(t *testing.T) {
 	th0 := r.th[0]
 	th0.mu.Lock()
 	_, started := th0.tasks[task00]
-	waiting := th0.waiting[task00]
+	slot, _ := th0.core.Slot(task00)
 	th0.mu.Unlock()
 	require.False(t, started, "thread 0 started 0_0 while its standby was opening")
-	require.True(t, waiting)
+	require.Equal(t, threadcore.Waiting, slot)
 
 	open.unblock()
 	select {

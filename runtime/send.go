@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -50,7 +51,8 @@ func (th *thread) Send(rec graph.OutputRecord) error {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
 	}
-	th.dirty = true
+	// The open transaction holds work now; the core's hot path.
+	th.core.Step(threadcore.Event{Kind: threadcore.EvSent})
 	th.out.send(kr)
 	return nil
 }

@@ -151,7 +151,7 @@ func (a *App) settled() bool {
 		return false
 	}
 	for _, th := range a.threads {
-		if !th.assigned.Load() || th.rejoining.Load() || th.waitingAny.Load() || th.rest.active() {
+		if !th.isAssigned() || th.waitingAny.Load() || th.rest.active() {
 			return false
 		}
 	}

@@ -19,14 +19,17 @@ import (
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/taskrun"
+	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
 // thread is a stream thread: one group member that polls its input
 // partitions, runs records through the tasks that own them, and commits.
-// Its commit protocols are in commit.go, its sender in send.go, its
-// rebalance callbacks and task starts and releases in rebalance.go.
+// What it does when is decided by its core (internal/threadcore), which it
+// drives in drive.go; its commit protocols are in commit*.go, its sender in
+// send.go, its rebalance callbacks and task starts and releases in
+// rebalance.go.
 //
 // The group client blocks rebalances while the thread processes
 // (BlockRebalanceOnPoll), so rebalance callbacks and processing never run at
@@ -43,19 +46,30 @@ type thread struct {
 
 	mu    sync.Mutex
 	tasks map[task.ID]*taskrun.Active
-	// waiting holds tasks assigned to this thread that another thread of
-	// the instance still held when the assignment came; they start when it
-	// lets go. waitingAny mirrors len(waiting) > 0 for readers without mu.
-	waiting    map[task.ID]bool
+	// core decides, from the events the loop and the callbacks feed it,
+	// what the thread does: its mode (processing, committing, an abort
+	// owed, reconnecting, halted...), its group phase, and which tasks it
+	// holds, waits for or restores. Only stepped with mu held.
+	core      *threadcore.Core
+	committer committer
+	// phase and waitingAny mirror the core's group phase and whether a
+	// task waits for another thread, for readers without mu (App.settled).
+	phase      atomic.Uint32
 	waitingAny atomic.Bool
-	lastCommit time.Time
-	// consumed is set when a running task consumed an input record or a
-	// transaction marker since the last commit, and lagging holds the
-	// input partitions whose last fetch stopped short of the partition's
-	// end: with consumed set and lagging empty the thread is drained and
-	// commits early (see drainedCommitDue).
-	consumed bool
-	lagging  map[inputPartition]struct{}
+	// connected is set once the core knows how the group rebalances.
+	connected bool
+	// fetches is the poll ActProcess processes; processing is set when it
+	// did.
+	fetches    kgo.Fetches
+	processing bool
+	// rewiring is the request a rewire reconnection waits on.
+	rewiring                *rewire
+	lastCommit, commitStart time.Time
+	// lagging holds the input partitions whose last fetch stopped short of
+	// the partition's end: with input consumed since the last commit (the
+	// core knows) and lagging empty the thread is drained and commits
+	// early.
+	lagging map[inputPartition]struct{}
 	// commits counts the thread's commits begun, whatever their outcome,
 	// for tests that bound how often an idle thread commits.
 	commits atomic.Int64
@@ -71,52 +85,37 @@ type thread struct {
 	// rebalance timer), which may run while a fenced thread replaces its
 	// client; nil until the first client exists.
 	group atomic.Pointer[kgo.Client]
-	// rebalancePending is set when the group wants to rebalance while the
-	// thread holds it off: the thread commits before letting it proceed.
+	// Mailboxes from the group client's goroutines, which must not take
+	// mu (a commit holding it may wait for them): rebalancePending is set
+	// when the group wants to rebalance while the thread holds it off,
+	// synced holds an assignment the balancer decoded at a sync. The
+	// thread empties them into the core (EvRebalanceRequested, EvSynced)
+	// whenever it takes mu.
 	rebalancePending atomic.Bool
-	// abortPending is set (exactly-once) when a revocation or loss dropped
-	// the tasks' uncommitted work, or when the session will abort the
-	// open transaction anyway (it aborts the first one to end after a
-	// revocation): it must be aborted before anything else is processed.
-	abortPending bool
-	// dirty is set (exactly-once) when the open transaction holds work:
-	// a record processed or passed, or a record sent.
-	dirty bool
+	synced           atomic.Pointer[assignor.AssignmentInfo]
 	// cooperative is set when the thread's group member rebalances
 	// cooperatively (see onRevoked).
 	cooperative bool
-	// joining is set while a cooperative rebalance is between its join
-	// and its sync, when the group client holds commits back (see
-	// commitDue).
-	joining atomic.Bool
-	// rejoining is set from a cooperative revocation until the next
-	// assignment: the group client rejoins at once so that the tasks it
-	// gave up can be assigned, and until then the instance has not
-	// settled.
-	rejoining atomic.Bool
 	// revokedTasks counts the tasks the thread gave up in revocations,
 	// and assignments the assignments it received.
 	revokedTasks, assignments atomic.Int64
 	// info is the assignment the balancer decoded at the last sync, read
 	// by onAssigned right after.
-	info     atomic.Pointer[assignor.AssignmentInfo]
-	assigned atomic.Bool // an assignment was received since the last revocation
+	info atomic.Pointer[assignor.AssignmentInfo]
 
 	// ctx is cancelled to stop the thread; it bounds polls and restoration
 	// but never produce requests, which must finish for a clean commit.
-	ctx      context.Context
-	cancel   context.CancelFunc
+	ctx    context.Context
+	cancel context.CancelFunc
+	// stopping, rewireReq and killed are requests from other goroutines,
+	// turned into the core's EvStop, EvRewire and EvKill by the loop.
 	stopping atomic.Bool
 	// rewireReq asks the thread to let go of its client and tasks until
 	// the application's topics are back (see wipe.go).
 	rewireReq atomic.Pointer[rewire]
 	killed    atomic.Bool // set by Kill: no commit, no leave-group
-	// halted is set (under mu) when the thread stopped processing on an
-	// error under ShutdownApplication: it keeps polling only to take part
-	// in the rebalance that tells every member to shut down.
-	halted  bool
-	exited  chan struct{}
-	exitErr error
+	exited    chan struct{}
+	exitErr   error
 
 	// Hot-path caches of process and Send, used, like rr, only with mu
 	// held.
@@ -168,12 +167,15 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 		log:     a.log.With("thread", idx),
 		budget:  budget,
 		tasks:   make(map[task.ID]*taskrun.Active),
-		waiting: make(map[task.ID]bool),
 		rr:      make(map[string]int32),
 		lagging: make(map[inputPartition]struct{}),
 		exited:  make(chan struct{}),
 	}
 	th.ctx, th.cancel = context.WithCancel(context.Background())
+	// Until connect knows how the group rebalances: a thread that never
+	// connects (tests) is driven as an eager member.
+	th.core = threadcore.New(threadcore.Config{Guarantee: th.guarantee()})
+	th.committer = newCommitter(th)
 	return th
 }
 
@@ -204,6 +206,10 @@ func (th *thread) connect() error {
 		return fmt.Errorf("runtime: balancer: %w", err)
 	}
 	th.cooperative = bal.IsCooperative()
+	if !th.connected {
+		th.connected = true
+		th.core = threadcore.New(threadcore.Config{Guarantee: th.guarantee(), Cooperative: th.cooperative})
+	}
 	opts := a.clientOpts(
 		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
 		kgo.ConsumerGroup(cfg.ApplicationID),
@@ -332,10 +338,33 @@ func (th *thread) run() {
 	close(th.exited)
 }
 
+// failed tells the core that the loop stopped on an error, unless the error
+// came from a commit or abort that already told it.
+func (th *thread) failed() {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if threadcore.Accepts(th.core.Mode(), threadcore.EvFailed) {
+		th.stepLogged(threadcore.Event{Kind: threadcore.EvFailed})
+	}
+}
+
+// stepLogged steps the core where nothing can return an error: one is
+// logged, and fails the App when the core refused the event (a bug).
+func (th *thread) stepLogged(e threadcore.Event) {
+	if err := th.step(nil, e); err != nil {
+		if errors.Is(err, threadcore.ErrRefused) {
+			th.app.fail(err)
+			return
+		}
+		th.log.Warn("stream thread step failed", "event", e.String(), "err", err)
+	}
+}
+
 // recover applies OnStreamThreadError to an error that stopped the loop.
 // It reports whether the loop should run again, and the error the thread
 // stops with otherwise.
 func (th *thread) recover(err error) (bool, error) {
+	th.failed()
 	switch th.app.cfg.OnStreamThreadError {
 	case ReplaceThread:
 		key := failureKey(err)
@@ -345,7 +374,7 @@ func (th *thread) recover(err error) (bool, error) {
 		}
 		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", n)
 		th.mu.Lock()
-		rerr := th.reconnect()
+		rerr := th.step(nil, threadcore.Event{Kind: threadcore.EvReplace})
 		th.mu.Unlock()
 		if rerr != nil {
 			return false, errors.Join(err, rerr)
@@ -367,12 +396,8 @@ func (th *thread) recover(err error) (bool, error) {
 func (th *thread) halt() {
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	th.halted = true
-	th.dropAll()
-	if th.sess != nil {
-		if err := th.abortTransaction(); err != nil {
-			th.log.Warn("aborting the transaction of a halted thread failed", "err", err)
-		}
+	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvHalt}); err != nil {
+		th.log.Warn("halting the thread: aborting its transaction failed", "err", err)
 	}
 }
 
@@ -385,12 +410,37 @@ func (th *thread) loop() error {
 	return nil
 }
 
+// drainSynced feeds the core the assignment of a sync the balancer left in
+// its mailbox, if any. Every holder of mu calls it first, so that the core
+// sees the sync before the callbacks that follow it. It is called with mu
+// held.
+func (th *thread) drainSynced() error {
+	if info := th.synced.Swap(nil); info != nil {
+		return th.step(nil, threadcore.Event{Kind: threadcore.EvSynced, Tasks: info.Active})
+	}
+	return nil
+}
+
+// drainMailboxes also feeds the core a rebalance the group client waits
+// for: only the loop does, since only it commits for it. It is called with
+// mu held.
+func (th *thread) drainMailboxes() error {
+	if err := th.drainSynced(); err != nil {
+		return err
+	}
+	if th.rebalancePending.Swap(false) {
+		return th.step(nil, threadcore.Event{Kind: threadcore.EvRebalanceRequested})
+	}
+	return nil
+}
+
 // iteration is one pass of the loop: poll, process, restore, commit.
 func (th *thread) iteration() error {
 	if r := th.rewireReq.Swap(nil); r != nil {
 		th.mu.Lock()
 		defer th.mu.Unlock()
-		return th.pauseForRewire(r)
+		th.rewiring = r
+		return th.step(nil, threadcore.Event{Kind: threadcore.EvRewire})
 	}
 	pollCtx, cancel := context.WithTimeout(th.ctx, th.pollWait())
 	fetches := th.cl.PollRecords(pollCtx, th.app.cfg.MaxPollRecords)
@@ -401,16 +451,36 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	if th.halted {
-		return nil
+	if err := th.drainMailboxes(); err != nil {
+		return err
 	}
-	if th.abortPending {
-		// The records just polled may predate the rewind the abort
-		// makes; they will be fetched again.
-		return th.abortTransaction()
+	// The core processes the poll, or, with an abort owed, aborts first:
+	// the records just polled may predate the rewind the abort makes, and
+	// will be fetched again. A halted thread does nothing.
+	th.fetches, th.processing = fetches, false
+	err := th.step(nil, threadcore.Event{Kind: threadcore.EvPolled})
+	th.fetches = nil
+	if err != nil || !th.processing {
+		return err
 	}
+	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvPollDone}); err != nil {
+		return err
+	}
+	if err := th.restoreStep(); err != nil {
+		return err
+	}
+	th.app.maybeRunning()
+	if err := th.drainMailboxes(); err != nil {
+		return err
+	}
+	return th.step(nil, threadcore.Event{Kind: threadcore.EvTick, Clock: th.commitClock()})
+}
+
+// processPolled runs the records of the last poll through their tasks
+// (ActProcess).
+func (th *thread) processPolled() error {
 	var fatal error
-	fetches.EachError(func(topic string, p int32, err error) {
+	th.fetches.EachError(func(topic string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
 		}
@@ -422,59 +492,55 @@ func (th *thread) iteration() error {
 		}
 		th.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 	})
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		var n int
+	th.fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		var n, consumed int
 		for _, r := range p.Records {
 			if fatal != nil {
 				break
 			}
+			var took bool
 			if r.Attrs.IsControl() {
-				th.passControl(r)
-				continue
+				took = th.passControl(r)
+			} else {
+				took, fatal = th.process(r)
+				n++
 			}
-			fatal = th.process(r)
-			n++
+			if took {
+				consumed++
+			}
+		}
+		if consumed > 0 {
+			id := task.ID{SubTopology: th.app.plan.topicSub[p.Topic], Partition: p.Partition}
+			if _, err := th.core.Step(threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed}); err != nil && fatal == nil {
+				fatal = fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+			}
 		}
 		th.app.metrics.processedFrom(p.Topic, n)
 		th.noteFetched(p)
 	})
-	if fatal != nil {
-		return fatal
-	}
-	th.startWaiting()
-	if err := th.restoreStep(); err != nil {
-		return err
-	}
-	th.app.maybeRunning()
-	if th.commitDue() || th.drainedCommitDue() || th.budget.Full() || th.rebalancePending.Swap(false) {
-		if err := th.commitBounded(); err != nil {
-			if !errors.Is(err, errGroupMovedOn) {
-				return err
-			}
-			return th.rejoin(err)
-		}
-		th.app.purge.afterCommit(th.idx, th.cl)
-	}
-	now := time.Now()
-	for _, t := range th.tasks {
-		if err := t.Punctuate(now); err != nil {
-			return fmt.Errorf("runtime: task %s punctuate: %w", t.ID(), err)
-		}
-	}
-	return nil
+	return fatal
 }
 
-// commitDue reports whether the commit interval has passed. While a
-// cooperative rebalance is between its join and its sync the group client
-// would hold a commit until the sync, stopping the thread, so the commit
-// waits, as long as the other members can take to notice the rebalance and
-// join (a couple of heartbeats) and no longer.
-func (th *thread) commitDue() bool {
+// commitClock is what the clock and the cache say about commit deadlines.
+// While a cooperative rebalance is between its join and its sync the group
+// client would hold a commit until the sync, stopping the thread, so the
+// core lets an interval commit wait as long as the other members can take
+// to notice the rebalance and join (a couple of heartbeats) and no longer.
+// A drained thread commits DrainedCommitDelay after its last commit, which
+// spends a commit (under exactly-once a transaction) to make results final
+// once input stops, rather than a commit interval later.
+func (th *thread) commitClock() threadcore.CommitClock {
 	since, cfg := time.Since(th.lastCommit), th.app.cfg
-	if since < cfg.CommitInterval {
-		return false
+	k := threadcore.CommitClock{
+		IntervalDue:   since >= cfg.CommitInterval,
+		JoinGraceOver: since >= cfg.CommitInterval+2*cfg.HeartbeatInterval,
+		DrainedDue:    cfg.DrainedCommitDelay < cfg.CommitInterval && since >= cfg.DrainedCommitDelay,
+		BudgetFull:    th.budget.Full(),
 	}
-	return !th.joining.Load() || since >= cfg.CommitInterval+2*cfg.HeartbeatInterval
+	if k.DrainedDue {
+		k.InputAtEnd = th.inputAtEnd()
+	}
+	return k
 }
 
 // inputPartition names a partition of an input topic.
@@ -507,16 +573,12 @@ func (th *thread) noteFetched(p kgo.FetchTopicPartition) {
 	}
 }
 
-// drained reports whether the thread consumed input since its last commit
-// and every input partition of its running tasks it has fetched from is at
-// its end. A poll that returns nothing leaves this as it was: the next
-// fetch may simply still be on its way. Partitions whose task no longer
-// runs here are forgotten, so a revoked partition cannot hold early
-// commits off for good.
-func (th *thread) drained() bool {
-	if !th.consumed {
-		return false
-	}
+// inputAtEnd reports whether every input partition of the thread's running
+// tasks it has fetched from is at its end. A poll that returns nothing
+// leaves this as it was: the next fetch may simply still be on its way.
+// Partitions whose task no longer runs here are forgotten, so a revoked
+// partition cannot hold early commits off for good.
+func (th *thread) inputAtEnd() bool {
 	for p := range th.lagging {
 		id := task.ID{SubTopology: th.app.plan.topicSub[p.topic], Partition: p.partition}
 		if t := th.tasks[id]; t == nil || t.State() != task.Running {
@@ -528,21 +590,12 @@ func (th *thread) drained() bool {
 	return true
 }
 
-// drainedCommitDue reports whether a drained thread should commit before
-// its commit interval: DrainedCommitDelay after its last commit. Committing
-// early spends a commit (under exactly-once a transaction) to make results
-// final once input stops, rather than a commit interval later. An idle
-// thread has consumed nothing since its last commit, so it never commits
-// early, and a thread that keeps consuming a trickle of input commits at
-// most once per DrainedCommitDelay. Early commits wait out a cooperative
-// rebalance's join like interval commits do (see commitDue).
-func (th *thread) drainedCommitDue() bool {
-	cfg := th.app.cfg
-	if cfg.DrainedCommitDelay >= cfg.CommitInterval || th.joining.Load() {
-		return false
-	}
-	return time.Since(th.lastCommit) >= cfg.DrainedCommitDelay && th.drained()
-}
+// drained reports whether the thread consumed input since its last commit
+// and its input is at its end: it then commits early (see commitClock). An
+// idle thread has consumed nothing since its last commit, so it never
+// commits early, and a thread that keeps consuming a trickle of input
+// commits at most once per DrainedCommitDelay.
+func (th *thread) drained() bool { return th.core.Consumed() && th.inputAtEnd() }
 
 // pollWait bounds a poll so that commits and restoration are not starved
 // when no input arrives: it ends when the next commit is due, the interval
@@ -585,19 +638,22 @@ func (th *thread) taskOf(r *kgo.Record) (task.ID, *taskrun.Active) {
 // without processing it, as Kafka Streams commits the consumer's position:
 // the next commit then covers the marker, even when it is the only thing
 // the task consumed since the last one.
-func (th *thread) passControl(r *kgo.Record) {
-	if _, t := th.taskOf(r); t != nil {
-		th.dirty, th.consumed = true, true
+// It reports whether a running task took the marker.
+func (th *thread) passControl(r *kgo.Record) bool {
+	_, t := th.taskOf(r)
+	if t != nil {
 		t.Skip(graph.InputRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
 	}
+	return t != nil
 }
 
-func (th *thread) process(r *kgo.Record) error {
+// process runs a record through its task. It reports whether a running
+// task took it.
+func (th *thread) process(r *kgo.Record) (bool, error) {
 	id, t := th.taskOf(r)
 	if t == nil {
-		return nil
+		return false, nil
 	}
-	th.dirty, th.consumed = true, true
 	in := graph.InputRecord{
 		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
 		Key: r.Key, Value: r.Value,
@@ -610,17 +666,17 @@ func (th *thread) process(r *kgo.Record) error {
 	}
 	err := t.Process(in)
 	if err == nil {
-		return nil
+		return true, nil
 	}
 	// Declared only here: errors.As makes its target escape, and it would
 	// otherwise be allocated for every record.
 	var de *topology.DeserializationError
 	if errors.As(err, &de) {
 		if th.app.cfg.DeserializationErrors != DeserializationLogAndSkip {
-			return fmt.Errorf("runtime: task %s: %w", id, err)
+			return true, fmt.Errorf("runtime: task %s: %w", id, err)
 		}
 		th.app.skipped.Add(1)
-		return th.skip(t, in, "", "skipping record that cannot be deserialized", de.Err)
+		return true, th.skip(t, in, "", "skipping record that cannot be deserialized", de.Err)
 	}
 	pe := &ProcessingError{Task: id, Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, Err: err}
 	var ne *topology.NodeError
@@ -628,10 +684,10 @@ func (th *thread) process(r *kgo.Record) error {
 		pe.Node = ne.Node
 	}
 	if th.app.cfg.ProcessingErrors != ProcessingLogAndContinue {
-		return pe
+		return true, pe
 	}
 	th.app.processingErrors.Add(1)
-	return th.skip(t, in, pe.Node, "skipping record a processor failed on", pe.Unwrap())
+	return true, th.skip(t, in, pe.Node, "skipping record a processor failed on", pe.Unwrap())
 }
 
 // skip carries on past a record a handler chose to skip: it logs why (a
@@ -661,20 +717,33 @@ func (th *thread) skip(t *taskrun.Active, in graph.InputRecord, node, msg string
 	return nil
 }
 
-// reconnect drops the thread's tasks without committing and replaces its
-// client: it leaves the group and joins it again as a new member. It is
-// called with mu held, and releases it while the old client closes, since
-// closing runs the revocation callback, which takes mu.
-func (th *thread) reconnect() error {
+// reconnect replaces the thread's client (ActReconnect): it leaves the
+// group and joins it again as a new member, so every partition it is given
+// again is read from the group's committed offset rather than from where
+// the old client had got to. The core closed the thread's tasks first. It
+// is called with mu held, and releases it while the old client closes,
+// since closing runs the revocation callback, which takes mu.
+func (th *thread) reconnect(cause threadcore.Cause) error {
+	switch cause {
+	case threadcore.CauseRefused:
+		// The commit refused as from an old generation (errGroupMovedOn):
+		// the tasks may belong to others now.
+		th.log.Warn("offset commit refused: this member is no longer in the group's generation; dropping its uncommitted work and joining again")
+		th.app.rejoins.Add(1)
+	case threadcore.CauseFenced:
+		// Another instance owns this thread's work now (this one was a
+		// zombie: paused or cut off past its session).
+		th.log.Warn("transaction cannot commit (fenced, or dropped from the group while cut off); dropping uncommitted work and rejoining")
+	case threadcore.CauseRewire:
+		return th.pauseForRewire()
+	}
 	th.releaseClient()
 	return th.connect()
 }
 
-// releaseClient drops the thread's tasks without committing and closes its
-// client, which leaves the group. It is called with mu held, and releases
-// it while the client closes.
+// releaseClient closes the thread's client, which leaves the group. It is
+// called with mu held, and releases it while the client closes.
 func (th *thread) releaseClient() {
-	th.dropAll()
 	oldSess, oldCl := th.sess, th.cl
 	th.mu.Unlock()
 	if oldSess != nil {
@@ -686,8 +755,6 @@ func (th *thread) releaseClient() {
 	}
 	th.mu.Lock()
 	th.out.close()
-	th.dropAll()
-	th.abortPending = false
 	th.sess = nil
 }
 
@@ -714,15 +781,8 @@ func (th *thread) inputPartitions(id task.ID) map[string][]int32 {
 // group cannot reach the broker; tasks close without committing.
 func (th *thread) die() {
 	th.mu.Lock()
-	th.dropAll()
+	th.stepLogged(threadcore.Event{Kind: threadcore.EvKill})
 	th.mu.Unlock()
-	// A cancelled context makes the leave-group attempt return at once.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	th.cl.LeaveGroupContext(ctx)
-	th.cl.AllowRebalance()
-	th.cl.Close()
-	th.out.close()
 	th.rest.close()
 }
 
@@ -730,38 +790,40 @@ func (th *thread) die() {
 // closes every task.
 func (th *thread) shutdown(clean bool) {
 	th.mu.Lock()
-	if clean {
-		if err := th.commitBounded(); err != nil {
-			th.log.Warn("final commit failed", "err", err)
-			clean = false
-			th.dropAll()
-		}
-	} else {
-		th.dropAll()
+	if m := th.core.Mode(); !threadcore.Accepts(m, threadcore.EvStop) && threadcore.Accepts(m, threadcore.EvFailed) {
+		// A reconnection the stop cut short.
+		th.stepLogged(threadcore.Event{Kind: threadcore.EvFailed})
+		clean = false
 	}
-	th.mu.Unlock()
-	// Leaving the group runs the revocation callback, which takes mu.
-	th.cl.CloseAllowingRebalance()
-	th.mu.Lock()
-	// After the close: the revocation callback commits through the outbox.
-	th.out.close()
-	for _, t := range th.tasks {
-		th.closeTask(t, clean)
+	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvStop, Clean: clean}); err != nil {
+		th.log.Warn("final commit failed", "err", err)
 	}
 	th.mu.Unlock()
 	th.rest.close()
 }
 
-// rejoin recovers from a commit the group refused because it moved on
-// without this member (errGroupMovedOn): the thread's tasks close without
-// committing, its client leaves, and a new one joins the group, so every
-// partition it is given again is read from the group's committed offset
-// rather than from where this client had got to. It is called with mu held.
-func (th *thread) rejoin(cause error) error {
-	th.log.Warn("offset commit refused: this member is no longer in the group's generation; dropping its uncommitted work and joining again", "err", cause)
-	th.app.rejoins.Add(1)
-	if err := th.reconnect(); err != nil {
-		return errors.Join(cause, err)
+// exit leaves the group and closes the client and the tasks the core
+// names (ActExit). It is called with mu held, and releases it while the
+// client closes: leaving runs the revocation callback, which takes mu (and
+// returns at once, the thread being stopped).
+func (th *thread) exit(a threadcore.Action) {
+	cl := th.cl
+	th.mu.Unlock()
+	if a.Killed {
+		// A cancelled context makes the leave-group attempt return at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		cl.LeaveGroupContext(ctx)
+		cl.AllowRebalance()
+		cl.Close()
+	} else {
+		cl.CloseAllowingRebalance()
 	}
-	return nil
+	th.mu.Lock()
+	// After the close: a revocation callback may have committed through
+	// the outbox.
+	th.out.close()
+	for _, t := range th.activeTasks(a.Tasks) {
+		th.closeTask(t, a.Clean)
+	}
 }

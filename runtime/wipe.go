@@ -213,15 +213,15 @@ func (a *App) checkPartitionCount(ctx context.Context, name string, want int32) 
 // recreated under it and rebuilt its clients and state.
 func (a *App) Rewires() int64 { return a.rewires.Load() }
 
-// pauseForRewire is run by a thread that was asked to let go: it drops its
-// tasks, closes its client and restorer, waits for the App and connects
-// again. It is called with mu held.
-func (th *thread) pauseForRewire(r *rewire) error {
+// pauseForRewire is run by a thread that was asked to let go, once its core
+// dropped its tasks (EvRewire, then ActReconnect): it closes its client and
+// restorer, waits for the App and connects again. It is called with mu
+// held.
+func (th *thread) pauseForRewire() error {
+	r := th.rewiring
+	th.rewiring = nil
 	th.log.Warn("letting go of tasks and client until the application's topics are back")
 	th.releaseClient()
-	th.assigned.Store(false)
-	th.app.rebalanceStarted()
-	th.unassigned()
 	th.rest.stop()
 	th.mu.Unlock()
 	close(r.paused)

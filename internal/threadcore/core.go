@@ -1,0 +1,681 @@
+package threadcore
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// ErrRefused wraps every event the core refuses: one its mode does not
+// accept, or one that would break a transition table. The core's state is
+// unchanged by a refused event.
+var ErrRefused = errors.New("threadcore: event refused")
+
+// Config is what the core needs to know of its thread.
+type Config struct {
+	Guarantee Guarantee
+	// Cooperative is set when the thread's group member rebalances
+	// cooperatively (KIP-429).
+	Cooperative bool
+}
+
+// purpose is what a commit in flight is for, which decides what follows
+// its outcome.
+type purpose uint8
+
+const (
+	forTick      purpose = iota // an interval, early, budget or rebalance commit
+	forRevoke                   // at-least-once cooperative revocation
+	forRevokeAll                // at-least-once eager revocation
+	forStop                     // the final commit
+)
+
+type slot struct {
+	state  Slot
+	paused bool // Waiting: its input was paused once
+	// work: the task consumed input since its last commit or discard;
+	// unflushed: since the last flush.
+	work, unflushed bool
+}
+
+// Core is the task manager of one stream thread. It is not safe for
+// concurrent use: the thread steps it under its own lock.
+type Core struct {
+	cfg    Config
+	mode   Mode
+	phase  Phase
+	halted bool // sticky: modes that end return to Halted, not Processing
+	back   Mode // the mode a commit, abort or reconnection returns to
+	// The commit in flight: what for, the tasks it covers and, for a
+	// revocation, the tasks to release after it.
+	purpose   purpose
+	committed []task.ID
+	releasing []task.ID
+	slots     map[task.ID]*slot
+	// dirty: the open transaction holds work (records processed or
+	// sent); consumed: a running task consumed input since the last
+	// commit (for early commits of a drained thread).
+	dirty, consumed bool
+	// rebalance: commit before letting a waiting rebalance go on.
+	rebalance bool
+	// active is the last sync's actives, nil before the first.
+	active []task.ID
+	out    []Action
+}
+
+// New returns the core of a thread that just connected: no assignment, no
+// task, processing.
+func New(cfg Config) *Core {
+	return &Core{cfg: cfg, slots: make(map[task.ID]*slot)}
+}
+
+// Mode is the thread's current mode.
+func (c *Core) Mode() Mode { return c.mode }
+
+// Phase is the thread's current group phase.
+func (c *Core) Phase() Phase { return c.phase }
+
+// Halted reports whether the thread stopped processing for good.
+func (c *Core) Halted() bool { return c.halted }
+
+// Dirty reports whether the open transaction holds work.
+func (c *Core) Dirty() bool { return c.dirty }
+
+// Consumed reports whether a running task consumed input since the last
+// commit.
+func (c *Core) Consumed() bool { return c.consumed }
+
+// Slot returns the state of a task the thread holds or waits for.
+func (c *Core) Slot(id task.ID) (Slot, bool) {
+	s, ok := c.slots[id]
+	if !ok {
+		return 0, false
+	}
+	return s.state, true
+}
+
+// Tasks lists the tasks in a slot state, sorted.
+func (c *Core) Tasks(st Slot) []task.ID {
+	var out []task.ID
+	for id, s := range c.slots {
+		if s.state == st {
+			out = append(out, id)
+		}
+	}
+	slices.SortFunc(out, task.ID.Compare)
+	return out
+}
+
+// Waiting reports whether a task assigned to the thread waits for another
+// thread of the instance to let it go.
+func (c *Core) Waiting() bool {
+	for _, s := range c.slots {
+		if s.state == Waiting || s.state == Claiming {
+			return true
+		}
+	}
+	return false
+}
+
+// Settled reports whether the thread holds its assignment with nothing
+// owed to the group (the instance may be Running as far as this thread's
+// group standing and waiting tasks go).
+func (c *Core) Settled() bool { return c.phase == Assigned && !c.Waiting() }
+
+// accepts lists the events each mode takes; any other is refused.
+var accepts = func() [numModes][numEventKinds]bool {
+	var t [numModes][numEventKinds]bool
+	set := func(m Mode, ks ...EventKind) {
+		for _, k := range ks {
+			t[m][k] = true
+		}
+	}
+	callbacks := []EventKind{EvSynced, EvAssigned, EvClaimed, EvHeld, EvClaimFailed, EvSessionEnded, EvRevoked, EvRevokedAll, EvLost, EvSent, EvKill}
+	set(Processing, callbacks...)
+	set(Processing, EvPolled, EvProcessed, EvPollDone, EvRestored, EvRebalanceRequested, EvTick, EvFailed, EvRewire, EvStop)
+	set(Committing, EvCommitted, EvCommitAborted, EvCommitFailed, EvSent, EvKill)
+	set(AbortPending, callbacks...)
+	set(AbortPending, EvPolled, EvRebalanceRequested, EvFailed, EvRewire, EvStop)
+	set(Aborting, EvAborted, EvAbortFailed, EvKill)
+	// The old client's callbacks run while it closes.
+	set(Reconnecting, EvSynced, EvAssigned, EvSessionEnded, EvRevoked, EvRevokedAll, EvLost, EvSent, EvKill, EvReconnected, EvFailed)
+	set(Failed, callbacks...)
+	set(Failed, EvRebalanceRequested, EvReplace, EvHalt, EvStop)
+	set(Halted, callbacks...)
+	set(Halted, EvPolled, EvRebalanceRequested, EvFailed, EvRewire, EvStop)
+	return t
+}()
+
+const numModes = int(Exited) + 1
+
+// Accepts reports whether the core takes an event of kind k in mode m.
+func Accepts(m Mode, k EventKind) bool { return accepts[m][k] }
+
+// Step applies an event and returns the actions it calls for, in the order
+// they must run. When an action has an outcome (Claim, Commit, AbortTxn,
+// Reconnect), it ends its batch unless it is a Claim, and the thread feeds
+// the outcome back before anything else. The returned slice is only valid
+// until the next Step.
+func (c *Core) Step(e Event) ([]Action, error) {
+	if e.Kind == EvSent && c.mode != Exited {
+		// The hot path: every sink record.
+		c.dirty = true
+		return nil, nil
+	}
+	if e.Kind >= numEventKinds || !accepts[c.mode][e.Kind] {
+		return nil, fmt.Errorf("%w: %s in mode %s", ErrRefused, e, c.mode)
+	}
+	c.out = c.out[:0]
+	if err := c.check(e); err != nil {
+		return nil, err
+	}
+	c.apply(e)
+	return c.out, nil
+}
+
+// check refuses, before anything changes, an event whose effect the
+// transition tables forbid.
+func (c *Core) check(e Event) error {
+	switch e.Kind {
+	case EvAssigned:
+		if to := c.assignedPhase(); c.mode != Reconnecting && !PhaseMoveAllowed(c.phase, to) {
+			return fmt.Errorf("%w: %s in phase %s", ErrRefused, e, c.phase)
+		}
+	case EvClaimed, EvHeld, EvClaimFailed:
+		if s := c.slots[e.Task]; s == nil || s.state != Claiming {
+			return fmt.Errorf("%w: %s for a task not being claimed", ErrRefused, e)
+		}
+	case EvProcessed:
+		if s := c.slots[e.Task]; s == nil || s.state != Running {
+			return fmt.Errorf("%w: %s for a task not running here", ErrRefused, e)
+		}
+	case EvCommitAborted, EvAborted, EvAbortFailed:
+		if c.cfg.Guarantee != ExactlyOnce {
+			return fmt.Errorf("%w: %s under %s", ErrRefused, e, c.cfg.Guarantee)
+		}
+	case EvSessionEnded, EvRevoked:
+		if !c.cfg.Cooperative {
+			return fmt.Errorf("%w: %s for an eager member", ErrRefused, e)
+		}
+	case EvRevokedAll:
+		if c.cfg.Cooperative {
+			return fmt.Errorf("%w: %s for a cooperative member", ErrRefused, e)
+		}
+	}
+	return nil
+}
+
+func (c *Core) emit(a Action) { c.out = append(c.out, a) }
+
+func (c *Core) setMode(m Mode) {
+	if !ModeMoveAllowed(c.mode, m) {
+		panic(fmt.Sprintf("threadcore: mode %s → %s is not in the table", c.mode, m))
+	}
+	c.mode = m
+}
+
+func (c *Core) setPhase(p Phase) {
+	if !PhaseMoveAllowed(c.phase, p) {
+		panic(fmt.Sprintf("threadcore: phase %s → %s is not in the table", c.phase, p))
+	}
+	c.phase = p
+}
+
+func (c *Core) setSlot(id task.ID, s *slot, st Slot) {
+	if !SlotMoveAllowed(s.state, st) {
+		panic(fmt.Sprintf("threadcore: task %s slot %s → %s is not in the table", id, s.state, st))
+	}
+	s.state = st
+}
+
+// rest is the mode the thread returns to once nothing is in flight.
+func (c *Core) rest() Mode {
+	if c.halted {
+		return Halted
+	}
+	return Processing
+}
+
+// held lists the tasks the thread holds stores for (restoring or
+// running), sorted.
+func (c *Core) held() []task.ID {
+	var out []task.ID
+	for id, s := range c.slots {
+		if s.state == Restoring || s.state == Running {
+			out = append(out, id)
+		}
+	}
+	slices.SortFunc(out, task.ID.Compare)
+	return out
+}
+
+func (c *Core) running() []task.ID { return c.Tasks(Running) }
+
+func (c *Core) apply(e Event) {
+	switch e.Kind {
+	case EvSynced:
+		c.synced(e.Tasks)
+	case EvAssigned:
+		if c.mode == Reconnecting {
+			// The old client, closing, completed a session: its
+			// assignment no longer concerns the thread.
+			return
+		}
+		c.setPhase(c.assignedPhase())
+		for _, id := range e.Tasks {
+			if _, ok := c.slots[id]; ok {
+				continue
+			}
+			c.slots[id] = &slot{state: Claiming}
+			c.emit(Action{Kind: ActClaim, Task: id})
+		}
+	case EvClaimed:
+		c.setSlot(e.Task, c.slots[e.Task], Restoring)
+	case EvHeld:
+		s := c.slots[e.Task]
+		c.setSlot(e.Task, s, Waiting)
+		if !s.paused {
+			s.paused = true
+			c.emit(Action{Kind: ActPause, Task: e.Task})
+		}
+	case EvClaimFailed:
+		delete(c.slots, e.Task)
+	case EvSessionEnded:
+		if c.rejoinOwed() {
+			c.setPhase(RejoinJoining)
+		} else {
+			c.setPhase(Joining)
+		}
+		c.emit(Action{Kind: ActUnsettle})
+	case EvRevoked:
+		c.revoked(e.Tasks)
+	case EvRevokedAll:
+		c.revokedAll()
+	case EvLost:
+		c.setPhase(Unassigned)
+		c.emit(Action{Kind: ActUnsettle})
+		c.closeAll()
+		c.forgetWaiting()
+		c.emit(Action{Kind: ActRegistryRevoked})
+		if c.cfg.Guarantee == ExactlyOnce && c.mode == Processing {
+			c.setMode(AbortPending)
+		}
+	case EvPolled:
+		switch c.mode {
+		case Processing:
+			c.emit(Action{Kind: ActProcess})
+		case AbortPending:
+			c.abort()
+		}
+	case EvProcessed:
+		if e.N > 0 {
+			s := c.slots[e.Task]
+			s.work, s.unflushed = true, true
+			c.dirty, c.consumed = true, true
+		}
+	case EvPollDone:
+		for _, id := range c.Tasks(Waiting) {
+			c.setSlot(id, c.slots[id], Claiming)
+			c.emit(Action{Kind: ActClaim, Task: id})
+		}
+	case EvRestored:
+		if s := c.slots[e.Task]; s != nil && s.state == Restoring {
+			c.setSlot(e.Task, s, Running)
+			c.emit(Action{Kind: ActResume, Task: e.Task})
+		}
+	case EvRebalanceRequested:
+		c.rebalance = true
+	case EvTick:
+		c.tick(e.Clock)
+	case EvCommitted, EvCommitAborted:
+		c.commitEnded(e.Kind == EvCommitAborted)
+	case EvCommitFailed:
+		c.commitFailed(e.Cause)
+	case EvAborted:
+		for _, s := range c.slots {
+			s.work, s.unflushed = false, false
+		}
+		c.dirty = false
+		c.emit(Action{Kind: ActBegin})
+		c.setMode(c.back)
+	case EvAbortFailed:
+		if e.Cause == CauseFenced {
+			c.closeAll()
+			c.reconnect(CauseFenced, c.back)
+			return
+		}
+		if c.halted {
+			// A halted thread only logs it: it processes nothing more.
+			c.setMode(Halted)
+			return
+		}
+		c.setMode(Failed)
+	case EvReconnected:
+		// The new client has a transaction of its own, empty.
+		c.dirty, c.consumed = false, false
+		c.setMode(c.back)
+	case EvFailed:
+		c.setMode(Failed)
+	case EvReplace:
+		c.closeAll()
+		c.reconnect(CauseReplace, c.rest())
+	case EvHalt:
+		c.halted = true
+		c.closeAll()
+		c.setMode(Halted)
+		if c.cfg.Guarantee == ExactlyOnce {
+			c.abort()
+		}
+	case EvRewire:
+		c.closeAll()
+		c.setPhase(Unassigned)
+		c.emit(Action{Kind: ActUnsettle})
+		c.forgetWaiting()
+		c.emit(Action{Kind: ActRegistryRevoked})
+		c.reconnect(CauseRewire, c.rest())
+	case EvStop:
+		if !e.Clean {
+			c.closeAll()
+			c.exit(false, false)
+			return
+		}
+		if len(c.running()) == 0 {
+			c.exit(true, false)
+			return
+		}
+		c.commit(forStop, nil)
+	case EvKill:
+		c.closeAll()
+		c.exit(false, true)
+	}
+}
+
+// synced is the balancer's sync: the join is over. A cooperative member
+// losing tasks it ran is asked to commit before it lets the revocation
+// run, so that the revocation usually finds nothing uncommitted (under
+// exactly-once this spares the kept tasks an aborted transaction).
+func (c *Core) synced(active []task.ID) {
+	if c.phase == Rejoining {
+		c.setPhase(Assigned)
+	} else if c.phase != Assigned {
+		c.setPhase(Unassigned)
+	}
+	if c.cfg.Cooperative && c.active != nil && slices.ContainsFunc(c.active, func(id task.ID) bool { return !slices.Contains(active, id) }) {
+		c.rebalance = true
+	}
+	c.active = append(make([]task.ID, 0, len(active)), active...)
+}
+
+// rejoinOwed reports whether a cooperative revocation's rejoin is still
+// owed: the phase is one of those after a revocation.
+func (c *Core) rejoinOwed() bool {
+	return c.phase == Revoked || c.phase == Rejoining || c.phase == RejoinJoining
+}
+
+// assignedPhase is the phase an assignment callback leads to.
+func (c *Core) assignedPhase() Phase {
+	switch c.phase {
+	case Revoked, Rejoining:
+		return Rejoining
+	case Joining, RejoinJoining:
+		// An assignment needs a sync first; the table refuses this.
+		return Assigned
+	}
+	return Assigned
+}
+
+// revoked is a cooperative revocation of some tasks. At-least-once
+// commits the thread's work first (a task's partitions go to their next
+// owner only once its work is committed), then parks the revoked tasks.
+// Exactly-once cannot end the transaction from the callback: if it holds
+// work, it is discarded for every task (the kept ones process their share
+// again); either way the group client aborts the next transaction to end,
+// so the thread aborts it before processing more.
+func (c *Core) revoked(ids []task.ID) {
+	if c.phase == Joining || c.phase == RejoinJoining {
+		c.setPhase(RejoinJoining)
+	} else {
+		c.setPhase(Revoked)
+	}
+	c.emit(Action{Kind: ActUnsettle})
+	var release []task.ID
+	for _, id := range ids {
+		s := c.slots[id]
+		switch {
+		case s == nil:
+		case s.state == Waiting || s.state == Claiming:
+			delete(c.slots, id)
+		default:
+			if !slices.Contains(release, id) {
+				release = append(release, id)
+			}
+		}
+	}
+	slices.SortFunc(release, task.ID.Compare)
+	c.emit(Action{Kind: ActRegistryRevoked})
+	switch {
+	case c.halted:
+		c.close(release, false)
+	case c.cfg.Guarantee == ExactlyOnce:
+		c.discardIfDirty()
+		if c.mode == Processing {
+			c.setMode(AbortPending)
+		}
+		c.park(release)
+	case len(release) == 0 && len(c.running()) == 0:
+		// Nothing to commit and nothing to release.
+	default:
+		c.commit(forRevoke, release)
+	}
+}
+
+// revokedAll is an eager revocation: everything goes, after a commit
+// (at-least-once) or with the transaction's work discarded and its abort
+// owed (exactly-once). The stores stay open in the registry.
+func (c *Core) revokedAll() {
+	c.setPhase(Unassigned)
+	c.emit(Action{Kind: ActUnsettle})
+	c.forgetWaiting()
+	c.emit(Action{Kind: ActRegistryRevoked})
+	switch {
+	case c.halted:
+		c.closeAll()
+	case c.cfg.Guarantee == ExactlyOnce:
+		if r := c.running(); len(r) > 0 {
+			c.discard(r)
+		}
+		if c.mode == Processing {
+			c.setMode(AbortPending)
+		}
+		c.park(c.held())
+	case len(c.running()) == 0:
+		c.park(c.held())
+	default:
+		c.commit(forRevokeAll, c.held())
+	}
+}
+
+func (c *Core) discardIfDirty() {
+	if c.dirty {
+		if r := c.running(); len(r) > 0 {
+			c.discard(r)
+		}
+	}
+}
+
+func (c *Core) discard(ids []task.ID) {
+	for _, id := range ids {
+		s := c.slots[id]
+		s.work, s.unflushed = false, false
+	}
+	c.emit(Action{Kind: ActDiscard, Tasks: ids})
+}
+
+// tick decides whether the iteration ends with a commit: the interval has
+// passed (while joining, only once the other members had time to join),
+// a drained thread's early delay has passed, the cache budget is full, or
+// the group waits to rebalance. The rebalance request is only consumed
+// when no other reason commits.
+func (c *Core) tick(k CommitClock) {
+	joining := c.phase == Joining || c.phase == RejoinJoining
+	due := k.IntervalDue && (!joining || k.JoinGraceOver) ||
+		k.DrainedDue && !joining && c.consumed && k.InputAtEnd ||
+		k.BudgetFull
+	if !due && c.rebalance {
+		c.rebalance, due = false, true
+	}
+	if !due {
+		c.emit(Action{Kind: ActPunctuate})
+		return
+	}
+	c.commit(forTick, nil)
+}
+
+// commit flushes and commits every running task.
+func (c *Core) commit(p purpose, release []task.ID) {
+	c.back = c.mode
+	if c.back == AbortPending {
+		// A commit after a revocation ends the transaction the group
+		// client aborts anyway: its outcome settles the abort owed.
+		c.back = c.rest()
+	}
+	c.setMode(Committing)
+	c.purpose, c.releasing = p, release
+	c.consumed = false
+	c.committed = c.running()
+	for _, id := range c.committed {
+		c.slots[id].unflushed = false
+	}
+	c.emit(Action{Kind: ActFlush, Tasks: c.committed})
+	c.emit(Action{Kind: ActCommit, Tasks: c.committed})
+}
+
+func (c *Core) commitEnded(aborted bool) {
+	for _, id := range c.committed {
+		if s := c.slots[id]; s != nil {
+			s.work = false
+		}
+	}
+	switch {
+	case c.cfg.Guarantee == AtLeastOnce:
+		c.dirty = false
+	case len(c.committed) > 0:
+		// A commit without running tasks ends no transaction.
+		if aborted {
+			c.emit(Action{Kind: ActDiscard, Tasks: c.committed})
+		}
+		c.dirty = false
+		c.emit(Action{Kind: ActBegin})
+	}
+	c.setMode(c.back)
+	switch c.purpose {
+	case forTick:
+		c.emit(Action{Kind: ActPurge})
+		c.emit(Action{Kind: ActPunctuate})
+	case forRevoke, forRevokeAll:
+		c.park(c.releasing)
+	case forStop:
+		c.exit(true, false)
+	}
+	c.committed, c.releasing = nil, nil
+}
+
+// commitFailed handles a commit that did not go through. An interval
+// commit refused because the group moved on (at-least-once) or a fenced or
+// stuck transaction (exactly-once) drops every task uncommitted and
+// replaces the client; anything else stops the loop. A revocation's commit
+// failing drops the revoked tasks' work (the kept tasks' next commit meets
+// the same failure).
+func (c *Core) commitFailed(cause Cause) {
+	p, release := c.purpose, c.releasing
+	c.committed, c.releasing = nil, nil
+	c.setMode(c.back)
+	switch p {
+	case forTick:
+		switch cause {
+		case CauseRefused, CauseFenced:
+			c.closeAll()
+			c.reconnect(cause, c.rest())
+		default:
+			c.setMode(Failed)
+		}
+	case forRevoke:
+		c.close(release, false)
+	case forRevokeAll:
+		c.closeAll()
+	case forStop:
+		c.closeAll()
+		c.exit(false, false)
+	}
+}
+
+// abort aborts the open transaction; its work is discarded first.
+func (c *Core) abort() {
+	c.back = c.rest()
+	c.setMode(Aborting)
+	c.consumed = false
+	if r := c.running(); len(r) > 0 {
+		c.discard(r)
+	}
+	c.emit(Action{Kind: ActAbortTxn})
+}
+
+func (c *Core) reconnect(cause Cause, back Mode) {
+	c.back = back
+	c.setMode(Reconnecting)
+	c.emit(Action{Kind: ActReconnect, Cause: cause})
+}
+
+func (c *Core) park(ids []task.ID) {
+	if len(ids) == 0 {
+		return
+	}
+	for _, id := range ids {
+		delete(c.slots, id)
+	}
+	c.emit(Action{Kind: ActPark, Tasks: ids})
+}
+
+func (c *Core) close(ids []task.ID, clean bool) {
+	if len(ids) == 0 {
+		return
+	}
+	for _, id := range ids {
+		delete(c.slots, id)
+	}
+	c.emit(Action{Kind: ActClose, Tasks: ids, Clean: clean})
+}
+
+func (c *Core) closeAll() { c.close(c.held(), false) }
+
+// forgetWaiting drops the tasks waiting for another thread: the next
+// assignment says again what the thread runs.
+func (c *Core) forgetWaiting() {
+	for id, s := range c.slots {
+		if s.state == Waiting || s.state == Claiming {
+			delete(c.slots, id)
+		}
+	}
+}
+
+func (c *Core) exit(clean, killed bool) {
+	held := c.held()
+	clear(c.slots)
+	c.committed, c.releasing = nil, nil
+	c.setMode(Exited)
+	c.emit(Action{Kind: ActExit, Tasks: held, Clean: clean, Killed: killed})
+}
+
+// Work reports, for tests, which held tasks consumed input since their last
+// commit or discard.
+func (c *Core) Work() map[task.ID]bool {
+	out := make(map[task.ID]bool)
+	for id, s := range c.slots {
+		if s.work {
+			out[id] = true
+		}
+	}
+	return out
+}

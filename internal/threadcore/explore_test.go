@@ -1,0 +1,135 @@
+package threadcore
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+func (c *Core) clone() *Core {
+	d := *c
+	d.slots = make(map[task.ID]*slot, len(c.slots))
+	for id, s := range c.slots {
+		cp := *s
+		d.slots[id] = &cp
+	}
+	d.committed = slices.Clone(c.committed)
+	d.releasing = slices.Clone(c.releasing)
+	d.active = slices.Clone(c.active)
+	d.out = nil
+	return &d
+}
+
+func (c *Core) key() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %t %s %d %v %v %t %t %t %v|", c.mode, c.phase, c.halted, c.back, c.purpose, c.committed, c.releasing, c.dirty, c.consumed, c.rebalance, c.active)
+	for _, id := range slices.SortedFunc(maps.Keys(c.slots), task.ID.Compare) {
+		s := c.slots[id]
+		fmt.Fprintf(&b, "%s:%s:%t:%t:%t ", id, s.state, s.paused, s.work, s.unflushed)
+	}
+	return b.String()
+}
+
+// alphabet is every event over one task: the random sequences cover
+// several, and one keeps the closure small enough to run every time.
+// EDDY_THREADCORE_TWO_TASKS=1 explores two (about four minutes).
+func alphabet() []Event {
+	ids := []task.ID{t0}
+	sets := [][]task.ID{nil, {t0}}
+	if os.Getenv("EDDY_THREADCORE_TWO_TASKS") != "" {
+		ids = []task.ID{t0, t1}
+		sets = [][]task.ID{nil, {t0}, {t1}, {t0, t1}}
+	}
+	var evs []Event
+	for k := range numEventKinds {
+		switch k {
+		case EvClaimed, EvHeld, EvClaimFailed, EvRestored:
+			for _, id := range ids {
+				evs = append(evs, Event{Kind: k, Task: id})
+			}
+		case EvProcessed:
+			for _, id := range ids {
+				evs = append(evs, Event{Kind: k, Task: id, N: 1})
+			}
+		case EvSynced, EvAssigned, EvRevoked:
+			for _, s := range sets {
+				evs = append(evs, Event{Kind: k, Tasks: s})
+			}
+		case EvTick:
+			for _, k2 := range []CommitClock{{}, {IntervalDue: true}, interval, {DrainedDue: true, InputAtEnd: true}, {BudgetFull: true}} {
+				evs = append(evs, Event{Kind: k, Clock: k2})
+			}
+		case EvCommitFailed, EvAbortFailed:
+			for _, cs := range []Cause{CauseRefused, CauseFenced, CauseFatal} {
+				evs = append(evs, Event{Kind: k, Cause: cs})
+			}
+		case EvStop:
+			evs = append(evs, Event{Kind: k}, Event{Kind: k, Clean: true})
+		default:
+			evs = append(evs, Event{Kind: k})
+		}
+	}
+	return evs
+}
+
+// Every state reachable from a new core, by any event the core accepts,
+// moves only as the tables allow (the core panics otherwise) and keeps the
+// core's own invariants; refused events change nothing.
+func TestEveryReachableStateIsInTheTables(t *testing.T) {
+	for _, cfg := range []Config{aloCoop, eosCoop, aloEager, eosEager} {
+		t.Run(fmt.Sprintf("%s cooperative=%t", cfg.Guarantee, cfg.Cooperative), func(t *testing.T) {
+			start := New(cfg)
+			seen := map[string]bool{start.key(): true}
+			queue := []*Core{start}
+			modes := map[Mode]bool{}
+			phases := map[Phase]bool{}
+			evs := alphabet()
+			for len(queue) > 0 {
+				c := queue[0]
+				queue = queue[1:]
+				modes[c.mode], phases[c.phase] = true, true
+				for _, e := range evs {
+					d := c.clone()
+					before := d.key()
+					var err error
+					func() {
+						defer func() {
+							if r := recover(); r != nil {
+								t.Fatalf("from %s, %s: %v", before, e, r)
+							}
+						}()
+						_, err = d.Step(e)
+					}()
+					if err != nil {
+						if d.key() != before {
+							t.Fatalf("refused %s changed %s to %s", e, before, d.key())
+						}
+						continue
+					}
+					if d.mode == Exited && len(d.slots) > 0 {
+						t.Fatalf("exited with slots: %s", d.key())
+					}
+					if d.mode != Committing && (d.committed != nil || d.releasing != nil) {
+						t.Fatalf("commit state outside Committing: %s", d.key())
+					}
+					if d.halted && d.mode == Processing {
+						t.Fatalf("halted thread processing: %s", d.key())
+					}
+					if k := d.key(); !seen[k] {
+						seen[k] = true
+						queue = append(queue, d)
+					}
+				}
+				if len(seen) > 500000 {
+					t.Fatalf("state space larger than expected: %d", len(seen))
+				}
+			}
+			t.Logf("%d states, modes %v, phases %v", len(seen), slices.Sorted(maps.Keys(modes)), slices.Sorted(maps.Keys(phases)))
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/taskrun"
+	"github.com/eddystreams/eddy/task"
+)
+
+// atLeastOnce commits in the order that keeps at-least-once: store writes
+// go to the changelogs, the producer is flushed and every record
+// acknowledged, the writes enter the stores with their new changelog
+// positions, and only then are input offsets committed. A crash repeats at
+// most what followed the last commit.
+type atLeastOnce struct{ th *thread }
+
+func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error {
+	th := c.th
+	if len(tasks) == 0 {
+		return nil
+	}
+	for _, t := range tasks {
+		if err := t.Flush(); err != nil {
+			return fmt.Errorf("runtime: commit: task %s: %w", t.ID(), err)
+		}
+	}
+	th.out.flush()
+	acks := new(changelog.Offsets)
+	for _, t := range tasks {
+		for _, w := range t.PendingChangelog() {
+			changelog.Send(context.Background(), th.cl, w.Topic, w.Partition, w.Entries, acks)
+		}
+	}
+	if err := th.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("runtime: commit: flush producer: %w", err)
+	}
+	if err := th.produceFailed(); err != nil {
+		return fmt.Errorf("runtime: commit: %w", err)
+	}
+	if err := acks.Err(); err != nil {
+		return fmt.Errorf("runtime: commit: changelog: %w", err)
+	}
+	return th.writeStores(tasks, acks.Last)
+}
+
+func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool, error) {
+	th := c.th
+	offsets := make(map[string]map[int32]kgo.EpochOffset)
+	perTask := make(map[task.ID]map[string]int64)
+	for _, t := range tasks {
+		o := t.OffsetsToCommit()
+		if len(o) == 0 {
+			continue
+		}
+		perTask[t.ID()] = o
+		for topic, off := range o {
+			if offsets[topic] == nil {
+				offsets[topic] = make(map[int32]kgo.EpochOffset)
+			}
+			offsets[topic][t.ID().Partition] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		}
+	}
+	if len(offsets) == 0 {
+		return false, nil
+	}
+	var commitErr error
+	th.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			commitErr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && commitErr == nil {
+					commitErr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e)
+				}
+			}
+		}
+	})
+	if commitErr != nil {
+		if groupMovedOn(commitErr) {
+			return false, fmt.Errorf("runtime: commit offsets: %w: %w", errGroupMovedOn, commitErr)
+		}
+		return false, fmt.Errorf("runtime: commit offsets: %w", commitErr)
+	}
+	for _, t := range tasks {
+		if o, ok := perTask[t.ID()]; ok {
+			t.MarkCommitted(o)
+		}
+	}
+	return false, nil
+}
+
+// abort and begin are never asked of at-least-once: there is no
+// transaction.
+func (c *atLeastOnce) abort(context.Context) error { return nil }
+func (c *atLeastOnce) begin() error                { return nil }

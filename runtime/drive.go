@@ -1,0 +1,218 @@
+package runtime
+
+// How a stream thread drives its core (internal/threadcore): the loop and
+// the rebalance callbacks turn what they observe into events, and step
+// carries out the actions the core answers with, feeding the outcomes of
+// claims, commits, aborts and reconnections back to it.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/eddystreams/eddy/internal/taskrun"
+	"github.com/eddystreams/eddy/internal/threadcore"
+	"github.com/eddystreams/eddy/task"
+)
+
+// step feeds an event to the core and carries out the actions it calls
+// for. It is called with mu held. ctx bounds commits and aborts; when nil,
+// they are bounded by RebalanceTimeout rather than the thread's context, so
+// that a stop request does not cut a commit in half while a broker that
+// stopped answering cannot hang the thread either. The error is the one
+// that stops the loop, if any: the core is then Failed, or the error came
+// from an action without an outcome (the loop's exit feeds EvFailed).
+func (th *thread) step(ctx context.Context, e threadcore.Event) error {
+	// Made when a commit or abort first needs it: most steps have
+	// neither.
+	var cancel context.CancelFunc
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
+	opCtx := func() context.Context {
+		if ctx == nil {
+			ctx, cancel = context.WithTimeout(th.app.killCtx, th.app.cfg.RebalanceTimeout)
+		}
+		return ctx
+	}
+	queue := []threadcore.Event{e}
+	var stopErr error
+	for len(queue) > 0 {
+		e := queue[0]
+		queue = queue[1:]
+		out, err := th.core.Step(e)
+		if err != nil {
+			return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+		}
+		th.publish()
+		if len(out) == 0 {
+			continue
+		}
+		// Actions may unlock mu (a reconnection closes the old client,
+		// whose callbacks step the core): keep this batch.
+		for _, a := range slices.Clone(out) {
+			next, err := th.do(opCtx, a)
+			if err != nil {
+				stopErr = err
+			}
+			if next != nil {
+				queue = append(queue, *next)
+				if a.Kind != threadcore.ActClaim {
+					break
+				}
+			}
+			if err != nil && next == nil {
+				return err
+			}
+		}
+	}
+	th.publish()
+	if coreChecked.Load() {
+		th.checkCore()
+	}
+	return stopErr
+}
+
+// coreChecked makes every step check that the core and the thread agree on
+// the tasks the thread holds. The package's tests set it.
+var coreChecked atomic.Bool
+
+// checkCore fails the App when the tasks the core holds (restoring or
+// running) are not exactly the thread's tasks.
+func (th *thread) checkCore() {
+	held := append(th.core.Tasks(threadcore.Restoring), th.core.Tasks(threadcore.Running)...)
+	slices.SortFunc(held, task.ID.Compare)
+	have := slices.SortedFunc(maps.Keys(th.tasks), task.ID.Compare)
+	if !slices.Equal(held, have) {
+		th.app.fail(fmt.Errorf("runtime: thread %d: its core holds %v, the thread %v", th.idx, held, have))
+	}
+}
+
+// publish mirrors what other goroutines read of the core: whether the
+// thread holds a settled assignment, and whether a task waits for another
+// thread (App.settled).
+func (th *thread) publish() {
+	th.phase.Store(uint32(th.core.Phase()))
+	th.waitingAny.Store(th.core.Waiting())
+}
+
+// isAssigned reports, from any goroutine, whether the thread holds its
+// assignment with no rejoin owed.
+func (th *thread) isAssigned() bool {
+	return threadcore.Phase(th.phase.Load()) == threadcore.Assigned
+}
+
+// activeTasks returns the thread's tasks of ids.
+func (th *thread) activeTasks(ids []task.ID) []*taskrun.Active {
+	out := make([]*taskrun.Active, 0, len(ids))
+	for _, id := range ids {
+		if t := th.tasks[id]; t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// do carries out one action; next is its outcome, for actions that have
+// one. err stops the loop.
+func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next *threadcore.Event, err error) {
+	outcome := func(k threadcore.EventKind) *threadcore.Event { return &threadcore.Event{Kind: k, Task: a.Task} }
+	failed := func(k threadcore.EventKind, err error) (*threadcore.Event, error) {
+		cause := th.cause(err)
+		if cause == threadcore.CauseFatal {
+			return &threadcore.Event{Kind: k, Cause: cause}, err
+		}
+		th.log.Warn("commit or abort failed", "cause", cause, "err", err)
+		return &threadcore.Event{Kind: k, Cause: cause}, nil
+	}
+	switch a.Kind {
+	case threadcore.ActClaim:
+		switch {
+		case !th.startActive(a.Task):
+			return outcome(threadcore.EvHeld), nil
+		case th.tasks[a.Task] == nil:
+			return outcome(threadcore.EvClaimFailed), nil
+		}
+		return outcome(threadcore.EvClaimed), nil
+	case threadcore.ActPause:
+		th.cl.PauseFetchPartitions(th.inputPartitions(a.Task))
+	case threadcore.ActResume:
+		t := th.tasks[a.Task]
+		if t == nil {
+			return nil, fmt.Errorf("runtime: thread %d: task %s restored but not held", th.idx, a.Task)
+		}
+		if err := t.Restored(); err != nil {
+			return nil, err
+		}
+		th.app.registry.activeRunning(t)
+		th.cl.ResumeFetchPartitions(th.inputPartitions(a.Task))
+	case threadcore.ActPark:
+		th.revokedTasks.Add(int64(len(a.Tasks)))
+		for _, t := range th.activeTasks(a.Tasks) {
+			th.rest.unregister(t)
+			th.app.registry.park(t)
+			delete(th.tasks, t.ID())
+		}
+		th.lastTask = nil
+	case threadcore.ActClose:
+		for _, t := range th.activeTasks(a.Tasks) {
+			th.closeTask(t, a.Clean)
+		}
+	case threadcore.ActDiscard:
+		for _, t := range th.activeTasks(a.Tasks) {
+			t.Abort()
+		}
+	case threadcore.ActProcess:
+		th.processing = true
+		return nil, th.processPolled()
+	case threadcore.ActFlush:
+		th.lastCommit, th.commitStart = time.Now(), time.Now()
+		th.commits.Add(1)
+		if err := th.committer.flush(ctx(), th.activeTasks(a.Tasks)); err != nil {
+			return failed(threadcore.EvCommitFailed, err)
+		}
+	case threadcore.ActCommit:
+		aborted, err := th.committer.commit(ctx(), th.activeTasks(a.Tasks))
+		th.app.metrics.commitLatency.Observe(time.Since(th.commitStart).Seconds())
+		switch {
+		case err != nil:
+			return failed(threadcore.EvCommitFailed, err)
+		case aborted:
+			return outcome(threadcore.EvCommitAborted), nil
+		}
+		return outcome(threadcore.EvCommitted), nil
+	case threadcore.ActAbortTxn:
+		if err := th.committer.abort(ctx()); err != nil {
+			return failed(threadcore.EvAbortFailed, err)
+		}
+		return outcome(threadcore.EvAborted), nil
+	case threadcore.ActBegin:
+		return nil, th.committer.begin()
+	case threadcore.ActPunctuate:
+		now := time.Now()
+		for _, t := range th.tasks {
+			if err := t.Punctuate(now); err != nil {
+				return nil, fmt.Errorf("runtime: task %s punctuate: %w", t.ID(), err)
+			}
+		}
+	case threadcore.ActPurge:
+		th.app.purge.afterCommit(th.idx, th.cl)
+	case threadcore.ActUnsettle:
+		th.app.rebalanceStarted()
+	case threadcore.ActRegistryRevoked:
+		th.app.registry.revoked(th.idx)
+	case threadcore.ActReconnect:
+		if err := th.reconnect(a.Cause); err != nil {
+			return nil, err
+		}
+		return outcome(threadcore.EvReconnected), nil
+	case threadcore.ActExit:
+		th.exit(a)
+	}
+	return nil, nil
+}
