@@ -66,7 +66,11 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	if cfg.corpus != "" {
 		source = cfg.corpus
 	}
-	fmt.Fprintf(cfg.out, "\n(a) word count: %d lines (%s), %d partitions, in-process broker\n", cfg.lines, source, cfg.partitions)
+	combining := "combining before the repartition"
+	if cfg.noCombine {
+		combining = "without combining"
+	}
+	fmt.Fprintf(cfg.out, "\n(a) word count: %d lines (%s), %d partitions, in-process broker, Eddy %s\n", cfg.lines, source, cfg.partitions, combining)
 	b, err := broker.Start(broker.Config{Partitions: int32(cfg.partitions)})
 	if err != nil {
 		return nil, err
@@ -294,8 +298,12 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 		}
 		return appendWords(nil, line)
 	})
+	var countOpts []topology.Option
+	if cfg.noCombine {
+		countOpts = append(countOpts, topology.WithoutCombining())
+	}
 	topology.GroupBy(words, func(_, w string) string { return w }, "words", serde.String, serde.String).
-		Count(wcCountsStore).ToStream().To(wcEddyOut, serde.String, serde.Int64)
+		Count(wcCountsStore, countOpts...).ToStream().To(wcEddyOut, serde.String, serde.Int64)
 	topo, err := bld.Build()
 	if err != nil {
 		return ph, err
