@@ -44,6 +44,9 @@ func TestCombinedCountExactThroughKillExactlyOnce(t *testing.T) {
 		}
 		return n > 0, fmt.Sprintf("%d input records committed", n)
 	})
+	// Killed right after more input arrives, b dies with partials in
+	// memory and an open transaction.
+	c.produceLines(t, gen.lines(20_000, want))
 	faults.Kill(b.App)
 	c.produceLines(t, gen.lines(20_000, want))
 	waitCaughtUpAny(t, c, runtime.ExactlyOnce)
