@@ -208,7 +208,8 @@ type combineProc[K, V, A any] struct {
 	step     func(K, V, A, bool) A
 	// index maps a key (itself when K is string, else its encoding) to
 	// its entry in parts, which keeps the order keys were first seen.
-	index map[string]int
+	index     map[string]int
+	stringKey bool
 	parts []partial[K, A]
 }
 
@@ -221,6 +222,7 @@ type partial[K, A any] struct {
 
 func (p *combineProc[K, V, A]) init(*nodeInstance) error {
 	p.index = make(map[string]int)
+	_, p.stringKey = any(zero[K]()).(string)
 	return nil
 }
 
@@ -242,8 +244,8 @@ func (p *combineProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return c.forward(record{key: r.key, value: agg, ts: r.ts, headers: marked(r.headers)})
 	}
 	var id string
-	if s, ok := r.key.(string); ok {
-		id = s
+	if p.stringKey {
+		id = as[string](r.key)
 	} else {
 		kb, err := p.keySerde.Encode(k)
 		if err != nil {
@@ -263,7 +265,8 @@ func (p *combineProc[K, V, A]) process(c *nodeInstance, r record) error {
 		}
 	}
 	key := r.key
-	if s, ok := key.(string); ok {
+	if p.stringKey {
+		s := as[string](key)
 		// A key string may share the bytes of a whole input record (a
 		// word of a line); held until the commit, it would keep the
 		// record alive.

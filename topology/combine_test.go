@@ -240,6 +240,13 @@ func TestDescribeShowsTheCombiner(t *testing.T) {
 	require.NotContains(t, desc, "combine")
 	require.Contains(t, desc, "Processor: groupby-1\n    --> words-repartition-sink")
 	require.Contains(t, desc, "Processor: count-4 (stores: c1)", "generated names do not count the combiner")
+	// So does a windowed aggregation of the grouping.
+	b2 := topology.NewBuilder()
+	g2 := words(b2)
+	g2.Count("c")
+	topology.WindowedBy(g2, topology.TumblingWindows(time.Minute)).Count("w")
+	require.NotContains(t, describe(t, b2), "combine")
+
 	d, _ := start(t, b)
 	for _, w := range []string{"a", "b", "a"} {
 		require.NoError(t, strIn(d, "in").PipeValue(w))

@@ -2,7 +2,8 @@
 // figures the core runtime is held to, as ratios measured in one run:
 //
 //	(a) word-count throughput, Eddy vs a bare franz-go consume→produce loop
-//	    over the same input on the same embedded broker (target ≥ 0.5×);
+//	    over the same input on the same embedded broker (target ≥ 1.0×
+//	    combining before the repartition, ≥ 0.6× with --no-combine);
 //	(b) restoration rate from a changelog, changelog.Reader into a badger
 //	    store vs a bare badger WriteBatch of the same records (target ≥ 0.8×),
 //	    and, for information, a whole App restoring a wiped state directory;
