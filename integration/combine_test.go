@@ -64,6 +64,26 @@ func TestCombinedCountExactThroughKillExactlyOnce(t *testing.T) {
 	t.Logf("%d words sent as %d committed partials", words, records)
 }
 
+// TestCombinedCountExactThroughHandOverAtLeastOnce closes one of two
+// instances in the middle of the input under at-least-once: the close
+// commits, which sends its combiners' partials before the input offsets,
+// and the rebalance makes the survivor commit (and send) too, so the
+// counts are exact, with no redone work to over-count.
+func TestCombinedCountExactThroughHandOverAtLeastOnce(t *testing.T) {
+	c := newCluster(t, 4)
+	gen := newCorpus(18, 2000)
+	want := make(map[string]int64)
+	a := c.start(t, "a", instanceConfig{stateDir: t.TempDir()})
+	b := c.start(t, "b", instanceConfig{stateDir: t.TempDir()})
+	c.waitSettled(t, "wc", a, b)
+	c.produceLines(t, gen.lines(20_000, want))
+	b.close(t)
+	c.produceLines(t, gen.lines(20_000, want))
+	c.waitCaughtUp(t, "wc")
+	requireStore(t, want, a)
+	c.requireOutput(t, want)
+}
+
 // readRepartition reads the committed records of the word count's
 // repartition topic and counts those marked as partial aggregates. As in
 // readCommittedLatest, a sentinel (a null value, which the count drops)

@@ -210,7 +210,7 @@ type combineProc[K, V, A any] struct {
 	// its entry in parts, which keeps the order keys were first seen.
 	index     map[string]int
 	stringKey bool
-	parts []partial[K, A]
+	parts     []partial[K, A]
 }
 
 type partial[K, A any] struct {
