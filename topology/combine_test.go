@@ -333,3 +333,15 @@ func (e *captureEnv) Send(rec graph.OutputRecord) error {
 	e.sent = append(e.sent, rec)
 	return nil
 }
+
+// TestWithMergerOfTheWrongTypeFailsBuild checks that a merger whose types
+// are not the aggregation's is reported by Build, not ignored.
+func TestWithMergerOfTheWrongTypeFailsBuild(t *testing.T) {
+	b := topology.NewBuilder()
+	g := topology.GroupBy(topology.Stream(b, "in", serde.String, serde.String),
+		func(_, v string) string { return v }, "words", serde.String, serde.String)
+	topology.Aggregate(g, func() int64 { return 0 }, func(string, string, int64) int64 { return 1 }, "a", serde.Int64,
+		topology.WithMerger(func(_ int, a, b int64) int64 { return a + b }))
+	_, err := b.Build()
+	require.ErrorContains(t, err, `Aggregate into store "a": merger is func(int, int64, int64) int64, want a non-nil func(string, int64, int64) int64`)
+}
