@@ -13,6 +13,10 @@
 //	err = in.PipeValue("a rose is a rose")
 //	kvs, err := out.ReadKeyValues()
 //
+// With Config.Commits the driver holds table updates and combined partials
+// (see topology.WithoutCombining) until Commit, as the runtime does until
+// its commits; without it they pass at once.
+//
 // Stream-time punctuators run after every record a task processes;
 // wall-clock punctuators run when AdvanceWallClock moves the clock past
 // their schedule. A Driver is not safe for concurrent use.
