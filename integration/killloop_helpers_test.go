@@ -21,6 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
 )
 
 // activeMonitor polls every instance's /v1/lags and keeps, for each
@@ -294,7 +297,7 @@ func next(recs map[int64]*kgo.Record) int64 {
 // two stages of the word count: lines of the input topic (each redone line
 // writes its words to the repartition topic again, so each of its words
 // is counted once more) and words of the repartition topic (each redone
-// word is counted once more). The committed offset read before the kill is
+// word is counted once more, each redone partial count by its value). The committed offset read before the kill is
 // at most the one in force when the victim died (commits only move
 // forward), and the end read after the kill is at least as far as the
 // victim could have read, so each window holds every record the kill can
@@ -324,12 +327,26 @@ func overcountBound(t *testing.T, broker string, windows []redoWindow) map[strin
 		for p, to := range w.to[repart] {
 			for off := w.from[repart][p]; off < to; off++ {
 				if r := words[p][off]; r != nil {
-					bound[string(r.Key)]++
+					bound[string(r.Key)] += repartitionWords(t, r)
 				}
 			}
 		}
 	}
 	return bound
+}
+
+// repartitionWords is how many words a repartition record stands for: one
+// for a raw word, the partial count for a combined one.
+func repartitionWords(t *testing.T, r *kgo.Record) int64 {
+	t.Helper()
+	for _, h := range r.Headers {
+		if h.Key == topology.CombinedHeader {
+			n, err := serde.Int64.Decode(r.Value)
+			require.NoError(t, err, "partial count of %q at %s/%d@%d", r.Key, r.Topic, r.Partition, r.Offset)
+			return n
+		}
+	}
+	return 1
 }
 
 // checkOvercount compares counts against the reference and the bound: no

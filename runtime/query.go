@@ -20,14 +20,9 @@ import (
 
 // storeSubTopology finds the sub-topology that owns a store.
 func (a *App) storeSubTopology(store string) (int, bool) {
-	for i, st := range graph.Of(a.topo).SubTopologies() {
-		for _, s := range st.Stores {
-			if s.Name == store {
-				return i, true
-			}
-		}
-	}
-	return 0, false
+	// Not SubTopologies, which copies every description: queries call
+	// this for every key.
+	return graph.Of(a.topo).StoreSubTopology(store)
 }
 
 // KeyPartition returns the partition of a store that holds a serialized key,

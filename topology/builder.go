@@ -24,6 +24,10 @@ type Builder struct {
 	// storeOwner names who declared each store, for error messages.
 	storeOwner map[string]string
 	errs       []error
+	// combiners counts the combiner nodes among nodes, which generated
+	// names do not count, so that turning combining on or off leaves the
+	// names of the other nodes as they were.
+	combiners int
 }
 
 // NewBuilder returns an empty Builder.
@@ -213,7 +217,7 @@ func as[T any](v any) T {
 func (b *Builder) addNode(kind nodeKind, op string, o options, parents ...*node) *node {
 	n := &node{id: len(b.nodes), kind: kind, name: o.name}
 	if n.name == "" {
-		n.name = op + "-" + strconv.Itoa(n.id)
+		n.name = op + "-" + strconv.Itoa(n.id-b.combiners)
 	} else if !o.derived {
 		b.checkName("node", n.name)
 	}

@@ -63,10 +63,13 @@ func ExampleTopology_Describe() {
 	//     --> groupby-2
 	//     <-- source-0
 	//   Processor: groupby-2
-	//     --> words-repartition-sink
+	//     --> words-repartition-combine
 	//     <-- split
-	//   Sink: words-repartition-sink (topic: words-repartition, internal)
+	//   Processor: words-repartition-combine
+	//     --> words-repartition-sink
 	//     <-- groupby-2
+	//   Sink: words-repartition-sink (topic: words-repartition, internal)
+	//     <-- words-repartition-combine
 	//
 	// Sub-topology 1
 	//   Source: words-repartition-source (topic: words-repartition, internal)

@@ -24,6 +24,10 @@ type options struct {
 	// and tableValueSerde its serde.Serde[V] (TableValueSerde).
 	store           string
 	tableValueSerde any
+	// noCombine turns combining off for an aggregation (WithoutCombining);
+	// merger is Aggregate's func(K, A, A) A (WithMerger), see combine.go.
+	noCombine bool
+	merger    any
 }
 
 func collect(opts []Option) options {

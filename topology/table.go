@@ -28,6 +28,9 @@ type grouping[K, V any] struct {
 	partitions  int32
 	// source reads the repartition topic once it has been created.
 	source *node
+	// combined is the grouping's only aggregation while it combines (see
+	// combine.go).
+	combined *combining
 }
 
 // GroupByKey groups s by its current key. If an upstream operator may have
@@ -71,24 +74,37 @@ func GroupBy[K, V, K2 any](s KStream[K, V], selector func(K, V) K2, name string,
 	}}
 }
 
+// topic is the repartition topic of the grouping, named after the
+// grouping or, unnamed, after the store of its first aggregation.
+func (g *grouping[K, V]) topic(store string) TopicRef {
+	name := g.name
+	if name == "" {
+		name = store
+	}
+	return TopicRef{Name: name + "-repartition", Internal: true}
+}
+
 // input returns the node an aggregation reads from, creating the
-// repartition sink and source the first time it is needed.
+// repartition sink and source the first time it is needed. A combined
+// aggregation already reading the topic is turned into a plain one, since
+// the topic must now carry raw records for both.
 func (g *grouping[K, V]) input(store string) *node {
 	if !g.repartition {
 		return g.parent
 	}
+	if g.combined != nil {
+		g.combined.undo()
+		g.combined = nil
+	}
 	if g.source == nil {
-		name := g.name
-		if name == "" {
-			name = store
-		}
-		topic := TopicRef{Name: name + "-repartition", Internal: true}
+		topic := g.topic(store)
 		sink := addSink(g.b, g.parent, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-sink", derived: true})
 		sink.partitions = g.partitions
 		if g.partitions < 0 {
 			g.b.errorf("%s: partition count %d is negative", sink.label(), g.partitions)
 		}
 		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source", derived: true})
+		g.source.decode = refusePartials(topic.Name, g.source.decode)
 	}
 	return g.source
 }
@@ -102,21 +118,31 @@ func (g KGroupedStream[K, V]) grouping() *grouping[K, V] {
 
 // Count counts the records of each key into the store named store
 // (persistent and logged unless InMemory or WithoutLogging is given; values
-// are encoded with serde.Int64). Named names the node.
+// are encoded with serde.Int64). Named names the node. After GroupBy, or
+// GroupByKey of a re-keyed stream, counts are combined before the
+// repartition unless WithoutCombining is given (see WithoutCombining).
 func (g KGroupedStream[K, V]) Count(store string, opts ...Option) KTable[K, int64] {
 	return aggregate(g.grouping(), "count", store, serde.Int64, collect(opts), "",
-		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 },
+		func(_ K, n, partial int64) int64 { return n + partial })
 }
 
 // Reduce combines the values of each key with fn, starting from the key's
 // first value, into the store named store (persistent and logged unless
 // InMemory or WithoutLogging is given; values encoded with the grouping's
-// value serde). Named names the node.
+// value serde). Named names the node. After GroupBy, or GroupByKey of a
+// re-keyed stream, values are combined before the repartition unless
+// WithoutCombining is given: fn must then be associative, fn(fn(a, b), c)
+// == fn(a, fn(b, c)), as sums, minimums, maximums and "keep the latest"
+// are.
 func (g KGroupedStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...Option) KTable[K, V] {
 	gr := g.grouping()
 	var missing string
+	var merge func(K, V, V) V
 	if fn == nil {
 		missing = "reducer"
+	} else {
+		merge = func(_ K, agg, partial V) V { return fn(agg, partial) }
 	}
 	return aggregate(gr, "reduce", store, gr.valueSerde, collect(opts), missing,
 		func(_ K, v V, agg V, found bool) V {
@@ -124,14 +150,17 @@ func (g KGroupedStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...
 				return v
 			}
 			return fn(agg, v)
-		})
+		}, merge)
 }
 
 // Aggregate folds the values of each key into an aggregate: init gives a
 // key's starting aggregate and adder folds in one value. Aggregates live in
 // the store named store (persistent and logged unless InMemory or
 // WithoutLogging is given), encoded with aggSerde. Named names the node.
+// Given WithMerger, after GroupBy or GroupByKey of a re-keyed stream, it
+// combines before the repartition unless WithoutCombining is given.
 func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K, V, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[K, A] {
+	o := collect(opts)
 	var missing string
 	switch {
 	case init == nil:
@@ -139,26 +168,44 @@ func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K,
 	case adder == nil:
 		missing = "adder"
 	}
-	return aggregate(g.grouping(), "aggregate", store, aggSerde, collect(opts), missing,
+	merge, ok := o.merger.(func(K, A, A) A)
+	if o.merger != nil && (!ok || merge == nil) {
+		g.grouping().b.errorf("Aggregate into store %q: merger is %T, want a non-nil func(%T, %T, %T) %T", store, o.merger, zero[K](), zero[A](), zero[A](), zero[A]())
+	}
+	return aggregate(g.grouping(), "aggregate", store, aggSerde, o, missing,
 		func(k K, v V, agg A, found bool) A {
 			if !found {
 				agg = init()
 			}
 			return adder(k, v, agg)
-		})
+		}, merge)
 }
 
 // aggregate adds a node that applies step to each record and its key's
 // current aggregate (found is false for a new key) and forwards the result.
-func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[K, A] {
+// With merge, which merges two aggregates, the aggregation of a re-keyed
+// stream combines before the repartition (combine.go) unless o says not to
+// or another aggregation of the grouping already reads the topic.
+func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A, merge func(K, A, A) A) KTable[K, A] {
 	b := g.b
-	in := g.input(store)
 	// Records read back from the repartition topic carry their key encoded
 	// with g.keySerde, the store's key serde.
 	srcKey := g.repartition
-	n := b.addProcessor(op, o, func() procImpl {
+	plain := func() procImpl {
 		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step, srcKey: srcKey}
-	}, in)
+	}
+	var n *node
+	if merge != nil && !o.noCombine && g.repartition && g.source == nil && missingFunc == "" && aggSerde != nil {
+		in := combinedInput(g, store, aggSerde, step)
+		ms := mergeStep(step, merge)
+		n = b.addProcessor(op, o, func() procImpl {
+			return &aggProc[K, any, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: ms, srcKey: true}
+		}, in)
+		g.combined.agg = n
+		g.combined.rawNewProc = func() (procImpl, error) { return plain(), nil }
+	} else {
+		n = b.addProcessor(op, o, plain, g.input(store))
+	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
 	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())

@@ -573,7 +573,7 @@ func endOffsets(ctx context.Context, adm *kadm.Client, topics []string) (map[str
 // commits offsets only once stores, changelogs and output hold their
 // work), which the next owner does again: a redone input line writes each
 // of its words to the repartition topic once more, a redone repartition
-// record counts its word once more. The committed offsets read before the
+// record counts its word once more (a partial count by its value). The committed offsets read before the
 // kill are at most those in force at the kill, the ends read after it at
 // least as far as the victim read, so each window holds all the kill can
 // make the application redo.
@@ -603,13 +603,32 @@ func klOvercountBound(ctx context.Context, addrs []string, windows []klWindow, t
 							bound[word]++
 						}
 					default:
-						bound[string(r.Key)]++
+						n, err := klRecordWords(r)
+						if err != nil {
+							return nil, err
+						}
+						bound[string(r.Key)] += n
 					}
 				}
 			}
 		}
 	}
 	return bound, nil
+}
+
+// klRecordWords is how many words a repartition record stands for: one for
+// a raw word, the partial count for a combined one.
+func klRecordWords(r *kgo.Record) (int64, error) {
+	for _, h := range r.Headers {
+		if h.Key == topology.CombinedHeader {
+			n, err := serde.Int64.Decode(r.Value)
+			if err != nil {
+				return 0, fmt.Errorf("partial count of %q at %s/%d@%d: %w", r.Key, r.Topic, r.Partition, r.Offset, err)
+			}
+			return n, nil
+		}
+	}
+	return 1, nil
 }
 
 // readTopic reads topic's records below ends, without read-committed

@@ -106,6 +106,15 @@ type TableBuffering interface {
 	BufferTableUpdates() bool
 }
 
+// Discarder is implemented by task graphs that hold, between commits, what
+// the input since the last commit produced (the combiners' partial
+// aggregates). The runtime calls Discard when that input is to be processed
+// again without a commit (an aborted transaction), so that it is not
+// counted twice.
+type Discarder interface {
+	Discard()
+}
+
 // TaskLogger is implemented by task environments that give the task graph
 // a logger for what it reports on its own (late records dropped); without
 // it, the graph logs to slog's default logger.

@@ -313,6 +313,9 @@ func (t *Active) CompleteCommit(last LastOffsetFunc) error {
 // not commit, so its stores stay exactly at their recorded positions and the
 // input will be processed again.
 func (t *Active) Abort() {
+	if d, ok := t.graph.(graph.Discarder); ok {
+		d.Discard()
+	}
 	for _, n := range t.order {
 		t.stores[n].Cache.Discard()
 	}

@@ -13,6 +13,10 @@
 //	err = in.PipeValue("a rose is a rose")
 //	kvs, err := out.ReadKeyValues()
 //
+// With Config.Commits the driver holds table updates and combined partials
+// (see topology.WithoutCombining) until Commit, as the runtime does until
+// its commits; without it they pass at once.
+//
 // Stream-time punctuators run after every record a task processes;
 // wall-clock punctuators run when AdvanceWallClock moves the clock past
 // their schedule. A Driver is not safe for concurrent use.
@@ -36,11 +40,17 @@ type Config struct {
 	AppID string
 	// StartTime is the initial wall-clock time. Default 2024-01-01 UTC.
 	StartTime time.Time
+	// Commits makes the driver behave like the runtime with its record
+	// cache on: tables forward each key's latest value, and aggregations
+	// of re-keyed streams send their combined partials, only when Commit
+	// is called. Without it every update is forwarded at once.
+	Commits bool
 }
 
 // Driver runs a topology in-process. See the package documentation.
 type Driver struct {
 	app     string
+	commits bool
 	now     time.Time
 	tasks   []graph.TaskGraph
 	stores  map[string]*memStore
@@ -61,6 +71,7 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 	}
 	d := &Driver{
 		app:     cfg.AppID,
+		commits: cfg.Commits,
 		now:     cfg.StartTime,
 		stores:  make(map[string]*memStore),
 		readers: make(map[string]int),
@@ -93,6 +104,9 @@ func (e *env) AppID() string    { return e.d.app }
 func (e *env) TaskID() string   { return strconv.Itoa(e.sub) + "_0" }
 func (e *env) Partition() int32 { return 0 }
 func (e *env) Now() time.Time   { return e.d.now }
+
+// BufferTableUpdates implements graph.TableBuffering.
+func (e *env) BufferTableUpdates() bool { return e.d.commits }
 
 func (e *env) Store(name string) (statestore.ReadWriter, error) { return e.d.Store(name) }
 
@@ -187,6 +201,31 @@ func (d *Driver) process(topic string, key, value []byte, ts time.Time, headers 
 		return err
 	}
 	return g.Punctuate(d.now)
+}
+
+// Commit does what a commit of the runtime does to the task graphs: each
+// task forwards what it held since the last commit (table updates,
+// combined partials), and what that causes downstream runs, until nothing
+// is held. It matters only with Config.Commits.
+func (d *Driver) Commit() error {
+	if d.closed {
+		return errors.New("topologytest: driver is closed")
+	}
+	// A task's flush may feed a task of a later stage, whose own flush
+	// then has something to forward: one round per task reaches the end
+	// of the longest chain.
+	for range d.tasks {
+		for _, g := range d.tasks {
+			if err := g.Flush(); err != nil {
+				d.queue = nil
+				return err
+			}
+			if err := d.drain(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // AdvanceWallClock moves the wall clock forward by dt and runs the
