@@ -56,6 +56,9 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 	if len(tasks) == 0 {
 		return false, nil
 	}
+	if err := th.maybeCrash("before-commit"); err != nil {
+		return false, err
+	}
 	// Wait for every record of the transaction before choosing how to end
 	// it. The session's own flush in End does not look at the records'
 	// outcomes: a record the broker refused without failing the producer
@@ -67,9 +70,6 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 	try := kgo.TryCommit
 	if th.produceFailed() != nil || acks.Err() != nil {
 		try = kgo.TryAbort
-	}
-	if err := th.maybeCrash("before-commit"); err != nil {
-		return false, err
 	}
 	committed, err := th.sess.End(ctx, try)
 	if err != nil {
