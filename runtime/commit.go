@@ -117,11 +117,16 @@ func (th *thread) maybeCrash(step string) error {
 }
 
 // isFenced reports whether a transactional error means the producer was
-// fenced by a newer one with the same transactional ID or the group moved
-// on without this member.
+// fenced by a newer one with the same transactional ID, the group moved
+// on without this member, or the coordinator no longer holds the
+// transaction the producer thinks is open (it aborted it on its
+// transaction timeout: INVALID_TXN_STATE, or an epoch the abort bumped).
+// Each leaves one way on: drop the uncommitted work and start again with a
+// new producer, whose initialisation aborts whatever is left.
 func isFenced(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.FencedInstanceID)
+		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.FencedInstanceID) ||
+		errors.Is(err, kerr.InvalidTxnState)
 }
 
 // errGroupMovedOn marks an offset commit the coordinator refused because

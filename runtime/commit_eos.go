@@ -31,6 +31,11 @@ func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
 	}
 	for _, t := range tasks {
 		if err := t.Flush(); err != nil {
+			if th.produceFailed() != nil {
+				// The transaction can only abort now, which commit
+				// does; what is left unflushed is dropped with it.
+				return nil
+			}
 			return fmt.Errorf("runtime: commit: task %s: %w", t.ID(), err)
 		}
 	}
@@ -51,12 +56,20 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 	if len(tasks) == 0 {
 		return false, nil
 	}
+	if err := th.maybeCrash("before-commit"); err != nil {
+		return false, err
+	}
+	// Wait for every record of the transaction before choosing how to end
+	// it. The session's own flush in End does not look at the records'
+	// outcomes: a record the broker refused without failing the producer
+	// (INVALID_TXN_STATE, say) would leave a committed transaction
+	// without it.
+	if err := th.cl.Flush(ctx); err != nil {
+		return false, fmt.Errorf("runtime: end transaction: flush producer: %w", err)
+	}
 	try := kgo.TryCommit
 	if th.produceFailed() != nil || acks.Err() != nil {
 		try = kgo.TryAbort
-	}
-	if err := th.maybeCrash("before-commit"); err != nil {
-		return false, err
 	}
 	committed, err := th.sess.End(ctx, try)
 	if err != nil {

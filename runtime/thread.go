@@ -480,6 +480,7 @@ func (th *thread) iteration() error {
 // (ActProcess).
 func (th *thread) processPolled() error {
 	var fatal error
+	doomed := false
 	th.fetches.EachError(func(topic string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
@@ -495,7 +496,7 @@ func (th *thread) processPolled() error {
 	th.fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		var n, consumed int
 		for _, r := range p.Records {
-			if fatal != nil {
+			if fatal != nil || doomed {
 				break
 			}
 			var took bool
@@ -504,6 +505,12 @@ func (th *thread) processPolled() error {
 			} else {
 				took, fatal = th.process(r)
 				n++
+				if fatal != nil && th.sess != nil && th.produceFailed() != nil {
+					// The transaction is doomed: stop here, and the
+					// iteration's end aborts it (commitClock), which
+					// rewinds to the committed offsets.
+					doomed, fatal = true, nil
+				}
 			}
 			if took {
 				consumed++
@@ -536,6 +543,7 @@ func (th *thread) commitClock() threadcore.CommitClock {
 		JoinGraceOver: since >= cfg.CommitInterval+2*cfg.HeartbeatInterval,
 		DrainedDue:    cfg.DrainedCommitDelay < cfg.CommitInterval && since >= cfg.DrainedCommitDelay,
 		BudgetFull:    th.budget.Full(),
+		ProduceFailed: th.sess != nil && th.produceFailed() != nil,
 	}
 	if k.DrainedDue {
 		k.InputAtEnd = th.inputAtEnd()
@@ -667,6 +675,11 @@ func (th *thread) process(r *kgo.Record) (bool, error) {
 	err := t.Process(in)
 	if err == nil {
 		return true, nil
+	}
+	if perr := th.produceFailed(); perr != nil {
+		// The record's output could not be sent because an earlier one
+		// failed: not the record's fault, so no error policy applies.
+		return true, perr
 	}
 	// Declared only here: errors.As makes its target escape, and it would
 	// otherwise be allocated for every record.

@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -234,4 +236,173 @@ func (a *App) recreateUserTopics(ctx context.Context, names []string) error {
 	}
 	a.log.Info("created the missing user topics again", "topics", names)
 	return nil
+}
+
+// topicPlan is what start-up learned and decided about topics: partition
+// counts of every sub-topology and of every topic the app writes.
+type topicPlan struct {
+	// subPartitions[i] is the partition count (and so the task count) of
+	// sub-topology i.
+	subPartitions []int32
+	// partitions maps every topic the app reads or writes to its count.
+	partitions map[string]int32
+	// topicSub maps every source topic to the sub-topology reading it.
+	topicSub map[string]int
+	// sources lists every source topic, sorted.
+	sources []string
+	// taskTopics maps every task to its source topics.
+	taskTopics map[task.ID][]string
+	// changelogs maps every stateful sub-topology to its changelog topics.
+	changelogs map[int][]string
+	// external lists the user's topics the app reads or writes, sorted.
+	external []string
+	// repartitions lists the repartition topics, which the purger trims.
+	repartitions []string
+	// specs describes the internal topics, to create them again if the
+	// broker loses them.
+	specs []changelog.TopicSpec
+}
+
+// planTopics reads the partition counts of the user's topics (creating
+// missing ones if Config.CreateMissingTopics allows), derives those of the
+// internal topics, checks co-partitioning, and creates or verifies the
+// internal topics.
+// coSourcePartitions returns the largest partition count of the user
+// topics that a sub-topology reading repartition topic rp also reads, or 0
+// when there are none.
+func coSourcePartitions(subs []graph.SubTopology, rp graph.TopicRef, partitions map[string]int32) int32 {
+	var n int32
+	for _, st := range subs {
+		if !slices.Contains(st.Sources, rp) {
+			continue
+		}
+		for _, r := range st.Sources {
+			if !r.Internal && partitions[r.Name] > n {
+				n = partitions[r.Name]
+			}
+		}
+	}
+	return n
+}
+
+func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, cfg Config) (*topicPlan, error) {
+	app := cfg.ApplicationID
+	subs := graph.Of(topo).SubTopologies()
+	var external []string
+	for _, st := range subs {
+		for _, r := range append(slices.Clone(st.Sources), st.Sinks...) {
+			if !r.Internal {
+				external = append(external, r.Name)
+			}
+		}
+	}
+	if cfg.DeadLetterTopic != "" {
+		external = append(external, cfg.DeadLetterTopic)
+	}
+	slices.Sort(external)
+	external = slices.Compact(external)
+	plan := &topicPlan{
+		subPartitions: make([]int32, len(subs)),
+		partitions:    make(map[string]int32),
+		topicSub:      make(map[string]int),
+	}
+	missing, err := userTopics(ctx, adm, topo, cfg, external, plan.partitions)
+	if err != nil {
+		return nil, err
+	}
+	if missing, err = createMissingSources(ctx, adm, topo, cfg, missing, plan.partitions); err != nil {
+		return nil, err
+	}
+	// Derive counts: a sub-topology has the count of its sources; a
+	// repartition topic without an explicit count has the count of the
+	// user topics read beside it (a re-keyed stream joined with a table
+	// must be co-partitioned with the table), else its writer's count.
+	// Repartition chains may run through several sub-topologies, so iterate
+	// until nothing changes.
+	reparts := graph.Of(topo).RepartitionTopics()
+	for range len(subs) + 1 {
+		for _, rp := range reparts {
+			name := rp.Topic.FullName(app)
+			if _, ok := plan.partitions[name]; ok {
+				continue
+			}
+			if rp.Partitions > 0 {
+				plan.partitions[name] = rp.Partitions
+			} else if n := coSourcePartitions(subs, rp.Topic, plan.partitions); n > 0 {
+				plan.partitions[name] = n
+			} else if n := plan.subPartitions[rp.WriterSubTopology]; n > 0 {
+				plan.partitions[name] = n
+			}
+		}
+		for i, st := range subs {
+			for _, r := range st.Sources {
+				if n := plan.partitions[r.FullName(app)]; n > plan.subPartitions[i] {
+					plan.subPartitions[i] = n
+				}
+			}
+		}
+	}
+	if err := graph.Of(topo).CheckCoPartitioning(plan.partitions, app); err != nil {
+		return nil, err
+	}
+	for i, st := range subs {
+		if plan.subPartitions[i] == 0 {
+			return nil, fmt.Errorf("runtime: cannot derive the partition count of sub-topology %d", st.ID)
+		}
+		for _, r := range st.Sources {
+			name := r.FullName(app)
+			plan.topicSub[name] = i
+			plan.sources = append(plan.sources, name)
+		}
+	}
+	slices.Sort(plan.sources)
+	if err := createMissingSinks(ctx, adm, topo, cfg, missing, plan.subPartitions, plan.partitions); err != nil {
+		return nil, err
+	}
+	plan.taskTopics = make(map[task.ID][]string)
+	plan.changelogs = make(map[int][]string)
+	for i, st := range subs {
+		var topics []string
+		for _, r := range st.Sources {
+			topics = append(topics, r.FullName(app))
+		}
+		for p := range plan.subPartitions[i] {
+			plan.taskTopics[task.ID{SubTopology: i, Partition: p}] = topics
+		}
+		if len(st.Stores) > 0 {
+			plan.changelogs[i] = []string{}
+			for _, s := range st.Stores {
+				if s.Logged {
+					plan.changelogs[i] = append(plan.changelogs[i], changelog.TopicName(app, s.Name))
+				}
+			}
+		}
+	}
+	var specs []changelog.TopicSpec
+	for _, rp := range reparts {
+		name := rp.Topic.FullName(app)
+		plan.repartitions = append(plan.repartitions, name)
+		specs = append(specs, changelog.TopicSpec{Name: name, Partitions: plan.partitions[name], ReplicationFactor: cfg.ReplicationFactor, Configs: repartitionTopicConfigs()})
+	}
+	for i, st := range subs {
+		for _, s := range st.Stores {
+			if !s.Logged {
+				continue
+			}
+			name := changelog.TopicName(app, s.Name)
+			plan.partitions[name] = plan.subPartitions[i]
+			spec := changelog.TopicSpec{Name: name, Partitions: plan.subPartitions[i], Compacted: true, ReplicationFactor: cfg.ReplicationFactor}
+			if s.Windowed() {
+				// Expired windows leave the store without tombstones;
+				// only the log's retention removes them from the topic.
+				spec.Configs = changelog.WindowedTopicConfigs(time.Duration(s.Retention)*time.Millisecond, cfg.WindowedChangelogRetentionMargin)
+			}
+			specs = append(specs, spec)
+		}
+	}
+	if err := changelog.EnsureTopics(ctx, adm, specs); err != nil {
+		return nil, fmt.Errorf("runtime: internal topics: %w", err)
+	}
+	plan.external, plan.specs = external, specs
+	return plan, nil
 }

@@ -515,14 +515,15 @@ func (c *Core) discard(ids []task.ID) {
 
 // tick decides whether the iteration ends with a commit: the interval has
 // passed (while joining, only once the other members had time to join),
-// a drained thread's early delay has passed, the cache budget is full, or
-// the group waits to rebalance. The rebalance request is only consumed
+// a drained thread's early delay has passed, the cache budget is full, a
+// produce failure dooms the transaction, or the group waits to rebalance. The rebalance request is only consumed
 // when no other reason commits.
 func (c *Core) tick(k CommitClock) {
 	joining := c.phase == Joining || c.phase == RejoinJoining
 	due := k.IntervalDue && (!joining || k.JoinGraceOver) ||
 		k.DrainedDue && !joining && c.consumed && k.InputAtEnd ||
-		k.BudgetFull
+		k.BudgetFull ||
+		k.ProduceFailed && c.cfg.Guarantee == ExactlyOnce
 	if !due && c.rebalance {
 		c.rebalance, due = false, true
 	}

@@ -434,3 +434,27 @@ func TestRefusedEvents(t *testing.T) {
 		})
 	}
 }
+
+// A produce failure dooms an exactly-once transaction: the iteration ends
+// it at once, even between join and sync, instead of processing more work
+// into it. At-least-once waits for its interval: its commit fails on the
+// failure anyway.
+func TestProduceFailureEndsTheTransaction(t *testing.T) {
+	failed := CommitClock{ProduceFailed: true}
+	c := running(t, eosCoop)
+	script(t, c,
+		step{ev: ev(EvPolled), want: "Process"},
+		step{ev: processed(t0)},
+		step{ev: ev(EvSessionEnded), want: "Unsettle"},
+		step{ev: tick(failed), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: ev(EvCommitAborted), want: "Discard[0_0 0_1] Begin Purge Punctuate"},
+	)
+	wantState(t, c, Processing, Joining)
+
+	c = running(t, aloCoop)
+	script(t, c,
+		step{ev: ev(EvPolled), want: "Process"},
+		step{ev: processed(t0)},
+		step{ev: tick(failed), want: "Punctuate"},
+	)
+}

@@ -136,6 +136,10 @@ type CommitClock struct {
 	InputAtEnd bool
 	// BudgetFull: the thread's cache budget is full.
 	BudgetFull bool
+	// ProduceFailed (exactly-once): a record of the open transaction
+	// failed to produce, so the transaction can only abort: it ends now,
+	// joining or not, rather than carrying more doomed work.
+	ProduceFailed bool
 }
 
 // Event is one input of the core.
