@@ -49,7 +49,7 @@ func BenchmarkProbingRebalanceThroughput(b *testing.B) {
 func probingRebalanceRates(b *testing.B, eager bool) (steady, rebalancing, medianRatio float64) {
 	const (
 		partitions = 4
-		backlog    = 6_000_000
+		backlog    = 10_000_000
 		window     = 3 * time.Second
 		pairs      = 5
 	)
