@@ -201,8 +201,14 @@ func (c *cluster) committed(t *testing.T, group string, topics ...string) (map[s
 // repartition end offsets read afterwards are final.
 func (c *cluster) waitCaughtUp(t *testing.T, app string) {
 	t.Helper()
-	topics := []string{inputTopic, repartitionTopic(app)}
-	waitFor(t, settleTimeout, "application "+app+" to commit all input", func() (bool, string) {
+	c.waitCommitted(t, settleTimeout, app, inputTopic, repartitionTopic(app))
+}
+
+// waitCommitted waits, up to within, until app's group has committed
+// every record of topics.
+func (c *cluster) waitCommitted(t *testing.T, within time.Duration, app string, topics ...string) {
+	t.Helper()
+	waitFor(t, within, app+" to commit all input", func() (bool, string) {
 		com, err := c.committed(t, app, topics...)
 		if err != nil {
 			return false, err.Error()

@@ -168,22 +168,7 @@ func TestWindowQueriesAcrossInstances(t *testing.T) {
 	}
 	c.produce(t, recs...)
 
-	topics := []string{iqwIn, iqwApp + "-" + iqwGroupBy + "-repartition"}
-	waitFor(t, 2*settleTimeout, "the application to commit all input", func() (bool, string) {
-		com, err := c.committed(t, iqwApp, topics...)
-		if err != nil {
-			return false, err.Error()
-		}
-		ends := c.endOffsets(t, topics...)
-		for _, topic := range topics {
-			for p, end := range ends[topic] {
-				if got := com[topic][p]; got != end {
-					return false, fmt.Sprintf("%s/%d committed %d of %d", topic, p, got, end)
-				}
-			}
-		}
-		return true, ""
-	})
+	c.waitCommitted(t, 2*settleTimeout, iqwApp, iqwIn, iqwApp+"-"+iqwGroupBy+"-repartition")
 
 	var sample []string
 	for w := range want {

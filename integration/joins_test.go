@@ -85,22 +85,7 @@ func (c *cluster) keyed(topic, key string, value []byte) *kgo.Record {
 // waitJoinsCaughtUp waits until the application committed all its input.
 func (c *cluster) waitJoinsCaughtUp(t *testing.T) {
 	t.Helper()
-	topics := []string{joinOrders, joinCustomers, joinApp + "-" + joinNode + "-repartition"}
-	waitFor(t, 2*settleTimeout, "joins app to commit all input", func() (bool, string) {
-		com, err := c.committed(t, joinApp, topics...)
-		if err != nil {
-			return false, err.Error()
-		}
-		ends := c.endOffsets(t, topics...)
-		for _, topic := range topics {
-			for p, end := range ends[topic] {
-				if got := com[topic][p]; got != end {
-					return false, fmt.Sprintf("%s/%d committed %d of %d", topic, p, got, end)
-				}
-			}
-		}
-		return true, ""
-	})
+	c.waitCommitted(t, 2*settleTimeout, joinApp, joinOrders, joinCustomers, joinApp+"-"+joinNode+"-repartition")
 }
 
 // readCommittedStrings reads topic read-committed to its end, found with a

@@ -107,26 +107,6 @@ func startTableAgg(t *testing.T, c *cluster, name, dir string) *runtime.App {
 	return app
 }
 
-// waitCommitted waits until app's group committed every record of topics.
-func (c *cluster) waitCommitted(t *testing.T, app string, topics ...string) {
-	t.Helper()
-	waitFor(t, 2*settleTimeout, app+" to commit all input", func() (bool, string) {
-		com, err := c.committed(t, app, topics...)
-		if err != nil {
-			return false, err.Error()
-		}
-		ends := c.endOffsets(t, topics...)
-		for _, topic := range topics {
-			for p, end := range ends[topic] {
-				if got := com[topic][p]; got != end {
-					return false, fmt.Sprintf("%s/%d committed %d of %d", topic, p, got, end)
-				}
-			}
-		}
-		return true, ""
-	})
-}
-
 // latestCommittedInt64 reads topic read-committed and returns the latest
 // int64 value of each key, leaving out zeros (a group every member left).
 func latestCommittedInt64(t *testing.T, c *cluster, topic string) map[string]int64 {
@@ -230,7 +210,7 @@ func TestTableAggregationExactlyOnceFailover(t *testing.T) {
 		}
 		c.produce(t, recs...)
 	}
-	c.waitCommitted(t, tableAggApp, inputs...)
+	c.waitCommitted(t, 2*settleTimeout, tableAggApp, inputs...)
 
 	seen := map[string]bool{}
 	for _, kv := range readCommittedStrings(t, c, "tx-enriched") {

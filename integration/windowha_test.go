@@ -411,18 +411,7 @@ func TestSlidingWindowedCountFailover(t *testing.T) {
 	}
 	caughtUp := func() {
 		t.Helper()
-		waitFor(t, 2*settleTimeout, "the sliding count to commit all input", func() (bool, string) {
-			com, err := c.committed(t, slApp, slIn)
-			if err != nil {
-				return false, err.Error()
-			}
-			for p, end := range c.endOffsets(t, slIn)[slIn] {
-				if got := com[slIn][p]; got != end {
-					return false, fmt.Sprintf("%s/%d committed %d of %d", slIn, p, got, end)
-				}
-			}
-			return true, ""
-		})
+		c.waitCommitted(t, 2*settleTimeout, slApp, slIn)
 	}
 
 	dir := t.TempDir()

@@ -153,22 +153,7 @@ func (c *cluster) produceSpread(t *testing.T, recs []*kgo.Record) {
 // and repartitioned records.
 func (c *cluster) waitWindowsCaughtUp(t *testing.T) {
 	t.Helper()
-	topics := []string{winIn, winApp + "-" + winGroupBy + "-repartition"}
-	waitFor(t, 2*settleTimeout, "windows app to commit all input", func() (bool, string) {
-		com, err := c.committed(t, winApp, topics...)
-		if err != nil {
-			return false, err.Error()
-		}
-		ends := c.endOffsets(t, topics...)
-		for _, topic := range topics {
-			for p, end := range ends[topic] {
-				if got := com[topic][p]; got != end {
-					return false, fmt.Sprintf("%s/%d committed %d of %d", topic, p, got, end)
-				}
-			}
-		}
-		return true, ""
-	})
+	c.waitCommitted(t, 2*settleTimeout, winApp, winIn, winApp+"-"+winGroupBy+"-repartition")
 }
 
 // readCommittedWindows reads a windowed count topic with read-committed
