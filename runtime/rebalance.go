@@ -29,7 +29,7 @@ func (th *thread) onAssignment(info assignor.AssignmentInfo) {
 }
 
 // onAssigned starts the active tasks of a new assignment: each takes its
-// stores from the registry when they are open here (idle since the
+// stores from the registry when they are open here (parked since the
 // revocation, or a standby being promoted) and restores only what they
 // lack; one another thread still holds waits. Then the registry brings
 // standbys in line.
