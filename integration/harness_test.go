@@ -694,3 +694,34 @@ func TestCorpusTokenizesToReference(t *testing.T) {
 	require.EqualValues(t, 20_000, total)
 	require.Greater(t, len(want), 100, "vocabulary actually used")
 }
+
+// startEOSPeer creates an App of topo as the exactly-once failover tests
+// of joins, table aggregations and sliding windows run their instances —
+// one standby, a 3 s session, 200 ms commits — and starts it, returning
+// Start's error. The test's cleanup closes it and prints its logs if the
+// test failed.
+func (c *cluster) startEOSPeer(t *testing.T, topo *topology.Topology, appID, name, dir string) (*runtime.App, error) {
+	t.Helper()
+	logs := new(logBuffer)
+	app, err := runtime.New(topo, runtime.Config{
+		ApplicationID:       appID,
+		Brokers:             c.b.Addrs(),
+		StateDir:            dir,
+		ProcessingGuarantee: runtime.ExactlyOnce,
+		NumStandbys:         1,
+		NumStreamThreads:    streamThreads(t),
+		SessionTimeout:      3 * time.Second,
+		CommitInterval:      200 * time.Millisecond,
+		Logger:              slog.New(slog.NewTextHandler(logs, nil)).With("instance", name),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		app.Close(cctx)
+		if t.Failed() {
+			t.Logf("logs of instance %s:\n%s", name, logs.String())
+		}
+	})
+	return app, app.Start(ctx(t))
+}

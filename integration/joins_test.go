@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -52,28 +51,7 @@ func ordersEnriched(t *testing.T) *topology.Topology {
 
 func startJoins(t *testing.T, c *cluster, name, dir string) (*runtime.App, error) {
 	t.Helper()
-	logs := new(logBuffer)
-	app, err := runtime.New(ordersEnriched(t), runtime.Config{
-		ApplicationID:       joinApp,
-		Brokers:             c.b.Addrs(),
-		StateDir:            dir,
-		ProcessingGuarantee: runtime.ExactlyOnce,
-		NumStandbys:         1,
-		NumStreamThreads:    streamThreads(t),
-		SessionTimeout:      3 * time.Second,
-		CommitInterval:      200 * time.Millisecond,
-		Logger:              slog.New(slog.NewTextHandler(logs, nil)).With("instance", name),
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		app.Close(cctx)
-		if t.Failed() {
-			t.Logf("logs of instance %s:\n%s", name, logs.String())
-		}
-	})
-	return app, app.Start(ctx(t))
+	return c.startEOSPeer(t, ordersEnriched(t), joinApp, name, dir)
 }
 
 // keyed returns a record for topic placed as Kafka's default partitioner

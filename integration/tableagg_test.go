@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"strconv"
@@ -82,28 +80,8 @@ func revenueTopology(t *testing.T) *topology.Topology {
 
 func startTableAgg(t *testing.T, c *cluster, name, dir string) *runtime.App {
 	t.Helper()
-	logs := new(logBuffer)
-	app, err := runtime.New(revenueTopology(t), runtime.Config{
-		ApplicationID:       tableAggApp,
-		Brokers:             c.b.Addrs(),
-		StateDir:            dir,
-		ProcessingGuarantee: runtime.ExactlyOnce,
-		NumStandbys:         1,
-		NumStreamThreads:    streamThreads(t),
-		SessionTimeout:      3 * time.Second,
-		CommitInterval:      200 * time.Millisecond,
-		Logger:              slog.New(slog.NewTextHandler(logs, nil)).With("instance", name),
-	})
+	app, err := c.startEOSPeer(t, revenueTopology(t), tableAggApp, name, dir)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		app.Close(cctx)
-		if t.Failed() {
-			t.Logf("logs of instance %s:\n%s", name, logs.String())
-		}
-	})
-	require.NoError(t, app.Start(ctx(t)))
 	return app
 }
 

@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -385,28 +383,8 @@ func TestSlidingWindowedCountFailover(t *testing.T) {
 	want := slidingReference(times, slDiff.Milliseconds())
 
 	start := func(name, dir string) *runtime.App {
-		logs := new(logBuffer)
-		app, err := runtime.New(slidingCount(t), runtime.Config{
-			ApplicationID:       slApp,
-			Brokers:             c.b.Addrs(),
-			StateDir:            dir,
-			ProcessingGuarantee: runtime.ExactlyOnce,
-			NumStandbys:         1,
-			NumStreamThreads:    streamThreads(t),
-			SessionTimeout:      3 * time.Second,
-			CommitInterval:      200 * time.Millisecond,
-			Logger:              slog.New(slog.NewTextHandler(logs, nil)).With("instance", name),
-		})
+		app, err := c.startEOSPeer(t, slidingCount(t), slApp, name, dir)
 		require.NoError(t, err)
-		require.NoError(t, app.Start(ctx(t)))
-		t.Cleanup(func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			app.Close(cctx)
-			if t.Failed() {
-				t.Logf("logs of instance %s:\n%s", name, logs.String())
-			}
-		})
 		return app
 	}
 	caughtUp := func() {
