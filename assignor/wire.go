@@ -423,11 +423,7 @@ func writeAssigV1(w *writer, a *AssignmentInfo) {
 }
 
 func readAssigV1(r *reader, a *AssignmentInfo) {
-	code := r.varint()
-	if code < math.MinInt16 || code > math.MaxInt16 {
-		r.fail("error code %d out of range", code)
-	}
-	a.ErrorCode = ErrorCode(code)
+	a.ErrorCode = r.errorCode()
 	a.Active = r.taskList()
 	a.Standby = r.taskList()
 	a.Warmup = r.taskList()
@@ -624,11 +620,7 @@ func writeAssigV3(w *writer, a *AssignmentInfo) {
 }
 
 func readAssigV3(r *reader, a *AssignmentInfo) {
-	code := r.varint()
-	if code < math.MinInt16 || code > math.MaxInt16 {
-		r.fail("error code %d out of range", code)
-	}
-	a.ErrorCode = ErrorCode(code)
+	a.ErrorCode = r.errorCode()
 	a.Active = r.taskList()
 	a.Standby = r.taskList()
 	a.Warmup = r.taskList()
@@ -750,6 +742,16 @@ func (r *reader) count() int {
 		return 0
 	}
 	return int(v)
+}
+
+// errorCode reads an assignment's error code, which Kafka's protocol
+// carries as an int16.
+func (r *reader) errorCode() ErrorCode {
+	code := r.varint()
+	if code < math.MinInt16 || code > math.MaxInt16 {
+		r.fail("error code %d out of range", code)
+	}
+	return ErrorCode(code)
 }
 
 func (r *reader) str() string {

@@ -732,6 +732,24 @@ func encodeEntries(c StoreCodec, pe PartitionEntries[[]byte, []byte]) (wireParti
 	return out, nil
 }
 
+// encodeAnswered turns a local multi-partition answer into its wire form:
+// each answered partition encoded, each refused one listed as a failure.
+func encodeAnswered[P, W any](answered []P, refused []PartitionError, encode func(P) (W, error)) ([]W, []wirePartitionError, error) {
+	out := make([]W, 0, len(answered))
+	for _, p := range answered {
+		wp, err := encode(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, wp)
+	}
+	var failed []wirePartitionError
+	for _, f := range refused {
+		failed = append(failed, partitionFailure(f.Partition, f.Err))
+	}
+	return out, failed, nil
+}
+
 func partitionFailure(p int32, err error) wirePartitionError {
 	_, we := toWireError(err)
 	return wirePartitionError{Partition: p, wireError: we}
@@ -779,16 +797,12 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, err)
 			return
 		}
-		for _, pe := range res.Partitions {
-			wp, err := encodeEntries(c, pe)
-			if err != nil {
-				writeErr(w, err)
-				return
-			}
-			out.Partitions = append(out.Partitions, wp)
-		}
-		for _, f := range res.Refused {
-			out.Failed = append(out.Failed, partitionFailure(f.Partition, f.Err))
+		out.Partitions, out.Failed, err = encodeAnswered(res.Partitions, res.Refused, func(pe PartitionEntries[[]byte, []byte]) (wirePartitionRange, error) {
+			return encodeEntries(c, pe)
+		})
+		if err != nil {
+			writeErr(w, err)
+			return
 		}
 		writeJSON(w, http.StatusOK, out)
 		return

@@ -329,16 +329,10 @@ func (s *Server) handleAllWindows(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, err)
 			return
 		}
-		for _, pw := range res.Partitions {
-			wp, err := encode(pw)
-			if err != nil {
-				writeErr(w, err)
-				return
-			}
-			out.Partitions = append(out.Partitions, wp)
-		}
-		for _, f := range res.Refused {
-			out.Failed = append(out.Failed, partitionFailure(f.Partition, f.Err))
+		out.Partitions, out.Failed, err = encodeAnswered(res.Partitions, res.Refused, encode)
+		if err != nil {
+			writeErr(w, err)
+			return
 		}
 		writeJSON(w, http.StatusOK, out)
 		return
