@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -34,21 +33,11 @@ const (
 func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 	n := int64(cfg.keys)
 	fmt.Fprintf(cfg.out, "\n(m) high-cardinality count: %d distinct keys, %d partitions, in-process broker\n", n, cfg.tasks)
-	b, err := broker.Start(broker.Config{Partitions: int32(cfg.tasks)})
+	addrs, cl, adm, closeAll, err := startBenchBroker(ctx, int32(cfg.tasks), hcInput, hcEddyOut)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
-	addrs := b.Addrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	if err := createTopics(ctx, adm, int32(cfg.tasks), hcInput, hcEddyOut); err != nil {
-		return nil, err
-	}
+	defer closeAll()
 	loadStart := time.Now()
 	p := &producer{cl: cl}
 	val := []byte("x")

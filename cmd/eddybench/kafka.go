@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/broker"
 )
 
 // createTopics creates plain (delete-policy) topics and fails if any
@@ -103,4 +105,27 @@ func profile(dir, name string) (stop func(), err error) {
 		// the phase's own goroutines (e.g. -focus 'thread\).iteration').
 		runtime.SetBlockProfileRate(0)
 	}, nil
+}
+
+// startBenchBroker starts an embedded broker whose topics have partitions
+// partitions, with a client and an admin client on it, and creates topics.
+// closeAll closes the client and the broker.
+func startBenchBroker(ctx context.Context, partitions int32, topics ...string) (addrs []string, cl *kgo.Client, adm *kadm.Client, closeAll func(), err error) {
+	b, err := broker.Start(broker.Config{Partitions: partitions})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	addrs = b.Addrs()
+	cl, err = kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		b.Close()
+		return nil, nil, nil, nil, err
+	}
+	closeAll = func() { cl.Close(); b.Close() }
+	adm = kadm.NewClient(cl)
+	if err := createTopics(ctx, adm, partitions, topics...); err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	return addrs, cl, adm, closeAll, nil
 }

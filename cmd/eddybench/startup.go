@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -41,21 +40,11 @@ type startTimes struct {
 // being readable as committed state.
 func benchStartup(ctx context.Context, cfg *config) ([]row, error) {
 	fmt.Fprintf(cfg.out, "\n(s) start-up: word count, %d partitions, %d preloaded lines, in-process broker\n", cfg.partitions, suLines)
-	b, err := broker.Start(broker.Config{Partitions: int32(cfg.partitions)})
+	addrs, admCl, adm, closeAll, err := startBenchBroker(ctx, int32(cfg.partitions), suInput, suOutput)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
-	addrs := b.Addrs()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		return nil, err
-	}
-	defer admCl.Close()
-	adm := kadm.NewClient(admCl)
-	if err := createTopics(ctx, adm, int32(cfg.partitions), suInput, suOutput); err != nil {
-		return nil, err
-	}
+	defer closeAll()
 	gen := newLineGen(cfg.seed)
 	ref := make(map[string]int64)
 	produce := func(n int) error {

@@ -85,21 +85,11 @@ func benchWindowCount(ctx context.Context, cfg *config) ([]row, error) {
 	n := cfg.windowRecords
 	fmt.Fprintf(cfg.out, "\n(w1) tumbling-window count vs key-value count: %d records, %d keys over %s of event time, %d partitions, in-process broker\n",
 		n, min(n, wnKeys), wnSpan, cfg.tasks)
-	b, err := broker.Start(broker.Config{Partitions: int32(cfg.tasks)})
+	addrs, cl, adm, closeAll, err := startBenchBroker(ctx, int32(cfg.tasks), wnInput, wnKVOut, wnWinOut)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
-	addrs := b.Addrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	if err := createTopics(ctx, adm, int32(cfg.tasks), wnInput, wnKVOut, wnWinOut); err != nil {
-		return nil, err
-	}
+	defer closeAll()
 	// Recent times, so that no topic retention touches the records; a
 	// whole number of minutes, so that windows line up with the span.
 	t0 := time.Now().Add(-wnSpan - time.Hour).Truncate(time.Minute).UnixMilli()

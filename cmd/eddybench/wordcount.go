@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -71,21 +70,11 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 		combining = "without combining"
 	}
 	fmt.Fprintf(cfg.out, "\n(a) word count: %d lines (%s), %d partitions, in-process broker, Eddy %s\n", cfg.lines, source, cfg.partitions, combining)
-	b, err := broker.Start(broker.Config{Partitions: int32(cfg.partitions)})
+	addrs, admCl, adm, closeAll, err := startBenchBroker(ctx, int32(cfg.partitions), wcInput, wcEddyOut)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
-	addrs := b.Addrs()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		return nil, err
-	}
-	defer admCl.Close()
-	adm := kadm.NewClient(admCl)
-	if err := createTopics(ctx, adm, int32(cfg.partitions), wcInput, wcEddyOut); err != nil {
-		return nil, err
-	}
+	defer closeAll()
 
 	lines, err := inputLines(cfg)
 	if err != nil {
