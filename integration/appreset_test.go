@@ -124,6 +124,7 @@ func (c *cluster) existingTopics(t *testing.T, topics ...string) []string {
 // never ran on would be, and must be discarded at start because its
 // changelogs were recreated.
 func TestAppResetRecountsExactly(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	for _, g := range []runtime.ProcessingGuarantee{runtime.AtLeastOnce, runtime.ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			c := newCluster(t, 3)
@@ -247,6 +248,7 @@ func TestAppResetRefusesWhileRunning(t *testing.T) {
 // TestAppResetToTime resets to a time between two batches of input: the
 // restarted application counts only the input after it.
 func TestAppResetToTime(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	for _, g := range []runtime.ProcessingGuarantee{runtime.AtLeastOnce, runtime.ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			c := newCluster(t, 3)

@@ -140,6 +140,7 @@ func bigLines(c *corpus, round int, want map[string]int64) []string {
 // running, across a crash and restart on the kept state directory, and
 // across a full restoration into a wiped one.
 func TestBigRecordsCounted(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	for _, g := range []runtime.ProcessingGuarantee{runtime.AtLeastOnce, runtime.ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			c := newCluster(t, 2)

@@ -175,6 +175,7 @@ func waitWipeCounts(t *testing.T, what string, words []string, want map[string]i
 // counts must be those of the input produced after the wipe: the old state
 // went with its changelogs.
 func TestBrokerWipeRecovery(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	for _, g := range []runtime.ProcessingGuarantee{runtime.ExactlyOnce, runtime.AtLeastOnce} {
 		t.Run(g.String(), func(t *testing.T) { testBrokerWipe(t, g) })
 	}

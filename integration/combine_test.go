@@ -22,6 +22,7 @@ import (
 // from the input it had not committed. The repartition topic carries
 // marked partials, far fewer than the words.
 func TestCombinedCountExactThroughKillExactlyOnce(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	c := newCluster(t, 4)
 	gen := newCorpus(17, 2000)
 	want := make(map[string]int64)

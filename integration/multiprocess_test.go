@@ -168,6 +168,7 @@ func (ch *chaos) waitExact(t *testing.T, timeout time.Duration) {
 // changes no count, in the stores or in the output topic read with
 // read-committed isolation.
 func TestMultiProcessExactlyOnceChaos(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	ch := runChaos(t, "exactly-once")
 	ch.waitExact(t, settleAfterChaos)
 	requireCounts(t, ch.want, readCommittedLatest(t, ch.c.addr, outputTopic, procPartitions),
@@ -180,6 +181,7 @@ func TestMultiProcessExactlyOnceChaos(t *testing.T) {
 // appears that is not in the text, and the output topic ends on the counts
 // the stores hold.
 func TestMultiProcessAtLeastOnceChaos(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	ch := runChaos(t, "at-least-once")
 
 	// Settled means every input and repartition record is committed:

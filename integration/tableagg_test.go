@@ -108,6 +108,7 @@ func latestCommittedInt64(t *testing.T, c *cluster, topic string) map[string]int
 // inputs: a transaction counted twice, or a move not retracted from the
 // old region, would show.
 func TestTableAggregationExactlyOnceFailover(t *testing.T) {
+	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	const partitions = 4
 	c := newCluster(t, partitions)
 	outputs := []string{"tx-enriched", "revenue-per-region", "accounts-per-region", "account-managers", "click-views"}
