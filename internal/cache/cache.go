@@ -97,6 +97,9 @@ func (b *Budget) add(n int64) {
 // Discard drops the dirty entries instead (a task that is fenced or closed
 // uncleanly), leaving the inner store at its last committed position.
 //
+// Turned on with SetReadCache, the Store also keeps values it read from the
+// inner store, bounded by the Budget's read share (see readcache.go).
+//
 // Reads may come from other goroutines (interactive queries) while the
 // stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to
 // be called from one goroutine, and no Put or Delete may come between

@@ -190,14 +190,14 @@ func (t *Active) StartRestoring() error { return t.transition(task.Restoring) }
 // their changelogs held when restoration began. From now on only commits
 // write its stores, so their record caches may keep what they read (see
 // cache.Store.SetReadCache); window and session stores drop expired
-// segments as they are written, so they read through.
+// segments as they are written, so they (and any other kind) read through.
 func (t *Active) Restored() error {
 	if err := t.transition(task.Running); err != nil {
 		return err
 	}
 	for _, n := range t.order {
 		h := t.stores[n]
-		h.Cache.SetReadCache(!h.Info.Windowed())
+		h.Cache.SetReadCache(h.Info.Kind == topology.KeyValueKind)
 	}
 	return nil
 }
