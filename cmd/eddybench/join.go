@@ -23,12 +23,16 @@ const (
 	jnOrders    = "bench-join-orders"
 	jnTable     = "customers"
 	jnCounts    = "counts"
-	// jnCustomerN customers make the table; jnOrderN orders, each for a
-	// customer drawn uniformly, make the stream.
-	jnCustomerN = 100_000
-	jnOrderN    = 2_000_000
 	// jnRuns join runs alternate with jnRuns+1 key-value counts.
 	jnRuns = 3
+)
+
+// jnCustomerN customers make the table; jnOrderN orders, each for a
+// customer drawn uniformly, make the stream. Variables only so that the
+// smoke test can shrink them.
+var (
+	jnCustomerN = 100_000
+	jnOrderN    = 2_000_000
 )
 
 // jnCustomerKey and jnCustomerValue are customer i's key and table value;
@@ -78,7 +82,7 @@ func benchJoin(ctx context.Context, cfg *config) ([]row, error) {
 	for i := range jnCustomerN {
 		p.send(ctx, &kgo.Record{Topic: jnCustomers, Key: []byte(jnCustomerKey(i)), Value: []byte(jnCustomerValue(i))})
 	}
-	if acked, err := p.flush(ctx); err != nil || acked != jnCustomerN {
+	if acked, err := p.flush(ctx); err != nil || acked != int64(jnCustomerN) {
 		return nil, fmt.Errorf("loading customers: %d of %d acknowledged: %v", acked, jnCustomerN, err)
 	}
 	cfg.logf("loaded %d customers into %s in %s", jnCustomerN, jnCustomers, time.Since(loadStart).Round(time.Millisecond))
@@ -102,8 +106,8 @@ func benchJoin(ctx context.Context, cfg *config) ([]row, error) {
 		counts[c]++
 		p.send(ctx, &kgo.Record{Topic: jnOrders, Key: []byte(jnCustomerKey(c)), Value: []byte(jnOrderValue(i))})
 	}
-	if acked, err := p.flush(ctx); err != nil || acked != jnCustomerN+jnOrderN {
-		return nil, fmt.Errorf("loading orders: %d of %d acknowledged: %v", acked-jnCustomerN, jnOrderN, err)
+	if acked, err := p.flush(ctx); err != nil || acked != int64(jnCustomerN+jnOrderN) {
+		return nil, fmt.Errorf("loading orders: %d of %d acknowledged: %v", acked-int64(jnCustomerN), jnOrderN, err)
 	}
 	cfg.logf("loaded %d orders into %s in %s", jnOrderN, jnOrders, time.Since(loadStart).Round(time.Millisecond))
 
@@ -145,8 +149,9 @@ func benchJoin(ctx context.Context, cfg *config) ([]row, error) {
 	fmt.Fprintf(cfg.out, "  each join run against the mean of the counts before and after it: %s\n", strings.Join(ratios, ", "))
 	fmt.Fprintf(cfg.out, "  both = runtime App, %d stream thread(s), at-least-once, commit interval %s, default cache, badger\n"+
 		"         stores; string keys (15 bytes) and values (orders ~27 bytes, customers ~28 bytes).\n"+
-		"  join  = Table(%s, store %q, loaded before the timed run) and Stream(%s) → Join → To (one\n"+
-		"         output per order, checked: all of them, and every value in the first run).\n"+
+		"  join  = Table(%s, store %q, loaded before the timed run) and\n"+
+		"         Stream(%s) → Join → To (one output per order, checked: all of them,\n"+
+		"         and every value in the first run).\n"+
 		"  count = Stream(%s) → GroupByKey → Count(%q) → ToStream → To (100 customers' counts checked).\n"+
 		"  Timed from the first order processed until the group's committed offsets reach the end of %s.\n",
 		cfg.threads, runtime.DefaultCommitInterval, jnCustomers, jnTable, jnOrders, jnOrders, jnCounts, jnOrders)
@@ -242,7 +247,7 @@ func jnRunJoin(ctx context.Context, cfg *config, adm *kadm.Client, addrs []strin
 	if err != nil {
 		return 0, err
 	}
-	if s := seen.Load(); s != jnOrderN {
+	if s := seen.Load(); s != int64(jnOrderN) {
 		return 0, fmt.Errorf("%d orders went through the topology, want %d", s, jnOrderN)
 	}
 	if dropped := app.DroppedJoinRecords(); dropped != 0 {
@@ -253,7 +258,7 @@ func jnRunJoin(ctx context.Context, cfg *config, adm *kadm.Client, addrs []strin
 		return 0, err
 	}
 	// At-least-once allows repeats after a rebalance, never losses.
-	if written < jnOrderN {
+	if written < int64(jnOrderN) {
 		return 0, fmt.Errorf("%d joined orders written to %s, want %d", written, out, jnOrderN)
 	}
 	if checkValues {
@@ -341,7 +346,7 @@ func jnRunCount(ctx context.Context, cfg *config, adm *kadm.Client, addrs []stri
 	if err != nil {
 		return 0, err
 	}
-	if s := seen.Load(); s != jnOrderN {
+	if s := seen.Load(); s != int64(jnOrderN) {
 		return 0, fmt.Errorf("%d orders went through the topology, want %d", s, jnOrderN)
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
