@@ -24,8 +24,9 @@ import (
 //
 // A reader on another goroutine (an interactive query) can race a Commit:
 // it reads the inner store, the commit lands, and only then would the
-// reader keep what it read. gen, bumped by every commit, detects that: a
-// read keeps its value only if no commit started and ended since it began.
+// reader keep what it read. gen, bumped by every commit once its write has
+// landed, detects that: a read keeps its value only if no commit finished
+// since it began.
 //
 // Clean entries are charged to the Budget's read share, of the same size
 // as its write share, and never make it Full: when the read share is used
