@@ -204,7 +204,9 @@ type Config struct {
 	TransactionTimeout time.Duration
 	// CacheMaxBytes bounds, across all threads, the bytes of store writes
 	// held in record caches between commits. A thread whose cache fills up
-	// commits early. Default 10 MiB.
+	// commits early. It bounds as much again of values kept from store
+	// reads by running tasks' key-value stores, which never cause a commit.
+	// Default 10 MiB.
 	CacheMaxBytes int64
 	// MaxPollRecords caps the records a thread processes between two
 	// checks of its commit timer. Default 100,000, which is more than one

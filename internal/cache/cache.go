@@ -32,6 +32,8 @@ const cacheEntryOverhead = 80
 type Budget struct {
 	max  int64
 	used atomic.Int64
+	// readUsed is the read share's charge (see readcache.go).
+	readUsed atomic.Int64
 }
 
 // NewBudget returns a budget of maxBytes. With maxBytes <= 0 the
@@ -95,6 +97,9 @@ func (b *Budget) add(n int64) {
 // Discard drops the dirty entries instead (a task that is fenced or closed
 // uncleanly), leaving the inner store at its last committed position.
 //
+// Turned on with SetReadCache, the Store also keeps values it read from the
+// inner store, bounded by the Budget's read share (see readcache.go).
+//
 // Reads may come from other goroutines (interactive queries) while the
 // stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to
 // be called from one goroutine, and no Put or Delete may come between
@@ -126,6 +131,15 @@ type Store struct {
 	puts  int64 // dirty entries that are puts
 	dels  int64 // dirty entries that are tombstones
 	bytes int64 // bytes charged to budget
+
+	// The read cache (readcache.go): clean entries, copies of inner
+	// values, kept while readCache is on; cleanBytes are charged to the
+	// budget's read share; gen counts commits, so that a read racing one
+	// keeps nothing.
+	readCache  bool
+	clean      map[string][]byte
+	cleanBytes int64
+	gen        uint64
 }
 
 // New returns an empty cache in front of inner, charging the
@@ -138,7 +152,7 @@ func New(inner statestore.Store, budget *Budget) *Store {
 func (c *Store) Inner() statestore.Store { return c.inner }
 
 // Get returns the dirty value for key if there is one, otherwise the inner
-// store's.
+// store's (from the read cache when it is on and holds the key).
 func (c *Store) Get(key []byte) ([]byte, bool, error) {
 	c.mu.RLock()
 	if i, ok := c.index[string(key)]; ok {
@@ -152,10 +166,23 @@ func (c *Store) Get(key []byte) ([]byte, bool, error) {
 		// what is sent.
 		return cloneBytes(v), true, nil
 	}
+	if v, ok := c.cleanGetLocked(key); ok {
+		c.mu.RUnlock()
+		return cloneBytes(v), true, nil
+	}
+	cached, gen := c.readCache, c.gen
 	c.mu.RUnlock()
 	// Outside mu: a Commit that lands meanwhile writes to the inner store
 	// the very value this read would have found in the cache.
-	return c.inner.Get(key)
+	v, found, err := c.inner.Get(key)
+	if err != nil || !found || !cached {
+		return v, found, err
+	}
+	keep := cloneBytes(v) // the caller may scribble on v
+	c.mu.Lock()
+	c.keepReadLocked(key, keep, gen)
+	c.mu.Unlock()
+	return v, true, nil
 }
 
 // Put records a dirty put. The cache copies key and value.
@@ -209,11 +236,21 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 		found bool
 		err   error
 	)
+	read := false // old was read from the inner store
 	if dirty {
 		old = c.entries[i].Value
 		found = old != nil
-	} else if old, found, err = c.inner.Get(key); err != nil {
-		return err
+	} else {
+		// Queries may be adding clean entries meanwhile.
+		c.mu.RLock()
+		old, found = c.cleanGetLocked(key)
+		c.mu.RUnlock()
+		if !found {
+			if old, found, err = c.inner.Get(key); err != nil {
+				return err
+			}
+			read = found
+		}
 	}
 	value, err := fn(old, found)
 	if err != nil {
@@ -223,6 +260,12 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 		return statestore.ErrNilValue
 	}
 	c.mu.Lock()
+	if read {
+		// fn neither modifies nor keeps old, a copy the inner store made
+		// for this read, and wmu keeps commits out, so c.gen is the
+		// read's own.
+		c.keepReadLocked(key, old, c.gen)
+	}
 	c.setLocked(key, value, i, dirty)
 	c.mu.Unlock()
 	return nil
@@ -379,9 +422,15 @@ func (c *Store) Commit(position int64) error {
 	// receiving, so they read the same whether the write has landed yet
 	// or not.
 	if err := c.inner.Write(entries, position); err != nil {
+		// Part of the write may have landed: the clean entries no
+		// longer say what the inner store holds.
+		c.mu.Lock()
+		c.dropCleanLocked()
+		c.mu.Unlock()
 		return err
 	}
 	c.mu.Lock()
+	c.commitCleanLocked(entries)
 	c.clearLocked()
 	c.mu.Unlock()
 	return nil

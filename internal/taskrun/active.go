@@ -187,8 +187,20 @@ func (t *Active) transition(to task.State) error {
 func (t *Active) StartRestoring() error { return t.transition(task.Restoring) }
 
 // Restored moves a restoring task to Running: its stores hold everything
-// their changelogs held when restoration began.
-func (t *Active) Restored() error { return t.transition(task.Running) }
+// their changelogs held when restoration began. From now on only commits
+// write its stores, so their record caches may keep what they read (see
+// cache.Store.SetReadCache); window and session stores drop expired
+// segments as they are written, so they (and any other kind) read through.
+func (t *Active) Restored() error {
+	if err := t.transition(task.Running); err != nil {
+		return err
+	}
+	for _, n := range t.order {
+		h := t.stores[n]
+		h.Cache.SetReadCache(h.Info.Kind == topology.KeyValueKind)
+	}
+	return nil
+}
 
 // Process runs one input record through the task's processors. The record's
 // offset counts as consumed only if processing succeeds; see Skip.
@@ -365,6 +377,8 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 	for _, n := range t.order {
 		h := t.stores[n]
 		h.Cache.Discard()
+		// Whoever takes the stores next may write them directly.
+		h.Cache.SetReadCache(false)
 		out = append(out, h)
 	}
 	t.stores = nil
@@ -402,6 +416,7 @@ func (t *Active) closeStores() []error {
 	for _, n := range t.order {
 		h := t.stores[n]
 		h.Cache.Discard()
+		h.Cache.SetReadCache(false) // returns its share of the budget
 		if err := h.Inner.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("task %s: close store %q: %w", t.cfg.ID, n, err))
 		}
