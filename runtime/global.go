@@ -51,6 +51,11 @@ const (
 // thread's: processors and queries only read it.
 var errGlobalReadOnly = errors.New("runtime: a global store is written only by its global thread (from its topic)")
 
+// GlobalStoreBadgerOptions returns the options persistent global stores
+// are opened with (see globalBadgerOptions), for benchmarks that compare
+// with badger itself.
+func GlobalStoreBadgerOptions() statestore.BadgerOptions { return globalBadgerOptions() }
+
 // globalBadgerOptions sizes a persistent global store. There is one per
 // global table per instance, not one per task, and it holds the whole
 // topic, written in restoration batches: a memtable four times a task
