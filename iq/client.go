@@ -83,7 +83,9 @@ const minRefreshInterval = 100 * time.Millisecond
 // every standby and warmup the bound allows at once, returning the
 // freshest answer (see the package doc), refreshing the table when answers
 // suggest it is out of date. With PreferSpread it asks the replicas in
-// random order instead.
+// random order instead. A global store (Metadata.Global), which every
+// instance holds whole, is asked of the instances the client was given, in
+// order, then of the others, until one answers.
 //
 // Unless disabled, reads are monotonic per partition: the client remembers
 // the highest position it saw for each store partition and refuses answers
