@@ -218,9 +218,6 @@ func (a *App) Start(ctx context.Context) (err error) {
 	if a.global != nil {
 		// Global stores are restored before any stream thread exists,
 		// so the first record processed already sees them whole.
-		if err := a.global.start(); err != nil {
-			return err
-		}
 		if err := a.global.waitReady(ctx); err != nil {
 			return err
 		}
@@ -298,6 +295,12 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	if a.global, err = newGlobalThread(a); err != nil {
 		return err
+	}
+	if a.global != nil {
+		// Started before queries are served, which read its reader.
+		if err := a.global.start(); err != nil {
+			return err
+		}
 	}
 	a.fresh = newFreshness(a, FreshnessInterval)
 	a.purge = newPurger(a.killCtx, a.admin, a.plan.repartitions, a.cfg.RepartitionPurgeInterval, a.log)
