@@ -291,6 +291,10 @@ type globalThread struct {
 	// restored counts records applied by finished restorations, and
 	// followed records applied while following, since Start.
 	restored, followed atomic.Int64
+	// started is when start registered the partitions; took, set once
+	// the gate opens, how long the first restoration took.
+	started time.Time
+	took    atomic.Int64
 }
 
 // newGlobalThread opens the App's global stores, or returns nil when the
@@ -362,6 +366,7 @@ func (t *globalThread) start() error {
 		return fmt.Errorf("runtime: global thread: %w", err)
 	}
 	t.reader = rd
+	t.started = time.Now()
 	for _, g := range t.stores {
 		if err := t.registerAll(g, changelog.Restore); err != nil {
 			rd.Close()
@@ -476,7 +481,8 @@ func (t *globalThread) checkReady() {
 	t.mu.Unlock()
 	if n == 0 {
 		t.readyOnce.Do(func() {
-			t.log.Info("global stores restored", "records", t.restored.Load())
+			t.took.Store(int64(time.Since(t.started)))
+			t.log.Info("global stores restored", "records", t.restored.Load(), "took", time.Duration(t.took.Load()))
 			close(t.ready)
 		})
 	}
@@ -637,6 +643,16 @@ func (a *App) GlobalRestoredRecords() int64 {
 		return 0
 	}
 	return a.global.restored.Load()
+}
+
+// GlobalRestoreDuration is how long the restoration of the global stores
+// at Start took, from the registration of their partitions to the last one
+// reaching its end offset; 0 until it is done.
+func (a *App) GlobalRestoreDuration() time.Duration {
+	if a.global == nil {
+		return 0
+	}
+	return time.Duration(a.global.took.Load())
 }
 
 // GlobalFollowedRecords counts the records the global thread applied
