@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/iq"
@@ -224,5 +225,70 @@ func scan(t *testing.T, rw statestore.ReadWriter) [][2]string {
 		out = append(out, [2]string{string(it.Key()), string(it.Value())})
 	}
 	require.NoError(t, it.Err())
+	return out
+}
+
+// TestGlobalStoreRebuiltWhenTopicTruncated stops an instance, deletes the
+// records of one partition of its global topic past the store's position,
+// and restarts it: the partition's position no longer fits, so the whole
+// store is emptied and every partition read again, leaving exactly what
+// the topic still holds.
+func TestGlobalStoreRebuiltWhenTopicTruncated(t *testing.T) {
+	b, adm := startBroker(t, "gorders", "ginner", "gleft")
+	ctx := context.Background()
+	_, err := adm.CreateTopics(ctx, 2, -1, nil, "gcustomers")
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	put := func(p int32, from, n int) {
+		var recs []*kgo.Record
+		for i := from; i < from+n; i++ {
+			recs = append(recs, &kgo.Record{Topic: "gcustomers", Partition: p, Key: fmt.Appendf(nil, "p%d-%03d", p, i), Value: []byte("v")})
+		}
+		require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+	}
+	put(0, 0, 40)
+	put(1, 0, 60)
+	dir := t.TempDir()
+	cfg := Config{ApplicationID: "global-truncated", Brokers: b.Addrs(), StateDir: dir, CommitInterval: 50 * time.Millisecond}
+	app, err := New(globalJoinApp(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	require.Equal(t, int64(100), app.GlobalRestoredRecords())
+	require.NoError(t, app.Close(ctx))
+
+	// Partition 0 gains records the store never saw, and loses them and
+	// everything before them.
+	put(0, 40, 10)
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "gcustomers", Partition: 0, At: 50})
+	resp, err := adm.DeleteRecords(ctx, offs)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+
+	app, err = New(globalJoinApp(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	defer app.Close(ctx)
+	// Start waited for the rebuild: partition 1 read again in full.
+	require.Equal(t, int64(60), app.GlobalRestoredRecords())
+	g := app.global.stores[0]
+	require.Equal(t, [][2]string(nil), scanPrefix(t, g, "p0-"), "nothing of partition 0 is left")
+	require.Len(t, scanPrefix(t, g, "p1-"), 60)
+	// Emptied with the rest, and nothing read from partition 0 since:
+	// it starts from its log start again.
+	require.Equal(t, statestore.NoPosition, g.position(0))
+	require.Equal(t, int64(60), g.position(1))
+}
+
+func scanPrefix(t *testing.T, rw statestore.ReadWriter, prefix string) [][2]string {
+	t.Helper()
+	var out [][2]string
+	for _, kv := range scan(t, rw) {
+		if strings.HasPrefix(kv[0], prefix) {
+			out = append(out, kv)
+		}
+	}
 	return out
 }
