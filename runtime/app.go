@@ -742,7 +742,8 @@ func (a *App) RestoredRecords() int64 { return a.restored.total() }
 // fitted the changelog: a position past the changelog's end (the topic was
 // deleted and created again, or the broker reset, while the state directory
 // was kept) or below its log start (records the store never applied were
-// deleted). Restorations and standbys both count.
+// deleted). Restorations, standbys and global stores (each emptied whole)
+// all count.
 //
 // Stores whose changelog topic has another ID than the one they were
 // written from are deleted rather than reset in place (see wipe.go); each
@@ -756,6 +757,9 @@ func (a *App) StoreResets() int64 {
 		r.mu.Lock()
 		n += r.follower.StoreResets()
 		r.mu.Unlock()
+	}
+	if a.global != nil {
+		n += a.global.rebuilds.Load()
 	}
 	return n
 }

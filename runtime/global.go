@@ -295,6 +295,8 @@ type globalThread struct {
 	// the gate opens, how long the first restoration took.
 	started time.Time
 	took    atomic.Int64
+	// rebuilds counts the stores emptied and read again (App.StoreResets).
+	rebuilds atomic.Int64
 }
 
 // newGlobalThread opens the App's global stores, or returns nil when the
@@ -438,6 +440,7 @@ func (t *globalThread) handle(done []changelog.Completed) error {
 		if err := g.empty(); err != nil {
 			return fmt.Errorf("runtime: empty global store %q: %w", g.name, err)
 		}
+		t.rebuilds.Add(1)
 		if err := t.registerAll(g, changelog.Restore); err != nil {
 			return err
 		}

@@ -273,6 +273,7 @@ func TestGlobalStoreRebuiltWhenTopicTruncated(t *testing.T) {
 	defer app.Close(ctx)
 	// Start waited for the rebuild: partition 1 read again in full.
 	require.Equal(t, int64(60), app.GlobalRestoredRecords())
+	require.Equal(t, int64(1), app.StoreResets())
 	g := app.global.stores[0]
 	require.Equal(t, [][2]string(nil), scanPrefix(t, g, "p0-"), "nothing of partition 0 is left")
 	require.Len(t, scanPrefix(t, g, "p1-"), 60)
