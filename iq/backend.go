@@ -2,6 +2,7 @@ package iq
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/eddystreams/eddy/statestore"
@@ -24,13 +25,25 @@ const (
 	// RoleWarmup is a standby placed to catch up before the active moves
 	// to it.
 	RoleWarmup
+	// RoleGlobal is a global store (topology.GlobalTable): every instance
+	// holds all of it, read from its topic by the instance's global
+	// thread. It has one partition in queries, 0, and no active: its
+	// Position is the sum over the topic's partitions of the offsets read
+	// so far, its Lag the sum of their lags (end offset minus position),
+	// and its CaughtUpAgo the time since that sum was last 0. It answers
+	// ActiveOnly once restored (not Rebuilding), and the other bounds as
+	// any replica does; routers answer it where it is asked.
+	RoleGlobal
 )
 
-var roleNames = [...]string{RoleActive: "active", RoleRestoring: "restoring", RoleStandby: "standby", RoleWarmup: "warmup"}
+// lastRole is the highest valid Role.
+const lastRole = RoleGlobal
 
-// String returns active, restoring, standby or warmup.
+var roleNames = [...]string{RoleActive: "active", RoleRestoring: "restoring", RoleStandby: "standby", RoleWarmup: "warmup", RoleGlobal: "global"}
+
+// String returns active, restoring, standby, warmup or global.
 func (r Role) String() string {
-	if r < RoleActive || r > RoleWarmup {
+	if r < RoleActive || r > lastRole {
 		return fmt.Sprintf("Role(%d)", int(r))
 	}
 	return roleNames[r]
@@ -38,17 +51,17 @@ func (r Role) String() string {
 
 // ParseRole parses a role name as String spells it.
 func ParseRole(s string) (Role, error) {
-	for r := RoleActive; r <= RoleWarmup; r++ {
+	for r := RoleActive; r <= lastRole; r++ {
 		if roleNames[r] == s {
 			return r, nil
 		}
 	}
-	return 0, fmt.Errorf("iq: unknown role %q (want active, restoring, standby or warmup)", s)
+	return 0, fmt.Errorf("iq: unknown role %q (want active, restoring, standby, warmup or global)", s)
 }
 
 // MarshalText encodes the role as its name, which is how JSON carries it.
 func (r Role) MarshalText() ([]byte, error) {
-	if r < RoleActive || r > RoleWarmup {
+	if r < RoleActive || r > lastRole {
 		return nil, fmt.Errorf("iq: cannot encode invalid role %d", int(r))
 	}
 	return []byte(roleNames[r]), nil
@@ -84,9 +97,17 @@ type HostMetadata struct {
 type Metadata struct {
 	// Hosts is sorted by Host.
 	Hosts []HostMetadata
-	// Partitions maps each queryable store to its partition count.
+	// Partitions maps each queryable store to its partition count (1 for
+	// a global store).
 	Partitions map[string]int32
+	// Global lists the global stores, sorted: every instance holds them
+	// whole, so they are asked of any instance and never routed by
+	// partition.
+	Global []string
 }
+
+// IsGlobal reports whether store is a global store of the table.
+func (m Metadata) IsGlobal(store string) bool { return slices.Contains(m.Global, store) }
 
 // Unknown is the value of a ReplicaInfo duration that is not known: a
 // replica never caught up, a lag never confirmed, an active whose commits

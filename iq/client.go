@@ -83,7 +83,9 @@ const minRefreshInterval = 100 * time.Millisecond
 // every standby and warmup the bound allows at once, returning the
 // freshest answer (see the package doc), refreshing the table when answers
 // suggest it is out of date. With PreferSpread it asks the replicas in
-// random order instead.
+// random order instead. A global store (Metadata.Global), which every
+// instance holds whole, is asked of the instances the client was given, in
+// order, then of the others, until one answers.
 //
 // Unless disabled, reads are monotonic per partition: the client remembers
 // the highest position it saw for each store partition and refuses answers
@@ -407,6 +409,9 @@ func lookupOnce[T any](ctx context.Context, c *Client, m Metadata, store string,
 	if !ok {
 		return zero, true, fmt.Errorf("%w: %q is not in the routing table", ErrUnknownStore, store)
 	}
+	if m.IsGlobal(store) {
+		return globalLookup(ctx, c, m, store, o, ue, path, decode)
+	}
 	part := o.partition
 	if !o.hasPartition {
 		part = topology.Partition(keyBytes, n)
@@ -471,6 +476,53 @@ func lookupOnce[T any](ctx context.Context, c *Client, m Metadata, store string,
 		}
 	}
 	return zero, retry, ue
+}
+
+// globalLookup asks for a key of a global store, which every instance holds
+// whole: the instances the client was given first, in order, then the
+// others in the table, until one answers. There is no partition to route
+// by; the answer's provenance says RoleGlobal.
+func globalLookup[T any](ctx context.Context, c *Client, m Metadata, store string, o *queryOptions, ue *UnavailableError, path func(url.Values) string, decode decodeFn[T]) (T, bool, error) {
+	var zero T
+	ue.Partition = 0
+	q := url.Values{"staleness": {o.bound.String()}, "route": {"false"}}
+	minPos, hasMin := o.minPosition, o.hasMin
+	if !c.opts.DisableMonotonic {
+		if last, ok := c.LastPosition(store, 0); ok && (!hasMin || last > minPos) {
+			minPos, hasMin = last, true
+		}
+	}
+	if hasMin {
+		q.Set("min_position", strconv.FormatInt(minPos, 10))
+	}
+	hosts := slices.Clone(c.seeds)
+	for _, h := range m.Hosts {
+		hosts = append(hosts, h.Host)
+	}
+	var (
+		val  T
+		prov Provenance
+	)
+	tried, ok := c.rt.try(ctx, dedupe(hosts), memoFingerprint(m), path(q), func(_ string, st int, body []byte) error {
+		v, p, err := decode(st, body)
+		if err == nil {
+			val, prov = v, p
+		}
+		return err
+	})
+	if ok {
+		if !c.opts.DisableMonotonic {
+			c.saw(store, 0, prov.Position)
+		}
+		return val, false, nil
+	}
+	ue.Tried = append(ue.Tried, tried...)
+	for _, a := range tried {
+		if errors.Is(a.Err, ErrInvalidQuery) || errors.Is(a.Err, ErrUnknownStore) {
+			return zero, false, a.Err
+		}
+	}
+	return zero, true, ue
 }
 
 // ClientGet looks up a typed key through a Client. The key is written in

@@ -58,6 +58,10 @@ func fingerprint(m Metadata) uint64 {
 		binary.BigEndian.PutUint32(buf[:], uint32(m.Partitions[s]))
 		h.Write(buf[:])
 	}
+	for _, g := range m.Global {
+		str("g")
+		str(g)
+	}
 	return h.Sum64()
 }
 

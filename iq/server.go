@@ -539,6 +539,13 @@ func (s *Server) handleLags(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, lagsOf(s.b.LocalReplicas()))
 }
 
+// isGlobal reports whether store is a global store, which every instance
+// holds whole: it is answered where it is asked, never routed.
+func (s *Server) isGlobal(store string) bool {
+	m, err := s.b.Metadata()
+	return err == nil && m.IsGlobal(store)
+}
+
 func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText string) {
 	store := r.PathValue("store")
 	v := r.URL.Query()
@@ -575,12 +582,12 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 	if localErr == nil {
 		lp := provenanceOf(s.b.Self(), part, info)
 		local = &lp
-		if !p.route || (p.prefer == PreferFreshest && lp.caughtUp()) {
+		if !p.route || lp.Role == RoleGlobal || (p.prefer == PreferFreshest && lp.caughtUp()) {
 			s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, nil)
 			return
 		}
 	}
-	if !p.route || !reroutable(localErr) {
+	if !p.route || !reroutable(localErr) || s.isGlobal(store) {
 		s.refuseKey(w, store, localErr)
 		return
 	}
@@ -791,7 +798,7 @@ func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	out := wireRange{Store: store, Partitions: []wirePartitionRange{}}
-	if !p.route {
+	if !p.route || s.isGlobal(store) {
 		res, err := s.q.RangeBytes(ctx, store, from, to, p.options()...)
 		if err != nil {
 			writeErr(w, err)

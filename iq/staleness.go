@@ -40,6 +40,11 @@ const (
 //     commit is more than d old;
 //   - AnyStaleness ("any"): always, a rebuilding replica included.
 //
+// A global store (RoleGlobal), which has no active, satisfies ActiveOnly
+// once it is restored (not rebuilding), and the other bounds as above; its
+// partition's "active" is its topic's writers, so its InputCommittedAgo
+// is 0 and its age is how long ago it last caught up with the topic.
+//
 // A replica rebuilding its store from empty (ReplicaInfo.Rebuilding) holds
 // no consistent snapshot of any changelog offset until it reaches the end
 // offset taken when it began, so it passes only AnyStaleness, whatever
@@ -140,6 +145,9 @@ func (s Staleness) refusal(info ReplicaInfo) string {
 		return ""
 	}
 	switch {
+	case s.kind == staleActive && info.Role == RoleGlobal && !info.Rebuilding:
+		// A global store has no active: restored, it is the answer.
+		return ""
 	case s.kind == staleActive:
 		return "only a running active may answer"
 	case info.Rebuilding:

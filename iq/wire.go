@@ -121,6 +121,7 @@ type wireInstance struct {
 type wireMetadata struct {
 	Instances  []wireInstance   `json:"instances"`
 	Partitions map[string]int32 `json:"partitions"`
+	Global     []string         `json:"global,omitempty"`
 }
 
 func nonNil[T any](s []T) []T {
@@ -131,7 +132,7 @@ func nonNil[T any](s []T) []T {
 }
 
 func toWireMetadata(m Metadata) wireMetadata {
-	w := wireMetadata{Instances: []wireInstance{}, Partitions: m.Partitions}
+	w := wireMetadata{Instances: []wireInstance{}, Partitions: m.Partitions, Global: m.Global}
 	if w.Partitions == nil {
 		w.Partitions = map[string]int32{}
 	}
@@ -142,7 +143,7 @@ func toWireMetadata(m Metadata) wireMetadata {
 }
 
 func (w wireMetadata) metadata() Metadata {
-	m := Metadata{Partitions: w.Partitions}
+	m := Metadata{Partitions: w.Partitions, Global: w.Global}
 	for _, in := range w.Instances {
 		m.Hosts = append(m.Hosts, HostMetadata{Host: in.Host, Active: in.Active, Standby: in.Standby, Warmup: in.Warmup})
 	}
@@ -312,7 +313,7 @@ func ptr[T any](v T) *T { return &v }
 // validRole leaves an invalid role out of an error answer rather than fail
 // to encode the answer.
 func validRole(r Role) *Role {
-	if r < RoleActive || r > RoleWarmup {
+	if r < RoleActive || r > lastRole {
 		return nil
 	}
 	return &r

@@ -112,6 +112,9 @@ func (a *App) checkTopicAccess(ctx context.Context) []error {
 			need(r.FullName(app), kmsg.ACLOperationWrite)
 		}
 	}
+	for _, gs := range graph.Of(a.topo).GlobalStores() {
+		need(gs.Topic, kmsg.ACLOperationRead)
+	}
 	for _, cls := range a.plan.changelogs {
 		for _, c := range cls {
 			need(c, kmsg.ACLOperationRead)

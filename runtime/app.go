@@ -85,9 +85,11 @@ type App struct {
 	shutdownReason atomic.Pointer[string]
 	restored       *restoreTally
 	registry       *registry
-	fresh          *freshness
-	purge          *purger
-	metrics        *metrics
+	// global keeps the global stores; nil without global tables.
+	global  *globalThread
+	fresh   *freshness
+	purge   *purger
+	metrics *metrics
 	// openStoreHook, set only by tests, runs every store opening (open)
 	// in openStore's stead: it may delay the opening or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
@@ -186,7 +188,9 @@ func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 func (a *App) Rejoins() int64 { return a.rejoins.Load() }
 
 // Start locks the state directory, creates or verifies the application's
-// internal topics, and starts the stream threads. It moves the App from
+// internal topics, restores the global stores (topology.GlobalTable) to the
+// ends of their topics, waiting for that as long as ctx allows, and starts
+// the stream threads. It moves the App from
 // Created to Rebalancing at once; it returns once the threads are running,
 // and they join the group in the background (the App is Running once they
 // have their assignments and restored their active tasks). A failed Start
@@ -211,6 +215,13 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return err
 	}
 	a.serving.Store(true)
+	if a.global != nil {
+		// Global stores are restored before any stream thread exists,
+		// so the first record processed already sees them whole.
+		if err := a.global.waitReady(ctx); err != nil {
+			return err
+		}
+	}
 	budget := a.cfg.CacheMaxBytes / int64(a.cfg.NumStreamThreads)
 	for i := range a.cfg.NumStreamThreads {
 		th, err := newThread(a, i, cache.NewBudget(budget))
@@ -281,6 +292,15 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	if a.registry, err = newRegistry(a); err != nil {
 		return err
+	}
+	if a.global, err = newGlobalThread(a); err != nil {
+		return err
+	}
+	if a.global != nil {
+		// Started before queries are served, which read its reader.
+		if err := a.global.start(); err != nil {
+			return err
+		}
 	}
 	a.fresh = newFreshness(a, FreshnessInterval)
 	a.purge = newPurger(a.killCtx, a.admin, a.plan.repartitions, a.cfg.RepartitionPurgeInterval, a.log)
@@ -388,6 +408,9 @@ func (a *App) release() {
 	}
 	if a.registry != nil {
 		a.registry.close()
+	}
+	if a.global != nil {
+		a.global.close()
 	}
 	// Before the admin client it deletes records with is closed.
 	a.purge.close()
@@ -719,7 +742,8 @@ func (a *App) RestoredRecords() int64 { return a.restored.total() }
 // fitted the changelog: a position past the changelog's end (the topic was
 // deleted and created again, or the broker reset, while the state directory
 // was kept) or below its log start (records the store never applied were
-// deleted). Restorations and standbys both count.
+// deleted). Restorations, standbys and global stores (each emptied whole)
+// all count.
 //
 // Stores whose changelog topic has another ID than the one they were
 // written from are deleted rather than reset in place (see wipe.go); each
@@ -733,6 +757,9 @@ func (a *App) StoreResets() int64 {
 		r.mu.Lock()
 		n += r.follower.StoreResets()
 		r.mu.Unlock()
+	}
+	if a.global != nil {
+		n += a.global.rebuilds.Load()
 	}
 	return n
 }

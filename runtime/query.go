@@ -28,6 +28,10 @@ func (a *App) storeSubTopology(store string) (int, bool) {
 // KeyPartition returns the partition of a store that holds a serialized key,
 // computed as Kafka's default partitioner places the key.
 func (a *App) KeyPartition(store string, key []byte) (int32, error) {
+	if a.isGlobalStore(store) {
+		// Held whole: its one partition in queries.
+		return 0, nil
+	}
 	st, ok := a.storeSubTopology(store)
 	if !ok {
 		return 0, fmt.Errorf("%w %q", iq.ErrUnknownStore, store)
@@ -40,10 +44,17 @@ func (a *App) KeyPartition(store string, key []byte) (int32, error) {
 
 // LocalGet reads a serialized key from the local replica of its partition.
 // It answers only from a running active task and sees what that task last
-// committed. The partition is returned with the answer.
+// committed, or from a global store, whatever its lag (partition 0). The
+// partition is returned with the answer.
 func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, partition int32, err error) {
 	if err := (queryBackend{a}).running(); err != nil {
 		return nil, false, 0, err
+	}
+	if a.global != nil {
+		if g, ok := a.global.store(store); ok {
+			value, found, err = g.Get(key)
+			return value, found, 0, err
+		}
 	}
 	partition, err = a.KeyPartition(store, key)
 	if err != nil {
@@ -145,12 +156,26 @@ func (a *App) routingTable(r assignor.Routing) *iq.Metadata {
 			md.Partitions[s.Name] = a.plan.subPartitions[i]
 		}
 	}
+	if a.global != nil {
+		md.Global = a.global.names()
+		for _, name := range md.Global {
+			md.Partitions[name] = 1
+		}
+	}
 	return md
 }
 
 func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error) {
 	if err := q.running(); err != nil {
 		return nil, err
+	}
+	if q.a.global != nil {
+		if g, ok := q.a.global.store(store); ok {
+			if partition != 0 {
+				return nil, fmt.Errorf("%w: global store %q has one partition, 0, asked for %d", iq.ErrUnknownPartition, store, partition)
+			}
+			return globalReplica{t: q.a.global, g: g}, nil
+		}
 	}
 	sub, ok := q.a.storeSubTopology(store)
 	if !ok {
@@ -175,7 +200,7 @@ func (q queryBackend) LocalReplicas() []iq.ReplicaInfo {
 	for _, ri := range q.a.Replicas() {
 		out = append(out, toIQ(ri))
 	}
-	return out
+	return append(out, q.a.GlobalStores()...)
 }
 
 // localReplica is one local store partition as the query layer reads it;
@@ -250,6 +275,9 @@ func toIQAt(ri ReplicaInfo, now time.Time) iq.ReplicaInfo {
 // StoreLayout reports a store's kind and, for window and session stores,
 // their layout options, so the query layer can read their composite keys.
 func (q queryBackend) StoreLayout(store string) (iq.StoreLayout, error) {
+	if q.a.isGlobalStore(store) {
+		return iq.StoreLayout{Kind: iq.KindKeyValue}, nil
+	}
 	for _, st := range graph.Of(q.a.topo).SubTopologies() {
 		for _, s := range st.Stores {
 			if s.Name != store {
@@ -265,4 +293,14 @@ func (q queryBackend) StoreLayout(store string) (iq.StoreLayout, error) {
 		}
 	}
 	return iq.StoreLayout{}, fmt.Errorf("%w %q", iq.ErrUnknownStore, store)
+}
+
+// isGlobalStore reports whether store is a global store of the topology.
+func (a *App) isGlobalStore(store string) bool {
+	for _, gs := range graph.Of(a.topo).GlobalStores() {
+		if gs.Store.Name == store {
+			return true
+		}
+	}
+	return false
 }

@@ -70,6 +70,7 @@ func (th *thread) startActive(id task.ID) bool {
 		Topology:  th.app.topo,
 		Changelog: th.app.changelogTopic,
 		Open:      th.app.openStore,
+		Global:    th.app.globalStore,
 		Stores:    stores,
 		Budget:    th.budget,
 		Sender:    th,

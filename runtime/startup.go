@@ -34,7 +34,7 @@ func (r *registry) scanDisk() error {
 	}
 	var dirs []found
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || e.Name() == globalDirName {
 			continue
 		}
 		id, err := task.ParseID(e.Name())

@@ -100,6 +100,9 @@ func userTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		return missing, nil
 	}
 	read := make(map[string]bool)
+	for _, gs := range graph.Of(topo).GlobalStores() {
+		read[gs.Topic] = true
+	}
 	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, r := range st.Sources {
 			if !r.Internal {
@@ -148,6 +151,13 @@ func createMissingSources(ctx context.Context, adm *kadm.Client, topo *topology.
 			} else if isMissing[r.Name] && !slices.Contains(sources, r.Name) {
 				sources = append(sources, r.Name)
 			}
+		}
+	}
+	// A global table's topic is read whole by every instance: nothing
+	// decides its count but DefaultPartitions.
+	for _, gs := range graph.Of(topo).GlobalStores() {
+		if isMissing[gs.Topic] && !slices.Contains(sources, gs.Topic) {
+			sources = append(sources, gs.Topic)
 		}
 	}
 	if len(sources) == 0 {
@@ -295,6 +305,9 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 				external = append(external, r.Name)
 			}
 		}
+	}
+	for _, gs := range graph.Of(topo).GlobalStores() {
+		external = append(external, gs.Topic)
 	}
 	if cfg.DeadLetterTopic != "" {
 		external = append(external, cfg.DeadLetterTopic)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -391,6 +392,20 @@ func (a *App) forgetRecreatedState(ids map[string]kadm.TopicID) error {
 			a.recreatedResets.Add(n)
 		}
 	}
+	for _, gs := range graph.Of(a.topo).GlobalStores() {
+		if !recreated[gs.Topic] || !gs.Store.Persistent {
+			continue
+		}
+		dir := filepath.Join(a.appDir(), globalDirName, gs.Store.Name)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		a.log.Warn("the topic of a global store on disk was recreated since it was read; deleting the store to read the new topic", "store", gs.Store.Name, "topic", gs.Topic)
+		if err := statestore.DestroyBadger(dir); err != nil {
+			return fmt.Errorf("runtime: delete global store %s, whose topic was recreated: %w", gs.Store.Name, err)
+		}
+		a.recreatedResets.Add(1)
+	}
 	return a.recordChangelogIDs(ids)
 }
 
@@ -414,11 +429,15 @@ func (a *App) recordChangelogIDs(ids map[string]kadm.TopicID) error {
 	return nil
 }
 
-// changelogNames lists the application's changelog topics, sorted.
+// changelogNames lists the application's changelog topics, and the topics
+// of its global tables (their stores' changelogs, in effect), sorted.
 func (a *App) changelogNames() []string {
 	var out []string
 	for _, names := range a.plan.changelogs {
 		out = append(out, names...)
+	}
+	for _, gs := range graph.Of(a.topo).GlobalStores() {
+		out = append(out, gs.Topic)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -21,6 +21,8 @@ import (
 type Builder struct {
 	nodes  []*node
 	stores []StoreInfo
+	// globals are the global tables, whose stores belong to no task.
+	globals []*globalTable
 	// storeOwner names who declared each store, for error messages.
 	storeOwner map[string]string
 	errs       []error
@@ -127,6 +129,9 @@ type node struct {
 	// a parent, since table updates must not reach the join, but it keeps
 	// both in one sub-topology.
 	joins *node
+	// globals are the global stores a stream-global-table join reads:
+	// not stores of the node's task, but handed to it by the runtime.
+	globals []string
 	// readsMeta marks a node whose processor can ask for the metadata of
 	// the record being processed (a user Processor).
 	readsMeta bool

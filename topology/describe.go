@@ -48,9 +48,20 @@ type SubTopologyDescription struct {
 	Stores []StoreInfo
 }
 
+// GlobalStoreDescription describes a global table: its store, the topic
+// every instance reads into it, and the join nodes that read it.
+type GlobalStoreDescription struct {
+	Store   StoreInfo
+	Topic   string
+	Readers []string
+}
+
 // TopologyDescription describes a topology; its String method prints it.
 type TopologyDescription struct {
 	SubTopologies []SubTopologyDescription
+	// GlobalStores are read by every instance and belong to no
+	// sub-topology: they generate no tasks.
+	GlobalStores []GlobalStoreDescription
 }
 
 // Describe returns the structure of the topology: its sub-topologies, their
@@ -73,6 +84,9 @@ func (t *Topology) Describe() TopologyDescription {
 			sd.Nodes = append(sd.Nodes, nd)
 		}
 		d.SubTopologies = append(d.SubTopologies, sd)
+	}
+	for _, gt := range t.globals {
+		d.GlobalStores = append(d.GlobalStores, GlobalStoreDescription{Store: gt.info, Topic: gt.topic, Readers: append([]string(nil), gt.readers...)})
 	}
 	return d
 }
@@ -123,6 +137,16 @@ func (d TopologyDescription) String() string {
 				continue
 			}
 			fmt.Fprintf(&sb, "  Store: %s (%s, %s)\n", s.Name, kind, logged)
+		}
+	}
+	for _, g := range d.GlobalStores {
+		kind := "in-memory"
+		if g.Store.Persistent {
+			kind = "persistent"
+		}
+		fmt.Fprintf(&sb, "\nGlobal store %s (%s, topic: %s, every partition, no tasks)\n", g.Store.Name, kind, g.Topic)
+		if len(g.Readers) > 0 {
+			fmt.Fprintf(&sb, "    --> %s\n", strings.Join(g.Readers, ", "))
 		}
 	}
 	return sb.String()

@@ -221,7 +221,7 @@ func (in *nodeInstance) forwardTo(child string, r record) error {
 }
 
 func (in *nodeInstance) store(name string) (statestore.ReadWriter, error) {
-	if !slices.Contains(in.node.stores, name) {
+	if !slices.Contains(in.node.stores, name) && !slices.Contains(in.node.globals, name) {
 		return nil, fmt.Errorf("topology: %s did not declare store %q", in.node.label(), name)
 	}
 	rw, ok := in.task.stores[name]
@@ -297,6 +297,18 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 			return nil, fmt.Errorf("topology: task %s: store %q is nil", env.TaskID(), s.Name)
 		}
 		g.stores[s.Name] = rw
+	}
+	for _, n := range st.nodes {
+		for _, name := range n.globals {
+			if _, ok := g.stores[name]; ok {
+				continue
+			}
+			rw, err := env.Store(name)
+			if err != nil {
+				return nil, fmt.Errorf("topology: task %s: open global store %q: %w", env.TaskID(), name, err)
+			}
+			g.stores[name] = rw
+		}
 	}
 	byNode := make(map[*node]*nodeInstance, len(st.nodes))
 	for _, n := range st.nodes {

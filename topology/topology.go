@@ -17,6 +17,8 @@ type Topology struct {
 	subs  []*subTopology
 	// storeSub maps each store to the sub-topology that owns it.
 	storeSub map[string]int
+	// globals are the global tables, each read by every instance.
+	globals []*globalTable
 }
 
 type subTopology struct {
@@ -66,7 +68,13 @@ func (b *Builder) Build() (*Topology, error) {
 		}
 	}
 
+	errs = append(errs, b.checkGlobals(nodes)...)
 	t := &Topology{nodes: nodes, storeSub: make(map[string]int)}
+	for _, gt := range b.globals {
+		c := *gt
+		c.readers = slices.Clone(gt.readers)
+		t.globals = append(t.globals, &c)
+	}
 	t.split()
 
 	// A store lives in one task; processors in different sub-topologies run
@@ -105,6 +113,7 @@ func cloneGraph(nodes []*node) []*node {
 	for i, n := range nodes {
 		c := *n
 		c.stores = slices.Clone(n.stores)
+		c.globals = slices.Clone(n.globals)
 		out[i] = &c
 	}
 	for _, c := range out {

@@ -38,6 +38,9 @@
 //	(j) stream–table join (not run by default): orders joined with a
 //	    table of customers against the key-value count of the same orders
 //	    (target ≥ 0.7×);
+//	(r) global-table restoration (not run by default): App.Start restoring
+//	    a global table of --records records over 4 partitions vs a bare
+//	    badger WriteBatch of the same records (target ≥ 0.8×);
 //	(k) kill loop (not run by default): three instances, a random one
 //	    killed every 3–8 s without waiting for the group, for
 //	    --killloop-duration under each guarantee; records lost (target 0),
@@ -127,7 +130,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), j (stream–table join vs key-value count), k (kill loop, minutes long), m (high-cardinality count vs a bare loop), s (start-up latency), w (windows: windowed vs key-value count, window-store restore, window-store disk and heap over 10 retentions)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), j (stream–table join vs key-value count), k (kill loop, minutes long), m (high-cardinality count vs a bare loop), r (global-table restore), s (start-up latency), w (windows: windowed vs key-value count, window-store restore, window-store disk and heap over 10 retentions)")
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
@@ -137,7 +140,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// baseline's client spreads its own work over the cores too.
 	fs.IntVar(&cfg.threads, "threads", runtime.NumCPU(), "(a, m) Eddy stream threads, one per core by default")
 	fs.IntVar(&cfg.maxPoll, "max-poll-records", 0, "(a) experiment: runtime.Config.MaxPollRecords; 0 keeps the default")
-	fs.IntVar(&cfg.records, "records", 1_000_000, "(b) changelog records to restore")
+	fs.IntVar(&cfg.records, "records", 1_000_000, "(b, r) changelog (global topic) records to restore")
 	fs.BoolVar(&cfg.e2e, "e2e", true, "(b) also time a whole App restoring a wiped state directory")
 	fs.IntVar(&cfg.windowRecords, "window-records", 1_000_000, "(w) input records of the windowed count, changelog records of the window-store restore, records streamed through the window store")
 	fs.IntVar(&cfg.keys, "keys", 1_000_000, "(c, m) distinct keys held by the instance")
@@ -172,11 +175,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d", "f", "g", "h", "j", "k", "m", "s", "w":
+		case "a", "b", "c", "d", "f", "g", "h", "j", "k", "m", "r", "s", "w":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h, j, k, m, s or w)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h, j, k, m, r, s or w)", s)
 		}
 	}
 	if cfg.killLoopFor <= 0 {
@@ -206,7 +209,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		name string
 		fn   func(context.Context, *config) ([]row, error)
 	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash},
-		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}, {"s", benchStartup}, {"w", benchWindows}, {"j", benchJoin}} {
+		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}, {"r", benchGlobalRestore}, {"s", benchStartup}, {"w", benchWindows}, {"j", benchJoin}} {
 		if !cfg.want(b.name) {
 			continue
 		}

@@ -33,6 +33,10 @@ type Topology interface {
 	// SourceTopics returns the full names of all topics application app
 	// reads, sorted: the topics its consumers subscribe to.
 	SourceTopics(app string) []string
+	// GlobalStores lists the global stores: each is read in full from its
+	// topic by every instance, belongs to no task, and is handed to the
+	// tasks whose joins read it through TaskEnv.Store.
+	GlobalStores() []GlobalStore
 	// StoreSubTopology returns the ID of the sub-topology that owns store,
 	// so that a key's partition can be turned into the task holding it.
 	StoreSubTopology(store string) (int, bool)
@@ -86,7 +90,8 @@ type TaskEnv interface {
 	// Partition is the task's partition.
 	Partition() int32
 	// Store returns the byte-level store the task opened for a store the
-	// sub-topology declared.
+	// sub-topology declared, or a global store (read-only) that one of
+	// its joins reads.
 	Store(name string) (statestore.ReadWriter, error)
 	// Send emits a record to a sink topic. The runtime chooses the
 	// partition the way Kafka's default partitioner does
@@ -238,6 +243,14 @@ type SubTopology struct {
 	// CoPartitioned lists source topics that must have equal partition
 	// counts (all sources of a sub-topology, in practice).
 	CoPartitioned []TopicRef
+}
+
+// GlobalStore is a global table's store and the topic it is read from (a
+// user topic, all of its partitions). Its Info is never Logged: the topic
+// is its source of truth.
+type GlobalStore struct {
+	Store StoreInfo
+	Topic string
 }
 
 // Repartition describes a repartition topic the runtime must create.

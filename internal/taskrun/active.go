@@ -36,6 +36,9 @@ type Config struct {
 	// Changelog maps a logged store's name to its changelog topic.
 	Changelog func(store string) string
 	Open      StoreOpener
+	// Global returns a global store (read-only) by name, for the joins
+	// that read one; nil when there are none.
+	Global func(name string) (statestore.ReadWriter, bool)
 	// Stores are stores already open for this task (from a standby being
 	// promoted); the rest are opened with Open.
 	Stores []*StoreHandle
@@ -445,6 +448,11 @@ func (e env) BufferTableUpdates() bool {
 func (e env) Store(name string) (statestore.ReadWriter, error) {
 	h, ok := e.t.stores[name]
 	if !ok {
+		if e.t.cfg.Global != nil {
+			if g, ok := e.t.cfg.Global(name); ok {
+				return g, nil
+			}
+		}
 		return nil, fmt.Errorf("task %s: no store %q", e.t.cfg.ID, name)
 	}
 	return h.Cache, nil

@@ -55,6 +55,10 @@ type Driver struct {
 	tasks   []graph.TaskGraph
 	stores  map[string]*memStore
 	readers map[string]int // full topic name -> sub-topology
+	// globals maps a global table's topic to its store, which records
+	// piped into the topic update directly, as the runtime's global
+	// thread does.
+	globals map[string]*memStore
 	offsets map[string]int64
 	outputs map[string][]graph.OutputRecord
 	queue   []graph.OutputRecord
@@ -75,8 +79,14 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 		now:     cfg.StartTime,
 		stores:  make(map[string]*memStore),
 		readers: make(map[string]int),
+		globals: make(map[string]*memStore),
 		offsets: make(map[string]int64),
 		outputs: make(map[string][]graph.OutputRecord),
+	}
+	for _, gs := range graph.Of(topo).GlobalStores() {
+		s := newMemStore()
+		d.stores[gs.Store.Name] = s
+		d.globals[gs.Topic] = s
 	}
 	for _, st := range graph.Of(topo).SubTopologies() {
 		for _, src := range st.Sources {
@@ -187,6 +197,17 @@ func (d *Driver) drain() error {
 }
 
 func (d *Driver) process(topic string, key, value []byte, ts time.Time, headers []topology.Header) error {
+	if gs, ok := d.globals[topic]; ok {
+		d.offsets[topic]++
+		switch {
+		case key == nil:
+			return nil
+		case value == nil:
+			return gs.Delete(key)
+		default:
+			return gs.Put(key, value)
+		}
+	}
 	sub, ok := d.readers[topic]
 	if !ok {
 		return fmt.Errorf("topologytest: no source reads topic %q", topic)

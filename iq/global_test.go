@@ -1,0 +1,104 @@
+package iq
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+)
+
+// globalCluster is three fake instances each holding the store "counts" as
+// a global store (one partition, role global) whose key "k" holds 10+i on
+// instance i, so that an answer tells which instance gave it.
+func globalCluster(t *testing.T) *cluster {
+	c := newCluster(t, 3, 1, ServerConfig{})
+	for i, in := range c.ins {
+		r := in.b.add(testStore, 0, RoleGlobal)
+		r.set(func(ri *ReplicaInfo) { ri.End, ri.LagConfirmedAgo, ri.CaughtUpAgo = 5, 0, Unknown })
+		r.put(t, "k", int64(10+i))
+	}
+	m := c.publish()
+	m.Global = []string{testStore}
+	for _, in := range c.ins {
+		in.b.setMeta(m, nil)
+	}
+	return c
+}
+
+// TestGlobalStoreAnsweredLocally checks that a global store is answered by
+// the instance asked, in-process and over HTTP with routing on, with role
+// global, under the default bound once restored and only under any while
+// rebuilding.
+func TestGlobalStoreAnsweredLocally(t *testing.T) {
+	c := globalCluster(t)
+	ctx := context.Background()
+	q := NewQuerier(c.ins[1].b)
+	res, err := Get(ctx, q, testStore, "k", serde.String, serde.Int64)
+	require.NoError(t, err)
+	require.Equal(t, int64(11), res.Value)
+	require.Equal(t, RoleGlobal, res.Provenance.Role)
+	require.Equal(t, int32(0), res.Provenance.Partition)
+	require.Positive(t, res.Provenance.Lag, "lagging, and still the answer: there is no active to prefer")
+
+	// Routing on: still local, though not caught up.
+	resp, err := http.Get("http://" + c.ins[1].addr() + "/v1/stores/counts/keys?key=k&route=true")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	var k wireKey
+	require.NoError(t, json.Unmarshal(body, &k))
+	require.Equal(t, "11", string(k.Value))
+	require.Equal(t, RoleGlobal, k.ServedBy.Role)
+	require.Zero(t, c.ins[0].hits.Load()+c.ins[2].hits.Load(), "nothing forwarded")
+
+	r, err := c.ins[1].b.Replica(testStore, 0)
+	require.NoError(t, err)
+	r.(*fakeReplica).set(func(ri *ReplicaInfo) { ri.Rebuilding = true })
+	_, err = Get(ctx, q, testStore, "k", serde.String, serde.Int64)
+	var se *StaleError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, RoleGlobal, se.Role)
+	_, err = Get(ctx, q, testStore, "k", serde.String, serde.Int64, WithStaleness(AnyStaleness()))
+	require.NoError(t, err)
+
+	role, err := json.Marshal(RoleGlobal)
+	require.NoError(t, err)
+	require.Equal(t, `"global"`, string(role))
+	var back Role
+	require.NoError(t, json.Unmarshal(role, &back))
+	require.Equal(t, RoleGlobal, back)
+}
+
+// TestClientAsksGlobalStoreOfFirstInstance checks that the routing Client
+// answers a global store from the first instance it was given, without
+// routing by partition, and falls back to the others when it is down.
+func TestClientAsksGlobalStoreOfFirstInstance(t *testing.T) {
+	c := globalCluster(t)
+	ctx := context.Background()
+	cl, err := NewClient([]string{c.ins[2].addr(), c.ins[0].addr()}, ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	res, err := ClientGet[string, int64](ctx, cl, testStore, "k", serde.String)
+	require.NoError(t, err)
+	require.Equal(t, int64(12), res.Value)
+	require.Equal(t, RoleGlobal, res.Provenance.Role)
+	require.Equal(t, c.ins[2].addr(), res.Provenance.Host)
+	require.Zero(t, c.ins[1].hits.Load(), "no instance but the first is asked")
+
+	c.kill(2)
+	res, err = ClientGet[string, int64](ctx, cl, testStore, "k", serde.String)
+	require.NoError(t, err)
+	require.NotEqual(t, c.ins[2].addr(), res.Provenance.Host)
+	require.Equal(t, RoleGlobal, res.Provenance.Role)
+
+	res, err = ClientGet[string, int64](ctx, cl, testStore, "absent", serde.String)
+	require.NoError(t, err)
+	require.False(t, res.Found)
+	require.Equal(t, RoleGlobal, res.Provenance.Role)
+}

@@ -1,0 +1,698 @@
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// Global tables (topology.GlobalTable). Every instance reads every
+// partition of a global table's topic into one global store, on a global
+// thread of its own: one goroutine per App driving a changelog.Reader,
+// whose consumer belongs to no group, so global topics are never assigned
+// and never rebalanced. Start restores every global store to the end
+// offsets listed when it began before any stream thread starts; after that
+// the thread follows the topics for as long as the App runs. The topic is
+// the store's source of truth, as a changelog is a local store's: there is
+// no changelog of its own.
+//
+// One store holds all partitions of its topic, so it keeps one position
+// per partition, each written in the same atomic store write as the
+// records it covers (see globalStore). A restart therefore reads only what
+// each partition gained since.
+
+// globalDirName is the state directory's folder holding the persistent
+// global stores, one folder each, named after the store.
+const globalDirName = "global"
+
+// The layout of a global store's keys in its backing store: the data under
+// one prefix, each partition's position under another, so that reads and
+// scans see only the data and a Write carries the data and the position of
+// the partition it came from together.
+const (
+	globalPosPrefix  byte = 0x00
+	globalDataPrefix byte = 0x01
+)
+
+// errGlobalReadOnly refuses writes to a global store other than its
+// thread's: processors and queries only read it.
+var errGlobalReadOnly = errors.New("runtime: a global store is written only by its global thread (from its topic)")
+
+// GlobalStoreBadgerOptions returns the options persistent global stores
+// are opened with (see globalBadgerOptions), for benchmarks that compare
+// with badger itself.
+func GlobalStoreBadgerOptions() statestore.BadgerOptions { return globalBadgerOptions() }
+
+// globalBadgerOptions sizes a persistent global store. There is one per
+// global table per instance, not one per task, and it holds the whole
+// topic, written in restoration batches: a memtable four times a task
+// store's (16 MiB; ~21 MiB of arena while written) holds 1/4 as many
+// flushes and level-0 compactions for a full restore, and larger tables
+// and levels keep the tree shallow for the larger data set. One
+// transaction may then hold ~2.4 MiB, far above a restoration batch of
+// restoreBatchRecords small records, so batches are never staged.
+func globalBadgerOptions() statestore.BadgerOptions {
+	o := statestore.DefaultBadgerOptions()
+	o.MemTableSize = 16 << 20
+	o.BaseTableSize = 4 << 20
+	o.BaseLevelSize = 32 << 20
+	return o
+}
+
+// globalStore is a global table's store: the records of every partition of
+// its topic in one backing store, with a position per partition. It is the
+// statestore.Store queries read (writes refused; Position sums the
+// partitions'), and hands the changelog reader one partitionView per
+// partition.
+type globalStore struct {
+	name, topic string
+	inner       statestore.Store
+
+	mu        sync.Mutex
+	positions map[int32]int64
+	// resetWanted is set when the reader found a partition's position no
+	// longer fits the topic and reset its view: the records of that
+	// partition cannot be told from the others', so the global thread
+	// empties the whole store and reads every partition again.
+	resetWanted atomic.Bool
+}
+
+func globalPosKey(p int32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{globalPosPrefix}, uint32(p))
+}
+
+func globalDataKey(key []byte) []byte {
+	k := make([]byte, 1+len(key))
+	k[0] = globalDataPrefix
+	copy(k[1:], key)
+	return k
+}
+
+// newGlobalStore reads the positions inner holds.
+func newGlobalStore(name, topic string, inner statestore.Store) (*globalStore, error) {
+	g := &globalStore{name: name, topic: topic, inner: inner, positions: make(map[int32]int64)}
+	it, err := inner.Range([]byte{globalPosPrefix}, []byte{globalDataPrefix})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) != 5 || len(v) != 8 {
+			return nil, fmt.Errorf("runtime: global store %q: corrupt position record", name)
+		}
+		g.positions[int32(binary.BigEndian.Uint32(k[1:]))] = int64(binary.BigEndian.Uint64(v))
+	}
+	return g, it.Err()
+}
+
+// write applies a batch of partition p and p's new position in one store
+// write. Records without a key are left out: they have no place in a table.
+func (g *globalStore) write(p int32, entries []statestore.Entry, position int64) error {
+	n := 0
+	for _, e := range entries {
+		n += 1 + len(e.Key)
+	}
+	buf := make([]byte, n)
+	out := make([]statestore.Entry, 0, len(entries)+1)
+	for _, e := range entries {
+		if e.Key == nil {
+			continue
+		}
+		k := buf[: 1+len(e.Key) : 1+len(e.Key)]
+		k[0] = globalDataPrefix
+		copy(k[1:], e.Key)
+		buf = buf[len(k):]
+		out = append(out, statestore.Entry{Key: k, Value: e.Value})
+	}
+	out = append(out, statestore.Entry{Key: globalPosKey(p), Value: binary.BigEndian.AppendUint64(nil, uint64(position))})
+	// The backing store's own position means nothing here; the
+	// partitions' are in the data.
+	if err := g.inner.Write(out, 0); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.positions[p] = position
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *globalStore) position(p int32) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if pos, ok := g.positions[p]; ok {
+		return pos
+	}
+	return statestore.NoPosition
+}
+
+// empty removes every record and position at once (Store.Reset).
+func (g *globalStore) empty() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.inner.Reset(); err != nil {
+		return err
+	}
+	clear(g.positions)
+	g.resetWanted.Store(false)
+	return nil
+}
+
+// Get implements statestore.ReadWriter.
+func (g *globalStore) Get(key []byte) ([]byte, bool, error) { return g.inner.Get(globalDataKey(key)) }
+
+// Put implements statestore.ReadWriter; it refuses.
+func (g *globalStore) Put(_, _ []byte) error { return errGlobalReadOnly }
+
+// Delete implements statestore.ReadWriter; it refuses.
+func (g *globalStore) Delete([]byte) error { return errGlobalReadOnly }
+
+// Range implements statestore.ReadWriter.
+func (g *globalStore) Range(from, to []byte) (statestore.Iterator, error) {
+	lo, hi := []byte{globalDataPrefix}, []byte{globalDataPrefix + 1}
+	if from != nil {
+		lo = globalDataKey(from)
+	}
+	if to != nil {
+		hi = globalDataKey(to)
+	}
+	it, err := g.inner.Range(lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	return globalIter{it}, nil
+}
+
+// All implements statestore.ReadWriter.
+func (g *globalStore) All() (statestore.Iterator, error) { return g.Range(nil, nil) }
+
+// ApproximateCount implements statestore.ReadWriter.
+func (g *globalStore) ApproximateCount() (int64, error) {
+	n, err := g.inner.ApproximateCount()
+	g.mu.Lock()
+	n -= int64(len(g.positions))
+	g.mu.Unlock()
+	return max(n, 0), err
+}
+
+// Write implements statestore.Store; it refuses.
+func (g *globalStore) Write([]statestore.Entry, int64) error { return errGlobalReadOnly }
+
+// Position implements statestore.Store: the sum of the partitions'
+// positions, which only grows while the store is not emptied, so that
+// queries' minimum positions (monotonic reads) keep their meaning.
+func (g *globalStore) Position() (int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.positions) == 0 {
+		return statestore.NoPosition, nil
+	}
+	var sum int64
+	for _, p := range g.positions {
+		sum += max(p, 0)
+	}
+	return sum, nil
+}
+
+// Reset implements statestore.Store; it refuses.
+func (g *globalStore) Reset() error { return errGlobalReadOnly }
+
+// Close implements statestore.Store. The global thread closes the backing
+// store; a reader's Close does nothing.
+func (g *globalStore) Close() error { return nil }
+
+// globalIter strips the data prefix from the keys of an iterator.
+type globalIter struct{ statestore.Iterator }
+
+func (it globalIter) Key() []byte { return it.Iterator.Key()[1:] }
+
+// partitionView is one partition of a global store as the changelog reader
+// sees it: a store whose position is the partition's.
+type partitionView struct {
+	*globalStore
+	p int32
+}
+
+func (v partitionView) Write(entries []statestore.Entry, position int64) error {
+	return v.write(v.p, entries, position)
+}
+
+func (v partitionView) Position() (int64, error) { return v.position(v.p), nil }
+
+// Reset leaves the store as it is and asks the global thread to empty all
+// of it (see globalStore.resetWanted); meanwhile the reader rereads the
+// partition from its start over the old records, which the thread's reset
+// removes with the rest.
+func (v partitionView) Reset() error {
+	v.resetWanted.Store(true)
+	v.mu.Lock()
+	delete(v.positions, v.p)
+	v.mu.Unlock()
+	return nil
+}
+
+// globalThread keeps an App's global stores: it restores them at Start and
+// follows their topics afterwards.
+type globalThread struct {
+	a      *App
+	log    *slog.Logger
+	stores []*globalStore
+	parts  map[string]int32 // store name → partitions of its topic
+	reader *changelog.Reader
+	cancel context.CancelFunc
+	exited chan struct{}
+
+	// ready is closed when every partition was first restored; failed is
+	// closed, with err set, when the thread stops on an error.
+	ready     chan struct{}
+	readyOnce sync.Once
+	failed    chan struct{}
+	err       error
+
+	mu sync.Mutex
+	// restoring lists the partitions not yet restored to the end offset
+	// listed when their restoration began.
+	restoring map[changelog.TopicPartition]bool
+	// caughtUp is when each store last had no lag.
+	caughtUp map[string]time.Time
+	// restored counts records applied by finished restorations, and
+	// followed records applied while following, since Start.
+	restored, followed atomic.Int64
+	// started is when start registered the partitions; took, set once
+	// the gate opens, how long the first restoration took.
+	started time.Time
+	took    atomic.Int64
+	// rebuilds counts the stores emptied and read again (App.StoreResets).
+	rebuilds atomic.Int64
+}
+
+// newGlobalThread opens the App's global stores, or returns nil when the
+// topology has none.
+func newGlobalThread(a *App) (*globalThread, error) {
+	specs := graph.Of(a.topo).GlobalStores()
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	t := &globalThread{a: a, log: a.log.With("thread", "global"), parts: make(map[string]int32),
+		ready: make(chan struct{}), failed: make(chan struct{}),
+		restoring: make(map[changelog.TopicPartition]bool), caughtUp: make(map[string]time.Time)}
+	for _, s := range specs {
+		n := a.plan.partitions[s.Topic]
+		if n <= 0 {
+			t.closeStores()
+			return nil, fmt.Errorf("runtime: global table %q: partition count of topic %q unknown", s.Store.Name, s.Topic)
+		}
+		inner, err := a.openGlobal(s.Store)
+		if err != nil {
+			t.closeStores()
+			return nil, fmt.Errorf("runtime: open global store %q: %w", s.Store.Name, err)
+		}
+		g, err := newGlobalStore(s.Store.Name, s.Topic, inner)
+		if err != nil {
+			inner.Close()
+			t.closeStores()
+			return nil, fmt.Errorf("runtime: open global store %q: %w", s.Store.Name, err)
+		}
+		t.stores = append(t.stores, g)
+		t.parts[g.name] = n
+	}
+	return t, nil
+}
+
+// openGlobal opens the backing store of a global store: badger under the
+// state directory's global folder (deleted and opened empty if its files
+// cannot be read: the topic rebuilds it), or memory.
+func (a *App) openGlobal(info graph.StoreInfo) (statestore.Store, error) {
+	if !info.Persistent {
+		return statestore.NewMemory(), nil
+	}
+	dir := filepath.Join(a.appDir(), globalDirName, info.Name)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	s, err := statestore.OpenBadger(dir, globalBadgerOptions())
+	if err == nil || !unreadableState(err) {
+		return s, err
+	}
+	a.log.Warn("global store files cannot be opened; deleting the store to rebuild it from its topic", "store", info.Name, "dir", dir, "err", err)
+	if derr := statestore.DestroyBadger(dir); derr != nil {
+		return nil, fmt.Errorf("runtime: delete unreadable global store %s: %w (opening it failed with: %v)", info.Name, derr, err)
+	}
+	a.storesWiped.Add(1)
+	return statestore.OpenBadger(dir, globalBadgerOptions())
+}
+
+// start registers every partition for restoration and starts the thread.
+func (t *globalThread) start() error {
+	rd, err := changelog.NewReader(changelog.ReaderConfig{
+		Seeds:           t.a.cfg.Brokers,
+		ClientOpts:      t.a.connOpts(),
+		Logger:          t.log,
+		ReadCommitted:   t.a.cfg.ProcessingGuarantee == ExactlyOnce,
+		MaxBatchRecords: restoreBatchRecords,
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: global thread: %w", err)
+	}
+	t.reader = rd
+	t.started = time.Now()
+	for _, g := range t.stores {
+		if err := t.registerAll(g, changelog.Restore); err != nil {
+			rd.Close()
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel, t.exited = cancel, make(chan struct{})
+	t.checkReady()
+	go t.run(ctx)
+	return nil
+}
+
+func (t *globalThread) registerAll(g *globalStore, mode changelog.Mode) error {
+	for p := range t.parts[g.name] {
+		if err := t.register(g, p, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *globalThread) register(g *globalStore, p int32, mode changelog.Mode) error {
+	tp := changelog.TopicPartition{Topic: g.topic, Partition: p}
+	if mode == changelog.Restore {
+		t.mu.Lock()
+		t.restoring[tp] = true
+		t.mu.Unlock()
+	}
+	err := t.reader.Register(changelog.Partition{Topic: g.topic, Partition: p, Store: partitionView{g, p}, Mode: mode,
+		Task: "global", StoreName: g.name})
+	if err != nil {
+		return fmt.Errorf("runtime: global store %q: %w", g.name, err)
+	}
+	return nil
+}
+
+func (t *globalThread) run(ctx context.Context) {
+	defer close(t.exited)
+	for {
+		done, err := t.reader.Poll(ctx)
+		if ferr := t.handle(done); ferr != nil {
+			t.fail(ferr)
+			return
+		}
+		if err != nil {
+			if errors.Is(err, changelog.ErrClosed) || ctx.Err() != nil {
+				return
+			}
+			t.log.Warn("global topic poll", "err", err)
+		}
+	}
+}
+
+// handle rebuilds the stores a partition reset, then acts on finished
+// partitions: a restored one is followed from then on.
+func (t *globalThread) handle(done []changelog.Completed) error {
+	rebuilt := make(map[string]bool)
+	for _, g := range t.stores {
+		if !g.resetWanted.Load() {
+			continue
+		}
+		t.log.Warn("a global store's position no longer fits its topic; emptying the store and reading the topic again", "store", g.name, "topic", g.topic)
+		for p := range t.parts[g.name] {
+			if n, ok := t.reader.Release(g.topic, p); ok && t.isReady() {
+				t.followed.Add(n)
+			}
+		}
+		if err := g.empty(); err != nil {
+			return fmt.Errorf("runtime: empty global store %q: %w", g.name, err)
+		}
+		t.rebuilds.Add(1)
+		if err := t.registerAll(g, changelog.Restore); err != nil {
+			return err
+		}
+		rebuilt[g.name] = true
+	}
+	for _, c := range done {
+		g := t.storeOf(c.Topic)
+		if g == nil || rebuilt[g.name] {
+			continue
+		}
+		if c.Err != nil {
+			return fmt.Errorf("runtime: global store %q, topic %s partition %d: %w", g.name, c.Topic, c.Partition, c.Err)
+		}
+		if c.Mode != changelog.Restore {
+			continue
+		}
+		t.restored.Add(c.Restored)
+		t.mu.Lock()
+		delete(t.restoring, changelog.TopicPartition{Topic: c.Topic, Partition: c.Partition})
+		t.mu.Unlock()
+		if err := t.register(g, c.Partition, changelog.Follow); err != nil {
+			return err
+		}
+	}
+	t.checkReady()
+	return nil
+}
+
+func (t *globalThread) storeOf(topic string) *globalStore {
+	for _, g := range t.stores {
+		if g.topic == topic {
+			return g
+		}
+	}
+	return nil
+}
+
+func (t *globalThread) checkReady() {
+	t.mu.Lock()
+	n := len(t.restoring)
+	t.mu.Unlock()
+	if n == 0 {
+		t.readyOnce.Do(func() {
+			t.took.Store(int64(time.Since(t.started)))
+			t.log.Info("global stores restored", "records", t.restored.Load(), "took", time.Duration(t.took.Load()))
+			close(t.ready)
+		})
+	}
+}
+
+func (t *globalThread) isReady() bool {
+	select {
+	case <-t.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func (t *globalThread) fail(err error) {
+	t.err = err
+	close(t.failed)
+	t.a.fail(err)
+}
+
+// waitReady blocks until every global store is restored, the thread fails,
+// ctx ends or the App is killed.
+func (t *globalThread) waitReady(ctx context.Context) error {
+	select {
+	case <-t.ready:
+		return nil
+	case <-t.failed:
+		return t.err
+	case <-ctx.Done():
+		return fmt.Errorf("runtime: restoring the global stores: %w", ctx.Err())
+	case <-t.a.killCtx.Done():
+		return errors.New("runtime: killed while restoring the global stores")
+	}
+}
+
+// close stops the thread and closes the stores.
+func (t *globalThread) close() {
+	if t.cancel != nil {
+		t.cancel()
+		t.reader.Close()
+		<-t.exited
+	} else if t.reader != nil {
+		t.reader.Close()
+	}
+	t.closeStores()
+}
+
+func (t *globalThread) closeStores() {
+	for _, g := range t.stores {
+		if err := g.inner.Close(); err != nil {
+			t.log.Warn("closing a global store", "store", g.name, "err", err)
+		}
+	}
+}
+
+func (t *globalThread) store(name string) (*globalStore, bool) {
+	for _, g := range t.stores {
+		if g.name == name {
+			return g, true
+		}
+	}
+	return nil, false
+}
+
+// info describes a global store for queries: positions and lags summed
+// over its topic's partitions (see iq.RoleGlobal). A partition whose
+// reader has no confirmed end makes the lag unknown; one still rebuilding
+// from empty makes the store rebuilding.
+func (t *globalThread) info(g *globalStore) iq.ReplicaInfo {
+	now := time.Now()
+	out := iq.ReplicaInfo{Store: g.name, Partition: 0, Role: iq.RoleGlobal, Position: -1, End: -1, Lag: -1,
+		LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: 0, Restored: t.restored.Load()}
+	var pos, end, lag int64
+	var oldest time.Time
+	known := true
+	for p := range t.parts[g.name] {
+		pr, ok := t.reader.Progress(g.topic, p)
+		if !ok {
+			// Between a restoration's end and the follow's start, or
+			// while the store is emptied: nothing is known.
+			known = false
+			continue
+		}
+		if pr.Rebuilding {
+			out.Rebuilding = true
+		}
+		pos += max(pr.Position, 0)
+		if pr.End < 0 || pr.EndConfirmed.IsZero() {
+			known = false
+			continue
+		}
+		end += pr.End
+		lag += pr.Lag
+		if oldest.IsZero() || pr.EndConfirmed.Before(oldest) {
+			oldest = pr.EndConfirmed
+		}
+	}
+	if !t.isReady() {
+		// Not yet restored: a store read part way is no snapshot.
+		out.Rebuilding = true
+	}
+	if !out.Rebuilding {
+		out.Position = pos
+	}
+	if known && !oldest.IsZero() {
+		out.End = end
+		out.LagConfirmedAgo = max(now.Sub(oldest), 0)
+		if !out.Rebuilding && out.LagConfirmedAgo <= LagConfirmWindow {
+			out.Lag = lag
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if out.Lag == 0 {
+		t.caughtUp[g.name] = now
+	}
+	if at, ok := t.caughtUp[g.name]; ok {
+		out.CaughtUpAgo = max(now.Sub(at), 0)
+	}
+	return out
+}
+
+// infos describes every global store.
+func (t *globalThread) infos() []iq.ReplicaInfo {
+	var out []iq.ReplicaInfo
+	for _, g := range t.stores {
+		out = append(out, t.info(g))
+	}
+	return out
+}
+
+// names lists the global stores, sorted.
+func (t *globalThread) names() []string {
+	var out []string
+	for _, g := range t.stores {
+		out = append(out, g.name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// globalReplica is a global store as the query layer reads it.
+type globalReplica struct {
+	t *globalThread
+	g *globalStore
+}
+
+func (r globalReplica) Info() iq.ReplicaInfo    { return r.t.info(r.g) }
+func (r globalReplica) Store() statestore.Store { return r.g }
+
+// GlobalRestoredRecords counts the records the global thread applied while
+// restoring the global stores since the instance started: the whole topics
+// on a first start, only what they gained since on a restart with the
+// state directory kept. Records applied while following the topics after
+// that are GlobalFollowedRecords.
+func (a *App) GlobalRestoredRecords() int64 {
+	if a.global == nil {
+		return 0
+	}
+	return a.global.restored.Load()
+}
+
+// GlobalRestoreDuration is how long the restoration of the global stores
+// at Start took, from the registration of their partitions to the last one
+// reaching its end offset; 0 until it is done.
+func (a *App) GlobalRestoreDuration() time.Duration {
+	if a.global == nil {
+		return 0
+	}
+	return time.Duration(a.global.took.Load())
+}
+
+// GlobalFollowedRecords counts the records the global thread applied
+// following the global topics once restored, since the instance started.
+func (a *App) GlobalFollowedRecords() int64 {
+	t := a.global
+	if t == nil || t.reader == nil {
+		return 0
+	}
+	n := t.followed.Load()
+	for _, g := range t.stores {
+		for p := range t.parts[g.name] {
+			if pr, ok := t.reader.Progress(g.topic, p); ok && pr.Mode == changelog.Follow {
+				n += pr.Restored
+			}
+		}
+	}
+	return n
+}
+
+// GlobalStores describes this instance's global stores, as queries see
+// them (iq.RoleGlobal).
+func (a *App) GlobalStores() []iq.ReplicaInfo {
+	if a.global == nil {
+		return nil
+	}
+	return a.global.infos()
+}
+
+// globalStore returns a global store for a task's joins.
+func (a *App) globalStore(name string) (statestore.ReadWriter, bool) {
+	if a.global == nil {
+		return nil, false
+	}
+	g, ok := a.global.store(name)
+	if !ok {
+		return nil, false
+	}
+	return g, true
+}

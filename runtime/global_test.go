@@ -1,0 +1,295 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// globalJoinApp joins the stream "gorders" (keyed by order, valued
+// "<customer>:<item>") with the global table "gcustomers" into "ginner"
+// (JoinGlobal) and "gleft" (LeftJoinGlobal).
+func globalJoinApp(opts ...topology.Option) *topology.Topology {
+	b := topology.NewBuilder()
+	customers := topology.GlobalTable(b, "gcustomers", serde.String, serde.String, "customers", opts...)
+	orders := topology.Stream(b, "gorders", serde.String, serde.String)
+	byCustomer := func(_ string, v string) string { c, _, _ := strings.Cut(v, ":"); return c }
+	topology.JoinGlobal(orders, customers, byCustomer, func(o, c string) string { return o + "|" + c }).To("ginner", serde.String, serde.String)
+	topology.LeftJoinGlobal(orders, customers, byCustomer, func(o, c string, found bool) string {
+		if !found {
+			return o + "|<none>"
+		}
+		return o + "|" + c
+	}).To("gleft", serde.String, serde.String)
+	topo, err := b.Build()
+	if err != nil {
+		panic(err)
+	}
+	return topo
+}
+
+// TestGlobalJoinRestoredBeforeProcessing fills a global table's topic (3
+// partitions, while the stream has 2: no co-partitioning) with customers
+// and tombstones before Start, then checks, under each guarantee, that
+// Start restored all of it, that the very first orders are joined against
+// the whole table (inner and left, tombstoned customers absent), that a
+// later update of the table reaches later orders, and that queries answer
+// it locally as a global store.
+func TestGlobalJoinRestoredBeforeProcessing(t *testing.T) {
+	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+		t.Run(g.String(), func(t *testing.T) {
+			b, adm := startBroker(t, "gorders", "ginner", "gleft")
+			ctx := context.Background()
+			_, err := adm.CreateTopics(ctx, 3, -1, nil, "gcustomers")
+			require.NoError(t, err)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics("ginner", "gleft"), kgo.FetchMaxWait(100*time.Millisecond))
+			require.NoError(t, err)
+			defer cl.Close()
+
+			table := make(map[string]string)
+			var recs []*kgo.Record
+			for i := range 300 {
+				c := fmt.Sprintf("c%03d", i%120)
+				if i%7 == 3 {
+					recs = append(recs, &kgo.Record{Topic: "gcustomers", Key: []byte(c)})
+					delete(table, c)
+					continue
+				}
+				v := fmt.Sprintf("name%d", i)
+				recs = append(recs, &kgo.Record{Topic: "gcustomers", Key: []byte(c), Value: []byte(v)})
+				table[c] = v
+			}
+			require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+
+			app, err := New(globalJoinApp(), Config{ApplicationID: "global-" + g.String(), Brokers: b.Addrs(), StateDir: t.TempDir(),
+				CommitInterval: 50 * time.Millisecond, ProcessingGuarantee: g})
+			require.NoError(t, err)
+			require.NoError(t, app.Start(ctx))
+			defer app.Close(ctx)
+			require.Equal(t, int64(len(recs)), app.GlobalRestoredRecords(), "Start returns once the whole topic is restored")
+
+			// The first orders, produced at once: every one must meet the
+			// restored table.
+			var orders []*kgo.Record
+			var wantInner, wantLeft []string
+			for i := range 150 {
+				c := fmt.Sprintf("c%03d", i%130) // c120..c129 never existed
+				o := fmt.Sprintf("o%d", i)
+				v := c + ":" + o
+				orders = append(orders, &kgo.Record{Topic: "gorders", Key: []byte(o), Value: []byte(v)})
+				if name, ok := table[c]; ok {
+					wantInner = append(wantInner, o+"="+v+"|"+name)
+					wantLeft = append(wantLeft, o+"="+v+"|"+name)
+				} else {
+					wantLeft = append(wantLeft, o+"="+v+"|<none>")
+				}
+			}
+			require.NoError(t, cl.ProduceSync(ctx, orders...).FirstErr())
+			inner, left := readJoined(t, cl, len(wantInner), len(wantLeft))
+			require.ElementsMatch(t, wantInner, inner)
+			require.ElementsMatch(t, wantLeft, left)
+
+			// Queries: local, partition 0, role global, with a lag.
+			q := iq.NewQuerier(app.Queries())
+			some := slices.Sorted(maps.Keys(table))[0]
+			res, err := iq.Get(ctx, q, "customers", some, serde.String, serde.String)
+			require.NoError(t, err)
+			require.True(t, res.Found)
+			require.Equal(t, table[some], res.Value)
+			require.Equal(t, iq.RoleGlobal, res.Provenance.Role)
+			require.Equal(t, int32(0), res.Provenance.Partition)
+			require.False(t, res.Provenance.Rebuilding)
+			require.GreaterOrEqual(t, res.Provenance.Position, int64(len(recs)))
+			require.True(t, slices.ContainsFunc(app.Queries().LocalReplicas(), func(ri iq.ReplicaInfo) bool {
+				return ri.Store == "customers" && ri.Role == iq.RoleGlobal
+			}))
+			md, err := app.Queries().Metadata()
+			require.NoError(t, err)
+			require.Equal(t, []string{"customers"}, md.Global)
+
+			// An update of the table reaches later orders once the
+			// global thread has applied it.
+			require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "gcustomers", Key: []byte("c125"), Value: []byte("late")}).FirstErr())
+			waitFor(t, 20*time.Second, "the global store to hold c125", func() bool {
+				v, found, _, err := app.LocalGet("customers", []byte("c125"))
+				return err == nil && found && string(v) == "late"
+			})
+			require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "gorders", Key: []byte("o-late"), Value: []byte("c125:o-late")}).FirstErr())
+			inner, left = readJoined(t, cl, 1, 1)
+			require.Equal(t, []string{"o-late=c125:o-late|late"}, inner)
+			require.Equal(t, []string{"o-late=c125:o-late|late"}, left)
+			waitFor(t, 10*time.Second, "the global lag to be confirmed 0", func() bool {
+				for _, ri := range app.GlobalStores() {
+					if ri.Store == "customers" && ri.Lag == 0 {
+						return true
+					}
+				}
+				return false
+			})
+			require.Equal(t, int64(1), app.GlobalFollowedRecords())
+		})
+	}
+}
+
+// readJoined reads until it has n records of "ginner" and m of "gleft",
+// as "key=value".
+func readJoined(t *testing.T, cl *kgo.Client, n, m int) (inner, left []string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(inner) < n || len(left) < m {
+		require.True(t, time.Now().Before(deadline), "joined output: %d of %d inner, %d of %d left", len(inner), n, len(left), m)
+		pctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+			kv := string(r.Key) + "=" + string(r.Value)
+			if r.Topic == "ginner" {
+				inner = append(inner, kv)
+			} else {
+				left = append(left, kv)
+			}
+		})
+		cancel()
+	}
+	return inner, left
+}
+
+// TestGlobalStorePositions checks the global store's layout: each
+// partition's position travels with its batch, reads and scans see only
+// the data, a reopened store knows every partition's position, writes
+// from outside are refused, and a reset of one partition's view asks for
+// the whole store to be emptied.
+func TestGlobalStorePositions(t *testing.T) {
+	dir := t.TempDir()
+	inner, err := statestore.OpenBadger(dir, globalBadgerOptions())
+	require.NoError(t, err)
+	g, err := newGlobalStore("s", "topic", inner)
+	require.NoError(t, err)
+	pos, err := g.Position()
+	require.NoError(t, err)
+	require.Equal(t, statestore.NoPosition, pos)
+	v0, v1 := partitionView{g, 0}, partitionView{g, 1}
+	require.NoError(t, v0.Write([]statestore.Entry{{Key: []byte("a"), Value: []byte("1")}, {Key: nil, Value: []byte("no key")}}, 10))
+	require.NoError(t, v1.Write([]statestore.Entry{{Key: []byte("b"), Value: []byte("2")}, {Key: []byte("c"), Value: []byte("3")}}, 5))
+	require.NoError(t, v1.Write([]statestore.Entry{{Key: []byte("c")}}, 7))
+	p0, _ := v0.Position()
+	p1, _ := v1.Position()
+	require.Equal(t, []int64{10, 7}, []int64{p0, p1})
+	pos, _ = g.Position()
+	require.Equal(t, int64(17), pos)
+	require.Equal(t, [][2]string{{"a", "1"}, {"b", "2"}}, scan(t, g))
+	v, found, err := g.Get([]byte("b"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "2", string(v))
+	require.ErrorIs(t, g.Put([]byte("x"), []byte("y")), errGlobalReadOnly)
+	require.ErrorIs(t, g.Write(nil, 1), errGlobalReadOnly)
+	require.NoError(t, inner.Close())
+
+	inner, err = statestore.OpenBadger(dir, globalBadgerOptions())
+	require.NoError(t, err)
+	defer inner.Close()
+	g, err = newGlobalStore("s", "topic", inner)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), partitionView{g, 0}.position(0))
+	require.Equal(t, int64(7), partitionView{g, 1}.position(1))
+	require.Equal(t, [][2]string{{"a", "1"}, {"b", "2"}}, scan(t, g))
+
+	require.NoError(t, partitionView{g, 1}.Reset())
+	require.True(t, g.resetWanted.Load())
+	require.Equal(t, statestore.NoPosition, g.position(1))
+	require.NoError(t, g.empty())
+	require.Empty(t, scan(t, g))
+	require.Equal(t, statestore.NoPosition, g.position(0))
+	require.False(t, g.resetWanted.Load())
+}
+
+func scan(t *testing.T, rw statestore.ReadWriter) [][2]string {
+	t.Helper()
+	it, err := rw.All()
+	require.NoError(t, err)
+	defer it.Close()
+	var out [][2]string
+	for it.Next() {
+		out = append(out, [2]string{string(it.Key()), string(it.Value())})
+	}
+	require.NoError(t, it.Err())
+	return out
+}
+
+// TestGlobalStoreRebuiltWhenTopicTruncated stops an instance, deletes the
+// records of one partition of its global topic past the store's position,
+// and restarts it: the partition's position no longer fits, so the whole
+// store is emptied and every partition read again, leaving exactly what
+// the topic still holds.
+func TestGlobalStoreRebuiltWhenTopicTruncated(t *testing.T) {
+	b, adm := startBroker(t, "gorders", "ginner", "gleft")
+	ctx := context.Background()
+	_, err := adm.CreateTopics(ctx, 2, -1, nil, "gcustomers")
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	put := func(p int32, from, n int) {
+		var recs []*kgo.Record
+		for i := from; i < from+n; i++ {
+			recs = append(recs, &kgo.Record{Topic: "gcustomers", Partition: p, Key: fmt.Appendf(nil, "p%d-%03d", p, i), Value: []byte("v")})
+		}
+		require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+	}
+	put(0, 0, 40)
+	put(1, 0, 60)
+	dir := t.TempDir()
+	cfg := Config{ApplicationID: "global-truncated", Brokers: b.Addrs(), StateDir: dir, CommitInterval: 50 * time.Millisecond}
+	app, err := New(globalJoinApp(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	require.Equal(t, int64(100), app.GlobalRestoredRecords())
+	require.NoError(t, app.Close(ctx))
+
+	// Partition 0 gains records the store never saw, and loses them and
+	// everything before them.
+	put(0, 40, 10)
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "gcustomers", Partition: 0, At: 50})
+	resp, err := adm.DeleteRecords(ctx, offs)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+
+	app, err = New(globalJoinApp(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	defer app.Close(ctx)
+	// Start waited for the rebuild: partition 1 read again in full.
+	require.Equal(t, int64(60), app.GlobalRestoredRecords())
+	require.Equal(t, int64(1), app.StoreResets())
+	g := app.global.stores[0]
+	require.Equal(t, [][2]string(nil), scanPrefix(t, g, "p0-"), "nothing of partition 0 is left")
+	require.Len(t, scanPrefix(t, g, "p1-"), 60)
+	// Emptied with the rest, and nothing read from partition 0 since:
+	// it starts from its log start again.
+	require.Equal(t, statestore.NoPosition, g.position(0))
+	require.Equal(t, int64(60), g.position(1))
+}
+
+func scanPrefix(t *testing.T, rw statestore.ReadWriter, prefix string) [][2]string {
+	t.Helper()
+	var out [][2]string
+	for _, kv := range scan(t, rw) {
+		if strings.HasPrefix(kv[0], prefix) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
