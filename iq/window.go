@@ -148,9 +148,9 @@ func (wq windowQuery) check() error {
 }
 
 // open wraps a replica's store for reading as the layout says. The reader
-// finds the store's observed time from its highest segment (a lower bound
-// of the writer's), so it may show windows the writer already counts as
-// expired but has not yet removed, never fewer.
+// takes the observed time of the replica's SegmentedStore (after a restart,
+// a lower bound of the writer's), so it may show windows the writer already
+// counts as expired but has not yet removed, never fewer.
 func (wq windowQuery) open(s statestore.Store, l StoreLayout) (*statestore.WindowIterator, error) {
 	if l.Kind == KindSession {
 		ss, err := statestore.NewSessionStore(s, l.Window)
@@ -170,8 +170,7 @@ func (wq windowQuery) open(s statestore.Store, l StoreLayout) (*statestore.Windo
 }
 
 // readWindows reads a replica found fit to answer, up to limit windows (0
-// is no cap). The store is read one segment at a time, each segment a
-// snapshot of its own.
+// is no cap). The store reads each live segment as a snapshot of its own.
 func (q *Querier) readWindows(ctx context.Context, r Replica, before ReplicaInfo, l StoreLayout, store string, p int32, wq windowQuery, limit int) (PartitionWindows[[]byte, []byte], error) {
 	it, err := wq.open(r.Store(), l)
 	if err != nil {

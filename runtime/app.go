@@ -590,12 +590,14 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 // window or session store is wrapped in its segmented layout (see
 // windowstore.go) whatever writes to it.
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
+	interval := segmentInterval(info.WindowOptions())
 	open := func() (statestore.Store, error) {
 		if !info.Persistent {
 			return statestore.NewMemory(), nil
 		}
 		if info.Windowed() {
-			if err := a.checkWindowLayout(id, info); err != nil {
+			var err error
+			if interval, err = a.checkWindowLayout(id, info); err != nil {
 				return nil, err
 			}
 		}
@@ -613,7 +615,7 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 	if err != nil || !info.Windowed() {
 		return s, err
 	}
-	return wrapWindowed(s, info)
+	return wrapWindowed(s, info, interval)
 }
 
 // openPersistent opens a task's persistent store. A store whose files

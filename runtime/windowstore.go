@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,34 +13,30 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// Window and session stores are key-value stores whose keys lead with a
-// segment number, time / segment interval (see statestore/window.go). The
-// interval is therefore part of what is on disk and in the changelog: a
-// topology whose retention (windows' size or grace) changed computes
-// another interval than the data was written with. The runtime handles
-// that in two places:
-//
-//   - on disk, a small file beside each persistent window store records
-//     the layout it was written with; a store found with another layout is
-//     deleted before it opens, and restoration rebuilds it;
-//   - in the changelog, older records keep their old segment numbers, so
-//     every write to a window store goes through resegment, which rewrites
-//     a key's segment from its time. The rewrite is a function of the key,
-//     so an old record and a newer one of the same window land on the same
-//     key, and the log's order still decides which value wins.
+// Window and session stores keep each key behind a segment number, time /
+// segment interval (see statestore/window.go), on disk only: the cache and
+// the changelog see keys without it. The interval is therefore part of a
+// persistent store's files, not of its changelog. A small file beside each
+// persistent window store records the kind and interval the store was
+// created with, and the store is reopened with that interval whatever the
+// topology now computes (its retention, hence its default interval, may
+// have changed, or the default itself). Only a store found with another
+// kind is deleted before it opens, for restoration to rebuild it. An
+// in-memory store is rebuilt at every start and takes the current
+// interval.
 
-// segmentInterval is the interval a window store with opts lays keys out
-// by, as statestore computes it.
+// segmentInterval is the interval a new window store with opts lays keys
+// out by, as statestore computes it.
 func segmentInterval(opts statestore.WindowOptions) int64 {
 	if opts.SegmentInterval > 0 {
 		return opts.SegmentInterval
 	}
-	return max(opts.Retention/2, 1)
+	return statestore.DefaultSegmentInterval(opts.Retention)
 }
 
 // windowLayout is what the layout file of a store holds.
-func windowLayout(info graph.StoreInfo) string {
-	return fmt.Sprintf("kind=%s segment-interval=%d\n", info.Kind, segmentInterval(info.WindowOptions()))
+func windowLayout(kind graph.StoreKind, interval int64) string {
+	return fmt.Sprintf("kind=%s segment-interval=%d\n", kind, interval)
 }
 
 // layoutFile is the path of a persistent window store's layout file.
@@ -49,101 +44,53 @@ func (a *App) layoutFile(id task.ID, name string) string {
 	return filepath.Join(task.Dir(a.appDir(), id), name+".layout")
 }
 
-// checkWindowLayout deletes a persistent window store written with another
-// layout than info's, and records info's layout for the store about to be
-// opened.
-func (a *App) checkWindowLayout(id task.ID, info graph.StoreInfo) error {
+// checkWindowLayout returns the segment interval of the persistent window
+// store about to be opened: the one its layout file records, or for a new
+// store (or one deleted here, having been written as another kind of
+// store) info's, which it then records.
+func (a *App) checkWindowLayout(id task.ID, info graph.StoreInfo) (int64, error) {
 	path := a.layoutFile(id, info.Name)
-	want := windowLayout(info)
+	want := segmentInterval(info.WindowOptions())
 	have, err := os.ReadFile(path)
 	switch {
-	case err == nil && string(have) == want:
-		return nil
 	case err == nil:
+		var kind string
+		var iv int64
+		if _, err := fmt.Sscanf(string(have), "kind=%s segment-interval=%d\n", &kind, &iv); err == nil && kind == info.Kind.String() && iv > 0 {
+			if iv != want {
+				a.log.Info("window store keeps the segment interval it was written with",
+					"task", id, "store", info.Name, "interval_ms", iv, "configured_ms", want)
+			}
+			return iv, nil
+		}
 		dir := filepath.Join(task.Dir(a.appDir(), id), info.Name)
-		a.log.Warn("window store was written with another segment interval; deleting it to rebuild it from its changelog",
-			"task", id, "store", info.Name, "was", strings.TrimSpace(string(have)), "now", strings.TrimSpace(want))
+		a.log.Warn("window store was written with another layout; deleting it to rebuild it from its changelog",
+			"task", id, "store", info.Name, "was", strings.TrimSpace(string(have)), "now", strings.TrimSpace(windowLayout(info.Kind, want)))
 		if err := statestore.DestroyBadger(dir); err != nil {
-			return fmt.Errorf("runtime: delete window store %s of task %s: %w", info.Name, id, err)
+			return 0, fmt.Errorf("runtime: delete window store %s of task %s: %w", info.Name, id, err)
 		}
 		a.storesWiped.Add(1)
 	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("runtime: read layout of window store %s of task %s: %w", info.Name, id, err)
+		return 0, fmt.Errorf("runtime: read layout of window store %s of task %s: %w", info.Name, id, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("runtime: write layout of window store %s of task %s: %w", info.Name, id, err)
+		return 0, fmt.Errorf("runtime: write layout of window store %s of task %s: %w", info.Name, id, err)
 	}
-	if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
-		return fmt.Errorf("runtime: write layout of window store %s of task %s: %w", info.Name, id, err)
+	if err := os.WriteFile(path, []byte(windowLayout(info.Kind, want)), 0o644); err != nil {
+		return 0, fmt.Errorf("runtime: write layout of window store %s of task %s: %w", info.Name, id, err)
 	}
-	return nil
+	return want, nil
 }
 
 // wrapWindowed puts a window or session store's retention and segment
-// layout around the store opened for it.
-func wrapWindowed(s statestore.Store, info graph.StoreInfo) (statestore.Store, error) {
-	seg, err := statestore.NewSegmentedStore(s, info.WindowOptions())
+// layout, with the given segment interval, around the store opened for
+// it.
+func wrapWindowed(s statestore.Store, info graph.StoreInfo, interval int64) (statestore.Store, error) {
+	opts := info.WindowOptions()
+	opts.SegmentInterval = interval
+	seg, err := statestore.NewSegmentedStore(s, opts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("runtime: window store %s: %w", info.Name, err), s.Close())
 	}
-	// The time a key is segmented by: a window's start (the last 8 bytes)
-	// or a session's end (the 8 before its start).
-	from := 8
-	if info.Kind == graph.Session {
-		from = 16
-	}
-	return &resegment{SegmentedStore: seg, interval: segmentInterval(info.WindowOptions()), from: from}, nil
-}
-
-// resegment rewrites the segment of every key written whose segment does
-// not match its time (a changelog record written under another interval).
-type resegment struct {
-	*statestore.SegmentedStore
-	interval int64
-	// from is the time's offset from the end of a key.
-	from int
-}
-
-func (r *resegment) Write(entries []statestore.Entry, position int64) error {
-	var out []statestore.Entry // a copy, made at the first rewrite
-	for i, e := range entries {
-		k := e.Key
-		if len(k) < 8+r.from+2 {
-			continue // not a window key: the store reports it
-		}
-		t := int64(binary.BigEndian.Uint64(k[len(k)-r.from:]))
-		seg := t / r.interval
-		if t < 0 || int64(binary.BigEndian.Uint64(k)) == seg {
-			continue
-		}
-		if out == nil {
-			out = append([]statestore.Entry(nil), entries...)
-		}
-		nk := binary.BigEndian.AppendUint64(make([]byte, 0, len(k)), uint64(seg))
-		out[i].Key = append(nk, k[8:]...)
-	}
-	if out == nil {
-		out = entries
-	}
-	return r.SegmentedStore.Write(out, position)
-}
-
-// Put and Delete are single-entry Writes, so they are rewritten too.
-func (r *resegment) Put(key, value []byte) error {
-	if value == nil {
-		return statestore.ErrNilValue
-	}
-	pos, err := r.Position()
-	if err != nil {
-		return err
-	}
-	return r.Write([]statestore.Entry{{Key: key, Value: value}}, pos)
-}
-
-func (r *resegment) Delete(key []byte) error {
-	pos, err := r.Position()
-	if err != nil {
-		return err
-	}
-	return r.Write([]statestore.Entry{{Key: key}}, pos)
+	return seg, nil
 }

@@ -1,24 +1,29 @@
 package statestore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 )
 
-// SegmentedStore is the Store of a window or session store: it passes
-// everything to the store it wraps and, on every write, removes the
-// segments that have expired, so the data held stays bounded by retention
-// rather than by history. It sits under the record cache, so expiry
-// follows commits, restorations and standby batches alike, all of which
-// arrive as Writes.
+// SegmentedStore is the Store of a window or session store: it stores
+// each key behind its segment in the store it wraps (see the layout in
+// window.go) and, on every write, removes the segments that have expired,
+// so the data held stays bounded by retention rather than by history. It
+// sits under the record cache, so expiry follows commits, restorations and
+// standby batches alike, all of which arrive as Writes, and so what the
+// cache and the changelog see are keys without segments.
 //
 // The store's observed time is the latest window start (session end) of
 // any key written; a segment expires when all of its times are at or below
-// observed - Retention. Writes of expired windows (a restoration reading
-// old changelog records) are skipped, their position still recorded.
+// observed - Retention, so the store holds the live windows plus less than
+// one segment of expired ones. Writes of expired windows (a restoration
+// reading old changelog records) are skipped, their position still
+// recorded.
 //
 // Removing expired segments is local: nothing is sent to the changelog,
 // whose own retention (cleanup.policy compact,delete; see
@@ -33,9 +38,10 @@ import (
 // retention periods. Small segments keep the per-key deletes, since each
 // DropPrefix flushes the memtable and compacts level 0.
 //
-// A key whose segment does not match its time under the store's
-// SegmentInterval (a changelog written with another interval) fails the
-// Write with an EntryError naming it: the store must be reset.
+// The segment interval is part of what the wrapped store holds: reopening
+// it with another interval fails at the first read or write (open checks
+// the latest segment's keys), so the runtime records a store's interval
+// beside it and reopens it with that one.
 type SegmentedStore struct {
 	inner Store
 	l     layout
@@ -48,10 +54,11 @@ type SegmentedStore struct {
 	// aggregation asks for every new window before writing it, and the
 	// inner store is badger, where a miss costs as much as a hit.
 	newest atomic.Int64
-	// floor is the lowest segment that may still hold data.
-	floor int64
+	// floor is the lowest segment that may still hold data; readers use
+	// it to bound the segments a range visits.
+	floor atomic.Int64
 	// opened is set once open has read the store's segments, by the writer
-	// or by the first Get, whichever comes first; openMu serialises the
+	// or by the first read, whichever comes first; openMu serialises the
 	// two.
 	opened atomic.Bool
 	openMu sync.Mutex
@@ -101,10 +108,13 @@ func (s *SegmentedStore) open() error {
 	if err != nil {
 		return err
 	}
-	s.floor = 0
+	s.floor.Store(0)
 	newest := int64(noTime)
 	if found {
-		s.floor = lo
+		if err := s.checkInterval(hi); err != nil {
+			return err
+		}
+		s.floor.Store(lo)
 		s.observed.Store(max(s.observed.Load(), hi*s.l.interval))
 		newest = s.l.segmentEnd(hi)
 	}
@@ -113,36 +123,75 @@ func (s *SegmentedStore) open() error {
 	return nil
 }
 
-// Write applies entries and position as the inner store does, skipping
-// entries already expired, then removes expired segments.
+// checkInterval reads the first key of segment seg and fails if its time
+// lies in another segment under the store's interval: the store was
+// written with another one.
+func (s *SegmentedStore) checkInterval(seg int64) error {
+	it, err := s.inner.Range(appendTime(nil, seg), nil)
+	if err != nil {
+		return err
+	}
+	var t int64
+	if it.Next() {
+		k := it.Key()
+		if len(k) < 8 {
+			err = errCorruptKey
+		} else {
+			t, err = keyTime(k[8:])
+		}
+	}
+	if err := errors.Join(err, it.Err(), it.Close()); err != nil {
+		return err
+	}
+	if s.l.segment(t) != seg {
+		return fmt.Errorf("statestore: window store holds a key of time %d in segment %d, not %d: it was written with another segment interval than %d ms",
+			t, seg, s.l.segment(t), s.l.interval)
+	}
+	return nil
+}
+
+// Write applies entries and position as the inner store does, each key
+// behind its segment, skipping entries already expired, then removes
+// expired segments. A key that is no window or session key fails the Write
+// with an EntryError naming it.
 func (s *SegmentedStore) Write(entries []Entry, position int64) error {
 	if err := s.open(); err != nil {
 		return err
 	}
 	obs, newest := s.observed.Load(), s.newest.Load()
 	times := make([]int64, len(entries))
+	size := 0
 	for i, e := range entries {
-		t, err := s.l.keyTime(e.Key)
+		k := e.Key
+		if legacyKey(k) {
+			k = k[8:]
+		}
+		t, err := keyTime(k)
 		if err != nil {
 			return &EntryError{Index: i, Err: err}
 		}
 		times[i] = t
+		size += 8 + len(k)
 		if !e.Deleted() {
 			obs, newest = max(obs, t), max(newest, t)
 		}
 	}
 	live := s.l.minLive(obs)
-	var kept []Entry // nil while every entry so far is kept
+	// The segmented keys share one allocation; the inner store keeps none
+	// of them past Write.
+	buf := make([]byte, 0, size)
+	kept := make([]Entry, 0, len(entries))
 	for i, e := range entries {
-		switch {
-		case times[i] < live && kept == nil:
-			kept = append(make([]Entry, 0, len(entries)), entries[:i]...)
-		case times[i] >= live && kept != nil:
-			kept = append(kept, e)
+		if times[i] < live {
+			continue
 		}
-	}
-	if kept == nil {
-		kept = entries
+		k := e.Key
+		if legacyKey(k) {
+			k = k[8:]
+		}
+		n := len(buf)
+		buf = append(appendTime(buf, s.l.segment(times[i])), k...)
+		kept = append(kept, Entry{Key: buf[n:len(buf):len(buf)], Value: e.Value})
 	}
 	// Raised before the write lands, so no Get skips a key already there.
 	s.newest.Store(newest)
@@ -178,13 +227,14 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 		return nil
 	}
 	below := s.l.segment(s.l.minLive(obs))
-	if below <= s.floor {
+	floor := s.floor.Load()
+	if below <= floor {
 		return nil
 	}
 	// From the floor, not from the start: on badger, the keys of segments
 	// dropped earlier linger as tombstones until compaction reaches them,
 	// and a scan from the start would step over all of them at every drop.
-	from, end := appendTime(nil, s.floor), appendTime(nil, below)
+	from, end := appendTime(nil, floor), appendTime(nil, below)
 	for {
 		it, err := s.inner.Range(from, end)
 		if err != nil {
@@ -215,7 +265,7 @@ func (s *SegmentedStore) dropExpired(position int64) error {
 		// The next batch starts after this one's keys, now tombstones.
 		from = append(dels[len(dels)-1].Key, 0)
 	}
-	s.floor = below
+	s.floor.Store(below)
 	return nil
 }
 
@@ -238,7 +288,7 @@ func (s *SegmentedStore) single(e Entry) error {
 	return s.Write([]Entry{e}, pos)
 }
 
-// Get reads from the inner store, unless key's time is later than that of
+// Get reads key from its segment, unless key's time is later than that of
 // every key written, which it then reports absent.
 func (s *SegmentedStore) Get(key []byte) ([]byte, bool, error) {
 	// Opened here too: a task's first commit interval reads before the
@@ -246,17 +296,135 @@ func (s *SegmentedStore) Get(key []byte) ([]byte, bool, error) {
 	if err := s.open(); err != nil {
 		return nil, false, err
 	}
-	if t, ok := timeOf(key); ok && t > s.newest.Load() {
+	t, err := keyTime(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if t > s.newest.Load() {
 		return nil, false, nil
 	}
-	return s.inner.Get(key)
+	return s.inner.Get(append(appendTime(make([]byte, 0, 8+len(key)), s.l.segment(t)), key...))
 }
 
-// Range reads from the inner store.
-func (s *SegmentedStore) Range(from, to []byte) (Iterator, error) { return s.inner.Range(from, to) }
+// Range iterates over the keys in [from, to), in key order. Bounds within
+// one record key's keys (as a window or session fetch of one key uses)
+// visit only the segments of the times between them, one after another;
+// other ranges merge the ranges of every segment that may hold data.
+func (s *SegmentedStore) Range(from, to []byte) (Iterator, error) {
+	tFrom, tTo := int64(0), int64(math.MaxInt64)
+	if n, rest, err := splitRest(from); err == nil && len(to) >= n && bytes.Equal(from[:n-1], to[:n-1]) {
+		switch {
+		case to[n-1] == 2 && len(to) == n: // afterKey: all of the key's times
+		case to[n-1] == 1 && len(to) >= n+8:
+			tTo = int64(binary.BigEndian.Uint64(to[n:]))
+			if len(to) == n+8 {
+				tTo-- // to itself is excluded
+			}
+		default:
+			return s.rangeTimes(from, to, 0, math.MaxInt64)
+		}
+		if len(rest) >= 8 {
+			tFrom = int64(binary.BigEndian.Uint64(rest))
+		}
+		return s.segmentRanges(from, to, tFrom, tTo, true)
+	}
+	return s.rangeTimes(from, to, tFrom, tTo)
+}
 
-// All reads from the inner store.
-func (s *SegmentedStore) All() (Iterator, error) { return s.inner.All() }
+// rangeTimes is Range over the segments that may hold keys of times in
+// [tFrom, tTo].
+func (s *SegmentedStore) rangeTimes(from, to []byte, tFrom, tTo int64) (Iterator, error) {
+	return s.segmentRanges(from, to, tFrom, tTo, false)
+}
+
+// maxListedSegments is how many segments a range lists without looking:
+// beyond, it seeks the segments that hold data instead.
+const maxListedSegments = 16
+
+// segmentRanges reads [from, to) from each segment of the times [tFrom,
+// tTo] that may hold data: one after another when chain says their ranges
+// follow each other in key order (a single record key's), else merged.
+func (s *SegmentedStore) segmentRanges(from, to []byte, tFrom, tTo int64, chain bool) (Iterator, error) {
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	newest := s.newest.Load()
+	if newest == noTime || tFrom > tTo {
+		return emptyIter{}, nil
+	}
+	lo := max(s.l.segment(max(tFrom, 0)), s.floor.Load(), s.l.segment(s.l.minLive(s.observed.Load())))
+	hi := min(s.l.segment(tTo), s.l.segment(newest))
+	var segs []int64
+	if hi-lo < maxListedSegments {
+		for g := lo; g <= hi; g++ {
+			segs = append(segs, g)
+		}
+	} else {
+		var err error
+		if segs, err = presentSegments(s.inner, lo, hi); err != nil {
+			return nil, err
+		}
+	}
+	bounds := func(seg int64) ([]byte, []byte) {
+		p := appendTime(nil, seg)
+		lo := append(bytes.Clone(p), from...)
+		if to != nil {
+			return lo, append(p, to...)
+		}
+		if seg == math.MaxInt64 {
+			return lo, nil
+		}
+		return lo, appendTime(nil, seg+1)
+	}
+	if chain {
+		return &chainIter{inner: s.inner, segs: segs, bounds: bounds}, nil
+	}
+	m := &mergeIter{cur: -1}
+	for _, seg := range segs {
+		lo, hi := bounds(seg)
+		it, err := s.inner.Range(lo, hi)
+		if err != nil {
+			return nil, errors.Join(err, m.Close())
+		}
+		m.its = append(m.its, it)
+	}
+	return m, nil
+}
+
+// presentSegments lists the segments in [lo, hi] that hold any key of
+// inner, seeking from one to the next.
+func presentSegments(inner Store, lo, hi int64) ([]int64, error) {
+	var segs []int64
+	for seg := lo; seg <= hi; {
+		it, err := inner.Range(appendTime(nil, seg), nil)
+		if err != nil {
+			return nil, err
+		}
+		ok := it.Next()
+		if ok {
+			if len(it.Key()) < 8 {
+				err = errCorruptKey
+			} else {
+				seg = int64(binary.BigEndian.Uint64(it.Key()))
+			}
+		}
+		if err := errors.Join(err, it.Err(), it.Close()); err != nil {
+			return nil, err
+		}
+		if !ok || seg > hi {
+			break
+		}
+		segs = append(segs, seg)
+		if seg == math.MaxInt64 {
+			break
+		}
+		seg++
+	}
+	return segs, nil
+}
+
+// All iterates over every key, in key order.
+func (s *SegmentedStore) All() (Iterator, error) { return s.Range(nil, nil) }
 
 // ApproximateCount is the inner store's.
 func (s *SegmentedStore) ApproximateCount() (int64, error) { return s.inner.ApproximateCount() }
@@ -273,10 +441,112 @@ func (s *SegmentedStore) Reset() error {
 	defer s.openMu.Unlock()
 	s.observed.Store(noTime)
 	s.newest.Store(noTime)
-	s.floor = 0
+	s.floor.Store(0)
 	s.opened.Store(true)
 	return nil
 }
 
 // Close closes the inner store.
 func (s *SegmentedStore) Close() error { return s.inner.Close() }
+
+// chainIter reads segments one after another, each as the inner store's
+// range within it, without the segment in its keys.
+type chainIter struct {
+	inner  Store
+	segs   []int64
+	bounds func(seg int64) (lo, hi []byte)
+	it     Iterator
+	err    error
+}
+
+func (c *chainIter) Next() bool {
+	for c.err == nil {
+		if c.it != nil {
+			if c.it.Next() {
+				return true
+			}
+			c.err = errors.Join(c.it.Err(), c.it.Close())
+			c.it = nil
+			continue
+		}
+		if len(c.segs) == 0 {
+			return false
+		}
+		lo, hi := c.bounds(c.segs[0])
+		c.segs = c.segs[1:]
+		c.it, c.err = c.inner.Range(lo, hi)
+	}
+	return false
+}
+
+func (c *chainIter) Key() []byte   { return c.it.Key()[8:] }
+func (c *chainIter) Value() []byte { return c.it.Value() }
+func (c *chainIter) Err() error    { return c.err }
+
+func (c *chainIter) Close() error {
+	c.segs = nil
+	if c.it == nil {
+		return nil
+	}
+	err := c.it.Close()
+	c.it = nil
+	return err
+}
+
+// mergeIter merges the ranges of several segments into key order, without
+// the segment in its keys. A key lives in one segment only, so there are
+// no ties.
+type mergeIter struct {
+	its     []Iterator
+	heads   []bool // whether its[i] is positioned on a key
+	cur     int    // the iterator Key and Value read; -1 before the first Next
+	started bool
+}
+
+func (m *mergeIter) Next() bool {
+	if !m.started {
+		m.started = true
+		m.heads = make([]bool, len(m.its))
+		for i, it := range m.its {
+			m.heads[i] = it.Next()
+		}
+	} else if m.cur >= 0 {
+		m.heads[m.cur] = m.its[m.cur].Next()
+	}
+	m.cur = -1
+	for i, ok := range m.heads {
+		if ok && (m.cur < 0 || bytes.Compare(m.its[i].Key()[8:], m.its[m.cur].Key()[8:]) < 0) {
+			m.cur = i
+		}
+	}
+	return m.cur >= 0
+}
+
+func (m *mergeIter) Key() []byte   { return m.its[m.cur].Key()[8:] }
+func (m *mergeIter) Value() []byte { return m.its[m.cur].Value() }
+
+func (m *mergeIter) Err() error {
+	var errs []error
+	for _, it := range m.its {
+		errs = append(errs, it.Err())
+	}
+	return errors.Join(errs...)
+}
+
+func (m *mergeIter) Close() error {
+	var errs []error
+	for _, it := range m.its {
+		errs = append(errs, it.Close())
+	}
+	m.its, m.heads, m.cur = nil, nil, -1
+	return errors.Join(errs...)
+}
+
+// emptyIter is a range with nothing in it.
+type emptyIter struct{}
+
+func (emptyIter) Next() bool    { return false }
+func (emptyIter) Key() []byte   { return nil }
+func (emptyIter) Value() []byte { return nil }
+func (emptyIter) Err() error    { return nil }
+func (emptyIter) Close() error  { return nil }

@@ -30,8 +30,7 @@ func NewSessionStore(rw ReadWriter, opts WindowOptions) (*SessionStore, error) {
 var ErrBadSession = errors.New("statestore: session ends before it starts")
 
 func (s *SessionStore) key(key []byte, start, end int64) []byte {
-	b := prefix(s.t.l.segment(end), key)
-	return appendTime(appendTime(b, end), start)
+	return appendTime(appendTime(prefix(key), end), start)
 }
 
 func checkSession(start, end int64) error {
@@ -108,8 +107,7 @@ func (s *SessionStore) FindSessionsBackward(key []byte, earliestEnd, latestStart
 }
 
 // FindSessionsRange is FindSessions for the keys in [keyFrom, keyTo] (both
-// included; nil is unbounded), ordered by segment, then key, then end and
-// start.
+// included; nil is unbounded), ordered by key, then end and start.
 func (s *SessionStore) FindSessionsRange(keyFrom, keyTo []byte, earliestEnd, latestStart int64) (*WindowIterator, error) {
 	return s.scan(keyFrom, keyTo, earliestEnd, latestStart, false)
 }
@@ -123,31 +121,28 @@ func (s *SessionStore) scan(keyFrom, keyTo []byte, earliestEnd, latestStart int6
 	if err := s.t.open(); err != nil {
 		return nil, err
 	}
-	l := s.t.l
-	earliestEnd = max(earliestEnd, l.minLive(s.t.observed))
-	it := &WindowIterator{rw: s.t.rw, backward: backward}
-	if latestStart < 0 || s.t.maxSeg < 0 {
-		return it, nil
+	earliestEnd = max(earliestEnd, s.t.l.minLive(s.t.observed))
+	if latestStart < 0 || s.t.observed == noTime {
+		return &WindowIterator{}, nil
 	}
-	// A session's end has no upper bound but the latest observed: every
-	// segment from earliestEnd's on may hold one.
-	it.segs = segmentList(l.segment(earliestEnd), s.t.maxSeg, backward)
-	single := keyFrom != nil && keyTo != nil && bytes.Equal(keyFrom, keyTo)
-	it.bounds = func(seg int64) ([]byte, []byte) {
-		if single {
-			p := prefix(seg, keyFrom)
-			lo := appendTime(bytes.Clone(p), max(earliestEnd, seg*l.interval))
-			return lo, afterKey(p)
-		}
-		return keyBounds(seg, keyFrom, keyTo)
+	var lo, hi []byte
+	if keyFrom != nil && keyTo != nil && bytes.Equal(keyFrom, keyTo) {
+		// A session's end has no upper bound but the latest observed.
+		p := prefix(keyFrom)
+		lo, hi = appendTime(bytes.Clone(p), earliestEnd), afterKey(p)
+	} else {
+		lo, hi = keyBounds(keyFrom, keyTo)
 	}
-	it.decode = func(rest []byte) (int64, int64, bool) {
+	it, err := rangeTimes(s.t.rw, lo, hi, earliestEnd, math.MaxInt64)
+	if err != nil {
+		return nil, err
+	}
+	return newWindowIterator(it, backward, func(rest []byte) (int64, int64, bool) {
 		if len(rest) != 16 {
 			return 0, 0, false
 		}
 		end := int64(binary.BigEndian.Uint64(rest))
 		start := int64(binary.BigEndian.Uint64(rest[8:]))
 		return start, end, end >= earliestEnd && start <= latestStart
-	}
-	return it, nil
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 )
 
 // Window and session stores are key-value stores with a composite key
@@ -19,32 +18,35 @@ import (
 // whoever writes them (a commit, a restoration, a standby).
 //
 // Keys. Times are milliseconds, never negative; integers are big-endian.
+// What WindowStore and SessionStore, the cache and the changelog see:
 //
-//	window:   segment (8) | escaped key | 00 01 | start (8)
-//	session:  segment (8) | escaped key | 00 01 | end (8) | start (8)
+//	window:   escaped key | 00 01 | start (8)
+//	session:  escaped key | 00 01 | end (8) | start (8)
 //
-// The segment is time / SegmentInterval, where time is the window's start
-// or the session's end. The escaped key is the record key with every 00
-// byte written as 00 ff; the terminator 00 01 cannot occur inside it. The
-// escaping keeps keys in their byte order and makes the encoding
-// prefix-free, so within a segment one key's windows are contiguous and
-// ordered by time (one range scan), and keys are in byte order (a key range
-// is one range scan too).
+// The escaped key is the record key with every 00 byte written as 00 ff;
+// the terminator 00 01 cannot occur inside it. The escaping keeps keys in
+// their byte order and makes the encoding prefix-free, so one key's windows
+// are contiguous and ordered by time (one range scan), and keys are in
+// byte order. Such a key never starts with 00 00.
 //
-// Trade-off. Leading with the segment makes expiry cheap: everything below
-// the oldest live segment is one key range, deleted without looking at
-// keys, and reads never visit expired data. The price is one range scan per
-// live segment for a key's windows instead of a single scan; with the
-// default interval (half the retention) a read spans at most three or four
-// segments. The other layout, key first, reads a key in one scan but finds
-// expired windows only by scanning every key. Sessions are segmented by
-// their end, since that is what decides when a session expires, and
-// searched by it, since a session joining a record ends near it.
+// Segments. SegmentedStore stores each key behind its segment,
 //
-// Changelogs carry these keys as they are: restoring a window store
-// writes them back verbatim. SegmentInterval is therefore part of a store's
-// format: a store written with another interval is refused (see
-// SegmentedStore) and must be reset.
+//	segment (8) | key as above
+//
+// where the segment is time / SegmentInterval and the time is the window's
+// start or the session's end (what decides when it expires). Leading with
+// the segment makes expiry cheap: everything below the oldest live segment
+// is one key range, deleted without looking at keys. Reads go through
+// SegmentedStore, which maps a range to each live segment's part of it and
+// merges them in key order; a range within one record key's times visits
+// only the segments of those times, one after another.
+//
+// The segment is the store's own business: the changelog carries keys
+// without it, so a changelog restores into a store of any interval, and a
+// store keeps the interval it was created with (the runtime records it
+// beside the store). Changelogs written before segments left the changelog
+// carry segment-prefixed keys, recognisable by their leading 00 00 (any
+// segment below 2^48); SegmentedStore strips the old segment on Write.
 
 // WindowOptions configure a window or session store.
 type WindowOptions struct {
@@ -54,13 +56,27 @@ type WindowOptions struct {
 	// observed - Retention has expired. It must be positive, and at least
 	// the windows' size plus grace (topology's MinRetention).
 	Retention int64
-	// SegmentInterval is the span of a segment in milliseconds; 0 means
-	// max(Retention/2, 1). Storage holds at most about
-	// Retention/SegmentInterval + 2 segments.
+	// SegmentInterval is the span of a segment in milliseconds, used by
+	// SegmentedStore only; 0 means DefaultSegmentInterval(Retention).
+	// Storage holds the live windows plus at most one segment's worth of
+	// expired ones.
 	SegmentInterval int64
 	// WindowSize is the windows' length in milliseconds; a window store's
 	// iterators report End as Start + WindowSize. Session stores ignore it.
 	WindowSize int64
+}
+
+// minSegmentInterval bounds DefaultSegmentInterval from below, so that a
+// long retention is not cut into segments too small to be worth a
+// deletion each.
+const minSegmentInterval = 1000
+
+// DefaultSegmentInterval is the segment interval of a store with the given
+// retention: an eighth of it, so that a store holds at most 1/8 of a
+// retention period of expired windows, but no less than a second (or half
+// the retention, if that is shorter).
+func DefaultSegmentInterval(retention int64) int64 {
+	return max(retention/8, min(retention/2, minSegmentInterval), 1)
 }
 
 func (o WindowOptions) layout() (layout, error) {
@@ -72,7 +88,7 @@ func (o WindowOptions) layout() (layout, error) {
 	}
 	iv := o.SegmentInterval
 	if iv == 0 {
-		iv = max(o.Retention/2, 1)
+		iv = DefaultSegmentInterval(o.Retention)
 	}
 	return layout{interval: iv, retention: o.Retention, size: o.WindowSize}, nil
 }
@@ -123,30 +139,30 @@ func appendKey(dst, key []byte) []byte {
 	return append(dst, 0, 1)
 }
 
-// prefix is the start of every composite key of key in segment seg.
-func prefix(seg int64, key []byte) []byte {
-	b := make([]byte, 0, 8+len(key)+2+16)
-	return appendKey(appendTime(b, seg), key)
+// prefix is the start of every key of the record key key.
+func prefix(key []byte) []byte {
+	return appendKey(make([]byte, 0, len(key)+2+16), key)
 }
 
-// afterKey turns prefix(seg, key) into the least key above all of key's
-// entries in the segment: the terminator 00 01 becomes 00 02.
+// afterKey turns prefix(key) into the least key above all of key's
+// entries: the terminator 00 01 becomes 00 02.
 func afterKey(p []byte) []byte {
 	p[len(p)-1] = 2
 	return p
 }
 
+// legacyKey reports whether k is a segment-prefixed key from a changelog
+// written before segments left the changelog: a key without a segment
+// never starts with 00 00 (see the layout above).
+func legacyKey(k []byte) bool { return len(k) >= 10 && k[0] == 0 && k[1] == 0 }
+
 var errCorruptKey = errors.New("statestore: corrupt window store key")
 
-// splitKey parses a composite key into its segment, the record key
-// (unescaped into buf, which it returns) and the times after it.
-func splitKey(k, buf []byte) (seg int64, key, rest []byte, err error) {
-	if len(k) < 10 {
-		return 0, nil, nil, errCorruptKey
-	}
-	seg = int64(binary.BigEndian.Uint64(k))
+// splitKey parses a key into the record key (unescaped into buf, which it
+// returns) and the times after it.
+func splitKey(k, buf []byte) (key, rest []byte, err error) {
 	key = buf[:0]
-	for i := 8; i < len(k); i++ {
+	for i := 0; i < len(k); i++ {
 		if k[i] != 0 {
 			key = append(key, k[i])
 			continue
@@ -159,30 +175,18 @@ func splitKey(k, buf []byte) (seg int64, key, rest []byte, err error) {
 			key = append(key, 0)
 			i++
 		case 1:
-			return seg, key, k[i+2:], nil
+			return key, k[i+2:], nil
 		default:
-			return 0, nil, nil, errCorruptKey
+			return nil, nil, errCorruptKey
 		}
 	}
-	return 0, nil, nil, errCorruptKey
+	return nil, nil, errCorruptKey
 }
 
-// timeOf is the time after the record key of a composite key (the window
-// start, or the session end), found without unescaping the key; ok is
-// false for a key too short to hold one.
-func timeOf(k []byte) (t int64, ok bool) {
-	if _, rest, err := splitRest(k); err == nil && len(rest) >= 8 {
-		return int64(binary.BigEndian.Uint64(rest)), true
-	}
-	return 0, false
-}
-
-// splitRest is splitKey without the record key, so without copying.
-func splitRest(k []byte) (seg int64, rest []byte, err error) {
-	if len(k) < 10 {
-		return 0, nil, errCorruptKey
-	}
-	for i := 8; i+1 < len(k); i++ {
+// splitRest is splitKey without the record key, so without copying; n is
+// the length of the escaped key with its terminator.
+func splitRest(k []byte) (n int, rest []byte, err error) {
+	for i := 0; i+1 < len(k); i++ {
 		if k[i] != 0 {
 			continue
 		}
@@ -190,7 +194,7 @@ func splitRest(k []byte) (seg int64, rest []byte, err error) {
 		case 0xff:
 			i++
 		case 1:
-			return int64(binary.BigEndian.Uint64(k)), k[i+2:], nil
+			return i + 2, k[i+2:], nil
 		default:
 			return 0, nil, errCorruptKey
 		}
@@ -198,10 +202,19 @@ func splitRest(k []byte) (seg int64, rest []byte, err error) {
 	return 0, nil, errCorruptKey
 }
 
-// keyTime is the time a composite key is segmented by (the first 8 bytes
-// after the record key), checked against its segment under l.
-func (l layout) keyTime(k []byte) (int64, error) {
-	seg, rest, err := splitRest(k)
+// timeOf is the time after the record key of a key (the window start, or
+// the session end); ok is false for a key too short to hold one.
+func timeOf(k []byte) (t int64, ok bool) {
+	if _, rest, err := splitRest(k); err == nil && len(rest) >= 8 {
+		return int64(binary.BigEndian.Uint64(rest)), true
+	}
+	return 0, false
+}
+
+// keyTime is the time a key is segmented by (the first 8 bytes after the
+// record key), checking the key's shape.
+func keyTime(k []byte) (int64, error) {
+	_, rest, err := splitRest(k)
 	if err != nil {
 		return 0, err
 	}
@@ -212,15 +225,12 @@ func (l layout) keyTime(k []byte) (int64, error) {
 	if t < 0 {
 		return 0, errCorruptKey
 	}
-	if l.segment(t) != seg {
-		return 0, fmt.Errorf("statestore: window store key of time %d is in segment %d, not %d: the store was written with another segment interval than %d ms and must be reset",
-			t, seg, l.segment(t), l.interval)
-	}
 	return t, nil
 }
 
 // segmentRange finds, by seeking, the lowest and highest segments holding
-// any key in rw. It opens one iterator per segment present.
+// any key in rw, a SegmentedStore's inner store. It opens one iterator per
+// segment present.
 func segmentRange(rw ReadWriter) (lo, hi int64, found bool, err error) {
 	var from []byte
 	for {
@@ -262,31 +272,73 @@ type tracker struct {
 	l        layout
 	opened   bool
 	observed int64
-	maxSeg   int64 // highest segment that may hold data; -1 for none
 }
+
+// inner is a store that wraps another, as the record cache does.
+type inner interface{ Inner() Store }
 
 func (t *tracker) open() error {
 	if t.opened {
 		return nil
 	}
-	_, hi, found, err := segmentRange(t.rw)
+	obs, err := observedIn(t.rw)
 	if err != nil {
 		return err
 	}
-	t.opened, t.observed, t.maxSeg = true, noTime, -1
-	if found {
-		// The segment's start is a lower bound of its latest time: it may
-		// hide fewer expired windows than the writer would, never more.
-		t.observed, t.maxSeg = hi*t.l.interval, hi
-	}
+	t.opened, t.observed = true, obs
 	return nil
+}
+
+// observedIn is the observed time of the SegmentedStore under rw, found
+// through wrappers that expose what they wrap; without one, the latest
+// time of any key in rw, read in full.
+func observedIn(rw ReadWriter) (int64, error) {
+	for r := rw; r != nil; {
+		switch s := r.(type) {
+		case *SegmentedStore:
+			if err := s.open(); err != nil {
+				return noTime, err
+			}
+			return s.ObservedTime(), nil
+		case inner:
+			r = s.Inner()
+		default:
+			r = nil
+		}
+	}
+	it, err := rw.All()
+	if err != nil {
+		return noTime, err
+	}
+	obs := int64(noTime)
+	for it.Next() {
+		if t, ok := timeOf(it.Key()); ok {
+			obs = max(obs, t)
+		}
+	}
+	return obs, errors.Join(it.Err(), it.Close())
 }
 
 // observe records a write at time x and reports whether x is still live.
 func (t *tracker) observe(x int64) bool {
 	t.observed = max(t.observed, x)
-	t.maxSeg = max(t.maxSeg, t.l.segment(x))
 	return x >= t.l.minLive(t.observed)
+}
+
+// timeRanger is a store that can narrow a range by the times its keys are
+// segmented by (SegmentedStore): it reads only the segments that may hold
+// a key of a time in [tFrom, tTo].
+type timeRanger interface {
+	rangeTimes(from, to []byte, tFrom, tTo int64) (Iterator, error)
+}
+
+// rangeTimes is rw's range [from, to) narrowed to times in [tFrom, tTo]
+// where rw can, else the whole range.
+func rangeTimes(rw ReadWriter, from, to []byte, tFrom, tTo int64) (Iterator, error) {
+	if tr, ok := rw.(timeRanger); ok {
+		return tr.rangeTimes(from, to, tFrom, tTo)
+	}
+	return rw.Range(from, to)
 }
 
 // WindowStore is the byte-level window store over a ReadWriter: values
@@ -325,7 +377,7 @@ func (s *WindowStore) ObservedTime() (int64, error) {
 }
 
 func (s *WindowStore) key(key []byte, start int64) []byte {
-	return appendTime(prefix(s.t.l.segment(start), key), start)
+	return appendTime(prefix(key), start)
 }
 
 // Put stores value for key's window starting at start; a nil value
@@ -374,7 +426,7 @@ func (s *WindowStore) Update(key []byte, start int64, fn func(old []byte, found 
 		return err
 	}
 	if u, ok := s.t.rw.(Updater); ok {
-		s.buf = appendTime(appendKey(appendTime(s.buf[:0], s.t.l.segment(start)), key), start)
+		s.buf = appendTime(appendKey(s.buf[:0], key), start)
 		return u.Update(s.buf, fn)
 	}
 	k := s.key(key, start)
@@ -422,7 +474,7 @@ func (s *WindowStore) FetchBackward(key []byte, from, to int64) (*WindowIterator
 
 // FetchRange iterates over the windows of the keys in [keyFrom, keyTo]
 // (both included; nil is unbounded) starting in [from, to], ordered by
-// segment, then key, then start: keys are in order only within a segment.
+// key, then start.
 func (s *WindowStore) FetchRange(keyFrom, keyTo []byte, from, to int64) (*WindowIterator, error) {
 	return s.scan(keyFrom, keyTo, from, to, false)
 }
@@ -444,64 +496,45 @@ func (s *WindowStore) scan(keyFrom, keyTo []byte, from, to int64, backward bool)
 	}
 	l := s.t.l
 	from = max(from, l.minLive(s.t.observed))
-	it := &WindowIterator{rw: s.t.rw, backward: backward}
-	if from > to || s.t.maxSeg < 0 {
-		return it, nil
+	if from > to || s.t.observed == noTime {
+		return &WindowIterator{}, nil
 	}
-	lo, hi := l.segment(from), min(l.segment(to), s.t.maxSeg)
-	single := keyFrom != nil && keyTo != nil && bytes.Equal(keyFrom, keyTo)
-	it.segs = segmentList(lo, hi, backward)
-	it.bounds = func(seg int64) ([]byte, []byte) {
-		if single {
-			// One key: its windows in the segment are ordered by start,
-			// so the time bounds are key bounds too.
-			p := prefix(seg, keyFrom)
-			lo := appendTime(bytes.Clone(p), max(from, seg*l.interval))
-			end := min(to, l.segmentEnd(seg))
-			if end == math.MaxInt64 {
-				return lo, afterKey(p)
-			}
-			return lo, appendTime(p, end+1)
+	var lo, hi []byte
+	if keyFrom != nil && keyTo != nil && bytes.Equal(keyFrom, keyTo) {
+		// One key: its windows are ordered by start, so the time bounds
+		// are key bounds too.
+		p := prefix(keyFrom)
+		lo = appendTime(bytes.Clone(p), from)
+		if to == math.MaxInt64 {
+			hi = afterKey(p)
+		} else {
+			hi = appendTime(p, to+1)
 		}
-		return keyBounds(seg, keyFrom, keyTo)
+	} else {
+		lo, hi = keyBounds(keyFrom, keyTo)
 	}
-	it.decode = func(rest []byte) (int64, int64, bool) {
+	it, err := rangeTimes(s.t.rw, lo, hi, from, to)
+	if err != nil {
+		return nil, err
+	}
+	return newWindowIterator(it, backward, func(rest []byte) (int64, int64, bool) {
 		if len(rest) != 8 {
 			return 0, 0, false
 		}
 		st := int64(binary.BigEndian.Uint64(rest))
 		return st, addSat(st, l.size), st >= from && st <= to
-	}
-	return it, nil
+	})
 }
 
-// keyBounds are the range bounds of keys [keyFrom, keyTo] in segment seg.
-func keyBounds(seg int64, keyFrom, keyTo []byte) ([]byte, []byte) {
-	lo := appendTime(nil, seg)
+// keyBounds are the range bounds of keys [keyFrom, keyTo].
+func keyBounds(keyFrom, keyTo []byte) (lo, hi []byte) {
 	if keyFrom != nil {
-		lo = prefix(seg, keyFrom)
+		lo = prefix(keyFrom)
 	}
-	var hi []byte
 	if keyTo != nil {
-		hi = afterKey(prefix(seg, keyTo))
-	} else if seg < math.MaxInt64 {
-		hi = appendTime(nil, seg+1)
+		hi = afterKey(prefix(keyTo))
 	}
 	return lo, hi
-}
-
-func segmentList(lo, hi int64, backward bool) []int64 {
-	if lo > hi {
-		return nil
-	}
-	segs := make([]int64, 0, hi-lo+1)
-	for s := lo; s <= hi; s++ {
-		segs = append(segs, s)
-	}
-	if backward {
-		slices.Reverse(segs)
-	}
-	return segs
 }
 
 func addSat(a, b int64) int64 {
@@ -512,24 +545,21 @@ func addSat(a, b int64) int64 {
 }
 
 // WindowIterator walks windows (or sessions) of a WindowStore or
-// SessionStore, one segment after another. Key and Value are valid until
-// the next call to Next. It must be closed.
+// SessionStore. Key and Value are valid until the next call to Next. It
+// must be closed.
 //
-// Going backward, the iterator reads each segment's matching entries into
-// memory and yields them in reverse, since the byte-level iterators only
-// go forward: a backward scan of a single key holds one segment's windows
-// of that key, a backward FetchAll every window of the segment in range.
+// Going backward, the iterator reads every matching entry into memory
+// first and yields them in reverse, since the byte-level iterators only go
+// forward: a backward scan of a single key holds that key's windows in
+// range, a backward FetchAll every window in range.
 type WindowIterator struct {
-	rw       ReadWriter
-	segs     []int64
 	backward bool
-	bounds   func(seg int64) (lo, hi []byte)
 	// decode reads the times after the record key, and whether the entry
 	// is in the scan's time bounds.
 	decode func(rest []byte) (start, end int64, ok bool)
 
 	it      Iterator
-	pending []windowEntry // backward: the current segment, reversed
+	pending []windowEntry // backward: every entry, in order
 	cur     windowEntry
 	keyBuf  []byte
 	err     error
@@ -541,38 +571,49 @@ type windowEntry struct {
 	start, end int64
 }
 
+func newWindowIterator(it Iterator, backward bool, decode func(rest []byte) (int64, int64, bool)) (*WindowIterator, error) {
+	w := &WindowIterator{it: it, backward: backward, decode: decode}
+	if !backward {
+		return w, nil
+	}
+	for w.advance() {
+		e := w.cur
+		e.key, e.value = bytes.Clone(e.key), bytes.Clone(e.value)
+		w.pending = append(w.pending, e)
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w, nil
+}
+
 // Next advances to the next window and reports whether there is one.
 func (i *WindowIterator) Next() bool {
 	if i.err != nil || i.closed {
 		return false
 	}
-	for {
-		if i.backward {
-			if n := len(i.pending); n > 0 {
-				i.cur, i.pending = i.pending[n-1], i.pending[:n-1]
-				return true
-			}
-		} else if i.it != nil {
-			if i.advance() {
-				return true
-			}
-			if i.err != nil {
-				return false
-			}
-		}
-		if !i.nextSegment() {
+	if i.backward {
+		n := len(i.pending)
+		if n == 0 {
 			return false
 		}
+		i.cur, i.pending = i.pending[n-1], i.pending[:n-1]
+		return true
 	}
+	return i.advance()
 }
 
-// advance moves the open byte-level iterator to the next entry within the
-// scan's bounds, filling cur.
+// advance moves the byte-level iterator to the next entry within the
+// scan's bounds, filling cur; at the end it closes it.
 func (i *WindowIterator) advance() bool {
+	if i.it == nil {
+		return false
+	}
 	for i.it.Next() {
-		_, key, rest, err := splitKey(i.it.Key(), i.keyBuf)
+		key, rest, err := splitKey(i.it.Key(), i.keyBuf)
 		if err != nil {
-			i.err = err
+			i.err = errors.Join(err, i.it.Close())
+			i.it = nil
 			return false
 		}
 		i.keyBuf = key
@@ -585,34 +626,6 @@ func (i *WindowIterator) advance() bool {
 	}
 	i.err = errors.Join(i.it.Err(), i.it.Close())
 	i.it = nil
-	return false
-}
-
-// nextSegment opens the next segment's range, or for a backward scan
-// reads it whole. It reports false when no segment is left or on error.
-func (i *WindowIterator) nextSegment() bool {
-	for len(i.segs) > 0 && i.err == nil {
-		seg := i.segs[0]
-		i.segs = i.segs[1:]
-		lo, hi := i.bounds(seg)
-		it, err := i.rw.Range(lo, hi)
-		if err != nil {
-			i.err = err
-			return false
-		}
-		i.it = it
-		if !i.backward {
-			return true
-		}
-		for i.it != nil && i.advance() {
-			e := i.cur
-			e.key, e.value = bytes.Clone(e.key), bytes.Clone(e.value)
-			i.pending = append(i.pending, e)
-		}
-		if len(i.pending) > 0 {
-			return true
-		}
-	}
 	return false
 }
 

@@ -122,11 +122,11 @@ func testWindowBasics(t *testing.T, b backend) {
 	seg1 := []wrow{{"", 10, 15, "v"}, {"a", 10, 15, "a10"}, {"a\x00", 10, 15, "va\x00"}, {"a\x00\x01", 10, 15, "va\x00\x01"},
 		{"a\x01", 10, 15, "va\x01"}, {"a\xff", 10, 15, "va\xff"}, {"b", 10, 15, "vb"}}
 	require.Equal(t, seg1, collectW(t)(w.FetchAll(10, 10)))
-	everything := append(append([]wrow{all[0], all[1]}, seg1...), all[3])
-	require.Equal(t, everything, collectW(t)(w.FetchAll(0, 100)))
+	everything := append(append([]wrow{seg1[0]}, all...), seg1[2:]...)
+	require.Equal(t, everything, collectW(t)(w.FetchAll(0, 100)), "by key, then start")
 	require.Equal(t, reversed(everything), collectW(t)(w.FetchAllBackward(0, 100)))
-	require.Equal(t, []wrow{all[0], all[1], all[2], seg1[2], seg1[3], all[3]},
-		collectW(t)(w.FetchRange([]byte("a"), []byte("a\x00\x01"), 0, 100)), "key bounds included, ordered by segment")
+	require.Equal(t, []wrow{all[0], all[1], all[2], all[3], seg1[2], seg1[3]},
+		collectW(t)(w.FetchRange([]byte("a"), []byte("a\x00\x01"), 0, 100)), "key bounds included, ordered by key")
 	require.Equal(t, seg1[4:], collectW(t)(w.FetchRange([]byte("a\x01"), nil, 10, 19)))
 
 	require.NoError(t, w.Remove([]byte("a"), 7))
@@ -139,10 +139,10 @@ func testWindowBasics(t *testing.T, b backend) {
 
 	// A second store over the same data finds it, and its time.
 	w2 := openWindows(t, w.t.rw, opts)
-	require.Equal(t, everything[:1], collectW(t)(w2.Fetch([]byte("a"), 0, 0)))
+	require.Equal(t, all[:1], collectW(t)(w2.Fetch([]byte("a"), 0, 0)))
 	obs, err = w2.ObservedTime()
 	require.NoError(t, err)
-	require.Equal(t, int64(20), obs, "a reopened store knows the latest segment's start")
+	require.Equal(t, int64(25), obs, "the segmented store's observed time")
 }
 
 // testWindowRandomModel runs random puts and removes on a SegmentedStore,
@@ -180,7 +180,7 @@ func testWindowRandomModel(t *testing.T, b backend) {
 	require.Equal(t, pos, p)
 
 	// expect lists the model's windows in [from, to] for keys in
-	// [kf, kt], in the store's order: segment, key, start.
+	// [kf, kt], in the store's order: key, start.
 	expect := func(kf, kt *string, from, to int64) []wrow {
 		var out []wrow
 		for m, v := range model {
@@ -190,9 +190,6 @@ func testWindowRandomModel(t *testing.T, b backend) {
 			out = append(out, wrow{m.k, m.t, m.t + 3, v})
 		}
 		slices.SortFunc(out, func(a, b wrow) int {
-			if sa, sb := a.start/17, b.start/17; sa != sb {
-				return int(sa - sb)
-			}
 			if c := strings.Compare(a.k, b.k); c != 0 {
 				return c
 			}
@@ -213,14 +210,16 @@ func testWindowRandomModel(t *testing.T, b backend) {
 	}
 }
 
-// rawTimes lists the times of every key in the byte-level store.
-func rawTimes(t *testing.T, s ReadWriter, l layout) []int64 {
+// rawTimes lists the times of every key in the store, by segment (the
+// inner store's order).
+func rawTimes(t *testing.T, s *SegmentedStore) []int64 {
 	t.Helper()
-	it, err := s.All()
+	it, err := s.Inner().All()
 	require.NoError(t, err)
 	var out []int64
 	for it.Next() {
-		ts, err := l.keyTime(it.Key())
+		require.Greater(t, len(it.Key()), 8)
+		ts, err := keyTime(it.Key()[8:])
 		require.NoError(t, err)
 		out = append(out, ts)
 	}
@@ -249,7 +248,7 @@ func testWindowRetention(t *testing.T, b backend) {
 		}
 		require.Equal(t, want, starts, "at %d", ts)
 		// Storage holds only live segments: at most 50/10 + 1 of them.
-		raw := rawTimes(t, seg, w.t.l)
+		raw := rawTimes(t, seg)
 		require.NotEmpty(t, raw)
 		require.GreaterOrEqual(t, raw[0]/10, (ts-49)/10, "at %d an expired segment is still stored", ts)
 		require.LessOrEqual(t, len(raw), 2*(50/5+10/5), "at %d", ts)
@@ -273,7 +272,7 @@ func testWindowRetention(t *testing.T, b backend) {
 
 	// Expire moves time on without writes.
 	require.NoError(t, seg.Expire(10_000))
-	require.Empty(t, rawTimes(t, seg, w.t.l))
+	require.Empty(t, rawTimes(t, seg))
 	require.Equal(t, int64(10_000), seg.ObservedTime())
 	p, err = seg.Position()
 	require.NoError(t, err)
@@ -287,14 +286,12 @@ func testRestoreSkipsExpired(t *testing.T, b backend) {
 	opts := WindowOptions{Retention: 100, SegmentInterval: 50}
 	seg := openSegmented(t, b, opts)
 	var batch []Entry
-	l, err := opts.layout()
-	require.NoError(t, err)
 	for ts := int64(0); ts < 1000; ts += 10 {
-		batch = append(batch, Entry{Key: appendTime(prefix(l.segment(ts), []byte("k")), ts), Value: []byte("v")})
+		batch = append(batch, Entry{Key: appendTime(prefix([]byte("k")), ts), Value: []byte("v")})
 	}
 	require.NoError(t, seg.Write(batch[:60], 60))
 	require.NoError(t, seg.Write(batch[60:], 100))
-	raw := rawTimes(t, seg, l)
+	raw := rawTimes(t, seg)
 	require.Equal(t, int64(900), raw[0], "only the live segment's windows, from 900")
 	require.Equal(t, int64(990), raw[len(raw)-1])
 	p, err := seg.Position()
@@ -306,9 +303,14 @@ func testRestoreSkipsExpired(t *testing.T, b backend) {
 	p, err = seg.Position()
 	require.NoError(t, err)
 	require.Equal(t, int64(103), p)
-	require.Len(t, rawTimes(t, seg, l), len(raw))
+	require.Len(t, rawTimes(t, seg), len(raw))
 }
 
+// testIntervalChanged: keys carry no segment, so the same key writes into
+// stores of any interval, and a changelog key written with a segment (the
+// layout before segments left the changelog) lands in the store's own
+// segment whatever interval wrote it; a store reopened with another
+// interval than its data was written with fails rather than misreads.
 func testIntervalChanged(t *testing.T, b backend) {
 	inner := b.open(t)
 	a, err := NewSegmentedStore(inner, WindowOptions{Retention: 100, SegmentInterval: 10})
@@ -320,11 +322,27 @@ func testIntervalChanged(t *testing.T, b backend) {
 	c, err := NewSegmentedStore(inner, WindowOptions{Retention: 100, SegmentInterval: 20})
 	require.NoError(t, err)
 	err = c.Write([]Entry{{Key: key, Value: []byte("v")}}, 1)
+	require.ErrorContains(t, err, "another segment interval")
+	_, _, err = c.Get(key)
+	require.ErrorContains(t, err, "another segment interval")
+
+	fresh := openSegmented(t, b, WindowOptions{Retention: 100, SegmentInterval: 20})
+	legacy := append(appendTime(nil, 15/7), wa.key([]byte("j\x00"), 15)...) // written with interval 7
+	require.NoError(t, fresh.Write([]Entry{{Key: key, Value: []byte("v")}, {Key: legacy, Value: []byte("old")}}, 2))
+	wf := openWindows(t, fresh, WindowOptions{Retention: 100})
+	require.Equal(t, []wrow{{"j\x00", 15, 15, "old"}, {"k", 15, 15, "v"}}, collectW(t)(wf.FetchAll(0, 100)))
+	require.Equal(t, []int64{15, 15}, rawTimes(t, fresh))
+	it, err := fresh.Inner().All()
+	require.NoError(t, err)
+	for it.Next() {
+		require.Equal(t, appendTime(nil, 0), it.Key()[:8], "segment 15/20, not the changelog's 15/7")
+	}
+	require.NoError(t, errors.Join(it.Err(), it.Close()))
+
+	err = fresh.Write([]Entry{{Key: []byte("not a window key"), Value: []byte("v")}}, 3)
 	var ee *EntryError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 0, ee.Index)
-	require.Contains(t, err.Error(), "must be reset")
-	err = c.Write([]Entry{{Key: []byte("not a window key"), Value: []byte("v")}}, 1)
 	require.ErrorIs(t, err, errCorruptKey)
 }
 
@@ -359,7 +377,7 @@ func testWindowReopen(t *testing.T, b backend) {
 	w = openWindows(t, seg, opts)
 	require.Len(t, collectW(t)(w.Fetch([]byte("k"), 0, 1000)), 6, "75..100")
 	wput(t, w, "k", 200, "v")
-	require.Equal(t, []int64{200}, rawTimes(t, seg, w.t.l))
+	require.Equal(t, []int64{200}, rawTimes(t, seg))
 	p, err := seg.Position()
 	require.NoError(t, err)
 	require.Equal(t, int64(5), p)
@@ -394,8 +412,8 @@ func testSessionBasics(t *testing.T, b backend) {
 	require.Equal(t, []wrow{s3, s2, s4, s1}, collectW(t)(s.FindSessionsBackward([]byte("a"), 0, 100)))
 	require.Equal(t, []wrow{s1, s4, s2, s3}, collectW(t)(s.Fetch([]byte("a"))))
 	require.Empty(t, collectW(t)(s.FindSessions([]byte("a"), 31, 100)))
-	require.Equal(t, []wrow{s1, {"b", 12, 14, "b"}, s4, s2, {"a\x00", 10, 20, "z"}, s3},
-		collectW(t)(s.FindSessionsRange(nil, nil, 0, 100)), "by segment of end, key, end, start")
+	require.Equal(t, []wrow{s1, s4, s2, s3, {"a\x00", 10, 20, "z"}, {"b", 12, 14, "b"}},
+		collectW(t)(s.FindSessionsRange(nil, nil, 0, 100)), "by key, end, start")
 
 	v, found, err := s.Get([]byte("a"), 10, 20)
 	require.NoError(t, err)
@@ -469,7 +487,7 @@ func testSessionRetention(t *testing.T, b backend) {
 		sput(t, s, "k", end-8, end, "v")
 		got := collectW(t)(s.FindSessions([]byte("k"), 0, math.MaxInt64))
 		require.Equal(t, max(10, end-20), got[0].end, "at %d the sessions ending after end-30 are live", end)
-		raw := rawTimes(t, seg, s.t.l)
+		raw := rawTimes(t, seg)
 		require.LessOrEqual(t, len(raw), 4)
 		require.GreaterOrEqual(t, raw[0], end-39)
 	}

@@ -157,7 +157,7 @@ type windowAggProc[K, V, A any] struct {
 	step     func(K, V, A, bool) A
 
 	ws      *statestore.WindowStore
-	updates tableUpdates
+	updates windowUpdates[K, A]
 	clock   eventClock
 	log     lateLog
 
@@ -165,8 +165,8 @@ type windowAggProc[K, V, A any] struct {
 	// updateFn, a method value made once; key, value and next carry its
 	// input and result, and decodeCopies and encodeFresh say whether
 	// aggSerde's decode copies its input and its encode returns new bytes,
-	// so that the store's bytes need no defensive copies. wins and id are
-	// buffers reused from record to record.
+	// so that the store's bytes need no defensive copies. wins is a
+	// buffer reused from record to record.
 	updateFn     func(old []byte, found bool) ([]byte, error)
 	key          K
 	value        V
@@ -174,7 +174,6 @@ type windowAggProc[K, V, A any] struct {
 	decodeCopies bool
 	encodeFresh  bool
 	wins         []Window
-	id           []byte
 }
 
 func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
@@ -234,12 +233,11 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 		return err
 	}
 	if !p.final {
-		// The id only has to tell windows apart; emit copies it.
-		p.id = binary.BigEndian.AppendUint64(append(p.id[:0], kb...), uint64(win.Start))
-		if p.updates.replace(c, p.id, next, r.ts, r.headers) {
-			return nil
+		if !c.task.buffered {
+			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
 		}
-		return p.updates.emit(c, p.id, record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
+		p.updates.add(kb, k, win, next, r.ts, r.headers)
+		return nil
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
 }
@@ -511,6 +509,87 @@ func (p *pendingStore) due(st int64) ([]pendingWindow, error) {
 }
 
 func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
+
+// windowUpdates holds a windowed aggregation's updates until Flush, the
+// latest of each window, as tableUpdates does for a table, but indexed by
+// record key rather than by window: a key has few windows open, and most
+// updates open a window, so an index by window would take an insertion
+// (and a key copy) for most records, while one by key mostly finds the key
+// there already. Values stay unboxed until Flush.
+type windowUpdates[K, A any] struct {
+	// keys maps a record key to its number, heads a key's number to the
+	// slot of its latest pending window, and each slot links to the key's
+	// window pending before it.
+	keys    map[string]int32
+	heads   []int32
+	pending []windowUpdate[K, A]
+	// last is how many updates the latest flush forwarded: a buffer
+	// released after a large flush is made again at that size.
+	last int
+}
+
+type windowUpdate[K, A any] struct {
+	key     K
+	win     Window
+	value   A
+	ts      time.Time
+	headers []Header
+	prev    int32 // the key's previous pending window's slot, or -1
+}
+
+// maxRetainedWindowUpdates bounds the buffer kept between flushes.
+const maxRetainedWindowUpdates = 4096
+
+// add records value as window win's pending update for key (kb encoded).
+func (u *windowUpdates[K, A]) add(kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
+	id, ok := u.keys[string(kb)]
+	if ok {
+		for i := u.heads[id]; i >= 0; i = u.pending[i].prev {
+			if p := &u.pending[i]; p.win.Start == win.Start {
+				p.value, p.ts, p.headers = value, ts, headers
+				return
+			}
+		}
+	} else {
+		if u.keys == nil {
+			u.keys = make(map[string]int32)
+		}
+		id = int32(len(u.heads))
+		u.keys[string(kb)] = id
+		u.heads = append(u.heads, -1)
+	}
+	if u.pending == nil {
+		u.pending = make([]windowUpdate[K, A], 0, u.last)
+	}
+	u.pending = append(u.pending, windowUpdate[K, A]{key: k, win: win, value: value, ts: ts, headers: headers, prev: u.heads[id]})
+	u.heads[id] = int32(len(u.pending) - 1)
+}
+
+// flush forwards the pending updates in the order their windows were first
+// updated.
+func (u *windowUpdates[K, A]) flush(c *nodeInstance) error {
+	pending := u.pending
+	u.last = len(pending)
+	if len(u.heads) > maxRetainedWindowUpdates {
+		u.keys, u.heads = nil, nil
+	} else {
+		clear(u.keys)
+		u.heads = u.heads[:0]
+	}
+	if cap(pending) > maxRetainedWindowUpdates {
+		u.pending = nil
+	} else {
+		u.pending = pending[:0]
+		defer clear(pending)
+	}
+	for i := range pending {
+		p := &pending[i]
+		if err := c.forward(record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, ts: p.ts, headers: p.headers}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (p *windowAggProc[K, V, A]) close() error { return nil }
 

@@ -106,8 +106,8 @@ func TestSmokeWindows(t *testing.T) {
 	err := run(ctx, []string{"--only", "w", "--window-records", "4000", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
-	for _, want := range []string{"(w1) tumbling-window count vs key-value", "(w2) window-store restore",
-		"(w3) window store disk, 10× retention", "(w3) Go heap, 10× retention"} {
+	for _, want := range []string{"(w1 spread) tumbling-window vs key-value count", "(w1 live) tumbling-window vs key-value count",
+		"(w2) window-store restore", "(w3) window store disk, 10× retention", "(w3) Go heap, peak of period 10 / 2nd"} {
 		require.Contains(t, out.String(), want)
 	}
 }
