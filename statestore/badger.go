@@ -461,7 +461,7 @@ func (s *badgerStore) update(e Entry) error {
 			return &EntryError{Index: 0, Err: err}
 		}
 		for _, o := range ops {
-			if err := setOp(txn, o); err != nil {
+			if err := setOp(txn, o, o.entry()); err != nil {
 				return err
 			}
 		}
@@ -493,11 +493,11 @@ func (s *badgerStore) dropPrefix(prefix []byte) error {
 	return nil
 }
 
-func setOp(txn *badger.Txn, o op) error {
+func setOp(txn *badger.Txn, o op, e *badger.Entry) error {
 	if o.value == nil {
 		return txn.Delete(o.key)
 	}
-	return txn.SetEntry(o.entry())
+	return txn.SetEntry(e)
 }
 
 // Write applies entries and records position.
@@ -622,8 +622,9 @@ func (s *badgerStore) fitsOneTxn(ops []op) bool {
 func (s *badgerStore) writeTxn(ops []op, position int64) error {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
-	for _, o := range ops {
-		if err := setOp(txn, o); err != nil {
+	es := entries(ops)
+	for i, o := range ops {
+		if err := setOp(txn, o, &es[i]); err != nil {
 			return err
 		}
 	}

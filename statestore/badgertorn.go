@@ -87,12 +87,13 @@ func (s *badgerStore) applyTorn(ops []op, position int64) error {
 // writeBatch writes ops through a badger WriteBatch: several transactions.
 func (s *badgerStore) writeBatch(ops []op) error {
 	wb := s.db.NewWriteBatch()
-	for _, o := range ops {
+	es := entries(ops)
+	for i, o := range ops {
 		var err error
 		if o.value == nil {
 			err = wb.Delete(o.key)
 		} else {
-			err = wb.SetEntry(o.entry())
+			err = wb.SetEntry(&es[i])
 		}
 		if err != nil {
 			wb.Cancel()

@@ -166,8 +166,9 @@ type ReaderConfig struct {
 const (
 	// DefaultMaxBatchRecords keeps one store write of small records within
 	// one badger transaction (about 6,500 entries with the stores'
-	// default options); a larger write still applies atomically but is
-	// staged and written twice, at about a third of the speed.
+	// default options), so it is atomic across a crash too; a larger one
+	// is written torn (statestore.TornStore), which a crash leaves for the
+	// next restoration to repair.
 	DefaultMaxBatchRecords = 4000
 	DefaultRetryBackoff    = time.Second
 	DefaultFetchMaxWait    = 500 * time.Millisecond
