@@ -371,14 +371,14 @@ func waitStdin(ctx context.Context, stdin io.Reader) {
 
 // rssReport is what the instance child prints when asked to stop.
 type rssReport struct {
-	Tasks     int    `json:"tasks"`
-	Sampled   int    `json:"sampled"`
-	Verified  int    `json:"verified"`
+	Tasks    int `json:"tasks"`
+	Sampled  int `json:"sampled"`
+	Verified int `json:"verified"`
 	// Recounted are sampled keys found with a count above 1: input
 	// processed again after a commit failed (at-least-once), as when a
 	// thread starved of CPU drops out of its group. Lost keys are the
 	// sampled ones neither verified nor recounted.
-	Recounted int `json:"recounted"`
+	Recounted int    `json:"recounted"`
 	HeapInuse uint64 `json:"heap_inuse"`
 	HeapSys   uint64 `json:"heap_sys"`
 	Sys       uint64 `json:"sys"`
