@@ -100,7 +100,8 @@ type BadgerOptions struct {
 //     The memtable's write-ahead log is a memory-mapped file of which up to
 //     ~4 MiB of page cache is dirty. A second memtable exists only while the
 //     previous one is being flushed. A transaction may hold 15% of
-//     MemTableSize (~6,500 small entries), which bounds atomic Writes.
+//     MemTableSize (~6,500 small entries); larger Writes are torn or
+//     staged (see Write).
 //   - No compression and no block cache: uncompressed SSTables are read
 //     through the kernel page cache via mmap, so reads need no private
 //     cache and table builds start no compression goroutines. Table indexes
@@ -130,8 +131,9 @@ type BadgerOptions struct {
 // 4,000,000 keys it peaks at ~450 MiB, against ~245 MiB for one DB
 // holding them all: part of the cost is per DB and grows with its data
 // (compaction builds tables in parallel and each DB pools up to 8
-// table-build buffers). Writes too big for one transaction are staged
-// (see badgerstage.go) and cost about three times as much.
+// table-build buffers). Writes too big for one transaction are torn (see
+// badgertorn.go), or staged when they carry no position (badgerstage.go),
+// which costs about three times as much.
 func DefaultBadgerOptions() BadgerOptions {
 	return BadgerOptions{
 		MemTableSize:            4 << 20,
@@ -335,11 +337,12 @@ type badgerStore struct {
 	torn atomic.Int64
 	// wmu serialises writers, so position follows the order of Writes.
 	wmu sync.Mutex
-	// view gates the taking of read snapshots: a staged Write holds it
+	// view gates the taking of read snapshots: a staged or torn Write holds it
 	// exclusively while it applies, so no snapshot sees part of it.
 	view sync.RWMutex
-	// failed is set when a staged or torn Write could not be applied: every call
-	// returns it until a Reset or a reopen finishes or drops the Write.
+	// failed is set when a staged or torn Write could not be applied: every
+	// call returns it until a Reset, or a reopen (which finishes or drops a
+	// staged Write, and finds a torn one marked for restoration to repair).
 	failed atomic.Pointer[error]
 
 	// Open iterators, so Close can release them before closing the DB:
