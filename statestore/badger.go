@@ -100,7 +100,8 @@ type BadgerOptions struct {
 //     The memtable's write-ahead log is a memory-mapped file of which up to
 //     ~4 MiB of page cache is dirty. A second memtable exists only while the
 //     previous one is being flushed. A transaction may hold 15% of
-//     MemTableSize (~6,500 small entries), which bounds atomic Writes.
+//     MemTableSize (~6,500 small entries); larger Writes are torn or
+//     staged (see Write).
 //   - No compression and no block cache: uncompressed SSTables are read
 //     through the kernel page cache via mmap, so reads need no private
 //     cache and table builds start no compression goroutines. Table indexes
@@ -130,8 +131,9 @@ type BadgerOptions struct {
 // 4,000,000 keys it peaks at ~450 MiB, against ~245 MiB for one DB
 // holding them all: part of the cost is per DB and grows with its data
 // (compaction builds tables in parallel and each DB pools up to 8
-// table-build buffers). Writes too big for one transaction are staged
-// (see badgerstage.go) and cost about three times as much.
+// table-build buffers). Writes too big for one transaction are torn (see
+// badgertorn.go), or staged when they carry no position (badgerstage.go),
+// which costs about three times as much.
 func DefaultBadgerOptions() BadgerOptions {
 	return BadgerOptions{
 		MemTableSize:            4 << 20,
@@ -290,6 +292,12 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 		return nil, err
 	}
 	s.position.Store(pos)
+	torn, err := s.readTorn()
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s.torn.Store(torn)
 	if opts.ValueLogGCInterval > 0 {
 		go s.gcLoop(opts.ValueLogGCInterval, opts.Logger)
 	} else {
@@ -323,13 +331,18 @@ type badgerStore struct {
 	closed bool
 	// position mirrors the position record, so Position needs no read.
 	position atomic.Int64
+	// torn mirrors the torn-write marker: the position the store must
+	// reach before it is consistent again, or NoPosition (see
+	// badgertorn.go).
+	torn atomic.Int64
 	// wmu serialises writers, so position follows the order of Writes.
 	wmu sync.Mutex
-	// view gates the taking of read snapshots: a staged Write holds it
+	// view gates the taking of read snapshots: a staged or torn Write holds it
 	// exclusively while it applies, so no snapshot sees part of it.
 	view sync.RWMutex
-	// failed is set when a staged Write could not be applied: every call
-	// returns it until a Reset or a reopen finishes or drops the Write.
+	// failed is set when a staged or torn Write could not be applied: every
+	// call returns it until a Reset, or a reopen (which finishes or drops a
+	// staged Write, and finds a torn one marked for restoration to repair).
 	failed atomic.Pointer[error]
 
 	// Open iterators, so Close can release them before closing the DB:
@@ -451,7 +464,7 @@ func (s *badgerStore) update(e Entry) error {
 			return &EntryError{Index: 0, Err: err}
 		}
 		for _, o := range ops {
-			if err := setOp(txn, o); err != nil {
+			if err := setOp(txn, o, o.entry()); err != nil {
 				return err
 			}
 		}
@@ -483,11 +496,11 @@ func (s *badgerStore) dropPrefix(prefix []byte) error {
 	return nil
 }
 
-func setOp(txn *badger.Txn, o op) error {
+func setOp(txn *badger.Txn, o op, e *badger.Entry) error {
 	if o.value == nil {
 		return txn.Delete(o.key)
 	}
-	return txn.SetEntry(o.entry())
+	return txn.SetEntry(e)
 }
 
 // Write applies entries and records position.
@@ -495,9 +508,12 @@ func setOp(txn *badger.Txn, o op) error {
 // When the batch fits in one badger transaction (badger caps a transaction
 // at 15% of MemTableSize and a matching entry count, ~6,500 small entries
 // or ~630 KB with the default options), entries and position commit
-// together. A larger batch is staged and then applied with new reads held
-// back (see badgerstage.go), so it is just as atomic, for readers and
-// across a crash, at the cost of writing it twice.
+// together. A larger batch with a position is written torn (see
+// badgertorn.go): applied with new reads held back, so atomic for
+// readers, then the position; a crash in between leaves the store torn
+// until its changelog is replayed past the batch. A larger batch without
+// a position is staged (see badgerstage.go), atomic for readers and across
+// a crash, at the cost of writing it twice.
 func (s *badgerStore) Write(entries []Entry, position int64) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -515,13 +531,18 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	binary.BigEndian.PutUint64(pos[:], uint64(position))
 	ops, err := s.plan(entries)
 	if err == nil {
-		if s.fitsOneTxn(ops) {
-			err = s.writeTxn(ops, pos[:])
-			if errors.Is(err, badger.ErrTxnTooBig) {
-				err = s.writeStaged(ops, pos[:])
-			}
-		} else {
+		big := !s.fitsOneTxn(ops)
+		if !big {
+			err = s.writeTxn(ops, position)
+			big = errors.Is(err, badger.ErrTxnTooBig)
+		}
+		switch {
+		case !big:
+		case position == NoPosition:
+			// Nothing to replay a torn write from: keep it atomic.
 			err = s.writeStaged(ops, pos[:])
+		default:
+			err = s.writeTorn(ops, position)
 		}
 	}
 	if err != nil {
@@ -601,18 +622,23 @@ func (s *badgerStore) fitsOneTxn(ops []op) bool {
 	return count < s.db.MaxBatchCount() && size < s.db.MaxBatchSize()
 }
 
-func (s *badgerStore) writeTxn(ops []op, pos []byte) error {
+func (s *badgerStore) writeTxn(ops []op, position int64) error {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
-	for _, o := range ops {
-		if err := setOp(txn, o); err != nil {
+	es := entries(ops)
+	for i, o := range ops {
+		if err := setOp(txn, o, &es[i]); err != nil {
 			return err
 		}
 	}
-	if err := txn.Set(positionKey, pos); err != nil {
+	if err := s.setPosition(txn, position); err != nil {
 		return err
 	}
-	return txn.Commit()
+	if err := txn.Commit(); err != nil {
+		return err
+	}
+	s.mended(position)
+	return nil
 }
 
 func (s *badgerStore) readPosition() (int64, error) {
@@ -829,6 +855,12 @@ func (s *badgerStore) reopenLocked() error {
 		return err
 	}
 	s.position.Store(pos)
+	torn, err := s.readTorn()
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	s.torn.Store(torn)
 	s.failed.Store(nil)
 	return nil
 }

@@ -69,7 +69,7 @@ func TestBadgerTxnTooBigFallback(t *testing.T) {
 	}
 	ops, err := bs.plan(batch)
 	require.NoError(t, err)
-	err = bs.writeTxn(ops, make([]byte, 8))
+	err = bs.writeTxn(ops, 0)
 	require.ErrorIs(t, err, badger.ErrTxnTooBig, "the direct transaction must not fit")
 	require.NoError(t, bs.writeStaged(ops, []byte{0, 0, 0, 0, 0, 0, 0, 5}))
 	n, err := s.ApproximateCount()
@@ -326,4 +326,95 @@ func TestBadgerEntryTooLarge(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, NoPosition, pos)
 	require.NoError(t, s.Write([]Entry{{Key: []byte("b"), Value: big[:500_000]}}, 6))
+}
+
+// innerOf wraps a store the way SegmentedStore does, to check that
+// TornUntil looks through wrappers.
+type innerOf struct{ Store }
+
+func (w innerOf) Inner() Store { return w.Store }
+
+// A torn Write cut short between its data and its position (a crash) leaves
+// part of its entries applied under the old position, and the store says
+// it is torn up to the Write's position. Replaying the changelog from the
+// old position, in Writes that each fit one transaction as restoration
+// makes them, sets every key to its latest value over the entries already
+// applied, and the Write that reaches the marker's position removes it.
+func TestBadgerTornWriteRecovery(t *testing.T) {
+	const n = 5000
+	batch := func(gen byte, from, to int) []Entry {
+		es := make([]Entry, 0, to-from)
+		for i := from; i < to; i++ {
+			var v []byte
+			if i%7 != 0 || gen == 1 {
+				v = []byte{gen} // every seventh key is deleted after gen 1
+			}
+			es = append(es, Entry{Key: fmt.Appendf(nil, "k%05d", i), Value: v})
+		}
+		return es
+	}
+	check := func(t *testing.T, s Store, gen byte) {
+		t.Helper()
+		got := collectAll(t, s)
+		want := 0
+		for i := range n {
+			if i%7 != 0 || gen == 1 {
+				want++
+			}
+		}
+		require.Len(t, got, want)
+		for _, p := range got {
+			require.Equal(t, string([]byte{gen}), p.v, "key %s", p.k)
+		}
+	}
+	o := testBadgerOptions()
+	o.MemTableSize = 1 << 20
+	dir := t.TempDir()
+	s := openTestBadger(t, dir, o)
+	bs := s.(*badgerStore)
+	require.NoError(t, s.Write(batch(1, 0, n), 10), "a torn Write that completes")
+	_, torn := TornUntil(s)
+	require.False(t, torn)
+	check(t, s, 1)
+
+	// The crash: the marker and 60% of the next Write, not its position.
+	ops, err := bs.plan(batch(2, 0, n))
+	require.NoError(t, err)
+	require.False(t, bs.fitsOneTxn(ops), "the batch must be written torn")
+	require.NoError(t, bs.markTorn(20))
+	require.NoError(t, bs.writeBatch(ops[:n*6/10]))
+	require.NoError(t, s.Close())
+
+	s = openTestBadger(t, dir, o)
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(10), pos, "the old position stands")
+	target, torn := TornUntil(innerOf{s})
+	require.True(t, torn)
+	require.Equal(t, int64(20), target)
+
+	// The replay: the changelog between 10 and 20 holds the Write's
+	// records; it comes back in five Writes.
+	for i := range 5 {
+		from, to := i*n/5, (i+1)*n/5
+		p := int64(12 + 2*i)
+		require.NoError(t, s.Write(batch(2, from, to), p))
+		_, torn = TornUntil(s)
+		require.Equal(t, p < 20, torn, "torn after the replay reached %d", p)
+	}
+	check(t, s, 2)
+	require.NoError(t, s.Close())
+	s = openTestBadger(t, dir, o)
+	_, torn = TornUntil(s)
+	require.False(t, torn, "the marker is gone from disk too")
+	pos, err = s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(20), pos)
+	check(t, s, 2)
+
+	// A Reset drops a marker with everything else.
+	require.NoError(t, s.(*badgerStore).markTorn(30))
+	require.NoError(t, s.Reset())
+	_, torn = TornUntil(s)
+	require.False(t, torn)
 }

@@ -87,6 +87,16 @@ func (o op) entry() *badger.Entry {
 	return badger.NewEntry(o.key, o.value).WithMeta(o.meta)
 }
 
+// entries makes the badger entries of a batch of ops in one allocation
+// rather than one each (deletes leave theirs unused).
+func entries(ops []op) []badger.Entry {
+	es := make([]badger.Entry, len(ops))
+	for i, o := range ops {
+		es[i] = badger.Entry{Key: o.key, Value: o.value, UserMeta: o.meta}
+	}
+	return es
+}
+
 // occupant is what a badger key holds as far as a plan has seen: absent,
 // a slot holding key, or an unslotted key (spelled by the badger key).
 type occupant struct {

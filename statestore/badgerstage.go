@@ -8,10 +8,11 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// A Write too big for one badger transaction (badger caps one at 15% of
-// MemTableSize, ~630 KB with the defaults: a few long keys, or a few
-// thousand entries with values of a few hundred bytes) is made atomic by
-// staging it:
+// A Write without a position (an unlogged store's) too big for one badger
+// transaction (badger caps one at 15% of MemTableSize, ~630 KB or ~6,500
+// small entries with the defaults) is made atomic by staging it; one with
+// a position is written torn instead (see badgertorn.go), as its
+// changelog can repair it:
 //
 //  1. Stage. Every op of the Write is written under stagePrefix, numbered
 //     from 0, through a badger WriteBatch (several transactions). Readers
@@ -149,20 +150,7 @@ func (s *badgerStore) stageLeft(err error) error {
 func (s *badgerStore) applyGated(ops []op, pos []byte) error {
 	s.view.Lock()
 	defer s.view.Unlock()
-	wb := s.db.NewWriteBatch()
-	for _, o := range ops {
-		var err error
-		if o.value == nil {
-			err = wb.Delete(o.key)
-		} else {
-			err = wb.SetEntry(o.entry())
-		}
-		if err != nil {
-			wb.Cancel()
-			return err
-		}
-	}
-	if err := wb.Flush(); err != nil {
+	if err := s.writeBatch(ops); err != nil {
 		return err
 	}
 	return s.db.Update(func(txn *badger.Txn) error {

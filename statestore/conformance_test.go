@@ -101,8 +101,11 @@ func TestConformance(t *testing.T) {
 			t.Run("Reset", func(t *testing.T) { testReset(t, b) })
 			t.Run("ResetAtomicForReaders", func(t *testing.T) { testResetAtomic(t, b) })
 			t.Run("BigKeysAndValues", func(t *testing.T) { testBigKeysAndValues(t, b) })
-			t.Run("BigBatchAtomic", func(t *testing.T) { testBigBatchAtomic(t, b, 30) })
-			t.Run("BigBatchAtomicShortKeys", func(t *testing.T) { testBigBatchAtomic(t, b, 0) })
+			t.Run("BigBatchAtomic", func(t *testing.T) { testBigBatchAtomic(t, b, 30, true) })
+			t.Run("BigBatchAtomicShortKeys", func(t *testing.T) { testBigBatchAtomic(t, b, 0, true) })
+			// Without positions, as an unlogged store writes: badger
+			// stages these instead of tearing them.
+			t.Run("BigBatchAtomicUnlogged", func(t *testing.T) { testBigBatchAtomic(t, b, 0, false) })
 			if b.reopen != nil {
 				t.Run("Persistence", func(t *testing.T) { testPersistence(t, b) })
 			}
@@ -730,8 +733,8 @@ func testBigKeysAndValues(t *testing.T, b backend) {
 // (longKeys keys beyond the badger key limit with values of 100 KB, and
 // thousands of entries with 300-byte values) while readers check they
 // never see part of one, then checks the last batch and its position
-// survive a reopen.
-func testBigBatchAtomic(t *testing.T, b backend, longKeys int) {
+// survive a reopen. Unless logged, every Write is without a position.
+func testBigBatchAtomic(t *testing.T, b backend, longKeys int, logged bool) {
 	s := b.open(t)
 	const smallKeys, writes = 3000, 8
 	key := func(i int) []byte {
@@ -753,11 +756,17 @@ func testBigBatchAtomic(t *testing.T, b backend, longKeys int) {
 		}
 		return es
 	}
-	require.NoError(t, s.Write(batch(0), 0))
+	position := func(g uint64) int64 {
+		if !logged {
+			return NoPosition
+		}
+		return int64(g)
+	}
+	require.NoError(t, s.Write(batch(0), position(0)))
 	done := make(chan error, 1)
 	go func() {
 		for g := uint64(1); g <= writes; g++ {
-			if err := s.Write(batch(g), int64(g)); err != nil {
+			if err := s.Write(batch(g), position(g)); err != nil {
 				done <- err
 				return
 			}
@@ -804,5 +813,5 @@ func testBigBatchAtomic(t *testing.T, b backend, longKeys int) {
 	}
 	pos, err := s.Position()
 	require.NoError(t, err)
-	require.Equal(t, int64(writes), pos)
+	require.Equal(t, position(writes), pos)
 }

@@ -4,8 +4,10 @@
 //
 // A Store also keeps the changelog position its contents reflect. The position
 // is written in the same atomic write as the data it covers (see Store.Write),
-// so a crash can never leave the two out of step: a store either holds a
-// batch and the position after it, or neither.
+// so a crash never leaves the store claiming data it lacks: it holds a batch
+// and the position after it, or neither, or, for a store that says so
+// (TornStore), part of a batch under the old position until its changelog is
+// replayed past the batch.
 package statestore
 
 import "errors"
@@ -67,7 +69,8 @@ type ReadWriter interface {
 type Store interface {
 	ReadWriter
 	// Write applies entries in order and records position (the offset of
-	// the next changelog record to apply) atomically with them.
+	// the next changelog record to apply) atomically with them: readers
+	// see all of it or none, and so does a crash, except in a TornStore.
 	Write(entries []Entry, position int64) error
 	// Position returns the changelog position recorded by the last Write,
 	// or NoPosition.
@@ -80,4 +83,35 @@ type Store interface {
 	Reset() error
 	// Close flushes and releases the store. Closing twice is a no-op.
 	Close() error
+}
+
+// TornStore is implemented by a store whose large Writes with a position
+// are atomic for readers but not across a crash: one cut short leaves
+// part of its entries applied under the old position. The store stays
+// correct for changelog-backed state, whose Writes hold what the
+// changelog holds between the two positions as final values per key: a
+// replay of the changelog from the store's position sets every key it
+// touched to its latest value, over the entries applied or not. Until the
+// replay passes the torn Write's position, the store's contents are no
+// snapshot of any offset.
+type TornStore interface {
+	// TornUntil returns the position a torn store must reach before its
+	// contents are consistent again, and whether it is torn.
+	TornUntil() (target int64, torn bool)
+}
+
+// TornUntil reports whether s, or a store it wraps (one with an Inner
+// method, as SegmentedStore), is torn; see TornStore.
+func TornUntil(s Store) (int64, bool) {
+	for s != nil {
+		if t, ok := s.(TornStore); ok {
+			return t.TornUntil()
+		}
+		w, ok := s.(interface{ Inner() Store })
+		if !ok {
+			break
+		}
+		s = w.Inner()
+	}
+	return NoPosition, false
 }

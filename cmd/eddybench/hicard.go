@@ -49,13 +49,15 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	cfg.logf("loaded %d keys into %s in %s", n, hcInput, time.Since(loadStart).Round(time.Millisecond))
 
-	var bases []time.Duration
+	var bases, baseCPU []time.Duration
 	baseline := func(run int) error {
 		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("hicard-baseline-%d", run))
 		if err != nil {
 			return err
 		}
+		c0 := processCPU()
 		d, err := runBaselineCopy(ctx, cfg, adm, addrs, run, n)
+		baseCPU = append(baseCPU, processCPU()-c0)
 		stopProf()
 		if err != nil {
 			return fmt.Errorf("baseline: %w", err)
@@ -70,7 +72,9 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	eddy, err := runEddyHighCardinality(ctx, cfg, addrs, adm, n)
+	c0 := processCPU()
+	eddy, eddyCPU, err := runEddyHighCardinality(ctx, cfg, addrs, adm, n)
+	eddyCPU -= c0
 	stopProf()
 	if err != nil {
 		return nil, fmt.Errorf("eddy: %w", err)
@@ -82,6 +86,8 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 
 	fmt.Fprintf(cfg.out, "  baseline: %s records/s (runs before and after eddy: %s)\n", fmtNum(rate(n, base)), fmtDurations(bases))
 	fmt.Fprintf(cfg.out, "  eddy:     %s records/s (%s)\n", fmtNum(rate(n, eddy)), eddy.Round(time.Millisecond))
+	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine): baseline %s, eddy %s; ratio %.3f×\n",
+		fmtDurations(baseCPU), eddyCPU.Round(time.Millisecond), (baseCPU[0]+baseCPU[1]).Seconds()/2/eddyCPU.Seconds())
 	fmt.Fprintf(cfg.out, "  baseline = one kgo group client: poll, produce key→value per record to a fresh topic (linger %s);\n"+
 		"             every %s and at the end flush the producer, then commit. Timed from its first record to\n"+
 		"             the final commit.\n"+
@@ -165,8 +171,9 @@ func runBaselineCopy(ctx context.Context, cfg *config, adm *kadm.Client, addrs [
 
 // runEddyHighCardinality counts the input's keys with an App and returns
 // the time from its first record until its group has committed the end of
-// the input. It then checks a sample of counts and the output's size.
-func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, n int64) (time.Duration, error) {
+// the input, and the process's CPU time then (see processCPU). It then
+// checks a sample of counts and the output's size.
+func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, n int64) (d, cpu time.Duration, err error) {
 	// Timed from the first record, as the baseline is, so that the group
 	// join counts against neither.
 	var first, seen atomic.Int64
@@ -179,11 +186,12 @@ func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, ad
 	src.GroupByKey(serde.Bytes, serde.Bytes).Count(hcStore).ToStream().To(hcEddyOut, serde.Bytes, serde.Int64)
 	topo, err := bld.Build()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	app, done, stop, err := runCaughtUp(ctx, cfg, adm, addrs, topo, hcApp, hcInput)
+	cpu = processCPU()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer stop()
 	start := time.Unix(0, first.Load())
@@ -206,20 +214,20 @@ func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, ad
 			return true, nil
 		})
 		if err != nil {
-			return 0, fmt.Errorf("key %d: %w (last read: %v)", i, err, lastErr)
+			return 0, 0, fmt.Errorf("key %d: %w (last read: %v)", i, err, lastErr)
 		}
 	}
 	written, err := endOffsetSum(ctx, adm, hcEddyOut)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if written < n {
-		return 0, fmt.Errorf("%d counts written to %s, want at least %d", written, hcEddyOut, n)
+		return 0, 0, fmt.Errorf("%d counts written to %s, want at least %d", written, hcEddyOut, n)
 	}
 	if s := seen.Load(); s != n {
-		return 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
+		return 0, 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
 	}
-	return done.Sub(start), app.Close(ctx)
+	return done.Sub(start), cpu, app.Close(ctx)
 }
 
 // runCaughtUp starts an App of topo in a temporary state directory and

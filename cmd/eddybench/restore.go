@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -98,21 +99,25 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 	// Each side takes a second or two, so they alternate, three times,
 	// and each side's median is its figure: a burst of load from
 	// elsewhere on the machine then skews one pair, not the ratio.
-	var eddys, bares []time.Duration
+	var eddys, bares, eddyCPU, bareCPU []time.Duration
 	for i := range restoreRuns {
 		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("restore-reader-%d", i+1))
 		if err != nil {
 			return nil, err
 		}
+		c0 := processCPU()
 		d, err := restoreWithReader(ctx, addrs, filepath.Join(root, fmt.Sprintf("reader-%d", i)), int64(n), cfg.restoreBatch)
+		eddyCPU = append(eddyCPU, processCPU()-c0)
 		stopProf()
 		if err != nil {
 			return nil, fmt.Errorf("changelog reader: %w", err)
 		}
 		eddys = append(eddys, d)
+		c0 = processCPU()
 		if d, err = bareBadgerWrite(filepath.Join(root, fmt.Sprintf("bare-%d", i)), entries); err != nil {
 			return nil, fmt.Errorf("bare badger: %w", err)
 		}
+		bareCPU = append(bareCPU, processCPU()-c0)
 		bares = append(bares, d)
 		// The directories hold ~100 MiB each at the default size.
 		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("reader-%d", i)))
@@ -123,6 +128,8 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 
 	fmt.Fprintf(cfg.out, "  changelog.Reader → statestore.OpenBadger: %s records/s (median of %s)\n", fmtNum(rate(int64(n), eddy)), fmtDurations(eddys))
 	fmt.Fprintf(cfg.out, "  bare badger WriteBatch:                  %s records/s (median of %s)\n", fmtNum(rate(int64(n), bare)), fmtDurations(bares))
+	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine): reader %s, bare %s; ratio of medians %.3f×\n",
+		fmtDurations(eddyCPU), fmtDurations(bareCPU), median(bareCPU).Seconds()/median(eddyCPU).Seconds())
 	fmt.Fprintf(cfg.out, "  eddy     = Reader.Register(Mode: Restore) on an opened store until Poll reports it Completed\n"+
 		"             (end-offset listing, fetches from the broker, store writes of ≤ %d records + position).\n"+
 		"  baseline = badger.Open with the options OpenBadger derives from DefaultBadgerOptions, then one\n"+
@@ -298,4 +305,16 @@ func restoreWithApp(ctx context.Context, cfg *config, addrs []string, adm *kadm.
 		return 0, 0, fmt.Errorf("restored key %q holds %d, want 1", k, got)
 	}
 	return elapsed, restored, app.Close(ctx)
+}
+
+// processCPU is the CPU time this process has used so far, user and
+// system. On a machine shared with other work a side's wall-clock time
+// depends on what else runs; its CPU time much less, so the two ratios
+// together say whether a slow figure is the code's or the load's.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -191,3 +191,67 @@ func TestFollowConfirmsIdleEndAndAgesWhenCutOff(t *testing.T) {
 	d.set(false)
 	eventually(t, func() bool { return time.Since(progress().EndConfirmed) < 3*interval }, "confirmed again once reachable")
 }
+
+// tornStore is a store left torn by a crash (statestore.TornStore): it
+// holds part of a Write up to target under an older position.
+type tornStore struct {
+	*fakeStore
+	target int64
+}
+
+func (s *tornStore) TornUntil() (int64, bool) {
+	if pos := s.position(); pos >= s.target {
+		return statestore.NoPosition, false
+	}
+	return s.target, true
+}
+
+// A torn store is no snapshot until the replay from its position passes
+// its torn Write: it reports Rebuilding with that Write's position as the
+// target, and ends up holding exactly the changelog's state whatever part
+// of the Write it already held.
+func TestTornStoreRebuildsUntilItsWrite(t *testing.T) {
+	history := rebuildHistory()
+	end := int64(len(history))
+	for _, mode := range []Mode{Restore, Follow} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := newCluster(t, 1, clTopic)
+			produce(t, newProducer(t, c), clTopic, 0, history...)
+			// Committed up to 20; the torn Write was to reach 40 and
+			// landed its first half.
+			store := &tornStore{fakeStore: newFakeStore(), target: 40}
+			require.NoError(t, store.Write(history[:20], 20))
+			require.NoError(t, store.Write(history[20:30], 20))
+			r := newReader(t, c, func(cfg *ReaderConfig) { cfg.MaxBatchRecords = 7 })
+			require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: mode, Task: "0_0"}))
+			p, _ := r.Progress(clTopic, 0)
+			require.True(t, p.Rebuilding)
+			require.Equal(t, int64(40), p.RebuildTarget)
+
+			require.Positive(t, stepUntilTarget(t, r, 40))
+			pollUntil(t, r, func([]Completed) bool {
+				p, ok := r.Progress(clTopic, 0)
+				return !ok || p.Position == end
+			})
+			require.Equal(t, expectMap(history...), store.snapshot())
+			require.Zero(t, store.resetCount())
+		})
+	}
+}
+
+// A torn Write reaching past the changelog's end is a Write of another
+// history: the store is reset, as one whose position is past the end.
+func TestTornStorePastEndIsReset(t *testing.T) {
+	history := rebuildHistory()
+	end := int64(len(history))
+	c := newCluster(t, 1, clTopic)
+	produce(t, newProducer(t, c), clTopic, 0, history...)
+	store := &tornStore{fakeStore: newFakeStore(), target: end + 10}
+	require.NoError(t, store.Write([]statestore.Entry{kv("stale-a", "new")}, 20))
+	r := newReader(t, c, nil)
+	require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: Restore, Task: "0_0"}))
+	done := pollUntil(t, r, completedFor(clTopic, 0))
+	require.NoError(t, done[0].Err)
+	require.Equal(t, 1, store.resetCount())
+	require.Equal(t, expectMap(history...), store.snapshot())
+}

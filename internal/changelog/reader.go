@@ -166,8 +166,9 @@ type ReaderConfig struct {
 const (
 	// DefaultMaxBatchRecords keeps one store write of small records within
 	// one badger transaction (about 6,500 entries with the stores'
-	// default options); a larger write still applies atomically but is
-	// staged and written twice, at about a third of the speed.
+	// default options), so it is atomic across a crash too; a larger one
+	// is written torn (statestore.TornStore), which a crash leaves for the
+	// next restoration to repair.
 	DefaultMaxBatchRecords = 4000
 	DefaultRetryBackoff    = time.Second
 	DefaultFetchMaxWait    = 500 * time.Millisecond
@@ -248,6 +249,9 @@ type partState struct {
 	// listed).
 	rebuilding bool
 	target     int64
+	// torn is where a torn store (statestore.TornStore) must be read to
+	// before it is consistent, -1 if it was not torn when registered.
+	torn int64
 	// confirmed is when the broker last confirmed end.
 	confirmed time.Time
 
@@ -342,8 +346,15 @@ func (r *Reader) Register(p Partition) error {
 	if _, ok := r.parts[tp]; ok {
 		return fmt.Errorf("%w: %s[%d]", ErrAlreadyRegistered, p.Topic, p.Partition)
 	}
-	r.parts[tp] = &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1,
-		rebuilding: pos == statestore.NoPosition, target: -1}
+	st := &partState{tp: tp, reg: p, started: time.Now(), needOffs: true, pos: pos, end: -1,
+		rebuilding: pos == statestore.NoPosition, target: -1, torn: -1}
+	if t, torn := statestore.TornUntil(p.Store); torn {
+		// Part of a Write past pos is in the store: it is no snapshot
+		// until the replay passes that Write, and fits the changelog
+		// only if the changelog holds that Write.
+		st.rebuilding, st.target, st.torn = true, t, t
+	}
+	r.parts[tp] = st
 	r.listDue = true
 	r.wakeLocked()
 	return nil
@@ -636,7 +647,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	if r.cfg.ReadCommitted {
 		var past []TopicPartition
 		for _, st := range pending {
-			if end, ok := ends[st.tp]; ok && st.pos > end {
+			if end, ok := ends[st.tp]; ok && st.fitPos() > end {
 				past = append(past, st.tp)
 			}
 		}
@@ -659,7 +670,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		start, sok := starts[st.tp]
 		end, eok := ends[st.tp]
 		hwm, hok := end, true
-		if r.cfg.ReadCommitted && eok && st.pos > end {
+		if r.cfg.ReadCommitted && eok && st.fitPos() > end {
 			hwm, hok = hwms[st.tp]
 		}
 		if !sok || !eok || !hok {
@@ -670,7 +681,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			continue
 		}
 		switch {
-		case st.pos > hwm && r.cfg.ReadCommitted && !st.pastEnd:
+		case st.fitPos() > hwm && r.cfg.ReadCommitted && !st.pastEnd:
 			// The transaction coordinator writes commit markers after
 			// the commit returns, and a position after a commit is past
 			// its marker (see the runtime's commit): for a moment the
@@ -681,7 +692,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			retry = true
 			r.log.Info("changelog store position is past the changelog end; listing again before resetting the store",
 				logAttrs(st, slog.Int64("position", st.pos), slog.Int64("end", hwm))...)
-		case st.pos > hwm:
+		case st.fitPos() > hwm:
 			resets = append(resets, unfit{st, "position beyond the changelog end", start, hwm})
 		case st.pos > 0 && st.pos < start:
 			resets = append(resets, unfit{st, "position below the changelog start", start, hwm})
@@ -712,6 +723,10 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	}
 	return done, retry
 }
+
+// fitPos is the position checked against the changelog's end: a torn
+// store holds data up to its torn Write's position.
+func (st *partState) fitPos() int64 { return max(st.pos, st.torn) }
 
 // startLocked starts reading a listed partition whose position fits its
 // changelog, or completes a Restore partition with nothing to read. listed
@@ -779,7 +794,7 @@ func (r *Reader) resetStore(st *partState, why string, start, end int64) (failed
 	st.pos = statestore.NoPosition
 	st.end = -1
 	st.pastEnd = false
-	st.rebuilding, st.target = true, -1
+	st.rebuilding, st.target, st.torn = true, -1, -1
 	return nil, true
 }
 
