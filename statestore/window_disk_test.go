@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -75,9 +76,17 @@ func TestWindowStoreDiskBounded(t *testing.T) {
 		}
 		require.NoError(t, seg.Write(batch, int64(r)))
 		if r > 0 && (r%250 == 0 || r == rounds-1) {
+			// Badger's compactors run behind the writes, further behind
+			// on a busy machine: a sample over the bound is taken again
+			// until they catch up. A store keeping history never would.
 			u := diskUsage(t, dir)
 			t.Logf("round %d: written %d MiB, disk %d KiB", r, written>>20, u>>10)
-			require.Less(t, u, int64(20<<20), "round %d: disk use grows with history", r)
+			deadline := time.Now().Add(30 * time.Second)
+			for u >= 20<<20 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+				u = diskUsage(t, dir)
+			}
+			require.Less(t, u, int64(20<<20), "round %d: disk use grows with history (%d KiB after compactions had 30 s)", r, u>>10)
 		}
 	}
 	require.Greater(t, written, int64(38<<20))
