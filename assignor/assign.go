@@ -1330,8 +1330,19 @@ func (r *run) settleReplicas() {
 	r.warmups = want[:min(len(want), r.cfg.MaxWarmups)]
 }
 
-// assignStatelessActives balances stateless tasks so that total actives are
-// balanced given the stateful actives as they run this round.
+// assignStatelessActives places stateless tasks so that the total active
+// load is balanced given the stateful actives as they run this round.
+//
+// While a migration runs (some stateful active waits on a warmup), a
+// client's stateless tasks stay as long as its load is within
+// migrationSlack tasks per thread of the balanced range, and those that
+// must move go where the final placement (balanced against the target's
+// stateful loads) wants them, so that a task moves to its final owner
+// once. The exception is a client short of load while its stateful actives
+// warm up (a joining one): it takes stateless tasks now that it gives up as
+// its actives arrive, so they move twice. Once nothing waits on a warmup the
+// current loads are the target's and the placement is balanced without
+// slack.
 func (r *run) assignStatelessActives() {
 	nc := len(r.ids)
 	if nc == 0 {
@@ -1340,16 +1351,52 @@ func (r *run) assignStatelessActives() {
 	}
 	total := len(r.sf) + len(r.sl)
 	lo, hi := bounds(total, r.caps, total)
-	sp := spreader{
-		caps: r.caps, lo: lo, hi: hi,
-		keepRank: func(i int) int { return r.offRack(r.slRacks[i], r.slPrev[i]) },
-		affinity: func(i, c int) int { return r.offRack(r.slRacks[i], c) },
-		group:    r.slGroup,
-		groups:   r.groups,
-		pref:     func(i, c int) uint64 { return rendezvous(r.sl[i], r.hash[c]) },
+	spreaderWith := func(lo, hi []int, keepRank func(int) int, affinity func(int, int) int) spreader {
+		return spreader{
+			caps: r.caps, lo: lo, hi: hi,
+			keepRank: keepRank,
+			affinity: affinity,
+			group:    r.slGroup,
+			groups:   r.groups,
+			pref:     func(i, c int) uint64 { return rendezvous(r.sl[i], r.hash[c]) },
+		}
 	}
+	sp := spreaderWith(lo, hi,
+		func(i int) int { return r.offRack(r.slRacks[i], r.slPrev[i]) },
+		func(i, c int) int { return r.offRack(r.slRacks[i], c) })
+	if !r.followup {
+		r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
+		return
+	}
+	final, _ := sp.spread(r.slPrev, r.targetLoad)
+	for c := range lo {
+		lo[c] = max(0, lo[c]-migrationSlack*r.caps[c])
+		hi[c] += migrationSlack * r.caps[c]
+	}
+	sp = spreaderWith(lo, hi,
+		func(i int) int {
+			// Tasks the final placement moves anyway go first.
+			rank := r.offRack(r.slRacks[i], r.slPrev[i])
+			if final[i] != r.slPrev[i] {
+				rank += 2
+			}
+			return rank
+		},
+		func(i, c int) int {
+			aff := r.offRack(r.slRacks[i], c)
+			if c != final[i] {
+				aff += 2
+			}
+			return aff
+		})
 	r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
 }
+
+// migrationSlack is how many tasks per thread a client's active load may
+// stray outside its balanced range while a migration runs before its
+// stateless tasks move: each such move would likely be undone as the
+// stateful actives arrive.
+const migrationSlack = 1
 
 func (r *run) output() Output {
 	out := Output{
