@@ -516,15 +516,16 @@ func (s *sim) checkRestoration(in Input, out Output) error {
 }
 
 // checkSubTopologies checks that a new group, where no placement moves state,
-// spreads each sub-topology: no client holds more than two actives of it
-// above its share by capacity, rounded up.
+// spreads each sub-topology: no client holds more than one active of it
+// above its share by capacity, rounded up (in 20,000 new groups of this
+// generator 23 had one, none more).
 func (s *sim) checkSubTopologies(out Output) error {
 	in := s.input()
 	ex := subTopologyExcess(in, out)
 	if s.racks == 0 {
 		s.st.maxSubExcessNew = max(s.st.maxSubExcessNew, ex)
 	}
-	if ex > 2 {
+	if ex > 1 {
 		return fmt.Errorf("a client holds %d actives of one sub-topology above its share rounded up", ex)
 	}
 	return nil

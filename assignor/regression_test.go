@@ -341,6 +341,35 @@ func TestRegressionSubTopologySpread(t *testing.T) {
 	}
 }
 
+// A new group spreads each sub-topology by capacity when capacities differ
+// and groups differ in size: no client holds more actives of a sub-topology
+// than its share of the capacity, rounded up. Filling clients by the first
+// partition of every sub-topology, then the second and so on, left the big
+// sub-topologies' last partitions to the clients with room left (a one-thread
+// client held two of four where its share is one; a one-thread client beside
+// stateful ones held three of nine).
+func TestRegressionSubTopologySpreadUnequalCapacities(t *testing.T) {
+	cases := []Input{{
+		Tasks:   taskMap(slices.Concat(tasks(0, 4), tasks(1, 2)), tasks(2, 3)),
+		Clients: map[string]ClientState{"a": {Capacity: 1}, "b": {Capacity: 3}},
+	}, {
+		Tasks: taskMap(tasks(3, 4), slices.Concat(tasks(0, 4), tasks(1, 9), tasks(2, 4), tasks(4, 3))),
+		Clients: map[string]ClientState{
+			"a": {Capacity: 2}, "b": {Capacity: 2}, "c": {Capacity: 1}, "d": {Capacity: 3}, "e": {Capacity: 1},
+		},
+	}, {
+		Tasks:   taskMap(slices.Concat(tasks(0, 4), tasks(1, 2)), nil),
+		Clients: map[string]ClientState{"a": {Capacity: 3}, "b": {Capacity: 2}, "c": {Capacity: 3}},
+	}}
+	for n, in := range cases {
+		cfg := DefaultConfig()
+		out := Assign(cfg, in)
+		require.NoError(t, validate(cfg, in, out), "case %d", n)
+		require.NoError(t, balancedByClient(in, out, true), "case %d", n)
+		require.Zero(t, subTopologyExcess(in, out), "case %d: %v", n, out.Clients)
+	}
+}
+
 // Two clients, one added, warmups one at a time: no task's owner changes
 // more than twice while the group converges.
 func TestRegressionNoFlapping(t *testing.T) {

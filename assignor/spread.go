@@ -210,6 +210,34 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		}
 	}
 
+	// over is how far above its share of item i's group bin b would be
+	// with i: the share is the group's size times the bin's part of the
+	// capacity, rounded up. Bins within their share are filled least
+	// loaded first, so each group spreads while the bins fill evenly.
+	var share []int // per bin and group
+	if s.group != nil {
+		size := make([]int, s.groups)
+		for _, g := range s.group {
+			size[g]++
+		}
+		sum := 0
+		for _, c := range s.caps {
+			sum += c
+		}
+		share = make([]int, nb*s.groups)
+		for b, c := range s.caps {
+			for g, m := range size {
+				share[b*s.groups+g] = (m*c + sum - 1) / sum
+			}
+		}
+	}
+	over := func(i, b int) int {
+		if share == nil {
+			return 0
+		}
+		return max(0, gl(i, b)+1-share[b*s.groups+s.group[i]])
+	}
+
 	// Place the rest: first every item that has a bin of the best affinity
 	// with room, then the others wherever is best. Doing the first kind
 	// first keeps the others from filling the bins they need.
@@ -226,11 +254,15 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 					if a > bestAff {
 						continue
 					}
-				} else if c := cmpRatio(gl(i, b)+1, s.caps[b], gl(i, best)+1, s.caps[best]); c != 0 {
+				} else if x, y := over(i, b), over(i, best); x != y {
+					if x > y {
+						continue
+					}
+				} else if c := cmpRatio(load[b]+1, s.caps[b], load[best]+1, s.caps[best]); c != 0 {
 					if c > 0 {
 						continue
 					}
-				} else if cmpRatio(load[b]+1, s.caps[b], load[best]+1, s.caps[best]) >= 0 {
+				} else if cmpRatio(gl(i, b)+1, s.caps[b], gl(i, best)+1, s.caps[best]) >= 0 {
 					continue
 				}
 			}
@@ -345,7 +377,57 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		take(pick)
 		put(pick, low)
 	}
+	if share != nil {
+		s.swapGroups(prev, owner, gload, share, aff)
+	}
 	return owner, load
+}
+
+// swapGroups lowers the groups' excess over their shares by swapping the
+// bins of two items that move in this spread anyway (new, or not on their
+// previous bin), of different groups, where each is as good on the other's
+// bin: the loads stay, no item moves that would have stayed, and each
+// swap takes one group of one bin back within its share without taking any
+// other above it.
+func (s *spreader) swapGroups(prev, owner []int, gload []int32, share []int, aff func(i, b int) int) {
+	nb, ng := len(s.caps), s.groups
+	movers := make([][]int, nb) // per bin, items that move to it
+	for i, b := range owner {
+		if b >= 0 && prev[i] != b {
+			movers[b] = append(movers[b], i)
+		}
+	}
+	at := func(b, g int) int { return b*ng + g }
+	overAt := func(b, g int) bool { return int(gload[at(b, g)]) > share[at(b, g)] }
+	roomAt := func(b, g int) bool { return int(gload[at(b, g)]) < share[at(b, g)] }
+	for b := range nb {
+		for x := 0; x < len(movers[b]); x++ {
+			i := movers[b][x]
+			g := s.group[i]
+			if !overAt(b, g) {
+				continue
+			}
+		search:
+			for b2 := range nb {
+				if b2 == b || !roomAt(b2, g) || aff(i, b2) != aff(i, b) {
+					continue
+				}
+				for y, j := range movers[b2] {
+					h := s.group[j]
+					if h == g || !roomAt(b, h) || aff(j, b) != aff(j, b2) {
+						continue
+					}
+					owner[i], owner[j] = b2, b
+					gload[at(b, g)]--
+					gload[at(b2, g)]++
+					gload[at(b2, h)]--
+					gload[at(b, h)]++
+					movers[b][x], movers[b2][y] = j, i
+					break search
+				}
+			}
+		}
+	}
 }
 
 // interleave returns the items 0..n-1 in the order in which they should
@@ -366,7 +448,12 @@ func interleave(n int, group []int) []int {
 		nth[i] = seen[group[i]]
 		seen[group[i]]++
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return nth[a] - nth[b] })
+	// Item nth of a group of m sits at (2·nth+1)/(2m) of the way through
+	// the order, so every part of the order mixes the groups in
+	// proportion to their sizes.
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmpRatio(2*nth[a]+1, 2*seen[group[a]], 2*nth[b]+1, 2*seen[group[b]])
+	})
 	return order
 }
 
