@@ -1,6 +1,7 @@
 package assignor
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"maps"
@@ -612,9 +613,10 @@ func (r *run) assignStatefulActives() {
 			}
 			return 2*warmth + r.offRack(r.sfRacks[i], c)
 		},
-		group:  r.sfGroup,
-		groups: r.groups,
-		pref:   func(i, c int) uint64 { return rendezvous(r.sf[i], r.hash[c]) },
+		uniform: func(i int) bool { return len(r.state[i]) == 0 && len(r.sfRacks[i]) == 0 },
+		group:   r.sfGroup,
+		groups:  r.groups,
+		pref:    func(i, c int) uint64 { return rendezvous(r.sf[i], r.hash[c]) },
 	}
 	r.target, r.targetLoad = sp.spread(r.prevActive, make([]int, nc))
 
@@ -701,7 +703,7 @@ func (r *run) assignStandbys() {
 			}
 			return a - b
 		})
-		for len(r.holders[i]) < 1+r.k {
+		for len(cands) > 0 && len(r.holders[i]) < 1+r.k {
 			best := r.maxTagScore(i)
 			pick := -1
 			for _, c := range cands {
@@ -718,35 +720,53 @@ func (r *run) assignStandbys() {
 	}
 
 	// Fill pass: tag spread first, then room, then warm state, then the
-	// least loaded client.
+	// least loaded client. A client's tag score depends only on its tag
+	// values, so clients with the same values form a class, each kept in a
+	// heap by room and load: the best client for a standby is among the
+	// classes' best that do not hold the task yet and the clients with
+	// state for it, which spares scanning every client per standby.
+	better := func(i, c, pick int) bool {
+		if pick < 0 {
+			return true
+		}
+		if x, y := r.tagScore(i, c), r.tagScore(i, pick); x != y {
+			return x > y
+		}
+		if full, pfull := r.replicas[c] >= hi[c], r.replicas[pick] >= hi[pick]; full != pfull {
+			return !full
+		}
+		if x, y := r.stateRank(i, c), r.stateRank(i, pick); x != y {
+			return x < y
+		}
+		if x := cmpRatio(r.replicas[c]+1, r.caps[c], r.replicas[pick]+1, r.caps[pick]); x != 0 {
+			return x < 0
+		}
+		return c < pick
+	}
+	classes := r.tagClasses(hi)
+	var popped []int
 	for i := range r.sf {
 		for len(r.holders[i]) < 1+r.k {
-			pick, pickScore, pickRank := -1, 0, 0
-			for c := range nc {
-				if slices.Contains(r.holders[i], c) {
-					continue
+			pick := -1
+			for _, h := range classes.heaps {
+				popped = popped[:0]
+				for h.Len() > 0 && slices.Contains(r.holders[i], h.clients[0]) {
+					popped = append(popped, heap.Pop(h).(int))
 				}
-				score, rank := r.tagScore(i, c), r.stateRank(i, c)
-				if pick >= 0 {
-					if score != pickScore {
-						if score < pickScore {
-							continue
-						}
-					} else if full, pfull := r.replicas[c] >= hi[c], r.replicas[pick] >= hi[pick]; full != pfull {
-						if full {
-							continue
-						}
-					} else if rank != pickRank {
-						if rank > pickRank {
-							continue
-						}
-					} else if cmpRatio(r.replicas[c]+1, r.caps[c], r.replicas[pick]+1, r.caps[pick]) >= 0 {
-						continue
-					}
+				if h.Len() > 0 && better(i, h.clients[0], pick) {
+					pick = h.clients[0]
 				}
-				pick, pickScore, pickRank = c, score, rank
+				for _, c := range popped {
+					heap.Push(h, c)
+				}
+			}
+			for _, cl := range r.state[i] {
+				if !slices.Contains(r.holders[i], cl.client) && better(i, cl.client, pick) {
+					pick = cl.client
+				}
 			}
 			r.addStandby(i, pick)
+			classes.fix(pick)
 		}
 	}
 
@@ -760,6 +780,79 @@ func (r *run) assignStandbys() {
 	if len(r.cfg.RackAwareTags) > 1 {
 		r.respread(lo, hi)
 	}
+}
+
+// tagClasses groups clients by their tag values, each group in a heap that
+// puts first the client with the most room below hi and then the least
+// loaded for its capacity, lowest index on ties.
+func (r *run) tagClasses(hi []int) *classHeaps {
+	ch := &classHeaps{of: make([]*clientHeap, len(r.ids))}
+	pos := make([]int, len(r.ids)) // each client is in one heap
+	byTags := map[string]*clientHeap{}
+	var key []byte
+	for c := range r.ids {
+		key = key[:0]
+		for _, v := range r.tags[c] {
+			key = fmt.Appendf(key, "%d,", v)
+		}
+		h, ok := byTags[string(key)]
+		if !ok {
+			h = &clientHeap{r: r, hi: hi, pos: pos}
+			byTags[string(key)] = h
+			ch.heaps = append(ch.heaps, h)
+		}
+		h.clients = append(h.clients, c)
+		ch.of[c] = h
+	}
+	for _, h := range ch.heaps {
+		for x, c := range h.clients {
+			h.pos[c] = x
+		}
+		heap.Init(h)
+	}
+	return ch
+}
+
+// classHeaps are the clients grouped by tag values, in order of each
+// group's lowest client.
+type classHeaps struct {
+	heaps []*clientHeap
+	of    []*clientHeap // per client
+}
+
+// fix restores client c's heap after its load changed.
+func (ch *classHeaps) fix(c int) { heap.Fix(ch.of[c], ch.of[c].pos[c]) }
+
+type clientHeap struct {
+	r       *run
+	hi      []int
+	clients []int
+	pos     []int
+}
+
+func (h *clientHeap) Len() int { return len(h.clients) }
+func (h *clientHeap) Less(x, y int) bool {
+	a, b, r := h.clients[x], h.clients[y], h.r
+	if fa, fb := r.replicas[a] >= h.hi[a], r.replicas[b] >= h.hi[b]; fa != fb {
+		return !fa
+	}
+	if c := cmpRatio(r.replicas[a]+1, r.caps[a], r.replicas[b]+1, r.caps[b]); c != 0 {
+		return c < 0
+	}
+	return a < b
+}
+func (h *clientHeap) Swap(x, y int) {
+	h.clients[x], h.clients[y] = h.clients[y], h.clients[x]
+	h.pos[h.clients[x]], h.pos[h.clients[y]] = x, y
+}
+func (h *clientHeap) Push(v any) {
+	h.pos[v.(int)] = len(h.clients)
+	h.clients = append(h.clients, v.(int))
+}
+func (h *clientHeap) Pop() any {
+	c := h.clients[len(h.clients)-1]
+	h.clients = h.clients[:len(h.clients)-1]
+	return c
 }
 
 // respread re-places whole standby sets where moving one standby at a time
@@ -1364,11 +1457,13 @@ func (r *run) assignStatelessActives() {
 	sp := spreaderWith(lo, hi,
 		func(i int) int { return r.offRack(r.slRacks[i], r.slPrev[i]) },
 		func(i, c int) int { return r.offRack(r.slRacks[i], c) })
+	sp.uniform = func(i int) bool { return len(r.slRacks[i]) == 0 }
 	if !r.followup {
 		r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
 		return
 	}
 	final, _ := sp.spread(r.slPrev, r.targetLoad)
+	sp.uniform = nil
 	for c := range lo {
 		lo[c] = max(0, lo[c]-migrationSlack*r.caps[c])
 		hi[c] += migrationSlack * r.caps[c]

@@ -103,6 +103,9 @@ type spreader struct {
 	// affinity ranks bins for an item, lower is better, 0 best; it
 	// outweighs load within the limits. Nil treats all bins alike.
 	affinity func(item, bin int) int
+	// uniform, if set, reports items whose affinity is the same for every
+	// bin, which spares asking for each bin.
+	uniform func(item int) bool
 	// group gives each item's group (its sub-topology), of groups in all;
 	// nil for none. Among bins of equal affinity an item goes to the one
 	// with the fewest items of its group for its capacity, and a bin
@@ -243,8 +246,18 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 	// first keeps the others from filling the bins they need.
 	place := func(i int, onlyBest bool) {
 		best, bestAff := -1, 0
+		same, sameAff := s.uniform != nil && s.uniform(i), 0
+		if same {
+			sameAff = aff(i, 0)
+			if onlyBest && sameAff != 0 {
+				return
+			}
+		}
 		for b := range nb {
-			a := aff(i, b)
+			a := sameAff
+			if !same {
+				a = aff(i, b)
+			}
 			if best >= 0 {
 				if full, bfull := load[b] >= s.hi[b], load[best] >= s.hi[best]; full != bfull {
 					if full {
