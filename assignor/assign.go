@@ -297,6 +297,8 @@ type run struct {
 	tags    [][]int  // per client, per rack key: interned value
 	rack    []string // per client: its ActiveRackTag value, or ""
 	hash    []uint64 // per client: hash of its ID
+	class   []int    // per client: its tag class, the same for the same tag values
+	classes int
 	sf      []task.ID
 	sl      []task.ID
 	sfIndex map[task.ID]int
@@ -377,6 +379,22 @@ func newRun(cfg Config, in Input) *run {
 	if len(r.ids) > 0 {
 		r.k = min(cfg.NumStandbys, len(r.ids)-1)
 	}
+	r.class = make([]int, len(r.ids))
+	classOf := map[string]int{}
+	var key []byte
+	for c := range r.ids {
+		key = key[:0]
+		for _, v := range r.tags[c] {
+			key = fmt.Appendf(key, "%d,", v)
+		}
+		k, ok := classOf[string(key)]
+		if !ok {
+			k = len(classOf)
+			classOf[string(key)] = k
+		}
+		r.class[c] = k
+	}
+	r.classes = len(classOf)
 
 	for id, ti := range in.Tasks {
 		if ti.Stateful {
@@ -788,17 +806,12 @@ func (r *run) assignStandbys() {
 func (r *run) tagClasses(hi []int) *classHeaps {
 	ch := &classHeaps{of: make([]*clientHeap, len(r.ids))}
 	pos := make([]int, len(r.ids)) // each client is in one heap
-	byTags := map[string]*clientHeap{}
-	var key []byte
+	byClass := make([]*clientHeap, r.classes)
 	for c := range r.ids {
-		key = key[:0]
-		for _, v := range r.tags[c] {
-			key = fmt.Appendf(key, "%d,", v)
-		}
-		h, ok := byTags[string(key)]
-		if !ok {
+		h := byClass[r.class[c]]
+		if h == nil {
 			h = &clientHeap{r: r, hi: hi, pos: pos}
-			byTags[string(key)] = h
+			byClass[r.class[c]] = h
 			ch.heaps = append(ch.heaps, h)
 		}
 		h.clients = append(h.clients, c)
@@ -1233,9 +1246,12 @@ func (r *run) maxTagScore(i int) int {
 // colocating replicas or reducing the number of distinct values of any rack
 // key among the task's replicas.
 func (r *run) canMove(i, x, y int) bool {
-	if slices.Contains(r.holders[i], y) {
-		return false
-	}
+	return !slices.Contains(r.holders[i], y) && r.tagsAllowMove(i, x, y)
+}
+
+// tagsAllowMove is canMove without the check that y holds no replica of
+// task i yet.
+func (r *run) tagsAllowMove(i, x, y int) bool {
 	for j := range r.cfg.RackAwareTags {
 		vx, vy := r.tags[x][j], r.tags[y][j]
 		if vx == vy {
@@ -1285,14 +1301,29 @@ func (r *run) augment(source, sink func(int) bool) bool {
 	if len(queue) == 0 || !anySink {
 		return false
 	}
+	// Whether tags allow a move to y depends only on y's tag class, so each
+	// client's movable tasks are listed once per class.
+	movable := make([][]int, r.classes)
+	listed := make([]bool, r.classes)
 	for head := 0; head < len(queue); head++ {
 		x := queue[head]
+		clear(listed)
 		for y := range nc {
 			if parent[y] >= 0 {
 				continue
 			}
-			for _, i := range r.standbys[x] {
-				if !r.canMove(i, x, y) {
+			k := r.class[y]
+			if !listed[k] {
+				movable[k] = movable[k][:0]
+				for _, i := range r.standbys[x] {
+					if r.tagsAllowMove(i, x, y) {
+						movable[k] = append(movable[k], i)
+					}
+				}
+				listed[k] = true
+			}
+			for _, i := range movable[k] {
+				if slices.Contains(r.holders[i], y) {
 					continue
 				}
 				parent[y], via[y] = x, i

@@ -137,7 +137,7 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		}
 		return s.affinity(i, b)
 	}
-	var gload []int32 // per bin and group
+	var gload []int32 // per group and bin
 	if s.group != nil {
 		gload = make([]int32, nb*s.groups)
 	}
@@ -151,14 +151,14 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		if gload == nil {
 			return 0
 		}
-		return int(gload[b*s.groups+s.group[i]])
+		return int(gload[s.group[i]*nb+b])
 	}
 	put := func(i, b int) {
 		owner[i] = b
 		load[b]++
 		count[b]++
 		if gload != nil {
-			gload[b*s.groups+s.group[i]]++
+			gload[s.group[i]*nb+b]++
 		}
 	}
 	take := func(i int) {
@@ -167,7 +167,7 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		load[b]--
 		count[b]--
 		if gload != nil {
-			gload[b*s.groups+s.group[i]]--
+			gload[s.group[i]*nb+b]--
 		}
 	}
 
@@ -213,11 +213,11 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		}
 	}
 
-	// over is how far above its share of item i's group bin b would be
-	// with i: the share is the group's size times the bin's part of the
-	// capacity, rounded up. Bins within their share are filled least
-	// loaded first, so each group spreads while the bins fill evenly.
-	var share []int // per bin and group
+	// A bin's share of a group is the group's size times the bin's part of
+	// the capacity, rounded up. An item goes to a bin within its group's
+	// share before one above it, and among those to the least loaded, so
+	// each group spreads while the bins fill evenly.
+	var share func(b, g int) int // nil without groups
 	if s.group != nil {
 		size := make([]int, s.groups)
 		for _, g := range s.group {
@@ -227,25 +227,13 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		for _, c := range s.caps {
 			sum += c
 		}
-		share = make([]int, nb*s.groups)
-		for b, c := range s.caps {
-			for g, m := range size {
-				share[b*s.groups+g] = (m*c + sum - 1) / sum
-			}
-		}
-	}
-	over := func(i, b int) int {
-		if share == nil {
-			return 0
-		}
-		return max(0, gl(i, b)+1-share[b*s.groups+s.group[i]])
+		share = func(b, g int) int { return (size[g]*s.caps[b] + sum - 1) / sum }
 	}
 
 	// Place the rest: first every item that has a bin of the best affinity
 	// with room, then the others wherever is best. Doing the first kind
 	// first keeps the others from filling the bins they need.
 	place := func(i int, onlyBest bool) {
-		best, bestAff := -1, 0
 		same, sameAff := s.uniform != nil && s.uniform(i), 0
 		if same {
 			sameAff = aff(i, 0)
@@ -253,13 +241,26 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 				return
 			}
 		}
+		// The best bin so far and what ranks it, kept to compare each bin
+		// against without asking for the best's again.
+		best, bestFull, bestAff, bestOver, bestLoad, bestGL := -1, false, 0, 0, 0, 0
+		g := -1
+		if s.group != nil {
+			g = s.group[i]
+		}
 		for b := range nb {
 			a := sameAff
 			if !same {
 				a = aff(i, b)
 			}
+			full := load[b] >= s.hi[b]
+			gn, ov := 0, 0
+			if g >= 0 {
+				gn = int(gload[g*nb+b])
+				ov = max(0, gn+1-share(b, g))
+			}
 			if best >= 0 {
-				if full, bfull := load[b] >= s.hi[b], load[best] >= s.hi[best]; full != bfull {
+				if full != bestFull {
 					if full {
 						continue
 					}
@@ -267,21 +268,21 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 					if a > bestAff {
 						continue
 					}
-				} else if x, y := over(i, b), over(i, best); x != y {
-					if x > y {
+				} else if ov != bestOver {
+					if ov > bestOver {
 						continue
 					}
-				} else if c := cmpRatio(load[b]+1, s.caps[b], load[best]+1, s.caps[best]); c != 0 {
+				} else if c := cmpRatio(load[b]+1, s.caps[b], bestLoad+1, s.caps[best]); c != 0 {
 					if c > 0 {
 						continue
 					}
-				} else if cmpRatio(gl(i, b)+1, s.caps[b], gl(i, best)+1, s.caps[best]) >= 0 {
+				} else if cmpRatio(gn+1, s.caps[b], bestGL+1, s.caps[best]) >= 0 {
 					continue
 				}
 			}
-			best, bestAff = b, a
+			best, bestFull, bestAff, bestOver, bestLoad, bestGL = b, full, a, ov, load[b], gn
 		}
-		if onlyBest && (bestAff != 0 || load[best] >= s.hi[best]) {
+		if onlyBest && (bestAff != 0 || bestFull) {
 			return
 		}
 		put(i, best)
@@ -402,17 +403,17 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 // bin: the loads stay, no item moves that would have stayed, and each
 // swap takes one group of one bin back within its share without taking any
 // other above it.
-func (s *spreader) swapGroups(prev, owner []int, gload []int32, share []int, aff func(i, b int) int) {
-	nb, ng := len(s.caps), s.groups
+func (s *spreader) swapGroups(prev, owner []int, gload []int32, share func(b, g int) int, aff func(i, b int) int) {
+	nb := len(s.caps)
 	movers := make([][]int, nb) // per bin, items that move to it
 	for i, b := range owner {
 		if b >= 0 && prev[i] != b {
 			movers[b] = append(movers[b], i)
 		}
 	}
-	at := func(b, g int) int { return b*ng + g }
-	overAt := func(b, g int) bool { return int(gload[at(b, g)]) > share[at(b, g)] }
-	roomAt := func(b, g int) bool { return int(gload[at(b, g)]) < share[at(b, g)] }
+	at := func(b, g int) int { return g*nb + b }
+	overAt := func(b, g int) bool { return int(gload[at(b, g)]) > share(b, g) }
+	roomAt := func(b, g int) bool { return int(gload[at(b, g)]) < share(b, g) }
 	for b := range nb {
 		for x := 0; x < len(movers[b]); x++ {
 			i := movers[b][x]
