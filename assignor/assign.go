@@ -232,14 +232,24 @@ type Output struct {
 //     another holds two tasks more than its share (clients that hold every
 //     stateful task aside for replicas);
 //   - stateless tasks balance the total active load as it is this round,
-//     not as the target will have it once warmups finish;
+//     not as the target will have it once warmups finish. While a
+//     migration runs, a client keeps its stateless tasks until its load is
+//     more than one task per thread outside its balanced range, and those
+//     that move go where the final placement wants them, so a stateless
+//     task moves once per event unless it went to a client short of load
+//     while that client's stateful actives warmed up; then it moves again
+//     as they arrive;
 //   - assignments are sticky: previous owners keep what balance allows, and
 //     a client over its share gives up first the tasks that have other warm
 //     homes, that are off their input leaders' rack (ActiveRackTag), and
 //     of whose sub-topology it holds the most;
-//   - tasks that must be placed anyway go, among equally good clients, to
-//     one on their input leaders' rack and holding the fewest tasks of their
-//     sub-topology for its capacity, which spreads each sub-topology.
+//   - tasks that must be placed anyway go, among equally good clients (as
+//     warm, as near their input leaders' rack), first to one still within
+//     its share of their sub-topology (the sub-topology's size times the
+//     client's part of the capacity, rounded up), then to the least loaded;
+//     two such tasks swap clients where that takes a sub-topology back
+//     within a client's share, which spreads each sub-topology at no extra
+//     movement.
 func Assign(cfg Config, in Input) Output {
 	r := newRun(cfg.normalized(), in)
 	r.assignStatefulActives()

@@ -31,10 +31,13 @@ import (
 // replicas that have nowhere warm to go. Each round restores at most
 // MaxWarmups plus the sum of the shortfalls. Converged assignments must be
 // balanced per client by capacity (a level λ with λ·cap ≤ n ≤ λ·cap+1 for
-// every client), each sub-topology must be spread in the first round of a
-// new group, and while the group converges after one event no stateful
-// task's active may change owner more than moveLimit times, no stateless
-// task more than statelessMoveLimit times.
+// every client), every round's active load must be within one task per
+// thread of that balance for clients holding stateless tasks
+// (checkMigrationBalance), each sub-topology must be spread in the first
+// round of a new group (at most one active above a client's share), and
+// while the group converges after one event no stateful task's active may
+// change owner more than moveLimit times, no stateless task more than
+// statelessMoveLimit times.
 //
 // EDDY_ASSIGNOR_SEEDS sets the number of random clusters (default 300);
 // EDDY_ASSIGNOR_SIM_SEED replays one cluster and logs every round's loads
