@@ -31,10 +31,13 @@ import (
 // replicas that have nowhere warm to go. Each round restores at most
 // MaxWarmups plus the sum of the shortfalls. Converged assignments must be
 // balanced per client by capacity (a level λ with λ·cap ≤ n ≤ λ·cap+1 for
-// every client), each sub-topology must be spread in the first round of a
-// new group, and while the group converges after one event no stateful
-// task's active may change owner more than moveLimit times, no stateless
-// task more than statelessMoveLimit times.
+// every client), every round's active load must be within one task per
+// thread of that balance for clients holding stateless tasks
+// (checkMigrationBalance), each sub-topology must be spread in the first
+// round of a new group (at most one active above a client's share), and
+// while the group converges after one event no stateful task's active may
+// change owner more than moveLimit times, no stateless task more than
+// statelessMoveLimit times.
 //
 // EDDY_ASSIGNOR_SEEDS sets the number of random clusters (default 300);
 // EDDY_ASSIGNOR_SIM_SEED replays one cluster and logs every round's loads
@@ -55,6 +58,13 @@ func TestConvergence(t *testing.T) {
 		}
 	}
 	base, trace := uint64(time.Now().UnixNano()), false
+	if s := os.Getenv("EDDY_ASSIGNOR_SEED_BASE"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EDDY_ASSIGNOR_SEED_BASE: %v", err)
+		}
+		base = n
+	}
 	if s := os.Getenv("EDDY_ASSIGNOR_SIM_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -76,6 +86,7 @@ func TestConvergence(t *testing.T) {
 		iterations, st.rounds, st.maxRestore, float64(st.restore)/float64(max(st.rounds, 1)),
 		st.maxScratch, float64(st.scratch)/float64(max(st.rounds, 1)), st.maxExtra, st.maxMoves, st.maxStatelessMoves, st.maxSubExcess)
 	t.Logf("sub-topology excess: new groups max %d; converged, where the client received a task of it max %d stateful, %d stateless", st.maxSubExcessNew, st.maxSubExcessMoved, st.maxSubExcessMovedSL)
+	t.Logf("balance in every round: a client holding a stateless task at most %.2f tasks per thread above another, less one task", st.maxMigrationDev)
 	t.Logf("stateless tasks that moved once, twice, three times or more in an event: %v; back where they started: %d", st.statelessMoved[1:], st.statelessBack)
 }
 
@@ -91,6 +102,7 @@ type simStats struct {
 	maxSubExcessMoved        int // over sub-topologies a client received a task of
 	maxSubExcessNew          int // in new groups
 	maxSubExcessMovedSL      int
+	maxMigrationDev          float64 // (n_a-1)/cap_a - n_b/cap_b over clients a holding a stateless task
 	trace                    bool
 }
 
@@ -301,6 +313,9 @@ func (s *sim) converge() error {
 		if start == nil {
 			start = prev
 		}
+		if err := s.checkMigrationBalance(in, out); err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
 		for t, o := range owners(out) {
 			if p, ok := prev[t]; ok && p != o {
 				if s.trace {
@@ -343,7 +358,11 @@ func (s *sim) converge() error {
 		var errs []error
 		errs = append(errs, balanced(in, out, s.zones == 0))
 		errs = append(errs, balancedByClient(in, out, s.zones == 0))
-		s.st.maxSubExcess = max(s.st.maxSubExcess, subTopologyExcess(in, out))
+		ex := subTopologyExcess(in, out)
+		s.st.maxSubExcess = max(s.st.maxSubExcess, ex)
+		if ex > convergedSubExcessLimit {
+			errs = append(errs, fmt.Errorf("a client holds %d actives of one sub-topology above its share rounded up", ex))
+		}
 		type pair struct {
 			client string
 			sub    int
@@ -373,6 +392,39 @@ func (s *sim) converge() error {
 		s.log = append(s.log, fmt.Sprintf("  converged in %d rounds (limit %d)", round, limit))
 		return nil
 	}
+}
+
+// checkMigrationBalance checks the balance of every round, migrations
+// included: a client holding a stateless task is at most two tasks per
+// thread above any other client, (n_a-1)/cap_a - n_b/cap_b ≤ 2 (a
+// converged group has ≤ 0). Stateless tasks wait to move until a client is
+// more than migrationSlack tasks per thread outside its balanced range.
+func (s *sim) checkMigrationBalance(in Input, out Output) error {
+	type load struct{ n, cap, sl int }
+	var loads []load
+	names := slices.Sorted(maps.Keys(out.Clients))
+	for _, id := range names {
+		l := load{n: len(out.Clients[id].Active), cap: max(1, in.Clients[id].Capacity)}
+		for _, t := range out.Clients[id].Active {
+			if !s.tasks[t].Stateful {
+				l.sl++
+			}
+		}
+		loads = append(loads, l)
+	}
+	for x, a := range loads {
+		if a.sl == 0 {
+			continue
+		}
+		for y, b := range loads {
+			dev := float64(a.n-1)/float64(a.cap) - float64(b.n)/float64(b.cap)
+			s.st.maxMigrationDev = max(s.st.maxMigrationDev, dev)
+			if (a.n-1)*b.cap-b.n*a.cap > 2*migrationSlack*a.cap*b.cap {
+				return fmt.Errorf("%s holds %d actives (%d stateless) on %d threads, %s %d on %d", names[x], a.n, a.sl, a.cap, names[y], b.n, b.cap)
+			}
+		}
+	}
+	return nil
 }
 
 // checkSpread checks that each stateful task's replicas span as many zones as
@@ -471,15 +523,16 @@ func (s *sim) checkRestoration(in Input, out Output) error {
 }
 
 // checkSubTopologies checks that a new group, where no placement moves state,
-// spreads each sub-topology: no client holds more than two actives of it
-// above its share by capacity, rounded up.
+// spreads each sub-topology: no client holds more than one active of it
+// above its share by capacity, rounded up (in 20,000 new groups of this
+// generator 23 had one, none more).
 func (s *sim) checkSubTopologies(out Output) error {
 	in := s.input()
 	ex := subTopologyExcess(in, out)
 	if s.racks == 0 {
 		s.st.maxSubExcessNew = max(s.st.maxSubExcessNew, ex)
 	}
-	if ex > 2 {
+	if ex > 1 {
 		return fmt.Errorf("a client holds %d actives of one sub-topology above its share rounded up", ex)
 	}
 	return nil
@@ -523,14 +576,22 @@ func subTopologyExcessWhere(in Input, out Output, counts func(client string, sub
 // moveLimit bounds how often one stateful task's active may change owner
 // while the group converges after one event (nearly always once, from where
 // it runs to its target after a warmup), and statelessMoveLimit one
-// stateless task's. Stateless tasks balance the load as it is in each round,
-// so a client that joins takes stateless tasks at once and hands some on as
-// its stateful actives arrive: those move twice. The target itself can shift
-// a client's stateful count down and up again while it settles, and each
-// shift can move a stateless task once more: in 10,000 clusters about 0.1%
-// of the stateless tasks that moved did so three times; four was seen once
-// in about 40,000 clusters.
+// stateless task's. A stateless task moves once, to where the final
+// placement wants it, except one handed to a client that is short of load
+// while its stateful actives warm up (a joining client): that client gives
+// it up as its actives arrive. Moving each stateless task at most once
+// would leave such a client idle until its warmups finish, which is the
+// imbalance issue 16 reported. The final placement is recomputed each
+// round from where tasks run, so it can shift under a task that already
+// moved: in 10,000 clusters a handful of tasks moved three times.
 const (
 	moveLimit          = 2
-	statelessMoveLimit = 4
+	statelessMoveLimit = 3
 )
+
+// convergedSubExcessLimit bounds how many actives of one sub-topology a
+// converged client may hold above its share by capacity, rounded up.
+// Converged groups spread sub-topologies only where tasks move anyway, so
+// this is looser than a new group's one: five was the most seen before
+// placement spread them by share, four since, in 10,000 clusters.
+const convergedSubExcessLimit = 5

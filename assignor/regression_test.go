@@ -103,8 +103,11 @@ func TestRegressionSmallClientGetsShare(t *testing.T) {
 	require.False(t, out.FollowupRebalance)
 }
 
-// While warmups run, stateless tasks balance the load as it is: no client
-// runs 6 tasks while another runs 1.
+// While warmups run, stateless tasks balance the load as it is, within one
+// task per thread of the balanced range: no client runs 9 tasks while
+// another runs 3 (placing them by the target did), nor does one of them
+// move twice (balancing strictly each round did: a's three went to b at
+// once and some came back).
 func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
 	sf, sl := tasks(0, 6), tasks(1, 6)
 	cfg := cfgWith(func(c *Config) { c.MaxWarmups = 1 })
@@ -112,12 +115,27 @@ func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
 		"a": {Capacity: 1, PrevActive: slices.Concat(sf, sl[:3])},
 		"b": {Capacity: 1, PrevActive: sl[3:]},
 	}}
+	changes := map[task.ID]int{}
+	prev := map[task.ID]string{}
+	for _, tk := range slices.Concat(sf, sl[:3]) {
+		prev[tk] = "a"
+	}
+	for _, tk := range sl[3:] {
+		prev[tk] = "b"
+	}
 	for round := 0; ; round++ {
 		require.Less(t, round, 20)
 		out := Assign(cfg, in)
 		require.NoError(t, validate(cfg, in, out))
 		na, nb := len(out.Clients["a"].Active), len(out.Clients["b"].Active)
-		require.LessOrEqual(t, max(na, nb)-min(na, nb), 1, "round %d: %d actives against %d", round, na, nb)
+		require.LessOrEqual(t, max(na, nb)-min(na, nb), 2, "round %d: %d actives against %d", round, na, nb)
+		for tk, o := range owners(out) {
+			if prev[tk] != o {
+				changes[tk]++
+				require.LessOrEqual(t, changes[tk], 1, "round %d: %v moved again", round, tk)
+			}
+		}
+		prev = owners(out)
 		if !out.FollowupRebalance {
 			break
 		}
@@ -160,9 +178,8 @@ func TestRegressionStandbysOverTwoTagKeys(t *testing.T) {
 // tags, half zone × rack grids), a new group's replicas are within the
 // capacity limits of bounds whenever an exhaustive search finds a placement
 // that is, keeping Assign's actives and each task's spread on both keys.
-// Assign looks no further than two tasks' re-placements at once, so this
-// is not true of every cluster: in 3,000 clusters of this generator one
-// (trial 1947, nine clients, four tasks, one standby) needs longer chains.
+// Assign chains at most three tasks' re-placements, so this need not hold
+// for every cluster; it held in 12,000 clusters of this generator.
 func TestStandbysOverTwoTagKeysReachEvenSpread(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 16))
 	for trial := range 400 {
@@ -194,6 +211,23 @@ func TestStandbysOverTwoTagKeysReachEvenSpread(t *testing.T) {
 		}
 		require.False(t, evenSpreadExists(cfg, in, out), "trial %d: an even spread exists: clients %v, %v", trial, clients, out)
 	}
+}
+
+// A zone × rack grid of nine clients of one and two threads, four tasks, two
+// standbys: its even spread needs three tasks' standby sets re-placed
+// together, which two at a time did not find (trial 1947 of the generator
+// above, one in 3,000).
+func TestRegressionStandbysOverTwoTagKeysThreeTasksChain(t *testing.T) {
+	cfg := cfgWith(func(c *Config) { c.NumStandbys = 2; c.RackAwareTags = []string{"zone", "rack"} })
+	caps := map[string]int{"c00": 2, "c01": 1, "c02": 2, "c10": 2, "c11": 1, "c12": 1, "c20": 1, "c21": 2, "c22": 2}
+	clients := map[string]ClientState{}
+	for id, c := range caps {
+		clients[id] = ClientState{Capacity: c, Tags: map[string]string{"zone": id[1:2], "rack": id[2:3]}}
+	}
+	in := Input{Tasks: taskMap(tasks(0, 4), nil), Clients: clients}
+	out := Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	require.True(t, evenSpread(cfg, in, out), "%v", out.Clients)
 }
 
 // replicaBounds are the limits of bounds on each client's stateful replicas,
@@ -320,6 +354,35 @@ func TestRegressionSubTopologySpread(t *testing.T) {
 			per[tk.SubTopology]++
 		}
 		require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1, 3: 1, 4: 1}, per, id)
+	}
+}
+
+// A new group spreads each sub-topology by capacity when capacities differ
+// and groups differ in size: no client holds more actives of a sub-topology
+// than its share of the capacity, rounded up. Filling clients by the first
+// partition of every sub-topology, then the second and so on, left the big
+// sub-topologies' last partitions to the clients with room left (a one-thread
+// client held two of four where its share is one; a one-thread client beside
+// stateful ones held three of nine).
+func TestRegressionSubTopologySpreadUnequalCapacities(t *testing.T) {
+	cases := []Input{{
+		Tasks:   taskMap(slices.Concat(tasks(0, 4), tasks(1, 2)), tasks(2, 3)),
+		Clients: map[string]ClientState{"a": {Capacity: 1}, "b": {Capacity: 3}},
+	}, {
+		Tasks: taskMap(tasks(3, 4), slices.Concat(tasks(0, 4), tasks(1, 9), tasks(2, 4), tasks(4, 3))),
+		Clients: map[string]ClientState{
+			"a": {Capacity: 2}, "b": {Capacity: 2}, "c": {Capacity: 1}, "d": {Capacity: 3}, "e": {Capacity: 1},
+		},
+	}, {
+		Tasks:   taskMap(slices.Concat(tasks(0, 4), tasks(1, 2)), nil),
+		Clients: map[string]ClientState{"a": {Capacity: 3}, "b": {Capacity: 2}, "c": {Capacity: 3}},
+	}}
+	for n, in := range cases {
+		cfg := DefaultConfig()
+		out := Assign(cfg, in)
+		require.NoError(t, validate(cfg, in, out), "case %d", n)
+		require.NoError(t, balancedByClient(in, out, true), "case %d", n)
+		require.Zero(t, subTopologyExcess(in, out), "case %d: %v", n, out.Clients)
 	}
 }
 

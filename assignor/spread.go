@@ -103,6 +103,9 @@ type spreader struct {
 	// affinity ranks bins for an item, lower is better, 0 best; it
 	// outweighs load within the limits. Nil treats all bins alike.
 	affinity func(item, bin int) int
+	// uniform, if set, reports items whose affinity is the same for every
+	// bin, which spares asking for each bin.
+	uniform func(item int) bool
 	// group gives each item's group (its sub-topology), of groups in all;
 	// nil for none. Among bins of equal affinity an item goes to the one
 	// with the fewest items of its group for its capacity, and a bin
@@ -134,7 +137,7 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		}
 		return s.affinity(i, b)
 	}
-	var gload []int32 // per bin and group
+	var gload []int32 // per group and bin
 	if s.group != nil {
 		gload = make([]int32, nb*s.groups)
 	}
@@ -148,14 +151,14 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		if gload == nil {
 			return 0
 		}
-		return int(gload[b*s.groups+s.group[i]])
+		return int(gload[s.group[i]*nb+b])
 	}
 	put := func(i, b int) {
 		owner[i] = b
 		load[b]++
 		count[b]++
 		if gload != nil {
-			gload[b*s.groups+s.group[i]]++
+			gload[s.group[i]*nb+b]++
 		}
 	}
 	take := func(i int) {
@@ -164,7 +167,7 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		load[b]--
 		count[b]--
 		if gload != nil {
-			gload[b*s.groups+s.group[i]]--
+			gload[s.group[i]*nb+b]--
 		}
 	}
 
@@ -210,15 +213,54 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		}
 	}
 
+	// A bin's share of a group is the group's size times the bin's part of
+	// the capacity, rounded up. An item goes to a bin within its group's
+	// share before one above it, and among those to the least loaded, so
+	// each group spreads while the bins fill evenly.
+	var share func(b, g int) int // nil without groups
+	if s.group != nil {
+		size := make([]int, s.groups)
+		for _, g := range s.group {
+			size[g]++
+		}
+		sum := 0
+		for _, c := range s.caps {
+			sum += c
+		}
+		share = func(b, g int) int { return (size[g]*s.caps[b] + sum - 1) / sum }
+	}
+
 	// Place the rest: first every item that has a bin of the best affinity
 	// with room, then the others wherever is best. Doing the first kind
 	// first keeps the others from filling the bins they need.
 	place := func(i int, onlyBest bool) {
-		best, bestAff := -1, 0
+		same, sameAff := s.uniform != nil && s.uniform(i), 0
+		if same {
+			sameAff = aff(i, 0)
+			if onlyBest && sameAff != 0 {
+				return
+			}
+		}
+		// The best bin so far and what ranks it, kept to compare each bin
+		// against without asking for the best's again.
+		best, bestFull, bestAff, bestOver, bestLoad, bestGL := -1, false, 0, 0, 0, 0
+		g := -1
+		if s.group != nil {
+			g = s.group[i]
+		}
 		for b := range nb {
-			a := aff(i, b)
+			a := sameAff
+			if !same {
+				a = aff(i, b)
+			}
+			full := load[b] >= s.hi[b]
+			gn, ov := 0, 0
+			if g >= 0 {
+				gn = int(gload[g*nb+b])
+				ov = max(0, gn+1-share(b, g))
+			}
 			if best >= 0 {
-				if full, bfull := load[b] >= s.hi[b], load[best] >= s.hi[best]; full != bfull {
+				if full != bestFull {
 					if full {
 						continue
 					}
@@ -226,17 +268,21 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 					if a > bestAff {
 						continue
 					}
-				} else if c := cmpRatio(gl(i, b)+1, s.caps[b], gl(i, best)+1, s.caps[best]); c != 0 {
+				} else if ov != bestOver {
+					if ov > bestOver {
+						continue
+					}
+				} else if c := cmpRatio(load[b]+1, s.caps[b], bestLoad+1, s.caps[best]); c != 0 {
 					if c > 0 {
 						continue
 					}
-				} else if cmpRatio(load[b]+1, s.caps[b], load[best]+1, s.caps[best]) >= 0 {
+				} else if cmpRatio(gn+1, s.caps[b], bestGL+1, s.caps[best]) >= 0 {
 					continue
 				}
 			}
-			best, bestAff = b, a
+			best, bestFull, bestAff, bestOver, bestLoad, bestGL = b, full, a, ov, load[b], gn
 		}
-		if onlyBest && (bestAff != 0 || load[best] >= s.hi[best]) {
+		if onlyBest && (bestAff != 0 || bestFull) {
 			return
 		}
 		put(i, best)
@@ -345,7 +391,57 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 		take(pick)
 		put(pick, low)
 	}
+	if share != nil {
+		s.swapGroups(prev, owner, gload, share, aff)
+	}
 	return owner, load
+}
+
+// swapGroups lowers the groups' excess over their shares by swapping the
+// bins of two items that move in this spread anyway (new, or not on their
+// previous bin), of different groups, where each is as good on the other's
+// bin: the loads stay, no item moves that would have stayed, and each
+// swap takes one group of one bin back within its share without taking any
+// other above it.
+func (s *spreader) swapGroups(prev, owner []int, gload []int32, share func(b, g int) int, aff func(i, b int) int) {
+	nb := len(s.caps)
+	movers := make([][]int, nb) // per bin, items that move to it
+	for i, b := range owner {
+		if b >= 0 && prev[i] != b {
+			movers[b] = append(movers[b], i)
+		}
+	}
+	at := func(b, g int) int { return g*nb + b }
+	overAt := func(b, g int) bool { return int(gload[at(b, g)]) > share(b, g) }
+	roomAt := func(b, g int) bool { return int(gload[at(b, g)]) < share(b, g) }
+	for b := range nb {
+		for x := 0; x < len(movers[b]); x++ {
+			i := movers[b][x]
+			g := s.group[i]
+			if !overAt(b, g) {
+				continue
+			}
+		search:
+			for b2 := range nb {
+				if b2 == b || !roomAt(b2, g) || aff(i, b2) != aff(i, b) {
+					continue
+				}
+				for y, j := range movers[b2] {
+					h := s.group[j]
+					if h == g || !roomAt(b, h) || aff(j, b) != aff(j, b2) {
+						continue
+					}
+					owner[i], owner[j] = b2, b
+					gload[at(b, g)]--
+					gload[at(b2, g)]++
+					gload[at(b2, h)]--
+					gload[at(b, h)]++
+					movers[b][x], movers[b2][y] = j, i
+					break search
+				}
+			}
+		}
+	}
 }
 
 // interleave returns the items 0..n-1 in the order in which they should
@@ -366,7 +462,12 @@ func interleave(n int, group []int) []int {
 		nth[i] = seen[group[i]]
 		seen[group[i]]++
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return nth[a] - nth[b] })
+	// Item nth of a group of m sits at (2·nth+1)/(2m) of the way through
+	// the order, so every part of the order mixes the groups in
+	// proportion to their sizes.
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmpRatio(2*nth[a]+1, 2*seen[group[a]], 2*nth[b]+1, 2*seen[group[b]])
+	})
 	return order
 }
 
