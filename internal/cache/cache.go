@@ -122,16 +122,39 @@ type Store struct {
 	sorted []statestore.Entry
 	// hint is the size of the dirty set a commit released entries and
 	// index for, so the next round makes them at that size at once.
-	hint  int
-	puts  int64 // dirty entries that are puts
-	dels  int64 // dirty entries that are tombstones
-	bytes int64 // bytes charged to budget
+	hint int
+	// retain is set by NewRetaining; committed and committedIndex then
+	// hold the entries of the last Commit, which the inner store holds
+	// too, laid out like entries and index (a nil Value: the key is
+	// absent). Their slots become the next commit's dirty set's.
+	retain         bool
+	committed      []statestore.Entry
+	committedIndex map[string]int
+	puts           int64 // dirty entries that are puts
+	dels           int64 // dirty entries that are tombstones
+	bytes          int64 // bytes charged to budget
 }
 
 // New returns an empty cache in front of inner, charging the
 // given budget (nil means unbounded).
 func New(inner statestore.Store, budget *Budget) *Store {
 	return &Store{inner: inner, budget: budget, index: make(map[string]int)}
+}
+
+// NewRetaining returns a cache like New's that also keeps the entries of
+// its last commit readable from memory until the next one. A hot key is
+// then read from the inner store at most once, not once per commit: in a
+// count, every key updated in a commit interval would otherwise cost an
+// inner Get (a badger lookup) in the next. That is only right for an inner
+// store that holds exactly what Commit writes to it and is written by
+// nothing else while the cache lives: a task's key-value stores, not a
+// SegmentedStore (it drops expired windows itself). The retained entries
+// are at most one commit's dirty set, so the Budget bounds them too,
+// though it does not count them.
+func NewRetaining(inner statestore.Store, budget *Budget) *Store {
+	c := New(inner, budget)
+	c.retain = true
+	return c
 }
 
 // Inner returns the store behind the cache.
@@ -150,6 +173,14 @@ func (c *Store) Get(key []byte) ([]byte, bool, error) {
 		// A copy: the dirty value may already be on its way to the
 		// changelog, and a caller that scribbles on it must not change
 		// what is sent.
+		return cloneBytes(v), true, nil
+	}
+	if i, ok := c.committedIndex[string(key)]; ok {
+		v := c.committed[i].Value
+		c.mu.RUnlock()
+		if v == nil {
+			return nil, false, nil
+		}
 		return cloneBytes(v), true, nil
 	}
 	c.mu.RUnlock()
@@ -211,6 +242,9 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 	)
 	if dirty {
 		old = c.entries[i].Value
+		found = old != nil
+	} else if j, ok := c.committedIndex[string(key)]; ok {
+		old = c.committed[j].Value
 		found = old != nil
 	} else if old, found, err = c.inner.Get(key); err != nil {
 		return err
@@ -382,7 +416,11 @@ func (c *Store) Commit(position int64) error {
 		return err
 	}
 	c.mu.Lock()
-	c.clearLocked()
+	if c.retain {
+		c.retainLocked()
+	} else {
+		c.clearLocked()
+	}
 	c.mu.Unlock()
 	return nil
 }
@@ -402,6 +440,25 @@ func (c *Store) Discard() {
 // slots, while a burst that grew them far beyond the usual does not pin
 // that memory for the life of the task.
 const maxReusedEntries = 1 << 14
+
+// retainLocked is clearLocked for a retaining cache after a commit: the
+// committed entries stay readable, and the previous commit's slots serve
+// the next dirty set.
+func (c *Store) retainLocked() {
+	c.budget.add(-c.bytes)
+	old, oldIndex := c.committed, c.committedIndex
+	c.committed, c.committedIndex = c.entries, c.index
+	if old == nil || len(old) > maxReusedEntries {
+		c.entries, c.index, c.hint = nil, nil, len(c.committed)
+	} else {
+		clear(old)
+		c.entries = old[:0]
+		clear(oldIndex)
+		c.index = oldIndex
+	}
+	c.sorted = nil
+	c.puts, c.dels, c.bytes = 0, 0, 0
+}
 
 func (c *Store) clearLocked() {
 	c.budget.add(-c.bytes)

@@ -317,74 +317,79 @@ func TestCacheLargeDirtySet(t *testing.T) {
 // then, with an iterator snapshot checked against the model of its time.
 func TestCacheRandomAgainstModel(t *testing.T) {
 	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			inner := b.open(t)
-			c := New(inner, NewBudget(1<<20))
-			r := rand.New(rand.NewPCG(5, 6))
-			committed := map[string]string{}
-			view := map[string]string{}
-			type pending struct {
-				it   statestore.Iterator
-				want []kv
-			}
-			var open []pending
-			sorted := func(m map[string]string) []kv {
-				out := make([]kv, 0, len(m))
-				for k, v := range m {
-					out = append(out, kv{k, v})
+		for _, retain := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/retain=%v", b.name, retain), func(t *testing.T) {
+				inner := b.open(t)
+				c := New(inner, NewBudget(1<<20))
+				if retain {
+					c = NewRetaining(inner, NewBudget(1<<20))
 				}
-				slices.SortFunc(out, func(a, b kv) int { return bytes.Compare([]byte(a.k), []byte(b.k)) })
-				return out
-			}
-			for step := 0; step < 2000; step++ {
-				k := fmt.Sprintf("%02d", r.IntN(40))
-				switch op := r.IntN(100); {
-				case op < 40:
-					v := fmt.Sprint(step)
-					require.NoError(t, c.Put([]byte(k), []byte(v)))
-					view[k] = v
-				case op < 50:
-					want, ok := view[k]
-					require.NoError(t, c.Update([]byte(k), func(old []byte, found bool) ([]byte, error) {
+				r := rand.New(rand.NewPCG(5, 6))
+				committed := map[string]string{}
+				view := map[string]string{}
+				type pending struct {
+					it   statestore.Iterator
+					want []kv
+				}
+				var open []pending
+				sorted := func(m map[string]string) []kv {
+					out := make([]kv, 0, len(m))
+					for k, v := range m {
+						out = append(out, kv{k, v})
+					}
+					slices.SortFunc(out, func(a, b kv) int { return bytes.Compare([]byte(a.k), []byte(b.k)) })
+					return out
+				}
+				for step := 0; step < 2000; step++ {
+					k := fmt.Sprintf("%02d", r.IntN(40))
+					switch op := r.IntN(100); {
+					case op < 40:
+						v := fmt.Sprint(step)
+						require.NoError(t, c.Put([]byte(k), []byte(v)))
+						view[k] = v
+					case op < 50:
+						want, ok := view[k]
+						require.NoError(t, c.Update([]byte(k), func(old []byte, found bool) ([]byte, error) {
+							require.Equal(t, ok, found)
+							require.Equal(t, want, string(old))
+							return []byte(string(old) + "+"), nil
+						}))
+						view[k] = want + "+"
+					case op < 75:
+						require.NoError(t, c.Delete([]byte(k)))
+						delete(view, k)
+					case op < 85:
+						got, found, err := c.Get([]byte(k))
+						require.NoError(t, err)
+						want, ok := view[k]
 						require.Equal(t, ok, found)
-						require.Equal(t, want, string(old))
-						return []byte(string(old) + "+"), nil
-					}))
-					view[k] = want + "+"
-				case op < 75:
-					require.NoError(t, c.Delete([]byte(k)))
-					delete(view, k)
-				case op < 85:
-					got, found, err := c.Get([]byte(k))
-					require.NoError(t, err)
-					want, ok := view[k]
-					require.Equal(t, ok, found)
-					require.Equal(t, want, string(got))
-				case op < 90:
-					require.NoError(t, c.Commit(int64(step)))
-					committed = maps(view)
-				case op < 92:
-					c.Discard()
-					view = maps(committed)
-				case op < 96:
-					it, err := c.All()
-					require.NoError(t, err)
-					open = append(open, pending{it, sorted(view)})
-				default:
-					if len(open) > 0 {
-						p := open[0]
-						open = open[1:]
-						require.Equal(t, p.want, collect(t, p.it, nil))
+						require.Equal(t, want, string(got))
+					case op < 90:
+						require.NoError(t, c.Commit(int64(step)))
+						committed = maps(view)
+					case op < 92:
+						c.Discard()
+						view = maps(committed)
+					case op < 96:
+						it, err := c.All()
+						require.NoError(t, err)
+						open = append(open, pending{it, sorted(view)})
+					default:
+						if len(open) > 0 {
+							p := open[0]
+							open = open[1:]
+							require.Equal(t, p.want, collect(t, p.it, nil))
+						}
 					}
 				}
-			}
-			for _, p := range open {
-				require.Equal(t, p.want, collect(t, p.it, nil))
-			}
-			require.Equal(t, sorted(view), collectAll(t, c))
-			require.NoError(t, c.Commit(1<<40))
-			require.Equal(t, sorted(view), collectAll(t, inner))
-		})
+				for _, p := range open {
+					require.Equal(t, p.want, collect(t, p.it, nil))
+				}
+				require.Equal(t, sorted(view), collectAll(t, c))
+				require.NoError(t, c.Commit(1<<40))
+				require.Equal(t, sorted(view), collectAll(t, inner))
+			})
+		}
 	}
 }
 
@@ -399,7 +404,18 @@ func maps(m map[string]string) map[string]string {
 // Readers on other goroutines run against the stream thread's writes and
 // commits (meant for -race).
 func TestCacheConcurrentReaders(t *testing.T) {
-	c, _ := newTestCache(t, NewBudget(1<<20))
+	t.Run("plain", func(t *testing.T) {
+		c, _ := newTestCache(t, NewBudget(1<<20))
+		concurrentReaders(t, c)
+	})
+	t.Run("retaining", func(t *testing.T) {
+		inner := statestore.NewMemory()
+		t.Cleanup(func() { _ = inner.Close() })
+		concurrentReaders(t, NewRetaining(inner, NewBudget(1<<20)))
+	})
+}
+
+func concurrentReaders(t *testing.T, c *Store) {
 	stop := make(chan struct{})
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup

@@ -132,7 +132,14 @@ func NewActive(cfg Config) (t *Active, err error) {
 		} else if inner, err = cfg.Open(cfg.ID, info); err != nil {
 			return nil, fmt.Errorf("task %s: open store %q: %w", cfg.ID, info.Name, err)
 		}
-		h := &StoreHandle{Info: info, Inner: inner, Cache: cache.New(inner, cfg.Budget)}
+		// A key-value store holds just what its cache commits, so the
+		// cache may answer the last commit's keys itself; a window or
+		// session store drops expired windows on its own.
+		c := cache.New(inner, cfg.Budget)
+		if info.Kind == graph.KeyValue {
+			c = cache.NewRetaining(inner, cfg.Budget)
+		}
+		h := &StoreHandle{Info: info, Inner: inner, Cache: c}
 		if info.Logged {
 			h.Changelog = cfg.Changelog(info.Name)
 		}
