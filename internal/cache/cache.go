@@ -32,6 +32,10 @@ const cacheEntryOverhead = 80
 type Budget struct {
 	max  int64
 	used atomic.Int64
+	// retained is what retaining caches (NewRetaining) hold of committed
+	// entries; it has a bound of max of its own and never makes the
+	// budget Full.
+	retained atomic.Int64
 }
 
 // NewBudget returns a budget of maxBytes. With maxBytes <= 0 the
@@ -67,6 +71,33 @@ func (b *Budget) Full() bool {
 	return u > 0 && u >= b.max
 }
 
+// Retained returns the bytes of committed entries retaining caches keep.
+func (b *Budget) Retained() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.retained.Load()
+}
+
+// retain charges n more retained bytes unless that would pass max, and
+// reports whether it did. A nil budget retains without bound.
+func (b *Budget) retain(n int64) bool {
+	if b == nil {
+		return true
+	}
+	if b.retained.Add(n) > b.max {
+		b.retained.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *Budget) unretain(n int64) {
+	if b != nil && n != 0 {
+		b.retained.Add(-n)
+	}
+}
+
 func (b *Budget) add(n int64) {
 	if b != nil && n != 0 {
 		b.used.Add(n)
@@ -96,16 +127,16 @@ func (b *Budget) add(n int64) {
 // uncleanly), leaving the inner store at its last committed position.
 //
 // Reads may come from other goroutines (interactive queries) while the
-// stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to
-// be called from one goroutine, and no Put or Delete may come between
-// Dirty and the Commit that applies what it returned.
+// stream thread writes. The mutators (Put, Delete, Update, Commit, Discard,
+// Release) and Dirty belong to one goroutine at a time, the task's owner,
+// or to goroutines it hands the cache to and waits for (a commit writes
+// its tasks' stores in parallel): they take no lock against each other,
+// only mu against readers, and no Put or Delete may come between Dirty
+// and the Commit that applies what it returned.
 type Store struct {
 	inner  statestore.Store
 	budget *Budget
 
-	// wmu serialises the mutators, so Commit can write to the inner store
-	// without holding mu and block no reader meanwhile.
-	wmu sync.Mutex
 	// mu guards the fields below: exclusively for changes, shared for
 	// reads.
 	mu sync.RWMutex
@@ -123,13 +154,13 @@ type Store struct {
 	// hint is the size of the dirty set a commit released entries and
 	// index for, so the next round makes them at that size at once.
 	hint int
-	// retain is set by NewRetaining; committed and committedIndex then
-	// hold the entries of the last Commit, which the inner store holds
-	// too, laid out like entries and index (a nil Value: the key is
-	// absent). Their slots become the next commit's dirty set's.
+	// retain is set by NewRetaining; committed then holds values of
+	// earlier commits, as the inner store holds them (nil: the key is
+	// absent), and committedBytes what they are charged to the budget's
+	// retained share. The keys share the bytes of the entries' keys.
 	retain         bool
-	committed      []statestore.Entry
-	committedIndex map[string]int
+	committed      map[string][]byte
+	committedBytes int64
 	puts           int64 // dirty entries that are puts
 	dels           int64 // dirty entries that are tombstones
 	bytes          int64 // bytes charged to budget
@@ -141,16 +172,17 @@ func New(inner statestore.Store, budget *Budget) *Store {
 	return &Store{inner: inner, budget: budget, index: make(map[string]int)}
 }
 
-// NewRetaining returns a cache like New's that also keeps the entries of
-// its last commit readable from memory until the next one. A hot key is
-// then read from the inner store at most once, not once per commit: in a
-// count, every key updated in a commit interval would otherwise cost an
-// inner Get (a badger lookup) in the next. That is only right for an inner
-// store that holds exactly what Commit writes to it and is written by
-// nothing else while the cache lives: a task's key-value stores, not a
-// SegmentedStore (it drops expired windows itself). The retained entries
-// are at most one commit's dirty set, so the Budget bounds them too,
-// though it does not count them.
+// NewRetaining returns a cache like New's that also keeps what it
+// committed readable from memory. A key is then read from the inner store
+// once, not once per commit interval it is written in: in a count, every
+// key updated would otherwise cost an inner Get (a badger lookup) after
+// each commit. That is only right for an inner store that holds exactly
+// what Commit writes to it and is written by nothing else while the cache
+// lives: a task's key-value stores, not a SegmentedStore (it drops expired
+// windows itself). The retained entries are charged to the budget's
+// retained share, bounded by the budget's size like the dirty ones: a
+// commit that would pass it drops what the cache retained before and keeps
+// only its own entries, if they fit.
 func NewRetaining(inner statestore.Store, budget *Budget) *Store {
 	c := New(inner, budget)
 	c.retain = true
@@ -175,8 +207,7 @@ func (c *Store) Get(key []byte) ([]byte, bool, error) {
 		// what is sent.
 		return cloneBytes(v), true, nil
 	}
-	if i, ok := c.committedIndex[string(key)]; ok {
-		v := c.committed[i].Value
+	if v, ok := c.committed[string(key)]; ok {
 		c.mu.RUnlock()
 		if v == nil {
 			return nil, false, nil
@@ -214,8 +245,6 @@ func (c *Store) Delete(key []byte) error {
 }
 
 func (c *Store) set(key, value []byte) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i, ok := c.index[string(key)]
@@ -230,10 +259,9 @@ func (c *Store) set(key, value []byte) {
 // bytes that nobody modifies afterwards. If fn fails, nothing is written.
 // The cache copies key.
 func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	// Every mutator holds wmu, so the index and the entries cannot change
-	// under this read even without mu; concurrent readers only read.
+	// Only the owner changes the index and the entries, so they cannot
+	// change under this read even without mu; concurrent readers only
+	// read.
 	i, dirty := c.index[string(key)]
 	var (
 		old   []byte
@@ -243,9 +271,8 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 	if dirty {
 		old = c.entries[i].Value
 		found = old != nil
-	} else if j, ok := c.committedIndex[string(key)]; ok {
-		old = c.committed[j].Value
-		found = old != nil
+	} else if v, ok := c.committed[string(key)]; ok {
+		old, found = v, v != nil
 	} else if old, found, err = c.inner.Get(key); err != nil {
 		return err
 	}
@@ -262,8 +289,8 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 	return nil
 }
 
-// setLocked records value for key, whose slot is i if dirty. It needs wmu
-// and mu exclusively.
+// setLocked records value for key, whose slot is i if dirty. It needs mu
+// exclusively.
 func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
 	delta := int64(len(value))
 	if dirty {
@@ -400,8 +427,6 @@ func (c *Store) DirtyLen() int {
 // their budget. With nothing dirty it does nothing, not even record the
 // position. If the write fails the entries stay dirty.
 func (c *Store) Commit(position int64) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.mu.Lock()
 	entries := c.dirtyLocked()
 	c.mu.Unlock()
@@ -428,11 +453,21 @@ func (c *Store) Commit(position int64) error {
 // Discard drops every dirty entry without writing it and releases its
 // budget.
 func (c *Store) Discard() {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clearLocked()
+}
+
+// Release drops the dirty entries, as Discard does, and the retained
+// ones, returning their bytes to the budget. The runtime calls it when the
+// cache's task lets its stores go: another cache, or a standby's changelog
+// reader, may write them next.
+func (c *Store) Release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clearLocked()
+	c.budget.unretain(c.committedBytes)
+	c.committed, c.committedBytes = nil, 0
 }
 
 // maxReusedEntries bounds the dirty set whose slice and index a commit
@@ -441,23 +476,37 @@ func (c *Store) Discard() {
 // that memory for the life of the task.
 const maxReusedEntries = 1 << 14
 
-// retainLocked is clearLocked for a retaining cache after a commit: the
-// committed entries stay readable, and the previous commit's slots serve
-// the next dirty set.
+// retainLocked moves the committed dirty entries into the retained ones,
+// then clears them as clearLocked does.
 func (c *Store) retainLocked() {
-	c.budget.add(-c.bytes)
-	old, oldIndex := c.committed, c.committedIndex
-	c.committed, c.committedIndex = c.entries, c.index
-	if old == nil || len(old) > maxReusedEntries {
-		c.entries, c.index, c.hint = nil, nil, len(c.committed)
-	} else {
-		clear(old)
-		c.entries = old[:0]
-		clear(oldIndex)
-		c.index = oldIndex
+	var add int64
+	for _, e := range c.entries {
+		if old, ok := c.committed[unsafe.String(unsafe.SliceData(e.Key), len(e.Key))]; ok {
+			add += int64(len(e.Value) - len(old))
+		} else {
+			add += int64(len(e.Key)+len(e.Value)) + cacheEntryOverhead
+		}
 	}
-	c.sorted = nil
-	c.puts, c.dels, c.bytes = 0, 0, 0
+	if !c.budget.retain(add) {
+		// Over the bound: start again from this commit's entries alone.
+		c.budget.unretain(c.committedBytes)
+		c.committed, c.committedBytes, add = nil, 0, 0
+		for _, e := range c.entries {
+			add += int64(len(e.Key)+len(e.Value)) + cacheEntryOverhead
+		}
+		if !c.budget.retain(add) {
+			c.clearLocked()
+			return
+		}
+	}
+	if c.committed == nil {
+		c.committed = make(map[string][]byte, len(c.entries))
+	}
+	for _, e := range c.entries {
+		c.committed[unsafe.String(unsafe.SliceData(e.Key), len(e.Key))] = e.Value
+	}
+	c.committedBytes += add
+	c.clearLocked()
 }
 
 func (c *Store) clearLocked() {

@@ -371,7 +371,7 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 	out := make([]*StoreHandle, 0, len(t.order))
 	for _, n := range t.order {
 		h := t.stores[n]
-		h.Cache.Discard()
+		h.Cache.Release()
 		out = append(out, h)
 	}
 	t.stores = nil
@@ -408,7 +408,7 @@ func (t *Active) closeStores() []error {
 	var errs []error
 	for _, n := range t.order {
 		h := t.stores[n]
-		h.Cache.Discard()
+		h.Cache.Release()
 		if err := h.Inner.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("task %s: close store %q: %w", t.cfg.ID, n, err))
 		}
