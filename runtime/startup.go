@@ -202,11 +202,12 @@ func (l *localJoins) absent(self int, members []kmsg.JoinGroupResponseMember) (a
 // localJoins), bounded by localJoinWait. Once every absent thread has sent
 // its join, it asks the coordinator for the group's state until the round
 // is reopened: a join sent is not yet a join received, and a sync that
-// overtook it would settle the round without the thread.
-func (a *App) awaitLocal(self int, members []kmsg.JoinGroupResponseMember) {
+// overtook it would settle the round without the thread. It reports
+// whether the coordinator reopened the round.
+func (a *App) awaitLocal(self int, members []kmsg.JoinGroupResponseMember) bool {
 	absent, allSent, changed := a.joins.absent(self, members)
 	if absent == 0 {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(a.killCtx, localJoinWait(a.cfg))
 	defer cancel()
@@ -214,22 +215,22 @@ func (a *App) awaitLocal(self int, members []kmsg.JoinGroupResponseMember) {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return
+			return false
 		}
 		_, allSent, changed = a.joins.absent(self, members)
 	}
 	for {
 		groups, err := a.admin.DescribeGroups(ctx, a.cfg.ApplicationID)
 		if err != nil || groups[a.cfg.ApplicationID].Err != nil {
-			return
+			return false
 		}
 		if groups[a.cfg.ApplicationID].State == "PreparingRebalance" {
-			return
+			return true
 		}
 		select {
 		case <-time.After(2 * time.Millisecond):
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }
@@ -250,11 +251,26 @@ type leaderBalancer struct {
 
 // MemberBalancer implements kgo.GroupBalancer.
 func (b leaderBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
-	if !b.th.app.closing.Load() {
-		b.th.app.awaitLocal(b.th.idx, members)
+	reopened := !b.th.app.closing.Load() && b.th.app.awaitLocal(b.th.idx, members)
+	mb, topics, err := b.Balancer.MemberBalancer(members)
+	if err != nil || !reopened {
+		return mb, topics, err
 	}
-	return b.Balancer.MemberBalancer(members)
+	return staleRound{}, topics, nil
 }
+
+// staleRound balances a round the coordinator has already reopened: its
+// generation is over, so the sync is refused whatever it carries, and the
+// leader sends an empty plan rather than compute one (with the assignor's
+// end-offset lookup) for nothing.
+type staleRound struct{}
+
+// Balance implements kgo.GroupMemberBalancer.
+func (staleRound) Balance(map[string]int32) kgo.IntoSyncAssignment { return emptyPlan{} }
+
+type emptyPlan struct{}
+
+func (emptyPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment { return nil }
 
 // joinHook tells localJoins when a thread's client sends a member's join.
 type joinHook struct {
