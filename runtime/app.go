@@ -58,6 +58,9 @@ type App struct {
 	adminCl *kgo.Client
 	plan    *topicPlan
 	threads []*thread
+	// joins tells a leading thread which of the others have joined (see
+	// localJoins).
+	joins *localJoins
 
 	// net is the dialer of every client; killCtx ends when Kill cuts it.
 	net        *network
@@ -142,6 +145,7 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		net:  newNetwork(cfg.TLS),
 
 		restored: newRestoreTally(),
+		joins:    newLocalJoins(cfg.NumStreamThreads),
 	}
 	a.killCtx, a.killCancel = context.WithCancel(context.Background())
 	a.metrics = newMetrics(a)

@@ -1,15 +1,21 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/statestore"
@@ -114,4 +120,177 @@ func alongside(side func(), main func() error) error {
 	err := main()
 	<-done
 	return err
+}
+
+// localJoins tells a stream thread that leads the group which of its
+// instance's other threads have joined. The coordinator completes a join
+// round as soon as every known member has rejoined, so on a broker without
+// an initial rebalance delay the first thread's round completes alone: its
+// leader would give it every task, and the other threads' joins, a moment
+// later, would move half of them away again (a revocation, a restoration,
+// queries answered "not hosted here" meanwhile). A leader that finds a
+// local thread missing from its round therefore waits, briefly, until that
+// thread has sent its join and the coordinator has reopened the round
+// (awaitLocal): the leader's sync is then refused with RebalanceInProgress,
+// and the next round has every local thread in it, so the first assignment
+// that takes effect covers them all.
+type localJoins struct {
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced at every change
+	threads []localMember // by thread index
+}
+
+// localMember is what a leader knows of one of its instance's threads.
+type localMember struct {
+	// sent is set once the thread's current client sent a join that makes
+	// it a member: one that carries its member ID (a fresh dynamic
+	// member's first join does not; the coordinator answers it with
+	// MemberIDRequired and an ID), or its instance ID.
+	sent bool
+	// member is the member ID that join carried; instance the thread's
+	// static instance ID ("" when dynamic). A round lists members by both.
+	member, instance string
+	// done is set once the thread stopped: nobody waits for it.
+	done bool
+}
+
+func newLocalJoins(threads int) *localJoins {
+	return &localJoins{changed: make(chan struct{}), threads: make([]localMember, threads)}
+}
+
+func (l *localJoins) set(idx int, f func(*localMember)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(&l.threads[idx])
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// connecting records that thread idx has a new client, not yet a member.
+func (l *localJoins) connecting(idx int, instance string) {
+	l.set(idx, func(m *localMember) { *m = localMember{instance: instance} })
+}
+
+// joinSent records that thread idx's client sent a member's join.
+func (l *localJoins) joinSent(idx int, member string) {
+	l.set(idx, func(m *localMember) { m.sent, m.member = true, member })
+}
+
+// stopped records that thread idx will not join again.
+func (l *localJoins) stopped(idx int) { l.set(idx, func(m *localMember) { m.done = true }) }
+
+// absent returns the running threads other than self that are not among
+// the round's members, whether all of them have sent their join, and a
+// channel closed at the next change.
+func (l *localJoins) absent(self int, members []kmsg.JoinGroupResponseMember) (absent int, allSent bool, changed <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	allSent = true
+	for i, t := range l.threads {
+		if i == self || t.done || slices.ContainsFunc(members, func(m kmsg.JoinGroupResponseMember) bool {
+			return (t.member != "" && m.MemberID == t.member) || (t.instance != "" && m.InstanceID != nil && *m.InstanceID == t.instance)
+		}) {
+			continue
+		}
+		absent++
+		allSent = allSent && t.sent
+	}
+	return absent, allSent, l.changed
+}
+
+// awaitLocal is the leader's wait before it balances a round (see
+// localJoins), bounded by localJoinWait. Once every absent thread has sent
+// its join, it asks the coordinator for the group's state until the round
+// is reopened: a join sent is not yet a join received, and a sync that
+// overtook it would settle the round without the thread. It reports
+// whether the coordinator reopened the round.
+func (a *App) awaitLocal(self int, members []kmsg.JoinGroupResponseMember) bool {
+	absent, allSent, changed := a.joins.absent(self, members)
+	if absent == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(a.killCtx, localJoinWait(a.cfg))
+	defer cancel()
+	for !allSent {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+		_, allSent, changed = a.joins.absent(self, members)
+	}
+	for {
+		groups, err := a.admin.DescribeGroups(ctx, a.cfg.ApplicationID)
+		if err != nil || groups[a.cfg.ApplicationID].Err != nil {
+			return false
+		}
+		if groups[a.cfg.ApplicationID].State == "PreparingRebalance" {
+			return true
+		}
+		select {
+		case <-time.After(2 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// localJoinWait bounds a leader's wait for its instance's other threads:
+// they are created together with it and join within milliseconds, so the
+// bound only matters for a thread that cannot reach the coordinator. It
+// stays well inside the rebalance timeout, which bounds the leader's sync.
+func localJoinWait(cfg Config) time.Duration { return min(time.Second, cfg.RebalanceTimeout/4) }
+
+// leaderBalancer is a thread's group balancer: the assignor's, with the
+// leader's wait for the instance's other threads (see localJoins) before
+// it balances.
+type leaderBalancer struct {
+	*assignor.Balancer
+	th *thread
+}
+
+// MemberBalancer implements kgo.GroupBalancer.
+func (b leaderBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
+	reopened := !b.th.app.closing.Load() && b.th.app.awaitLocal(b.th.idx, members)
+	mb, topics, err := b.Balancer.MemberBalancer(members)
+	if err != nil || !reopened {
+		return mb, topics, err
+	}
+	return staleRound{}, topics, nil
+}
+
+// staleRound balances a round the coordinator has already reopened: its
+// generation is over, so the sync is refused whatever it carries, and the
+// leader sends an empty plan rather than compute one (with the assignor's
+// end-offset lookup) for nothing.
+type staleRound struct{}
+
+// Balance implements kgo.GroupMemberBalancer.
+func (staleRound) Balance(map[string]int32) kgo.IntoSyncAssignment { return emptyPlan{} }
+
+type emptyPlan struct{}
+
+func (emptyPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment { return nil }
+
+// joinHook tells localJoins when a thread's client sends a member's join.
+type joinHook struct {
+	th     *thread
+	static bool
+	cl     atomic.Pointer[kgo.Client] // set once the client exists
+}
+
+// OnBrokerWrite implements kgo.HookBrokerWrite.
+func (h *joinHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != int16(kmsg.JoinGroup) || err != nil {
+		return
+	}
+	cl := h.cl.Load()
+	if cl == nil {
+		return
+	}
+	member, _ := cl.GroupMetadata()
+	if member == "" && !h.static {
+		return
+	}
+	h.th.app.joins.joinSent(h.th.idx, member)
 }

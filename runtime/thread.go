@@ -210,11 +210,20 @@ func (th *thread) connect() error {
 		th.connected = true
 		th.core = threadcore.New(threadcore.Config{Guarantee: th.guarantee(), Cooperative: th.cooperative})
 	}
+	// The coordinator may complete a round before this thread's join
+	// arrives; a leader waits for it (see localJoins).
+	instance := ""
+	if cfg.StaticMembership {
+		instance = th.instanceID()
+	}
+	a.joins.connecting(th.idx, instance)
+	hook := &joinHook{th: th, static: cfg.StaticMembership}
 	opts := a.clientOpts(
+		kgo.WithHooks(hook),
 		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
 		kgo.ConsumerGroup(cfg.ApplicationID),
 		kgo.ConsumeTopics(a.plan.sources...),
-		kgo.Balancers(bal),
+		kgo.Balancers(leaderBalancer{Balancer: bal, th: th}),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(th.onAssigned),
@@ -245,6 +254,7 @@ func (th *thread) connect() error {
 		if err != nil {
 			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
 		}
+		hook.cl.Store(cl)
 		th.attach(cl)
 		return nil
 	}
@@ -261,6 +271,7 @@ func (th *thread) connect() error {
 		th.sess.Close()
 		return fmt.Errorf("runtime: thread %d begin transaction: %w", th.idx, err)
 	}
+	hook.cl.Store(th.sess.Client())
 	th.attach(th.sess.Client())
 	return nil
 }
@@ -325,6 +336,7 @@ func (th *thread) run() {
 			break
 		}
 	}
+	th.app.joins.stopped(th.idx)
 	if err != nil && !th.stopping.Load() && !th.killed.Load() {
 		th.app.fail(err)
 	}
