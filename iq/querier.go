@@ -614,7 +614,11 @@ func locate(m Metadata, store string, p int32) (KeyQueryMetadata, error) {
 		}
 	}
 	if km.Active == "" && len(km.Standbys) == 0 && len(km.Warmups) == 0 {
-		return KeyQueryMetadata{}, &UnavailableError{Store: store, Partition: p, Cause: errors.New("no host holds the partition in the latest assignment")}
+		return KeyQueryMetadata{}, &UnavailableError{Store: store, Partition: p, Cause: errNoHost}
 	}
 	return km, nil
 }
+
+// errNoHost is why locate finds nobody for a partition: between an
+// instance's loss and the next assignment, or while a rebalance moves it.
+var errNoHost = errors.New("no host holds the partition in the latest assignment")

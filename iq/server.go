@@ -94,6 +94,16 @@ type ServerConfig struct {
 	// An active that does not answer in time is routed around like a
 	// host that did not answer at all (see SuspectFor). Default 300ms.
 	ActiveFirstTimeout time.Duration
+	// RebalanceWait is how long a routed query whose routing table names
+	// no replica that holds the partition now (the table names none
+	// within the bound, or every one asked said it is not hosted there,
+	// is rebalancing or did not answer) keeps rereading the table and the
+	// local replica and asking again before refusing, as a routing
+	// Client's ClientOptions.RebalanceWait does: a rebalance moving the
+	// partition, or the instance still learning the new table, is over
+	// within moments. A replica that refuses for staleness ends the wait
+	// at once. Default 500ms; a negative value does not wait.
+	RebalanceWait time.Duration
 	// MaxConcurrentRanges caps the range queries the server works on at
 	// once, local and routed, its answers to other instances included;
 	// past it a range query is answered 429 with a Retry-After header.
@@ -199,6 +209,12 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	}
 	if c.ActiveFirstTimeout <= 0 {
 		c.ActiveFirstTimeout = 300 * time.Millisecond
+	}
+	switch {
+	case c.RebalanceWait == 0:
+		c.RebalanceWait = 500 * time.Millisecond
+	case c.RebalanceWait < 0:
+		c.RebalanceWait = 0
 	}
 	if c.MaxConcurrentRanges <= 0 {
 		c.MaxConcurrentRanges = 4
@@ -656,8 +672,48 @@ type routed[T any] struct {
 // replica did not answer at once: local is that replica when it may
 // answer within the bound (a fallback), localErr why it may not. It
 // returns the answer chosen, or the *UnavailableError listing every
-// attempt.
+// attempt. While nobody holds the partition now (moving), it asks again
+// every movingRetryPause for up to RebalanceWait, rereading the routing
+// table and the local replica.
 func routeFor[T any](ctx context.Context, s *Server, store string, part int32, p params, local *Provenance, localErr error, pathQuery string, decode decodeFn[T]) (routed[T], error) {
+	until := time.Now().Add(s.cfg.RebalanceWait)
+	var first error
+	for {
+		r, err, moving := routeOnce(ctx, s, store, part, p, local, localErr, pathQuery, decode)
+		if first == nil {
+			first = err
+		}
+		if err == nil || !moving {
+			return r, err
+		}
+		if !time.Now().Before(until) || ctx.Err() != nil {
+			// Later rounds skip the hosts the first found unreachable:
+			// its attempts say more then.
+			var ue *UnavailableError
+			if errors.As(err, &ue) && len(ue.Tried) > 0 && allSuspect(ue.Tried) {
+				err = first
+			}
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(movingRetryPause):
+		}
+		o := buildOptions(p.options())
+		local = nil
+		_, info, lerr := s.q.replica(store, part, &o)
+		if localErr = lerr; lerr == nil {
+			lp := provenanceOf(s.b.Self(), part, info)
+			local = &lp
+		}
+	}
+}
+
+// routeOnce is one round of routeFor. moving reports a failure because
+// nobody holds the partition now: no host the table names within the
+// bound, or every one asked (the local replica included) not hosting it,
+// rebalancing or not answering.
+func routeOnce[T any](ctx context.Context, s *Server, store string, part int32, p params, local *Provenance, localErr error, pathQuery string, decode decodeFn[T]) (_ routed[T], _ error, moving bool) {
 	ue := &UnavailableError{Store: store, Partition: part, Bound: p.bound}
 	if localErr != nil && !errors.Is(localErr, ErrNotHostedHere) {
 		ue.Tried = append(ue.Tried, Attempt{Host: s.self(), Err: localErr})
@@ -674,23 +730,45 @@ func routeFor[T any](ctx context.Context, s *Server, store string, part int32, p
 	if err != nil {
 		if local != nil {
 			// Nobody else is known: the local replica is the freshest.
-			return routed[T]{choice: choice[T]{local: true, prov: *local}}, nil
+			return routed[T]{choice: choice[T]{local: true, prov: *local}}, nil, false
 		}
 		ue.Cause = err
-		return routed[T]{}, ue
+		// The table names no host at all for the partition.
+		return routed[T]{}, ue, errors.Is(err, errNoHost) && onlyMovingHere(ue.Tried)
 	}
 	pl := newRoutePlan(km, p.bound, s.b.Self(), local, s.cfg.ActiveFirstTimeout, memoFingerprint(m))
 	ch, tried, ok := routeBy(ctx, s.rt, p.prefer, pl, pathQuery, decode)
 	if ok {
-		return routed[T]{choice: ch, tried: append(ue.Tried, tried...)}, nil
+		return routed[T]{choice: ch, tried: append(ue.Tried, tried...)}, nil, false
 	}
 	ue.Tried = append(ue.Tried, tried...)
 	if err := ctx.Err(); err != nil {
 		ue.Cause = err
+		return routed[T]{}, ue, false
 	} else if len(ue.Tried) == 0 {
 		ue.Cause = fmt.Errorf("no host within staleness=%s holds the partition (active %q)", p.bound, km.Active)
 	}
-	return routed[T]{}, ue
+	return routed[T]{}, ue, onlyMovingHere(ue.Tried)
+}
+
+func allSuspect(tried []Attempt) bool {
+	for _, a := range tried {
+		if !errors.Is(a.Err, errSuspect) {
+			return false
+		}
+	}
+	return true
+}
+
+// onlyMovingHere reports whether every attempt failed because the
+// partition is moving: not hosted there, rebalancing, or no answer at all.
+func onlyMovingHere(tried []Attempt) bool {
+	for _, a := range tried {
+		if !errors.Is(a.Err, ErrRebalancing) && !onlyMoving([]Attempt{a}) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, res Result[[]byte]) {

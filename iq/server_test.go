@@ -520,3 +520,70 @@ func TestCodecFor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte("x"), kb)
 }
+
+// A routed lookup whose partition nobody holds at the moment (a rebalance
+// moving it: the table names nobody, or a host that does not host it yet)
+// rereads the table and asks again for up to RebalanceWait instead of
+// refusing at once; a replica refusing for staleness ends the wait.
+func TestRoutingWaitsForAMovingPartition(t *testing.T) {
+	noLeaks(t)
+	k := keyIn(0, 1, "k")
+	named := func(c *cluster, role Role) Metadata {
+		hm := HostMetadata{Host: c.ins[1].addr()}
+		if role == RoleStandby {
+			hm.Standby = []StorePartition{{testStore, 0}}
+		}
+		m := Metadata{Partitions: map[string]int32{testStore: 1}, Hosts: []HostMetadata{{Host: c.ins[0].addr()}, hm}}
+		for _, in := range c.ins {
+			in.b.setMeta(m, nil)
+		}
+		return m
+	}
+	arrive := func(c *cluster, after time.Duration, publish bool) chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(after)
+			c.ins[1].b.add(testStore, 0, RoleStandby).put(t, k, 7)
+			if publish {
+				named(c, RoleStandby)
+			}
+		}()
+		return done
+	}
+	for _, tc := range []struct {
+		name    string
+		tabled  bool // the table names instance 1 before its replica is open
+		publish bool
+	}{
+		{name: "table names a host still opening the replica", tabled: true},
+		{name: "table names nobody until the next one", publish: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 2, 1, ServerConfig{ForwardTimeout: time.Second, RebalanceWait: 10 * time.Second})
+			if tc.tabled {
+				named(c, RoleStandby)
+			} else {
+				named(c, 0)
+			}
+			done := arrive(c, 100*time.Millisecond, tc.publish)
+			status, body := getJSON(t, keyURL(c.ins[0], k, "staleness=lag:10"))
+			<-done
+			require.Equal(t, 200, status, "body: %v", body)
+			require.EqualValues(t, 7, body["value"])
+			require.Equal(t, c.ins[1].addr(), body["served_by"].(map[string]any)["host"])
+		})
+	}
+	t.Run("a stale replica is refused at once", func(t *testing.T) {
+		c := newCluster(t, 2, 1, ServerConfig{ForwardTimeout: time.Second, RebalanceWait: 10 * time.Second})
+		rep := c.ins[1].b.add(testStore, 0, RoleStandby)
+		rep.put(t, k, 7)
+		rep.set(func(i *ReplicaInfo) { i.End = 100 })
+		named(c, RoleStandby)
+		hits := c.ins[1].hits.Load()
+		status, body := getJSON(t, keyURL(c.ins[0], k, "staleness=lag:10"))
+		require.Equal(t, 503, status, "body: %v", body)
+		require.Equal(t, "not_available", body["reason"])
+		require.Equal(t, hits+1, c.ins[1].hits.Load(), "the stale replica was asked again")
+	})
+}

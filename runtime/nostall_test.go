@@ -393,6 +393,71 @@ func TestQueriesDoNotWaitForAStoreClosing(t *testing.T) {
 	require.NoError(t, r.app.Err())
 }
 
+// A revoked active, parked, stays queryable while it is adopted as a
+// standby, even when the same reconciliation first waits on another
+// standby's store closing: the adoption opens nothing and goes first, and
+// the replica answers as parked until it follows its changelog, with the
+// lag it committed at (a survivor's copy during a cooperative rebalance,
+// which the routing table names as the partition's standby).
+func TestParkedReplicaAnswersWhileAdoptedAsStandby(t *testing.T) {
+	r := newHandoverRig(t)
+	slow := &slowClose{started: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(slow.release) }) }
+	t.Cleanup(unblock)
+	r.app.openStoreHook = func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error) {
+		s, err := open()
+		if err != nil || id != task00 {
+			return s, err
+		}
+		slow.Store = s
+		return slow, nil
+	}
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	r.waitRunning(t, 0, task01)
+
+	// Round one of a cooperative rebalance: 0_1 is revoked (parked); the
+	// new balance wants it as a standby here and 0_0's standby elsewhere.
+	r.revokeAll()
+	require.Equal(t, task.Parked, r.counts(task01).State)
+	r.assign(0, assignor.AssignmentInfo{})
+	assigned := make(chan struct{})
+	go func() {
+		defer close(assigned)
+		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task01}})
+	}()
+	select {
+	case <-slow.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("0_0's standby store was never closed")
+	}
+	q := iq.NewQuerier(r.app.Queries())
+	within(t, time.Second, "a lookup on the parked replica being adopted", func() {
+		res, err := q.GetBytes(t.Context(), "counts", keyOn(t, r.app, 1), iq.WithStaleness(iq.MaxLag(10_000)))
+		require.NoError(t, err)
+		require.True(t, res.Found)
+		require.Equal(t, iq.RoleStandby, res.Provenance.Role)
+		require.GreaterOrEqual(t, res.Provenance.Lag, int64(0))
+	})
+	unblock()
+	select {
+	case <-assigned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the assignment never finished")
+	}
+	ri := r.counts(task01)
+	require.Equal(t, task.Standby, ri.State)
+	_, open := r.app.registry.replica(task00, "counts")
+	require.False(t, open, "0_0's standby, wanted by nobody, is still open")
+	// The adopted standby keeps a known lag until its reader lists the
+	// changelog end: a lag bound does not refuse it meanwhile.
+	rep, err := r.app.Queries().Replica("counts", 1)
+	require.NoError(t, err)
+	require.NoError(t, iq.MaxLag(10_000).Check(rep.Info()))
+	require.NoError(t, r.app.Err())
+}
+
 // Query latency on a steady instance and while reconciliations open and
 // close a standby's badger store over and over; the figures are logged (run
 // with -v), not asserted. Every query must answer.

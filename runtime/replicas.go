@@ -107,6 +107,10 @@ type move struct {
 	// deleting is set while the task's directory is deleted: the
 	// instance holds its state no more.
 	deleting bool
+	// adopting is set while a standby or warmup adopts a parked
+	// replica's open stores: the replica stays in reps, Parked, so that
+	// queries keep reading it until it follows its changelogs.
+	adopting bool
 }
 
 // diskState is a task directory left on disk by a task no longer held.
@@ -131,7 +135,9 @@ type diskState struct {
 // stores, claimActive and closeActive for the threads' tasks), marks the
 // tasks concerned as moving, does the I/O without mu, then publishes the
 // outcome under mu. A replica moving is not listed, so a query finds it
-// absent rather than waiting for it.
+// absent rather than waiting for it — except a parked replica being adopted
+// as a standby or warmup, whose stores stay open throughout: it stays
+// listed, parked, until it follows its changelogs.
 type registry struct {
 	app      *App
 	log      *slog.Logger
@@ -150,9 +156,10 @@ type registry struct {
 	// about to claim any replica, so none is closed.
 	current map[int]bool
 	// moving holds the tasks whose stores are being opened or closed
-	// outside mu. They are in neither reps nor onDisk: queries do not see
-	// them, plans leave them alone, and a thread claiming one waits until
-	// the move is over, so no directory is ever opened twice.
+	// outside mu. They are in neither reps nor onDisk (but for a parked
+	// replica being adopted, which stays in reps: move.adopting): queries
+	// do not see them, plans leave them alone, and a thread claiming one
+	// waits until the move is over, so no directory is ever opened twice.
 	moving map[task.ID]move
 	// reconciling is set while a reconciliation runs; stale, when the
 	// threads' assignments changed since it planned.
@@ -252,7 +259,7 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 	}
 	// A task whose stores are opening or closing is here either way.
 	for id, m := range r.moving {
-		if m.deleting {
+		if m.deleting || m.adopting {
 			continue
 		}
 		pos := maps.Clone(m.positions)
@@ -623,6 +630,14 @@ func (r *registry) reconcileOnceLocked() {
 			r.moveLocked(rep, st.to)
 			continue
 		}
+		if st.from == task.Parked && st.to.Following() {
+			// Adopting a parked replica's open stores: it stays listed,
+			// parked, for queries (its position and the end it committed
+			// at are known) until it follows its changelogs.
+			r.moving[st.id] = move{positions: positions(rep.stores), adopting: true}
+			moves = append(moves, work{st, rep})
+			continue
+		}
 		var pos map[string]int64
 		if rep != nil {
 			pos = positions(rep.stores)
@@ -637,6 +652,15 @@ func (r *registry) reconcileOnceLocked() {
 		r.moving[st.id] = move{positions: pos}
 		moves = append(moves, work{st, rep})
 	}
+	// Adoptions open and close no store: carried out first, they do not
+	// wait behind other replicas' stores opening and closing.
+	later := func(w work) int {
+		if w.from == task.Parked && w.to.Following() {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(moves, func(a, b work) int { return later(a) - later(b) })
 	r.mu.Unlock()
 	defer r.mu.Lock()
 
@@ -662,11 +686,21 @@ func (r *registry) reconcileOnceLocked() {
 		r.doneMovingLocked(m.id)
 		switch {
 		case sb != nil && r.moveLocked(m.rep, m.to):
+			if m.from == task.Parked {
+				// The parked active committed right before it was parked:
+				// its position was the changelog's end then, which the
+				// standby reports until its reader lists the end.
+				m.rep.endsConfirmed = m.rep.opened
+			} else {
+				m.rep.ends, m.rep.endsConfirmed, m.rep.caughtUp = nil, time.Time{}, time.Time{}
+			}
 			m.rep.standby, m.rep.stores, m.rep.opened = sb, sb.Stores(), time.Now()
-			m.rep.ends, m.rep.endsConfirmed, m.rep.caughtUp = nil, time.Time{}, time.Time{}
 			r.reps[m.id] = m.rep
 		case sb != nil:
 			// Refused (a bug, logged): not kept.
+			if r.reps[m.id] == m.rep {
+				delete(r.reps, m.id)
+			}
 			r.mu.Unlock()
 			r.closeStandby(&replica{id: m.id, stores: sb.Stores(), standby: sb})
 			r.mu.Lock()
@@ -674,6 +708,10 @@ func (r *registry) reconcileOnceLocked() {
 			// Closed, or the standby could not start (its stores are
 			// closed).
 			r.moveLocked(m.rep, task.Closed)
+			if r.reps[m.id] == m.rep {
+				// An adoption that failed.
+				delete(r.reps, m.id)
+			}
 			if left != nil {
 				r.leftOnDiskLocked(m.id, left)
 			}
@@ -1025,11 +1063,18 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 			}
 		}
 	case task.Standby, task.Warmup:
-		if p, ok := r.follower.Progress(h.Changelog, rep.id.Partition); ok {
+		p, ok := r.follower.Progress(h.Changelog, rep.id.Partition)
+		if ok {
 			ri.Rebuilding, ri.EndConfirmed = p.Rebuilding, p.EndConfirmed
-			if p.End >= 0 {
-				ri.End, ri.Lag = p.End, max(p.End-pos, 0)
-			}
+		}
+		switch end, known := rep.ends[h.Changelog]; {
+		case ok && p.End >= 0:
+			ri.End, ri.Lag = p.End, max(p.End-pos, 0)
+		case known:
+			// An adopted parked replica whose reader has not listed the
+			// end yet: the end it committed at, as confirmed as it was.
+			ri.End, ri.Lag = max(end, pos), max(end-pos, 0)
+			ri.EndConfirmed = rep.endsConfirmed
 		}
 	}
 	if ri.State != task.Running && r.app.fresh != nil {
