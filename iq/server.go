@@ -509,7 +509,8 @@ func (s *Server) handleStoreMetadata(w http.ResponseWriter, r *http.Request) {
 		Store      string         `json:"store"`
 		Partitions int32          `json:"partitions"`
 		Instances  []wireInstance `json:"instances"`
-	}{sm.Store, sm.Partitions, wm.Instances})
+		Global     bool           `json:"global,omitempty"`
+	}{sm.Store, sm.Partitions, wm.Instances, sm.Global})
 }
 
 func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request, keyText string) {
@@ -528,7 +529,7 @@ func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request, keyTe
 		writeErr(w, err)
 		return
 	}
-	out := wireKeyMetadata{Partition: km.Partition, Standbys: nonNil(km.Standbys), Warmups: nonNil(km.Warmups)}
+	out := wireKeyMetadata{Partition: km.Partition, Standbys: nonNil(km.Standbys), Warmups: nonNil(km.Warmups), Global: km.Global}
 	if km.Active != "" {
 		out.Active = &km.Active
 	}
@@ -856,9 +857,9 @@ func (s *Server) partitionsAsked(store string, p params) ([]int32, error) {
 	if err != nil {
 		return nil, &UnavailableError{Store: store, Partition: -1, Bound: p.bound, Cause: err}
 	}
-	n, ok := m.Partitions[store]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	n, err := m.partitionsOf(store)
+	if err != nil {
+		return nil, err
 	}
 	if p.hasPartition {
 		if p.partition < 0 || p.partition >= n {
