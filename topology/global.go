@@ -199,7 +199,9 @@ func (s *ReadOnlyKeyValueStore[K, V]) Range(from, to K) (*KeyValueIterator[K, V]
 func (s *ReadOnlyKeyValueStore[K, V]) All() (*KeyValueIterator[K, V], error) { return s.kv.All() }
 
 // ApproximateCount estimates the number of keys.
-func (s *ReadOnlyKeyValueStore[K, V]) ApproximateCount() (int64, error) { return s.kv.ApproximateCount() }
+func (s *ReadOnlyKeyValueStore[K, V]) ApproximateCount() (int64, error) {
+	return s.kv.ApproximateCount()
+}
 
 // Open returns g's global store from p, typed with g's serdes and read
 // only. A processor opens it from its ProcessorContext in Init, having
