@@ -236,10 +236,10 @@ func (c ServerConfig) withDefaults() ServerConfig {
 //	GET /v1/stores/{store}/windows?key= &from= &to=  a key's windows (and /keys/{key}/windows), as key lookups; see the package doc
 //	GET /v1/stores/{store}/windows      ?from= &to= every key's windows, as ranges
 //	GET /v1/stores/{store}/sessions?key= a key's sessions (and /keys/{key}/sessions)
-//	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
+//	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...],"global":true (global store only)}
 //	GET /v1/metadata/stores/{store}/keys/{key}  the same
 //	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
-//	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N}}
+//	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N},"global":[...],"unassigned":true (before the first assignment)}
 //	GET /v1/lags                        [{"store","partition","role","position","end","lag","rebuilding","restored","lag_confirmed_ms_ago","since_caught_up_ms","input_committed_ms_ago","age_ms"}]
 //	GET /healthz                        200 when the routing table is known and no local replica is restoring, else 503
 //
