@@ -195,6 +195,14 @@ func TestGlobalStoreBeforeFirstAssignment(t *testing.T) {
 	require.Equal(t, int64(11), res.Value)
 	require.Equal(t, RoleGlobal, res.Provenance.Role)
 
+	var wr wireRange
+	getInto(t, c.ins[1].addr(), "/v1/stores/counts/range?route=true", &wr)
+	require.Len(t, wr.Partitions, 1)
+	require.Equal(t, RoleGlobal, wr.Partitions[0].ServedBy.Role)
+	var k wireKey
+	getInto(t, c.ins[1].addr(), "/v1/stores/counts/keys?key=k&route=true", &k)
+	require.Equal(t, "11", string(k.Value))
+
 	_, err = cl.Get(ctx, "other", "k", []byte("k"))
 	require.ErrorIs(t, err, ErrNotStarted)
 	require.NotErrorIs(t, err, ErrUnknownStore)

@@ -393,8 +393,17 @@ type enrich struct {
 func (p *enrich) Init(ctx topology.ProcessorContext[string, string]) error {
 	p.ctx = ctx
 	var err error
-	p.view, err = p.g.Open(ctx)
-	return err
+	if p.view, err = p.g.Open(ctx); err != nil {
+		return err
+	}
+	rw, err := ctx.Store(p.g.StoreName())
+	if err != nil {
+		return err
+	}
+	if rw.Put([]byte("x"), []byte("y")) == nil || rw.Delete([]byte("x")) == nil {
+		return errors.New("a processor wrote a global store")
+	}
+	return nil
 }
 
 func (p *enrich) Process(rec topology.Record[string, string]) error {
