@@ -104,10 +104,29 @@ type Metadata struct {
 	// whole, so they are asked of any instance and never routed by
 	// partition.
 	Global []string
+	// Unassigned marks the table an instance serves before its first
+	// assignment: it names the global stores alone (restored before the
+	// instance's Start returned, so already answerable) and no hosts.
+	// The other stores are not unknown but not placed yet: lookups of
+	// them fail with ErrNotStarted.
+	Unassigned bool
 }
 
 // IsGlobal reports whether store is a global store of the table.
 func (m Metadata) IsGlobal(store string) bool { return slices.Contains(m.Global, store) }
+
+// partitionsOf returns a store's partition count in the table:
+// ErrNotStarted for a store an unassigned table cannot name yet,
+// ErrUnknownStore for one the table lacks.
+func (m Metadata) partitionsOf(store string) (int32, error) {
+	if n, ok := m.Partitions[store]; ok {
+		return n, nil
+	}
+	if m.Unassigned {
+		return 0, fmt.Errorf("%w (store %q)", ErrNotStarted, store)
+	}
+	return 0, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+}
 
 // Unknown is the value of a ReplicaInfo duration that is not known: a
 // replica never caught up, a lag never confirmed, an active whose commits
@@ -193,7 +212,9 @@ type Backend interface {
 	// has none.
 	Self() string
 	// Metadata returns the routing table of the latest assignment:
-	// ErrNotStarted before the first one, ErrShuttingDown when closing.
+	// before the first one, a table of the global stores alone marked
+	// Unassigned if the topology has any, else ErrNotStarted;
+	// ErrShuttingDown when closing.
 	// Callers treat the result as read-only, so the backend may hand the
 	// same snapshot to every caller.
 	Metadata() (Metadata, error)

@@ -267,15 +267,16 @@ func (c *Client) saw(store string, partition int32, position int64) {
 }
 
 // KeyMetadata names the partition of a serialized key and its hosts, from
-// the client's routing table.
+// the client's routing table; for a global store it says Global (every
+// instance holds the key) instead.
 func (c *Client) KeyMetadata(ctx context.Context, store string, keyBytes []byte) (KeyQueryMetadata, error) {
 	m, _, err := c.metadata(ctx, false)
 	if err != nil {
 		return KeyQueryMetadata{}, err
 	}
-	n, ok := m.Partitions[store]
-	if !ok {
-		return KeyQueryMetadata{}, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	n, err := m.partitionsOf(store)
+	if err != nil {
+		return KeyQueryMetadata{}, err
 	}
 	return locate(m, store, topology.Partition(keyBytes, n))
 }
@@ -405,8 +406,12 @@ func onlyBehind(tried []Attempt) bool {
 // table. retry says whether a newer table might do better.
 func lookupOnce[T any](ctx context.Context, c *Client, m Metadata, store string, keyBytes []byte, o *queryOptions, ue *UnavailableError, path func(url.Values) string, decode decodeFn[T]) (T, bool, error) {
 	var zero T
-	n, ok := m.Partitions[store]
-	if !ok {
+	n, err := m.partitionsOf(store)
+	if errors.Is(err, ErrNotStarted) {
+		ue.Cause = err
+		return zero, true, ue
+	}
+	if err != nil {
 		return zero, true, fmt.Errorf("%w: %q is not in the routing table", ErrUnknownStore, store)
 	}
 	if m.IsGlobal(store) {

@@ -137,6 +137,10 @@ type KeyQueryMetadata struct {
 	Active   string
 	Standbys []string
 	Warmups  []string
+	// Global is set for a global store: every instance holds the key
+	// (partition 0, role global) and any of them answers it, so no host
+	// is named.
+	Global bool
 }
 
 // StoreMetadata is what every host holds of one store.
@@ -144,8 +148,11 @@ type StoreMetadata struct {
 	Store      string
 	Partitions int32
 	// Hosts holds only the hosts with some replica of the store, with
-	// only this store's partitions, sorted by Host.
+	// only this store's partitions, sorted by Host; none for a global
+	// store.
 	Hosts []HostMetadata
+	// Global is set for a global store, which every instance holds whole.
+	Global bool
 }
 
 // QueryOption adjusts one query.
@@ -372,8 +379,8 @@ func (q *Querier) localPartitions(store string, o *queryOptions) ([]int32, error
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := m.Partitions[store]; !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	if _, err := m.partitionsOf(store); err != nil {
+		return nil, err
 	}
 	var ps []int32
 	for _, info := range q.b.LocalReplicas() {
@@ -536,11 +543,11 @@ func (q *Querier) StoreMetadata(store string) (StoreMetadata, error) {
 }
 
 func storeMetadata(m Metadata, store string) (StoreMetadata, error) {
-	n, ok := m.Partitions[store]
-	if !ok {
-		return StoreMetadata{}, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	n, err := m.partitionsOf(store)
+	if err != nil {
+		return StoreMetadata{}, err
 	}
-	sm := StoreMetadata{Store: store, Partitions: n}
+	sm := StoreMetadata{Store: store, Partitions: n, Global: m.IsGlobal(store)}
 	only := func(sps []StorePartition) []StorePartition {
 		var out []StorePartition
 		for _, sp := range sps {
@@ -594,12 +601,15 @@ func (q *Querier) PartitionMetadata(store string, p int32) (KeyQueryMetadata, er
 
 // locate finds a partition's hosts in a routing table.
 func locate(m Metadata, store string, p int32) (KeyQueryMetadata, error) {
-	n, ok := m.Partitions[store]
-	if !ok {
-		return KeyQueryMetadata{}, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	n, err := m.partitionsOf(store)
+	if err != nil {
+		return KeyQueryMetadata{}, err
 	}
 	if p < 0 || p >= n {
 		return KeyQueryMetadata{}, fmt.Errorf("%w: partition %d of store %q, which has %d", ErrUnknownPartition, p, store, n)
+	}
+	if m.IsGlobal(store) {
+		return KeyQueryMetadata{Partition: p, Global: true}, nil
 	}
 	km := KeyQueryMetadata{Partition: p}
 	want := StorePartition{Store: store, Partition: p}

@@ -252,10 +252,10 @@ func (c ServerConfig) withDefaults() ServerConfig {
 //	GET /v1/stores/{store}/windows?key= &from= &to=  a key's windows (and /keys/{key}/windows), as key lookups; see the package doc
 //	GET /v1/stores/{store}/windows      ?from= &to= every key's windows, as ranges
 //	GET /v1/stores/{store}/sessions?key= a key's sessions (and /keys/{key}/sessions)
-//	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...]}
+//	GET /v1/metadata/stores/{store}/keys?key=  {"partition","active":"h:p"|null,"standbys":[...],"warmups":[...],"global":true (global store only)}
 //	GET /v1/metadata/stores/{store}/keys/{key}  the same
 //	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
-//	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N}}
+//	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N},"global":[...],"unassigned":true (before the first assignment)}
 //	GET /v1/lags                        [{"store","partition","role","position","end","lag","rebuilding","restored","lag_confirmed_ms_ago","since_caught_up_ms","input_committed_ms_ago","age_ms"}]
 //	GET /healthz                        200 when the routing table is known and no local replica is restoring, else 503
 //
@@ -525,7 +525,8 @@ func (s *Server) handleStoreMetadata(w http.ResponseWriter, r *http.Request) {
 		Store      string         `json:"store"`
 		Partitions int32          `json:"partitions"`
 		Instances  []wireInstance `json:"instances"`
-	}{sm.Store, sm.Partitions, wm.Instances})
+		Global     bool           `json:"global,omitempty"`
+	}{sm.Store, sm.Partitions, wm.Instances, sm.Global})
 }
 
 func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request, keyText string) {
@@ -544,7 +545,7 @@ func (s *Server) handleKeyMetadata(w http.ResponseWriter, r *http.Request, keyTe
 		writeErr(w, err)
 		return
 	}
-	out := wireKeyMetadata{Partition: km.Partition, Standbys: nonNil(km.Standbys), Warmups: nonNil(km.Warmups)}
+	out := wireKeyMetadata{Partition: km.Partition, Standbys: nonNil(km.Standbys), Warmups: nonNil(km.Warmups), Global: km.Global}
 	if km.Active != "" {
 		out.Active = &km.Active
 	}
@@ -934,9 +935,9 @@ func (s *Server) partitionsAsked(store string, p params) ([]int32, error) {
 	if err != nil {
 		return nil, &UnavailableError{Store: store, Partition: -1, Bound: p.bound, Cause: err}
 	}
-	n, ok := m.Partitions[store]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownStore, store)
+	n, err := m.partitionsOf(store)
+	if err != nil {
+		return nil, err
 	}
 	if p.hasPartition {
 		if p.partition < 0 || p.partition >= n {

@@ -109,6 +109,7 @@ type wireKeyMetadata struct {
 	Active    *string  `json:"active"`
 	Standbys  []string `json:"standbys"`
 	Warmups   []string `json:"warmups"`
+	Global    bool     `json:"global,omitempty"`
 }
 
 type wireInstance struct {
@@ -122,6 +123,7 @@ type wireMetadata struct {
 	Instances  []wireInstance   `json:"instances"`
 	Partitions map[string]int32 `json:"partitions"`
 	Global     []string         `json:"global,omitempty"`
+	Unassigned bool             `json:"unassigned,omitempty"`
 }
 
 func nonNil[T any](s []T) []T {
@@ -132,7 +134,7 @@ func nonNil[T any](s []T) []T {
 }
 
 func toWireMetadata(m Metadata) wireMetadata {
-	w := wireMetadata{Instances: []wireInstance{}, Partitions: m.Partitions, Global: m.Global}
+	w := wireMetadata{Instances: []wireInstance{}, Partitions: m.Partitions, Global: m.Global, Unassigned: m.Unassigned}
 	if w.Partitions == nil {
 		w.Partitions = map[string]int32{}
 	}
@@ -143,7 +145,7 @@ func toWireMetadata(m Metadata) wireMetadata {
 }
 
 func (w wireMetadata) metadata() Metadata {
-	m := Metadata{Partitions: w.Partitions, Global: w.Global}
+	m := Metadata{Partitions: w.Partitions, Global: w.Global, Unassigned: w.Unassigned}
 	for _, in := range w.Instances {
 		m.Hosts = append(m.Hosts, HostMetadata{Host: in.Host, Active: in.Active, Standby: in.Standby, Warmup: in.Warmup})
 	}

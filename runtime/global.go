@@ -297,6 +297,10 @@ type globalThread struct {
 	took    atomic.Int64
 	// rebuilds counts the stores emptied and read again (App.StoreResets).
 	rebuilds atomic.Int64
+	// read counts, per partition, the records applied by registrations
+	// that ended (finished restorations, released partitions); the
+	// reader's progress counts the current one's.
+	read map[changelog.TopicPartition]int64
 }
 
 // newGlobalThread opens the App's global stores, or returns nil when the
@@ -308,7 +312,8 @@ func newGlobalThread(a *App) (*globalThread, error) {
 	}
 	t := &globalThread{a: a, log: a.log.With("thread", "global"), parts: make(map[string]int32),
 		ready: make(chan struct{}), failed: make(chan struct{}),
-		restoring: make(map[changelog.TopicPartition]bool), caughtUp: make(map[string]time.Time)}
+		restoring: make(map[changelog.TopicPartition]bool), caughtUp: make(map[string]time.Time),
+		read: make(map[changelog.TopicPartition]int64)}
 	for _, s := range specs {
 		n := a.plan.partitions[s.Topic]
 		if n <= 0 {
@@ -433,9 +438,13 @@ func (t *globalThread) handle(done []changelog.Completed) error {
 		}
 		t.log.Warn("a global store's position no longer fits its topic; emptying the store and reading the topic again", "store", g.name, "topic", g.topic)
 		for p := range t.parts[g.name] {
-			if n, ok := t.reader.Release(g.topic, p); ok && t.isReady() {
+			n, ok := t.reader.Release(g.topic, p)
+			if ok && t.isReady() {
 				t.followed.Add(n)
 			}
+			t.mu.Lock()
+			t.read[changelog.TopicPartition{Topic: g.topic, Partition: p}] += n
+			t.mu.Unlock()
 		}
 		if err := g.empty(); err != nil {
 			return fmt.Errorf("runtime: empty global store %q: %w", g.name, err)
@@ -458,8 +467,10 @@ func (t *globalThread) handle(done []changelog.Completed) error {
 			continue
 		}
 		t.restored.Add(c.Restored)
+		tp := changelog.TopicPartition{Topic: c.Topic, Partition: c.Partition}
 		t.mu.Lock()
-		delete(t.restoring, changelog.TopicPartition{Topic: c.Topic, Partition: c.Partition})
+		delete(t.restoring, tp)
+		t.read[tp] += c.Restored
 		t.mu.Unlock()
 		if err := t.register(g, c.Partition, changelog.Follow); err != nil {
 			return err
@@ -604,6 +615,43 @@ func (t *globalThread) info(g *globalStore) iq.ReplicaInfo {
 	}
 	if at, ok := t.caughtUp[g.name]; ok {
 		out.CaughtUpAgo = max(now.Sub(at), 0)
+	}
+	return out
+}
+
+// globalPartition is one partition of a global store's topic as the
+// metrics show it.
+type globalPartition struct {
+	store     string
+	partition int32
+	// position is the offset of the next record to apply, -1 if none.
+	position int64
+	// lag is the records the partition lacks, -1 when not known (an end
+	// never confirmed, or confirmed longer than LagConfirmWindow ago).
+	lag int64
+	// read counts the records applied since Start.
+	read int64
+}
+
+// partitions describes every partition of every global store's topic.
+func (t *globalThread) partitions() []globalPartition {
+	now := time.Now()
+	var out []globalPartition
+	for _, g := range t.stores {
+		for p := range t.parts[g.name] {
+			gp := globalPartition{store: g.name, partition: p, position: -1, lag: -1}
+			t.mu.Lock()
+			gp.read = t.read[changelog.TopicPartition{Topic: g.topic, Partition: p}]
+			t.mu.Unlock()
+			if pr, ok := t.reader.Progress(g.topic, p); ok {
+				gp.read += pr.Restored
+				gp.position = max(pr.Position, -1)
+				if pr.Lag >= 0 && !pr.EndConfirmed.IsZero() && now.Sub(pr.EndConfirmed) <= LagConfirmWindow {
+					gp.lag = pr.Lag
+				}
+			}
+			out = append(out, gp)
+		}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -290,6 +291,148 @@ func scanPrefix(t *testing.T, rw statestore.ReadWriter, prefix string) [][2]stri
 		if strings.HasPrefix(kv[0], prefix) {
 			out = append(out, kv)
 		}
+	}
+	return out
+}
+
+// globalEnrich is a user processor reading a global table: it forwards
+// each order as "order|name of its customer" ("?" when absent).
+type globalEnrich struct {
+	g    topology.GlobalKTable[string, string]
+	ctx  topology.ProcessorContext[string, string]
+	view *topology.ReadOnlyKeyValueStore[string, string]
+}
+
+func (p *globalEnrich) Init(ctx topology.ProcessorContext[string, string]) error {
+	p.ctx = ctx
+	var err error
+	p.view, err = p.g.Open(ctx)
+	return err
+}
+
+func (p *globalEnrich) Process(rec topology.Record[string, string]) error {
+	name, found, err := p.view.Get(rec.Value)
+	if err != nil {
+		return err
+	}
+	if !found {
+		name = "?"
+	}
+	return p.ctx.Forward(topology.Record[string, string]{Key: rec.Key, Value: rec.Value + "|" + name})
+}
+
+func (p *globalEnrich) Close() error { return nil }
+
+// TestGlobalStoreProcessorQueriesAndMetrics checks, on one instance with a
+// global table of 3 partitions read by a user processor: that the
+// processor reads the restored table and its later updates; that the
+// store is answerable as soon as Start returns, before any assignment
+// (the routing table then names the global store alone); that range,
+// all-keys and key-metadata queries answer it locally as a global store;
+// and the per-partition global metrics, checked against README.md's
+// metrics table both ways.
+func TestGlobalStoreProcessorQueriesAndMetrics(t *testing.T) {
+	b, adm := startBroker(t, "porders", "pout")
+	ctx := context.Background()
+	_, err := adm.CreateTopics(ctx, 3, -1, nil, "pcustomers")
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics("pout"), kgo.FetchMaxWait(100*time.Millisecond))
+	require.NoError(t, err)
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range 30 {
+		recs = append(recs, &kgo.Record{Topic: "pcustomers", Key: fmt.Appendf(nil, "c%02d", i), Value: fmt.Appendf(nil, "name%d", i)})
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+
+	tb := topology.NewBuilder()
+	g := topology.GlobalTable(tb, "pcustomers", serde.String, serde.String, "pcust")
+	orders := topology.Stream(tb, "porders", serde.String, serde.String)
+	topology.Process(orders, "enrich", func() topology.Processor[string, string, string, string] { return &globalEnrich{g: g} }, g.StoreName()).
+		To("pout", serde.String, serde.String)
+	topo, err := tb.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "gproc", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(app.Metrics()))
+	require.NoError(t, app.Start(ctx))
+	defer app.Close(ctx)
+
+	// Before the first assignment: the table of the global stores alone.
+	qb := queryBackend{app}
+	md, err := qb.table(nil)
+	require.NoError(t, err)
+	require.Equal(t, iq.Metadata{Unassigned: true, Partitions: map[string]int32{"pcust": 1}, Global: []string{"pcust"}}, md)
+	q := iq.NewQuerier(app.Queries())
+	res, err := iq.Get(ctx, q, "pcust", "c07", serde.String, serde.String)
+	require.NoError(t, err, "restored before Start returned: answers the default bound")
+	require.Equal(t, "name7", res.Value)
+	require.Equal(t, iq.RoleGlobal, res.Provenance.Role)
+
+	waitFor(t, 30*time.Second, "running", func() bool { return app.State() == StateRunning })
+	all, err := iq.All(ctx, q, "pcust", serde.String, serde.String)
+	require.NoError(t, err)
+	require.Empty(t, all.Refused)
+	require.Len(t, all.Partitions, 1)
+	require.Len(t, all.Partitions[0].Entries, 30)
+	require.Equal(t, iq.RoleGlobal, all.Partitions[0].Provenance.Role)
+	require.Equal(t, int64(30), all.Partitions[0].Provenance.Position, "offsets summed over the topic's partitions")
+	rng, err := iq.Range(ctx, q, "pcust", "c10", "c20", serde.String, serde.String)
+	require.NoError(t, err)
+	require.Len(t, rng.Partitions[0].Entries, 10)
+	km, err := iq.KeyMetadataFor(q, "pcust", "c07", serde.String)
+	require.NoError(t, err)
+	require.Equal(t, iq.KeyQueryMetadata{Partition: 0, Global: true}, km)
+
+	// The processor reads the table, then an update of it.
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "porders", Key: []byte("o1"), Value: []byte("c03")},
+		&kgo.Record{Topic: "porders", Key: []byte("o2"), Value: []byte("c99")}).FirstErr())
+	require.ElementsMatch(t, []string{"o1=c03|name3", "o2=c99|?"}, readTopic(t, cl, 2))
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "pcustomers", Key: []byte("c99"), Value: []byte("late")}).FirstErr())
+	waitFor(t, 20*time.Second, "the global store to hold c99", func() bool {
+		v, found, _, err := app.LocalGet("pcust", []byte("c99"))
+		return err == nil && found && string(v) == "late"
+	})
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "porders", Key: []byte("o3"), Value: []byte("c99")}).FirstErr())
+	require.Equal(t, []string{"o3=c99|late"}, readTopic(t, cl, 1))
+
+	// Metrics: one series per partition of the topic, 31 records read,
+	// positions summing to the offsets, no lag once confirmed.
+	var s scrape
+	waitFor(t, 20*time.Second, "global metrics of 31 records, lags 0", func() bool {
+		s = gather(t, reg)
+		return s.sum("eddy_global_store_records_read_total", `store="pcust"`) == 31 &&
+			s.sum("eddy_global_store_position", `store="pcust"`) == 31 &&
+			len(s["eddy_global_store_lag_records"].series) == 3 && s.sum("eddy_global_store_lag_records") == 0
+	})
+	require.Equal(t, []string{"0", "1", "2"}, s.labelValues("eddy_global_store_records_read_total", "partition"))
+	documented := map[string]documentedSeries{}
+	for _, d := range readmeMetrics(t) {
+		documented[d.name] = d
+		if strings.HasPrefix(d.present, "per global") {
+			require.Contains(t, s, d.name, "documented global series missing from App.Metrics")
+		}
+	}
+	for name, fam := range s {
+		if strings.HasPrefix(name, "eddy_global_") {
+			d, ok := documented[name]
+			require.True(t, ok, "%s is not in README.md's metrics table", name)
+			require.Equal(t, metricTypes[d.typ], fam.typ, "%s's type", name)
+		}
+	}
+}
+
+// readTopic reads n records of the client's topics, as "key=value".
+func readTopic(t *testing.T, cl *kgo.Client, n int) []string {
+	t.Helper()
+	var out []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(out) < n {
+		require.True(t, time.Now().Before(deadline), "read %d of %d records", len(out), n)
+		pctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) { out = append(out, string(r.Key)+"="+string(r.Value)) })
+		cancel()
 	}
 	return out
 }

@@ -44,6 +44,7 @@ type metrics struct {
 
 	state, consumerLag, restoreRemaining                                                           *prometheus.Desc
 	replicaPosition, replicaLag                                                                    *prometheus.Desc
+	globalPosition, globalLag, globalRead                                                          *prometheus.Desc
 	taskProcessed, taskPunctuations, taskDroppedLate, taskDroppedJoin, taskRemaining, taskRestored *prometheus.Desc
 }
 
@@ -117,6 +118,12 @@ func newMetrics(a *App) *metrics {
 			"store", "partition", "role"),
 		replicaLag: desc("replica_lag_records", "Changelog records a store partition lacks (restoring actives, standbys, warmups); 0 for running actives.",
 			"store", "partition", "role"),
+		globalPosition: desc("global_store_position", "Offset of the next record of a global store's topic partition the global thread would apply.",
+			"store", "partition"),
+		globalLag: desc("global_store_lag_records", "Records of a global store's topic partition the global store lacks (end offset, the last stable offset under exactly-once, minus position).",
+			"store", "partition"),
+		globalRead: desc("global_store_records_read_total", "Records of a global store's topic partition the global thread applied since this instance started, restoring and following.",
+			"store", "partition"),
 		taskProcessed: desc("task_records_processed_total", "Records an active task processed since this instance last opened it.",
 			"task"),
 		taskPunctuations: desc("task_punctuations_total", "Punctuator calls an active task made since this instance last opened it.",
@@ -164,6 +171,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		c.Describe(ch)
 	}
 	for _, d := range []*prometheus.Desc{m.state, m.consumerLag, m.restoreRemaining, m.replicaPosition, m.replicaLag,
+		m.globalPosition, m.globalLag, m.globalRead,
 		m.taskProcessed, m.taskPunctuations, m.taskDroppedLate, m.taskDroppedJoin, m.taskRemaining, m.taskRestored} {
 		ch <- d
 	}
@@ -182,6 +190,19 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, v, s.String())
+	}
+	// Start opens and starts the global thread before it sets serving.
+	if a.serving.Load() && a.global != nil {
+		for _, gp := range a.global.partitions() {
+			part := strconv.Itoa(int(gp.partition))
+			if gp.position >= 0 {
+				ch <- prometheus.MustNewConstMetric(m.globalPosition, prometheus.GaugeValue, float64(gp.position), gp.store, part)
+			}
+			if gp.lag >= 0 {
+				ch <- prometheus.MustNewConstMetric(m.globalLag, prometheus.GaugeValue, float64(gp.lag), gp.store, part)
+			}
+			ch <- prometheus.MustNewConstMetric(m.globalRead, prometheus.CounterValue, float64(gp.read), gp.store, part)
+		}
 	}
 	// Start sets up the threads, the registry and the freshness tracker
 	// before it sets threadsUp; until then they must not be read.

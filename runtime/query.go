@@ -111,11 +111,25 @@ func (q queryBackend) Metadata() (iq.Metadata, error) {
 	if err := q.running(); err != nil {
 		return iq.Metadata{}, err
 	}
-	md := q.a.routing.Load()
-	if md == nil {
+	return q.table(q.a.routing.Load())
+}
+
+// table is the routing table queries see given the latest assignment's,
+// md. Before the first assignment (md nil) the global stores, whole on
+// every instance from Start on, are already answerable: a table naming
+// them alone, marked Unassigned, lets routers find them then.
+func (q queryBackend) table(md *iq.Metadata) (iq.Metadata, error) {
+	if md != nil {
+		return *md, nil
+	}
+	if q.a.global == nil {
 		return iq.Metadata{}, iq.ErrNotStarted
 	}
-	return *md, nil
+	out := iq.Metadata{Unassigned: true, Partitions: make(map[string]int32), Global: q.a.global.names()}
+	for _, name := range out.Global {
+		out.Partitions[name] = 1
+	}
+	return out, nil
 }
 
 // routingTable turns a balance's routing table into the query layer's

@@ -49,7 +49,8 @@ type SubTopologyDescription struct {
 }
 
 // GlobalStoreDescription describes a global table: its store, the topic
-// every instance reads into it, and the join nodes that read it.
+// every instance reads into it, and the nodes that read it (joins and
+// processors).
 type GlobalStoreDescription struct {
 	Store   StoreInfo
 	Topic   string

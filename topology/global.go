@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -158,6 +159,65 @@ func (p *globalJoinProc[K, V, GK, GV, VR]) process(c *nodeInstance, r record) er
 }
 
 func (p *globalJoinProc[K, V, GK, GV, VR]) close() error { return nil }
+
+// takeGlobalStores moves the global stores a processor named among its
+// stores (Process) to the global stores it reads, which no task owns, and
+// returns the names of those processors by store, for Describe.
+func (b *Builder) takeGlobalStores(nodes []*node) map[string][]string {
+	readers := make(map[string][]string)
+	for _, n := range nodes {
+		n.stores = slices.DeleteFunc(n.stores, func(s string) bool {
+			if !slices.ContainsFunc(b.globals, func(gt *globalTable) bool { return gt.info.Name == s }) {
+				return false
+			}
+			if !slices.Contains(n.globals, s) {
+				n.globals = append(n.globals, s)
+				readers[s] = append(readers[s], n.name)
+			}
+			return true
+		})
+	}
+	return readers
+}
+
+// ReadOnlyKeyValueStore is a typed store a processor may read but not
+// write: a global store, which only the global thread writes.
+type ReadOnlyKeyValueStore[K, V any] struct {
+	kv *KeyValueStore[K, V]
+}
+
+// Get returns the value of k, and whether the store holds it.
+func (s *ReadOnlyKeyValueStore[K, V]) Get(k K) (V, bool, error) { return s.kv.Get(k) }
+
+// Range iterates over the keys in [from, to), in the order of their
+// serialized bytes. Close the iterator.
+func (s *ReadOnlyKeyValueStore[K, V]) Range(from, to K) (*KeyValueIterator[K, V], error) {
+	return s.kv.Range(from, to)
+}
+
+// All iterates over every entry. Close the iterator.
+func (s *ReadOnlyKeyValueStore[K, V]) All() (*KeyValueIterator[K, V], error) { return s.kv.All() }
+
+// ApproximateCount estimates the number of keys.
+func (s *ReadOnlyKeyValueStore[K, V]) ApproximateCount() (int64, error) {
+	return s.kv.ApproximateCount()
+}
+
+// Open returns g's global store from p, typed with g's serdes and read
+// only. A processor opens it from its ProcessorContext in Init, having
+// named g.StoreName() among its stores when it was added with Process; it
+// sees the store as the global thread last left it, which may be behind
+// or ahead of the record being processed (see JoinGlobal).
+func (g GlobalKTable[K, V]) Open(p StoreProvider) (*ReadOnlyKeyValueStore[K, V], error) {
+	if g.b == nil {
+		return nil, errors.New("topology: use of a zero GlobalKTable")
+	}
+	rw, err := p.Store(g.store)
+	if err != nil {
+		return nil, err
+	}
+	return &ReadOnlyKeyValueStore[K, V]{kv: NewKeyValueStore(rw, g.keySerde, g.valueSerde)}, nil
+}
 
 // checkGlobals reports global tables that cannot be run: a topic read both
 // by a global table and by a stream or table source, or by two global

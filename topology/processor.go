@@ -114,7 +114,9 @@ type ProcessorContext[K, V any] interface {
 // Process attaches a Processor to s. supplier must return a new instance on
 // every call: each task runs its own. stores names the stores the processor
 // uses; declare them with Builder.AddStore (or use the store of a DSL
-// aggregation in the same sub-topology). An empty name generates one.
+// aggregation in the same sub-topology), or name a global table's store
+// (GlobalKTable.StoreName) to read it with GlobalKTable.Open. An empty
+// name generates one.
 //
 // The processor may change keys, so grouping its output by key
 // repartitions it.

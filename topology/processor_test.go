@@ -381,3 +381,65 @@ func TestPunctuatorOutputFlowsThroughRepartition(t *testing.T) {
 	require.NoError(t, d.AdvanceWallClock(time.Second))
 	require.Equal(t, kvs[string, int64]("beat", int64(1), "beat", int64(2)), readKVs(t, d, "out", serde.String, serde.Int64))
 }
+
+// enrich looks each record's value up in a global table, read only, and
+// forwards "value|name" (or "value|?" when the table lacks it).
+type enrich struct {
+	g    topology.GlobalKTable[string, string]
+	ctx  topology.ProcessorContext[string, string]
+	view *topology.ReadOnlyKeyValueStore[string, string]
+}
+
+func (p *enrich) Init(ctx topology.ProcessorContext[string, string]) error {
+	p.ctx = ctx
+	var err error
+	if p.view, err = p.g.Open(ctx); err != nil {
+		return err
+	}
+	rw, err := ctx.Store(p.g.StoreName())
+	if err != nil {
+		return err
+	}
+	if rw.Put([]byte("x"), []byte("y")) == nil || rw.Delete([]byte("x")) == nil {
+		return errors.New("a processor wrote a global store")
+	}
+	return nil
+}
+
+func (p *enrich) Process(rec topology.Record[string, string]) error {
+	name, found, err := p.view.Get(rec.Value)
+	if err != nil {
+		return err
+	}
+	if !found {
+		name = "?"
+	}
+	return p.ctx.Forward(topology.Record[string, string]{Key: rec.Key, Value: rec.Value + "|" + name})
+}
+
+func (p *enrich) Close() error { return nil }
+
+// TestProcessorReadsGlobalStore checks that a processor naming a global
+// table's store among its stores reads it through GlobalKTable.Open, sees
+// the table's later updates, and that the store stays out of every task's
+// stores.
+func TestProcessorReadsGlobalStore(t *testing.T) {
+	b := topology.NewBuilder()
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	g := topology.GlobalTable(b, "names", serde.String, serde.String, "names-global")
+	topology.Process(s, "enrich", func() topology.Processor[string, string, string, string] { return &enrich{g: g} }, g.StoreName()).
+		To("out", serde.String, serde.String)
+	d, topo := start(t, b)
+	require.Empty(t, graph.Of(topo).SubTopologies()[0].Stores, "a global store belongs to no task")
+
+	names := strIn(d, "names")
+	in := strIn(d, "in")
+	ts := time.UnixMilli(1000)
+	require.NoError(t, names.PipeAt("c1", "Ann", ts))
+	require.NoError(t, in.PipeAt("o1", "c1", ts))
+	require.NoError(t, in.PipeAt("o2", "c2", ts))
+	require.NoError(t, names.PipeAt("c2", "Bob", ts))
+	require.NoError(t, in.PipeAt("o3", "c2", ts))
+	require.Equal(t, kvs[string, string]("o1", "c1|Ann", "o2", "c2|?", "o3", "c2|Bob"), readKVs(t, d, "out", serde.String, serde.String))
+	require.Equal(t, []string{"enrich"}, topo.Describe().GlobalStores[0].Readers)
+}

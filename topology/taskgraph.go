@@ -228,7 +228,20 @@ func (in *nodeInstance) store(name string) (statestore.ReadWriter, error) {
 	if !ok {
 		return nil, fmt.Errorf("topology: task %s has no store %q", in.task.env.TaskID(), name)
 	}
+	if slices.Contains(in.node.globals, name) {
+		return readOnlyStore{rw}, nil
+	}
 	return rw, nil
+}
+
+// readOnlyStore is a global store as processors see it: only the global
+// thread writes it, whichever runner (runtime or topologytest) provides it.
+type readOnlyStore struct{ statestore.ReadWriter }
+
+func (s readOnlyStore) Put(_, _ []byte) error { return s.refuse() }
+func (s readOnlyStore) Delete([]byte) error   { return s.refuse() }
+func (readOnlyStore) refuse() error {
+	return errors.New("topology: a global store is read-only to processors")
 }
 
 // taskGraph is the graph.TaskGraph of one task.

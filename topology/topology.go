@@ -48,6 +48,7 @@ func (b *Builder) Build() (*Topology, error) {
 	for _, s := range b.stores {
 		declared[s.Name] = true
 	}
+	globalReaders := b.takeGlobalStores(nodes)
 	for _, n := range nodes {
 		if prev, dup := byName[n.name]; dup {
 			errs = append(errs, fmt.Errorf("topology: node name %q is used twice (nodes %d and %d)", n.name, prev.id, n.id))
@@ -72,7 +73,7 @@ func (b *Builder) Build() (*Topology, error) {
 	t := &Topology{nodes: nodes, storeSub: make(map[string]int)}
 	for _, gt := range b.globals {
 		c := *gt
-		c.readers = slices.Clone(gt.readers)
+		c.readers = append(slices.Clone(gt.readers), globalReaders[gt.info.Name]...)
 		t.globals = append(t.globals, &c)
 	}
 	t.split()
