@@ -231,25 +231,11 @@ func jnRunJoin(ctx context.Context, cfg *config, adm *kadm.Client, addrs []strin
 	if err != nil {
 		return 0, err
 	}
-	stopProf, err := profile(cfg.profileDir, appID)
+	app, done, err := jnTimedRun(ctx, cfg, adm, addrs, topo, appID, dir, &seen)
 	if err != nil {
-		return 0, err
-	}
-	app, err := jnApp(ctx, cfg, addrs, topo, appID, dir)
-	if err != nil {
-		stopProf()
 		return 0, err
 	}
 	defer app.Close(context.Background())
-	err = jnWaitCaughtUp(ctx, adm, app, appID, jnOrders)
-	done := time.Now()
-	stopProf()
-	if err != nil {
-		return 0, err
-	}
-	if s := seen.Load(); s != int64(jnOrderN) {
-		return 0, fmt.Errorf("%d orders went through the topology, want %d", s, jnOrderN)
-	}
 	if dropped := app.DroppedJoinRecords(); dropped != 0 {
 		return 0, fmt.Errorf("%d orders dropped by the join", dropped)
 	}
@@ -267,6 +253,33 @@ func jnRunJoin(ctx context.Context, cfg *config, adm *kadm.Client, addrs []strin
 		}
 	}
 	return done.Sub(time.Unix(0, first.Load())), app.Close(ctx)
+}
+
+// jnTimedRun starts topo as appID under a CPU profile, waits until the
+// group has committed the end of the orders, and checks that every order
+// went through (seen). It returns the running App, for the caller to check
+// and close, and when the wait ended.
+func jnTimedRun(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string, topo *topology.Topology, appID, dir string, seen *atomic.Int64) (*runtime.App, time.Time, error) {
+	stopProf, err := profile(cfg.profileDir, appID)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	app, err := jnApp(ctx, cfg, addrs, topo, appID, dir)
+	if err != nil {
+		stopProf()
+		return nil, time.Time{}, err
+	}
+	err = jnWaitCaughtUp(ctx, adm, app, appID, jnOrders)
+	done := time.Now()
+	stopProf()
+	if err == nil && seen.Load() != int64(jnOrderN) {
+		err = fmt.Errorf("%d orders went through the topology, want %d", seen.Load(), jnOrderN)
+	}
+	if err != nil {
+		app.Close(context.Background())
+		return nil, time.Time{}, err
+	}
+	return app, done, nil
 }
 
 // jnCheckJoined reads topic back and checks that every order appears,
@@ -330,25 +343,11 @@ func jnRunCount(ctx context.Context, cfg *config, adm *kadm.Client, addrs []stri
 	if err != nil {
 		return 0, err
 	}
-	stopProf, err := profile(cfg.profileDir, appID)
+	app, done, err := jnTimedRun(ctx, cfg, adm, addrs, topo, appID, dir, &seen)
 	if err != nil {
-		return 0, err
-	}
-	app, err := jnApp(ctx, cfg, addrs, topo, appID, dir)
-	if err != nil {
-		stopProf()
 		return 0, err
 	}
 	defer app.Close(context.Background())
-	err = jnWaitCaughtUp(ctx, adm, app, appID, jnOrders)
-	done := time.Now()
-	stopProf()
-	if err != nil {
-		return 0, err
-	}
-	if s := seen.Load(); s != int64(jnOrderN) {
-		return 0, fmt.Errorf("%d orders went through the topology, want %d", s, jnOrderN)
-	}
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for c := 0; c < jnCustomerN; c += jnCustomerN / 100 {

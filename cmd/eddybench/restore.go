@@ -200,23 +200,7 @@ func bareBadgerWrite(dir string, entries []statestore.Entry) (time.Duration, err
 	if err != nil {
 		return 0, err
 	}
-	db, err := badger.Open(opts.WithDir(dir).WithValueDir(dir))
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
-	start := time.Now()
-	wb := db.NewWriteBatch()
-	defer wb.Cancel()
-	for _, e := range entries {
-		if err := wb.Set(e.Key, e.Value); err != nil {
-			return 0, err
-		}
-	}
-	if err := wb.Flush(); err != nil {
-		return 0, err
-	}
-	return time.Since(start), nil
+	return bareWriteBatch(opts, dir, entries)
 }
 
 // storeBadgerOptions returns the badger options OpenBadger uses with the
