@@ -63,7 +63,8 @@ func GlobalStoreBadgerOptions() statestore.BadgerOptions { return globalBadgerOp
 // flushes and level-0 compactions for a full restore, and larger tables
 // and levels keep the tree shallow for the larger data set. One
 // transaction may then hold ~2.4 MiB, far above a restoration batch of
-// restoreBatchRecords small records, so batches are never staged.
+// restoreBatchRecords small records, so batches of small records fit one
+// transaction; larger ones are staged (see globalStore.write).
 func globalBadgerOptions() statestore.BadgerOptions {
 	o := statestore.DefaultBadgerOptions()
 	o.MemTableSize = 16 << 20
@@ -140,8 +141,11 @@ func (g *globalStore) write(p int32, entries []statestore.Entry, position int64)
 	}
 	out = append(out, statestore.Entry{Key: globalPosKey(p), Value: binary.BigEndian.AppendUint64(nil, uint64(position))})
 	// The backing store's own position means nothing here; the
-	// partitions' are in the data.
-	if err := g.inner.Write(out, 0); err != nil {
+	// partitions' are in the data. Without one, a batch too big for one
+	// badger transaction is staged, atomic across a crash: torn (as a
+	// write with a position would be) it could leave p's position ahead of
+	// its records, and nothing replays a global store past a torn write.
+	if err := g.inner.Write(out, statestore.NoPosition); err != nil {
 		return err
 	}
 	g.mu.Lock()

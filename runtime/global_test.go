@@ -216,6 +216,42 @@ func TestGlobalStorePositions(t *testing.T) {
 	require.False(t, g.resetWanted.Load())
 }
 
+// writeRecorder records the positions a store is written with.
+type writeRecorder struct {
+	statestore.Store
+	positions []int64
+}
+
+func (w *writeRecorder) Write(entries []statestore.Entry, position int64) error {
+	w.positions = append(w.positions, position)
+	return w.Store.Write(entries, position)
+}
+
+// TestGlobalBatchTooBigForOneTransactionIsAtomic writes a global batch of
+// 4 MiB, past one badger transaction: it must reach the backing store
+// without a position, which badger stages (atomic across a crash) rather
+// than tears (a crash could leave the partition's position ahead of its
+// records, with no changelog replay to repair a global store).
+func TestGlobalBatchTooBigForOneTransactionIsAtomic(t *testing.T) {
+	inner, err := statestore.OpenBadger(t.TempDir(), globalBadgerOptions())
+	require.NoError(t, err)
+	defer inner.Close()
+	rec := &writeRecorder{Store: inner}
+	g, err := newGlobalStore("s", "topic", rec)
+	require.NoError(t, err)
+	value := make([]byte, 1024)
+	var batch []statestore.Entry
+	for i := range 4096 {
+		batch = append(batch, statestore.Entry{Key: fmt.Appendf(nil, "k%05d", i), Value: value})
+	}
+	require.NoError(t, partitionView{g, 0}.Write(batch, 4096))
+	require.Equal(t, []int64{statestore.NoPosition}, rec.positions)
+	require.Equal(t, int64(4096), g.position(0))
+	n, err := g.ApproximateCount()
+	require.NoError(t, err)
+	require.Positive(t, n)
+}
+
 func scan(t *testing.T, rw statestore.ReadWriter) [][2]string {
 	t.Helper()
 	it, err := rw.All()
