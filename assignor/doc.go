@@ -1,7 +1,7 @@
 // Package assignor decides which instance of an Eddy application runs which
 // task, and where the replicas of each task's state live.
 //
-// It has three layers:
+// It has four layers:
 //
 //   - Assign, a pure function in the spirit of Kafka Streams'
 //     high-availability task assignor (KIP-441). It computes a balanced,

@@ -13,7 +13,7 @@ import (
 // cache, changelog writing, restoration, standbys, the position written
 // with the data, resets) through the same code: WindowStore and
 // SessionStore translate their operations into Get, Put, Delete and Range
-// on a ReadWriter, usually the task's CachedStore, and SegmentedStore, a
+// on a ReadWriter, usually the task's cache.Store, and SegmentedStore, a
 // Store that sits under the cache, keeps the contents bounded by retention
 // whoever writes them (a commit, a restoration, a standby).
 //
