@@ -210,13 +210,13 @@ type Config struct {
 	CacheMaxBytes int64
 	// MaxPollRecords caps the records a thread processes between two
 	// checks of its commit timer. Default 100,000, which is more than one
-	// fetch (FetchMaxBytes, 4 MiB) holds of all but tiny records: the client
-	// sends its next fetch only once the last one has been polled to the
-	// end, so a cap below a fetch's records leaves the thread waiting for a
-	// fetch round trip every time it runs dry, where a whole fetch per poll
-	// lets the next one arrive while this one is processed. Lower it when
-	// records are slow to process and commits or rebalances must not wait
-	// for a whole fetch.
+	// fetch (at most 1 MiB for a stream thread) holds of all but near-empty
+	// records: the client sends its next fetch only once the last one has
+	// been polled to the end, so a cap below a fetch's records leaves the
+	// thread waiting for a fetch round trip every time it runs dry, where a
+	// whole fetch per poll lets the next one arrive while this one is
+	// processed. Lower it when records are slow to process and commits or
+	// rebalances must not wait for a whole fetch.
 	MaxPollRecords int
 	// SessionTimeout is the group session timeout: how long the group waits
 	// for a silent member before moving its tasks. Default 10s.
