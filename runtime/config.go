@@ -187,15 +187,20 @@ type Config struct {
 	// CommitInterval is how often a thread commits. Default 1s, or 100ms
 	// with ExactlyOnce, where output becomes visible only at commit.
 	CommitInterval time.Duration
-	// DrainedCommitDelay is the least time between two commits of a thread
-	// that commits before its CommitInterval because its input is drained:
-	// it has consumed records since its last commit and has reached the
-	// end of every input partition it fetched (the high watermark, or the
-	// last stable offset under ExactlyOnce). Results are then committed
-	// soon after input stops rather than up to a commit interval later,
-	// while a thread kept just behind the end by a trickle of input
-	// commits at most once per DrainedCommitDelay. A value at or above
-	// CommitInterval turns early commits off. Default 100ms.
+	// DrainedCommitDelay bounds how often a thread commits before its
+	// CommitInterval because its input is drained: it has consumed records
+	// since its last commit and has reached the end of every input
+	// partition it fetched (the high watermark, or the last stable offset
+	// under ExactlyOnce). Results are then committed soon after input
+	// stops rather than up to a commit interval later. A thread may begin
+	// three commits back to back, so that a topology whose results pass
+	// through up to three stages (sub-topologies joined by repartition
+	// topics, each made final by its own commit) settles at once; beyond
+	// that it waits until fewer than three of its commits began in the
+	// last 3×DrainedCommitDelay, so a thread kept just behind the end by a
+	// trickle of input commits on average at most once per
+	// DrainedCommitDelay. A value at or above CommitInterval turns early
+	// commits off. Default 100ms.
 	DrainedCommitDelay time.Duration
 	// TransactionTimeout bounds a transaction under ExactlyOnce. It is also
 	// how long the partitions of an instance that died mid-transaction stay

@@ -171,7 +171,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next *thr
 		th.processing = true
 		return nil, th.processPolled()
 	case threadcore.ActFlush:
-		th.lastCommit, th.commitStart = time.Now(), time.Now()
+		th.noteCommitStart(time.Now())
 		th.commits.Add(1)
 		if err := th.committer.flush(ctx(), th.activeTasks(a.Tasks)); err != nil {
 			return failed(threadcore.EvCommitFailed, err)

@@ -74,6 +74,12 @@ type thread struct {
 	// rewiring is the request a rewire reconnection waits on.
 	rewiring                *rewire
 	lastCommit, commitStart time.Time
+	// recent holds the start times of the thread's last drainedBurst
+	// commits, oldest at recentNext: early commits are allowed while
+	// fewer than drainedBurst commits began in the last
+	// drainedBurst×DrainedCommitDelay.
+	recent     [drainedBurst]time.Time
+	recentNext int
 	// lagging holds the input partitions whose last fetch stopped short of
 	// the partition's end: with input consumed since the last commit (the
 	// core knows) and lagging empty the thread is drained and commits
@@ -554,15 +560,15 @@ func (th *thread) processPolled() error {
 // client would hold a commit until the sync, stopping the thread, so the
 // core lets an interval commit wait as long as the other members can take
 // to notice the rebalance and join (a couple of heartbeats) and no longer.
-// A drained thread commits DrainedCommitDelay after its last commit, which
-// spends a commit (under exactly-once a transaction) to make results final
-// once input stops, rather than a commit interval later.
+// A drained thread commits early (see earlyCommitWait), which spends a
+// commit (under exactly-once a transaction) to make results final once input
+// stops, rather than a commit interval later.
 func (th *thread) commitClock() threadcore.CommitClock {
 	since, cfg := time.Since(th.lastCommit), th.app.cfg
 	k := threadcore.CommitClock{
 		IntervalDue:   since >= cfg.CommitInterval,
 		JoinGraceOver: since >= cfg.CommitInterval+2*cfg.HeartbeatInterval,
-		DrainedDue:    cfg.DrainedCommitDelay < cfg.CommitInterval && since >= cfg.DrainedCommitDelay,
+		DrainedDue:    cfg.DrainedCommitDelay < cfg.CommitInterval && th.earlyCommitWait() <= 0,
 		BudgetFull:    th.budget.Full(),
 		ProduceFailed: th.sess != nil && th.produceFailed() != nil,
 	}
@@ -623,8 +629,35 @@ func (th *thread) inputAtEnd() bool {
 // and its input is at its end: it then commits early (see commitClock). An
 // idle thread has consumed nothing since its last commit, so it never
 // commits early, and a thread that keeps consuming a trickle of input
-// commits at most once per DrainedCommitDelay.
+// commits on average at most once per DrainedCommitDelay.
 func (th *thread) drained() bool { return th.core.Consumed() && th.inputAtEnd() }
+
+// drainedBurst is how many commits a thread may begin back to back before
+// early commits wait for DrainedCommitDelay. Results through repartition
+// topics become final only after one drained commit per stage: the upstream
+// sub-topology's commit sends its last records (with combining, its partial
+// aggregates) to the repartition topic, and only the downstream commit that
+// follows makes them state. Spacing those commits DrainedCommitDelay apart
+// would add that delay per stage to every result; a burst lets a topology
+// of up to drainedBurst stages settle at once, while the sliding window
+// still bounds a trickle of input to drainedBurst commits per
+// drainedBurst×DrainedCommitDelay.
+const drainedBurst = 3
+
+// noteCommitStart records that a commit begins, for earlyCommitWait.
+func (th *thread) noteCommitStart(now time.Time) {
+	th.lastCommit, th.commitStart = now, now
+	th.recent[th.recentNext] = now
+	th.recentNext = (th.recentNext + 1) % drainedBurst
+}
+
+// earlyCommitWait is how long the thread must still wait before a drained
+// commit: until the oldest of its last drainedBurst commits is
+// drainedBurst×DrainedCommitDelay old. Zero or less means now.
+func (th *thread) earlyCommitWait() time.Duration {
+	window := drainedBurst * th.app.cfg.DrainedCommitDelay
+	return window - time.Since(th.recent[th.recentNext])
+}
 
 // pollWait bounds a poll so that commits and restoration are not starved
 // when no input arrives: it ends when the next commit is due, the interval
@@ -636,11 +669,10 @@ func (th *thread) pollWait() time.Duration {
 		return 20 * time.Millisecond
 	}
 	cfg := th.app.cfg
-	next := cfg.CommitInterval
-	if cfg.DrainedCommitDelay < next && th.drained() {
-		next = cfg.DrainedCommitDelay
+	wait := cfg.CommitInterval - time.Since(th.lastCommit)
+	if cfg.DrainedCommitDelay < cfg.CommitInterval && th.drained() {
+		wait = min(wait, th.earlyCommitWait())
 	}
-	wait := next - time.Since(th.lastCommit)
 	return max(10*time.Millisecond, min(wait, 500*time.Millisecond))
 }
 
