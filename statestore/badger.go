@@ -345,6 +345,13 @@ type badgerStore struct {
 	// staged Write, and finds a torn one marked for restoration to repair).
 	failed atomic.Pointer[error]
 
+	// shared is the read transaction Gets share until the next change to
+	// the store, changing the number of changes in progress (see reader).
+	// sharedMu guards them and the transaction's users.
+	sharedMu sync.Mutex
+	shared   *sharedTxn
+	changing int
+
 	// Open iterators, so Close can release them before closing the DB:
 	// their owners may not have finished, and a badger iterator must not
 	// outlive its DB.
@@ -376,6 +383,84 @@ func (s *badgerStore) snapshot() *badger.Txn {
 }
 
 func (s *badgerStore) exit() { s.mu.RUnlock() }
+
+// sharedTxn is a read transaction used by several Gets, with the number of
+// its users (the store counting as one while it offers it).
+type sharedTxn struct {
+	txn   *badger.Txn
+	users int
+}
+
+// reader returns a read transaction for a Get; release it with done.
+// Opening and discarding a badger transaction for every Get costs more
+// than looking up a key that does not exist (both pass a mark through
+// badger's watermark goroutine, and opening takes the oracle's lock), so
+// between two changes to the store the Gets share one. While a change is
+// in progress (between beginChange and endChange) every Get opens its own
+// transaction, as a Get always did: the change may become visible at any
+// moment, and a Get must not see older data than a read that went before
+// it. A Get still holding the shared transaction when a change begins
+// started before the change, and reads as if it had finished before it.
+//
+// Badger drops old versions only below the oldest open read, so a shared
+// transaction keeps at most the versions of one interval between changes.
+func (s *badgerStore) reader() *sharedTxn {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	if s.changing > 0 {
+		return &sharedTxn{txn: s.snapshot(), users: 1}
+	}
+	r := s.shared
+	if r == nil {
+		r = &sharedTxn{txn: s.snapshot(), users: 1}
+		s.shared = r
+	}
+	r.users++
+	return r
+}
+
+func (s *badgerStore) done(r *sharedTxn) {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.releaseLocked(r)
+}
+
+func (s *badgerStore) releaseLocked(r *sharedTxn) {
+	if r.users--; r.users == 0 {
+		r.txn.Discard()
+	}
+}
+
+// beginChange stops sharing a read transaction until the matching
+// endChange. Everything that writes to the DB calls it first.
+func (s *badgerStore) beginChange() {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.changing++
+	s.dropSharedLocked()
+}
+
+func (s *badgerStore) endChange() {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.changing--
+}
+
+// dropShared discards the shared transaction once its users are done.
+// Close and Reset call it before they close the DB: a transaction must be
+// discarded while its DB is open, and as they hold mu no Get is using it.
+func (s *badgerStore) dropShared() {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.dropSharedLocked()
+}
+
+func (s *badgerStore) dropSharedLocked() {
+	if r := s.shared; r != nil {
+		s.shared = nil
+		s.releaseLocked(r)
+	}
+}
 
 // checkRoom refuses to let badger write into dir's filesystem when less
 // than reserve bytes are free (see BadgerOptions.DiskReserve). The
@@ -420,9 +505,9 @@ func (s *badgerStore) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer s.exit()
-	txn := s.snapshot()
-	defer txn.Discard()
-	v, found, err := getIn(txn, key)
+	r := s.reader()
+	v, found, err := getIn(r.txn, key)
+	s.done(r)
 	if err != nil {
 		return nil, false, fmt.Errorf("statestore: badger get: %w", err)
 	}
@@ -454,6 +539,8 @@ func (s *badgerStore) update(e Entry) error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
+	s.beginChange()
+	defer s.endChange()
 	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := s.check(e); err != nil {
 			return &EntryError{Index: 0, Err: err}
@@ -490,6 +577,8 @@ func (s *badgerStore) dropPrefix(prefix []byte) error {
 	defer s.exit()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.beginChange()
+	defer s.endChange()
 	if err := s.db.DropPrefix(append([]byte{userPrefix}, prefix...)); err != nil {
 		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger drop prefix: %w", err))
 	}
@@ -527,6 +616,8 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
+	s.beginChange()
+	defer s.endChange()
 	var pos [8]byte
 	binary.BigEndian.PutUint64(pos[:], uint64(position))
 	ops, err := s.plan(entries)
@@ -750,6 +841,11 @@ func (s *badgerStore) collectGarbage() error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
+	// A rewritten value-log file is deleted once no iterator is open,
+	// whatever snapshots still point into it: no Get may keep reading
+	// through one taken before.
+	s.beginChange()
+	defer s.endChange()
 	return s.db.RunValueLogGC(0.5)
 }
 
@@ -766,6 +862,7 @@ func (s *badgerStore) Close() error {
 	<-s.gcDone
 
 	s.releaseIters(ErrClosed)
+	s.dropShared()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("statestore: close badger %s: %w", s.dir, err)
 	}
@@ -804,6 +901,7 @@ func (s *badgerStore) Reset() error {
 		return ErrClosed
 	}
 	s.releaseIters(ErrReset)
+	s.dropShared()
 	if err := s.db.Close(); err != nil {
 		s.breakLocked()
 		return fmt.Errorf("statestore: reset badger %s: close: %w", s.dir, err)
