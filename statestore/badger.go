@@ -79,7 +79,7 @@ type BadgerOptions struct {
 	// tmpfs: a compaction's table write faulted). The reserve leaves room
 	// for the work badger may still do for writes it has accepted: its
 	// memtable logs, their flush, one level-0 compaction and a value-log
-	// file. Zero means that sum for these options (about 84 MiB with the
+	// file. Zero means that sum for these options (about 62 MiB with the
 	// defaults); negative disables the check. The reserve guards against
 	// this store's own growth: space taken by others while badger flushes
 	// or compacts can still crash it.
@@ -136,9 +136,9 @@ type BadgerOptions struct {
 // which costs about three times as much.
 func DefaultBadgerOptions() BadgerOptions {
 	return BadgerOptions{
-		MemTableSize:            4 << 20,
+		MemTableSize:            2 << 20,
 		NumMemtables:            2,
-		BaseTableSize:           2 << 20,
+		BaseTableSize:           1 << 20,
 		BaseLevelSize:           8 << 20,
 		NumLevelZeroTables:      5,
 		NumLevelZeroTablesStall: 15,
