@@ -94,14 +94,15 @@ type BadgerOptions struct {
 // hold a dozen or more open DBs (one per store per task) and must stay
 // within a few hundred MiB.
 //
-//   - MemTableSize 4 MiB, NumMemtables 2. Badger allocates each memtable's
+//   - MemTableSize 2 MiB, NumMemtables 2. Badger allocates each memtable's
 //     skiplist arena up front at ~1.3x MemTableSize (room for one more
-//     maximal transaction): 5.2 MiB of Go heap, resident once written to.
+//     maximal transaction): 2.6 MiB of Go heap, resident once written to.
 //     The memtable's write-ahead log is a memory-mapped file of which up to
-//     ~4 MiB of page cache is dirty. A second memtable exists only while the
+//     ~2 MiB of page cache is dirty. A second memtable exists only while the
 //     previous one is being flushed. A transaction may hold 15% of
-//     MemTableSize (~6,500 small entries); larger Writes are torn or
-//     staged (see Write).
+//     MemTableSize (~315 KB, 3,275 entries); larger Writes are torn or
+//     staged (see Write). Restoration batches (changelog's
+//     DefaultMaxBatchRecords, 3,000) fit.
 //   - No compression and no block cache: uncompressed SSTables are read
 //     through the kernel page cache via mmap, so reads need no private
 //     cache and table builds start no compression goroutines. Table indexes
@@ -110,8 +111,9 @@ type BadgerOptions struct {
 //     bloom per key plus block offsets, 1.9 MiB per million keys, resident
 //     like the tables' other pages (~32 bytes per small entry).
 //   - Table building (flushes and compactions) uses buffers of at least
-//     2 x BaseTableSize = 4 MiB, which badger pools per DB and frees after
-//     ~2 s idle.
+//     2 x BaseTableSize = 2 MiB, which badger pools per DB (up to 8) and
+//     frees after ~2 s idle. BaseTableSize 1 MiB: level-1 tables, and the
+//     tables of the level the DB's data sits in while small.
 //   - ValueThreshold 16 KiB: ordinary state values stay in the LSM tree
 //     and are reclaimed by compaction; only larger ones go to the value
 //     log (16 MiB files, GC every 5 minutes).
@@ -119,21 +121,25 @@ type BadgerOptions struct {
 //   - Conflict detection (one writer per store) and metrics are off.
 //
 // Per open DB that makes ~0.3 MiB when idle and never written (arena pages
-// untouched), ~9-10 MiB of Go heap while being written (arena + pooled
-// table-build buffer), up to ~20 MiB during a flush, plus file pages the
-// kernel can reclaim. Measured with TestBadgerMemoryFootprint (12 DBs in
-// one process, 1,000,000 keys in total, 10-byte keys and 8-byte values
-// written through Write in batches of 2,000, ~550,000 records/s on two
-// cores): 12 freshly opened DBs add ~3 MiB RSS; after the writes the Go heap
-// holds 111 MiB live (62 MiB memtable arenas, 48 MiB table-build buffers)
-// and the process peaks at ~200-210 MiB VmRSS, garbage awaiting
-// collection included (GOGC=100; a Go memory limit lowers it). At
-// 4,000,000 keys it peaks at ~450 MiB, against ~245 MiB for one DB
-// holding them all: part of the cost is per DB and grows with its data
-// (compaction builds tables in parallel and each DB pools up to 8
-// table-build buffers). Writes too big for one transaction are torn (see
-// badgertorn.go), or staged when they carry no position (badgerstage.go),
-// which costs about three times as much.
+// untouched), ~5 MiB of Go heap while being written (arena + pooled
+// table-build buffer), ~10 MiB or more during a flush and a compaction,
+// plus file pages the kernel can reclaim. Measured with
+// TestBadgerMemoryFootprint (12 DBs in one process, 1,000,000 keys in
+// total, 10-byte keys and 8-byte values written through Write in batches
+// of 2,000, on two shared cores): 12 freshly opened DBs add ~3 MiB RSS;
+// after the writes the Go heap holds 56 MiB live and the process peaks at
+// 151 MiB VmRSS, garbage awaiting collection included (GOGC=100; a Go
+// memory limit lowers it), against 112 MiB live (62 MiB of memtable
+// arenas) and 207 MiB with the former 4 MiB memtables and 2 MiB tables.
+// At 4,000,000 keys the store test alone peaks at 359-407 MiB either way,
+// the DBs' compactions and their pooled table-build buffers dominating;
+// the smaller memtables cost that test ~10-20% more CPU (more flushes and
+// level-0 compactions), and an instance counting 4,000,000 keys ~45 MiB
+// less at its peak (eddybench -only c; see DESIGN.md, State directory).
+// One DB holding all 4,000,000 keys peaks at ~245 MiB: part of the cost is
+// per DB and grows with its data. Writes too big for one transaction are
+// torn (see badgertorn.go), or staged when they carry no position
+// (badgerstage.go), which costs about three times as much.
 func DefaultBadgerOptions() BadgerOptions {
 	return BadgerOptions{
 		MemTableSize:            2 << 20,
@@ -595,8 +601,8 @@ func setOp(txn *badger.Txn, o op, e *badger.Entry) error {
 // Write applies entries and records position.
 //
 // When the batch fits in one badger transaction (badger caps a transaction
-// at 15% of MemTableSize and a matching entry count, ~6,500 small entries
-// or ~630 KB with the default options), entries and position commit
+// at 15% of MemTableSize and a matching entry count, 3,275 small entries
+// or ~315 KB with the default options), entries and position commit
 // together. A larger batch with a position is written torn (see
 // badgertorn.go): applied with new reads held back, so atomic for
 // readers, then the position; a crash in between leaves the store torn
