@@ -79,7 +79,7 @@ type BadgerOptions struct {
 	// tmpfs: a compaction's table write faulted). The reserve leaves room
 	// for the work badger may still do for writes it has accepted: its
 	// memtable logs, their flush, one level-0 compaction and a value-log
-	// file. Zero means that sum for these options (about 84 MiB with the
+	// file. Zero means that sum for these options (about 62 MiB with the
 	// defaults); negative disables the check. The reserve guards against
 	// this store's own growth: space taken by others while badger flushes
 	// or compacts can still crash it.
@@ -94,14 +94,15 @@ type BadgerOptions struct {
 // hold a dozen or more open DBs (one per store per task) and must stay
 // within a few hundred MiB.
 //
-//   - MemTableSize 4 MiB, NumMemtables 2. Badger allocates each memtable's
+//   - MemTableSize 2 MiB, NumMemtables 2. Badger allocates each memtable's
 //     skiplist arena up front at ~1.3x MemTableSize (room for one more
-//     maximal transaction): 5.2 MiB of Go heap, resident once written to.
+//     maximal transaction): 2.6 MiB of Go heap, resident once written to.
 //     The memtable's write-ahead log is a memory-mapped file of which up to
-//     ~4 MiB of page cache is dirty. A second memtable exists only while the
+//     ~2 MiB of page cache is dirty. A second memtable exists only while the
 //     previous one is being flushed. A transaction may hold 15% of
-//     MemTableSize (~6,500 small entries); larger Writes are torn or
-//     staged (see Write).
+//     MemTableSize (~315 KB, 3,275 entries); larger Writes are torn or
+//     staged (see Write). Restoration batches (changelog's
+//     DefaultMaxBatchRecords, 3,000) fit.
 //   - No compression and no block cache: uncompressed SSTables are read
 //     through the kernel page cache via mmap, so reads need no private
 //     cache and table builds start no compression goroutines. Table indexes
@@ -110,8 +111,9 @@ type BadgerOptions struct {
 //     bloom per key plus block offsets, 1.9 MiB per million keys, resident
 //     like the tables' other pages (~32 bytes per small entry).
 //   - Table building (flushes and compactions) uses buffers of at least
-//     2 x BaseTableSize = 4 MiB, which badger pools per DB and frees after
-//     ~2 s idle.
+//     2 x BaseTableSize = 2 MiB, which badger pools per DB (up to 8) and
+//     frees after ~2 s idle. BaseTableSize 1 MiB: level-1 tables, and the
+//     tables of the level the DB's data sits in while small.
 //   - ValueThreshold 16 KiB: ordinary state values stay in the LSM tree
 //     and are reclaimed by compaction; only larger ones go to the value
 //     log (16 MiB files, GC every 5 minutes).
@@ -119,26 +121,30 @@ type BadgerOptions struct {
 //   - Conflict detection (one writer per store) and metrics are off.
 //
 // Per open DB that makes ~0.3 MiB when idle and never written (arena pages
-// untouched), ~9-10 MiB of Go heap while being written (arena + pooled
-// table-build buffer), up to ~20 MiB during a flush, plus file pages the
-// kernel can reclaim. Measured with TestBadgerMemoryFootprint (12 DBs in
-// one process, 1,000,000 keys in total, 10-byte keys and 8-byte values
-// written through Write in batches of 2,000, ~550,000 records/s on two
-// cores): 12 freshly opened DBs add ~3 MiB RSS; after the writes the Go heap
-// holds 111 MiB live (62 MiB memtable arenas, 48 MiB table-build buffers)
-// and the process peaks at ~200-210 MiB VmRSS, garbage awaiting
-// collection included (GOGC=100; a Go memory limit lowers it). At
-// 4,000,000 keys it peaks at ~450 MiB, against ~245 MiB for one DB
-// holding them all: part of the cost is per DB and grows with its data
-// (compaction builds tables in parallel and each DB pools up to 8
-// table-build buffers). Writes too big for one transaction are torn (see
-// badgertorn.go), or staged when they carry no position (badgerstage.go),
-// which costs about three times as much.
+// untouched), ~5 MiB of Go heap while being written (arena + pooled
+// table-build buffer), ~10 MiB or more during a flush and a compaction,
+// plus file pages the kernel can reclaim. Measured with
+// TestBadgerMemoryFootprint (12 DBs in one process, 1,000,000 keys in
+// total, 10-byte keys and 8-byte values written through Write in batches
+// of 2,000, on two shared cores): 12 freshly opened DBs add ~3 MiB RSS;
+// after the writes the Go heap holds 56 MiB live and the process peaks at
+// 151 MiB VmRSS, garbage awaiting collection included (GOGC=100; a Go
+// memory limit lowers it), against 112 MiB live (62 MiB of memtable
+// arenas) and 207 MiB with the former 4 MiB memtables and 2 MiB tables.
+// At 4,000,000 keys the store test alone peaks at 359-407 MiB either way,
+// the DBs' compactions and their pooled table-build buffers dominating;
+// the smaller memtables cost that test ~10-20% more CPU (more flushes and
+// level-0 compactions), and an instance counting 4,000,000 keys ~45 MiB
+// less at its peak (eddybench -only c; see DESIGN.md, State directory).
+// One DB holding all 4,000,000 keys peaks at ~245 MiB: part of the cost is
+// per DB and grows with its data. Writes too big for one transaction are
+// torn (see badgertorn.go), or staged when they carry no position
+// (badgerstage.go), which costs about three times as much.
 func DefaultBadgerOptions() BadgerOptions {
 	return BadgerOptions{
-		MemTableSize:            4 << 20,
+		MemTableSize:            2 << 20,
 		NumMemtables:            2,
-		BaseTableSize:           2 << 20,
+		BaseTableSize:           1 << 20,
 		BaseLevelSize:           8 << 20,
 		NumLevelZeroTables:      5,
 		NumLevelZeroTablesStall: 15,
@@ -345,6 +351,13 @@ type badgerStore struct {
 	// staged Write, and finds a torn one marked for restoration to repair).
 	failed atomic.Pointer[error]
 
+	// shared is the read transaction Gets share until the next change to
+	// the store, changing the number of changes in progress (see reader).
+	// sharedMu guards them and the transaction's users.
+	sharedMu sync.Mutex
+	shared   *sharedTxn
+	changing int
+
 	// Open iterators, so Close can release them before closing the DB:
 	// their owners may not have finished, and a badger iterator must not
 	// outlive its DB.
@@ -376,6 +389,84 @@ func (s *badgerStore) snapshot() *badger.Txn {
 }
 
 func (s *badgerStore) exit() { s.mu.RUnlock() }
+
+// sharedTxn is a read transaction used by several Gets, with the number of
+// its users (the store counting as one while it offers it).
+type sharedTxn struct {
+	txn   *badger.Txn
+	users int
+}
+
+// reader returns a read transaction for a Get; release it with done.
+// Opening and discarding a badger transaction for every Get costs more
+// than looking up a key that does not exist (both pass a mark through
+// badger's watermark goroutine, and opening takes the oracle's lock), so
+// between two changes to the store the Gets share one. While a change is
+// in progress (between beginChange and endChange) every Get opens its own
+// transaction, as a Get always did: the change may become visible at any
+// moment, and a Get must not see older data than a read that went before
+// it. A Get still holding the shared transaction when a change begins
+// started before the change, and reads as if it had finished before it.
+//
+// Badger drops old versions only below the oldest open read, so a shared
+// transaction keeps at most the versions of one interval between changes.
+func (s *badgerStore) reader() *sharedTxn {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	if s.changing > 0 {
+		return &sharedTxn{txn: s.snapshot(), users: 1}
+	}
+	r := s.shared
+	if r == nil {
+		r = &sharedTxn{txn: s.snapshot(), users: 1}
+		s.shared = r
+	}
+	r.users++
+	return r
+}
+
+func (s *badgerStore) done(r *sharedTxn) {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.releaseLocked(r)
+}
+
+func (s *badgerStore) releaseLocked(r *sharedTxn) {
+	if r.users--; r.users == 0 {
+		r.txn.Discard()
+	}
+}
+
+// beginChange stops sharing a read transaction until the matching
+// endChange. Everything that writes to the DB calls it first.
+func (s *badgerStore) beginChange() {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.changing++
+	s.dropSharedLocked()
+}
+
+func (s *badgerStore) endChange() {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.changing--
+}
+
+// dropShared discards the shared transaction once its users are done.
+// Close and Reset call it before they close the DB: a transaction must be
+// discarded while its DB is open, and as they hold mu no Get is using it.
+func (s *badgerStore) dropShared() {
+	s.sharedMu.Lock()
+	defer s.sharedMu.Unlock()
+	s.dropSharedLocked()
+}
+
+func (s *badgerStore) dropSharedLocked() {
+	if r := s.shared; r != nil {
+		s.shared = nil
+		s.releaseLocked(r)
+	}
+}
 
 // checkRoom refuses to let badger write into dir's filesystem when less
 // than reserve bytes are free (see BadgerOptions.DiskReserve). The
@@ -420,9 +511,9 @@ func (s *badgerStore) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer s.exit()
-	txn := s.snapshot()
-	defer txn.Discard()
-	v, found, err := getIn(txn, key)
+	r := s.reader()
+	v, found, err := getIn(r.txn, key)
+	s.done(r)
 	if err != nil {
 		return nil, false, fmt.Errorf("statestore: badger get: %w", err)
 	}
@@ -454,6 +545,8 @@ func (s *badgerStore) update(e Entry) error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
+	s.beginChange()
+	defer s.endChange()
 	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := s.check(e); err != nil {
 			return &EntryError{Index: 0, Err: err}
@@ -490,6 +583,8 @@ func (s *badgerStore) dropPrefix(prefix []byte) error {
 	defer s.exit()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.beginChange()
+	defer s.endChange()
 	if err := s.db.DropPrefix(append([]byte{userPrefix}, prefix...)); err != nil {
 		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger drop prefix: %w", err))
 	}
@@ -506,8 +601,8 @@ func setOp(txn *badger.Txn, o op, e *badger.Entry) error {
 // Write applies entries and records position.
 //
 // When the batch fits in one badger transaction (badger caps a transaction
-// at 15% of MemTableSize and a matching entry count, ~6,500 small entries
-// or ~630 KB with the default options), entries and position commit
+// at 15% of MemTableSize and a matching entry count, 3,275 small entries
+// or ~315 KB with the default options), entries and position commit
 // together. A larger batch with a position is written torn (see
 // badgertorn.go): applied with new reads held back, so atomic for
 // readers, then the position; a crash in between leaves the store torn
@@ -527,6 +622,8 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
+	s.beginChange()
+	defer s.endChange()
 	var pos [8]byte
 	binary.BigEndian.PutUint64(pos[:], uint64(position))
 	ops, err := s.plan(entries)
@@ -750,6 +847,11 @@ func (s *badgerStore) collectGarbage() error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
+	// A rewritten value-log file is deleted once no iterator is open,
+	// whatever snapshots still point into it: no Get may keep reading
+	// through one taken before.
+	s.beginChange()
+	defer s.endChange()
 	return s.db.RunValueLogGC(0.5)
 }
 
@@ -766,6 +868,7 @@ func (s *badgerStore) Close() error {
 	<-s.gcDone
 
 	s.releaseIters(ErrClosed)
+	s.dropShared()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("statestore: close badger %s: %w", s.dir, err)
 	}
@@ -804,6 +907,7 @@ func (s *badgerStore) Reset() error {
 		return ErrClosed
 	}
 	s.releaseIters(ErrReset)
+	s.dropShared()
 	if err := s.db.Close(); err != nil {
 		s.breakLocked()
 		return fmt.Errorf("statestore: reset badger %s: close: %w", s.dir, err)

@@ -418,3 +418,76 @@ func TestBadgerTornWriteRecovery(t *testing.T) {
 	_, torn = TornUntil(s)
 	require.False(t, torn)
 }
+
+// Gets share one read transaction between writes (see reader): a Get must
+// still see every Write, Put and Delete that returned before it started,
+// and one Get must never see older data than a Get that finished before
+// it, while Writes of every kind (one transaction, torn) land meanwhile.
+func TestBadgerSharedReadsFollowWrites(t *testing.T) {
+	o := testBadgerOptions()
+	o.MemTableSize = 1 << 20 // a transaction holds ~1,600 entries
+	s := openTestBadger(t, t.TempDir(), o)
+	key := []byte("counter")
+	value := func(i uint64) []byte { return binary.BigEndian.AppendUint64(nil, i) }
+	filler := make([]Entry, 5_000) // makes a Write torn
+	for i := range filler {
+		filler[i] = Entry{Key: fmt.Appendf(nil, "filler-%05d", i), Value: []byte("x")}
+	}
+
+	const writes = 60
+	done := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(readErr)
+		var last uint64
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			v, found, err := s.Get(key)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			if !found {
+				continue // not written yet
+			}
+			got := binary.BigEndian.Uint64(v)
+			if got < last {
+				readErr <- fmt.Errorf("read %d after %d", got, last)
+				return
+			}
+			last = got
+		}
+	}()
+	for i := uint64(1); i <= writes; i++ {
+		switch i % 3 {
+		case 0:
+			require.NoError(t, s.Write(append([]Entry{{Key: key, Value: value(i)}}, filler...), int64(i)))
+			_, torn := s.(*badgerStore).TornUntil()
+			require.False(t, torn)
+		case 1:
+			require.NoError(t, s.Write([]Entry{{Key: key, Value: value(i)}}, int64(i)))
+		default:
+			require.NoError(t, s.Put(key, value(i)))
+		}
+		v, found, err := s.Get(key)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, i, binary.BigEndian.Uint64(v), "a Get after a write must see it")
+	}
+	close(done)
+	require.NoError(t, <-readErr)
+
+	require.NoError(t, s.Delete(key))
+	_, found, err := s.Get(key)
+	require.NoError(t, err)
+	require.False(t, found, "a Get after a Delete must miss")
+	require.NoError(t, s.Put(key, value(1)))
+	require.NoError(t, s.Reset())
+	_, found, err = s.Get(key)
+	require.NoError(t, err)
+	require.False(t, found, "a Get after a Reset must miss")
+}

@@ -9,7 +9,7 @@ import (
 )
 
 // A Write without a position (an unlogged store's) too big for one badger
-// transaction (badger caps one at 15% of MemTableSize, ~630 KB or ~6,500
+// transaction (badger caps one at 15% of MemTableSize, ~315 KB or 3,275
 // small entries with the defaults) is made atomic by staging it; one with
 // a position is written torn instead (see badgertorn.go), as its
 // changelog can repair it:

@@ -224,3 +224,39 @@ func procStatus(t *testing.T, field string) int64 {
 	t.Fatalf("no %s in /proc/self/status", field)
 	return 0
 }
+
+// BenchmarkBadgerCountNewKeys is the store's share of counting distinct
+// keys (eddybench mode m): every record reads a key that does not exist
+// yet, and every batch of them is written with a position, as a commit
+// does. One op is one record.
+func BenchmarkBadgerCountNewKeys(b *testing.B) {
+	for _, size := range []int{2000, 20000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			o := DefaultBadgerOptions()
+			o.Logger = discardLogger()
+			s, err := OpenBadger(b.TempDir(), o)
+			require.NoError(b, err)
+			defer s.Close()
+			buf := make([]byte, size*18)
+			batch := make([]Entry, 0, size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				rec := buf[len(batch)*18 : len(batch)*18+18]
+				benchRecord(i, rec[:10], rec[10:])
+				if _, found, err := s.Get(rec[:10]); err != nil || found {
+					b.Fatalf("get %q: found %v, %v", rec[:10], found, err)
+				}
+				batch = append(batch, Entry{Key: rec[:10], Value: rec[10:]})
+				if len(batch) == size || i == b.N-1 {
+					if err := s.Write(batch, int64(i+1)); err != nil {
+						b.Fatal(err)
+					}
+					batch = batch[:0]
+				}
+			}
+			b.StopTimer()
+			reportRate(b)
+		})
+	}
+}

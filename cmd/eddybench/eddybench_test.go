@@ -90,6 +90,7 @@ func TestSmokeHighCardinality(t *testing.T) {
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	require.Contains(t, out.String(), "(m) count, distinct keys")
+	require.Contains(t, out.String(), "(m) info: floor loop vs baseline")
 }
 
 // TestSmokeWindows runs benchmark (w), which is not in the default set, at

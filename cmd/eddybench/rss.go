@@ -26,6 +26,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/ristretto/v2/z"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -157,6 +158,8 @@ func benchRSS(ctx context.Context, cfg *config) ([]row, error) {
 		float64(rep.HeapInuse)/(1<<20), float64(rep.HeapSys)/(1<<20), float64(rep.Sys)/(1<<20), rep.NumGC, envOr("GOGC", "100"), envOr("GOMEMLIMIT", "off"))
 	fmt.Fprintf(cfg.out, "  Go heap over the run (sampled every 250 ms): live after GC ≤ %.0f MiB, objects (live + garbage) ≤ %.0f MiB\n",
 		float64(rep.MaxHeapLive)/(1<<20), float64(rep.MaxHeapObjects)/(1<<20))
+	fmt.Fprintf(cfg.out, "  badger table-build buffers (Go heap, pooled ones included; sampled every 250 ms): ≤ %.0f MiB in %d buffers\n",
+		float64(rep.MaxBuilders)/(1<<20), rep.MaxBuildersN)
 	fmt.Fprintf(cfg.out, "  largest sampled RSS (smaps, every 500 ms): %s\n", peak)
 	fmt.Fprintf(cfg.out, "  badger after close, %d DBs: %s keys in %d tables (%.1f MiB on disk, %.1f MiB indexes of which %.1f MiB bloom filters)\n",
 		rep.DBs, fmtNum(float64(rep.TableKeys)), rep.Tables, float64(rep.TableBytes)/(1<<20), float64(rep.IndexBytes)/(1<<20), float64(rep.BloomBytes)/(1<<20))
@@ -388,6 +391,12 @@ type rssReport struct {
 	// heap objects, garbage not yet collected included.
 	MaxHeapLive    uint64 `json:"max_heap_live"`
 	MaxHeapObjects uint64 `json:"max_heap_objects"`
+	// MaxBuilders is the largest sampled figure of badger's table-build
+	// buffers (ristretto allocators tagged TableBuilder, pooled ones
+	// included) and MaxBuildersN their number then: Go heap, part of the
+	// live figure above.
+	MaxBuilders  uint64 `json:"max_builders"`
+	MaxBuildersN int    `json:"max_builders_n"`
 	// Badger's tables once the App has closed its stores.
 	DBs        int    `json:"dbs"`
 	Tables     int    `json:"tables"`
@@ -537,6 +546,9 @@ func sampleHeap(rep *rssReport, profilePath string) (stop func()) {
 			}
 			rep.MaxHeapLive = max(rep.MaxHeapLive, samples[0].Value.Uint64())
 			rep.MaxHeapObjects = max(rep.MaxHeapObjects, samples[1].Value.Uint64())
+			if n, b := tableBuilders(); b > rep.MaxBuilders {
+				rep.MaxBuilders, rep.MaxBuildersN = b, n
+			}
 			select {
 			case <-done:
 				return
@@ -545,6 +557,31 @@ func sampleHeap(rep *rssReport, profilePath string) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-stopped }
+}
+
+// tableBuilders returns the number and bytes of badger's table-build
+// buffers, read from ristretto's registry of allocators (which badger
+// builds tables in, on the Go heap without the jemalloc build tag). The
+// registry offers only a summary line per tag, "Tag: T Num: N Size: S . ";
+// a pool hands an allocator out tagged TableBuilder and the builder
+// retags it Builder.
+func tableBuilders() (n int, bytes uint64) {
+	for _, part := range strings.Split(z.Allocators(), " . ") {
+		f := strings.Fields(part)
+		// Tag: Builder Num: 3 Size: 12 MiB
+		if len(f) < 7 || (f[1] != "TableBuilder" && f[1] != "Builder") {
+			continue
+		}
+		k, _ := strconv.Atoi(f[3])
+		v, err := strconv.ParseFloat(f[5], 64)
+		if err != nil {
+			continue
+		}
+		unit := map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[f[6]]
+		n += k
+		bytes += uint64(v * unit)
+	}
+	return n, bytes
 }
 
 // badgerTables opens, read-only, every badger DB under root (closed

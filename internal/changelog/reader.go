@@ -142,7 +142,7 @@ type ReaderConfig struct {
 	// offset. Default: read uncommitted.
 	ReadCommitted bool
 	// MaxBatchRecords caps the records taken in one Poll, and so the size
-	// of one store write. Default 10 000.
+	// of one store write. Default DefaultMaxBatchRecords.
 	MaxBatchRecords int
 	// RetryBackoff is how long Poll waits before retrying a failed
 	// end-offset listing. Default 1s.
@@ -165,11 +165,11 @@ type ReaderConfig struct {
 // Defaults used when ReaderConfig leaves a field zero.
 const (
 	// DefaultMaxBatchRecords keeps one store write of small records within
-	// one badger transaction (about 6,500 entries with the stores'
-	// default options), so it is atomic across a crash too; a larger one
-	// is written torn (statestore.TornStore), which a crash leaves for the
-	// next restoration to repair.
-	DefaultMaxBatchRecords = 4000
+	// one badger transaction (3,275 entries and ~300 KiB with the stores'
+	// default 2 MiB memtable), so it is atomic across a crash too; a
+	// larger one is written torn (statestore.TornStore), which a crash
+	// leaves for the next restoration to repair.
+	DefaultMaxBatchRecords = 3000
 	DefaultRetryBackoff    = time.Second
 	DefaultFetchMaxWait    = 500 * time.Millisecond
 	DefaultConfirmInterval = time.Second

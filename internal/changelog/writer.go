@@ -25,9 +25,16 @@ type TopicPartition struct {
 // producer, check Err, then write each store with position Last+1.
 type Offsets struct {
 	mu      sync.Mutex
-	last    map[TopicPartition]int64
+	parts   map[TopicPartition]*acked
 	err     error
 	pending int
+}
+
+// acked is what Offsets knows of one partition. Send finds it once per
+// call, so acknowledgements need no map lookup.
+type acked struct {
+	last int64
+	any  bool // last is set
 }
 
 // Last returns the highest acknowledged offset for the partition, and false
@@ -35,8 +42,10 @@ type Offsets struct {
 func (o *Offsets) Last(topic string, partition int32) (int64, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	off, ok := o.last[TopicPartition{topic, partition}]
-	return off, ok
+	if p := o.parts[TopicPartition{topic, partition}]; p != nil && p.any {
+		return p.last, true
+	}
+	return 0, false
 }
 
 // Err returns the first produce error, if any. After an error the
@@ -61,18 +70,29 @@ func (o *Offsets) Pending() int {
 func (o *Offsets) Reset() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	clear(o.last)
+	clear(o.parts)
 	o.err = nil
 	o.pending = 0
 }
 
-func (o *Offsets) sent(n int) {
+// sent counts n records about to be produced to tp and returns tp's
+// tally.
+func (o *Offsets) sent(tp TopicPartition, n int) *acked {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.pending += n
-	o.mu.Unlock()
+	p := o.parts[tp]
+	if p == nil {
+		if o.parts == nil {
+			o.parts = make(map[TopicPartition]*acked)
+		}
+		p = new(acked)
+		o.parts[tp] = p
+	}
+	return p
 }
 
-func (o *Offsets) acked(r *kgo.Record, err error) {
+func (o *Offsets) acked(p *acked, r *kgo.Record, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.pending--
@@ -82,12 +102,8 @@ func (o *Offsets) acked(r *kgo.Record, err error) {
 		}
 		return
 	}
-	tp := TopicPartition{r.Topic, r.Partition}
-	if o.last == nil {
-		o.last = make(map[TopicPartition]int64)
-	}
-	if prev, ok := o.last[tp]; !ok || r.Offset > prev {
-		o.last[tp] = r.Offset
+	if !p.any || r.Offset > p.last {
+		p.last, p.any = r.Offset, true
 	}
 }
 
@@ -100,17 +116,21 @@ func (o *Offsets) acked(r *kgo.Record, err error) {
 // partition) rather than one picked by key hash. The entries' key and value
 // slices are handed to the producer without copying and must not change
 // until the producer has been flushed.
+//
+// The records of one call are allocated together, and so are freed
+// together once the last of them is acknowledged: a commit sends
+// thousands of small records, and one allocation apiece showed up in
+// profiles of counting distinct keys.
 func Send(ctx context.Context, cl *kgo.Client, topic string, partition int32, entries []statestore.Entry, track *Offsets) {
 	if len(entries) == 0 {
 		return
 	}
-	track.sent(len(entries))
-	for _, e := range entries {
-		cl.Produce(ctx, &kgo.Record{
-			Topic:     topic,
-			Partition: partition,
-			Key:       e.Key,
-			Value:     e.Value,
-		}, track.acked)
+	p := track.sent(TopicPartition{topic, partition}, len(entries))
+	done := func(r *kgo.Record, err error) { track.acked(p, r, err) }
+	recs := make([]kgo.Record, len(entries))
+	for i, e := range entries {
+		r := &recs[i]
+		r.Topic, r.Partition, r.Key, r.Value = topic, partition, e.Key, e.Value
+		cl.Produce(ctx, r, done)
 	}
 }
