@@ -198,14 +198,6 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	if !p.final && c.task.buffered {
-		// Windows closed at st take no more updates: their pending
-		// update is final for this commit and goes now, beside the
-		// processing, rather than in the commit's burst.
-		if err := p.updates.emitClosed(c, p.w, st); err != nil {
-			return err
-		}
-	}
 	k := as[K](r.key)
 	kb, err := p.keySerde.Encode(k)
 	if err != nil {
@@ -533,11 +525,6 @@ type windowUpdates[K, A any] struct {
 	keys    map[string]int32
 	heads   []int32
 	pending []windowUpdate[K, A]
-	// emitted is how many of pending, from the first, went downstream
-	// before the flush because their windows closed. Windows close in
-	// order of their ends, which first updates mostly follow; a window
-	// still open holds back those after it until it closes or the flush.
-	emitted int
 	// last is how many updates the latest flush forwarded: a buffer
 	// released after a large flush is made again at that size.
 	last int
@@ -559,8 +546,7 @@ const maxRetainedWindowUpdates = 4096
 func (u *windowUpdates[K, A]) add(kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
 	id, ok := u.keys[string(kb)]
 	if ok {
-		// Slots below emitted hold closed windows, which take no update.
-		for i := u.heads[id]; i >= int32(u.emitted); i = u.pending[i].prev {
+		for i := u.heads[id]; i >= 0; i = u.pending[i].prev {
 			if p := &u.pending[i]; p.win.Start == win.Start {
 				p.value, p.ts, p.headers = value, ts, headers
 				return
@@ -581,61 +567,31 @@ func (u *windowUpdates[K, A]) add(kb []byte, k K, win Window, value A, ts time.T
 	u.heads[id] = int32(len(u.pending) - 1)
 }
 
-// emitClosed forwards, in order, the pending updates from the first not
-// yet emitted up to the first of a window still open at stream time st.
-func (u *windowUpdates[K, A]) emitClosed(c *nodeInstance, w TimeWindows, st int64) error {
-	if u.emitted == len(u.pending) || !w.IsClosed(u.pending[u.emitted].win, st) {
-		return nil
-	}
-	// As at the flush, the updates go out without the current input
-	// record's metadata, which is not theirs.
-	g := c.task
-	meta, hasMeta := g.meta, g.hasMeta
-	g.meta, g.hasMeta = RecordMetadata{}, false
-	defer func() { g.meta, g.hasMeta = meta, hasMeta }()
-	for u.emitted < len(u.pending) {
-		p := &u.pending[u.emitted]
-		if !w.IsClosed(p.win, st) {
-			return nil
-		}
-		u.emitted++
-		r := record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, ts: p.ts, headers: p.headers}
-		// The slot stays, as a link of its key's chain that add no
-		// longer follows; its references go.
-		*p = windowUpdate[K, A]{win: p.win, prev: p.prev}
-		if err := c.forward(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // discard drops the pending updates: the input that made them is to be
 // processed again (graph.Discarder).
 func (u *windowUpdates[K, A]) discard() {
 	clear(u.keys)
 	u.heads = u.heads[:0]
 	clear(u.pending)
-	u.pending, u.emitted = u.pending[:0], 0
+	u.pending = u.pending[:0]
 }
 
-// flush forwards the pending updates not emitted yet in the order their
-// windows were first updated.
+// flush forwards the pending updates in the order their windows were first
+// updated.
 func (u *windowUpdates[K, A]) flush(c *nodeInstance) error {
-	pending := u.pending[u.emitted:]
-	all := u.pending
-	u.last, u.emitted = len(all), 0
+	pending := u.pending
+	u.last = len(pending)
 	if len(u.heads) > maxRetainedWindowUpdates {
 		u.keys, u.heads = nil, nil
 	} else {
 		clear(u.keys)
 		u.heads = u.heads[:0]
 	}
-	if cap(all) > maxRetainedWindowUpdates {
+	if cap(pending) > maxRetainedWindowUpdates {
 		u.pending = nil
 	} else {
-		u.pending = all[:0]
-		defer clear(all)
+		u.pending = pending[:0]
+		defer clear(pending)
 	}
 	for i := range pending {
 		p := &pending[i]

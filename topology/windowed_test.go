@@ -306,62 +306,6 @@ func TestProcessorWindowStore(t *testing.T) {
 	require.ErrorContains(t, err, "not a session store")
 }
 
-// TestWindowedUpdatesOfClosedWindowsGoBeforeFlush checks that, with
-// buffering, a window's pending update goes downstream once stream time
-// closes the window, without waiting for the flush, and that the records
-// and their order are those a flush alone would have forwarded.
-func TestWindowedUpdatesOfClosedWindowsGoBeforeFlush(t *testing.T) {
-	b := topology.NewBuilder()
-	w := topology.TumblingWindows(10 * time.Second)
-	topology.WindowedBy(topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String), w).
-		Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
-	topo, err := b.Build()
-	require.NoError(t, err)
-	env := cachedEnv{newFakeEnv(0), map[string]*cache.Store{}}
-	g, err := graph.Of(topo).NewTaskGraph(0, bufferingCachedEnv{env})
-	require.NoError(t, err)
-	ks := topology.TimeWindowedSerde(serde.String, w.Size())
-	type out struct {
-		k     string
-		start int64
-		n     int64
-	}
-	sent := func() []out {
-		var got []out
-		for _, r := range env.sent {
-			k, err := ks.Decode(r.Key)
-			require.NoError(t, err)
-			n, err := serde.Int64.Decode(r.Value)
-			require.NoError(t, err)
-			got = append(got, out{k.Key, k.Window.Start, n})
-		}
-		return got
-	}
-	process := func(k string, ts int64) {
-		t.Helper()
-		require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Key: []byte(k), Value: []byte("x"), Timestamp: time.UnixMilli(ts)}))
-	}
-	process("a", 1_000)
-	process("b", 2_000)
-	process("a", 3_000)
-	process("c", 9_999)
-	require.Empty(t, env.sent, "open windows wait for the flush")
-	process("b", 10_000) // closes [0, 10 s)
-	require.Equal(t, []out{{"a", 0, 2}, {"b", 0, 1}, {"c", 0, 1}}, sent(),
-		"the closed window's updates, in first-update order, before the flush")
-	process("b", 11_000)
-	process("a", 12_000)
-	require.Len(t, env.sent, 3)
-	require.NoError(t, g.Flush())
-	require.Equal(t, []out{{"a", 0, 2}, {"b", 0, 1}, {"c", 0, 1}, {"b", 10_000, 2}, {"a", 10_000, 1}}, sent(),
-		"the flush forwards only what was not emitted yet")
-	process("a", 13_000)
-	process("c", 20_000) // closes [10 s, 20 s)
-	require.Equal(t, out{"a", 10_000, 2}, sent()[5], "after a flush, a closed window's update goes out again at once")
-	require.NoError(t, g.Flush())
-	require.Equal(t, []out{{"c", 20_000, 1}}, sent()[6:])
-}
-
 // TestWindowedUpdatesDiscarded checks that an abort (graph.Discarder)
 // drops the pending window updates: the input that made them is processed
 // again.
@@ -395,8 +339,7 @@ func TestWindowedUpdatesDiscarded(t *testing.T) {
 // records sent against the record cache's contract, computed
 // independently: per flush interval, one record per window updated in it,
 // with the window's count at the interval's end, in the order the windows
-// were first updated in it. Windows closing mid-interval go out before the
-// flush; the sequence must not show it.
+// were first updated in it.
 func TestWindowedBufferedUpdatesMatchModel(t *testing.T) {
 	keys := []string{"a", "b", "c", "d"}
 	for _, tc := range []struct {
@@ -425,15 +368,13 @@ func TestWindowedBufferedUpdatesMatchModel(t *testing.T) {
 			var want []winCount
 			var order []winKey // this interval's windows, first update first
 			seen := make(map[winKey]bool)
-			early, flushed := 0, 0 // records sent between flushes, at flushes
 			flush := func() {
+				require.Len(t, env.sent, len(want), "nothing goes out before the flush")
 				for _, k := range order {
 					want = append(want, winCount{k, counts[k]})
 				}
 				order, seen = order[:0], make(map[winKey]bool)
-				early += len(env.sent) - flushed
 				require.NoError(t, g.Flush())
-				flushed = len(env.sent)
 			}
 			streamTime := int64(-1)
 			for i, r := range recs {
@@ -472,7 +413,6 @@ func TestWindowedBufferedUpdatesMatchModel(t *testing.T) {
 				got = append(got, winCount{winKey{k.Key, k.Window.Start}, n})
 			}
 			require.Equal(t, want, got)
-			require.Positive(t, early, "some windows must close between flushes for the test to mean anything")
 		})
 	}
 }
