@@ -510,6 +510,8 @@ func (p *pendingStore) due(st int64) ([]pendingWindow, error) {
 
 func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
 
+func (p *windowAggProc[K, V, A]) discard() { p.updates.discard() }
+
 // windowUpdates holds a windowed aggregation's updates until Flush, the
 // latest of each window, as tableUpdates does for a table, but indexed by
 // record key rather than by window: a key has few windows open, and most
@@ -563,6 +565,15 @@ func (u *windowUpdates[K, A]) add(kb []byte, k K, win Window, value A, ts time.T
 	}
 	u.pending = append(u.pending, windowUpdate[K, A]{key: k, win: win, value: value, ts: ts, headers: headers, prev: u.heads[id]})
 	u.heads[id] = int32(len(u.pending) - 1)
+}
+
+// discard drops the pending updates: the input that made them is to be
+// processed again (graph.Discarder).
+func (u *windowUpdates[K, A]) discard() {
+	clear(u.keys)
+	u.heads = u.heads[:0]
+	clear(u.pending)
+	u.pending = u.pending[:0]
 }
 
 // flush forwards the pending updates in the order their windows were first

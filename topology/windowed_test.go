@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -303,4 +304,120 @@ func TestProcessorWindowStore(t *testing.T) {
 
 	_, err = topology.GetSessionStore(d, info, serde.String, serde.String)
 	require.ErrorContains(t, err, "not a session store")
+}
+
+// TestWindowedUpdatesDiscarded checks that an abort (graph.Discarder)
+// drops the pending window updates: the input that made them is processed
+// again.
+func TestWindowedUpdatesDiscarded(t *testing.T) {
+	b := topology.NewBuilder()
+	w := topology.TumblingWindows(10 * time.Second)
+	topology.WindowedBy(topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String), w).
+		Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	env := cachedEnv{newFakeEnv(0), map[string]*cache.Store{}}
+	g, err := graph.Of(topo).NewTaskGraph(0, bufferingCachedEnv{env})
+	require.NoError(t, err)
+	for _, ts := range []int64{1_000, 2_000} {
+		require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Key: []byte("a"), Value: []byte("x"), Timestamp: time.UnixMilli(ts)}))
+	}
+	g.(graph.Discarder).Discard()
+	env.caches["counts"].Discard()
+	require.NoError(t, g.Flush())
+	require.Empty(t, env.sent, "nothing pending survives the abort")
+	require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Key: []byte("a"), Value: []byte("x"), Timestamp: time.UnixMilli(3_000)}))
+	require.NoError(t, g.Flush())
+	require.Len(t, env.sent, 1)
+	n, err := serde.Int64.Decode(env.sent[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "the count starts again from the committed state")
+}
+
+// TestWindowedBufferedUpdatesMatchModel runs out-of-order input through a
+// buffering task graph, flushing every so many records, and checks the
+// records sent against the record cache's contract, computed
+// independently: per flush interval, one record per window updated in it,
+// with the window's count at the interval's end, in the order the windows
+// were first updated in it.
+func TestWindowedBufferedUpdatesMatchModel(t *testing.T) {
+	keys := []string{"a", "b", "c", "d"}
+	for _, tc := range []struct {
+		name                 string
+		size, advance, grace int64
+		every                int
+	}{
+		{"tumbling-no-grace", 5_000, 5_000, 0, 50},
+		{"tumbling-grace", 10_000, 10_000, 3_000, 200},
+		{"hopping", 10_000, 2_500, 1_000, 120},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := topology.HoppingWindows(time.Duration(tc.size)*time.Millisecond, time.Duration(tc.advance)*time.Millisecond).
+				Grace(time.Duration(tc.grace) * time.Millisecond)
+			b := topology.NewBuilder()
+			topology.WindowedBy(topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String), w).
+				Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
+			topo, err := b.Build()
+			require.NoError(t, err)
+			env := cachedEnv{newFakeEnv(0), map[string]*cache.Store{}}
+			g, err := graph.Of(topo).NewTaskGraph(0, bufferingCachedEnv{env})
+			require.NoError(t, err)
+
+			recs := outOfOrder(uint64(tc.size)+uint64(tc.every), 2000, keys, 200, 6_000)
+			counts := make(map[winKey]int64)
+			var want []winCount
+			var order []winKey // this interval's windows, first update first
+			seen := make(map[winKey]bool)
+			flush := func() {
+				require.Len(t, env.sent, len(want), "nothing goes out before the flush")
+				for _, k := range order {
+					want = append(want, winCount{k, counts[k]})
+				}
+				order, seen = order[:0], make(map[winKey]bool)
+				require.NoError(t, g.Flush())
+			}
+			streamTime := int64(-1)
+			for i, r := range recs {
+				require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Offset: int64(i), Key: []byte(r.key), Value: []byte("x"), Timestamp: time.UnixMilli(r.ts)}))
+				streamTime = max(streamTime, r.ts)
+				// The record's windows, earliest first, as the processor
+				// updates them.
+				first := r.ts - r.ts%tc.advance
+				for first-tc.advance >= 0 && first-tc.advance > r.ts-tc.size {
+					first -= tc.advance
+				}
+				for s := first; s <= r.ts; s += tc.advance {
+					if streamTime >= s+tc.size+tc.grace {
+						continue // closed: dropped
+					}
+					k := winKey{r.key, s}
+					counts[k]++
+					if !seen[k] {
+						seen[k] = true
+						order = append(order, k)
+					}
+				}
+				if (i+1)%tc.every == 0 {
+					flush()
+				}
+			}
+			flush()
+
+			ks := topology.TimeWindowedSerde(serde.String, w.Size())
+			var got []winCount
+			for _, r := range env.sent {
+				k, err := ks.Decode(r.Key)
+				require.NoError(t, err)
+				n, err := serde.Int64.Decode(r.Value)
+				require.NoError(t, err)
+				got = append(got, winCount{winKey{k.Key, k.Window.Start}, n})
+			}
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+type winCount struct {
+	w winKey
+	n int64
 }
