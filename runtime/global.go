@@ -59,7 +59,7 @@ func GlobalStoreBadgerOptions() statestore.BadgerOptions { return globalBadgerOp
 // globalBadgerOptions sizes a persistent global store. There is one per
 // global table per instance, not one per task, and it holds the whole
 // topic, written in restoration batches: a memtable eight times a task
-// store's (16 MiB; ~21 MiB of arena while written) holds 1/4 as many
+// store's (16 MiB; ~21 MiB of arena while written) holds 1/8 as many
 // flushes and level-0 compactions for a full restore, and larger tables
 // and levels keep the tree shallow for the larger data set. One
 // transaction may then hold ~2.4 MiB, far above a restoration batch of
