@@ -52,6 +52,9 @@ func (s *SessionStore) ObservedTime() (int64, error) {
 	return s.t.observed, nil
 }
 
+// Rewind is WindowStore.Rewind for sessions.
+func (s *SessionStore) Rewind() { s.t.rewind() }
+
 // Put stores value for key's session [start, end]; a nil value removes the
 // session. A session already expired is not written. Merging sessions is
 // the caller's work: it removes the sessions a merged one replaces.

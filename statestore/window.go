@@ -319,6 +319,10 @@ func observedIn(rw ReadWriter) (int64, error) {
 	return obs, errors.Join(it.Err(), it.Close())
 }
 
+// rewind forgets the times written through the tracker since it read the
+// store beneath: the next use reads the observed time from there again.
+func (t *tracker) rewind() { t.opened = false }
+
 // observe records a write at time x and reports whether x is still live.
 func (t *tracker) observe(x int64) bool {
 	t.observed = max(t.observed, x)
@@ -375,6 +379,12 @@ func (s *WindowStore) ObservedTime() (int64, error) {
 	}
 	return s.t.observed, nil
 }
+
+// Rewind makes the store forget the times written through it that the
+// store beneath does not hold: after a record cache under it dropped its
+// writes (an aborted transaction), its observed time is again that of the
+// writes committed. It reads nothing until the store is next used.
+func (s *WindowStore) Rewind() { s.t.rewind() }
 
 func (s *WindowStore) key(key []byte, start int64) []byte {
 	return appendTime(prefix(key), start)

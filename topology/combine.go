@@ -321,4 +321,5 @@ func (g *taskGraph) Discard() {
 			d.discard()
 		}
 	}
+	g.rewind()
 }

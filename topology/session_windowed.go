@@ -278,4 +278,11 @@ func (p *sessionAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
 
 func (p *sessionAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
 
+func (p *sessionAggProc[K, V, A]) committed() { p.clock.committed() }
+
+func (p *sessionAggProc[K, V, A]) rewind() {
+	p.clock.rewind()
+	p.ss.Rewind()
+}
+
 func (p *sessionAggProc[K, V, A]) close() error { return nil }

@@ -406,4 +406,12 @@ func (p *slidingAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
 
 func (p *slidingAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
 
+func (p *slidingAggProc[K, V, A]) committed() { p.clock.committed() }
+
+func (p *slidingAggProc[K, V, A]) rewind() {
+	p.clock.rewind()
+	p.ws.Rewind()
+	p.rs.Rewind()
+}
+
 func (p *slidingAggProc[K, V, A]) close() error { return nil }

@@ -189,7 +189,11 @@ type streamJoinProc[K, V, V2, VR any] struct {
 	// milliseconds; started is false until it was read from the stores.
 	streamTime int64
 	started    bool
-	log        lateLog
+	// committedTime and committedStarted are streamTime and started when
+	// the last commit completed, where an abort takes them back.
+	committedTime    int64
+	committedStarted bool
+	log              lateLog
 }
 
 func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
@@ -413,6 +417,16 @@ func (p *streamJoinProc[K, V, V2, VR]) emitUnmatched(c *nodeInstance) error {
 }
 
 func (p *streamJoinProc[K, V, V2, VR]) close() error { return nil }
+
+func (p *streamJoinProc[K, V, V2, VR]) committed() {
+	p.committedTime, p.committedStarted = p.streamTime, p.started
+}
+
+func (p *streamJoinProc[K, V, V2, VR]) rewind() {
+	p.streamTime, p.started = p.committedTime, p.committedStarted
+	p.left.Rewind()
+	p.right.Rewind()
+}
 
 var errBadOuterKey = errors.New("topology: malformed stream-join store entry")
 

@@ -261,6 +261,9 @@ type taskGraph struct {
 	running *nodeInstance
 
 	streamTime time.Time
+	// committedTime is streamTime when the last commit completed, where
+	// an abort takes it back (graph.Discarder).
+	committedTime time.Time
 	// buffered: tables hold updates until Flush (graph.TableBuffering).
 	buffered bool
 	meta     RecordMetadata
@@ -472,6 +475,9 @@ type punctuation struct {
 	next      time.Time
 	fn        Punctuator
 	cancelled bool
+	// committedNext is next when the last commit completed (see
+	// taskGraph.rewind).
+	committedNext time.Time
 }
 
 func (p *punctuation) Cancel() { p.cancelled = true }
@@ -497,8 +503,40 @@ func (g *taskGraph) schedule(in *nodeInstance, interval time.Duration, typ Punct
 	default:
 		return nil, fmt.Errorf("topology: %s: unknown punctuation type %v", in.node.label(), typ)
 	}
+	p.committedNext = p.next
 	g.puncts = append(g.puncts, p)
 	return p, nil
+}
+
+// Committed implements graph.Discarder: it marks the times an abort
+// returns to.
+func (g *taskGraph) Committed() {
+	g.committedTime = g.streamTime
+	for _, p := range g.puncts {
+		p.committedNext = p.next
+	}
+	for _, in := range g.nodes {
+		if r, ok := in.proc.(rewinder); ok {
+			r.committed()
+		}
+	}
+}
+
+// rewind takes time back to the last commit, for the input since then to
+// be processed again (graph.Discarder): stream time, the stream-time
+// punctuators' schedules and the processors' own clocks.
+func (g *taskGraph) rewind() {
+	g.streamTime = g.committedTime
+	for _, p := range g.puncts {
+		if p.typ == StreamTime {
+			p.next = p.committedNext
+		}
+	}
+	for _, in := range g.nodes {
+		if r, ok := in.proc.(rewinder); ok {
+			r.rewind()
+		}
+	}
 }
 
 // DroppedLate implements graph.LateCounter.

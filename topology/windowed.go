@@ -298,6 +298,32 @@ type eventClock struct {
 	pending    *pendingStore // nil unless emit-final
 	observed   func() (int64, error)
 	started    bool
+	// committedTime and committedStarted are streamTime and started when
+	// the last commit completed, where an abort takes them back.
+	committedTime    int64
+	committedStarted bool
+}
+
+// rewinder is a procImpl with a clock of its own, which an abort takes
+// back to where it stood at the last commit (graph.Discarder): committed
+// marks that point, rewind returns to it. Its stores' caches drop their
+// writes after rewind, so rewind must read nothing from them.
+type rewinder interface {
+	committed()
+	rewind()
+}
+
+func (e *eventClock) committed() {
+	e.committedTime, e.committedStarted = e.streamTime, e.started
+}
+
+func (e *eventClock) rewind() {
+	e.streamTime, e.started = e.committedTime, e.committedStarted
+	if e.pending != nil {
+		// The windows emitted since the commit are pending again: the
+		// next advance scans for them.
+		e.pending.nextClose = math.MinInt64
+	}
 }
 
 // errNoTimestamp fails a record that reaches a windowed operation without
@@ -511,6 +537,13 @@ func (p *pendingStore) due(st int64) ([]pendingWindow, error) {
 func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
 
 func (p *windowAggProc[K, V, A]) discard() { p.updates.discard() }
+
+func (p *windowAggProc[K, V, A]) committed() { p.clock.committed() }
+
+func (p *windowAggProc[K, V, A]) rewind() {
+	p.clock.rewind()
+	p.ws.Rewind()
+}
 
 // windowUpdates holds a windowed aggregation's updates until Flush, the
 // latest of each window, as tableUpdates does for a table, but indexed by

@@ -321,12 +321,17 @@ func (t *Active) CompleteCommit(last LastOffsetFunc) error {
 			return fmt.Errorf("task %s: write store %q: %w", t.cfg.ID, n, err)
 		}
 	}
+	// An abort from here on returns the graph to this point.
+	if d, ok := t.graph.(graph.Discarder); ok {
+		d.Committed()
+	}
 	return nil
 }
 
 // Abort drops the task's writes since its last commit: its transaction did
 // not commit, so its stores stay exactly at their recorded positions and the
-// input will be processed again.
+// input will be processed again, by a graph whose times are back where they
+// were at that commit.
 func (t *Active) Abort() {
 	if d, ok := t.graph.(graph.Discarder); ok {
 		d.Discard()
