@@ -98,7 +98,8 @@ func (b *Budget) add(n int64) {
 // uncleanly), leaving the inner store at its last committed position.
 //
 // Turned on with SetReadCache, the Store also keeps values it read from the
-// inner store, bounded by the Budget's read share (see readcache.go).
+// inner store or committed to it, bounded by the Budget's read share (see
+// readcache.go); GetCommitted reads through them for queries.
 //
 // Reads may come from other goroutines (interactive queries) while the
 // stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to
@@ -140,6 +141,8 @@ type Store struct {
 	clean      map[string][]byte
 	cleanBytes int64
 	gen        uint64
+	// whole: clean holds every key of the inner store (readcache.go).
+	whole bool
 }
 
 // New returns an empty cache in front of inner, charging the
@@ -166,8 +169,11 @@ func (c *Store) Get(key []byte) ([]byte, bool, error) {
 		// what is sent.
 		return cloneBytes(v), true, nil
 	}
-	if v, ok := c.cleanGetLocked(key); ok {
+	if v, found, known := c.cleanGetLocked(key); known {
 		c.mu.RUnlock()
+		if !found {
+			return nil, false, nil
+		}
 		return cloneBytes(v), true, nil
 	}
 	cached, gen := c.readCache, c.gen
@@ -243,9 +249,10 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 	} else {
 		// Queries may be adding clean entries meanwhile.
 		c.mu.RLock()
-		old, found = c.cleanGetLocked(key)
+		var known bool
+		old, found, known = c.cleanGetLocked(key)
 		c.mu.RUnlock()
-		if !found {
+		if !known {
 			if old, found, err = c.inner.Get(key); err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -36,9 +37,13 @@ func (s *slowGets) Get(key []byte) ([]byte, bool, error) {
 	return v, found, err
 }
 
-func newReadCache(t *testing.T, budget *Budget) (*Store, *countingStore) {
+// newReadCache returns a cache with its read cache on in front of a store
+// holding pairs: the inner store must not change behind the read cache's
+// back once it is on.
+func newReadCache(t *testing.T, budget *Budget, pairs ...string) (*Store, *countingStore) {
 	inner := &countingStore{recordingStore: &recordingStore{Store: statestore.NewMemory()}}
 	t.Cleanup(func() { _ = inner.Close() })
+	put(t, inner, pairs...)
 	c := New(inner, budget)
 	c.SetReadCache(true)
 	return c, inner
@@ -52,8 +57,7 @@ func get(t *testing.T, c *Store, key string) (string, bool) {
 }
 
 func TestReadCacheServesRepeatReads(t *testing.T) {
-	c, inner := newReadCache(t, NewBudget(1<<20))
-	put(t, inner, "a", "1")
+	c, inner := newReadCache(t, NewBudget(1<<20), "a", "1")
 	for range 3 {
 		v, found := get(t, c, "a")
 		require.True(t, found)
@@ -81,8 +85,7 @@ func TestReadCacheServesRepeatReads(t *testing.T) {
 }
 
 func TestReadCacheOffWithoutBudget(t *testing.T) {
-	c, inner := newReadCache(t, nil)
-	put(t, inner, "a", "1")
+	c, inner := newReadCache(t, nil, "a", "1")
 	get(t, c, "a")
 	get(t, c, "a")
 	require.EqualValues(t, 2, inner.gets.Load())
@@ -90,8 +93,7 @@ func TestReadCacheOffWithoutBudget(t *testing.T) {
 }
 
 func TestReadCacheFollowsCommits(t *testing.T) {
-	c, inner := newReadCache(t, NewBudget(1<<20))
-	put(t, inner, "a", "1", "b", "1")
+	c, inner := newReadCache(t, NewBudget(1<<20), "a", "1", "b", "1")
 	get(t, c, "a")
 	get(t, c, "b")
 	put(t, c, "a", "2")
@@ -123,9 +125,114 @@ func TestReadCacheFollowsCommits(t *testing.T) {
 	require.Equal(t, gets, inner.gets.Load())
 }
 
+// A commit keeps the keys it writes as clean entries while the read share
+// has room, so neither the next update nor a query reads them back.
+func TestReadCacheKeepsCommittedWrites(t *testing.T) {
+	budget := NewBudget(1 << 20)
+	c, inner := newReadCache(t, budget)
+	put(t, c, "a", "1", "b", "1")
+	require.NoError(t, c.Delete([]byte("b")))
+	require.NoError(t, c.Commit(1))
+	require.Equal(t, 1, c.ReadCacheLen(), "the put kept, the tombstone not")
+	v, found := get(t, c, "a")
+	require.True(t, found)
+	require.Equal(t, "1", v)
+	require.Zero(t, inner.gets.Load())
+
+	// No room: nothing kept, and nothing evicted to make room.
+	small := NewBudget(100)
+	c2, _ := newReadCache(t, small)
+	put(t, c2, "k1", "v")
+	require.NoError(t, c2.Commit(1))
+	require.Equal(t, 1, c2.ReadCacheLen())
+	put(t, c2, "k2", "v")
+	require.NoError(t, c2.Commit(2))
+	require.Equal(t, 1, c2.ReadCacheLen())
+	v, found = get(t, c2, "k1")
+	require.True(t, found)
+	require.Equal(t, "v", v)
+	c2.SetReadCache(false)
+	require.Zero(t, small.ReadUsed())
+}
+
+// A store that was empty when its read cache came on, and has kept every
+// key since, answers misses without reading the inner store, until it has
+// to give up a key.
+func TestReadCacheWholeStoreAnswersMisses(t *testing.T) {
+	budget := NewBudget(300)
+	c, inner := newReadCache(t, budget)
+	incr := func(old []byte, found bool) ([]byte, error) { return append(bytes.Clone(old), '+'), nil }
+	require.NoError(t, c.Update([]byte("a"), incr))
+	_, found := get(t, c, "b")
+	require.False(t, found)
+	_, found, err := c.GetCommitted([]byte("a"))
+	require.NoError(t, err)
+	require.False(t, found)
+	require.NoError(t, c.Commit(1))
+	v, _ := get(t, c, "a")
+	require.Equal(t, "+", v)
+	require.Zero(t, inner.gets.Load())
+
+	// Keys outgrow the read share: misses go to the inner store again.
+	for i := range 10 {
+		require.NoError(t, c.Update([]byte(fmt.Sprintf("key-%d", i)), incr))
+	}
+	require.NoError(t, c.Commit(2))
+	for i := range 10 {
+		v, found := get(t, c, fmt.Sprintf("key-%d", i))
+		require.True(t, found)
+		require.Equal(t, "+", v)
+	}
+	_, found = get(t, c, "b")
+	require.False(t, found)
+	require.NotZero(t, inner.gets.Load())
+
+	// A store with keys already is never taken as whole.
+	c2, inner2 := newReadCache(t, NewBudget(1<<20), "x", "1")
+	_, found = get(t, c2, "y")
+	require.False(t, found)
+	require.EqualValues(t, 1, inner2.gets.Load())
+}
+
+// GetCommitted reads what the last commit wrote, never a dirty value, from
+// the read cache when it holds the key; callers own what it returns.
+func TestGetCommitted(t *testing.T) {
+	c, inner := newReadCache(t, NewBudget(1<<20), "old", "1")
+	committed := func(key string) (string, bool) {
+		t.Helper()
+		v, found, err := c.GetCommitted([]byte(key))
+		require.NoError(t, err)
+		return string(v), found
+	}
+	put(t, c, "new", "dirty")
+	_, found := committed("new")
+	require.False(t, found)
+	v, _ := committed("old")
+	require.Equal(t, "1", v)
+	require.EqualValues(t, 2, inner.gets.Load())
+	v, _ = committed("old")
+	require.Equal(t, "1", v)
+	require.EqualValues(t, 2, inner.gets.Load(), "kept by the first read")
+
+	put(t, c, "old", "2")
+	v, _ = committed("old")
+	require.Equal(t, "1", v)
+	require.NoError(t, c.Commit(1))
+	v, _ = committed("old")
+	require.Equal(t, "2", v)
+	v, _ = committed("new")
+	require.Equal(t, "dirty", v)
+	require.EqualValues(t, 2, inner.gets.Load())
+
+	b, _, err := c.GetCommitted([]byte("old"))
+	require.NoError(t, err)
+	b[0] = 'x'
+	v, _ = committed("old")
+	require.Equal(t, "2", v)
+}
+
 func TestReadCacheDiscardKeepsCleanEntries(t *testing.T) {
-	c, inner := newReadCache(t, NewBudget(1<<20))
-	put(t, inner, "a", "committed")
+	c, inner := newReadCache(t, NewBudget(1<<20), "a", "committed")
 	get(t, c, "a")
 	put(t, c, "a", "dirty")
 	c.Discard()
@@ -136,8 +243,7 @@ func TestReadCacheDiscardKeepsCleanEntries(t *testing.T) {
 
 func TestReadCacheCommitFailureDropsCleanEntries(t *testing.T) {
 	budget := NewBudget(1 << 20)
-	c, inner := newReadCache(t, budget)
-	put(t, inner, "a", "1", "b", "1")
+	c, inner := newReadCache(t, budget, "a", "1", "b", "1")
 	get(t, c, "a")
 	get(t, c, "b")
 	put(t, c, "a", "2")
@@ -156,13 +262,14 @@ func TestReadCacheCommitFailureDropsCleanEntries(t *testing.T) {
 // which never makes the budget Full, and leave it when the cache is off.
 func TestReadCacheBudget(t *testing.T) {
 	budget := NewBudget(4000)
-	c1, inner1 := newReadCache(t, budget)
-	c2, inner2 := newReadCache(t, budget)
+	var pairs1, pairs2 []string
 	for i := range 200 {
 		k := fmt.Sprintf("key-%03d", i)
-		put(t, inner1, k, "v1-"+k)
-		put(t, inner2, k, "v2-"+k)
+		pairs1 = append(pairs1, k, "v1-"+k)
+		pairs2 = append(pairs2, k, "v2-"+k)
 	}
+	c1, _ := newReadCache(t, budget, pairs1...)
+	c2, _ := newReadCache(t, budget, pairs2...)
 	for round := range 3 {
 		for i := range 200 {
 			k := fmt.Sprintf("key-%03d", (i*7+round)%200)
@@ -213,11 +320,17 @@ func TestReadCacheRandomAgainstModel(t *testing.T) {
 				case op < 50:
 					require.NoError(t, c.Delete([]byte(k)))
 					delete(view, k)
-				case op < 90:
+				case op < 80:
 					got, found := get(t, c, k)
 					want, ok := view[k]
 					require.Equal(t, ok, found, "step %d key %s", step, k)
 					require.Equal(t, want, got, "step %d key %s", step, k)
+				case op < 90:
+					got, found, err := c.GetCommitted([]byte(k))
+					require.NoError(t, err)
+					want, ok := committed[k]
+					require.Equal(t, ok, found, "step %d key %s", step, k)
+					require.Equal(t, want, string(got), "step %d key %s", step, k)
 				case op < 97:
 					require.NoError(t, c.Commit(int64(step)))
 					committed = maps(view)
@@ -249,7 +362,12 @@ func TestReadCacheConcurrentReadersAndCommits(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	errs := make(chan error, 4)
-	for range 4 {
+	for r := range 4 {
+		// Half the readers are queries, which see committed values only.
+		read := c.Get
+		if r%2 == 1 {
+			read = c.GetCommitted
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -262,7 +380,7 @@ func TestReadCacheConcurrentReadersAndCommits(t *testing.T) {
 				default:
 				}
 				for k := range keys {
-					v, found, err := c.Get([]byte(strconv.Itoa(k)))
+					v, found, err := read([]byte(strconv.Itoa(k)))
 					if err != nil {
 						errs <- err
 						return
@@ -328,8 +446,8 @@ func TestReadCacheReadRacingCommit(t *testing.T) {
 	inner := &pausingGets{Store: statestore.NewMemory(), read: make(chan struct{}), release: make(chan struct{})}
 	t.Cleanup(func() { _ = inner.Close() })
 	c := New(inner, NewBudget(1<<20))
-	c.SetReadCache(true)
 	put(t, inner, "a", "old")
+	c.SetReadCache(true)
 	inner.pause.Store(true)
 	done := make(chan string)
 	go func() {
