@@ -49,9 +49,20 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 		u.pending[i] = r
 		return nil
 	}
+	if len(u.pending) == 0 {
+		c.task.holding = append(c.task.holding, u)
+	}
 	u.index[string(key)] = len(u.pending)
 	u.pending = append(u.pending, r)
 	return nil
+}
+
+// discard drops the pending updates: the input they came from will be
+// processed again, and the store writes they reflect were dropped.
+func (u *tableUpdates) discard() {
+	clear(u.pending)
+	u.pending = u.pending[:0]
+	clear(u.index)
 }
 
 // replace gives the pending update of key, if there is one, the value,
@@ -123,6 +134,8 @@ type nodeInstance struct {
 	// topic is a sink's full topic name, computed once per task rather
 	// than concatenated for every record.
 	topic string
+	// pos is the node's index in its task's nodes plus one.
+	pos int32
 }
 
 // NodeError attributes an error to the processor node it arose in. Every
@@ -171,35 +184,41 @@ func (in *nodeInstance) wrap(err error) error {
 }
 
 // process runs r through the node, remembering the node as the one
-// running while it does, so that a panic can be attributed to it.
+// running while it does, so that a panic can be attributed to it. The
+// node is remembered by its position, not a pointer: a pointer stored
+// twice per node and record costs two write barriers whenever the
+// collector runs, which is often at this allocation rate.
 func (in *nodeInstance) process(r record) error {
-	prev := in.task.running
-	in.task.running = in
-	err := in.run(r)
-	in.task.running = prev
+	g := in.task
+	prev := g.running
+	g.running = in.pos
+	var err error
+	switch in.node.kind {
+	case kindSource:
+		err = in.forward(r)
+	case kindSink:
+		err = in.send(r)
+	default:
+		in.ts = r.ts
+		err = in.wrap(in.proc.process(in, r))
+	}
+	g.running = prev
 	return err
 }
 
-func (in *nodeInstance) run(r record) error {
-	switch in.node.kind {
-	case kindSource:
-		return in.forward(r)
-	case kindSink:
-		key, value, err := in.node.encode(r)
-		if err != nil {
-			return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))
-		}
-		return in.wrap(in.task.env.Send(graph.OutputRecord{
-			Topic:     in.topic,
-			Key:       key,
-			Value:     value,
-			Timestamp: r.ts,
-			Headers:   r.headers,
-		}))
-	default:
-		in.ts = r.ts
-		return in.wrap(in.proc.process(in, r))
+// send encodes r and hands it to the task's sender.
+func (in *nodeInstance) send(r record) error {
+	key, value, err := in.node.encode(r)
+	if err != nil {
+		return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))
 	}
+	return in.wrap(in.task.env.Send(graph.OutputRecord{
+		Topic:     in.topic,
+		Key:       key,
+		Value:     value,
+		Timestamp: r.ts,
+		Headers:   r.headers,
+	}))
 }
 
 func (in *nodeInstance) forward(r record) error {
@@ -256,9 +275,10 @@ type taskGraph struct {
 	// string that shares its bytes is cheaper than hashing it.
 	lastTopic string
 	lastSrc   *nodeInstance
-	// running is the innermost node processing a record or punctuating,
-	// nil between records: a recovered panic is attributed to it.
-	running *nodeInstance
+	// running is the pos of the innermost node processing a record or
+	// punctuating, 0 between records: a recovered panic is attributed to
+	// it.
+	running int32
 
 	streamTime time.Time
 	// buffered: tables hold updates until Flush (graph.TableBuffering).
@@ -277,6 +297,9 @@ type taskGraph struct {
 	// droppedJoin counts records joins dropped for a null key or value
 	// (graph.JoinDropCounter).
 	droppedJoin int64
+	// holding lists the table update buffers that took a pending update
+	// since the last Flush, for Discard to empty.
+	holding []*tableUpdates
 	// inited counts the processors whose Init succeeded, so a failed start
 	// closes exactly those.
 	inited []*nodeInstance
@@ -325,7 +348,7 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 	}
 	byNode := make(map[*node]*nodeInstance, len(st.nodes))
 	for _, n := range st.nodes {
-		in := &nodeInstance{node: n, task: g}
+		in := &nodeInstance{node: n, task: g, pos: int32(len(g.nodes) + 1)}
 		if n.kind == kindProcessor {
 			p, err := n.newProc()
 			if err != nil {
@@ -365,11 +388,11 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 // naming the node that was running (or fallback, if none was), and clears
 // what the interrupted record left behind.
 func (g *taskGraph) recovered(p any, fallback *nodeInstance) error {
-	in := g.running
-	if in == nil {
-		in = fallback
+	in := fallback
+	if g.running > 0 {
+		in = g.nodes[g.running-1]
 	}
-	g.running = nil
+	g.running = 0
 	g.meta, g.hasMeta = RecordMetadata{}, false
 	pe := &PanicError{Value: p, Stack: debug.Stack()}
 	if in == nil {
@@ -446,6 +469,8 @@ func (g *taskGraph) Flush() (err error) {
 			}
 		}
 	}
+	clear(g.holding)
+	g.holding = g.holding[:0]
 	return nil
 }
 

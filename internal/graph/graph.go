@@ -113,7 +113,7 @@ type TableBuffering interface {
 
 // Discarder is implemented by task graphs that hold, between commits, what
 // the input since the last commit produced (the combiners' partial
-// aggregates). The runtime calls Discard when that input is to be processed
+// aggregates, the table updates held until Flush). The runtime calls Discard when that input is to be processed
 // again without a commit (an aborted transaction), so that it is not
 // counted twice.
 type Discarder interface {

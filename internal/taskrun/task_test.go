@@ -102,6 +102,29 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	require.ErrorIs(t, err, statestore.ErrClosed)
 }
 
+// An aborted interval's table updates, held for the commit, go with its
+// store writes: the next commit sends only what the replayed input
+// produces.
+func TestAbortDropsHeldTableUpdates(t *testing.T) {
+	opened := 0
+	a, out := newActive(t, countTopology(t), nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	process := func(off int64, key string) {
+		t.Helper()
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
+	}
+	process(0, "a")
+	process(1, "b")
+	a.Abort()
+	process(0, "a")
+	require.NoError(t, a.Flush())
+	require.Len(t, out.out, 1, "b's update was aborted and not replayed yet")
+	require.Equal(t, "a", string(out.out[0].Key))
+	n, _ := serde.Int64.Decode(out.out[0].Value)
+	require.Equal(t, int64(1), n)
+}
+
 // countingStore counts Writes that reach the backing store.
 type countingStore struct {
 	statestore.Store
