@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -24,6 +25,11 @@ type procImpl interface {
 type tableUpdates struct {
 	index   map[string]int
 	pending []record
+	// bySlot and keys index pending instead of index for a table whose
+	// store reports each written key's slot (emitAt): bySlot[slot] is the
+	// key's position in pending plus one, keys[i] the key of pending[i].
+	bySlot []int32
+	keys   [][]byte
 	// last is how many updates the latest flush forwarded: a buffer
 	// released after a large flush is made again at that size, not grown
 	// from nothing through every doubling.
@@ -57,12 +63,61 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 	return nil
 }
 
+// emitAt is emit for a key written to the record cache, which reported the
+// key's slot and its own copy of the key (cache.Store.UpdateAt): the
+// pending update of the key is found by slot, which costs no hashing. The
+// cache renumbers its slots at every commit and discard, as the task graph
+// flushes or discards its pending updates; a slot that holds another key
+// all the same (the two fell out of step) only costs a second update of
+// the key in the next flush, each carrying the value before it.
+func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) error {
+	if !c.task.buffered {
+		return c.forward(r)
+	}
+	if slot < len(u.bySlot) {
+		if p := u.bySlot[slot] - 1; p >= 0 && int(p) < len(u.keys) && bytes.Equal(u.keys[p], key) {
+			if r.old != nil {
+				r.old = u.pending[p].old
+			}
+			u.pending[p] = r
+			return nil
+		}
+	} else {
+		u.bySlot = slices.Grow(u.bySlot, slot+1-len(u.bySlot))[:slot+1]
+	}
+	if len(u.pending) == 0 {
+		if u.pending == nil {
+			u.pending = make([]record, 0, u.last)
+		}
+		c.task.holding = append(c.task.holding, u)
+	}
+	u.bySlot[slot] = int32(len(u.pending) + 1)
+	u.keys = append(u.keys, key)
+	u.pending = append(u.pending, r)
+	return nil
+}
+
 // discard drops the pending updates: the input they came from will be
 // processed again, and the store writes they reflect were dropped.
 func (u *tableUpdates) discard() {
 	clear(u.pending)
 	u.pending = u.pending[:0]
 	clear(u.index)
+	u.resetSlots()
+}
+
+// resetSlots forgets the slots and keys of the pending updates, which the
+// cache renumbers at the commit or discard that follows a flush or
+// discard.
+func (u *tableUpdates) resetSlots() {
+	if cap(u.bySlot) > maxRetainedUpdates {
+		u.bySlot, u.keys = nil, nil
+		return
+	}
+	clear(u.bySlot)
+	u.bySlot = u.bySlot[:0]
+	clear(u.keys)
+	u.keys = u.keys[:0]
 }
 
 // replace gives the pending update of key, if there is one, the value,
@@ -88,6 +143,7 @@ func (u *tableUpdates) flush(c *nodeInstance) error {
 	pending := u.pending
 	u.pending, u.last = nil, len(pending)
 	clear(u.index)
+	u.resetSlots()
 	defer func() {
 		// Keep a modest buffer for the next interval; release one a burst
 		// of keys grew, which would otherwise stay allocated per task.
