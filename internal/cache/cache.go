@@ -98,8 +98,8 @@ func (b *Budget) add(n int64) {
 // uncleanly), leaving the inner store at its last committed position.
 //
 // Turned on with SetReadCache, the Store also keeps values it read from the
-// inner store or committed to it, bounded by the Budget's read share (see
-// readcache.go); GetCommitted reads through them for queries.
+// inner store, bounded by the Budget's read share (see readcache.go);
+// GetCommitted reads through them for queries.
 //
 // Reads may come from other goroutines (interactive queries) while the
 // stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to
@@ -141,8 +141,6 @@ type Store struct {
 	clean      map[string][]byte
 	cleanBytes int64
 	gen        uint64
-	// whole: clean holds every key of the inner store (readcache.go).
-	whole bool
 }
 
 // New returns an empty cache in front of inner, charging the
@@ -169,11 +167,8 @@ func (c *Store) Get(key []byte) ([]byte, bool, error) {
 		// what is sent.
 		return cloneBytes(v), true, nil
 	}
-	if v, found, known := c.cleanGetLocked(key); known {
+	if v, ok := c.cleanGetLocked(key); ok {
 		c.mu.RUnlock()
-		if !found {
-			return nil, false, nil
-		}
 		return cloneBytes(v), true, nil
 	}
 	cached, gen := c.readCache, c.gen
@@ -259,10 +254,9 @@ func (c *Store) UpdateAt(key []byte, fn func(old []byte, found bool) ([]byte, er
 	} else {
 		// Queries may be adding clean entries meanwhile.
 		c.mu.RLock()
-		var known bool
-		old, found, known = c.cleanGetLocked(key)
+		old, found = c.cleanGetLocked(key)
 		c.mu.RUnlock()
-		if !known {
+		if !found {
 			if old, found, err = c.inner.Get(key); err != nil {
 				return 0, nil, err
 			}
