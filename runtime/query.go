@@ -64,7 +64,9 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	if !ok {
 		return nil, false, partition, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
 	}
-	value, found, err = s.Get(key)
+	// Committed data only, from the task's read cache when it holds the
+	// key: a query that reads many keys then costs the store nothing.
+	value, found, err = s.GetCommitted(key)
 	if errors.Is(err, statestore.ErrClosed) {
 		return nil, false, partition, fmt.Errorf("%w: store %q partition %d moved while reading", iq.ErrNotHostedHere, store, partition)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/taskrun"
@@ -906,8 +907,9 @@ func (r *registry) takeIdleLocked() []*replica {
 	return out
 }
 
-// activeStore returns the backing store of a running active task's store.
-func (r *registry) activeStore(store string, partition int32) (statestore.Store, bool) {
+// activeStore returns the record cache of a running active task's store,
+// whose GetCommitted reads what the task last committed.
+func (r *registry) activeStore(store string, partition int32) (*cache.Store, bool) {
 	sub, ok := r.app.storeSubTopology(store)
 	if !ok {
 		return nil, false
@@ -920,7 +922,7 @@ func (r *registry) activeStore(store string, partition int32) (statestore.Store,
 	}
 	for _, h := range rep.stores {
 		if h.Info.Name == store {
-			return h.Inner, true
+			return h.Cache, true
 		}
 	}
 	return nil, false

@@ -314,12 +314,20 @@ type discarder interface {
 	discard()
 }
 
-// Discard implements graph.Discarder.
+// Discard implements graph.Discarder. Table updates held for the next
+// Flush go too: they carry values from the store writes the runtime is
+// dropping, and sent later they would publish results of input that is
+// to be processed again.
 func (g *taskGraph) Discard() {
 	for _, in := range g.nodes {
 		if d, ok := in.proc.(discarder); ok {
 			d.discard()
 		}
 	}
+	for _, u := range g.holding {
+		u.discard()
+	}
+	clear(g.holding)
+	g.holding = g.holding[:0]
 	g.rewind()
 }

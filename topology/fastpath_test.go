@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -77,3 +78,35 @@ func TestBoxReusesIdenticalStrings(t *testing.T) {
 }
 
 var boxSink any
+
+// A held update is found by the cache slot of its key; a slot that holds
+// another key than the table remembers (the two fell out of step) adds an
+// update rather than overwrite the other key's.
+func TestTableUpdatesBySlot(t *testing.T) {
+	c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}}
+	var u tableUpdates
+	emit := func(slot int, key string, v int64) {
+		t.Helper()
+		require.NoError(t, u.emitAt(c, slot, []byte(key), record{key: key, value: v}))
+	}
+	held := func() []string {
+		var out []string
+		for _, r := range u.pending {
+			out = append(out, r.key.(string)+"="+strconv.FormatInt(r.value.(int64), 10))
+		}
+		return out
+	}
+	emit(0, "a", 1)
+	emit(1, "b", 1)
+	emit(0, "a", 2)
+	require.Equal(t, []string{"a=2", "b=1"}, held())
+	emit(0, "c", 1)
+	emit(0, "c", 2)
+	emit(1, "b", 2)
+	require.Equal(t, []string{"a=2", "b=2", "c=2"}, held())
+	require.Len(t, c.task.holding, 1)
+	c.task.Discard()
+	require.Empty(t, held())
+	emit(3, "d", 1)
+	require.Equal(t, []string{"d=1"}, held())
+}

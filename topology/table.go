@@ -246,9 +246,10 @@ type aggProc[K, V, A any] struct {
 	encodeFresh  bool
 }
 
-// updater is the read-modify-write of cache.Store.
+// updater is the read-modify-write of cache.Store, which also says where
+// the key's dirty entry is (see tableUpdates.emitAt).
 type updater interface {
-	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
+	UpdateAt(key []byte, fn func(old []byte, found bool) ([]byte, error)) (slot int, stored []byte, err error)
 }
 
 func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
@@ -317,33 +318,35 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			return err
 		}
 	}
-	var (
-		next, prev A
-		prevFound  bool
-	)
-	if p.up != nil {
-		p.key, p.value = k, as[V](r.value)
-		err := p.up.Update(kb, p.updateFn)
-		next, prev, prevFound = p.next, p.prev, p.prevFound
-		p.key, p.value, p.next, p.prev = zero[K](), zero[V](), zero[A](), zero[A]()
-		if err != nil {
-			return err
-		}
-	} else {
+	if p.up == nil {
 		cur, found, err := p.kv.getEncoded(kb)
 		if err != nil {
 			return err
 		}
-		next, prev, prevFound = p.step(k, as[V](r.value), cur, found), cur, found
+		next := p.step(k, as[V](r.value), cur, found)
 		if err := p.kv.putEncoded(kb, next); err != nil {
 			return err
 		}
+		return p.updates.emit(c, kb, p.output(c, r, next, cur, found))
 	}
+	p.key, p.value = k, as[V](r.value)
+	slot, stored, err := p.up.UpdateAt(kb, p.updateFn)
+	next, prev, prevFound := p.next, p.prev, p.prevFound
+	p.key, p.value, p.next, p.prev = zero[K](), zero[V](), zero[A](), zero[A]()
+	if err != nil {
+		return err
+	}
+	return p.updates.emitAt(c, slot, stored, p.output(c, r, next, prev, prevFound))
+}
+
+// output is the table update for r: the key's new aggregate, and its
+// previous one when the node sends old values.
+func (p *aggProc[K, V, A]) output(c *nodeInstance, r record, next, prev A, prevFound bool) record {
 	out := record{key: r.key, value: next, ts: r.ts, headers: r.headers}
 	if c.node.sendOld {
 		out.old = &prior{value: prev, null: !prevFound}
 	}
-	return p.updates.emit(c, kb, out)
+	return out
 }
 
 func (p *aggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -24,6 +25,11 @@ type procImpl interface {
 type tableUpdates struct {
 	index   map[string]int
 	pending []record
+	// bySlot and keys index pending instead of index for a table whose
+	// store reports each written key's slot (emitAt): bySlot[slot] is the
+	// key's position in pending plus one, keys[i] the key of pending[i].
+	bySlot []int32
+	keys   [][]byte
 	// last is how many updates the latest flush forwarded: a buffer
 	// released after a large flush is made again at that size, not grown
 	// from nothing through every doubling.
@@ -49,9 +55,69 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 		u.pending[i] = r
 		return nil
 	}
+	if len(u.pending) == 0 {
+		c.task.holding = append(c.task.holding, u)
+	}
 	u.index[string(key)] = len(u.pending)
 	u.pending = append(u.pending, r)
 	return nil
+}
+
+// emitAt is emit for a key written to the record cache, which reported the
+// key's slot and its own copy of the key (cache.Store.UpdateAt): the
+// pending update of the key is found by slot, which costs no hashing. The
+// cache renumbers its slots at every commit and discard, as the task graph
+// flushes or discards its pending updates; a slot that holds another key
+// all the same (the two fell out of step) only costs a second update of
+// the key in the next flush, each carrying the value before it.
+func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) error {
+	if !c.task.buffered {
+		return c.forward(r)
+	}
+	if slot < len(u.bySlot) {
+		if p := u.bySlot[slot] - 1; p >= 0 && int(p) < len(u.keys) && bytes.Equal(u.keys[p], key) {
+			if r.old != nil {
+				r.old = u.pending[p].old
+			}
+			u.pending[p] = r
+			return nil
+		}
+	} else {
+		u.bySlot = slices.Grow(u.bySlot, slot+1-len(u.bySlot))[:slot+1]
+	}
+	if len(u.pending) == 0 {
+		if u.pending == nil {
+			u.pending = make([]record, 0, u.last)
+		}
+		c.task.holding = append(c.task.holding, u)
+	}
+	u.bySlot[slot] = int32(len(u.pending) + 1)
+	u.keys = append(u.keys, key)
+	u.pending = append(u.pending, r)
+	return nil
+}
+
+// discard drops the pending updates: the input they came from will be
+// processed again, and the store writes they reflect were dropped.
+func (u *tableUpdates) discard() {
+	clear(u.pending)
+	u.pending = u.pending[:0]
+	clear(u.index)
+	u.resetSlots()
+}
+
+// resetSlots forgets the slots and keys of the pending updates, which the
+// cache renumbers at the commit or discard that follows a flush or
+// discard.
+func (u *tableUpdates) resetSlots() {
+	if cap(u.bySlot) > maxRetainedUpdates {
+		u.bySlot, u.keys = nil, nil
+		return
+	}
+	clear(u.bySlot)
+	u.bySlot = u.bySlot[:0]
+	clear(u.keys)
+	u.keys = u.keys[:0]
 }
 
 // replace gives the pending update of key, if there is one, the value,
@@ -77,6 +143,7 @@ func (u *tableUpdates) flush(c *nodeInstance) error {
 	pending := u.pending
 	u.pending, u.last = nil, len(pending)
 	clear(u.index)
+	u.resetSlots()
 	defer func() {
 		// Keep a modest buffer for the next interval; release one a burst
 		// of keys grew, which would otherwise stay allocated per task.
@@ -117,12 +184,16 @@ type nodeInstance struct {
 	task     *taskGraph
 	children []*nodeInstance
 	proc     procImpl
+	// fn is proc when proc is a statelessProc.
+	fn statelessProc
 	// ts is the timestamp inherited by records the node forwards without
 	// one: that of the record being processed or the punctuation time.
 	ts time.Time
 	// topic is a sink's full topic name, computed once per task rather
 	// than concatenated for every record.
 	topic string
+	// pos is the node's index in its task's nodes plus one.
+	pos int32
 }
 
 // NodeError attributes an error to the processor node it arose in. Every
@@ -171,35 +242,50 @@ func (in *nodeInstance) wrap(err error) error {
 }
 
 // process runs r through the node, remembering the node as the one
-// running while it does, so that a panic can be attributed to it.
+// running while it does, so that a panic can be attributed to it. The
+// node is remembered by its position, not a pointer: a pointer stored
+// twice per node and record costs two write barriers whenever the
+// collector runs, which is often at this allocation rate.
 func (in *nodeInstance) process(r record) error {
-	prev := in.task.running
-	in.task.running = in
-	err := in.run(r)
-	in.task.running = prev
+	g := in.task
+	prev := g.running
+	g.running = in.pos
+	var err error
+	switch in.node.kind {
+	case kindSource:
+		err = in.forward(r)
+	case kindSink:
+		err = in.send(r)
+	default:
+		in.ts = r.ts
+		// A stateless node's function is called directly, not through
+		// procImpl: one call less, with its copy of r, per record.
+		if in.fn != nil {
+			err = in.fn(in, r)
+		} else {
+			err = in.proc.process(in, r)
+		}
+		if err != nil {
+			err = in.wrap(err)
+		}
+	}
+	g.running = prev
 	return err
 }
 
-func (in *nodeInstance) run(r record) error {
-	switch in.node.kind {
-	case kindSource:
-		return in.forward(r)
-	case kindSink:
-		key, value, err := in.node.encode(r)
-		if err != nil {
-			return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))
-		}
-		return in.wrap(in.task.env.Send(graph.OutputRecord{
-			Topic:     in.topic,
-			Key:       key,
-			Value:     value,
-			Timestamp: r.ts,
-			Headers:   r.headers,
-		}))
-	default:
-		in.ts = r.ts
-		return in.wrap(in.proc.process(in, r))
+// send encodes r and hands it to the task's sender.
+func (in *nodeInstance) send(r record) error {
+	key, value, err := in.node.encode(r)
+	if err != nil {
+		return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))
 	}
+	return in.wrap(in.task.env.Send(graph.OutputRecord{
+		Topic:     in.topic,
+		Key:       key,
+		Value:     value,
+		Timestamp: r.ts,
+		Headers:   r.headers,
+	}))
 }
 
 func (in *nodeInstance) forward(r record) error {
@@ -256,9 +342,10 @@ type taskGraph struct {
 	// string that shares its bytes is cheaper than hashing it.
 	lastTopic string
 	lastSrc   *nodeInstance
-	// running is the innermost node processing a record or punctuating,
-	// nil between records: a recovered panic is attributed to it.
-	running *nodeInstance
+	// running is the pos of the innermost node processing a record or
+	// punctuating, 0 between records: a recovered panic is attributed to
+	// it.
+	running int32
 
 	streamTime time.Time
 	// committedTime is streamTime when the last commit completed, where
@@ -280,6 +367,9 @@ type taskGraph struct {
 	// droppedJoin counts records joins dropped for a null key or value
 	// (graph.JoinDropCounter).
 	droppedJoin int64
+	// holding lists the table update buffers that took a pending update
+	// since the last Flush, for Discard to empty.
+	holding []*tableUpdates
 	// inited counts the processors whose Init succeeded, so a failed start
 	// closes exactly those.
 	inited []*nodeInstance
@@ -328,13 +418,14 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 	}
 	byNode := make(map[*node]*nodeInstance, len(st.nodes))
 	for _, n := range st.nodes {
-		in := &nodeInstance{node: n, task: g}
+		in := &nodeInstance{node: n, task: g, pos: int32(len(g.nodes) + 1)}
 		if n.kind == kindProcessor {
 			p, err := n.newProc()
 			if err != nil {
 				return nil, err
 			}
 			in.proc = p
+			in.fn, _ = p.(statelessProc)
 		}
 		switch n.kind {
 		case kindSource:
@@ -368,11 +459,11 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 // naming the node that was running (or fallback, if none was), and clears
 // what the interrupted record left behind.
 func (g *taskGraph) recovered(p any, fallback *nodeInstance) error {
-	in := g.running
-	if in == nil {
-		in = fallback
+	in := fallback
+	if g.running > 0 {
+		in = g.nodes[g.running-1]
 	}
-	g.running = nil
+	g.running = 0
 	g.meta, g.hasMeta = RecordMetadata{}, false
 	pe := &PanicError{Value: p, Stack: debug.Stack()}
 	if in == nil {
@@ -449,6 +540,8 @@ func (g *taskGraph) Flush() (err error) {
 			}
 		}
 	}
+	clear(g.holding)
+	g.holding = g.holding[:0]
 	return nil
 }
 

@@ -98,7 +98,8 @@ func (b *Budget) add(n int64) {
 // uncleanly), leaving the inner store at its last committed position.
 //
 // Turned on with SetReadCache, the Store also keeps values it read from the
-// inner store, bounded by the Budget's read share (see readcache.go).
+// inner store, bounded by the Budget's read share (see readcache.go);
+// GetCommitted reads through them for queries.
 //
 // Reads may come from other goroutines (interactive queries) while the
 // stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to
@@ -226,6 +227,17 @@ func (c *Store) set(key, value []byte) {
 // bytes that nobody modifies afterwards. If fn fails, nothing is written.
 // The cache copies key.
 func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error {
+	_, _, err := c.UpdateAt(key, fn)
+	return err
+}
+
+// UpdateAt is Update, which also reports where the key's dirty entry is:
+// slot, its position among the dirty entries in first-write order, which
+// stays the key's until the next Commit or Discard, and stored, the
+// cache's copy of the key, which is never modified. A table that holds one
+// update per key until the commit finds a key's held update by its slot,
+// without hashing the key a second time.
+func (c *Store) UpdateAt(key []byte, fn func(old []byte, found bool) ([]byte, error)) (slot int, stored []byte, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	// Every mutator holds wmu, so the index and the entries cannot change
@@ -234,7 +246,6 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 	var (
 		old   []byte
 		found bool
-		err   error
 	)
 	read := false // old was read from the inner store
 	if dirty {
@@ -247,17 +258,17 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 		c.mu.RUnlock()
 		if !found {
 			if old, found, err = c.inner.Get(key); err != nil {
-				return err
+				return 0, nil, err
 			}
 			read = found
 		}
 	}
 	value, err := fn(old, found)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	if value == nil {
-		return statestore.ErrNilValue
+		return 0, nil, statestore.ErrNilValue
 	}
 	c.mu.Lock()
 	if read {
@@ -266,20 +277,22 @@ func (c *Store) Update(key []byte, fn func(old []byte, found bool) ([]byte, erro
 		// read's own.
 		c.keepReadLocked(key, old, c.gen)
 	}
-	c.setLocked(key, value, i, dirty)
+	slot, stored = c.setLocked(key, value, i, dirty)
 	c.mu.Unlock()
-	return nil
+	return slot, stored, nil
 }
 
-// setLocked records value for key, whose slot is i if dirty. It needs wmu
-// and mu exclusively.
-func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
+// setLocked records value for key, whose slot is i if dirty, and returns
+// the key's slot and the entry's copy of the key. It needs wmu and mu
+// exclusively.
+func (c *Store) setLocked(key, value []byte, i int, dirty bool) (slot int, stored []byte) {
 	delta := int64(len(value))
 	if dirty {
 		prev := c.entries[i].Value
 		delta -= int64(len(prev))
 		c.countEntry(prev, -1)
 		c.entries[i].Value = value
+		slot, stored = i, c.entries[i].Key
 	} else {
 		if c.index == nil {
 			c.index = make(map[string]int, c.hint)
@@ -288,7 +301,8 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
 		// One copy serves as the entry's key and the index's: entry keys
 		// are never modified, by the cache or (Dirty's contract) anyone.
 		kb := cloneBytes(key)
-		c.index[unsafe.String(unsafe.SliceData(kb), len(kb))] = len(c.entries)
+		slot, stored = len(c.entries), kb
+		c.index[unsafe.String(unsafe.SliceData(kb), len(kb))] = slot
 		c.entries = append(c.entries, statestore.Entry{Key: kb, Value: value})
 		delta += int64(len(key)) + cacheEntryOverhead
 	}
@@ -296,6 +310,7 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) {
 	c.bytes += delta
 	c.budget.add(delta)
 	c.sorted = nil
+	return slot, stored
 }
 
 func (c *Store) countEntry(value []byte, n int64) {

@@ -521,3 +521,38 @@ func TestCacheUpdate(t *testing.T) {
 	require.Equal(t, 1, c.DirtyLen())
 
 }
+
+// UpdateAt numbers keys by first write since the last commit or discard,
+// and hands out the cache's own copy of the key.
+func TestUpdateAtSlots(t *testing.T) {
+	c := New(statestore.NewMemory(), NewBudget(1<<20))
+	set := func(v string) func([]byte, bool) ([]byte, error) {
+		return func([]byte, bool) ([]byte, error) { return []byte(v), nil }
+	}
+	at := func(key, v string) (int, string) {
+		t.Helper()
+		kb := []byte(key)
+		slot, stored, err := c.UpdateAt(kb, set(v))
+		require.NoError(t, err)
+		kb[0] = 'x' // the cache copied it
+		return slot, string(stored)
+	}
+	slot, stored := at("a", "1")
+	require.Equal(t, 0, slot)
+	require.Equal(t, "a", stored)
+	slot, _ = at("b", "1")
+	require.Equal(t, 1, slot)
+	slot, stored = at("a", "2")
+	require.Equal(t, 0, slot)
+	require.Equal(t, "a", stored)
+	require.NoError(t, c.Commit(1))
+	slot, _ = at("b", "2")
+	require.Equal(t, 0, slot)
+	c.Discard()
+	slot, _ = at("a", "3")
+	require.Equal(t, 0, slot)
+	_, _, err := c.UpdateAt([]byte("c"), func([]byte, bool) ([]byte, error) { return nil, errors.New("no") })
+	require.Error(t, err)
+	slot, _ = at("c", "1")
+	require.Equal(t, 1, slot, "a failed update takes no slot")
+}

@@ -8,8 +8,9 @@ import (
 
 // The read cache keeps values read from the inner store (clean entries), so
 // that a key read again is answered from memory: a stream–table join looks
-// up the table for every stream record, and a hot key would otherwise cost
-// a badger read per record even though it changed long ago.
+// up the table for every stream record, an aggregation reads each key it
+// updates, and a query reads committed values; each would otherwise cost a
+// badger read even for a key that changed long ago.
 //
 // A clean entry is a copy of the inner store's value, so it stays right for
 // exactly as long as the inner store's value does. Once the cache is
@@ -49,6 +50,30 @@ func (c *Store) SetReadCache(on bool) {
 		c.dropCleanLocked()
 	}
 	c.readCache = on
+}
+
+// GetCommitted returns what the inner store holds for key, as of its last
+// Commit, from the read cache when it holds the key: never a dirty value.
+// It is the read of an interactive query, which must see committed data
+// only, and may come from any goroutine. A value read from the inner store
+// is kept like one a processor reads. The caller owns the returned bytes.
+func (c *Store) GetCommitted(key []byte) ([]byte, bool, error) {
+	c.mu.RLock()
+	if v, ok := c.cleanGetLocked(key); ok {
+		c.mu.RUnlock()
+		return cloneBytes(v), true, nil
+	}
+	cached, gen := c.readCache, c.gen
+	c.mu.RUnlock()
+	v, found, err := c.inner.Get(key)
+	if err != nil || !found || !cached {
+		return v, found, err
+	}
+	keep := cloneBytes(v)
+	c.mu.Lock()
+	c.keepReadLocked(key, keep, gen)
+	c.mu.Unlock()
+	return v, true, nil
 }
 
 // ReadCacheLen returns the number of clean entries.
@@ -118,7 +143,10 @@ func (c *Store) evictLocked(size int64) bool {
 
 // commitCleanLocked brings the clean entries in line with entries, just
 // written to the inner store (tombstones as nil values). It needs mu
-// exclusively.
+// exclusively. Keys it does not hold are not added: keeping every
+// committed key while the read share has room (so that a count's next
+// update and a query need no badger read) was measured to cost 45-55 MiB
+// of peak RSS in eddybench (c), 4,000,000 keys, for 10 MiB charged.
 func (c *Store) commitCleanLocked(entries []statestore.Entry) {
 	c.gen++
 	if len(c.clean) == 0 {

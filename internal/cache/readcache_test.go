@@ -36,9 +36,13 @@ func (s *slowGets) Get(key []byte) ([]byte, bool, error) {
 	return v, found, err
 }
 
-func newReadCache(t *testing.T, budget *Budget) (*Store, *countingStore) {
+// newReadCache returns a cache with its read cache on in front of a store
+// holding pairs: the inner store must not change behind the read cache's
+// back once it is on.
+func newReadCache(t *testing.T, budget *Budget, pairs ...string) (*Store, *countingStore) {
 	inner := &countingStore{recordingStore: &recordingStore{Store: statestore.NewMemory()}}
 	t.Cleanup(func() { _ = inner.Close() })
+	put(t, inner, pairs...)
 	c := New(inner, budget)
 	c.SetReadCache(true)
 	return c, inner
@@ -52,8 +56,7 @@ func get(t *testing.T, c *Store, key string) (string, bool) {
 }
 
 func TestReadCacheServesRepeatReads(t *testing.T) {
-	c, inner := newReadCache(t, NewBudget(1<<20))
-	put(t, inner, "a", "1")
+	c, inner := newReadCache(t, NewBudget(1<<20), "a", "1")
 	for range 3 {
 		v, found := get(t, c, "a")
 		require.True(t, found)
@@ -81,8 +84,7 @@ func TestReadCacheServesRepeatReads(t *testing.T) {
 }
 
 func TestReadCacheOffWithoutBudget(t *testing.T) {
-	c, inner := newReadCache(t, nil)
-	put(t, inner, "a", "1")
+	c, inner := newReadCache(t, nil, "a", "1")
 	get(t, c, "a")
 	get(t, c, "a")
 	require.EqualValues(t, 2, inner.gets.Load())
@@ -90,8 +92,7 @@ func TestReadCacheOffWithoutBudget(t *testing.T) {
 }
 
 func TestReadCacheFollowsCommits(t *testing.T) {
-	c, inner := newReadCache(t, NewBudget(1<<20))
-	put(t, inner, "a", "1", "b", "1")
+	c, inner := newReadCache(t, NewBudget(1<<20), "a", "1", "b", "1")
 	get(t, c, "a")
 	get(t, c, "b")
 	put(t, c, "a", "2")
@@ -123,9 +124,48 @@ func TestReadCacheFollowsCommits(t *testing.T) {
 	require.Equal(t, gets, inner.gets.Load())
 }
 
+// GetCommitted reads what the last commit wrote, never a dirty value, from
+// the read cache when it holds the key; callers own what it returns.
+func TestGetCommitted(t *testing.T) {
+	c, inner := newReadCache(t, NewBudget(1<<20), "old", "1")
+	committed := func(key string) (string, bool) {
+		t.Helper()
+		v, found, err := c.GetCommitted([]byte(key))
+		require.NoError(t, err)
+		return string(v), found
+	}
+	put(t, c, "new", "dirty")
+	_, found := committed("new")
+	require.False(t, found)
+	v, _ := committed("old")
+	require.Equal(t, "1", v)
+	require.EqualValues(t, 2, inner.gets.Load())
+	v, _ = committed("old")
+	require.Equal(t, "1", v)
+	require.EqualValues(t, 2, inner.gets.Load(), "kept by the first read")
+
+	put(t, c, "old", "2")
+	v, _ = committed("old")
+	require.Equal(t, "1", v)
+	require.NoError(t, c.Commit(1))
+	v, _ = committed("old")
+	require.Equal(t, "2", v)
+	require.EqualValues(t, 2, inner.gets.Load(), "the commit updated the kept entry")
+	v, _ = committed("new")
+	require.Equal(t, "dirty", v)
+	require.EqualValues(t, 3, inner.gets.Load())
+	committed("new")
+	require.EqualValues(t, 3, inner.gets.Load())
+
+	b, _, err := c.GetCommitted([]byte("old"))
+	require.NoError(t, err)
+	b[0] = 'x'
+	v, _ = committed("old")
+	require.Equal(t, "2", v)
+}
+
 func TestReadCacheDiscardKeepsCleanEntries(t *testing.T) {
-	c, inner := newReadCache(t, NewBudget(1<<20))
-	put(t, inner, "a", "committed")
+	c, inner := newReadCache(t, NewBudget(1<<20), "a", "committed")
 	get(t, c, "a")
 	put(t, c, "a", "dirty")
 	c.Discard()
@@ -136,8 +176,7 @@ func TestReadCacheDiscardKeepsCleanEntries(t *testing.T) {
 
 func TestReadCacheCommitFailureDropsCleanEntries(t *testing.T) {
 	budget := NewBudget(1 << 20)
-	c, inner := newReadCache(t, budget)
-	put(t, inner, "a", "1", "b", "1")
+	c, inner := newReadCache(t, budget, "a", "1", "b", "1")
 	get(t, c, "a")
 	get(t, c, "b")
 	put(t, c, "a", "2")
@@ -156,13 +195,14 @@ func TestReadCacheCommitFailureDropsCleanEntries(t *testing.T) {
 // which never makes the budget Full, and leave it when the cache is off.
 func TestReadCacheBudget(t *testing.T) {
 	budget := NewBudget(4000)
-	c1, inner1 := newReadCache(t, budget)
-	c2, inner2 := newReadCache(t, budget)
+	var pairs1, pairs2 []string
 	for i := range 200 {
 		k := fmt.Sprintf("key-%03d", i)
-		put(t, inner1, k, "v1-"+k)
-		put(t, inner2, k, "v2-"+k)
+		pairs1 = append(pairs1, k, "v1-"+k)
+		pairs2 = append(pairs2, k, "v2-"+k)
 	}
+	c1, _ := newReadCache(t, budget, pairs1...)
+	c2, _ := newReadCache(t, budget, pairs2...)
 	for round := range 3 {
 		for i := range 200 {
 			k := fmt.Sprintf("key-%03d", (i*7+round)%200)
@@ -213,11 +253,17 @@ func TestReadCacheRandomAgainstModel(t *testing.T) {
 				case op < 50:
 					require.NoError(t, c.Delete([]byte(k)))
 					delete(view, k)
-				case op < 90:
+				case op < 80:
 					got, found := get(t, c, k)
 					want, ok := view[k]
 					require.Equal(t, ok, found, "step %d key %s", step, k)
 					require.Equal(t, want, got, "step %d key %s", step, k)
+				case op < 90:
+					got, found, err := c.GetCommitted([]byte(k))
+					require.NoError(t, err)
+					want, ok := committed[k]
+					require.Equal(t, ok, found, "step %d key %s", step, k)
+					require.Equal(t, want, string(got), "step %d key %s", step, k)
 				case op < 97:
 					require.NoError(t, c.Commit(int64(step)))
 					committed = maps(view)
@@ -249,7 +295,12 @@ func TestReadCacheConcurrentReadersAndCommits(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	errs := make(chan error, 4)
-	for range 4 {
+	for r := range 4 {
+		// Half the readers are queries, which see committed values only.
+		read := c.Get
+		if r%2 == 1 {
+			read = c.GetCommitted
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -262,7 +313,7 @@ func TestReadCacheConcurrentReadersAndCommits(t *testing.T) {
 				default:
 				}
 				for k := range keys {
-					v, found, err := c.Get([]byte(strconv.Itoa(k)))
+					v, found, err := read([]byte(strconv.Itoa(k)))
 					if err != nil {
 						errs <- err
 						return
@@ -328,8 +379,8 @@ func TestReadCacheReadRacingCommit(t *testing.T) {
 	inner := &pausingGets{Store: statestore.NewMemory(), read: make(chan struct{}), release: make(chan struct{})}
 	t.Cleanup(func() { _ = inner.Close() })
 	c := New(inner, NewBudget(1<<20))
-	c.SetReadCache(true)
 	put(t, inner, "a", "old")
+	c.SetReadCache(true)
 	inner.pause.Store(true)
 	done := make(chan string)
 	go func() {

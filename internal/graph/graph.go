@@ -113,13 +113,14 @@ type TableBuffering interface {
 
 // Discarder is implemented by task graphs that hold, between commits, what
 // the input since the last commit produced (the combiners' partial
-// aggregates) or where it took them (stream time). The runtime calls
-// Committed when a commit has completed, its store writes included, and
-// Discard when the input since then is to be processed again without a
-// commit (an aborted transaction), after which the graph stands as it did
-// at Committed, so that the input is neither counted twice nor judged by a
-// time it has not reached yet. Discard comes before the stores' caches
-// drop their writes; the graph must read nothing from its stores in it.
+// aggregates, the table updates held until Flush) or where it took them
+// (stream time). The runtime calls Committed when a commit has completed,
+// its store writes included, and Discard when the input since then is to
+// be processed again without a commit (an aborted transaction), after which
+// the graph stands as it did at Committed, so that the input is neither
+// counted twice nor judged by a time it has not reached yet. Discard comes
+// before the stores' caches drop their writes; the graph must read nothing
+// from its stores in it.
 type Discarder interface {
 	Committed()
 	Discard()

@@ -1,6 +1,7 @@
 package taskrun
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -100,6 +101,60 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	require.NoError(t, a2.Close(true))
 	_, _, err = h.Inner.Get([]byte("k"))
 	require.ErrorIs(t, err, statestore.ErrClosed)
+}
+
+// An aborted interval's table updates, held for the commit, go with its
+// store writes: the next commit sends only what the replayed input
+// produces.
+func TestAbortDropsHeldTableUpdates(t *testing.T) {
+	opened := 0
+	a, out := newActive(t, countTopology(t), nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	process := func(off int64, key string) {
+		t.Helper()
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
+	}
+	process(0, "a")
+	process(1, "b")
+	a.Abort()
+	process(0, "a")
+	require.NoError(t, a.Flush())
+	require.Len(t, out.out, 1, "b's update was aborted and not replayed yet")
+	require.Equal(t, "a", string(out.out[0].Key))
+	n, _ := serde.Int64.Decode(out.out[0].Value)
+	require.Equal(t, int64(1), n)
+}
+
+// A count's held updates collapse per key between commits, in the order
+// keys were first updated, across commits that renumber the cache's keys.
+func TestHeldUpdatesAcrossCommits(t *testing.T) {
+	opened := 0
+	a, out := newActive(t, countTopology(t), nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	off := int64(0)
+	round := func(keys ...string) []string {
+		t.Helper()
+		for _, k := range keys {
+			require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(k), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
+			off++
+		}
+		out.out = nil
+		require.NoError(t, a.Flush())
+		a.PendingChangelog()
+		require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+		var got []string
+		for _, r := range out.out {
+			n, _ := serde.Int64.Decode(r.Value)
+			got = append(got, fmt.Sprintf("%s=%d", r.Key, n))
+		}
+		return got
+	}
+	require.Equal(t, []string{"a=2", "b=1"}, round("a", "b", "a"))
+	require.Equal(t, []string{"b=3", "c=1", "a=3"}, round("b", "c", "b", "a"))
+	a.Abort()
+	require.Equal(t, []string{"c=2"}, round("c"))
 }
 
 // countingStore counts Writes that reach the backing store.
