@@ -167,23 +167,7 @@ func (c *Store) Get(key []byte) ([]byte, bool, error) {
 		// what is sent.
 		return cloneBytes(v), true, nil
 	}
-	if v, ok := c.cleanGetLocked(key); ok {
-		c.mu.RUnlock()
-		return cloneBytes(v), true, nil
-	}
-	cached, gen := c.readCache, c.gen
-	c.mu.RUnlock()
-	// Outside mu: a Commit that lands meanwhile writes to the inner store
-	// the very value this read would have found in the cache.
-	v, found, err := c.inner.Get(key)
-	if err != nil || !found || !cached {
-		return v, found, err
-	}
-	keep := cloneBytes(v) // the caller may scribble on v
-	c.mu.Lock()
-	c.keepReadLocked(key, keep, gen)
-	c.mu.Unlock()
-	return v, true, nil
+	return c.getCommittedRLocked(key)
 }
 
 // Put records a dirty put. The cache copies key and value.

@@ -59,17 +59,25 @@ func (c *Store) SetReadCache(on bool) {
 // is kept like one a processor reads. The caller owns the returned bytes.
 func (c *Store) GetCommitted(key []byte) ([]byte, bool, error) {
 	c.mu.RLock()
+	return c.getCommittedRLocked(key)
+}
+
+// getCommittedRLocked is GetCommitted for a caller holding mu shared; it
+// releases mu.
+func (c *Store) getCommittedRLocked(key []byte) ([]byte, bool, error) {
 	if v, ok := c.cleanGetLocked(key); ok {
 		c.mu.RUnlock()
 		return cloneBytes(v), true, nil
 	}
 	cached, gen := c.readCache, c.gen
 	c.mu.RUnlock()
+	// Outside mu: a Commit that lands meanwhile writes to the inner store
+	// the very value this read would have found in the cache.
 	v, found, err := c.inner.Get(key)
 	if err != nil || !found || !cached {
 		return v, found, err
 	}
-	keep := cloneBytes(v)
+	keep := cloneBytes(v) // the caller may scribble on v
 	c.mu.Lock()
 	c.keepReadLocked(key, keep, gen)
 	c.mu.Unlock()
