@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -206,16 +205,9 @@ func runFloor(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string
 		return cl.CommitUncommittedOffsets(ctx)
 	}
 	for consumed < n {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+		fs, err := poll(ctx, cl)
+		if err != nil {
 			return 0, err
-		}
-		var ferr error
-		fs.EachError(func(t string, part int32, err error) {
-			ferr = errors.Join(ferr, fmt.Errorf("%s/%d: %w", t, part, err))
-		})
-		if ferr != nil {
-			return 0, ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if consumed == 0 {
@@ -291,16 +283,9 @@ func runBaselineCopy(ctx context.Context, cfg *config, adm *kadm.Client, addrs [
 		return cl.CommitUncommittedOffsets(ctx)
 	}
 	for consumed < n {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+		fs, err := poll(ctx, cl)
+		if err != nil {
 			return 0, err
-		}
-		var ferr error
-		fs.EachError(func(t string, part int32, err error) {
-			ferr = errors.Join(ferr, fmt.Errorf("%s/%d: %w", t, part, err))
-		})
-		if ferr != nil {
-			return 0, ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if consumed == 0 {

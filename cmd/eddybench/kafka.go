@@ -129,3 +129,17 @@ func startBenchBroker(ctx context.Context, partitions int32, topics ...string) (
 	}
 	return addrs, cl, adm, closeAll, nil
 }
+
+// poll fetches once and returns the fetches, or the context's error or the
+// fetch errors of every partition joined.
+func poll(ctx context.Context, cl *kgo.Client) (kgo.Fetches, error) {
+	fs := cl.PollFetches(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var ferr error
+	fs.EachError(func(t string, part int32, err error) {
+		ferr = errors.Join(ferr, fmt.Errorf("%s/%d: %w", t, part, err))
+	})
+	return fs, ferr
+}
