@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
@@ -226,7 +228,7 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 // window as pending its final result.
 func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win Window, r record) error {
 	p.key, p.value = k, v
-	err := p.ws.Update(kb, win.Start, p.updateFn)
+	slot, stored, err := p.ws.UpdateAt(kb, win.Start, p.updateFn)
 	next := p.next
 	p.key, p.value, p.next = zero[K](), zero[V](), zero[A]()
 	if err != nil {
@@ -236,7 +238,7 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 		if !c.task.buffered {
 			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
 		}
-		p.updates.add(kb, k, win, next, r.ts, r.headers)
+		p.updates.add(slot, stored, kb, k, win, next, r.ts, r.headers)
 		return nil
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
@@ -546,67 +548,102 @@ func (p *windowAggProc[K, V, A]) rewind() {
 }
 
 // windowUpdates holds a windowed aggregation's updates until Flush, the
-// latest of each window, as tableUpdates does for a table, but indexed by
-// record key rather than by window: a key has few windows open, and most
-// updates open a window, so an index by window would take an insertion
-// (and a key copy) for most records, while one by key mostly finds the key
-// there already. Values stay unboxed until Flush.
+// latest of each window, as tableUpdates does for a table. A window's
+// pending update is found by the slot of the window's entry in the record
+// cache (statestore.SlotUpdater), which the store's update reports, so
+// that a record costs no hashing and no key copy beyond the cache's own.
+// The cache renumbers its slots at every commit and discard, as the task
+// graph flushes or discards these updates; each pending update keeps the
+// identity of its entry's key (the cache's copy, never modified), so a
+// slot that names another entry all the same (the two fell out of step)
+// only costs a second update of the window in the next flush. Windows
+// without a slot (a store that reports none) are found by key and start.
+// Values stay unboxed until Flush.
 type windowUpdates[K, A any] struct {
-	// keys maps a record key to its number, heads a key's number to the
-	// slot of its latest pending window, and each slot links to the key's
-	// window pending before it.
-	keys    map[string]int32
-	heads   []int32
-	pending []windowUpdate[K, A]
+	// bySlot[slot] is the position in pending of the update of the
+	// window whose cache entry has that slot, plus one.
+	bySlot   []int32
+	byWindow map[windowID]int32
+	pending  []windowUpdate[K, A]
 	// last is how many updates the latest flush forwarded: a buffer
 	// released after a large flush is made again at that size.
 	last int
 }
 
+// windowID names a window without a cache slot: its encoded key and start.
+type windowID struct {
+	kb    string
+	start int64
+}
+
 type windowUpdate[K, A any] struct {
-	key     K
+	key K
+	// entry is the first byte of the cache's copy of the window's key, or
+	// nil for a window without a slot. Held here, that copy cannot be
+	// freed and its address reused by another entry's.
+	entry   *byte
 	win     Window
 	value   A
 	ts      time.Time
 	headers []Header
-	prev    int32 // the key's previous pending window's slot, or -1
 }
 
-// maxRetainedWindowUpdates bounds the buffer kept between flushes.
+// maxRetainedWindowUpdates bounds the buffers kept between flushes: the
+// pending updates and the slot index.
 const maxRetainedWindowUpdates = 4096
 
-// add records value as window win's pending update for key (kb encoded).
-func (u *windowUpdates[K, A]) add(kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
-	id, ok := u.keys[string(kb)]
-	if ok {
-		for i := u.heads[id]; i >= 0; i = u.pending[i].prev {
-			if p := &u.pending[i]; p.win.Start == win.Start {
+// add records value as window win's pending update for key (kb encoded),
+// whose cache entry has slot and stored key stored (slot -1 if none).
+func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
+	var entry *byte
+	if slot >= 0 && len(stored) > 0 {
+		entry = unsafe.SliceData(stored)
+		if slot < len(u.bySlot) {
+			if i := u.bySlot[slot] - 1; i >= 0 && int(i) < len(u.pending) && u.pending[i].entry == entry {
+				p := &u.pending[i]
 				p.value, p.ts, p.headers = value, ts, headers
 				return
 			}
+		} else {
+			u.bySlot = slices.Grow(u.bySlot, slot+1-len(u.bySlot))[:slot+1]
 		}
+		u.bySlot[slot] = int32(len(u.pending) + 1)
 	} else {
-		if u.keys == nil {
-			u.keys = make(map[string]int32)
+		id := windowID{kb: string(kb), start: win.Start}
+		if i, ok := u.byWindow[id]; ok {
+			p := &u.pending[i]
+			p.value, p.ts, p.headers = value, ts, headers
+			return
 		}
-		id = int32(len(u.heads))
-		u.keys[string(kb)] = id
-		u.heads = append(u.heads, -1)
+		if u.byWindow == nil {
+			u.byWindow = make(map[windowID]int32)
+		}
+		u.byWindow[id] = int32(len(u.pending))
 	}
 	if u.pending == nil {
 		u.pending = make([]windowUpdate[K, A], 0, u.last)
 	}
-	u.pending = append(u.pending, windowUpdate[K, A]{key: k, win: win, value: value, ts: ts, headers: headers, prev: u.heads[id]})
-	u.heads[id] = int32(len(u.pending) - 1)
+	u.pending = append(u.pending, windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, ts: ts, headers: headers})
 }
 
 // discard drops the pending updates: the input that made them is to be
 // processed again (graph.Discarder).
 func (u *windowUpdates[K, A]) discard() {
-	clear(u.keys)
-	u.heads = u.heads[:0]
+	u.resetIndex()
 	clear(u.pending)
 	u.pending = u.pending[:0]
+}
+
+// resetIndex forgets where the pending updates are, as the cache renumbers
+// its slots at the commit or discard that follows a flush or discard.
+func (u *windowUpdates[K, A]) resetIndex() {
+	if len(u.bySlot) > maxRetainedWindowUpdates {
+		u.bySlot = nil
+	} else {
+		clear(u.bySlot)
+		u.bySlot = u.bySlot[:0]
+	}
+	clear(u.byWindow)
 }
 
 // flush forwards the pending updates in the order their windows were first
@@ -614,12 +651,7 @@ func (u *windowUpdates[K, A]) discard() {
 func (u *windowUpdates[K, A]) flush(c *nodeInstance) error {
 	pending := u.pending
 	u.last = len(pending)
-	if len(u.heads) > maxRetainedWindowUpdates {
-		u.keys, u.heads = nil, nil
-	} else {
-		clear(u.keys)
-		u.heads = u.heads[:0]
-	}
+	u.resetIndex()
 	if cap(pending) > maxRetainedWindowUpdates {
 		u.pending = nil
 	} else {
