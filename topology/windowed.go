@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -126,10 +127,13 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	}
 	wopts := info.WindowOptions()
 	final := s.final
+	// The node's tasks share one pool of update chunks (windowUpdates).
+	pool := new(sync.Pool)
 	n := b.addProcessor(op, o, func() procImpl {
 		return &windowAggProc[K, V, A]{
 			store: store, w: w, wopts: wopts, final: final,
 			keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+			updates: windowUpdates[K, A]{pool: pool},
 		}
 	}, in)
 	n.stores = []string{store}
@@ -559,16 +563,29 @@ func (p *windowAggProc[K, V, A]) rewind() {
 // only costs a second update of the window in the next flush. Windows
 // without a slot (a store that reports none) are found by key and start.
 // Values stay unboxed until Flush.
+//
+// The updates are kept in fixed-size chunks, so that a growing buffer is
+// never copied, and the chunks go back to a pool shared by the node's
+// tasks at every flush: a commit interval of a spread input holds
+// thousands of updates, whose buffer would otherwise be allocated (and
+// cleared) again at every commit, while the pool keeps nothing for long
+// once no task uses it.
 type windowUpdates[K, A any] struct {
-	// bySlot[slot] is the position in pending of the update of the
-	// window whose cache entry has that slot, plus one.
+	// bySlot[slot] is the position among the pending updates of the
+	// update of the window whose cache entry has that slot, plus one.
 	bySlot   []int32
 	byWindow map[windowID]int32
-	pending  []windowUpdate[K, A]
-	// last is how many updates the latest flush forwarded: a buffer
-	// released after a large flush is made again at that size.
-	last int
+	chunks   []*windowChunk[K, A]
+	n        int // pending updates, in chunks
+	pool     *sync.Pool
 }
+
+// windowChunkLen is how many updates a chunk holds: 256 of a
+// []byte-keyed count's updates make a chunk a little under 32 KiB, the
+// largest size the allocator serves from its per-size classes.
+const windowChunkLen = 256
+
+type windowChunk[K, A any] [windowChunkLen]windowUpdate[K, A]
 
 // windowID names a window without a cache slot: its encoded key and start.
 type windowID struct {
@@ -588,9 +605,12 @@ type windowUpdate[K, A any] struct {
 	headers []Header
 }
 
-// maxRetainedWindowUpdates bounds the buffers kept between flushes: the
-// pending updates and the slot index.
-const maxRetainedWindowUpdates = 4096
+// maxRetainedSlots bounds the slot index kept between flushes.
+const maxRetainedSlots = 1 << 14
+
+func (u *windowUpdates[K, A]) at(i int32) *windowUpdate[K, A] {
+	return &u.chunks[i/windowChunkLen][i%windowChunkLen]
+}
 
 // add records value as window win's pending update for key (kb encoded),
 // whose cache entry has slot and stored key stored (slot -1 if none).
@@ -599,45 +619,64 @@ func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win W
 	if slot >= 0 && len(stored) > 0 {
 		entry = unsafe.SliceData(stored)
 		if slot < len(u.bySlot) {
-			if i := u.bySlot[slot] - 1; i >= 0 && int(i) < len(u.pending) && u.pending[i].entry == entry {
-				p := &u.pending[i]
-				p.value, p.ts, p.headers = value, ts, headers
-				return
+			if i := u.bySlot[slot] - 1; i >= 0 && int(i) < u.n {
+				if p := u.at(i); p.entry == entry {
+					p.value, p.ts, p.headers = value, ts, headers
+					return
+				}
 			}
 		} else {
 			u.bySlot = slices.Grow(u.bySlot, slot+1-len(u.bySlot))[:slot+1]
 		}
-		u.bySlot[slot] = int32(len(u.pending) + 1)
+		u.bySlot[slot] = int32(u.n + 1)
 	} else {
 		id := windowID{kb: string(kb), start: win.Start}
 		if i, ok := u.byWindow[id]; ok {
-			p := &u.pending[i]
+			p := u.at(i)
 			p.value, p.ts, p.headers = value, ts, headers
 			return
 		}
 		if u.byWindow == nil {
 			u.byWindow = make(map[windowID]int32)
 		}
-		u.byWindow[id] = int32(len(u.pending))
+		u.byWindow[id] = int32(u.n)
 	}
-	if u.pending == nil {
-		u.pending = make([]windowUpdate[K, A], 0, u.last)
+	c := u.n / windowChunkLen
+	if c == len(u.chunks) {
+		var ch *windowChunk[K, A]
+		if x := u.pool.Get(); x != nil {
+			ch = x.(*windowChunk[K, A])
+		} else {
+			ch = new(windowChunk[K, A])
+		}
+		u.chunks = append(u.chunks, ch)
 	}
-	u.pending = append(u.pending, windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, ts: ts, headers: headers})
+	u.chunks[c][u.n%windowChunkLen] = windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, ts: ts, headers: headers}
+	u.n++
+}
+
+// release returns the chunks holding n updates to the pool, emptied, and
+// the slice that held them.
+func (u *windowUpdates[K, A]) release(chunks []*windowChunk[K, A], n int) []*windowChunk[K, A] {
+	for i, ch := range chunks {
+		clear(ch[:min(n-i*windowChunkLen, windowChunkLen)])
+		u.pool.Put(ch)
+	}
+	clear(chunks)
+	return chunks[:0]
 }
 
 // discard drops the pending updates: the input that made them is to be
 // processed again (graph.Discarder).
 func (u *windowUpdates[K, A]) discard() {
 	u.resetIndex()
-	clear(u.pending)
-	u.pending = u.pending[:0]
+	u.chunks, u.n = u.release(u.chunks, u.n), 0
 }
 
 // resetIndex forgets where the pending updates are, as the cache renumbers
 // its slots at the commit or discard that follows a flush or discard.
 func (u *windowUpdates[K, A]) resetIndex() {
-	if len(u.bySlot) > maxRetainedWindowUpdates {
+	if len(u.bySlot) > maxRetainedSlots {
 		u.bySlot = nil
 	} else {
 		clear(u.bySlot)
@@ -649,17 +688,12 @@ func (u *windowUpdates[K, A]) resetIndex() {
 // flush forwards the pending updates in the order their windows were first
 // updated.
 func (u *windowUpdates[K, A]) flush(c *nodeInstance) error {
-	pending := u.pending
-	u.last = len(pending)
+	chunks, n := u.chunks, u.n
+	u.chunks, u.n = nil, 0
 	u.resetIndex()
-	if cap(pending) > maxRetainedWindowUpdates {
-		u.pending = nil
-	} else {
-		u.pending = pending[:0]
-		defer clear(pending)
-	}
-	for i := range pending {
-		p := &pending[i]
+	defer func() { u.chunks = u.release(chunks, n) }()
+	for i := range n {
+		p := &chunks[i/windowChunkLen][i%windowChunkLen]
 		if err := c.forward(record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, ts: p.ts, headers: p.headers}); err != nil {
 			return err
 		}
