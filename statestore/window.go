@@ -417,6 +417,14 @@ type Updater interface {
 	Update(key []byte, fn func(old []byte, found bool) ([]byte, error)) error
 }
 
+// SlotUpdater is an Updater that also reports where the key's entry is
+// kept, as the runtime's record cache does (cache.Store.UpdateAt): slot,
+// a number that stays the key's until the cache's next commit or discard,
+// and stored, the updater's own copy of the key, never modified.
+type SlotUpdater interface {
+	UpdateAt(key []byte, fn func(old []byte, found bool) ([]byte, error)) (slot int, stored []byte, err error)
+}
+
 // Update is a read-modify-write of key's window starting at start: fn gets
 // the window's value (found is false when there is none) and returns the
 // new one, which must not be nil. On a ReadWriter that is an Updater it is
@@ -425,33 +433,48 @@ type Updater interface {
 // afterwards; otherwise it is a Get and a Put. A window already expired
 // reaches fn as absent and is not written, as Put would not.
 func (s *WindowStore) Update(key []byte, start int64, fn func(old []byte, found bool) ([]byte, error)) error {
+	_, _, err := s.UpdateAt(key, start, fn)
+	return err
+}
+
+// UpdateAt is Update, which also reports, when the ReadWriter is a
+// SlotUpdater, the slot and stored key of the window's entry there, so
+// that a caller keeping something per window until the cache commits can
+// find it by slot rather than by key. slot is -1 (and stored nil) when the
+// ReadWriter is no SlotUpdater or the window had expired and was not
+// written.
+func (s *WindowStore) UpdateAt(key []byte, start int64, fn func(old []byte, found bool) ([]byte, error)) (slot int, stored []byte, err error) {
 	if start < 0 {
-		return ErrNegativeTime
+		return -1, nil, ErrNegativeTime
 	}
 	if err := s.t.open(); err != nil {
-		return err
+		return -1, nil, err
 	}
 	if !s.t.observe(start) {
 		_, err := fn(nil, false)
-		return err
+		return -1, nil, err
 	}
-	if u, ok := s.t.rw.(Updater); ok {
+	switch u := s.t.rw.(type) {
+	case SlotUpdater:
 		s.buf = appendTime(appendKey(s.buf[:0], key), start)
-		return u.Update(s.buf, fn)
+		return u.UpdateAt(s.buf, fn)
+	case Updater:
+		s.buf = appendTime(appendKey(s.buf[:0], key), start)
+		return -1, nil, u.Update(s.buf, fn)
 	}
 	k := s.key(key, start)
 	old, found, err := s.t.rw.Get(k)
 	if err != nil {
-		return err
+		return -1, nil, err
 	}
 	v, err := fn(old, found)
 	if err != nil {
-		return err
+		return -1, nil, err
 	}
 	if v == nil {
-		return ErrNilValue
+		return -1, nil, ErrNilValue
 	}
-	return s.t.rw.Put(k, v)
+	return -1, nil, s.t.rw.Put(k, v)
 }
 
 // Remove removes key's window starting at start.

@@ -527,6 +527,28 @@ func (u *updaterRW) Update(k []byte, fn func([]byte, bool) ([]byte, error)) erro
 	return u.Put(k, v)
 }
 
+// slotRW is updaterRW that also reports slots, as the record cache's
+// UpdateAt does: one per key, in first-write order.
+type slotRW struct {
+	updaterRW
+	slots map[string]int
+}
+
+func (u *slotRW) UpdateAt(k []byte, fn func([]byte, bool) ([]byte, error)) (int, []byte, error) {
+	if err := u.Update(k, fn); err != nil {
+		return 0, nil, err
+	}
+	if u.slots == nil {
+		u.slots = make(map[string]int)
+	}
+	s, ok := u.slots[string(k)]
+	if !ok {
+		s = len(u.slots)
+		u.slots[string(k)] = s
+	}
+	return s, slices.Clone(k), nil
+}
+
 func testWindowUpdate(t *testing.T, b backend) {
 	opts := WindowOptions{Retention: 100, SegmentInterval: 10, WindowSize: 10}
 	seg := openSegmented(t, b, opts)
@@ -536,7 +558,7 @@ func testWindowUpdate(t *testing.T, b backend) {
 		}
 		return []byte{old[0] + 1}, nil
 	}
-	for _, rw := range []ReadWriter{seg, &updaterRW{ReadWriter: seg}} {
+	for _, rw := range []ReadWriter{seg, &updaterRW{ReadWriter: seg}, &slotRW{updaterRW: updaterRW{ReadWriter: seg}}} {
 		require.NoError(t, seg.Reset())
 		w := openWindows(t, rw, opts)
 		for range 3 {
@@ -564,6 +586,22 @@ func testWindowUpdate(t *testing.T, b backend) {
 		if u, ok := rw.(*updaterRW); ok {
 			require.Equal(t, 5, u.updates, "every live update is one Update of the ReadWriter")
 		}
+		// UpdateAt reports the slot and stored key of a SlotUpdater's
+		// entry, and -1 where there is none.
+		_, isSlot := rw.(*slotRW)
+		slot, stored, err := w.UpdateAt([]byte("k\x00"), 510, incr)
+		require.NoError(t, err)
+		if isSlot {
+			require.Equal(t, 1, slot)
+			require.Equal(t, []byte("k\x00\xff\x00\x01\x00\x00\x00\x00\x00\x00\x01\xfe"), stored)
+		} else {
+			require.Equal(t, -1, slot)
+			require.Nil(t, stored)
+		}
+		slot, stored, err = w.UpdateAt([]byte("k"), 300, incr)
+		require.NoError(t, err)
+		require.Equal(t, -1, slot, "an expired window is not written")
+		require.Nil(t, stored)
 	}
 }
 

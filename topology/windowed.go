@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
@@ -124,10 +127,13 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	}
 	wopts := info.WindowOptions()
 	final := s.final
+	// The node's tasks share one pool of update chunks (windowUpdates).
+	pool := new(sync.Pool)
 	n := b.addProcessor(op, o, func() procImpl {
 		return &windowAggProc[K, V, A]{
 			store: store, w: w, wopts: wopts, final: final,
 			keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+			updates: windowUpdates[K, A]{pool: pool},
 		}
 	}, in)
 	n.stores = []string{store}
@@ -226,7 +232,7 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 // window as pending its final result.
 func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win Window, r record) error {
 	p.key, p.value = k, v
-	err := p.ws.Update(kb, win.Start, p.updateFn)
+	slot, stored, err := p.ws.UpdateAt(kb, win.Start, p.updateFn)
 	next := p.next
 	p.key, p.value, p.next = zero[K](), zero[V](), zero[A]()
 	if err != nil {
@@ -236,7 +242,7 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 		if !c.task.buffered {
 			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
 		}
-		p.updates.add(kb, k, win, next, r.ts, r.headers)
+		p.updates.add(slot, stored, kb, k, win, next, r.ts, r.headers)
 		return nil
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
@@ -546,88 +552,148 @@ func (p *windowAggProc[K, V, A]) rewind() {
 }
 
 // windowUpdates holds a windowed aggregation's updates until Flush, the
-// latest of each window, as tableUpdates does for a table, but indexed by
-// record key rather than by window: a key has few windows open, and most
-// updates open a window, so an index by window would take an insertion
-// (and a key copy) for most records, while one by key mostly finds the key
-// there already. Values stay unboxed until Flush.
+// latest of each window, as tableUpdates does for a table. A window's
+// pending update is found by the slot of the window's entry in the record
+// cache (statestore.SlotUpdater), which the store's update reports, so
+// that a record costs no hashing and no key copy beyond the cache's own.
+// The cache renumbers its slots at every commit and discard, as the task
+// graph flushes or discards these updates; each pending update keeps the
+// identity of its entry's key (the cache's copy, never modified), so a
+// slot that names another entry all the same (the two fell out of step)
+// only costs a second update of the window in the next flush. Windows
+// without a slot (a store that reports none) are found by key and start.
+// Values stay unboxed until Flush.
+//
+// The updates are kept in fixed-size chunks, so that a growing buffer is
+// never copied, and the chunks go back to a pool shared by the node's
+// tasks at every flush: a commit interval of a spread input holds
+// thousands of updates, whose buffer would otherwise be allocated (and
+// cleared) again at every commit, while the pool keeps nothing for long
+// once no task uses it.
 type windowUpdates[K, A any] struct {
-	// keys maps a record key to its number, heads a key's number to the
-	// slot of its latest pending window, and each slot links to the key's
-	// window pending before it.
-	keys    map[string]int32
-	heads   []int32
-	pending []windowUpdate[K, A]
-	// last is how many updates the latest flush forwarded: a buffer
-	// released after a large flush is made again at that size.
-	last int
+	// bySlot[slot] is the position among the pending updates of the
+	// update of the window whose cache entry has that slot, plus one.
+	bySlot   []int32
+	byWindow map[windowID]int32
+	chunks   []*windowChunk[K, A]
+	n        int // pending updates, in chunks
+	pool     *sync.Pool
+}
+
+// windowChunkLen is how many updates a chunk holds: 256 of a
+// []byte-keyed count's updates make a chunk a little under 32 KiB, the
+// largest size the allocator serves from its per-size classes.
+const windowChunkLen = 256
+
+type windowChunk[K, A any] [windowChunkLen]windowUpdate[K, A]
+
+// windowID names a window without a cache slot: its encoded key and start.
+type windowID struct {
+	kb    string
+	start int64
 }
 
 type windowUpdate[K, A any] struct {
-	key     K
+	key K
+	// entry is the first byte of the cache's copy of the window's key, or
+	// nil for a window without a slot. Held here, that copy cannot be
+	// freed and its address reused by another entry's.
+	entry   *byte
 	win     Window
 	value   A
 	ts      time.Time
 	headers []Header
-	prev    int32 // the key's previous pending window's slot, or -1
 }
 
-// maxRetainedWindowUpdates bounds the buffer kept between flushes.
-const maxRetainedWindowUpdates = 4096
+// maxRetainedSlots bounds the slot index kept between flushes.
+const maxRetainedSlots = 1 << 14
 
-// add records value as window win's pending update for key (kb encoded).
-func (u *windowUpdates[K, A]) add(kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
-	id, ok := u.keys[string(kb)]
-	if ok {
-		for i := u.heads[id]; i >= 0; i = u.pending[i].prev {
-			if p := &u.pending[i]; p.win.Start == win.Start {
-				p.value, p.ts, p.headers = value, ts, headers
-				return
+func (u *windowUpdates[K, A]) at(i int32) *windowUpdate[K, A] {
+	return &u.chunks[i/windowChunkLen][i%windowChunkLen]
+}
+
+// add records value as window win's pending update for key (kb encoded),
+// whose cache entry has slot and stored key stored (slot -1 if none).
+func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
+	var entry *byte
+	if slot >= 0 && len(stored) > 0 {
+		entry = unsafe.SliceData(stored)
+		if slot < len(u.bySlot) {
+			if i := u.bySlot[slot] - 1; i >= 0 && int(i) < u.n {
+				if p := u.at(i); p.entry == entry {
+					p.value, p.ts, p.headers = value, ts, headers
+					return
+				}
 			}
+		} else {
+			u.bySlot = slices.Grow(u.bySlot, slot+1-len(u.bySlot))[:slot+1]
 		}
+		u.bySlot[slot] = int32(u.n + 1)
 	} else {
-		if u.keys == nil {
-			u.keys = make(map[string]int32)
+		id := windowID{kb: string(kb), start: win.Start}
+		if i, ok := u.byWindow[id]; ok {
+			p := u.at(i)
+			p.value, p.ts, p.headers = value, ts, headers
+			return
 		}
-		id = int32(len(u.heads))
-		u.keys[string(kb)] = id
-		u.heads = append(u.heads, -1)
+		if u.byWindow == nil {
+			u.byWindow = make(map[windowID]int32)
+		}
+		u.byWindow[id] = int32(u.n)
 	}
-	if u.pending == nil {
-		u.pending = make([]windowUpdate[K, A], 0, u.last)
+	c := u.n / windowChunkLen
+	if c == len(u.chunks) {
+		var ch *windowChunk[K, A]
+		if x := u.pool.Get(); x != nil {
+			ch = x.(*windowChunk[K, A])
+		} else {
+			ch = new(windowChunk[K, A])
+		}
+		u.chunks = append(u.chunks, ch)
 	}
-	u.pending = append(u.pending, windowUpdate[K, A]{key: k, win: win, value: value, ts: ts, headers: headers, prev: u.heads[id]})
-	u.heads[id] = int32(len(u.pending) - 1)
+	u.chunks[c][u.n%windowChunkLen] = windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, ts: ts, headers: headers}
+	u.n++
+}
+
+// release returns the chunks holding n updates to the pool, emptied, and
+// the slice that held them.
+func (u *windowUpdates[K, A]) release(chunks []*windowChunk[K, A], n int) []*windowChunk[K, A] {
+	for i, ch := range chunks {
+		clear(ch[:min(n-i*windowChunkLen, windowChunkLen)])
+		u.pool.Put(ch)
+	}
+	clear(chunks)
+	return chunks[:0]
 }
 
 // discard drops the pending updates: the input that made them is to be
 // processed again (graph.Discarder).
 func (u *windowUpdates[K, A]) discard() {
-	clear(u.keys)
-	u.heads = u.heads[:0]
-	clear(u.pending)
-	u.pending = u.pending[:0]
+	u.resetIndex()
+	u.chunks, u.n = u.release(u.chunks, u.n), 0
+}
+
+// resetIndex forgets where the pending updates are, as the cache renumbers
+// its slots at the commit or discard that follows a flush or discard.
+func (u *windowUpdates[K, A]) resetIndex() {
+	if len(u.bySlot) > maxRetainedSlots {
+		u.bySlot = nil
+	} else {
+		clear(u.bySlot)
+		u.bySlot = u.bySlot[:0]
+	}
+	clear(u.byWindow)
 }
 
 // flush forwards the pending updates in the order their windows were first
 // updated.
 func (u *windowUpdates[K, A]) flush(c *nodeInstance) error {
-	pending := u.pending
-	u.last = len(pending)
-	if len(u.heads) > maxRetainedWindowUpdates {
-		u.keys, u.heads = nil, nil
-	} else {
-		clear(u.keys)
-		u.heads = u.heads[:0]
-	}
-	if cap(pending) > maxRetainedWindowUpdates {
-		u.pending = nil
-	} else {
-		u.pending = pending[:0]
-		defer clear(pending)
-	}
-	for i := range pending {
-		p := &pending[i]
+	chunks, n := u.chunks, u.n
+	u.chunks, u.n = nil, 0
+	u.resetIndex()
+	defer func() { u.chunks = u.release(chunks, n) }()
+	for i := range n {
+		p := &chunks[i/windowChunkLen][i%windowChunkLen]
 		if err := c.forward(record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, ts: p.ts, headers: p.headers}); err != nil {
 			return err
 		}

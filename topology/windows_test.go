@@ -5,7 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -305,4 +307,78 @@ func FuzzSessionWindowedSerde(f *testing.F) {
 			require.Equal(t, key, again)
 		}
 	})
+}
+
+// A window's pending update is found by the cache slot of its entry; a
+// slot whose entry is not the one the update was made for (the cache and
+// the buffer fell out of step) adds an update rather than overwrite
+// another window's; windows without a slot are found by key and start;
+// a flush forwards every update in first-update order, across chunks.
+func TestWindowUpdatesBySlot(t *testing.T) {
+	var got []string
+	task := &taskGraph{buffered: true}
+	sink := &nodeInstance{node: &node{kind: kindProcessor}, task: task, fn: func(_ *nodeInstance, r record) error {
+		w := r.key.(Windowed[string])
+		got = append(got, w.Key+"@"+strconv.FormatInt(w.Window.Start, 10)+"="+strconv.FormatInt(r.value.(int64), 10))
+		return nil
+	}}
+	c := &nodeInstance{node: &node{kind: kindProcessor}, task: task, children: []*nodeInstance{sink}}
+	u := windowUpdates[string, int64]{pool: new(sync.Pool)}
+	// entries are the cache's copies of window keys: distinct allocations.
+	entry := func(k string, start int64) []byte { return []byte(k + "/" + strconv.FormatInt(start, 10)) }
+	a0, b0, a1 := entry("a", 0), entry("b", 0), entry("a", 10)
+	add := func(slot int, stored []byte, k string, start, v int64) {
+		u.add(slot, stored, []byte(k), k, Window{Start: start, End: start + 10}, v, time.UnixMilli(start), nil)
+	}
+	add(0, a0, "a", 0, 1)
+	add(1, b0, "b", 0, 1)
+	add(0, a0, "a", 0, 2)
+	add(2, a1, "a", 10, 1)
+	// Slot 1 now names another entry: a new update, b's stays.
+	other := entry("c", 0)
+	add(1, other, "c", 0, 1)
+	add(1, other, "c", 0, 2)
+	// No slot: by key and start.
+	add(-1, nil, "d", 0, 1)
+	add(-1, nil, "d", 10, 1)
+	add(-1, nil, "d", 0, 2)
+	require.NoError(t, u.flush(c))
+	require.Equal(t, []string{"a@0=2", "b@0=1", "a@10=1", "c@0=2", "d@0=2", "d@10=1"}, got)
+
+	// After a flush the slots start over; an update made before it is
+	// never found again.
+	got = nil
+	add(0, b0, "b", 0, 5)
+	require.NoError(t, u.flush(c))
+	require.Equal(t, []string{"b@0=5"}, got)
+
+	// Many windows fill several chunks; each keeps its latest value.
+	got = nil
+	n := 3*windowChunkLen + 7
+	stored := make([][]byte, n)
+	for i := range n {
+		stored[i] = entry("k", int64(i))
+		add(i, stored[i], "k", int64(i), 1)
+	}
+	for i := n - 1; i >= 0; i -= 2 {
+		add(i, stored[i], "k", int64(i), 2)
+	}
+	require.NoError(t, u.flush(c))
+	require.Len(t, got, n)
+	for i, s := range got {
+		want := int64(1)
+		if (n-1-i)%2 == 0 {
+			want = 2
+		}
+		require.Equal(t, "k@"+strconv.Itoa(i)+"="+strconv.FormatInt(want, 10), s)
+	}
+
+	// Discard drops everything pending.
+	got = nil
+	add(0, a0, "a", 0, 9)
+	add(-1, nil, "d", 0, 9)
+	u.discard()
+	add(0, a0, "a", 0, 1)
+	require.NoError(t, u.flush(c))
+	require.Equal(t, []string{"a@0=1"}, got)
 }

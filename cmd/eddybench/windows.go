@@ -63,12 +63,21 @@ func benchWindows(ctx context.Context, cfg *config) ([]row, error) {
 	var rows []row
 	spread := wnWorkload{name: "spread", span: wnSpan}
 	live := wnWorkload{name: "live", span: time.Duration(cfg.windowRecords) * time.Second / wnLiveRate}
+	// EDDYBENCH_W1=spread (or live) runs only that input of (w1), and
+	// neither (w2) nor (w3): for pairs of runs while working on (w1).
+	only := os.Getenv("EDDYBENCH_W1")
 	for _, w := range []wnWorkload{spread, live} {
+		if only != "" && only != w.name {
+			continue
+		}
 		r, err := benchWindowCount(ctx, cfg, w)
 		rows = append(rows, r...)
 		if err != nil {
 			return rows, fmt.Errorf("w1 %s: %w", w.name, err)
 		}
+	}
+	if only != "" {
+		return rows, nil
 	}
 	r, err := benchWindowRestore(ctx, cfg)
 	rows = append(rows, r...)
@@ -129,19 +138,19 @@ func benchWindowCount(ctx context.Context, cfg *config, w wnWorkload) ([]row, er
 	}
 	cfg.logf("loaded %d records into %s in %s; %d windows", n, wnInput, time.Since(loadStart).Round(time.Millisecond), len(winRef))
 
-	var kvs []time.Duration
+	var kvs, kvCPU []time.Duration
 	kv := func(run int) error {
-		d, err := runWindowBenchApp(ctx, cfg, addrs, adm, fmt.Sprintf("bench-window-%s-kv-%d", w.name, run), false, n, refs{kvRef, winRef, latest})
+		d, cpu, err := runWindowBenchApp(ctx, cfg, addrs, adm, fmt.Sprintf("bench-window-%s-kv-%d", w.name, run), false, n, refs{kvRef, winRef, latest})
 		if err != nil {
 			return fmt.Errorf("key-value count: %w", err)
 		}
-		kvs = append(kvs, d)
+		kvs, kvCPU = append(kvs, d), append(kvCPU, cpu)
 		return nil
 	}
 	if err := kv(1); err != nil {
 		return nil, err
 	}
-	win, err := runWindowBenchApp(ctx, cfg, addrs, adm, "bench-window-"+w.name+"-tumbling", true, n, refs{kvRef, winRef, latest})
+	win, winCPU, err := runWindowBenchApp(ctx, cfg, addrs, adm, "bench-window-"+w.name+"-tumbling", true, n, refs{kvRef, winRef, latest})
 	if err != nil {
 		return nil, fmt.Errorf("windowed count: %w", err)
 	}
@@ -152,6 +161,8 @@ func benchWindowCount(ctx context.Context, cfg *config, w wnWorkload) ([]row, er
 	nn := int64(n)
 	fmt.Fprintf(cfg.out, "  key-value count: %s records/s (runs before and after the windowed count: %s)\n", fmtNum(rate(nn, base)), fmtDurations(kvs))
 	fmt.Fprintf(cfg.out, "  windowed count:  %s records/s (%s)\n", fmtNum(rate(nn, win)), win.Round(time.Millisecond))
+	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, broker included, until caught up): key-value %s, windowed %s\n",
+		fmtDurations(kvCPU), winCPU.Round(time.Millisecond))
 	fmt.Fprintf(cfg.out, "  both     = runtime App, %d stream thread(s), defaults, badger stores; Stream → GroupByKey →\n"+
 		"             Count(%q) → ToStream → To, the windowed one through WindowedBy(TumblingWindows(1m)) and\n"+
 		"             TimeWindowedSerde. Timed from the first record until the group's committed offsets reach\n"+
@@ -171,8 +182,9 @@ type refs struct {
 
 // runWindowBenchApp runs one count over the input with application ID
 // appID, times it from its first record until its committed offsets reach
-// the input's end, and checks a sample of the counts.
-func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, appID string, windowed bool, n int, ref refs) (time.Duration, error) {
+// the input's end, and checks a sample of the counts. cpu is the process's
+// CPU time from the start of the app until it caught up.
+func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, appID string, windowed bool, n int, ref refs) (elapsed, cpu time.Duration, err error) {
 	var first, seen atomic.Int64
 	bld := topology.NewBuilder()
 	grouped := topology.Stream(bld, wnInput, serde.Bytes, serde.Bytes).Peek(func(_, _ []byte) {
@@ -189,21 +201,23 @@ func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *ka
 	}
 	topo, err := bld.Build()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	stopProf, err := profile(cfg.profileDir, appID)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	c0 := processCPU()
 	app, done, stop, err := runCaughtUp(ctx, cfg, adm, addrs, topo, appID, wnInput)
+	cpu = processCPU() - c0
 	stopProf()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer stop()
-	elapsed := done.Sub(time.Unix(0, first.Load()))
+	elapsed = done.Sub(time.Unix(0, first.Load()))
 	if s := seen.Load(); s != int64(n) {
-		return 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
+		return 0, 0, fmt.Errorf("%d records went through the topology, want %d", s, n)
 	}
 
 	q := iq.NewQuerier(app.Queries())
@@ -248,13 +262,13 @@ func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *ka
 			return true, nil
 		})
 		if err != nil {
-			return 0, fmt.Errorf("key %d: %w (last read: %v)", k, err, lastErr)
+			return 0, 0, fmt.Errorf("key %d: %w (last read: %v)", k, err, lastErr)
 		}
 	}
 	if checked == 0 {
-		return 0, fmt.Errorf("no key to check")
+		return 0, 0, fmt.Errorf("no key to check")
 	}
-	return elapsed, app.Close(ctx)
+	return elapsed, cpu, app.Close(ctx)
 }
 
 // finalStart is the start of the input's last window.

@@ -236,10 +236,13 @@ func (c *Store) UpdateAt(key []byte, fn func(old []byte, found bool) ([]byte, er
 		old = c.entries[i].Value
 		found = old != nil
 	} else {
-		// Queries may be adding clean entries meanwhile.
-		c.mu.RLock()
-		old, found = c.cleanGetLocked(key)
-		c.mu.RUnlock()
+		// Queries may be adding clean entries meanwhile. Without the read
+		// cache there are none, and readCache changes only under wmu.
+		if c.readCache {
+			c.mu.RLock()
+			old, found = c.cleanGetLocked(key)
+			c.mu.RUnlock()
+		}
 		if !found {
 			if old, found, err = c.inner.Get(key); err != nil {
 				return 0, nil, err
