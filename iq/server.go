@@ -651,7 +651,7 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 // attempts of a router that fell back on it, make up the refusal if the
 // replica moved away meanwhile.
 func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, bound Staleness, tried []Attempt) {
-	res, err := s.q.getFrom(rep, info, c.Name, part, kb)
+	res, err := s.q.getFrom(rep, info, bound, c.Name, part, kb)
 	if err != nil {
 		if tried != nil {
 			err = &UnavailableError{Store: c.Name, Partition: part, Bound: bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
