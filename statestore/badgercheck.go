@@ -3,6 +3,7 @@ package statestore
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,8 +19,8 @@ import (
 // checksums or cannot be parsed: the store's files are damaged.
 var ErrCorruptTable = errors.New("statestore: corrupt badger table file")
 
-// checkTables reads every table file of the store in dir and verifies its
-// index and block checksums before badger opens the store.
+// checkTables reads every table file the store in dir's manifest lists and
+// verifies its index and block checksums before badger opens the store.
 //
 // Badger opens table files on goroutines of its own: a truncated one makes
 // it panic there, out of reach of any recover, and a garbled block makes
@@ -30,39 +31,37 @@ var ErrCorruptTable = errors.New("statestore: corrupt badger table file")
 // fails the open with ErrCorruptTable, on the caller's goroutine, so the
 // store can be deleted and rebuilt from its changelog.
 //
-// It reads every table once, decompressing its blocks; tables are checked
-// with the store's compression first and then the others, so a store
-// written with other options is not taken for a damaged one. An encrypted
-// store is not checked (its tables need the key registry's data keys).
+// Only tables the manifest lists are read, each with the compression the
+// manifest records for it: a table a crash left half written is not in the
+// manifest yet, and badger deletes it when it opens the store. A manifest
+// that cannot be read is left to badger, which refuses to open the store.
+// Encrypted tables are not checked (they need the key registry's keys).
+// It reads every table once, decompressing its blocks.
 func checkTables(dir string, bo badger.Options) error {
-	if len(bo.EncryptionKey) > 0 {
+	f, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
+	if err != nil {
+		return nil // a new store, or one badger will refuse
+	}
+	mf, _, err := badger.ReplayManifestFile(f, bo.ExternalMagicVersion, bo)
+	f.Close()
+	if err != nil {
 		return nil
 	}
-	names, err := filepath.Glob(filepath.Join(dir, "*.sst"))
-	if err != nil {
-		return err
-	}
-	compressions := []options.CompressionType{bo.Compression}
-	for _, c := range []options.CompressionType{options.None, options.Snappy, options.ZSTD} {
-		if !slices.Contains(compressions, c) {
-			compressions = append(compressions, c)
+	ids := slices.Sorted(maps.Keys(mf.Tables))
+	for _, id := range ids {
+		tm := mf.Tables[id]
+		if tm.KeyID != 0 {
+			continue
 		}
-	}
-	for _, name := range names {
-		var err error
-		for _, c := range compressions {
-			if err = checkTable(name, table.Options{
-				ReadOnly:             true,
-				BlockSize:            bo.BlockSize,
-				Compression:          c,
-				ZSTDCompressionLevel: bo.ZSTDCompressionLevel,
-			}); err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-		}
+		name := table.NewFilename(id, dir)
+		err := checkTable(name, table.Options{
+			ReadOnly:             true,
+			BlockSize:            bo.BlockSize,
+			Compression:          tm.Compression,
+			ZSTDCompressionLevel: bo.ZSTDCompressionLevel,
+		})
 		if errors.Is(err, os.ErrNotExist) {
-			// Badger itself reports a table the manifest lists and the
-			// directory lacks; one it does not list it deletes.
+			// Badger itself reports a listed table that is missing.
 			continue
 		}
 		if err != nil {

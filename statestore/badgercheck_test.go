@@ -109,3 +109,22 @@ func TestBadgerOpenTablesOfOtherCompression(t *testing.T) {
 	require.Equal(t, "count 7 of a word", string(v))
 	require.NoError(t, s.Close())
 }
+
+// A table file the manifest does not list (one a crash left half written)
+// is no damaged store: badger deletes it when it opens the store.
+func TestBadgerOpenIgnoresUnlistedTable(t *testing.T) {
+	dir := t.TempDir()
+	opts := DefaultBadgerOptions()
+	fillAndClose(t, dir, opts)
+	orphan := filepath.Join(dir, "000999.sst")
+	require.NoError(t, os.WriteFile(orphan, make([]byte, 4096), 0o644))
+	s, err := OpenBadger(dir, opts)
+	require.NoError(t, err)
+	v, ok, err := s.Get([]byte("word-00042"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "count 42 of a word", string(v))
+	require.NoError(t, s.Close())
+	_, err = os.Stat(orphan)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
