@@ -293,11 +293,20 @@ func (q *Querier) replica(store string, p int32, o *queryOptions) (Replica, Repl
 // read makes it an upper bound of what the read saw, which is the safe side
 // for monotonic reads. A position that went backwards means the replica was
 // closed or replaced under the read; what it said before is then the better
-// description of what was read.
-func (q *Querier) provenance(r Replica, p int32, before ReplicaInfo) Provenance {
+// description of what was read. The bound was checked before the read: if
+// the replica no longer meets it (its age grew past the bound, its lag or
+// role changed meanwhile), the answer keeps what it said then, with the
+// later position, so that no answer describes its replica as outside the
+// bound it was served under.
+func (q *Querier) provenance(r Replica, p int32, before ReplicaInfo, bound Staleness) Provenance {
 	info := r.Info()
-	if info.Position < before.Position {
+	switch {
+	case info.Position < before.Position:
 		info = before
+	case !bound.Allows(info):
+		pos := info.Position
+		info = before
+		info.Position = pos
 	}
 	return provenanceOf(q.b.Self(), p, info)
 }
@@ -333,17 +342,17 @@ func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts .
 	if err != nil {
 		return Result[[]byte]{}, err
 	}
-	return q.getFrom(r, before, store, p, key)
+	return q.getFrom(r, before, o.bound, store, p, key)
 }
 
 // getFrom reads a key from a replica that was found fit to answer when it
 // said before about itself.
-func (q *Querier) getFrom(r Replica, before ReplicaInfo, store string, p int32, key []byte) (Result[[]byte], error) {
+func (q *Querier) getFrom(r Replica, before ReplicaInfo, bound Staleness, store string, p int32, key []byte) (Result[[]byte], error) {
 	v, found, err := r.Store().Get(key)
 	if err != nil {
 		return Result[[]byte]{}, movedErr(store, p, err)
 	}
-	return Result[[]byte]{Value: v, Found: found, Provenance: q.provenance(r, p, before)}, nil
+	return Result[[]byte]{Value: v, Found: found, Provenance: q.provenance(r, p, before, bound)}, nil
 }
 
 // Get looks up a key in the local replica of its partition, serializing the
@@ -457,7 +466,7 @@ func scanPartition[K, V any](ctx context.Context, q *Querier, store string, p in
 	if err := it.Err(); err != nil {
 		return PartitionEntries[K, V]{}, movedErr(store, p, err)
 	}
-	pe.Provenance = q.provenance(r, p, before)
+	pe.Provenance = q.provenance(r, p, before, o.bound)
 	return pe, nil
 }
 
@@ -520,7 +529,7 @@ func (q *Querier) ApproximateCount(ctx context.Context, store string, opts ...Qu
 			res.Refused = append(res.Refused, PartitionError{Partition: p, Err: err})
 			continue
 		}
-		res.Partitions = append(res.Partitions, PartitionCount{Provenance: q.provenance(r, p, before), Count: n})
+		res.Partitions = append(res.Partitions, PartitionCount{Provenance: q.provenance(r, p, before, o.bound), Count: n})
 		res.Total += n
 	}
 	return res, nil

@@ -328,3 +328,44 @@ func TestProvenanceOfAReplicaReplacedUnderTheRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Provenance{Host: "self:1", Partition: 0, Role: RoleActive, Position: 2, Lag: 0}, res.Provenance)
 }
+
+// An answer never describes its replica as outside the bound it was served
+// under: the bound is checked before the read, and a standby whose age or
+// lag grows past it meanwhile is described as it was then, with the
+// position after the read.
+func TestProvenanceWithinTheBoundItWasServedUnder(t *testing.T) {
+	for _, c := range []struct {
+		bound  Staleness
+		during func(i *ReplicaInfo)
+	}{
+		{MaxAge(time.Second), func(i *ReplicaInfo) {
+			i.CaughtUpAgo, i.InputCommittedAgo = 1002*time.Millisecond, 1002*time.Millisecond
+		}},
+		{MaxLag(0), func(i *ReplicaInfo) { i.End = i.Position + 3 }},
+		{ActiveOnly(), func(i *ReplicaInfo) { i.Role = RoleStandby }},
+	} {
+		t.Run(c.bound.String(), func(t *testing.T) {
+			b, reps := oneInstance(t)
+			k := keyIn(0, 4, "a")
+			r := reps[0]
+			r.put(t, k, 1)
+			if c.bound.AllowsNonActive() {
+				r.set(func(i *ReplicaInfo) {
+					i.Role, i.LagConfirmedAgo = RoleStandby, 10*time.Millisecond
+					i.CaughtUpAgo, i.InputCommittedAgo = 999*time.Millisecond, 999*time.Millisecond
+				})
+			}
+			r.store = provenanceStore{Store: r.store, during: func() {
+				r.put(t, k, 2)
+				r.set(c.during)
+			}}
+			res, err := Get(context.Background(), NewQuerier(b), testStore, k, serde.String, serde.Int64, WithStaleness(c.bound))
+			require.NoError(t, err)
+			require.Equal(t, int64(2), res.Value)
+			require.Equal(t, int64(2), res.Provenance.Position, "the position covers what the read saw")
+			info := ReplicaInfo{Role: res.Provenance.Role, Position: res.Provenance.Position, Lag: res.Provenance.Lag,
+				LagConfirmedAgo: res.Provenance.LagConfirmedAgo, CaughtUpAgo: res.Provenance.Age, InputCommittedAgo: res.Provenance.InputCommittedAgo}
+			require.True(t, c.bound.Allows(info), "answer served under %s describes its replica as %+v", c.bound, res.Provenance)
+		})
+	}
+}

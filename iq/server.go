@@ -651,7 +651,7 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 // attempts of a router that fell back on it, make up the refusal if the
 // replica moved away meanwhile.
 func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, bound Staleness, tried []Attempt) {
-	res, err := s.q.getFrom(rep, info, c.Name, part, kb)
+	res, err := s.q.getFrom(rep, info, bound, c.Name, part, kb)
 	if err != nil {
 		if tried != nil {
 			err = &UnavailableError{Store: c.Name, Partition: part, Bound: bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
@@ -952,6 +952,20 @@ func (s *Server) partitionsAsked(store string, p params) ([]int32, error) {
 	return parts, nil
 }
 
+// askRecovered asks one partition, turning a panic into the partition's
+// error. fanOut asks on goroutines of its own, where a panic would end the
+// process, not just the request as in a handler (net/http recovers those):
+// a store whose files were damaged after it was opened makes badger panic
+// when a read reaches the damaged block.
+func askRecovered[T any](part int32, ask func(int32) (T, error)) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("iq: partition %d: reading it panicked: %v", part, r)
+		}
+	}()
+	return ask(part)
+}
+
 // fanOut asks every partition with ask, at most width at once, and returns
 // the answers and the failures, each in partition order.
 func fanOut[T any](width int, parts []int32, ask func(int32) (T, error)) ([]T, []wirePartitionError) {
@@ -967,7 +981,7 @@ func fanOut[T any](width int, parts []int32, ask func(int32) (T, error)) ([]T, [
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			v, err := ask(part)
+			v, err := askRecovered(part, ask)
 			if err != nil {
 				f := partitionFailure(part, err)
 				slots[i].fail = &f

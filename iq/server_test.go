@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // getJSON fetches url and decodes the JSON answer into a generic map.
@@ -586,4 +587,39 @@ func TestRoutingWaitsForAMovingPartition(t *testing.T) {
 		require.Equal(t, "not_available", body["reason"])
 		require.Equal(t, hits+1, c.ins[1].hits.Load(), "the stale replica was asked again")
 	})
+}
+
+// panickyStore panics when iterated, as badger does when a read reaches a
+// table block damaged on disk after the store was opened.
+type panickyStore struct{ statestore.Store }
+
+func (panickyStore) Range(from, to []byte) (statestore.Iterator, error) {
+	panic("runtime error: slice bounds out of range [105:62]")
+}
+
+// A partition whose store panics while a range is read fails that
+// partition of the answer; the others are answered and the process lives
+// (the partitions are read on goroutines of the server's own, where a
+// panic is nobody's to recover).
+func TestRangePartitionPanicFailsThatPartition(t *testing.T) {
+	b := newFakeBackend("self:1", map[string]int32{testStore: 3})
+	for p := int32(0); p < 3; p++ {
+		r := b.add(testStore, p, RoleActive)
+		r.put(t, keyIn(p, 3, "k"), int64(p))
+	}
+	b.replicas[StorePartition{testStore, 1}].store = panickyStore{statestore.NewMemory()}
+	b.setMeta(Metadata{Hosts: []HostMetadata{{Host: "self:1", Active: []StorePartition{{testStore, 0}, {testStore, 1}, {testStore, 2}}}},
+		Partitions: map[string]int32{testStore: 3}}, nil)
+	srv := NewServerWithConfig(b, ServerConfig{}, countsCodec())
+	defer srv.Close()
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	status, body := getBody(t, hs.URL+"/v1/stores/counts/range?route=true")
+	require.Equal(t, 200, status, string(body))
+	var wr wireRange
+	require.NoError(t, json.Unmarshal(body, &wr))
+	require.Len(t, wr.Partitions, 2)
+	require.Len(t, wr.Failed, 1)
+	require.Equal(t, int32(1), wr.Failed[0].Partition)
+	require.Contains(t, wr.Failed[0].Error, "panicked")
 }

@@ -171,7 +171,7 @@ func (wq windowQuery) open(s statestore.Store, l StoreLayout) (*statestore.Windo
 
 // readWindows reads a replica found fit to answer, up to limit windows (0
 // is no cap). The store reads each live segment as a snapshot of its own.
-func (q *Querier) readWindows(ctx context.Context, r Replica, before ReplicaInfo, l StoreLayout, store string, p int32, wq windowQuery, limit int) (PartitionWindows[[]byte, []byte], error) {
+func (q *Querier) readWindows(ctx context.Context, r Replica, before ReplicaInfo, bound Staleness, l StoreLayout, store string, p int32, wq windowQuery, limit int) (PartitionWindows[[]byte, []byte], error) {
 	it, err := wq.open(r.Store(), l)
 	if err != nil {
 		return PartitionWindows[[]byte, []byte]{}, movedErr(store, p, err)
@@ -193,7 +193,7 @@ func (q *Querier) readWindows(ctx context.Context, r Replica, before ReplicaInfo
 	if err := it.Err(); err != nil {
 		return PartitionWindows[[]byte, []byte]{}, movedErr(store, p, err)
 	}
-	pw.Provenance = q.provenance(r, p, before)
+	pw.Provenance = q.provenance(r, p, before, bound)
 	return pw, nil
 }
 
@@ -221,7 +221,7 @@ func (q *Querier) keyWindows(ctx context.Context, store string, wq windowQuery, 
 	if err != nil {
 		return WindowResult[[]byte, []byte]{}, err
 	}
-	pw, err := q.readWindows(ctx, r, before, l, store, p, wq, o.limit)
+	pw, err := q.readWindows(ctx, r, before, o.bound, l, store, p, wq, o.limit)
 	if err != nil {
 		return WindowResult[[]byte, []byte]{}, err
 	}
@@ -271,7 +271,7 @@ func (q *Querier) WindowFetchAllBytes(ctx context.Context, store string, from, t
 		r, before, err := q.replica(store, p, &o)
 		var pw PartitionWindows[[]byte, []byte]
 		if err == nil {
-			pw, err = q.readWindows(ctx, r, before, l, store, p, wq, o.limit)
+			pw, err = q.readWindows(ctx, r, before, o.bound, l, store, p, wq, o.limit)
 		}
 		switch {
 		case err == nil:

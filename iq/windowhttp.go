@@ -197,7 +197,7 @@ func (s *Server) handleKeyWindows(w http.ResponseWriter, r *http.Request, keyTex
 	ctx := r.Context()
 	o := buildOptions(p.options())
 	answerLocally := func(rep Replica, info ReplicaInfo, tried []Attempt) {
-		pw, err := s.q.readWindows(ctx, rep, info, l, store, part, wq, p.limit)
+		pw, err := s.q.readWindows(ctx, rep, info, o.bound, l, store, part, wq, p.limit)
 		if err == nil {
 			err = s.writeKeyWindows(w, c, keyText, part, pw)
 		}
@@ -358,7 +358,7 @@ func (s *Server) windowsPartition(ctx context.Context, l StoreLayout, store stri
 		if err != nil {
 			return wirePartitionWindows{}, err
 		}
-		pw, err := s.q.readWindows(ctx, rep, info, l, store, part, wq, p.limit)
+		pw, err := s.q.readWindows(ctx, rep, info, o.bound, l, store, part, wq, p.limit)
 		if err != nil {
 			return wirePartitionWindows{}, err
 		}

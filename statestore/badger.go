@@ -262,7 +262,9 @@ func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a
 // exceed 65,000 bytes: longer ones are stored under a derived key (see the
 // layout notes in badgerkeys.go). A Write applies its entries and position
 // atomically, for readers and across crashes, however large it is; see
-// Write.
+// Write. Its table files are verified before badger opens them: a damaged
+// one fails the open with an error wrapping ErrCorruptTable (see
+// checkTables).
 func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	opts = opts.withDefaults()
 	// A Reset interrupted by a crash after moving the old store aside
@@ -275,7 +277,11 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	if err := checkRoom(dir, opts.DiskReserve); err != nil {
 		return nil, err
 	}
-	db, err := badger.Open(opts.badger(dir))
+	bo := opts.badger(dir)
+	if err := checkTables(dir, bo); err != nil {
+		return nil, diskError(dir, opts.DiskReserve, fmt.Errorf("statestore: open badger %s: %w", dir, err))
+	}
+	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, diskError(dir, opts.DiskReserve, fmt.Errorf("statestore: open badger %s: %w", dir, err))
 	}
