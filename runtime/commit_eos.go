@@ -68,7 +68,11 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		return false, fmt.Errorf("runtime: end transaction: flush producer: %w", err)
 	}
 	try := kgo.TryCommit
-	if th.produceFailed() != nil || acks.Err() != nil {
+	perr := th.produceFailed()
+	if perr == nil {
+		perr = acks.Err()
+	}
+	if perr != nil {
 		try = kgo.TryAbort
 	}
 	committed, err := th.sess.End(ctx, try)
@@ -76,6 +80,13 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		return false, fmt.Errorf("runtime: end transaction: %w", err)
 	}
 	if !committed {
+		if perr != nil && permanentProduceError(perr) {
+			// Processing the same input again would produce the same
+			// record and fail the same way: abort and retry would loop
+			// for ever, silently. The thread fails instead, with the
+			// policy of Config.OnStreamThreadError.
+			return false, fmt.Errorf("runtime: commit: %w", perr)
+		}
 		th.log.Info("transaction aborted; dropping uncommitted work", "tasks", len(tasks))
 		return true, nil
 	}

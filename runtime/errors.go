@@ -119,6 +119,23 @@ func (e *ProcessingError) Unwrap() error {
 	return e.Err
 }
 
+// RecordTooLargeError is an output record (to a sink, a repartition topic
+// or the dead-letter topic) bigger than the producer can send: its
+// record batch alone would exceed the client's ProducerBatchMaxBytes
+// (Kafka's max.message.bytes default, unless set through
+// Config.ClientOptions). Send refuses it at once, so it fails the record
+// being processed as a processing error, with the policy of
+// Config.ProcessingErrors, instead of failing the commit that would carry it.
+type RecordTooLargeError struct {
+	Topic string
+	// Bytes is the record batch the record would need; Max the limit.
+	Bytes, Max int
+}
+
+func (e *RecordTooLargeError) Error() string {
+	return fmt.Sprintf("runtime: record for %s too large to produce: a batch of %d bytes, the producer's limit is %d (ProducerBatchMaxBytes)", e.Topic, e.Bytes, e.Max)
+}
+
 // ApplicationShutdownError is the error of an instance that closed because
 // some instance of the application asked them all to (ShutdownApplication).
 // Reason is what that instance gave.

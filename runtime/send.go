@@ -4,8 +4,11 @@ package runtime
 // through the outbox, and produce failures.
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/graph"
@@ -32,6 +35,12 @@ func (th *thread) Send(rec graph.OutputRecord) error {
 		}
 		th.sendTopic, th.sendParts = rec.Topic, n
 	}
+	if size := batchBytes(rec); size > th.maxBatchBytes && th.maxBatchBytes > 0 {
+		// The producer would fail it on its own goroutine, and the
+		// failure would doom every commit that carries it: refused here,
+		// it fails the record that made it.
+		return &RecordTooLargeError{Topic: rec.Topic, Bytes: size, Max: th.maxBatchBytes}
+	}
 	var part int32
 	if rec.Key != nil {
 		part = topology.Partition(rec.Key, n)
@@ -55,6 +64,47 @@ func (th *thread) Send(rec graph.OutputRecord) error {
 	th.core.Step(threadcore.Event{Kind: threadcore.EvSent})
 	th.out.send(kr)
 	return nil
+}
+
+// batchOverhead is the size of a record batch's own fields (offset,
+// length, epoch, magic, CRC, attributes, offset delta, timestamps,
+// producer ID, epoch and sequence, record count) plus the 4-byte length of
+// the batch in a produce request, as the client counts it; flexibleSlack
+// covers the longer framing of flexible request versions.
+const (
+	batchOverhead = 61
+	flexibleSlack = 8
+)
+
+// batchBytes is the size of a record batch holding rec alone, the size the
+// producer compares with its ProducerBatchMaxBytes.
+func batchBytes(rec graph.OutputRecord) int {
+	n := 1 + 1 + 1 + // attributes, timestamp delta 0, offset delta 0
+		varintLen(len(rec.Key)) + len(rec.Key) +
+		varintLen(len(rec.Value)) + len(rec.Value) +
+		varintLen(len(rec.Headers))
+	for _, h := range rec.Headers {
+		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
+	}
+	return batchOverhead + flexibleSlack + varintLen(n) + n
+}
+
+func varintLen(n int) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutVarint(b[:], int64(n))
+}
+
+// permanentProduceError reports whether a produce failure is the record's
+// own (too large, invalid, not allowed to be written there), so that
+// producing it again, after an abort, fails the same way.
+func permanentProduceError(err error) bool {
+	var tooLarge *RecordTooLargeError
+	return errors.As(err, &tooLarge) ||
+		errors.Is(err, kerr.MessageTooLarge) ||
+		errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) ||
+		errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		errors.Is(err, kerr.InvalidTopicException)
 }
 
 // produceFailure is a produce failure and the client it happened on. A

@@ -142,8 +142,10 @@ type thread struct {
 	// replaces a map lookup. The plan does not change once threads run.
 	sendTopic string
 	sendParts int32
-	srcTopic  string
-	srcSub    int
+	// maxBatchBytes is the client's ProducerBatchMaxBytes (see Send).
+	maxBatchBytes int
+	srcTopic      string
+	srcSub        int
 	// lastTask is the task of lastID, the previous record's: records come
 	// in runs per partition. Nil when unknown; any change to tasks
 	// clears it.
@@ -302,6 +304,9 @@ func (th *thread) instanceID() string {
 func (th *thread) attach(cl *kgo.Client) {
 	th.cl = cl
 	th.group.Store(cl)
+	if v, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok {
+		th.maxBatchBytes = int(v)
+	}
 	// A client being replaced fails the records it still holds, maybe
 	// after its successor is attached: only the current client's failures
 	// concern the thread.
