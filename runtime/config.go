@@ -244,7 +244,9 @@ type Config struct {
 	// ProcessingLogAndContinue or DeserializationLogAndSkip: its key,
 	// value and headers as read, with headers naming the error, its
 	// source topic, partition and offset, the task and the node (the
-	// DeadLetterHeader* constants). Under exactly-once it is written in
+	// DeadLetterHeader* constants; a record too large to produce whole
+	// with them goes without its value, or its key and value, marked by
+	// DeadLetterHeaderOmitted). Under exactly-once it is written in
 	// the same transaction as the rest of the commit. Like the topology's
 	// own sink topics, it must exist before Start unless
 	// CreateMissingTopics is set.

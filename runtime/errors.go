@@ -156,6 +156,11 @@ const (
 	DeadLetterHeaderOffset    = "eddy.offset"
 	DeadLetterHeaderTask      = "eddy.task"
 	DeadLetterHeaderNode      = "eddy.node"
+	// DeadLetterHeaderOmitted is set on a dead letter that would be too
+	// large to produce with the record's whole content: "value", or
+	// "key,value", the parts left out (the source coordinates in the
+	// other headers find the record itself).
+	DeadLetterHeaderOmitted = "eddy.omitted"
 )
 
 // deadLetter is in, as sent to the dead-letter topic: its key, value and
@@ -174,6 +179,21 @@ func deadLetter(topic string, id task.ID, in graph.InputRecord, node string, err
 		hs = append(hs, topology.Header{Key: DeadLetterHeaderNode, Value: []byte(node)})
 	}
 	return graph.OutputRecord{Topic: topic, Key: in.Key, Value: in.Value, Timestamp: in.Timestamp, Headers: hs}
+}
+
+// shrinkDeadLetter returns dl without its value, or without its key and
+// value, whichever first fits a batch of max bytes; ok is false when
+// neither does (the record's own headers alone are too large).
+func shrinkDeadLetter(dl graph.OutputRecord, max int) (graph.OutputRecord, bool) {
+	hs := dl.Headers[:len(dl.Headers):len(dl.Headers)] // appends copy
+	dl.Value = nil
+	dl.Headers = append(hs, topology.Header{Key: DeadLetterHeaderOmitted, Value: []byte("value")})
+	if batchBytes(dl) <= max {
+		return dl, true
+	}
+	dl.Key = nil
+	dl.Headers = append(hs, topology.Header{Key: DeadLetterHeaderOmitted, Value: []byte("key,value")})
+	return dl, batchBytes(dl) <= max
 }
 
 // failureKey names a thread failure for counting replacements: the record

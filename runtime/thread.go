@@ -780,7 +780,17 @@ func (th *thread) skip(t *taskrun.Active, in graph.InputRecord, node, msg string
 		th.log.Warn(msg, attrs...)
 	}
 	if dlq := th.app.cfg.DeadLetterTopic; dlq != "" {
-		if err := th.Send(deadLetter(dlq, t.ID(), in, node, cause)); err != nil {
+		dl := deadLetter(dlq, t.ID(), in, node, cause)
+		if th.maxBatchBytes > 0 && batchBytes(dl) > th.maxBatchBytes {
+			// A record Kafka took may still be too large for this
+			// producer once headers are added (its limit may be below
+			// the broker's): the dead letter then names the record
+			// without carrying it whole.
+			if small, ok := shrinkDeadLetter(dl, th.maxBatchBytes); ok {
+				dl = small
+			}
+		}
+		if err := th.Send(dl); err != nil {
 			return fmt.Errorf("runtime: task %s: send record %s/%d@%d to the dead-letter topic %q: %w", t.ID(), in.Topic, in.Partition, in.Offset, dlq, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -160,4 +161,35 @@ func TestBatchBytesMatchesTheProducer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A dead letter too large to produce leaves out the value, then the key,
+// and says so; its coordinates still name the record.
+func TestShrinkDeadLetter(t *testing.T) {
+	in := graph.InputRecord{Topic: "in", Partition: 2, Offset: 7, Key: make([]byte, 3000), Value: make([]byte, 3000)}
+	dl := deadLetter("dlq", task.ID{Partition: 2}, in, "node", errors.New("boom"))
+	omitted := func(r graph.OutputRecord) string {
+		for _, h := range r.Headers {
+			if h.Key == DeadLetterHeaderOmitted {
+				return string(h.Value)
+			}
+		}
+		return ""
+	}
+	small, ok := shrinkDeadLetter(dl, 4000)
+	require.True(t, ok)
+	require.Nil(t, small.Value)
+	require.Len(t, small.Key, 3000)
+	require.Equal(t, "value", omitted(small))
+	require.LessOrEqual(t, batchBytes(small), 4000)
+
+	smaller, ok := shrinkDeadLetter(dl, 1000)
+	require.True(t, ok)
+	require.Nil(t, smaller.Key)
+	require.Equal(t, "key,value", omitted(smaller))
+	require.Equal(t, "", omitted(dl), "the original is left as it was")
+	require.Len(t, dl.Value, 3000)
+
+	_, ok = shrinkDeadLetter(dl, 100)
+	require.False(t, ok, "the headers alone do not fit")
 }

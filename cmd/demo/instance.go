@@ -39,6 +39,10 @@ const (
 	minuteStore = "counts-per-minute"
 	// minuteFinalStore holds the minutes whose final count is not out yet.
 	minuteFinalStore = "counts-per-minute-final"
+	// deadLetterTopic gets the input lines the instances skip: lines that
+	// cannot be counted, such as one whose word is too large for the
+	// repartition topic's records.
+	deadLetterTopic = "word-counts-dead-letters"
 )
 
 // Grace periods of the per-minute counts: how late (in event time) a word
@@ -77,7 +81,7 @@ func ensureTopics(ctx context.Context, brokers []string, opts ...kgo.Opt) error 
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	resp, err := adm.CreateTopics(ctx, -1, -1, nil, inputTopic, outputTopic, minuteTopic)
+	resp, err := adm.CreateTopics(ctx, -1, -1, nil, inputTopic, outputTopic, minuteTopic, deadLetterTopic)
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}
@@ -121,6 +125,9 @@ type instanceOptions struct {
 	staticMembership bool
 	// keepRepartition turns purging of the repartition topic off.
 	keepRepartition bool
+	// failOnRecordError stops the instance on a line it cannot count
+	// instead of skipping it to deadLetterTopic.
+	failOnRecordError bool
 	// tls and sasl, when set, secure the connections to the brokers.
 	tls  *tls.Config
 	sasl sasl.Mechanism
@@ -171,6 +178,13 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 	}
 	if o.keepRepartition {
 		cfg.RepartitionPurgeInterval = runtime.NoRepartitionPurge
+	}
+	if !o.failOnRecordError {
+		// A line that fails would fail every instance that takes its
+		// task over, one after the other: the demo is about staying
+		// available, so it skips the line, logs it and keeps it.
+		cfg.ProcessingErrors = runtime.ProcessingLogAndContinue
+		cfg.DeadLetterTopic = deadLetterTopic
 	}
 	if ln != nil {
 		cfg.Endpoint = ln.Addr().String()
@@ -242,6 +256,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	guarantee := fs.String("guarantee", "at-least-once", "processing guarantee: at-least-once or exactly-once")
 	sessionTimeout := fs.Duration("session-timeout", 0, "group session timeout: how soon the others take over after this instance dies (default 10s)")
 	keepRepartition := fs.Bool("keep-repartition-records", false, "never purge the repartition topic (for audits that read it afterwards); by default records the group has committed are deleted every 30s")
+	failOnRecordError := fs.Bool("fail-on-record-error", false, "stop the instance on an input line it cannot count (a word too large for a Kafka record, say); by default the line is skipped, logged and written to "+deadLetterTopic)
 	static := fs.Bool("static-membership", false, "join the group as a static member (KIP-345), so that a restart on the same --state-dir takes its place back without waiting out the session timeout")
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
@@ -280,21 +295,22 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		return usageErrorf(fs, "--log-level: %v", err)
 	}
 	in, err := startInstance(ctx, instanceOptions{
-		brokers:          seeds,
-		stateDir:         *stateDir,
-		http:             *httpAddr,
-		app:              *appID,
-		standbys:         *standbys,
-		guarantee:        g,
-		sessionTimeout:   *sessionTimeout,
-		staticMembership: *static,
-		keepRepartition:  *keepRepartition,
-		tags:             tags,
-		rackTags:         splitBrokers(*rackTags),
-		logger:           slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
-		tls:              tlsCfg,
-		sasl:             mech,
-		query:            qcfg,
+		brokers:           seeds,
+		stateDir:          *stateDir,
+		http:              *httpAddr,
+		app:               *appID,
+		standbys:          *standbys,
+		guarantee:         g,
+		sessionTimeout:    *sessionTimeout,
+		staticMembership:  *static,
+		keepRepartition:   *keepRepartition,
+		failOnRecordError: *failOnRecordError,
+		tags:              tags,
+		rackTags:          splitBrokers(*rackTags),
+		logger:            slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		tls:               tlsCfg,
+		sasl:              mech,
+		query:             qcfg,
 	})
 	if err != nil {
 		return err
