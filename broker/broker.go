@@ -43,7 +43,7 @@
 //     max_bytes inside a partition, returns that partition's records
 //     without the aborted transactions among them, and a read_committed
 //     client takes those records for committed ones; the broker lifts
-//     max_bytes of read_committed fetches (see keepAbortedTxns).
+//     the response limit of read_committed fetches (see keepAbortedTxns).
 //   - Compacted topics are not subject to retention. kfake applies the
 //     broker's default retention (7 days) to every topic, deleting records
 //     of compacted topics by their timestamps; Kafka applies retention only
@@ -83,9 +83,13 @@
 //   - Compaction and deletions made on the kfake cluster itself
 //     (Broker.Cluster) bypass the broker: they move the log start as kfake
 //     does.
-//   - Read-committed fetch responses have no overall size limit. Each
-//     partition's share is bounded by its partition_max_bytes, but the
-//     request's max_bytes is not applied (see above); Kafka applies both.
+//   - Read-committed fetches share max_bytes out among the partitions they
+//     name. Each named partition's partition_max_bytes is cut to its share
+//     of the request's max_bytes (in proportion to their limits) and the
+//     response gets no overall limit (see above); partitions an incremental
+//     fetch leaves out keep their last share, so a response can exceed
+//     max_bytes by theirs. Kafka fills partitions in order until max_bytes,
+//     so the first ones can take more and the last ones nothing.
 //   - Short session timeouts are accepted. The group minimum session
 //     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
 //     group.min.session.timeout.ms is 6 s.

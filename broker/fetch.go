@@ -18,16 +18,40 @@ import (
 // from that list, so it takes those records for committed ones. Kafka
 // computes the list for whatever it returns of a partition.
 //
-// Lifting the response limit of read_committed fetches means a response
-// fills up only partition by partition, each bounded by its
-// partition_max_bytes, and kfake always looks the list up. Responses to
-// read_uncommitted fetches, which ignore the list, keep their limit.
+// So a read_committed fetch gets no response limit, and kfake always looks
+// the list up; instead, where the partitions the request names could give
+// more than max_bytes between them, each one's partition_max_bytes is cut
+// to its share of max_bytes, which keeps a response near the size its
+// client asked for. (An incremental fetch names only the partitions whose
+// offsets moved; those it leaves out keep the share they last had.)
+// Responses to read_uncommitted fetches, which ignore the list, are left
+// alone.
 func keepAbortedTxns(c *kfake.Cluster) {
 	c.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		if req := r.(*kmsg.FetchRequest); req.IsolationLevel == 1 {
-			req.MaxBytes = math.MaxInt32
+			shareResponseLimit(req)
 		}
 		return nil, nil, false
 	})
+}
+
+// shareResponseLimit lifts req's max_bytes and shares it out among the
+// partitions req names, in proportion to their own limits.
+func shareResponseLimit(req *kmsg.FetchRequest) {
+	var sum int64
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			sum += int64(max(p.PartitionMaxBytes, 0))
+		}
+	}
+	if limit := int64(req.MaxBytes); limit > 0 && sum > limit {
+		for i := range req.Topics {
+			ps := req.Topics[i].Partitions
+			for j := range ps {
+				ps[j].PartitionMaxBytes = int32(max(1, int64(ps[j].PartitionMaxBytes)*limit/sum))
+			}
+		}
+	}
+	req.MaxBytes = math.MaxInt32
 }
