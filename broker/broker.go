@@ -38,6 +38,12 @@
 //     fails with OFFSET_OUT_OF_RANGE.
 //   - DeleteRecords below the log start succeeds and changes nothing, as on
 //     Kafka; kfake fails it with OFFSET_OUT_OF_RANGE.
+//   - Read-committed fetches report every aborted transaction among the
+//     records they return. kfake, when a response reaches the request's
+//     max_bytes inside a partition, returns that partition's records
+//     without the aborted transactions among them, and a read_committed
+//     client takes those records for committed ones; the broker lifts
+//     the response limit of read_committed fetches (see keepAbortedTxns).
 //   - Compacted topics are not subject to retention. kfake applies the
 //     broker's default retention (7 days) to every topic, deleting records
 //     of compacted topics by their timestamps; Kafka applies retention only
@@ -77,6 +83,13 @@
 //   - Compaction and deletions made on the kfake cluster itself
 //     (Broker.Cluster) bypass the broker: they move the log start as kfake
 //     does.
+//   - Read-committed fetches share max_bytes out among the partitions they
+//     name. Each named partition's partition_max_bytes is cut to its share
+//     of the request's max_bytes (in proportion to their limits) and the
+//     response gets no overall limit (see above); partitions an incremental
+//     fetch leaves out keep their last share, so a response can exceed
+//     max_bytes by theirs. Kafka fills partitions in order until max_bytes,
+//     so the first ones can take more and the last ones nothing.
 //   - Short session timeouts are accepted. The group minimum session
 //     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
 //     group.min.session.timeout.ms is 6 s.
@@ -312,6 +325,7 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker: start on %s: %w", cfg.Listen, err)
 	}
+	keepAbortedTxns(c)
 	b := &Broker{
 		cluster: c,
 		addrs:   c.ListenAddrs(),

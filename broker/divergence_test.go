@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // docDivergences returns the bullets of the package doc's list of
@@ -191,6 +193,56 @@ func TestDocumentedDivergences(t *testing.T) {
 			require.ErrorIs(t, b.Cluster().DeleteRecords("log2", 0, 1), kerr.OffsetOutOfRange,
 				"kfake refuses a deletion Kafka would accept")
 			require.EqualValues(t, 0, listedStart(ctx, t, b, "log2", 0))
+		}},
+		{"Read-committed fetches share max_bytes out among the partitions they name.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "big", 3, nil)
+			cl := newClient(t, b, kgo.RecordPartitioner(kgo.ManualPartitioner()),
+				kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(4<<10),
+				kgo.MaxVersions(kversion.V3_0_0()))
+			for p := range int32(3) {
+				for range 64 {
+					cl.Produce(ctx, &kgo.Record{Topic: "big", Partition: p, Value: make([]byte, 1024)}, nil)
+				}
+			}
+			require.NoError(t, cl.Flush(ctx))
+			// Each partition holds 64 KiB and may give 32 KiB; the response
+			// may hold 40 KiB.
+			sizes := func(isolation int8) []int {
+				req := kmsg.NewPtrFetchRequest()
+				req.MaxBytes = 40 << 10
+				req.IsolationLevel = isolation
+				rt := kmsg.NewFetchRequestTopic()
+				rt.Topic = "big"
+				for p := range int32(3) {
+					rp := kmsg.NewFetchRequestTopicPartition()
+					rp.Partition = p
+					rp.PartitionMaxBytes = 32 << 10
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				req.Topics = append(req.Topics, rt)
+				resp, err := req.RequestWith(ctx, cl)
+				require.NoError(t, err)
+				n := make([]int, 3)
+				for _, st := range resp.Topics {
+					for _, sp := range st.Partitions {
+						require.NoError(t, kerr.ErrorForCode(sp.ErrorCode))
+						n[sp.Partition] = len(sp.RecordBatches)
+					}
+				}
+				return n
+			}
+			// Kafka (and kfake, read_uncommitted) fills partitions in
+			// order: the third gets nothing.
+			un := sizes(0)
+			require.LessOrEqual(t, un[0]+un[1]+un[2], 40<<10)
+			require.Zero(t, un[2], "read_uncommitted: the response is full before the third partition")
+			rc := sizes(1)
+			for p, n := range rc {
+				require.Positive(t, n, "read_committed: partition %d gets its share", p)
+				require.LessOrEqual(t, n, (40<<10)/3, "read_committed: partition %d within its share", p)
+			}
 		}},
 		{"Short session timeouts are accepted.", func(t *testing.T) {
 			ctx := testCtx(t)
