@@ -60,6 +60,11 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	if err != nil {
 		return nil, false, 0, err
 	}
+	if sub, ok := a.storeSubTopology(store); ok {
+		if err := a.awaitLanded(task.ID{SubTopology: sub, Partition: partition}, store); err != nil {
+			return nil, false, partition, err
+		}
+	}
 	s, ok := a.registry.activeStore(store, partition)
 	if !ok {
 		return nil, false, partition, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
@@ -201,6 +206,9 @@ func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error)
 		return nil, fmt.Errorf("%w: store %q has %d partitions, asked for %d", iq.ErrUnknownPartition, store, q.a.plan.subPartitions[sub], partition)
 	}
 	id := task.ID{SubTopology: sub, Partition: partition}
+	if err := q.a.awaitLanded(id, store); err != nil {
+		return nil, err
+	}
 	ri, ok := q.a.registry.replica(id, store)
 	if !ok {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
