@@ -78,6 +78,9 @@ type App struct {
 	// storesWiped counts stores deleted because their files were
 	// unreadable.
 	storesWiped atomic.Int64
+	// landings are the tasks whose exactly-once commit is ending (see
+	// landing.go): queries of their actives wait for the writes to land.
+	landings commitLandings
 	// diskFullWaits counts store writes refused for a full disk and
 	// retried (see thread.writeStores).
 	diskFullWaits atomic.Int64

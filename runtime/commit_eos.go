@@ -75,6 +75,9 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 	if perr != nil {
 		try = kgo.TryAbort
 	}
+	// Queries of the tasks' actives wait from here until the writes are
+	// in the stores (landing.go): the broker shows the commit first.
+	defer th.app.landings.begin(tasks)()
 	committed, err := th.sess.End(ctx, try)
 	if err != nil {
 		return false, fmt.Errorf("runtime: end transaction: %w", err)

@@ -44,8 +44,9 @@ func (a *App) KeyPartition(store string, key []byte) (int32, error) {
 
 // LocalGet reads a serialized key from the local replica of its partition.
 // It answers only from a running active task and sees what that task last
-// committed, or from a global store, whatever its lag (partition 0). The
-// partition is returned with the answer.
+// committed (waiting for a commit's writes that the broker already shows,
+// see landing.go), or from a global store, whatever its lag (partition 0).
+// The partition is returned with the answer.
 func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, partition int32, err error) {
 	if err := (queryBackend{a}).running(); err != nil {
 		return nil, false, 0, err
@@ -59,6 +60,11 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	partition, err = a.KeyPartition(store, key)
 	if err != nil {
 		return nil, false, 0, err
+	}
+	if sub, ok := a.storeSubTopology(store); ok {
+		if err := a.awaitLanded(task.ID{SubTopology: sub, Partition: partition}, store); err != nil {
+			return nil, false, partition, err
+		}
 	}
 	s, ok := a.registry.activeStore(store, partition)
 	if !ok {
@@ -83,7 +89,9 @@ func (a *App) Ready() bool {
 
 // Queries returns the App as the query layer sees it: its routing metadata,
 // its local replicas with their roles and lags, and their stores. Pass it to
-// iq.NewQuerier or iq.NewServer. Its methods never wait for a stream thread.
+// iq.NewQuerier or iq.NewServer. Its methods never wait for a stream
+// thread's lock; a replica of a task whose exactly-once commit is landing
+// is handed out once the commit's writes are in (see landing.go).
 func (a *App) Queries() iq.Backend { return queryBackend{a} }
 
 type queryBackend struct{ a *App }
@@ -201,6 +209,9 @@ func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error)
 		return nil, fmt.Errorf("%w: store %q has %d partitions, asked for %d", iq.ErrUnknownPartition, store, q.a.plan.subPartitions[sub], partition)
 	}
 	id := task.ID{SubTopology: sub, Partition: partition}
+	if err := q.a.awaitLanded(id, store); err != nil {
+		return nil, err
+	}
 	ri, ok := q.a.registry.replica(id, store)
 	if !ok {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
