@@ -75,12 +75,16 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 	if perr != nil {
 		try = kgo.TryAbort
 	}
-	// Queries of the tasks' actives wait from here until the writes are
-	// in the stores (landing.go): the broker shows the commit first.
-	defer th.app.landings.begin(tasks)()
 	committed, err := th.sess.End(ctx, try)
 	if err != nil {
 		return false, fmt.Errorf("runtime: end transaction: %w", err)
+	}
+	if committed {
+		// Queries of the tasks' actives wait from here until the writes
+		// are in the stores (landing.go): the broker shows the commit
+		// first. Marked only once End returned: End can take as long as a
+		// rebalance, and every query would wait on it.
+		defer th.app.landings.begin(tasks)()
 	}
 	if !committed {
 		if perr != nil && permanentProduceError(perr) {

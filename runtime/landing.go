@@ -17,12 +17,13 @@ import (
 // the previous commit. A query answered by the running active in that gap
 // would vouch for lag 0 with state older than what the group committed: a
 // key written by that commit is reported absent (a 404 for a word whose
-// windows the group has counted). So from just before the transaction is
-// ended until its writes have landed (or it aborted, or failed), the
-// tasks' actives are "landing", and a query of one waits for the landing
-// to finish, up to landingWait; past that (a disk-full retry loop, a
-// broker that does not answer EndTxn) it is refused as rebalancing, which
-// servers and clients retry, rather than answered stale.
+// windows the group has counted). So from the moment the transaction's
+// end returns committed until its writes have landed (or the commit
+// failed), the tasks' actives are "landing", and a query of one waits for
+// the landing to finish, up to landingWait; past that (a disk-full retry
+// loop) it is refused as rebalancing, which servers and clients retry,
+// rather than answered stale. The end itself is not covered: it can last
+// as long as a rebalance, and queries would all wait on it.
 
 // landingWait bounds how long a query waits for a commit's writes to land.
 const landingWait = 2 * time.Second
