@@ -235,7 +235,7 @@ type aggProc[K, V, A any] struct {
 	// decodeCopies and encodeFresh say whether aggSerde's decode copies its
 	// input and its encode returns new bytes, so that the store's bytes
 	// need no defensive copies.
-	up           updater
+	up           statestore.SlotUpdater // the record cache: see tableUpdates.emitAt
 	updateFn     func(old []byte, found bool) ([]byte, error)
 	key          K
 	value        V
@@ -246,19 +246,13 @@ type aggProc[K, V, A any] struct {
 	encodeFresh  bool
 }
 
-// updater is the read-modify-write of cache.Store, which also says where
-// the key's dirty entry is (see tableUpdates.emitAt).
-type updater interface {
-	UpdateAt(key []byte, fn func(old []byte, found bool) ([]byte, error)) (slot int, stored []byte, err error)
-}
-
 func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
 	rw, err := c.store(p.store)
 	if err != nil {
 		return err
 	}
 	p.kv = NewKeyValueStore(rw, p.keySerde, p.aggSerde)
-	if up, ok := rw.(updater); ok {
+	if up, ok := rw.(statestore.SlotUpdater); ok {
 		p.up, p.updateFn = up, p.update
 		p.decodeCopies, p.encodeFresh = serdeCopies(p.aggSerde)
 	}

@@ -26,9 +26,9 @@ type tableUpdates struct {
 	index   map[string]int
 	pending []record
 	// bySlot and keys index pending instead of index for a table whose
-	// store reports each written key's slot (emitAt): bySlot[slot] is the
-	// key's position in pending plus one, keys[i] the key of pending[i].
-	bySlot []int32
+	// store reports each written key's slot (emitAt); keys[i] is the key
+	// of pending[i].
+	bySlot slotIndex
 	keys   [][]byte
 	// last is how many updates the latest flush forwarded: a buffer
 	// released after a large flush is made again at that size, not grown
@@ -74,16 +74,12 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) e
 	if !c.task.buffered {
 		return c.forward(r)
 	}
-	if slot < len(u.bySlot) {
-		if p := u.bySlot[slot] - 1; p >= 0 && int(p) < len(u.keys) && bytes.Equal(u.keys[p], key) {
-			if r.old != nil {
-				r.old = u.pending[p].old
-			}
-			u.pending[p] = r
-			return nil
+	if p, ok := u.bySlot.lookup(slot); ok && p < len(u.keys) && bytes.Equal(u.keys[p], key) {
+		if r.old != nil {
+			r.old = u.pending[p].old
 		}
-	} else {
-		u.bySlot = slices.Grow(u.bySlot, slot+1-len(u.bySlot))[:slot+1]
+		u.pending[p] = r
+		return nil
 	}
 	if len(u.pending) == 0 {
 		if u.pending == nil {
@@ -91,7 +87,7 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) e
 		}
 		c.task.holding = append(c.task.holding, u)
 	}
-	u.bySlot[slot] = int32(len(u.pending) + 1)
+	u.bySlot.set(slot, len(u.pending))
 	u.keys = append(u.keys, key)
 	u.pending = append(u.pending, r)
 	return nil
@@ -110,14 +106,49 @@ func (u *tableUpdates) discard() {
 // cache renumbers at the commit or discard that follows a flush or
 // discard.
 func (u *tableUpdates) resetSlots() {
-	if cap(u.bySlot) > maxRetainedUpdates {
-		u.bySlot, u.keys = nil, nil
+	u.bySlot.reset(maxRetainedUpdates)
+	if cap(u.keys) > maxRetainedUpdates {
+		u.keys = nil
 		return
 	}
-	clear(u.bySlot)
-	u.bySlot = u.bySlot[:0]
 	clear(u.keys)
 	u.keys = u.keys[:0]
+}
+
+// slotIndex finds a pending update by the record-cache slot of the entry
+// it came from (cache.Store.UpdateAt): x[slot] is the update's position
+// plus one, 0 for none. The cache renumbers its slots at every commit and
+// discard, so the index is reset with the updates it points into, and a
+// caller checks that the update found is still of the same entry.
+type slotIndex []int32
+
+// lookup returns the position recorded for slot, if any.
+func (x slotIndex) lookup(slot int) (int, bool) {
+	if slot < len(x) {
+		if p := x[slot] - 1; p >= 0 {
+			return int(p), true
+		}
+	}
+	return 0, false
+}
+
+// set records pos as slot's position.
+func (x *slotIndex) set(slot, pos int) {
+	if slot >= len(*x) {
+		*x = slices.Grow(*x, slot+1-len(*x))[:slot+1]
+	}
+	(*x)[slot] = int32(pos + 1)
+}
+
+// reset forgets every slot, keeping the index's memory unless it grew
+// past max entries.
+func (x *slotIndex) reset(max int) {
+	if cap(*x) > max {
+		*x = nil
+		return
+	}
+	clear(*x)
+	*x = (*x)[:0]
 }
 
 // replace gives the pending update of key, if there is one, the value,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -571,9 +570,7 @@ func (p *windowAggProc[K, V, A]) rewind() {
 // cleared) again at every commit, while the pool keeps nothing for long
 // once no task uses it.
 type windowUpdates[K, A any] struct {
-	// bySlot[slot] is the position among the pending updates of the
-	// update of the window whose cache entry has that slot, plus one.
-	bySlot   []int32
+	bySlot   slotIndex
 	byWindow map[windowID]int32
 	chunks   []*windowChunk[K, A]
 	n        int // pending updates, in chunks
@@ -618,17 +615,13 @@ func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win W
 	var entry *byte
 	if slot >= 0 && len(stored) > 0 {
 		entry = unsafe.SliceData(stored)
-		if slot < len(u.bySlot) {
-			if i := u.bySlot[slot] - 1; i >= 0 && int(i) < u.n {
-				if p := u.at(i); p.entry == entry {
-					p.value, p.ts, p.headers = value, ts, headers
-					return
-				}
+		if i, ok := u.bySlot.lookup(slot); ok && i < u.n {
+			if p := u.at(int32(i)); p.entry == entry {
+				p.value, p.ts, p.headers = value, ts, headers
+				return
 			}
-		} else {
-			u.bySlot = slices.Grow(u.bySlot, slot+1-len(u.bySlot))[:slot+1]
 		}
-		u.bySlot[slot] = int32(u.n + 1)
+		u.bySlot.set(slot, u.n)
 	} else {
 		id := windowID{kb: string(kb), start: win.Start}
 		if i, ok := u.byWindow[id]; ok {
@@ -676,12 +669,7 @@ func (u *windowUpdates[K, A]) discard() {
 // resetIndex forgets where the pending updates are, as the cache renumbers
 // its slots at the commit or discard that follows a flush or discard.
 func (u *windowUpdates[K, A]) resetIndex() {
-	if len(u.bySlot) > maxRetainedSlots {
-		u.bySlot = nil
-	} else {
-		clear(u.bySlot)
-		u.bySlot = u.bySlot[:0]
-	}
+	u.bySlot.reset(maxRetainedSlots)
 	clear(u.byWindow)
 }
 
