@@ -91,7 +91,8 @@ func TestTableUpdatesBySlot(t *testing.T) {
 	}
 	held := func() []string {
 		var out []string
-		for _, r := range u.pending {
+		for i := range u.n {
+			r := u.at(i).r
 			out = append(out, r.key.(string)+"="+strconv.FormatInt(r.value.(int64), 10))
 		}
 		return out
@@ -109,4 +110,43 @@ func TestTableUpdatesBySlot(t *testing.T) {
 	require.Empty(t, held())
 	emit(3, "d", 1)
 	require.Equal(t, []string{"d=1"}, held())
+}
+
+// Held updates span several chunks: each key keeps one update, the latest,
+// in the order keys were first updated, by key and by slot alike, and a
+// discard leaves nothing behind for the next interval.
+func TestTableUpdatesAcrossChunks(t *testing.T) {
+	const keys = 3*updateChunkLen + 7
+	for _, bySlot := range []bool{false, true} {
+		c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}}
+		var u tableUpdates
+		emit := func(i int, v int64) {
+			t.Helper()
+			k := "k" + strconv.Itoa(i)
+			r := record{key: k, value: v}
+			if bySlot {
+				require.NoError(t, u.emitAt(c, i, []byte(k), r))
+			} else {
+				require.NoError(t, u.emit(c, []byte(k), r))
+			}
+		}
+		for round := range int64(3) {
+			for i := range keys {
+				emit(i, round)
+			}
+		}
+		require.Equal(t, keys, u.n, "bySlot=%v", bySlot)
+		for i := range keys {
+			r := u.at(i).r
+			require.Equal(t, "k"+strconv.Itoa(i), r.key, "bySlot=%v", bySlot)
+			require.Equal(t, int64(2), r.value, "bySlot=%v", bySlot)
+		}
+		require.Len(t, c.task.holding, 1)
+		c.task.Discard()
+		require.Zero(t, u.n)
+		require.Empty(t, u.chunks)
+		emit(5, 9)
+		require.Equal(t, 1, u.n)
+		require.Equal(t, int64(9), u.at(0).r.value)
+	}
 }

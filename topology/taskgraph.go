@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/eddystreams/eddy/internal/graph"
@@ -21,19 +22,50 @@ type procImpl interface {
 }
 
 // tableUpdates collects a table node's updates between flushes when the
-// task buffers table updates: one pending record per key, the latest.
+// task buffers them (see taskGraph.buffered).
+//
+// The updates sit in fixed-size chunks from a pool shared by every table
+// node, so that a buffer holding a commit interval's updates of many keys
+// (tens of thousands a task at a million keys) is never copied as it
+// grows, nor allocated and cleared again at every commit.
 type tableUpdates struct {
-	index   map[string]int
-	pending []record
-	// bySlot and keys index pending instead of index for a table whose
-	// store reports each written key's slot (emitAt); keys[i] is the key
-	// of pending[i].
+	index  map[string]int
+	chunks []*updateChunk
+	n      int // pending updates, in chunks
+	// bySlot indexes the pending updates instead of index for a table
+	// whose store reports each written key's slot (emitAt).
 	bySlot slotIndex
-	keys   [][]byte
-	// last is how many updates the latest flush forwarded: a buffer
-	// released after a large flush is made again at that size, not grown
-	// from nothing through every doubling.
-	last int
+}
+
+// pendingUpdate is a held update, with the cache's copy of its key when it
+// came through emitAt.
+type pendingUpdate struct {
+	r   record
+	key []byte
+}
+
+// updateChunkLen is how many updates a chunk holds: 128 make a chunk of
+// 18 KiB.
+const updateChunkLen = 128
+
+type updateChunk [updateChunkLen]pendingUpdate
+
+var updateChunks = sync.Pool{New: func() any { return new(updateChunk) }}
+
+func (u *tableUpdates) at(i int) *pendingUpdate {
+	return &u.chunks[i/updateChunkLen][i%updateChunkLen]
+}
+
+// add appends a pending update; the caller indexes it at position u.n-1.
+func (u *tableUpdates) add(c *nodeInstance, key []byte, r record) {
+	if u.n == 0 {
+		c.task.holding = append(c.task.holding, u)
+	}
+	if u.n/updateChunkLen == len(u.chunks) {
+		u.chunks = append(u.chunks, updateChunks.Get().(*updateChunk))
+	}
+	*u.at(u.n) = pendingUpdate{r: r, key: key}
+	u.n++
 }
 
 // emit forwards r now, or, when the task buffers table updates, keeps it
@@ -43,23 +75,20 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 		return c.forward(r)
 	}
 	if u.index == nil {
-		u.index = make(map[string]int, u.last)
-		u.pending = make([]record, 0, u.last)
+		u.index = make(map[string]int)
 	}
 	if i, ok := u.index[string(key)]; ok {
 		// Collapsed updates go out as one, from the value before the
 		// first to the latest.
+		p := &u.at(i).r
 		if r.old != nil {
-			r.old = u.pending[i].old
+			r.old = p.old
 		}
-		u.pending[i] = r
+		*p = r
 		return nil
 	}
-	if len(u.pending) == 0 {
-		c.task.holding = append(c.task.holding, u)
-	}
-	u.index[string(key)] = len(u.pending)
-	u.pending = append(u.pending, r)
+	u.index[string(key)] = u.n
+	u.add(c, nil, r)
 	return nil
 }
 
@@ -74,45 +103,49 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) e
 	if !c.task.buffered {
 		return c.forward(r)
 	}
-	if p, ok := u.bySlot.lookup(slot); ok && p < len(u.keys) && bytes.Equal(u.keys[p], key) {
-		if r.old != nil {
-			r.old = u.pending[p].old
+	if i, ok := u.bySlot.lookup(slot); ok && i < u.n {
+		if p := u.at(i); bytes.Equal(p.key, key) {
+			if r.old != nil {
+				r.old = p.r.old
+			}
+			p.r = r
+			return nil
 		}
-		u.pending[p] = r
-		return nil
 	}
-	if len(u.pending) == 0 {
-		if u.pending == nil {
-			u.pending = make([]record, 0, u.last)
-		}
-		c.task.holding = append(c.task.holding, u)
-	}
-	u.bySlot.set(slot, len(u.pending))
-	u.keys = append(u.keys, key)
-	u.pending = append(u.pending, r)
+	u.bySlot.set(slot, u.n)
+	u.add(c, key, r)
 	return nil
+}
+
+// release empties the chunks holding n updates and returns them to the
+// pool, and returns the slice that held them, emptied.
+func release(chunks []*updateChunk, n int) []*updateChunk {
+	for i, ch := range chunks {
+		clear(ch[:min(n-i*updateChunkLen, updateChunkLen)])
+		updateChunks.Put(ch)
+	}
+	clear(chunks)
+	return chunks[:0]
 }
 
 // discard drops the pending updates: the input they came from will be
 // processed again, and the store writes they reflect were dropped.
 func (u *tableUpdates) discard() {
-	clear(u.pending)
-	u.pending = u.pending[:0]
-	clear(u.index)
-	u.resetSlots()
+	u.resetIndex(u.n)
+	u.chunks, u.n = release(u.chunks, u.n), 0
 }
 
-// resetSlots forgets the slots and keys of the pending updates, which the
-// cache renumbers at the commit or discard that follows a flush or
-// discard.
-func (u *tableUpdates) resetSlots() {
+// resetIndex forgets where the n pending updates are, as the cache
+// renumbers its slots at the commit or discard that follows a flush or
+// discard; an index grown past maxRetainedUpdates is let go rather than
+// kept for every later interval.
+func (u *tableUpdates) resetIndex(n int) {
 	u.bySlot.reset(maxRetainedUpdates)
-	if cap(u.keys) > maxRetainedUpdates {
-		u.keys = nil
-		return
+	if n > maxRetainedUpdates {
+		u.index = nil
+	} else {
+		clear(u.index)
 	}
-	clear(u.keys)
-	u.keys = u.keys[:0]
 }
 
 // slotIndex finds a pending update by the record-cache slot of the entry
@@ -163,7 +196,7 @@ func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.T
 	if !ok {
 		return false
 	}
-	p := &u.pending[i]
+	p := &u.at(i).r
 	p.value, p.valueNull, p.ts, p.headers = value, false, ts, headers
 	return true
 }
@@ -171,30 +204,20 @@ func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.T
 // flush forwards the pending updates in the order their keys were first
 // updated.
 func (u *tableUpdates) flush(c *nodeInstance) error {
-	pending := u.pending
-	u.pending, u.last = nil, len(pending)
-	clear(u.index)
-	u.resetSlots()
-	defer func() {
-		// Keep a modest buffer for the next interval; release one a burst
-		// of keys grew, which would otherwise stay allocated per task.
-		if cap(pending) <= maxRetainedUpdates {
-			clear(pending)
-			u.pending = pending[:0]
-		} else {
-			u.index = nil
-		}
-	}()
-	for _, r := range pending {
-		if err := c.forward(r); err != nil {
+	chunks, n := u.chunks, u.n
+	u.chunks, u.n = nil, 0
+	u.resetIndex(n)
+	defer func() { u.chunks = release(chunks, n) }()
+	for i := range n {
+		if err := c.forward(chunks[i/updateChunkLen][i%updateChunkLen].r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// maxRetainedUpdates bounds the pending-update buffer a table keeps between
-// flushes.
+// maxRetainedUpdates bounds the index of pending updates a table keeps
+// between flushes.
 const maxRetainedUpdates = 4096
 
 // flusher is a procImpl that holds table updates until Flush.
