@@ -91,6 +91,24 @@ func TestSmokeHighCardinality(t *testing.T) {
 	require.NoError(t, err, errOut.String())
 	require.Contains(t, out.String(), "(m) count, distinct keys")
 	require.Contains(t, out.String(), "(m) info: floor loop vs baseline")
+	require.Contains(t, out.String(), "(m) info: eddy in-memory store vs baseline")
+}
+
+// TestSmokeUncombined runs (a) without combining, which adds the two-stage
+// loop: its run checks that it consumed every word and wrote a count for
+// each distinct one.
+func TestSmokeUncombined(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker and Apps")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"--only", "a", "--no-combine", "--lines", "3000", "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
+	t.Log(out.String())
+	require.NoError(t, err, errOut.String())
+	require.Contains(t, out.String(), "(a) info: two-stage loop vs baseline")
+	require.Contains(t, out.String(), "(a) info: eddy vs two-stage loop")
 }
 
 // TestSmokeWindows runs benchmark (w), which is not in the default set, at
@@ -108,6 +126,7 @@ func TestSmokeWindows(t *testing.T) {
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	for _, want := range []string{"(w1 spread) tumbling-window vs key-value count", "(w1 live) tumbling-window vs key-value count",
+		"(w1 spread) info: windowed vs key-value count by (key, minute)",
 		"(w2) window-store restore", "(w3) window store disk, 10× retention", "(w3) Go heap, peak of period 10 / 2nd"} {
 		require.Contains(t, out.String(), want)
 	}
