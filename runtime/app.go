@@ -47,6 +47,11 @@ type App struct {
 	// failed Start stops the instance, so that it is stopped once.
 	startMu sync.Mutex
 	closing atomic.Bool
+	// closeAsked is closed by the first Close, before it waits for a
+	// Start in progress: a Start still waiting for the cluster to be
+	// reachable gives up on it (see untilReachable).
+	closeAsked     chan struct{}
+	closeAskedOnce sync.Once
 	// threadsUp is set once a.threads is complete and never changes
 	// again; until then thread callbacks must not read it.
 	threadsUp atomic.Bool
@@ -146,6 +151,8 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		log:  cfg.Logger.With("app", cfg.ApplicationID),
 		done: make(chan struct{}),
 		net:  newNetwork(cfg.TLS),
+
+		closeAsked: make(chan struct{}),
 
 		restored: newRestoreTally(),
 		joins:    newLocalJoins(cfg.NumStreamThreads),
@@ -272,27 +279,8 @@ func (a *App) prepare(ctx context.Context) (err error) {
 		return fmt.Errorf("runtime: admin client: %w", err)
 	}
 	a.admin = kadm.NewClient(a.adminCl)
-	// Each check is a round trip or more to the cluster; those that do
-	// not need each other's answers overlap (see startup.go).
-	var groupErr error
-	err = alongside(func() { groupErr = a.checkGroupAccess(ctx) }, func() error {
-		a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg)
+	if err := a.untilReachable(ctx, func() error { return a.checkCluster(ctx) }); err != nil {
 		return err
-	})
-	if err != nil {
-		return errors.Join(err, groupErr)
-	}
-	var accessErr error
-	err = alongside(func() { accessErr = errors.Join(groupErr, a.checkPlannedAccess(ctx)) }, func() error {
-		a.startIDs, err = a.topicIDs(ctx)
-		return err
-	})
-	// A missing ACL explains a failed describe, so it comes first.
-	if accessErr != nil {
-		return accessErr
-	}
-	if err != nil {
-		return fmt.Errorf("runtime: describe topics: %w", err)
 	}
 	if err := a.forgetRecreatedState(a.startIDs); err != nil {
 		return err
@@ -315,6 +303,38 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	return nil
 }
 
+// checkCluster is what Start asks of the cluster: access to the group,
+// the topic plan (creating missing internal topics) and access to its
+// topics, and the topics' IDs. Each check is a round trip or more; those
+// that do not need each other's answers overlap (see startup.go). Run
+// again after a failure, it repeats what succeeded: creating a topic that
+// exists is not an error.
+func (a *App) checkCluster(ctx context.Context) error {
+	var groupErr error
+	err := alongside(func() { groupErr = a.checkGroupAccess(ctx) }, func() error {
+		var err error
+		a.plan, err = planTopics(ctx, a.admin, a.topo, a.cfg)
+		return err
+	})
+	if err != nil {
+		return errors.Join(err, groupErr)
+	}
+	var accessErr error
+	err = alongside(func() { accessErr = errors.Join(groupErr, a.checkPlannedAccess(ctx)) }, func() error {
+		var err error
+		a.startIDs, err = a.topicIDs(ctx)
+		return err
+	})
+	// A missing ACL explains a failed describe, so it comes first.
+	if accessErr != nil {
+		return accessErr
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: describe topics: %w", err)
+	}
+	return nil
+}
+
 // Close stops processing, commits what was processed, closes every store and
 // leaves the group so the remaining instances take over at once. It moves
 // the App to PendingShutdown, then NotRunning (or, when a fatal error is
@@ -322,6 +342,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 // once and after a fatal error; a Close called while Start runs waits for
 // Start to return.
 func (a *App) Close(ctx context.Context) error {
+	a.closeAskedOnce.Do(func() { close(a.closeAsked) })
 	a.startMu.Lock()
 	threads := a.threads
 	a.startMu.Unlock()

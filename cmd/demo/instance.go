@@ -73,15 +73,29 @@ func wordCount() (*topology.Topology, error) {
 }
 
 // ensureTopics creates the input and output topics if they are missing, with
-// the broker's default partition count.
-func ensureTopics(ctx context.Context, brokers []string, opts ...kgo.Opt) error {
+// the broker's default partition count. While no broker can be reached (an
+// instance started before its broker) it tries again, every 250 ms at
+// first and every 5 s at most, as long as ctx allows, as App.Start does.
+func ensureTopics(ctx context.Context, log *slog.Logger, brokers []string, opts ...kgo.Opt) error {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	resp, err := adm.CreateTopics(ctx, -1, -1, nil, inputTopic, outputTopic, minuteTopic, deadLetterTopic)
+	var resp kadm.CreateTopicResponses
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		resp, err = adm.CreateTopics(ctx, -1, -1, nil, inputTopic, outputTopic, minuteTopic, deadLetterTopic)
+		if err == nil || !runtime.IsUnreachable(err) {
+			break
+		}
+		log.Warn("no broker reachable; retrying", "brokers", brokers, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create topics: no broker reachable (%w): %w", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}
@@ -147,7 +161,7 @@ type instance struct {
 }
 
 func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
-	if err := ensureTopics(ctx, o.brokers, clientOpts(o.tls, o.sasl)...); err != nil {
+	if err := ensureTopics(ctx, o.logger, o.brokers, clientOpts(o.tls, o.sasl)...); err != nil {
 		return nil, err
 	}
 	topo, err := wordCount()
