@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,25 +50,6 @@ type timeoutErr struct{}
 func (*timeoutErr) Error() string { return "i/o timeout" }
 func (*timeoutErr) Timeout() bool { return true }
 
-// syncBuffer is a log sink the App writes from its goroutines while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // freeAddr returns a loopback address nothing listens on (for now).
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,7 +64,7 @@ func freeAddr(t *testing.T) string {
 func TestStartWaitsForUnreachableBroker(t *testing.T) {
 	t.Run("broker comes up", func(t *testing.T) {
 		addr := freeAddr(t)
-		logs := &syncBuffer{}
+		logs := &logSink{}
 		app, err := New(countTopology(t), Config{ApplicationID: "late", Brokers: []string{addr}, StateDir: t.TempDir(),
 			CommitInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 		require.NoError(t, err)

@@ -195,16 +195,7 @@ func runFloor(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string
 			return 0, err
 		}
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(addrs...),
-		kgo.ConsumerGroup(fmt.Sprintf("%s-store-%v", hcFloorGroupID, withStore)),
-		kgo.ConsumeTopics(hcInput),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.ProducerLinger(wcLinger),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-	)
+	cl, err := loopClient(addrs, fmt.Sprintf("%s-store-%v", hcFloorGroupID, withStore), hcInput, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return 0, err
 	}
@@ -289,16 +280,7 @@ func runBaselineCopy(ctx context.Context, cfg *config, adm *kadm.Client, addrs [
 	if err := createTopics(ctx, adm, int32(cfg.tasks), out); err != nil {
 		return 0, err
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(addrs...),
-		kgo.ConsumerGroup(fmt.Sprintf("%s-base-%d", hcApp, run)),
-		kgo.ConsumeTopics(hcInput),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.DefaultProduceTopic(out),
-		kgo.ProducerLinger(wcLinger),
-	)
+	cl, err := loopClient(addrs, fmt.Sprintf("%s-base-%d", hcApp, run), hcInput, kgo.DefaultProduceTopic(out))
 	if err != nil {
 		return 0, err
 	}

@@ -130,6 +130,21 @@ func startBenchBroker(ctx context.Context, partitions int32, topics ...string) (
 	return addrs, cl, adm, closeAll, nil
 }
 
+// loopClient is the client of a bare loop: a member of group consuming
+// topic from its start with manual commits, producing with the stream
+// threads' linger, plus opts.
+func loopClient(addrs []string, group, topic string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.ProducerLinger(wcLinger),
+	}, opts...)...)
+}
+
 // poll fetches once and returns the fetches, or the context's error or the
 // fetch errors of every partition joined.
 func poll(ctx context.Context, cl *kgo.Client) (kgo.Fetches, error) {

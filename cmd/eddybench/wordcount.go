@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -267,16 +266,7 @@ func twoStageRun(ctx context.Context, cfg *config, adm *kadm.Client, addrs []str
 func runBaselineWordCount(ctx context.Context, addrs []string, group, in, out string, lines, words int64) (phase, error) {
 	var ph phase
 	ph.start, ph.cpuStart = time.Now(), cpu()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(addrs...),
-		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(in),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.DefaultProduceTopic(out),
-		kgo.ProducerLinger(wcLinger),
-	)
+	cl, err := loopClient(addrs, group, in, kgo.DefaultProduceTopic(out))
 	if err != nil {
 		return ph, err
 	}
@@ -294,16 +284,9 @@ func runBaselineWordCount(ctx context.Context, addrs []string, group, in, out st
 		return cl.CommitUncommittedOffsets(ctx)
 	}
 	for consumed < lines {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+		fs, err := poll(ctx, cl)
+		if err != nil {
 			return ph, err
-		}
-		var ferr error
-		fs.EachError(func(t string, part int32, err error) {
-			ferr = errors.Join(ferr, fmt.Errorf("%s/%d: %w", t, part, err))
-		})
-		if ferr != nil {
-			return ph, ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if consumed == 0 {
@@ -504,25 +487,20 @@ func runTwoStageWordCount(ctx context.Context, addrs []string, group, repart, ou
 	ph.start, ph.cpuStart = time.Now(), cpu()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	first := make(chan phase, 1)
+	type stage struct {
+		ph  phase
+		err error
+	}
+	first := make(chan stage, 1)
 	go func() {
 		p1, err := runBaselineWordCount(ctx, addrs, group+"-split", wcInput, repart, lines, words)
 		if err != nil {
 			cancel()
 		}
-		first <- p1
+		first <- stage{p1, err}
 	}()
 
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(addrs...),
-		kgo.ConsumerGroup(group+"-count"),
-		kgo.ConsumeTopics(repart),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.DefaultProduceTopic(out),
-		kgo.ProducerLinger(wcLinger),
-	)
+	cl, err := loopClient(addrs, group+"-count", repart, kgo.DefaultProduceTopic(out))
 	if err != nil {
 		return ph, err
 	}
@@ -544,17 +522,13 @@ func runTwoStageWordCount(ctx context.Context, addrs []string, group, repart, ou
 		return cl.CommitUncommittedOffsets(ctx)
 	}
 	for consumed < words {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			p1 := <-first
-			return ph, fmt.Errorf("%w (first stage consumed until %s)", err, p1.done)
-		}
-		var ferr error
-		fs.EachError(func(t string, part int32, err error) {
-			ferr = errors.Join(ferr, fmt.Errorf("%s/%d: %w", t, part, err))
-		})
-		if ferr != nil {
-			return ph, ferr
+		fs, err := poll(ctx, cl)
+		if err != nil {
+			cancel()
+			if s1 := <-first; s1.err != nil {
+				return ph, fmt.Errorf("first stage: %w", s1.err)
+			}
+			return ph, err
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			consumed++
@@ -572,8 +546,11 @@ func runTwoStageWordCount(ctx context.Context, addrs []string, group, repart, ou
 		return ph, err
 	}
 	ph.done, ph.cpuDone = time.Now(), cpu()
-	p1 := <-first
-	ph.first = p1.first
+	s1 := <-first
+	if s1.err != nil {
+		return ph, fmt.Errorf("first stage: %w", s1.err)
+	}
+	ph.first = s1.ph.first
 	if consumed != words {
 		return ph, fmt.Errorf("counted %d words, want %d", consumed, words)
 	}
