@@ -2,7 +2,10 @@ package iq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/url"
 	"testing"
 	"time"
@@ -451,4 +454,47 @@ func TestClientWindowFetchAll(t *testing.T) {
 		}
 	}
 	require.Equal(t, want, got)
+}
+
+// A path with an empty, "." or ".." segment is refused, not redirected:
+// ServeMux's cleaned path asks another question (/keys/../windows is every
+// key's windows, /keys//windows the key "windows"). An escaped ".." is a
+// key like any other, and a path no endpoint matches gets a JSON answer.
+func TestPathsThatCleanToAnotherQueryAreRefused(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	putWindow(t, reps[[2]int{0, 0}][winStore], keyIn(0, 3, "w"), 60_000, 1)
+	a := c.ins[0]
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	t.Cleanup(noRedirect.CloseIdleConnections)
+	get := func(path string) (int, map[string]any) {
+		t.Helper()
+		resp, err := noRedirect.Get(a.http.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "%s: %d %s", path, resp.StatusCode, b)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(b, &m), "%s: %s", path, b)
+		return resp.StatusCode, m
+	}
+	for _, path := range []string{
+		"/v1/stores/" + winStore + "/keys/../windows",
+		"/v1/stores/" + winStore + "/keys/./windows",
+		"/v1/stores/" + testStore + "/keys//windows",
+		"/v1/stores/" + testStore + "/keys/",
+		"/v1/stores/" + testStore + "/keys/..",
+		"/v1/stores/" + testStore + "/keys/a/b",
+		"/v1/metadata/",
+	} {
+		status, body := get(path)
+		require.Equal(t, 400, status, "%s: %v", path, body)
+		require.Equal(t, "invalid_query", body["reason"], path)
+		require.NotEmpty(t, body["error"], path)
+	}
+	status, body := get("/v1/stores/" + testStore + "/keys/%2E%2E?staleness=any")
+	require.Equal(t, 404, status, "%v", body)
+	require.Equal(t, "..", body["key"])
+	require.NotNil(t, body["served_by"])
 }
