@@ -498,3 +498,37 @@ func TestPathsThatCleanToAnotherQueryAreRefused(t *testing.T) {
 	require.Equal(t, "..", body["key"])
 	require.NotNil(t, body["served_by"])
 }
+
+// A range start finer than a millisecond is rounded up, in process and
+// over HTTP: the window starting in the millisecond before it is not in
+// the range. A range inside one millisecond holds no window start.
+func TestSubMillisecondRangeStartRoundsUp(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	k0 := keyIn(0, 3, "w")
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 60_000, 1)
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 120_000, 2)
+	a := c.ins[0]
+
+	res, err := WindowFetch(context.Background(), a.srv.Querier(), winStore, k0,
+		time.UnixMilli(60_000).Add(500*time.Microsecond), time.Time{}, serde.String, serde.Int64)
+	require.NoError(t, err)
+	require.Equal(t, []Window[string, int64]{{Key: k0, Start: 120_000, End: 180_000, Value: 2}}, res.Windows)
+	res, err = WindowFetch(context.Background(), a.srv.Querier(), winStore, k0,
+		time.Time{}, time.UnixMilli(120_000).Add(500*time.Microsecond), serde.String, serde.Int64)
+	require.NoError(t, err)
+	require.Len(t, res.Windows, 2)
+
+	status, body := getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00.0005Z"))
+	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, map[int64]int64{120_000: 2}, windowCounts(t, body))
+	status, body = getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00.0005Z&to=1970-01-01T00:01:59.9999Z"))
+	require.Equal(t, 404, status, "%v", body)
+	require.Empty(t, body["windows"])
+	status, body = getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00.0005Z&to=1970-01-01T00:01:00.0009Z"))
+	require.Equal(t, 400, status, "%v", body)
+	require.Equal(t, "invalid_query", body["reason"])
+	status, body = getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00Z&to=1970-01-01T00:01:00.0009Z"))
+	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, map[int64]int64{60_000: 1}, windowCounts(t, body))
+}
