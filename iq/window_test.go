@@ -532,3 +532,15 @@ func TestSubMillisecondRangeStartRoundsUp(t *testing.T) {
 	require.Equal(t, 200, status, "%v", body)
 	require.Equal(t, map[int64]int64{60_000: 1}, windowCounts(t, body))
 }
+
+// RFC 3339 allows its "T" and "Z" in lower case.
+func TestLowerCaseRFC3339Times(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	k0 := keyIn(0, 3, "w")
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 60_000, 1)
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 120_000, 2)
+	status, body := getJSON(t, windowsURL(c.ins[0], winStore, k0, "from=1970-01-01t00:02:00z&to=1970-01-01t00:02:00%2B00:00"))
+	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, map[int64]int64{120_000: 2}, windowCounts(t, body))
+}

@@ -95,10 +95,12 @@ func parseTimeParam(v url.Values, name string, def int64, up bool) (int64, error
 		}
 		return n, nil
 	}
-	tt, err := time.Parse(time.RFC3339Nano, t)
+	// RFC 3339 allows "t" and "z" in lower case, which time.Parse does not;
+	// they are its only letters, so upper-casing changes nothing else.
+	tt, err := time.Parse(time.RFC3339Nano, strings.ToUpper(t))
 	if err != nil && strings.Contains(t, " ") {
 		// An unescaped "+" of a time zone offset arrives as a space.
-		tt, err = time.Parse(time.RFC3339Nano, strings.ReplaceAll(t, " ", "+"))
+		tt, err = time.Parse(time.RFC3339Nano, strings.ReplaceAll(strings.ToUpper(t), " ", "+"))
 	}
 	if err != nil {
 		return 0, invalidf("%s=%q: want RFC 3339 (2006-01-02T15:04:05Z) or epoch milliseconds", name, t)
