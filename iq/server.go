@@ -335,7 +335,23 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 	})
 	s.mux.HandleFunc("GET /v1/stores/{store}/range", s.handleRange)
 	s.registerWindows()
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, invalidf("%s %s is no endpoint of the query API (a key that is empty or holds \"/\" goes in ?key=)", r.Method, r.URL.EscapedPath()))
+	})
 	return s
+}
+
+// dotOrEmptySegment reports whether an escaped path has a segment that is
+// empty, "." or "..". ServeMux answers such a path with a redirect to its
+// cleaned form, which names another key or endpoint: /keys/../windows
+// would become every key's windows.
+func dotOrEmptySegment(escaped string) bool {
+	for _, seg := range strings.Split(strings.TrimPrefix(escaped, "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // ServeHTTP implements http.Handler. With a Token configured it refuses
@@ -344,6 +360,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !bearerMatches(r, s.cfg.Token) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="eddy"`)
 		writeErr(w, ErrUnauthorized)
+		return
+	}
+	if p := r.URL.EscapedPath(); p != "/" && dotOrEmptySegment(p) {
+		writeErr(w, invalidf("path %q has an empty, \".\" or \"..\" segment; put such a key in the query string (?key=)", p))
 		return
 	}
 	s.mux.ServeHTTP(w, r)

@@ -364,14 +364,24 @@ func toMillis(t time.Time) int64 {
 	if t.IsZero() {
 		return MaxTime
 	}
-	return timeMillis(t)
+	return max(t.UnixMilli(), MinTime)
 }
 
-// timeMillis turns a time into store milliseconds; the zero time is
-// MinTime, leaving a range open at the start.
+// timeMillis turns the start of a range into store milliseconds, rounded
+// up: a window starting in the millisecond a finer time falls in starts
+// before it. The zero time is MinTime, leaving the range open at the start.
 func timeMillis(t time.Time) int64 {
 	if t.IsZero() {
 		return MinTime
 	}
-	return max(t.UnixMilli(), MinTime)
+	return max(ceilMillis(t), MinTime)
+}
+
+// ceilMillis is t in epoch milliseconds, rounded up.
+func ceilMillis(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
 }

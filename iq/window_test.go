@@ -2,7 +2,10 @@ package iq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/url"
 	"testing"
 	"time"
@@ -451,4 +454,93 @@ func TestClientWindowFetchAll(t *testing.T) {
 		}
 	}
 	require.Equal(t, want, got)
+}
+
+// A path with an empty, "." or ".." segment is refused, not redirected:
+// ServeMux's cleaned path asks another question (/keys/../windows is every
+// key's windows, /keys//windows the key "windows"). An escaped ".." is a
+// key like any other, and a path no endpoint matches gets a JSON answer.
+func TestPathsThatCleanToAnotherQueryAreRefused(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	putWindow(t, reps[[2]int{0, 0}][winStore], keyIn(0, 3, "w"), 60_000, 1)
+	a := c.ins[0]
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	t.Cleanup(noRedirect.CloseIdleConnections)
+	get := func(path string) (int, map[string]any) {
+		t.Helper()
+		resp, err := noRedirect.Get(a.http.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "%s: %d %s", path, resp.StatusCode, b)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(b, &m), "%s: %s", path, b)
+		return resp.StatusCode, m
+	}
+	for _, path := range []string{
+		"/v1/stores/" + winStore + "/keys/../windows",
+		"/v1/stores/" + winStore + "/keys/./windows",
+		"/v1/stores/" + testStore + "/keys//windows",
+		"/v1/stores/" + testStore + "/keys/",
+		"/v1/stores/" + testStore + "/keys/..",
+		"/v1/stores/" + testStore + "/keys/a/b",
+		"/v1/metadata/",
+	} {
+		status, body := get(path)
+		require.Equal(t, 400, status, "%s: %v", path, body)
+		require.Equal(t, "invalid_query", body["reason"], path)
+		require.NotEmpty(t, body["error"], path)
+	}
+	status, body := get("/v1/stores/" + testStore + "/keys/%2E%2E?staleness=any")
+	require.Equal(t, 404, status, "%v", body)
+	require.Equal(t, "..", body["key"])
+	require.NotNil(t, body["served_by"])
+}
+
+// A range start finer than a millisecond is rounded up, in process and
+// over HTTP: the window starting in the millisecond before it is not in
+// the range. A range inside one millisecond holds no window start.
+func TestSubMillisecondRangeStartRoundsUp(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	k0 := keyIn(0, 3, "w")
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 60_000, 1)
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 120_000, 2)
+	a := c.ins[0]
+
+	res, err := WindowFetch(context.Background(), a.srv.Querier(), winStore, k0,
+		time.UnixMilli(60_000).Add(500*time.Microsecond), time.Time{}, serde.String, serde.Int64)
+	require.NoError(t, err)
+	require.Equal(t, []Window[string, int64]{{Key: k0, Start: 120_000, End: 180_000, Value: 2}}, res.Windows)
+	res, err = WindowFetch(context.Background(), a.srv.Querier(), winStore, k0,
+		time.Time{}, time.UnixMilli(120_000).Add(500*time.Microsecond), serde.String, serde.Int64)
+	require.NoError(t, err)
+	require.Len(t, res.Windows, 2)
+
+	status, body := getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00.0005Z"))
+	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, map[int64]int64{120_000: 2}, windowCounts(t, body))
+	status, body = getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00.0005Z&to=1970-01-01T00:01:59.9999Z"))
+	require.Equal(t, 404, status, "%v", body)
+	require.Empty(t, body["windows"])
+	status, body = getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00.0005Z&to=1970-01-01T00:01:00.0009Z"))
+	require.Equal(t, 400, status, "%v", body)
+	require.Equal(t, "invalid_query", body["reason"])
+	status, body = getJSON(t, windowsURL(a, winStore, k0, "from=1970-01-01T00:01:00Z&to=1970-01-01T00:01:00.0009Z"))
+	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, map[int64]int64{60_000: 1}, windowCounts(t, body))
+}
+
+// RFC 3339 allows its "T" and "Z" in lower case.
+func TestLowerCaseRFC3339Times(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	k0 := keyIn(0, 3, "w")
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 60_000, 1)
+	putWindow(t, reps[[2]int{0, 0}][winStore], k0, 120_000, 2)
+	status, body := getJSON(t, windowsURL(c.ins[0], winStore, k0, "from=1970-01-01t00:02:00z&to=1970-01-01t00:02:00%2B00:00"))
+	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, map[int64]int64{120_000: 2}, windowCounts(t, body))
 }

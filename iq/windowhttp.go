@@ -81,8 +81,10 @@ func encodeWindows(c StoreCodec, p int32, ws []Window[[]byte, []byte]) ([]wireWi
 }
 
 // parseTimeParam reads a time parameter written as epoch milliseconds or
-// RFC 3339; def when absent.
-func parseTimeParam(v url.Values, name string, def int64) (int64, error) {
+// RFC 3339; def when absent. An RFC 3339 time finer than a millisecond is
+// rounded up when up is set (the start of a range), else down, so that the
+// range holds no window starting outside it.
+func parseTimeParam(v url.Values, name string, def int64, up bool) (int64, error) {
 	t := v.Get(name)
 	if t == "" {
 		return def, nil
@@ -93,10 +95,12 @@ func parseTimeParam(v url.Values, name string, def int64) (int64, error) {
 		}
 		return n, nil
 	}
-	tt, err := time.Parse(time.RFC3339Nano, t)
+	// RFC 3339 allows "t" and "z" in lower case, which time.Parse does not;
+	// they are its only letters, so upper-casing changes nothing else.
+	tt, err := time.Parse(time.RFC3339Nano, strings.ToUpper(t))
 	if err != nil && strings.Contains(t, " ") {
 		// An unescaped "+" of a time zone offset arrives as a space.
-		tt, err = time.Parse(time.RFC3339Nano, strings.ReplaceAll(t, " ", "+"))
+		tt, err = time.Parse(time.RFC3339Nano, strings.ReplaceAll(strings.ToUpper(t), " ", "+"))
 	}
 	if err != nil {
 		return 0, invalidf("%s=%q: want RFC 3339 (2006-01-02T15:04:05Z) or epoch milliseconds", name, t)
@@ -104,19 +108,22 @@ func parseTimeParam(v url.Values, name string, def int64) (int64, error) {
 	if tt.UnixMilli() < 0 {
 		return 0, invalidf("%s=%q: times before the epoch hold no windows", name, t)
 	}
+	if up {
+		return ceilMillis(tt), nil
+	}
 	return tt.UnixMilli(), nil
 }
 
 // parseTimeRange reads from= and to= of a window query.
 func parseTimeRange(v url.Values) (from, to int64, err error) {
-	if from, err = parseTimeParam(v, "from", MinTime); err != nil {
+	if from, err = parseTimeParam(v, "from", MinTime, true); err != nil {
 		return 0, 0, err
 	}
-	if to, err = parseTimeParam(v, "to", MaxTime); err != nil {
+	if to, err = parseTimeParam(v, "to", MaxTime, false); err != nil {
 		return 0, 0, err
 	}
 	if from > to {
-		return 0, 0, invalidf("from=%q is after to=%q", v.Get("from"), v.Get("to"))
+		return 0, 0, invalidf("from=%q is after to=%q, or both fall within one millisecond, which no window starts in", v.Get("from"), v.Get("to"))
 	}
 	return from, to, nil
 }
