@@ -336,7 +336,7 @@ func Start(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("broker: abort transactions left open by a crash: %w", err)
 		}
 		if n > 0 {
-			cfg.Logger.Warn("aborted transactions left open when the broker stopped without closing", "transactions", n)
+			cfg.Logger.Warn("wrote ABORT markers after transactions left open when the broker stopped without closing", "markers", n)
 		}
 	}
 	c, err := kfake.NewCluster(opts...)

@@ -144,7 +144,7 @@ func scanPartition(dir string) (map[int64]int16, error) {
 
 // abortCrashedTxns writes the ABORT markers a crash left out (see above),
 // on a kfake started with opts on a private port, reached with the
-// broker's own client options internal. It returns how many it wrote.
+// broker's own client options internal. It returns how many it wrote (one per producer and partition).
 func abortCrashedTxns(dataDir string, opts []kfake.Opt, internal []kgo.Opt) (int, error) {
 	open, err := scanOpenTxns(dataDir)
 	if err != nil || len(open) == 0 {
