@@ -44,6 +44,15 @@
 //     without the aborted transactions among them, and a read_committed
 //     client takes those records for committed ones; the broker lifts
 //     the response limit of read_committed fetches (see keepAbortedTxns).
+//   - A transaction a crash left open ends with an ABORT marker. kfake,
+//     restarted on the data of a broker that was killed, takes such a
+//     transaction for aborted but writes no marker after it, so
+//     read_committed clients dropped the producer's next, committed,
+//     transaction in that partition too; a reader waiting for the end of
+//     a log ending with one never reached it (a restoring instance stayed
+//     restoring); and at the next restart kfake read the aborted records
+//     as part of the producer's next transaction, committed. Start writes
+//     the missing markers first (see crashtxns.go).
 //   - Compacted topics are not subject to retention. kfake applies the
 //     broker's default retention (7 days) to every topic, deleting records
 //     of compacted topics by their timestamps; Kafka applies retention only
@@ -319,6 +328,15 @@ func Start(cfg Config) (*Broker, error) {
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
 		if cfg.SyncWrites {
 			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	if cfg.DataDir != "" {
+		n, err := abortCrashedTxns(cfg.DataDir, opts, internal)
+		if err != nil {
+			return nil, fmt.Errorf("broker: abort transactions left open by a crash: %w", err)
+		}
+		if n > 0 {
+			cfg.Logger.Warn("wrote ABORT markers after transactions left open when the broker stopped without closing", "markers", n)
 		}
 	}
 	c, err := kfake.NewCluster(opts...)

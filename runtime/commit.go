@@ -9,8 +9,10 @@ package runtime
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"fmt"
 
@@ -71,6 +73,13 @@ func (th *thread) cause(err error) threadcore.Cause {
 		return threadcore.CauseFenced
 	case errors.Is(err, context.DeadlineExceeded) && !th.stopping.Load() && th.app.killCtx.Err() == nil && th.sess != nil:
 		return threadcore.CauseFenced
+	case lostBroker(err) && !th.stopping.Load() && th.app.killCtx.Err() == nil && th.sess != nil:
+		// The transaction's end never got an answer: it may have
+		// committed or not. Reconnecting aborts it if it is still
+		// open, the group's committed offsets say where the input
+		// resumes, and the stores restore what their changelogs hold,
+		// whichever way it ended.
+		return threadcore.CauseFenced
 	}
 	return threadcore.CauseFatal
 }
@@ -96,6 +105,14 @@ func completeCommits(tasks []*taskrun.Active, last taskrun.LastOffsetFunc) error
 		return fmt.Errorf("runtime: commit: %w", err)
 	}
 	return nil
+}
+
+// lostBroker reports whether err means the broker could not be reached or
+// dropped the connection (a restart, say), so that a request's outcome is
+// unknown.
+func lostBroker(err error) bool {
+	return IsUnreachable(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.EPIPE)
 }
 
 // errCrashed stops a thread that a test made crash in the middle of a commit.
