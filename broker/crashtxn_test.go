@@ -98,11 +98,11 @@ func txnProduce(ctx context.Context, t *testing.T, b *Broker, txid, topic string
 	return cl
 }
 
-// TestCrashAbortedTxnStaysAborted: a transaction open when the broker is
-// killed is aborted when it restarts, and stays aborted across later
-// crashes once its producer has committed another transaction.
-func TestCrashAbortedTxnStaysAborted(t *testing.T) {
-	ctx := testCtx(t)
+// crashedWithOpenTxn returns the data directory of a broker killed while
+// producer "tx" had a transaction (records a1, a2) open in topic "out",
+// after one committed transaction (c0).
+func crashedWithOpenTxn(ctx context.Context, t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	b1, err := Start(Config{DataDir: dir, Partitions: 1})
 	require.NoError(t, err)
@@ -112,6 +112,15 @@ func TestCrashAbortedTxnStaysAborted(t *testing.T) {
 	crashed := crashImage(t, dir)
 	open.Close()
 	b1.Close()
+	return crashed
+}
+
+// TestCrashAbortedTxnStaysAborted: a transaction open when the broker is
+// killed is aborted when it restarts, and stays aborted across later
+// crashes once its producer has committed another transaction.
+func TestCrashAbortedTxnStaysAborted(t *testing.T) {
+	ctx := testCtx(t)
+	crashed := crashedWithOpenTxn(ctx, t)
 
 	b2 := start(t, Config{DataDir: crashed, Partitions: 1})
 	require.Equal(t, []string{"c0"}, readCommittedValues(ctx, t, b2, "out"),
@@ -129,15 +138,7 @@ func TestCrashAbortedTxnStaysAborted(t *testing.T) {
 // open at the crash (the runtime's restoration waits for that).
 func TestCrashAbortedTxnEndsWithMarker(t *testing.T) {
 	ctx := testCtx(t)
-	dir := t.TempDir()
-	b1, err := Start(Config{DataDir: dir, Partitions: 1})
-	require.NoError(t, err)
-	createTopic(ctx, t, b1, "out", 1, nil)
-	txnProduce(ctx, t, b1, "tx", "out", true, "c0")
-	open := txnProduce(ctx, t, b1, "tx", "out", false, "a1", "a2")
-	crashed := crashImage(t, dir)
-	open.Close()
-	b1.Close()
+	crashed := crashedWithOpenTxn(ctx, t)
 
 	b2 := start(t, Config{DataDir: crashed, Partitions: 1})
 	ends, err := kadm.NewClient(newClient(t, b2)).ListEndOffsets(ctx, "out")

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/broker"
@@ -35,17 +33,7 @@ func TestExactlyOnceSurvivesBrokerDownAtEndTxn(t *testing.T) {
 	}
 	b := start("")
 	addr := b.Addrs()[0]
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(addr),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond),
-	)
-	require.NoError(t, err)
-	t.Cleanup(cl.Close)
-	c := &cluster{b: b, cl: cl, adm: kadm.NewClient(cl), partitions: partitions, threads: streamThreads(t)}
-	resp, err := c.adm.CreateTopics(ctx(t), partitions, -1, nil, inputTopic, outputTopic)
-	require.NoError(t, err)
-	require.NoError(t, resp.Error())
+	c := clusterOn(t, b, partitions)
 
 	in := c.start(t, "a", instanceConfig{guarantee: runtime.ExactlyOnce, stateDir: t.TempDir()})
 	in.waitAllTasksRunning(t, c.allTasks(), settleTimeout)

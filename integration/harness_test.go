@@ -84,6 +84,13 @@ func newCluster(t *testing.T, partitions int32) *cluster {
 	})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
+	return clusterOn(t, b, partitions)
+}
+
+// clusterOn is newCluster on a broker the test started itself: a client
+// of it, and the input and output topics.
+func clusterOn(t *testing.T, b *broker.Broker, partitions int32) *cluster {
+	t.Helper()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(b.Addrs()...),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
