@@ -91,8 +91,8 @@ func TestTableUpdatesBySlot(t *testing.T) {
 	}
 	held := func() []string {
 		var out []string
-		for i := range u.n {
-			r := u.at(i).r
+		for i := range u.held.n {
+			r := u.held.at(i).r
 			out = append(out, r.key.(string)+"="+strconv.FormatInt(r.value.(int64), 10))
 		}
 		return out
@@ -116,7 +116,7 @@ func TestTableUpdatesBySlot(t *testing.T) {
 // in the order keys were first updated, by key and by slot alike, and a
 // discard leaves nothing behind for the next interval.
 func TestTableUpdatesAcrossChunks(t *testing.T) {
-	const keys = 3*updateChunkLen + 7
+	const keys = 3*chunkLen + 7
 	for _, bySlot := range []bool{false, true} {
 		c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}}
 		var u tableUpdates
@@ -135,18 +135,18 @@ func TestTableUpdatesAcrossChunks(t *testing.T) {
 				emit(i, round)
 			}
 		}
-		require.Equal(t, keys, u.n, "bySlot=%v", bySlot)
+		require.Equal(t, keys, u.held.n, "bySlot=%v", bySlot)
 		for i := range keys {
-			r := u.at(i).r
+			r := u.held.at(i).r
 			require.Equal(t, "k"+strconv.Itoa(i), r.key, "bySlot=%v", bySlot)
 			require.Equal(t, int64(2), r.value, "bySlot=%v", bySlot)
 		}
 		require.Len(t, c.task.holding, 1)
 		c.task.Discard()
-		require.Zero(t, u.n)
-		require.Empty(t, u.chunks)
+		require.Zero(t, u.held.n)
+		require.Empty(t, u.held.chunks)
 		emit(5, 9)
-		require.Equal(t, 1, u.n)
-		require.Equal(t, int64(9), u.at(0).r.value)
+		require.Equal(t, 1, u.held.n)
+		require.Equal(t, int64(9), u.held.at(0).r.value)
 	}
 }

@@ -21,17 +21,78 @@ type procImpl interface {
 	close() error
 }
 
+// chunked holds a node's updates between flushes in fixed-size chunks
+// taken from a pool, so that a buffer holding a commit interval's updates
+// of many keys (tens of thousands a task at a million keys, or a spread
+// input's windows) is never copied as it grows, nor allocated and cleared
+// again at every commit. The zero value works; without a pool it allocates
+// its chunks.
+type chunked[T any] struct {
+	pool   *sync.Pool // of *[chunkLen]T
+	chunks []*[chunkLen]T
+	n      int
+}
+
+// chunkLen is how many items a chunk holds: 128 of a table's held updates
+// make a chunk of 18 KiB.
+const chunkLen = 128
+
+func (b *chunked[T]) at(i int) *T { return &b.chunks[i/chunkLen][i%chunkLen] }
+
+// push appends v at position b.n.
+func (b *chunked[T]) push(v T) {
+	if b.n/chunkLen == len(b.chunks) {
+		var ch *[chunkLen]T
+		if b.pool != nil {
+			ch, _ = b.pool.Get().(*[chunkLen]T)
+		}
+		if ch == nil {
+			ch = new([chunkLen]T)
+		}
+		b.chunks = append(b.chunks, ch)
+	}
+	*b.at(b.n) = v
+	b.n++
+}
+
+// drain hands the held items to fn in the order they were pushed and
+// empties the buffer, whether or not fn fails.
+func (b *chunked[T]) drain(fn func(*T) error) error {
+	held := *b
+	b.chunks, b.n = nil, 0
+	defer func() {
+		held.empty()
+		if b.chunks == nil {
+			b.chunks = held.chunks
+		}
+	}()
+	for i := range held.n {
+		if err := fn(held.at(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// empty drops the held items and returns their chunks to the pool,
+// keeping the slice that held them.
+func (b *chunked[T]) empty() {
+	for i, ch := range b.chunks {
+		clear(ch[:min(b.n-i*chunkLen, chunkLen)])
+		if b.pool != nil {
+			b.pool.Put(ch)
+		}
+	}
+	clear(b.chunks)
+	b.chunks, b.n = b.chunks[:0], 0
+}
+
 // tableUpdates collects a table node's updates between flushes when the
-// task buffers them (see taskGraph.buffered).
-//
-// The updates sit in fixed-size chunks from a pool shared by every table
-// node, so that a buffer holding a commit interval's updates of many keys
-// (tens of thousands a task at a million keys) is never copied as it
-// grows, nor allocated and cleared again at every commit.
+// task buffers them (see taskGraph.buffered), in chunks from a pool all
+// table nodes share.
 type tableUpdates struct {
-	index  map[string]int
-	chunks []*updateChunk
-	n      int // pending updates, in chunks
+	index map[string]int
+	held  chunked[pendingUpdate]
 	// bySlot indexes the pending updates instead of index for a table
 	// whose store reports each written key's slot (emitAt).
 	bySlot slotIndex
@@ -44,28 +105,15 @@ type pendingUpdate struct {
 	key []byte
 }
 
-// updateChunkLen is how many updates a chunk holds: 128 make a chunk of
-// 18 KiB.
-const updateChunkLen = 128
+var pendingChunks sync.Pool
 
-type updateChunk [updateChunkLen]pendingUpdate
-
-var updateChunks = sync.Pool{New: func() any { return new(updateChunk) }}
-
-func (u *tableUpdates) at(i int) *pendingUpdate {
-	return &u.chunks[i/updateChunkLen][i%updateChunkLen]
-}
-
-// add appends a pending update; the caller indexes it at position u.n-1.
+// add holds r at position u.held.n.
 func (u *tableUpdates) add(c *nodeInstance, key []byte, r record) {
-	if u.n == 0 {
+	if u.held.n == 0 {
 		c.task.holding = append(c.task.holding, u)
 	}
-	if u.n/updateChunkLen == len(u.chunks) {
-		u.chunks = append(u.chunks, updateChunks.Get().(*updateChunk))
-	}
-	*u.at(u.n) = pendingUpdate{r: r, key: key}
-	u.n++
+	u.held.pool = &pendingChunks
+	u.held.push(pendingUpdate{r: r, key: key})
 }
 
 // emit forwards r now, or, when the task buffers table updates, keeps it
@@ -80,14 +128,14 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 	if i, ok := u.index[string(key)]; ok {
 		// Collapsed updates go out as one, from the value before the
 		// first to the latest.
-		p := &u.at(i).r
+		p := &u.held.at(i).r
 		if r.old != nil {
 			r.old = p.old
 		}
 		*p = r
 		return nil
 	}
-	u.index[string(key)] = u.n
+	u.index[string(key)] = u.held.n
 	u.add(c, nil, r)
 	return nil
 }
@@ -103,8 +151,8 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) e
 	if !c.task.buffered {
 		return c.forward(r)
 	}
-	if i, ok := u.bySlot.lookup(slot); ok && i < u.n {
-		if p := u.at(i); bytes.Equal(p.key, key) {
+	if i, ok := u.bySlot.lookup(slot); ok && i < u.held.n {
+		if p := u.held.at(i); bytes.Equal(p.key, key) {
 			if r.old != nil {
 				r.old = p.r.old
 			}
@@ -112,27 +160,16 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) e
 			return nil
 		}
 	}
-	u.bySlot.set(slot, u.n)
+	u.bySlot.set(slot, u.held.n)
 	u.add(c, key, r)
 	return nil
-}
-
-// release empties the chunks holding n updates and returns them to the
-// pool, and returns the slice that held them, emptied.
-func release(chunks []*updateChunk, n int) []*updateChunk {
-	for i, ch := range chunks {
-		clear(ch[:min(n-i*updateChunkLen, updateChunkLen)])
-		updateChunks.Put(ch)
-	}
-	clear(chunks)
-	return chunks[:0]
 }
 
 // discard drops the pending updates: the input they came from will be
 // processed again, and the store writes they reflect were dropped.
 func (u *tableUpdates) discard() {
-	u.resetIndex(u.n)
-	u.chunks, u.n = release(u.chunks, u.n), 0
+	u.resetIndex(u.held.n)
+	u.held.empty()
 }
 
 // resetIndex forgets where the n pending updates are, as the cache
@@ -196,7 +233,7 @@ func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.T
 	if !ok {
 		return false
 	}
-	p := &u.at(i).r
+	p := &u.held.at(i).r
 	p.value, p.valueNull, p.ts, p.headers = value, false, ts, headers
 	return true
 }
@@ -204,16 +241,8 @@ func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.T
 // flush forwards the pending updates in the order their keys were first
 // updated.
 func (u *tableUpdates) flush(c *nodeInstance) error {
-	chunks, n := u.chunks, u.n
-	u.chunks, u.n = nil, 0
-	u.resetIndex(n)
-	defer func() { u.chunks = release(chunks, n) }()
-	for i := range n {
-		if err := c.forward(chunks[i/updateChunkLen][i%updateChunkLen].r); err != nil {
-			return err
-		}
-	}
-	return nil
+	u.resetIndex(u.held.n)
+	return u.held.drain(func(p *pendingUpdate) error { return c.forward(p.r) })
 }
 
 // maxRetainedUpdates bounds the index of pending updates a table keeps

@@ -132,7 +132,7 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 		return &windowAggProc[K, V, A]{
 			store: store, w: w, wopts: wopts, final: final,
 			keySerde: g.keySerde, aggSerde: aggSerde, step: step,
-			updates: windowUpdates[K, A]{pool: pool},
+			updates: windowUpdates[K, A]{held: chunked[windowUpdate[K, A]]{pool: pool}},
 		}
 	}, in)
 	n.stores = []string{store}
@@ -572,17 +572,8 @@ func (p *windowAggProc[K, V, A]) rewind() {
 type windowUpdates[K, A any] struct {
 	bySlot   slotIndex
 	byWindow map[windowID]int32
-	chunks   []*windowChunk[K, A]
-	n        int // pending updates, in chunks
-	pool     *sync.Pool
+	held     chunked[windowUpdate[K, A]]
 }
-
-// windowChunkLen is how many updates a chunk holds: 256 of a
-// []byte-keyed count's updates make a chunk a little under 32 KiB, the
-// largest size the allocator serves from its per-size classes.
-const windowChunkLen = 256
-
-type windowChunk[K, A any] [windowChunkLen]windowUpdate[K, A]
 
 // windowID names a window without a cache slot: its encoded key and start.
 type windowID struct {
@@ -605,65 +596,39 @@ type windowUpdate[K, A any] struct {
 // maxRetainedSlots bounds the slot index kept between flushes.
 const maxRetainedSlots = 1 << 14
 
-func (u *windowUpdates[K, A]) at(i int32) *windowUpdate[K, A] {
-	return &u.chunks[i/windowChunkLen][i%windowChunkLen]
-}
-
 // add records value as window win's pending update for key (kb encoded),
 // whose cache entry has slot and stored key stored (slot -1 if none).
 func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
 	var entry *byte
 	if slot >= 0 && len(stored) > 0 {
 		entry = unsafe.SliceData(stored)
-		if i, ok := u.bySlot.lookup(slot); ok && i < u.n {
-			if p := u.at(int32(i)); p.entry == entry {
+		if i, ok := u.bySlot.lookup(slot); ok && i < u.held.n {
+			if p := u.held.at(i); p.entry == entry {
 				p.value, p.ts, p.headers = value, ts, headers
 				return
 			}
 		}
-		u.bySlot.set(slot, u.n)
+		u.bySlot.set(slot, u.held.n)
 	} else {
 		id := windowID{kb: string(kb), start: win.Start}
 		if i, ok := u.byWindow[id]; ok {
-			p := u.at(i)
+			p := u.held.at(int(i))
 			p.value, p.ts, p.headers = value, ts, headers
 			return
 		}
 		if u.byWindow == nil {
 			u.byWindow = make(map[windowID]int32)
 		}
-		u.byWindow[id] = int32(u.n)
+		u.byWindow[id] = int32(u.held.n)
 	}
-	c := u.n / windowChunkLen
-	if c == len(u.chunks) {
-		var ch *windowChunk[K, A]
-		if x := u.pool.Get(); x != nil {
-			ch = x.(*windowChunk[K, A])
-		} else {
-			ch = new(windowChunk[K, A])
-		}
-		u.chunks = append(u.chunks, ch)
-	}
-	u.chunks[c][u.n%windowChunkLen] = windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, ts: ts, headers: headers}
-	u.n++
-}
-
-// release returns the chunks holding n updates to the pool, emptied, and
-// the slice that held them.
-func (u *windowUpdates[K, A]) release(chunks []*windowChunk[K, A], n int) []*windowChunk[K, A] {
-	for i, ch := range chunks {
-		clear(ch[:min(n-i*windowChunkLen, windowChunkLen)])
-		u.pool.Put(ch)
-	}
-	clear(chunks)
-	return chunks[:0]
+	u.held.push(windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, ts: ts, headers: headers})
 }
 
 // discard drops the pending updates: the input that made them is to be
 // processed again (graph.Discarder).
 func (u *windowUpdates[K, A]) discard() {
 	u.resetIndex()
-	u.chunks, u.n = u.release(u.chunks, u.n), 0
+	u.held.empty()
 }
 
 // resetIndex forgets where the pending updates are, as the cache renumbers
@@ -676,17 +641,10 @@ func (u *windowUpdates[K, A]) resetIndex() {
 // flush forwards the pending updates in the order their windows were first
 // updated.
 func (u *windowUpdates[K, A]) flush(c *nodeInstance) error {
-	chunks, n := u.chunks, u.n
-	u.chunks, u.n = nil, 0
 	u.resetIndex()
-	defer func() { u.chunks = u.release(chunks, n) }()
-	for i := range n {
-		p := &chunks[i/windowChunkLen][i%windowChunkLen]
-		if err := c.forward(record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, ts: p.ts, headers: p.headers}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return u.held.drain(func(p *windowUpdate[K, A]) error {
+		return c.forward(record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, ts: p.ts, headers: p.headers})
+	})
 }
 
 func (p *windowAggProc[K, V, A]) close() error { return nil }

@@ -323,7 +323,7 @@ func TestWindowUpdatesBySlot(t *testing.T) {
 		return nil
 	}}
 	c := &nodeInstance{node: &node{kind: kindProcessor}, task: task, children: []*nodeInstance{sink}}
-	u := windowUpdates[string, int64]{pool: new(sync.Pool)}
+	u := windowUpdates[string, int64]{held: chunked[windowUpdate[string, int64]]{pool: new(sync.Pool)}}
 	// entries are the cache's copies of window keys: distinct allocations.
 	entry := func(k string, start int64) []byte { return []byte(k + "/" + strconv.FormatInt(start, 10)) }
 	a0, b0, a1 := entry("a", 0), entry("b", 0), entry("a", 10)
@@ -354,7 +354,7 @@ func TestWindowUpdatesBySlot(t *testing.T) {
 
 	// Many windows fill several chunks; each keeps its latest value.
 	got = nil
-	n := 3*windowChunkLen + 7
+	n := 3*chunkLen + 7
 	stored := make([][]byte, n)
 	for i := range n {
 		stored[i] = entry("k", int64(i))
