@@ -117,29 +117,48 @@ func scanPartition(dir string) (map[int64]int16, error) {
 	slices.Sort(bases)
 	open := make(map[int64]int16)
 	for _, base := range bases {
-		raw, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%d.dat", base)))
-		if err != nil {
+		if err := scanSegment(filepath.Join(dir, fmt.Sprintf("%d.dat", base)), open); err != nil {
 			return nil, err
-		}
-		for len(raw) >= batchHeaderBytes {
-			size := 12 + int(int32(binary.BigEndian.Uint32(raw[batchLengthAt:])))
-			if size < batchHeaderBytes || size > len(raw) || raw[batchMagicAt] != 2 {
-				break
-			}
-			attrs := binary.BigEndian.Uint16(raw[batchAttrsAt:])
-			pid := int64(binary.BigEndian.Uint64(raw[batchPIDAt:]))
-			switch {
-			case attrs&attrControl != 0:
-				delete(open, pid)
-			case attrs&attrTransacted != 0:
-				if _, ok := open[pid]; !ok {
-					open[pid] = int16(binary.BigEndian.Uint16(raw[batchEpochAt:]))
-				}
-			}
-			raw = raw[size:]
 		}
 	}
 	return open, nil
+}
+
+// scanSegment updates open with the batches of one segment file, reading
+// only their headers: the broker does this at every start, and a data
+// directory's segments can be large.
+func scanSegment(path string, open map[int64]int16) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	var hdr [batchHeaderBytes]byte
+	for off, end := int64(0), info.Size(); end-off >= batchHeaderBytes; {
+		if _, err := f.ReadAt(hdr[:], off); err != nil {
+			return err
+		}
+		size := 12 + int64(int32(binary.BigEndian.Uint32(hdr[batchLengthAt:])))
+		if size < batchHeaderBytes || size > end-off || hdr[batchMagicAt] != 2 {
+			break
+		}
+		attrs := binary.BigEndian.Uint16(hdr[batchAttrsAt:])
+		pid := int64(binary.BigEndian.Uint64(hdr[batchPIDAt:]))
+		switch {
+		case attrs&attrControl != 0:
+			delete(open, pid)
+		case attrs&attrTransacted != 0:
+			if _, ok := open[pid]; !ok {
+				open[pid] = int16(binary.BigEndian.Uint16(hdr[batchEpochAt:]))
+			}
+		}
+		off += size
+	}
+	return nil
 }
 
 // abortCrashedTxns writes the ABORT markers a crash left out (see above),
