@@ -120,6 +120,13 @@ type node struct {
 	partitions int32
 
 	decode func(graph.InputRecord) (record, error)
+	// keyOnlyDecode, on a repartition source whose serdes cannot fail to
+	// decode, is the decode Build gives it when all its children are
+	// keyOnly: the record keeps the key's bytes (srcKey) and neither key
+	// nor value is decoded.
+	keyOnlyDecode func(graph.InputRecord) (record, error)
+	// keyOnly marks an aggregation that accepts such records.
+	keyOnly bool
 	// extract, on a source with a TimestampExtractor, gives a decoded
 	// record its event time.
 	extract func(record) (time.Time, error)
@@ -346,6 +353,36 @@ func decodeStrings(in graph.InputRecord) (record, error) {
 		r.key, r.value = s[:n], s[n:]
 	}
 	return r, nil
+}
+
+// decodeKeyOnly is a repartition source's decode for aggregations that
+// read only the key's bytes (keyOnlyDecode): the word count's Count needs
+// a word's bytes as its store key and nothing else, and a word decoded
+// into a string, boxed, costs two allocations per record.
+func decodeKeyOnly(in graph.InputRecord) (record, error) {
+	return record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key, keyNull: in.Key == nil, valueNull: in.Value == nil}, nil
+}
+
+// keyOnlyDecode returns the decode a repartition source of topic may use
+// when only keyOnly aggregations read it, or nil: the key serde must be
+// serde.String, whose key an aggregation can make from the bytes later,
+// and the value serde one whose Decode never fails, so that skipping it
+// hides no deserialization error.
+func keyOnlyDecode[K, V any](topic string, ks serde.Serde[K], vs serde.Serde[V]) func(graph.InputRecord) (record, error) {
+	if !isStringSerde(ks) || !infallibleDecode(vs) {
+		return nil
+	}
+	return refusePartials(topic, decodeKeyOnly)
+}
+
+// infallibleDecode reports whether s is a serde whose Decode never fails:
+// serde.String or serde.Bytes.
+func infallibleDecode[T any](s serde.Serde[T]) bool {
+	if isStringSerde(s) {
+		return true
+	}
+	bs, ok := any(s).(serde.Serde[[]byte])
+	return ok && bs == serde.Bytes
 }
 
 // encodeStrings is a sink's encode when key and value are both

@@ -60,7 +60,10 @@ type combining struct {
 	// combining.
 	rawEncode  func(record) ([]byte, []byte, error)
 	rawDecode  func(graph.InputRecord) (record, error)
+	rawKeyOnly func(graph.InputRecord) (record, error)
 	rawNewProc func() (procImpl, error)
+	// rawAggKeyOnly is the plain aggregation's keyOnly.
+	rawAggKeyOnly bool
 }
 
 // undo turns the combined aggregation back into a plain one: the combiner
@@ -78,7 +81,9 @@ func (c *combining) undo() {
 	}
 	c.sink.encode = c.rawEncode
 	c.source.decode = c.rawDecode
+	c.source.keyOnlyDecode = c.rawKeyOnly
 	c.agg.newProc = c.rawNewProc
+	c.agg.keyOnly = c.rawAggKeyOnly
 }
 
 // rawValue wraps a raw record's value read from a combined aggregation's
@@ -114,6 +119,7 @@ func combinedInput[K, V, A any](g *grouping[K, V], store string, aggSerde serde.
 	g.combined = &combining{
 		b: g.b, combine: comb, sink: sink, source: src,
 		rawEncode: rawSink.encode, rawDecode: refusePartials(topic.Name, rawSrc.decode),
+		rawKeyOnly: keyOnlyDecode(topic.Name, g.keySerde, g.valueSerde),
 	}
 	return src
 }

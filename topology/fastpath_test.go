@@ -87,7 +87,7 @@ func TestTableUpdatesBySlot(t *testing.T) {
 	var u tableUpdates
 	emit := func(slot int, key string, v int64) {
 		t.Helper()
-		require.NoError(t, u.emitAt(c, slot, []byte(key), record{key: key, value: v}))
+		require.NoError(t, u.emitAt(c, slot, []byte(key), false, record{key: key, value: v}))
 	}
 	held := func() []string {
 		var out []string
@@ -125,7 +125,7 @@ func TestTableUpdatesAcrossChunks(t *testing.T) {
 			k := "k" + strconv.Itoa(i)
 			r := record{key: k, value: v}
 			if bySlot {
-				require.NoError(t, u.emitAt(c, i, []byte(k), r))
+				require.NoError(t, u.emitAt(c, i, []byte(k), false, r))
 			} else {
 				require.NoError(t, u.emit(c, []byte(k), r))
 			}
@@ -149,4 +149,61 @@ func TestTableUpdatesAcrossChunks(t *testing.T) {
 		require.Equal(t, 1, u.held.n)
 		require.Equal(t, int64(9), u.held.at(0).r.value)
 	}
+}
+
+// A repartition source skips decoding only when every aggregation reading
+// it is a count with a string key, and only when its value serde cannot
+// fail to decode.
+func TestKeyOnlyDecodeChoice(t *testing.T) {
+	words := func(b *Builder, vs serde.Serde[string]) KGroupedStream[string, string] {
+		return GroupBy(Stream(b, "in", serde.String, serde.String),
+			func(_, v string) string { return v }, "words", serde.String, vs)
+	}
+	decodeOf := func(t *testing.T, b *Builder) graph.InputRecord {
+		t.Helper()
+		topo, err := b.Build()
+		require.NoError(t, err)
+		for _, n := range topo.nodes {
+			if n.kind == kindSource && n.topic.Name == "words-repartition" {
+				r, err := n.decode(graph.InputRecord{Key: []byte("k"), Value: []byte("v")})
+				require.NoError(t, err)
+				require.Equal(t, []byte("k"), r.srcKey)
+				return graph.InputRecord{Key: keyBytes(r.key), Value: keyBytes(r.value)}
+			}
+		}
+		t.Fatal("no repartition source")
+		return graph.InputRecord{}
+	}
+	undecoded := graph.InputRecord{}
+	decoded := graph.InputRecord{Key: []byte("k"), Value: []byte("v")}
+
+	b := NewBuilder()
+	words(b, serde.String).Count("c", WithoutCombining())
+	require.Equal(t, undecoded, decodeOf(t, b))
+
+	// A combined count undone by a second count: both plain counts.
+	b = NewBuilder()
+	g := words(b, serde.String)
+	g.Count("c1")
+	g.Count("c2")
+	require.Equal(t, undecoded, decodeOf(t, b))
+
+	b = NewBuilder()
+	g = words(b, serde.String)
+	g.Count("c", WithoutCombining())
+	g.Reduce(func(a, v string) string { return a + v }, "r", WithoutCombining())
+	require.Equal(t, decoded, decodeOf(t, b), "a reducer reads the values")
+
+	// A value serde that may fail: its errors must still be seen.
+	b = NewBuilder()
+	wrapped := serde.Funcs[string]{EncodeFn: serde.String.Encode, DecodeFn: serde.String.Decode}
+	words(b, wrapped).Count("c", WithoutCombining())
+	require.Equal(t, decoded, decodeOf(t, b))
+}
+
+func keyBytes(v any) []byte {
+	if s, ok := v.(string); ok {
+		return []byte(s)
+	}
+	return nil
 }

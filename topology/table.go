@@ -105,6 +105,7 @@ func (g *grouping[K, V]) input(store string) *node {
 		}
 		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source", derived: true})
 		g.source.decode = refusePartials(topic.Name, g.source.decode)
+		g.source.keyOnlyDecode = keyOnlyDecode(topic.Name, g.keySerde, g.valueSerde)
 	}
 	return g.source
 }
@@ -123,9 +124,14 @@ func (g KGroupedStream[K, V]) grouping() *grouping[K, V] {
 // repartition unless WithoutCombining is given (see WithoutCombining).
 func (g KGroupedStream[K, V]) Count(store string, opts ...Option) KTable[K, int64] {
 	return aggregate(g.grouping(), "count", store, serde.Int64, collect(opts), "",
-		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 },
+		countStep[K, V],
 		func(_ K, n, partial int64) int64 { return n + partial })
 }
+
+// countStep is Count's step. It reads neither key nor value, which lets a
+// plain count read its repartition topic without decoding either
+// (keyOnlyDecode); aggregate tells it by the function's identity.
+func countStep[K, V any](_ K, _ V, n int64, _ bool) int64 { return n + 1 }
 
 // Reduce combines the values of each key with fn, starting from the key's
 // first value, into the store named store (persistent and logged unless
@@ -191,8 +197,13 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 	// Records read back from the repartition topic carry their key encoded
 	// with g.keySerde, the store's key serde.
 	srcKey := g.repartition
+	// A count with a string key takes records whose key its repartition
+	// source left undecoded (see keyOnlyDecode): its step needs neither key
+	// nor value, and the key of a table update is made from the record
+	// cache's copy only for the first update of the key in a commit.
+	keyOnly := srcKey && op == "count" && isStringSerde(g.keySerde)
 	plain := func() procImpl {
-		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step, srcKey: srcKey}
+		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step, srcKey: srcKey, keyOnly: keyOnly}
 	}
 	var n *node
 	if merge != nil && !o.noCombine && g.repartition && g.source == nil && missingFunc == "" && aggSerde != nil {
@@ -203,8 +214,10 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 		}, in)
 		g.combined.agg = n
 		g.combined.rawNewProc = func() (procImpl, error) { return plain(), nil }
+		g.combined.rawAggKeyOnly = keyOnly
 	} else {
 		n = b.addProcessor(op, o, plain, g.input(store))
+		n.keyOnly = keyOnly
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
@@ -225,7 +238,11 @@ type aggProc[K, V, A any] struct {
 	step     func(K, V, A, bool) A
 	// srcKey: the aggregation reads its repartition topic's source
 	// directly, so a record's srcKey is its store key.
-	srcKey  bool
+	srcKey bool
+	// keyOnly: K is string and the step reads neither key nor value, so
+	// the aggregation accepts records whose key and value its source did
+	// not decode (a nil key that is not null; see keyOnlyDecode).
+	keyOnly bool
 	kv      *KeyValueStore[K, A]
 	updates tableUpdates
 
@@ -302,6 +319,10 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull {
 		return nil
 	}
+	// An undecoded key (keyOnly): the step ignores it, and the table
+	// update gets it from the key's bytes when it goes out or is first
+	// held.
+	lazy := p.keyOnly && r.key == nil
 	k := as[K](r.key)
 	// Encoded at most once for both the read and the write: stores do not
 	// modify the keys they are given.
@@ -313,6 +334,9 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		}
 	}
 	if p.up == nil {
+		if lazy {
+			r.key = string(kb)
+		}
 		cur, found, err := p.kv.getEncoded(kb)
 		if err != nil {
 			return err
@@ -330,7 +354,7 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	return p.updates.emitAt(c, slot, stored, p.output(c, r, next, prev, prevFound))
+	return p.updates.emitAt(c, slot, stored, lazy, p.output(c, r, next, prev, prevFound))
 }
 
 // output is the table update for r: the key's new aggregate, and its

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/statestore"
@@ -147,8 +148,16 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 // flushes or discards its pending updates; a slot that holds another key
 // all the same (the two fell out of step) only costs a second update of
 // the key in the next flush, each carrying the value before it.
-func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) error {
+//
+// With lazyKey, r's key is a string not made yet: it is made from the
+// cache's copy of the key, which the cache never modifies, when r is
+// forwarded or held as the key's first update, and a later update of the
+// key takes the held one's.
+func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, lazyKey bool, r record) error {
 	if !c.task.buffered {
+		if lazyKey {
+			r.key = unsafe.String(unsafe.SliceData(key), len(key))
+		}
 		return c.forward(r)
 	}
 	if i, ok := u.bySlot.lookup(slot); ok && i < u.held.n {
@@ -156,9 +165,15 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, r record) e
 			if r.old != nil {
 				r.old = p.r.old
 			}
+			if lazyKey {
+				r.key = p.r.key
+			}
 			p.r = r
 			return nil
 		}
+	}
+	if lazyKey {
+		r.key = unsafe.String(unsafe.SliceData(key), len(key))
 	}
 	u.bySlot.set(slot, u.held.n)
 	u.add(c, key, r)

@@ -69,6 +69,7 @@ func (b *Builder) Build() (*Topology, error) {
 		}
 	}
 
+	useKeyOnlyDecodes(nodes)
 	errs = append(errs, b.checkGlobals(nodes)...)
 	t := &Topology{nodes: nodes, storeSub: make(map[string]int)}
 	for _, gt := range b.globals {
@@ -125,6 +126,19 @@ func cloneGraph(nodes []*node) []*node {
 		}
 	}
 	return out
+}
+
+// useKeyOnlyDecodes gives each source that has a keyOnlyDecode, and only
+// keyOnly children, that decode.
+func useKeyOnlyDecodes(nodes []*node) {
+	for _, n := range nodes {
+		if n.kind != kindSource || n.keyOnlyDecode == nil || n.extract != nil || len(n.children) == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(n.children, func(c *node) bool { return !c.keyOnly }) {
+			n.decode = n.keyOnlyDecode
+		}
+	}
 }
 
 func remap(ns []*node, to []*node) []*node {
