@@ -207,3 +207,27 @@ func keyBytes(v any) []byte {
 	}
 	return nil
 }
+
+// Strings boxed in place behave as strings boxed one by one, and cost one
+// allocation for all.
+func TestStringBoxes(t *testing.T) {
+	words := []string{"a", "", "bb", "a"}
+	b := newStringBoxes(words)
+	words[0] = "changed"
+	for i, want := range []string{"a", "", "bb", "a"} {
+		v := b.at(i)
+		require.Equal(t, want, v)
+		require.Equal(t, any(want), v, "== as interfaces")
+		s, ok := v.(string)
+		require.True(t, ok)
+		require.Equal(t, want, s)
+		require.Equal(t, want, as[string](v))
+		require.Equal(t, v, box(s, v), "box shares the in-place box")
+	}
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() {
+		b := newStringBoxes(words)
+		for i := range b {
+			boxSink = b.at(i)
+		}
+	}))
+}

@@ -193,7 +193,20 @@ func FlatMapValues[K, V, V2 any](s KStream[K, V], fn func(K, V) []V2, opts ...Op
 	b := s.builder()
 	n := b.addStateless("flatmapvalues", collect(opts), func(c *nodeInstance, r record) error {
 		out := record{key: r.key, keyNull: r.keyNull, ts: r.ts, headers: r.headers}
-		for _, v := range fn(as[K](r.key), as[V](r.value)) {
+		vs := fn(as[K](r.key), as[V](r.value))
+		if ss, ok := any(vs).([]string); ok && len(ss) > 1 {
+			// Boxed one by one, a line's words cost an allocation each;
+			// boxed in a copy of the slice, one for them all.
+			boxes := newStringBoxes(ss)
+			for i := range boxes {
+				out.value = boxes.at(i)
+				if err := c.forward(out); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for _, v := range vs {
 			out.value = v
 			if err := c.forward(out); err != nil {
 				return err
