@@ -87,7 +87,8 @@ func TestTableUpdatesBySlot(t *testing.T) {
 	var u tableUpdates
 	emit := func(slot int, key string, v int64) {
 		t.Helper()
-		require.NoError(t, u.emitAt(c, slot, []byte(key), false, record{key: key, value: v}))
+		_, err := u.emitAt(c, slot, []byte(key), false, record{key: key, value: v})
+		require.NoError(t, err)
 	}
 	held := func() []string {
 		var out []string
@@ -125,7 +126,8 @@ func TestTableUpdatesAcrossChunks(t *testing.T) {
 			k := "k" + strconv.Itoa(i)
 			r := record{key: k, value: v}
 			if bySlot {
-				require.NoError(t, u.emitAt(c, i, []byte(k), false, r))
+				_, err := u.emitAt(c, i, []byte(k), false, r)
+				require.NoError(t, err)
 			} else {
 				require.NoError(t, u.emit(c, []byte(k), r))
 			}
@@ -230,4 +232,42 @@ func TestStringBoxes(t *testing.T) {
 			boxSink = b.at(i)
 		}
 	}))
+}
+
+// A table that holds its values unboxed gets each key's latest value at
+// flush, across chunks, and nothing of a discarded interval.
+func TestTableUpdatesHeldValues(t *testing.T) {
+	const keys = 2*chunkLen + 3
+	var out []string
+	child := &nodeInstance{node: &node{kind: kindProcessor}, fn: func(_ *nodeInstance, r record) error {
+		out = append(out, r.key.(string)+"="+strconv.FormatInt(r.value.(int64), 10))
+		return nil
+	}}
+	c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}, children: []*nodeInstance{child}}
+	child.task = c.task
+	vals := new(valueBuf[int64])
+	u := tableUpdates{values: vals}
+	emit := func(i int, v int64) {
+		t.Helper()
+		k := "k" + strconv.Itoa(i)
+		pos, err := u.emitAt(c, i, []byte(k), false, record{key: k})
+		require.NoError(t, err)
+		vals.set(pos, v)
+	}
+	for round := range int64(3) {
+		for i := range keys {
+			emit(i, 1000*round+int64(i))
+		}
+	}
+	require.NoError(t, u.flush(c))
+	require.Len(t, out, keys)
+	for i, s := range out {
+		require.Equal(t, "k"+strconv.Itoa(i)+"="+strconv.Itoa(2000+i), s)
+	}
+	out = nil
+	emit(5, 1)
+	c.task.Discard()
+	emit(7, 2)
+	require.NoError(t, u.flush(c))
+	require.Equal(t, []string{"k7=2"}, out)
 }

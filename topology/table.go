@@ -253,6 +253,7 @@ type aggProc[K, V, A any] struct {
 	// input and its encode returns new bytes, so that the store's bytes
 	// need no defensive copies.
 	up           statestore.SlotUpdater // the record cache: see tableUpdates.emitAt
+	values       *valueBuf[A]           // with up: updates.values
 	updateFn     func(old []byte, found bool) ([]byte, error)
 	key          K
 	value        V
@@ -272,6 +273,8 @@ func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
 	if up, ok := rw.(statestore.SlotUpdater); ok {
 		p.up, p.updateFn = up, p.update
 		p.decodeCopies, p.encodeFresh = serdeCopies(p.aggSerde)
+		p.values = new(valueBuf[A])
+		p.updates.values = p.values
 	}
 	return nil
 }
@@ -345,7 +348,9 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if err := p.kv.putEncoded(kb, next); err != nil {
 			return err
 		}
-		return p.updates.emit(c, kb, p.output(c, r, next, cur, found))
+		out := p.output(c, r, cur, found)
+		out.value = next
+		return p.updates.emit(c, kb, out)
 	}
 	p.key, p.value = k, as[V](r.value)
 	slot, stored, err := p.up.UpdateAt(kb, p.updateFn)
@@ -354,13 +359,21 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	return p.updates.emitAt(c, slot, stored, lazy, p.output(c, r, next, prev, prevFound))
+	out := p.output(c, r, prev, prevFound)
+	if !c.task.buffered {
+		out.value = next
+	}
+	i, err := p.updates.emitAt(c, slot, stored, lazy, out)
+	if i >= 0 {
+		p.values.set(i, next)
+	}
+	return err
 }
 
-// output is the table update for r: the key's new aggregate, and its
-// previous one when the node sends old values.
-func (p *aggProc[K, V, A]) output(c *nodeInstance, r record, next, prev A, prevFound bool) record {
-	out := record{key: r.key, value: next, ts: r.ts, headers: r.headers}
+// output is the table update for r, but for its value, the key's new
+// aggregate: with its previous one when the node sends old values.
+func (p *aggProc[K, V, A]) output(c *nodeInstance, r record, prev A, prevFound bool) record {
+	out := record{key: r.key, ts: r.ts, headers: r.headers}
 	if c.node.sendOld {
 		out.old = &prior{value: prev, null: !prevFound}
 	}

@@ -97,7 +97,43 @@ type tableUpdates struct {
 	// bySlot indexes the pending updates instead of index for a table
 	// whose store reports each written key's slot (emitAt).
 	bySlot slotIndex
+	// values, when set, holds the values of the pending updates by
+	// position, unboxed, and the held records' values are nil until flush:
+	// boxed at every update (an int64 above 255 or a string costs an
+	// allocation in an interface), a key's value would be boxed again for
+	// each record, though only its last box goes out.
+	values heldValues
 }
+
+// heldValues holds a table node's pending values unboxed (see
+// tableUpdates.values).
+type heldValues interface {
+	// box returns the value at position i as a graph value.
+	box(i int) any
+	// empty drops every value.
+	empty()
+}
+
+// valueBuf is a heldValues of values of type A, in chunks from its own
+// pool.
+type valueBuf[A any] struct {
+	pool sync.Pool
+	vals chunked[A]
+}
+
+// set makes v the value at position i, which is at most one past the
+// last.
+func (b *valueBuf[A]) set(i int, v A) {
+	if i == b.vals.n {
+		b.vals.pool = &b.pool
+		b.vals.push(v)
+		return
+	}
+	*b.vals.at(i) = v
+}
+
+func (b *valueBuf[A]) box(i int) any { return *b.vals.at(i) }
+func (b *valueBuf[A]) empty()        { b.vals.empty() }
 
 // pendingUpdate is a held update, with the cache's copy of its key when it
 // came through emitAt.
@@ -153,12 +189,17 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 // cache's copy of the key, which the cache never modifies, when r is
 // forwarded or held as the key's first update, and a later update of the
 // key takes the held one's.
-func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, lazyKey bool, r record) error {
+//
+// It returns the update's position among the held ones, or -1 if it was
+// forwarded: a table with values (tableUpdates.values) passes r without
+// its value and sets the value at that position, and only when the task
+// buffers.
+func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, lazyKey bool, r record) (int, error) {
 	if !c.task.buffered {
 		if lazyKey {
 			r.key = unsafe.String(unsafe.SliceData(key), len(key))
 		}
-		return c.forward(r)
+		return -1, c.forward(r)
 	}
 	if i, ok := u.bySlot.lookup(slot); ok && i < u.held.n {
 		if p := u.held.at(i); bytes.Equal(p.key, key) {
@@ -169,15 +210,16 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, lazyKey boo
 				r.key = p.r.key
 			}
 			p.r = r
-			return nil
+			return i, nil
 		}
 	}
 	if lazyKey {
 		r.key = unsafe.String(unsafe.SliceData(key), len(key))
 	}
-	u.bySlot.set(slot, u.held.n)
+	i := u.held.n
+	u.bySlot.set(slot, i)
 	u.add(c, key, r)
-	return nil
+	return i, nil
 }
 
 // discard drops the pending updates: the input they came from will be
@@ -185,6 +227,9 @@ func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, lazyKey boo
 func (u *tableUpdates) discard() {
 	u.resetIndex(u.held.n)
 	u.held.empty()
+	if u.values != nil {
+		u.values.empty()
+	}
 }
 
 // resetIndex forgets where the n pending updates are, as the cache
@@ -257,7 +302,18 @@ func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.T
 // updated.
 func (u *tableUpdates) flush(c *nodeInstance) error {
 	u.resetIndex(u.held.n)
-	return u.held.drain(func(p *pendingUpdate) error { return c.forward(p.r) })
+	if u.values == nil {
+		return u.held.drain(func(p *pendingUpdate) error { return c.forward(p.r) })
+	}
+	// Nothing a table forwards comes back to it, so no update is held
+	// while these go out.
+	defer u.values.empty()
+	i := 0
+	return u.held.drain(func(p *pendingUpdate) error {
+		p.r.value = u.values.box(i)
+		i++
+		return c.forward(p.r)
+	})
 }
 
 // maxRetainedUpdates bounds the index of pending updates a table keeps
