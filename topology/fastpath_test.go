@@ -271,3 +271,16 @@ func TestTableUpdatesHeldValues(t *testing.T) {
 	require.NoError(t, u.flush(c))
 	require.Equal(t, []string{"k7=2"}, out)
 }
+
+// The string sink hands on the strings' own bytes: no allocation, and an
+// empty string stays an empty value, not a null.
+func TestEncodeStringsCopiesNothing(t *testing.T) {
+	r := record{key: "word", value: "a longer value"}
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _, _ = encodeStrings(r) }))
+	k, v, err := encodeStrings(record{key: "", value: ""})
+	require.NoError(t, err)
+	require.NotNil(t, k)
+	require.NotNil(t, v)
+	require.Empty(t, k)
+	require.Empty(t, v)
+}

@@ -72,7 +72,8 @@ type InputRecord struct {
 }
 
 // OutputRecord is a serialized record a sink emits. Topic is the full topic
-// name (internal topics already carry the application prefix).
+// name (internal topics already carry the application prefix). Key and
+// Value are read-only: they may be a string's own bytes.
 type OutputRecord struct {
 	Topic     string
 	Key       []byte

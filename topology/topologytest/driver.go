@@ -23,6 +23,7 @@
 package topologytest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -274,7 +275,9 @@ func (d *Driver) ReadOutput(topic string) []topology.Record[[]byte, []byte] {
 	delete(d.outputs, topic)
 	out := make([]topology.Record[[]byte, []byte], len(recs))
 	for i, r := range recs {
-		out[i] = topology.Record[[]byte, []byte]{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: r.Headers}
+		// Copies: a sink's bytes may be a string's own (graph.OutputRecord),
+		// and the caller may write to these.
+		out[i] = topology.Record[[]byte, []byte]{Key: bytes.Clone(r.Key), Value: bytes.Clone(r.Value), Timestamp: r.Timestamp, Headers: r.Headers}
 	}
 	return out
 }
