@@ -130,7 +130,7 @@ func (g KGroupedStream[K, V]) Count(store string, opts ...Option) KTable[K, int6
 
 // countStep is Count's step. It reads neither key nor value, which lets a
 // plain count read its repartition topic without decoding either
-// (keyOnlyDecode); aggregate tells it by the function's identity.
+// (keyOnlyDecode; aggregate knows a count by its op).
 func countStep[K, V any](_ K, _ V, n int64, _ bool) int64 { return n + 1 }
 
 // Reduce combines the values of each key with fn, starting from the key's
