@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
