@@ -221,7 +221,11 @@ type Config struct {
 	// thread waiting for a fetch round trip every time it runs dry, where a
 	// whole fetch per poll lets the next one arrive while this one is
 	// processed. Lower it when records are slow to process and commits or
-	// rebalances must not wait for a whole fetch.
+	// rebalances must not wait for a whole fetch. While a thread's share of
+	// CacheMaxBytes is filling up, it polls fewer records (as many as the
+	// share has room for at 80 bytes an entry, at least 1,000): the budget
+	// is checked between polls, and a whole poll of new keys would overrun
+	// it several times over.
 	MaxPollRecords int
 	// SessionTimeout is the group session timeout: how long the group waits
 	// for a silent member before moving its tasks. Default 10s.

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -163,4 +166,37 @@ func TestEarlyCommitBurst(t *testing.T) {
 	require.LessOrEqual(t, th.earlyCommitWait(), time.Duration(0), "the oldest of the last %d commits is %s old", drainedBurst, drainedBurst*delay)
 	th.noteCommitStart(now)
 	require.Greater(t, th.earlyCommitWait(), time.Duration(0), "a fourth commit inside the window")
+}
+
+// A poll asks for no more records than the record cache's budget has room
+// for, so that a poll of records that are each a new key cannot overrun the
+// budget many times over before the commit it triggers; never fewer than
+// minPollRecords, and MaxPollRecords while no budget bounds the cache.
+func TestPollCapFollowsCacheBudget(t *testing.T) {
+	const maxPoll = 100_000
+	app := &App{cfg: Config{MaxPollRecords: maxPoll}}
+	budget := cache.NewBudget(4 << 20)
+	th := &thread{app: app, budget: budget}
+	left, _ := budget.EntriesLeft()
+	require.Less(t, left, maxPoll)
+	require.Equal(t, left, th.pollCap(), "an empty 4 MiB budget")
+
+	c := cache.New(statestore.NewMemory(), budget)
+	t.Cleanup(func() { _ = c.Inner().Close() })
+	for i := 0; !budget.Full(); i++ {
+		require.NoError(t, c.Put([]byte(strconv.Itoa(i)), []byte("v")))
+		if i == 1000 {
+			now, _ := budget.EntriesLeft()
+			require.Equal(t, now, th.pollCap(), "a budget filling up")
+			require.Less(t, th.pollCap(), left)
+		}
+	}
+	require.Equal(t, minPollRecords, th.pollCap(), "a full budget")
+	require.NoError(t, c.Commit(1))
+	require.Equal(t, left, th.pollCap(), "after the commit")
+
+	for _, b := range []*cache.Budget{nil, cache.NewBudget(0), cache.NewBudget(1 << 30)} {
+		th := &thread{app: app, budget: b}
+		require.Equal(t, maxPoll, th.pollCap(), "budget %d", b.Max())
+	}
 }

@@ -475,7 +475,7 @@ func (th *thread) iteration() error {
 		return th.step(nil, threadcore.Event{Kind: threadcore.EvRewire})
 	}
 	pollCtx, cancel := context.WithTimeout(th.ctx, th.pollWait())
-	fetches := th.cl.PollRecords(pollCtx, th.app.cfg.MaxPollRecords)
+	fetches := th.cl.PollRecords(pollCtx, th.pollCap())
 	cancel()
 	defer th.cl.AllowRebalance()
 	if fetches.IsClientClosed() || th.stopping.Load() {
@@ -506,6 +506,26 @@ func (th *thread) iteration() error {
 		return err
 	}
 	return th.step(nil, threadcore.Event{Kind: threadcore.EvTick, Clock: th.commitClock()})
+}
+
+// minPollRecords is the fewest records a poll asks for while the record
+// cache's budget is nearly spent: what one poll may overrun the budget by.
+const minPollRecords = 1000
+
+// pollCap is how many records the next poll may return: MaxPollRecords, or
+// fewer while the record cache's budget is filling up. The budget is checked
+// between polls, so a poll of MaxPollRecords records that are each a new
+// key would overrun a budget of a few MiB several times over (100,000
+// records of 100 bytes each against a thread's 5 MiB share of the default);
+// asking for no more records than the budget has room for, at the least
+// each can be charged, keeps the cache near its bound.
+func (th *thread) pollCap() int {
+	maxRecs := th.app.cfg.MaxPollRecords
+	left, bounded := th.budget.EntriesLeft()
+	if !bounded || left >= maxRecs {
+		return maxRecs
+	}
+	return min(maxRecs, max(left, minPollRecords))
 }
 
 // processPolled runs the records of the last poll through their tasks

@@ -3,6 +3,7 @@ package topology
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -83,7 +84,7 @@ var boxSink any
 // another key than the table remembers (the two fell out of step) adds an
 // update rather than overwrite the other key's.
 func TestTableUpdatesBySlot(t *testing.T) {
-	c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}}
+	c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}, children: []*nodeInstance{{}}}
 	var u tableUpdates
 	emit := func(slot int, key string, v int64) {
 		t.Helper()
@@ -119,7 +120,7 @@ func TestTableUpdatesBySlot(t *testing.T) {
 func TestTableUpdatesAcrossChunks(t *testing.T) {
 	const keys = 3*chunkLen + 7
 	for _, bySlot := range []bool{false, true} {
-		c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}}
+		c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}, children: []*nodeInstance{{}}}
 		var u tableUpdates
 		emit := func(i int, v int64) {
 			t.Helper()
@@ -151,6 +152,23 @@ func TestTableUpdatesAcrossChunks(t *testing.T) {
 		require.Equal(t, 1, u.held.n)
 		require.Equal(t, int64(9), u.held.at(0).r.value)
 	}
+}
+
+// A table nothing reads downstream (its store is only queried) holds no
+// updates between flushes, however many keys it writes.
+func TestChildlessTableHoldsNoUpdates(t *testing.T) {
+	c := &nodeInstance{node: &node{}, task: &taskGraph{buffered: true}}
+	var u tableUpdates
+	for i := range 3 * chunkLen {
+		k := "k" + strconv.Itoa(i)
+		require.NoError(t, u.emit(c, []byte(k), record{key: k, value: int64(i)}))
+		_, err := u.emitAt(c, i, []byte(k), false, record{key: k, value: int64(i)})
+		require.NoError(t, err)
+	}
+	require.False(t, u.replace(c, []byte("k1"), int64(7), time.Time{}, nil))
+	require.Zero(t, u.held.n)
+	require.Empty(t, u.held.chunks)
+	require.Empty(t, c.task.holding)
 }
 
 // A repartition source skips decoding only when every aggregation reading

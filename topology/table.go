@@ -360,7 +360,7 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return err
 	}
 	out := p.output(c, r, prev, prevFound)
-	if !c.task.buffered {
+	if !c.holds() {
 		out.value = next
 	}
 	i, err := p.updates.emitAt(c, slot, stored, lazy, out)

@@ -156,7 +156,7 @@ func (u *tableUpdates) add(c *nodeInstance, key []byte, r record) {
 // emit forwards r now, or, when the task buffers table updates, keeps it
 // as the pending update of its serialized key.
 func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
-	if !c.task.buffered {
+	if !c.holds() {
 		return c.forward(r)
 	}
 	if u.index == nil {
@@ -193,9 +193,9 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 // It returns the update's position among the held ones, or -1 if it was
 // forwarded: a table with values (tableUpdates.values) passes r without
 // its value and sets the value at that position, and only when the task
-// buffers.
+// holds its updates.
 func (u *tableUpdates) emitAt(c *nodeInstance, slot int, key []byte, lazyKey bool, r record) (int, error) {
-	if !c.task.buffered {
+	if !c.holds() {
 		if lazyKey {
 			r.key = unsafe.String(unsafe.SliceData(key), len(key))
 		}
@@ -286,7 +286,7 @@ func (x *slotIndex) reset(max int) {
 // whether there was one: a table whose record keys are costly to make (a
 // Windowed key put into an interface) makes one only when replace fails.
 func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.Time, headers []Header) bool {
-	if !c.task.buffered {
+	if !c.holds() {
 		return false
 	}
 	i, ok := u.index[string(key)]
@@ -441,6 +441,13 @@ func (in *nodeInstance) send(r record) error {
 		Headers:   r.headers,
 	}))
 }
+
+// holds reports whether the node keeps its table updates until the task's
+// next flush. A node with no children keeps none even when its task buffers:
+// nothing would read them (its store is read by queries, which see the
+// store), and a table of millions of keys that is only queried would
+// otherwise hold an update for every key written since the last commit.
+func (in *nodeInstance) holds() bool { return in.task.buffered && len(in.children) > 0 }
 
 func (in *nodeInstance) forward(r record) error {
 	for _, c := range in.children {

@@ -238,7 +238,7 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 		return err
 	}
 	if !p.final {
-		if !c.task.buffered {
+		if !c.holds() {
 			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
 		}
 		p.updates.add(slot, stored, kb, k, win, next, r.ts, r.headers)

@@ -111,7 +111,9 @@ func startTestCluster(t *testing.T) *testCluster {
 		return n > 0 && actives == n && standbys == n, fmt.Sprintf("%d actives, %d standbys of %d partitions", actives, standbys, n)
 	})
 
-	lines := generateLines(7, 300)
+	// Two letters JavaScript's toLowerCase lower-cases unlike the counter:
+	// the page must still find these words (testPageInChromium).
+	lines := append(generateLines(7, 300), "ΟΔΟΣ İZMİR ΟΔΟΣ")
 	for _, l := range lines {
 		for _, w := range words(l) {
 			c.want[w]++
@@ -601,6 +603,17 @@ func testPageInChromium(t *testing.T, c *testCluster, in *instance, word string)
 		spans = append(spans, fmt.Sprintf(`<span class="minute">%s %d</span>`, time.UnixMilli(st).UTC().Format("15:04"), c.perMinute[word][st]))
 	}
 	require.Contains(t, dom, `<p class="minutes">per minute (UTC): `+strings.Join(spans, " · ")+`</p>`, "the word's minutes:\n%s", dom)
+
+	// Typed in capitals, a word with a final Σ or an İ is looked up as the
+	// counter lower-cased it (σ, and i without a combining dot).
+	for _, w := range []struct {
+		typed, counted string
+		n              int64
+	}{{"ΟΔΟΣ", "οδοσ", 2}, {"İZMİR", "izmir", 1}} {
+		require.Equal(t, w.n, c.want[w.counted], "the input's count of %s", w.counted)
+		dom := dumpDOM(t, bin, "http://"+in.addr+"/?word="+url.QueryEscape(w.typed)+"&staleness=any", 3*time.Second)
+		require.Contains(t, dom, fmt.Sprintf(`<span class="value">%s: %d</span>`, w.counted, w.n), "%s typed:\n%s", w.typed, dom)
+	}
 }
 
 // readmeSeries parses README.md's metrics table: each series' type, and

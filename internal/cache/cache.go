@@ -69,6 +69,23 @@ func (b *Budget) Full() bool {
 	return u > 0 && u >= b.max
 }
 
+// EntriesLeft returns how many more new dirty entries the budget has room
+// for at the least an entry is charged (its overhead, with an empty key and
+// value), and whether the budget bounds anything at all: a runtime that
+// checks the budget only between batches of records sizes a batch by it, so
+// that one batch cannot overrun the budget many times over. It is 0 once
+// the budget is full.
+func (b *Budget) EntriesLeft() (n int, bounded bool) {
+	if b == nil || b.max <= 0 {
+		return 0, false
+	}
+	room := b.max - b.used.Load()
+	if room <= 0 {
+		return 0, true
+	}
+	return int(room / cacheEntryOverhead), true
+}
+
 func (b *Budget) add(n int64) {
 	if b != nil && n != 0 {
 		b.used.Add(n)

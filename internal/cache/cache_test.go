@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -555,4 +556,32 @@ func TestUpdateAtSlots(t *testing.T) {
 	require.Error(t, err)
 	slot, _ = at("c", "1")
 	require.Equal(t, 1, slot, "a failed update takes no slot")
+}
+
+// EntriesLeft counts the new entries a budget still has room for at the
+// least each is charged, and says when no budget bounds anything.
+func TestBudgetEntriesLeft(t *testing.T) {
+	budget := NewBudget(10 * cacheEntryOverhead)
+	n, bounded := budget.EntriesLeft()
+	require.True(t, bounded)
+	require.Equal(t, 10, n)
+	c, _ := newTestCache(t, budget)
+	put(t, c, "k1", "v") // 3 bytes beyond the overhead
+	n, _ = budget.EntriesLeft()
+	require.Equal(t, 8, n, "one entry and its key and value bytes taken")
+	for i := range 9 {
+		put(t, c, "x"+strconv.Itoa(i), "")
+	}
+	require.True(t, budget.Full())
+	n, bounded = budget.EntriesLeft()
+	require.True(t, bounded)
+	require.Zero(t, n, "a full budget has room for none")
+	require.NoError(t, c.Commit(1))
+	n, _ = budget.EntriesLeft()
+	require.Equal(t, 10, n, "a commit gives the room back")
+
+	for _, b := range []*Budget{nil, NewBudget(0)} {
+		_, bounded := b.EntriesLeft()
+		require.False(t, bounded)
+	}
 }
