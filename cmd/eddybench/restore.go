@@ -113,11 +113,16 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 			return nil, fmt.Errorf("changelog reader: %w", err)
 		}
 		eddys = append(eddys, d)
+		if stopProf, err = profile(cfg.profileDir, fmt.Sprintf("restore-bare-%d", i+1)); err != nil {
+			return nil, err
+		}
 		c0 = processCPU()
-		if d, err = bareBadgerWrite(filepath.Join(root, fmt.Sprintf("bare-%d", i)), entries); err != nil {
+		d, err = bareBadgerWrite(filepath.Join(root, fmt.Sprintf("bare-%d", i)), entries)
+		bareCPU = append(bareCPU, processCPU()-c0)
+		stopProf()
+		if err != nil {
 			return nil, fmt.Errorf("bare badger: %w", err)
 		}
-		bareCPU = append(bareCPU, processCPU()-c0)
 		bares = append(bares, d)
 		// The directories hold ~100 MiB each at the default size.
 		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("reader-%d", i)))
