@@ -141,8 +141,9 @@ type ReaderConfig struct {
 	// exactly-once); ends and lag are then measured to the last stable
 	// offset. Default: read uncommitted.
 	ReadCommitted bool
-	// MaxBatchRecords caps the records taken in one Poll, and so the size
-	// of one store write. Default DefaultMaxBatchRecords.
+	// MaxBatchRecords caps the records of one store write. A Poll takes
+	// that many, or up to four times as many when that empties the
+	// client's buffer (see Poll). Default DefaultMaxBatchRecords.
 	MaxBatchRecords int
 	// RetryBackoff is how long Poll waits before retrying a failed
 	// end-offset listing. Default 1s.
@@ -434,8 +435,10 @@ func (st *partState) progressLocked() Progress {
 // Poll does one round of reading: it lists end offsets for newly
 // registered partitions, waits for fetched records (until some arrive, ctx
 // ends, or a Register or Unregister interrupts the wait), and applies
-// them, all records of one partition as one store write. It returns the
-// partitions finished since the last call. Concurrent calls are
+// them, each partition's in store writes of at most MaxBatchRecords. It
+// takes MaxBatchRecords records, or all the client holds if that is at
+// most four times as many (see takeSize). It returns the partitions
+// finished since the last call. Concurrent calls are
 // serialized; one polling goroutine is the intended use.
 //
 // The writes of a round go on after Poll returns, on a goroutine of their
@@ -487,7 +490,7 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	r.wake = cancel
 	r.mu.Unlock()
 
-	fetches := r.cl.PollRecords(pctx, r.cfg.MaxBatchRecords)
+	fetches := r.cl.PollRecords(pctx, r.takeSize())
 
 	r.mu.Lock()
 	r.wake = nil
@@ -509,6 +512,23 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 		return append(done, r.waitRound()...), err
 	}
 	return done, nil
+}
+
+// drainBatches bounds how many batches' worth of records (MaxBatchRecords
+// each) a Poll takes to empty the client's buffer.
+const drainBatches = 4
+
+// takeSize is how many records Poll takes from the client: a batch, or all
+// it holds if that is at most drainBatches batches. The client fetches
+// again only once its buffer is empty, so emptying it while a few batches
+// remain to be written lets the next fetch (and its decoding) overlap
+// those writes instead of following them.
+func (r *Reader) takeSize() int {
+	n := r.cfg.MaxBatchRecords
+	if buf := r.cl.BufferedFetchRecords(); buf > int64(n) && buf <= int64(drainBatches*n) {
+		n = int(buf)
+	}
+	return n
 }
 
 // waitRound waits for the store writes of the last round and returns the
@@ -897,7 +917,7 @@ type batch struct {
 	at   time.Time // when the fetch was taken from the client
 }
 
-// apply starts writing fetched records to their stores, one write per
+// apply starts writing fetched records to their stores, partition by
 // partition, as a round (see startRound). The caller holds pollMu and has
 // waited for the previous round.
 func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
@@ -1004,76 +1024,94 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	return done
 }
 
+// applyBatch writes b's records in order, in writes of at most
+// MaxBatchRecords records, each with its position.
 func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 	st := b.st
 	st.applyMu.Lock()
 	defer st.applyMu.Unlock()
-	// Unregister drops st from the map before waiting on applyMu, so
-	// checking here, under applyMu, means a write never starts after
-	// Unregister has returned.
-	r.mu.Lock()
-	live := r.parts[st.tp] == st
-	r.mu.Unlock()
-	if !live {
-		return Completed{}, false
-	}
-	// Only this partition's writes change pos, one at a time, and the
-	// last finished before applyMu was taken: no lock needed to read it.
-	pos := st.pos
-	last := int64(-1)
-	entries := make([]statestore.Entry, 0, len(b.recs))
-	offsets := make([]int64, 0, len(b.recs))
-	for _, rec := range b.recs {
-		if rec.Offset < pos {
-			continue // already applied
-		}
-		last = rec.Offset
-		if rec.Attrs.IsControl() {
-			continue // a transaction marker: moves the position, holds no data
-		}
-		entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
-		offsets = append(offsets, rec.Offset)
-	}
-	var werr error
-	if last >= 0 {
-		werr = st.reg.Store.Write(entries, last+1)
-	}
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if werr != nil {
-		if r.parts[st.tp] != st {
+	recs := b.recs
+	for {
+		// Unregister drops st from the map before waiting on applyMu,
+		// so checking here, under applyMu, means a write never starts
+		// after Unregister has returned.
+		r.mu.Lock()
+		live := r.parts[st.tp] == st
+		r.mu.Unlock()
+		if !live {
 			return Completed{}, false
 		}
-		where := ""
-		if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(offsets) {
-			where = fmt.Sprintf(" (the record at offset %d cannot be stored)", offsets[ee.Index])
+		// Only this partition's writes change pos, one at a time, and
+		// this goroutine makes them: no lock needed to read it.
+		pos := st.pos
+		last := int64(-1)
+		n := min(len(recs), r.cfg.MaxBatchRecords)
+		entries := make([]statestore.Entry, 0, n)
+		offsets := make([]int64, 0, n)
+		taken := 0
+		for _, rec := range recs {
+			if taken == r.cfg.MaxBatchRecords {
+				break
+			}
+			taken++
+			if rec.Offset < pos {
+				continue // already applied
+			}
+			last = rec.Offset
+			if rec.Attrs.IsControl() {
+				continue // a transaction marker: moves the position, holds no data
+			}
+			entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
+			offsets = append(offsets, rec.Offset)
 		}
-		return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
-			len(entries), st.tp.Topic, st.tp.Partition, where, werr)), true
-	}
-	if last >= 0 {
-		st.pos = last + 1
-		st.restored += int64(len(entries))
-	}
-	if r.parts[st.tp] != st {
-		return Completed{}, false // unregistered during the write
-	}
-	if st.rebuilding && st.target >= 0 && st.pos >= st.target {
-		st.rebuilding = false
-		r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
-	}
-	if b.hwm >= 0 {
-		st.confirmed = b.at
-	}
-	if st.reg.Mode == Follow {
-		st.end = max(st.end, b.hwm)
+		recs = recs[taken:]
+		var werr error
+		if last >= 0 {
+			werr = st.reg.Store.Write(entries, last+1)
+		}
+
+		r.mu.Lock()
+		if werr != nil {
+			defer r.mu.Unlock()
+			if r.parts[st.tp] != st {
+				return Completed{}, false
+			}
+			where := ""
+			if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(offsets) {
+				where = fmt.Sprintf(" (the record at offset %d cannot be stored)", offsets[ee.Index])
+			}
+			return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
+				len(entries), st.tp.Topic, st.tp.Partition, where, werr)), true
+		}
+		if last >= 0 {
+			st.pos = last + 1
+			st.restored += int64(len(entries))
+		}
+		if r.parts[st.tp] != st {
+			r.mu.Unlock()
+			return Completed{}, false // unregistered during the write
+		}
+		if st.rebuilding && st.target >= 0 && st.pos >= st.target {
+			st.rebuilding = false
+			r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
+		}
+		if len(recs) > 0 {
+			r.mu.Unlock()
+			continue
+		}
+		defer r.mu.Unlock()
+		if b.hwm >= 0 {
+			st.confirmed = b.at
+		}
+		if st.reg.Mode == Follow {
+			st.end = max(st.end, b.hwm)
+			return Completed{}, false
+		}
+		if st.pos >= st.end {
+			return r.completeLocked(st, nil), true
+		}
 		return Completed{}, false
 	}
-	if st.pos >= st.end {
-		return r.completeLocked(st, nil), true
-	}
-	return Completed{}, false
 }
 
 // listOffsets lists, per partition, the offset for timestamp (-1 end, -2

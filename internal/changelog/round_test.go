@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/statestore"
 )
@@ -176,4 +177,40 @@ func countKeys(t *testing.T, s statestore.Store) int {
 	}
 	require.NoError(t, it.Err())
 	return n
+}
+
+// A Poll may take more records than MaxBatchRecords (to empty the client's
+// buffer, see takeSize); they are written in order, in writes of at most
+// MaxBatchRecords, each with its position.
+func TestLargeTakeIsWrittenInBatches(t *testing.T) {
+	c := newCluster(t, 1, clTopic)
+	r := newReader(t, c, func(cfg *ReaderConfig) { cfg.MaxBatchRecords = 10 })
+	store := newFakeStore()
+	var positions []int64
+	store.onWrite = func(entries []statestore.Entry, position int64) {
+		require.LessOrEqual(t, len(entries), 10)
+		positions = append(positions, position)
+	}
+	require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: Follow}))
+	_, retry := r.listPending(context.Background())
+	require.False(t, retry)
+
+	var recs []*kgo.Record
+	for o := range int64(25) {
+		recs = append(recs, &kgo.Record{Topic: clTopic, Partition: 0, Offset: o,
+			Key: fmt.Appendf(nil, "k%04d", o), Value: fmt.Appendf(nil, "v%d", o)})
+	}
+	fetches := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: clTopic, Partitions: []kgo.FetchPartition{
+		{Partition: 0, HighWatermark: 25, LastStableOffset: 25, Records: recs},
+	}}}}}
+	r.mu.Lock()
+	epoch := r.epoch
+	r.mu.Unlock()
+	require.Empty(t, append(r.apply(fetches, epoch), r.waitRound()...))
+	require.Equal(t, []int64{10, 20, 25}, positions)
+	require.Equal(t, expectMap(numbered(0, 25)...), store.snapshot())
+	p, ok := r.Progress(clTopic, 0)
+	require.True(t, ok)
+	require.Equal(t, int64(25), p.Position)
+	require.Equal(t, int64(25), p.Restored)
 }
