@@ -768,17 +768,20 @@ func (s *badgerStore) writeTxn(ops []op, position int64) error {
 	return nil
 }
 
-// readPosition reads the position, from legacyPositionKey if positionKey
-// is absent, and sets legacyPos. Called while opening.
+// readPosition reads the position and sets legacyPos. Called while
+// opening. When legacyPositionKey exists it wins over positionKey: this
+// binary deletes it in the transaction that writes positionKey, so if both
+// exist an older binary wrote the legacy record later (a downgrade
+// followed by an upgrade) and positionKey is stale.
 func (s *badgerStore) readPosition() (int64, error) {
 	pos := NoPosition
 	var legacy bool
 	err := s.db.View(func(txn *badger.Txn) error {
-		var err error
-		if legacy, err = readPositionAt(txn, legacyPositionKey, &pos); err != nil {
+		if _, err := readPositionAt(txn, positionKey, &pos); err != nil {
 			return err
 		}
-		_, err = readPositionAt(txn, positionKey, &pos)
+		var err error
+		legacy, err = readPositionAt(txn, legacyPositionKey, &pos)
 		return err
 	})
 	if err != nil {

@@ -537,4 +537,27 @@ func TestBadgerLegacyPositionRecord(t *testing.T) {
 	require.NoError(t, it.Close())
 	require.Equal(t, 2, n, "the position is no user key")
 	require.NoError(t, s.Close())
+
+	// An older binary opens the store, sees no position of its own and
+	// writes one: the next open of this binary takes the older binary's.
+	db, err = badger.Open(opts.withDefaults().badger(dir))
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(txn *badger.Txn) error {
+		return txn.Set(legacyPositionKey, binary.BigEndian.AppendUint64(nil, 5))
+	}))
+	require.NoError(t, db.Close())
+	s, err = OpenBadger(dir, opts)
+	require.NoError(t, err)
+	pos, err = s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(5), pos, "the record an older binary wrote last wins")
+	require.NoError(t, s.Write([]Entry{{Key: []byte("c"), Value: []byte("3")}}, 6))
+	require.NoError(t, s.Close())
+	s, err = OpenBadger(dir, opts)
+	require.NoError(t, err)
+	pos, err = s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(6), pos)
+	require.False(t, s.(*badgerStore).legacyPos)
+	require.NoError(t, s.Close())
 }
