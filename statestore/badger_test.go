@@ -491,3 +491,73 @@ func TestBadgerSharedReadsFollowWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, found, "a Get after a Reset must miss")
 }
+
+// A store written before the position moved after the user keys keeps
+// its position: it is read from the old record, which the first write of
+// the position removes.
+func TestBadgerLegacyPositionRecord(t *testing.T) {
+	dir := t.TempDir()
+	opts := DefaultBadgerOptions()
+	opts.ValueLogGCInterval = -1
+	db, err := badger.Open(opts.withDefaults().badger(dir))
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(userKey([]byte("a")), []byte("1")); err != nil {
+			return err
+		}
+		return txn.Set(legacyPositionKey, binary.BigEndian.AppendUint64(nil, 7))
+	}))
+	require.NoError(t, db.Close())
+
+	s, err := OpenBadger(dir, opts)
+	require.NoError(t, err)
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(7), pos)
+	require.NoError(t, s.Write([]Entry{{Key: []byte("b"), Value: []byte("2")}}, 8))
+	require.NoError(t, s.Close())
+
+	s, err = OpenBadger(dir, opts)
+	require.NoError(t, err)
+	pos, err = s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(8), pos)
+	require.False(t, s.(*badgerStore).legacyPos, "the old record is gone")
+	for _, k := range []string{"a", "b"} {
+		_, found, err := s.Get([]byte(k))
+		require.NoError(t, err)
+		require.True(t, found, k)
+	}
+	it, err := s.All()
+	require.NoError(t, err)
+	n := 0
+	for it.Next() {
+		n++
+	}
+	require.NoError(t, it.Close())
+	require.Equal(t, 2, n, "the position is no user key")
+	require.NoError(t, s.Close())
+
+	// An older binary opens the store, sees no position of its own and
+	// writes one: the next open of this binary takes the older binary's.
+	db, err = badger.Open(opts.withDefaults().badger(dir))
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(txn *badger.Txn) error {
+		return txn.Set(legacyPositionKey, binary.BigEndian.AppendUint64(nil, 5))
+	}))
+	require.NoError(t, db.Close())
+	s, err = OpenBadger(dir, opts)
+	require.NoError(t, err)
+	pos, err = s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(5), pos, "the record an older binary wrote last wins")
+	require.NoError(t, s.Write([]Entry{{Key: []byte("c"), Value: []byte("3")}}, 6))
+	require.NoError(t, s.Close())
+	s, err = OpenBadger(dir, opts)
+	require.NoError(t, err)
+	pos, err = s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(6), pos)
+	require.False(t, s.(*badgerStore).legacyPos)
+	require.NoError(t, s.Close())
+}

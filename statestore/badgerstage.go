@@ -153,12 +153,16 @@ func (s *badgerStore) applyGated(ops []op, pos []byte) error {
 	if err := s.writeBatch(ops); err != nil {
 		return err
 	}
-	return s.db.Update(func(txn *badger.Txn) error {
-		if err := txn.Set(positionKey, pos); err != nil {
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := s.putPosition(txn, pos); err != nil {
 			return err
 		}
 		return txn.Delete(stageMarkerKey)
 	})
+	if err == nil {
+		s.legacyPos = false
+	}
+	return err
 }
 
 // recoverStage finishes a staged Write that was committed but not applied

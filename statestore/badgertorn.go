@@ -60,6 +60,7 @@ func (s *badgerStore) writeTorn(ops []op, position int64) error {
 		s.failed.Store(&err)
 		return err
 	}
+	s.legacyPos = false
 	s.mended(position)
 	return nil
 }
@@ -106,11 +107,24 @@ func (s *badgerStore) writeBatch(ops []op) error {
 // setPosition writes position in txn and, if it reaches the torn
 // marker's, removes the marker with it.
 func (s *badgerStore) setPosition(txn *badger.Txn, position int64) error {
-	if err := txn.Set(positionKey, binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(position))); err != nil {
+	if err := s.putPosition(txn, binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(position))); err != nil {
 		return err
 	}
 	if t := s.torn.Load(); t != NoPosition && position >= t {
 		return txn.Delete(tornKey)
+	}
+	return nil
+}
+
+// putPosition writes an encoded position in txn, deleting the legacy
+// position record if there is one. The caller clears legacyPos once txn
+// has committed.
+func (s *badgerStore) putPosition(txn *badger.Txn, pos []byte) error {
+	if err := txn.Set(positionKey, pos); err != nil {
+		return err
+	}
+	if s.legacyPos {
+		return txn.Delete(legacyPositionKey)
 	}
 	return nil
 }

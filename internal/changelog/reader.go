@@ -141,8 +141,9 @@ type ReaderConfig struct {
 	// exactly-once); ends and lag are then measured to the last stable
 	// offset. Default: read uncommitted.
 	ReadCommitted bool
-	// MaxBatchRecords caps the records taken in one Poll, and so the size
-	// of one store write. Default DefaultMaxBatchRecords.
+	// MaxBatchRecords caps the records of one store write. A Poll takes
+	// that many, or up to four times as many when that empties the
+	// client's buffer (see Poll). Default DefaultMaxBatchRecords.
 	MaxBatchRecords int
 	// RetryBackoff is how long Poll waits before retrying a failed
 	// end-offset listing. Default 1s.
@@ -227,6 +228,15 @@ type Reader struct {
 	confirmedAt time.Time
 
 	resets atomic.Int64 // stores emptied because their position did not fit
+
+	// round is closed when the store writes a Poll handed to a goroutine
+	// of their own are done; nil when none were. Only Poll and Close,
+	// holding pollMu, touch it. The next Poll fetches meanwhile, and
+	// waits for the round before it writes anything itself.
+	round chan struct{}
+	// finished holds the completions of the last round not yet returned
+	// by Poll.
+	finished []Completed
 }
 
 type partState struct {
@@ -256,7 +266,9 @@ type partState struct {
 	confirmed time.Time
 
 	// applyMu is held across a store write, so that Unregister can wait
-	// for one in flight.
+	// for one in flight. pos, restored and the fields a write updates are
+	// written under mu by the write's goroutine; the writes of one
+	// partition never overlap (see Reader.round).
 	applyMu sync.Mutex
 }
 
@@ -423,9 +435,19 @@ func (st *partState) progressLocked() Progress {
 // Poll does one round of reading: it lists end offsets for newly
 // registered partitions, waits for fetched records (until some arrive, ctx
 // ends, or a Register or Unregister interrupts the wait), and applies
-// them, all records of one partition as one store write. It returns the
-// partitions finished in this round. Concurrent calls are serialized; one
-// polling goroutine is the intended use.
+// them, each partition's in store writes of at most MaxBatchRecords. It
+// takes MaxBatchRecords records, or all the client holds if that is at
+// most four times as many (see takeSize). It returns the partitions
+// finished since the last call. Concurrent calls are
+// serialized; one polling goroutine is the intended use.
+//
+// The writes of a round go on after Poll returns, on a goroutine of their
+// own, so that the next round's fetch overlaps them; the next Poll waits
+// for them before it writes, and reports what they finished. A store is
+// therefore written by one round at a time, each partition's batches in
+// order, and no batch is written after an earlier one of its partition
+// failed. Unregister, Release and Close wait for a write under way, and
+// Poll waits for its round before it returns an error.
 //
 // Poll returns ctx's error when ctx ends, and ErrClosed once the Reader is
 // closed; records fetched before either are still applied.
@@ -439,7 +461,7 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return done, ErrClosed
+		return append(done, r.waitRound()...), ErrClosed
 	}
 	// Records taken from the client belong to the registration that was
 	// consuming when they were taken. Any partition whose consumption
@@ -448,8 +470,10 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	var pctx context.Context
 	var cancel context.CancelFunc
 	switch {
-	case len(done) > 0:
+	case len(done) > 0 || len(r.finished) > 0:
 		// Report completions now; take only what is already buffered.
+		// (The last round adds to finished and wakes the wait under mu,
+		// so a completion never waits for a confirmation interval.)
 		pctx, cancel = nil, func() {}
 	case r.listDue:
 		// Registered after listPending looked, before there was a wait
@@ -466,13 +490,14 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	r.wake = cancel
 	r.mu.Unlock()
 
-	fetches := r.cl.PollRecords(pctx, r.cfg.MaxBatchRecords)
+	fetches := r.cl.PollRecords(pctx, r.takeSize())
 
 	r.mu.Lock()
 	r.wake = nil
 	closed := r.closed
 	r.mu.Unlock()
 	cancel()
+	done = append(done, r.waitRound()...)
 	if closed {
 		return done, ErrClosed
 	}
@@ -480,13 +505,70 @@ func (r *Reader) Poll(ctx context.Context) ([]Completed, error) {
 	done = append(done, r.apply(fetches, epoch)...)
 	for _, fe := range fetches.Errors() {
 		if errors.Is(fe.Err, kgo.ErrClientClosed) {
-			return done, ErrClosed
+			return append(done, r.waitRound()...), ErrClosed
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return done, err
+		return append(done, r.waitRound()...), err
 	}
 	return done, nil
+}
+
+// drainBatches bounds how many batches' worth of records (MaxBatchRecords
+// each) a Poll takes to empty the client's buffer.
+const drainBatches = 4
+
+// takeSize is how many records Poll takes from the client: a batch, or all
+// it holds if that is at most drainBatches batches. The client fetches
+// again only once its buffer is empty, so emptying it while a few batches
+// remain to be written lets the next fetch (and its decoding) overlap
+// those writes instead of following them.
+func (r *Reader) takeSize() int {
+	n := r.cfg.MaxBatchRecords
+	if buf := r.cl.BufferedFetchRecords(); buf > int64(n) && buf <= int64(drainBatches*n) {
+		n = int(buf)
+	}
+	return n
+}
+
+// waitRound waits for the store writes of the last round and returns the
+// partitions they finished. The caller holds pollMu.
+func (r *Reader) waitRound() []Completed {
+	if r.round == nil {
+		return nil
+	}
+	<-r.round
+	r.round = nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	done := r.finished
+	r.finished = nil
+	return done
+}
+
+// startRound writes batches, in order, on a goroutine of their own. The
+// caller holds pollMu and has waited for the previous round.
+func (r *Reader) startRound(batches []*batch) {
+	if len(batches) == 0 {
+		return
+	}
+	ch := make(chan struct{})
+	r.round = ch
+	go func() {
+		defer close(ch)
+		var done []Completed
+		for _, b := range batches {
+			if c, ok := r.applyBatch(b); ok {
+				done = append(done, c)
+			}
+		}
+		if len(done) > 0 {
+			r.mu.Lock()
+			r.finished = append(r.finished, done...)
+			r.wakeLocked()
+			r.mu.Unlock()
+		}
+	}()
 }
 
 // untilConfirm is how long until confirmEnds is due, at least a
@@ -563,8 +645,10 @@ func (r *Reader) Close() error {
 	}
 	r.mu.Unlock()
 	r.cl.Close()
-	// Wait out a Poll that was mid-flight.
+	// Wait out a Poll that was mid-flight, and the writes of its round:
+	// the caller may close the stores next.
 	r.pollMu.Lock()
+	r.waitRound()
 	r.pollMu.Unlock()
 	return nil
 }
@@ -634,8 +718,12 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	if len(pending) == 0 {
 		return nil, retry
 	}
+	// What follows may reset stores: not while the last round writes
+	// (a store may back several partitions, as a global store does).
+	done = r.waitRound()
 
-	// Only Poll, the caller, writes pos: no lock needed to read it.
+	// Only writes change pos, and none is under way: no lock needed to
+	// read it.
 	starts, startErr := r.listOffsets(ctx, tps, -2, false)
 	ends, endErr := r.listOffsets(ctx, tps, -1, r.cfg.ReadCommitted)
 	// Under read committed the end is the last stable offset, which an
@@ -829,7 +917,9 @@ type batch struct {
 	at   time.Time // when the fetch was taken from the client
 }
 
-// apply writes fetched records to their stores, one write per partition.
+// apply starts writing fetched records to their stores, partition by
+// partition, as a round (see startRound). The caller holds pollMu and has
+// waited for the previous round.
 func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	var done []Completed
 	var batches []*batch
@@ -911,11 +1001,9 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	}
 	r.mu.Unlock()
 
-	for _, b := range batches {
-		if c, ok := r.applyBatch(b); ok {
-			done = append(done, c)
-		}
-	}
+	// A lost partition's batches were dropped above, so its reset need
+	// not wait for the others' writes; it goes first, as nothing else
+	// writes while it runs.
 	for _, l := range losses {
 		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end)
 		if failed != nil {
@@ -932,78 +1020,98 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 			r.mu.Unlock()
 		}
 	}
+	r.startRound(batches)
 	return done
 }
 
+// applyBatch writes b's records in order, in writes of at most
+// MaxBatchRecords records, each with its position.
 func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 	st := b.st
 	st.applyMu.Lock()
 	defer st.applyMu.Unlock()
-	// Unregister drops st from the map before waiting on applyMu, so
-	// checking here, under applyMu, means a write never starts after
-	// Unregister has returned.
-	r.mu.Lock()
-	live := r.parts[st.tp] == st
-	r.mu.Unlock()
-	if !live {
-		return Completed{}, false
-	}
-	// Only Poll writes pos, and Poll is the caller: no lock needed to read.
-	pos := st.pos
-	last := int64(-1)
-	entries := make([]statestore.Entry, 0, len(b.recs))
-	offsets := make([]int64, 0, len(b.recs))
-	for _, rec := range b.recs {
-		if rec.Offset < pos {
-			continue // already applied
-		}
-		last = rec.Offset
-		if rec.Attrs.IsControl() {
-			continue // a transaction marker: moves the position, holds no data
-		}
-		entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
-		offsets = append(offsets, rec.Offset)
-	}
-	var werr error
-	if last >= 0 {
-		werr = st.reg.Store.Write(entries, last+1)
-	}
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if werr != nil {
-		if r.parts[st.tp] != st {
+	recs := b.recs
+	for {
+		// Unregister drops st from the map before waiting on applyMu,
+		// so checking here, under applyMu, means a write never starts
+		// after Unregister has returned.
+		r.mu.Lock()
+		live := r.parts[st.tp] == st
+		r.mu.Unlock()
+		if !live {
 			return Completed{}, false
 		}
-		where := ""
-		if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(offsets) {
-			where = fmt.Sprintf(" (the record at offset %d cannot be stored)", offsets[ee.Index])
+		// Only this partition's writes change pos, one at a time, and
+		// this goroutine makes them: no lock needed to read it.
+		pos := st.pos
+		last := int64(-1)
+		n := min(len(recs), r.cfg.MaxBatchRecords)
+		entries := make([]statestore.Entry, 0, n)
+		offsets := make([]int64, 0, n)
+		taken := 0
+		for _, rec := range recs {
+			if taken == r.cfg.MaxBatchRecords {
+				break
+			}
+			taken++
+			if rec.Offset < pos {
+				continue // already applied
+			}
+			last = rec.Offset
+			if rec.Attrs.IsControl() {
+				continue // a transaction marker: moves the position, holds no data
+			}
+			entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
+			offsets = append(offsets, rec.Offset)
 		}
-		return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
-			len(entries), st.tp.Topic, st.tp.Partition, where, werr)), true
-	}
-	if last >= 0 {
-		st.pos = last + 1
-		st.restored += int64(len(entries))
-	}
-	if r.parts[st.tp] != st {
-		return Completed{}, false // unregistered during the write
-	}
-	if st.rebuilding && st.target >= 0 && st.pos >= st.target {
-		st.rebuilding = false
-		r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
-	}
-	if b.hwm >= 0 {
-		st.confirmed = b.at
-	}
-	if st.reg.Mode == Follow {
-		st.end = max(st.end, b.hwm)
+		recs = recs[taken:]
+		var werr error
+		if last >= 0 {
+			werr = st.reg.Store.Write(entries, last+1)
+		}
+
+		r.mu.Lock()
+		if werr != nil {
+			defer r.mu.Unlock()
+			if r.parts[st.tp] != st {
+				return Completed{}, false
+			}
+			where := ""
+			if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(offsets) {
+				where = fmt.Sprintf(" (the record at offset %d cannot be stored)", offsets[ee.Index])
+			}
+			return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
+				len(entries), st.tp.Topic, st.tp.Partition, where, werr)), true
+		}
+		if last >= 0 {
+			st.pos = last + 1
+			st.restored += int64(len(entries))
+		}
+		if r.parts[st.tp] != st {
+			r.mu.Unlock()
+			return Completed{}, false // unregistered during the write
+		}
+		if st.rebuilding && st.target >= 0 && st.pos >= st.target {
+			st.rebuilding = false
+			r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
+		}
+		if len(recs) > 0 {
+			r.mu.Unlock()
+			continue
+		}
+		defer r.mu.Unlock()
+		if b.hwm >= 0 {
+			st.confirmed = b.at
+		}
+		if st.reg.Mode == Follow {
+			st.end = max(st.end, b.hwm)
+			return Completed{}, false
+		}
+		if st.pos >= st.end {
+			return r.completeLocked(st, nil), true
+		}
 		return Completed{}, false
 	}
-	if st.pos >= st.end {
-		return r.completeLocked(st, nil), true
-	}
-	return Completed{}, false
 }
 
 // listOffsets lists, per partition, the offset for timestamp (-1 end, -2

@@ -433,17 +433,22 @@ func TestApplyGuards(t *testing.T) {
 		}}}}}
 	}
 	epoch := func() uint64 { r.mu.Lock(); defer r.mu.Unlock(); return r.epoch }
+	// apply leaves its writes to a goroutine, as a round; Poll waits for
+	// a round before the next.
+	apply := func(fetches kgo.Fetches, epoch uint64) []Completed {
+		return append(r.apply(fetches, epoch), r.waitRound()...)
+	}
 
 	// Taken before consumption started: dropped, and re-sought.
 	before := epoch()
-	require.Empty(t, r.apply(fetch(0, 3, 0, 1, 2), before-2))
+	require.Empty(t, apply(fetch(0, 3, 0, 1, 2), before-2))
 	require.Zero(t, store.len())
 	require.Greater(t, epoch(), before, "partition re-sought")
 
-	require.Empty(t, r.apply(fetch(0, 3, 0, 1, 2), epoch()))
+	require.Empty(t, apply(fetch(0, 3, 0, 1, 2), epoch()))
 	require.Equal(t, 3, store.len())
 	// Overlapping records are applied once.
-	require.Empty(t, r.apply(fetch(0, 9, 1, 2, 3, 4), epoch()))
+	require.Empty(t, apply(fetch(0, 9, 1, 2, 3, 4), epoch()))
 	p, _ := r.Progress(clTopic, 0)
 	require.False(t, p.EndConfirmed.IsZero(), "a fetch with records confirms the end")
 	p.EndConfirmed = time.Time{}
@@ -457,7 +462,7 @@ func TestApplyGuards(t *testing.T) {
 	// even from a fetch before the one reporting the loss.
 	loss := append(fetch(0, 9, 5), fetch(0, 9, 6)...)
 	loss[1].Topics[0].Partitions[0].Err = &kgo.ErrDataLoss{Topic: clTopic, Partition: 0, ConsumedTo: 7, ResetTo: 5}
-	require.Empty(t, r.apply(loss, epoch()))
+	require.Empty(t, apply(loss, epoch()))
 	require.Zero(t, store.len())
 	require.Equal(t, 1, store.resetCount())
 	p, ok := r.Progress(clTopic, 0)
@@ -468,14 +473,14 @@ func TestApplyGuards(t *testing.T) {
 	require.True(t, r.parts[TopicPartition{clTopic, 0}].needOffs, "listed again before reading from the start")
 	r.mu.Unlock()
 	// Records fetched before the reset went into effect are not applied.
-	require.Empty(t, r.apply(fetch(0, 9, 7, 8), epoch()))
+	require.Empty(t, apply(fetch(0, 9, 7, 8), epoch()))
 	require.Zero(t, store.len())
 	require.EqualValues(t, 1, r.StoreResets())
 
 	// Any other fetch error drops the partition.
 	bad := fetch(1, 9, 0)
 	bad[0].Topics[0].Partitions[0].Err = kerr.UnknownTopicOrPartition
-	done = r.apply(bad, epoch())
+	done = apply(bad, epoch())
 	require.Len(t, done, 1)
 	require.ErrorIs(t, done[0].Err, kerr.UnknownTopicOrPartition)
 	require.Zero(t, other.len())
@@ -484,6 +489,6 @@ func TestApplyGuards(t *testing.T) {
 
 	// Records for unregistered partitions go nowhere.
 	require.True(t, r.Unregister(clTopic, 0))
-	require.Empty(t, r.apply(fetch(0, 20, 6, 7), epoch()))
+	require.Empty(t, apply(fetch(0, 20, 6, 7), epoch()))
 	require.Zero(t, store.len())
 }
