@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,4 +63,69 @@ func TestJoinDropsCounted(t *testing.T) {
 	}
 	require.Equal(t, int64(3), perTask)
 	require.Equal(t, 3.0, gather(t, reg).sum("eddy_task_dropped_join_records_total"))
+}
+
+// A stream–table join started over input already in its topics joins each
+// order with the customer record stamped before it, whichever topic the
+// fetch returned first: a task merges its partitions' records by
+// timestamp.
+func TestJoinTakesEarlierTableRecordsFirst(t *testing.T) {
+	b, _ := startBroker(t, "orders", "customers", "out")
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics("out"), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	require.NoError(t, err)
+	defer cl.Close()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const customers, orders = 20, 400
+	var recs []*kgo.Record
+	// The orders go to the broker first, so their partitions are no later
+	// in its log than the customers'.
+	for i := range orders {
+		c := fmt.Sprintf("c%02d", i%customers)
+		recs = append(recs, &kgo.Record{Topic: "orders", Key: []byte(c), Value: fmt.Appendf(nil, "o%d", i), Timestamp: t0.Add(time.Duration(i+1) * time.Second)})
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+	recs = recs[:0]
+	for i := range customers {
+		c := fmt.Sprintf("c%02d", i)
+		recs = append(recs, &kgo.Record{Topic: "customers", Key: []byte(c), Value: []byte("name-" + c), Timestamp: t0})
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+
+	tb := topology.NewBuilder()
+	table := topology.Table(tb, "customers", serde.String, serde.String, "customers", topology.InMemory())
+	stream := topology.Stream(tb, "orders", serde.String, serde.String)
+	topology.LeftJoin(stream, table, func(o, c string, found bool) string {
+		if !found {
+			return o + ":?"
+		}
+		return o + ":" + c
+	}).To("out", serde.String, serde.String)
+	topo, err := tb.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "joinorder", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	defer app.Close(ctx)
+
+	joined := map[string]string{} // order → its output
+	waitFor(t, 30*time.Second, "an output for every order", func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+			o, _, _ := strings.Cut(string(r.Value), ":")
+			joined[string(r.Key)+"/"+o] = string(r.Value)
+		})
+		return len(joined) >= orders
+	})
+	require.Len(t, joined, orders)
+	missed := 0
+	for k, v := range joined {
+		c, _, _ := strings.Cut(k, "/")
+		if !strings.HasSuffix(v, ":name-"+c) {
+			missed++
+		}
+	}
+	require.Zero(t, missed, "orders that missed the customer stamped before them, of %d", orders)
 }

@@ -71,6 +71,9 @@ type thread struct {
 	// did.
 	fetches    kgo.Fetches
 	processing bool
+	// parts and partNext are processPolled's scratch, kept between polls.
+	parts    []kgo.FetchTopicPartition
+	partNext []int
 	// rewiring is the request a rewire reconnection waits on.
 	rewiring                *rewire
 	lastCommit, commitStart time.Time
@@ -545,12 +548,51 @@ func (th *thread) processPolled() error {
 		}
 		th.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 	})
+	parts := th.parts[:0]
 	th.fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		var n, consumed int
-		for _, r := range p.Records {
-			if fatal != nil || doomed {
+		if len(p.Records) > 0 {
+			parts = append(parts, p)
+		}
+	})
+	for i := 0; i < len(parts) && fatal == nil; {
+		// A task reading several topics takes the records of all its
+		// partitions in this poll together (see processTask); they need
+		// not be next to each other in the fetch.
+		j := i + 1
+		if sub := th.app.plan.topicSub[parts[i].Topic]; th.app.plan.subSources[sub] > 1 {
+			for k := j; k < len(parts); k++ {
+				if th.app.plan.topicSub[parts[k].Topic] == sub && parts[k].Partition == parts[i].Partition {
+					parts[j], parts[k] = parts[k], parts[j]
+					j++
+				}
+			}
+		}
+		fatal = th.processTask(parts[i:j], &doomed)
+		i = j
+	}
+	clear(parts)
+	th.parts = parts[:0]
+	return fatal
+}
+
+// processTask runs the records one poll returned for one task's partitions
+// through the task, in the order of a timestampMerge.
+func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool) error {
+	var fatal error
+	m := timestampMerge{parts: parts, next: th.partNext[:0]}
+	defer func() { th.partNext = m.next[:0] }()
+	consumed := 0
+	for fatal == nil && !*doomed {
+		pi, end := m.run()
+		if pi < 0 {
+			break
+		}
+		p, n := parts[pi], 0
+		for _, r := range p.Records[m.next[pi]:end] {
+			if fatal != nil || *doomed {
 				break
 			}
+			m.next[pi]++
 			var took bool
 			if r.Attrs.IsControl() {
 				took = th.passControl(r)
@@ -561,23 +603,75 @@ func (th *thread) processPolled() error {
 					// The transaction is doomed: stop here, and the
 					// iteration's end aborts it (commitClock), which
 					// rewinds to the committed offsets.
-					doomed, fatal = true, nil
+					*doomed, fatal = true, nil
 				}
 			}
 			if took {
 				consumed++
 			}
 		}
-		if consumed > 0 {
-			id := task.ID{SubTopology: th.app.plan.topicSub[p.Topic], Partition: p.Partition}
-			if _, err := th.core.Step(threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed}); err != nil && fatal == nil {
-				fatal = fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+		th.app.metrics.processedFrom(p.Topic, n)
+	}
+	if consumed > 0 {
+		id := task.ID{SubTopology: th.app.plan.topicSub[parts[0].Topic], Partition: parts[0].Partition}
+		if _, err := th.core.Step(threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed}); err != nil && fatal == nil {
+			fatal = fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+		}
+	}
+	for _, p := range parts {
+		th.noteFetched(p)
+	}
+	return fatal
+}
+
+// timestampMerge orders the records one poll returned for one task's
+// partitions as Kafka Streams does: of the partitions' next records the
+// earliest goes first, the first partition's on a tie, so records of a
+// table that precede a stream's in time are in the table before the
+// stream's records are joined with it. Records of one partition keep their
+// order. Only the records of one poll are merged: a partition that
+// returned none does not hold the others back, as Kafka Streams'
+// max.task.idle.ms can.
+type timestampMerge struct {
+	parts []kgo.FetchTopicPartition
+	// next[i] is the index of parts[i]'s next record; the caller advances
+	// it over the records it takes.
+	next []int
+}
+
+// run returns the partition whose records go next and the end of the run
+// of its records that go before any other partition's: records stamped
+// earlier than every other partition's next record, and those stamped the
+// same as the next records of partitions after it. It returns -1 when no
+// records are left.
+func (m *timestampMerge) run() (part, end int) {
+	for len(m.next) < len(m.parts) {
+		m.next = append(m.next, 0)
+	}
+	part = -1
+	for k, p := range m.parts {
+		if m.next[k] < len(p.Records) && (part < 0 || p.Records[m.next[k]].Timestamp.Before(m.parts[part].Records[m.next[part]].Timestamp)) {
+			part = k
+		}
+	}
+	if part < 0 {
+		return -1, 0
+	}
+	recs := m.parts[part].Records
+	end = len(recs)
+	for k, q := range m.parts {
+		if k == part || m.next[k] >= len(q.Records) {
+			continue
+		}
+		at := q.Records[m.next[k]].Timestamp
+		for i := m.next[part]; i < end; i++ {
+			if ts := recs[i].Timestamp; ts.After(at) || (k < part && ts.Equal(at)) {
+				end = i
+				break
 			}
 		}
-		th.app.metrics.processedFrom(p.Topic, n)
-		th.noteFetched(p)
-	})
-	return fatal
+	}
+	return part, end
 }
 
 // commitClock is what the clock and the cache say about commit deadlines.

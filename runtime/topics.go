@@ -258,6 +258,9 @@ type topicPlan struct {
 	partitions map[string]int32
 	// topicSub maps every source topic to the sub-topology reading it.
 	topicSub map[string]int
+	// subSources[i] is how many source topics sub-topology i reads: a task
+	// of one that reads several merges their records by timestamp.
+	subSources []int
 	// sources lists every source topic, sorted.
 	sources []string
 	// taskTopics maps every task to its source topics.
@@ -362,6 +365,7 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		if plan.subPartitions[i] == 0 {
 			return nil, fmt.Errorf("runtime: cannot derive the partition count of sub-topology %d", st.ID)
 		}
+		plan.subSources = append(plan.subSources, len(st.Sources))
 		for _, r := range st.Sources {
 			name := r.FullName(app)
 			plan.topicSub[name] = i
