@@ -380,13 +380,12 @@ func (e *eventClock) advance(c *nodeInstance, r record, emit func(*nodeInstance,
 		}
 	}
 	t = r.ts.UnixMilli()
-	// The task's stream time covers every record of the task; it is at
-	// least t unless t came from elsewhere than the input (a processor
-	// changing timestamps), so t counts too.
+	// Stream time is the processor's own, the latest time of the records
+	// that reached it, as in Kafka Streams: a task that also reads a table
+	// or another stream does not close this processor's windows with their
+	// times (a table record stamped with the wall clock would close them
+	// all).
 	st = max(e.streamTime, t)
-	if ts := c.task.streamTime; !ts.IsZero() {
-		st = max(st, ts.UnixMilli())
-	}
 	if st <= e.streamTime {
 		return t, st, nil
 	}

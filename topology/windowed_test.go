@@ -421,3 +421,47 @@ type winCount struct {
 	w winKey
 	n int64
 }
+
+// A windowed aggregation in the task of a table (a joined stream, not
+// re-keyed) keeps its own stream time: a table record stamped far ahead, as
+// with the wall clock, closes none of its windows.
+func TestWindowedStreamTimeIsTheProcessors(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run(fmt.Sprintf("final=%v", final), func(t *testing.T) {
+			b := topology.NewBuilder()
+			users := topology.Table(b, "users", serde.String, serde.String, "users", topology.InMemory())
+			clicks := topology.Stream(b, "clicks", serde.String, serde.String)
+			joined := topology.Join(clicks, users, func(c, u string) string { return u }, topology.JoinValueSerde(serde.String))
+			w := topology.TumblingWindows(10 * time.Second).Grace(2 * time.Second)
+			ws := topology.WindowedBy(joined.GroupByKey(serde.String, serde.String), w)
+			if final {
+				ws = ws.EmitFinal()
+			}
+			ws.Count("per-user").ToStream().To("out", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
+			d, _ := start(t, b)
+			u := topologytest.NewInputTopic(d, "users", serde.String, serde.String)
+			c := topologytest.NewInputTopic(d, "clicks", serde.String, serde.String)
+			out := topologytest.NewOutputTopic(d, "out", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
+
+			require.NoError(t, u.PipeAt("u1", "DE", time.UnixMilli(1_000)))
+			require.NoError(t, c.PipeAt("u1", "p", time.UnixMilli(5_000)))
+			require.NoError(t, u.PipeAt("u1", "FR", time.UnixMilli(1_000_000_000))) // the wall clock
+			require.NoError(t, c.PipeAt("u1", "p", time.UnixMilli(6_000)))          // window [0,10) still open
+			require.Zero(t, d.DroppedLate(), "a table record closed the window")
+			require.NoError(t, c.PipeAt("u1", "p", time.UnixMilli(12_000))) // closes [0,10)
+			require.NoError(t, c.PipeAt("u1", "p", time.UnixMilli(7_000)))
+			require.Equal(t, int64(1), d.DroppedLate())
+			require.NoError(t, d.Commit())
+			kvs, err := out.ReadKeyValues()
+			require.NoError(t, err)
+			first := topology.Windowed[string]{Key: "u1", Window: topology.Window{Start: 0, End: 10_000}}
+			var last int64 = -1
+			for _, kv := range kvs {
+				if kv.Key == first {
+					last = kv.Value
+				}
+			}
+			require.Equal(t, int64(2), last, "window [0,10) counts both clicks before it closed")
+		})
+	}
+}
