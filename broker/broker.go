@@ -99,6 +99,13 @@
 //     fetch leaves out keep their last share, so a response can exceed
 //     max_bytes by theirs. Kafka fills partitions in order until max_bytes,
 //     so the first ones can take more and the last ones nothing.
+//   - Stable offset fetches wait on the whole group. An OffsetFetch asking for
+//     stable offsets (as transactional consumers do) fails every partition
+//     it names with UNSTABLE_OFFSET_COMMIT while any open transaction has
+//     offsets pending for the group; Kafka fails only the partitions whose
+//     offsets are pending. No offset a pending transaction may still replace
+//     is returned either way, but a member can wait (kgo retries every
+//     second) for another member's transaction to end.
 //   - Short session timeouts are accepted. The group minimum session
 //     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
 //     group.min.session.timeout.ms is 6 s.

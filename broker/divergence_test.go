@@ -244,6 +244,88 @@ func TestDocumentedDivergences(t *testing.T) {
 				require.LessOrEqual(t, n, (40<<10)/3, "read_committed: partition %d within its share", p)
 			}
 		}},
+		{"Stable offset fetches wait on the whole group.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "t", 2, nil)
+			// Versions that name topics (3.9's), to keep the requests short.
+			cl := newClient(t, b, kgo.MaxVersions(kversion.V3_9_0()))
+			commit := kmsg.NewPtrOffsetCommitRequest()
+			commit.Group = "g"
+			commit.Generation = -1
+			ct := kmsg.NewOffsetCommitRequestTopic()
+			ct.Topic = "t"
+			for p := range int32(2) {
+				cp := kmsg.NewOffsetCommitRequestTopicPartition()
+				cp.Partition, cp.Offset = p, 5
+				ct.Partitions = append(ct.Partitions, cp)
+			}
+			commit.Topics = append(commit.Topics, ct)
+			cresp, err := commit.RequestWith(ctx, cl)
+			require.NoError(t, err)
+			for _, p := range cresp.Topics[0].Partitions {
+				require.NoError(t, kerr.ErrorForCode(p.ErrorCode))
+			}
+
+			// An open transaction holds an offset for partition 0 only.
+			init := kmsg.NewPtrInitProducerIDRequest()
+			init.TransactionalID = kmsg.StringPtr("tx")
+			init.TransactionTimeoutMillis = 60_000
+			iresp, err := init.RequestWith(ctx, cl)
+			require.NoError(t, err)
+			require.NoError(t, kerr.ErrorForCode(iresp.ErrorCode))
+			add := kmsg.NewPtrAddOffsetsToTxnRequest()
+			add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = "tx", iresp.ProducerID, iresp.ProducerEpoch, "g"
+			aresp, err := add.RequestWith(ctx, cl)
+			require.NoError(t, err)
+			require.NoError(t, kerr.ErrorForCode(aresp.ErrorCode))
+			txc := kmsg.NewPtrTxnOffsetCommitRequest()
+			txc.TransactionalID, txc.Group, txc.ProducerID, txc.ProducerEpoch = "tx", "g", iresp.ProducerID, iresp.ProducerEpoch
+			txc.Generation = -1
+			tt := kmsg.NewTxnOffsetCommitRequestTopic()
+			tt.Topic = "t"
+			tp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			tp.Partition, tp.Offset = 0, 9
+			tt.Partitions = append(tt.Partitions, tp)
+			txc.Topics = append(txc.Topics, tt)
+			tresp, err := txc.RequestWith(ctx, cl)
+			require.NoError(t, err)
+			require.NoError(t, kerr.ErrorForCode(tresp.Topics[0].Partitions[0].ErrorCode))
+
+			fetch1 := func(stable bool) (int64, error) {
+				req := kmsg.NewPtrOffsetFetchRequest()
+				req.RequireStable = stable
+				rg := kmsg.NewOffsetFetchRequestGroup()
+				rg.Group = "g"
+				rt := kmsg.NewOffsetFetchRequestGroupTopic()
+				rt.Topic = "t"
+				rt.Partitions = []int32{1}
+				rg.Topics = append(rg.Topics, rt)
+				req.Groups = append(req.Groups, rg)
+				resp, err := req.RequestWith(ctx, cl)
+				require.NoError(t, err)
+				require.Len(t, resp.Groups, 1)
+				require.NoError(t, kerr.ErrorForCode(resp.Groups[0].ErrorCode))
+				p := resp.Groups[0].Topics[0].Partitions[0]
+				return p.Offset, kerr.ErrorForCode(p.ErrorCode)
+			}
+			// Kafka would answer partition 1's committed offset: no
+			// transaction holds one for it.
+			_, err = fetch1(true)
+			require.ErrorIs(t, err, kerr.UnstableOffsetCommit)
+			off, err := fetch1(false)
+			require.NoError(t, err)
+			require.Equal(t, int64(5), off)
+
+			end := kmsg.NewPtrEndTxnRequest()
+			end.TransactionalID, end.ProducerID, end.ProducerEpoch = "tx", iresp.ProducerID, iresp.ProducerEpoch
+			eresp, err := end.RequestWith(ctx, cl)
+			require.NoError(t, err)
+			require.NoError(t, kerr.ErrorForCode(eresp.ErrorCode))
+			off, err = fetch1(true)
+			require.NoError(t, err, "the transaction ended")
+			require.Equal(t, int64(5), off)
+		}},
 		{"Short session timeouts are accepted.", func(t *testing.T) {
 			ctx := testCtx(t)
 			b := start(t, Config{})

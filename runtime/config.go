@@ -220,12 +220,17 @@ type Config struct {
 	// been polled to the end, so a cap below a fetch's records leaves the
 	// thread waiting for a fetch round trip every time it runs dry, where a
 	// whole fetch per poll lets the next one arrive while this one is
-	// processed. Lower it when records are slow to process and commits or
-	// rebalances must not wait for a whole fetch. While a thread's share of
-	// CacheMaxBytes is filling up, it polls fewer records (as many as the
-	// share has room for at 80 bytes an entry, at least 1,000): the budget
-	// is checked between polls, and a whole poll of new keys would overrun
-	// it several times over.
+	// processed. A thread polls fewer records when they are slow to
+	// process: no more than it processes in a quarter of TransactionTimeout
+	// (under ExactlyOnce) or of RebalanceTimeout, whichever is shorter, at
+	// what its records have cost lately, and 1,000 before it knows. A poll
+	// is processed whole before the thread commits, so a longer one would
+	// keep its transaction open until the broker aborts it (the thread is
+	// fenced and processes the same records again) or hold a rebalance
+	// up. While a thread's share of CacheMaxBytes is filling up, it polls
+	// fewer records too (as many as the share has room for at 80 bytes an
+	// entry, at least 1,000): the budget is checked between polls, and a
+	// whole poll of new keys would overrun it several times over.
 	MaxPollRecords int
 	// SessionTimeout is the group session timeout: how long the group waits
 	// for a silent member before moving its tasks. Default 10s.

@@ -171,12 +171,14 @@ func TestEarlyCommitBurst(t *testing.T) {
 // A poll asks for no more records than the record cache's budget has room
 // for, so that a poll of records that are each a new key cannot overrun the
 // budget many times over before the commit it triggers; never fewer than
-// minPollRecords, and MaxPollRecords while no budget bounds the cache.
+// minPollRecords, and MaxPollRecords while no budget bounds the cache. (The
+// records here cost a microsecond each, so the poll time budget allows far
+// more.)
 func TestPollCapFollowsCacheBudget(t *testing.T) {
 	const maxPoll = 100_000
-	app := &App{cfg: Config{MaxPollRecords: maxPoll}}
+	app := &App{cfg: Config{MaxPollRecords: maxPoll, RebalanceTimeout: DefaultRebalanceTimeout}}
 	budget := cache.NewBudget(4 << 20)
-	th := &thread{app: app, budget: budget}
+	th := &thread{app: app, budget: budget, recordCost: time.Microsecond}
 	left, _ := budget.EntriesLeft()
 	require.Less(t, left, maxPoll)
 	require.Equal(t, left, th.pollCap(), "an empty 4 MiB budget")
@@ -196,7 +198,39 @@ func TestPollCapFollowsCacheBudget(t *testing.T) {
 	require.Equal(t, left, th.pollCap(), "after the commit")
 
 	for _, b := range []*cache.Budget{nil, cache.NewBudget(0), cache.NewBudget(1 << 30)} {
-		th := &thread{app: app, budget: b}
+		th := &thread{app: app, budget: b, recordCost: time.Microsecond}
 		require.Equal(t, maxPoll, th.pollCap(), "budget %d", b.Max())
 	}
+}
+
+// A poll asks for no more records than the thread can process in its poll
+// time budget, a quarter of the transaction timeout under exactly-once (of
+// the rebalance timeout if that is shorter, and under at-least-once), at
+// what its records have cost lately: firstPollRecords before it knows, a
+// dearer cost at once, a cheaper one halfway, one record at a time if one
+// takes longer than the budget, and never more than MaxPollRecords.
+func TestPollCapFollowsRecordCost(t *testing.T) {
+	app := &App{cfg: Config{MaxPollRecords: 100_000, ProcessingGuarantee: ExactlyOnce,
+		TransactionTimeout: 10 * time.Second, RebalanceTimeout: 30 * time.Second}}
+	th := &thread{app: app}
+	require.Equal(t, firstPollRecords, th.pollCap(), "before any poll")
+	th.notePollCost(0, time.Second)
+	require.Equal(t, firstPollRecords, th.pollCap(), "a poll that gave the tasks nothing")
+	th.notePollCost(1000, time.Second)
+	require.Equal(t, 2500, th.pollCap(), "1 ms a record in 2.5 s")
+	th.notePollCost(1000, 2*time.Second)
+	require.Equal(t, 1250, th.pollCap(), "2 ms a record, at once")
+	th.notePollCost(1000, time.Second/2)
+	require.Equal(t, 2000, th.pollCap(), "0.5 ms a record, halfway: 1.25 ms")
+	th.notePollCost(10, time.Minute)
+	require.Equal(t, 1, th.pollCap(), "a record slower than the budget")
+
+	th.recordCost = time.Millisecond
+	app.cfg.TransactionTimeout = time.Minute
+	require.Equal(t, 7500, th.pollCap(), "the rebalance timeout, shorter")
+	app.cfg.ProcessingGuarantee = AtLeastOnce
+	app.cfg.TransactionTimeout = time.Second
+	require.Equal(t, 7500, th.pollCap(), "at-least-once: the rebalance timeout alone")
+	th.recordCost = time.Nanosecond
+	require.Equal(t, 100_000, th.pollCap(), "never above MaxPollRecords")
 }

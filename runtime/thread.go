@@ -83,6 +83,9 @@ type thread struct {
 	// drainedBurst×DrainedCommitDelay.
 	recent     [drainedBurst]time.Time
 	recentNext int
+	// recordCost is what processing one record has cost the thread lately
+	// (see timedPollCap); zero until a poll gave its tasks records.
+	recordCost time.Duration
 	// lagging holds the input partitions whose last fetch stopped short of
 	// the partition's end: with input consumed since the last commit (the
 	// core knows) and lagging empty the thread is drained and commits
@@ -516,14 +519,16 @@ func (th *thread) iteration() error {
 const minPollRecords = 1000
 
 // pollCap is how many records the next poll may return: MaxPollRecords, or
-// fewer while the record cache's budget is filling up. The budget is checked
-// between polls, so a poll of MaxPollRecords records that are each a new
-// key would overrun a budget of a few MiB several times over (100,000
-// records of 100 bytes each against a thread's 5 MiB share of the default);
-// asking for no more records than the budget has room for, at the least
-// each can be charged, keeps the cache near its bound.
+// fewer when processing them would take longer than the thread's poll time
+// budget (timedPollCap) or while the record cache's budget is filling up.
+// The cache budget is checked between polls, so a poll of MaxPollRecords
+// records that are each a new key would overrun a budget of a few MiB
+// several times over (100,000 records of 100 bytes each against a thread's
+// 5 MiB share of the default); asking for no more records than the budget
+// has room for, at the least each can be charged, keeps the cache near its
+// bound.
 func (th *thread) pollCap() int {
-	maxRecs := th.app.cfg.MaxPollRecords
+	maxRecs := min(th.app.cfg.MaxPollRecords, th.timedPollCap())
 	left, bounded := th.budget.EntriesLeft()
 	if !bounded || left >= maxRecs {
 		return maxRecs
@@ -531,11 +536,63 @@ func (th *thread) pollCap() int {
 	return min(maxRecs, max(left, minPollRecords))
 }
 
+// firstPollRecords caps a thread's polls until it knows what its records
+// cost to process (see timedPollCap).
+const firstPollRecords = 1000
+
+// pollTimeBudget is how long processing one poll may take: a quarter of the
+// shortest timeout that runs while a thread processes a poll. Nothing is
+// committed in the middle of a poll, so under exactly-once the transaction
+// the poll's first output record opened stays open until the commit after
+// the poll, and the broker aborts a transaction open for TransactionTimeout
+// (the thread is then fenced, and processes the same poll again); and a
+// rebalance waits for the poll to end, for RebalanceTimeout at most.
+func (th *thread) pollTimeBudget() time.Duration {
+	cfg := th.app.cfg
+	d := cfg.RebalanceTimeout
+	if cfg.ProcessingGuarantee == ExactlyOnce {
+		d = min(d, cfg.TransactionTimeout)
+	}
+	return d / 4
+}
+
+// timedPollCap is how many records the thread can process within its
+// pollTimeBudget at what its records have cost lately, or
+// firstPollRecords before it knows. A slow topology (stores on a slow
+// disk, a loaded machine, a producer held back by its broker) then takes
+// smaller polls and commits between them, where a whole fetch of backlog
+// in one poll (tens of thousands of small records) could outlast the
+// transaction every time it was processed again.
+func (th *thread) timedPollCap() int {
+	if th.recordCost <= 0 {
+		return firstPollRecords
+	}
+	return int(max(1, th.pollTimeBudget()/th.recordCost))
+}
+
+// notePollCost updates recordCost after a poll whose tasks took n records
+// in d. A dearer cost is taken at once and a cheaper one halfway, so that a
+// cheap poll (records a filter drops, say) does not let the next one grow
+// far past the budget if its records are dear again.
+func (th *thread) notePollCost(n int, d time.Duration) {
+	if n <= 0 {
+		return
+	}
+	c := max(d/time.Duration(n), 1)
+	if c >= th.recordCost {
+		th.recordCost = c
+	} else {
+		th.recordCost = (th.recordCost + c) / 2
+	}
+}
+
 // processPolled runs the records of the last poll through their tasks
 // (ActProcess).
 func (th *thread) processPolled() error {
+	start := time.Now()
 	var fatal error
 	doomed := false
+	taken := 0
 	th.fetches.EachError(func(topic string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return
@@ -567,17 +624,19 @@ func (th *thread) processPolled() error {
 				}
 			}
 		}
-		fatal = th.processTask(parts[i:j], &doomed)
+		fatal = th.processTask(parts[i:j], &doomed, &taken)
 		i = j
 	}
 	clear(parts)
 	th.parts = parts[:0]
+	th.notePollCost(taken, time.Since(start))
 	return fatal
 }
 
 // processTask runs the records one poll returned for one task's partitions
-// through the task, in the order of a timestampMerge.
-func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool) error {
+// through the task, in the order of a timestampMerge, and adds those a
+// running task took to taken.
+func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool, taken *int) error {
 	var fatal error
 	m := timestampMerge{parts: parts, next: th.partNext[:0]}
 	defer func() { th.partNext = m.next[:0] }()
@@ -612,6 +671,7 @@ func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool) err
 		}
 		th.app.metrics.processedFrom(p.Topic, n)
 	}
+	*taken += consumed
 	if consumed > 0 {
 		id := task.ID{SubTopology: th.app.plan.topicSub[parts[0].Topic], Partition: parts[0].Partition}
 		if _, err := th.core.Step(threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed}); err != nil && fatal == nil {
