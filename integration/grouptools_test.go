@@ -195,6 +195,12 @@ func rawMembers(ctx context.Context, c *cluster, group string) (map[string]kmsg.
 	if len(resp.Groups) != 1 {
 		return nil, fmt.Errorf("%d groups described", len(resp.Groups))
 	}
+	// Kafka leaves members' metadata and assignment empty unless the
+	// group is stable, and this second describe may land in a rebalance
+	// the first did not see.
+	if st := resp.Groups[0].State; st != "Stable" {
+		return nil, fmt.Errorf("second describe found the group %s", st)
+	}
 	out := map[string]kmsg.DescribeGroupsResponseGroupMember{}
 	for _, m := range resp.Groups[0].Members {
 		out[m.MemberID] = m
