@@ -139,10 +139,14 @@ type Store struct {
 	// once stored, only replaced, so a copy of a statestore.Entry stays valid.
 	entries []statestore.Entry
 	index   map[string]int
-	// sorted is the key-ordered copy of entries that Dirty returns and
-	// iterators walk, built on demand and dropped (never modified) by the
-	// next write, so whoever holds it keeps an immutable snapshot.
+	// sorted is the key-ordered copy of entries that Dirty returns, built
+	// on demand and dropped (never modified) by the next write, so whoever
+	// holds it keeps an immutable snapshot.
 	sorted []statestore.Entry
+	// order keeps the entries' slots in key order for Range, from the
+	// first Range on (ordered): each new key is placed as it is written.
+	order   orderedSlots
+	ordered bool
 	// hint is the size of the dirty set a commit released entries and
 	// index for, so the next round makes them at that size at once.
 	hint  int
@@ -308,6 +312,9 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) (slot int, store
 		slot, stored = len(c.entries), kb
 		c.index[unsafe.String(unsafe.SliceData(kb), len(kb))] = slot
 		c.entries = append(c.entries, statestore.Entry{Key: kb, Value: value})
+		if c.ordered {
+			c.order.insert(c.entries, slot)
+		}
 		delta += int64(len(key)) + cacheEntryOverhead
 	}
 	c.countEntry(value, 1)
@@ -330,39 +337,69 @@ func (c *Store) countEntry(value []byte, n int64) {
 // on the inner store's own snapshot, taken together, so later writes and
 // commits do not show through.
 //
-// The first Range (or Dirty) after a write sorts the dirty entries, which
-// costs O(n log n) for n dirty entries; later ones reuse that order until
-// the next write.
+// The first Range orders the dirty entries, which costs O(n log n) for n
+// dirty entries; from then on the store places each new key in that order
+// as it is written (O(log n)), and a Range costs O(log n) plus the keys it
+// covers.
 func (c *Store) Range(from, to []byte) (statestore.Iterator, error) {
 	c.mu.RLock()
-	if c.sorted != nil || len(c.entries) == 0 {
+	if d, ok := c.dirtyRangeLocked(from, to); ok {
 		defer c.mu.RUnlock()
-		return c.rangeLocked(from, to)
+		return c.mergeLocked(from, to, d)
 	}
 	c.mu.RUnlock()
-	// Sorting writes c.sorted, which shared holders of mu may be reading.
+	// Ordering writes c.order and c.sorted, which shared holders of mu may
+	// be reading.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sortLocked()
-	return c.rangeLocked(from, to)
+	if !c.ordered {
+		c.order.build(c.entries)
+		c.ordered = true
+	}
+	d, ok := c.dirtyRangeLocked(from, to)
+	if !ok {
+		c.sortLocked()
+		d, _ = c.dirtyRangeLocked(from, to)
+	}
+	return c.mergeLocked(from, to, d)
 }
 
-// rangeLocked needs mu in either mode, and c.sorted built if anything is
-// dirty.
-func (c *Store) rangeLocked(from, to []byte) (statestore.Iterator, error) {
+// dirtyRangeLocked returns the dirty entries in [from, to), in key order,
+// as a snapshot nobody modifies, or false if that needs mu exclusively: to
+// order the entries, or for a range over more than two blocks of them, to
+// build c.sorted (a wide range copies as many entries as that does, and
+// the ranges after it, until the next write, cost none). It needs mu in
+// either mode.
+func (c *Store) dirtyRangeLocked(from, to []byte) ([]statestore.Entry, bool) {
+	switch {
+	case len(c.entries) == 0:
+		return nil, true
+	case c.sorted != nil:
+		d := c.sorted
+		if from != nil {
+			d = d[searchEntries(d, from):]
+		}
+		if to != nil {
+			d = d[:searchEntries(d, to)]
+		}
+		return d, true
+	case !c.ordered:
+		return nil, false
+	}
+	d, narrow := c.order.collect(c.entries, from, to, 2*orderBlock)
+	return d, narrow
+}
+
+// mergeLocked merges d, the dirty entries in [from, to), over the inner
+// store's range. It needs mu in either mode, so that the inner snapshot is
+// taken together with d.
+func (c *Store) mergeLocked(from, to []byte, d []statestore.Entry) (statestore.Iterator, error) {
 	inner, err := c.inner.Range(from, to)
 	if err != nil {
 		return nil, err
 	}
 	if len(c.entries) == 0 {
 		return inner, nil
-	}
-	d := c.sorted
-	if from != nil {
-		d = d[searchEntries(d, from):]
-	}
-	if to != nil {
-		d = d[:searchEntries(d, to)]
 	}
 	return &mergeIter{dirty: &entryIter{rest: d}, inner: inner, needDirty: true, needInner: true}, nil
 }
@@ -409,6 +446,10 @@ func (c *Store) dirtyLocked() []statestore.Entry {
 // It needs mu exclusively.
 func (c *Store) sortLocked() {
 	if c.sorted != nil || len(c.entries) == 0 {
+		return
+	}
+	if c.ordered {
+		c.sorted, _ = c.order.collect(c.entries, nil, nil, len(c.entries))
 		return
 	}
 	out := slices.Clone(c.entries)
@@ -483,6 +524,7 @@ func (c *Store) clearLocked() {
 		clear(c.index)
 	}
 	c.sorted = nil
+	c.order.reset()
 	c.puts, c.dels, c.bytes = 0, 0, 0
 }
 

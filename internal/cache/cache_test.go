@@ -585,3 +585,76 @@ func TestBudgetEntriesLeft(t *testing.T) {
 		require.False(t, bounded)
 	}
 }
+
+// Ranges read between writes, over enough dirty keys that the cache's key
+// order splits into many blocks: every range, and Dirty, match a model,
+// and an iterator keeps what it saw when it was made.
+func TestCacheOrderedRangesAgainstModel(t *testing.T) {
+	inner := statestore.NewMemory()
+	c := New(inner, NewBudget(64<<20))
+	r := rand.New(rand.NewPCG(7, 8))
+	view := map[string]string{}
+	key := func() string { return fmt.Sprintf("%05d", r.IntN(20_000)) }
+	want := func(from, to string) []kv {
+		var out []kv
+		for k, v := range view {
+			if (from == "" || k >= from) && (to == "" || k < to) {
+				out = append(out, kv{k, v})
+			}
+		}
+		slices.SortFunc(out, func(a, b kv) int { return bytes.Compare([]byte(a.k), []byte(b.k)) })
+		return out
+	}
+	bound := func(s string) []byte {
+		if s == "" {
+			return nil
+		}
+		return []byte(s)
+	}
+	var held statestore.Iterator
+	var heldWant []kv
+	for step := 0; step < 15_000; step++ {
+		switch op := r.IntN(1000); {
+		case op < 550:
+			k, v := key(), fmt.Sprint(step)
+			require.NoError(t, c.Put([]byte(k), []byte(v)))
+			view[k] = v
+		case op < 650:
+			k := key()
+			require.NoError(t, c.Delete([]byte(k)))
+			delete(view, k)
+		case op < 990:
+			// Mostly the short ranges windows and joins read.
+			lo := r.IntN(20_000)
+			from, to := fmt.Sprintf("%05d", lo), fmt.Sprintf("%05d", lo+r.IntN(300))
+			switch r.IntN(50) {
+			case 0:
+				from = ""
+			case 1:
+				to = ""
+			}
+			it, err := c.Range(bound(from), bound(to))
+			got := collect(t, it, err)
+			require.Equal(t, want(from, to), got, "step %d range [%q, %q)", step, from, to)
+		case op < 995:
+			if held != nil {
+				require.Equal(t, heldWant, collect(t, held, nil), "step %d", step)
+			}
+			from := key()
+			it, err := c.Range([]byte(from), nil)
+			require.NoError(t, err)
+			held, heldWant = it, want(from, "")
+		case op < 998:
+			d := c.Dirty()
+			require.True(t, slices.IsSortedFunc(d, func(a, b statestore.Entry) int { return bytes.Compare(a.Key, b.Key) }))
+			require.Equal(t, c.DirtyLen(), len(d))
+		default:
+			require.NoError(t, c.Commit(int64(step)))
+		}
+	}
+	if held != nil {
+		require.Equal(t, heldWant, collect(t, held, nil))
+	}
+	require.NoError(t, c.Commit(1<<40))
+	require.Equal(t, want("", ""), collectAll(t, inner))
+}

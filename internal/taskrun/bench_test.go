@@ -132,23 +132,30 @@ func benchWordCountTasks(b *testing.B, combine bool) {
 // task's share of (w1)'s 10,000) over 30 minutes of event time, so each
 // key has about 3 records per window; the windowed count's extra cost per
 // record is the ratio of the two.
+//
+// The sliding (1-minute difference) and session (1-minute gap) counts read
+// a range of their store for every record, through the record cache, so
+// they also show what such reads cost while the cache holds a commit
+// interval's dirty windows.
 func BenchmarkCountVsWindowed(b *testing.B) {
-	for _, windowed := range []bool{false, true} {
-		name := "kv"
-		if windowed {
-			name = "windowed"
-		}
-		b.Run(name, func(b *testing.B) { benchCount(b, windowed) })
+	for _, kind := range []string{"kv", "windowed", "sliding", "session"} {
+		b.Run(kind, func(b *testing.B) { benchCount(b, kind) })
 	}
 }
 
-func benchCount(b *testing.B, windowed bool) {
+func benchCount(b *testing.B, kind string) {
 	bld := topology.NewBuilder()
 	g := topology.Stream(bld, "in", serde.Bytes, serde.Bytes).GroupByKey(serde.Bytes, serde.Bytes)
-	if windowed {
+	switch kind {
+	case "windowed":
 		w := topology.TumblingWindows(time.Minute)
 		topology.WindowedBy(g, w).Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.Bytes, w.Size()), serde.Int64)
-	} else {
+	case "sliding":
+		w := topology.NewSlidingWindows(time.Minute)
+		topology.SlidingWindowedBy(g, w).Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.Bytes, w.MaxDiff()), serde.Int64)
+	case "session":
+		topology.SessionWindowedBy(g, topology.NewSessionWindows(time.Minute)).Count("counts").ToStream().To("out", topology.SessionWindowedSerde(serde.Bytes), serde.Int64)
+	default:
 		g.Count("counts").ToStream().To("out", serde.Bytes, serde.Int64)
 	}
 	topo, err := bld.Build()
