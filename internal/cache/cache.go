@@ -139,8 +139,8 @@ type Store struct {
 	// once stored, only replaced, so a copy of a statestore.Entry stays valid.
 	entries []statestore.Entry
 	index   map[string]int
-	// sorted is the key-ordered copy of entries that Dirty returns, built
-	// on demand and dropped (never modified) by the next write, so whoever
+	// sorted is the key-ordered copy of entries that Dirty returns and
+	// wide ranges slice, built on demand and dropped (never modified) by the next write, so whoever
 	// holds it keeps an immutable snapshot.
 	sorted []statestore.Entry
 	// order keeps the entries' slots in key order for Range, from the
@@ -386,8 +386,7 @@ func (c *Store) dirtyRangeLocked(from, to []byte) ([]statestore.Entry, bool) {
 	case !c.ordered:
 		return nil, false
 	}
-	d, narrow := c.order.collect(c.entries, from, to, 2*orderBlock)
-	return d, narrow
+	return c.order.collect(c.entries, from, to, 2*orderBlock)
 }
 
 // mergeLocked merges d, the dirty entries in [from, to), over the inner
