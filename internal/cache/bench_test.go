@@ -70,3 +70,58 @@ func BenchmarkStorePutRange(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStoreBurstyRounds is a thread of eddybench (c) and (m): six
+// stores share a 5 MiB budget, every key is new, and keys arrive in
+// batches of one partition (one store) at a time, as a fetch brings them;
+// all stores commit when the budget is full. It reports the slots the
+// stores hold between rounds, which the commit's reuse rule bounds.
+func BenchmarkStoreBurstyRounds(b *testing.B) {
+	budget := NewBudget(5 << 20)
+	stores := make([]*Store, 6)
+	for i := range stores {
+		stores[i] = New(statestore.NewMemory(), budget)
+	}
+	var pos int64
+	commit := func() {
+		for _, s := range stores {
+			pos++
+			if err := s.Commit(pos); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// A memory store keeps what is committed; start each round empty
+		// so that only the cache's own buffers carry over.
+		for _, s := range stores {
+			s.inner = statestore.NewMemory()
+		}
+	}
+	val := make([]byte, 8)
+	batch := []int{9000, 20000, 3000, 50000, 12000, 700}
+	maxSlots := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i, n := 0, 0; i < b.N; n++ {
+		s := stores[n%len(stores)]
+		for range batch[n%len(batch)] {
+			key := fmt.Appendf(nil, "%012d", i)
+			binary.BigEndian.PutUint64(val, uint64(i))
+			if err := s.Put(key, val); err != nil {
+				b.Fatal(err)
+			}
+			i++
+			if budget.Full() {
+				commit()
+				slots := 0
+				for _, s := range stores {
+					slots += cap(s.entries)
+				}
+				maxSlots = max(maxSlots, slots)
+			}
+			if i >= b.N {
+				break
+			}
+		}
+	}
+	b.ReportMetric(float64(maxSlots), "max-kept-slots")
+}

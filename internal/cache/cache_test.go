@@ -314,6 +314,31 @@ func TestCacheLargeDirtySet(t *testing.T) {
 	require.Equal(t, []kv{{"k000000", "v"}, {"k000001", "new"}}, collect(t, it, err))
 }
 
+// A commit releases slots a round left mostly empty, so a store that once
+// took a burst of new keys does not keep room for it while it takes few.
+func TestCacheReleasesSlotsARoundLeftEmpty(t *testing.T) {
+	c, _ := newTestCache(t, NewBudget(64<<20))
+	round := func(n int, pos int64) {
+		t.Helper()
+		for i := range n {
+			require.NoError(t, c.Put(fmt.Appendf(nil, "k%06d", i), []byte("v")))
+		}
+		require.NoError(t, c.Commit(pos))
+	}
+	round(3*maxReusedEntries, 1) // released: larger than maxReusedEntries
+	round(10, 2)                 // made at the burst's size, then released
+	put(t, c, "k000001", "w")
+	require.Less(t, cap(c.entries), 100, "slots of the burst two rounds ago")
+
+	round(1000, 3) // a steady round keeps its slots
+	kept := cap(c.entries)
+	require.GreaterOrEqual(t, kept, 1000)
+	round(900, 4)
+	put(t, c, "k000001", "x")
+	require.Equal(t, kept, cap(c.entries), "slots of a round that filled more than half were kept")
+	require.Equal(t, []kv{{"k000001", "x"}}, entryStrings(c.Dirty()))
+}
+
 // Random operations against a model, committing and discarding now and
 // then, with an iterator snapshot checked against the model of its time.
 func TestCacheRandomAgainstModel(t *testing.T) {
