@@ -61,6 +61,7 @@ func diskFullOptions() BadgerOptions {
 	o.BaseTableSize = 256 << 10
 	o.BaseLevelSize = 1 << 20
 	o.ValueLogFileSize = 1 << 20
+	o.NumLevelZeroTables = 5
 	o.ValueLogGCInterval = -1
 	return o
 }
@@ -148,7 +149,7 @@ func TestDiskErrorWrapsENOSPC(t *testing.T) {
 // A negative reserve turns the check off; the default follows the options.
 func TestDiskReserveOption(t *testing.T) {
 	require.NoError(t, checkRoom(t.TempDir(), -1))
-	require.Equal(t, int64(62<<20), BadgerOptions{}.withDefaults().DiskReserve)
+	require.Equal(t, int64(72<<20), BadgerOptions{}.withDefaults().DiskReserve)
 	var dfe *DiskFullError
 	require.True(t, errors.As(checkRoom(filepath.Join(t.TempDir(), "not", "yet"), 1<<62), &dfe), "a missing directory is measured at its parent")
 }
