@@ -140,15 +140,16 @@ type Store struct {
 	entries []statestore.Entry
 	index   map[string]int
 	// sorted is the key-ordered copy of entries that Dirty returns and
-	// wide ranges slice, built on demand and dropped (never modified) by the next write, so whoever
-	// holds it keeps an immutable snapshot.
+	// wide ranges slice, built on demand and dropped (never modified) by
+	// the next write, so whoever holds it keeps an immutable snapshot.
 	sorted []statestore.Entry
 	// order keeps the entries' slots in key order for Range, from the
 	// first Range on (ordered): each new key is placed as it is written.
 	order   orderedSlots
 	ordered bool
-	// hint is the size of the dirty set a commit released entries and
-	// index for, so the next round makes them at that size at once.
+	// hint is the capacity the next round makes entries and index with,
+	// once a commit has released them (clearLocked), so that a round like
+	// the last one grows them through no doubling.
 	hint  int
 	puts  int64 // dirty entries that are puts
 	dels  int64 // dirty entries that are tombstones
