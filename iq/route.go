@@ -293,6 +293,9 @@ type routePlan struct {
 	// instead.
 	activeFirst time.Duration
 	fp          func() uint64
+	// askSuspects asks hosts even while they are suspect, each for no
+	// longer than activeFirst.
+	askSuspects bool
 }
 
 // newRoutePlan plans a partition's candidates from its hosts, leaving out
@@ -327,15 +330,18 @@ type choice[T any] struct {
 
 // askHost asks one host within timeout, skipping it if suspect and
 // marking it suspect if it gives no HTTP answer.
-func askHost[T any](ctx context.Context, r *router, host string, timeout time.Duration, fp func() uint64, pathQuery string, decode decodeFn[T]) (T, Provenance, error) {
+func askHost[T any](ctx context.Context, r *router, host string, timeout time.Duration, pl routePlan, pathQuery string, decode decodeFn[T]) (T, Provenance, error) {
 	var zero T
-	if r.suspects.suspect(host, fp) {
+	if pl.askSuspects {
+		// A second look: a host still not answering fails fast.
+		timeout = min(timeout, pl.activeFirst)
+	} else if r.suspects.suspect(host, pl.fp) {
 		return zero, Provenance{}, errSuspect
 	}
 	status, body, err := r.getWithin(ctx, host, pathQuery, timeout)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.suspects.mark(host, fp())
+			r.suspects.mark(host, pl.fp())
 		}
 		return zero, Provenance{}, err
 	}
@@ -356,7 +362,7 @@ func routeFreshest[T any](ctx context.Context, r *router, pl routePlan, pathQuer
 		if pl.bound.AllowsNonActive() && (len(pl.others) > 0 || pl.local != nil) {
 			timeout = min(pl.activeFirst, r.timeout)
 		}
-		v, prov, err := askHost(ctx, r, pl.active, timeout, pl.fp, pathQuery, decode)
+		v, prov, err := askHost(ctx, r, pl.active, timeout, pl, pathQuery, decode)
 		if err == nil {
 			return choice[T]{host: pl.active, prov: prov, val: v}, nil, true
 		}
@@ -382,7 +388,7 @@ func routeFreshest[T any](ctx context.Context, r *router, pl routePlan, pathQuer
 		replies := make(chan reply, len(pl.others))
 		for i, h := range pl.others {
 			go func() {
-				v, prov, err := askHost(fctx, r, h, r.timeout, pl.fp, pathQuery, decode)
+				v, prov, err := askHost(fctx, r, h, r.timeout, pl, pathQuery, decode)
 				replies <- reply{i, v, prov, err}
 			}()
 		}
@@ -435,7 +441,7 @@ func routeSpread[T any](ctx context.Context, r *router, pl routePlan, pathQuery 
 			tried = append(tried, Attempt{Host: h, Err: err})
 			return choice[T]{}, tried, false
 		}
-		v, prov, err := askHost(ctx, r, h, r.timeout, pl.fp, pathQuery, decode)
+		v, prov, err := askHost(ctx, r, h, r.timeout, pl, pathQuery, decode)
 		if err == nil {
 			return choice[T]{host: h, prov: prov, val: v}, tried, true
 		}
@@ -444,12 +450,55 @@ func routeSpread[T any](ctx context.Context, r *router, pl routePlan, pathQuery 
 	return choice[T]{}, tried, false
 }
 
-// routeBy runs the plan under a preference.
+// routeBy runs the plan under a preference. When that finds no answer
+// and some hosts were skipped as suspect, it asks those hosts after all:
+// suspicion saves the wait for a host that will not answer, but a host
+// suspected a moment ago (one slow answer, or a rebalance that briefly
+// made it unreachable) may be the only one holding the partition now, and
+// a refusal without asking it would be an outage of the router's making.
+// The second look waits no longer than the active-first timeout for each,
+// so a host that is really gone costs a refusal little time.
 func routeBy[T any](ctx context.Context, r *router, prefer Preference, pl routePlan, pathQuery string, decode decodeFn[T]) (choice[T], []Attempt, bool) {
+	route := routeFreshest[T]
 	if prefer == PreferSpread {
-		return routeSpread(ctx, r, pl, pathQuery, decode)
+		route = routeSpread[T]
 	}
-	return routeFreshest(ctx, r, pl, pathQuery, decode)
+	ch, tried, ok := route(ctx, r, pl, pathQuery, decode)
+	if ok || ctx.Err() != nil {
+		return ch, tried, ok
+	}
+	var skipped []string
+	for _, a := range tried {
+		if errors.Is(a.Err, errSuspect) {
+			skipped = append(skipped, a.Host)
+		}
+	}
+	if len(skipped) == 0 {
+		return ch, tried, ok
+	}
+	again := pl
+	again.askSuspects, again.active, again.others = true, "", nil
+	for _, h := range skipped {
+		if h == pl.active {
+			again.active = h
+		} else {
+			again.others = append(again.others, h)
+		}
+	}
+	ch, more, ok := route(ctx, r, again, pathQuery, decode)
+	// The second look's attempts take the skipped ones' places, so the
+	// attempts stay in candidate order.
+	for i, a := range tried {
+		if !errors.Is(a.Err, errSuspect) {
+			continue
+		}
+		if j := slices.IndexFunc(more, func(m Attempt) bool { return m.Host == a.Host }); j >= 0 {
+			tried[i] = more[j]
+		} else if ok {
+			tried[i] = Attempt{}
+		}
+	}
+	return ch, slices.DeleteFunc(tried, func(a Attempt) bool { return a.Host == "" }), ok
 }
 
 // keyPath is the path and query of a key lookup. The key travels as a

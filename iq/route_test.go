@@ -158,6 +158,36 @@ func TestRoutingActiveFirstTimeout(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "waited for the whole forward timeout")
 }
 
+// A host suspected a moment ago is still asked when nobody else could
+// answer: the active that was slow once (routed around for SuspectFor) is
+// the only host an active-only lookup may use, and it answers now.
+func TestRoutingAsksSuspectsWhenNobodyElseAnswers(t *testing.T) {
+	noLeaks(t)
+	c, _ := freshness(t, ServerConfig{ActiveFirstTimeout: 100 * time.Millisecond, ForwardTimeout: 10 * time.Second, SuspectFor: time.Minute})
+	c.ins[0].hang.Store(true)
+	status, body := getJSON(t, keyURL(c.ins[3], "w", "staleness=lag:10000"))
+	require.Equal(t, 200, status, "%v", body)
+	host, _ := servedBody(t, body)
+	require.Equal(t, c.ins[2].addr(), host, "the slow active routed around")
+	c.ins[0].hang.Store(false)
+
+	hits := c.ins[0].hits.Load()
+	status, body = getJSON(t, keyURL(c.ins[3], "w", "staleness=active"))
+	require.Equal(t, 200, status, "the suspected active is asked when it alone may answer: %v", body)
+	host, role := servedBody(t, body)
+	require.Equal(t, c.ins[0].addr(), host)
+	require.Equal(t, "active", role)
+	require.Greater(t, c.ins[0].hits.Load(), hits)
+
+	// The standbys gone too, a looser bound reaches the suspect active.
+	c.kill(2)
+	c.kill(1)
+	status, body = getJSON(t, keyURL(c.ins[3], "w", "staleness=lag:10000"))
+	require.Equal(t, 200, status, "%v", body)
+	host, _ = servedBody(t, body)
+	require.Contains(t, []string{c.ins[0].addr(), c.ins[3].addr()}, host)
+}
+
 // With a caught-up local replica, the instance answers at once.
 func TestRoutingCaughtUpAnswersLocally(t *testing.T) {
 	noLeaks(t)

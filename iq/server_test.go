@@ -373,7 +373,7 @@ func TestRouting(t *testing.T) {
 		tried := body["tried"].([]any)
 		require.Len(t, tried, 1)
 		require.Equal(t, a.addr(), tried[0].(map[string]any)["host"])
-		require.Equal(t, reasonSuspect, tried[0].(map[string]any)["reason"], "the dead host is skipped at once")
+		require.Equal(t, reasonUnreachable, tried[0].(map[string]any)["reason"], "the dead host, suspect but the only candidate, is asked again")
 		require.Contains(t, body["error"], "retry")
 	})
 	t.Run("all refused: 503 with every candidate", func(t *testing.T) {
@@ -384,7 +384,7 @@ func TestRouting(t *testing.T) {
 		require.Equal(t, "lag:0", body["staleness"])
 		tried := body["tried"].([]any)
 		require.Len(t, tried, 2)
-		require.Equal(t, reasonSuspect, tried[0].(map[string]any)["reason"])
+		require.Equal(t, reasonUnreachable, tried[0].(map[string]any)["reason"], "the suspect asked again")
 		require.Equal(t, s.addr(), tried[1].(map[string]any)["host"])
 		require.Equal(t, reasonTooStale, tried[1].(map[string]any)["reason"])
 	})
