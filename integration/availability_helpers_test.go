@@ -161,9 +161,12 @@ type availLoad struct {
 	targets []*procInstance // instances queried
 	stats   map[string]*availStats
 	wrong   []string // answers contradicting the reference
-	lastOK  map[string]time.Time
-	maxGap  time.Duration
-	gapAt   string
+	// refusals describes the first refusals under each bound, with their
+	// times.
+	refusals map[string][]string
+	lastOK   map[string]time.Time
+	maxGap   time.Duration
+	gapAt    string
 
 	next atomic.Uint64
 	stop chan struct{}
@@ -181,7 +184,7 @@ type availStats struct {
 
 func newAvailLoad(h *procHTTP, want map[string]int64, words []string, workers int, every time.Duration) *availLoad {
 	l := &availLoad{h: h, want: want, words: words, workers: workers, every: every,
-		stats: make(map[string]*availStats), lastOK: make(map[string]time.Time), stop: make(chan struct{})}
+		stats: make(map[string]*availStats), refusals: make(map[string][]string), lastOK: make(map[string]time.Time), stop: make(chan struct{})}
 	for _, m := range availModes {
 		l.stats[m] = &availStats{refused: make(map[string]int), roles: make(map[string]int)}
 	}
@@ -298,6 +301,9 @@ func (l *availLoad) record(via, word, mode string, a availAnswer, err error) {
 		}
 	case a.status == http.StatusServiceUnavailable || a.status == http.StatusConflict || a.status == http.StatusTooManyRequests:
 		s.refused[fmt.Sprintf("HTTP %d %s", a.status, a.reasons())]++
+		if len(l.refusals[mode]) < 20 {
+			l.refusals[mode] = append(l.refusals[mode], fmt.Sprintf("%s %q via %s under %s: HTTP %d %s: %s", now.Format("15:04:05.000"), word, via, mode, a.status, a.reasons(), a.Error))
+		}
 	default:
 		bad("HTTP %d %s: %s", a.status, a.Reason, a.Error)
 	}

@@ -105,10 +105,12 @@ type Metadata struct {
 	// partition.
 	Global []string
 	// Unassigned marks the table an instance serves before its first
-	// assignment: it names the global stores alone (restored before the
-	// instance's Start returned, so already answerable) and no hosts.
-	// The other stores are not unknown but not placed yet: lookups of
-	// them fail with ErrNotStarted.
+	// assignment, when it holds no replica of its own. It names the
+	// global stores (restored before the instance's Start returned, so
+	// already answerable) and, once the instance has read it from the
+	// group, the group's current hosts, so lookups route to them; until
+	// then it names no hosts and lookups of the other stores, not unknown
+	// but not placed yet, fail with ErrNotStarted.
 	Unassigned bool
 }
 
@@ -212,8 +214,9 @@ type Backend interface {
 	// has none.
 	Self() string
 	// Metadata returns the routing table of the latest assignment:
-	// before the first one, a table of the global stores alone marked
-	// Unassigned if the topology has any, else ErrNotStarted;
+	// before the first one, a table marked Unassigned of the global
+	// stores and the group's hosts as far as they are known, else
+	// ErrNotStarted;
 	// ErrShuttingDown when closing.
 	// Callers treat the result as read-only, so the backend may hand the
 	// same snapshot to every caller.

@@ -512,7 +512,11 @@ func (p params) forwardQuery() url.Values {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	if _, err := s.b.Metadata(); err != nil {
+	if md, err := s.b.Metadata(); err != nil || md.Unassigned {
+		if err == nil {
+			// Routing through the group, but holding nothing yet.
+			err = ErrNotStarted
+		}
 		writeErr(w, err)
 		return
 	}

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"github.com/eddystreams/eddy/assignor"
+
 	"context"
 	"errors"
 	"fmt"
@@ -85,6 +87,13 @@ func (a *App) checkGroupAccess(ctx context.Context) error {
 		err = kerr.ErrorForCode(g.ErrorCode)
 		if err == nil && !hasOp(g.AuthorizedOperations, kmsg.ACLOperationRead) {
 			return &AccessError{Resource: "group", Name: group, Operations: []string{"Read"}, Err: kerr.GroupAuthorizationFailed}
+		}
+		if err == nil {
+			// The group's table as it stands, for queries until this
+			// instance's first assignment (router.learnGroup).
+			if r, rerr := assignor.GroupRouting(g); rerr == nil {
+				a.startRouting = &r
+			}
 		}
 	}
 	if errors.Is(err, kerr.GroupAuthorizationFailed) {

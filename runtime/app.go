@@ -115,8 +115,11 @@ type App struct {
 	// with the assignments (see routing.go).
 	routing atomic.Pointer[iq.Metadata]
 	router  *router
-	probeMu sync.Mutex
-	probe   *time.Timer // the next probing rebalance
+	// startRouting is the group's routing table as Start found it when
+	// checking access to the group, nil if it was not settled then.
+	startRouting *assignor.Routing
+	probeMu      sync.Mutex
+	probe        *time.Timer // the next probing rebalance
 
 	// startIDs are the topic IDs seen at start; watchTopics compares the
 	// broker's with them (see wipe.go).
@@ -229,6 +232,7 @@ func (a *App) Start(ctx context.Context) (err error) {
 		return err
 	}
 	a.serving.Store(true)
+	a.router.learnGroup(a.startRouting)
 	if a.global != nil {
 		// Global stores are restored before any stream thread exists,
 		// so the first record processed already sees them whole.

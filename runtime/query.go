@@ -125,8 +125,9 @@ func (q queryBackend) Metadata() (iq.Metadata, error) {
 }
 
 // table is the routing table queries see given the latest assignment's,
-// md. Before the first assignment (md nil) the global stores, whole on
-// every instance from Start on, are already answerable: a table naming
+// md (before the first assignment, the group's as router.learnGroup read
+// it, marked Unassigned). Before either (md nil) the global stores, whole
+// on every instance from Start on, are already answerable: a table naming
 // them alone, marked Unassigned, lets routers find them then.
 func (q queryBackend) table(md *iq.Metadata) (iq.Metadata, error) {
 	if md != nil {

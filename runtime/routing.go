@@ -2,8 +2,11 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -95,10 +98,99 @@ func (r *router) assigned(idx int, info assignor.AssignmentInfo) {
 	}
 }
 
-// use makes table the one queries route on. Called with r.mu held.
+// use makes table the one queries route on, and keeps a complete one in
+// the state directory for the next start (learnGroup). Called with r.mu
+// held.
 func (r *router) use(table assignor.Routing, complete bool) {
 	r.table, r.complete = table, complete
 	r.a.routing.Store(r.a.routingTable(table))
+	if complete && r.a.dir != nil {
+		if err := saveRouting(r.a.dir.path, table); err != nil {
+			r.a.log.Debug("cannot keep the routing table in the state directory", "err", err)
+		}
+	}
+}
+
+// routingFileName is the file in the application's state directory that
+// keeps the last complete routing table this instance used.
+const routingFileName = "routing.json"
+
+// routingFileVersion is the version of routingFile this binary writes; a
+// file of another version is ignored.
+const routingFileVersion = 1
+
+// routingFile is a routing table as saved in the state directory: task
+// IDs as their strings, by host.
+type routingFile struct {
+	Version int                 `json:"version"`
+	Epoch   int64               `json:"epoch"`
+	Active  map[string][]string `json:"active"`
+	Standby map[string][]string `json:"standby"`
+	Warmup  map[string][]string `json:"warmup,omitempty"`
+}
+
+// saveRouting writes table to dir, replacing the file whole (a rename), so
+// a crash leaves the old table or the new one. It is not synced: the file
+// is a hint for the next start, which ignores one it cannot read.
+func saveRouting(dir string, table assignor.Routing) error {
+	ids := func(m map[string][]task.ID) map[string][]string {
+		out := make(map[string][]string, len(m))
+		for h, ts := range m {
+			for _, t := range ts {
+				out[h] = append(out[h], t.String())
+			}
+		}
+		return out
+	}
+	b, err := json.Marshal(routingFile{Version: routingFileVersion, Epoch: table.Epoch,
+		Active: ids(table.Active), Standby: ids(table.Standby), Warmup: ids(table.Warmup)})
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dir, routingFileName)
+	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(p+".tmp", p)
+}
+
+// loadRouting reads the table saveRouting wrote to dir.
+func loadRouting(dir string) (assignor.Routing, error) {
+	b, err := os.ReadFile(filepath.Join(dir, routingFileName))
+	if err != nil {
+		return assignor.Routing{}, err
+	}
+	var f routingFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return assignor.Routing{}, fmt.Errorf("runtime: %s: %w", routingFileName, err)
+	}
+	if f.Version != routingFileVersion {
+		return assignor.Routing{}, fmt.Errorf("runtime: %s is version %d, this binary reads %d", routingFileName, f.Version, routingFileVersion)
+	}
+	ids := func(m map[string][]string) (map[string][]task.ID, error) {
+		out := make(map[string][]task.ID, len(m))
+		for h, ts := range m {
+			for _, s := range ts {
+				id, err := task.ParseID(s)
+				if err != nil {
+					return nil, fmt.Errorf("runtime: %s: %w", routingFileName, err)
+				}
+				out[h] = append(out[h], id)
+			}
+		}
+		return out, nil
+	}
+	r := assignor.Routing{Epoch: f.Epoch}
+	if r.Active, err = ids(f.Active); err != nil {
+		return assignor.Routing{}, err
+	}
+	if r.Standby, err = ids(f.Standby); err != nil {
+		return assignor.Routing{}, err
+	}
+	if r.Warmup, err = ids(f.Warmup); err != nil {
+		return assignor.Routing{}, err
+	}
+	return r, nil
 }
 
 // groupTable returns the group's routing table of the given epoch (0 for
@@ -140,6 +232,65 @@ func (r *router) local(epoch int64) assignor.Routing {
 		out.Warmup = map[string][]task.ID{self: sorted(wu)}
 	}
 	return out
+}
+
+// learnGroup routes queries on the group's table until this instance's
+// first assignment: an instance that starts, or restarts in a rolling
+// restart, serves its query port from Start on, and without a table every
+// lookup through it would be refused while the group still holds every
+// partition elsewhere. It starts from the table the group showed when
+// Start checked access to it (start), or, when the group was not settled
+// then (a rolling restart finds it still rebalancing after this
+// instance's own departure), from the last table this instance used
+// before it stopped (routingFileName). It describes the group again every
+// routingRetryMax until the first assignment arrives, and publishes each
+// settled table marked Unassigned: this instance holds nothing yet.
+// Routing on an old table is safe: every replica asked checks the bound
+// itself and names its own role, so an old table costs only refusals
+// from hosts that no longer hold a partition.
+func (r *router) learnGroup(start *assignor.Routing) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || len(r.shares) > 0 {
+		return
+	}
+	if start == nil {
+		if last, err := loadRouting(r.a.dir.path); err == nil {
+			start = &last
+		} else if !errors.Is(err, os.ErrNotExist) {
+			r.a.log.Warn("ignoring the routing table saved in the state directory", "err", err)
+		}
+	}
+	if start != nil {
+		r.useUnassigned(*start)
+	}
+	r.wg.Go(func() {
+		for {
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-time.After(routingRetryMax):
+			}
+			table, err := r.describeGroup()
+			r.mu.Lock()
+			if len(r.shares) > 0 || r.closed {
+				r.mu.Unlock()
+				return
+			}
+			if err == nil {
+				r.useUnassigned(table)
+			}
+			r.mu.Unlock()
+		}
+	})
+}
+
+// useUnassigned publishes the group's table for an instance holding
+// nothing yet. Called with r.mu held.
+func (r *router) useUnassigned(table assignor.Routing) {
+	md := r.a.routingTable(table)
+	md.Unassigned = true
+	r.a.routing.Store(md)
 }
 
 // refresh describes the group until its table is that of the wanted epoch,

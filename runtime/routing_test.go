@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -108,4 +110,70 @@ func TestRoutingTableFollowsTheAssignmentEpoch(t *testing.T) {
 		PartitionsByHost:        map[string][]task.ID{"self:1": {id(0)}, "v2:3": {id(1)}},
 		StandbyPartitionsByHost: map[string][]task.ID{"self:1": nil, "v2:3": nil}})
 	require.Equal(t, []iq.HostMetadata{{Host: "self:1", Active: cp(0)}, {Host: "v2:3", Active: cp(1)}}, hosts())
+}
+
+// Before its first assignment an instance routes on the group's table,
+// marked Unassigned: the one Start read from the group, else the last one
+// it used before it stopped, kept in the state directory; its first
+// assignment replaces it.
+func TestRoutingBeforeTheFirstAssignment(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "routing", Brokers: b.Addrs(), StateDir: t.TempDir(), Endpoint: "self:1"})
+	require.NoError(t, err)
+	require.NoError(t, app.prepare(context.Background()))
+	t.Cleanup(app.releaseResources)
+	app.state.Store(int32(StateRebalancing))
+	app.serving.Store(true)
+	app.router.describeGroup = func() (assignor.Routing, error) { return assignor.Routing{}, assignor.ErrRoutingUnsettled }
+	sub, ok := app.storeSubTopology("counts")
+	require.True(t, ok)
+	id := func(p int32) task.ID { return task.ID{SubTopology: sub, Partition: p} }
+	cp := func(p int32) []iq.StorePartition { return []iq.StorePartition{{Store: "counts", Partition: p}} }
+
+	_, err = app.Queries().Metadata()
+	require.ErrorIs(t, err, iq.ErrNotStarted, "no table known yet")
+
+	last := assignor.Routing{Epoch: 7,
+		Active:  map[string][]task.ID{"other:1": {id(0)}, "self:1": {id(1)}},
+		Standby: map[string][]task.ID{"other:1": {id(1)}, "self:1": {id(0)}}}
+	require.NoError(t, saveRouting(app.dir.path, last))
+	got, err := loadRouting(app.dir.path)
+	require.NoError(t, err)
+	require.Equal(t, last.Epoch, got.Epoch)
+	require.Equal(t, last.Active, got.Active)
+	require.Equal(t, last.Standby, got.Standby)
+
+	app.router.learnGroup(nil)
+	md, err := app.Queries().Metadata()
+	require.NoError(t, err)
+	require.True(t, md.Unassigned)
+	require.Equal(t, []iq.HostMetadata{
+		{Host: "other:1", Active: cp(0), Standby: cp(1)},
+		{Host: "self:1", Active: cp(1), Standby: cp(0)},
+	}, md.Hosts, "the saved table")
+
+	// The first assignment takes over, and is saved in turn.
+	app.router.assigned(0, assignor.AssignmentInfo{Version: 2, Active: []task.ID{id(0), id(1)},
+		PartitionsByHost: map[string][]task.ID{"self:1": {id(0), id(1)}}})
+	md, err = app.Queries().Metadata()
+	require.NoError(t, err)
+	require.False(t, md.Unassigned)
+	require.Equal(t, "self:1", md.Hosts[0].Host)
+	saved, err := loadRouting(app.dir.path)
+	require.NoError(t, err)
+	require.Len(t, saved.Active["self:1"], 2)
+}
+
+// A saved routing table of another version, or unreadable, is refused.
+func TestRoutingFileRefusesOtherVersions(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, routingFileName), []byte(`{"version":2,"epoch":1,"active":{}}`), 0o644))
+	_, err := loadRouting(dir)
+	require.ErrorContains(t, err, "version 2")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, routingFileName), []byte(`{"version":1,"active":{"h:1":["x"]}}`), 0o644))
+	_, err = loadRouting(dir)
+	require.Error(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, routingFileName), []byte(`{"vers`), 0o644))
+	_, err = loadRouting(dir)
+	require.Error(t, err)
 }
