@@ -375,7 +375,10 @@ type Config struct {
 	// task moved away is kept (so that a task coming back restores only
 	// the tail) before it is deleted. Default 10 minutes.
 	StateCleanupDelay time.Duration
-	// Logger receives the runtime's logs. Default: discard.
+	// Logger receives the runtime's logs. Default: info level and above,
+	// as text, to standard error, which says what the App does (started,
+	// each assignment, rebalances, state changes, restorations, failures);
+	// pass slog.New(slog.DiscardHandler) to silence it.
 	Logger *slog.Logger
 	// StateListener, when set, hears of every change of the App's State,
 	// exactly once and in the order they happen, with the state left and
@@ -475,7 +478,7 @@ func (c Config) withDefaults() Config {
 		c.MaxGroupMetadataBytes = assignor.DefaultMaxGroupMetadataBytes
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	return c
 }

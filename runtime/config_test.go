@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,6 +22,8 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, int16(-1), c.ReplicationFactor)
 	require.Equal(t, filepath.Join(os.TempDir(), "eddy"), c.StateDir)
 	require.NotNil(t, c.Logger)
+	require.True(t, c.Logger.Enabled(context.Background(), slog.LevelInfo), "the default logger says what the App does")
+	require.False(t, c.Logger.Enabled(context.Background(), slog.LevelDebug))
 	require.NoError(t, c.Validate())
 }
 
