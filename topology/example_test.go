@@ -3,6 +3,7 @@ package topology_test
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -146,4 +147,46 @@ func Example_ordersAndRevenue() {
 	// north 130
 	// north 0
 	// south 180
+}
+
+// A count per key and minute, by the times the records carry: every
+// update without EmitFinal, and each window's result once, when stream
+// time passes its end plus grace, with it. A record later than that is
+// left out of its closed window.
+func ExampleWindowedBy() {
+	b := topology.NewBuilder()
+	clicks := topology.Stream(b, "clicks", serde.String, serde.String) // user -> page
+	w := topology.TumblingWindows(time.Minute).Grace(10 * time.Second)
+	perMinute := topology.WindowedBy(clicks.GroupByKey(serde.String, serde.String), w)
+	perMinute.EmitFinal().Count("clicks-per-minute").ToStream().
+		To("clicks-per-minute", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
+	topo, err := b.Build()
+	if err != nil {
+		panic(err)
+	}
+	d, _ := topologytest.New(topo, topologytest.Config{})
+	defer d.Close()
+	in := topologytest.NewInputTopic(d, "clicks", serde.String, serde.String)
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	_ = in.PipeAt("ann", "/home", t0.Add(5*time.Second))
+	_ = in.PipeAt("ann", "/cart", t0.Add(40*time.Second))
+	_ = in.PipeAt("bob", "/home", t0.Add(50*time.Second))
+	_ = in.PipeAt("ann", "/home", t0.Add(75*time.Second)) // the next minute: 12:00 is still open (grace)
+	_ = in.PipeAt("bob", "/cart", t0.Add(72*time.Second)) // closes 12:00's windows (stream time 12:01:12 > end + grace)
+	_ = in.PipeAt("ann", "/late", t0.Add(30*time.Second)) // too late for 12:00: dropped
+	_ = in.PipeAt("ann", "/away", t0.Add(3*time.Minute))  // closes 12:01's windows
+
+	out := topologytest.NewOutputTopic(d, "clicks-per-minute", topology.TimeWindowedSerde(serde.String, w.Size()), serde.Int64)
+	recs, _ := out.ReadKeyValues()
+	for _, kv := range recs {
+		start, end := time.UnixMilli(kv.Key.Window.Start).UTC(), time.UnixMilli(kv.Key.Window.End).UTC()
+		fmt.Printf("%s %s–%s: %d\n", kv.Key.Key, start.Format("15:04"), end.Format("15:04"), kv.Value)
+	}
+	fmt.Println("dropped late:", d.DroppedLate())
+	// Output:
+	// ann 12:00–12:01: 2
+	// bob 12:00–12:01: 1
+	// ann 12:01–12:02: 1
+	// bob 12:01–12:02: 1
+	// dropped late: 1
 }
