@@ -41,9 +41,10 @@ type ClientOptions struct {
 	BehindWait time.Duration
 	// RebalanceWait is how long a lookup whose routing table names no
 	// replica that holds the partition (every one asked said it is not
-	// hosted there, or the table names none: a rebalance is moving it or
-	// the instances are still learning the new table) keeps refreshing the
-	// table and asking again before giving up. Default 500ms; a negative
+	// hosted there, is rebalancing or, under the active bound, is the
+	// active still restoring; or the table names none: a rebalance is
+	// moving it or the instances are still learning the new table) keeps
+	// refreshing the table and asking again before giving up. Default 500ms; a negative
 	// value does not wait.
 	RebalanceWait time.Duration
 	// FanOut is how many partitions an all-keys query (WindowFetchAll)
@@ -334,7 +335,7 @@ func clientLookup[T any](ctx context.Context, c *Client, store string, keyBytes 
 			round--
 			continue
 		}
-		if retry && onlyMoving(ue.Tried) && time.Now().Before(movingUntil) {
+		if retry && partitionMoving(ue.Tried, "", o.bound) && time.Now().Before(movingUntil) {
 			// The table names nobody who holds the partition now: a
 			// rebalance is moving it, or the instances have not learned
 			// the new table yet. Ask for the table again shortly.
@@ -370,13 +371,25 @@ const (
 	movingRetryPause = 50 * time.Millisecond
 )
 
-// onlyMoving reports whether no attempt reached a replica of the partition:
-// every host asked said it holds none, or was skipped or unreachable, or
-// the table named nobody at all.
-func onlyMoving(tried []Attempt) bool {
+// partitionMoving reports whether every attempt failed because the
+// partition is moving: not hosted there, skipped or unreachable,
+// rebalancing, restoring to become its active, or the table named nobody at
+// all. Under the active bound the asking instance's own replica (self; ""
+// for a Client) refusing for staleness is left out too: a standby there
+// never passes that bound, so its refusal says nothing of whether the
+// active is moving, and must not end the wait for the active a graceful
+// hand-over is promoting.
+func partitionMoving(tried []Attempt, self string, bound Staleness) bool {
 	for _, a := range tried {
+		var se *StaleError
 		var te *transportError
-		if !errors.Is(a.Err, ErrNotHostedHere) && !errors.Is(a.Err, errSuspect) && !errors.As(a.Err, &te) {
+		switch {
+		case errors.Is(a.Err, ErrNotHostedHere), errors.Is(a.Err, errSuspect), errors.As(a.Err, &te), errors.Is(a.Err, ErrRebalancing):
+		case bound.AllowsNonActive():
+			return false
+		case errors.As(a.Err, &se) && se.Role == RoleRestoring:
+		case errors.Is(a.Err, ErrTooStale) && self != "" && a.Host == self:
+		default:
 			return false
 		}
 	}
@@ -473,8 +486,9 @@ func lookupOnce[T any](ctx context.Context, c *Client, m Metadata, store string,
 		ue.Cause = fmt.Errorf("no host within staleness bound %s holds the partition (active %q)", o.bound, km.Active)
 	}
 	// Staleness and position refusals say nothing about the table; anything
-	// else (no answer, not hosted, not started, moving) may mean it moved on.
-	retry := false
+	// else (no answer, not hosted, not started, moving) may mean it moved
+	// on, and so does an active the table names that is still restoring.
+	retry := partitionMoving(tried, "", o.bound)
 	for _, a := range tried {
 		if !errors.Is(a.Err, ErrTooStale) && !errors.Is(a.Err, ErrBehind) {
 			retry = true

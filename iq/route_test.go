@@ -188,6 +188,49 @@ func TestRoutingAsksSuspectsWhenNobodyElseAnswers(t *testing.T) {
 	require.Contains(t, []string{c.ins[0].addr(), c.ins[3].addr()}, host)
 }
 
+// Under the active bound, an active the table names that is still
+// restoring, on its way to running, is waited for (RebalanceWait) like a
+// partition in transit, and so is an unreachable active while the asking
+// instance holds only a standby, through the server and the Client.
+func TestRoutingWaitsForARestoringActive(t *testing.T) {
+	noLeaks(t)
+	c, reps := freshness(t, ServerConfig{RebalanceWait: 5 * time.Second, SuspectFor: time.Minute})
+	restoring := func() {
+		reps[0].set(func(i *ReplicaInfo) { i.Role = RoleRestoring })
+	}
+	promoteSoon := func() {
+		time.AfterFunc(100*time.Millisecond, func() { reps[0].set(func(i *ReplicaInfo) { i.Role = RoleActive }) })
+	}
+
+	restoring()
+	promoteSoon()
+	status, body := getJSON(t, keyURL(c.ins[2], "w", "staleness=active"))
+	require.Equal(t, 200, status, "the restoring active is waited for: %v", body)
+	host, role := servedBody(t, body)
+	require.Equal(t, c.ins[0].addr(), host)
+	require.Equal(t, "active", role)
+
+	cl, err := NewClient([]string{c.ins[3].addr()}, ClientOptions{DisableMonotonic: true, RebalanceWait: 5 * time.Second})
+	require.NoError(t, err)
+	defer cl.Close()
+	restoring()
+	promoteSoon()
+	res, err := ClientGet[string, int64](context.Background(), cl, testStore, "w", serde.String)
+	require.NoError(t, err, "the Client waits for the restoring active too")
+	require.Equal(t, RoleActive, res.Provenance.Role)
+	require.Equal(t, int64(100), res.Value)
+
+	// The active's replica gone for a moment (a hand-over in progress),
+	// the standby here refusing the active bound does not end the wait.
+	c.ins[0].b.remove(testStore, 0)
+	time.AfterFunc(100*time.Millisecond, func() { c.ins[0].b.add(testStore, 0, RoleActive) })
+	status, body = getJSON(t, keyURL(c.ins[2], "w", "staleness=active"))
+	require.Contains(t, []int{200, 404}, status, "answered by the active once it is back: %v", body)
+	host, role = servedBody(t, body)
+	require.Equal(t, c.ins[0].addr(), host)
+	require.Equal(t, "active", role)
+}
+
 // With a caught-up local replica, the instance answers at once.
 func TestRoutingCaughtUpAnswersLocally(t *testing.T) {
 	noLeaks(t)

@@ -102,7 +102,9 @@ type ServerConfig struct {
 	// Client's ClientOptions.RebalanceWait does: a rebalance moving the
 	// partition, or the instance still learning the new table, is over
 	// within moments. A replica that refuses for staleness ends the wait
-	// at once. Default 500ms; a negative value does not wait.
+	// at once, but for the active bound's two cases of a hand-over: the
+	// table's active still restoring, and this instance's own standby.
+	// Default 500ms; a negative value does not wait.
 	RebalanceWait time.Duration
 	// MaxConcurrentRanges caps the range queries the server works on at
 	// once, local and routed, its answers to other instances included;
@@ -759,7 +761,7 @@ func routeOnce[T any](ctx context.Context, s *Server, store string, part int32, 
 		}
 		ue.Cause = err
 		// The table names no host at all for the partition.
-		return routed[T]{}, ue, errors.Is(err, errNoHost) && onlyMovingHere(ue.Tried)
+		return routed[T]{}, ue, errors.Is(err, errNoHost) && partitionMoving(ue.Tried, s.self(), p.bound)
 	}
 	pl := newRoutePlan(km, p.bound, s.b.Self(), local, s.cfg.ActiveFirstTimeout, memoFingerprint(m))
 	ch, tried, ok := routeBy(ctx, s.rt, p.prefer, pl, pathQuery, decode)
@@ -773,7 +775,7 @@ func routeOnce[T any](ctx context.Context, s *Server, store string, part int32, 
 	} else if len(ue.Tried) == 0 {
 		ue.Cause = fmt.Errorf("no host within staleness=%s holds the partition (active %q)", p.bound, km.Active)
 	}
-	return routed[T]{}, ue, onlyMovingHere(ue.Tried)
+	return routed[T]{}, ue, partitionMoving(ue.Tried, s.self(), p.bound)
 }
 
 func allSuspect(tried []Attempt) bool {
@@ -785,16 +787,6 @@ func allSuspect(tried []Attempt) bool {
 	return true
 }
 
-// onlyMovingHere reports whether every attempt failed because the
-// partition is moving: not hosted there, rebalancing, or no answer at all.
-func onlyMovingHere(tried []Attempt) bool {
-	for _, a := range tried {
-		if !errors.Is(a.Err, ErrRebalancing) && !onlyMoving([]Attempt{a}) {
-			return false
-		}
-	}
-	return true
-}
 
 func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, res Result[[]byte]) {
 	out := wireKey{Key: keyText, Partition: res.Provenance.Partition, ServedBy: servedBy(res.Provenance)}
