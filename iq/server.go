@@ -787,7 +787,6 @@ func allSuspect(tried []Attempt) bool {
 	return true
 }
 
-
 func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, res Result[[]byte]) {
 	out := wireKey{Key: keyText, Partition: res.Provenance.Partition, ServedBy: servedBy(res.Provenance)}
 	if !res.Found {
