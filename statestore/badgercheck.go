@@ -178,7 +178,7 @@ func openError(dir string, reserve int64, err error) error {
 	if errno, ok := machineErrno(err); ok {
 		return &MachineError{Dir: dir, Errno: errno, Err: err}
 	}
-	if !errors.Is(err, ErrCorrupt) && badgerDamage(err) {
+	if !errors.Is(err, ErrCorrupt) && badgerDamage(dir, err) {
 		err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return fmt.Errorf("statestore: open badger %s: %w", dir, err)
@@ -249,10 +249,11 @@ var badgerDamageTexts = []string{
 	"while iterating over:",
 }
 
-// badgerDamage reports whether err is badger's word that the files are
-// damaged.
-func badgerDamage(err error) bool {
-	msg := err.Error()
+// badgerDamage reports whether err is badger's word that the files of the
+// store in dir are damaged. The paths in the message are left out: a store
+// may be named CHECKSUM_MISMATCH.
+func badgerDamage(dir string, err error) bool {
+	msg := strings.ReplaceAll(err.Error(), dir, "")
 	for _, t := range badgerDamageTexts {
 		if strings.Contains(msg, t) {
 			return true

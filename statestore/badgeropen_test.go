@@ -248,10 +248,16 @@ func TestBadgerOpenErrorClassification(t *testing.T) {
 		require.ErrorIs(t, openError("/s", 0, damaged), ErrCorrupt, "%v", damaged)
 	}
 
-	unknown := openError("/s", 0, errors.New("something badger never said"))
-	require.NotErrorIs(t, unknown, ErrCorrupt)
 	var me *MachineError
-	require.False(t, errors.As(unknown, &me))
+	for _, unknown := range []error{
+		errors.New("something badger never said"),
+		// Only badger's words count, not a store's name.
+		y.Wrapf(errors.New("something badger never said"), "While opening file: /s/CHECKSUM_MISMATCH/000001.vlog"),
+	} {
+		err := openError("/s/CHECKSUM_MISMATCH", 0, unknown)
+		require.NotErrorIs(t, err, ErrCorrupt, "%v", unknown)
+		require.False(t, errors.As(err, &me))
+	}
 }
 
 // A store another process holds open (badger's directory lock) is no
