@@ -82,7 +82,9 @@ type App struct {
 	// storesWiped counts stores deleted because their files were
 	// damaged, or written with another layout.
 	storesWiped atomic.Int64
-	damaged     damagedStores
+	// damagedMu serialises admitDamaged's reading and writing of its
+	// record.
+	damagedMu sync.Mutex
 	// landings are the tasks whose exactly-once commit is ending (see
 	// landing.go): queries of their actives wait for the writes to land.
 	landings commitLandings

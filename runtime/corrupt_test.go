@@ -156,27 +156,37 @@ func TestManyDamagedStoresStopTheInstance(t *testing.T) {
 		require.NoError(t, os.WriteFile(manifests[p], garbage, 0o644))
 	}
 
+	keptStores := func() int {
+		kept := 0
+		for _, m := range manifests {
+			if b, err := os.ReadFile(m); err == nil && bytes.Equal(b, garbage) {
+				kept++
+			}
+		}
+		return kept
+	}
 	// The instance opens the stores it finds on disk as it starts: Start
-	// fails, or the instance stops soon after.
-	app, err = New(countTopology(t), Config{ApplicationID: "damaged", Brokers: b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second})
-	require.NoError(t, err)
-	defer app.Close(context.Background())
-	if err := app.Start(context.Background()); err == nil {
-		select {
-		case <-app.Done():
-		case <-time.After(60 * time.Second):
-			t.Fatalf("the instance did not stop; %d stores deleted", app.StoresWiped())
+	// fails, or the instance stops soon after. Restarted (as a supervisor
+	// would), it stops again without deleting more.
+	for run := range 2 {
+		app, err := New(countTopology(t), Config{ApplicationID: "damaged", Brokers: b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		if err := app.Start(context.Background()); err == nil {
+			select {
+			case <-app.Done():
+			case <-time.After(60 * time.Second):
+				t.Fatalf("run %d: the instance did not stop; %d stores deleted", run, app.StoresWiped())
+			}
 		}
-	}
-	require.ErrorIs(t, app.Err(), ErrTooManyDamagedStores)
-	require.EqualValues(t, maxDamagedStores, app.StoresWiped())
-	kept := 0
-	for _, m := range manifests {
-		if b, err := os.ReadFile(m); err == nil && bytes.Equal(b, garbage) {
-			kept++
+		require.ErrorIs(t, app.Err(), ErrTooManyDamagedStores, "run %d", run)
+		app.Close(context.Background()) // returns the error that stopped it
+		if run == 0 {
+			require.EqualValues(t, maxDamagedStores, app.StoresWiped())
+		} else {
+			require.Zero(t, app.StoresWiped(), "the restart deleted no more")
 		}
+		require.Equal(t, partitions-maxDamagedStores, keptStores(), "run %d: stores left as they were", run)
 	}
-	require.Equal(t, partitions-maxDamagedStores, kept, "stores left as they were")
 }
 
 // A store that cannot be opened for want of file descriptors is never

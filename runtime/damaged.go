@@ -3,8 +3,11 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/eddystreams/eddy/statestore"
@@ -27,21 +30,15 @@ const (
 	// together.
 	maxDamagedStores = 3
 	// damagedStoresWindow spans a start-up or a rebalance, when an instance
-	// opens the stores of all its tasks.
+	// opens the stores of all its tasks, and the restarts a supervisor
+	// makes of an instance that stops at once.
 	damagedStoresWindow = 10 * time.Minute
+	// damagedStoresFile records, in the application's state directory, the
+	// stores deleted as damaged within the window, one "<unix ms> <dir>"
+	// line each, so that restarting the instance does not start the count
+	// again.
+	damagedStoresFile = "damaged-stores"
 )
-
-// damagedStores are the stores an instance deleted as damaged within the
-// last damagedStoresWindow.
-type damagedStores struct {
-	mu    sync.Mutex
-	found []damagedStore
-}
-
-type damagedStore struct {
-	at  time.Time
-	dir string
-}
 
 // openBadgerOrRebuild opens the badger store in dir. A store whose files
 // are proven damaged (statestore.ErrCorrupt) is deleted and opened empty,
@@ -67,29 +64,42 @@ func (a *App) openBadgerOrRebuild(dir string, opts statestore.BadgerOptions, log
 }
 
 // admitDamaged records the store in dir as one to delete or, when that
-// would make more than maxDamagedStores within damagedStoresWindow, returns
-// an error wrapping ErrTooManyDamagedStores that names them. The error
-// stops the instance wherever the store is opened (see openStandby).
+// would make more than maxDamagedStores within damagedStoresWindow (this
+// run's or an earlier one's), returns an error wrapping
+// ErrTooManyDamagedStores that names them. The error stops the instance
+// wherever the store is opened (see openStandby). A record that cannot be
+// written fails too: the store is kept.
 func (a *App) admitDamaged(dir string, cause error) error {
-	d := &a.damaged
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	a.damagedMu.Lock()
+	defer a.damagedMu.Unlock()
+	path := filepath.Join(a.appDir(), damagedStoresFile)
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("runtime: read %s: %w (store %s is damaged: %v)", path, err, dir, cause)
+	}
 	now := time.Now()
-	recent := d.found[:0]
-	for _, f := range d.found {
-		if now.Sub(f.at) < damagedStoresWindow {
-			recent = append(recent, f)
+	var recent, dirs []string
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		ms, d, ok := strings.Cut(line, " ")
+		at, err := strconv.ParseInt(ms, 10, 64)
+		if ok && err == nil && now.Sub(time.UnixMilli(at)) < damagedStoresWindow {
+			recent = append(recent, line+"\n")
+			dirs = append(dirs, d)
 		}
 	}
-	d.found = recent
-	if len(d.found) < maxDamagedStores {
-		d.found = append(d.found, damagedStore{at: now, dir: dir})
-		return nil
+	if len(recent) >= maxDamagedStores {
+		return fmt.Errorf("%w: more than %d stores found damaged within %s; deleted %s to rebuild them; kept %s (%v) and any found after it: a cause common to them (a failing disk, files of another badger version, an error of the machine) is likelier than damage to each; check the disk and the files, then delete the damaged stores (or the state directory) to rebuild them",
+			ErrTooManyDamagedStores, maxDamagedStores, damagedStoresWindow, strings.Join(dirs, ", "), dir, cause)
 	}
-	deleted := make([]string, len(d.found))
-	for i, f := range d.found {
-		deleted[i] = f.dir
+	recent = append(recent, fmt.Sprintf("%d %s\n", now.UnixMilli(), dir))
+	tmp := path + ".tmp"
+	err = os.WriteFile(tmp, []byte(strings.Join(recent, "")), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, path)
 	}
-	return fmt.Errorf("%w: more than %d stores found damaged within %s; deleted %s to rebuild them; kept %s (%v) and any found after it: a cause common to them (a failing disk, files of another badger version, an error of the machine) is likelier than damage to each; check the disk and the files, then delete the damaged stores (or the state directory) to rebuild them",
-		ErrTooManyDamagedStores, maxDamagedStores, damagedStoresWindow, strings.Join(deleted, ", "), dir, cause)
+	if err != nil {
+		return fmt.Errorf("runtime: write %s: %w (store %s is damaged: %v)", path, err, dir, cause)
+	}
+	return nil
 }
