@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -81,8 +80,11 @@ type App struct {
 	// refused their offset commit (errGroupMovedOn).
 	rejoins atomic.Int64
 	// storesWiped counts stores deleted because their files were
-	// unreadable.
+	// damaged, or written with another layout.
 	storesWiped atomic.Int64
+	// damagedMu serialises admitDamaged's reading and writing of its
+	// record.
+	damagedMu sync.Mutex
 	// landings are the tasks whose exactly-once commit is ending (see
 	// landing.go): queries of their actives wait for the writes to land.
 	landings commitLandings
@@ -650,42 +652,19 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 	return wrapWindowed(s, info, interval)
 }
 
-// openPersistent opens a task's persistent store. A store whose files
-// cannot be opened (a garbled manifest, a truncated table or log) is
-// deleted and opened empty, with a warning: its changelog rebuilds it, and
-// the instance's other tasks never notice. Failures of the machine rather
-// than of the files (a full disk, permissions, too many open files) are
-// returned as they are: deleting the store would not help. A full disk is
+// openPersistent opens a task's persistent store, deleting it first if
+// its files are proven damaged (see openBadgerOrRebuild): its changelog
+// rebuilds it, and the instance's other tasks never notice. A full disk is
 // reported as statestore.ErrDiskFull naming the directory, before badger
 // touches the files (see statestore.BadgerOptions.DiskReserve).
 func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) {
 	dir := filepath.Join(task.Dir(a.appDir(), id), name)
-	s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
-	if err == nil || !unreadableState(err) {
-		return s, err
-	}
-	a.log.Warn("store files cannot be opened; deleting the store to rebuild it from its changelog",
-		"task", id, "store", name, "dir", dir, "err", err)
-	if derr := statestore.DestroyBadger(dir); derr != nil {
-		return nil, fmt.Errorf("runtime: delete unreadable store %s of task %s: %w (opening it failed with: %v)", name, id, derr, err)
-	}
-	a.storesWiped.Add(1)
-	return statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+	return a.openBadgerOrRebuild(dir, statestore.DefaultBadgerOptions(), "task", id, "store", name)
 }
 
-// unreadableState reports whether a store failed to open because of its
-// own files, as opposed to the machine it runs on.
-func unreadableState(err error) bool {
-	for _, machine := range []error{statestore.ErrDiskFull, syscall.ENOSPC, syscall.EACCES, syscall.EPERM, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EROFS, syscall.EIO} {
-		if errors.Is(err, machine) {
-			return false
-		}
-	}
-	return true
-}
-
-// StoresWiped counts the persistent stores this instance found unreadable
-// on disk, deleted and rebuilt from their changelogs.
+// StoresWiped counts the persistent stores this instance found damaged
+// on disk (or written as another kind of window store), deleted and rebuilt
+// from their changelogs.
 func (a *App) StoresWiped() int64 { return a.storesWiped.Load() }
 
 // TaskInfo describes one task this instance holds.

@@ -343,7 +343,7 @@ func newGlobalThread(a *App) (*globalThread, error) {
 
 // openGlobal opens the backing store of a global store: badger under the
 // state directory's global folder (deleted and opened empty if its files
-// cannot be read: the topic rebuilds it), or memory.
+// are damaged: the topic rebuilds it), or memory.
 func (a *App) openGlobal(info graph.StoreInfo) (statestore.Store, error) {
 	if !info.Persistent {
 		return statestore.NewMemory(), nil
@@ -352,16 +352,7 @@ func (a *App) openGlobal(info graph.StoreInfo) (statestore.Store, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
-	s, err := statestore.OpenBadger(dir, globalBadgerOptions())
-	if err == nil || !unreadableState(err) {
-		return s, err
-	}
-	a.log.Warn("global store files cannot be opened; deleting the store to rebuild it from its topic", "store", info.Name, "dir", dir, "err", err)
-	if derr := statestore.DestroyBadger(dir); derr != nil {
-		return nil, fmt.Errorf("runtime: delete unreadable global store %s: %w (opening it failed with: %v)", info.Name, derr, err)
-	}
-	a.storesWiped.Add(1)
-	return statestore.OpenBadger(dir, globalBadgerOptions())
+	return a.openBadgerOrRebuild(dir, globalBadgerOptions(), "global_store", info.Name)
 }
 
 // start registers every partition for restoration and starts the thread.

@@ -94,7 +94,7 @@ func newMetrics(a *App) *metrics {
 			a.replaced.Load),
 		resets: counterFunc("store_resets_total", "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
 			a.StoreResets),
-		wiped: counterFunc("stores_wiped_total", "Persistent stores whose files could not be opened, deleted and rebuilt from their changelogs.",
+		wiped: counterFunc("stores_wiped_total", "Persistent stores whose files were damaged (or of another window layout), deleted and rebuilt from their changelogs.",
 			a.storesWiped.Load),
 		restored: counterFunc("restored_records_total", "Changelog records applied by the restorations that finished since this instance started.",
 			a.RestoredRecords),

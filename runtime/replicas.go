@@ -740,6 +740,10 @@ func (r *registry) openStandby(id task.ID, stores []*taskrun.StoreHandle, to tas
 		Stores:    stores,
 		Logger:    r.log,
 	})
+	if errors.Is(err, ErrTooManyDamagedStores) {
+		r.app.fail(err)
+		return nil
+	}
 	if err != nil {
 		r.log.Warn("cannot open standby", "task", id, "err", err)
 		return nil

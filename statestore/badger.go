@@ -291,7 +291,10 @@ func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a
 // atomically, for readers and across crashes, however large it is; see
 // Write. Its table files are verified before badger opens them: a damaged
 // one fails the open with an error wrapping ErrCorruptTable (see
-// checkTables).
+// checkTables). An open that fails on proof that the files are damaged
+// returns an error wrapping ErrCorrupt; one that fails because of the
+// machine (a limit, a permission, a failing disk), a *MachineError or a
+// *DiskFullError (see openError).
 func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	opts = opts.withDefaults()
 	// A Reset interrupted by a crash after moving the old store aside
@@ -306,11 +309,11 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	}
 	bo := opts.badger(dir)
 	if err := checkTables(dir, bo); err != nil {
-		return nil, diskError(dir, opts.DiskReserve, fmt.Errorf("statestore: open badger %s: %w", dir, err))
+		return nil, openError(dir, opts.DiskReserve, err)
 	}
 	db, err := badger.Open(bo)
 	if err != nil {
-		return nil, diskError(dir, opts.DiskReserve, fmt.Errorf("statestore: open badger %s: %w", dir, err))
+		return nil, openError(dir, opts.DiskReserve, err)
 	}
 	s := &badgerStore{
 		db:             db,
@@ -323,18 +326,18 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	}
 	if err := s.recoverStage(); err != nil {
 		_ = db.Close()
-		return nil, err
+		return nil, openError(dir, opts.DiskReserve, err)
 	}
 	pos, err := s.readPosition()
 	if err != nil {
 		_ = db.Close()
-		return nil, err
+		return nil, openError(dir, opts.DiskReserve, err)
 	}
 	s.position.Store(pos)
 	torn, err := s.readTorn()
 	if err != nil {
 		_ = db.Close()
-		return nil, err
+		return nil, openError(dir, opts.DiskReserve, err)
 	}
 	s.torn.Store(torn)
 	if opts.ValueLogGCInterval > 0 {
@@ -813,7 +816,7 @@ func readPositionAt(txn *badger.Txn, key []byte, pos *int64) (bool, error) {
 	}
 	return true, item.Value(func(v []byte) error {
 		if len(v) != 8 {
-			return fmt.Errorf("corrupt position record of %d bytes", len(v))
+			return fmt.Errorf("%w: position record of %d bytes", ErrCorrupt, len(v))
 		}
 		*pos = int64(binary.BigEndian.Uint64(v))
 		return nil

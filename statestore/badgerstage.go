@@ -65,7 +65,7 @@ func encodeStaged(o op) []byte {
 	return append(b, o.value...)
 }
 
-var errCorruptStage = errors.New("statestore: corrupt staged write")
+var errCorruptStage = fmt.Errorf("%w: staged write", ErrCorrupt)
 
 func decodeStaged(v []byte) (op, error) {
 	if len(v) < 4 || v[0] != stageFormatV1 || v[1] > 1 {
@@ -208,7 +208,7 @@ func (s *badgerStore) recoverStage() error {
 	}
 	if marker != nil {
 		if len(marker) != 17 || marker[0] != stageFormatV1 {
-			return fmt.Errorf("statestore: recover staged write in %s: corrupt marker of %d bytes", s.dir, len(marker))
+			return fmt.Errorf("statestore: recover staged write in %s: %w: marker of %d bytes", s.dir, ErrCorrupt, len(marker))
 		}
 		// Ops 0..n-1 are the Write; any beyond are left from an earlier,
 		// longer one whose cleanup failed.

@@ -148,7 +148,7 @@ func (s *badgerStore) readTorn() (int64, error) {
 		}
 		return item.Value(func(v []byte) error {
 			if len(v) != 9 || v[0] != tornFormatV1 {
-				return fmt.Errorf("corrupt torn-write marker of %d bytes", len(v))
+				return fmt.Errorf("%w: torn-write marker of %d bytes", ErrCorrupt, len(v))
 			}
 			torn = int64(binary.BigEndian.Uint64(v[1:]))
 			return nil

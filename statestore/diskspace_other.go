@@ -4,6 +4,7 @@ package statestore
 
 import (
 	"errors"
+	"strings"
 	"syscall"
 )
 
@@ -11,4 +12,6 @@ import (
 // filesystem's own errors.
 func freeBytes(string) (int64, bool) { return 0, false }
 
-func isNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), syscall.ENOSPC.Error())
+}

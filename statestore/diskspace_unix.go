@@ -4,6 +4,7 @@ package statestore
 
 import (
 	"errors"
+	"strings"
 	"syscall"
 )
 
@@ -17,7 +18,13 @@ func freeBytes(dir string) (int64, bool) {
 	return int64(uint64(st.Bavail) * uint64(st.Bsize)), true
 }
 
-// isNoSpace reports whether err is the filesystem's "no space left".
+// isNoSpace reports whether err is the filesystem's "no space left", in
+// its chain or, where badger flattened the chain, in its message.
 func isNoSpace(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+	for _, e := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT} {
+		if errors.Is(err, e) || strings.Contains(err.Error(), e.Error()) {
+			return true
+		}
+	}
+	return false
 }

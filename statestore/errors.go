@@ -3,6 +3,7 @@ package statestore
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // ErrNilValue is what Put returns for a nil value: a nil value is how a
@@ -65,3 +66,34 @@ func (e *DiskFullError) Unwrap() []error {
 	}
 	return []error{ErrDiskFull}
 }
+
+// ErrCorrupt marks a store that failed to open because its files are
+// damaged, on positive evidence: a checksum or a manifest that does not
+// hold, a table the manifest lists missing or unreadable, data files with no
+// manifest beside them, a record of the store's own (its position, a
+// torn-write marker, a staged write) that does not parse. Such a store can
+// only be deleted and rebuilt from its changelog. An open that fails for any
+// other reason, known or not, does not wrap ErrCorrupt: deleting a store
+// takes proof that its files are the problem.
+var ErrCorrupt = errors.New("statestore: store files are damaged")
+
+// MachineError reports a store that could not be opened because of the
+// machine it runs on (a limit reached, a permission, a failing disk), not
+// because of its files: deleting the store would not help, and its files
+// are left as they are. errors.Is(err, Errno) holds, including where badger
+// reported the system's error only in its message.
+type MachineError struct {
+	// Dir is the store's directory.
+	Dir string
+	// Errno is the system's error.
+	Errno syscall.Errno
+	// Err is the error the open failed with.
+	Err error
+}
+
+func (e *MachineError) Error() string {
+	return fmt.Sprintf("statestore: open badger %s: %s; the store's files are left as they are: %v", e.Dir, machineHint(e.Errno), e.Err)
+}
+
+// Unwrap returns the system's error and the error the open failed with.
+func (e *MachineError) Unwrap() []error { return []error{e.Errno, e.Err} }
