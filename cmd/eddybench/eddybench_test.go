@@ -173,3 +173,28 @@ func TestSmokeCorpus(t *testing.T) {
 	require.ErrorContains(t, run(context.Background(), []string{"--only", "a", "--corpus", filepath.Join(t.TempDir(), "missing")},
 		strings.NewReader(""), &o2, &e2), "--corpus")
 }
+
+// The report states the run's machine and commit and one row per figure,
+// with the baseline's spread where it ran more than once.
+func TestWriteReport(t *testing.T) {
+	ri := runInfo{start: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), took: 90 * time.Second, goVer: "go1.26.8",
+		platform: "linux/amd64", cpus: 2, procs: 2, load: "0.50 0.40 0.30", commit: "abc123", args: []string{"--only", "a"}}
+	rows := []row{
+		{name: "(a) word count", unit: "lines/s", eddy: 1200, base: 1000, target: "≥ 1.0×", hasCheck: true, pass: true, baseRuns: []float64{990, 1000, 1100}},
+		{name: "(s) first | record", unit: "ms", eddy: 42.5, target: "≤ 300 ms", hasCheck: true},
+	}
+	var b strings.Builder
+	require.NoError(t, writeReport(&b, ri, rows, nil))
+	out := b.String()
+	for _, want := range []string{
+		"| commit | `abc123` |",
+		"| CPUs | 2 (GOMAXPROCS 2) |",
+		"| load average at start | 0.50 0.40 0.30 |",
+		"| took | 1m30s |",
+		"| (a) word count | lines/s | 1,200 | 1,000 | 990–1,100 (3 runs) | 1.200× | ≥ 1.0× | ok |",
+		`| (s) first \| record | ms | 42.5 | - | - | - | ≤ 300 ms | FAIL |`,
+	} {
+		require.Contains(t, out, want)
+	}
+	require.NotContains(t, out, "Benchmarks that failed")
+}

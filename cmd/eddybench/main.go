@@ -49,7 +49,11 @@
 //
 // Usage:
 //
-//	eddybench [--only a,b,c] [--lines N] [--records N] [--keys N] [flags]
+//	eddybench [--only a,b,c] [--lines N] [--records N] [--keys N] [--report FILE] [flags]
+//
+// --report BENCHMARKS.md writes the run's table, with the machine, its load,
+// the Go version and the commit it ran on, as the repository's
+// BENCHMARKS.md: the latest run only, history being git's.
 //
 // Each benchmark prints what exactly it times next to its figures. The
 // subcommands "broker" and "rss-instance" are the child processes of (c);
@@ -157,6 +161,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the timed phases into this `DIR`")
 	fs.BoolVar(&cfg.verbose, "v", false, "log the runtime's info messages to stderr")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long")
+	report := fs.String("report", "", "also write the run's figures, machine and commit as Markdown to `FILE` (BENCHMARKS.md), replacing it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -200,6 +205,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	info := newRunInfo(args)
 
 	fmt.Fprintf(stdout, "eddybench: %s %s/%s, GOMAXPROCS=%d, %d CPUs\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU())
@@ -227,6 +233,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		runtime.GC()
 	}
 	printTable(stdout, rows)
+	if *report != "" {
+		info.took = time.Since(info.start)
+		var buf strings.Builder
+		if err := writeReport(&buf, info, rows, errs); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*report, []byte(buf.String()), 0o644); err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+		fmt.Fprintf(stdout, "report written to %s\n", *report)
+	}
 	return errors.Join(errs...)
 }
 
@@ -239,6 +256,9 @@ type row struct {
 	target   string
 	pass     bool
 	hasCheck bool
+	// baseRuns are the baseline's figures where it ran more than once
+	// (base is then their median), for the report's spread.
+	baseRuns []float64
 }
 
 func printTable(w io.Writer, rows []row) {
