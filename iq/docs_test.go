@@ -151,3 +151,42 @@ func TestErrorReasonsDocumented(t *testing.T) {
 		require.Contains(t, all, r, "docs/queries.md documents reason %s, which the code does not have", r)
 	}
 }
+
+// TestHTTPParametersDocumented holds the parameter list of docs/queries.md's
+// HTTP API section to the query parameters the Server reads, both ways.
+func TestHTTPParametersDocumented(t *testing.T) {
+	api := section(t, queriesPage(t), "The HTTP API")
+	_, list, ok := strings.Cut(api, "\nParameters: ")
+	require.True(t, ok, "the HTTP API section has a Parameters: paragraph")
+	list, _, _ = strings.Cut(list, "\n\n")
+	// A parameter is a code span outside parentheses, which hold values
+	// and explanations.
+	var documented []string
+	depth := 0
+	for i, parts := 0, strings.Split(list, "`"); i < len(parts); i++ {
+		if i%2 == 1 && depth == 0 {
+			documented = append(documented, parts[i])
+		}
+		if i%2 == 0 {
+			depth += strings.Count(parts[i], "(") - strings.Count(parts[i], ")")
+		}
+	}
+	var read []string
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	param := regexp.MustCompile(`(?:\.Get\(|\.Has\(|parseTimeParam\(v, )"([a-z_]+)"`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range param.FindAllStringSubmatch(string(src), -1) {
+			if !slices.Contains(read, m[1]) {
+				read = append(read, m[1])
+			}
+		}
+	}
+	require.NotEmpty(t, read)
+	require.ElementsMatch(t, read, documented, "the query parameters the Server reads against docs/queries.md")
+}
