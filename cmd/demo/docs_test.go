@@ -78,3 +78,27 @@ func TestFlagsDocumented(t *testing.T) {
 	}
 	require.Empty(t, documented, "docs/demo.md documents commands demo does not have")
 }
+
+// TestEndpointsDocumented holds the table of the instances' own endpoints
+// in docs/demo.md to those web.go registers beside the query API, both
+// ways.
+func TestEndpointsDocumented(t *testing.T) {
+	page, err := os.ReadFile("../../docs/demo.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(page), "\n### The instances' HTTP endpoints\n")
+	require.True(t, ok, "docs/demo.md lists the instances' endpoints")
+	section, _, _ = strings.Cut(section, "\n#")
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `(GET /\\S*)`").FindAllStringSubmatch(section, -1) {
+		documented = append(documented, m[1])
+	}
+	src, err := os.ReadFile("web.go")
+	require.NoError(t, err)
+	var registered []string
+	for _, m := range regexp.MustCompile(`mux\.Handle(?:Func)?\("(GET /[^"]*)"`).FindAllStringSubmatch(string(src), -1) {
+		// "GET /{$}" is the page at / alone.
+		registered = append(registered, strings.TrimSuffix(m[1], "{$}"))
+	}
+	require.NotEmpty(t, registered)
+	require.ElementsMatch(t, registered, documented, "web.go's endpoints against docs/demo.md")
+}
