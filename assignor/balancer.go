@@ -123,7 +123,7 @@ type BalancerConfig struct {
 	// leader in either mode holds back, for one round, every task that
 	// another member still owns, so eager and cooperative members of this
 	// build can share a group; builds that do not hold tasks back cannot
-	// share one with cooperative members (see README, upgrading).
+	// share one with cooperative members (see docs/operations.md, Upgrades).
 	Eager bool
 }
 

@@ -18,10 +18,10 @@ import (
 	"github.com/eddystreams/eddy/runtime"
 )
 
-// appACLs is the set of ACLs the README documents for an Eddy application
+// appACLs is the set of ACLs docs/operations.md documents for an Eddy application
 // under exactly-once, for an application ID, its source topics and its
 // sink topics. Describe is implied by Read and Write on Kafka (and on the
-// embedded broker); it is granted explicitly, as the README lists it.
+// embedded broker); it is granted explicitly, as docs/operations.md lists it.
 func appACLs(app string, sources, sinks []string) []broker.ACL {
 	lit, pre := kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLResourcePatternTypePrefixed
 	var out []broker.ACL
@@ -133,7 +133,7 @@ func startSecure(t *testing.T, c *cluster, clientTLS *tls.Config, app string) (*
 
 // TestSecurityTLSSCRAMAndACLs runs an exactly-once word count (with a
 // repartition topic and a changelog) over TLS and SASL/SCRAM as a user
-// holding exactly the ACLs the README documents, and requires exact counts;
+// holding exactly the ACLs docs/operations.md documents, and requires exact counts;
 // then, for each of two of those ACLs, a user holding all the others, and
 // requires the instance to fail within a bounded time naming what is
 // missing.

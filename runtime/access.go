@@ -18,7 +18,7 @@ import (
 )
 
 // AccessError is what Start returns when the application's principal lacks
-// an ACL it needs on a secured cluster (see the README's list): without it
+// an ACL it needs on a secured cluster (see docs/operations.md's list): without it
 // the group would never form, or every transaction would fail, and the
 // instance would retry for ever without saying why.
 type AccessError struct {

@@ -294,7 +294,7 @@ type Config struct {
 	// one. A group cannot mix members of an eager build with cooperative
 	// ones, so upgrading from an eager build takes two rolling bounces:
 	// the first with EagerRebalancing set, the second without (see
-	// README). BareGroupFormat implies it.
+	// docs/operations.md, Upgrades). BareGroupFormat implies it.
 	EagerRebalancing bool
 	// OnStreamThreadError says what happens when a stream thread stops on
 	// an error: ShutdownInstance (the default), ReplaceThread or

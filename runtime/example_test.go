@@ -12,7 +12,8 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-// The README's word count: a topology, an App, run until interrupted.
+// The word count of the README's five-minute path, without its query
+// server: a topology, an App, run until interrupted.
 func Example_wordCount() {
 	b := topology.NewBuilder()
 	lines := topology.Stream(b, "text", serde.Bytes, serde.String)

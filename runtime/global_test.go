@@ -365,7 +365,7 @@ func (p *globalEnrich) Close() error { return nil }
 // store is answerable as soon as Start returns, before any assignment
 // (the routing table then names the global store alone); that range,
 // all-keys and key-metadata queries answer it locally as a global store;
-// and the per-partition global metrics, checked against README.md's
+// and the per-partition global metrics, checked against docs/operations.md's
 // metrics table both ways.
 func TestGlobalStoreProcessorQueriesAndMetrics(t *testing.T) {
 	b, adm := startBroker(t, "porders", "pout")
@@ -444,7 +444,7 @@ func TestGlobalStoreProcessorQueriesAndMetrics(t *testing.T) {
 	})
 	require.Equal(t, []string{"0", "1", "2"}, s.labelValues("eddy_global_store_records_read_total", "partition"))
 	documented := map[string]documentedSeries{}
-	for _, d := range readmeMetrics(t) {
+	for _, d := range documentedSeriesOf(t) {
 		documented[d.name] = d
 		if strings.HasPrefix(d.present, "per global") {
 			require.Contains(t, s, d.name, "documented global series missing from App.Metrics")
@@ -453,7 +453,7 @@ func TestGlobalStoreProcessorQueriesAndMetrics(t *testing.T) {
 	for name, fam := range s {
 		if strings.HasPrefix(name, "eddy_global_") {
 			d, ok := documented[name]
-			require.True(t, ok, "%s is not in README.md's metrics table", name)
+			require.True(t, ok, "%s is not in docs/operations.md's metrics table", name)
 			require.Equal(t, metricTypes[d.typ], fam.typ, "%s's type", name)
 		}
 	}

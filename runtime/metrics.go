@@ -282,7 +282,7 @@ func lockWithin(mu *sync.Mutex, d time.Duration) bool {
 	return true
 }
 
-// Metrics returns the App's metrics as a Prometheus collector; README.md's
-// Metrics section lists every series. Register it with any
+// Metrics returns the App's metrics as a Prometheus collector; the
+// Metrics section of docs/operations.md lists every series. Register it with any
 // prometheus.Registerer; the App does not register it anywhere itself.
 func (a *App) Metrics() prometheus.Collector { return a.metrics }

@@ -17,27 +17,31 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
 
-// documentedSeries is one row of README.md's metrics table.
+// documentedSeries is one row of the metrics table in docs/operations.md.
 type documentedSeries struct {
 	name, typ, present, from string
 }
 
-// readmeMetrics parses the table of README.md's Metrics section.
-func readmeMetrics(t *testing.T) []documentedSeries {
+// documentedMetrics parses the Metrics section of docs/operations.md: the
+// table of series, and the table of the labels whose values are fixed,
+// each with its values.
+func documentedMetrics(t *testing.T) ([]documentedSeries, map[string][]string) {
 	t.Helper()
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/operations.md")
 	require.NoError(t, err)
 	defer f.Close()
-	var out []documentedSeries
+	var series []documentedSeries
+	labels := map[string][]string{}
 	in := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case strings.HasPrefix(line, "### Metrics"):
+		case line == "## Metrics":
 			in = true
 		case strings.HasPrefix(line, "#"):
 			in = false
@@ -47,12 +51,56 @@ func readmeMetrics(t *testing.T) []documentedSeries {
 			for i := range cols {
 				cols[i] = strings.Trim(cols[i], " `")
 			}
-			out = append(out, documentedSeries{name: cols[0], typ: cols[1], present: cols[3], from: cols[4]})
+			series = append(series, documentedSeries{name: cols[0], typ: cols[1], present: cols[3], from: cols[4]})
+		case in && strings.HasPrefix(line, "| `"):
+			cols := strings.Split(strings.Trim(line, "|"), "|")
+			require.Len(t, cols, 2, "label table row %q", line)
+			// Values are the code spans before any parenthesis, which
+			// only explains them.
+			vals, _, _ := strings.Cut(cols[1], " (")
+			labels[strings.Trim(cols[0], " `")] = codeSpans(vals)
 		}
 	}
 	require.NoError(t, sc.Err())
-	require.NotEmpty(t, out, "README.md's Metrics section has no table")
-	return out
+	require.NotEmpty(t, series, "docs/operations.md's Metrics section has no table")
+	require.NotEmpty(t, labels, "docs/operations.md's Metrics section has no label table")
+	return series, labels
+}
+
+// codeSpans returns the texts between backquotes in s.
+func codeSpans(s string) []string {
+	var out []string
+	for {
+		_, rest, ok := strings.Cut(s, "`")
+		if !ok {
+			return out
+		}
+		v, after, ok := strings.Cut(rest, "`")
+		if !ok {
+			return out
+		}
+		out = append(out, v)
+		s = after
+	}
+}
+
+// TestMetricLabelValuesDocumented holds the documented values of the
+// fixed labels to every value the code can give them: the App's states,
+// the sources of processed records, and the roles a replica can report.
+func TestMetricLabelValuesDocumented(t *testing.T) {
+	_, labels := documentedMetrics(t)
+	var states []string
+	for _, s := range appStates() {
+		states = append(states, s.String())
+	}
+	require.ElementsMatch(t, states, labels["state"], "state label values")
+	require.ElementsMatch(t, []string{sourceInput, sourceRepartition}, labels["source"], "source label values")
+	roles := map[string]bool{}
+	for s := task.State(0); !strings.HasPrefix(s.String(), "State("); s++ {
+		_, r := edgeRoles(s)
+		roles[r.String()] = true
+	}
+	require.ElementsMatch(t, slices.Collect(maps.Keys(roles)), labels["role"], "role label values")
 }
 
 // gatekeeper forwards every record, except that a record valued "wait"
@@ -166,7 +214,7 @@ func (s scrape) labelValues(name, label string) []string {
 
 var metricTypes = map[string]dto.MetricType{"counter": dto.MetricType_COUNTER, "gauge": dto.MetricType_GAUGE, "histogram": dto.MetricType_HISTOGRAM}
 
-// TestMetricsDocumented checks App.Metrics against README.md's table: right
+// TestMetricsDocumented checks App.Metrics against docs/operations.md's tables: right
 // after Start every "always" series is there, once tasks run every runtime
 // series is, and nothing undocumented ever is. It then checks the consumer
 // lag (above 0 while a task holds its input, 0 once drained) and that a
@@ -187,7 +235,7 @@ func TestMetricsDocumented(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(app.Metrics()))
 
-	docs := readmeMetrics(t)
+	docs, labels := documentedMetrics(t)
 	documented := map[string]documentedSeries{}
 	for _, d := range docs {
 		documented[d.name] = d
@@ -196,9 +244,14 @@ func TestMetricsDocumented(t *testing.T) {
 		t.Helper()
 		for name, fam := range s {
 			d, ok := documented[name]
-			require.True(t, ok, "%s is not in README.md's metrics table", name)
+			require.True(t, ok, "%s is not in docs/operations.md's metrics table", name)
 			require.Equal(t, "runtime", d.from, "%s comes from App.Metrics", name)
 			require.Equal(t, metricTypes[d.typ], fam.typ, "%s's type", name)
+			for label, values := range labels {
+				for _, v := range s.labelValues(name, label) {
+					require.Contains(t, values, v, "%s's %s label value %q is not documented", name, label, v)
+				}
+			}
 		}
 		for _, d := range docs {
 			// This topology has no global table: TestGlobalMetrics
@@ -355,4 +408,11 @@ func TestMetricsRestoreProgress(t *testing.T) {
 	require.Equal(t, []string{"0_0", "0_1"}, s.labelValues("eddy_task_restored_records_total", "task"))
 	require.Zero(t, s.sum("eddy_restore_remaining_records"))
 	require.Zero(t, s.sum("eddy_task_restore_remaining_records"))
+}
+
+// documentedSeriesOf returns the rows of the metrics table alone.
+func documentedSeriesOf(t *testing.T) []documentedSeries {
+	t.Helper()
+	series, _ := documentedMetrics(t)
+	return series
 }

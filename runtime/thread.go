@@ -30,7 +30,7 @@ import (
 // records a fetch of 4 MiB on the wire is ~50 MiB of kgo.Records, and one
 // is being polled while the next is buffered. A smaller fetch also means
 // less garbage per poll; counting throughput did not drop (eddybench
-// -only m, c; README, Memory).
+// -only m, c).
 const threadFetchMaxBytes = 1 << 20
 
 // thread is a stream thread: one group member that polls its input

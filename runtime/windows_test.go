@@ -140,7 +140,7 @@ func TestSessionCountRestoredFromChangelog(t *testing.T) {
 
 	a := start(t.TempDir())
 	produce(400)
-	waitFor(t, 60*time.Second, "the first sessions", caughtUp)
+	waitFor(t, 60*time.Second, "the opening sessions", caughtUp)
 	require.NoError(t, a.Close(context.Background()))
 
 	// A new instance with nothing on disk restores the session store from

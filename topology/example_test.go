@@ -92,7 +92,7 @@ type regional struct {
 // Example_ordersAndRevenue enriches orders with their customers (a
 // stream-table join) and keeps the revenue of each region (a table
 // aggregation): when a customer moves, their revenue moves with them. The
-// README shows this example; keep the two equal.
+// docs/dsl.md shows this example; keep the two equal.
 func Example_ordersAndRevenue() {
 	b := topology.NewBuilder()
 	customers := topology.Table(b, "customers", serde.String, serde.String, "customers") // id -> "name,region"

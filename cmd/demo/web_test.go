@@ -381,7 +381,7 @@ func TestMultiProcessCommands(t *testing.T) {
 			require.True(t, strings.HasPrefix(ctype, "text/plain"), ctype)
 			require.Contains(t, body, "\ngo_goroutines ", "the Go collector is registered")
 			// x runs actives, so every documented series is there.
-			checkAgainstREADME(t, body, in == x)
+			checkAgainstDocs(t, body, in == x)
 			return func(metric string, labels ...string) float64 {
 				t.Helper()
 				re := `(?m)^` + regexp.QuoteMeta(metric) + `\{([^}]*)\} (\S+)$`
@@ -616,28 +616,62 @@ func testPageInChromium(t *testing.T, c *testCluster, in *instance, word string)
 	}
 }
 
-// readmeSeries parses README.md's metrics table: each series' type, and
-// whether it is there from start-up ("always").
-func readmeSeries(t *testing.T) (types map[string]string, always map[string]bool) {
+// documentedSeries parses the Metrics section of docs/operations.md: each
+// series' type, whether it is there from start-up ("always"), and the
+// values of the labels whose values are fixed.
+func documentedSeries(t *testing.T) (types map[string]string, always map[string]bool, labels map[string][]string) {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
-	types, always = map[string]string{}, map[string]bool{}
-	_, section, ok := strings.Cut(string(b), "\n### Metrics\n")
-	require.True(t, ok, "README.md has a Metrics section")
+	types, always, labels = map[string]string{}, map[string]bool{}, map[string][]string{}
+	_, section, ok := strings.Cut(string(b), "\n## Metrics\n")
+	require.True(t, ok, "docs/operations.md has a Metrics section")
 	section, _, _ = strings.Cut(section, "\n#")
 	for _, line := range strings.Split(section, "\n") {
-		if !strings.HasPrefix(line, "| `eddy_") {
+		if !strings.HasPrefix(line, "| `") {
 			continue
 		}
 		cols := strings.Split(strings.Trim(line, "|"), "|")
+		if !strings.HasPrefix(line, "| `eddy_") {
+			require.Len(t, cols, 2, "label table row %q", line)
+			// The values are the code spans before any parenthesis.
+			vals, _, _ := strings.Cut(cols[1], " (")
+			label := strings.Trim(cols[0], " `")
+			for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(vals, -1) {
+				labels[label] = append(labels[label], m[1])
+			}
+			continue
+		}
 		require.Len(t, cols, 6, "metrics table row %q", line)
 		name := strings.Trim(cols[0], " `")
 		types[name] = strings.TrimSpace(cols[1])
 		always[name] = strings.HasPrefix(strings.TrimSpace(cols[3]), "always")
 	}
 	require.NotEmpty(t, types)
-	return types, always
+	require.NotEmpty(t, labels)
+	return types, always, labels
+}
+
+// exposedLabelValues reads, from a Prometheus text exposition, every value
+// each label of an eddy_ series takes.
+func exposedLabelValues(body string) map[string][]string {
+	out := map[string][]string{}
+	for _, m := range regexp.MustCompile(`(?m)^eddy_\w+\{([^}]*)\}`).FindAllStringSubmatch(body, -1) {
+		for _, l := range regexp.MustCompile(`(\w+)="([^"]*)"`).FindAllStringSubmatch(m[1], -1) {
+			if !slices.Contains(out[l[1]], l[2]) {
+				out[l[1]] = append(out[l[1]], l[2])
+			}
+		}
+	}
+	return out
+}
+
+// TestQueryLabelValuesDocumented holds the documented values of the query
+// counters' labels to those the demo gives them.
+func TestQueryLabelValuesDocumented(t *testing.T) {
+	_, _, labels := documentedSeries(t)
+	require.ElementsMatch(t, queryRefusalCodes, labels["reason"], "reason label values")
+	require.ElementsMatch(t, []string{viaLocal, viaForwarded}, labels["via"], "via label values")
 }
 
 // exposedFamilies reads the eddy_ families of a Prometheus text exposition,
@@ -650,29 +684,37 @@ func exposedFamilies(body string) map[string]string {
 	return out
 }
 
-// checkAgainstREADME fails if body exposes an eddy_ series README.md does
-// not list (or lists with another type), or lacks one it lists as
+// checkAgainstDocs fails if body exposes an eddy_ series
+// docs/operations.md does not list (or lists with another type), or a
+// value of a fixed label it does not list, or lacks a series it lists as
 // always there (every one it lists, with all).
-func checkAgainstREADME(t *testing.T, body string, all bool) {
+func checkAgainstDocs(t *testing.T, body string, all bool) {
 	t.Helper()
-	types, always := readmeSeries(t)
+	types, always, labels := documentedSeries(t)
 	exposed := exposedFamilies(body)
 	for name, typ := range exposed {
-		require.Contains(t, types, name, "%s is not in README.md's metrics table", name)
+		require.Contains(t, types, name, "%s is not in docs/operations.md's metrics table", name)
 		require.Equal(t, types[name], typ, "%s's type", name)
+	}
+	for label, values := range exposedLabelValues(body) {
+		if documented, fixed := labels[label]; fixed {
+			for _, v := range values {
+				require.Contains(t, documented, v, "label %s's value %q is not documented", label, v)
+			}
+		}
 	}
 	for name := range types {
 		// The demo has no global table; the runtime's
 		// TestGlobalStoreProcessorQueriesAndMetrics checks the global
 		// store series against the table.
 		if (all || always[name]) && !strings.HasPrefix(name, "eddy_global_store_") {
-			require.Contains(t, exposed, name, "README.md lists %s, /metrics lacks it", name)
+			require.Contains(t, exposed, name, "docs/operations.md lists %s, /metrics lacks it", name)
 		}
 	}
 }
 
 // TestMetricsEndpointAtStartup scrapes an instance's registry before the
-// App has connected to anything: every series README.md lists as always
+// App has connected to anything: every series docs/operations.md lists as always
 // there is, the query counters of the counts store at 0.
 func TestMetricsEndpointAtStartup(t *testing.T) {
 	topo, err := wordCount()
@@ -685,7 +727,7 @@ func TestMetricsEndpointAtStartup(t *testing.T) {
 	defer srv.Close()
 	status, _, body := httpGet(t, srv.URL)
 	require.Equal(t, 200, status)
-	checkAgainstREADME(t, body, false)
+	checkAgainstDocs(t, body, false)
 	require.Contains(t, body, `eddy_app_state{application="wordcount",state="created"} 1`)
 	require.Contains(t, body, `eddy_queries_refused_total{application="wordcount",reason="too_stale",store="counts"} 0`)
 	require.Contains(t, body, `eddy_queries_served_total{application="wordcount",role="standby",store="counts",via="local"} 0`)

@@ -105,7 +105,7 @@ const (
 	// Revoked (cooperative): the thread gave up tasks and rejoins at once
 	// so that the group can assign them; it keeps processing the rest.
 	Revoked
-	// Rejoining (cooperative): revoked, then given this session's
+	// Rejoining (cooperative): revoked, then given this generation's
 	// assignment; the rejoin is still owed.
 	Rejoining
 	// RejoinJoining (cooperative): revoked, and the owed rejoin's session

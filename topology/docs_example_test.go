@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeExampleMatches keeps the README's orders-and-revenue example
-// equal to Example_ordersAndRevenue, which go test compiles and runs: the
-// README must hold the example's topology code, dedented, and every line
-// of its expected output.
-func TestReadmeExampleMatches(t *testing.T) {
+// TestDocsExampleMatches keeps the orders-and-revenue example of
+// docs/dsl.md equal to Example_ordersAndRevenue, which go test compiles and
+// runs: the page must hold the example's topology code, dedented, and
+// every line of its expected output.
+func TestDocsExampleMatches(t *testing.T) {
 	src, err := os.ReadFile("example_test.go")
 	require.NoError(t, err)
-	readme, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/dsl.md")
 	require.NoError(t, err)
 
 	_, body, ok := strings.Cut(string(src), "func Example_ordersAndRevenue")
@@ -27,7 +27,7 @@ func TestReadmeExampleMatches(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimRight(body[start:end], "\n"), "\n") {
 		code = append(code, strings.TrimPrefix(line, "\t"))
 	}
-	require.Contains(t, string(readme), strings.Join(code, "\n")+"\n```", "README's copy of the example's topology")
+	require.Contains(t, string(page), strings.Join(code, "\n")+"\n```", "docs/dsl.md's copy of the example's topology")
 
 	_, output, ok := strings.Cut(body, "// Output:\n")
 	require.True(t, ok)
@@ -36,6 +36,6 @@ func TestReadmeExampleMatches(t *testing.T) {
 		if !strings.HasPrefix(line, "// ") {
 			break
 		}
-		require.Contains(t, string(readme), strings.TrimPrefix(line, "// ")+"\n", "README's copy of the expected output")
+		require.Contains(t, string(page), strings.TrimPrefix(line, "// ")+"\n", "docs/dsl.md's copy of the expected output")
 	}
 }
