@@ -6,6 +6,7 @@ package integration
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // availAnswer is the query API's answer to a key lookup, with the
@@ -384,4 +387,36 @@ func sortedCounts(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// countedCluster starts a broker and three exactly-once instances (one
+// standby per task, session timeout availSession), produces a generated
+// text of the given number of lines over a 3,000-word Zipf vocabulary, and
+// waits until every word is counted and every replica is current. It
+// returns the reference counts.
+func countedCluster(t *testing.T, seed uint64, lines int) (*procCluster, *procHTTP, []*procInstance, map[string]int64) {
+	t.Helper()
+	c := newProcCluster(t, procPartitions)
+	h := newProcHTTP(t)
+	session := "--session-timeout=" + availSession.String()
+	var insts []*procInstance
+	for i := range 3 {
+		insts = append(insts, c.startInstanceWith(fmt.Sprintf("i%d", i+1), "exactly-once", session))
+	}
+	waitSettled(t, h, settleTimeout, procPartitions, insts...)
+	want := make(map[string]int64)
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	require.NoError(t, c.produceFile(ctx, c.writeLines("text.txt", newCorpus(seed, 3000).lines(lines, want))))
+	words := slices.Sorted(maps.Keys(want))
+	waitFor(t, settleTimeout, "the whole text counted", func() (bool, string) {
+		requireAlive(t, insts...)
+		got, failed := snapshotCounts(h, words, "active", insts...)
+		return len(failed) == 0 && maps.Equal(got, want), countDiff(want, got, failed)
+	})
+	waitFor(t, settleTimeout, "every replica current", func() (bool, string) {
+		msg := replicasCurrentProblem(h, procPartitions, 1, insts...)
+		return msg == "", msg
+	})
+	return c, h, insts, want
 }

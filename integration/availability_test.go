@@ -2,7 +2,6 @@ package integration
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -51,33 +50,10 @@ func testAvailability(t *testing.T, restart bool) {
 	seed := chaosSeed(t)
 	t.Logf("seed %d (EDDY_CHAOS_SEED=%d replays the text and the victim)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0xa7a11))
-	c := newProcCluster(t, procPartitions)
-	h := newProcHTTP(t)
-	session := "--session-timeout=" + availSession.String()
-	var insts []*procInstance
-	for i := range 3 {
-		insts = append(insts, c.startInstanceWith(fmt.Sprintf("i%d", i+1), "exactly-once", session))
-	}
-	waitSettled(t, h, settleTimeout, procPartitions, insts...)
-
 	// 60 000 words over a 3 000-word Zipf vocabulary: a few hundred to a
 	// few thousand changelog records per partition, so that a replica
 	// opened empty is well within lag:10000 of the end.
-	gen := newCorpus(seed, 3000)
-	want := make(map[string]int64)
-	pctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	require.NoError(t, c.produceFile(pctx, c.writeLines("text.txt", gen.lines(60_000, want))))
-	words := slices.Sorted(maps.Keys(want))
-	waitFor(t, settleTimeout, "the whole text counted", func() (bool, string) {
-		requireAlive(t, insts...)
-		got, failed := snapshotCounts(h, words, "active", insts...)
-		return len(failed) == 0 && maps.Equal(got, want), countDiff(want, got, failed)
-	})
-	waitFor(t, settleTimeout, "every replica current", func() (bool, string) {
-		msg := replicasCurrentProblem(h, procPartitions, 1, insts...)
-		return msg == "", msg
-	})
+	_, h, insts, want := countedCluster(t, seed, 60_000)
 
 	// The sample: the thirty most frequent words, thirty others, and
 	// twenty words of the vocabulary's alphabet the text does not contain.

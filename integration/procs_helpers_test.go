@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,7 +252,14 @@ func (c *procCluster) start(p *proc, ready *regexp.Regexp) []string {
 
 // kill sends SIGKILL to p and waits until it is gone, so that its state
 // directory lock and its port are free when this returns.
-func (p *proc) kill() {
+func (p *proc) kill() { p.stop(syscall.SIGKILL) }
+
+// term sends SIGTERM to p, a graceful stop, and waits until it has exited.
+func (p *proc) term() { p.stop(syscall.SIGTERM) }
+
+// stop sends sig to p, marking its exit as asked for, and waits until it
+// is gone.
+func (p *proc) stop(sig syscall.Signal) {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
 	if cmd == nil {
@@ -262,11 +270,21 @@ func (p *proc) kill() {
 	case <-exited:
 	default:
 		p.killed = true
-		cmd.Process.Kill()
-		fmt.Fprintf(p.log, "=== %s: SIGKILL at %s\n", p.name, time.Now().Format("15:04:05.000"))
+		cmd.Process.Signal(sig)
+		fmt.Fprintf(p.log, "=== %s: %s at %s\n", p.name, sigName(sig), time.Now().Format("15:04:05.000"))
 	}
 	p.mu.Unlock()
 	<-exited
+}
+
+func sigName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
 }
 
 // died reports whether p exited without being killed by the test, with the

@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,30 +23,8 @@ import (
 func TestAvailabilityThroughRollingRestart(t *testing.T) {
 	seed := chaosSeed(t)
 	t.Logf("seed %d (EDDY_CHAOS_SEED=%d replays the text)", seed, seed)
-	c := newProcCluster(t, procPartitions)
-	h := newProcHTTP(t)
-	session := "--session-timeout=" + availSession.String()
-	var insts []*procInstance
-	for i := range 3 {
-		insts = append(insts, c.startInstanceWith(fmt.Sprintf("i%d", i+1), "exactly-once", session))
-	}
-	waitSettled(t, h, settleTimeout, procPartitions, insts...)
-
-	gen := newCorpus(seed, 3000)
-	want := make(map[string]int64)
-	pctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	require.NoError(t, c.produceFile(pctx, c.writeLines("text.txt", gen.lines(40_000, want))))
+	_, h, insts, want := countedCluster(t, seed, 40_000)
 	words := slices.Sorted(maps.Keys(want))
-	waitFor(t, settleTimeout, "the whole text counted", func() (bool, string) {
-		requireAlive(t, insts...)
-		got, failed := snapshotCounts(h, words, "active", insts...)
-		return len(failed) == 0 && maps.Equal(got, want), countDiff(want, got, failed)
-	})
-	waitFor(t, settleTimeout, "every replica current", func() (bool, string) {
-		msg := replicasCurrentProblem(h, procPartitions, 1, insts...)
-		return msg == "", msg
-	})
 
 	sample := slices.Clone(words[:min(len(words), 60)])
 	absent := 0
@@ -104,23 +79,4 @@ func TestAvailabilityThroughRollingRestart(t *testing.T) {
 	for _, m := range availModes {
 		require.Greater(t, share[m], 0.0, "share of queries answered under %s", m)
 	}
-}
-
-// term sends SIGTERM to p and waits until it has exited.
-func (p *proc) term() {
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	if cmd == nil {
-		p.mu.Unlock()
-		return
-	}
-	select {
-	case <-exited:
-	default:
-		p.killed = true
-		cmd.Process.Signal(syscall.SIGTERM)
-		fmt.Fprintf(p.log, "=== %s: SIGTERM at %s\n", p.name, time.Now().Format("15:04:05.000"))
-	}
-	p.mu.Unlock()
-	<-exited
 }
