@@ -30,6 +30,9 @@
 // attributes alike, replaced by a free port, the same one for the same PORT
 // throughout the page, so that the test runs beside a broker on 9092.
 //
+// TestExportedIdentifiersDocumented (doccomments_test.go) checks that the
+// public packages document every exported name.
+//
 // TestLinks checks that every relative link of the same pages leads to a
 // file that exists and, with a #fragment, to a heading of that file.
 package docs
