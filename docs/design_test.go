@@ -102,3 +102,45 @@ func TestPackageTableOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestInvariantTestsExist checks that every test DESIGN.md's invariants
+// table names (`pkg.TestName`) exists, so the table cannot point at a test
+// that was renamed or removed.
+func TestInvariantTestsExist(t *testing.T) {
+	b, err := os.ReadFile("../DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "| invariant | held by |")
+	if !ok {
+		t.Fatal("DESIGN.md has no invariants table")
+	}
+	table, _, _ := strings.Cut(rest, "\n\n")
+	named := regexp.MustCompile("`([a-z]+)\\.(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(table, -1)
+	if len(named) < 5 {
+		t.Fatalf("found %d tests in the invariants table", len(named))
+	}
+	defined := make(map[string]bool) // "pkg.TestName", pkg the folder's last element
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.Base(filepath.Dir(path))
+		for _, m := range regexp.MustCompile(`(?m)^func (Test\w+)\(`).FindAllStringSubmatch(string(src), -1) {
+			defined[pkg+"."+m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range named {
+		if !defined[m[1]+"."+m[2]] {
+			t.Errorf("DESIGN.md names %s.%s, which no test file defines", m[1], m[2])
+		}
+	}
+}
