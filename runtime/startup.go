@@ -272,7 +272,8 @@ type emptyPlan struct{}
 
 func (emptyPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment { return nil }
 
-// joinHook tells localJoins when a thread's client sends a member's join.
+// joinHook tells localJoins when a thread's client sends a member's join,
+// and the thread's group contact when it sends a SyncGroup.
 type joinHook struct {
 	th     *thread
 	static bool
@@ -281,6 +282,9 @@ type joinHook struct {
 
 // OnBrokerWrite implements kgo.HookBrokerWrite.
 func (h *joinHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.SyncGroup) && err == nil {
+		h.th.contact.syncWritten(time.Now())
+	}
 	if key != int16(kmsg.JoinGroup) || err != nil {
 		return
 	}
