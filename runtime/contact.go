@@ -12,10 +12,17 @@ import (
 // groupContact is when the group coordinator last confirmed a stream
 // thread's membership: the time a request was sent whose answer said the
 // member is in the group. Only such an answer counts — a successful
-// SyncGroup, or a heartbeat answered without error (REBALANCE_IN_PROGRESS
-// included: the coordinator still holds the member, and renews its session
-// with that answer). An answer refusing the member, a request lost to the
-// network, a connection that merely stays open: none of these moves it.
+// SyncGroup, or a heartbeat answered without error. An answer refusing the
+// member, a request lost to the network, a connection that merely stays
+// open: none of these moves it.
+//
+// A heartbeat answered REBALANCE_IN_PROGRESS counts, within a limit: the
+// coordinator still holds the member and renews its session, but drops it
+// when the rebalance's join phase ends (a rebalance timeout after it
+// began) if its client has not rejoined by then. Such answers move the
+// contact no further than the rebalance timeout minus the session timeout
+// past the last confirmation of a settled group, so that the contact is a
+// session timeout old by the time the member can have been dropped.
 //
 // A running active is the partition's writer only while its thread is the
 // group's member: cut off from the broker, or paused (SIGSTOP, a frozen
@@ -36,6 +43,9 @@ type groupContact struct {
 	// clock steps, and Linux's monotonic clock runs while a process is
 	// stopped); zero if never.
 	at time.Time
+	// settled is the latest send time confirmed by an answer other than
+	// REBALANCE_IN_PROGRESS: the group's rebalance began after it.
+	settled time.Time
 	// syncSent is when the thread's client last wrote a SyncGroup.
 	syncSent time.Time
 }
@@ -45,6 +55,26 @@ type groupContact struct {
 func (c *groupContact) confirm(sent time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if sent.After(c.at) {
+		c.at = sent
+	}
+	if sent.After(c.settled) {
+		c.settled = sent
+	}
+}
+
+// confirmRebalancing records that a heartbeat sent at sent was answered
+// REBALANCE_IN_PROGRESS, which vouches for the member for at most limit
+// past the last settled confirmation (see groupContact).
+func (c *groupContact) confirmRebalancing(sent time.Time, limit time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.settled.IsZero() {
+		return
+	}
+	if last := c.settled.Add(limit); sent.After(last) {
+		sent = last
+	}
 	if sent.After(c.at) {
 		c.at = sent
 	}
@@ -120,8 +150,12 @@ func (th *thread) probeContact(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, contactWindow(cfg))
 		resp, err := req.RequestWith(rctx, cl)
 		cancel()
-		if err == nil && (resp.ErrorCode == 0 || resp.ErrorCode == kerr.RebalanceInProgress.Code) {
+		switch {
+		case err != nil:
+		case resp.ErrorCode == 0:
 			th.contact.confirm(sent)
+		case resp.ErrorCode == kerr.RebalanceInProgress.Code:
+			th.contact.confirmRebalancing(sent, max(cfg.RebalanceTimeout-cfg.SessionTimeout, 0))
 		}
 	}
 }

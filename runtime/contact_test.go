@@ -20,6 +20,34 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
+// Only answers that say the member is in the group move its contact, never
+// backwards, and answers during a rebalance no further than their limit
+// past the last settled one.
+func TestGroupContactConfirmations(t *testing.T) {
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var c groupContact
+	c.synced()
+	require.True(t, c.last().IsZero(), "no SyncGroup was sent")
+	c.confirmRebalancing(at(1), 20*time.Second)
+	require.True(t, c.last().IsZero(), "a rebalance answer alone vouches for nothing")
+
+	c.syncWritten(at(2))
+	c.synced()
+	require.Equal(t, at(2), c.last(), "a sync answered with an assignment dates from its sending")
+	c.confirm(at(1))
+	require.Equal(t, at(2), c.last(), "an older answer does not move it back")
+
+	c.confirmRebalancing(at(10), 20*time.Second)
+	require.Equal(t, at(10), c.last())
+	c.confirmRebalancing(at(30), 20*time.Second)
+	require.Equal(t, at(22), c.last(), "a long rebalance vouches for the member up to the limit past the last settled answer")
+	c.confirm(at(31))
+	require.Equal(t, at(31), c.last())
+	c.confirmRebalancing(at(32), 0)
+	require.Equal(t, at(31), c.last(), "with no limit, rebalance answers vouch for nothing new")
+}
+
 // blackhole holds the traffic of the connections it wraps while on, the
 // way a network dropping packets does: nothing is refused or closed, reads
 // and writes just wait (until their deadline, if they have one), and what

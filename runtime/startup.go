@@ -281,9 +281,11 @@ type joinHook struct {
 }
 
 // OnBrokerWrite implements kgo.HookBrokerWrite.
-func (h *joinHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+func (h *joinHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, timeToWrite time.Duration, err error) {
 	if key == int16(kmsg.SyncGroup) && err == nil {
-		h.th.contact.syncWritten(time.Now())
+		// When the write began: the coordinator cannot have read it
+		// before.
+		h.th.contact.syncWritten(time.Now().Add(-timeToWrite))
 	}
 	if key != int16(kmsg.JoinGroup) || err != nil {
 		return
