@@ -25,9 +25,9 @@ import (
 // session timeout old by the time the member can have been dropped.
 //
 // A running active is the partition's writer only while its thread is the
-// group's member: cut off from the broker, or paused (SIGSTOP, a frozen
-// VM), it processes nothing, and past the session timeout the group gives
-// its tasks to another instance. Queries therefore vouch for an active as
+// group's member: cut off from the broker, or paused (SIGSTOP), it
+// processes nothing, and past the session timeout the group gives its
+// tasks to another instance. Queries therefore vouch for an active as
 // such only while this contact is recent (see toIQAt). The send time, not
 // the answer's arrival, is what counts, so an answer read after a pause
 // dates from before it; and nothing but a round trip moves it, so a
