@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,32 @@ func (p *proc) signal(sig os.Signal) error {
 		return fmt.Errorf("%s: not running", p.name)
 	}
 	return p.cmd.Process.Signal(sig)
+}
+
+// stopped reports whether every thread of p's process is stopped (state T
+// in /proc): kill returns once the signal is sent, and a thread running on
+// another CPU may still serve a request before it stops.
+func (p *proc) stopped() (bool, string) {
+	p.mu.Lock()
+	pid := p.cmd.Process.Pid
+	p.mu.Unlock()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, tk := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, tk.Name(), "stat"))
+		if err != nil {
+			return false, err.Error()
+		}
+		// The state follows the command name, which is in parentheses.
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		if state := strings.Fields(rest)[0]; state != "T" {
+			return false, fmt.Sprintf("thread %s in state %s", tk.Name(), state)
+		}
+	}
+	return true, ""
 }
 
 // localAnswer is what an instance answers for a key from its own replica
@@ -77,8 +104,11 @@ func (h *procHTTP) local(addr, word, staleness string) localAnswer {
 	return a
 }
 
-// pausedQueries is how many queries the pause test sends a stopped instance.
-const pausedQueries = 16
+// pausedQueries is how many queries the pause test sends a stopped
+// instance: enough that some are served on resuming before its group client
+// hears it was dropped and closes its tasks (with 16, an instance that took
+// its tasks for fresh was caught only some of the time).
+const pausedQueries = 64
 
 // issue 29 item 2: an instance paused (SIGSTOP) while the group gives its
 // partition to another instance must not answer as that partition's
@@ -133,6 +163,7 @@ func TestMultiProcessPausedActiveDoesNotAnswerAsActiveOnResume(t *testing.T) {
 			a.signal(syscall.SIGCONT)
 		}
 	})
+	waitFor(t, 10*time.Second, "a stopped", a.stopped)
 	answers := make(chan localAnswer, pausedQueries)
 	for range pausedQueries {
 		go func() { answers <- hq.local(a.http, word, "any") }()
