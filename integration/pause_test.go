@@ -106,8 +106,8 @@ func (h *procHTTP) local(addr, word, staleness string) localAnswer {
 
 // pausedQueries is how many queries the pause test sends a stopped
 // instance: enough that some are served on resuming before its group client
-// hears it was dropped and closes its tasks (with 16, an instance that took
-// its tasks for fresh was caught only some of the time).
+// hears it was dropped and closes its tasks, which is when an instance that
+// took its tasks for fresh would answer as their active.
 const pausedQueries = 64
 
 // issue 29 item 2: an instance paused (SIGSTOP) while the group gives its
