@@ -337,10 +337,11 @@ func orMinus1(p *int64) int64 {
 }
 
 // stable is p without the figures that move with the clock (how long ago
-// the lag was confirmed, the age, how long ago the input was committed),
-// so that tests can compare the rest exactly.
+// the lag was confirmed, the age, how long ago the input was committed and
+// the group last confirmed an active), so that tests can compare the rest
+// exactly.
 func stable(p iq.Provenance) iq.Provenance {
-	p.LagConfirmedAgo, p.Age, p.InputCommittedAgo = 0, 0, 0
+	p.LagConfirmedAgo, p.Age, p.InputCommittedAgo, p.ContactAgo = 0, 0, 0, 0
 	return p
 }
 

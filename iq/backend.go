@@ -15,8 +15,9 @@ type Role int
 
 // Replica roles.
 const (
-	// RoleActive is a running active task: it processes the partition's
-	// input and its store is the source of truth.
+	// RoleActive is a running active task whose group membership was
+	// confirmed recently (ReplicaInfo.ContactAgo): it processes the
+	// partition's input and its store is the source of truth.
 	RoleActive Role = iota + 1
 	// RoleRestoring is an active task still reading its changelog.
 	RoleRestoring
@@ -34,14 +35,27 @@ const (
 	// ActiveOnly once restored (not Rebuilding), and the other bounds as
 	// any replica does; routers answer it where it is asked.
 	RoleGlobal
+	// RoleUnconfirmed is a running active task whose instance has not
+	// heard the group confirm its membership for longer than the
+	// backend's contact window (ReplicaInfo.ContactAgo): the instance may
+	// be cut off from the broker or have been paused, and the group may
+	// be giving the partition to another instance. It processes nothing
+	// it can vouch for, so it answers as a replica whose lag is unknown
+	// and whose age counts from that last confirmation: it fails
+	// ActiveOnly and every lag bound, and passes MaxAge(d) only while its
+	// age is within d. Once its group session must have expired it does
+	// not answer at all.
+	RoleUnconfirmed
 )
 
 // lastRole is the highest valid Role.
-const lastRole = RoleGlobal
+const lastRole = RoleUnconfirmed
 
-var roleNames = [...]string{RoleActive: "active", RoleRestoring: "restoring", RoleStandby: "standby", RoleWarmup: "warmup", RoleGlobal: "global"}
+var roleNames = [...]string{RoleActive: "active", RoleRestoring: "restoring", RoleStandby: "standby", RoleWarmup: "warmup", RoleGlobal: "global",
+	RoleUnconfirmed: "unconfirmed"}
 
-// String returns active, restoring, standby, warmup or global.
+// String returns active, restoring, standby, warmup, global or
+// unconfirmed.
 func (r Role) String() string {
 	if r < RoleActive || r > lastRole {
 		return fmt.Sprintf("Role(%d)", int(r))
@@ -56,7 +70,7 @@ func ParseRole(s string) (Role, error) {
 			return r, nil
 		}
 	}
-	return 0, fmt.Errorf("iq: unknown role %q (want active, restoring, standby, warmup or global)", s)
+	return 0, fmt.Errorf("iq: unknown role %q (want active, restoring, standby, warmup, global or unconfirmed)", s)
 }
 
 // MarshalText encodes the role as its name, which is how JSON carries it.
@@ -177,6 +191,13 @@ type ReplicaInfo struct {
 	// Restored counts records applied by restoration since the instance
 	// started.
 	Restored int64
+	// ContactAgo is, for a running active (RoleActive or
+	// RoleUnconfirmed), how long ago the group coordinator last
+	// confirmed the membership of the stream thread running it: the
+	// time since the last request it answered without error was sent.
+	// Past the backend's contact window the active is RoleUnconfirmed.
+	// Unknown for other roles, and for an active never confirmed.
+	ContactAgo time.Duration
 }
 
 // Age is how stale the replica's contents may be: the longer of the time

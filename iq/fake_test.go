@@ -136,6 +136,10 @@ func (f *fakeBackend) LocalReplicas() []ReplicaInfo {
 // add gives the instance a replica with a fresh in-memory store.
 func (f *fakeBackend) add(store string, p int32, role Role) *fakeReplica {
 	r := &fakeReplica{store: statestore.NewMemory(), info: ReplicaInfo{Store: store, Partition: p, Role: role}}
+	if role != RoleActive {
+		// As the runtime reports it: only an active has a group contact.
+		r.info.ContactAgo = Unknown
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.replicas[StorePartition{store, p}] = r

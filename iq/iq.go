@@ -166,12 +166,15 @@ type StaleError struct {
 	// InputCommittedAgo is how long ago the partition's active last
 	// committed its input, Unknown if never observed.
 	InputCommittedAgo time.Duration
-	Bound             Staleness
+	// ContactAgo is, for an active, how long ago the group last confirmed
+	// it (ReplicaInfo.ContactAgo); Unknown otherwise.
+	ContactAgo time.Duration
+	Bound      Staleness
 }
 
 func (e *StaleError) info() ReplicaInfo {
 	return ReplicaInfo{Store: e.Store, Partition: e.Partition, Role: e.Role, Position: e.Position, Lag: e.Lag, Rebuilding: e.Rebuilding,
-		LagConfirmedAgo: e.LagConfirmedAgo, CaughtUpAgo: e.SinceCaughtUp, InputCommittedAgo: e.InputCommittedAgo}
+		LagConfirmedAgo: e.LagConfirmedAgo, CaughtUpAgo: e.SinceCaughtUp, InputCommittedAgo: e.InputCommittedAgo, ContactAgo: e.ContactAgo}
 }
 
 // Error names the replica, what it vouches for, the bound it missed and

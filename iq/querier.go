@@ -37,6 +37,10 @@ type Provenance struct {
 	// active last committed its input, Unknown if never observed. 0 for
 	// an active.
 	InputCommittedAgo time.Duration
+	// ContactAgo is, for an active (RoleActive or RoleUnconfirmed), how
+	// long before the read the group last confirmed it
+	// (ReplicaInfo.ContactAgo); Unknown for other roles.
+	ContactAgo time.Duration
 }
 
 // provenanceOf describes what a replica said about itself, as an answer
@@ -47,7 +51,7 @@ func provenanceOf(host string, p int32, info ReplicaInfo) Provenance {
 		age = Unknown
 	}
 	return Provenance{Host: host, Partition: p, Role: info.Role, Position: info.Position, Lag: info.Lag, Rebuilding: info.Rebuilding,
-		LagConfirmedAgo: info.LagConfirmedAgo, Age: age, InputCommittedAgo: info.InputCommittedAgo}
+		LagConfirmedAgo: info.LagConfirmedAgo, Age: age, InputCommittedAgo: info.InputCommittedAgo, ContactAgo: info.ContactAgo}
 }
 
 // caughtUp reports whether a replica is as fresh as its partition can be:

@@ -64,7 +64,7 @@ func TestQuerierGet(t *testing.T) {
 		var se *StaleError
 		require.True(t, errors.As(err, &se))
 		require.Equal(t, StaleError{Store: testStore, Partition: 1, Host: "self:1", Role: RoleStandby, Position: 1, Lag: 40,
-			SinceCaughtUp: 3 * time.Second, Bound: ActiveOnly()}, *se)
+			SinceCaughtUp: 3 * time.Second, ContactAgo: Unknown, Bound: ActiveOnly()}, *se)
 		require.Contains(t, err.Error(), "standby replica on self:1 at position 1, lag 40")
 	})
 	t.Run("standby answers any and lag within bound", func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestQuerierGet(t *testing.T) {
 			res, err := Get(ctx, q, testStore, k1, serde.String, serde.Int64, WithStaleness(bound))
 			require.NoError(t, err, bound.String())
 			require.Equal(t, int64(8), res.Value)
-			require.Equal(t, Provenance{Host: "self:1", Partition: 1, Role: RoleStandby, Position: 1, Lag: 40, Age: 3 * time.Second}, res.Provenance)
+			require.Equal(t, Provenance{Host: "self:1", Partition: 1, Role: RoleStandby, Position: 1, Lag: 40, Age: 3 * time.Second, ContactAgo: Unknown}, res.Provenance)
 		}
 		_, err := Get(ctx, q, testStore, k1, serde.String, serde.Int64, WithStaleness(MaxLag(39)))
 		require.ErrorIs(t, err, ErrTooStale)
@@ -92,7 +92,7 @@ func TestQuerierGet(t *testing.T) {
 		res, err := Get(ctx, q, testStore, k2, serde.String, serde.Int64, WithStaleness(AnyStaleness()))
 		require.NoError(t, err)
 		require.Equal(t, int64(9), res.Value)
-		require.Equal(t, Provenance{Host: "self:1", Partition: 2, Role: RoleRestoring, Position: -1, Lag: -1, Rebuilding: true, Age: Unknown}, res.Provenance)
+		require.Equal(t, Provenance{Host: "self:1", Partition: 2, Role: RoleRestoring, Position: -1, Lag: -1, Rebuilding: true, Age: Unknown, ContactAgo: Unknown}, res.Provenance)
 	})
 	t.Run("not hosted, unknown store, unknown partition", func(t *testing.T) {
 		_, err := Get(ctx, q, testStore, k3, serde.String, serde.Int64, WithStaleness(AnyStaleness()))

@@ -530,6 +530,9 @@ func TestProvenanceWireRoundTrip(t *testing.T) {
 		{Host: "h:1", Partition: 3, Role: RoleStandby, Position: 7, Lag: 3, LagConfirmedAgo: 40 * time.Millisecond, Age: 2 * time.Second, InputCommittedAgo: 2 * time.Second},
 		{Host: "h:1", Partition: 0, Role: RoleStandby, Position: 7, Lag: -1, LagConfirmedAgo: 31 * time.Second, Age: Unknown, InputCommittedAgo: Unknown},
 		{Host: "h:1", Partition: 1, Role: RoleRestoring, Position: -1, Lag: -1, Rebuilding: true, LagConfirmedAgo: Unknown, Age: Unknown, InputCommittedAgo: 5 * time.Millisecond},
+		{Host: "h:1", Partition: 2, Role: RoleActive, Position: 12, LagConfirmedAgo: 0, ContactAgo: 800 * time.Millisecond},
+		{Host: "h:1", Partition: 2, Role: RoleUnconfirmed, Position: 12, Lag: -1, LagConfirmedAgo: 4200 * time.Millisecond, Age: 4200 * time.Millisecond,
+			InputCommittedAgo: time.Second, ContactAgo: 4200 * time.Millisecond},
 	} {
 		b, err := json.Marshal(wireKey{Key: "k", Partition: p.Partition, ServedBy: servedBy(p)})
 		require.NoError(t, err)
@@ -542,7 +545,17 @@ func TestProvenanceWireRoundTrip(t *testing.T) {
 		if p.Rebuilding {
 			require.Contains(t, string(b), `"position":null`)
 		}
+		if p.Role == RoleUnconfirmed {
+			require.Contains(t, string(b), `"role":"unconfirmed"`)
+			require.Contains(t, string(b), `"contact_ms_ago":4200`)
+		}
 	}
+	// An unconfirmed active is not caught up, and a confirmed active's
+	// answer is fresher than its, whatever the positions.
+	unconfirmed := Provenance{Role: RoleUnconfirmed, Position: 100, Lag: -1}
+	require.False(t, unconfirmed.caughtUp())
+	require.True(t, Provenance{Role: RoleActive, Position: 90}.fresher(unconfirmed))
+	require.False(t, unconfirmed.fresher(Provenance{Role: RoleActive, Position: 90}))
 	// Old readers that know only host, role, position and lag still find
 	// them.
 	var old struct {

@@ -81,6 +81,8 @@ func TestStaleErrorRoundTripKeepsDetails(t *testing.T) {
 			SinceCaughtUp: Unknown, InputCommittedAgo: Unknown, Bound: MaxAge(time.Minute)},
 		{Store: "s", Partition: 0, Host: "h:1", Role: RoleStandby, Position: 70, Lag: -1, LagConfirmedAgo: 12345 * time.Millisecond,
 			SinceCaughtUp: 2 * time.Second, InputCommittedAgo: 9 * time.Second, Bound: MaxAge(5 * time.Second)},
+		{Store: "s", Partition: 1, Host: "h:1", Role: RoleUnconfirmed, Position: 70, Lag: -1, LagConfirmedAgo: 4 * time.Second,
+			SinceCaughtUp: 4 * time.Second, InputCommittedAgo: time.Second, ContactAgo: 4 * time.Second, Bound: ActiveOnly()},
 	} {
 		st, w := toWireError(in)
 		var back *StaleError
@@ -173,12 +175,12 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 
 	status, body := getBody(t, hs.URL+"/v1/stores/counts/keys/"+k0)
 	require.Equal(t, 200, status)
-	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"value":42,"partition":0,"served_by":{"host":"self:1","role":"active","position":1,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0}}`, k0), string(body))
+	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"value":42,"partition":0,"served_by":{"host":"self:1","role":"active","position":1,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0,"contact_ms_ago":0}}`, k0), string(body))
 
 	absent := keyIn(0, 4, "zz")
 	status, body = getBody(t, hs.URL+"/v1/stores/counts/keys/"+absent)
 	require.Equal(t, 404, status)
-	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"partition":0,"error":"key not found","served_by":{"host":"self:1","role":"active","position":1,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0}}`, absent), string(body))
+	require.JSONEq(t, fmt.Sprintf(`{"key":%q,"partition":0,"error":"key not found","served_by":{"host":"self:1","role":"active","position":1,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0,"contact_ms_ago":0}}`, absent), string(body))
 
 	status, body = getBody(t, hs.URL+"/v1/metadata/stores/counts/keys/"+k0)
 	require.Equal(t, 200, status)
@@ -213,11 +215,11 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 	require.Equal(t, 200, status)
 	require.JSONEq(t, `[
 		{"store":"counts","partition":0,"role":"active","position":1,"end":1,"lag":0,"rebuilding":false,"restored":0,
-		 "lag_confirmed_ms_ago":0,"since_caught_up_ms":0,"input_committed_ms_ago":0,"age_ms":0},
+		 "lag_confirmed_ms_ago":0,"since_caught_up_ms":0,"input_committed_ms_ago":0,"age_ms":0,"contact_ms_ago":0},
 		{"store":"counts","partition":1,"role":"standby","position":0,"end":30,"lag":30,"rebuilding":false,"restored":12,
-		 "lag_confirmed_ms_ago":250,"since_caught_up_ms":1500,"input_committed_ms_ago":4000,"age_ms":4000},
+		 "lag_confirmed_ms_ago":250,"since_caught_up_ms":1500,"input_committed_ms_ago":4000,"age_ms":4000,"contact_ms_ago":null},
 		{"store":"counts","partition":2,"role":"restoring","position":null,"end":null,"lag":null,"rebuilding":true,"restored":0,
-		 "lag_confirmed_ms_ago":null,"since_caught_up_ms":null,"input_committed_ms_ago":null,"age_ms":null}]`, string(body))
+		 "lag_confirmed_ms_ago":null,"since_caught_up_ms":null,"input_committed_ms_ago":null,"age_ms":null,"contact_ms_ago":null}]`, string(body))
 	var lags []wireLag
 	require.NoError(t, json.Unmarshal(body, &lags))
 	for i, l := range lags {
@@ -255,8 +257,8 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 	status, body = getBody(t, hs.URL+"/v1/stores/counts/range?from=a&staleness=any&limit=1")
 	require.Equal(t, 200, status)
 	require.JSONEq(t, `{"store":"counts","partitions":[
-		{"partition":0,"served_by":{"host":"self:1","role":"active","position":2,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0},"entries":[{"key":"`+k0+`","value":42}],"truncated":true},
-		{"partition":1,"served_by":{"host":"self:1","role":"standby","position":1,"lag":29,"rebuilding":false,"lag_confirmed_ms_ago":250,"age_ms":4000,"input_committed_ms_ago":4000},"entries":[{"key":"x","value":3}]}]}`, string(body))
+		{"partition":0,"served_by":{"host":"self:1","role":"active","position":2,"lag":0,"rebuilding":false,"lag_confirmed_ms_ago":0,"age_ms":0,"input_committed_ms_ago":0,"contact_ms_ago":0},"entries":[{"key":"`+k0+`","value":42}],"truncated":true},
+		{"partition":1,"served_by":{"host":"self:1","role":"standby","position":1,"lag":29,"rebuilding":false,"lag_confirmed_ms_ago":250,"age_ms":4000,"input_committed_ms_ago":4000,"contact_ms_ago":null},"entries":[{"key":"x","value":3}]}]}`, string(body))
 }
 
 // threeInstances is a 3-instance, 3-partition cluster: instance i is

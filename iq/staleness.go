@@ -19,9 +19,11 @@ const (
 // Staleness is how stale an answer a caller accepts. The zero value is
 // ActiveOnly, the default.
 //
-// A running active (RoleActive) satisfies every bound: it is the
-// partition's writer, so its lag and age are 0 by definition. Any other
-// replica (restoring, standby, warmup) satisfies:
+// A running active whose group membership was confirmed recently
+// (RoleActive) satisfies every bound: it is the partition's writer, so its
+// lag and age are 0 by definition. Any other replica (restoring, standby,
+// warmup, and an active the group has not confirmed lately,
+// RoleUnconfirmed) satisfies:
 //
 //   - ActiveOnly: never;
 //   - MaxLag(n) ("lag:N"): when it is not rebuilding and its lag is known
@@ -39,6 +41,11 @@ const (
 //     and so shows no lag, stops passing age:D once its active's last
 //     commit is more than d old;
 //   - AnyStaleness ("any"): always, a rebuilding replica included.
+//
+// An unconfirmed active has no known lag, and its age counts from its last
+// confirmed contact with the group (ReplicaInfo.ContactAgo): what it holds
+// is what it had processed then, and whatever arrived since may be going
+// to another instance.
 //
 // A global store (RoleGlobal), which has no active, satisfies ActiveOnly
 // once it is restored (not rebuilding), and the other bounds as above; its
@@ -148,10 +155,14 @@ func (s Staleness) refusal(info ReplicaInfo) string {
 	case s.kind == staleActive && info.Role == RoleGlobal && !info.Rebuilding:
 		// A global store has no active: restored, it is the answer.
 		return ""
+	case s.kind == staleActive && info.Role == RoleUnconfirmed:
+		return fmt.Sprintf("only a running active may answer, and the group last confirmed this one %s ago (cut off from the broker, or paused)", ms(info.ContactAgo))
 	case s.kind == staleActive:
 		return "only a running active may answer"
 	case info.Rebuilding:
 		return "it is rebuilding its store from empty and holds no consistent snapshot yet, so only the any bound accepts it"
+	case s.kind == staleLag && info.Lag < 0 && info.Role == RoleUnconfirmed:
+		return fmt.Sprintf("its lag is unknown: the group last confirmed it as the partition's active %s ago", ms(info.ContactAgo))
 	case s.kind == staleLag && info.Lag < 0:
 		if info.LagConfirmedAgo < 0 {
 			return "its lag is unknown: the broker never confirmed its changelog's end"
@@ -197,6 +208,7 @@ func (s Staleness) Check(info ReplicaInfo) error {
 		LagConfirmedAgo:   info.LagConfirmedAgo,
 		SinceCaughtUp:     info.CaughtUpAgo,
 		InputCommittedAgo: info.InputCommittedAgo,
+		ContactAgo:        info.ContactAgo,
 		Bound:             s,
 	}
 }

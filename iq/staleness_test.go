@@ -72,6 +72,11 @@ func TestStalenessGate(t *testing.T) {
 	neverCaughtUp := func(i *ReplicaInfo) { i.CaughtUpAgo = Unknown }
 	inputNever := func(i *ReplicaInfo) { i.InputCommittedAgo = Unknown }
 	inputAgo := func(d time.Duration) func(*ReplicaInfo) { return func(i *ReplicaInfo) { i.InputCommittedAgo = d } }
+	// unconfirmed is an active the group last confirmed 5s ago, as the
+	// runtime reports one: its lag unknown since then, its age counted
+	// from then.
+	unconfirmed := rep(RoleUnconfirmed, 0, 5*time.Second)
+	unconfirmed.Lag, unconfirmed.LagConfirmedAgo, unconfirmed.ContactAgo = -1, 5*time.Second, 5*time.Second
 	for _, tc := range []struct {
 		name  string
 		info  ReplicaInfo
@@ -85,6 +90,15 @@ func TestStalenessGate(t *testing.T) {
 		{"active/age0", rep(RoleActive, 3, time.Hour), MaxAge(0), true, ""},
 		{"active/any", rep(RoleActive, 0, 0), AnyStaleness(), true, ""},
 		{"active lag unknown/lag0", with(rep(RoleActive, 0, 0), lagUnknown), MaxLag(0), true, ""},
+
+		// An active the group has not confirmed lately is no active for
+		// bounds: no lag, and an age counted from its last contact.
+		{"unconfirmed/active", unconfirmed, ActiveOnly(), false, "the group last confirmed this one 5s ago"},
+		{"unconfirmed/lag:max", unconfirmed, MaxLag(1 << 62), false, "lag is unknown: the group last confirmed it as the partition's active 5s ago"},
+		{"unconfirmed/age:4s", unconfirmed, MaxAge(4 * time.Second), false, "its age 5s exceeds 4s"},
+		{"unconfirmed/age:6s", unconfirmed, MaxAge(6 * time.Second), true, ""},
+		{"unconfirmed input older/age:6s", with(unconfirmed, inputAgo(7*time.Second)), MaxAge(6 * time.Second), false, "its age 7s exceeds 6s"},
+		{"unconfirmed/any", unconfirmed, AnyStaleness(), true, ""},
 
 		// Only a running active satisfies the default.
 		{"standby caught up/active", rep(RoleStandby, 0, 0), ActiveOnly(), false, "only a running active"},
@@ -160,7 +174,7 @@ func TestStalenessGate(t *testing.T) {
 }
 
 func TestRoleText(t *testing.T) {
-	for r := RoleActive; r <= RoleWarmup; r++ {
+	for r := RoleActive; r <= lastRole; r++ {
 		b, err := r.MarshalText()
 		require.NoError(t, err)
 		var back Role
@@ -168,7 +182,8 @@ func TestRoleText(t *testing.T) {
 		require.Equal(t, r, back)
 		require.Equal(t, string(b), r.String())
 	}
-	require.Equal(t, "active|restoring|standby|warmup", RoleActive.String()+"|"+RoleRestoring.String()+"|"+RoleStandby.String()+"|"+RoleWarmup.String())
+	require.Equal(t, "active|restoring|standby|warmup|unconfirmed",
+		RoleActive.String()+"|"+RoleRestoring.String()+"|"+RoleStandby.String()+"|"+RoleWarmup.String()+"|"+RoleUnconfirmed.String())
 	_, err := Role(0).MarshalText()
 	require.Error(t, err)
 	var r Role

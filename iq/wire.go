@@ -26,6 +26,11 @@ type wireServedBy struct {
 	LagConfirmedMsAgo   *int64 `json:"lag_confirmed_ms_ago"`
 	AgeMs               *int64 `json:"age_ms"`
 	InputCommittedMsAgo *int64 `json:"input_committed_ms_ago"`
+	// ContactMsAgo is, for an active or unconfirmed replica, how long ago
+	// the group last confirmed it; null for other roles. Added after the
+	// other fields: a reader that lacks it takes every active for
+	// confirmed, which is what it did before there were unconfirmed ones.
+	ContactMsAgo *int64 `json:"contact_ms_ago"`
 }
 
 // orNull encodes a count that is unknown when negative.
@@ -64,12 +69,14 @@ func msFromNull(p *int64) time.Duration {
 
 func servedBy(p Provenance) *wireServedBy {
 	return &wireServedBy{Host: p.Host, Role: p.Role, Position: orNull(p.Position), Lag: orNull(p.Lag), Rebuilding: p.Rebuilding,
-		LagConfirmedMsAgo: msOrNull(p.LagConfirmedAgo), AgeMs: msOrNull(p.Age), InputCommittedMsAgo: msOrNull(p.InputCommittedAgo)}
+		LagConfirmedMsAgo: msOrNull(p.LagConfirmedAgo), AgeMs: msOrNull(p.Age), InputCommittedMsAgo: msOrNull(p.InputCommittedAgo),
+		ContactMsAgo: msOrNull(p.ContactAgo)}
 }
 
 func (s *wireServedBy) provenance(partition int32) Provenance {
 	return Provenance{Host: s.Host, Partition: partition, Role: s.Role, Position: fromNull(s.Position), Lag: fromNull(s.Lag), Rebuilding: s.Rebuilding,
-		LagConfirmedAgo: msFromNull(s.LagConfirmedMsAgo), Age: msFromNull(s.AgeMs), InputCommittedAgo: msFromNull(s.InputCommittedMsAgo)}
+		LagConfirmedAgo: msFromNull(s.LagConfirmedMsAgo), Age: msFromNull(s.AgeMs), InputCommittedAgo: msFromNull(s.InputCommittedMsAgo),
+		ContactAgo: msFromNull(s.ContactMsAgo)}
 }
 
 // wireKey is the 200 and 404 answer of a key lookup.
@@ -167,6 +174,7 @@ type wireLag struct {
 	SinceCaughtUpMs     *int64 `json:"since_caught_up_ms"`
 	InputCommittedMsAgo *int64 `json:"input_committed_ms_ago"`
 	AgeMs               *int64 `json:"age_ms"`
+	ContactMsAgo        *int64 `json:"contact_ms_ago"`
 }
 
 func toWireLag(i ReplicaInfo) wireLag {
@@ -178,13 +186,14 @@ func toWireLag(i ReplicaInfo) wireLag {
 		Store: i.Store, Partition: i.Partition, Role: i.Role, Position: orNull(i.Position), End: orNull(i.End),
 		Lag: orNull(i.Lag), Rebuilding: i.Rebuilding, Restored: i.Restored, LagConfirmedMsAgo: msOrNull(i.LagConfirmedAgo),
 		SinceCaughtUpMs: msOrNull(i.CaughtUpAgo), InputCommittedMsAgo: msOrNull(i.InputCommittedAgo), AgeMs: msOrNull(age),
+		ContactMsAgo: msOrNull(i.ContactAgo),
 	}
 }
 
 func (w wireLag) info() ReplicaInfo {
 	return ReplicaInfo{Store: w.Store, Partition: w.Partition, Role: w.Role, Position: fromNull(w.Position), End: fromNull(w.End),
 		Lag: fromNull(w.Lag), Rebuilding: w.Rebuilding, Restored: w.Restored, LagConfirmedAgo: msFromNull(w.LagConfirmedMsAgo),
-		CaughtUpAgo: msFromNull(w.SinceCaughtUpMs), InputCommittedAgo: msFromNull(w.InputCommittedMsAgo)}
+		CaughtUpAgo: msFromNull(w.SinceCaughtUpMs), InputCommittedAgo: msFromNull(w.InputCommittedMsAgo), ContactAgo: msFromNull(w.ContactMsAgo)}
 }
 
 // wireError is every error answer. Reason is a stable code a program can
@@ -205,6 +214,7 @@ type wireError struct {
 	LagConfirmedMsAgo   *int64        `json:"lag_confirmed_ms_ago,omitempty"`
 	SinceCaughtUpMs     *int64        `json:"since_caught_up_ms,omitempty"`
 	InputCommittedMsAgo *int64        `json:"input_committed_ms_ago,omitempty"`
+	ContactMsAgo        *int64        `json:"contact_ms_ago,omitempty"`
 	Bound               string        `json:"staleness,omitempty"`
 	Tried               []wireAttempt `json:"tried,omitempty"`
 }
@@ -335,6 +345,7 @@ func toWireError(err error) (int, wireError) {
 		w.Position, w.Lag, w.Bound = orNull(se.Position), orNull(se.Lag), se.Bound.String()
 		w.Host, w.Rebuilding = se.Host, se.Rebuilding
 		w.LagConfirmedMsAgo, w.SinceCaughtUpMs, w.InputCommittedMsAgo = msOrNull(se.LagConfirmedAgo), msOrNull(se.SinceCaughtUp), msOrNull(se.InputCommittedAgo)
+		w.ContactMsAgo = msOrNull(se.ContactAgo)
 	case reason == reasonBehind && errors.As(err, &be):
 		w.Store, w.Partition, w.Role, w.Host = be.Store, ptr(be.Partition), validRole(be.Role), be.Host
 		w.Position, w.MinPosition = ptr(be.Position), ptr(be.MinPosition)
@@ -395,7 +406,7 @@ func fromWireError(status int, w wireError) error {
 		b, _ := ParseStaleness(w.Bound)
 		return &StaleError{Store: w.Store, Partition: part, Host: w.Host, Role: role, Position: fromNull(w.Position), Lag: fromNull(w.Lag),
 			Rebuilding: w.Rebuilding, LagConfirmedAgo: msFromNull(w.LagConfirmedMsAgo), SinceCaughtUp: msFromNull(w.SinceCaughtUpMs),
-			InputCommittedAgo: msFromNull(w.InputCommittedMsAgo), Bound: b}
+			InputCommittedAgo: msFromNull(w.InputCommittedMsAgo), ContactAgo: msFromNull(w.ContactMsAgo), Bound: b}
 	case reasonBehind:
 		return &BehindError{Store: w.Store, Partition: part, Host: w.Host, Role: role, Position: deref(w.Position), MinPosition: deref(w.MinPosition)}
 	case reasonNotAvailable:

@@ -563,7 +563,7 @@ func (t *globalThread) store(name string) (*globalStore, bool) {
 func (t *globalThread) info(g *globalStore) iq.ReplicaInfo {
 	now := time.Now()
 	out := iq.ReplicaInfo{Store: g.name, Partition: 0, Role: iq.RoleGlobal, Position: -1, End: -1, Lag: -1,
-		LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: 0, Restored: t.restored.Load()}
+		LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: 0, Restored: t.restored.Load(), ContactAgo: iq.Unknown}
 	var pos, end, lag int64
 	var oldest time.Time
 	known := true

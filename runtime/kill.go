@@ -27,8 +27,12 @@ type network struct {
 	// partitioned is set by tests that cut the instance off for a while
 	// and then let it back; unlike severed, it can be undone.
 	partitioned bool
-	conns       map[net.Conn]struct{}
-	dialer      net.Dialer
+	// wrap, set by tests before the App starts, wraps every connection
+	// dialed, to hold its traffic without closing anything: a network
+	// that drops packets rather than refusing them.
+	wrap   func(net.Conn) net.Conn
+	conns  map[net.Conn]struct{}
+	dialer net.Dialer
 	// tls, when set, is the client configuration every connection is
 	// wrapped in. TLS lives inside this dialer rather than in kgo's
 	// DialTLSConfig (which kgo refuses alongside a Dialer) so that the
@@ -51,10 +55,14 @@ func (n *network) dial(ctx context.Context, network, host string) (net.Conn, err
 		n.mu.Unlock()
 		return nil, err
 	}
+	wrap := n.wrap
 	n.mu.Unlock()
 	c, err := n.dialer.DialContext(ctx, network, host)
 	if err != nil {
 		return nil, err
+	}
+	if wrap != nil {
+		c = wrap(c)
 	}
 	tc, err := n.track(c, network)
 	if err != nil {

@@ -165,6 +165,7 @@ func TestEdgeRoles(t *testing.T) {
 	for s, w := range want {
 		a, q := edgeRoles(s)
 		require.Equal(t, w, roles{a, q}, "%s", s)
-		require.Equal(t, w.query, toIQAt(ReplicaInfo{State: s, End: -1, Lag: -1}, time.Now()).Role, "queries see %s through edgeRoles", s)
+		now := time.Now()
+		require.Equal(t, w.query, toIQAt(ReplicaInfo{State: s, End: -1, Lag: -1, Contact: now}, now, time.Second).Role, "queries see %s through edgeRoles", s)
 	}
 }

@@ -268,20 +268,20 @@ func TestToIQReportsOnlyWhatIsVouchedFor(t *testing.T) {
 	now := time.Now()
 	base := ReplicaInfo{Store: "s", State: task.Standby, Position: 90, End: 100, Lag: 10, EndConfirmed: now.Add(-time.Second),
 		CaughtUp: now.Add(-5 * time.Second), InputCommitted: now.Add(-2 * time.Second)}
-	got := toIQAt(base, now)
+	got := toIQAt(base, now, time.Second)
 	require.Equal(t, iq.ReplicaInfo{Store: "s", Role: iq.RoleStandby, Position: 90, End: 100, Lag: 10, LagConfirmedAgo: time.Second,
-		CaughtUpAgo: 5 * time.Second, InputCommittedAgo: 2 * time.Second}, got)
+		CaughtUpAgo: 5 * time.Second, InputCommittedAgo: 2 * time.Second, ContactAgo: iq.Unknown}, got)
 
 	stale := base
 	stale.EndConfirmed = now.Add(-LagConfirmWindow - time.Second)
-	got = toIQAt(stale, now)
+	got = toIQAt(stale, now, time.Second)
 	require.Equal(t, int64(-1), got.Lag, "a lag confirmed too long ago is unknown")
 	require.Equal(t, LagConfirmWindow+time.Second, got.LagConfirmedAgo)
 	require.Equal(t, int64(100), got.End)
 
 	rebuilding := base
 	rebuilding.Rebuilding = true
-	got = toIQAt(rebuilding, now)
+	got = toIQAt(rebuilding, now, time.Second)
 	require.True(t, got.Rebuilding)
 	require.Equal(t, int64(-1), got.Position)
 	require.Equal(t, int64(-1), got.Lag)
@@ -290,7 +290,7 @@ func TestToIQReportsOnlyWhatIsVouchedFor(t *testing.T) {
 
 	never := base
 	never.CaughtUp, never.InputCommitted, never.EndConfirmed, never.End, never.Lag = time.Time{}, time.Time{}, time.Time{}, -1, -1
-	got = toIQAt(never, now)
+	got = toIQAt(never, now, time.Second)
 	require.Equal(t, iq.Unknown, got.CaughtUpAgo, "never caught up since opened")
 	require.Equal(t, iq.Unknown, got.InputCommittedAgo)
 	require.Equal(t, iq.Unknown, got.LagConfirmedAgo)
@@ -298,11 +298,50 @@ func TestToIQReportsOnlyWhatIsVouchedFor(t *testing.T) {
 
 	caughtUp := base
 	caughtUp.Position, caughtUp.Lag = 100, 0
-	require.Equal(t, time.Duration(0), toIQAt(caughtUp, now).CaughtUpAgo, "a confirmed lag of 0 is caught up now")
+	require.Equal(t, time.Duration(0), toIQAt(caughtUp, now, time.Second).CaughtUpAgo, "a confirmed lag of 0 is caught up now")
 
-	active := ReplicaInfo{State: task.Running, Position: 7, End: 7}
-	got = toIQAt(active, now)
-	require.Equal(t, iq.ReplicaInfo{Role: iq.RoleActive, Position: 7, End: 7}, got)
+	active := ReplicaInfo{State: task.Running, Position: 7, End: 7, Contact: now.Add(-800 * time.Millisecond)}
+	got = toIQAt(active, now, time.Second)
+	require.Equal(t, iq.ReplicaInfo{Role: iq.RoleActive, Position: 7, End: 7, ContactAgo: 800 * time.Millisecond}, got)
+}
+
+// A running active vouches for itself as the partition's active only while
+// the group confirmed its thread recently: past the contact window it is
+// unconfirmed, with no lag and an age counted from its last contact, and it
+// passes no active or lag bound, and an age bound only within its age.
+func TestToIQActiveFreshnessIsEarned(t *testing.T) {
+	now := time.Now()
+	const window = 3 * time.Second
+	active := ReplicaInfo{Store: "s", State: task.Running, Position: 7, End: 7, Lag: 0, Contact: now.Add(-5 * time.Second),
+		EndConfirmed: now, CaughtUp: now, InputCommitted: now}
+	got := toIQAt(active, now, window)
+	require.Equal(t, iq.ReplicaInfo{Store: "s", Role: iq.RoleUnconfirmed, Position: 7, End: 7, Lag: -1, LagConfirmedAgo: 5 * time.Second,
+		CaughtUpAgo: 5 * time.Second, InputCommittedAgo: 5 * time.Second, ContactAgo: 5 * time.Second}, got)
+	age, ok := got.Age()
+	require.True(t, ok)
+	require.Equal(t, 5*time.Second, age)
+	for _, b := range []iq.Staleness{iq.ActiveOnly(), iq.MaxLag(1 << 40), iq.MaxAge(4 * time.Second)} {
+		require.ErrorIs(t, b.Check(got), iq.ErrTooStale, "an unconfirmed active passed %s", b)
+	}
+	require.True(t, iq.MaxAge(6*time.Second).Allows(got))
+	require.True(t, iq.AnyStaleness().Allows(got))
+
+	// Within the window it is the active, and says how recent its
+	// contact is.
+	active.Contact = now.Add(-window)
+	got = toIQAt(active, now, window)
+	require.Equal(t, iq.RoleActive, got.Role)
+	require.Equal(t, window, got.ContactAgo)
+	require.True(t, iq.ActiveOnly().Allows(got))
+
+	// Never confirmed: unconfirmed, with nothing known.
+	active.Contact = time.Time{}
+	got = toIQAt(active, now, window)
+	require.Equal(t, iq.RoleUnconfirmed, got.Role)
+	require.Equal(t, iq.Unknown, got.ContactAgo)
+	_, ok = got.Age()
+	require.False(t, ok)
+	require.False(t, iq.MaxAge(time.Hour).Allows(got))
 }
 
 // The time a partition's input was last covered is the latest time whose

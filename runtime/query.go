@@ -43,10 +43,12 @@ func (a *App) KeyPartition(store string, key []byte) (int32, error) {
 }
 
 // LocalGet reads a serialized key from the local replica of its partition.
-// It answers only from a running active task and sees what that task last
-// committed (waiting for a commit's writes that the broker already shows,
-// see landing.go), or from a global store, whatever its lag (partition 0).
-// The partition is returned with the answer.
+// It answers only from a running active task whose group membership was
+// confirmed recently (an unconfirmed one refuses with an *iq.StaleError,
+// one whose session must have expired with iq.ErrRebalancing) and sees
+// what that task last committed (waiting for a commit's writes that the
+// broker already shows, see landing.go), or from a global store, whatever
+// its lag (partition 0). The partition is returned with the answer.
 func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, partition int32, err error) {
 	if err := (queryBackend{a}).running(); err != nil {
 		return nil, false, 0, err
@@ -69,6 +71,16 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	s, ok := a.registry.activeStore(store, partition)
 	if !ok {
 		return nil, false, partition, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
+	}
+	if sub, ok := a.storeSubTopology(store); ok {
+		if ri, ok := a.registry.replica(task.ID{SubTopology: sub, Partition: partition}, store); ok {
+			if err := a.expiredActive(ri, time.Now()); err != nil {
+				return nil, false, partition, err
+			}
+			if err := iq.ActiveOnly().Check(a.toIQ(ri)); err != nil {
+				return nil, false, partition, err
+			}
+		}
 	}
 	// Committed data only, from the task's read cache when it holds the
 	// key: a query that reads many keys then costs the store nothing.
@@ -220,13 +232,16 @@ func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error)
 	if ri.State == task.Parked && ri.Lag < 0 {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrRebalancing, store, partition)
 	}
+	if err := q.a.expiredActive(ri, time.Now()); err != nil {
+		return nil, err
+	}
 	return localReplica{a: q.a, id: id, store: store, backing: ri.Backing}, nil
 }
 
 func (q queryBackend) LocalReplicas() []iq.ReplicaInfo {
 	var out []iq.ReplicaInfo
 	for _, ri := range q.a.Replicas() {
-		out = append(out, toIQ(ri))
+		out = append(out, q.a.toIQ(ri))
 	}
 	return append(out, q.a.GlobalStores()...)
 }
@@ -248,9 +263,9 @@ func (r localReplica) Info() iq.ReplicaInfo {
 		// The replica closed or changed hands since it was looked up: it
 		// has no position any more.
 		return iq.ReplicaInfo{Store: r.store, Partition: r.id.Partition, Role: iq.RoleRestoring, Position: -1, End: -1, Lag: -1,
-			LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: iq.Unknown}
+			LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: iq.Unknown, ContactAgo: iq.Unknown}
 	}
-	return toIQ(ri)
+	return r.a.toIQ(ri)
 }
 
 // LagConfirmWindow is how recent the broker's last confirmation of a
@@ -263,17 +278,33 @@ func (r localReplica) Info() iq.ReplicaInfo {
 const LagConfirmWindow = 3 * changelog.DefaultConfirmInterval
 
 // toIQ reports what a replica can vouch for, as iq.ReplicaInfo defines it.
-func toIQ(ri ReplicaInfo) iq.ReplicaInfo { return toIQAt(ri, time.Now()) }
+func (a *App) toIQ(ri ReplicaInfo) iq.ReplicaInfo {
+	return toIQAt(ri, time.Now(), contactWindow(a.cfg))
+}
 
-func toIQAt(ri ReplicaInfo, now time.Time) iq.ReplicaInfo {
+// toIQAt is toIQ at now, with window the contactWindow.
+func toIQAt(ri ReplicaInfo, now time.Time, window time.Duration) iq.ReplicaInfo {
 	_, role := edgeRoles(ri.State)
 	out := iq.ReplicaInfo{Store: ri.Store, Partition: ri.Partition, Role: role, Position: ri.Position,
 		End: -1, Lag: -1, LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: iq.Unknown,
-		Restored: ri.Restored}
+		Restored: ri.Restored, ContactAgo: iq.Unknown}
 	if ri.State == task.Running {
-		// The changelog's writer, processing its input itself.
-		out.End, out.Lag = ri.End, 0
-		out.LagConfirmedAgo, out.CaughtUpAgo, out.InputCommittedAgo = 0, 0, 0
+		if !ri.Contact.IsZero() {
+			out.ContactAgo = max(now.Sub(ri.Contact), 0)
+		}
+		out.End = ri.End
+		if out.ContactAgo >= 0 && out.ContactAgo <= window {
+			// The changelog's writer, processing its input itself, and
+			// the group's member as far as anyone knows.
+			out.Lag = 0
+			out.LagConfirmedAgo, out.CaughtUpAgo, out.InputCommittedAgo = 0, 0, 0
+			return out
+		}
+		// Cut off, paused or never confirmed: what it holds is what it
+		// had processed when the group last confirmed it, and what
+		// arrived since may be another instance's to process.
+		out.Role = iq.RoleUnconfirmed
+		out.LagConfirmedAgo, out.CaughtUpAgo, out.InputCommittedAgo = out.ContactAgo, out.ContactAgo, out.ContactAgo
 		return out
 	}
 	if ri.End >= 0 && !ri.EndConfirmed.IsZero() {
@@ -298,6 +329,21 @@ func toIQAt(ri ReplicaInfo, now time.Time) iq.ReplicaInfo {
 		out.InputCommittedAgo = max(now.Sub(ri.InputCommitted), 0)
 	}
 	return out
+}
+
+// expiredActive refuses a running active whose group session must have
+// expired: the coordinator has not confirmed its thread's membership for a
+// whole session timeout, so the group has most likely given the partition
+// to another instance, which may be writing it now. It is refused as a
+// partition on the move (ErrRebalancing), so that routers ask the others.
+// A running active never confirmed at all is left to toIQ, which reports it
+// unconfirmed.
+func (a *App) expiredActive(ri ReplicaInfo, now time.Time) error {
+	if ri.State != task.Running || ri.Contact.IsZero() || now.Sub(ri.Contact) < a.cfg.SessionTimeout {
+		return nil
+	}
+	return fmt.Errorf("%w: store %q partition %d: the group last confirmed this instance as its active %s ago, past the session timeout (%s): it has most likely given the partition to another instance",
+		iq.ErrRebalancing, ri.Store, ri.Partition, now.Sub(ri.Contact).Round(time.Millisecond), a.cfg.SessionTimeout)
 }
 
 // StoreLayout reports a store's kind and, for window and session stores,

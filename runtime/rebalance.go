@@ -23,6 +23,8 @@ import (
 // else: a cooperative member losing tasks then commits before it lets the
 // revocation run.
 func (th *thread) onAssignment(info assignor.AssignmentInfo) {
+	// Only a SyncGroup answered without error carries an assignment.
+	th.contact.synced()
 	th.info.Store(&info)
 	th.synced.Store(&info)
 	th.app.assignmentReceived(th, info)

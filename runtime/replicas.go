@@ -979,6 +979,10 @@ type ReplicaInfo struct {
 	// seen to have committed every source partition up to its end offset
 	// then (see FreshnessInterval); zero if never observed.
 	InputCommitted time.Time
+	// Contact is, for a Running active, when the group coordinator last
+	// confirmed the membership of the stream thread running it (see
+	// groupContact); zero if never, and for other states.
+	Contact time.Time
 	// Opened is when this instance opened the replica's stores.
 	Opened time.Time
 	// Restored counts records restoration applied to the store since this
@@ -1037,6 +1041,9 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 	case task.Running:
 		ri.End, ri.Lag, ri.CaughtUp = pos, 0, now
 		ri.EndConfirmed, ri.InputCommitted = now, now
+		if rep.owner != nil {
+			ri.Contact = rep.owner.contact.last()
+		}
 	case task.Created, task.Restoring:
 		switch p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); {
 		case h.Changelog == "" || rep.owner.rest.isDone(rep.id):

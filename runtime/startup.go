@@ -272,7 +272,8 @@ type emptyPlan struct{}
 
 func (emptyPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment { return nil }
 
-// joinHook tells localJoins when a thread's client sends a member's join.
+// joinHook tells localJoins when a thread's client sends a member's join,
+// and the thread's group contact when it sends a SyncGroup.
 type joinHook struct {
 	th     *thread
 	static bool
@@ -280,7 +281,12 @@ type joinHook struct {
 }
 
 // OnBrokerWrite implements kgo.HookBrokerWrite.
-func (h *joinHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+func (h *joinHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, timeToWrite time.Duration, err error) {
+	if key == int16(kmsg.SyncGroup) && err == nil {
+		// When the write began: the coordinator cannot have read it
+		// before.
+		h.th.contact.syncWritten(time.Now().Add(-timeToWrite))
+	}
 	if key != int16(kmsg.JoinGroup) || err != nil {
 		return
 	}

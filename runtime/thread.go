@@ -123,6 +123,9 @@ type thread struct {
 	// info is the assignment the balancer decoded at the last sync, read
 	// by onAssigned right after.
 	info atomic.Pointer[assignor.AssignmentInfo]
+	// contact is when the coordinator last confirmed the thread's member
+	// (contact.go), whichever client it had.
+	contact groupContact
 
 	// ctx is cancelled to stop the thread; it bounds polls and restoration
 	// but never produce requests, which must finish for a clean commit.
@@ -351,6 +354,12 @@ func (th *thread) abort() {
 }
 
 func (th *thread) run() {
+	probeCtx, stopProbe := context.WithCancel(th.ctx)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		th.probeContact(probeCtx)
+	}()
 	var err error
 	for {
 		err = th.loop()
@@ -362,6 +371,8 @@ func (th *thread) run() {
 			break
 		}
 	}
+	stopProbe()
+	<-probed
 	th.app.joins.stopped(th.idx)
 	if err != nil && !th.stopping.Load() && !th.killed.Load() {
 		th.app.fail(err)

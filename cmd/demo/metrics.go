@@ -68,7 +68,7 @@ func newInstanceMetrics(app *runtime.App, appID string) (*instanceMetrics, error
 	}
 	// Every series of the counts store is there from the start, at 0, so
 	// that a rate over the first refusal of a kind is a rate, not a gap.
-	for _, role := range []iq.Role{iq.RoleActive, iq.RoleRestoring, iq.RoleStandby, iq.RoleWarmup} {
+	for _, role := range []iq.Role{iq.RoleActive, iq.RoleRestoring, iq.RoleStandby, iq.RoleWarmup, iq.RoleUnconfirmed} {
 		for _, via := range []string{viaLocal, viaForwarded} {
 			m.served.WithLabelValues(countsStore, role.String(), via)
 		}

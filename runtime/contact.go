@@ -1,0 +1,161 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// groupContact is when the group coordinator last confirmed a stream
+// thread's membership: the time a request was sent whose answer said the
+// member is in the group. Only such an answer counts — a successful
+// SyncGroup, or a heartbeat answered without error. An answer refusing the
+// member, a request lost to the network, a connection that merely stays
+// open: none of these moves it.
+//
+// A heartbeat answered REBALANCE_IN_PROGRESS counts, within a limit: the
+// coordinator still holds the member and renews its session, but drops it
+// when the rebalance's join phase ends (a rebalance timeout after it
+// began) if its client has not rejoined by then. Such answers move the
+// contact no further than the rebalance timeout minus the session timeout
+// past the last confirmation of a settled group, so that the contact is a
+// session timeout old by the time the member can have been dropped.
+//
+// A running active is the partition's writer only while its thread is the
+// group's member: cut off from the broker, or paused (SIGSTOP), it
+// processes nothing, and past the session timeout the group gives its
+// tasks to another instance. Queries therefore vouch for an active as
+// such only while this contact is recent (see toIQAt). The send time, not
+// the answer's arrival, is what counts, so an answer read after a pause
+// dates from before it; and nothing but a round trip moves it, so a
+// resumed process reads its contact as old as the pause made it, before
+// anything else runs.
+//
+// The thread's group client heartbeats on its own, but franz-go reports no
+// heartbeat's outcome; the thread asks the coordinator itself, with a
+// heartbeat of the same member and generation (probeContact).
+type groupContact struct {
+	mu sync.Mutex
+	// at is the latest confirmed send time (monotonic: it survives wall
+	// clock steps, and Linux's monotonic clock runs while a process is
+	// stopped); zero if never.
+	at time.Time
+	// settled is the latest send time confirmed by an answer other than
+	// REBALANCE_IN_PROGRESS: the group's rebalance began after it.
+	settled time.Time
+	// syncSent is when the thread's client last wrote a SyncGroup.
+	syncSent time.Time
+}
+
+// confirm records that a request sent at sent was answered with the member
+// in the group.
+func (c *groupContact) confirm(sent time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sent.After(c.at) {
+		c.at = sent
+	}
+	if sent.After(c.settled) {
+		c.settled = sent
+	}
+}
+
+// confirmRebalancing records that a heartbeat sent at sent was answered
+// REBALANCE_IN_PROGRESS, which vouches for the member for at most limit
+// past the last settled confirmation (see groupContact).
+func (c *groupContact) confirmRebalancing(sent time.Time, limit time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.settled.IsZero() {
+		return
+	}
+	if last := c.settled.Add(limit); sent.After(last) {
+		sent = last
+	}
+	if sent.After(c.at) {
+		c.at = sent
+	}
+}
+
+// last returns the latest confirmed contact, zero if none.
+func (c *groupContact) last() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+// syncWritten records that the client sent a SyncGroup now.
+func (c *groupContact) syncWritten(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.syncSent = at
+}
+
+// synced confirms the last SyncGroup sent: its answer carried an
+// assignment, which the coordinator gives only to a member of the group.
+func (c *groupContact) synced() {
+	c.mu.Lock()
+	sent := c.syncSent
+	c.mu.Unlock()
+	if !sent.IsZero() {
+		c.confirm(sent)
+	}
+}
+
+// contactWindow is how recent a running active's group contact must be for
+// queries to vouch for it as the partition's active (iq.RoleActive);
+// beyond it the active is unconfirmed. A third of the session timeout
+// leaves room for two missed probes before the group could have moved on.
+func contactWindow(cfg Config) time.Duration { return cfg.SessionTimeout / 3 }
+
+// contactProbeInterval is how often a thread asks the coordinator: the
+// heartbeat interval, and at least three times per contact window.
+func contactProbeInterval(cfg Config) time.Duration {
+	return min(cfg.HeartbeatInterval, contactWindow(cfg)/3)
+}
+
+// probeContact asks the coordinator every contactProbeInterval, until ctx
+// ends, whether the thread's member is still in the group, and records the
+// answer in th.contact. One probe at a time: one lost to a cut network is
+// given up after a contact window, past which it could not confirm a
+// contact recent enough anyway.
+func (th *thread) probeContact(ctx context.Context) {
+	cfg := th.app.cfg
+	tick := time.NewTicker(contactProbeInterval(cfg))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cl := th.group.Load()
+		if cl == nil {
+			continue
+		}
+		member, generation := cl.GroupMetadata()
+		if member == "" {
+			continue
+		}
+		req := kmsg.NewPtrHeartbeatRequest()
+		req.Group, req.MemberID, req.Generation = cfg.ApplicationID, member, generation
+		if cfg.StaticMembership {
+			id := th.instanceID()
+			req.InstanceID = &id
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, contactWindow(cfg))
+		resp, err := req.RequestWith(rctx, cl)
+		cancel()
+		switch {
+		case err != nil:
+		case resp.ErrorCode == 0:
+			th.contact.confirm(sent)
+		case resp.ErrorCode == kerr.RebalanceInProgress.Code:
+			th.contact.confirmRebalancing(sent, max(cfg.RebalanceTimeout-cfg.SessionTimeout, 0))
+		}
+	}
+}

@@ -1,0 +1,313 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/task"
+)
+
+// Only answers that say the member is in the group move its contact, never
+// backwards, and answers during a rebalance no further than their limit
+// past the last settled one.
+func TestGroupContactConfirmations(t *testing.T) {
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	var c groupContact
+	c.synced()
+	require.True(t, c.last().IsZero(), "no SyncGroup was sent")
+	c.confirmRebalancing(at(1), 20*time.Second)
+	require.True(t, c.last().IsZero(), "a rebalance answer alone vouches for nothing")
+
+	c.syncWritten(at(2))
+	c.synced()
+	require.Equal(t, at(2), c.last(), "a sync answered with an assignment dates from its sending")
+	c.confirm(at(1))
+	require.Equal(t, at(2), c.last(), "an older answer does not move it back")
+
+	c.confirmRebalancing(at(10), 20*time.Second)
+	require.Equal(t, at(10), c.last())
+	c.confirmRebalancing(at(30), 20*time.Second)
+	require.Equal(t, at(22), c.last(), "a long rebalance vouches for the member up to the limit past the last settled answer")
+	c.confirm(at(31))
+	require.Equal(t, at(31), c.last())
+	c.confirmRebalancing(at(32), 0)
+	require.Equal(t, at(31), c.last(), "with no limit, rebalance answers vouch for nothing new")
+}
+
+// blackhole holds the traffic of the connections it wraps while on, the
+// way a network dropping packets does: nothing is refused or closed, reads
+// and writes just wait (until their deadline, if they have one), and what
+// TCP would have retransmitted flows again once it is off.
+type blackhole struct {
+	mu       sync.Mutex
+	on       bool
+	restored chan struct{} // closed when turned off
+}
+
+func newBlackhole() *blackhole { return &blackhole{restored: make(chan struct{})} }
+
+func (b *blackhole) set(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case on && !b.on:
+		b.restored = make(chan struct{})
+	case !on && b.on:
+		close(b.restored)
+	}
+	b.on = on
+}
+
+// wait returns once the hole is off, or fails when deadline (if set)
+// passes or the connection closes first.
+func (b *blackhole) wait(deadline time.Time, closed <-chan struct{}) error {
+	b.mu.Lock()
+	on, restored := b.on, b.restored
+	b.mu.Unlock()
+	if !on {
+		return nil
+	}
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-restored:
+		return nil
+	case <-expired:
+		return os.ErrDeadlineExceeded
+	case <-closed:
+		return net.ErrClosed
+	}
+}
+
+func (b *blackhole) wrap(c net.Conn) net.Conn {
+	return &holeConn{Conn: c, hole: b, closed: make(chan struct{})}
+}
+
+type holeConn struct {
+	net.Conn
+	hole      *blackhole
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	mu     sync.Mutex
+	rd, wd time.Time
+}
+
+func (c *holeConn) deadlines() (rd, wd time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rd, c.wd
+}
+
+func (c *holeConn) Read(p []byte) (int, error) {
+	rd, _ := c.deadlines()
+	if err := c.hole.wait(rd, c.closed); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p)
+	// Bytes that arrived as the hole opened are held too; on a timeout
+	// they are lost with the connection, which the client then drops.
+	if werr := c.hole.wait(rd, c.closed); werr != nil {
+		return 0, werr
+	}
+	return n, err
+}
+
+func (c *holeConn) Write(p []byte) (int, error) {
+	_, wd := c.deadlines()
+	if err := c.hole.wait(wd, c.closed); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *holeConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+func (c *holeConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rd, c.wd = t, t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *holeConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rd = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *holeConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.wd = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// issue 29 item 2: an instance whose traffic to the broker is blackholed
+// stops answering for its active partition as a fresh active within the
+// contact window — it answers as unconfirmed, failing active, lag and
+// tight age bounds — and stops answering for it at all before the group
+// gives it to another instance, which then answers as the active. Once
+// the network is back it rejoins and answers as an active again.
+func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	hole := newBlackhole()
+	logs := &logSink{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("instance logs:\n%s", logs.String())
+		}
+	})
+	const session = 3 * time.Second
+	start := func(name string, cut bool) *App {
+		app, err := New(countTopology(t), Config{
+			ApplicationID: "contact", Brokers: b.Addrs(), StateDir: t.TempDir(),
+			NumStreamThreads: 1, SessionTimeout: session, CommitInterval: 100 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("instance", name),
+		})
+		require.NoError(t, err)
+		if cut {
+			app.net.wrap = hole.wrap
+		}
+		require.NoError(t, app.Start(context.Background()))
+		t.Cleanup(func() {
+			hole.set(false)
+			app.Close(context.Background())
+		})
+		return app
+	}
+	a := start("A", true)
+	waitFor(t, 20*time.Second, "A ready", a.Ready)
+	bb := start("B", false)
+	waitFor(t, 30*time.Second, "A and B ready with one task each", func() bool {
+		return a.Ready() && bb.Ready() && len(a.Tasks()) == 1 && len(bb.Tasks()) == 1 &&
+			a.Tasks()[0].State == task.Running && bb.Tasks()[0].State == task.Running
+	})
+	held := a.Tasks()[0].ID
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		p, err := a.KeyPartition("counts", []byte(k))
+		require.NoError(t, err)
+		if p == held.Partition {
+			key = k
+		}
+	}
+	for range 5 {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(key), Value: []byte("v")}).FirstErr())
+	}
+
+	ctx := context.Background()
+	qa, qb := iq.NewQuerier(a.Queries()), iq.NewQuerier(bb.Queries())
+	get := func(q *iq.Querier, bound iq.Staleness) (iq.Result[int64], error) {
+		return iq.Get(ctx, q, "counts", key, serde.String, serde.Int64, iq.WithStaleness(bound))
+	}
+	window := contactWindow(a.cfg)
+	waitFor(t, 20*time.Second, "A counts the key as its active", func() bool {
+		res, err := get(qa, iq.ActiveOnly())
+		return err == nil && res.Found && res.Value == 5
+	})
+	res, err := get(qa, iq.ActiveOnly())
+	require.NoError(t, err)
+	require.Equal(t, iq.RoleActive, res.Provenance.Role)
+	require.GreaterOrEqual(t, res.Provenance.ContactAgo, time.Duration(0))
+	require.LessOrEqual(t, res.Provenance.ContactAgo, window)
+
+	// Watch, from the cut on, that A never answers as the active while
+	// B does.
+	var both atomic.Int64
+	stopWatch, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			rb, errB := get(qb, iq.ActiveOnly())
+			ra, errA := get(qa, iq.ActiveOnly())
+			if errB == nil && errA == nil && rb.Provenance.Role == iq.RoleActive && ra.Provenance.Role == iq.RoleActive {
+				both.Add(1)
+			}
+		}
+	}()
+	stopWatching := sync.OnceFunc(func() { close(stopWatch); <-watched })
+	defer stopWatching()
+
+	hole.set(true)
+	cut := time.Now()
+	var unconfirmed iq.Result[int64]
+	waitFor(t, window+3*time.Second, "A's answer for its partition unconfirmed", func() bool {
+		unconfirmed, err = get(qa, iq.AnyStaleness())
+		return err == nil && unconfirmed.Provenance.Role == iq.RoleUnconfirmed
+	})
+	t.Logf("A unconfirmed %s after the cut (contact window %s)", time.Since(cut).Round(time.Millisecond), window)
+	require.Equal(t, int64(5), unconfirmed.Value, "what it held")
+	require.Equal(t, int64(-1), unconfirmed.Provenance.Lag)
+	require.Greater(t, unconfirmed.Provenance.ContactAgo, window)
+	require.Equal(t, unconfirmed.Provenance.ContactAgo, unconfirmed.Provenance.Age, "its age counts from its last contact")
+	for _, bound := range []iq.Staleness{iq.ActiveOnly(), iq.MaxLag(1 << 40), iq.MaxAge(window)} {
+		_, err := get(qa, bound)
+		require.ErrorIs(t, err, iq.ErrTooStale, "cut off A answered under %s", bound)
+	}
+	_, _, _, err = a.LocalGet("counts", []byte(key))
+	require.Error(t, err, "LocalGet answers only from a confirmed active")
+
+	// The group gives the partition to B once A's session expires; by
+	// then A no longer answers for it at all.
+	waitFor(t, 30*time.Second, "B answers as the partition's active", func() bool {
+		res, err := get(qb, iq.ActiveOnly())
+		return err == nil && res.Provenance.Role == iq.RoleActive
+	})
+	t.Logf("B active for %s %s after the cut", held, time.Since(cut).Round(time.Millisecond))
+	_, err = a.Queries().Replica("counts", held.Partition)
+	require.ErrorIs(t, err, iq.ErrRebalancing, "A, past its session, must not answer for the partition")
+	_, err = get(qa, iq.AnyStaleness())
+	require.Error(t, err)
+	require.False(t, errors.Is(err, iq.ErrTooStale), "refused as moving, not as stale: %v", err)
+
+	// Back on the network, A finds it was fenced, rejoins, and answers as
+	// an active again for what it is given.
+	hole.set(false)
+	waitFor(t, 40*time.Second, "A and B ready again, each running a task", func() bool {
+		return a.Ready() && bb.Ready() && len(a.Tasks()) == 1 && len(bb.Tasks()) == 1 &&
+			a.Tasks()[0].State == task.Running && bb.Tasks()[0].State == task.Running
+	})
+	waitFor(t, 10*time.Second, "A's active confirmed again", func() bool {
+		for _, info := range a.Queries().LocalReplicas() {
+			if info.Role == iq.RoleActive {
+				return true
+			}
+		}
+		return false
+	})
+	stopWatching()
+	require.Zero(t, both.Load(), "A answered as the active while B did")
+}
