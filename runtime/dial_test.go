@@ -33,7 +33,9 @@ func TestDialMakesEveryConnection(t *testing.T) {
 	app, err := New(countTopology(t), Config{ApplicationID: "d", Brokers: []string{seed}, StateDir: t.TempDir(),
 		SessionTimeout: 20 * time.Second, Dial: dial})
 	require.NoError(t, err)
-	require.NoError(t, app.Start(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx), "starting with the seed reachable only through Dial")
 	waitFor(t, 15*time.Second, "ready", app.Ready)
 	require.Equal(t, DefaultNumStreamThreads, groupMembers(t, adm, "d"))
 
