@@ -83,6 +83,7 @@ type Result struct {
 	Damaged, Wiped     int
 	Refused            []string // instances that refused damaged state
 	UnaskedExits       int
+	StartFailures      int // starts that failed and were tried again
 
 	Notes    []string
 	Findings []string
@@ -118,7 +119,8 @@ func (r *Result) Summary() string {
 	}
 	fmt.Fprintf(&b, "  longest a partition had no active answer: %s (%s); counts checked %s after healing\n",
 		r.LongestUnavailable.Round(time.Millisecond), r.UnavailableWhere, r.Converged.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  stores damaged %d, wiped %d; refusals on damaged state %d; unasked exits %d\n", r.Damaged, r.Wiped, len(r.Refused), r.UnaskedExits)
+	fmt.Fprintf(&b, "  stores damaged %d, wiped %d; refusals on damaged state %d; unasked exits %d; failed starts %d\n",
+		r.Damaged, r.Wiped, len(r.Refused), r.UnaskedExits, r.StartFailures)
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}

@@ -47,9 +47,12 @@ type cluster struct {
 
 	mu       sync.Mutex
 	closing  bool
-	findings []string // unasked exits
+	findings []string // unasked exits, instances that do not start
 	exits    int
-	ctx      context.Context
+	// startFailures counts starts that failed (the process exited or
+	// was not ready in time) and were tried again.
+	startFailures int
+	ctx           context.Context
 }
 
 func freePort() (string, error) {
@@ -128,6 +131,12 @@ func (c *cluster) unexpectedExit(p *proc, err error) {
 	}
 	c.logf("FINDING: %s exited unasked: %v", p.name, err)
 	go func() {
+		// Not at once: a process that dies as it starts would spin.
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 		if p == c.broker {
 			c.brMu.Lock()
 			defer c.brMu.Unlock()
@@ -166,19 +175,32 @@ func (c *cluster) startBroker() {
 }
 
 // startInstance starts in, retrying while the run lasts: a start may wait
-// for a broker that is down, and fail after startTimeout.
+// for a broker that is down, or fail (on a full disk, say). Each failure
+// is counted; an instance that cannot be started at all is a finding.
 func (c *cluster) startInstance(ctx context.Context, in *instance) error {
 	var err error
-	for attempt := 0; ctx.Err() == nil; attempt++ {
+	for attempt := range 5 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if _, err = in.start(ctx, instanceReady); err == nil {
 			return nil
 		}
 		c.logf("%s: start failed: %v", in.name, err)
 		in.kill()
-		if attempt >= 2 {
-			break
-		}
+		c.mu.Lock()
+		c.startFailures++
+		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	c.findings = append(c.findings, fmt.Sprintf("%s does not start: %v; log tail:\n%s", in.name, err, indent(logTail(in.log.String(), 3000))))
+	c.mu.Unlock()
 	return err
 }
 

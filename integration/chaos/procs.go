@@ -79,6 +79,7 @@ type proc struct {
 	exited  chan struct{}
 	waitErr error
 	asked   bool // the harness asked the current incarnation to stop
+	ready   bool // the current incarnation printed its ready line
 	stopped bool // SIGSTOPped and not continued
 	starts  int
 
@@ -112,7 +113,7 @@ func (p *proc) start(ctx context.Context, ready *regexp.Regexp) ([]string, error
 		return nil, fmt.Errorf("%s: start: %w", p.name, err)
 	}
 	exited := make(chan struct{})
-	p.cmd, p.exited, p.asked, p.stopped, p.waitErr = cmd, exited, false, false, nil
+	p.cmd, p.exited, p.asked, p.stopped, p.ready, p.waitErr = cmd, exited, false, false, false, nil
 	p.mu.Unlock()
 
 	readyCh := make(chan []string, 1)
@@ -132,11 +133,12 @@ func (p *proc) start(ctx context.Context, ready *regexp.Regexp) ([]string, error
 		err := cmd.Wait()
 		p.mu.Lock()
 		p.waitErr = err
-		asked := p.asked
+		asked, ready := p.asked, p.ready
 		p.mu.Unlock()
 		fmt.Fprintf(p.log, "=== %s: exited at %s: %v (asked: %t)\n", p.name, time.Now().Format("15:04:05.000"), err, asked)
 		close(exited)
-		if !asked && p.unexpected != nil {
+		// An exit before the ready line is start's error to report.
+		if !asked && ready && p.unexpected != nil {
 			p.unexpected(p, err)
 		}
 	}()
@@ -145,6 +147,9 @@ func (p *proc) start(ctx context.Context, ready *regexp.Regexp) ([]string, error
 	defer t.Stop()
 	select {
 	case m := <-readyCh:
+		p.mu.Lock()
+		p.ready = true
+		p.mu.Unlock()
 		return m, nil
 	case <-exited:
 		return nil, fmt.Errorf("%s exited before it was ready: %v", p.name, p.exitErr())

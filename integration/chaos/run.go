@@ -203,6 +203,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	c.mu.Lock()
 	res.UnaskedExits = c.exits
+	res.StartFailures = c.startFailures
 	r.findings = append(r.findings, c.findings...)
 	c.mu.Unlock()
 	r.mu.Lock()
