@@ -165,12 +165,16 @@ func indent(s string) string {
 // retrying while the run lasts.
 func (c *cluster) startBroker() {
 	for c.ctx.Err() == nil {
-		if _, err := c.broker.start(c.ctx, brokerReady); err == nil {
+		_, err := c.broker.start(c.ctx, brokerReady)
+		if err == nil {
 			return
-		} else {
-			c.logf("broker restart failed: %v", err)
 		}
+		c.logf("broker restart failed: %v", err)
 		c.broker.kill()
+		select {
+		case <-c.ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 
@@ -210,15 +214,14 @@ func (c *cluster) close() {
 	c.closing = true
 	c.mu.Unlock()
 	for _, in := range c.insts {
-		in.signal(syscall.SIGCONT, false)
-		in.kill()
+		in.close()
 		in.proxy.close()
 		if in.tmpfs {
 			exec.Command("umount", "-l", in.stateDir).Run()
 		}
 	}
 	if c.broker != nil {
-		c.broker.kill()
+		c.broker.close()
 	}
 	// The logs stay with the run's directory, for whoever keeps it.
 	for _, p := range c.procs() {

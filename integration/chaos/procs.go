@@ -80,6 +80,7 @@ type proc struct {
 	waitErr error
 	asked   bool // the harness asked the current incarnation to stop
 	ready   bool // the current incarnation printed its ready line
+	closed  bool // the run is over: no more starts
 	stopped bool // SIGSTOPped and not continued
 	starts  int
 
@@ -90,6 +91,10 @@ type proc struct {
 // ready, returning the submatches.
 func (p *proc) start(ctx context.Context, ready *regexp.Regexp) ([]string, error) {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("%s: the run is over", p.name)
+	}
 	if p.cmd != nil {
 		select {
 		case <-p.exited:
@@ -185,6 +190,15 @@ func (p *proc) signal(sig syscall.Signal, asked bool) bool {
 	fmt.Fprintf(p.log, "=== %s: %s at %s\n", p.name, sig, time.Now().Format("15:04:05.000"))
 	p.cmd.Process.Signal(sig)
 	return true
+}
+
+// close kills p and keeps it from starting again.
+func (p *proc) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.signal(syscall.SIGCONT, false)
+	p.kill()
 }
 
 // kill sends SIGKILL and waits until p is gone, so that its state

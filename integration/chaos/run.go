@@ -119,6 +119,9 @@ func (r *run) finding(format string, args ...any) {
 func Run(ctx context.Context, o Options) (*Result, error) {
 	o.defaults()
 	res := &Result{Seed: o.Seed, Guarantee: o.Guarantee, Duration: o.Duration}
+	// Everything the run starts ends with it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	diskFull := slices.Contains(o.Kinds, DiskFull)
 	if diskFull && os.Geteuid() != 0 {
 		diskFull = false
@@ -141,6 +144,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Schedule = Generate(o.Seed, o.Duration, o.Instances, o.Kinds, target)
 	r := &run{o: o, c: c, injected: make(map[Kind]int), damaged: make(map[string]int)}
+	defer r.redo.Wait()
+	defer cancel()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addr))
 	if err != nil {
 		return res, err
