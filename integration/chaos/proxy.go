@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -71,6 +73,11 @@ func (p *proxy) serve(c net.Conn) {
 	}
 	b, err := net.DialTimeout("tcp", p.target(), 5*time.Second)
 	if err != nil {
+		// The broker refused: the nearest a proxy that already
+		// accepted can come to a refused dial is a reset, never an
+		// orderly close, which clients read as the broker hanging up
+		// on purpose.
+		abort(c)
 		return
 	}
 	p.track(b)
@@ -100,15 +107,24 @@ func (p *proxy) waitPass(c net.Conn) bool {
 }
 
 // pipe copies src to dst chunk by chunk, holding each chunk while the
-// proxy is cut and for the delay in force.
+// proxy is cut and for the delay in force. An orderly close of src is
+// passed on as one, anything else (a reset, a fault's reset) as a reset.
 func (p *proxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if errors.Is(err, io.EOF) && n == 0 {
+			dst.Close()
+			return
+		}
+		if err != nil && n == 0 {
+			abort(dst)
+			return
+		}
 		if n > 0 {
 			if !p.waitPass(src) {
+				abort(dst)
 				return
 			}
 			p.mu.Lock()
@@ -118,13 +134,19 @@ func (p *proxy) pipe(dst, src net.Conn) {
 				time.Sleep(d)
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
+				abort(src)
 				return
 			}
 		}
-		if err != nil {
-			return
-		}
 	}
+}
+
+// abort closes c with a reset rather than an orderly close.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // setCut starts or ends a blackhole.
@@ -143,12 +165,12 @@ func (p *proxy) setDelay(d time.Duration) {
 	p.delay = d
 }
 
-// reset closes every connection through the proxy.
+// reset resets every connection through the proxy.
 func (p *proxy) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
-		c.Close()
+		abort(c)
 	}
 	clear(p.conns)
 	close(p.wake)
