@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -306,6 +308,9 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 			if behind != "" {
 				r.finding("the application did not commit all its input within %s of healing: %s", r.o.SettleTimeout, behind)
 			}
+			if sick := r.unhealthy(); sick != "" {
+				r.finding("%s after healing: %s", r.o.SettleTimeout, sick)
+			}
 			break
 		}
 		r.sleep(ctx, 500*time.Millisecond)
@@ -330,6 +335,24 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 	for _, n := range bound {
 		res.Bound += n
 	}
+}
+
+// unhealthy describes the instances whose /healthz fails, or "".
+func (r *run) unhealthy() string {
+	var sick []string
+	for _, in := range r.c.insts {
+		resp, err := r.queries.hc.Get("http://" + in.http + "/healthz")
+		if err != nil {
+			sick = append(sick, fmt.Sprintf("%s: %v", in.name, err))
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			sick = append(sick, fmt.Sprintf("%s not healthy: HTTP %d %s", in.name, resp.StatusCode, strings.TrimSpace(string(body))))
+		}
+	}
+	return strings.Join(sick, "; ")
 }
 
 // compare checks final counts against the input's: equal under
