@@ -73,6 +73,7 @@ type Result struct {
 	NoAge     int            // answers without an age, checked for value and role only
 
 	AckedLines, TextLines int
+	UnackedBatches        int // batches the producer gave up on (their lines may or may not be in the input)
 	LostLines, DupLines   int
 	Words                 int   // distinct
 	TotalWords            int64 // in the input
@@ -112,8 +113,8 @@ func (r *Result) Summary() string {
 	fmt.Fprintf(&b, "  faults injected: %s\n", strings.Join(fs, ", "))
 	fmt.Fprintf(&b, "  answers checked: %s (%d without an age); refused: %s\n", countsString(r.Answers), r.NoAge, countsString(r.Refusals))
 	fmt.Fprintf(&b, "  dishonest answers: %s\n", countsString(r.Dishonest))
-	fmt.Fprintf(&b, "  text: %d lines acknowledged, %d in the topic; acknowledged lost %d, duplicated %d; %d words, %d distinct\n",
-		r.AckedLines, r.TextLines, r.LostLines, r.DupLines, r.TotalWords, r.Words)
+	fmt.Fprintf(&b, "  text: %d lines acknowledged (%d batches not), %d in the topic; acknowledged lost %d, duplicated %d; %d words, %d distinct\n",
+		r.AckedLines, r.UnackedBatches, r.TextLines, r.LostLines, r.DupLines, r.TotalWords, r.Words)
 	if r.Guarantee == "at-least-once" {
 		fmt.Fprintf(&b, "  final counts: %d words wrong; over-count %d, redo bound %d\n", r.WrongWords, r.Overcount, r.Bound)
 	} else {
@@ -263,6 +264,7 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 	}
 	res.Words = len(want)
 	r.prod.mu.Lock()
+	res.UnackedBatches = r.prod.failed
 	var lost []int64
 	for _, b := range r.prod.batches {
 		if b.acked.IsZero() {

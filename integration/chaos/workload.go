@@ -172,9 +172,8 @@ func (p *producer) issuedTimelines() map[string]*timeline {
 type committedWatcher struct {
 	cl *kgo.Client
 
-	mu    sync.Mutex
-	seen  map[string]*timeline
-	reads int64
+	mu   sync.Mutex
+	seen map[string]*timeline
 }
 
 func newCommittedWatcher(seeds string) (*committedWatcher, error) {
@@ -193,7 +192,6 @@ func (c *committedWatcher) run(ctx context.Context) {
 		now := time.Now()
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
-			c.reads++
 			v, err := serde.Int64.Decode(r.Value)
 			if err != nil {
 				return
