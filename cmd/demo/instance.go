@@ -180,7 +180,9 @@ type instance struct {
 func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 	dial := o.dialer()
 	topicOpts := clientOpts(o.tls, o.sasl)
-	if dial != nil && o.tls == nil {
+	if dial != nil {
+		// runInstance refuses --broker-dial-via with TLS, which kgo
+		// cannot combine with a dialer of ours.
 		topicOpts = append(topicOpts, kgo.Dialer(dial))
 	}
 	if err := ensureTopics(ctx, o.logger, o.brokers, topicOpts...); err != nil {
@@ -323,6 +325,8 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		return usageErrorf(fs, "--http is required")
 	case *standbys < 0:
 		return usageErrorf(fs, "--standbys must not be negative")
+	case *dialVia != "" && tlsCfg != nil:
+		return usageErrorf(fs, "--broker-dial-via is a fault-testing aid for plaintext brokers: not with TLS")
 	}
 	g, err := runtime.ParseProcessingGuarantee(*guarantee)
 	if err != nil {
