@@ -233,14 +233,19 @@ func latestCommitted(ctx context.Context, seeds, topic string, partitions int) (
 // for the application to process all of it, and checks the final counts.
 func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 	healed := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, r.o.SettleTimeout)
-	defer cancel()
-	ends := r.offsets(ctx, false)
+	// The wait for the application has its bound; reading the topics
+	// and the final answers have their own, so that a run that did not
+	// settle still shows how far it got.
+	readCtx, cancelRead := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelRead()
+	waitCtx, cancelWait := context.WithTimeout(ctx, r.o.SettleTimeout)
+	defer cancelWait()
+	ends := r.offsets(readCtx, false)
 	if ends == nil {
 		r.finding("the broker does not list end offsets after healing")
 		return
 	}
-	texts, err := readTopic(ctx, r.c.addr, inputTopic, ends[inputTopic])
+	texts, err := readTopic(readCtx, r.c.addr, inputTopic, ends[inputTopic])
 	if err != nil {
 		r.finding("reading the input back: %v", err)
 		return
@@ -298,35 +303,43 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 	for {
 		var behind string
 		if alo {
-			behind = r.uncommitted(ctx)
+			behind = r.uncommitted(waitCtx)
 		}
 		if behind == "" {
-			got, failed = r.snapshot(ctx, words)
+			got, failed = r.snapshot(waitCtx, words)
 			if len(failed) == 0 && (alo || maps.Equal(got, want)) {
 				break
 			}
 		}
-		if ctx.Err() != nil {
+		if waitCtx.Err() != nil {
 			if behind != "" {
 				r.finding("the application did not commit all its input within %s of healing: %s", r.o.SettleTimeout, behind)
 			}
 			if sick := r.unhealthy(); sick != "" {
 				r.finding("%s after healing: %s", r.o.SettleTimeout, sick)
 			}
+			lastCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			got, failed = r.snapshot(lastCtx, words)
+			cancel()
 			break
 		}
-		r.sleep(ctx, 500*time.Millisecond)
+		r.sleep(waitCtx, 500*time.Millisecond)
 	}
 	res.Converged = time.Since(healed)
 	r.logf("settled %s after healing", res.Converged.Round(time.Millisecond))
 	bound := map[string]int64{}
 	if alo {
-		if bound, err = r.overcountBound(ctx); err != nil {
+		boundCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		bound, err = r.overcountBound(boundCtx)
+		cancel()
+		if err != nil {
 			r.finding("computing the at-least-once bound: %v", err)
 		}
 	}
 	r.compare("the stores (asked with staleness=active)", want, got, failed, bound, res)
-	out, err := latestCommitted(ctx, r.c.addr, outputTopic, r.o.Partitions)
+	outCtx, cancelOut := context.WithTimeout(ctx, time.Minute)
+	defer cancelOut()
+	out, err := latestCommitted(outCtx, r.c.addr, outputTopic, r.o.Partitions)
 	if err != nil {
 		r.finding("reading %s: %v", outputTopic, err)
 	} else {
