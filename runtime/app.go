@@ -155,7 +155,7 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 		topo: topo,
 		log:  cfg.Logger.With("app", cfg.ApplicationID),
 		done: make(chan struct{}),
-		net:  newNetwork(cfg.TLS),
+		net:  newNetwork(cfg.TLS, cfg.Dial),
 
 		closeAsked: make(chan struct{}),
 

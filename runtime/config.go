@@ -404,6 +404,12 @@ type Config struct {
 	// It runs over whatever connection the dialer makes, TLS or not.
 	// kgo.SASL in ClientOptions works as well.
 	SASL sasl.Mechanism
+	// Dial, when set, makes the TCP connections to the brokers in place
+	// of a plain net.Dialer: through a SOCKS or test proxy, say. Eddy
+	// still tracks what it returns (so a crash-stop cuts it) and runs TLS
+	// over it when TLS is set. It is given the address a broker is to be
+	// reached at (a seed, or one the cluster's metadata advertises).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// ClientOptions are extra franz-go options given to every client Eddy
 	// creates (client ID, SASL and so on). Options that Eddy sets itself
 	// (group, partitioner, isolation level) must not be overridden, and

@@ -33,6 +33,8 @@ type network struct {
 	wrap   func(net.Conn) net.Conn
 	conns  map[net.Conn]struct{}
 	dialer net.Dialer
+	// dialFn, when set, replaces dialer (Config.Dial).
+	dialFn func(ctx context.Context, network, address string) (net.Conn, error)
 	// tls, when set, is the client configuration every connection is
 	// wrapped in. TLS lives inside this dialer rather than in kgo's
 	// DialTLSConfig (which kgo refuses alongside a Dialer) so that the
@@ -40,13 +42,13 @@ type network struct {
 	tls *tls.Config
 }
 
-func newNetwork(tlsCfg *tls.Config) *network {
+func newNetwork(tlsCfg *tls.Config, dial func(ctx context.Context, network, address string) (net.Conn, error)) *network {
 	if tlsCfg != nil {
 		// The App's own copy: a caller changing its config later must
 		// not change what connections already made were checked against.
 		tlsCfg = tlsCfg.Clone()
 	}
-	return &network{conns: make(map[net.Conn]struct{}), dialer: net.Dialer{Timeout: 10 * time.Second}, tls: tlsCfg}
+	return &network{conns: make(map[net.Conn]struct{}), dialer: net.Dialer{Timeout: 10 * time.Second}, dialFn: dial, tls: tlsCfg}
 }
 
 func (n *network) dial(ctx context.Context, network, host string) (net.Conn, error) {
@@ -57,7 +59,11 @@ func (n *network) dial(ctx context.Context, network, host string) (net.Conn, err
 	}
 	wrap := n.wrap
 	n.mu.Unlock()
-	c, err := n.dialer.DialContext(ctx, network, host)
+	dial := n.dialer.DialContext
+	if n.dialFn != nil {
+		dial = n.dialFn
+	}
+	c, err := dial(ctx, network, host)
 	if err != nil {
 		return nil, err
 	}

@@ -184,7 +184,7 @@ func (e *ActiveMembersError) Error() string {
 // written to them again, after what they hold.
 //
 // cfg is the application's configuration; Reset uses its ApplicationID,
-// Brokers, StateDir, TLS, SASL, ClientOptions and Logger.
+// Brokers, StateDir, TLS, SASL, Dial, ClientOptions and Logger.
 func Reset(ctx context.Context, topo *topology.Topology, cfg Config, opts ResetOptions) (*ResetReport, error) {
 	if topo == nil {
 		return nil, errors.New("runtime: nil topology")
@@ -208,7 +208,7 @@ func Reset(ctx context.Context, topo *topology.Topology, cfg Config, opts ResetO
 		defer dir.close()
 	}
 
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, connOptions(cfg, newNetwork(cfg.TLS))...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, connOptions(cfg, newNetwork(cfg.TLS, cfg.Dial))...)...)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: client: %w", err)
 	}

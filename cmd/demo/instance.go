@@ -147,6 +147,23 @@ type instanceOptions struct {
 	sasl sasl.Mechanism
 	// query holds the query server's TLS and bearer token settings.
 	query iq.ServerConfig
+	// dialVia, when set, is where every connection to a broker is made,
+	// whichever broker it is meant for: a fault-testing proxy.
+	dialVia string
+}
+
+// dialer returns the dial function of --broker-dial-via, or nil. The
+// brokers advertise their own addresses in metadata, so a proxy given only
+// as a seed would be left after the first request: every dial goes to it
+// instead.
+func (o instanceOptions) dialer() func(ctx context.Context, network, address string) (net.Conn, error) {
+	if o.dialVia == "" {
+		return nil
+	}
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, o.dialVia)
+	}
 }
 
 // instance is a running word-count instance with its HTTP server.
@@ -161,7 +178,14 @@ type instance struct {
 }
 
 func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
-	if err := ensureTopics(ctx, o.logger, o.brokers, clientOpts(o.tls, o.sasl)...); err != nil {
+	dial := o.dialer()
+	topicOpts := clientOpts(o.tls, o.sasl)
+	if dial != nil {
+		// runInstance refuses --broker-dial-via with TLS, which kgo
+		// cannot combine with a dialer of ours.
+		topicOpts = append(topicOpts, kgo.Dialer(dial))
+	}
+	if err := ensureTopics(ctx, o.logger, o.brokers, topicOpts...); err != nil {
 		return nil, err
 	}
 	topo, err := wordCount()
@@ -190,6 +214,7 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		TLS:                      o.tls,
 		SASL:                     o.sasl,
 	}
+	cfg.Dial = dial
 	if o.keepRepartition {
 		cfg.RepartitionPurgeInterval = runtime.NoRepartitionPurge
 	}
@@ -276,6 +301,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	dialVia := fs.String("broker-dial-via", "", "make every broker connection to `HOST:PORT`, whatever broker it is for (a fault-testing aid: one proxy per instance that can cut or delay its traffic)")
 	sec := addSecurityFlags(fs)
 	qsec := addQueryServerFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -299,6 +325,8 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		return usageErrorf(fs, "--http is required")
 	case *standbys < 0:
 		return usageErrorf(fs, "--standbys must not be negative")
+	case *dialVia != "" && tlsCfg != nil:
+		return usageErrorf(fs, "--broker-dial-via is a fault-testing aid for plaintext brokers: not with TLS")
 	}
 	g, err := runtime.ParseProcessingGuarantee(*guarantee)
 	if err != nil {
@@ -325,6 +353,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		tls:               tlsCfg,
 		sasl:              mech,
 		query:             qcfg,
+		dialVia:           *dialVia,
 	})
 	if err != nil {
 		return err

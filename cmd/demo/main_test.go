@@ -58,6 +58,8 @@ func TestDispatchAndUsageErrors(t *testing.T) {
 		{name: "broker bad partitions", args: []string{"broker", "--partitions", "many"}, wantUsage: true, wantStderr: "invalid value"},
 		{name: "broker bad log level", args: []string{"broker", "--log-level", "loud"}, wantUsage: true, wantStderr: "--log-level"},
 		{name: "broker empty listen", args: []string{"broker", "--listen", ""}, wantUsage: true, wantStderr: "--listen must not be empty"},
+		{name: "instance dial via with TLS", args: []string{"instance", "--brokers", "x:1", "--state-dir", "d", "--http", "127.0.0.1:0", "--tls", "--broker-dial-via", "127.0.0.1:1"},
+			wantUsage: true, wantStderr: "--broker-dial-via is a fault-testing aid for plaintext brokers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,9 +50,11 @@ func NewStandby(cfg StandbyConfig) (s *Standby, err error) {
 		adopted[h.Info.Name] = h
 	}
 	s = &Standby{id: cfg.ID, log: cfg.Logger.With("standby", cfg.ID.String())}
+	// The failing returns below set s to nil: close through a copy.
+	opened := s
 	defer func() {
 		if err != nil {
-			s.Close()
+			opened.Close()
 		}
 	}()
 	for _, info := range subs[cfg.ID.SubTopology].Stores {
