@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -138,4 +140,31 @@ func (p *purger) close() {
 	p.closed = true
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// deletedUnread fails the thread when a repartition partition it reads has
+// lost records it has not committed past: the partition's log start is
+// above the offset the thread's group client knows as committed, so the
+// records in between were deleted unread, and the consumer, finding its
+// position below the log start, moved up to it without a word (franz-go
+// resets to the log start). Purging never deletes above a committed
+// offset, and nothing else deletes repartition records, so this is data
+// loss, reported rather than carried on from.
+func (th *thread) deletedUnread(parts []kgo.FetchTopicPartition) error {
+	var committed map[string]map[int32]kgo.EpochOffset
+	for _, p := range parts {
+		if p.LogStartOffset <= 0 || !slices.Contains(th.app.plan.repartitions, p.Topic) {
+			continue
+		}
+		if committed == nil {
+			committed = th.cl.CommittedOffsets()
+		}
+		c, ok := committed[p.Topic][p.Partition]
+		if !ok || c.Offset >= p.LogStartOffset {
+			continue
+		}
+		return fmt.Errorf("runtime: repartition topic %s partition %d: records %d to %d were deleted before they were processed (committed offset %d, log start %d)",
+			p.Topic, p.Partition, c.Offset, p.LogStartOffset-1, c.Offset, p.LogStartOffset)
+	}
+	return nil
 }
