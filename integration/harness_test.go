@@ -6,6 +6,7 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -396,6 +397,9 @@ type instanceConfig struct {
 	// keepRepartition turns purging off, for tests that read the
 	// repartition topic's records after the group committed past them.
 	keepRepartition bool
+	// purgeEvery, when set, is the RepartitionPurgeInterval (a short
+	// one makes purges race with rebalances).
+	purgeEvery time.Duration
 	// guarantee, eagerRebalancing, stateListener and assign are passed
 	// through to runtime.Config (assign as AssignFunc).
 	guarantee        runtime.ProcessingGuarantee
@@ -456,7 +460,7 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		AcceptableRecoveryLag:    cfg.acceptableLag,
 		MaxWarmups:               cfg.maxWarmups,
 		ProbingRebalanceInterval: cfg.probing,
-		RepartitionPurgeInterval: purgeInterval(cfg.keepRepartition),
+		RepartitionPurgeInterval: cmp.Or(cfg.purgeEvery, purgeInterval(cfg.keepRepartition)),
 		ProcessingGuarantee:      cfg.guarantee,
 		EagerRebalancing:         cfg.eagerRebalancing,
 		StateListener:            cfg.stateListener,

@@ -304,7 +304,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 		}
 	}
 	a.fresh = newFreshness(a, FreshnessInterval)
-	a.purge = newPurger(a.killCtx, a.admin, a.plan.repartitions, a.cfg.RepartitionPurgeInterval, a.log)
+	a.purge = newPurger(a.killCtx, a.admin, a.cfg.ApplicationID, a.plan.repartitions, a.cfg.RepartitionPurgeInterval, a.log)
 	a.router = newRouter(a)
 	return nil
 }

@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,11 +23,13 @@ import (
 // RepartitionPurgeInterval, and names the offsets its own client knows to be
 // committed: under at-least-once those of acknowledged OffsetCommits, under
 // exactly-once those of committed transactions (franz-go records a
-// transaction's offsets only once EndTxn committed it). The request runs in
-// the background; a failure is logged and the offsets are tried again at
-// the next interval, never stopping the thread.
+// transaction's offsets only once EndTxn committed it), each bounded by the
+// group's committed offset (see purge). The requests run in the
+// background; a failure is logged and the offsets are tried again at the
+// next interval, never stopping the thread.
 type purger struct {
 	adm      *kadm.Client
+	group    string
 	topics   map[string]bool
 	interval time.Duration
 	log      *slog.Logger
@@ -50,8 +54,8 @@ type threadPurge struct {
 	purged map[string]map[int32]int64
 }
 
-func newPurger(ctx context.Context, adm *kadm.Client, topics []string, interval time.Duration, log *slog.Logger) *purger {
-	p := &purger{adm: adm, topics: make(map[string]bool), interval: interval, log: log, ctx: ctx, threads: make(map[int]*threadPurge)}
+func newPurger(ctx context.Context, adm *kadm.Client, group string, topics []string, interval time.Duration, log *slog.Logger) *purger {
+	p := &purger{adm: adm, group: group, topics: make(map[string]bool), interval: interval, log: log, ctx: ctx, threads: make(map[int]*threadPurge)}
 	for _, t := range topics {
 		p.topics[t] = true
 	}
@@ -98,10 +102,33 @@ func (p *purger) afterCommit(idx int, cl *kgo.Client) {
 	p.wg.Go(func() { p.purge(tp, offsets) })
 }
 
-// purge sends one DeleteRecords and records what it deleted.
+// purge sends one DeleteRecords and records what it deleted. A thread's
+// client knows the offsets it committed itself or fetched when it was
+// assigned a partition; the group's own offsets, fetched just before,
+// bound them: nothing above what the group holds as committed now is
+// deleted, whatever the client's view. (A plain OffsetFetch answers the
+// last committed offsets, never a transaction's pending ones.)
 func (p *purger) purge(tp *threadPurge, offsets kadm.Offsets) {
 	ctx, cancel := context.WithTimeout(p.ctx, max(p.interval, 10*time.Second))
 	defer cancel()
+	group, err := p.adm.FetchOffsets(ctx, p.group)
+	if err == nil {
+		err = group.Error()
+	}
+	if err != nil {
+		p.mu.Lock()
+		tp.inFlight = false
+		p.mu.Unlock()
+		p.log.Warn("purging repartition topics: fetching the group's offsets failed; trying again at the next interval", "err", err)
+		return
+	}
+	offsets = boundByGroup(offsets, group)
+	if len(offsets) == 0 {
+		p.mu.Lock()
+		tp.inFlight = false
+		p.mu.Unlock()
+		return
+	}
 	resp, err := p.adm.DeleteRecords(ctx, offsets)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -129,6 +156,21 @@ func (p *purger) purge(tp *threadPurge, offsets kadm.Offsets) {
 	}
 }
 
+// boundByGroup lowers each offset to the group's committed offset of its
+// partition, dropping partitions the group has no commit for.
+func boundByGroup(offsets kadm.Offsets, group kadm.OffsetResponses) kadm.Offsets {
+	out := make(kadm.Offsets)
+	offsets.Each(func(o kadm.Offset) {
+		g, ok := group.Lookup(o.Topic, o.Partition)
+		if !ok || g.Err != nil || g.At <= 0 {
+			return
+		}
+		o.At = min(o.At, g.At)
+		out.Add(o)
+	})
+	return out
+}
+
 // close waits for the requests in flight and refuses new ones.
 func (p *purger) close() {
 	if p == nil {
@@ -138,4 +180,31 @@ func (p *purger) close() {
 	p.closed = true
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// deletedUnread fails the thread when a repartition partition it reads has
+// lost records it has not committed past: the partition's log start is
+// above the offset the thread's group client knows as committed, so the
+// records in between were deleted unread, and the consumer, finding its
+// position below the log start, moved up to it without a word (franz-go
+// resets to the log start). Purging never deletes above a committed
+// offset, and nothing else deletes repartition records, so this is data
+// loss, reported rather than carried on from.
+func (th *thread) deletedUnread(parts []kgo.FetchTopicPartition) error {
+	var committed map[string]map[int32]kgo.EpochOffset
+	for _, p := range parts {
+		if p.LogStartOffset <= 0 || !slices.Contains(th.app.plan.repartitions, p.Topic) {
+			continue
+		}
+		if committed == nil {
+			committed = th.cl.CommittedOffsets()
+		}
+		c, ok := committed[p.Topic][p.Partition]
+		if !ok || c.Offset >= p.LogStartOffset {
+			continue
+		}
+		return fmt.Errorf("runtime: repartition topic %s partition %d: records %d to %d were deleted before they were processed (committed offset %d, log start %d)",
+			p.Topic, p.Partition, c.Offset, p.LogStartOffset-1, c.Offset, p.LogStartOffset)
+	}
+	return nil
 }

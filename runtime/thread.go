@@ -622,6 +622,11 @@ func (th *thread) processPolled() error {
 			parts = append(parts, p)
 		}
 	})
+	if err := th.deletedUnread(parts); err != nil {
+		clear(parts)
+		th.parts = parts[:0]
+		return err
+	}
 	for i := 0; i < len(parts) && fatal == nil; {
 		// A task reading several topics takes the records of all its
 		// partitions in this poll together (see processTask); they need
