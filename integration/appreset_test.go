@@ -129,7 +129,7 @@ func TestAppResetRecountsExactly(t *testing.T) {
 		t.Run(g.String(), func(t *testing.T) {
 			c := newCluster(t, 3)
 			want := make(map[string]int64)
-			lines := newCorpus(12, 2000).lines(20_000, want)
+			lines := newCorpus(12, 2000).Lines(20_000, want)
 			dirA, dirB := t.TempDir(), t.TempDir()
 			rc := resetInstanceConfig{guarantee: g}
 
@@ -177,7 +177,7 @@ func TestAppResetRecountsExactly(t *testing.T) {
 func TestAppResetRefusesWhileRunning(t *testing.T) {
 	c := newCluster(t, 2)
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(3, 200).lines(2000, want))
+	c.produceLines(t, newCorpus(3, 200).Lines(2000, want))
 	dir := t.TempDir()
 	a := startResettable(t, c, "a", dir, resetInstanceConfig{})
 	a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
@@ -262,9 +262,9 @@ func TestAppResetToTime(t *testing.T) {
 				}
 				return recs
 			}
-			c.produce(t, stamp(corpus.lines(5000, early), now.Add(-2*time.Hour))...)
+			c.produce(t, stamp(corpus.Lines(5000, early), now.Add(-2*time.Hour))...)
 			lateStarts := c.endOffsets(t, inputTopic)[inputTopic]
-			c.produce(t, stamp(corpus.lines(5000, late), now)...)
+			c.produce(t, stamp(corpus.Lines(5000, late), now)...)
 			for _, m := range []map[string]int64{early, late} {
 				for w, n := range m {
 					all[w] += n
@@ -302,7 +302,7 @@ func TestAppResetToTime(t *testing.T) {
 // must come after the transaction's, not be overwritten by them.
 func TestAppResetWaitsForOpenTransaction(t *testing.T) {
 	c := newCluster(t, 2)
-	c.produceLines(t, newCorpus(4, 100).lines(500, map[string]int64{}))
+	c.produceLines(t, newCorpus(4, 100).Lines(500, map[string]int64{}))
 	// The group exists, with an offset, as after a run.
 	var first kadm.Offsets
 	first.Add(kadm.Offset{Topic: inputTopic, Partition: 1, At: 3, LeaderEpoch: -1})

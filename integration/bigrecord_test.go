@@ -110,7 +110,7 @@ func bigLines(c *corpus, round int, want map[string]int64) []string {
 			sb.WriteByte(' ')
 		}
 		for sb.Len() < size-12 {
-			sb.WriteString(c.render(c.vocab[c.zipf.Uint64()]))
+			sb.WriteString(c.Render(c.Vocab[c.Zipf.Uint64()]))
 			sb.WriteByte(' ')
 		}
 		return sb.String()
@@ -150,7 +150,7 @@ func TestBigRecordsCounted(t *testing.T) {
 
 			a := startGuarantee(t, c, "run1", dir, g)
 			a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-			c.produceLines(t, append(gen.lines(5_000, want), bigLines(gen, 0, want)...))
+			c.produceLines(t, append(gen.Lines(5_000, want), bigLines(gen, 0, want)...))
 			waitCaughtUpAny(t, c, g)
 			requireStore(t, want, a)
 
@@ -159,7 +159,7 @@ func TestBigRecordsCounted(t *testing.T) {
 			c.produceLines(t, bigLines(gen, 1, want))
 			waitCaughtUpAny(t, c, g)
 			faults.Kill(a)
-			c.produceLines(t, append(gen.lines(2_000, want), bigLines(gen, 2, want)...))
+			c.produceLines(t, append(gen.Lines(2_000, want), bigLines(gen, 2, want)...))
 			a = startGuarantee(t, c, "run2", dir, g)
 			a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
 			waitCaughtUpAny(t, c, g)

@@ -39,7 +39,7 @@ func TestExactlyOnceSurvivesBrokerDownAtEndTxn(t *testing.T) {
 	in.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
 	gen := newCorpus(7, 200)
 	want := make(map[string]int64)
-	c.produceLines(t, gen.lines(2000, want))
+	c.produceLines(t, gen.Lines(2000, want))
 	requireStore(t, want, in)
 
 	// The next EndTxn loses its connection, and so does every retry of
@@ -56,7 +56,7 @@ func TestExactlyOnceSurvivesBrokerDownAtEndTxn(t *testing.T) {
 		})
 		return nil, fmt.Errorf("cut off"), true
 	})
-	c.produceLines(t, gen.lines(500, want))
+	c.produceLines(t, gen.Lines(500, want))
 	<-down
 	waitFor(t, settleTimeout, "the thread to find its transaction's end failed", func() (bool, string) {
 		ids, _ := in.runningTasks()
@@ -66,7 +66,7 @@ func TestExactlyOnceSurvivesBrokerDownAtEndTxn(t *testing.T) {
 
 	b = start(addr)
 	c.b = b
-	c.produceLines(t, gen.lines(500, want))
+	c.produceLines(t, gen.Lines(500, want))
 	requireStore(t, want, in)
 	requireCounts(t, want, readCommittedLatest(t, addr, outputTopic, partitions), "topic "+outputTopic)
 	require.NoError(t, in.Err())

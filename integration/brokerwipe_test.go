@@ -217,9 +217,9 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 		startWipeInstance(t, c, "c", g),
 	}
 	gen := newCorpus(11, 400)
-	words := slices.Clone(gen.vocab)
+	words := slices.Clone(gen.Vocab)
 	before := make(map[string]int64)
-	c.produceLines(t, gen.lines(6000, before))
+	c.produceLines(t, gen.Lines(6000, before))
 	waitWipeCounts(t, "the counts before the wipe", words, before, insts...)
 
 	c.b.Close()
@@ -238,11 +238,11 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 
 	// New input only: what the counts must be once the instances noticed.
 	after := make(map[string]int64)
-	c.produceLines(t, gen.lines(3000, after))
+	c.produceLines(t, gen.Lines(3000, after))
 	waitWipeCounts(t, "the counts of the input produced after the wipe", words, after, insts...)
 
 	// And they go on counting.
-	c.produceLines(t, gen.lines(3000, after))
+	c.produceLines(t, gen.Lines(3000, after))
 	waitWipeCounts(t, "the counts after more input", words, after, insts...)
 	for _, in := range insts {
 		require.NoError(t, in.Err(), "instance %s", in.name)
@@ -262,9 +262,9 @@ func TestBrokerWipeThenRestartWithKeptState(t *testing.T) {
 	dir := t.TempDir()
 	a := startWipeInstanceIn(t, c, "a", dir, runtime.ExactlyOnce)
 	gen := newCorpus(13, 300)
-	words := slices.Clone(gen.vocab)
+	words := slices.Clone(gen.Vocab)
 	before := make(map[string]int64)
-	c.produceLines(t, gen.lines(3000, before))
+	c.produceLines(t, gen.Lines(3000, before))
 	waitWipeCounts(t, "the counts before the wipe", words, before, a)
 	a.close(t)
 
@@ -274,7 +274,7 @@ func TestBrokerWipeThenRestartWithKeptState(t *testing.T) {
 	b := startWipeInstance(t, c, "b", runtime.ExactlyOnce)
 	// More input than before, so the new changelogs outgrow the old
 	// positions.
-	c.produceLines(t, gen.lines(9000, after))
+	c.produceLines(t, gen.Lines(9000, after))
 	waitWipeCounts(t, "the counts of the input produced after the wipe", words, after, b)
 	b.close(t)
 

@@ -33,7 +33,7 @@ func TestCombinedCountExactThroughKillExactlyOnce(t *testing.T) {
 	b := c.start(t, "b", cfg())
 	c.waitSettled(t, "wc", a, b)
 
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	waitFor(t, settleTimeout, "some input committed", func() (bool, string) {
 		com, err := c.committed(t, "wc", inputTopic)
 		if err != nil {
@@ -47,9 +47,9 @@ func TestCombinedCountExactThroughKillExactlyOnce(t *testing.T) {
 	})
 	// Killed right after more input arrives, b dies with partials in
 	// memory and an open transaction.
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	faults.Kill(b.App)
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	waitCaughtUpAny(t, c, runtime.ExactlyOnce)
 	requireStore(t, want, a)
 	requireCounts(t, want, readCommittedLatest(t, c.b.Addrs()[0], outputTopic, c.partitions), "topic "+outputTopic)
@@ -77,9 +77,9 @@ func TestCombinedCountExactThroughHandOverAtLeastOnce(t *testing.T) {
 	a := c.start(t, "a", instanceConfig{stateDir: t.TempDir()})
 	b := c.start(t, "b", instanceConfig{stateDir: t.TempDir()})
 	c.waitSettled(t, "wc", a, b)
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	b.close(t)
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	c.waitCaughtUp(t, "wc")
 	requireStore(t, want, a)
 	c.requireOutput(t, want)

@@ -33,7 +33,7 @@ func TestRestartAfterCompactionRestoresTail(t *testing.T) {
 
 	first := c.start(t, "first", instanceConfig{stateDir: dir})
 	c.waitSettled(t, app, first)
-	c.produceLines(t, gen.lines(10_000, counts))
+	c.produceLines(t, gen.Lines(10_000, counts))
 	c.waitCaughtUp(t, app)
 	requireStore(t, counts, first)
 	first.close(t)
@@ -46,7 +46,7 @@ func TestRestartAfterCompactionRestoresTail(t *testing.T) {
 	c.waitSettled(t, app, other)
 	for range 4 {
 		round := make(map[string]int64)
-		c.produceLines(t, gen.lines(5_000, round))
+		c.produceLines(t, gen.Lines(5_000, round))
 		require.Len(t, round, len(counts), "precondition: a round updates every word")
 		for w, n := range round {
 			counts[w] += n
@@ -96,7 +96,7 @@ func TestRestartAfterCompactionRestoresTail(t *testing.T) {
 
 	// Counting goes on from the restored stores.
 	want := maps.Clone(counts)
-	c.produceLines(t, gen.lines(5_000, want))
+	c.produceLines(t, gen.Lines(5_000, want))
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, again)
 	c.requireOutput(t, want)

@@ -42,7 +42,7 @@ func TestCooperativeJoinKeepsTasksProcessing(t *testing.T) {
 					}
 				}})
 			a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-			c.produceLines(t, gen.lines(5000, want))
+			c.produceLines(t, gen.Lines(5000, want))
 
 			processed := func() map[task.ID]int64 {
 				out := map[task.ID]int64{}
@@ -57,7 +57,7 @@ func TestCooperativeJoinKeepsTasksProcessing(t *testing.T) {
 			defer pace.Stop()
 			feed := func() {
 				<-pace.C
-				c.produceLines(t, gen.lines(100, want))
+				c.produceLines(t, gen.Lines(100, want))
 			}
 
 			// The counters before the rebalance: a task restarted by it

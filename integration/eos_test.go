@@ -172,7 +172,7 @@ func TestExactlyOnceStandbysNeverHoldAbortedData(t *testing.T) {
 	waitFor(t, settleTimeout, "an active and a standby for every partition", placed)
 
 	gen := newCorpus(5, 300)
-	words := append(slices.Clone(gen.vocab), neverCommitted)
+	words := append(slices.Clone(gen.Vocab), neverCommitted)
 	// Words to write aborted counts for: a few in every partition, and
 	// the key that only aborted transactions ever hold.
 	var victims []string
@@ -222,12 +222,12 @@ func TestExactlyOnceStandbysNeverHoldAbortedData(t *testing.T) {
 
 	want := make(map[string]int64)
 	for range 3 {
-		c.produceLines(t, gen.lines(4000, want))
+		c.produceLines(t, gen.Lines(4000, want))
 		abort()
 	}
 	// Committed data after the last aborted transaction: a standby shows
 	// it only after reading past every aborted record.
-	c.produceLines(t, gen.lines(4000, want))
+	c.produceLines(t, gen.Lines(4000, want))
 
 	// standbyProblem compares, for every word, what the replica that is
 	// not the active holds with the reference.
@@ -267,7 +267,7 @@ func TestExactlyOnceStandbysNeverHoldAbortedData(t *testing.T) {
 	b = startEOS(t, c, "b2", t.TempDir())
 	watch.watch(a, b)
 	abort()
-	c.produceLines(t, gen.lines(4000, want))
+	c.produceLines(t, gen.Lines(4000, want))
 	waitFor(t, settleTimeout, "an active and a standby for every partition", placed)
 	waitFor(t, settleTimeout, "the rebuilt standbys to hold every committed count", func() (bool, string) {
 		watch.requireClean(t)

@@ -12,17 +12,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -39,24 +35,8 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-const (
-	inputTopic  = "text"
-	outputTopic = "word-counts"
-	countsStore = "counts"
-	// groupByName names the GroupBy, and so the repartition topic
-	// "<app>-words-repartition".
-	groupByName = "words"
-
-	// commitInterval is short so that tests see committed state quickly.
-	commitInterval = 100 * time.Millisecond
-	// settleTimeout bounds every wait for the application to catch up. It
-	// is generous for a slow, shared machine under -race; a healthy run
-	// settles in a few seconds.
-	settleTimeout = 60 * time.Second
-	pollEvery     = 50 * time.Millisecond
-)
-
-func repartitionTopic(app string) string { return app + "-" + groupByName + "-repartition" }
+// commitInterval is short so that tests see committed state quickly.
+const commitInterval = 100 * time.Millisecond
 
 func changelogTopic(app string) string { return changelog.TopicName(app, countsStore) }
 
@@ -282,23 +262,6 @@ func (c *cluster) readLatest(t *testing.T, topic string) map[string]int64 {
 	return latest
 }
 
-// waitFor polls cond until it holds or timeout passes; cond's message says
-// what is still missing and is reported on failure.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, msg)
-		}
-		time.Sleep(pollEvery)
-	}
-}
-
 // lineSplitValues is the input value serde of the word-count topology: a
 // string, except that a value starting with poisonMarker cannot be decoded.
 var lineSplitValues serde.Serde[string] = serde.Funcs[string]{
@@ -312,16 +275,6 @@ var lineSplitValues serde.Serde[string] = serde.Funcs[string]{
 }
 
 var poisonMarker = []byte{0xff}
-
-// tokenize splits a line into words: maximal runs of Unicode letters or
-// digits, lowercased.
-func tokenize(line string) []string {
-	ws := strings.FieldsFunc(line, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
-	for i, w := range ws {
-		ws[i] = strings.ToLower(w)
-	}
-	return ws
-}
 
 // wordCount builds Stream(text) → FlatMapValues(words) → GroupBy(word) →
 // Count(counts) → ToStream → To(word-counts).
@@ -406,25 +359,6 @@ type instanceConfig struct {
 	eagerRebalancing bool
 	stateListener    func(old, new runtime.State)
 	assign           assignor.AssignFunc
-}
-
-// logBuffer collects an instance's logs; they are printed only when the test
-// fails, so passing runs stay quiet.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // start creates and starts an App for the word-count topology. The test's
@@ -581,16 +515,6 @@ func requireStore(t *testing.T, want map[string]int64, insts ...*instance) {
 	requireCounts(t, want, got, "store "+countsStore)
 }
 
-// requireCounts compares counts and, on a mismatch, reports a few differing
-// words rather than two maps of thousands of entries.
-func requireCounts(t *testing.T, want, got map[string]int64, what string) {
-	t.Helper()
-	if maps.Equal(want, got) {
-		return
-	}
-	t.Fatalf("%s: %s", what, countDiff(want, got, nil))
-}
-
 // requireOutput reads the output topic to its end and requires the latest
 // count per word to equal want.
 func (c *cluster) requireOutput(t *testing.T, want map[string]int64) {
@@ -618,79 +542,11 @@ func storePositions(t *testing.T, stateDir, app string, partitions int32) map[in
 	return out
 }
 
-// corpus generates text whose words follow a Zipf distribution over a fixed
-// vocabulary, deterministically from a seed. Words are rendered with mixed
-// case and punctuation so that the topology's tokenizer has work to do,
-// while the reference count is taken from the generated words themselves.
-type corpus struct {
-	rnd   *rand.Rand
-	zipf  *rand.Zipf
-	vocab []string
-}
-
-const corpusAlphabet = "abcdefghijklmnopqrstuvwxyzéøå0123456789"
-
-func newCorpus(seed uint64, vocabSize int) *corpus {
-	rnd := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	alphabet := []rune(corpusAlphabet)
-	seen := make(map[string]bool, vocabSize)
-	vocab := make([]string, 0, vocabSize)
-	for len(vocab) < vocabSize {
-		n := 2 + rnd.IntN(9)
-		rs := make([]rune, n)
-		for i := range rs {
-			rs[i] = alphabet[rnd.IntN(len(alphabet))]
-		}
-		w := string(rs)
-		if !seen[w] {
-			seen[w] = true
-			vocab = append(vocab, w)
-		}
-	}
-	return &corpus{rnd: rnd, zipf: rand.NewZipf(rnd, 1.1, 2, uint64(vocabSize-1)), vocab: vocab}
-}
-
-var separators = []string{" ", " ", " ", ", ", ". ", " - ", "; ", "! ", " (", ") ", "'", "\t"}
-
-// lines generates lines holding nWords words in total and adds every word to
-// counts.
-func (c *corpus) lines(nWords int, counts map[string]int64) []string {
-	var out []string
-	var sb strings.Builder
-	for nWords > 0 {
-		n := min(nWords, 1+c.rnd.IntN(16))
-		nWords -= n
-		sb.Reset()
-		for i := range n {
-			w := c.vocab[c.zipf.Uint64()]
-			counts[w]++
-			if i > 0 {
-				sb.WriteString(separators[c.rnd.IntN(len(separators))])
-			}
-			sb.WriteString(c.render(w))
-		}
-		out = append(out, sb.String())
-	}
-	return out
-}
-
-// render changes a word's case without changing its lowercase form.
-func (c *corpus) render(w string) string {
-	switch c.rnd.IntN(8) {
-	case 0:
-		return strings.ToUpper(w)
-	case 1:
-		r, size := utf8.DecodeRuneInString(w)
-		return string(unicode.ToUpper(r)) + w[size:]
-	}
-	return w
-}
-
 // TestCorpusTokenizesToReference checks the harness itself: tokenizing the
 // generated lines gives back exactly the generated words.
 func TestCorpusTokenizesToReference(t *testing.T) {
 	want := make(map[string]int64)
-	lines := newCorpus(7, 500).lines(20_000, want)
+	lines := newCorpus(7, 500).Lines(20_000, want)
 	got := make(map[string]int64)
 	for _, l := range lines {
 		for _, w := range tokenize(l) {

@@ -54,7 +54,7 @@ func TestIQOnlyRunningActiveAnswersByDefault(t *testing.T) {
 	nodes := []*iqNode{c.startIQNode(t, "a", cfg), c.startIQNode(t, "b", cfg)}
 	c.iqWaitLayout(t, nodes, 1)
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(21, 300).lines(5000, want))
+	c.produceLines(t, newCorpus(21, 300).Lines(5000, want))
 	c.waitCaughtUp(t, "wc")
 	lay := c.iqWaitCurrent(t, nodes, 1)
 	ends := c.endOffsets(t, changelogTopic("wc"))[changelogTopic("wc")]
@@ -142,7 +142,7 @@ func TestIQStandbyAnswersThroughActiveKill(t *testing.T) {
 	nodes := []*iqNode{c.startIQNode(t, "a", cfg), c.startIQNode(t, "b", cfg)}
 	c.iqWaitLayout(t, nodes, 1)
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(22, 300).lines(5000, want))
+	c.produceLines(t, newCorpus(22, 300).Lines(5000, want))
 	c.waitCaughtUp(t, "wc")
 	lay := c.iqWaitCurrent(t, nodes, 1)
 
@@ -293,7 +293,7 @@ func TestIQPromotedStandbyRestoringTail(t *testing.T) {
 	nodes := []*iqNode{c.startIQNode(t, "a", cfg), c.startIQNode(t, "b", cfg)}
 	c.iqWaitLayout(t, nodes, 1)
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(23, 300).lines(3000, want))
+	c.produceLines(t, newCorpus(23, 300).Lines(3000, want))
 	c.waitCaughtUp(t, "wc")
 	lay := c.iqWaitCurrent(t, nodes, 1)
 	const p = int32(0)
@@ -388,7 +388,7 @@ func TestIQRebuildingReplicaAnswersOnlyAny(t *testing.T) {
 	cfg := instanceConfig{stateDir: dir, acceptableLag: acceptable}
 	first := c.startIQNode(t, "run1", cfg)
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(24, 400).lines(4000, want))
+	c.produceLines(t, newCorpus(24, 400).Lines(4000, want))
 	c.waitCaughtUp(t, "wc")
 	requireStore(t, want, first.instance)
 	first.close(t)
@@ -470,7 +470,7 @@ func TestIQAllReplicasLost(t *testing.T) {
 	nodes := []*iqNode{c.startIQNode(t, "a", cfg), c.startIQNode(t, "b", cfg), c.startIQNode(t, "c", cfg)}
 	c.iqWaitLayout(t, nodes, 1)
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(25, 400).lines(6000, want))
+	c.produceLines(t, newCorpus(25, 400).Lines(6000, want))
 	c.waitCaughtUp(t, "wc")
 	lay := c.iqWaitCurrent(t, nodes, 1)
 
@@ -703,7 +703,7 @@ func TestIQMalformedQueries(t *testing.T) {
 	c := newCluster(t, int32(2*streamThreads(t)))
 	nodes := []*iqNode{c.startIQNode(t, "a", settled), c.startIQNode(t, "b", settled)}
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(26, 200).lines(2000, want))
+	c.produceLines(t, newCorpus(26, 200).Lines(2000, want))
 	c.waitCaughtUp(t, "wc")
 	lay := c.iqWaitLayout(t, nodes, 0)
 	a := nodes[0]
@@ -842,7 +842,7 @@ func TestIQClientReachesEveryKeyFromOneInstance(t *testing.T) {
 	nodes := []*iqNode{c.startIQNode(t, "a", settled), c.startIQNode(t, "b", settled), c.startIQNode(t, "c", settled)}
 	c.iqWaitLayout(t, nodes, 0)
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(27, 600).lines(8000, want))
+	c.produceLines(t, newCorpus(27, 600).Lines(8000, want))
 	c.waitCaughtUp(t, "wc")
 	lay := c.iqWaitLayout(t, nodes, 0)
 	seed := nodes[0]

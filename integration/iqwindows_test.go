@@ -145,7 +145,7 @@ func TestWindowQueriesAcrossInstances(t *testing.T) {
 	want := map[string]map[int64]int64{}
 	rng := rand.New(rand.NewPCG(11, 5))
 	var recs []*kgo.Record
-	for _, l := range newCorpus(11, 200).lines(6_000, map[string]int64{}) {
+	for _, l := range newCorpus(11, 200).Lines(6_000, map[string]int64{}) {
 		ts := base + rng.Int64N(iqwWindows*60_000)
 		start := ts - (ts-base)%60_000
 		for _, w := range tokenize(l) {

@@ -25,7 +25,7 @@ func TestRepartitionRecordsDeletedUnreadFailLoudly(t *testing.T) {
 			cfg := instanceConfig{appID: "lost", stateDir: t.TempDir(), guarantee: g}
 			in := c.start(t, "a", cfg)
 			want := make(map[string]int64)
-			c.produceLines(t, newCorpus(3, 200).lines(2_000, want))
+			c.produceLines(t, newCorpus(3, 200).Lines(2_000, want))
 			c.waitCaughtUp(t, "lost")
 			in.close(t)
 
@@ -46,7 +46,7 @@ func TestRepartitionRecordsDeletedUnreadFailLoudly(t *testing.T) {
 
 			in = c.start(t, "a", cfg)
 			gen := newCorpus(4, 200)
-			c.produceLines(t, gen.lines(2_000, want))
+			c.produceLines(t, gen.Lines(2_000, want))
 			// Unchecked, the instance takes the new input as if nothing
 			// were missing and catches up.
 			waitFor(t, settleTimeout, "the instance to fail or to catch up", func() (bool, string) {

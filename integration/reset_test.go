@@ -134,7 +134,7 @@ func TestStateDirsKeptAcrossTopicReset(t *testing.T) {
 	insts := c.startGroup(t, 2, cfg)
 	c.waitPlacement(t, insts, 1)
 	old := make(map[string]int64)
-	c.produceLines(t, newCorpus(21, 1500).lines(20_000, old))
+	c.produceLines(t, newCorpus(21, 1500).Lines(20_000, old))
 	c.waitCaughtUp(t, app)
 	c.waitStandbysCurrent(t, insts, 1, standbyCatchUp)
 	requireStore(t, old, insts...)
@@ -166,7 +166,7 @@ func TestStateDirsKeptAcrossTopicReset(t *testing.T) {
 	}
 
 	fresh := make(map[string]int64)
-	c.produceLines(t, newCorpus(22, 1500).lines(10_000, fresh))
+	c.produceLines(t, newCorpus(22, 1500).Lines(10_000, fresh))
 	c.waitCaughtUp(t, app)
 	c.waitStandbysCurrent(t, insts, 1, standbyCatchUp)
 	requireStore(t, fresh, insts...)
@@ -197,7 +197,7 @@ func TestStateDirKeptAcrossDeletedRecords(t *testing.T) {
 
 	first := c.start(t, "first", instanceConfig{stateDir: dir})
 	c.waitSettled(t, app, first)
-	c.produceLines(t, newCorpus(31, 1500).lines(20_000, counts))
+	c.produceLines(t, newCorpus(31, 1500).Lines(20_000, counts))
 	c.waitCaughtUp(t, app)
 	requireStore(t, counts, first)
 	first.close(t)
@@ -206,7 +206,7 @@ func TestStateDirKeptAcrossDeletedRecords(t *testing.T) {
 
 	other := c.start(t, "other", instanceConfig{stateDir: t.TempDir()})
 	c.waitSettled(t, app, other)
-	c.produceLines(t, newCorpus(32, 1500).lines(20_000, counts))
+	c.produceLines(t, newCorpus(32, 1500).Lines(20_000, counts))
 	c.waitCaughtUp(t, app)
 	requireStore(t, counts, other)
 	other.close(t)
@@ -247,7 +247,7 @@ func TestStateDirKeptAcrossDeletedRecords(t *testing.T) {
 
 	// Counting goes on from the rebuilt stores.
 	more := make(map[string]int64)
-	c.produceLines(t, newCorpus(33, 1500).lines(5_000, more))
+	c.produceLines(t, newCorpus(33, 1500).Lines(5_000, more))
 	c.waitCaughtUp(t, app)
 	want := maps.Clone(inLog)
 	for w, n := range more {

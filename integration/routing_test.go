@@ -28,7 +28,7 @@ func TestIQRoutingTableFromGroupDescription(t *testing.T) {
 	cfg := instanceConfig{standbys: 1, probing: time.Second}
 	nodes := []*iqNode{c.startIQNode(t, "a", cfg), c.startIQNode(t, "b", cfg), c.startIQNode(t, "c", cfg)}
 	want := make(map[string]int64)
-	c.produceLines(t, newCorpus(31, 300).lines(3000, want))
+	c.produceLines(t, newCorpus(31, 300).Lines(3000, want))
 	c.waitCaughtUp(t, "wc")
 
 	check := func(nodes []*iqNode) {

@@ -159,7 +159,7 @@ func TestSecurityTLSSCRAMAndACLs(t *testing.T) {
 
 	t.Run("documented ACLs suffice", func(t *testing.T) {
 		want := make(map[string]int64)
-		lines := newCorpus(12, 2000).lines(20_000, want)
+		lines := newCorpus(12, 2000).Lines(20_000, want)
 		in, err := startSecure(t, c, clientTLS, ok)
 		require.NoError(t, err)
 		in.waitAllTasksRunning(t, c.allTasks(), settleTimeout)

@@ -372,7 +372,7 @@ func TestStandbyPlacement(t *testing.T) {
 			requireZones(view)
 
 			want := make(map[string]int64)
-			c.produceLines(t, newCorpus(11, 2000).lines(20_000, want))
+			c.produceLines(t, newCorpus(11, 2000).Lines(20_000, want))
 			stopped := time.Now()
 			c.waitCaughtUp(t, haApp)
 			committed := time.Since(stopped)
@@ -402,7 +402,7 @@ func TestGracefulCloseStandbyTakesOver(t *testing.T) {
 
 	gen := newCorpus(12, 3000)
 	want := make(map[string]int64)
-	c.produceLines(t, gen.lines(60_000, want))
+	c.produceLines(t, gen.Lines(60_000, want))
 	c.waitCaughtUp(t, haApp)
 	view := c.waitStandbysCurrent(t, insts, 1, standbyCatchUp)
 
@@ -439,7 +439,7 @@ func TestGracefulCloseStandbyTakesOver(t *testing.T) {
 		t.Logf("partition %d: promoted on %s, restored %d of %d changelog records", p, in.name, h.info.Restored, ends[p])
 	}
 
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	c.waitCaughtUp(t, haApp)
 	requireStore(t, want, rest...)
 	c.requireOutput(t, want)
@@ -478,7 +478,7 @@ func (lp *liveProducer) run(wordsPerBatch int, interval time.Duration) {
 		case <-tick.C:
 		}
 		counts := make(map[string]int64)
-		lines := lp.gen.lines(wordsPerBatch, counts)
+		lines := lp.gen.Lines(wordsPerBatch, counts)
 		recs := make([]*kgo.Record, len(lines))
 		for i, l := range lines {
 			recs[i] = &kgo.Record{Topic: inputTopic, Partition: lp.c.next, Value: []byte(l)}
@@ -701,7 +701,7 @@ func TestKillStandbyTakesOver(t *testing.T) {
 
 	gen := newCorpus(13, 2000)
 	want := make(map[string]int64)
-	c.produceLines(t, gen.lines(30_000, want))
+	c.produceLines(t, gen.Lines(30_000, want))
 	c.waitCaughtUp(t, haApp)
 	view := c.waitStandbysCurrent(t, insts, 1, standbyCatchUp)
 
@@ -861,7 +861,7 @@ func TestNewInstanceWarmsUp(t *testing.T) {
 	// Several batches, each committed before the next, so the changelogs
 	// hold several updates per word however fast processing is.
 	for range 5 {
-		c.produceLines(t, gen.lines(12_000, want))
+		c.produceLines(t, gen.Lines(12_000, want))
 		c.waitCaughtUp(t, haApp)
 	}
 	ends := c.endOffsets(t, changelogTopic(haApp))[changelogTopic(haApp)]
@@ -943,7 +943,7 @@ func TestNewInstanceWarmsUp(t *testing.T) {
 	}
 	require.Equal(t, haPartitions/3, stateful, "counts tasks on the new instance")
 
-	c.produceLines(t, gen.lines(10_000, want))
+	c.produceLines(t, gen.Lines(10_000, want))
 	c.waitCaughtUp(t, haApp)
 	requireStore(t, want, insts...)
 	c.requireOutput(t, want)
@@ -1057,7 +1057,7 @@ func TestRestartKeepsCaughtUpState(t *testing.T) {
 
 	gen := newCorpus(15, 2000)
 	want := make(map[string]int64)
-	c.produceLines(t, gen.lines(40_000, want))
+	c.produceLines(t, gen.Lines(40_000, want))
 	c.waitCaughtUp(t, haApp)
 
 	back := insts[1]
@@ -1077,7 +1077,7 @@ func TestRestartKeepsCaughtUpState(t *testing.T) {
 		probs := c.activeProblems(rest, c.observe(rest))
 		return len(probs) == 0, strings.Join(probs, "; ")
 	})
-	c.produceLines(t, gen.lines(2_000, want))
+	c.produceLines(t, gen.Lines(2_000, want))
 	c.waitCaughtUp(t, haApp)
 
 	ends := c.endOffsets(t, changelogTopic(haApp))[changelogTopic(haApp)]
@@ -1150,7 +1150,7 @@ func TestRestartKeepsCaughtUpState(t *testing.T) {
 		t.Logf("task %s: restored %d of %d changelog records", id, byTask[id].Restored, ends[id.Partition])
 	}
 
-	c.produceLines(t, gen.lines(10_000, want))
+	c.produceLines(t, gen.Lines(10_000, want))
 	c.waitCaughtUp(t, haApp)
 	requireStore(t, want, insts...)
 	c.requireOutput(t, want)

@@ -130,7 +130,7 @@ func TestRepartitionPurge(t *testing.T) {
 			want := make(map[string]int64)
 			prev := make(map[int32]int64)
 			for round := range rounds {
-				c.produceLines(t, gen.lines(3000, want))
+				c.produceLines(t, gen.Lines(3000, want))
 				c.waitCaughtUp(t, appID)
 				com, err := c.committed(t, appID, rp)
 				require.NoError(t, err)
@@ -183,7 +183,7 @@ func TestRepartitionPurgeDuringProcessing(t *testing.T) {
 	// Input keeps arriving until every partition's log start has moved:
 	// each pass produces a batch, then looks.
 	waitFor(t, settleTimeout, "the log start of "+rp+" to move while input arrives", func() (bool, string) {
-		c.produceLines(t, gen.lines(200, want))
+		c.produceLines(t, gen.Lines(200, want))
 		starts := c.logStarts(t, rp)
 		com, err := c.committed(t, appID, rp)
 		if err != nil {
@@ -253,7 +253,7 @@ func TestMissingTopics(t *testing.T) {
 	gen := newCorpus(9, 300)
 	want := make(map[string]int64)
 	var recs []*kgo.Record
-	for i, l := range gen.lines(4000, want) {
+	for i, l := range gen.Lines(4000, want) {
 		topic := srcA
 		if i%2 == 1 {
 			topic = srcB
@@ -353,7 +353,7 @@ func TestCompression(t *testing.T) {
 			var recs []*kgo.Record
 			// The same few words again and again compress well, so a
 			// codec applied shows in every batch.
-			for i, l := range newCorpus(10, 50).lines(2000, want) {
+			for i, l := range newCorpus(10, 50).Lines(2000, want) {
 				recs = append(recs, &kgo.Record{Topic: src, Partition: int32(i % 2), Value: []byte(l)})
 			}
 			c.produce(t, recs...)
@@ -390,9 +390,9 @@ func TestCreateMissingTopicsAfterBrokerWipe(t *testing.T) {
 	in := c.startApp(t, wordCount(t), runtime.Config{ApplicationID: "wipe-create", CreateMissingTopics: true})
 	in.waitAllTasksRunning(t, 2*wipePartitions, settleTimeout)
 	gen := newCorpus(12, 300)
-	words := slices.Clone(gen.vocab)
+	words := slices.Clone(gen.Vocab)
 	before := make(map[string]int64)
-	c.produceLines(t, gen.lines(2000, before))
+	c.produceLines(t, gen.Lines(2000, before))
 	waitWipeCounts(t, "the counts before the wipe", words, before, in)
 
 	c.b.Close()
@@ -418,7 +418,7 @@ func TestCreateMissingTopicsAfterBrokerWipe(t *testing.T) {
 	})
 
 	after := make(map[string]int64)
-	c.produceLines(t, gen.lines(2000, after))
+	c.produceLines(t, gen.Lines(2000, after))
 	waitWipeCounts(t, "the counts of the input produced after the wipe", words, after, in)
 	require.Equal(t, runtime.StateRunning, in.State())
 }

@@ -107,7 +107,7 @@ func startWindowsWith(t *testing.T, c *cluster, name, dir string, g runtime.Proc
 // its records arrive out of order, and counts every word into its window.
 func timedLines(seed uint64, nWords int, want map[windowKey]int64) [][]*kgo.Record {
 	rng := rand.New(rand.NewPCG(seed, 3))
-	lines := newCorpus(seed, 300).lines(nWords, map[string]int64{})
+	lines := newCorpus(seed, 300).Lines(nWords, map[string]int64{})
 	span := int64(winSpread) * winSize.Milliseconds()
 	batches := make([][]*kgo.Record, winBatches)
 	for _, l := range lines {

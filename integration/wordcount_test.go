@@ -22,7 +22,7 @@ import (
 func TestWordCountExact(t *testing.T) {
 	c := newCluster(t, 4)
 	want := make(map[string]int64)
-	lines := newCorpus(1, 5000).lines(100_000, want)
+	lines := newCorpus(1, 5000).Lines(100_000, want)
 
 	app := c.start(t, "a", instanceConfig{stateDir: t.TempDir()})
 	app.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
@@ -54,7 +54,7 @@ func TestRestartWithStateDirKept(t *testing.T) {
 
 	// Run 1.
 	a1 := c.start(t, "run1", instanceConfig{stateDir: dir})
-	c.produceLines(t, gen.lines(30_000, want))
+	c.produceLines(t, gen.Lines(30_000, want))
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, a1)
 	a1.close(t)
@@ -69,7 +69,7 @@ func TestRestartWithStateDirKept(t *testing.T) {
 	}
 
 	// Input arriving while no instance runs.
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 
 	// Run 2 resumes from its stores.
 	a2 := c.start(t, "run2", instanceConfig{stateDir: dir})
@@ -115,7 +115,7 @@ func TestRestartWithStateDirKept(t *testing.T) {
 
 	// The tail words appear once more so the output topic catches up with
 	// the bumped values too.
-	more := gen.lines(10_000, want)
+	more := gen.Lines(10_000, want)
 	for _, w := range tailWords {
 		want[w]++
 	}
@@ -136,7 +136,7 @@ func TestRestartWithStateDirWiped(t *testing.T) {
 	want := make(map[string]int64)
 
 	a1 := c.start(t, "run1", instanceConfig{stateDir: dir})
-	c.produceLines(t, gen.lines(30_000, want))
+	c.produceLines(t, gen.Lines(30_000, want))
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, a1)
 	a1.close(t)
@@ -169,7 +169,7 @@ func TestRestartWithStateDirWiped(t *testing.T) {
 	}
 	requireStore(t, want, a2)
 
-	c.produceLines(t, gen.lines(10_000, want))
+	c.produceLines(t, gen.Lines(10_000, want))
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, a2)
 	c.requireOutput(t, want)
@@ -191,7 +191,7 @@ func TestTwoInstancesHandOver(t *testing.T) {
 
 	a := c.start(t, "a", instanceConfig{stateDir: t.TempDir(), sessionTimeout: sessionTimeout})
 	a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	c.waitCaughtUp(t, app)
 
 	b := c.start(t, "b", instanceConfig{stateDir: t.TempDir(), sessionTimeout: sessionTimeout})
@@ -212,7 +212,7 @@ func TestTwoInstancesHandOver(t *testing.T) {
 		return true, ""
 	})
 
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, a, b)
 
@@ -222,7 +222,7 @@ func TestTwoInstancesHandOver(t *testing.T) {
 	took := time.Since(began)
 	t.Logf("hand-over after a graceful close took %s (session timeout %s)", took.Round(time.Millisecond), sessionTimeout)
 
-	c.produceLines(t, gen.lines(20_000, want))
+	c.produceLines(t, gen.Lines(20_000, want))
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, a)
 	c.requireOutput(t, want)

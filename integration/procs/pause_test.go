@@ -1,4 +1,4 @@
-package integration
+package procs
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package integration
+package procs
 
 // Issue 11's test 4: instances killed with SIGKILL and restarted at random,
 // without waiting for the group to settle between kills, as users do.
@@ -86,7 +86,7 @@ func runKillLoop(t *testing.T, guarantee string) *killLoop {
 			}
 			counts := make(map[string]int64)
 			var recs []*kgo.Record
-			for _, l := range gen.lines(50, counts) {
+			for _, l := range gen.Lines(50, counts) {
 				recs = append(recs, &kgo.Record{Value: []byte(l)})
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

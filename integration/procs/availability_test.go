@@ -1,4 +1,4 @@
-package integration
+package procs
 
 import (
 	"cmp"
@@ -66,7 +66,7 @@ func testAvailability(t *testing.T, restart bool) {
 		sample = append(sample, rest[i])
 	}
 	absent := 0
-	for _, w := range newCorpus(seed^0xab5e7, 500).vocab {
+	for _, w := range newCorpus(seed^0xab5e7, 500).Vocab {
 		if _, ok := want[w]; !ok && absent < 20 {
 			sample = append(sample, w)
 			absent++

@@ -1,4 +1,4 @@
-package integration
+package procs
 
 // Helpers for the multi-process tests: they build the demo binary once per
 // test run and run its broker, instance and produce subcommands as child
@@ -7,7 +7,6 @@ package integration
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,9 +30,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/eddystreams/eddy/serde"
 )
 
 const (
@@ -594,103 +590,6 @@ func snapshotCounts(h *procHTTP, words []string, staleness string, insts ...*pro
 	close(next)
 	wg.Wait()
 	return got, failed
-}
-
-// countDiff describes how got differs from want, worst words first.
-func countDiff(want, got map[string]int64, failed map[string]error) string {
-	type d struct {
-		w         string
-		want, got int64
-	}
-	var ds []d
-	for w, n := range want {
-		if _, bad := failed[w]; !bad && got[w] != n {
-			ds = append(ds, d{w, n, got[w]})
-		}
-	}
-	slices.SortFunc(ds, func(a, b d) int {
-		if c := cmp.Compare(absInt64(b.got-b.want), absInt64(a.got-a.want)); c != 0 {
-			return c
-		}
-		return strings.Compare(a.w, b.w)
-	})
-	var parts []string
-	for _, x := range ds[:min(len(ds), 12)] {
-		parts = append(parts, fmt.Sprintf("%q want %d got %d (%+d)", x.w, x.want, x.got, x.got-x.want))
-	}
-	msg := fmt.Sprintf("%d of %d words differ", len(ds), len(want))
-	if len(parts) > 0 {
-		msg += ": " + strings.Join(parts, "; ")
-	}
-	var extra []string
-	for w := range got {
-		if _, ok := want[w]; !ok {
-			extra = append(extra, w)
-		}
-	}
-	if len(extra) > 0 {
-		slices.Sort(extra)
-		msg += fmt.Sprintf("; %d words not in the reference, e.g. %q", len(extra), extra[0])
-	}
-	if len(failed) > 0 {
-		ws := slices.Sorted(maps.Keys(failed))
-		msg += fmt.Sprintf("; %d queries failed, e.g. %q: %v", len(failed), ws[0], failed[ws[0]])
-	}
-	return msg
-}
-
-func absInt64(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
-// readCommittedLatest reads topic with read-committed isolation to its end
-// and returns the latest count per word. The end is found by writing a
-// sentinel record to every partition first: a read-committed reader sees
-// it only once every transaction before it has ended, so reaching all
-// sentinels means every committed record before them was read.
-func readCommittedLatest(t *testing.T, broker, topic string, partitions int32) map[string]int64 {
-	t.Helper()
-	sentinel := fmt.Sprintf("\x00end-%d", rand.Uint64())
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	require.NoError(t, err)
-	defer pcl.Close()
-	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for p := range partitions {
-		require.NoError(t, pcl.ProduceSync(rctx, &kgo.Record{Topic: topic, Partition: p, Key: []byte(sentinel)}).FirstErr())
-	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(broker),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)
-	require.NoError(t, err)
-	defer cl.Close()
-	latest := make(map[string]int64)
-	seen := make(map[int32]bool)
-	for len(seen) < int(partitions) {
-		fs := cl.PollFetches(rctx)
-		require.NoError(t, rctx.Err(), "reading %s read-committed: sentinels seen in %d of %d partitions", topic, len(seen), partitions)
-		fs.EachError(func(_ string, _ int32, err error) { require.NoError(t, err) })
-		fs.EachRecord(func(r *kgo.Record) {
-			if seen[r.Partition] {
-				return
-			}
-			if string(r.Key) == sentinel {
-				seen[r.Partition] = true
-				return
-			}
-			n, err := serde.Int64.Decode(r.Value)
-			require.NoError(t, err, "value of %q at %s/%d@%d", r.Key, r.Topic, r.Partition, r.Offset)
-			latest[string(r.Key)] = n
-		})
-	}
-	return latest
 }
 
 // chaosSeed returns the seed of a chaos schedule: EDDY_CHAOS_SEED when set,

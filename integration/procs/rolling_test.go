@@ -1,4 +1,4 @@
-package integration
+package procs
 
 import (
 	"maps"
@@ -28,7 +28,7 @@ func TestAvailabilityThroughRollingRestart(t *testing.T) {
 
 	sample := slices.Clone(words[:min(len(words), 60)])
 	absent := 0
-	for _, w := range newCorpus(seed^0xab5e7, 500).vocab {
+	for _, w := range newCorpus(seed^0xab5e7, 500).Vocab {
 		if _, ok := want[w]; !ok && absent < 10 {
 			sample = append(sample, w)
 			absent++

@@ -1,4 +1,4 @@
-package integration
+package procs
 
 // Helpers for the kill-loop tests: instances started with extra flags, a
 // monitor of which partitions have a running active, and the bound on

@@ -1,4 +1,4 @@
-package integration
+package procs
 
 // Helpers of the availability test (availability_test.go): demo instances
 // with a short session timeout, a query load that checks every answer
@@ -407,7 +407,7 @@ func countedCluster(t *testing.T, seed uint64, lines int) (*procCluster, *procHT
 	want := make(map[string]int64)
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	require.NoError(t, c.produceFile(ctx, c.writeLines("text.txt", newCorpus(seed, 3000).lines(lines, want))))
+	require.NoError(t, c.produceFile(ctx, c.writeLines("text.txt", newCorpus(seed, 3000).Lines(lines, want))))
 	words := slices.Sorted(maps.Keys(want))
 	waitFor(t, settleTimeout, "the whole text counted", func() (bool, string) {
 		requireAlive(t, insts...)

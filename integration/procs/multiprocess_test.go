@@ -1,4 +1,4 @@
-package integration
+package procs
 
 // Multi-process tests: the demo binary's broker, instance and produce
 // subcommands run as separate processes, and instances die by SIGKILL.
@@ -73,7 +73,7 @@ func runChaos(t *testing.T, guarantee string) *chaos {
 	files := make([]string, batches)
 	for i := range files {
 		counts := make(map[string]int64)
-		files[i] = c.writeLines(fmt.Sprintf("batch-%d.txt", i), gen.lines(5000, counts))
+		files[i] = c.writeLines(fmt.Sprintf("batch-%d.txt", i), gen.Lines(5000, counts))
 		for w, n := range counts {
 			ch.want[w] += n
 		}
@@ -303,9 +303,9 @@ func TestMultiProcessFailover(t *testing.T) {
 
 	gen := newCorpus(seed, 300)
 	want := make(map[string]int64)
-	first := c.writeLines("part1.txt", gen.lines(20_000, want))
+	first := c.writeLines("part1.txt", gen.Lines(20_000, want))
 	wantFirst := maps.Clone(want)
-	second := c.writeLines("part2.txt", gen.lines(20_000, want))
+	second := c.writeLines("part2.txt", gen.Lines(20_000, want))
 	pctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	require.NoError(t, c.produceFile(pctx, first))
