@@ -2,7 +2,8 @@ package integration
 
 import "github.com/eddystreams/eddy/integration/fixture"
 
-// The word-count fixture every integration test package shares.
+// The word-count fixture the integration test packages share, by the names
+// this package's tests use.
 const (
 	inputTopic    = fixture.InputTopic
 	outputTopic   = fixture.OutputTopic

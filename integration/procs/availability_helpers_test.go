@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -71,7 +73,7 @@ func orUnknown(p *int64) string {
 
 // lookup asks addr for word under the staleness bound, routing on.
 func (h *procHTTP) lookup(addr, word, staleness string) (availAnswer, error) {
-	u := "http://" + addr + "/v1/stores/" + countsStore + "/keys/" + url.PathEscape(word) +
+	u := "http://" + addr + "/v1/stores/" + fixture.CountsStore + "/keys/" + url.PathEscape(word) +
 		"?staleness=" + url.QueryEscape(staleness) + "&route=true"
 	resp, err := h.hc.Get(u)
 	if err != nil {
@@ -123,7 +125,7 @@ func replicasCurrentProblem(h *procHTTP, partitions, standbys int, insts ...*pro
 			return err.Error()
 		}
 		for _, l := range ls {
-			if l.Store != countsStore {
+			if l.Store != fixture.CountsStore {
 				continue
 			}
 			if l.Lag == nil || *l.Lag != 0 {
@@ -334,7 +336,7 @@ func (l *availLoad) waitAnswers(t *testing.T, n int) {
 	for _, m := range availModes {
 		target[m] = l.answered(m) + n
 	}
-	waitFor(t, settleTimeout, fmt.Sprintf("%d more answers under every bound", n), func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, fmt.Sprintf("%d more answers under every bound", n), func() (bool, string) {
 		var short []string
 		for _, m := range availModes {
 			if got := l.answered(m); got < target[m] {
@@ -403,18 +405,18 @@ func countedCluster(t *testing.T, seed uint64, lines int) (*procCluster, *procHT
 	for i := range 3 {
 		insts = append(insts, c.startInstanceWith(fmt.Sprintf("i%d", i+1), "exactly-once", session))
 	}
-	waitSettled(t, h, settleTimeout, procPartitions, insts...)
+	waitSettled(t, h, fixture.SettleTimeout, procPartitions, insts...)
 	want := make(map[string]int64)
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), fixture.SettleTimeout)
 	defer cancel()
-	require.NoError(t, c.produceFile(ctx, c.writeLines("text.txt", newCorpus(seed, 3000).Lines(lines, want))))
+	require.NoError(t, c.produceFile(ctx, c.writeLines("text.txt", fixture.NewCorpus(seed, 3000).Lines(lines, want))))
 	words := slices.Sorted(maps.Keys(want))
-	waitFor(t, settleTimeout, "the whole text counted", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "the whole text counted", func() (bool, string) {
 		requireAlive(t, insts...)
 		got, failed := snapshotCounts(h, words, "active", insts...)
-		return len(failed) == 0 && maps.Equal(got, want), countDiff(want, got, failed)
+		return len(failed) == 0 && maps.Equal(got, want), fixture.CountDiff(want, got, failed)
 	})
-	waitFor(t, settleTimeout, "every replica current", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "every replica current", func() (bool, string) {
 		msg := replicasCurrentProblem(h, procPartitions, 1, insts...)
 		return msg == "", msg
 	})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,7 +68,7 @@ func testAvailability(t *testing.T, restart bool) {
 		sample = append(sample, rest[i])
 	}
 	absent := 0
-	for _, w := range newCorpus(seed^0xab5e7, 500).Vocab {
+	for _, w := range fixture.NewCorpus(seed^0xab5e7, 500).Vocab {
 		if _, ok := want[w]; !ok && absent < 20 {
 			sample = append(sample, w)
 			absent++
@@ -106,7 +108,7 @@ func testAvailability(t *testing.T, restart bool) {
 	killed := time.Now()
 	victim.kill()
 	t.Logf("killed %s, active of partitions %v", victim.name, held)
-	waitFor(t, settleTimeout, "the survivors to take over the victim's partitions", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "the survivors to take over the victim's partitions", func() (bool, string) {
 		requireAlive(t, survivors...)
 		r, err := h.routing(survivors[0].http)
 		if err != nil {
@@ -127,8 +129,8 @@ func testAvailability(t *testing.T, restart bool) {
 		load.setTargets(insts...)
 		t.Logf("%s restarted %s after the kill", victim.name, time.Since(killed).Round(time.Millisecond))
 	}
-	waitSettled(t, h, settleTimeout, procPartitions, live...)
-	waitFor(t, settleTimeout, "every replica current again", func() (bool, string) {
+	waitSettled(t, h, fixture.SettleTimeout, procPartitions, live...)
+	fixture.WaitFor(t, fixture.SettleTimeout, "every replica current again", func() (bool, string) {
 		requireAlive(t, live...)
 		msg := replicasCurrentProblem(h, procPartitions, 1, live...)
 		return msg == "", msg

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -78,7 +80,7 @@ func (m *activeMonitor) running(addr string) []int32 {
 	}
 	var out []int32
 	for _, l := range lags {
-		if l.Store == countsStore && l.Role == "active" {
+		if l.Store == fixture.CountsStore && l.Role == "active" {
 			out = append(out, l.Partition)
 		}
 	}
@@ -311,14 +313,14 @@ func overcountBound(t *testing.T, broker string, windows []redoWindow) map[strin
 		return bound
 	}
 	last := windows[len(windows)-1].to
-	repart := repartitionTopic(procApp)
-	lines := readWhole(t, broker, inputTopic, last[inputTopic])
+	repart := fixture.RepartitionTopic(procApp)
+	lines := readWhole(t, broker, fixture.InputTopic, last[fixture.InputTopic])
 	words := readWhole(t, broker, repart, last[repart])
 	for _, w := range windows {
-		for p, to := range w.to[inputTopic] {
-			for off := w.from[inputTopic][p]; off < to; off++ {
+		for p, to := range w.to[fixture.InputTopic] {
+			for off := w.from[fixture.InputTopic][p]; off < to; off++ {
 				if r := lines[p][off]; r != nil {
-					for _, word := range tokenize(string(r.Value)) {
+					for _, word := range fixture.Tokenize(string(r.Value)) {
 						bound[word]++
 					}
 				}
@@ -383,7 +385,7 @@ func checkOvercount(t *testing.T, want, got, bound map[string]int64) (excess int
 // and output hold all the work on them.
 func waitAllCommitted(t *testing.T, o *offsetProbe, timeout time.Duration, insts ...*procInstance) {
 	t.Helper()
-	waitFor(t, timeout, "the application to commit all its input", func() (bool, string) {
+	fixture.WaitFor(t, timeout, "the application to commit all its input", func() (bool, string) {
 		requireAlive(t, insts...)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -60,21 +62,21 @@ func runKillLoop(t *testing.T, guarantee string) *killLoop {
 		kl.insts = append(kl.insts, c.startInstanceWith(fmt.Sprintf("i%d", i+1), guarantee,
 			"--session-timeout", killLoopSession.String(), "--keep-repartition-records"))
 	}
-	waitSettled(t, kl.h, settleTimeout, procPartitions, kl.insts...)
-	kl.probe = newOffsetProbe(t, c.addr, procApp, inputTopic, repartitionTopic(procApp))
+	waitSettled(t, kl.h, fixture.SettleTimeout, procPartitions, kl.insts...)
+	kl.probe = newOffsetProbe(t, c.addr, procApp, fixture.InputTopic, fixture.RepartitionTopic(procApp))
 	mon := newActiveMonitor(kl.insts, procPartitions)
 	defer mon.close()
 
 	// The text: batches of a few lines, one every 50 ms, about 1 000
 	// words a second over a 400-word vocabulary. Only what the broker
 	// acknowledged counts in the reference.
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.DefaultProduceTopic(inputTopic))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.DefaultProduceTopic(fixture.InputTopic))
 	require.NoError(t, err)
 	defer pcl.Close()
 	var wantMu sync.Mutex
 	stopText, textDone := make(chan struct{}), make(chan error, 1)
 	go func() {
-		gen := newCorpus(seed, 400)
+		gen := fixture.NewCorpus(seed, 400)
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -136,7 +138,7 @@ func runKillLoop(t *testing.T, guarantee string) *killLoop {
 	// of the changelogs' tails take the rest.
 	bound := 2 * killLoopSession
 	var allRunning time.Duration
-	waitFor(t, settleAfterChaos, "every partition to have a running active after the last restart", func() (bool, string) {
+	fixture.WaitFor(t, settleAfterChaos, "every partition to have a running active after the last restart", func() (bool, string) {
 		requireAlive(t, kl.insts...)
 		since, ok := mon.allRunningSince()
 		if !ok {
@@ -176,16 +178,16 @@ func TestKillLoopExactlyOnce(t *testing.T) {
 	kl := runKillLoop(t, "exactly-once")
 	began := time.Now()
 	var got map[string]int64
-	waitFor(t, settleAfterChaos, "every count to equal the text's", func() (bool, string) {
+	fixture.WaitFor(t, settleAfterChaos, "every count to equal the text's", func() (bool, string) {
 		requireAlive(t, kl.insts...)
 		var failed map[string]error
 		got, failed = snapshotCounts(kl.h, kl.words, "active", kl.insts...)
-		return len(failed) == 0 && maps.Equal(got, kl.want), countDiff(kl.want, got, failed)
+		return len(failed) == 0 && maps.Equal(got, kl.want), fixture.CountDiff(kl.want, got, failed)
 	})
 	t.Logf("counts exact %s after the text stopped; records lost: %d; over-count: 0",
 		time.Since(began).Round(time.Millisecond), lost(kl.want, got))
-	requireCounts(t, kl.want, readCommittedLatest(t, kl.c.addr, outputTopic, procPartitions),
-		"topic "+outputTopic+" read committed")
+	fixture.RequireCounts(t, kl.want, fixture.ReadCommittedLatest(t, kl.c.addr, fixture.OutputTopic, procPartitions),
+		"topic "+fixture.OutputTopic+" read committed")
 }
 
 // TestKillLoopAtLeastOnce: under at-least-once the same loop loses nothing,
@@ -196,15 +198,15 @@ func TestKillLoopAtLeastOnce(t *testing.T) {
 	kl := runKillLoop(t, "at-least-once")
 	waitAllCommitted(t, kl.probe, settleAfterChaos, kl.insts...)
 	var got map[string]int64
-	waitFor(t, settleTimeout, "every count to be readable", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "every count to be readable", func() (bool, string) {
 		var failed map[string]error
 		got, failed = snapshotCounts(kl.h, kl.words, "active", kl.insts...)
-		return len(failed) == 0, countDiff(kl.want, got, failed)
+		return len(failed) == 0, fixture.CountDiff(kl.want, got, failed)
 	})
 	bound := overcountBound(t, kl.c.addr, kl.windows)
 	excess, words := checkOvercount(t, kl.want, got, bound)
 	t.Logf("at-least-once after %d kills: records lost %d; %d of %d words over-counted, by %d in all (%.2f%% of %d words; the kills' redo windows allow %d)",
 		kl.kills, lost(kl.want, got), words, len(kl.words), excess, 100*float64(excess)/float64(sumCounts(kl.want)), sumCounts(kl.want), sumCounts(bound))
-	requireCounts(t, got, readCommittedLatest(t, kl.c.addr, outputTopic, procPartitions),
-		"topic "+outputTopic+" against the stores")
+	fixture.RequireCounts(t, got, fixture.ReadCommittedLatest(t, kl.c.addr, fixture.OutputTopic, procPartitions),
+		"topic "+fixture.OutputTopic+" against the stores")
 }

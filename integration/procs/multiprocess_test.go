@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/eddystreams/eddy/runtime"
@@ -64,12 +66,12 @@ func runChaos(t *testing.T, guarantee string) *chaos {
 		// The over-count bound reads the repartition topic afterwards.
 		ch.insts = append(ch.insts, c.startInstanceWith(fmt.Sprintf("i%d", i+1), guarantee, "--keep-repartition-records"))
 	}
-	waitSettled(t, ch.h, settleTimeout, procPartitions, ch.insts...)
-	ch.probe = newOffsetProbe(t, c.addr, procApp, inputTopic, repartitionTopic(procApp))
+	waitSettled(t, ch.h, fixture.SettleTimeout, procPartitions, ch.insts...)
+	ch.probe = newOffsetProbe(t, c.addr, procApp, fixture.InputTopic, fixture.RepartitionTopic(procApp))
 
 	// About 4 700 lines and 40 000 words over a 400-word vocabulary.
 	const batches = 8
-	gen := newCorpus(seed, 400)
+	gen := fixture.NewCorpus(seed, 400)
 	files := make([]string, batches)
 	for i := range files {
 		counts := make(map[string]int64)
@@ -85,7 +87,7 @@ func runChaos(t *testing.T, guarantee string) *chaos {
 	// The batches go out over the first 3/4 of the chaos, so that
 	// processing overlaps the kills and the last kills hit a backlog.
 	every := chaosFor * 3 / 4 / batches
-	prodCtx, cancelProd := context.WithTimeout(context.Background(), chaosFor+settleTimeout)
+	prodCtx, cancelProd := context.WithTimeout(context.Background(), chaosFor+fixture.SettleTimeout)
 	defer cancelProd()
 	prodDone := make(chan error, 1)
 	go func() {
@@ -152,13 +154,13 @@ func sumCounts(m map[string]int64) int64 {
 func (ch *chaos) waitExact(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	began := time.Now()
-	waitFor(t, timeout, "every count to equal the text's", func() (bool, string) {
+	fixture.WaitFor(t, timeout, "every count to equal the text's", func() (bool, string) {
 		requireAlive(t, ch.insts...)
 		got, failed := snapshotCounts(ch.h, ch.words, "active", ch.insts...)
 		if len(failed) == 0 && maps.Equal(got, ch.want) {
 			return true, ""
 		}
-		return false, countDiff(ch.want, got, failed)
+		return false, fixture.CountDiff(ch.want, got, failed)
 	})
 	t.Logf("counts exact %s after the instances were healthy", time.Since(began).Round(time.Millisecond))
 }
@@ -171,8 +173,8 @@ func TestMultiProcessExactlyOnceChaos(t *testing.T) {
 	t.Parallel() // correctness only, no timing bound: runs beside another such test
 	ch := runChaos(t, "exactly-once")
 	ch.waitExact(t, settleAfterChaos)
-	requireCounts(t, ch.want, readCommittedLatest(t, ch.c.addr, outputTopic, procPartitions),
-		"topic "+outputTopic+" read committed")
+	fixture.RequireCounts(t, ch.want, fixture.ReadCommittedLatest(t, ch.c.addr, fixture.OutputTopic, procPartitions),
+		"topic "+fixture.OutputTopic+" read committed")
 }
 
 // TestMultiProcessAtLeastOnceChaos is issue 5's test 4: under at-least-once
@@ -190,10 +192,10 @@ func TestMultiProcessAtLeastOnceChaos(t *testing.T) {
 	waitAllCommitted(t, ch.probe, settleAfterChaos, ch.insts...)
 
 	var got map[string]int64
-	waitFor(t, settleTimeout, "every count to be readable", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "every count to be readable", func() (bool, string) {
 		var failed map[string]error
 		got, failed = snapshotCounts(ch.h, ch.words, "active", ch.insts...)
-		return len(failed) == 0, countDiff(ch.want, got, failed)
+		return len(failed) == 0, fixture.CountDiff(ch.want, got, failed)
 	})
 	extra := make(map[string]int64)
 	for _, w := range ch.words {
@@ -214,8 +216,8 @@ func TestMultiProcessAtLeastOnceChaos(t *testing.T) {
 	t.Logf("at-least-once after %d kills: %d of %d words over-counted, by %d in all (%.2f%% of %d words; the kills' redo windows allow %d)",
 		ch.kills, overcounted, len(ch.words), excess, 100*float64(excess)/float64(sumCounts(ch.want)), sumCounts(ch.want), sumCounts(bound))
 
-	out := readCommittedLatest(t, ch.c.addr, outputTopic, procPartitions)
-	requireCounts(t, got, out, "topic "+outputTopic+" against the stores")
+	out := fixture.ReadCommittedLatest(t, ch.c.addr, fixture.OutputTopic, procPartitions)
+	fixture.RequireCounts(t, got, out, "topic "+fixture.OutputTopic+" against the stores")
 }
 
 // queryLog keeps the outcome of the failover test's queries by phase, and
@@ -299,21 +301,21 @@ func TestMultiProcessFailover(t *testing.T) {
 	for i := range 3 {
 		insts = append(insts, c.startInstance(fmt.Sprintf("i%d", i+1), "exactly-once"))
 	}
-	waitSettled(t, h, settleTimeout, procPartitions, insts...)
+	waitSettled(t, h, fixture.SettleTimeout, procPartitions, insts...)
 
-	gen := newCorpus(seed, 300)
+	gen := fixture.NewCorpus(seed, 300)
 	want := make(map[string]int64)
 	first := c.writeLines("part1.txt", gen.Lines(20_000, want))
 	wantFirst := maps.Clone(want)
 	second := c.writeLines("part2.txt", gen.Lines(20_000, want))
-	pctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	pctx, cancel := context.WithTimeout(context.Background(), fixture.SettleTimeout)
 	defer cancel()
 	require.NoError(t, c.produceFile(pctx, first))
 	firstWords := slices.Sorted(maps.Keys(wantFirst))
-	waitFor(t, settleTimeout, "the first part counted", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "the first part counted", func() (bool, string) {
 		requireAlive(t, insts...)
 		got, failed := snapshotCounts(h, firstWords, "active", insts...)
-		return len(failed) == 0 && maps.Equal(got, wantFirst), countDiff(wantFirst, got, failed)
+		return len(failed) == 0 && maps.Equal(got, wantFirst), fixture.CountDiff(wantFirst, got, failed)
 	})
 
 	// The sample: the twenty most frequent words and twenty others.
@@ -360,7 +362,7 @@ func TestMultiProcessFailover(t *testing.T) {
 	waitAnswers := func(ph int32, n int) {
 		t.Helper()
 		target := ql.answered(ph) + n
-		waitFor(t, settleTimeout, fmt.Sprintf("%d more answers in phase %d", n, ph), func() (bool, string) {
+		fixture.WaitFor(t, fixture.SettleTimeout, fmt.Sprintf("%d more answers in phase %d", n, ph), func() (bool, string) {
 			got := ql.answered(ph)
 			return got >= target, fmt.Sprintf("%d of %d", got, target)
 		})
@@ -375,7 +377,7 @@ func TestMultiProcessFailover(t *testing.T) {
 	prodDone := make(chan error, 1)
 	go func() { prodDone <- c.produceFile(pctx, second) }()
 	var failover time.Duration
-	waitFor(t, settleTimeout, "the survivors to take over the victim's partitions", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "the survivors to take over the victim's partitions", func() (bool, string) {
 		requireAlive(t, survivors...)
 		r, err := h.routing(survivors[0].http)
 		if err != nil {
@@ -400,7 +402,7 @@ func TestMultiProcessFailover(t *testing.T) {
 	// Phase 2: the victim is back on its old state directory.
 	ql.phase.Store(2)
 	victim.restart()
-	waitSettled(t, h, settleTimeout, procPartitions, insts...)
+	waitSettled(t, h, fixture.SettleTimeout, procPartitions, insts...)
 	waitAnswers(2, 2*len(sample))
 
 	stopQueries()
@@ -442,11 +444,11 @@ func TestMultiProcessFailover(t *testing.T) {
 	require.Less(t, maxGap, 2*time.Second, "a word went unanswered: %s", gapAt)
 
 	words := slices.Sorted(maps.Keys(want))
-	waitFor(t, settleTimeout, "every count to equal the text's", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "every count to equal the text's", func() (bool, string) {
 		requireAlive(t, insts...)
 		got, failed := snapshotCounts(h, words, "active", insts...)
-		return len(failed) == 0 && maps.Equal(got, want), countDiff(want, got, failed)
+		return len(failed) == 0 && maps.Equal(got, want), fixture.CountDiff(want, got, failed)
 	})
-	requireCounts(t, want, readCommittedLatest(t, c.addr, outputTopic, procPartitions),
-		"topic "+outputTopic+" read committed")
+	fixture.RequireCounts(t, want, fixture.ReadCommittedLatest(t, c.addr, fixture.OutputTopic, procPartitions),
+		"topic "+fixture.OutputTopic+" read committed")
 }

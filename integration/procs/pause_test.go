@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -78,7 +80,7 @@ func (a localAnswer) String() string {
 func (a localAnswer) activeAnswer() bool { return a.status == 200 && a.role == "active" }
 
 func (h *procHTTP) local(addr, word, staleness string) localAnswer {
-	resp, err := h.hc.Get("http://" + addr + "/v1/stores/" + countsStore + "/keys/" + url.PathEscape(word) +
+	resp, err := h.hc.Get("http://" + addr + "/v1/stores/" + fixture.CountsStore + "/keys/" + url.PathEscape(word) +
 		"?staleness=" + url.QueryEscape(staleness) + "&route=false")
 	if err != nil {
 		return localAnswer{transErr: err}
@@ -122,7 +124,7 @@ func TestMultiProcessPausedActiveDoesNotAnswerAsActiveOnResume(t *testing.T) {
 	h := newProcHTTP(t)
 	a := c.startInstanceWith("a", "at-least-once", "--session-timeout", "3s")
 	b := c.startInstanceWith("b", "at-least-once", "--session-timeout", "3s")
-	waitSettled(t, h, settleTimeout, partitions, a, b)
+	waitSettled(t, h, fixture.SettleTimeout, partitions, a, b)
 
 	var words []string
 	for i := range 20 {
@@ -134,7 +136,7 @@ func TestMultiProcessPausedActiveDoesNotAnswerAsActiveOnResume(t *testing.T) {
 	}
 	require.NoError(t, c.produceFile(t.Context(), c.writeLines("text.txt", lines)))
 	var word string
-	waitFor(t, settleTimeout, "a word counted by a as its active", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "a word counted by a as its active", func() (bool, string) {
 		for _, w := range words {
 			if ans := h.local(a.http, w, "active"); ans.activeAnswer() {
 				word = w
@@ -147,7 +149,7 @@ func TestMultiProcessPausedActiveDoesNotAnswerAsActiveOnResume(t *testing.T) {
 	// Queries sent while a is stopped wait in its sockets and are the
 	// first thing it serves when it resumes, racing its group client's
 	// first heartbeat. Warm connections make them land at once.
-	hq := &procHTTP{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: pausedQueries}, Timeout: settleTimeout}}
+	hq := &procHTTP{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: pausedQueries}, Timeout: fixture.SettleTimeout}}
 	t.Cleanup(hq.hc.CloseIdleConnections)
 	var warm sync.WaitGroup
 	for range pausedQueries {
@@ -163,12 +165,12 @@ func TestMultiProcessPausedActiveDoesNotAnswerAsActiveOnResume(t *testing.T) {
 			a.signal(syscall.SIGCONT)
 		}
 	})
-	waitFor(t, 10*time.Second, "a stopped", a.stopped)
+	fixture.WaitFor(t, 10*time.Second, "a stopped", a.stopped)
 	answers := make(chan localAnswer, pausedQueries)
 	for range pausedQueries {
 		go func() { answers <- hq.local(a.http, word, "any") }()
 	}
-	waitFor(t, settleTimeout, "b answering "+word+" as its active", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "b answering "+word+" as its active", func() (bool, string) {
 		ans := h.local(b.http, word, "active")
 		return ans.activeAnswer(), ans.String()
 	})
@@ -193,7 +195,7 @@ func TestMultiProcessPausedActiveDoesNotAnswerAsActiveOnResume(t *testing.T) {
 	// Until a has rejoined and the group settled, a never answers as the
 	// active while b does.
 	both, asked := 0, 0
-	waitFor(t, settleTimeout, "the group to settle after the pause", func() (bool, string) {
+	fixture.WaitFor(t, fixture.SettleTimeout, "the group to settle after the pause", func() (bool, string) {
 		requireAlive(t, a, b)
 		for range 10 {
 			ansA := h.local(a.http, word, "active")

@@ -29,6 +29,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -131,7 +133,7 @@ func freePort(t *testing.T) string {
 type proc struct {
 	name string
 	args []string
-	log  *logBuffer // stdout and stderr of every incarnation
+	log  *fixture.LogBuffer // stdout and stderr of every incarnation
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -176,7 +178,7 @@ func newProcCluster(t *testing.T, partitions int) *procCluster {
 }
 
 func (c *procCluster) newProc(name string, args ...string) *proc {
-	p := &proc{name: name, args: args, log: new(logBuffer)}
+	p := &proc{name: name, args: args, log: new(fixture.LogBuffer)}
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
@@ -441,7 +443,7 @@ func (a keyAnswer) reasons() string {
 // count looks word up through addr. A 404 from a replica is a count of 0;
 // any other non-200 answer is an error naming the reason.
 func (h *procHTTP) count(addr, word, staleness string) (int64, keyAnswer, error) {
-	u := "http://" + addr + "/v1/stores/" + countsStore + "/keys/" + url.PathEscape(word) +
+	u := "http://" + addr + "/v1/stores/" + fixture.CountsStore + "/keys/" + url.PathEscape(word) +
 		"?staleness=" + url.QueryEscape(staleness) + "&route=true"
 	resp, err := h.hc.Get(u)
 	if err != nil {
@@ -515,7 +517,7 @@ func (h *procHTTP) routing(addr string) (routing, error) {
 	for _, in := range m.Instances {
 		r.hosts = append(r.hosts, in.Host)
 		for _, a := range in.Active {
-			if a.Store == countsStore {
+			if a.Store == fixture.CountsStore {
 				r.actives[a.Partition] = in.Host
 			}
 		}
@@ -555,7 +557,7 @@ func settledProblem(h *procHTTP, partitions int, insts ...*procInstance) string 
 // waitSettled waits until the instances form a settled group.
 func waitSettled(t *testing.T, h *procHTTP, timeout time.Duration, partitions int, insts ...*procInstance) {
 	t.Helper()
-	waitFor(t, timeout, "the group to settle", func() (bool, string) {
+	fixture.WaitFor(t, timeout, "the group to settle", func() (bool, string) {
 		requireAlive(t, insts...)
 		msg := settledProblem(h, partitions, insts...)
 		return msg == "", msg

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/integration/fixture"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +30,7 @@ func TestAvailabilityThroughRollingRestart(t *testing.T) {
 
 	sample := slices.Clone(words[:min(len(words), 60)])
 	absent := 0
-	for _, w := range newCorpus(seed^0xab5e7, 500).Vocab {
+	for _, w := range fixture.NewCorpus(seed^0xab5e7, 500).Vocab {
 		if _, ok := want[w]; !ok && absent < 10 {
 			sample = append(sample, w)
 			absent++
@@ -54,8 +56,8 @@ func TestAvailabilityThroughRollingRestart(t *testing.T) {
 		require.NoError(t, victim.exitErr(), "%s exits cleanly on SIGTERM", victim.name)
 		victim.restart()
 		load.setTargets(insts...)
-		waitSettled(t, h, settleTimeout, procPartitions, insts...)
-		waitFor(t, settleTimeout, "every replica current again", func() (bool, string) {
+		waitSettled(t, h, fixture.SettleTimeout, procPartitions, insts...)
+		fixture.WaitFor(t, fixture.SettleTimeout, "every replica current again", func() (bool, string) {
 			requireAlive(t, insts...)
 			msg := replicasCurrentProblem(h, procPartitions, 1, insts...)
 			return msg == "", msg
