@@ -57,8 +57,9 @@ func TestFmtNum(t *testing.T) {
 	}
 }
 
-// TestSmoke runs every benchmark at tiny sizes: the figures mean nothing,
-// but every phase, check and child process is exercised.
+// TestSmoke runs the default benchmarks at tiny sizes, a warm-up and one
+// measured run each: the figures mean nothing, but every phase, check and
+// child process is exercised.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts brokers and child processes")
@@ -66,7 +67,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"--lines", "2000", "--records", "3000", "--keys", "3000", "--tasks", "4", "--partitions", "3"},
+	err := run(ctx, []string{"--runs", "1", "--lines", "2000", "--records", "3000", "--keys", "3000", "--tasks", "4", "--partitions", "3"},
 		strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	// Ratios at these sizes are noise, so a FAIL verdict is not an error;
@@ -86,7 +87,7 @@ func TestSmokeHighCardinality(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"--only", "m", "--keys", "3000", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
+	err := run(ctx, []string{"--only", "m", "--runs", "1", "--keys", "3000", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	require.Contains(t, out.String(), "(m) count, distinct keys")
@@ -104,7 +105,7 @@ func TestSmokeUncombined(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"--only", "a", "--no-combine", "--lines", "3000", "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
+	err := run(ctx, []string{"--only", "a", "--runs", "1", "--no-combine", "--lines", "3000", "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	require.Contains(t, out.String(), "(a) info: two-stage loop vs baseline")
@@ -122,7 +123,7 @@ func TestSmokeWindows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"--only", "w", "--window-records", "4000", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
+	err := run(ctx, []string{"--only", "w", "--runs", "1", "--window-records", "4000", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	for _, want := range []string{"(w1 spread) tumbling-window vs key-value count", "(w1 live) tumbling-window vs key-value count",
@@ -133,7 +134,7 @@ func TestSmokeWindows(t *testing.T) {
 }
 
 func TestFlagErrors(t *testing.T) {
-	for _, args := range [][]string{{"--only", "x"}, {"--lines", "0"}, {"--window-records", "0"}, {"extra"}} {
+	for _, args := range [][]string{{"--only", "x"}, {"--runs", "0"}, {"--lines", "0"}, {"--window-records", "0"}, {"extra"}} {
 		var out, errOut bytes.Buffer
 		require.Error(t, run(context.Background(), args, strings.NewReader(""), &out, &errOut), "args %v", args)
 	}
@@ -164,7 +165,7 @@ func TestSmokeCorpus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"--only", "a", "--corpus", path, "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
+	err := run(ctx, []string{"--only", "a", "--runs", "1", "--corpus", path, "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	require.Contains(t, out.String(), "(a) word count: 1500 lines ("+path+")")
@@ -175,12 +176,12 @@ func TestSmokeCorpus(t *testing.T) {
 }
 
 // The report states the run's machine and commit and one row per figure,
-// with the baseline's spread where it ran more than once.
+// with each side's median and spread and the ratio of the medians.
 func TestWriteReport(t *testing.T) {
 	ri := runInfo{start: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), took: 90 * time.Second, goVer: "go1.26.8",
 		platform: "linux/amd64", cpus: 2, procs: 2, load: "0.50 0.40 0.30", commit: "abc123", args: []string{"--only", "a"}}
 	rows := []row{
-		{name: "(a) word count", unit: "lines/s", eddy: 1200, base: 1000, target: "≥ 1.0×", hasCheck: true, pass: true, baseRuns: []float64{990, 1000, 1100}},
+		ratioRow("(a) word count", "lines/s", spread{1250, 1200, 1150}, spread{990, 1000, 1100}, 1.0),
 		{name: "(s) first | record", unit: "ms", eddy: 42.5, target: "≤ 300 ms", hasCheck: true},
 	}
 	var b strings.Builder
@@ -191,8 +192,8 @@ func TestWriteReport(t *testing.T) {
 		"| CPUs | 2 (GOMAXPROCS 2) |",
 		"| load average at start | 0.50 0.40 0.30 |",
 		"| took | 1m30s |",
-		"| (a) word count | lines/s | 1,200 | 1,000 | 990–1,100 (3 runs) | 1.200× | ≥ 1.0× | ok |",
-		`| (s) first \| record | ms | 42.5 | - | - | - | ≤ 300 ms | FAIL |`,
+		"| (a) word count | lines/s | 1,200 | 1,150–1,250 (3 runs) | 1,000 | 990–1,100 (3 runs) | 1.200× | ≥ 1.0× | ok |",
+		`| (s) first \| record | ms | 42.5 | one run | - | - | - | ≤ 300 ms | FAIL |`,
 	} {
 		require.Contains(t, out, want)
 	}

@@ -72,30 +72,33 @@ func benchGlobalRestore(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	defer os.RemoveAll(root)
 
-	// Alternating pairs, each side's median its figure (see (b)).
-	var eddys, starts, bares []time.Duration
-	for i := range restoreRuns {
-		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("global-restore-%d", i+1))
-		if err != nil {
-			return nil, err
-		}
-		d, whole, err := globalRestoreWithApp(ctx, cfg, addrs, filepath.Join(root, fmt.Sprintf("app-%d", i)), i, int64(n))
-		stopProf()
-		if err != nil {
-			return nil, fmt.Errorf("App: %w", err)
-		}
-		eddys, starts = append(eddys, d), append(starts, whole)
-		if d, err = bareWriteBatch(opts, filepath.Join(root, fmt.Sprintf("bare-%d", i)), entries); err != nil {
-			return nil, fmt.Errorf("bare badger: %w", err)
-		}
-		bares = append(bares, d)
-		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("app-%d", i)))
-		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("bare-%d", i)))
+	// The sides alternate, as in (b).
+	var starts spread
+	runs, err := alternate(cfg,
+		side{"global thread restoring the table", func(i int) (float64, error) {
+			stopProf, err := profile(cfg.profileDir, fmt.Sprintf("global-restore-%d", i))
+			if err != nil {
+				return 0, err
+			}
+			dir := filepath.Join(root, fmt.Sprintf("app-%d", i))
+			defer os.RemoveAll(dir)
+			d, whole, err := globalRestoreWithApp(ctx, cfg, addrs, dir, i, int64(n))
+			stopProf()
+			if i > 0 {
+				starts = append(starts, rate(int64(n), whole))
+			}
+			return rate(int64(n), d), err
+		}},
+		side{"bare badger WriteBatch", func(i int) (float64, error) {
+			dir := filepath.Join(root, fmt.Sprintf("bare-%d", i))
+			defer os.RemoveAll(dir)
+			d, err := bareWriteBatch(opts, dir, entries)
+			return rate(int64(n), d), err
+		}})
+	if err != nil {
+		return nil, err
 	}
-	eddy, start, bare := median(eddys), median(starts), median(bares)
-	fmt.Fprintf(cfg.out, "  global thread restoring the table: %s records/s (median of %s)\n", fmtNum(rate(int64(n), eddy)), fmtDurations(eddys))
-	fmt.Fprintf(cfg.out, "  App.Start, restoration included:  %s records/s (median of %s)\n", fmtNum(rate(int64(n), start)), fmtDurations(starts))
-	fmt.Fprintf(cfg.out, "  bare badger WriteBatch:            %s records/s (median of %s)\n", fmtNum(rate(int64(n), bare)), fmtDurations(bares))
+	fmt.Fprintf(cfg.out, "  App.Start, restoration included: median %s records/s, %s\n", fmtNum(starts.median()), starts)
 	fmt.Fprintf(cfg.out, "  eddy     = App.GlobalRestoreDuration of a fresh App on an empty state directory: from the registration\n"+
 		"             of every partition to the last reaching its end offset (end-offset listing, fetches of every\n"+
 		"             partition, store writes of each batch + its partition's position); App.Start adds its topic\n"+
@@ -103,8 +106,8 @@ func benchGlobalRestore(ctx context.Context, cfg *config) ([]row, error) {
 		"  baseline = badger.Open with runtime.GlobalStoreBadgerOptions, then one NewWriteBatch: Set every record\n"+
 		"             (already in memory), Flush. Opening and closing are untimed.\n")
 	return []row{
-		ratioRow("(r) global-table restore", "records/s", rate(int64(n), eddy), rate(int64(n), bare), 0.8),
-		{name: "(r) … App.Start", unit: "records/s", eddy: rate(int64(n), start), base: rate(int64(n), bare), target: "info"},
+		ratioRow("(r) global-table restore", "records/s", runs[0], runs[1], 0.8),
+		infoRow("(r) … App.Start", "records/s", starts, runs[1]),
 	}, nil
 }
 

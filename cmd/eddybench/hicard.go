@@ -32,10 +32,8 @@ const (
 
 // benchHighCardinality is benchmark (m): counting --keys distinct keys
 // (one record each, so every record creates a key in a badger store)
-// against a bare consume→produce loop over the same records. The baseline
-// runs before and after Eddy and their mean is the reference, so that a
-// change of load on the machine during the run shows as a spread between
-// the two rather than silently moving the ratio.
+// against a bare consume→produce loop over the same records, the two
+// alternating (see alternate).
 //
 // A second, informational loop (runFloor) does the least any design with
 // a durable local store and a changelog must do per record; its rate
@@ -59,45 +57,43 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	cfg.logf("loaded %d keys into %s in %s", n, hcInput, time.Since(loadStart).Round(time.Millisecond))
 
-	var bases, baseCPU []time.Duration
-	baseline := func(run int) error {
-		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("hicard-baseline-%d", run))
-		if err != nil {
-			return err
-		}
-		c0 := processCPU()
-		d, err := runBaselineCopy(ctx, cfg, adm, addrs, run, n)
-		baseCPU = append(baseCPU, processCPU()-c0)
-		stopProf()
-		if err != nil {
-			return fmt.Errorf("baseline: %w", err)
-		}
-		bases = append(bases, d)
-		return nil
-	}
-	if err := baseline(1); err != nil {
+	var baseCPU, eddyCPU spread
+	runs, err := alternate(cfg,
+		side{"baseline", func(i int) (float64, error) {
+			stopProf, err := profile(cfg.profileDir, fmt.Sprintf("hicard-baseline-%d", i))
+			if err != nil {
+				return 0, err
+			}
+			c0 := processCPU()
+			d, err := runBaselineCopy(ctx, cfg, adm, addrs, i, n)
+			if i > 0 {
+				baseCPU = append(baseCPU, (processCPU() - c0).Seconds())
+			}
+			stopProf()
+			return rate(n, d), err
+		}},
+		side{"eddy", func(i int) (float64, error) {
+			stopProf, err := profile(cfg.profileDir, fmt.Sprintf("hicard-eddy-%d", i))
+			if err != nil {
+				return 0, err
+			}
+			c0 := processCPU()
+			d, c1, err := runEddyHighCardinality(ctx, cfg, addrs, adm, n, fmt.Sprintf("%s-%d", hcApp, i))
+			if i > 0 {
+				eddyCPU = append(eddyCPU, (c1 - c0).Seconds())
+			}
+			stopProf()
+			return rate(n, d), err
+		}})
+	if err != nil {
 		return nil, err
 	}
-	stopProf, err := profile(cfg.profileDir, "hicard-eddy")
+	bases, eddys := runs[0], runs[1]
+	stopProf, err := profile(cfg.profileDir, "hicard-floor")
 	if err != nil {
 		return nil, err
 	}
 	c0 := processCPU()
-	eddy, eddyCPU, err := runEddyHighCardinality(ctx, cfg, addrs, adm, n, hcApp)
-	eddyCPU -= c0
-	stopProf()
-	if err != nil {
-		return nil, fmt.Errorf("eddy: %w", err)
-	}
-	if err := baseline(2); err != nil {
-		return nil, err
-	}
-	base := (bases[0] + bases[1]) / 2
-	stopProf, err = profile(cfg.profileDir, "hicard-floor")
-	if err != nil {
-		return nil, err
-	}
-	c0 = processCPU()
 	floor, err := runFloor(ctx, cfg, adm, addrs, n, true)
 	floorCPU := processCPU() - c0
 	stopProf()
@@ -121,15 +117,13 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 		return nil, fmt.Errorf("eddy in memory: %w", err)
 	}
 
-	fmt.Fprintf(cfg.out, "  baseline: %s records/s (runs before and after eddy: %s)\n", fmtNum(rate(n, base)), fmtDurations(bases))
-	fmt.Fprintf(cfg.out, "  eddy:     %s records/s (%s)\n", fmtNum(rate(n, eddy)), eddy.Round(time.Millisecond))
-	fmt.Fprintf(cfg.out, "  floor:    %s records/s (%s; informational, run after the second baseline)\n", fmtNum(rate(n, floor)), floor.Round(time.Millisecond))
+	fmt.Fprintf(cfg.out, "  floor:    %s records/s (%s; informational, run after the measured runs)\n", fmtNum(rate(n, floor)), floor.Round(time.Millisecond))
 	fmt.Fprintf(cfg.out, "  no store: %s records/s (%s; informational, the floor loop without its badger writes)\n", fmtNum(rate(n, kafkaFloor)), kafkaFloor.Round(time.Millisecond))
 	fmt.Fprintf(cfg.out, "  eddy, in-memory store: %s records/s (%s; informational, run last; CPU %s)\n", fmtNum(rate(n, inMem)), inMem.Round(time.Millisecond), inMemCPU.Round(time.Millisecond))
-	baseMean := (baseCPU[0] + baseCPU[1]).Seconds() / 2
-	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine): baseline %s, eddy %s, floor %s, no store %s; ratio eddy %.3f×, floor %.3f×, no store %.3f×\n",
-		fmtDurations(baseCPU), eddyCPU.Round(time.Millisecond), floorCPU.Round(time.Millisecond), kafkaFloorCPU.Round(time.Millisecond),
-		baseMean/eddyCPU.Seconds(), baseMean/floorCPU.Seconds(), baseMean/kafkaFloorCPU.Seconds())
+	baseMean := baseCPU.median()
+	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine): baseline median %.3f s, eddy median %.3f s, floor %s, no store %s; baseline over eddy %.3f×, floor %.3f×, no store %.3f×\n",
+		baseMean, eddyCPU.median(), floorCPU.Round(time.Millisecond), kafkaFloorCPU.Round(time.Millisecond),
+		baseMean/eddyCPU.median(), baseMean/floorCPU.Seconds(), baseMean/kafkaFloorCPU.Seconds())
 	fmt.Fprintf(cfg.out, "  baseline = one kgo group client: poll, produce key→value per record to a fresh topic (linger %s);\n"+
 		"             every %s and at the end flush the producer, then commit. Timed from its first record to\n"+
 		"             the final commit.\n"+
@@ -148,11 +142,11 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 		"             like the badger store and restored from its changelog on every start, no local files.\n",
 		cfg.tasks, wcCommitPeriod, hcStore)
 	return []row{
-		ratioRow("(m) count, distinct keys", "records/s", rate(n, eddy), rate(n, base), 0.5),
-		{name: "(m) info: floor loop vs baseline", unit: "records/s", eddy: rate(n, floor), base: rate(n, base), target: "info"},
-		{name: "(m) info: eddy vs floor loop", unit: "records/s", eddy: rate(n, eddy), base: rate(n, floor), target: "info"},
-		{name: "(m) info: no-store loop vs baseline", unit: "records/s", eddy: rate(n, kafkaFloor), base: rate(n, base), target: "info"},
-		{name: "(m) info: eddy in-memory store vs baseline", unit: "records/s", eddy: rate(n, inMem), base: rate(n, base), target: "info"},
+		ratioRow("(m) count, distinct keys", "records/s", eddys, bases, 0.5),
+		infoRow("(m) info: floor loop vs baseline", "records/s", spread{rate(n, floor)}, bases),
+		infoRow("(m) info: eddy vs floor loop", "records/s", eddys, spread{rate(n, floor)}),
+		infoRow("(m) info: no-store loop vs baseline", "records/s", spread{rate(n, kafkaFloor)}, bases),
+		infoRow("(m) info: eddy in-memory store vs baseline", "records/s", spread{rate(n, inMem)}, bases),
 	}, nil
 }
 

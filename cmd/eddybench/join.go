@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +22,6 @@ const (
 	jnOrders    = "bench-join-orders"
 	jnTable     = "customers"
 	jnCounts    = "counts"
-	// jnRuns join runs alternate with jnRuns+1 key-value counts.
-	jnRuns = 3
 )
 
 // jnCustomerN customers make the table; jnOrderN orders, each for a
@@ -55,16 +52,13 @@ func jnJoined(order, customer string) string {
 // before the orders exist (then stops cleanly), so that every order finds
 // its customer whatever order the task reads its two partitions in, and
 // the timed run measures the join rather than the table's loading. Count
-// runs before and after each join run.
+// and join runs alternate (see alternate).
 func benchJoin(ctx context.Context, cfg *config) ([]row, error) {
 	fmt.Fprintf(cfg.out, "\n(j) stream–table join vs key-value count: %d orders, %d customers (uniform), %d partitions, in-process broker\n",
 		jnOrderN, jnCustomerN, cfg.tasks)
 	outs := []string{}
-	for i := range jnRuns {
-		outs = append(outs, fmt.Sprintf("bench-join-enriched-%d", i+1))
-	}
-	for i := range jnRuns + 1 {
-		outs = append(outs, fmt.Sprintf("bench-join-counts-%d", i+1))
+	for i := range cfg.runs + 1 {
+		outs = append(outs, fmt.Sprintf("bench-join-enriched-%d", i), fmt.Sprintf("bench-join-counts-%d", i))
 	}
 	addrs, cl, adm, closeAll, err := startBenchBroker(ctx, int32(cfg.tasks), append([]string{jnCustomers, jnOrders}, outs...)...)
 	if err != nil {
@@ -88,12 +82,12 @@ func benchJoin(ctx context.Context, cfg *config) ([]row, error) {
 	cfg.logf("loaded %d customers into %s in %s", jnCustomerN, jnCustomers, time.Since(loadStart).Round(time.Millisecond))
 
 	// Each join run's App loads the table now, while there are no orders.
-	for i := range jnRuns {
+	for i := range cfg.runs + 1 {
 		start := time.Now()
-		if err := jnPreload(ctx, cfg, adm, addrs, i+1, filepath.Join(root, fmt.Sprintf("join-%d", i+1))); err != nil {
-			return nil, fmt.Errorf("loading the table of join run %d: %w", i+1, err)
+		if err := jnPreload(ctx, cfg, adm, addrs, i, filepath.Join(root, fmt.Sprintf("join-%d", i))); err != nil {
+			return nil, fmt.Errorf("loading the table of join run %d: %w", i, err)
 		}
-		cfg.logf("join run %d: table loaded in %s", i+1, time.Since(start).Round(time.Millisecond))
+		cfg.logf("join run %d: table loaded in %s", i, time.Since(start).Round(time.Millisecond))
 	}
 
 	loadStart = time.Now()
@@ -111,51 +105,28 @@ func benchJoin(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	cfg.logf("loaded %d orders into %s in %s", jnOrderN, jnOrders, time.Since(loadStart).Round(time.Millisecond))
 
-	var joins, kvs []time.Duration
-	count := func(run int) error {
-		d, err := jnRunCount(ctx, cfg, adm, addrs, run, filepath.Join(root, fmt.Sprintf("count-%d", run)), counts)
-		if err != nil {
-			return fmt.Errorf("key-value count run %d: %w", run, err)
-		}
-		cfg.logf("key-value count run %d: %s", run, d.Round(time.Millisecond))
-		kvs = append(kvs, d)
-		return nil
-	}
-	for i := range jnRuns {
-		if err := count(i + 1); err != nil {
-			return nil, err
-		}
-		d, err := jnRunJoin(ctx, cfg, adm, addrs, i+1, filepath.Join(root, fmt.Sprintf("join-%d", i+1)), orderCustomer, i == 0)
-		if err != nil {
-			return nil, fmt.Errorf("join run %d: %w", i+1, err)
-		}
-		cfg.logf("join run %d: %s", i+1, d.Round(time.Millisecond))
-		joins = append(joins, d)
-	}
-	if err := count(jnRuns + 1); err != nil {
+	n := int64(jnOrderN)
+	runs, err := alternate(cfg,
+		side{"key-value count", func(i int) (float64, error) {
+			d, err := jnRunCount(ctx, cfg, adm, addrs, i, filepath.Join(root, fmt.Sprintf("count-%d", i)), counts)
+			return rate(n, d), err
+		}},
+		side{"join", func(i int) (float64, error) {
+			d, err := jnRunJoin(ctx, cfg, adm, addrs, i, filepath.Join(root, fmt.Sprintf("join-%d", i)), orderCustomer, i == 0)
+			return rate(n, d), err
+		}})
+	if err != nil {
 		return nil, err
 	}
-
-	n := int64(jnOrderN)
-	var ratios []string
-	for i, j := range joins {
-		// Each join run against the mean of the counts either side of it.
-		base := (kvs[i] + kvs[i+1]) / 2
-		ratios = append(ratios, fmt.Sprintf("%.2f×", base.Seconds()/j.Seconds()))
-	}
-	join, kv := median(joins), median(kvs)
-	fmt.Fprintf(cfg.out, "  key-value count: %s records/s (median of %s)\n", fmtNum(rate(n, kv)), fmtDurations(kvs))
-	fmt.Fprintf(cfg.out, "  join:            %s records/s (median of %s)\n", fmtNum(rate(n, join)), fmtDurations(joins))
-	fmt.Fprintf(cfg.out, "  each join run against the mean of the counts before and after it: %s\n", strings.Join(ratios, ", "))
 	fmt.Fprintf(cfg.out, "  both = runtime App, %d stream thread(s), at-least-once, commit interval %s, default cache, badger\n"+
 		"         stores; string keys (15 bytes) and values (orders ~27 bytes, customers ~28 bytes).\n"+
 		"  join  = Table(%s, store %q, loaded before the timed run) and\n"+
 		"         Stream(%s) → Join → To (one output per order, checked: all of them,\n"+
-		"         and every value in the first run).\n"+
+		"         and every value in the warm-up run).\n"+
 		"  count = Stream(%s) → GroupByKey → Count(%q) → ToStream → To (100 customers' counts checked).\n"+
 		"  Timed from the first order processed until the group's committed offsets reach the end of %s.\n",
 		cfg.threads, runtime.DefaultCommitInterval, jnCustomers, jnTable, jnOrders, jnOrders, jnCounts, jnOrders)
-	return []row{ratioRow("(j) stream–table join vs key-value count", "records/s", rate(n, join), rate(n, kv), 0.7)}, nil
+	return []row{ratioRow("(j) stream–table join vs key-value count", "records/s", runs[1], runs[0], 0.7)}, nil
 }
 
 // jnApp starts an App of topo with the benchmark's configuration in dir.

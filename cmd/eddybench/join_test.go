@@ -22,7 +22,7 @@ func TestSmokeJoin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"--only", "j", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
+	err := run(ctx, []string{"--only", "j", "--runs", "1", "--tasks", "4"}, strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	require.Contains(t, out.String(), "(j) stream–table join vs key-value count")

@@ -49,7 +49,16 @@
 //
 // Usage:
 //
-//	eddybench [--only a,b,c] [--lines N] [--records N] [--keys N] [--report FILE] [flags]
+//	eddybench [--only a,b,c] [--runs N] [--lines N] [--records N] [--keys N] [--report FILE] [flags]
+//
+// Every benchmark that holds Eddy to a baseline runs each side once as a
+// warm-up whose figure is dropped, then the sides in turn --runs times
+// (3 by default), so that load from elsewhere on a shared machine falls on
+// both alike. Each side's figure is the median of its runs and its spread
+// their range; a ratio is Eddy's median over the baseline's median.
+// Benchmarks without a baseline ((c), (d), (f)) repeat the same way and
+// report their median and spread. (g), (k) and (w3) run once: they count
+// failures or watch growth over one long run rather than time a figure.
 //
 // --report BENCHMARKS.md writes the run's table, with the machine, its load,
 // the Go version and the commit it ran on, as the repository's
@@ -79,6 +88,7 @@ import (
 // config holds the flags of a benchmark run.
 type config struct {
 	only           map[string]bool
+	runs           int
 	lines          int
 	partitions     int
 	threads        int
@@ -138,6 +148,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
+	fs.IntVar(&cfg.runs, "runs", 3, "measured runs of each side, alternating with the other side's, after one dropped warm-up per side")
 	fs.IntVar(&cfg.lines, "lines", 2_000_000, "(a) input lines for word count")
 	fs.IntVar(&cfg.partitions, "partitions", 6, "(a) partitions of the input, repartition and output topics")
 	// One stream thread per core is how an instance is meant to be run; the
@@ -190,8 +201,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if cfg.killLoopFor <= 0 {
 		return errors.New("--killloop-duration must be positive")
 	}
-	if cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.windowRecords < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
-		return errors.New("--lines, --records, --keys, --window-records, --partitions, --tasks and --threads must be positive")
+	if cfg.runs < 1 || cfg.lines < 1 || cfg.records < 1 || cfg.keys < 1 || cfg.windowRecords < 1 || cfg.partitions < 1 || cfg.tasks < 1 || cfg.threads < 1 {
+		return errors.New("--runs, --lines, --records, --keys, --window-records, --partitions, --tasks and --threads must be positive")
 	}
 	level := slog.LevelWarn
 	if cfg.verbose {
@@ -256,31 +267,59 @@ type row struct {
 	target   string
 	pass     bool
 	hasCheck bool
-	// baseRuns are the baseline's figures where it ran more than once
-	// (base is then their median), for the report's spread.
-	baseRuns []float64
+	// eddyRuns and baseRuns are the figures of each side's measured runs
+	// where it ran more than once; eddy and base are then their medians.
+	eddyRuns, baseRuns spread
+}
+
+// ratio is the table's ratio cell: Eddy's median over the baseline's.
+func (r row) ratio() string {
+	if r.base <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f×", r.eddy/r.base)
+}
+
+// verdict is the table's verdict cell.
+func (r row) verdict() string {
+	switch {
+	case !r.hasCheck:
+		return "-"
+	case r.pass:
+		return "ok"
+	}
+	return "FAIL"
+}
+
+// spreads are the table's spread cells of both sides.
+func (r row) spreads() (eddy, base string) {
+	eddy, base = r.eddyRuns.String(), "-"
+	if len(r.eddyRuns) == 0 {
+		eddy = "one run"
+	}
+	if r.base > 0 {
+		base = r.baseRuns.String()
+		if len(r.baseRuns) == 0 {
+			base = "one run"
+		}
+	}
+	return eddy, base
 }
 
 func printTable(w io.Writer, rows []row) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "benchmark\t unit\t eddy\t baseline\t ratio\t target\t verdict\t")
+	fmt.Fprintln(tw, "benchmark\t unit\t eddy\t eddy spread\t baseline\t baseline spread\t ratio\t target\t verdict\t")
 	for _, r := range rows {
-		base, ratio := "-", "-"
+		base := "-"
 		if r.base > 0 {
 			base = fmtNum(r.base)
-			ratio = fmt.Sprintf("%.3f×", r.eddy/r.base)
 		}
-		verdict := "-"
-		if r.hasCheck {
-			verdict = "FAIL"
-			if r.pass {
-				verdict = "ok"
-			}
-		}
-		fmt.Fprintf(tw, "%s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", r.name, r.unit, fmtNum(r.eddy), base, ratio, r.target, verdict)
+		es, bs := r.spreads()
+		fmt.Fprintf(tw, "%s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\t\n", r.name, r.unit, fmtNum(r.eddy), es, base, bs, r.ratio(), r.target, r.verdict())
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "eddy and baseline are medians of their runs; ratio = eddy's median / baseline's median.")
 }
 
 // fmtNum prints figures with thousands separators and no false precision.
@@ -299,10 +338,27 @@ func fmtNum(v float64) string {
 	return string(out)
 }
 
-// ratioRow builds a throughput row checked against a minimum ratio.
-func ratioRow(name, unit string, eddy, base, min float64) row {
-	return row{name: name, unit: unit, eddy: eddy, base: base,
-		target: fmt.Sprintf("≥ %.1f×", min), hasCheck: true, pass: base > 0 && eddy/base >= min}
+// ratioRow builds a row of Eddy's runs against its baseline's, checked
+// against a minimum ratio of their medians.
+func ratioRow(name, unit string, eddy, base spread, min float64) row {
+	r := infoRow(name, unit, eddy, base)
+	r.target, r.hasCheck, r.pass = fmt.Sprintf("≥ %.1f×", min), true, r.base > 0 && r.eddy/r.base >= min
+	return r
+}
+
+// infoRow builds an unchecked row of one side's runs against another's.
+func infoRow(name, unit string, eddy, base spread) row {
+	return row{name: name, unit: unit, eddy: eddy.median(), base: base.median(), target: "info", eddyRuns: eddy, baseRuns: base}
+}
+
+// runsRow builds a row of a figure with no baseline, the median of its
+// runs, checked by pass if it is not nil.
+func runsRow(name, unit string, runs spread, target string, pass func(spread) bool) row {
+	r := row{name: name, unit: unit, eddy: runs.median(), target: target, eddyRuns: runs}
+	if pass != nil {
+		r.hasCheck, r.pass = true, pass(runs)
+	}
+	return r
 }
 
 // rate is events per second over d.

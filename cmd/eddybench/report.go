@@ -51,8 +51,9 @@ func writeReport(w io.Writer, ri runInfo, rows []row, failed []error) error {
 	b.WriteString("# Benchmarks\n\n")
 	b.WriteString("Written by `go run ./cmd/eddybench --report BENCHMARKS.md` from its latest run. What each\n")
 	b.WriteString("benchmark times, and against which baseline, is in `cmd/eddybench`'s package documentation\n")
-	b.WriteString("(`go doc ./cmd/eddybench`). A ratio is Eddy's figure over its baseline's, both measured in\n")
-	b.WriteString("this run; the spread is the range of the baseline's runs where it ran more than once.\n\n")
+	b.WriteString("(`go doc ./cmd/eddybench`). Each side of a comparison ran once as a dropped warm-up, then\n")
+	b.WriteString("alternately with the other side; its figure is the median of those runs and its spread their\n")
+	b.WriteString("range. A ratio is Eddy's median over its baseline's median, both measured in this run.\n\n")
 	fmt.Fprintf(&b, "| run | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| started | %s |\n", ri.start.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "| took | %s |\n", ri.took.Round(time.Second))
@@ -61,30 +62,15 @@ func writeReport(w io.Writer, ri runInfo, rows []row, failed []error) error {
 	fmt.Fprintf(&b, "| CPUs | %d (GOMAXPROCS %d) |\n", ri.cpus, ri.procs)
 	fmt.Fprintf(&b, "| load average at start | %s |\n", ri.load)
 	fmt.Fprintf(&b, "| arguments | `%s` |\n\n", strings.Join(append([]string{"eddybench"}, ri.args...), " "))
-	b.WriteString("| benchmark | unit | eddy | baseline | baseline spread | ratio | target | verdict |\n")
-	b.WriteString("|---|---|--:|--:|---|--:|---|---|\n")
+	b.WriteString("| benchmark | unit | eddy (median) | eddy spread | baseline (median) | baseline spread | ratio of medians | target | verdict |\n")
+	b.WriteString("|---|---|--:|---|--:|---|--:|---|---|\n")
 	for _, r := range rows {
-		base, ratio, spread := "-", "-", "-"
+		base := "-"
 		if r.base > 0 {
 			base = fmtNum(r.base)
-			ratio = fmt.Sprintf("%.3f×", r.eddy/r.base)
-			spread = "one run"
-			if len(r.baseRuns) > 1 {
-				lo, hi := r.baseRuns[0], r.baseRuns[0]
-				for _, v := range r.baseRuns {
-					lo, hi = min(lo, v), max(hi, v)
-				}
-				spread = fmt.Sprintf("%s–%s (%d runs)", fmtNum(lo), fmtNum(hi), len(r.baseRuns))
-			}
 		}
-		verdict := "-"
-		if r.hasCheck {
-			verdict = "FAIL"
-			if r.pass {
-				verdict = "ok"
-			}
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", mdCell(r.name), r.unit, fmtNum(r.eddy), base, spread, ratio, mdCell(r.target), verdict)
+		es, bs := r.spreads()
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mdCell(r.name), r.unit, fmtNum(r.eddy), es, base, bs, r.ratio(), mdCell(r.target), r.verdict())
 	}
 	if len(failed) > 0 {
 		b.WriteString("\nBenchmarks that failed in this run:\n\n")

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,22 +28,7 @@ const (
 	restoreApp   = "bench-restore"
 	restoreInput = "bench-restore-in"
 	restoreStore = "counts"
-	restoreRuns  = 3
 )
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func fmtDurations(ds []time.Duration) string {
-	var out []string
-	for _, d := range ds {
-		out = append(out, d.Round(time.Millisecond).String())
-	}
-	return strings.Join(out, ", ")
-}
 
 // benchKey is the i-th key of a restore or RSS run: 10 bytes, distinct for
 // i < 10^9.
@@ -101,62 +84,65 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	defer os.RemoveAll(root)
 
-	// Each side takes a second or two, so they alternate, three times,
-	// and each side's median is its figure: a burst of load from
-	// elsewhere on the machine then skews one pair, not the ratio.
-	var eddys, bares, eddyCPU, bareCPU []time.Duration
-	for i := range restoreRuns {
-		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("restore-reader-%d", i+1))
+	// Each side takes a second or two, so a burst of load from elsewhere
+	// on the machine would skew a single pair: they alternate.
+	var eddyCPU, bareCPU spread
+	timed := func(prof string, i int, cpus *spread, f func() (time.Duration, error)) (float64, error) {
+		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("%s-%d", prof, i))
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		c0 := processCPU()
-		d, err := restoreWithReader(ctx, addrs, filepath.Join(root, fmt.Sprintf("reader-%d", i)), int64(n), cfg.restoreBatch)
-		eddyCPU = append(eddyCPU, processCPU()-c0)
+		d, err := f()
+		if i > 0 {
+			*cpus = append(*cpus, (processCPU() - c0).Seconds())
+		}
 		stopProf()
-		if err != nil {
-			return nil, fmt.Errorf("changelog reader: %w", err)
+		return rate(int64(n), d), err
+	}
+	sides := []side{
+		{"changelog.Reader", func(i int) (float64, error) {
+			dir := filepath.Join(root, fmt.Sprintf("reader-%d", i))
+			// The directories hold ~100 MiB each at the default size.
+			defer os.RemoveAll(dir)
+			return timed("restore-reader", i, &eddyCPU, func() (time.Duration, error) {
+				return restoreWithReader(ctx, addrs, dir, int64(n), cfg.restoreBatch)
+			})
+		}},
+		{"bare badger WriteBatch", func(i int) (float64, error) {
+			dir := filepath.Join(root, fmt.Sprintf("bare-%d", i))
+			defer os.RemoveAll(dir)
+			return timed("restore-bare", i, &bareCPU, func() (time.Duration, error) { return bareBadgerWrite(dir, entries) })
+		}},
+	}
+	if cfg.e2e {
+		if err := loadAppChangelog(ctx, cfg, adm, cl); err != nil {
+			return nil, fmt.Errorf("App restore: %w", err)
 		}
-		eddys = append(eddys, d)
-		if stopProf, err = profile(cfg.profileDir, fmt.Sprintf("restore-bare-%d", i+1)); err != nil {
-			return nil, err
-		}
-		c0 = processCPU()
-		d, err = bareBadgerWrite(filepath.Join(root, fmt.Sprintf("bare-%d", i)), entries)
-		bareCPU = append(bareCPU, processCPU()-c0)
-		stopProf()
-		if err != nil {
-			return nil, fmt.Errorf("bare badger: %w", err)
-		}
-		bares = append(bares, d)
-		// The directories hold ~100 MiB each at the default size.
-		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("reader-%d", i)))
-		_ = os.RemoveAll(filepath.Join(root, fmt.Sprintf("bare-%d", i)))
+		sides = append(sides, side{fmt.Sprintf("App, %d tasks", cfg.tasks), func(i int) (float64, error) {
+			dir := filepath.Join(root, fmt.Sprintf("app-%d", i))
+			defer os.RemoveAll(dir)
+			d, restored, err := restoreWithApp(ctx, cfg, addrs, dir)
+			return rate(restored, d), err
+		}})
+	}
+	runs, err := alternate(cfg, sides...)
+	if err != nil {
+		return nil, err
 	}
 	entries = nil
-	eddy, bare := median(eddys), median(bares)
-
-	fmt.Fprintf(cfg.out, "  changelog.Reader → statestore.OpenBadger: %s records/s (median of %s)\n", fmtNum(rate(int64(n), eddy)), fmtDurations(eddys))
-	fmt.Fprintf(cfg.out, "  bare badger WriteBatch:                  %s records/s (median of %s)\n", fmtNum(rate(int64(n), bare)), fmtDurations(bares))
-	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine): reader %s, bare %s; ratio of medians %.3f×\n",
-		fmtDurations(eddyCPU), fmtDurations(bareCPU), median(bareCPU).Seconds()/median(eddyCPU).Seconds())
+	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine), medians: reader %.3f s, bare %.3f s; bare/reader %.3f×\n",
+		eddyCPU.median(), bareCPU.median(), bareCPU.median()/eddyCPU.median())
 	fmt.Fprintf(cfg.out, "  eddy     = Reader.Register(Mode: Restore) on an opened store until Poll reports it Completed\n"+
 		"             (end-offset listing, fetches from the broker, store writes of ≤ %d records + position).\n"+
 		"  baseline = badger.Open with the options OpenBadger derives from DefaultBadgerOptions, then one\n"+
 		"             NewWriteBatch: Set every record (already in memory), Flush. Opening and closing are untimed.\n",
 		changelog.DefaultMaxBatchRecords)
-	rows := []row{ratioRow("(b) restore", "records/s", rate(int64(n), eddy), rate(int64(n), bare), 0.8)}
-
+	rows := []row{ratioRow("(b) restore", "records/s", runs[0], runs[1], 0.8)}
 	if cfg.e2e {
-		d, restored, err := restoreWithApp(ctx, cfg, addrs, adm, cl, filepath.Join(root, "app"))
-		if err != nil {
-			return rows, fmt.Errorf("App restore: %w", err)
-		}
-		fmt.Fprintf(cfg.out, "  App restoring a wiped state dir: %s records/s (%d records over %d tasks in %s)\n"+
-			"             timed from App.Start to every task running; includes topic checks and the group join.\n",
-			fmtNum(rate(restored, d)), restored, cfg.tasks, d.Round(time.Millisecond))
-		rows = append(rows, row{name: fmt.Sprintf("(b) … App, %d tasks", cfg.tasks), unit: "records/s",
-			eddy: rate(restored, d), base: rate(int64(n), bare), target: "info"})
+		fmt.Fprintf(cfg.out, "  App      = a fresh App restoring a wiped state dir, %d records over %d tasks, timed from\n"+
+			"             App.Start to every task running; includes topic checks and the group join.\n", n, cfg.tasks)
+		rows = append(rows, infoRow(fmt.Sprintf("(b) … App, %d tasks", cfg.tasks), "records/s", runs[2], runs[1]))
 	}
 	return rows, nil
 }
@@ -227,18 +213,17 @@ func storeBadgerOptions(probeDir string) (badger.Options, error) {
 	return got, errors.Join(s.Close(), statestore.DestroyBadger(probeDir))
 }
 
-// restoreWithApp times a whole App restoring a wiped state directory: the
-// changelog of a Count store is filled directly (one record per key, as a
-// store with one update per key would have logged it), then an App with an
-// empty state directory starts and restores every task before running.
-func restoreWithApp(ctx context.Context, cfg *config, addrs []string, adm *kadm.Client, cl *kgo.Client, dir string) (time.Duration, int64, error) {
+// loadAppChangelog fills the changelog of restoreWithApp's Count store
+// directly: one record per key, as a store with one update per key would
+// have logged it.
+func loadAppChangelog(ctx context.Context, cfg *config, adm *kadm.Client, cl *kgo.Client) error {
 	parts := int32(cfg.tasks)
 	clTopic := changelog.TopicName(restoreApp, restoreStore)
 	if err := createTopics(ctx, adm, parts, restoreInput); err != nil {
-		return 0, 0, err
+		return err
 	}
 	if err := changelog.EnsureTopics(ctx, adm, []changelog.TopicSpec{{Name: clTopic, Partitions: parts, Compacted: true, ReplicationFactor: -1}}); err != nil {
-		return 0, 0, err
+		return err
 	}
 	one, _ := serde.Int64.Encode(1)
 	p := &producer{cl: cl}
@@ -247,9 +232,15 @@ func restoreWithApp(ctx context.Context, cfg *config, addrs []string, adm *kadm.
 		p.send(ctx, &kgo.Record{Topic: clTopic, Partition: topology.Partition(k, parts), Key: k, Value: one})
 	}
 	if acked, err := p.flush(ctx); err != nil || acked != int64(cfg.records) {
-		return 0, 0, fmt.Errorf("loading changelog: %d of %d acknowledged: %v", acked, cfg.records, err)
+		return fmt.Errorf("loading changelog: %d of %d acknowledged: %v", acked, cfg.records, err)
 	}
+	return nil
+}
 
+// restoreWithApp times a whole App restoring loadAppChangelog's changelog
+// into the empty state directory dir, from Start to every task running.
+func restoreWithApp(ctx context.Context, cfg *config, addrs []string, dir string) (time.Duration, int64, error) {
+	parts := int32(cfg.tasks)
 	bld := topology.NewBuilder()
 	topology.Stream(bld, restoreInput, serde.Bytes, serde.Bytes).GroupByKey(serde.Bytes, serde.Bytes).Count(restoreStore)
 	topo, err := bld.Build()

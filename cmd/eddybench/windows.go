@@ -106,8 +106,8 @@ func wnRecord(i, n int, t0 int64, span time.Duration) (key int, ts int64) {
 	return i % wnKeys, t0 + int64(i)*span.Milliseconds()/int64(n)
 }
 
-// benchWindowCount is (w1) on one input. The key-value count runs before
-// and after the windowed one and their mean is the reference, as in (m).
+// benchWindowCount is (w1) on one input. The key-value and the windowed
+// count alternate (see alternate).
 func benchWindowCount(ctx context.Context, cfg *config, w wnWorkload) ([]row, error) {
 	n := cfg.windowRecords
 	wnSpan := w.span
@@ -147,36 +147,28 @@ func benchWindowCount(ctx context.Context, cfg *config, w wnWorkload) ([]row, er
 	}
 	cfg.logf("loaded %d records into %s in %s; %d windows", n, wnInput, time.Since(loadStart).Round(time.Millisecond), len(winRef))
 
-	var kvs, kvCPU []time.Duration
-	kv := func(run int) error {
-		d, cpu, err := runWindowBenchApp(ctx, cfg, addrs, adm, fmt.Sprintf("bench-window-%s-kv-%d", w.name, run), wnInput, false, n, refs{kvRef, winRef, latest})
-		if err != nil {
-			return fmt.Errorf("key-value count: %w", err)
-		}
-		kvs, kvCPU = append(kvs, d), append(kvCPU, cpu)
-		return nil
+	var kvCPU, winCPU spread
+	app := func(kind string, windowed bool, cpus *spread) side {
+		return side{kind + " count", func(i int) (float64, error) {
+			d, cpu, err := runWindowBenchApp(ctx, cfg, addrs, adm, fmt.Sprintf("bench-window-%s-%s-%d", w.name, kind, i), wnInput, windowed, n, refs{kvRef, winRef, latest})
+			if i > 0 {
+				*cpus = append(*cpus, cpu.Seconds())
+			}
+			return rate(int64(n), d), err
+		}}
 	}
-	if err := kv(1); err != nil {
-		return nil, err
-	}
-	win, winCPU, err := runWindowBenchApp(ctx, cfg, addrs, adm, "bench-window-"+w.name+"-tumbling", wnInput, true, n, refs{kvRef, winRef, latest})
+	runs, err := alternate(cfg, app("key-value", false, &kvCPU), app("windowed", true, &winCPU))
 	if err != nil {
-		return nil, fmt.Errorf("windowed count: %w", err)
-	}
-	if err := kv(2); err != nil {
 		return nil, err
 	}
 	minute, minuteCPU, err := runWindowBenchApp(ctx, cfg, addrs, adm, "bench-window-"+w.name+"-kv-key-minute", wnInputMinute, false, n, refs{kv: minuteRef})
 	if err != nil {
 		return nil, fmt.Errorf("key-value count by (key, minute): %w", err)
 	}
-	base := (kvs[0] + kvs[1]) / 2
 	nn := int64(n)
-	fmt.Fprintf(cfg.out, "  key-value count: %s records/s (runs before and after the windowed count: %s)\n", fmtNum(rate(nn, base)), fmtDurations(kvs))
-	fmt.Fprintf(cfg.out, "  windowed count:  %s records/s (%s)\n", fmtNum(rate(nn, win)), win.Round(time.Millisecond))
 	fmt.Fprintf(cfg.out, "  key-value count by (key, minute): %s records/s (%s; informational, run last)\n", fmtNum(rate(nn, minute)), minute.Round(time.Millisecond))
-	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, broker included, until caught up): key-value %s, windowed %s, by (key, minute) %s\n",
-		fmtDurations(kvCPU), winCPU.Round(time.Millisecond), minuteCPU.Round(time.Millisecond))
+	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, broker included, until caught up), medians: key-value %.3f s, windowed %.3f s, by (key, minute) %s\n",
+		kvCPU.median(), winCPU.median(), minuteCPU.Round(time.Millisecond))
 	fmt.Fprintf(cfg.out, "  both     = runtime App, %d stream thread(s), defaults, badger stores; Stream → GroupByKey →\n"+
 		"             Count(%q) → ToStream → To, the windowed one through WindowedBy(TumblingWindows(1m)) and\n"+
 		"             TimeWindowedSerde. Timed from the first record until the group's committed offsets reach\n"+
@@ -188,8 +180,8 @@ func benchWindowCount(ctx context.Context, cfg *config, w wnWorkload) ([]row, er
 		"             of the extra aggregates the input makes.\n",
 		cfg.threads, wnStore, len(minuteRef))
 	return []row{
-		ratioRow(fmt.Sprintf("(w1 %s) tumbling-window vs key-value count", w.name), "records/s", rate(nn, win), rate(nn, base), 0.7),
-		{name: fmt.Sprintf("(w1 %s) info: windowed vs key-value count by (key, minute)", w.name), unit: "records/s", eddy: rate(nn, win), base: rate(nn, minute), target: "info"},
+		ratioRow(fmt.Sprintf("(w1 %s) tumbling-window vs key-value count", w.name), "records/s", runs[1], runs[0], 0.7),
+		infoRow(fmt.Sprintf("(w1 %s) info: windowed vs key-value count by (key, minute)", w.name), "records/s", runs[1], spread{rate(nn, minute)}),
 	}, nil
 }
 
@@ -362,31 +354,28 @@ func benchWindowRestore(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	defer os.RemoveAll(root)
 
-	var eddys, bares []time.Duration
-	for i := range restoreRuns {
-		dir := filepath.Join(root, fmt.Sprintf("window-%d", i))
-		d, err := restoreWindowStore(ctx, addrs, dir, opts, int64(n), cfg.restoreBatch)
-		if err != nil {
-			return nil, fmt.Errorf("window store: %w", err)
-		}
-		eddys = append(eddys, d)
-		bareDir := filepath.Join(root, fmt.Sprintf("bare-%d", i))
-		if d, err = bareBadgerWrite(bareDir, entries); err != nil {
-			return nil, fmt.Errorf("bare badger: %w", err)
-		}
-		bares = append(bares, d)
-		_ = os.RemoveAll(dir)
-		_ = os.RemoveAll(bareDir)
-	}
-	eddy, bare := median(eddys), median(bares)
 	nn := int64(n)
-	fmt.Fprintf(cfg.out, "  changelog.Reader → NewSegmentedStore(OpenBadger): %s records/s (median of %s)\n", fmtNum(rate(nn, eddy)), fmtDurations(eddys))
-	fmt.Fprintf(cfg.out, "  bare badger WriteBatch:                          %s records/s (median of %s)\n", fmtNum(rate(nn, bare)), fmtDurations(bares))
+	runs, err := alternate(cfg,
+		side{"changelog.Reader → NewSegmentedStore(OpenBadger)", func(i int) (float64, error) {
+			dir := filepath.Join(root, fmt.Sprintf("window-%d", i))
+			defer os.RemoveAll(dir)
+			d, err := restoreWindowStore(ctx, addrs, dir, opts, nn, cfg.restoreBatch)
+			return rate(nn, d), err
+		}},
+		side{"bare badger WriteBatch", func(i int) (float64, error) {
+			dir := filepath.Join(root, fmt.Sprintf("bare-%d", i))
+			defer os.RemoveAll(dir)
+			d, err := bareBadgerWrite(dir, entries)
+			return rate(nn, d), err
+		}})
+	if err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(cfg.out, "  eddy     = as (b), into a SegmentedStore (retention %s, segment interval %s) over a badger\n"+
 		"             store with DefaultBadgerOptions; the last record is then read back through a WindowStore.\n"+
 		"  baseline = (b)'s: one badger WriteBatch of the same keys and values.\n",
 		time.Duration(opts.Retention)*time.Millisecond, time.Duration(interval)*time.Millisecond)
-	return []row{ratioRow("(w2) window-store restore", "records/s", rate(nn, eddy), rate(nn, bare), 0.8)}, nil
+	return []row{ratioRow("(w2) window-store restore", "records/s", runs[0], runs[1], 0.8)}, nil
 }
 
 // restoreWindowStore restores the changelog of (w2) into a fresh window

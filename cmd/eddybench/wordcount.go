@@ -1,13 +1,10 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -26,7 +24,6 @@ const (
 	wcBaselineOut  = "bench-words"
 	wcEddyOut      = "word-counts"
 	wcBaselineApp  = "bench-baseline"
-	wcBaselineRuns = 3
 	wcEddyApp      = "bench-wc"
 	wcCountsStore  = "counts"
 	wcCommitPeriod = runtime.DefaultCommitInterval
@@ -57,8 +54,9 @@ func (p phase) fromStart() time.Duration { return p.done.Sub(p.start) }
 func (p phase) fromFirst() time.Duration { return p.done.Sub(p.first) }
 
 // benchWordCount is benchmark (a). Both sides read the same preloaded
-// lines from the same in-process broker; the baseline runs first (three
-// times, its median counts), then Eddy once. The headline rate of each side is lines per second from its first
+// lines from the same in-process broker; the baseline, Eddy and Eddy under
+// exactly-once alternate (see alternate). The headline rate of each side
+// is lines per second from its first
 // input record to its finish line, so that group joins and start-up count
 // against neither; rates from start are printed too.
 func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
@@ -102,24 +100,41 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	lines = nil
 	cfg.logf("preloaded %d lines (%d words, %d distinct) in %s", cfg.lines, totalWords, len(ref), time.Since(loadStart).Round(time.Millisecond))
 
-	// The baseline is short, so one run is at the mercy of whatever else
-	// the machine does for that second; its median of three runs (each
-	// with its own group and output topic) is the reference.
-	var bases []phase
-	for i := range wcBaselineRuns {
-		stopProf, err := profile(cfg.profileDir, fmt.Sprintf("wordcount-baseline-%d", i+1))
-		if err != nil {
-			return nil, err
-		}
-		ph, err := baselineRun(ctx, cfg, adm, addrs, i+1, totalWords)
-		stopProf()
-		if err != nil {
-			return nil, fmt.Errorf("baseline: %w", err)
-		}
-		bases = append(bases, ph)
+	// The baseline, Eddy and Eddy under exactly-once alternate; each run
+	// has a group, output or application ID of its own.
+	n := int64(cfg.lines)
+	var baseStart, eddyStart, baseCPU, eddyCPU, eosCPU spread
+	sides, err := alternate(cfg,
+		side{"baseline", func(i int) (float64, error) {
+			stopProf, err := profile(cfg.profileDir, fmt.Sprintf("wordcount-baseline-%d", i))
+			if err != nil {
+				return 0, err
+			}
+			ph, err := baselineRun(ctx, cfg, adm, addrs, i, totalWords)
+			stopProf()
+			if i > 0 {
+				baseStart, baseCPU = append(baseStart, rate(n, ph.fromStart())), append(baseCPU, cpuPerK(ph.cpu(), n))
+			}
+			return rate(n, ph.fromFirst()), err
+		}},
+		side{"eddy", func(i int) (float64, error) {
+			ph, err := wcEddyRun(ctx, cfg, adm, addrs, ref, fmt.Sprintf("%s-%d", wcEddyApp, i), runtime.AtLeastOnce, i)
+			if i > 0 {
+				eddyStart, eddyCPU = append(eddyStart, rate(n, ph.fromStart())), append(eddyCPU, cpuPerK(ph.cpu(), n))
+			}
+			return rate(n, ph.fromFirst()), err
+		}},
+		side{"eddy exactly-once", func(i int) (float64, error) {
+			ph, err := wcEddyRun(ctx, cfg, adm, addrs, ref, fmt.Sprintf("%s-eos-%d", wcEddyApp, i), runtime.ExactlyOnce, i)
+			if i > 0 {
+				eosCPU = append(eosCPU, cpuPerK(ph.cpu(), n))
+			}
+			return rate(n, ph.fromFirst()), err
+		}})
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(bases, func(x, y phase) int { return cmp.Compare(x.fromFirst(), y.fromFirst()) })
-	base := bases[len(bases)/2]
+	baseRates, eddyRates, eosRates := sides[0], sides[1], sides[2]
 
 	var twoStage phase
 	if cfg.noCombine {
@@ -128,43 +143,11 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 		}
 	}
 
-	stopProf, err := profile(cfg.profileDir, "wordcount-eddy")
-	if err != nil {
-		return nil, err
-	}
-	eddy, err := runEddyWordCount(ctx, cfg, addrs, adm, int64(cfg.lines), ref, wcEddyApp, runtime.AtLeastOnce)
-	stopProf()
-	if err != nil {
-		return nil, fmt.Errorf("eddy: %w", err)
-	}
-	if stopProf, err = profile(cfg.profileDir, "wordcount-eddy-eos"); err != nil {
-		return nil, err
-	}
-	eos, err := runEddyWordCount(ctx, cfg, addrs, adm, int64(cfg.lines), ref, wcEddyApp+"-eos", runtime.ExactlyOnce)
-	stopProf()
-	if err != nil {
-		return nil, fmt.Errorf("eddy exactly-once: %w", err)
-	}
-	outEddy, err := endOffsetSum(ctx, adm, wcEddyOut)
-	if err != nil {
-		return nil, err
-	}
-	cfg.logf("eddy: first record after %s, counts exact after %s; %d count updates emitted to %s",
-		eddy.first.Sub(eddy.start).Round(time.Millisecond), eddy.fromStart().Round(time.Millisecond), outEddy, wcEddyOut)
-
-	n := int64(cfg.lines)
-	var all []string
-	for _, b := range bases {
-		all = append(all, fmtNum(rate(n, b.fromFirst())))
-	}
-	fmt.Fprintf(cfg.out, "  baseline: %s lines/s from first record (%s from client start); median of %s\n",
-		fmtNum(rate(n, base.fromFirst())), fmtNum(rate(n, base.fromStart())), strings.Join(all, ", "))
-	fmt.Fprintf(cfg.out, "  eddy:     %s lines/s from first record (%s from App.Start)\n",
-		fmtNum(rate(n, eddy.fromFirst())), fmtNum(rate(n, eddy.fromStart())))
-	fmt.Fprintf(cfg.out, "  CPU per 1,000 lines (whole process, broker included, start to done): baseline %s, eddy %s (%.2f×), eddy exactly-once %s\n",
-		cpuPer(base.cpu(), n), cpuPer(eddy.cpu(), n), float64(base.cpu())/float64(eddy.cpu()), cpuPer(eos.cpu(), n))
-	fmt.Fprintf(cfg.out, "  eddy exactly-once: %s lines/s from first record (commit interval %s, one transaction per commit)\n",
-		fmtNum(rate(n, eos.fromFirst())), runtime.DefaultEOSCommitInterval)
+	fmt.Fprintf(cfg.out, "  lines/s from first record; from client or App start: baseline median %s, eddy median %s\n",
+		fmtNum(baseStart.median()), fmtNum(eddyStart.median()))
+	fmt.Fprintf(cfg.out, "  CPU µs per 1,000 lines (whole process, broker included, start to done), medians: baseline %s, eddy %s, eddy exactly-once %s\n",
+		fmtNum(baseCPU.median()), fmtNum(eddyCPU.median()), fmtNum(eosCPU.median()))
+	fmt.Fprintf(cfg.out, "  eddy exactly-once: commit interval %s, one transaction per commit\n", runtime.DefaultEOSCommitInterval)
 	hop := "combined, partial counts through the repartition topic"
 	if cfg.noCombine {
 		hop = "repartition, one record per word"
@@ -188,16 +171,10 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	if cfg.noCombine {
 		target = 0.6
 	}
-	var baseRuns []float64
-	for _, b := range bases {
-		baseRuns = append(baseRuns, rate(n, b.fromFirst()))
-	}
-	headline := ratioRow("(a) word count", "lines/s", rate(n, eddy.fromFirst()), rate(n, base.fromFirst()), target)
-	headline.baseRuns = baseRuns
 	rows := []row{
-		headline,
-		{name: "(a) … from start", unit: "lines/s", eddy: rate(n, eddy.fromStart()), base: rate(n, base.fromStart()), target: "info"},
-		ratioRow("(e) exactly-once vs at-least-once", "lines/s", rate(n, eos.fromFirst()), rate(n, eddy.fromFirst()), 0.7),
+		ratioRow("(a) word count", "lines/s", eddyRates, baseRates, target),
+		infoRow("(a) … from start", "lines/s", eddyStart, baseStart),
+		ratioRow("(e) exactly-once vs at-least-once", "lines/s", eosRates, eddyRates, 0.7),
 	}
 	if cfg.noCombine {
 		fmt.Fprintf(cfg.out, "  two-stage loop: %s lines/s from first record; CPU per 1,000 lines %s (informational, run after the baseline)\n"+
@@ -206,11 +183,36 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 			"             producing each changed count, flushing and committing. No store, no changelog, no cache: the\n"+
 			"             least any word count does when every word crosses a repartition topic.\n",
 			fmtNum(rate(n, twoStage.fromFirst())), cpuPer(twoStage.cpu(), n), wcCommitPeriod)
+		two := spread{rate(n, twoStage.fromFirst())}
 		rows = append(rows,
-			row{name: "(a) info: two-stage loop vs baseline", unit: "lines/s", eddy: rate(n, twoStage.fromFirst()), base: rate(n, base.fromFirst()), target: "info"},
-			row{name: "(a) info: eddy vs two-stage loop", unit: "lines/s", eddy: rate(n, eddy.fromFirst()), base: rate(n, twoStage.fromFirst()), target: "info"})
+			infoRow("(a) info: two-stage loop vs baseline", "lines/s", two, baseRates),
+			infoRow("(a) info: eddy vs two-stage loop", "lines/s", eddyRates, two))
 	}
 	return rows, nil
+}
+
+// wcEddyRun runs Eddy's word count once as appID, profiled, and deletes
+// the run's internal topics again so that the broker's heap does not grow
+// with every run.
+func wcEddyRun(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string, ref map[string]int64, appID string, guarantee runtime.ProcessingGuarantee, run int) (phase, error) {
+	stopProf, err := profile(cfg.profileDir, fmt.Sprintf("%s-%d", appID, run))
+	if err != nil {
+		return phase{}, err
+	}
+	ph, err := runEddyWordCount(ctx, cfg, addrs, adm, int64(cfg.lines), ref, appID, guarantee)
+	stopProf()
+	if err != nil {
+		return ph, err
+	}
+	cfg.logf("%s: first record after %s, counts exact after %s", appID,
+		ph.first.Sub(ph.start).Round(time.Millisecond), ph.fromStart().Round(time.Millisecond))
+	_, err = adm.DeleteTopics(ctx, appID+"-words-repartition", changelog.TopicName(appID, wcCountsStore))
+	return ph, err
+}
+
+// cpuPerK is CPU time per 1,000 of n units, in µs.
+func cpuPerK(d time.Duration, n int64) float64 {
+	return float64(d.Microseconds()) * 1000 / float64(n)
 }
 
 // baselineRun runs the baseline once with group and output topic of its
