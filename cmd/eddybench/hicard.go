@@ -120,10 +120,10 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 	fmt.Fprintf(cfg.out, "  floor:    %s records/s (%s; informational, run after the measured runs)\n", fmtNum(rate(n, floor)), floor.Round(time.Millisecond))
 	fmt.Fprintf(cfg.out, "  no store: %s records/s (%s; informational, the floor loop without its badger writes)\n", fmtNum(rate(n, kafkaFloor)), kafkaFloor.Round(time.Millisecond))
 	fmt.Fprintf(cfg.out, "  eddy, in-memory store: %s records/s (%s; informational, run last; CPU %s)\n", fmtNum(rate(n, inMem)), inMem.Round(time.Millisecond), inMemCPU.Round(time.Millisecond))
-	baseMean := baseCPU.median()
+	baseMedian := baseCPU.median()
 	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine): baseline median %.3f s, eddy median %.3f s, floor %s, no store %s; baseline over eddy %.3f×, floor %.3f×, no store %.3f×\n",
-		baseMean, eddyCPU.median(), floorCPU.Round(time.Millisecond), kafkaFloorCPU.Round(time.Millisecond),
-		baseMean/eddyCPU.median(), baseMean/floorCPU.Seconds(), baseMean/kafkaFloorCPU.Seconds())
+		baseMedian, eddyCPU.median(), floorCPU.Round(time.Millisecond), kafkaFloorCPU.Round(time.Millisecond),
+		baseMedian/eddyCPU.median(), baseMedian/floorCPU.Seconds(), baseMedian/kafkaFloorCPU.Seconds())
 	fmt.Fprintf(cfg.out, "  baseline = one kgo group client: poll, produce key→value per record to a fresh topic (linger %s);\n"+
 		"             every %s and at the end flush the producer, then commit. Timed from its first record to\n"+
 		"             the final commit.\n"+

@@ -56,9 +56,9 @@ func (p phase) fromFirst() time.Duration { return p.done.Sub(p.first) }
 // benchWordCount is benchmark (a). Both sides read the same preloaded
 // lines from the same in-process broker; the baseline, Eddy and Eddy under
 // exactly-once alternate (see alternate). The headline rate of each side
-// is lines per second from its first
-// input record to its finish line, so that group joins and start-up count
-// against neither; rates from start are printed too.
+// is lines per second from its first input record to its finish line, so
+// that group joins and start-up count against neither; rates from start
+// are printed too.
 func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	source := "generated"
 	if cfg.corpus != "" {
