@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
@@ -255,7 +257,7 @@ func (p *slidingAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if err != nil {
 			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
-		if err := p.put(c, k, kb, win, p.step(k, v, cur, true), t, r); err != nil {
+		if err := p.put(c, k, kb, win, p.step(k, v, cur, true), latest(recs, win, t), r); err != nil {
 			return err
 		}
 	}
@@ -283,25 +285,36 @@ func (p *slidingAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		}
 		var agg A
 		have := false
-		maxTs := t
 		for _, kr := range recs {
 			if !p.w.Contains(win, kr.ts) {
 				continue
 			}
-			maxTs = max(maxTs, kr.ts)
 			for _, kv := range kr.values {
 				agg, have = p.step(k, kv, agg, have), true
 			}
 		}
-		if err := p.put(c, k, kb, win, agg, maxTs, r); err != nil {
+		if err := p.put(c, k, kb, win, agg, latest(recs, win, math.MinInt64), r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// put stores win's aggregate and emits it, or records the window as
-// pending its final result; maxTs is the window's latest record time.
+// latest is the latest time of the kept records in win, or at least
+// floor: the timestamp of win's result, as Kafka Streams stamps it.
+func latest[V any](recs []keptRecords[V], win Window, floor int64) int64 {
+	ts := floor
+	for _, kr := range recs {
+		if win.Start <= kr.ts && kr.ts <= win.End {
+			ts = max(ts, kr.ts)
+		}
+	}
+	return ts
+}
+
+// put stores win's aggregate and emits it, stamped with maxTs, the
+// window's latest record time, or records the window as pending its final
+// result.
 func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, r record) error {
 	vb, err := encodeStoreValue(p.aggSerde, agg)
 	if err != nil {
@@ -312,7 +325,7 @@ func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Windo
 	}
 	if !p.final {
 		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
-		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: r.ts, headers: r.headers})
+		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(maxTs), headers: r.headers})
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, maxTs)
 }

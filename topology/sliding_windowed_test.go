@@ -22,8 +22,9 @@ type slidingRef struct {
 	streamTime int64
 }
 
-// slidingReference replays recs: a record is late when stream time has
-// reached its right window's close (t+1+d+grace); a key's windows are the
+// slidingReference replays recs: a record is late when stream time is
+// past t+d+grace; a window is open while stream time is at most its end
+// plus grace; a key's windows are the
 // left window [max(0,t-d), ...] of every accepted record and the right
 // window starting at t+1 of every accepted record followed by another
 // within d; a window exists if it was open when the records first defined
@@ -34,7 +35,7 @@ func slidingReference(recs []timedRec, d, grace int64) slidingRef {
 	times := map[string][]int64{}
 	arrivals := map[string][]arrival{}
 	exists := map[winKey]bool{}
-	open := func(start, st int64) bool { return start+d+grace > st }
+	open := func(start, st int64) bool { return start+d+grace >= st }
 	for i, r := range recs {
 		ref.streamTime = max(ref.streamTime, r.ts)
 		st := ref.streamTime
@@ -207,12 +208,13 @@ func TestSlidingWindowedLateRecordDroppedAndCounted(t *testing.T) {
 	d, in, out := slidingTopology(t, w, false)
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(5_000)))
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(20_000)))
-	// Stream time 20 s: the right window of 9 s, [9001,19001], closes at
-	// 21 001, so 9 s is accepted, though every window it lies in is closed.
+	// Stream time 20 s: [9000,19000], the last window 9 s can lie in,
+	// closes at 21 001, so 9 s is accepted, though no window holding it is
+	// open.
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(9_000)))
 	require.Zero(t, d.DroppedLate())
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(22_000)))
-	// The right window of 7 s closed at 19 001.
+	// [7000,17000] closed at 19 001.
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(7_000)))
 	require.Equal(t, int64(3), d.DroppedLate()) // once per aggregation
 	require.Equal(t, map[winKey]int64{
@@ -238,7 +240,7 @@ func TestSlidingWindowedEmitFinalOnePerClosedWindow(t *testing.T) {
 			k := winKey{r.Key.Key, r.Key.Window.Start}
 			require.False(t, seen[k], "window %v emitted twice", k)
 			seen[k] = true
-			require.GreaterOrEqual(t, st, k.start+diff+grace, "window %v emitted before it closed", k)
+			require.Greater(t, st, k.start+diff+grace, "window %v emitted before it closed", k)
 			require.Equal(t, want[k], r.Value, "window %v", k)
 			require.Equal(t, ref.maxTs[k], r.Timestamp.UnixMilli(), "timestamp of window %v", k)
 		}
@@ -248,7 +250,7 @@ func TestSlidingWindowedEmitFinalOnePerClosedWindow(t *testing.T) {
 	check(seenSums, out.sums, ref.sums, ref.streamTime)
 	closed := 0
 	for k := range ref.counts {
-		if ref.streamTime >= k.start+diff+grace {
+		if ref.streamTime > k.start+diff+grace {
 			closed++
 			require.True(t, seenCounts[k], "closed window %v not emitted", k)
 		}
