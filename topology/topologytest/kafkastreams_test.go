@@ -1,0 +1,294 @@
+package topologytest_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+	"github.com/eddystreams/eddy/topology/topologytest"
+)
+
+// The scenarios of this file replay Kafka Streams 3.9's own tests through
+// the driver: each names the Kafka Streams test it comes from and holds
+// that test's inputs, with their timestamps, and the outputs the test
+// expects after each step, as data. Eddy's topology is the one the Kafka
+// Streams test builds, written with Eddy's DSL. Keys and values are
+// strings; Kafka Streams' Integer and Long inputs are written in decimal.
+//
+// An expected output is "<key> <value> @<timestamp>": a windowed key is
+// "<key>@[<start>,<end>]" (a time window's end excluded, a session's
+// included, as in Kafka Streams), and a null key or value is "null", as
+// Kafka Streams' test joiners and aggregators print them.
+
+// ksNull is the key or value of an input that is null.
+const ksNull = "<null>"
+
+// ksIn is one input record.
+type ksIn struct {
+	topic, key, value string
+	ts                int64
+}
+
+// ksStep pipes its inputs, then expects exactly want on "out".
+type ksStep struct {
+	in   []ksIn
+	want []string
+}
+
+// ksScenario is one Kafka Streams test's data.
+type ksScenario struct {
+	name  string // the Kafka Streams test class and method
+	build func(b *topology.Builder)
+	// key renders the key bytes of "out" (default: a string).
+	key func([]byte) string
+	// value renders the value bytes of "out" (default: a string).
+	value func([]byte) string
+	steps []ksStep
+}
+
+func runKS(t *testing.T, sc ksScenario) {
+	b := topology.NewBuilder()
+	sc.build(b)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	d, err := topologytest.New(topo, topologytest.Config{})
+	require.NoError(t, err)
+	defer d.Close()
+	key, value := sc.key, sc.value
+	if key == nil {
+		key = func(b []byte) string { return string(b) }
+	}
+	if value == nil {
+		value = func(b []byte) string { return string(b) }
+	}
+	for i, step := range sc.steps {
+		for _, in := range step.in {
+			var kb, vb []byte
+			if in.key != ksNull {
+				kb = []byte(in.key)
+			}
+			if in.value != ksNull {
+				vb = []byte(in.value)
+			}
+			require.NoError(t, d.Pipe(in.topic, kb, vb, time.UnixMilli(in.ts)), "step %d", i)
+		}
+		got := []string{}
+		for _, r := range d.ReadOutput("out") {
+			k, v := "null", "null"
+			if r.Key != nil {
+				k = key(r.Key)
+			}
+			if r.Value != nil {
+				v = value(r.Value)
+			}
+			got = append(got, fmt.Sprintf("%s %s @%d", k, v, r.Timestamp.UnixMilli()))
+		}
+		want := step.want
+		if want == nil {
+			want = []string{}
+		}
+		require.Equal(t, want, got, "step %d", i)
+	}
+}
+
+// in, left and right are inputs of the topics "in", "left" and "right".
+func in(key, value string, ts int64) ksIn    { return ksIn{"in", key, value, ts} }
+func left(key, value string, ts int64) ksIn  { return ksIn{"left", key, value, ts} }
+func right(key, value string, ts int64) ksIn { return ksIn{"right", key, value, ts} }
+
+// step is a ksStep.
+func step(want []string, ins ...ksIn) ksStep { return ksStep{in: ins, want: want} }
+
+// out lists expected outputs.
+func out(recs ...string) []string { return recs }
+
+// orNull prints a joined side as Kafka Streams' test joiner does.
+func orNull(v string, ok bool) string {
+	if !ok {
+		return "null"
+	}
+	return v
+}
+
+// outerJoin builds left.outerJoin(right, joiner, w) into "out", the
+// joiner printing "<left>+<right>".
+func outerJoin(w topology.JoinWindows) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		l := topology.Stream(b, "left", serde.String, serde.String)
+		r := topology.Stream(b, "right", serde.String, serde.String)
+		topology.OuterJoinStreams(l, r, func(lv string, lok bool, rv string, rok bool) string { return orNull(lv, lok) + "+" + orNull(rv, rok) },
+			w, "join", serde.String, serde.String, serde.String).To("out", serde.String, serde.String)
+	}
+}
+
+// leftJoin builds left.leftJoin(right, joiner, w) into "out".
+func leftJoin(w topology.JoinWindows) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		l := topology.Stream(b, "left", serde.String, serde.String)
+		r := topology.Stream(b, "right", serde.String, serde.String)
+		topology.LeftJoinStreams(l, r, func(lv, rv string, rok bool) string { return lv + "+" + orNull(rv, rok) },
+			w, "join", serde.String, serde.String, serde.String).To("out", serde.String, serde.String)
+	}
+}
+
+// innerJoin builds left.join(right, joiner, w) into "out".
+func innerJoin(w topology.JoinWindows) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		l := topology.Stream(b, "left", serde.String, serde.String)
+		r := topology.Stream(b, "right", serde.String, serde.String)
+		topology.JoinStreams(l, r, func(lv, rv string) string { return lv + "+" + rv },
+			w, "join", serde.String, serde.String, serde.String).To("out", serde.String, serde.String)
+	}
+}
+
+// joinWindows is JoinWindows.ofTimeDifferenceAndGrace(d, grace) in ms.
+func joinWindows(d, grace int64) topology.JoinWindows {
+	return topology.JoinTimeDifference(time.Duration(d) * time.Millisecond).Grace(time.Duration(grace) * time.Millisecond)
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// windowKey renders a time-windowed key of window size size.
+func windowKey(size int64) func([]byte) string {
+	ks := topology.TimeWindowedSerde(serde.String, size)
+	return func(b []byte) string {
+		w, err := ks.Decode(b)
+		if err != nil {
+			return "undecodable:" + err.Error()
+		}
+		return fmt.Sprintf("%s@[%d,%d]", w.Key, w.Window.Start, w.Window.End)
+	}
+}
+
+// sessionKey renders a session-windowed key.
+func sessionKey(b []byte) string {
+	w, err := topology.SessionWindowedSerde(serde.String).Decode(b)
+	if err != nil {
+		return "undecodable:" + err.Error()
+	}
+	return fmt.Sprintf("%s@[%d,%d]", w.Key, w.Window.Start, w.Window.End)
+}
+
+// longValue renders a value serde.Int64 encoded.
+func longValue(b []byte) string {
+	if len(b) != 8 {
+		return "undecodable:" + strings.Repeat("?", len(b))
+	}
+	return fmt.Sprint(int64(binary.BigEndian.Uint64(b)))
+}
+
+// toStringAdder is Kafka Streams' test aggregator: the aggregate, "+",
+// the value, starting from "0".
+func toStringAdder(_ string, v, agg string) string { return agg + "+" + v }
+
+func toStringInit() string { return "0" }
+
+// sessionMerger is Kafka Streams' test session merger: the two
+// aggregates joined by "+".
+func sessionMerger(_ string, a, b string) string { return a + "+" + b }
+
+var ksStreamStreamJoins = []ksScenario{
+	{
+		name:  "KStreamKStreamOuterJoinTest.testOuterJoinDuplicates",
+		build: outerJoin(joinWindows(100, 10)),
+		steps: []ksStep{
+			step(out(
+				"1 null+11 @0",
+				"1 null+12 @0",
+				"0 A0+null @0",
+				"0 A0-0+null @0",
+			), left("0", "A0", 0), left("0", "A0-0", 0), right("1", "11", 0), right("1", "12", 0), right("1", "10", 111), right("3", "100", 211)),
+			step(out(
+				"2 A2+13 @201",
+				"2 A2-0+13 @201",
+				"2 A2+14 @201",
+				"2 A2-0+14 @201",
+			), left("2", "A2", 200), left("2", "A2-0", 200), right("2", "13", 201), right("2", "14", 201)),
+			step(out(
+				"1 null+10 @111",
+				"3 null+100 @211",
+			), right("3", "100", 1500)),
+		},
+	},
+	{
+		name:  "KStreamKStreamOuterJoinTest.testLeftExpiredNonJoinedRecordsAreEmittedByTheLeftProcessor",
+		build: outerJoin(joinWindows(100, 0)),
+		steps: []ksStep{
+			step(nil, left("0", "A0", 1), left("1", "A1", 2), left("0", "A0-0", 3)),
+			step(out("1 A1+11 @3"), right("1", "11", 3)),
+			step(out("0 A0+null @1", "0 A0-0+null @3"), left("2", "dummy", 401)),
+			step(out("2 dummy+100 @401"), right("2", "100", 401)),
+		},
+	},
+	{
+		name:  "KStreamKStreamOuterJoinTest.testLeftExpiredNonJoinedRecordsAreEmittedByTheRightProcessor",
+		build: outerJoin(joinWindows(100, 0)),
+		steps: []ksStep{
+			step(nil, left("0", "A0", 1), left("1", "A1", 2), left("0", "A0-0", 3)),
+			step(out("1 A1+11 @3"), right("1", "11", 3)),
+			step(out("0 A0+null @1", "0 A0-0+null @3"), right("2", "100", 401)),
+			step(out("2 dummy+100 @402"), left("2", "dummy", 402)),
+		},
+	},
+	{
+		name:  "KStreamKStreamOuterJoinTest.testRightExpiredNonJoinedRecordsAreEmittedByTheLeftProcessor",
+		build: outerJoin(joinWindows(100, 0)),
+		steps: []ksStep{
+			step(nil, right("0", "10", 1), right("1", "11", 2), right("0", "12", 3)),
+			step(out("1 A1+11 @3"), left("1", "A1", 3)),
+			step(out("0 null+10 @1", "0 null+12 @3"), left("2", "dummy", 401)),
+			step(out("2 dummy+100 @402"), right("2", "100", 402)),
+		},
+	},
+	{
+		name:  "KStreamKStreamOuterJoinTest.testRightExpiredNonJoinedRecordsAreEmittedByTheRightProcessor",
+		build: outerJoin(joinWindows(100, 0)),
+		steps: []ksStep{
+			step(nil, right("0", "10", 1), right("1", "11", 2), right("0", "12", 3)),
+			step(out("1 A1+11 @3"), left("1", "A1", 3)),
+			step(out("0 null+10 @1", "0 null+12 @3"), right("2", "100", 401)),
+			step(out("2 dummy+100 @402"), left("2", "dummy", 402)),
+		},
+	},
+	{
+		name:  "KStreamKStreamOuterJoinTest.testOrdering",
+		build: outerJoin(joinWindows(100, 0)),
+		steps: []ksStep{
+			step(nil, left("0", "A0", 0), left("1", "A1", 100)),
+			step(out("0 A0+null @0", "1 A1+11 @110"), right("1", "11", 110)),
+		},
+	},
+	{
+		name:  "KStreamKStreamOuterJoinTest.testGracePeriod",
+		build: outerJoin(joinWindows(100, 10)),
+		steps: []ksStep{
+			step(nil, left("0", "A0", 0), right("1", "11", 0)),
+			step(nil, left("1", "A1", 101), right("0", "10", 101)),
+			step(out("1 null+11 @0", "0 A0+null @0"), right("0", "100", 112)),
+		},
+	},
+	{
+		name:  "KStreamKStreamOuterJoinTest.testEmitAllNonJoinedResultsForAsymmetricWindow",
+		build: outerJoin(joinWindows(5, 0).After(ms(20))),
+		steps: []ksStep{
+			step(nil, left("0", "A0", 29)),
+			step(nil, left("1", "A1", 30)),
+			step(nil, right("2", "12", 31)),
+			step(nil, right("3", "13", 36)),
+			step(out("2 null+12 @31"), right("4", "14", 37)),
+			step(out("0 A0+null @29", "3 null+13 @36", "4 null+14 @37"), right("5", "15", 50)),
+		},
+	},
+}
+
+func TestKafkaStreamsStreamStreamJoins(t *testing.T) {
+	for _, sc := range ksStreamStreamJoins {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
