@@ -287,6 +287,89 @@ var ksStreamStreamJoins = []ksScenario{
 	},
 }
 
+// each is one input per key of keys on topic at ts, valued prefix+key,
+// as Kafka Streams' tests loop over their expected keys.
+func each(topic, prefix string, ts int64, keys ...string) []ksIn {
+	var ins []ksIn
+	for _, k := range keys {
+		ins = append(ins, ksIn{topic, k, prefix + k, ts})
+	}
+	return ins
+}
+
+// staggered is one left input per key of keys, valued prefix+key, the
+// i-th at ts+i.
+func staggered(prefix string, ts int64, keys ...string) []ksIn {
+	var ins []ksIn
+	for i, k := range keys {
+		ins = append(ins, left(k, prefix+k, ts+int64(i)))
+	}
+	return ins
+}
+
+var keys0to3 = []string{"0", "1", "2", "3"}
+
+func init() {
+	ksStreamStreamJoins = append(ksStreamStreamJoins,
+		ksScenario{
+			name:  "KStreamKStreamLeftJoinTest.testLeftJoinDuplicates",
+			build: leftJoin(joinWindows(100, 10)),
+			steps: []ksStep{
+				step(out("0 A0+null @0", "0 A0-0+null @0"), left("0", "A0", 0), left("0", "A0-0", 0), right("1", "a0", 111), right("2", "dummy", 500)),
+				step(out("2 A2+a2 @1001", "2 A2-0+a2 @1001"), left("2", "A2", 1000), left("2", "A2-0", 1000), right("2", "a2", 1001)),
+				step(nil, right("3", "a3", 315)),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamLeftJoinTest.testLeftJoinedRecordsWithZeroAfterAreEmitted",
+			build: leftJoin(joinWindows(100, 0).After(0)),
+			steps: []ksStep{
+				step(out("0 A0+null @1000", "1 A1+null @1001", "2 A2+null @1002"), staggered("A", 1000, keys0to3...)...),
+				step(out("0 A0+a0 @1000", "1 A1+a1 @1001", "2 A2+a2 @1002", "3 A3+a3 @1003"), each("right", "a", 999, keys0to3...)...),
+				step(out("0 A0+b0 @1000", "1 A1+b1 @1001", "2 A2+b2 @1002", "3 A3+b3 @1003"), each("right", "b", 1000, keys0to3...)...),
+				step(out("1 A1+c1 @1001", "2 A2+c2 @1002", "3 A3+c3 @1003"), each("right", "c", 1001, keys0to3...)...),
+				step(out("2 A2+d2 @1002", "3 A3+d3 @1003"), each("right", "d", 1002, keys0to3...)...),
+				step(out("3 A3+e3 @1003"), each("right", "e", 1003, keys0to3...)...),
+				step(nil, each("right", "f", 1100, keys0to3...)...),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamJoinTest.testAsymmetricWindowingAfter",
+			build: innerJoin(joinWindows(0, 0).After(ms(100))),
+			steps: []ksStep{
+				step(nil, staggered("A", 1000, keys0to3...)...),
+				step(nil, each("right", "a", 999, keys0to3...)...),
+				step(out("0 A0+b0 @1000"), each("right", "b", 1000, keys0to3...)...),
+				step(out("0 A0+c0 @1001", "1 A1+c1 @1001"), each("right", "c", 1001, keys0to3...)...),
+				step(out("0 A0+d0 @1002", "1 A1+d1 @1002", "2 A2+d2 @1002"), each("right", "d", 1002, keys0to3...)...),
+				step(out("0 A0+e0 @1003", "1 A1+e1 @1003", "2 A2+e2 @1003", "3 A3+e3 @1003"), each("right", "e", 1003, keys0to3...)...),
+				step(out("0 A0+f0 @1100", "1 A1+f1 @1100", "2 A2+f2 @1100", "3 A3+f3 @1100"), each("right", "f", 1100, keys0to3...)...),
+				step(out("1 A1+g1 @1101", "2 A2+g2 @1101", "3 A3+g3 @1101"), each("right", "g", 1101, keys0to3...)...),
+				step(out("2 A2+h2 @1102", "3 A3+h3 @1102"), each("right", "h", 1102, keys0to3...)...),
+				step(out("3 A3+i3 @1103"), each("right", "i", 1103, keys0to3...)...),
+				step(nil, each("right", "j", 1104, keys0to3...)...),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamJoinTest.testAsymmetricWindowingBefore",
+			build: innerJoin(joinWindows(0, 0).Before(ms(100))),
+			steps: []ksStep{
+				step(nil, staggered("A", 1000, keys0to3...)...),
+				step(nil, each("right", "a", 899, keys0to3...)...),
+				step(out("0 A0+b0 @1000"), each("right", "b", 900, keys0to3...)...),
+				step(out("0 A0+c0 @1000", "1 A1+c1 @1001"), each("right", "c", 901, keys0to3...)...),
+				step(out("0 A0+d0 @1000", "1 A1+d1 @1001", "2 A2+d2 @1002"), each("right", "d", 902, keys0to3...)...),
+				step(out("0 A0+e0 @1000", "1 A1+e1 @1001", "2 A2+e2 @1002", "3 A3+e3 @1003"), each("right", "e", 903, keys0to3...)...),
+				step(out("0 A0+f0 @1000", "1 A1+f1 @1001", "2 A2+f2 @1002", "3 A3+f3 @1003"), each("right", "f", 1000, keys0to3...)...),
+				step(out("1 A1+g1 @1001", "2 A2+g2 @1002", "3 A3+g3 @1003"), each("right", "g", 1001, keys0to3...)...),
+				step(out("2 A2+h2 @1002", "3 A3+h3 @1003"), each("right", "h", 1002, keys0to3...)...),
+				step(out("3 A3+i3 @1003"), each("right", "i", 1003, keys0to3...)...),
+				step(nil, each("right", "j", 1004, keys0to3...)...),
+			},
+		},
+	)
+}
+
 func TestKafkaStreamsStreamStreamJoins(t *testing.T) {
 	for _, sc := range ksStreamStreamJoins {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
