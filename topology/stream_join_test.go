@@ -224,3 +224,39 @@ func TestStreamJoinRepartitionsRekeyedSide(t *testing.T) {
 	require.NoError(t, strIn(d, "left").PipeAt("y", "banana", time.UnixMilli(1500)))
 	require.Equal(t, kvs[string, string]("a", "apple|r1"), readKVs(t, d, "out", serde.String, serde.String))
 }
+
+// TestStreamJoinKeylessRecords: a left join emits a left record without a
+// key at once, joined with nothing (KIP-962), and an outer join does so for
+// either side; an inner join, and a left join's right side, drop them.
+func TestStreamJoinKeylessRecords(t *testing.T) {
+	w := topology.JoinTimeDifference(10 * time.Millisecond)
+	b := topology.NewBuilder()
+	l := topology.Stream(b, "left", serde.String, serde.String)
+	r := topology.Stream(b, "right", serde.String, serde.String)
+	show := func(v string, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return v
+	}
+	topology.LeftJoinStreams(l, r, func(lv, rv string, ok bool) string { return lv + "|" + show(rv, ok) }, w, "lj", serde.String, serde.String, serde.String).
+		To("left-out", serde.String, serde.String)
+	topology.OuterJoinStreams(l, r, func(lv string, lok bool, rv string, rok bool) string { return show(lv, lok) + "|" + show(rv, rok) }, w, "oj", serde.String, serde.String, serde.String).
+		To("outer-out", serde.String, serde.String)
+	topology.JoinStreams(l, r, func(lv, rv string) string { return lv + "|" + rv }, w, "ij", serde.String, serde.String, serde.String).
+		To("inner-out", serde.String, serde.String)
+	d, _ := start(t, b)
+	require.NoError(t, d.Pipe("left", nil, []byte("a"), time.UnixMilli(100)))
+	require.NoError(t, d.Pipe("right", nil, []byte("b"), time.UnixMilli(100)))
+	read := func(topic string) []string {
+		var got []string
+		for _, rec := range d.ReadOutput(topic) {
+			require.Nil(t, rec.Key)
+			got = append(got, string(rec.Value)+"@"+strconv.FormatInt(rec.Timestamp.UnixMilli(), 10))
+		}
+		return got
+	}
+	require.Equal(t, []string{"a|-@100"}, read("left-out"))
+	require.Equal(t, []string{"a|-@100", "-|b@100"}, read("outer-out"))
+	require.Empty(t, read("inner-out"))
+}
