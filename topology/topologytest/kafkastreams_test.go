@@ -320,17 +320,31 @@ func each(topic, prefix string, ts int64, keys ...string) []ksIn {
 	return ins
 }
 
-// staggered is one left input per key of keys, valued prefix+key, the
-// i-th at ts+i.
-func staggered(prefix string, ts int64, keys ...string) []ksIn {
+// staggered is one input per key of keys on topic, valued prefix+key,
+// the i-th at ts+i.
+func staggered(topic, prefix string, ts int64, keys ...string) []ksIn {
 	var ins []ksIn
 	for i, k := range keys {
-		ins = append(ins, left(k, prefix+k, ts+int64(i)))
+		ins = append(ins, ksIn{topic, k, prefix + k, ts + int64(i)})
 	}
 	return ins
 }
 
-var keys0to3 = []string{"0", "1", "2", "3"}
+var (
+	keys0to3 = []string{"0", "1", "2", "3"}
+	keys0to1 = []string{"0", "1"}
+)
+
+// joinTestSteps are the steps of Kafka Streams' KStreamKStreamJoinTest
+// testJoin and testOuterJoin, every record at time 0.
+var joinTestSteps = []ksStep{
+	step(nil, each("left", "A", 0, keys0to1...)...),
+	step(out("0 A0+a0 @0", "1 A1+a1 @0"), each("right", "a", 0, keys0to1...)...),
+	step(out("0 B0+a0 @0", "1 B1+a1 @0"), each("left", "B", 0, keys0to3...)...),
+	step(out("0 A0+b0 @0", "0 B0+b0 @0", "1 A1+b1 @0", "1 B1+b1 @0", "2 B2+b2 @0", "3 B3+b3 @0"), each("right", "b", 0, keys0to3...)...),
+	step(out("0 C0+a0 @0", "0 C0+b0 @0", "1 C1+a1 @0", "1 C1+b1 @0", "2 C2+b2 @0", "3 C3+b3 @0"), each("left", "C", 0, keys0to3...)...),
+	step(out("0 A0+c0 @0", "0 B0+c0 @0", "0 C0+c0 @0", "1 A1+c1 @0", "1 B1+c1 @0", "1 C1+c1 @0"), each("right", "c", 0, keys0to1...)...),
+}
 
 func init() {
 	ksStreamStreamJoins = append(ksStreamStreamJoins,
@@ -347,7 +361,7 @@ func init() {
 			name:  "KStreamKStreamLeftJoinTest.testLeftJoinedRecordsWithZeroAfterAreEmitted",
 			build: leftJoin(joinWindows(100, 0).After(0)),
 			steps: []ksStep{
-				step(out("0 A0+null @1000", "1 A1+null @1001", "2 A2+null @1002"), staggered("A", 1000, keys0to3...)...),
+				step(out("0 A0+null @1000", "1 A1+null @1001", "2 A2+null @1002"), staggered("left", "A", 1000, keys0to3...)...),
 				step(out("0 A0+a0 @1000", "1 A1+a1 @1001", "2 A2+a2 @1002", "3 A3+a3 @1003"), each("right", "a", 999, keys0to3...)...),
 				step(out("0 A0+b0 @1000", "1 A1+b1 @1001", "2 A2+b2 @1002", "3 A3+b3 @1003"), each("right", "b", 1000, keys0to3...)...),
 				step(out("1 A1+c1 @1001", "2 A2+c2 @1002", "3 A3+c3 @1003"), each("right", "c", 1001, keys0to3...)...),
@@ -357,10 +371,50 @@ func init() {
 			},
 		},
 		ksScenario{
+			name:  "KStreamKStreamJoinTest.testJoin",
+			build: innerJoin(joinWindows(100, 0)),
+			steps: joinTestSteps,
+		},
+		ksScenario{
+			name:  "KStreamKStreamJoinTest.testOuterJoin",
+			build: outerJoin(joinWindows(100, 24*3600*1000)),
+			steps: joinTestSteps,
+		},
+		ksScenario{
+			name:  "KStreamKStreamJoinTest.testWindowing",
+			build: innerJoin(joinWindows(100, 0)),
+			steps: []ksStep{
+				step(nil, each("left", "A", 0, keys0to1...)...),
+				step(out("0 A0+a0 @0", "1 A1+a1 @0"), each("right", "a", 0, keys0to1...)...),
+				step(nil, staggered("left", "B", 1000, keys0to3...)...),
+				step(out("0 B0+b0 @1100", "1 B1+b1 @1100", "2 B2+b2 @1100", "3 B3+b3 @1100"), each("right", "b", 1100, keys0to3...)...),
+				step(out("1 B1+c1 @1101", "2 B2+c2 @1101", "3 B3+c3 @1101"), each("right", "c", 1101, keys0to3...)...),
+				step(out("2 B2+d2 @1102", "3 B3+d3 @1102"), each("right", "d", 1102, keys0to3...)...),
+				step(out("3 B3+e3 @1103"), each("right", "e", 1103, keys0to3...)...),
+				step(nil, each("right", "f", 1104, keys0to3...)...),
+				step(nil, each("right", "g", 899, keys0to3...)...),
+				step(out("0 B0+h0 @1000"), each("right", "h", 900, keys0to3...)...),
+				step(out("0 B0+i0 @1000", "1 B1+i1 @1001"), each("right", "i", 901, keys0to3...)...),
+				step(out("0 B0+j0 @1000", "1 B1+j1 @1001", "2 B2+j2 @1002"), each("right", "j", 902, keys0to3...)...),
+				step(out("0 B0+k0 @1000", "1 B1+k1 @1001", "2 B2+k2 @1002", "3 B3+k3 @1003"), each("right", "k", 903, keys0to3...)...),
+				step(nil, staggered("right", "l", 2000, keys0to3...)...),
+				step(out("0 C0+l0 @2100", "1 C1+l1 @2100", "2 C2+l2 @2100", "3 C3+l3 @2100"), each("left", "C", 2100, keys0to3...)...),
+				step(out("1 D1+l1 @2101", "2 D2+l2 @2101", "3 D3+l3 @2101"), each("left", "D", 2101, keys0to3...)...),
+				step(out("2 E2+l2 @2102", "3 E3+l3 @2102"), each("left", "E", 2102, keys0to3...)...),
+				step(out("3 F3+l3 @2103"), each("left", "F", 2103, keys0to3...)...),
+				step(nil, each("left", "G", 2104, keys0to3...)...),
+				step(nil, each("left", "H", 1899, keys0to3...)...),
+				step(out("0 I0+l0 @2000"), each("left", "I", 1900, keys0to3...)...),
+				step(out("0 J0+l0 @2000", "1 J1+l1 @2001"), each("left", "J", 1901, keys0to3...)...),
+				step(out("0 K0+l0 @2000", "1 K1+l1 @2001", "2 K2+l2 @2002"), each("left", "K", 1902, keys0to3...)...),
+				step(out("0 L0+l0 @2000", "1 L1+l1 @2001", "2 L2+l2 @2002", "3 L3+l3 @2003"), each("left", "L", 1903, keys0to3...)...),
+			},
+		},
+		ksScenario{
 			name:  "KStreamKStreamJoinTest.testAsymmetricWindowingAfter",
 			build: innerJoin(joinWindows(0, 0).After(ms(100))),
 			steps: []ksStep{
-				step(nil, staggered("A", 1000, keys0to3...)...),
+				step(nil, staggered("left", "A", 1000, keys0to3...)...),
 				step(nil, each("right", "a", 999, keys0to3...)...),
 				step(out("0 A0+b0 @1000"), each("right", "b", 1000, keys0to3...)...),
 				step(out("0 A0+c0 @1001", "1 A1+c1 @1001"), each("right", "c", 1001, keys0to3...)...),
@@ -377,7 +431,7 @@ func init() {
 			name:  "KStreamKStreamJoinTest.testAsymmetricWindowingBefore",
 			build: innerJoin(joinWindows(0, 0).Before(ms(100))),
 			steps: []ksStep{
-				step(nil, staggered("A", 1000, keys0to3...)...),
+				step(nil, staggered("left", "A", 1000, keys0to3...)...),
 				step(nil, each("right", "a", 899, keys0to3...)...),
 				step(out("0 A0+b0 @1000"), each("right", "b", 900, keys0to3...)...),
 				step(out("0 A0+c0 @1000", "1 A1+c1 @1001"), each("right", "c", 901, keys0to3...)...),
