@@ -371,6 +371,36 @@ func init() {
 			},
 		},
 		ksScenario{
+			name:  "KStreamKStreamOuterJoinTest.testWindowing",
+			build: outerJoin(joinWindows(100, 0)),
+			steps: []ksStep{
+				step(nil, each("left", "A", 0, keys0to1...)...),
+				step(out("0 A0+10 @0", "1 A1+11 @0"), right("0", "10", 0), right("1", "11", 0), right("2", "12", 0), right("3", "13", 0)),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamOuterJoinTest.testShouldNotEmitLeftJoinResultForAsymmetricBeforeWindow",
+			build: outerJoin(joinWindows(100, 0).Before(0)),
+			steps: []ksStep{
+				step(nil, staggered("left", "A", 0, keys0to1...)...),
+				step(out("0 A0+10 @100"), right("0", "10", 100)),
+				step(out("1 A1+null @1"), right("1", "11", 102)),
+				step(out("1 null+11 @102"), right("2", "12", 103)),
+				step(out("2 A2+12 @103"), left("2", "A2", 103)),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamOuterJoinTest.testShouldNotEmitLeftJoinResultForAsymmetricAfterWindow",
+			build: outerJoin(joinWindows(100, 0).After(0)),
+			steps: []ksStep{
+				step(out("0 A0+null @0"), staggered("left", "A", 0, keys0to1...)...),
+				step(out("1 A1+11 @1"), right("1", "11", 1)),
+				step(nil, right("2", "12", 101)),
+				step(nil, right("3", "13", 101)),
+				step(out("2 A2+12 @201"), left("2", "A2", 201)),
+			},
+		},
+		ksScenario{
 			name:  "KStreamKStreamJoinTest.testJoin",
 			build: innerJoin(joinWindows(100, 0)),
 			steps: joinTestSteps,
