@@ -401,6 +401,60 @@ func init() {
 			},
 		},
 		ksScenario{
+			name:  "KStreamKStreamLeftJoinTest.testOrdering",
+			build: leftJoin(joinWindows(100, 0)),
+			steps: []ksStep{
+				step(nil, left("0", "A0", 0), left("1", "A1", 100)),
+				step(out("0 A0+null @0", "1 A1+a1 @110"), right("1", "a1", 110)),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamLeftJoinTest.testGracePeriod",
+			build: leftJoin(joinWindows(100, 10)),
+			steps: []ksStep{
+				step(nil, each("left", "A", 0, keys0to1...)...),
+				step(nil, each("right", "a", 101, keys0to3...)...),
+				step(out("0 A0+null @0", "1 A1+null @0"), right("0", "dummy", 1201)),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamLeftJoinTest.testWindowing",
+			build: leftJoin(joinWindows(100, 0)),
+			steps: []ksStep{
+				step(nil, each("left", "A", 0, keys0to1...)...),
+				step(out("0 A0+a0 @0", "1 A1+a1 @0"), each("right", "a", 0, keys0to3...)...),
+				// testUpperWindowBound
+				step(nil, staggered("right", "b", 1000, keys0to3...)...),
+				step(out("0 B0+b0 @1100", "1 B1+b1 @1100", "2 B2+b2 @1100", "3 B3+b3 @1100"), each("left", "B", 1100, keys0to3...)...),
+				step(out("1 C1+b1 @1101", "2 C2+b2 @1101", "3 C3+b3 @1101"), each("left", "C", 1101, keys0to3...)...),
+				step(out("2 D2+b2 @1102", "3 D3+b3 @1102"), each("left", "D", 1102, keys0to3...)...),
+				step(out("3 E3+b3 @1103"), each("left", "E", 1103, keys0to3...)...),
+				step(nil, each("left", "F", 1104, keys0to3...)...),
+				step(out(
+					"0 C0+null @1101",
+					"0 D0+null @1102", "1 D1+null @1102",
+					"0 E0+null @1103", "1 E1+null @1103", "2 E2+null @1103",
+					"0 F0+null @1104", "1 F1+null @1104", "2 F2+null @1104", "3 F3+null @1104",
+				), left("0", "dummy", 1405)),
+				// testLowerWindowBound
+				step(out("0 G0+null @899", "1 G1+null @899", "2 G2+null @899", "3 G3+null @899"), each("left", "G", 899, keys0to3...)...),
+				step(out("0 H0+b0 @1000", "1 H1+null @900", "2 H2+null @900", "3 H3+null @900"), each("left", "H", 900, keys0to3...)...),
+				step(out("0 I0+b0 @1000", "1 I1+b1 @1001", "2 I2+null @901", "3 I3+null @901"), each("left", "I", 901, keys0to3...)...),
+				step(out("0 J0+b0 @1000", "1 J1+b1 @1001", "2 J2+b2 @1002", "3 J3+null @902"), each("left", "J", 902, keys0to3...)...),
+				step(out("0 K0+b0 @1000", "1 K1+b1 @1001", "2 K2+b2 @1002", "3 K3+b3 @1003"), each("left", "K", 903, keys0to3...)...),
+				step(out("0 dummy+null @1203"), left("0", "dummy", 1203)),
+			},
+		},
+		ksScenario{
+			name:  "KStreamKStreamLeftJoinTest.shouldNotEmitLeftJoinResultForAsymmetricWindow",
+			build: leftJoin(joinWindows(100, 0).Before(0)),
+			steps: []ksStep{
+				step(nil, staggered("left", "A", 0, keys0to1...)...),
+				step(out("0 A0+a0 @100"), right("0", "a0", 100)),
+				step(out("1 A1+null @1"), right("1", "a1", 102)),
+			},
+		},
+		ksScenario{
 			name:  "KStreamKStreamJoinTest.testJoin",
 			build: innerJoin(joinWindows(100, 0)),
 			steps: joinTestSteps,
