@@ -702,3 +702,57 @@ func TestKafkaStreamsSlidingWindows(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
+
+// timeAgg builds a time-windowed aggregation of "in" (size, advance and
+// grace in ms) into "out" with Kafka Streams' string initializer and
+// adder.
+func timeAgg(size, advance, grace int64, final bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		tw := topology.WindowedBy(g, topology.HoppingWindows(ms(size), ms(advance)).Grace(ms(grace)))
+		if final {
+			tw = tw.EmitFinal()
+		}
+		topology.WindowedAggregate(tw, toStringInit, toStringAdder, "agg", serde.String).
+			ToStream().To("out", topology.TimeWindowedSerde(serde.String, size), serde.String)
+	}
+}
+
+// windowAggBasicData is the input of Kafka Streams'
+// KStreamWindowAggregateTest.testAggBasic.
+var windowAggBasicData = []ksIn{
+	in("A", "1", 0), in("B", "2", 1), in("C", "3", 2), in("D", "4", 3), in("A", "1", 4), in("A", "1", 5),
+	in("B", "2", 6), in("D", "4", 7), in("B", "2", 8), in("C", "3", 9), in("A", "1", 10), in("B", "2", 11),
+	in("D", "4", 12), in("B", "2", 13), in("C", "3", 14), in("B", "1", 3), in("B", "2", 2), in("B", "3", 9),
+}
+
+var ksTimeWindows = []ksScenario{
+	{
+		name:  "KStreamWindowAggregateTest.testAggBasic(ON_WINDOW_UPDATE)",
+		build: timeAgg(10, 5, 100, false), key: windowKey(10),
+		// Eddy stamps B@[0,10] 0+2+2+2+1 with 3, the updating record's
+		// time: a window store keeps no record time to take the larger of.
+		differs: "a time window's update is stamped with the updating record's time, not the window's latest",
+		steps: []ksStep{step(out(
+			"A@[0,10] 0+1 @0", "B@[0,10] 0+2 @1", "C@[0,10] 0+3 @2", "D@[0,10] 0+4 @3",
+			"A@[0,10] 0+1+1 @4", "A@[0,10] 0+1+1+1 @5", "A@[5,15] 0+1 @5",
+			"B@[0,10] 0+2+2 @6", "B@[5,15] 0+2 @6", "D@[0,10] 0+4+4 @7", "D@[5,15] 0+4 @7",
+			"B@[0,10] 0+2+2+2 @8", "B@[5,15] 0+2+2 @8", "C@[0,10] 0+3+3 @9", "C@[5,15] 0+3 @9",
+			"A@[5,15] 0+1+1 @10", "A@[10,20] 0+1 @10", "B@[5,15] 0+2+2+2 @11", "B@[10,20] 0+2 @11",
+			"D@[5,15] 0+4+4 @12", "D@[10,20] 0+4 @12", "B@[5,15] 0+2+2+2+2 @13", "B@[10,20] 0+2+2 @13",
+			"C@[5,15] 0+3+3 @14", "C@[10,20] 0+3 @14",
+			"B@[0,10] 0+2+2+2+1 @8", "B@[0,10] 0+2+2+2+1+2 @8", "B@[0,10] 0+2+2+2+1+2+3 @9", "B@[5,15] 0+2+2+2+2+3 @13",
+		), windowAggBasicData...)},
+	},
+	{
+		name:  "KStreamWindowAggregateTest.testAggBasic(ON_WINDOW_CLOSE)",
+		build: timeAgg(10, 5, 100, true), key: windowKey(10),
+		steps: []ksStep{step(nil, windowAggBasicData...)},
+	},
+}
+
+func TestKafkaStreamsTimeWindows(t *testing.T) {
+	for _, sc := range ksTimeWindows {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
