@@ -631,17 +631,91 @@ func TestKafkaStreamsSessionWindows(t *testing.T) {
 // initializer and adder.
 func slidingAgg(diff, grace int64, final bool) func(b *topology.Builder) {
 	return func(b *topology.Builder) {
-		g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
-		sw := topology.SlidingWindowedBy(g, topology.NewSlidingWindows(ms(diff)).Grace(ms(grace)))
-		if final {
-			sw = sw.EmitFinal()
-		}
+		sw := slidingWindowed(b, diff, grace, final)
 		topology.SlidingAggregate(sw, toStringInit, toStringAdder, "agg", serde.String).
 			ToStream().To("out", topology.TimeWindowedSerde(serde.String, diff), serde.String)
 	}
 }
 
+// slidingReduce is slidingAgg reducing with Kafka Streams' string adder.
+func slidingReduce(diff, grace int64, final bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		slidingWindowed(b, diff, grace, final).Reduce(func(a, v string) string { return a + "+" + v }, "agg").
+			ToStream().To("out", topology.TimeWindowedSerde(serde.String, diff), serde.String)
+	}
+}
+
+func slidingWindowed(b *topology.Builder, diff, grace int64, final bool) topology.SlidingWindowedKStream[string, string] {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	sw := topology.SlidingWindowedBy(g, topology.NewSlidingWindows(ms(diff)).Grace(ms(grace)))
+	if final {
+		sw = sw.EmitFinal()
+	}
+	return sw
+}
+
+var (
+	slidingAggregateSmallInput = []ksIn{in("A", "1", 10), in("A", "2", 10), in("A", "3", 14), in("A", "4", 15), in("A", "5", 20), in("A", "6", 22), in("A", "7", 30)}
+	slidingReduceSmallInput    = []ksIn{in("A", "1", 10), in("A", "2", 14), in("A", "3", 15), in("A", "4", 22), in("A", "5", 26), in("A", "6", 30)}
+)
+
 var ksSlidingWindows = []ksScenario{
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testAggregateSmallInput(ON_WINDOW_UPDATE)",
+		build: slidingAgg(10, 5, false), key: windowKey(10), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,10] 0+1 @10", "A@[0,10] 0+1+2 @10",
+			"A@[4,14] 0+1+2+3 @14",
+			"A@[5,15] 0+1+2+3+4 @15",
+			"A@[10,20] 0+1+2+3+4+5 @20",
+			"A@[11,21] 0+3 @14", "A@[11,21] 0+3+4 @15", "A@[11,21] 0+3+4+5 @20",
+			"A@[12,22] 0+3+4+5+6 @22",
+			"A@[15,25] 0+4 @15", "A@[15,25] 0+4+5 @20", "A@[15,25] 0+4+5+6 @22",
+			"A@[16,26] 0+5 @20", "A@[16,26] 0+5+6 @22",
+			"A@[20,30] 0+5+6+7 @30",
+			"A@[21,31] 0+6 @22", "A@[21,31] 0+6+7 @30",
+			"A@[23,33] 0+7 @30",
+		), slidingAggregateSmallInput...)},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testAggregateSmallInput(ON_WINDOW_CLOSE)",
+		build: slidingAgg(10, 5, true), key: windowKey(10), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,10] 0+1+2 @10",
+			"A@[4,14] 0+1+2+3 @14",
+			"A@[5,15] 0+1+2+3+4 @15",
+			"A@[10,20] 0+1+2+3+4+5 @20",
+			"A@[11,21] 0+3+4+5 @20",
+			"A@[12,22] 0+3+4+5+6 @22",
+		), slidingAggregateSmallInput...)},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testReduceSmallInput(ON_WINDOW_UPDATE)",
+		build: slidingReduce(10, 5, false), key: windowKey(10), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,10] 1 @10",
+			"A@[4,14] 1+2 @14",
+			"A@[5,15] 1+2+3 @15",
+			"A@[11,21] 2 @14", "A@[11,21] 2+3 @15",
+			"A@[12,22] 2+3+4 @22",
+			"A@[15,25] 3 @15", "A@[15,25] 3+4 @22",
+			"A@[16,26] 4 @22", "A@[16,26] 4+5 @26",
+			"A@[20,30] 4+5+6 @30",
+			"A@[23,33] 5 @26", "A@[23,33] 5+6 @30",
+			"A@[27,37] 6 @30",
+		), slidingReduceSmallInput...)},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testReduceSmallInput(ON_WINDOW_CLOSE)",
+		build: slidingReduce(10, 5, true), key: windowKey(10), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,10] 1 @10",
+			"A@[4,14] 1+2 @14",
+			"A@[5,15] 1+2+3 @15",
+			"A@[11,21] 2+3 @15",
+			"A@[12,22] 2+3+4 @22",
+		), slidingReduceSmallInput...)},
+	},
 	{
 		name:  "KStreamSlidingWindowAggregateTest.testNoGracePeriodSmallInput(ON_WINDOW_UPDATE)",
 		build: slidingAgg(50, 0, false), key: windowKey(50), unordered: true,
