@@ -603,6 +603,29 @@ var ksSessionWindows = []ksScenario{
 		steps: []ksStep{step(out("1@[10,15] 0+0+1+2 @15"), sessionImplData...)},
 	},
 	{
+		name:  "KStreamSessionWindowAggregateProcessorTest.shouldImmediatelyForwardNewSessionWhenNonCachedStore",
+		build: sessionAgg("count", 5*60*1000, 0, false), key: sessionKey, value: longValue,
+		steps: []ksStep{step(out("a@[0,0] 1 @0", "b@[0,0] 1 @0", "c@[0,0] 1 @0"), in("a", "1", 0), in("b", "1", 0), in("c", "1", 0))},
+	},
+	{
+		name:  "KStreamSessionWindowAggregateProcessorTest.shouldImmediatelyForwardRemovedSessionsWhenMerging",
+		build: sessionAgg("count", 5*60*1000, 0, false), key: sessionKey, value: longValue,
+		steps: []ksStep{step(out("a@[0,0] 1 @0", "a@[0,0] null @0", "a@[0,5] 2 @5"), in("a", "1", 0), in("a", "1", 5))},
+	},
+	{
+		// As in the next scenario, the outputs are what the aggregation
+		// forwards while the test checks that only Late1 is skipped.
+		name:  "KStreamSessionWindowAggregateProcessorTest.shouldLogAndMeterWhenSkippingLateRecordWithZeroGrace",
+		build: sessionAgg("count", 10, 0, false), key: sessionKey, value: longValue,
+		late:  1,
+		steps: []ksStep{
+			step(out("dummy@[0,0] 1 @0"), in("dummy", "dummy", 0)),
+			step(out("OnTime1@[0,0] 1 @0"), in("OnTime1", "1", 0)),
+			step(out("dummy@[11,11] 1 @11"), in("dummy", "dummy", 11)),
+			step(nil, in("Late1", "1", 0)),
+		},
+	},
+	{
 		// The Kafka Streams test checks which records are skipped as late
 		// (only Late1: its session [0,0] expired at stream time 1); the
 		// outputs are what its aggregation forwards meanwhile.
