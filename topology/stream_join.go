@@ -197,9 +197,10 @@ type streamJoinProc[K, V, V2, VR any] struct {
 	// milliseconds; started is false until it was read from the stores.
 	streamTime int64
 	started    bool
-	// minTime is at most the earliest time in the outer store, or
-	// math.MaxInt64 when unknown, as Kafka Streams tracks it: it decides
-	// whether a record looks for unmatched records to emit.
+	// minTime is the earliest time in the outer store as Kafka Streams
+	// tracks it (math.MaxInt64 before anything was kept, math.MinInt64
+	// when unknown, after a restart or an abort): it decides whether a
+	// record looks for unmatched records to emit.
 	minTime int64
 	// committedTime and committedStarted are streamTime and started when
 	// the last commit completed, where an abort takes them back.
@@ -260,6 +261,10 @@ func (p *streamJoinProc[K, V, V2, VR]) start() error {
 func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error {
 	side := as[joinSide](r.value)
 	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
+		if r.keyNull || r.valueNull {
+			c.task.droppedJoin++
+			return nil
+		}
 		return errNoTimestamp
 	}
 	if !p.started {
