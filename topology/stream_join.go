@@ -206,7 +206,6 @@ type streamJoinProc[K, V, V2, VR any] struct {
 	// the last commit completed, where an abort takes them back.
 	committedTime    int64
 	committedStarted bool
-	log              lateLog
 }
 
 func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
@@ -228,7 +227,6 @@ func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
 			return err
 		}
 	}
-	p.log.node = c.node.name
 	return nil
 }
 
@@ -508,8 +506,8 @@ func (p *streamJoinProc[K, V, V2, VR]) rewind() {
 var errBadOuterKey = errors.New("topology: malformed stream-join store entry")
 
 // The tags of an unmatched record's side in the outer store: right sorts
-// before left, as in Kafka Streams' store. Left records written before the
-// left tag was 2 carry sideLeftOld, which reads as left too.
+// before left, as in Kafka Streams' store. sideLeftOld, the left tag of
+// stores written by earlier releases, reads as left too.
 const (
 	sideLeftOld byte = 0
 	sideRight   byte = 1
