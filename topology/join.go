@@ -59,6 +59,7 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	// generated) name can name the repartition topic; its parent is wired
 	// below.
 	n := b.addNode(kindProcessor, op, o)
+	n.relaxedNullKeys = left
 	in := s.n
 	if s.keyChanged {
 		vs, ok := o.valueSerde.(serde.Serde[V])

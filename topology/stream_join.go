@@ -126,6 +126,7 @@ func joinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], op string,
 	b := l.builder()
 	r.builder()
 	n := b.addNode(kindProcessor, op, o)
+	n.relaxedNullKeys = leftOuter || rightOuter
 	out := KStream[K, VR]{b: b, n: n}
 	if r.b != b {
 		b.errorf("%s joins a stream from another Builder", n.label())

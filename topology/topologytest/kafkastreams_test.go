@@ -853,3 +853,61 @@ func TestKafkaStreamsTimeWindows(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
+
+// relaxedJoin builds Kafka Streams' RelaxedNullKeyRequirementJoinTest
+// topologies: "left" and "right", each through a repartition topic first,
+// into "out" by op ("left", "outer", "table" for a left join with the
+// table of "right", or "none" for a second repartition and no join).
+func relaxedJoin(op string) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		w := joinWindows(60_000, 10_000)
+		joiner := func(lv string, lok bool, rv string, rok bool) string { return orNull(lv, lok) + "|" + orNull(rv, rok) }
+		l := topology.Stream(b, "left", serde.String, serde.String).Repartition(serde.String, serde.String, topology.Named("left"))
+		var out topology.KStream[string, string]
+		switch op {
+		case "left":
+			r := topology.Stream(b, "right", serde.String, serde.String).Repartition(serde.String, serde.String, topology.Named("right"))
+			out = topology.LeftJoinStreams(l, r, func(lv, rv string, ok bool) string { return joiner(lv, true, rv, ok) }, w, "join", serde.String, serde.String, serde.String)
+		case "outer":
+			r := topology.Stream(b, "right", serde.String, serde.String).Repartition(serde.String, serde.String, topology.Named("right"))
+			out = topology.OuterJoinStreams(l, r, joiner, w, "join", serde.String, serde.String, serde.String)
+		case "table":
+			t := topology.Table(b, "right", serde.String, serde.String, "right-table")
+			out = topology.LeftJoin(l, t, func(lv, tv string, ok bool) string { return joiner(lv, true, tv, ok) })
+		default:
+			out = l.Repartition(serde.String, serde.String, topology.Named("again"))
+		}
+		out.To("out", serde.String, serde.String)
+	}
+}
+
+// The Kafka Streams tests leave some inputs' timestamps to the driver's
+// clock and compare keys and values only; those inputs are piped at 1 here.
+var ksNullKeyJoins = []ksScenario{
+	{
+		name:  "RelaxedNullKeyRequirementJoinTest.testRelaxedLeftStreamStreamJoin",
+		build: relaxedJoin("left"),
+		steps: []ksStep{step(out("null leftValue|null @1"), left(ksNull, "leftValue", 1))},
+	},
+	{
+		name:  "RelaxedNullKeyRequirementJoinTest.testRelaxedLeftStreamTableJoin",
+		build: relaxedJoin("table"),
+		steps: []ksStep{step(out("null leftValue|null @1"), left(ksNull, "leftValue", 1))},
+	},
+	{
+		name:  "RelaxedNullKeyRequirementJoinTest.testRelaxedOuterStreamStreamJoin",
+		build: relaxedJoin("outer"),
+		steps: []ksStep{step(out("null null|rightValue @1", "null leftValue|null @1"), right(ksNull, "rightValue", 1), left(ksNull, "leftValue", 1))},
+	},
+	{
+		name:  "RelaxedNullKeyRequirementJoinTest.testDropNullKeyRecordsForRepartitionNodesWithNoRelaxedJoinDownstream",
+		build: relaxedJoin("none"),
+		steps: []ksStep{step(nil, left(ksNull, "leftValue", 1))},
+	},
+}
+
+func TestKafkaStreamsNullKeyJoins(t *testing.T) {
+	for _, sc := range ksNullKeyJoins {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
