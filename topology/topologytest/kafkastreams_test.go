@@ -617,7 +617,7 @@ var ksSessionWindows = []ksScenario{
 		// forwards while the test checks that only Late1 is skipped.
 		name:  "KStreamSessionWindowAggregateProcessorTest.shouldLogAndMeterWhenSkippingLateRecordWithZeroGrace",
 		build: sessionAgg("count", 10, 0, false), key: sessionKey, value: longValue,
-		late:  1,
+		late: 1,
 		steps: []ksStep{
 			step(out("dummy@[0,0] 1 @0"), in("dummy", "dummy", 0)),
 			step(out("OnTime1@[0,0] 1 @0"), in("OnTime1", "1", 0)),
