@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/eddystreams/eddy/serde"
@@ -89,9 +90,10 @@ type slidingWindow[A any] struct {
 
 // neighbours reads k's windows starting in [from, to], by ascending or
 // descending start, those a store of Kafka Streams' retention would still
-// return: the stores keep one millisecond more, so that a window closed by
-// a record is still there to emit with EmitFinal.
-func (p *derivedSlidingProc[K, V, A]) neighbours(kb []byte, from, to int64, backward bool) ([]slidingWindow[A], error) {
+// return (the stores keep one millisecond more, so that a window closed by
+// a record is still there to emit with EmitFinal), up to and including the
+// first one last accepts (nil: all).
+func (p *derivedSlidingProc[K, V, A]) neighbours(kb []byte, from, to int64, backward bool, last func(Window) bool) ([]slidingWindow[A], error) {
 	obs, err := p.ws.ObservedTime()
 	if err != nil {
 		return nil, err
@@ -102,46 +104,51 @@ func (p *derivedSlidingProc[K, V, A]) neighbours(kb []byte, from, to int64, back
 	if from > to {
 		return nil, nil
 	}
-	times := make(map[int64]int64)
-	it, err := p.times.Fetch(kb, from, to)
+	// Forwards, then reversed: a store reads forwards much faster.
+	it, err := p.ws.Fetch(kb, from, to)
 	if err != nil {
 		return nil, err
 	}
+	type raw struct {
+		start int64
+		vb    []byte
+	}
+	var raws []raw
 	for it.Next() {
-		if v := it.Value(); len(v) == 8 {
-			times[it.Start()] = int64(binary.BigEndian.Uint64(v))
-		}
+		raws = append(raws, raw{it.Start(), bytes.Clone(it.Value())})
 	}
 	if err := closeIter(it); err != nil {
 		return nil, err
 	}
-	fetch := p.ws.Fetch
 	if backward {
-		fetch = p.ws.FetchBackward
-	}
-	if it, err = fetch(kb, from, to); err != nil {
-		return nil, err
+		slices.Reverse(raws)
 	}
 	var out []slidingWindow[A]
-	for it.Next() {
-		agg, err := p.aggSerde.Decode(bytes.Clone(it.Value()))
+	for _, rw := range raws {
+		agg, err := p.aggSerde.Decode(rw.vb)
 		if err != nil {
-			it.Close()
 			return nil, fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
-		start := it.Start()
-		ts, ok := times[start]
-		if !ok {
+		win := Window{Start: rw.start, End: addSat(rw.start, p.w.diff)}
+		out = append(out, slidingWindow[A]{win: win, val: slidingValue[A]{agg: agg, have: true}})
+		if last != nil && last(win) {
+			break
+		}
+	}
+	for i := range out {
+		tb, found, err := p.times.Get(kb, out[i].win.Start)
+		if err != nil {
+			return nil, err
+		}
+		if found && len(tb) == 8 {
+			out[i].val.ts = int64(binary.BigEndian.Uint64(tb))
+		} else {
 			// A window the store holds without a time, written before the
 			// times were kept: its end bounds its records' times.
-			ts = addSat(start, p.w.diff)
+			out[i].val.ts = out[i].win.End
 		}
-		out = append(out, slidingWindow[A]{
-			win: Window{Start: start, End: addSat(start, p.w.diff)},
-			val: slidingValue[A]{agg: agg, have: true, ts: ts},
-		})
 	}
-	return out, closeIter(it)
+	return out, nil
 }
 
 func closeIter(it *statestore.WindowIterator) error {
@@ -198,7 +205,8 @@ type derivedInput[K, V any] struct {
 // from the latest start back.
 func (p *derivedSlidingProc[K, V, A]) processLater(c *nodeInstance, in derivedInput[K, V]) error {
 	t, d := in.t, p.w.diff
-	ws, err := p.neighbours(in.kb, max(0, t-2*d), t+1, true)
+	// Backwards, the first window ending before t is the last one read.
+	ws, err := p.neighbours(in.kb, max(0, t-2*d), t+1, true, func(w Window) bool { return w.End < t })
 	if err != nil {
 		return err
 	}
@@ -265,7 +273,7 @@ func (p *derivedSlidingProc[K, V, A]) processLater(c *nodeInstance, in derivedIn
 // neighbours forwards.
 func (p *derivedSlidingProc[K, V, A]) processEarly(c *nodeInstance, in derivedInput[K, V]) error {
 	t, d := in.t, p.w.diff
-	ws, err := p.neighbours(in.kb, 0, t+1, false)
+	ws, err := p.neighbours(in.kb, 0, t+1, false, nil)
 	if err != nil {
 		return err
 	}
