@@ -876,15 +876,29 @@ func TestKafkaStreamsSlidingWindows(t *testing.T) {
 // grace in ms) into "out" with Kafka Streams' string initializer and
 // adder.
 func timeAgg(size, advance, grace int64, final bool) func(b *topology.Builder) {
+	return timeAggFrom(toStringInit, size, advance, grace, final)
+}
+
+// timeAggFrom is timeAgg starting each window's aggregate from init.
+func timeAggFrom(init func() string, size, advance, grace int64, final bool) func(b *topology.Builder) {
 	return func(b *topology.Builder) {
 		g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
 		tw := topology.WindowedBy(g, topology.HoppingWindows(ms(size), ms(advance)).Grace(ms(grace)))
 		if final {
 			tw = tw.EmitFinal()
 		}
-		topology.WindowedAggregate(tw, toStringInit, toStringAdder, "agg", serde.String).
+		topology.WindowedAggregate(tw, init, toStringAdder, "agg", serde.String).
 			ToStream().To("out", topology.TimeWindowedSerde(serde.String, size), serde.String)
 	}
+}
+
+func emptyInit() string { return "" }
+
+// expiredWindowInput is the input of Kafka Streams'
+// KStreamWindowAggregateTest.shouldLogAndMeterWhenSkippingExpiredWindow.
+var expiredWindowInput = []ksIn{
+	in("k", "100", 100), in("k", "0", 0), in("k", "1", 1), in("k", "2", 2), in("k", "3", 3),
+	in("k", "4", 4), in("k", "5", 5), in("k", "6", 6), in("k", "105", 105), in("k", "106", 106),
 }
 
 // windowAggBasicData is the input of Kafka Streams'
@@ -896,6 +910,31 @@ var windowAggBasicData = []ksIn{
 }
 
 var ksTimeWindows = []ksScenario{
+	{
+		name:  "KStreamWindowAggregateTest.shouldLogAndMeterWhenSkippingExpiredWindow(ON_WINDOW_UPDATE)",
+		build: timeAggFrom(emptyInit, 10, 5, 90, false), key: windowKey(10),
+		late: 7, // 0 to 4 entirely, 5 and 6 from [0,10)
+		steps: []ksStep{step(out(
+			"k@[95,105] +100 @100", "k@[100,110] +100 @100",
+			"k@[5,15] +5 @5", "k@[5,15] +5+6 @6",
+			"k@[100,110] +100+105 @105", "k@[105,115] +105 @105",
+			"k@[100,110] +100+105+106 @106", "k@[105,115] +105+106 @106",
+		), expiredWindowInput...)},
+	},
+	{
+		name:  "KStreamWindowAggregateTest.shouldLogAndMeterWhenSkippingExpiredWindow(ON_WINDOW_CLOSE)",
+		build: timeAggFrom(emptyInit, 10, 5, 90, true), key: windowKey(10),
+		late:  7,
+		steps: []ksStep{step(out("k@[5,15] +5+6 @6"), expiredWindowInput...)},
+	},
+	{
+		name:  "KStreamWindowAggregateTest.shouldLogAndMeterWhenSkippingExpiredWindowByGrace(ON_WINDOW_UPDATE)",
+		build: timeAggFrom(emptyInit, 10, 10, 90, false), key: windowKey(10),
+		late: 7,
+		steps: []ksStep{step(out("k@[200,210] +100 @200"),
+			in("k", "100", 200), in("k", "0", 100), in("k", "1", 101), in("k", "2", 102), in("k", "3", 103),
+			in("k", "4", 104), in("k", "5", 105), in("k", "6", 6))},
+	},
 	{
 		name:  "KStreamWindowAggregateTest.testAggBasic(ON_WINDOW_UPDATE)",
 		build: timeAgg(10, 5, 100, false), key: windowKey(10),
