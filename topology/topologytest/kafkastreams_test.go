@@ -687,6 +687,65 @@ var (
 	slidingGraceInput   = []ksIn{in("A", "1", 0), in("A", "2", 5), in("A", "3", 10), in("A", "4", 6), in("A", "5", 11), in("A", "6", 16), in("A", "7", 27), in("A", "8", 11)}
 )
 
+var (
+	slidingEarlyInput    = []ksIn{in("A", "1", 0), in("A", "2", 5), in("A", "3", 6), in("A", "4", 3), in("A", "5", 13), in("A", "6", 10), in("A", "7", 70)}
+	slidingRepeatedInput = []ksIn{in("A", "1", 0), in("A", "2", 2), in("A", "3", 4), in("A", "4", 0), in("A", "5", 2), in("A", "6", 2), in("A", "7", 0), in("A", "8", 7)}
+)
+
+var ksSlidingEarlyWindows = []ksScenario{
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testEarlyRecordsSmallInput(ON_WINDOW_UPDATE)",
+		build: slidingAgg(50, 0, false), key: windowKey(50), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,50] 0+1 @0", "A@[0,50] 0+1+2 @5", "A@[0,50] 0+1+2+3 @6", "A@[0,50] 0+1+2+3+4 @6", "A@[0,50] 0+1+2+3+4+5 @13", "A@[0,50] 0+1+2+3+4+5+6 @13",
+			"A@[1,51] 0+2 @5", "A@[1,51] 0+2+3 @6", "A@[1,51] 0+2+3+4 @6", "A@[1,51] 0+2+3+4+5 @13", "A@[1,51] 0+2+3+4+5+6 @13",
+			"A@[4,54] 0+2+3 @6", "A@[4,54] 0+2+3+5 @13", "A@[4,54] 0+2+3+5+6 @13",
+			"A@[6,56] 0+3 @6", "A@[6,56] 0+3+5 @13", "A@[6,56] 0+3+5+6 @13",
+			"A@[7,57] 0+5 @13", "A@[7,57] 0+5+6 @13",
+			"A@[11,61] 0+5 @13",
+			"A@[20,70] 0+7 @70",
+		), slidingEarlyInput...)},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testEarlyRecordsSmallInput(ON_WINDOW_CLOSE)",
+		build: slidingAgg(50, 0, true), key: windowKey(50), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,50] 0+1+2+3+4+5+6 @13",
+			"A@[1,51] 0+2+3+4+5+6 @13",
+			"A@[4,54] 0+2+3+5+6 @13",
+			"A@[6,56] 0+3+5+6 @13",
+			"A@[7,57] 0+5+6 @13",
+			"A@[11,61] 0+5 @13",
+		), slidingEarlyInput...)},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testEarlyRecordsRepeatedInput(ON_WINDOW_UPDATE)",
+		build: slidingAgg(5, 0, false), key: windowKey(5), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,5] 0+1 @0", "A@[0,5] 0+1+2 @2", "A@[0,5] 0+1+2+3+4+5 @4", "A@[0,5] 0+1+2+3+4+5+6 @4",
+			"A@[0,5] 0+1+2+3 @4", "A@[0,5] 0+1+2+3+4 @4", "A@[0,5] 0+1+2+3+4+5+6+7 @4",
+			"A@[1,6] 0+2+3+5+6 @4", "A@[1,6] 0+2 @2", "A@[1,6] 0+2+3 @4", "A@[1,6] 0+2+3+5 @4",
+			"A@[2,7] 0+2+3+5+6+8 @7",
+			"A@[3,8] 0+3 @4", "A@[3,8] 0+3+8 @7",
+			"A@[5,10] 0+8 @7",
+		), slidingRepeatedInput...)},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregateTest.testEarlyRecordsRepeatedInput(ON_WINDOW_CLOSE)",
+		build: slidingAgg(5, 0, true), key: windowKey(5), unordered: true,
+		steps: []ksStep{step(out(
+			"A@[0,5] 0+1+2+3+4+5+6+7 @4",
+			"A@[1,6] 0+2+3+5+6 @4",
+		), slidingRepeatedInput...)},
+	},
+}
+
+func TestKafkaStreamsSlidingEarlyWindows(t *testing.T) {
+	for _, sc := range ksSlidingEarlyWindows {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
+
 var ksSlidingWindows = []ksScenario{
 	{
 		name:  "SlidingWindowedKStreamIntegrationTest.shouldAggregateWindowedWithNoGrace(ON_WINDOW_UPDATE)",
