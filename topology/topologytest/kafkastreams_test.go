@@ -968,7 +968,30 @@ var windowAggBasicData = []ksIn{
 	in("D", "4", 12), in("B", "2", 13), in("C", "3", 14), in("B", "1", 3), in("B", "2", 2), in("B", "3", 9),
 }
 
+// timeWindowedIntegrationInput is the input of Kafka Streams'
+// TimeWindowedKStreamIntegrationTest.
+var timeWindowedIntegrationInput = []ksIn{in("A", "1", 0), in("A", "2", 5), in("A", "3", 10), in("B", "4", 6), in("B", "5", 11), in("B", "6", 15), in("C", "7", 25)}
+
 var ksTimeWindows = []ksScenario{
+	{
+		name:  "TimeWindowedKStreamIntegrationTest.shouldAggregateWindowedWithNoGrace(ON_WINDOW_UPDATE)",
+		build: timeAgg(10, 5, 0, false), key: windowKey(10),
+		late: 1, // 4 at 6 is left out of [0,10)
+		steps: []ksStep{step(out(
+			"A@[0,10] 0+1 @0", "A@[0,10] 0+1+2 @5", "A@[5,15] 0+2 @5", "A@[5,15] 0+2+3 @10", "A@[10,20] 0+3 @10",
+			"B@[5,15] 0+4 @6", "B@[5,15] 0+4+5 @11", "B@[10,20] 0+5 @11", "B@[10,20] 0+5+6 @15", "B@[15,25] 0+6 @15",
+			"C@[20,30] 0+7 @25", "C@[25,35] 0+7 @25",
+		), timeWindowedIntegrationInput...)},
+	},
+	{
+		name:  "TimeWindowedKStreamIntegrationTest.shouldAggregateWindowedWithGrace(ON_WINDOW_UPDATE)",
+		build: timeAgg(10, 5, 5, false), key: windowKey(10),
+		steps: []ksStep{step(out(
+			"A@[0,10] 0+1 @0", "A@[0,10] 0+1+2 @5", "A@[5,15] 0+2 @5", "A@[5,15] 0+2+3 @10", "A@[10,20] 0+3 @10",
+			"B@[0,10] 0+4 @6", "B@[5,15] 0+4 @6", "B@[5,15] 0+4+5 @11", "B@[10,20] 0+5 @11", "B@[10,20] 0+5+6 @15", "B@[15,25] 0+6 @15",
+			"C@[20,30] 0+7 @25", "C@[25,35] 0+7 @25",
+		), timeWindowedIntegrationInput...)},
+	},
 	{
 		name:  "KStreamWindowAggregateTest.shouldLogAndMeterWhenSkippingExpiredWindow(ON_WINDOW_UPDATE)",
 		build: timeAggFrom(emptyInit, 10, 5, 90, false), key: windowKey(10),
