@@ -111,7 +111,9 @@ func (bs *BranchedStream[K, V]) NoDefaultBranch() map[string]KStream[K, V] {
 // of the sub-topology writing it). keySerde and valueSerde encode the
 // topic; either may be nil when its type is string, []byte or int64, for
 // which serde.String, serde.Bytes and serde.Int64 are used. Grouping the
-// result by key needs no further repartitioning.
+// result by key needs no further repartitioning. Records without a key are
+// dropped, as Kafka Streams drops them, unless a left or outer join
+// downstream keeps them (KIP-962).
 func (s KStream[K, V]) Repartition(keySerde serde.Serde[K], valueSerde serde.Serde[V], opts ...Option) KStream[K, V] {
 	b := s.builder()
 	o := collect(opts)

@@ -132,6 +132,11 @@ type node struct {
 	extract func(record) (time.Time, error)
 	encode  func(record) (key, value []byte, err error)
 	newProc func() (procImpl, error)
+	// relaxedNullKeys marks a join that keeps keyless records (left and
+	// outer joins, KIP-962); dropNullKeys, set by Build on a sink writing a
+	// repartition topic with no such join downstream, drops them there, as
+	// Kafka Streams' repartitions do.
+	relaxedNullKeys, dropNullKeys bool
 	// joins is the table node a stream-table join reads the store of: not
 	// a parent, since table updates must not reach the join, but it keeps
 	// both in one sub-topology.

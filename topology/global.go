@@ -105,6 +105,7 @@ func joinGlobal[K, V, GK, GV, VR any](s KStream[K, V], g GlobalKTable[GK, GV], o
 		panic("topology: use of a zero GlobalKTable")
 	}
 	n := b.addNode(kindProcessor, op, o, s.n)
+	n.relaxedNullKeys = left
 	if g.b != b {
 		b.errorf("%s joins a global table from another Builder", n.label())
 	}

@@ -32,7 +32,9 @@ func Join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], joiner func(v V, t
 
 // LeftJoin is Join that keeps the records whose key t does not hold:
 // joiner is called for every record with found false and tv the zero value
-// of TV when t has no value for the key.
+// of TV when t has no value for the key. A record with a null key and a
+// value is kept too, joined with nothing, as in Kafka Streams since
+// KIP-962.
 func LeftJoin[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], joiner func(v V, tv TV, found bool) VR, opts ...Option) KStream[K, VR] {
 	return join(s, t, "leftjoin", true, joiner, collect(opts))
 }
@@ -57,6 +59,7 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	// generated) name can name the repartition topic; its parent is wired
 	// below.
 	n := b.addNode(kindProcessor, op, o)
+	n.relaxedNullKeys = left
 	in := s.n
 	if s.keyChanged {
 		vs, ok := o.valueSerde.(serde.Serde[V])
@@ -108,6 +111,10 @@ func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
 }
 
 func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
+	if p.left && r.keyNull && !r.valueNull {
+		// KIP-962: a left join keeps a keyless record, joined with nothing.
+		return c.forward(record{key: r.key, keyNull: true, value: p.joiner(as[V](r.value), zero[TV](), false), ts: r.ts, headers: r.headers})
+	}
 	if r.keyNull || r.valueNull {
 		c.task.droppedJoin++
 		return nil

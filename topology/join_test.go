@@ -60,8 +60,12 @@ func TestJoinMatchesReference(t *testing.T) {
 					require.NoError(t, custIn.PipeTombstone(key))
 					delete(table, key)
 				case r < 5:
-					require.NoError(t, d.Pipe("orders", nil, []byte("orphan"+strconv.Itoa(i)), ts))
+					v := "orphan" + strconv.Itoa(i)
+					require.NoError(t, d.Pipe("orders", nil, []byte(v), ts))
 					nullKeys++
+					// KIP-962: the left join keeps it, joined with nothing
+					// (a null key reads as "").
+					wantLeft = append(wantLeft, topology.KV("", leftJoiner(v, "", false)))
 				default:
 					v := "order" + strconv.Itoa(i)
 					require.NoError(t, ordIn.PipeAt(key, v, ts))
@@ -74,8 +78,8 @@ func TestJoinMatchesReference(t *testing.T) {
 			}
 			require.Equal(t, wantInner, readKVs(t, d, "inner", serde.String, serde.String))
 			require.Equal(t, wantLeft, readKVs(t, d, "left", serde.String, serde.String))
-			// Both joins see each null-key record.
-			require.Equal(t, 2*nullKeys, d.DroppedJoinRecords())
+			// The inner join drops each null-key record.
+			require.Equal(t, nullKeys, d.DroppedJoinRecords())
 		})
 	}
 }
@@ -99,6 +103,20 @@ func TestJoinTableUpdateOrder(t *testing.T) {
 	require.Equal(t, kvs[string, string]("c1", "o1|<none>", "c1", "o2|alice", "c1", "o3|alicia", "c1", "o4|<none>"),
 		readKVs(t, d, "left", serde.String, serde.String))
 	require.Equal(t, int64(2), d.DroppedJoinRecords())
+}
+
+// TestLeftJoinKeylessRecord: a left join keeps a record without a key,
+// joined with nothing (KIP-962); an inner join drops and counts it.
+func TestLeftJoinKeylessRecord(t *testing.T) {
+	d, _ := start(t, joinTopology())
+	require.NoError(t, strIn(d, "customers").Pipe("", "nobody"))
+	require.NoError(t, strIn(d, "orders").PipeValue("o1"))
+	left := d.ReadOutput("left")
+	require.Len(t, left, 1)
+	require.Nil(t, left[0].Key)
+	require.Equal(t, "o1|<none>", string(left[0].Value))
+	require.Empty(t, d.ReadOutput("inner"))
+	require.Equal(t, int64(1), d.DroppedJoinRecords())
 }
 
 // TestJoinRepartitionsRekeyedStream re-keys the stream before the join:

@@ -56,6 +56,10 @@ func TestAbortRewindsTime(t *testing.T) {
 			topology.SlidingWindowedBy(countIn(b), sliding).Count("counts").ToStream().
 				To("out", topology.TimeWindowedSerde(serde.String, sliding.MaxDiff()), serde.Int64)
 		}, nil},
+		{"sliding-fold", func(b *topology.Builder) {
+			topology.SlidingWindowedBy(countIn(b), sliding).FoldKeptRecords().Count("counts").ToStream().
+				To("out", topology.TimeWindowedSerde(serde.String, sliding.MaxDiff()), serde.Int64)
+		}, nil},
 		{"join", func(b *topology.Builder) {
 			l := topology.Stream(b, "in", serde.String, serde.String)
 			r := topology.Stream(b, "right", serde.String, serde.String)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
@@ -14,9 +16,8 @@ import (
 // per key, ready to be aggregated. Create it with SessionWindowedBy. Event
 // time, stream time and late records are as for TimeWindowedKStream; a
 // record is late when the session it would form or extend has closed
-// (stream time past its end plus grace). A closed session is final: unlike
-// Kafka Streams, a record within the gap of one starts a session of its
-// own rather than extending it, so a final result is never superseded.
+// (stream time past its end plus gap plus grace, SessionWindows.CloseTime).
+// Results are stamped with their session's end, its latest record time.
 type SessionWindowedKStream[K, V any] struct {
 	g     *grouping[K, V]
 	w     SessionWindows
@@ -105,13 +106,13 @@ func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store str
 	b := g.b
 	in := g.input(store)
 	w := s.w
-	// One past the minimum: a session ending exactly at the retention
-	// bound could otherwise expire while a record at the edge of grace
-	// still joins it.
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Session, Retention: addSat(w.MinRetention(), 1),
 	}
+	// One past the minimum: the session a record closes must still be
+	// there to emit with EmitFinal, while lookups keep to the minimum
+	// (sessionAggProc.process).
 	wopts := info.WindowOptions()
 	final := s.final
 	n := b.addProcessor(op, o, func() procImpl {
@@ -185,6 +186,16 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return fmt.Errorf("encode key for store %q: %w", p.store, err)
 	}
 	earliestEnd, latestStart := p.w.SearchBounds(t)
+	// A record joins the sessions a store of Kafka Streams' retention (gap
+	// plus grace) would still return; those it no longer returns ended too
+	// long before its latest session, and are closed or about to be.
+	obs, err := p.ss.ObservedTime()
+	if err != nil {
+		return err
+	}
+	if obs != math.MinInt64 {
+		earliestEnd = max(earliestEnd, obs-p.w.MinRetention()+1)
+	}
 	it, err := p.ss.FindSessions(kb, max(earliestEnd, 0), latestStart)
 	if err != nil {
 		return err
@@ -192,11 +203,6 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	var joined []session[A]
 	for it.Next() {
 		win := Window{Start: it.Start(), End: it.End()}
-		if p.w.IsClosed(win, st) {
-			// A closed session is final, its result perhaps already
-			// emitted: a record near it starts a session of its own.
-			continue
-		}
 		agg, err := p.aggSerde.Decode(bytes.Clone(it.Value()))
 		if err != nil {
 			it.Close()
@@ -222,7 +228,6 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	agg, have := p.start()
-	maxTs := t
 	for _, s := range joined {
 		sa := s.agg
 		if have {
@@ -230,20 +235,27 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		} else {
 			agg, have = sa, true
 		}
-		if s.win == merged {
+		// Every session the record joins is retracted, even the one it
+		// falls within (its result then follows under the same key), as
+		// Kafka Streams does; a record at the time of a one-point session
+		// retracts nothing.
+		if merged == (Window{Start: t, End: t}) {
 			continue
 		}
-		if err := p.ss.Remove(kb, s.win.Start, s.win.End); err != nil {
-			return err
-		}
 		if p.final {
-			ts, err := p.clock.pending.remove(p.w.CloseTime(s.win), s.win.Start, kb)
-			if err != nil {
+			if _, err := p.clock.pending.remove(p.w.CloseTime(s.win), s.win.Start, kb); err != nil {
 				return err
 			}
-			maxTs = max(maxTs, ts)
-		} else if err := p.updates.emit(c, sessionID(kb, s.win), record{key: Windowed[K]{Key: k, Window: s.win}, value: zero[A](), valueNull: true, ts: r.ts, headers: r.headers}); err != nil {
-			return err
+		}
+		if s.win != merged {
+			if err := p.ss.Remove(kb, s.win.Start, s.win.End); err != nil {
+				return err
+			}
+		}
+		if !p.final {
+			if err := p.updates.emit(c, sessionID(kb, s.win), record{key: Windowed[K]{Key: k, Window: s.win}, value: zero[A](), valueNull: true, ts: time.UnixMilli(s.win.End), headers: r.headers}); err != nil {
+				return err
+			}
 		}
 	}
 	agg = p.step(k, as[V](r.value), agg, have)
@@ -255,9 +267,9 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return err
 	}
 	if !p.final {
-		return p.updates.emit(c, sessionID(kb, merged), record{key: Windowed[K]{Key: k, Window: merged}, value: agg, ts: r.ts, headers: r.headers})
+		return p.updates.emit(c, sessionID(kb, merged), record{key: Windowed[K]{Key: k, Window: merged}, value: agg, ts: time.UnixMilli(merged.End), headers: r.headers})
 	}
-	return p.clock.pending.add(p.w.CloseTime(merged), merged.Start, kb, maxTs)
+	return p.clock.pending.add(p.w.CloseTime(merged), merged.Start, kb, merged.End)
 }
 
 func sessionID(kb []byte, w Window) []byte {
@@ -266,9 +278,9 @@ func sessionID(kb []byte, w Window) []byte {
 }
 
 // emit forwards the final result of a closed session. The pending entry's
-// close time gives the session's end.
+// time, the session's latest record time, is its end.
 func (p *sessionAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
-	end := d.close - 1 - p.w.grace
+	end := d.ts
 	vb, found, err := p.ss.Get(d.kb, d.start, end)
 	if err != nil || !found {
 		return err

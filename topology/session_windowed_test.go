@@ -17,19 +17,21 @@ type sessKey struct {
 }
 
 // referenceSessions merges each key's records into sessions directly: a
-// record joins every session still open (stream time below its end +
-// grace + 1) that it lies within gap of, and they become one. It assumes
-// no record is late (the input's disorder is within grace).
+// record joins every session it lies within gap of that the store still
+// keeps (Kafka Streams' session store keeps sessions ending at least gap +
+// grace - 1 before the latest record it took), and they become one. It
+// assumes no record is late (the input's disorder is within grace).
 func referenceSessions(recs []timedRec, gap, grace int64) map[sessKey]int64 {
 	type sess struct{ start, end, n int64 }
 	byKey := make(map[string][]sess)
 	st := int64(-1)
 	for _, r := range recs {
+		kept := st - gap - grace + 1
 		st = max(st, r.ts)
 		m := sess{start: r.ts, end: r.ts, n: 1}
 		var keep []sess
 		for _, s := range byKey[r.key] {
-			if s.end >= r.ts-gap && s.start <= r.ts+gap && st < s.end+grace+1 {
+			if s.end >= r.ts-gap && s.start <= r.ts+gap && s.end >= kept {
 				m.start, m.end, m.n = min(m.start, s.start), max(m.end, s.end), m.n+s.n
 				continue
 			}
@@ -96,7 +98,7 @@ func TestSessionCountMatchesReference(t *testing.T) {
 		}
 		closed := make(map[sessKey]int64)
 		for k, n := range want {
-			if st >= k.end+grace+1 {
+			if st >= k.end+gap+grace+1 {
 				closed[k] = n
 			}
 		}
@@ -112,7 +114,7 @@ func TestSessionMergeAndLate(t *testing.T) {
 	require.NoError(t, in.PipeAt("k", "", at(19_000)))
 	require.NoError(t, in.PipeAt("k", "", at(10_000))) // bridges both sessions
 	require.NoError(t, in.PipeAt("k", "", at(60_000)))
-	require.NoError(t, in.PipeAt("k", "", at(30_000))) // [30000,30000] closed at 50001: late
+	require.NoError(t, in.PipeAt("k", "", at(29_999))) // [29999,29999] closed at 60000: late
 	require.Equal(t, int64(1), d.DroppedLate())
 	recs, err := out.ReadRecords()
 	require.NoError(t, err)

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
@@ -23,24 +25,20 @@ import (
 // window, its right window if a later record lies within MaxDiff, and the
 // right window of the record before it if it lies within MaxDiff of that
 // record. A window that is created, or would be updated, after it closed
-// is left alone: a closed window is final. So a window's aggregate holds
-// exactly the records that fall into it and arrived while it was open.
+// is left alone: a closed window is final. Results are stamped with their
+// window's latest record time.
 //
-// To compute a new window's aggregate exactly, whatever the order in which
-// its records arrived, the aggregation keeps the records themselves for
-// MaxDiff plus grace in a second window store, "<store>-records" (logged
-// and persistent as the aggregation's store is), keyed by record time. A
-// new window folds the records it holds in time order (records with equal
-// times in arrival order); an existing window folds a record in when it
-// arrives. Kafka Streams instead derives a new window's aggregate from a
-// neighbouring window's, which needs no record store; the price of an
-// exact aggregate under any arrival order is storing the values of the last
-// MaxDiff plus grace (Count stores no values, only how many records share
-// a time).
+// As in Kafka Streams, a new window's aggregate is derived from a
+// neighbouring window's, and each window's latest record time is kept in
+// a second window store, "<store>-times" (logged and persistent as the
+// aggregation's store is); results, their order and their timestamps are
+// Kafka Streams'. With FoldKeptRecords the aggregation computes a new
+// window from the records themselves instead.
 type SlidingWindowedKStream[K, V any] struct {
 	g     *grouping[K, V]
 	w     SlidingWindows
 	final bool
+	fold  bool
 }
 
 // SlidingWindowedBy cuts the grouped stream g into the sliding windows w.
@@ -57,6 +55,23 @@ func SlidingWindowedBy[K, V any](g KGroupedStream[K, V], w SlidingWindows) Slidi
 // carries the largest timestamp of its window's records.
 func (s SlidingWindowedKStream[K, V]) EmitFinal() SlidingWindowedKStream[K, V] {
 	s.final = true
+	return s
+}
+
+// FoldKeptRecords makes the aggregation compute a new window's aggregate
+// from the window's records, kept for MaxDiff plus grace in a second
+// window store, "<store>-records" (logged and persistent as the
+// aggregation's store is, instead of "<store>-times"), keyed by record
+// time: a new window folds the records it holds in time order (records
+// with equal times in arrival order), and an existing window folds a
+// record in when it arrives. A window's aggregate then holds exactly the
+// records that fall into it and arrived while it was open, whatever their
+// order, where Kafka Streams' derived aggregates may fold them in another
+// order; the price is storing the values of the last MaxDiff plus grace
+// (Count stores no values, only how many records share a time), and
+// results emitted in another order than Kafka Streams'.
+func (s SlidingWindowedKStream[K, V]) FoldKeptRecords() SlidingWindowedKStream[K, V] {
+	s.fold = true
 	return s
 }
 
@@ -128,8 +143,55 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 	b := g.b
 	in := g.input(store)
 	w := s.w
-	// One past the minimum: the store's observed time is the latest window
-	// start written, which for a right window is one past stream time.
+	final := s.final
+	var n *node
+	if s.fold {
+		n = foldSlidingNode(s, op, store, aggSerde, valueSerde, o, step, in)
+	} else {
+		// One past Kafka Streams' retention: the window a record closes
+		// must still be there to emit with EmitFinal, while lookups keep
+		// to Kafka Streams' (derivedSlidingProc.neighbours).
+		info := StoreInfo{
+			Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
+			Kind: graph.Window, Retention: addSat(w.derivedRetention(), 1), WindowSize: w.diff,
+		}
+		timesInfo := info
+		timesInfo.Name = TimesStoreName(store)
+		wopts := info.WindowOptions()
+		n = b.addProcessor(op, o, func() procImpl {
+			return &derivedSlidingProc[K, V, A]{
+				store: store, w: w, wopts: wopts, final: final,
+				keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+			}
+		}, in)
+		n.stores = []string{store, timesInfo.Name}
+		b.declareStore(info, n.label())
+		b.declareStore(timesInfo, n.label())
+	}
+	if final {
+		pending := PendingStoreName(store)
+		n.stores = append(n.stores, pending)
+		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	}
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if s.fold && op != "sliding-count" && valueSerde == nil {
+		b.errorf("%s: store %q: the grouping's value serde is nil", n.label(), RecordStoreName(store))
+	}
+	if missingFunc != "" {
+		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.diff), valueSerde: aggSerde}
+}
+
+// foldSlidingNode adds the processor of an aggregation with
+// FoldKeptRecords and declares its stores.
+func foldSlidingNode[K, V, A any](s SlidingWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], valueSerde serde.Serde[V], o options, step func(K, V, A, bool) A, in *node) *node {
+	g, w := s.grouping(), s.w
+	b := g.b
+	// The store's observed time is the latest window start written, which
+	// for a right window is one past stream time.
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Window, Retention: addSat(w.MinRetention(), 1), WindowSize: w.diff,
@@ -151,24 +213,11 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 	n.stores = []string{store, recInfo.Name}
 	b.declareStore(info, n.label())
 	b.declareStore(recInfo, n.label())
-	if final {
-		pending := PendingStoreName(store)
-		n.stores = append(n.stores, pending)
-		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
-	}
-	if aggSerde == nil {
-		b.errorf("%s: store %q: value serde is nil", n.label(), store)
-	}
-	if op != "sliding-count" && valueSerde == nil {
-		b.errorf("%s: store %q: the grouping's value serde is nil", n.label(), recInfo.Name)
-	}
-	if missingFunc != "" {
-		b.errorf("%s: %s is nil", n.label(), missingFunc)
-	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.diff), valueSerde: aggSerde}
+	return n
 }
 
-// slidingAggProc aggregates records into sliding windows.
+// slidingAggProc aggregates records into sliding windows by folding kept
+// records (FoldKeptRecords).
 type slidingAggProc[K, V, A any] struct {
 	store        string
 	w            SlidingWindows
@@ -255,7 +304,7 @@ func (p *slidingAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if err != nil {
 			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
-		if err := p.put(c, k, kb, win, p.step(k, v, cur, true), t, r); err != nil {
+		if err := p.put(c, k, kb, win, p.step(k, v, cur, true), latest(recs, win, t), r); err != nil {
 			return err
 		}
 	}
@@ -283,25 +332,36 @@ func (p *slidingAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		}
 		var agg A
 		have := false
-		maxTs := t
 		for _, kr := range recs {
 			if !p.w.Contains(win, kr.ts) {
 				continue
 			}
-			maxTs = max(maxTs, kr.ts)
 			for _, kv := range kr.values {
 				agg, have = p.step(k, kv, agg, have), true
 			}
 		}
-		if err := p.put(c, k, kb, win, agg, maxTs, r); err != nil {
+		if err := p.put(c, k, kb, win, agg, latest(recs, win, math.MinInt64), r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// put stores win's aggregate and emits it, or records the window as
-// pending its final result; maxTs is the window's latest record time.
+// latest is the latest time of the kept records in win, or at least
+// floor: the timestamp of win's result, as Kafka Streams stamps it.
+func latest[V any](recs []keptRecords[V], win Window, floor int64) int64 {
+	ts := floor
+	for _, kr := range recs {
+		if win.Start <= kr.ts && kr.ts <= win.End {
+			ts = max(ts, kr.ts)
+		}
+	}
+	return ts
+}
+
+// put stores win's aggregate and emits it, stamped with maxTs, the
+// window's latest record time, or records the window as pending its final
+// result.
 func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, r record) error {
 	vb, err := encodeStoreValue(p.aggSerde, agg)
 	if err != nil {
@@ -312,7 +372,7 @@ func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Windo
 	}
 	if !p.final {
 		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
-		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: r.ts, headers: r.headers})
+		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(maxTs), headers: r.headers})
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, maxTs)
 }

@@ -22,8 +22,9 @@ type slidingRef struct {
 	streamTime int64
 }
 
-// slidingReference replays recs: a record is late when stream time has
-// reached its right window's close (t+1+d+grace); a key's windows are the
+// slidingReference replays recs: a record is late when stream time is
+// past t+d+grace; a window is open while stream time is at most its end
+// plus grace; a key's windows are the
 // left window [max(0,t-d), ...] of every accepted record and the right
 // window starting at t+1 of every accepted record followed by another
 // within d; a window exists if it was open when the records first defined
@@ -34,7 +35,7 @@ func slidingReference(recs []timedRec, d, grace int64) slidingRef {
 	times := map[string][]int64{}
 	arrivals := map[string][]arrival{}
 	exists := map[winKey]bool{}
-	open := func(start, st int64) bool { return start+d+grace > st }
+	open := func(start, st int64) bool { return start+d+grace >= st }
 	for i, r := range recs {
 		ref.streamTime = max(ref.streamTime, r.ts)
 		st := ref.streamTime
@@ -81,12 +82,16 @@ type slidingOutputs struct {
 }
 
 // slidingTopology counts, sums (Reduce) and sums again (SlidingAggregate)
-// the int64 values of "in" in sliding windows of d ms.
-func slidingTopology(t *testing.T, w topology.SlidingWindows, final bool) (*topologytest.Driver, *topologytest.InputTopic[string, int64], slidingOutputs) {
+// the int64 values of "in" in sliding windows of d ms, folding kept
+// records (FoldKeptRecords) unless derived.
+func slidingTopology(t *testing.T, w topology.SlidingWindows, final bool, derived ...bool) (*topologytest.Driver, *topologytest.InputTopic[string, int64], slidingOutputs) {
 	t.Helper()
 	b := topology.NewBuilder()
 	g := topology.Stream(b, "in", serde.String, serde.Int64).GroupByKey(serde.String, serde.Int64)
 	ws := topology.SlidingWindowedBy(g, w)
+	if len(derived) == 0 || !derived[0] {
+		ws = ws.FoldKeptRecords()
+	}
 	if final {
 		ws = ws.EmitFinal()
 	}
@@ -207,12 +212,13 @@ func TestSlidingWindowedLateRecordDroppedAndCounted(t *testing.T) {
 	d, in, out := slidingTopology(t, w, false)
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(5_000)))
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(20_000)))
-	// Stream time 20 s: the right window of 9 s, [9001,19001], closes at
-	// 21 001, so 9 s is accepted, though every window it lies in is closed.
+	// Stream time 20 s: [9000,19000], the last window 9 s can lie in,
+	// closes at 21 001, so 9 s is accepted, though no window holding it is
+	// open.
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(9_000)))
 	require.Zero(t, d.DroppedLate())
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(22_000)))
-	// The right window of 7 s closed at 19 001.
+	// [7000,17000] closed at 19 001.
 	require.NoError(t, in.PipeAt("k", 1, time.UnixMilli(7_000)))
 	require.Equal(t, int64(3), d.DroppedLate()) // once per aggregation
 	require.Equal(t, map[winKey]int64{
@@ -238,7 +244,7 @@ func TestSlidingWindowedEmitFinalOnePerClosedWindow(t *testing.T) {
 			k := winKey{r.Key.Key, r.Key.Window.Start}
 			require.False(t, seen[k], "window %v emitted twice", k)
 			seen[k] = true
-			require.GreaterOrEqual(t, st, k.start+diff+grace, "window %v emitted before it closed", k)
+			require.Greater(t, st, k.start+diff+grace, "window %v emitted before it closed", k)
 			require.Equal(t, want[k], r.Value, "window %v", k)
 			require.Equal(t, ref.maxTs[k], r.Timestamp.UnixMilli(), "timestamp of window %v", k)
 		}
@@ -248,7 +254,7 @@ func TestSlidingWindowedEmitFinalOnePerClosedWindow(t *testing.T) {
 	check(seenSums, out.sums, ref.sums, ref.streamTime)
 	closed := 0
 	for k := range ref.counts {
-		if ref.streamTime >= k.start+diff+grace {
+		if ref.streamTime > k.start+diff+grace {
 			closed++
 			require.True(t, seenCounts[k], "closed window %v not emitted", k)
 		}
@@ -263,4 +269,59 @@ func TestSlidingWindowedEmitFinalOnePerClosedWindow(t *testing.T) {
 	require.NoError(t, in.PipeAt("z", 0, time.UnixMilli(far)))
 	check(seenCounts, out.counts, ref.counts, far)
 	require.Len(t, seenCounts, len(ref.counts))
+}
+
+// TestSlidingDerivedMatchesReference: without FoldKeptRecords, windows
+// derived from their neighbours, as Kafka Streams derives them, hold the
+// same records as the reference's, so counts and sums agree, when records
+// arrive in order or no window closes before its records arrive. (When a
+// record's window has closed, its neighbours may lack what a later record
+// derives from: with MaxDiff 10 and grace 2, records at 26, 17, 14 never
+// create 14's right window [15,25], as 17's left window [7,17] had closed.
+// FoldKeptRecords creates it.) Besides the late records, the aggregation
+// counts those left out of a closed window they lie in.
+func TestSlidingDerivedMatchesReference(t *testing.T) {
+	keys := []string{"a", "b", "c", "d"}
+	for _, tc := range []struct {
+		name         string
+		diff, grace  int64
+		step, jitter int64
+		n            int
+		seed         uint64
+	}{
+		{"in-order", 5_000, 0, 300, 0, 2000, 1},
+		{"open", 5_000, 3_600_000, 300, 9_000, 2000, 1},
+		{"early", 50_000, 3_600_000, 30, 20_000, 1500, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := topology.NewSlidingWindows(time.Duration(tc.diff) * time.Millisecond).Grace(time.Duration(tc.grace) * time.Millisecond)
+			recs := outOfOrder(tc.seed, tc.n, keys, tc.step, tc.jitter)
+			ref := slidingReference(recs, tc.diff, tc.grace)
+			d, in, out := slidingTopology(t, w, false, true)
+			for i, r := range recs {
+				require.NoError(t, in.PipeAt(r.key, int64(i+1), time.UnixMilli(r.ts)))
+			}
+			require.Equal(t, ref.counts, latest(t, out.counts, tc.diff))
+			require.Equal(t, ref.sums, latest(t, out.sums, tc.diff))
+			require.Equal(t, ref.sums, latest(t, out.squash, tc.diff))
+			require.GreaterOrEqual(t, d.DroppedLate(), 3*ref.late)
+		})
+	}
+}
+
+// TestSlidingDerivedMissesWhatFoldingFinds pins the case above: Kafka
+// Streams' derivation never creates [15,25]; FoldKeptRecords does.
+func TestSlidingDerivedMissesWhatFoldingFinds(t *testing.T) {
+	w := topology.NewSlidingWindows(10 * time.Millisecond).Grace(2 * time.Millisecond)
+	for _, derived := range []bool{true, false} {
+		_, in, out := slidingTopology(t, w, false, derived)
+		for i, ts := range []int64{26, 17, 14} {
+			require.NoError(t, in.PipeAt("k", int64(i+1), time.UnixMilli(ts)))
+		}
+		want := map[winKey]int64{{"k", 16}: 2, {"k", 18}: 1}
+		if !derived {
+			want[winKey{"k", 15}] = 1
+		}
+		require.Equal(t, want, latest(t, out.counts, 10), "derived %v", derived)
+	}
 }

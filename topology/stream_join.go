@@ -16,8 +16,9 @@ import (
 // JoinWindows bound the times of the records a windowed stream-stream
 // join pairs: a left record at t joins the right records of its key with
 // times in [t-before, t+after] (a right record at t, the left records in
-// [t-after, t+before]). Grace is how far behind stream time a record may
-// still arrive.
+// [t-after, t+before]). Grace is how long, past a window, records are
+// kept for late partners and unmatched records wait in left and outer
+// joins.
 type JoinWindows struct {
 	before, after, grace int64 // milliseconds
 }
@@ -51,9 +52,11 @@ func (w JoinWindows) After(d time.Duration) JoinWindows {
 	return w
 }
 
-// Grace returns w accepting records up to g behind the window they need:
-// a left record at t is late, dropped and counted, once stream time is
-// past t+after+g (a right record at t, past t+before+g).
+// Grace returns w with grace g. Each side keeps its records for
+// before+after+g past its latest record, and a record, however late, joins
+// those the other side still keeps; in left and outer joins, an unmatched
+// left record at t is emitted once stream time passes t+after+g (a right
+// record, t+before+g).
 func (w JoinWindows) Grace(g time.Duration) JoinWindows {
 	if g < 0 {
 		panic("topology: JoinWindows.Grace needs a non-negative duration")
@@ -62,8 +65,8 @@ func (w JoinWindows) Grace(g time.Duration) JoinWindows {
 	return w
 }
 
-// span is before + after + grace: how far behind stream time a record can
-// still meet an accepted partner, and so how long records are kept.
+// span is before + after + grace: how long each side keeps its records,
+// as Kafka Streams does.
 func (w JoinWindows) span() int64 { return addSat(addSat(w.before, w.after), w.grace) }
 
 // JoinStreams joins the streams l and r on their keys within windows w:
@@ -72,9 +75,9 @@ func (w JoinWindows) span() int64 { return addSat(addSat(w.before, w.after), w.g
 // the two times, emitted when the second of the pair arrives. Records are
 // kept in the window stores "<store>-left" and "<store>-right"
 // (persistent and logged unless InMemory or WithoutLogging is given),
-// encoded with keySerde, leftSerde and rightSerde, for before+after+grace.
-// Records with a null key or value are dropped and counted as join drops;
-// late records (see JoinWindows.Grace) as late drops.
+// encoded with keySerde, leftSerde and rightSerde, for before+after+grace
+// (see JoinWindows.Grace). Records with a null key or value are dropped and
+// counted as join drops.
 //
 // l and r must be co-partitioned. A side whose key an operator may have
 // changed (Map, SelectKey, FlatMap, Process) is first written through the
@@ -92,9 +95,12 @@ func JoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner fun
 }
 
 // LeftJoinStreams is JoinStreams that also emits each left record no
-// right record joined, as joiner(lv, zero, false), once no right record
-// that could join it can be accepted any more: when stream time passes
-// t+before+after+grace. Such records wait in the store "<store>-outer".
+// right record joined, as joiner(lv, zero, false), stamped with its own
+// time, once its window has passed: when a record at stream time finds
+// stream time beyond t+after+grace, or at once if stream time was already
+// beyond t+after when it arrived. Such records wait in the store
+// "<store>-outer". A left record without a key (but with a value) is
+// emitted at once, keyless, as Kafka Streams does since KIP-962.
 func LeftJoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner func(lv V, rv V2, found bool) VR, w JoinWindows, store string, keySerde serde.Serde[K], leftSerde serde.Serde[V], rightSerde serde.Serde[V2], opts ...Option) KStream[K, VR] {
 	var fn func(V, bool, V2, bool) VR
 	if joiner != nil {
@@ -104,7 +110,8 @@ func LeftJoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner
 }
 
 // OuterJoinStreams is LeftJoinStreams that also emits the right records
-// nothing joined, as joiner(zero, false, rv, true).
+// nothing joined, as joiner(zero, false, rv, true), the right side's
+// window passing at t+before(+grace).
 func OuterJoinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], joiner func(lv V, lfound bool, rv V2, rfound bool) VR, w JoinWindows, store string, keySerde serde.Serde[K], leftSerde serde.Serde[V], rightSerde serde.Serde[V2], opts ...Option) KStream[K, VR] {
 	return joinStreams(l, r, "stream-outerjoin", true, true, joiner, w, store, keySerde, leftSerde, rightSerde, collect(opts))
 }
@@ -119,6 +126,7 @@ func joinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], op string,
 	b := l.builder()
 	r.builder()
 	n := b.addNode(kindProcessor, op, o)
+	n.relaxedNullKeys = leftOuter || rightOuter
 	out := KStream[K, VR]{b: b, n: n}
 	if r.b != b {
 		b.errorf("%s joins a stream from another Builder", n.label())
@@ -150,7 +158,8 @@ func joinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], op string,
 		tag.children = append(tag.children, n)
 		n.parents = append(n.parents, tag)
 	}
-	retention := addSat(w.span(), 1)
+	// Kafka Streams' retention; a store needs a positive one.
+	retention := max(w.span(), 1)
 	infos := []StoreInfo{
 		{Name: store + "-left", Persistent: !o.inMemory, Logged: !o.unlogged, Kind: graph.Window, Retention: retention},
 		{Name: store + "-right", Persistent: !o.inMemory, Logged: !o.unlogged, Kind: graph.Window, Retention: retention},
@@ -189,11 +198,15 @@ type streamJoinProc[K, V, V2, VR any] struct {
 	// milliseconds; started is false until it was read from the stores.
 	streamTime int64
 	started    bool
+	// minTime is the earliest time in the outer store as Kafka Streams
+	// tracks it (math.MaxInt64 before anything was kept, math.MinInt64
+	// when unknown, after a restart or an abort): it decides whether a
+	// record looks for unmatched records to emit.
+	minTime int64
 	// committedTime and committedStarted are streamTime and started when
 	// the last commit completed, where an abort takes them back.
 	committedTime    int64
 	committedStarted bool
-	log              lateLog
 }
 
 func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
@@ -215,7 +228,6 @@ func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
 			return err
 		}
 	}
-	p.log.node = c.node.name
 	return nil
 }
 
@@ -232,16 +244,26 @@ func (p *streamJoinProc[K, V, V2, VR]) start() error {
 		return err
 	}
 	p.streamTime = max(lt, rt)
+	// Unknown after a restart: the next record at stream time looks.
+	p.minTime = math.MinInt64
 	return nil
 }
 
+// process joins one record as Kafka Streams 3.9 does: stream time is the
+// join's own, the latest time of either side's records; a record joins
+// every record of the other side its window reaches that the other side's
+// store still keeps (retention before+after+grace, measured from that
+// side's latest record), however late it is itself; and an outer side's
+// record that joined nothing waits in the outer store until its window and
+// grace have passed, or is emitted at once if its window had passed
+// already.
 func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error {
 	side := as[joinSide](r.value)
-	if r.keyNull || r.valueNull {
-		c.task.droppedJoin++
-		return nil
-	}
 	if r.ts.IsZero() || r.ts.UnixMilli() < 0 {
+		if r.keyNull || r.valueNull {
+			c.task.droppedJoin++
+			return nil
+		}
 		return errNoTimestamp
 	}
 	if !p.started {
@@ -251,17 +273,26 @@ func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error 
 	}
 	t := r.ts.UnixMilli()
 	p.streamTime = max(p.streamTime, t)
-	// A record's own window closes after the side's reach forward.
-	reach, back := p.w.after, p.w.before
+	thisOuter := side.right && p.rightOuter || !side.right && p.leftOuter
+	if thisOuter && r.keyNull && !r.valueNull {
+		// KIP-962: a record without a key joins nothing but is not lost.
+		return c.forward(record{key: r.key, keyNull: true, value: p.joinAlone(side.right, side.value), ts: r.ts, headers: r.headers})
+	}
+	if r.keyNull || r.valueNull {
+		c.task.droppedJoin++
+		return nil
+	}
+	// This side's reach back and forward in time.
+	back, reach := p.w.before, p.w.after
 	own, other := p.left, p.right
 	if side.right {
-		reach, back = p.w.before, p.w.after
+		back, reach = p.w.after, p.w.before
 		own, other = p.right, p.left
 	}
-	if addSat(addSat(t, reach), p.w.grace) < p.streamTime {
-		c.task.droppedLate++
-		p.log.dropped(c.task, t, p.streamTime)
-		return nil
+	if p.outer && t == p.streamTime {
+		if err := p.emitUnmatched(c, reach, r.headers); err != nil {
+			return err
+		}
 	}
 	kb, err := p.ks.Encode(as[K](r.key))
 	if err != nil {
@@ -271,16 +302,8 @@ func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error 
 	if err != nil {
 		return err
 	}
-	// Keep the record with the others of its key and time.
-	prev, _, err := own.Get(kb, t)
-	if err != nil {
-		return err
-	}
-	if err := own.Put(kb, t, appendValue(bytes.Clone(prev), vb)); err != nil {
-		return err
-	}
-
-	it, err := other.Fetch(kb, max(0, t-back), addSat(t, reach))
+	timeTo := addSat(t, reach)
+	it, err := other.Fetch(kb, max(0, t-back), timeTo)
 	if err != nil {
 		return err
 	}
@@ -307,7 +330,7 @@ func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error 
 	for _, m := range matches {
 		if p.outer {
 			// The partners are joined now: they are no longer unmatched.
-			if err := p.unmatched.Delete(outerKey(m.ts, !side.right, kb)); err != nil {
+			if err := p.deleteUnmatched(m.ts, !side.right, kb); err != nil {
 				return err
 			}
 		}
@@ -331,17 +354,40 @@ func (p *streamJoinProc[K, V, V2, VR]) process(c *nodeInstance, r record) error 
 			}
 		}
 	}
-	if len(matches) == 0 && (side.right && p.rightOuter || !side.right && p.leftOuter) {
-		key := outerKey(t, side.right, kb)
-		prev, _, err := p.unmatched.Get(key)
-		if err != nil {
-			return err
-		}
-		if err := p.unmatched.Put(key, appendValue(bytes.Clone(prev), vb)); err != nil {
-			return err
+	if len(matches) == 0 && thisOuter {
+		if timeTo < p.streamTime {
+			// No partner can arrive in time any more.
+			out := record{key: r.key, value: p.joinAlone(side.right, side.value), ts: r.ts, headers: r.headers}
+			if err := c.forward(out); err != nil {
+				return err
+			}
+		} else {
+			p.minTime = min(p.minTime, t)
+			key := outerKey(t, side.right, kb)
+			prev, _, err := p.unmatched.Get(key)
+			if err != nil {
+				return err
+			}
+			if err := p.unmatched.Put(key, appendValue(bytes.Clone(prev), vb)); err != nil {
+				return err
+			}
 		}
 	}
-	return p.emitUnmatched(c)
+	// Keep the record with the others of its key and time, for the other
+	// side's records to come.
+	prev, _, err := own.Get(kb, t)
+	if err != nil {
+		return err
+	}
+	return own.Put(kb, t, appendValue(bytes.Clone(prev), vb))
+}
+
+// joinAlone is the result of a record of one side joined with nothing.
+func (p *streamJoinProc[K, V, V2, VR]) joinAlone(right bool, v any) VR {
+	if right {
+		return p.join(zero[V](), false, as[V2](v), true)
+	}
+	return p.join(as[V](v), true, zero[V2](), false)
 }
 
 func (p *streamJoinProc[K, V, V2, VR]) encodeSide(side joinSide) ([]byte, error) {
@@ -351,24 +397,62 @@ func (p *streamJoinProc[K, V, V2, VR]) encodeSide(side joinSide) ([]byte, error)
 	return p.lvs.Encode(as[V](side.value))
 }
 
-// emitUnmatched emits, in time order, the unmatched records no partner can
-// reach any more: those more than before+after+grace behind stream time.
-func (p *streamJoinProc[K, V, V2, VR]) emitUnmatched(c *nodeInstance) error {
-	if !p.outer {
+// deleteUnmatched forgets a side's unmatched records of key kb at ts.
+func (p *streamJoinProc[K, V, V2, VR]) deleteUnmatched(ts int64, right bool, kb []byte) error {
+	if !right {
+		// Left records may still be under the older tag.
+		if err := p.unmatched.Delete(outerKeyTagged(ts, sideLeftOld, kb)); err != nil {
+			return err
+		}
+	}
+	return p.unmatched.Delete(outerKey(ts, right, kb))
+}
+
+// emitUnmatched emits the waiting unmatched records whose window and grace
+// have passed, in the outer store's order (time, right before left, key),
+// as Kafka Streams does when a record reaches stream time: a record's
+// window has passed once stream time is beyond its time plus its side's
+// reach forward (after for the left, before for the right) plus grace.
+// reach is the reach of the side whose record triggers the scan, with
+// which Kafka Streams decides whether to look at all.
+func (p *streamJoinProc[K, V, V2, VR]) emitUnmatched(c *nodeInstance, reach int64, headers []Header) error {
+	// The sums wrap around as Java's do, so that an unknown earliest time
+	// (the largest int64) gives what Kafka Streams gives.
+	if p.minTime+reach+p.w.grace >= p.streamTime {
 		return nil
 	}
-	limit := p.streamTime - p.w.span()
-	if limit <= 0 {
-		return nil
-	}
-	it, err := p.unmatched.Range(nil, binary.BigEndian.AppendUint64(nil, uint64(limit)))
+	p.minTime = math.MaxInt64
+	it, err := p.unmatched.Range(nil, nil)
 	if err != nil {
 		return err
 	}
 	type entry struct{ key, value []byte }
 	var due []entry
+	var leftOpen, rightOpen bool
 	for it.Next() {
-		due = append(due, entry{bytes.Clone(it.Key()), bytes.Clone(it.Value())})
+		k := it.Key()
+		if len(k) < 9 {
+			it.Close()
+			return errBadOuterKey
+		}
+		ts, right := int64(binary.BigEndian.Uint64(k)), k[8] == sideRight
+		p.minTime = ts
+		if leftOpen && rightOpen {
+			break
+		}
+		lookBack := p.w.after
+		if right {
+			lookBack = p.w.before
+		}
+		if ts+lookBack+p.w.grace >= p.streamTime {
+			if right {
+				rightOpen = true
+			} else {
+				leftOpen = true
+			}
+			continue
+		}
+		due = append(due, entry{bytes.Clone(k), bytes.Clone(it.Value())})
 	}
 	err = it.Err()
 	if cerr := it.Close(); err == nil {
@@ -381,10 +465,7 @@ func (p *streamJoinProc[K, V, V2, VR]) emitUnmatched(c *nodeInstance) error {
 		if err := p.unmatched.Delete(e.key); err != nil {
 			return err
 		}
-		if len(e.key) < 9 {
-			return errBadOuterKey
-		}
-		ts, right := int64(binary.BigEndian.Uint64(e.key)), e.key[8] == 1
+		ts, right := int64(binary.BigEndian.Uint64(e.key)), e.key[8] == sideRight
 		k, err := p.ks.Decode(e.key[9:])
 		if err != nil {
 			return err
@@ -394,21 +475,15 @@ func (p *streamJoinProc[K, V, V2, VR]) emitUnmatched(c *nodeInstance) error {
 			return err
 		}
 		for _, vb := range vals {
-			var out VR
+			var v any
 			if right {
-				rv, err := p.rvs.Decode(vb)
-				if err != nil {
+				if v, err = p.rvs.Decode(vb); err != nil {
 					return err
 				}
-				out = p.join(zero[V](), false, rv, true)
-			} else {
-				lv, err := p.lvs.Decode(vb)
-				if err != nil {
-					return err
-				}
-				out = p.join(lv, true, zero[V2](), false)
+			} else if v, err = p.lvs.Decode(vb); err != nil {
+				return err
 			}
-			if err := c.forward(record{key: k, value: out, ts: time.UnixMilli(ts)}); err != nil {
+			if err := c.forward(record{key: k, value: p.joinAlone(right, v), ts: time.UnixMilli(ts), headers: headers}); err != nil {
 				return err
 			}
 		}
@@ -424,20 +499,33 @@ func (p *streamJoinProc[K, V, V2, VR]) committed() {
 
 func (p *streamJoinProc[K, V, V2, VR]) rewind() {
 	p.streamTime, p.started = p.committedTime, p.committedStarted
+	p.minTime = math.MinInt64
 	p.left.Rewind()
 	p.right.Rewind()
 }
 
 var errBadOuterKey = errors.New("topology: malformed stream-join store entry")
 
+// The tags of an unmatched record's side in the outer store: right sorts
+// before left, as in Kafka Streams' store. sideLeftOld, the left tag of
+// stores written by earlier releases, reads as left too.
+const (
+	sideLeftOld byte = 0
+	sideRight   byte = 1
+	sideLeft    byte = 2
+)
+
 // outerKey is an unmatched record's key in the outer store: its time
 // (big-endian, so that keys sort by time), its side, the record key.
 func outerKey(ts int64, right bool, kb []byte) []byte {
-	out := binary.BigEndian.AppendUint64(make([]byte, 0, 9+len(kb)), uint64(ts))
-	side := byte(0)
 	if right {
-		side = 1
+		return outerKeyTagged(ts, sideRight, kb)
 	}
+	return outerKeyTagged(ts, sideLeft, kb)
+}
+
+func outerKeyTagged(ts int64, side byte, kb []byte) []byte {
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 9+len(kb)), uint64(ts))
 	return append(append(out, side), kb...)
 }
 

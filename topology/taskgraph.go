@@ -429,6 +429,9 @@ func (in *nodeInstance) process(r record) error {
 
 // send encodes r and hands it to the task's sender.
 func (in *nodeInstance) send(r record) error {
+	if r.keyNull && in.node.dropNullKeys {
+		return nil
+	}
 	key, value, err := in.node.encode(r)
 	if err != nil {
 		return in.wrap(fmt.Errorf("encode for topic %q: %w", in.node.topic.Name, err))

@@ -70,6 +70,7 @@ func (b *Builder) Build() (*Topology, error) {
 	}
 
 	useKeyOnlyDecodes(nodes)
+	filterNullKeys(nodes, readers)
 	errs = append(errs, b.checkGlobals(nodes)...)
 	t := &Topology{nodes: nodes, storeSub: make(map[string]int)}
 	for _, gt := range b.globals {
@@ -137,6 +138,35 @@ func useKeyOnlyDecodes(nodes []*node) {
 		}
 		if !slices.ContainsFunc(n.children, func(c *node) bool { return !c.keyOnly }) {
 			n.decode = n.keyOnlyDecode
+		}
+	}
+}
+
+// filterNullKeys makes every sink writing a topic the topology reads
+// itself (a repartition) drop keyless records, unless a join that keeps
+// them lies downstream of the topic: a keyless record has no partition to
+// go to, and only a left or outer join has anything to do with it.
+func filterNullKeys(nodes []*node, readers map[TopicRef]*node) {
+	relaxed := make(map[*node]bool)
+	var below func(n *node) bool
+	below = func(n *node) bool {
+		if r, done := relaxed[n]; done {
+			return r
+		}
+		relaxed[n] = false // a cycle through topics adds nothing
+		r := n.relaxedNullKeys
+		if src, ok := readers[n.topic]; ok && n.kind == kindSink && n.topic.Internal {
+			r = below(src)
+		}
+		for _, c := range n.children {
+			r = below(c) || r
+		}
+		relaxed[n] = r
+		return r
+	}
+	for _, n := range nodes {
+		if src, ok := readers[n.topic]; ok && n.kind == kindSink && n.topic.Internal {
+			n.dropNullKeys = !below(src)
 		}
 	}
 }

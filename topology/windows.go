@@ -212,8 +212,10 @@ func (w SlidingWindows) SearchRange(t int64) (from, to int64) {
 	return max(0, t-2*w.diff), t + 1
 }
 
-// CloseTime is the stream time at which win closes: its end plus grace.
-func (w SlidingWindows) CloseTime(win Window) int64 { return addSat(win.End, w.grace) }
+// CloseTime is the stream time from which win is closed: one past its end
+// plus grace, as its end is inside the window (Kafka Streams keeps a
+// sliding window open while end >= streamTime - grace).
+func (w SlidingWindows) CloseTime(win Window) int64 { return addSat(addSat(win.End, w.grace), 1) }
 
 // IsClosed reports whether win no longer accepts records at streamTime.
 func (w SlidingWindows) IsClosed(win Window, streamTime int64) bool {
@@ -221,15 +223,16 @@ func (w SlidingWindows) IsClosed(win Window, streamTime int64) bool {
 }
 
 // IsLate reports whether a record at t arriving at streamTime is dropped:
-// t's right window, the last window the record can affect, has closed.
+// every window holding t has closed, the last of them being [t, t+MaxDiff].
 func (w SlidingWindows) IsLate(t, streamTime int64) bool {
 	return addSat(addSat(t, 1+w.diff), w.grace) <= streamTime
 }
 
 // MinRetention is the shortest store retention that keeps every window
-// until it closes: MaxDiff plus grace (the span a window store needs is
-// measured from window starts).
-func (w SlidingWindows) MinRetention() int64 { return addSat(w.diff, w.grace) }
+// until it closes: MaxDiff plus grace plus one, the window's end being
+// inside it (the span a window store needs is measured from window
+// starts).
+func (w SlidingWindows) MinRetention() int64 { return addSat(addSat(w.diff, w.grace), 1) }
 
 // WindowsOf returns the windows that records of one key at the given
 // times define, in order of start: every record's left window, and the
@@ -328,8 +331,12 @@ func (w SessionWindows) Merge(t int64, joined []Window) Window {
 }
 
 // CloseTime is the stream time from which session s is closed: one past
-// its end plus grace (its end is inside the session).
-func (w SessionWindows) CloseTime(s Window) int64 { return addSat(addSat(s.End, w.grace), 1) }
+// its end plus gap plus grace (its end is inside the session, and until
+// then a record within the gap may still extend it), as in Kafka Streams
+// since 3.0.
+func (w SessionWindows) CloseTime(s Window) int64 {
+	return addSat(addSat(addSat(s.End, w.gap), w.grace), 1)
+}
 
 // IsClosed reports whether session s no longer accepts records at
 // streamTime. An aggregation checks the merged session: a late record that
@@ -338,6 +345,9 @@ func (w SessionWindows) IsClosed(s Window, streamTime int64) bool {
 	return streamTime >= w.CloseTime(s)
 }
 
-// MinRetention is the shortest store retention that keeps every session
-// until it closes: gap plus grace, measured from session ends.
+// MinRetention is the retention of Kafka Streams' session stores,
+// measured from session ends: gap plus grace. A session a store of this
+// retention still returns may be joined; one it no longer returns ended gap
+// plus grace before the store's latest session, so no record the
+// aggregation accepts can extend it.
 func (w SessionWindows) MinRetention() int64 { return addSat(w.gap, w.grace) }

@@ -109,13 +109,14 @@ func TestSlidingWindowEdges(t *testing.T) {
 	from, _ = w.SearchRange(4)
 	require.Equal(t, int64(0), from)
 
-	// A window [s, e] accepts records while stream time < e + grace.
-	require.False(t, w.IsClosed(Window{15, 25}, 29))
-	require.True(t, w.IsClosed(Window{15, 25}, 30))
-	// A record at 25 is dropped once its right window [26,36] has closed.
+	// A window [s, e] accepts records while stream time <= e + grace.
+	require.False(t, w.IsClosed(Window{15, 25}, 30))
+	require.True(t, w.IsClosed(Window{15, 25}, 31))
+	// A record at 25 is dropped once [25,35], the last window holding it,
+	// has closed.
 	require.False(t, w.IsLate(25, 40), "out of order within grace")
 	require.True(t, w.IsLate(25, 41), "late beyond grace")
-	require.Equal(t, int64(15), w.MinRetention())
+	require.Equal(t, int64(16), w.MinRetention())
 }
 
 func TestSlidingWindowsOf(t *testing.T) {
@@ -178,10 +179,11 @@ func TestSessionWindowEdges(t *testing.T) {
 	require.Equal(t, Window{30, 70}, w.Merge(50, []Window{{30, 40}, {60, 70}}), "a bridging record merges two sessions")
 	require.Equal(t, Window{45, 55}, w.Merge(50, []Window{{45, 55}}))
 
-	// A session [30,40] accepts records while stream time <= end + grace.
-	require.Equal(t, int64(46), w.CloseTime(Window{30, 40}))
-	require.False(t, w.IsClosed(Window{30, 40}, 45))
-	require.True(t, w.IsClosed(Window{30, 40}, 46))
+	// A session [30,40] accepts records while stream time <= end + gap +
+	// grace.
+	require.Equal(t, int64(56), w.CloseTime(Window{30, 40}))
+	require.False(t, w.IsClosed(Window{30, 40}, 55))
+	require.True(t, w.IsClosed(Window{30, 40}, 56))
 	require.Equal(t, int64(15), w.MinRetention())
 }
 
