@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -279,6 +283,23 @@ func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
 	}
 	_, _, _, err = a.LocalGet("counts", []byte(key))
 	require.Error(t, err, "LocalGet answers only from a confirmed active")
+
+	// Its metrics and its health say so too: the replica series carry
+	// the role unconfirmed and no lag, and /healthz, with no active
+	// confirmed, is not ready.
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(a.Metrics()))
+	scraped := gather(t, reg)
+	part := fmt.Sprintf("partition=%q", strconv.Itoa(int(held.Partition)))
+	require.Positive(t, scraped.sum("eddy_replica_position", part, `role="unconfirmed"`), "series: %v", scraped["eddy_replica_position"].series)
+	require.Zero(t, scraped.sum("eddy_replica_position", part, `role="active"`), "series: %v", scraped["eddy_replica_position"].series)
+	for labels := range scraped["eddy_replica_lag_records"].series {
+		require.NotContains(t, labels, part, "an unconfirmed active's lag is unknown")
+	}
+	health := httptest.NewRecorder()
+	iq.NewServer(a.Queries()).ServeHTTP(health, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	require.Equal(t, http.StatusServiceUnavailable, health.Code, "healthz: %s", health.Body)
+	require.Contains(t, health.Body.String(), "unconfirmed")
 
 	// The group gives the partition to B once A's session expires; by
 	// then A no longer answers for it at all.
