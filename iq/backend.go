@@ -191,12 +191,13 @@ type ReplicaInfo struct {
 	// Restored counts records applied by restoration since the instance
 	// started.
 	Restored int64
-	// ContactAgo is, for a running active (RoleActive or
-	// RoleUnconfirmed), how long ago the group coordinator last
-	// confirmed the membership of the stream thread running it: the
-	// time since the last request it answered without error was sent.
-	// Past the backend's contact window the active is RoleUnconfirmed.
-	// Unknown for other roles, and for an active never confirmed.
+	// ContactAgo is how long ago the group coordinator last confirmed
+	// the membership of the stream thread the replica is held for (the
+	// one running an active, the one assigned a standby): the time
+	// since the last request it answered without error was sent. Past
+	// the backend's contact window a running active is
+	// RoleUnconfirmed; past the session timeout no replica answers.
+	// Unknown for a global store, and for a replica never confirmed.
 	ContactAgo time.Duration
 }
 

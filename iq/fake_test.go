@@ -137,7 +137,7 @@ func (f *fakeBackend) LocalReplicas() []ReplicaInfo {
 func (f *fakeBackend) add(store string, p int32, role Role) *fakeReplica {
 	r := &fakeReplica{store: statestore.NewMemory(), info: ReplicaInfo{Store: store, Partition: p, Role: role}}
 	if role != RoleActive {
-		// As the runtime reports it: only an active has a group contact.
+		// A test that needs a standby's group contact sets it.
 		r.info.ContactAgo = Unknown
 	}
 	f.mu.Lock()

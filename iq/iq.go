@@ -166,8 +166,8 @@ type StaleError struct {
 	// InputCommittedAgo is how long ago the partition's active last
 	// committed its input, Unknown if never observed.
 	InputCommittedAgo time.Duration
-	// ContactAgo is, for an active, how long ago the group last confirmed
-	// it (ReplicaInfo.ContactAgo); Unknown otherwise.
+	// ContactAgo is how long ago the group last confirmed the replica's
+	// member (ReplicaInfo.ContactAgo); Unknown if never.
 	ContactAgo time.Duration
 	Bound      Staleness
 }

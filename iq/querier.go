@@ -37,9 +37,9 @@ type Provenance struct {
 	// active last committed its input, Unknown if never observed. 0 for
 	// an active.
 	InputCommittedAgo time.Duration
-	// ContactAgo is, for an active (RoleActive or RoleUnconfirmed), how
-	// long before the read the group last confirmed it
-	// (ReplicaInfo.ContactAgo); Unknown for other roles.
+	// ContactAgo is how long before the read the group last confirmed
+	// the replica's member (ReplicaInfo.ContactAgo); Unknown for a
+	// global store, and if never.
 	ContactAgo time.Duration
 }
 

@@ -259,7 +259,7 @@ func (c ServerConfig) withDefaults() ServerConfig {
 //	GET /v1/metadata/stores/{store}     {"store","partitions","instances":[...]}
 //	GET /v1/metadata                    {"instances":[{"host","active":[{"store","partition"}],"standby":[...],"warmup":[...]}],"partitions":{"store":N},"global":[...],"unassigned":true (before the first assignment)}
 //	GET /v1/lags                        [{"store","partition","role","position","end","lag","rebuilding","restored","lag_confirmed_ms_ago","since_caught_up_ms","input_committed_ms_ago","age_ms"}]
-//	GET /healthz                        200 when the routing table is known and no local replica is restoring, else 503
+//	GET /healthz                        200 when the routing table is known, no local replica is restoring and not every local active is unconfirmed, else 503
 //
 // Errors are {"error": message, "reason": code, ...} with the status
 // StatusFor gives. A min_position no replica has reached is answered 409
@@ -522,13 +522,32 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	confirmed, unconfirmed := 0, 0
 	for _, i := range s.b.LocalReplicas() {
-		if i.Role == RoleRestoring {
+		switch i.Role {
+		case RoleRestoring:
 			writeErr(w, fmt.Errorf("%w: store %q partition %d is restoring (lag %d)", ErrRebalancing, i.Store, i.Partition, i.Lag))
 			return
+		case RoleActive:
+			confirmed++
+		case RoleUnconfirmed:
+			unconfirmed++
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	// An instance the group has not confirmed lately (cut off from the
+	// broker, or just resumed from a pause) answers for none of its
+	// partitions as the active: not ready, so that load balancers send
+	// queries elsewhere. Some actives unconfirmed (one stream thread's
+	// member among several) leaves it serving the others: degraded.
+	switch {
+	case unconfirmed > 0 && confirmed == 0:
+		writeErr(w, fmt.Errorf("%w: the group has not confirmed this instance lately (cut off from the broker, or paused): its %d active store partitions are unconfirmed",
+			ErrRebalancing, unconfirmed))
+	case unconfirmed > 0:
+		writeJSON(w, http.StatusOK, map[string]any{"status": "degraded", "unconfirmed": unconfirmed})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
 }
 
 func (s *Server) handleMetadata(w http.ResponseWriter, _ *http.Request) {

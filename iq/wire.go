@@ -26,8 +26,8 @@ type wireServedBy struct {
 	LagConfirmedMsAgo   *int64 `json:"lag_confirmed_ms_ago"`
 	AgeMs               *int64 `json:"age_ms"`
 	InputCommittedMsAgo *int64 `json:"input_committed_ms_ago"`
-	// ContactMsAgo is, for an active or unconfirmed replica, how long ago
-	// the group last confirmed it; null for other roles. Added after the
+	// ContactMsAgo is how long ago the group last confirmed the
+	// replica's member; null for a global store. Added after the
 	// other fields: a reader that lacks it takes every active for
 	// confirmed, which is what it did before there were unconfirmed ones.
 	ContactMsAgo *int64 `json:"contact_ms_ago"`

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -280,6 +284,23 @@ func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
 	_, _, _, err = a.LocalGet("counts", []byte(key))
 	require.Error(t, err, "LocalGet answers only from a confirmed active")
 
+	// Its metrics and its health say so too: the replica series carry
+	// the role unconfirmed and no lag, and /healthz, with no active
+	// confirmed, is not ready.
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(a.Metrics()))
+	scraped := gather(t, reg)
+	part := fmt.Sprintf("partition=%q", strconv.Itoa(int(held.Partition)))
+	require.Positive(t, scraped.sum("eddy_replica_position", part, `role="unconfirmed"`), "series: %v", scraped["eddy_replica_position"].series)
+	require.Zero(t, scraped.sum("eddy_replica_position", part, `role="active"`), "series: %v", scraped["eddy_replica_position"].series)
+	for labels := range scraped["eddy_replica_lag_records"].series {
+		require.NotContains(t, labels, part, "an unconfirmed active's lag is unknown")
+	}
+	health := httptest.NewRecorder()
+	iq.NewServer(a.Queries()).ServeHTTP(health, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	require.Equal(t, http.StatusServiceUnavailable, health.Code, "healthz: %s", health.Body)
+	require.Contains(t, health.Body.String(), "unconfirmed")
+
 	// The group gives the partition to B once A's session expires; by
 	// then A no longer answers for it at all.
 	waitFor(t, 30*time.Second, "B answers as the partition's active", func() bool {
@@ -310,4 +331,160 @@ func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
 	})
 	stopWatching()
 	require.Zero(t, both.Load(), "A answered as the active while B did")
+}
+
+// A standby on an instance cut off from the broker vouches for nothing
+// later than the cut: no catch-up, no confirmation of its changelog's end
+// and no group contact dated after it, whatever it noticed since, so its
+// age grows with the cut and its lag turns unknown. Once its group session
+// must have expired — the group then gives every task to the other
+// instance, and the partition has no standby left — it no longer answers
+// for the partition at all, refusing as a partition on the move. Back on
+// the network it answers as a standby again for what it is given.
+func TestBlackholedStandbyAgesHonestlyAndStepsAside(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	hole := newBlackhole()
+	logs := &logSink{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("instance logs:\n%s", logs.String())
+		}
+	})
+	const session = 3 * time.Second
+	start := func(name string, cut bool) *App {
+		cfg := Config{
+			ApplicationID: "standby-contact", Brokers: b.Addrs(), StateDir: t.TempDir(),
+			NumStreamThreads: 1, NumStandbys: 1, SessionTimeout: session, CommitInterval: 100 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("instance", name),
+		}
+		if cut {
+			cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+				if err != nil {
+					return nil, err
+				}
+				return hole.wrap(c), nil
+			}
+		}
+		app, err := New(countTopology(t), cfg)
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		t.Cleanup(func() {
+			hole.set(false)
+			app.Close(context.Background())
+		})
+		return app
+	}
+	a := start("A", true)
+	waitFor(t, 20*time.Second, "A ready", a.Ready)
+	bb := start("B", false)
+	// standbyOf finds the task A follows as B's standby, when each runs
+	// one task.
+	standbyOf := func() (task.ID, bool) {
+		if !a.Ready() || !bb.Ready() {
+			return task.ID{}, false
+		}
+		ta, tb := a.Tasks(), bb.Tasks()
+		if len(ta) != 1 || len(tb) != 1 || ta[0].State != task.Running || tb[0].State != task.Running {
+			return task.ID{}, false
+		}
+		for _, ri := range a.Replicas() {
+			if ri.State == task.Standby && ri.Task == tb[0].ID {
+				return ri.Task, true
+			}
+		}
+		return task.ID{}, false
+	}
+	var followed task.ID
+	waitFor(t, 40*time.Second, "A and B running a task each, A following B's as its standby", func() bool {
+		id, ok := standbyOf()
+		followed = id
+		return ok
+	})
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		p, err := a.KeyPartition("counts", []byte(k))
+		require.NoError(t, err)
+		if p == followed.Partition {
+			key = k
+		}
+	}
+	for range 5 {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(key), Value: []byte("v")}).FirstErr())
+	}
+	qa := iq.NewQuerier(a.Queries())
+	waitFor(t, 20*time.Second, "A's standby caught up with the key's count", func() bool {
+		res, err := iq.Get(context.Background(), qa, "counts", key, serde.String, serde.Int64, iq.WithStaleness(iq.MaxLag(0)))
+		return err == nil && res.Found && res.Value == 5 && res.Provenance.Role == iq.RoleStandby
+	})
+
+	hole.set(true)
+	cut := time.Now()
+	// Until its session must have expired, A answers for the partition as
+	// its standby, vouching for nothing dated after the cut.
+	checked := 0
+	for {
+		require.Less(t, time.Since(cut), session+10*time.Second, "A still answers as the partition's standby past its session")
+		before := time.Now()
+		r, err := a.Queries().Replica("counts", followed.Partition)
+		if err != nil {
+			require.ErrorIs(t, err, iq.ErrRebalancing)
+			break
+		}
+		info := r.Info()
+		since := before.Sub(cut)
+		require.Equal(t, iq.RoleStandby, info.Role)
+		require.GreaterOrEqual(t, info.LagConfirmedAgo, since, "changelog end confirmed after the cut: %+v", info)
+		require.GreaterOrEqual(t, info.CaughtUpAgo, since, "caught up after the cut: %+v", info)
+		require.GreaterOrEqual(t, info.ContactAgo, since, "group contact after the cut: %+v", info)
+		age, ok := info.Age()
+		require.True(t, ok)
+		require.GreaterOrEqual(t, age, since, "an age younger than the cut: %+v", info)
+		if since > LagConfirmWindow {
+			require.Equal(t, int64(-1), info.Lag, "a lag confirmed before the cut is unknown past the window: %+v", info)
+		}
+		checked++
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("A refused its standby %s after the cut (session %s), after %d answers checked", time.Since(cut).Round(time.Millisecond), session, checked)
+	require.Positive(t, checked)
+
+	// The group gives both tasks to B; A goes on refusing, as moving
+	// rather than too stale, so that routers ask the others.
+	waitFor(t, 30*time.Second, "B running both tasks", func() bool {
+		n := 0
+		for _, ti := range bb.Tasks() {
+			if ti.State == task.Running {
+				n++
+			}
+		}
+		return n == 2
+	})
+	_, err = a.Queries().Replica("counts", followed.Partition)
+	require.ErrorIs(t, err, iq.ErrRebalancing)
+	_, err = iq.Get(context.Background(), qa, "counts", key, serde.String, serde.Int64, iq.WithStaleness(iq.AnyStaleness()))
+	require.Error(t, err)
+	require.False(t, errors.Is(err, iq.ErrTooStale), "refused as moving, not as stale: %v", err)
+
+	// Back on the network, A rejoins and answers as a standby again, its
+	// contact recent.
+	hole.set(false)
+	waitFor(t, 60*time.Second, "A and B running a task each again, A following B's", func() bool {
+		id, ok := standbyOf()
+		followed = id
+		return ok
+	})
+	waitFor(t, 20*time.Second, "A's standby answering, its contact recent", func() bool {
+		r, err := a.Queries().Replica("counts", followed.Partition)
+		if err != nil {
+			return false
+		}
+		info := r.Info()
+		return info.Role == iq.RoleStandby && info.ContactAgo >= 0 && info.ContactAgo <= contactWindow(a.cfg)
+	})
 }

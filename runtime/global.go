@@ -290,7 +290,9 @@ type globalThread struct {
 	// restoring lists the partitions not yet restored to the end offset
 	// listed when their restoration began.
 	restoring map[changelog.TopicPartition]bool
-	// caughtUp is when each store last had no lag.
+	// caughtUp is, for each store, the oldest confirmation of the topic
+	// ends it last had no lag to: the time as of which it held all its
+	// topic held.
 	caughtUp map[string]time.Time
 	// restored counts records applied by finished restorations, and
 	// followed records applied while following, since Start.
@@ -605,8 +607,9 @@ func (t *globalThread) info(g *globalStore) iq.ReplicaInfo {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if out.Lag == 0 {
-		t.caughtUp[g.name] = now
+	if out.Lag == 0 && oldest.After(t.caughtUp[g.name]) {
+		// Caught up with the ends the broker confirmed then, not now.
+		t.caughtUp[g.name] = oldest
 	}
 	if at, ok := t.caughtUp[g.name]; ok {
 		out.CaughtUpAgo = max(now.Sub(at), 0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -471,4 +472,53 @@ func readTopic(t *testing.T, cl *kgo.Client, n int) []string {
 		cancel()
 	}
 	return out
+}
+
+// A global store on an instance cut off from the broker claims no catch-up
+// with its topic later than the cut, however recently it noticed a lag of
+// 0 to the ends it last had confirmed.
+func TestCutOffGlobalStoreClaimsNoCatchUpAfterTheCut(t *testing.T) {
+	b, adm := startBroker(t, "gorders", "ginner", "gleft")
+	ctx := context.Background()
+	_, err := adm.CreateTopics(ctx, 2, -1, nil, "gcustomers")
+	require.NoError(t, err)
+	hole := newBlackhole()
+	app, err := New(globalJoinApp(), Config{ApplicationID: "gcut", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+			if err != nil {
+				return nil, err
+			}
+			return hole.wrap(c), nil
+		}})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() {
+		hole.set(false)
+		app.Close(context.Background())
+	})
+	customers := func() (iq.ReplicaInfo, bool) {
+		for _, ri := range app.GlobalStores() {
+			if ri.Store == "customers" {
+				return ri, true
+			}
+		}
+		return iq.ReplicaInfo{}, false
+	}
+	waitFor(t, 30*time.Second, "the global store caught up with a confirmed lag", func() bool {
+		ri, ok := customers()
+		return ok && ri.Lag == 0 && ri.CaughtUpAgo >= 0
+	})
+
+	hole.set(true)
+	cut := time.Now()
+	for time.Since(cut) < LagConfirmWindow+time.Second {
+		before := time.Now()
+		ri, ok := customers()
+		require.True(t, ok)
+		since := before.Sub(cut)
+		require.GreaterOrEqual(t, ri.CaughtUpAgo, since, "caught up after the cut: %+v", ri)
+		require.GreaterOrEqual(t, ri.LagConfirmedAgo, since, "topic ends confirmed after the cut: %+v", ri)
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -116,7 +116,7 @@ func newMetrics(a *App) *metrics {
 		restoreRemaining: desc("restore_remaining_records", "Changelog records this instance's restoring tasks still have to apply."),
 		replicaPosition: desc("replica_position", "Changelog offset of the next record a store partition would apply.",
 			"store", "partition", "role"),
-		replicaLag: desc("replica_lag_records", "Changelog records a store partition lacks (restoring actives, standbys, warmups); 0 for running actives.",
+		replicaLag: desc("replica_lag_records", "Changelog records a store partition lacks (restoring actives, standbys, warmups) behind the end the broker confirmed lately; 0 for running actives the group confirmed lately.",
 			"store", "partition", "role"),
 		globalPosition: desc("global_store_position", "Offset of the next record of a global store's topic partition the global thread would apply.",
 			"store", "partition"),
@@ -226,11 +226,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, ri := range a.Replicas() {
 		part := strconv.Itoa(int(ri.Partition))
-		_, r := edgeRoles(ri.State)
-		role := r.String()
+		// The role and lag queries vouch for: a running active the group
+		// has not confirmed lately is unconfirmed, its lag unknown, and
+		// a lag the broker has not confirmed lately is unknown too.
+		info := a.toIQ(ri)
+		role := info.Role.String()
 		ch <- prometheus.MustNewConstMetric(m.replicaPosition, prometheus.GaugeValue, float64(ri.Position), ri.Store, part, role)
-		if ri.Lag >= 0 {
-			ch <- prometheus.MustNewConstMetric(m.replicaLag, prometheus.GaugeValue, float64(ri.Lag), ri.Store, part, role)
+		if info.Lag >= 0 {
+			ch <- prometheus.MustNewConstMetric(m.replicaLag, prometheus.GaugeValue, float64(info.Lag), ri.Store, part, role)
 		}
 	}
 	if info, ok := a.Assignment(); ok && a.fresh != nil {

@@ -97,7 +97,8 @@ func TestMetricLabelValuesDocumented(t *testing.T) {
 	require.ElementsMatch(t, states, labels["state"], "state label values")
 	require.ElementsMatch(t, []string{sourceInput, sourceRepartition}, labels["source"], "source label values")
 	// The replicas' roles, and the one the query layer adds for an active
-	// whose group contact is old, which the demo's query counter reports.
+	// whose group contact is old, which the replica series and the demo's
+	// query counter report.
 	roles := map[string]bool{iq.RoleUnconfirmed.String(): true}
 	for s := task.State(0); !strings.HasPrefix(s.String(), "State("); s++ {
 		_, r := edgeRoles(s)

@@ -298,7 +298,12 @@ func TestToIQReportsOnlyWhatIsVouchedFor(t *testing.T) {
 
 	caughtUp := base
 	caughtUp.Position, caughtUp.Lag = 100, 0
-	require.Equal(t, time.Duration(0), toIQAt(caughtUp, now, time.Second).CaughtUpAgo, "a confirmed lag of 0 is caught up now")
+	require.Equal(t, time.Second, toIQAt(caughtUp, now, time.Second).CaughtUpAgo,
+		"a lag of 0 to an end confirmed a second ago is caught up as of then, not now")
+
+	held := base
+	held.Contact = now.Add(-2 * time.Second)
+	require.Equal(t, 2*time.Second, toIQAt(held, now, time.Second).ContactAgo, "a standby says how recent its group contact is")
 
 	active := ReplicaInfo{State: task.Running, Position: 7, End: 7, Contact: now.Add(-800 * time.Millisecond)}
 	got = toIQAt(active, now, time.Second)

@@ -74,7 +74,7 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	}
 	if sub, ok := a.storeSubTopology(store); ok {
 		if ri, ok := a.registry.replica(task.ID{SubTopology: sub, Partition: partition}, store); ok {
-			if err := a.expiredActive(ri, time.Now()); err != nil {
+			if err := a.expiredReplica(ri, time.Now()); err != nil {
 				return nil, false, partition, err
 			}
 			if err := iq.ActiveOnly().Check(a.toIQ(ri)); err != nil {
@@ -232,7 +232,7 @@ func (q queryBackend) Replica(store string, partition int32) (iq.Replica, error)
 	if ri.State == task.Parked && ri.Lag < 0 {
 		return nil, fmt.Errorf("%w: store %q partition %d", iq.ErrRebalancing, store, partition)
 	}
-	if err := q.a.expiredActive(ri, time.Now()); err != nil {
+	if err := q.a.expiredReplica(ri, time.Now()); err != nil {
 		return nil, err
 	}
 	return localReplica{a: q.a, id: id, store: store, backing: ri.Backing}, nil
@@ -288,10 +288,10 @@ func toIQAt(ri ReplicaInfo, now time.Time, window time.Duration) iq.ReplicaInfo 
 	out := iq.ReplicaInfo{Store: ri.Store, Partition: ri.Partition, Role: role, Position: ri.Position,
 		End: -1, Lag: -1, LagConfirmedAgo: iq.Unknown, CaughtUpAgo: iq.Unknown, InputCommittedAgo: iq.Unknown,
 		Restored: ri.Restored, ContactAgo: iq.Unknown}
+	if !ri.Contact.IsZero() {
+		out.ContactAgo = max(now.Sub(ri.Contact), 0)
+	}
 	if ri.State == task.Running {
-		if !ri.Contact.IsZero() {
-			out.ContactAgo = max(now.Sub(ri.Contact), 0)
-		}
 		out.End = ri.End
 		if out.ContactAgo >= 0 && out.ContactAgo <= window {
 			// The changelog's writer, processing its input itself, and
@@ -319,11 +319,13 @@ func toIQAt(ri ReplicaInfo, now time.Time, window time.Duration) iq.ReplicaInfo 
 	if lagKnown {
 		out.Lag = ri.Lag
 	}
-	switch {
-	case lagKnown && out.Lag == 0:
-		out.CaughtUpAgo = 0
-	case !ri.CaughtUp.IsZero():
+	if !ri.CaughtUp.IsZero() {
 		out.CaughtUpAgo = max(now.Sub(ri.CaughtUp), 0)
+	}
+	if lagKnown && out.Lag == 0 && (out.CaughtUpAgo < 0 || out.LagConfirmedAgo < out.CaughtUpAgo) {
+		// Its position has reached an end the broker confirmed then, not
+		// now: what the changelog gained since is not known.
+		out.CaughtUpAgo = out.LagConfirmedAgo
 	}
 	if !ri.InputCommitted.IsZero() {
 		out.InputCommittedAgo = max(now.Sub(ri.InputCommitted), 0)
@@ -331,19 +333,21 @@ func toIQAt(ri ReplicaInfo, now time.Time, window time.Duration) iq.ReplicaInfo 
 	return out
 }
 
-// expiredActive refuses a running active whose group session must have
-// expired: the coordinator has not confirmed its thread's membership for a
-// whole session timeout, so the group has most likely given the partition
-// to another instance, which may be writing it now. It is refused as a
-// partition on the move (ErrRebalancing), so that routers ask the others.
-// A running active never confirmed at all is left to toIQ, which reports it
-// unconfirmed.
-func (a *App) expiredActive(ri ReplicaInfo, now time.Time) error {
-	if ri.State != task.Running || ri.Contact.IsZero() || now.Sub(ri.Contact) < a.cfg.SessionTimeout {
+// expiredReplica refuses a replica whose group session must have expired:
+// the coordinator has not confirmed the membership of the thread it is
+// held for (ReplicaInfo.Contact) for a whole session timeout, so the group
+// has most likely moved the partition, an active to another instance,
+// which may be writing it now, a standby maybe elsewhere too. It is
+// refused as a partition on the move (ErrRebalancing), so that routers ask
+// the others. A replica never confirmed at all is left to toIQ, which
+// reports a running active unconfirmed.
+func (a *App) expiredReplica(ri ReplicaInfo, now time.Time) error {
+	if ri.Contact.IsZero() || now.Sub(ri.Contact) < a.cfg.SessionTimeout {
 		return nil
 	}
-	return fmt.Errorf("%w: store %q partition %d: the group last confirmed this instance as its active %s ago, past the session timeout (%s): it has most likely given the partition to another instance",
-		iq.ErrRebalancing, ri.Store, ri.Partition, now.Sub(ri.Contact).Round(time.Millisecond), a.cfg.SessionTimeout)
+	_, role := edgeRoles(ri.State)
+	return fmt.Errorf("%w: store %q partition %d: the group last confirmed this instance as a host of the partition (%s) %s ago, past the session timeout (%s): it has most likely moved the partition",
+		iq.ErrRebalancing, ri.Store, ri.Partition, role, now.Sub(ri.Contact).Round(time.Millisecond), a.cfg.SessionTimeout)
 }
 
 // StoreLayout reports a store's kind and, for window and session stores,

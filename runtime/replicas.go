@@ -780,7 +780,9 @@ func (r *registry) closeStandby(rep *replica) map[string]int64 {
 }
 
 // follow runs the standby changelog reader and tracks when each standby was
-// last caught up.
+// last caught up: as of the sending of the end listing its position has
+// reached, not of when that was noticed, which may be a confirmation
+// window later.
 func (r *registry) follow(ctx context.Context) {
 	r.mu.Lock()
 	rd, exited := r.follower, r.exited
@@ -796,12 +798,11 @@ func (r *registry) follow(ctx context.Context) {
 		if err != nil && (errors.Is(err, changelog.ErrClosed) || ctx.Err() != nil) {
 			return
 		}
-		now := time.Now()
 		r.mu.Lock()
 		for _, rep := range r.reps {
 			if rep.state().Following() {
-				if lag, ok := r.standbyLagLocked(rep); ok && lag == 0 {
-					rep.caughtUp = now
+				if at, ok := r.standbyCaughtUpLocked(rep); ok && at.After(rep.caughtUp) {
+					rep.caughtUp = at
 				}
 			}
 		}
@@ -809,19 +810,22 @@ func (r *registry) follow(ctx context.Context) {
 	}
 }
 
-// standbyLagLocked sums a standby's lag over its changelog partitions; it
-// is not known while a store rebuilds or when the broker has not confirmed
-// a changelog's end within LagConfirmWindow.
-func (r *registry) standbyLagLocked(rep *replica) (int64, bool) {
-	var lag int64
+// standbyCaughtUpLocked reports, for a standby whose every store has a
+// lag of 0 to an end the broker confirmed within LagConfirmWindow, the
+// oldest of those confirmations: the time as of which the standby holds
+// all its changelogs held. Not while a store rebuilds.
+func (r *registry) standbyCaughtUpLocked(rep *replica) (time.Time, bool) {
+	var at time.Time
 	for _, h := range rep.stores {
 		p, ok := r.follower.Progress(h.Changelog, rep.id.Partition)
-		if !ok || p.Lag < 0 || p.Rebuilding || time.Since(p.EndConfirmed) > LagConfirmWindow {
-			return 0, false
+		if !ok || p.Lag != 0 || p.Rebuilding || time.Since(p.EndConfirmed) > LagConfirmWindow {
+			return time.Time{}, false
 		}
-		lag += p.Lag
+		if at.IsZero() || p.EndConfirmed.Before(at) {
+			at = p.EndConfirmed
+		}
 	}
-	return lag, true
+	return at, !at.IsZero()
 }
 
 // janitor deletes task directories left on disk longer than
@@ -979,9 +983,10 @@ type ReplicaInfo struct {
 	// seen to have committed every source partition up to its end offset
 	// then (see FreshnessInterval); zero if never observed.
 	InputCommitted time.Time
-	// Contact is, for a Running active, when the group coordinator last
-	// confirmed the membership of the stream thread running it (see
-	// groupContact); zero if never, and for other states.
+	// Contact is when the group coordinator last confirmed the membership
+	// of the stream thread the replica is held for (see groupContact):
+	// the thread running an active, the one whose assignment names a
+	// standby, warmup or parked replica. Zero if never.
 	Contact time.Time
 	// Opened is when this instance opened the replica's stores.
 	Opened time.Time
@@ -1041,9 +1046,6 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 	case task.Running:
 		ri.End, ri.Lag, ri.CaughtUp = pos, 0, now
 		ri.EndConfirmed, ri.InputCommitted = now, now
-		if rep.owner != nil {
-			ri.Contact = rep.owner.contact.last()
-		}
 	case task.Created, task.Restoring:
 		switch p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); {
 		case h.Changelog == "" || rep.owner.rest.isDone(rep.id):
@@ -1093,6 +1095,7 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 	if ri.State != task.Running && r.app.fresh != nil {
 		ri.InputCommitted, _ = r.app.fresh.inputCommitted(rep.id)
 	}
+	ri.Contact = r.contactLocked(rep)
 	if h.Changelog != "" {
 		if rep.owner != nil {
 			ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
@@ -1101,6 +1104,39 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 		}
 	}
 	return ri
+}
+
+// contactLocked is when the group last confirmed the member a replica is
+// held for (see groupContact): the thread running it, or, for a standby,
+// warmup or parked replica, whichever thread's latest assignment names
+// its task, else any thread of the instance. Zero if never.
+func (r *registry) contactLocked(rep *replica) time.Time {
+	if rep.owner != nil {
+		return rep.owner.contact.last()
+	}
+	if !r.app.threadsUp.Load() {
+		return time.Time{}
+	}
+	var named, anyThread time.Time
+	for _, th := range r.app.threads {
+		at := th.contact.last()
+		anyThread = later(anyThread, at)
+		if sh, ok := r.shares[th.idx]; ok && (slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id)) {
+			named = later(named, at)
+		}
+	}
+	if named.IsZero() {
+		return anyThread
+	}
+	return named
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // instanceShare is the union of every thread's latest share of the

@@ -210,3 +210,92 @@ func TestMultiProcessPausedActiveDoesNotAnswerAsActiveOnResume(t *testing.T) {
 	t.Logf("after the pause: %d queries of a, %d answered as the active while b did", asked, both)
 	require.Zero(t, both, "a answered as the active while b did")
 }
+
+// issue 29 item 2, for standbys: an instance paused (SIGSTOP) while the
+// group gives every task to the other instance — so that the partition it
+// followed as a standby has no standby left — must not answer as that
+// standby when it resumes (SIGCONT): its contact with the group is as old
+// as the pause, past the session timeout, so it refuses (as a partition on
+// the move) until it has rejoined, and any answer it gives as a standby
+// vouches for a recent contact.
+func TestMultiProcessPausedStandbyDoesNotAnswerAsStandbyOnResume(t *testing.T) {
+	const partitions = 2
+	const session = 3 * time.Second
+	c := newProcCluster(t, partitions)
+	h := newProcHTTP(t)
+	a := c.startInstanceWith("a", "at-least-once", "--session-timeout", session.String())
+	b := c.startInstanceWith("b", "at-least-once", "--session-timeout", session.String())
+	waitSettled(t, h, fixture.SettleTimeout, partitions, a, b)
+
+	var words []string
+	for i := range 20 {
+		words = append(words, fmt.Sprintf("word%02d", i))
+	}
+	var lines []string
+	for range 5 {
+		lines = append(lines, strings.Join(words, " "))
+	}
+	require.NoError(t, c.produceFile(t.Context(), c.writeLines("text.txt", lines)))
+	// followed is a word of the partition a follows as a standby; ran one
+	// of the partition a runs as its active, which b takes over.
+	var followed, ran string
+	fixture.WaitFor(t, fixture.SettleTimeout, "a word a answers as a standby and one as its active", func() (bool, string) {
+		followed, ran = "", ""
+		for _, w := range words {
+			switch ans := h.local(a.http, w, "any"); {
+			case ans.status == 200 && ans.role == "standby" && followed == "":
+				followed = w
+			case ans.activeAnswer() && ran == "":
+				ran = w
+			}
+		}
+		return followed != "" && ran != "", fmt.Sprintf("standby word %q, active word %q", followed, ran)
+	})
+
+	hq := &procHTTP{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: pausedQueries}, Timeout: fixture.SettleTimeout}}
+	t.Cleanup(hq.hc.CloseIdleConnections)
+	var warm sync.WaitGroup
+	for range pausedQueries {
+		warm.Go(func() { hq.local(a.http, followed, "any") })
+	}
+	warm.Wait()
+
+	require.NoError(t, a.signal(syscall.SIGSTOP))
+	paused := time.Now()
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			a.signal(syscall.SIGCONT)
+		}
+	})
+	fixture.WaitFor(t, 10*time.Second, "a stopped", a.stopped)
+	answers := make(chan localAnswer, pausedQueries)
+	for range pausedQueries {
+		go func() { answers <- hq.local(a.http, followed, "any") }()
+	}
+	fixture.WaitFor(t, fixture.SettleTimeout, "b answering "+ran+" as its active", func() (bool, string) {
+		ans := h.local(b.http, ran, "active")
+		return ans.activeAnswer(), ans.String()
+	})
+	require.NoError(t, a.signal(syscall.SIGCONT))
+	resumed = true
+	pause := time.Since(paused)
+
+	statuses := map[string]int{}
+	var served []localAnswer
+	for range pausedQueries {
+		ans := <-answers
+		require.NoError(t, ans.transErr)
+		statuses[fmt.Sprintf("%d %s", ans.status, ans.role)]++
+		served = append(served, ans)
+	}
+	t.Logf("paused %s; a's answers for %q to the queries sent meanwhile: %v", pause.Round(time.Millisecond), followed, statuses)
+	require.Positive(t, statuses["503 "], "a refused none of the queries served on resuming after a pause of %s: %v", pause, statuses)
+	for _, ans := range served {
+		if ans.status == 200 && ans.role == "standby" {
+			require.NotNil(t, ans.contact, "a standby's answer says how recent its group contact is: %s", ans)
+			require.Less(t, time.Duration(*ans.contact)*time.Millisecond, session,
+				"a answered as a standby right after a pause of %s, on a contact older than its session: %s", pause, ans)
+		}
+	}
+}

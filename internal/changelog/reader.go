@@ -92,9 +92,14 @@ type Progress struct {
 	// began (-1 while not yet listed, or when the store was not rebuilt).
 	RebuildTarget int64
 	// EndConfirmed is when the broker last confirmed the partition's end:
-	// a listing of its offsets, or a fetch that returned records. Zero if
-	// never. A Reader cut off from the broker stops confirming, so a lag
-	// computed from an old confirmation may be far from the truth.
+	// when the last listing of its offsets that was answered was sent,
+	// so everything the changelog held then lies below End. Zero if
+	// never. A fetch raises End but confirms nothing: its answer may have
+	// waited, in a socket or the client's buffer, for as long as the
+	// process was paused or the network held it, so the time it is taken
+	// says nothing of when the broker gave it. A Reader cut off from the
+	// broker stops confirming, so a lag computed from an old confirmation
+	// may be far from the truth.
 	EndConfirmed time.Time
 }
 
@@ -155,9 +160,8 @@ type ReaderConfig struct {
 	// default; kgo's own is 5s).
 	FetchMaxWait time.Duration
 	// ConfirmInterval is how often the Reader lists the end offsets of
-	// the partitions it reads, so that a changelog no record arrives on
-	// (kgo surfaces no empty fetch) still has its end confirmed; see
-	// Progress.EndConfirmed. Default 1s.
+	// the partitions it reads: the listings are what confirms an end
+	// (see Progress.EndConfirmed). Default 1s.
 	ConfirmInterval time.Duration
 	// Logger receives progress logs. Nil discards them.
 	Logger *slog.Logger
@@ -580,11 +584,10 @@ func (r *Reader) untilConfirm() time.Duration {
 // confirmEnds lists the end offsets of the partitions being read, once per
 // ConfirmInterval, and records them as confirmed: a Follow partition's end
 // moves up to the listing; a Restore partition keeps its target, but its
-// lag to it is known to be current. kgo surfaces no fetch that returned
-// nothing, so without this an idle changelog would never be confirmed
-// again, and a Reader cut off from the broker could not tell. A listing
-// that fails (the broker is unreachable) confirms nothing, and the
-// confirmations age.
+// lag to it is known to be current. Only these listings confirm an end:
+// they are dated by their sending, which a fetch, taken from the client's
+// buffer at some later time, cannot be. A listing that fails (the broker
+// is unreachable) confirms nothing, and the confirmations age.
 func (r *Reader) confirmEnds(ctx context.Context) {
 	if time.Since(r.confirmedAt) < r.cfg.ConfirmInterval {
 		return
@@ -914,7 +917,6 @@ type batch struct {
 	st   *partState
 	recs []*kgo.Record
 	hwm  int64
-	at   time.Time // when the fetch was taken from the client
 }
 
 // apply starts writing fetched records to their stores, partition by
@@ -931,7 +933,6 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		start, end int64
 	}
 	var losses []lost
-	now := time.Now()
 	r.mu.Lock()
 	var reseek []*partState
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -971,7 +972,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		}
 		b := byTP[st.tp]
 		if b == nil {
-			b = &batch{st: st, hwm: -1, at: now}
+			b = &batch{st: st, hwm: -1}
 			byTP[st.tp] = b
 			batches = append(batches, b)
 		}
@@ -1100,9 +1101,6 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 			continue
 		}
 		defer r.mu.Unlock()
-		if b.hwm >= 0 {
-			st.confirmed = b.at
-		}
 		if st.reg.Mode == Follow {
 			st.end = max(st.end, b.hwm)
 			return Completed{}, false
