@@ -657,8 +657,8 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 // openPersistent opens a task's persistent store, deleting it first if
 // its files are proven damaged (see openBadgerOrRebuild): its changelog
 // rebuilds it, and the instance's other tasks never notice. A full disk is
-// reported as statestore.ErrDiskFull naming the directory, before badger
-// touches the files (see statestore.BadgerOptions.DiskReserve).
+// found before badger touches the files (see
+// statestore.BadgerOptions.DiskReserve) and waited out.
 func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) {
 	dir := filepath.Join(task.Dir(a.appDir(), id), name)
 	return a.openBadgerOrRebuild(dir, statestore.DefaultBadgerOptions(), "task", id, "store", name)
