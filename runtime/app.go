@@ -77,7 +77,8 @@ type App struct {
 	// replaced counts stream threads replaced by ReplaceThread.
 	replaced atomic.Int64
 	// rejoins counts stream threads that joined the group again after it
-	// refused their offset commit (errGroupMovedOn).
+	// refused their offset commit (errGroupMovedOn) or, under
+	// at-least-once, the commit could not reach the broker.
 	rejoins atomic.Int64
 	// storesWiped counts stores deleted because their files were
 	// damaged, or written with another layout.
@@ -202,8 +203,9 @@ func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 
 // Rejoins returns how many times a stream thread joined the group again
 // because the group had moved on without it (its offset commit was refused
-// as from an old generation): its uncommitted work was dropped and is
-// processed again, which under at-least-once may count it once more.
+// as from an old generation) or, under at-least-once, because its commit
+// could not reach the broker in time: its uncommitted work was dropped and
+// is processed again, which under at-least-once may count it once more.
 func (a *App) Rejoins() int64 { return a.rejoins.Load() }
 
 // Start locks the state directory, creates or verifies the application's
@@ -655,8 +657,8 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 // openPersistent opens a task's persistent store, deleting it first if
 // its files are proven damaged (see openBadgerOrRebuild): its changelog
 // rebuilds it, and the instance's other tasks never notice. A full disk is
-// reported as statestore.ErrDiskFull naming the directory, before badger
-// touches the files (see statestore.BadgerOptions.DiskReserve).
+// found before badger touches the files (see
+// statestore.BadgerOptions.DiskReserve) and waited out.
 func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) {
 	dir := filepath.Join(task.Dir(a.appDir(), id), name)
 	return a.openBadgerOrRebuild(dir, statestore.DefaultBadgerOptions(), "task", id, "store", name)

@@ -63,7 +63,13 @@ func (th *thread) guarantee() threadcore.Guarantee {
 // dropped while it was cut off (the session waits for a heartbeat that a
 // blocked rebalance never delivers): it is treated like fencing, and
 // reconnecting with the same transactional ID aborts it.
+//
+// Under at-least-once, a commit that could not reach the broker in time
+// (its flush or its offset commit) is treated like a task migration: the
+// changelog records it sent are at worst applied again, and the input
+// since the last commit is processed again, which at-least-once allows.
 func (th *thread) cause(err error) threadcore.Cause {
+	transient := !th.stopping.Load() && th.app.killCtx.Err() == nil
 	switch {
 	case errors.Is(err, errGroupMovedOn):
 		return threadcore.CauseRefused
@@ -71,9 +77,13 @@ func (th *thread) cause(err error) threadcore.Cause {
 		return threadcore.CauseFatal
 	case isFenced(err):
 		return threadcore.CauseFenced
-	case errors.Is(err, context.DeadlineExceeded) && !th.stopping.Load() && th.app.killCtx.Err() == nil && th.sess != nil:
+	case errors.Is(err, errCannotBegin) && transient:
 		return threadcore.CauseFenced
-	case lostBroker(err) && !th.stopping.Load() && th.app.killCtx.Err() == nil && th.sess != nil:
+	case th.app.cfg.ProcessingGuarantee != ExactlyOnce && transient && (errors.Is(err, context.DeadlineExceeded) || lostBroker(err)):
+		return threadcore.CauseRefused
+	case errors.Is(err, context.DeadlineExceeded) && transient && th.sess != nil:
+		return threadcore.CauseFenced
+	case lostBroker(err) && transient && th.sess != nil:
 		// The transaction's end never got an answer: it may have
 		// committed or not. Reconnecting aborts it if it is still
 		// open, the group's committed offsets say where the input

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -69,20 +70,23 @@ func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 	if len(offsets) == 0 {
 		return false, nil
 	}
-	var commitErr error
-	th.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			commitErr = err
-			return
+	// A broker that restarts or cannot be reached for a moment leaves the
+	// commit's outcome unknown; committing the same offsets again is
+	// harmless, so the commit is retried until the broker answers, for as
+	// long as the commit may take. The coordinator then either takes it or
+	// refuses it because the group moved on meanwhile.
+	commitErr := commitOffsets(ctx, th.cl, offsets)
+	for wait := startRetryFirst; commitErr != nil && lostBroker(commitErr); wait = min(2*wait, startRetryMax) {
+		th.log.Warn("offset commit could not reach the broker; retrying", "err", commitErr, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("runtime: commit offsets: %w (%w)", ctx.Err(), commitErr)
+		case <-th.ctx.Done():
+			return false, fmt.Errorf("runtime: commit offsets: stopped while the broker was unreachable: %w", commitErr)
+		case <-time.After(wait):
 		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && commitErr == nil {
-					commitErr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e)
-				}
-			}
-		}
-	})
+		commitErr = commitOffsets(ctx, th.cl, offsets)
+	}
 	if commitErr != nil {
 		if groupMovedOn(commitErr) {
 			return false, fmt.Errorf("runtime: commit offsets: %w: %w", errGroupMovedOn, commitErr)
@@ -95,6 +99,26 @@ func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		}
 	}
 	return false, nil
+}
+
+// commitOffsets commits offsets for the group and returns the first error,
+// of the request or of a partition.
+func commitOffsets(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.EpochOffset) error {
+	var commitErr error
+	cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			commitErr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && commitErr == nil {
+					commitErr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e)
+				}
+			}
+		}
+	})
+	return commitErr
 }
 
 // abort and begin are never asked of at-least-once: there is no

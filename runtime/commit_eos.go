@@ -2,8 +2,10 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/changelog"
@@ -21,6 +23,9 @@ type exactlyOnce struct {
 	th *thread
 	// acks are the changelog sends of the flush the next commit follows.
 	acks *changelog.Offsets
+	// cannotBegin is set when the session could not begin a transaction
+	// (see begin): the next commit fails with it.
+	cannotBegin error
 }
 
 func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
@@ -53,6 +58,11 @@ func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
 func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool, error) {
 	th, acks := c.th, c.acks
 	c.acks = nil
+	if c.cannotBegin != nil {
+		// Nothing the tasks did since is in a transaction; the thread
+		// drops it and starts again with a new producer.
+		return false, c.cannotBegin
+	}
 	if len(tasks) == 0 {
 		return false, nil
 	}
@@ -121,10 +131,50 @@ func (c *exactlyOnce) abort(ctx context.Context) error {
 	return nil
 }
 
+// begin begins the next transaction. A producer whose ID the broker no
+// longer accepts cannot begin one: franz-go keeps such a producer ID failed
+// for good ("fatal, unrecoverable"), which happens when a broker restart
+// aborted the producer's open transaction and bumped its epoch, or
+// answered its producer ID request with an error. Kafka Streams treats a
+// fatal producer error as a task migration: it closes the producer, makes a
+// new one (InitProducerId gives it a new epoch) and processes again from
+// the committed offsets. The thread does the same at its next commit, which
+// comes at once (the failure counts as a produce failure, see
+// commitClock), rather than stop: its stores keep their state, and nothing
+// it processes meanwhile is sent, since the client is in no transaction.
+// Any other error (an authorization refused, say) stops the thread.
 func (c *exactlyOnce) begin() error {
-	c.th.produceErr.Store(nil)
-	if err := c.th.sess.Begin(); err != nil {
-		return fmt.Errorf("runtime: begin transaction: %w", err)
+	th := c.th
+	th.produceErr.Store(nil)
+	c.cannotBegin = nil
+	err := th.sess.Begin()
+	if err == nil {
+		return nil
 	}
+	err = fmt.Errorf("runtime: begin transaction: %w", err)
+	if !producerLost(err) {
+		return err
+	}
+	th.log.Warn("cannot begin a transaction; the thread will drop its uncommitted work and start again with a new producer", "err", err)
+	c.cannotBegin = fmt.Errorf("%w: %w", errCannotBegin, err)
+	th.produceErr.Store(&produceFailure{cl: th.cl, err: c.cannotBegin})
 	return nil
+}
+
+// errCannotBegin marks a commit that fails because the thread's
+// transactional session could not begin the transaction (see
+// exactlyOnce.begin).
+var errCannotBegin = errors.New("no transaction open")
+
+// producerLost reports whether err means that the transactional producer
+// is no longer usable for a reason a new producer does not share: the
+// broker fenced or forgot its epoch, aborted its transaction, or could not
+// be reached.
+func producerLost(err error) bool {
+	if isFenced(err) || lostBroker(err) || errors.Is(err, kerr.UnknownProducerID) ||
+		errors.Is(err, kerr.TransactionAbortable) {
+		return true
+	}
+	var ke *kerr.Error
+	return errors.As(err, &ke) && ke.Retriable
 }

@@ -69,6 +69,54 @@ func (th *thread) writeStores(tasks []*taskrun.Active, last taskrun.LastOffsetFu
 	}
 }
 
-// DiskFullWaits counts the times this instance found a store write refused
-// for a full disk (statestore.ErrDiskFull) and paused to retry it.
+// openWaitingForSpace runs open, which opens the store in dir, and runs it
+// again, with backoff, for as long as it fails for a full disk
+// (statestore.ErrDiskFull), logging the directory and the space free at
+// most once per diskFullLogEvery. Opening replays and flushes badger's logs,
+// so it needs room as a write does (statestore.BadgerOptions.DiskReserve);
+// a store that cannot open for want of it is intact, so its files are kept,
+// and failing would not help: the task would be opened again, here or on
+// another instance whose disk may be as full. Whoever waits (a stream
+// thread claiming a task, the reconciliation of standbys, start-up) waits
+// until space is freed or the instance stops.
+func (a *App) openWaitingForSpace(dir string, open func() (statestore.Store, error)) (statestore.Store, error) {
+	wait := diskFullFirstWait
+	var since, logged time.Time
+	for attempt := 1; ; attempt++ {
+		s, err := open()
+		if err == nil || !errors.Is(err, statestore.ErrDiskFull) {
+			if err == nil && attempt > 1 {
+				a.log.Info("disk space freed; store opened", "dir", dir, "waited", time.Since(since).Round(time.Millisecond), "attempts", attempt)
+			}
+			return s, err
+		}
+		now := time.Now()
+		if attempt == 1 {
+			since = now
+		}
+		if now.Sub(logged) >= diskFullLogEvery {
+			logged = now
+			attrs := []any{"dir", dir, "err", err, "waited", now.Sub(since).Round(time.Millisecond), "attempts", attempt}
+			if dfe, ok := errors.AsType[*statestore.DiskFullError](err); ok && dfe.Free >= 0 {
+				attrs = append(attrs, "free_bytes", dfe.Free, "reserve_bytes", dfe.Reserve)
+			}
+			a.log.Error("disk full: a store cannot open; its files are kept and the open is retried until space is freed", attrs...)
+		}
+		a.diskFullWaits.Add(1)
+		select {
+		case <-a.closeAsked:
+			return nil, fmt.Errorf("runtime: closed while waiting for disk space: %w", err)
+		case <-a.killCtx.Done():
+			return nil, fmt.Errorf("runtime: killed while waiting for disk space: %w", err)
+		case <-a.done:
+			return nil, fmt.Errorf("runtime: stopped while waiting for disk space: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, diskFullMaxWait)
+	}
+}
+
+// DiskFullWaits counts the times this instance found a store write, or a
+// store's opening, refused for a full disk (statestore.ErrDiskFull) and
+// paused to retry it.
 func (a *App) DiskFullWaits() int64 { return a.diskFullWaits.Load() }

@@ -293,12 +293,13 @@ func (th *thread) connect() error {
 	if th.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
 		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
 	}
-	if err := th.sess.Begin(); err != nil {
-		th.sess.Close()
-		return fmt.Errorf("runtime: thread %d begin transaction: %w", th.idx, err)
-	}
 	hook.cl.Store(th.sess.Client())
 	th.attach(th.sess.Client())
+	if err := th.committer.begin(); err != nil {
+		th.sess.Close()
+		th.out.close()
+		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+	}
 	return nil
 }
 
@@ -997,9 +998,10 @@ func (th *thread) skip(t *taskrun.Active, in graph.InputRecord, node, msg string
 func (th *thread) reconnect(cause threadcore.Cause) error {
 	switch cause {
 	case threadcore.CauseRefused:
-		// The commit refused as from an old generation (errGroupMovedOn):
-		// the tasks may belong to others now.
-		th.log.Warn("offset commit refused: this member is no longer in the group's generation; dropping its uncommitted work and joining again")
+		// The commit refused as from an old generation (errGroupMovedOn),
+		// or, under at-least-once, lost with the broker: the tasks may
+		// belong to others now.
+		th.log.Warn("offset commit refused or lost: dropping uncommitted work and joining the group again")
 		th.app.rejoins.Add(1)
 	case threadcore.CauseFenced:
 		// Another instance owns this thread's work now (this one was a

@@ -1068,7 +1068,7 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 		recs = recs[taken:]
 		var werr error
 		if last >= 0 {
-			werr = st.reg.Store.Write(entries, last+1)
+			werr = r.writeWaitingForSpace(st, entries, last+1)
 		}
 
 		r.mu.Lock()
@@ -1109,6 +1109,55 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 			return r.completeLocked(st, nil), true
 		}
 		return Completed{}, false
+	}
+}
+
+// A store write refused for a full disk is retried after diskFullFirstWait,
+// doubling up to diskFullMaxWait (kept short so that Close and Unregister,
+// which wait for the write, are not held long), and logged at most once per
+// diskFullLogEvery.
+const (
+	diskFullFirstWait = 100 * time.Millisecond
+	diskFullMaxWait   = time.Second
+	diskFullLogEvery  = 30 * time.Second
+)
+
+// writeWaitingForSpace writes entries into st's store at position pos, and
+// writes them again for as long as the store refuses them for a full disk,
+// the partition is registered and the reader open. A refusal for a full
+// disk leaves the store unchanged (statestore.ErrDiskFull), so the same
+// write is simply tried again; failing instead would stop a standby
+// following its changelog for good, or fail the restoration of an active
+// task, and with it its stream thread, for a condition that passes once
+// space is freed.
+func (r *Reader) writeWaitingForSpace(st *partState, entries []statestore.Entry, pos int64) error {
+	wait := diskFullFirstWait
+	var since, logged time.Time
+	for attempt := 1; ; attempt++ {
+		err := st.reg.Store.Write(entries, pos)
+		if err == nil || !errors.Is(err, statestore.ErrDiskFull) {
+			if err == nil && attempt > 1 {
+				r.log.Info("disk space freed; changelog records stored", logAttrs(st, slog.Duration("waited", time.Since(since).Round(time.Millisecond)))...)
+			}
+			return err
+		}
+		r.mu.Lock()
+		live := r.parts[st.tp] == st && !r.closed
+		r.mu.Unlock()
+		if !live {
+			return err
+		}
+		now := time.Now()
+		if attempt == 1 {
+			since = now
+		}
+		if now.Sub(logged) >= diskFullLogEvery {
+			logged = now
+			r.log.Error("disk full: changelog records cannot enter their store; the write is retried until space is freed",
+				logAttrs(st, slog.Any("error", err), slog.Duration("waited", now.Sub(since).Round(time.Millisecond)))...)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, diskFullMaxWait)
 	}
 }
 

@@ -328,6 +328,51 @@ func TestStoreWriteFailureDropsPartition(t *testing.T) {
 	require.False(t, ok)
 }
 
+// fullDiskStore refuses its first refusals writes for a full disk, leaving
+// the store unchanged, as a badger store does below its reserve.
+type fullDiskStore struct {
+	*fakeStore
+	refusals atomic.Int32
+}
+
+func (s *fullDiskStore) Write(entries []statestore.Entry, position int64) error {
+	if s.refusals.Add(-1) >= 0 {
+		return &statestore.DiskFullError{Dir: "store", Free: 0, Reserve: 1}
+	}
+	return s.fakeStore.Write(entries, position)
+}
+
+// A store refusing writes for a full disk holds its restoration or its
+// following up, without failing it, until space is freed.
+func TestStoreFullDiskIsWaitedOut(t *testing.T) {
+	for _, mode := range []Mode{Restore, Follow} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := newCluster(t, 1, clTopic)
+			prod := newProducer(t, c)
+			history := numbered(0, 10)
+			produce(t, prod, clTopic, 0, history...)
+			store := &fullDiskStore{fakeStore: newFakeStore()}
+			store.refusals.Store(3)
+			r := newReader(t, c, nil)
+			require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: mode}))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for {
+				done, err := r.Poll(ctx)
+				require.NoError(t, err)
+				for _, d := range done {
+					require.NoError(t, d.Err, "the partition failed on a full disk")
+				}
+				if pos, _ := store.Position(); pos == int64(len(history)) {
+					break
+				}
+			}
+			require.Equal(t, expectMap(history...), store.snapshot())
+			require.Negative(t, store.refusals.Load(), "the writes were refused first")
+		})
+	}
+}
+
 func TestRegisterErrors(t *testing.T) {
 	c := newCluster(t, 1, clTopic)
 	r := newReader(t, c, nil)
