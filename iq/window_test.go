@@ -544,3 +544,42 @@ func TestLowerCaseRFC3339Times(t *testing.T) {
 	require.Equal(t, 200, status, "%v", body)
 	require.Equal(t, map[int64]int64{120_000: 2}, windowCounts(t, body))
 }
+
+// A timestamped window store's values are answered without their
+// timestamp, which the windows carry (0 for a value stored bare), in
+// process and through the client alike.
+func TestTimestampedWindowQueries(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	for _, in := range c.ins {
+		in.b.layouts[winStore] = StoreLayout{Kind: KindWindow, Window: winOpts, Timestamped: true}
+	}
+	k1 := keyIn(1, 3, "w")
+	r := reps[[2]int{1, 1}][winStore]
+	putWindow(t, r, k1, 0, 2) // bare, as written before values kept a time
+	func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		ws, err := statestore.NewWindowStore(r.store, winOpts)
+		require.NoError(t, err)
+		v, _ := serde.Int64.Encode(9)
+		require.NoError(t, ws.Put([]byte(k1), 60_000, statestore.AppendTimestamped(nil, 61_234, v)))
+	}()
+	want := []Window[string, int64]{{Key: k1, Start: 0, End: 60_000, Value: 2}, {Key: k1, Start: 60_000, End: 120_000, Value: 9, Timestamp: 61_234}}
+
+	ctx := context.Background()
+	res, err := WindowFetch(ctx, c.ins[1].srv.Querier(), winStore, k1, time.Time{}, time.Time{}, serde.String, serde.Int64)
+	require.NoError(t, err)
+	require.Equal(t, want, res.Windows)
+
+	cl, err := NewClient([]string{c.ins[2].addr()}, ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	cres, err := ClientWindowFetch[string, int64](ctx, cl, winStore, k1, time.Time{}, time.Time{}, serde.String)
+	require.NoError(t, err)
+	require.Equal(t, want, cres.Windows)
+	all, err := ClientWindowFetchAll[string, int64](ctx, cl, winStore, time.Time{}, time.Time{}, WithPartition(1))
+	require.NoError(t, err)
+	require.Len(t, all.Partitions, 1)
+	require.Equal(t, want, all.Partitions[0].Windows)
+}

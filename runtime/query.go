@@ -359,7 +359,7 @@ func (q queryBackend) StoreLayout(store string) (iq.StoreLayout, error) {
 			}
 			switch s.Kind {
 			case graph.Window:
-				return iq.StoreLayout{Kind: iq.KindWindow, Window: s.WindowOptions()}, nil
+				return iq.StoreLayout{Kind: iq.KindWindow, Window: s.WindowOptions(), Timestamped: s.Timestamped}, nil
 			case graph.Session:
 				return iq.StoreLayout{Kind: iq.KindSession, Window: s.WindowOptions()}, nil
 			}
