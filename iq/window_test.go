@@ -583,3 +583,44 @@ func TestTimestampedWindowQueries(t *testing.T) {
 	require.Len(t, all.Partitions, 1)
 	require.Equal(t, want, all.Partitions[0].Windows)
 }
+
+// A timestamped key-value store (a table's) answers its values without
+// their timestamps, bare values included, to lookups and scans alike.
+func TestTimestampedKeyValueQueries(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	for _, in := range c.ins {
+		in.b.layouts[testStore] = StoreLayout{Kind: KindKeyValue, Timestamped: true}
+	}
+	k1, k2 := keyIn(1, 3, "a"), keyIn(1, 3, "b")
+	r := reps[[2]int{1, 1}][testStore]
+	r.put(t, k1, 4) // bare, as written before values kept a time
+	func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		v, _ := serde.Int64.Encode(7)
+		require.NoError(t, r.store.Put([]byte(k2), statestore.AppendTimestamped(nil, 1234, v)))
+	}()
+
+	ctx := context.Background()
+	q := c.ins[1].srv.Querier()
+	for k, want := range map[string]int64{k1: 4, k2: 7} {
+		res, err := Get(ctx, q, testStore, k, serde.String, serde.Int64)
+		require.NoError(t, err)
+		require.Equal(t, want, res.Value)
+	}
+	all, err := All(ctx, q, testStore, serde.String, serde.Int64, WithPartition(1))
+	require.NoError(t, err)
+	require.Len(t, all.Partitions, 1)
+	require.Len(t, all.Partitions[0].Entries, 2)
+	for _, e := range all.Partitions[0].Entries {
+		require.Equal(t, map[string]int64{k1: 4, k2: 7}[e.Key], e.Value)
+	}
+
+	cl, err := NewClient([]string{c.ins[2].addr()}, ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	res, err := ClientGet[string, int64](ctx, cl, testStore, k2, serde.String)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), res.Value)
+}

@@ -33,8 +33,11 @@ const timestampedHeader = len(timestampedMark) + 8
 const NoTimestamp int64 = math.MinInt64
 
 // AppendTimestamped appends the timestamped value of v with timestamp ts to
-// dst.
+// dst; with a nil dst, to a new slice of exactly its size.
 func AppendTimestamped(dst []byte, ts int64, v []byte) []byte {
+	if dst == nil {
+		dst = make([]byte, 0, timestampedHeader+len(v))
+	}
 	dst = append(dst, timestampedMark[:]...)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(ts))
 	return append(dst, v...)
@@ -47,4 +50,54 @@ func SplitTimestamped(b []byte) (v []byte, ts int64) {
 		return b, NoTimestamp
 	}
 	return b[timestampedHeader:], int64(binary.BigEndian.Uint64(b[len(timestampedMark):]))
+}
+
+// BareValues is a view of rw, a store of timestamped values, that reads
+// and writes the values alone: Get and iterators return them without
+// their timestamps, Put stores a value with NoTimestamp. It is how a
+// processor of its own, or a query, reads a table's store.
+func BareValues(rw ReadWriter) ReadWriter { return bareValues{rw} }
+
+type bareValues struct{ rw ReadWriter }
+
+func (b bareValues) Get(key []byte) ([]byte, bool, error) {
+	v, found, err := b.rw.Get(key)
+	if found {
+		v, _ = SplitTimestamped(v)
+	}
+	return v, found, err
+}
+
+func (b bareValues) Put(key, value []byte) error {
+	if value == nil {
+		return ErrNilValue
+	}
+	return b.rw.Put(key, AppendTimestamped(nil, NoTimestamp, value))
+}
+
+func (b bareValues) Delete(key []byte) error { return b.rw.Delete(key) }
+
+func (b bareValues) Range(from, to []byte) (Iterator, error) {
+	it, err := b.rw.Range(from, to)
+	if err != nil {
+		return nil, err
+	}
+	return bareIterator{it}, nil
+}
+
+func (b bareValues) All() (Iterator, error) {
+	it, err := b.rw.All()
+	if err != nil {
+		return nil, err
+	}
+	return bareIterator{it}, nil
+}
+
+func (b bareValues) ApproximateCount() (int64, error) { return b.rw.ApproximateCount() }
+
+type bareIterator struct{ Iterator }
+
+func (i bareIterator) Value() []byte {
+	v, _ := SplitTimestamped(i.Iterator.Value())
+	return v
 }

@@ -80,7 +80,7 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	}
 	res.stores = []string{store}
 	res.olds = ownOldValues
-	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, res.label())
+	b.declareStore(tableStoreInfo(store, o), res.label())
 	lks, lvs, rks, rvs := l.keySerde, l.valueSerde, r.keySerde, r.valueSerde
 	res.newProc = func() (procImpl, error) {
 		return &tableJoinResult[K, VR]{store: store, keySerde: lks, valueSerde: vs}, nil
@@ -242,7 +242,7 @@ type fkSubscriptionsProc[KO, VO any] struct {
 	keySerde      serde.Serde[KO]
 	valueSerde    serde.Serde[VO]
 	subs          statestore.ReadWriter
-	get           func(KO) (VO, bool, error)
+	get           func(KO) (VO, int64, bool, error)
 }
 
 func (p *fkSubscriptionsProc[KO, VO]) init(c *nodeInstance) error {
@@ -279,17 +279,21 @@ func (p *fkSubscriptionsProc[KO, VO]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	rv, found, err := p.get(k)
+	rv, rts, found, err := p.get(k)
 	if err != nil {
 		return err
 	}
 	var rvb []byte
+	ts := r.ts
 	if found {
 		if rvb, err = p.valueSerde.Encode(rv); err != nil {
 			return err
 		}
+		// The answer, and so the result, is stamped with the later of the
+		// subscriber's update and r's value, as in Kafka Streams.
+		ts = stamp(r.ts, max(r.ts.UnixMilli(), rts))
 	}
-	return c.forward(record{key: bytes.Clone(pk), value: fkResponse(hash, rvb, found), ts: r.ts, headers: r.headers})
+	return c.forward(record{key: bytes.Clone(pk), value: fkResponse(hash, rvb, found), ts: ts, headers: r.headers})
 }
 
 func (p *fkSubscriptionsProc[KO, VO]) close() error { return nil }
@@ -372,7 +376,7 @@ type fkResolveProc[K, V, VO, VR any] struct {
 	valueSerde  serde.Serde[V]
 	rValueSerde serde.Serde[VO]
 	join        func(V, VO, bool) (VR, bool)
-	get         func(K) (V, bool, error)
+	get         func(K) (V, int64, bool, error)
 }
 
 func (p *fkResolveProc[K, V, VO, VR]) init(c *nodeInstance) error {
@@ -389,7 +393,7 @@ func (p *fkResolveProc[K, V, VO, VR]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull || len(resp) < 9 {
 		return errBadRegistration
 	}
-	v, found, err := p.get(as[K](r.key))
+	v, _, found, err := p.get(as[K](r.key))
 	if err != nil || !found {
 		// A deleted entry left the result when it was deleted.
 		return err

@@ -98,7 +98,7 @@ type joinProc[K, V, TV, VR any] struct {
 	lookup tableLookup[K, TV]
 	left   bool
 	joiner func(V, TV, bool) VR
-	get    func(K) (TV, bool, error)
+	get    func(K) (TV, int64, bool, error)
 }
 
 func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
@@ -119,7 +119,7 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 		c.task.droppedJoin++
 		return nil
 	}
-	tv, found, err := p.get(as[K](r.key))
+	tv, _, found, err := p.get(as[K](r.key))
 	if err != nil {
 		return err
 	}

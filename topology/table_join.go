@@ -85,7 +85,7 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	b.declareStore(tableStoreInfo(store, o), n.label())
 
 	rStore, rLookup := r.view()
 	left := b.addProcessor("", options{name: n.name + "-left", derived: true}, func() procImpl {
@@ -117,7 +117,7 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 type tableJoinSide[K, V, OV any] struct {
 	store  string
 	lookup tableLookup[K, OV]
-	get    func(K) (OV, bool, error)
+	get    func(K) (OV, int64, bool, error)
 	// join computes the result from this side's value and the other's.
 	join func(k K, v V, ok bool, ov OV, ook bool) (any, bool)
 }
@@ -136,12 +136,18 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	ov, ook, err := p.get(k)
+	ov, ots, ook, err := p.get(k)
 	if err != nil {
 		return err
 	}
 	v, ok := p.join(k, as[V](r.value), !r.valueNull, ov, ook)
-	out := record{key: r.key, value: v, valueNull: !ok, ts: r.ts, headers: r.headers}
+	// Stamped, as Kafka Streams stamps it, with the later of the update's
+	// time and the other side's value's.
+	ts := r.ts
+	if ook {
+		ts = stamp(r.ts, max(r.ts.UnixMilli(), ots))
+	}
+	out := record{key: r.key, value: v, valueNull: !ok, ts: ts, headers: r.headers}
 	return c.forward(out)
 }
 
@@ -162,7 +168,7 @@ func (p *tableJoinResult[K, VR]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde)
 	return nil
 }
 
@@ -184,7 +190,7 @@ func (p *tableJoinResult[K, VR]) process(c *nodeInstance, r record) error {
 			return err
 		}
 		r.value = zero[VR]()
-	} else if err := p.kv.putEncoded(kb, as[VR](r.value)); err != nil {
+	} else if err := p.kv.putEncodedAt(kb, as[VR](r.value), r.ts.UnixMilli()); err != nil {
 		return err
 	}
 	if c.node.sendOld {

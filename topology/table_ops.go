@@ -22,8 +22,9 @@ func TableValueSerde[V any](s serde.Serde[V]) Option {
 
 // tableLookup reads one key of a table: made once per task from the
 // store the table's values are derived from (see KTable.view), it returns
-// the key's current value and whether the table holds the key.
-type tableLookup[K, V any] func(rw statestore.ReadWriter) func(k K) (V, bool, error)
+// the key's current value, its timestamp (statestore.NoTimestamp if the
+// store holds none) and whether the table holds the key.
+type tableLookup[K, V any] func(rw statestore.ReadWriter) func(k K) (V, int64, bool, error)
 
 // view returns the store a table's values are read from and how to read
 // them: its own store when it is materialized, else its parent's view with
@@ -33,8 +34,8 @@ func (t KTable[K, V]) view() (string, tableLookup[K, V]) {
 		return t.lookupStore, t.lookup
 	}
 	ks, vs := t.keySerde, t.valueSerde
-	return t.store, func(rw statestore.ReadWriter) func(K) (V, bool, error) {
-		return NewKeyValueStore(rw, ks, vs).Get
+	return t.store, func(rw statestore.ReadWriter) func(K) (V, int64, bool, error) {
+		return newTableStore(rw, ks, vs).getAt
 	}
 }
 
@@ -101,22 +102,22 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs}
 	if o.store != "" {
 		n.stores = []string{o.store}
-		b.declareStore(StoreInfo{Name: o.store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+		b.declareStore(tableStoreInfo(o.store, o), n.label())
 		if vs == nil {
 			b.errorf("%s: store %q: value serde is nil (give it with TableValueSerde)", n.label(), o.store)
 		}
 	} else {
 		parentStore, parent := t.view()
 		out.lookupStore = parentStore
-		out.lookup = func(rw statestore.ReadWriter) func(K) (V2, bool, error) {
+		out.lookup = func(rw statestore.ReadWriter) func(K) (V2, int64, bool, error) {
 			get := parent(rw)
-			return func(k K) (V2, bool, error) {
-				v, found, err := get(k)
+			return func(k K) (V2, int64, bool, error) {
+				v, ts, found, err := get(k)
 				if err != nil || !found {
-					return zero[V2](), false, err
+					return zero[V2](), ts, false, err
 				}
 				v2, ok := fn(k, v)
-				return v2, ok, nil
+				return v2, ts, ok, nil
 			}
 		}
 	}
@@ -146,7 +147,7 @@ func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde)
 	return nil
 }
 
@@ -176,14 +177,14 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 		// task flushes, so there is nothing to deduplicate here.
 		return c.forward(out)
 	}
-	var (
-		kb  []byte
-		err error
-	)
+	kb, err := p.kv.encodeKey(k)
+	if err != nil {
+		return err
+	}
 	if out.valueNull {
-		kb, err = p.kv.delete(k)
+		err = p.kv.rw.Delete(kb)
 	} else {
-		kb, err = p.kv.put(k, as[V2](out.value))
+		err = p.kv.putEncodedAt(kb, as[V2](out.value), r.ts.UnixMilli())
 	}
 	if err != nil {
 		return err

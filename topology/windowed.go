@@ -234,10 +234,7 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win Window, r record) error {
 	p.key, p.value, p.ts = k, v, r.ts.UnixMilli()
 	slot, stored, err := p.ws.UpdateAt(kb, win.Start, p.updateFn)
-	next, ts := p.next, r.ts
-	if p.nextTs != p.ts {
-		ts = time.UnixMilli(p.nextTs)
-	}
+	next, ts := p.next, stamp(r.ts, p.nextTs)
 	p.key, p.value, p.next = zero[K](), zero[V](), zero[A]()
 	if err != nil {
 		return err
@@ -279,7 +276,7 @@ func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
-	return statestore.AppendTimestamped(make([]byte, 0, 12+len(vb)), p.nextTs, vb), nil
+	return statestore.AppendTimestamped(nil, p.nextTs, vb), nil
 }
 
 // emit forwards the final result of a closed window.

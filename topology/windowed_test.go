@@ -472,23 +472,33 @@ func TestWindowedStreamTimeIsTheProcessors(t *testing.T) {
 // first update is stamped with the updating record's time, and the value
 // written back carries the window's time from then on.
 func TestWindowedCountReadsBareAggregates(t *testing.T) {
-	w := topology.TumblingWindows(10 * time.Second)
-	d, in, out := windowedCountTopology(t, w, false)
-	rw, err := d.Store("counts")
+	b := topology.NewBuilder()
+	topology.WindowedBy(topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String), topology.TumblingWindows(10*time.Second)).
+		Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.String, 10_000), serde.Int64)
+	topo, err := b.Build()
 	require.NoError(t, err)
-	ws, err := statestore.NewWindowStore(rw, statestore.WindowOptions{Retention: w.MinRetention(), WindowSize: 10_000})
+	env := newFakeEnv(0)
+	rw, err := env.Store("counts")
+	require.NoError(t, err)
+	ws, err := statestore.NewWindowStore(rw, statestore.WindowOptions{Retention: 10_000, WindowSize: 10_000})
 	require.NoError(t, err)
 	bare, err := serde.Int64.Encode(5)
 	require.NoError(t, err)
 	require.NoError(t, ws.Put([]byte("k"), 0, bare))
 
-	require.NoError(t, in.PipeAt("k", "a", time.UnixMilli(3000)))
-	require.NoError(t, in.PipeAt("k", "b", time.UnixMilli(2000)))
-	recs, err := out.ReadRecords()
+	g, err := graph.Of(topo).NewTaskGraph(0, env)
 	require.NoError(t, err)
-	require.Len(t, recs, 2)
-	require.Equal(t, []int64{6, 7}, []int64{recs[0].Value, recs[1].Value})
-	require.Equal(t, []int64{3000, 3000}, []int64{recs[0].Timestamp.UnixMilli(), recs[1].Timestamp.UnixMilli()})
+	for _, ms := range []int64{3000, 2000} {
+		require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}))
+	}
+	require.Len(t, env.sent, 2)
+	var got []string
+	for _, rec := range env.sent {
+		n, err := serde.Int64.Decode(rec.Value)
+		require.NoError(t, err)
+		got = append(got, fmt.Sprintf("%d@%d", n, rec.Timestamp.UnixMilli()))
+	}
+	require.Equal(t, []string{"6@3000", "7@3000"}, got)
 
 	vb, found, err := ws.Get([]byte("k"), 0)
 	require.NoError(t, err)
