@@ -317,11 +317,7 @@ func (p *aggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
 	}
 	p.next = p.step(p.key, p.value, cur, found)
 	p.prev, p.prevFound = cur, found
-	vb, err := p.kv.encodeValue(p.next)
-	if err != nil {
-		return nil, err
-	}
-	return statestore.AppendTimestamped(nil, p.nextTs, vb), nil
+	return encodeTimestamped(p.aggSerde, p.next, p.nextTs)
 }
 
 func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {

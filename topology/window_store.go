@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/eddystreams/eddy/serde"
@@ -37,6 +38,21 @@ func encodeStoreValue[V any](vs serde.Serde[V], v V) ([]byte, error) {
 		return nil, fmt.Errorf("topology: store value encodes to nil; use Remove")
 	}
 	return b, nil
+}
+
+// encodeTimestamped encodes v with vs as a timestamped store value
+// (statestore.AppendTimestamped). A count (serde.Int64, the most frequent
+// aggregate) is written straight into the value, without the slice of its
+// own that Encode would allocate.
+func encodeTimestamped[V any](vs serde.Serde[V], v V, ts int64) ([]byte, error) {
+	if n, ok := any(&v).(*int64); ok && any(vs) == any(serde.Int64) {
+		return binary.BigEndian.AppendUint64(statestore.AppendTimestamped(make([]byte, 0, 20), ts, nil), uint64(*n)), nil
+	}
+	vb, err := encodeStoreValue(vs, v)
+	if err != nil {
+		return nil, err
+	}
+	return statestore.AppendTimestamped(nil, ts, vb), nil
 }
 
 // Put stores v for k's window starting at start.

@@ -272,11 +272,7 @@ func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) 
 		}
 	}
 	p.next = p.step(p.key, p.value, cur, found)
-	vb, err := encodeStoreValue(p.aggSerde, p.next)
-	if err != nil {
-		return nil, err
-	}
-	return statestore.AppendTimestamped(nil, p.nextTs, vb), nil
+	return encodeTimestamped(p.aggSerde, p.next, p.nextTs)
 }
 
 // emit forwards the final result of a closed window.
