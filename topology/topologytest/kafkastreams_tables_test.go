@@ -106,3 +106,157 @@ func TestKafkaStreamsTableJoins(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
+
+// tableAgg builds Kafka Streams' KTableAggregateTest topologies: the table
+// of "in" grouped by selector and aggregated with Kafka Streams' test
+// adder and remover from "0" (op "aggregate") or counted ("count"), into
+// "out".
+func tableAgg(op string, selector func(k, v string) (string, string)) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g := topology.GroupTableBy(topology.Table(b, "in", serde.String, serde.String, "in-store"), selector, "", serde.String, serde.String)
+		if op == "count" {
+			g.Count("count").ToStream().To("out", serde.String, serde.Int64)
+			return
+		}
+		topology.TableAggregate(g, toStringInit, toStringAdder, func(_ string, v, agg string) string { return agg + "-" + v },
+			"topic1-Canonized", serde.String).ToStream().To("out", serde.String, serde.String)
+	}
+}
+
+var ksTableAggregations = []ksScenario{
+	{
+		name:  "KTableAggregateTest.testAggBasic",
+		build: tableAgg("aggregate", func(k, v string) (string, string) { return k, v }),
+		steps: []ksStep{step(out(
+			"A 0+1 @10", "B 0+2 @15", "A 0+1-1+3 @20", "B 0+2-2+4 @18", "C 0+5 @5", "D 0+6 @25",
+			"B 0+2-2+4-4+7 @18", "C 0+5-5+8 @10",
+		), in("A", "1", 10), in("B", "2", 15), in("A", "3", 20), in("B", "4", 18), in("C", "5", 5), in("D", "6", 25),
+			in("B", "7", 15), in("C", "8", 10))},
+	},
+	{
+		name:  "KTableAggregateTest.testCount",
+		build: tableAgg("count", func(_, v string) (string, string) { return v, v }),
+		value: longValue,
+		steps: []ksStep{step(out(
+			"green 1 @10", "green 2 @10", "green 1 @12", "blue 1 @12", "yellow 1 @15", "green 2 @12",
+		), in("A", "green", 10), in("B", "green", 9), in("A", "blue", 12), in("C", "yellow", 15), in("D", "green", 11))},
+	},
+}
+
+func TestKafkaStreamsTableAggregations(t *testing.T) {
+	for _, sc := range ksTableAggregations {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
+
+// tableFilter builds KTableFilterTest.shouldPassThroughWithoutMaterialization's
+// topology, one of its two tables into "out": the table of "in" filtered
+// (or, with not, filtered out) by "the value is even".
+func tableFilter(not bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		t := topology.Table(b, "in", serde.String, serde.String, "in-store")
+		even := func(_, v string) bool { n, _ := strconv.Atoi(v); return n%2 == 0 }
+		if not {
+			t = t.FilterNot(even)
+		} else {
+			t = t.Filter(even)
+		}
+		t.ToStream().To("out", serde.String, serde.String)
+	}
+}
+
+var tableFilterInput = []ksIn{in("A", "1", 10), in("B", "2", 5), in("C", "3", 8), in("D", "4", 14), in("A", ksNull, 18), in("B", ksNull, 15)}
+
+// streamTableJoin builds KStreamKTableJoinTest's topology: the stream
+// "left" joined with the table of "right" into "out".
+func streamTableJoin(b *topology.Builder) {
+	t := topology.Table(b, "right", serde.String, serde.String, "right-store")
+	topology.Join(topology.Stream(b, "left", serde.String, serde.String), t, func(lv, rv string) string { return lv + "+" + rv }).
+		To("out", serde.String, serde.String)
+}
+
+// pushToStream and pushToTable are KStreamKTableJoinTest's helpers: the
+// first n keys with prefix, the stream's at their index, the table's at
+// a random time in Kafka Streams (which its expected outputs do not
+// depend on), at 0 here.
+func pushToStream(n int, prefix string) []ksIn {
+	var ins []ksIn
+	for i := range n {
+		k := strconv.Itoa(i)
+		ins = append(ins, left(k, prefix+k, int64(i)))
+	}
+	return ins
+}
+
+func pushToTable(n int, prefix string) []ksIn {
+	var ins []ksIn
+	for i := range n {
+		k := strconv.Itoa(i)
+		ins = append(ins, right(k, prefix+k, 0))
+	}
+	return ins
+}
+
+var ksTableOps = []ksScenario{
+	{
+		name:  "KTableFilterTest.shouldPassThroughWithoutMaterialization(filter)",
+		build: tableFilter(false),
+		steps: []ksStep{step(out("A null @10", "B 2 @5", "C null @8", "D 4 @14", "A null @18", "B null @15"), tableFilterInput...)},
+	},
+	{
+		name:  "KTableFilterTest.shouldPassThroughWithoutMaterialization(filterNot)",
+		build: tableFilter(true),
+		steps: []ksStep{step(out("A 1 @10", "B null @5", "C 3 @8", "D null @14", "A null @18", "B null @15"), tableFilterInput...)},
+	},
+	{
+		name: "KTableMapValuesTest.testKTable",
+		build: func(b *topology.Builder) {
+			topology.MapTableValues(topology.Table(b, "in", serde.String, serde.String, "in-store"), func(_, v string) string {
+				return strconv.Itoa(int(v[0]) - 48)
+			}).ToStream().To("out", serde.String, serde.String)
+		},
+		steps: []ksStep{step(out("A 1 @5", "B 2 @25", "C 3 @20", "D 4 @10"),
+			in("A", "1", 5), in("B", "2", 25), in("C", "3", 20), in("D", "4", 10))},
+	},
+	{
+		name:  "KStreamKTableJoinTest.shouldNotJoinWithEmptyTableOnStreamUpdates",
+		build: streamTableJoin,
+		steps: []ksStep{step(nil, pushToStream(2, "X")...)},
+	},
+	{
+		name:  "KStreamKTableJoinTest.shouldNotJoinOnTableUpdates",
+		build: streamTableJoin,
+		steps: []ksStep{
+			step(nil, pushToStream(2, "X")...),
+			step(nil, pushToTable(2, "Y")...),
+			step(out("0 X0+Y0 @0", "1 X1+Y1 @1"), pushToStream(4, "X")...),
+			step(nil, pushToTable(4, "YY")...),
+			step(out("0 X0+YY0 @0", "1 X1+YY1 @1", "2 X2+YY2 @2", "3 X3+YY3 @3"), pushToStream(4, "X")...),
+			step(nil, pushToTable(4, "YYY")...),
+		},
+	},
+	{
+		name:  "KStreamKTableJoinTest.shouldJoinOnlyIfMatchFoundOnStreamUpdates",
+		build: streamTableJoin,
+		steps: []ksStep{
+			step(nil, pushToTable(2, "Y")...),
+			step(out("0 X0+Y0 @0", "1 X1+Y1 @1"), pushToStream(4, "X")...),
+		},
+	},
+	{
+		name:  "KStreamKTableJoinTest.shouldClearTableEntryOnNullValueUpdates",
+		build: streamTableJoin,
+		steps: []ksStep{
+			step(nil, pushToTable(4, "Y")...),
+			step(out("0 X0+Y0 @0", "1 X1+Y1 @1", "2 X2+Y2 @2", "3 X3+Y3 @3"), pushToStream(4, "X")...),
+			step(nil, right("0", ksNull, 0), right("1", ksNull, 0)),
+			step(out("2 XX2+Y2 @2", "3 XX3+Y3 @3"), pushToStream(4, "XX")...),
+		},
+	},
+}
+
+func TestKafkaStreamsTableOperations(t *testing.T) {
+	for _, sc := range ksTableOps {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
