@@ -405,6 +405,8 @@ type KTable[K, V any] struct {
 	// view); nil for a materialized table.
 	lookup      tableLookup[K, V]
 	lookupStore string
+	// windows is set on a windowed table: what UntilWindowCloses needs.
+	windows *windowClose
 }
 
 // Table reads topic into the store named store (persistent and logged

@@ -99,7 +99,7 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 	n := b.addNode(kindProcessor, op, o, t.n)
 	n.olds = parentOldValues
 	b.checkFunc(n, fn == nil, "function")
-	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs}
+	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs, windows: t.windows}
 	if o.store != "" {
 		n.stores = []string{o.store}
 		b.declareStore(tableStoreInfo(o.store, o), n.label())

@@ -149,7 +149,7 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	if missingFunc != "" {
 		b.errorf("%s: %s is nil", n.label(), missingFunc)
 	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
 }
 
 // windowAggProc aggregates records into time windows.

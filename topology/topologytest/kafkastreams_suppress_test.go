@@ -1,0 +1,98 @@
+package topologytest_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// suppressedCounts builds SuppressScenarioTest's value counts: the table
+// of "in" grouped by value and counted, suppressed as s into "out".
+func suppressedCounts(s topology.Suppressed) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		counts := topology.GroupTableBy(topology.Table(b, "in", serde.String, serde.String, "in-store"),
+			func(k, v string) (string, string) { return v, k }, "", serde.String, serde.String).Count("counts")
+		counts.Suppress(s, "suppressed").ToStream().To("out", serde.String, serde.Int64)
+	}
+}
+
+// suppressedWindowCounts builds SuppressScenarioTest's windowed counts of
+// "in", their final results into "out".
+func suppressedWindowCounts(sessions bool, size, grace int64) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		var counts topology.KTable[topology.Windowed[string], int64]
+		ks := topology.TimeWindowedSerde(serde.String, size)
+		if sessions {
+			counts = topology.SessionWindowedBy(g, topology.NewSessionWindows(ms(size)).Grace(ms(grace))).Count("counts")
+			ks = topology.SessionWindowedSerde(serde.String)
+		} else {
+			counts = topology.WindowedBy(g, topology.TumblingWindows(ms(size)).Grace(ms(grace))).Count("counts")
+		}
+		counts.Suppress(topology.UntilWindowCloses(topology.Unbounded()), "suppressed").ToStream().To("out", ks, serde.Int64)
+	}
+}
+
+var ksSuppression = []ksScenario{
+	{
+		name:  "SuppressScenarioTest.shouldImmediatelyEmitEventsWithZeroEmitAfter",
+		build: suppressedCounts(topology.UntilTimeLimit(0, topology.Unbounded())),
+		value: longValue,
+		steps: []ksStep{
+			step(out("v1 1 @0", "v1 0 @1", "v2 1 @1", "v1 1 @2"), in("k1", "v1", 0), in("k1", "v2", 1), in("k2", "v1", 2)),
+			step(out("x 1 @3"), in("x", "x", 3)),
+			step(out("x 0 @4", "y 1 @4"), in("x", "y", 4)),
+		},
+	},
+	{
+		name:  "SuppressScenarioTest.shouldSuppressIntermediateEventsWithTimeLimit",
+		build: suppressedCounts(topology.UntilTimeLimit(2*time.Millisecond, topology.Unbounded())),
+		value: longValue,
+		steps: []ksStep{
+			step(out("v1 1 @2"), in("k1", "v1", 0), in("k1", "v2", 1), in("k2", "v1", 2)),
+			step(out("v2 1 @1"), in("tick", "tick", 3)),
+			step(nil, in("tick", "tock", 4)),
+		},
+	},
+	{
+		name:  "SuppressScenarioTest.shouldSuppressIntermediateEventsWithRecordLimit",
+		build: suppressedCounts(topology.UntilTimeLimit(time.Duration(math.MaxInt64), topology.MaxRecords(1).EmitEarlyWhenFull())),
+		value: longValue,
+		steps: []ksStep{
+			step(out("v1 0 @1", "v2 1 @1"), in("k1", "v1", 0), in("k1", "v2", 1), in("k2", "v1", 2)),
+			step(out("v1 1 @2"), in("x", "x", 3)),
+		},
+	},
+	{
+		name:  "SuppressScenarioTest.shouldSupportFinalResultsForTimeWindows",
+		build: suppressedWindowCounts(false, 2, 1), key: windowKey(2), value: longValue,
+		late: 1,
+		steps: []ksStep{step(out("k1@[0,2] 4 @1", "k1@[2,4] 1 @2"),
+			in("k1", "v1", 0), in("k1", "v1", 1), in("k1", "v1", 2), in("k1", "v1", 1), in("k1", "v1", 0), in("k1", "v1", 5),
+			in("k1", "v1", 0))},
+	},
+	{
+		name:  "SuppressScenarioTest.shouldSupportFinalResultsForTimeWindowsWithLargeJump",
+		build: suppressedWindowCounts(false, 2, 2), key: windowKey(2), value: longValue,
+		late: 1,
+		steps: []ksStep{step(out("k1@[0,2] 4 @1", "k1@[2,4] 2 @3", "k1@[4,6] 1 @4"),
+			in("k1", "v1", 0), in("k1", "v1", 1), in("k1", "v1", 2), in("k1", "v1", 0), in("k1", "v1", 3), in("k1", "v1", 0),
+			in("k1", "v1", 4), in("k1", "v1", 0), in("k1", "v1", 30))},
+	},
+	{
+		name:  "SuppressScenarioTest.shouldSupportFinalResultsForSessionWindows",
+		build: suppressedWindowCounts(true, 5, 0), key: sessionKey, value: longValue,
+		late: 1,
+		steps: []ksStep{step(out("k1@[0,5] 3 @5", "k2@[11,11] 1 @11"),
+			in("k1", "v1", 0), in("k1", "v1", 5), in("k1", "v1", 1), in("k2", "v1", 11), in("k1", "v1", 5), in("k1", "v1", 30))},
+	},
+}
+
+func TestKafkaStreamsSuppression(t *testing.T) {
+	for _, sc := range ksSuppression {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
