@@ -228,3 +228,68 @@ func TestEmitFinalRestoredFromChangelog(t *testing.T) {
 	read()
 	require.Equal(t, []string{"a@0=2", "b@1000=1", "c@2000=1"}, got)
 }
+
+// A suppression's held updates and stream time are restored from its
+// changelog: an instance on an empty state directory releases what the
+// first one held, and a record it would have released at once is released
+// at once.
+func TestSuppressionRestoredFromChangelog(t *testing.T) {
+	b, _ := startBroker(t, "in", "out")
+	build := func() *topology.Topology {
+		tb := topology.NewBuilder()
+		topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("counts").
+			Suppress(topology.UntilTimeLimit(time.Second, topology.Unbounded()), "held").
+			ToStream().To("out", serde.String, serde.Int64)
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		return topo
+	}
+	start := func(dir string) *App {
+		app, err := New(build(), Config{ApplicationID: "suppress", Brokers: b.Addrs(), StateDir: dir, CommitInterval: 100 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(key string, ms int64) {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Partition: 0, Key: []byte(key), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}).FirstErr())
+	}
+	var got []string
+	next := map[int32]int64{0: 0, 1: 0}
+	read := func() {
+		fetch, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"out": {0: kgo.NewOffset().At(next[0]), 1: kgo.NewOffset().At(next[1])}}),
+			kgo.FetchMaxWait(100*time.Millisecond))
+		require.NoError(t, err)
+		defer fetch.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		fetch.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			n, err := serde.Int64.Decode(r.Value)
+			require.NoError(t, err)
+			got = append(got, string(r.Key)+"="+strconv.FormatInt(n, 10))
+			next[r.Partition] = r.Offset + 1
+		})
+	}
+	a := start(t.TempDir())
+	produce("a", 500)
+	produce("a", 700)
+	produce("b", 1_200)
+	produce("c", 1_800) // releases a
+	waitFor(t, 30*time.Second, "a released", func() bool { read(); return len(got) == 1 })
+	require.Equal(t, []string{"a=2"}, got)
+	require.NoError(t, a.Close(context.Background()))
+
+	a2 := start(t.TempDir())
+	defer a2.Close(context.Background())
+	produce("f", 100) // due at once: the restored stream time is 1800
+	waitFor(t, 30*time.Second, "f released", func() bool { read(); return len(got) == 2 })
+	produce("e", 2_300) // releases b
+	waitFor(t, 30*time.Second, "b released", func() bool { read(); return len(got) == 3 })
+	produce("g", 2_900) // releases c
+	waitFor(t, 30*time.Second, "c released", func() bool { read(); return len(got) == 4 })
+	read()
+	require.Equal(t, []string{"a=2", "f=1", "b=1", "c=1"}, got)
+}
