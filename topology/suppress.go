@@ -149,11 +149,14 @@ type suppressProc[K, V any] struct {
 
 	rw statestore.ReadWriter
 	// What the store holds, read at the first record after start or an
-	// abort (started false): stream time, held updates and their bytes.
+	// abort (started false): stream time, held updates and their bytes,
+	// and the earliest buffer time (math.MaxInt64 when empty), so that a
+	// record that releases nothing costs no range scan.
 	started    bool
 	streamTime int64
 	records    int64
 	bytes      int64
+	minTime    int64
 }
 
 var (
@@ -169,8 +172,11 @@ func (p *suppressProc[K, V]) init(c *nodeInstance) error {
 
 func sortableTime(t int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(t)^(1<<63)) }
 
+// heldTime is the buffer time of a held update's key.
+func heldTime(ek []byte) int64 { return int64(binary.BigEndian.Uint64(ek[1:9]) ^ (1 << 63)) }
+
 func (p *suppressProc[K, V]) start() error {
-	p.streamTime, p.records, p.bytes = math.MinInt64, 0, 0
+	p.streamTime, p.records, p.bytes, p.minTime = math.MinInt64, 0, 0, math.MaxInt64
 	v, found, err := p.rw.Get(suppressStreamTimeKey)
 	if err != nil {
 		return err
@@ -183,6 +189,9 @@ func (p *suppressProc[K, V]) start() error {
 		return err
 	}
 	for it.Next() {
+		if p.records == 0 && len(it.Key()) >= 9 {
+			p.minTime = heldTime(it.Key())
+		}
 		p.records++
 		p.bytes += int64(len(it.Key()) - 9 + len(it.Value()))
 	}
@@ -243,6 +252,7 @@ func (p *suppressProc[K, V]) hold(k K, kb []byte, r record) error {
 		}
 		tb := sortableTime(t)
 		ek = append(append([]byte{0}, tb...), kb...)
+		p.minTime = min(p.minTime, t)
 		if err := p.rw.Put(ik, tb); err != nil {
 			return err
 		}
@@ -291,8 +301,10 @@ func (p *suppressProc[K, V]) enforce(c *nodeInstance) error {
 		expiry = math.MinInt64
 	}
 	over := func() bool { return p.records > p.buf.maxRecords || p.bytes > p.buf.maxBytes }
-	if err := p.evict(c, func(t int64) bool { return t <= expiry }); err != nil {
-		return err
+	if p.minTime <= expiry {
+		if err := p.evict(c, func(t int64) bool { return t <= expiry }); err != nil {
+			return err
+		}
 	}
 	if !over() {
 		return nil
@@ -317,9 +329,11 @@ func (p *suppressProc[K, V]) evict(c *nodeInstance, due func(t int64) bool) erro
 			ek, held = bytes.Clone(it.Key()), bytes.Clone(it.Value())
 		}
 		if err := errors.Join(it.Err(), it.Close()); err != nil || ek == nil || len(ek) < 9 {
+			p.minTime = math.MaxInt64
 			return err
 		}
-		if !due(int64(binary.BigEndian.Uint64(ek[1:9]) ^ (1 << 63))) {
+		p.minTime = heldTime(ek)
+		if !due(p.minTime) {
 			return nil
 		}
 		kb := ek[9:]
