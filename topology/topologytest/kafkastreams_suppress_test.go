@@ -89,6 +89,31 @@ var ksSuppression = []ksScenario{
 		steps: []ksStep{step(out("k1@[0,5] 3 @5", "k2@[11,11] 1 @11"),
 			in("k1", "v1", 0), in("k1", "v1", 5), in("k1", "v1", 1), in("k2", "v1", 11), in("k1", "v1", 5), in("k1", "v1", 30))},
 	},
+	{
+		name: "SuppressScenarioTest.shouldSupportFinalResultsForSlidingWindows",
+		build: func(b *topology.Builder) {
+			slidingWindowed(b, 5, 15, false).Count("counts").
+				Suppress(topology.UntilWindowCloses(topology.Unbounded()), "suppressed").
+				ToStream().To("out", topology.TimeWindowedSerde(serde.String, 5), serde.Int64)
+		},
+		key: windowKey(5), value: longValue,
+		late: 2, // 5 and 7 find their left windows closed
+		steps: []ksStep{step(out(
+			"k1@[5,10] 5 @10", "k1@[6,11] 5 @11", "k1@[8,13] 5 @13", "k1@[11,16] 2 @13", "k1@[12,17] 1 @13", "k1@[19,24] 1 @24",
+		), in("k1", "v1", 10), in("k1", "v1", 11), in("k1", "v1", 10), in("k1", "v1", 13), in("k1", "v1", 10), in("k1", "v1", 24),
+			in("k1", "v1", 5), in("k1", "v1", 7), in("k1", "v1", 90))},
+	},
+	{
+		name: "SuppressScenarioTest.shouldWorkBeforeGroupBy",
+		build: func(b *topology.Builder) {
+			held := topology.Table(b, "in", serde.String, serde.String, "in-store").
+				Suppress(topology.UntilTimeLimit(10*time.Millisecond, topology.Unbounded()), "suppressed")
+			topology.GroupTableBy(held, func(k, v string) (string, string) { return k, v }, "", serde.String, serde.String).
+				Count("counts").ToStream().To("out", serde.String, serde.Int64)
+		},
+		value: longValue,
+		steps: []ksStep{step(out("A 1 @0"), in("A", "a", 0), in("tick", "tick", 10))},
+	},
 }
 
 func TestKafkaStreamsSuppression(t *testing.T) {
