@@ -103,11 +103,11 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	// Right side: subscriptions are recorded next to r and answered with
 	// r's value; each update of r answers its subscribers.
 	regSrc := addSource(b, registration, serde.Bytes, serde.Bytes, derived("-registration-source"))
-	rStore, rLookup := r.view()
+	rStores, rLookup := r.view()
 	subs := b.addProcessor("", derived("-subscriptions"), func() procImpl {
-		return &fkSubscriptionsProc[KO, VO]{store: subStore, rStore: rStore, lookup: rLookup, keySerde: rks, valueSerde: rvs}
+		return &fkSubscriptionsProc[KO, VO]{store: subStore, lookup: rLookup, keySerde: rks, valueSerde: rvs}
 	}, regSrc)
-	subs.stores = []string{subStore, rStore}
+	subs.stores = append([]string{subStore}, rStores...)
 	subs.joins = r.n
 	b.declareStore(StoreInfo{Name: subStore, Persistent: !o.inMemory, Logged: !o.unlogged}, subs.label())
 	upd := b.addProcessor("", derived("-right"), func() procImpl {
@@ -121,11 +121,11 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	// Back on the left: a response still matching l's current value is
 	// joined into the result.
 	respSrc := addSource(b, response, lks, serde.Bytes, derived("-response-source"))
-	lStore, lLookup := l.view()
+	lStores, lLookup := l.view()
 	resolve := b.addProcessor("", derived("-resolve"), func() procImpl {
-		return &fkResolveProc[K, V, VO, VR]{store: lStore, lookup: lLookup, valueSerde: lvs, rValueSerde: rvs, join: fn}
+		return &fkResolveProc[K, V, VO, VR]{lookup: lLookup, valueSerde: lvs, rValueSerde: rvs, join: fn}
 	}, respSrc)
-	resolve.stores = []string{lStore}
+	resolve.stores = lStores
 	resolve.joins = l.n
 	resolve.children = append(resolve.children, res)
 	res.parents = append(res.parents, resolve)
@@ -237,12 +237,12 @@ var errBadRegistration = errors.New("topology: malformed foreign-key join record
 // fkSubscriptionsProc records subscriptions next to r and answers each
 // subscription with r's current value for the foreign key.
 type fkSubscriptionsProc[KO, VO any] struct {
-	store, rStore string
-	lookup        tableLookup[KO, VO]
-	keySerde      serde.Serde[KO]
-	valueSerde    serde.Serde[VO]
-	subs          statestore.ReadWriter
-	get           func(KO) (VO, int64, bool, error)
+	store      string
+	lookup     tableLookup[KO, VO]
+	keySerde   serde.Serde[KO]
+	valueSerde serde.Serde[VO]
+	subs       statestore.ReadWriter
+	get        func(KO) (VO, int64, bool, error)
 }
 
 func (p *fkSubscriptionsProc[KO, VO]) init(c *nodeInstance) error {
@@ -251,12 +251,8 @@ func (p *fkSubscriptionsProc[KO, VO]) init(c *nodeInstance) error {
 		return err
 	}
 	p.subs = rw
-	rrw, err := c.store(p.rStore)
-	if err != nil {
-		return err
-	}
-	p.get = p.lookup(rrw)
-	return nil
+	p.get, err = p.lookup(c.store)
+	return err
 }
 
 func (p *fkSubscriptionsProc[KO, VO]) process(c *nodeInstance, r record) error {
@@ -371,7 +367,6 @@ func (p *fkRightProc[KO, VO]) close() error { return nil }
 // fkResolveProc joins a response with l's current value for its key,
 // dropping it when that value no longer has the hash it was sent for.
 type fkResolveProc[K, V, VO, VR any] struct {
-	store       string
 	lookup      tableLookup[K, V]
 	valueSerde  serde.Serde[V]
 	rValueSerde serde.Serde[VO]
@@ -380,12 +375,9 @@ type fkResolveProc[K, V, VO, VR any] struct {
 }
 
 func (p *fkResolveProc[K, V, VO, VR]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
-		return err
-	}
-	p.get = p.lookup(rw)
-	return nil
+	var err error
+	p.get, err = p.lookup(c.store)
+	return err
 }
 
 func (p *fkResolveProc[K, V, VO, VR]) process(c *nodeInstance, r record) error {

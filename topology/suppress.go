@@ -93,8 +93,9 @@ func (w Windowed[K]) windowEnd() int64 { return w.Window.End }
 // updates are kept in the store named store (persistent and logged unless
 // InMemory or WithoutLogging is given), so that a restart or a failover
 // neither loses nor, under exactly-once, repeats them, together with the
-// stream time the node has seen. Joins and later lookups of the returned
-// table read t's current values. Named names the node.
+// stream time the node has seen. A join with the returned table reads what
+// it last emitted: for a key with an update held, the value before it,
+// else t's current value. Named names the node.
 func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTable[K, V] {
 	b := t.builder()
 	o := collect(opts)
@@ -124,7 +125,45 @@ func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTabl
 		return &suppressProc[K, V]{store: store, keySerde: ks, valueSerde: vs, final: final, limit: limit, buf: buf}, nil
 	}
 	out := KTable[K, V]{b: b, n: n, keySerde: ks, valueSerde: vs, windows: t.windows}
-	out.lookupStore, out.lookup = t.view()
+	if t.windows == nil {
+		// The held updates keep the value each replaced, for the view.
+		b.requireOldValues(t.n, n.label())
+	}
+	parentStores, parent := t.view()
+	out.lookupStores = append([]string{store}, parentStores...)
+	out.lookup = func(open func(string) (statestore.ReadWriter, error)) (func(K) (V, int64, bool, error), error) {
+		rw, err := open(store)
+		if err != nil {
+			return nil, err
+		}
+		get, err := parent(open)
+		if err != nil {
+			return nil, err
+		}
+		return func(k K) (V, int64, bool, error) {
+			kb, err := ks.Encode(k)
+			if err != nil {
+				return zero[V](), statestore.NoTimestamp, false, err
+			}
+			tb, held, err := rw.Get(append([]byte{1}, kb...))
+			if err != nil || !held {
+				if err != nil {
+					return zero[V](), statestore.NoTimestamp, false, err
+				}
+				return get(k)
+			}
+			hb, found, err := rw.Get(append(append([]byte{0}, tb...), kb...))
+			if err != nil || !found {
+				return zero[V](), statestore.NoTimestamp, false, err
+			}
+			_, _, _, old, flags := splitHeld(hb)
+			if flags&2 == 0 {
+				return zero[V](), statestore.NoTimestamp, false, nil
+			}
+			v, err := vs.Decode(bytes.Clone(old))
+			return v, statestore.NoTimestamp, err == nil, err
+		}, nil
+	}
 	return out
 }
 

@@ -401,10 +401,10 @@ type KTable[K, V any] struct {
 	keySerde   serde.Serde[K]
 	valueSerde serde.Serde[V]
 	// lookup, for a derived table without a store of its own, reads its
-	// values from lookupStore, the store of the table it derives from (see
-	// view); nil for a materialized table.
-	lookup      tableLookup[K, V]
-	lookupStore string
+	// values from lookupStores, the stores of the table it derives from
+	// (see view); nil for a materialized table.
+	lookup       tableLookup[K, V]
+	lookupStores []string
 	// windows is set on a windowed table: what UntilWindowCloses needs.
 	windows *windowClose
 }

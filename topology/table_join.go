@@ -87,20 +87,20 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	n.olds = ownOldValues
 	b.declareStore(tableStoreInfo(store, o), n.label())
 
-	rStore, rLookup := r.view()
+	rStores, rLookup := r.view()
 	left := b.addProcessor("", options{name: n.name + "-left", derived: true}, func() procImpl {
-		return &tableJoinSide[K, LV, RV]{store: rStore, lookup: rLookup, join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
+		return &tableJoinSide[K, LV, RV]{lookup: rLookup, join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
 			return fn(lv, lok, rv, rok)
 		}}
 	}, l.n)
-	left.stores = []string{rStore}
-	lStore, lLookup := l.view()
+	left.stores = rStores
+	lStores, lLookup := l.view()
 	right := b.addProcessor("", options{name: n.name + "-right", derived: true}, func() procImpl {
-		return &tableJoinSide[K, RV, LV]{store: lStore, lookup: lLookup, join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
+		return &tableJoinSide[K, RV, LV]{lookup: lLookup, join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
 			return fn(lv, lok, rv, rok)
 		}}
 	}, r.n)
-	right.stores = []string{lStore}
+	right.stores = lStores
 	for _, side := range []*node{left, right} {
 		side.children = append(side.children, n)
 		n.parents = append(n.parents, side)
@@ -115,7 +115,6 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 // tableJoinSide receives the updates of one side of a table-table join and
 // forwards the key's new result: its value, or a tombstone for none.
 type tableJoinSide[K, V, OV any] struct {
-	store  string
 	lookup tableLookup[K, OV]
 	get    func(K) (OV, int64, bool, error)
 	// join computes the result from this side's value and the other's.
@@ -123,12 +122,9 @@ type tableJoinSide[K, V, OV any] struct {
 }
 
 func (p *tableJoinSide[K, V, OV]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
-		return err
-	}
-	p.get = p.lookup(rw)
-	return nil
+	var err error
+	p.get, err = p.lookup(c.store)
+	return err
 }
 
 func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {

@@ -21,21 +21,27 @@ func TableValueSerde[V any](s serde.Serde[V]) Option {
 }
 
 // tableLookup reads one key of a table: made once per task from the
-// store the table's values are derived from (see KTable.view), it returns
-// the key's current value, its timestamp (statestore.NoTimestamp if the
-// store holds none) and whether the table holds the key.
-type tableLookup[K, V any] func(rw statestore.ReadWriter) func(k K) (V, int64, bool, error)
+// stores the table's values are derived from (see KTable.view), which it
+// opens with open, it returns the key's current value, its timestamp
+// (statestore.NoTimestamp if the store holds none) and whether the table
+// holds the key.
+type tableLookup[K, V any] func(open func(store string) (statestore.ReadWriter, error)) (func(k K) (V, int64, bool, error), error)
 
-// view returns the store a table's values are read from and how to read
+// view returns the stores a table's values are read from and how to read
 // them: its own store when it is materialized, else its parent's view with
-// the table's operator applied.
-func (t KTable[K, V]) view() (string, tableLookup[K, V]) {
+// the table's operator applied (or, suppressed, its held updates' old
+// values first).
+func (t KTable[K, V]) view() ([]string, tableLookup[K, V]) {
 	if t.lookup != nil {
-		return t.lookupStore, t.lookup
+		return t.lookupStores, t.lookup
 	}
-	ks, vs := t.keySerde, t.valueSerde
-	return t.store, func(rw statestore.ReadWriter) func(K) (V, int64, bool, error) {
-		return newTableStore(rw, ks, vs).getAt
+	store, ks, vs := t.store, t.keySerde, t.valueSerde
+	return []string{store}, func(open func(string) (statestore.ReadWriter, error)) (func(K) (V, int64, bool, error), error) {
+		rw, err := open(store)
+		if err != nil {
+			return nil, err
+		}
+		return newTableStore(rw, ks, vs).getAt, nil
 	}
 }
 
@@ -107,10 +113,13 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 			b.errorf("%s: store %q: value serde is nil (give it with TableValueSerde)", n.label(), o.store)
 		}
 	} else {
-		parentStore, parent := t.view()
-		out.lookupStore = parentStore
-		out.lookup = func(rw statestore.ReadWriter) func(K) (V2, int64, bool, error) {
-			get := parent(rw)
+		parentStores, parent := t.view()
+		out.lookupStores = parentStores
+		out.lookup = func(open func(string) (statestore.ReadWriter, error)) (func(K) (V2, int64, bool, error), error) {
+			get, err := parent(open)
+			if err != nil {
+				return nil, err
+			}
 			return func(k K) (V2, int64, bool, error) {
 				v, ts, found, err := get(k)
 				if err != nil || !found {
@@ -118,7 +127,7 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 				}
 				v2, ok := fn(k, v)
 				return v2, ts, ok, nil
-			}
+			}, nil
 		}
 	}
 	store, ks := o.store, t.keySerde

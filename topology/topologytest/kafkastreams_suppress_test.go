@@ -114,6 +114,51 @@ var ksSuppression = []ksScenario{
 		value: longValue,
 		steps: []ksStep{step(out("A 1 @0"), in("A", "a", 0), in("tick", "tick", 10))},
 	},
+	{
+		name:  "SuppressScenarioTest.shouldWorkBeforeJoinRight",
+		build: suppressedJoin(false),
+		steps: []ksStep{
+			step(nil, right("B", "1", 0), right("A", "1", 0)),
+			step(out("A (null,1) @0", "B (null,1) @0"), right("tick", "tick", 10)),
+			step(nil, right("A", "2", 11)),
+			step(out("A (a,1) @12"), left("A", "a", 12)),
+			step(out("B (b,1) @12"), left("B", "b", 12)),
+			step(out("A (b,1) @13"), left("A", "b", 13)),
+			step(out("tick (null,tick1) @21", "A (b,2) @13"), right("tick", "tick1", 21)),
+		},
+	},
+	{
+		name:  "SuppressScenarioTest.shouldWorkBeforeJoinLeft",
+		build: suppressedJoin(true),
+		steps: []ksStep{
+			step(nil, left("B", "1", 0), left("A", "1", 0)),
+			step(out("A (1,null) @0", "B (1,null) @0"), left("tick", "tick", 10)),
+			step(nil, left("A", "2", 11)),
+			step(out("A (1,a) @12"), right("A", "a", 12)),
+			step(out("B (1,b) @12"), right("B", "b", 12)),
+			step(out("A (1,b) @13"), right("A", "b", 13)),
+			step(out("tick (tick1,null) @21", "A (2,b) @13"), left("tick", "tick1", 21)),
+		},
+	},
+}
+
+// suppressedJoin builds SuppressScenarioTest.shouldWorkBeforeJoin*: the
+// tables of "left" and "right", one of them suppressed until 10 ms have
+// passed, outer-joined into "out".
+func suppressedJoin(suppressLeft bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		l := topology.Table(b, "left", serde.String, serde.String, "left-store")
+		r := topology.Table(b, "right", serde.String, serde.String, "right-store")
+		held := topology.UntilTimeLimit(10*time.Millisecond, topology.Unbounded())
+		if suppressLeft {
+			l = l.Suppress(held, "suppressed")
+		} else {
+			r = r.Suppress(held, "suppressed")
+		}
+		topology.OuterJoinTables(l, r, func(lv string, lok bool, rv string, rok bool) string {
+			return "(" + orNull(lv, lok) + "," + orNull(rv, rok) + ")"
+		}, "joined", serde.String).ToStream().To("out", serde.String, serde.String)
+	}
 }
 
 func TestKafkaStreamsSuppression(t *testing.T) {
