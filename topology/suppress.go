@@ -156,11 +156,11 @@ func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTabl
 			if err != nil || !found {
 				return zero[V](), statestore.NoTimestamp, false, err
 			}
-			_, _, _, old, flags := splitHeld(hb)
-			if flags&2 == 0 {
-				return zero[V](), statestore.NoTimestamp, false, nil
+			h, err := decodeHeld(hb)
+			if err != nil || h.flags&2 == 0 {
+				return zero[V](), statestore.NoTimestamp, false, err
 			}
-			v, err := vs.Decode(bytes.Clone(old))
+			v, err := vs.Decode(bytes.Clone(h.old))
 			return v, statestore.NoTimestamp, err == nil, err
 		}, nil
 	}
@@ -169,15 +169,14 @@ func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTabl
 
 // suppressProc holds a table's updates in its store, laid out as
 //
-//	00 | buffer time (8, big-endian, sign bit flipped) | key   → held update
+//	00 | buffer time (8, big-endian, sign bit flipped) | key   → heldUpdate
 //	01 | key                                               → its buffer time
 //	02                                                     → stream time
 //
-// so the held updates are one range in buffer-time order. A held update
-// is: flags (1: has a new value, 2: has an old value) | timestamp (8) |
-// uvarint length of the new value | new value | old value. A key updated
-// again keeps its place (its first update's time), as in Kafka Streams,
-// and takes the latest update's value and timestamp.
+// so the held updates are one range in buffer-time order. A key updated
+// again keeps its place (its first update's time) and its old value, as
+// in Kafka Streams, and takes the latest update's value, timestamp and
+// headers.
 type suppressProc[K, V any] struct {
 	store      string
 	keySerde   serde.Serde[K]
@@ -279,8 +278,11 @@ func (p *suppressProc[K, V]) hold(k K, kb []byte, r record) error {
 			return err
 		}
 		if found {
-			_, _, _, old, flags = splitHeld(prev)
-			flags &= 2
+			h, err := decodeHeld(prev)
+			if err != nil {
+				return fmt.Errorf("store %q: %w", p.store, err)
+			}
+			old, flags = h.old, h.flags&2
 			p.records--
 			p.bytes -= int64(len(kb) + len(prev))
 		}
@@ -310,26 +312,92 @@ func (p *suppressProc[K, V]) hold(k K, kb []byte, r record) error {
 		}
 		flags |= 1
 	}
-	held := append([]byte{flags}, binary.BigEndian.AppendUint64(nil, uint64(r.ts.UnixMilli()))...)
-	held = binary.AppendUvarint(held, uint64(len(nv)))
-	held = append(append(held, nv...), old...)
+	held := heldUpdate{flags: flags, ts: r.ts.UnixMilli(), nv: nv, old: old, headers: r.headers}.encode()
 	p.records++
 	p.bytes += int64(len(kb) + len(held))
 	return p.rw.Put(ek, held)
 }
 
-// splitHeld decodes a held update.
-func splitHeld(b []byte) (ts int64, hasNew bool, nv, old []byte, flags byte) {
+// heldUpdate is a held update as its store value holds it:
+//
+//	flags (1: has a new value, 2: has an old value) | timestamp (8) |
+//	new value | old value | header count | headers
+//
+// each value and header key a uvarint length and bytes, a header value a
+// uvarint of its length plus one (0 for nil) and bytes.
+type heldUpdate struct {
+	flags   byte
+	ts      int64
+	nv, old []byte
+	headers []Header
+}
+
+func (h heldUpdate) encode() []byte {
+	b := append([]byte{h.flags}, binary.BigEndian.AppendUint64(nil, uint64(h.ts))...)
+	for _, part := range [][]byte{h.nv, h.old} {
+		b = append(binary.AppendUvarint(b, uint64(len(part))), part...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(h.headers)))
+	for _, hd := range h.headers {
+		b = append(binary.AppendUvarint(b, uint64(len(hd.Key))), hd.Key...)
+		if hd.Value == nil {
+			b = binary.AppendUvarint(b, 0)
+			continue
+		}
+		b = append(binary.AppendUvarint(b, uint64(len(hd.Value))+1), hd.Value...)
+	}
+	return b
+}
+
+var errBadHeld = errors.New("malformed held update")
+
+// decodeHeld decodes a held update; its slices share b.
+func decodeHeld(b []byte) (heldUpdate, error) {
+	var h heldUpdate
 	if len(b) < 9 {
-		return 0, false, nil, nil, 0
+		return h, errBadHeld
 	}
-	flags, ts = b[0], int64(binary.BigEndian.Uint64(b[1:9]))
-	n, w := binary.Uvarint(b[9:])
-	if w <= 0 || uint64(len(b)-9-w) < n {
-		return ts, false, nil, nil, 0
+	h.flags, h.ts, b = b[0], int64(binary.BigEndian.Uint64(b[1:9])), b[9:]
+	next := func() ([]byte, bool) {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || uint64(len(b)-w) < n {
+			return nil, false
+		}
+		part := b[w : w+int(n)]
+		b = b[w+int(n):]
+		return part, true
 	}
-	rest := b[9+w:]
-	return ts, flags&1 != 0, rest[:n], rest[n:], flags
+	var ok bool
+	if h.nv, ok = next(); !ok {
+		return h, errBadHeld
+	}
+	if h.old, ok = next(); !ok {
+		return h, errBadHeld
+	}
+	count, w := binary.Uvarint(b)
+	if w <= 0 || count > uint64(len(b)) {
+		return h, errBadHeld
+	}
+	b = b[w:]
+	for range count {
+		k, ok := next()
+		if !ok {
+			return h, errBadHeld
+		}
+		n, w := binary.Uvarint(b)
+		if w <= 0 || (n > 0 && uint64(len(b)-w) < n-1) {
+			return h, errBadHeld
+		}
+		hd := Header{Key: string(k)}
+		if n > 0 {
+			hd.Value = bytes.Clone(b[w : w+int(n-1)])
+			b = b[w+int(n-1):]
+		} else {
+			b = b[w:]
+		}
+		h.headers = append(h.headers, hd)
+	}
+	return h, nil
 }
 
 // enforce emits the held updates whose time has come, then, if the buffer
@@ -388,7 +456,11 @@ func (p *suppressProc[K, V]) evict(c *nodeInstance, due func(t int64) bool) erro
 }
 
 func (p *suppressProc[K, V]) emit(c *nodeInstance, kb, held []byte) error {
-	ts, hasNew, nv, old, flags := splitHeld(held)
+	h, err := decodeHeld(held)
+	if err != nil {
+		return fmt.Errorf("store %q: %w", p.store, err)
+	}
+	hasNew := h.flags&1 != 0
 	if !hasNew && p.final {
 		return nil // a window's deletion is no final result
 	}
@@ -396,16 +468,17 @@ func (p *suppressProc[K, V]) emit(c *nodeInstance, kb, held []byte) error {
 	if err != nil {
 		return fmt.Errorf("decode key in store %q: %w", p.store, err)
 	}
-	out := record{key: k, value: zero[V](), valueNull: !hasNew, ts: time.UnixMilli(ts)}
+	// Emitted as the latest update held: its timestamp and headers.
+	out := record{key: k, value: zero[V](), valueNull: !hasNew, ts: time.UnixMilli(h.ts), headers: h.headers}
 	if hasNew {
-		if out.value, err = p.valueSerde.Decode(bytes.Clone(nv)); err != nil {
+		if out.value, err = p.valueSerde.Decode(bytes.Clone(h.nv)); err != nil {
 			return fmt.Errorf("decode value in store %q: %w", p.store, err)
 		}
 	}
 	if c.node.sendOld {
-		out.old = &prior{value: zero[V](), null: flags&2 == 0}
+		out.old = &prior{value: zero[V](), null: h.flags&2 == 0}
 		if !out.old.null {
-			if out.old.value, err = p.valueSerde.Decode(bytes.Clone(old)); err != nil {
+			if out.old.value, err = p.valueSerde.Decode(bytes.Clone(h.old)); err != nil {
 				return fmt.Errorf("decode value in store %q: %w", p.store, err)
 			}
 		}

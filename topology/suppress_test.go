@@ -79,3 +79,24 @@ func TestSuppressionRefusals(t *testing.T) {
 	_, err = b.Build()
 	require.ErrorContains(t, err, "Unbounded or ShutDownWhenFull")
 }
+
+// A held key is emitted with its latest update's timestamp and headers.
+func TestSuppressionEmitsLatestHeaders(t *testing.T) {
+	b := topology.NewBuilder()
+	topology.Table(b, "in", serde.String, serde.String, "in-store").
+		Suppress(topology.UntilTimeLimit(5*time.Millisecond, topology.Unbounded()), "held").
+		ToStream().To("out", serde.String, serde.String)
+	d, _ := start(t, b)
+	pipe := func(k, v string, ms int64, hs ...topology.Header) {
+		require.NoError(t, d.Pipe("in", []byte(k), []byte(v), time.UnixMilli(ms), hs...))
+	}
+	pipe("k", "v1", 0, topology.Header{Key: "h", Value: []byte("1")})
+	pipe("k", "v2", 1, topology.Header{Key: "h", Value: []byte("2")}, topology.Header{Key: "n"})
+	require.Empty(t, d.ReadOutput("out"))
+	pipe("tick", "t", 10)
+	out := d.ReadOutput("out")
+	require.Len(t, out, 1)
+	require.Equal(t, "v2", string(out[0].Value))
+	require.Equal(t, int64(1), out[0].Timestamp.UnixMilli())
+	require.Equal(t, []topology.Header{{Key: "h", Value: []byte("2")}, {Key: "n"}}, out[0].Headers)
+}
