@@ -26,17 +26,19 @@ func NewKeyValueStore[K, V any](rw statestore.ReadWriter, keySerde serde.Serde[K
 	return &KeyValueStore[K, V]{rw: rw, keySerde: keySerde, valueSerde: valueSerde}
 }
 
-// newTableStore wraps the store of a table (declared with tableStoreInfo).
-func newTableStore[K, V any](rw statestore.ReadWriter, keySerde serde.Serde[K], valueSerde serde.Serde[V]) *KeyValueStore[K, V] {
-	return &KeyValueStore[K, V]{rw: rw, keySerde: keySerde, valueSerde: valueSerde, timestamped: true}
+// newTableStore wraps the store of a table (declared with tableStoreInfo),
+// whose values are timestamped unless the topology keeps them bare
+// (BareStoreValues). Values are read either way.
+func newTableStore[K, V any](rw statestore.ReadWriter, keySerde serde.Serde[K], valueSerde serde.Serde[V], timestamped bool) *KeyValueStore[K, V] {
+	return &KeyValueStore[K, V]{rw: rw, keySerde: keySerde, valueSerde: valueSerde, timestamped: timestamped}
 }
 
 // tableStoreInfo declares the store of a table: its values carry the
 // timestamp of their table update, as Kafka Streams' timestamped key-value
 // stores do, so that a join stamps its result with the later of its two
 // sides' times and an aggregation with the latest of its records'.
-func tableStoreInfo(name string, o options) StoreInfo {
-	return StoreInfo{Name: name, Persistent: !o.inMemory, Logged: !o.unlogged, Timestamped: true}
+func (b *Builder) tableStoreInfo(name string, o options) StoreInfo {
+	return StoreInfo{Name: name, Persistent: !o.inMemory, Logged: !o.unlogged, Timestamped: !b.bareValues}
 }
 
 // StoreProvider gives access to byte-level stores by name. ProcessorContext

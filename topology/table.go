@@ -222,7 +222,7 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(tableStoreInfo(store, o), n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
@@ -272,7 +272,7 @@ func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = newTableStore(rw, p.keySerde, p.aggSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.aggSerde, c.timestamped(p.store))
 	if up, ok := rw.(statestore.SlotUpdater); ok {
 		p.up, p.updateFn = up, p.update
 		p.decodeCopies, _ = serdeCopies(p.aggSerde)
@@ -317,7 +317,7 @@ func (p *aggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
 	}
 	p.next = p.step(p.key, p.value, cur, found)
 	p.prev, p.prevFound = cur, found
-	return encodeTimestamped(p.aggSerde, p.next, p.nextTs)
+	return encodeTimestamped(p.aggSerde, p.next, p.nextTs, p.kv.timestamped)
 }
 
 func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
@@ -427,7 +427,7 @@ func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSer
 	}, src)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(tableStoreInfo(store, o), n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 	return KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde}
 }
 
@@ -444,7 +444,7 @@ func (p *tableProc[K, V]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = newTableStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
 	return nil
 }
 
@@ -494,7 +494,7 @@ func (t KTable[K, V]) StoreName() string { return t.store }
 // interactive query opened it), with the table's serdes. Only a
 // materialized table has a store.
 func (t KTable[K, V]) TypedStore(rw statestore.ReadWriter) *KeyValueStore[K, V] {
-	return newTableStore(rw, t.keySerde, t.valueSerde)
+	return newTableStore(rw, t.keySerde, t.valueSerde, true)
 }
 
 // stamp returns the time ts, in milliseconds, as a record timestamp: t

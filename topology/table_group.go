@@ -293,7 +293,7 @@ func tableAggregate[K, V, A any](g *tableGrouping[K, V], op, store string, aggSe
 	}, in)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(tableStoreInfo(store, o), n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
@@ -317,7 +317,7 @@ func (p *tableAggProc[K, V, A]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = newTableStore(rw, p.keySerde, p.aggSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.aggSerde, c.timestamped(p.store))
 	return nil
 }
 

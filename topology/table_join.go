@@ -85,7 +85,7 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(tableStoreInfo(store, o), n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 
 	rStores, rLookup := r.view()
 	left := b.addProcessor("", options{name: n.name + "-left", derived: true}, func() procImpl {
@@ -164,7 +164,7 @@ func (p *tableJoinResult[K, VR]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = newTableStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
 	return nil
 }
 

@@ -41,7 +41,7 @@ func (t KTable[K, V]) view() ([]string, tableLookup[K, V]) {
 		if err != nil {
 			return nil, err
 		}
-		return newTableStore(rw, ks, vs).getAt, nil
+		return newTableStore(rw, ks, vs, true).getAt, nil
 	}
 }
 
@@ -108,7 +108,7 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs, windows: t.windows}
 	if o.store != "" {
 		n.stores = []string{o.store}
-		b.declareStore(tableStoreInfo(o.store, o), n.label())
+		b.declareStore(b.tableStoreInfo(o.store, o), n.label())
 		if vs == nil {
 			b.errorf("%s: store %q: value serde is nil (give it with TableValueSerde)", n.label(), o.store)
 		}
@@ -156,7 +156,7 @@ func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = newTableStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
 	return nil
 }
 

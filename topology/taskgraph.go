@@ -470,6 +470,10 @@ func (in *nodeInstance) forwardTo(child string, r record) error {
 	return fmt.Errorf("topology: %s has no child named %q", in.node.label(), child)
 }
 
+// timestamped reports whether the store named name keeps timestamped
+// values (StoreInfo.Timestamped).
+func (in *nodeInstance) timestamped(name string) bool { return in.task.timestamped[name] }
+
 func (in *nodeInstance) store(name string) (statestore.ReadWriter, error) {
 	if !slices.Contains(in.node.stores, name) && !slices.Contains(in.node.globals, name) {
 		return nil, fmt.Errorf("topology: %s did not declare store %q", in.node.label(), name)

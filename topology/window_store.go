@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -41,10 +42,15 @@ func encodeStoreValue[V any](vs serde.Serde[V], v V) ([]byte, error) {
 }
 
 // encodeTimestamped encodes v with vs as a timestamped store value
-// (statestore.AppendTimestamped). A count (serde.Int64, the most frequent
-// aggregate) is written straight into the value, without the slice of its
-// own that Encode would allocate.
-func encodeTimestamped[V any](vs serde.Serde[V], v V, ts int64) ([]byte, error) {
+// (statestore.AppendTimestamped), or bare unless timestamped, in bytes of
+// its own. A timestamped count (serde.Int64, the most frequent aggregate)
+// is written straight into the value, without the slice of its own that
+// Encode would allocate.
+func encodeTimestamped[V any](vs serde.Serde[V], v V, ts int64, timestamped bool) ([]byte, error) {
+	if !timestamped {
+		vb, err := encodeStoreValue(vs, v)
+		return bytes.Clone(vb), err
+	}
 	if n, ok := any(&v).(*int64); ok && any(vs) == any(serde.Int64) {
 		return binary.BigEndian.AppendUint64(statestore.AppendTimestamped(make([]byte, 0, 20), ts, nil), uint64(*n)), nil
 	}

@@ -123,7 +123,7 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Window, Retention: max(w.MinRetention(), 1), WindowSize: w.size,
-		Timestamped: true,
+		Timestamped: !b.bareValues,
 	}
 	wopts := info.WindowOptions()
 	final := s.final
@@ -180,7 +180,9 @@ type windowAggProc[K, V, A any] struct {
 	next         A
 	nextTs       int64
 	decodeCopies bool
-	wins         []Window
+	// timestamped: the store keeps timestamps (not BareStoreValues).
+	timestamped bool
+	wins        []Window
 }
 
 func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
@@ -194,6 +196,7 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	p.log.node = c.node.name
 	p.updateFn = p.update
 	p.decodeCopies, _ = serdeCopies(p.aggSerde)
+	p.timestamped = c.timestamped(p.store)
 	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
 
@@ -272,7 +275,7 @@ func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) 
 		}
 	}
 	p.next = p.step(p.key, p.value, cur, found)
-	return encodeTimestamped(p.aggSerde, p.next, p.nextTs)
+	return encodeTimestamped(p.aggSerde, p.next, p.nextTs, p.timestamped)
 }
 
 // emit forwards the final result of a closed window.
