@@ -14,6 +14,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -292,4 +293,68 @@ func TestSuppressionRestoredFromChangelog(t *testing.T) {
 	waitFor(t, 30*time.Second, "c released", func() bool { read(); return len(got) == 4 })
 	read()
 	require.Equal(t, []string{"a=2", "f=1", "b=1", "c=1"}, got)
+}
+
+// An application upgraded to stores that keep timestamps restores the
+// changelogs its earlier builds wrote, bare values, and carries on from
+// them: a count restored bare is read and extended, and written back with
+// its time.
+func TestBareChangelogRestoredAndExtended(t *testing.T) {
+	b, adm := startBroker(t, "in", "out")
+	topic := changelog.TopicName("upgraded", "counts")
+	_, err := adm.CreateTopics(context.Background(), 2, -1, nil, topic)
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(topic, key string, value []byte, ms int64) {
+		rec := &kgo.Record{Topic: topic, Partition: topology.Partition([]byte(key), 2), Key: []byte(key), Value: value, Timestamp: time.UnixMilli(ms)}
+		require.NoError(t, cl.ProduceSync(context.Background(), rec).FirstErr())
+	}
+	for k, n := range map[string]int64{"a": 5, "b": 3} {
+		v, _ := serde.Int64.Encode(n)
+		produce(topic, k, v, 100) // as a build without timestamps wrote it
+	}
+
+	tb := topology.NewBuilder()
+	topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("counts").
+		ToStream().To("out", serde.String, serde.Int64)
+	topo, err := tb.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "upgraded", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+	count := func(k string) int64 {
+		v, found, _, err := app.LocalGet("counts", []byte(k))
+		if err != nil || !found {
+			return -1
+		}
+		n, _ := serde.Int64.Decode(v)
+		return n
+	}
+	waitFor(t, 30*time.Second, "the bare counts restored", func() bool { return count("a") == 5 && count("b") == 3 })
+	produce("in", "a", []byte("v"), 1_000)
+	produce("in", "a", []byte("v"), 900)
+	waitFor(t, 30*time.Second, "a counted on", func() bool { return count("a") == 7 })
+	require.Equal(t, int64(3), count("b"))
+
+	// The changelog's latest record of a is now timestamped with the
+	// latest time counted.
+	rd, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer rd.Close()
+	var last []byte
+	waitFor(t, 30*time.Second, "a's timestamped changelog record", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		rd.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == "a" {
+				last = r.Value
+			}
+		})
+		v, ts := statestore.SplitTimestamped(last)
+		n, err := serde.Int64.Decode(v)
+		return err == nil && n == 7 && ts == 1_000
+	})
 }
