@@ -255,6 +255,59 @@ var ksTableOps = []ksScenario{
 	},
 }
 
+// streamTableLeftJoin builds KStreamKTableLeftJoinTest's topology: the
+// stream "left" left-joined with the table of "right" into "out".
+func streamTableLeftJoin(b *topology.Builder) {
+	t := topology.Table(b, "right", serde.String, serde.String, "right-store")
+	topology.LeftJoin(topology.Stream(b, "left", serde.String, serde.String), t, func(lv, rv string, ok bool) string {
+		return lv + "+" + orNull(rv, ok)
+	}).To("out", serde.String, serde.String)
+}
+
+var ksStreamTableLeftJoins = []ksScenario{
+	{
+		name:  "KStreamKTableLeftJoinTest.shouldJoinWithEmptyTableOnStreamUpdates",
+		build: streamTableLeftJoin,
+		steps: []ksStep{step(out("0 X0+null @0", "1 X1+null @1"), pushToStream(2, "X")...)},
+	},
+	{
+		name:  "KStreamKTableLeftJoinTest.shouldNotJoinOnTableUpdates",
+		build: streamTableLeftJoin,
+		steps: []ksStep{
+			step(out("0 X0+null @0", "1 X1+null @1"), pushToStream(2, "X")...),
+			step(nil, pushToTable(2, "Y")...),
+			step(out("0 X0+Y0 @0", "1 X1+Y1 @1", "2 X2+null @2", "3 X3+null @3"), pushToStream(4, "X")...),
+			step(nil, pushToTable(4, "YY")...),
+			step(out("0 X0+YY0 @0", "1 X1+YY1 @1", "2 X2+YY2 @2", "3 X3+YY3 @3"), pushToStream(4, "X")...),
+			step(nil, pushToTable(4, "YYY")...),
+		},
+	},
+	{
+		name:  "KStreamKTableLeftJoinTest.shouldJoinRegardlessIfMatchFoundOnStreamUpdates",
+		build: streamTableLeftJoin,
+		steps: []ksStep{
+			step(nil, pushToTable(2, "Y")...),
+			step(out("0 X0+Y0 @0", "1 X1+Y1 @1", "2 X2+null @2", "3 X3+null @3"), pushToStream(4, "X")...),
+		},
+	},
+	{
+		name:  "KStreamKTableLeftJoinTest.shouldClearTableEntryOnNullValueUpdates",
+		build: streamTableLeftJoin,
+		steps: []ksStep{
+			step(nil, pushToTable(4, "Y")...),
+			step(out("0 X0+Y0 @0", "1 X1+Y1 @1", "2 X2+Y2 @2", "3 X3+Y3 @3"), pushToStream(4, "X")...),
+			step(nil, right("0", ksNull, 0), right("1", ksNull, 0)),
+			step(out("0 XX0+null @0", "1 XX1+null @1", "2 XX2+Y2 @2", "3 XX3+Y3 @3"), pushToStream(4, "XX")...),
+		},
+	},
+}
+
+func TestKafkaStreamsStreamTableLeftJoins(t *testing.T) {
+	for _, sc := range ksStreamTableLeftJoins {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
+
 func TestKafkaStreamsTableOperations(t *testing.T) {
 	for _, sc := range ksTableOps {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
