@@ -21,6 +21,7 @@ import (
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -314,6 +315,7 @@ func requireStandbyContents(t *testing.T, partitions int32, view map[int32]*part
 				val, found, err := h.info.Backing.Get(key)
 				require.NoError(t, err, "standby %s of partition %d", h.in.name, p)
 				if found {
+					val, _ = statestore.SplitTimestamped(val) // a count with its time
 					got[w], err = serde.Int64.Decode(val)
 					require.NoError(t, err)
 				}

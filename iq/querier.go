@@ -349,10 +349,27 @@ func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts .
 	return q.getFrom(r, before, o.bound, store, p, key)
 }
 
+// values returns a key-value replica's store as its values read: without
+// their timestamps for a store that keeps them (StoreLayout.Timestamped).
+func (q *Querier) values(store string, r Replica) (statestore.ReadWriter, error) {
+	l, err := q.layout(store)
+	if err != nil {
+		return nil, err
+	}
+	if l.Timestamped {
+		return statestore.BareValues(r.Store()), nil
+	}
+	return r.Store(), nil
+}
+
 // getFrom reads a key from a replica that was found fit to answer when it
 // said before about itself.
 func (q *Querier) getFrom(r Replica, before ReplicaInfo, bound Staleness, store string, p int32, key []byte) (Result[[]byte], error) {
-	v, found, err := r.Store().Get(key)
+	s, err := q.values(store, r)
+	if err != nil {
+		return Result[[]byte]{}, err
+	}
+	v, found, err := s.Get(key)
 	if err != nil {
 		return Result[[]byte]{}, movedErr(store, p, err)
 	}
@@ -408,7 +425,7 @@ func (q *Querier) localPartitions(store string, o *queryOptions) ([]int32, error
 // scan runs open on every partition the options select and decodes what it
 // yields. A single asked-for partition that cannot answer fails the call;
 // in an all-local scan it is listed in Refused.
-func scan[K, V any](ctx context.Context, q *Querier, store string, o *queryOptions, open func(statestore.Store) (statestore.Iterator, error), ks serde.Serde[K], vs serde.Serde[V]) (RangeResult[K, V], error) {
+func scan[K, V any](ctx context.Context, q *Querier, store string, o *queryOptions, open func(statestore.ReadWriter) (statestore.Iterator, error), ks serde.Serde[K], vs serde.Serde[V]) (RangeResult[K, V], error) {
 	var res RangeResult[K, V]
 	if _, err := q.requireKind(store, KindKeyValue); err != nil {
 		return res, err
@@ -434,12 +451,16 @@ func scan[K, V any](ctx context.Context, q *Querier, store string, o *queryOptio
 	return res, nil
 }
 
-func scanPartition[K, V any](ctx context.Context, q *Querier, store string, p int32, o *queryOptions, open func(statestore.Store) (statestore.Iterator, error), ks serde.Serde[K], vs serde.Serde[V]) (PartitionEntries[K, V], error) {
+func scanPartition[K, V any](ctx context.Context, q *Querier, store string, p int32, o *queryOptions, open func(statestore.ReadWriter) (statestore.Iterator, error), ks serde.Serde[K], vs serde.Serde[V]) (PartitionEntries[K, V], error) {
 	r, before, err := q.replica(store, p, o)
 	if err != nil {
 		return PartitionEntries[K, V]{}, err
 	}
-	it, err := open(r.Store())
+	s, err := q.values(store, r)
+	if err != nil {
+		return PartitionEntries[K, V]{}, err
+	}
+	it, err := open(s)
 	if err != nil {
 		return PartitionEntries[K, V]{}, movedErr(store, p, err)
 	}
@@ -480,7 +501,7 @@ func scanPartition[K, V any](ctx context.Context, q *Querier, store string, p in
 // partition.
 func (q *Querier) RangeBytes(ctx context.Context, store string, from, to []byte, opts ...QueryOption) (RangeResult[[]byte, []byte], error) {
 	o := buildOptions(opts)
-	return scan(ctx, q, store, &o, func(s statestore.Store) (statestore.Iterator, error) { return s.Range(from, to) }, serde.Bytes, serde.Bytes)
+	return scan(ctx, q, store, &o, func(s statestore.ReadWriter) (statestore.Iterator, error) { return s.Range(from, to) }, serde.Bytes, serde.Bytes)
 }
 
 // Range returns the entries with keys in [from, to), serialized with
@@ -496,14 +517,14 @@ func Range[K, V any](ctx context.Context, q *Querier, store string, from, to K, 
 		return RangeResult[K, V]{}, invalidf("encode range end for store %q: %v", store, err)
 	}
 	o := buildOptions(opts)
-	return scan(ctx, q, store, &o, func(s statestore.Store) (statestore.Iterator, error) { return s.Range(fb, tb) }, keySerde, valueSerde)
+	return scan(ctx, q, store, &o, func(s statestore.ReadWriter) (statestore.Iterator, error) { return s.Range(fb, tb) }, keySerde, valueSerde)
 }
 
 // All returns every entry of one partition or of every local replica (see
 // RangeBytes).
 func All[K, V any](ctx context.Context, q *Querier, store string, keySerde serde.Serde[K], valueSerde serde.Serde[V], opts ...QueryOption) (RangeResult[K, V], error) {
 	o := buildOptions(opts)
-	return scan(ctx, q, store, &o, func(s statestore.Store) (statestore.Iterator, error) { return s.All() }, keySerde, valueSerde)
+	return scan(ctx, q, store, &o, func(s statestore.ReadWriter) (statestore.Iterator, error) { return s.All() }, keySerde, valueSerde)
 }
 
 // ApproximateCount estimates the keys of one partition or of every local

@@ -39,10 +39,12 @@ func (k StoreKind) String() string {
 
 // StoreLayout is a store's kind and, for window and session stores, the
 // options their keys are laid out by (statestore.WindowOptions), which a
-// reader needs to find a key's windows.
+// reader needs to find a key's windows. Timestamped stores hold their
+// values with a timestamp each (statestore.AppendTimestamped).
 type StoreLayout struct {
-	Kind   StoreKind
-	Window statestore.WindowOptions
+	Kind        StoreKind
+	Window      statestore.WindowOptions
+	Timestamped bool
 }
 
 // LayoutBackend is a Backend that knows the kind of its stores. Window and
@@ -62,6 +64,11 @@ type Window[K, V any] struct {
 	// they are the times of its first and last records, both included.
 	Start, End int64
 	Value      V
+	// Timestamp is the timestamp of a time window's aggregate, the largest
+	// of its records' (milliseconds since the epoch), as the aggregation
+	// stamped its last result; 0 for a session, and for a window last
+	// written before aggregates kept their time.
+	Timestamp int64
 }
 
 // StartTime returns Start as a time.Time.
@@ -188,7 +195,15 @@ func (q *Querier) readWindows(ctx context.Context, r Replica, before ReplicaInfo
 				return PartitionWindows[[]byte, []byte]{}, err
 			}
 		}
-		pw.Windows = append(pw.Windows, Window[[]byte, []byte]{Key: bytes.Clone(it.Key()), Start: it.Start(), End: it.End(), Value: bytes.Clone(it.Value())})
+		win := Window[[]byte, []byte]{Key: bytes.Clone(it.Key()), Start: it.Start(), End: it.End(), Value: it.Value()}
+		if l.Timestamped {
+			var ts int64
+			if win.Value, ts = statestore.SplitTimestamped(win.Value); ts != statestore.NoTimestamp {
+				win.Timestamp = ts
+			}
+		}
+		win.Value = bytes.Clone(win.Value)
+		pw.Windows = append(pw.Windows, win)
 	}
 	if err := it.Err(); err != nil {
 		return PartitionWindows[[]byte, []byte]{}, movedErr(store, p, err)
@@ -296,7 +311,7 @@ func decodeWindows[K, V any](store string, p int32, in []Window[[]byte, []byte],
 		if err != nil {
 			return nil, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, p, err)
 		}
-		out = append(out, Window[K, V]{Key: k, Start: w.Start, End: w.End, Value: v})
+		out = append(out, Window[K, V]{Key: k, Start: w.Start, End: w.End, Value: v, Timestamp: w.Timestamp})
 	}
 	return out, nil
 }

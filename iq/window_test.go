@@ -544,3 +544,83 @@ func TestLowerCaseRFC3339Times(t *testing.T) {
 	require.Equal(t, 200, status, "%v", body)
 	require.Equal(t, map[int64]int64{120_000: 2}, windowCounts(t, body))
 }
+
+// A timestamped window store's values are answered without their
+// timestamp, which the windows carry (0 for a value stored bare), in
+// process and through the client alike.
+func TestTimestampedWindowQueries(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	for _, in := range c.ins {
+		in.b.layouts[winStore] = StoreLayout{Kind: KindWindow, Window: winOpts, Timestamped: true}
+	}
+	k1 := keyIn(1, 3, "w")
+	r := reps[[2]int{1, 1}][winStore]
+	putWindow(t, r, k1, 0, 2) // bare, as written before values kept a time
+	func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		ws, err := statestore.NewWindowStore(r.store, winOpts)
+		require.NoError(t, err)
+		v, _ := serde.Int64.Encode(9)
+		require.NoError(t, ws.Put([]byte(k1), 60_000, statestore.AppendTimestamped(nil, 61_234, v)))
+	}()
+	want := []Window[string, int64]{{Key: k1, Start: 0, End: 60_000, Value: 2}, {Key: k1, Start: 60_000, End: 120_000, Value: 9, Timestamp: 61_234}}
+
+	ctx := context.Background()
+	res, err := WindowFetch(ctx, c.ins[1].srv.Querier(), winStore, k1, time.Time{}, time.Time{}, serde.String, serde.Int64)
+	require.NoError(t, err)
+	require.Equal(t, want, res.Windows)
+
+	cl, err := NewClient([]string{c.ins[2].addr()}, ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	cres, err := ClientWindowFetch[string, int64](ctx, cl, winStore, k1, time.Time{}, time.Time{}, serde.String)
+	require.NoError(t, err)
+	require.Equal(t, want, cres.Windows)
+	all, err := ClientWindowFetchAll[string, int64](ctx, cl, winStore, time.Time{}, time.Time{}, WithPartition(1))
+	require.NoError(t, err)
+	require.Len(t, all.Partitions, 1)
+	require.Equal(t, want, all.Partitions[0].Windows)
+}
+
+// A timestamped key-value store (a table's) answers its values without
+// their timestamps, bare values included, to lookups and scans alike.
+func TestTimestampedKeyValueQueries(t *testing.T) {
+	noLeaks(t)
+	c, reps := windowCluster(t, ServerConfig{})
+	for _, in := range c.ins {
+		in.b.layouts[testStore] = StoreLayout{Kind: KindKeyValue, Timestamped: true}
+	}
+	k1, k2 := keyIn(1, 3, "a"), keyIn(1, 3, "b")
+	r := reps[[2]int{1, 1}][testStore]
+	r.put(t, k1, 4) // bare, as written before values kept a time
+	func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		v, _ := serde.Int64.Encode(7)
+		require.NoError(t, r.store.Put([]byte(k2), statestore.AppendTimestamped(nil, 1234, v)))
+	}()
+
+	ctx := context.Background()
+	q := c.ins[1].srv.Querier()
+	for k, want := range map[string]int64{k1: 4, k2: 7} {
+		res, err := Get(ctx, q, testStore, k, serde.String, serde.Int64)
+		require.NoError(t, err)
+		require.Equal(t, want, res.Value)
+	}
+	all, err := All(ctx, q, testStore, serde.String, serde.Int64, WithPartition(1))
+	require.NoError(t, err)
+	require.Len(t, all.Partitions, 1)
+	require.Len(t, all.Partitions[0].Entries, 2)
+	for _, e := range all.Partitions[0].Entries {
+		require.Equal(t, map[string]int64{k1: 4, k2: 7}[e.Key], e.Value)
+	}
+
+	cl, err := NewClient([]string{c.ins[2].addr()}, ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	res, err := ClientGet[string, int64](ctx, cl, testStore, k2, serde.String)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), res.Value)
+}

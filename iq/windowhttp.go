@@ -25,6 +25,8 @@ type wireWindow struct {
 	StartMs int64           `json:"start_ms"`
 	EndMs   int64           `json:"end_ms"`
 	Value   json.RawMessage `json:"value"`
+	// TimestampMs is Window.Timestamp, left out when 0.
+	TimestampMs int64 `json:"timestamp_ms,omitempty"`
 }
 
 // wireKeyWindows is the 200 and 404 answer of a key's windows or sessions.
@@ -68,7 +70,7 @@ func encodeWindows(c StoreCodec, p int32, ws []Window[[]byte, []byte]) ([]wireWi
 		if err != nil {
 			return nil, fmt.Errorf("iq: store %q partition %d: decode value: %w", c.Name, p, err)
 		}
-		ww := wireWindow{Start: rfc3339Millis(win.Start), End: rfc3339Millis(win.End), StartMs: win.Start, EndMs: win.End}
+		ww := wireWindow{Start: rfc3339Millis(win.Start), End: rfc3339Millis(win.End), StartMs: win.Start, EndMs: win.End, TimestampMs: win.Timestamp}
 		if ww.Key, err = json.Marshal(k); err == nil {
 			ww.Value, err = json.Marshal(v)
 		}
@@ -434,7 +436,7 @@ func (c *Client) keyWindows(ctx context.Context, store string, kind StoreKind, k
 				prov := k.ServedBy.provenance(k.Partition)
 				res := result{Truncated: k.Truncated, Provenance: prov, Windows: make([]Window[json.RawMessage, json.RawMessage], 0, len(k.Windows))}
 				for _, ww := range k.Windows {
-					res.Windows = append(res.Windows, Window[json.RawMessage, json.RawMessage]{Key: ww.Key, Start: ww.StartMs, End: ww.EndMs, Value: ww.Value})
+					res.Windows = append(res.Windows, Window[json.RawMessage, json.RawMessage]{Key: ww.Key, Start: ww.StartMs, End: ww.EndMs, Value: ww.Value, Timestamp: ww.TimestampMs})
 				}
 				return res, prov, nil
 			}
@@ -447,7 +449,7 @@ func (c *Client) keyWindows(ctx context.Context, store string, kind StoreKind, k
 func decodeClientWindows[K, V any](store string, raw WindowResult[json.RawMessage, json.RawMessage]) (WindowResult[K, V], error) {
 	res := WindowResult[K, V]{Truncated: raw.Truncated, Provenance: raw.Provenance, Windows: make([]Window[K, V], 0, len(raw.Windows))}
 	for _, rw := range raw.Windows {
-		win := Window[K, V]{Start: rw.Start, End: rw.End}
+		win := Window[K, V]{Start: rw.Start, End: rw.End, Timestamp: rw.Timestamp}
 		if err := json.Unmarshal(rw.Key, &win.Key); err != nil {
 			return WindowResult[K, V]{}, fmt.Errorf("iq: store %q partition %d: decode key: %w", store, raw.Provenance.Partition, err)
 		}
@@ -543,7 +545,7 @@ func (c *Client) WindowFetchAll(ctx context.Context, store string, from, to int6
 			}
 			pw := partition{Provenance: prov, Truncated: w.Truncated, Windows: make([]Window[json.RawMessage, json.RawMessage], 0, len(w.Windows))}
 			for _, ww := range w.Windows {
-				pw.Windows = append(pw.Windows, Window[json.RawMessage, json.RawMessage]{Key: ww.Key, Start: ww.StartMs, End: ww.EndMs, Value: ww.Value})
+				pw.Windows = append(pw.Windows, Window[json.RawMessage, json.RawMessage]{Key: ww.Key, Start: ww.StartMs, End: ww.EndMs, Value: ww.Value, Timestamp: ww.TimestampMs})
 			}
 			return pw, prov, nil
 		})

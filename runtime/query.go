@@ -88,6 +88,9 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 	if errors.Is(err, statestore.ErrClosed) {
 		return nil, false, partition, fmt.Errorf("%w: store %q partition %d moved while reading", iq.ErrNotHostedHere, store, partition)
 	}
+	if l, lerr := (queryBackend{a}).StoreLayout(store); found && lerr == nil && l.Timestamped {
+		value, _ = statestore.SplitTimestamped(value)
+	}
 	return value, found, partition, err
 }
 
@@ -363,11 +366,11 @@ func (q queryBackend) StoreLayout(store string) (iq.StoreLayout, error) {
 			}
 			switch s.Kind {
 			case graph.Window:
-				return iq.StoreLayout{Kind: iq.KindWindow, Window: s.WindowOptions()}, nil
+				return iq.StoreLayout{Kind: iq.KindWindow, Window: s.WindowOptions(), Timestamped: s.Timestamped}, nil
 			case graph.Session:
 				return iq.StoreLayout{Kind: iq.KindSession, Window: s.WindowOptions()}, nil
 			}
-			return iq.StoreLayout{Kind: iq.KindKeyValue}, nil
+			return iq.StoreLayout{Kind: iq.KindKeyValue, Timestamped: s.Timestamped}, nil
 		}
 	}
 	return iq.StoreLayout{}, fmt.Errorf("%w %q", iq.ErrUnknownStore, store)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -227,4 +228,133 @@ func TestEmitFinalRestoredFromChangelog(t *testing.T) {
 	waitFor(t, 30*time.Second, "c's window", func() bool { read(); return len(got) >= 3 })
 	read()
 	require.Equal(t, []string{"a@0=2", "b@1000=1", "c@2000=1"}, got)
+}
+
+// A suppression's held updates and stream time are restored from its
+// changelog: an instance on an empty state directory releases what the
+// first one held, and a record it would have released at once is released
+// at once.
+func TestSuppressionRestoredFromChangelog(t *testing.T) {
+	b, _ := startBroker(t, "in", "out")
+	build := func() *topology.Topology {
+		tb := topology.NewBuilder()
+		topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("counts").
+			Suppress(topology.UntilTimeLimit(time.Second, topology.Unbounded()), "held").
+			ToStream().To("out", serde.String, serde.Int64)
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		return topo
+	}
+	start := func(dir string) *App {
+		app, err := New(build(), Config{ApplicationID: "suppress", Brokers: b.Addrs(), StateDir: dir, CommitInterval: 100 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(key string, ms int64) {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Partition: 0, Key: []byte(key), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}).FirstErr())
+	}
+	var got []string
+	next := map[int32]int64{0: 0, 1: 0}
+	read := func() {
+		fetch, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"out": {0: kgo.NewOffset().At(next[0]), 1: kgo.NewOffset().At(next[1])}}),
+			kgo.FetchMaxWait(100*time.Millisecond))
+		require.NoError(t, err)
+		defer fetch.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		fetch.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			n, err := serde.Int64.Decode(r.Value)
+			require.NoError(t, err)
+			got = append(got, string(r.Key)+"="+strconv.FormatInt(n, 10))
+			next[r.Partition] = r.Offset + 1
+		})
+	}
+	a := start(t.TempDir())
+	produce("a", 500)
+	produce("a", 700)
+	produce("b", 1_200)
+	produce("c", 1_800) // releases a
+	waitFor(t, 30*time.Second, "a released", func() bool { read(); return len(got) == 1 })
+	require.Equal(t, []string{"a=2"}, got)
+	require.NoError(t, a.Close(context.Background()))
+
+	a2 := start(t.TempDir())
+	defer a2.Close(context.Background())
+	produce("f", 100) // due at once: the restored stream time is 1800
+	waitFor(t, 30*time.Second, "f released", func() bool { read(); return len(got) == 2 })
+	produce("e", 2_300) // releases b
+	waitFor(t, 30*time.Second, "b released", func() bool { read(); return len(got) == 3 })
+	produce("g", 2_900) // releases c
+	waitFor(t, 30*time.Second, "c released", func() bool { read(); return len(got) == 4 })
+	read()
+	require.Equal(t, []string{"a=2", "f=1", "b=1", "c=1"}, got)
+}
+
+// An application upgraded to stores that keep timestamps restores the
+// changelogs its earlier builds wrote, bare values, and carries on from
+// them: a count restored bare is read and extended, and written back with
+// its time.
+func TestBareChangelogRestoredAndExtended(t *testing.T) {
+	b, adm := startBroker(t, "in", "out")
+	topic := changelog.TopicName("upgraded", "counts")
+	_, err := adm.CreateTopics(context.Background(), 2, -1, nil, topic)
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(topic, key string, value []byte, ms int64) {
+		rec := &kgo.Record{Topic: topic, Partition: topology.Partition([]byte(key), 2), Key: []byte(key), Value: value, Timestamp: time.UnixMilli(ms)}
+		require.NoError(t, cl.ProduceSync(context.Background(), rec).FirstErr())
+	}
+	for k, n := range map[string]int64{"a": 5, "b": 3} {
+		v, _ := serde.Int64.Encode(n)
+		produce(topic, k, v, 100) // as a build without timestamps wrote it
+	}
+
+	tb := topology.NewBuilder()
+	topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("counts").
+		ToStream().To("out", serde.String, serde.Int64)
+	topo, err := tb.Build()
+	require.NoError(t, err)
+	app, err := New(topo, Config{ApplicationID: "upgraded", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+	count := func(k string) int64 {
+		v, found, _, err := app.LocalGet("counts", []byte(k))
+		if err != nil || !found {
+			return -1
+		}
+		n, _ := serde.Int64.Decode(v)
+		return n
+	}
+	waitFor(t, 30*time.Second, "the bare counts restored", func() bool { return count("a") == 5 && count("b") == 3 })
+	produce("in", "a", []byte("v"), 1_000)
+	produce("in", "a", []byte("v"), 900)
+	waitFor(t, 30*time.Second, "a counted on", func() bool { return count("a") == 7 })
+	require.Equal(t, int64(3), count("b"))
+
+	// The changelog's latest record of a is now timestamped with the
+	// latest time counted.
+	rd, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer rd.Close()
+	var last []byte
+	waitFor(t, 30*time.Second, "a's timestamped changelog record", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		rd.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == "a" {
+				last = r.Value
+			}
+		})
+		v, ts := statestore.SplitTimestamped(last)
+		n, err := serde.Int64.Decode(v)
+		return err == nil && n == 7 && ts == 1_000
+	})
 }

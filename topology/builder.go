@@ -30,12 +30,24 @@ type Builder struct {
 	// names do not count, so that turning combining on or off leaves the
 	// names of the other nodes as they were.
 	combiners int
+	// bareValues: table and time-window stores keep their values without
+	// timestamps (BareStoreValues).
+	bareValues bool
 }
 
 // NewBuilder returns an empty Builder.
 func NewBuilder() *Builder {
 	return &Builder{storeOwner: make(map[string]string)}
 }
+
+// BareStoreValues makes the topology's table and time-window stores keep
+// their values without the timestamp of each (StoreInfo.Timestamped
+// false), as builds before timestamped stores did, so that such builds
+// can read them: use it for the first rolling bounce of an upgrade from
+// such a build, and build without it for a second. Meanwhile results are
+// stamped as those builds stamped them, with the time of the record that
+// updated them.
+func (b *Builder) BareStoreValues() { b.bareValues = true }
 
 // AddStore declares a key-value store for processors added with Process.
 // DSL aggregations and tables declare their own stores; do not declare

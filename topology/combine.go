@@ -220,8 +220,11 @@ type combineProc[K, V, A any] struct {
 }
 
 type partial[K, A any] struct {
-	key     any
-	agg     A
+	key any
+	agg A
+	// ts is the latest time of the records combined, which the
+	// aggregation takes as their partial aggregate's, as it would have
+	// taken the latest of theirs one by one.
 	ts      time.Time
 	headers []Header
 }
@@ -262,7 +265,10 @@ func (p *combineProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if i, ok := p.index[id]; ok {
 		e := &p.parts[i]
 		e.agg = p.step(k, v, e.agg, true)
-		e.ts, e.headers = r.ts, r.headers
+		if r.ts.After(e.ts) {
+			e.ts = r.ts
+		}
+		e.headers = r.headers
 		return nil
 	}
 	if len(p.parts) >= CombineLimit {

@@ -218,8 +218,8 @@ func TestAggregationsOfOneGroupingShareARepartitionTopic(t *testing.T) {
 	require.Len(t, reps, 1)
 	require.Equal(t, "first-letter-count-repartition", reps[0].Topic.Name, "unnamed GroupBy takes the first store's name")
 	require.Equal(t, []topology.StoreInfo{
-		{Name: "first-letter-count", Persistent: true, Logged: true},
-		{Name: "first-letter-list", Persistent: true, Logged: true},
+		{Name: "first-letter-count", Persistent: true, Logged: true, Timestamped: true},
+		{Name: "first-letter-list", Persistent: true, Logged: true, Timestamped: true},
 	}, graph.Of(topo).SubTopologies()[1].Stores)
 	require.NoError(t, strIn(d, "in").Pipe("", "apple"))
 	require.NoError(t, strIn(d, "in").Pipe("", "avocado"))
@@ -251,9 +251,9 @@ func TestStoreOptions(t *testing.T) {
 		stores = append(stores, st.Stores...)
 	}
 	require.Equal(t, []topology.StoreInfo{
-		{Name: "mem", Persistent: false, Logged: true},
-		{Name: "unlogged", Persistent: true, Logged: false},
-		{Name: "tbl", Persistent: false, Logged: false},
+		{Name: "mem", Persistent: false, Logged: true, Timestamped: true},
+		{Name: "unlogged", Persistent: true, Logged: false, Timestamped: true},
+		{Name: "tbl", Persistent: false, Logged: false, Timestamped: true},
 	}, stores)
 	require.Contains(t, topo.Describe().String(), "Processor: my-count (stores: unlogged)")
 }

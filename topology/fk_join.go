@@ -80,7 +80,7 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	}
 	res.stores = []string{store}
 	res.olds = ownOldValues
-	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, res.label())
+	b.declareStore(b.tableStoreInfo(store, o), res.label())
 	lks, lvs, rks, rvs := l.keySerde, l.valueSerde, r.keySerde, r.valueSerde
 	res.newProc = func() (procImpl, error) {
 		return &tableJoinResult[K, VR]{store: store, keySerde: lks, valueSerde: vs}, nil
@@ -103,11 +103,11 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	// Right side: subscriptions are recorded next to r and answered with
 	// r's value; each update of r answers its subscribers.
 	regSrc := addSource(b, registration, serde.Bytes, serde.Bytes, derived("-registration-source"))
-	rStore, rLookup := r.view()
+	rStores, rLookup := r.view()
 	subs := b.addProcessor("", derived("-subscriptions"), func() procImpl {
-		return &fkSubscriptionsProc[KO, VO]{store: subStore, rStore: rStore, lookup: rLookup, keySerde: rks, valueSerde: rvs}
+		return &fkSubscriptionsProc[KO, VO]{store: subStore, lookup: rLookup, keySerde: rks, valueSerde: rvs}
 	}, regSrc)
-	subs.stores = []string{subStore, rStore}
+	subs.stores = append([]string{subStore}, rStores...)
 	subs.joins = r.n
 	b.declareStore(StoreInfo{Name: subStore, Persistent: !o.inMemory, Logged: !o.unlogged}, subs.label())
 	upd := b.addProcessor("", derived("-right"), func() procImpl {
@@ -121,11 +121,11 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	// Back on the left: a response still matching l's current value is
 	// joined into the result.
 	respSrc := addSource(b, response, lks, serde.Bytes, derived("-response-source"))
-	lStore, lLookup := l.view()
+	lStores, lLookup := l.view()
 	resolve := b.addProcessor("", derived("-resolve"), func() procImpl {
-		return &fkResolveProc[K, V, VO, VR]{store: lStore, lookup: lLookup, valueSerde: lvs, rValueSerde: rvs, join: fn}
+		return &fkResolveProc[K, V, VO, VR]{lookup: lLookup, valueSerde: lvs, rValueSerde: rvs, join: fn}
 	}, respSrc)
-	resolve.stores = []string{lStore}
+	resolve.stores = lStores
 	resolve.joins = l.n
 	resolve.children = append(resolve.children, res)
 	res.parents = append(res.parents, resolve)
@@ -237,12 +237,12 @@ var errBadRegistration = errors.New("topology: malformed foreign-key join record
 // fkSubscriptionsProc records subscriptions next to r and answers each
 // subscription with r's current value for the foreign key.
 type fkSubscriptionsProc[KO, VO any] struct {
-	store, rStore string
-	lookup        tableLookup[KO, VO]
-	keySerde      serde.Serde[KO]
-	valueSerde    serde.Serde[VO]
-	subs          statestore.ReadWriter
-	get           func(KO) (VO, bool, error)
+	store      string
+	lookup     tableLookup[KO, VO]
+	keySerde   serde.Serde[KO]
+	valueSerde serde.Serde[VO]
+	subs       statestore.ReadWriter
+	get        func(KO) (VO, int64, bool, error)
 }
 
 func (p *fkSubscriptionsProc[KO, VO]) init(c *nodeInstance) error {
@@ -251,12 +251,8 @@ func (p *fkSubscriptionsProc[KO, VO]) init(c *nodeInstance) error {
 		return err
 	}
 	p.subs = rw
-	rrw, err := c.store(p.rStore)
-	if err != nil {
-		return err
-	}
-	p.get = p.lookup(rrw)
-	return nil
+	p.get, err = p.lookup(c.store)
+	return err
 }
 
 func (p *fkSubscriptionsProc[KO, VO]) process(c *nodeInstance, r record) error {
@@ -279,17 +275,21 @@ func (p *fkSubscriptionsProc[KO, VO]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	rv, found, err := p.get(k)
+	rv, rts, found, err := p.get(k)
 	if err != nil {
 		return err
 	}
 	var rvb []byte
+	ts := r.ts
 	if found {
 		if rvb, err = p.valueSerde.Encode(rv); err != nil {
 			return err
 		}
+		// The answer, and so the result, is stamped with the later of the
+		// subscriber's update and r's value, as in Kafka Streams.
+		ts = stamp(r.ts, max(r.ts.UnixMilli(), rts))
 	}
-	return c.forward(record{key: bytes.Clone(pk), value: fkResponse(hash, rvb, found), ts: r.ts, headers: r.headers})
+	return c.forward(record{key: bytes.Clone(pk), value: fkResponse(hash, rvb, found), ts: ts, headers: r.headers})
 }
 
 func (p *fkSubscriptionsProc[KO, VO]) close() error { return nil }
@@ -367,21 +367,17 @@ func (p *fkRightProc[KO, VO]) close() error { return nil }
 // fkResolveProc joins a response with l's current value for its key,
 // dropping it when that value no longer has the hash it was sent for.
 type fkResolveProc[K, V, VO, VR any] struct {
-	store       string
 	lookup      tableLookup[K, V]
 	valueSerde  serde.Serde[V]
 	rValueSerde serde.Serde[VO]
 	join        func(V, VO, bool) (VR, bool)
-	get         func(K) (V, bool, error)
+	get         func(K) (V, int64, bool, error)
 }
 
 func (p *fkResolveProc[K, V, VO, VR]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
-		return err
-	}
-	p.get = p.lookup(rw)
-	return nil
+	var err error
+	p.get, err = p.lookup(c.store)
+	return err
 }
 
 func (p *fkResolveProc[K, V, VO, VR]) process(c *nodeInstance, r record) error {
@@ -389,7 +385,7 @@ func (p *fkResolveProc[K, V, VO, VR]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull || len(resp) < 9 {
 		return errBadRegistration
 	}
-	v, found, err := p.get(as[K](r.key))
+	v, _, found, err := p.get(as[K](r.key))
 	if err != nil || !found {
 		// A deleted entry left the result when it was deleted.
 		return err

@@ -159,3 +159,33 @@ func TestForeignKeyJoinDropsStaleResponses(t *testing.T) {
 	require.NoError(t, d.Pipe(topic, []byte("o1"), response("c2:tea", "bobby"), time.Unix(2, 0)))
 	require.Equal(t, map[string]string{"o1": "c2:tea@bobby"}, storeContents(t, d, "enriched", serde.String))
 }
+
+// A foreign-key join's result is stamped, as Kafka Streams stamps it, with
+// the later of the left update's time and the right value's when the left
+// side changes, and with the right update's time when the right side does.
+func TestForeignKeyJoinResultTimestamps(t *testing.T) {
+	b := topology.NewBuilder()
+	orders := topology.Table(b, "orders", serde.String, serde.String, "orders-store")
+	customers := topology.Table(b, "customers", serde.String, serde.String, "customers-store")
+	topology.LeftJoinByForeignKey(orders, customers, customerOf, func(o, c string, found bool) string {
+		if !found {
+			c = "?"
+		}
+		return o + "@" + c
+	}, "enriched", serde.String).ToStream().To("out", serde.String, serde.String)
+	d, _ := start(t, b)
+	oin, cin := strIn(d, "orders"), strIn(d, "customers")
+	require.NoError(t, cin.PipeAt("c1", "ann", time.UnixMilli(10)))
+	require.NoError(t, oin.PipeAt("o1", "c1:pen", time.UnixMilli(4)))  // the customer is later
+	require.NoError(t, oin.PipeAt("o2", "c1:ink", time.UnixMilli(12))) // the order is
+	require.NoError(t, oin.PipeAt("o3", "c2:cap", time.UnixMilli(3)))  // no customer
+	require.NoError(t, cin.PipeAt("c1", "bob", time.UnixMilli(7)))     // answered at its own time
+	var got []string
+	for _, r := range d.ReadOutput("out") {
+		got = append(got, string(r.Key)+" "+string(r.Value)+" @"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+	}
+	require.Equal(t, []string{
+		"o1 c1:pen@ann @10", "o2 c1:ink@ann @12", "o3 c2:cap@? @3",
+		"o1 c1:pen@bob @7", "o2 c1:ink@bob @7",
+	}, got)
+}

@@ -84,30 +84,26 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	// task (and so its sub-topology and partition) without receiving its
 	// updates.
 	n.joins = t.n
-	store, lookup := t.view()
-	n.stores = []string{store}
+	stores, lookup := t.view()
+	n.stores = stores
 	b.checkFunc(n, joiner == nil, "joiner")
 	n.newProc = func() (procImpl, error) {
-		return &joinProc[K, V, TV, VR]{store: store, lookup: lookup, left: left, joiner: joiner}, nil
+		return &joinProc[K, V, TV, VR]{lookup: lookup, left: left, joiner: joiner}, nil
 	}
 	return KStream[K, VR]{b: b, n: n}
 }
 
 type joinProc[K, V, TV, VR any] struct {
-	store  string
 	lookup tableLookup[K, TV]
 	left   bool
 	joiner func(V, TV, bool) VR
-	get    func(K) (TV, bool, error)
+	get    func(K) (TV, int64, bool, error)
 }
 
 func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
-		return err
-	}
-	p.get = p.lookup(rw)
-	return nil
+	var err error
+	p.get, err = p.lookup(c.store)
+	return err
 }
 
 func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
@@ -119,7 +115,7 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 		c.task.droppedJoin++
 		return nil
 	}
-	tv, found, err := p.get(as[K](r.key))
+	tv, _, found, err := p.get(as[K](r.key))
 	if err != nil {
 		return err
 	}

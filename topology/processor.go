@@ -190,5 +190,11 @@ func (c *procContext[K, V]) Schedule(interval time.Duration, typ PunctuationType
 }
 
 func (c *procContext[K, V]) Store(name string) (statestore.ReadWriter, error) {
-	return c.in.store(name)
+	rw, err := c.in.store(name)
+	if err == nil && c.in.task.timestamped[name] {
+		// A DSL table's store: the processor reads and writes values as
+		// the table's serde encodes them.
+		rw = statestore.BareValues(rw)
+	}
+	return rw, err
 }

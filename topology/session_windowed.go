@@ -134,7 +134,7 @@ func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store str
 	if missingFunc != "" {
 		b.errorf("%s: %s is nil", n.label(), missingFunc)
 	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: SessionWindowedSerde(g.keySerde), valueSerde: aggSerde}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: SessionWindowedSerde(g.keySerde), valueSerde: aggSerde, windows: &windowClose{grace: addSat(w.gap, w.grace)}}
 }
 
 type sessionAggProc[K, V, A any] struct {

@@ -182,7 +182,7 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 	if missingFunc != "" {
 		b.errorf("%s: %s is nil", n.label(), missingFunc)
 	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.diff), valueSerde: aggSerde}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.diff), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
 }
 
 // foldSlidingNode adds the processor of an aggregation with

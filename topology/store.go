@@ -15,11 +15,30 @@ type KeyValueStore[K, V any] struct {
 	rw         statestore.ReadWriter
 	keySerde   serde.Serde[K]
 	valueSerde serde.Serde[V]
+	// timestamped: the store is a table's, whose values carry the
+	// timestamp of their update (statestore.AppendTimestamped). Values
+	// read come without it; values written by Put have none.
+	timestamped bool
 }
 
 // NewKeyValueStore wraps rw with keySerde and valueSerde.
 func NewKeyValueStore[K, V any](rw statestore.ReadWriter, keySerde serde.Serde[K], valueSerde serde.Serde[V]) *KeyValueStore[K, V] {
 	return &KeyValueStore[K, V]{rw: rw, keySerde: keySerde, valueSerde: valueSerde}
+}
+
+// newTableStore wraps the store of a table (declared with tableStoreInfo),
+// whose values are timestamped unless the topology keeps them bare
+// (BareStoreValues). Values are read either way.
+func newTableStore[K, V any](rw statestore.ReadWriter, keySerde serde.Serde[K], valueSerde serde.Serde[V], timestamped bool) *KeyValueStore[K, V] {
+	return &KeyValueStore[K, V]{rw: rw, keySerde: keySerde, valueSerde: valueSerde, timestamped: timestamped}
+}
+
+// tableStoreInfo declares the store of a table: its values carry the
+// timestamp of their table update, as Kafka Streams' timestamped key-value
+// stores do, so that a join stamps its result with the later of its two
+// sides' times and an aggregation with the latest of its records'.
+func (b *Builder) tableStoreInfo(name string, o options) StoreInfo {
+	return StoreInfo{Name: name, Persistent: !o.inMemory, Logged: !o.unlogged, Timestamped: !b.bareValues}
 }
 
 // StoreProvider gives access to byte-level stores by name. ProcessorContext
@@ -65,16 +84,37 @@ func (s *KeyValueStore[K, V]) Get(k K) (V, bool, error) {
 
 // getEncoded is Get for a key already encoded.
 func (s *KeyValueStore[K, V]) getEncoded(kb []byte) (V, bool, error) {
+	v, _, found, err := s.getEncodedAt(kb)
+	return v, found, err
+}
+
+// getEncodedAt is getEncoded with the value's timestamp
+// (statestore.NoTimestamp if it has none).
+func (s *KeyValueStore[K, V]) getEncodedAt(kb []byte) (V, int64, bool, error) {
 	var zero V
 	vb, found, err := s.rw.Get(kb)
 	if err != nil || !found {
-		return zero, false, err
+		return zero, statestore.NoTimestamp, false, err
+	}
+	ts := statestore.NoTimestamp
+	if s.timestamped {
+		vb, ts = statestore.SplitTimestamped(vb)
 	}
 	v, err := s.decodeValue(vb)
 	if err != nil {
-		return zero, false, err
+		return zero, ts, false, err
 	}
-	return v, true, nil
+	return v, ts, true, nil
+}
+
+// getAt is Get with the value's timestamp.
+func (s *KeyValueStore[K, V]) getAt(k K) (V, int64, bool, error) {
+	kb, err := s.encodeKey(k)
+	if err != nil {
+		var zero V
+		return zero, statestore.NoTimestamp, false, err
+	}
+	return s.getEncodedAt(kb)
 }
 
 // prior returns the value stored under kb as a table update's old value.
@@ -125,9 +165,18 @@ func (s *KeyValueStore[K, V]) put(k K, v V) ([]byte, error) {
 
 // putEncoded is Put for a key already encoded. The store may keep kb.
 func (s *KeyValueStore[K, V]) putEncoded(kb []byte, v V) error {
+	return s.putEncodedAt(kb, v, statestore.NoTimestamp)
+}
+
+// putEncodedAt is putEncoded of a value with timestamp ts, which a store
+// not timestamped drops.
+func (s *KeyValueStore[K, V]) putEncodedAt(kb []byte, v V, ts int64) error {
 	vb, err := s.encodeValue(v)
 	if err != nil {
 		return err
+	}
+	if s.timestamped {
+		vb = statestore.AppendTimestamped(nil, ts, vb)
 	}
 	return s.rw.Put(kb, vb)
 }
@@ -195,7 +244,11 @@ func (i *KeyValueIterator[K, V]) Next() bool {
 		i.err = fmt.Errorf("topology: decode store key: %w", err)
 		return false
 	}
-	v, err := i.s.valueSerde.Decode(i.it.Value())
+	vb := i.it.Value()
+	if i.s.timestamped {
+		vb, _ = statestore.SplitTimestamped(vb)
+	}
+	v, err := i.s.valueSerde.Decode(vb)
 	if err != nil {
 		i.err = fmt.Errorf("topology: decode store value: %w", err)
 		return false

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -221,7 +222,7 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
@@ -248,20 +249,22 @@ type aggProc[K, V, A any] struct {
 
 	// With a store that can update a key in place (the runtime's record
 	// cache), each record is one Update with updateFn, a method value made
-	// once; key, value and next carry its input and result, and
-	// decodeCopies and encodeFresh say whether aggSerde's decode copies its
-	// input and its encode returns new bytes, so that the store's bytes
-	// need no defensive copies.
+	// once; key, value and ts carry its input, next and nextTs its result
+	// (the aggregate and the latest time of its records, as Kafka Streams
+	// stamps an aggregate), and decodeCopies says whether aggSerde's
+	// decode copies its input, so that the store's bytes need no defensive
+	// copy.
 	up           statestore.SlotUpdater // the record cache: see tableUpdates.emitAt
 	values       *valueBuf[A]           // with up: updates.values
 	updateFn     func(old []byte, found bool) ([]byte, error)
 	key          K
 	value        V
+	ts           int64
 	next         A
+	nextTs       int64
 	prev         A
 	prevFound    bool
 	decodeCopies bool
-	encodeFresh  bool
 }
 
 func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
@@ -269,10 +272,10 @@ func (p *aggProc[K, V, A]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.aggSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.aggSerde, c.timestamped(p.store))
 	if up, ok := rw.(statestore.SlotUpdater); ok {
 		p.up, p.updateFn = up, p.update
-		p.decodeCopies, p.encodeFresh = serdeCopies(p.aggSerde)
+		p.decodeCopies, _ = serdeCopies(p.aggSerde)
 		p.values = new(valueBuf[A])
 		p.updates.values = p.values
 	}
@@ -294,10 +297,16 @@ func serdeCopies[T any](s serde.Serde[T]) (decodeCopies, encodeFresh bool) {
 	return false, false
 }
 
-// update is updateFn: one aggregation step on the key's stored bytes.
+// update is updateFn: one aggregation step on the key's stored bytes. A
+// value stored before aggregates kept their time has none
+// (statestore.NoTimestamp), so its next result takes the record's time.
 func (p *aggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
 	var cur A
+	p.nextTs = p.ts
 	if found {
+		var ts int64
+		old, ts = statestore.SplitTimestamped(old)
+		p.nextTs = max(ts, p.ts)
 		if !p.decodeCopies {
 			old = bytes.Clone(old)
 		}
@@ -308,14 +317,7 @@ func (p *aggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
 	}
 	p.next = p.step(p.key, p.value, cur, found)
 	p.prev, p.prevFound = cur, found
-	vb, err := p.kv.encodeValue(p.next)
-	if err != nil {
-		return nil, err
-	}
-	if !p.encodeFresh {
-		vb = bytes.Clone(vb)
-	}
-	return vb, nil
+	return encodeTimestamped(p.aggSerde, p.next, p.nextTs, p.kv.timestamped)
 }
 
 func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
@@ -340,19 +342,20 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if lazy {
 			r.key = string(kb)
 		}
-		cur, found, err := p.kv.getEncoded(kb)
+		cur, ts, found, err := p.kv.getEncodedAt(kb)
 		if err != nil {
 			return err
 		}
 		next := p.step(k, as[V](r.value), cur, found)
-		if err := p.kv.putEncoded(kb, next); err != nil {
+		ts = max(ts, r.ts.UnixMilli())
+		if err := p.kv.putEncodedAt(kb, next, ts); err != nil {
 			return err
 		}
 		out := p.output(c, r, cur, found)
-		out.value = next
+		out.value, out.ts = next, stamp(r.ts, ts)
 		return p.updates.emit(c, kb, out)
 	}
-	p.key, p.value = k, as[V](r.value)
+	p.key, p.value, p.ts = k, as[V](r.value), r.ts.UnixMilli()
 	slot, stored, err := p.up.UpdateAt(kb, p.updateFn)
 	next, prev, prevFound := p.next, p.prev, p.prevFound
 	p.key, p.value, p.next, p.prev = zero[K](), zero[V](), zero[A](), zero[A]()
@@ -360,6 +363,7 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return err
 	}
 	out := p.output(c, r, prev, prevFound)
+	out.ts = stamp(r.ts, p.nextTs)
 	if !c.holds() {
 		out.value = next
 	}
@@ -397,10 +401,12 @@ type KTable[K, V any] struct {
 	keySerde   serde.Serde[K]
 	valueSerde serde.Serde[V]
 	// lookup, for a derived table without a store of its own, reads its
-	// values from lookupStore, the store of the table it derives from (see
-	// view); nil for a materialized table.
-	lookup      tableLookup[K, V]
-	lookupStore string
+	// values from lookupStores, the stores of the table it derives from
+	// (see view); nil for a materialized table.
+	lookup       tableLookup[K, V]
+	lookupStores []string
+	// windows is set on a windowed table: what UntilWindowCloses needs.
+	windows *windowClose
 }
 
 // Table reads topic into the store named store (persistent and logged
@@ -421,7 +427,7 @@ func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSer
 	}, src)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 	return KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde}
 }
 
@@ -438,7 +444,7 @@ func (p *tableProc[K, V]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
 	return nil
 }
 
@@ -447,26 +453,19 @@ func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	var (
-		kb  []byte
-		err error
-	)
+	kb, err := p.kv.encodeKey(k)
+	if err != nil {
+		return err
+	}
 	if c.node.sendOld {
-		if kb, err = p.kv.encodeKey(k); err != nil {
-			return err
-		}
 		if r.old, err = p.kv.prior(kb); err != nil {
 			return err
 		}
-		if r.valueNull {
-			err = p.kv.rw.Delete(kb)
-		} else {
-			err = p.kv.putEncoded(kb, as[V](r.value))
-		}
-	} else if r.valueNull {
-		kb, err = p.kv.delete(k)
+	}
+	if r.valueNull {
+		err = p.kv.rw.Delete(kb)
 	} else {
-		kb, err = p.kv.put(k, as[V](r.value))
+		err = p.kv.putEncodedAt(kb, as[V](r.value), r.ts.UnixMilli())
 	}
 	if err != nil {
 		return err
@@ -495,5 +494,15 @@ func (t KTable[K, V]) StoreName() string { return t.store }
 // interactive query opened it), with the table's serdes. Only a
 // materialized table has a store.
 func (t KTable[K, V]) TypedStore(rw statestore.ReadWriter) *KeyValueStore[K, V] {
-	return NewKeyValueStore(rw, t.keySerde, t.valueSerde)
+	return newTableStore(rw, t.keySerde, t.valueSerde, true)
+}
+
+// stamp returns the time ts, in milliseconds, as a record timestamp: t
+// itself when it is that time, so that a record's own time is passed on
+// unchanged (monotonic reading and location included).
+func stamp(t time.Time, ts int64) time.Time {
+	if t.UnixMilli() == ts {
+		return t
+	}
+	return time.UnixMilli(ts)
 }

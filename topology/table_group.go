@@ -293,7 +293,7 @@ func tableAggregate[K, V, A any](g *tableGrouping[K, V], op, store string, aggSe
 	}, in)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
@@ -317,7 +317,7 @@ func (p *tableAggProc[K, V, A]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.aggSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.aggSerde, c.timestamped(p.store))
 	return nil
 }
 
@@ -334,7 +334,7 @@ func (p *tableAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			return err
 		}
 	}
-	cur, found, err := p.kv.getEncoded(kb)
+	cur, ts, found, err := p.kv.getEncodedAt(kb)
 	if err != nil {
 		return err
 	}
@@ -345,10 +345,13 @@ func (p *tableAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	next := p.step(k, ch, cur, found)
-	if err := p.kv.putEncoded(kb, next); err != nil {
+	// Stamped, as Kafka Streams stamps it, with the latest time of the
+	// updates folded in.
+	ts = max(ts, r.ts.UnixMilli())
+	if err := p.kv.putEncodedAt(kb, next, ts); err != nil {
 		return err
 	}
-	out := record{key: r.key, value: next, ts: r.ts, headers: r.headers}
+	out := record{key: r.key, value: next, ts: stamp(r.ts, ts), headers: r.headers}
 	if c.node.sendOld {
 		out.old = &prior{value: cur, null: !found}
 	}

@@ -85,22 +85,22 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(StoreInfo{Name: store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
 
-	rStore, rLookup := r.view()
+	rStores, rLookup := r.view()
 	left := b.addProcessor("", options{name: n.name + "-left", derived: true}, func() procImpl {
-		return &tableJoinSide[K, LV, RV]{store: rStore, lookup: rLookup, join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
+		return &tableJoinSide[K, LV, RV]{lookup: rLookup, join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
 			return fn(lv, lok, rv, rok)
 		}}
 	}, l.n)
-	left.stores = []string{rStore}
-	lStore, lLookup := l.view()
+	left.stores = rStores
+	lStores, lLookup := l.view()
 	right := b.addProcessor("", options{name: n.name + "-right", derived: true}, func() procImpl {
-		return &tableJoinSide[K, RV, LV]{store: lStore, lookup: lLookup, join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
+		return &tableJoinSide[K, RV, LV]{lookup: lLookup, join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
 			return fn(lv, lok, rv, rok)
 		}}
 	}, r.n)
-	right.stores = []string{lStore}
+	right.stores = lStores
 	for _, side := range []*node{left, right} {
 		side.children = append(side.children, n)
 		n.parents = append(n.parents, side)
@@ -115,20 +115,16 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 // tableJoinSide receives the updates of one side of a table-table join and
 // forwards the key's new result: its value, or a tombstone for none.
 type tableJoinSide[K, V, OV any] struct {
-	store  string
 	lookup tableLookup[K, OV]
-	get    func(K) (OV, bool, error)
+	get    func(K) (OV, int64, bool, error)
 	// join computes the result from this side's value and the other's.
 	join func(k K, v V, ok bool, ov OV, ook bool) (any, bool)
 }
 
 func (p *tableJoinSide[K, V, OV]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
-		return err
-	}
-	p.get = p.lookup(rw)
-	return nil
+	var err error
+	p.get, err = p.lookup(c.store)
+	return err
 }
 
 func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
@@ -136,12 +132,18 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	ov, ook, err := p.get(k)
+	ov, ots, ook, err := p.get(k)
 	if err != nil {
 		return err
 	}
 	v, ok := p.join(k, as[V](r.value), !r.valueNull, ov, ook)
-	out := record{key: r.key, value: v, valueNull: !ok, ts: r.ts, headers: r.headers}
+	// Stamped, as Kafka Streams stamps it, with the later of the update's
+	// time and the other side's value's.
+	ts := r.ts
+	if ook {
+		ts = stamp(r.ts, max(r.ts.UnixMilli(), ots))
+	}
+	out := record{key: r.key, value: v, valueNull: !ok, ts: ts, headers: r.headers}
 	return c.forward(out)
 }
 
@@ -162,7 +164,7 @@ func (p *tableJoinResult[K, VR]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
 	return nil
 }
 
@@ -184,7 +186,7 @@ func (p *tableJoinResult[K, VR]) process(c *nodeInstance, r record) error {
 			return err
 		}
 		r.value = zero[VR]()
-	} else if err := p.kv.putEncoded(kb, as[VR](r.value)); err != nil {
+	} else if err := p.kv.putEncodedAt(kb, as[VR](r.value), r.ts.UnixMilli()); err != nil {
 		return err
 	}
 	if c.node.sendOld {

@@ -1,6 +1,7 @@
 package topology_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -238,4 +240,120 @@ func BenchmarkTableGroupCountTask(b *testing.B) {
 	t := topology.Table(bld, "in", serde.String, serde.String, "t-store")
 	topology.GroupTableBy(t, func(k, v string) (string, string) { return v, k }, "g", serde.String, serde.String).Count("c")
 	benchTask(b, bld, benchKeys(), "")
+}
+
+// Table stores written before values carried their timestamps hold bare
+// values: a join reads them as having no time, so its result takes the
+// updating record's, and an aggregation's next result likewise; values
+// written from then on carry their time.
+func TestTableStoresReadBareValues(t *testing.T) {
+	b := topology.NewBuilder()
+	l := topology.Table(b, "l", serde.String, serde.String, "l-store")
+	r := topology.Table(b, "r", serde.String, serde.String, "r-store")
+	topology.JoinTables(l, r, func(lv, rv string) string { return lv + "+" + rv }, "joined", serde.String).
+		ToStream().To("out", serde.String, serde.String)
+	topology.Stream(b, "words", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("counts").
+		ToStream().To("counts-out", serde.String, serde.Int64)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	env := newFakeEnv(0)
+	for store, v := range map[string][]byte{"r-store": []byte("old"), "counts": binary64(5)} {
+		rw, err := env.Store(store)
+		require.NoError(t, err)
+		require.NoError(t, rw.Put([]byte("k"), v))
+	}
+	graphs := map[string]graph.TaskGraph{}
+	for _, st := range graph.Of(topo).SubTopologies() {
+		g, err := graph.Of(topo).NewTaskGraph(st.ID, env)
+		require.NoError(t, err)
+		for _, src := range st.Sources {
+			graphs[src.Name] = g
+		}
+	}
+	for _, in := range []struct {
+		topic, value string
+		ts           int64
+	}{{"l", "a", 5}, {"r", "new", 9}, {"l", "b", 7}, {"words", "w", 4}, {"words", "w", 2}} {
+		require.NoError(t, graphs[in.topic].Process(graph.InputRecord{Topic: in.topic, Key: []byte("k"), Value: []byte(in.value), Timestamp: time.UnixMilli(in.ts)}))
+	}
+	var got []string
+	for _, rec := range env.sent {
+		v := string(rec.Value)
+		if rec.Topic == "counts-out" {
+			n, err := serde.Int64.Decode(rec.Value)
+			require.NoError(t, err)
+			v = strconv.FormatInt(n, 10)
+		}
+		got = append(got, fmt.Sprintf("%s %s@%d", rec.Topic, v, rec.Timestamp.UnixMilli()))
+	}
+	require.Equal(t, []string{"out a+old@5", "out a+new@9", "out b+new@9", "counts-out 6@4", "counts-out 7@4"}, got)
+
+	rw, err := env.Store("joined")
+	require.NoError(t, err)
+	vb, _, err := rw.Get([]byte("k"))
+	require.NoError(t, err)
+	v, ts := statestore.SplitTimestamped(vb)
+	require.Equal(t, "b+new@9", fmt.Sprintf("%s@%d", v, ts))
+}
+
+func binary64(n int64) []byte {
+	b, _ := serde.Int64.Encode(n)
+	return b
+}
+
+// With BareStoreValues the stores hold what builds before timestamped
+// stores held, bare values, which such builds can read, and results are
+// stamped as those builds stamped them.
+func TestBareStoreValues(t *testing.T) {
+	b := topology.NewBuilder()
+	b.BareStoreValues()
+	l := topology.Table(b, "l", serde.String, serde.String, "l-store")
+	r := topology.Table(b, "r", serde.String, serde.String, "r-store")
+	topology.JoinTables(l, r, func(lv, rv string) string { return lv + "+" + rv }, "joined", serde.String).
+		ToStream().To("out", serde.String, serde.String)
+	g := topology.Stream(b, "words", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	g.Count("counts").ToStream().To("counts-out", serde.String, serde.Int64)
+	topology.WindowedBy(g, topology.TumblingWindows(time.Second)).Count("windowed")
+	topo, err := b.Build()
+	require.NoError(t, err)
+	env := newFakeEnv(0)
+	graphs := map[string]graph.TaskGraph{}
+	for _, st := range graph.Of(topo).SubTopologies() {
+		for _, s := range st.Stores {
+			require.False(t, s.Timestamped, "store %q", s.Name)
+		}
+		g, err := graph.Of(topo).NewTaskGraph(st.ID, env)
+		require.NoError(t, err)
+		for _, src := range st.Sources {
+			graphs[src.Name] = g
+		}
+	}
+	for _, in := range []struct {
+		topic, value string
+		ts           int64
+	}{{"l", "a", 5}, {"r", "x", 9}, {"l", "b", 7}, {"words", "w", 4}, {"words", "w", 2}} {
+		require.NoError(t, graphs[in.topic].Process(graph.InputRecord{Topic: in.topic, Key: []byte("k"), Value: []byte(in.value), Timestamp: time.UnixMilli(in.ts)}))
+	}
+	var got []string
+	for _, rec := range env.sent {
+		v := string(rec.Value)
+		if rec.Topic == "counts-out" {
+			n, err := serde.Int64.Decode(rec.Value)
+			require.NoError(t, err)
+			v = strconv.FormatInt(n, 10)
+		}
+		got = append(got, fmt.Sprintf("%s %s@%d", rec.Topic, v, rec.Timestamp.UnixMilli()))
+	}
+	require.Equal(t, []string{"out a+x@9", "out b+x@7", "counts-out 1@4", "counts-out 2@2"}, got)
+
+	for store, want := range map[string]string{"l-store": "b", "r-store": "x", "joined": "b+x", "counts": string(binary64(2))} {
+		v, found, err := env.stores[store].Get([]byte("k"))
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, want, string(v), "store %q", store)
+	}
+	require.Len(t, env.stores["windowed"].m, 1)
+	for _, v := range env.stores["windowed"].m {
+		require.Equal(t, binary64(2), v)
+	}
 }

@@ -21,20 +21,27 @@ func TableValueSerde[V any](s serde.Serde[V]) Option {
 }
 
 // tableLookup reads one key of a table: made once per task from the
-// store the table's values are derived from (see KTable.view), it returns
-// the key's current value and whether the table holds the key.
-type tableLookup[K, V any] func(rw statestore.ReadWriter) func(k K) (V, bool, error)
+// stores the table's values are derived from (see KTable.view), which it
+// opens with open, it returns the key's current value, its timestamp
+// (statestore.NoTimestamp if the store holds none) and whether the table
+// holds the key.
+type tableLookup[K, V any] func(open func(store string) (statestore.ReadWriter, error)) (func(k K) (V, int64, bool, error), error)
 
-// view returns the store a table's values are read from and how to read
+// view returns the stores a table's values are read from and how to read
 // them: its own store when it is materialized, else its parent's view with
-// the table's operator applied.
-func (t KTable[K, V]) view() (string, tableLookup[K, V]) {
+// the table's operator applied (or, suppressed, its held updates' old
+// values first).
+func (t KTable[K, V]) view() ([]string, tableLookup[K, V]) {
 	if t.lookup != nil {
-		return t.lookupStore, t.lookup
+		return t.lookupStores, t.lookup
 	}
-	ks, vs := t.keySerde, t.valueSerde
-	return t.store, func(rw statestore.ReadWriter) func(K) (V, bool, error) {
-		return NewKeyValueStore(rw, ks, vs).Get
+	store, ks, vs := t.store, t.keySerde, t.valueSerde
+	return []string{store}, func(open func(string) (statestore.ReadWriter, error)) (func(K) (V, int64, bool, error), error) {
+		rw, err := open(store)
+		if err != nil {
+			return nil, err
+		}
+		return newTableStore(rw, ks, vs, true).getAt, nil
 	}
 }
 
@@ -98,26 +105,29 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 	n := b.addNode(kindProcessor, op, o, t.n)
 	n.olds = parentOldValues
 	b.checkFunc(n, fn == nil, "function")
-	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs}
+	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs, windows: t.windows}
 	if o.store != "" {
 		n.stores = []string{o.store}
-		b.declareStore(StoreInfo{Name: o.store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+		b.declareStore(b.tableStoreInfo(o.store, o), n.label())
 		if vs == nil {
 			b.errorf("%s: store %q: value serde is nil (give it with TableValueSerde)", n.label(), o.store)
 		}
 	} else {
-		parentStore, parent := t.view()
-		out.lookupStore = parentStore
-		out.lookup = func(rw statestore.ReadWriter) func(K) (V2, bool, error) {
-			get := parent(rw)
-			return func(k K) (V2, bool, error) {
-				v, found, err := get(k)
+		parentStores, parent := t.view()
+		out.lookupStores = parentStores
+		out.lookup = func(open func(string) (statestore.ReadWriter, error)) (func(K) (V2, int64, bool, error), error) {
+			get, err := parent(open)
+			if err != nil {
+				return nil, err
+			}
+			return func(k K) (V2, int64, bool, error) {
+				v, ts, found, err := get(k)
 				if err != nil || !found {
-					return zero[V2](), false, err
+					return zero[V2](), ts, false, err
 				}
 				v2, ok := fn(k, v)
-				return v2, ok, nil
-			}
+				return v2, ts, ok, nil
+			}, nil
 		}
 	}
 	store, ks := o.store, t.keySerde
@@ -146,7 +156,7 @@ func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
 	if err != nil {
 		return err
 	}
-	p.kv = NewKeyValueStore(rw, p.keySerde, p.valueSerde)
+	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
 	return nil
 }
 
@@ -176,14 +186,14 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 		// task flushes, so there is nothing to deduplicate here.
 		return c.forward(out)
 	}
-	var (
-		kb  []byte
-		err error
-	)
+	kb, err := p.kv.encodeKey(k)
+	if err != nil {
+		return err
+	}
 	if out.valueNull {
-		kb, err = p.kv.delete(k)
+		err = p.kv.rw.Delete(kb)
 	} else {
-		kb, err = p.kv.put(k, as[V2](out.value))
+		err = p.kv.putEncodedAt(kb, as[V2](out.value), r.ts.UnixMilli())
 	}
 	if err != nil {
 		return err

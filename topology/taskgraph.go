@@ -470,6 +470,10 @@ func (in *nodeInstance) forwardTo(child string, r record) error {
 	return fmt.Errorf("topology: %s has no child named %q", in.node.label(), child)
 }
 
+// timestamped reports whether the store named name keeps timestamped
+// values (StoreInfo.Timestamped).
+func (in *nodeInstance) timestamped(name string) bool { return in.task.timestamped[name] }
+
 func (in *nodeInstance) store(name string) (statestore.ReadWriter, error) {
 	if !slices.Contains(in.node.stores, name) && !slices.Contains(in.node.globals, name) {
 		return nil, fmt.Errorf("topology: %s did not declare store %q", in.node.label(), name)
@@ -501,6 +505,9 @@ type taskGraph struct {
 	nodes   []*nodeInstance
 	sources map[string]*nodeInstance
 	stores  map[string]statestore.ReadWriter
+	// timestamped names the stores whose values carry a timestamp
+	// (StoreInfo.Timestamped), which a Processor sees without it.
+	timestamped map[string]bool
 	// lastTopic and lastSrc remember the source of the previous record:
 	// records arrive in runs from one partition, and comparing a topic
 	// string that shares its bytes is cheaper than hashing it.
@@ -567,6 +574,12 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 			return nil, fmt.Errorf("topology: task %s: store %q is nil", env.TaskID(), s.Name)
 		}
 		g.stores[s.Name] = rw
+		if s.Timestamped {
+			if g.timestamped == nil {
+				g.timestamped = make(map[string]bool)
+			}
+			g.timestamped[s.Name] = true
+		}
 	}
 	for _, n := range st.nodes {
 		for _, name := range n.globals {

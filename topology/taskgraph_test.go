@@ -100,7 +100,7 @@ func TestWordCountThroughTaskGraphs(t *testing.T) {
 	require.Empty(t, subs[0].Stores)
 	require.Equal(t, []topology.TopicRef{rep}, subs[1].Sources)
 	require.Equal(t, []topology.TopicRef{{Name: "word-counts"}}, subs[1].Sinks)
-	require.Equal(t, []topology.StoreInfo{{Name: "counts", Persistent: true, Logged: true}}, subs[1].Stores)
+	require.Equal(t, []topology.StoreInfo{{Name: "counts", Persistent: true, Logged: true, Timestamped: true}}, subs[1].Stores)
 	require.Equal(t, []graph.Repartition{{Topic: rep, WriterSubTopology: 0}}, graph.Of(topo).RepartitionTopics())
 	require.Equal(t, []string{"lines", "test-app-words-repartition"}, graph.Of(topo).SourceTopics(app))
 	id, ok := graph.Of(topo).StoreSubTopology("counts")
@@ -390,13 +390,14 @@ func TestAggregateThroughCacheNeverScribblesOnStoredBytes(t *testing.T) {
 	require.NoError(t, g.Process(in("a")))
 	require.NoError(t, g.Process(in("a")))
 	snapshot := env.caches["agg"].Dirty()
-	require.Equal(t, []byte{2}, snapshot[0].Value)
+	agg := func(b []byte) []byte { v, _ := statestore.SplitTimestamped(b); return v }
+	require.Equal(t, []byte{2}, agg(snapshot[0].Value))
 	require.NoError(t, g.Process(in("a")))
-	require.Equal(t, []byte{2}, snapshot[0].Value, "bytes taken for the changelog stay as they were")
+	require.Equal(t, []byte{2}, agg(snapshot[0].Value), "bytes taken for the changelog stay as they were")
 	v, found, err := env.caches["agg"].Get([]byte("a"))
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Equal(t, []byte{3}, v)
+	require.Equal(t, []byte{3}, agg(v))
 
 	// Count, with serde.Int64, takes the copy-free path.
 	cg, err := graph.Of(topo).NewTaskGraph(2, cachedEnv{fakeEnv: &fakeEnv{sub: 2, stores: map[string]*mapStore{}}, caches: env.caches})
@@ -406,6 +407,6 @@ func TestAggregateThroughCacheNeverScribblesOnStoredBytes(t *testing.T) {
 	}
 	v, _, err = env.caches["counts"].Get([]byte("w"))
 	require.NoError(t, err)
-	n, _ := serde.Int64.Decode(v)
+	n, _ := serde.Int64.Decode(agg(v))
 	require.Equal(t, int64(3), n)
 }

@@ -1,6 +1,8 @@
 package topology
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/eddystreams/eddy/serde"
@@ -37,6 +39,26 @@ func encodeStoreValue[V any](vs serde.Serde[V], v V) ([]byte, error) {
 		return nil, fmt.Errorf("topology: store value encodes to nil; use Remove")
 	}
 	return b, nil
+}
+
+// encodeTimestamped encodes v with vs as a timestamped store value
+// (statestore.AppendTimestamped), or bare unless timestamped, in bytes of
+// its own. A timestamped count (serde.Int64, the most frequent aggregate)
+// is written straight into the value, without the slice of its own that
+// Encode would allocate.
+func encodeTimestamped[V any](vs serde.Serde[V], v V, ts int64, timestamped bool) ([]byte, error) {
+	if !timestamped {
+		vb, err := encodeStoreValue(vs, v)
+		return bytes.Clone(vb), err
+	}
+	if n, ok := any(&v).(*int64); ok && any(vs) == any(serde.Int64) {
+		return binary.BigEndian.AppendUint64(statestore.AppendTimestamped(make([]byte, 0, 20), ts, nil), uint64(*n)), nil
+	}
+	vb, err := encodeStoreValue(vs, v)
+	if err != nil {
+		return nil, err
+	}
+	return statestore.AppendTimestamped(nil, ts, vb), nil
 }
 
 // Put stores v for k's window starting at start.

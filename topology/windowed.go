@@ -123,6 +123,7 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Window, Retention: max(w.MinRetention(), 1), WindowSize: w.size,
+		Timestamped: !b.bareValues,
 	}
 	wopts := info.WindowOptions()
 	final := s.final
@@ -148,7 +149,7 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	if missingFunc != "" {
 		b.errorf("%s: %s is nil", n.label(), missingFunc)
 	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
 }
 
 // windowAggProc aggregates records into time windows.
@@ -167,18 +168,21 @@ type windowAggProc[K, V, A any] struct {
 	log     lateLog
 
 	// Each window a record falls in is one WindowStore.Update with
-	// updateFn, a method value made once; key, value and next carry its
-	// input and result, and decodeCopies and encodeFresh say whether
-	// aggSerde's decode copies its input and its encode returns new bytes,
-	// so that the store's bytes need no defensive copies. wins is a
-	// buffer reused from record to record.
+	// updateFn, a method value made once; key, value and ts carry its
+	// input, next and nextTs its result (the aggregate and the window's
+	// largest record time), and decodeCopies says whether aggSerde's
+	// decode copies its input, so that the store's bytes need no defensive
+	// copy. wins is a buffer reused from record to record.
 	updateFn     func(old []byte, found bool) ([]byte, error)
 	key          K
 	value        V
+	ts           int64
 	next         A
+	nextTs       int64
 	decodeCopies bool
-	encodeFresh  bool
-	wins         []Window
+	// timestamped: the store keeps timestamps (not BareStoreValues).
+	timestamped bool
+	wins        []Window
 }
 
 func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
@@ -191,7 +195,8 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	}
 	p.log.node = c.node.name
 	p.updateFn = p.update
-	p.decodeCopies, p.encodeFresh = serdeCopies(p.aggSerde)
+	p.decodeCopies, _ = serdeCopies(p.aggSerde)
+	p.timestamped = c.timestamped(p.store)
 	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
 
@@ -230,27 +235,37 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 // add folds v into k's window win and emits the update, or records the
 // window as pending its final result.
 func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win Window, r record) error {
-	p.key, p.value = k, v
+	p.key, p.value, p.ts = k, v, r.ts.UnixMilli()
 	slot, stored, err := p.ws.UpdateAt(kb, win.Start, p.updateFn)
-	next := p.next
+	next, ts := p.next, stamp(r.ts, p.nextTs)
 	p.key, p.value, p.next = zero[K](), zero[V](), zero[A]()
 	if err != nil {
 		return err
 	}
 	if !p.final {
 		if !c.holds() {
-			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: r.ts, headers: r.headers})
+			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: ts, headers: r.headers})
 		}
-		p.updates.add(slot, stored, kb, k, win, next, r.ts, r.headers)
+		p.updates.add(slot, stored, kb, k, win, next, ts, r.headers)
 		return nil
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
 }
 
-// update is updateFn: one aggregation step on the window's stored bytes.
+// update is updateFn: one aggregation step on the window's stored bytes,
+// a timestamped value (statestore.AppendTimestamped) whose timestamp is
+// the largest time of the window's records, as Kafka Streams' timestamped
+// window store keeps it. A bare value, written before aggregates carried
+// their time, has none (statestore.NoTimestamp): the result then takes the
+// updating record's time, which is what was emitted for the window before
+// and is never later than a record of the window (its end would be).
 func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
 	var cur A
+	p.nextTs = p.ts
 	if found {
+		var ts int64
+		old, ts = statestore.SplitTimestamped(old)
+		p.nextTs = max(ts, p.ts)
 		if !p.decodeCopies {
 			old = bytes.Clone(old)
 		}
@@ -260,14 +275,7 @@ func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) 
 		}
 	}
 	p.next = p.step(p.key, p.value, cur, found)
-	vb, err := encodeStoreValue(p.aggSerde, p.next)
-	if err != nil {
-		return nil, err
-	}
-	if !p.encodeFresh {
-		vb = bytes.Clone(vb)
-	}
-	return vb, nil
+	return encodeTimestamped(p.aggSerde, p.next, p.nextTs, p.timestamped)
 }
 
 // emit forwards the final result of a closed window.
@@ -277,6 +285,7 @@ func (p *windowAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
 		return err
 	}
 	win := Window{Start: d.start, End: addSat(d.start, p.w.size)}
+	vb, _ = statestore.SplitTimestamped(vb)
 	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, win, vb)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 	"github.com/eddystreams/eddy/topology/topologytest"
 )
@@ -255,7 +256,7 @@ func TestWindowedStoresDeclared(t *testing.T) {
 	topo, err := b.Build()
 	require.NoError(t, err)
 	require.Equal(t, []graph.StoreInfo{
-		{Name: "counts", Persistent: true, Logged: true, Kind: graph.Window, Retention: 12_000, WindowSize: 10_000},
+		{Name: "counts", Persistent: true, Logged: true, Kind: graph.Window, Retention: 12_000, WindowSize: 10_000, Timestamped: true},
 		{Name: "counts-pending", Persistent: true, Logged: true},
 		{Name: "sessions", Logged: true, Kind: graph.Session, Retention: 1_001},
 	}, graph.Of(topo).SubTopologies()[0].Stores)
@@ -464,4 +465,47 @@ func TestWindowedStreamTimeIsTheProcessors(t *testing.T) {
 			require.Equal(t, int64(2), last, "window [0,10) counts both clicks before it closed")
 		})
 	}
+}
+
+// A window aggregate stored bare, as stores held it before aggregates
+// carried their window's latest record time, is read and extended: its
+// first update is stamped with the updating record's time, and the value
+// written back carries the window's time from then on.
+func TestWindowedCountReadsBareAggregates(t *testing.T) {
+	b := topology.NewBuilder()
+	topology.WindowedBy(topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String), topology.TumblingWindows(10*time.Second)).
+		Count("counts").ToStream().To("out", topology.TimeWindowedSerde(serde.String, 10_000), serde.Int64)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	env := newFakeEnv(0)
+	rw, err := env.Store("counts")
+	require.NoError(t, err)
+	ws, err := statestore.NewWindowStore(rw, statestore.WindowOptions{Retention: 10_000, WindowSize: 10_000})
+	require.NoError(t, err)
+	bare, err := serde.Int64.Encode(5)
+	require.NoError(t, err)
+	require.NoError(t, ws.Put([]byte("k"), 0, bare))
+
+	g, err := graph.Of(topo).NewTaskGraph(0, env)
+	require.NoError(t, err)
+	for _, ms := range []int64{3000, 2000} {
+		require.NoError(t, g.Process(graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}))
+	}
+	require.Len(t, env.sent, 2)
+	var got []string
+	for _, rec := range env.sent {
+		n, err := serde.Int64.Decode(rec.Value)
+		require.NoError(t, err)
+		got = append(got, fmt.Sprintf("%d@%d", n, rec.Timestamp.UnixMilli()))
+	}
+	require.Equal(t, []string{"6@3000", "7@3000"}, got)
+
+	vb, found, err := ws.Get([]byte("k"), 0)
+	require.NoError(t, err)
+	require.True(t, found)
+	agg, ts := statestore.SplitTimestamped(vb)
+	require.Equal(t, int64(3000), ts)
+	n, err := serde.Int64.Decode(agg)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), n)
 }

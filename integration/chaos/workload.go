@@ -15,6 +15,7 @@ import (
 
 	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -192,7 +193,9 @@ func (c *committedWatcher) run(ctx context.Context) {
 		now := time.Now()
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
-			v, err := serde.Int64.Decode(r.Value)
+			// The store keeps each count with its time.
+			cv, _ := statestore.SplitTimestamped(r.Value)
+			v, err := serde.Int64.Decode(cv)
 			if err != nil {
 				return
 			}

@@ -206,6 +206,10 @@ type StoreInfo struct {
 	// statestore.WindowOptions of a window or session store (see
 	// WindowOptions); unused for key-value stores.
 	Retention, SegmentInterval, WindowSize int64
+	// Timestamped stores hold statestore timestamped values (see
+	// statestore.AppendTimestamped): each value with the timestamp of the
+	// result it stands for.
+	Timestamped bool
 }
 
 // StoreKind is the kind of keys a store holds.

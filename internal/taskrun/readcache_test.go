@@ -68,7 +68,7 @@ func TestReadCacheOnlyWhileRunningAndKeyValue(t *testing.T) {
 	v, found, err := kv.Cache.Get([]byte("a"))
 	require.NoError(t, err)
 	require.True(t, found)
-	n, _ := serde.Int64.Decode(v)
+	n, _ := serde.Int64.Decode(bareValue(v))
 	require.EqualValues(t, 3, n)
 
 	stores, err := a.Demote()

@@ -81,7 +81,7 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	v, found, err := h.Inner.Get([]byte("k"))
 	require.NoError(t, err)
 	require.True(t, found)
-	n, _ := serde.Int64.Decode(v)
+	n, _ := serde.Int64.Decode(bareValue(v))
 	require.Equal(t, int64(3), n)
 	require.Equal(t, map[string]int64{"in": 13}, a.OffsetsToCommit())
 	a.MarkCommitted(a.OffsetsToCommit())
@@ -352,4 +352,10 @@ func TestAbortRewindsWindowTime(t *testing.T) {
 
 	require.Equal(t, wantOut.out, gotOut.out)
 	require.Zero(t, got.graph.(graph.LateCounter).DroppedLate())
+}
+
+// bareValue is a table store's value without its timestamp.
+func bareValue(b []byte) []byte {
+	v, _ := statestore.SplitTimestamped(b)
+	return v
 }

@@ -55,7 +55,9 @@ type Driver struct {
 	now     time.Time
 	tasks   []graph.TaskGraph
 	stores  map[string]*memStore
-	readers map[string]int // full topic name -> sub-topology
+	// timestamped names the stores of timestamped values (see Store).
+	timestamped map[string]bool
+	readers     map[string]int // full topic name -> sub-topology
 	// globals maps a global table's topic to its store, which records
 	// piped into the topic update directly, as the runtime's global
 	// thread does.
@@ -75,14 +77,15 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 		cfg.StartTime = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
 	d := &Driver{
-		app:     cfg.AppID,
-		commits: cfg.Commits,
-		now:     cfg.StartTime,
-		stores:  make(map[string]*memStore),
-		readers: make(map[string]int),
-		globals: make(map[string]*memStore),
-		offsets: make(map[string]int64),
-		outputs: make(map[string][]graph.OutputRecord),
+		app:         cfg.AppID,
+		commits:     cfg.Commits,
+		now:         cfg.StartTime,
+		stores:      make(map[string]*memStore),
+		timestamped: make(map[string]bool),
+		readers:     make(map[string]int),
+		globals:     make(map[string]*memStore),
+		offsets:     make(map[string]int64),
+		outputs:     make(map[string][]graph.OutputRecord),
 	}
 	for _, gs := range graph.Of(topo).GlobalStores() {
 		s := newMemStore()
@@ -95,6 +98,9 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 		}
 		for _, s := range st.Stores {
 			d.stores[s.Name] = newMemStore()
+			if s.Timestamped {
+				d.timestamped[s.Name] = true
+			}
 		}
 		g, err := graph.Of(topo).NewTaskGraph(st.ID, &env{d: d, sub: st.ID})
 		if err != nil {
@@ -119,7 +125,13 @@ func (e *env) Now() time.Time   { return e.d.now }
 // BufferTableUpdates implements graph.TableBuffering.
 func (e *env) BufferTableUpdates() bool { return e.d.commits }
 
-func (e *env) Store(name string) (statestore.ReadWriter, error) { return e.d.Store(name) }
+func (e *env) Store(name string) (statestore.ReadWriter, error) {
+	s, ok := e.d.stores[name]
+	if !ok {
+		return nil, fmt.Errorf("topologytest: no store %q", name)
+	}
+	return s, nil
+}
 
 func (e *env) Send(rec graph.OutputRecord) error {
 	e.d.outputs[rec.Topic] = append(e.d.outputs[rec.Topic], rec)
@@ -159,11 +171,17 @@ func (d *Driver) Now() time.Time { return d.now }
 // AppID returns the application ID internal topic names are prefixed with.
 func (d *Driver) AppID() string { return d.app }
 
-// Store returns the store named name, whichever task owns it.
+// Store returns the store named name, whichever task owns it. The stores
+// of DSL tables and windowed aggregations, which keep each value with a
+// timestamp, are returned as their values alone (statestore.BareValues),
+// as a Processor sees them.
 func (d *Driver) Store(name string) (statestore.ReadWriter, error) {
 	s, ok := d.stores[name]
 	if !ok {
 		return nil, fmt.Errorf("topologytest: no store %q", name)
+	}
+	if d.timestamped[name] {
+		return statestore.BareValues(s), nil
 	}
 	return s, nil
 }

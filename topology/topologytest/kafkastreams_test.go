@@ -1020,9 +1020,6 @@ var ksTimeWindows = []ksScenario{
 	{
 		name:  "KStreamWindowAggregateTest.testAggBasic(ON_WINDOW_UPDATE)",
 		build: timeAgg(10, 5, 100, false), key: windowKey(10),
-		// Eddy stamps B@[0,10] 0+2+2+2+1 with 3, the updating record's
-		// time: a window store keeps no record time to take the larger of.
-		differs: "a time window's update is stamped with the updating record's time, not the window's latest",
 		steps: []ksStep{step(out(
 			"A@[0,10] 0+1 @0", "B@[0,10] 0+2 @1", "C@[0,10] 0+3 @2", "D@[0,10] 0+4 @3",
 			"A@[0,10] 0+1+1 @4", "A@[0,10] 0+1+1+1 @5", "A@[5,15] 0+1 @5",
