@@ -463,7 +463,9 @@ func checkCounts(st statestore.Store, pending map[string]int64) (bool, error) {
 		if !ok {
 			continue // final already
 		}
-		got, err := serde.Int64.Decode(it.Value())
+		// The store keeps each count with its timestamp.
+		v, _ := statestore.SplitTimestamped(it.Value())
+		got, err := serde.Int64.Decode(v)
 		if err != nil {
 			return true, err
 		}
