@@ -95,6 +95,11 @@ func (r *restorer) start(a *App, log *slog.Logger) error {
 		ClientOpts:    a.connOpts(),
 		Logger:        log,
 		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
+		// A task starts from the group's committed offsets, which a
+		// previous owner's transaction open at the restore's listing
+		// may still move past input whose counts only that
+		// transaction's changelog records hold.
+		ThroughOpenTransactions: true,
 		// Small enough for one badger transaction with small values, so
 		// queries never see part of a batch.
 		MaxBatchRecords: restoreBatchRecords,
