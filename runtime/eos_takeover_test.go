@@ -135,3 +135,52 @@ func TestExactlyOnceTakeoverWaitsForThePreviousOwnersTransaction(t *testing.T) {
 	})
 	require.Equal(t, int64(8), got, "count of w: 5 counted by the previous owner, 3 by the new one")
 }
+
+// An instance killed with a transaction open on its changelogs and
+// restarted on its state directory aborts that transaction as it connects:
+// its tasks' restoration, which reads through open transactions, does not
+// wait for the broker to time the transaction out.
+func TestExactlyOnceRestartAbortsTheTransactionItLeftOpen(t *testing.T) {
+	c := newEOSCluster(t)
+	dir := t.TempDir()
+	start := func() *App {
+		app, err := New(countTopology(t), Config{
+			ApplicationID: "eos", Brokers: c.b.Addrs(), StateDir: dir,
+			ProcessingGuarantee: ExactlyOnce, SessionTimeout: 2 * time.Second, NumStreamThreads: 1,
+			// Far longer than the test waits for its counts.
+			TransactionTimeout: time.Minute,
+		})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	want := map[string]int64{}
+	app := start()
+	c.produce(t, 200, want)
+	waitCounts(t, app, want)
+
+	// Crash in a commit whose changelog records the broker already holds:
+	// the transaction stays open, holding back the changelogs' last
+	// stable offsets.
+	cl := app.threads[0].cl
+	var armed, flushed atomic.Bool
+	crash := func(step string) bool {
+		if step != "before-commit" || !armed.Load() {
+			return false
+		}
+		flushed.Store(cl.Flush(context.Background()) == nil)
+		return true
+	}
+	crashAt.Store(&crash)
+	defer crashAt.Store(nil)
+	armed.Store(true)
+	c.produce(t, 50, want)
+	waitFor(t, 20*time.Second, "the crash", func() bool { return app.threads[0].killed.Load() })
+	app.kill()
+	crashAt.Store(nil)
+	require.True(t, flushed.Load(), "the crashed transaction's records reached the broker")
+
+	app = start()
+	defer app.Close(context.Background())
+	waitCounts(t, app, want)
+}
