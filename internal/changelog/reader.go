@@ -146,9 +146,10 @@ type ReaderConfig struct {
 	// offset, so that a restoration ends only once every transaction
 	// open at the listing has committed or aborted (its marker read) and
 	// the store holds whatever those that committed wrote. An active
-	// task needs this: a previous owner's transaction still open when
-	// the task is taken over may commit the group's offsets past input
-	// whose results only its changelog records hold.
+	// task needs this: the group's committed offsets may already cover
+	// input whose results lie past the last stable offset, in a previous
+	// owner's transaction that ends late or in transactions committed
+	// behind another producer's open one.
 	ThroughOpenTransactions bool
 	// MaxBatchRecords caps the records of one store write. A Poll takes
 	// that many, or up to four times as many when that empties the
