@@ -53,6 +53,13 @@
 //     restoring); and at the next restart kfake read the aborted records
 //     as part of the producer's next transaction, committed. Start writes
 //     the missing markers first (see crashtxns.go).
+//   - Compaction never cleans past the last stable offset. kfake compacts
+//     every batch but a partition's last, open transactions included: an
+//     open transaction's records superseded committed records of the same
+//     keys, and when it aborted, read_committed readers found neither (a
+//     store restoring its changelog lost those keys' latest values). The
+//     broker compacts only at a moment no compacted partition has a
+//     transaction open (see logStarts.compact).
 //   - Compacted topics are not subject to retention. kfake applies the
 //     broker's default retention (7 days) to every topic, deleting records
 //     of compacted topics by their timestamps; Kafka applies retention only
@@ -70,7 +77,9 @@
 //     retention.bytes keeps its records forever; Kafka deletes them after
 //     log.retention.ms (7 days) where cleanup.policy includes delete.
 //   - Compaction is eager. Each run cleans every batch but a partition's
-//     last; Kafka cleans only rolled segments (segment.ms 7 days,
+//     last, and waits up to a second for no transaction to be open on a
+//     compacted partition, else skips the run; Kafka cleans only rolled
+//     segments, each up to the first unstable offset (segment.ms 7 days,
 //     segment.bytes 1 GiB) past min.cleanable.dirty.ratio, so superseded
 //     records stay readable far longer on a real cluster.
 //   - Tombstones expire by their timestamp. A tombstone whose timestamp is

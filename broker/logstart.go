@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -175,6 +176,18 @@ func (ls *logStarts) compact(ctx context.Context) error {
 			names = append(names, *t.Topic)
 		}
 	}
+	// kfake compacts everything before a partition's last batch, past its
+	// last stable offset: an open transaction's records then supersede
+	// committed records of the same keys, and if the transaction aborts, a
+	// read-committed reader (a store restoring its changelog) finds
+	// neither. Kafka's cleaner stops at the first unstable offset. So the
+	// broker compacts only at a moment no compacted partition has a
+	// transaction open; under exactly-once a changelog partition is in a
+	// transaction only while a commit is under way, so such a moment comes
+	// soon, and otherwise at the next interval.
+	if !ls.awaitStable(ctx, names) {
+		return nil
+	}
 
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -208,7 +221,11 @@ func (ls *logStarts) compact(ctx context.Context) error {
 	}
 	ls.reindexLocked()
 
-	ls.cluster.Compact()
+	// Checked again just before: what a transaction opened since is at
+	// the end of its partition, in the last batch, which kfake keeps.
+	if !ls.openTransaction(names) {
+		ls.cluster.Compact()
+	}
 
 	for name, tt := range ls.topics {
 		for _, pi := range ls.cluster.PartitionInfos(name) {
@@ -218,6 +235,44 @@ func (ls *logStarts) compact(ctx context.Context) error {
 		}
 	}
 	return ls.saveLocked()
+}
+
+// stableWait bounds how long a compaction waits for a moment with no
+// transaction open on a compacted partition.
+const stableWait = time.Second
+
+// awaitStable waits, at most stableWait, until no compacted partition among
+// the named topics has a transaction open, and reports whether that came.
+func (ls *logStarts) awaitStable(ctx context.Context, names []string) bool {
+	deadline := time.Now().Add(stableWait)
+	for ls.openTransaction(names) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// openTransaction reports whether a partition of a compacted topic among
+// names has a transaction open: its last stable offset is below its high
+// watermark.
+func (ls *logStarts) openTransaction(names []string) bool {
+	for _, name := range names {
+		if ti := ls.cluster.TopicInfo(name); ti == nil || !isCompacted(ti) {
+			continue
+		}
+		for _, pi := range ls.cluster.PartitionInfos(name) {
+			if pi.LastStableOffset < pi.HighWatermark {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isCompacted reports whether a topic's cleanup.policy includes compact.

@@ -95,6 +95,10 @@ func (r *restorer) start(a *App, log *slog.Logger) error {
 		ClientOpts:    a.connOpts(),
 		Logger:        log,
 		ReadCommitted: a.cfg.ProcessingGuarantee == ExactlyOnce,
+		// A task starts from the group's committed offsets, which may
+		// cover input whose results lie past the changelog's last
+		// stable offset (see changelog.ReaderConfig).
+		ThroughOpenTransactions: true,
 		// Small enough for one badger transaction with small values, so
 		// queries never see part of a batch.
 		MaxBatchRecords: restoreBatchRecords,

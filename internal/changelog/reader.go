@@ -146,6 +146,16 @@ type ReaderConfig struct {
 	// exactly-once); ends and lag are then measured to the last stable
 	// offset. Default: read uncommitted.
 	ReadCommitted bool
+	// ThroughOpenTransactions, with ReadCommitted, sets a Restore
+	// partition's end at the high watermark instead of the last stable
+	// offset, so that a restoration ends only once every transaction
+	// open at the listing has committed or aborted (its marker read) and
+	// the store holds whatever those that committed wrote. An active
+	// task needs this: the group's committed offsets may already cover
+	// input whose results lie past the last stable offset, in a previous
+	// owner's transaction that ends late or in transactions committed
+	// behind another producer's open one.
+	ThroughOpenTransactions bool
 	// MaxBatchRecords caps the records of one store write. A Poll takes
 	// that many, or up to four times as many when that empties the
 	// client's buffer (see Poll). Default DefaultMaxBatchRecords.
@@ -732,18 +742,19 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	// Under read committed the end is the last stable offset, which an
 	// open transaction holds back, maybe below positions that are fine:
 	// whether a position is past the log is a question for the high
-	// watermark.
+	// watermark, and so is a restoration's end through open
+	// transactions.
 	var hwms map[TopicPartition]int64
 	var hwmErr error
 	if r.cfg.ReadCommitted {
-		var past []TopicPartition
+		var need []TopicPartition
 		for _, st := range pending {
-			if end, ok := ends[st.tp]; ok && st.fitPos() > end {
-				past = append(past, st.tp)
+			if end, ok := ends[st.tp]; ok && st.fitPos() > end || r.throughOpen(st) {
+				need = append(need, st.tp)
 			}
 		}
-		if len(past) > 0 {
-			hwms, hwmErr = r.listOffsets(ctx, past, -1, false)
+		if len(need) > 0 {
+			hwms, hwmErr = r.listOffsets(ctx, need, -1, false)
 		}
 	}
 
@@ -751,6 +762,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		st         *partState
 		why        string
 		start, end int64
+		readTo     int64 // the end reading starts towards after the reset
 	}
 	var resets []unfit
 	r.mu.Lock()
@@ -761,8 +773,12 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		start, sok := starts[st.tp]
 		end, eok := ends[st.tp]
 		hwm, hok := end, true
-		if r.cfg.ReadCommitted && eok && st.fitPos() > end {
+		if r.cfg.ReadCommitted && eok && (st.fitPos() > end || r.throughOpen(st)) {
 			hwm, hok = hwms[st.tp]
+		}
+		lso := end
+		if r.throughOpen(st) {
+			end = hwm
 		}
 		if !sok || !eok || !hok {
 			st.retryAt = now.Add(r.cfg.RetryBackoff)
@@ -784,10 +800,14 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			r.log.Info("changelog store position is past the changelog end; listing again before resetting the store",
 				logAttrs(st, slog.Int64("position", st.pos), slog.Int64("end", hwm))...)
 		case st.fitPos() > hwm:
-			resets = append(resets, unfit{st, "position beyond the changelog end", start, hwm})
+			resets = append(resets, unfit{st, "position beyond the changelog end", start, hwm, end})
 		case st.pos > 0 && st.pos < start:
-			resets = append(resets, unfit{st, "position below the changelog start", start, hwm})
+			resets = append(resets, unfit{st, "position below the changelog start", start, hwm, end})
 		default:
+			if lso < end && st.fitPos() < end {
+				r.log.Info("changelog restore waits for the transactions open on the changelog",
+					logAttrs(st, slog.Int64("position", st.pos), slog.Int64("last_stable", lso), slog.Int64("end", end))...)
+			}
 			if c, ok := r.startLocked(st, start, end, now); ok {
 				done = append(done, c)
 			}
@@ -806,13 +826,19 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		r.mu.Lock()
 		if r.parts[u.st.tp] == u.st {
 			// The log did not change with the store: this listing holds.
-			if c, ok := r.startLocked(u.st, starts[u.st.tp], ends[u.st.tp], now); ok {
+			if c, ok := r.startLocked(u.st, u.start, u.readTo, now); ok {
 				done = append(done, c)
 			}
 		}
 		r.mu.Unlock()
 	}
 	return done, retry
+}
+
+// throughOpen reports whether st's restoration reads up to the high
+// watermark through open transactions (ReaderConfig.ThroughOpenTransactions).
+func (r *Reader) throughOpen(st *partState) bool {
+	return r.cfg.ReadCommitted && r.cfg.ThroughOpenTransactions && st.reg.Mode == Restore
 }
 
 // fitPos is the position checked against the changelog's end: a torn

@@ -312,6 +312,45 @@ func TestRestoreReadCommittedStopsAtOpenTransaction(t *testing.T) {
 	require.Equal(t, expectMap(numbered(0, 6)...), store.snapshot())
 }
 
+// Restoring through open transactions, a restoration ends past the marker
+// of every transaction open when its end was listed, holding what those
+// that committed wrote and nothing of those that aborted.
+func TestRestoreThroughOpenTransactions(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("commit %t", commit), func(t *testing.T) {
+			c := newCluster(t, 1, clTopic)
+			prod := newProducer(t, c)
+			produce(t, prod, clTopic, 0, numbered(0, 3)...)
+			txn := newProducer(t, c, kgo.TransactionalID("open-txn"))
+			require.NoError(t, txn.BeginTransaction())
+			var track Offsets
+			Send(context.Background(), txn, clTopic, 0, numbered(3, 6), &track)
+			require.NoError(t, txn.Flush(context.Background()))
+			require.NoError(t, track.Err())
+
+			store := newFakeStore()
+			r := newReader(t, c, func(cfg *ReaderConfig) { cfg.ReadCommitted, cfg.ThroughOpenTransactions = true, true })
+			require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: Restore}))
+			// Reading up to the transaction, and no further, without
+			// completing.
+			done := pollUntil(t, r, func(done []Completed) bool {
+				p, _ := r.Progress(clTopic, 0)
+				return len(done) > 0 || p.Position == 3 && p.End == 6
+			})
+			require.Empty(t, done, "restoration completed below an open transaction")
+			require.NoError(t, txn.EndTransaction(context.Background(), kgo.TransactionEndTry(commit)))
+			done = pollUntil(t, r, completedFor(clTopic, 0))
+			require.NoError(t, done[0].Err)
+			require.Equal(t, int64(7), done[0].Position, "restoration ends past the transaction's marker")
+			want := expectMap(numbered(0, 3)...)
+			if commit {
+				want = expectMap(numbered(0, 6)...)
+			}
+			require.Equal(t, want, store.snapshot())
+		})
+	}
+}
+
 func TestStoreWriteFailureDropsPartition(t *testing.T) {
 	c := newCluster(t, 1, clTopic)
 	prod := newProducer(t, c)
