@@ -91,7 +91,9 @@ func Example_queries() {
 			fmt.Println("Querier: the =", res.Value, "from the", res.Provenance.Role)
 			break
 		}
-		if err != nil && !errors.Is(err, iq.ErrNotRunning) && !errors.Is(err, iq.ErrRebalancing) && !errors.Is(err, iq.ErrNotHostedHere) {
+		// Until its restoration ends, the partition's replica is a
+		// restoring active, too stale for the default bound (active).
+		if err != nil && !errors.Is(err, iq.ErrNotRunning) && !errors.Is(err, iq.ErrRebalancing) && !errors.Is(err, iq.ErrNotHostedHere) && !errors.Is(err, iq.ErrTooStale) {
 			log.Fatal(err)
 		}
 		if time.Now().After(deadline) {
