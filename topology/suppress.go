@@ -18,7 +18,16 @@ type Suppressed struct {
 	finalResults bool
 	limit        int64
 	buf          BufferConfig
+	keepTime     bool
 }
+
+// PersistStreamTime also keeps the stream time the suppression has seen in
+// its store, so that a task restarted, restored elsewhere or rewound after
+// an abort releases held updates on the schedule it had reached: a record
+// older than that time by the limit is released at once. Kafka Streams,
+// and a suppression without this option, keep stream time in memory only:
+// a task starting again starts from the first record it processes.
+func (s Suppressed) PersistStreamTime() Suppressed { s.keepTime = true; return s }
 
 // UntilTimeLimit holds each key's updates back until stream time has
 // passed the time of the first update held by d, then emits the latest,
@@ -92,8 +101,8 @@ func (w Windowed[K]) windowEnd() int64 { return w.Window.End }
 // Suppress returns the table of t's updates held back as s says. The held
 // updates are kept in the store named store (persistent and logged unless
 // InMemory or WithoutLogging is given), so that a restart or a failover
-// neither loses nor, under exactly-once, repeats them, together with the
-// stream time the node has seen. A join with the returned table reads what
+// neither loses nor, under exactly-once, repeats them; the stream time the
+// node has seen is kept with them only given PersistStreamTime. A join with the returned table reads what
 // it last emitted: for a key with an update held, the value before it,
 // else t's current value. Named names the node.
 func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTable[K, V] {
@@ -120,9 +129,10 @@ func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTabl
 	if t.keySerde == nil || t.valueSerde == nil {
 		b.errorf("%s: the table needs a key and a value serde (give a derived table one with TableValueSerde)", n.label())
 	}
-	ks, vs, final, buf := t.keySerde, t.valueSerde, s.finalResults, s.buf
+	ks, vs, final, buf, keepTime := t.keySerde, t.valueSerde, s.finalResults, s.buf, s.keepTime
 	n.newProc = func() (procImpl, error) {
-		return &suppressProc[K, V]{store: store, keySerde: ks, valueSerde: vs, final: final, limit: limit, buf: buf}, nil
+		return &suppressProc[K, V]{store: store, keySerde: ks, valueSerde: vs, final: final, limit: limit, buf: buf, keepTime: keepTime,
+			streamTime: math.MinInt64, committedTime: math.MinInt64}, nil
 	}
 	out := KTable[K, V]{b: b, n: n, keySerde: ks, valueSerde: vs, windows: t.windows}
 	if t.windows == nil {
@@ -171,7 +181,7 @@ func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTabl
 //
 //	00 | buffer time (8, big-endian, sign bit flipped) | key   → heldUpdate
 //	01 | key                                               → its buffer time
-//	02                                                     → stream time
+//	02                                                     → stream time (keepTime)
 //
 // so the held updates are one range in buffer-time order. A key updated
 // again keeps its place (its first update's time) and its old value, as
@@ -184,17 +194,25 @@ type suppressProc[K, V any] struct {
 	final      bool
 	limit      int64
 	buf        BufferConfig
+	// keepTime: stream time is read from and written to the store
+	// (PersistStreamTime); else it lives in memory, as a windowed
+	// aggregation's clock does, and a new task starts without one.
+	keepTime bool
 
 	rw statestore.ReadWriter
 	// What the store holds, read at the first record after start or an
-	// abort (started false): stream time, held updates and their bytes,
-	// and the earliest buffer time (math.MaxInt64 when empty), so that a
-	// record that releases nothing costs no range scan.
-	started    bool
-	streamTime int64
-	records    int64
-	bytes      int64
-	minTime    int64
+	// abort (started false): held updates and their bytes, the earliest
+	// buffer time (math.MaxInt64 when empty), so that a record that
+	// releases nothing costs no range scan, and with keepTime stream time.
+	started bool
+	records int64
+	bytes   int64
+	minTime int64
+	// streamTime is the latest record time seen (math.MinInt64 before
+	// the first); without keepTime, an abort takes it back to
+	// committedTime, its value at the last commit.
+	streamTime    int64
+	committedTime int64
 }
 
 var (
@@ -214,13 +232,16 @@ func sortableTime(t int64) []byte { return binary.BigEndian.AppendUint64(nil, ui
 func heldTime(ek []byte) int64 { return int64(binary.BigEndian.Uint64(ek[1:9]) ^ (1 << 63)) }
 
 func (p *suppressProc[K, V]) start() error {
-	p.streamTime, p.records, p.bytes, p.minTime = math.MinInt64, 0, 0, math.MaxInt64
-	v, found, err := p.rw.Get(suppressStreamTimeKey)
-	if err != nil {
-		return err
-	}
-	if found && len(v) == 8 {
-		p.streamTime = int64(binary.BigEndian.Uint64(v))
+	p.records, p.bytes, p.minTime = 0, 0, math.MaxInt64
+	if p.keepTime {
+		p.streamTime = math.MinInt64
+		v, found, err := p.rw.Get(suppressStreamTimeKey)
+		if err != nil {
+			return err
+		}
+		if found && len(v) == 8 {
+			p.streamTime = int64(binary.BigEndian.Uint64(v))
+		}
 	}
 	it, err := p.rw.Range([]byte{0}, []byte{1})
 	if err != nil {
@@ -248,8 +269,10 @@ func (p *suppressProc[K, V]) process(c *nodeInstance, r record) error {
 	}
 	if ts := r.ts.UnixMilli(); ts > p.streamTime {
 		p.streamTime = ts
-		if err := p.rw.Put(suppressStreamTimeKey, binary.BigEndian.AppendUint64(nil, uint64(ts))); err != nil {
-			return err
+		if p.keepTime {
+			if err := p.rw.Put(suppressStreamTimeKey, binary.BigEndian.AppendUint64(nil, uint64(ts))); err != nil {
+				return err
+			}
 		}
 	}
 	k := as[K](r.key)
@@ -487,9 +510,10 @@ func (p *suppressProc[K, V]) emit(c *nodeInstance, kb, held []byte) error {
 }
 
 // committed and rewind make an abort forget the counts read from the
-// store, whose cache drops the aborted writes: they are read again.
-func (p *suppressProc[K, V]) committed() {}
+// store, whose cache drops the aborted writes: they are read again, and
+// stream time with them or, not kept there, taken back to the commit's.
+func (p *suppressProc[K, V]) committed() { p.committedTime = p.streamTime }
 
-func (p *suppressProc[K, V]) rewind() { p.started = false }
+func (p *suppressProc[K, V]) rewind() { p.started, p.streamTime = false, p.committedTime }
 
 func (p *suppressProc[K, V]) close() error { return nil }

@@ -1,0 +1,181 @@
+package topologytest_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// decimalInt is Kafka Streams' Integer serde as this suite writes Integer
+// inputs and outputs: in decimal.
+var decimalInt serde.Serde[int] = serde.Funcs[int]{
+	EncodeFn: func(n int) ([]byte, error) { return []byte(strconv.Itoa(n)), nil },
+	DecodeFn: func(b []byte) (int, error) { return strconv.Atoi(string(b)) },
+}
+
+func one(key, value string, ts int64) ksIn   { return ksIn{"one", key, value, ts} }
+func two(key, value string, ts int64) ksIn   { return ksIn{"two", key, value, ts} }
+func three(key, value string, ts int64) ksIn { return ksIn{"three", key, value, ts} }
+
+// Kafka Streams' CogroupedKStreamImplTest aggregators.
+func stringAgg(_ string, v, agg string) string { return agg + v }
+func stringSumAgg(_ string, v string, agg int) int {
+	n, _ := strconv.Atoi(v)
+	return agg + n
+}
+func sumAgg(_ string, v, agg int) int { return agg + v }
+func zeroInit() int                   { return 0 }
+
+// cogroupStrings builds the CogroupedKStreamImplTest topologies that
+// concatenate strings: the topics named by topics grouped by key and
+// co-grouped, each with its adder, from "" into "out".
+func cogroupStrings(topics ...string) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		var c topology.CogroupedKStream[string, string]
+		for i, topic := range topics {
+			g := topology.Stream(b, topic, serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			if i == 0 {
+				c = topology.Cogroup(g, stringAgg)
+			} else {
+				c = topology.CogroupWith(c, g, stringAgg)
+			}
+		}
+		c.Aggregate(emptyInit, "store", serde.String).ToStream().To("out", serde.String, serde.String)
+	}
+}
+
+// cogroupSums builds shouldAllowDifferentOutputTypeInCoGroup's topology
+// or, with intTwo, shouldCoGroupStreamsWithDifferentInputTypes': "one"
+// and "two" summed as Integers into "out".
+func cogroupSums(intTwo bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		c := topology.Cogroup(g1, stringSumAgg)
+		if intTwo {
+			g2 := topology.Stream(b, "two", serde.String, decimalInt).GroupByKey(serde.String, decimalInt)
+			c = topology.CogroupWith(c, g2, sumAgg)
+		} else {
+			g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			c = topology.CogroupWith(c, g2, stringSumAgg)
+		}
+		c.Aggregate(zeroInit, "store1", decimalInt).ToStream().To("out", serde.String, decimalInt)
+	}
+}
+
+// sharedKeysInput is the input of the CogroupedKStreamImplTest tests on
+// two streams with shared keys.
+var sharedKeysInput = []ksIn{
+	one("k1", "A", 0), one("k2", "A", 1), one("k1", "A", 10), one("k2", "A", 100),
+	two("k2", "B", 100), two("k2", "B", 200), two("k1", "B", 1), two("k2", "B", 500),
+	two("k1", "B", 500), two("k2", "B", 500), two("k3", "B", 500), two("k2", "B", 100),
+}
+
+// sumsInput is the input of the CogroupedKStreamImplTest tests summing
+// Integers.
+var sumsInput = []ksIn{
+	one("k1", "1", 0), one("k2", "1", 1), one("k1", "1", 10), one("k2", "1", 100),
+	two("k2", "2", 100), two("k2", "2", 200), two("k1", "2", 1), two("k2", "2", 500),
+	two("k1", "2", 500), two("k2", "3", 500), two("k3", "2", 500), two("k2", "2", 100),
+}
+
+var sumsOutput = out("k1 1 @0", "k2 1 @1", "k1 2 @10", "k2 2 @100", "k2 4 @100", "k2 6 @200",
+	"k1 4 @10", "k2 8 @500", "k1 6 @500", "k2 11 @500", "k3 2 @500", "k2 13 @500")
+
+var ksCogroups = []ksScenario{
+	{
+		name:  "CogroupedKStreamImplTest.shouldCogroupAndAggregateSingleKStreams",
+		build: cogroupStrings("one"),
+		steps: []ksStep{step(out("k1 A @0", "k2 B @0", "k2 BB @0", "k1 AA @0"),
+			one("k1", "A", 0), one("k2", "B", 0), one("k2", "B", 0), one("k1", "A", 0))},
+	},
+	{
+		name:  "CogroupedKStreamImplTest.testCogroupHandleNullValues",
+		build: cogroupStrings("one"),
+		steps: []ksStep{step(out("k1 A @0", "k2 B @0", "k2 BB @0", "k1 AA @0"),
+			one("k1", "A", 0), one("k2", "B", 0), one("k2", ksNull, 0), one("k2", "B", 0), one("k1", "A", 0))},
+	},
+	{
+		name:  "CogroupedKStreamImplTest.shouldCogroupAndAggregateTwoKStreamsWithDistinctKeys",
+		build: cogroupStrings("one", "two"),
+		steps: []ksStep{step(out(
+			"k1 A @0", "k1 AA @1", "k1 AAA @10", "k1 AAAA @100",
+			"k2 B @100", "k2 BB @200", "k2 BBB @200", "k2 BBBB @500", "k2 BBBBB @500", "k2 BBBBBB @500",
+		), one("k1", "A", 0), one("k1", "A", 1), one("k1", "A", 10), one("k1", "A", 100),
+			two("k2", "B", 100), two("k2", "B", 200), two("k2", "B", 1), two("k2", "B", 500), two("k2", "B", 500), two("k2", "B", 100))},
+	},
+	{
+		// The test reads ten of the twelve outputs; the last two follow
+		// from the same rules.
+		name:  "CogroupedKStreamImplTest.shouldCogroupAndAggregateTwoKStreamsWithSharedKeys",
+		build: cogroupStrings("one", "two"),
+		steps: []ksStep{step(out(
+			"k1 A @0", "k2 A @1", "k1 AA @10", "k2 AA @100", "k2 AAB @100", "k2 AABB @200",
+			"k1 AAB @10", "k2 AABBB @500", "k1 AABB @500", "k2 AABBBB @500", "k3 B @500", "k2 AABBBBB @500",
+		), sharedKeysInput...)},
+	},
+	{
+		// The test reads ten of the twelve outputs; the last two follow
+		// from the same rules.
+		name:  "CogroupedKStreamImplTest.shouldAllowDifferentOutputTypeInCoGroup",
+		build: cogroupSums(false),
+		steps: []ksStep{step(sumsOutput, sumsInput...)},
+	},
+	{
+		// The test reads eleven of the twelve outputs; the last follows
+		// from the same rules.
+		name:  "CogroupedKStreamImplTest.shouldCoGroupStreamsWithDifferentInputTypes",
+		build: cogroupSums(true),
+		steps: []ksStep{step(sumsOutput, sumsInput...)},
+	},
+	{
+		name: "CogroupedKStreamImplTest.testCogroupKeyMixedAggregators",
+		build: func(b *topology.Builder) {
+			g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			remover := func(_ string, v, agg string) string { return agg + "-" + v }
+			c := topology.CogroupWith(topology.Cogroup(g1, remover), g2, toStringAdder)
+			c.Aggregate(toStringInit, "store1", serde.String).ToStream().To("out", serde.String, serde.String)
+		},
+		steps: []ksStep{step(out(
+			"k1 0-1 @0", "k2 0-1 @1", "k1 0-1-1 @10", "k2 0-1-1 @100",
+			"k1 0-1-1+2 @500", "k2 0-1-1+2 @500", "k1 0-1-1+2+2 @500", "k2 0-1-1+2+2 @500",
+		), one("k1", "1", 0), one("k2", "1", 1), one("k1", "1", 10), one("k2", "1", 100),
+			two("k1", "2", 500), two("k2", "2", 500), two("k1", "2", 500), two("k2", "2", 100))},
+	},
+	{
+		// The test reads eleven of the twelve outputs; the last follows
+		// from the same rules.
+		name:  "CogroupedKStreamImplTest.testCogroupWithThreeGroupedStreams",
+		build: cogroupStrings("one", "two", "three"),
+		steps: []ksStep{step(out(
+			"k1 A @0", "k2 A @1", "k1 AA @10", "k2 AA @100", "k2 AAB @100", "k2 AABB @200",
+			"k1 AAB @10", "k2 AABBB @500", "k1 AABB @500", "k2 AABBBB @500", "k3 B @500", "k2 AABBBBB @500",
+		), one("k1", "A", 0), one("k2", "A", 1), one("k1", "A", 10), one("k2", "A", 100),
+			two("k2", "B", 100), two("k2", "B", 200), two("k1", "B", 1), two("k2", "B", 500),
+			three("k1", "B", 500), three("k2", "B", 500), three("k3", "B", 500), three("k2", "B", 100))},
+	},
+	{
+		name: "CogroupedKStreamImplTest.testCogroupWithKTableKTableInnerJoin",
+		build: func(b *topology.Builder) {
+			g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			t1 := topology.CogroupWith(topology.Cogroup(g1, stringAgg), g2, stringAgg).
+				Aggregate(emptyInit, "store", serde.String, topology.Named("name"))
+			t2 := topology.Table(b, "three", serde.String, serde.String, "three-store")
+			topology.JoinTables(t1, t2, func(l, r string) string { return l + "+" + r }, "joined", serde.String).
+				ToStream().To("out", serde.String, serde.String)
+		},
+		steps: []ksStep{
+			step(nil, one("k1", "A", 5), two("k2", "B", 6)),
+			step(out("k1 A+C @5", "k2 B+D @10"), three("k1", "C", 0), three("k2", "D", 10)),
+		},
+	},
+}
+
+func TestKafkaStreamsCogroups(t *testing.T) {
+	for _, sc := range ksCogroups {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
