@@ -76,31 +76,3 @@ func TestSendRecordsFirstError(t *testing.T) {
 	require.True(t, ok)
 	require.Zero(t, track.Pending())
 }
-
-// Span tells a commit whether its records are alone in the range they
-// took: another writer's record between them is seen.
-func TestSpanSeesAnotherWriter(t *testing.T) {
-	const topic = "app-s-changelog"
-	c := newCluster(t, 1, topic)
-	prod, other := newProducer(t, c), newProducer(t, c)
-	ctx := context.Background()
-
-	var track Offsets
-	Send(ctx, prod, topic, 0, []statestore.Entry{kv("a", "1"), kv("b", "2")}, &track)
-	require.NoError(t, prod.Flush(ctx))
-	first, last, contiguous, ok := track.Span(topic, 0)
-	require.True(t, ok)
-	require.Equal(t, [2]int64{0, 1}, [2]int64{first, last})
-	require.True(t, contiguous)
-
-	require.NoError(t, other.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte("x")}).FirstErr())
-	Send(ctx, prod, topic, 0, []statestore.Entry{kv("c", "3")}, &track)
-	require.NoError(t, prod.Flush(ctx))
-	first, last, contiguous, ok = track.Span(topic, 0)
-	require.True(t, ok)
-	require.Equal(t, [2]int64{0, 3}, [2]int64{first, last})
-	require.False(t, contiguous, "offset 2 is another writer's")
-
-	_, _, _, ok = track.Span(topic, 1)
-	require.False(t, ok)
-}
