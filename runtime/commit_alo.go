@@ -11,7 +11,6 @@ import (
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/taskrun"
-	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -48,50 +47,7 @@ func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error 
 	if err := acks.Err(); err != nil {
 		return fmt.Errorf("runtime: commit: changelog: %w", err)
 	}
-	if err := changelogsUnshared(tasks, acks); err != nil {
-		return err
-	}
 	return th.writeStores(tasks, acks.Last)
-}
-
-// errChangelogShared marks a commit whose changelog records did not land
-// right after the store's position: another writer appended to the task's
-// changelog partition since this store last read or wrote it. Without
-// transactions nothing fences a member the group has moved on from, so a
-// task's old owner can still flush while the new one writes (a flush
-// delayed by a broker restart, say). Writing the store with the position
-// after its own records would claim it holds the other writer's records
-// too, and the store, kept as a standby or active later, would never read
-// them: counts lost for good. So the stores are left at their positions,
-// the tasks are dropped as in any refused commit, and the next restoration
-// reads the changelog, both writers' records in its order, from there.
-var errChangelogShared = fmt.Errorf("another writer appended to the task's changelog: %w", errGroupMovedOn)
-
-// changelogsUnshared checks, for every store a commit wrote to its
-// changelog, that its records were acknowledged at consecutive offsets
-// starting at the store's position.
-func changelogsUnshared(tasks []*taskrun.Active, acks *changelog.Offsets) error {
-	for _, t := range tasks {
-		for _, w := range t.PendingChangelog() {
-			h, ok := t.Store(w.Store)
-			if !ok {
-				continue
-			}
-			first, last, contiguous, ok := acks.Span(w.Topic, w.Partition)
-			if !ok {
-				continue // CompleteCommit refuses a store without acknowledgements
-			}
-			pos, err := h.Inner.Position()
-			if err != nil {
-				return fmt.Errorf("runtime: commit: task %s: store %q: position: %w", t.ID(), w.Store, err)
-			}
-			if !contiguous || (pos != statestore.NoPosition && first != pos) {
-				return fmt.Errorf("runtime: commit: task %s: store %q at position %d: its records landed at %s[%d] offsets %d to %d, not right after it: %w",
-					t.ID(), w.Store, pos, w.Topic, w.Partition, first, last, errChangelogShared)
-			}
-		}
-	}
-	return nil
 }
 
 func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool, error) {

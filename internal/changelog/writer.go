@@ -33,9 +33,8 @@ type Offsets struct {
 // acked is what Offsets knows of one partition. Send finds it once per
 // call, so acknowledgements need no map lookup.
 type acked struct {
-	first, last int64
-	n           int64 // records acknowledged
-	any         bool  // first and last are set
+	last int64
+	any  bool // last is set
 }
 
 // Last returns the highest acknowledged offset for the partition, and false
@@ -47,19 +46,6 @@ func (o *Offsets) Last(topic string, partition int32) (int64, bool) {
 		return p.last, true
 	}
 	return 0, false
-}
-
-// Span returns the lowest and highest acknowledged offsets of the
-// partition and whether they hold nothing but the acknowledged records,
-// with no other record between them; ok is false if no record sent to it
-// has been acknowledged.
-func (o *Offsets) Span(topic string, partition int32) (first, last int64, contiguous, ok bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if p := o.parts[TopicPartition{topic, partition}]; p != nil && p.any {
-		return p.first, p.last, p.last-p.first+1 == p.n, true
-	}
-	return 0, 0, false, false
 }
 
 // Err returns the first produce error, if any. After an error the
@@ -116,12 +102,9 @@ func (o *Offsets) acked(p *acked, r *kgo.Record, err error) {
 		}
 		return
 	}
-	p.n++
-	if !p.any {
-		p.first, p.last, p.any = r.Offset, r.Offset, true
-		return
+	if !p.any || r.Offset > p.last {
+		p.last, p.any = r.Offset, true
 	}
-	p.first, p.last = min(p.first, r.Offset), max(p.last, r.Offset)
 }
 
 // Send produces entries, in order, to one changelog partition through cl
