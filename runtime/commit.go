@@ -27,13 +27,13 @@ import (
 type committer interface {
 	// flush makes what tasks hold leave them: caches are flushed, the
 	// outbox drained and the stores' dirty entries sent to their
-	// changelogs. At-least-once also waits for every acknowledgement and
-	// writes the entries into the stores with their new positions.
+	// changelogs. At-least-once also waits for every acknowledgement.
 	flush(ctx context.Context, tasks []*taskrun.Active) error
 	// commit commits the tasks' consumed offsets; it follows a flush of
-	// the same tasks. Exactly-once ends the transaction and then writes
-	// the stores; aborted reports that the group client aborted it
-	// instead, dropping the tasks' work.
+	// the same tasks. At-least-once then writes the flushed entries into
+	// the stores with their new positions; exactly-once ends the
+	// transaction and then writes the stores; aborted reports that the
+	// group client aborted it instead, dropping the tasks' work.
 	commit(ctx context.Context, tasks []*taskrun.Active) (aborted bool, err error)
 	// abort aborts the open transaction (exactly-once).
 	abort(ctx context.Context) error

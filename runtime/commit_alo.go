@@ -16,13 +16,32 @@ import (
 
 // atLeastOnce commits in the order that keeps at-least-once: store writes
 // go to the changelogs, the producer is flushed and every record
-// acknowledged, the writes enter the stores with their new changelog
-// positions, and only then are input offsets committed. A crash repeats at
-// most what followed the last commit.
-type atLeastOnce struct{ th *thread }
+// acknowledged, the input offsets are committed, and only then do the
+// writes enter the stores with their new changelog positions. A crash
+// repeats at most what followed the last commit.
+//
+// The stores wait for the offset commit because nothing fences a member the
+// group has moved on from: while its flush waits (for a broker that
+// restarts, say), the task's new owner restores and writes the same
+// changelog partition, and the old owner's records land after the new
+// owner's. A position just past its own records would claim that the old
+// owner's store holds the new owner's records too; kept as a standby or
+// promoted later, it would never read them, and the counts they carried
+// would be lost for good. The coordinator refuses that member's offset
+// commit, so its stores keep their positions and read the changelog, both
+// writers' records, from there when they serve again. A crash between the
+// offset commit and the store writes leaves the stores behind their
+// changelogs, which restoration makes up.
+type atLeastOnce struct {
+	th *thread
+	// acks are the changelog offsets the last flush had acknowledged,
+	// for its commit to write into the stores.
+	acks *changelog.Offsets
+}
 
 func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error {
 	th := c.th
+	c.acks = nil
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -47,11 +66,13 @@ func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error 
 	if err := acks.Err(); err != nil {
 		return fmt.Errorf("runtime: commit: changelog: %w", err)
 	}
-	return th.writeStores(tasks, acks.Last)
+	c.acks = acks
+	return nil
 }
 
 func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool, error) {
-	th := c.th
+	th, acks := c.th, c.acks
+	c.acks = nil
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
 	perTask := make(map[task.ID]map[string]int64)
 	for _, t := range tasks {
@@ -68,7 +89,7 @@ func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		}
 	}
 	if len(offsets) == 0 {
-		return false, nil
+		return false, c.writeStores(tasks, acks)
 	}
 	// A broker that restarts or cannot be reached for a moment leaves the
 	// commit's outcome unknown; committing the same offsets again is
@@ -93,12 +114,24 @@ func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		}
 		return false, fmt.Errorf("runtime: commit offsets: %w", commitErr)
 	}
+	if err := c.writeStores(tasks, acks); err != nil {
+		return false, err
+	}
 	for _, t := range tasks {
 		if o, ok := perTask[t.ID()]; ok {
 			t.MarkCommitted(o)
 		}
 	}
 	return false, nil
+}
+
+// writeStores writes the tasks' flushed entries into their stores with the
+// positions acks holds; without a flush before, there is nothing to write.
+func (c *atLeastOnce) writeStores(tasks []*taskrun.Active, acks *changelog.Offsets) error {
+	if acks == nil {
+		return nil
+	}
+	return c.th.writeStores(tasks, acks.Last)
 }
 
 // commitOffsets commits offsets for the group and returns the first error,
