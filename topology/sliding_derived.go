@@ -60,18 +60,11 @@ type derivedSlidingProc[K, V, A any] struct {
 }
 
 func (p *derivedSlidingProc[K, V, A]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
+	var err error
+	if p.ws, err = openWindowStore(c, p.store, p.wopts); err != nil {
 		return err
 	}
-	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
-		return err
-	}
-	tr, err := c.store(TimesStoreName(p.store))
-	if err != nil {
-		return err
-	}
-	if p.times, err = statestore.NewWindowStore(tr, p.wopts); err != nil {
+	if p.times, err = openWindowStore(c, TimesStoreName(p.store), p.wopts); err != nil {
 		return err
 	}
 	p.log.node = c.node.name

@@ -102,13 +102,7 @@ func (s SlidingWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, 
 	if fn == nil {
 		missing = "reducer"
 	}
-	return slidingAggregate(s, "sliding-reduce", store, gr.valueSerde, gr.valueSerde, collect(opts), missing,
-		func(_ K, v V, agg V, found bool) V {
-			if !found {
-				return v
-			}
-			return fn(agg, v)
-		})
+	return slidingAggregate(s, "sliding-reduce", store, gr.valueSerde, gr.valueSerde, collect(opts), missing, reduceStep[K](fn))
 }
 
 // SlidingAggregate folds the values of each key in each sliding window into
@@ -123,13 +117,7 @@ func SlidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], init func() A
 	case adder == nil:
 		missing = "adder"
 	}
-	return slidingAggregate(s, "sliding-aggregate", store, aggSerde, s.grouping().valueSerde, collect(opts), missing,
-		func(k K, v V, agg A, found bool) A {
-			if !found {
-				agg = init()
-			}
-			return adder(k, v, agg)
-		})
+	return slidingAggregate(s, "sliding-aggregate", store, aggSerde, s.grouping().valueSerde, collect(opts), missing, aggregateStep(init, adder))
 }
 
 // RecordStoreName is the name of the store in which a sliding-window
@@ -169,9 +157,7 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 		b.declareStore(timesInfo, n.label())
 	}
 	if final {
-		pending := PendingStoreName(store)
-		n.stores = append(n.stores, pending)
-		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+		declarePending(b, n, store, o)
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -236,18 +222,11 @@ type slidingAggProc[K, V, A any] struct {
 }
 
 func (p *slidingAggProc[K, V, A]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
+	var err error
+	if p.ws, err = openWindowStore(c, p.store, p.wopts); err != nil {
 		return err
 	}
-	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
-		return err
-	}
-	rr, err := c.store(RecordStoreName(p.store))
-	if err != nil {
-		return err
-	}
-	if p.rs, err = statestore.NewWindowStore(rr, p.ropts); err != nil {
+	if p.rs, err = openWindowStore(c, RecordStoreName(p.store), p.ropts); err != nil {
 		return err
 	}
 	p.log.node = c.node.name
