@@ -1037,29 +1037,16 @@ func fanOut[T any](width int, parts []int32, ask func(int32) (T, error)) ([]T, [
 	return oks, fails
 }
 
-// rangePartition answers one partition of a routed range, choosing the
-// replica as a routed key lookup does.
+// rangePartition answers one partition of a routed range
+// (routePartition).
 func (s *Server) rangePartition(ctx context.Context, c StoreCodec, store string, part int32, from, to []byte, v url.Values, p params) (wirePartitionRange, error) {
 	p.partition, p.hasPartition = part, true
-	o := buildOptions(p.options())
-	_, info, localErr := s.q.replica(store, part, &o)
 	readLocal := func() (wirePartitionRange, error) {
 		res, err := s.q.RangeBytes(ctx, store, from, to, p.options()...)
 		if err != nil {
 			return wirePartitionRange{}, err
 		}
 		return encodeEntries(c, res.Partitions[0])
-	}
-	var local *Provenance
-	if localErr == nil {
-		lp := provenanceOf(s.b.Self(), part, info)
-		local = &lp
-		if p.prefer == PreferFreshest && lp.caughtUp() {
-			return readLocal()
-		}
-	}
-	if !reroutable(localErr) {
-		return wirePartitionRange{}, localErr
 	}
 	q := p.forwardQuery()
 	q.Set("limit", strconv.Itoa(p.limit))
@@ -1069,10 +1056,32 @@ func (s *Server) rangePartition(ctx context.Context, c StoreCodec, store string,
 		}
 	}
 	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/range?" + q.Encode()
-	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery,
-		decodeOnePartition(part, func(w wirePartitionRange) *wireServedBy { return w.ServedBy }))
+	return routePartition(ctx, s, store, part, p, pathQuery, readLocal,
+		func(w wirePartitionRange) *wireServedBy { return w.ServedBy })
+}
+
+// routePartition answers one partition of a routed range-like query
+// (range, all keys' windows; p names the partition), choosing the replica
+// as a routed key lookup does: readLocal reads the local one, pathQuery
+// asks another instance, and servedBy finds who served its answer.
+func routePartition[P any](ctx context.Context, s *Server, store string, part int32, p params, pathQuery string, readLocal func() (P, error), servedBy func(P) *wireServedBy) (P, error) {
+	var zero P
+	o := buildOptions(p.options())
+	_, info, localErr := s.q.replica(store, part, &o)
+	var local *Provenance
+	if localErr == nil {
+		lp := provenanceOf(s.b.Self(), part, info)
+		local = &lp
+		if p.prefer == PreferFreshest && lp.caughtUp() {
+			return readLocal()
+		}
+	}
+	if !reroutable(localErr) {
+		return zero, localErr
+	}
+	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery, decodeOnePartition(part, servedBy))
 	if err != nil {
-		return wirePartitionRange{}, err
+		return zero, err
 	}
 	if ch.local {
 		return readLocal()
