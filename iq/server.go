@@ -875,25 +875,37 @@ func partitionFailure(p int32, err error) wirePartitionError {
 	return wirePartitionError{Partition: p, wireError: we}
 }
 
-func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
-	store := r.PathValue("store")
-	c, ok := s.codec(w, store)
-	if !ok {
-		return
+// admitRange starts a range-like request (range, all keys' windows) on
+// store: its codec, a place among MaxConcurrentRanges (release gives it
+// back) and its parameters, bounded by MaxRangeEntries and not routed by
+// default. Without ok the refusal is written.
+func (s *Server) admitRange(w http.ResponseWriter, r *http.Request, store string) (c StoreCodec, p params, release func(), ok bool) {
+	if c, ok = s.codec(w, store); !ok {
+		return c, p, nil, false
 	}
 	release, err := acquire(s.ranges, "range queries")
 	if err != nil {
 		s.writeErr(w, err)
+		return c, p, nil, false
+	}
+	if p, err = parseParams(r.URL.Query(), false, s.cfg.MaxRangeEntries); err != nil {
+		writeErr(w, err)
+		release()
+		return c, p, nil, false
+	}
+	return c, p, release, true
+}
+
+func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
+	store := r.PathValue("store")
+	c, p, release, ok := s.admitRange(w, r, store)
+	if !ok {
 		return
 	}
 	defer release()
 	v := r.URL.Query()
-	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
+	_, err := s.q.requireKind(store, KindKeyValue)
 	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
 		writeErr(w, err)
 		return
 	}

@@ -299,22 +299,12 @@ func (s *Server) writeKeyWindows(w http.ResponseWriter, c StoreCodec, keyText st
 // route=true.
 func (s *Server) handleAllWindows(w http.ResponseWriter, r *http.Request) {
 	store := r.PathValue("store")
-	c, ok := s.codec(w, store)
+	c, p, release, ok := s.admitRange(w, r, store)
 	if !ok {
-		return
-	}
-	release, err := acquire(s.ranges, "range queries")
-	if err != nil {
-		s.writeErr(w, err)
 		return
 	}
 	defer release()
 	v := r.URL.Query()
-	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	l, err := s.q.requireKind(store, KindWindow)
 	if err != nil {
 		writeErr(w, err)
