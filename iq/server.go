@@ -875,25 +875,37 @@ func partitionFailure(p int32, err error) wirePartitionError {
 	return wirePartitionError{Partition: p, wireError: we}
 }
 
-func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
-	store := r.PathValue("store")
-	c, ok := s.codec(w, store)
-	if !ok {
-		return
+// admitRange starts a range-like request (range, all keys' windows) on
+// store: its codec, a place among MaxConcurrentRanges (release gives it
+// back) and its parameters, bounded by MaxRangeEntries and not routed by
+// default. Without ok the refusal is written.
+func (s *Server) admitRange(w http.ResponseWriter, r *http.Request, store string) (c StoreCodec, p params, release func(), ok bool) {
+	if c, ok = s.codec(w, store); !ok {
+		return c, p, nil, false
 	}
 	release, err := acquire(s.ranges, "range queries")
 	if err != nil {
 		s.writeErr(w, err)
+		return c, p, nil, false
+	}
+	if p, err = parseParams(r.URL.Query(), false, s.cfg.MaxRangeEntries); err != nil {
+		writeErr(w, err)
+		release()
+		return c, p, nil, false
+	}
+	return c, p, release, true
+}
+
+func (s *Server) handleRange(w http.ResponseWriter, r *http.Request) {
+	store := r.PathValue("store")
+	c, p, release, ok := s.admitRange(w, r, store)
+	if !ok {
 		return
 	}
 	defer release()
 	v := r.URL.Query()
-	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
+	_, err := s.q.requireKind(store, KindKeyValue)
 	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -1037,29 +1049,16 @@ func fanOut[T any](width int, parts []int32, ask func(int32) (T, error)) ([]T, [
 	return oks, fails
 }
 
-// rangePartition answers one partition of a routed range, choosing the
-// replica as a routed key lookup does.
+// rangePartition answers one partition of a routed range
+// (routePartition).
 func (s *Server) rangePartition(ctx context.Context, c StoreCodec, store string, part int32, from, to []byte, v url.Values, p params) (wirePartitionRange, error) {
 	p.partition, p.hasPartition = part, true
-	o := buildOptions(p.options())
-	_, info, localErr := s.q.replica(store, part, &o)
 	readLocal := func() (wirePartitionRange, error) {
 		res, err := s.q.RangeBytes(ctx, store, from, to, p.options()...)
 		if err != nil {
 			return wirePartitionRange{}, err
 		}
 		return encodeEntries(c, res.Partitions[0])
-	}
-	var local *Provenance
-	if localErr == nil {
-		lp := provenanceOf(s.b.Self(), part, info)
-		local = &lp
-		if p.prefer == PreferFreshest && lp.caughtUp() {
-			return readLocal()
-		}
-	}
-	if !reroutable(localErr) {
-		return wirePartitionRange{}, localErr
 	}
 	q := p.forwardQuery()
 	q.Set("limit", strconv.Itoa(p.limit))
@@ -1069,10 +1068,32 @@ func (s *Server) rangePartition(ctx context.Context, c StoreCodec, store string,
 		}
 	}
 	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/range?" + q.Encode()
-	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery,
-		decodeOnePartition(part, func(w wirePartitionRange) *wireServedBy { return w.ServedBy }))
+	return routePartition(ctx, s, store, part, p, pathQuery, readLocal,
+		func(w wirePartitionRange) *wireServedBy { return w.ServedBy })
+}
+
+// routePartition answers one partition of a routed range-like query
+// (range, all keys' windows; p names the partition), choosing the replica
+// as a routed key lookup does: readLocal reads the local one, pathQuery
+// asks another instance, and servedBy finds who served its answer.
+func routePartition[P any](ctx context.Context, s *Server, store string, part int32, p params, pathQuery string, readLocal func() (P, error), servedBy func(P) *wireServedBy) (P, error) {
+	var zero P
+	o := buildOptions(p.options())
+	_, info, localErr := s.q.replica(store, part, &o)
+	var local *Provenance
+	if localErr == nil {
+		lp := provenanceOf(s.b.Self(), part, info)
+		local = &lp
+		if p.prefer == PreferFreshest && lp.caughtUp() {
+			return readLocal()
+		}
+	}
+	if !reroutable(localErr) {
+		return zero, localErr
+	}
+	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery, decodeOnePartition(part, servedBy))
 	if err != nil {
-		return wirePartitionRange{}, err
+		return zero, err
 	}
 	if ch.local {
 		return readLocal()

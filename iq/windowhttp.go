@@ -299,22 +299,12 @@ func (s *Server) writeKeyWindows(w http.ResponseWriter, c StoreCodec, keyText st
 // route=true.
 func (s *Server) handleAllWindows(w http.ResponseWriter, r *http.Request) {
 	store := r.PathValue("store")
-	c, ok := s.codec(w, store)
+	c, p, release, ok := s.admitRange(w, r, store)
 	if !ok {
-		return
-	}
-	release, err := acquire(s.ranges, "range queries")
-	if err != nil {
-		s.writeErr(w, err)
 		return
 	}
 	defer release()
 	v := r.URL.Query()
-	p, err := parseParams(v, false, s.cfg.MaxRangeEntries)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	l, err := s.q.requireKind(store, KindWindow)
 	if err != nil {
 		writeErr(w, err)
@@ -358,7 +348,7 @@ func (s *Server) handleAllWindows(w http.ResponseWriter, r *http.Request) {
 }
 
 // windowsPartition answers one partition of a routed time range over all
-// keys, choosing the replica as a routed key lookup does.
+// keys (routePartition).
 func (s *Server) windowsPartition(ctx context.Context, l StoreLayout, store string, part int32, wq windowQuery, p params, encode func(PartitionWindows[[]byte, []byte]) (wirePartitionWindows, error)) (wirePartitionWindows, error) {
 	p.partition, p.hasPartition = part, true
 	o := buildOptions(p.options())
@@ -373,32 +363,13 @@ func (s *Server) windowsPartition(ctx context.Context, l StoreLayout, store stri
 		}
 		return encode(pw)
 	}
-	_, info, localErr := s.q.replica(store, part, &o)
-	var local *Provenance
-	if localErr == nil {
-		lp := provenanceOf(s.b.Self(), part, info)
-		local = &lp
-		if p.prefer == PreferFreshest && lp.caughtUp() {
-			return readLocal()
-		}
-	}
-	if !reroutable(localErr) {
-		return wirePartitionWindows{}, localErr
-	}
 	q := p.forwardQuery()
 	q.Set("limit", strconv.Itoa(p.limit))
 	q.Set("from", strconv.FormatInt(wq.from, 10))
 	q.Set("to", strconv.FormatInt(wq.to, 10))
 	pathQuery := "/v1/stores/" + url.PathEscape(store) + "/windows?" + q.Encode()
-	ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery,
-		decodeOnePartition(part, func(w wirePartitionWindows) *wireServedBy { return w.ServedBy }))
-	if err != nil {
-		return wirePartitionWindows{}, err
-	}
-	if ch.local {
-		return readLocal()
-	}
-	return ch.val, nil
+	return routePartition(ctx, s, store, part, p, pathQuery, readLocal,
+		func(w wirePartitionWindows) *wireServedBy { return w.ServedBy })
 }
 
 // WindowFetch asks for a key's windows starting in [from, to]

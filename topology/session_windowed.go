@@ -71,12 +71,7 @@ func (s SessionWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, 
 	}
 	return sessionAggregate(s, "session-reduce", store, gr.valueSerde, collect(opts), missing,
 		func() (V, bool) { return zero[V](), false },
-		func(_ K, v V, agg V, found bool) V {
-			if !found {
-				return v
-			}
-			return fn(agg, v)
-		},
+		reduceStep[K](fn),
 		func(_ K, a, b V) V { return fn(a, b) })
 }
 
@@ -124,9 +119,7 @@ func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store str
 	n.stores = []string{store}
 	b.declareStore(info, n.label())
 	if final {
-		pending := PendingStoreName(store)
-		n.stores = append(n.stores, pending)
-		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+		declarePending(b, n, store, o)
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)

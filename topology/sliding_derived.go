@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"time"
 
-	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 )
 
@@ -41,37 +39,22 @@ type slidingValue[A any] struct {
 // derivedSlidingProc aggregates records into sliding windows as Kafka
 // Streams does.
 type derivedSlidingProc[K, V, A any] struct {
-	store    string
-	w        SlidingWindows
-	wopts    statestore.WindowOptions
-	final    bool
-	keySerde serde.Serde[K]
-	aggSerde serde.Serde[A]
-	step     func(K, V, A, bool) A
+	slidingResults[K, A]
+	wopts statestore.WindowOptions
+	step  func(K, V, A, bool) A
 
-	ws      *statestore.WindowStore // aggregates by window start
-	times   *statestore.WindowStore // latest record times by window start
-	updates tableUpdates
-	clock   eventClock
-	log     lateLog
+	times *statestore.WindowStore // latest record times by window start
 	// skipped is set when the record being processed was left out of a
 	// closed window.
 	skipped bool
 }
 
 func (p *derivedSlidingProc[K, V, A]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
+	var err error
+	if p.ws, err = openWindowStore(c, p.store, p.wopts); err != nil {
 		return err
 	}
-	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
-		return err
-	}
-	tr, err := c.store(TimesStoreName(p.store))
-	if err != nil {
-		return err
-	}
-	if p.times, err = statestore.NewWindowStore(tr, p.wopts); err != nil {
+	if p.times, err = openWindowStore(c, TimesStoreName(p.store), p.wopts); err != nil {
 		return err
 	}
 	p.log.node = c.node.name
@@ -338,40 +321,17 @@ func (p *derivedSlidingProc[K, V, A]) update(c *nodeInstance, in derivedInput[K,
 // put stores win's value and emits it, stamped with its latest record
 // time, or records the window as pending its final result.
 func (p *derivedSlidingProc[K, V, A]) put(c *nodeInstance, in derivedInput[K, V], win Window, val slidingValue[A]) error {
-	vb, err := encodeStoreValue(p.aggSerde, val.agg)
-	if err != nil {
-		return err
-	}
-	if err := p.ws.Put(in.kb, win.Start, bytes.Clone(vb)); err != nil {
+	if err := p.putAggregate(in.kb, win, val.agg); err != nil {
 		return err
 	}
 	if err := p.times.Put(in.kb, win.Start, binary.BigEndian.AppendUint64(nil, uint64(val.ts))); err != nil {
 		return err
 	}
-	if !p.final {
-		id := binary.BigEndian.AppendUint64(bytes.Clone(in.kb), uint64(win.Start))
-		return p.updates.emit(c, id, record{key: Windowed[K]{Key: in.k, Window: win}, value: val.agg, ts: time.UnixMilli(val.ts), headers: in.r.headers})
-	}
-	return p.clock.pending.add(p.w.CloseTime(win), win.Start, in.kb, val.ts)
+	return p.result(c, in.k, in.kb, win, val.agg, val.ts, in.r.headers)
 }
-
-// emit forwards the final result of a closed window.
-func (p *derivedSlidingProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
-	vb, found, err := p.ws.Get(d.kb, d.start)
-	if err != nil || !found {
-		return err
-	}
-	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, Window{Start: d.start, End: addSat(d.start, p.w.diff)}, vb)
-}
-
-func (p *derivedSlidingProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
-
-func (p *derivedSlidingProc[K, V, A]) committed() { p.clock.committed() }
 
 func (p *derivedSlidingProc[K, V, A]) rewind() {
 	p.clock.rewind()
 	p.ws.Rewind()
 	p.times.Rewind()
 }
-
-func (p *derivedSlidingProc[K, V, A]) close() error { return nil }

@@ -102,13 +102,7 @@ func (s SlidingWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, 
 	if fn == nil {
 		missing = "reducer"
 	}
-	return slidingAggregate(s, "sliding-reduce", store, gr.valueSerde, gr.valueSerde, collect(opts), missing,
-		func(_ K, v V, agg V, found bool) V {
-			if !found {
-				return v
-			}
-			return fn(agg, v)
-		})
+	return slidingAggregate(s, "sliding-reduce", store, gr.valueSerde, gr.valueSerde, collect(opts), missing, reduceStep[K](fn))
 }
 
 // SlidingAggregate folds the values of each key in each sliding window into
@@ -123,13 +117,7 @@ func SlidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], init func() A
 	case adder == nil:
 		missing = "adder"
 	}
-	return slidingAggregate(s, "sliding-aggregate", store, aggSerde, s.grouping().valueSerde, collect(opts), missing,
-		func(k K, v V, agg A, found bool) A {
-			if !found {
-				agg = init()
-			}
-			return adder(k, v, agg)
-		})
+	return slidingAggregate(s, "sliding-aggregate", store, aggSerde, s.grouping().valueSerde, collect(opts), missing, aggregateStep(init, adder))
 }
 
 // RecordStoreName is the name of the store in which a sliding-window
@@ -160,8 +148,9 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 		wopts := info.WindowOptions()
 		n = b.addProcessor(op, o, func() procImpl {
 			return &derivedSlidingProc[K, V, A]{
-				store: store, w: w, wopts: wopts, final: final,
-				keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+				slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: g.keySerde, aggSerde: aggSerde},
+				wopts:          wopts,
+				step:           step,
 			}
 		}, in)
 		n.stores = []string{store, timesInfo.Name}
@@ -169,9 +158,7 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 		b.declareStore(timesInfo, n.label())
 	}
 	if final {
-		pending := PendingStoreName(store)
-		n.stores = append(n.stores, pending)
-		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+		declarePending(b, n, store, o)
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -206,8 +193,11 @@ func foldSlidingNode[K, V, A any](s SlidingWindowedKStream[K, V], op, store stri
 	final := s.final
 	n := b.addProcessor(op, o, func() procImpl {
 		return &slidingAggProc[K, V, A]{
-			store: store, w: w, wopts: wopts, ropts: ropts, final: final,
-			keySerde: g.keySerde, valueSerde: valueSerde, aggSerde: aggSerde, step: step,
+			slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: g.keySerde, aggSerde: aggSerde},
+			wopts:          wopts,
+			ropts:          ropts,
+			valueSerde:     valueSerde,
+			step:           step,
 		}
 	}, in)
 	n.stores = []string{store, recInfo.Name}
@@ -219,35 +209,72 @@ func foldSlidingNode[K, V, A any](s SlidingWindowedKStream[K, V], op, store stri
 // slidingAggProc aggregates records into sliding windows by folding kept
 // records (FoldKeptRecords).
 type slidingAggProc[K, V, A any] struct {
-	store        string
-	w            SlidingWindows
+	slidingResults[K, A]
 	wopts, ropts statestore.WindowOptions
-	final        bool
-	keySerde     serde.Serde[K]
 	valueSerde   serde.Serde[V] // nil: records are kept as a count
-	aggSerde     serde.Serde[A]
 	step         func(K, V, A, bool) A
 
+	rs *statestore.WindowStore // kept records by record time
+}
+
+// slidingResults is what both sliding-window processors
+// (derivedSlidingProc, slidingAggProc) keep of a window's result: its
+// aggregate in the store by window start, and its way out, an update now
+// or, with EmitFinal, a pending window emitted when it closes.
+type slidingResults[K, A any] struct {
+	store    string
+	w        SlidingWindows
+	final    bool
+	keySerde serde.Serde[K]
+	aggSerde serde.Serde[A]
+
 	ws      *statestore.WindowStore // aggregates by window start
-	rs      *statestore.WindowStore // kept records by record time
 	updates tableUpdates
 	clock   eventClock
 	log     lateLog
 }
 
+// putAggregate stores win's aggregate for key kb.
+func (p *slidingResults[K, A]) putAggregate(kb []byte, win Window, agg A) error {
+	vb, err := encodeStoreValue(p.aggSerde, agg)
+	if err != nil {
+		return err
+	}
+	return p.ws.Put(kb, win.Start, bytes.Clone(vb))
+}
+
+// result emits win's aggregate for k (kb encoded), stamped with maxTs, the
+// window's latest record time, or records the window as pending its final
+// result.
+func (p *slidingResults[K, A]) result(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, headers []Header) error {
+	if !p.final {
+		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
+		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(maxTs), headers: headers})
+	}
+	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, maxTs)
+}
+
+// emit forwards the final result of a closed window.
+func (p *slidingResults[K, A]) emit(c *nodeInstance, d pendingWindow) error {
+	vb, found, err := p.ws.Get(d.kb, d.start)
+	if err != nil || !found {
+		return err
+	}
+	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, Window{Start: d.start, End: addSat(d.start, p.w.diff)}, vb)
+}
+
+func (p *slidingResults[K, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
+
+func (p *slidingResults[K, A]) committed() { p.clock.committed() }
+
+func (p *slidingResults[K, A]) close() error { return nil }
+
 func (p *slidingAggProc[K, V, A]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
+	var err error
+	if p.ws, err = openWindowStore(c, p.store, p.wopts); err != nil {
 		return err
 	}
-	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
-		return err
-	}
-	rr, err := c.store(RecordStoreName(p.store))
-	if err != nil {
-		return err
-	}
-	if p.rs, err = statestore.NewWindowStore(rr, p.ropts); err != nil {
+	if p.rs, err = openWindowStore(c, RecordStoreName(p.store), p.ropts); err != nil {
 		return err
 	}
 	p.log.node = c.node.name
@@ -363,18 +390,10 @@ func latest[V any](recs []keptRecords[V], win Window, floor int64) int64 {
 // window's latest record time, or records the window as pending its final
 // result.
 func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, r record) error {
-	vb, err := encodeStoreValue(p.aggSerde, agg)
-	if err != nil {
+	if err := p.putAggregate(kb, win, agg); err != nil {
 		return err
 	}
-	if err := p.ws.Put(kb, win.Start, bytes.Clone(vb)); err != nil {
-		return err
-	}
-	if !p.final {
-		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
-		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(maxTs), headers: r.headers})
-	}
-	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, maxTs)
+	return p.result(c, k, kb, win, agg, maxTs, r.headers)
 }
 
 // existing reads k's windows starting in [from, to], raw aggregates by
@@ -455,23 +474,8 @@ func (p *slidingAggProc[K, V, A]) kept(kb []byte, from, to int64) ([]keptRecords
 	return out, err
 }
 
-// emit forwards the final result of a closed window.
-func (p *slidingAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
-	vb, found, err := p.ws.Get(d.kb, d.start)
-	if err != nil || !found {
-		return err
-	}
-	return emitFinal(c, p.store, p.keySerde, p.aggSerde, d, Window{Start: d.start, End: addSat(d.start, p.w.diff)}, vb)
-}
-
-func (p *slidingAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates.flush(c) }
-
-func (p *slidingAggProc[K, V, A]) committed() { p.clock.committed() }
-
 func (p *slidingAggProc[K, V, A]) rewind() {
 	p.clock.rewind()
 	p.ws.Rewind()
 	p.rs.Rewind()
 }
-
-func (p *slidingAggProc[K, V, A]) close() error { return nil }

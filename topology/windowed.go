@@ -81,13 +81,7 @@ func (s TimeWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, opt
 	if fn == nil {
 		missing = "reducer"
 	}
-	return windowedAggregate(s, "windowed-reduce", store, gr.valueSerde, collect(opts), missing,
-		func(_ K, v V, agg V, found bool) V {
-			if !found {
-				return v
-			}
-			return fn(agg, v)
-		})
+	return windowedAggregate(s, "windowed-reduce", store, gr.valueSerde, collect(opts), missing, reduceStep[K](fn))
 }
 
 // WindowedAggregate folds the values of each key in each window into an
@@ -102,18 +96,42 @@ func WindowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], init func() A, 
 	case adder == nil:
 		missing = "adder"
 	}
-	return windowedAggregate(s, "windowed-aggregate", store, aggSerde, collect(opts), missing,
-		func(k K, v V, agg A, found bool) A {
-			if !found {
-				agg = init()
-			}
-			return adder(k, v, agg)
-		})
+	return windowedAggregate(s, "windowed-aggregate", store, aggSerde, collect(opts), missing, aggregateStep(init, adder))
 }
 
 // PendingStoreName is the name of the store in which an EmitFinal
 // aggregation into store keeps the windows whose result is still due.
 func PendingStoreName(store string) string { return store + "-pending" }
+
+// declarePending gives node n of an EmitFinal aggregation into store its
+// pending store, logged and persistent as the aggregation's store is.
+func declarePending(b *Builder, n *node, store string, o options) {
+	pending := PendingStoreName(store)
+	n.stores = append(n.stores, pending)
+	b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+}
+
+// reduceStep is the step of a windowed Reduce: a window's first value is
+// its aggregate, which fn combines with each later one.
+func reduceStep[K, V any](fn func(agg, v V) V) func(K, V, V, bool) V {
+	return func(_ K, v V, agg V, found bool) V {
+		if !found {
+			return v
+		}
+		return fn(agg, v)
+	}
+}
+
+// aggregateStep is the step of a windowed aggregation: init gives a
+// window's starting aggregate and adder folds in each value.
+func aggregateStep[K, V, A any](init func() A, adder func(K, V, A) A) func(K, V, A, bool) A {
+	return func(k K, v V, agg A, found bool) A {
+		if !found {
+			agg = init()
+		}
+		return adder(k, v, agg)
+	}
+}
 
 func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
 	g := s.grouping()
@@ -139,9 +157,7 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	n.stores = []string{store}
 	b.declareStore(info, n.label())
 	if final {
-		pending := PendingStoreName(store)
-		n.stores = append(n.stores, pending)
-		b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+		declarePending(b, n, store, o)
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -186,11 +202,8 @@ type windowAggProc[K, V, A any] struct {
 }
 
 func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
-	rw, err := c.store(p.store)
-	if err != nil {
-		return err
-	}
-	if p.ws, err = statestore.NewWindowStore(rw, p.wopts); err != nil {
+	var err error
+	if p.ws, err = openWindowStore(c, p.store, p.wopts); err != nil {
 		return err
 	}
 	p.log.node = c.node.name
@@ -276,6 +289,15 @@ func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) 
 	}
 	p.next = p.step(p.key, p.value, cur, found)
 	return encodeTimestamped(p.aggSerde, p.next, p.nextTs, p.timestamped)
+}
+
+// openWindowStore opens the task's window store named store.
+func openWindowStore(c *nodeInstance, store string, opts statestore.WindowOptions) (*statestore.WindowStore, error) {
+	rw, err := c.store(store)
+	if err != nil {
+		return nil, err
+	}
+	return statestore.NewWindowStore(rw, opts)
 }
 
 // emit forwards the final result of a closed window.
