@@ -9,14 +9,13 @@ import (
 	"time"
 )
 
-// shortKinds are the faults of the short schedules CI runs: those the
-// runtime is expected to pass today. The others run in eddychaos and are
-// known to fail some checks: pause and net-cut leave a zombie instance
-// that still answers as the active of partitions the group has given to
-// another, with old data (role and age checks); broker-kill can make an
-// instance exit on a commit that meets the broker's death; disk-full
-// makes instances exit (a store that cannot open on a full disk is fatal,
-// and badger's mapped tables fault on a full tmpfs).
+// shortKinds are the faults of the short schedules CI runs under both
+// guarantees. The others run in eddychaos: under at-least-once, pause,
+// net-cut and broker-kill leave an instance that learns late it lost a
+// task, and its changelog records, landing after the new owner's, can set
+// a key's logged value back (nothing fences an at-least-once writer);
+// disk-full needs root for its tmpfs, and badger's mapped files can still
+// fault when a tmpfs fills during a flush.
 var shortKinds = []Kind{Kill9, Term, Reset, Delay, Corrupt}
 
 // TestShortSchedule runs one short random schedule (EDDY_CHAOS_SEED
