@@ -151,13 +151,7 @@ func (g KGroupedStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...
 	} else {
 		merge = func(_ K, agg, partial V) V { return fn(agg, partial) }
 	}
-	return aggregate(gr, "reduce", store, gr.valueSerde, collect(opts), missing,
-		func(_ K, v V, agg V, found bool) V {
-			if !found {
-				return v
-			}
-			return fn(agg, v)
-		}, merge)
+	return aggregate(gr, "reduce", store, gr.valueSerde, collect(opts), missing, reduceStep[K](fn), merge)
 }
 
 // Aggregate folds the values of each key into an aggregate: init gives a
@@ -179,13 +173,7 @@ func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K,
 	if o.merger != nil && (!ok || merge == nil) {
 		g.grouping().b.errorf("Aggregate into store %q: merger is %T, want a non-nil func(%T, %T, %T) %T", store, o.merger, zero[K](), zero[A](), zero[A](), zero[A]())
 	}
-	return aggregate(g.grouping(), "aggregate", store, aggSerde, o, missing,
-		func(k K, v V, agg A, found bool) A {
-			if !found {
-				agg = init()
-			}
-			return adder(k, v, agg)
-		}, merge)
+	return aggregate(g.grouping(), "aggregate", store, aggSerde, o, missing, aggregateStep(init, adder), merge)
 }
 
 // aggregate adds a node that applies step to each record and its key's

@@ -111,8 +111,8 @@ func declarePending(b *Builder, n *node, store string, o options) {
 	b.declareStore(StoreInfo{Name: pending, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
 }
 
-// reduceStep is the step of a windowed Reduce: a window's first value is
-// its aggregate, which fn combines with each later one.
+// reduceStep is the step of a Reduce, windowed or not: the first value of
+// a key (or window) is its aggregate, which fn combines with each later one.
 func reduceStep[K, V any](fn func(agg, v V) V) func(K, V, V, bool) V {
 	return func(_ K, v V, agg V, found bool) V {
 		if !found {
@@ -122,8 +122,8 @@ func reduceStep[K, V any](fn func(agg, v V) V) func(K, V, V, bool) V {
 	}
 }
 
-// aggregateStep is the step of a windowed aggregation: init gives a
-// window's starting aggregate and adder folds in each value.
+// aggregateStep is the step of an Aggregate, windowed or not: init gives
+// a key's (or window's) starting aggregate and adder folds in each value.
 func aggregateStep[K, V, A any](init func() A, adder func(K, V, A) A) func(K, V, A, bool) A {
 	return func(k K, v V, agg A, found bool) A {
 		if !found {
