@@ -604,6 +604,7 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 		return
 	}
 	a.assignment.Store(&info)
+	a.registry.received(th.idx, info)
 	a.router.assigned(th.idx, info)
 	a.probeMu.Lock()
 	defer a.probeMu.Unlock()

@@ -123,6 +123,30 @@ func TestCutOffStandbyReportsUnknownLag(t *testing.T) {
 	})
 }
 
+// A standby stops answering as one as soon as its thread's SyncGroup
+// answers with an assignment that names it nowhere, even while the thread
+// is busy (in a commit, say) and has not yet taken the assignment in to
+// close the replica: from then on the group has given its role away.
+func TestStandbyGivenAwayStopsAnsweringBeforeItCloses(t *testing.T) {
+	app := newStandbyRig(t, 100)
+	waitFor(t, 20*time.Second, "standby open", func() bool {
+		_, ok := standbyInfo(app)
+		return ok
+	})
+	th := &thread{idx: 0} // the rig runs no thread; only its index matters here
+	app.assignmentReceived(th, assignor.AssignmentInfo{Standby: []task.ID{{SubTopology: 0, Partition: 1}}})
+	_, ok := standbyInfo(app)
+	require.False(t, ok, "a standby the group gave away still answers as one")
+	app.registry.mu.Lock()
+	_, open := app.registry.reps[task00]
+	app.registry.mu.Unlock()
+	require.True(t, open, "the replica is closed only once the thread takes the assignment in")
+
+	app.assignmentReceived(th, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	_, ok = standbyInfo(app)
+	require.True(t, ok, "a standby named again answers again")
+}
+
 // issue 10, test 4: a standby of a killed active stops passing age:D within
 // D plus one commit interval of the active's last commit while input keeps
 // arriving, though its changelog, no longer written, shows no lag; while the

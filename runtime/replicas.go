@@ -156,6 +156,13 @@ type registry struct {
 	// one at a time; until every one has, a thread still to hear may be
 	// about to claim any replica, so none is closed.
 	current map[int]bool
+	// synced holds, for each thread, the tasks the assignment of its
+	// latest answered SyncGroup names (active, standby or warmup),
+	// recorded at once, without waiting for the thread: queries stop
+	// treating a standby as one as soon as every thread has heard that
+	// none of them keeps it, though closing it waits for the thread and
+	// the reconciliation (see servableLocked).
+	synced map[int]map[task.ID]bool
 	// moving holds the tasks whose stores are being opened or closed
 	// outside mu. They are in neither reps nor onDisk (but for a parked
 	// replica being adopted, which stays in reps: move.adopting): queries
@@ -186,6 +193,7 @@ func newRegistry(a *App) (*registry, error) {
 	r.reps = make(map[task.ID]*replica)
 	r.shares = make(map[int]assignor.AssignmentInfo)
 	r.current = make(map[int]bool)
+	r.synced = make(map[int]map[task.ID]bool)
 	r.moving = make(map[task.ID]move)
 	r.onDisk = make(map[task.ID]diskState)
 	r.moved = sync.NewCond(&r.mu)
@@ -467,6 +475,35 @@ func (r *registry) setShare(idx int, info assignor.AssignmentInfo) {
 	r.current[idx] = true
 	r.mu.Unlock()
 	r.reconcile()
+}
+
+// received records the assignment a thread's SyncGroup just answered with,
+// before the thread takes it in (setShare), which may wait for a commit.
+func (r *registry) received(idx int, info assignor.AssignmentInfo) {
+	named := make(map[task.ID]bool, len(info.Active)+len(info.Standby)+len(info.Warmup))
+	for _, ids := range [][]task.ID{info.Active, info.Standby, info.Warmup} {
+		for _, id := range ids {
+			named[id] = true
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.synced[idx] = named
+}
+
+// servableLocked reports whether queries may read rep. A standby or warmup
+// replica no thread's latest assignment names is no longer one: the group
+// has given its role away, and it is only waiting to be closed.
+func (r *registry) servableLocked(rep *replica) bool {
+	if !rep.state().Following() || len(r.synced) < r.app.cfg.NumStreamThreads {
+		return true
+	}
+	for _, named := range r.synced {
+		if named[rep.id] {
+			return true
+		}
+	}
+	return false
 }
 
 // revoked records that a thread gave up its assignment (revoked or lost)
@@ -1022,7 +1059,7 @@ func (r *registry) replica(id task.ID, store string) (ReplicaInfo, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep, ok := r.reps[id]
-	if !ok {
+	if !ok || !r.servableLocked(rep) {
 		return ReplicaInfo{}, false
 	}
 	for _, h := range rep.stores {
