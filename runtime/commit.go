@@ -17,6 +17,7 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/internal/threadcore"
@@ -77,6 +78,10 @@ func (th *thread) cause(err error) threadcore.Cause {
 		return threadcore.CauseFatal
 	case isFenced(err):
 		return threadcore.CauseFenced
+	case errors.Is(err, kgo.ErrAborting) && th.app.cfg.ProcessingGuarantee != ExactlyOnce && transient:
+		// Records failed by abortIfSessionGone: the member's session
+		// had expired.
+		return threadcore.CauseRefused
 	case errors.Is(err, errCannotBegin) && transient:
 		return threadcore.CauseFenced
 	case th.app.cfg.ProcessingGuarantee != ExactlyOnce && transient && (errors.Is(err, context.DeadlineExceeded) || lostBroker(err)):

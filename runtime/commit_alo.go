@@ -57,6 +57,9 @@ func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error 
 			changelog.Send(context.Background(), th.cl, w.Topic, w.Partition, w.Entries, acks)
 		}
 	}
+	if err := th.maybeCrash("before-flush"); err != nil {
+		return err
+	}
 	if err := th.cl.Flush(ctx); err != nil {
 		return fmt.Errorf("runtime: commit: flush producer: %w", err)
 	}

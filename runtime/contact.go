@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -136,6 +137,9 @@ func (th *thread) probeContact(ctx context.Context) {
 		if cl == nil {
 			continue
 		}
+		if cfg.ProcessingGuarantee != ExactlyOnce {
+			th.abortIfSessionGone(cl)
+		}
 		member, generation := cl.GroupMetadata()
 		if member == "" {
 			continue
@@ -158,4 +162,28 @@ func (th *thread) probeContact(ctx context.Context) {
 			th.contact.confirmRebalancing(sent, max(cfg.RebalanceTimeout-cfg.SessionTimeout, 0))
 		}
 	}
+}
+
+// abortIfSessionGone fails every record an at-least-once thread's client
+// still holds unsent once the thread's group contact is older than the
+// session timeout. By then the coordinator has dropped the member and its
+// tasks may have new owners, and nothing fences an at-least-once producer:
+// changelog and output records sent once the network came back would land
+// after the new owners' and set their values back. The commit that follows
+// fails with them (cause), and the thread drops its uncommitted work and
+// rejoins, which at-least-once allows: the input since its last commit is
+// processed again by whoever owns it now. It is done on every probe while
+// the contact stays that old, since the thread may go on buffering
+// records until its commit. A produce request already on the wire cannot
+// be called back.
+func (th *thread) abortIfSessionGone(cl *kgo.Client) {
+	last := th.contact.last()
+	if last.IsZero() || time.Since(last) <= th.app.cfg.SessionTimeout {
+		return
+	}
+	if th.abandoned.Swap(cl) != cl {
+		th.log.Warn("no group contact for longer than the session timeout: failing the records not yet sent and dropping uncommitted work",
+			"last_contact", time.Since(last).Round(time.Millisecond))
+	}
+	cl.UnsafeAbortBufferedRecords()
 }

@@ -99,6 +99,9 @@ type thread struct {
 	// produceErr is the first produce failure of the current client
 	// since the last commit; see produceFailure.
 	produceErr atomic.Pointer[produceFailure]
+	// abandoned is the client whose unsent records abortIfSessionGone
+	// last failed.
+	abandoned atomic.Pointer[kgo.Client]
 	// sess is the transactional session under exactly-once; cl is then
 	// its client.
 	sess *kgo.GroupTransactSession

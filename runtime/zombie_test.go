@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/serde"
@@ -479,4 +480,195 @@ func instanceLogs(all, name string) string {
 		}
 	}
 	return out.String()
+}
+
+// An at-least-once instance cut off past its session timeout in the middle
+// of a commit, with the commit's changelog records still in its client,
+// sends none of them once the network is back: the task's new owner has
+// written the changelog by then, and nothing fences an at-least-once
+// producer, so the old owner's records would land after the new owner's
+// and set the logged counts back for every replica restored from them.
+// The cut-off instance rejoins, and no count ends below its input.
+func TestAtLeastOnceZombieSendsNothingOnceItsSessionExpired(t *testing.T) {
+	c := newEOSCluster(t)
+	logs := &logSink{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("instance logs:\n%s", logs.String())
+		}
+	})
+	var cutHook atomic.Pointer[func()]
+	hook := func(step string) bool {
+		if f := cutHook.Load(); f != nil && step == "before-flush" {
+			(*f)()
+		}
+		return false
+	}
+	crashAt.Store(&hook)
+	t.Cleanup(func() { crashAt.Store(nil) })
+	start := func(name string) *App {
+		app, err := New(countTopology(t), Config{
+			ApplicationID: "alozombie", Brokers: c.b.Addrs(), StateDir: t.TempDir(),
+			SessionTimeout: 2 * time.Second, NumStreamThreads: 1, RebalanceTimeout: 6 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("instance", name),
+		})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		t.Cleanup(func() { app.Close(context.Background()) })
+		return app
+	}
+	a := start("A")
+	waitFor(t, 20*time.Second, "A ready", a.Ready)
+	b := start("B")
+	waitFor(t, 20*time.Second, "A and B ready with one task each", func() bool {
+		return a.Ready() && b.Ready() && len(a.Tasks()) == 1 && len(b.Tasks()) == 1
+	})
+	heldID := a.Tasks()[0].ID
+
+	var wantMu sync.Mutex
+	want := map[string]int64{}
+	stopInput, inputDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(inputDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stopInput:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			k := "k" + strconv.Itoa(i%10)
+			if c.cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(k), Value: []byte("v")}).FirstErr() == nil {
+				wantMu.Lock()
+				want[k]++
+				wantMu.Unlock()
+			}
+		}
+	}()
+	stopInputOnce := sync.OnceFunc(func() { close(stopInput); <-inputDone })
+	defer stopInputOnce()
+
+	waitFor(t, 20*time.Second, "A commits work on its task", func() bool {
+		s, ok := snapshotStore(a, heldID)
+		return ok && s.position > 0
+	})
+	a.threads[0].mu.Lock()
+	aCl := a.threads[0].cl
+	a.threads[0].mu.Unlock()
+	pidCtx, cancelPID := context.WithTimeout(context.Background(), 10*time.Second)
+	aPID, aEpoch, err := aCl.ProducerID(pidCtx)
+	cancelPID()
+	require.NoError(t, err)
+
+	// Cut A off in a commit whose changelog records its client holds.
+	done := make(chan struct{})
+	var once sync.Once
+	cutNow := func() {
+		if aCl.BufferedProduceRecords() > 0 {
+			once.Do(func() {
+				a.net.partition(true)
+				close(done)
+			})
+		}
+	}
+	cutHook.Store(&cutNow)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A never flushed changelog records to be cut off in")
+	}
+	cutHook.Store(nil)
+	cut := time.Now()
+
+	var takeover int64 = -1
+	waitFor(t, 20*time.Second, "B runs every task and commits on A's former task", func() bool {
+		running := 0
+		for _, ti := range b.Tasks() {
+			if ti.State == task.Running {
+				running++
+			}
+		}
+		if running != 2 {
+			return false
+		}
+		for _, ri := range b.Replicas() {
+			if ri.Task == heldID && ri.State == task.Running {
+				if takeover < 0 {
+					takeover = ri.Position
+				}
+				return ri.Position > takeover
+			}
+		}
+		return false
+	})
+	require.Greater(t, time.Since(cut), 2*time.Second, "the partition outlasted the session timeout")
+	a.net.partition(false)
+
+	before := a.Tasks()
+	waitFor(t, 30*time.Second, "A back in the group and running a task", func() bool {
+		return !a.State().IsRunningOrRebalancing() || (a.Ready() && b.Ready() && len(activeOf(a))+len(activeOf(b)) == 2 && len(a.Tasks()) > 0)
+	})
+	require.True(t, a.State().IsRunningOrRebalancing(), "A must survive being a zombie: %v (tasks before %v)", a.Err(), before)
+
+	stopInputOnce()
+	wantMu.Lock()
+	final := maps.Clone(want)
+	wantMu.Unlock()
+	waitFor(t, 30*time.Second, fmt.Sprintf("every count at least its input %v", final), func() bool {
+		got := counts(b)
+		maps.Copy(got, counts(a))
+		for k, n := range final {
+			if got[k] < n {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, a.Close(context.Background()))
+	require.NoError(t, b.Close(context.Background()))
+
+	// No record of A's first producer follows the first record of
+	// another producer in the changelog partition of A's task.
+	recs := readPartition(t, c.b.Addrs(), "alozombie-counts-changelog", heldID.Partition)
+	var runs []string
+	for i, r := range recs {
+		if i == 0 || r.ProducerID != recs[i-1].ProducerID || r.ProducerEpoch != recs[i-1].ProducerEpoch {
+			runs = append(runs, fmt.Sprintf("%d: producer %d/%d", r.Offset, r.ProducerID, r.ProducerEpoch))
+		}
+	}
+	othersFrom := int64(-1)
+	for _, r := range recs {
+		mine := r.ProducerID == aPID && r.ProducerEpoch <= aEpoch+1
+		if !mine && othersFrom < 0 {
+			othersFrom = r.Offset
+		}
+		if mine && othersFrom >= 0 {
+			t.Fatalf("A's record at offset %d (key %s) landed after the new owner's from offset %d; A's producer %d/%d, the changelog's writers: %s",
+				r.Offset, r.Key, othersFrom, aPID, aEpoch, strings.Join(runs, ", "))
+		}
+	}
+	require.GreaterOrEqual(t, othersFrom, int64(0), "the new owner wrote the changelog")
+}
+
+// readPartition reads every record of one partition, uncommitted ones
+// included, up to its end.
+func readPartition(t *testing.T, addrs []string, topic string, partition int32) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}))
+	require.NoError(t, err)
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	require.NoError(t, err)
+	end, ok := ends.Lookup(topic, partition)
+	require.True(t, ok)
+	var out []*kgo.Record
+	deadline := time.Now().Add(20 * time.Second)
+	for len(out) == 0 || out[len(out)-1].Offset < end.Offset-1 {
+		require.True(t, time.Now().Before(deadline), "reading %s[%d] to %d", topic, partition, end.Offset)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
 }
