@@ -930,10 +930,58 @@ func (s *badgerStore) Close() error {
 
 	s.releaseIters(ErrClosed)
 	s.dropShared()
-	if err := s.db.Close(); err != nil {
+	if err := s.closeDB(); err != nil {
 		return fmt.Errorf("statestore: close badger %s: %w", s.dir, err)
 	}
 	return nil
+}
+
+// closeMu lets one store at a time close on a filesystem short of space,
+// so that stores closing together do not each count the same free space
+// as room for their own flush.
+var closeMu sync.Mutex
+
+// Waits for room to close are retried after closeWaitFirst, doubling up to
+// closeWaitMax, and logged at most once per diskFullLogEvery.
+const (
+	closeWaitFirst   = 100 * time.Millisecond
+	closeWaitMax     = time.Second
+	diskFullLogEvery = 30 * time.Second
+)
+
+// closeDB closes the database once the filesystem has room for what
+// closing writes. Badger writes its memtables out as tables when it
+// closes, through memory-mapped sparse files, so closing on a full
+// filesystem kills the process with SIGBUS rather than returning an error;
+// the writes refused below the reserve (checkRoom) keep the memtables from
+// growing, but not the data already in them from being flushed. Below the
+// reserve, stores close one at a time, each waiting (for as long as it
+// takes, logging) until the filesystem has room for two tables per
+// memtable.
+func (s *badgerStore) closeDB() error {
+	if s.opts.DiskReserve < 0 || checkRoom(s.dir, s.opts.DiskReserve) == nil {
+		return s.db.Close()
+	}
+	closeMu.Lock()
+	defer closeMu.Unlock()
+	need := 2 * int64(s.opts.NumMemtables) * s.opts.MemTableSize
+	start, logged := time.Now(), time.Time{}
+	for wait := closeWaitFirst; ; wait = min(2*wait, closeWaitMax) {
+		err := checkRoom(s.dir, need)
+		if err == nil {
+			break
+		}
+		if time.Since(logged) >= diskFullLogEvery {
+			logged = time.Now()
+			s.opts.Logger.Error("disk full: the store waits for space to close, since closing writes its memtables out; free space to resume",
+				"dir", s.dir, "needed_bytes", need, "waited", time.Since(start).Round(time.Millisecond), "err", err)
+		}
+		time.Sleep(wait)
+	}
+	if !logged.IsZero() {
+		s.opts.Logger.Info("disk space freed; store closing", "dir", s.dir, "waited", time.Since(start).Round(time.Millisecond))
+	}
+	return s.db.Close()
 }
 
 // releaseIters ends every open iterator with err: a badger iterator must
@@ -969,7 +1017,7 @@ func (s *badgerStore) Reset() error {
 	}
 	s.releaseIters(ErrReset)
 	s.dropShared()
-	if err := s.db.Close(); err != nil {
+	if err := s.closeDB(); err != nil {
 		s.breakLocked()
 		return fmt.Errorf("statestore: reset badger %s: close: %w", s.dir, err)
 	}

@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -152,4 +154,66 @@ func TestDiskReserveOption(t *testing.T) {
 	require.Equal(t, int64(72<<20), BadgerOptions{}.withDefaults().DiskReserve)
 	var dfe *DiskFullError
 	require.True(t, errors.As(checkRoom(filepath.Join(t.TempDir(), "not", "yet"), 1<<62), &dfe), "a missing directory is measured at its parent")
+}
+
+// Closing a store whose memtable holds data on a full filesystem waits for
+// space instead of flushing into it: badger writes its memtable out as a
+// table through a memory-mapped sparse file, and on a full tmpfs that
+// kills the process with SIGBUS. The close goes through once space is
+// freed, and the store reopens with everything. The store runs in a child
+// process, so that the fault, if it comes, fails this test rather than
+// ending the test binary.
+func TestBadgerCloseOnFullDiskWaitsForSpace(t *testing.T) {
+	if dir := os.Getenv("EDDY_CLOSE_FULL_DIR"); dir != "" {
+		closeOnFullDisk(t, dir)
+		return
+	}
+	fs := mountTmpfs(t, 32<<20)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBadgerCloseOnFullDiskWaitsForSpace$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "EDDY_CLOSE_FULL_DIR="+fs)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the store's process died closing on a full disk:\n%s", firstLines(string(out), 30))
+}
+
+func closeOnFullDisk(t *testing.T, fs string) {
+	o := diskFullOptions().withDefaults()
+	dir := filepath.Join(fs, "store")
+	s, err := OpenBadger(dir, o)
+	require.NoError(t, err)
+	es := make([]Entry, 3000)
+	for i := range es {
+		es[i] = Entry{Key: fmt.Appendf(nil, "k%05d", i), Value: fmt.Appendf(nil, "%0200d", i)}
+	}
+	require.NoError(t, s.Write(es, 7))
+	ballast := fillTo(t, fs, 0)
+
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("the store closed with no space to write its memtable out: %v", err)
+	case <-time.After(time.Second):
+	}
+	require.NoError(t, os.Remove(ballast))
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the store did not close once space was freed")
+	}
+	s, err = OpenBadger(dir, o)
+	require.NoError(t, err)
+	defer s.Close()
+	pos, err := s.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(7), pos)
+	v, found, err := s.Get([]byte("k02999"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, fmt.Sprintf("%0200d", 2999), string(v))
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[:min(len(lines), n)], "\n")
 }
