@@ -52,9 +52,10 @@ func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error 
 	}
 	th.out.flush()
 	acks := new(changelog.Offsets)
+	sendCtx := th.sendContext()
 	for _, t := range tasks {
 		for _, w := range t.PendingChangelog() {
-			changelog.Send(context.Background(), th.cl, w.Topic, w.Partition, w.Entries, acks)
+			changelog.Send(sendCtx, th.cl, w.Topic, w.Partition, w.Entries, acks)
 		}
 	}
 	if err := th.maybeCrash("before-flush"); err != nil {

@@ -187,3 +187,58 @@ func (th *thread) abortIfSessionGone(cl *kgo.Client) {
 	}
 	cl.UnsafeAbortBufferedRecords()
 }
+
+// sessionBound is the context an at-least-once thread produces its records
+// under: done once the member may have been dropped from the group, its
+// last confirmed contact plus the session timeout past. The producer
+// checks a record's context when it puts the record into a request, and
+// fails the record rather than send it once the context is done, so a
+// process resumed from a pause, or a client reconnecting after a network
+// cut, does not send records its tasks' new owners have overtaken (see
+// abortIfSessionGone). Done is computed from the clock each time it is
+// called instead of being closed by a timer: after a pause, the producer's
+// goroutine may run before any timer does.
+type sessionBound struct{ until time.Time }
+
+// expired is the channel Done returns once the bound has passed.
+var expired = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (b *sessionBound) Deadline() (time.Time, bool) { return b.until, true }
+
+// Done is nil while the bound lies ahead, so a select on it waits for
+// something else; callers re-check it each time, as the producer does.
+func (b *sessionBound) Done() <-chan struct{} {
+	if time.Now().Before(b.until) {
+		return nil
+	}
+	return expired
+}
+
+func (b *sessionBound) Err() error {
+	if time.Now().Before(b.until) {
+		return nil
+	}
+	return context.DeadlineExceeded
+}
+
+func (b *sessionBound) Value(any) any { return nil }
+
+// sendContext returns the context the thread's records are produced under:
+// a sessionBound from its latest group contact under at-least-once, or
+// the background (exactly-once fences through transactions, and a thread
+// that never had contact has nothing to send).
+func (th *thread) sendContext() context.Context {
+	if th.app.cfg.ProcessingGuarantee == ExactlyOnce {
+		return context.Background()
+	}
+	last := th.contact.last()
+	if last.IsZero() {
+		return context.Background()
+	}
+	until := last.Add(th.app.cfg.SessionTimeout)
+	if b := th.sendBound; b != nil && b.until.Equal(until) {
+		return b
+	}
+	th.sendBound = &sessionBound{until: until}
+	return th.sendBound
+}

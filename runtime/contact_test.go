@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -487,4 +488,55 @@ func TestBlackholedStandbyAgesHonestlyAndStepsAside(t *testing.T) {
 		info := r.Info()
 		return info.Role == iq.RoleStandby && info.ContactAgo >= 0 && info.ContactAgo <= contactWindow(a.cfg)
 	})
+}
+
+// A record produced under a sessionBound is sent only while the bound lies
+// ahead: one still buffered when it passes (its client cut off from the
+// broker meanwhile) is failed with context.DeadlineExceeded, not sent once
+// the client reaches the broker again, while a record whose bound is still
+// ahead goes through.
+func TestSessionBoundRecordsAreNotSentPastTheBound(t *testing.T) {
+	b, err := broker.Start(broker.Config{Partitions: 1})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	n := newNetwork(nil, nil)
+	// As an at-least-once thread's client is configured (see connect).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.Dialer(n.dial), kgo.DefaultProduceTopic("out"),
+		kgo.AllowAutoTopicCreation(), kgo.AllowIdempotentProduceCancellation(), kgo.ProducerLinger(5*time.Millisecond))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx := context.Background()
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: []byte("warm")}).FirstErr())
+
+	n.partition(true)
+	failed := make(chan error, 1)
+	bound := &sessionBound{until: time.Now().Add(300 * time.Millisecond)}
+	cl.Produce(ctx, &kgo.Record{Value: []byte("stale"), Context: bound}, func(_ *kgo.Record, err error) { failed <- err })
+	waitFor(t, 10*time.Second, "the bound passes while the client is cut off", func() bool { return bound.Err() != nil })
+	require.ErrorIs(t, bound.Err(), context.DeadlineExceeded)
+	n.partition(false)
+	select {
+	case err := <-failed:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the record was neither sent nor failed")
+	}
+	ahead := &sessionBound{until: time.Now().Add(time.Hour)}
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: []byte("fresh"), Context: ahead}).FirstErr())
+
+	// The topic holds the records sent before the cut and after, not the
+	// one whose bound passed.
+	reader, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics("out"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer reader.Close()
+	var got []string
+	for len(got) < 2 {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		fs := reader.PollFetches(pctx)
+		timedOut := pctx.Err()
+		cancel()
+		require.NoError(t, timedOut, "reading the topic; got %v", got)
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	}
+	require.Equal(t, []string{"warm", "fresh"}, got)
 }

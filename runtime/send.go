@@ -53,7 +53,7 @@ func (th *thread) Send(rec graph.OutputRecord) error {
 	}
 	kr := &th.recs[0]
 	th.recs = th.recs[1:]
-	*kr = kgo.Record{Topic: rec.Topic, Partition: part, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp}
+	*kr = kgo.Record{Topic: rec.Topic, Partition: part, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Context: th.sendCtx}
 	if len(rec.Headers) > 0 {
 		kr.Headers = make([]kgo.RecordHeader, len(rec.Headers))
 		for i, h := range rec.Headers {

@@ -147,6 +147,11 @@ type thread struct {
 	// Hot-path caches of process and Send, used, like rr, only with mu
 	// held.
 	//
+	// sendCtx is the context of the records the thread sends (Send),
+	// set from sendContext at every poll; sendBound is the last
+	// sessionBound it made.
+	sendCtx   context.Context
+	sendBound *sessionBound
 	// sendTopic and sendParts remember the partition count of the last
 	// sink topic; srcTopic and srcSub the sub-topology of the last input
 	// topic. Sink records come in runs per topic and input records in runs
@@ -279,6 +284,13 @@ func (th *thread) connect() error {
 		opts = append(opts, kgo.InstanceID(th.instanceID()))
 	}
 	if cfg.ProcessingGuarantee != ExactlyOnce {
+		// A record whose sessionBound has passed is failed even when
+		// the producer had already tried to send it (over a connection
+		// that died, say): sent again later, it could land after the
+		// records of its task's new owner. Under at-least-once the
+		// record is produced again after the rejoin, as a duplicate if
+		// the first send did land.
+		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
@@ -504,6 +516,7 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	th.sendCtx = th.sendContext()
 	if err := th.drainMailboxes(); err != nil {
 		return err
 	}

@@ -554,6 +554,8 @@ func TestAtLeastOnceZombieSendsNothingOnceItsSessionExpired(t *testing.T) {
 	a.threads[0].mu.Lock()
 	aCl := a.threads[0].cl
 	a.threads[0].mu.Unlock()
+	require.Equal(t, true, aCl.OptValue(kgo.AllowIdempotentProduceCancellation),
+		"records past their session bound are failed even once tried (see TestSessionBoundRecordsAreNotSentPastTheBound)")
 	pidCtx, cancelPID := context.WithTimeout(context.Background(), 10*time.Second)
 	aPID, aEpoch, err := aCl.ProducerID(pidCtx)
 	cancelPID()
