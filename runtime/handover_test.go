@@ -12,6 +12,7 @@ import (
 	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
@@ -253,4 +254,41 @@ func TestTaskHeldByAnotherThreadStartsWhenReleased(t *testing.T) {
 	require.Same(t, held, r.backing(t, 1, task00))
 	require.Empty(t, th1.cl.PauseFetchPartitions(nil), "input of the started task still paused")
 	require.NoError(t, r.app.Err())
+}
+
+// A task revoked before its restoration finished is parked standing
+// behind its changelog: its replica must not report the changelog's end as
+// reached (lag 0, caught up as of the parking), as a task parked after
+// running does, but an unknown lag until a reader lists the end.
+func TestTaskParkedWhileRestoringClaimsNoLag(t *testing.T) {
+	r := newHandoverRig(t)
+	// Parked once it ran, the task stands at its changelog's end.
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	r.waitRunning(t, 0, task00)
+	r.revokeAll()
+	ri := r.counts(task00)
+	require.Equal(t, task.Parked, ri.State)
+	require.Equal(t, int64(handoverRecords), ri.Position)
+	require.Equal(t, int64(0), ri.Lag)
+
+	// Another owner writes the changelog on, then the task comes back
+	// here and is revoked again before it restored what it lacks.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.app.cfg.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	for i := range handoverRecords {
+		rec := &kgo.Record{Topic: changelog.TopicName("handover", "counts"), Partition: 0, Key: fmt.Appendf(nil, "k%d", i), Value: []byte{0, 0, 0, 0, 0, 0, 0, 2}}
+		require.NoError(t, cl.ProduceSync(context.Background(), rec).FirstErr())
+	}
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	require.Equal(t, task.Restoring, r.counts(task00).State)
+	r.revokeAll()
+	ri = r.counts(task00)
+	require.Equal(t, task.Parked, ri.State)
+	// Its restoration may have read the records meanwhile, but the
+	// parking cannot tell: it claims no lag either way.
+	require.Equal(t, int64(-1), ri.Lag, "a task parked while restoring claims no lag: %+v", ri)
+	info := toIQAt(ri, time.Now(), contactWindow(r.app.cfg))
+	require.False(t, iq.MaxLag(handoverRecords-1).Allows(info), "passes a lag bound it cannot vouch for: %+v", info)
+	require.False(t, iq.MaxAge(time.Hour).Allows(info), "passes an age bound it cannot vouch for: %+v", info)
 }

@@ -296,10 +296,17 @@ func (r *registry) park(t *taskrun.Active) {
 	}
 	r.mu.Lock()
 	rep, ok := r.reps[t.ID()]
+	ran := ok && rep.state() == task.Running
 	if ok && r.moveLocked(rep, task.Parked) {
 		rep.stores, rep.owner, rep.standby = stores, nil, nil
 		rep.opened, rep.caughtUp = time.Now(), time.Time{}
-		rep.ends, rep.endsConfirmed = positions(stores), time.Time{}
+		rep.ends, rep.endsConfirmed = nil, time.Time{}
+		if ran {
+			// A running task was its changelogs' only writer, and
+			// committed before it was parked: it stands at their ends.
+			// One still restoring stands wherever its restoration got.
+			rep.ends = positions(stores)
+		}
 		r.mu.Unlock()
 		return
 	}
