@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -241,4 +242,20 @@ func (th *thread) sendContext() context.Context {
 	}
 	th.sendBound = &sessionBound{until: until}
 	return th.sendBound
+}
+
+// sessionLost reports whether err is a record failed because the member's
+// session may have expired (sessionBound, abortIfSessionGone).
+func sessionLost(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrAborting)
+}
+
+// doomedByProduce reports whether a produce failure dooms the thread's
+// uncommitted work, so that it commits (and fails) at once rather than at
+// its interval: any failure under exactly-once, which aborts the
+// transaction; under at-least-once, records failed for a lost session,
+// after which the failed commit makes the thread rejoin.
+func (th *thread) doomedByProduce() bool {
+	err := th.produceFailed()
+	return err != nil && (th.sess != nil || sessionLost(err))
 }

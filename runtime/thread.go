@@ -691,7 +691,7 @@ func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool, tak
 			} else {
 				took, fatal = th.process(r)
 				n++
-				if fatal != nil && th.sess != nil && th.produceFailed() != nil {
+				if fatal != nil && th.produceFailed() != nil && (th.sess != nil || sessionLost(fatal)) {
 					// The transaction is doomed: stop here, and the
 					// iteration's end aborts it (commitClock), which
 					// rewinds to the committed offsets.
@@ -782,7 +782,7 @@ func (th *thread) commitClock() threadcore.CommitClock {
 		JoinGraceOver: since >= cfg.CommitInterval+2*cfg.HeartbeatInterval,
 		DrainedDue:    cfg.DrainedCommitDelay < cfg.CommitInterval && th.earlyCommitWait() <= 0,
 		BudgetFull:    th.budget.Full(),
-		ProduceFailed: th.sess != nil && th.produceFailed() != nil,
+		ProduceFailed: th.doomedByProduce(),
 	}
 	if k.DrainedDue {
 		k.InputAtEnd = th.inputAtEnd()

@@ -523,7 +523,7 @@ func (c *Core) tick(k CommitClock) {
 	due := k.IntervalDue && (!joining || k.JoinGraceOver) ||
 		k.DrainedDue && !joining && c.consumed && k.InputAtEnd ||
 		k.BudgetFull ||
-		k.ProduceFailed && c.cfg.Guarantee == ExactlyOnce
+		k.ProduceFailed
 	if !due && c.rebalance {
 		c.rebalance, due = false, true
 	}

@@ -437,8 +437,9 @@ func TestRefusedEvents(t *testing.T) {
 
 // A produce failure dooms an exactly-once transaction: the iteration ends
 // it at once, even between join and sync, instead of processing more work
-// into it. At-least-once waits for its interval: its commit fails on the
-// failure anyway.
+// into it. At-least-once commits at once too when the runtime reports a
+// failure as dooming (a member whose session may have expired): the
+// commit fails, and the thread rejoins without more doomed work.
 func TestProduceFailureEndsTheTransaction(t *testing.T) {
 	failed := CommitClock{ProduceFailed: true}
 	c := running(t, eosCoop)
@@ -455,6 +456,6 @@ func TestProduceFailureEndsTheTransaction(t *testing.T) {
 	script(t, c,
 		step{ev: ev(EvPolled), want: "Process"},
 		step{ev: processed(t0)},
-		step{ev: tick(failed), want: "Punctuate"},
+		step{ev: tick(failed), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
 	)
 }

@@ -136,9 +136,11 @@ type CommitClock struct {
 	InputAtEnd bool
 	// BudgetFull: the thread's cache budget is full.
 	BudgetFull bool
-	// ProduceFailed (exactly-once): a record of the open transaction
-	// failed to produce, so the transaction can only abort: it ends now,
-	// joining or not, rather than carrying more doomed work.
+	// ProduceFailed: a record failed to produce in a way that dooms the
+	// uncommitted work (under exactly-once any failure: the transaction
+	// can only abort; under at-least-once a member whose session may
+	// have expired): the commit comes now, joining or not, rather than
+	// after more doomed work.
 	ProduceFailed bool
 }
 
