@@ -104,9 +104,34 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 	}
 	b := c.b
 	o := collect(opts)
+	parents, step, missing := c.wire(init, store, o)
+	keySerde := c.inputs[0].keySerde
+	n := b.addProcessor("cogroup-aggregate", o, func() procImpl {
+		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, step: step, srcKey: true}
+	}, parents...)
+	n.stores = []string{store}
+	n.olds = ownOldValues
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if init == nil {
+		b.errorf("%s: initializer is nil", n.label())
+	}
+	for _, m := range missing {
+		b.errorf("%s: %s is nil", n.label(), m)
+	}
+	return KTable[K, A]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: aggSerde}
+}
+
+// wire adds the nodes that tag each input's records with the input's
+// index, reading a re-keyed input from its repartition topic (see
+// Aggregate for the topics' names), and returns them with the aggregation
+// step, which picks a record's adder by its tag, and the adders missing.
+func (c CogroupedKStream[K, A]) wire(init func() A, store string, o options) (parents []*node, step func(K, cogrouped, A, bool) A, missing []string) {
+	b := c.b
 	adders := make([]func(K, any, A) A, len(c.inputs))
-	parents := make([]*node, len(c.inputs))
-	var missing []string
+	parents = make([]*node, len(c.inputs))
 	unnamed := 0
 	for i, in := range c.inputs {
 		adders[i] = in.adder
@@ -139,27 +164,54 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 			return c.forward(r)
 		}, in.input(base))
 	}
-	keySerde := c.inputs[0].keySerde
-	step := func(k K, v cogrouped, agg A, found bool) A {
+	step = func(k K, v cogrouped, agg A, found bool) A {
 		if !found {
 			agg = init()
 		}
 		return adders[v.input](k, v.value, agg)
 	}
-	n := b.addProcessor("cogroup-aggregate", o, func() procImpl {
-		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, step: step, srcKey: true}
-	}, parents...)
-	n.stores = []string{store}
-	n.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), n.label())
-	if aggSerde == nil {
-		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	return parents, step, missing
+}
+
+// TimeWindowedCogroupedKStream is a co-grouping cut into time windows,
+// ready to be aggregated per key and window: Kafka Streams'
+// TimeWindowedCogroupedKStream. Create it with CogroupedKStream.WindowedBy.
+type TimeWindowedCogroupedKStream[K, A any] struct {
+	c CogroupedKStream[K, A]
+	w TimeWindows
+}
+
+// WindowedBy cuts the co-grouping c into the time windows w.
+func (c CogroupedKStream[K, A]) WindowedBy(w TimeWindows) TimeWindowedCogroupedKStream[K, A] {
+	if c.b == nil {
+		panic("topology: use of a zero CogroupedKStream; create one with Cogroup")
 	}
+	if w.size <= 0 {
+		c.b.errorf("WindowedBy: zero TimeWindows; use TumblingWindows or HoppingWindows")
+	}
+	return TimeWindowedCogroupedKStream[K, A]{c: c, w: w}
+}
+
+// Aggregate folds the values of every grouped stream of the co-grouping
+// into one aggregate per key and window, in the window store named store:
+// init gives a window's starting aggregate, and each stream's adder folds
+// in that stream's values. Inputs, repartition topics, names and options
+// are as for CogroupedKStream.Aggregate; windows, stream time, late
+// records and results as for WindowedAggregate, with one difference that
+// Kafka Streams has too: each grouped stream has a stream time of its own,
+// the latest time of its own records, and a record is late only if that
+// time has closed its window. After a restart each starts from the latest
+// window the store holds. There is no EmitFinal for co-grouped windows, as
+// in Kafka Streams.
+func (s TimeWindowedCogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	if s.c.b == nil {
+		panic("topology: use of a zero TimeWindowedCogroupedKStream; create one with CogroupedKStream.WindowedBy")
+	}
+	o := collect(opts)
+	parents, step, missing := s.c.wire(init, store, o)
 	if init == nil {
-		b.errorf("%s: initializer is nil", n.label())
+		missing = append([]string{"initializer"}, missing...)
 	}
-	for _, m := range missing {
-		b.errorf("%s: %s is nil", n.label(), m)
-	}
-	return KTable[K, A]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: aggSerde}
+	inputOf := func(v cogrouped) int { return v.input }
+	return timeWindowAggregate(s.c.b, "cogroup-windowed-aggregate", store, s.w, false, s.c.inputs[0].keySerde, aggSerde, o, missing, step, inputOf, parents...)
 }

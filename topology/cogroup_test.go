@@ -119,4 +119,51 @@ func TestCogroupBuildErrors(t *testing.T) {
 	_, err := b.Build()
 	require.ErrorContains(t, err, "initializer is nil")
 	require.ErrorContains(t, err, "adder 1 is nil")
+
+	b = topology.NewBuilder()
+	g1 = topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	g2 = topology.Stream(b, "two", serde.String, serde.Int64).GroupByKey(serde.String, serde.Int64)
+	c = topology.CogroupWith(topology.Cogroup(g1, func(_ string, v, agg string) string { return agg + v }), g2, nil)
+	c.WindowedBy(topology.TumblingWindows(time.Second)).Aggregate(nil, "agg", serde.String)
+	_, err = b.Build()
+	require.ErrorContains(t, err, "initializer is nil")
+	require.ErrorContains(t, err, "adder 1 is nil")
+}
+
+// TestCogroupWindowedStreamTimePerInput: in a time-windowed co-grouping
+// each grouped stream closes windows by its own stream time, as Kafka
+// Streams' window processor per co-grouped stream does: a record of "two"
+// is late only once "two"'s own records have passed its window's close,
+// whatever "one" has read.
+func TestCogroupWindowedStreamTimePerInput(t *testing.T) {
+	b := topology.NewBuilder()
+	g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	c := topology.Cogroup(g1, func(_ string, v, agg string) string { return agg + "+" + v })
+	c = topology.CogroupWith(c, g2, func(_ string, v, agg string) string { return agg + "-" + v })
+	ws := topology.TimeWindowedSerde(serde.String, 10)
+	// With grace the store keeps [0,10) (for size plus grace past the
+	// latest window start) after "one" has closed it, so that "two"'s
+	// record finds it there.
+	c.WindowedBy(topology.TumblingWindows(10*time.Millisecond).Grace(5*time.Millisecond)).
+		Aggregate(func() string { return "0" }, "agg", serde.String).
+		ToStream().To("out", ws, serde.String)
+	d, _ := start(t, b)
+
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	require.NoError(t, strIn(d, "one").PipeAt("k", "A", at(0)))
+	require.NoError(t, strIn(d, "one").PipeAt("k", "B", at(17))) // one's stream time closes [0,10)
+	require.NoError(t, strIn(d, "two").PipeAt("k", "C", at(5)))  // two's does not
+	require.NoError(t, strIn(d, "one").PipeAt("k", "D", at(6)))  // late for one
+	require.NoError(t, strIn(d, "two").PipeAt("k", "E", at(25)))
+	require.NoError(t, strIn(d, "two").PipeAt("k", "F", at(7))) // late for two now
+
+	recs, err := topologytest.NewOutputTopic(d, "out", ws, serde.String).ReadRecords()
+	require.NoError(t, err)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Key.Window.String()+" "+r.Value+" @"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+	}
+	require.Equal(t, []string{"[0,10] 0+A @0", "[10,20] 0+B @17", "[0,10] 0+A-C @5", "[20,30] 0-E @25"}, got)
+	require.EqualValues(t, 2, d.DroppedLate())
 }

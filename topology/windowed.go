@@ -135,25 +135,33 @@ func aggregateStep[K, V, A any](init func() A, adder func(K, V, A) A) func(K, V,
 
 func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
 	g := s.grouping()
-	b := g.b
-	in := g.input(store)
-	w := s.w
+	var missing []string
+	if missingFunc != "" {
+		missing = []string{missingFunc}
+	}
+	return timeWindowAggregate(g.b, op, store, s.w, s.final, g.keySerde, aggSerde, o, missing, step, nil, g.input(store))
+}
+
+// timeWindowAggregate adds the processor of a time-windowed aggregation
+// reading parents. inputOf, given with several parents, tells which parent
+// a value came from: each parent has a stream time of its own.
+func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, missing []string, step func(K, V, A, bool) A, inputOf func(V) int, parents ...*node) KTable[Windowed[K], A] {
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Window, Retention: max(w.MinRetention(), 1), WindowSize: w.size,
 		Timestamped: !b.bareValues,
 	}
 	wopts := info.WindowOptions()
-	final := s.final
 	// The node's tasks share one pool of update chunks (windowUpdates).
 	pool := new(sync.Pool)
 	n := b.addProcessor(op, o, func() procImpl {
 		return &windowAggProc[K, V, A]{
 			store: store, w: w, wopts: wopts, final: final,
-			keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+			keySerde: keySerde, aggSerde: aggSerde, step: step,
 			updates: windowUpdates[K, A]{held: chunked[windowUpdate[K, A]]{pool: pool}},
+			clocks:  make([]eventClock, len(parents)), inputOf: inputOf,
 		}
-	}, in)
+	}, parents...)
 	n.stores = []string{store}
 	b.declareStore(info, n.label())
 	if final {
@@ -162,10 +170,10 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
-	if missingFunc != "" {
-		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	for _, m := range missing {
+		b.errorf("%s: %s is nil", n.label(), m)
 	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(keySerde, w.size), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
 }
 
 // windowAggProc aggregates records into time windows.
@@ -180,7 +188,13 @@ type windowAggProc[K, V, A any] struct {
 
 	ws      *statestore.WindowStore
 	updates windowUpdates[K, A]
-	clock   eventClock
+	// clocks holds each input's stream time: a co-grouped aggregation's
+	// inputs close windows each by its own records' times, as Kafka
+	// Streams' one window processor per input does. inputOf says which
+	// input a value came from (nil: the only one). Only a single-input
+	// aggregation emits final results, from clocks[0].
+	clocks  []eventClock
+	inputOf func(V) int
 	log     lateLog
 
 	// Each window a record falls in is one WindowStore.Update with
@@ -210,14 +224,30 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	p.updateFn = p.update
 	p.decodeCopies, _ = serdeCopies(p.aggSerde)
 	p.timestamped = c.timestamped(p.store)
-	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
+	observed := p.ws.ObservedTime
+	if len(p.clocks) > 1 {
+		// Every input's clock starts where the store stood before this
+		// task wrote to it, not at what the other inputs wrote since.
+		observed = sync.OnceValues(p.ws.ObservedTime)
+	}
+	for i := range p.clocks {
+		if err := p.clocks[i].open(c, p.store, p.final, observed); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull {
 		return nil
 	}
-	t, st, err := p.clock.advance(c, r, p.emit)
+	v := as[V](r.value)
+	clock := &p.clocks[0]
+	if p.inputOf != nil {
+		clock = &p.clocks[p.inputOf(v)]
+	}
+	t, st, err := clock.advance(c, r, p.emit)
 	if err != nil {
 		return err
 	}
@@ -226,7 +256,6 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return fmt.Errorf("encode key for store %q: %w", p.store, err)
 	}
-	v := as[V](r.value)
 	late := false
 	p.wins = p.w.appendWindowsFor(p.wins[:0], t)
 	for _, win := range p.wins {
@@ -262,7 +291,7 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 		p.updates.add(slot, stored, kb, k, win, next, ts, r.headers)
 		return nil
 	}
-	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
+	return p.clocks[0].pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
 }
 
 // update is updateFn: one aggregation step on the window's stored bytes,
@@ -573,10 +602,16 @@ func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates
 
 func (p *windowAggProc[K, V, A]) discard() { p.updates.discard() }
 
-func (p *windowAggProc[K, V, A]) committed() { p.clock.committed() }
+func (p *windowAggProc[K, V, A]) committed() {
+	for i := range p.clocks {
+		p.clocks[i].committed()
+	}
+}
 
 func (p *windowAggProc[K, V, A]) rewind() {
-	p.clock.rewind()
+	for i := range p.clocks {
+		p.clocks[i].rewind()
+	}
 	p.ws.Rewind()
 }
 

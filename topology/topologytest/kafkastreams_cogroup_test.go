@@ -174,8 +174,81 @@ var ksCogroups = []ksScenario{
 	},
 }
 
+// ksDefaultGrace is the grace of Kafka Streams' TimeWindows.of(size):
+// a day less the window's size.
+func ksDefaultGrace(size int64) int64 { return 24*60*60*1000 - size }
+
+// cogroupTimeWindows builds TimeWindowedCogroupedKStreamImplTest's
+// topologies: "one" with Kafka Streams' string adder and, with two, "two"
+// with its string remover, co-grouped into time windows of size and
+// advance from "0" into "out".
+func cogroupTimeWindows(two bool, size, advance int64) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		c := topology.Cogroup(g1, toStringAdder)
+		if two {
+			g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			c = topology.CogroupWith(c, g2, toStringRemover)
+		}
+		w := topology.HoppingWindows(ms(size), ms(advance)).Grace(ms(ksDefaultGrace(size)))
+		c.WindowedBy(w).Aggregate(toStringInit, "store", serde.String).
+			ToStream().To("out", topology.TimeWindowedSerde(serde.String, size), serde.String)
+	}
+}
+
+// toStringRemover is Kafka Streams' test aggregator TOSTRING_REMOVER.
+func toStringRemover(_ string, v, agg string) string { return agg + "-" + v }
+
+// The time-windowed scenarios' outputs name their window; Kafka Streams'
+// tests read only the key.
+var ksTimeWindowedCogroups = []ksScenario{
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowAggregateTestStreamsTest",
+		build: cogroupTimeWindows(true, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0", "k2@[0,500] 0+A+A @1", "k1@[0,500] 0+A+A @2",
+			"k1@[0,500] 0+A+A+B @3", "k2@[0,500] 0+A+A+B @3", "k2@[0,500] 0+A+A+B+B @4", "k1@[0,500] 0+A+A+B+B @4",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k2", "A", 1), one("k1", "A", 2),
+			one("k1", "B", 3), one("k2", "B", 3), one("k2", "B", 4), one("k1", "B", 4))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowMixAggregatorsTest",
+		build: cogroupTimeWindows(true, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0", "k2@[0,500] 0+A+A @1", "k1@[0,500] 0+A+A @2",
+			"k1@[0,500] 0+A+A-B @3", "k2@[0,500] 0+A+A-B @3", "k2@[0,500] 0+A+A-B-B @4", "k1@[0,500] 0+A+A-B-B @4",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k2", "A", 1), one("k1", "A", 2),
+			two("k1", "B", 3), two("k2", "B", 3), two("k2", "B", 4), two("k1", "B", 4))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowAggregateManyWindowsTest",
+		build: cogroupTimeWindows(false, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @499", "k2@[500,1000] 0+A @500", "k1@[500,1000] 0+A @500",
+		), one("k1", "A", 0), one("k2", "A", 499), one("k2", "A", 500), one("k1", "A", 500))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowAggregateOverlappingWindowsTest",
+		build: cogroupTimeWindows(false, 500, 200), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0",
+			"k1@[0,500] 0+A+B @250", "k1@[200,700] 0+B @250", "k2@[0,500] 0+A+B @250", "k2@[200,700] 0+B @250",
+			"k2@[200,700] 0+B+A @500", "k2@[400,900] 0+A @500", "k1@[200,700] 0+B+A @500", "k1@[400,900] 0+A @500",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k1", "B", 250), one("k2", "B", 250), one("k2", "A", 500), one("k1", "A", 500))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowMixAggregatorsManyWindowsTest",
+		build: cogroupTimeWindows(true, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0", "k2@[0,500] 0+A+A @1", "k1@[0,500] 0+A+A @2",
+			"k1@[0,500] 0+A+A-B @3", "k2@[0,500] 0+A+A-B @3", "k2@[500,1000] 0-B @501", "k1@[500,1000] 0-B @501",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k2", "A", 1), one("k1", "A", 2),
+			two("k1", "B", 3), two("k2", "B", 3), two("k2", "B", 501), two("k1", "B", 501))},
+	},
+}
+
 func TestKafkaStreamsCogroups(t *testing.T) {
-	for _, sc := range ksCogroups {
+	for _, sc := range append(ksCogroups, ksTimeWindowedCogroups...) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
