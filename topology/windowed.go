@@ -159,7 +159,7 @@ func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindow
 			store: store, w: w, wopts: wopts, final: final,
 			keySerde: keySerde, aggSerde: aggSerde, step: step,
 			updates: windowUpdates[K, A]{held: chunked[windowUpdate[K, A]]{pool: pool}},
-			clocks:  make([]eventClock, len(parents)), inputOf: inputOf,
+			clock:   newInputClocks(len(parents)), inputOf: inputOf,
 		}
 	}, parents...)
 	n.stores = []string{store}
@@ -188,13 +188,8 @@ type windowAggProc[K, V, A any] struct {
 
 	ws      *statestore.WindowStore
 	updates windowUpdates[K, A]
-	// clocks holds each input's stream time: a co-grouped aggregation's
-	// inputs close windows each by its own records' times, as Kafka
-	// Streams' one window processor per input does. inputOf says which
-	// input a value came from (nil: the only one). Only a single-input
-	// aggregation emits final results, from clocks[0].
-	clocks  []eventClock
-	inputOf func(V) int
+	clock   inputClocks
+	inputOf func(V) int // a co-grouped value's input; nil with one input
 	log     lateLog
 
 	// Each window a record falls in is one WindowStore.Update with
@@ -224,18 +219,7 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	p.updateFn = p.update
 	p.decodeCopies, _ = serdeCopies(p.aggSerde)
 	p.timestamped = c.timestamped(p.store)
-	observed := p.ws.ObservedTime
-	if len(p.clocks) > 1 {
-		// Every input's clock starts where the store stood before this
-		// task wrote to it, not at what the other inputs wrote since.
-		observed = sync.OnceValues(p.ws.ObservedTime)
-	}
-	for i := range p.clocks {
-		if err := p.clocks[i].open(c, p.store, p.final, observed); err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
 
 func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
@@ -243,11 +227,7 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	v := as[V](r.value)
-	clock := &p.clocks[0]
-	if p.inputOf != nil {
-		clock = &p.clocks[p.inputOf(v)]
-	}
-	t, st, err := clock.advance(c, r, p.emit)
+	t, st, err := inputClock(&p.clock, v, p.inputOf).advance(c, r, p.emit)
 	if err != nil {
 		return err
 	}
@@ -291,7 +271,7 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 		p.updates.add(slot, stored, kb, k, win, next, ts, r.headers)
 		return nil
 	}
-	return p.clocks[0].pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
+	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
 }
 
 // update is updateFn: one aggregation step on the window's stored bytes,
@@ -367,6 +347,66 @@ type eventClock struct {
 	// the last commit completed, where an abort takes them back.
 	committedTime    int64
 	committedStarted bool
+}
+
+// inputClocks are a windowed processor's stream times: its input's, the
+// embedded eventClock, and for a co-grouped aggregation one more for each
+// further grouped stream, so that each closes windows by its own records'
+// times, as Kafka Streams' window processor per co-grouped stream does.
+// Only the embedded clock has emit-final's pending windows: co-grouped
+// aggregations do not emit final results. The zero value serves one input.
+type inputClocks struct {
+	eventClock
+	others []eventClock
+}
+
+// newInputClocks returns the clocks of n inputs.
+func newInputClocks(n int) inputClocks {
+	return inputClocks{others: make([]eventClock, max(n-1, 0))}
+}
+
+// inputClock returns the clock of the input value v came from, which
+// inputOf names (nil for a processor of one input).
+func inputClock[V any](c *inputClocks, v V, inputOf func(V) int) *eventClock {
+	if inputOf == nil {
+		return &c.eventClock
+	}
+	if i := inputOf(v); i > 0 {
+		return &c.others[i-1]
+	}
+	return &c.eventClock
+}
+
+// open prepares every clock. Each starts, at its first record, from where
+// the store stood before this task wrote to it, not from what the other
+// inputs have written since.
+func (c *inputClocks) open(nc *nodeInstance, store string, final bool, observed func() (int64, error)) error {
+	if len(c.others) > 0 {
+		observed = sync.OnceValues(observed)
+	}
+	if err := c.eventClock.open(nc, store, final, observed); err != nil {
+		return err
+	}
+	for i := range c.others {
+		if err := c.others[i].open(nc, store, false, observed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *inputClocks) committed() {
+	c.eventClock.committed()
+	for i := range c.others {
+		c.others[i].committed()
+	}
+}
+
+func (c *inputClocks) rewind() {
+	c.eventClock.rewind()
+	for i := range c.others {
+		c.others[i].rewind()
+	}
 }
 
 // rewinder is a procImpl with a clock of its own, which an abort takes
@@ -602,16 +642,10 @@ func (p *windowAggProc[K, V, A]) flush(c *nodeInstance) error { return p.updates
 
 func (p *windowAggProc[K, V, A]) discard() { p.updates.discard() }
 
-func (p *windowAggProc[K, V, A]) committed() {
-	for i := range p.clocks {
-		p.clocks[i].committed()
-	}
-}
+func (p *windowAggProc[K, V, A]) committed() { p.clock.committed() }
 
 func (p *windowAggProc[K, V, A]) rewind() {
-	for i := range p.clocks {
-		p.clocks[i].rewind()
-	}
+	p.clock.rewind()
 	p.ws.Rewind()
 }
 
