@@ -308,5 +308,5 @@ func (s SessionWindowedCogroupedKStream[K, A]) Aggregate(init func() A, merger f
 	}
 	start := func() (A, bool) { return init(), true }
 	inputOf := func(v cogrouped) int { return v.input }
-	return sessionNode(s.c.b, "cogroup-session-aggregate", store, s.w, false, s.c.inputs[0].keySerde, aggSerde, o, missing, start, step, merger, inputOf, parents...)
+	return sessionWindowAggregate(s.c.b, "cogroup-session-aggregate", store, s.w, false, s.c.inputs[0].keySerde, aggSerde, o, missing, start, step, merger, inputOf, parents...)
 }

@@ -102,13 +102,14 @@ func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store str
 	if missingFunc != "" {
 		missing = []string{missingFunc}
 	}
-	return sessionNode(g.b, op, store, s.w, s.final, g.keySerde, aggSerde, o, missing, start, step, merge, nil, g.input(store))
+	return sessionWindowAggregate(g.b, op, store, s.w, s.final, g.keySerde, aggSerde, o, missing, start, step, merge, nil, g.input(store))
 }
 
-// sessionNode adds the processor of a session aggregation reading parents.
-// inputOf, given with several parents, tells which parent a value came
-// from: each parent has a stream time of its own (inputClocks).
-func sessionNode[K, V, A any](b *Builder, op, store string, w SessionWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, missing []string,
+// sessionWindowAggregate adds the processor of a session aggregation
+// reading parents. inputOf, given with several parents, tells which parent
+// a value came from: each parent has a stream time of its own
+// (inputClocks).
+func sessionWindowAggregate[K, V, A any](b *Builder, op, store string, w SessionWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, missing []string,
 	start func() (A, bool), step func(K, V, A, bool) A, merge func(K, A, A) A, inputOf func(V) int, parents ...*node) KTable[Windowed[K], A] {
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
