@@ -94,6 +94,44 @@ func TestCogroupRekeyedStreams(t *testing.T) {
 	require.Equal(t, stats{clicks: 2, cents: 250, seconds: 30}, v)
 }
 
+// TestCogroupWindowedRekeyed: a windowed co-grouping reads a re-keyed
+// grouped stream through its repartition topic, named as for an aggregate
+// without windows, and folds it into the same windows as the others.
+func TestCogroupWindowedRekeyed(t *testing.T) {
+	b := topology.NewBuilder()
+	clicks := topology.GroupBy(topology.Stream(b, "clicks", serde.String, serde.String),
+		func(_, page string) string { return page }, "", serde.String, serde.String)
+	views := topology.Stream(b, "views", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	c := topology.Cogroup(clicks, func(_, page, agg string) string { return agg + "c:" + page + " " })
+	c = topology.CogroupWith(c, views, func(_, user, agg string) string { return agg + "v:" + user + " " })
+	ws := topology.TimeWindowedSerde(serde.String, 10)
+	c.WindowedBy(topology.TumblingWindows(10*time.Millisecond)).Aggregate(func() string { return "" }, "page-windows", serde.String).
+		ToStream().To("out", ws, serde.String)
+
+	d, topo := start(t, b)
+	var repartitions []string
+	for _, st := range topo.Describe().SubTopologies {
+		for _, n := range st.Nodes {
+			if n.Kind == topology.SinkNode && n.Topic.Internal {
+				repartitions = append(repartitions, n.Topic.Name)
+			}
+		}
+	}
+	require.Equal(t, []string{"page-windows-repartition"}, repartitions)
+
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	require.NoError(t, strIn(d, "clicks").PipeAt("ann", "home", at(1)))
+	require.NoError(t, strIn(d, "views").PipeAt("home", "bob", at(3)))
+	require.NoError(t, strIn(d, "clicks").PipeAt("cid", "home", at(12)))
+	recs, err := topologytest.NewOutputTopic(d, "out", ws, serde.String).ReadRecords()
+	require.NoError(t, err)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Key.Key+r.Key.Window.String()+" "+r.Value+"@"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+	}
+	require.Equal(t, []string{"home[0,10] c:home @1", "home[0,10] c:home v:bob @3", "home[10,20] c:home @12"}, got)
+}
+
 // TestCogroupSameGroupingTwice: cogrouping a grouped stream again replaces
 // its adder, as in Kafka Streams, rather than folding each record twice.
 func TestCogroupSameGroupingTwice(t *testing.T) {
