@@ -293,7 +293,7 @@ func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte
 				var k wireKey
 				if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
 					prov := k.ServedBy.provenance(k.Partition)
-					return Result[json.RawMessage]{Value: k.Value, Found: st == http.StatusOK, Provenance: prov}, prov, nil
+					return Result[json.RawMessage]{Value: k.Value, Timestamp: k.TimestampMs, Found: st == http.StatusOK, Provenance: prov}, prov, nil
 				}
 			}
 			return Result[json.RawMessage]{}, Provenance{}, decodeErrorAnswer(st, body)
@@ -557,7 +557,7 @@ func ClientGet[K, V any](ctx context.Context, c *Client, store string, key K, ke
 	if err != nil {
 		return Result[V]{}, err
 	}
-	res := Result[V]{Found: raw.Found, Provenance: raw.Provenance}
+	res := Result[V]{Found: raw.Found, Timestamp: raw.Timestamp, Provenance: raw.Provenance}
 	if raw.Found {
 		if err := json.Unmarshal(raw.Value, &res.Value); err != nil {
 			return Result[V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, raw.Provenance.Partition, err)

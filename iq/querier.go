@@ -85,6 +85,12 @@ func (p Provenance) fresher(o Provenance) bool {
 // Result is the answer to a key lookup.
 type Result[V any] struct {
 	Value V
+	// Timestamp is the value's timestamp (milliseconds since the epoch)
+	// as the store keeps it beside the value, Kafka Streams'
+	// ValueAndTimestamp: the time of the update that wrote it. 0 for a
+	// store that keeps none (BareStoreValues, global stores) and for a
+	// value written without one.
+	Timestamp int64
 	// Found is false when the key is absent on the answering replica.
 	Found      bool
 	Provenance Provenance
@@ -94,6 +100,8 @@ type Result[V any] struct {
 type KeyValue[K, V any] struct {
 	Key   K
 	Value V
+	// Timestamp is the value's timestamp, as Result.Timestamp.
+	Timestamp int64
 }
 
 // PartitionEntries is what one partition's replica returned for a range.
@@ -349,31 +357,38 @@ func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts .
 	return q.getFrom(r, before, o.bound, store, p, key)
 }
 
-// values returns a key-value replica's store as its values read: without
-// their timestamps for a store that keeps them (StoreLayout.Timestamped).
-func (q *Querier) values(store string, r Replica) (statestore.ReadWriter, error) {
+// timestamped says whether a key-value store keeps a timestamp beside
+// each value (StoreLayout.Timestamped).
+func (q *Querier) timestamped(store string) (bool, error) {
 	l, err := q.layout(store)
-	if err != nil {
-		return nil, err
+	return l.Timestamped, err
+}
+
+// splitValue parts a stored value from its timestamp when the store keeps
+// one, the timestamp 0 when there is none.
+func splitValue(stored []byte, timestamped bool) (v []byte, ts int64) {
+	if !timestamped {
+		return stored, 0
 	}
-	if l.Timestamped {
-		return statestore.BareValues(r.Store()), nil
+	if v, ts = statestore.SplitTimestamped(stored); ts == statestore.NoTimestamp {
+		ts = 0
 	}
-	return r.Store(), nil
+	return v, ts
 }
 
 // getFrom reads a key from a replica that was found fit to answer when it
 // said before about itself.
 func (q *Querier) getFrom(r Replica, before ReplicaInfo, bound Staleness, store string, p int32, key []byte) (Result[[]byte], error) {
-	s, err := q.values(store, r)
+	timestamped, err := q.timestamped(store)
 	if err != nil {
 		return Result[[]byte]{}, err
 	}
-	v, found, err := s.Get(key)
+	v, found, err := r.Store().Get(key)
 	if err != nil {
 		return Result[[]byte]{}, movedErr(store, p, err)
 	}
-	return Result[[]byte]{Value: v, Found: found, Provenance: q.provenance(r, p, before, bound)}, nil
+	v, ts := splitValue(v, timestamped)
+	return Result[[]byte]{Value: v, Timestamp: ts, Found: found, Provenance: q.provenance(r, p, before, bound)}, nil
 }
 
 // Get looks up a key in the local replica of its partition, serializing the
@@ -387,7 +402,7 @@ func Get[K, V any](ctx context.Context, q *Querier, store string, key K, keySerd
 	if err != nil {
 		return Result[V]{}, err
 	}
-	res := Result[V]{Found: raw.Found, Provenance: raw.Provenance}
+	res := Result[V]{Found: raw.Found, Timestamp: raw.Timestamp, Provenance: raw.Provenance}
 	if raw.Found {
 		if res.Value, err = valueSerde.Decode(raw.Value); err != nil {
 			return Result[V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, raw.Provenance.Partition, err)
@@ -456,11 +471,11 @@ func scanPartition[K, V any](ctx context.Context, q *Querier, store string, p in
 	if err != nil {
 		return PartitionEntries[K, V]{}, err
 	}
-	s, err := q.values(store, r)
+	timestamped, err := q.timestamped(store)
 	if err != nil {
 		return PartitionEntries[K, V]{}, err
 	}
-	it, err := open(s)
+	it, err := open(r.Store())
 	if err != nil {
 		return PartitionEntries[K, V]{}, movedErr(store, p, err)
 	}
@@ -482,11 +497,12 @@ func scanPartition[K, V any](ctx context.Context, q *Querier, store string, p in
 		if err != nil {
 			return PartitionEntries[K, V]{}, fmt.Errorf("iq: store %q partition %d: decode key: %w", store, p, err)
 		}
-		v, err := vs.Decode(it.Value())
+		vb, ts := splitValue(it.Value(), timestamped)
+		v, err := vs.Decode(vb)
 		if err != nil {
 			return PartitionEntries[K, V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, p, err)
 		}
-		pe.Entries = append(pe.Entries, KeyValue[K, V]{Key: k, Value: v})
+		pe.Entries = append(pe.Entries, KeyValue[K, V]{Key: k, Value: v, Timestamp: ts})
 	}
 	if err := it.Err(); err != nil {
 		return PartitionEntries[K, V]{}, movedErr(store, p, err)

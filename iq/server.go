@@ -822,6 +822,7 @@ func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, r
 		s.refuseKey(w, c.Name, fmt.Errorf("iq: store %q partition %d: decode value: %w", c.Name, res.Provenance.Partition, err))
 		return
 	}
+	out.TimestampMs = res.Timestamp
 	s.observe(KeyQuery{Store: c.Name, ServedBy: res.Provenance, Found: true})
 	writeJSON(w, http.StatusOK, out)
 }
@@ -840,7 +841,7 @@ func encodeEntries(c StoreCodec, pe PartitionEntries[[]byte, []byte]) (wireParti
 		if err != nil {
 			return out, fmt.Errorf("iq: store %q partition %d: decode value: %w", c.Name, out.Partition, err)
 		}
-		var we wireEntry
+		we := wireEntry{TimestampMs: e.Timestamp}
 		if we.Key, err = json.Marshal(k); err == nil {
 			we.Value, err = json.Marshal(v)
 		}

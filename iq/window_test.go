@@ -585,7 +585,9 @@ func TestTimestampedWindowQueries(t *testing.T) {
 }
 
 // A timestamped key-value store (a table's) answers its values without
-// their timestamps, bare values included, to lookups and scans alike.
+// their timestamps, bare values included, to lookups and scans alike; the
+// answers carry each value's timestamp beside it (0, and no timestamp_ms
+// over HTTP, for a value stored bare), as window answers do.
 func TestTimestampedKeyValueQueries(t *testing.T) {
 	noLeaks(t)
 	c, reps := windowCluster(t, ServerConfig{})
@@ -601,26 +603,56 @@ func TestTimestampedKeyValueQueries(t *testing.T) {
 		v, _ := serde.Int64.Encode(7)
 		require.NoError(t, r.store.Put([]byte(k2), statestore.AppendTimestamped(nil, 1234, v)))
 	}()
+	values := map[string]int64{k1: 4, k2: 7}
+	stamps := map[string]int64{k1: 0, k2: 1234}
 
 	ctx := context.Background()
 	q := c.ins[1].srv.Querier()
-	for k, want := range map[string]int64{k1: 4, k2: 7} {
+	for k, want := range values {
 		res, err := Get(ctx, q, testStore, k, serde.String, serde.Int64)
 		require.NoError(t, err)
 		require.Equal(t, want, res.Value)
+		require.Equal(t, stamps[k], res.Timestamp, k)
 	}
 	all, err := All(ctx, q, testStore, serde.String, serde.Int64, WithPartition(1))
 	require.NoError(t, err)
 	require.Len(t, all.Partitions, 1)
 	require.Len(t, all.Partitions[0].Entries, 2)
 	for _, e := range all.Partitions[0].Entries {
-		require.Equal(t, map[string]int64{k1: 4, k2: 7}[e.Key], e.Value)
+		require.Equal(t, values[e.Key], e.Value)
+		require.Equal(t, stamps[e.Key], e.Timestamp, e.Key)
+	}
+
+	// Over HTTP, from the replica's host and routed through another.
+	for _, in := range []*fakeInstance{c.ins[1], c.ins[2]} {
+		status, body := getJSON(t, keyURL(in, k2, "route=true"))
+		require.Equal(t, 200, status, "%v", body)
+		require.EqualValues(t, 7, body["value"])
+		require.EqualValues(t, 1234, body["timestamp_ms"])
+		status, body = getJSON(t, keyURL(in, k1, "route=true"))
+		require.Equal(t, 200, status, "%v", body)
+		require.NotContains(t, body, "timestamp_ms")
+	}
+	status, body := getJSON(t, c.ins[1].http.URL+"/v1/stores/"+testStore+"/range?partition=1")
+	require.Equal(t, 200, status, "%v", body)
+	entries := body["partitions"].([]any)[0].(map[string]any)["entries"].([]any)
+	require.Len(t, entries, 2)
+	for _, e := range entries {
+		m := e.(map[string]any)
+		if k := m["key"].(string); stamps[k] == 0 {
+			require.NotContains(t, m, "timestamp_ms", k)
+		} else {
+			require.EqualValues(t, stamps[k], m["timestamp_ms"], k)
+		}
 	}
 
 	cl, err := NewClient([]string{c.ins[2].addr()}, ClientOptions{})
 	require.NoError(t, err)
 	defer cl.Close()
-	res, err := ClientGet[string, int64](ctx, cl, testStore, k2, serde.String)
-	require.NoError(t, err)
-	require.Equal(t, int64(7), res.Value)
+	for k, want := range values {
+		res, err := ClientGet[string, int64](ctx, cl, testStore, k, serde.String)
+		require.NoError(t, err)
+		require.Equal(t, want, res.Value)
+		require.Equal(t, stamps[k], res.Timestamp, k)
+	}
 }

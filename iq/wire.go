@@ -81,16 +81,20 @@ func (s *wireServedBy) provenance(partition int32) Provenance {
 
 // wireKey is the 200 and 404 answer of a key lookup.
 type wireKey struct {
-	Key       string          `json:"key"`
-	Value     json.RawMessage `json:"value,omitempty"`
-	Partition int32           `json:"partition"`
-	ServedBy  *wireServedBy   `json:"served_by,omitempty"`
-	Error     string          `json:"error,omitempty"`
+	Key   string          `json:"key"`
+	Value json.RawMessage `json:"value,omitempty"`
+	// TimestampMs is Result.Timestamp, left out when 0.
+	TimestampMs int64         `json:"timestamp_ms,omitempty"`
+	Partition   int32         `json:"partition"`
+	ServedBy    *wireServedBy `json:"served_by,omitempty"`
+	Error       string        `json:"error,omitempty"`
 }
 
 type wireEntry struct {
 	Key   json.RawMessage `json:"key"`
 	Value json.RawMessage `json:"value"`
+	// TimestampMs is KeyValue.Timestamp, left out when 0.
+	TimestampMs int64 `json:"timestamp_ms,omitempty"`
 }
 
 type wirePartitionRange struct {

@@ -104,9 +104,34 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 	}
 	b := c.b
 	o := collect(opts)
+	parents, step, missing := c.wire(init, store, o)
+	keySerde := c.inputs[0].keySerde
+	n := b.addProcessor("cogroup-aggregate", o, func() procImpl {
+		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, step: step, srcKey: true}
+	}, parents...)
+	n.stores = []string{store}
+	n.olds = ownOldValues
+	b.declareStore(b.tableStoreInfo(store, o), n.label())
+	if aggSerde == nil {
+		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	}
+	if init == nil {
+		b.errorf("%s: initializer is nil", n.label())
+	}
+	for _, m := range missing {
+		b.errorf("%s: %s is nil", n.label(), m)
+	}
+	return KTable[K, A]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: aggSerde}
+}
+
+// wire adds the nodes that tag each input's records with the input's
+// index, reading a re-keyed input from its repartition topic (see
+// Aggregate for the topics' names), and returns them with the aggregation
+// step, which picks a record's adder by its tag, and the adders missing.
+func (c CogroupedKStream[K, A]) wire(init func() A, store string, o options) (parents []*node, step func(K, cogrouped, A, bool) A, missing []string) {
+	b := c.b
 	adders := make([]func(K, any, A) A, len(c.inputs))
-	parents := make([]*node, len(c.inputs))
-	var missing []string
+	parents = make([]*node, len(c.inputs))
 	unnamed := 0
 	for i, in := range c.inputs {
 		adders[i] = in.adder
@@ -139,27 +164,149 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 			return c.forward(r)
 		}, in.input(base))
 	}
-	keySerde := c.inputs[0].keySerde
-	step := func(k K, v cogrouped, agg A, found bool) A {
+	step = func(k K, v cogrouped, agg A, found bool) A {
 		if !found {
 			agg = init()
 		}
 		return adders[v.input](k, v.value, agg)
 	}
-	n := b.addProcessor("cogroup-aggregate", o, func() procImpl {
-		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, step: step, srcKey: true}
-	}, parents...)
-	n.stores = []string{store}
-	n.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), n.label())
+	return parents, step, missing
+}
+
+// TimeWindowedCogroupedKStream is a co-grouping cut into time windows,
+// ready to be aggregated per key and window: Kafka Streams'
+// TimeWindowedCogroupedKStream. Create it with CogroupedKStream.WindowedBy.
+type TimeWindowedCogroupedKStream[K, A any] struct {
+	c CogroupedKStream[K, A]
+	w TimeWindows
+}
+
+// WindowedBy cuts the co-grouping c into the time windows w.
+func (c CogroupedKStream[K, A]) WindowedBy(w TimeWindows) TimeWindowedCogroupedKStream[K, A] {
+	if c.b == nil {
+		panic("topology: use of a zero CogroupedKStream; create one with Cogroup")
+	}
+	if w.size <= 0 {
+		c.b.errorf("WindowedBy: zero TimeWindows; use TumblingWindows or HoppingWindows")
+	}
+	return TimeWindowedCogroupedKStream[K, A]{c: c, w: w}
+}
+
+// Aggregate folds the values of every grouped stream of the co-grouping
+// into one aggregate per key and window, in the window store named store:
+// init gives a window's starting aggregate, and each stream's adder folds
+// in that stream's values. Inputs, repartition topics, names and options
+// are as for CogroupedKStream.Aggregate; windows, stream time, late
+// records and results as for WindowedAggregate, with one difference that
+// Kafka Streams has too: each grouped stream has a stream time of its own,
+// the latest time of its own records, and a record is late only if that
+// time has closed its window. After a restart each starts from the latest
+// window the store holds. There is no EmitFinal for co-grouped windows, as
+// in Kafka Streams.
+func (s TimeWindowedCogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	if s.c.b == nil {
+		panic("topology: use of a zero TimeWindowedCogroupedKStream; create one with CogroupedKStream.WindowedBy")
+	}
+	o := collect(opts)
+	parents, step, missing := s.c.wire(init, store, o)
+	if init == nil {
+		missing = append([]string{"initializer"}, missing...)
+	}
+	inputOf := func(v cogrouped) int { return v.input }
+	return timeWindowAggregate(s.c.b, "cogroup-windowed-aggregate", store, s.w, false, s.c.inputs[0].keySerde, aggSerde, o, missing, step, inputOf, parents...)
+}
+
+// SlidingWindowedCogroupedKStream is a co-grouping cut into sliding
+// windows, ready to be aggregated per key and window: Kafka Streams'
+// cogroup(...).windowedBy(SlidingWindows). Create it with
+// CogroupedKStream.SlidingWindowedBy.
+type SlidingWindowedCogroupedKStream[K, A any] struct {
+	c CogroupedKStream[K, A]
+	w SlidingWindows
+}
+
+// SlidingWindowedBy cuts the co-grouping c into the sliding windows w.
+func (c CogroupedKStream[K, A]) SlidingWindowedBy(w SlidingWindows) SlidingWindowedCogroupedKStream[K, A] {
+	if c.b == nil {
+		panic("topology: use of a zero CogroupedKStream; create one with Cogroup")
+	}
+	if w.diff <= 0 {
+		c.b.errorf("SlidingWindowedBy: zero SlidingWindows; use NewSlidingWindows")
+	}
+	return SlidingWindowedCogroupedKStream[K, A]{c: c, w: w}
+}
+
+// Aggregate folds the values of every grouped stream of the co-grouping
+// into one aggregate per key and sliding window, in the window store named
+// store and its "<store>-times": init gives a window's starting aggregate,
+// and each stream's adder folds in that stream's values. Windows are
+// computed as SlidingAggregate computes them without FoldKeptRecords, a
+// new window derived from its neighbours in the shared store whichever
+// stream wrote them, and each grouped stream has a stream time of its own,
+// as for TimeWindowedCogroupedKStream.Aggregate. There is no EmitFinal.
+func (s SlidingWindowedCogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	if s.c.b == nil {
+		panic("topology: use of a zero SlidingWindowedCogroupedKStream; create one with CogroupedKStream.SlidingWindowedBy")
+	}
+	b := s.c.b
+	o := collect(opts)
+	parents, step, missing := s.c.wire(init, store, o)
+	if init == nil {
+		missing = append([]string{"initializer"}, missing...)
+	}
+	keySerde := s.c.inputs[0].keySerde
+	inputOf := func(v cogrouped) int { return v.input }
+	n := derivedSlidingNode(b, "cogroup-sliding-aggregate", store, s.w, false, keySerde, aggSerde, o, step, inputOf, parents...)
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
-	}
-	if init == nil {
-		b.errorf("%s: initializer is nil", n.label())
 	}
 	for _, m := range missing {
 		b.errorf("%s: %s is nil", n.label(), m)
 	}
-	return KTable[K, A]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: aggSerde}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(keySerde, s.w.diff), valueSerde: aggSerde, windows: &windowClose{grace: s.w.grace}}
+}
+
+// SessionWindowedCogroupedKStream is a co-grouping cut into sessions,
+// ready to be aggregated per key and session: Kafka Streams'
+// SessionWindowedCogroupedKStream. Create it with
+// CogroupedKStream.SessionWindowedBy.
+type SessionWindowedCogroupedKStream[K, A any] struct {
+	c CogroupedKStream[K, A]
+	w SessionWindows
+}
+
+// SessionWindowedBy cuts the co-grouping c into the sessions w.
+func (c CogroupedKStream[K, A]) SessionWindowedBy(w SessionWindows) SessionWindowedCogroupedKStream[K, A] {
+	if c.b == nil {
+		panic("topology: use of a zero CogroupedKStream; create one with Cogroup")
+	}
+	if w.gap <= 0 {
+		c.b.errorf("SessionWindowedBy: zero SessionWindows; use NewSessionWindows")
+	}
+	return SessionWindowedCogroupedKStream[K, A]{c: c, w: w}
+}
+
+// Aggregate folds the values of every grouped stream of the co-grouping
+// into one aggregate per key and session, in the session store named
+// store: init gives a new session's starting aggregate, each stream's
+// adder folds in that stream's values, and merger combines the aggregates
+// of the sessions a record joins, whichever streams made them. Sessions
+// and results are as for SessionAggregate, and each grouped stream has a
+// stream time of its own, as for TimeWindowedCogroupedKStream.Aggregate.
+// There is no EmitFinal.
+func (s SessionWindowedCogroupedKStream[K, A]) Aggregate(init func() A, merger func(K, A, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[Windowed[K], A] {
+	if s.c.b == nil {
+		panic("topology: use of a zero SessionWindowedCogroupedKStream; create one with CogroupedKStream.SessionWindowedBy")
+	}
+	o := collect(opts)
+	parents, step, missing := s.c.wire(init, store, o)
+	if merger == nil {
+		missing = append([]string{"merger"}, missing...)
+	}
+	if init == nil {
+		missing = append([]string{"initializer"}, missing...)
+	}
+	start := func() (A, bool) { return init(), true }
+	inputOf := func(v cogrouped) int { return v.input }
+	return sessionWindowAggregate(s.c.b, "cogroup-session-aggregate", store, s.w, false, s.c.inputs[0].keySerde, aggSerde, o, missing, start, step, merger, inputOf, parents...)
 }

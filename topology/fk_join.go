@@ -30,6 +30,10 @@ import (
 // of the value and dropped. l and r need value serdes (a table derived with
 // MapTableValues needs TableValueSerde), since their values are hashed and
 // sent between the two sides.
+//
+// A foreign key that r's key serde encodes to nil (a nil []byte with
+// serde.Bytes) is Kafka's null: the l entry joins nothing, and loses the
+// result it had, as in Kafka Streams.
 func JoinByForeignKey[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], fk func(K, V) KO, joiner func(v V, rv VO) VR, store string, valueSerde serde.Serde[VR], opts ...Option) KTable[K, VR] {
 	var fn func(V, VO, bool) (VR, bool)
 	if joiner != nil {
@@ -45,7 +49,9 @@ func JoinByForeignKey[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], fk
 
 // LeftJoinByForeignKey is JoinByForeignKey keeping every key of l: the
 // result holds joiner(v, rv, found) for each, with found false and rv the
-// zero value when r does not hold the foreign key.
+// zero value when r does not hold the foreign key. An l entry whose foreign
+// key is null (see JoinByForeignKey) is joined with found false at once,
+// without a round trip through r's side, as Kafka Streams 3.9 joins it.
 func LeftJoinByForeignKey[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], fk func(K, V) KO, joiner func(v V, rv VO, found bool) VR, store string, valueSerde serde.Serde[VR], opts ...Option) KTable[K, VR] {
 	var fn func(V, VO, bool) (VR, bool)
 	if joiner != nil {
@@ -93,7 +99,8 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	// Left side: each update of l (un)subscribes; a deleted entry leaves
 	// the result at once.
 	sub := b.addProcessor("", derived("-subscribe"), func() procImpl {
-		return &fkSubscribeProc[K, V, KO]{fk: fk, keySerde: lks, valueSerde: lvs, fkSerde: rks, result: res.name}
+		return &fkSubscribeProc[K, V, KO]{fk: fk, keySerde: lks, valueSerde: lvs, fkSerde: rks, result: res.name,
+			joinNone: func(v V) (any, bool) { return fn(v, zero[VO](), false) }}
 	}, l.n)
 	b.requireOldValues(l.n, sub.label())
 	addSink(b, sub, registration, serde.Bytes, serde.Bytes, derived("-registration-sink"))
@@ -165,13 +172,18 @@ func prefixEnd(prefix []byte) []byte {
 // fkSubscribeProc turns each update of l into registration records: an
 // unsubscription from the old foreign key when it changed or the entry
 // was deleted, a subscription to the new one otherwise; a deletion also
-// goes straight to the result node as a tombstone.
+// goes straight to the result node as a tombstone, and so does the result
+// of an entry whose foreign key is null (r's key serde encodes it to nil),
+// which subscribes to nothing.
 type fkSubscribeProc[K, V, KO any] struct {
 	fk         func(K, V) KO
 	keySerde   serde.Serde[K]
 	valueSerde serde.Serde[V]
 	fkSerde    serde.Serde[KO]
 	result     string
+	// joinNone joins an l value with no r value, as the join does when r
+	// lacks the foreign key; false if the join has no result then.
+	joinNone func(V) (any, bool)
 }
 
 func (p *fkSubscribeProc[K, V, KO]) init(*nodeInstance) error { return nil }
@@ -204,16 +216,33 @@ func (p *fkSubscribeProc[K, V, KO]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	if oldFK != nil && !bytes.Equal(oldFK, newFK) {
+	if oldFK != nil && (newFK == nil || !bytes.Equal(oldFK, newFK)) {
 		if err := p.send(c, r, oldFK, fkUnsubscribe, 0, pk); err != nil {
 			return err
 		}
+	}
+	if newFK == nil {
+		return p.noForeignKey(c, r, v, oldFK != nil)
 	}
 	vb, err := p.valueSerde.Encode(v)
 	if err != nil {
 		return err
 	}
 	return p.send(c, r, newFK, fkSubscribe, valueHash(vb), pk)
+}
+
+// noForeignKey settles the result for an entry of l whose foreign key is
+// null: as in Kafka Streams, a left join joins the entry with no r value
+// at once, and an inner join drops it, deleting the result it had if it
+// was subscribed before.
+func (p *fkSubscribeProc[K, V, KO]) noForeignKey(c *nodeInstance, r record, v V, wasSubscribed bool) error {
+	if out, ok := p.joinNone(v); ok {
+		return c.forwardTo(p.result, record{key: r.key, value: out, ts: r.ts, headers: r.headers})
+	}
+	if !wasSubscribed {
+		return nil
+	}
+	return c.forwardTo(p.result, record{key: r.key, value: zero[any](), valueNull: true, ts: r.ts, headers: r.headers})
 }
 
 // send writes a registration: instruction, value hash, l key.

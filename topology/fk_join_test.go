@@ -189,3 +189,56 @@ func TestForeignKeyJoinResultTimestamps(t *testing.T) {
 		"o1 c1:pen@bob @7", "o2 c1:ink@bob @7",
 	}, got)
 }
+
+// TestForeignKeyJoinNullForeignKey: an order without a customer has a null
+// foreign key (a nil one, which serde.Bytes encodes to nil). As in Kafka
+// Streams, the inner join skips it, deleting the result of an order that
+// had a customer before, and the left join joins it with no customer at
+// once; either way it leaves its old customer's subscribers.
+func TestForeignKeyJoinNullForeignKey(t *testing.T) {
+	customerOrNil := func(_ string, order string) []byte {
+		c, _, _ := strings.Cut(order, ":")
+		if c == "" {
+			return nil
+		}
+		return []byte(c)
+	}
+	for _, left := range []bool{false, true} {
+		t.Run(map[bool]string{false: "inner", true: "left"}[left], func(t *testing.T) {
+			b := topology.NewBuilder()
+			orders := topology.Table(b, "orders", serde.String, serde.String, "orders-store")
+			customers := topology.Table(b, "customers", serde.Bytes, serde.String, "customers-store")
+			if left {
+				topology.LeftJoinByForeignKey(orders, customers, customerOrNil, func(o, c string, found bool) string {
+					if !found {
+						c = "?"
+					}
+					return o + "@" + c
+				}, "enriched", serde.String).ToStream().To("out", serde.String, serde.String)
+			} else {
+				topology.JoinByForeignKey(orders, customers, customerOrNil, func(o, c string) string { return o + "@" + c },
+					"enriched", serde.String).ToStream().To("out", serde.String, serde.String)
+			}
+			d, _ := start(t, b)
+			oin, cin := strIn(d, "orders"), strIn(d, "customers")
+			require.NoError(t, cin.PipeAt("c1", "ann", time.UnixMilli(1)))
+			require.NoError(t, oin.PipeAt("o1", ":pen", time.UnixMilli(2)))   // no customer
+			require.NoError(t, oin.PipeAt("o2", "c1:ink", time.UnixMilli(3))) // joined
+			require.NoError(t, oin.PipeAt("o2", ":ink", time.UnixMilli(4)))   // customer dropped
+			require.NoError(t, cin.PipeAt("c1", "bob", time.UnixMilli(5)))    // o2 no longer subscribed
+			var got []string
+			for _, r := range d.ReadOutput("out") {
+				v := "null"
+				if r.Value != nil {
+					v = string(r.Value)
+				}
+				got = append(got, string(r.Key)+" "+v+" @"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+			}
+			want := []string{"o2 c1:ink@ann @3", "o2 null @4"}
+			if left {
+				want = []string{"o1 :pen@? @2", "o2 c1:ink@ann @3", "o2 :ink@? @4"}
+			}
+			require.Equal(t, want, got)
+		})
+	}
+}

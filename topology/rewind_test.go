@@ -60,6 +60,18 @@ func TestAbortRewindsTime(t *testing.T) {
 			topology.SlidingWindowedBy(countIn(b), sliding).FoldKeptRecords().Count("counts").ToStream().
 				To("out", topology.TimeWindowedSerde(serde.String, sliding.MaxDiff()), serde.Int64)
 		}, nil},
+		{"cogroup-tumbling", func(b *topology.Builder) {
+			cogroupIn(b).WindowedBy(tumbling).Aggregate(emptyString, "counts", serde.String).ToStream().
+				To("out", topology.TimeWindowedSerde(serde.String, tumbling.Size()), serde.String)
+		}, aToRight},
+		{"cogroup-session", func(b *topology.Builder) {
+			cogroupIn(b).SessionWindowedBy(sessions).Aggregate(emptyString, func(_, x, y string) string { return x + y }, "counts", serde.String).
+				ToStream().To("out", topology.SessionWindowedSerde(serde.String), serde.String)
+		}, aToRight},
+		{"cogroup-sliding", func(b *topology.Builder) {
+			cogroupIn(b).SlidingWindowedBy(sliding).Aggregate(emptyString, "counts", serde.String).ToStream().
+				To("out", topology.TimeWindowedSerde(serde.String, sliding.MaxDiff()), serde.String)
+		}, aToRight},
 		{"join", func(b *topology.Builder) {
 			l := topology.Stream(b, "in", serde.String, serde.String)
 			r := topology.Stream(b, "right", serde.String, serde.String)
@@ -132,6 +144,25 @@ func TestAbortRewindsTime(t *testing.T) {
 		})
 	}
 }
+
+// cogroupIn co-groups "in" and "right", each record appending its topic's
+// letter, so that TestAbortRewindsTime's records of key "a", sent to
+// "right" (aToRight), take the clock of the co-grouping's second stream.
+func cogroupIn(b *topology.Builder) topology.CogroupedKStream[string, string] {
+	in := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	right := topology.Stream(b, "right", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	c := topology.Cogroup(in, func(_, _, agg string) string { return agg + "i" })
+	return topology.CogroupWith(c, right, func(_, _, agg string) string { return agg + "r" })
+}
+
+func aToRight(r graph.InputRecord) graph.InputRecord {
+	if string(r.Key) == "a" {
+		r.Topic = "right"
+	}
+	return r
+}
+
+func emptyString() string { return "" }
 
 // outputs are the records sent, as comparable strings.
 func outputs(sent []graph.OutputRecord) []string {

@@ -98,9 +98,19 @@ func SessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], init func() A
 func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string,
 	start func() (A, bool), step func(K, V, A, bool) A, merge func(K, A, A) A) KTable[Windowed[K], A] {
 	g := s.grouping()
-	b := g.b
-	in := g.input(store)
-	w := s.w
+	var missing []string
+	if missingFunc != "" {
+		missing = []string{missingFunc}
+	}
+	return sessionWindowAggregate(g.b, op, store, s.w, s.final, g.keySerde, aggSerde, o, missing, start, step, merge, nil, g.input(store))
+}
+
+// sessionWindowAggregate adds the processor of a session aggregation
+// reading parents. inputOf, given with several parents, tells which parent
+// a value came from: each parent has a stream time of its own
+// (inputClocks).
+func sessionWindowAggregate[K, V, A any](b *Builder, op, store string, w SessionWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, missing []string,
+	start func() (A, bool), step func(K, V, A, bool) A, merge func(K, A, A) A, inputOf func(V) int, parents ...*node) KTable[Windowed[K], A] {
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Session, Retention: addSat(w.MinRetention(), 1),
@@ -109,13 +119,13 @@ func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store str
 	// there to emit with EmitFinal, while lookups keep to the minimum
 	// (sessionAggProc.process).
 	wopts := info.WindowOptions()
-	final := s.final
 	n := b.addProcessor(op, o, func() procImpl {
 		return &sessionAggProc[K, V, A]{
 			store: store, w: w, wopts: wopts, final: final,
-			keySerde: g.keySerde, aggSerde: aggSerde, start: start, step: step, merge: merge,
+			keySerde: keySerde, aggSerde: aggSerde, start: start, step: step, merge: merge,
+			clock: newInputClocks(len(parents)), inputOf: inputOf,
 		}
-	}, in)
+	}, parents...)
 	n.stores = []string{store}
 	b.declareStore(info, n.label())
 	if final {
@@ -124,10 +134,10 @@ func sessionAggregate[K, V, A any](s SessionWindowedKStream[K, V], op, store str
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
-	if missingFunc != "" {
-		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	for _, m := range missing {
+		b.errorf("%s: %s is nil", n.label(), m)
 	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: SessionWindowedSerde(g.keySerde), valueSerde: aggSerde, windows: &windowClose{grace: addSat(w.gap, w.grace)}}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: SessionWindowedSerde(keySerde), valueSerde: aggSerde, windows: &windowClose{grace: addSat(w.gap, w.grace)}}
 }
 
 type sessionAggProc[K, V, A any] struct {
@@ -143,7 +153,8 @@ type sessionAggProc[K, V, A any] struct {
 
 	ss      *statestore.SessionStore
 	updates tableUpdates
-	clock   eventClock
+	clock   inputClocks
+	inputOf func(V) int // a co-grouped value's input; nil with one input
 	log     lateLog
 }
 
@@ -169,7 +180,8 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull {
 		return nil
 	}
-	t, st, err := p.clock.advance(c, r, p.emit)
+	v := as[V](r.value)
+	t, st, err := inputClock(&p.clock, v, p.inputOf).advance(c, r, p.emit)
 	if err != nil {
 		return err
 	}
@@ -251,7 +263,7 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			}
 		}
 	}
-	agg = p.step(k, as[V](r.value), agg, have)
+	agg = p.step(k, v, agg, have)
 	vb, err := encodeStoreValue(p.aggSerde, agg)
 	if err != nil {
 		return err

@@ -40,8 +40,9 @@ type slidingValue[A any] struct {
 // Streams does.
 type derivedSlidingProc[K, V, A any] struct {
 	slidingResults[K, A]
-	wopts statestore.WindowOptions
-	step  func(K, V, A, bool) A
+	wopts   statestore.WindowOptions
+	step    func(K, V, A, bool) A
+	inputOf func(V) int // a co-grouped value's input; nil with one input
 
 	times *statestore.WindowStore // latest record times by window start
 	// skipped is set when the record being processed was left out of a
@@ -146,7 +147,8 @@ func (p *derivedSlidingProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull {
 		return nil
 	}
-	t, st, err := p.clock.advance(c, r, p.emit)
+	v := as[V](r.value)
+	t, st, err := inputClock(&p.clock, v, p.inputOf).advance(c, r, p.emit)
 	if err != nil {
 		return err
 	}
@@ -161,7 +163,7 @@ func (p *derivedSlidingProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return fmt.Errorf("encode key for store %q: %w", p.store, err)
 	}
 	p.skipped = false
-	in := derivedInput[K, V]{k: k, kb: kb, v: as[V](r.value), t: t, st: st, r: r}
+	in := derivedInput[K, V]{k: k, kb: kb, v: v, t: t, st: st, r: r}
 	if t < p.w.diff {
 		err = p.processEarly(c, in)
 	} else {

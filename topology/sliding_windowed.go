@@ -136,26 +136,7 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 	if s.fold {
 		n = foldSlidingNode(s, op, store, aggSerde, valueSerde, o, step, in)
 	} else {
-		// One past Kafka Streams' retention: the window a record closes
-		// must still be there to emit with EmitFinal, while lookups keep
-		// to Kafka Streams' (derivedSlidingProc.neighbours).
-		info := StoreInfo{
-			Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
-			Kind: graph.Window, Retention: addSat(w.derivedRetention(), 1), WindowSize: w.diff,
-		}
-		timesInfo := info
-		timesInfo.Name = TimesStoreName(store)
-		wopts := info.WindowOptions()
-		n = b.addProcessor(op, o, func() procImpl {
-			return &derivedSlidingProc[K, V, A]{
-				slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: g.keySerde, aggSerde: aggSerde},
-				wopts:          wopts,
-				step:           step,
-			}
-		}, in)
-		n.stores = []string{store, timesInfo.Name}
-		b.declareStore(info, n.label())
-		b.declareStore(timesInfo, n.label())
+		n = derivedSlidingNode(b, op, store, w, final, g.keySerde, aggSerde, o, step, nil, in)
 	}
 	if final {
 		declarePending(b, n, store, o)
@@ -170,6 +151,35 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 		b.errorf("%s: %s is nil", n.label(), missingFunc)
 	}
 	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.diff), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
+}
+
+// derivedSlidingNode adds the processor of an aggregation computing its
+// windows as Kafka Streams does, reading parents, and declares its stores.
+// inputOf, given with several parents, tells which parent a value came
+// from: each parent has a stream time of its own (inputClocks).
+func derivedSlidingNode[K, V, A any](b *Builder, op, store string, w SlidingWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, step func(K, V, A, bool) A, inputOf func(V) int, parents ...*node) *node {
+	// One past Kafka Streams' retention: the window a record closes
+	// must still be there to emit with EmitFinal, while lookups keep
+	// to Kafka Streams' (derivedSlidingProc.neighbours).
+	info := StoreInfo{
+		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
+		Kind: graph.Window, Retention: addSat(w.derivedRetention(), 1), WindowSize: w.diff,
+	}
+	timesInfo := info
+	timesInfo.Name = TimesStoreName(store)
+	wopts := info.WindowOptions()
+	n := b.addProcessor(op, o, func() procImpl {
+		return &derivedSlidingProc[K, V, A]{
+			slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: keySerde, aggSerde: aggSerde, clock: newInputClocks(len(parents))},
+			wopts:          wopts,
+			step:           step,
+			inputOf:        inputOf,
+		}
+	}, parents...)
+	n.stores = []string{store, timesInfo.Name}
+	b.declareStore(info, n.label())
+	b.declareStore(timesInfo, n.label())
+	return n
 }
 
 // foldSlidingNode adds the processor of an aggregation with
@@ -230,7 +240,7 @@ type slidingResults[K, A any] struct {
 
 	ws      *statestore.WindowStore // aggregates by window start
 	updates tableUpdates
-	clock   eventClock
+	clock   inputClocks
 	log     lateLog
 }
 

@@ -135,25 +135,33 @@ func aggregateStep[K, V, A any](init func() A, adder func(K, V, A) A) func(K, V,
 
 func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
 	g := s.grouping()
-	b := g.b
-	in := g.input(store)
-	w := s.w
+	var missing []string
+	if missingFunc != "" {
+		missing = []string{missingFunc}
+	}
+	return timeWindowAggregate(g.b, op, store, s.w, s.final, g.keySerde, aggSerde, o, missing, step, nil, g.input(store))
+}
+
+// timeWindowAggregate adds the processor of a time-windowed aggregation
+// reading parents. inputOf, given with several parents, tells which parent
+// a value came from: each parent has a stream time of its own.
+func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, missing []string, step func(K, V, A, bool) A, inputOf func(V) int, parents ...*node) KTable[Windowed[K], A] {
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Window, Retention: max(w.MinRetention(), 1), WindowSize: w.size,
 		Timestamped: !b.bareValues,
 	}
 	wopts := info.WindowOptions()
-	final := s.final
 	// The node's tasks share one pool of update chunks (windowUpdates).
 	pool := new(sync.Pool)
 	n := b.addProcessor(op, o, func() procImpl {
 		return &windowAggProc[K, V, A]{
 			store: store, w: w, wopts: wopts, final: final,
-			keySerde: g.keySerde, aggSerde: aggSerde, step: step,
+			keySerde: keySerde, aggSerde: aggSerde, step: step,
 			updates: windowUpdates[K, A]{held: chunked[windowUpdate[K, A]]{pool: pool}},
+			clock:   newInputClocks(len(parents)), inputOf: inputOf,
 		}
-	}, in)
+	}, parents...)
 	n.stores = []string{store}
 	b.declareStore(info, n.label())
 	if final {
@@ -162,10 +170,10 @@ func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store strin
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
-	if missingFunc != "" {
-		b.errorf("%s: %s is nil", n.label(), missingFunc)
+	for _, m := range missing {
+		b.errorf("%s: %s is nil", n.label(), m)
 	}
-	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(g.keySerde, w.size), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
+	return KTable[Windowed[K], A]{b: b, n: n, store: store, keySerde: TimeWindowedSerde(keySerde, w.size), valueSerde: aggSerde, windows: &windowClose{grace: w.grace}}
 }
 
 // windowAggProc aggregates records into time windows.
@@ -180,7 +188,8 @@ type windowAggProc[K, V, A any] struct {
 
 	ws      *statestore.WindowStore
 	updates windowUpdates[K, A]
-	clock   eventClock
+	clock   inputClocks
+	inputOf func(V) int // a co-grouped value's input; nil with one input
 	log     lateLog
 
 	// Each window a record falls in is one WindowStore.Update with
@@ -217,7 +226,8 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if r.keyNull || r.valueNull {
 		return nil
 	}
-	t, st, err := p.clock.advance(c, r, p.emit)
+	v := as[V](r.value)
+	t, st, err := inputClock(&p.clock, v, p.inputOf).advance(c, r, p.emit)
 	if err != nil {
 		return err
 	}
@@ -226,7 +236,6 @@ func (p *windowAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return fmt.Errorf("encode key for store %q: %w", p.store, err)
 	}
-	v := as[V](r.value)
 	late := false
 	p.wins = p.w.appendWindowsFor(p.wins[:0], t)
 	for _, win := range p.wins {
@@ -338,6 +347,66 @@ type eventClock struct {
 	// the last commit completed, where an abort takes them back.
 	committedTime    int64
 	committedStarted bool
+}
+
+// inputClocks are a windowed processor's stream times: its input's, the
+// embedded eventClock, and for a co-grouped aggregation one more for each
+// further grouped stream, so that each closes windows by its own records'
+// times, as Kafka Streams' window processor per co-grouped stream does.
+// Only the embedded clock has emit-final's pending windows: co-grouped
+// aggregations do not emit final results. The zero value serves one input.
+type inputClocks struct {
+	eventClock
+	others []eventClock
+}
+
+// newInputClocks returns the clocks of n inputs.
+func newInputClocks(n int) inputClocks {
+	return inputClocks{others: make([]eventClock, max(n-1, 0))}
+}
+
+// inputClock returns the clock of the input value v came from, which
+// inputOf names (nil for a processor of one input).
+func inputClock[V any](c *inputClocks, v V, inputOf func(V) int) *eventClock {
+	if inputOf == nil {
+		return &c.eventClock
+	}
+	if i := inputOf(v); i > 0 {
+		return &c.others[i-1]
+	}
+	return &c.eventClock
+}
+
+// open prepares every clock. Each starts, at its first record, from where
+// the store stood before this task wrote to it, not from what the other
+// inputs have written since.
+func (c *inputClocks) open(nc *nodeInstance, store string, final bool, observed func() (int64, error)) error {
+	if len(c.others) > 0 {
+		observed = sync.OnceValues(observed)
+	}
+	if err := c.eventClock.open(nc, store, final, observed); err != nil {
+		return err
+	}
+	for i := range c.others {
+		if err := c.others[i].open(nc, store, false, observed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *inputClocks) committed() {
+	c.eventClock.committed()
+	for i := range c.others {
+		c.others[i].committed()
+	}
+}
+
+func (c *inputClocks) rewind() {
+	c.eventClock.rewind()
+	for i := range c.others {
+		c.others[i].rewind()
+	}
 }
 
 // rewinder is a procImpl with a clock of its own, which an abort takes

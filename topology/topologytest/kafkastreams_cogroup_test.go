@@ -1,6 +1,7 @@
 package topologytest_test
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 
@@ -174,8 +175,186 @@ var ksCogroups = []ksScenario{
 	},
 }
 
+// ksDefaultGrace is the grace of Kafka Streams' TimeWindows.of(size):
+// a day less the window's size.
+func ksDefaultGrace(size int64) int64 { return 24*60*60*1000 - size }
+
+// cogroupTimeWindows builds TimeWindowedCogroupedKStreamImplTest's
+// topologies: "one" with Kafka Streams' string adder and, with two, "two"
+// with its string remover, co-grouped into time windows of size and
+// advance from "0" into "out".
+func cogroupTimeWindows(two bool, size, advance int64) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		c := topology.Cogroup(g1, toStringAdder)
+		if two {
+			g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			c = topology.CogroupWith(c, g2, toStringRemover)
+		}
+		w := topology.HoppingWindows(ms(size), ms(advance)).Grace(ms(ksDefaultGrace(size)))
+		c.WindowedBy(w).Aggregate(toStringInit, "store", serde.String).
+			ToStream().To("out", topology.TimeWindowedSerde(serde.String, size), serde.String)
+	}
+}
+
+// toStringRemover is Kafka Streams' test aggregator TOSTRING_REMOVER.
+func toStringRemover(_ string, v, agg string) string { return agg + "-" + v }
+
+// The time-windowed scenarios' outputs name their window; Kafka Streams'
+// tests read only the key.
+var ksTimeWindowedCogroups = []ksScenario{
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowAggregateTestStreamsTest",
+		build: cogroupTimeWindows(true, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0", "k2@[0,500] 0+A+A @1", "k1@[0,500] 0+A+A @2",
+			"k1@[0,500] 0+A+A+B @3", "k2@[0,500] 0+A+A+B @3", "k2@[0,500] 0+A+A+B+B @4", "k1@[0,500] 0+A+A+B+B @4",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k2", "A", 1), one("k1", "A", 2),
+			one("k1", "B", 3), one("k2", "B", 3), one("k2", "B", 4), one("k1", "B", 4))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowMixAggregatorsTest",
+		build: cogroupTimeWindows(true, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0", "k2@[0,500] 0+A+A @1", "k1@[0,500] 0+A+A @2",
+			"k1@[0,500] 0+A+A-B @3", "k2@[0,500] 0+A+A-B @3", "k2@[0,500] 0+A+A-B-B @4", "k1@[0,500] 0+A+A-B-B @4",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k2", "A", 1), one("k1", "A", 2),
+			two("k1", "B", 3), two("k2", "B", 3), two("k2", "B", 4), two("k1", "B", 4))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowAggregateManyWindowsTest",
+		build: cogroupTimeWindows(false, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @499", "k2@[500,1000] 0+A @500", "k1@[500,1000] 0+A @500",
+		), one("k1", "A", 0), one("k2", "A", 499), one("k2", "A", 500), one("k1", "A", 500))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowAggregateOverlappingWindowsTest",
+		build: cogroupTimeWindows(false, 500, 200), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0",
+			"k1@[0,500] 0+A+B @250", "k1@[200,700] 0+B @250", "k2@[0,500] 0+A+B @250", "k2@[200,700] 0+B @250",
+			"k2@[200,700] 0+B+A @500", "k2@[400,900] 0+A @500", "k1@[200,700] 0+B+A @500", "k1@[400,900] 0+A @500",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k1", "B", 250), one("k2", "B", 250), one("k2", "A", 500), one("k1", "A", 500))},
+	},
+	{
+		name:  "TimeWindowedCogroupedKStreamImplTest.timeWindowMixAggregatorsManyWindowsTest",
+		build: cogroupTimeWindows(true, 500, 500), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @0", "k2@[0,500] 0+A @0", "k2@[0,500] 0+A+A @1", "k1@[0,500] 0+A+A @2",
+			"k1@[0,500] 0+A+A-B @3", "k2@[0,500] 0+A+A-B @3", "k2@[500,1000] 0-B @501", "k1@[500,1000] 0-B @501",
+		), one("k1", "A", 0), one("k2", "A", 0), one("k2", "A", 1), one("k1", "A", 2),
+			two("k1", "B", 3), two("k2", "B", 3), two("k2", "B", 501), two("k1", "B", 501))},
+	},
+}
+
+// cogroupSliding builds SlidingWindowedCogroupedKStreamImplTest's
+// topologies: "one" with Kafka Streams' string adder and, with two, "two"
+// with its string remover, co-grouped into sliding windows of 500 ms with
+// 2000 ms of grace, from "0" into "out".
+func cogroupSliding(two bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		c := topology.Cogroup(g1, toStringAdder)
+		if two {
+			g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			c = topology.CogroupWith(c, g2, toStringRemover)
+		}
+		c.SlidingWindowedBy(topology.NewSlidingWindows(ms(500)).Grace(ms(2000))).Aggregate(toStringInit, "store", serde.String).
+			ToStream().To("out", topology.TimeWindowedSerde(serde.String, 500), serde.String)
+	}
+}
+
+var ksSlidingWindowedCogroups = []ksScenario{
+	{
+		name:  "SlidingWindowedCogroupedKStreamImplTest.slidingWindowAggregateStreamsTest",
+		build: cogroupSliding(true), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @500",
+			"k2@[0,500] 0+A @500",
+			"k2@[501,1001] 0+A @501", "k2@[1,501] 0+A+A @501",
+			"k1@[501,1001] 0+A @502", "k1@[2,502] 0+A+A @502",
+			"k1@[501,1001] 0+A+B @503", "k1@[503,1003] 0+B @503", "k1@[3,503] 0+A+A+B @503",
+			"k2@[501,1001] 0+A+B @503", "k2@[502,1002] 0+B @503", "k2@[3,503] 0+A+A+B @503",
+			"k2@[502,1002] 0+B+B @504", "k2@[501,1001] 0+A+B+B @504", "k2@[504,1004] 0+B @504", "k2@[4,504] 0+A+A+B+B @504",
+			"k1@[503,1003] 0+B+B @504", "k1@[501,1001] 0+A+B+B @504", "k1@[504,1004] 0+B @504", "k1@[4,504] 0+A+A+B+B @504",
+		), one("k1", "A", 500), one("k2", "A", 500), one("k2", "A", 501), one("k1", "A", 502),
+			one("k1", "B", 503), one("k2", "B", 503), one("k2", "B", 504), one("k1", "B", 504))},
+	},
+	{
+		// The test reads keys, values and timestamps; the windows follow
+		// from the comments it gives each ("right window k1@500", ...).
+		name:  "SlidingWindowedCogroupedKStreamImplTest.slidingWindowAggregateOverlappingWindowsTest",
+		build: cogroupSliding(false), key: windowKey(500),
+		steps: []ksStep{step(out(
+			"k1@[0,500] 0+A @500", "k2@[0,500] 0+A @500",
+			"k1@[501,1001] 0+B @750", "k1@[250,750] 0+A+B @750",
+			"k2@[501,1001] 0+B @750", "k2@[250,750] 0+A+B @750",
+			"k2@[501,1001] 0+B+A @1000", "k2@[751,1251] 0+A @1000", "k2@[500,1000] 0+A+B+A @1000",
+			"k1@[501,1001] 0+B+A @1000", "k1@[751,1251] 0+A @1000", "k1@[500,1000] 0+A+B+A @1000",
+		), one("k1", "A", 500), one("k2", "A", 500), one("k1", "B", 750), one("k2", "B", 750), one("k2", "A", 1000), one("k1", "A", 1000))},
+	},
+}
+
+// cogroupSessions builds SessionWindowedCogroupedKStreamImplTest's
+// topologies: "one" with Kafka Streams' string adder and, with two, "two"
+// with its string remover, co-grouped into sessions of gap (with the grace
+// of Kafka Streams' SessionWindows.with, a day less the gap), from "0",
+// merged by joining with "+", into "out".
+func cogroupSessions(two bool, gap int64) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g1 := topology.Stream(b, "one", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		c := topology.Cogroup(g1, toStringAdder)
+		if two {
+			g2 := topology.Stream(b, "two", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			c = topology.CogroupWith(c, g2, toStringRemover)
+		}
+		c.SessionWindowedBy(topology.NewSessionWindows(ms(gap)).Grace(ms(ksDefaultGrace(gap)))).
+			Aggregate(toStringInit, sessionMerger, "store", serde.String).
+			ToStream().To("out", topology.SessionWindowedSerde(serde.String), serde.String)
+	}
+}
+
+// The session scenarios' tests read the last value of some windowed keys.
+var ksSessionWindowedCogroups = []ksScenario{
+	{
+		name:  "SessionWindowedCogroupedKStreamImplTest.sessionWindowAggregateTest",
+		build: cogroupSessions(false, 500), key: sessionKey, lastPerKey: true,
+		steps: []ksStep{step(out("k1@[0,0] 0+A @0", "k11@[599,599] 0+B @599"),
+			one("k1", "A", 0), one("k11", "A", 0), one("k11", "B", 599), one("k1", "B", 607))},
+	},
+	{
+		name:  "SessionWindowedCogroupedKStreamImplTest.sessionWindowAggregate2Test",
+		build: cogroupSessions(false, 500), key: sessionKey, lastPerKey: true,
+		steps: []ksStep{step(out("k1@[0,0] 0+0+A+A @0", "k11@[599,599] 0+B @599"),
+			one("k1", "A", 0), one("k1", "A", 0), one("k11", "B", 599), one("k1", "B", 607))},
+	},
+	{
+		name:  "SessionWindowedCogroupedKStreamImplTest.sessionWindowAggregateTest2StreamsTest",
+		build: cogroupSessions(true, 100), key: sessionKey, lastPerKey: true,
+		steps: []ksStep{step(out("k1@[0,199] 0+0+0+0+A+A+A+A @199", "k1@[300,400] 0+0+B+B @400", "k11@[301,400] 0+0+B+B @400"),
+			one("k1", "A", 0), one("k1", "A", 84), one("k1", "A", 113), one("k1", "A", 199),
+			one("k1", "B", 300), one("k11", "B", 301), one("k11", "B", 400), one("k1", "B", 400))},
+	},
+	{
+		name:  "SessionWindowedCogroupedKStreamImplTest.sessionWindowMixAggregatorsTest",
+		build: cogroupSessions(true, 100), key: sessionKey, lastPerKey: true,
+		steps: []ksStep{step(out("k1@[0,3] 0+0+0+A+A-B @3", "k11@[444,444] 0-B @444"),
+			one("k1", "A", 0), one("k11", "A", 0), one("k11", "A", 1), one("k1", "A", 2),
+			two("k1", "B", 3), two("k11", "B", 3), two("k11", "B", 444), two("k1", "B", 444))},
+	},
+	{
+		name:  "SessionWindowedCogroupedKStreamImplTest.sessionWindowMixAggregatorsManyWindowsTest",
+		build: cogroupSessions(true, 100), key: sessionKey, lastPerKey: true,
+		steps: []ksStep{step(out("k1@[0,3] 0+0+0+A+A-B @3", "k11@[500,501] 0+0-B-B @501", "k1@[501,501] 0-B @501"),
+			one("k1", "A", 0), one("k11", "A", 0), one("k11", "A", 1), one("k1", "A", 2),
+			two("k1", "B", 3), two("k11", "B", 500), two("k11", "B", 501), two("k1", "B", 501))},
+	},
+}
+
 func TestKafkaStreamsCogroups(t *testing.T) {
-	for _, sc := range ksCogroups {
+	all := slices.Concat(ksCogroups, ksTimeWindowedCogroups, ksSlidingWindowedCogroups, ksSessionWindowedCogroups)
+	for _, sc := range all {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
