@@ -1,0 +1,741 @@
+package statestore
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// A shared badger DB holds many stores in one directory, each under a key
+// prefix of its own, so that an instance pays for one set of memtables,
+// compactors, files and memory maps rather than one per store. Its keys:
+//
+//	00 'c' name          -> id (4 bytes): the catalog of stores
+//	00 'd' id            -> (empty): a store's keys being dropped
+//	01 id  <store keys>  a store's keys, laid out as in a DB of its own
+//	                     (see badgerkeys.go) after the 5-byte prefix
+//
+// A store's position is one of its keys, so it commits with the store's
+// data as in a DB of its own, and Commit writes several stores' data and
+// positions in one transaction.
+//
+// Reset and Drop move a store off its prefix in one transaction (Reset
+// gives the name a new id, Drop removes the name) that also records the
+// old id as being dropped; the old keys are then removed with badger's
+// DropPrefix and the record deleted. A crash in between leaves the record,
+// and opening the DB drops the prefix again. Readers of a store never see
+// a mix: the switch of prefix is one transaction, and no reader reads an
+// old prefix after it.
+//
+// DropPrefix flushes the memtables and rewrites the tables holding the
+// prefix; badger refuses every write while it runs (ErrBlockedWrites),
+// whatever its keys, so writes to every store of the DB wait for it here.
+// Stores removed together should be dropped in one call.
+//
+// Damage. The DB's table files are verified when it opens, as a store's
+// are (see checkTables). A damaged table fails the open of the whole DB
+// with an error wrapping ErrCorrupt: which stores the table held is
+// written in the table itself, and opening without it would silently lose
+// their keys. Every store in the DB must then be rebuilt: delete the
+// directory (DestroyBadger) and restore each store from its changelog. A
+// record of one store that does not parse (its position, a torn or staged
+// write's marker) fails only that store's Open, with ErrCorrupt; Drop
+// removes that one store.
+const (
+	sharedCatalog byte = 0x00
+	sharedStores  byte = 0x01
+)
+
+var (
+	catalogPrefix = []byte{sharedCatalog, 'c'}
+	dropsPrefix   = []byte{sharedCatalog, 'd'}
+)
+
+// storeNS is the prefix of the keys of the store with the given id.
+func storeNS(id uint32) []byte { return binary.BigEndian.AppendUint32([]byte{sharedStores}, id) }
+
+func dropKey(id uint32) []byte {
+	return binary.BigEndian.AppendUint32(append([]byte{}, dropsPrefix...), id)
+}
+
+func catalogKey(name string) []byte { return append(append([]byte{}, catalogPrefix...), name...) }
+
+// DefaultSharedBadgerOptions returns the options OpenSharedBadger uses for
+// zero fields. Where DefaultBadgerOptions keeps each of many DBs small, one
+// DB holds every store of an instance under one memory budget: 16 MiB
+// memtables (so one transaction may hold ~2.4 MB, some 25,000 small
+// entries), of which 3 may exist while the oldest is flushed, 2 MiB
+// tables and a 32 MiB level 1.
+func DefaultSharedBadgerOptions() BadgerOptions {
+	o := DefaultBadgerOptions()
+	o.MemTableSize = 16 << 20
+	o.NumMemtables = 3
+	o.BaseTableSize = 2 << 20
+	o.BaseLevelSize = 32 << 20
+	o.NumLevelZeroTables = 5
+	o.NumLevelZeroTablesStall = 15
+	return o
+}
+
+// SharedBadger is a badger DB in one directory holding many stores, each
+// under a key prefix of its own (see the notes above). Its stores behave as
+// stores opened with OpenBadger do, Reset included; closing one leaves the
+// DB open. Only one process may hold the directory open at a time.
+type SharedBadger struct {
+	db   *badger.DB
+	dir  string
+	opts BadgerOptions
+
+	// gate lets writes run together but not alongside DropPrefix: every
+	// write to db holds it for reading, DropPrefix for writing.
+	gate sync.RWMutex
+
+	// mu guards the catalog as held in memory and the open stores. It is
+	// taken before any store's locks, never after.
+	mu     sync.Mutex
+	ids    map[string]uint32
+	next   uint32
+	stores map[string]*badgerStore
+	shut   bool
+
+	stopGC chan struct{}
+	gcDone chan struct{}
+}
+
+// OpenSharedBadger opens (creating if needed) a shared badger DB in dir,
+// with DefaultSharedBadgerOptions for zero fields of opts. Drops that a
+// crash interrupted are finished before it returns. Its errors are
+// classified as OpenBadger's are: ErrCorrupt on proof of damage, a
+// *MachineError or a *DiskFullError for the machine's.
+func OpenSharedBadger(dir string, opts BadgerOptions) (*SharedBadger, error) {
+	opts = opts.sharedDefaults().withDefaults()
+	if err := checkRoom(dir, opts.DiskReserve); err != nil {
+		return nil, err
+	}
+	bo := opts.badger(dir)
+	if err := checkTables(dir, bo); err != nil {
+		return nil, openError(dir, opts.DiskReserve, err)
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, openError(dir, opts.DiskReserve, err)
+	}
+	d := &SharedBadger{
+		db:     db,
+		dir:    dir,
+		opts:   opts,
+		ids:    make(map[string]uint32),
+		stores: make(map[string]*badgerStore),
+		stopGC: make(chan struct{}),
+		gcDone: make(chan struct{}),
+	}
+	pending, err := d.readCatalog()
+	if err == nil {
+		err = d.drop(pending)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, openError(dir, opts.DiskReserve, err)
+	}
+	if opts.ValueLogGCInterval > 0 {
+		go d.gcLoop(opts.ValueLogGCInterval)
+	} else {
+		close(d.gcDone)
+	}
+	return d, nil
+}
+
+// sharedDefaults fills the zero fields of o that DefaultSharedBadgerOptions
+// sets apart from DefaultBadgerOptions.
+func (o BadgerOptions) sharedDefaults() BadgerOptions {
+	d := DefaultSharedBadgerOptions()
+	if o.MemTableSize == 0 {
+		o.MemTableSize = d.MemTableSize
+	}
+	if o.NumMemtables == 0 {
+		o.NumMemtables = d.NumMemtables
+	}
+	if o.BaseTableSize == 0 {
+		o.BaseTableSize = d.BaseTableSize
+	}
+	if o.BaseLevelSize == 0 {
+		o.BaseLevelSize = d.BaseLevelSize
+	}
+	if o.NumLevelZeroTables == 0 {
+		o.NumLevelZeroTables = d.NumLevelZeroTables
+	}
+	if o.NumLevelZeroTablesStall == 0 {
+		o.NumLevelZeroTablesStall = d.NumLevelZeroTablesStall
+	}
+	return o
+}
+
+// readCatalog loads the catalog and returns the ids being dropped.
+func (d *SharedBadger) readCatalog() ([]uint32, error) {
+	var pending []uint32
+	next := uint64(0)
+	err := d.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{sharedCatalog}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			var id uint32
+			switch {
+			case slices.Equal(k[:2], catalogPrefix):
+				err := it.Item().Value(func(v []byte) error {
+					if len(v) != 4 {
+						return fmt.Errorf("%w: catalog entry of %d bytes for store %q", ErrCorrupt, len(v), k[2:])
+					}
+					id = binary.BigEndian.Uint32(v)
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				d.ids[string(k[2:])] = id
+			case slices.Equal(k[:2], dropsPrefix) && len(k) == 6:
+				id = binary.BigEndian.Uint32(k[2:])
+				pending = append(pending, id)
+			default:
+				return fmt.Errorf("%w: unknown catalog key %q", ErrCorrupt, k)
+			}
+			next = max(next, uint64(id)+1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("statestore: read the catalog of shared badger %s: %w", d.dir, err)
+	}
+	if next > math.MaxUint32 {
+		return nil, fmt.Errorf("statestore: shared badger %s: store ids exhausted", d.dir)
+	}
+	d.next = uint32(next)
+	return pending, nil
+}
+
+// writing holds off DropPrefix until the function it returns is called.
+// For a nil d, the home of a store with a DB of its own, it does nothing.
+func (d *SharedBadger) writing() func() {
+	if d == nil {
+		return func() {}
+	}
+	d.gate.RLock()
+	return d.gate.RUnlock
+}
+
+// dropPrefix removes every key of db with prefix (see badgerStore's
+// dropPrefix), holding the writes of the other stores off if db is d's.
+func (d *SharedBadger) dropPrefix(db *badger.DB, prefix []byte) error {
+	if d == nil {
+		return db.DropPrefix(prefix)
+	}
+	d.gate.Lock()
+	defer d.gate.Unlock()
+	return d.db.DropPrefix(prefix)
+}
+
+// update runs one write transaction.
+func (d *SharedBadger) update(f func(txn *badger.Txn) error) error {
+	defer d.writing()()
+	return d.db.Update(f)
+}
+
+// newID returns an id no store has used since the DB was opened. Called
+// with mu held.
+func (d *SharedBadger) newID() (uint32, error) {
+	if d.next == math.MaxUint32 {
+		return 0, fmt.Errorf("statestore: shared badger %s: store ids exhausted", d.dir)
+	}
+	d.next++
+	return d.next - 1, nil
+}
+
+// drop removes the keys of the given ids, whose drop records are written,
+// and then their records.
+func (d *SharedBadger) drop(ids []uint32) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	prefixes := make([][]byte, len(ids))
+	for i, id := range ids {
+		prefixes[i] = storeNS(id)
+	}
+	d.gate.Lock()
+	err := d.db.DropPrefix(prefixes...)
+	d.gate.Unlock()
+	if err != nil {
+		return fmt.Errorf("statestore: drop %d stores of shared badger %s: %w", len(ids), d.dir, err)
+	}
+	return d.update(func(txn *badger.Txn) error {
+		for _, id := range ids {
+			if err := txn.Delete(dropKey(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Open opens the store called name, creating it empty if the DB does not
+// hold it. A store is open at most once at a time.
+func (d *SharedBadger) Open(name string) (Store, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shut {
+		return nil, ErrClosed
+	}
+	if _, ok := d.stores[name]; ok {
+		return nil, fmt.Errorf("statestore: store %q of shared badger %s is already open", name, d.dir)
+	}
+	id, ok := d.ids[name]
+	if !ok {
+		var err error
+		if id, err = d.newID(); err != nil {
+			return nil, err
+		}
+		err = d.update(func(txn *badger.Txn) error {
+			return txn.Set(catalogKey(name), binary.BigEndian.AppendUint32(nil, id))
+		})
+		if err != nil {
+			return nil, diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: create store %q in shared badger %s: %w", name, d.dir, err))
+		}
+		d.ids[name] = id
+	}
+	s := d.store(name, id)
+	release := d.writing()
+	err := s.load()
+	release()
+	if err != nil {
+		return nil, diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: open store %q in shared badger %s: %w", name, d.dir, err))
+	}
+	d.stores[name] = s
+	return s, nil
+}
+
+// store makes the store of name under id, not yet loaded.
+func (d *SharedBadger) store(name string, id uint32) *badgerStore {
+	s := &badgerStore{
+		db:             d.db,
+		dir:            d.dir,
+		keys:           newKeyspace(storeNS(id)),
+		home:           d,
+		name:           name,
+		opts:           d.opts,
+		valueThreshold: d.opts.ValueThreshold,
+		iters:          make(map[*badgerIter]struct{}),
+		stopGC:         make(chan struct{}),
+		gcDone:         make(chan struct{}),
+	}
+	// The DB collects value-log garbage for all its stores.
+	close(s.gcDone)
+	return s
+}
+
+// closed forgets a store that has been closed.
+func (d *SharedBadger) closed(s *badgerStore) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stores[s.name] == s {
+		delete(d.stores, s.name)
+	}
+}
+
+// reset empties s by moving it to a new id; see the notes above.
+func (d *SharedBadger) reset(s *badgerStore) error {
+	d.mu.Lock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	s.releaseIters(ErrReset)
+	s.dropShared()
+	old := d.ids[s.name]
+	id, err := d.newID()
+	if err == nil {
+		err = d.update(func(txn *badger.Txn) error {
+			if err := txn.Set(catalogKey(s.name), binary.BigEndian.AppendUint32(nil, id)); err != nil {
+				return err
+			}
+			return txn.Set(dropKey(old), nil)
+		})
+	}
+	if err == nil {
+		d.ids[s.name] = id
+		s.keys = newKeyspace(storeNS(id))
+		s.position.Store(NoPosition)
+		s.torn.Store(NoPosition)
+		s.failed.Store(nil)
+	}
+	s.mu.Unlock()
+	d.mu.Unlock()
+	if err != nil {
+		// The store is still on its old prefix, as it was.
+		return diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: reset store %q of shared badger %s: %w", s.name, d.dir, err))
+	}
+	if err := d.drop([]uint32{old}); err != nil {
+		// The store is reset; the next open of the DB drops the old keys.
+		d.opts.Logger.Warn("statestore: cannot drop the old contents of a reset store", "dir", d.dir, "store", s.name, "err", err)
+	}
+	return nil
+}
+
+// Drop removes the named stores and their keys, in one DropPrefix. They
+// must not be open; names the DB does not hold are skipped. It is how a
+// task's stores are removed when the task leaves the instance, and how one
+// store found damaged (see the notes above) is deleted.
+func (d *SharedBadger) Drop(names ...string) error {
+	d.mu.Lock()
+	if d.shut {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	var ids []uint32
+	for _, name := range names {
+		if _, ok := d.stores[name]; ok {
+			d.mu.Unlock()
+			return fmt.Errorf("statestore: drop store %q of shared badger %s: it is open", name, d.dir)
+		}
+		if id, ok := d.ids[name]; ok {
+			ids = append(ids, id)
+		}
+	}
+	err := d.update(func(txn *badger.Txn) error {
+		for _, name := range names {
+			id, ok := d.ids[name]
+			if !ok {
+				continue
+			}
+			if err := txn.Delete(catalogKey(name)); err != nil {
+				return err
+			}
+			if err := txn.Set(dropKey(id), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		for _, name := range names {
+			delete(d.ids, name)
+		}
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: drop stores of shared badger %s: %w", d.dir, err))
+	}
+	// The stores are gone from the catalog: should removing their keys
+	// fail, the next open of the DB retries it.
+	return d.drop(ids)
+}
+
+// Stores returns the names of the stores the DB holds, sorted.
+func (d *SharedBadger) Stores() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	names := make([]string, 0, len(d.ids))
+	for name := range d.ids {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// StoreWrite is one store's part of a Commit: what its Write would apply.
+type StoreWrite struct {
+	Store    Store
+	Entries  []Entry
+	Position int64
+}
+
+// Commit applies writes, each to a distinct store of d, as their stores'
+// Writes would. When together they fit one badger transaction (see Write),
+// they commit in it: a crash keeps all of them or none. Otherwise each is
+// written in turn, atomically for its own store only. Committing a
+// thread's stores together puts one transaction through badger's write
+// loop rather than one per store.
+func (d *SharedBadger) Commit(writes []StoreWrite) error {
+	ss := make([]*badgerStore, len(writes))
+	for i, w := range writes {
+		s, ok := w.Store.(*badgerStore)
+		if !ok || s.home != d {
+			return fmt.Errorf("statestore: commit to shared badger %s: store %d is not one of its stores", d.dir, i)
+		}
+		ss[i] = s
+	}
+	// Stores are locked in name order, so commits of overlapping sets of
+	// stores cannot deadlock.
+	order := make([]int, len(writes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ss[a].name, ss[b].name) })
+	for n, i := range order {
+		if n > 0 && ss[order[n-1]] == ss[i] {
+			return fmt.Errorf("statestore: commit to shared badger %s: store %q written twice", d.dir, ss[i].name)
+		}
+	}
+	for n, i := range order {
+		if err := ss[i].enter(); err != nil {
+			for _, j := range order[:n] {
+				ss[j].wmu.Unlock()
+				ss[j].exit()
+			}
+			return err
+		}
+		ss[i].wmu.Lock()
+	}
+	defer func() {
+		for _, i := range order {
+			ss[i].wmu.Unlock()
+			ss[i].exit()
+		}
+	}()
+	if err := checkRoom(d.dir, d.opts.DiskReserve); err != nil {
+		return err
+	}
+	defer d.writing()()
+	for _, s := range ss {
+		s.beginChange()
+		defer s.endChange()
+	}
+	ok, err := d.commitOne(ss, writes)
+	if err != nil {
+		return diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
+	}
+	if ok {
+		return nil
+	}
+	for i, w := range writes {
+		if err := ss[i].writeLocked(w.Entries, w.Position); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitOne writes every store's part of a Commit in one transaction, if
+// they fit.
+func (d *SharedBadger) commitOne(ss []*badgerStore, writes []StoreWrite) (bool, error) {
+	ops := make([][]op, len(writes))
+	var count, size int64
+	for i, w := range writes {
+		var err error
+		if ops[i], err = ss[i].plan(w.Entries); err != nil {
+			return false, err
+		}
+		c, s := ss[i].txnCost(ops[i])
+		count, size = count+c, size+s
+	}
+	if count >= d.db.MaxBatchCount() || size >= d.db.MaxBatchSize() {
+		return false, nil
+	}
+	txn := d.db.NewTransaction(true)
+	defer txn.Discard()
+	for i, w := range writes {
+		es := entries(ops[i])
+		for j, o := range ops[i] {
+			if err := setOp(txn, o, &es[j]); err != nil {
+				return false, err
+			}
+		}
+		if err := ss[i].setPosition(txn, w.Position); err != nil {
+			return false, err
+		}
+	}
+	if err := txn.Commit(); errors.Is(err, badger.ErrTxnTooBig) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	for i, w := range writes {
+		ss[i].mended(w.Position)
+		ss[i].position.Store(w.Position)
+	}
+	return true, nil
+}
+
+// importBatch is how many entries Import copies per badger WriteBatch.
+const importBatch = 1000
+
+// Import moves the store in dir, a DB of its own opened with opts (see
+// OpenBadger), into d as the store called name, then deletes dir: its keys, position and any
+// torn-write marker are copied under a new prefix (a staged Write is
+// finished first, as opening it does). It is the migration from one DB
+// per store. The store must not be open, in d or in dir. If d already
+// holds name, an earlier Import got as far as committing it: dir is only
+// deleted. A crash during the copy leaves dir whole and the partial copy
+// marked for dropping at the next open. A dir that does not exist is no
+// error. An error opening dir (wrapping ErrCorrupt, say) is returned as it
+// is: the store can then be deleted and rebuilt from its changelog.
+func (d *SharedBadger) Import(name, dir string, opts BadgerOptions) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shut {
+		return ErrClosed
+	}
+	if _, ok := d.stores[name]; ok {
+		return fmt.Errorf("statestore: import into store %q of shared badger %s: it is open", name, d.dir)
+	}
+	if _, ok := d.ids[name]; ok {
+		return DestroyBadger(dir)
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	opts.ValueLogGCInterval = -1
+	old, err := OpenBadger(dir, opts)
+	if err != nil {
+		return err
+	}
+	id, err := d.newID()
+	if err == nil {
+		err = d.update(func(txn *badger.Txn) error { return txn.Set(dropKey(id), nil) })
+	}
+	if err == nil {
+		err = d.copyStore(old.(*badgerStore), d.store(name, id), id)
+	}
+	if err == nil {
+		d.ids[name] = id
+	}
+	err = errors.Join(err, old.Close())
+	if err != nil {
+		return fmt.Errorf("statestore: import %s into store %q of shared badger %s: %w", dir, name, d.dir, err)
+	}
+	return DestroyBadger(dir)
+}
+
+// copyStore copies from's keys into to, a store of d under id, then, in
+// one transaction, its records, to's catalog entry and the removal of
+// to's drop record.
+func (d *SharedBadger) copyStore(from, to *badgerStore, id uint32) error {
+	it, err := from.All()
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	batch := make([]Entry, 0, importBatch)
+	flush := func() error {
+		ops, err := to.plan(batch)
+		if err == nil {
+			release := d.writing()
+			err = to.writeBatch(ops)
+			release()
+		}
+		batch = batch[:0]
+		return err
+	}
+	for it.Next() {
+		batch = append(batch, Entry{Key: bytes.Clone(it.Key()), Value: bytes.Clone(it.Value())})
+		if len(batch) == importBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	pos, err := from.Position()
+	if err != nil {
+		return err
+	}
+	torn, isTorn := from.TornUntil()
+	return d.update(func(txn *badger.Txn) error {
+		if pos != NoPosition {
+			if err := txn.Set(to.keys.position, binary.BigEndian.AppendUint64(nil, uint64(pos))); err != nil {
+				return err
+			}
+		}
+		if isTorn {
+			if err := txn.Set(to.keys.torn, encodeTorn(torn)); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(catalogKey(to.name), binary.BigEndian.AppendUint32(nil, id)); err != nil {
+			return err
+		}
+		return txn.Delete(dropKey(id))
+	})
+}
+
+func (d *SharedBadger) gcLoop(every time.Duration) {
+	defer close(d.gcDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopGC:
+			return
+		case <-t.C:
+		}
+		for {
+			if err := d.collectGarbage(); err != nil {
+				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrDiskFull) {
+					d.opts.Logger.Warn("statestore: badger value log GC failed", "dir", d.dir, "err", err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// collectGarbage runs one value-log GC, with every open store's shared
+// read transaction ended for its duration (see badgerStore's
+// collectGarbage); mu keeps stores from opening meanwhile.
+func (d *SharedBadger) collectGarbage() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shut {
+		return ErrClosed
+	}
+	if err := checkRoom(d.dir, d.opts.DiskReserve); err != nil {
+		return err
+	}
+	for _, s := range d.stores {
+		s.beginChange()
+		defer s.endChange()
+	}
+	defer d.writing()()
+	return d.db.RunValueLogGC(0.5)
+}
+
+// Close closes the stores still open and then the DB. Closing twice is a
+// no-op.
+func (d *SharedBadger) Close() error {
+	d.mu.Lock()
+	if d.shut {
+		d.mu.Unlock()
+		return nil
+	}
+	d.shut = true
+	open := make([]*badgerStore, 0, len(d.stores))
+	for _, s := range d.stores {
+		open = append(open, s)
+	}
+	d.mu.Unlock()
+	close(d.stopGC)
+	<-d.gcDone
+	var errs []error
+	for _, s := range open {
+		errs = append(errs, s.Close())
+	}
+	if err := d.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("statestore: close shared badger %s: %w", d.dir, err))
+	}
+	return errors.Join(errs...)
+}
