@@ -650,31 +650,33 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 		return err
 	}
 	defer s.home.writing()()
-	return s.writeLocked(entries, position)
-}
-
-// writeLocked is Write once the store is entered, its writer lock held
-// and its disk checked.
-func (s *badgerStore) writeLocked(entries []Entry, position int64) error {
 	s.beginChange()
 	defer s.endChange()
+	ops, err := s.plan(entries)
+	if err != nil {
+		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
+	}
+	return s.writeOps(ops, position)
+}
+
+// writeOps writes the planned ops of a Write and its position, between
+// beginChange and endChange.
+func (s *badgerStore) writeOps(ops []op, position int64) error {
 	var pos [8]byte
 	binary.BigEndian.PutUint64(pos[:], uint64(position))
-	ops, err := s.plan(entries)
-	if err == nil {
-		big := !s.fitsOneTxn(ops)
-		if !big {
-			err = s.writeTxn(ops, position)
-			big = errors.Is(err, badger.ErrTxnTooBig)
-		}
-		switch {
-		case !big:
-		case position == NoPosition:
-			// Nothing to replay a torn write from: keep it atomic.
-			err = s.writeStaged(ops, pos[:])
-		default:
-			err = s.writeTorn(ops, position)
-		}
+	var err error
+	big := !s.fitsOneTxn(ops)
+	if !big {
+		err = s.writeTxn(ops, position)
+		big = errors.Is(err, badger.ErrTxnTooBig)
+	}
+	switch {
+	case !big:
+	case position == NoPosition:
+		// Nothing to replay a torn write from: keep it atomic.
+		err = s.writeStaged(ops, pos[:])
+	default:
+		err = s.writeTorn(ops, position)
 	}
 	if err != nil {
 		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))

@@ -460,11 +460,14 @@ type StoreWrite struct {
 }
 
 // Commit applies writes, each to a distinct store of d, as their stores'
-// Writes would. When together they fit one badger transaction (see Write),
-// they commit in it: a crash keeps all of them or none. Otherwise each is
-// written in turn, atomically for its own store only. Committing a
-// thread's stores together puts one transaction through badger's write
-// loop rather than one per store.
+// Writes would, in as few badger transactions as they fit in: in order,
+// each transaction holds the parts of consecutive stores, each part whole
+// with its position. All of them fit in one transaction unless they hold
+// more than about 15% of MemTableSize; a crash then keeps all of them or
+// none. A part too big for a transaction of its own is written as its
+// store's Write would write it (see Write). Committing a thread's stores
+// together puts one transaction through badger's write loop rather than
+// one per store.
 func (d *SharedBadger) Commit(writes []StoreWrite) error {
 	ss := make([]*badgerStore, len(writes))
 	for i, w := range writes {
@@ -510,60 +513,84 @@ func (d *SharedBadger) Commit(writes []StoreWrite) error {
 		s.beginChange()
 		defer s.endChange()
 	}
-	ok, err := d.commitOne(ss, writes)
-	if err != nil {
-		return diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
-	}
-	if ok {
-		return nil
-	}
-	for i, w := range writes {
-		if err := ss[i].writeLocked(w.Entries, w.Position); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.commitPacked(ss, writes)
 }
 
-// commitOne writes every store's part of a Commit in one transaction, if
-// they fit.
-func (d *SharedBadger) commitOne(ss []*badgerStore, writes []StoreWrite) (bool, error) {
+// commitPacked writes the parts of a Commit, the stores locked.
+func (d *SharedBadger) commitPacked(ss []*badgerStore, writes []StoreWrite) error {
+	maxCount, maxSize := d.db.MaxBatchCount(), d.db.MaxBatchSize()
 	ops := make([][]op, len(writes))
-	var count, size int64
+	var (
+		first       int // of the parts planned and not yet written
+		count, size int64
+	)
+	// flush writes parts first..end-1 in one transaction.
+	flush := func(end int) error {
+		if first == end {
+			return nil
+		}
+		err := d.commitTxn(ss[first:end], writes[first:end], ops[first:end])
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			// The estimate fell short of badger's count: one by one.
+			err = nil
+			for i := first; i < end && err == nil; i++ {
+				err = ss[i].writeOps(ops[i], writes[i].Position)
+			}
+		}
+		first, count, size = end, 0, 0
+		return err
+	}
 	for i, w := range writes {
 		var err error
 		if ops[i], err = ss[i].plan(w.Entries); err != nil {
-			return false, err
+			return diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
 		}
 		c, s := ss[i].txnCost(ops[i])
-		count, size = count+c, size+s
+		if count+c < maxCount && size+s < maxSize {
+			count, size = count+c, size+s
+			continue
+		}
+		if err := flush(i); err != nil {
+			return err
+		}
+		if c < maxCount && s < maxSize {
+			count, size = c, s
+			continue
+		}
+		if err := ss[i].writeOps(ops[i], w.Position); err != nil {
+			return err
+		}
+		first = i + 1
 	}
-	if count >= d.db.MaxBatchCount() || size >= d.db.MaxBatchSize() {
-		return false, nil
-	}
+	return flush(len(writes))
+}
+
+// commitTxn writes several stores' ops and positions in one transaction.
+func (d *SharedBadger) commitTxn(ss []*badgerStore, writes []StoreWrite, ops [][]op) error {
 	txn := d.db.NewTransaction(true)
 	defer txn.Discard()
 	for i, w := range writes {
 		es := entries(ops[i])
 		for j, o := range ops[i] {
 			if err := setOp(txn, o, &es[j]); err != nil {
-				return false, err
+				return err
 			}
 		}
 		if err := ss[i].setPosition(txn, w.Position); err != nil {
-			return false, err
+			return err
 		}
 	}
-	if err := txn.Commit(); errors.Is(err, badger.ErrTxnTooBig) {
-		return false, nil
-	} else if err != nil {
-		return false, err
+	if err := txn.Commit(); err != nil {
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			return err
+		}
+		return diskError(d.dir, d.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
 	}
 	for i, w := range writes {
 		ss[i].mended(w.Position)
 		ss[i].position.Store(w.Position)
 	}
-	return true, nil
+	return nil
 }
 
 // importBatch is how many entries Import copies per badger WriteBatch.

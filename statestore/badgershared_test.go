@@ -201,8 +201,8 @@ func TestSharedDropsHoldOffOtherWriters(t *testing.T) {
 	require.Zero(t, n)
 }
 
-// Commit writes several stores' entries and positions; ones too big for
-// one transaction together are written store by store.
+// Commit writes several stores' entries and positions, in one transaction
+// or, too big for one, in several, or store by store.
 func TestSharedCommit(t *testing.T) {
 	dir := t.TempDir()
 	d, err := OpenSharedBadger(dir, testBadgerOptions())
@@ -246,6 +246,26 @@ func TestSharedCommit(t *testing.T) {
 		require.Len(t, got, 3000)
 		require.Equal(t, string(bytes.Repeat([]byte(tag), 100)), got[2999].v)
 		requirePosition(t, stores[i], int64(101+100*i))
+	}
+
+	// 12 parts of 30 KB: more than one transaction together, packed
+	// into two or more.
+	var many []StoreWrite
+	for i := range 12 {
+		s, err := d.Open(fmt.Sprintf("many-%02d", i))
+		require.NoError(t, err)
+		es := words(250, "m")
+		for j := range es {
+			es[j].Value = bytes.Repeat([]byte{byte(i)}, 100)
+		}
+		many = append(many, StoreWrite{Store: s, Entries: es, Position: int64(i)})
+	}
+	require.NoError(t, d.Commit(many))
+	for i, w := range many {
+		got := collectAll(t, w.Store)
+		require.Len(t, got, 250)
+		require.Equal(t, string(bytes.Repeat([]byte{byte(i)}, 100)), got[249].v)
+		requirePosition(t, w.Store, int64(i))
 	}
 
 	require.Error(t, d.Commit([]StoreWrite{{Store: stores[0]}, {Store: stores[0]}}), "a store twice")
