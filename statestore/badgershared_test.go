@@ -201,8 +201,8 @@ func TestSharedDropsHoldOffOtherWriters(t *testing.T) {
 	require.Zero(t, n)
 }
 
-// Commit writes several stores' entries and positions, in one transaction
-// or, too big for one, in several, or store by store.
+// Commit writes several stores' entries and positions, a group in one
+// transaction or, too big for one, store by store.
 func TestSharedCommit(t *testing.T) {
 	dir := t.TempDir()
 	d, err := OpenSharedBadger(dir, testBadgerOptions())
@@ -248,8 +248,8 @@ func TestSharedCommit(t *testing.T) {
 		requirePosition(t, stores[i], int64(101+100*i))
 	}
 
-	// 12 parts of 30 KB: more than one transaction together, packed
-	// into two or more.
+	// 12 parts of 30 KB: more than one transaction together, written
+	// store by store as one group, in a transaction each as 12 groups.
 	var many []StoreWrite
 	for i := range 12 {
 		s, err := d.Open(fmt.Sprintf("many-%02d", i))
@@ -261,14 +261,23 @@ func TestSharedCommit(t *testing.T) {
 		many = append(many, StoreWrite{Store: s, Entries: es, Position: int64(i)})
 	}
 	require.NoError(t, d.Commit(many))
+	var groups [][]StoreWrite
 	for i, w := range many {
 		got := collectAll(t, w.Store)
 		require.Len(t, got, 250)
 		require.Equal(t, string(bytes.Repeat([]byte{byte(i)}, 100)), got[249].v)
 		requirePosition(t, w.Store, int64(i))
+		w.Entries = []Entry{{Key: []byte("word-00000")}}
+		w.Position += 100
+		groups = append(groups, []StoreWrite{w})
+	}
+	require.NoError(t, d.Commit(groups...))
+	for i, w := range many {
+		require.Len(t, collectAll(t, w.Store), 249)
+		requirePosition(t, w.Store, int64(100+i))
 	}
 
-	require.Error(t, d.Commit([]StoreWrite{{Store: stores[0]}, {Store: stores[0]}}), "a store twice")
+	require.Error(t, d.Commit([]StoreWrite{{Store: stores[0]}}, []StoreWrite{{Store: stores[0]}}), "a store twice")
 	other := openTestBadger(t, t.TempDir(), testBadgerOptions())
 	require.Error(t, d.Commit([]StoreWrite{{Store: other}}), "a store of another DB")
 	require.NoError(t, stores[2].Close())
