@@ -571,7 +571,6 @@ func (s *badgerStore) update(e Entry) error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
-	defer s.home.writing()()
 	s.beginChange()
 	defer s.endChange()
 	err := s.db.Update(func(txn *badger.Txn) error {
@@ -599,7 +598,8 @@ func (s *badgerStore) update(e Entry) error {
 // dropPrefix removes every key starting with prefix, long-key slots
 // included (a slot keeps its key's first bytes), without writing
 // tombstones: badger flushes its memtables, drops the tables that hold
-// only such keys and rewrites those holding some (DB.DropPrefix). Writes
+// only such keys and rewrites those holding some (DB.DropPrefix); in a
+// shared DB, with tombstones (see badgershared.go). Writes
 // wait meanwhile; readers may see the keys vanish under them, so it is
 // meant for data no reader wants any more (expired window segments). The
 // position is left as it is.
@@ -649,7 +649,6 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
 		return err
 	}
-	defer s.home.writing()()
 	s.beginChange()
 	defer s.endChange()
 	ops, err := s.plan(entries)

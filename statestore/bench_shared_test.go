@@ -224,3 +224,69 @@ func benchWriter(ss []Store, home *SharedBadger, batch, records int) (int, error
 	}
 	return done, nil
 }
+
+// BenchmarkSharedDrop measures Drop of one store of 500 keys from a
+// shared DB holding benchStores stores of 500 keys each, while a writer
+// keeps writing another store: one op is one drop until its keys are
+// deleted, drop-ms the Drop call alone, and max-stall-ms the longest
+// that writer's Write took meanwhile.
+func BenchmarkSharedDrop(b *testing.B) {
+	d, err := OpenSharedBadger(b.TempDir(), BadgerOptions{Logger: discardLogger()})
+	require.NoError(b, err)
+	defer d.Close()
+	const keys = 500
+	n := benchStores(b)
+	for i := range n {
+		s, err := d.Open(fmt.Sprintf("0_%d/counts", i))
+		require.NoError(b, err)
+		require.NoError(b, s.Write(words(keys, "v"), 1))
+		require.NoError(b, s.Close())
+	}
+	w, err := d.Open("writer")
+	require.NoError(b, err)
+	stop, done := make(chan struct{}), make(chan error)
+	var maxStall atomic.Int64
+	go func() {
+		for pos := int64(0); ; pos++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			start := time.Now()
+			if err := w.Write([]Entry{{Key: fmt.Appendf(nil, "k%d", pos), Value: []byte("v")}}, pos); err != nil {
+				done <- err
+				return
+			}
+			took := int64(time.Since(start))
+			for old := maxStall.Load(); took > old && !maxStall.CompareAndSwap(old, took); old = maxStall.Load() {
+			}
+		}
+	}()
+	var dropping time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		name := fmt.Sprintf("victim-%d", i)
+		s, err := d.Open(name)
+		require.NoError(b, err)
+		require.NoError(b, s.Write(words(keys, "v"), 1))
+		require.NoError(b, s.Close())
+		b.StartTimer()
+		start := time.Now()
+		require.NoError(b, d.Drop(name))
+		dropping += time.Since(start)
+		for swept := false; !swept; {
+			d.mu.Lock()
+			swept = len(d.dropping) == 0
+			d.mu.Unlock()
+			runtime.Gosched()
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	require.NoError(b, <-done)
+	b.ReportMetric(float64(dropping.Microseconds())/1e3/float64(b.N), "drop-ms")
+	b.ReportMetric(float64(maxStall.Load())/1e6, "max-stall-ms")
+}
