@@ -26,8 +26,8 @@ import (
 //	                     (see badgerkeys.go) after the 5-byte prefix
 //
 // A store's position is one of its keys, so it commits with the store's
-// data as in a DB of its own, and Commit writes several stores' data and
-// positions in one transaction.
+// data as in a DB of its own, and Commit can write a group of stores'
+// data and positions (a task's) in one transaction.
 //
 // Reset and Drop move a store off its prefix in one transaction (Reset
 // gives the name a new id, Drop removes the name) that also records the
@@ -39,11 +39,10 @@ import (
 //
 // Badger's DropPrefix would remove them without tombstones, but it
 // flushes the memtables and compacts all of level 0 into level 1, refusing
-// every write meanwhile (ErrBlockedWrites), whatever its keys: with
-// 2,048 stores of 500 keys, dropping one took ~1 s and held another
-// store's writes for up to 2 s. Tombstones cost the dropped store's size
-// in writes, off every store's path; compaction reclaims them with the
-// keys. A window store's expired segments (see SegmentedStore) are
+// every write of every store meanwhile (ErrBlockedWrites): its cost grows
+// with the whole DB, not with the store dropped, and every store waits.
+// Tombstones cost the dropped store's size in writes, off every store's
+// path; compaction reclaims them with the keys. A window store's expired segments (see SegmentedStore) are
 // deleted the same way, synchronously.
 //
 // Damage. The DB's table files are verified when it opens, as a store's
@@ -118,8 +117,9 @@ type SharedBadger struct {
 }
 
 // OpenSharedBadger opens (creating if needed) a shared badger DB in dir,
-// with DefaultSharedBadgerOptions for zero fields of opts. Drops that a
-// crash interrupted are finished before it returns. Its errors are
+// with DefaultSharedBadgerOptions for zero fields of opts. The deletion of
+// dropped stores' keys that a crash or Close interrupted resumes in the
+// background. Its errors are
 // classified as OpenBadger's are: ErrCorrupt on proof of damage, a
 // *MachineError or a *DiskFullError for the machine's.
 func OpenSharedBadger(dir string, opts BadgerOptions) (*SharedBadger, error) {
@@ -400,7 +400,7 @@ func (d *SharedBadger) closed(s *badgerStore) {
 func (d *SharedBadger) reset(s *badgerStore) error {
 	d.mu.Lock()
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || d.shut {
 		s.mu.Unlock()
 		d.mu.Unlock()
 		return ErrClosed
@@ -515,8 +515,9 @@ type StoreWrite struct {
 //
 // Groups are not merged into one transaction: badger applies a
 // transaction's entries to its memtable in no particular order (a map's),
-// and entries of thousands of stores scattered that way cost about half
-// as much again to insert as the same entries store by store.
+// and the entries of thousands of stores, scattered that way over the
+// memtable, cost markedly more to insert than the same entries store by
+// store.
 func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 	var ss []*badgerStore
 	for _, g := range groups {
