@@ -242,6 +242,9 @@ func (d *SharedBadger) dropPrefix(db *badger.DB, prefix []byte) error {
 // and reports whether it got to the end: it stops early once stop is
 // closed.
 func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, error) {
+	// Each batch starts after the last key deleted: from the prefix, it
+	// would read every tombstone written so far again.
+	from := prefix
 	for {
 		select {
 		case <-stop:
@@ -252,7 +255,7 @@ func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, er
 		err := d.db.View(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 			defer it.Close()
-			for it.Rewind(); it.Valid() && len(keys) < sweepBatch; it.Next() {
+			for it.Seek(from); it.Valid() && len(keys) < sweepBatch; it.Next() {
 				keys = append(keys, it.Item().KeyCopy(nil))
 			}
 			return nil
@@ -260,6 +263,7 @@ func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, er
 		if err != nil || len(keys) == 0 {
 			return err == nil, err
 		}
+		from = append(bytes.Clone(keys[len(keys)-1]), 0)
 		wb := d.db.NewWriteBatch()
 		for _, k := range keys {
 			if err := wb.Delete(k); err != nil {
