@@ -598,11 +598,11 @@ func (s *badgerStore) update(e Entry) error {
 // dropPrefix removes every key starting with prefix, long-key slots
 // included (a slot keeps its key's first bytes), without writing
 // tombstones: badger flushes its memtables, drops the tables that hold
-// only such keys and rewrites those holding some (DB.DropPrefix); in a
-// shared DB, with tombstones (see badgershared.go). Writes
+// only such keys and rewrites those holding some (DB.DropPrefix). Writes
 // wait meanwhile; readers may see the keys vanish under them, so it is
 // meant for data no reader wants any more (expired window segments). The
-// position is left as it is.
+// position is left as it is. In a shared DB it writes a tombstone per key
+// instead (see badgershared.go).
 func (s *badgerStore) dropPrefix(prefix []byte) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -970,7 +970,8 @@ func (s *badgerStore) releaseIters(err error) {
 //
 // Readers wait while it runs, for one DB close and open: typically tens of
 // milliseconds. If no DB can be opened again the store is left closed and
-// every later call returns ErrClosed.
+// every later call returns ErrClosed. A store of a shared DB moves to a new
+// key prefix instead (see badgershared.go).
 func (s *badgerStore) Reset() error {
 	if s.home != nil {
 		return s.home.reset(s)
