@@ -431,3 +431,76 @@ func TestSharedDamagedStoreRecord(t *testing.T) {
 	requirePosition(t, a, NoPosition)
 	require.Empty(t, collectAll(t, a))
 }
+
+// Value-log garbage collection runs once for the whole DB, while its
+// stores are open and read: it rewrites and deletes value-log files, and
+// every store's latest values stay readable.
+func TestSharedValueLogGC(t *testing.T) {
+	o := testBadgerOptions()
+	o.ValueLogFileSize = 1 << 20
+	o.ValueLogGCInterval = -1
+	// Badger finds garbage as it compacts: compact after two flushes.
+	o.NumLevelZeroTables = 2
+	o.NumLevelZeroTablesStall = 8
+	dir := t.TempDir()
+	big := func(gen, i int) []byte { return bytes.Repeat([]byte{byte(gen), byte(i)}, 10_000) }
+	var d *SharedBadger
+	open := func() []Store {
+		var stores []Store
+		for _, name := range []string{"a", "b"} {
+			s, err := d.Open(name)
+			require.NoError(t, err)
+			stores = append(stores, s)
+		}
+		return stores
+	}
+	// Each generation of values goes to tables of its own: a reopen
+	// flushes the memtable.
+	for gen := range 4 {
+		var err error
+		d, err = OpenSharedBadger(dir, o)
+		require.NoError(t, err)
+		for _, s := range open() {
+			for i := range 50 {
+				require.NoError(t, s.Put(fmt.Appendf(nil, "k%02d", i), big(gen, i)))
+			}
+		}
+		require.NoError(t, d.Close())
+	}
+	var err error
+	d, err = OpenSharedBadger(dir, o)
+	require.NoError(t, err)
+	defer d.Close()
+	stores := open()
+	get := func() {
+		t.Helper()
+		for _, s := range stores {
+			for i := range 50 {
+				v, found, err := s.Get(fmt.Appendf(nil, "k%02d", i))
+				require.NoError(t, err)
+				require.True(t, found)
+				require.True(t, bytes.Equal(big(3, i), v))
+			}
+		}
+	}
+	// Until compactions have found garbage, there is nothing to rewrite.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		get() // the stores keep a shared read transaction
+		err := d.collectGarbage()
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, badger.ErrNoRewrite)
+		require.True(t, time.Now().Before(deadline), "no value-log file to rewrite")
+		time.Sleep(20 * time.Millisecond)
+	}
+	get()
+	for range 20 {
+		get()
+		if err := d.collectGarbage(); err != nil {
+			require.ErrorIs(t, err, badger.ErrNoRewrite)
+			break
+		}
+	}
+	get()
+}
