@@ -318,28 +318,17 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	s := &badgerStore{
 		db:             db,
 		dir:            dir,
+		keys:           ownKeys,
 		opts:           opts,
 		valueThreshold: opts.ValueThreshold,
 		iters:          make(map[*badgerIter]struct{}),
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),
 	}
-	if err := s.recoverStage(); err != nil {
+	if err := s.load(); err != nil {
 		_ = db.Close()
 		return nil, openError(dir, opts.DiskReserve, err)
 	}
-	pos, err := s.readPosition()
-	if err != nil {
-		_ = db.Close()
-		return nil, openError(dir, opts.DiskReserve, err)
-	}
-	s.position.Store(pos)
-	torn, err := s.readTorn()
-	if err != nil {
-		_ = db.Close()
-		return nil, openError(dir, opts.DiskReserve, err)
-	}
-	s.torn.Store(torn)
 	if opts.ValueLogGCInterval > 0 {
 		go s.gcLoop(opts.ValueLogGCInterval, opts.Logger)
 	} else {
@@ -361,8 +350,13 @@ func DestroyBadger(dir string) error {
 func resetDir(dir string) string { return filepath.Clean(dir) + "~reset" }
 
 type badgerStore struct {
-	db             *badger.DB
-	dir            string
+	db  *badger.DB
+	dir string
+	// keys is where the store's keys live in db: everywhere, unless the
+	// DB is home's, shared with other stores.
+	keys           keyspace
+	home           *SharedBadger
+	name           string        // in home
 	opts           BadgerOptions // with defaults applied; Reset reopens with them
 	valueThreshold int64
 
@@ -538,20 +532,13 @@ func diskError(dir string, reserve int64, err error) error {
 	return &DiskFullError{Dir: dir, Free: -1, Reserve: reserve, Err: err}
 }
 
-func userKey(key []byte) []byte {
-	k := make([]byte, 1+len(key))
-	k[0] = userPrefix
-	copy(k[1:], key)
-	return k
-}
-
 func (s *badgerStore) Get(key []byte) ([]byte, bool, error) {
 	if err := s.enter(); err != nil {
 		return nil, false, err
 	}
 	defer s.exit()
 	r := s.reader()
-	v, found, err := getIn(r.txn, key)
+	v, found, err := getIn(r.txn, s.keys, key)
 	s.done(r)
 	if err != nil {
 		return nil, false, fmt.Errorf("statestore: badger get: %w", err)
@@ -590,7 +577,7 @@ func (s *badgerStore) update(e Entry) error {
 		if err := s.check(e); err != nil {
 			return &EntryError{Index: 0, Err: err}
 		}
-		p := planner{txn: txn}
+		p := planner{txn: txn, keys: s.keys}
 		ops, err := p.add(nil, e)
 		if err != nil {
 			return &EntryError{Index: 0, Err: err}
@@ -614,7 +601,8 @@ func (s *badgerStore) update(e Entry) error {
 // only such keys and rewrites those holding some (DB.DropPrefix). Writes
 // wait meanwhile; readers may see the keys vanish under them, so it is
 // meant for data no reader wants any more (expired window segments). The
-// position is left as it is.
+// position is left as it is. In a shared DB it writes a tombstone per key
+// instead (see badgershared.go).
 func (s *badgerStore) dropPrefix(prefix []byte) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -624,7 +612,7 @@ func (s *badgerStore) dropPrefix(prefix []byte) error {
 	defer s.wmu.Unlock()
 	s.beginChange()
 	defer s.endChange()
-	if err := s.db.DropPrefix(append([]byte{userPrefix}, prefix...)); err != nil {
+	if err := s.home.dropPrefix(s.db, s.keys.user(prefix)); err != nil {
 		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger drop prefix: %w", err))
 	}
 	return nil
@@ -663,23 +651,31 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 	}
 	s.beginChange()
 	defer s.endChange()
+	ops, err := s.plan(entries)
+	if err != nil {
+		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
+	}
+	return s.writeOps(ops, position)
+}
+
+// writeOps writes the planned ops of a Write and its position, between
+// beginChange and endChange.
+func (s *badgerStore) writeOps(ops []op, position int64) error {
 	var pos [8]byte
 	binary.BigEndian.PutUint64(pos[:], uint64(position))
-	ops, err := s.plan(entries)
-	if err == nil {
-		big := !s.fitsOneTxn(ops)
-		if !big {
-			err = s.writeTxn(ops, position)
-			big = errors.Is(err, badger.ErrTxnTooBig)
-		}
-		switch {
-		case !big:
-		case position == NoPosition:
-			// Nothing to replay a torn write from: keep it atomic.
-			err = s.writeStaged(ops, pos[:])
-		default:
-			err = s.writeTorn(ops, position)
-		}
+	var err error
+	big := !s.fitsOneTxn(ops)
+	if !big {
+		err = s.writeTxn(ops, position)
+		big = errors.Is(err, badger.ErrTxnTooBig)
+	}
+	switch {
+	case !big:
+	case position == NoPosition:
+		// Nothing to replay a torn write from: keep it atomic.
+		err = s.writeStaged(ops, pos[:])
+	default:
+		err = s.writeTorn(ops, position)
 	}
 	if err != nil {
 		return diskError(s.dir, s.opts.DiskReserve, fmt.Errorf("statestore: badger write: %w", err))
@@ -692,10 +688,10 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 // them, get their namespaced keys from one allocation; long keys go
 // through a planner, which reads their slots.
 func (s *badgerStore) plan(entries []Entry) ([]op, error) {
-	n := 0
+	n, ns, maxRaw := 0, s.keys.ns, s.keys.maxRaw()
 	for _, e := range entries {
-		if len(e.Key) <= maxRawKey {
-			n += 1 + len(e.Key)
+		if len(e.Key) <= maxRaw {
+			n += len(ns) + 1 + len(e.Key)
 		}
 	}
 	buf := make([]byte, n)
@@ -705,16 +701,18 @@ func (s *badgerStore) plan(entries []Entry) ([]op, error) {
 		if err := s.check(e); err != nil {
 			return nil, &EntryError{Index: i, Err: err}
 		}
-		if len(e.Key) <= maxRawKey {
-			k := buf[: 1+len(e.Key) : 1+len(e.Key)]
-			k[0] = userPrefix
-			copy(k[1:], e.Key)
-			buf = buf[len(k):]
+		if len(e.Key) <= maxRaw {
+			n := len(ns) + 1 + len(e.Key)
+			k := buf[:n:n]
+			copy(k, ns)
+			k[len(ns)] = userPrefix
+			copy(k[len(ns)+1:], e.Key)
+			buf = buf[n:]
 			ops = append(ops, op{key: k, value: e.Value})
 			continue
 		}
 		if p == nil {
-			p = &planner{txn: s.db.NewTransaction(false)}
+			p = &planner{txn: s.db.NewTransaction(false), keys: s.keys}
 			defer p.txn.Discard()
 		}
 		var err error
@@ -729,7 +727,7 @@ func (s *badgerStore) plan(entries []Entry) ([]op, error) {
 // a value (with the key, for a slot) beyond one value-log file.
 func (s *badgerStore) check(e Entry) error {
 	n := int64(len(e.Value))
-	if len(e.Key) > maxRawKey {
+	if len(e.Key) > s.keys.maxRaw() {
 		n += int64(len(e.Key)) + binary.MaxVarintLen64
 	}
 	// Staging adds a few bytes of framing and the badger key.
@@ -744,12 +742,19 @@ func (s *badgerStore) check(e Entry) error {
 // that a batch known to be too big skips building a doomed transaction.
 // If the two ever disagree, Write still falls back on ErrTxnTooBig.
 func (s *badgerStore) fitsOneTxn(ops []op) bool {
+	count, size := s.txnCost(ops)
+	return count < s.db.MaxBatchCount() && size < s.db.MaxBatchSize()
+}
+
+// txnCost is what badger counts against its transaction limits for ops
+// and the position written with them.
+func (s *badgerStore) txnCost(ops []op) (count, size int64) {
 	const perEntry = 2 + 10 // meta bytes and the version suffix
-	count := int64(len(ops) + 1)
-	size := int64(len(positionKey) + 8 + perEntry)
+	count = int64(len(ops) + 1)
+	size = int64(len(s.keys.position) + 8 + perEntry)
 	if s.legacyPos {
 		count++
-		size += int64(len(legacyPositionKey) + perEntry)
+		size += int64(len(s.keys.legacyPosition) + perEntry)
 	}
 	for _, o := range ops {
 		size += int64(len(o.key)) + perEntry
@@ -759,7 +764,7 @@ func (s *badgerStore) fitsOneTxn(ops []op) bool {
 			size += 12 // value pointer
 		}
 	}
-	return count < s.db.MaxBatchCount() && size < s.db.MaxBatchSize()
+	return count, size
 }
 
 func (s *badgerStore) writeTxn(ops []op, position int64) error {
@@ -791,11 +796,11 @@ func (s *badgerStore) readPosition() (int64, error) {
 	pos := NoPosition
 	var legacy bool
 	err := s.db.View(func(txn *badger.Txn) error {
-		if _, err := readPositionAt(txn, positionKey, &pos); err != nil {
+		if _, err := readPositionAt(txn, s.keys.position, &pos); err != nil {
 			return err
 		}
 		var err error
-		legacy, err = readPositionAt(txn, legacyPositionKey, &pos)
+		legacy, err = readPositionAt(txn, s.keys.legacyPosition, &pos)
 		return err
 	})
 	if err != nil {
@@ -839,9 +844,10 @@ func (s *badgerStore) Range(from, to []byte) (Iterator, error) {
 	txn := s.snapshot()
 	it := &badgerIter{
 		store: s,
+		keys:  s.keys,
 		txn:   txn,
-		iter:  txn.NewIterator(badger.IteratorOptions{Prefix: []byte{userPrefix}}),
-		seek:  seekKey(from),
+		iter:  txn.NewIterator(badger.IteratorOptions{Prefix: s.keys.users()}),
+		seek:  s.keys.seek(from),
 		from:  bytes.Clone(from),
 		to:    bytes.Clone(to),
 	}
@@ -868,7 +874,7 @@ func (s *badgerStore) ApproximateCount() (int64, error) {
 	var n int64
 	txn := s.snapshot()
 	defer txn.Discard()
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{userPrefix}})
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: s.keys.users()})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
 		n++
@@ -930,6 +936,10 @@ func (s *badgerStore) Close() error {
 
 	s.releaseIters(ErrClosed)
 	s.dropShared()
+	if s.home != nil {
+		s.home.closed(s)
+		return nil
+	}
 	if err := s.closeDB(); err != nil {
 		return fmt.Errorf("statestore: close badger %s: %w", s.dir, err)
 	}
@@ -1008,8 +1018,12 @@ func (s *badgerStore) releaseIters(err error) {
 //
 // Readers wait while it runs, for one DB close and open: typically tens of
 // milliseconds. If no DB can be opened again the store is left closed and
-// every later call returns ErrClosed.
+// every later call returns ErrClosed. A store of a shared DB moves to a new
+// key prefix instead (see badgershared.go).
 func (s *badgerStore) Reset() error {
+	if s.home != nil {
+		return s.home.reset(s)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -1058,23 +1072,30 @@ func (s *badgerStore) reopenLocked() error {
 		return fmt.Errorf("open: %w", err)
 	}
 	s.db = db
-	if err := s.recoverStage(); err != nil {
+	if err := s.load(); err != nil {
 		_ = db.Close()
+		return err
+	}
+	s.failed.Store(nil)
+	return nil
+}
+
+// load finishes or drops a staged Write and reads the store's records,
+// before the store is handed out.
+func (s *badgerStore) load() error {
+	if err := s.recoverStage(); err != nil {
 		return err
 	}
 	pos, err := s.readPosition()
 	if err != nil {
-		_ = db.Close()
 		return err
 	}
 	s.position.Store(pos)
 	torn, err := s.readTorn()
 	if err != nil {
-		_ = db.Close()
 		return err
 	}
 	s.torn.Store(torn)
-	s.failed.Store(nil)
 	return nil
 }
 
@@ -1102,6 +1123,7 @@ func syncDir(dir string) error {
 // even if the store closes under them.
 type badgerIter struct {
 	store *badgerStore
+	keys  keyspace
 
 	// mu makes Close of the store (from another goroutine) safe against a
 	// Next in progress.
@@ -1153,7 +1175,7 @@ func (it *badgerIter) Next() bool {
 			return false
 		}
 		item := it.iter.Item()
-		if inGroup(item.Key()) {
+		if it.keys.inGroup(item.Key()) {
 			if err := it.readGroup(); err != nil {
 				it.err = fmt.Errorf("statestore: badger iterate: %w", err)
 				it.finish()
@@ -1162,7 +1184,7 @@ func (it *badgerIter) Next() bool {
 			continue
 		}
 		it.kbuf = item.KeyCopy(it.kbuf[:0])
-		key := it.kbuf[1:]
+		key := it.keys.real(it.kbuf)
 		if it.from != nil && bytes.Compare(key, it.from) < 0 {
 			continue
 		}
@@ -1190,12 +1212,12 @@ func (it *badgerIter) Next() bool {
 // sorted by real key, leaving iter on the first item after it.
 func (it *badgerIter) readGroup() error {
 	first := it.iter.Item().Key()
-	prefix := bytes.Clone(first[:1+slotPrefixLen])
+	prefix := bytes.Clone(it.keys.groupOf(first))
 	var group []pair
 	for ; it.iter.Valid(); it.iter.Next() {
 		item := it.iter.Item()
 		k := item.Key()
-		if !inGroup(k) || !bytes.Equal(k[:1+slotPrefixLen], prefix) {
+		if !it.keys.inGroup(k) || !bytes.Equal(it.keys.groupOf(k), prefix) {
 			break
 		}
 		v, err := item.ValueCopy(nil)
@@ -1206,7 +1228,7 @@ func (it *badgerIter) readGroup() error {
 			v = []byte{}
 		}
 		if item.UserMeta() != metaSlotV1 {
-			group = append(group, pair{key: bytes.Clone(k[1:]), value: v})
+			group = append(group, pair{key: bytes.Clone(it.keys.real(k)), value: v})
 			continue
 		}
 		key, val, err := decodeSlot(v)

@@ -234,7 +234,7 @@ func TestBadgerStagedWriteRecovery(t *testing.T) {
 		}, 1, 1},
 		{"marker without all of its stage", func(t *testing.T, bs *badgerStore, ops []op) {
 			require.NoError(t, bs.stage(ops, posBytes(2)))
-			require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Delete(stageKey(3)) }))
+			require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Delete(ownKeys.stage(3)) }))
 		}, 1, 1},
 		{"after the apply, before the cleanup", func(t *testing.T, bs *badgerStore, ops []op) {
 			require.NoError(t, bs.stage(ops, posBytes(2)))
@@ -269,7 +269,7 @@ func TestBadgerLongKeySlotCollision(t *testing.T) {
 	mine := bytes.Repeat([]byte("c"), 70_000)
 	other := append(bytes.Repeat([]byte("c"), 69_999), 'd')
 	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error {
-		return txn.SetEntry(badger.NewEntry(slotKey(mine), encodeSlot(other, []byte("theirs"))).WithMeta(metaSlotV1))
+		return txn.SetEntry(badger.NewEntry(ownKeys.slot(mine), encodeSlot(other, []byte("theirs"))).WithMeta(metaSlotV1))
 	}))
 	_, found, err := s.Get(mine)
 	require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestBadgerLegacyLongestKey(t *testing.T) {
 	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
 	bs := s.(*badgerStore)
 	k := bytes.Repeat([]byte("q"), legacyRawKey)
-	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Set(userKey(k), []byte("old")) }))
+	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Set(ownKeys.user(k), []byte("old")) }))
 	v, found, err := s.Get(k)
 	require.NoError(t, err)
 	require.True(t, found)
@@ -300,7 +300,7 @@ func TestBadgerLegacyLongestKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the unslotted copy is gone")
 
-	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Set(userKey(k), []byte("old")) }))
+	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Set(ownKeys.user(k), []byte("old")) }))
 	require.NoError(t, s.Write([]Entry{{Key: k}}, 1))
 	require.Empty(t, collectAll(t, s))
 	n, err = s.ApproximateCount()
@@ -502,7 +502,7 @@ func TestBadgerLegacyPositionRecord(t *testing.T) {
 	db, err := badger.Open(opts.withDefaults().badger(dir))
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(txn *badger.Txn) error {
-		if err := txn.Set(userKey([]byte("a")), []byte("1")); err != nil {
+		if err := txn.Set(ownKeys.user([]byte("a")), []byte("1")); err != nil {
 			return err
 		}
 		return txn.Set(legacyPositionKey, binary.BigEndian.AppendUint64(nil, 7))

@@ -51,12 +51,62 @@ const (
 
 var errCorruptSlot = errors.New("statestore: corrupt long-key slot")
 
-func slotKey(key []byte) []byte {
+// keyspace is where one store's keys live in its badger DB: every badger
+// key of the store starts with ns, which is empty for a store with a DB of
+// its own and names the store in a shared DB (see badgershared.go). The
+// layout after ns is the same in both; as badger's limit counts ns, the
+// raw-key and slot lengths above shrink by its length.
+type keyspace struct {
+	ns []byte
+	// The store's own records under ns.
+	position, legacyPosition, torn, stageMarker []byte
+}
+
+func newKeyspace(ns []byte) keyspace {
+	join := func(k []byte) []byte { return append(bytes.Clone(ns), k...) }
+	return keyspace{
+		ns:             ns,
+		position:       join(positionKey),
+		legacyPosition: join(legacyPositionKey),
+		torn:           join(tornKey),
+		stageMarker:    join(stageMarkerKey),
+	}
+}
+
+// ownKeys is the keyspace of a store with a DB of its own.
+var ownKeys = newKeyspace(nil)
+
+// maxRaw is the longest key stored unslotted, slotPrefix the number of a
+// long key's bytes its slot keeps and legacyRaw the key length an older
+// binary left unslotted (only a store with a DB of its own has any).
+func (k keyspace) maxRaw() int     { return maxRawKey - len(k.ns) }
+func (k keyspace) slotPrefix() int { return slotPrefixLen - len(k.ns) }
+func (k keyspace) legacyRaw() int  { return legacyRawKey - len(k.ns) }
+
+// prefixed returns ns, then p, then rest, in a new slice.
+func (k keyspace) prefixed(p byte, rest []byte) []byte {
+	b := make([]byte, 0, len(k.ns)+1+len(rest))
+	b = append(b, k.ns...)
+	b = append(b, p)
+	return append(b, rest...)
+}
+
+// user is the badger key of a short user key.
+func (k keyspace) user(key []byte) []byte { return k.prefixed(userPrefix, key) }
+
+// users is the prefix of every badger key holding a user key.
+func (k keyspace) users() []byte { return k.prefixed(userPrefix, nil) }
+
+// real is the user key a badger key spells, for an unslotted one.
+func (k keyspace) real(bk []byte) []byte { return bk[len(k.ns)+1:] }
+
+func (k keyspace) slot(key []byte) []byte {
 	h := sha256.Sum256(key)
-	k := make([]byte, 0, maxKeyBytes)
-	k = append(k, userPrefix)
-	k = append(k, key[:slotPrefixLen]...)
-	return append(k, h[:]...)
+	b := make([]byte, 0, maxKeyBytes)
+	b = append(b, k.ns...)
+	b = append(b, userPrefix)
+	b = append(b, key[:k.slotPrefix()]...)
+	return append(b, h[:]...)
 }
 
 func encodeSlot(key, value []byte) []byte {
@@ -110,6 +160,7 @@ type occupant struct {
 // the snapshot or, if the plan already wrote the slot, from the plan.
 type planner struct {
 	txn  *badger.Txn // read snapshot; writers are serialised, so it is current
+	keys keyspace
 	seen map[string]occupant
 }
 
@@ -125,7 +176,7 @@ func (p *planner) occupant(bk []byte) (occupant, error) {
 		return occupant{}, err
 	}
 	if item.UserMeta() != metaSlotV1 {
-		return occupant{present: true, key: bk[1:]}, nil
+		return occupant{present: true, key: p.keys.real(bk)}, nil
 	}
 	var o occupant
 	err = item.Value(func(v []byte) error {
@@ -137,13 +188,13 @@ func (p *planner) occupant(bk []byte) (occupant, error) {
 }
 
 func (p *planner) add(ops []op, e Entry) ([]op, error) {
-	if len(e.Key) <= maxRawKey {
-		return append(ops, op{key: userKey(e.Key), value: e.Value}), nil
+	if len(e.Key) <= p.keys.maxRaw() {
+		return append(ops, op{key: p.keys.user(e.Key), value: e.Value}), nil
 	}
 	if p.seen == nil {
 		p.seen = make(map[string]occupant)
 	}
-	slot := slotKey(e.Key)
+	slot := p.keys.slot(e.Key)
 	o, err := p.occupant(slot)
 	if err != nil {
 		return nil, err
@@ -164,8 +215,8 @@ func (p *planner) add(ops []op, e Entry) ([]op, error) {
 		ops = append(ops, op{key: slot, value: encodeSlot(e.Key, e.Value), meta: metaSlotV1})
 		p.seen[string(slot)] = occupant{present: true, slotted: true, key: e.Key}
 	}
-	if len(e.Key) == legacyRawKey {
-		raw := userKey(e.Key)
+	if len(e.Key) == p.keys.legacyRaw() {
+		raw := p.keys.user(e.Key)
 		lo, err := p.occupant(raw)
 		if err != nil {
 			return nil, err
@@ -178,16 +229,16 @@ func (p *planner) add(ops []op, e Entry) ([]op, error) {
 	return ops, nil
 }
 
-// getIn reads key from txn, whatever its layout.
-func getIn(txn *badger.Txn, key []byte) ([]byte, bool, error) {
-	if len(key) <= maxRawKey {
-		return getItem(txn, userKey(key), false, nil)
+// getIn reads key of keyspace k from txn, whatever its layout.
+func getIn(txn *badger.Txn, k keyspace, key []byte) ([]byte, bool, error) {
+	if len(key) <= k.maxRaw() {
+		return getItem(txn, k.user(key), false, nil)
 	}
-	v, found, err := getItem(txn, slotKey(key), true, key)
-	if found || err != nil || len(key) != legacyRawKey {
+	v, found, err := getItem(txn, k.slot(key), true, key)
+	if found || err != nil || len(key) != k.legacyRaw() {
 		return v, found, err
 	}
-	return getItem(txn, userKey(key), false, nil)
+	return getItem(txn, k.user(key), false, nil)
 }
 
 // getItem reads one badger key; a slot must hold want, an unslotted key
@@ -226,18 +277,22 @@ func getItem(txn *badger.Txn, bk []byte, slot bool, want []byte) ([]byte, bool, 
 	return out, found, err
 }
 
-// seekKey is where a Range with lower bound from starts in badger's order;
+// seek is where a Range with lower bound from starts in badger's order;
 // see the layout notes above for why the bound is cut.
-func seekKey(from []byte) []byte {
-	if len(from) > slotPrefixLen {
-		from = from[:slotPrefixLen]
+func (k keyspace) seek(from []byte) []byte {
+	if len(from) > k.slotPrefix() {
+		from = from[:k.slotPrefix()]
 	}
-	return userKey(from)
+	return k.user(from)
 }
 
 // inGroup reports whether badger key bk may be out of real order with its
-// neighbours sharing its first slotPrefixLen key bytes.
-func inGroup(bk []byte) bool { return len(bk)-1 > slotPrefixLen }
+// neighbours sharing its first slotPrefix key bytes.
+func (k keyspace) inGroup(bk []byte) bool { return len(bk)-len(k.ns)-1 > k.slotPrefix() }
+
+// groupOf is the part of badger key bk, in a group, that the group's keys
+// share.
+func (k keyspace) groupOf(bk []byte) []byte { return bk[:len(k.ns)+1+k.slotPrefix()] }
 
 // pair is one decoded key-value pair of a group.
 type pair struct{ key, value []byte }

@@ -45,11 +45,8 @@ var stageMarkerKey = []byte{metaPrefix, 's', 't', 'g'}
 // stageFormatV1 is the first byte of a marker and of every staged op.
 const stageFormatV1 byte = 1
 
-func stageKey(i uint64) []byte {
-	k := make([]byte, 9)
-	k[0] = stagePrefix
-	binary.BigEndian.PutUint64(k[1:], i)
-	return k
+func (k keyspace) stage(i uint64) []byte {
+	return k.prefixed(stagePrefix, binary.BigEndian.AppendUint64(nil, i))
 }
 
 // encodeStaged: format, delete flag, UserMeta, uvarint key length, key, value.
@@ -104,7 +101,7 @@ func (s *badgerStore) writeStaged(ops []op, pos []byte) error {
 func (s *badgerStore) stage(ops []op, pos []byte) error {
 	wb := s.db.NewWriteBatch()
 	for i, o := range ops {
-		if err := wb.Set(stageKey(uint64(i)), encodeStaged(o)); err != nil {
+		if err := wb.Set(s.keys.stage(uint64(i)), encodeStaged(o)); err != nil {
 			wb.Cancel()
 			return fmt.Errorf("stage: %w", err)
 		}
@@ -112,7 +109,7 @@ func (s *badgerStore) stage(ops []op, pos []byte) error {
 	if err := wb.Flush(); err != nil {
 		return fmt.Errorf("stage: %w", err)
 	}
-	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(stageMarkerKey, encodeMarker(pos, len(ops))) })
+	err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(s.keys.stageMarker, encodeMarker(pos, len(ops))) })
 	if err != nil {
 		return fmt.Errorf("stage marker: %w", err)
 	}
@@ -129,7 +126,7 @@ func (s *badgerStore) applyStaged(ops []op, pos []byte) error {
 	}
 	wb := s.db.NewWriteBatch()
 	for i := range ops {
-		if err := wb.Delete(stageKey(uint64(i))); err != nil {
+		if err := wb.Delete(s.keys.stage(uint64(i))); err != nil {
 			wb.Cancel()
 			return s.stageLeft(err)
 		}
@@ -157,7 +154,7 @@ func (s *badgerStore) applyGated(ops []op, pos []byte) error {
 		if err := s.putPosition(txn, pos); err != nil {
 			return err
 		}
-		return txn.Delete(stageMarkerKey)
+		return txn.Delete(s.keys.stageMarker)
 	})
 	if err == nil {
 		s.legacyPos = false
@@ -175,7 +172,7 @@ func (s *badgerStore) recoverStage() error {
 		keys   [][]byte
 	)
 	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(stageMarkerKey)
+		item, err := txn.Get(s.keys.stageMarker)
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
 		case err != nil:
@@ -185,7 +182,7 @@ func (s *badgerStore) recoverStage() error {
 				return err
 			}
 		}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{stagePrefix}})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: s.keys.prefixed(stagePrefix, nil)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
@@ -215,7 +212,7 @@ func (s *badgerStore) recoverStage() error {
 		n := binary.BigEndian.Uint64(marker[9:])
 		whole := uint64(len(ops)) >= n
 		for i := uint64(0); whole && i < n; i++ {
-			whole = binary.BigEndian.Uint64(keys[i][1:]) == i
+			whole = binary.BigEndian.Uint64(keys[i][len(s.keys.ns)+1:]) == i
 		}
 		if whole {
 			ops = ops[:n]
@@ -225,7 +222,7 @@ func (s *badgerStore) recoverStage() error {
 			// without SyncWrites can do that): the Write is lost, and the
 			// old data and position it left untouched stand.
 			s.opts.Logger.Warn("statestore: discarding an incomplete staged write", "dir", s.dir, "staged", len(ops), "want", n)
-			if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(stageMarkerKey) }); err != nil {
+			if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(s.keys.stageMarker) }); err != nil {
 				return fmt.Errorf("statestore: recover staged write in %s: %w", s.dir, err)
 			}
 		} else if err := s.applyGated(ops, marker[1:9]); err != nil {

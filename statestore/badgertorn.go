@@ -68,12 +68,16 @@ func (s *badgerStore) writeTorn(ops []op, position int64) error {
 // markTorn writes the marker of a torn Write up to position.
 func (s *badgerStore) markTorn(position int64) error {
 	target := max(s.torn.Load(), position)
-	marker := binary.BigEndian.AppendUint64([]byte{tornFormatV1}, uint64(target))
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(tornKey, marker) }); err != nil {
+	marker := encodeTorn(target)
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(s.keys.torn, marker) }); err != nil {
 		return fmt.Errorf("torn-write marker: %w", err)
 	}
 	s.torn.Store(target)
 	return nil
+}
+
+func encodeTorn(target int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{tornFormatV1}, uint64(target))
 }
 
 func (s *badgerStore) applyTorn(ops []op, position int64) error {
@@ -111,7 +115,7 @@ func (s *badgerStore) setPosition(txn *badger.Txn, position int64) error {
 		return err
 	}
 	if t := s.torn.Load(); t != NoPosition && position >= t {
-		return txn.Delete(tornKey)
+		return txn.Delete(s.keys.torn)
 	}
 	return nil
 }
@@ -120,11 +124,11 @@ func (s *badgerStore) setPosition(txn *badger.Txn, position int64) error {
 // position record if there is one. The caller clears legacyPos once txn
 // has committed.
 func (s *badgerStore) putPosition(txn *badger.Txn, pos []byte) error {
-	if err := txn.Set(positionKey, pos); err != nil {
+	if err := txn.Set(s.keys.position, pos); err != nil {
 		return err
 	}
 	if s.legacyPos {
-		return txn.Delete(legacyPositionKey)
+		return txn.Delete(s.keys.legacyPosition)
 	}
 	return nil
 }
@@ -139,7 +143,7 @@ func (s *badgerStore) mended(position int64) {
 func (s *badgerStore) readTorn() (int64, error) {
 	torn := NoPosition
 	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(tornKey)
+		item, err := txn.Get(s.keys.torn)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}

@@ -207,7 +207,7 @@ func TestBadgerMemoryFootprint(t *testing.T) {
 }
 
 // procStatus returns a kB field of /proc/self/status.
-func procStatus(t *testing.T, field string) int64 {
+func procStatus(t testing.TB, field string) int64 {
 	t.Helper()
 	f, err := os.Open("/proc/self/status")
 	require.NoError(t, err)

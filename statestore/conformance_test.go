@@ -51,7 +51,40 @@ func backends() []backend {
 				return openTestBadger(t, dir, testBadgerOptions())
 			},
 		},
+		{
+			name: "shared",
+			open: func(t *testing.T) Store {
+				return openTestShared(t, openTestSharedDB(t, t.TempDir()), "s")
+			},
+			reopen: func(t *testing.T, s Store) Store {
+				home, name := s.(*badgerStore).home, s.(*badgerStore).name
+				require.NoError(t, home.Close())
+				return openTestShared(t, openTestSharedDB(t, home.dir), name)
+			},
+		},
 	}
+}
+
+// openTestSharedDB opens a shared DB in dir holding, besides the stores a
+// test opens, a neighbour store whose keys sort on both sides of theirs.
+func openTestSharedDB(t *testing.T, dir string) *SharedBadger {
+	t.Helper()
+	d, err := OpenSharedBadger(dir, testBadgerOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	n, err := d.Open("neighbour")
+	require.NoError(t, err)
+	require.NoError(t, n.Write([]Entry{{Key: []byte{}, Value: []byte("n")}, {Key: []byte{0xff, 0xff}, Value: []byte("n")}}, 1))
+	require.NoError(t, n.Close())
+	return d
+}
+
+func openTestShared(t *testing.T, d *SharedBadger, name string) Store {
+	t.Helper()
+	s, err := d.Open(name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 func openTestBadger(t *testing.T, dir string, o BadgerOptions) Store {
@@ -579,6 +612,13 @@ func bigKeys() [][]byte {
 		m(69_999, "\xff"),
 		m(900_000, ""),
 		m(64_999, "\x00"),
+		// The same limits for a store in a shared DB, whose keys are
+		// prefixed.
+		m(64_962, ""),
+		m(64_963, ""),
+		m(64_963, "z"),
+		m(64_993, ""),
+		m(64_994, ""),
 		append(bytes.Repeat([]byte("l"), 70_000), "m"...),
 		append([]byte("n"), bytes.Repeat([]byte{0xff}, 69_999)...),
 		append(m(65_500, ""), random(10)...),
