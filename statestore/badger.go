@@ -968,30 +968,33 @@ const (
 // reserve, stores close one at a time, each waiting (for as long as it
 // takes, logging) until the filesystem has room for two tables per
 // memtable.
-func (s *badgerStore) closeDB() error {
-	if s.opts.DiskReserve < 0 || checkRoom(s.dir, s.opts.DiskReserve) == nil {
-		return s.db.Close()
+func (s *badgerStore) closeDB() error { return closeWhenRoom(s.db, s.dir, s.opts) }
+
+// closeWhenRoom closes db, kept in dir with opts, as closeDB describes.
+func closeWhenRoom(db *badger.DB, dir string, opts BadgerOptions) error {
+	if opts.DiskReserve < 0 || checkRoom(dir, opts.DiskReserve) == nil {
+		return db.Close()
 	}
 	closeMu.Lock()
 	defer closeMu.Unlock()
-	need := 2 * int64(s.opts.NumMemtables) * s.opts.MemTableSize
+	need := 2 * int64(opts.NumMemtables) * opts.MemTableSize
 	start, logged := time.Now(), time.Time{}
 	for wait := closeWaitFirst; ; wait = min(2*wait, closeWaitMax) {
-		err := checkRoom(s.dir, need)
+		err := checkRoom(dir, need)
 		if err == nil {
 			break
 		}
 		if time.Since(logged) >= diskFullLogEvery {
 			logged = time.Now()
-			s.opts.Logger.Error("disk full: the store waits for space to close, since closing writes its memtables out; free space to resume",
-				"dir", s.dir, "needed_bytes", need, "waited", time.Since(start).Round(time.Millisecond), "err", err)
+			opts.Logger.Error("disk full: the store waits for space to close, since closing writes its memtables out; free space to resume",
+				"dir", dir, "needed_bytes", need, "waited", time.Since(start).Round(time.Millisecond), "err", err)
 		}
 		time.Sleep(wait)
 	}
 	if !logged.IsZero() {
-		s.opts.Logger.Info("disk space freed; store closing", "dir", s.dir, "waited", time.Since(start).Round(time.Millisecond))
+		opts.Logger.Info("disk space freed; store closing", "dir", dir, "waited", time.Since(start).Round(time.Millisecond))
 	}
-	return s.db.Close()
+	return db.Close()
 }
 
 // releaseIters ends every open iterator with err: a badger iterator must

@@ -828,7 +828,7 @@ func (d *SharedBadger) Close() error {
 	for _, s := range open {
 		errs = append(errs, s.Close())
 	}
-	if err := d.db.Close(); err != nil {
+	if err := closeWhenRoom(d.db, d.dir, d.opts); err != nil {
 		errs = append(errs, fmt.Errorf("statestore: close shared badger %s: %w", d.dir, err))
 	}
 	return errors.Join(errs...)
