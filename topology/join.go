@@ -1,7 +1,10 @@
 package topology
 
 import (
+	"time"
+
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // Join joins s with the table t on their keys: each record of s looks up
@@ -37,6 +40,21 @@ func Join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], joiner func(v V, t
 // KIP-962.
 func LeftJoin[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], joiner func(v V, tv TV, found bool) VR, opts ...Option) KStream[K, VR] {
 	return join(s, t, "leftjoin", true, joiner, collect(opts))
+}
+
+// JoinGrace gives Join or LeftJoin with a versioned table (see
+// Versioned) a grace period (KIP-923): each stream record waits until the
+// join's stream time (the latest time of its stream records) has passed
+// its own time by grace, so that table updates up to grace late are in
+// the table when it is joined, and records are then joined in time order.
+// A record already that late when it arrives is joined at once. Records
+// wait in the store "<name>-buffer", where name is the join node's name
+// (persistent and logged unless InMemory or WithoutLogging is given); the
+// stream's value serde must be given with JoinValueSerde. grace must not
+// exceed the table's history. Zero is no grace: every record is joined as
+// it arrives.
+func JoinGrace(grace time.Duration) Option {
+	return func(o *options) { o.grace, o.hasGrace = grace.Milliseconds(), true }
 }
 
 // JoinValueSerde gives the value serde of the stream side of Join or
@@ -87,8 +105,21 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	stores, lookup := t.view()
 	n.stores = stores
 	b.checkFunc(n, joiner == nil, "joiner")
+	versioned := t.versioned && t.lookup == nil
+	grace := joinGrace(b, n, t, o, versioned)
+	if _, ok := o.valueSerde.(serde.Serde[V]); grace != nil && !ok {
+		b.errorf("%s: JoinValueSerde is %T, want a non-nil serde.Serde[%T]", n.label(), o.valueSerde, zero[V]())
+		grace = nil
+	}
 	n.newProc = func() (procImpl, error) {
-		return &joinProc[K, V, TV, VR]{lookup: lookup, left: left, joiner: joiner}, nil
+		p := &joinProc[K, V, TV, VR]{lookup: lookup, left: left, joiner: joiner, grace: grace}
+		if versioned {
+			p.versions = t.openVersions
+		}
+		if grace != nil {
+			p.ks, p.vs = t.keySerde, o.valueSerde.(serde.Serde[V])
+		}
+		return p, nil
 	}
 	return KStream[K, VR]{b: b, n: n}
 }
@@ -98,11 +129,27 @@ type joinProc[K, V, TV, VR any] struct {
 	left   bool
 	joiner func(V, TV, bool) VR
 	get    func(K) (TV, int64, bool, error)
+	// versions, for a versioned table, opens its store, which asOf then
+	// reads: a record joins the table as it was at the record's time.
+	versions func(func(string) (statestore.ReadWriter, error)) (*VersionedKeyValueStore[K, TV], error)
+	asOf     *VersionedKeyValueStore[K, TV]
+	// grace, ks and vs are set for a join with a grace period (JoinGrace).
+	grace  *joinBuffer
+	ks     serde.Serde[K]
+	vs     serde.Serde[V]
+	buffer statestore.ReadWriter
 }
 
 func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
 	var err error
-	p.get, err = p.lookup(c.store)
+	if p.versions != nil {
+		p.asOf, err = p.versions(c.store)
+	} else {
+		p.get, err = p.lookup(c.store)
+	}
+	if err == nil && p.grace != nil {
+		p.buffer, err = c.store(p.grace.store)
+	}
 	return err
 }
 
@@ -115,7 +162,26 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 		c.task.droppedJoin++
 		return nil
 	}
-	tv, _, found, err := p.get(as[K](r.key))
+	if p.grace != nil {
+		return p.hold(c, r)
+	}
+	return p.join(c, r)
+}
+
+// join joins r, a record with a key and a value, with the table.
+func (p *joinProc[K, V, TV, VR]) join(c *nodeInstance, r record) error {
+	var (
+		tv    TV
+		found bool
+		err   error
+	)
+	if p.asOf != nil {
+		var vr VersionedRecord[TV]
+		vr, found, err = p.asOf.GetAsOf(as[K](r.key), r.ts.UnixMilli())
+		tv = vr.Value
+	} else {
+		tv, _, found, err = p.get(as[K](r.key))
+	}
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,9 @@ func (t KTable[K, V]) view() ([]string, tableLookup[K, V]) {
 	if t.lookup != nil {
 		return t.lookupStores, t.lookup
 	}
+	if t.versioned {
+		return []string{t.store}, t.latestValues
+	}
 	store, ks, vs := t.store, t.keySerde, t.valueSerde
 	return []string{store}, func(open func(string) (statestore.ReadWriter, error)) (func(K) (V, int64, bool, error), error) {
 		rw, err := open(store)
