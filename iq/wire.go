@@ -83,6 +83,8 @@ func (s *wireServedBy) provenance(partition int32) Provenance {
 type wireKey struct {
 	Key       string          `json:"key"`
 	Value     json.RawMessage `json:"value,omitempty"`
+	ValidFrom *int64          `json:"valid_from,omitempty"`
+	ValidTo   *int64          `json:"valid_to,omitempty"`
 	Partition int32           `json:"partition"`
 	ServedBy  *wireServedBy   `json:"served_by,omitempty"`
 	Error     string          `json:"error,omitempty"`
