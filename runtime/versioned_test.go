@@ -1,0 +1,215 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// versions is what a versioned table should hold: each key's versions by
+// time, a nil value a tombstone.
+type versions map[string]map[int64]*string
+
+// asOf renders key's version at t as "value[from,to)" ("-" for none), as
+// versionedAnswer renders a query's answer; t math.MaxInt64 is the latest.
+func (vs versions) asOf(key string, t int64) string {
+	var times []int64
+	for ts := range vs[key] {
+		times = append(times, ts)
+	}
+	slices.Sort(times)
+	i, found := slices.BinarySearch(times, t)
+	if !found {
+		i--
+	}
+	if i < 0 || vs[key][times[i]] == nil {
+		return "-"
+	}
+	to := statestore.OpenEnded
+	if i+1 < len(times) {
+		to = times[i+1]
+	}
+	return fmt.Sprintf("%s[%d,%d)", *vs[key][times[i]], times[i], to)
+}
+
+func versionedAnswer(res iq.Result[string]) string {
+	if !res.Found {
+		return "-"
+	}
+	return fmt.Sprintf("%s[%d,%d)", res.Value, res.ValidFrom, res.ValidTo)
+}
+
+// A table read Versioned keeps its history through everything a store
+// goes through, under both guarantees: queries as of a time answer alike
+// from the active and, within the bound, its standby; the standby, made
+// active when the active's instance dies, goes on from the same history;
+// and an instance with an empty state directory restores it all from the
+// changelog, out-of-order versions and tombstones included.
+func TestVersionedTableFailoverAndRestore(t *testing.T) {
+	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+		t.Run(g.String(), func(t *testing.T) { testVersionedFailoverAndRestore(t, g) })
+	}
+}
+
+func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
+	b, _ := startBroker(t, "prices")
+	build := func() *topology.Topology {
+		tb := topology.NewBuilder()
+		topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(time.Hour))
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		return topo
+	}
+	start := func(dir string) *App {
+		app, err := New(build(), Config{ApplicationID: "versioned", Brokers: b.Addrs(), StateDir: dir, NumStreamThreads: 1,
+			NumStandbys: 1, ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
+			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("prices"))
+	require.NoError(t, err)
+	defer cl.Close()
+	want := versions{}
+	produce := func(key string, value *string, ts int64) {
+		t.Helper()
+		rec := &kgo.Record{Key: []byte(key), Timestamp: time.UnixMilli(ts)}
+		if value != nil {
+			rec.Value = []byte(*value)
+		}
+		require.NoError(t, cl.ProduceSync(context.Background(), rec).FirstErr())
+		if want[key] == nil {
+			want[key] = map[int64]*string{}
+		}
+		want[key][ts] = value
+	}
+	str := func(s string) *string { return &s }
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	for i, k := range keys {
+		produce(k, str(k+"1"), 1000)
+		produce(k, str(k+"2"), 2000)
+		produce(k, str(k+"3"), 3000)
+		produce(k, str(k+"-late"), 1500) // out of order: history only
+		if i%2 == 0 {
+			produce(k, nil, 4000)
+			produce(k, str(k+"5"), 5000)
+		}
+	}
+	times := []int64{999, 1000, 1499, 1500, 1999, 2500, 3000, 4500, 6000, 6999, 7000, math.MaxInt64}
+
+	// mismatch is the first answer of app's replicas of the given role
+	// that differs from want, "" if none: every key at every time, but a
+	// key whose partition app holds in no such role is left to the other
+	// instances, unless all is set.
+	ctx := context.Background()
+	mismatch := func(app *App, role iq.Role, all bool) string {
+		q := iq.NewQuerier(app.Queries())
+		bound := iq.WithStaleness(iq.ActiveOnly())
+		if role != iq.RoleActive {
+			bound = iq.WithStaleness(iq.MaxLag(0))
+		}
+		for _, k := range keys {
+			for _, at := range times {
+				opts := []iq.QueryOption{bound}
+				if at != math.MaxInt64 {
+					opts = append(opts, iq.AsOfMillis(at))
+				}
+				res, err := iq.Get(ctx, q, "prices", k, serde.String, serde.String, opts...)
+				if err != nil {
+					if !all && (errors.Is(err, iq.ErrNotHostedHere) || errors.Is(err, iq.ErrTooStale)) {
+						break
+					}
+					return fmt.Sprintf("%s as of %d: %v", k, at, err)
+				}
+				if res.Provenance.Role != role && !all {
+					break // the key's partition is held here in another role
+				}
+				if got := versionedAnswer(res); res.Provenance.Role != role || got != want.asOf(k, at) {
+					return fmt.Sprintf("%s as of %d: %s from the %s, want %s from the %s", k, at, got, res.Provenance.Role, want.asOf(k, at), role)
+				}
+			}
+		}
+		return ""
+	}
+	// uncovered is a key not answered by exactly one instance's active and
+	// one's standby, "" if none.
+	uncovered := func(apps ...*App) string {
+		for _, k := range keys {
+			actives, standbys := 0, 0
+			for _, app := range apps {
+				q := iq.NewQuerier(app.Queries())
+				if res, err := iq.Get(ctx, q, "prices", k, serde.String, serde.String); err == nil && res.Provenance.Role == iq.RoleActive {
+					actives++
+				}
+				if res, err := iq.Get(ctx, q, "prices", k, serde.String, serde.String, iq.WithStaleness(iq.MaxLag(0))); err == nil && res.Provenance.Role == iq.RoleStandby {
+					standbys++
+				}
+			}
+			if actives != 1 || standbys != 1 {
+				return fmt.Sprintf("%s: %d actives, %d standbys", k, actives, standbys)
+			}
+		}
+		return ""
+	}
+	await := func(what string, check func() string) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			m := check()
+			if m == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %s", what, m)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	first := start(t.TempDir())
+	t.Cleanup(first.kill)
+	second := start(t.TempDir())
+	t.Cleanup(func() { second.Close(context.Background()) })
+	await("an active and a standby of every key, each answering as of every time", func() string {
+		for _, m := range []string{uncovered(first, second),
+			mismatch(first, iq.RoleActive, false), mismatch(second, iq.RoleActive, false),
+			mismatch(first, iq.RoleStandby, false), mismatch(second, iq.RoleStandby, false)} {
+			if m != "" {
+				return m
+			}
+		}
+		return ""
+	})
+
+	// The first instance dies; the second's standbys take over its
+	// partitions, history and all, and go on.
+	first.kill()
+	for _, k := range keys {
+		produce(k, str(k+"7"), 7000)
+	}
+	await("the survivor answering every key as the active, new versions included", func() string {
+		return mismatch(second, iq.RoleActive, true)
+	})
+	require.NoError(t, second.Close(ctx))
+
+	// A new instance with nothing on disk restores every version.
+	third := start(t.TempDir())
+	t.Cleanup(func() { third.Close(context.Background()) })
+	await("a new instance restoring every version from the changelog", func() string {
+		return mismatch(third, iq.RoleActive, true)
+	})
+	require.Equal(t, "-", want.asOf("a", 4500), "the model keeps tombstones")
+}
