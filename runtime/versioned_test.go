@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/iq"
@@ -212,4 +213,101 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
 		return mismatch(third, iq.RoleActive, true)
 	})
 	require.Equal(t, "-", want.asOf("a", 4500), "the model keeps tombstones")
+}
+
+// A stream record waiting out a join's grace is in the join's buffer
+// store, logged like any store: an instance that takes the task over with
+// nothing on disk (the first one killed mid-wait) joins it when stream time
+// passes it, with the table as it was at the record's time, a late table
+// update included, under both guarantees.
+func TestJoinGraceSurvivesTakeover(t *testing.T) {
+	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+		t.Run(g.String(), func(t *testing.T) { testJoinGraceTakeover(t, g) })
+	}
+}
+
+func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
+	b, adm := startBroker(t, "prices", "orders", "lines")
+	build := func() *topology.Topology {
+		tb := topology.NewBuilder()
+		prices := topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(time.Hour))
+		orders := topology.Stream(tb, "orders", serde.String, serde.String)
+		topology.Join(orders, prices, func(o, p string) string { return o + "@" + p },
+			topology.Named("lines"), topology.JoinGrace(10*time.Second), topology.JoinValueSerde(serde.String)).
+			To("lines", serde.String, serde.String)
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		return topo
+	}
+	start := func() *App {
+		app, err := New(build(), Config{ApplicationID: "grace", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
+			ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
+			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(topic, key, value string, ts int64) {
+		t.Helper()
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: 0, Key: []byte(key), Value: []byte(value), Timestamp: time.UnixMilli(ts)}).FirstErr())
+	}
+	out, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics("lines"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer out.Close()
+	var lines []string
+	read := func() []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		out.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			lines = append(lines, fmt.Sprintf("%s %s @%d", r.Key, r.Value, r.Timestamp.UnixMilli()))
+		})
+		return lines
+	}
+
+	first := start()
+	t.Cleanup(first.kill)
+	produce("prices", "k", "p1", 1_000)
+	produce("orders", "k", "o1", 5_000)
+	produce("orders", "k", "o2", 16_000) // releases o1 (5 000 + 10 000 ≤ 16 000)
+	waitFor(t, 60*time.Second, "the first order joined", func() bool { return slices.Contains(read(), "k o1@p1 @5000") })
+	produce("prices", "k", "p2", 12_000) // late, but within o2's grace
+	produce("orders", "k", "o3", 20_000)
+	// o2 and o3 wait: the buffer, its clock and the table's history must
+	// all be in the changelogs for another instance to finish the job,
+	// which they are once the first instance committed past o3.
+	waitFor(t, 60*time.Second, "the first instance to commit past the waiting orders", func() bool {
+		return committedOffset(t, adm, "grace", "orders", 0) >= 3
+	})
+	first.kill()
+
+	second := start()
+	t.Cleanup(func() { second.Close(context.Background()) })
+	produce("orders", "k", "o4", 40_000) // releases o2 and o3
+	waitFor(t, 90*time.Second, "the waiting orders joined by the new instance", func() bool {
+		got := read()
+		return slices.Contains(got, "k o2@p2 @16000") && slices.Contains(got, "k o3@p2 @20000")
+	})
+	require.NotContains(t, lines, "k o2@p1 @16000", "o2 waited for the late price")
+	if g == ExactlyOnce {
+		require.Equal(t, []string{"k o1@p1 @5000", "k o2@p2 @16000", "k o3@p2 @20000"}, lines, "each order joined once")
+	}
+}
+
+// committedOffset is the offset group last committed for a partition, -1
+// if none.
+func committedOffset(t *testing.T, adm *kadm.Client, group, topic string, partition int32) int64 {
+	t.Helper()
+	offs, err := adm.FetchOffsets(context.Background(), group)
+	if err != nil {
+		return -1
+	}
+	o, ok := offs.Lookup(topic, partition)
+	if !ok || o.Err != nil {
+		return -1
+	}
+	return o.At
 }
