@@ -165,12 +165,23 @@ func (t KTable[K, V]) latestValues(open func(string) (statestore.ReadWriter, err
 // only when it becomes the key's latest, as Kafka Streams' table sources
 // over versioned stores do.
 func (p *tableProc[K, V]) processVersioned(c *nodeInstance, kb []byte, r record) error {
-	old, found, err := p.versions.Get(kb)
-	if err != nil {
-		return err
+	var old *prior
+	if c.node.sendOld {
+		// Read only when asked for: each read walks the key's versions.
+		v, found, err := p.versions.Get(kb)
+		if err != nil {
+			return err
+		}
+		old = &prior{null: !found}
+		if found {
+			if old.value, err = p.valueSerde.Decode(v.Value); err != nil {
+				return fmt.Errorf("topology: decode store value: %w", err)
+			}
+		}
 	}
 	var vb []byte
 	if !r.valueNull {
+		var err error
 		if vb, err = encodeStoreValue(p.valueSerde, as[V](r.value)); err != nil {
 			return err
 		}
@@ -179,16 +190,7 @@ func (p *tableProc[K, V]) processVersioned(c *nodeInstance, kb []byte, r record)
 	if err != nil || !put || validTo != statestore.OpenEnded {
 		return err
 	}
-	if c.node.sendOld {
-		r.old = &prior{null: !found}
-		if found {
-			v, err := p.valueSerde.Decode(old.Value)
-			if err != nil {
-				return fmt.Errorf("topology: decode store value: %w", err)
-			}
-			r.old.value = v
-		}
-	}
+	r.old = old
 	return p.updates.emit(c, kb, r)
 }
 
