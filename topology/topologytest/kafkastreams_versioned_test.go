@@ -117,6 +117,19 @@ var ksVersioned = []ksScenario{
 		}),
 	},
 	{
+		name: "TableTableJoinIntegrationTest.testInnerWithVersionedStores",
+		build: func(b *topology.Builder) {
+			l := topology.Table(b, "left", serde.String, serde.String, "left", topology.Versioned(5*time.Minute), topology.WithoutLogging())
+			r := topology.Table(b, "right", serde.String, serde.String, "right", topology.Versioned(5*time.Minute), topology.WithoutLogging())
+			topology.JoinTables(l, r, func(lv, rv string) string { return lv + "-" + rv }, "joined", serde.String).
+				ToStream().To("out", serde.String, serde.String)
+		},
+		steps: joinIntegrationSteps(map[int][]string{
+			3: out("0 A-a @4"), 4: out("0 B-a @5"), 5: out("0 B-b @6"), 6: out("0 null @7"),
+			9: out("0 C-c @10"), 10: out("0 null @11"), 18: out("0 E-e @15"),
+		}),
+	},
+	{
 		name:  "KStreamKTableJoinTest.shouldDelayJoinByGracePeriod",
 		build: graceJoin(2 * time.Millisecond),
 		steps: []ksStep{
