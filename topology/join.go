@@ -15,7 +15,9 @@ import (
 // deletes its key. Records of s with a null key or value are dropped and
 // counted (runtime.App.DroppedJoinRecords). t may be a table derived
 // without Materialized: its values are then read through the store of the
-// table it derives from, with the operators in between applied.
+// table it derives from, with the operators in between applied. A table
+// read with Versioned is looked up as of each record's timestamp instead
+// of its current value, after the JoinGrace wait if one is given.
 //
 // s and t must be co-partitioned: the topics they read need equal
 // partition counts, which the runtime checks at start-up. If an operator
@@ -59,7 +61,8 @@ func JoinGrace(grace time.Duration) Option {
 
 // JoinValueSerde gives the value serde of the stream side of Join or
 // LeftJoin, used to encode its repartition topic when the stream must be
-// repartitioned; V must be the stream's value type.
+// repartitioned and the records waiting out a JoinGrace; V must be the
+// stream's value type.
 func JoinValueSerde[V any](s serde.Serde[V]) Option {
 	return func(o *options) { o.valueSerde = s }
 }
