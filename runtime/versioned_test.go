@@ -19,15 +19,39 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-// versions is what a versioned table should hold: each key's versions by
-// time, a nil value a tombstone.
-type versions map[string]map[int64]*string
+// versionedModel is what a versioned table should hold: each key's
+// versions by time (a nil value a tombstone), and each partition's
+// observed time, which cuts off what is older than the history.
+type versionedModel struct {
+	history    int64
+	partitions int32
+	versions   map[string]map[int64]*string
+	observed   map[int32]int64
+}
+
+func (m *versionedModel) put(key string, value *string, ts int64) {
+	p := topology.Partition([]byte(key), m.partitions)
+	obs, seen := m.observed[p]
+	if seen && ts < obs-m.history {
+		return // too late: dropped
+	}
+	if !seen || ts > obs {
+		m.observed[p] = ts
+	}
+	if m.versions[key] == nil {
+		m.versions[key] = map[int64]*string{}
+	}
+	m.versions[key][ts] = value
+}
 
 // asOf renders key's version at t as "value[from,to)" ("-" for none), as
 // versionedAnswer renders a query's answer; t math.MaxInt64 is the latest.
-func (vs versions) asOf(key string, t int64) string {
+func (m *versionedModel) asOf(key string, t int64) string {
+	if obs, seen := m.observed[topology.Partition([]byte(key), m.partitions)]; seen && t != math.MaxInt64 && t < obs-m.history {
+		return "-"
+	}
 	var times []int64
-	for ts := range vs[key] {
+	for ts := range m.versions[key] {
 		times = append(times, ts)
 	}
 	slices.Sort(times)
@@ -35,14 +59,14 @@ func (vs versions) asOf(key string, t int64) string {
 	if !found {
 		i--
 	}
-	if i < 0 || vs[key][times[i]] == nil {
+	if i < 0 || m.versions[key][times[i]] == nil {
 		return "-"
 	}
 	to := statestore.OpenEnded
 	if i+1 < len(times) {
 		to = times[i+1]
 	}
-	return fmt.Sprintf("%s[%d,%d)", *vs[key][times[i]], times[i], to)
+	return fmt.Sprintf("%s[%d,%d)", *m.versions[key][times[i]], times[i], to)
 }
 
 func versionedAnswer(res iq.Result[string]) string {
@@ -54,10 +78,11 @@ func versionedAnswer(res iq.Result[string]) string {
 
 // A table read Versioned keeps its history through everything a store
 // goes through, under both guarantees: queries as of a time answer alike
-// from the active and, within the bound, its standby; the standby, made
-// active when the active's instance dies, goes on from the same history;
-// and an instance with an empty state directory restores it all from the
-// changelog, out-of-order versions and tombstones included.
+// from the active and, within the bound, its standby, history cut off at
+// the same time; the standby, made active when the active's instance dies,
+// goes on from the same history; and an instance with an empty state
+// directory restores it all from the changelog, out-of-order versions,
+// tombstones and the cut-off included.
 func TestVersionedTableFailoverAndRestore(t *testing.T) {
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) { testVersionedFailoverAndRestore(t, g) })
@@ -68,7 +93,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
 	b, _ := startBroker(t, "prices")
 	build := func() *topology.Topology {
 		tb := topology.NewBuilder()
-		topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(time.Hour))
+		topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(3*time.Second))
 		topo, err := tb.Build()
 		require.NoError(t, err)
 		return topo
@@ -84,7 +109,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("prices"))
 	require.NoError(t, err)
 	defer cl.Close()
-	want := versions{}
+	want := &versionedModel{history: 3000, partitions: 2, versions: map[string]map[int64]*string{}, observed: map[int32]int64{}}
 	produce := func(key string, value *string, ts int64) {
 		t.Helper()
 		rec := &kgo.Record{Key: []byte(key), Timestamp: time.UnixMilli(ts)}
@@ -92,10 +117,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
 			rec.Value = []byte(*value)
 		}
 		require.NoError(t, cl.ProduceSync(context.Background(), rec).FirstErr())
-		if want[key] == nil {
-			want[key] = map[int64]*string{}
-		}
-		want[key][ts] = value
+		want.put(key, value, ts)
 	}
 	str := func(s string) *string { return &s }
 	keys := []string{"a", "b", "c", "d", "e", "f"}
@@ -234,7 +256,7 @@ func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
 	b, adm := startBroker(t, "prices", "orders", "lines")
 	build := func() *topology.Topology {
 		tb := topology.NewBuilder()
-		prices := topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(time.Hour))
+		prices := topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(3*time.Second))
 		orders := topology.Stream(tb, "orders", serde.String, serde.String)
 		topology.Join(orders, prices, func(o, p string) string { return o + "@" + p },
 			topology.Named("lines"), topology.JoinGrace(10*time.Second), topology.JoinValueSerde(serde.String)).
