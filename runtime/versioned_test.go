@@ -256,7 +256,7 @@ func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
 	b, adm := startBroker(t, "prices", "orders", "lines")
 	build := func() *topology.Topology {
 		tb := topology.NewBuilder()
-		prices := topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(3*time.Second))
+		prices := topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(time.Hour))
 		orders := topology.Stream(tb, "orders", serde.String, serde.String)
 		topology.Join(orders, prices, func(o, p string) string { return o + "@" + p },
 			topology.Named("lines"), topology.JoinGrace(10*time.Second), topology.JoinValueSerde(serde.String)).
