@@ -16,8 +16,9 @@ import (
 // counted (runtime.App.DroppedJoinRecords). t may be a table derived
 // without Materialized: its values are then read through the store of the
 // table it derives from, with the operators in between applied. A table
-// read with Versioned is looked up as of each record's timestamp instead
-// of its current value, after the JoinGrace wait if one is given.
+// read with Versioned, or derived from one without Materialized, is looked
+// up as of each record's timestamp instead of its current value, after the
+// JoinGrace wait if one is given.
 //
 // s and t must be co-partitioned: the topics they read need equal
 // partition counts, which the runtime checks at start-up. If an operator
@@ -108,17 +109,13 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	stores, lookup := t.view()
 	n.stores = stores
 	b.checkFunc(n, joiner == nil, "joiner")
-	versioned := t.versioned && t.lookup == nil
-	grace := joinGrace(b, n, t, o, versioned)
+	grace := joinGrace(b, n, t, o)
 	if _, ok := o.valueSerde.(serde.Serde[V]); grace != nil && !ok {
 		b.errorf("%s: JoinValueSerde is %T, want a non-nil serde.Serde[%T]", n.label(), o.valueSerde, zero[V]())
 		grace = nil
 	}
 	n.newProc = func() (procImpl, error) {
-		p := &joinProc[K, V, TV, VR]{lookup: lookup, left: left, joiner: joiner, grace: grace}
-		if versioned {
-			p.versions = t.openVersions
-		}
+		p := &joinProc[K, V, TV, VR]{lookup: lookup, asOf: t.asOf, left: left, joiner: joiner, grace: grace}
 		if grace != nil {
 			p.ks, p.vs = t.keySerde, o.valueSerde.(serde.Serde[V])
 		}
@@ -132,10 +129,10 @@ type joinProc[K, V, TV, VR any] struct {
 	left   bool
 	joiner func(V, TV, bool) VR
 	get    func(K) (TV, int64, bool, error)
-	// versions, for a versioned table, opens its store, which asOf then
-	// reads: a record joins the table as it was at the record's time.
-	versions func(func(string) (statestore.ReadWriter, error)) (*VersionedKeyValueStore[K, TV], error)
-	asOf     *VersionedKeyValueStore[K, TV]
+	// asOf, for a table that keeps its history, replaces lookup: a record
+	// joins the table as it was at the record's time, through getAt.
+	asOf  asOfLookup[K, TV]
+	getAt func(K, int64) (TV, int64, bool, error)
 	// grace, ks and vs are set for a join with a grace period (JoinGrace).
 	grace  *joinBuffer
 	ks     serde.Serde[K]
@@ -145,8 +142,8 @@ type joinProc[K, V, TV, VR any] struct {
 
 func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
 	var err error
-	if p.versions != nil {
-		p.asOf, err = p.versions(c.store)
+	if p.asOf != nil {
+		p.getAt, err = p.asOf(c.store)
 	} else {
 		p.get, err = p.lookup(c.store)
 	}
@@ -178,10 +175,8 @@ func (p *joinProc[K, V, TV, VR]) join(c *nodeInstance, r record) error {
 		found bool
 		err   error
 	)
-	if p.asOf != nil {
-		var vr VersionedRecord[TV]
-		vr, found, err = p.asOf.GetAsOf(as[K](r.key), r.ts.UnixMilli())
-		tv = vr.Value
+	if p.getAt != nil {
+		tv, _, found, err = p.getAt(as[K](r.key), r.ts.UnixMilli())
 	} else {
 		tv, _, found, err = p.get(as[K](r.key))
 	}

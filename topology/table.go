@@ -396,9 +396,12 @@ type KTable[K, V any] struct {
 	// windows is set on a windowed table: what UntilWindowCloses needs.
 	windows *windowClose
 	// versioned is set on a table read with Versioned, whose store keeps
-	// history milliseconds of history.
+	// history milliseconds of history. asOf reads values as of a time: set
+	// on such a table, and on a table derived from it without a store of
+	// its own (which keeps its history too).
 	versioned bool
 	history   int64
+	asOf      asOfLookup[K, V]
 }
 
 // Table reads topic into the store named store (persistent and logged
@@ -424,7 +427,11 @@ func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSer
 		info = b.versionedStoreInfo(store, o)
 	}
 	b.declareStore(info, n.label())
-	return KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: info.Retention}
+	out := KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: info.Retention}
+	if o.versioned {
+		out.asOf = out.valuesAsOf
+	}
+	return out
 }
 
 type tableProc[K, V any] struct {

@@ -143,6 +143,27 @@ func (t KTable[K, V]) openVersions(open func(string) (statestore.ReadWriter, err
 	return NewVersionedKeyValueStore(s, t.keySerde, t.valueSerde), nil
 }
 
+// asOfLookup reads one key of a table as of a time, as tableLookup reads
+// its current value: made once per task, it returns the key's value at
+// the time, the time that value became valid, and whether the table held
+// the key then.
+type asOfLookup[K, V any] func(open func(store string) (statestore.ReadWriter, error)) (func(k K, at int64) (V, int64, bool, error), error)
+
+// valuesAsOf is the asOfLookup of t, a versioned table.
+func (t KTable[K, V]) valuesAsOf(open func(string) (statestore.ReadWriter, error)) (func(K, int64) (V, int64, bool, error), error) {
+	s, err := t.openVersions(open)
+	if err != nil {
+		return nil, err
+	}
+	return func(k K, at int64) (V, int64, bool, error) {
+		r, found, err := s.GetAsOf(k, at)
+		if !found {
+			return r.Value, statestore.NoTimestamp, false, err
+		}
+		return r.Value, r.ValidFrom, true, nil
+	}, nil
+}
+
 // latestValues is the tableLookup of t, a versioned table: its latest
 // values, which are the table's current ones, each with the time its
 // version became valid.
@@ -216,15 +237,15 @@ const joinHeldPrefix = 1
 
 // joinGrace checks a stream-table join's grace option and declares the
 // store its records wait in; nil when the join has no grace.
-func joinGrace[K, TV any](b *Builder, n *node, t KTable[K, TV], o options, versioned bool) *joinBuffer {
+func joinGrace[K, TV any](b *Builder, n *node, t KTable[K, TV], o options) *joinBuffer {
 	if !o.hasGrace {
 		return nil
 	}
 	switch {
 	case o.grace < 0:
 		b.errorf("%s: join grace %d ms is negative", n.label(), o.grace)
-	case !versioned:
-		b.errorf("%s: a join grace needs a table read with Versioned", n.label())
+	case t.asOf == nil:
+		b.errorf("%s: a join grace needs a table that keeps its history: read with Versioned, or derived from one without Materialized", n.label())
 	case o.grace > t.history:
 		b.errorf("%s: join grace %d ms exceeds the table's history of %d ms", n.label(), o.grace, t.history)
 	case o.valueSerde == nil:

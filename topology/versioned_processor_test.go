@@ -82,3 +82,35 @@ func TestProcessorVersionedStore(t *testing.T) {
 	_, err = topology.GetVersionedStore(d, topology.StoreInfo{Name: "history"}, serde.String, serde.String)
 	require.ErrorContains(t, err, "not a versioned store")
 }
+
+// A stream joined with a table derived from a versioned one, without a
+// store of its own, meets the derived value as of each record's time.
+func TestJoinDerivedVersionedTable(t *testing.T) {
+	b := topology.NewBuilder()
+	prices := topology.Table(b, "right", serde.String, serde.String, "right-store", topology.Versioned(5*time.Minute)).
+		Filter(func(_, v string) bool { return v != "b" })
+	topology.Join(topology.Stream(b, "left", serde.String, serde.String), prices, func(l, r string) string { return l + "-" + r }).
+		To("out", serde.String, serde.String)
+	d, _ := start(t, b)
+	right := topologytest.NewInputTopic(d, "right", serde.String, serde.String)
+	left := topologytest.NewInputTopic(d, "left", serde.String, serde.String)
+	for _, r := range []struct {
+		v  string
+		ms int64
+	}{{"a", 4}, {"b", 6}, {"c", 10}} {
+		require.NoError(t, right.PipeAt("k", r.v, time.UnixMilli(r.ms)))
+	}
+	for _, r := range []struct {
+		v  string
+		ms int64
+	}{{"X", 5}, {"Y", 7}, {"Z", 11}, {"W", 8}, {"V", 4}, {"U", 3}} {
+		require.NoError(t, left.PipeAt("k", r.v, time.UnixMilli(r.ms)))
+	}
+	kvs, err := topologytest.NewOutputTopic(d, "out", serde.String, serde.String).ReadKeyValues()
+	require.NoError(t, err)
+	var got []string
+	for _, kv := range kvs {
+		got = append(got, kv.Value)
+	}
+	require.Equal(t, []string{"X-a", "Z-c", "V-a"}, got, "Y and W meet b, which the filter drops; U comes before any price")
+}
