@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -287,13 +288,27 @@ func (c *Client) KeyMetadata(ctx context.Context, store string, keyBytes []byte)
 // serde, from which the partition is computed. The value comes back as the
 // JSON the server rendered.
 func (c *Client) Get(ctx context.Context, store, keyText string, keyBytes []byte, opts ...QueryOption) (Result[json.RawMessage], error) {
-	return clientLookup(ctx, c, store, keyBytes, opts, func(q url.Values) string { return keyPath(store, keyText, q) },
+	o := buildOptions(opts)
+	path := func(q url.Values) string {
+		if o.hasAsOf {
+			q.Set("as_of", strconv.FormatInt(o.asOf, 10))
+		}
+		return keyPath(store, keyText, q)
+	}
+	return clientLookup(ctx, c, store, keyBytes, opts, path,
 		func(st int, body []byte) (Result[json.RawMessage], Provenance, error) {
 			if st == http.StatusOK || st == http.StatusNotFound {
 				var k wireKey
 				if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
 					prov := k.ServedBy.provenance(k.Partition)
-					return Result[json.RawMessage]{Value: k.Value, Timestamp: k.TimestampMs, Found: st == http.StatusOK, Provenance: prov}, prov, nil
+					res := Result[json.RawMessage]{Value: k.Value, Timestamp: k.TimestampMs, Found: st == http.StatusOK, Provenance: prov}
+					if k.ValidFrom != nil {
+						res.ValidFrom, res.ValidTo = *k.ValidFrom, statestore.OpenEnded
+						if k.ValidTo != nil {
+							res.ValidTo = *k.ValidTo
+						}
+					}
+					return res, prov, nil
 				}
 			}
 			return Result[json.RawMessage]{}, Provenance{}, decodeErrorAnswer(st, body)
@@ -557,7 +572,7 @@ func ClientGet[K, V any](ctx context.Context, c *Client, store string, key K, ke
 	if err != nil {
 		return Result[V]{}, err
 	}
-	res := Result[V]{Found: raw.Found, Timestamp: raw.Timestamp, Provenance: raw.Provenance}
+	res := Result[V]{Found: raw.Found, Timestamp: raw.Timestamp, ValidFrom: raw.ValidFrom, ValidTo: raw.ValidTo, Provenance: raw.Provenance}
 	if raw.Found {
 		if err := json.Unmarshal(raw.Value, &res.Value); err != nil {
 			return Result[V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, raw.Provenance.Partition, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -89,11 +90,17 @@ type Result[V any] struct {
 	// as the store keeps it beside the value, Kafka Streams'
 	// ValueAndTimestamp: the time of the update that wrote it. 0 for a
 	// store that keeps none (BareStoreValues, global stores) and for a
-	// value written without one.
+	// value written without one. From a versioned store, the version's
+	// ValidFrom.
 	Timestamp int64
 	// Found is false when the key is absent on the answering replica.
-	Found      bool
-	Provenance Provenance
+	Found bool
+	// ValidFrom and ValidTo bound, in milliseconds, the validity of the
+	// version of a versioned store's key that Value is: [ValidFrom,
+	// ValidTo), ValidTo statestore.OpenEnded for the latest version. Both
+	// are 0 for other stores, and when nothing was found.
+	ValidFrom, ValidTo int64
+	Provenance         Provenance
 }
 
 // KeyValue is one entry of a range.
@@ -179,6 +186,8 @@ type queryOptions struct {
 	limit        int
 	prefer       Preference
 	hasPrefer    bool
+	asOf         int64
+	hasAsOf      bool
 }
 
 // Preference is how a router chooses among the replicas that may answer
@@ -240,6 +249,26 @@ func WithPartition(p int32) QueryOption {
 // lookup, or a range with WithPartition.
 func WithMinPosition(pos int64) QueryOption {
 	return func(o *queryOptions) { o.minPosition, o.hasMin = pos, true }
+}
+
+// AsOf asks a versioned store for the value a key had at t (rounded down
+// to the millisecond) rather than its latest (KIP-960): the version valid
+// then, not found if there was none or t is older than the history the
+// store keeps. Other stores refuse it with ErrInvalidQuery.
+func AsOf(t time.Time) QueryOption { return AsOfMillis(t.UnixMilli()) }
+
+// AsOfMillis is AsOf for a time in milliseconds since the epoch.
+func AsOfMillis(ms int64) QueryOption {
+	return func(o *queryOptions) { o.asOf, o.hasAsOf = ms, true }
+}
+
+// at is the time a key lookup asks for: the AsOf time, or math.MaxInt64
+// for the latest value.
+func (o *queryOptions) at() int64 {
+	if o.hasAsOf {
+		return o.asOf
+	}
+	return math.MaxInt64
 }
 
 // WithLimit caps the entries a range or scan returns per partition
@@ -339,10 +368,10 @@ func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts .
 	if err := ctx.Err(); err != nil {
 		return Result[[]byte]{}, err
 	}
-	if _, err := q.requireKind(store, KindKeyValue); err != nil {
+	o := buildOptions(opts)
+	if err := q.checkKeyQuery(store, &o); err != nil {
 		return Result[[]byte]{}, err
 	}
-	o := buildOptions(opts)
 	p := o.partition
 	if !o.hasPartition {
 		var err error
@@ -354,7 +383,26 @@ func (q *Querier) GetBytes(ctx context.Context, store string, key []byte, opts .
 	if err != nil {
 		return Result[[]byte]{}, err
 	}
-	return q.getFrom(r, before, o.bound, store, p, key)
+	return q.getFrom(r, before, o.bound, store, p, key, o.at())
+}
+
+// checkKeyQuery fails with ErrInvalidQuery when store takes no key lookup,
+// or one as of a time (AsOf) and is not versioned.
+func (q *Querier) checkKeyQuery(store string, o *queryOptions) error {
+	l, err := q.layout(store)
+	if err != nil {
+		return err
+	}
+	if l.Kind == KindVersioned {
+		return nil
+	}
+	if _, err := q.requireKind(store, KindKeyValue); err != nil {
+		return err
+	}
+	if o.hasAsOf {
+		return invalidf("store %q is a %s store, not a versioned store: it keeps no history to ask as of a time", store, l.Kind)
+	}
+	return nil
 }
 
 // timestamped says whether a key-value store keeps a timestamp beside
@@ -377,18 +425,43 @@ func splitValue(stored []byte, timestamped bool) (v []byte, ts int64) {
 }
 
 // getFrom reads a key from a replica that was found fit to answer when it
-// said before about itself.
-func (q *Querier) getFrom(r Replica, before ReplicaInfo, bound Staleness, store string, p int32, key []byte) (Result[[]byte], error) {
-	timestamped, err := q.timestamped(store)
+// said before about itself: from a versioned store, its version valid at
+// at (math.MaxInt64: its latest).
+func (q *Querier) getFrom(r Replica, before ReplicaInfo, bound Staleness, store string, p int32, key []byte, at int64) (Result[[]byte], error) {
+	l, err := q.layout(store)
 	if err != nil {
 		return Result[[]byte]{}, err
+	}
+	if l.Kind == KindVersioned {
+		return q.getVersion(r, before, bound, l, store, p, key, at)
 	}
 	v, found, err := r.Store().Get(key)
 	if err != nil {
 		return Result[[]byte]{}, movedErr(store, p, err)
 	}
-	v, ts := splitValue(v, timestamped)
+	v, ts := splitValue(v, l.Timestamped)
 	return Result[[]byte]{Value: v, Timestamp: ts, Found: found, Provenance: q.provenance(r, p, before, bound)}, nil
+}
+
+// getVersion is getFrom for a versioned store. The replica's store holds
+// the observed time its history is cut off by, at the same changelog
+// position as the versions, so an active and a standby at one position
+// answer alike.
+func (q *Querier) getVersion(r Replica, before ReplicaInfo, bound Staleness, l StoreLayout, store string, p int32, key []byte, at int64) (Result[[]byte], error) {
+	vs, err := statestore.NewVersionedStore(r.Store(), l.Versioned)
+	if err != nil {
+		return Result[[]byte]{}, err
+	}
+	v, found, err := vs.GetAsOf(key, at)
+	if err != nil {
+		return Result[[]byte]{}, movedErr(store, p, err)
+	}
+	res := Result[[]byte]{Found: found, Provenance: q.provenance(r, p, before, bound)}
+	if found {
+		// A version's timestamp is the time it became valid.
+		res.Value, res.Timestamp, res.ValidFrom, res.ValidTo = v.Value, v.ValidFrom, v.ValidFrom, v.ValidTo
+	}
+	return res, nil
 }
 
 // Get looks up a key in the local replica of its partition, serializing the
@@ -402,7 +475,7 @@ func Get[K, V any](ctx context.Context, q *Querier, store string, key K, keySerd
 	if err != nil {
 		return Result[V]{}, err
 	}
-	res := Result[V]{Found: raw.Found, Timestamp: raw.Timestamp, Provenance: raw.Provenance}
+	res := Result[V]{Found: raw.Found, Timestamp: raw.Timestamp, ValidFrom: raw.ValidFrom, ValidTo: raw.ValidTo, Provenance: raw.Provenance}
 	if raw.Found {
 		if res.Value, err = valueSerde.Decode(raw.Value); err != nil {
 			return Result[V]{}, fmt.Errorf("iq: store %q partition %d: decode value: %w", store, raw.Provenance.Partition, err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // StoreCodec tells the HTTP server how to turn a key written in a URL into
@@ -240,9 +241,11 @@ func (c ServerConfig) withDefaults() ServerConfig {
 
 // Server is the HTTP API of one instance. It serves:
 //
-//	GET /v1/stores/{store}/keys?key=   ?staleness= &route= (default true) &prefer=freshest|spread &min_position= &partition=
+//	GET /v1/stores/{store}/keys?key=   ?staleness= &route= (default true) &prefer=freshest|spread &min_position= &partition= &as_of=
 //	GET /v1/stores/{store}/keys/{key}  the same, with the key as a path segment (keys such as ".." or "a/b" need the form above)
 //	    200 {"key","value","partition","served_by":{"host","role","position","lag","rebuilding","lag_confirmed_ms_ago","age_ms","input_committed_ms_ago"}}
+//	        a versioned store's answer adds "valid_from" and, but for its latest version, "valid_to" (ms); as_of (RFC 3339 or ms)
+//	        asks it for the value at that time, and is refused (400) by other stores
 //	        (position is null while rebuilding; lag, and each _ms figure, null when unknown)
 //	    404 the same without "value" when the key is absent on the answering replica
 //	    409 {"reason":"behind"} when the replica asked (route=false) is below min_position
@@ -445,6 +448,21 @@ type params struct {
 	hasMin       bool
 	limit        int
 	prefer       Preference
+	asOf         int64
+	hasAsOf      bool
+}
+
+// parseAsOf reads an as_of time: RFC 3339, or milliseconds since the
+// epoch.
+func parseAsOf(s string) (int64, error) {
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return ms, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, invalidf("as_of=%q: want an RFC 3339 time or milliseconds since the epoch", s)
+	}
+	return t.UnixMilli(), nil
 }
 
 func parseParams(v url.Values, routeDefault bool, maxLimit int) (params, error) {
@@ -481,6 +499,12 @@ func parseParams(v url.Values, routeDefault bool, maxLimit int) (params, error) 
 	if p.prefer, err = ParsePreference(v.Get("prefer")); err != nil {
 		return p, err
 	}
+	if s := v.Get("as_of"); s != "" {
+		if p.asOf, err = parseAsOf(s); err != nil {
+			return p, err
+		}
+		p.hasAsOf = true
+	}
 	return p, nil
 }
 
@@ -494,6 +518,9 @@ func (p params) options() []QueryOption {
 	}
 	if p.limit > 0 {
 		opts = append(opts, WithLimit(p.limit))
+	}
+	if p.hasAsOf {
+		opts = append(opts, AsOfMillis(p.asOf))
 	}
 	return opts
 }
@@ -509,6 +536,9 @@ func (p params) forwardQuery() url.Values {
 	}
 	if p.hasPartition {
 		v.Set("partition", strconv.Itoa(int(p.partition)))
+	}
+	if p.hasAsOf {
+		v.Set("as_of", strconv.FormatInt(p.asOf, 10))
 	}
 	return v
 }
@@ -626,7 +656,8 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		s.refuseKey(w, store, invalidf("malformed key %q for store %q: %v", keyText, store, err))
 		return
 	}
-	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
+	o := buildOptions(p.options())
+	if err := s.q.checkKeyQuery(store, &o); err != nil {
 		s.refuseKey(w, store, err)
 		return
 	}
@@ -638,14 +669,13 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		}
 	}
 	ctx := r.Context()
-	o := buildOptions(p.options())
 	rep, info, localErr := s.q.replica(store, part, &o)
 	var local *Provenance
 	if localErr == nil {
 		lp := provenanceOf(s.b.Self(), part, info)
 		local = &lp
 		if !p.route || lp.Role == RoleGlobal || (p.prefer == PreferFreshest && lp.caughtUp()) {
-			s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, nil)
+			s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, o.at(), nil)
 			return
 		}
 	}
@@ -683,7 +713,7 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 			s.refuseKey(w, store, &UnavailableError{Store: store, Partition: part, Bound: p.bound, Tried: append(ch.tried, Attempt{Host: s.self(), Err: err})})
 			return
 		}
-		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, ch.tried)
+		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, o.at(), ch.tried)
 		return
 	}
 	s.observe(KeyQuery{Store: store, ServedBy: ch.prov, Found: ch.val.status == http.StatusOK, Forwarded: true})
@@ -695,8 +725,8 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 // answerKeyLocally reads a key from the local replica. tried, the
 // attempts of a router that fell back on it, make up the refusal if the
 // replica moved away meanwhile.
-func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, bound Staleness, tried []Attempt) {
-	res, err := s.q.getFrom(rep, info, bound, c.Name, part, kb)
+func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, bound Staleness, at int64, tried []Attempt) {
+	res, err := s.q.getFrom(rep, info, bound, c.Name, part, kb, at)
 	if err != nil {
 		if tried != nil {
 			err = &UnavailableError{Store: c.Name, Partition: part, Bound: bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
@@ -813,6 +843,12 @@ func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, r
 		s.observe(KeyQuery{Store: c.Name, ServedBy: res.Provenance})
 		writeJSON(w, http.StatusNotFound, out)
 		return
+	}
+	if res.ValidFrom != 0 || res.ValidTo != 0 {
+		out.ValidFrom = &res.ValidFrom
+		if res.ValidTo != statestore.OpenEnded {
+			out.ValidTo = &res.ValidTo
+		}
 	}
 	v, err := c.DecodeValue(res.Value)
 	if err == nil {

@@ -14,7 +14,8 @@ import (
 
 // StoreKind is what a store's keys are, which decides how it is queried:
 // key lookups and ranges for key-value stores, time ranges for window
-// stores, a key's sessions for session stores.
+// stores, a key's sessions for session stores, key lookups (as of a time,
+// or the latest) for versioned stores.
 type StoreKind int
 
 // Store kinds.
@@ -22,9 +23,10 @@ const (
 	KindKeyValue StoreKind = iota
 	KindWindow
 	KindSession
+	KindVersioned
 )
 
-// String returns key-value, window or session.
+// String returns key-value, window, session or versioned.
 func (k StoreKind) String() string {
 	switch k {
 	case KindKeyValue:
@@ -33,17 +35,21 @@ func (k StoreKind) String() string {
 		return "window"
 	case KindSession:
 		return "session"
+	case KindVersioned:
+		return "versioned"
 	}
 	return fmt.Sprintf("StoreKind(%d)", int(k))
 }
 
 // StoreLayout is a store's kind and, for window and session stores, the
 // options their keys are laid out by (statestore.WindowOptions), which a
-// reader needs to find a key's windows. Timestamped stores hold their
-// values with a timestamp each (statestore.AppendTimestamped).
+// reader needs to find a key's windows; for a versioned store, its history
+// retention. Timestamped stores hold their values with a timestamp each
+// (statestore.AppendTimestamped).
 type StoreLayout struct {
 	Kind        StoreKind
 	Window      statestore.WindowOptions
+	Versioned   statestore.VersionedOptions
 	Timestamped bool
 }
 
@@ -129,9 +135,10 @@ func (q *Querier) requireKind(store string, want StoreKind) (StoreLayout, error)
 	}
 	if l.Kind != want {
 		use := map[StoreKind]string{
-			KindKeyValue: "Get, Range or All",
-			KindWindow:   "WindowFetch or WindowFetchAll",
-			KindSession:  "SessionFetch",
+			KindKeyValue:  "Get, Range or All",
+			KindWindow:    "WindowFetch or WindowFetchAll",
+			KindSession:   "SessionFetch",
+			KindVersioned: "Get, latest or AsOf a time",
 		}[l.Kind]
 		return l, invalidf("store %q is a %s store, not a %s store: query it with %s", store, l.Kind, want, use)
 	}

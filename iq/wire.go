@@ -84,10 +84,14 @@ type wireKey struct {
 	Key   string          `json:"key"`
 	Value json.RawMessage `json:"value,omitempty"`
 	// TimestampMs is Result.Timestamp, left out when 0.
-	TimestampMs int64         `json:"timestamp_ms,omitempty"`
-	Partition   int32         `json:"partition"`
-	ServedBy    *wireServedBy `json:"served_by,omitempty"`
-	Error       string        `json:"error,omitempty"`
+	TimestampMs int64 `json:"timestamp_ms,omitempty"`
+	// ValidFrom and ValidTo bound the version a versioned store answered
+	// with.
+	ValidFrom *int64        `json:"valid_from,omitempty"`
+	ValidTo   *int64        `json:"valid_to,omitempty"`
+	Partition int32         `json:"partition"`
+	ServedBy  *wireServedBy `json:"served_by,omitempty"`
+	Error     string        `json:"error,omitempty"`
 }
 
 type wireEntry struct {

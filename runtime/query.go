@@ -82,13 +82,24 @@ func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, part
 			}
 		}
 	}
+	l, lerr := (queryBackend{a}).StoreLayout(store)
+	if lerr == nil && l.Kind == iq.KindVersioned {
+		// The latest version, from the committed data beneath the cache.
+		var vs *statestore.VersionedStore
+		if vs, err = statestore.NewVersionedStore(s.Inner(), l.Versioned); err == nil {
+			var v statestore.Version
+			v, found, err = vs.Get(key)
+			value = v.Value
+		}
+		return value, found, partition, err
+	}
 	// Committed data only, from the task's read cache when it holds the
 	// key: a query that reads many keys then costs the store nothing.
 	value, found, err = s.GetCommitted(key)
 	if errors.Is(err, statestore.ErrClosed) {
 		return nil, false, partition, fmt.Errorf("%w: store %q partition %d moved while reading", iq.ErrNotHostedHere, store, partition)
 	}
-	if l, lerr := (queryBackend{a}).StoreLayout(store); found && lerr == nil && l.Timestamped {
+	if found && lerr == nil && l.Timestamped {
 		value, _ = statestore.SplitTimestamped(value)
 	}
 	return value, found, partition, err
@@ -353,8 +364,9 @@ func (a *App) expiredReplica(ri ReplicaInfo, now time.Time) error {
 		iq.ErrRebalancing, ri.Store, ri.Partition, role, now.Sub(ri.Contact).Round(time.Millisecond), a.cfg.SessionTimeout)
 }
 
-// StoreLayout reports a store's kind and, for window and session stores,
-// their layout options, so the query layer can read their composite keys.
+// StoreLayout reports a store's kind and, for window, session and
+// versioned stores, their layout options, so the query layer can read
+// their composite keys.
 func (q queryBackend) StoreLayout(store string) (iq.StoreLayout, error) {
 	if q.a.isGlobalStore(store) {
 		return iq.StoreLayout{Kind: iq.KindKeyValue}, nil
@@ -369,6 +381,8 @@ func (q queryBackend) StoreLayout(store string) (iq.StoreLayout, error) {
 				return iq.StoreLayout{Kind: iq.KindWindow, Window: s.WindowOptions(), Timestamped: s.Timestamped}, nil
 			case graph.Session:
 				return iq.StoreLayout{Kind: iq.KindSession, Window: s.WindowOptions()}, nil
+			case graph.Versioned:
+				return iq.StoreLayout{Kind: iq.KindVersioned, Versioned: s.VersionedOptions()}, nil
 			}
 			return iq.StoreLayout{Kind: iq.KindKeyValue, Timestamped: s.Timestamped}, nil
 		}

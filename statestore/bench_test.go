@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -259,4 +261,83 @@ func BenchmarkBadgerCountNewKeys(b *testing.B) {
 			reportRate(b)
 		})
 	}
+}
+
+// BenchmarkVersionedGet reads a badger versioned store of 10,000 keys with
+// 20 versions each within retention: the latest value of a random key, and
+// its value as of a random time within the kept history. One op is one
+// read; p99-ns is the 99th percentile of the reads' latencies.
+func BenchmarkVersionedGet(b *testing.B) {
+	o := DefaultBadgerOptions()
+	o.Logger = discardLogger()
+	st, err := OpenBadger(b.TempDir(), o)
+	require.NoError(b, err)
+	defer st.Close()
+	const keys, versions = 10000, 20
+	s, err := NewVersionedStore(st, VersionedOptions{HistoryRetention: versions * 100})
+	require.NoError(b, err)
+	val := make([]byte, 8)
+	for v := range versions {
+		for k := range keys {
+			binary.BigEndian.PutUint64(val, uint64(v))
+			_, _, err := s.Put(fmt.Appendf(nil, "%010d", k), val, int64(v*100+k%100))
+			require.NoError(b, err)
+		}
+	}
+	for _, mode := range []string{"latest", "asof"} {
+		b.Run(mode, func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 2))
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				key := fmt.Appendf(nil, "%010d", r.IntN(keys))
+				start := time.Now()
+				var found bool
+				if mode == "latest" {
+					_, found, err = s.Get(key)
+				} else {
+					_, found, err = s.GetAsOf(key, 100+r.Int64N(versions*100-100))
+				}
+				lat = append(lat, time.Since(start))
+				if err != nil || !found {
+					b.Fatal(err, found)
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+		})
+	}
+}
+
+// BenchmarkVersionedRestore restores a versioned store's changelog
+// (b.N versions of 10,000 keys, as written by in-order puts) into badger
+// through Store.Write in restoration-sized batches, to compare with
+// BenchmarkBadgerWriteBatch. One op is one changelog record.
+func BenchmarkVersionedRestore(b *testing.B) {
+	log := &changeLog{ReadWriter: NewMemory()}
+	s, err := NewVersionedStore(log, VersionedOptions{HistoryRetention: 1 << 40})
+	require.NoError(b, err)
+	val := make([]byte, 8)
+	for i := 0; len(log.entries) < b.N; i++ {
+		binary.BigEndian.PutUint64(val, uint64(i))
+		_, _, err := s.Put(fmt.Appendf(nil, "%010d", i%10000), val, int64(i))
+		require.NoError(b, err)
+	}
+	o := DefaultBadgerOptions()
+	o.Logger = discardLogger()
+	st, err := OpenBadger(b.TempDir(), o)
+	require.NoError(b, err)
+	defer st.Close()
+	entries := log.entries[:b.N]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < len(entries); i += 2000 {
+		if err := st.Write(entries[i:min(i+2000, len(entries))], int64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	reportRate(b)
 }

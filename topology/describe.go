@@ -137,6 +137,10 @@ func (d TopologyDescription) String() string {
 				fmt.Fprintf(&sb, "  Store: %s (%s, %s, %s, retention %d ms)\n", s.Name, kind, logged, s.Kind, s.Retention)
 				continue
 			}
+			if s.Kind == VersionedKind {
+				fmt.Fprintf(&sb, "  Store: %s (%s, %s, versioned, history %d ms)\n", s.Name, kind, logged, s.Retention)
+				continue
+			}
 			fmt.Fprintf(&sb, "  Store: %s (%s, %s)\n", s.Name, kind, logged)
 		}
 	}

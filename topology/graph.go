@@ -22,6 +22,8 @@ const (
 	KeyValueKind = graph.KeyValue
 	WindowKind   = graph.Window
 	SessionKind  = graph.Session
+	// VersionedKind stores hold a table's versions (see Versioned).
+	VersionedKind = graph.Versioned
 )
 
 // TopicRef names a topic in a TopologyDescription: Name as the user gave

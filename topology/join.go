@@ -1,7 +1,10 @@
 package topology
 
 import (
+	"time"
+
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // Join joins s with the table t on their keys: each record of s looks up
@@ -12,7 +15,10 @@ import (
 // deletes its key. Records of s with a null key or value are dropped and
 // counted (runtime.App.DroppedJoinRecords). t may be a table derived
 // without Materialized: its values are then read through the store of the
-// table it derives from, with the operators in between applied.
+// table it derives from, with the operators in between applied. A table
+// read with Versioned, or derived from one without Materialized, is looked
+// up as of each record's timestamp instead of its current value, after the
+// JoinGrace wait if one is given.
 //
 // s and t must be co-partitioned: the topics they read need equal
 // partition counts, which the runtime checks at start-up. If an operator
@@ -39,9 +45,25 @@ func LeftJoin[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], joiner func(v 
 	return join(s, t, "leftjoin", true, joiner, collect(opts))
 }
 
+// JoinGrace gives Join or LeftJoin with a versioned table (see
+// Versioned) a grace period (KIP-923): each stream record waits until the
+// join's stream time (the latest time of its stream records) has passed
+// its own time by grace, so that table updates up to grace late are in
+// the table when it is joined, and records are then joined in time order.
+// A record already that late when it arrives is joined at once. Records
+// wait in the store "<name>-buffer", where name is the join node's name
+// (persistent and logged unless InMemory or WithoutLogging is given); the
+// stream's value serde must be given with JoinValueSerde. grace must not
+// exceed the table's history. Zero is no grace: every record is joined as
+// it arrives.
+func JoinGrace(grace time.Duration) Option {
+	return func(o *options) { o.grace, o.hasGrace = grace.Milliseconds(), true }
+}
+
 // JoinValueSerde gives the value serde of the stream side of Join or
 // LeftJoin, used to encode its repartition topic when the stream must be
-// repartitioned; V must be the stream's value type.
+// repartitioned and the records waiting out a JoinGrace; V must be the
+// stream's value type.
 func JoinValueSerde[V any](s serde.Serde[V]) Option {
 	return func(o *options) { o.valueSerde = s }
 }
@@ -87,8 +109,17 @@ func join[K, V, TV, VR any](s KStream[K, V], t KTable[K, TV], op string, left bo
 	stores, lookup := t.view()
 	n.stores = stores
 	b.checkFunc(n, joiner == nil, "joiner")
+	grace := joinGrace(b, n, t, o)
+	if _, ok := o.valueSerde.(serde.Serde[V]); grace != nil && !ok {
+		b.errorf("%s: JoinValueSerde is %T, want a non-nil serde.Serde[%T]", n.label(), o.valueSerde, zero[V]())
+		grace = nil
+	}
 	n.newProc = func() (procImpl, error) {
-		return &joinProc[K, V, TV, VR]{lookup: lookup, left: left, joiner: joiner}, nil
+		p := &joinProc[K, V, TV, VR]{lookup: lookup, asOf: t.asOf, left: left, joiner: joiner, grace: grace}
+		if grace != nil {
+			p.ks, p.vs = t.keySerde, o.valueSerde.(serde.Serde[V])
+		}
+		return p, nil
 	}
 	return KStream[K, VR]{b: b, n: n}
 }
@@ -98,11 +129,27 @@ type joinProc[K, V, TV, VR any] struct {
 	left   bool
 	joiner func(V, TV, bool) VR
 	get    func(K) (TV, int64, bool, error)
+	// asOf, for a table that keeps its history, replaces lookup: a record
+	// joins the table as it was at the record's time, through getAt.
+	asOf  asOfLookup[K, TV]
+	getAt func(K, int64) (TV, int64, bool, error)
+	// grace, ks and vs are set for a join with a grace period (JoinGrace).
+	grace  *joinBuffer
+	ks     serde.Serde[K]
+	vs     serde.Serde[V]
+	buffer statestore.ReadWriter
 }
 
 func (p *joinProc[K, V, TV, VR]) init(c *nodeInstance) error {
 	var err error
-	p.get, err = p.lookup(c.store)
+	if p.asOf != nil {
+		p.getAt, err = p.asOf(c.store)
+	} else {
+		p.get, err = p.lookup(c.store)
+	}
+	if err == nil && p.grace != nil {
+		p.buffer, err = c.store(p.grace.store)
+	}
 	return err
 }
 
@@ -115,7 +162,24 @@ func (p *joinProc[K, V, TV, VR]) process(c *nodeInstance, r record) error {
 		c.task.droppedJoin++
 		return nil
 	}
-	tv, _, found, err := p.get(as[K](r.key))
+	if p.grace != nil {
+		return p.hold(c, r)
+	}
+	return p.join(c, r)
+}
+
+// join joins r, a record with a key and a value, with the table.
+func (p *joinProc[K, V, TV, VR]) join(c *nodeInstance, r record) error {
+	var (
+		tv    TV
+		found bool
+		err   error
+	)
+	if p.getAt != nil {
+		tv, _, found, err = p.getAt(as[K](r.key), r.ts.UnixMilli())
+	} else {
+		tv, _, found, err = p.get(as[K](r.key))
+	}
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,14 @@ type options struct {
 	// merger is Aggregate's func(K, A, A) A (WithMerger), see combine.go.
 	noCombine bool
 	merger    any
+	// versioned materializes a source table in a versioned store keeping
+	// history milliseconds of history (Versioned).
+	versioned bool
+	history   int64
+	// grace is a stream-table join's grace period in milliseconds
+	// (JoinGrace).
+	grace    int64
+	hasGrace bool
 }
 
 func collect(opts []Option) options {

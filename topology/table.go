@@ -395,6 +395,13 @@ type KTable[K, V any] struct {
 	lookupStores []string
 	// windows is set on a windowed table: what UntilWindowCloses needs.
 	windows *windowClose
+	// versioned is set on a table read with Versioned, whose store keeps
+	// history milliseconds of history. asOf reads values as of a time: set
+	// on such a table, and on a table derived from it without a store of
+	// its own (which keeps its history too).
+	versioned bool
+	history   int64
+	asOf      asOfLookup[K, V]
 }
 
 // Table reads topic into the store named store (persistent and logged
@@ -411,12 +418,20 @@ func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSer
 	}
 	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, srcOpts)
 	n := b.addProcessor("table", o, func() procImpl {
-		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde}
+		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: o.history}
 	}, src)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), n.label())
-	return KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde}
+	info := b.tableStoreInfo(store, o)
+	if o.versioned {
+		info = b.versionedStoreInfo(store, o)
+	}
+	b.declareStore(info, n.label())
+	out := KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: info.Retention}
+	if o.versioned {
+		out.asOf = out.valuesAsOf
+	}
+	return out
 }
 
 type tableProc[K, V any] struct {
@@ -425,6 +440,10 @@ type tableProc[K, V any] struct {
 	valueSerde serde.Serde[V]
 	kv         *KeyValueStore[K, V]
 	updates    tableUpdates
+	// versions is the store of a versioned table, which kv is not.
+	versioned bool
+	history   int64
+	versions  *statestore.VersionedStore
 }
 
 func (p *tableProc[K, V]) init(c *nodeInstance) error {
@@ -433,7 +452,10 @@ func (p *tableProc[K, V]) init(c *nodeInstance) error {
 		return err
 	}
 	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
-	return nil
+	if p.versioned {
+		p.versions, err = statestore.NewVersionedStore(rw, statestore.VersionedOptions{HistoryRetention: p.history})
+	}
+	return err
 }
 
 func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
@@ -444,6 +466,9 @@ func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
 	kb, err := p.kv.encodeKey(k)
 	if err != nil {
 		return err
+	}
+	if p.versions != nil {
+		return p.processVersioned(c, kb, r)
 	}
 	if c.node.sendOld {
 		if r.old, err = p.kv.prior(kb); err != nil {
@@ -480,7 +505,8 @@ func (t KTable[K, V]) StoreName() string { return t.store }
 
 // TypedStore wraps rw, the byte-level store named StoreName (as a task or
 // interactive query opened it), with the table's serdes. Only a
-// materialized table has a store.
+// materialized table has a store, and that of a versioned table is read
+// with GetVersionedStore instead.
 func (t KTable[K, V]) TypedStore(rw statestore.ReadWriter) *KeyValueStore[K, V] {
 	return newTableStore(rw, t.keySerde, t.valueSerde, true)
 }

@@ -35,6 +35,9 @@ func (t KTable[K, V]) view() ([]string, tableLookup[K, V]) {
 	if t.lookup != nil {
 		return t.lookupStores, t.lookup
 	}
+	if t.versioned {
+		return []string{t.store}, t.latestValues
+	}
 	store, ks, vs := t.store, t.keySerde, t.valueSerde
 	return []string{store}, func(open func(string) (statestore.ReadWriter, error)) (func(K) (V, int64, bool, error), error) {
 		rw, err := open(store)
@@ -128,6 +131,24 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 				v2, ok := fn(k, v)
 				return v2, ts, ok, nil
 			}, nil
+		}
+		if t.asOf != nil {
+			parentAsOf := t.asOf
+			out.history = t.history
+			out.asOf = func(open func(string) (statestore.ReadWriter, error)) (func(K, int64) (V2, int64, bool, error), error) {
+				get, err := parentAsOf(open)
+				if err != nil {
+					return nil, err
+				}
+				return func(k K, at int64) (V2, int64, bool, error) {
+					v, ts, found, err := get(k, at)
+					if err != nil || !found {
+						return zero[V2](), ts, false, err
+					}
+					v2, ok := fn(k, v)
+					return v2, ts, ok, nil
+				}, nil
+			}
 		}
 	}
 	store, ks := o.store, t.keySerde

@@ -200,11 +200,14 @@ type StoreInfo struct {
 	Logged bool
 	// Kind is what the store's keys are. Window and session stores are
 	// wrapped in a statestore.SegmentedStore wherever they are opened, and
-	// their changelogs are compacted and deleted by time.
+	// their changelogs are compacted and deleted by time. Versioned stores
+	// are opened and logged as key-value stores, their keys laid out by
+	// statestore.VersionedStore.
 	Kind StoreKind
 	// Retention, SegmentInterval and WindowSize, in milliseconds, are the
 	// statestore.WindowOptions of a window or session store (see
-	// WindowOptions); unused for key-value stores.
+	// WindowOptions); Retention is also a versioned store's history
+	// retention (VersionedOptions). Unused for key-value stores.
 	Retention, SegmentInterval, WindowSize int64
 	// Timestamped stores hold statestore timestamped values (see
 	// statestore.AppendTimestamped): each value with the timestamp of the
@@ -222,6 +225,8 @@ const (
 	Window
 	// Session stores hold statestore.SessionStore keys.
 	Session
+	// Versioned stores hold statestore.VersionedStore keys.
+	Versioned
 )
 
 func (k StoreKind) String() string {
@@ -232,6 +237,8 @@ func (k StoreKind) String() string {
 		return "window"
 	case Session:
 		return "session"
+	case Versioned:
+		return "versioned"
 	}
 	return "StoreKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -242,6 +249,11 @@ func (s StoreInfo) Windowed() bool { return s.Kind == Window || s.Kind == Sessio
 // WindowOptions are the options of a window or session store.
 func (s StoreInfo) WindowOptions() statestore.WindowOptions {
 	return statestore.WindowOptions{Retention: s.Retention, SegmentInterval: s.SegmentInterval, WindowSize: s.WindowSize}
+}
+
+// VersionedOptions are the options of a versioned store.
+func (s StoreInfo) VersionedOptions() statestore.VersionedOptions {
+	return statestore.VersionedOptions{HistoryRetention: s.Retention}
 }
 
 // SubTopology describes one sub-topology: its sources, sinks and stores.

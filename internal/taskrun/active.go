@@ -192,7 +192,8 @@ func (t *Active) StartRestoring() error { return t.transition(task.Restoring) }
 // Restored moves a restoring task to Running: its stores hold everything
 // their changelogs held when restoration began. From now on only commits
 // write its stores, so their record caches may keep what they read (see
-// cache.Store.SetReadCache); window and session stores drop expired
+// cache.Store.SetReadCache), as do versioned stores, whose expired versions
+// leave through the cache too; window and session stores drop expired
 // segments as they are written, so they (and any other kind) read through.
 func (t *Active) Restored() error {
 	if err := t.transition(task.Running); err != nil {
@@ -200,7 +201,7 @@ func (t *Active) Restored() error {
 	}
 	for _, n := range t.order {
 		h := t.stores[n]
-		h.Cache.SetReadCache(h.Info.Kind == topology.KeyValueKind)
+		h.Cache.SetReadCache(h.Info.Kind == topology.KeyValueKind || h.Info.Kind == topology.VersionedKind)
 	}
 	return nil
 }

@@ -1,0 +1,352 @@
+package topology
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
+)
+
+// Versioned materializes a table read with Table in a versioned store
+// (KIP-889): besides each key's latest value it keeps the values it had
+// over the last history (statestore.VersionedStore), so that interactive
+// queries can ask for a value as of a time, and a stream joined with the
+// table (Join, LeftJoin) meets the value its key had at each record's
+// timestamp. An update older than the key's latest (out of order) goes
+// into the history without being forwarded downstream, and one older than
+// the table's stream time minus history is dropped. Other operations
+// ignore it.
+func Versioned(history time.Duration) Option {
+	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
+}
+
+// versionedStoreInfo declares the store of a versioned table.
+func (b *Builder) versionedStoreInfo(name string, o options) StoreInfo {
+	if o.history < 0 {
+		b.errorf("store %q: versioned history %d ms is negative", name, o.history)
+	}
+	return StoreInfo{Name: name, Persistent: !o.inMemory, Logged: !o.unlogged, Kind: VersionedKind, Retention: max(o.history, 0)}
+}
+
+// VersionedRecord is one version of a key in a versioned store: Value,
+// valid from ValidFrom (included) until ValidTo (excluded), in
+// milliseconds; ValidTo is statestore.OpenEnded for the latest version.
+type VersionedRecord[V any] struct {
+	Value              V
+	ValidFrom, ValidTo int64
+}
+
+// VersionedKeyValueStore is a typed view of a byte-level versioned store.
+type VersionedKeyValueStore[K, V any] struct {
+	s  *statestore.VersionedStore
+	ks serde.Serde[K]
+	vs serde.Serde[V]
+}
+
+// NewVersionedKeyValueStore wraps s with keySerde and valueSerde.
+func NewVersionedKeyValueStore[K, V any](s *statestore.VersionedStore, keySerde serde.Serde[K], valueSerde serde.Serde[V]) *VersionedKeyValueStore[K, V] {
+	return &VersionedKeyValueStore[K, V]{s: s, ks: keySerde, vs: valueSerde}
+}
+
+// GetVersionedStore returns the versioned store info declares (Kind
+// VersionedKind, Retention its history in milliseconds) from p, typed
+// with keySerde and valueSerde.
+func GetVersionedStore[K, V any](p StoreProvider, info StoreInfo, keySerde serde.Serde[K], valueSerde serde.Serde[V]) (*VersionedKeyValueStore[K, V], error) {
+	if info.Kind != VersionedKind {
+		return nil, fmt.Errorf("topology: store %q is a %s store, not a versioned store", info.Name, info.Kind)
+	}
+	if keySerde == nil || valueSerde == nil {
+		return nil, fmt.Errorf("topology: store %q: key and value serdes must not be nil", info.Name)
+	}
+	rw, err := p.Store(info.Name)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := statestore.NewVersionedStore(rw, info.VersionedOptions())
+	if err != nil {
+		return nil, err
+	}
+	return NewVersionedKeyValueStore(vs, keySerde, valueSerde), nil
+}
+
+// Get returns k's latest version, not found when k has none or was
+// deleted last.
+func (s *VersionedKeyValueStore[K, V]) Get(k K) (VersionedRecord[V], bool, error) {
+	kb, err := encodeStoreKey(s.ks, k)
+	if err != nil {
+		return VersionedRecord[V]{}, false, err
+	}
+	return s.decode(s.s.Get(kb))
+}
+
+// GetAsOf returns k's version valid at asOf (milliseconds), not found if
+// there is none or it is older than the store keeps
+// (statestore.VersionedStore.GetAsOf).
+func (s *VersionedKeyValueStore[K, V]) GetAsOf(k K, asOf int64) (VersionedRecord[V], bool, error) {
+	kb, err := encodeStoreKey(s.ks, k)
+	if err != nil {
+		return VersionedRecord[V]{}, false, err
+	}
+	return s.decode(s.s.GetAsOf(kb, asOf))
+}
+
+func (s *VersionedKeyValueStore[K, V]) decode(v statestore.Version, found bool, err error) (VersionedRecord[V], bool, error) {
+	if err != nil || !found {
+		return VersionedRecord[V]{}, false, err
+	}
+	val, err := s.vs.Decode(v.Value)
+	if err != nil {
+		return VersionedRecord[V]{}, false, fmt.Errorf("topology: decode store value: %w", err)
+	}
+	return VersionedRecord[V]{Value: val, ValidFrom: v.ValidFrom, ValidTo: v.ValidTo}, true, nil
+}
+
+// Put stores v as k's version from ts (milliseconds) on; see
+// statestore.VersionedStore.Put for what it returns.
+func (s *VersionedKeyValueStore[K, V]) Put(k K, v V, ts int64) (validTo int64, put bool, err error) {
+	kb, err := encodeStoreKey(s.ks, k)
+	if err != nil {
+		return 0, false, err
+	}
+	vb, err := encodeStoreValue(s.vs, v)
+	if err != nil {
+		return 0, false, err
+	}
+	return s.s.Put(kb, vb, ts)
+}
+
+// Delete puts a tombstone as k's version from ts on.
+func (s *VersionedKeyValueStore[K, V]) Delete(k K, ts int64) (validTo int64, put bool, err error) {
+	kb, err := encodeStoreKey(s.ks, k)
+	if err != nil {
+		return 0, false, err
+	}
+	return s.s.Put(kb, nil, ts)
+}
+
+// openVersions opens the store of t, a versioned table, typed.
+func (t KTable[K, V]) openVersions(open func(string) (statestore.ReadWriter, error)) (*VersionedKeyValueStore[K, V], error) {
+	rw, err := open(t.store)
+	if err != nil {
+		return nil, err
+	}
+	s, err := statestore.NewVersionedStore(rw, statestore.VersionedOptions{HistoryRetention: t.history})
+	if err != nil {
+		return nil, err
+	}
+	return NewVersionedKeyValueStore(s, t.keySerde, t.valueSerde), nil
+}
+
+// asOfLookup reads one key of a table as of a time, as tableLookup reads
+// its current value: made once per task, it returns the key's value at
+// the time, the time that value became valid, and whether the table held
+// the key then.
+type asOfLookup[K, V any] func(open func(store string) (statestore.ReadWriter, error)) (func(k K, at int64) (V, int64, bool, error), error)
+
+// valuesAsOf is the asOfLookup of t, a versioned table.
+func (t KTable[K, V]) valuesAsOf(open func(string) (statestore.ReadWriter, error)) (func(K, int64) (V, int64, bool, error), error) {
+	s, err := t.openVersions(open)
+	if err != nil {
+		return nil, err
+	}
+	return func(k K, at int64) (V, int64, bool, error) {
+		r, found, err := s.GetAsOf(k, at)
+		if !found {
+			return r.Value, statestore.NoTimestamp, false, err
+		}
+		return r.Value, r.ValidFrom, true, nil
+	}, nil
+}
+
+// latestValues is the tableLookup of t, a versioned table: its latest
+// values, which are the table's current ones, each with the time its
+// version became valid.
+func (t KTable[K, V]) latestValues(open func(string) (statestore.ReadWriter, error)) (func(K) (V, int64, bool, error), error) {
+	s, err := t.openVersions(open)
+	if err != nil {
+		return nil, err
+	}
+	return func(k K) (V, int64, bool, error) {
+		r, found, err := s.Get(k)
+		if !found {
+			return r.Value, statestore.NoTimestamp, false, err
+		}
+		return r.Value, r.ValidFrom, true, nil
+	}, nil
+}
+
+// processVersioned applies one record of a versioned table: a version of
+// its key at the record's time (a tombstone for a null value), forwarded
+// only when it becomes the key's latest, as Kafka Streams' table sources
+// over versioned stores do.
+func (p *tableProc[K, V]) processVersioned(c *nodeInstance, kb []byte, r record) error {
+	var old *prior
+	if c.node.sendOld {
+		// Read only when asked for: each read walks the key's versions.
+		v, found, err := p.versions.Get(kb)
+		if err != nil {
+			return err
+		}
+		old = &prior{null: !found}
+		if found {
+			if old.value, err = p.valueSerde.Decode(v.Value); err != nil {
+				return fmt.Errorf("topology: decode store value: %w", err)
+			}
+		}
+	}
+	var vb []byte
+	if !r.valueNull {
+		var err error
+		if vb, err = encodeStoreValue(p.valueSerde, as[V](r.value)); err != nil {
+			return err
+		}
+	}
+	validTo, put, err := p.versions.Put(kb, vb, r.ts.UnixMilli())
+	if err != nil || !put || validTo != statestore.OpenEnded {
+		return err
+	}
+	r.old = old
+	return p.updates.emit(c, kb, r)
+}
+
+// joinBuffer is a stream-table join's grace period (JoinGrace) and the
+// store its records wait in. The store holds
+//
+//	00                                  → observed time (8) | next seq (8)
+//	01 | time (8) | seq (8) | record key → heldUpdate (new value, headers)
+//
+// with times sign-flipped big-endian, so that records are ordered by time,
+// then arrival (seq). The observed time, the latest time of a record that
+// waited, lives in the store rather than in memory, so that a task
+// restarted, restored elsewhere or rewound after an abort releases waiting
+// records on the schedule it had reached.
+type joinBuffer struct {
+	store string
+	grace int64
+}
+
+var joinClockKey = []byte{0}
+
+const joinHeldPrefix = 1
+
+// joinGrace checks a stream-table join's grace option and declares the
+// store its records wait in; nil when the join has no grace.
+func joinGrace[K, TV any](b *Builder, n *node, t KTable[K, TV], o options) *joinBuffer {
+	if !o.hasGrace {
+		return nil
+	}
+	switch {
+	case o.grace < 0:
+		b.errorf("%s: join grace %d ms is negative", n.label(), o.grace)
+	case t.asOf == nil:
+		b.errorf("%s: a join grace needs a table that keeps its history: read with Versioned, or derived from one without Materialized", n.label())
+	case o.grace > t.history:
+		b.errorf("%s: join grace %d ms exceeds the table's history of %d ms", n.label(), o.grace, t.history)
+	case o.valueSerde == nil:
+		b.errorf("%s: a join grace needs the stream's value serde, given with JoinValueSerde", n.label())
+	}
+	if o.grace <= 0 {
+		return nil
+	}
+	jb := &joinBuffer{store: n.name + "-buffer", grace: o.grace}
+	b.declareStore(StoreInfo{Name: jb.store, Persistent: !o.inMemory, Logged: !o.unlogged}, n.label())
+	n.stores = append(slices.Clone(n.stores), jb.store)
+	return jb
+}
+
+func flipTime(t int64) uint64 { return uint64(t) ^ 1<<63 }
+
+// clock reads the buffer's observed time and next sequence number.
+func (jb *joinBuffer) clock(rw statestore.ReadWriter) (observed int64, seq uint64, err error) {
+	b, found, err := rw.Get(joinClockKey)
+	if err != nil || !found {
+		return math.MinInt64, 0, err
+	}
+	if len(b) != 16 {
+		return 0, 0, fmt.Errorf("topology: store %q: corrupt join clock", jb.store)
+	}
+	return int64(binary.BigEndian.Uint64(b)), binary.BigEndian.Uint64(b[8:]), nil
+}
+
+// hold puts r in the buffer, or joins it at once if it is too late to
+// wait, then joins the records whose wait is over.
+func (p *joinProc[K, V, TV, VR]) hold(c *nodeInstance, r record) error {
+	jb := p.grace
+	observed, seq, err := jb.clock(p.buffer)
+	if err != nil {
+		return err
+	}
+	ts := r.ts.UnixMilli()
+	if observed != math.MinInt64 && ts < observed-jb.grace {
+		return p.join(c, r)
+	}
+	kb, err := encodeStoreKey(p.ks, as[K](r.key))
+	if err != nil {
+		return err
+	}
+	vb, err := encodeStoreValue(p.vs, as[V](r.value))
+	if err != nil {
+		return err
+	}
+	k := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{joinHeldPrefix}, flipTime(ts)), seq)
+	held := heldUpdate{flags: 1, ts: ts, nv: vb, headers: r.headers}.encode()
+	if err := p.buffer.Put(append(k, kb...), held); err != nil {
+		return err
+	}
+	observed = max(observed, ts)
+	clock := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(observed)), seq+1)
+	if err := p.buffer.Put(joinClockKey, clock); err != nil {
+		return err
+	}
+	return p.release(c, observed-jb.grace)
+}
+
+// release joins, in time order, the waiting records of times up to until,
+// and removes them.
+func (p *joinProc[K, V, TV, VR]) release(c *nodeInstance, until int64) error {
+	to := []byte{joinHeldPrefix + 1}
+	if until < math.MaxInt64 {
+		to = binary.BigEndian.AppendUint64([]byte{joinHeldPrefix}, flipTime(until+1))
+	}
+	it, err := p.buffer.Range([]byte{joinHeldPrefix}, to)
+	if err != nil {
+		return err
+	}
+	var done []statestore.Entry
+	for it.Next() {
+		done = append(done, statestore.Entry{Key: bytes.Clone(it.Key()), Value: bytes.Clone(it.Value())})
+	}
+	if err := errors.Join(it.Err(), it.Close()); err != nil {
+		return err
+	}
+	for _, e := range done {
+		if len(e.Key) < 17 {
+			return fmt.Errorf("topology: store %q: corrupt waiting record", p.grace.store)
+		}
+		h, err := decodeHeld(e.Value)
+		if err != nil {
+			return fmt.Errorf("topology: store %q: %w", p.grace.store, err)
+		}
+		k, err := p.ks.Decode(e.Key[17:])
+		if err != nil {
+			return fmt.Errorf("topology: decode store key: %w", err)
+		}
+		v, err := p.vs.Decode(h.nv)
+		if err != nil {
+			return fmt.Errorf("topology: decode store value: %w", err)
+		}
+		if err := p.buffer.Delete(e.Key); err != nil {
+			return err
+		}
+		if err := p.join(c, record{key: k, value: v, ts: time.UnixMilli(h.ts), headers: h.headers}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

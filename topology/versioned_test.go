@@ -1,0 +1,70 @@
+package topology
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+)
+
+// A join grace needs a versioned table with at least that much history,
+// and the stream's value serde to keep waiting records in its store.
+func TestJoinGraceChecks(t *testing.T) {
+	build := func(history time.Duration, versioned bool, opts ...Option) error {
+		b := NewBuilder()
+		var topt Option
+		if versioned {
+			topt = Versioned(history)
+		}
+		tbl := Table(b, "right", serde.String, serde.String, "right-store", topt)
+		Join(Stream(b, "left", serde.String, serde.String), tbl, func(l, r string) string { return l + r }, opts...).To("out", serde.String, serde.String)
+		_, err := b.Build()
+		return err
+	}
+	grace := JoinGrace(time.Minute)
+	vs := JoinValueSerde(serde.String)
+	require.NoError(t, build(5*time.Minute, true, grace, vs, Named("j")))
+	require.ErrorContains(t, build(0, false, grace, vs), "needs a table that keeps its history")
+	require.ErrorContains(t, build(30*time.Second, true, grace, vs), "exceeds the table's history")
+	require.ErrorContains(t, build(5*time.Minute, true, grace), "JoinValueSerde")
+	require.ErrorContains(t, build(5*time.Minute, true, JoinGrace(-time.Second), vs), "negative")
+	require.ErrorContains(t, build(0, false, JoinGrace(0), vs), "needs a table that keeps its history", "as in Kafka Streams, even a zero grace")
+	require.NoError(t, build(0, true, JoinGrace(0), vs))
+
+	// The history is inherited through derived tables without a store of
+	// their own, as in Kafka Streams' KStreamKTableJoinTest
+	// shouldNotFailIfTableIsVersionedButMaterializationIsInherited and the
+	// two tests after it.
+	derived := func(history time.Duration, versioned bool, opts ...Option) error {
+		b := NewBuilder()
+		var topt Option
+		if versioned {
+			topt = Versioned(history)
+		}
+		tbl := Table(b, "right", serde.String, serde.String, "right-store", topt).Filter(func(string, string) bool { return true }, opts...)
+		Join(Stream(b, "left", serde.String, serde.String), tbl, func(l, r string) string { return l + r }, JoinGrace(6*time.Millisecond), vs).To("out", serde.String, serde.String)
+		_, err := b.Build()
+		return err
+	}
+	require.NoError(t, derived(5*time.Minute, true))
+	require.ErrorContains(t, derived(0, false), "needs a table that keeps its history")
+	require.ErrorContains(t, derived(0, true), "exceeds the table's history")
+	require.ErrorContains(t, derived(5*time.Minute, true, Materialized("filtered")), "needs a table that keeps its history",
+		"a derived table in a store of its own keeps no history")
+
+	b := NewBuilder()
+	tbl := Table(b, "right", serde.String, serde.String, "right-store", Versioned(5*time.Minute))
+	Join(Stream(b, "left", serde.String, serde.String), tbl, func(l, r string) string { return l + r }, grace, vs, Named("j")).To("out", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	var stores []StoreInfo
+	for _, st := range topo.Describe().SubTopologies {
+		stores = append(stores, st.Stores...)
+	}
+	require.ElementsMatch(t, []StoreInfo{
+		{Name: "right-store", Persistent: true, Logged: true, Kind: VersionedKind, Retention: 5 * 60 * 1000},
+		{Name: "j-buffer", Persistent: true, Logged: true},
+	}, stores)
+}
