@@ -118,6 +118,10 @@ func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		}
 		return false, fmt.Errorf("runtime: commit offsets: %w", commitErr)
 	}
+	// The group shows the input offsets committed before the writes are
+	// in the stores that queries read: the tasks' actives are landing
+	// until they are (landing.go), as under exactly-once.
+	defer th.app.landings.begin(tasks)()
 	if err := c.writeStores(tasks, acks); err != nil {
 		return false, err
 	}

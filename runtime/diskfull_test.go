@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 )
 
@@ -81,7 +83,15 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 			c.produce(t, 200, want)
 			waitFor(t, 20*time.Second, "a store write refused for a full disk", func() bool { return app.DiskFullWaits() > 0 })
 			require.True(t, app.State().IsRunningOrRebalancing(), "a full disk does not stop the instance")
-
+			// The waiting commit counts with the group, but not yet in the
+			// stores queries read: the actives refuse to answer as
+			// rebalancing rather than answer as current with older state.
+			for p := range int32(2) {
+				waitFor(t, 20*time.Second, fmt.Sprintf("partition %d refused while its commit waits for disk space", p), func() bool {
+					_, err := app.Queries().Replica("counts", p)
+					return errors.Is(err, iq.ErrRebalancing)
+				})
+			}
 			require.NoError(t, os.Remove(ballast))
 			c.produce(t, 100, want)
 			waitCounts(t, app, want)

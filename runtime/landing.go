@@ -10,11 +10,12 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// Under exactly-once a commit's writes reach the stores only after its
-// transaction has committed (commit_eos.go). Between the two, the broker
-// already shows the input offsets committed (and a reader_committed
-// consumer the output), while the active's stores still hold the state of
-// the previous commit. A query answered by the running active in that gap
+// A commit's writes reach the stores only after the broker has taken the
+// commit: under exactly-once its transaction (commit_eos.go), under
+// at-least-once its offset commit (commit_alo.go). Between the two, the
+// broker already shows the input offsets committed (and, under
+// exactly-once, a read_committed consumer the output), while the active's
+// stores still hold the state of the previous commit. A query answered by the running active in that gap
 // would vouch for lag 0 with state older than what the group committed: a
 // key written by that commit is reported absent (a 404 for a word whose
 // windows the group has counted). So from the moment the transaction's
@@ -22,8 +23,9 @@ import (
 // failed), the tasks' actives are "landing", and a query of one waits for
 // the landing to finish, up to landingWait; past that (a disk-full retry
 // loop) it is refused as rebalancing, which servers and clients retry,
-// rather than answered stale. The end itself is not covered: it can last
-// as long as a rebalance, and queries would all wait on it.
+// rather than answered stale. The transaction's end (or the offset commit)
+// itself is not covered: it can last as long as a rebalance, and queries
+// would all wait on it.
 
 // landingWait bounds how long a query waits for a commit's writes to land.
 const landingWait = 2 * time.Second
