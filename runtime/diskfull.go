@@ -29,8 +29,9 @@ const (
 // tasks keep the writes in their caches (queries read them from there), so
 // the same writes with the same positions are simply tried again, with
 // backoff, until space is freed. Stores already written have nothing left
-// to write and are skipped. The thread processes nothing meanwhile; input
-// offsets are committed (at-least-once) only after the stores are written.
+// to write and are skipped. The thread processes nothing meanwhile, and
+// queries of its actives are refused as rebalancing past a short wait
+// (landing.go): the commit counts with the group, not yet in the stores.
 // Failing instead would not help: a replacement thread would restore the
 // same stores on the same full disk.
 //
