@@ -10,12 +10,14 @@ import (
 )
 
 // shortKinds are the faults of the short schedules CI runs under both
-// guarantees. The others run in eddychaos: under at-least-once, pause,
-// net-cut and broker-kill leave an instance that learns late it lost a
-// task, and its changelog records, landing after the new owner's, can set
-// a key's logged value back (nothing fences an at-least-once writer);
-// disk-full needs root for its tmpfs, and badger's mapped files can still
-// fault when a tmpfs fills during a flush.
+// guarantees. The others run in eddychaos: under at-least-once a produce
+// request already on the wire when a net-cut or broker-kill began can
+// land after the task's new owner's records and set a key's logged value
+// back (nothing fences an at-least-once writer; see docs/guarantees.md),
+// and a pause, though its records are failed on resume, adds timing
+// findings still being chased; disk-full needs root for its tmpfs, and
+// badger's mapped files can still fault when a tmpfs fills during a
+// background flush or compaction.
 var shortKinds = []Kind{Kill9, Term, Reset, Delay, Corrupt}
 
 // TestShortSchedule runs one short random schedule (EDDY_CHAOS_SEED
