@@ -50,6 +50,12 @@ type groupContact struct {
 	settled time.Time
 	// syncSent is when the thread's client last wrote a SyncGroup.
 	syncSent time.Time
+	// refuted is set when the coordinator answered that it knows the
+	// member no longer, or not in its generation (the group rebalanced
+	// without it), and cleared by the next confirmation: until then the
+	// member's roles are the group's to give away, whatever the age of
+	// its last contact.
+	refuted bool
 }
 
 // confirm records that a request sent at sent was answered with the member
@@ -57,6 +63,7 @@ type groupContact struct {
 func (c *groupContact) confirm(sent time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.refuted = false
 	if sent.After(c.at) {
 		c.at = sent
 	}
@@ -80,6 +87,37 @@ func (c *groupContact) confirmRebalancing(sent time.Time, limit time.Duration) {
 	if sent.After(c.at) {
 		c.at = sent
 	}
+}
+
+// heard takes the coordinator's answer to a heartbeat sent at sent: the
+// member in the group confirms it, REBALANCE_IN_PROGRESS confirms it for
+// at most rebalanceLimit past the last settled confirmation, and an
+// unknown member, an old generation or a fenced instance refutes it, as
+// long as the client still has the member and generation the heartbeat
+// named (current): dropped, or the group rebalanced without it, so
+// whatever it holds may be another's now. Its client finds out on its own
+// heartbeat and rejoins, and the sync that follows confirms it again.
+func (c *groupContact) heard(sent time.Time, code int16, current bool, rebalanceLimit time.Duration) {
+	switch code {
+	case 0:
+		c.confirm(sent)
+	case kerr.RebalanceInProgress.Code:
+		c.confirmRebalancing(sent, rebalanceLimit)
+	case kerr.UnknownMemberID.Code, kerr.IllegalGeneration.Code, kerr.FencedInstanceID.Code:
+		if current {
+			c.mu.Lock()
+			c.refuted = true
+			c.mu.Unlock()
+		}
+	}
+}
+
+// isRefuted reports whether the coordinator refuted the member since its
+// last confirmation.
+func (c *groupContact) isRefuted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refuted
 }
 
 // last returns the latest confirmed contact, zero if none.
@@ -155,12 +193,9 @@ func (th *thread) probeContact(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, contactWindow(cfg))
 		resp, err := req.RequestWith(rctx, cl)
 		cancel()
-		switch {
-		case err != nil:
-		case resp.ErrorCode == 0:
-			th.contact.confirm(sent)
-		case resp.ErrorCode == kerr.RebalanceInProgress.Code:
-			th.contact.confirmRebalancing(sent, max(cfg.RebalanceTimeout-cfg.SessionTimeout, 0))
+		if err == nil {
+			m, g := cl.GroupMetadata()
+			th.contact.heard(sent, resp.ErrorCode, m == member && g == generation, max(cfg.RebalanceTimeout-cfg.SessionTimeout, 0))
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/assignor"
@@ -291,4 +292,41 @@ func TestTaskParkedWhileRestoringClaimsNoLag(t *testing.T) {
 	info := toIQAt(ri, time.Now(), contactWindow(r.app.cfg))
 	require.False(t, iq.MaxLag(handoverRecords-1).Allows(info), "passes a lag bound it cannot vouch for: %+v", info)
 	require.False(t, iq.MaxAge(time.Hour).Allows(info), "passes an age bound it cannot vouch for: %+v", info)
+}
+
+// A heartbeat the coordinator answers with an unknown member or an old
+// generation (the group rebalanced without this instance's member) makes
+// the replicas held for that member refuse queries as rebalancing at once,
+// actives and standbys alike, rather than after the session timeout; the
+// next confirmation lifts it. An answer about a member the client has
+// already replaced refutes nothing.
+func TestRefutedMemberStopsAnswering(t *testing.T) {
+	r := newHandoverRig(t)
+	r.app.threadsUp.Store(true) // as Start leaves it: replicas no thread owns take the threads' contact
+	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	r.waitRunning(t, 0, task00)
+	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task01}})
+	q := r.app.Queries()
+	waitFor(t, 10*time.Second, "the active and the standby answer", func() bool {
+		_, err0 := q.Replica("counts", 0)
+		_, err1 := q.Replica("counts", 1)
+		return err0 == nil && err1 == nil
+	})
+
+	r.th[0].contact.heard(time.Now(), kerr.UnknownMemberID.Code, false, 0)
+	_, err := q.Replica("counts", 0)
+	require.NoError(t, err, "an answer about a member the client no longer has refutes nothing")
+
+	r.th[0].contact.heard(time.Now(), kerr.UnknownMemberID.Code, true, 0)
+	_, err = q.Replica("counts", 0)
+	require.ErrorIs(t, err, iq.ErrRebalancing, "the active of a member the coordinator no longer knows")
+	_, err = q.Replica("counts", 1)
+	require.NoError(t, err, "the standby's thread was not refuted")
+	r.th[1].contact.heard(time.Now(), kerr.IllegalGeneration.Code, true, 0)
+	_, err = q.Replica("counts", 1)
+	require.ErrorIs(t, err, iq.ErrRebalancing, "the standby of a member the group rebalanced without")
+
+	r.th[0].contact.heard(time.Now(), 0, true, 0)
+	_, err = q.Replica("counts", 0)
+	require.NoError(t, err, "confirmed again")
 }

@@ -353,13 +353,18 @@ func toIQAt(ri ReplicaInfo, now time.Time, window time.Duration) iq.ReplicaInfo 
 // has most likely moved the partition, an active to another instance,
 // which may be writing it now, a standby maybe elsewhere too. It is
 // refused as a partition on the move (ErrRebalancing), so that routers ask
-// the others. A replica never confirmed at all is left to toIQ, which
+// the others. So is one whose thread's member the coordinator has since
+// refuted (ReplicaInfo.Refuted), at once. A replica never confirmed at all is left to toIQ, which
 // reports a running active unconfirmed.
 func (a *App) expiredReplica(ri ReplicaInfo, now time.Time) error {
+	_, role := edgeRoles(ri.State)
+	if ri.Refuted {
+		return fmt.Errorf("%w: store %q partition %d: the group coordinator no longer counts this instance's member as a host of the partition (%s) in the group as it stands: it has most likely moved the partition",
+			iq.ErrRebalancing, ri.Store, ri.Partition, role)
+	}
 	if ri.Contact.IsZero() || now.Sub(ri.Contact) < a.cfg.SessionTimeout {
 		return nil
 	}
-	_, role := edgeRoles(ri.State)
 	return fmt.Errorf("%w: store %q partition %d: the group last confirmed this instance as a host of the partition (%s) %s ago, past the session timeout (%s): it has most likely moved the partition",
 		iq.ErrRebalancing, ri.Store, ri.Partition, role, now.Sub(ri.Contact).Round(time.Millisecond), a.cfg.SessionTimeout)
 }

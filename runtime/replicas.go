@@ -1032,6 +1032,9 @@ type ReplicaInfo struct {
 	// the thread running an active, the one whose assignment names a
 	// standby, warmup or parked replica. Zero if never.
 	Contact time.Time
+	// Refuted is set when the coordinator has since answered that it no
+	// longer counts that thread's member in the group as it stands.
+	Refuted bool
 	// Opened is when this instance opened the replica's stores.
 	Opened time.Time
 	// Restored counts records restoration applied to the store since this
@@ -1140,6 +1143,7 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 		ri.InputCommitted, _ = r.app.fresh.inputCommitted(rep.id)
 	}
 	ri.Contact = r.contactLocked(rep)
+	ri.Refuted = r.refutedLocked(rep)
 	if h.Changelog != "" {
 		if rep.owner != nil {
 			ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
@@ -1173,6 +1177,31 @@ func (r *registry) contactLocked(rep *replica) time.Time {
 		return anyThread
 	}
 	return named
+}
+
+// refutedLocked reports whether the coordinator refuted the membership of
+// the thread a replica is held for (see groupContact.refuted): its owner,
+// or every thread whose assignment names its task (every thread when none
+// does).
+func (r *registry) refutedLocked(rep *replica) bool {
+	if rep.owner != nil {
+		return rep.owner.contact.isRefuted()
+	}
+	if !r.app.threadsUp.Load() {
+		return false
+	}
+	named, all := false, true
+	for _, th := range r.app.threads {
+		refuted := th.contact.isRefuted()
+		all = all && refuted
+		if sh, ok := r.shares[th.idx]; ok && (slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id)) {
+			if !refuted {
+				return false
+			}
+			named = true
+		}
+	}
+	return named || all
 }
 
 // later returns the later of two times.
