@@ -107,6 +107,9 @@ type App struct {
 	// openStoreHook, set only by tests, runs every store opening (open)
 	// in openStore's stead: it may delay the opening or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
+	// fileLimit raises the open-file limit and returns it (0: none);
+	// tests replace it to stand for a low limit.
+	fileLimit func() (uint64, error)
 	// transitionHook, set only by tests before Start, is told of every
 	// state transition the registry's replicas ("replica") and the
 	// threads' tasks ("task") make or are refused.
@@ -160,8 +163,9 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 
 		closeAsked: make(chan struct{}),
 
-		restored: newRestoreTally(),
-		joins:    newLocalJoins(cfg.NumStreamThreads),
+		restored:  newRestoreTally(),
+		joins:     newLocalJoins(cfg.NumStreamThreads),
+		fileLimit: raiseFileLimit,
 	}
 	a.killCtx, a.killCancel = context.WithCancel(context.Background())
 	a.metrics = newMetrics(a)
@@ -209,10 +213,11 @@ func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 func (a *App) Rejoins() int64 { return a.rejoins.Load() }
 
 // Start locks the state directory, creates or verifies the application's
-// internal topics, restores the global stores (topology.GlobalTable) to the
-// ends of their topics, waiting for that as long as ctx allows, and starts
-// the stream threads. It moves the App from
-// Created to Rebalancing at once; it returns once the threads are running,
+// internal topics, raises the open-file limit to its hard limit (failing,
+// with ErrFileLimit, if that cannot hold the stores of every task),
+// restores the global stores (topology.GlobalTable) to the ends of their
+// topics, waiting for that as long as ctx allows, and starts the stream
+// threads. It moves the App from Created to Rebalancing at once; it returns once the threads are running,
 // and they join the group in the background (the App is Running once they
 // have their assignments and restored their active tasks). A failed Start
 // leaves the App Failed.
@@ -274,8 +279,8 @@ func (a *App) Start(ctx context.Context) (err error) {
 }
 
 // prepare does what Start does before the stream threads exist: it locks
-// the state directory, connects the admin client, plans the topics and
-// opens the replica registry.
+// the state directory, connects the admin client, plans the topics, checks
+// the open-file limit and opens the replica registry.
 func (a *App) prepare(ctx context.Context) (err error) {
 	a.dir, err = openStateDir(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID))
 	if err != nil {
@@ -288,6 +293,10 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	a.admin = kadm.NewClient(a.adminCl)
 	if err := a.untilReachable(ctx, func() error { return a.checkCluster(ctx) }); err != nil {
+		return err
+	}
+	// Before any store is opened: the registry opens those on disk.
+	if err := a.checkFileLimit(); err != nil {
 		return err
 	}
 	if err := a.forgetRecreatedState(a.startIDs); err != nil {
