@@ -201,9 +201,15 @@ func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32)
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvLost})
 }
 
-func (th *thread) closeTask(t *taskrun.Active, clean bool) {
-	th.rest.unregister(t)
-	th.app.registry.closeActive(t, clean)
-	delete(th.tasks, t.ID())
+// closeTasks closes tasks for good, their stores several at once
+// (forStores): a thread stopping closes all its tasks.
+func (th *thread) closeTasks(ts []*taskrun.Active, clean bool) {
+	for _, t := range ts {
+		th.rest.unregister(t)
+	}
+	forStores(len(ts), func(i int) { th.app.registry.closeActive(ts[i], clean) })
+	for _, t := range ts {
+		delete(th.tasks, t.ID())
+	}
 	th.lastTask = nil
 }
