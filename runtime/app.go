@@ -99,13 +99,15 @@ type App struct {
 	shutdownReason atomic.Pointer[string]
 	restored       *restoreTally
 	registry       *registry
+	ahead          aheadStores
 	// global keeps the global stores; nil without global tables.
 	global  *globalThread
 	fresh   *freshness
 	purge   *purger
 	metrics *metrics
 	// openStoreHook, set only by tests, runs every store opening (open)
-	// in openStore's stead: it may delay the opening or wrap the store.
+	// of openStore and openAhead in their stead: it may delay the opening
+	// or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
 	// fileLimit raises the open-file limit and returns it (0: none);
 	// tests replace it to stand for a low limit.
@@ -454,6 +456,7 @@ func (a *App) release() {
 	if a.registry != nil {
 		a.registry.close()
 	}
+	a.ahead.close()
 	if a.global != nil {
 		a.global.close()
 	}
@@ -630,13 +633,19 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 	}
 }
 
-// openStore opens the backing store of one store of one task. Every
-// replica (active, restoring, standby, warmup) opens its stores here, so a
-// window or session store is wrapped in its segmented layout (see
-// windowstore.go) whatever writes to it.
+// openStore opens the backing store of one store of one task, or takes
+// it from those opened ahead (aheadStores). Every replica (active,
+// restoring, standby, warmup) opens its stores here, so a window or
+// session store is wrapped in its segmented layout (see windowstore.go)
+// whatever writes to it.
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
+	if info.Persistent && !info.Windowed() {
+		if s, ok := a.ahead.take(aheadKey{id, info.Name}); ok {
+			return s, nil
+		}
+	}
 	interval := segmentInterval(info.WindowOptions())
-	open := func() (statestore.Store, error) {
+	s, err := a.hooked(id, info, func() (statestore.Store, error) {
 		if !info.Persistent {
 			return statestore.NewMemory(), nil
 		}
@@ -647,20 +656,20 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 			}
 		}
 		return a.openPersistent(id, info.Name)
-	}
-	var (
-		s   statestore.Store
-		err error
-	)
-	if a.openStoreHook != nil {
-		s, err = a.openStoreHook(id, info, open)
-	} else {
-		s, err = open()
-	}
+	})
 	if err != nil || !info.Windowed() {
 		return s, err
 	}
 	return wrapWindowed(s, info, interval)
+}
+
+// hooked runs a store's opening through openStoreHook when a test set
+// one.
+func (a *App) hooked(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error) {
+	if a.openStoreHook != nil {
+		return a.openStoreHook(id, info, open)
+	}
+	return open()
 }
 
 // openPersistent opens a task's persistent store, deleting it first if

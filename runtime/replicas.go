@@ -865,7 +865,7 @@ func (r *registry) janitor(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		for _, id := range expired {
-			err := task.RemoveDir(r.app.appDir(), id)
+			err := r.removeDir(id)
 			r.mu.Lock()
 			if err != nil {
 				r.log.Warn("cannot delete task directory", "task", id, "err", err)

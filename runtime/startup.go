@@ -89,10 +89,16 @@ func forStores(n int, fn func(i int)) {
 }
 
 // diskPositions opens the persistent logged stores a task left on disk and
-// returns their changelog positions.
+// returns their changelog positions. It keeps those of no window layout
+// open for the task (aheadStores): an instance restarting is mostly given
+// the tasks it had.
 func (r *registry) diskPositions(id task.ID) (map[string]int64, error) {
 	positions := make(map[string]int64)
-	for _, name := range r.persistentLogged(id.SubTopology) {
+	for _, info := range graph.Of(r.app.topo).SubTopologies()[id.SubTopology].Stores {
+		if !info.Persistent || !info.Logged {
+			continue
+		}
+		name := info.Name
 		dir := filepath.Join(task.Dir(r.app.appDir(), id), name)
 		if _, err := os.Stat(dir); err != nil {
 			continue
@@ -102,7 +108,11 @@ func (r *registry) diskPositions(id task.ID) (map[string]int64, error) {
 			return nil, fmt.Errorf("runtime: open store %s of task %s: %w", name, id, err)
 		}
 		pos, err := s.Position()
-		s.Close()
+		if err != nil || info.Windowed() {
+			s.Close()
+		} else {
+			r.app.ahead.hold(aheadKey{id, name}, s)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("runtime: read position of store %s of task %s: %w", name, id, err)
 		}
