@@ -66,6 +66,8 @@
 // Benchmarks without a baseline ((c), (d), (f)) repeat the same way and
 // report their median and spread. (g), (k) and (w3) run once: they count
 // failures or watch growth over one long run rather than time a figure.
+// (t) runs --runs times without a warm-up: each run is processes of its
+// own, and one of thousands of tasks takes minutes.
 //
 // --report BENCHMARKS.md writes the run's table, with the machine, its load,
 // the Go version and the commit it ran on, as the repository's

@@ -82,9 +82,9 @@ type tkFigures struct {
 // one badger store per task. Each run starts the instance cold on an
 // empty state directory, measures it idle once its group committed every
 // input offset, closes it, then starts it again on that state directory
-// with a little new input and measures the same. Runs repeat as
-// alternate does, each with an application ID and state directory of its
-// own, on one broker per task count.
+// with a little new input and measures the same. Runs repeat --runs
+// times, each with an application ID and state directory of its own, on
+// one broker per task count.
 func benchTasks(ctx context.Context, cfg *config) ([]row, error) {
 	var rows []row
 	for _, n := range cfg.taskLadder {
@@ -140,7 +140,7 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 	defer os.RemoveAll(root)
 
 	var all []tkFigures
-	runs, err := alternate(cfg, side{"cold: Start → all running (ms)", func(i int) (float64, error) {
+	run := func(i int) (float64, error) {
 		appID := fmt.Sprintf("bench-tasks-%d-%d", n, i)
 		dir := filepath.Join(root, strconv.Itoa(i))
 		var f tkFigures
@@ -161,13 +161,19 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 			cfg.logf("%s %s: Start %.0f ms, all %d running %.0f ms (restored %d); idle %.1f%% CPU, RSS %.0f MiB, %d fds, %d goroutines, %d maps; close %.0f ms; peak RSS %.0f MiB",
 				appID, r.name, r.r.StartCallMs, r.r.Tasks, r.r.RunningMs, r.r.Restored, r.r.IdleCPU, r.r.IdleRSSMiB, r.r.FDs, r.r.Goroutines, r.r.Maps, r.r.CloseMs, r.r.PeakRSSMiB)
 		}
-		if i > 0 {
-			all = append(all, f)
-		}
+		all = append(all, f)
 		return f.cold.RunningMs, nil
-	}})
-	if err != nil {
-		return nil, err
+	}
+	// No warm-up run (see alternate): every run starts processes and an
+	// application of its own, and one of thousands of tasks takes
+	// minutes.
+	var cold spread
+	for i := range cfg.runs {
+		v, err := run(i)
+		if err != nil {
+			return nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
+		cold = append(cold, v)
 	}
 	fmt.Fprintf(cfg.out, "  method   = the instance is a child process running one App (Stream(%s) → GroupByKey → Count(%q),\n"+
 		"             badger stores, %d stream threads, default config) over %d partitions holding %d keys in all.\n"+
@@ -194,7 +200,7 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 	}
 	name := func(what string) string { return fmt.Sprintf("(t) %d tasks: %s", n, what) }
 	return []row{
-		runsRow(name("cold Start → all running"), "ms", runs[0], "info", nil),
+		runsRow(name("cold Start → all running"), "ms", cold, "info", nil),
 		check(name("restart Start → all running"), "ms", pick(func(f tkFigures) float64 { return f.restart.RunningMs }), tkTargetRestart),
 		check(name("peak RSS"), "MiB", pick(func(f tkFigures) float64 { return max(f.cold.PeakRSSMiB, f.restart.PeakRSSMiB) }), tkTargetPeakRSS),
 		runsRow(name("idle RSS"), "MiB", pick(func(f tkFigures) float64 { return f.restart.IdleRSSMiB }), "info", nil),
