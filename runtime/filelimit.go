@@ -17,10 +17,10 @@ const (
 	// descriptorsPerStore is what one persistent (badger) store holds
 	// open while it is small: its directory (the lock), MANIFEST,
 	// KEYREGISTRY, DISCARD, the memtable's log, the current value-log
-	// file and, after a restart, the previous one, and a table or two (6
-	// after a first start, 8 after a restart, for a store of a few keys).
-	// Every further table adds one: a store of a few GiB holds hundreds.
-	descriptorsPerStore = 10
+	// file and, after a restart, the previous one, and a table (6 after a
+	// first start, 8 after a restart, for a store of a few keys). Every
+	// further table adds one: a store of a few GiB holds hundreds.
+	descriptorsPerStore = 8
 	// descriptorsBase covers what an instance holds besides its stores
 	// and threads: standard streams, the state directory's lock, the
 	// admin and global clients' connections, the Go runtime's poller.

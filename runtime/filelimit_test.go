@@ -23,9 +23,9 @@ func TestStartChecksFileLimit(t *testing.T) {
 	app.fileLimit = func() (uint64, error) { return need - 1, nil }
 	err = app.Start(context.Background())
 	require.ErrorIs(t, err, ErrFileLimit)
-	require.ErrorContains(t, err, "RLIMIT_NOFILE is 99 ")
+	require.ErrorContains(t, err, "RLIMIT_NOFILE is 95 ")
 	require.ErrorContains(t, err, "all 2 tasks")
-	require.ErrorContains(t, err, "at least 100 descriptors")
+	require.ErrorContains(t, err, "at least 96 descriptors")
 	require.Equal(t, StateFailed, app.State())
 	entries, err := os.ReadDir(filepath.Join(dir, "fl"))
 	require.NoError(t, err)
