@@ -57,6 +57,9 @@ type tkReport struct {
 	RunningMs   float64 `json:"running_ms,omitempty"`
 	Tasks       int     `json:"tasks,omitempty"`
 	Restored    int64   `json:"restored,omitempty"`
+	// StartPeakMiB is VmHWM once all tasks run: the start's share of the
+	// peak.
+	StartPeakMiB float64 `json:"start_peak_mib,omitempty"`
 	// Phase "idle": measured after the parent saw every input offset
 	// committed.
 	IdleCPU    float64 `json:"idle_cpu_pct,omitempty"`
@@ -158,8 +161,8 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 			name string
 			r    tkReport
 		}{{"cold", f.cold}, {"restart", f.restart}} {
-			cfg.logf("%s %s: Start %.0f ms, all %d running %.0f ms (restored %d); idle %.1f%% CPU, RSS %.0f MiB, %d fds, %d goroutines, %d maps; close %.0f ms; peak RSS %.0f MiB",
-				appID, r.name, r.r.StartCallMs, r.r.Tasks, r.r.RunningMs, r.r.Restored, r.r.IdleCPU, r.r.IdleRSSMiB, r.r.FDs, r.r.Goroutines, r.r.Maps, r.r.CloseMs, r.r.PeakRSSMiB)
+			cfg.logf("%s %s: Start %.0f ms, all %d running %.0f ms (restored %d, peak RSS so far %.0f MiB); idle %.1f%% CPU, RSS %.0f MiB, %d fds, %d goroutines, %d maps; close %.0f ms; peak RSS %.0f MiB",
+				appID, r.name, r.r.StartCallMs, r.r.Tasks, r.r.RunningMs, r.r.Restored, r.r.StartPeakMiB, r.r.IdleCPU, r.r.IdleRSSMiB, r.r.FDs, r.r.Goroutines, r.r.Maps, r.r.CloseMs, r.r.PeakRSSMiB)
 		}
 		all = append(all, f)
 		return f.cold.RunningMs, nil
@@ -277,7 +280,7 @@ func tkInstanceRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, app
 func mergeReport(dst *tkReport, r tkReport) {
 	switch r.Phase {
 	case "running":
-		dst.StartCallMs, dst.RunningMs, dst.Tasks, dst.Restored = r.StartCallMs, r.RunningMs, r.Tasks, r.Restored
+		dst.StartCallMs, dst.RunningMs, dst.Tasks, dst.Restored, dst.StartPeakMiB = r.StartCallMs, r.RunningMs, r.Tasks, r.Restored, r.StartPeakMiB
 	case "idle":
 		dst.IdleCPU, dst.IdleRSSMiB, dst.FDs, dst.Goroutines, dst.Maps = r.IdleCPU, r.IdleRSSMiB, r.FDs, r.Goroutines, r.Maps
 	case "closed":
@@ -367,6 +370,11 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 	if err != nil {
 		return fail("running", err)
 	}
+	st, err := procStatus(os.Getpid())
+	if err != nil {
+		return fail("running", err)
+	}
+	running.StartPeakMiB = float64(st["VmHWM"]) / 1024
 	report(running)
 
 	in := bufio.NewReader(stdin)
@@ -388,8 +396,7 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 	if err != nil {
 		return fail("closed", err)
 	}
-	st, err := procStatus(os.Getpid())
-	if err != nil {
+	if st, err = procStatus(os.Getpid()); err != nil {
 		return fail("closed", err)
 	}
 	closed.PeakRSSMiB = float64(st["VmHWM"]) / 1024
