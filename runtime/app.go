@@ -219,10 +219,10 @@ func (a *App) Rejoins() int64 { return a.rejoins.Load() }
 // with ErrFileLimit, if that cannot hold the stores of every task),
 // restores the global stores (topology.GlobalTable) to the ends of their
 // topics, waiting for that as long as ctx allows, and starts the stream
-// threads. It moves the App from Created to Rebalancing at once; it returns once the threads are running,
-// and they join the group in the background (the App is Running once they
-// have their assignments and restored their active tasks). A failed Start
-// leaves the App Failed.
+// threads. It moves the App from Created to Rebalancing at once; it
+// returns once the threads are running, and they join the group in the
+// background (the App is Running once they have their assignments and
+// restored their active tasks). A failed Start leaves the App Failed.
 func (a *App) Start(ctx context.Context) (err error) {
 	a.startMu.Lock()
 	defer a.startMu.Unlock()
