@@ -99,14 +99,19 @@ type App struct {
 	shutdownReason atomic.Pointer[string]
 	restored       *restoreTally
 	registry       *registry
+	ahead          aheadStores
 	// global keeps the global stores; nil without global tables.
 	global  *globalThread
 	fresh   *freshness
 	purge   *purger
 	metrics *metrics
 	// openStoreHook, set only by tests, runs every store opening (open)
-	// in openStore's stead: it may delay the opening or wrap the store.
+	// of openStore and openAhead in their stead: it may delay the opening
+	// or wrap the store.
 	openStoreHook func(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error)
+	// fileLimit raises the open-file limit and returns it (0: none);
+	// tests replace it to stand for a low limit.
+	fileLimit func() (uint64, error)
 	// transitionHook, set only by tests before Start, is told of every
 	// state transition the registry's replicas ("replica") and the
 	// threads' tasks ("task") make or are refused.
@@ -160,8 +165,9 @@ func New(topo *topology.Topology, cfg Config) (*App, error) {
 
 		closeAsked: make(chan struct{}),
 
-		restored: newRestoreTally(),
-		joins:    newLocalJoins(cfg.NumStreamThreads),
+		restored:  newRestoreTally(),
+		joins:     newLocalJoins(cfg.NumStreamThreads),
+		fileLimit: raiseFileLimit,
 	}
 	a.killCtx, a.killCancel = context.WithCancel(context.Background())
 	a.metrics = newMetrics(a)
@@ -209,13 +215,14 @@ func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
 func (a *App) Rejoins() int64 { return a.rejoins.Load() }
 
 // Start locks the state directory, creates or verifies the application's
-// internal topics, restores the global stores (topology.GlobalTable) to the
-// ends of their topics, waiting for that as long as ctx allows, and starts
-// the stream threads. It moves the App from
-// Created to Rebalancing at once; it returns once the threads are running,
-// and they join the group in the background (the App is Running once they
-// have their assignments and restored their active tasks). A failed Start
-// leaves the App Failed.
+// internal topics, raises the open-file limit to its hard limit (failing,
+// with ErrFileLimit, if that cannot hold the stores of every task),
+// restores the global stores (topology.GlobalTable) to the ends of their
+// topics, waiting for that as long as ctx allows, and starts the stream
+// threads. It moves the App from Created to Rebalancing at once; it
+// returns once the threads are running, and they join the group in the
+// background (the App is Running once they have their assignments and
+// restored their active tasks). A failed Start leaves the App Failed.
 func (a *App) Start(ctx context.Context) (err error) {
 	a.startMu.Lock()
 	defer a.startMu.Unlock()
@@ -274,8 +281,8 @@ func (a *App) Start(ctx context.Context) (err error) {
 }
 
 // prepare does what Start does before the stream threads exist: it locks
-// the state directory, connects the admin client, plans the topics and
-// opens the replica registry.
+// the state directory, connects the admin client, plans the topics, checks
+// the open-file limit and opens the replica registry.
 func (a *App) prepare(ctx context.Context) (err error) {
 	a.dir, err = openStateDir(filepath.Join(a.cfg.StateDir, a.cfg.ApplicationID))
 	if err != nil {
@@ -288,6 +295,10 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	a.admin = kadm.NewClient(a.adminCl)
 	if err := a.untilReachable(ctx, func() error { return a.checkCluster(ctx) }); err != nil {
+		return err
+	}
+	// Before any store is opened: the registry opens those on disk.
+	if err := a.checkFileLimit(); err != nil {
 		return err
 	}
 	if err := a.forgetRecreatedState(a.startIDs); err != nil {
@@ -445,6 +456,7 @@ func (a *App) release() {
 	if a.registry != nil {
 		a.registry.close()
 	}
+	a.ahead.close()
 	if a.global != nil {
 		a.global.close()
 	}
@@ -622,13 +634,19 @@ func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
 	}
 }
 
-// openStore opens the backing store of one store of one task. Every
-// replica (active, restoring, standby, warmup) opens its stores here, so a
-// window or session store is wrapped in its segmented layout (see
-// windowstore.go) whatever writes to it.
+// openStore opens the backing store of one store of one task, or takes
+// it from those opened ahead (aheadStores). Every replica (active,
+// restoring, standby, warmup) opens its stores here, so a window or
+// session store is wrapped in its segmented layout (see windowstore.go)
+// whatever writes to it.
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
+	if info.Persistent && !info.Windowed() {
+		if s, ok := a.ahead.take(aheadKey{id, info.Name}); ok {
+			return s, nil
+		}
+	}
 	interval := segmentInterval(info.WindowOptions())
-	open := func() (statestore.Store, error) {
+	s, err := a.hooked(id, info, func() (statestore.Store, error) {
 		if !info.Persistent {
 			return statestore.NewMemory(), nil
 		}
@@ -639,20 +657,20 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 			}
 		}
 		return a.openPersistent(id, info.Name)
-	}
-	var (
-		s   statestore.Store
-		err error
-	)
-	if a.openStoreHook != nil {
-		s, err = a.openStoreHook(id, info, open)
-	} else {
-		s, err = open()
-	}
+	})
 	if err != nil || !info.Windowed() {
 		return s, err
 	}
 	return wrapWindowed(s, info, interval)
+}
+
+// hooked runs a store's opening through openStoreHook when a test set
+// one.
+func (a *App) hooked(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error) {
+	if a.openStoreHook != nil {
+		return a.openStoreHook(id, info, open)
+	}
+	return open()
 }
 
 // openPersistent opens a task's persistent store, deleting it first if

@@ -160,9 +160,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next *thr
 		}
 		th.lastTask = nil
 	case threadcore.ActClose:
-		for _, t := range th.activeTasks(a.Tasks) {
-			th.closeTask(t, a.Clean)
-		}
+		th.closeTasks(th.activeTasks(a.Tasks), a.Clean)
 	case threadcore.ActDiscard:
 		for _, t := range th.activeTasks(a.Tasks) {
 			t.Abort()

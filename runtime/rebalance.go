@@ -33,8 +33,9 @@ func (th *thread) onAssignment(info assignor.AssignmentInfo) {
 // onAssigned starts the active tasks of a new assignment: each takes its
 // stores from the registry when they are open here (parked since the
 // revocation, or a standby being promoted) and restores only what they
-// lack; one another thread still holds waits. Then the registry brings
-// standbys in line.
+// lack; one another thread still holds waits. The stores of tasks new to
+// the instance are opened first, several at once (openAhead). Then the
+// registry brings standbys in line.
 func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
@@ -50,8 +51,10 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, _ map[string][]in
 		th.app.fail(err)
 		return
 	}
+	th.openAhead(info.Active)
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvAssigned, Tasks: info.Active})
 	th.app.registry.setShare(th.idx, *info)
+	th.app.registry.releaseAhead()
 	th.app.metrics.rebalances.Inc()
 	th.assignments.Add(1)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
@@ -201,9 +204,15 @@ func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32)
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvLost})
 }
 
-func (th *thread) closeTask(t *taskrun.Active, clean bool) {
-	th.rest.unregister(t)
-	th.app.registry.closeActive(t, clean)
-	delete(th.tasks, t.ID())
+// closeTasks closes tasks for good, their stores several at once
+// (forStores): a thread stopping closes all its tasks.
+func (th *thread) closeTasks(ts []*taskrun.Active, clean bool) {
+	for _, t := range ts {
+		th.rest.unregister(t)
+	}
+	forStores(len(ts), func(i int) { th.app.registry.closeActive(ts[i], clean) })
+	for _, t := range ts {
+		delete(th.tasks, t.ID())
+	}
 	th.lastTask = nil
 }

@@ -709,7 +709,13 @@ func (r *registry) reconcileOnceLocked() {
 	r.mu.Unlock()
 	defer r.mu.Lock()
 
-	for _, m := range moves {
+	// Adoptions first, then the others several at once (forStores): an
+	// instance given thousands of standbys opens them all here.
+	adoptions := 0
+	for adoptions < len(moves) && later(moves[adoptions]) == 0 {
+		adoptions++
+	}
+	carry := func(m work) {
 		var left map[string]int64
 		var sb *taskrun.Standby
 		switch {
@@ -763,6 +769,11 @@ func (r *registry) reconcileOnceLocked() {
 		}
 		r.mu.Unlock()
 	}
+	for _, m := range moves[:adoptions] {
+		carry(m)
+	}
+	rest := moves[adoptions:]
+	forStores(len(rest), func(i int) { carry(rest[i]) })
 }
 
 // doneMovingLocked ends a task's move and wakes whoever waits for moves to
@@ -898,7 +909,7 @@ func (r *registry) janitor(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		for _, id := range expired {
-			err := task.RemoveDir(r.app.appDir(), id)
+			err := r.removeDir(id)
 			r.mu.Lock()
 			if err != nil {
 				r.log.Warn("cannot delete task directory", "task", id, "err", err)
@@ -933,15 +944,15 @@ func (r *registry) close() {
 	r.mu.Lock()
 	closing := r.takeIdleLocked()
 	r.mu.Unlock()
-	for _, rep := range closing {
-		if rep.standby != nil {
+	forStores(len(closing), func(i int) {
+		if rep := closing[i]; rep.standby != nil {
 			rep.standby.Close()
-			continue
+		} else {
+			for _, h := range rep.stores {
+				h.Inner.Close()
+			}
 		}
-		for _, h := range rep.stores {
-			h.Inner.Close()
-		}
-	}
+	})
 }
 
 // takeIdleLocked takes out of the registry, Closed, every replica no

@@ -27,7 +27,7 @@ import (
 // position means opening the store, which for badger costs tens of
 // milliseconds each (manifest, value log, memtable): on a restart with a
 // dozen tasks that was most of Start, so the stores are opened by a few
-// workers at once.
+// workers at once (forStores).
 func (r *registry) scanDisk() error {
 	entries, err := os.ReadDir(r.app.appDir())
 	if err != nil {
@@ -56,20 +56,7 @@ func (r *registry) scanDisk() error {
 	}
 	positions := make([]map[string]int64, len(dirs))
 	errs := make([]error, len(dirs))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(len(dirs), scanWorkers()) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(dirs) {
-					return
-				}
-				positions[i], errs[i] = r.diskPositions(dirs[i].id)
-			}
-		})
-	}
-	wg.Wait()
+	forStores(len(dirs), func(i int) { positions[i], errs[i] = r.diskPositions(dirs[i].id) })
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -79,15 +66,39 @@ func (r *registry) scanDisk() error {
 	return nil
 }
 
-// scanWorkers is how many stores scanDisk opens at once: opening is part
-// disk reads, part CPU, so a little more than one per core.
-func scanWorkers() int { return goruntime.GOMAXPROCS(0) + 1 }
+// forStores calls fn(0) … fn(n-1), each opening or closing the stores of
+// one task, a little more than one per core at once: opening and closing
+// a badger store is part CPU, part waiting for the disk and the kernel
+// (file truncation, mapping), and done one at a time thousands of them
+// took tens of seconds.
+func forStores(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, goruntime.GOMAXPROCS(0)+1) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
 
 // diskPositions opens the persistent logged stores a task left on disk and
-// returns their changelog positions.
+// returns their changelog positions. It keeps those of no window layout
+// open for the task (aheadStores): an instance restarting is mostly given
+// the tasks it had.
 func (r *registry) diskPositions(id task.ID) (map[string]int64, error) {
 	positions := make(map[string]int64)
-	for _, name := range r.persistentLogged(id.SubTopology) {
+	for _, info := range graph.Of(r.app.topo).SubTopologies()[id.SubTopology].Stores {
+		if !info.Persistent || !info.Logged {
+			continue
+		}
+		name := info.Name
 		dir := filepath.Join(task.Dir(r.app.appDir(), id), name)
 		if _, err := os.Stat(dir); err != nil {
 			continue
@@ -97,7 +108,11 @@ func (r *registry) diskPositions(id task.ID) (map[string]int64, error) {
 			return nil, fmt.Errorf("runtime: open store %s of task %s: %w", name, id, err)
 		}
 		pos, err := s.Position()
-		s.Close()
+		if err != nil || info.Windowed() {
+			s.Close()
+		} else {
+			r.app.ahead.hold(aheadKey{id, name}, s)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("runtime: read position of store %s of task %s: %w", name, id, err)
 		}

@@ -1112,7 +1112,5 @@ func (th *thread) exit(a threadcore.Action) {
 	// After the close: a revocation callback may have committed through
 	// the outbox.
 	th.out.close()
-	for _, t := range th.activeTasks(a.Tasks) {
-		th.closeTask(t, a.Clean)
-	}
+	th.closeTasks(th.activeTasks(a.Tasks), a.Clean)
 }

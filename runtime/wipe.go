@@ -285,7 +285,7 @@ func (r *registry) rewire(recreated map[string]bool) error {
 	var errs []error
 	for _, id := range wipe {
 		n := storesOnRecreated(r.app, id, recreated)
-		err := task.RemoveDir(r.app.appDir(), id)
+		err := r.removeDir(id)
 		if err == nil {
 			r.app.recreatedResets.Add(n)
 		}

@@ -134,7 +134,7 @@ func TestSmokeWindows(t *testing.T) {
 }
 
 func TestFlagErrors(t *testing.T) {
-	for _, args := range [][]string{{"--only", "x"}, {"--runs", "0"}, {"--lines", "0"}, {"--window-records", "0"}, {"extra"}} {
+	for _, args := range [][]string{{"--only", "x"}, {"--task-ladder", "64,x"}, {"--task-idle", "0s"}, {"--runs", "0"}, {"--lines", "0"}, {"--window-records", "0"}, {"extra"}} {
 		var out, errOut bytes.Buffer
 		require.Error(t, run(context.Background(), args, strings.NewReader(""), &out, &errOut), "args %v", args)
 	}
@@ -198,4 +198,23 @@ func TestWriteReport(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 	require.NotContains(t, out, "Benchmarks that failed")
+}
+
+// TestSmokeTasks runs benchmark (t), which is not in the default set, at
+// tiny task counts: both children, every phase of the instance child and
+// each figure's row.
+func TestSmokeTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts broker and instance children")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"--only", "t", "--runs", "1", "--task-ladder", "2,3", "--task-idle", "200ms"}, strings.NewReader(""), &out, &errOut)
+	t.Log(out.String())
+	require.NoError(t, err, errOut.String())
+	for _, want := range []string{"(t) 2 tasks: cold Start → all running", "(t) 3 tasks: restart Start → all running",
+		"(t) 3 tasks: idle CPU", "(t) 3 tasks: file descriptors", "(t) 3 tasks: close"} {
+		require.Contains(t, out.String(), want)
+	}
 }

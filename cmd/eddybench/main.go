@@ -41,6 +41,13 @@
 //	(r) global-table restoration (not run by default): App.Start restoring
 //	    a global table of --records records over 4 partitions vs a bare
 //	    badger WriteBatch of the same records (target ≥ 0.8×);
+//	(t) thousands of tasks (not run by default): for each count of
+//	    --task-ladder, one instance with two threads holding that many
+//	    tasks of a count, one store each: start to all tasks running, cold
+//	    and on a restart with state, peak and idle RSS, descriptors,
+//	    goroutines, idle CPU and close (targets at 2,048 tasks: restart
+//	    ≤ 5 s, peak RSS ≤ 1 GiB, ≤ 1,000 fds, idle CPU ≤ 5% of a core,
+//	    close ≤ 3 s);
 //	(k) kill loop (not run by default): three instances, a random one
 //	    killed every 3–8 s without waiting for the group, for
 //	    --killloop-duration under each guarantee; records lost (target 0),
@@ -59,14 +66,16 @@
 // Benchmarks without a baseline ((c), (d), (f)) repeat the same way and
 // report their median and spread. (g), (k) and (w3) run once: they count
 // failures or watch growth over one long run rather than time a figure.
+// (t) runs --runs times without a warm-up: each run is processes of its
+// own, and one of thousands of tasks takes minutes.
 //
 // --report BENCHMARKS.md writes the run's table, with the machine, its load,
 // the Go version and the commit it ran on, as the repository's
 // BENCHMARKS.md: the latest run only, history being git's.
 //
 // Each benchmark prints what exactly it times next to its figures. The
-// subcommands "broker" and "rss-instance" are the child processes of (c);
-// they are not meant to be run by hand.
+// subcommands "broker", "rss-instance" and "tasks-instance" are the child
+// processes of (c) and (t); they are not meant to be run by hand.
 package main
 
 import (
@@ -79,6 +88,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -99,6 +109,8 @@ type config struct {
 	corpus         string
 	noCombine      bool
 	tasks          int
+	taskLadder     []int
+	taskIdle       time.Duration
 	fetchPartBytes int
 	restoreBatch   int
 	e2e            bool
@@ -140,11 +152,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runBrokerChild(ctx, args[1:], stdin, stdout)
 		case "rss-instance":
 			return runRSSInstance(ctx, args[1:], stdin, stdout, stderr)
+		case "tasks-instance":
+			return runTasksInstance(ctx, args[1:], stdin, stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("eddybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), j (stream–table join vs key-value count), k (kill loop, minutes long), m (high-cardinality count vs a bare loop), r (global-table restore), s (start-up latency), w (windows: windowed vs key-value count, window-store restore, window-store disk and heap over 10 retentions)")
+	only := fs.String("only", "a,b,c,d,f", "comma-separated benchmarks to run: a (word count, with e: exactly-once vs at-least-once), b (restore), c (peak RSS), d (failover), f (restart after a crash under exactly-once), g (query availability through kills), h (query p99 during a rebalance), j (stream–table join vs key-value count), k (kill loop, minutes long), m (high-cardinality count vs a bare loop), r (global-table restore), s (start-up latency), t (thousands of tasks on one instance: start, memory, descriptors, idle CPU, close), w (windows: windowed vs key-value count, window-store restore, window-store disk and heap over 10 retentions)")
 	cfg := &config{out: stdout}
 	// Eddy's counts become final at a commit (every second), so short runs
 	// mostly measure the wait for the last one.
@@ -162,6 +176,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.tasks, "tasks", 12, "(b e2e, c, m) tasks, i.e. partitions of the input topic")
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
+	ladder := fs.String("task-ladder", "64,256,1024,2048", "(t) comma-separated task counts, each measured in turn")
+	fs.DurationVar(&cfg.taskIdle, "task-idle", 5*time.Second, "(t) how long an idle instance's CPU time is measured over")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
 	fs.StringVar(&cfg.corpus, "corpus", "", "(a) read the word-count input from this text `FILE` (one record per non-blank line) instead of generating --lines lines")
 	fs.BoolVar(&cfg.noCombine, "no-combine", false, "(a) count without combining before the repartition (topology.WithoutCombining): raw words go through the repartition topic")
@@ -191,12 +207,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, s := range strings.Split(*only, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "a", "b", "c", "d", "f", "g", "h", "j", "k", "m", "r", "s", "w":
+		case "a", "b", "c", "d", "f", "g", "h", "j", "k", "m", "r", "s", "t", "w":
 			cfg.only[s] = true
 		case "":
 		default:
-			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h, j, k, m, r, s or w)", s)
+			return fmt.Errorf("--only: unknown benchmark %q (want a, b, c, d, f, g, h, j, k, m, r, s, t or w)", s)
 		}
+	}
+	for _, s := range strings.Split(*ladder, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--task-ladder: %q is not a positive task count", s)
+		}
+		cfg.taskLadder = append(cfg.taskLadder, n)
+	}
+	if cfg.taskIdle <= 0 {
+		return errors.New("--task-idle must be positive")
 	}
 	if cfg.killLoopFor <= 0 {
 		return errors.New("--killloop-duration must be positive")
@@ -226,7 +252,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		name string
 		fn   func(context.Context, *config) ([]row, error)
 	}{{"a", benchWordCount}, {"b", benchRestore}, {"c", benchRSS}, {"d", benchFailover}, {"f", benchEOSCrash},
-		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}, {"r", benchGlobalRestore}, {"s", benchStartup}, {"w", benchWindows}, {"j", benchJoin}} {
+		{"g", benchAvailability}, {"h", benchRebalanceLatency}, {"m", benchHighCardinality}, {"k", benchKillLoop}, {"r", benchGlobalRestore}, {"s", benchStartup}, {"t", benchTasks}, {"w", benchWindows}, {"j", benchJoin}} {
 		if !cfg.want(b.name) {
 			continue
 		}

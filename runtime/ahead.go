@@ -1,0 +1,221 @@
+package runtime
+
+import (
+	"sync"
+	"time"
+
+	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/statestore"
+	"github.com/eddystreams/eddy/task"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// aheadStores holds persistent stores opened before the task that uses
+// them asks for them. A thread given thousands of new tasks would open
+// their stores one at a time inside its assignment callback, as it builds
+// each task; a restart opens every store on disk once to read its
+// position (scanDisk) and then again for its task. Instead the thread
+// opens its assignment's new stores several at once (openAll, see
+// thread.openAhead) before building the tasks, scanDisk keeps the stores
+// it opened (hold), and openStore takes the store from here when it is
+// held (take). What no task takes is closed once every thread has its
+// assignment (registry.releaseAhead), before a task directory is deleted
+// (registry.removeDir), and when the App stops.
+//
+// Only stores of no window layout are held: opening a window store may
+// delete it first (checkWindowLayout).
+type aheadStores struct {
+	mu     sync.Mutex
+	stores map[aheadKey]*aheadStore
+	closed bool
+}
+
+// aheadKey names one store of one task.
+type aheadKey struct {
+	id   task.ID
+	name string
+}
+
+// aheadStore is a store being opened (ready not yet closed) or open.
+type aheadStore struct {
+	ready chan struct{}
+	// store is nil once ready if the opening failed: the task opens the
+	// store itself, and meets the error there.
+	store statestore.Store
+}
+
+// hold keeps an open store for its task, or closes it if the pool was
+// closed or already holds that store.
+func (p *aheadStores) hold(k aheadKey, s statestore.Store) {
+	p.mu.Lock()
+	if p.closed || p.stores[k] != nil {
+		p.mu.Unlock()
+		s.Close()
+		return
+	}
+	if p.stores == nil {
+		p.stores = make(map[aheadKey]*aheadStore)
+	}
+	e := &aheadStore{ready: make(chan struct{}), store: s}
+	close(e.ready)
+	p.stores[k] = e
+	p.mu.Unlock()
+}
+
+// openAll opens the stores of keys not held yet, several at once
+// (forStores), and returns once they are all open or failed.
+func (p *aheadStores) openAll(keys []aheadKey, open func(aheadKey) (statestore.Store, error)) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	if p.stores == nil {
+		p.stores = make(map[aheadKey]*aheadStore)
+	}
+	var todo []aheadKey
+	var entries []*aheadStore
+	for _, k := range keys {
+		if p.stores[k] != nil {
+			continue
+		}
+		e := &aheadStore{ready: make(chan struct{})}
+		p.stores[k] = e
+		todo, entries = append(todo, k), append(entries, e)
+	}
+	p.mu.Unlock()
+	forStores(len(todo), func(i int) {
+		if s, err := open(todo[i]); err == nil {
+			entries[i].store = s
+		}
+		close(entries[i].ready)
+	})
+}
+
+// take hands over the store held for k, waiting for its opening, and
+// reports false when none is held (or its opening failed).
+func (p *aheadStores) take(k aheadKey) (statestore.Store, bool) {
+	p.mu.Lock()
+	e := p.stores[k]
+	delete(p.stores, k)
+	p.mu.Unlock()
+	if e == nil {
+		return nil, false
+	}
+	<-e.ready
+	return e.store, e.store != nil
+}
+
+// release closes, several at once, the stores held for the tasks keep
+// does not want, and returns those tasks. Stores still opening are left
+// to the opener's task.
+func (p *aheadStores) release(keep func(task.ID) bool) []task.ID {
+	p.mu.Lock()
+	var closing []statestore.Store
+	var ids []task.ID
+	for k, e := range p.stores {
+		select {
+		case <-e.ready:
+		default:
+			continue
+		}
+		if keep(k.id) {
+			continue
+		}
+		delete(p.stores, k)
+		if e.store != nil {
+			closing = append(closing, e.store)
+			ids = append(ids, k.id)
+		}
+	}
+	p.mu.Unlock()
+	forStores(len(closing), func(i int) { closing[i].Close() })
+	return ids
+}
+
+// close closes every store held, once their openings are over, and
+// holds none from then on.
+func (p *aheadStores) close() {
+	p.mu.Lock()
+	p.closed = true
+	entries := p.stores
+	p.stores = nil
+	p.mu.Unlock()
+	for _, e := range entries {
+		<-e.ready
+		if e.store != nil {
+			e.store.Close()
+		}
+	}
+}
+
+// releaseAhead closes the stores opened ahead for tasks that no thread's
+// assignment holds, once every thread has its assignment (until then, a
+// thread still to hear may be given any task), and records their
+// directories as left on disk.
+func (r *registry) releaseAhead() {
+	r.mu.Lock()
+	if len(r.current) < r.app.cfg.NumStreamThreads {
+		r.mu.Unlock()
+		return
+	}
+	wanted := make(map[task.ID]bool)
+	for _, info := range r.shares {
+		for _, ids := range [][]task.ID{info.Active, info.Standby, info.Warmup} {
+			for _, id := range ids {
+				wanted[id] = true
+			}
+		}
+	}
+	r.mu.Unlock()
+	closed := r.app.ahead.release(func(id task.ID) bool { return wanted[id] })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range closed {
+		_, held := r.reps[id]
+		_, moving := r.moving[id]
+		_, known := r.onDisk[id]
+		if !held && !moving && !known {
+			// Opened ahead for an assignment that moved on before the
+			// task started: empty, so no position.
+			r.onDisk[id] = diskState{positions: map[string]int64{}, since: time.Now()}
+		}
+	}
+}
+
+// removeDir deletes a task's directory, closing first the stores opened
+// ahead in it. The caller has marked the task moving, so nothing opens it
+// meanwhile.
+func (r *registry) removeDir(id task.ID) error {
+	r.app.ahead.release(func(x task.ID) bool { return x != id })
+	return task.RemoveDir(r.app.appDir(), id)
+}
+
+// openAhead opens, several at once, the stores of the tasks of an
+// assignment that nothing on this instance holds or left on disk, before
+// the thread builds them one at a time (see aheadStores).
+func (th *thread) openAhead(ids []task.ID) {
+	r := th.app.registry
+	subs := graph.Of(th.app.topo).SubTopologies()
+	var keys []aheadKey
+	infos := make(map[aheadKey]topology.StoreInfo)
+	r.mu.Lock()
+	for _, id := range ids {
+		_, held := r.reps[id]
+		_, moving := r.moving[id]
+		_, onDisk := r.onDisk[id]
+		if _, own := th.tasks[id]; own || held || moving || onDisk || id.SubTopology >= len(subs) {
+			continue
+		}
+		for _, info := range subs[id.SubTopology].Stores {
+			if info.Persistent && !info.Windowed() {
+				k := aheadKey{id, info.Name}
+				keys, infos[k] = append(keys, k), info
+			}
+		}
+	}
+	r.mu.Unlock()
+	th.app.ahead.openAll(keys, func(k aheadKey) (statestore.Store, error) {
+		return th.app.hooked(k.id, infos[k], func() (statestore.Store, error) { return th.app.openPersistent(k.id, k.name) })
+	})
+}
