@@ -352,27 +352,7 @@ func testZombie(t *testing.T, midCommit bool) {
 
 	// B takes over A's task once the broker gives up on A, and commits
 	// new work on it.
-	var takeover int64 = -1
-	waitFor(t, 20*time.Second, "B runs every task and commits on A's former task", func() bool {
-		running := 0
-		for _, ti := range b.Tasks() {
-			if ti.State == task.Running {
-				running++
-			}
-		}
-		if running != 2 {
-			return false
-		}
-		for _, ri := range b.Replicas() {
-			if ri.Task == heldID && ri.State == task.Running {
-				if takeover < 0 {
-					takeover = ri.Position
-				}
-				return ri.Position > takeover
-			}
-		}
-		return false
-	})
+	waitTakeover(t, b, heldID)
 	t.Logf("B took over task %s and committed on it %s after the partition began", heldID, time.Since(cut).Round(time.Millisecond))
 	require.Greater(t, time.Since(cut), 2*time.Second, "the partition outlasted the session timeout")
 	a.net.partition(false)
@@ -461,6 +441,33 @@ func testZombie(t *testing.T, midCommit bool) {
 		logged, _ := statestore.SplitTimestamped([]byte(total[k]))
 		require.Equal(t, string(enc), string(logged), "changelog count of %s", k)
 	}
+}
+
+// waitTakeover waits until b runs both tasks and has committed new work on
+// id, a task another instance held.
+func waitTakeover(t *testing.T, b *App, id task.ID) {
+	t.Helper()
+	var takeover int64 = -1
+	waitFor(t, 20*time.Second, "B runs every task and commits on A's former task", func() bool {
+		running := 0
+		for _, ti := range b.Tasks() {
+			if ti.State == task.Running {
+				running++
+			}
+		}
+		if running != 2 {
+			return false
+		}
+		for _, ri := range b.Replicas() {
+			if ri.Task == id && ri.State == task.Running {
+				if takeover < 0 {
+					takeover = ri.Position
+				}
+				return ri.Position > takeover
+			}
+		}
+		return false
+	})
 }
 
 func activeOf(app *App) []task.ID {
@@ -581,27 +588,7 @@ func TestAtLeastOnceZombieSendsNothingOnceItsSessionExpired(t *testing.T) {
 	cutHook.Store(nil)
 	cut := time.Now()
 
-	var takeover int64 = -1
-	waitFor(t, 20*time.Second, "B runs every task and commits on A's former task", func() bool {
-		running := 0
-		for _, ti := range b.Tasks() {
-			if ti.State == task.Running {
-				running++
-			}
-		}
-		if running != 2 {
-			return false
-		}
-		for _, ri := range b.Replicas() {
-			if ri.Task == heldID && ri.State == task.Running {
-				if takeover < 0 {
-					takeover = ri.Position
-				}
-				return ri.Position > takeover
-			}
-		}
-		return false
-	})
+	waitTakeover(t, b, heldID)
 	require.Greater(t, time.Since(cut), 2*time.Second, "the partition outlasted the session timeout")
 	a.net.partition(false)
 
