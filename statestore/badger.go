@@ -302,18 +302,9 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	if err := os.RemoveAll(resetDir(dir)); err != nil {
 		return nil, fmt.Errorf("statestore: remove %s: %w", resetDir(dir), err)
 	}
-	// Opening replays and flushes badger's logs: it needs the same room
-	// as a write.
-	if err := checkRoom(dir, opts.DiskReserve); err != nil {
-		return nil, err
-	}
-	bo := opts.badger(dir)
-	if err := checkTables(dir, bo); err != nil {
-		return nil, openError(dir, opts.DiskReserve, err)
-	}
-	db, err := badger.Open(bo)
+	db, err := openBadgerDB(dir, opts)
 	if err != nil {
-		return nil, openError(dir, opts.DiskReserve, err)
+		return nil, err
 	}
 	s := &badgerStore{
 		db:             db,
@@ -944,6 +935,25 @@ func (s *badgerStore) Close() error {
 		return fmt.Errorf("statestore: close badger %s: %w", s.dir, err)
 	}
 	return nil
+}
+
+// openBadgerDB opens the badger database in dir once the filesystem has
+// room (opening replays and flushes badger's logs: it needs the same room
+// as a write) and its tables pass checkTables, classifying errors as
+// OpenBadger documents.
+func openBadgerDB(dir string, opts BadgerOptions) (*badger.DB, error) {
+	if err := checkRoom(dir, opts.DiskReserve); err != nil {
+		return nil, err
+	}
+	bo := opts.badger(dir)
+	if err := checkTables(dir, bo); err != nil {
+		return nil, openError(dir, opts.DiskReserve, err)
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, openError(dir, opts.DiskReserve, err)
+	}
+	return db, nil
 }
 
 // closeMu lets one store at a time close on a filesystem short of space,

@@ -124,16 +124,9 @@ type SharedBadger struct {
 // *MachineError or a *DiskFullError for the machine's.
 func OpenSharedBadger(dir string, opts BadgerOptions) (*SharedBadger, error) {
 	opts = opts.sharedDefaults().withDefaults()
-	if err := checkRoom(dir, opts.DiskReserve); err != nil {
-		return nil, err
-	}
-	bo := opts.badger(dir)
-	if err := checkTables(dir, bo); err != nil {
-		return nil, openError(dir, opts.DiskReserve, err)
-	}
-	db, err := badger.Open(bo)
+	db, err := openBadgerDB(dir, opts)
 	if err != nil {
-		return nil, openError(dir, opts.DiskReserve, err)
+		return nil, err
 	}
 	d := &SharedBadger{
 		db:        db,
