@@ -176,9 +176,6 @@ func (th *thread) probeContact(ctx context.Context) {
 		if cl == nil {
 			continue
 		}
-		if cfg.ProcessingGuarantee != ExactlyOnce {
-			th.abortIfSessionGone(cl)
-		}
 		member, generation := cl.GroupMetadata()
 		if member == "" {
 			continue
@@ -200,26 +197,52 @@ func (th *thread) probeContact(ctx context.Context) {
 	}
 }
 
-// abortIfSessionGone fails every record an at-least-once thread's client
-// still holds unsent once the thread's group contact is older than the
-// session timeout. By then the coordinator has dropped the member and its
-// tasks may have new owners, and nothing fences an at-least-once producer:
-// changelog and output records sent once the network came back would land
-// after the new owners' and set their values back. The commit that follows
-// fails with them (cause), and the thread drops its uncommitted work and
-// rejoins, which at-least-once allows: the input since its last commit is
-// processed again by whoever owns it now. It is done on every probe while
-// the contact stays that old, since the thread may go on buffering
-// records until its commit. A produce request already on the wire cannot
-// be called back.
-func (th *thread) abortIfSessionGone(cl *kgo.Client) {
-	last := th.contact.last()
-	if last.IsZero() || time.Since(last) <= th.app.cfg.SessionTimeout {
-		return
+// watchSession runs abortIfSessionGone for an at-least-once thread: at
+// the moment its session bound passes, and every probe interval while the
+// contact stays that old, since the thread may go on buffering records
+// until its commit. It runs apart from probeContact, whose probe can wait
+// on a cut network for a contact window.
+func (th *thread) watchSession(ctx context.Context) {
+	cfg := th.app.cfg
+	for {
+		wait := contactProbeInterval(cfg)
+		if last := th.contact.last(); !last.IsZero() {
+			if until := time.Until(last.Add(cfg.SessionTimeout)); until > 0 {
+				// Wake just past the bound, not up to an interval after.
+				wait = min(wait, until+time.Millisecond)
+			} else if cl := th.group.Load(); cl != nil {
+				th.abortIfSessionGone(cl, last)
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
+}
+
+// abortIfSessionGone fails every record an at-least-once thread's client
+// still holds unsent, and resets its connections, once the thread's group
+// contact (last) is older than the session timeout. By then the
+// coordinator may have dropped the member and its tasks may have new
+// owners, and nothing fences an at-least-once producer: changelog and
+// output records that reached the broker once the network came back would
+// land after the new owners' and set their values back. A produce request
+// already written is in the connection's unacknowledged bytes; the reset
+// drops them (see network.dialIn), so it never arrives. The coordinator
+// drops the member a session timeout after the last heartbeat it received,
+// which is no earlier than this bound. The commit that follows fails with
+// the records (cause), and the thread drops its uncommitted work and
+// rejoins, which at-least-once allows: the input since its last commit is
+// processed again by whoever owns it now.
+func (th *thread) abortIfSessionGone(cl *kgo.Client, last time.Time) {
 	if th.abandoned.Swap(cl) != cl {
-		th.log.Warn("no group contact for longer than the session timeout: failing the records not yet sent and dropping uncommitted work",
-			"last_contact", time.Since(last).Round(time.Millisecond))
+		n := th.app.net.reset(th.conns)
+		th.log.Warn("no group contact for longer than the session timeout: connections reset, records not yet sent failed, uncommitted work dropped",
+			"last_contact", time.Since(last).Round(time.Millisecond), "connections", n)
 	}
 	cl.UnsafeAbortBufferedRecords()
 }

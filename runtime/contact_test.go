@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -168,6 +169,108 @@ func (c *holeConn) SetWriteDeadline(t time.Time) error {
 	c.wd = t
 	c.mu.Unlock()
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// tcpHole holds connections the way a network partition holds TCP: reads
+// wait as across a blackhole, while writes succeed into the sender's queue
+// of unacknowledged bytes. When the network comes back (heal) each queue is
+// delivered, also for a connection closed meanwhile (its kernel goes on
+// sending after an orderly close), unless the connection was reset: closed
+// with linger 0, which drops its queue.
+type tcpHole struct {
+	*blackhole
+	mu    sync.Mutex
+	conns []*tcpHoleConn
+}
+
+func newTCPHole() *tcpHole { return &tcpHole{blackhole: newBlackhole()} }
+
+func (h *tcpHole) wrap(c net.Conn) net.Conn {
+	hc := &tcpHoleConn{holeConn: holeConn{Conn: c, hole: h.blackhole, closed: make(chan struct{})}}
+	h.mu.Lock()
+	h.conns = append(h.conns, hc)
+	h.mu.Unlock()
+	return hc
+}
+
+// heal lets traffic through again and delivers every queue.
+func (h *tcpHole) heal() {
+	h.set(false)
+	h.mu.Lock()
+	conns := slices.Clone(h.conns)
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		c.deliverLocked()
+		c.mu.Unlock()
+	}
+}
+
+type tcpHoleConn struct {
+	holeConn
+	mu      sync.Mutex
+	queued  []byte
+	linger0 bool
+	closing bool
+}
+
+func (c *tcpHoleConn) on() bool {
+	c.hole.mu.Lock()
+	defer c.hole.mu.Unlock()
+	return c.hole.on
+}
+
+func (c *tcpHoleConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return 0, net.ErrClosed
+	}
+	if !c.on() && len(c.queued) == 0 {
+		return c.Conn.Write(p)
+	}
+	c.queued = append(c.queued, p...)
+	if !c.on() {
+		c.deliverLocked()
+	}
+	return len(p), nil
+}
+
+// deliverLocked sends the queue once the hole is off, then completes a
+// close that waited for it.
+func (c *tcpHoleConn) deliverLocked() {
+	if c.on() {
+		return
+	}
+	if len(c.queued) > 0 {
+		c.Conn.Write(c.queued)
+		c.queued = nil
+	}
+	if c.closing {
+		c.Conn.Close()
+	}
+}
+
+func (c *tcpHoleConn) SetLinger(sec int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.linger0 = sec == 0
+	return nil
+}
+
+func (c *tcpHoleConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closing = true
+	if c.linger0 {
+		c.queued = nil
+	}
+	if len(c.queued) > 0 && c.on() {
+		return nil // sent, then closed, once the network is back
+	}
+	c.queued = nil
+	return c.Conn.Close()
 }
 
 // issue 29 item 2: an instance whose traffic to the broker is blackholed

@@ -52,6 +52,37 @@ func newNetwork(tlsCfg *tls.Config, dial func(ctx context.Context, network, addr
 }
 
 func (n *network) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	return n.dialIn(ctx, nil, network, host)
+}
+
+// connGroup names the connections of one client, for reset.
+type connGroup struct{ name string }
+
+// dialerFor returns a dialer whose connections belong to g.
+func (n *network) dialerFor(g *connGroup) func(ctx context.Context, network, host string) (net.Conn, error) {
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		return n.dialIn(ctx, g, network, host)
+	}
+}
+
+// reset closes the connections of g, dropping whatever they had not yet
+// delivered (see dialIn); its client dials again as it needs.
+func (n *network) reset(g *connGroup) int {
+	n.mu.Lock()
+	var out []*trackedConn
+	for c := range n.conns {
+		if tc := c.(*trackedConn); tc.group == g {
+			out = append(out, tc)
+		}
+	}
+	n.mu.Unlock()
+	for _, c := range out {
+		c.Close()
+	}
+	return len(out)
+}
+
+func (n *network) dialIn(ctx context.Context, group *connGroup, network, host string) (net.Conn, error) {
 	n.mu.Lock()
 	if err := n.blockedLocked(network); err != nil {
 		n.mu.Unlock()
@@ -70,7 +101,15 @@ func (n *network) dial(ctx context.Context, network, host string) (net.Conn, err
 	if wrap != nil {
 		c = wrap(c)
 	}
-	tc, err := n.track(c, network)
+	// A connection Eddy closes is reset rather than shut down: the
+	// bytes it still holds unacknowledged are dropped with it. Shut
+	// down, the kernel would go on sending them, and a request written
+	// before a network cut, long given up on, would reach the broker
+	// once the cut heals, after the records of whoever took over.
+	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
+		l.SetLinger(0)
+	}
+	tc, err := n.track(c, network, group)
 	if err != nil {
 		return nil, err
 	}
@@ -82,14 +121,14 @@ func (n *network) dial(ctx context.Context, network, host string) (net.Conn, err
 
 // track registers a freshly dialed connection, so that sever and partition
 // close it, unless the network was cut while it was being dialed.
-func (n *network) track(c net.Conn, network string) (*trackedConn, error) {
+func (n *network) track(c net.Conn, network string, group *connGroup) (*trackedConn, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.blockedLocked(network); err != nil {
 		c.Close()
 		return nil, err
 	}
-	tc := &trackedConn{Conn: c, n: n}
+	tc := &trackedConn{Conn: c, n: n, group: group}
 	n.conns[tc] = struct{}{}
 	return tc, nil
 }
@@ -160,8 +199,9 @@ func (n *network) closeAllLocked() {
 
 type trackedConn struct {
 	net.Conn
-	n    *network
-	once sync.Once
+	n     *network
+	group *connGroup // nil for the App's shared clients
+	once  sync.Once
 }
 
 func (c *trackedConn) Close() error {

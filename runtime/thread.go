@@ -102,6 +102,9 @@ type thread struct {
 	// abandoned is the client whose unsent records abortIfSessionGone
 	// last failed.
 	abandoned atomic.Pointer[kgo.Client]
+	// conns are the connections of the thread's group client, which
+	// abortIfSessionGone resets.
+	conns *connGroup
 	// sess is the transactional session under exactly-once; cl is then
 	// its client.
 	sess *kgo.GroupTransactSession
@@ -204,6 +207,7 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 		rr:      make(map[string]int32),
 		lagging: make(map[inputPartition]struct{}),
 		exited:  make(chan struct{}),
+		conns:   &connGroup{name: fmt.Sprintf("thread %d", idx)},
 	}
 	th.ctx, th.cancel = context.WithCancel(context.Background())
 	// Until connect knows how the group rebalances: a thread that never
@@ -280,6 +284,10 @@ func (th *thread) connect() error {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)
+	// After clientOpts' dialer, which it replaces (Config refuses one of
+	// the user's): the same network, with connections the thread can
+	// reset (abortIfSessionGone).
+	opts = append(opts, kgo.Dialer(a.net.dialerFor(th.conns)))
 	if cfg.StaticMembership {
 		opts = append(opts, kgo.InstanceID(th.instanceID()))
 	}
@@ -374,7 +382,14 @@ func (th *thread) run() {
 	probed := make(chan struct{})
 	go func() {
 		defer close(probed)
+		if th.app.cfg.ProcessingGuarantee == ExactlyOnce {
+			th.probeContact(probeCtx)
+			return
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { th.watchSession(probeCtx) })
 		th.probeContact(probeCtx)
+		wg.Wait()
 	}()
 	var err error
 	for {

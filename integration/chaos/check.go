@@ -337,6 +337,7 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 		}
 	}
 	r.compare("the stores (asked with staleness=active)", want, got, failed, bound, res)
+	r.traceLow(want, got, failed)
 	outCtx, cancelOut := context.WithTimeout(ctx, time.Minute)
 	defer cancelOut()
 	out, err := latestCommitted(outCtx, r.c.addr, outputTopic, r.o.Partitions)
@@ -349,6 +350,22 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 	r.bound = bound
 	for _, n := range bound {
 		res.Bound += n
+	}
+}
+
+// traceLow adds, for the first few words whose final count is below the
+// input's, their changelog history: whether the count was once right and
+// then went back, or never reached the changelog.
+func (r *run) traceLow(want, got map[string]int64, failed map[string]string) {
+	n := 0
+	for _, w := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := failed[w]; ok || got[w] >= want[w] {
+			continue
+		}
+		if n++; n > 3 {
+			return
+		}
+		r.finding("changelog of %q (input %d, final %d): %s", w, want[w], got[w], r.watch.trace(w))
 	}
 }
 

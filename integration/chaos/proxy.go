@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -123,7 +124,15 @@ func (p *proxy) pipe(dst, src net.Conn) {
 			return
 		}
 		if n > 0 {
+			held := p.isCut()
 			if !p.waitPass(src) {
+				abort(dst)
+				return
+			}
+			if held && resetBy(src) {
+				// Across a real cut these bytes would still be in the
+				// sender's retransmission queue, which its reset
+				// emptied: they never arrive.
 				abort(dst)
 				return
 			}
@@ -139,6 +148,34 @@ func (p *proxy) pipe(dst, src net.Conn) {
 			}
 		}
 	}
+}
+
+func (p *proxy) isCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut
+}
+
+// resetBy reports whether the peer of c reset the connection (a close
+// with nothing more to be delivered), as the socket's pending error says:
+// the bytes read from c before the reset are still readable, but a TCP
+// sender that resets drops whatever the other side had not acknowledged.
+func resetBy(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var soErr int
+	if cerr := rc.Control(func(fd uintptr) {
+		soErr, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_ERROR)
+	}); cerr != nil || err != nil {
+		return false
+	}
+	return syscall.Errno(soErr) == syscall.ECONNRESET
 }
 
 // abort closes c with a reset rather than an orderly close.

@@ -175,6 +175,16 @@ type committedWatcher struct {
 
 	mu   sync.Mutex
 	seen map[string]*timeline
+	// hist is every changelog record of each word as read, regressions
+	// included: what a final count below the input's is traced through.
+	hist map[string][]changelogRecord
+}
+
+// changelogRecord is one changelog record of a word as the watcher read it.
+type changelogRecord struct {
+	at     time.Time
+	offset int64
+	value  int64
 }
 
 func newCommittedWatcher(seeds string) (*committedWatcher, error) {
@@ -184,7 +194,7 @@ func newCommittedWatcher(seeds string) (*committedWatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &committedWatcher{cl: cl, seen: make(map[string]*timeline)}, nil
+	return &committedWatcher{cl: cl, seen: make(map[string]*timeline), hist: make(map[string][]changelogRecord)}, nil
 }
 
 func (c *committedWatcher) run(ctx context.Context) {
@@ -199,6 +209,7 @@ func (c *committedWatcher) run(ctx context.Context) {
 			if err != nil {
 				return
 			}
+			c.hist[string(r.Key)] = append(c.hist[string(r.Key)], changelogRecord{at: now, offset: r.Offset, value: v})
 			tl := c.seen[string(r.Key)]
 			if tl == nil {
 				tl = &timeline{}
@@ -223,6 +234,33 @@ func (c *committedWatcher) committedBy(word string, t time.Time) int64 {
 		return 0
 	}
 	return tl.by(t)
+}
+
+// trace describes word's changelog history for a final count below the
+// input's: its highest value and, if a later record went below it, the
+// first such regression, the mark of a writer that started from a store
+// behind the changelog (a zombie's late records, or an active that did
+// not restore to the end).
+func (c *committedWatcher) trace(word string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.hist[word]
+	if len(h) == 0 {
+		return "no changelog record read"
+	}
+	top := 0
+	for i, rec := range h {
+		if rec.value > h[top].value {
+			top = i
+		}
+		if rec.value < h[top].value {
+			return fmt.Sprintf("%d records; regressed from %d (offset %d, read %s) to %d (offset %d, read %s); last %d at offset %d",
+				len(h), h[top].value, h[top].offset, h[top].at.Format("15:04:05.000"), rec.value, rec.offset,
+				rec.at.Format("15:04:05.000"), h[len(h)-1].value, h[len(h)-1].offset)
+		}
+	}
+	last := h[len(h)-1]
+	return fmt.Sprintf("%d records, never regressed; last %d at offset %d, read %s", len(h), last.value, last.offset, last.at.Format("15:04:05.000"))
 }
 
 // groupObs is one observation of the group: its routing table if it was
