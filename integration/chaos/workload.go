@@ -350,8 +350,8 @@ func (g *groupWatcher) describe(ctx context.Context) groupObs {
 // hold partition in the claimed role throughout [from, to]: one balance
 // (the same epoch observed settled at or before from and at or after to,
 // and no other in between) in which the claim was false. A claimed active
-// must be that balance's active; any other role must be one of its
-// replicas. Without such a balance the claim cannot be refuted.
+// must be that balance's active, if it names one; any other role must be
+// one of its replicas. Without such a balance the claim cannot be refuted.
 func (g *groupWatcher) roleFalse(host string, partition int32, role string, from, to time.Time) (bool, string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -381,7 +381,10 @@ func (g *groupWatcher) roleFalse(host string, partition int32, role string, from
 		return false, ""
 	}
 	if role == "active" {
-		if a := first.active[partition]; a != host {
+		// A balance with no active for the partition holds it back while
+		// its last owner, the one writer until then, revokes it
+		// (cooperative rebalancing): it refutes no claim.
+		if a, ok := first.active[partition]; ok && a != host {
 			return true, fmt.Sprintf("balance %d had the active of partition %d on %s from %s to after %s",
 				first.epoch, partition, a, first.at.Format("15:04:05.000"), to.Format("15:04:05.000"))
 		}
