@@ -239,12 +239,22 @@ func (th *thread) watchSession(ctx context.Context) {
 // rejoins, which at-least-once allows: the input since its last commit is
 // processed again by whoever owns it now.
 func (th *thread) abortIfSessionGone(cl *kgo.Client, last time.Time) {
-	if th.abandoned.Swap(cl) != cl {
+	// Once for each contact the session outlived: a client kept through
+	// one cut (nothing it held failed) must be reset again at the next.
+	if a := (abandonment{cl, last}); th.abandoned != a {
+		th.abandoned = a
 		n := th.app.net.reset(th.conns)
 		th.log.Warn("no group contact for longer than the session timeout: connections reset, records not yet sent failed, uncommitted work dropped",
 			"last_contact", time.Since(last).Round(time.Millisecond), "connections", n)
 	}
 	cl.UnsafeAbortBufferedRecords()
+}
+
+// abandonment is a client whose session was given up on, and the last
+// contact it was given up after.
+type abandonment struct {
+	cl   *kgo.Client
+	last time.Time
 }
 
 // sessionBound is the context an at-least-once thread produces its records

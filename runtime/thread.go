@@ -99,9 +99,10 @@ type thread struct {
 	// produceErr is the first produce failure of the current client
 	// since the last commit; see produceFailure.
 	produceErr atomic.Pointer[produceFailure]
-	// abandoned is the client whose unsent records abortIfSessionGone
-	// last failed.
-	abandoned atomic.Pointer[kgo.Client]
+	// abandoned is the client and the group contact for which
+	// abortIfSessionGone last reset the connections; only the thread's
+	// watchSession goroutine uses it.
+	abandoned abandonment
 	// conns are the connections of the thread's group client, which
 	// abortIfSessionGone resets.
 	conns *connGroup
