@@ -298,9 +298,9 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	failOnRecordError := fs.Bool("fail-on-record-error", false, "stop the instance on an input line it cannot count (a word too large for a Kafka record, say); by default the line is skipped, logged and written to "+deadLetterTopic)
 	static := fs.Bool("static-membership", false, "join the group as a static member (KIP-345), so that a restart on the same --state-dir takes its place back without waiting out the session timeout")
 	tags := tagFlag{}
-	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
+	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE[,KEY=VALUE]` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logs := addLogFlags(fs, "info")
 	dialVia := fs.String("broker-dial-via", "", "make every broker connection to `HOST:PORT`, whatever broker it is for (a fault-testing aid: one proxy per instance that can cut or delay its traffic)")
 	sec := addSecurityFlags(fs)
 	qsec := addQueryServerFlags(fs)
@@ -332,10 +332,11 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	if err != nil {
 		return usageErrorf(fs, "--guarantee: %v", err)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageErrorf(fs, "--log-level: %v", err)
+	logger, err := logs.logger(s.err)
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
+	logSettings(logger, fs)
 	in, err := startInstance(ctx, instanceOptions{
 		brokers:           seeds,
 		stateDir:          *stateDir,
@@ -349,7 +350,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		failOnRecordError: *failOnRecordError,
 		tags:              tags,
 		rackTags:          splitBrokers(*rackTags),
-		logger:            slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		logger:            logger,
 		tls:               tlsCfg,
 		sasl:              mech,
 		query:             qcfg,
@@ -370,7 +371,8 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	return err
 }
 
-// tagFlag collects repeated --tag KEY=VALUE flags.
+// tagFlag collects repeated --tag KEY=VALUE flags; one may carry several,
+// comma-separated, as $EDDY_TAG does.
 type tagFlag map[string]string
 
 func (t tagFlag) String() string {
@@ -382,13 +384,15 @@ func (t tagFlag) String() string {
 }
 
 func (t tagFlag) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", kv)
+		}
+		if _, dup := t[k]; dup {
+			return fmt.Errorf("tag %q given twice", k)
+		}
+		t[k] = val
 	}
-	if _, dup := t[k]; dup {
-		return fmt.Errorf("tag %q given twice", k)
-	}
-	t[k] = val
 	return nil
 }

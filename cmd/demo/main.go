@@ -139,11 +139,13 @@ func newFlagSet(name, synopsis string, s stdio) *flag.FlagSet {
 		fmt.Fprintf(fs.Output(), "usage: demo %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
+	fs.String(configFlag, "", "YAML `FILE` of flag values, by flag name (default: $"+envName(configFlag)+"); every flag may also be set by its variable $"+envPrefix+"NAME")
 	return fs
 }
 
-// parseFlags parses args into fs, accepting no positional arguments. The
-// error, if any, is flag.ErrHelp or wraps errUsage.
+// parseFlags parses args into fs, accepting no positional arguments, and
+// resolves the flags the command line leaves unset from the environment and
+// the config file. The error, if any, is flag.ErrHelp or wraps errUsage.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -155,7 +157,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf(fs, "unexpected argument %q", fs.Arg(0))
 	}
-	return nil
+	return resolveFlags(fs)
 }
 
 // usageErrorf prints a problem with the invocation and fs's usage, and
