@@ -109,9 +109,9 @@ func ensureTopics(ctx context.Context, log *slog.Logger, brokers []string, opts 
 
 // countsServer serves the instance's query API for the "counts" and
 // "counts-per-minute" stores, with the security settings of cfg, reporting
-// every key query to observe.
-func countsServer(app *runtime.App, cfg iq.ServerConfig, observe func(iq.KeyQuery)) *iq.Server {
-	cfg.Observe = observe
+// every key query and every request to m.
+func countsServer(app *runtime.App, cfg iq.ServerConfig, m *instanceMetrics) *iq.Server {
+	cfg.Observe, cfg.ObserveRequest = m.observe, m.observeRequest
 	return iq.NewServerWithConfig(app.Queries(), cfg, iq.CodecFor(countsStore, serde.String, serde.Int64, nil),
 		iq.CodecFor(minuteStore, serde.String, serde.Int64, nil))
 }
@@ -245,7 +245,7 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 	in := &instance{app: app, metrics: metrics, scheme: "http"}
 	if ln != nil {
 		in.addr = ln.Addr().String()
-		in.iq = countsServer(app, o.query, metrics.observe)
+		in.iq = countsServer(app, o.query, metrics)
 		in.web = newWebUI(in.addr, peerClient(o.query.TLS != nil, o.query.ForwardTLS, o.query.Token), metrics)
 		in.srv = in.iq.HTTPServer(in.addr)
 		in.srv.Handler = in.handler()

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 )
 
@@ -672,6 +673,13 @@ func TestQueryLabelValuesDocumented(t *testing.T) {
 	_, _, labels := documentedSeries(t)
 	require.ElementsMatch(t, queryRefusalCodes, labels["reason"], "reason label values")
 	require.ElementsMatch(t, []string{viaLocal, viaForwarded}, labels["via"], "via label values")
+	require.ElementsMatch(t, iq.Endpoints, labels["endpoint"], "endpoint label values")
+	roles := []string{servedRoleNone}
+	for r := iq.RoleActive; !strings.HasPrefix(r.String(), "Role("); r++ {
+		roles = append(roles, r.String())
+	}
+	require.ElementsMatch(t, roles, labels["served_role"], "served_role label values")
+	require.ElementsMatch(t, append([]string{iq.OutcomeOK, "unauthorized"}, queryRefusalCodes...), labels["outcome"], "outcome label values")
 }
 
 // exposedFamilies reads the eddy_ families of a Prometheus text exposition,
