@@ -21,7 +21,7 @@ type instanceMetrics struct {
 	reg *prometheus.Registry
 	// appReg holds only the runtime's collector, for the status page's
 	// samples, which need none of the rest.
-	appReg  *prometheus.Registry
+	appReg   *prometheus.Registry
 	served   *prometheus.CounterVec
 	refused  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
