@@ -217,6 +217,7 @@ func TestObserveRequests(t *testing.T) {
 		{"metadata", a.http.URL + "/v1/metadata", [3][]want{{{EndpointMetadata, OutcomeOK, 0}}, nil, nil}},
 		{"key metadata", a.http.URL + "/v1/metadata/stores/" + testStore + "/keys/" + k0, [3][]want{{{EndpointMetadata, OutcomeOK, 0}}, nil, nil}},
 		{"lags", a.http.URL + "/v1/lags", [3][]want{{{EndpointLags, OutcomeOK, 0}}, nil, nil}},
+		{"tasks, of a backend that lists none", a.http.URL + "/v1/tasks", [3][]want{{{EndpointTasks, reasonInvalid, 0}}, nil, nil}},
 		{"health", a.http.URL + "/healthz", [3][]want{{{EndpointHealth, OutcomeOK, 0}}, nil, nil}},
 		{"no endpoint", a.http.URL + "/v2/x", [3][]want{{{EndpointOther, reasonInvalid, 0}}, nil, nil}},
 	}

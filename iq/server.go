@@ -337,6 +337,7 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 		s.handleKeyMetadata(w, r, r.URL.Query().Get("key"))
 	})
 	s.mux.HandleFunc("GET /v1/lags", s.handleLags)
+	s.mux.HandleFunc("GET /v1/tasks", s.handleTasks)
 	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
 		s.handleKey(w, r, r.PathValue("key"))
 	})
