@@ -482,7 +482,8 @@ const chromiumTries = 3
 // signal chromiumTries times in a row, the test is skipped with the
 // browser's output: a browser that cannot run on this machine is as good
 // as absent. Any other failure (an exit status, a timeout) fails the test.
-func dumpDOM(t *testing.T, bin, u string, budget time.Duration) string {
+// extra are more Chromium flags (--window-size, --screenshot).
+func dumpDOM(t *testing.T, bin, u string, budget time.Duration, extra ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(testCtx(t), 60*time.Second)
 	defer cancel()
@@ -493,7 +494,8 @@ func dumpDOM(t *testing.T, bin, u string, budget time.Duration) string {
 		cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
 			"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
 			"--disable-dev-shm-usage", "--disable-breakpad", "--user-data-dir="+t.TempDir(),
-			fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom", u)
+			fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom")
+		cmd.Args = append(append(cmd.Args, extra...), u)
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
