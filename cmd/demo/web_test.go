@@ -320,6 +320,21 @@ func TestMultiProcessCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("tasks", func(t *testing.T) {
+		stdout, stderr, err := runCmd(ctx, "", "tasks", "--http", y.addr, "--all")
+		require.NoError(t, err, stderr)
+		out := squash(stdout)
+		// Each of the 3 counting tasks has an active and a standby, of its
+		// 4 stores each, over the two instances.
+		for _, role := range []string{"active", "standby"} {
+			rows := regexp.MustCompile(`(?m)^\S+ 1_\d \d \S+ counts/\d `+role+` \d+ \d+ [\d.]+ (B|KiB|MiB) \d+$`).FindAllString(out, -1)
+			require.Len(t, rows, 3, "a %s counts store per partition:\n%s", role, stdout)
+		}
+		for _, in := range c.ins {
+			require.Contains(t, out, "\n"+in.addr+" ", "a line for every instance")
+		}
+	})
+
 	t.Run("status page", func(t *testing.T) {
 		status, ctype, body := httpGet(t, "http://"+y.addr+"/")
 		require.Equal(t, 200, status)
