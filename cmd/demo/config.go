@@ -139,31 +139,29 @@ func readConfigFile(name string) (map[string][]string, error) {
 
 // logFlags choose how a command logs.
 type logFlags struct {
-	level, format *string
+	level, format string
 }
 
-// addLogFlags adds --log-level (defaulting to level) and --log-format.
-func addLogFlags(fs *flag.FlagSet, level string) *logFlags {
-	return &logFlags{
-		level:  fs.String("log-level", level, "log level: debug, info, warn or error"),
-		format: fs.String("log-format", "text", "log format: text (logfmt) or json (one object a line)"),
-	}
+// add adds --log-level (defaulting to level) and --log-format to fs.
+func (f *logFlags) add(fs *flag.FlagSet, level string) {
+	fs.StringVar(&f.level, "log-level", level, "log level: debug, info, warn or error")
+	fs.StringVar(&f.format, "log-format", "text", "log format: text (logfmt) or json (one object a line)")
 }
 
 // logger returns a logger writing to w as the flags ask.
-func (f *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+func (f logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*f.level)); err != nil {
+	if err := level.UnmarshalText([]byte(f.level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	switch *f.format {
+	switch f.format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format: want text or json, got %q", *f.format)
+	return nil, fmt.Errorf("--log-format: want text or json, got %q", f.format)
 }
 
 // logSettings logs, at info, every flag of fs whose value is not its

@@ -187,7 +187,8 @@ func TestSettingsLogHidesSecrets(t *testing.T) {
 			fs := newFlagSet("instance", instanceSynopsis, stdio{err: &bytes.Buffer{}})
 			fs.String("brokers", "", "")
 			addSecurityFlags(fs)
-			logs := addLogFlags(fs, "info")
+			var logs logFlags
+			logs.add(fs, "info")
 			require.NoError(t, parseFlags(fs, append(args, "--log-format", format)))
 			var out bytes.Buffer
 			log, err := logs.logger(&out)
@@ -205,7 +206,8 @@ func TestSettingsLogHidesSecrets(t *testing.T) {
 	t.Setenv(envName("sasl-password"), secret)
 	fs := newFlagSet("instance", instanceSynopsis, stdio{err: &bytes.Buffer{}})
 	addSecurityFlags(fs)
-	logs := addLogFlags(fs, "info")
+	var logs logFlags
+	logs.add(fs, "info")
 	require.NoError(t, parseFlags(fs, nil))
 	var out bytes.Buffer
 	log, err := logs.logger(&out)

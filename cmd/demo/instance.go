@@ -300,7 +300,8 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	tags := tagFlag{}
 	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE[,KEY=VALUE]` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
-	logs := addLogFlags(fs, "info")
+	var logs logFlags
+	logs.add(fs, "info")
 	dialVia := fs.String("broker-dial-via", "", "make every broker connection to `HOST:PORT`, whatever broker it is for (a fault-testing aid: one proxy per instance that can cut or delay its traffic)")
 	sec := addSecurityFlags(fs)
 	qsec := addQueryServerFlags(fs)

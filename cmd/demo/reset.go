@@ -21,7 +21,8 @@ func runReset(ctx context.Context, args []string, s stdio) error {
 	toTime := fs.String("to-time", "", "reset the input to the first record at or after `TIME` (RFC 3339, or Unix milliseconds) instead of to its start")
 	dryRun := fs.Bool("dry-run", false, "print what would be done and change nothing")
 	removeStatic := fs.Bool("remove-static-members", false, "remove static members (of killed instances, still in the group until their session timeout) before checking that the group is empty")
-	logs := addLogFlags(fs, "warn")
+	var logs logFlags
+	logs.add(fs, "warn")
 	sec := addSecurityFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
