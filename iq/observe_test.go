@@ -158,3 +158,82 @@ func TestObserveNil(t *testing.T) {
 	status, _ = getJSON(t, keyURL(c.ins[1], k0, "route=false"))
 	require.Equal(t, 421, status)
 }
+
+// requests records what one server's ObserveRequest hook saw.
+type requests struct {
+	mu sync.Mutex
+	rs []Request
+}
+
+func (o *requests) add(r Request) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rs = append(o.rs, r)
+}
+
+func (o *requests) take() []Request {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rs := o.rs
+	o.rs = nil
+	return rs
+}
+
+// TestObserveRequests: every request is reported once, with its kind of
+// endpoint, the role that answered a key lookup and the outcome, on the
+// server that answered it and on the one that forwarded it.
+func TestObserveRequests(t *testing.T) {
+	noLeaks(t)
+	c, reps := threeInstances(t, ServerConfig{ForwardTimeout: time.Second, SuspectFor: time.Minute})
+	obs := make([]*requests, len(c.ins))
+	for i, in := range c.ins {
+		obs[i] = &requests{}
+		in.srv.Close()
+		in.srv = NewServerWithConfig(in.b, ServerConfig{ForwardTimeout: time.Second, SuspectFor: time.Minute, ObserveRequest: obs[i].add},
+			countsCodec(), CodecFor("ints", serde.Int64, serde.Int64, nil))
+	}
+	k0 := keyIn(0, 3, "k")
+	reps[[2]int{0, 0}].put(t, k0, 5)
+	reps[[2]int{2, 0}].put(t, k0, 5)
+	a, b, s := c.ins[0], c.ins[1], c.ins[2] // active, no replica, standby of partition 0
+
+	type want struct {
+		endpoint, outcome string
+		role              Role
+	}
+	tests := []struct {
+		name string
+		url  string
+		want [3][]want
+	}{
+		{"local active", keyURL(a, k0, ""), [3][]want{{{EndpointKey, OutcomeOK, RoleActive}}, nil, nil}},
+		{"absent key", keyURL(a, keyIn(0, 3, "absent"), ""), [3][]want{{{EndpointKey, OutcomeOK, RoleActive}}, nil, nil}},
+		{"key in the query string", a.http.URL + "/v1/stores/" + testStore + "/keys?key=" + k0, [3][]want{{{EndpointKey, OutcomeOK, RoleActive}}, nil, nil}},
+		{"standby", keyURL(s, k0, "staleness=any&route=false"), [3][]want{nil, nil, {{EndpointKey, OutcomeOK, RoleStandby}}}},
+		{"forwarded", keyURL(b, k0, ""), [3][]want{{{EndpointKey, OutcomeOK, RoleActive}}, {{EndpointKey, OutcomeOK, RoleActive}}, nil}},
+		{"refused", keyURL(b, k0, "route=false"), [3][]want{nil, {{EndpointKey, reasonNotHosted, 0}}, nil}},
+		{"unknown store", a.http.URL + "/v1/stores/nope/keys/x", [3][]want{{{EndpointKey, reasonUnknownStore, 0}}, nil, nil}},
+		{"range", a.http.URL + "/v1/stores/" + testStore + "/range?route=false", [3][]want{{{EndpointRange, OutcomeOK, 0}}, nil, nil}},
+		{"metadata", a.http.URL + "/v1/metadata", [3][]want{{{EndpointMetadata, OutcomeOK, 0}}, nil, nil}},
+		{"key metadata", a.http.URL + "/v1/metadata/stores/" + testStore + "/keys/" + k0, [3][]want{{{EndpointMetadata, OutcomeOK, 0}}, nil, nil}},
+		{"lags", a.http.URL + "/v1/lags", [3][]want{{{EndpointLags, OutcomeOK, 0}}, nil, nil}},
+		{"tasks, of a backend that lists none", a.http.URL + "/v1/tasks", [3][]want{{{EndpointTasks, reasonInvalid, 0}}, nil, nil}},
+		{"health", a.http.URL + "/healthz", [3][]want{{{EndpointHealth, OutcomeOK, 0}}, nil, nil}},
+		{"no endpoint", a.http.URL + "/v2/x", [3][]want{{{EndpointOther, reasonInvalid, 0}}, nil, nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			getBody(t, tt.url)
+			for i, o := range obs {
+				got := o.take()
+				require.Len(t, got, len(tt.want[i]), "instance %d observed %+v", i, got)
+				for j, w := range tt.want[i] {
+					require.Equal(t, w.endpoint, got[j].Endpoint, "instance %d", i)
+					require.Equal(t, w.outcome, got[j].Outcome, "instance %d", i)
+					require.Equal(t, w.role, got[j].Role, "instance %d", i)
+					require.Positive(t, got[j].Elapsed, "instance %d", i)
+				}
+			}
+		})
+	}
+}

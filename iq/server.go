@@ -152,6 +152,12 @@ type ServerConfig struct {
 	// be safe for concurrent use and quick, such as incrementing a
 	// metric. Range queries and metadata requests are not observed.
 	Observe func(KeyQuery)
+	// ObserveRequest, when set, is called once for every request the
+	// server finishes, of every endpoint, once its answer is written: for
+	// latency histograms by endpoint, role served and outcome. It runs on
+	// the request's goroutine and must be safe for concurrent use and
+	// quick.
+	ObserveRequest func(Request)
 }
 
 // KeyQuery describes one key lookup an HTTP server finished, for
@@ -181,7 +187,10 @@ type KeyQuery struct {
 	Forwarded bool
 }
 
-func (s *Server) observe(q KeyQuery) {
+func (s *Server) observe(w http.ResponseWriter, q KeyQuery) {
+	if q.Err == nil {
+		noteRole(w, q.ServedBy.Role)
+	}
 	if s.cfg.Observe == nil {
 		return
 	}
@@ -193,7 +202,7 @@ func (s *Server) observe(q KeyQuery) {
 
 // refuseKey writes err as the answer to a key lookup, observing it.
 func (s *Server) refuseKey(w http.ResponseWriter, store string, err error) {
-	s.observe(KeyQuery{Store: store, Err: err})
+	s.observe(w, KeyQuery{Store: store, Err: err})
 	s.writeErr(w, err)
 }
 
@@ -328,6 +337,7 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 		s.handleKeyMetadata(w, r, r.URL.Query().Get("key"))
 	})
 	s.mux.HandleFunc("GET /v1/lags", s.handleLags)
+	s.mux.HandleFunc("GET /v1/tasks", s.handleTasks)
 	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}", func(w http.ResponseWriter, r *http.Request) {
 		s.handleKey(w, r, r.PathValue("key"))
 	})
@@ -362,6 +372,10 @@ func dotOrEmptySegment(escaped string) bool {
 // ServeHTTP implements http.Handler. With a Token configured it refuses
 // requests without it, /healthz excepted.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.observed(w, r, s.serve)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token != "" && r.URL.Path != "/healthz" && !bearerMatches(r, s.cfg.Token) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="eddy"`)
 		writeErr(w, ErrUnauthorized)
@@ -716,7 +730,7 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, o.at(), ch.tried)
 		return
 	}
-	s.observe(KeyQuery{Store: store, ServedBy: ch.prov, Found: ch.val.status == http.StatusOK, Forwarded: true})
+	s.observe(w, KeyQuery{Store: store, ServedBy: ch.prov, Found: ch.val.status == http.StatusOK, Forwarded: true})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(ch.val.status)
 	w.Write(ch.val.body)
@@ -840,7 +854,7 @@ func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, r
 	out := wireKey{Key: keyText, Partition: res.Provenance.Partition, ServedBy: servedBy(res.Provenance)}
 	if !res.Found {
 		out.Error = "key not found"
-		s.observe(KeyQuery{Store: c.Name, ServedBy: res.Provenance})
+		s.observe(w, KeyQuery{Store: c.Name, ServedBy: res.Provenance})
 		writeJSON(w, http.StatusNotFound, out)
 		return
 	}
@@ -859,7 +873,7 @@ func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, r
 		return
 	}
 	out.TimestampMs = res.Timestamp
-	s.observe(KeyQuery{Store: c.Name, ServedBy: res.Provenance, Found: true})
+	s.observe(w, KeyQuery{Store: c.Name, ServedBy: res.Provenance, Found: true})
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -517,6 +517,7 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 
 func writeErr(w http.ResponseWriter, err error) {
 	status, body := toWireError(err)
+	noteReason(w, body.Reason)
 	writeJSON(w, status, body)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/task"
 )
 
 // metrics are the App's Prometheus metrics. Counters and histograms are
@@ -30,6 +31,8 @@ type metrics struct {
 	// eddy_records_processed_total tells apart from the user's input.
 	repartition map[string]bool
 	states      []State
+	// sizes is shared with the inspection of tasks (App.StoreSize).
+	sizes storeSizes
 
 	input, repartitioned prometheus.Counter
 	processed            *prometheus.CounterVec
@@ -43,7 +46,7 @@ type metrics struct {
 	rebalances           prometheus.Counter
 
 	state, consumerLag, restoreRemaining                                                           *prometheus.Desc
-	replicaPosition, replicaLag                                                                    *prometheus.Desc
+	replicaPosition, replicaLag, storeBytes, storeKeys                                             *prometheus.Desc
 	globalPosition, globalLag, globalRead                                                          *prometheus.Desc
 	taskProcessed, taskPunctuations, taskDroppedLate, taskDroppedJoin, taskRemaining, taskRestored *prometheus.Desc
 }
@@ -118,6 +121,10 @@ func newMetrics(a *App) *metrics {
 			"store", "partition", "role"),
 		replicaLag: desc("replica_lag_records", "Changelog records a store partition lacks (restoring actives, standbys, warmups) behind the end the broker confirmed lately; 0 for running actives the group confirmed lately.",
 			"store", "partition", "role"),
+		storeBytes: desc("store_size_bytes", "Bytes a store partition's files take on disk, as measured at most 10 s ago (0 for an in-memory store; an underestimate for a store in a shared database, see statestore.Sizer).",
+			"store", "task"),
+		storeKeys: desc("store_keys_approximate", "Approximate key count of a store partition, as counted at most 10 s ago.",
+			"store", "task"),
 		globalPosition: desc("global_store_position", "Offset of the next record of a global store's topic partition the global thread would apply.",
 			"store", "partition"),
 		globalLag: desc("global_store_lag_records", "Records of a global store's topic partition the global store lacks (end offset, the last stable offset under exactly-once, minus position).",
@@ -170,7 +177,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.state, m.consumerLag, m.restoreRemaining, m.replicaPosition, m.replicaLag,
+	for _, d := range []*prometheus.Desc{m.state, m.consumerLag, m.restoreRemaining, m.replicaPosition, m.replicaLag, m.storeBytes, m.storeKeys,
 		m.globalPosition, m.globalLag, m.globalRead,
 		m.taskProcessed, m.taskPunctuations, m.taskDroppedLate, m.taskDroppedJoin, m.taskRemaining, m.taskRestored} {
 		ch <- d
@@ -207,24 +214,32 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	// Start sets up the threads, the registry and the freshness tracker
 	// before it sets threadsUp; until then they must not be read.
 	started := a.threadsUp.Load()
-	var remaining int64
+	var replicas []ReplicaInfo
 	if started {
-		for _, ti := range m.tasks() {
-			id := ti.ID.String()
-			remaining += ti.Remaining
-			ch <- prometheus.MustNewConstMetric(m.taskProcessed, prometheus.CounterValue, float64(ti.Processed), id)
-			ch <- prometheus.MustNewConstMetric(m.taskPunctuations, prometheus.CounterValue, float64(ti.Punctuations), id)
-			ch <- prometheus.MustNewConstMetric(m.taskDroppedLate, prometheus.CounterValue, float64(ti.DroppedLate), id)
-			ch <- prometheus.MustNewConstMetric(m.taskDroppedJoin, prometheus.CounterValue, float64(ti.DroppedJoin), id)
-			ch <- prometheus.MustNewConstMetric(m.taskRemaining, prometheus.GaugeValue, float64(ti.Remaining), id)
-			ch <- prometheus.MustNewConstMetric(m.taskRestored, prometheus.CounterValue, float64(ti.Restored), id)
-		}
+		replicas = a.Replicas()
 	}
-	ch <- prometheus.MustNewConstMetric(m.restoreRemaining, prometheus.GaugeValue, float64(remaining))
+	// What is left to restore comes from the replicas, which read the
+	// restorations' progress as it is, not from the tasks, which a busy
+	// thread may only show as they were at an earlier scrape.
+	remaining := restoreRemaining(replicas)
+	var total int64
+	for _, n := range remaining {
+		total += n
+	}
+	ch <- prometheus.MustNewConstMetric(m.restoreRemaining, prometheus.GaugeValue, float64(total))
 	if !started {
 		return
 	}
-	for _, ri := range a.Replicas() {
+	for _, ti := range m.tasks() {
+		id := ti.ID.String()
+		ch <- prometheus.MustNewConstMetric(m.taskProcessed, prometheus.CounterValue, float64(ti.Processed), id)
+		ch <- prometheus.MustNewConstMetric(m.taskPunctuations, prometheus.CounterValue, float64(ti.Punctuations), id)
+		ch <- prometheus.MustNewConstMetric(m.taskDroppedLate, prometheus.CounterValue, float64(ti.DroppedLate), id)
+		ch <- prometheus.MustNewConstMetric(m.taskDroppedJoin, prometheus.CounterValue, float64(ti.DroppedJoin), id)
+		ch <- prometheus.MustNewConstMetric(m.taskRemaining, prometheus.GaugeValue, float64(remaining[ti.ID]), id)
+		ch <- prometheus.MustNewConstMetric(m.taskRestored, prometheus.CounterValue, float64(ti.Restored), id)
+	}
+	for _, ri := range replicas {
 		part := strconv.Itoa(int(ri.Partition))
 		// The role and lag queries vouch for: a running active the group
 		// has not confirmed lately is unconfirmed, its lag unknown, and
@@ -234,6 +249,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.replicaPosition, prometheus.GaugeValue, float64(ri.Position), ri.Store, part, role)
 		if info.Lag >= 0 {
 			ch <- prometheus.MustNewConstMetric(m.replicaLag, prometheus.GaugeValue, float64(info.Lag), ri.Store, part, role)
+		}
+		if size, ok := m.sizes.of(ri, time.Now()); ok {
+			id := ri.Task.String()
+			ch <- prometheus.MustNewConstMetric(m.storeBytes, prometheus.GaugeValue, float64(size.Bytes), ri.Store, id)
+			ch <- prometheus.MustNewConstMetric(m.storeKeys, prometheus.GaugeValue, float64(size.Keys), ri.Store, id)
 		}
 	}
 	if info, ok := a.Assignment(); ok && a.fresh != nil {
@@ -245,6 +265,18 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.consumerLag, prometheus.GaugeValue, float64(lag), tp.Topic, strconv.Itoa(int(tp.Partition)))
 		}
 	}
+}
+
+// restoreRemaining sums, per task, the changelog records its restoring
+// stores lack.
+func restoreRemaining(replicas []ReplicaInfo) map[task.ID]int64 {
+	out := make(map[task.ID]int64)
+	for _, ri := range replicas {
+		if ri.State == task.Restoring && ri.Lag > 0 {
+			out[ri.Task] += ri.Lag
+		}
+	}
+	return out
 }
 
 // scrapeWait bounds how long a scrape waits for a stream thread: a thread

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
@@ -419,4 +421,118 @@ func documentedSeriesOf(t *testing.T) []documentedSeries {
 	t.Helper()
 	series, _ := documentedMetrics(t)
 	return series
+}
+
+// TestRestoreRemainingFollowsRestoration holds a restoration's changelog
+// fetches until the remaining records show, then keeps the stream thread
+// busy (its lock held, as through a long batch of records) while the
+// restoration finishes: eddy_restore_remaining_records and the task's own
+// gauge fall to 0 as soon as the records are applied, not when the thread
+// is next free.
+func TestRestoreRemainingFollowsRestoration(t *testing.T) {
+	b, adm := startBroker(t, "in")
+	cfg := Config{ApplicationID: "rr", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond, NumStreamThreads: 1}
+	app, err := New(countTopology(t), cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	defer cl.Close()
+	for i := range 30 {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}).FirstErr())
+	}
+	waitFor(t, 20*time.Second, "30 keys counted", func() bool {
+		n := 0
+		for i := range 30 {
+			if count(app, fmt.Sprint("k", i)) == 1 {
+				n++
+			}
+		}
+		return n == 30
+	})
+	require.NoError(t, app.Close(context.Background()))
+
+	const changelogTopic = "rr-counts-changelog"
+	topics, err := adm.ListTopics(context.Background(), changelogTopic)
+	require.NoError(t, err)
+	require.True(t, topics.Has(changelogTopic))
+	id := topics[changelogTopic].ID
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	b.Cluster().ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster().KeepControl()
+		for _, ft := range req.(*kmsg.FetchRequest).Topics {
+			if ft.Topic == changelogTopic || ft.TopicID == id {
+				b.Cluster().SleepControl(func() { <-release })
+				break
+			}
+		}
+		return nil, nil, false
+	})
+
+	cfg.StateDir = t.TempDir()
+	app, err = New(countTopology(t), cfg)
+	require.NoError(t, err)
+	defer app.Close(context.Background())
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(app.Metrics()))
+	require.NoError(t, app.Start(context.Background()))
+	waitFor(t, 20*time.Second, "the changelog records to restore listed", func() bool {
+		s := gather(t, reg)
+		return s.sum("eddy_restore_remaining_records") == 30 && s.sum("eddy_task_restore_remaining_records") == 30
+	})
+
+	th := app.threads[0]
+	th.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			th.mu.Unlock()
+		}
+	}()
+	once.Do(func() { close(release) })
+	waitFor(t, 20*time.Second, "nothing left to restore while the thread is busy", func() bool {
+		s := gather(t, reg)
+		return s.sum("eddy_restore_remaining_records") == 0 && s.sum("eddy_task_restore_remaining_records") == 0
+	})
+	th.mu.Unlock()
+	locked = false
+	waitFor(t, 20*time.Second, "the restored tasks running", app.Ready)
+}
+
+// TestStoreSizeMetrics: every store partition the instance holds has its
+// size on disk and its key count, and the count follows the keys written
+// once the measurement is old enough to be taken again.
+func TestStoreSizeMetrics(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	cfg := Config{ApplicationID: "sz", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond}
+	app, err := New(countTopology(t), cfg)
+	require.NoError(t, err)
+	defer app.Close(context.Background())
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(app.Metrics()))
+	require.NoError(t, app.Start(context.Background()))
+	waitFor(t, 30*time.Second, "running", func() bool { return app.State() == StateRunning })
+	s := gather(t, reg)
+	require.Equal(t, []string{"0_0", "0_1"}, s.labelValues("eddy_store_size_bytes", "task"))
+	require.Equal(t, []string{"counts"}, s.labelValues("eddy_store_keys_approximate", "store"))
+	require.Zero(t, s.sum("eddy_store_keys_approximate"))
+	require.Positive(t, s.sum("eddy_store_size_bytes"), "a badger store has files from the start")
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	defer cl.Close()
+	for i := range 40 {
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}).FirstErr())
+	}
+	waitFor(t, 20*time.Second, "40 keys counted", func() bool { return count(app, "k39") == 1 && count(app, "k0") == 1 })
+	// The measurement is reused for storeSizeMaxAge; forget it rather
+	// than wait.
+	waitFor(t, 20*time.Second, "40 keys in the key count", func() bool {
+		app.metrics.sizes.mu.Lock()
+		clear(app.metrics.sizes.known)
+		app.metrics.sizes.mu.Unlock()
+		return gather(t, reg).sum("eddy_store_keys_approximate") == 40
+	})
 }

@@ -404,3 +404,22 @@ func (a *App) isGlobalStore(store string) bool {
 	}
 	return false
 }
+
+// LocalTasks implements iq.TaskBackend: the replicas of LocalReplicas, by
+// task, with each store's size (see storeSizes).
+func (q queryBackend) LocalTasks() []iq.TaskInfo {
+	var out []iq.TaskInfo
+	now := time.Now()
+	for _, ri := range q.a.Replicas() { // in task order
+		if len(out) == 0 || out[len(out)-1].Task != ri.Task.String() {
+			out = append(out, iq.TaskInfo{Task: ri.Task.String(), State: ri.State.String(), Thread: ri.Thread})
+		}
+		ts := iq.TaskStore{ReplicaInfo: q.a.toIQ(ri), Bytes: -1, Keys: -1}
+		if size, ok := q.a.metrics.sizes.of(ri, now); ok {
+			ts.Bytes, ts.Keys = size.Bytes, size.Keys
+		}
+		t := &out[len(out)-1]
+		t.Stores = append(t.Stores, ts)
+	}
+	return out
+}

@@ -1048,6 +1048,11 @@ type ReplicaInfo struct {
 	Refuted bool
 	// Opened is when this instance opened the replica's stores.
 	Opened time.Time
+	// Thread is the index of the stream thread the replica is held for:
+	// the one running an active, else the first whose latest assignment
+	// names the task; -1 when none does (a parked replica between
+	// assignments).
+	Thread int
 	// Restored counts records restoration applied to the store since this
 	// instance started.
 	Restored int64
@@ -1155,6 +1160,7 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 	}
 	ri.Contact = r.contactLocked(rep)
 	ri.Refuted = r.refutedLocked(rep)
+	ri.Thread = r.threadLocked(rep)
 	if h.Changelog != "" {
 		if rep.owner != nil {
 			ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
@@ -1188,6 +1194,20 @@ func (r *registry) contactLocked(rep *replica) time.Time {
 		return anyThread
 	}
 	return named
+}
+
+// threadLocked is ReplicaInfo.Thread of rep.
+func (r *registry) threadLocked(rep *replica) int {
+	if rep.owner != nil {
+		return rep.owner.idx
+	}
+	for _, idx := range slices.Sorted(maps.Keys(r.shares)) {
+		sh := r.shares[idx]
+		if slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id) {
+			return idx
+		}
+	}
+	return -1
 }
 
 // refutedLocked reports whether the coordinator refuted the membership of

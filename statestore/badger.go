@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -871,6 +872,40 @@ func (s *badgerStore) ApproximateCount() (int64, error) {
 		n++
 	}
 	return n, nil
+}
+
+// DiskSize implements Sizer. A store with a DB of its own counts the space
+// allocated to the files in its directory. One in a shared DB counts the tables that hold its keys
+// alone, which leaves out its share of tables mixed with other stores' keys
+// and of the memtables and value log: an underestimate, of a store that has
+// been written to disk at all.
+func (s *badgerStore) DiskSize() (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	if s.home != nil {
+		onDisk, _ := s.db.EstimateSize(s.keys.ns)
+		return int64(onDisk), nil
+	}
+	var n int64
+	err := filepath.WalkDir(s.dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// Badger removes files as it compacts; one gone since the
+			// listing is no longer part of the store.
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += usedBytes(info)
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 func (s *badgerStore) gcLoop(every time.Duration, log *slog.Logger) {

@@ -561,3 +561,35 @@ func TestBadgerLegacyPositionRecord(t *testing.T) {
 	require.False(t, s.(*badgerStore).legacyPos)
 	require.NoError(t, s.Close())
 }
+
+// TestBadgerDiskSize: a store with a DB of its own counts its files, which
+// grow with what it holds; one in a shared DB answers without error, and a
+// closed store refuses.
+func TestBadgerDiskSize(t *testing.T) {
+	s, err := OpenBadger(t.TempDir(), testBadgerOptions())
+	require.NoError(t, err)
+	empty, err := s.(Sizer).DiskSize()
+	require.NoError(t, err)
+	require.Positive(t, empty, "badger's manifest and value log exist from the start")
+	value := bytes.Repeat([]byte("v"), 4096)
+	var entries []Entry
+	for i := range 200 {
+		entries = append(entries, Entry{Key: []byte(fmt.Sprint("k", i)), Value: value})
+	}
+	require.NoError(t, s.Write(entries, 1))
+	full, err := s.(Sizer).DiskSize()
+	require.NoError(t, err)
+	require.Greater(t, full, empty+100*4096, "the values written are on disk")
+	require.NoError(t, s.Close())
+	_, err = s.(Sizer).DiskSize()
+	require.ErrorIs(t, err, ErrClosed)
+
+	d, err := OpenSharedBadger(t.TempDir(), testBadgerOptions())
+	require.NoError(t, err)
+	defer d.Close()
+	shared, err := d.Open("a")
+	require.NoError(t, err)
+	defer shared.Close()
+	_, err = shared.(Sizer).DiskSize()
+	require.NoError(t, err)
+}

@@ -4,6 +4,7 @@ package statestore
 
 import (
 	"errors"
+	"io/fs"
 	"strings"
 	"syscall"
 )
@@ -27,4 +28,13 @@ func isNoSpace(err error) bool {
 		}
 	}
 	return false
+}
+
+// usedBytes is the space a file takes: the blocks allocated to it, which
+// badger's preallocated, sparse files make far less than their length.
+func usedBytes(info fs.FileInfo) int64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return int64(st.Blocks) * 512
+	}
+	return info.Size()
 }

@@ -426,6 +426,15 @@ func presentSegments(inner Store, lo, hi int64) ([]int64, error) {
 // All iterates over every key, in key order.
 func (s *SegmentedStore) All() (Iterator, error) { return s.Range(nil, nil) }
 
+// DiskSize implements Sizer for an inner store that does; 0 for one that
+// keeps no files.
+func (s *SegmentedStore) DiskSize() (int64, error) {
+	if sz, ok := s.inner.(Sizer); ok {
+		return sz.DiskSize()
+	}
+	return 0, nil
+}
+
 // ApproximateCount is the inner store's.
 func (s *SegmentedStore) ApproximateCount() (int64, error) { return s.inner.ApproximateCount() }
 

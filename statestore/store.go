@@ -63,6 +63,12 @@ type ReadWriter interface {
 	ApproximateCount() (int64, error)
 }
 
+// Sizer is a store that keeps files. DiskSize estimates the bytes they
+// hold, for metrics and inspection rather than for decisions.
+type Sizer interface {
+	DiskSize() (int64, error)
+}
+
 // Store is a persistent or in-memory key-value store with a changelog
 // position. Reads may run concurrently with one writer and always see either
 // all or none of a Write.

@@ -109,9 +109,9 @@ func ensureTopics(ctx context.Context, log *slog.Logger, brokers []string, opts 
 
 // countsServer serves the instance's query API for the "counts" and
 // "counts-per-minute" stores, with the security settings of cfg, reporting
-// every key query to observe.
-func countsServer(app *runtime.App, cfg iq.ServerConfig, observe func(iq.KeyQuery)) *iq.Server {
-	cfg.Observe = observe
+// every key query and every request to m.
+func countsServer(app *runtime.App, cfg iq.ServerConfig, m *instanceMetrics) *iq.Server {
+	cfg.Observe, cfg.ObserveRequest = m.observe, m.observeRequest
 	return iq.NewServerWithConfig(app.Queries(), cfg, iq.CodecFor(countsStore, serde.String, serde.Int64, nil),
 		iq.CodecFor(minuteStore, serde.String, serde.Int64, nil))
 }
@@ -245,7 +245,7 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 	in := &instance{app: app, metrics: metrics, scheme: "http"}
 	if ln != nil {
 		in.addr = ln.Addr().String()
-		in.iq = countsServer(app, o.query, metrics.observe)
+		in.iq = countsServer(app, o.query, metrics)
 		in.web = newWebUI(in.addr, peerClient(o.query.TLS != nil, o.query.ForwardTLS, o.query.Token), metrics)
 		in.srv = in.iq.HTTPServer(in.addr)
 		in.srv.Handler = in.handler()
@@ -298,9 +298,10 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	failOnRecordError := fs.Bool("fail-on-record-error", false, "stop the instance on an input line it cannot count (a word too large for a Kafka record, say); by default the line is skipped, logged and written to "+deadLetterTopic)
 	static := fs.Bool("static-membership", false, "join the group as a static member (KIP-345), so that a restart on the same --state-dir takes its place back without waiting out the session timeout")
 	tags := tagFlag{}
-	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE` of this instance (repeatable)")
+	fs.Var(tags, "tag", "rack-awareness tag `KEY=VALUE[,KEY=VALUE]` of this instance (repeatable)")
 	rackTags := fs.String("rack-tags", "", "comma-separated tag `KEY[,KEY]` names to spread replicas over")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	var logs logFlags
+	logs.add(fs, "info")
 	dialVia := fs.String("broker-dial-via", "", "make every broker connection to `HOST:PORT`, whatever broker it is for (a fault-testing aid: one proxy per instance that can cut or delay its traffic)")
 	sec := addSecurityFlags(fs)
 	qsec := addQueryServerFlags(fs)
@@ -332,10 +333,11 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	if err != nil {
 		return usageErrorf(fs, "--guarantee: %v", err)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageErrorf(fs, "--log-level: %v", err)
+	logger, err := logs.logger(s.err)
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
+	logSettings(logger, fs)
 	in, err := startInstance(ctx, instanceOptions{
 		brokers:           seeds,
 		stateDir:          *stateDir,
@@ -349,7 +351,7 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 		failOnRecordError: *failOnRecordError,
 		tags:              tags,
 		rackTags:          splitBrokers(*rackTags),
-		logger:            slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		logger:            logger,
 		tls:               tlsCfg,
 		sasl:              mech,
 		query:             qcfg,
@@ -370,7 +372,8 @@ func runInstance(ctx context.Context, args []string, s stdio) error {
 	return err
 }
 
-// tagFlag collects repeated --tag KEY=VALUE flags.
+// tagFlag collects repeated --tag KEY=VALUE flags; one may carry several,
+// comma-separated, as $EDDY_TAG does.
 type tagFlag map[string]string
 
 func (t tagFlag) String() string {
@@ -382,13 +385,15 @@ func (t tagFlag) String() string {
 }
 
 func (t tagFlag) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", kv)
+		}
+		if _, dup := t[k]; dup {
+			return fmt.Errorf("tag %q given twice", k)
+		}
+		t[k] = val
 	}
-	if _, dup := t[k]; dup {
-		return fmt.Errorf("tag %q given twice", k)
-	}
-	t[k] = val
 	return nil
 }

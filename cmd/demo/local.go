@@ -86,6 +86,7 @@ type demoConfig struct {
 	forever   bool
 	stateDir  string
 	seed      uint64
+	logs      logFlags
 }
 
 // demoFlags defines the no-argument demo's flags on a new flag set.
@@ -107,6 +108,7 @@ func demoFlags(s stdio) (*flag.FlagSet, *demoConfig, *bool) {
 	fs.BoolVar(&c.forever, "forever", false, "run until interrupted, killing and restarting an instance every round")
 	fs.StringVar(&c.stateDir, "state-dir", "", "new or empty `DIR` for the instances' state, kept after the run (default: a temporary folder, removed at exit)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the generated text")
+	c.logs.add(fs, "warn")
 	return fs, c, noChaos
 }
 
@@ -132,6 +134,9 @@ func parseDemoFlags(args []string, s stdio) (demoConfig, error) {
 		return c, usageErrorf(fs, "--instances must be between 1 and 9")
 	case c.standbys < 0:
 		return c, usageErrorf(fs, "--standbys must not be negative")
+	}
+	if _, err := c.logs.logger(io.Discard); err != nil {
+		return c, usageErrorf(fs, "%v", err)
 	}
 	return c, nil
 }
@@ -228,7 +233,9 @@ func newDemo(ctx context.Context, cfg demoConfig, s stdio) (_ *demo, err error) 
 	if d.ansi {
 		logOut = &lineWriter{line: func(l string) { d.event("log: " + l) }}
 	}
-	d.log = slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if d.log, err = cfg.logs.logger(logOut); err != nil {
+		return nil, err
+	}
 
 	dir := cfg.stateDir
 	if dir != "" {

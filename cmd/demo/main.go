@@ -15,6 +15,7 @@
 //	demo produce  --brokers HOST:PORT[,...] [--topic text] [--file F] [--tls-ca F] [--sasl-user U]
 //	demo query    --http HOST:PORT WORD [--staleness active|any|lag:N|age:D]
 //	demo status   --http HOST:PORT
+//	demo tasks    --http HOST:PORT [--all] [--json]
 //	demo reset    --brokers HOST:PORT[,...] [--app wordcount] [--state-dir DIR] [--to-time TIME] [--dry-run]
 //
 // Run "demo COMMAND -h" for a command's flags.
@@ -61,6 +62,7 @@ var commands = []command{
 	{"produce", produceSynopsis, runProduce},
 	{"query", querySynopsis, runQuery},
 	{"status", statusSynopsis, runStatus},
+	{"tasks", tasksSynopsis, runTasks},
 	{"reset", resetSynopsis, runReset},
 }
 
@@ -139,11 +141,13 @@ func newFlagSet(name, synopsis string, s stdio) *flag.FlagSet {
 		fmt.Fprintf(fs.Output(), "usage: demo %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
+	fs.String(configFlag, "", "YAML `FILE` of flag values, by flag name (default: $"+envName(configFlag)+"); every flag may also be set by its variable $"+envPrefix+"NAME")
 	return fs
 }
 
-// parseFlags parses args into fs, accepting no positional arguments. The
-// error, if any, is flag.ErrHelp or wraps errUsage.
+// parseFlags parses args into fs, accepting no positional arguments, and
+// resolves the flags the command line leaves unset from the environment and
+// the config file. The error, if any, is flag.ErrHelp or wraps errUsage.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -155,7 +159,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf(fs, "unexpected argument %q", fs.Arg(0))
 	}
-	return nil
+	return resolveFlags(fs)
 }
 
 // usageErrorf prints a problem with the invocation and fs's usage, and

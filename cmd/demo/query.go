@@ -244,10 +244,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, nil
+			return pos, resolveFlags(fs)
 		}
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
+			return append(pos, rest...), resolveFlags(fs)
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"time"
 
@@ -22,7 +21,8 @@ func runReset(ctx context.Context, args []string, s stdio) error {
 	toTime := fs.String("to-time", "", "reset the input to the first record at or after `TIME` (RFC 3339, or Unix milliseconds) instead of to its start")
 	dryRun := fs.Bool("dry-run", false, "print what would be done and change nothing")
 	removeStatic := fs.Bool("remove-static-members", false, "remove static members (of killed instances, still in the group until their session timeout) before checking that the group is empty")
-	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn or error")
+	var logs logFlags
+	logs.add(fs, "warn")
 	sec := addSecurityFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -41,10 +41,11 @@ func runReset(ctx context.Context, args []string, s stdio) error {
 			return usageErrorf(fs, "--to-time: %v", err)
 		}
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageErrorf(fs, "--log-level: %v", err)
+	logger, err := logs.logger(s.err)
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
+	logSettings(logger, fs)
 	topo, err := wordCount()
 	if err != nil {
 		return err
@@ -55,7 +56,7 @@ func runReset(ctx context.Context, args []string, s stdio) error {
 		StateDir:      *stateDir,
 		TLS:           tlsCfg,
 		SASL:          mech,
-		Logger:        slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		Logger:        logger,
 	}
 	rep, err := runtime.Reset(ctx, topo, cfg, runtime.ResetOptions{
 		ToTime:              at,

@@ -132,7 +132,7 @@ func TestParseDemoFlags(t *testing.T) {
 		cfg, err := parseDemoFlags(tt.args, stdio{out: &bytes.Buffer{}, err: &errb})
 		if tt.want == "" {
 			require.NoError(t, err)
-			require.Equal(t, demoConfig{duration: time.Minute, rate: 500, instances: 3, standbys: 1, chaos: true, seed: 1}, cfg)
+			require.Equal(t, demoConfig{duration: time.Minute, rate: 500, instances: 3, standbys: 1, chaos: true, seed: 1, logs: logFlags{level: "warn", format: "text"}}, cfg)
 			continue
 		}
 		require.ErrorIs(t, err, errUsage, "%v", tt.args)
@@ -141,7 +141,7 @@ func TestParseDemoFlags(t *testing.T) {
 	}
 	cfg, err := parseDemoFlags([]string{"--no-chaos", "--forever", "--state-dir", "/x", "--seed", "9", "--standbys", "2"}, stdio{out: &bytes.Buffer{}, err: &bytes.Buffer{}})
 	require.NoError(t, err)
-	require.Equal(t, demoConfig{duration: time.Minute, rate: 500, instances: 3, standbys: 2, forever: true, stateDir: "/x", seed: 9}, cfg)
+	require.Equal(t, demoConfig{duration: time.Minute, rate: 500, instances: 3, standbys: 2, forever: true, stateDir: "/x", seed: 9, logs: logFlags{level: "warn", format: "text"}}, cfg)
 }
 
 func TestQuerySampleCoversEveryPartition(t *testing.T) {

@@ -21,6 +21,7 @@ type fakeHost struct {
 	metaStatus int
 	meta       string
 	lags       string
+	tasks      string
 }
 
 // newFakeHost listens on ip (127.0.0.x), so that hosts sort in a known
@@ -35,6 +36,8 @@ func newFakeHost(t *testing.T, ip string) *fakeHost {
 			io.WriteString(w, f.meta)
 		case "/v1/lags":
 			io.WriteString(w, f.lags)
+		case "/v1/tasks":
+			io.WriteString(w, f.tasks)
 		default:
 			http.NotFound(w, r)
 		}

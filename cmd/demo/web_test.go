@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 )
 
@@ -319,6 +320,21 @@ func TestMultiProcessCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("tasks", func(t *testing.T) {
+		stdout, stderr, err := runCmd(ctx, "", "tasks", "--http", y.addr, "--all")
+		require.NoError(t, err, stderr)
+		out := squash(stdout)
+		// Each of the 3 counting tasks has an active and a standby, of its
+		// 4 stores each, over the two instances.
+		for _, role := range []string{"active", "standby"} {
+			rows := regexp.MustCompile(`(?m)^\S+ 1_\d \d \S+ counts/\d `+role+` \d+ \d+ [\d.]+ (B|KiB|MiB) \d+$`).FindAllString(out, -1)
+			require.Len(t, rows, 3, "a %s counts store per partition:\n%s", role, stdout)
+		}
+		for _, in := range c.ins {
+			require.Contains(t, out, "\n"+in.addr+" ", "a line for every instance")
+		}
+	})
+
 	t.Run("status page", func(t *testing.T) {
 		status, ctype, body := httpGet(t, "http://"+y.addr+"/")
 		require.Equal(t, 200, status)
@@ -481,7 +497,8 @@ const chromiumTries = 3
 // signal chromiumTries times in a row, the test is skipped with the
 // browser's output: a browser that cannot run on this machine is as good
 // as absent. Any other failure (an exit status, a timeout) fails the test.
-func dumpDOM(t *testing.T, bin, u string, budget time.Duration) string {
+// extra are more Chromium flags (--window-size, --screenshot).
+func dumpDOM(t *testing.T, bin, u string, budget time.Duration, extra ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(testCtx(t), 60*time.Second)
 	defer cancel()
@@ -492,7 +509,8 @@ func dumpDOM(t *testing.T, bin, u string, budget time.Duration) string {
 		cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
 			"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
 			"--disable-dev-shm-usage", "--disable-breakpad", "--user-data-dir="+t.TempDir(),
-			fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom", u)
+			fmt.Sprintf("--virtual-time-budget=%d", budget.Milliseconds()), "--dump-dom")
+		cmd.Args = append(append(cmd.Args, extra...), u)
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
@@ -672,6 +690,13 @@ func TestQueryLabelValuesDocumented(t *testing.T) {
 	_, _, labels := documentedSeries(t)
 	require.ElementsMatch(t, queryRefusalCodes, labels["reason"], "reason label values")
 	require.ElementsMatch(t, []string{viaLocal, viaForwarded}, labels["via"], "via label values")
+	require.ElementsMatch(t, iq.Endpoints, labels["endpoint"], "endpoint label values")
+	roles := []string{servedRoleNone}
+	for r := iq.RoleActive; !strings.HasPrefix(r.String(), "Role("); r++ {
+		roles = append(roles, r.String())
+	}
+	require.ElementsMatch(t, roles, labels["served_role"], "served_role label values")
+	require.ElementsMatch(t, append([]string{iq.OutcomeOK, "unauthorized"}, queryRefusalCodes...), labels["outcome"], "outcome label values")
 }
 
 // exposedFamilies reads the eddy_ families of a Prometheus text exposition,
