@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -642,4 +643,70 @@ func TestSessionBoundRecordsAreNotSentPastTheBound(t *testing.T) {
 		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
 	}
 	require.Equal(t, []string{"warm", "fresh"}, got)
+}
+
+// When an at-least-once thread's session bound passes, its connections
+// are reset, so that the broker never receives what they had not yet
+// delivered: the peer reads a reset, not an orderly end. It happens for
+// every contact the session outlives, also with the same client kept
+// through an earlier cut, and never to the App's other connections.
+func TestConnectionsResetAtEveryContactTheSessionOutlives(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	n := newNetwork(nil, nil)
+	th := &thread{app: &App{net: n}, log: slog.New(slog.DiscardHandler), conns: &connGroup{name: "thread 0"}}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ln.Addr().String()))
+	require.NoError(t, err)
+	defer cl.Close()
+	dial := func(f func(context.Context, string, string) (net.Conn, error)) (net.Conn, net.Conn) {
+		c, err := f(context.Background(), "tcp", ln.Addr().String())
+		require.NoError(t, err)
+		select {
+		case peer := <-accepted:
+			return c, peer
+		case <-time.After(5 * time.Second):
+			t.Fatal("no connection accepted")
+			return nil, nil
+		}
+	}
+	// peerSeesReset reports whether the peer's read ends in a reset.
+	peerSeesReset := func(peer net.Conn) bool {
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := peer.Read(make([]byte, 1))
+		return errors.Is(err, syscall.ECONNRESET)
+	}
+	tracked := func(c net.Conn) bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		_, ok := n.conns[c]
+		return ok
+	}
+
+	other, otherPeer := dial(n.dial)
+	defer otherPeer.Close()
+	first, firstPeer := dial(n.dialerFor(th.conns))
+	contact := time.Now().Add(-time.Minute)
+	th.abortIfSessionGone(cl, contact)
+	require.False(t, tracked(first))
+	require.True(t, peerSeesReset(firstPeer), "a reset drops what the connection had not delivered")
+	require.True(t, tracked(other), "the App's other connections are left alone")
+
+	second, secondPeer := dial(n.dialerFor(th.conns))
+	th.abortIfSessionGone(cl, contact)
+	require.True(t, tracked(second), "the same lost contact resets once")
+
+	th.abortIfSessionGone(cl, contact.Add(time.Second))
+	require.False(t, tracked(second), "a later contact the session outlived resets again, with the same client")
+	require.True(t, peerSeesReset(secondPeer))
 }
