@@ -66,6 +66,15 @@
 //     where cleanup.policy includes delete. The broker's default retention
 //     is therefore off (see below); retention.ms and retention.bytes set on
 //     a topic apply at each compaction run.
+//   - Every client can authenticate. kfake serves SaslHandshake from v1
+//     only and closes the connection on a failed SaslAuthenticate; Kafka
+//     serves v0 too (after which the SASL tokens go bare, as kafka-python
+//     sends them), lists it in ApiVersions (librdkafka refuses to
+//     authenticate otherwise) and its mechanisms in every handshake
+//     response, and answers a failed authentication with
+//     SASL_AUTHENTICATION_FAILED before closing. An adapter between the
+//     listener and kfake does the same until a connection has
+//     authenticated (see saslconn.go).
 //
 // Divergences that remain, and what a real cluster does instead:
 //
@@ -115,6 +124,9 @@
 //     offsets are pending. No offset a pending transaction may still replace
 //     is returned either way, but a member can wait (kgo retries every
 //     second) for another member's transaction to end.
+//   - ApiVersions after authentication list SaslHandshake from v1. The
+//     adapter above passes an authenticated connection's bytes through
+//     untouched; clients ask ApiVersions before they authenticate.
 //   - Short session timeouts are accepted. The group minimum session
 //     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
 //     group.min.session.timeout.ms is 6 s.
@@ -315,7 +327,11 @@ func Start(cfg Config) (*Broker, error) {
 	// kfake only listens on 127.0.0.1; replacing its listen function is
 	// how we honour the host part of the configured address.
 	listen := func(network, _ string) (net.Listener, error) {
-		return net.Listen(network, cfg.Listen)
+		l, err := net.Listen(network, cfg.Listen)
+		if err != nil {
+			return nil, err
+		}
+		return cfg.secureListener(l), nil
 	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
@@ -347,7 +363,7 @@ func Start(cfg Config) (*Broker, error) {
 		}
 	}
 	if cfg.DataDir != "" {
-		n, err := abortCrashedTxns(cfg.DataDir, opts, internal)
+		n, err := abortCrashedTxns(cfg.DataDir, opts, cfg.secureListener, internal)
 		if err != nil {
 			return nil, fmt.Errorf("broker: abort transactions left open by a crash: %w", err)
 		}

@@ -343,6 +343,20 @@ func TestDocumentedDivergences(t *testing.T) {
 			// told its member ID instead.
 			require.ErrorIs(t, kerr.ErrorForCode(resp.ErrorCode), kerr.MemberIDRequired)
 		}},
+		{"ApiVersions after authentication list SaslHandshake from v1.", func(t *testing.T) {
+			c := dialRaw(t, saslBroker(t))
+			c.handshakeV0(MechanismPlain)
+			c.writeFrame([]byte("\x00alice\x00alice-pw"))
+			_, err := c.readFrame()
+			require.NoError(t, err)
+			versions := kmsg.NewPtrApiVersionsResponse()
+			c.request(kmsg.NewPtrApiVersionsRequest(), versions)
+			for _, k := range versions.ApiKeys {
+				if k.ApiKey == int16(kmsg.SASLHandshake) {
+					require.Equal(t, int16(1), k.MinVersion)
+				}
+			}
+		}},
 	}
 
 	bullets := docDivergences(t)

@@ -92,12 +92,11 @@ func (c Config) validateSecurity() error {
 	return nil
 }
 
-// securityOpts returns the kfake options for c's TLS, SASL and ACLs, and
-// the options by which the broker's own clients connect: as the internal
-// superuser, over TLS when the listener speaks it.
+// securityOpts returns the kfake options for c's SASL and ACLs, and the
+// options by which the broker's own clients connect: as the internal
+// superuser, over TLS when the listener speaks it (see secureListener).
 func (c Config) securityOpts() (cluster []kfake.Opt, internal []kgo.Opt, err error) {
 	if c.TLS != nil {
-		cluster = append(cluster, kfake.TLS(c.TLS))
 		internal = append(internal, kgo.DialTLSConfig(internalTLS(c.TLS)))
 	}
 	if len(c.Users) == 0 {
@@ -121,6 +120,21 @@ func (c Config) securityOpts() (cluster []kfake.Opt, internal []kgo.Opt, err err
 		cluster = append(cluster, kfake.EnableACLs())
 	}
 	return cluster, internal, nil
+}
+
+// secureListener wraps the listener kfake accepts clients on: TLS when
+// configured, and below it, with SASL on, the adapter that lets every
+// client authenticate as on Kafka (see saslListener). kfake's own TLS
+// option would put TLS between the adapter and kfake, where the adapter
+// could not read the requests.
+func (c Config) secureListener(l net.Listener) net.Listener {
+	if c.TLS != nil {
+		l = tls.NewListener(l, c.TLS)
+	}
+	if len(c.Users) > 0 {
+		l = newSASLListener(l)
+	}
+	return l
 }
 
 // internalTLS is the client side of the broker's own TLS connections to
