@@ -303,6 +303,7 @@ type Broker struct {
 	cluster *kfake.Cluster
 	groups  *groupGuard
 	starts  *logStarts
+	offsets *offsetsWriter
 	addrs   []string
 	logger  *slog.Logger
 
@@ -391,6 +392,12 @@ func Start(cfg Config) (*Broker, error) {
 		c.Close()
 		return nil, fmt.Errorf("broker: log starts: %w", err)
 	}
+	if b.offsets, err = newOffsetsWriter(c, internal, b.logger); err != nil {
+		b.starts.close()
+		b.groups.close()
+		c.Close()
+		return nil, fmt.Errorf("broker: %s: %w", OffsetsTopic, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopCompactor = cancel
 	b.compactorDone = make(chan struct{})
@@ -471,6 +478,7 @@ func (b *Broker) Close() {
 		return
 	}
 	b.closed = true
+	b.offsets.close()
 	b.groups.close()
 	b.starts.close()
 	b.cluster.Close()
