@@ -75,6 +75,12 @@
 //     SASL_AUTHENTICATION_FAILED before closing. An adapter between the
 //     listener and kfake does the same until a connection has
 //     authenticated (see saslconn.go).
+//   - __consumer_offsets exists and holds every group's commits. kfake keeps
+//     groups in memory only; lag monitors such as Burrow learn groups and
+//     their offsets from that topic. The broker writes it with Kafka's
+//     record schemas (see offsetstopic.go), within a quarter of a second of
+//     a commit (commits of a partition in between are written as one, the
+//     last), and refuses clients' produce to it.
 //
 // Divergences that remain, and what a real cluster does instead:
 //
@@ -127,6 +133,9 @@
 //   - ApiVersions after authentication list SaslHandshake from v1. The
 //     adapter above passes an authenticated connection's bytes through
 //     untouched; clients ask ApiVersions before they authenticate.
+//   - Group metadata records leave out what kfake does not expose. In
+//     __consumer_offsets, a group's metadata record has no leader, a state
+//     timestamp of -1 and member timeouts of 0; Kafka writes them.
 //   - Short session timeouts are accepted. The group minimum session
 //     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
 //     group.min.session.timeout.ms is 6 s.
