@@ -230,11 +230,16 @@ type Config struct {
 
 	// Users, when not empty, makes the broker require SASL: each client
 	// authenticates as one of them (ClientMechanism gives the client side).
+	// They are the broker's users: with a DataDir, each Start replaces
+	// those kept there (credentials clients altered included).
 	Users []User
 
 	// EnableACLs makes the broker check every request against the users'
 	// ACLs, as a Kafka broker with an authorizer does: what no ACL allows
 	// is refused with an authorization error. Superusers pass every check.
+	// The users' ACLs are the broker's: with a DataDir, each Start
+	// replaces the ACLs kept there (ACLs clients created included) with
+	// them, so that a rule taken out of the configuration is gone.
 	// Needs Users. The broker's own clients (see the package doc)
 	// authenticate as a superuser of their own. One gap: a ListOffsets
 	// for the earliest offsets of a compacted topic's partitions, which
@@ -372,6 +377,9 @@ func Start(cfg Config) (*Broker, error) {
 			opts = append(opts, kfake.SyncWrites())
 		}
 	}
+	if err := cfg.forgetKeptUsers(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	if cfg.DataDir != "" {
 		n, err := abortCrashedTxns(cfg.DataDir, opts, cfg.secureListener, internal)
 		if err != nil {
@@ -392,6 +400,12 @@ func Start(cfg Config) (*Broker, error) {
 		logger:  cfg.Logger,
 	}
 	internal = append([]kgo.Opt{kgo.SeedBrokers(b.addrs...)}, internal...)
+	if cfg.DataDir != "" && len(cfg.Users) > 0 {
+		if err := cfg.resetACLs(internal); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("broker: ACLs: %w", err)
+		}
+	}
 	if b.groups, err = newGroupGuard(c, internal, cfg.MessageMaxBytes); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("broker: group guard: %w", err)
