@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -59,6 +60,11 @@ type pendingReq struct {
 	raw bool
 }
 
+// maxUnauthenticatedFrame bounds what a client may send before it has
+// authenticated, as Kafka's sasl.server.max.receive.size (its default)
+// does: a stranger cannot make the broker allocate gigabytes.
+const maxUnauthenticatedFrame = 512 << 10
+
 // rawCorrelationID is the correlation ID of the SaslAuthenticate requests
 // made up from bare tokens. The client never sees it.
 const rawCorrelationID = -1
@@ -114,7 +120,11 @@ func (c *saslConn) Read(p []byte) (int, error) {
 		if _, err := io.ReadFull(c.Conn, size[:]); err != nil {
 			return 0, err
 		}
-		frame := make([]byte, binary.BigEndian.Uint32(size[:]))
+		n := binary.BigEndian.Uint32(size[:])
+		if n > maxUnauthenticatedFrame {
+			return 0, fmt.Errorf("broker: %d bytes sent before authenticating, over the %d allowed", n, maxUnauthenticatedFrame)
+		}
+		frame := make([]byte, n)
 		if _, err := io.ReadFull(c.Conn, frame); err != nil {
 			return 0, err
 		}

@@ -201,3 +201,15 @@ func TestSASLWrongPasswordFailsAuthentication(t *testing.T) {
 		})
 	}
 }
+
+// Before authenticating, a client cannot make the broker read (and
+// allocate) more than Kafka's sasl.server.max.receive.size.
+func TestSASLBoundsUnauthenticatedFrames(t *testing.T) {
+	c := dialRaw(t, saslBroker(t))
+	_, err := c.conn.Write(binary.BigEndian.AppendUint32(nil, 1<<30))
+	require.NoError(t, err)
+	_, err = c.readFrame()
+	var netErr net.Error
+	require.False(t, errors.As(err, &netErr) && netErr.Timeout(), "the broker closes the connection rather than wait for the rest: %v", err)
+	require.Error(t, err)
+}
