@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -32,10 +33,11 @@ type saslListener struct {
 	// closed is set when kfake shuts the listener down, before it drops
 	// its connections: a SaslAuthenticate cut short then did not fail.
 	closed *atomic.Bool
+	logger *slog.Logger
 }
 
-func newSASLListener(l net.Listener) saslListener {
-	return saslListener{Listener: l, closed: new(atomic.Bool)}
+func newSASLListener(l net.Listener, logger *slog.Logger) saslListener {
+	return saslListener{Listener: l, closed: new(atomic.Bool), logger: logger}
 }
 
 func (l saslListener) Accept() (net.Conn, error) {
@@ -43,7 +45,7 @@ func (l saslListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &saslConn{Conn: c, closing: l.closed, pending: make(map[int32]pendingReq)}, nil
+	return &saslConn{Conn: c, closing: l.closed, logger: l.logger, pending: make(map[int32]pendingReq)}, nil
 }
 
 func (l saslListener) Close() error {
@@ -83,6 +85,7 @@ func saslFailedMessage(mechanism string) string {
 type saslConn struct {
 	net.Conn
 	closing *atomic.Bool
+	logger  *slog.Logger
 
 	// authed is set once the client has authenticated; Read and Write
 	// then pass through.
@@ -257,6 +260,7 @@ func (c *saslConn) toClient(frame []byte) (send []byte, closeAfter bool) {
 	}
 	if err := resp.ReadFrom(body); err != nil || resp.ErrorCode != 0 {
 		if req.raw {
+			c.logFailure(c.mechanism)
 			return nil, true // v0 has no way to say why
 		}
 		return sizePrefixed(frame), false
@@ -317,6 +321,7 @@ func (c *saslConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		var failed []byte
+		mechanism := c.mechanism
 		for corr, req := range c.pending {
 			if req.key == int16(kmsg.SASLAuthenticate) && !req.raw && !c.closing.Load() {
 				failed = authFailedFrame(corr, req.version, c.mechanism)
@@ -324,6 +329,7 @@ func (c *saslConn) Close() error {
 		}
 		c.mu.Unlock()
 		if failed != nil {
+			c.logFailure(mechanism)
 			// A client that reads nothing must not hold the close
 			// up for long.
 			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
@@ -331,6 +337,12 @@ func (c *saslConn) Close() error {
 		}
 	})
 	return c.Conn.Close()
+}
+
+// logFailure logs a failed authentication as Kafka does, naming the
+// client and the mechanism (never what the client sent).
+func (c *saslConn) logFailure(mechanism string) {
+	c.logger.Info("failed authentication", "client", c.RemoteAddr().String(), "err", saslFailedMessage(mechanism))
 }
 
 func authFailedFrame(corr int32, version int16, mechanism string) []byte {

@@ -1,11 +1,15 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -212,4 +216,44 @@ func TestSASLBoundsUnauthenticatedFrames(t *testing.T) {
 	var netErr net.Error
 	require.False(t, errors.As(err, &netErr) && netErr.Timeout(), "the broker closes the connection rather than wait for the rest: %v", err)
 	require.Error(t, err)
+}
+
+// A failed login is logged with the client and the mechanism, and never
+// with what the client sent.
+func TestSASLFailureIsLogged(t *testing.T) {
+	var logs syncBuffer
+	b := start(t, Config{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Users:  []User{{Mechanism: MechanismSCRAMSHA256, Name: "bob", Password: "bob-pw"}},
+	})
+	m, err := ClientMechanism(MechanismSCRAMSHA256, "bob", "s3cret-guess")
+	require.NoError(t, err)
+	require.ErrorIs(t, newClient(t, b, kgo.SASL(m)).Ping(testCtx(t)), kerr.SaslAuthenticationFailed)
+	// The log line is written as the connection closes, maybe after
+	// the client has its answer.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "failed authentication") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Contains(t, logs.String(), `msg="failed authentication" client=127.0.0.1:`)
+	require.Contains(t, logs.String(), "with SASL mechanism SCRAM-SHA-256")
+	require.NotContains(t, logs.String(), "s3cret-guess")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

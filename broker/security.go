@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -137,7 +138,7 @@ func (c Config) secureListener(l net.Listener) net.Listener {
 		l = tls.NewListener(l, c.TLS)
 	}
 	if len(c.Users) > 0 {
-		l = newSASLListener(l)
+		l = newSASLListener(l, cmp.Or(c.Logger, slog.New(slog.DiscardHandler)))
 	}
 	return l
 }
