@@ -35,8 +35,7 @@ func runBroker(ctx context.Context, args []string, s stdio) error {
 	saslUser := fs.String("sasl-user", "", "require SASL, with this `USER` as a superuser (it passes every ACL check)")
 	saslPass := fs.String("sasl-password", "", "password of --sasl-user (default: $"+saslPasswordEnv+")")
 	usersFile := fs.String("users", "", "`FILE` of SASL users who are not superusers, one \"NAME PASSWORD\" a line, each able to log in with any mechanism; what they may do is what --acl allows")
-	var rules aclRules
-	fs.Var(&rules, "acl", "turn ACL checks on and allow a --users user an operation, as `user=NAME,op=OPERATION,RESOURCE=NAME[,deny]`: RESOURCE is topic, group or transactional-id (NAME* a prefix, * any), or cluster without a name; deny makes it a deny rule (repeatable)")
+	acl := fs.String("acl", "", "turn ACL checks on and allow a --users user operations, by `RULES` separated by ';', each user=NAME,op=OPERATION,RESOURCE=NAME[,deny]: RESOURCE is topic, group or transactional-id (NAME* a prefix, * any), or cluster without a name; deny makes it a deny rule")
 	aclFile := fs.String("acl-file", "", "`FILE` of --acl rules, one a line")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -76,6 +75,15 @@ func runBroker(ctx context.Context, args []string, s stdio) error {
 			return usageErrorf(fs, "--sasl-user needs a password: --sasl-password or $%s", saslPasswordEnv)
 		}
 		cfg.Users = []broker.User{{Mechanism: *saslMech, Name: *saslUser, Password: pass, Superuser: true}}
+	}
+	var rules aclRules
+	for rule := range strings.SplitSeq(*acl, ";") {
+		if strings.TrimSpace(rule) == "" {
+			continue
+		}
+		if err := rules.add(rule); err != nil {
+			return usageErrorf(fs, "--acl: %v", err)
+		}
 	}
 	if *aclFile != "" {
 		if err := rules.readFile(*aclFile); err != nil {
@@ -135,12 +143,10 @@ type aclRule struct {
 	acl  broker.ACL
 }
 
-// aclRules are the --acl flags and the lines of --acl-file.
+// aclRules are the rules of --acl and the lines of --acl-file.
 type aclRules []aclRule
 
-func (r *aclRules) String() string { return fmt.Sprintf("%d rules", len(*r)) }
-
-func (r *aclRules) Set(v string) error {
+func (r *aclRules) add(v string) error {
 	rule, err := parseACLRule(v)
 	if err != nil {
 		return err
@@ -153,7 +159,7 @@ func (r *aclRules) Set(v string) error {
 // starting with # are skipped.
 func (r *aclRules) readFile(path string) error {
 	return eachLine(path, func(n int, line string) error {
-		if err := r.Set(line); err != nil {
+		if err := r.add(line); err != nil {
 			return fmt.Errorf("line %d: %w", n, err)
 		}
 		return nil

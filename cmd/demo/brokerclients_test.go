@@ -30,7 +30,7 @@ func securedBrokerProcess(ctx context.Context, t *testing.T) (addr, ca string) {
 	tlsDir := filepath.Join(dir, "tls")
 	addr, stop := brokerProcess(ctx, t, "--listen", "127.0.0.1:0", "--tls-dir", tlsDir,
 		"--sasl-user", "alice", "--sasl-password", "alice-pw", "--users", users,
-		"--acl", "user=bob,op=write,topic=kt", "--acl-file", acls)
+		"--acl", "user=bob,op=write,topic=kt; user=mallory,op=read,topic=kt,deny", "--acl-file", acls)
 	t.Cleanup(stop)
 	return addr, filepath.Join(tlsDir, broker.CAFile)
 }
