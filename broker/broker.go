@@ -66,6 +66,21 @@
 //     where cleanup.policy includes delete. The broker's default retention
 //     is therefore off (see below); retention.ms and retention.bytes set on
 //     a topic apply at each compaction run.
+//   - Every client can authenticate. kfake serves SaslHandshake from v1
+//     only and closes the connection on a failed SaslAuthenticate; Kafka
+//     serves v0 too (after which the SASL tokens go bare, as kafka-python
+//     sends them), lists it in ApiVersions (librdkafka refuses to
+//     authenticate otherwise) and its mechanisms in every handshake
+//     response, and answers a failed authentication with
+//     SASL_AUTHENTICATION_FAILED before closing. An adapter between the
+//     listener and kfake does the same until a connection has
+//     authenticated (see saslconn.go).
+//   - __consumer_offsets exists and holds every group's commits. kfake keeps
+//     groups in memory only; lag monitors such as Burrow learn groups and
+//     their offsets from that topic. The broker writes it with Kafka's
+//     record schemas (see offsetstopic.go), within a quarter of a second of
+//     a commit (commits of a partition in between are written as one, the
+//     last), and refuses clients' produce to it.
 //
 // Divergences that remain, and what a real cluster does instead:
 //
@@ -115,6 +130,12 @@
 //     offsets are pending. No offset a pending transaction may still replace
 //     is returned either way, but a member can wait (kgo retries every
 //     second) for another member's transaction to end.
+//   - ApiVersions after authentication list SaslHandshake from v1. The
+//     adapter above passes an authenticated connection's bytes through
+//     untouched; clients ask ApiVersions before they authenticate.
+//   - Group metadata records leave out what kfake does not expose. In
+//     __consumer_offsets, a group's metadata record has no leader, a state
+//     timestamp of -1 and member timeouts of 0; Kafka writes them.
 //   - Short session timeouts are accepted. The group minimum session
 //     timeout defaults to 500 ms (DefaultGroupMinSessionTimeout); Kafka's
 //     group.min.session.timeout.ms is 6 s.
@@ -209,11 +230,16 @@ type Config struct {
 
 	// Users, when not empty, makes the broker require SASL: each client
 	// authenticates as one of them (ClientMechanism gives the client side).
+	// They are the broker's users: with a DataDir, each Start replaces
+	// those kept there (credentials clients altered included).
 	Users []User
 
 	// EnableACLs makes the broker check every request against the users'
 	// ACLs, as a Kafka broker with an authorizer does: what no ACL allows
 	// is refused with an authorization error. Superusers pass every check.
+	// The users' ACLs are the broker's: with a DataDir, each Start
+	// replaces the ACLs kept there (ACLs clients created included) with
+	// them, so that a rule taken out of the configuration is gone.
 	// Needs Users. The broker's own clients (see the package doc)
 	// authenticate as a superuser of their own. One gap: a ListOffsets
 	// for the earliest offsets of a compacted topic's partitions, which
@@ -291,6 +317,7 @@ type Broker struct {
 	cluster *kfake.Cluster
 	groups  *groupGuard
 	starts  *logStarts
+	offsets *offsetsWriter
 	addrs   []string
 	logger  *slog.Logger
 
@@ -315,7 +342,11 @@ func Start(cfg Config) (*Broker, error) {
 	// kfake only listens on 127.0.0.1; replacing its listen function is
 	// how we honour the host part of the configured address.
 	listen := func(network, _ string) (net.Listener, error) {
-		return net.Listen(network, cfg.Listen)
+		l, err := net.Listen(network, cfg.Listen)
+		if err != nil {
+			return nil, err
+		}
+		return cfg.secureListener(l), nil
 	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
@@ -346,8 +377,11 @@ func Start(cfg Config) (*Broker, error) {
 			opts = append(opts, kfake.SyncWrites())
 		}
 	}
+	if err := cfg.forgetKeptUsers(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	if cfg.DataDir != "" {
-		n, err := abortCrashedTxns(cfg.DataDir, opts, internal)
+		n, err := abortCrashedTxns(cfg.DataDir, opts, cfg.secureListener, internal)
 		if err != nil {
 			return nil, fmt.Errorf("broker: abort transactions left open by a crash: %w", err)
 		}
@@ -366,6 +400,12 @@ func Start(cfg Config) (*Broker, error) {
 		logger:  cfg.Logger,
 	}
 	internal = append([]kgo.Opt{kgo.SeedBrokers(b.addrs...)}, internal...)
+	if cfg.DataDir != "" && len(cfg.Users) > 0 {
+		if err := cfg.resetACLs(internal); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("broker: ACLs: %w", err)
+		}
+	}
 	if b.groups, err = newGroupGuard(c, internal, cfg.MessageMaxBytes); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("broker: group guard: %w", err)
@@ -374,6 +414,12 @@ func Start(cfg Config) (*Broker, error) {
 		b.groups.close()
 		c.Close()
 		return nil, fmt.Errorf("broker: log starts: %w", err)
+	}
+	if b.offsets, err = newOffsetsWriter(c, internal, b.logger); err != nil {
+		b.starts.close()
+		b.groups.close()
+		c.Close()
+		return nil, fmt.Errorf("broker: %s: %w", OffsetsTopic, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopCompactor = cancel
@@ -455,6 +501,7 @@ func (b *Broker) Close() {
 		return
 	}
 	b.closed = true
+	b.offsets.close()
 	b.groups.close()
 	b.starts.close()
 	b.cluster.Close()

@@ -162,14 +162,20 @@ func scanSegment(path string, open map[int64]int16) error {
 }
 
 // abortCrashedTxns writes the ABORT markers a crash left out (see above),
-// on a kfake started with opts on a private port, reached with the
-// broker's own client options internal. It returns how many it wrote (one per producer and partition).
-func abortCrashedTxns(dataDir string, opts []kfake.Opt, internal []kgo.Opt) (int, error) {
+// on a kfake started with opts on a private port (its listener wrapped
+// by secure), reached with the broker's own client options internal. It returns how many it wrote (one per producer and partition).
+func abortCrashedTxns(dataDir string, opts []kfake.Opt, secure func(net.Listener) net.Listener, internal []kgo.Opt) (int, error) {
 	open, err := scanOpenTxns(dataDir)
 	if err != nil || len(open) == 0 {
 		return 0, err
 	}
-	private := func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }
+	private := func(network, _ string) (net.Listener, error) {
+		l, err := net.Listen(network, "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		return secure(l), nil
+	}
 	c, err := kfake.NewCluster(append(slices.Clip(opts), kfake.ListenFn(private))...)
 	if err != nil {
 		return 0, err

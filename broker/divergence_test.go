@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -342,6 +343,40 @@ func TestDocumentedDivergences(t *testing.T) {
 			// Kafka would answer INVALID_SESSION_TIMEOUT; a first join is
 			// told its member ID instead.
 			require.ErrorIs(t, kerr.ErrorForCode(resp.ErrorCode), kerr.MemberIDRequired)
+		}},
+		{"Group metadata records leave out what kfake does not expose.", func(t *testing.T) {
+			ctx := testCtx(t)
+			b := start(t, Config{})
+			createTopic(ctx, t, b, "in", 1, nil)
+			cl := newClient(t, b, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"), kgo.SessionTimeout(7*time.Second))
+			for {
+				_, metas := readOffsetsTopic(ctx, t, b)
+				if m := metas["g"]; m != nil && len(m.members) == 1 {
+					require.Nil(t, m.leader)
+					require.Equal(t, int64(-1), m.stateTimestamp)
+					require.Zero(t, m.members[0].sessionTimeout, "Kafka: 7000")
+					require.Zero(t, m.members[0].rebalanceTimeout)
+					return
+				}
+				poll, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				cl.PollFetches(poll) // joins the group
+				cancel()
+				require.NoError(t, ctx.Err(), "no metadata record for the group")
+			}
+		}},
+		{"ApiVersions after authentication list SaslHandshake from v1.", func(t *testing.T) {
+			c := dialRaw(t, saslBroker(t))
+			c.handshakeV0(MechanismPlain)
+			c.writeFrame([]byte("\x00alice\x00alice-pw"))
+			_, err := c.readFrame()
+			require.NoError(t, err)
+			versions := kmsg.NewPtrApiVersionsResponse()
+			c.request(kmsg.NewPtrApiVersionsRequest(), versions)
+			for _, k := range versions.ApiKeys {
+				if k.ApiKey == int16(kmsg.SASLHandshake) {
+					require.Equal(t, int16(1), k.MinVersion)
+				}
+			}
 		}},
 	}
 

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,14 +14,18 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -92,12 +98,11 @@ func (c Config) validateSecurity() error {
 	return nil
 }
 
-// securityOpts returns the kfake options for c's TLS, SASL and ACLs, and
-// the options by which the broker's own clients connect: as the internal
-// superuser, over TLS when the listener speaks it.
+// securityOpts returns the kfake options for c's SASL and ACLs, and the
+// options by which the broker's own clients connect: as the internal
+// superuser, over TLS when the listener speaks it (see secureListener).
 func (c Config) securityOpts() (cluster []kfake.Opt, internal []kgo.Opt, err error) {
 	if c.TLS != nil {
-		cluster = append(cluster, kfake.TLS(c.TLS))
 		internal = append(internal, kgo.DialTLSConfig(internalTLS(c.TLS)))
 	}
 	if len(c.Users) == 0 {
@@ -121,6 +126,94 @@ func (c Config) securityOpts() (cluster []kfake.Opt, internal []kgo.Opt, err err
 		cluster = append(cluster, kfake.EnableACLs())
 	}
 	return cluster, internal, nil
+}
+
+// secureListener wraps the listener kfake accepts clients on: TLS when
+// configured, and below it, with SASL on, the adapter that lets every
+// client authenticate as on Kafka (see saslListener). kfake's own TLS
+// option would put TLS between the adapter and kfake, where the adapter
+// could not read the requests.
+func (c Config) secureListener(l net.Listener) net.Listener {
+	if c.TLS != nil {
+		l = tls.NewListener(l, c.TLS)
+	}
+	if len(c.Users) > 0 {
+		l = newSASLListener(l, cmp.Or(c.Logger, slog.New(slog.DiscardHandler)))
+	}
+	return l
+}
+
+// kfakeSASLFile is where kfake keeps its SASL users in a DataDir.
+const kfakeSASLFile = "sasl.json"
+
+// forgetKeptUsers removes the SASL users kfake kept in the DataDir: on a
+// restart it would load them in place of the configured ones, so that the
+// broker's own clients (whose password is new at each start) could not
+// log in, nor a user whose password changed, nor a new user. The
+// configured users are the broker's.
+func (c Config) forgetKeptUsers() error {
+	if c.DataDir == "" || len(c.Users) == 0 {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(c.DataDir, kfakeSASLFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// resetACLs makes the ACLs of a broker restarted on its DataDir, which kfake
+// reloads from there (and then ignores the configured ones), those of c's
+// users, through the broker's own client options.
+func (c Config) resetACLs(internal []kgo.Opt) error {
+	cl, err := kgo.NewClient(internal...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	del := kmsg.NewPtrDeleteACLsRequest()
+	all := kmsg.NewDeleteACLsRequestFilter()
+	all.ResourceType, all.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
+	all.Operation, all.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+	del.Filters = append(del.Filters, all)
+	deleted, err := del.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	for _, r := range deleted.Results {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+	}
+
+	create := kmsg.NewPtrCreateACLsRequest()
+	for _, u := range c.Users {
+		for _, a := range u.ACLs {
+			cr := kmsg.NewCreateACLsRequestCreation()
+			cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = a.Resource, a.Name, a.Pattern
+			cr.Principal, cr.Host, cr.Operation = "User:"+u.Name, cmp.Or(a.Host, "*"), a.Operation
+			cr.PermissionType = kmsg.ACLPermissionTypeDeny
+			if a.Allow {
+				cr.PermissionType = kmsg.ACLPermissionTypeAllow
+			}
+			create.Creations = append(create.Creations, cr)
+		}
+	}
+	if len(create.Creations) == 0 {
+		return nil
+	}
+	created, err := create.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	for _, r := range created.Results {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+	}
+	return nil
 }
 
 // internalTLS is the client side of the broker's own TLS connections to

@@ -155,3 +155,43 @@ func TestSecurityMutualTLS(t *testing.T) {
 	require.Error(t, newClient(t, b, kgo.DialTLSConfig(noCert), kgo.RequestRetries(0)).Ping(short))
 	require.NoError(t, b.compact(ctx), "the log start keeper lists topics over mutual TLS")
 }
+
+// A broker restarted on its DataDir has the users and ACLs its
+// configuration gives, not those it was stopped with: a password changed
+// or a rule taken out is so, and the broker's own clients, whose password
+// is new at each start, log in.
+func TestACLsFollowTheConfigurationAcrossRestarts(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	cfg := func(topic, bobPass string) Config {
+		return Config{DataDir: dir, EnableACLs: true, Users: []User{
+			{Mechanism: MechanismSCRAMSHA512, Name: "admin", Password: "admin-pw", Superuser: true},
+			{Mechanism: MechanismSCRAMSHA512, Name: "bob", Password: bobPass, ACLs: []ACL{
+				{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationRead, Allow: true},
+			}},
+		}}
+	}
+	client := func(b *Broker, user, pass string) *kadm.Client {
+		m, err := ClientMechanism(MechanismSCRAMSHA512, user, pass)
+		require.NoError(t, err)
+		return kadm.NewClient(newClient(t, b, kgo.SASL(m), kgo.RequestRetries(0)))
+	}
+	b, err := Start(cfg("t1", "old-pw"))
+	require.NoError(t, err)
+	_, err = client(b, "admin", "admin-pw").CreateTopics(ctx, 1, -1, nil, "t1", "t2")
+	require.NoError(t, err)
+	b.Close()
+
+	b = start(t, cfg("t2", "new-pw"))
+	_, err = client(b, "bob", "old-pw").ListEndOffsets(ctx, "t2")
+	require.ErrorIs(t, err, kerr.SaslAuthenticationFailed, "the password was changed")
+	bob := client(b, "bob", "new-pw")
+	offs, err := bob.ListEndOffsets(ctx, "t2")
+	require.NoError(t, err)
+	require.NoError(t, offs.Error())
+	offs, err = bob.ListEndOffsets(ctx, "t1")
+	if err == nil {
+		err = offs.Error()
+	}
+	require.ErrorIs(t, err, kerr.TopicAuthorizationFailed, "the rule for t1 was taken out")
+}

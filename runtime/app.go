@@ -295,7 +295,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	}
 	a.admin = kadm.NewClient(a.adminCl)
 	if err := a.untilReachable(ctx, func() error { return a.checkCluster(ctx) }); err != nil {
-		return err
+		return AuthFailure(err, a.cfg.Brokers, a.cfg.SASL)
 	}
 	// Before any store is opened: the registry opens those on disk.
 	if err := a.checkFileLimit(); err != nil {

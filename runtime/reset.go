@@ -216,7 +216,7 @@ func Reset(ctx context.Context, topo *topology.Topology, cfg Config, opts ResetO
 	adm := kadm.NewClient(cl)
 
 	if rep.RemovedStaticMembers, err = checkGroupEmpty(ctx, adm, app, opts); err != nil {
-		return nil, err
+		return nil, AuthFailure(err, cfg.Brokers, cfg.SASL)
 	}
 
 	inputs, intermediate := userSources(topo, app)

@@ -186,7 +186,7 @@ func startInstance(ctx context.Context, o instanceOptions) (*instance, error) {
 		topicOpts = append(topicOpts, kgo.Dialer(dial))
 	}
 	if err := ensureTopics(ctx, o.logger, o.brokers, topicOpts...); err != nil {
-		return nil, err
+		return nil, runtime.AuthFailure(err, o.brokers, o.sasl)
 	}
 	topo, err := wordCount()
 	if err != nil {

@@ -10,7 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/runtime"
 )
 
 // maxLineBytes bounds one input line; Kafka's default message.max.bytes
@@ -70,6 +73,9 @@ func runProduce(ctx context.Context, args []string, s stdio) error {
 	pingCtx, cancel := context.WithTimeout(ctx, *timeout)
 	err = cl.Ping(pingCtx)
 	cancel()
+	if errors.Is(err, kerr.SaslAuthenticationFailed) {
+		return runtime.AuthFailure(err, seeds, mech)
+	}
 	if err != nil {
 		return fmt.Errorf("cannot reach brokers %v: %w", seeds, err)
 	}
