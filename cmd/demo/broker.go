@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -29,7 +28,8 @@ func runBroker(ctx context.Context, args []string, s stdio) error {
 	listen := fs.String("listen", defaultBrokerListen, "`HOST:PORT` to listen on (port 0 picks a free port)")
 	dataDir := fs.String("data-dir", "", "`DIR` to keep topics, records and offsets in across restarts (default: memory only)")
 	partitions := fs.Int("partitions", int(broker.DefaultPartitions), "partition count of automatically created topics")
-	logLevel := fs.String("log-level", "warn", "broker log level: debug, info, warn or error")
+	var logs logFlags
+	logs.add(fs, "warn")
 	tlsDir := fs.String("tls-dir", "", "serve TLS only, with the test CA and certificates in `DIR` (made there if "+broker.CAFile+" is missing; clients use --tls-ca DIR/"+broker.CAFile+")")
 	saslMech := fs.String("sasl-mechanism", broker.MechanismSCRAMSHA512, "SASL `MECHANISM` of --sasl-user: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 	saslUser := fs.String("sasl-user", "", "require SASL, with this `USER` as a superuser (it passes every ACL check)")
@@ -46,16 +46,16 @@ func runBroker(ctx context.Context, args []string, s stdio) error {
 	if *partitions < 1 || *partitions > math.MaxInt32 {
 		return usageErrorf(fs, "--partitions must be at least 1, got %d", *partitions)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageErrorf(fs, "--log-level: %v", err)
+	logger, err := logs.logger(s.err)
+	if err != nil {
+		return usageErrorf(fs, "%v", err)
 	}
 
 	cfg := broker.Config{
 		Listen:     *listen,
 		DataDir:    *dataDir,
 		Partitions: int32(*partitions),
-		Logger:     slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})),
+		Logger:     logger,
 	}
 	if *tlsDir != "" {
 		certs, err := brokerCerts(*tlsDir, *listen)
