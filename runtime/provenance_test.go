@@ -147,6 +147,35 @@ func TestStandbyGivenAwayStopsAnsweringBeforeItCloses(t *testing.T) {
 	require.True(t, ok, "a standby named again answers again")
 }
 
+// The same for an active still restoring: it writes nothing, so once its
+// thread's SyncGroup answers with an assignment that names it nowhere, it
+// stops answering at once, before the thread revokes it.
+func TestRestoringActiveGivenAwayStopsAnswering(t *testing.T) {
+	app := newStandbyRig(t, 100)
+	waitFor(t, 20*time.Second, "replica open", func() bool {
+		_, ok := standbyInfo(app)
+		return ok
+	})
+	th := unconnectedThread(app, 0, nil)
+	var err error
+	th.rest, err = newRestorer(app, th.log)
+	require.NoError(t, err)
+	t.Cleanup(th.rest.close)
+	app.registry.mu.Lock()
+	rep := app.registry.reps[task00]
+	require.True(t, app.registry.moveLocked(rep, task.Restoring), "promote the standby")
+	rep.owner = th
+	app.registry.mu.Unlock()
+	app.assignmentReceived(th, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	info, ok := standbyInfo(app)
+	require.True(t, ok, "a restoring active its assignment names answers")
+	require.Equal(t, iq.RoleRestoring, info.Role)
+
+	app.assignmentReceived(th, assignor.AssignmentInfo{Active: []task.ID{{SubTopology: 0, Partition: 1}}})
+	_, ok = standbyInfo(app)
+	require.False(t, ok, "a restoring active the group gave away still answers as one")
+}
+
 // issue 10, test 4: a standby of a killed active stops passing age:D within
 // D plus one commit interval of the active's last commit while input keeps
 // arriving, though its changelog, no longer written, shows no lag; while the

@@ -159,9 +159,9 @@ type registry struct {
 	// synced holds, for each thread, the tasks the assignment of its
 	// latest answered SyncGroup names (active, standby or warmup),
 	// recorded at once, without waiting for the thread: queries stop
-	// treating a standby as one as soon as every thread has heard that
-	// none of them keeps it, though closing it waits for the thread and
-	// the reconciliation (see servableLocked).
+	// treating a replica (but a running active) as one as soon as every
+	// thread has heard that none of them keeps it, though closing it waits
+	// for the thread and the reconciliation (see servableLocked).
 	synced map[int]map[task.ID]bool
 	// moving holds the tasks whose stores are being opened or closed
 	// outside mu. They are in neither reps nor onDisk (but for a parked
@@ -498,11 +498,13 @@ func (r *registry) received(idx int, info assignor.AssignmentInfo) {
 	r.synced[idx] = named
 }
 
-// servableLocked reports whether queries may read rep. A standby or warmup
-// replica no thread's latest assignment names is no longer one: the group
-// has given its role away, and it is only waiting to be closed.
+// servableLocked reports whether queries may read rep. A replica no
+// thread's latest assignment names is no longer one: the group has given
+// its role away, and it is only waiting to be closed or parked. A running
+// active is the exception: it stays its partition's one writer until its
+// thread has committed and revoked it, and answers as such until then.
 func (r *registry) servableLocked(rep *replica) bool {
-	if !rep.state().Following() || len(r.synced) < r.app.cfg.NumStreamThreads {
+	if rep.state() == task.Running || len(r.synced) < r.app.cfg.NumStreamThreads {
 		return true
 	}
 	for _, named := range r.synced {
