@@ -732,6 +732,12 @@ func (r *run) assignStandbys() {
 				}
 				return 1
 			}
+			if oa, ob := r.prevLoad[a] > hi[a], r.prevLoad[b] > hi[b]; oa != ob {
+				if ob {
+					return -1
+				}
+				return 1
+			}
 			if c := cmpRatio(r.prevLoad[a], r.caps[a], r.prevLoad[b], r.caps[b]); c != 0 {
 				return c
 			}
@@ -807,9 +813,13 @@ func (r *run) assignStandbys() {
 	// Balance pass: greedy choices can leave a client over its share with
 	// every underloaded client already holding its tasks; chains of moves
 	// fix that.
-	for r.augment(func(c int) bool { return r.replicas[c] > hi[c] }, func(c int) bool { return r.replicas[c] < hi[c] }) {
+	over := func(c int) bool { return r.replicas[c] > hi[c] }
+	underHi := func(c int) bool { return r.replicas[c] < hi[c] }
+	for r.augment(over, underHi, true) || r.augment(over, underHi, false) {
 	}
-	for r.augment(func(c int) bool { return r.replicas[c] > lo[c] }, func(c int) bool { return r.replicas[c] < lo[c] }) {
+	aboveLo := func(c int) bool { return r.replicas[c] > lo[c] }
+	under := func(c int) bool { return r.replicas[c] < lo[c] }
+	for r.augment(aboveLo, under, true) || r.augment(aboveLo, under, false) {
 	}
 	if len(r.cfg.RackAwareTags) > 1 {
 		r.respread(lo, hi)
@@ -1329,8 +1339,11 @@ func (r *run) moveStandby(i, x, y int) {
 // augment finds a chain of standby moves from a client with source(c) to a
 // client with sink(c), where each step moves one task's standby to a client
 // that does not yet hold that task, and applies it: the ends change load by
-// one, the clients in between keep theirs. It reports whether it did.
-func (r *run) augment(source, sink func(int) bool) bool {
+// one, the clients in between keep theirs. With warm, every step must go to
+// a client caught up on the task: balance tries those chains first, so that
+// a warmup that completed is used rather than traded for another, which is
+// what lets probing rebalances settle. It reports whether it did.
+func (r *run) augment(source, sink func(int) bool, warm bool) bool {
 	nc := len(r.ids)
 	parent := filled(nc, -1)
 	via := make([]int, nc)
@@ -1369,7 +1382,7 @@ func (r *run) augment(source, sink func(int) bool) bool {
 				listed[k] = true
 			}
 			for _, i := range movable[k] {
-				if slices.Contains(r.holders[i], y) {
+				if slices.Contains(r.holders[i], y) || (warm && !r.caught(i, y)) {
 					continue
 				}
 				parent[y], via[y] = x, i
@@ -1480,10 +1493,20 @@ func (r *run) settleReplicas() {
 			}
 		}
 	}
-	// Partly restored state first, as it costs least to finish; then
-	// actives, whose moves balance the load.
+	// Warmups to clients holding fewer replicas than the target gives them
+	// first: a warmup that only lets a replica pass through a client on
+	// its way to another leaves the imbalance as it is, and given the slot
+	// every round it would starve the ones that end a migration. Then
+	// partly restored state, as it costs least to finish; then actives,
+	// whose moves balance the load.
+	short := func(w warmup) bool { return load[w.client] < r.replicas[w.client] }
 	slices.SortStableFunc(want, func(a, b warmup) int {
 		switch {
+		case short(a) != short(b):
+			if short(a) {
+				return -1
+			}
+			return 1
 		case a.lag != b.lag:
 			if a.lag < b.lag {
 				return -1

@@ -124,6 +124,12 @@ type sim struct {
 	tasks     map[task.ID]TaskInfo
 	taskRacks map[task.ID][]string
 	clients   map[string]*simClient
+	gone      map[string]*simClient // clients that left, with the state they left with
+	ends      map[task.ID]int64
+	// dropState makes a client forget the state of a task it no longer
+	// holds, as Kafka Streams' convergence harness does; otherwise that
+	// state stays on disk and falls behind by staleDrift a round.
+	dropState bool
 	nextID    int
 	zones     int
 	racks     int
@@ -133,10 +139,16 @@ type sim struct {
 }
 
 func simulate(seed uint64, st *simStats) error {
-	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), clients: map[string]*simClient{}, st: st, trace: st.trace}
+	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), clients: map[string]*simClient{}, gone: map[string]*simClient{}, st: st, trace: st.trace}
 	s.cfg = DefaultConfig()
 	s.cfg.NumStandbys = s.rng.IntN(4)
 	s.cfg.MaxWarmups = 1 + s.rng.IntN(3)
+	if s.rng.IntN(2) == 0 {
+		// Kafka Streams' harness: changelogs of 150 records, a lag of 100
+		// acceptable, and state forgotten once unassigned.
+		s.cfg.AcceptableRecoveryLag = 100
+		s.dropState = true
+	}
 	if s.rng.IntN(3) == 0 {
 		s.cfg.RackAwareTags = []string{"zone"}
 		s.zones = 1 + s.rng.IntN(3)
@@ -158,6 +170,14 @@ func simulate(seed uint64, st *simStats) error {
 			}
 		}
 	}
+	if s.dropState {
+		s.ends = map[task.ID]int64{}
+		for id, ti := range s.tasks {
+			if ti.Stateful {
+				s.ends[id] = 150
+			}
+		}
+	}
 	for range 1 + s.rng.IntN(10) {
 		s.addClient()
 	}
@@ -170,30 +190,48 @@ func simulate(seed uint64, st *simStats) error {
 		return s.wrap(err)
 	}
 	for range 8 {
-		switch ev := s.rng.IntN(3); {
-		case ev == 0 || len(s.clients) == 1:
-			id := s.addClient()
-			s.log = append(s.log, "add "+id)
-		case ev == 1:
-			id := s.pick()
-			delete(s.clients, id)
-			s.log = append(s.log, "drop "+id)
-		default:
-			id := s.pick()
-			c := s.clients[id]
-			for t, l := range c.lags {
-				if l == LagRunning {
-					c.lags[t] = 0
-				}
-			}
-			c.prevActive, c.prevStandby = nil, nil
-			s.log = append(s.log, "restart "+id)
-		}
+		s.event()
 		if err := s.converge(); err != nil {
 			return s.wrap(err)
 		}
 	}
 	return nil
+}
+
+// event changes the group at random: a client joins new, leaves, returns
+// with the state it left with, restarts with its state on disk and nothing
+// running, or changes its number of threads.
+func (s *sim) event() {
+	switch ev := s.rng.IntN(5); {
+	case ev == 0 || len(s.clients) == 1:
+		id := s.addClient()
+		s.log = append(s.log, "add "+id)
+	case ev == 1:
+		id := s.pick()
+		s.gone[id] = s.clients[id]
+		delete(s.clients, id)
+		s.log = append(s.log, "drop "+id)
+	case ev == 2 && len(s.gone) > 0:
+		ids := slices.Sorted(maps.Keys(s.gone))
+		id := ids[s.rng.IntN(len(ids))]
+		s.clients[id] = s.gone[id]
+		delete(s.gone, id)
+		s.log = append(s.log, "return "+id)
+	case ev == 4:
+		id := s.pick()
+		s.clients[id].cap = 1 + s.rng.IntN(3)
+		s.log = append(s.log, fmt.Sprintf("capacity %s %d", id, s.clients[id].cap))
+	default:
+		id := s.pick()
+		c := s.clients[id]
+		for t, l := range c.lags {
+			if l == LagRunning {
+				c.lags[t] = 0
+			}
+		}
+		c.prevActive, c.prevStandby = nil, nil
+		s.log = append(s.log, "restart "+id)
+	}
 }
 
 func (s *sim) wrap(err error) error {
@@ -236,7 +274,7 @@ func (s *sim) pick() string {
 }
 
 func (s *sim) input() Input {
-	in := Input{Tasks: s.tasks, Clients: map[string]ClientState{}, TaskRacks: s.taskRacks}
+	in := Input{Tasks: s.tasks, Clients: map[string]ClientState{}, TaskRacks: s.taskRacks, Ends: s.ends}
 	for id, c := range s.clients {
 		in.Clients[id] = ClientState{
 			Capacity:    c.cap,
@@ -255,7 +293,11 @@ func (s *sim) apply(out Output) {
 	for id, c := range s.clients {
 		a := out.Clients[id]
 		for t, l := range c.lags {
-			c.lags[t] = min(max(l, 0)+staleDrift, 1_000_000)
+			if s.dropState {
+				delete(c.lags, t)
+			} else {
+				c.lags[t] = min(max(l, 0)+staleDrift, 1_000_000)
+			}
 		}
 		for _, t := range a.Active {
 			if s.tasks[t].Stateful {
