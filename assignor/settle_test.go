@@ -124,3 +124,24 @@ func TestRegressionSettlesAfterShrinkAndRegrow(t *testing.T) {
 	s.join("p8", 1)
 	s.settle(t)
 }
+
+// Seven clients, one restarted with its state on disk, two leaving and
+// coming back with the state they left with beside four new ones: the
+// second cluster of issue 35, which its reporter saw go on past 296 rounds.
+func TestRegressionSettlesAfterRestartLeaveAndReturn(t *testing.T) {
+	cfg := cfgWith(func(c *Config) { c.NumStandbys = 3; c.MaxWarmups = 1 })
+	sf := slices.Concat(tasks(0, 10), tasks(1, 10), tasks(2, 10), tasks(3, 7))
+	sl := slices.Concat(tasks(4, 10), tasks(5, 10), tasks(6, 10))
+	s := newScenario(cfg, sf, sl, 3, 2, 1, 1, 1, 3, 3)
+	s.settle(t)
+	s.restart("p1")
+	s.settle(t)
+	s.leave("p2", "p1")
+	s.settle(t)
+	s.comeBack("p1", "p2")
+	s.join("p7", 1)
+	for _, id := range []string{"p8", "p9", "p10"} {
+		s.join(id, 2)
+	}
+	s.settle(t)
+}
