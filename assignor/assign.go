@@ -813,13 +813,14 @@ func (r *run) assignStandbys() {
 	// Balance pass: greedy choices can leave a client over its share with
 	// every underloaded client already holding its tasks; chains of moves
 	// fix that.
+	warm := r.warmSinks()
 	over := func(c int) bool { return r.replicas[c] > hi[c] }
 	underHi := func(c int) bool { return r.replicas[c] < hi[c] }
-	for r.augment(over, underHi, true) || r.augment(over, underHi, false) {
+	for (warm(underHi) && r.augment(over, underHi, true)) || r.augment(over, underHi, false) {
 	}
 	aboveLo := func(c int) bool { return r.replicas[c] > lo[c] }
 	under := func(c int) bool { return r.replicas[c] < lo[c] }
-	for r.augment(aboveLo, under, true) || r.augment(aboveLo, under, false) {
+	for (warm(under) && r.augment(aboveLo, under, true)) || r.augment(aboveLo, under, false) {
 	}
 	if len(r.cfg.RackAwareTags) > 1 {
 		r.respread(lo, hi)
@@ -1336,6 +1337,39 @@ func (r *run) moveStandby(i, x, y int) {
 	r.replicas[y]++
 }
 
+// warmSinks returns a test of whether a chain of moves to caught-up clients
+// could end at a client with sink(c): some such client is caught up on a
+// task it does not hold. It spares the search for those chains where none
+// can exist, as in a new group or when a client with no state joins.
+func (r *run) warmSinks() func(sink func(int) bool) bool {
+	spare := make([][]int, len(r.ids)) // per client, the tasks it is caught up on
+	short := false
+	for i, st := range r.state {
+		short = short || r.shortLog[i]
+		for _, cl := range st {
+			if r.caughtUpLag(cl.lag) {
+				spare[cl.client] = append(spare[cl.client], i)
+			}
+		}
+	}
+	return func(sink func(int) bool) bool {
+		if short {
+			return true
+		}
+		for c, tasks := range spare {
+			if !sink(c) {
+				continue
+			}
+			for _, i := range tasks {
+				if !slices.Contains(r.holders[i], c) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
 // augment finds a chain of standby moves from a client with source(c) to a
 // client with sink(c), where each step moves one task's standby to a client
 // that does not yet hold that task, and applies it: the ends change load by
@@ -1360,41 +1394,83 @@ func (r *run) augment(source, sink func(int) bool, warm bool) bool {
 	if len(queue) == 0 || !anySink {
 		return false
 	}
-	// Whether tags allow a move to y depends only on y's tag class, so each
-	// client's movable tasks are listed once per class.
-	movable := make([][]int, r.classes)
-	listed := make([]bool, r.classes)
+	// reach records a step to y and reports whether it ends the chain.
+	reach := func(x, y, i int) bool {
+		parent[y], via[y] = x, i
+		if sink(y) {
+			return true
+		}
+		queue = append(queue, y)
+		return false
+	}
+	steps := r.coldSteps
+	if warm {
+		steps = r.warmSteps
+	}
 	for head := 0; head < len(queue); head++ {
-		x := queue[head]
-		clear(listed)
-		for y := range nc {
-			if parent[y] >= 0 {
-				continue
-			}
-			k := r.class[y]
-			if !listed[k] {
-				movable[k] = movable[k][:0]
-				for _, i := range r.standbys[x] {
-					if r.tagsAllowMove(i, x, y) {
-						movable[k] = append(movable[k], i)
-					}
-				}
-				listed[k] = true
-			}
-			for _, i := range movable[k] {
-				if slices.Contains(r.holders[i], y) || (warm && !r.caught(i, y)) {
-					continue
-				}
-				parent[y], via[y] = x, i
-				if sink(y) {
-					return r.applyChain(y, parent, via)
-				}
-				queue = append(queue, y)
-				break
-			}
+		if y := steps(queue[head], parent, reach); y >= 0 {
+			return r.applyChain(y, parent, via)
 		}
 	}
 	return false
+}
+
+// coldSteps offers reach every client not yet reached that can take one of
+// x's standbys, and returns the first at which reach ends the chain, or -1.
+// Whether tags allow a move to y depends only on y's tag class, so x's
+// movable tasks are listed once per class.
+func (r *run) coldSteps(x int, parent []int, reach func(x, y, i int) bool) int {
+	movable := make([][]int, r.classes)
+	listed := make([]bool, r.classes)
+	for y := range r.ids {
+		if parent[y] >= 0 {
+			continue
+		}
+		k := r.class[y]
+		if !listed[k] {
+			for _, i := range r.standbys[x] {
+				if r.tagsAllowMove(i, x, y) {
+					movable[k] = append(movable[k], i)
+				}
+			}
+			listed[k] = true
+		}
+		for _, i := range movable[k] {
+			if slices.Contains(r.holders[i], y) {
+				continue
+			}
+			if reach(x, y, i) {
+				return y
+			}
+			break
+		}
+	}
+	return -1
+}
+
+// warmSteps is coldSteps for moves to clients caught up on the task: it
+// visits only the clients with state for each of x's standbys (every
+// client for a task whose changelog is short).
+func (r *run) warmSteps(x int, parent []int, reach func(x, y, i int) bool) int {
+	try := func(i, y int) bool {
+		return parent[y] < 0 && !slices.Contains(r.holders[i], y) && r.tagsAllowMove(i, x, y)
+	}
+	for _, i := range r.standbys[x] {
+		if r.shortLog[i] {
+			for y := range r.ids {
+				if try(i, y) && reach(x, y, i) {
+					return y
+				}
+			}
+			continue
+		}
+		for _, cl := range r.state[i] {
+			if r.caughtUpLag(cl.lag) && try(i, cl.client) && reach(x, cl.client, i) {
+				return cl.client
+			}
+		}
+	}
+	return -1
 }
 
 // applyChain performs the moves that end at y, last move first. Each move is
