@@ -80,6 +80,9 @@ func TestConvergence(t *testing.T) {
 			t.Fatalf("seed %d (replay with EDDY_ASSIGNOR_SIM_SEED=%d): %v", seed, seed, err)
 		}
 	}
+	t.Logf("joins %d: above ceil(T·cap/Σcap)+1 moved actives %d times, by at most %d (hand-overs by at most %d); leaves %d: others' actives moved %d times, at most %d",
+		st.joins, st.joinBad, st.joinExcess, st.joinHandovers, st.leaves, st.leaveBad, st.leaveMoved)
+	t.Logf("replicas waiting on a warmup did not fall from one round to the next %d times", st.phiUp)
 	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
 		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d (stateless %d); "+
 		"converged sub-topology excess max %d",
@@ -104,6 +107,11 @@ type simStats struct {
 	maxSubExcessMovedSL      int
 	maxMigrationDev          float64 // (n_a-1)/cap_a - n_b/cap_b over clients a holding a stateless task
 	trace                    bool
+	phiUp                    int // rounds where potential did not fall
+	joinExcess, joinBad      int // most actives moved above the bound on a join, joins above it
+	leaveMoved, leaveBad     int // most actives of others moved on a leave, leaves that moved any
+	joins, leaves            int
+	joinHandovers            int // most hand-overs above the bound on a join
 }
 
 // staleDrift is how far state on disk that is no longer assigned falls
@@ -131,11 +139,13 @@ type sim struct {
 	// state stays on disk and falls behind by staleDrift a round.
 	dropState bool
 	nextID    int
-	zones     int
-	racks     int
-	log       []string
-	st        *simStats
-	trace     bool // log every change of owner
+	// joined and left name the client the last event added or dropped.
+	joined, left string
+	zones        int
+	racks        int
+	log          []string
+	st           *simStats
+	trace        bool // log every change of owner
 }
 
 func simulate(seed uint64, st *simStats) error {
@@ -190,6 +200,7 @@ func simulate(seed uint64, st *simStats) error {
 		return s.wrap(err)
 	}
 	for range 8 {
+		s.joined, s.left = "", ""
 		s.event()
 		if err := s.converge(); err != nil {
 			return s.wrap(err)
@@ -206,11 +217,13 @@ func (s *sim) event() {
 	case ev == 0 || len(s.clients) == 1:
 		id := s.addClient()
 		s.log = append(s.log, "add "+id)
+		s.joined = id
 	case ev == 1:
 		id := s.pick()
 		s.gone[id] = s.clients[id]
 		delete(s.clients, id)
 		s.log = append(s.log, "drop "+id)
+		s.left = id
 	case ev == 2 && len(s.gone) > 0:
 		ids := slices.Sorted(maps.Keys(s.gone))
 		id := ids[s.rng.IntN(len(ids))]
@@ -323,9 +336,15 @@ func (s *sim) converge() error {
 	limit := max(1, 2*ns*(1+k))
 	moves := map[task.ID]int{}
 	var start map[task.ID]string // owners before the event
+	lastPhi := 0
 	for round := 1; ; round++ {
 		in := s.input()
 		out := Assign(s.cfg, in)
+		phi := potential(s.cfg, in)
+		if round > 1 && phi >= lastPhi {
+			s.st.phiUp++
+		}
+		lastPhi = phi
 		if err := validate(s.cfg, in, out); err != nil {
 			return fmt.Errorf("round %d invalid: %w", round, err)
 		}
@@ -431,6 +450,7 @@ func (s *sim) converge() error {
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("converged after %d rounds: %w", round, err)
 		}
+		s.stickiness(start, owners(out), moves)
 		s.log = append(s.log, fmt.Sprintf("  converged in %d rounds (limit %d)", round, limit))
 		return nil
 	}
@@ -637,3 +657,62 @@ const (
 // this is looser than a new group's one: five was the most seen before
 // placement spread them by share, four since, in 10,000 clusters.
 const convergedSubExcessLimit = 5
+
+// potential counts the replicas of Assign's target that this round's
+// assignment cannot place yet: those waiting on a warmup.
+func potential(cfg Config, in Input) int {
+	r := newRun(cfg.normalized(), in)
+	r.assignStatefulActives()
+	r.assignStandbys()
+	r.settleReplicas()
+	n := 0
+	for i, hs := range r.holders {
+		for _, c := range hs {
+			if c != r.active[i] && !slices.Contains(r.standby[i], c) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// stickiness compares the owners of actives before an event and once the
+// group settled with Kafka Streams' bounds, and records how far they are
+// exceeded: a client joining moves at most its share of the T actives by
+// capacity, rounded up, plus one (ceil(T/(N+1))+1 when N clients of equal
+// capacity were there before), and a client leaving moves only its own.
+// Assign does not meet them yet: balancing stateful actives and all actives
+// separately moves stateless tasks between the clients that were there.
+func (s *sim) stickiness(before, after map[task.ID]string, handovers map[task.ID]int) {
+	moved, others, hand := 0, 0, 0
+	for t, o := range before {
+		if after[t] != o {
+			moved++
+			if o != s.left {
+				others++
+			}
+		}
+		hand += handovers[t]
+	}
+	switch {
+	case s.joined != "":
+		s.st.joins++
+		sum := 0
+		for _, c := range s.clients {
+			sum += c.cap
+		}
+		share := len(s.tasks) * s.clients[s.joined].cap
+		bound := (share+sum-1)/sum + 1
+		if moved > bound {
+			s.st.joinBad++
+			s.st.joinExcess = max(s.st.joinExcess, moved-bound)
+		}
+		s.st.joinHandovers = max(s.st.joinHandovers, hand-bound)
+	case s.left != "":
+		s.st.leaves++
+		if others > 0 {
+			s.st.leaveBad++
+			s.st.leaveMoved = max(s.st.leaveMoved, others)
+		}
+	}
+}
