@@ -1,6 +1,7 @@
 package assignor
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -357,6 +358,17 @@ type warmup struct {
 
 func newRun(cfg Config, in Input) *run {
 	r := &run{cfg: cfg}
+	r.readClients(in)
+	r.readTasks(in)
+	r.readPrevious(in)
+	r.findEligible(in)
+	return r
+}
+
+// readClients lists the clients in order with their capacities, racks and
+// interned tag values, and groups those with the same values into classes.
+func (r *run) readClients(in Input) {
+	cfg := r.cfg
 	for id := range in.Clients {
 		r.ids = append(r.ids, id)
 	}
@@ -391,6 +403,11 @@ func newRun(cfg Config, in Input) *run {
 	if len(r.ids) > 0 {
 		r.k = min(cfg.NumStandbys, len(r.ids)-1)
 	}
+	r.classify()
+}
+
+// classify puts clients with the same tag values in one class.
+func (r *run) classify() {
 	r.class = make([]int, len(r.ids))
 	classOf := map[string]int{}
 	var key []byte
@@ -411,7 +428,11 @@ func newRun(cfg Config, in Input) *run {
 		r.classMembers[k] = append(r.classMembers[k], c)
 	}
 	r.classes = len(classOf)
+}
 
+// readTasks lists the stateful and the stateless tasks in order, with
+// their interned sub-topologies and input leaders' racks.
+func (r *run) readTasks(in Input) {
 	for id, ti := range in.Tasks {
 		if ti.Stateful {
 			r.sf = append(r.sf, id)
@@ -432,7 +453,7 @@ func newRun(cfg Config, in Input) *run {
 				subs[id.SubTopology] = g
 			}
 			groups[i] = g
-			if cfg.ActiveRackTag != "" && len(in.TaskRacks[id]) > 0 {
+			if r.cfg.ActiveRackTag != "" && len(in.TaskRacks[id]) > 0 {
 				racks[i] = slices.Compact(slices.Sorted(slices.Values(in.TaskRacks[id])))
 			}
 		}
@@ -445,11 +466,16 @@ func newRun(cfg Config, in Input) *run {
 	for i, id := range r.sf {
 		r.sfIndex[id] = i
 	}
+}
+
+// readPrevious reads what each client ran and holds: previous owners and
+// standbys, previous replica loads, and each stateful task's clients with
+// state, sorted by client.
+func (r *run) readPrevious(in Input) {
 	slIndex := make(map[task.ID]int, len(r.sl))
 	for i, id := range r.sl {
 		slIndex[id] = i
 	}
-
 	ns := len(r.sf)
 	r.state = make([][]clientLag, ns)
 	r.prevActive = filled(ns, -1)
@@ -495,9 +521,13 @@ func newRun(cfg Config, in Input) *run {
 			r.state[i] = append(r.state[i], clientLag{c, lags[i]})
 		}
 	}
+}
 
-	r.eligible = make([][]int, ns)
-	r.shortLog = make([]bool, ns)
+// findEligible decides, per stateful task, which clients may take its
+// active: the caught-up ones, else the most caught up, else any (nil).
+func (r *run) findEligible(in Input) {
+	r.eligible = make([][]int, len(r.sf))
+	r.shortLog = make([]bool, len(r.sf))
 	for i, id := range r.sf {
 		end, known := in.Ends[id]
 		r.shortLog[i] = known && r.caughtUpLag(max(end, 0))
@@ -530,7 +560,6 @@ func newRun(cfg Config, in Input) *run {
 			}
 		}
 	}
-	return r
 }
 
 func filled(n, v int) []int {
@@ -711,13 +740,19 @@ func (r *run) assignStandbys() {
 	}
 	lo, hi := bounds(ns*(1+r.k), r.caps, ns)
 
-	// Sticky pass: previous standbys, and the previous active if the
-	// active moved, keep their replica unless tags call for another client.
-	// Among equally fresh candidates the one that was least loaded keeps
-	// it, so that a replica kept on a busy client while another warmed up
-	// goes to the warmed client. Clients left over their share shed
-	// replicas in the balance pass, which moves no more of them than it
-	// must.
+	r.keepStandbys(hi)
+	r.fillStandbys(hi)
+	r.balanceStandbys(lo, hi)
+}
+
+// keepStandbys is the sticky pass: previous standbys, and the previous
+// active if the active moved, keep their replica unless tags call for
+// another client. Among equally fresh candidates one not over its limit
+// keeps it, then the one that was least loaded, so that a replica kept on a
+// busy client while another warmed up goes to the warmed client. Clients
+// left over their share shed replicas in the balance pass, which moves no
+// more of them than it must.
+func (r *run) keepStandbys(hi []int) {
 	var cands []int
 	for i := range r.sf {
 		cands = cands[:0]
@@ -725,24 +760,10 @@ func (r *run) assignStandbys() {
 		if p := r.prevActive[i]; p >= 0 && !slices.Contains(cands, p) {
 			cands = append(cands, p)
 		}
-		slices.SortFunc(cands, func(a, b int) int {
-			if la, lb := r.lag(i, a), r.lag(i, b); la != lb {
-				if la < lb {
-					return -1
-				}
-				return 1
-			}
-			if oa, ob := r.prevLoad[a] > hi[a], r.prevLoad[b] > hi[b]; oa != ob {
-				if ob {
-					return -1
-				}
-				return 1
-			}
-			if c := cmpRatio(r.prevLoad[a], r.caps[a], r.prevLoad[b], r.caps[b]); c != 0 {
-				return c
-			}
-			return a - b
-		})
+		key := func(c int) keepHolderKey {
+			return keepHolderKey{lag: r.lag(i, c), over: r.prevLoad[c] > hi[c], load: ratio{r.prevLoad[c], r.caps[c]}, client: c}
+		}
+		slices.SortFunc(cands, func(a, b int) int { return key(a).compare(key(b)) })
 		for len(cands) > 0 && len(r.holders[i]) < 1+r.k {
 			best := r.maxTagScore(i)
 			pick := -1
@@ -758,13 +779,37 @@ func (r *run) assignStandbys() {
 			r.addStandby(i, pick)
 		}
 	}
+}
 
-	// Fill pass: tag spread first, then room, then warm state, then the
-	// least loaded client. A client's tag score depends only on its tag
-	// values, so clients with the same values form a class, each kept in a
-	// heap by room and load: the best client for a standby is among the
-	// classes' best that do not hold the task yet and the clients with
-	// state for it, which spares scanning every client per standby.
+// keepHolderKey ranks a task's previous holders for keeping its replicas,
+// the first kept lowest.
+type keepHolderKey struct {
+	lag    int64 // the holder's lag on the task
+	over   bool  // its previous replicas are above its upper limit
+	load   ratio // its previous replicas per capacity
+	client int
+}
+
+func (k keepHolderKey) compare(o keepHolderKey) int {
+	if c := cmp.Compare(k.lag, o.lag); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.over, o.over); c != 0 {
+		return c
+	}
+	if c := k.load.compare(o.load); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.client, o.client)
+}
+
+// fillStandbys is the fill pass: tag spread first, then room, then warm
+// state, then the least loaded client. A client's tag score depends only on
+// its tag values, so clients with the same values form a class, each kept
+// in a heap by room and load: the best client for a standby is among the
+// classes' best that do not hold the task yet and the clients with state
+// for it, which spares scanning every client per standby.
+func (r *run) fillStandbys(hi []int) {
 	better := func(i, c, pick int) bool {
 		if pick < 0 {
 			return true
@@ -809,10 +854,12 @@ func (r *run) assignStandbys() {
 			classes.fix(pick)
 		}
 	}
+}
 
-	// Balance pass: greedy choices can leave a client over its share with
-	// every underloaded client already holding its tasks; chains of moves
-	// fix that.
+// balanceStandbys is the balance pass: greedy choices can leave a client
+// over its share with every underloaded client already holding its tasks;
+// chains of moves fix that.
+func (r *run) balanceStandbys(lo, hi []int) {
 	warm := r.warmSinks()
 	over := func(c int) bool { return r.replicas[c] > hi[c] }
 	underHi := func(c int) bool { return r.replicas[c] < hi[c] }
@@ -1507,57 +1554,7 @@ func (r *run) settleReplicas() {
 	load := slices.Clone(r.activeLoad)
 	var want []warmup
 	for i := range r.sf {
-		a := r.active[i]
-		picks := make([]int, 0, 1+r.k)
-		picks = append(picks, a)
-		for _, c := range r.holders[i] {
-			if len(picks) == 1+r.k {
-				break
-			}
-			if !slices.Contains(picks, c) && r.caught(i, c) {
-				picks = append(picks, c)
-			}
-		}
-		for len(picks) < 1+r.k {
-			// A caught-up client outside the target; with a short
-			// changelog every client is caught up and the target's
-			// clients were enough, so only clients with state qualify.
-			best, bestScore := -1, 0
-			for _, cl := range r.state[i] {
-				c := cl.client
-				if slices.Contains(picks, c) || !r.caughtUpLag(cl.lag) {
-					continue
-				}
-				score := r.tagScoreAmong(picks, c)
-				if best >= 0 {
-					if score != bestScore {
-						if score < bestScore {
-							continue
-						}
-					} else if lb := r.lag(i, best); cl.lag != lb {
-						if cl.lag > lb {
-							continue
-						}
-					} else if cmpRatio(load[c]+1, r.caps[c], load[best]+1, r.caps[best]) >= 0 {
-						continue
-					}
-				}
-				best, bestScore = c, score
-			}
-			if best < 0 {
-				break
-			}
-			picks = append(picks, best)
-		}
-		// Too few clients are caught up: the target's clients restore.
-		for _, c := range r.holders[i] {
-			if len(picks) == 1+r.k {
-				break
-			}
-			if !slices.Contains(picks, c) {
-				picks = append(picks, c)
-			}
-		}
+		picks := r.settleTask(i, load)
 		r.standby[i] = picks[1:]
 		for _, c := range r.standby[i] {
 			load[c]++
@@ -1569,34 +1566,108 @@ func (r *run) settleReplicas() {
 			}
 		}
 	}
-	// Warmups to clients holding fewer replicas than the target gives them
-	// first: a warmup that only lets a replica pass through a client on
-	// its way to another leaves the imbalance as it is, and given the slot
-	// every round it would starve the ones that end a migration. Then
-	// partly restored state, as it costs least to finish; then actives,
-	// whose moves balance the load.
-	short := func(w warmup) bool { return load[w.client] < r.replicas[w.client] }
-	slices.SortStableFunc(want, func(a, b warmup) int {
-		switch {
-		case short(a) != short(b):
-			if short(a) {
-				return -1
-			}
-			return 1
-		case a.lag != b.lag:
-			if a.lag < b.lag {
-				return -1
-			}
-			return 1
-		case a.active != b.active:
-			if a.active {
-				return -1
-			}
-			return 1
+	r.warmups = r.chooseWarmups(want, load)
+}
+
+// settleTask returns stateful task i's replicas this round, its active
+// first, given the replicas per client placed so far.
+func (r *run) settleTask(i int, load []int) []int {
+	picks := make([]int, 0, 1+r.k)
+	picks = append(picks, r.active[i])
+	for _, c := range r.holders[i] {
+		if len(picks) == 1+r.k {
+			break
 		}
-		return 0
-	})
-	r.warmups = want[:min(len(want), r.cfg.MaxWarmups)]
+		if !slices.Contains(picks, c) && r.caught(i, c) {
+			picks = append(picks, c)
+		}
+	}
+	for len(picks) < 1+r.k {
+		c := r.caughtOutside(i, picks, load)
+		if c < 0 {
+			break
+		}
+		picks = append(picks, c)
+	}
+	// Too few clients are caught up: the target's clients restore.
+	for _, c := range r.holders[i] {
+		if len(picks) == 1+r.k {
+			break
+		}
+		if !slices.Contains(picks, c) {
+			picks = append(picks, c)
+		}
+	}
+	return picks
+}
+
+// caughtOutside returns the best client caught up on task i that holds none
+// of picks, by outsideKey, or -1. With a short changelog every client is
+// caught up and the target's clients were enough, so only clients with
+// state qualify.
+func (r *run) caughtOutside(i int, picks, load []int) int {
+	best, bestKey := -1, outsideKey{}
+	for _, cl := range r.state[i] {
+		c := cl.client
+		if slices.Contains(picks, c) || !r.caughtUpLag(cl.lag) {
+			continue
+		}
+		k := outsideKey{spread: r.tagScoreAmong(picks, c), lag: cl.lag, load: ratio{load[c] + 1, r.caps[c]}}
+		if best < 0 || k.compare(bestKey) < 0 {
+			best, bestKey = c, k
+		}
+	}
+	return best
+}
+
+// outsideKey ranks caught-up clients outside a task's target for one of its
+// replicas this round, the best lowest.
+type outsideKey struct {
+	spread int   // tag keys on which the client adds a value, more first
+	lag    int64 // its lag on the task
+	load   ratio // its replicas with this one, per capacity
+}
+
+func (k outsideKey) compare(o outsideKey) int {
+	if c := cmp.Compare(o.spread, k.spread); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.lag, o.lag); c != 0 {
+		return c
+	}
+	return k.load.compare(o.load)
+}
+
+// chooseWarmups keeps the first MaxWarmups of the wanted warmups by
+// warmupKey. Warmups to clients holding fewer replicas than the target
+// gives them come first: a warmup that only lets a replica pass through a
+// client on its way to another leaves the imbalance as it is, and given the
+// slot every round it would starve the ones that end a migration. Then
+// partly restored state, as it costs least to finish; then actives, whose
+// moves balance the load.
+func (r *run) chooseWarmups(want []warmup, load []int) []warmup {
+	key := func(w warmup) warmupKey {
+		return warmupKey{full: load[w.client] >= r.replicas[w.client], lag: w.lag, standby: !w.active}
+	}
+	slices.SortStableFunc(want, func(a, b warmup) int { return key(a).compare(key(b)) })
+	return want[:min(len(want), r.cfg.MaxWarmups)]
+}
+
+// warmupKey ranks wanted warmups, the first started lowest.
+type warmupKey struct {
+	full    bool  // the client holds as many replicas as the target gives it
+	lag     int64 // its lag on the task
+	standby bool  // the warmup is for a standby, not the active
+}
+
+func (k warmupKey) compare(o warmupKey) int {
+	if c := cmpBool(k.full, o.full); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.lag, o.lag); c != 0 {
+		return c
+	}
+	return cmpBool(k.standby, o.standby)
 }
 
 // assignStatelessActives places stateless tasks so that the total active
