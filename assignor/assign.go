@@ -233,13 +233,13 @@ type Output struct {
 //     another holds two tasks more than its share (clients that hold every
 //     stateful task aside for replicas);
 //   - stateless tasks balance the total active load as it is this round,
-//     not as the target will have it once warmups finish. While a
-//     migration runs, a client keeps its stateless tasks until its load is
-//     more than one task per thread outside its balanced range, and those
-//     that move go where the final placement wants them, so a stateless
-//     task moves once per event unless it went to a client short of load
-//     while that client's stateful actives warmed up; then it moves again
-//     as they arrive;
+//     not as the target will have it once warmups finish, as Kafka Streams
+//     does: given the stateful actives, there is a level λ with every
+//     client at λ·capacity or above and every client holding a stateless
+//     task at most at λ·capacity+1. While a migration runs, those that
+//     move go where the final placement wants them; a stateless task given
+//     to a client short of load while that client's stateful actives warm
+//     up moves again as they arrive;
 //   - assignments are sticky: previous owners keep what balance allows, and
 //     a client over its share gives up first the tasks that have other warm
 //     homes, that are off their input leaders' rack (ActiveRackTag), and
@@ -1639,12 +1639,15 @@ func (k outsideKey) compare(o outsideKey) int {
 }
 
 // chooseWarmups keeps the first MaxWarmups of the wanted warmups by
-// warmupKey. Warmups to clients holding fewer replicas than the target
-// gives them come first: a warmup that only lets a replica pass through a
-// client on its way to another leaves the imbalance as it is, and given the
-// slot every round it would starve the ones that end a migration. Then
-// partly restored state, as it costs least to finish; then actives, whose
-// moves balance the load.
+// warmupKey. Warmups for actives come first: once one completes, its task
+// has one more caught-up client and is the one its client gives up, which
+// keeps the target where the warmup went, while a standby's warmup on a
+// third client can make the target move another task instead. Then
+// warmups to clients holding fewer replicas than the target gives them: a
+// warmup that only lets a replica pass through a client on its way to
+// another leaves the imbalance as it is, and given the slot every round it
+// would starve the ones that end a migration. Then partly restored state,
+// as it costs least to finish.
 func (r *run) chooseWarmups(want []warmup, load []int) []warmup {
 	key := func(w warmup) warmupKey {
 		return warmupKey{full: load[w.client] >= r.replicas[w.client], lag: w.lag, standby: !w.active}
@@ -1655,42 +1658,38 @@ func (r *run) chooseWarmups(want []warmup, load []int) []warmup {
 
 // warmupKey ranks wanted warmups, the first started lowest.
 type warmupKey struct {
+	standby bool  // the warmup is for a standby, not the active
 	full    bool  // the client holds as many replicas as the target gives it
 	lag     int64 // its lag on the task
-	standby bool  // the warmup is for a standby, not the active
 }
 
 func (k warmupKey) compare(o warmupKey) int {
+	if c := cmpBool(k.standby, o.standby); c != 0 {
+		return c
+	}
 	if c := cmpBool(k.full, o.full); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(k.lag, o.lag); c != 0 {
-		return c
-	}
-	return cmpBool(k.standby, o.standby)
+	return cmp.Compare(k.lag, o.lag)
 }
 
 // assignStatelessActives places stateless tasks so that the total active
 // load is balanced given the stateful actives as they run this round.
 //
-// While a migration runs (some stateful active waits on a warmup), a
-// client's stateless tasks stay as long as its load is within
-// migrationSlack tasks per thread of the balanced range, and those that
-// must move go where the final placement (balanced against the target's
-// stateful loads) wants them, so that a task moves to its final owner
-// once. The exception is a client short of load while its stateful actives
-// warm up (a joining one): it takes stateless tasks now that it gives up as
-// its actives arrive, so they move twice. Once nothing waits on a warmup the
-// current loads are the target's and the placement is balanced without
-// slack.
+// The limits come from loadBounds over the stateful actives as they run.
+// While a migration runs (some stateful active waits on a warmup), the
+// stateless tasks that must move go where the final placement (balanced
+// against the target's stateful loads) wants them, so that most move to
+// their final owner once. A client short of load while its stateful
+// actives warm up (a joining one) takes stateless tasks now that it gives
+// up as its actives arrive, so those move twice or more.
 func (r *run) assignStatelessActives() {
 	nc := len(r.ids)
 	if nc == 0 {
 		r.slOwner = filled(len(r.sl), -1)
 		return
 	}
-	total := len(r.sf) + len(r.sl)
-	lo, hi := bounds(total, r.caps, total)
+	lo, hi := loadBounds(len(r.sl), r.caps, r.activeLoad)
 	spreaderWith := func(lo, hi []int, keepRank func(int) int, affinity func(int, int) int) spreader {
 		return spreader{
 			caps: r.caps, lo: lo, hi: hi,
@@ -1709,12 +1708,9 @@ func (r *run) assignStatelessActives() {
 		r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
 		return
 	}
+	sp.lo, sp.hi = loadBounds(len(r.sl), r.caps, r.targetLoad)
 	final, _ := sp.spread(r.slPrev, r.targetLoad)
 	sp.uniform = nil
-	for c := range lo {
-		lo[c] = max(0, lo[c]-migrationSlack*r.caps[c])
-		hi[c] += migrationSlack * r.caps[c]
-	}
 	sp = spreaderWith(lo, hi,
 		func(i int) int {
 			// Tasks the final placement moves anyway go first.
@@ -1733,12 +1729,6 @@ func (r *run) assignStatelessActives() {
 		})
 	r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
 }
-
-// migrationSlack is how many tasks per thread a client's active load may
-// stray outside its balanced range while a migration runs before its
-// stateless tasks move: each such move would likely be undone as the
-// stateful actives arrive.
-const migrationSlack = 1
 
 func (r *run) output() Output {
 	out := Output{

@@ -456,11 +456,10 @@ func (s *sim) converge() error {
 	}
 }
 
-// checkMigrationBalance checks the balance of every round, migrations
-// included: a client holding a stateless task is at most two tasks per
-// thread above any other client, (n_a-1)/cap_a - n_b/cap_b ≤ 2 (a
-// converged group has ≤ 0). Stateless tasks wait to move until a client is
-// more than migrationSlack tasks per thread outside its balanced range.
+// checkMigrationBalance checks the balance of total load in every round,
+// migrations included, as Kafka Streams keeps it: a client holding a
+// stateless task is at most one task above the level of any other client,
+// (n_a-1)/cap_a ≤ n_b/cap_b.
 func (s *sim) checkMigrationBalance(in Input, out Output) error {
 	type load struct{ n, cap, sl int }
 	var loads []load
@@ -481,7 +480,7 @@ func (s *sim) checkMigrationBalance(in Input, out Output) error {
 		for y, b := range loads {
 			dev := float64(a.n-1)/float64(a.cap) - float64(b.n)/float64(b.cap)
 			s.st.maxMigrationDev = max(s.st.maxMigrationDev, dev)
-			if (a.n-1)*b.cap-b.n*a.cap > 2*migrationSlack*a.cap*b.cap {
+			if (a.n-1)*b.cap > b.n*a.cap {
 				return fmt.Errorf("%s holds %d actives (%d stateless) on %d threads, %s %d on %d", names[x], a.n, a.sl, a.cap, names[y], b.n, b.cap)
 			}
 		}
@@ -638,17 +637,15 @@ func subTopologyExcessWhere(in Input, out Output, counts func(client string, sub
 // moveLimit bounds how often one stateful task's active may change owner
 // while the group converges after one event (nearly always once, from where
 // it runs to its target after a warmup), and statelessMoveLimit one
-// stateless task's. A stateless task moves once, to where the final
-// placement wants it, except one handed to a client that is short of load
-// while its stateful actives warm up (a joining client): that client gives
-// it up as its actives arrive. Moving each stateless task at most once
-// would leave such a client idle until its warmups finish, which is the
-// imbalance issue 16 reported. The final placement is recomputed each
-// round from where tasks run, so it can shift under a task that already
-// moved: in 10,000 clusters a handful of tasks moved three times.
+// stateless task's. Stateless tasks balance the total load of every round,
+// so one handed to a client that is short of load while its stateful
+// actives warm up (a joining client) moves on as they arrive, and the final
+// placement, recomputed each round from where tasks run, can shift under a
+// task that already moved: in 20,000 clusters 179 of 300,000 stateless
+// tasks moved three times or four in one event, none more.
 const (
 	moveLimit          = 2
-	statelessMoveLimit = 3
+	statelessMoveLimit = 4
 )
 
 // convergedSubExcessLimit bounds how many actives of one sub-topology a

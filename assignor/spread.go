@@ -53,6 +53,40 @@ func bounds(total int, caps []int, limit int) (lo, hi []int) {
 	return lo, hi
 }
 
+// loadBounds is bounds for items added to bins that already hold base
+// (with no limit per bin): the lowest level λ at which max(base, ⌊λ·cap⌋+1)
+// summed over the bins holds the total, with lo = max(base, ⌈λ·cap⌉) and
+// hi = max(base, ⌊λ·cap⌋+1). A bin whose base alone is above the level
+// takes no item; every bin is then at λ·cap or above, and one that takes an
+// item at most at λ·cap+1.
+func loadBounds(items int, caps, base []int) (lo, hi []int) {
+	lo, hi = slices.Clone(base), slices.Clone(base)
+	total, room := items, 0
+	h := &levelHeap{caps: caps}
+	for b := range caps {
+		total += base[b]
+		room += max(base[b], 1)
+		// A bin's room passes its base at the level base/cap.
+		h.items = append(h.items, level{m: max(base[b], 1), bin: b})
+	}
+	heap.Init(h)
+	num, den := 0, 1 // λ = num/den
+	for room < total && h.Len() > 0 {
+		top := h.items[0]
+		num, den = top.m, caps[top.bin]
+		for h.Len() > 0 && h.items[0].m*den == num*caps[h.items[0].bin] {
+			l := heap.Pop(h).(level)
+			room++
+			heap.Push(h, level{m: l.m + 1, bin: l.bin})
+		}
+	}
+	for b, c := range caps {
+		lo[b] = max(base[b], (num*c+den-1)/den)
+		hi[b] = max(base[b], num*c/den+1)
+	}
+	return lo, hi
+}
+
 // level is the level m/caps[bin] at which a bin's room grows to m+1.
 type level struct{ m, bin int }
 
