@@ -663,9 +663,9 @@ func potential(cfg Config, in Input) int {
 	r.assignStandbys()
 	r.settleReplicas()
 	n := 0
-	for i, hs := range r.holders {
-		for _, c := range hs {
-			if c != r.active[i] && !slices.Contains(r.standby[i], c) {
+	for _, t := range r.sf {
+		for _, c := range t.holders {
+			if c != t.active && !slices.Contains(t.standby, c) {
 				n++
 			}
 		}
