@@ -1018,26 +1018,7 @@ const exchangeBudget = 100_000
 // the limits; each later re-placement gives up a client the one before
 // loaded, at most exchangeDepth of them. It reports whether it found one.
 func (r *run) exchange(lo, hi []int, budget *int) bool {
-	delta := func(moves []swap) int {
-		d := 0
-		for _, m := range moves {
-			n := r.clients[m.from].replicas
-			d += max(0, n-1-hi[m.from]) + max(0, lo[m.from]-n+1) - max(0, n-hi[m.from]) - max(0, lo[m.from]-n)
-			n = r.clients[m.to].replicas
-			d += max(0, n+1-hi[m.to]) + max(0, lo[m.to]-n-1) - max(0, n-hi[m.to]) - max(0, lo[m.to]-n)
-		}
-		return d
-	}
-	apply := func(i int, moves []swap) {
-		for _, m := range moves {
-			r.moveStandby(i, m.from, m.to)
-		}
-	}
-	undo := func(i int, moves []swap) {
-		for _, m := range slices.Backward(moves) {
-			r.moveStandby(i, m.to, m.from)
-		}
-	}
+	x := exchanger{r: r, lo: lo, hi: hi, budget: budget}
 	low := false
 	for c := range r.clients {
 		low = low || r.clients[c].replicas < lo[c]
@@ -1051,9 +1032,9 @@ func (r *run) exchange(lo, hi []int, budget *int) bool {
 			continue
 		}
 		for _, first := range r.alternatives(i, -1, budget) {
-			d1 := delta(first)
+			d1 := x.delta(first)
 			if d1 < 0 {
-				apply(i, first)
+				x.apply(i, first)
 				return true
 			}
 			// A first re-placement that makes things much worse rarely
@@ -1061,42 +1042,74 @@ func (r *run) exchange(lo, hi []int, budget *int) bool {
 			if d1 > 2 {
 				continue
 			}
-			apply(i, first)
-			// follow looks for a re-placement of another task that gives
-			// up a client the last one loaded and brings the total below
-			// zero, or, with depth left, one that keeps it within two and
-			// is followed up in turn.
-			var follow func(used []int, moves []swap, total, depth int) bool
-			follow = func(used []int, moves []swap, total, depth int) bool {
-				for _, m := range moves {
-					for _, j := range slices.Clone(r.clients[m.to].standbys) {
-						if slices.Contains(used, j) {
-							continue
-						}
-						for _, next := range r.alternatives(j, m.to, budget) {
-							t := total + delta(next)
-							if t < 0 {
-								apply(j, next)
-								return true
-							}
-							if depth > 1 && t <= 2 {
-								apply(j, next)
-								if follow(append(used, j), next, t, depth-1) {
-									return true
-								}
-								undo(j, next)
-							}
-						}
-					}
-				}
-				return false
-			}
-			if follow([]int{i}, first, d1, exchangeDepth) {
+			x.apply(i, first)
+			if x.follow([]int{i}, first, d1, exchangeDepth) {
 				return true
 			}
-			undo(i, first)
+			x.undo(i, first)
 			if *budget <= 0 {
 				return false
+			}
+		}
+	}
+	return false
+}
+
+// exchanger is one exchange's search: the limits and the budget left.
+type exchanger struct {
+	r      *run
+	lo, hi []int
+	budget *int
+}
+
+// delta is how much moves change the clients' total distance from their
+// limits.
+func (x *exchanger) delta(moves []swap) int {
+	d := 0
+	for _, m := range moves {
+		n := x.r.clients[m.from].replicas
+		d += max(0, n-1-x.hi[m.from]) + max(0, x.lo[m.from]-n+1) - max(0, n-x.hi[m.from]) - max(0, x.lo[m.from]-n)
+		n = x.r.clients[m.to].replicas
+		d += max(0, n+1-x.hi[m.to]) + max(0, x.lo[m.to]-n-1) - max(0, n-x.hi[m.to]) - max(0, x.lo[m.to]-n)
+	}
+	return d
+}
+
+func (x *exchanger) apply(i int, moves []swap) {
+	for _, m := range moves {
+		x.r.moveStandby(i, m.from, m.to)
+	}
+}
+
+func (x *exchanger) undo(i int, moves []swap) {
+	for _, m := range slices.Backward(moves) {
+		x.r.moveStandby(i, m.to, m.from)
+	}
+}
+
+// follow looks for a re-placement of another task than those used that
+// gives up a client the last moves loaded and brings the total below zero,
+// or, with depth left, one that keeps it within two and is followed up in
+// turn. It applies what it finds and reports whether it did.
+func (x *exchanger) follow(used []int, moves []swap, total, depth int) bool {
+	for _, m := range moves {
+		for _, j := range slices.Clone(x.r.clients[m.to].standbys) {
+			if slices.Contains(used, j) {
+				continue
+			}
+			for _, next := range x.r.alternatives(j, m.to, x.budget) {
+				t := total + x.delta(next)
+				if t < 0 {
+					x.apply(j, next)
+					return true
+				}
+				if depth > 1 && t <= 2 {
+					x.apply(j, next)
+					if x.follow(append(used, j), next, t, depth-1) {
+						return true
+					}
+					x.undo(j, next)
+				}
 			}
 		}
 	}
@@ -1190,56 +1203,15 @@ func (r *run) alternatives(i, from int, budget *int) [][]swap {
 // replaceStandbys places task i's standbys again and keeps the new set only
 // if no tag key's spread shrinks and the clients' distance from their limits
 // (off) falls. The first standby fixes much of the rest when keys pin each
-// other, so it tries the respreadTries best first standbys, each completed
-// greedily, and keeps the best set.
+// other, so it tries the respreadTries best first standbys by respreadKey,
+// each completed greedily, and keeps the best set.
 func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
 	old := slices.Clone(r.sf[i].holders[1:])
 	spread := r.spreadOf(r.sf[i].holders)
-	cost := func(set []int) int {
-		n := 0
-		for _, c := range set {
-			n += off(c)
-		}
-		return n
-	}
-	affected := func(set []int) []int {
-		out := slices.Clone(old)
-		for _, c := range set {
-			if !slices.Contains(out, c) {
-				out = append(out, c)
-			}
-		}
-		return out
-	}
 	for _, c := range old {
 		r.removeStandby(i, c)
 	}
-	// rank orders clients for the next standby of task i: tag spread,
-	// then clients below their lower limit, then those with room, then
-	// the least loaded, then those that held it.
-	rank := func(a, b int) int {
-		if x, y := r.tagScore(i, a), r.tagScore(i, b); x != y {
-			return y - x
-		}
-		for _, lim := range [][]int{lo, hi} {
-			if x, y := r.clients[a].replicas >= lim[a], r.clients[b].replicas >= lim[b]; x != y {
-				if x {
-					return 1
-				}
-				return -1
-			}
-		}
-		if x := cmpRatio(r.clients[a].replicas+1, r.caps[a], r.clients[b].replicas+1, r.caps[b]); x != 0 {
-			return x
-		}
-		if x, y := slices.Contains(old, a), slices.Contains(old, b); x != y {
-			if x {
-				return -1
-			}
-			return 1
-		}
-		return a - b
-	}
+	rank := func(a, b int) int { return r.respreadKey(i, a, lo, hi, old).compare(r.respreadKey(i, b, lo, hi, old)) }
 	var firsts []int
 	for c := range r.clients {
 		if !slices.Contains(r.sf[i].holders, c) {
@@ -1250,34 +1222,12 @@ func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
 	var best []int
 	bestGain := 0
 	for _, first := range firsts[:min(len(firsts), respreadTries)] {
-		set := []int{first}
-		r.addStandby(i, first)
-		for len(r.sf[i].holders) < 1+r.k {
-			pick := -1
-			for c := range r.clients {
-				if !slices.Contains(r.sf[i].holders, c) && (pick < 0 || rank(c, pick) < 0) {
-					pick = c
-				}
-			}
-			r.addStandby(i, pick)
-			set = append(set, pick)
-		}
-		aff := affected(set)
-		after := cost(aff)
+		set := r.completeStandbys(i, first, rank)
 		ok := true
 		for j, n := range r.spreadOf(r.sf[i].holders) {
 			ok = ok && n >= spread[j]
 		}
-		for _, c := range set {
-			r.removeStandby(i, c)
-		}
-		for _, c := range old {
-			r.addStandby(i, c)
-		}
-		gain := cost(aff) - after
-		for _, c := range old {
-			r.removeStandby(i, c)
-		}
+		gain := r.respreadGain(i, old, set, off)
 		if ok && gain > bestGain {
 			best, bestGain = set, gain
 		}
@@ -1289,6 +1239,94 @@ func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
 		r.addStandby(i, c)
 	}
 	return bestGain > 0
+}
+
+// completeStandbys gives task i, which holds no standby, the standby first
+// and then the best client by rank until it has its standbys, and returns
+// them.
+func (r *run) completeStandbys(i, first int, rank func(a, b int) int) []int {
+	set := []int{first}
+	r.addStandby(i, first)
+	for len(r.sf[i].holders) < 1+r.k {
+		pick := -1
+		for c := range r.clients {
+			if !slices.Contains(r.sf[i].holders, c) && (pick < 0 || rank(c, pick) < 0) {
+				pick = c
+			}
+		}
+		r.addStandby(i, pick)
+		set = append(set, pick)
+	}
+	return set
+}
+
+// respreadGain takes task i's standby set off again and returns by how much
+// it lowered the distance from the limits (off) of the clients it or the
+// old set touch, against the old set; task i is left with no standby.
+func (r *run) respreadGain(i int, old, set []int, off func(int) int) int {
+	affected := slices.Clone(old)
+	for _, c := range set {
+		if !slices.Contains(affected, c) {
+			affected = append(affected, c)
+		}
+	}
+	cost := func() int {
+		n := 0
+		for _, c := range affected {
+			n += off(c)
+		}
+		return n
+	}
+	after := cost()
+	for _, c := range set {
+		r.removeStandby(i, c)
+	}
+	for _, c := range old {
+		r.addStandby(i, c)
+	}
+	before := cost()
+	for _, c := range old {
+		r.removeStandby(i, c)
+	}
+	return before - after
+}
+
+// respreadKey ranks client c for the next standby of task i when its
+// standbys are placed again, the best lowest.
+type respreadKey struct {
+	spread int   // tag keys on which c adds a value, more first
+	atLo   bool  // c is at or above its lower limit
+	full   bool  // c is at or above its upper limit
+	load   ratio // c's replicas with this one, per capacity
+	newcom bool  // c did not hold a standby of the task
+	client int
+}
+
+func (r *run) respreadKey(i, c int, lo, hi, old []int) respreadKey {
+	n := r.clients[c].replicas
+	return respreadKey{
+		spread: r.tagScore(i, c), atLo: n >= lo[c], full: n >= hi[c],
+		load: ratio{n + 1, r.caps[c]}, newcom: !slices.Contains(old, c), client: c,
+	}
+}
+
+func (k respreadKey) compare(o respreadKey) int {
+	if c := cmp.Compare(o.spread, k.spread); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.atLo, o.atLo); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.full, o.full); c != 0 {
+		return c
+	}
+	if c := k.load.compare(o.load); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.newcom, o.newcom); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.client, o.client)
 }
 
 // respreadTries bounds the first standbys replaceStandbys tries per task.
