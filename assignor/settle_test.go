@@ -145,3 +145,14 @@ func TestRegressionSettlesAfterRestartLeaveAndReturn(t *testing.T) {
 	}
 	s.settle(t)
 }
+
+// Simulation seeds whose groups once rebalanced for ever: a warmed replica
+// traded for another (593, 9740), the one warmup slot given every round to
+// a replica passing through a client (10439), and a standby's warmup on a
+// third client making the target give up another task each round
+// (1796614771211746454).
+func TestRegressionSeedsSettle(t *testing.T) {
+	for _, seed := range []uint64{593, 9740, 10439, 1796614771211746454} {
+		require.NoError(t, simulate(seed, &simStats{}), "seed %d", seed)
+	}
+}
