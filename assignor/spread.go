@@ -169,7 +169,7 @@ func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 	sp.place()
 	sp.raiseLow()
 	sp.drainHigh()
-	if sp.share != nil {
+	if sp.shares != nil {
 		s.swapGroups(prev, sp.owner, sp.gload, sp.share, sp.aff)
 	}
 	return sp.owner, sp.load
@@ -183,10 +183,16 @@ type spreading struct {
 	load  []int   // per bin: base plus the items placed on it
 	count []int   // per bin: the items of this spread placed on it
 	gload []int32 // per group and bin (group·bins+bin); nil without groups
-	// share is a bin's share of a group: the group's size times the bin's
-	// part of the capacity, rounded up. Nil without groups.
-	share func(b, g int) int
+	// shares holds each group's share of a bin (see share) per capacity
+	// kind: group·kinds+kind[bin]. Nil without groups.
+	shares []int
+	kinds  int
+	kind   []int // per bin: index of its capacity among the kinds
 }
+
+// share is bin b's share of group g: the group's size times the bin's part
+// of the capacity, rounded up.
+func (sp *spreading) share(b, g int) int { return sp.shares[g*sp.kinds+sp.kind[b]] }
 
 func (s *spreader) begin(prev, base []int) *spreading {
 	nb := len(s.caps)
@@ -199,11 +205,28 @@ func (s *spreader) begin(prev, base []int) *spreading {
 	for _, g := range s.group {
 		size[g]++
 	}
+	// A share depends on a bin only through its capacity, and capacities
+	// are few, so shares are computed once per group and capacity: placing
+	// asks for one per item and bin.
 	sum := 0
-	for _, c := range s.caps {
+	sp.kind = make([]int, nb)
+	var kinds []int
+	for b, c := range s.caps {
 		sum += c
+		k := slices.Index(kinds, c)
+		if k < 0 {
+			k = len(kinds)
+			kinds = append(kinds, c)
+		}
+		sp.kind[b] = k
 	}
-	sp.share = func(b, g int) int { return (size[g]*s.caps[b] + sum - 1) / sum }
+	sp.kinds = len(kinds)
+	sp.shares = make([]int, s.groups*len(kinds))
+	for g, n := range size {
+		for k, c := range kinds {
+			sp.shares[g*len(kinds)+k] = (n*c + sum - 1) / sum
+		}
+	}
 	return sp
 }
 
