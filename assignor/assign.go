@@ -1,6 +1,7 @@
 package assignor
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -232,13 +233,13 @@ type Output struct {
 //     another holds two tasks more than its share (clients that hold every
 //     stateful task aside for replicas);
 //   - stateless tasks balance the total active load as it is this round,
-//     not as the target will have it once warmups finish. While a
-//     migration runs, a client keeps its stateless tasks until its load is
-//     more than one task per thread outside its balanced range, and those
-//     that move go where the final placement wants them, so a stateless
-//     task moves once per event unless it went to a client short of load
-//     while that client's stateful actives warmed up; then it moves again
-//     as they arrive;
+//     not as the target will have it once warmups finish, as Kafka Streams
+//     does: given the stateful actives, there is a level λ with every
+//     client at λ·capacity or above and every client holding a stateless
+//     task at most at λ·capacity+1. While a migration runs, those that
+//     move go where the final placement wants them; a stateless task given
+//     to a client short of load while that client's stateful actives warm
+//     up moves again as they arrive;
 //   - assignments are sticky: previous owners keep what balance allows, and
 //     a client over its share gives up first the tasks that have other warm
 //     homes, that are off their input leaders' rack (ActiveRackTag), and
@@ -302,46 +303,64 @@ func ValidateOutput(in Input, out Output) error {
 type run struct {
 	cfg     Config
 	k       int // standbys per stateful task
-	ids     []string
-	caps    []int
-	tags    [][]int  // per client, per rack key: interned value
-	rack    []string // per client: its ActiveRackTag value, or ""
-	hash    []uint64 // per client: hash of its ID
-	class   []int    // per client: its tag class, the same for the same tag values
-	classes int
+	clients []client
+	caps    []int // per client: its capacity, as bounds and the spreader take it
+	classes int   // tag classes
 	// classMembers lists each tag class's clients in order.
 	classMembers [][]int
-	sf           []task.ID
-	sl           []task.ID
+	sf           []statefulTask
+	sl           []statelessTask
 	sfIndex      map[task.ID]int
-	groups       int   // distinct sub-topologies
-	sfGroup      []int // interned sub-topology per stateful task
-	slGroup      []int
-	sfRacks      [][]string // input leaders' racks per stateful task, sorted
-	slRacks      [][]string
+	groups       int // distinct sub-topologies
 
-	// Per stateful task.
-	state       [][]clientLag // clients with state, sorted by client
-	eligible    [][]int       // clients allowed to take the active; nil when free
-	shortLog    []bool        // clients without state are caught up
-	prevActive  []int
-	prevStandby [][]int
-	prevLoad    []int   // stateful replicas per client in the previous round
-	target      []int   // balanced destination of the active
-	targetLoad  []int   // stateful actives per client, as balance wants them
-	active      []int   // where the active actually goes
-	holders     [][]int // target replicas, target active first
-	standby     [][]int // actual standbys this round
-	warmups     []warmup
+	// Stateful actives per client, as the spreader takes and gives them.
+	targetLoad []int // as balance wants them
+	activeLoad []int // as they run this round
 
-	// Per stateless task.
-	slPrev  []int
-	slOwner []int
+	warmups  []warmup
+	followup bool
+}
 
-	activeLoad []int   // actual stateful actives per client
-	replicas   []int   // target stateful actives plus standbys per client
-	standbys   [][]int // target standbys per client
-	followup   bool
+// client is what one Assign call knows and decides of one client.
+type client struct {
+	id    string
+	tags  []int  // per rack key: interned value
+	rack  string // its ActiveRackTag value, or ""
+	hash  uint64 // hash of its ID
+	class int    // its tag class, the same for the same tag values
+
+	prevLoad int   // stateful replicas in the previous round
+	replicas int   // target stateful actives plus standbys
+	standbys []int // target standbys
+}
+
+// statefulTask is what one Assign call knows and decides of one stateful
+// task.
+type statefulTask struct {
+	id    task.ID
+	group int      // interned sub-topology
+	racks []string // input leaders' racks, sorted
+
+	state       []clientLag // clients with state, sorted by client
+	eligible    []int       // clients allowed to take the active; nil when free
+	shortLog    bool        // clients without state are caught up
+	prevActive  int
+	prevStandby []int
+
+	target  int   // balanced destination of the active
+	active  int   // where the active actually goes
+	holders []int // target replicas, target active first
+	standby []int // actual standbys this round
+}
+
+// statelessTask is what one Assign call knows and decides of one stateless
+// task.
+type statelessTask struct {
+	id    task.ID
+	group int      // interned sub-topology
+	racks []string // input leaders' racks, sorted
+	prev  int      // previous owner, or -1
+	owner int
 }
 
 type clientLag struct {
@@ -357,23 +376,31 @@ type warmup struct {
 
 func newRun(cfg Config, in Input) *run {
 	r := &run{cfg: cfg}
-	for id := range in.Clients {
-		r.ids = append(r.ids, id)
-	}
-	slices.Sort(r.ids)
+	r.readClients(in)
+	r.readTasks(in)
+	r.readPrevious(in)
+	r.findEligible(in)
+	return r
+}
+
+// readClients lists the clients in order with their capacities, racks and
+// interned tag values, and groups those with the same values into classes.
+func (r *run) readClients(in Input) {
+	cfg := r.cfg
+	ids := slices.Sorted(maps.Keys(in.Clients))
 	values := map[string]int{}
-	r.caps = make([]int, len(r.ids))
-	r.tags = make([][]int, len(r.ids))
-	r.rack = make([]string, len(r.ids))
-	r.hash = make([]uint64, len(r.ids))
-	for i, id := range r.ids {
+	r.clients = make([]client, len(ids))
+	r.caps = make([]int, len(ids))
+	for i, id := range ids {
 		cs := in.Clients[id]
-		r.hash[i] = clientHash(id)
+		c := &r.clients[i]
+		c.id = id
+		c.hash = clientHash(id)
 		r.caps[i] = max(cs.Capacity, 1)
 		if cfg.ActiveRackTag != "" {
-			r.rack[i] = cs.Tags[cfg.ActiveRackTag]
+			c.rack = cs.Tags[cfg.ActiveRackTag]
 		}
-		r.tags[i] = make([]int, len(cfg.RackAwareTags))
+		c.tags = make([]int, len(cfg.RackAwareTags))
 		for j, key := range cfg.RackAwareTags {
 			v, ok := cs.Tags[key]
 			if !ok {
@@ -385,18 +412,22 @@ func newRun(cfg Config, in Input) *run {
 				n = len(values)
 				values[v] = n
 			}
-			r.tags[i][j] = n
+			c.tags[j] = n
 		}
 	}
-	if len(r.ids) > 0 {
-		r.k = min(cfg.NumStandbys, len(r.ids)-1)
+	if len(r.clients) > 0 {
+		r.k = min(cfg.NumStandbys, len(r.clients)-1)
 	}
-	r.class = make([]int, len(r.ids))
+	r.classify()
+}
+
+// classify puts clients with the same tag values in one class.
+func (r *run) classify() {
 	classOf := map[string]int{}
 	var key []byte
-	for c := range r.ids {
+	for c := range r.clients {
 		key = key[:0]
-		for _, v := range r.tags[c] {
+		for _, v := range r.clients[c].tags {
 			key = fmt.Appendf(key, "%d,", v)
 		}
 		k, ok := classOf[string(key)]
@@ -404,60 +435,68 @@ func newRun(cfg Config, in Input) *run {
 			k = len(classOf)
 			classOf[string(key)] = k
 		}
-		r.class[c] = k
+		r.clients[c].class = k
 		if k == len(r.classMembers) {
 			r.classMembers = append(r.classMembers, nil)
 		}
 		r.classMembers[k] = append(r.classMembers[k], c)
 	}
 	r.classes = len(classOf)
+}
 
+// readTasks lists the stateful and the stateless tasks in order, with
+// their interned sub-topologies and input leaders' racks.
+func (r *run) readTasks(in Input) {
+	var sf, sl []task.ID
 	for id, ti := range in.Tasks {
 		if ti.Stateful {
-			r.sf = append(r.sf, id)
+			sf = append(sf, id)
 		} else {
-			r.sl = append(r.sl, id)
+			sl = append(sl, id)
 		}
 	}
 	byID := func(a, b task.ID) int { return a.Compare(b) }
-	slices.SortFunc(r.sf, byID)
-	slices.SortFunc(r.sl, byID)
+	slices.SortFunc(sf, byID)
+	slices.SortFunc(sl, byID)
 	subs := map[int]int{}
-	intern := func(ids []task.ID) (groups []int, racks [][]string) {
-		groups, racks = make([]int, len(ids)), make([][]string, len(ids))
-		for i, id := range ids {
-			g, ok := subs[id.SubTopology]
-			if !ok {
-				g = len(subs)
-				subs[id.SubTopology] = g
-			}
-			groups[i] = g
-			if cfg.ActiveRackTag != "" && len(in.TaskRacks[id]) > 0 {
-				racks[i] = slices.Compact(slices.Sorted(slices.Values(in.TaskRacks[id])))
-			}
+	intern := func(id task.ID) (group int, racks []string) {
+		g, ok := subs[id.SubTopology]
+		if !ok {
+			g = len(subs)
+			subs[id.SubTopology] = g
 		}
-		return groups, racks
+		if r.cfg.ActiveRackTag != "" && len(in.TaskRacks[id]) > 0 {
+			racks = slices.Compact(slices.Sorted(slices.Values(in.TaskRacks[id])))
+		}
+		return g, racks
 	}
-	r.sfGroup, r.sfRacks = intern(r.sf)
-	r.slGroup, r.slRacks = intern(r.sl)
-	r.groups = len(subs)
-	r.sfIndex = make(map[task.ID]int, len(r.sf))
-	for i, id := range r.sf {
+	r.sf = make([]statefulTask, len(sf))
+	r.sfIndex = make(map[task.ID]int, len(sf))
+	for i, id := range sf {
+		t := &r.sf[i]
+		t.id, t.prevActive, t.target, t.active = id, -1, -1, -1
+		t.group, t.racks = intern(id)
 		r.sfIndex[id] = i
 	}
-	slIndex := make(map[task.ID]int, len(r.sl))
-	for i, id := range r.sl {
-		slIndex[id] = i
+	r.sl = make([]statelessTask, len(sl))
+	for i, id := range sl {
+		t := &r.sl[i]
+		t.id, t.prev, t.owner = id, -1, -1
+		t.group, t.racks = intern(id)
 	}
+	r.groups = len(subs)
+}
 
-	ns := len(r.sf)
-	r.state = make([][]clientLag, ns)
-	r.prevActive = filled(ns, -1)
-	r.prevStandby = make([][]int, ns)
-	r.prevLoad = make([]int, len(r.ids))
-	r.slPrev = filled(len(r.sl), -1)
-	for c, id := range r.ids {
-		cs := in.Clients[id]
+// readPrevious reads what each client ran and holds: previous owners and
+// standbys, previous replica loads, and each stateful task's clients with
+// state, sorted by client.
+func (r *run) readPrevious(in Input) {
+	slIndex := make(map[task.ID]int, len(r.sl))
+	for i, t := range r.sl {
+		slIndex[t.id] = i
+	}
+	for c, cl := range r.clients {
+		cs := in.Clients[cl.id]
 		lags := make(map[int]int64, len(cs.Lags)+len(cs.PrevActive))
 		for t, lag := range cs.Lags {
 			i, ok := r.sfIndex[t]
@@ -468,69 +507,70 @@ func newRun(cfg Config, in Input) *run {
 				lag = 0
 			}
 			lags[i] = lag
-			if lag == LagRunning && r.prevActive[i] < 0 {
-				r.prevActive[i] = c
+			if lag == LagRunning && r.sf[i].prevActive < 0 {
+				r.sf[i].prevActive = c
 			}
 		}
 		for _, t := range cs.PrevActive {
 			if i, ok := r.sfIndex[t]; ok {
 				lags[i] = LagRunning
-				if r.prevActive[i] < 0 {
-					r.prevActive[i] = c
+				if r.sf[i].prevActive < 0 {
+					r.sf[i].prevActive = c
 				}
-				r.prevLoad[c]++
-			} else if i, ok := slIndex[t]; ok && r.slPrev[i] < 0 {
-				r.slPrev[i] = c
+				r.clients[c].prevLoad++
+			} else if i, ok := slIndex[t]; ok && r.sl[i].prev < 0 {
+				r.sl[i].prev = c
 			}
 		}
 		for _, t := range cs.PrevStandby {
-			if i, ok := r.sfIndex[t]; ok && !slices.Contains(r.prevStandby[i], c) {
-				r.prevStandby[i] = append(r.prevStandby[i], c)
-				r.prevLoad[c]++
+			if i, ok := r.sfIndex[t]; ok && !slices.Contains(r.sf[i].prevStandby, c) {
+				r.sf[i].prevStandby = append(r.sf[i].prevStandby, c)
+				r.clients[c].prevLoad++
 			}
 		}
 		// Clients are visited in index order, so each state list stays
 		// sorted by client.
 		for _, i := range slices.Sorted(maps.Keys(lags)) {
-			r.state[i] = append(r.state[i], clientLag{c, lags[i]})
+			r.sf[i].state = append(r.sf[i].state, clientLag{c, lags[i]})
 		}
 	}
+}
 
-	r.eligible = make([][]int, ns)
-	r.shortLog = make([]bool, ns)
-	for i, id := range r.sf {
-		end, known := in.Ends[id]
-		r.shortLog[i] = known && r.caughtUpLag(max(end, 0))
+// findEligible decides, per stateful task, which clients may take its
+// active: the caught-up ones, else the most caught up, else any (nil).
+func (r *run) findEligible(in Input) {
+	for i, t := range r.sf {
+		end, known := in.Ends[t.id]
+		r.sf[i].shortLog = known && r.caughtUpLag(max(end, 0))
 		var caught []int
-		if r.shortLog[i] {
-			for c := range r.ids {
+		if r.sf[i].shortLog {
+			for c := range r.clients {
 				if r.caught(i, c) {
 					caught = append(caught, c)
 				}
 			}
 		} else {
-			for _, cl := range r.state[i] {
+			for _, cl := range r.sf[i].state {
 				if r.caughtUpLag(cl.lag) {
 					caught = append(caught, cl.client)
 				}
 			}
 		}
 		best := lagUnknown
-		for _, cl := range r.state[i] {
+		for _, cl := range r.sf[i].state {
 			best = min(best, cl.lag)
 		}
 		switch {
 		case len(caught) > 0:
-			r.eligible[i] = caught
+			r.sf[i].eligible = caught
 		case best != lagUnknown:
-			for _, cl := range r.state[i] {
+			for _, cl := range r.sf[i].state {
 				if cl.lag == best {
-					r.eligible[i] = append(r.eligible[i], cl.client)
+					r.sf[i].eligible = append(r.sf[i].eligible, cl.client)
 				}
 			}
 		}
 	}
-	return r
 }
 
 func filled(n, v int) []int {
@@ -551,14 +591,14 @@ func (r *run) caughtUpLag(lag int64) bool {
 func (r *run) caught(i, c int) bool {
 	lag := r.lag(i, c)
 	if lag == lagUnknown {
-		return r.shortLog[i]
+		return r.sf[i].shortLog
 	}
 	return r.caughtUpLag(lag)
 }
 
 // lag returns client c's lag on stateful task i, or lagUnknown.
 func (r *run) lag(i, c int) int64 {
-	s := r.state[i]
+	s := r.sf[i].state
 	j, ok := slices.BinarySearchFunc(s, c, func(cl clientLag, c int) int { return cl.client - c })
 	if !ok {
 		return lagUnknown
@@ -568,19 +608,19 @@ func (r *run) lag(i, c int) int64 {
 
 // isEligible reports whether client c may take stateful task i's active now.
 func (r *run) isEligible(i, c int) bool {
-	if r.eligible[i] == nil {
+	if r.sf[i].eligible == nil {
 		return true
 	}
-	_, ok := slices.BinarySearch(r.eligible[i], c)
+	_, ok := slices.BinarySearch(r.sf[i].eligible, c)
 	return ok
 }
 
 // numEligible counts the clients that may take task i's active.
 func (r *run) numEligible(i int) int {
-	if r.eligible[i] == nil {
-		return len(r.ids)
+	if r.sf[i].eligible == nil {
+		return len(r.clients)
 	}
-	return len(r.eligible[i])
+	return len(r.sf[i].eligible)
 }
 
 // stateRank orders clients by how warm their state for task i is: caught up,
@@ -603,7 +643,7 @@ func (r *run) offRack(racks []string, c int) int {
 	if len(racks) == 0 || c < 0 {
 		return 0
 	}
-	if _, ok := slices.BinarySearch(racks, r.rack[c]); ok && r.rack[c] != "" {
+	if _, ok := slices.BinarySearch(racks, r.clients[c].rack); ok && r.clients[c].rack != "" {
 		return 0
 	}
 	return 1
@@ -612,13 +652,17 @@ func (r *run) offRack(racks []string, c int) int {
 // assignStatefulActives computes the balanced target of every stateful
 // active and then where it actually goes this round.
 func (r *run) assignStatefulActives() {
-	ns, nc := len(r.sf), len(r.ids)
+	ns, nc := len(r.sf), len(r.clients)
 	if nc == 0 {
-		r.target, r.active = filled(ns, -1), filled(ns, -1)
 		return
 	}
 	lo, hi := bounds(ns, r.caps, ns)
-	order := interleave(ns, r.sfGroup)
+	groups := make([]int, ns)
+	prev := make([]int, ns)
+	for i, t := range r.sf {
+		groups[i], prev[i] = t.group, t.prevActive
+	}
+	order := interleave(ns, groups)
 	// Tasks with few warm clients choose first, while those clients still
 	// have room.
 	slices.SortStableFunc(order, func(a, b int) int { return r.numEligible(a) - r.numEligible(b) })
@@ -627,7 +671,7 @@ func (r *run) assignStatefulActives() {
 		// A client over its share gives up first the tasks that have other
 		// warm homes, so the moves it must make need no warmup, and then
 		// those off their leaders' rack.
-		keepRank: func(i int) int { return 2*r.numEligible(i) + r.offRack(r.sfRacks[i], r.prevActive[i]) },
+		keepRank: func(i int) int { return 2*r.numEligible(i) + r.offRack(r.sf[i].racks, r.sf[i].prevActive) },
 		order:    order,
 		affinity: func(i, c int) int {
 			warmth := 3 + r.stateRank(i, c)
@@ -645,38 +689,38 @@ func (r *run) assignStatefulActives() {
 					warmth = 1
 				}
 			}
-			return 2*warmth + r.offRack(r.sfRacks[i], c)
+			return 2*warmth + r.offRack(r.sf[i].racks, c)
 		},
-		uniform: func(i int) bool { return len(r.state[i]) == 0 && len(r.sfRacks[i]) == 0 },
-		group:   r.sfGroup,
+		uniform: func(i int) bool { return len(r.sf[i].state) == 0 && len(r.sf[i].racks) == 0 },
+		group:   groups,
 		groups:  r.groups,
-		pref:    func(i, c int) uint64 { return rendezvous(r.sf[i], r.hash[c]) },
+		pref:    func(i, c int) uint64 { return rendezvous(r.sf[i].id, r.clients[c].hash) },
 	}
-	r.target, r.targetLoad = sp.spread(r.prevActive, make([]int, nc))
-
-	r.active = filled(ns, -1)
+	target, targetLoad := sp.spread(prev, make([]int, nc))
+	r.targetLoad = targetLoad
 	r.activeLoad = make([]int, nc)
-	for i, c := range r.target {
+	for i, c := range target {
+		r.sf[i].target = c
 		if r.isEligible(i, c) {
-			r.active[i] = c
+			r.sf[i].active = c
 			r.activeLoad[c]++
 		}
 	}
-	for i := range r.target {
-		if r.active[i] >= 0 {
+	for i := range r.sf {
+		if r.sf[i].active >= 0 {
 			continue
 		}
 		r.followup = true
-		src := r.prevActive[i]
+		src := r.sf[i].prevActive
 		if src < 0 || !r.isEligible(i, src) {
 			src = -1
-			for _, e := range r.eligible[i] {
+			for _, e := range r.sf[i].eligible {
 				if src < 0 || r.betterSource(i, e, src) {
 					src = e
 				}
 			}
 		}
-		r.active[i] = src
+		r.sf[i].active = src
 		r.activeLoad[src]++
 	}
 }
@@ -696,52 +740,50 @@ func (r *run) betterSource(i, a, b int) bool {
 
 // assignStandbys gives every stateful task r.k standbys in the target.
 func (r *run) assignStandbys() {
-	ns, nc := len(r.sf), len(r.ids)
-	r.holders = make([][]int, ns)
-	r.standbys = make([][]int, nc)
-	r.replicas = slices.Clone(r.targetLoad)
+	ns, nc := len(r.sf), len(r.clients)
 	if nc == 0 {
 		return
 	}
+	for c := range r.clients {
+		r.clients[c].replicas = r.targetLoad[c]
+	}
 	for i := range r.sf {
-		r.holders[i] = append(make([]int, 0, 1+r.k), r.target[i])
+		r.sf[i].holders = append(make([]int, 0, 1+r.k), r.sf[i].target)
 	}
 	if r.k == 0 {
 		return
 	}
 	lo, hi := bounds(ns*(1+r.k), r.caps, ns)
 
-	// Sticky pass: previous standbys, and the previous active if the
-	// active moved, keep their replica unless tags call for another client.
-	// Among equally fresh candidates the one that was least loaded keeps
-	// it, so that a replica kept on a busy client while another warmed up
-	// goes to the warmed client. Clients left over their share shed
-	// replicas in the balance pass, which moves no more of them than it
-	// must.
+	r.keepStandbys(hi)
+	r.fillStandbys(hi)
+	r.balanceStandbys(lo, hi)
+}
+
+// keepStandbys is the sticky pass: previous standbys, and the previous
+// active if the active moved, keep their replica unless tags call for
+// another client. Among equally fresh candidates one not over its limit
+// keeps it, then the one that was least loaded, so that a replica kept on a
+// busy client while another warmed up goes to the warmed client. Clients
+// left over their share shed replicas in the balance pass, which moves no
+// more of them than it must.
+func (r *run) keepStandbys(hi []int) {
 	var cands []int
 	for i := range r.sf {
 		cands = cands[:0]
-		cands = append(cands, r.prevStandby[i]...)
-		if p := r.prevActive[i]; p >= 0 && !slices.Contains(cands, p) {
+		cands = append(cands, r.sf[i].prevStandby...)
+		if p := r.sf[i].prevActive; p >= 0 && !slices.Contains(cands, p) {
 			cands = append(cands, p)
 		}
-		slices.SortFunc(cands, func(a, b int) int {
-			if la, lb := r.lag(i, a), r.lag(i, b); la != lb {
-				if la < lb {
-					return -1
-				}
-				return 1
-			}
-			if c := cmpRatio(r.prevLoad[a], r.caps[a], r.prevLoad[b], r.caps[b]); c != 0 {
-				return c
-			}
-			return a - b
-		})
-		for len(cands) > 0 && len(r.holders[i]) < 1+r.k {
+		key := func(c int) keepHolderKey {
+			return keepHolderKey{lag: r.lag(i, c), over: r.clients[c].prevLoad > hi[c], load: ratio{r.clients[c].prevLoad, r.caps[c]}, client: c}
+		}
+		slices.SortFunc(cands, func(a, b int) int { return key(a).compare(key(b)) })
+		for len(cands) > 0 && len(r.sf[i].holders) < 1+r.k {
 			best := r.maxTagScore(i)
 			pick := -1
 			for _, c := range cands {
-				if !slices.Contains(r.holders[i], c) && r.tagScore(i, c) == best {
+				if !slices.Contains(r.sf[i].holders, c) && r.tagScore(i, c) == best {
 					pick = c
 					break
 				}
@@ -752,13 +794,37 @@ func (r *run) assignStandbys() {
 			r.addStandby(i, pick)
 		}
 	}
+}
 
-	// Fill pass: tag spread first, then room, then warm state, then the
-	// least loaded client. A client's tag score depends only on its tag
-	// values, so clients with the same values form a class, each kept in a
-	// heap by room and load: the best client for a standby is among the
-	// classes' best that do not hold the task yet and the clients with
-	// state for it, which spares scanning every client per standby.
+// keepHolderKey ranks a task's previous holders for keeping its replicas,
+// the first kept lowest.
+type keepHolderKey struct {
+	lag    int64 // the holder's lag on the task
+	over   bool  // its previous replicas are above its upper limit
+	load   ratio // its previous replicas per capacity
+	client int
+}
+
+func (k keepHolderKey) compare(o keepHolderKey) int {
+	if c := cmp.Compare(k.lag, o.lag); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.over, o.over); c != 0 {
+		return c
+	}
+	if c := k.load.compare(o.load); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.client, o.client)
+}
+
+// fillStandbys is the fill pass: tag spread first, then room, then warm
+// state, then the least loaded client. A client's tag score depends only on
+// its tag values, so clients with the same values form a class, each kept
+// in a heap by room and load: the best client for a standby is among the
+// classes' best that do not hold the task yet and the clients with state
+// for it, which spares scanning every client per standby.
+func (r *run) fillStandbys(hi []int) {
 	better := func(i, c, pick int) bool {
 		if pick < 0 {
 			return true
@@ -766,13 +832,13 @@ func (r *run) assignStandbys() {
 		if x, y := r.tagScore(i, c), r.tagScore(i, pick); x != y {
 			return x > y
 		}
-		if full, pfull := r.replicas[c] >= hi[c], r.replicas[pick] >= hi[pick]; full != pfull {
+		if full, pfull := r.clients[c].replicas >= hi[c], r.clients[pick].replicas >= hi[pick]; full != pfull {
 			return !full
 		}
 		if x, y := r.stateRank(i, c), r.stateRank(i, pick); x != y {
 			return x < y
 		}
-		if x := cmpRatio(r.replicas[c]+1, r.caps[c], r.replicas[pick]+1, r.caps[pick]); x != 0 {
+		if x := cmpRatio(r.clients[c].replicas+1, r.caps[c], r.clients[pick].replicas+1, r.caps[pick]); x != 0 {
 			return x < 0
 		}
 		return c < pick
@@ -780,11 +846,11 @@ func (r *run) assignStandbys() {
 	classes := r.tagClasses(hi)
 	var popped []int
 	for i := range r.sf {
-		for len(r.holders[i]) < 1+r.k {
+		for len(r.sf[i].holders) < 1+r.k {
 			pick := -1
 			for _, h := range classes.heaps {
 				popped = popped[:0]
-				for h.Len() > 0 && slices.Contains(r.holders[i], h.clients[0]) {
+				for h.Len() > 0 && slices.Contains(r.sf[i].holders, h.clients[0]) {
 					popped = append(popped, heap.Pop(h).(int))
 				}
 				if h.Len() > 0 && better(i, h.clients[0], pick) {
@@ -794,8 +860,8 @@ func (r *run) assignStandbys() {
 					heap.Push(h, c)
 				}
 			}
-			for _, cl := range r.state[i] {
-				if !slices.Contains(r.holders[i], cl.client) && better(i, cl.client, pick) {
+			for _, cl := range r.sf[i].state {
+				if !slices.Contains(r.sf[i].holders, cl.client) && better(i, cl.client, pick) {
 					pick = cl.client
 				}
 			}
@@ -803,13 +869,20 @@ func (r *run) assignStandbys() {
 			classes.fix(pick)
 		}
 	}
+}
 
-	// Balance pass: greedy choices can leave a client over its share with
-	// every underloaded client already holding its tasks; chains of moves
-	// fix that.
-	for r.augment(func(c int) bool { return r.replicas[c] > hi[c] }, func(c int) bool { return r.replicas[c] < hi[c] }) {
+// balanceStandbys is the balance pass: greedy choices can leave a client
+// over its share with every underloaded client already holding its tasks;
+// chains of moves fix that.
+func (r *run) balanceStandbys(lo, hi []int) {
+	warm := r.warmSinks()
+	over := func(c int) bool { return r.clients[c].replicas > hi[c] }
+	underHi := func(c int) bool { return r.clients[c].replicas < hi[c] }
+	for (warm(underHi) && r.augment(over, underHi, true)) || r.augment(over, underHi, false) {
 	}
-	for r.augment(func(c int) bool { return r.replicas[c] > lo[c] }, func(c int) bool { return r.replicas[c] < lo[c] }) {
+	aboveLo := func(c int) bool { return r.clients[c].replicas > lo[c] }
+	under := func(c int) bool { return r.clients[c].replicas < lo[c] }
+	for (warm(under) && r.augment(aboveLo, under, true)) || r.augment(aboveLo, under, false) {
 	}
 	if len(r.cfg.RackAwareTags) > 1 {
 		r.respread(lo, hi)
@@ -820,14 +893,14 @@ func (r *run) assignStandbys() {
 // puts first the client with the most room below hi and then the least
 // loaded for its capacity, lowest index on ties.
 func (r *run) tagClasses(hi []int) *classHeaps {
-	ch := &classHeaps{of: make([]*clientHeap, len(r.ids))}
-	pos := make([]int, len(r.ids)) // each client is in one heap
+	ch := &classHeaps{of: make([]*clientHeap, len(r.clients))}
+	pos := make([]int, len(r.clients)) // each client is in one heap
 	byClass := make([]*clientHeap, r.classes)
-	for c := range r.ids {
-		h := byClass[r.class[c]]
+	for c := range r.clients {
+		h := byClass[r.clients[c].class]
 		if h == nil {
 			h = &clientHeap{r: r, hi: hi, pos: pos}
-			byClass[r.class[c]] = h
+			byClass[r.clients[c].class] = h
 			ch.heaps = append(ch.heaps, h)
 		}
 		h.clients = append(h.clients, c)
@@ -862,10 +935,10 @@ type clientHeap struct {
 func (h *clientHeap) Len() int { return len(h.clients) }
 func (h *clientHeap) Less(x, y int) bool {
 	a, b, r := h.clients[x], h.clients[y], h.r
-	if fa, fb := r.replicas[a] >= h.hi[a], r.replicas[b] >= h.hi[b]; fa != fb {
+	if fa, fb := r.clients[a].replicas >= h.hi[a], r.clients[b].replicas >= h.hi[b]; fa != fb {
 		return !fa
 	}
-	if c := cmpRatio(r.replicas[a]+1, r.caps[a], r.replicas[b]+1, r.caps[b]); c != 0 {
+	if c := cmpRatio(r.clients[a].replicas+1, r.caps[a], r.clients[b].replicas+1, r.caps[b]); c != 0 {
 		return c < 0
 	}
 	return a < b
@@ -892,13 +965,13 @@ func (h *clientHeap) Pop() any {
 // accepted re-placement keeps every key's spread and strictly lowers the
 // total distance of clients from their limits, so the loop ends.
 func (r *run) respread(lo, hi []int) {
-	off := func(c int) int { return max(0, r.replicas[c]-hi[c]) + max(0, lo[c]-r.replicas[c]) }
+	off := func(c int) int { return max(0, r.clients[c].replicas-hi[c]) + max(0, lo[c]-r.clients[c].replicas) }
 	budget := exchangeBudget
 	for {
 		total, low := 0, false
-		for c := range r.ids {
+		for c := range r.clients {
 			total += off(c)
-			low = low || r.replicas[c] < lo[c]
+			low = low || r.clients[c].replicas < lo[c]
 		}
 		if total == 0 {
 			return
@@ -906,8 +979,8 @@ func (r *run) respread(lo, hi []int) {
 		improved := false
 		for i := range r.sf {
 			touches := low
-			for _, c := range r.holders[i][1:] {
-				touches = touches || r.replicas[c] > hi[c]
+			for _, c := range r.sf[i].holders[1:] {
+				touches = touches || r.clients[c].replicas > hi[c]
 			}
 			if touches && r.replaceStandbys(i, lo, hi, off) {
 				improved = true
@@ -945,42 +1018,23 @@ const exchangeBudget = 100_000
 // the limits; each later re-placement gives up a client the one before
 // loaded, at most exchangeDepth of them. It reports whether it found one.
 func (r *run) exchange(lo, hi []int, budget *int) bool {
-	delta := func(moves []swap) int {
-		d := 0
-		for _, m := range moves {
-			n := r.replicas[m.from]
-			d += max(0, n-1-hi[m.from]) + max(0, lo[m.from]-n+1) - max(0, n-hi[m.from]) - max(0, lo[m.from]-n)
-			n = r.replicas[m.to]
-			d += max(0, n+1-hi[m.to]) + max(0, lo[m.to]-n-1) - max(0, n-hi[m.to]) - max(0, lo[m.to]-n)
-		}
-		return d
-	}
-	apply := func(i int, moves []swap) {
-		for _, m := range moves {
-			r.moveStandby(i, m.from, m.to)
-		}
-	}
-	undo := func(i int, moves []swap) {
-		for _, m := range slices.Backward(moves) {
-			r.moveStandby(i, m.to, m.from)
-		}
-	}
+	x := exchanger{r: r, lo: lo, hi: hi, budget: budget}
 	low := false
-	for c := range r.ids {
-		low = low || r.replicas[c] < lo[c]
+	for c := range r.clients {
+		low = low || r.clients[c].replicas < lo[c]
 	}
 	for i := range r.sf {
 		touches := false
-		for _, c := range r.holders[i][1:] {
-			touches = touches || r.replicas[c] > hi[c] || (low && r.replicas[c] > lo[c])
+		for _, c := range r.sf[i].holders[1:] {
+			touches = touches || r.clients[c].replicas > hi[c] || (low && r.clients[c].replicas > lo[c])
 		}
 		if !touches {
 			continue
 		}
 		for _, first := range r.alternatives(i, -1, budget) {
-			d1 := delta(first)
+			d1 := x.delta(first)
 			if d1 < 0 {
-				apply(i, first)
+				x.apply(i, first)
 				return true
 			}
 			// A first re-placement that makes things much worse rarely
@@ -988,42 +1042,74 @@ func (r *run) exchange(lo, hi []int, budget *int) bool {
 			if d1 > 2 {
 				continue
 			}
-			apply(i, first)
-			// follow looks for a re-placement of another task that gives
-			// up a client the last one loaded and brings the total below
-			// zero, or, with depth left, one that keeps it within two and
-			// is followed up in turn.
-			var follow func(used []int, moves []swap, total, depth int) bool
-			follow = func(used []int, moves []swap, total, depth int) bool {
-				for _, m := range moves {
-					for _, j := range slices.Clone(r.standbys[m.to]) {
-						if slices.Contains(used, j) {
-							continue
-						}
-						for _, next := range r.alternatives(j, m.to, budget) {
-							t := total + delta(next)
-							if t < 0 {
-								apply(j, next)
-								return true
-							}
-							if depth > 1 && t <= 2 {
-								apply(j, next)
-								if follow(append(used, j), next, t, depth-1) {
-									return true
-								}
-								undo(j, next)
-							}
-						}
-					}
-				}
-				return false
-			}
-			if follow([]int{i}, first, d1, exchangeDepth) {
+			x.apply(i, first)
+			if x.follow([]int{i}, first, d1, exchangeDepth) {
 				return true
 			}
-			undo(i, first)
+			x.undo(i, first)
 			if *budget <= 0 {
 				return false
+			}
+		}
+	}
+	return false
+}
+
+// exchanger is one exchange's search: the limits and the budget left.
+type exchanger struct {
+	r      *run
+	lo, hi []int
+	budget *int
+}
+
+// delta is how much moves change the clients' total distance from their
+// limits.
+func (x *exchanger) delta(moves []swap) int {
+	d := 0
+	for _, m := range moves {
+		n := x.r.clients[m.from].replicas
+		d += max(0, n-1-x.hi[m.from]) + max(0, x.lo[m.from]-n+1) - max(0, n-x.hi[m.from]) - max(0, x.lo[m.from]-n)
+		n = x.r.clients[m.to].replicas
+		d += max(0, n+1-x.hi[m.to]) + max(0, x.lo[m.to]-n-1) - max(0, n-x.hi[m.to]) - max(0, x.lo[m.to]-n)
+	}
+	return d
+}
+
+func (x *exchanger) apply(i int, moves []swap) {
+	for _, m := range moves {
+		x.r.moveStandby(i, m.from, m.to)
+	}
+}
+
+func (x *exchanger) undo(i int, moves []swap) {
+	for _, m := range slices.Backward(moves) {
+		x.r.moveStandby(i, m.to, m.from)
+	}
+}
+
+// follow looks for a re-placement of another task than those used that
+// gives up a client the last moves loaded and brings the total below zero,
+// or, with depth left, one that keeps it within two and is followed up in
+// turn. It applies what it finds and reports whether it did.
+func (x *exchanger) follow(used []int, moves []swap, total, depth int) bool {
+	for _, m := range moves {
+		for _, j := range slices.Clone(x.r.clients[m.to].standbys) {
+			if slices.Contains(used, j) {
+				continue
+			}
+			for _, next := range x.r.alternatives(j, m.to, x.budget) {
+				t := total + x.delta(next)
+				if t < 0 {
+					x.apply(j, next)
+					return true
+				}
+				if depth > 1 && t <= 2 {
+					x.apply(j, next)
+					if x.follow(append(used, j), next, t, depth-1) {
+						return true
+					}
+					x.undo(j, next)
+				}
 			}
 		}
 	}
@@ -1039,14 +1125,14 @@ func (r *run) alternatives(i, from int, budget *int) [][]swap {
 		return nil
 	}
 	nk := len(r.cfg.RackAwareTags)
-	set := slices.Clone(r.holders[i])
+	set := slices.Clone(r.sf[i].holders)
 	// distinct counts the values of key j among set.
 	distinct := func(j int) int {
 		n := 0
 		for a, c := range set {
 			seen := false
 			for _, d := range set[:a] {
-				if r.tags[d][j] == r.tags[c][j] {
+				if r.clients[d].tags[j] == r.clients[c].tags[j] {
 					seen = true
 					break
 				}
@@ -1070,10 +1156,10 @@ func (r *run) alternatives(i, from int, budget *int) [][]swap {
 		}
 		return true
 	}
-	stand := r.holders[i][1:]
+	stand := r.sf[i].holders[1:]
 	var outside []int
-	for c := range r.ids {
-		if !slices.Contains(r.holders[i], c) {
+	for c := range r.clients {
+		if !slices.Contains(r.sf[i].holders, c) {
 			outside = append(outside, c)
 		}
 	}
@@ -1117,59 +1203,18 @@ func (r *run) alternatives(i, from int, budget *int) [][]swap {
 // replaceStandbys places task i's standbys again and keeps the new set only
 // if no tag key's spread shrinks and the clients' distance from their limits
 // (off) falls. The first standby fixes much of the rest when keys pin each
-// other, so it tries the respreadTries best first standbys, each completed
-// greedily, and keeps the best set.
+// other, so it tries the respreadTries best first standbys by respreadKey,
+// each completed greedily, and keeps the best set.
 func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
-	old := slices.Clone(r.holders[i][1:])
-	spread := r.spreadOf(r.holders[i])
-	cost := func(set []int) int {
-		n := 0
-		for _, c := range set {
-			n += off(c)
-		}
-		return n
-	}
-	affected := func(set []int) []int {
-		out := slices.Clone(old)
-		for _, c := range set {
-			if !slices.Contains(out, c) {
-				out = append(out, c)
-			}
-		}
-		return out
-	}
+	old := slices.Clone(r.sf[i].holders[1:])
+	spread := r.spreadOf(r.sf[i].holders)
 	for _, c := range old {
 		r.removeStandby(i, c)
 	}
-	// rank orders clients for the next standby of task i: tag spread,
-	// then clients below their lower limit, then those with room, then
-	// the least loaded, then those that held it.
-	rank := func(a, b int) int {
-		if x, y := r.tagScore(i, a), r.tagScore(i, b); x != y {
-			return y - x
-		}
-		for _, lim := range [][]int{lo, hi} {
-			if x, y := r.replicas[a] >= lim[a], r.replicas[b] >= lim[b]; x != y {
-				if x {
-					return 1
-				}
-				return -1
-			}
-		}
-		if x := cmpRatio(r.replicas[a]+1, r.caps[a], r.replicas[b]+1, r.caps[b]); x != 0 {
-			return x
-		}
-		if x, y := slices.Contains(old, a), slices.Contains(old, b); x != y {
-			if x {
-				return -1
-			}
-			return 1
-		}
-		return a - b
-	}
+	rank := func(a, b int) int { return r.respreadKey(i, a, lo, hi, old).compare(r.respreadKey(i, b, lo, hi, old)) }
 	var firsts []int
-	for c := range r.ids {
-		if !slices.Contains(r.holders[i], c) {
+	for c := range r.clients {
+		if !slices.Contains(r.sf[i].holders, c) {
 			firsts = append(firsts, c)
 		}
 	}
@@ -1177,34 +1222,12 @@ func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
 	var best []int
 	bestGain := 0
 	for _, first := range firsts[:min(len(firsts), respreadTries)] {
-		set := []int{first}
-		r.addStandby(i, first)
-		for len(r.holders[i]) < 1+r.k {
-			pick := -1
-			for c := range r.ids {
-				if !slices.Contains(r.holders[i], c) && (pick < 0 || rank(c, pick) < 0) {
-					pick = c
-				}
-			}
-			r.addStandby(i, pick)
-			set = append(set, pick)
-		}
-		aff := affected(set)
-		after := cost(aff)
+		set := r.completeStandbys(i, first, rank)
 		ok := true
-		for j, n := range r.spreadOf(r.holders[i]) {
+		for j, n := range r.spreadOf(r.sf[i].holders) {
 			ok = ok && n >= spread[j]
 		}
-		for _, c := range set {
-			r.removeStandby(i, c)
-		}
-		for _, c := range old {
-			r.addStandby(i, c)
-		}
-		gain := cost(aff) - after
-		for _, c := range old {
-			r.removeStandby(i, c)
-		}
+		gain := r.respreadGain(i, old, set, off)
 		if ok && gain > bestGain {
 			best, bestGain = set, gain
 		}
@@ -1218,13 +1241,101 @@ func (r *run) replaceStandbys(i int, lo, hi []int, off func(int) int) bool {
 	return bestGain > 0
 }
 
+// completeStandbys gives task i, which holds no standby, the standby first
+// and then the best client by rank until it has its standbys, and returns
+// them.
+func (r *run) completeStandbys(i, first int, rank func(a, b int) int) []int {
+	set := []int{first}
+	r.addStandby(i, first)
+	for len(r.sf[i].holders) < 1+r.k {
+		pick := -1
+		for c := range r.clients {
+			if !slices.Contains(r.sf[i].holders, c) && (pick < 0 || rank(c, pick) < 0) {
+				pick = c
+			}
+		}
+		r.addStandby(i, pick)
+		set = append(set, pick)
+	}
+	return set
+}
+
+// respreadGain takes task i's standby set off again and returns by how much
+// it lowered the distance from the limits (off) of the clients it or the
+// old set touch, against the old set; task i is left with no standby.
+func (r *run) respreadGain(i int, old, set []int, off func(int) int) int {
+	affected := slices.Clone(old)
+	for _, c := range set {
+		if !slices.Contains(affected, c) {
+			affected = append(affected, c)
+		}
+	}
+	cost := func() int {
+		n := 0
+		for _, c := range affected {
+			n += off(c)
+		}
+		return n
+	}
+	after := cost()
+	for _, c := range set {
+		r.removeStandby(i, c)
+	}
+	for _, c := range old {
+		r.addStandby(i, c)
+	}
+	before := cost()
+	for _, c := range old {
+		r.removeStandby(i, c)
+	}
+	return before - after
+}
+
+// respreadKey ranks client c for the next standby of task i when its
+// standbys are placed again, the best lowest.
+type respreadKey struct {
+	spread int   // tag keys on which c adds a value, more first
+	atLo   bool  // c is at or above its lower limit
+	full   bool  // c is at or above its upper limit
+	load   ratio // c's replicas with this one, per capacity
+	newcom bool  // c did not hold a standby of the task
+	client int
+}
+
+func (r *run) respreadKey(i, c int, lo, hi, old []int) respreadKey {
+	n := r.clients[c].replicas
+	return respreadKey{
+		spread: r.tagScore(i, c), atLo: n >= lo[c], full: n >= hi[c],
+		load: ratio{n + 1, r.caps[c]}, newcom: !slices.Contains(old, c), client: c,
+	}
+}
+
+func (k respreadKey) compare(o respreadKey) int {
+	if c := cmp.Compare(o.spread, k.spread); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.atLo, o.atLo); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.full, o.full); c != 0 {
+		return c
+	}
+	if c := k.load.compare(o.load); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.newcom, o.newcom); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.client, o.client)
+}
+
 // respreadTries bounds the first standbys replaceStandbys tries per task.
 const respreadTries = 32
 
 func (r *run) removeStandby(i, c int) {
-	r.holders[i] = slices.DeleteFunc(r.holders[i], func(h int) bool { return h == c })
-	r.standbys[c] = slices.DeleteFunc(r.standbys[c], func(t int) bool { return t == i })
-	r.replicas[c]--
+	r.sf[i].holders = slices.DeleteFunc(r.sf[i].holders, func(h int) bool { return h == c })
+	r.clients[c].standbys = slices.DeleteFunc(r.clients[c].standbys, func(t int) bool { return t == i })
+	r.clients[c].replicas--
 }
 
 // spreadOf counts, per tag key, the distinct values among clients.
@@ -1233,8 +1344,8 @@ func (r *run) spreadOf(clients []int) []int {
 	for j := range out {
 		var seen []int
 		for _, c := range clients {
-			if !slices.Contains(seen, r.tags[c][j]) {
-				seen = append(seen, r.tags[c][j])
+			if !slices.Contains(seen, r.clients[c].tags[j]) {
+				seen = append(seen, r.clients[c].tags[j])
 			}
 		}
 		out[j] = len(seen)
@@ -1243,23 +1354,23 @@ func (r *run) spreadOf(clients []int) []int {
 }
 
 func (r *run) addStandby(i, c int) {
-	r.holders[i] = append(r.holders[i], c)
-	r.standbys[c] = append(r.standbys[c], i)
-	r.replicas[c]++
+	r.sf[i].holders = append(r.sf[i].holders, c)
+	r.clients[c].standbys = append(r.clients[c].standbys, i)
+	r.clients[c].replicas++
 }
 
 // tagScore counts the rack keys on which client c's value is new among task
 // i's target replicas.
 func (r *run) tagScore(i, c int) int {
-	return r.tagScoreAmong(r.holders[i], c)
+	return r.tagScoreAmong(r.sf[i].holders, c)
 }
 
 func (r *run) tagScoreAmong(holders []int, c int) int {
 	score := 0
-	for j, v := range r.tags[c] {
+	for j, v := range r.clients[c].tags {
 		used := false
 		for _, h := range holders {
-			if r.tags[h][j] == v {
+			if r.clients[h].tags[j] == v {
 				used = true
 				break
 			}
@@ -1279,7 +1390,7 @@ func (r *run) maxTagScore(i int) int {
 	best := 0
 	for _, members := range r.classMembers {
 		for _, c := range members {
-			if !slices.Contains(r.holders[i], c) {
+			if !slices.Contains(r.sf[i].holders, c) {
 				best = max(best, r.tagScore(i, c))
 				break
 			}
@@ -1292,24 +1403,24 @@ func (r *run) maxTagScore(i int) int {
 // colocating replicas or reducing the number of distinct values of any rack
 // key among the task's replicas.
 func (r *run) canMove(i, x, y int) bool {
-	return !slices.Contains(r.holders[i], y) && r.tagsAllowMove(i, x, y)
+	return !slices.Contains(r.sf[i].holders, y) && r.tagsAllowMove(i, x, y)
 }
 
 // tagsAllowMove is canMove without the check that y holds no replica of
 // task i yet.
 func (r *run) tagsAllowMove(i, x, y int) bool {
 	for j := range r.cfg.RackAwareTags {
-		vx, vy := r.tags[x][j], r.tags[y][j]
+		vx, vy := r.clients[x].tags[j], r.clients[y].tags[j]
 		if vx == vy {
 			continue
 		}
 		xShared, yUsed := false, false
-		for _, h := range r.holders[i] {
+		for _, h := range r.sf[i].holders {
 			if h == x {
 				continue
 			}
-			xShared = xShared || r.tags[h][j] == vx
-			yUsed = yUsed || r.tags[h][j] == vy
+			xShared = xShared || r.clients[h].tags[j] == vx
+			yUsed = yUsed || r.clients[h].tags[j] == vy
 		}
 		if !xShared && yUsed {
 			return false
@@ -1319,19 +1430,55 @@ func (r *run) tagsAllowMove(i, x, y int) bool {
 }
 
 func (r *run) moveStandby(i, x, y int) {
-	r.holders[i][slices.Index(r.holders[i], x)] = y
-	r.standbys[x] = slices.DeleteFunc(r.standbys[x], func(t int) bool { return t == i })
-	r.standbys[y] = append(r.standbys[y], i)
-	r.replicas[x]--
-	r.replicas[y]++
+	r.sf[i].holders[slices.Index(r.sf[i].holders, x)] = y
+	r.clients[x].standbys = slices.DeleteFunc(r.clients[x].standbys, func(t int) bool { return t == i })
+	r.clients[y].standbys = append(r.clients[y].standbys, i)
+	r.clients[x].replicas--
+	r.clients[y].replicas++
+}
+
+// warmSinks returns a test of whether a chain of moves to caught-up clients
+// could end at a client with sink(c): some such client is caught up on a
+// task it does not hold. It spares the search for those chains where none
+// can exist, as in a new group or when a client with no state joins.
+func (r *run) warmSinks() func(sink func(int) bool) bool {
+	spare := make([][]int, len(r.clients)) // per client, the tasks it is caught up on
+	short := false
+	for i, t := range r.sf {
+		short = short || t.shortLog
+		for _, cl := range t.state {
+			if r.caughtUpLag(cl.lag) {
+				spare[cl.client] = append(spare[cl.client], i)
+			}
+		}
+	}
+	return func(sink func(int) bool) bool {
+		if short {
+			return true
+		}
+		for c, tasks := range spare {
+			if !sink(c) {
+				continue
+			}
+			for _, i := range tasks {
+				if !slices.Contains(r.sf[i].holders, c) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 }
 
 // augment finds a chain of standby moves from a client with source(c) to a
 // client with sink(c), where each step moves one task's standby to a client
 // that does not yet hold that task, and applies it: the ends change load by
-// one, the clients in between keep theirs. It reports whether it did.
-func (r *run) augment(source, sink func(int) bool) bool {
-	nc := len(r.ids)
+// one, the clients in between keep theirs. With warm, every step must go to
+// a client caught up on the task: balance tries those chains first, so that
+// a warmup that completed is used rather than traded for another, which is
+// what lets probing rebalances settle. It reports whether it did.
+func (r *run) augment(source, sink func(int) bool, warm bool) bool {
+	nc := len(r.clients)
 	parent := filled(nc, -1)
 	via := make([]int, nc)
 	var queue []int
@@ -1347,41 +1494,83 @@ func (r *run) augment(source, sink func(int) bool) bool {
 	if len(queue) == 0 || !anySink {
 		return false
 	}
-	// Whether tags allow a move to y depends only on y's tag class, so each
-	// client's movable tasks are listed once per class.
-	movable := make([][]int, r.classes)
-	listed := make([]bool, r.classes)
+	// reach records a step to y and reports whether it ends the chain.
+	reach := func(x, y, i int) bool {
+		parent[y], via[y] = x, i
+		if sink(y) {
+			return true
+		}
+		queue = append(queue, y)
+		return false
+	}
+	steps := r.coldSteps
+	if warm {
+		steps = r.warmSteps
+	}
 	for head := 0; head < len(queue); head++ {
-		x := queue[head]
-		clear(listed)
-		for y := range nc {
-			if parent[y] >= 0 {
-				continue
-			}
-			k := r.class[y]
-			if !listed[k] {
-				movable[k] = movable[k][:0]
-				for _, i := range r.standbys[x] {
-					if r.tagsAllowMove(i, x, y) {
-						movable[k] = append(movable[k], i)
-					}
-				}
-				listed[k] = true
-			}
-			for _, i := range movable[k] {
-				if slices.Contains(r.holders[i], y) {
-					continue
-				}
-				parent[y], via[y] = x, i
-				if sink(y) {
-					return r.applyChain(y, parent, via)
-				}
-				queue = append(queue, y)
-				break
-			}
+		if y := steps(queue[head], parent, reach); y >= 0 {
+			return r.applyChain(y, parent, via)
 		}
 	}
 	return false
+}
+
+// coldSteps offers reach every client not yet reached that can take one of
+// x's standbys, and returns the first at which reach ends the chain, or -1.
+// Whether tags allow a move to y depends only on y's tag class, so x's
+// movable tasks are listed once per class.
+func (r *run) coldSteps(x int, parent []int, reach func(x, y, i int) bool) int {
+	movable := make([][]int, r.classes)
+	listed := make([]bool, r.classes)
+	for y := range r.clients {
+		if parent[y] >= 0 {
+			continue
+		}
+		k := r.clients[y].class
+		if !listed[k] {
+			for _, i := range r.clients[x].standbys {
+				if r.tagsAllowMove(i, x, y) {
+					movable[k] = append(movable[k], i)
+				}
+			}
+			listed[k] = true
+		}
+		for _, i := range movable[k] {
+			if slices.Contains(r.sf[i].holders, y) {
+				continue
+			}
+			if reach(x, y, i) {
+				return y
+			}
+			break
+		}
+	}
+	return -1
+}
+
+// warmSteps is coldSteps for moves to clients caught up on the task: it
+// visits only the clients with state for each of x's standbys (every
+// client for a task whose changelog is short).
+func (r *run) warmSteps(x int, parent []int, reach func(x, y, i int) bool) int {
+	try := func(i, y int) bool {
+		return parent[y] < 0 && !slices.Contains(r.sf[i].holders, y) && r.tagsAllowMove(i, x, y)
+	}
+	for _, i := range r.clients[x].standbys {
+		if r.sf[i].shortLog {
+			for y := range r.clients {
+				if try(i, y) && reach(x, y, i) {
+					return y
+				}
+			}
+			continue
+		}
+		for _, cl := range r.sf[i].state {
+			if r.caughtUpLag(cl.lag) && try(i, cl.client) && reach(x, cl.client, i) {
+				return cl.client
+			}
+		}
+	}
+	return -1
 }
 
 // applyChain performs the moves that end at y, last move first. Each move is
@@ -1392,7 +1581,7 @@ func (r *run) applyChain(y int, parent, via []int) bool {
 	var done []move
 	for c := y; parent[c] != c; c = parent[c] {
 		m := move{via[c], parent[c], c}
-		if !slices.Contains(r.holders[m.i], m.from) || !r.canMove(m.i, m.from, m.to) {
+		if !slices.Contains(r.sf[m.i].holders, m.from) || !r.canMove(m.i, m.from, m.to) {
 			for _, d := range slices.Backward(done) {
 				r.moveStandby(d.i, d.to, d.from)
 			}
@@ -1410,196 +1599,225 @@ func (r *run) applyChain(y int, parent, via []int) bool {
 // target's other clients only what caught-up clients cannot hold, and asks
 // for warmups on the target clients it could not use yet.
 func (r *run) settleReplicas() {
-	ns, nc := len(r.sf), len(r.ids)
-	r.standby = make([][]int, ns)
-	if nc == 0 {
+	if len(r.clients) == 0 {
 		return
 	}
 	load := slices.Clone(r.activeLoad)
 	var want []warmup
 	for i := range r.sf {
-		a := r.active[i]
-		picks := make([]int, 0, 1+r.k)
-		picks = append(picks, a)
-		for _, c := range r.holders[i] {
-			if len(picks) == 1+r.k {
-				break
-			}
-			if !slices.Contains(picks, c) && r.caught(i, c) {
-				picks = append(picks, c)
-			}
-		}
-		for len(picks) < 1+r.k {
-			// A caught-up client outside the target; with a short
-			// changelog every client is caught up and the target's
-			// clients were enough, so only clients with state qualify.
-			best, bestScore := -1, 0
-			for _, cl := range r.state[i] {
-				c := cl.client
-				if slices.Contains(picks, c) || !r.caughtUpLag(cl.lag) {
-					continue
-				}
-				score := r.tagScoreAmong(picks, c)
-				if best >= 0 {
-					if score != bestScore {
-						if score < bestScore {
-							continue
-						}
-					} else if lb := r.lag(i, best); cl.lag != lb {
-						if cl.lag > lb {
-							continue
-						}
-					} else if cmpRatio(load[c]+1, r.caps[c], load[best]+1, r.caps[best]) >= 0 {
-						continue
-					}
-				}
-				best, bestScore = c, score
-			}
-			if best < 0 {
-				break
-			}
-			picks = append(picks, best)
-		}
-		// Too few clients are caught up: the target's clients restore.
-		for _, c := range r.holders[i] {
-			if len(picks) == 1+r.k {
-				break
-			}
-			if !slices.Contains(picks, c) {
-				picks = append(picks, c)
-			}
-		}
-		r.standby[i] = picks[1:]
-		for _, c := range r.standby[i] {
+		picks := r.settleTask(i, load)
+		r.sf[i].standby = picks[1:]
+		for _, c := range r.sf[i].standby {
 			load[c]++
 		}
-		for _, c := range r.holders[i] {
+		for _, c := range r.sf[i].holders {
 			if !slices.Contains(picks, c) {
 				r.followup = true
-				want = append(want, warmup{task: i, client: c, lag: r.lag(i, c), active: c == r.target[i]})
+				want = append(want, warmup{task: i, client: c, lag: r.lag(i, c), active: c == r.sf[i].target})
 			}
 		}
 	}
-	// Partly restored state first, as it costs least to finish; then
-	// actives, whose moves balance the load.
-	slices.SortStableFunc(want, func(a, b warmup) int {
-		switch {
-		case a.lag != b.lag:
-			if a.lag < b.lag {
-				return -1
-			}
-			return 1
-		case a.active != b.active:
-			if a.active {
-				return -1
-			}
-			return 1
+	r.warmups = r.chooseWarmups(want, load)
+}
+
+// settleTask returns stateful task i's replicas this round, its active
+// first, given the replicas per client placed so far.
+func (r *run) settleTask(i int, load []int) []int {
+	picks := make([]int, 0, 1+r.k)
+	picks = append(picks, r.sf[i].active)
+	for _, c := range r.sf[i].holders {
+		if len(picks) == 1+r.k {
+			break
 		}
-		return 0
-	})
-	r.warmups = want[:min(len(want), r.cfg.MaxWarmups)]
+		if !slices.Contains(picks, c) && r.caught(i, c) {
+			picks = append(picks, c)
+		}
+	}
+	for len(picks) < 1+r.k {
+		c := r.caughtOutside(i, picks, load)
+		if c < 0 {
+			break
+		}
+		picks = append(picks, c)
+	}
+	// Too few clients are caught up: the target's clients restore.
+	for _, c := range r.sf[i].holders {
+		if len(picks) == 1+r.k {
+			break
+		}
+		if !slices.Contains(picks, c) {
+			picks = append(picks, c)
+		}
+	}
+	return picks
+}
+
+// caughtOutside returns the best client caught up on task i that holds none
+// of picks, by outsideKey, or -1. With a short changelog every client is
+// caught up and the target's clients were enough, so only clients with
+// state qualify.
+func (r *run) caughtOutside(i int, picks, load []int) int {
+	best, bestKey := -1, outsideKey{}
+	for _, cl := range r.sf[i].state {
+		c := cl.client
+		if slices.Contains(picks, c) || !r.caughtUpLag(cl.lag) {
+			continue
+		}
+		k := outsideKey{spread: r.tagScoreAmong(picks, c), lag: cl.lag, load: ratio{load[c] + 1, r.caps[c]}}
+		if best < 0 || k.compare(bestKey) < 0 {
+			best, bestKey = c, k
+		}
+	}
+	return best
+}
+
+// outsideKey ranks caught-up clients outside a task's target for one of its
+// replicas this round, the best lowest.
+type outsideKey struct {
+	spread int   // tag keys on which the client adds a value, more first
+	lag    int64 // its lag on the task
+	load   ratio // its replicas with this one, per capacity
+}
+
+func (k outsideKey) compare(o outsideKey) int {
+	if c := cmp.Compare(o.spread, k.spread); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.lag, o.lag); c != 0 {
+		return c
+	}
+	return k.load.compare(o.load)
+}
+
+// chooseWarmups keeps the first MaxWarmups of the wanted warmups by
+// warmupKey. Warmups for actives come first: once one completes, its task
+// has one more caught-up client and is the one its client gives up, which
+// keeps the target where the warmup went, while a standby's warmup on a
+// third client can make the target move another task instead. Then
+// warmups to clients holding fewer replicas than the target gives them: a
+// warmup that only lets a replica pass through a client on its way to
+// another leaves the imbalance as it is, and given the slot every round it
+// would starve the ones that end a migration. Then partly restored state,
+// as it costs least to finish.
+func (r *run) chooseWarmups(want []warmup, load []int) []warmup {
+	key := func(w warmup) warmupKey {
+		return warmupKey{full: load[w.client] >= r.clients[w.client].replicas, lag: w.lag, standby: !w.active}
+	}
+	slices.SortStableFunc(want, func(a, b warmup) int { return key(a).compare(key(b)) })
+	return want[:min(len(want), r.cfg.MaxWarmups)]
+}
+
+// warmupKey ranks wanted warmups, the first started lowest.
+type warmupKey struct {
+	standby bool  // the warmup is for a standby, not the active
+	full    bool  // the client holds as many replicas as the target gives it
+	lag     int64 // its lag on the task
+}
+
+func (k warmupKey) compare(o warmupKey) int {
+	if c := cmpBool(k.standby, o.standby); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.full, o.full); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.lag, o.lag)
 }
 
 // assignStatelessActives places stateless tasks so that the total active
 // load is balanced given the stateful actives as they run this round.
 //
-// While a migration runs (some stateful active waits on a warmup), a
-// client's stateless tasks stay as long as its load is within
-// migrationSlack tasks per thread of the balanced range, and those that
-// must move go where the final placement (balanced against the target's
-// stateful loads) wants them, so that a task moves to its final owner
-// once. The exception is a client short of load while its stateful actives
-// warm up (a joining one): it takes stateless tasks now that it gives up as
-// its actives arrive, so they move twice. Once nothing waits on a warmup the
-// current loads are the target's and the placement is balanced without
-// slack.
+// The limits come from loadBounds over the stateful actives as they run.
+// While a migration runs (some stateful active waits on a warmup), the
+// stateless tasks that must move go where the final placement (balanced
+// against the target's stateful loads) wants them, so that most move to
+// their final owner once. A client short of load while its stateful
+// actives warm up (a joining one) takes stateless tasks now that it gives
+// up as its actives arrive, so those move twice or more.
 func (r *run) assignStatelessActives() {
-	nc := len(r.ids)
-	if nc == 0 {
-		r.slOwner = filled(len(r.sl), -1)
+	if len(r.clients) == 0 {
 		return
 	}
-	total := len(r.sf) + len(r.sl)
-	lo, hi := bounds(total, r.caps, total)
+	groups := make([]int, len(r.sl))
+	prev := make([]int, len(r.sl))
+	for i, t := range r.sl {
+		groups[i], prev[i] = t.group, t.prev
+	}
+	lo, hi := loadBounds(len(r.sl), r.caps, r.activeLoad)
 	spreaderWith := func(lo, hi []int, keepRank func(int) int, affinity func(int, int) int) spreader {
 		return spreader{
 			caps: r.caps, lo: lo, hi: hi,
 			keepRank: keepRank,
 			affinity: affinity,
-			group:    r.slGroup,
+			group:    groups,
 			groups:   r.groups,
-			pref:     func(i, c int) uint64 { return rendezvous(r.sl[i], r.hash[c]) },
+			pref:     func(i, c int) uint64 { return rendezvous(r.sl[i].id, r.clients[c].hash) },
 		}
 	}
 	sp := spreaderWith(lo, hi,
-		func(i int) int { return r.offRack(r.slRacks[i], r.slPrev[i]) },
-		func(i, c int) int { return r.offRack(r.slRacks[i], c) })
-	sp.uniform = func(i int) bool { return len(r.slRacks[i]) == 0 }
+		func(i int) int { return r.offRack(r.sl[i].racks, r.sl[i].prev) },
+		func(i, c int) int { return r.offRack(r.sl[i].racks, c) })
+	sp.uniform = func(i int) bool { return len(r.sl[i].racks) == 0 }
 	if !r.followup {
-		r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
+		r.setStatelessOwners(sp.spread(prev, r.activeLoad))
 		return
 	}
-	final, _ := sp.spread(r.slPrev, r.targetLoad)
+	sp.lo, sp.hi = loadBounds(len(r.sl), r.caps, r.targetLoad)
+	final, _ := sp.spread(prev, r.targetLoad)
 	sp.uniform = nil
-	for c := range lo {
-		lo[c] = max(0, lo[c]-migrationSlack*r.caps[c])
-		hi[c] += migrationSlack * r.caps[c]
-	}
 	sp = spreaderWith(lo, hi,
 		func(i int) int {
 			// Tasks the final placement moves anyway go first.
-			rank := r.offRack(r.slRacks[i], r.slPrev[i])
-			if final[i] != r.slPrev[i] {
+			rank := r.offRack(r.sl[i].racks, r.sl[i].prev)
+			if final[i] != r.sl[i].prev {
 				rank += 2
 			}
 			return rank
 		},
 		func(i, c int) int {
-			aff := r.offRack(r.slRacks[i], c)
+			aff := r.offRack(r.sl[i].racks, c)
 			if c != final[i] {
 				aff += 2
 			}
 			return aff
 		})
-	r.slOwner, _ = sp.spread(r.slPrev, r.activeLoad)
+	r.setStatelessOwners(sp.spread(prev, r.activeLoad))
 }
 
-// migrationSlack is how many tasks per thread a client's active load may
-// stray outside its balanced range while a migration runs before its
-// stateless tasks move: each such move would likely be undone as the
-// stateful actives arrive.
-const migrationSlack = 1
+func (r *run) setStatelessOwners(owner, _ []int) {
+	for i, c := range owner {
+		r.sl[i].owner = c
+	}
+}
 
 func (r *run) output() Output {
 	out := Output{
-		Clients:                  make(map[string]ClientAssignment, len(r.ids)),
+		Clients:                  make(map[string]ClientAssignment, len(r.clients)),
 		FollowupRebalance:        r.followup,
 		ProbingRebalanceInterval: r.cfg.ProbingRebalanceInterval,
 	}
-	if len(r.ids) == 0 {
+	if len(r.clients) == 0 {
 		return out
 	}
-	as := make([]ClientAssignment, len(r.ids))
-	for i, c := range r.active {
-		as[c].Active = append(as[c].Active, r.sf[i])
-	}
-	for i, c := range r.slOwner {
-		as[c].Active = append(as[c].Active, r.sl[i])
-	}
-	for i, cs := range r.standby {
-		for _, c := range cs {
-			as[c].Standby = append(as[c].Standby, r.sf[i])
+	as := make([]ClientAssignment, len(r.clients))
+	for _, t := range r.sf {
+		as[t.active].Active = append(as[t.active].Active, t.id)
+		for _, c := range t.standby {
+			as[c].Standby = append(as[c].Standby, t.id)
 		}
 	}
+	for _, t := range r.sl {
+		as[t.owner].Active = append(as[t.owner].Active, t.id)
+	}
 	for _, w := range r.warmups {
-		as[w.client].Warmup = append(as[w.client].Warmup, r.sf[w.task])
+		as[w.client].Warmup = append(as[w.client].Warmup, r.sf[w.task].id)
 	}
 	byID := func(a, b task.ID) int { return a.Compare(b) }
-	for c, id := range r.ids {
+	for c, cl := range r.clients {
 		slices.SortFunc(as[c].Active, byID)
 		slices.SortFunc(as[c].Standby, byID)
 		slices.SortFunc(as[c].Warmup, byID)
-		out.Clients[id] = as[c]
+		out.Clients[cl.id] = as[c]
 	}
 	return out
 }

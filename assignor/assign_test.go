@@ -436,9 +436,10 @@ func TestNewGroupConvergesInOneRound(t *testing.T) {
 // balanced range; each moves at most once.
 func TestStatelessBalanceTotalLoad(t *testing.T) {
 	// a runs everything and b is new: a keeps all stateful tasks until
-	// b's warmup is done, so b takes stateless ones at once: two of the
-	// three, as a with four is within one task of its balanced range (at
-	// most three), and the one a keeps is where the final placement wants it.
+	// b's copies are restored, so b takes every stateless task at once and
+	// the total load is three against three in every round, as in Kafka
+	// Streams. A stateless task goes back to a as a stateful one arrives
+	// on b.
 	sf, sl := tasks(0, 3), tasks(1, 3)
 	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
 		"a": {Capacity: 1, PrevActive: slices.Concat(sf, sl)},
@@ -447,9 +448,8 @@ func TestStatelessBalanceTotalLoad(t *testing.T) {
 	cfg := cfgWith(func(c *Config) { c.NumStandbys = 1 })
 	out := Assign(cfg, in)
 	require.NoError(t, validate(cfg, in, out))
-	require.Len(t, out.Clients["a"].Active, 4)
-	require.Subset(t, out.Clients["a"].Active, sf)
-	require.Len(t, out.Clients["b"].Active, 2)
+	require.Equal(t, sf, out.Clients["a"].Active)
+	require.Equal(t, sl, out.Clients["b"].Active)
 	for _, a := range out.Clients {
 		for _, tk := range a.Standby {
 			require.Zero(t, tk.SubTopology, "stateless task %v got a standby", tk)
@@ -463,6 +463,7 @@ func TestStatelessBalanceTotalLoad(t *testing.T) {
 		in = next(in, out)
 		out = Assign(cfg, in)
 		require.NoError(t, validate(cfg, in, out))
+		require.Len(t, out.Clients["a"].Active, 3, "round %d", round)
 		for tk, o := range owners(out) {
 			if prev[tk] != o {
 				changes[tk]++
@@ -473,7 +474,7 @@ func TestStatelessBalanceTotalLoad(t *testing.T) {
 	require.Len(t, out.Clients["a"].Active, 3)
 	require.Len(t, out.Clients["b"].Active, 3)
 	for _, tk := range sl {
-		require.Zero(t, changes[tk], "stateless task %v moved again", tk)
+		require.LessOrEqual(t, changes[tk], 1, "stateless task %v moved again", tk)
 	}
 }
 

@@ -80,6 +80,9 @@ func TestConvergence(t *testing.T) {
 			t.Fatalf("seed %d (replay with EDDY_ASSIGNOR_SIM_SEED=%d): %v", seed, seed, err)
 		}
 	}
+	t.Logf("joins %d: above ceil(T·cap/Σcap)+1 moved actives %d times, by at most %d (hand-overs by at most %d); leaves %d: others' actives moved %d times, at most %d",
+		st.joins, st.joinBad, st.joinExcess, st.joinHandovers, st.leaves, st.leaveBad, st.leaveMoved)
+	t.Logf("replicas waiting on a warmup did not fall from one round to the next %d times", st.phiUp)
 	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
 		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d (stateless %d); "+
 		"converged sub-topology excess max %d",
@@ -104,6 +107,11 @@ type simStats struct {
 	maxSubExcessMovedSL      int
 	maxMigrationDev          float64 // (n_a-1)/cap_a - n_b/cap_b over clients a holding a stateless task
 	trace                    bool
+	phiUp                    int // rounds where potential did not fall
+	joinExcess, joinBad      int // most actives moved above the bound on a join, joins above it
+	leaveMoved, leaveBad     int // most actives of others moved on a leave, leaves that moved any
+	joins, leaves            int
+	joinHandovers            int // most hand-overs above the bound on a join
 }
 
 // staleDrift is how far state on disk that is no longer assigned falls
@@ -124,19 +132,33 @@ type sim struct {
 	tasks     map[task.ID]TaskInfo
 	taskRacks map[task.ID][]string
 	clients   map[string]*simClient
+	gone      map[string]*simClient // clients that left, with the state they left with
+	ends      map[task.ID]int64
+	// dropState makes a client forget the state of a task it no longer
+	// holds, as Kafka Streams' convergence harness does; otherwise that
+	// state stays on disk and falls behind by staleDrift a round.
+	dropState bool
 	nextID    int
-	zones     int
-	racks     int
-	log       []string
-	st        *simStats
-	trace     bool // log every change of owner
+	// joined and left name the client the last event added or dropped.
+	joined, left string
+	zones        int
+	racks        int
+	log          []string
+	st           *simStats
+	trace        bool // log every change of owner
 }
 
 func simulate(seed uint64, st *simStats) error {
-	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), clients: map[string]*simClient{}, st: st, trace: st.trace}
+	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), clients: map[string]*simClient{}, gone: map[string]*simClient{}, st: st, trace: st.trace}
 	s.cfg = DefaultConfig()
 	s.cfg.NumStandbys = s.rng.IntN(4)
 	s.cfg.MaxWarmups = 1 + s.rng.IntN(3)
+	if s.rng.IntN(2) == 0 {
+		// Kafka Streams' harness: changelogs of 150 records, a lag of 100
+		// acceptable, and state forgotten once unassigned.
+		s.cfg.AcceptableRecoveryLag = 100
+		s.dropState = true
+	}
 	if s.rng.IntN(3) == 0 {
 		s.cfg.RackAwareTags = []string{"zone"}
 		s.zones = 1 + s.rng.IntN(3)
@@ -158,6 +180,14 @@ func simulate(seed uint64, st *simStats) error {
 			}
 		}
 	}
+	if s.dropState {
+		s.ends = map[task.ID]int64{}
+		for id, ti := range s.tasks {
+			if ti.Stateful {
+				s.ends[id] = 150
+			}
+		}
+	}
 	for range 1 + s.rng.IntN(10) {
 		s.addClient()
 	}
@@ -170,30 +200,51 @@ func simulate(seed uint64, st *simStats) error {
 		return s.wrap(err)
 	}
 	for range 8 {
-		switch ev := s.rng.IntN(3); {
-		case ev == 0 || len(s.clients) == 1:
-			id := s.addClient()
-			s.log = append(s.log, "add "+id)
-		case ev == 1:
-			id := s.pick()
-			delete(s.clients, id)
-			s.log = append(s.log, "drop "+id)
-		default:
-			id := s.pick()
-			c := s.clients[id]
-			for t, l := range c.lags {
-				if l == LagRunning {
-					c.lags[t] = 0
-				}
-			}
-			c.prevActive, c.prevStandby = nil, nil
-			s.log = append(s.log, "restart "+id)
-		}
+		s.joined, s.left = "", ""
+		s.event()
 		if err := s.converge(); err != nil {
 			return s.wrap(err)
 		}
 	}
 	return nil
+}
+
+// event changes the group at random: a client joins new, leaves, returns
+// with the state it left with, restarts with its state on disk and nothing
+// running, or changes its number of threads.
+func (s *sim) event() {
+	switch ev := s.rng.IntN(5); {
+	case ev == 0 || len(s.clients) == 1:
+		id := s.addClient()
+		s.log = append(s.log, "add "+id)
+		s.joined = id
+	case ev == 1:
+		id := s.pick()
+		s.gone[id] = s.clients[id]
+		delete(s.clients, id)
+		s.log = append(s.log, "drop "+id)
+		s.left = id
+	case ev == 2 && len(s.gone) > 0:
+		ids := slices.Sorted(maps.Keys(s.gone))
+		id := ids[s.rng.IntN(len(ids))]
+		s.clients[id] = s.gone[id]
+		delete(s.gone, id)
+		s.log = append(s.log, "return "+id)
+	case ev == 4:
+		id := s.pick()
+		s.clients[id].cap = 1 + s.rng.IntN(3)
+		s.log = append(s.log, fmt.Sprintf("capacity %s %d", id, s.clients[id].cap))
+	default:
+		id := s.pick()
+		c := s.clients[id]
+		for t, l := range c.lags {
+			if l == LagRunning {
+				c.lags[t] = 0
+			}
+		}
+		c.prevActive, c.prevStandby = nil, nil
+		s.log = append(s.log, "restart "+id)
+	}
 }
 
 func (s *sim) wrap(err error) error {
@@ -236,7 +287,7 @@ func (s *sim) pick() string {
 }
 
 func (s *sim) input() Input {
-	in := Input{Tasks: s.tasks, Clients: map[string]ClientState{}, TaskRacks: s.taskRacks}
+	in := Input{Tasks: s.tasks, Clients: map[string]ClientState{}, TaskRacks: s.taskRacks, Ends: s.ends}
 	for id, c := range s.clients {
 		in.Clients[id] = ClientState{
 			Capacity:    c.cap,
@@ -255,7 +306,11 @@ func (s *sim) apply(out Output) {
 	for id, c := range s.clients {
 		a := out.Clients[id]
 		for t, l := range c.lags {
-			c.lags[t] = min(max(l, 0)+staleDrift, 1_000_000)
+			if s.dropState {
+				delete(c.lags, t)
+			} else {
+				c.lags[t] = min(max(l, 0)+staleDrift, 1_000_000)
+			}
 		}
 		for _, t := range a.Active {
 			if s.tasks[t].Stateful {
@@ -281,9 +336,15 @@ func (s *sim) converge() error {
 	limit := max(1, 2*ns*(1+k))
 	moves := map[task.ID]int{}
 	var start map[task.ID]string // owners before the event
+	lastPhi := 0
 	for round := 1; ; round++ {
 		in := s.input()
 		out := Assign(s.cfg, in)
+		phi := potential(s.cfg, in)
+		if round > 1 && phi >= lastPhi {
+			s.st.phiUp++
+		}
+		lastPhi = phi
 		if err := validate(s.cfg, in, out); err != nil {
 			return fmt.Errorf("round %d invalid: %w", round, err)
 		}
@@ -389,16 +450,16 @@ func (s *sim) converge() error {
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("converged after %d rounds: %w", round, err)
 		}
+		s.stickiness(start, owners(out), moves)
 		s.log = append(s.log, fmt.Sprintf("  converged in %d rounds (limit %d)", round, limit))
 		return nil
 	}
 }
 
-// checkMigrationBalance checks the balance of every round, migrations
-// included: a client holding a stateless task is at most two tasks per
-// thread above any other client, (n_a-1)/cap_a - n_b/cap_b ≤ 2 (a
-// converged group has ≤ 0). Stateless tasks wait to move until a client is
-// more than migrationSlack tasks per thread outside its balanced range.
+// checkMigrationBalance checks the balance of total load in every round,
+// migrations included, as Kafka Streams keeps it: a client holding a
+// stateless task is at most one task above the level of any other client,
+// (n_a-1)/cap_a ≤ n_b/cap_b.
 func (s *sim) checkMigrationBalance(in Input, out Output) error {
 	type load struct{ n, cap, sl int }
 	var loads []load
@@ -419,7 +480,7 @@ func (s *sim) checkMigrationBalance(in Input, out Output) error {
 		for y, b := range loads {
 			dev := float64(a.n-1)/float64(a.cap) - float64(b.n)/float64(b.cap)
 			s.st.maxMigrationDev = max(s.st.maxMigrationDev, dev)
-			if (a.n-1)*b.cap-b.n*a.cap > 2*migrationSlack*a.cap*b.cap {
+			if (a.n-1)*b.cap > b.n*a.cap {
 				return fmt.Errorf("%s holds %d actives (%d stateless) on %d threads, %s %d on %d", names[x], a.n, a.sl, a.cap, names[y], b.n, b.cap)
 			}
 		}
@@ -576,17 +637,15 @@ func subTopologyExcessWhere(in Input, out Output, counts func(client string, sub
 // moveLimit bounds how often one stateful task's active may change owner
 // while the group converges after one event (nearly always once, from where
 // it runs to its target after a warmup), and statelessMoveLimit one
-// stateless task's. A stateless task moves once, to where the final
-// placement wants it, except one handed to a client that is short of load
-// while its stateful actives warm up (a joining client): that client gives
-// it up as its actives arrive. Moving each stateless task at most once
-// would leave such a client idle until its warmups finish, which is the
-// imbalance issue 16 reported. The final placement is recomputed each
-// round from where tasks run, so it can shift under a task that already
-// moved: in 10,000 clusters a handful of tasks moved three times.
+// stateless task's. Stateless tasks balance the total load of every round,
+// so one handed to a client that is short of load while its stateful
+// actives warm up (a joining client) moves on as they arrive, and the final
+// placement, recomputed each round from where tasks run, can shift under a
+// task that already moved: in 20,000 clusters 179 of 300,000 stateless
+// tasks moved three times or four in one event, none more.
 const (
 	moveLimit          = 2
-	statelessMoveLimit = 3
+	statelessMoveLimit = 4
 )
 
 // convergedSubExcessLimit bounds how many actives of one sub-topology a
@@ -595,3 +654,62 @@ const (
 // this is looser than a new group's one: five was the most seen before
 // placement spread them by share, four since, in 10,000 clusters.
 const convergedSubExcessLimit = 5
+
+// potential counts the replicas of Assign's target that this round's
+// assignment cannot place yet: those waiting on a warmup.
+func potential(cfg Config, in Input) int {
+	r := newRun(cfg.normalized(), in)
+	r.assignStatefulActives()
+	r.assignStandbys()
+	r.settleReplicas()
+	n := 0
+	for _, t := range r.sf {
+		for _, c := range t.holders {
+			if c != t.active && !slices.Contains(t.standby, c) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// stickiness compares the owners of actives before an event and once the
+// group settled with Kafka Streams' bounds, and records how far they are
+// exceeded: a client joining moves at most its share of the T actives by
+// capacity, rounded up, plus one (ceil(T/(N+1))+1 when N clients of equal
+// capacity were there before), and a client leaving moves only its own.
+// Assign does not meet them yet: balancing stateful actives and all actives
+// separately moves stateless tasks between the clients that were there.
+func (s *sim) stickiness(before, after map[task.ID]string, handovers map[task.ID]int) {
+	moved, others, hand := 0, 0, 0
+	for t, o := range before {
+		if after[t] != o {
+			moved++
+			if o != s.left {
+				others++
+			}
+		}
+		hand += handovers[t]
+	}
+	switch {
+	case s.joined != "":
+		s.st.joins++
+		sum := 0
+		for _, c := range s.clients {
+			sum += c.cap
+		}
+		share := len(s.tasks) * s.clients[s.joined].cap
+		bound := (share+sum-1)/sum + 1
+		if moved > bound {
+			s.st.joinBad++
+			s.st.joinExcess = max(s.st.joinExcess, moved-bound)
+		}
+		s.st.joinHandovers = max(s.st.joinHandovers, hand-bound)
+	case s.left != "":
+		s.st.leaves++
+		if others > 0 {
+			s.st.leaveBad++
+			s.st.leaveMoved = max(s.st.leaveMoved, others)
+		}
+	}
+}

@@ -13,9 +13,9 @@
 //     and any other movement of state happens through warmups (at most
 //     MaxWarmups at once) followed by a probing rebalance. Load is balanced
 //     across clients by capacity (a small client gets its share too),
-//     stateless tasks follow the load as it is (within one task per thread
-//     while a migration runs, so that most move once), each sub-topology is
-//     spread where that costs no movement, standbys spread over the values
+//     stateless tasks balance the total load as it runs in every round (as
+//     in Kafka Streams), each sub-topology is spread where that costs no
+//     movement, standbys spread over the values
 //     of one or more tag keys, and actives can prefer the rack of their
 //     input partitions' leaders (Config.ActiveRackTag, Input.TaskRacks). It does
 //     no I/O and reads no clock, so it is exhaustively testable by table and

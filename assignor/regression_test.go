@@ -103,11 +103,11 @@ func TestRegressionSmallClientGetsShare(t *testing.T) {
 	require.False(t, out.FollowupRebalance)
 }
 
-// While warmups run, stateless tasks balance the load as it is, within one
-// task per thread of the balanced range: no client runs 9 tasks while
-// another runs 3 (placing them by the target did), nor does one of them
-// move twice (balancing strictly each round did: a's three went to b at
-// once and some came back).
+// While warmups run, stateless tasks balance the load as it is: no client
+// runs 9 tasks while another runs 3 (placing them by the target did), nor
+// does one of them move twice, since those that move go where the final
+// placement wants them (without that, a's three went to b at once and some
+// came back).
 func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
 	sf, sl := tasks(0, 6), tasks(1, 6)
 	cfg := cfgWith(func(c *Config) { c.MaxWarmups = 1 })

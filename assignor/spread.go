@@ -53,6 +53,40 @@ func bounds(total int, caps []int, limit int) (lo, hi []int) {
 	return lo, hi
 }
 
+// loadBounds is bounds for items added to bins that already hold base
+// (with no limit per bin): the lowest level λ at which max(base, ⌊λ·cap⌋+1)
+// summed over the bins holds the total, with lo = max(base, ⌈λ·cap⌉) and
+// hi = max(base, ⌊λ·cap⌋+1). A bin whose base alone is above the level
+// takes no item; every bin is then at λ·cap or above, and one that takes an
+// item at most at λ·cap+1.
+func loadBounds(items int, caps, base []int) (lo, hi []int) {
+	lo, hi = slices.Clone(base), slices.Clone(base)
+	total, room := items, 0
+	h := &levelHeap{caps: caps}
+	for b := range caps {
+		total += base[b]
+		room += max(base[b], 1)
+		// A bin's room passes its base at the level base/cap.
+		h.items = append(h.items, level{m: max(base[b], 1), bin: b})
+	}
+	heap.Init(h)
+	num, den := 0, 1 // λ = num/den
+	for room < total && h.Len() > 0 {
+		top := h.items[0]
+		num, den = top.m, caps[top.bin]
+		for h.Len() > 0 && h.items[0].m*den == num*caps[h.items[0].bin] {
+			l := heap.Pop(h).(level)
+			room++
+			heap.Push(h, level{m: l.m + 1, bin: l.bin})
+		}
+	}
+	for b, c := range caps {
+		lo[b] = max(base[b], (num*c+den-1)/den)
+		hi[b] = max(base[b], num*c/den+1)
+	}
+	return lo, hi
+}
+
 // level is the level m/caps[bin] at which a bin's room grows to m+1.
 type level struct{ m, bin int }
 
@@ -122,279 +156,395 @@ type spreader struct {
 
 // spread returns each item's bin and each bin's final load, base included.
 // prev gives each item's previous bin or -1. With no bins, every item gets
-// -1.
+// -1. It runs four phases: previous bins keep what their limits allow, the
+// rest is placed, bins below their lower limit are raised and bins above
+// their upper limit drained; then items that move anyway swap bins where
+// that spreads their groups.
 func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
-	n, nb := len(prev), len(s.caps)
-	owner = filled(n, -1)
-	load = slices.Clone(base)
-	if nb == 0 {
-		return owner, load
+	sp := s.begin(prev, base)
+	if len(s.caps) == 0 {
+		return sp.owner, sp.load
 	}
-	count := make([]int, nb) // items of this spread per bin
-	aff := func(i, b int) int {
-		if s.affinity == nil {
-			return 0
-		}
-		return s.affinity(i, b)
+	sp.keep()
+	sp.place()
+	sp.raiseLow()
+	sp.drainHigh()
+	if sp.shares != nil {
+		s.swapGroups(prev, sp.owner, sp.gload, sp.share, sp.aff)
 	}
-	var gload []int32 // per group and bin
-	if s.group != nil {
-		gload = make([]int32, nb*s.groups)
-	}
-	pref := func(i, b int) uint64 {
-		if s.pref == nil {
-			return 0
-		}
-		return s.pref(i, b)
-	}
-	gl := func(i, b int) int {
-		if gload == nil {
-			return 0
-		}
-		return int(gload[s.group[i]*nb+b])
-	}
-	put := func(i, b int) {
-		owner[i] = b
-		load[b]++
-		count[b]++
-		if gload != nil {
-			gload[s.group[i]*nb+b]++
-		}
-	}
-	take := func(i int) {
-		b := owner[i]
-		owner[i] = -1
-		load[b]--
-		count[b]--
-		if gload != nil {
-			gload[s.group[i]*nb+b]--
-		}
-	}
+	return sp.owner, sp.load
+}
 
-	// Keep. Within a rank, a bin keeps the first item of each group before
-	// the second of any, so that what it must give up spreads groups.
-	byBin := make([][]int, nb)
-	for i, b := range prev {
-		if b >= 0 && b < nb {
+// spreading is the working state of one spread.
+type spreading struct {
+	*spreader
+	prev  []int
+	owner []int   // per item: its bin, or -1
+	load  []int   // per bin: base plus the items placed on it
+	count []int   // per bin: the items of this spread placed on it
+	gload []int32 // per group and bin (group·bins+bin); nil without groups
+	// shares holds each group's share of a bin (see share) per capacity
+	// kind: group·kinds+kind[bin]. Nil without groups.
+	shares []int
+	kinds  int
+	kind   []int // per bin: index of its capacity among the kinds
+}
+
+// share is bin b's share of group g: the group's size times the bin's part
+// of the capacity, rounded up.
+func (sp *spreading) share(b, g int) int { return sp.shares[g*sp.kinds+sp.kind[b]] }
+
+func (s *spreader) begin(prev, base []int) *spreading {
+	nb := len(s.caps)
+	sp := &spreading{spreader: s, prev: prev, owner: filled(len(prev), -1), load: slices.Clone(base), count: make([]int, nb)}
+	if s.group == nil || nb == 0 {
+		return sp
+	}
+	sp.gload = make([]int32, nb*s.groups)
+	size := make([]int, s.groups)
+	for _, g := range s.group {
+		size[g]++
+	}
+	// A share depends on a bin only through its capacity, and capacities
+	// are few, so shares are computed once per group and capacity: placing
+	// asks for one per item and bin.
+	sum := 0
+	sp.kind = make([]int, nb)
+	var kinds []int
+	for b, c := range s.caps {
+		sum += c
+		k := slices.Index(kinds, c)
+		if k < 0 {
+			k = len(kinds)
+			kinds = append(kinds, c)
+		}
+		sp.kind[b] = k
+	}
+	sp.kinds = len(kinds)
+	sp.shares = make([]int, s.groups*len(kinds))
+	for g, n := range size {
+		for k, c := range kinds {
+			sp.shares[g*len(kinds)+k] = (n*c + sum - 1) / sum
+		}
+	}
+	return sp
+}
+
+func (sp *spreading) aff(i, b int) int {
+	if sp.affinity == nil {
+		return 0
+	}
+	return sp.affinity(i, b)
+}
+
+func (sp *spreading) prefer(i, b int) uint64 {
+	if sp.pref == nil {
+		return 0
+	}
+	return sp.pref(i, b)
+}
+
+// gl is how many items of item i's group bin b holds.
+func (sp *spreading) gl(i, b int) int {
+	if sp.gload == nil {
+		return 0
+	}
+	return int(sp.gload[sp.group[i]*len(sp.caps)+b])
+}
+
+func (sp *spreading) put(i, b int) {
+	sp.owner[i] = b
+	sp.load[b]++
+	sp.count[b]++
+	if sp.gload != nil {
+		sp.gload[sp.group[i]*len(sp.caps)+b]++
+	}
+}
+
+func (sp *spreading) take(i int) {
+	b := sp.owner[i]
+	sp.owner[i] = -1
+	sp.load[b]--
+	sp.count[b]--
+	if sp.gload != nil {
+		sp.gload[sp.group[i]*len(sp.caps)+b]--
+	}
+}
+
+// keep puts items back on their previous bins up to each bin's upper
+// limit, in keepKey order. Within a rank, a bin keeps the first item of
+// each group before the second of any, so that what it must give up
+// spreads groups.
+func (sp *spreading) keep() {
+	byBin := make([][]int, len(sp.caps))
+	for i, b := range sp.prev {
+		if b >= 0 && b < len(sp.caps) {
 			byBin[b] = append(byBin[b], i)
 		}
 	}
 	seen := map[int]int{}
-	nth := make([]int, n)
+	nth := make([]int, len(sp.prev))
 	for b, items := range byBin {
 		if len(items) == 0 {
 			continue
 		}
-		if s.group != nil {
+		if sp.group != nil {
 			clear(seen)
 			for _, i := range items {
-				nth[i] = seen[s.group[i]]
-				seen[s.group[i]]++
+				nth[i] = seen[sp.group[i]]
+				seen[sp.group[i]]++
 			}
 		}
-		slices.SortStableFunc(items, func(x, y int) int {
-			if s.keepRank != nil {
-				if d := s.keepRank(x) - s.keepRank(y); d != 0 {
-					return d
-				}
+		key := func(i int) keepKey {
+			k := keepKey{nth: nth[i], pref: sp.prefer(i, b)}
+			if sp.keepRank != nil {
+				k.rank = sp.keepRank(i)
 			}
-			if d := nth[x] - nth[y]; d != 0 {
-				return d
-			}
-			return cmp.Compare(pref(y, b), pref(x, b))
-		})
-	}
-	for b, items := range byBin {
+			return k
+		}
+		slices.SortStableFunc(items, func(x, y int) int { return key(x).compare(key(y)) })
 		for _, i := range items {
-			if load[b] >= s.hi[b] {
+			if sp.load[b] >= sp.hi[b] {
 				break
 			}
-			put(i, b)
+			sp.put(i, b)
 		}
 	}
+}
 
-	// A bin's share of a group is the group's size times the bin's part of
-	// the capacity, rounded up. An item goes to a bin within its group's
-	// share before one above it, and among those to the least loaded, so
-	// each group spreads while the bins fill evenly.
-	var share func(b, g int) int // nil without groups
-	if s.group != nil {
-		size := make([]int, s.groups)
-		for _, g := range s.group {
-			size[g]++
-		}
-		sum := 0
-		for _, c := range s.caps {
-			sum += c
-		}
-		share = func(b, g int) int { return (size[g]*s.caps[b] + sum - 1) / sum }
-	}
+// keepKey ranks a bin's previous items, the one kept first lowest.
+type keepKey struct {
+	rank int    // keepRank
+	nth  int    // how many items of its group the bin had before it
+	pref uint64 // the item's preference for the bin, higher kept first
+}
 
-	// Place the rest: first every item that has a bin of the best affinity
-	// with room, then the others wherever is best. Doing the first kind
-	// first keeps the others from filling the bins they need.
-	place := func(i int, onlyBest bool) {
-		same, sameAff := s.uniform != nil && s.uniform(i), 0
-		if same {
-			sameAff = aff(i, 0)
-			if onlyBest && sameAff != 0 {
-				return
-			}
-		}
-		// The best bin so far and what ranks it, kept to compare each bin
-		// against without asking for the best's again.
-		best, bestFull, bestAff, bestOver, bestLoad, bestGL := -1, false, 0, 0, 0, 0
-		g := -1
-		if s.group != nil {
-			g = s.group[i]
-		}
-		for b := range nb {
-			a := sameAff
-			if !same {
-				a = aff(i, b)
-			}
-			full := load[b] >= s.hi[b]
-			gn, ov := 0, 0
-			if g >= 0 {
-				gn = int(gload[g*nb+b])
-				ov = max(0, gn+1-share(b, g))
-			}
-			if best >= 0 {
-				if full != bestFull {
-					if full {
-						continue
-					}
-				} else if a != bestAff {
-					if a > bestAff {
-						continue
-					}
-				} else if ov != bestOver {
-					if ov > bestOver {
-						continue
-					}
-				} else if c := cmpRatio(load[b]+1, s.caps[b], bestLoad+1, s.caps[best]); c != 0 {
-					if c > 0 {
-						continue
-					}
-				} else if cmpRatio(gn+1, s.caps[b], bestGL+1, s.caps[best]) >= 0 {
-					continue
-				}
-			}
-			best, bestFull, bestAff, bestOver, bestLoad, bestGL = b, full, a, ov, load[b], gn
-		}
-		if onlyBest && (bestAff != 0 || bestFull) {
-			return
-		}
-		put(i, best)
+func (k keepKey) compare(o keepKey) int {
+	if c := cmp.Compare(k.rank, o.rank); c != 0 {
+		return c
 	}
-	order := s.order
+	if c := cmp.Compare(k.nth, o.nth); c != 0 {
+		return c
+	}
+	return cmp.Compare(o.pref, k.pref)
+}
+
+// place puts every unplaced item on a bin: first every item that has a bin
+// of the best affinity with room, then the others wherever is best. Doing
+// the first kind first keeps the others from filling the bins they need.
+func (sp *spreading) place() {
+	order := sp.order
 	if order == nil {
-		order = interleave(n, s.group)
+		order = interleave(len(sp.prev), sp.group)
 	}
 	for _, onlyBest := range []bool{true, false} {
 		for _, i := range order {
-			if owner[i] < 0 {
-				place(i, onlyBest)
+			if sp.owner[i] < 0 {
+				sp.placeOne(i, onlyBest)
 			}
 		}
 	}
+}
 
-	// Raise bins below their lower limit, taking from the fullest bins
-	// that are above theirs.
+// placeOne puts item i on the bin of the lowest placeKey, first on ties;
+// with onlyBest, only if that bin has room and the best affinity.
+func (sp *spreading) placeOne(i int, onlyBest bool) {
+	uniform := sp.uniform != nil && sp.uniform(i)
+	sameAff := 0
+	if uniform {
+		sameAff = sp.aff(i, 0)
+		if onlyBest && sameAff != 0 {
+			return
+		}
+	}
+	g := -1
+	if sp.group != nil {
+		g = sp.group[i]
+	}
+	nb := len(sp.caps)
+	best, bestKey := -1, placeKey{}
+	// The key is built here rather than by a method: this loop runs for
+	// every item and bin of a new group.
+	for b := range nb {
+		k := placeKey{full: sp.load[b] >= sp.hi[b], aff: sameAff, load: ratio{sp.load[b] + 1, sp.caps[b]}}
+		if !uniform {
+			k.aff = sp.aff(i, b)
+		}
+		gn := 0
+		if g >= 0 {
+			gn = int(sp.gload[g*nb+b])
+			k.over = max(0, gn+1-sp.share(b, g))
+		}
+		k.groupLoad = ratio{gn + 1, sp.caps[b]}
+		if best < 0 || k.compare(&bestKey) < 0 {
+			best, bestKey = b, k
+		}
+	}
+	if onlyBest && (bestKey.aff != 0 || bestKey.full) {
+		return
+	}
+	sp.put(i, best)
+}
+
+// placeKey ranks the bins for an item to go to, the best lowest.
+type placeKey struct {
+	full      bool  // the bin is at its upper limit
+	aff       int   // the item's affinity for the bin
+	over      int   // how far the item takes its group above the bin's share
+	load      ratio // the bin's load with the item, per capacity
+	groupLoad ratio // the bin's items of the group with the item, per capacity
+}
+
+func (k *placeKey) compare(o *placeKey) int {
+	if c := cmpBool(k.full, o.full); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.aff, o.aff); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.over, o.over); c != 0 {
+		return c
+	}
+	if c := k.load.compare(o.load); c != 0 {
+		return c
+	}
+	return k.groupLoad.compare(o.groupLoad)
+}
+
+// raiseLow raises bins below their lower limit, the least loaded first,
+// each time moving to it the item of the lowest raiseKey from a bin above
+// its lower limit.
+func (sp *spreading) raiseLow() {
 	for {
 		low := -1
-		for b := range nb {
-			if load[b] < s.lo[b] && (low < 0 || cmpRatio(load[b], s.caps[b], load[low], s.caps[low]) < 0) {
+		for b := range sp.caps {
+			if sp.load[b] < sp.lo[b] && (low < 0 || cmpRatio(sp.load[b], sp.caps[b], sp.load[low], sp.caps[low]) < 0) {
 				low = b
 			}
 		}
 		if low < 0 {
-			break
+			return
 		}
-		pick := -1
-		for i, b := range owner {
-			if b == low || load[b] <= s.lo[b] {
+		pick, pickKey := -1, raiseKey{}
+		for i, b := range sp.owner {
+			if b == low || sp.load[b] <= sp.lo[b] {
 				continue
 			}
-			if pick >= 0 {
-				pb := owner[pick]
-				// A bin over its upper limit must give items up anyway.
-				if over, pover := load[b] > s.hi[b], load[pb] > s.hi[pb]; over != pover {
-					if !over {
-						continue
-					}
-				} else if a, pa := aff(i, low), aff(pick, low); a != pa {
-					if a > pa {
-						continue
-					}
-				} else if d, pd := gl(i, b)-gl(i, low), gl(pick, pb)-gl(pick, low); d != pd {
-					if d < pd {
-						continue
-					}
-				} else if c := cmpRatio(load[b], s.caps[b], load[pb], s.caps[pb]); c != 0 {
-					if c < 0 {
-						continue
-					}
-				} else if pref(i, low) <= pref(pick, low) {
-					continue
-				}
+			k := raiseKey{
+				within: sp.load[b] <= sp.hi[b],
+				aff:    sp.aff(i, low),
+				gain:   sp.gl(i, b) - sp.gl(i, low),
+				load:   ratio{sp.load[b], sp.caps[b]},
+				pref:   sp.prefer(i, low),
 			}
-			pick = i
+			if pick < 0 || k.compare(pickKey) < 0 {
+				pick, pickKey = i, k
+			}
 		}
 		if pick < 0 {
-			break
+			return
 		}
-		take(pick)
-		put(pick, low)
+		sp.take(pick)
+		sp.put(pick, low)
 	}
+}
 
-	// Drain bins above their upper limit, which only a heavy base causes.
+// raiseKey ranks the items that could move to a bin below its lower limit,
+// the one to move lowest.
+type raiseKey struct {
+	within bool   // its bin is within its upper limit (one over must give items up anyway)
+	aff    int    // its affinity for the low bin
+	gain   int    // its group's items on its bin less those on the low bin, higher first
+	load   ratio  // its bin's load per capacity, higher first
+	pref   uint64 // its preference for the low bin, higher first
+}
+
+func (k raiseKey) compare(o raiseKey) int {
+	if c := cmpBool(k.within, o.within); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.aff, o.aff); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(o.gain, k.gain); c != 0 {
+		return c
+	}
+	if c := o.load.compare(k.load); c != 0 {
+		return c
+	}
+	return cmp.Compare(o.pref, k.pref)
+}
+
+// drainHigh drains bins above their upper limit, which only a heavy base
+// causes: the most loaded first, each time moving the item of the lowest
+// drainKey to the bin with room that is least loaded with it.
+func (sp *spreading) drainHigh() {
 	for {
 		high := -1
-		for b := range nb {
-			if load[b] > s.hi[b] && count[b] > 0 && (high < 0 || cmpRatio(load[b], s.caps[b], load[high], s.caps[high]) > 0) {
+		for b := range sp.caps {
+			if sp.load[b] > sp.hi[b] && sp.count[b] > 0 && (high < 0 || cmpRatio(sp.load[b], sp.caps[b], sp.load[high], sp.caps[high]) > 0) {
 				high = b
 			}
 		}
 		if high < 0 {
-			break
+			return
 		}
 		low := -1
-		for b := range nb {
-			if load[b] < s.hi[b] && (low < 0 || cmpRatio(load[b]+1, s.caps[b], load[low]+1, s.caps[low]) < 0) {
+		for b := range sp.caps {
+			if sp.load[b] < sp.hi[b] && (low < 0 || cmpRatio(sp.load[b]+1, sp.caps[b], sp.load[low]+1, sp.caps[low]) < 0) {
 				low = b
 			}
 		}
 		if low < 0 {
-			break
+			return
 		}
-		pick := -1
-		for i, b := range owner {
+		pick, pickKey := -1, drainKey{}
+		for i, b := range sp.owner {
 			if b != high {
 				continue
 			}
-			if pick >= 0 {
-				if a, pa := aff(i, low), aff(pick, low); a != pa {
-					if a > pa {
-						continue
-					}
-				} else if d, pd := gl(i, high)-gl(i, low), gl(pick, high)-gl(pick, low); d != pd {
-					if d < pd {
-						continue
-					}
-				} else if pref(i, low) <= pref(pick, low) {
-					continue
-				}
+			k := drainKey{aff: sp.aff(i, low), gain: sp.gl(i, high) - sp.gl(i, low), pref: sp.prefer(i, low)}
+			if pick < 0 || k.compare(pickKey) < 0 {
+				pick, pickKey = i, k
 			}
-			pick = i
 		}
-		take(pick)
-		put(pick, low)
+		sp.take(pick)
+		sp.put(pick, low)
 	}
-	if share != nil {
-		s.swapGroups(prev, owner, gload, share, aff)
+}
+
+// drainKey ranks the items of a bin above its upper limit, the one to move
+// lowest.
+type drainKey struct {
+	aff  int    // its affinity for the receiving bin
+	gain int    // its group's items on its bin less those on the receiving bin, higher first
+	pref uint64 // its preference for the receiving bin, higher first
+}
+
+func (k drainKey) compare(o drainKey) int {
+	if c := cmp.Compare(k.aff, o.aff); c != 0 {
+		return c
 	}
-	return owner, load
+	if c := cmp.Compare(o.gain, k.gain); c != 0 {
+		return c
+	}
+	return cmp.Compare(o.pref, k.pref)
+}
+
+// ratio is a load per capacity, compared exactly.
+type ratio struct{ n, d int }
+
+func (r ratio) compare(o ratio) int { return cmpRatio(r.n, r.d, o.n, o.d) }
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }
 
 // swapGroups lowers the groups' excess over their shares by swapping the
