@@ -91,17 +91,19 @@ type tkFigures struct {
 func benchTasks(ctx context.Context, cfg *config) ([]row, error) {
 	var rows []row
 	for _, n := range cfg.taskLadder {
-		r, err := benchTasksAt(ctx, cfg, n)
-		rows = append(rows, r...)
-		if err != nil {
-			return rows, fmt.Errorf("%d tasks: %w", n, err)
+		for _, layout := range cfg.taskLayouts {
+			r, err := benchTasksAt(ctx, cfg, n, layout)
+			rows = append(rows, r...)
+			if err != nil {
+				return rows, fmt.Errorf("%d tasks, %s layout: %w", n, layout, err)
+			}
 		}
 	}
 	return rows, nil
 }
 
-func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
-	fmt.Fprintf(cfg.out, "\n(t) %d tasks of a count on one instance, %d threads, broker in a child process\n", n, tkThreads)
+func benchTasksAt(ctx context.Context, cfg *config, n int, layout eddyrt.StoreLayout) ([]row, error) {
+	fmt.Fprintf(cfg.out, "\n(t) %d tasks of a count on one instance, %d threads, %s store layout, broker in a child process\n", n, tkThreads, layout)
 	bro, err := startChild(ctx, "broker", "--partitions", strconv.Itoa(n))
 	if err != nil {
 		return nil, fmt.Errorf("broker child: %w", err)
@@ -144,17 +146,17 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 
 	var all []tkFigures
 	run := func(i int) (float64, error) {
-		appID := fmt.Sprintf("bench-tasks-%d-%d", n, i)
+		appID := fmt.Sprintf("bench-tasks-%d-%s-%d", n, layout, i)
 		dir := filepath.Join(root, strconv.Itoa(i))
 		var f tkFigures
 		var err error
-		if f.cold, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, fmt.Sprintf("tasks-%d-cold", n)); err != nil {
+		if f.cold, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, layout, fmt.Sprintf("tasks-%d-cold", n)); err != nil {
 			return 0, fmt.Errorf("cold: %w", err)
 		}
 		if err := produce(n); err != nil {
 			return 0, err
 		}
-		if f.restart, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, fmt.Sprintf("tasks-%d-restart", n)); err != nil {
+		if f.restart, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, layout, fmt.Sprintf("tasks-%d-restart", n)); err != nil {
 			return 0, fmt.Errorf("restart: %w", err)
 		}
 		for _, r := range []struct {
@@ -201,7 +203,12 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 		}
 		return runsRow(name, unit, s, fmt.Sprintf("≤ %s %s", fmtNum(limit), unit), func(s spread) bool { return s.median() <= limit })
 	}
-	name := func(what string) string { return fmt.Sprintf("(t) %d tasks: %s", n, what) }
+	name := func(what string) string {
+		if layout != eddyrt.StoreLayoutShared {
+			return fmt.Sprintf("(t) %d tasks, %s: %s", n, layout, what)
+		}
+		return fmt.Sprintf("(t) %d tasks: %s", n, what)
+	}
 	return []row{
 		runsRow(name("cold Start → all running"), "ms", cold, "info", nil),
 		check(name("restart Start → all running"), "ms", pick(func(f tkFigures) float64 { return f.restart.RunningMs }), tkTargetRestart),
@@ -218,9 +225,9 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 // tkInstanceRun runs one tasks-instance child through its phases: started
 // and all running, idle once the group committed the input, closed. It
 // returns the child's reports merged.
-func tkInstanceRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, appID, dir string, n int, profileName string) (tkReport, error) {
+func tkInstanceRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, appID, dir string, n int, layout eddyrt.StoreLayout, profileName string) (tkReport, error) {
 	args := []string{"tasks-instance", "--brokers", addr, "--app-id", appID, "--state-dir", dir,
-		"--tasks", strconv.Itoa(n), "--idle", cfg.taskIdle.String()}
+		"--tasks", strconv.Itoa(n), "--idle", cfg.taskIdle.String(), "--store-layout", layout.String()}
 	if cfg.profileDir != "" {
 		args = append(args, "--profile", filepath.Join(cfg.profileDir, profileName))
 	}
@@ -299,6 +306,7 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 	dir := fs.String("state-dir", "", "state directory")
 	tasks := fs.Int("tasks", 0, "tasks the instance must run")
 	idle := fs.Duration("idle", 5*time.Second, "how long idle figures are measured over")
+	layout := fs.String("store-layout", "shared", "the App's Config.StoreLayout")
 	profile := fs.String("profile", "", "write CPU profiles of the start, the idle time and the close to `PREFIX`-{start,idle,close}.pprof")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -333,8 +341,12 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 		return fail("running", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	storeLayout, err := eddyrt.ParseStoreLayout(*layout)
+	if err != nil {
+		return fail("running", err)
+	}
 	app, err := eddyrt.New(topo, eddyrt.Config{ApplicationID: *appID, Brokers: []string{*brokers}, StateDir: *dir,
-		NumStreamThreads: tkThreads, Logger: log})
+		NumStreamThreads: tkThreads, Logger: log, StoreLayout: storeLayout})
 	if err != nil {
 		return fail("running", err)
 	}
