@@ -151,7 +151,7 @@ func (a *App) persistentStores(id task.ID) []graph.StoreInfo {
 }
 
 // taskDirs lists the task directories in the state directory that belong
-// to the topology.
+// to the topology, as scanDisk counts them.
 func (a *App) taskDirs() ([]task.ID, error) {
 	entries, err := os.ReadDir(a.appDir())
 	if err != nil {
@@ -161,7 +161,7 @@ func (a *App) taskDirs() ([]task.ID, error) {
 	var ids []task.ID
 	for _, e := range entries {
 		id, err := task.ParseID(e.Name())
-		if e.IsDir() && err == nil && id.SubTopology < subs {
+		if e.IsDir() && err == nil && id.SubTopology < subs && id.Partition < a.plan.subPartitions[id.SubTopology] {
 			ids = append(ids, id)
 		}
 	}
