@@ -126,7 +126,7 @@ type config struct {
 	out            io.Writer
 	log            *slog.Logger
 
-	// layout is the store layout of Eddy's instances in (a), (c) and (m);
+	// layout is the store layout of Eddy's instances in (a), (b), (c) and (m);
 	// taskLayouts those (t) measures in turn.
 	layout      eddyrt.StoreLayout
 	taskLayouts []eddyrt.StoreLayout
@@ -184,7 +184,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
 	ladder := fs.String("task-ladder", "64,256,1024,2048", "(t) comma-separated task counts, each measured in turn")
-	layout := fs.String("store-layout", "shared", "(a, c, m) the instances' Config.StoreLayout: shared or per-store")
+	layout := fs.String("store-layout", "shared", "(a, b, c, m) the instances' Config.StoreLayout: shared or per-store")
 	taskLayouts := fs.String("task-layouts", "shared", "(t) comma-separated store layouts (shared, per-store), each measured in turn at every task count")
 	fs.DurationVar(&cfg.taskIdle, "task-idle", 5*time.Second, "(t) how long an idle instance's CPU time is measured over")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
