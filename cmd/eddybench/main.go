@@ -130,6 +130,8 @@ type config struct {
 	// taskLayouts those (t) measures in turn.
 	layout      eddyrt.StoreLayout
 	taskLayouts []eddyrt.StoreLayout
+	// taskPair adds to (t) two instances with a standby of every task.
+	taskPair bool
 }
 
 func (c *config) want(name string) bool { return len(c.only) == 0 || c.only[name] }
@@ -186,6 +188,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	ladder := fs.String("task-ladder", "64,256,1024,2048", "(t) comma-separated task counts, each measured in turn")
 	layout := fs.String("store-layout", "shared", "(a, b, c, m) the instances' Config.StoreLayout: shared or per-store")
 	taskLayouts := fs.String("task-layouts", "shared", "(t) comma-separated store layouts (shared, per-store), each measured in turn at every task count")
+	fs.BoolVar(&cfg.taskPair, "task-pair", false, "(t) also run two instances with NumStandbys 1 at each task count and measure their idle CPU (target ≤ 10% of a core each at 2,048 tasks)")
 	fs.DurationVar(&cfg.taskIdle, "task-idle", 5*time.Second, "(t) how long an idle instance's CPU time is measured over")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
 	fs.StringVar(&cfg.corpus, "corpus", "", "(a) read the word-count input from this text `FILE` (one record per non-blank line) instead of generating --lines lines")
