@@ -526,16 +526,31 @@ func (c *cluster) requireOutput(t *testing.T, want map[string]int64) {
 }
 
 // storePositions opens the counts stores a closed instance left on disk and
-// returns their changelog positions by partition.
+// returns their changelog positions by partition. The stores are in the
+// shared database, STATE/APP/stores, under TASK/STORE, or in databases of
+// their own, STATE/APP/TASK/STORE (see runtime/layout.go).
 func storePositions(t *testing.T, stateDir, app string, partitions int32) map[int32]int64 {
 	t.Helper()
 	out := make(map[int32]int64)
+	var shared *statestore.SharedBadger
+	if dir := filepath.Join(stateDir, app, "stores"); dirExists(dir) {
+		var err error
+		shared, err = statestore.OpenSharedBadger(dir, statestore.BadgerOptions{})
+		require.NoError(t, err)
+		defer shared.Close()
+	}
 	for p := range partitions {
-		dir := filepath.Join(task.Dir(filepath.Join(stateDir, app), task.ID{SubTopology: 1, Partition: p}), countsStore)
-		if _, err := os.Stat(dir); err != nil {
+		id := task.ID{SubTopology: 1, Partition: p}
+		var s statestore.Store
+		var err error
+		switch dir := filepath.Join(task.Dir(filepath.Join(stateDir, app), id), countsStore); {
+		case shared != nil && shared.Has(id.String()+"/"+countsStore):
+			s, err = shared.Open(id.String() + "/" + countsStore)
+		case shared == nil && dirExists(dir):
+			s, err = statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
+		default:
 			continue
 		}
-		s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
 		require.NoError(t, err)
 		pos, err := s.Position()
 		require.NoError(t, err)
@@ -543,6 +558,11 @@ func storePositions(t *testing.T, stateDir, app string, partitions int32) map[in
 		out[p] = pos
 	}
 	return out
+}
+
+func dirExists(dir string) bool {
+	_, err := os.Stat(dir)
+	return err == nil
 }
 
 // TestCorpusTokenizesToReference checks the harness itself: tokenizing the

@@ -183,12 +183,12 @@ func (r *registry) releaseAhead() {
 	}
 }
 
-// removeDir deletes a task's directory, closing first the stores opened
-// ahead in it. The caller has marked the task moving, so nothing opens it
-// meanwhile.
+// removeDir deletes a task's stores and directory, closing first the
+// stores opened ahead for it. The caller has marked the task moving, so
+// nothing opens it meanwhile.
 func (r *registry) removeDir(id task.ID) error {
 	r.app.ahead.release(func(x task.ID) bool { return x != id })
-	return task.RemoveDir(r.app.appDir(), id)
+	return r.app.removeTaskState(id)
 }
 
 // openAhead opens, several at once, the stores of the tasks of an

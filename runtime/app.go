@@ -58,6 +58,9 @@ type App struct {
 	// registry, which queries read.
 	serving atomic.Bool
 	dir     *stateDir
+	// shared is the database of the task stores in the shared layout,
+	// nil in the per-store one (see layout.go).
+	shared  *statestore.SharedBadger
 	admin   *kadm.Client
 	adminCl *kgo.Client
 	plan    *topicPlan
@@ -301,6 +304,9 @@ func (a *App) prepare(ctx context.Context) (err error) {
 	if err := a.checkFileLimit(); err != nil {
 		return err
 	}
+	if err := a.openLayout(); err != nil {
+		return err
+	}
 	if err := a.forgetRecreatedState(a.startIDs); err != nil {
 		return err
 	}
@@ -468,6 +474,9 @@ func (a *App) release() {
 		a.adminCl.Close()
 		a.adminCl = nil
 	}
+	// After everything that holds a store: the threads, the registry,
+	// the stores opened ahead.
+	a.closeLayout()
 	if a.dir != nil {
 		a.dir.close()
 	}
@@ -673,14 +682,17 @@ func (a *App) hooked(id task.ID, info topology.StoreInfo, open func() (statestor
 	return open()
 }
 
-// openPersistent opens a task's persistent store, deleting it first if
-// its files are proven damaged (see openBadgerOrRebuild): its changelog
+// openPersistent opens a task's persistent store in the configured layout
+// (see layout.go), deleting it first if it is proven damaged (see
+// openBadgerOrRebuild and openShared): its changelog
 // rebuilds it, and the instance's other tasks never notice. A full disk is
 // found before badger touches the files (see
 // statestore.BadgerOptions.DiskReserve) and waited out.
 func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) {
-	dir := filepath.Join(task.Dir(a.appDir(), id), name)
-	return a.openBadgerOrRebuild(dir, statestore.DefaultBadgerOptions(), "task", id, "store", name)
+	if a.shared != nil {
+		return a.openShared(id, name)
+	}
+	return a.openBadgerOrRebuild(a.storeDir(id, name), statestore.DefaultBadgerOptions(), "task", id, "store", name)
 }
 
 // StoresWiped counts the persistent stores this instance found damaged

@@ -61,14 +61,15 @@ func TestTaskDirectoriesOfMovedTasksAreCleanedUp(t *testing.T) {
 	dir := task.Dir(filepath.Join(dirA, "clean"), moved)
 	_, err = os.Stat(dir)
 	require.NoError(t, err, "the moved task's directory is kept at first")
+	require.True(t, a.hasStore(moved, "counts"), "the moved task's store is kept at first")
 	reported := false
 	for _, to := range a.registry.subscription() {
 		reported = reported || to.Task == moved
 	}
 	require.True(t, reported, "a kept directory is reported in the subscription")
-	waitFor(t, 10*time.Second, "the moved task's directory to be deleted", func() bool {
+	waitFor(t, 10*time.Second, "the moved task's directory and store to be deleted", func() bool {
 		_, err := os.Stat(dir)
-		return os.IsNotExist(err)
+		return os.IsNotExist(err) && !a.hasStore(moved, "counts")
 	})
 	for _, to := range a.registry.subscription() {
 		require.NotEqual(t, moved, to.Task, "a deleted directory is no longer reported")

@@ -375,6 +375,12 @@ type Config struct {
 	// task moved away is kept (so that a task coming back restores only
 	// the tail) before it is deleted. Default 10 minutes.
 	StateCleanupDelay time.Duration
+	// StoreLayout is how the persistent stores of the instance's tasks
+	// lie on disk: StoreLayoutShared (the default) keeps them all in one
+	// badger database in the state directory, StoreLayoutPerStore gives
+	// each a database of its own. Start moves stores it finds in the
+	// other layout into the configured one (see layout.go).
+	StoreLayout StoreLayout
 	// Logger receives the runtime's logs. Default: info level and above,
 	// as text, to standard error, which says what the App does (started,
 	// each assignment, rebalances, state changes, restorations, failures);
@@ -470,6 +476,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StateCleanupDelay == 0 {
 		c.StateCleanupDelay = DefaultStateCleanupDelay
+	}
+	if c.StoreLayout == StoreLayoutDefault {
+		c.StoreLayout = StoreLayoutShared
 	}
 	if c.DefaultPartitions == 0 {
 		c.DefaultPartitions = DefaultPartitions
@@ -575,6 +584,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxGroupMetadataBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxGroupMetadataBytes must not be negative, got %d", c.MaxGroupMetadataBytes))
+	}
+	if c.StoreLayout != StoreLayoutShared && c.StoreLayout != StoreLayoutPerStore {
+		errs = append(errs, fmt.Errorf("StoreLayout %d is neither StoreLayoutShared nor StoreLayoutPerStore", int(c.StoreLayout)))
 	}
 	if c.AcceptableRecoveryLag < 0 || c.MaxWarmups < 0 || c.ProbingRebalanceInterval < 0 || c.StateCleanupDelay < 0 {
 		errs = append(errs, errors.New("AcceptableRecoveryLag, MaxWarmups, ProbingRebalanceInterval and StateCleanupDelay must not be negative"))

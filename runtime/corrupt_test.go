@@ -22,31 +22,39 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// A task directory whose store files are garbled on disk does not stop the
-// instance: that store alone is deleted, rebuilt from its changelog, and
-// counted; the counts come out exact.
+// A store whose files are garbled on disk does not stop the instance: the
+// damaged database alone is deleted, its stores rebuilt from their
+// changelogs and counted; the counts come out exact. Per store, that is
+// the one store; in the shared layout, every store of the instance (the
+// database cannot tell which stores a damaged table held).
 func TestUnreadableStoreIsWipedAndRestored(t *testing.T) {
+	for _, layout := range []StoreLayout{StoreLayoutShared, StoreLayoutPerStore} {
+		t.Run(layout.String(), func(t *testing.T) { testUnreadableStore(t, layout) })
+	}
+}
+
+func testUnreadableStore(t *testing.T, layout StoreLayout) {
 	for _, damage := range []struct {
 		name string
-		// wiped: whether the store must be deleted, or badger's own crash
-		// recovery suffices (a log cut short is what kill -9 leaves; the
-		// data and its position go back together and the tail is
-		// restored).
-		wiped int64
+		// wiped: whether the database must be deleted, or badger's own
+		// crash recovery suffices (a log cut short is what kill -9
+		// leaves; the data and its position go back together and the
+		// tail is restored).
+		wiped bool
 		do    func(t *testing.T, dir string)
 	}{
-		{"garbled manifest", 1, func(t *testing.T, dir string) {
+		{"garbled manifest", true, func(t *testing.T, dir string) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "MANIFEST"), []byte("this is not a badger manifest at all"), 0o644))
 		}},
 		// Badger would open the store with a new manifest, its tables
 		// deleted as unlisted.
-		{"deleted manifest", 1, func(t *testing.T, dir string) {
+		{"deleted manifest", true, func(t *testing.T, dir string) {
 			tables, err := filepath.Glob(filepath.Join(dir, "*.sst"))
 			require.NoError(t, err)
 			require.NotEmpty(t, tables, "the store has table files to lose")
 			require.NoError(t, os.Remove(filepath.Join(dir, "MANIFEST")))
 		}},
-		{"truncated value log and memtable log", 0, func(t *testing.T, dir string) {
+		{"truncated value log and memtable log", false, func(t *testing.T, dir string) {
 			entries, err := os.ReadDir(dir)
 			require.NoError(t, err)
 			n := 0
@@ -64,12 +72,12 @@ func TestUnreadableStoreIsWipedAndRestored(t *testing.T) {
 		// Badger would panic on a goroutine of its own opening a truncated
 		// table, and at the first read of a garbled block; the store checks
 		// its tables before badger opens them.
-		{"truncated table file", 1, func(t *testing.T, dir string) {
+		{"truncated table file", true, func(t *testing.T, dir string) {
 			damageTables(t, dir, func(path string, size int64) {
 				require.NoError(t, os.Truncate(path, size/2))
 			})
 		}},
-		{"garbled table file", 1, func(t *testing.T, dir string) {
+		{"garbled table file", true, func(t *testing.T, dir string) {
 			damageTables(t, dir, func(path string, size int64) {
 				f, err := os.OpenFile(path, os.O_RDWR, 0)
 				require.NoError(t, err)
@@ -83,7 +91,7 @@ func TestUnreadableStoreIsWipedAndRestored(t *testing.T) {
 			c := newEOSCluster(t)
 			dir := t.TempDir()
 			start := func() *App {
-				app, err := New(countTopology(t), Config{ApplicationID: "corrupt", Brokers: c.b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second})
+				app, err := New(countTopology(t), Config{ApplicationID: "corrupt", Brokers: c.b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second, StoreLayout: layout})
 				require.NoError(t, err)
 				require.NoError(t, app.Start(context.Background()))
 				return app
@@ -94,14 +102,22 @@ func TestUnreadableStoreIsWipedAndRestored(t *testing.T) {
 			waitCounts(t, app, want)
 			require.NoError(t, app.Close(context.Background()))
 
-			storeDir := filepath.Join(task.Dir(filepath.Join(dir, "corrupt"), task.ID{SubTopology: 0, Partition: 0}), "counts")
-			damage.do(t, storeDir)
+			dbDir := filepath.Join(task.Dir(filepath.Join(dir, "corrupt"), task.ID{SubTopology: 0, Partition: 0}), "counts")
+			var wiped int64 = 1
+			if layout == StoreLayoutShared {
+				dbDir = filepath.Join(dir, "corrupt", sharedDirName)
+				wiped = 2 // one store per partition
+			}
+			damage.do(t, dbDir)
+			if !damage.wiped {
+				wiped = 0
+			}
 
 			app = start()
 			defer app.Close(context.Background())
 			c.produce(t, 100, want)
 			waitCounts(t, app, want)
-			require.Equal(t, damage.wiped, app.StoresWiped(), "stores wiped")
+			require.Equal(t, wiped, app.StoresWiped(), "stores wiped")
 			require.True(t, app.State().IsRunningOrRebalancing())
 		})
 	}
@@ -122,7 +138,9 @@ func damageTables(t *testing.T, dir string, damage func(path string, size int64)
 
 // More than maxDamagedStores stores found damaged at once stop the
 // instance: it deletes the first few, as it would a store damaged alone,
-// and keeps the files of the others.
+// and keeps the files of the others. The stores are each in a database of
+// their own (StoreLayoutPerStore), whose files the test damages one by one;
+// in the shared layout they are one database, damaged or not as a whole.
 func TestManyDamagedStoresStopTheInstance(t *testing.T) {
 	const partitions = 6
 	b, err := broker.Start(broker.Config{Partitions: 2})
@@ -138,7 +156,7 @@ func TestManyDamagedStoresStopTheInstance(t *testing.T) {
 
 	dir := t.TempDir()
 	start := func() *App {
-		app, err := New(countTopology(t), Config{ApplicationID: "damaged", Brokers: b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second})
+		app, err := New(countTopology(t), Config{ApplicationID: "damaged", Brokers: b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second, StoreLayout: StoreLayoutPerStore})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		return app
@@ -169,7 +187,7 @@ func TestManyDamagedStoresStopTheInstance(t *testing.T) {
 	// fails, or the instance stops soon after. Restarted (as a supervisor
 	// would), it stops again without deleting more.
 	for run := range 2 {
-		app, err := New(countTopology(t), Config{ApplicationID: "damaged", Brokers: b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second})
+		app, err := New(countTopology(t), Config{ApplicationID: "damaged", Brokers: b.Addrs(), StateDir: dir, SessionTimeout: 2 * time.Second, StoreLayout: StoreLayoutPerStore})
 		require.NoError(t, err)
 		if err := app.Start(context.Background()); err == nil {
 			select {
@@ -254,7 +272,9 @@ func openPersistentUnderFileLimit(t *testing.T, root, spare string) {
 	if err != nil {
 		panic(err)
 	}
-	app, err := New(countTopology(t), Config{ApplicationID: "nofile", Brokers: []string{"127.0.0.1:9"}, StateDir: root})
+	// A database of the store's own, whose opening is what runs out of
+	// descriptors here.
+	app, err := New(countTopology(t), Config{ApplicationID: "nofile", Brokers: []string{"127.0.0.1:9"}, StateDir: root, StoreLayout: StoreLayoutPerStore})
 	if err != nil {
 		panic(err)
 	}

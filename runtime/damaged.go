@@ -44,13 +44,18 @@ const (
 // are proven damaged (statestore.ErrCorrupt) is deleted and opened empty,
 // with a warning, for its changelog (or topic) to rebuild it, unless too
 // many were found at once (see admitDamaged). A full disk is waited out
-// (openWaitingForSpace). Any other failure is returned as it is and the
+// (waitForSpace). Any other failure is returned as it is and the
 // files are left alone: a machine's error (a limit, permissions, a failing
 // disk) names what to change, and an error of unknown cause is no proof
 // that deleting the store would help.
 func (a *App) openBadgerOrRebuild(dir string, opts statestore.BadgerOptions, logArgs ...any) (statestore.Store, error) {
-	open := func() (statestore.Store, error) { return statestore.OpenBadger(dir, opts) }
-	s, err := a.openWaitingForSpace(dir, open)
+	var s statestore.Store
+	open := func() error {
+		var err error
+		s, err = statestore.OpenBadger(dir, opts)
+		return err
+	}
+	err := a.waitForSpace(dir, open)
 	if err == nil || !errors.Is(err, statestore.ErrCorrupt) {
 		return s, err
 	}
@@ -62,7 +67,8 @@ func (a *App) openBadgerOrRebuild(dir string, opts statestore.BadgerOptions, log
 		return nil, fmt.Errorf("runtime: delete damaged store %s: %w (opening it failed with: %v)", dir, derr, err)
 	}
 	a.storesWiped.Add(1)
-	return a.openWaitingForSpace(dir, open)
+	err = a.waitForSpace(dir, open)
+	return s, err
 }
 
 // admitDamaged records the store in dir as one to delete or, when that

@@ -70,8 +70,9 @@ func (th *thread) writeStores(tasks []*taskrun.Active, last taskrun.LastOffsetFu
 	}
 }
 
-// openWaitingForSpace runs open, which opens the store in dir, and runs it
-// again, with backoff, for as long as it fails for a full disk
+// waitForSpace runs open, which opens the store or database in dir (or
+// moves the store there into the shared database), and runs it again,
+// with backoff, for as long as it fails for a full disk
 // (statestore.ErrDiskFull), logging the directory and the space free at
 // most once per diskFullLogEvery. Opening replays and flushes badger's logs,
 // so it needs room as a write does (statestore.BadgerOptions.DiskReserve);
@@ -80,16 +81,16 @@ func (th *thread) writeStores(tasks []*taskrun.Active, last taskrun.LastOffsetFu
 // another instance whose disk may be as full. Whoever waits (a stream
 // thread claiming a task, the reconciliation of standbys, start-up) waits
 // until space is freed or the instance stops.
-func (a *App) openWaitingForSpace(dir string, open func() (statestore.Store, error)) (statestore.Store, error) {
+func (a *App) waitForSpace(dir string, open func() error) error {
 	wait := diskFullFirstWait
 	var since, logged time.Time
 	for attempt := 1; ; attempt++ {
-		s, err := open()
+		err := open()
 		if err == nil || !errors.Is(err, statestore.ErrDiskFull) {
 			if err == nil && attempt > 1 {
 				a.log.Info("disk space freed; store opened", "dir", dir, "waited", time.Since(since).Round(time.Millisecond), "attempts", attempt)
 			}
-			return s, err
+			return err
 		}
 		now := time.Now()
 		if attempt == 1 {
@@ -106,11 +107,11 @@ func (a *App) openWaitingForSpace(dir string, open func() (statestore.Store, err
 		a.diskFullWaits.Add(1)
 		select {
 		case <-a.closeAsked:
-			return nil, fmt.Errorf("runtime: closed while waiting for disk space: %w", err)
+			return fmt.Errorf("runtime: closed while waiting for disk space: %w", err)
 		case <-a.killCtx.Done():
-			return nil, fmt.Errorf("runtime: killed while waiting for disk space: %w", err)
+			return fmt.Errorf("runtime: killed while waiting for disk space: %w", err)
 		case <-a.done:
-			return nil, fmt.Errorf("runtime: stopped while waiting for disk space: %w", err)
+			return fmt.Errorf("runtime: stopped while waiting for disk space: %w", err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, diskFullMaxWait)

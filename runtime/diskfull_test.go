@@ -64,7 +64,7 @@ func fillTo(t *testing.T, dir string, leave int64) string {
 func TestDiskFullPausesAndResumes(t *testing.T) {
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
-			reserve := statestore.DefaultBadgerOptions().EffectiveDiskReserve()
+			reserve := statestore.DefaultSharedBadgerOptions().EffectiveDiskReserve()
 			fs := mountTmpfs(t, reserve+64<<20)
 			c := newEOSCluster(t)
 			start := func() *App {
@@ -108,16 +108,28 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 
 // An instance that must open a store on a full disk waits for space
 // instead of stopping, deletes nothing, and carries on once space is freed.
+// Per store, the tasks' stores wait; shared, Start waits to open the
+// database.
 func TestDiskFullAtOpenWaitsForSpace(t *testing.T) {
+	for _, layout := range []StoreLayout{StoreLayoutShared, StoreLayoutPerStore} {
+		t.Run(layout.String(), func(t *testing.T) { testDiskFullAtOpen(t, layout) })
+	}
+}
+
+func testDiskFullAtOpen(t *testing.T, layout StoreLayout) {
 	reserve := statestore.DefaultBadgerOptions().EffectiveDiskReserve()
+	if layout == StoreLayoutShared {
+		reserve = statestore.DefaultSharedBadgerOptions().EffectiveDiskReserve()
+	}
 	fs := mountTmpfs(t, reserve+16<<20)
 	c := newEOSCluster(t)
 	want := map[string]int64{}
 	c.produce(t, 50, want)
 	ballast := fillTo(t, fs, reserve/2)
-	app, err := New(countTopology(t), Config{ApplicationID: "diskfull-open", Brokers: c.b.Addrs(), StateDir: fs, SessionTimeout: 2 * time.Second})
+	app, err := New(countTopology(t), Config{ApplicationID: "diskfull-open", Brokers: c.b.Addrs(), StateDir: fs, SessionTimeout: 2 * time.Second, StoreLayout: layout})
 	require.NoError(t, err)
-	require.NoError(t, app.Start(context.Background()))
+	started := make(chan error, 1)
+	go func() { started <- app.Start(context.Background()) }()
 	defer app.Close(context.Background())
 	waitFor(t, 20*time.Second, "a store's opening refused for the full disk", func() bool {
 		return app.DiskFullWaits() > 0 || app.Err() != nil
@@ -125,6 +137,12 @@ func TestDiskFullAtOpenWaitsForSpace(t *testing.T) {
 	require.NoError(t, app.Err(), "a full disk at open does not stop the instance")
 
 	require.NoError(t, os.Remove(ballast))
+	select {
+	case err := <-started:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return once space was freed")
+	}
 	c.produce(t, 50, want)
 	waitCounts(t, app, want)
 	require.NoError(t, app.Err())

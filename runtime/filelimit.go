@@ -21,6 +21,11 @@ const (
 	// first start, 8 after a restart, for a store of a few keys). Every
 	// further table adds one: a store of a few GiB holds hundreds.
 	descriptorsPerStore = 8
+	// descriptorsShared is what the shared database of the task stores
+	// (see layout.go) holds open while small: as a store of its own, with
+	// up to three memtable logs. Its tables add one each as it grows,
+	// whatever the number of stores.
+	descriptorsShared = 10
 	// descriptorsBase covers what an instance holds besides its stores
 	// and threads: standard streams, the state directory's lock, the
 	// admin and global clients' connections, the Go runtime's poller.
@@ -33,15 +38,18 @@ const (
 // descriptorsNeeded estimates the descriptors of an instance holding
 // every task of the topology, which it does when it is alone in its group
 // (the first instance of a deployment to start, or the last one left):
-// the estimate, the tasks and the persistent stores it counts.
+// the estimate, the tasks and the persistent stores in databases of their
+// own it counts (the global stores, and in the per-store layout every
+// task store).
 func (a *App) descriptorsNeeded() (need, tasks, stores int) {
 	g := graph.Of(a.topo)
+	taskStores := 0
 	for i, st := range g.SubTopologies() {
 		n := int(a.plan.subPartitions[i])
 		tasks += n
 		for _, s := range st.Stores {
 			if s.Persistent {
-				stores += n
+				taskStores += n
 			}
 		}
 	}
@@ -50,7 +58,14 @@ func (a *App) descriptorsNeeded() (need, tasks, stores int) {
 			stores++
 		}
 	}
-	need = descriptorsBase + descriptorsPerThread*a.cfg.NumStreamThreads + descriptorsPerStore*stores
+	need = descriptorsBase + descriptorsPerThread*a.cfg.NumStreamThreads
+	switch {
+	case a.cfg.StoreLayout == StoreLayoutPerStore:
+		stores += taskStores
+	case taskStores > 0:
+		need += descriptorsShared
+	}
+	need += descriptorsPerStore * stores
 	return need, tasks, stores
 }
 
@@ -73,6 +88,10 @@ func (a *App) checkFileLimit() error {
 	if uint64(need) <= limit {
 		return nil
 	}
-	return fmt.Errorf("%w: RLIMIT_NOFILE is %d (soft limit raised to the hard limit), and an instance holding all %d tasks, as one alone in its group does, needs at least %d descriptors: %d persistent stores at ~%d each (more for stores of many tables), %d per stream thread and %d more; raise the hard limit (ulimit -Hn, systemd's LimitNOFILE)",
-		ErrFileLimit, limit, tasks, need, stores, descriptorsPerStore, descriptorsPerThread, descriptorsBase)
+	shared := ""
+	if a.cfg.StoreLayout == StoreLayoutShared {
+		shared = fmt.Sprintf(", ~%d for the shared database of the task stores", descriptorsShared)
+	}
+	return fmt.Errorf("%w: RLIMIT_NOFILE is %d (soft limit raised to the hard limit), and an instance holding all %d tasks, as one alone in its group does, needs at least %d descriptors: %d persistent stores in databases of their own at ~%d each (more for stores of many tables)%s, %d per stream thread and %d more; raise the hard limit (ulimit -Hn, systemd's LimitNOFILE)",
+		ErrFileLimit, limit, tasks, need, stores, descriptorsPerStore, shared, descriptorsPerThread, descriptorsBase)
 }

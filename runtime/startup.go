@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"sync"
@@ -40,7 +39,7 @@ func (r *registry) scanDisk() error {
 	}
 	var dirs []found
 	for _, e := range entries {
-		if !e.IsDir() || e.Name() == globalDirName {
+		if !e.IsDir() || e.Name() == globalDirName || e.Name() == sharedDirName {
 			continue
 		}
 		id, err := task.ParseID(e.Name())
@@ -99,8 +98,7 @@ func (r *registry) diskPositions(id task.ID) (map[string]int64, error) {
 			continue
 		}
 		name := info.Name
-		dir := filepath.Join(task.Dir(r.app.appDir(), id), name)
-		if _, err := os.Stat(dir); err != nil {
+		if !r.app.hasStore(id, name) {
 			continue
 		}
 		s, err := r.app.openPersistent(id, name)

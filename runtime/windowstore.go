@@ -63,10 +63,9 @@ func (a *App) checkWindowLayout(id task.ID, info graph.StoreInfo) (int64, error)
 			}
 			return iv, nil
 		}
-		dir := filepath.Join(task.Dir(a.appDir(), id), info.Name)
 		a.log.Warn("window store was written with another layout; deleting it to rebuild it from its changelog",
 			"task", id, "store", info.Name, "was", strings.TrimSpace(string(have)), "now", strings.TrimSpace(windowLayout(info.Kind, want)))
-		if err := statestore.DestroyBadger(dir); err != nil {
+		if err := a.deleteStore(id, info.Name); err != nil {
 			return 0, fmt.Errorf("runtime: delete window store %s of task %s: %w", info.Name, id, err)
 		}
 		a.storesWiped.Add(1)

@@ -324,7 +324,7 @@ func storesOnRecreated(a *App, id task.ID, recreated map[string]bool) int64 {
 		if !s.Persistent || !s.Logged || !recreated[changelog.TopicName(a.cfg.ApplicationID, s.Name)] {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(task.Dir(a.appDir(), id), s.Name)); err == nil {
+		if a.hasStore(id, s.Name) {
 			n++
 		}
 	}
@@ -386,7 +386,7 @@ func (a *App) forgetRecreatedState(ids map[string]kadm.TopicID) error {
 			a.log.Warn("the changelog of a task's state on disk was recreated since it was written; deleting the state to rebuild it from the new changelog",
 				"task", id, "changelogs", slices.Sorted(maps.Keys(recreated)))
 			n := storesOnRecreated(a, id, recreated)
-			if err := task.RemoveDir(a.appDir(), id); err != nil {
+			if err := a.removeTaskState(id); err != nil {
 				return fmt.Errorf("runtime: delete the state of task %s, whose changelog was recreated: %w", id, err)
 			}
 			a.recreatedResets.Add(n)

@@ -414,9 +414,7 @@ func testZombie(t *testing.T, midCommit bool) {
 	// committed data only: exactly the committed changelog up to its
 	// position, which follows a commit marker.
 	aDir := dirs["A"]
-	st, err := statestore.OpenBadger(filepath.Join(task.Dir(filepath.Join(aDir, "zombie"), heldID), "counts"), statestore.DefaultBadgerOptions())
-	require.NoError(t, err)
-	defer st.Close()
+	st := openStoreOnDisk(t, filepath.Join(aDir, "zombie"), heldID, "counts")
 	pos, err := st.Position()
 	require.NoError(t, err)
 	onDisk := map[string]string{}

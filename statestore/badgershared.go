@@ -494,6 +494,17 @@ func (d *SharedBadger) Stores() []string {
 	return names
 }
 
+// Has reports whether the DB holds the store called name.
+func (d *SharedBadger) Has(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.ids[name]
+	return ok
+}
+
+// Dir returns the directory the DB is in.
+func (d *SharedBadger) Dir() string { return d.dir }
+
 // StoreWrite is one store's part of a Commit: what its Write would apply.
 type StoreWrite struct {
 	Store    Store

@@ -158,6 +158,28 @@ func TestSharedDropResumesOnOpen(t *testing.T) {
 	require.Zero(t, rawKeys(t, d, storeNS(id)))
 }
 
+// Has answers from the catalog: a store opened once is held, closed or
+// not, and across a reopening of the DB, until it is dropped.
+func TestSharedHas(t *testing.T) {
+	dir := t.TempDir()
+	d, err := OpenSharedBadger(dir, testBadgerOptions())
+	require.NoError(t, err)
+	require.False(t, d.Has("a"))
+	s, err := d.Open("a")
+	require.NoError(t, err)
+	require.True(t, d.Has("a"))
+	require.NoError(t, s.Close())
+	require.NoError(t, d.Close())
+
+	d, err = OpenSharedBadger(dir, testBadgerOptions())
+	require.NoError(t, err)
+	defer d.Close()
+	require.True(t, d.Has("a"))
+	require.False(t, d.Has("b"))
+	require.NoError(t, d.Drop("a"))
+	require.False(t, d.Has("a"))
+}
+
 // Badger refuses every write while a DropPrefix runs, whatever its keys.
 // Resets and drops of some stores, and a window store's segment drops,
 // must not fail the writes of the others.

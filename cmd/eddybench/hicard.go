@@ -395,7 +395,7 @@ func runCaughtUp(ctx context.Context, cfg *config, adm *kadm.Client, addrs []str
 		return nil, time.Time{}, nil, err
 	}
 	app, err = runtime.New(topo, runtime.Config{ApplicationID: appID, Brokers: addrs, StateDir: dir,
-		NumStreamThreads: cfg.threads, Logger: cfg.log})
+		NumStreamThreads: cfg.threads, StoreLayout: cfg.layout, Logger: cfg.log})
 	if err == nil {
 		err = app.Start(ctx)
 	}

@@ -93,6 +93,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	eddyrt "github.com/eddystreams/eddy/runtime"
 )
 
 // config holds the flags of a benchmark run.
@@ -123,6 +125,13 @@ type config struct {
 	verbose        bool
 	out            io.Writer
 	log            *slog.Logger
+
+	// layout is the store layout of Eddy's instances in (a), (b), (c) and (m);
+	// taskLayouts those (t) measures in turn.
+	layout      eddyrt.StoreLayout
+	taskLayouts []eddyrt.StoreLayout
+	// taskPair adds to (t) two instances with a standby of every task.
+	taskPair bool
 }
 
 func (c *config) want(name string) bool { return len(c.only) == 0 || c.only[name] }
@@ -177,6 +186,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
 	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
 	ladder := fs.String("task-ladder", "64,256,1024,2048", "(t) comma-separated task counts, each measured in turn")
+	layout := fs.String("store-layout", "shared", "(a, b, c, m) the instances' Config.StoreLayout: shared or per-store")
+	taskLayouts := fs.String("task-layouts", "shared", "(t) comma-separated store layouts (shared, per-store), each measured in turn at every task count")
+	fs.BoolVar(&cfg.taskPair, "task-pair", false, "(t) also run two instances with NumStandbys 1 at each task count and measure their idle CPU (target ≤ 10% of a core each at 2,048 tasks)")
 	fs.DurationVar(&cfg.taskIdle, "task-idle", 5*time.Second, "(t) how long an idle instance's CPU time is measured over")
 	seed := fs.Uint64("seed", 1, "(a) corpus seed")
 	fs.StringVar(&cfg.corpus, "corpus", "", "(a) read the word-count input from this text `FILE` (one record per non-blank line) instead of generating --lines lines")
@@ -220,6 +232,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return fmt.Errorf("--task-ladder: %q is not a positive task count", s)
 		}
 		cfg.taskLadder = append(cfg.taskLadder, n)
+	}
+	var err error
+	if cfg.layout, err = eddyrt.ParseStoreLayout(*layout); err != nil {
+		return fmt.Errorf("--store-layout: %w", err)
+	}
+	for _, s := range strings.Split(*taskLayouts, ",") {
+		l, err := eddyrt.ParseStoreLayout(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("--task-layouts: %w", err)
+		}
+		cfg.taskLayouts = append(cfg.taskLayouts, l)
 	}
 	if cfg.taskIdle <= 0 {
 		return errors.New("--task-idle must be positive")

@@ -247,7 +247,7 @@ func restoreWithApp(ctx context.Context, cfg *config, addrs []string, dir string
 	if err != nil {
 		return 0, 0, err
 	}
-	app, err := runtime.New(topo, runtime.Config{ApplicationID: restoreApp, Brokers: addrs, StateDir: dir, Logger: cfg.log})
+	app, err := runtime.New(topo, runtime.Config{ApplicationID: restoreApp, Brokers: addrs, StateDir: dir, StoreLayout: cfg.layout, Logger: cfg.log})
 	if err != nil {
 		return 0, 0, err
 	}

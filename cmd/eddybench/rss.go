@@ -102,7 +102,7 @@ func rssRun(ctx context.Context, cfg *config) (float64, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	args := []string{"rss-instance", "--brokers", addr, "--state-dir", dir, "--keys", strconv.Itoa(cfg.keys)}
+	args := []string{"rss-instance", "--brokers", addr, "--state-dir", dir, "--keys", strconv.Itoa(cfg.keys), "--store-layout", cfg.layout.String()}
 	if cfg.profileDir != "" {
 		args = append(args, "--heap-profile", filepath.Join(cfg.profileDir, "rss-instance-heap.pprof"))
 	}
@@ -427,6 +427,7 @@ func runRSSInstance(ctx context.Context, args []string, stdin io.Reader, stdout,
 	keys := fs.Int("keys", 0, "number of keys fed (for the read-back sample)")
 	heapProfile := fs.String("heap-profile", "", "write a heap profile to this file when asked to report")
 	fetchPartBytes := fs.Int("fetch-partition-bytes", 0, "if positive, kgo.FetchMaxPartitionBytes for the App's clients")
+	layout := fs.String("store-layout", "shared", "the App's Config.StoreLayout")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -441,7 +442,11 @@ func runRSSInstance(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if *fetchPartBytes > 0 {
 		extra = append(extra, kgo.FetchMaxPartitionBytes(int32(*fetchPartBytes)))
 	}
-	app, err := eddyrt.New(topo, eddyrt.Config{ApplicationID: rssApp, Brokers: []string{*brokers}, StateDir: *dir, Logger: log, ClientOptions: extra})
+	storeLayout, err := eddyrt.ParseStoreLayout(*layout)
+	if err != nil {
+		return err
+	}
+	app, err := eddyrt.New(topo, eddyrt.Config{ApplicationID: rssApp, Brokers: []string{*brokers}, StateDir: *dir, Logger: log, ClientOptions: extra, StoreLayout: storeLayout})
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ const (
 	tkTargetPeakRSS    = 1024 // MiB
 	tkTargetFDs        = 1000
 	tkTargetCloseMilli = 3000
+	// tkTargetPairIdleCPU is each instance's, two of them holding a
+	// standby of every task (--task-pair).
+	tkTargetPairIdleCPU = 10.0
 )
 
 // tkReport is what the tasks-instance child prints at each phase; each
@@ -91,17 +94,19 @@ type tkFigures struct {
 func benchTasks(ctx context.Context, cfg *config) ([]row, error) {
 	var rows []row
 	for _, n := range cfg.taskLadder {
-		r, err := benchTasksAt(ctx, cfg, n)
-		rows = append(rows, r...)
-		if err != nil {
-			return rows, fmt.Errorf("%d tasks: %w", n, err)
+		for _, layout := range cfg.taskLayouts {
+			r, err := benchTasksAt(ctx, cfg, n, layout)
+			rows = append(rows, r...)
+			if err != nil {
+				return rows, fmt.Errorf("%d tasks, %s layout: %w", n, layout, err)
+			}
 		}
 	}
 	return rows, nil
 }
 
-func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
-	fmt.Fprintf(cfg.out, "\n(t) %d tasks of a count on one instance, %d threads, broker in a child process\n", n, tkThreads)
+func benchTasksAt(ctx context.Context, cfg *config, n int, layout eddyrt.StoreLayout) ([]row, error) {
+	fmt.Fprintf(cfg.out, "\n(t) %d tasks of a count on one instance, %d threads, %s store layout, broker in a child process\n", n, tkThreads, layout)
 	bro, err := startChild(ctx, "broker", "--partitions", strconv.Itoa(n))
 	if err != nil {
 		return nil, fmt.Errorf("broker child: %w", err)
@@ -144,17 +149,17 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 
 	var all []tkFigures
 	run := func(i int) (float64, error) {
-		appID := fmt.Sprintf("bench-tasks-%d-%d", n, i)
+		appID := fmt.Sprintf("bench-tasks-%d-%s-%d", n, layout, i)
 		dir := filepath.Join(root, strconv.Itoa(i))
 		var f tkFigures
 		var err error
-		if f.cold, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, fmt.Sprintf("tasks-%d-cold", n)); err != nil {
+		if f.cold, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, layout, fmt.Sprintf("tasks-%d-cold", n)); err != nil {
 			return 0, fmt.Errorf("cold: %w", err)
 		}
 		if err := produce(n); err != nil {
 			return 0, err
 		}
-		if f.restart, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, fmt.Sprintf("tasks-%d-restart", n)); err != nil {
+		if f.restart, err = tkInstanceRun(ctx, cfg, adm, addr, appID, dir, n, layout, fmt.Sprintf("tasks-%d-restart", n)); err != nil {
 			return 0, fmt.Errorf("restart: %w", err)
 		}
 		for _, r := range []struct {
@@ -201,8 +206,13 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 		}
 		return runsRow(name, unit, s, fmt.Sprintf("≤ %s %s", fmtNum(limit), unit), func(s spread) bool { return s.median() <= limit })
 	}
-	name := func(what string) string { return fmt.Sprintf("(t) %d tasks: %s", n, what) }
-	return []row{
+	name := func(what string) string {
+		if layout != eddyrt.StoreLayoutShared {
+			return fmt.Sprintf("(t) %d tasks, %s: %s", n, layout, what)
+		}
+		return fmt.Sprintf("(t) %d tasks: %s", n, what)
+	}
+	rows := []row{
 		runsRow(name("cold Start → all running"), "ms", cold, "info", nil),
 		check(name("restart Start → all running"), "ms", pick(func(f tkFigures) float64 { return f.restart.RunningMs }), tkTargetRestart),
 		check(name("peak RSS"), "MiB", pick(func(f tkFigures) float64 { return max(f.cold.PeakRSSMiB, f.restart.PeakRSSMiB) }), tkTargetPeakRSS),
@@ -212,15 +222,38 @@ func benchTasksAt(ctx context.Context, cfg *config, n int) ([]row, error) {
 		runsRow(name("goroutines"), "count", pick(func(f tkFigures) float64 { return float64(f.restart.Goroutines) }), "info", nil),
 		runsRow(name("memory maps"), "count", pick(func(f tkFigures) float64 { return float64(f.restart.Maps) }), "info", nil),
 		check(name("close"), "ms", pick(func(f tkFigures) float64 { return max(f.cold.CloseMs, f.restart.CloseMs) }), tkTargetCloseMilli),
-	}, nil
+	}
+	if !cfg.taskPair {
+		return rows, nil
+	}
+	var pair spread
+	for i := range cfg.runs {
+		appID := fmt.Sprintf("bench-tasks-pair-%d-%s-%d", n, layout, i)
+		r, err := tkPairRun(ctx, cfg, adm, addr, appID, filepath.Join(root, "pair-"+strconv.Itoa(i)), n, layout)
+		if err != nil {
+			return rows, fmt.Errorf("pair run %d: %w", i+1, err)
+		}
+		for j, r := range r {
+			cfg.logf("%s instance %d: all %d actives running and every other task a standby %.0f ms; idle %.1f%% CPU, RSS %.0f MiB, %d fds, %d goroutines; close %.0f ms",
+				appID, j, r.Tasks, r.RunningMs, r.IdleCPU, r.IdleRSSMiB, r.FDs, r.Goroutines, r.CloseMs)
+		}
+		pair = append(pair, max(r[0].IdleCPU, r[1].IdleCPU))
+	}
+	fmt.Fprintf(cfg.out, "  pair     = two such instances of one application with NumStandbys 1, each holding every task as an\n"+
+		"             active or a standby; idle CPU of the busier one, measured over the same %s once both run.\n", cfg.taskIdle)
+	if at {
+		return append(rows, runsRow(name("two instances with standbys, idle CPU"), "% core", pair, fmt.Sprintf("≤ %s %% core", fmtNum(tkTargetPairIdleCPU)),
+			func(s spread) bool { return s.median() <= tkTargetPairIdleCPU })), nil
+	}
+	return append(rows, runsRow(name("two instances with standbys, idle CPU"), "% core", pair, "info", nil)), nil
 }
 
 // tkInstanceRun runs one tasks-instance child through its phases: started
 // and all running, idle once the group committed the input, closed. It
 // returns the child's reports merged.
-func tkInstanceRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, appID, dir string, n int, profileName string) (tkReport, error) {
+func tkInstanceRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, appID, dir string, n int, layout eddyrt.StoreLayout, profileName string) (tkReport, error) {
 	args := []string{"tasks-instance", "--brokers", addr, "--app-id", appID, "--state-dir", dir,
-		"--tasks", strconv.Itoa(n), "--idle", cfg.taskIdle.String()}
+		"--tasks", strconv.Itoa(n), "--idle", cfg.taskIdle.String(), "--store-layout", layout.String()}
 	if cfg.profileDir != "" {
 		args = append(args, "--profile", filepath.Join(cfg.profileDir, profileName))
 	}
@@ -230,24 +263,7 @@ func tkInstanceRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, app
 	}
 	defer inst.stop()
 	var out tkReport
-	read := func(phase string) error {
-		line, err := inst.readLine()
-		if err != nil {
-			return err
-		}
-		var r tkReport
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return fmt.Errorf("child report %q: %w", line, err)
-		}
-		if r.Error != "" {
-			return fmt.Errorf("child, %s: %s%s", r.Phase, r.Error, inst.stderrTail())
-		}
-		if r.Phase != phase {
-			return fmt.Errorf("child reported phase %q, want %q", r.Phase, phase)
-		}
-		mergeReport(&out, r)
-		return nil
-	}
+	read := func(phase string) error { return readPhase(inst, phase, &out) }
 	if err := read("running"); err != nil {
 		return out, err
 	}
@@ -276,6 +292,71 @@ func tkInstanceRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, app
 	return out, nil
 }
 
+// readPhase reads a tasks-instance child's report of phase into out.
+func readPhase(inst *child, phase string, out *tkReport) error {
+	line, err := inst.readLine()
+	if err != nil {
+		return err
+	}
+	var r tkReport
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		return fmt.Errorf("child report %q: %w", line, err)
+	}
+	if r.Error != "" {
+		return fmt.Errorf("child, %s: %s%s", r.Phase, r.Error, inst.stderrTail())
+	}
+	if r.Phase != phase {
+		return fmt.Errorf("child reported phase %q, want %q", r.Phase, phase)
+	}
+	mergeReport(out, r)
+	return nil
+}
+
+// tkPairRun runs two tasks-instance children of one application with a
+// standby of every task, each instance holding every task as an active or
+// a standby, and returns each one's figures once both have been idle
+// together.
+func tkPairRun(ctx context.Context, cfg *config, adm *kadm.Client, addr, appID, root string, n int, layout eddyrt.StoreLayout) ([2]tkReport, error) {
+	var out [2]tkReport
+	var insts [2]*child
+	for i := range insts {
+		args := []string{"tasks-instance", "--brokers", addr, "--app-id", appID, "--state-dir", filepath.Join(root, strconv.Itoa(i)),
+			"--tasks", strconv.Itoa(n), "--idle", cfg.taskIdle.String(), "--store-layout", layout.String(), "--standbys", "1"}
+		inst, err := startChild(ctx, args...)
+		if err != nil {
+			return out, err
+		}
+		defer inst.stop()
+		insts[i] = inst
+	}
+	for i, inst := range insts {
+		if err := readPhase(inst, "running", &out[i]); err != nil {
+			return out, fmt.Errorf("instance %d: %w", i, err)
+		}
+	}
+	err := waitFor(ctx, 100*time.Millisecond, func() (bool, error) { return groupCaughtUp(ctx, adm, appID, tkTopic) })
+	if err != nil {
+		return out, fmt.Errorf("waiting for the input's offsets to be committed: %w", err)
+	}
+	for _, inst := range insts {
+		if _, err := io.WriteString(inst.stdin, "idle\n"); err != nil {
+			return out, err
+		}
+	}
+	for i, inst := range insts {
+		if err := readPhase(inst, "idle", &out[i]); err != nil {
+			return out, fmt.Errorf("instance %d: %w", i, err)
+		}
+	}
+	for i, inst := range insts {
+		inst.stdin.Close()
+		if err := readPhase(inst, "closed", &out[i]); err != nil {
+			return out, fmt.Errorf("instance %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
 // mergeReport copies into dst the fields r's phase fills.
 func mergeReport(dst *tkReport, r tkReport) {
 	switch r.Phase {
@@ -299,6 +380,8 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 	dir := fs.String("state-dir", "", "state directory")
 	tasks := fs.Int("tasks", 0, "tasks the instance must run")
 	idle := fs.Duration("idle", 5*time.Second, "how long idle figures are measured over")
+	layout := fs.String("store-layout", "shared", "the App's Config.StoreLayout")
+	standbys := fs.Int("standbys", 0, "the App's Config.NumStandbys; with standbys, the instance runs once it holds every task as an active or a standby")
 	profile := fs.String("profile", "", "write CPU profiles of the start, the idle time and the close to `PREFIX`-{start,idle,close}.pprof")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -333,8 +416,12 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 		return fail("running", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	storeLayout, err := eddyrt.ParseStoreLayout(*layout)
+	if err != nil {
+		return fail("running", err)
+	}
 	app, err := eddyrt.New(topo, eddyrt.Config{ApplicationID: *appID, Brokers: []string{*brokers}, StateDir: *dir,
-		NumStreamThreads: tkThreads, Logger: log})
+		NumStreamThreads: tkThreads, Logger: log, StoreLayout: storeLayout, NumStandbys: *standbys})
 	if err != nil {
 		return fail("running", err)
 	}
@@ -363,6 +450,11 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 			}
 		}
 		running.Tasks, running.Restored = n, app.RestoredRecords()
+		if *standbys > 0 {
+			info, ok := app.Assignment()
+			held := len(info.Active) + len(info.Standby) + len(info.Warmup)
+			return ok && n == len(infos) && n == len(info.Active) && held == *tasks, nil
+		}
 		return n == *tasks, nil
 	})
 	running.RunningMs = msSince(start)

@@ -361,6 +361,7 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 		NumStreamThreads:    cfg.threads,
 		MaxPollRecords:      cfg.maxPoll,
 		ProcessingGuarantee: guarantee,
+		StoreLayout:         cfg.layout,
 		Logger:              cfg.log,
 	})
 	if err != nil {

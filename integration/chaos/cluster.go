@@ -286,13 +286,24 @@ func fill(dir string) (string, error) {
 	}
 }
 
-// storeDirs lists the instance's store directories,
-// STATE/APP/TASK/STORE, sorted.
+// sharedStoresDir is the folder of an application's state directory that
+// holds the shared database of its task stores (runtime.StoreLayoutShared,
+// see runtime/layout.go).
+const sharedStoresDir = "stores"
+
+// storeDirs lists the instance's badger database directories, sorted: the
+// shared database of its task stores, STATE/APP/stores, and the stores
+// with a database of their own, STATE/APP/TASK/STORE (the global stores,
+// and every store in the per-store layout).
 func (in *instance) storeDirs() []string {
 	var out []string
 	tasks, _ := os.ReadDir(filepath.Join(in.stateDir, app))
 	for _, t := range tasks {
 		if !t.IsDir() {
+			continue
+		}
+		if t.Name() == sharedStoresDir {
+			out = append(out, filepath.Join(in.stateDir, app, t.Name()))
 			continue
 		}
 		stores, _ := os.ReadDir(filepath.Join(in.stateDir, app, t.Name()))
