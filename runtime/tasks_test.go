@@ -83,7 +83,9 @@ func TestTasksEndpoint(t *testing.T) {
 		require.NotNil(t, st.Lag)
 		require.Zero(t, *st.Lag)
 		require.NotNil(t, st.Bytes)
-		require.Positive(t, *st.Bytes)
+		// In the shared layout only what a store holds alone counts,
+		// none of it before its keys reach a table of their own.
+		require.GreaterOrEqual(t, *st.Bytes, int64(0))
 		require.NotNil(t, st.Keys)
 		keys += *st.Keys
 	}
