@@ -19,6 +19,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // These tests reset a whole application with runtime.Reset (the
@@ -94,9 +95,16 @@ func taskDirs(t *testing.T, stateDir string) []string {
 // counts store.
 func countsStores(t *testing.T, stateDir string) []string {
 	t.Helper()
+	var shared *statestore.SharedBadger
+	if dir := filepath.Join(stateDir, resetApp, "stores"); dirExists(dir) {
+		var err error
+		shared, err = statestore.OpenSharedBadger(dir, statestore.BadgerOptions{})
+		require.NoError(t, err)
+		defer shared.Close()
+	}
 	var out []string
 	for _, d := range taskDirs(t, stateDir) {
-		if _, err := os.Stat(filepath.Join(stateDir, resetApp, d, countsStore)); err == nil {
+		if shared != nil && shared.Has(d+"/"+countsStore) || dirExists(filepath.Join(stateDir, resetApp, d, countsStore)) {
 			out = append(out, d)
 		}
 	}
