@@ -235,7 +235,8 @@ type WatchOptions struct {
 // Update is one change delivered by a watch.
 type Update struct {
 	Key []byte
-	// Value is the key's value after the change; nil when Deleted.
+	// Value is the key's value after the change; nil when Deleted. From
+	// a RemoteWatch, it is the JSON the server rendered.
 	Value   []byte
 	Deleted bool
 	// Timestamp is the value's timestamp as the store keeps it beside
@@ -259,6 +260,9 @@ type Update struct {
 	// Provenance is the serving replica as it described itself when the
 	// update was delivered.
 	Provenance Provenance
+	// json is set when Value is already the JSON a server rendered (an
+	// update received over HTTP).
+	json bool
 }
 
 // WatchBackend is what a Backend offers for watches.
