@@ -196,9 +196,14 @@ func (e *WatchEndedError) Error() string {
 
 func (e *WatchEndedError) Unwrap() error { return e.Err }
 
-// FromNow starts a watch at the replica's current position: the first
-// change delivered is the first written after the watch began.
-const FromNow int64 = -1
+// Start positions of a watch (WatchOptions.From) other than a position.
+const (
+	// FromStart delivers every change the changelog holds.
+	FromStart int64 = -1
+	// FromNow starts at the serving replica's position: the first
+	// change delivered is the first written after the watch began.
+	FromNow int64 = -2
+)
 
 // DefaultWatchBuffer is the number of changes a watch buffers for a reader
 // that is not waiting, when WatchOptions leaves Buffer 0.
@@ -212,11 +217,10 @@ type WatchOptions struct {
 	// the *StaleError). The zero value is ActiveOnly.
 	Staleness Staleness
 	// From is the position to start after: every change at a position
-	// greater than From is delivered. FromNow starts at the serving
-	// replica's position. A watch that ended resumes from its
-	// WatchEndedError.Resume. Note that 0 is a position: to start at
-	// the beginning of the changelog, use From -2 (any value below
-	// FromNow).
+	// greater than From is delivered. FromStart delivers the changelog's
+	// every change, FromNow starts at the serving replica's position. A
+	// watch that ended resumes from its WatchEndedError.Resume (or
+	// Watch.Resume).
 	From int64
 	// Current, with From FromNow, delivers the key's current value
 	// first (an Update with Current set).
@@ -374,7 +378,10 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, key []byte, opts Wat
 			return nil
 		}
 	}
-	w.last = max(opts.From, -1)
+	if opts.From < FromStart {
+		return invalidf("watch from position %d: want a position, FromStart or FromNow", opts.From)
+	}
+	w.last = opts.From
 	pos := w.r.Info().Position
 	if w.last >= pos {
 		return &BehindError{Store: w.k.store, Partition: w.k.partition, Host: w.q.b.Self(), Role: w.r.Info().Role, Position: pos, MinPosition: w.last + 1}

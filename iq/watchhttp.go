@@ -3,7 +3,7 @@ package iq
 // Watches over HTTP, as Server-Sent Events:
 //
 //	GET /v1/stores/{store}/keys/{key}/watch  (or /v1/stores/{store}/watch?key=)
-//	    ?from=N|now (default now) &current=true &staleness= &prefer= &route= (default true)
+//	    ?from=N|start|now (default now) &current=true &staleness= &prefer= &route= (default true)
 //	    &coalesce=true &buffer=N
 //
 // The answer is text/event-stream. It opens with an event "start" whose
@@ -103,9 +103,13 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 	if o.Prefer, err = ParsePreference(v.Get("prefer")); err != nil {
 		return o, false, err
 	}
-	if s := v.Get("from"); s != "" && s != "now" {
-		if o.From, err = strconv.ParseInt(s, 10, 64); err != nil || o.From < -1 {
-			return o, false, invalidf("from=%q: want now or a changelog position, -1 or more", s)
+	switch s := v.Get("from"); s {
+	case "", "now":
+	case "start":
+		o.From = FromStart
+	default:
+		if o.From, err = strconv.ParseInt(s, 10, 64); err != nil || o.From < 0 {
+			return o, false, invalidf("from=%q: want now, start or a changelog position", s)
 		}
 	}
 	for _, b := range []struct {
@@ -132,12 +136,15 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 // watchQuery is the query of a watch request to another instance.
 func watchQuery(o WatchOptions, from int64) url.Values {
 	q := url.Values{"staleness": {o.Staleness.String()}, "route": {"false"}}
-	if from == FromNow {
+	switch from {
+	case FromNow:
 		q.Set("from", "now")
 		if o.Current {
 			q.Set("current", "true")
 		}
-	} else {
+	case FromStart:
+		q.Set("from", "start")
+	default:
 		q.Set("from", strconv.FormatInt(from, 10))
 	}
 	if o.Coalesce {
@@ -220,8 +227,16 @@ const reasonWatcherTooSlow = "too_slow"
 // reader goes away.
 func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, keyText string, next func(context.Context) (Update, error)) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go sse.pings(ctx, cancel)
+	pinging := make(chan struct{})
+	go func() {
+		defer close(pinging)
+		sse.pings(ctx, cancel)
+	}()
+	// The response must not be written once the handler returns.
+	defer func() {
+		cancel()
+		<-pinging
+	}()
 	for {
 		u, err := next(ctx)
 		if err != nil {
