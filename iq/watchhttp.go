@@ -112,14 +112,19 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 			return o, false, invalidf("from=%q: want now, start or a changelog position", s)
 		}
 	}
-	for _, b := range []struct {
-		name string
-		p    *bool
-	}{{"current", &o.Current}, {"coalesce", &o.Coalesce}, {"route", &route}} {
-		if s := v.Get(b.name); s != "" {
-			if *b.p, err = strconv.ParseBool(s); err != nil {
-				return o, false, invalidf("%s=%q: want true or false", b.name, s)
-			}
+	if v.Has("current") {
+		if o.Current, err = parseBool(v, "current"); err != nil {
+			return o, false, err
+		}
+	}
+	if v.Has("coalesce") {
+		if o.Coalesce, err = parseBool(v, "coalesce"); err != nil {
+			return o, false, err
+		}
+	}
+	if v.Has("route") {
+		if route, err = parseBool(v, "route"); err != nil {
+			return o, false, err
 		}
 	}
 	if o.Current && o.From != FromNow {
@@ -131,6 +136,15 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 		}
 	}
 	return o, route, nil
+}
+
+// parseBool reads a true or false parameter.
+func parseBool(v url.Values, name string) (bool, error) {
+	b, err := strconv.ParseBool(v.Get(name))
+	if err != nil {
+		return false, invalidf("%s=%q: want true or false", name, v.Get(name))
+	}
+	return b, nil
 }
 
 // watchQuery is the query of a watch request to another instance.
