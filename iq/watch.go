@@ -40,13 +40,30 @@ type Change struct {
 // which the writers reach with one map lookup per change; a store nobody
 // watches costs them an atomic load per batch. Publishing never blocks: a
 // watcher that does not keep up is coalesced or dropped (see WatchOptions).
-// The zero value is ready to use.
+// Whether a replica may still serve its watches is checked once per
+// partition for all of them (see check). The zero value is ready to use.
 type Hub struct {
 	watching atomic.Int64 // feeds subscribed, for the writers' fast path
 
 	mu     sync.RWMutex
 	stores map[string]int // feeds per store
 	subs   map[subKey][]*feed
+	parts  map[partKey]*partWatches
+	// checking is set while the check goroutine runs.
+	checking bool
+}
+
+type partKey struct {
+	store     string
+	partition int32
+}
+
+// partWatches are the feeds of one local store partition and the replica
+// they are checked against: the one the latest watch found, which
+// describes the partition as it is held here now.
+type partWatches struct {
+	r     Replica
+	feeds map[*feed]struct{}
 }
 
 type subKey struct {
@@ -73,32 +90,62 @@ func (h *Hub) Watching(store string) bool {
 // Publish hands the changes of one store partition, in changelog order, to
 // the watches of their keys. It must be called once the changes are in the
 // replica's store and its position (ReplicaInfo.Position) is past them.
+// The replica is asked about itself once for the whole batch, for the
+// updates' provenance.
 func (h *Hub) Publish(store string, partition int32, changes []Change) {
 	if h.watching.Load() == 0 {
 		return
 	}
+	type hit struct {
+		f *feed
+		c Change
+	}
+	var hits []hit
+	var r Replica
 	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.stores[store] == 0 {
+	if h.stores[store] > 0 {
+		for _, c := range changes {
+			for _, f := range h.subs[subKey{store, partition, string(c.Key)}] {
+				hits = append(hits, hit{f, c})
+			}
+		}
+		if pw := h.parts[partKey{store, partition}]; pw != nil {
+			r = pw.r
+		}
+	}
+	h.mu.RUnlock()
+	if len(hits) == 0 || r == nil {
 		return
 	}
-	for _, c := range changes {
-		for _, f := range h.subs[subKey{store, partition, string(c.Key)}] {
-			f.offer(c)
-		}
+	info := r.Info()
+	for _, x := range hits {
+		x.f.offer(x.c, &info)
 	}
 }
 
-func (h *Hub) subscribe(k subKey, f *feed) {
+func (h *Hub) subscribe(k subKey, f *feed, r Replica) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs == nil {
 		h.subs = make(map[subKey][]*feed)
 		h.stores = make(map[string]int)
+		h.parts = make(map[partKey]*partWatches)
 	}
 	h.subs[k] = append(h.subs[k], f)
 	h.stores[k.store]++
+	pk := partKey{k.store, k.partition}
+	pw := h.parts[pk]
+	if pw == nil {
+		pw = &partWatches{feeds: make(map[*feed]struct{})}
+		h.parts[pk] = pw
+	}
+	pw.r = r
+	pw.feeds[f] = struct{}{}
 	h.watching.Add(1)
+	if !h.checking {
+		h.checking = true
+		go h.check()
+	}
 }
 
 func (h *Hub) unsubscribe(k subKey, f *feed) {
@@ -118,39 +165,116 @@ func (h *Hub) unsubscribe(k subKey, f *feed) {
 	} else {
 		h.subs[k] = fs
 	}
+	pk := partKey{k.store, k.partition}
+	if pw := h.parts[pk]; pw != nil {
+		delete(pw.feeds, f)
+		if len(pw.feeds) == 0 {
+			delete(h.parts, pk)
+		}
+	}
+}
+
+// watchCheckEvery is how often the hub checks that the replicas watched
+// may still serve their watches.
+const watchCheckEvery = 200 * time.Millisecond
+
+// check runs while any watch is subscribed: every watchCheckEvery it asks
+// each watched partition's replica about itself once, and fails the feeds
+// whose bound it no longer meets, or all of them when the replica closed
+// or changed hands (its position went away). One look per partition, not
+// per watch, keeps thousands of watches from weighing on the replica's
+// bookkeeping, which stream threads share.
+func (h *Hub) check() {
+	t := time.NewTicker(watchCheckEvery)
+	defer t.Stop()
+	type look struct {
+		pk    partKey
+		r     Replica
+		feeds []*feed
+	}
+	for range t.C {
+		h.mu.Lock()
+		if len(h.parts) == 0 {
+			h.checking = false
+			h.mu.Unlock()
+			return
+		}
+		looks := make([]look, 0, len(h.parts))
+		for pk, pw := range h.parts {
+			l := look{pk: pk, r: pw.r, feeds: make([]*feed, 0, len(pw.feeds))}
+			for f := range pw.feeds {
+				l.feeds = append(l.feeds, f)
+			}
+			looks = append(looks, l)
+		}
+		h.mu.Unlock()
+		for _, l := range looks {
+			info := l.r.Info()
+			for _, f := range l.feeds {
+				if info.Position < 0 {
+					f.failWith(fmt.Errorf("%w: store %q partition %d closed or moved", ErrNotHostedHere, l.pk.store, l.pk.partition))
+				} else if err := f.bound.Check(info); err != nil {
+					f.failWith(err)
+				}
+			}
+		}
+	}
+}
+
+// buffered is a change waiting for its reader, with what the replica said
+// about itself when it was published.
+type buffered struct {
+	c    Change
+	info *ReplicaInfo
 }
 
 // feed is one watch's buffer between the writers and its reader.
 type feed struct {
 	limit    int
 	coalesce bool
+	bound    Staleness
 
 	mu  sync.Mutex
-	buf []Change
+	buf []buffered
 	// skipped is set when changes were dropped from buf for a slow
 	// reader; the next change delivered says so.
 	skipped bool
 	// slow is set when the buffer overflowed and the watch does not
 	// coalesce: it ends with ErrWatcherTooSlow.
-	slow   bool
+	slow bool
+	// failed is why the replica may no longer serve the watch (see
+	// Hub.check).
+	failed error
 	notify chan struct{}
 }
 
-func newFeed(limit int, coalesce bool) *feed {
-	return &feed{limit: limit, coalesce: coalesce, notify: make(chan struct{}, 1)}
+func newFeed(limit int, coalesce bool, bound Staleness) *feed {
+	return &feed{limit: limit, coalesce: coalesce, bound: bound, notify: make(chan struct{}, 1)}
 }
 
-func (f *feed) offer(c Change) {
+func (f *feed) failWith(err error) {
+	f.mu.Lock()
+	if f.failed == nil {
+		f.failed = err
+	}
+	f.mu.Unlock()
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (f *feed) offer(c Change, info *ReplicaInfo) {
 	f.mu.Lock()
 	switch {
 	case f.slow:
 	case len(f.buf) < f.limit:
-		f.buf = append(f.buf, c)
+		f.buf = append(f.buf, buffered{c, info})
 	case f.coalesce:
 		// The newest change supersedes every buffered one of its key
 		// (a watch follows one key).
 		clear(f.buf)
-		f.buf = append(f.buf[:0], c)
+		f.buf = append(f.buf[:0], buffered{c, info})
 		f.skipped = true
 	default:
 		f.slow = true
@@ -164,12 +288,12 @@ func (f *feed) offer(c Change) {
 }
 
 // take empties the buffer.
-func (f *feed) take() (changes []Change, skipped, slow bool) {
+func (f *feed) take() (changes []buffered, skipped, slow bool, failed error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	changes, skipped, slow = f.buf, f.skipped, f.slow
+	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failed
 	f.buf, f.skipped = nil, false
-	return changes, skipped, slow
+	return changes, skipped, slow, failed
 }
 
 // ErrWatcherTooSlow ends a watch whose reader fell further behind than its
@@ -300,10 +424,6 @@ type Watch struct {
 	ended                error
 }
 
-// watchCheckEvery is how often an idle watch checks that its replica may
-// still serve it.
-const watchCheckEvery = 200 * time.Millisecond
-
 // WatchBytes watches a serialized key of a key-value store on the local
 // replica of its partition. It fails as GetBytes does when that replica
 // cannot serve within the bound, and with a *BehindError when a From
@@ -337,11 +457,11 @@ func (q *Querier) WatchBytes(ctx context.Context, store string, key []byte, opts
 	if limit <= 0 {
 		limit = DefaultWatchBuffer
 	}
-	w := &Watch{q: q, hub: wb.Hub(), k: subKey{store, p, string(key)}, f: newFeed(limit, opts.Coalesce), r: r, bound: opts.Staleness, timestamp: timestamped}
+	w := &Watch{q: q, hub: wb.Hub(), k: subKey{store, p, string(key)}, f: newFeed(limit, opts.Coalesce, opts.Staleness), r: r, bound: opts.Staleness, timestamp: timestamped}
 	// Subscribed before the position is read: a change the subscription
 	// misses is one whose replica position was already past it, so the
 	// read back below covers it.
-	w.hub.subscribe(w.k, w.f)
+	w.hub.subscribe(w.k, w.f, r)
 	if err := w.start(ctx, wb, key, opts); err != nil {
 		w.Close()
 		return nil, err
@@ -415,8 +535,6 @@ func (w *Watch) update(c Change, info ReplicaInfo) Update {
 // watch that cannot go on returns a *WatchEndedError, and so does every
 // later call.
 func (w *Watch) Next(ctx context.Context) (Update, error) {
-	check := time.NewTicker(watchCheckEvery)
-	defer check.Stop()
 	for {
 		if w.ended != nil {
 			return Update{}, w.ended
@@ -432,43 +550,30 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 			w.last = u.Position
 			return u, nil
 		}
-		changes, skipped, slow := w.f.take()
+		changes, skipped, slow, failed := w.f.take()
 		if slow {
 			return Update{}, w.end(ErrWatcherTooSlow)
 		}
 		w.coalesced = w.coalesced || skipped
 		if len(changes) > 0 {
-			info := w.r.Info()
-			for _, c := range changes {
-				w.pending = append(w.pending, w.update(c, info))
+			for _, b := range changes {
+				w.pending = append(w.pending, w.update(b.c, *b.info))
 			}
 			continue
 		}
-		if err := w.servable(); err != nil {
-			return Update{}, w.end(err)
+		if failed != nil {
+			var se *StaleError
+			if errors.As(failed, &se) {
+				se.Store, se.Partition, se.Host = w.k.store, w.k.partition, w.q.b.Self()
+			}
+			return Update{}, w.end(failed)
 		}
 		select {
 		case <-ctx.Done():
 			return Update{}, ctx.Err()
 		case <-w.f.notify:
-		case <-check.C:
 		}
 	}
-}
-
-// servable fails when the replica may no longer serve the watch: it closed
-// or changed hands (its position went away), or fell outside the bound.
-func (w *Watch) servable() error {
-	info := w.r.Info()
-	if info.Position < 0 {
-		return fmt.Errorf("%w: store %q partition %d closed or moved", ErrNotHostedHere, w.k.store, w.k.partition)
-	}
-	if err := w.bound.Check(info); err != nil {
-		se := err.(*StaleError)
-		se.Store, se.Partition, se.Host = w.k.store, w.k.partition, w.q.b.Self()
-		return se
-	}
-	return nil
 }
 
 func (w *Watch) end(err error) error {
