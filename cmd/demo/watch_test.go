@@ -74,3 +74,4 @@ func TestWatchCommand(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
