@@ -74,4 +74,3 @@ func TestWatchCommand(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
-
