@@ -16,10 +16,10 @@ package iq
 // A watch that cannot start is answered like a key lookup that failed,
 // except that an unknown store or a malformed parameter is a 400.
 //
-// A routed watch (route=true) that the local replica cannot serve is
-// relayed from another instance's replica, and resumed on another when
-// that one ends or stops answering: the stream's reader sees a pause, never
-// a gap or a duplicate.
+// A routed watch (route=true) that the local replica cannot serve, or can
+// no longer serve, is relayed from another instance's replica from the last
+// position sent, and resumed on another when that one ends or stops
+// answering: the stream's reader sees a pause, never a gap or a duplicate.
 
 import (
 	"bufio"
@@ -194,14 +194,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 	}
 	ctx := r.Context()
 	lw, localErr := s.q.WatchBytes(ctx, store, kb, o)
-	if localErr == nil {
-		defer lw.Close()
-		sse := startEvents(w, s.cfg.WriteTimeout)
-		sse.send("start", "", map[string]int64{"position": lw.Resume()})
-		s.streamWatch(ctx, sse, c, keyText, lw.Next)
-		return
-	}
-	if !route || !reroutable(localErr) {
+	if localErr != nil && (!route || !reroutable(localErr)) {
 		refuseWatch(w, localErr)
 		return
 	}
@@ -210,7 +203,51 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 		refuseWatch(w, err)
 		return
 	}
-	rw := &remoteWatch{rt: s.rt, store: store, keyText: keyText, opts: o, last: o.From, part: part,
+	var rw *remoteWatch
+	defer func() {
+		if rw != nil {
+			rw.Close()
+		}
+	}()
+	if localErr == nil {
+		defer lw.Close()
+		sse := startEvents(w, s.cfg.WriteTimeout)
+		sse.send("start", "", map[string]int64{"position": lw.Resume()})
+		next := lw.Next
+		if route {
+			next = func(ctx context.Context) (Update, error) {
+				if rw == nil {
+					u, err := lw.Next(ctx)
+					var ee *WatchEndedError
+					if !errors.As(err, &ee) || errors.Is(err, ErrWatcherTooSlow) {
+						return u, err
+					}
+					// The local replica cannot go on: the watch goes on
+					// from where it stopped on whichever replica can,
+					// this instance's next one included.
+					rw = s.relay(store, keyText, part, o, ee.Resume, "")
+				}
+				return rw.Next(ctx)
+			}
+		}
+		s.streamWatch(ctx, sse, c, keyText, next)
+		return
+	}
+	rw = s.relay(store, keyText, part, o, o.From, s.b.Self())
+	// The first connection decides between a stream and a refusal.
+	if err := rw.connect(ctx); err != nil {
+		refuseWatch(w, err)
+		return
+	}
+	sse := startEvents(w, s.cfg.WriteTimeout)
+	sse.send("start", "", map[string]int64{"position": rw.last})
+	s.streamWatch(ctx, sse, c, keyText, rw.Next)
+}
+
+// relay follows a watch on the partition's other replicas from position
+// from, leaving out the instance skip names.
+func (s *Server) relay(store, keyText string, part int32, o WatchOptions, from int64, skip string) *remoteWatch {
+	return &remoteWatch{rt: s.rt, store: store, keyText: keyText, opts: o, last: from, part: part,
 		hosts: func(context.Context, bool) ([]string, error) {
 			m, err := s.b.Metadata()
 			if err != nil {
@@ -220,17 +257,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 			if err != nil {
 				return nil, err
 			}
-			return watchCandidates(km, o.Prefer, s.b.Self()), nil
+			return watchCandidates(km, o.Prefer, skip), nil
 		}}
-	defer rw.Close()
-	// The first connection decides between a stream and a refusal.
-	if err := rw.connect(ctx); err != nil {
-		refuseWatch(w, err)
-		return
-	}
-	sse := startEvents(w, s.cfg.WriteTimeout)
-	sse.send("start", "", map[string]int64{"position": rw.last})
-	s.streamWatch(ctx, sse, c, keyText, rw.Next)
 }
 
 // reasonWatcherTooSlow is the reason of the end event of a watch whose
