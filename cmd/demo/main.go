@@ -15,8 +15,8 @@
 //	demo produce  --brokers HOST:PORT[,...] [--topic text] [--file F] [--tls-ca F] [--sasl-user U]
 //	demo query    --http HOST:PORT WORD [--staleness active|any|lag:N|age:D]
 //	demo status   --http HOST:PORT
-//	demo watch    --http HOST:PORT WORD [--staleness active|any|lag:N|age:D] [--spread]
 //	demo reset    --brokers HOST:PORT[,...] [--app wordcount] [--state-dir DIR] [--to-time TIME] [--dry-run]
+//	demo watch    --http HOST:PORT WORD [--staleness active|any|lag:N|age:D] [--spread]
 //
 // Run "demo COMMAND -h" for a command's flags.
 package main
@@ -62,8 +62,8 @@ var commands = []command{
 	{"produce", produceSynopsis, runProduce},
 	{"query", querySynopsis, runQuery},
 	{"status", statusSynopsis, runStatus},
-	{"watch", watchSynopsis, runWatch},
 	{"reset", resetSynopsis, runReset},
+	{"watch", watchSynopsis, runWatch},
 }
 
 // errUsage marks errors caused by how the command was invoked. The message
