@@ -203,6 +203,11 @@ func TestWatchThroughFailover(t *testing.T) {
 			}
 			return len(probs) == 0, strings.Join(probs, "; ")
 		})
+		for _, n := range nodes {
+			if ri, ok := n.replica(0); ok && ri.Role == iq.RoleActive {
+				t.Logf("%s: partition 0's active is %s", what, n.name)
+			}
+		}
 	}
 	progress("before the kill")
 
