@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,11 +62,12 @@ func iqCountsCodec() iq.StoreCodec {
 
 // startIQNode starts an instance whose endpoint is a listener bound before
 // the instance starts (the routing table names hosts by endpoint), then
-// serves the query API on it. The HTTP server stops before the instance
-// closes at cleanup.
+// serves the query API on it. The listener takes cfg.endpoint when set (an
+// instance restarted where it was), else a free port. The HTTP server
+// stops before the instance closes at cleanup.
 func (c *cluster) startIQNode(t *testing.T, name string, cfg instanceConfig) *iqNode {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cmp.Or(cfg.endpoint, "127.0.0.1:0"))
 	require.NoError(t, err)
 	if cfg.stateDir == "" {
 		cfg.stateDir = t.TempDir()

@@ -350,6 +350,7 @@ func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Ser
 	})
 	s.mux.HandleFunc("GET /v1/stores/{store}/range", s.handleRange)
 	s.registerWindows()
+	s.registerWatches()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, invalidf("%s %s is no endpoint of the query API (a key that is empty or holds \"/\" goes in ?key=)", r.Method, r.URL.EscapedPath()))
 	})

@@ -120,6 +120,9 @@ type App struct {
 	// threads' tasks ("task") make or are refused.
 	transitionHook func(kind string, id task.ID, from, to task.State, err error)
 
+	// watches hands the replicas' writes to live queries (watch.go).
+	watches iq.Hub
+
 	// assignment is the latest assignment any thread received.
 	assignment atomic.Pointer[assignor.AssignmentInfo]
 	// routing is the routing table queries use; router keeps it in step

@@ -139,7 +139,11 @@ func (c *atLeastOnce) writeStores(tasks []*taskrun.Active, acks *changelog.Offse
 	if acks == nil {
 		return nil
 	}
-	return c.th.writeStores(tasks, acks.Last)
+	if err := c.th.writeStores(tasks, acks.Last); err != nil {
+		return err
+	}
+	c.th.app.publishCommitted(acks)
+	return nil
 }
 
 // commitOffsets commits offsets for the group and returns the first error,

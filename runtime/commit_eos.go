@@ -118,7 +118,11 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		off, ok := acks.Last(topic, partition)
 		return off + 1, ok
 	}
-	return false, th.writeStores(tasks, pastMarker)
+	if err := th.writeStores(tasks, pastMarker); err != nil {
+		return false, err
+	}
+	th.app.publishCommitted(acks)
+	return false, nil
 }
 
 // abort aborts the open transaction after a revocation or loss dropped the

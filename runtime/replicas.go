@@ -218,6 +218,7 @@ func (r *registry) newFollower() (*changelog.Reader, error) {
 		// Small enough for one badger transaction with small values, so
 		// queries never see part of a batch.
 		MaxBatchRecords: restoreBatchRecords,
+		Applied:         a.publishApplied,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: standby changelog reader: %w", err)

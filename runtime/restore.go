@@ -102,6 +102,7 @@ func (r *restorer) start(a *App, log *slog.Logger) error {
 		// Small enough for one badger transaction with small values, so
 		// queries never see part of a batch.
 		MaxBatchRecords: restoreBatchRecords,
+		Applied:         a.publishApplied,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: changelog reader: %w", err)

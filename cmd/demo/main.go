@@ -17,6 +17,7 @@
 //	demo status   --http HOST:PORT
 //	demo tasks    --http HOST:PORT [--all] [--json]
 //	demo reset    --brokers HOST:PORT[,...] [--app wordcount] [--state-dir DIR] [--to-time TIME] [--dry-run]
+//	demo watch    --http HOST:PORT WORD [--staleness active|any|lag:N|age:D] [--spread]
 //
 // Run "demo COMMAND -h" for a command's flags.
 package main
@@ -64,6 +65,7 @@ var commands = []command{
 	{"status", statusSynopsis, runStatus},
 	{"tasks", tasksSynopsis, runTasks},
 	{"reset", resetSynopsis, runReset},
+	{"watch", watchSynopsis, runWatch},
 }
 
 // errUsage marks errors caused by how the command was invoked. The message

@@ -62,8 +62,9 @@ func httpGet(t *testing.T, u string) (int, string, string) {
 // standby per task, serving HTTP on loopback ports, that have counted
 // text.
 type testCluster struct {
-	ins  []*instance
-	want map[string]int64 // the count of every word produced
+	ins     []*instance
+	brokers []string
+	want    map[string]int64 // the count of every word produced
 	// perMinute is every word's count per minute (by window start, in
 	// Unix milliseconds), from the times the produced records carry.
 	perMinute map[string]map[int64]int64
@@ -72,7 +73,7 @@ type testCluster struct {
 func startTestCluster(t *testing.T) *testCluster {
 	ctx := testCtx(t)
 	b := startBroker(t)
-	c := &testCluster{want: map[string]int64{}}
+	c := &testCluster{want: map[string]int64{}, brokers: b.Addrs()}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for range 2 {
 		in, err := startInstance(ctx, instanceOptions{

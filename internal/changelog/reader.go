@@ -175,6 +175,11 @@ type ReaderConfig struct {
 	ConfirmInterval time.Duration
 	// Logger receives progress logs. Nil discards them.
 	Logger *slog.Logger
+	// Applied, when set, receives the data records of each store write
+	// once the write and its position are in (Progress shows the new
+	// position), in offset order, from the goroutine that wrote them.
+	// Live queries follow a replica through it. It must not block.
+	Applied func(topic string, partition int32, recs []*kgo.Record)
 }
 
 // Defaults used when ReaderConfig leaves a field zero.
@@ -1075,6 +1080,10 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 		n := min(len(recs), r.cfg.MaxBatchRecords)
 		entries := make([]statestore.Entry, 0, n)
 		offsets := make([]int64, 0, n)
+		var applied []*kgo.Record
+		if r.cfg.Applied != nil {
+			applied = make([]*kgo.Record, 0, n)
+		}
 		taken := 0
 		for _, rec := range recs {
 			if taken == r.cfg.MaxBatchRecords {
@@ -1090,6 +1099,9 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 			}
 			entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
 			offsets = append(offsets, rec.Offset)
+			if applied != nil {
+				applied = append(applied, rec)
+			}
 		}
 		recs = recs[taken:]
 		var werr error
@@ -1121,6 +1133,17 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 		if st.rebuilding && st.target >= 0 && st.pos >= st.target {
 			st.rebuilding = false
 			r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
+		}
+		if len(applied) > 0 {
+			// After the position is in and outside mu: a live query
+			// that missed these records sees a position past them.
+			r.mu.Unlock()
+			r.cfg.Applied(st.tp.Topic, st.tp.Partition, applied)
+			r.mu.Lock()
+			if r.parts[st.tp] != st {
+				r.mu.Unlock()
+				return Completed{}, false
+			}
 		}
 		if len(recs) > 0 {
 			r.mu.Unlock()

@@ -35,6 +35,9 @@ type Offsets struct {
 type acked struct {
 	last int64
 	any  bool // last is set
+	// sent holds the records of each Send call, whose offsets the
+	// acknowledgements fill in; Records hands them to live queries.
+	sent [][]kgo.Record
 }
 
 // Last returns the highest acknowledged offset for the partition, and false
@@ -63,6 +66,19 @@ func (o *Offsets) Pending() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.pending
+}
+
+// Records calls each with the records sent to every partition, in the
+// order they were sent. It must be called only once none is pending; each
+// record then carries the offset the broker gave it.
+func (o *Offsets) Records(each func(topic string, partition int32, recs []kgo.Record)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for tp, p := range o.parts {
+		for _, recs := range p.sent {
+			each(tp.Topic, tp.Partition, recs)
+		}
+	}
 }
 
 // Reset forgets all offsets and the error, for reuse by the next commit.
@@ -118,9 +134,10 @@ func (o *Offsets) acked(p *acked, r *kgo.Record, err error) {
 // until the producer has been flushed.
 //
 // The records of one call are allocated together, and so are freed
-// together once the last of them is acknowledged: a commit sends
-// thousands of small records, and one allocation apiece showed up in
-// profiles of counting distinct keys.
+// together once track is dropped: a commit sends thousands of small
+// records, and one allocation apiece showed up in profiles of counting
+// distinct keys. track keeps them so that the commit can hand them, with
+// their offsets, to live queries (Offsets.Records).
 func Send(ctx context.Context, cl *kgo.Client, topic string, partition int32, entries []statestore.Entry, track *Offsets) {
 	if len(entries) == 0 {
 		return
@@ -128,6 +145,9 @@ func Send(ctx context.Context, cl *kgo.Client, topic string, partition int32, en
 	p := track.sent(TopicPartition{topic, partition}, len(entries))
 	done := func(r *kgo.Record, err error) { track.acked(p, r, err) }
 	recs := make([]kgo.Record, len(entries))
+	track.mu.Lock()
+	p.sent = append(p.sent, recs)
+	track.mu.Unlock()
 	for i, e := range entries {
 		r := &recs[i]
 		r.Topic, r.Partition, r.Key, r.Value = topic, partition, e.Key, e.Value

@@ -1,0 +1,308 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/serde"
+)
+
+// countsReach waits until every key's count on app is at least want's.
+func countsReach(t testing.TB, app *App, want map[string]int64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok := true
+		for k, n := range want {
+			v, found, _, err := app.LocalGet("counts", []byte(k))
+			if err != nil || !found {
+				ok = false
+				break
+			}
+			if got, _ := serde.Int64.Decode(v); got < n {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counts did not reach %d keys' totals within %s", len(want), within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// produceKeys sends n records spread over keys key0..key(keys-1) and adds
+// them to want.
+func produceKeys(t testing.TB, cl *kgo.Client, n, keys int, want map[string]int64) {
+	for i := range n {
+		k := "key" + strconv.Itoa(i%keys)
+		want[k]++
+		cl.Produce(context.Background(), &kgo.Record{Topic: "in", Key: []byte(k), Value: []byte("v")}, nil)
+	}
+	require.NoError(t, cl.Flush(context.Background()))
+}
+
+// A watcher that stops reading does not hold processing or another
+// watcher of the same key back: processing keeps its pace, the reading
+// watcher gets every change, and the stopped one, once it reads again,
+// ends with ErrWatcherTooSlow and the position to resume from.
+func TestWatchSlowWatcherHoldsNothingBack(t *testing.T) {
+	c := newEOSCluster(t)
+	app := c.start(t, t.TempDir())
+	defer app.Close(context.Background())
+	want := map[string]int64{}
+	c.produce(t, 10, want)
+	waitCounts(t, app, want)
+	q := iq.NewQuerier(app.Queries())
+
+	// Rounds of input, each waited for, so that every round is a commit
+	// of its own and a change of k0.
+	const rounds = 30
+	run := func() time.Duration {
+		start := time.Now()
+		for range rounds {
+			c.produce(t, 10, want)
+			waitCounts(t, app, want)
+		}
+		return time.Since(start)
+	}
+	alone := run()
+
+	slow, err := q.WatchBytes(context.Background(), "counts", []byte("k0"), iq.WatchOptions{From: iq.FromNow, Buffer: 4})
+	require.NoError(t, err)
+	defer slow.Close()
+	reader, err := q.WatchBytes(context.Background(), "counts", []byte("k0"), iq.WatchOptions{From: iq.FromNow})
+	require.NoError(t, err)
+	defer reader.Close()
+	from := reader.Resume()
+	var got []iq.Update
+	readerDone := make(chan error, 1)
+	target := want["k0"] + rounds
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for {
+			u, err := reader.Next(ctx)
+			if err != nil {
+				readerDone <- err
+				return
+			}
+			got = append(got, u)
+			if n, _ := serde.Int64.Decode(u.Value); n == target {
+				readerDone <- nil
+				return
+			}
+		}
+	}()
+	watched := run()
+	require.Equal(t, target, want["k0"])
+	require.NoError(t, <-readerDone)
+	require.Len(t, got, rounds, "the reading watcher got one update per commit")
+	requireSequence(t, got, committedChanges(t, c.b.Addrs(), "eos-counts-changelog", got[0].Provenance.Partition, "k0", from, got[len(got)-1].Position))
+	t.Logf("%d commits: %s alone, %s with a stalled and a reading watcher", rounds, alone.Round(time.Millisecond), watched.Round(time.Millisecond))
+	// Generous against a shared machine's noise: a watcher that blocked
+	// processing would stall it for good.
+	require.Less(t, watched, 3*alone+5*time.Second, "processing with a stalled watcher")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := 0
+	for {
+		_, err := slow.Next(ctx)
+		if err != nil {
+			var ended *iq.WatchEndedError
+			require.ErrorAs(t, err, &ended)
+			require.ErrorIs(t, err, iq.ErrWatcherTooSlow)
+			require.Equal(t, slow.Resume(), ended.Resume)
+			break
+		}
+		n++
+	}
+	require.LessOrEqual(t, n, 4, "the stalled watcher gets at most its buffer")
+}
+
+// BenchmarkWatchLatency measures the time from an input record's
+// production to its count reaching a watcher, on the active and on a
+// standby, under exactly-once with the default commit interval (100 ms).
+// It reports p50 and p99 of each in milliseconds.
+func BenchmarkWatchLatency(b *testing.B) {
+	bc, err := startBenchBroker(b, 2)
+	require.NoError(b, err)
+	defer bc.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(bc.Addrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(b, err)
+	defer cl.Close()
+	var apps []*App
+	for range 2 {
+		app, err := New(countTopology(b), Config{ApplicationID: "lat", Brokers: bc.Addrs(), StateDir: b.TempDir(),
+			ProcessingGuarantee: ExactlyOnce, NumStreamThreads: 1, NumStandbys: 1, SessionTimeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(b, err)
+		require.NoError(b, app.Start(context.Background()))
+		defer app.Close(context.Background())
+		apps = append(apps, app)
+	}
+	key := []byte("hot")
+	p, err := apps[0].KeyPartition("counts", key)
+	require.NoError(b, err)
+	cl.ProduceSync(context.Background(), &kgo.Record{Key: key, Value: []byte("v")})
+	roles := map[iq.Role]*App{}
+	waitForB(b, 60*time.Second, func() bool {
+		clear(roles)
+		for _, a := range apps {
+			if r, err := a.Queries().Replica("counts", p); err == nil {
+				if info := r.Info(); info.Lag == 0 && info.Position > 0 {
+					roles[info.Role] = a
+				}
+			}
+		}
+		return roles[iq.RoleActive] != nil && roles[iq.RoleStandby] != nil
+	})
+	type sample struct {
+		role iq.Role
+		d    time.Duration
+	}
+	var mu sync.Mutex
+	var samples []sample
+	sent := sync.Map{} // count -> production time
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, role := range []iq.Role{iq.RoleActive, iq.RoleStandby} {
+		w, err := iq.NewQuerier(roles[role].Queries()).WatchBytes(ctx, "counts", key, iq.WatchOptions{From: iq.FromNow, Staleness: iq.MaxLag(1 << 30)})
+		require.NoError(b, err)
+		defer w.Close()
+		wg.Go(func() {
+			for {
+				u, err := w.Next(ctx)
+				if err != nil {
+					return
+				}
+				at := time.Now()
+				n, _ := serde.Int64.Decode(u.Value)
+				if t0, ok := sent.Load(n); ok {
+					mu.Lock()
+					samples = append(samples, sample{role, at.Sub(t0.(time.Time))})
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	// One record every 10 ms: each commit carries a few, and the latency
+	// of a count is that of the record that made it.
+	count := int64(1)
+	b.ResetTimer()
+	for range b.N * 200 {
+		count++
+		sent.Store(count, time.Now())
+		cl.ProduceSync(context.Background(), &kgo.Record{Key: key, Value: []byte("v")})
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the last commits reach the watchers
+	b.StopTimer()
+	cancel()
+	wg.Wait()
+	for _, role := range []iq.Role{iq.RoleActive, iq.RoleStandby} {
+		var ds []time.Duration
+		for _, s := range samples {
+			if s.role == role {
+				ds = append(ds, s.d)
+			}
+		}
+		require.NotEmpty(b, ds, role.String())
+		slices.Sort(ds)
+		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, role.String()+"-p50-ms")
+		b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, role.String()+"-p99-ms")
+	}
+}
+
+// BenchmarkWatchersThroughput counts records over 1,000 keys on one
+// instance, once with no watchers and once with 10,000 (ten per key, each
+// read on a goroutine of its own), and reports the throughput ratio and
+// the memory each watcher takes (heap and its reading goroutine's stack).
+func BenchmarkWatchersThroughput(b *testing.B) {
+	const keys, watchers, records = 1000, 10_000, 500_000
+	bc, err := startBenchBroker(b, 1)
+	require.NoError(b, err)
+	defer bc.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(bc.Addrs()...), kgo.DefaultProduceTopic("in"), kgo.ProducerLinger(5*time.Millisecond))
+	require.NoError(b, err)
+	defer cl.Close()
+	// Commits every 100 ms, so that the counts show how far processing
+	// got within a tenth of a second.
+	app, err := New(countTopology(b), Config{ApplicationID: "tput", Brokers: bc.Addrs(), StateDir: b.TempDir(), NumStreamThreads: 1,
+		CommitInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	require.NoError(b, app.Start(context.Background()))
+	defer app.Close(context.Background())
+	want := map[string]int64{}
+	produceKeys(b, cl, keys, keys, want)
+	countsReach(b, app, want, time.Minute)
+
+	measure := func() float64 {
+		start := time.Now()
+		produceKeys(b, cl, records, keys, want)
+		countsReach(b, app, want, 5*time.Minute)
+		return records / time.Since(start).Seconds()
+	}
+	b.ResetTimer()
+	var perWatcher, without, with float64
+	for range b.N {
+		// Unwatched and watched runs alternate, twice, so that a
+		// neighbour's load on the machine falls on both alike.
+		for range 2 {
+			without += measure() / float64(2*b.N)
+
+			goruntime.GC()
+			var before, after goruntime.MemStats
+			goruntime.ReadMemStats(&before)
+			q := iq.NewQuerier(app.Queries())
+			ctx, cancel := context.WithCancel(context.Background())
+			var delivered atomic.Int64
+			var wg sync.WaitGroup
+			ws := make([]*iq.Watch, 0, watchers)
+			for i := range watchers {
+				w, err := q.WatchBytes(ctx, "counts", []byte("key"+strconv.Itoa(i%keys)), iq.WatchOptions{From: iq.FromNow, Coalesce: true, Buffer: 16})
+				require.NoError(b, err)
+				ws = append(ws, w)
+				wg.Go(func() {
+					for {
+						if _, err := w.Next(ctx); err != nil {
+							return
+						}
+						delivered.Add(1)
+					}
+				})
+			}
+			goruntime.GC()
+			goruntime.ReadMemStats(&after)
+			perWatcher = float64(after.HeapAlloc+after.StackInuse-before.HeapAlloc-before.StackInuse) / watchers
+
+			with += measure() / float64(2*b.N)
+			cancel()
+			wg.Wait()
+			for _, w := range ws {
+				w.Close()
+			}
+			require.Positive(b, delivered.Load())
+		}
+	}
+	ratio := with / without
+	b.ReportMetric(without, "records/s-unwatched")
+	b.ReportMetric(with, "records/s-watched")
+	b.ReportMetric(ratio, "ratio")
+	b.ReportMetric(perWatcher, "heap+stack-B/watcher")
+}
