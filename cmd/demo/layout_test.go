@@ -168,7 +168,7 @@ func TestStatusPageFits(t *testing.T) {
 				require.NoError(t, json.Unmarshal([]byte(html.UnescapeString(m[1])), &l))
 				require.Equal(t, float64(width), l.Width)
 				require.LessOrEqual(t, l.ScrollWidth, l.Width, "the page fits its width without scrolling sideways")
-				require.Len(t, l.Panels, 3)
+				require.Len(t, l.Panels, 4, "replicas, input, query a word, watch a word")
 				for i, p := range l.Panels {
 					require.NotEmpty(t, p.Boxes, "pane %q shows something", p.Name)
 					for _, q := range l.Panels[i+1:] {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -387,6 +388,28 @@ func (v clusterView) print(w io.Writer) {
 	tw.Flush()
 }
 
+// instanceClient parses the arguments of a command that asks one
+// instance's query server (--http, whose value addr points to, with the
+// query security flags qsec and a positive --timeout) and returns the
+// server's address and an HTTP client for it.
+func instanceClient(fs *flag.FlagSet, args []string, addr *string, qsec *queryFlags, timeout *time.Duration) (string, *http.Client, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return "", nil, err
+	}
+	tlsCfg, token, err := qsec.client(strings.HasPrefix(strings.TrimSpace(*addr), "https://"))
+	if err != nil {
+		return "", nil, usageErrorf(fs, "%v", err)
+	}
+	a, err := normalizeHTTP(*addr)
+	if err != nil {
+		return "", nil, usageErrorf(fs, "--http: %v", err)
+	}
+	if *timeout <= 0 {
+		return "", nil, usageErrorf(fs, "--timeout must be positive")
+	}
+	return a, peerClient(tlsCfg != nil, tlsCfg, token), nil
+}
+
 // statusSynopsis is the flags of `demo status`.
 const statusSynopsis = "--http HOST:PORT [--timeout D] [--query-tls-ca FILE] [--query-token-file FILE]"
 
@@ -399,21 +422,10 @@ func runStatus(ctx context.Context, args []string, s stdio) error {
 	addr := fs.String("http", "", "`HOST:PORT` of any instance's query server (required)")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for each instance")
 	qsec := addQueryClientFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	a, hc, err := instanceClient(fs, args, addr, qsec, timeout)
+	if err != nil {
 		return err
 	}
-	tlsCfg, token, err := qsec.client(strings.HasPrefix(strings.TrimSpace(*addr), "https://"))
-	if err != nil {
-		return usageErrorf(fs, "%v", err)
-	}
-	a, err := normalizeHTTP(*addr)
-	if err != nil {
-		return usageErrorf(fs, "--http: %v", err)
-	}
-	if *timeout <= 0 {
-		return usageErrorf(fs, "--timeout must be positive")
-	}
-	hc := peerClient(tlsCfg != nil, tlsCfg, token)
 	defer hc.CloseIdleConnections()
 	v, err := fetchCluster(ctx, hc, a, *timeout)
 	if err != nil {

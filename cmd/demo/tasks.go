@@ -9,7 +9,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -70,21 +69,10 @@ func runTasks(ctx context.Context, args []string, s stdio) error {
 	asJSON := fs.Bool("json", false, "print the instances' /v1/tasks answers unchanged, one a line")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for each instance")
 	qsec := addQueryClientFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	a, hc, err := instanceClient(fs, args, addr, qsec, timeout)
+	if err != nil {
 		return err
 	}
-	tlsCfg, token, err := qsec.client(strings.HasPrefix(strings.TrimSpace(*addr), "https://"))
-	if err != nil {
-		return usageErrorf(fs, "%v", err)
-	}
-	a, err := normalizeHTTP(*addr)
-	if err != nil {
-		return usageErrorf(fs, "--http: %v", err)
-	}
-	if *timeout <= 0 {
-		return usageErrorf(fs, "--timeout must be positive")
-	}
-	hc := peerClient(tlsCfg != nil, tlsCfg, token)
 	defer hc.CloseIdleConnections()
 
 	hosts := []string{a}
