@@ -511,8 +511,16 @@ func TestQueryLatencyThroughReconciliations(t *testing.T) {
 	mu.Unlock()
 	spans[0] = time.Since(began)
 	began = time.Now()
-	const rounds = 20
-	for range rounds {
+	// At least 20 rounds, and as many more as it takes for queries to run
+	// during them: a store opens in microseconds in the shared layout, so
+	// 20 rounds can end before the querying goroutine is scheduled.
+	queried := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lat[1])
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for round := 0; round < 20 || queried() < 1000 && time.Now().Before(deadline); round++ {
 		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
 		waitFor(t, 10*time.Second, "standby 0_0 open", func() bool {
 			_, ok := r.app.registry.replica(task00, "counts")
