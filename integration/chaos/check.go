@@ -28,7 +28,8 @@ const (
 	ageSlack = 2 * time.Second
 	// roleSlack is how long a member may keep a role after the group's
 	// coordinator stored a balance that takes it away: the time for the
-	// member to hear of it.
+	// member to hear of it, over a network without a delay fault (see
+	// roleSlackAt).
 	roleSlack = time.Second
 	// examples is how many examples of each kind of finding are kept.
 	examples = 10
@@ -54,7 +55,8 @@ const (
 //     most the count of the text produced by its reception (plus, under
 //     at-least-once, the redo bound). The role it claims is not refuted
 //     by the group's coordinator: no one balance, observed from roleSlack
-//     before the query to after its answer, that gave the partition's
+//     (more under a delay fault, roleSlackAt) before the query to after
+//     its answer, that gave the partition's
 //     active to another instance (a claimed active) or no replica of it
 //     to this one (any other role). Lag bounds are not checked, only the
 //     age each answer reports along with its lag;
@@ -635,7 +637,7 @@ func (r *run) checkAnswers(res *Result, faultsEnd time.Time) {
 				}
 			}
 		}
-		if bad, why := r.group.roleFalse(sb.Host, a.partition, sb.Role, a.sent.Add(-roleSlack), a.recv); bad {
+		if bad, why := r.group.roleFalse(sb.Host, a.partition, sb.Role, a.sent.Add(-r.roleSlackAt(sb.Host, a.sent)), a.recv); bad {
 			if sb.Role == "active" {
 				report("role", a, why)
 			} else {

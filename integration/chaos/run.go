@@ -101,6 +101,49 @@ type run struct {
 	// counted is, under at-least-once, each repartition partition's
 	// records per word: the count below any offset.
 	counted map[int32]map[string]*offsetCounts
+	// delays are the net-delay faults applied, for roleSlackAt.
+	delays []*delayWindow
+}
+
+// delayWindow is a net-delay fault on the instance whose query server is
+// host, from when it began to when it ended (zero while in force).
+type delayWindow struct {
+	host     string
+	from, to time.Time
+	delay    time.Duration
+}
+
+func (r *run) delayed(host string, d time.Duration) *delayWindow {
+	w := &delayWindow{host: host, from: time.Now(), delay: d}
+	r.mu.Lock()
+	r.delays = append(r.delays, w)
+	r.mu.Unlock()
+	return w
+}
+
+func (r *run) undelayed(w *delayWindow) {
+	r.mu.Lock()
+	w.to = time.Now()
+	r.mu.Unlock()
+}
+
+// roleSlackAt is how long the member serving from host may keep a role
+// after the coordinator stored a balance that takes it away, for a query
+// asked at sent: roleSlack, plus four times the largest delay its traffic
+// had in the moments before. It hears of the balance through four
+// crossings of its delayed proxy (the heartbeat that tells it to rejoin,
+// its JoinGroup's answer, its SyncGroup and that one's answer), and can
+// stop claiming the role no sooner.
+func (r *run) roleSlackAt(host string, sent time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var most time.Duration
+	for _, w := range r.delays {
+		if w.host == host && w.from.Before(sent) && (w.to.IsZero() || w.to.After(sent.Add(-roleSlack-4*w.delay))) {
+			most = max(most, w.delay)
+		}
+	}
+	return roleSlack + 4*most
 }
 
 func (r *run) logf(format string, args ...any) { r.c.logf(format, args...) }
@@ -425,9 +468,11 @@ func (r *run) apply(ctx context.Context, f Fault) {
 		r.count(f, "connections reset")
 	case Delay:
 		in.proxy.setDelay(f.Delay)
+		w := r.delayed(in.http, f.Delay)
 		r.count(f, "delayed")
 		r.sleep(ctx, f.Hold)
 		in.proxy.setDelay(0)
+		r.undelayed(w)
 	case Corrupt:
 		in.kill()
 		dir, what, err := in.damage(f.Damage, f.Pick)
