@@ -181,3 +181,40 @@ func damagePosition(t *testing.T, dir, name string) {
 		return txn.Set(append(key, 0xff, 'p', 'o', 's'), []byte("bad"))
 	}))
 }
+
+// A shared database deleted while its instance was down (an operator's
+// rm, a lost volume) leaves the task directories beside it: the next start
+// rebuilds every store from its changelog, under either guarantee, and the
+// counts carry on exactly.
+func TestSharedDatabaseDeletedIsRebuilt(t *testing.T) {
+	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+		t.Run(g.String(), func(t *testing.T) {
+			c := newEOSCluster(t)
+			dir := t.TempDir()
+			start := func() *App {
+				app, err := New(countTopology(t), Config{ApplicationID: "rmshared", Brokers: c.b.Addrs(), StateDir: dir,
+					SessionTimeout: 2 * time.Second, ProcessingGuarantee: g})
+				require.NoError(t, err)
+				require.NoError(t, app.Start(context.Background()))
+				return app
+			}
+			app := start()
+			want := map[string]int64{}
+			c.produce(t, 300, want)
+			waitCounts(t, app, want)
+			if g == ExactlyOnce {
+				// As a crash leaves it: no final commit, no leave.
+				app.kill()
+			} else {
+				require.NoError(t, app.Close(context.Background()))
+			}
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, "rmshared", sharedDirName)))
+
+			app = start()
+			defer app.Close(context.Background())
+			c.produce(t, 100, want)
+			waitCounts(t, app, want)
+			require.Positive(t, app.RestoredRecords(), "the stores were rebuilt from their changelogs")
+		})
+	}
+}
