@@ -44,6 +44,17 @@ func restoredByTask(app *App) map[task.ID]int64 {
 	return out
 }
 
+// startCounting starts the count topology as application id over c,
+// with its state in dir and cfg's other settings, and returns it running.
+func startCounting(t *testing.T, c *eosCluster, id, dir string, cfg Config) *App {
+	t.Helper()
+	cfg.ApplicationID, cfg.Brokers, cfg.StateDir, cfg.SessionTimeout = id, c.b.Addrs(), dir, 2*time.Second
+	app, err := New(countTopology(t), cfg)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	return app
+}
+
 // waitRunning waits for app to run both tasks of the count topology.
 func waitRunning(t *testing.T, app *App) {
 	t.Helper()
@@ -67,11 +78,7 @@ func TestPerStoreStateMovesIntoSharedLayout(t *testing.T) {
 	dir := t.TempDir()
 	appDir := filepath.Join(dir, "upgrade")
 	start := func(layout StoreLayout) *App {
-		app, err := New(countTopology(t), Config{ApplicationID: "upgrade", Brokers: c.b.Addrs(), StateDir: dir,
-			SessionTimeout: 2 * time.Second, StoreLayout: layout})
-		require.NoError(t, err)
-		require.NoError(t, app.Start(context.Background()))
-		return app
+		return startCounting(t, c, "upgrade", dir, Config{StoreLayout: layout})
 	}
 	app := start(StoreLayoutPerStore)
 	want := map[string]int64{}
@@ -105,11 +112,7 @@ func TestSharedStateRebuiltInPerStoreLayout(t *testing.T) {
 	c := newEOSCluster(t)
 	dir := t.TempDir()
 	start := func(layout StoreLayout) *App {
-		app, err := New(countTopology(t), Config{ApplicationID: "downgrade", Brokers: c.b.Addrs(), StateDir: dir,
-			SessionTimeout: 2 * time.Second, StoreLayout: layout})
-		require.NoError(t, err)
-		require.NoError(t, app.Start(context.Background()))
-		return app
+		return startCounting(t, c, "downgrade", dir, Config{StoreLayout: layout})
 	}
 	app := start(StoreLayoutShared)
 	want := map[string]int64{}
@@ -131,13 +134,7 @@ func TestSharedStateRebuiltInPerStoreLayout(t *testing.T) {
 func TestSharedStoreDamagedRecordRebuildsThatStoreAlone(t *testing.T) {
 	c := newEOSCluster(t)
 	dir := t.TempDir()
-	start := func() *App {
-		app, err := New(countTopology(t), Config{ApplicationID: "record", Brokers: c.b.Addrs(), StateDir: dir,
-			SessionTimeout: 2 * time.Second, StoreLayout: StoreLayoutShared})
-		require.NoError(t, err)
-		require.NoError(t, app.Start(context.Background()))
-		return app
-	}
+	start := func() *App { return startCounting(t, c, "record", dir, Config{StoreLayout: StoreLayoutShared}) }
 	app := start()
 	want := map[string]int64{}
 	c.produce(t, 500, want)
@@ -191,13 +188,7 @@ func TestSharedDatabaseDeletedIsRebuilt(t *testing.T) {
 		t.Run(g.String(), func(t *testing.T) {
 			c := newEOSCluster(t)
 			dir := t.TempDir()
-			start := func() *App {
-				app, err := New(countTopology(t), Config{ApplicationID: "rmshared", Brokers: c.b.Addrs(), StateDir: dir,
-					SessionTimeout: 2 * time.Second, ProcessingGuarantee: g})
-				require.NoError(t, err)
-				require.NoError(t, app.Start(context.Background()))
-				return app
-			}
+			start := func() *App { return startCounting(t, c, "rmshared", dir, Config{ProcessingGuarantee: g}) }
 			app := start()
 			want := map[string]int64{}
 			c.produce(t, 300, want)
