@@ -371,16 +371,15 @@ func TestMetricsDocumented(t *testing.T) {
 	require.Less(t, len(s.labelValues("eddy_task_records_processed_total", "task")), 4)
 }
 
-// TestMetricsRestoreProgress restores a task's store on an instance with
-// an empty state directory: the per-task and instance totals count the
-// changelog records applied, and nothing remains once the tasks run.
-func TestMetricsRestoreProgress(t *testing.T) {
-	b, _ := startBroker(t, "in")
-	cfg := Config{ApplicationID: "r", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond}
+// countThirtyKeys runs the count topology with cfg until it has counted
+// keys k0 to k29 once each, written to "in" on cfg's brokers, and closes
+// it, leaving their counts in its stores and changelogs.
+func countThirtyKeys(t *testing.T, cfg Config) {
+	t.Helper()
 	app, err := New(countTopology(t), cfg)
 	require.NoError(t, err)
 	require.NoError(t, app.Start(context.Background()))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic("in"))
 	require.NoError(t, err)
 	defer cl.Close()
 	for i := range 30 {
@@ -396,9 +395,18 @@ func TestMetricsRestoreProgress(t *testing.T) {
 		return n == 30
 	})
 	require.NoError(t, app.Close(context.Background()))
+}
+
+// TestMetricsRestoreProgress restores a task's store on an instance with
+// an empty state directory: the per-task and instance totals count the
+// changelog records applied, and nothing remains once the tasks run.
+func TestMetricsRestoreProgress(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	cfg := Config{ApplicationID: "r", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond}
+	countThirtyKeys(t, cfg)
 
 	cfg.StateDir = t.TempDir()
-	app, err = New(countTopology(t), cfg)
+	app, err := New(countTopology(t), cfg)
 	require.NoError(t, err)
 	defer app.Close(context.Background())
 	reg := prometheus.NewRegistry()
@@ -432,25 +440,7 @@ func documentedSeriesOf(t *testing.T) []documentedSeries {
 func TestRestoreRemainingFollowsRestoration(t *testing.T) {
 	b, adm := startBroker(t, "in")
 	cfg := Config{ApplicationID: "rr", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond, NumStreamThreads: 1}
-	app, err := New(countTopology(t), cfg)
-	require.NoError(t, err)
-	require.NoError(t, app.Start(context.Background()))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
-	require.NoError(t, err)
-	defer cl.Close()
-	for i := range 30 {
-		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}).FirstErr())
-	}
-	waitFor(t, 20*time.Second, "30 keys counted", func() bool {
-		n := 0
-		for i := range 30 {
-			if count(app, fmt.Sprint("k", i)) == 1 {
-				n++
-			}
-		}
-		return n == 30
-	})
-	require.NoError(t, app.Close(context.Background()))
+	countThirtyKeys(t, cfg)
 
 	const changelogTopic = "rr-counts-changelog"
 	topics, err := adm.ListTopics(context.Background(), changelogTopic)
@@ -472,7 +462,7 @@ func TestRestoreRemainingFollowsRestoration(t *testing.T) {
 	})
 
 	cfg.StateDir = t.TempDir()
-	app, err = New(countTopology(t), cfg)
+	app, err := New(countTopology(t), cfg)
 	require.NoError(t, err)
 	defer app.Close(context.Background())
 	reg := prometheus.NewRegistry()
