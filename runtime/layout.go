@@ -322,7 +322,7 @@ func (a *App) removeTaskState(id task.ID) error {
 			return err
 		}
 	}
-	err := task.RemoveDir(a.appDir(), id)
+	err := os.RemoveAll(task.Dir(a.appDir(), id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -9,7 +9,6 @@ package task
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,6 +53,3 @@ func (id ID) Compare(o ID) int {
 
 // Dir returns a task's directory under an application state directory.
 func Dir(appDir string, id ID) string { return filepath.Join(appDir, id.String()) }
-
-// RemoveDir deletes a task's directory and everything in it.
-func RemoveDir(appDir string, id ID) error { return os.RemoveAll(Dir(appDir, id)) }
