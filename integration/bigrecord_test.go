@@ -170,14 +170,14 @@ func TestBigRecordsCounted(t *testing.T) {
 			require.NoError(t, os.RemoveAll(dir))
 			a = startGuarantee(t, c, "run3", dir, g)
 			a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-			require.Positive(t, a.RestoredRecords())
+			require.Positive(t, a.Stats().RestoredRecords)
 			requireStore(t, want, a)
 			c.produceLines(t, bigLines(gen, 3, want))
 			waitCaughtUpAny(t, c, g)
 			requireStore(t, want, a)
 
 			requireCounts(t, want, readCommittedLatest(t, c.b.Addrs()[0], outputTopic, c.partitions), "topic "+outputTopic)
-			require.Zero(t, a.Skipped())
+			require.Zero(t, a.Stats().Skipped)
 			a.close(t)
 		})
 	}

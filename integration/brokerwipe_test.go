@@ -228,7 +228,7 @@ func testBrokerWipe(t *testing.T, g runtime.ProcessingGuarantee) {
 			if err := in.Err(); err != nil {
 				t.Fatalf("instance %s failed: %v", in.name, err)
 			}
-			if in.Rewires() == 0 {
+			if in.Stats().Rewires == 0 {
 				return false, "instance " + in.name + " has not noticed"
 			}
 		}
@@ -280,5 +280,5 @@ func TestBrokerWipeThenRestartWithKeptState(t *testing.T) {
 
 	a = startWipeInstanceIn(t, c, "a2", dir, runtime.ExactlyOnce)
 	waitWipeCounts(t, "the counts after restarting with the state kept from before the wipe", words, after, a)
-	require.Positive(t, a.StoreResets(), "the state kept from before the wipe was reset")
+	require.Positive(t, a.Stats().StoreResets, "the state kept from before the wipe was reset")
 }

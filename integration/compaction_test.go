@@ -79,9 +79,9 @@ func TestRestartAfterCompactionRestoresTail(t *testing.T) {
 
 	again := c.start(t, "again", instanceConfig{stateDir: dir})
 	c.waitSettled(t, app, again)
-	require.Zero(t, again.StoreResets(), "no store is reset")
-	require.Equal(t, sumOffsets(tail), again.RestoredRecords(), "restored the tail; tasks: %v", again.Tasks())
-	require.Less(t, again.RestoredRecords(), written)
+	require.Zero(t, again.Stats().StoreResets, "no store is reset")
+	require.Equal(t, sumOffsets(tail), again.Stats().RestoredRecords, "restored the tail; tasks: %v", again.Tasks())
+	require.Less(t, again.Stats().RestoredRecords, written)
 	for _, ti := range again.Tasks() {
 		if ti.ID.SubTopology == 1 {
 			require.Equal(t, tail[ti.ID.Partition], ti.Restored, "records restored by task %s", ti.ID)
@@ -92,7 +92,7 @@ func TestRestartAfterCompactionRestoresTail(t *testing.T) {
 	require.Len(t, parts, int(c.partitions))
 	requireCounts(t, counts, got, "stores restored after compaction")
 	t.Logf("changelog: %d records written, %d kept by compaction; the restarted instance restored %d (positions %v, kfake's starts moved past them), store resets %d",
-		written, sumOffsets(kept), again.RestoredRecords(), pos, again.StoreResets())
+		written, sumOffsets(kept), again.Stats().RestoredRecords, pos, again.Stats().StoreResets)
 
 	// Counting goes on from the restored stores.
 	want := maps.Clone(counts)
@@ -100,7 +100,7 @@ func TestRestartAfterCompactionRestoresTail(t *testing.T) {
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, again)
 	c.requireOutput(t, want)
-	require.Zero(t, again.StoreResets())
+	require.Zero(t, again.Stats().StoreResets)
 	again.close(t)
 }
 

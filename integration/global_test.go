@@ -136,7 +136,7 @@ func TestGlobalTableRestoredKilledAndServedLocally(t *testing.T) {
 	nodes := make([]*globalNode, 3)
 	for i := range nodes {
 		nodes[i] = c.startGlobalNode(t, fmt.Sprintf("g%d", i), dirs[i])
-		require.Equal(t, int64(total), nodes[i].app.GlobalRestoredRecords(), "instance %d restored the whole topic in Start", i)
+		require.Equal(t, int64(total), nodes[i].app.Stats().GlobalRestoredRecords, "instance %d restored the whole topic in Start", i)
 	}
 
 	// Orders produced at once: whichever instance processes one, it
@@ -187,7 +187,7 @@ func TestGlobalTableRestoredKilledAndServedLocally(t *testing.T) {
 	const tail = 300
 	c.produceCustomers(t, total, tail, keys, table)
 	nodes[1] = c.startGlobalNode(t, "g1-restarted", dirs[1])
-	restored := nodes[1].app.GlobalRestoredRecords()
+	restored := nodes[1].app.Stats().GlobalRestoredRecords
 	require.LessOrEqual(t, restored, int64(tail), "a restart reads only what the topic gained since the kill")
 	require.Positive(t, restored)
 	// In-process queries need nothing more; the Client needs the routing

@@ -115,7 +115,7 @@ func (c *cluster) waitSettled(t *testing.T, app string, insts ...*instance) {
 func storeResets(insts ...*instance) int64 {
 	var n int64
 	for _, in := range insts {
-		n += in.StoreResets()
+		n += in.Stats().StoreResets
 	}
 	return n
 }
@@ -238,8 +238,8 @@ func TestStateDirKeptAcrossDeletedRecords(t *testing.T) {
 
 	again := c.start(t, "again", instanceConfig{stateDir: dir})
 	c.waitSettled(t, app, again)
-	require.EqualValues(t, c.partitions, again.StoreResets())
-	require.Equal(t, tail, again.RestoredRecords(), "restored from the log start; tasks: %v", again.Tasks())
+	require.EqualValues(t, c.partitions, again.Stats().StoreResets)
+	require.Equal(t, tail, again.Stats().RestoredRecords, "restored from the log start; tasks: %v", again.Tasks())
 	got, parts := replicaContents(t, again)
 	require.Len(t, parts, int(c.partitions))
 	requireCounts(t, inLog, got, "stores restored from what is left of "+cl)

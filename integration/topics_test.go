@@ -414,7 +414,7 @@ func TestCreateMissingTopicsAfterBrokerWipe(t *testing.T) {
 				return false, fmt.Sprintf("%s: %d partitions, %v", name, len(d.Partitions), d.Err)
 			}
 		}
-		return in.Rewires() > 0, "no rewire yet"
+		return in.Stats().Rewires > 0, "no rewire yet"
 	})
 
 	after := make(map[string]int64)

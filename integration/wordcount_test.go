@@ -34,8 +34,8 @@ func TestWordCountExact(t *testing.T) {
 
 	requireStore(t, want, app)
 	c.requireOutput(t, want)
-	require.Zero(t, app.Skipped())
-	require.Zero(t, app.RestoredRecords(), "a first run has nothing to restore")
+	require.Zero(t, app.Stats().Skipped)
+	require.Zero(t, app.Stats().RestoredRecords, "a first run has nothing to restore")
 	app.close(t)
 }
 
@@ -74,7 +74,7 @@ func TestRestartWithStateDirKept(t *testing.T) {
 	// Run 2 resumes from its stores.
 	a2 := c.start(t, "run2", instanceConfig{stateDir: dir})
 	a2.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-	require.Zero(t, a2.RestoredRecords(), "restored records after a graceful close; tasks: %v", a2.Tasks())
+	require.Zero(t, a2.Stats().RestoredRecords, "restored records after a graceful close; tasks: %v", a2.Tasks())
 	c.waitCaughtUp(t, app)
 	requireStore(t, want, a2)
 	c.requireOutput(t, want)
@@ -105,7 +105,7 @@ func TestRestartWithStateDirKept(t *testing.T) {
 	// Run 3 restores exactly the tail.
 	a3 := c.start(t, "run3", instanceConfig{stateDir: dir})
 	a3.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-	require.EqualValues(t, len(recs), a3.RestoredRecords(), "tasks: %v", a3.Tasks())
+	require.EqualValues(t, len(recs), a3.Stats().RestoredRecords, "tasks: %v", a3.Tasks())
 	for _, ti := range a3.Tasks() {
 		if ti.ID.SubTopology == 1 {
 			require.Equal(t, tail[ti.ID.Partition], ti.Restored, "records restored by task %s", ti.ID)
@@ -161,7 +161,7 @@ func TestRestartWithStateDirWiped(t *testing.T) {
 
 	a2 := c.start(t, "run2", instanceConfig{stateDir: dir})
 	a2.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-	require.Equal(t, inLog, a2.RestoredRecords(), "tasks: %v", a2.Tasks())
+	require.Equal(t, inLog, a2.Stats().RestoredRecords, "tasks: %v", a2.Tasks())
 	for _, ti := range a2.Tasks() {
 		if ti.ID.SubTopology == 1 {
 			require.Equal(t, perPartition[ti.ID.Partition], ti.Restored, "records restored by task %s", ti.ID)
@@ -297,7 +297,7 @@ func TestPoisonRecord(t *testing.T) {
 		c.produce(t, &kgo.Record{Topic: inputTopic, Partition: 1, Value: []byte("other common")})
 		c.waitCaughtUp(t, app)
 
-		require.EqualValues(t, 1, in.Skipped())
+		require.EqualValues(t, 1, in.Stats().Skipped)
 		require.True(t, in.State().IsRunningOrRebalancing())
 		require.NoError(t, in.Err())
 		want := map[string]int64{"before": 50, "after": 50, "other": 1, "common": 101}

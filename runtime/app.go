@@ -202,24 +202,6 @@ func (a *App) Err() error {
 	return a.err
 }
 
-// Skipped returns how many input records were skipped because they could not
-// be deserialized (with DeserializationLogAndSkip).
-func (a *App) Skipped() int64 { return a.skipped.Load() }
-
-// ProcessingErrors returns how many records were skipped because a
-// processor failed on them (ProcessingLogAndContinue).
-func (a *App) ProcessingErrors() int64 { return a.processingErrors.Load() }
-
-// ThreadsReplaced returns how many stream threads ReplaceThread replaced.
-func (a *App) ThreadsReplaced() int64 { return a.replaced.Load() }
-
-// Rejoins returns how many times a stream thread joined the group again
-// because the group had moved on without it (its offset commit was refused
-// as from an old generation) or, under at-least-once, because its commit
-// could not reach the broker in time: its uncommitted work was dropped and
-// is processed again, which under at-least-once may count it once more.
-func (a *App) Rejoins() int64 { return a.rejoins.Load() }
-
 // Start locks the state directory, creates or verifies the application's
 // internal topics, raises the open-file limit to its hard limit (failing,
 // with ErrFileLimit, if that cannot hold the stores of every task),
@@ -698,11 +680,6 @@ func (a *App) openPersistent(id task.ID, name string) (statestore.Store, error) 
 	return a.openBadgerOrRebuild(a.storeDir(id, name), statestore.DefaultBadgerOptions(), "task", id, "store", name)
 }
 
-// StoresWiped counts the persistent stores this instance found damaged
-// on disk (or written as another kind of window store), deleted and rebuilt
-// from their changelogs.
-func (a *App) StoresWiped() int64 { return a.storesWiped.Load() }
-
 // TaskInfo describes one task this instance holds.
 type TaskInfo struct {
 	ID    task.ID
@@ -724,28 +701,6 @@ type TaskInfo struct {
 	// dropped for a null key or value, since this instance last opened
 	// the task.
 	DroppedJoin int64
-}
-
-// DroppedLateRecords counts the late records the active tasks of this
-// instance dropped from closed windows, summed over the tasks it holds
-// now (each since the instance last opened it); see TaskInfo.DroppedLate.
-func (a *App) DroppedLateRecords() int64 {
-	var n int64
-	for _, ti := range a.Tasks() {
-		n += ti.DroppedLate
-	}
-	return n
-}
-
-// DroppedJoinRecords counts the stream records the active tasks of this
-// instance dropped from stream-table joins for a null key or value, summed
-// over the tasks it holds now; see TaskInfo.DroppedJoin.
-func (a *App) DroppedJoinRecords() int64 {
-	var n int64
-	for _, ti := range a.Tasks() {
-		n += ti.DroppedJoin
-	}
-	return n
 }
 
 // Tasks lists the tasks this instance holds, ordered by ID.
@@ -781,23 +736,8 @@ func (th *thread) taskInfos() []TaskInfo {
 	return out
 }
 
-// RestoredRecords counts the changelog records applied by every restoration
-// that finished since this instance started, including those of tasks it no
-// longer holds.
-func (a *App) RestoredRecords() int64 { return a.restored.total() }
-
-// StoreResets counts the stores this instance emptied and rebuilt from their
-// changelogs, since it started, because their changelog position no longer
-// fitted the changelog: a position past the changelog's end (the topic was
-// deleted and created again, or the broker reset, while the state directory
-// was kept) or below its log start (records the store never applied were
-// deleted). Restorations, standbys and global stores (each emptied whole)
-// all count.
-//
-// Stores whose changelog topic has another ID than the one they were
-// written from are deleted rather than reset in place (see wipe.go); each
-// counts as one reset.
-func (a *App) StoreResets() int64 {
+// storeResets sums the store resets of every reader (Stats.StoreResets).
+func (a *App) storeResets() int64 {
 	n := a.recreatedResets.Load()
 	for _, th := range a.threads {
 		n += th.rest.storeResets()

@@ -117,7 +117,7 @@ func testUnreadableStore(t *testing.T, layout StoreLayout) {
 			defer app.Close(context.Background())
 			c.produce(t, 100, want)
 			waitCounts(t, app, want)
-			require.Equal(t, wiped, app.StoresWiped(), "stores wiped")
+			require.Equal(t, wiped, app.Stats().StoresWiped, "stores wiped")
 			require.True(t, app.State().IsRunningOrRebalancing())
 		})
 	}
@@ -193,15 +193,15 @@ func TestManyDamagedStoresStopTheInstance(t *testing.T) {
 			select {
 			case <-app.Done():
 			case <-time.After(60 * time.Second):
-				t.Fatalf("run %d: the instance did not stop; %d stores deleted", run, app.StoresWiped())
+				t.Fatalf("run %d: the instance did not stop; %d stores deleted", run, app.Stats().StoresWiped)
 			}
 		}
 		require.ErrorIs(t, app.Err(), ErrTooManyDamagedStores, "run %d", run)
 		app.Close(context.Background()) // returns the error that stopped it
 		if run == 0 {
-			require.EqualValues(t, maxDamagedStores, app.StoresWiped())
+			require.EqualValues(t, maxDamagedStores, app.Stats().StoresWiped)
 		} else {
-			require.Zero(t, app.StoresWiped(), "the restart deleted no more")
+			require.Zero(t, app.Stats().StoresWiped, "the restart deleted no more")
 		}
 		require.Equal(t, partitions-maxDamagedStores, keptStores(), "run %d: stores left as they were", run)
 	}
@@ -293,9 +293,9 @@ func openPersistentUnderFileLimit(t *testing.T, root, spare string) {
 	}
 	s, err := app.openPersistent(task.ID{SubTopology: 0, Partition: 0}, "counts")
 	if err != nil {
-		fmt.Printf("nofile-result: failed wiped=%d %s\n", app.StoresWiped(), strings.ReplaceAll(err.Error(), "\n", " "))
+		fmt.Printf("nofile-result: failed wiped=%d %s\n", app.Stats().StoresWiped, strings.ReplaceAll(err.Error(), "\n", " "))
 		return
 	}
 	_ = s.Close()
-	fmt.Printf("nofile-result: opened wiped=%d\n", app.StoresWiped())
+	fmt.Printf("nofile-result: opened wiped=%d\n", app.Stats().StoresWiped)
 }

@@ -117,8 +117,3 @@ func (a *App) waitForSpace(dir string, open func() error) error {
 		wait = min(2*wait, diskFullMaxWait)
 	}
 }
-
-// DiskFullWaits counts the times this instance found a store write, or a
-// store's opening, refused for a full disk (statestore.ErrDiskFull) and
-// paused to retry it.
-func (a *App) DiskFullWaits() int64 { return a.diskFullWaits.Load() }

@@ -81,7 +81,7 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 
 			ballast := fillTo(t, fs, reserve/2)
 			c.produce(t, 200, want)
-			waitFor(t, 20*time.Second, "a store write refused for a full disk", func() bool { return app.DiskFullWaits() > 0 })
+			waitFor(t, 20*time.Second, "a store write refused for a full disk", func() bool { return app.Stats().DiskFullWaits > 0 })
 			require.True(t, app.State().IsRunningOrRebalancing(), "a full disk does not stop the instance")
 			// The waiting commit counts with the group, but not yet in the
 			// stores queries read: the actives refuse to answer as
@@ -96,7 +96,7 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 			c.produce(t, 100, want)
 			waitCounts(t, app, want)
 			require.True(t, app.State().IsRunningOrRebalancing())
-			require.Zero(t, app.StoresWiped())
+			require.Zero(t, app.Stats().StoresWiped)
 			require.NoError(t, app.Close(context.Background()))
 
 			app = start()
@@ -132,7 +132,7 @@ func testDiskFullAtOpen(t *testing.T, layout StoreLayout) {
 	go func() { started <- app.Start(context.Background()) }()
 	defer app.Close(context.Background())
 	waitFor(t, 20*time.Second, "a store's opening refused for the full disk", func() bool {
-		return app.DiskFullWaits() > 0 || app.Err() != nil
+		return app.Stats().DiskFullWaits > 0 || app.Err() != nil
 	})
 	require.NoError(t, app.Err(), "a full disk at open does not stop the instance")
 
@@ -146,5 +146,5 @@ func testDiskFullAtOpen(t *testing.T, layout StoreLayout) {
 	c.produce(t, 50, want)
 	waitCounts(t, app, want)
 	require.NoError(t, app.Err())
-	require.Zero(t, app.StoresWiped())
+	require.Zero(t, app.Stats().StoresWiped)
 }

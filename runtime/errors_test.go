@@ -100,7 +100,7 @@ func TestProcessingLogAndContinueWithDeadLetterTopic(t *testing.T) {
 
 			offs := produceValues(t, cl, "k", "a", "fail", "b", "panic", "c")
 			waitFor(t, 20*time.Second, "the good records counted", func() bool { return count(app, "k") == 3 })
-			require.EqualValues(t, 2, app.ProcessingErrors())
+			require.EqualValues(t, 2, app.Stats().ProcessingErrors)
 			require.True(t, app.State().IsRunningOrRebalancing(), "skipping keeps the instance running")
 
 			rd, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics("dead-letters"),
@@ -193,7 +193,7 @@ func TestReplaceThread(t *testing.T) {
 		produceValues(t, cl, "k", "a", "flaky", "b")
 		waitFor(t, 30*time.Second, "every record counted after the replacement", func() bool { return count(app, "k") == 3 })
 		require.True(t, failed.Load())
-		require.EqualValues(t, 1, app.ThreadsReplaced())
+		require.EqualValues(t, 1, app.Stats().ThreadsReplaced)
 		require.True(t, app.State().IsRunningOrRebalancing())
 	})
 	t.Run("poison record: the instance gives up", func(t *testing.T) {
@@ -209,9 +209,9 @@ func TestReplaceThread(t *testing.T) {
 		select {
 		case <-app.Done():
 		case <-time.After(60 * time.Second):
-			t.Fatalf("the instance kept replacing its thread (%d replacements)", app.ThreadsReplaced())
+			t.Fatalf("the instance kept replacing its thread (%d replacements)", app.Stats().ThreadsReplaced)
 		}
-		require.EqualValues(t, MaxThreadReplacements, app.ThreadsReplaced())
+		require.EqualValues(t, MaxThreadReplacements, app.Stats().ThreadsReplaced)
 		require.ErrorContains(t, app.Err(), "times in a row on the same record in/")
 		var pe *ProcessingError
 		require.ErrorAs(t, app.Err(), &pe)

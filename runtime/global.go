@@ -682,31 +682,24 @@ type globalReplica struct {
 func (r globalReplica) Info() iq.ReplicaInfo    { return r.t.info(r.g) }
 func (r globalReplica) Store() statestore.Store { return r.g }
 
-// GlobalRestoredRecords counts the records the global thread applied while
-// restoring the global stores since the instance started: the whole topics
-// on a first start, only what they gained since on a restart with the
-// state directory kept. Records applied while following the topics after
-// that are GlobalFollowedRecords.
-func (a *App) GlobalRestoredRecords() int64 {
+// globalRestoredRecords is Stats.GlobalRestoredRecords.
+func (a *App) globalRestoredRecords() int64 {
 	if a.global == nil {
 		return 0
 	}
 	return a.global.restored.Load()
 }
 
-// GlobalRestoreDuration is how long the restoration of the global stores
-// at Start took, from the registration of their partitions to the last one
-// reaching its end offset; 0 until it is done.
-func (a *App) GlobalRestoreDuration() time.Duration {
+// globalRestoreDuration is Stats.GlobalRestoreDuration.
+func (a *App) globalRestoreDuration() time.Duration {
 	if a.global == nil {
 		return 0
 	}
 	return time.Duration(a.global.took.Load())
 }
 
-// GlobalFollowedRecords counts the records the global thread applied
-// following the global topics once restored, since the instance started.
-func (a *App) GlobalFollowedRecords() int64 {
+// globalFollowedRecords is Stats.GlobalFollowedRecords.
+func (a *App) globalFollowedRecords() int64 {
 	t := a.global
 	if t == nil || t.reader == nil {
 		return 0

@@ -81,7 +81,7 @@ func TestGlobalJoinRestoredBeforeProcessing(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, app.Start(ctx))
 			defer app.Close(ctx)
-			require.Equal(t, int64(len(recs)), app.GlobalRestoredRecords(), "Start returns once the whole topic is restored")
+			require.Equal(t, int64(len(recs)), app.Stats().GlobalRestoredRecords, "Start returns once the whole topic is restored")
 
 			// The first orders, produced at once: every one must meet the
 			// restored table.
@@ -141,7 +141,7 @@ func TestGlobalJoinRestoredBeforeProcessing(t *testing.T) {
 				}
 				return false
 			})
-			require.Equal(t, int64(1), app.GlobalFollowedRecords())
+			require.Equal(t, int64(1), app.Stats().GlobalFollowedRecords)
 		})
 	}
 }
@@ -293,7 +293,7 @@ func TestGlobalStoreRebuiltWhenTopicTruncated(t *testing.T) {
 	app, err := New(globalJoinApp(), cfg)
 	require.NoError(t, err)
 	require.NoError(t, app.Start(ctx))
-	require.Equal(t, int64(100), app.GlobalRestoredRecords())
+	require.Equal(t, int64(100), app.Stats().GlobalRestoredRecords)
 	require.NoError(t, app.Close(ctx))
 
 	// Partition 0 gains records the store never saw, and loses them and
@@ -310,8 +310,8 @@ func TestGlobalStoreRebuiltWhenTopicTruncated(t *testing.T) {
 	require.NoError(t, app.Start(ctx))
 	defer app.Close(ctx)
 	// Start waited for the rebuild: partition 1 read again in full.
-	require.Equal(t, int64(60), app.GlobalRestoredRecords())
-	require.Equal(t, int64(1), app.StoreResets())
+	require.Equal(t, int64(60), app.Stats().GlobalRestoredRecords)
+	require.Equal(t, int64(1), app.Stats().StoreResets)
 	g := app.global.stores[0]
 	require.Equal(t, [][2]string(nil), scanPrefix(t, g, "p0-"), "nothing of partition 0 is left")
 	require.Len(t, scanPrefix(t, g, "p1-"), 60)

@@ -215,7 +215,7 @@ func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
 			// starts over on the new thread.
 			require.EqualValues(t, handoverRecords, r.restored(task00))
 			require.EqualValues(t, handoverRecords, r.counts(task00).Restored)
-			require.EqualValues(t, 2*handoverRecords, r.app.RestoredRecords())
+			require.EqualValues(t, 2*handoverRecords, r.app.Stats().RestoredRecords)
 			require.NoError(t, r.app.Err())
 		})
 	}

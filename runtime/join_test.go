@@ -49,14 +49,14 @@ func TestJoinDropsCounted(t *testing.T) {
 		return len(out) > 0
 	})
 	require.Equal(t, "o1:alice", out[0])
-	require.Zero(t, app.DroppedJoinRecords(), "joined records are not drops")
+	require.Zero(t, app.Stats().DroppedJoinRecords, "joined records are not drops")
 
 	require.NoError(t, cl.ProduceSync(ctx,
 		&kgo.Record{Topic: "orders", Key: []byte("c1")},             // null value
 		&kgo.Record{Topic: "orders", Value: []byte("o2")},           // null key
 		&kgo.Record{Topic: "orders", Key: []byte("c1"), Value: nil}, // null value
 	).FirstErr())
-	waitFor(t, 30*time.Second, "three dropped records", func() bool { return app.DroppedJoinRecords() == 3 })
+	waitFor(t, 30*time.Second, "three dropped records", func() bool { return app.Stats().DroppedJoinRecords == 3 })
 	var perTask int64
 	for _, ti := range app.Tasks() {
 		perTask += ti.DroppedJoin

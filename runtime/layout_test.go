@@ -93,10 +93,10 @@ func TestPerStoreStateMovesIntoSharedLayout(t *testing.T) {
 	for run := range 2 {
 		app = start(StoreLayoutShared)
 		waitRunning(t, app)
-		require.Zero(t, app.RestoredRecords(), "run %d: the stores' state came along; nothing was restored", run)
+		require.Zero(t, app.Stats().RestoredRecords, "run %d: the stores' state came along; nothing was restored", run)
 		c.produce(t, 100, want)
 		waitCounts(t, app, want)
-		require.Zero(t, app.StoresWiped())
+		require.Zero(t, app.Stats().StoresWiped)
 		require.NoError(t, app.Close(context.Background()))
 		for p := range int32(2) {
 			require.NoDirExists(t, filepath.Join(task.Dir(appDir, task.ID{Partition: p}), "counts"), "run %d", run)
@@ -125,7 +125,7 @@ func TestSharedStateRebuiltInPerStoreLayout(t *testing.T) {
 	require.NoDirExists(t, filepath.Join(dir, "downgrade", sharedDirName))
 	c.produce(t, 100, want)
 	waitCounts(t, app, want)
-	require.Positive(t, app.RestoredRecords(), "the stores were rebuilt from their changelogs")
+	require.Positive(t, app.Stats().RestoredRecords, "the stores were rebuilt from their changelogs")
 }
 
 // A store of the shared database whose own records are damaged (here, its
@@ -148,7 +148,7 @@ func TestSharedStoreDamagedRecordRebuildsThatStoreAlone(t *testing.T) {
 	defer app.Close(context.Background())
 	c.produce(t, 100, want)
 	waitCounts(t, app, want)
-	require.EqualValues(t, 1, app.StoresWiped())
+	require.EqualValues(t, 1, app.Stats().StoresWiped)
 	restored := restoredByTask(app)
 	require.Positive(t, restored[damaged], "the damaged store was rebuilt")
 	require.Zero(t, restored[kept], "the other store kept its state")
@@ -205,7 +205,7 @@ func TestSharedDatabaseDeletedIsRebuilt(t *testing.T) {
 			defer app.Close(context.Background())
 			c.produce(t, 100, want)
 			waitCounts(t, app, want)
-			require.Positive(t, app.RestoredRecords(), "the stores were rebuilt from their changelogs")
+			require.Positive(t, app.Stats().RestoredRecords, "the stores were rebuilt from their changelogs")
 		})
 	}
 }

@@ -96,11 +96,11 @@ func newMetrics(a *App) *metrics {
 		replaced: counterFunc("stream_threads_replaced_total", "Stream threads replaced after an error (ReplaceThread).",
 			a.replaced.Load),
 		resets: counterFunc("store_resets_total", "Stores emptied and rebuilt from their changelogs because their position no longer fitted the changelog.",
-			a.StoreResets),
+			a.storeResets),
 		wiped: counterFunc("stores_wiped_total", "Persistent stores whose files were damaged (or of another window layout), deleted and rebuilt from their changelogs.",
 			a.storesWiped.Load),
 		restored: counterFunc("restored_records_total", "Changelog records applied by the restorations that finished since this instance started.",
-			a.RestoredRecords),
+			a.restored.total),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "eddy", Name: "commit_latency_seconds",
 			Help:        "Time a stream thread takes to commit: flush, changelog acknowledgements, store writes, offsets.",

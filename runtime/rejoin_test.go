@@ -63,7 +63,7 @@ func TestRefusedCommitRejoinsInsteadOfFailing(t *testing.T) {
 				return lo >= each && fault.Hits() >= refusals && app.State() == StateRunning
 			})
 			require.NoError(t, app.Err())
-			require.Positive(t, app.Rejoins(), "the thread joined again")
+			require.Positive(t, app.Stats().Rejoins, "the thread joined again")
 			_, hi := counts()
 			require.LessOrEqual(t, hi, int64((1+refusals)*each), "each refused commit replays a record at most once more")
 		})

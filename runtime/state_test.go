@@ -233,7 +233,7 @@ func testNotRunningWhileRestoring(t *testing.T, threads int) {
 			return
 		}
 		atRunning.assigned = app.assignment.Load() != nil && !slices.ContainsFunc(app.threads, func(th *thread) bool { return !th.isAssigned() })
-		atRunning.restored = app.RestoredRecords()
+		atRunning.restored = app.Stats().RestoredRecords
 	}
 	app, err = New(countTopology(t), Config{ApplicationID: "rs", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: threads,
 		StateListener: log.listen})

@@ -97,7 +97,7 @@ func TestOutputRecordTooLargeIsAProcessingError(t *testing.T) {
 			defer app.Close(context.Background())
 			produceValues(t, cl, "k", "a", "big", "b")
 			require.Equal(t, []string{"a", "b"}, readValues(t, b.Addrs(), "out", 2))
-			require.EqualValues(t, 1, app.ProcessingErrors())
+			require.EqualValues(t, 1, app.Stats().ProcessingErrors)
 			require.True(t, app.State().IsRunningOrRebalancing())
 		})
 	}

@@ -210,10 +210,6 @@ func (a *App) checkPartitionCount(ctx context.Context, name string, want int32) 
 	return nil
 }
 
-// Rewires counts how often this instance found its topics deleted or
-// recreated under it and rebuilt its clients and state.
-func (a *App) Rewires() int64 { return a.rewires.Load() }
-
 // pauseForRewire is run by a thread that was asked to let go, once its core
 // dropped its tasks (EvRewire, then ActReconnect): it closes its client and
 // restorer, waits for the App and connects again. It is called with mu

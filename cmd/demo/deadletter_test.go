@@ -50,7 +50,7 @@ func TestInstanceSkipsALineItCannotCount(t *testing.T) {
 	require.Eventually(t, func() bool { return count("alpha") == 2 && count("gamma") == 1 && count("beta") == 1 },
 		60*time.Second, 50*time.Millisecond, "the lines around the huge one are counted (alpha %d beta %d gamma %d, state %v, err %v)", count("alpha"), count("beta"), count("gamma"), in.app.State(), in.app.Err())
 	require.True(t, in.app.State().IsRunningOrRebalancing(), "the instance keeps running: %v", in.app.Err())
-	require.EqualValues(t, 2, in.app.ProcessingErrors())
+	require.EqualValues(t, 2, in.app.Stats().ProcessingErrors)
 
 	rd, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.ConsumeTopics(deadLetterTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(4<<20))

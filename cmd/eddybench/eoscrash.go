@@ -145,7 +145,7 @@ func eosCrashOnce(ctx context.Context, cfg *config, static bool, records, keys i
 		return 0, 0, 0, err
 	}
 	took = time.Since(restartAt)
-	restored = app.RestoredRecords()
+	restored = app.Stats().RestoredRecords
 	cfg.logf("static membership %v: changelog held %d records at the crash; the restart restored %d of them and every task ran %s after it",
 		static, inChangelog, restored, took.Round(time.Millisecond))
 	return took, restored, inChangelog, app.Close(ctx)

@@ -134,7 +134,7 @@ func globalRestoreWithApp(ctx context.Context, cfg *config, addrs []string, dir 
 		return 0, 0, err
 	}
 	defer app.Close(context.Background())
-	if got := app.GlobalRestoredRecords(); got != want {
+	if got := app.Stats().GlobalRestoredRecords; got != want {
 		return 0, 0, fmt.Errorf("restored %d records, want %d", got, want)
 	}
 	k := benchKey(int(want) - 1)
@@ -142,7 +142,7 @@ func globalRestoreWithApp(ctx context.Context, cfg *config, addrs []string, dir 
 	if err != nil || !found || string(v) != string(benchValue(int(want)-1)) {
 		return 0, 0, fmt.Errorf("restored store lacks key %q: found=%v err=%v", k, found, err)
 	}
-	return app.GlobalRestoreDuration(), whole, app.Close(ctx)
+	return app.Stats().GlobalRestoreDuration, whole, app.Close(ctx)
 }
 
 // badgerOptionsOf returns the badger options OpenBadger derives from bo,

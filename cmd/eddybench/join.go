@@ -207,7 +207,7 @@ func jnRunJoin(ctx context.Context, cfg *config, adm *kadm.Client, addrs []strin
 		return 0, err
 	}
 	defer app.Close(context.Background())
-	if dropped := app.DroppedJoinRecords(); dropped != 0 {
+	if dropped := app.Stats().DroppedJoinRecords; dropped != 0 {
 		return 0, fmt.Errorf("%d orders dropped by the join", dropped)
 	}
 	written, err := endOffsetSum(ctx, adm, out)

@@ -277,7 +277,7 @@ func restoreWithApp(ctx context.Context, cfg *config, addrs []string, dir string
 	if err != nil {
 		return 0, 0, err
 	}
-	restored := app.RestoredRecords()
+	restored := app.Stats().RestoredRecords
 	if restored != int64(cfg.records) {
 		return 0, 0, fmt.Errorf("restored %d records, want %d", restored, cfg.records)
 	}

@@ -449,7 +449,7 @@ func runTasksInstance(ctx context.Context, args []string, stdin io.Reader, stdou
 				n++
 			}
 		}
-		running.Tasks, running.Restored = n, app.RestoredRecords()
+		running.Tasks, running.Restored = n, app.Stats().RestoredRecords
 		if *standbys > 0 {
 			info, ok := app.Assignment()
 			held := len(info.Active) + len(info.Standby) + len(info.Warmup)

@@ -1,0 +1,32 @@
+package runtime
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestStatsReportsEachCounter checks that every counter the instance keeps
+// lands in its own field of the snapshot, and that the snapshot does not
+// follow the counters afterwards.
+func TestStatsReportsEachCounter(t *testing.T) {
+	app, err := New(countTopology(t), Config{ApplicationID: "stats", Brokers: []string{"127.0.0.1:1"}, StateDir: t.TempDir()})
+	require.NoError(t, err)
+	require.Equal(t, Stats{}, app.Stats())
+
+	app.skipped.Add(1)
+	app.processingErrors.Add(2)
+	app.replaced.Add(3)
+	app.rejoins.Add(4)
+	app.rewires.Add(5)
+	app.diskFullWaits.Add(6)
+	app.storesWiped.Add(7)
+	app.recreatedResets.Add(8)
+	s := app.Stats()
+	require.Equal(t, Stats{Skipped: 1, ProcessingErrors: 2, ThreadsReplaced: 3, Rejoins: 4, Rewires: 5,
+		DiskFullWaits: 6, StoresWiped: 7, StoreResets: 8}, s)
+
+	app.rejoins.Add(1)
+	require.EqualValues(t, 4, s.Rejoins)
+	require.EqualValues(t, 5, app.Stats().Rejoins)
+}
