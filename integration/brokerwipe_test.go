@@ -103,7 +103,7 @@ func startWipeInstanceIn(t *testing.T, c *cluster, name, dir string, g runtime.P
 	return &instance{App: app, name: name, stateDir: dir}
 }
 
-// activeCounts reads every word through LocalGet on whichever instance
+// activeCounts reads every word through activeGet on whichever instance
 // hosts its partition as the active; a word not stored counts 0. It says
 // which words no instance hosts.
 func activeCounts(t *testing.T, words []string, insts ...*instance) (map[string]int64, []string) {
@@ -115,7 +115,7 @@ func activeCounts(t *testing.T, words []string, insts ...*instance) (map[string]
 		require.NoError(t, err)
 		hosted := false
 		for _, in := range insts {
-			v, found, _, err := in.LocalGet(countsStore, key)
+			v, found, _, err := activeGet(in, countsStore, key)
 			if errors.Is(err, iq.ErrNotHostedHere) {
 				continue
 			}

@@ -198,7 +198,7 @@ func TestGlobalTableRestoredKilledAndServedLocally(t *testing.T) {
 	})
 	for _, n := range nodes {
 		waitFor(t, 20*time.Second, "the tail on every instance", func() (bool, string) {
-			v, found, _, err := n.app.LocalGet(globalStore, []byte(fmt.Sprintf("c%05d", (total+tail-1)%keys)))
+			v, found, _, err := activeGet(n.app, globalStore, []byte(fmt.Sprintf("c%05d", (total+tail-1)%keys)))
 			return err == nil && found && string(v) == fmt.Sprintf("name-%d", total+tail-1), fmt.Sprintf("%q %v %v", v, found, err)
 		})
 		check(n, fmt.Sprintf("c%05d", (total+1)%keys))

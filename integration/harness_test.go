@@ -469,7 +469,21 @@ func (in *instance) waitAllTasksRunning(t *testing.T, n int, timeout time.Durati
 // sub-topologies with one task per partition each.
 func (c *cluster) allTasks() int { return 2 * int(c.partitions) }
 
-// requireStore reads every word of want through LocalGet on whichever
+// activeGet reads a key through the query path under the default bound, as
+// an application does, from the running active of its partition on q. A
+// replica of the partition here that is not its running active (restoring,
+// standby, warmup, parked) is refused as iq.ErrNotHostedHere, so that a
+// caller looping over the instances asks the next one; an active whose
+// membership is unconfirmed keeps its *iq.StaleError.
+func activeGet(q interface{ Queries() iq.Backend }, store string, key []byte) (value []byte, found bool, partition int32, err error) {
+	res, err := iq.NewQuerier(q.Queries()).GetBytes(context.Background(), store, key)
+	if se, ok := errors.AsType[*iq.StaleError](err); ok && se.Role != iq.RoleUnconfirmed {
+		err = fmt.Errorf("%w: %v", iq.ErrNotHostedHere, err)
+	}
+	return res.Value, res.Found, res.Provenance.Partition, err
+}
+
+// requireStore reads every word of want through activeGet on whichever
 // instance hosts it and requires the stored count to match. A partition may
 // be between owners when it is called — the threads of an instance join the
 // group one after the other, and each arrival moves tasks — so it waits,
@@ -486,11 +500,11 @@ func requireStore(t *testing.T, want map[string]int64, insts ...*instance) {
 			require.NoError(t, err)
 			hosted := false
 			for _, in := range insts {
-				v, found, _, err := in.LocalGet(countsStore, key)
+				v, found, _, err := activeGet(in, countsStore, key)
 				if errors.Is(err, iq.ErrNotHostedHere) {
 					continue
 				}
-				require.NoError(t, err, "LocalGet(%q) on %s", w, in.name)
+				require.NoError(t, err, "activeGet(%q) on %s", w, in.name)
 				hosted = true
 				if found {
 					n, err := serde.Int64.Decode(v)

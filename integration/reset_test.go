@@ -85,7 +85,7 @@ func replicaContents(t *testing.T, in *instance) (map[string]int64, []int32) {
 // waitSettled waits until the application's group is stable with every
 // stream thread of the instances in it and the instances run every task
 // between them: a thread joining late would move tasks, and a task moving
-// is not readable through LocalGet.
+// is not readable from its active.
 func (c *cluster) waitSettled(t *testing.T, app string, insts ...*instance) {
 	t.Helper()
 	waitFor(t, settleTimeout, "the group to settle", func() (bool, string) {

@@ -568,7 +568,7 @@ func (m *monotonicReader) run() {
 		}
 		for i, w := range m.words {
 			for _, in := range m.insts {
-				val, found, _, err := in.LocalGet(countsStore, m.keys[i])
+				val, found, _, err := activeGet(in, countsStore, m.keys[i])
 				if err != nil || !found {
 					continue
 				}
@@ -637,11 +637,11 @@ func storeCounts(t *testing.T, words []string, insts ...*instance) map[string]in
 		require.NoError(t, err)
 		hosted := false
 		for _, in := range insts {
-			v, found, _, err := in.LocalGet(countsStore, key)
+			v, found, _, err := activeGet(in, countsStore, key)
 			if errors.Is(err, iq.ErrNotHostedHere) || errors.Is(err, iq.ErrNotRunning) {
 				continue
 			}
-			require.NoError(t, err, "LocalGet(%q) on %s", w, in.name)
+			require.NoError(t, err, "activeGet(%q) on %s", w, in.name)
 			hosted = true
 			if found {
 				got[w], err = serde.Int64.Decode(v)

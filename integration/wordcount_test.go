@@ -303,7 +303,7 @@ func TestPoisonRecord(t *testing.T) {
 		want := map[string]int64{"before": 50, "after": 50, "other": 1, "common": 101}
 		requireStore(t, want, in)
 		key, _ := serde.String.Encode("poisoned")
-		_, found, _, err := in.LocalGet(countsStore, key)
+		_, found, _, err := activeGet(in, countsStore, key)
 		if !errors.Is(err, iq.ErrNotHostedHere) {
 			require.NoError(t, err)
 			require.False(t, found, "a skipped record's words are not counted")

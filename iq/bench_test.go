@@ -62,10 +62,10 @@ func BenchmarkBareGet(b *testing.B) {
 	}
 }
 
-// BenchmarkLocalGet is the same key through the typed Querier: key
+// BenchmarkQuerierGet is the same key through the typed Querier: key
 // encoding, partitioning, replica lookup, the staleness gate, the read,
 // and provenance.
-func BenchmarkLocalGet(b *testing.B) {
+func BenchmarkQuerierGet(b *testing.B) {
 	be, _ := badgerBackend(b)
 	q := NewQuerier(be)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -169,4 +170,11 @@ func TestMetricsCollector(t *testing.T) {
 	require.Contains(t, v, "eddy_records_skipped_total")
 	require.Contains(t, v, "eddy_store_resets_total")
 	require.Zero(t, v["eddy_store_resets_total"])
+}
+
+// activeGet reads a key through the query path under the default bound, as
+// an application does: from the running active of its partition on a.
+func activeGet(a *App, store string, key []byte) (value []byte, found bool, partition int32, err error) {
+	res, err := iq.NewQuerier(a.Queries()).GetBytes(context.Background(), store, key)
+	return res.Value, res.Found, res.Provenance.Partition, err
 }

@@ -386,8 +386,8 @@ func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
 		_, err := get(qa, bound)
 		require.ErrorIs(t, err, iq.ErrTooStale, "cut off A answered under %s", bound)
 	}
-	_, _, _, err = a.LocalGet("counts", []byte(key))
-	require.Error(t, err, "LocalGet answers only from a confirmed active")
+	_, _, _, err = activeGet(a, "counts", []byte(key))
+	require.Error(t, err, "the default bound answers only from a confirmed active")
 
 	// Its metrics and its health say so too: the replica series carry
 	// the role unconfirmed and no lag, and /healthz, with no active

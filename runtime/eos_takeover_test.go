@@ -126,7 +126,7 @@ func TestExactlyOnceTakeoverWaitsForThePreviousOwnersTransaction(t *testing.T) {
 	})
 	var got int64
 	waitFor(t, 10*time.Second, "the task's store written", func() bool {
-		v, found, _, err := a.LocalGet("counts", []byte("w"))
+		v, found, _, err := activeGet(a, "counts", []byte("w"))
 		if err != nil || !found {
 			return false
 		}

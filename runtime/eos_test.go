@@ -63,7 +63,7 @@ func counts(app *App) map[string]int64 {
 	out := map[string]int64{}
 	for i := range 10 {
 		k := "k" + strconv.Itoa(i)
-		v, found, _, err := app.LocalGet("counts", []byte(k))
+		v, found, _, err := activeGet(app, "counts", []byte(k))
 		if err != nil || !found {
 			continue
 		}

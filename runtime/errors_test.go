@@ -75,7 +75,7 @@ func produceValues(t *testing.T, cl *kgo.Client, key string, values ...string) [
 }
 
 func count(app *App, key string) int64 {
-	v, found, _, err := app.LocalGet("counts", []byte(key))
+	v, found, _, err := activeGet(app, "counts", []byte(key))
 	if err != nil || !found {
 		return -1
 	}

@@ -126,7 +126,7 @@ func TestGlobalJoinRestoredBeforeProcessing(t *testing.T) {
 			// global thread has applied it.
 			require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "gcustomers", Key: []byte("c125"), Value: []byte("late")}).FirstErr())
 			waitFor(t, 20*time.Second, "the global store to hold c125", func() bool {
-				v, found, _, err := app.LocalGet("customers", []byte("c125"))
+				v, found, _, err := activeGet(app, "customers", []byte("c125"))
 				return err == nil && found && string(v) == "late"
 			})
 			require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "gorders", Key: []byte("o-late"), Value: []byte("c125:o-late")}).FirstErr())
@@ -428,7 +428,7 @@ func TestGlobalStoreProcessorQueriesAndMetrics(t *testing.T) {
 	require.ElementsMatch(t, []string{"o1=c03|name3", "o2=c99|?"}, readTopic(t, cl, 2))
 	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "pcustomers", Key: []byte("c99"), Value: []byte("late")}).FirstErr())
 	waitFor(t, 20*time.Second, "the global store to hold c99", func() bool {
-		v, found, _, err := app.LocalGet("pcust", []byte("c99"))
+		v, found, _, err := activeGet(app, "pcust", []byte("c99"))
 		return err == nil && found && string(v) == "late"
 	})
 	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "porders", Key: []byte("o3"), Value: []byte("c99")}).FirstErr())

@@ -247,8 +247,8 @@ func TestQueriesDoNotWaitForAStoreOpening(t *testing.T) {
 	within(t, deadline, "App.Replicas", func() {
 		require.Len(t, r.app.Replicas(), 1)
 	})
-	within(t, deadline, "LocalGet", func() {
-		_, found, p, err := r.app.LocalGet("counts", keyOn(t, r.app, 1))
+	within(t, deadline, "a key query", func() {
+		_, found, p, err := activeGet(r.app, "counts", keyOn(t, r.app, 1))
 		require.NoError(t, err)
 		require.EqualValues(t, 1, p)
 		require.True(t, found)
@@ -377,8 +377,8 @@ func TestQueriesDoNotWaitForAStoreClosing(t *testing.T) {
 	within(t, time.Second, "LocalReplicas", func() {
 		require.Len(t, q.LocalReplicas(), 1)
 	})
-	within(t, time.Second, "LocalGet", func() {
-		_, found, _, err := r.app.LocalGet("counts", keyOn(t, r.app, 1))
+	within(t, time.Second, "a key query", func() {
+		_, found, _, err := activeGet(r.app, "counts", keyOn(t, r.app, 1))
 		require.NoError(t, err)
 		require.True(t, found)
 	})
@@ -486,7 +486,7 @@ func TestQueryLatencyThroughReconciliations(t *testing.T) {
 				return
 			}
 			start := time.Now()
-			_, found, _, err := r.app.LocalGet("counts", key)
+			_, found, _, err := activeGet(r.app, "counts", key)
 			if err == nil && !found {
 				err = errors.New("key not found")
 			}

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -40,69 +39,6 @@ func (a *App) KeyPartition(store string, key []byte) (int32, error) {
 		return 0, iq.ErrNotRunning
 	}
 	return topology.Partition(key, a.plan.subPartitions[st]), nil
-}
-
-// LocalGet reads a serialized key from the local replica of its partition.
-// It answers only from a running active task whose group membership was
-// confirmed recently (an unconfirmed one refuses with an *iq.StaleError,
-// one whose session must have expired with iq.ErrRebalancing) and sees
-// what that task last committed (waiting for a commit's writes that the
-// broker already shows, see landing.go), or from a global store, whatever
-// its lag (partition 0). The partition is returned with the answer.
-func (a *App) LocalGet(store string, key []byte) (value []byte, found bool, partition int32, err error) {
-	if err := (queryBackend{a}).running(); err != nil {
-		return nil, false, 0, err
-	}
-	if a.global != nil {
-		if g, ok := a.global.store(store); ok {
-			value, found, err = g.Get(key)
-			return value, found, 0, err
-		}
-	}
-	partition, err = a.KeyPartition(store, key)
-	if err != nil {
-		return nil, false, 0, err
-	}
-	if sub, ok := a.storeSubTopology(store); ok {
-		if err := a.awaitLanded(task.ID{SubTopology: sub, Partition: partition}, store); err != nil {
-			return nil, false, partition, err
-		}
-	}
-	s, ok := a.registry.activeStore(store, partition)
-	if !ok {
-		return nil, false, partition, fmt.Errorf("%w: store %q partition %d", iq.ErrNotHostedHere, store, partition)
-	}
-	if sub, ok := a.storeSubTopology(store); ok {
-		if ri, ok := a.registry.replica(task.ID{SubTopology: sub, Partition: partition}, store); ok {
-			if err := a.expiredReplica(ri, time.Now()); err != nil {
-				return nil, false, partition, err
-			}
-			if err := iq.ActiveOnly().Check(a.toIQ(ri)); err != nil {
-				return nil, false, partition, err
-			}
-		}
-	}
-	l, lerr := (queryBackend{a}).StoreLayout(store)
-	if lerr == nil && l.Kind == iq.KindVersioned {
-		// The latest version, from the committed data beneath the cache.
-		var vs *statestore.VersionedStore
-		if vs, err = statestore.NewVersionedStore(s.Inner(), l.Versioned); err == nil {
-			var v statestore.Version
-			v, found, err = vs.Get(key)
-			value = v.Value
-		}
-		return value, found, partition, err
-	}
-	// Committed data only, from the task's read cache when it holds the
-	// key: a query that reads many keys then costs the store nothing.
-	value, found, err = s.GetCommitted(key)
-	if errors.Is(err, statestore.ErrClosed) {
-		return nil, false, partition, fmt.Errorf("%w: store %q partition %d moved while reading", iq.ErrNotHostedHere, store, partition)
-	}
-	if found && lerr == nil && l.Timestamped {
-		value, _ = statestore.SplitTimestamped(value)
-	}
-	return value, found, partition, err
 }
 
 // Ready reports whether the instance is Running: every thread has received

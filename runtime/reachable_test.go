@@ -96,7 +96,7 @@ func TestStartWaitsForUnreachableBroker(t *testing.T) {
 		}
 		defer app.Close(context.Background())
 		waitFor(t, 20*time.Second, "the record counted", func() bool {
-			v, found, _, err := app.LocalGet("counts", []byte("k"))
+			v, found, _, err := activeGet(app, "counts", []byte("k"))
 			if err != nil || !found {
 				return false
 			}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/taskrun"
@@ -971,27 +970,6 @@ func (r *registry) takeIdleLocked() []*replica {
 		}
 	}
 	return out
-}
-
-// activeStore returns the record cache of a running active task's store,
-// whose GetCommitted reads what the task last committed.
-func (r *registry) activeStore(store string, partition int32) (*cache.Store, bool) {
-	sub, ok := r.app.storeSubTopology(store)
-	if !ok {
-		return nil, false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rep, ok := r.reps[task.ID{SubTopology: sub, Partition: partition}]
-	if !ok || rep.state() != task.Running {
-		return nil, false
-	}
-	for _, h := range rep.stores {
-		if h.Info.Name == store {
-			return h.Cache, true
-		}
-	}
-	return nil, false
 }
 
 // ReplicaInfo describes one store partition this instance holds, in one of

@@ -235,10 +235,10 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
 		return mismatch(third, iq.RoleActive, true)
 	})
 	require.Equal(t, "-", want.asOf("a", 4500), "the model keeps tombstones")
-	v, found, _, err := third.LocalGet("prices", []byte("b"))
+	v, found, _, err := activeGet(third, "prices", []byte("b"))
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Equal(t, "b7", string(v), "LocalGet reads a versioned store's latest values")
+	require.Equal(t, "b7", string(v), "a key query reads a versioned store's latest values")
 }
 
 // A stream record waiting out a join's grace is in the join's buffer

@@ -25,7 +25,7 @@ func countsReach(t testing.TB, app *App, want map[string]int64, within time.Dura
 	for {
 		ok := true
 		for k, n := range want {
-			v, found, _, err := app.LocalGet("counts", []byte(k))
+			v, found, _, err := activeGet(app, "counts", []byte(k))
 			if err != nil || !found {
 				ok = false
 				break

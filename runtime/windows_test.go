@@ -313,7 +313,7 @@ func testSuppressionRestored(t *testing.T, keepTime bool) {
 		return
 	}
 	count := func(k string) int64 {
-		v, found, _, err := a2.LocalGet("counts", []byte(k))
+		v, found, _, err := activeGet(a2, "counts", []byte(k))
 		if err != nil || !found {
 			return -1
 		}
@@ -322,7 +322,7 @@ func testSuppressionRestored(t *testing.T, keepTime bool) {
 	}
 	// Stream time starts at i's 100, so i is held: its second count,
 	// committed after the first reached the suppression, replaces it. (i
-	// is a key of partition 0, where LocalGet looks for it.)
+	// is a key of partition 0, where activeGet looks for it.)
 	produce("i", 100)
 	waitFor(t, 30*time.Second, "i's first count committed", func() bool { return count("i") == 1 })
 	produce("i", 150)
@@ -366,7 +366,7 @@ func TestBareChangelogRestoredAndExtended(t *testing.T) {
 	require.NoError(t, app.Start(context.Background()))
 	defer app.Close(context.Background())
 	count := func(k string) int64 {
-		v, found, _, err := app.LocalGet("counts", []byte(k))
+		v, found, _, err := activeGet(app, "counts", []byte(k))
 		if err != nil || !found {
 			return -1
 		}

@@ -40,7 +40,7 @@ func TestInstanceSkipsALineItCannotCount(t *testing.T) {
 		require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: []byte(line)}).FirstErr())
 	}
 	count := func(w string) int64 {
-		v, found, _, err := in.app.LocalGet(countsStore, []byte(w))
+		v, found, _, err := activeGet(in.app, countsStore, []byte(w))
 		if err != nil || !found {
 			return 0
 		}

@@ -63,7 +63,7 @@ func TestInstanceWaitsForItsBroker(t *testing.T) {
 	defer cl.Close()
 	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: []byte("late broker late")}).FirstErr())
 	require.Eventually(t, func() bool {
-		v, found, _, err := in.app.LocalGet(countsStore, []byte("late"))
+		v, found, _, err := activeGet(in.app, countsStore, []byte("late"))
 		if err != nil || !found {
 			return false
 		}

@@ -941,9 +941,16 @@ func (d *demo) lastEvents(n int) []event {
 // word's partition; -1 when the word is not there.
 func lookup(in *instance, word string) (int64, error) {
 	k, _ := serde.String.Encode(word)
-	v, found, _, err := in.app.LocalGet(countsStore, k)
+	v, found, _, err := activeGet(in.app, countsStore, k)
 	if err != nil || !found {
 		return -1, err
 	}
 	return serde.Int64.Decode(v)
+}
+
+// activeGet reads a key through the query path under the default bound, as
+// an application does: from the running active of its partition on app.
+func activeGet(app *runtime.App, store string, key []byte) (value []byte, found bool, partition int32, err error) {
+	res, err := iq.NewQuerier(app.Queries()).GetBytes(context.Background(), store, key)
+	return res.Value, res.Found, res.Provenance.Partition, err
 }

@@ -138,7 +138,7 @@ func globalRestoreWithApp(ctx context.Context, cfg *config, addrs []string, dir 
 		return 0, 0, fmt.Errorf("restored %d records, want %d", got, want)
 	}
 	k := benchKey(int(want) - 1)
-	v, found, _, err := app.LocalGet(globalBenchStore, k)
+	v, found, _, err := activeGet(app, globalBenchStore, k)
 	if err != nil || !found || string(v) != string(benchValue(int(want)-1)) {
 		return 0, 0, fmt.Errorf("restored store lacks key %q: found=%v err=%v", k, found, err)
 	}

@@ -358,7 +358,7 @@ func runEddyHighCardinality(ctx context.Context, cfg *config, addrs []string, ad
 	for i := 0; i < int(n); i += max(1, int(n)/1000) {
 		var lastErr error
 		err := waitFor(checkCtx, 10*time.Millisecond, func() (bool, error) {
-			v, found, _, err := app.LocalGet(hcStore, benchKey(i))
+			v, found, _, err := activeGet(app, hcStore, benchKey(i))
 			if err != nil || !found {
 				lastErr = fmt.Errorf("found=%v err=%v", found, err)
 				return false, nil

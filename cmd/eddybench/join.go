@@ -327,7 +327,7 @@ func jnRunCount(ctx context.Context, cfg *config, adm *kadm.Client, addrs []stri
 		}
 		var lastErr error
 		err := waitFor(checkCtx, 10*time.Millisecond, func() (bool, error) {
-			v, found, _, err := app.LocalGet(jnCounts, []byte(jnCustomerKey(c)))
+			v, found, _, err := activeGet(app, jnCounts, []byte(jnCustomerKey(c)))
 			if err != nil || !found {
 				lastErr = fmt.Errorf("found=%v err=%v", found, err)
 				return false, nil

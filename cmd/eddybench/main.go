@@ -94,6 +94,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/eddystreams/eddy/iq"
 	eddyrt "github.com/eddystreams/eddy/runtime"
 )
 
@@ -434,4 +435,11 @@ func waitFor(ctx context.Context, interval time.Duration, cond func() (bool, err
 		case <-t.C:
 		}
 	}
+}
+
+// activeGet reads a key through the query path under the default bound, as
+// an application does: from the running active of its partition on app.
+func activeGet(app *eddyrt.App, store string, key []byte) (value []byte, found bool, partition int32, err error) {
+	res, err := iq.NewQuerier(app.Queries()).GetBytes(context.Background(), store, key)
+	return res.Value, res.Found, res.Provenance.Partition, err
 }

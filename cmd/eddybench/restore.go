@@ -282,7 +282,7 @@ func restoreWithApp(ctx context.Context, cfg *config, addrs []string, dir string
 		return 0, 0, fmt.Errorf("restored %d records, want %d", restored, cfg.records)
 	}
 	k := benchKey(cfg.records - 1)
-	v, found, _, err := app.LocalGet(restoreStore, k)
+	v, found, _, err := activeGet(app, restoreStore, k)
 	if err != nil || !found {
 		return 0, 0, fmt.Errorf("restored store lacks key %q: found=%v err=%v", k, found, err)
 	}

@@ -501,7 +501,7 @@ func runRSSInstance(ctx context.Context, args []string, stdin io.Reader, stdout,
 	for i := 0; *keys > 0 && rep.Error == ""; i += 1000 {
 		i = min(i, *keys-1)
 		rep.Sampled++
-		v, found, _, err := app.LocalGet(rssStore, benchKey(i))
+		v, found, _, err := activeGet(app, rssStore, benchKey(i))
 		if err == nil && found {
 			switch n, _ := serde.Int64.Decode(v); {
 			case n == 1:

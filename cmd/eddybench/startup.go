@@ -101,7 +101,7 @@ func benchStartup(ctx context.Context, cfg *config) ([]row, error) {
 		"             Count; first record = the first line reaching FlatMapValues, timed from App.Start;\n"+
 		"             Running = the StateListener's move to Running. Tail = from the producer's\n"+
 		"             acknowledgement of the last of %d lines to every count equal to the reference\n"+
-		"             (App.LocalGet) and the group's offsets covering the input and repartition topics.\n",
+		"             (a Querier's Get) and the group's offsets covering the input and repartition topics.\n",
 		cfg.threads, suTail)
 	within := func(limit float64) func(spread) bool { return func(s spread) bool { return s.median() <= limit } }
 	fresh := infoRow("(s) fresh: Start → first record", "ms", runs[1], runs[0])
@@ -271,7 +271,7 @@ func (s *startupInstance) waitCounts(ctx context.Context, adm *kadm.Client, ref 
 			}
 		}
 		for w, want := range ref {
-			v, found, _, err := s.app.LocalGet(wcCountsStore, []byte(w))
+			v, found, _, err := activeGet(s.app, wcCountsStore, []byte(w))
 			if err != nil || !found {
 				return false, nil
 			}

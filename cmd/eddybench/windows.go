@@ -262,7 +262,7 @@ func runWindowBenchApp(ctx context.Context, cfg *config, addrs []string, adm *ka
 				got = res.Windows[0].Value
 			} else {
 				want = ref.kv[k]
-				v, found, _, err := app.LocalGet(wnStore, benchKey(k))
+				v, found, _, err := activeGet(app, wnStore, benchKey(k))
 				if err != nil || !found {
 					lastErr = fmt.Errorf("found=%v err=%v", found, err)
 					return false, nil

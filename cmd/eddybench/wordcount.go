@@ -413,7 +413,7 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 		// Counts only grow and the input is finite, so a word whose
 		// count reached its reference is final. Each partition's
 		// committed counts are read in one scan of its replica's store:
-		// point reads (App.LocalGet) of tens of thousands of words, most
+		// point reads (Querier.GetBytes) of tens of thousands of words, most
 		// of them not in the record cache's read cache, cost a badger
 		// transaction each, 5% of the process's CPU on a real text.
 		for p := range int32(cfg.partitions) {

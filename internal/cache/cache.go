@@ -116,7 +116,7 @@ func (b *Budget) add(n int64) {
 //
 // Turned on with SetReadCache, the Store also keeps values it read from the
 // inner store, bounded by the Budget's read share (see readcache.go);
-// GetCommitted reads through them for queries.
+// GetCommitted reads committed values through them.
 //
 // Reads may come from other goroutines (interactive queries) while the
 // stream thread writes; Put, Delete, Dirty, Commit and Discard are meant to

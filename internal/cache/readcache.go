@@ -8,9 +8,9 @@ import (
 
 // The read cache keeps values read from the inner store (clean entries), so
 // that a key read again is answered from memory: a stream–table join looks
-// up the table for every stream record, an aggregation reads each key it
-// updates, and a query reads committed values; each would otherwise cost a
-// badger read even for a key that changed long ago.
+// up the table for every stream record and an aggregation reads each key it
+// updates; each would otherwise cost a badger read even for a key that
+// changed long ago.
 //
 // A clean entry is a copy of the inner store's value, so it stays right for
 // exactly as long as the inner store's value does. Once the cache is
@@ -23,7 +23,7 @@ import (
 // Discard leaves it as it is: it drops dirty entries, which only shadowed
 // the clean ones.
 //
-// A reader on another goroutine (an interactive query) can race a Commit:
+// A reader on another goroutine (GetCommitted) can race a Commit:
 // it reads the inner store, the commit lands, and only then would the
 // reader keep what it read. gen, bumped by every commit once its write has
 // landed, detects that: a read keeps its value only if no commit finished
@@ -54,8 +54,7 @@ func (c *Store) SetReadCache(on bool) {
 
 // GetCommitted returns what the inner store holds for key, as of its last
 // Commit, from the read cache when it holds the key: never a dirty value.
-// It is the read of an interactive query, which must see committed data
-// only, and may come from any goroutine. A value read from the inner store
+// It may come from any goroutine, as a reader of committed data does. A value read from the inner store
 // is kept like one a processor reads. The caller owns the returned bytes.
 func (c *Store) GetCommitted(key []byte) ([]byte, bool, error) {
 	c.mu.RLock()
