@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/statestore"
 )
@@ -222,7 +221,7 @@ func TestAppResetRefusesWhileRunning(t *testing.T) {
 	// session timeout, far beyond this test.
 	s := startResettable(t, c, "s", dir, resetInstanceConfig{static: true, sessionTimeout: 2 * time.Minute})
 	s.waitAllTasksRunning(t, c.allTasks(), settleTimeout)
-	faults.Kill(s)
+	s.Kill()
 	_, err = runtime.Reset(ctx(t), wordCount(t), resetConfig(c, dir), runtime.ResetOptions{})
 	require.ErrorAs(t, err, &busy)
 	var ids []string

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 )
 
@@ -158,7 +157,7 @@ func TestBigRecordsCounted(t *testing.T) {
 			// from the changelogs, big keys included.
 			c.produceLines(t, bigLines(gen, 1, want))
 			waitCaughtUpAny(t, c, g)
-			faults.Kill(a)
+			a.Kill()
 			c.produceLines(t, append(gen.Lines(2_000, want), bigLines(gen, 2, want)...))
 			a = startGuarantee(t, c, "run2", dir, g)
 			a.waitAllTasksRunning(t, c.allTasks(), settleTimeout)

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -48,7 +47,7 @@ func TestCombinedCountExactThroughKillExactlyOnce(t *testing.T) {
 	// Killed right after more input arrives, b dies with partials in
 	// memory and an open transaction.
 	c.produceLines(t, gen.Lines(20_000, want))
-	faults.Kill(b.App)
+	b.App.Kill()
 	c.produceLines(t, gen.Lines(20_000, want))
 	waitCaughtUpAny(t, c, runtime.ExactlyOnce)
 	requireStore(t, want, a)

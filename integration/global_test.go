@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
@@ -182,7 +181,7 @@ func TestGlobalTableRestoredKilledAndServedLocally(t *testing.T) {
 
 	// Kill one instance, update the table meanwhile, restart it on its
 	// state directory: it reads back only the tail.
-	faults.Kill(nodes[1].app)
+	nodes[1].app.Kill()
 	nodes[1].srv.Close()
 	const tail = 300
 	c.produceCustomers(t, total, tail, keys, table)

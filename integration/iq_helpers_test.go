@@ -25,7 +25,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -96,7 +95,7 @@ func (c *cluster) startIQNode(t *testing.T, name string, cfg instanceConfig) *iq
 // go away, and the instance is killed (no commit, no leave).
 func (n *iqNode) kill() {
 	n.srv.Close()
-	faults.Kill(n)
+	n.Kill()
 }
 
 // get looks a word up in the node's local replicas, in-process.

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
@@ -247,7 +246,7 @@ func TestWindowQueriesAcrossInstances(t *testing.T) {
 	// Kill an instance and keep asking the survivors: every answer given
 	// is the reference; refusals are allowed while partitions move, but
 	// every word is answered again once the group settles.
-	faults.Kill(nodes[0])
+	nodes[0].Kill()
 	nodes[0].srv.Close()
 	survivors := nodes[1:]
 	for _, staleness := range []string{"lag:100", "active"} {

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -163,7 +162,7 @@ func TestOrdersEnrichedWithCustomers(t *testing.T) {
 				n := len(readCommittedStrings(t, c, joinEnriched))
 				return n > 0, fmt.Sprintf("%d records", n)
 			})
-			faults.Kill(a)
+			a.Kill()
 		}
 		c.produce(t, batch...)
 	}

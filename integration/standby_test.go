@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/assignor"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
@@ -736,7 +735,7 @@ func TestKillStandbyTakesOver(t *testing.T) {
 	committed, err := c.committed(t, haApp, topics...)
 	require.NoError(t, err)
 
-	faults.Kill(victim)
+	victim.Kill()
 	killed := time.Now()
 	require.Equal(t, runtime.StateNotRunning, victim.State())
 	ends := c.endOffsets(t, append(topics, changelogTopic(haApp))...)

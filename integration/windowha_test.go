@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/changelog"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -216,7 +215,7 @@ func testWindowStandbyFailover(t *testing.T, g runtime.ProcessingGuarantee) {
 	waitFor(t, settleTimeout, victimName+" to process some of the batch", func() (bool, string) {
 		return processed() > before, fmt.Sprintf("processed %d", processed())
 	})
-	faults.Kill(victim)
+	victim.Kill()
 	require.Equal(t, runtime.StateNotRunning, victim.State())
 	killEnds := c.endOffsets(t, append(changelogs, inputs...)...)
 	rest := maps.Clone(apps)
@@ -417,7 +416,7 @@ func TestSlidingWindowedCountFailover(t *testing.T) {
 		if i == slBatches/2 {
 			// The batch is in flight: what a had processed but not
 			// committed is redone by b, exactly once.
-			faults.Kill(a)
+			a.Kill()
 		}
 		caughtUp()
 	}

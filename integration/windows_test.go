@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/changelog"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -237,7 +236,7 @@ func testWindowedWordCount(t *testing.T, kill bool) {
 			// instance emitted must not be emitted again by its
 			// successor, nor what it had pending be lost.
 			require.Positive(t, len(readCommittedWindows(t, c, winFinal)), "final results before the kill")
-			faults.Kill(a)
+			a.Kill()
 		}
 		c.produceSpread(t, batch)
 		// Input partitions are processed independently, so a later batch

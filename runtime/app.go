@@ -29,8 +29,6 @@ import (
 // against Kafka. Create it with New, then Start it; Close it to leave the
 // group cleanly.
 type App struct {
-	faultsTarget // makes *App a faults.App (see internal/faults)
-
 	cfg  Config
 	topo *topology.Topology
 	log  *slog.Logger

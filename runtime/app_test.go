@@ -93,7 +93,7 @@ func TestCloseLeavesGroupKillDoesNot(t *testing.T) {
 	require.Equal(t, StateNotRunning, app.State())
 
 	app = start()
-	app.kill()
+	app.Kill()
 	require.Equal(t, StateNotRunning, app.State())
 	require.Equal(t, threads, groupMembers(t, adm, "g"), "a killed instance must not have left the group")
 	require.NoError(t, app.Close(context.Background()), "Close after Kill is a no-op")

@@ -45,7 +45,7 @@ func TestDialMakesEveryConnection(t *testing.T) {
 	conns := append([]net.Conn(nil), made...)
 	mu.Unlock()
 
-	app.kill()
+	app.Kill()
 	for _, c := range conns {
 		_, err := c.Write([]byte{0})
 		require.ErrorIs(t, err, net.ErrClosed, "a connection Dial made is cut by Kill")

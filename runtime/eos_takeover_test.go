@@ -176,7 +176,7 @@ func TestExactlyOnceRestartAbortsTheTransactionItLeftOpen(t *testing.T) {
 	armed.Store(true)
 	c.produce(t, 50, want)
 	waitFor(t, 20*time.Second, "the crash", func() bool { return app.threads[0].killed.Load() })
-	app.kill()
+	app.Kill()
 	crashAt.Store(nil)
 	require.True(t, flushed.Load(), "the crashed transaction's records reached the broker")
 

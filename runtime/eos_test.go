@@ -108,7 +108,7 @@ func TestExactlyOnceCrashDuringCommit(t *testing.T) {
 			waitFor(t, 20*time.Second, "the crash", func() bool {
 				return !app.State().IsRunningOrRebalancing() || slices.ContainsFunc(app.threads, func(th *thread) bool { return th.killed.Load() })
 			})
-			app.kill()
+			app.Kill()
 			crashAt.Store(nil)
 			restoredBefore := int64(0)
 

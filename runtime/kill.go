@@ -213,17 +213,19 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// kill stops the instance the way a crash would, for chaos tests and demos:
-// its network connections are cut first, so the group is not told it left
-// and nothing more is committed; then its clients and stores are closed
-// without writing uncommitted work. The group moves its tasks after the
-// session timeout. Kill relies on the App's own dialer, which is why New
-// refuses a kgo.Dialer or kgo.DialTLSConfig in ClientOptions (Config.TLS
-// dials TLS through it instead).
+// Kill stops the instance the way a crash would. It is a fault-injection
+// hook for tests of an application's failover (its standbys taking over,
+// its queries answering meanwhile); a program stopping an instance calls
+// Close. Its network connections are cut first, so the group is not told
+// it left and nothing more is committed; then its clients and stores are
+// closed without writing uncommitted work. The group moves its tasks after
+// the session timeout. Kill relies on the App's own dialer, which is why
+// New refuses a kgo.Dialer or kgo.DialTLSConfig in ClientOptions
+// (Config.TLS dials TLS through it instead).
 //
 // Kill moves the App through PendingShutdown to NotRunning, or, when a
 // fatal error was already stopping it, to Failed.
-func (a *App) kill() {
+func (a *App) Kill() {
 	a.net.sever()
 	a.killCancel()
 	// A Start in progress, cut off from the network, returns soon.

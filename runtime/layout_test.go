@@ -195,7 +195,7 @@ func TestSharedDatabaseDeletedIsRebuilt(t *testing.T) {
 			waitCounts(t, app, want)
 			if g == ExactlyOnce {
 				// As a crash leaves it: no final commit, no leave.
-				app.kill()
+				app.Kill()
 			} else {
 				require.NoError(t, app.Close(context.Background()))
 			}

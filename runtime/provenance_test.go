@@ -197,7 +197,7 @@ func TestStandbyOfKilledActiveAges(t *testing.T) {
 		return app
 	}
 	victim := start()
-	t.Cleanup(victim.kill)
+	t.Cleanup(victim.Kill)
 	survivor := start()
 	t.Cleanup(func() { survivor.Close(context.Background()) })
 
@@ -242,7 +242,7 @@ func TestStandbyOfKilledActiveAges(t *testing.T) {
 		time.Sleep(3 * interval)
 	}
 
-	victim.kill()
+	victim.Kill()
 	killed := time.Now() // the victim's last commit was before this
 	for {
 		info, ok := standby()

@@ -90,7 +90,7 @@ func TestKillSeversTLSConnections(t *testing.T) {
 	app.net.mu.Unlock()
 	require.NotEmpty(t, open)
 
-	app.kill()
+	app.Kill()
 	for _, c := range open {
 		// The raw connection under each TLS session is closed.
 		_, err := c.Conn.Write([]byte{0})

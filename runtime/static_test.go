@@ -29,7 +29,7 @@ func TestStaticMembershipRestartAfterKill(t *testing.T) {
 	want := map[string]int64{}
 	c.produce(t, 300, want)
 	waitCounts(t, app, want)
-	app.kill()
+	app.Kill()
 
 	restarted := time.Now()
 	app = start()

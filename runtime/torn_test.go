@@ -113,7 +113,7 @@ func TestCrashBetweenStoreDataAndPosition(t *testing.T) {
 			armed.Store(true)
 			c.produce(t, 50, want)
 			waitFor(t, 20*time.Second, "a torn store write", tore.Load)
-			app.kill()
+			app.Kill()
 
 			app = start(false)
 			defer app.Close(context.Background())

@@ -203,7 +203,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
 	}
 
 	first := start(t.TempDir())
-	t.Cleanup(first.kill)
+	t.Cleanup(first.Kill)
 	second := start(t.TempDir())
 	t.Cleanup(func() { second.Close(context.Background()) })
 	await("an active and a standby of every key, each answering as of every time", func() string {
@@ -219,7 +219,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
 
 	// The first instance dies; the second's standbys take over its
 	// partitions, history and all, and go on.
-	first.kill()
+	first.Kill()
 	for _, k := range keys {
 		produce(k, str(k+"7"), 7000)
 	}
@@ -295,7 +295,7 @@ func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
 	}
 
 	first := start()
-	t.Cleanup(first.kill)
+	t.Cleanup(first.Kill)
 	produce("prices", "k", "p1", 1_000)
 	produce("orders", "k", "o1", 5_000)
 	produce("orders", "k", "o2", 16_000) // releases o1 (5 000 + 10 000 ≤ 16 000)
@@ -308,7 +308,7 @@ func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
 	waitFor(t, 60*time.Second, "the first instance to commit past the waiting orders", func() bool {
 		return committedOffset(t, adm, "grace", "orders", 0) >= 3
 	})
-	first.kill()
+	first.Kill()
 
 	second := start()
 	t.Cleanup(func() { second.Close(context.Background()) })

@@ -35,6 +35,6 @@ type TopicRef = graph.TopicRef
 // type of its own so that these methods stay out of the user API.
 type runtimeView Topology
 
-func init() {
-	graph.Of = func(topo any) graph.Topology { return (*runtimeView)(topo.(*Topology)) }
-}
+// Graph returns the topology as the runtime drives it. Its argument is a
+// type users cannot name: Eddy's own packages call it through graph.Of.
+func (t *Topology) Graph(graph.Key) graph.Topology { return (*runtimeView)(t) }

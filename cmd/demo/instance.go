@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
@@ -280,7 +279,7 @@ func (in *instance) kill() {
 		in.iq.Close()
 		in.web.close()
 	}
-	faults.Kill(in.app)
+	in.app.Kill()
 }
 
 // runInstance is `demo instance`: one word-count instance, until ctx is

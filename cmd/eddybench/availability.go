@@ -25,7 +25,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
@@ -178,7 +177,7 @@ func (c *avCluster) start(ctx context.Context, n *avNode) (*avNode, error) {
 func (n *avNode) kill() {
 	n.srv.Close()
 	n.api.Close()
-	faults.Kill(n.app)
+	n.app.Kill()
 	n.app = nil
 }
 

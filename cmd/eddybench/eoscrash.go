@@ -12,7 +12,6 @@ import (
 
 	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/internal/changelog"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -128,7 +127,7 @@ func eosCrashOnce(ctx context.Context, cfg *config, static bool, records, keys i
 		app.Close(ctx)
 		return 0, 0, 0, err
 	}
-	faults.Kill(app)
+	app.Kill()
 	ends, err := adm.ListEndOffsets(ctx, changelog.TopicName("crash", "crash-counts"))
 	if err != nil {
 		return 0, 0, 0, err

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -212,7 +211,7 @@ func failoverRun(ctx context.Context, cfg *config) (took time.Duration, restored
 		}
 	}
 	killed := time.Now()
-	faults.Kill(victim.app)
+	victim.app.Kill()
 	cfg.logf("killed the instance holding partition %d's active; standby lag at the kill %d records", part, lagAtKill)
 
 	err = waitFor(ctx, 5*time.Millisecond, func() (bool, error) {

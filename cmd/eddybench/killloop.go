@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/internal/faults"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -188,7 +187,7 @@ func (c *klCluster) kill(i int) {
 	c.apps[i] = nil
 	c.mu.Unlock()
 	if app != nil {
-		faults.Kill(app)
+		app.Kill()
 	}
 }
 

@@ -6,8 +6,8 @@
 // Users never see this package. Package topology declares what they use
 // (Header, StoreInfo, TopicRef are aliases of the types here, so that a
 // user's Record and a task's InputRecord share their headers without a
-// copy) and sets Of in its init; the runtime, package task and
-// topologytest reach it through Of.
+// copy), and its Topology is a Built: the runtime, internal/taskrun and
+// topologytest reach the view through Of.
 package graph
 
 import (
@@ -18,10 +18,20 @@ import (
 	"github.com/eddystreams/eddy/statestore"
 )
 
-// Of returns the runtime's view of topo, which must be a
-// *topology.Topology. It is a variable, set by package topology in its
-// init, because topology imports this package and so cannot be named here.
-var Of func(topo any) Topology
+// Built is a built topology, a *topology.Topology: package topology
+// imports this one, so it is named here by what it offers.
+type Built interface {
+	// Graph returns the view of the topology the runtime drives.
+	Graph(Key) Topology
+}
+
+// Key is the argument of Built.Graph. Only packages of this module can
+// name it, so only they can ask a topology for its view: the method stays
+// out of reach of users, whose API is package topology's.
+type Key struct{ _ struct{} }
+
+// Of returns the runtime's view of topo.
+func Of(topo Built) Topology { return topo.Graph(Key{}) }
 
 // Topology is what the runtime asks of a built topology.
 type Topology interface {
