@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -128,7 +127,7 @@ func eosCrashOnce(ctx context.Context, cfg *config, static bool, records, keys i
 		return 0, 0, 0, err
 	}
 	app.Kill()
-	ends, err := adm.ListEndOffsets(ctx, changelog.TopicName("crash", "crash-counts"))
+	ends, err := adm.ListEndOffsets(ctx, changelogTopic("crash", "crash-counts"))
 	if err != nil {
 		return 0, 0, 0, err
 	}

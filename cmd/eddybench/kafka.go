@@ -27,6 +27,21 @@ func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, names
 	return resp.Error()
 }
 
+// createCompacted creates a compacted topic, as the runtime creates a
+// changelog, and fails if it already exists.
+func createCompacted(ctx context.Context, adm *kadm.Client, partitions int32, name string) error {
+	compact := "compact"
+	resp, err := adm.CreateTopics(ctx, partitions, -1, map[string]*string{"cleanup.policy": &compact}, name)
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	return resp.Error()
+}
+
+// changelogTopic names the changelog of a store of an application, as
+// topology.StoreInfo documents it.
+func changelogTopic(app, store string) string { return app + "-" + store + "-changelog" }
+
 // producer sends records asynchronously and remembers the first failure.
 type producer struct {
 	cl    *kgo.Client

@@ -61,7 +61,7 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if err := changelog.EnsureTopics(ctx, adm, []changelog.TopicSpec{{Name: restoreTopic, Partitions: 1, Compacted: true, ReplicationFactor: -1}}); err != nil {
+	if err := createCompacted(ctx, adm, 1, restoreTopic); err != nil {
 		return nil, err
 	}
 	entries := make([]statestore.Entry, n)
@@ -218,11 +218,11 @@ func storeBadgerOptions(probeDir string) (badger.Options, error) {
 // have logged it.
 func loadAppChangelog(ctx context.Context, cfg *config, adm *kadm.Client, cl *kgo.Client) error {
 	parts := int32(cfg.tasks)
-	clTopic := changelog.TopicName(restoreApp, restoreStore)
+	clTopic := changelogTopic(restoreApp, restoreStore)
 	if err := createTopics(ctx, adm, parts, restoreInput); err != nil {
 		return err
 	}
-	if err := changelog.EnsureTopics(ctx, adm, []changelog.TopicSpec{{Name: clTopic, Partitions: parts, Compacted: true, ReplicationFactor: -1}}); err != nil {
+	if err := createCompacted(ctx, adm, parts, clTopic); err != nil {
 		return err
 	}
 	one, _ := serde.Int64.Encode(1)

@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -334,7 +333,7 @@ func benchWindowRestore(ctx context.Context, cfg *config) ([]row, error) {
 	adm := kadm.NewClient(cl)
 	// Compacted only: the delete half of a window changelog's policy
 	// would judge these synthetic times, not the benchmark.
-	if err := changelog.EnsureTopics(ctx, adm, []changelog.TopicSpec{{Name: wnRestoreTopic, Partitions: 1, Compacted: true, ReplicationFactor: -1}}); err != nil {
+	if err := createCompacted(ctx, adm, 1, wnRestoreTopic); err != nil {
 		return nil, err
 	}
 	entries := make([]statestore.Entry, n)

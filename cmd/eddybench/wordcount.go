@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -206,7 +205,7 @@ func wcEddyRun(ctx context.Context, cfg *config, adm *kadm.Client, addrs []strin
 	}
 	cfg.logf("%s: first record after %s, counts exact after %s", appID,
 		ph.first.Sub(ph.start).Round(time.Millisecond), ph.fromStart().Round(time.Millisecond))
-	_, err = adm.DeleteTopics(ctx, appID+"-words-repartition", changelog.TopicName(appID, wcCountsStore))
+	_, err = adm.DeleteTopics(ctx, appID+"-words-repartition", changelogTopic(appID, wcCountsStore))
 	return ph, err
 }
 
