@@ -107,9 +107,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// normalized returns c with defaults filled in and out-of-range values
-// clamped, so that Assign never fails.
-func (c Config) normalized() Config {
+// WithDefaults returns c as Assign reads it, so that Assign never fails: a
+// zero MaxWarmups or ProbingRebalanceInterval replaced by its default, a
+// negative NumStandbys or AcceptableRecoveryLag by zero.
+func (c Config) WithDefaults() Config {
 	c.NumStandbys = max(c.NumStandbys, 0)
 	c.AcceptableRecoveryLag = max(c.AcceptableRecoveryLag, 0)
 	if c.MaxWarmups <= 0 {
@@ -165,7 +166,7 @@ type Input struct {
 	// TaskRacks optionally holds, per task, the racks (broker.rack) of the
 	// leaders of the task's input partitions, as the group leader learns
 	// them from metadata. It is used only with Config.ActiveRackTag; a task
-	// missing here, or with no racks, has no rack preference. The Balancer
+	// missing here, or with no racks, has no rack preference. The runtime's balancer
 	// does not fill it yet: the runtime has to pass leader racks in.
 	TaskRacks map[task.ID][]string
 }
@@ -183,7 +184,7 @@ type ClientAssignment struct {
 // AssignFunc computes an assignment from the state of the group. Assign is
 // the default; an application may plug in its own placement with the same
 // input and output (as KIP-924 allows in Kafka Streams), and should check
-// its results with ValidateOutput in its tests. The Balancer rejects an
+// its results with ValidateOutput in its tests. The runtime's balancer rejects an
 // output that does not give every task exactly one active.
 type AssignFunc func(Config, Input) Output
 
@@ -252,7 +253,7 @@ type Output struct {
 //     within a client's share, which spreads each sub-topology at no extra
 //     movement.
 func Assign(cfg Config, in Input) Output {
-	r := newRun(cfg.normalized(), in)
+	r := newRun(cfg.WithDefaults(), in)
 	r.assignStatefulActives()
 	r.assignStandbys()
 	r.settleReplicas()

@@ -10,7 +10,7 @@ import (
 
 // validate checks the rules every assignment must meet, converged or not.
 func validate(cfg Config, in Input, out Output) error {
-	cfg = cfg.normalized()
+	cfg = cfg.WithDefaults()
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(out.Clients) != len(in.Clients) {

@@ -534,7 +534,7 @@ func equalOutputs(a, b Output) bool {
 // checkRestoration checks the bound on restorations in one round and
 // records the figures.
 func (s *sim) checkRestoration(in Input, out Output) error {
-	cfg := s.cfg.normalized()
+	cfg := s.cfg.WithDefaults()
 	k := min(cfg.NumStandbys, len(in.Clients)-1)
 	caughtUp := func(cs ClientState, t task.ID) (caught, hasState bool) {
 		lag, ok := effectiveLag(cs, t)
@@ -658,7 +658,7 @@ const convergedSubExcessLimit = 5
 // potential counts the replicas of Assign's target that this round's
 // assignment cannot place yet: those waiting on a warmup.
 func potential(cfg Config, in Input) int {
-	r := newRun(cfg.normalized(), in)
+	r := newRun(cfg.WithDefaults(), in)
 	r.assignStatefulActives()
 	r.assignStandbys()
 	r.settleReplicas()

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -96,7 +96,7 @@ func TestGroupDescribableByKafkaTools(t *testing.T) {
 				return false, fmt.Sprintf("group %+v", g)
 			}
 			require.Equal(t, "consumer", g.ProtocolType)
-			require.Equal(t, assignor.ProtocolName, g.Protocol)
+			require.Equal(t, groupproto.ProtocolName, g.Protocol)
 			raw, err := rawMembers(ctx, c, app)
 			if err != nil {
 				return false, err.Error()
@@ -120,11 +120,11 @@ func TestGroupDescribableByKafkaTools(t *testing.T) {
 				var strictAsg kmsg.ConsumerMemberAssignment
 				require.NoError(t, strictAsg.ReadFrom(rm.MemberAssignment), "member %s assignment", m.MemberID)
 
-				sub, err := assignor.DecodeSubscription(meta.UserData)
+				sub, err := groupproto.DecodeSubscription(meta.UserData)
 				require.NoError(t, err, "member %s subscription user data", m.MemberID)
-				info, err := assignor.DecodeAssignment(asg.UserData)
+				info, err := groupproto.DecodeAssignment(asg.UserData)
 				require.NoError(t, err, "member %s assignment user data", m.MemberID)
-				require.Equal(t, assignor.ErrNone, info.ErrorCode)
+				require.Equal(t, groupproto.ErrNone, info.ErrorCode)
 
 				tm := toolMember{id: m.MemberID, topics: slices.Sorted(slices.Values(meta.Topics)), assigned: map[string][]int32{}}
 				for _, at := range asg.Topics {

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -81,7 +81,7 @@ func (c *cluster) iqWaitRoutingIsGroups(t *testing.T, nodes []*iqNode) {
 		if err != nil || len(resp.Groups) != 1 {
 			return false, fmt.Sprintf("describe: %v", err)
 		}
-		r, err := assignor.GroupRouting(resp.Groups[0])
+		r, err := groupproto.GroupRouting(resp.Groups[0])
 		if err != nil {
 			return false, err.Error()
 		}

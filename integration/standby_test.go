@@ -185,7 +185,7 @@ func (c *cluster) placementProblems(insts []*instance, k int, view map[int32]*pa
 			probs = append(probs, fmt.Sprintf("partition %d: replicas share an instance: %v", p, v))
 		}
 	}
-	var first *assignor.AssignmentInfo
+	var first *runtime.Assignment
 	for _, in := range running {
 		a, ok := in.Assignment()
 		if !ok {
@@ -240,7 +240,7 @@ func sortedNames(ins []*instance) []string {
 	return out
 }
 
-func sameHostMaps(a, b assignor.AssignmentInfo) bool {
+func sameHostMaps(a, b runtime.Assignment) bool {
 	return maps.EqualFunc(a.PartitionsByHost, b.PartitionsByHost, slices.Equal[[]task.ID]) &&
 		maps.EqualFunc(a.StandbyPartitionsByHost, b.StandbyPartitionsByHost, slices.Equal[[]task.ID])
 }
@@ -872,7 +872,7 @@ func TestNewInstanceWarmsUp(t *testing.T) {
 
 	joiner := c.startMember(t, 2, cfg)
 	insts = append(insts, joiner)
-	var assignments []assignor.AssignmentInfo // distinct, in order, as sampled
+	var assignments []runtime.Assignment // distinct, in order, as sampled
 	began := time.Now()
 	waitFor(t, settleTimeout, "the group to converge with the new instance", func() (bool, string) {
 		if a, ok := wholeAssignment(joiner); ok && (len(assignments) == 0 || !assignmentsEqual(assignments[len(assignments)-1], a)) {
@@ -956,7 +956,7 @@ func TestNewInstanceWarmsUp(t *testing.T) {
 // split as evenly as they can be over its threads, every thread's counts
 // tasks and all its tasks must be within one of every other thread's. With
 // one thread per host that is every host within one of every other.
-func (c *cluster) balanceProblems(a assignor.AssignmentInfo) []string {
+func (c *cluster) balanceProblems(a runtime.Assignment) []string {
 	if len(a.PartitionsByHost) == 0 {
 		return []string{"no active hosts"}
 	}
@@ -998,7 +998,7 @@ func (c *cluster) balanceProblems(a assignor.AssignmentInfo) []string {
 // threads has received the latest: Assignment joins the threads' shares,
 // which arrive one by one, so until then the instance's tasks differ from
 // what the group-wide host maps say it holds.
-func wholeAssignment(in *instance) (assignor.AssignmentInfo, bool) {
+func wholeAssignment(in *instance) (runtime.Assignment, bool) {
 	a, ok := in.Assignment()
 	if !ok {
 		return a, false
@@ -1031,7 +1031,7 @@ func TestJoinOnEmptyChangelogsNeedsNoWarmup(t *testing.T) {
 	})
 }
 
-func assignmentsEqual(a, b assignor.AssignmentInfo) bool {
+func assignmentsEqual(a, b runtime.Assignment) bool {
 	return slices.Equal(a.Active, b.Active) && slices.Equal(a.Standby, b.Standby) && slices.Equal(a.Warmup, b.Warmup) &&
 		a.NextProbingRebalanceMs == b.NextProbingRebalanceMs && sameHostMaps(a, b)
 }
@@ -1109,7 +1109,7 @@ func TestRestartKeepsCaughtUpState(t *testing.T) {
 	again := c.startMember(t, 1, cfg)
 	require.Equal(t, pid, again.ProcessID(), "process ID kept in the state directory")
 	insts[1] = again
-	var seen []assignor.AssignmentInfo
+	var seen []runtime.Assignment
 	waitFor(t, settleTimeout, "the restarted instance to run its old partitions", func() (bool, string) {
 		if a, ok := wholeAssignment(again); ok && (len(seen) == 0 || !assignmentsEqual(seen[len(seen)-1], a)) {
 			seen = append(seen, a)

@@ -1,7 +1,7 @@
 package runtime
 
 import (
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 
 	"context"
 	"errors"
@@ -91,7 +91,7 @@ func (a *App) checkGroupAccess(ctx context.Context) error {
 		if err == nil {
 			// The group's table as it stands, for queries until this
 			// instance's first assignment (router.learnGroup).
-			if r, rerr := assignor.GroupRouting(g); rerr == nil {
+			if r, rerr := groupproto.GroupRouting(g); rerr == nil {
 				a.startRouting = &r
 			}
 		}

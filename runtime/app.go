@@ -16,9 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -122,14 +122,14 @@ type App struct {
 	watches iq.Hub
 
 	// assignment is the latest assignment any thread received.
-	assignment atomic.Pointer[assignor.AssignmentInfo]
+	assignment atomic.Pointer[groupproto.AssignmentInfo]
 	// routing is the routing table queries use; router keeps it in step
 	// with the assignments (see routing.go).
 	routing atomic.Pointer[iq.Metadata]
 	router  *router
 	// startRouting is the group's routing table as Start found it when
 	// checking access to the group, nil if it was not settled then.
-	startRouting *assignor.Routing
+	startRouting *groupproto.Routing
 	probeMu      sync.Mutex
 	probe        *time.Timer // the next probing rebalance
 
@@ -524,8 +524,8 @@ func (a *App) changelogTopic(store string) string {
 }
 
 // subscription is what this instance tells the group when a thread joins.
-func (a *App) subscription() assignor.SubscriptionInfo {
-	s := assignor.SubscriptionInfo{
+func (a *App) subscription() groupproto.SubscriptionInfo {
+	s := groupproto.SubscriptionInfo{
 		ProcessID: a.dir.processID,
 		Endpoint:  a.cfg.Endpoint,
 		Capacity:  1,
@@ -596,10 +596,10 @@ func (a *App) taskRacks(ctx context.Context) (map[task.ID][]string, error) {
 // asks of the whole instance: a rejoin when the leader could not read our
 // protocol version, a probing rebalance at the time it names. It runs on
 // the thread's group goroutine and must not block.
-func (a *App) assignmentReceived(th *thread, info assignor.AssignmentInfo) {
+func (a *App) assignmentReceived(th *thread, info groupproto.AssignmentInfo) {
 	switch info.ErrorCode {
-	case assignor.ErrNone:
-	case assignor.ErrShutdownApplication:
+	case groupproto.ErrNone:
+	case groupproto.ErrShutdownApplication:
 		a.fail(&ApplicationShutdownError{Reason: info.ShutdownReason})
 		return
 	default:
@@ -764,19 +764,45 @@ func (a *App) Replicas() []ReplicaInfo {
 	return a.registry.replicas()
 }
 
-// Assignment returns the latest assignment this instance received: its
-// actives, standbys and warmups over all its stream threads, and the
-// group-wide maps of which hosts hold which tasks as active, standby and
-// warmup; false before the first assignment. Assignments in wire version 3
-// do not carry the maps: they are those of the routing table rebuilt from
-// the group for the assignment's epoch, and nil until it is (see
-// routing.go).
-func (a *App) Assignment() (assignor.AssignmentInfo, bool) {
+// Assignment is what an instance holds in the group's latest balance: its
+// own tasks over all its stream threads, and the group-wide maps of which
+// hosts hold which tasks in which role.
+type Assignment struct {
+	// Active, Standby and Warmup are the instance's tasks, sorted.
+	Active, Standby, Warmup []task.ID
+	// NextProbingRebalanceMs is the Unix time in milliseconds at which the
+	// group rebalances again to check on warmups, or 0.
+	NextProbingRebalanceMs int64
+	// PartitionsByHost maps each query endpoint of the group to the tasks
+	// it runs as active, StandbyPartitionsByHost to those it holds as
+	// standby, WarmupPartitionsByHost to those it holds as warmup.
+	// Instances without an endpoint are left out.
+	PartitionsByHost        map[string][]task.ID
+	StandbyPartitionsByHost map[string][]task.ID
+	WarmupPartitionsByHost  map[string][]task.ID
+	// Epoch names the balance: every member of one balance has the same
+	// non-zero epoch, and each balance a different one; 0 when some member
+	// speaks a version of the group protocol that carries none.
+	Epoch int64
+	// Version is the version of the group protocol the assignment came in:
+	// the latest every member of the group can read, so below this
+	// build's during a rolling upgrade.
+	Version int32
+}
+
+// Assignment returns the latest assignment this instance received; false
+// before the first. When the group protocol carries the group-wide maps
+// only in DescribeGroups (version 3 on), they are those of the routing
+// table rebuilt from the group for the assignment's epoch, and nil until it
+// is (see routing.go).
+func (a *App) Assignment() (Assignment, bool) {
 	p := a.assignment.Load()
 	if p == nil {
-		return assignor.AssignmentInfo{}, false
+		return Assignment{}, false
 	}
-	info := *p
+	info := Assignment{Active: p.Active, Standby: p.Standby, Warmup: p.Warmup, NextProbingRebalanceMs: p.NextProbingRebalanceMs,
+		PartitionsByHost: p.PartitionsByHost, StandbyPartitionsByHost: p.StandbyPartitionsByHost, WarmupPartitionsByHost: p.WarmupPartitionsByHost,
+		Epoch: p.Epoch, Version: p.Version}
 	if info.Epoch != 0 {
 		r, _ := a.router.groupTable(info.Epoch)
 		info.PartitionsByHost, info.StandbyPartitionsByHost, info.WarmupPartitionsByHost = r.Active, r.Standby, r.Warmup

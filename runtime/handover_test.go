@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -81,7 +81,7 @@ func newHandoverRig(t *testing.T) *handoverRig {
 // assign hands thread i an assignment, as a sync the coordinator answered
 // does; the rig's threads have no client to probe the group with, so their
 // contact counts from every assignment.
-func (r *handoverRig) assign(i int, info assignor.AssignmentInfo) {
+func (r *handoverRig) assign(i int, info groupproto.AssignmentInfo) {
 	r.th[i].contact.confirm(time.Now())
 	r.th[i].info.Store(&info)
 	r.th[i].onAssigned(context.Background(), nil, nil)
@@ -146,8 +146,8 @@ func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
 		t.Run(fmt.Sprintf("thread %d assigned first", order[0]), func(t *testing.T) {
 			r := newHandoverRig(t)
 			// Thread 0 follows 0_0 as a standby; thread 1 runs 0_1.
-			r.assign(0, assignor.AssignmentInfo{Standby: []task.ID{task00}})
-			r.assign(1, assignor.AssignmentInfo{Active: []task.ID{task01}})
+			r.assign(0, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
+			r.assign(1, groupproto.AssignmentInfo{Active: []task.ID{task01}})
 			waitFor(t, 10*time.Second, "standby 0_0 caught up", func() bool {
 				ri := r.counts(task00)
 				return ri.State == task.Standby && ri.Position == handoverRecords && ri.Lag == 0
@@ -158,7 +158,7 @@ func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
 			// The next assignment moves 0_0 to thread 1 as active, and
 			// 0_1 to thread 0.
 			r.revokeAll()
-			next := map[int]assignor.AssignmentInfo{
+			next := map[int]groupproto.AssignmentInfo{
 				0: {Active: []task.ID{task01}},
 				1: {Active: []task.ID{task00}},
 			}
@@ -186,8 +186,8 @@ func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
 	for _, order := range [][]int{{0, 1}, {1, 0}} {
 		t.Run(fmt.Sprintf("thread %d assigned first", order[0]), func(t *testing.T) {
 			r := newHandoverRig(t)
-			r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00, task01}})
-			r.assign(1, assignor.AssignmentInfo{})
+			r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00, task01}})
+			r.assign(1, groupproto.AssignmentInfo{})
 			r.waitRunning(t, 0, task00)
 			r.waitRunning(t, 0, task01)
 			stores := map[task.ID]statestore.Store{task00: r.backing(t, 0, task00), task01: r.backing(t, 0, task01)}
@@ -195,7 +195,7 @@ func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
 
 			// 0_0 moves to thread 1; 0_1 leaves the instance.
 			r.revokeAll()
-			next := map[int]assignor.AssignmentInfo{
+			next := map[int]groupproto.AssignmentInfo{
 				0: {},
 				1: {Active: []task.ID{task00}},
 			}
@@ -227,14 +227,14 @@ func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
 // store the holder released; it never opens the store a second time.
 func TestTaskHeldByAnotherThreadStartsWhenReleased(t *testing.T) {
 	r := newHandoverRig(t)
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
-	r.assign(1, assignor.AssignmentInfo{})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00}})
+	r.assign(1, groupproto.AssignmentInfo{})
 	r.waitRunning(t, 0, task00)
 	held := r.backing(t, 0, task00)
 
 	// Thread 1 is assigned 0_0 in a generation thread 0 is not part of.
 	r.th[1].onRevoked(context.Background(), nil, nil)
-	r.assign(1, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	r.assign(1, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	in := r.th[1].inputPartitions(task00)
 	th1 := r.th[1]
 	for range 3 {
@@ -264,7 +264,7 @@ func TestTaskHeldByAnotherThreadStartsWhenReleased(t *testing.T) {
 func TestTaskParkedWhileRestoringClaimsNoLag(t *testing.T) {
 	r := newHandoverRig(t)
 	// Parked once it ran, the task stands at its changelog's end.
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	r.waitRunning(t, 0, task00)
 	r.revokeAll()
 	ri := r.counts(task00)
@@ -281,7 +281,7 @@ func TestTaskParkedWhileRestoringClaimsNoLag(t *testing.T) {
 		rec := &kgo.Record{Topic: changelog.TopicName("handover", "counts"), Partition: 0, Key: fmt.Appendf(nil, "k%d", i), Value: []byte{0, 0, 0, 0, 0, 0, 0, 2}}
 		require.NoError(t, cl.ProduceSync(context.Background(), rec).FirstErr())
 	}
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	require.Equal(t, task.Restoring, r.counts(task00).State)
 	r.revokeAll()
 	ri = r.counts(task00)
@@ -303,9 +303,9 @@ func TestTaskParkedWhileRestoringClaimsNoLag(t *testing.T) {
 func TestRefutedMemberStopsAnswering(t *testing.T) {
 	r := newHandoverRig(t)
 	r.app.threadsUp.Store(true) // as Start leaves it: replicas no thread owns take the threads' contact
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	r.waitRunning(t, 0, task00)
-	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task01}})
 	q := r.app.Queries()
 	waitFor(t, 10*time.Second, "the active and the standby answer", func() bool {
 		_, err0 := q.Replica("counts", 0)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/task"
 )
@@ -55,7 +55,7 @@ func TestReplicaLifecycleTransitions(t *testing.T) {
 		require.True(t, ok, "%s not listed", id)
 		return ri.State
 	}
-	subscribed := func(id task.ID) assignor.TaskRole {
+	subscribed := func(id task.ID) groupproto.TaskRole {
 		for _, to := range r.app.registry.subscription() {
 			if to.Task == id {
 				return to.Role
@@ -67,23 +67,23 @@ func TestReplicaLifecycleTransitions(t *testing.T) {
 
 	// 0_1 active on thread 0, 0_0 a standby (opened by thread 1's
 	// reconciliation), then a warmup.
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
-	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	r.waitRunning(t, 0, task01)
 	require.Equal(t, task.Standby, state(task00))
-	r.assign(1, assignor.AssignmentInfo{Warmup: []task.ID{task00}})
+	r.assign(1, groupproto.AssignmentInfo{Warmup: []task.ID{task00}})
 	require.Equal(t, task.Warmup, state(task00))
-	require.Equal(t, assignor.RoleStandby, subscribed(task00))
-	require.Equal(t, assignor.RoleActive, subscribed(task01))
+	require.Equal(t, groupproto.RoleStandby, subscribed(task00))
+	require.Equal(t, groupproto.RoleActive, subscribed(task01))
 
 	// Revocation: 0_1 is parked. The warmup is promoted on thread 0 and
 	// the parked active adopted as thread 1's standby.
 	r.revokeAll()
 	require.Equal(t, task.Parked, state(task01))
-	require.Equal(t, assignor.RoleNone, subscribed(task01))
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	require.Equal(t, groupproto.RoleNone, subscribed(task01))
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	require.Equal(t, task.Restoring, state(task00))
-	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task01}})
 	require.Equal(t, task.Standby, state(task01))
 	r.waitRunning(t, 0, task00)
 
@@ -91,8 +91,8 @@ func TestReplicaLifecycleTransitions(t *testing.T) {
 	// 0_1's standby, wanted by nobody, closes once both threads know.
 	r.revokeAll()
 	require.Equal(t, task.Parked, state(task00))
-	r.assign(1, assignor.AssignmentInfo{Active: []task.ID{task00}})
-	r.assign(0, assignor.AssignmentInfo{})
+	r.assign(1, groupproto.AssignmentInfo{Active: []task.ID{task00}})
+	r.assign(0, groupproto.AssignmentInfo{})
 	r.waitRunning(t, 1, task00)
 	_, open := r.app.registry.replica(task01, "counts")
 	require.False(t, open, "the standby nobody wants is closed")
@@ -130,11 +130,11 @@ func TestReplicaLifecycleTransitions(t *testing.T) {
 func TestReplicaRevokedWhileRestoringThenLost(t *testing.T) {
 	r := newHandoverRig(t)
 	log := watchTransitions(r.app)
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
-	r.assign(1, assignor.AssignmentInfo{})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{})
 	r.revokeAll()
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
-	r.assign(1, assignor.AssignmentInfo{})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{})
 	ri, ok := r.app.registry.replica(task01, "counts")
 	require.True(t, ok)
 	require.Equal(t, task.Restoring, ri.State)
@@ -151,16 +151,16 @@ func TestReplicaRevokedWhileRestoringThenLost(t *testing.T) {
 
 func TestEdgeRoles(t *testing.T) {
 	type roles struct {
-		assignor assignor.TaskRole
+		assignor groupproto.TaskRole
 		query    iq.Role
 	}
 	want := map[task.State]roles{
-		task.Created:   {assignor.RoleNone, iq.RoleRestoring},
-		task.Restoring: {assignor.RoleNone, iq.RoleRestoring},
-		task.Running:   {assignor.RoleActive, iq.RoleActive},
-		task.Parked:    {assignor.RoleNone, iq.RoleStandby},
-		task.Standby:   {assignor.RoleStandby, iq.RoleStandby},
-		task.Warmup:    {assignor.RoleStandby, iq.RoleWarmup},
+		task.Created:   {groupproto.RoleNone, iq.RoleRestoring},
+		task.Restoring: {groupproto.RoleNone, iq.RoleRestoring},
+		task.Running:   {groupproto.RoleActive, iq.RoleActive},
+		task.Parked:    {groupproto.RoleNone, iq.RoleStandby},
+		task.Standby:   {groupproto.RoleStandby, iq.RoleStandby},
+		task.Warmup:    {groupproto.RoleStandby, iq.RoleWarmup},
 	}
 	for s, w := range want {
 		a, q := edgeRoles(s)

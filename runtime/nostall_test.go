@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
@@ -35,7 +35,7 @@ func TestPlanReconcile(t *testing.T) {
 		name    string
 		held    map[task.ID]task.State
 		moving  map[task.ID]bool
-		shares  map[int]assignor.AssignmentInfo
+		shares  map[int]groupproto.AssignmentInfo
 		current map[int]bool
 		want    []step
 	}{
@@ -45,82 +45,82 @@ func TestPlanReconcile(t *testing.T) {
 		},
 		{
 			name:    "standbys and warmups not open are opened, in task order",
-			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(2)}, 1: {Warmup: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Standby: ids(2)}, 1: {Warmup: ids(1)}},
 			current: all,
 			want:    []step{mv(1, task.Created, task.Warmup), mv(2, task.Created, task.Standby)},
 		},
 		{
 			name:    "a thread still to hear does not stop a standby opening",
-			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Standby: ids(1)}},
 			current: map[int]bool{0: true},
 			want:    []step{mv(1, task.Created, task.Standby)},
 		},
 		{
 			name:    "the share of a thread still to hear is ignored",
-			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Standby: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {}, 1: {Standby: ids(1)}},
 			current: map[int]bool{0: true},
 		},
 		{
 			name:    "a task active on one thread is no standby of another",
-			shares:  map[int]assignor.AssignmentInfo{0: {Active: ids(1)}, 1: {Standby: ids(1), Warmup: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Active: ids(1)}, 1: {Standby: ids(1), Warmup: ids(1)}},
 			current: all,
 		},
 		{
 			name:    "standby wins over warmup",
-			shares:  map[int]assignor.AssignmentInfo{0: {Warmup: ids(1)}, 1: {Standby: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Warmup: ids(1)}, 1: {Standby: ids(1)}},
 			current: all,
 			want:    []step{mv(1, task.Created, task.Standby)},
 		},
 		{
 			name:    "a standby that becomes a warmup and a warmup that becomes a standby are retagged, one that stays is left",
 			held:    map[task.ID]task.State{tid(0): task.Standby, tid(1): task.Standby, tid(2): task.Warmup},
-			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0, 2)}, 1: {Warmup: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Standby: ids(0, 2)}, 1: {Warmup: ids(1)}},
 			current: all,
 			want:    []step{mv(1, task.Standby, task.Warmup), mv(2, task.Warmup, task.Standby)},
 		},
 		{
 			name:    "parked stores wanted as a standby or warmup are adopted",
 			held:    map[task.ID]task.State{tid(0): task.Parked, tid(1): task.Parked},
-			shares:  map[int]assignor.AssignmentInfo{1: {Warmup: ids(0), Standby: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{1: {Warmup: ids(0), Standby: ids(1)}},
 			current: map[int]bool{1: true},
 			want:    []step{mv(0, task.Parked, task.Warmup), mv(1, task.Parked, task.Standby)},
 		},
 		{
 			name:    "nothing closes until every thread has its assignment",
 			held:    map[task.ID]task.State{tid(0): task.Parked, tid(1): task.Standby, tid(2): task.Warmup},
-			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Standby: ids(1)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {}, 1: {Standby: ids(1)}},
 			current: map[int]bool{0: true},
 		},
 		{
 			name:    "once every thread has its assignment, what none wants closes",
 			held:    map[task.ID]task.State{tid(0): task.Parked, tid(1): task.Standby, tid(2): task.Warmup, tid(3): task.Parked},
-			shares:  map[int]assignor.AssignmentInfo{0: {}, 1: {Active: ids(3)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {}, 1: {Active: ids(3)}},
 			current: all,
 			want:    []step{mv(0, task.Parked, task.Closed), mv(1, task.Standby, task.Closed), mv(2, task.Warmup, task.Closed)},
 		},
 		{
 			name:    "actives, restoring tasks and claimed tasks are the threads' business",
 			held:    map[task.ID]task.State{tid(0): task.Running, tid(1): task.Restoring, tid(2): task.Created},
-			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {Warmup: ids(1, 2)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Standby: ids(0)}, 1: {Warmup: ids(1, 2)}},
 			current: all,
 		},
 		{
 			name:    "a standby or parked task wanted as active is kept for the thread that claims it",
 			held:    map[task.ID]task.State{tid(0): task.Standby, tid(1): task.Parked, tid(2): task.Warmup},
-			shares:  map[int]assignor.AssignmentInfo{0: {Active: ids(0)}, 1: {Active: ids(1, 2)}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Active: ids(0)}, 1: {Active: ids(1, 2)}},
 			current: all,
 		},
 		{
 			name:    "a task whose stores are moving is neither opened nor closed",
 			held:    map[task.ID]task.State{tid(1): task.Standby},
 			moving:  map[task.ID]bool{tid(0): true, tid(1): true},
-			shares:  map[int]assignor.AssignmentInfo{0: {Standby: ids(0)}, 1: {}},
+			shares:  map[int]groupproto.AssignmentInfo{0: {Standby: ids(0)}, 1: {}},
 			current: all,
 		},
 		{
 			name: "everything at once: open, adopt, retag and close in one plan",
 			held: map[task.ID]task.State{tid(0): task.Running, tid(1): task.Parked, tid(2): task.Standby, tid(3): task.Warmup, tid(4): task.Parked},
-			shares: map[int]assignor.AssignmentInfo{
+			shares: map[int]groupproto.AssignmentInfo{
 				0: {Active: ids(0), Standby: ids(1)},
 				1: {Warmup: ids(2, 5), Active: ids(3)},
 			},
@@ -210,13 +210,13 @@ func keyOn(t *testing.T, a *App, p int32) []byte {
 func TestQueriesDoNotWaitForAStoreOpening(t *testing.T) {
 	r := newHandoverRig(t)
 	open := blockOpens(t, r.app, task00)
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task01}})
 	r.waitRunning(t, 0, task01)
 
 	assigned := make(chan struct{})
 	go func() {
 		defer close(assigned)
-		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+		r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	}()
 	select {
 	case <-open.started:
@@ -277,12 +277,12 @@ func TestQueriesDoNotWaitForAStoreOpening(t *testing.T) {
 func TestTaskClaimedWhileItsStandbyOpensWaits(t *testing.T) {
 	r := newHandoverRig(t)
 	open := blockOpens(t, r.app, task00)
-	r.assign(0, assignor.AssignmentInfo{})
+	r.assign(0, groupproto.AssignmentInfo{})
 
 	assigned := make(chan struct{})
 	go func() {
 		defer close(assigned)
-		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+		r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	}()
 	select {
 	case <-open.started:
@@ -295,7 +295,7 @@ func TestTaskClaimedWhileItsStandbyOpensWaits(t *testing.T) {
 	// themselves.
 	within(t, time.Second, "the revocation and assignment of thread 0", func() {
 		r.th[0].onRevoked(t.Context(), nil, nil)
-		r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task00}})
+		r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	})
 	th0 := r.th[0]
 	th0.mu.Lock()
@@ -347,8 +347,8 @@ func TestQueriesDoNotWaitForAStoreClosing(t *testing.T) {
 		slow.Store = s
 		return slow, nil
 	}
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
-	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	r.waitRunning(t, 0, task01)
 	_, ok := r.app.registry.replica(task00, "counts")
 	require.True(t, ok)
@@ -357,7 +357,7 @@ func TestQueriesDoNotWaitForAStoreClosing(t *testing.T) {
 	assigned := make(chan struct{})
 	go func() {
 		defer close(assigned)
-		r.assign(1, assignor.AssignmentInfo{})
+		r.assign(1, groupproto.AssignmentInfo{})
 	}()
 	select {
 	case <-slow.started:
@@ -413,19 +413,19 @@ func TestParkedReplicaAnswersWhileAdoptedAsStandby(t *testing.T) {
 		slow.Store = s
 		return slow, nil
 	}
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
-	r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	r.waitRunning(t, 0, task01)
 
 	// Round one of a cooperative rebalance: 0_1 is revoked (parked); the
 	// new balance wants it as a standby here and 0_0's standby elsewhere.
 	r.revokeAll()
 	require.Equal(t, task.Parked, r.counts(task01).State)
-	r.assign(0, assignor.AssignmentInfo{})
+	r.assign(0, groupproto.AssignmentInfo{})
 	assigned := make(chan struct{})
 	go func() {
 		defer close(assigned)
-		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task01}})
+		r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task01}})
 	}()
 	select {
 	case <-slow.started:
@@ -463,8 +463,8 @@ func TestParkedReplicaAnswersWhileAdoptedAsStandby(t *testing.T) {
 // with -v), not asserted. Every query must answer.
 func TestQueryLatencyThroughReconciliations(t *testing.T) {
 	r := newHandoverRig(t)
-	r.assign(0, assignor.AssignmentInfo{Active: []task.ID{task01}})
-	r.assign(1, assignor.AssignmentInfo{})
+	r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task01}})
+	r.assign(1, groupproto.AssignmentInfo{})
 	r.waitRunning(t, 0, task01)
 	key := keyOn(t, r.app, 1)
 	q := r.app.Queries()
@@ -521,12 +521,12 @@ func TestQueryLatencyThroughReconciliations(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for round := 0; round < 20 || queried() < 1000 && time.Now().Before(deadline); round++ {
-		r.assign(1, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+		r.assign(1, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 		waitFor(t, 10*time.Second, "standby 0_0 open", func() bool {
 			_, ok := r.app.registry.replica(task00, "counts")
 			return ok
 		})
-		r.assign(1, assignor.AssignmentInfo{})
+		r.assign(1, groupproto.AssignmentInfo{})
 		waitFor(t, 10*time.Second, "standby 0_0 closed", func() bool {
 			_, ok := r.app.registry.replica(task00, "counts")
 			return !ok

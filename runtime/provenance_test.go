@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
@@ -45,7 +45,7 @@ func newStandbyRig(t *testing.T, records int) *App {
 	}
 	require.NoError(t, cl.Flush(context.Background()))
 
-	app.registry.setShare(0, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	app.registry.setShare(0, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	return app
 }
 
@@ -134,7 +134,7 @@ func TestStandbyGivenAwayStopsAnsweringBeforeItCloses(t *testing.T) {
 		return ok
 	})
 	th := &thread{idx: 0} // the rig runs no thread; only its index matters here
-	app.assignmentReceived(th, assignor.AssignmentInfo{Standby: []task.ID{{SubTopology: 0, Partition: 1}}})
+	app.assignmentReceived(th, groupproto.AssignmentInfo{Standby: []task.ID{{SubTopology: 0, Partition: 1}}})
 	_, ok := standbyInfo(app)
 	require.False(t, ok, "a standby the group gave away still answers as one")
 	app.registry.mu.Lock()
@@ -142,7 +142,7 @@ func TestStandbyGivenAwayStopsAnsweringBeforeItCloses(t *testing.T) {
 	app.registry.mu.Unlock()
 	require.True(t, open, "the replica is closed only once the thread takes the assignment in")
 
-	app.assignmentReceived(th, assignor.AssignmentInfo{Standby: []task.ID{task00}})
+	app.assignmentReceived(th, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	_, ok = standbyInfo(app)
 	require.True(t, ok, "a standby named again answers again")
 }
@@ -166,12 +166,12 @@ func TestRestoringActiveGivenAwayStopsAnswering(t *testing.T) {
 	require.True(t, app.registry.moveLocked(rep, task.Restoring), "promote the standby")
 	rep.owner = th
 	app.registry.mu.Unlock()
-	app.assignmentReceived(th, assignor.AssignmentInfo{Active: []task.ID{task00}})
+	app.assignmentReceived(th, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	info, ok := standbyInfo(app)
 	require.True(t, ok, "a restoring active its assignment names answers")
 	require.Equal(t, iq.RoleRestoring, info.Role)
 
-	app.assignmentReceived(th, assignor.AssignmentInfo{Active: []task.ID{{SubTopology: 0, Partition: 1}}})
+	app.assignmentReceived(th, groupproto.AssignmentInfo{Active: []task.ID{{SubTopology: 0, Partition: 1}}})
 	_, ok = standbyInfo(app)
 	require.False(t, ok, "a restoring active the group gave away still answers as one")
 }

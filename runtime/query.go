@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/task"
 
 	"github.com/eddystreams/eddy/iq"
@@ -107,7 +107,7 @@ func (q queryBackend) table(md *iq.Metadata) (iq.Metadata, error) {
 
 // routingTable turns a balance's routing table into the query layer's
 // metadata: which store partitions each host holds, in which role.
-func (a *App) routingTable(r assignor.Routing) *iq.Metadata {
+func (a *App) routingTable(r groupproto.Routing) *iq.Metadata {
 	subs := graph.Of(a.topo).SubTopologies()
 	parts := func(ids []task.ID) []iq.StorePartition {
 		var out []iq.StorePartition

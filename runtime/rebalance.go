@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/task"
@@ -22,7 +22,7 @@ import (
 // a mailbox the thread empties into its core (EvSynced) before anything
 // else: a cooperative member losing tasks then commits before it lets the
 // revocation run.
-func (th *thread) onAssignment(info assignor.AssignmentInfo) {
+func (th *thread) onAssignment(info groupproto.AssignmentInfo) {
 	// Only a SyncGroup answered without error carries an assignment.
 	th.contact.synced()
 	th.info.Store(&info)

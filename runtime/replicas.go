@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
@@ -27,18 +27,18 @@ import (
 // queries, routing and metrics labels (iq.Role). A parked replica holds
 // committed data and processes nothing, so queries see it as a standby;
 // the assignor sees state left behind, to be placed by its positions.
-func edgeRoles(s task.State) (assignor.TaskRole, iq.Role) {
+func edgeRoles(s task.State) (groupproto.TaskRole, iq.Role) {
 	switch s {
 	case task.Running:
-		return assignor.RoleActive, iq.RoleActive
+		return groupproto.RoleActive, iq.RoleActive
 	case task.Standby:
-		return assignor.RoleStandby, iq.RoleStandby
+		return groupproto.RoleStandby, iq.RoleStandby
 	case task.Warmup:
-		return assignor.RoleStandby, iq.RoleWarmup
+		return groupproto.RoleStandby, iq.RoleWarmup
 	case task.Parked:
-		return assignor.RoleNone, iq.RoleStandby
+		return groupproto.RoleNone, iq.RoleStandby
 	default: // Created, Restoring (Closed replicas are not listed)
-		return assignor.RoleNone, iq.RoleRestoring
+		return groupproto.RoleNone, iq.RoleRestoring
 	}
 }
 
@@ -149,7 +149,7 @@ type registry struct {
 	// held across store I/O.
 	mu     sync.Mutex
 	reps   map[task.ID]*replica
-	shares map[int]assignor.AssignmentInfo // latest assignment of each thread
+	shares map[int]groupproto.AssignmentInfo // latest assignment of each thread
 	// current holds the threads whose share is an assignment received
 	// since their last revocation or loss. Threads learn a new assignment
 	// one at a time; until every one has, a thread still to hear may be
@@ -190,7 +190,7 @@ func newRegistry(a *App) (*registry, error) {
 	r.cancel = cancel
 	r.exited = make(chan struct{})
 	r.reps = make(map[task.ID]*replica)
-	r.shares = make(map[int]assignor.AssignmentInfo)
+	r.shares = make(map[int]groupproto.AssignmentInfo)
 	r.current = make(map[int]bool)
 	r.synced = make(map[int]map[task.ID]bool)
 	r.moving = make(map[task.ID]move)
@@ -253,17 +253,17 @@ func positions(stores []*taskrun.StoreHandle) map[string]int64 {
 
 // subscription is the part of the member's subscription that describes the
 // state this instance holds.
-func (r *registry) subscription() []assignor.TaskOffsets {
+func (r *registry) subscription() []groupproto.TaskOffsets {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []assignor.TaskOffsets
+	var out []groupproto.TaskOffsets
 	for id, rep := range r.reps {
 		role, _ := edgeRoles(rep.state())
-		out = append(out, assignor.TaskOffsets{Task: id, Role: role, Positions: positions(rep.stores)})
+		out = append(out, groupproto.TaskOffsets{Task: id, Role: role, Positions: positions(rep.stores)})
 	}
 	for id, d := range r.onDisk {
 		if _, open := r.reps[id]; !open {
-			out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: maps.Clone(d.positions)})
+			out = append(out, groupproto.TaskOffsets{Task: id, Role: groupproto.RoleNone, Positions: maps.Clone(d.positions)})
 		}
 	}
 	// A task whose stores are opening or closing is here either way.
@@ -275,9 +275,9 @@ func (r *registry) subscription() []assignor.TaskOffsets {
 		if pos == nil {
 			pos = make(map[string]int64)
 		}
-		out = append(out, assignor.TaskOffsets{Task: id, Role: assignor.RoleNone, Positions: pos})
+		out = append(out, groupproto.TaskOffsets{Task: id, Role: groupproto.RoleNone, Positions: pos})
 	}
-	slices.SortFunc(out, func(a, b assignor.TaskOffsets) int { return a.Task.Compare(b.Task) })
+	slices.SortFunc(out, func(a, b groupproto.TaskOffsets) int { return a.Task.Compare(b.Task) })
 	return out
 }
 
@@ -476,7 +476,7 @@ func (r *registry) leftOnDiskLocked(id task.ID, pos map[string]int64) {
 
 // setShare records a thread's new assignment and brings the standbys in
 // line with what the threads' assignments want.
-func (r *registry) setShare(idx int, info assignor.AssignmentInfo) {
+func (r *registry) setShare(idx int, info groupproto.AssignmentInfo) {
 	r.mu.Lock()
 	r.shares[idx] = info
 	r.current[idx] = true
@@ -486,7 +486,7 @@ func (r *registry) setShare(idx int, info assignor.AssignmentInfo) {
 
 // received records the assignment a thread's SyncGroup just answered with,
 // before the thread takes it in (setShare), which may wait for a commit.
-func (r *registry) received(idx int, info assignor.AssignmentInfo) {
+func (r *registry) received(idx int, info groupproto.AssignmentInfo) {
 	named := make(map[task.ID]bool, len(info.Active)+len(info.Standby)+len(info.Warmup))
 	for _, ids := range [][]task.ID{info.Active, info.Standby, info.Warmup} {
 		for _, id := range ids {
@@ -560,7 +560,7 @@ func (s step) String() string { return fmt.Sprintf("%s %s->%s", s.id, s.from, s.
 // Steps come in task order, those acting on open replicas first; every one
 // is a transition the table allows; the plan is a pure function of its
 // arguments.
-func planReconcile(held map[task.ID]task.State, moving map[task.ID]bool, shares map[int]assignor.AssignmentInfo, current map[int]bool, threads int) []step {
+func planReconcile(held map[task.ID]task.State, moving map[task.ID]bool, shares map[int]groupproto.AssignmentInfo, current map[int]bool, threads int) []step {
 	settled := len(current) >= threads
 	active := make(map[task.ID]bool)
 	standby := make(map[task.ID]task.State) // Standby or Warmup

@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -34,7 +34,7 @@ const (
 // Assignments in wire version 1 or 2 carry the whole table, which is used
 // as it is. From version 3 on an assignment carries only the member's own
 // tasks and the balance's epoch, and the router rebuilds the table from
-// DescribeGroups (assignor.GroupRouting), accepting a description only when
+// DescribeGroups (groupproto.GroupRouting), accepting a description only when
 // every member's assignment carries the epoch of this instance's latest
 // assignment: the table is then exactly the balance's, never older than
 // this instance's own assignment. Until it is accepted the table holds
@@ -47,21 +47,21 @@ const (
 type router struct {
 	a *App
 	// describeGroup is describe; tests replace it.
-	describeGroup func() (assignor.Routing, error)
+	describeGroup func() (groupproto.Routing, error)
 	ctx           context.Context
 	cancel        context.CancelFunc
 	wg            sync.WaitGroup
 
 	mu sync.Mutex
 	// shares holds each thread's latest assignment, by thread index.
-	shares map[int]assignor.AssignmentInfo
+	shares map[int]groupproto.AssignmentInfo
 	// want is the epoch whose table is still to be described, 0 if none;
 	// accepted is the epoch of the table in use, 0 if it came from an
 	// assignment's host maps or is local.
 	want, accepted int64
 	// table is the routing table in use and complete whether it is the
 	// group's (not only this instance's own share).
-	table    assignor.Routing
+	table    groupproto.Routing
 	complete bool
 	running  bool
 	closed   bool
@@ -69,18 +69,18 @@ type router struct {
 
 func newRouter(a *App) *router {
 	ctx, cancel := context.WithCancel(a.killCtx)
-	r := &router{a: a, ctx: ctx, cancel: cancel, shares: make(map[int]assignor.AssignmentInfo)}
+	r := &router{a: a, ctx: ctx, cancel: cancel, shares: make(map[int]groupproto.AssignmentInfo)}
 	r.describeGroup = r.describe
 	return r
 }
 
 // assigned takes a thread's new assignment (ErrorCode ErrNone). It runs on
 // the thread's group goroutine and does not block.
-func (r *router) assigned(idx int, info assignor.AssignmentInfo) {
+func (r *router) assigned(idx int, info groupproto.AssignmentInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.shares[idx] = info
-	if table, ok := assignor.AssignmentRouting(info); ok {
+	if table, ok := groupproto.AssignmentRouting(info); ok {
 		r.want, r.accepted = 0, 0
 		r.use(table, true)
 		return
@@ -101,7 +101,7 @@ func (r *router) assigned(idx int, info assignor.AssignmentInfo) {
 // use makes table the one queries route on, and keeps a complete one in
 // the state directory for the next start (learnGroup). Called with r.mu
 // held.
-func (r *router) use(table assignor.Routing, complete bool) {
+func (r *router) use(table groupproto.Routing, complete bool) {
 	r.table, r.complete = table, complete
 	r.a.routing.Store(r.a.routingTable(table))
 	if complete && r.a.dir != nil {
@@ -132,7 +132,7 @@ type routingFile struct {
 // saveRouting writes table to dir, replacing the file whole (a rename), so
 // a crash leaves the old table or the new one. It is not synced: the file
 // is a hint for the next start, which ignores one it cannot read.
-func saveRouting(dir string, table assignor.Routing) error {
+func saveRouting(dir string, table groupproto.Routing) error {
 	ids := func(m map[string][]task.ID) map[string][]string {
 		out := make(map[string][]string, len(m))
 		for h, ts := range m {
@@ -155,17 +155,17 @@ func saveRouting(dir string, table assignor.Routing) error {
 }
 
 // loadRouting reads the table saveRouting wrote to dir.
-func loadRouting(dir string) (assignor.Routing, error) {
+func loadRouting(dir string) (groupproto.Routing, error) {
 	b, err := os.ReadFile(filepath.Join(dir, routingFileName))
 	if err != nil {
-		return assignor.Routing{}, err
+		return groupproto.Routing{}, err
 	}
 	var f routingFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return assignor.Routing{}, fmt.Errorf("runtime: %s: %w", routingFileName, err)
+		return groupproto.Routing{}, fmt.Errorf("runtime: %s: %w", routingFileName, err)
 	}
 	if f.Version != routingFileVersion {
-		return assignor.Routing{}, fmt.Errorf("runtime: %s is version %d, this binary reads %d", routingFileName, f.Version, routingFileVersion)
+		return groupproto.Routing{}, fmt.Errorf("runtime: %s is version %d, this binary reads %d", routingFileName, f.Version, routingFileVersion)
 	}
 	ids := func(m map[string][]string) (map[string][]task.ID, error) {
 		out := make(map[string][]task.ID, len(m))
@@ -180,37 +180,37 @@ func loadRouting(dir string) (assignor.Routing, error) {
 		}
 		return out, nil
 	}
-	r := assignor.Routing{Epoch: f.Epoch}
+	r := groupproto.Routing{Epoch: f.Epoch}
 	if r.Active, err = ids(f.Active); err != nil {
-		return assignor.Routing{}, err
+		return groupproto.Routing{}, err
 	}
 	if r.Standby, err = ids(f.Standby); err != nil {
-		return assignor.Routing{}, err
+		return groupproto.Routing{}, err
 	}
 	if r.Warmup, err = ids(f.Warmup); err != nil {
-		return assignor.Routing{}, err
+		return groupproto.Routing{}, err
 	}
 	return r, nil
 }
 
 // groupTable returns the group's routing table of the given epoch (0 for
 // one carried by a version 1 or 2 assignment), false until it is known.
-func (r *router) groupTable(epoch int64) (assignor.Routing, bool) {
+func (r *router) groupTable(epoch int64) (groupproto.Routing, bool) {
 	if r == nil {
-		return assignor.Routing{}, false
+		return groupproto.Routing{}, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.complete || r.table.Epoch != epoch {
-		return assignor.Routing{}, false
+		return groupproto.Routing{}, false
 	}
 	return r.table, true
 }
 
 // local is the routing table as far as this instance knows it: its own
 // threads' tasks of the given epoch. Called with r.mu held.
-func (r *router) local(epoch int64) assignor.Routing {
-	out := assignor.Routing{Epoch: epoch}
+func (r *router) local(epoch int64) groupproto.Routing {
+	out := groupproto.Routing{Epoch: epoch}
 	self := r.a.cfg.Endpoint
 	if self == "" {
 		return out
@@ -248,7 +248,7 @@ func (r *router) local(epoch int64) assignor.Routing {
 // Routing on an old table is safe: every replica asked checks the bound
 // itself and names its own role, so an old table costs only refusals
 // from hosts that no longer hold a partition.
-func (r *router) learnGroup(start *assignor.Routing) {
+func (r *router) learnGroup(start *groupproto.Routing) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || len(r.shares) > 0 {
@@ -287,7 +287,7 @@ func (r *router) learnGroup(start *assignor.Routing) {
 
 // useUnassigned publishes the group's table for an instance holding
 // nothing yet. Called with r.mu held.
-func (r *router) useUnassigned(table assignor.Routing) {
+func (r *router) useUnassigned(table groupproto.Routing) {
 	md := r.a.routingTable(table)
 	md.Unassigned = true
 	r.a.routing.Store(md)
@@ -311,7 +311,7 @@ func (r *router) refresh() {
 
 		table, err := r.describeGroup()
 		if err == nil && table.Epoch != epoch {
-			err = fmt.Errorf("%w: the group is at epoch %d, this instance's assignment at %d", assignor.ErrRoutingUnsettled, table.Epoch, epoch)
+			err = fmt.Errorf("%w: the group is at epoch %d, this instance's assignment at %d", groupproto.ErrRoutingUnsettled, table.Epoch, epoch)
 		}
 		if err == nil {
 			r.mu.Lock()
@@ -327,7 +327,7 @@ func (r *router) refresh() {
 		tries++
 		switch {
 		case r.ctx.Err() != nil:
-		case errors.Is(err, assignor.ErrRoutingUnsettled) && tries < 20:
+		case errors.Is(err, groupproto.ErrRoutingUnsettled) && tries < 20:
 			r.a.log.Debug("routing table not settled yet", "epoch", epoch, "err", err)
 		default:
 			r.a.log.Warn("cannot rebuild the routing table from the group; queries route only to this instance's own partitions meanwhile", "epoch", epoch, "tries", tries, "err", err)
@@ -346,19 +346,19 @@ func (r *router) refresh() {
 
 // describe asks the group's coordinator for its members and rebuilds the
 // routing table of their assignments.
-func (r *router) describe() (assignor.Routing, error) {
+func (r *router) describe() (groupproto.Routing, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, routingDescribeTimeout)
 	defer cancel()
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{r.a.cfg.ApplicationID}
 	resp, err := req.RequestWith(ctx, r.a.adminCl)
 	if err != nil {
-		return assignor.Routing{}, err
+		return groupproto.Routing{}, err
 	}
 	if len(resp.Groups) != 1 {
-		return assignor.Routing{}, fmt.Errorf("runtime: DescribeGroups answered %d groups for one", len(resp.Groups))
+		return groupproto.Routing{}, fmt.Errorf("runtime: DescribeGroups answered %d groups for one", len(resp.Groups))
 	}
-	return assignor.GroupRouting(resp.Groups[0])
+	return groupproto.GroupRouting(resp.Groups[0])
 }
 
 // close stops the refresh and waits for it, before the admin client it

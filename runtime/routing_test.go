@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/task"
 )
@@ -33,21 +33,21 @@ func TestRoutingTableFollowsTheAssignmentEpoch(t *testing.T) {
 	cp := func(p int32) []iq.StorePartition { return []iq.StorePartition{{Store: "counts", Partition: p}} }
 
 	type answer struct {
-		r   assignor.Routing
+		r   groupproto.Routing
 		err error
 	}
 	answers := make(chan answer)
 	asked := make(chan struct{}, 100)
-	app.router.describeGroup = func() (assignor.Routing, error) {
+	app.router.describeGroup = func() (groupproto.Routing, error) {
 		asked <- struct{}{}
 		select {
 		case a := <-answers:
 			return a.r, a.err
 		case <-app.router.ctx.Done():
-			return assignor.Routing{}, app.router.ctx.Err()
+			return groupproto.Routing{}, app.router.ctx.Err()
 		}
 	}
-	assign := func(idx int, info assignor.AssignmentInfo) {
+	assign := func(idx int, info groupproto.AssignmentInfo) {
 		app.assignment.Store(&info)
 		app.router.assigned(idx, info)
 	}
@@ -72,21 +72,21 @@ func TestRoutingTableFollowsTheAssignmentEpoch(t *testing.T) {
 	local := []iq.HostMetadata{{Host: "self:1", Active: cp(0), Standby: cp(1)}}
 
 	// Two threads' shares of epoch 5: the table is this instance's own.
-	assign(0, assignor.AssignmentInfo{Version: 3, Active: []task.ID{id(0)}, Epoch: 5})
-	assign(1, assignor.AssignmentInfo{Version: 3, Standby: []task.ID{id(1)}, Epoch: 5})
+	assign(0, groupproto.AssignmentInfo{Version: 3, Active: []task.ID{id(0)}, Epoch: 5})
+	assign(1, groupproto.AssignmentInfo{Version: 3, Standby: []task.ID{id(1)}, Epoch: 5})
 	require.Equal(t, local, hosts())
 	a, _ := app.Assignment()
 	require.Nil(t, a.PartitionsByHost, "no group-wide maps before the group's table is known")
 
 	// A description of another balance is not used.
 	<-asked
-	answers <- answer{r: assignor.Routing{Epoch: 4, Active: map[string][]task.ID{"self:1": {id(1)}, "old:9": {id(0)}}}}
+	answers <- answer{r: groupproto.Routing{Epoch: 4, Active: map[string][]task.ID{"self:1": {id(1)}, "old:9": {id(0)}}}}
 	<-asked
-	answers <- answer{err: assignor.ErrRoutingUnsettled}
+	answers <- answer{err: groupproto.ErrRoutingUnsettled}
 	<-asked
 	require.Equal(t, local, hosts())
 
-	group := assignor.Routing{Epoch: 5,
+	group := groupproto.Routing{Epoch: 5,
 		Active:  map[string][]task.ID{"self:1": {id(0)}, "other:2": {id(1)}},
 		Standby: map[string][]task.ID{"self:1": {id(1)}, "other:2": {id(0)}},
 	}
@@ -98,15 +98,15 @@ func TestRoutingTableFollowsTheAssignmentEpoch(t *testing.T) {
 	require.Equal(t, group.Standby, a.StandbyPartitionsByHost)
 
 	// A thread's late share of the same balance keeps the group's table.
-	assign(1, assignor.AssignmentInfo{Version: 3, Standby: []task.ID{id(1)}, Epoch: 5})
+	assign(1, groupproto.AssignmentInfo{Version: 3, Standby: []task.ID{id(1)}, Epoch: 5})
 	require.Equal(t, full, hosts())
 
 	// The next balance: local again until described.
-	assign(0, assignor.AssignmentInfo{Version: 3, Active: []task.ID{id(0), id(1)}, Epoch: 6})
+	assign(0, groupproto.AssignmentInfo{Version: 3, Active: []task.ID{id(0), id(1)}, Epoch: 6})
 	require.Equal(t, []iq.HostMetadata{{Host: "self:1", Active: []iq.StorePartition{{Store: "counts", Partition: 0}, {Store: "counts", Partition: 1}}}}, hosts())
 
 	// A version 2 assignment's maps are used as they are.
-	assign(0, assignor.AssignmentInfo{Version: 2, Active: []task.ID{id(0)},
+	assign(0, groupproto.AssignmentInfo{Version: 2, Active: []task.ID{id(0)},
 		PartitionsByHost:        map[string][]task.ID{"self:1": {id(0)}, "v2:3": {id(1)}},
 		StandbyPartitionsByHost: map[string][]task.ID{"self:1": nil, "v2:3": nil}})
 	require.Equal(t, []iq.HostMetadata{{Host: "self:1", Active: cp(0)}, {Host: "v2:3", Active: cp(1)}}, hosts())
@@ -124,7 +124,7 @@ func TestRoutingBeforeTheFirstAssignment(t *testing.T) {
 	t.Cleanup(app.releaseResources)
 	app.state.Store(int32(StateRebalancing))
 	app.serving.Store(true)
-	app.router.describeGroup = func() (assignor.Routing, error) { return assignor.Routing{}, assignor.ErrRoutingUnsettled }
+	app.router.describeGroup = func() (groupproto.Routing, error) { return groupproto.Routing{}, groupproto.ErrRoutingUnsettled }
 	sub, ok := app.storeSubTopology("counts")
 	require.True(t, ok)
 	id := func(p int32) task.ID { return task.ID{SubTopology: sub, Partition: p} }
@@ -133,7 +133,7 @@ func TestRoutingBeforeTheFirstAssignment(t *testing.T) {
 	_, err = app.Queries().Metadata()
 	require.ErrorIs(t, err, iq.ErrNotStarted, "no table known yet")
 
-	last := assignor.Routing{Epoch: 7,
+	last := groupproto.Routing{Epoch: 7,
 		Active:  map[string][]task.ID{"other:1": {id(0)}, "self:1": {id(1)}},
 		Standby: map[string][]task.ID{"other:1": {id(1)}, "self:1": {id(0)}}}
 	require.NoError(t, saveRouting(app.dir.path, last))
@@ -153,7 +153,7 @@ func TestRoutingBeforeTheFirstAssignment(t *testing.T) {
 	}, md.Hosts, "the saved table")
 
 	// The first assignment takes over, and is saved in turn.
-	app.router.assigned(0, assignor.AssignmentInfo{Version: 2, Active: []task.ID{id(0), id(1)},
+	app.router.assigned(0, groupproto.AssignmentInfo{Version: 2, Active: []task.ID{id(0), id(1)},
 		PartitionsByHost: map[string][]task.ID{"self:1": {id(0), id(1)}}})
 	md, err = app.Queries().Metadata()
 	require.NoError(t, err)

@@ -14,9 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
@@ -258,7 +258,7 @@ func localJoinWait(cfg Config) time.Duration { return min(time.Second, cfg.Rebal
 // leader's wait for the instance's other threads (see localJoins) before
 // it balances.
 type leaderBalancer struct {
-	*assignor.Balancer
+	*groupproto.Balancer
 	th *thread
 }
 

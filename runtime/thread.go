@@ -14,10 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/task"
@@ -120,7 +120,7 @@ type thread struct {
 	// thread empties them into the core (EvRebalanceRequested, EvSynced)
 	// whenever it takes mu.
 	rebalancePending atomic.Bool
-	synced           atomic.Pointer[assignor.AssignmentInfo]
+	synced           atomic.Pointer[groupproto.AssignmentInfo]
 	// cooperative is set when the thread's group member rebalances
 	// cooperatively (see onRevoked).
 	cooperative bool
@@ -129,7 +129,7 @@ type thread struct {
 	revokedTasks, assignments atomic.Int64
 	// info is the assignment the balancer decoded at the last sync, read
 	// by onAssigned right after.
-	info atomic.Pointer[assignor.AssignmentInfo]
+	info atomic.Pointer[groupproto.AssignmentInfo]
 	// contact is when the coordinator last confirmed the thread's member
 	// (contact.go), whichever client it had.
 	contact groupContact
@@ -224,7 +224,7 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 // self and aborts whatever transaction it left open.
 func (th *thread) connect() error {
 	a, cfg := th.app, th.app.cfg
-	bal, err := assignor.NewBalancer(assignor.BalancerConfig{
+	bal, err := groupproto.NewBalancer(groupproto.BalancerConfig{
 		Subscription: a.subscription,
 		Tasks:        a.plan.taskTopics,
 		Changelogs:   a.plan.changelogs,

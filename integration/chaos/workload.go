@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/eddystreams/eddy/assignor"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -315,7 +315,7 @@ func (g *groupWatcher) describe(ctx context.Context) groupObs {
 	if err != nil || len(resp.Groups) != 1 {
 		return groupObs{at: time.Now()}
 	}
-	r, err := assignor.GroupRouting(resp.Groups[0])
+	r, err := groupproto.GroupRouting(resp.Groups[0])
 	if err != nil {
 		return groupObs{at: time.Now()}
 	}

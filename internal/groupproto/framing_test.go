@@ -1,4 +1,4 @@
-package assignor
+package groupproto
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -319,7 +320,7 @@ func TestBalancerSizeLimitCountsFraming(t *testing.T) {
 		require.NoError(t, err)
 		return mb.(kgo.GroupMemberBalancerOrError).BalanceOrError(counts)
 	}
-	plan, err := balance(DefaultMaxGroupMetadataBytes)
+	plan, err := balance(assignor.DefaultMaxGroupMetadataBytes)
 	require.NoError(t, err)
 	asgBytes := 0
 	for _, a := range plan.IntoSyncAssignment() {
@@ -330,9 +331,9 @@ func TestBalancerSizeLimitCountsFraming(t *testing.T) {
 	_, err = balance(total)
 	require.NoError(t, err, "a group record of exactly the limit fits")
 	_, err = balance(total - 1)
-	var tooLarge *GroupMetadataTooLargeError
+	var tooLarge *assignor.GroupMetadataTooLargeError
 	require.ErrorAs(t, err, &tooLarge)
-	require.Equal(t, GroupMetadataTooLargeError{Bytes: total, Subscriptions: subBytes, Assignments: asgBytes,
+	require.Equal(t, assignor.GroupMetadataTooLargeError{Bytes: total, Subscriptions: subBytes, Assignments: asgBytes,
 		Members: 3, Tasks: 16, Limit: total - 1}, *tooLarge)
 }
 

@@ -1,4 +1,4 @@
-package assignor
+package groupproto
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -62,8 +63,8 @@ type groupFixture struct {
 	ends    map[string]map[int32]int64
 	endsErr error
 	now     time.Time
-	cfg     Config
-	assign  AssignFunc
+	cfg     assignor.Config
+	assign  assignor.AssignFunc
 	racks   func(context.Context) (map[task.ID][]string, error)
 	errs    []error
 	members []*testMember
@@ -71,7 +72,7 @@ type groupFixture struct {
 
 func newFixture(t *testing.T, sfParts, slParts int) *groupFixture {
 	tasks, cls := testTopology(sfParts, slParts)
-	return &groupFixture{t: t, tasks: tasks, cls: cls, cfg: DefaultConfig(),
+	return &groupFixture{t: t, tasks: tasks, cls: cls, cfg: assignor.DefaultConfig(),
 		now: time.UnixMilli(1_700_000_000_000), ends: map[string]map[int32]int64{}}
 }
 
@@ -294,7 +295,7 @@ func TestBalancerProbingRebalance(t *testing.T) {
 	require.Len(t, got[a.id]["left"], 4, "no active moves to a cold process")
 	require.Empty(t, got[b.id])
 	require.Len(t, b.last().Warmup, 2)
-	want := g.now.Add(DefaultProbingRebalanceInterval).UnixMilli()
+	want := g.now.Add(assignor.DefaultProbingRebalanceInterval).UnixMilli()
 	require.Equal(t, want, a.last().NextProbingRebalanceMs)
 	require.Equal(t, want, b.last().NextProbingRebalanceMs)
 	r, err := GroupRouting(g.describe())
@@ -498,11 +499,11 @@ func TestSpreadOverMembersSticky(t *testing.T) {
 		{id: "m2", sub: SubscriptionInfo{Capacity: 1, OwnedActive: []task.ID{tid(0, 0)}, OwnedStandby: []task.ID{tid(0, 9)}}},
 		{id: "m3", sub: SubscriptionInfo{Capacity: 2}},
 	}
-	tasks := map[task.ID]TaskInfo{}
+	tasks := map[task.ID]assignor.TaskInfo{}
 	for p := range 10 {
-		tasks[tid(0, int32(p))] = TaskInfo{Stateful: true}
+		tasks[tid(0, int32(p))] = assignor.TaskInfo{Stateful: true}
 	}
-	ca := ClientAssignment{Active: []task.ID{tid(0, 0), tid(0, 1), tid(0, 2), tid(0, 3), tid(0, 4), tid(0, 5), tid(0, 6), tid(0, 7)},
+	ca := assignor.ClientAssignment{Active: []task.ID{tid(0, 0), tid(0, 1), tid(0, 2), tid(0, 3), tid(0, 4), tid(0, 5), tid(0, 6), tid(0, 7)},
 		Standby: []task.ID{tid(0, 8), tid(0, 9)}}
 	out := spreadOverMembers(ms, ca, tasks)
 	require.Subset(t, out[0].Active, []task.ID{tid(0, 3), tid(0, 4)})
@@ -526,8 +527,8 @@ func TestBalancerNewcomerLagIsChangelogEnd(t *testing.T) {
 		wantWarmup int
 	}{
 		{"empty changelogs", 0, 2, 0},
-		{"short changelogs", DefaultAcceptableRecoveryLag, 2, 0},
-		{"long changelogs", DefaultAcceptableRecoveryLag + 1, 0, 2},
+		{"short changelogs", assignor.DefaultAcceptableRecoveryLag, 2, 0},
+		{"long changelogs", assignor.DefaultAcceptableRecoveryLag + 1, 0, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newFixture(t, 4, 0)
@@ -584,15 +585,15 @@ func TestBalancerShutdownApplication(t *testing.T) {
 // A user's AssignFunc replaces Assign; an invalid output fails the balance.
 func TestBalancerAssignFunc(t *testing.T) {
 	g := newFixture(t, 2, 0)
-	var seen Input
-	g.assign = func(cfg Config, in Input) Output {
+	var seen assignor.Input
+	g.assign = func(cfg assignor.Config, in assignor.Input) assignor.Output {
 		seen = in
-		out := Output{Clients: map[string]ClientAssignment{}}
+		out := assignor.Output{Clients: map[string]assignor.ClientAssignment{}}
 		for id := range in.Clients {
-			out.Clients[id] = ClientAssignment{}
+			out.Clients[id] = assignor.ClientAssignment{}
 		}
 		all := slices.SortedFunc(maps.Keys(in.Tasks), task.ID.Compare)
-		out.Clients["proc-b"] = ClientAssignment{Active: all}
+		out.Clients["proc-b"] = assignor.ClientAssignment{Active: all}
 		return out
 	}
 	g.add("m-a", "proc-a", "", defaultFormat)
@@ -604,7 +605,9 @@ func TestBalancerAssignFunc(t *testing.T) {
 	require.Len(t, seen.Tasks, 2)
 
 	// An output that leaves a task unassigned is refused.
-	g.assign = func(cfg Config, in Input) Output { return Output{Clients: map[string]ClientAssignment{}} }
+	g.assign = func(cfg assignor.Config, in assignor.Input) assignor.Output {
+		return assignor.Output{Clients: map[string]assignor.ClientAssignment{}}
+	}
 	g2 := newFixture(t, 2, 0)
 	g2.assign = g.assign
 	g2.add("m-a", "proc-a", "", defaultFormat)
@@ -618,7 +621,7 @@ func TestBalancerAssignFunc(t *testing.T) {
 	mb, _, err := g2.members[0].b.MemberBalancer(join)
 	require.NoError(t, err)
 	_, err = mb.(kgo.GroupMemberBalancerOrError).BalanceOrError(map[string]int32{"left": 16, "right": 16, "events": 16})
-	require.ErrorContains(t, err, "AssignFunc")
+	require.ErrorContains(t, err, "assignor.AssignFunc")
 	require.Len(t, g2.errs, 1)
 }
 
@@ -650,10 +653,10 @@ func TestBalancerTaskRacks(t *testing.T) {
 				}
 				return map[task.ID][]string{{SubTopology: 0, Partition: 0}: {"r1"}}, nil
 			}
-			var seen Input
-			g.assign = func(cfg Config, in Input) Output {
+			var seen assignor.Input
+			g.assign = func(cfg assignor.Config, in assignor.Input) assignor.Output {
 				seen = in
-				return Assign(cfg, in)
+				return assignor.Assign(cfg, in)
 			}
 			g.add("m-a", "proc-a", "", defaultFormat)
 			g.add("m-b", "proc-b", "", defaultFormat)
@@ -664,3 +667,5 @@ func TestBalancerTaskRacks(t *testing.T) {
 		})
 	}
 }
+
+func tid(sub int, part int32) task.ID { return task.ID{SubTopology: sub, Partition: part} }

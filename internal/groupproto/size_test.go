@@ -1,4 +1,4 @@
-package assignor
+package groupproto
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -36,7 +37,7 @@ func measureGroup(t testing.TB, members, subs, parts int, v int32) groupSizes {
 			tasks[tid(s, int32(p))] = []string{fmt.Sprintf("app-input-%d", s)}
 		}
 	}
-	cfg := DefaultConfig()
+	cfg := assignor.DefaultConfig()
 	cfg.NumStandbys = 2
 	// Version 2 as a build of that version balanced it.
 	f := defaultFormat
@@ -123,11 +124,11 @@ func TestGroupMetadataSizes(t *testing.T) {
 		}
 		// Version 3's assignments grow with the member's own tasks only.
 		require.Less(t, by[3].MaxAssignment, 400)
-		require.Less(t, by[3].Sync, DefaultMaxGroupMetadataBytes)
+		require.Less(t, by[3].Sync, assignor.DefaultMaxGroupMetadataBytes)
 		if v2, ok := by[2]; ok {
 			require.Less(t, by[3].Sync*20, v2.Sync)
 		}
-		require.Less(t, by[3].Record, DefaultMaxGroupMetadataBytes, "the settled group's record fits a default broker")
+		require.Less(t, by[3].Record, assignor.DefaultMaxGroupMetadataBytes, "the settled group's record fits a default broker")
 	}
 }
 
@@ -142,7 +143,7 @@ func TestLargestGroupUnderDefaultMessageSize(t *testing.T) {
 	fits := func(members int) bool {
 		s := measureGroup(t, members, 10, members, 3)
 		t.Logf("%d members × %d tasks: SyncGroup %d B, group record ≈ %d B", members, 10*members, s.Sync, s.Record)
-		return s.Record <= DefaultMaxGroupMetadataBytes
+		return s.Record <= assignor.DefaultMaxGroupMetadataBytes
 	}
 	lo, hi := 1000, 1250 // fits, does not
 	require.True(t, fits(lo))

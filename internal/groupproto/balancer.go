@@ -1,4 +1,4 @@
-package assignor
+package groupproto
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -23,31 +24,10 @@ const ProtocolName = "eddy"
 // DefaultEndOffsetsTimeout bounds the leader's end-offset lookup.
 const DefaultEndOffsetsTimeout = 10 * time.Second
 
-// DefaultMaxGroupMetadataBytes is Kafka's default message.max.bytes. A
-// Kafka coordinator stores a group's subscriptions and assignments as one
-// record in its offsets topic, under that limit, and fails the leader's
-// SyncGroup (with UNKNOWN_SERVER_ERROR) when the record is larger.
-const DefaultMaxGroupMetadataBytes = 1048588
-
 // groupMetadataOverhead approximates the bytes a coordinator's group
 // record holds per member besides its subscription and assignment (member,
 // client and instance IDs, host, timeouts).
 const groupMetadataOverhead = 128
-
-// GroupMetadataTooLargeError is the leader's refusal to send assignments
-// that the coordinator could not store: the group would never settle.
-type GroupMetadataTooLargeError struct {
-	// Bytes estimates the group record: Subscriptions + Assignments + a
-	// fixed overhead per member.
-	Bytes, Subscriptions, Assignments int
-	Members, Tasks                    int
-	Limit                             int
-}
-
-func (e *GroupMetadataTooLargeError) Error() string {
-	return fmt.Sprintf("assignor: the group's metadata would take about %d bytes (%d members, %d tasks: %d bytes of subscriptions, %d of assignments), above the %d bytes a broker with that message.max.bytes stores for a group: the group cannot settle; raise message.max.bytes on the brokers and the application's limit with it, or run fewer stream threads",
-		e.Bytes, e.Members, e.Tasks, e.Subscriptions, e.Assignments, e.Limit)
-}
 
 // BalancerConfig configures a Balancer.
 type BalancerConfig struct {
@@ -78,13 +58,13 @@ type BalancerConfig struct {
 	// are placed without them.
 	TaskRacks func(ctx context.Context) (map[task.ID][]string, error)
 	// Assignor configures Assign.
-	Assignor Config
+	Assignor assignor.Config
 	// AssignFunc, if set, replaces Assign as the leader's placement (a
 	// user-supplied assignor, as KIP-924 allows); it receives Assignor
 	// and the group's state. An output that does not give every task
 	// exactly one active (ValidateOutput) fails the balance and is
 	// reported to OnError.
-	AssignFunc AssignFunc
+	AssignFunc assignor.AssignFunc
 	// Now is the clock for the probing rebalance time (default time.Now).
 	Now func() time.Time
 	// OnAssignment receives this member's decoded assignment whenever the
@@ -193,12 +173,12 @@ func newBalancer(cfg BalancerConfig, f *format) (*Balancer, error) {
 		cfg.EndOffsetsTimeout = DefaultEndOffsetsTimeout
 	}
 	if cfg.MaxGroupMetadataBytes == 0 {
-		cfg.MaxGroupMetadataBytes = DefaultMaxGroupMetadataBytes
+		cfg.MaxGroupMetadataBytes = assignor.DefaultMaxGroupMetadataBytes
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	cfg.Assignor = cfg.Assignor.normalized()
+	cfg.Assignor = cfg.Assignor.WithDefaults()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -435,12 +415,12 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	in, byProcess := mb.input()
 	assign := b.cfg.AssignFunc
 	if assign == nil {
-		assign = Assign
+		assign = assignor.Assign
 	}
 	out := assign(b.cfg.Assignor, in)
 	if b.cfg.AssignFunc != nil {
-		if err := ValidateOutput(in, out); err != nil {
-			err = fmt.Errorf("assignor: the configured AssignFunc returned an invalid assignment: %w", err)
+		if err := assignor.ValidateOutput(in, out); err != nil {
+			err = fmt.Errorf("assignor: the configured assignor.AssignFunc returned an invalid assignment: %w", err)
 			b.log.Error("balance failed", "err", err)
 			if b.cfg.OnError != nil {
 				b.cfg.OnError(err)
@@ -512,7 +492,7 @@ func (b *Balancer) nextEpoch() int64 {
 // following it as a standby (unless its process runs the task now), so
 // that its replica stays open for the promotion. holdBack returns how many
 // tasks it held back.
-func (mb *memberBalancer) holdBack(infos map[string]AssignmentInfo, tasks map[task.ID]TaskInfo) int {
+func (mb *memberBalancer) holdBack(infos map[string]AssignmentInfo, tasks map[task.ID]assignor.TaskInfo) int {
 	owners := map[task.ID][]member{}
 	for _, m := range mb.members {
 		for id := range mb.b.cfg.Tasks {
@@ -596,7 +576,7 @@ func (mb *memberBalancer) encode(infos map[string]AssignmentInfo) (kgo.IntoSyncA
 // checkSize refuses a plan whose group record the coordinator could not
 // store.
 func (mb *memberBalancer) checkSize(plan syncAssignments) error {
-	e := &GroupMetadataTooLargeError{Members: len(mb.members), Tasks: len(mb.b.cfg.Tasks), Limit: mb.b.cfg.MaxGroupMetadataBytes}
+	e := &assignor.GroupMetadataTooLargeError{Members: len(mb.members), Tasks: len(mb.b.cfg.Tasks), Limit: mb.b.cfg.MaxGroupMetadataBytes}
 	for _, m := range mb.members {
 		e.Subscriptions += m.subBytes
 	}
@@ -633,9 +613,9 @@ func sortedIDs(ts []task.ID) []task.ID {
 }
 
 // input merges members into processes and turns positions into lags.
-func (mb *memberBalancer) input() (Input, map[string][]member) {
+func (mb *memberBalancer) input() (assignor.Input, map[string][]member) {
 	b := mb.b
-	in := Input{Tasks: make(map[task.ID]TaskInfo, len(b.cfg.Tasks)), Clients: map[string]ClientState{}}
+	in := assignor.Input{Tasks: make(map[task.ID]assignor.TaskInfo, len(b.cfg.Tasks)), Clients: map[string]assignor.ClientState{}}
 	if b.cfg.TaskRacks != nil && b.cfg.Assignor.ActiveRackTag != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EndOffsetsTimeout)
 		racks, err := b.cfg.TaskRacks(ctx)
@@ -648,7 +628,7 @@ func (mb *memberBalancer) input() (Input, map[string][]member) {
 	}
 	for id := range b.cfg.Tasks {
 		_, stateful := b.cfg.Changelogs[id.SubTopology]
-		in.Tasks[id] = TaskInfo{Stateful: stateful}
+		in.Tasks[id] = assignor.TaskInfo{Stateful: stateful}
 	}
 	byProcess := map[string][]member{}
 	for _, m := range mb.members {
@@ -697,7 +677,7 @@ func (mb *memberBalancer) input() (Input, map[string][]member) {
 	}
 
 	for pid, ms := range byProcess {
-		cs := ClientState{Tags: ms[0].sub.Tags, Lags: map[task.ID]int64{}}
+		cs := assignor.ClientState{Tags: ms[0].sub.Tags, Lags: map[task.ID]int64{}}
 		for _, m := range ms {
 			cs.Capacity += max(1, int(m.sub.Capacity))
 			// A member's own last actives count as previously active,
@@ -715,7 +695,7 @@ func (mb *memberBalancer) input() (Input, map[string][]member) {
 			switch {
 			case d.role == RoleActive:
 				cs.PrevActive = append(cs.PrevActive, id)
-				cs.Lags[id] = LagRunning
+				cs.Lags[id] = assignor.LagRunning
 				continue
 			case d.role == RoleStandby:
 				cs.PrevStandby = append(cs.PrevStandby, id)
@@ -783,62 +763,17 @@ func (b *Balancer) endOffsets() map[string]map[int32]int64 {
 	return ends
 }
 
-// spreadOverMembers splits a process's assignment over its members (sorted
-// by member ID): stateful actives by capacity, then stateless actives so that
-// all actives are even, then standbys and warmups; each task stays with the
-// member that held it where balance allows.
-func spreadOverMembers(ms []member, ca ClientAssignment, tasks map[task.ID]TaskInfo) []AssignmentInfo {
-	caps := make([]int, len(ms))
+// spreadOverMembers splits a process's assignment over its members
+// (sorted by member ID) with assignor.SpreadOverMembers.
+func spreadOverMembers(ms []member, ca assignor.ClientAssignment, tasks map[task.ID]assignor.TaskInfo) []AssignmentInfo {
+	am := make([]assignor.Member, len(ms))
 	for i, m := range ms {
-		caps[i] = max(1, int(m.sub.Capacity))
+		am[i] = assignor.Member{Capacity: int(m.sub.Capacity), OwnedActive: m.sub.OwnedActive, OwnedStandby: m.sub.OwnedStandby}
 	}
-	prevOf := func(ts []task.ID, owned func(member) []task.ID) []int {
-		prev := filled(len(ts), -1)
-		for i, t := range ts {
-			for j, m := range ms {
-				if slices.Contains(owned(m), t) {
-					prev[i] = j
-					break
-				}
-			}
-		}
-		return prev
-	}
-	ownedActive := func(m member) []task.ID { return m.sub.OwnedActive }
-	ownedStandby := func(m member) []task.ID { return m.sub.OwnedStandby }
-
-	var sf, sl []task.ID
-	for _, t := range ca.Active {
-		if tasks[t].Stateful {
-			sf = append(sf, t)
-		} else {
-			sl = append(sl, t)
-		}
-	}
-	lo, hi := bounds(len(sf), caps, len(sf))
-	sfOwner, sfLoad := (&spreader{caps: caps, lo: lo, hi: hi}).spread(prevOf(sf, ownedActive), make([]int, len(ms)))
-	lo, hi = bounds(len(ca.Active), caps, len(ca.Active))
-	slOwner, _ := (&spreader{caps: caps, lo: lo, hi: hi}).spread(prevOf(sl, ownedActive), sfLoad)
-	replicas := slices.Concat(ca.Standby, ca.Warmup)
-	lo, hi = bounds(len(replicas), caps, len(replicas))
-	rOwner, _ := (&spreader{caps: caps, lo: lo, hi: hi}).spread(prevOf(replicas, ownedStandby), make([]int, len(ms)))
-
-	out := make([]AssignmentInfo, len(ms))
-	for i, t := range sf {
-		out[sfOwner[i]].Active = append(out[sfOwner[i]].Active, t)
-	}
-	for i, t := range sl {
-		out[slOwner[i]].Active = append(out[slOwner[i]].Active, t)
-	}
-	for i, t := range replicas {
-		if i < len(ca.Standby) {
-			out[rOwner[i]].Standby = append(out[rOwner[i]].Standby, t)
-		} else {
-			out[rOwner[i]].Warmup = append(out[rOwner[i]].Warmup, t)
-		}
-	}
-	for i := range out {
-		out[i].Active = sortedIDs(out[i].Active)
+	shares := assignor.SpreadOverMembers(am, ca, tasks)
+	out := make([]AssignmentInfo, len(shares))
+	for i, sh := range shares {
+		out[i].Active, out[i].Standby, out[i].Warmup = sh.Active, sh.Standby, sh.Warmup
 	}
 	return out
 }

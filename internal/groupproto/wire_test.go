@@ -1,4 +1,4 @@
-package assignor
+package groupproto
 
 import (
 	"encoding/binary"

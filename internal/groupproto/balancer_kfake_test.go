@@ -1,4 +1,4 @@
-package assignor
+package groupproto
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/eddystreams/eddy/assignor"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -46,7 +47,7 @@ func TestBalancerWithKfake(t *testing.T) {
 					},
 					Tasks:        tasks,
 					Changelogs:   changelogs,
-					Assignor:     DefaultConfig(),
+					Assignor:     assignor.DefaultConfig(),
 					OnAssignment: func(a AssignmentInfo) { st.mu.Lock(); st.info = a; st.mu.Unlock() },
 					BareFraming:  bare,
 				})
