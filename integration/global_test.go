@@ -81,7 +81,7 @@ func (c *cluster) startGlobalNode(t *testing.T, name, dir string) *globalNode {
 	})
 	require.NoError(t, err)
 	n := &globalNode{app: app, addr: ln.Addr().String(), q: iq.NewQuerier(app.Queries())}
-	api := iq.NewServer(app.Queries(), iq.CodecFor(globalStore, serde.String, serde.String, nil))
+	api := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor(globalStore, serde.String, serde.String, nil))
 	n.srv = &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
 	go n.srv.Serve(ln)
 	t.Cleanup(func() {

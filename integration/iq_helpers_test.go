@@ -81,7 +81,7 @@ func (c *cluster) startIQNode(t *testing.T, name string, cfg instanceConfig) *iq
 		}()
 		in = c.start(t, name, cfg)
 	}()
-	n := &iqNode{instance: in, addr: cfg.endpoint, q: iq.NewQuerier(in.Queries()), api: iq.NewServer(in.Queries(), iqCountsCodec())}
+	n := &iqNode{instance: in, addr: cfg.endpoint, q: iq.NewQuerier(in.Queries()), api: iq.NewServer(in.Queries(), iq.ServerConfig{}, iqCountsCodec())}
 	n.srv = &http.Server{Handler: n.api, ReadHeaderTimeout: 5 * time.Second}
 	go n.srv.Serve(ln)
 	t.Cleanup(func() {

@@ -984,7 +984,7 @@ func measureAvailability(b *testing.B, dur time.Duration) {
 		require.NoError(b, err)
 		require.NoError(b, app.Start(bctx))
 		in := &instance{App: app, name: fmt.Sprintf("i%d", i), stateDir: dirs[i], endpoint: ln.Addr().String()}
-		n := &iqNode{instance: in, addr: in.endpoint, q: iq.NewQuerier(app.Queries()), api: iq.NewServer(app.Queries(), iqCountsCodec())}
+		n := &iqNode{instance: in, addr: in.endpoint, q: iq.NewQuerier(app.Queries()), api: iq.NewServer(app.Queries(), iq.ServerConfig{}, iqCountsCodec())}
 		n.srv = &http.Server{Handler: n.api, ReadHeaderTimeout: 5 * time.Second}
 		go n.srv.Serve(ln)
 		nodes[i] = n

@@ -70,7 +70,7 @@ func startIQWindows(t *testing.T, c *cluster, name, dir string) *iqwNode {
 	require.NoError(t, err)
 	require.NoError(t, app.Start(ctx(t)))
 	n := &iqwNode{App: app, addr: ln.Addr().String()}
-	api := iq.NewServer(app.Queries(), iq.CodecFor(iqwStore, serde.String, serde.Int64, nil))
+	api := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor(iqwStore, serde.String, serde.Int64, nil))
 	n.srv = &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
 	go n.srv.Serve(ln)
 	t.Cleanup(func() {

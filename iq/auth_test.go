@@ -61,7 +61,7 @@ func secureCluster(t *testing.T, token string) ([]*httptest.Server, *x509.CertPo
 		var s *Server
 		hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.ServeHTTP(w, r) }))
 		b := newFakeBackend(hs.Listener.Addr().String(), map[string]int32{testStore: 1})
-		s = NewServerWithConfig(b, ServerConfig{
+		s = NewServer(b, ServerConfig{
 			TLS:        &tls.Config{Certificates: []tls.Certificate{cert}},
 			ForwardTLS: &tls.Config{RootCAs: pool},
 			Token:      token,

@@ -193,7 +193,7 @@ func newCluster(t testing.TB, n int, parts int32, cfg ServerConfig) *cluster {
 			in.srv.ServeHTTP(w, r)
 		}))
 		in.b = newFakeBackend(in.http.Listener.Addr().String(), map[string]int32{testStore: parts})
-		in.srv = NewServerWithConfig(in.b, cfg, countsCodec())
+		in.srv = NewServer(in.b, cfg, countsCodec())
 		c.ins = append(c.ins, in)
 	}
 	t.Cleanup(func() {

@@ -40,7 +40,7 @@ func observedCluster(t *testing.T) (*cluster, map[[2]int]*fakeReplica, []*observ
 		obs[i] = o
 		// No request has reached the servers yet, so they can be swapped.
 		in.srv.Close()
-		in.srv = NewServerWithConfig(in.b, ServerConfig{ForwardTimeout: time.Second, SuspectFor: time.Minute, Observe: o.add},
+		in.srv = NewServer(in.b, ServerConfig{ForwardTimeout: time.Second, SuspectFor: time.Minute, Observe: o.add},
 			countsCodec(), CodecFor("ints", serde.Int64, serde.Int64, nil))
 	}
 	return c, reps, obs
@@ -189,7 +189,7 @@ func TestObserveRequests(t *testing.T) {
 	for i, in := range c.ins {
 		obs[i] = &requests{}
 		in.srv.Close()
-		in.srv = NewServerWithConfig(in.b, ServerConfig{ForwardTimeout: time.Second, SuspectFor: time.Minute, ObserveRequest: obs[i].add},
+		in.srv = NewServer(in.b, ServerConfig{ForwardTimeout: time.Second, SuspectFor: time.Minute, ObserveRequest: obs[i].add},
 			countsCodec(), CodecFor("ints", serde.Int64, serde.Int64, nil))
 	}
 	k0 := keyIn(0, 3, "k")

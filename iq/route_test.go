@@ -465,7 +465,7 @@ func trickle(conn net.Conn, parts []string, pause time.Duration) *sync.WaitGroup
 func TestHTTPServerTimeouts(t *testing.T) {
 	noLeaks(t)
 	b, _ := oneInstance(t)
-	s := NewServerWithConfig(b, ServerConfig{ReadHeaderTimeout: 150 * time.Millisecond, ReadTimeout: 300 * time.Millisecond,
+	s := NewServer(b, ServerConfig{ReadHeaderTimeout: 150 * time.Millisecond, ReadTimeout: 300 * time.Millisecond,
 		WriteTimeout: time.Second, IdleTimeout: 300 * time.Millisecond}, countsCodec())
 	defer s.Close()
 	addr := serveWith(t, s)
@@ -473,7 +473,7 @@ func TestHTTPServerTimeouts(t *testing.T) {
 	require.Equal(t, "x:1", hs.Addr)
 	require.Equal(t, time.Second, hs.WriteTimeout)
 	require.NotNil(t, hs.Handler)
-	defaults := NewServer(b).HTTPServer("")
+	defaults := NewServer(b, ServerConfig{}).HTTPServer("")
 	require.Positive(t, defaults.ReadHeaderTimeout)
 	require.Positive(t, defaults.ReadTimeout)
 	require.Positive(t, defaults.WriteTimeout)

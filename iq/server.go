@@ -301,13 +301,8 @@ type Server struct {
 }
 
 // NewServer returns the HTTP API of the instance b describes, for the
-// stores named by codecs, with the default ServerConfig.
-func NewServer(b Backend, codecs ...StoreCodec) *Server {
-	return NewServerWithConfig(b, ServerConfig{}, codecs...)
-}
-
-// NewServerWithConfig is NewServer with explicit settings.
-func NewServerWithConfig(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Server {
+// stores named by codecs, tuned by cfg (ServerConfig{} for the defaults).
+func NewServer(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{
 		b:      b,

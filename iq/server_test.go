@@ -100,7 +100,7 @@ func TestServerErrors(t *testing.T) {
 	reps[0].put(t, keyIn(0, 4, "a"), 1)
 	reps[1].set(func(i *ReplicaInfo) { i.End = 30 })
 	intCodec := CodecFor("ints", serde.Int64, serde.Int64, nil)
-	srv := NewServer(b, countsCodec(), intCodec)
+	srv := NewServer(b, ServerConfig{}, countsCodec(), intCodec)
 	defer srv.Close()
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
@@ -168,7 +168,7 @@ func TestServerAnswersAndMetadata(t *testing.T) {
 	k0 := keyIn(0, 4, "a")
 	reps[0].put(t, k0, 42)
 	reps[1].set(func(i *ReplicaInfo) { i.End = 30; i.Restored = 12; i.CaughtUpAgo = 1500 * time.Millisecond })
-	srv := NewServer(b, countsCodec())
+	srv := NewServer(b, ServerConfig{}, countsCodec())
 	defer srv.Close()
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
@@ -627,7 +627,7 @@ func TestRangePartitionPanicFailsThatPartition(t *testing.T) {
 	b.replicas[StorePartition{testStore, 1}].store = panickyStore{statestore.NewMemory()}
 	b.setMeta(Metadata{Hosts: []HostMetadata{{Host: "self:1", Active: []StorePartition{{testStore, 0}, {testStore, 1}, {testStore, 2}}}},
 		Partitions: map[string]int32{testStore: 3}}, nil)
-	srv := NewServerWithConfig(b, ServerConfig{}, countsCodec())
+	srv := NewServer(b, ServerConfig{}, countsCodec())
 	defer srv.Close()
 	hs := httptest.NewServer(srv)
 	defer hs.Close()

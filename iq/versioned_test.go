@@ -28,7 +28,7 @@ func versionedCluster(t *testing.T) (*cluster, map[[2]int]*fakeReplica) {
 	for i, in := range c.ins {
 		in.b.partitions = map[string]int32{testStore: 2, verStore: 2}
 		in.b.layouts = map[string]StoreLayout{verStore: {Kind: KindVersioned, Versioned: verOpts}}
-		in.srv = NewServerWithConfig(in.b, ServerConfig{}, countsCodec(), CodecFor(verStore, serde.String, serde.Int64, nil))
+		in.srv = NewServer(in.b, ServerConfig{}, countsCodec(), CodecFor(verStore, serde.String, serde.Int64, nil))
 		t.Cleanup(in.srv.Close)
 		for _, p := range []struct {
 			part int

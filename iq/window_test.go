@@ -36,7 +36,7 @@ func windowCluster(t *testing.T, cfg ServerConfig) (*cluster, map[[2]int]map[str
 	for i, in := range c.ins {
 		in.b.partitions = map[string]int32{testStore: 3, winStore: 3, sessStore: 3}
 		in.b.layouts = map[string]StoreLayout{winStore: {Kind: KindWindow, Window: winOpts}, sessStore: {Kind: KindSession, Window: sessOpts}}
-		in.srv = NewServerWithConfig(in.b, cfg, countsCodec(), CodecFor(winStore, serde.String, serde.Int64, nil), CodecFor(sessStore, serde.String, serde.Int64, nil))
+		in.srv = NewServer(in.b, cfg, countsCodec(), CodecFor(winStore, serde.String, serde.Int64, nil), CodecFor(sessStore, serde.String, serde.Int64, nil))
 		t.Cleanup(in.srv.Close)
 		for _, p := range []struct {
 			part int

@@ -402,7 +402,7 @@ func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
 		require.NotContains(t, labels, part, "an unconfirmed active's lag is unknown")
 	}
 	health := httptest.NewRecorder()
-	iq.NewServer(a.Queries()).ServeHTTP(health, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	iq.NewServer(a.Queries(), iq.ServerConfig{}).ServeHTTP(health, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	require.Equal(t, http.StatusServiceUnavailable, health.Code, "healthz: %s", health.Body)
 	require.Contains(t, health.Body.String(), "unconfirmed")
 

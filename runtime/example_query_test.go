@@ -66,7 +66,7 @@ func Example_queries() {
 		log.Fatal(err)
 	}
 	defer app.Close(ctx)
-	srv := iq.NewServer(app.Queries(), iq.CodecFor("counts", serde.String, serde.Int64, nil)).HTTPServer("")
+	srv := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor("counts", serde.String, serde.Int64, nil)).HTTPServer("")
 	go srv.Serve(ln)
 	defer srv.Close()
 

@@ -31,7 +31,7 @@ func TestKeyValueAnswersCarryTimestamps(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, app.Start(ctx))
 	defer app.Close(ctx)
-	srv := httptest.NewServer(iq.NewServer(app.Queries(), iq.CodecFor("tbl", serde.String, serde.String, nil)))
+	srv := httptest.NewServer(iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor("tbl", serde.String, serde.String, nil)))
 	defer srv.Close()
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brk.Addrs()...), kgo.DefaultProduceTopic("in"))

@@ -64,7 +64,7 @@ func TestTasksEndpoint(t *testing.T) {
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
 		return out
 	}
-	got := tasks(iq.NewServer(app.Queries()))
+	got := tasks(iq.NewServer(app.Queries(), iq.ServerConfig{}))
 	require.Equal(t, "a:1", got.Instance)
 	require.Len(t, got.Tasks, 2)
 	var keys int64
@@ -98,7 +98,7 @@ func TestTasksEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	defer app2.Close(context.Background())
 	require.NoError(t, app2.Start(context.Background()))
-	srv2 := iq.NewServer(app2.Queries())
+	srv2 := iq.NewServer(app2.Queries(), iq.ServerConfig{})
 	waitFor(t, 30*time.Second, "an active and a standby on the second instance", func() bool {
 		got := tasks(srv2)
 		roles := map[string]string{}

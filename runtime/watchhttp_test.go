@@ -66,7 +66,7 @@ func TestWatchHTTPStream(t *testing.T) {
 	waitCounts(t, app, want)
 
 	const token = "s3cret"
-	api := iq.NewServerWithConfig(app.Queries(), iq.ServerConfig{Token: token}, iq.CodecFor("counts", serde.String, serde.Int64, nil))
+	api := iq.NewServer(app.Queries(), iq.ServerConfig{Token: token}, iq.CodecFor("counts", serde.String, serde.Int64, nil))
 	defer api.Close()
 	srv := httptest.NewTLSServer(api)
 	defer srv.Close()
@@ -169,7 +169,7 @@ func TestWatchRoutedAndClient(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
-		api := iq.NewServer(app.Queries(), iq.CodecFor("counts", serde.String, serde.Int64, nil))
+		api := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor("counts", serde.String, serde.Int64, nil))
 		srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		t.Cleanup(func() {

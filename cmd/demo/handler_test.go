@@ -14,7 +14,7 @@ import (
 // The instance's mux must not redirect a query path to its cleaned form
 // (another question); the query server refuses it instead.
 func TestInstanceHandlerLeavesQueryPathsUncleaned(t *testing.T) {
-	s := iq.NewServer(nil)
+	s := iq.NewServer(nil, iq.ServerConfig{})
 	t.Cleanup(s.Close)
 	in := &instance{iq: s, metrics: &instanceMetrics{reg: prometheus.NewRegistry()}}
 	h := in.handler()

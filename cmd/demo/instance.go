@@ -111,7 +111,7 @@ func ensureTopics(ctx context.Context, log *slog.Logger, brokers []string, opts 
 // every key query and every request to m.
 func countsServer(app *runtime.App, cfg iq.ServerConfig, m *instanceMetrics) *iq.Server {
 	cfg.Observe, cfg.ObserveRequest = m.observe, m.observeRequest
-	return iq.NewServerWithConfig(app.Queries(), cfg, iq.CodecFor(countsStore, serde.String, serde.Int64, nil),
+	return iq.NewServer(app.Queries(), cfg, iq.CodecFor(countsStore, serde.String, serde.Int64, nil),
 		iq.CodecFor(minuteStore, serde.String, serde.Int64, nil))
 }
 

@@ -166,7 +166,7 @@ func (c *avCluster) start(ctx context.Context, n *avNode) (*avNode, error) {
 		return nil, err
 	}
 	n.app, n.q = app, iq.NewQuerier(app.Queries())
-	n.api = iq.NewServer(app.Queries(), iq.CodecFor(avCounts, serde.String, serde.Int64, nil))
+	n.api = iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor(avCounts, serde.String, serde.Int64, nil))
 	n.srv = &http.Server{Handler: n.api, ReadHeaderTimeout: 5 * time.Second}
 	go n.srv.Serve(ln)
 	return n, nil
