@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -50,6 +51,25 @@ func TestNoInitFunctions(t *testing.T) {
 		for _, d := range f.Decls {
 			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == "init" {
 				t.Errorf("%s declares an init function", path)
+			}
+		}
+	})
+}
+
+// TestToolsUsePublicPackages holds the commands to the API users have: no
+// file under cmd/, tests included, imports a package under internal/, but
+// for the benchmarks that measure the changelog reader itself.
+func TestToolsUsePublicPackages(t *testing.T) {
+	allowed := map[string]string{"cmd/eddybench/restorereader.go": module + "internal/changelog"}
+	goFiles(t, "cmd", parser.ImportsOnly, func(path string, f *ast.File) {
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			rel, ok := strings.CutPrefix(p, module)
+			if !ok || !(strings.HasPrefix(rel, "internal/") || strings.Contains(rel, "/internal/")) {
+				continue
+			}
+			if allowed[path] != p {
+				t.Errorf("%s imports %s", path, p)
 			}
 		}
 	})

@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
-	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -137,7 +136,7 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 		"             (end-offset listing, fetches from the broker, store writes of ≤ %d records + position).\n"+
 		"  baseline = badger.Open with the options OpenBadger derives from DefaultBadgerOptions, then one\n"+
 		"             NewWriteBatch: Set every record (already in memory), Flush. Opening and closing are untimed.\n",
-		changelog.DefaultMaxBatchRecords)
+		readerBatchRecords)
 	rows := []row{ratioRow("(b) restore", "records/s", runs[0], runs[1], 0.8)}
 	if cfg.e2e {
 		fmt.Fprintf(cfg.out, "  App      = a fresh App restoring a wiped state dir, %d records over %d tasks, timed from\n"+
@@ -156,36 +155,6 @@ func restoreWithReader(ctx context.Context, addrs []string, dir string, want int
 	}
 	defer store.Close()
 	return restoreInto(ctx, addrs, restoreTopic, store, want, batch)
-}
-
-// restoreInto restores partition 0 of topic into store with a
-// changelog.Reader and returns how long that took.
-func restoreInto(ctx context.Context, addrs []string, topic string, store statestore.Store, want int64, batch int) (time.Duration, error) {
-	rd, err := changelog.NewReader(changelog.ReaderConfig{Seeds: addrs, MaxBatchRecords: batch})
-	if err != nil {
-		return 0, err
-	}
-	defer rd.Close()
-	start := time.Now()
-	if err := rd.Register(changelog.Partition{Topic: topic, Partition: 0, Store: store, Mode: changelog.Restore, Task: "bench"}); err != nil {
-		return 0, err
-	}
-	for {
-		done, err := rd.Poll(ctx)
-		for _, c := range done {
-			elapsed := time.Since(start)
-			if c.Err != nil {
-				return 0, c.Err
-			}
-			if c.Restored != want {
-				return 0, fmt.Errorf("restored %d records, want %d", c.Restored, want)
-			}
-			return elapsed, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-	}
 }
 
 // bareBadgerWrite writes entries into a new badger DB with one WriteBatch,
