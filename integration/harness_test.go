@@ -469,6 +469,15 @@ func (in *instance) waitAllTasksRunning(t *testing.T, n int, timeout time.Durati
 // sub-topologies with one task per partition each.
 func (c *cluster) allTasks() int { return 2 * int(c.partitions) }
 
+// droppedLate sums the late records the tasks of an instance dropped from
+// closed windows.
+func droppedLate(in interface{ Tasks() []runtime.TaskInfo }) (n int64) {
+	for _, t := range in.Tasks() {
+		n += t.DroppedLate
+	}
+	return n
+}
+
 // activeGet reads a key through the query path under the default bound, as
 // an application does, from the running active of its partition on q. A
 // replica of the partition here that is not its running active (restoring,

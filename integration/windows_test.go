@@ -257,14 +257,14 @@ func testWindowedWordCount(t *testing.T, kill bool) {
 	}
 	before := int64(0)
 	for _, app := range alive {
-		before += app.Stats().DroppedLateRecords
+		before += droppedLate(app)
 	}
 	c.produceSpread(t, lateRecs)
 	c.waitWindowsCaughtUp(t)
 	waitFor(t, settleTimeout, "late records counted", func() (bool, string) {
 		n := int64(0)
 		for _, app := range alive {
-			n += app.Stats().DroppedLateRecords
+			n += droppedLate(app)
 		}
 		// Each late word is dropped by both aggregations.
 		return n-before == int64(2*len(lateRecs)), fmt.Sprintf("dropped %d, want %d", n-before, 2*len(lateRecs))

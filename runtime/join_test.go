@@ -15,7 +15,7 @@ import (
 )
 
 // TestJoinDropsCounted checks that stream records a join drops for a null
-// key or value reach App.DroppedJoinRecords, TaskInfo.DroppedJoin and
+// key or value reach TaskInfo.DroppedJoin and
 // eddy_task_dropped_join_records_total, and that joinable records are not
 // counted.
 func TestJoinDropsCounted(t *testing.T) {
@@ -49,14 +49,14 @@ func TestJoinDropsCounted(t *testing.T) {
 		return len(out) > 0
 	})
 	require.Equal(t, "o1:alice", out[0])
-	require.Zero(t, app.Stats().DroppedJoinRecords, "joined records are not drops")
+	require.Zero(t, droppedJoin(app), "joined records are not drops")
 
 	require.NoError(t, cl.ProduceSync(ctx,
 		&kgo.Record{Topic: "orders", Key: []byte("c1")},             // null value
 		&kgo.Record{Topic: "orders", Value: []byte("o2")},           // null key
 		&kgo.Record{Topic: "orders", Key: []byte("c1"), Value: nil}, // null value
 	).FirstErr())
-	waitFor(t, 30*time.Second, "three dropped records", func() bool { return app.Stats().DroppedJoinRecords == 3 })
+	waitFor(t, 30*time.Second, "three dropped records", func() bool { return droppedJoin(app) == 3 })
 	var perTask int64
 	for _, ti := range app.Tasks() {
 		perTask += ti.DroppedJoin

@@ -3,10 +3,11 @@ package runtime
 import "time"
 
 // Stats counts what an instance did since it started that an operator or a
-// test may want to see without scraping Metrics: records it skipped or
-// dropped, the recoveries it went through, the state it restored. Every
-// figure is read when Stats is called; the struct is a snapshot and does
-// not change afterwards.
+// test may want to see without scraping Metrics: records it skipped, the
+// recoveries it went through, the state it restored. Every figure is read
+// when Stats is called; the struct is a snapshot and does not change
+// afterwards. What a task dropped is counted per task (TaskInfo.DroppedLate,
+// TaskInfo.DroppedJoin in App.Tasks).
 type Stats struct {
 	// Skipped counts the input records skipped because they could not be
 	// deserialized (with DeserializationLogAndSkip).
@@ -14,14 +15,6 @@ type Stats struct {
 	// ProcessingErrors counts the records skipped because a processor
 	// failed on them (ProcessingLogAndContinue).
 	ProcessingErrors int64
-	// DroppedLateRecords counts the late records the active tasks dropped
-	// from closed windows, summed over the tasks the instance holds now
-	// (each since the instance last opened it); see TaskInfo.DroppedLate.
-	DroppedLateRecords int64
-	// DroppedJoinRecords counts the stream records the active tasks dropped
-	// from stream-table joins for a null key or value, summed over the
-	// tasks the instance holds now; see TaskInfo.DroppedJoin.
-	DroppedJoinRecords int64
 
 	// ThreadsReplaced counts the stream threads ReplaceThread replaced.
 	ThreadsReplaced int64
@@ -74,9 +67,10 @@ type Stats struct {
 	GlobalFollowedRecords int64
 }
 
-// Stats returns the instance's counters as they are now.
+// Stats returns the instance's counters as they are now. It takes none of
+// the locks a change of State holds, so a StateListener may call it.
 func (a *App) Stats() Stats {
-	s := Stats{
+	return Stats{
 		Skipped:               a.skipped.Load(),
 		ProcessingErrors:      a.processingErrors.Load(),
 		ThreadsReplaced:       a.replaced.Load(),
@@ -90,9 +84,4 @@ func (a *App) Stats() Stats {
 		GlobalRestoreDuration: a.globalRestoreDuration(),
 		GlobalFollowedRecords: a.globalFollowedRecords(),
 	}
-	for _, ti := range a.Tasks() {
-		s.DroppedLateRecords += ti.DroppedLate
-		s.DroppedJoinRecords += ti.DroppedJoin
-	}
-	return s
 }

@@ -30,3 +30,19 @@ func TestStatsReportsEachCounter(t *testing.T) {
 	require.EqualValues(t, 4, s.Rejoins)
 	require.EqualValues(t, 5, app.Stats().Rejoins)
 }
+
+// droppedLate sums the late records a's tasks dropped from closed windows.
+func droppedLate(a *App) (n int64) {
+	for _, t := range a.Tasks() {
+		n += t.DroppedLate
+	}
+	return n
+}
+
+// droppedJoin sums the stream records a's tasks dropped from their joins.
+func droppedJoin(a *App) (n int64) {
+	for _, t := range a.Tasks() {
+		n += t.DroppedJoin
+	}
+	return n
+}

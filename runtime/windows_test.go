@@ -223,7 +223,7 @@ func TestEmitFinalRestoredFromChangelog(t *testing.T) {
 	produce("a", 900)   // late: the restored stream time is 1200
 	produce("c", 2_500) // closes [1000,2000)
 	waitFor(t, 30*time.Second, "b's window", func() bool { read(); return len(got) >= 2 })
-	waitFor(t, 30*time.Second, "the late record counted", func() bool { return a2.Stats().DroppedLateRecords == 1 })
+	waitFor(t, 30*time.Second, "the late record counted", func() bool { return droppedLate(a2) == 1 })
 	produce("d", 3_500) // closes [2000,3000), which holds c
 	waitFor(t, 30*time.Second, "c's window", func() bool { read(); return len(got) >= 3 })
 	read()

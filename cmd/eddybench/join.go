@@ -207,7 +207,7 @@ func jnRunJoin(ctx context.Context, cfg *config, adm *kadm.Client, addrs []strin
 		return 0, err
 	}
 	defer app.Close(context.Background())
-	if dropped := app.Stats().DroppedJoinRecords; dropped != 0 {
+	if dropped := droppedJoin(app); dropped != 0 {
 		return 0, fmt.Errorf("%d orders dropped by the join", dropped)
 	}
 	written, err := endOffsetSum(ctx, adm, out)
@@ -342,4 +342,13 @@ func jnRunCount(ctx context.Context, cfg *config, adm *kadm.Client, addrs []stri
 		}
 	}
 	return done.Sub(time.Unix(0, first.Load())), app.Close(ctx)
+}
+
+// droppedJoin sums the stream records the app's tasks dropped from their
+// joins for a null key or value.
+func droppedJoin(app *runtime.App) (n int64) {
+	for _, t := range app.Tasks() {
+		n += t.DroppedJoin
+	}
+	return n
 }
