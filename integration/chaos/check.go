@@ -340,6 +340,9 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 	}
 	r.compare("the stores (asked with staleness=active)", want, got, failed, bound, res)
 	r.traceLow(want, got, failed)
+	rereadCtx, cancelReread := context.WithTimeout(ctx, time.Minute)
+	r.checkReread(rereadCtx)
+	cancelReread()
 	outCtx, cancelOut := context.WithTimeout(ctx, time.Minute)
 	defer cancelOut()
 	out, err := latestCommitted(outCtx, r.c.addr, outputTopic, r.o.Partitions)

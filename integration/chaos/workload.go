@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -178,13 +179,16 @@ type committedWatcher struct {
 	// hist is every changelog record of each word as read, regressions
 	// included: what a final count below the input's is traced through.
 	hist map[string][]changelogRecord
+	// next is, per partition, the offset after the last record read.
+	next map[int32]int64
 }
 
 // changelogRecord is one changelog record of a word as the watcher read it.
 type changelogRecord struct {
-	at     time.Time
-	offset int64
-	value  int64
+	at        time.Time
+	partition int32
+	offset    int64
+	value     int64
 }
 
 func newCommittedWatcher(seeds string) (*committedWatcher, error) {
@@ -194,7 +198,7 @@ func newCommittedWatcher(seeds string) (*committedWatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &committedWatcher{cl: cl, seen: make(map[string]*timeline), hist: make(map[string][]changelogRecord)}, nil
+	return &committedWatcher{cl: cl, seen: make(map[string]*timeline), hist: make(map[string][]changelogRecord), next: make(map[int32]int64)}, nil
 }
 
 func (c *committedWatcher) run(ctx context.Context) {
@@ -203,13 +207,14 @@ func (c *committedWatcher) run(ctx context.Context) {
 		now := time.Now()
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
+			c.next[r.Partition] = r.Offset + 1
 			// The store keeps each count with its time.
 			cv, _ := statestore.SplitTimestamped(r.Value)
 			v, err := serde.Int64.Decode(cv)
 			if err != nil {
 				return
 			}
-			c.hist[string(r.Key)] = append(c.hist[string(r.Key)], changelogRecord{at: now, offset: r.Offset, value: v})
+			c.hist[string(r.Key)] = append(c.hist[string(r.Key)], changelogRecord{at: now, partition: r.Partition, offset: r.Offset, value: v})
 			tl := c.seen[string(r.Key)]
 			if tl == nil {
 				tl = &timeline{}
@@ -223,6 +228,36 @@ func (c *committedWatcher) run(ctx context.Context) {
 		})
 		c.mu.Unlock()
 	}
+}
+
+// readTo reports whether the watcher has read, in every partition, the
+// record at the given offset.
+func (c *committedWatcher) readTo(last map[int32]int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, o := range last {
+		if c.next[p] <= o {
+			return false
+		}
+	}
+	return true
+}
+
+// lastTo returns, per word, the last record the watcher read at or below
+// the given offset of its partition.
+func (c *committedWatcher) lastTo(last map[int32]int64) map[string]changelogRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]changelogRecord)
+	for w, h := range c.hist {
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].offset <= last[h[i].partition] {
+				out[w] = h[i]
+				break
+			}
+		}
+	}
+	return out
 }
 
 // committedBy returns the highest value of word seen by t.
@@ -395,4 +430,83 @@ func (g *groupWatcher) roleFalse(host string, partition int32, role string, from
 			first.epoch, partition, host, first.at.Format("15:04:05.000"), to.Format("15:04:05.000"))
 	}
 	return false, ""
+}
+
+// checkReread reads the counts changelog from its start, as a replica
+// rebuilt from nothing restores it, and compares each word's last value
+// with the last one the watcher read while the records were being
+// written. A difference is the log changing under its readers (a
+// compaction or a broker restart losing or reviving records), which every
+// store rebuilt afterwards inherits, and not an application's fault.
+func (r *run) checkReread(ctx context.Context) {
+	fresh, last, err := readFromStart(ctx, r.c.addr)
+	if err != nil {
+		r.finding("reading %s from its start: %v", changelog, err)
+		return
+	}
+	for !r.watch.readTo(last) {
+		if ctx.Err() != nil {
+			r.finding("the changelog watcher did not reach the offsets read from the start (%v)", last)
+			return
+		}
+		r.sleep(ctx, 100*time.Millisecond)
+	}
+	live := r.watch.lastTo(last)
+	var diffs []string
+	for _, w := range slices.Sorted(maps.Keys(live)) {
+		l := live[w]
+		if f, ok := fresh[w]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%q written %d at %d[%d], absent", w, l.value, l.partition, l.offset))
+		} else if f.value != l.value || f.offset != l.offset {
+			diffs = append(diffs, fmt.Sprintf("%q written %d at %d[%d], read %d at %d[%d]", w, l.value, l.partition, l.offset, f.value, f.partition, f.offset))
+		}
+	}
+	for _, w := range slices.Sorted(maps.Keys(fresh)) {
+		if _, ok := live[w]; !ok {
+			f := fresh[w]
+			diffs = append(diffs, fmt.Sprintf("%q never read as written, read %d at %d[%d]", w, f.value, f.partition, f.offset))
+		}
+	}
+	if len(diffs) > 0 {
+		r.finding("%d words of %s read from its start differ from the records read as they were written, e.g. %s",
+			len(diffs), changelog, strings.Join(diffs[:min(3, len(diffs))], "; "))
+	}
+}
+
+// readFromStart reads the counts changelog read-committed from its start
+// until it has been quiet for a few polls, and returns each word's last
+// record and each partition's last offset read.
+func readFromStart(ctx context.Context, seeds string) (map[string]changelogRecord, map[int32]int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds), kgo.ConsumeTopics(changelog),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cl.Close()
+	words := make(map[string]changelogRecord)
+	last := make(map[int32]int64)
+	for quiet := 0; quiet < 3; {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		n := 0
+		fs.EachRecord(func(rec *kgo.Record) {
+			n++
+			last[rec.Partition] = max(last[rec.Partition], rec.Offset)
+			cv, _ := statestore.SplitTimestamped(rec.Value)
+			if v, err := serde.Int64.Decode(cv); err == nil {
+				words[string(rec.Key)] = changelogRecord{partition: rec.Partition, offset: rec.Offset, value: v}
+			}
+		})
+		if n == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
+	return words, last, nil
 }
