@@ -60,6 +60,10 @@
 //     store restoring its changelog lost those keys' latest values). The
 //     broker compacts only at a moment no compacted partition has a
 //     transaction open (see logStarts.compact).
+//   - An idempotent producer's retry of a batch written just before a
+//     crash is not written again. kfake keeps producers' sequence
+//     numbers only across a Close; Kafka rebuilds them from the log.
+//     Start rebuilds them from the segment files (see seqwindows.go).
 //   - Compacted topics are not subject to retention. kfake applies the
 //     broker's default retention (7 days) to every topic, deleting records
 //     of compacted topics by their timestamps; Kafka applies retention only
@@ -381,7 +385,14 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	if cfg.DataDir != "" {
-		n, err := abortCrashedTxns(cfg.DataDir, opts, cfg.secureListener, internal)
+		n, err := rebuildSeqWindows(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("broker: rebuild producers' sequence numbers from the log: %w", err)
+		}
+		if n > 0 {
+			cfg.Logger.Info("rebuilt producers' sequence numbers from the log, as the broker stopped without closing", "windows", n)
+		}
+		n, err = abortCrashedTxns(cfg.DataDir, opts, cfg.secureListener, internal)
 		if err != nil {
 			return nil, fmt.Errorf("broker: abort transactions left open by a crash: %w", err)
 		}
