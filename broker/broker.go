@@ -59,7 +59,8 @@
 //     keys, and when it aborted, read_committed readers found neither (a
 //     store restoring its changelog lost those keys' latest values). The
 //     broker compacts only at a moment no compacted partition has a
-//     transaction open (see logStarts.compact).
+//     transaction open, and holds transactional writes from that check
+//     until kfake has compacted (see logStarts.compact).
 //   - An idempotent producer's retry of a batch written just before a
 //     crash is not written again. kfake keeps producers' sequence
 //     numbers only across a Close; Kafka rebuilds them from the log.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -61,6 +62,15 @@ type logStarts struct {
 	mu     sync.Mutex
 	topics map[string]*trackedTopic
 	byID   map[[16]byte]string
+
+	// holding is set while a compaction decides and runs: transactional
+	// produce requests are then refused with a retriable error
+	// (holdProduce), so that no transaction writes between the check that
+	// none is open and the compaction. refused counts them, for tests.
+	holding atomic.Bool
+	refused atomic.Int64
+	// beforeCompact, if set, runs just before kfake compacts (tests).
+	beforeCompact func()
 }
 
 // trackedTopic is a compacted topic whose partitions' log starts are kept.
@@ -129,6 +139,13 @@ func newLogStarts(c *kfake.Cluster, clientOpts []kgo.Opt, dataDir string, logger
 		ls.fetch(r.(*kmsg.FetchRequest))
 		return nil, nil, false
 	})
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if resp := ls.holdProduce(r.(*kmsg.ProduceRequest)); resp != nil {
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
 	c.ControlKey(int16(kmsg.DeleteRecords), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		ls.deleteRecords(r.(*kmsg.DeleteRecordsRequest))
@@ -188,6 +205,13 @@ func (ls *logStarts) compact(ctx context.Context) error {
 	if !ls.awaitStable(ctx, names) {
 		return nil
 	}
+	// From here until kfake has compacted, no transaction writes (see
+	// holdProduce): one opened after the check below could otherwise
+	// write batches before its partition's last, which kfake would clean,
+	// and if it then aborted, a read-committed reader would find neither
+	// its records nor the committed ones they superseded.
+	ls.holding.Store(true)
+	defer ls.holding.Store(false)
 
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -224,6 +248,9 @@ func (ls *logStarts) compact(ctx context.Context) error {
 	// Checked again just before: what a transaction opened since is at
 	// the end of its partition, in the last batch, which kfake keeps.
 	if !ls.openTransaction(names) {
+		if ls.beforeCompact != nil {
+			ls.beforeCompact()
+		}
 		ls.cluster.Compact()
 	}
 
@@ -240,6 +267,32 @@ func (ls *logStarts) compact(ctx context.Context) error {
 // stableWait bounds how long a compaction waits for a moment with no
 // transaction open on a compacted partition.
 const stableWait = time.Second
+
+// holdProduce answers a transactional produce request with a retriable
+// error while a compaction holds writes, and returns nil otherwise: only
+// a transaction can abort, so only its batches must not be cleaned before
+// it ends. REQUEST_TIMED_OUT has the producer send the same batch again
+// after its retry backoff, where other retriable errors would have it wait
+// for a metadata refresh first. It runs on kfake's request loop, so it
+// takes no lock.
+func (ls *logStarts) holdProduce(req *kmsg.ProduceRequest) kmsg.Response {
+	if !ls.holding.Load() || req.TransactionID == nil {
+		return nil
+	}
+	ls.refused.Add(1)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
+		for _, p := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, kerr.RequestTimedOut.Code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
 
 // awaitStable waits, at most stableWait, until no compacted partition among
 // the named topics has a transaction open, and reports whether that came.
