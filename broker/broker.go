@@ -102,6 +102,16 @@
 //     segments, each up to the first unstable offset (segment.ms 7 days,
 //     segment.bytes 1 GiB) past min.cleanable.dirty.ratio, so superseded
 //     records stay readable far longer on a real cluster.
+//   - A broker restarted after a kill has no group members. kfake keeps
+//     members only across a Close, so the first member to rejoin forms a
+//     new generation alone and may be given partitions that members still
+//     within their session held; Kafka reloads a group with its members
+//     and drops each a session timeout after the load. Eddy's
+//     at-least-once threads fail what they hold once they learn they left
+//     the group (see runtime), which covers most of the gap, not all.
+//   - Transactional writes wait out each compaction run: they are answered
+//     REQUEST_TIMED_OUT from the check that no transaction is open until
+//     kfake has compacted, and producers retry after their backoff.
 //   - Tombstones expire by their timestamp. A tombstone whose timestamp is
 //     older than delete.retention.ms (1 day) goes at the next compaction;
 //     Kafka keeps every tombstone for delete.retention.ms after the cleaner
