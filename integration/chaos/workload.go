@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -194,7 +195,7 @@ type changelogRecord struct {
 func newCommittedWatcher(seeds string) (*committedWatcher, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds), kgo.ConsumeTopics(changelog),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(100*time.Millisecond), kgo.MetadataMinAge(250*time.Millisecond))
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(100*time.Millisecond), kgo.MetadataMinAge(250*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +209,9 @@ func (c *committedWatcher) run(ctx context.Context) {
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
 			c.next[r.Partition] = r.Offset + 1
+			if r.Attrs.IsControl() {
+				return // kept to know how far the partition was read
+			}
 			// The store keeps each count with its time.
 			cv, _ := statestore.SplitTimestamped(r.Value)
 			v, err := serde.Int64.Decode(cv)
@@ -432,21 +436,31 @@ func (g *groupWatcher) roleFalse(host string, partition int32, role string, from
 	return false, ""
 }
 
-// checkReread reads the counts changelog from its start, as a replica
-// rebuilt from nothing restores it, and compares each word's last value
-// with the last one the watcher read while the records were being
-// written. A difference is the log changing under its readers (a
-// compaction or a broker restart losing or reviving records), which every
-// store rebuilt afterwards inherits, and not an application's fault.
-func (r *run) checkReread(ctx context.Context) {
-	fresh, last, err := readFromStart(ctx, r.c.addr)
+// checkReread reads the counts changelog from its start up to its
+// committed end, as a replica rebuilt from nothing restores it, and
+// compares each word's last value there with the last one the watcher
+// read, up to the same offset, while the records were being written. A
+// difference is the log changing under its readers (a compaction or a
+// broker restart losing or reviving records), which every store rebuilt
+// from it inherits, and not an application's fault. Run while the
+// schedule goes on, it catches a loss that later writes of the same words
+// would hide from a check at the end.
+//
+// Only the final check (final) reports failing to read: while faults go on
+// the broker may be down, and a check that cannot finish is skipped.
+func (r *run) checkReread(ctx context.Context, final bool) {
+	fresh, last, err := readFromStart(ctx, r.c.addr, r.adm)
 	if err != nil {
-		r.finding("reading %s from its start: %v", changelog, err)
+		if final {
+			r.finding("reading %s from its start: %v", changelog, err)
+		}
 		return
 	}
 	for !r.watch.readTo(last) {
 		if ctx.Err() != nil {
-			r.finding("the changelog watcher did not reach the offsets read from the start (%v)", last)
+			if final {
+				r.finding("the changelog watcher did not reach the offsets read from the start (%v)", last)
+			}
 			return
 		}
 		r.sleep(ctx, 100*time.Millisecond)
@@ -467,46 +481,76 @@ func (r *run) checkReread(ctx context.Context) {
 			diffs = append(diffs, fmt.Sprintf("%q never read as written, read %d at %d[%d]", w, f.value, f.partition, f.offset))
 		}
 	}
+	r.mu.Lock()
+	r.rereads++
+	r.mu.Unlock()
 	if len(diffs) > 0 {
-		r.finding("%d words of %s read from its start differ from the records read as they were written, e.g. %s",
-			len(diffs), changelog, strings.Join(diffs[:min(3, len(diffs))], "; "))
+		r.finding("%d words of %s read from its start to offsets %v differ from the records read as they were written, e.g. %s",
+			len(diffs), changelog, last, strings.Join(diffs[:min(3, len(diffs))], "; "))
+	}
+}
+
+// rereadEvery runs checkReread every period until ctx ends, each given
+// at most a period.
+func (r *run) rereadEvery(ctx context.Context, period time.Duration) {
+	for {
+		r.sleep(ctx, period)
+		if ctx.Err() != nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, period)
+		r.checkReread(cctx, false)
+		cancel()
 	}
 }
 
 // readFromStart reads the counts changelog read-committed from its start
-// until it has been quiet for a few polls, and returns each word's last
-// record and each partition's last offset read.
-func readFromStart(ctx context.Context, seeds string) (map[string]changelogRecord, map[int32]int64, error) {
+// to its committed end as listed first, and returns each word's last
+// record and the offset each partition was read to. Transaction markers
+// are kept, so that a partition is known to be read to its end even when
+// its last records are markers.
+func readFromStart(ctx context.Context, seeds string, adm *kadm.Client) (map[string]changelogRecord, map[int32]int64, error) {
+	ends, err := adm.ListCommittedOffsets(ctx, changelog)
+	if err != nil {
+		return nil, nil, err
+	}
+	until := make(map[int32]int64)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			until[o.Partition] = o.Offset - 1
+		}
+	})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds), kgo.ConsumeTopics(changelog),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(200*time.Millisecond))
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		return nil, nil, err
 	}
 	defer cl.Close()
 	words := make(map[string]changelogRecord)
 	last := make(map[int32]int64)
-	for quiet := 0; quiet < 3; {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
+	for done := 0; done < len(until); {
+		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		n := 0
 		fs.EachRecord(func(rec *kgo.Record) {
-			n++
-			last[rec.Partition] = max(last[rec.Partition], rec.Offset)
+			end, ok := until[rec.Partition]
+			if !ok || rec.Offset > end {
+				return
+			}
+			last[rec.Partition] = rec.Offset
+			if rec.Offset == end {
+				done++
+			}
+			if rec.Attrs.IsControl() {
+				return
+			}
 			cv, _ := statestore.SplitTimestamped(rec.Value)
 			if v, err := serde.Int64.Decode(cv); err == nil {
 				words[string(rec.Key)] = changelogRecord{partition: rec.Partition, offset: rec.Offset, value: v}
 			}
 		})
-		if n == 0 {
-			quiet++
-		} else {
-			quiet = 0
-		}
 	}
 	return words, last, nil
 }
