@@ -61,6 +61,12 @@
 //     broker compacts only at a moment no compacted partition has a
 //     transaction open, and holds transactional writes from that check
 //     until kfake has compacted (see logStarts.compact).
+//   - Compaction keeps what aborted transactions mean. kfake drops a
+//     producer's ABORT markers once none of its data survives, but goes
+//     on listing the aborted transaction to read-committed fetches, and a
+//     reader then drops that producer's later, committed, batches until a
+//     marker it never meets. The broker writes such a marker again after
+//     each run (see abortmarks.go).
 //   - An idempotent producer's retry of a batch written just before a
 //     crash is not written again. kfake keeps producers' sequence
 //     numbers only across a Close; Kafka rebuilds them from the log.

@@ -79,3 +79,49 @@ func TestCompactionHoldsWritesUntilDone(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"k": "committed", "last": "y"}, got)
 }
+
+// TestCompactionKeepsCommittedAfterAnAbortWhoseMarkerWasCleaned: a
+// producer aborts a transaction, another producer's records supersede
+// all of its data, compaction runs, and the first producer commits again.
+// A read-committed reader from the start must see that last commit: kfake
+// drops the ABORT marker and keeps the aborted transaction listed, and a
+// reader drops the producer's batches until it meets a marker.
+func TestCompactionKeepsCommittedAfterAnAbortWhoseMarkerWasCleaned(t *testing.T) {
+	b := start(t, Config{Partitions: 1})
+	ctx := testCtx(t)
+	adm := kadm.NewClient(newClient(t, b))
+	compact := "compact"
+	_, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, "changelog")
+	require.NoError(t, err)
+	txn := func(id string) *kgo.Client {
+		return newClient(t, b, kgo.TransactionalID(id), kgo.DefaultProduceTopic("changelog"), kgo.TransactionTimeout(time.Minute))
+	}
+	write := func(cl *kgo.Client, commit bool, kvs ...string) {
+		t.Helper()
+		require.NoError(t, cl.BeginTransaction())
+		for i := 0; i < len(kvs); i += 2 {
+			require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Key: []byte(kvs[i]), Value: []byte(kvs[i+1])}).FirstErr())
+		}
+		require.NoError(t, cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)))
+	}
+	x, y := txn("x"), txn("y")
+	// Never superseded: the log start stays before x's transactions.
+	write(y, true, "keep", "-")
+	write(x, true, "k", "1")
+	write(x, false, "k", "aborted")
+	write(y, true, "k", "2")
+	write(y, true, "pad", "-")
+	b.Compact()
+	write(x, true, "k", "3")
+	write(y, true, "last", "-")
+
+	cl := newClient(t, b, kgo.ConsumeTopics("changelog"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	got := map[string]string{}
+	for got["last"] == "" {
+		fs := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "read so far: %v", got)
+		fs.EachRecord(func(r *kgo.Record) { got[string(r.Key)] = string(r.Value) })
+	}
+	require.Equal(t, "3", got["k"], "the last committed value of k, read committed from the start")
+}

@@ -49,6 +49,7 @@ import (
 type logStarts struct {
 	cluster *kfake.Cluster
 	cl      *kgo.Client // lists topics for compaction; never used under mu
+	opts    []kgo.Opt   // the broker's own client options, for abortMarkers
 	path    string      // the persisted state; empty without a data dir
 	logger  *slog.Logger
 
@@ -116,6 +117,7 @@ func newLogStarts(c *kfake.Cluster, clientOpts []kgo.Opt, dataDir string, logger
 	ls := &logStarts{
 		cluster: c,
 		cl:      cl,
+		opts:    clientOpts,
 		logger:  logger,
 		topics:  make(map[string]*trackedTopic),
 		byID:    make(map[[16]byte]string),
@@ -212,7 +214,30 @@ func (ls *logStarts) compact(ctx context.Context) error {
 	// its records nor the committed ones they superseded.
 	ls.holding.Store(true)
 	defer ls.holding.Store(false)
+	// Read with no lock held: the reads pass through ls.fetch, which
+	// takes mu.
+	before, err := ls.abortMarkers(ctx, names)
+	if err != nil {
+		return fmt.Errorf("broker: listing ABORT markers before compacting: %w", err)
+	}
+	compacted, err := ls.compactLocked(names)
+	if err != nil || !compacted {
+		return err
+	}
+	after, err := ls.abortMarkers(ctx, names)
+	if err != nil {
+		return fmt.Errorf("broker: listing ABORT markers after compacting: %w", err)
+	}
+	n, err := ls.keepAbortMarkers(ctx, before, after)
+	if n > 0 {
+		ls.logger.Debug("wrote again the ABORT markers compaction removed", "markers", n)
+	}
+	return err
+}
 
+// compactLocked compacts, unless a transaction has opened, and keeps the
+// Kafka-like log starts; it reports whether it compacted.
+func (ls *logStarts) compactLocked(names []string) (bool, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	compacted := make(map[string]*kfake.TopicInfo)
@@ -245,14 +270,15 @@ func (ls *logStarts) compact(ctx context.Context) error {
 	}
 	ls.reindexLocked()
 
-	// Checked again just before: what a transaction opened since is at
-	// the end of its partition, in the last batch, which kfake keeps.
-	if !ls.openTransaction(names) {
-		if ls.beforeCompact != nil {
-			ls.beforeCompact()
-		}
-		ls.cluster.Compact()
+	// Checked again just before: a transaction that wrote since the
+	// first check, before writes were held, is open.
+	if ls.openTransaction(names) {
+		return false, nil
 	}
+	if ls.beforeCompact != nil {
+		ls.beforeCompact()
+	}
+	ls.cluster.Compact()
 
 	for name, tt := range ls.topics {
 		for _, pi := range ls.cluster.PartitionInfos(name) {
@@ -261,7 +287,7 @@ func (ls *logStarts) compact(ctx context.Context) error {
 			}
 		}
 	}
-	return ls.saveLocked()
+	return true, ls.saveLocked()
 }
 
 // stableWait bounds how long a compaction waits for a moment with no
