@@ -344,9 +344,11 @@ func (th *thread) sendContext() context.Context {
 }
 
 // sessionLost reports whether err is a record failed because the member's
-// session may have expired (sessionBound, abortIfSessionGone).
+// session may have expired (sessionBound, abortIfSessionGone), or because
+// its connection was lost or reset (lostBroker): either way the
+// uncommitted work is doomed, and the failed commit has the thread rejoin.
 func sessionLost(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrAborting)
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrAborting) || lostBroker(err)
 }
 
 // doomedByProduce reports whether a produce failure dooms the thread's
