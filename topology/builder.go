@@ -226,6 +226,11 @@ type record struct {
 	// old is, on a table update from a node whose sendOld is set, the
 	// value the table held for the key before it; nil elsewhere.
 	old *prior
+	// notLatest marks a table update that is not its key's latest value:
+	// an out-of-order update of a versioned table, which went into the
+	// key's history only (KIP-914). Operators that keep a latest-only
+	// result (table joins, re-grouping) drop it; the others pass it on.
+	notLatest bool
 }
 
 // prior is a table's value for a key before an update: null when the

@@ -151,9 +151,9 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 			}
 		}
 	}
-	store, ks := o.store, t.keySerde
+	store, ks, fromVersioned := o.store, t.keySerde, t.asOf != nil
 	n.newProc = func() (procImpl, error) {
-		return &derivedTableProc[K, V, V2]{store: store, keySerde: ks, valueSerde: vs, fn: fn}, nil
+		return &derivedTableProc[K, V, V2]{store: store, keySerde: ks, valueSerde: vs, fn: fn, fromVersioned: fromVersioned}, nil
 	}
 	return out
 }
@@ -167,6 +167,9 @@ type derivedTableProc[K, V, V2 any] struct {
 	fn         func(K, V) (V2, bool)
 	kv         *KeyValueStore[K, V2]
 	updates    tableUpdates
+	// fromVersioned: the parent is a versioned table, or derives from one
+	// without a store, and so forwards out-of-order updates too.
+	fromVersioned bool
 }
 
 func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
@@ -186,7 +189,7 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	out := record{key: r.key, value: zero[V2](), valueNull: true, ts: r.ts, headers: r.headers}
+	out := record{key: r.key, value: zero[V2](), valueNull: true, ts: r.ts, headers: r.headers, notLatest: r.notLatest}
 	if !r.valueNull {
 		if v, ok := p.fn(k, as[V](r.value)); ok {
 			out.value, out.valueNull = v, false
@@ -210,6 +213,18 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 	kb, err := p.kv.encodeKey(k)
 	if err != nil {
 		return err
+	}
+	if p.fromVersioned {
+		// A plain store keeps the last update it was given, out of order
+		// or not, as Kafka Streams' does: the update becomes this table's
+		// latest, and the old value is what the store held, which an
+		// earlier out-of-order update may have replaced.
+		out.notLatest = false
+		if c.node.sendOld {
+			if out.old, err = p.kv.prior(kb); err != nil {
+				return err
+			}
+		}
 	}
 	if out.valueNull {
 		err = p.kv.rw.Delete(kb)

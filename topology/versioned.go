@@ -18,10 +18,17 @@ import (
 // over the last history (statestore.VersionedStore), so that interactive
 // queries can ask for a value as of a time, and a stream joined with the
 // table (Join, LeftJoin) meets the value its key had at each record's
-// timestamp. An update older than the key's latest (out of order) goes
-// into the history without being forwarded downstream, and one older than
-// the table's stream time minus history is dropped. Other operations
-// ignore it.
+// timestamp. As in Kafka Streams (KIP-914), an update older than the
+// key's latest (out of order) goes into the history and is forwarded
+// marked as not the latest: table joins (JoinTables and the others,
+// JoinByForeignKey on either side) and GroupTableBy drop it, while
+// ToStream, Filter, FilterNot and MapTableValues pass it on (a derived
+// table materialized in a plain store takes it as its latest, as Kafka
+// Streams' does). An update older than the table's stream time minus
+// history is dropped. A versioned table, and one derived from it without
+// Materialized, cannot be suppressed. Its updates are forwarded as they
+// are applied, never held by the record cache: Kafka Streams does not
+// cache versioned stores.
 func Versioned(history time.Duration) Option {
 	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
 }
@@ -183,8 +190,10 @@ func (t KTable[K, V]) latestValues(open func(string) (statestore.ReadWriter, err
 
 // processVersioned applies one record of a versioned table: a version of
 // its key at the record's time (a tombstone for a null value), forwarded
-// only when it becomes the key's latest, as Kafka Streams' table sources
-// over versioned stores do.
+// at once unless it was too late to be put, marked notLatest when it
+// went into the key's history, as Kafka Streams' table sources over
+// versioned stores do. The old value sent with it is the key's latest
+// before the put, which an out-of-order put leaves as it was.
 func (p *tableProc[K, V]) processVersioned(c *nodeInstance, kb []byte, r record) error {
 	var old *prior
 	if c.node.sendOld {
@@ -208,11 +217,14 @@ func (p *tableProc[K, V]) processVersioned(c *nodeInstance, kb []byte, r record)
 		}
 	}
 	validTo, put, err := p.versions.Put(kb, vb, r.ts.UnixMilli())
-	if err != nil || !put || validTo != statestore.OpenEnded {
+	if err != nil || !put {
 		return err
 	}
-	r.old = old
-	return p.updates.emit(c, kb, r)
+	r.old, r.notLatest = old, validTo != statestore.OpenEnded
+	// Not held for the task's flush: a held update is replaced by the
+	// key's next one, which an update of the history must not replace
+	// nor be replaced by.
+	return c.forward(r)
 }
 
 // joinBuffer is a stream-table join's grace period (JoinGrace) and the

@@ -68,3 +68,23 @@ func TestJoinGraceChecks(t *testing.T) {
 		{Name: "j-buffer", Persistent: true, Logged: true},
 	}, stores)
 }
+
+// A versioned table forwards out-of-order updates, which a suppression
+// cannot hold as latest values: Kafka Streams refuses it, and so does
+// the Builder, for the table and what derives from it without a store.
+func TestSuppressRefusesVersionedTables(t *testing.T) {
+	build := func(versioned bool, opts ...Option) error {
+		b := NewBuilder()
+		var topt Option
+		if versioned {
+			topt = Versioned(time.Minute)
+		}
+		tbl := Table(b, "in", serde.String, serde.String, "in-store", topt).Filter(func(string, string) bool { return true }, opts...)
+		tbl.Suppress(UntilTimeLimit(time.Second, Unbounded()), "held").ToStream().To("out", serde.String, serde.String)
+		_, err := b.Build()
+		return err
+	}
+	require.NoError(t, build(false))
+	require.ErrorContains(t, build(true), "versioned table, or one derived from it without Materialized, cannot be suppressed")
+	require.NoError(t, build(true, Materialized("filtered")), "a store of its own keeps no history")
+}
