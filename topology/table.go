@@ -444,6 +444,10 @@ type tableProc[K, V any] struct {
 	versioned bool
 	history   int64
 	versions  *statestore.VersionedStore
+	// layoutChecked: the store was found in the layout the table reads
+	// (checkLayout). Until it is, every record checks again, so that a
+	// processing error handler that skips records cannot get past it.
+	layoutChecked bool
 }
 
 func (p *tableProc[K, V]) init(c *nodeInstance) error {
@@ -459,6 +463,11 @@ func (p *tableProc[K, V]) init(c *nodeInstance) error {
 }
 
 func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
+	if !p.layoutChecked {
+		if err := p.checkLayout(p.kv.rw); err != nil {
+			return err
+		}
+	}
 	if r.keyNull {
 		return nil
 	}

@@ -33,6 +33,49 @@ func Versioned(history time.Duration) Option {
 	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
 }
 
+// StoreLayoutError is the error a table's first record meets when its
+// store was written in the other layout: as a plain key-value store for a
+// table now read with Versioned, or the reverse. Either layout read as the
+// other would be misread, and the store's changelog holds the same
+// layout, so the store must be rebuilt from the table's topic: reset the
+// application (runtime.Reset) and start it again. The runtime stops the
+// stream thread on it, whatever its processing error handling.
+type StoreLayoutError struct {
+	Store string
+	// Versioned is true when the table is read with Versioned and the
+	// store was written plain.
+	Versioned bool
+	Err       error
+}
+
+func (e *StoreLayoutError) Error() string {
+	was, now := "a versioned store", "plain (without Versioned)"
+	if e.Versioned {
+		was, now = "a plain key-value store", "Versioned"
+	}
+	return fmt.Sprintf("topology: store %q was written as %s but its table is now read %s (%v): reset the application so that the store and its changelog are rebuilt from the table's topic, or go back to the store's layout", e.Store, was, now, e.Err)
+}
+
+func (e *StoreLayoutError) Unwrap() error { return e.Err }
+
+// checkLayout is a table's check, before its first record, that its store
+// holds the layout it is read with. It runs on the first record rather
+// than at init, since a store is restored from its changelog after init.
+func (p *tableProc[K, V]) checkLayout(rw statestore.ReadWriter) error {
+	check := statestore.CheckPlainLayout
+	if p.versioned {
+		check = statestore.CheckVersionedLayout
+	}
+	if err := check(rw); err != nil {
+		if errors.Is(err, statestore.ErrLayoutMismatch) {
+			return &StoreLayoutError{Store: p.store, Versioned: p.versioned, Err: err}
+		}
+		return err
+	}
+	p.layoutChecked = true
+	return nil
+}
+
 // versionedStoreInfo declares the store of a versioned table.
 func (b *Builder) versionedStoreInfo(name string, o options) StoreInfo {
 	if o.history < 0 {
