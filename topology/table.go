@@ -422,9 +422,11 @@ func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSer
 	}, src)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	info := b.tableStoreInfo(store, o)
+	var info StoreInfo
 	if o.versioned {
 		info = b.versionedStoreInfo(store, o)
+	} else {
+		info = b.tableStoreInfo(store, o)
 	}
 	b.declareStore(info, n.label())
 	out := KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: info.Retention}

@@ -13,8 +13,9 @@ import (
 	"github.com/eddystreams/eddy/statestore"
 )
 
-// Versioned materializes a table read with Table in a versioned store
-// (KIP-889): besides each key's latest value it keeps the values it had
+// Versioned materializes a table read with Table, or one derived with
+// Filter, FilterNot or MapTableValues given Materialized, in a versioned
+// store (KIP-889): besides each key's latest value it keeps the values it had
 // over the last history (statestore.VersionedStore), so that interactive
 // queries can ask for a value as of a time, and a stream joined with the
 // table (Join, LeftJoin) meets the value its key had at each record's
@@ -28,7 +29,8 @@ import (
 // history is dropped. A versioned table, and one derived from it without
 // Materialized, cannot be suppressed. Its updates are forwarded as they
 // are applied, never held by the record cache: Kafka Streams does not
-// cache versioned stores.
+// cache versioned stores. Aggregations and table joins refuse it: as
+// Kafka Streams documents, their results keep no version history.
 func Versioned(history time.Duration) Option {
 	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
 }

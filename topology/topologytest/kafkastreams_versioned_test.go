@@ -158,6 +158,22 @@ func versionedRegroupedCount(materialized bool) func(b *topology.Builder) {
 	}
 }
 
+// derivedVersioned builds a plain table of "in" mapped to upper case
+// into a store "m" materialized Versioned (5 ms of history), into "out"
+// as a stream, or grouped by value and counted when count is set.
+func derivedVersioned(count bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		t := topology.MapTableValues(topology.Table(b, "in", serde.String, serde.String, "in-store"), func(_, v string) string { return strings.ToUpper(v) },
+			topology.Materialized("m"), topology.TableValueSerde(serde.String), topology.Versioned(5*time.Millisecond))
+		if !count {
+			t.ToStream().To("out", serde.String, serde.String)
+			return
+		}
+		topology.GroupTableBy(t, func(_, v string) (string, string) { return v, v }, "", serde.String, serde.String).
+			Count("count").ToStream().To("out", serde.String, serde.Int64)
+	}
+}
+
 var ksVersioned = []ksScenario{
 	{
 		name:  "StreamTableJoinIntegrationTest.testInnerWithVersionedStore",
@@ -370,6 +386,29 @@ var ksVersioned = []ksScenario{
 		steps: []ksStep{
 			step(out("green 1 @10"), in("A", "green", 10)),
 			step(nil, in("A", "blue", 5)),
+		},
+	},
+	{
+		// KTableMapValues materialized in a versioned store: its put
+		// decides, as a source's does, whether an update is forwarded and
+		// whether it is the latest, whatever the parent's order.
+		name:  "KTableMapValues (versioned store): out-of-order updates forwarded, too-late ones not",
+		build: derivedVersioned(false),
+		steps: []ksStep{
+			step(out("A A @10"), in("A", "a", 10)),
+			step(out("A B @7"), in("A", "b", 7)),
+			step(nil, in("A", "c", 2)),
+			step(out("A D @12"), in("A", "d", 12)),
+		},
+	},
+	{
+		name:  "KTableMapValues (versioned store), KTableRepartitionMap: out-of-order updates dropped",
+		build: derivedVersioned(true),
+		value: longValue,
+		steps: []ksStep{
+			step(out("GREEN 1 @10"), in("A", "green", 10)),
+			step(nil, in("A", "blue", 7)),
+			step(out("GREEN 0 @12", "RED 1 @12"), in("A", "red", 12)),
 		},
 	},
 }
