@@ -30,7 +30,8 @@ import (
 // Materialized, cannot be suppressed. Its updates are forwarded as they
 // are applied, never held by the record cache: Kafka Streams does not
 // cache versioned stores. Aggregations and table joins refuse it: as
-// Kafka Streams documents, their results keep no version history.
+// Kafka Streams documents, their results keep no version history. So do
+// global tables, as in Kafka Streams.
 func Versioned(history time.Duration) Option {
 	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
 }

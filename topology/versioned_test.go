@@ -133,3 +133,13 @@ func TestVersionedDerivedTables(t *testing.T) {
 	})
 	require.ErrorContains(t, err, `store "c": Versioned applies`)
 }
+
+// As in Kafka Streams' StreamsBuilderTest
+// shouldThrowOnVersionedStoreSupplierForGlobalTable, a global table
+// cannot be versioned.
+func TestGlobalTableRefusesVersioned(t *testing.T) {
+	b := NewBuilder()
+	GlobalTable(b, "g", serde.String, serde.String, "g-store", Versioned(time.Minute))
+	_, err := b.Build()
+	require.ErrorContains(t, err, "a global table cannot be Versioned")
+}
