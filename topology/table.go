@@ -418,7 +418,8 @@ func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSer
 	}
 	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, srcOpts)
 	n := b.addProcessor("table", o, func() procImpl {
-		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: o.history}
+		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: o.history,
+			layout: layoutCheck{store: store, versioned: o.versioned}}
 	}, src)
 	n.stores = []string{store}
 	n.olds = ownOldValues
@@ -446,10 +447,7 @@ type tableProc[K, V any] struct {
 	versioned bool
 	history   int64
 	versions  *statestore.VersionedStore
-	// layoutChecked: the store was found in the layout the table reads
-	// (checkLayout). Until it is, every record checks again, so that a
-	// processing error handler that skips records cannot get past it.
-	layoutChecked bool
+	layout    layoutCheck
 }
 
 func (p *tableProc[K, V]) init(c *nodeInstance) error {
@@ -465,10 +463,8 @@ func (p *tableProc[K, V]) init(c *nodeInstance) error {
 }
 
 func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
-	if !p.layoutChecked {
-		if err := p.checkLayout(p.kv.rw); err != nil {
-			return err
-		}
+	if err := p.layout.check(p.kv.rw); err != nil {
+		return err
 	}
 	if r.keyNull {
 		return nil

@@ -169,7 +169,7 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 	versioned, history := out.versioned, out.history
 	n.newProc = func() (procImpl, error) {
 		return &derivedTableProc[K, V, V2]{store: store, keySerde: ks, valueSerde: vs, fn: fn, fromVersioned: fromVersioned,
-			versioned: versioned, history: history}, nil
+			versioned: versioned, history: history, layout: layoutCheck{store: store, versioned: versioned}}, nil
 	}
 	return out
 }
@@ -191,6 +191,7 @@ type derivedTableProc[K, V, V2 any] struct {
 	versioned bool
 	history   int64
 	versions  *statestore.VersionedStore
+	layout    layoutCheck
 }
 
 func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
@@ -233,6 +234,9 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 		// The parent table already holds back its updates until the
 		// task flushes, so there is nothing to deduplicate here.
 		return c.forward(out)
+	}
+	if err := p.layout.check(p.kv.rw); err != nil {
+		return err
 	}
 	kb, err := p.kv.encodeKey(k)
 	if err != nil {

@@ -38,7 +38,9 @@ func Versioned(history time.Duration) Option {
 
 // StoreLayoutError is the error a table's first record meets when its
 // store was written in the other layout: as a plain key-value store for a
-// table now read with Versioned, or the reverse. Either layout read as the
+// table now read with Versioned, or the reverse (a table read with Table,
+// or derived with Filter, FilterNot or MapTableValues in a store of its
+// own). Either layout read as the
 // other would be misread, and the store's changelog holds the same
 // layout, so the store must be rebuilt from the table's topic: reset the
 // application (runtime.Reset) and start it again. The runtime stops the
@@ -61,21 +63,33 @@ func (e *StoreLayoutError) Error() string {
 
 func (e *StoreLayoutError) Unwrap() error { return e.Err }
 
-// checkLayout is a table's check, before its first record, that its store
-// holds the layout it is read with. It runs on the first record rather
-// than at init, since a store is restored from its changelog after init.
-func (p *tableProc[K, V]) checkLayout(rw statestore.ReadWriter) error {
+// layoutCheck is a materialized table's check, before its first record,
+// that its store holds the layout the table reads (versioned or plain).
+// It runs on the first record rather than at init, since a store is
+// restored from its changelog after init. Until the store passes, every
+// record checks again, so that a processing error handler that skips
+// records cannot get past it.
+type layoutCheck struct {
+	store     string
+	versioned bool
+	passed    bool
+}
+
+func (l *layoutCheck) check(rw statestore.ReadWriter) error {
+	if l.passed {
+		return nil
+	}
 	check := statestore.CheckPlainLayout
-	if p.versioned {
+	if l.versioned {
 		check = statestore.CheckVersionedLayout
 	}
 	if err := check(rw); err != nil {
 		if errors.Is(err, statestore.ErrLayoutMismatch) {
-			return &StoreLayoutError{Store: p.store, Versioned: p.versioned, Err: err}
+			return &StoreLayoutError{Store: l.store, Versioned: l.versioned, Err: err}
 		}
 		return err
 	}
-	p.layoutChecked = true
+	l.passed = true
 	return nil
 }
 

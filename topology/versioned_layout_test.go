@@ -2,6 +2,7 @@ package topology_test
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,42 +14,72 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-// badgerEnv is a fakeEnv whose every store is one badger store.
+// badgerEnv is a fakeEnv whose stores are badger stores, each in its own
+// directory under dir, kept across task graphs until closed.
 type badgerEnv struct {
 	*fakeEnv
-	store statestore.Store
+	dir    string
+	opened map[string]statestore.Store
 }
 
-func (e badgerEnv) Store(string) (statestore.ReadWriter, error) { return e.store, nil }
+func (e *badgerEnv) Store(name string) (statestore.ReadWriter, error) {
+	if s, ok := e.opened[name]; ok {
+		return s, nil
+	}
+	s, err := statestore.OpenBadger(filepath.Join(e.dir, name), statestore.DefaultBadgerOptions())
+	if err != nil {
+		return nil, err
+	}
+	e.opened[name] = s
+	return s, nil
+}
+
+func (e *badgerEnv) close() error {
+	var errs []error
+	for _, s := range e.opened {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
 
 // A table whose badger store was written in one layout and is then read
-// in the other, plain then Versioned or the reverse, fails on its first
-// record with a StoreLayoutError naming the store, and on every record
-// after it, rather than misreading the store. Read in its own layout
-// again, the store is as it was left.
+// in the other, plain then Versioned or the reverse, read with Table or
+// derived with Materialized, fails on its first record with a
+// StoreLayoutError naming the store, and on every record after it, rather
+// than misreading the store. Read in its own layout again, the store is
+// as it was left.
 func TestTableStoreLayoutSwitchDetected(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		written, read bool // versioned
+		// derived: the store is that of MapTableValues given
+		// Materialized, over a plain table of its own.
+		derived bool
 	}{
 		{name: "plain then versioned", written: false, read: true},
 		{name: "versioned then plain", written: true, read: false},
+		{name: "derived plain then versioned", written: false, read: true, derived: true},
+		{name: "derived versioned then plain", written: true, read: false, derived: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			run := func(versioned bool, recs ...graph.InputRecord) error {
-				s, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
-				require.NoError(t, err)
-				defer func() { require.NoError(t, s.Close()) }()
+				env := &badgerEnv{fakeEnv: newFakeEnv(0), dir: dir, opened: map[string]statestore.Store{}}
+				defer func() { require.NoError(t, env.close()) }()
 				b := topology.NewBuilder()
 				var opt topology.Option
 				if versioned {
 					opt = topology.Versioned(time.Hour)
 				}
-				topology.Table(b, "in", serde.String, serde.String, "prices", opt).ToStream().To("out", serde.String, serde.String)
+				if tc.derived {
+					topology.MapTableValues(topology.Table(b, "in", serde.String, serde.String, "source"), func(_, v string) string { return v },
+						topology.Materialized("prices"), topology.TableValueSerde(serde.String), opt).ToStream().To("out", serde.String, serde.String)
+				} else {
+					topology.Table(b, "in", serde.String, serde.String, "prices", opt).ToStream().To("out", serde.String, serde.String)
+				}
 				topo, err := b.Build()
 				require.NoError(t, err)
-				g, err := graph.Of(topo).NewTaskGraph(0, badgerEnv{newFakeEnv(0), s})
+				g, err := graph.Of(topo).NewTaskGraph(0, env)
 				require.NoError(t, err)
 				defer func() { require.NoError(t, g.Close()) }()
 				for _, r := range recs {
