@@ -381,7 +381,8 @@ func (p *aggProc[K, V, A]) close() error { return nil }
 // cache on (the default), a table forwards the latest value of each updated
 // key at every commit, so repeated updates of one key between commits reach
 // downstream once; with the cache off (and in topologytest) every update is
-// forwarded as soon as it is applied.
+// forwarded as soon as it is applied, as is every update of a versioned
+// table (see Versioned).
 type KTable[K, V any] struct {
 	b          *Builder
 	n          *node
