@@ -232,7 +232,8 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 	}
 	if p.kv == nil {
 		// The parent table already holds back its updates until the
-		// task flushes, so there is nothing to deduplicate here.
+		// task flushes (a versioned one forwards each, as Kafka Streams
+		// does), so there is nothing to deduplicate here.
 		return c.forward(out)
 	}
 	if err := p.layout.check(p.kv.rw); err != nil {
