@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,9 @@ type partKey struct {
 type partWatches struct {
 	r     Replica
 	feeds map[*feed]struct{}
+	// ranges are the feeds of range and prefix watches, which every
+	// change of the partition is matched against.
+	ranges []*feed
 }
 
 type subKey struct {
@@ -88,10 +92,10 @@ func (h *Hub) Watching(store string) bool {
 }
 
 // Publish hands the changes of one store partition, in changelog order, to
-// the watches of their keys. It must be called once the changes are in the
-// replica's store and its position (ReplicaInfo.Position) is past them.
-// The replica is asked about itself once for the whole batch, for the
-// updates' provenance.
+// the watches of their keys and of the ranges holding them. It must be
+// called once the changes are in the replica's store and its position
+// (ReplicaInfo.Position) is past them. The replica is asked about itself
+// once for the whole batch, for the updates' provenance.
 func (h *Hub) Publish(store string, partition int32, changes []Change) {
 	if h.watching.Load() == 0 {
 		return
@@ -103,14 +107,17 @@ func (h *Hub) Publish(store string, partition int32, changes []Change) {
 	var hits []hit
 	var r Replica
 	h.mu.RLock()
-	if h.stores[store] > 0 {
+	if pw := h.parts[partKey{store, partition}]; pw != nil {
+		r = pw.r
 		for _, c := range changes {
 			for _, f := range h.subs[subKey{store, partition, string(c.Key)}] {
 				hits = append(hits, hit{f, c})
 			}
-		}
-		if pw := h.parts[partKey{store, partition}]; pw != nil {
-			r = pw.r
+			for _, f := range pw.ranges {
+				if f.rng.Contains(c.Key) {
+					hits = append(hits, hit{f, c})
+				}
+			}
 		}
 	}
 	h.mu.RUnlock()
@@ -123,7 +130,7 @@ func (h *Hub) Publish(store string, partition int32, changes []Change) {
 	}
 }
 
-func (h *Hub) subscribe(k subKey, f *feed, r Replica) {
+func (h *Hub) subscribe(f *feed, r Replica) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.subs == nil {
@@ -131,13 +138,18 @@ func (h *Hub) subscribe(k subKey, f *feed, r Replica) {
 		h.stores = make(map[string]int)
 		h.parts = make(map[partKey]*partWatches)
 	}
-	h.subs[k] = append(h.subs[k], f)
-	h.stores[k.store]++
-	pk := partKey{k.store, k.partition}
-	pw := h.parts[pk]
+	if f.rng == nil {
+		k := subKey{f.pk.store, f.pk.partition, f.key}
+		h.subs[k] = append(h.subs[k], f)
+	}
+	h.stores[f.pk.store]++
+	pw := h.parts[f.pk]
 	if pw == nil {
 		pw = &partWatches{feeds: make(map[*feed]struct{})}
-		h.parts[pk] = pw
+		h.parts[f.pk] = pw
+	}
+	if f.rng != nil {
+		pw.ranges = append(pw.ranges, f)
 	}
 	pw.r = r
 	pw.feeds[f] = struct{}{}
@@ -148,29 +160,32 @@ func (h *Hub) subscribe(k subKey, f *feed, r Replica) {
 	}
 }
 
-func (h *Hub) unsubscribe(k subKey, f *feed) {
+func (h *Hub) unsubscribe(f *feed) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	fs := h.subs[k]
-	for i, g := range fs {
-		if g == f {
-			fs = append(fs[:i:i], fs[i+1:]...)
-			h.stores[k.store]--
-			h.watching.Add(-1)
-			break
-		}
+	pw := h.parts[f.pk]
+	if pw == nil {
+		return
 	}
+	if _, ok := pw.feeds[f]; !ok {
+		return
+	}
+	delete(pw.feeds, f)
+	pw.ranges = slices.DeleteFunc(pw.ranges, func(g *feed) bool { return g == f })
+	if len(pw.feeds) == 0 {
+		delete(h.parts, f.pk)
+	}
+	h.stores[f.pk.store]--
+	h.watching.Add(-1)
+	if f.rng != nil {
+		return
+	}
+	k := subKey{f.pk.store, f.pk.partition, f.key}
+	fs := slices.DeleteFunc(h.subs[k], func(g *feed) bool { return g == f })
 	if len(fs) == 0 {
 		delete(h.subs, k)
 	} else {
 		h.subs[k] = fs
-	}
-	pk := partKey{k.store, k.partition}
-	if pw := h.parts[pk]; pw != nil {
-		delete(pw.feeds, f)
-		if len(pw.feeds) == 0 {
-			delete(h.parts, pk)
-		}
 	}
 }
 
@@ -230,6 +245,12 @@ type buffered struct {
 
 // feed is one watch's buffer between the writers and its reader.
 type feed struct {
+	pk partKey
+	// key is the key a key watch follows; rng the keys a range watch
+	// follows (nil for a key watch).
+	key string
+	rng *KeyRange
+
 	limit    int
 	coalesce bool
 	bound    Staleness
@@ -248,8 +269,12 @@ type feed struct {
 	notify chan struct{}
 }
 
-func newFeed(limit int, coalesce bool, bound Staleness) *feed {
-	return &feed{limit: limit, coalesce: coalesce, bound: bound, notify: make(chan struct{}, 1)}
+func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
+	limit := opts.Buffer
+	if limit <= 0 {
+		limit = DefaultWatchBuffer
+	}
+	return &feed{pk: pk, key: string(key), rng: rng, limit: limit, coalesce: opts.Coalesce, bound: opts.Staleness, notify: make(chan struct{}, 1)}
 }
 
 func (f *feed) failWith(err error) {
@@ -271,11 +296,15 @@ func (f *feed) offer(c Change, info *ReplicaInfo) {
 	case len(f.buf) < f.limit:
 		f.buf = append(f.buf, buffered{c, info})
 	case f.coalesce:
-		// The newest change supersedes every buffered one of its key
-		// (a watch follows one key).
-		clear(f.buf)
-		f.buf = append(f.buf[:0], buffered{c, info})
+		// The newest change of a key supersedes every buffered one of
+		// it. A range whose reader is behind on more keys than the
+		// buffer holds cannot be coalesced any further.
+		f.buf = latestPerKey(append(f.buf, buffered{c, info}))
 		f.skipped = true
+		if len(f.buf) > f.limit {
+			f.slow = true
+			f.buf = nil
+		}
 	default:
 		f.slow = true
 		f.buf = nil
@@ -285,6 +314,25 @@ func (f *feed) offer(c Change, info *ReplicaInfo) {
 	case f.notify <- struct{}{}:
 	default:
 	}
+}
+
+// latestPerKey keeps the last change of each key in buf, in the order of
+// those changes, reusing buf's array.
+func latestPerKey(buf []buffered) []buffered {
+	seen := make(map[string]struct{}, len(buf))
+	keep := len(buf)
+	for i := len(buf) - 1; i >= 0; i-- {
+		k := string(buf[i].c.Key)
+		if _, ok := seen[k]; ok {
+			continue
+		}
+		seen[k] = struct{}{}
+		keep--
+		buf[keep] = buf[i]
+	}
+	n := copy(buf, buf[keep:])
+	clear(buf[n:])
+	return buf[:n]
 }
 
 // take empties the buffer.
@@ -311,7 +359,10 @@ type WatchEndedError struct {
 	Partition int32
 	Host      string
 	Resume    int64
-	Err       error
+	// Range is where a range watch resumes (Client.WatchRange): every
+	// partition's position, Partition's being Resume.
+	Range RangeResume
+	Err   error
 }
 
 func (e *WatchEndedError) Error() string {
@@ -397,22 +448,20 @@ type Update struct {
 type WatchBackend interface {
 	// Hub returns the instance's hub, which its replicas publish to.
 	Hub() *Hub
-	// ReadChangelog reads back the committed changes of key in the
-	// changelog of a store partition at positions from (inclusive) to to
-	// (exclusive), in order, and the log start offset it found: changes
-	// before it are gone.
-	ReadChangelog(ctx context.Context, store string, partition int32, key []byte, from, to int64) (changes []Change, logStart int64, err error)
+	// ReadChangelog reads back the committed changes of the keys match
+	// accepts in the changelog of a store partition at positions from
+	// (inclusive) to to (exclusive), in order, and the log start offset
+	// it found: changes before it are gone.
+	ReadChangelog(ctx context.Context, store string, partition int32, match func(key []byte) bool, from, to int64) (changes []Change, logStart int64, err error)
 }
 
-// Watch is a live query of one key. Next is called from one goroutine at a
-// time; Close from any.
+// Watch is a live query of one key, or of the keys of a range in one
+// partition. Next is called from one goroutine at a time; Close from any.
 type Watch struct {
 	q         *Querier
 	hub       *Hub
-	k         subKey
 	f         *feed
 	r         Replica
-	bound     Staleness
 	timestamp bool
 
 	pending []Update
@@ -430,14 +479,7 @@ type Watch struct {
 // position is at or past the replica's position (the changes after it have
 // not reached the replica yet).
 func (q *Querier) WatchBytes(ctx context.Context, store string, key []byte, opts WatchOptions) (*Watch, error) {
-	wb, ok := q.b.(WatchBackend)
-	if !ok {
-		return nil, fmt.Errorf("%w: this backend serves no watches", ErrInvalidQuery)
-	}
-	if _, err := q.requireKind(store, KindKeyValue); err != nil {
-		return nil, err
-	}
-	timestamped, err := q.timestamped(store)
+	wb, err := q.watchable(store)
 	if err != nil {
 		return nil, err
 	}
@@ -445,56 +487,84 @@ func (q *Querier) WatchBytes(ctx context.Context, store string, key []byte, opts
 	if err != nil {
 		return nil, err
 	}
+	return q.watch(ctx, wb, newFeed(partKey{store, p}, key, nil, opts), opts)
+}
+
+// watchable checks that store can be watched here.
+func (q *Querier) watchable(store string) (WatchBackend, error) {
+	wb, ok := q.b.(WatchBackend)
+	if !ok {
+		return nil, fmt.Errorf("%w: this backend serves no watches", ErrInvalidQuery)
+	}
+	if _, err := q.requireKind(store, KindKeyValue); err != nil {
+		return nil, err
+	}
+	return wb, nil
+}
+
+// watch starts the watch of f's keys on the local replica of its
+// partition.
+func (q *Querier) watch(ctx context.Context, wb WatchBackend, f *feed, opts WatchOptions) (*Watch, error) {
+	timestamped, err := q.timestamped(f.pk.store)
+	if err != nil {
+		return nil, err
+	}
 	o := queryOptions{bound: opts.Staleness}
-	r, info, err := q.replica(store, p, &o)
+	r, info, err := q.replica(f.pk.store, f.pk.partition, &o)
 	if err != nil {
 		return nil, err
 	}
 	if info.Position < 0 {
-		return nil, fmt.Errorf("%w: store %q partition %d is rebuilding and has no position to watch from", ErrRebalancing, store, p)
+		return nil, fmt.Errorf("%w: store %q partition %d is rebuilding and has no position to watch from", ErrRebalancing, f.pk.store, f.pk.partition)
 	}
-	limit := opts.Buffer
-	if limit <= 0 {
-		limit = DefaultWatchBuffer
-	}
-	w := &Watch{q: q, hub: wb.Hub(), k: subKey{store, p, string(key)}, f: newFeed(limit, opts.Coalesce, opts.Staleness), r: r, bound: opts.Staleness, timestamp: timestamped}
+	w := &Watch{q: q, hub: wb.Hub(), f: f, r: r, timestamp: timestamped}
 	// Subscribed before the position is read: a change the subscription
 	// misses is one whose replica position was already past it, so the
 	// read back below covers it.
-	w.hub.subscribe(w.k, w.f, r)
-	if err := w.start(ctx, wb, key, opts); err != nil {
+	w.hub.subscribe(w.f, r)
+	if err := w.start(ctx, wb, opts); err != nil {
 		w.Close()
 		return nil, err
 	}
 	return w, nil
 }
 
-func (w *Watch) start(ctx context.Context, wb WatchBackend, key []byte, opts WatchOptions) error {
+// match reports whether the watch follows key.
+func (w *Watch) match(key []byte) bool {
+	if w.f.rng != nil {
+		return w.f.rng.Contains(key)
+	}
+	return string(key) == w.f.key
+}
+
+func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) error {
+	store, part := w.f.pk.store, w.f.pk.partition
 	if opts.From == FromNow {
 		if !opts.Current {
 			w.last = w.r.Info().Position - 1
 			return nil
 		}
-		// The value and the position it reflects are read together:
+		// The values and the position they reflect are read together:
 		// a commit between the two reads makes them disagree, and the
 		// read is taken again.
 		for {
 			before := w.r.Info()
-			v, found, err := w.r.Store().Get(key)
+			current, err := w.current()
 			if err != nil {
-				return movedErr(w.k.store, w.k.partition, err)
+				return movedErr(store, part, err)
 			}
 			after := w.r.Info()
 			if after.Position != before.Position {
 				continue
 			}
-			u := w.update(Change{Key: key, Value: v, Position: after.Position - 1}, after)
-			u.Current, u.Deleted = true, !found
-			if !found {
-				u.Value = nil
+			w.last = after.Position - 1
+			for _, c := range current {
+				found := c.Value != nil
+				c.Position = w.last
+				u := w.update(c, after)
+				u.Current, u.Deleted = true, !found
+				w.pending = append(w.pending, u)
 			}
-			w.last = u.Position
-			w.pending = append(w.pending, u)
 			return nil
 		}
 	}
@@ -504,14 +574,14 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, key []byte, opts Wat
 	w.last = opts.From
 	pos := w.r.Info().Position
 	if w.last >= pos {
-		return &BehindError{Store: w.k.store, Partition: w.k.partition, Host: w.q.b.Self(), Role: w.r.Info().Role, Position: pos, MinPosition: w.last + 1}
+		return &BehindError{Store: store, Partition: part, Host: w.q.b.Self(), Role: w.r.Info().Role, Position: pos, MinPosition: w.last + 1}
 	}
 	if w.last+1 == pos {
 		return nil
 	}
-	changes, logStart, err := wb.ReadChangelog(ctx, w.k.store, w.k.partition, key, w.last+1, pos)
+	changes, logStart, err := wb.ReadChangelog(ctx, store, part, w.match, w.last+1, pos)
 	if err != nil {
-		return fmt.Errorf("iq: watch of store %q partition %d: reading back the changelog from %d: %w", w.k.store, w.k.partition, w.last+1, err)
+		return fmt.Errorf("iq: watch of store %q partition %d: reading back the changelog from %d: %w", store, part, w.last+1, err)
 	}
 	w.truncated = logStart > w.last+1
 	info := w.r.Info()
@@ -521,6 +591,34 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, key []byte, opts Wat
 	return nil
 }
 
+// current reads what the replica holds of the watched keys: the key's
+// value (nil when absent), or every entry of the range.
+func (w *Watch) current() ([]Change, error) {
+	s := w.r.Store()
+	if w.f.rng == nil {
+		key := []byte(w.f.key)
+		v, found, err := s.Get(key)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			v = nil
+		}
+		return []Change{{Key: key, Value: v}}, nil
+	}
+	from, to := w.f.rng.bounds()
+	it, err := s.Range(from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []Change
+	for it.Next() {
+		out = append(out, Change{Key: slices.Clone(it.Key()), Value: slices.Clone(it.Value())})
+	}
+	return out, it.Err()
+}
+
 // update describes a change as delivered from a replica that said info.
 func (w *Watch) update(c Change, info ReplicaInfo) Update {
 	v, ts := splitValue(c.Value, w.timestamp)
@@ -528,7 +626,7 @@ func (w *Watch) update(c Change, info ReplicaInfo) Update {
 		ts = c.Timestamp
 	}
 	return Update{Key: c.Key, Value: v, Deleted: c.Value == nil, Timestamp: ts, Position: c.Position,
-		Provenance: provenanceOf(w.q.b.Self(), w.k.partition, info)}
+		Provenance: provenanceOf(w.q.b.Self(), w.f.pk.partition, info)}
 }
 
 // Next returns the next update, waiting for it as long as ctx allows. A
@@ -564,7 +662,7 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 		if failed != nil {
 			var se *StaleError
 			if errors.As(failed, &se) {
-				se.Store, se.Partition, se.Host = w.k.store, w.k.partition, w.q.b.Self()
+				se.Store, se.Partition, se.Host = w.f.pk.store, w.f.pk.partition, w.q.b.Self()
 			}
 			return Update{}, w.end(failed)
 		}
@@ -577,16 +675,19 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 }
 
 func (w *Watch) end(err error) error {
-	w.ended = &WatchEndedError{Store: w.k.store, Partition: w.k.partition, Host: w.q.b.Self(), Resume: w.last, Err: err}
+	w.ended = &WatchEndedError{Store: w.f.pk.store, Partition: w.f.pk.partition, Host: w.q.b.Self(), Resume: w.last, Err: err}
 	w.Close()
 	return w.ended
 }
 
 // Close ends the watch and frees its subscription.
 func (w *Watch) Close() {
-	w.closeOnce.Do(func() { w.hub.unsubscribe(w.k, w.f) })
+	w.closeOnce.Do(func() { w.hub.unsubscribe(w.f) })
 }
 
 // Resume returns the position to resume the watch from elsewhere: that of
 // the last update delivered, or the start position before any was.
 func (w *Watch) Resume() int64 { return w.last }
+
+// Partition returns the partition the watch follows.
+func (w *Watch) Partition() int32 { return w.f.pk.partition }

@@ -80,6 +80,7 @@ func (s *Server) registerWatches() {
 		}
 		s.handleWatch(w, r, r.URL.Query().Get("key"))
 	})
+	s.mux.HandleFunc("GET /v1/stores/{store}/range/watch", s.handleRangeWatch)
 }
 
 // refuseWatch answers a watch that cannot start. What is wrong with the
@@ -92,15 +93,10 @@ func refuseWatch(w http.ResponseWriter, err error) {
 	writeJSON(w, status, we)
 }
 
-// parseWatch reads a watch's parameters.
+// parseWatch reads a key watch's parameters.
 func parseWatch(v url.Values) (WatchOptions, bool, error) {
-	o := WatchOptions{From: FromNow}
-	route := true
-	var err error
-	if o.Staleness, err = ParseStaleness(v.Get("staleness")); err != nil {
-		return o, false, err
-	}
-	if o.Prefer, err = ParsePreference(v.Get("prefer")); err != nil {
+	o, route, err := parseWatchFlags(v)
+	if err != nil {
 		return o, false, err
 	}
 	switch s := v.Get("from"); s {
@@ -111,6 +107,24 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 		if o.From, err = strconv.ParseInt(s, 10, 64); err != nil || o.From < 0 {
 			return o, false, invalidf("from=%q: want now, start or a changelog position", s)
 		}
+	}
+	if o.Current && o.From != FromNow {
+		return o, false, invalidf("current=true needs from=now: a watch from a position delivers the changes after it")
+	}
+	return o, route, nil
+}
+
+// parseWatchFlags reads the parameters key and range watches share: all
+// but where they start.
+func parseWatchFlags(v url.Values) (WatchOptions, bool, error) {
+	o := WatchOptions{From: FromNow}
+	route := true
+	var err error
+	if o.Staleness, err = ParseStaleness(v.Get("staleness")); err != nil {
+		return o, false, err
+	}
+	if o.Prefer, err = ParsePreference(v.Get("prefer")); err != nil {
+		return o, false, err
 	}
 	if v.Has("current") {
 		if o.Current, err = parseBool(v, "current"); err != nil {
@@ -126,9 +140,6 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 		if route, err = parseBool(v, "route"); err != nil {
 			return o, false, err
 		}
-	}
-	if o.Current && o.From != FromNow {
-		return o, false, invalidf("current=true needs from=now: a watch from a position delivers the changes after it")
 	}
 	if s := v.Get("buffer"); s != "" {
 		if o.Buffer, err = strconv.Atoi(s); err != nil || o.Buffer <= 0 {
@@ -147,9 +158,9 @@ func parseBool(v url.Values, name string) (bool, error) {
 	return b, nil
 }
 
-// watchQuery is the query of a watch request to another instance.
+// watchQuery is the query of a key watch request to another instance.
 func watchQuery(o WatchOptions, from int64) url.Values {
-	q := url.Values{"staleness": {o.Staleness.String()}, "route": {"false"}}
+	q := watchFlags(o)
 	switch from {
 	case FromNow:
 		q.Set("from", "now")
@@ -161,6 +172,13 @@ func watchQuery(o WatchOptions, from int64) url.Values {
 	default:
 		q.Set("from", strconv.FormatInt(from, 10))
 	}
+	return q
+}
+
+// watchFlags is the query of a watch request to another instance but for
+// where it starts.
+func watchFlags(o WatchOptions) url.Values {
+	q := url.Values{"staleness": {o.Staleness.String()}, "route": {"false"}}
 	if o.Coalesce {
 		q.Set("coalesce", "true")
 	}
@@ -247,7 +265,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 // relay follows a watch on the partition's other replicas from position
 // from, leaving out the instance skip names.
 func (s *Server) relay(store, keyText string, part int32, o WatchOptions, from int64, skip string) *remoteWatch {
-	return &remoteWatch{rt: s.rt, store: store, keyText: keyText, opts: o, last: from, part: part,
+	return s.relayBy(store, part, o, from, skip, func(from int64) string { return watchPath(store, keyText, watchQuery(o, from)) })
+}
+
+// relayBy follows a watch asked with path on the partition's other
+// replicas from position from, leaving out the instance skip names.
+func (s *Server) relayBy(store string, part int32, o WatchOptions, from int64, skip string, path func(from int64) string) *remoteWatch {
+	return &remoteWatch{rt: s.rt, store: store, path: path, opts: o, last: from, part: part,
 		hosts: func(context.Context, bool) ([]string, error) {
 			m, err := s.b.Metadata()
 			if err != nil {
@@ -297,26 +321,36 @@ func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, key
 			sse.send("end", "", end)
 			return
 		}
-		wu := wireUpdate{Key: keyText, Deleted: u.Deleted, TimestampMs: u.Timestamp, Position: u.Position, Partition: u.Provenance.Partition,
-			Current: u.Current, Coalesced: u.Coalesced, Truncated: u.Truncated, ServedBy: servedBy(u.Provenance)}
-		if !u.Deleted {
-			if u.json {
-				wu.Value = u.Value
-			} else {
-				v, err := c.DecodeValue(u.Value)
-				if err == nil {
-					wu.Value, err = json.Marshal(v)
-				}
-				if err != nil {
-					sse.send("end", "", wireWatchEnd{wireError: wireError{Error: fmt.Sprintf("iq: decode value: %v", err), Reason: reasonInternal}, Resume: u.Position - 1})
-					return
-				}
-			}
+		wu, err := encodeUpdate(c, keyText, u)
+		if err != nil {
+			sse.send("end", "", wireWatchEnd{wireError: wireError{Error: err.Error(), Reason: reasonInternal}, Resume: u.Position - 1})
+			return
 		}
 		if !sse.send("update", strconv.FormatInt(u.Position, 10), wu) {
 			return
 		}
 	}
+}
+
+// encodeUpdate renders an update as an event's data.
+func encodeUpdate(c StoreCodec, keyText string, u Update) (wireUpdate, error) {
+	wu := wireUpdate{Key: keyText, Deleted: u.Deleted, TimestampMs: u.Timestamp, Position: u.Position, Partition: u.Provenance.Partition,
+		Current: u.Current, Coalesced: u.Coalesced, Truncated: u.Truncated, ServedBy: servedBy(u.Provenance)}
+	if u.Deleted {
+		return wu, nil
+	}
+	if u.json {
+		wu.Value = u.Value
+		return wu, nil
+	}
+	v, err := c.DecodeValue(u.Value)
+	if err == nil {
+		wu.Value, err = json.Marshal(v)
+	}
+	if err != nil {
+		return wu, fmt.Errorf("iq: decode value: %w", err)
+	}
+	return wu, nil
 }
 
 // events writes Server-Sent Events, each write bounded by the server's
@@ -418,7 +452,19 @@ func (c *Client) Watch(ctx context.Context, store, keyText string, keyBytes []by
 	if prefer == PreferFreshest {
 		prefer = c.opts.Prefer
 	}
-	rw := &remoteWatch{rt: c.rt, store: store, keyText: keyText, opts: opts, last: opts.From, part: part,
+	rw := c.remoteWatch(store, part, opts, prefer, func(from int64) string { return watchPath(store, keyText, watchQuery(opts, from)) })
+	if err := rw.connect(ctx); err != nil {
+		if !reroutable(err) {
+			return nil, err
+		}
+	}
+	return &RemoteWatch{rw}, nil
+}
+
+// remoteWatch follows the watch path asks for on the replicas of one
+// partition that the client's routing table names.
+func (c *Client) remoteWatch(store string, part int32, opts WatchOptions, prefer Preference, path func(from int64) string) *remoteWatch {
+	return &remoteWatch{rt: c.rt, store: store, path: path, opts: opts, last: opts.From, part: part,
 		hosts: func(ctx context.Context, refresh bool) ([]string, error) {
 			m, _, err := c.metadata(ctx, refresh)
 			if err != nil {
@@ -430,12 +476,6 @@ func (c *Client) Watch(ctx context.Context, store, keyText string, keyBytes []by
 			}
 			return watchCandidates(km, prefer, ""), nil
 		}}
-	if err := rw.connect(ctx); err != nil {
-		if !reroutable(err) {
-			return nil, err
-		}
-	}
-	return &RemoteWatch{rw}, nil
 }
 
 // RemoteWatch is a watch followed over HTTP (Client.Watch). Next is called
@@ -459,12 +499,13 @@ func (w *RemoteWatch) Close() { w.rw.Close() }
 // connecting to the next one from the last delivered position whenever
 // the current one ends.
 type remoteWatch struct {
-	rt      *router
-	store   string
-	keyText string
-	part    int32
-	opts    WatchOptions
-	hosts   func(ctx context.Context, refresh bool) ([]string, error)
+	rt    *router
+	store string
+	part  int32
+	opts  WatchOptions
+	hosts func(ctx context.Context, refresh bool) ([]string, error)
+	// path is the request of the watch from a position.
+	path func(from int64) string
 
 	last     int64 // FromNow until the first stream said where it starts
 	attempts int   // connections tried; after the first, the table is refreshed
@@ -551,7 +592,7 @@ func (rw *remoteWatch) connect(ctx context.Context) error {
 // open starts a watch on host from the last delivered position, and reads
 // its start event.
 func (rw *remoteWatch) open(ctx context.Context, host string) (*sseStream, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rw.rt.scheme+"://"+host+watchPath(rw.store, rw.keyText, watchQuery(rw.opts, rw.last)), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rw.rt.scheme+"://"+host+rw.path(rw.last), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -576,10 +617,17 @@ func (rw *remoteWatch) open(ctx context.Context, host string) (*sseStream, error
 			st.close()
 			return nil, &transportError{host: host, err: errors.New("watch stream did not start")}
 		}
-		var start struct{ Position int64 }
+		var start struct {
+			Position int64
+			// Positions are a range watch's, per partition.
+			Positions map[int32]int64
+		}
 		if err := json.Unmarshal(ev.data, &start); err != nil {
 			st.close()
 			return nil, &transportError{host: host, err: err}
+		}
+		if pos, ok := start.Positions[rw.part]; ok {
+			start.Position = pos
 		}
 		if rw.last == FromNow {
 			rw.last = start.Position
