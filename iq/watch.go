@@ -65,8 +65,8 @@ type partKey struct {
 type partWatches struct {
 	r     Replica
 	feeds map[*feed]struct{}
-	// ranges are the feeds of range and prefix watches, which every
-	// change of the partition is matched against.
+	// ranges are the feeds of range, prefix and window watches, which
+	// every change of the partition is matched against.
 	ranges []*feed
 }
 
@@ -114,7 +114,7 @@ func (h *Hub) Publish(store string, partition int32, changes []Change) {
 				hits = append(hits, hit{f, c})
 			}
 			for _, f := range pw.ranges {
-				if f.rng.Contains(c.Key) {
+				if f.holds(c.Key) {
 					hits = append(hits, hit{f, c})
 				}
 			}
@@ -138,7 +138,7 @@ func (h *Hub) subscribe(f *feed, r Replica) {
 		h.stores = make(map[string]int)
 		h.parts = make(map[partKey]*partWatches)
 	}
-	if f.rng == nil {
+	if !f.matched() {
 		k := subKey{f.pk.store, f.pk.partition, f.key}
 		h.subs[k] = append(h.subs[k], f)
 	}
@@ -148,7 +148,7 @@ func (h *Hub) subscribe(f *feed, r Replica) {
 		pw = &partWatches{feeds: make(map[*feed]struct{})}
 		h.parts[f.pk] = pw
 	}
-	if f.rng != nil {
+	if f.matched() {
 		pw.ranges = append(pw.ranges, f)
 	}
 	pw.r = r
@@ -177,7 +177,7 @@ func (h *Hub) unsubscribe(f *feed) {
 	}
 	h.stores[f.pk.store]--
 	h.watching.Add(-1)
-	if f.rng != nil {
+	if f.matched() {
 		return
 	}
 	k := subKey{f.pk.store, f.pk.partition, f.key}
@@ -246,10 +246,12 @@ type buffered struct {
 // feed is one watch's buffer between the writers and its reader.
 type feed struct {
 	pk partKey
-	// key is the key a key watch follows; rng the keys a range watch
-	// follows (nil for a key watch).
+	// key is the key a key or window watch follows; rng the keys a
+	// range watch follows, win the windows a window watch follows (both
+	// nil for a key watch).
 	key string
 	rng *KeyRange
+	win *windowSel
 
 	limit    int
 	coalesce bool
@@ -267,6 +269,18 @@ type feed struct {
 	// Hub.check).
 	failed error
 	notify chan struct{}
+}
+
+// matched reports whether the feed's changes are found by matching every
+// change of its partition rather than by looking its key up.
+func (f *feed) matched() bool { return f.rng != nil || f.win != nil }
+
+// holds reports whether a matched feed follows the changelog key k.
+func (f *feed) holds(k []byte) bool {
+	if f.win != nil {
+		return f.win.holds(k)
+	}
+	return f.rng.Contains(k)
 }
 
 func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
@@ -428,6 +442,9 @@ type Update struct {
 	// Current marks the value the replica held when the watch started
 	// (WatchOptions.Current), not a change.
 	Current bool
+	// Window is the window a window watch's update is of (Key is the
+	// record key); nil for other watches.
+	Window *WatchedWindow
 	// Coalesced is set when changes of the key before this one were
 	// skipped because the reader was slow (WatchOptions.Coalesce).
 	Coalesced bool
@@ -479,7 +496,7 @@ type Watch struct {
 // position is at or past the replica's position (the changes after it have
 // not reached the replica yet).
 func (q *Querier) WatchBytes(ctx context.Context, store string, key []byte, opts WatchOptions) (*Watch, error) {
-	wb, err := q.watchable(store)
+	wb, _, err := q.watchable(store, KindKeyValue)
 	if err != nil {
 		return nil, err
 	}
@@ -490,16 +507,31 @@ func (q *Querier) WatchBytes(ctx context.Context, store string, key []byte, opts
 	return q.watch(ctx, wb, newFeed(partKey{store, p}, key, nil, opts), opts)
 }
 
-// watchable checks that store can be watched here.
-func (q *Querier) watchable(store string) (WatchBackend, error) {
+// watchable checks that store is of the kind a watch follows, want, and
+// can be watched here.
+func (q *Querier) watchable(store string, want StoreKind) (WatchBackend, StoreLayout, error) {
 	wb, ok := q.b.(WatchBackend)
 	if !ok {
-		return nil, fmt.Errorf("%w: this backend serves no watches", ErrInvalidQuery)
+		return nil, StoreLayout{}, fmt.Errorf("%w: this backend serves no watches", ErrInvalidQuery)
 	}
-	if _, err := q.requireKind(store, KindKeyValue); err != nil {
-		return nil, err
+	l, err := q.watchKind(store, want)
+	return wb, l, err
+}
+
+// watchKind checks that store is of the kind a watch follows, want, and
+// says which watch follows it if another does.
+func (q *Querier) watchKind(store string, want StoreKind) (StoreLayout, error) {
+	l, err := q.layout(store)
+	if err != nil || l.Kind == want {
+		return l, err
 	}
-	return wb, nil
+	switch l.Kind {
+	case KindKeyValue:
+		return l, invalidf("store %q is a key-value store, not a %s store: watch it by key, range or prefix", store, want)
+	case KindWindow:
+		return l, invalidf("store %q is a window store, not a %s store: watch a key's windows (WatchWindowBytes, /keys/{key}/windows/watch)", store, want)
+	}
+	return l, invalidf("store %q is a %s store: watches follow key-value and window stores only", store, l.Kind)
 }
 
 // watch starts the watch of f's keys on the local replica of its
@@ -531,8 +563,8 @@ func (q *Querier) watch(ctx context.Context, wb WatchBackend, f *feed, opts Watc
 
 // match reports whether the watch follows key.
 func (w *Watch) match(key []byte) bool {
-	if w.f.rng != nil {
-		return w.f.rng.Contains(key)
+	if w.f.matched() {
+		return w.f.holds(key)
 	}
 	return string(key) == w.f.key
 }
@@ -595,6 +627,9 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) e
 // value (nil when absent), or every entry of the range.
 func (w *Watch) current() ([]Change, error) {
 	s := w.r.Store()
+	if w.f.win != nil {
+		return w.f.win.current(s)
+	}
 	if w.f.rng == nil {
 		key := []byte(w.f.key)
 		v, found, err := s.Get(key)
@@ -625,8 +660,12 @@ func (w *Watch) update(c Change, info ReplicaInfo) Update {
 	if !w.timestamp || ts == 0 {
 		ts = c.Timestamp
 	}
-	return Update{Key: c.Key, Value: v, Deleted: c.Value == nil, Timestamp: ts, Position: c.Position,
+	u := Update{Key: c.Key, Value: v, Deleted: c.Value == nil, Timestamp: ts, Position: c.Position,
 		Provenance: provenanceOf(w.q.b.Self(), w.f.pk.partition, info)}
+	if w.f.win != nil {
+		u.Key, u.Window = []byte(w.f.key), w.f.win.window(c.Key)
+	}
+	return u
 }
 
 // Next returns the next update, waiting for it as long as ctx allows. A

@@ -61,6 +61,9 @@ type wireUpdate struct {
 	Coalesced   bool            `json:"coalesced,omitempty"`
 	Truncated   bool            `json:"truncated,omitempty"`
 	ServedBy    *wireServedBy   `json:"served_by"`
+	// StartMs and EndMs bound the window of a window watch's update.
+	StartMs *int64 `json:"start_ms,omitempty"`
+	EndMs   *int64 `json:"end_ms,omitempty"`
 }
 
 // wireWatchEnd is the data of an "end" event.
@@ -81,6 +84,16 @@ func (s *Server) registerWatches() {
 		s.handleWatch(w, r, r.URL.Query().Get("key"))
 	})
 	s.mux.HandleFunc("GET /v1/stores/{store}/range/watch", s.handleRangeWatch)
+	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}/windows/watch", func(w http.ResponseWriter, r *http.Request) {
+		s.handleWindowWatch(w, r, r.PathValue("key"))
+	})
+	s.mux.HandleFunc("GET /v1/stores/{store}/windows/watch", func(w http.ResponseWriter, r *http.Request) {
+		if !r.URL.Query().Has("key") {
+			refuseWatch(w, invalidf("a window watch needs a key: /v1/stores/%s/windows/watch?key=KEY", r.PathValue("store")))
+			return
+		}
+		s.handleWindowWatch(w, r, r.URL.Query().Get("key"))
+	})
 }
 
 // refuseWatch answers a watch that cannot start. What is wrong with the
@@ -210,8 +223,20 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 		refuseWatch(w, invalidf("malformed key %q for store %q: %v", keyText, store, err))
 		return
 	}
+	s.serveKeyWatch(w, r, c, keyText, kb, o, route,
+		func(ctx context.Context) (*Watch, error) { return s.q.WatchBytes(ctx, store, kb, o) },
+		func(from int64) string { return watchPath(store, keyText, watchQuery(o, from)) })
+}
+
+// serveKeyWatch streams a watch confined to one key's partition (a key's
+// or its windows'): started on the local replica by local, or, routed,
+// relayed from another instance that path asks from a position, from the
+// start or from where the local replica could not go on.
+func (s *Server) serveKeyWatch(w http.ResponseWriter, r *http.Request, c StoreCodec, keyText string, kb []byte, o WatchOptions, route bool,
+	local func(context.Context) (*Watch, error), path func(from int64) string) {
+	store := r.PathValue("store")
 	ctx := r.Context()
-	lw, localErr := s.q.WatchBytes(ctx, store, kb, o)
+	lw, localErr := local(ctx)
 	if localErr != nil && (!route || !reroutable(localErr)) {
 		refuseWatch(w, localErr)
 		return
@@ -243,7 +268,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 					// The local replica cannot go on: the watch goes on
 					// from where it stopped on whichever replica can,
 					// this instance's next one included.
-					rw = s.relay(store, keyText, part, o, ee.Resume, "")
+					rw = s.relayBy(store, part, o, ee.Resume, "", path)
 				}
 				return rw.Next(ctx)
 			}
@@ -251,7 +276,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 		s.streamWatch(ctx, sse, c, keyText, next)
 		return
 	}
-	rw = s.relay(store, keyText, part, o, o.From, s.b.Self())
+	rw = s.relayBy(store, part, o, o.From, s.b.Self(), path)
 	// The first connection decides between a stream and a refusal.
 	if err := rw.connect(ctx); err != nil {
 		refuseWatch(w, err)
@@ -260,12 +285,6 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 	sse := startEvents(w, s.cfg.WriteTimeout)
 	sse.send("start", "", map[string]int64{"position": rw.last})
 	s.streamWatch(ctx, sse, c, keyText, rw.Next)
-}
-
-// relay follows a watch on the partition's other replicas from position
-// from, leaving out the instance skip names.
-func (s *Server) relay(store, keyText string, part int32, o WatchOptions, from int64, skip string) *remoteWatch {
-	return s.relayBy(store, part, o, from, skip, func(from int64) string { return watchPath(store, keyText, watchQuery(o, from)) })
 }
 
 // relayBy follows a watch asked with path on the partition's other
@@ -336,6 +355,9 @@ func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, key
 func encodeUpdate(c StoreCodec, keyText string, u Update) (wireUpdate, error) {
 	wu := wireUpdate{Key: keyText, Deleted: u.Deleted, TimestampMs: u.Timestamp, Position: u.Position, Partition: u.Provenance.Partition,
 		Current: u.Current, Coalesced: u.Coalesced, Truncated: u.Truncated, ServedBy: servedBy(u.Provenance)}
+	if u.Window != nil {
+		wu.StartMs, wu.EndMs = &u.Window.Start, &u.Window.End
+	}
 	if u.Deleted {
 		return wu, nil
 	}
@@ -439,6 +461,12 @@ func watchCandidates(km KeyQueryMetadata, prefer Preference, skip string) []stri
 // trying the partition's replicas, refreshing the routing table, for as
 // long as its context allows.
 func (c *Client) Watch(ctx context.Context, store, keyText string, keyBytes []byte, opts WatchOptions) (*RemoteWatch, error) {
+	return c.watchKey(ctx, store, keyBytes, opts, func(from int64) string { return watchPath(store, keyText, watchQuery(opts, from)) })
+}
+
+// watchKey follows a watch confined to the partition of keyBytes, asked
+// from a position with path.
+func (c *Client) watchKey(ctx context.Context, store string, keyBytes []byte, opts WatchOptions, path func(from int64) string) (*RemoteWatch, error) {
 	m, _, err := c.metadata(ctx, false)
 	if err != nil {
 		return nil, err
@@ -452,7 +480,7 @@ func (c *Client) Watch(ctx context.Context, store, keyText string, keyBytes []by
 	if prefer == PreferFreshest {
 		prefer = c.opts.Prefer
 	}
-	rw := c.remoteWatch(store, part, opts, prefer, func(from int64) string { return watchPath(store, keyText, watchQuery(opts, from)) })
+	rw := c.remoteWatch(store, part, opts, prefer, path)
 	if err := rw.connect(ctx); err != nil {
 		if !reroutable(err) {
 			return nil, err
@@ -676,8 +704,12 @@ func (rw *remoteWatch) Next(ctx context.Context) (Update, error) {
 					continue
 				}
 				rw.last = wu.Position
-				return Update{Key: []byte(wu.Key), Value: wu.Value, json: true, Deleted: wu.Deleted, Timestamp: wu.TimestampMs, Position: wu.Position,
-					Current: wu.Current, Coalesced: wu.Coalesced, Truncated: wu.Truncated, Provenance: wu.ServedBy.provenance(wu.Partition)}, nil
+				u := Update{Key: []byte(wu.Key), Value: wu.Value, json: true, Deleted: wu.Deleted, Timestamp: wu.TimestampMs, Position: wu.Position,
+					Current: wu.Current, Coalesced: wu.Coalesced, Truncated: wu.Truncated, Provenance: wu.ServedBy.provenance(wu.Partition)}
+				if wu.StartMs != nil && wu.EndMs != nil {
+					u.Window = &WatchedWindow{Start: *wu.StartMs, End: *wu.EndMs}
+				}
+				return u, nil
 			case "end":
 				var end wireWatchEnd
 				json.Unmarshal(ev.data, &end)

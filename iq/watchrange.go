@@ -170,7 +170,7 @@ func (q *Querier) WatchRangeBytes(ctx context.Context, store string, partition i
 	if err := rng.validate(); err != nil {
 		return nil, err
 	}
-	wb, err := q.watchable(store)
+	wb, _, err := q.watchable(store, KindKeyValue)
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func (s *Server) handleRangeWatch(w http.ResponseWriter, r *http.Request) {
 		refuseWatch(w, fmt.Errorf("%w: %q is not served over HTTP", ErrUnknownStore, store))
 		return
 	}
-	if _, err := s.q.requireKind(store, KindKeyValue); err != nil {
+	if _, err := s.q.watchKind(store, KindKeyValue); err != nil {
 		refuseWatch(w, err)
 		return
 	}
