@@ -20,8 +20,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
-	"time"
 )
 
 // Change is one committed write of a key, as its changelog record holds
@@ -34,328 +32,6 @@ type Change struct {
 	Timestamp int64
 	// Position is the changelog offset of the record.
 	Position int64
-}
-
-// Hub hands the changes written to the local replicas of an instance to
-// the watches that follow them. Watches of one key share one subscription,
-// which the writers reach with one map lookup per change; a store nobody
-// watches costs them an atomic load per batch. Publishing never blocks: a
-// watcher that does not keep up is coalesced or dropped (see WatchOptions).
-// Whether a replica may still serve its watches is checked once per
-// partition for all of them (see check). The zero value is ready to use.
-type Hub struct {
-	watching atomic.Int64 // feeds subscribed, for the writers' fast path
-
-	mu     sync.RWMutex
-	stores map[string]int // feeds per store
-	subs   map[subKey][]*feed
-	parts  map[partKey]*partWatches
-	// checking is set while the check goroutine runs.
-	checking bool
-}
-
-type partKey struct {
-	store     string
-	partition int32
-}
-
-// partWatches are the feeds of one local store partition and the replica
-// they are checked against: the one the latest watch found, which
-// describes the partition as it is held here now.
-type partWatches struct {
-	r     Replica
-	feeds map[*feed]struct{}
-	// ranges are the feeds of range, prefix and window watches, which
-	// every change of the partition is matched against.
-	ranges []*feed
-}
-
-type subKey struct {
-	store     string
-	partition int32
-	key       string
-}
-
-// HasWatchers reports whether any watch is subscribed, at the cost of one
-// atomic load.
-func (h *Hub) HasWatchers() bool { return h.watching.Load() > 0 }
-
-// Watching reports whether any watch follows a key of store. Writers call
-// it before building the changes of a batch.
-func (h *Hub) Watching(store string) bool {
-	if h.watching.Load() == 0 {
-		return false
-	}
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.stores[store] > 0
-}
-
-// Publish hands the changes of one store partition, in changelog order, to
-// the watches of their keys and of the ranges holding them. It must be
-// called once the changes are in the replica's store and its position
-// (ReplicaInfo.Position) is past them. The replica is asked about itself
-// once for the whole batch, for the updates' provenance.
-func (h *Hub) Publish(store string, partition int32, changes []Change) {
-	if h.watching.Load() == 0 {
-		return
-	}
-	type hit struct {
-		f *feed
-		c Change
-	}
-	var hits []hit
-	var r Replica
-	h.mu.RLock()
-	if pw := h.parts[partKey{store, partition}]; pw != nil {
-		r = pw.r
-		for _, c := range changes {
-			for _, f := range h.subs[subKey{store, partition, string(c.Key)}] {
-				hits = append(hits, hit{f, c})
-			}
-			for _, f := range pw.ranges {
-				if f.holds(c.Key) {
-					hits = append(hits, hit{f, c})
-				}
-			}
-		}
-	}
-	h.mu.RUnlock()
-	if len(hits) == 0 || r == nil {
-		return
-	}
-	info := r.Info()
-	for _, x := range hits {
-		x.f.offer(x.c, &info)
-	}
-}
-
-func (h *Hub) subscribe(f *feed, r Replica) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.subs == nil {
-		h.subs = make(map[subKey][]*feed)
-		h.stores = make(map[string]int)
-		h.parts = make(map[partKey]*partWatches)
-	}
-	if !f.matched() {
-		k := subKey{f.pk.store, f.pk.partition, f.key}
-		h.subs[k] = append(h.subs[k], f)
-	}
-	h.stores[f.pk.store]++
-	pw := h.parts[f.pk]
-	if pw == nil {
-		pw = &partWatches{feeds: make(map[*feed]struct{})}
-		h.parts[f.pk] = pw
-	}
-	if f.matched() {
-		pw.ranges = append(pw.ranges, f)
-	}
-	pw.r = r
-	pw.feeds[f] = struct{}{}
-	h.watching.Add(1)
-	if !h.checking {
-		h.checking = true
-		go h.check()
-	}
-}
-
-func (h *Hub) unsubscribe(f *feed) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	pw := h.parts[f.pk]
-	if pw == nil {
-		return
-	}
-	if _, ok := pw.feeds[f]; !ok {
-		return
-	}
-	delete(pw.feeds, f)
-	pw.ranges = slices.DeleteFunc(pw.ranges, func(g *feed) bool { return g == f })
-	if len(pw.feeds) == 0 {
-		delete(h.parts, f.pk)
-	}
-	h.stores[f.pk.store]--
-	h.watching.Add(-1)
-	if f.matched() {
-		return
-	}
-	k := subKey{f.pk.store, f.pk.partition, f.key}
-	fs := slices.DeleteFunc(h.subs[k], func(g *feed) bool { return g == f })
-	if len(fs) == 0 {
-		delete(h.subs, k)
-	} else {
-		h.subs[k] = fs
-	}
-}
-
-// watchCheckEvery is how often the hub checks that the replicas watched
-// may still serve their watches.
-const watchCheckEvery = 200 * time.Millisecond
-
-// check runs while any watch is subscribed: every watchCheckEvery it asks
-// each watched partition's replica about itself once, and fails the feeds
-// whose bound it no longer meets, or all of them when the replica closed
-// or changed hands (its position went away). One look per partition, not
-// per watch, keeps thousands of watches from weighing on the replica's
-// bookkeeping, which stream threads share.
-func (h *Hub) check() {
-	t := time.NewTicker(watchCheckEvery)
-	defer t.Stop()
-	type look struct {
-		pk    partKey
-		r     Replica
-		feeds []*feed
-	}
-	for range t.C {
-		h.mu.Lock()
-		if len(h.parts) == 0 {
-			h.checking = false
-			h.mu.Unlock()
-			return
-		}
-		looks := make([]look, 0, len(h.parts))
-		for pk, pw := range h.parts {
-			l := look{pk: pk, r: pw.r, feeds: make([]*feed, 0, len(pw.feeds))}
-			for f := range pw.feeds {
-				l.feeds = append(l.feeds, f)
-			}
-			looks = append(looks, l)
-		}
-		h.mu.Unlock()
-		for _, l := range looks {
-			info := l.r.Info()
-			for _, f := range l.feeds {
-				if info.Position < 0 {
-					f.failWith(fmt.Errorf("%w: store %q partition %d closed or moved", ErrNotHostedHere, l.pk.store, l.pk.partition))
-				} else if err := f.bound.Check(info); err != nil {
-					f.failWith(err)
-				}
-			}
-		}
-	}
-}
-
-// buffered is a change waiting for its reader, with what the replica said
-// about itself when it was published.
-type buffered struct {
-	c    Change
-	info *ReplicaInfo
-}
-
-// feed is one watch's buffer between the writers and its reader.
-type feed struct {
-	pk partKey
-	// key is the key a key or window watch follows; rng the keys a
-	// range watch follows, win the windows a window watch follows (both
-	// nil for a key watch).
-	key string
-	rng *KeyRange
-	win *windowSel
-
-	limit    int
-	coalesce bool
-	bound    Staleness
-
-	mu  sync.Mutex
-	buf []buffered
-	// skipped is set when changes were dropped from buf for a slow
-	// reader; the next change delivered says so.
-	skipped bool
-	// slow is set when the buffer overflowed and the watch does not
-	// coalesce: it ends with ErrWatcherTooSlow.
-	slow bool
-	// failed is why the replica may no longer serve the watch (see
-	// Hub.check).
-	failed error
-	notify chan struct{}
-}
-
-// matched reports whether the feed's changes are found by matching every
-// change of its partition rather than by looking its key up.
-func (f *feed) matched() bool { return f.rng != nil || f.win != nil }
-
-// holds reports whether a matched feed follows the changelog key k.
-func (f *feed) holds(k []byte) bool {
-	if f.win != nil {
-		return f.win.holds(k)
-	}
-	return f.rng.Contains(k)
-}
-
-func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
-	limit := opts.Buffer
-	if limit <= 0 {
-		limit = DefaultWatchBuffer
-	}
-	return &feed{pk: pk, key: string(key), rng: rng, limit: limit, coalesce: opts.Coalesce, bound: opts.Staleness, notify: make(chan struct{}, 1)}
-}
-
-func (f *feed) failWith(err error) {
-	f.mu.Lock()
-	if f.failed == nil {
-		f.failed = err
-	}
-	f.mu.Unlock()
-	select {
-	case f.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (f *feed) offer(c Change, info *ReplicaInfo) {
-	f.mu.Lock()
-	switch {
-	case f.slow:
-	case len(f.buf) < f.limit:
-		f.buf = append(f.buf, buffered{c, info})
-	case f.coalesce:
-		// The newest change of a key supersedes every buffered one of
-		// it. A range whose reader is behind on more keys than the
-		// buffer holds cannot be coalesced any further.
-		f.buf = latestPerKey(append(f.buf, buffered{c, info}))
-		f.skipped = true
-		if len(f.buf) > f.limit {
-			f.slow = true
-			f.buf = nil
-		}
-	default:
-		f.slow = true
-		f.buf = nil
-	}
-	f.mu.Unlock()
-	select {
-	case f.notify <- struct{}{}:
-	default:
-	}
-}
-
-// latestPerKey keeps the last change of each key in buf, in the order of
-// those changes, reusing buf's array.
-func latestPerKey(buf []buffered) []buffered {
-	seen := make(map[string]struct{}, len(buf))
-	keep := len(buf)
-	for i := len(buf) - 1; i >= 0; i-- {
-		k := string(buf[i].c.Key)
-		if _, ok := seen[k]; ok {
-			continue
-		}
-		seen[k] = struct{}{}
-		keep--
-		buf[keep] = buf[i]
-	}
-	n := copy(buf, buf[keep:])
-	clear(buf[n:])
-	return buf[:n]
-}
-
-// take empties the buffer.
-func (f *feed) take() (changes []buffered, skipped, slow bool, failed error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failed
-	f.buf, f.skipped = nil, false
-	return changes, skipped, slow, failed
 }
 
 // ErrWatcherTooSlow ends a watch whose reader fell further behind than its
@@ -482,7 +158,10 @@ type Watch struct {
 	timestamp bool
 
 	pending []Update
-	last    int64 // position of the last update delivered, or the start
+	next    int // the first of pending not delivered yet
+	// spare is what the feed's buffer last held, handed back for reuse.
+	spare []buffered
+	last  int64 // position of the last update delivered, or the start
 	// truncated and coalesced mark the next update delivered (see
 	// Update).
 	truncated, coalesced bool
@@ -676,9 +355,10 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 		if w.ended != nil {
 			return Update{}, w.ended
 		}
-		for len(w.pending) > 0 {
-			u := w.pending[0]
-			w.pending = w.pending[1:]
+		for w.next < len(w.pending) {
+			u := w.pending[w.next]
+			w.pending[w.next] = Update{}
+			w.next++
 			if u.Position <= w.last && !u.Current {
 				continue // read back and delivered live both
 			}
@@ -687,7 +367,9 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 			w.last = u.Position
 			return u, nil
 		}
-		changes, skipped, slow, failed := w.f.take()
+		w.pending, w.next = w.pending[:0], 0
+		changes, skipped, slow, failed := w.f.take(w.spare)
+		w.spare = changes
 		if slow {
 			return Update{}, w.end(ErrWatcherTooSlow)
 		}

@@ -3,6 +3,7 @@ package iq
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -71,7 +72,7 @@ func TestRangeResumeToken(t *testing.T) {
 
 // feedKeys drains a feed and returns its changes as key@position.
 func feedKeys(f *feed) []string {
-	changes, _, _, _ := f.take()
+	changes, _, _, _ := f.take(nil)
 	var out []string
 	for _, b := range changes {
 		out = append(out, string(b.c.Key)+"@"+strconv.FormatInt(b.c.Position, 10))
@@ -96,8 +97,12 @@ func TestHubPublishesToRanges(t *testing.T) {
 	}
 	require.True(t, h.Watching("s"))
 	ch := func(k string, pos int64) Change { return Change{Key: []byte(k), Value: []byte("v"), Position: pos} }
-	h.Publish("s", 0, []Change{ch("a", 10), ch("b", 11), ch("c1", 12), ch("d", 13), ch("c2", 14), ch("bb", 15)})
-	h.Publish("t", 0, []Change{ch("b", 16)})
+	// What the dispatcher does with what Publish queued.
+	publish := func(store string, p int32, changes ...Change) {
+		h.deliver([]published{{partKey{store, p}, changes}})
+	}
+	publish("s", 0, ch("a", 10), ch("b", 11), ch("c1", 12), ch("d", 13), ch("c2", 14), ch("bb", 15))
+	publish("t", 0, ch("b", 16))
 	require.Equal(t, []string{"b@11", "c1@12", "c2@14", "bb@15"}, feedKeys(rng))
 	require.Equal(t, []string{"c1@12", "c2@14"}, feedKeys(prefix))
 	require.Equal(t, []string{"c1@12"}, feedKeys(key))
@@ -105,7 +110,7 @@ func TestHubPublishesToRanges(t *testing.T) {
 
 	h.unsubscribe(rng)
 	h.unsubscribe(rng) // twice is harmless
-	h.Publish("s", 0, []Change{ch("b", 17), ch("c1", 18)})
+	publish("s", 0, ch("b", 17), ch("c1", 18))
 	require.Empty(t, feedKeys(rng))
 	require.Equal(t, []string{"c1@18"}, feedKeys(prefix))
 	require.Equal(t, []string{"c1@18"}, feedKeys(key))
@@ -125,7 +130,7 @@ func TestRangeFeedCoalescesPerKey(t *testing.T) {
 	for i, k := range []string{"a", "b", "a", "c", "b", "a"} {
 		f.offer(Change{Key: []byte(k), Position: int64(10 + i)}, info)
 	}
-	changes, skipped, slow, _ := f.take()
+	changes, skipped, slow, _ := f.take(nil)
 	require.True(t, skipped)
 	require.False(t, slow)
 	var got []string
@@ -137,7 +142,7 @@ func TestRangeFeedCoalescesPerKey(t *testing.T) {
 	for i, k := range []string{"a", "b", "c", "d"} {
 		f.offer(Change{Key: []byte(k), Position: int64(20 + i)}, info)
 	}
-	_, _, slow, _ = f.take()
+	_, _, slow, _ = f.take(nil)
 	require.True(t, slow, "four keys behind a buffer of three")
 
 	one := newFeed(partKey{"s", 0}, []byte("a"), nil, WatchOptions{Buffer: 2, Coalesce: true})
@@ -145,4 +150,43 @@ func TestRangeFeedCoalescesPerKey(t *testing.T) {
 		one.offer(Change{Key: []byte("a"), Position: int64(30 + i)}, info)
 	}
 	require.Equal(t, []string{"a@34"}, feedKeys(one), "a key watch coalesces to its latest change")
+}
+
+// Publish queues what it is given and returns; the watches receive every
+// batch, in the order of the calls, with the replica's description.
+func TestHubPublishQueuesInOrder(t *testing.T) {
+	var h Hub
+	r := &fakeReplica{info: ReplicaInfo{Store: "s", Partition: 0, Role: RoleStandby, Position: 1000}}
+	key := newFeed(partKey{"s", 0}, []byte("k"), nil, WatchOptions{Buffer: 10_000})
+	rng := newFeed(partKey{"s", 0}, nil, &KeyRange{Prefix: []byte("k")}, WatchOptions{Buffer: 10_000})
+	h.subscribe(key, r)
+	h.subscribe(rng, r)
+	defer h.unsubscribe(key)
+	defer h.unsubscribe(rng)
+	const n = 500
+	for i := range int64(n) {
+		h.Publish("s", 0, []Change{{Key: []byte("k"), Position: 2 * i}, {Key: []byte("other"), Position: 2*i + 1}})
+	}
+	for _, f := range []*feed{key, rng} {
+		var got []int64
+		deadline := time.After(10 * time.Second)
+		for len(got) < n {
+			changes, _, slow, _ := f.take(nil)
+			require.False(t, slow)
+			for _, b := range changes {
+				require.Equal(t, RoleStandby, b.info.Role)
+				got = append(got, b.c.Position)
+			}
+			if len(got) < n {
+				select {
+				case <-f.notify:
+				case <-deadline:
+					t.Fatalf("%d of %d changes delivered", len(got), n)
+				}
+			}
+		}
+		for i, pos := range got {
+			require.Equal(t, int64(2*i), pos)
+		}
+	}
 }
