@@ -190,3 +190,29 @@ func TestHubPublishQueuesInOrder(t *testing.T) {
 		}
 	}
 }
+
+// Each kind of store a watch does not follow is refused as an invalid
+// query that names the watch that does, if any.
+func TestWatchOfAnotherKindOfStore(t *testing.T) {
+	b := newFakeBackend("h", map[string]int32{"kv": 1, "win": 1, "sess": 1, "ver": 1})
+	b.layouts = map[string]StoreLayout{"win": {Kind: KindWindow}, "sess": {Kind: KindSession}, "ver": {Kind: KindVersioned}}
+	q := NewQuerier(b)
+	for _, c := range []struct {
+		store string
+		want  StoreKind
+		says  string
+	}{
+		{"win", KindKeyValue, "watch a key's windows"},
+		{"kv", KindWindow, "watch it by key, range or prefix"},
+		{"sess", KindKeyValue, "session store: watches follow key-value and window stores only"},
+		{"ver", KindWindow, "versioned store: watches follow key-value and window stores only"},
+	} {
+		_, err := q.watchKind(c.store, c.want)
+		require.ErrorIs(t, err, ErrInvalidQuery, c.store)
+		require.ErrorContains(t, err, c.says)
+	}
+	_, err := q.watchKind("kv", KindKeyValue)
+	require.NoError(t, err)
+	_, err = q.watchKind("nope", KindKeyValue)
+	require.ErrorIs(t, err, ErrUnknownStore)
+}

@@ -174,8 +174,13 @@ func TestWatchRangeHTTPStream(t *testing.T) {
 	require.Equal(t, "invalid_query", reason("/v1/stores/counts/range/watch?resume=v9:0=3,1=4"))
 	require.Equal(t, "unknown_partition", reason("/v1/stores/counts/range/watch?partition=7"))
 
-	open := func(query string) (*bufio.Reader, func()) {
-		resp, err := http.Get(srv.URL + "/v1/stores/counts/range/watch?from=k3&to=k7&" + query)
+	open := func(query string, lastEventID ...string) (*bufio.Reader, func()) {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/v1/stores/counts/range/watch?from=k3&to=k7&"+query, nil)
+		require.NoError(t, err)
+		for _, id := range lastEventID {
+			req.Header.Set("Last-Event-ID", id)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
@@ -247,23 +252,29 @@ func TestWatchRangeHTTPStream(t *testing.T) {
 		require.Equal(t, committedRangeChanges(t, c.b.Addrs(), p, inRange, start.Positions[p], changes[len(changes)-1].pos), changes, "partition %d", p)
 	}
 
-	// Resumed from the token of an update half way, a watch delivers what
+	// Resumed from the token of an update half way, as resume= or as the
+	// Last-Event-ID an EventSource sends back, a watch delivers what
 	// followed it, partition by partition.
 	half := len(got) / 2
-	br2, done2 := open("resume=" + url.QueryEscape(got[half].id))
-	defer done2()
-	ev = readEvent(t, br2)
-	require.Equal(t, "start", ev.name)
-	require.NoError(t, json.Unmarshal([]byte(ev.data), &start))
-	require.Equal(t, got[half].id, start.Resume)
-	at, err = iq.ParseRangeResume(start.Resume)
-	require.NoError(t, err)
-	rest := got[half+1:]
-	var again []update
-	for len(again) < len(rest) {
-		again = append(again, read(br2))
+	for _, resumed := range []func() (*bufio.Reader, func()){
+		func() (*bufio.Reader, func()) { return open("resume=" + url.QueryEscape(got[half].id)) },
+		func() (*bufio.Reader, func()) { return open("", got[half].id) },
+	} {
+		br2, done2 := resumed()
+		defer done2()
+		ev = readEvent(t, br2)
+		require.Equal(t, "start", ev.name)
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &start))
+		require.Equal(t, got[half].id, start.Resume)
+		at, err = iq.ParseRangeResume(start.Resume)
+		require.NoError(t, err)
+		rest := got[half+1:]
+		var again []update
+		for len(again) < len(rest) {
+			again = append(again, read(br2))
+		}
+		require.Equal(t, perPartition(rest), perPartition(again))
 	}
-	require.Equal(t, perPartition(rest), perPartition(again))
 }
 
 // A range watch followed by iq.Client over two instances, each partition
