@@ -59,7 +59,18 @@
 //     keys, and when it aborted, read_committed readers found neither (a
 //     store restoring its changelog lost those keys' latest values). The
 //     broker compacts only at a moment no compacted partition has a
-//     transaction open (see logStarts.compact).
+//     transaction open, and holds transactional writes from that check
+//     until kfake has compacted (see logStarts.compact).
+//   - Compaction keeps what aborted transactions mean. kfake drops a
+//     producer's ABORT markers once none of its data survives, but goes
+//     on listing the aborted transaction to read-committed fetches, and a
+//     reader then drops that producer's later, committed, batches until a
+//     marker it never meets. The broker writes such a marker again after
+//     each run (see abortmarks.go).
+//   - An idempotent producer's retry of a batch written just before a
+//     crash is not written again. kfake keeps producers' sequence
+//     numbers only across a Close; Kafka rebuilds them from the log.
+//     Start rebuilds them from the segment files (see seqwindows.go).
 //   - Compacted topics are not subject to retention. kfake applies the
 //     broker's default retention (7 days) to every topic, deleting records
 //     of compacted topics by their timestamps; Kafka applies retention only
@@ -97,6 +108,16 @@
 //     segments, each up to the first unstable offset (segment.ms 7 days,
 //     segment.bytes 1 GiB) past min.cleanable.dirty.ratio, so superseded
 //     records stay readable far longer on a real cluster.
+//   - A broker restarted after a kill has no group members. kfake keeps
+//     members only across a Close, so the first member to rejoin forms a
+//     new generation alone and may be given partitions that members still
+//     within their session held; Kafka reloads a group with its members
+//     and drops each a session timeout after the load. Eddy's
+//     at-least-once threads fail what they hold once they learn they left
+//     the group (see runtime), which covers most of the gap, not all.
+//   - Transactional writes wait out each compaction run: they are answered
+//     REQUEST_TIMED_OUT from the check that no transaction is open until
+//     kfake has compacted, and producers retry after their backoff.
 //   - Tombstones expire by their timestamp. A tombstone whose timestamp is
 //     older than delete.retention.ms (1 day) goes at the next compaction;
 //     Kafka keeps every tombstone for delete.retention.ms after the cleaner
@@ -381,7 +402,14 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	if cfg.DataDir != "" {
-		n, err := abortCrashedTxns(cfg.DataDir, opts, cfg.secureListener, internal)
+		n, err := rebuildSeqWindows(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("broker: rebuild producers' sequence numbers from the log: %w", err)
+		}
+		if n > 0 {
+			cfg.Logger.Info("rebuilt producers' sequence numbers from the log, as the broker stopped without closing", "windows", n)
+		}
+		n, err = abortCrashedTxns(cfg.DataDir, opts, cfg.secureListener, internal)
 		if err != nil {
 			return nil, fmt.Errorf("broker: abort transactions left open by a crash: %w", err)
 		}

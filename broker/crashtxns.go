@@ -100,52 +100,12 @@ func scanOpenTxns(dataDir string) ([]openTxn, error) {
 }
 
 // scanPartition returns the producers (and their epochs) whose last
-// transactional batch in the partition's segments no marker follows.
+// transactional batch in the partition's segments no marker follows. It
+// reads only the batches' headers: the broker does this at every start,
+// and a data directory's segments can be large.
 func scanPartition(dir string) (map[int64]int16, error) {
-	files, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var bases []int64
-	for _, f := range files {
-		if base, ok := strings.CutSuffix(f.Name(), ".dat"); ok {
-			if n, err := strconv.ParseInt(base, 10, 64); err == nil {
-				bases = append(bases, n)
-			}
-		}
-	}
-	slices.Sort(bases)
 	open := make(map[int64]int16)
-	for _, base := range bases {
-		if err := scanSegment(filepath.Join(dir, fmt.Sprintf("%d.dat", base)), open); err != nil {
-			return nil, err
-		}
-	}
-	return open, nil
-}
-
-// scanSegment updates open with the batches of one segment file, reading
-// only their headers: the broker does this at every start, and a data
-// directory's segments can be large.
-func scanSegment(path string, open map[int64]int16) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	var hdr [batchHeaderBytes]byte
-	for off, end := int64(0), info.Size(); end-off >= batchHeaderBytes; {
-		if _, err := f.ReadAt(hdr[:], off); err != nil {
-			return err
-		}
-		size := 12 + int64(int32(binary.BigEndian.Uint32(hdr[batchLengthAt:])))
-		if size < batchHeaderBytes || size > end-off || hdr[batchMagicAt] != 2 {
-			break
-		}
+	err := eachBatchHeader(dir, func(hdr []byte) {
 		attrs := binary.BigEndian.Uint16(hdr[batchAttrsAt:])
 		pid := int64(binary.BigEndian.Uint64(hdr[batchPIDAt:]))
 		switch {
@@ -156,9 +116,8 @@ func scanSegment(path string, open map[int64]int16) error {
 				open[pid] = int16(binary.BigEndian.Uint16(hdr[batchEpochAt:]))
 			}
 		}
-		off += size
-	}
-	return nil
+	})
+	return open, err
 }
 
 // abortCrashedTxns writes the ABORT markers a crash left out (see above),

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -48,6 +49,7 @@ import (
 type logStarts struct {
 	cluster *kfake.Cluster
 	cl      *kgo.Client // lists topics for compaction; never used under mu
+	opts    []kgo.Opt   // the broker's own client options, for abortMarkers
 	path    string      // the persisted state; empty without a data dir
 	logger  *slog.Logger
 
@@ -61,6 +63,15 @@ type logStarts struct {
 	mu     sync.Mutex
 	topics map[string]*trackedTopic
 	byID   map[[16]byte]string
+
+	// holding is set while a compaction decides and runs: transactional
+	// produce requests are then refused with a retriable error
+	// (holdProduce), so that no transaction writes between the check that
+	// none is open and the compaction. refused counts them, for tests.
+	holding atomic.Bool
+	refused atomic.Int64
+	// beforeCompact, if set, runs just before kfake compacts (tests).
+	beforeCompact func()
 }
 
 // trackedTopic is a compacted topic whose partitions' log starts are kept.
@@ -106,6 +117,7 @@ func newLogStarts(c *kfake.Cluster, clientOpts []kgo.Opt, dataDir string, logger
 	ls := &logStarts{
 		cluster: c,
 		cl:      cl,
+		opts:    clientOpts,
 		logger:  logger,
 		topics:  make(map[string]*trackedTopic),
 		byID:    make(map[[16]byte]string),
@@ -127,6 +139,13 @@ func newLogStarts(c *kfake.Cluster, clientOpts []kgo.Opt, dataDir string, logger
 	c.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		ls.fetch(r.(*kmsg.FetchRequest))
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if resp := ls.holdProduce(r.(*kmsg.ProduceRequest)); resp != nil {
+			return resp, nil, true
+		}
 		return nil, nil, false
 	})
 	c.ControlKey(int16(kmsg.DeleteRecords), func(r kmsg.Request) (kmsg.Response, error, bool) {
@@ -188,7 +207,37 @@ func (ls *logStarts) compact(ctx context.Context) error {
 	if !ls.awaitStable(ctx, names) {
 		return nil
 	}
+	// From here until kfake has compacted, no transaction writes (see
+	// holdProduce): one opened after the check below could otherwise
+	// write batches before its partition's last, which kfake would clean,
+	// and if it then aborted, a read-committed reader would find neither
+	// its records nor the committed ones they superseded.
+	ls.holding.Store(true)
+	defer ls.holding.Store(false)
+	// Read with no lock held: the reads pass through ls.fetch, which
+	// takes mu.
+	before, err := ls.abortMarkers(ctx, names)
+	if err != nil {
+		return fmt.Errorf("broker: listing ABORT markers before compacting: %w", err)
+	}
+	compacted, err := ls.compactLocked(names)
+	if err != nil || !compacted {
+		return err
+	}
+	after, err := ls.abortMarkers(ctx, names)
+	if err != nil {
+		return fmt.Errorf("broker: listing ABORT markers after compacting: %w", err)
+	}
+	n, err := ls.keepAbortMarkers(ctx, before, after)
+	if n > 0 {
+		ls.logger.Debug("wrote again the ABORT markers compaction removed", "markers", n)
+	}
+	return err
+}
 
+// compactLocked compacts, unless a transaction has opened, and keeps the
+// Kafka-like log starts; it reports whether it compacted.
+func (ls *logStarts) compactLocked(names []string) (bool, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	compacted := make(map[string]*kfake.TopicInfo)
@@ -221,11 +270,15 @@ func (ls *logStarts) compact(ctx context.Context) error {
 	}
 	ls.reindexLocked()
 
-	// Checked again just before: what a transaction opened since is at
-	// the end of its partition, in the last batch, which kfake keeps.
-	if !ls.openTransaction(names) {
-		ls.cluster.Compact()
+	// Checked again just before: a transaction that wrote since the
+	// first check, before writes were held, is open.
+	if ls.openTransaction(names) {
+		return false, nil
 	}
+	if ls.beforeCompact != nil {
+		ls.beforeCompact()
+	}
+	ls.cluster.Compact()
 
 	for name, tt := range ls.topics {
 		for _, pi := range ls.cluster.PartitionInfos(name) {
@@ -234,12 +287,38 @@ func (ls *logStarts) compact(ctx context.Context) error {
 			}
 		}
 	}
-	return ls.saveLocked()
+	return true, ls.saveLocked()
 }
 
 // stableWait bounds how long a compaction waits for a moment with no
 // transaction open on a compacted partition.
 const stableWait = time.Second
+
+// holdProduce answers a transactional produce request with a retriable
+// error while a compaction holds writes, and returns nil otherwise: only
+// a transaction can abort, so only its batches must not be cleaned before
+// it ends. REQUEST_TIMED_OUT has the producer send the same batch again
+// after its retry backoff, where other retriable errors would have it wait
+// for a metadata refresh first. It runs on kfake's request loop, so it
+// takes no lock.
+func (ls *logStarts) holdProduce(req *kmsg.ProduceRequest) kmsg.Response {
+	if !ls.holding.Load() || req.TransactionID == nil {
+		return nil
+	}
+	ls.refused.Add(1)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
+		for _, p := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, kerr.RequestTimedOut.Code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
 
 // awaitStable waits, at most stableWait, until no compacted partition among
 // the named topics has a transaction open, and reports whether that came.

@@ -22,23 +22,16 @@ package iq
 // answering: the stream's reader sees a pause, never a gap or a duplicate.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/eddystreams/eddy/topology"
 )
 
 // watchPing is how often an idle stream carries a comment, and
@@ -61,6 +54,9 @@ type wireUpdate struct {
 	Coalesced   bool            `json:"coalesced,omitempty"`
 	Truncated   bool            `json:"truncated,omitempty"`
 	ServedBy    *wireServedBy   `json:"served_by"`
+	// StartMs and EndMs bound the window of a window watch's update.
+	StartMs *int64 `json:"start_ms,omitempty"`
+	EndMs   *int64 `json:"end_ms,omitempty"`
 }
 
 // wireWatchEnd is the data of an "end" event.
@@ -80,6 +76,17 @@ func (s *Server) registerWatches() {
 		}
 		s.handleWatch(w, r, r.URL.Query().Get("key"))
 	})
+	s.mux.HandleFunc("GET /v1/stores/{store}/range/watch", s.handleRangeWatch)
+	s.mux.HandleFunc("GET /v1/stores/{store}/keys/{key}/windows/watch", func(w http.ResponseWriter, r *http.Request) {
+		s.handleWindowWatch(w, r, r.PathValue("key"))
+	})
+	s.mux.HandleFunc("GET /v1/stores/{store}/windows/watch", func(w http.ResponseWriter, r *http.Request) {
+		if !r.URL.Query().Has("key") {
+			refuseWatch(w, invalidf("a window watch needs a key: /v1/stores/%s/windows/watch?key=KEY", r.PathValue("store")))
+			return
+		}
+		s.handleWindowWatch(w, r, r.URL.Query().Get("key"))
+	})
 }
 
 // refuseWatch answers a watch that cannot start. What is wrong with the
@@ -92,15 +99,10 @@ func refuseWatch(w http.ResponseWriter, err error) {
 	writeJSON(w, status, we)
 }
 
-// parseWatch reads a watch's parameters.
+// parseWatch reads a key watch's parameters.
 func parseWatch(v url.Values) (WatchOptions, bool, error) {
-	o := WatchOptions{From: FromNow}
-	route := true
-	var err error
-	if o.Staleness, err = ParseStaleness(v.Get("staleness")); err != nil {
-		return o, false, err
-	}
-	if o.Prefer, err = ParsePreference(v.Get("prefer")); err != nil {
+	o, route, err := parseWatchFlags(v)
+	if err != nil {
 		return o, false, err
 	}
 	switch s := v.Get("from"); s {
@@ -111,6 +113,24 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 		if o.From, err = strconv.ParseInt(s, 10, 64); err != nil || o.From < 0 {
 			return o, false, invalidf("from=%q: want now, start or a changelog position", s)
 		}
+	}
+	if o.Current && o.From != FromNow {
+		return o, false, invalidf("current=true needs from=now: a watch from a position delivers the changes after it")
+	}
+	return o, route, nil
+}
+
+// parseWatchFlags reads the parameters key and range watches share: all
+// but where they start.
+func parseWatchFlags(v url.Values) (WatchOptions, bool, error) {
+	o := WatchOptions{From: FromNow}
+	route := true
+	var err error
+	if o.Staleness, err = ParseStaleness(v.Get("staleness")); err != nil {
+		return o, false, err
+	}
+	if o.Prefer, err = ParsePreference(v.Get("prefer")); err != nil {
+		return o, false, err
 	}
 	if v.Has("current") {
 		if o.Current, err = parseBool(v, "current"); err != nil {
@@ -126,9 +146,6 @@ func parseWatch(v url.Values) (WatchOptions, bool, error) {
 		if route, err = parseBool(v, "route"); err != nil {
 			return o, false, err
 		}
-	}
-	if o.Current && o.From != FromNow {
-		return o, false, invalidf("current=true needs from=now: a watch from a position delivers the changes after it")
 	}
 	if s := v.Get("buffer"); s != "" {
 		if o.Buffer, err = strconv.Atoi(s); err != nil || o.Buffer <= 0 {
@@ -147,9 +164,9 @@ func parseBool(v url.Values, name string) (bool, error) {
 	return b, nil
 }
 
-// watchQuery is the query of a watch request to another instance.
+// watchQuery is the query of a key watch request to another instance.
 func watchQuery(o WatchOptions, from int64) url.Values {
-	q := url.Values{"staleness": {o.Staleness.String()}, "route": {"false"}}
+	q := watchFlags(o)
 	switch from {
 	case FromNow:
 		q.Set("from", "now")
@@ -161,6 +178,13 @@ func watchQuery(o WatchOptions, from int64) url.Values {
 	default:
 		q.Set("from", strconv.FormatInt(from, 10))
 	}
+	return q
+}
+
+// watchFlags is the query of a watch request to another instance but for
+// where it starts.
+func watchFlags(o WatchOptions) url.Values {
+	q := url.Values{"staleness": {o.Staleness.String()}, "route": {"false"}}
 	if o.Coalesce {
 		q.Set("coalesce", "true")
 	}
@@ -192,8 +216,20 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 		refuseWatch(w, invalidf("malformed key %q for store %q: %v", keyText, store, err))
 		return
 	}
+	s.serveKeyWatch(w, r, c, keyText, kb, o, route,
+		func(ctx context.Context) (*Watch, error) { return s.q.WatchBytes(ctx, store, kb, o) },
+		func(from int64) string { return watchPath(store, keyText, watchQuery(o, from)) })
+}
+
+// serveKeyWatch streams a watch confined to one key's partition (a key's
+// or its windows'): started on the local replica by local, or, routed,
+// relayed from another instance that path asks from a position, from the
+// start or from where the local replica could not go on.
+func (s *Server) serveKeyWatch(w http.ResponseWriter, r *http.Request, c StoreCodec, keyText string, kb []byte, o WatchOptions, route bool,
+	local func(context.Context) (*Watch, error), path func(from int64) string) {
+	store := r.PathValue("store")
 	ctx := r.Context()
-	lw, localErr := s.q.WatchBytes(ctx, store, kb, o)
+	lw, localErr := local(ctx)
 	if localErr != nil && (!route || !reroutable(localErr)) {
 		refuseWatch(w, localErr)
 		return
@@ -225,7 +261,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 					// The local replica cannot go on: the watch goes on
 					// from where it stopped on whichever replica can,
 					// this instance's next one included.
-					rw = s.relay(store, keyText, part, o, ee.Resume, "")
+					rw = s.relayBy(store, part, o, ee.Resume, "", path)
 				}
 				return rw.Next(ctx)
 			}
@@ -233,7 +269,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 		s.streamWatch(ctx, sse, c, keyText, next)
 		return
 	}
-	rw = s.relay(store, keyText, part, o, o.From, s.b.Self())
+	rw = s.relayBy(store, part, o, o.From, s.b.Self(), path)
 	// The first connection decides between a stream and a refusal.
 	if err := rw.connect(ctx); err != nil {
 		refuseWatch(w, err)
@@ -244,10 +280,10 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 	s.streamWatch(ctx, sse, c, keyText, rw.Next)
 }
 
-// relay follows a watch on the partition's other replicas from position
-// from, leaving out the instance skip names.
-func (s *Server) relay(store, keyText string, part int32, o WatchOptions, from int64, skip string) *remoteWatch {
-	return &remoteWatch{rt: s.rt, store: store, keyText: keyText, opts: o, last: from, part: part,
+// relayBy follows a watch asked with path on the partition's other
+// replicas from position from, leaving out the instance skip names.
+func (s *Server) relayBy(store string, part int32, o WatchOptions, from int64, skip string, path func(from int64) string) *remoteWatch {
+	return &remoteWatch{rt: s.rt, store: store, path: path, opts: o, last: from, part: part,
 		hosts: func(context.Context, bool) ([]string, error) {
 			m, err := s.b.Metadata()
 			if err != nil {
@@ -297,26 +333,39 @@ func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, key
 			sse.send("end", "", end)
 			return
 		}
-		wu := wireUpdate{Key: keyText, Deleted: u.Deleted, TimestampMs: u.Timestamp, Position: u.Position, Partition: u.Provenance.Partition,
-			Current: u.Current, Coalesced: u.Coalesced, Truncated: u.Truncated, ServedBy: servedBy(u.Provenance)}
-		if !u.Deleted {
-			if u.json {
-				wu.Value = u.Value
-			} else {
-				v, err := c.DecodeValue(u.Value)
-				if err == nil {
-					wu.Value, err = json.Marshal(v)
-				}
-				if err != nil {
-					sse.send("end", "", wireWatchEnd{wireError: wireError{Error: fmt.Sprintf("iq: decode value: %v", err), Reason: reasonInternal}, Resume: u.Position - 1})
-					return
-				}
-			}
+		wu, err := encodeUpdate(c, keyText, u)
+		if err != nil {
+			sse.send("end", "", wireWatchEnd{wireError: wireError{Error: err.Error(), Reason: reasonInternal}, Resume: u.Position - 1})
+			return
 		}
 		if !sse.send("update", strconv.FormatInt(u.Position, 10), wu) {
 			return
 		}
 	}
+}
+
+// encodeUpdate renders an update as an event's data.
+func encodeUpdate(c StoreCodec, keyText string, u Update) (wireUpdate, error) {
+	wu := wireUpdate{Key: keyText, Deleted: u.Deleted, TimestampMs: u.Timestamp, Position: u.Position, Partition: u.Provenance.Partition,
+		Current: u.Current, Coalesced: u.Coalesced, Truncated: u.Truncated, ServedBy: servedBy(u.Provenance)}
+	if u.Window != nil {
+		wu.StartMs, wu.EndMs = &u.Window.Start, &u.Window.End
+	}
+	if u.Deleted {
+		return wu, nil
+	}
+	if u.json {
+		wu.Value = u.Value
+		return wu, nil
+	}
+	v, err := c.DecodeValue(u.Value)
+	if err == nil {
+		wu.Value, err = json.Marshal(v)
+	}
+	if err != nil {
+		return wu, fmt.Errorf("iq: decode value: %w", err)
+	}
+	return wu, nil
 }
 
 // events writes Server-Sent Events, each write bounded by the server's
@@ -380,274 +429,3 @@ func (e *events) pings(ctx context.Context, gone func()) {
 		}
 	}
 }
-
-// watchCandidates orders the hosts of a partition for a watch: the active
-// first, then standbys and warmups (all at random with PreferSpread),
-// leaving out skip (the asking instance).
-func watchCandidates(km KeyQueryMetadata, prefer Preference, skip string) []string {
-	var hosts []string
-	if km.Active != "" {
-		hosts = append(hosts, km.Active)
-	}
-	hosts = append(hosts, km.Standbys...)
-	hosts = append(hosts, km.Warmups...)
-	if prefer == PreferSpread {
-		rand.Shuffle(len(hosts), func(i, j int) { hosts[i], hosts[j] = hosts[j], hosts[i] })
-	}
-	return slices.DeleteFunc(hosts, func(h string) bool { return h == skip && skip != "" })
-}
-
-// Watch follows a key from outside the application, resuming on another
-// replica whenever the one serving it ends the watch or stops answering.
-// keyText and keyBytes are as for Get. Updates carry the value as the JSON
-// the server rendered. It fails at once for what is wrong with the query
-// itself; otherwise a replica that cannot serve is a pause: Next keeps
-// trying the partition's replicas, refreshing the routing table, for as
-// long as its context allows.
-func (c *Client) Watch(ctx context.Context, store, keyText string, keyBytes []byte, opts WatchOptions) (*RemoteWatch, error) {
-	m, _, err := c.metadata(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	n, err := m.partitionsOf(store)
-	if err != nil {
-		return nil, err
-	}
-	part := topology.Partition(keyBytes, n)
-	prefer := opts.Prefer
-	if prefer == PreferFreshest {
-		prefer = c.opts.Prefer
-	}
-	rw := &remoteWatch{rt: c.rt, store: store, keyText: keyText, opts: opts, last: opts.From, part: part,
-		hosts: func(ctx context.Context, refresh bool) ([]string, error) {
-			m, _, err := c.metadata(ctx, refresh)
-			if err != nil {
-				return nil, err
-			}
-			km, err := locate(m, store, part)
-			if err != nil {
-				return nil, err
-			}
-			return watchCandidates(km, prefer, ""), nil
-		}}
-	if err := rw.connect(ctx); err != nil {
-		if !reroutable(err) {
-			return nil, err
-		}
-	}
-	return &RemoteWatch{rw}, nil
-}
-
-// RemoteWatch is a watch followed over HTTP (Client.Watch). Next is called
-// from one goroutine at a time; Close from any.
-type RemoteWatch struct{ rw *remoteWatch }
-
-// Next returns the next update. It returns a *WatchEndedError wrapping
-// ErrWatcherTooSlow when the reader fell behind the serving replica's
-// buffer (resume with a new watch from its Resume), and ctx's error when
-// ctx ends first; every other end of the serving replica is resumed on
-// another.
-func (w *RemoteWatch) Next(ctx context.Context) (Update, error) { return w.rw.Next(ctx) }
-
-// Resume returns the position of the last update delivered, or the start.
-func (w *RemoteWatch) Resume() int64 { return w.rw.last }
-
-// Close ends the watch.
-func (w *RemoteWatch) Close() { w.rw.Close() }
-
-// remoteWatch follows a watch over HTTP across the replicas hosts names,
-// connecting to the next one from the last delivered position whenever
-// the current one ends.
-type remoteWatch struct {
-	rt      *router
-	store   string
-	keyText string
-	part    int32
-	opts    WatchOptions
-	hosts   func(ctx context.Context, refresh bool) ([]string, error)
-
-	last     int64 // FromNow until the first stream said where it starts
-	attempts int   // connections tried; after the first, the table is refreshed
-	cur      *sseStream
-}
-
-type sseEvent struct {
-	name string
-	data []byte
-}
-
-// sseStream reads one HTTP event stream on a goroutine of its own.
-type sseStream struct {
-	host   string
-	body   io.ReadCloser
-	events chan sseEvent
-	err    error // why events closed, read after it is
-	once   sync.Once
-}
-
-func (st *sseStream) close() { st.once.Do(func() { st.body.Close() }) }
-
-func (st *sseStream) read() {
-	defer close(st.events)
-	silence := time.AfterFunc(watchSilence, st.close)
-	defer silence.Stop()
-	br := bufio.NewReader(st.body)
-	var name string
-	var data []byte
-	for {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
-			st.err = &transportError{host: st.host, err: fmt.Errorf("watch stream: %w", err)}
-			return
-		}
-		silence.Reset(watchSilence)
-		line = bytes.TrimRight(line, "\r\n")
-		switch {
-		case len(line) == 0:
-			if name != "" {
-				st.events <- sseEvent{name, data}
-			}
-			name, data = "", nil
-		case line[0] == ':':
-		default:
-			f, v, _ := strings.Cut(string(line), ":")
-			v = strings.TrimPrefix(v, " ")
-			switch f {
-			case "event":
-				name = v
-			case "data":
-				data = append(data, v...)
-			}
-		}
-	}
-}
-
-// connect opens a stream on the first candidate that serves the watch.
-// It fails with the refusals when none does.
-func (rw *remoteWatch) connect(ctx context.Context) error {
-	hosts, err := rw.hosts(ctx, rw.attempts > 0)
-	rw.attempts++
-	if err != nil {
-		return err
-	}
-	ue := &UnavailableError{Store: rw.store, Partition: rw.part, Bound: rw.opts.Staleness}
-	for _, h := range hosts {
-		st, err := rw.open(ctx, h)
-		if err == nil {
-			rw.cur = st
-			return nil
-		}
-		if !reroutable(err) {
-			return err
-		}
-		ue.Tried = append(ue.Tried, Attempt{Host: h, Err: err})
-	}
-	if len(hosts) == 0 {
-		ue.Cause = errors.New("the routing table names no replica of the partition")
-	}
-	return ue
-}
-
-// open starts a watch on host from the last delivered position, and reads
-// its start event.
-func (rw *remoteWatch) open(ctx context.Context, host string) (*sseStream, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rw.rt.scheme+"://"+host+watchPath(rw.store, rw.keyText, watchQuery(rw.opts, rw.last)), nil)
-	if err != nil {
-		return nil, err
-	}
-	if rw.rt.token != "" {
-		req.Header.Set("Authorization", "Bearer "+rw.rt.token)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := rw.rt.hc.Do(req)
-	if err != nil {
-		return nil, &transportError{host: host, err: err}
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-		return nil, decodeErrorAnswer(resp.StatusCode, body)
-	}
-	st := &sseStream{host: host, body: resp.Body, events: make(chan sseEvent, 64)}
-	go st.read()
-	select {
-	case ev, ok := <-st.events:
-		if !ok || ev.name != "start" {
-			st.close()
-			return nil, &transportError{host: host, err: errors.New("watch stream did not start")}
-		}
-		var start struct{ Position int64 }
-		if err := json.Unmarshal(ev.data, &start); err != nil {
-			st.close()
-			return nil, &transportError{host: host, err: err}
-		}
-		if rw.last == FromNow {
-			rw.last = start.Position
-		}
-		return st, nil
-	case <-ctx.Done():
-		st.close()
-		return nil, ctx.Err()
-	}
-}
-
-// Next returns the next update, resuming on another replica as needed.
-func (rw *remoteWatch) Next(ctx context.Context) (Update, error) {
-	wait := 50 * time.Millisecond
-	for {
-		if rw.cur == nil {
-			if err := rw.connect(ctx); err != nil {
-				if !reroutable(err) || ctx.Err() != nil {
-					return Update{}, err
-				}
-				select {
-				case <-ctx.Done():
-					return Update{}, ctx.Err()
-				case <-time.After(wait):
-				}
-				wait = min(2*wait, time.Second)
-				continue
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return Update{}, ctx.Err()
-		case ev, ok := <-rw.cur.events:
-			if !ok {
-				rw.drop()
-				continue
-			}
-			switch ev.name {
-			case "update":
-				var wu wireUpdate
-				if err := json.Unmarshal(ev.data, &wu); err != nil || wu.ServedBy == nil {
-					rw.drop()
-					continue
-				}
-				if wu.Position <= rw.last && !wu.Current {
-					continue
-				}
-				rw.last = wu.Position
-				return Update{Key: []byte(wu.Key), Value: wu.Value, json: true, Deleted: wu.Deleted, Timestamp: wu.TimestampMs, Position: wu.Position,
-					Current: wu.Current, Coalesced: wu.Coalesced, Truncated: wu.Truncated, Provenance: wu.ServedBy.provenance(wu.Partition)}, nil
-			case "end":
-				var end wireWatchEnd
-				json.Unmarshal(ev.data, &end)
-				rw.drop()
-				if end.Reason == reasonWatcherTooSlow {
-					return Update{}, &WatchEndedError{Store: rw.store, Partition: rw.part, Resume: rw.last, Err: ErrWatcherTooSlow}
-				}
-			}
-		}
-	}
-}
-
-func (rw *remoteWatch) drop() {
-	if rw.cur != nil {
-		rw.cur.close()
-		rw.cur = nil
-	}
-}
-
-// Close ends the watch.
-func (rw *remoteWatch) Close() { rw.drop() }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -127,7 +128,10 @@ func completeCommits(tasks []*taskrun.Active, last taskrun.LastOffsetFunc) error
 // unknown.
 func lostBroker(err error) bool {
 	return IsUnreachable(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.EPIPE)
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
+		// A connection the thread reset itself (abortIfSessionGone,
+		// dropUnsent) fails what was in flight on it this way.
+		errors.Is(err, net.ErrClosed)
 }
 
 // errCrashed stops a thread that a test made crash in the middle of a commit.

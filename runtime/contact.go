@@ -97,7 +97,8 @@ func (c *groupContact) confirmRebalancing(sent time.Time, limit time.Duration) {
 // named (current): dropped, or the group rebalanced without it, so
 // whatever it holds may be another's now. Its client finds out on its own
 // heartbeat and rejoins, and the sync that follows confirms it again.
-func (c *groupContact) heard(sent time.Time, code int16, current bool, rebalanceLimit time.Duration) {
+// It reports whether the answer refuted a member not refuted before.
+func (c *groupContact) heard(sent time.Time, code int16, current bool, rebalanceLimit time.Duration) (refuted bool) {
 	switch code {
 	case 0:
 		c.confirm(sent)
@@ -106,10 +107,12 @@ func (c *groupContact) heard(sent time.Time, code int16, current bool, rebalance
 	case kerr.UnknownMemberID.Code, kerr.IllegalGeneration.Code, kerr.FencedInstanceID.Code:
 		if current {
 			c.mu.Lock()
+			refuted = !c.refuted
 			c.refuted = true
 			c.mu.Unlock()
 		}
 	}
+	return refuted
 }
 
 // isRefuted reports whether the coordinator refuted the member since its
@@ -192,7 +195,12 @@ func (th *thread) probeContact(ctx context.Context) {
 		cancel()
 		if err == nil {
 			m, g := cl.GroupMetadata()
-			th.contact.heard(sent, resp.ErrorCode, m == member && g == generation, max(cfg.RebalanceTimeout-cfg.SessionTimeout, 0))
+			refuted := th.contact.heard(sent, resp.ErrorCode, m == member && g == generation, max(cfg.RebalanceTimeout-cfg.SessionTimeout, 0))
+			if refuted && cfg.ProcessingGuarantee != ExactlyOnce {
+				// The member's partitions may be another's already; its
+				// client hears of it only at its own heartbeat.
+				th.dropUnsent(cl)
+			}
 		}
 	}
 }
@@ -248,6 +256,29 @@ func (th *thread) abortIfSessionGone(cl *kgo.Client, last time.Time) {
 			"last_contact", time.Since(last).Round(time.Millisecond), "connections", n)
 	}
 	cl.UnsafeAbortBufferedRecords()
+}
+
+// dropUnsent fails every record an at-least-once thread's client still
+// holds, and resets its connections, when the thread's partitions are
+// lost, or the coordinator answers its probe that the member is not in
+// the group (or not in its generation): their new owners may already be
+// writing. The session bound
+// (abortIfSessionGone) does the same once a coordinator could have dropped
+// the member, but a coordinator can drop it sooner, as one restarted
+// after a crash does when it has not kept its members, and records held
+// while the broker was away would then be sent once it is back, after the
+// new owners' records, setting their values back. The tasks are closed
+// without committing, so nothing of value is lost: their input since the
+// last commit is processed again by whoever owns it now. A record failed
+// here fails the thread's next commit, and the thread joins again with a
+// new client.
+func (th *thread) dropUnsent(cl *kgo.Client) {
+	if cl == nil {
+		return
+	}
+	n := th.app.net.reset(th.conns)
+	cl.UnsafeAbortBufferedRecords()
+	th.log.Warn("partitions lost or member refuted: connections reset and records not yet sent failed", "connections", n)
 }
 
 // abandonment is a client whose session was given up on, and the last
@@ -313,9 +344,11 @@ func (th *thread) sendContext() context.Context {
 }
 
 // sessionLost reports whether err is a record failed because the member's
-// session may have expired (sessionBound, abortIfSessionGone).
+// session may have expired (sessionBound, abortIfSessionGone), or because
+// its connection was lost or reset (lostBroker): either way the
+// uncommitted work is doomed, and the failed commit has the thread rejoin.
 func sessionLost(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrAborting)
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrAborting) || lostBroker(err)
 }
 
 // doomedByProduce reports whether a produce failure dooms the thread's

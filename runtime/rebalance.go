@@ -186,10 +186,15 @@ func (th *thread) tasksOf(parts map[string][]int32) []task.ID {
 	return ids
 }
 
-func (th *thread) onLost(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
+func (th *thread) onLost(_ context.Context, cl *kgo.Client, _ map[string][]int32) {
 	if th.stopping.Load() {
 		// As in onRevoked.
 		return
+	}
+	if th.app.cfg.ProcessingGuarantee != ExactlyOnce {
+		// Before taking mu, which a commit waiting for these records to
+		// be acknowledged holds.
+		th.dropUnsent(cl)
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()

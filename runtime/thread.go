@@ -977,7 +977,10 @@ func (th *thread) process(r *kgo.Record) (bool, error) {
 	if errors.As(err, &ne) {
 		pe.Node = ne.Node
 	}
-	if th.app.cfg.ProcessingErrors != ProcessingLogAndContinue {
+	// A store in the wrong layout fails every record alike: skipping them
+	// would only empty the input.
+	var le *topology.StoreLayoutError
+	if th.app.cfg.ProcessingErrors != ProcessingLogAndContinue || errors.As(err, &le) {
 		return true, pe
 	}
 	th.app.processingErrors.Add(1)

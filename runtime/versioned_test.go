@@ -337,3 +337,59 @@ func committedOffset(t *testing.T, adm *kadm.Client, group, topic string, partit
 	}
 	return o.At
 }
+
+// A table read with Versioned whose store was written plain (here
+// restored from the plain table's changelog onto an empty disk) stops the
+// instance with a StoreLayoutError naming the store, even under
+// ProcessingLogAndContinue, rather than misreading it or skipping
+// every record.
+func TestVersionedSwitchOfAPlainTableStopsTheInstance(t *testing.T) {
+	b, _ := startBroker(t, "prices")
+	start := func(opts ...topology.Option) *App {
+		tb := topology.NewBuilder()
+		topology.Table(tb, "prices", serde.String, serde.String, "prices", opts...)
+		topo, err := tb.Build()
+		require.NoError(t, err)
+		app, err := New(topo, Config{ApplicationID: "switch", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
+			ProcessingErrors: ProcessingLogAndContinue, CommitInterval: 100 * time.Millisecond, SessionTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		return app
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("prices"))
+	require.NoError(t, err)
+	defer cl.Close()
+	produce := func(key, value string) {
+		t.Helper()
+		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(key), Value: []byte(value)}).FirstErr())
+	}
+	for _, k := range []string{"a", "b", "c", "d"} {
+		produce(k, k+"1")
+	}
+	plain := start()
+	waitFor(t, 30*time.Second, "the plain table holding every key", func() bool {
+		for _, k := range []string{"a", "b", "c", "d"} {
+			if _, found, _, err := plain.LocalGet("prices", []byte(k)); err != nil || !found {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, plain.Close(context.Background()))
+
+	versioned := start(topology.Versioned(time.Hour))
+	defer versioned.Close(context.Background())
+	for _, k := range []string{"a", "b", "c", "d"} {
+		produce(k, k+"2")
+	}
+	select {
+	case <-versioned.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the instance did not stop on the plain store")
+	}
+	var le *topology.StoreLayoutError
+	require.ErrorAs(t, versioned.Err(), &le)
+	require.Equal(t, "prices", le.Store)
+	require.True(t, le.Versioned)
+	require.Zero(t, versioned.ProcessingErrors(), "no record skipped")
+}

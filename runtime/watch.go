@@ -77,11 +77,11 @@ func (q queryBackend) Hub() *iq.Hub { return &q.a.watches }
 // deadline.
 const readBackLimit = 30 * time.Second
 
-// ReadChangelog reads back the committed changes of key from a store's
-// changelog partition in [from, to) (iq.WatchBackend). Transaction markers
+// ReadChangelog reads back the committed changes of the keys match accepts
+// from a store's changelog partition in [from, to) (iq.WatchBackend). Transaction markers
 // are kept so that the read knows when it reached to: under exactly-once
 // the record before a position is a commit marker.
-func (q queryBackend) ReadChangelog(ctx context.Context, store string, partition int32, key []byte, from, to int64) ([]iq.Change, int64, error) {
+func (q queryBackend) ReadChangelog(ctx context.Context, store string, partition int32, match func(key []byte) bool, from, to int64) ([]iq.Change, int64, error) {
 	a := q.a
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -121,7 +121,7 @@ func (q queryBackend) ReadChangelog(ctx context.Context, store string, partition
 				if r.Offset >= to-1 {
 					done = true
 				}
-				if r.Offset >= to || r.Attrs.IsControl() || string(r.Key) != string(key) {
+				if r.Offset >= to || r.Attrs.IsControl() || !match(r.Key) {
 					continue
 				}
 				out = append(out, iq.Change{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli(), Position: r.Offset})

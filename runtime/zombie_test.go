@@ -3,11 +3,13 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -497,7 +499,7 @@ func instanceLogs(all, name string) string {
 // The cut-off instance rejoins, and no count ends below its input.
 func TestAtLeastOnceZombieSendsNothingOnceItsSessionExpired(t *testing.T) {
 	var a *App
-	aloZombie(t, nil, func() { a.net.partition(true) }, func() { a.net.partition(false) }, &a)
+	aloZombie(t, zombieCase{cut: func() { a.net.partition(true) }, heal: func() { a.net.partition(false) }, app: &a})
 }
 
 // The same with the cut a network partition makes: the connections stay
@@ -508,16 +510,42 @@ func TestAtLeastOnceZombieSendsNothingOnceItsSessionExpired(t *testing.T) {
 // never arrives after the new owner's records.
 func TestAtLeastOnceZombieRequestInFlightNeverLands(t *testing.T) {
 	hole := newTCPHole()
-	aloZombie(t, hole.wrap, func() { hole.set(true) }, hole.heal, nil)
+	aloZombie(t, zombieCase{wrap: hole.wrap, cut: func() { hole.set(true) }, heal: hole.heal})
+}
+
+// An at-least-once instance whose partitions are lost before its session
+// bound, because the coordinator dropped it early (an operator removed
+// it, or a coordinator restarted after a crash did not keep its members),
+// sends none of the records it held once its path to the partition leader
+// is back, though its session bound has not passed: it hears of the loss
+// from its coordinator while its produce requests are held.
+func TestAtLeastOnceZombieDroppedEarlySendsNothing(t *testing.T) {
+	hole := &produceHole{}
+	aloZombie(t, zombieCase{wrap: hole.wrap, cut: func() { hole.set(true) }, heal: hole.heal, dropEarly: true})
+}
+
+// zombieCase is how aloZombie cuts A off and brings it back: wrap, if set,
+// wraps A's connections; the App A is stored in *app, if set, before cut
+// or heal is called. With dropEarly, A is removed from the group as soon
+// as it is cut off, and healed once B has taken its task over, well
+// within A's session timeout.
+type zombieCase struct {
+	wrap      func(net.Conn) net.Conn
+	cut, heal func()
+	app       **App
+	dropEarly bool
 }
 
 // aloZombie runs the zombie scenario: instances A and B count, A is cut
 // off (cut) while its client holds a commit's changelog records, B takes
 // A's task over and writes its changelog, then A's network comes back
 // (heal). No record of A's producer may follow B's in the changelog, and
-// no count ends below its input. wrap, if set, wraps A's connections; the
-// App A is stored in *app, if set, before cut or heal can be called.
-func aloZombie(t *testing.T, wrap func(net.Conn) net.Conn, cutA, healA func(), app **App) {
+// no count ends below its input.
+func aloZombie(t *testing.T, zc zombieCase) {
+	session := 2 * time.Second
+	if zc.dropEarly {
+		session = 10 * time.Second
+	}
 	c := newEOSCluster(t)
 	logs := &logSink{}
 	t.Cleanup(func() {
@@ -537,8 +565,10 @@ func aloZombie(t *testing.T, wrap func(net.Conn) net.Conn, cutA, healA func(), a
 	start := func(name string, wrap func(net.Conn) net.Conn) *App {
 		app, err := New(countTopology(t), Config{
 			ApplicationID: "alozombie", Brokers: c.b.Addrs(), StateDir: t.TempDir(),
-			SessionTimeout: 2 * time.Second, NumStreamThreads: 1, RebalanceTimeout: 6 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("instance", name),
+			SessionTimeout: session, NumStreamThreads: 1, RebalanceTimeout: 3 * session,
+			// For the test to remove A by its instance ID.
+			StaticMembership: zc.dropEarly,
+			Logger:           slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("instance", name),
 		})
 		require.NoError(t, err)
 		app.net.wrap = wrap
@@ -546,9 +576,9 @@ func aloZombie(t *testing.T, wrap func(net.Conn) net.Conn, cutA, healA func(), a
 		t.Cleanup(func() { app.Close(context.Background()) })
 		return app
 	}
-	a := start("A", wrap)
-	if app != nil {
-		*app = a
+	a := start("A", zc.wrap)
+	if zc.app != nil {
+		*zc.app = a
 	}
 	waitFor(t, 20*time.Second, "A ready", a.Ready)
 	b := start("B", nil)
@@ -599,7 +629,7 @@ func aloZombie(t *testing.T, wrap func(net.Conn) net.Conn, cutA, healA func(), a
 	cutNow := func() {
 		if aCl.BufferedProduceRecords() > 0 {
 			once.Do(func() {
-				cutA()
+				zc.cut()
 				close(done)
 			})
 		}
@@ -612,10 +642,26 @@ func aloZombie(t *testing.T, wrap func(net.Conn) net.Conn, cutA, healA func(), a
 	}
 	cutHook.Store(nil)
 	cut := time.Now()
+	if zc.dropEarly {
+		leave := kadm.LeaveGroup("alozombie").InstanceIDs(a.threads[0].instanceID()).Reason("removed by the test")
+		resp, err := kadm.NewClient(c.cl).LeaveGroup(context.Background(), leave)
+		require.NoError(t, err)
+		require.NoError(t, resp.Error())
+	}
 
 	waitTakeover(t, b, heldID)
-	require.Greater(t, time.Since(cut), 2*time.Second, "the partition outlasted the session timeout")
-	healA()
+	if zc.dropEarly {
+		require.Less(t, time.Since(cut), session, "B took the task over within A's session timeout")
+		// A hears of it from its probe or its client's heartbeat, well
+		// before its session bound would fail what it holds.
+		waitFor(t, session/2, "A fails the records it holds once it hears it is no longer in the group", func() bool {
+			return aCl.BufferedProduceRecords() == 0
+		})
+	} else {
+		require.Greater(t, time.Since(cut), session, "the partition outlasted the session timeout")
+	}
+	t.Logf("healing A at %s", time.Now().Format("15:04:05.000"))
+	zc.heal()
 
 	before := a.Tasks()
 	waitFor(t, 30*time.Second, "A back in the group and running a task", func() bool {
@@ -656,8 +702,8 @@ func aloZombie(t *testing.T, wrap func(net.Conn) net.Conn, cutA, healA func(), a
 			othersFrom = r.Offset
 		}
 		if mine && othersFrom >= 0 {
-			t.Fatalf("A's record at offset %d (key %s) landed after the new owner's from offset %d; A's producer %d/%d, the changelog's writers: %s",
-				r.Offset, r.Key, othersFrom, aPID, aEpoch, strings.Join(runs, ", "))
+			t.Fatalf("A's record at offset %d (key %s, timestamp %s) landed after the new owner's from offset %d; A's producer %d/%d, the changelog's writers: %s",
+				r.Offset, r.Key, r.Timestamp.Format("15:04:05.000"), othersFrom, aPID, aEpoch, strings.Join(runs, ", "))
 		}
 	}
 	require.GreaterOrEqual(t, othersFrom, int64(0), "the new owner wrote the changelog")
@@ -685,4 +731,110 @@ func readPartition(t *testing.T, addrs []string, topic string, partition int32) 
 		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
 	}
 	return out
+}
+
+// produceHole holds the produce requests of the connections it wraps while
+// on, as a path to the partition leader that drops packets does: a request
+// stays in the sender's queue of unacknowledged bytes and is delivered
+// when the path heals, unless the connection was reset (closed with linger
+// 0). Every other request (heartbeats, commits, fetches) goes through, so
+// the member hears from its coordinator meanwhile.
+type produceHole struct {
+	mu    sync.Mutex
+	on    bool
+	conns []*produceHoleConn
+}
+
+func (h *produceHole) set(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.on = on
+}
+
+func (h *produceHole) isOn() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.on
+}
+
+func (h *produceHole) wrap(c net.Conn) net.Conn {
+	hc := &produceHoleConn{Conn: c, h: h}
+	h.mu.Lock()
+	h.conns = append(h.conns, hc)
+	h.mu.Unlock()
+	return hc
+}
+
+// heal lets produce requests through again and delivers every queue.
+func (h *produceHole) heal() {
+	h.set(false)
+	h.mu.Lock()
+	conns := slices.Clone(h.conns)
+	h.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		c.deliverLocked()
+		c.mu.Unlock()
+	}
+}
+
+type produceHoleConn struct {
+	net.Conn
+	h       *produceHole
+	mu      sync.Mutex
+	queued  []byte
+	linger0 bool
+	closing bool
+}
+
+// isProduce reports whether p starts a Produce request: a 4-byte size,
+// then API key 0. The client writes each request whole.
+func isProduce(p []byte) bool { return len(p) >= 6 && binary.BigEndian.Uint16(p[4:6]) == 0 }
+
+func (c *produceHoleConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return 0, net.ErrClosed
+	}
+	if c.h.isOn() && (len(c.queued) > 0 || isProduce(p)) {
+		c.queued = append(c.queued, p...)
+		return len(p), nil
+	}
+	c.deliverLocked()
+	return c.Conn.Write(p)
+}
+
+func (c *produceHoleConn) deliverLocked() {
+	if c.h.isOn() {
+		return
+	}
+	if len(c.queued) > 0 {
+		c.Conn.Write(c.queued)
+		c.queued = nil
+	}
+	if c.closing {
+		c.Conn.Close()
+	}
+}
+
+func (c *produceHoleConn) SetLinger(sec int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.linger0 = sec == 0
+	return nil
+}
+
+func (c *produceHoleConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closing = true
+	if c.linger0 {
+		c.queued = nil
+	}
+	if len(c.queued) > 0 && c.h.isOn() {
+		return nil // sent, then closed, once the path heals
+	}
+	c.queued = nil
+	return c.Conn.Close()
 }

@@ -246,3 +246,66 @@ func (s *VersionedStore) Put(key, value []byte, ts int64) (validTo int64, put bo
 	}
 	return validTo, true, s.rw.Put(versionKey(key, ts), b)
 }
+
+// ErrLayoutMismatch is returned by CheckVersionedLayout and
+// CheckPlainLayout for a store that holds the other layout's entries:
+// read the other way, it would be misread, not refused.
+var ErrLayoutMismatch = errors.New("statestore: store holds entries of another layout")
+
+// CheckVersionedLayout returns an error wrapping ErrLayoutMismatch if rw,
+// opened as a versioned store, holds entries but no observed time: it was
+// written as a plain key-value store. A versioned store writes its
+// observed time with its first put, so only an empty store lacks it.
+func CheckVersionedLayout(rw ReadWriter) error {
+	obs, found, err := rw.Get(observedKey)
+	if err != nil {
+		return err
+	}
+	if found {
+		if len(obs) != 8 {
+			return fmt.Errorf("%w: a versioned store's observed time is 8 bytes, found %d", ErrLayoutMismatch, len(obs))
+		}
+		return nil
+	}
+	it, err := rw.All()
+	if err != nil {
+		return err
+	}
+	nonEmpty := it.Next()
+	if err := errors.Join(it.Err(), it.Close()); err != nil {
+		return err
+	}
+	if nonEmpty {
+		return fmt.Errorf("%w: entries without a versioned store's observed time", ErrLayoutMismatch)
+	}
+	return nil
+}
+
+// CheckPlainLayout returns an error wrapping ErrLayoutMismatch if rw,
+// opened as a plain key-value store, holds a versioned store's entries:
+// an 8-byte observed time, followed by a version key (ending in the key
+// terminator 00 01 and a timestamp). A table's plain store cannot hold
+// both: its values under the key 00 00 would be timestamped, at least 12
+// bytes.
+func CheckPlainLayout(rw ReadWriter) error {
+	obs, found, err := rw.Get(observedKey)
+	if err != nil || !found || len(obs) != 8 {
+		return err
+	}
+	it, err := rw.Range(append(observedKey[:len(observedKey):len(observedKey)], 0), nil)
+	if err != nil {
+		return err
+	}
+	var versionKey bool
+	if it.Next() {
+		k := it.Key()
+		versionKey = len(k) >= 10 && k[len(k)-10] == 0 && k[len(k)-9] == 1
+	}
+	if err := errors.Join(it.Err(), it.Close()); err != nil {
+		return err
+	}
+	if versionKey {
+		return fmt.Errorf("%w: a versioned store's observed time and versions", ErrLayoutMismatch)
+	}
+	return nil
+}

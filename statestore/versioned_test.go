@@ -328,3 +328,26 @@ func testVersionedReopen(t *testing.T, b backend) {
 	_, put := vput(t, s, "k", "late", 99)
 	require.False(t, put, "the observed time survives a reopen")
 }
+
+// The layout checks accept an empty store either way, and a plain table
+// store whose key is 00 00 (its value timestamped, longer than an
+// observed time); each refuses the other layout's entries.
+func TestLayoutChecks(t *testing.T) {
+	empty := NewMemory()
+	require.NoError(t, CheckVersionedLayout(empty))
+	require.NoError(t, CheckPlainLayout(empty))
+
+	plain := NewMemory()
+	require.NoError(t, plain.Put([]byte{0, 0}, AppendTimestamped(nil, 5, []byte("v"))))
+	require.NoError(t, plain.Put([]byte("k"), AppendTimestamped(nil, 5, []byte("v"))))
+	require.NoError(t, CheckPlainLayout(plain))
+	require.ErrorIs(t, CheckVersionedLayout(plain), ErrLayoutMismatch)
+
+	versioned := NewMemory()
+	vs, err := NewVersionedStore(versioned, VersionedOptions{HistoryRetention: 10})
+	require.NoError(t, err)
+	_, _, err = vs.Put([]byte("k"), []byte("v"), 5)
+	require.NoError(t, err)
+	require.NoError(t, CheckVersionedLayout(versioned))
+	require.ErrorIs(t, CheckPlainLayout(versioned), ErrLayoutMismatch)
+}

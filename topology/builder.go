@@ -215,8 +215,14 @@ func (n *node) label() string {
 type record struct {
 	key, value         any
 	keyNull, valueNull bool
-	ts                 time.Time
-	headers            []Header
+	// notLatest marks a table update that is not its key's latest value:
+	// an out-of-order update of a versioned table, which went into the
+	// key's history only (KIP-914). Operators that keep a latest-only
+	// result (table joins, re-grouping) drop it; the others pass it on.
+	// Beside the other flags, it takes no room of its own.
+	notLatest bool
+	ts        time.Time
+	headers   []Header
 	// srcKey is the key's bytes as a source read them, set by the source
 	// and meaningful only to the source's own children: an aggregation
 	// reading a repartition topic, whose key serde is its store's, uses

@@ -189,7 +189,8 @@ type fkSubscribeProc[K, V, KO any] struct {
 func (p *fkSubscribeProc[K, V, KO]) init(*nodeInstance) error { return nil }
 
 func (p *fkSubscribeProc[K, V, KO]) process(c *nodeInstance, r record) error {
-	if r.keyNull {
+	// As in a table-table join, only latest values take part (KIP-914).
+	if r.keyNull || r.notLatest {
 		return nil
 	}
 	k := as[K](r.key)
@@ -351,7 +352,7 @@ func (p *fkRightProc[KO, VO]) init(c *nodeInstance) error {
 }
 
 func (p *fkRightProc[KO, VO]) process(c *nodeInstance, r record) error {
-	if r.keyNull {
+	if r.keyNull || r.notLatest {
 		return nil
 	}
 	fk, err := p.keySerde.Encode(as[KO](r.key))

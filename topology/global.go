@@ -52,6 +52,9 @@ func GlobalTable[K, V any](b *Builder, topic string, keySerde serde.Serde[K], va
 	if keySerde == nil || valueSerde == nil {
 		b.errorf("%s: key and value serdes must not be nil", owner)
 	}
+	if o.versioned {
+		b.errorf("%s: a global table cannot be Versioned, as in Kafka Streams", owner)
+	}
 	b.checkName("store", store)
 	if prev, dup := b.storeOwner[store]; dup {
 		b.errorf("store %q is declared twice (by %s and by %s)", store, prev, owner)

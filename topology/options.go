@@ -36,6 +36,9 @@ type options struct {
 	// (JoinGrace).
 	grace    int64
 	hasGrace bool
+	// restoreJoinTime: a stream-stream join starts from the stream time
+	// its window stores reached (RestoreJoinStreamTime).
+	restoreJoinTime bool
 }
 
 func collect(opts []Option) options {

@@ -45,9 +45,6 @@ type derivedSlidingProc[K, V, A any] struct {
 	inputOf func(V) int // a co-grouped value's input; nil with one input
 
 	times *statestore.WindowStore // latest record times by window start
-	// skipped is set when the record being processed was left out of a
-	// closed window.
-	skipped bool
 }
 
 func (p *derivedSlidingProc[K, V, A]) init(c *nodeInstance) error {
@@ -162,18 +159,11 @@ func (p *derivedSlidingProc[K, V, A]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return fmt.Errorf("encode key for store %q: %w", p.store, err)
 	}
-	p.skipped = false
 	in := derivedInput[K, V]{k: k, kb: kb, v: v, t: t, st: st, r: r}
 	if t < p.w.diff {
-		err = p.processEarly(c, in)
-	} else {
-		err = p.processLater(c, in)
+		return p.processEarly(c, in)
 	}
-	if err == nil && p.skipped {
-		c.task.droppedLate++
-		p.log.dropped(c.task, t, st)
-	}
-	return err
+	return p.processLater(c, in)
 }
 
 // derivedInput is the record being processed.
@@ -310,7 +300,10 @@ func (p *derivedSlidingProc[K, V, A]) processEarly(c *nodeInstance, in derivedIn
 // closed.
 func (p *derivedSlidingProc[K, V, A]) update(c *nodeInstance, in derivedInput[K, V], win Window, cur slidingValue[A]) error {
 	if p.w.IsClosed(win, in.st) {
-		p.skipped = true
+		// Counted once per closed window the record is left out of, as
+		// Kafka Streams' dropped-records sensor counts it.
+		c.task.droppedLate++
+		p.log.dropped(c.task, in.t, in.st)
 		return nil
 	}
 	ts := in.t

@@ -65,6 +65,19 @@ func (w JoinWindows) Grace(g time.Duration) JoinWindows {
 	return w
 }
 
+// RestoreJoinStreamTime makes a stream-stream join (LeftJoinStreams,
+// OuterJoinStreams) start, when its task starts again (after a restart,
+// a takeover or an aborted transaction), from the stream time it had
+// reached: the latest time its window stores hold, or after an abort the
+// time at the last commit. By default, as in Kafka Streams, whose join
+// keeps its stream time in memory only, a started task knows none until
+// its next record, so an unmatched record that arrives behind the time
+// reached before waits in "<store>-outer" for stream time to pass its
+// window again instead of being emitted at once. With the option a run
+// interrupted by restarts or aborts emits what an uninterrupted one
+// would. Inner joins do not use stream time.
+func RestoreJoinStreamTime() Option { return func(o *options) { o.restoreJoinTime = true } }
+
 // span is before + after + grace: how long each side keeps its records,
 // as Kafka Streams does.
 func (w JoinWindows) span() int64 { return addSat(addSat(w.before, w.after), w.grace) }
@@ -172,11 +185,11 @@ func joinStreams[K, V, V2, VR any](l KStream[K, V], r KStream[K, V2], op string,
 		n.stores = append(n.stores, info.Name)
 		b.declareStore(info, n.label())
 	}
-	wopts := infos[0].WindowOptions()
+	wopts, restoreTime := infos[0].WindowOptions(), o.restoreJoinTime
 	n.newProc = func() (procImpl, error) {
 		return &streamJoinProc[K, V, V2, VR]{
 			store: store, w: w, wopts: wopts, outer: outer, leftOuter: leftOuter, rightOuter: rightOuter,
-			ks: ks, lvs: lvs, rvs: rvs, join: fn,
+			ks: ks, lvs: lvs, rvs: rvs, join: fn, restoreTime: restoreTime,
 		}, nil
 	}
 	return out
@@ -195,9 +208,14 @@ type streamJoinProc[K, V, V2, VR any] struct {
 	left, right *statestore.WindowStore
 	unmatched   statestore.ReadWriter // nil for an inner join
 	// streamTime is the largest record time the join has seen, in
-	// milliseconds; started is false until it was read from the stores.
-	streamTime int64
-	started    bool
+	// milliseconds (math.MinInt64 for none); started is false until it
+	// was set at the task's first record. restoreTime
+	// (RestoreJoinStreamTime) sets it from the stores then, and takes it
+	// back to the last commit's on an abort; without it, as in Kafka
+	// Streams, each start begins with none.
+	streamTime  int64
+	started     bool
+	restoreTime bool
 	// minTime is the earliest time in the outer store as Kafka Streams
 	// tracks it (math.MaxInt64 before anything was kept, math.MinInt64
 	// when unknown, after a restart or an abort): it decides whether a
@@ -231,10 +249,17 @@ func (p *streamJoinProc[K, V, V2, VR]) init(c *nodeInstance) error {
 	return nil
 }
 
-// start sets stream time from the restored stores: the latest time either
-// window store holds is a lower bound of it.
+// start sets stream time at the task's first record: none, or with
+// restoreTime from the restored stores, the latest time either window
+// store holds being a lower bound of it.
 func (p *streamJoinProc[K, V, V2, VR]) start() error {
 	p.started = true
+	// Unknown after a restart: the next record at stream time looks.
+	p.minTime = math.MinInt64
+	if !p.restoreTime {
+		p.streamTime = math.MinInt64
+		return nil
+	}
 	lt, err := p.left.ObservedTime()
 	if err != nil {
 		return err
@@ -244,8 +269,6 @@ func (p *streamJoinProc[K, V, V2, VR]) start() error {
 		return err
 	}
 	p.streamTime = max(lt, rt)
-	// Unknown after a restart: the next record at stream time looks.
-	p.minTime = math.MinInt64
 	return nil
 }
 
@@ -499,6 +522,11 @@ func (p *streamJoinProc[K, V, V2, VR]) committed() {
 
 func (p *streamJoinProc[K, V, V2, VR]) rewind() {
 	p.streamTime, p.started = p.committedTime, p.committedStarted
+	if !p.restoreTime {
+		// Kafka Streams revives a task after an abort, its join's stream
+		// time starting again from none.
+		p.streamTime, p.started = math.MinInt64, true
+	}
 	p.minTime = math.MinInt64
 	p.left.Rewind()
 	p.right.Rewind()

@@ -260,3 +260,65 @@ func TestStreamJoinKeylessRecords(t *testing.T) {
 	require.Equal(t, []string{"a|-@100", "-|b@100"}, read("outer-out"))
 	require.Empty(t, read("inner-out"))
 }
+
+// A left join's task started again over its stores knows no stream time
+// until its next record, as Kafka Streams' join, whose stream time lives
+// in memory: an unmatched record behind the time reached before the
+// restart waits for its window to pass again. With RestoreJoinStreamTime
+// the join starts from the time its stores reached and emits it at once.
+func TestStreamJoinStreamTimeAfterRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    []topology.Option
+		wantNow []string // outputs of the late record
+	}{
+		{name: "default", wantNow: nil},
+		{name: "restored", opts: []topology.Option{topology.RestoreJoinStreamTime()}, wantNow: []string{"c|null@50"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := topology.NewBuilder()
+			topology.LeftJoinStreams(topology.Stream(b, "in", serde.String, serde.String), topology.Stream(b, "right", serde.String, serde.String),
+				func(l, r string, found bool) string {
+					if !found {
+						r = "null"
+					}
+					return l + "|" + r
+				}, topology.JoinTimeDifference(10*time.Millisecond), "j", serde.String, serde.String, serde.String, tc.opts...).
+				To("out", serde.String, serde.String)
+			topo, err := b.Build()
+			require.NoError(t, err)
+			env := newFakeEnv(0)
+			sent := func() []string {
+				var out []string
+				for _, r := range env.sent {
+					out = append(out, string(r.Value)+"@"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+				}
+				env.sent = nil
+				return out
+			}
+			run := func(recs ...graph.InputRecord) {
+				g, err := graph.Of(topo).NewTaskGraph(0, env)
+				require.NoError(t, err)
+				for _, r := range recs {
+					require.NoError(t, g.Process(r))
+				}
+				require.NoError(t, g.Close())
+			}
+			rec := func(v string, ms int64) graph.InputRecord {
+				return graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte(v), Timestamp: time.UnixMilli(ms)}
+			}
+			run(rec("a", 100), rec("b", 200))
+			require.Equal(t, []string{"a|null@100"}, sent(), "a's window passed at stream time 200")
+
+			// Restarted: c at 50 is behind the 200 reached before.
+			run(rec("c", 50))
+			require.Equal(t, tc.wantNow, sent())
+			run(rec("d", 300))
+			want := []string{"b|null@200"}
+			if tc.wantNow == nil {
+				want = []string{"c|null@50", "b|null@200"}
+			}
+			require.Equal(t, want, sent(), "stream time 300 passes the windows of what waited")
+		})
+	}
+}

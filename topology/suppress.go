@@ -129,6 +129,11 @@ func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTabl
 	if t.keySerde == nil || t.valueSerde == nil {
 		b.errorf("%s: the table needs a key and a value serde (give a derived table one with TableValueSerde)", n.label())
 	}
+	if t.asOf != nil {
+		// Refused as Kafka Streams refuses it: a suppressed table emits
+		// latest values, and a versioned one also forwards history.
+		b.errorf("%s: a versioned table, or one derived from it without Materialized, cannot be suppressed", n.label())
+	}
 	ks, vs, final, buf, keepTime := t.keySerde, t.valueSerde, s.finalResults, s.buf, s.keepTime
 	n.newProc = func() (procImpl, error) {
 		return &suppressProc[K, V]{store: store, keySerde: ks, valueSerde: vs, final: final, limit: limit, buf: buf, keepTime: keepTime,

@@ -381,7 +381,8 @@ func (p *aggProc[K, V, A]) close() error { return nil }
 // cache on (the default), a table forwards the latest value of each updated
 // key at every commit, so repeated updates of one key between commits reach
 // downstream once; with the cache off (and in topologytest) every update is
-// forwarded as soon as it is applied.
+// forwarded as soon as it is applied, as is every update of a versioned
+// table (see Versioned).
 type KTable[K, V any] struct {
 	b          *Builder
 	n          *node
@@ -418,13 +419,16 @@ func Table[K, V any](b *Builder, topic string, keySerde serde.Serde[K], valueSer
 	}
 	src := addSource(b, TopicRef{Name: topic}, keySerde, valueSerde, srcOpts)
 	n := b.addProcessor("table", o, func() procImpl {
-		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: o.history}
+		return &tableProc[K, V]{store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: o.history,
+			layout: layoutCheck{store: store, versioned: o.versioned}}
 	}, src)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	info := b.tableStoreInfo(store, o)
+	var info StoreInfo
 	if o.versioned {
 		info = b.versionedStoreInfo(store, o)
+	} else {
+		info = b.tableStoreInfo(store, o)
 	}
 	b.declareStore(info, n.label())
 	out := KTable[K, V]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: valueSerde, versioned: o.versioned, history: info.Retention}
@@ -444,6 +448,7 @@ type tableProc[K, V any] struct {
 	versioned bool
 	history   int64
 	versions  *statestore.VersionedStore
+	layout    layoutCheck
 }
 
 func (p *tableProc[K, V]) init(c *nodeInstance) error {
@@ -459,6 +464,9 @@ func (p *tableProc[K, V]) init(c *nodeInstance) error {
 }
 
 func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
+	if err := p.layout.check(p.kv.rw); err != nil {
+		return err
+	}
 	if r.keyNull {
 		return nil
 	}

@@ -69,7 +69,9 @@ type change[V any] struct {
 }
 
 func groupTableUpdate[K, V, K2, V2 any](c *nodeInstance, r record, selector func(K, V) (K2, V2)) error {
-	if r.keyNull {
+	// An out-of-order update of a versioned table changed its history,
+	// not its latest value, which is all an aggregate of it counts.
+	if r.keyNull || r.notLatest {
 		return nil
 	}
 	k := as[K](r.key)

@@ -128,7 +128,9 @@ func (p *tableJoinSide[K, V, OV]) init(c *nodeInstance) error {
 }
 
 func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
-	if r.keyNull {
+	// The result joins the sides' latest values: an out-of-order update
+	// of a versioned side does not change it (KIP-914).
+	if r.keyNull || r.notLatest {
 		return nil
 	}
 	k := as[K](r.key)

@@ -10,7 +10,8 @@ import (
 // (persistent and logged unless InMemory or WithoutLogging is given). A
 // derived table without it keeps no state: joins and later operators look
 // its values up through the store of the nearest materialized table it
-// derives from, applying the operators on the way.
+// derives from, applying the operators on the way. With Versioned the
+// store keeps the table's versions.
 func Materialized(store string) Option { return func(o *options) { o.store = store } }
 
 // TableValueSerde gives the value serde of the store MapTableValues
@@ -109,9 +110,22 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 	n.olds = parentOldValues
 	b.checkFunc(n, fn == nil, "function")
 	out := KTable[K, V2]{b: b, n: n, store: o.store, keySerde: t.keySerde, valueSerde: vs, windows: t.windows}
+	if o.versioned && o.store == "" {
+		b.errorf("%s: Versioned needs Materialized, the store the versions are kept in", n.label())
+	}
+	if o.versioned && t.windows != nil {
+		b.errorf("%s: a windowed table cannot be Versioned", n.label())
+	}
 	if o.store != "" {
 		n.stores = []string{o.store}
-		b.declareStore(b.tableStoreInfo(o.store, o), n.label())
+		if o.versioned {
+			info := b.versionedStoreInfo(o.store, o)
+			out.versioned, out.history = true, info.Retention
+			out.asOf = out.valuesAsOf
+			b.declareStore(info, n.label())
+		} else {
+			b.declareStore(b.tableStoreInfo(o.store, o), n.label())
+		}
 		if vs == nil {
 			b.errorf("%s: store %q: value serde is nil (give it with TableValueSerde)", n.label(), o.store)
 		}
@@ -151,9 +165,11 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 			}
 		}
 	}
-	store, ks := o.store, t.keySerde
+	store, ks, fromVersioned := o.store, t.keySerde, t.asOf != nil
+	versioned, history := out.versioned, out.history
 	n.newProc = func() (procImpl, error) {
-		return &derivedTableProc[K, V, V2]{store: store, keySerde: ks, valueSerde: vs, fn: fn}, nil
+		return &derivedTableProc[K, V, V2]{store: store, keySerde: ks, valueSerde: vs, fn: fn, fromVersioned: fromVersioned,
+			versioned: versioned, history: history, layout: layoutCheck{store: store, versioned: versioned}}, nil
 	}
 	return out
 }
@@ -167,6 +183,15 @@ type derivedTableProc[K, V, V2 any] struct {
 	fn         func(K, V) (V2, bool)
 	kv         *KeyValueStore[K, V2]
 	updates    tableUpdates
+	// fromVersioned: the parent is a versioned table, or derives from one
+	// without a store, and so forwards out-of-order updates too.
+	fromVersioned bool
+	// versioned: the store, given Versioned, keeps history milliseconds
+	// of versions, in versions.
+	versioned bool
+	history   int64
+	versions  *statestore.VersionedStore
+	layout    layoutCheck
 }
 
 func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
@@ -178,7 +203,10 @@ func (p *derivedTableProc[K, V, V2]) init(c *nodeInstance) error {
 		return err
 	}
 	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
-	return nil
+	if p.versioned {
+		p.versions, err = statestore.NewVersionedStore(rw, statestore.VersionedOptions{HistoryRetention: p.history})
+	}
+	return err
 }
 
 func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
@@ -186,7 +214,7 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 		return nil
 	}
 	k := as[K](r.key)
-	out := record{key: r.key, value: zero[V2](), valueNull: true, ts: r.ts, headers: r.headers}
+	out := record{key: r.key, value: zero[V2](), valueNull: true, ts: r.ts, headers: r.headers, notLatest: r.notLatest}
 	if !r.valueNull {
 		if v, ok := p.fn(k, as[V](r.value)); ok {
 			out.value, out.valueNull = v, false
@@ -204,12 +232,31 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 	}
 	if p.kv == nil {
 		// The parent table already holds back its updates until the
-		// task flushes, so there is nothing to deduplicate here.
+		// task flushes (a versioned one forwards each, as Kafka Streams
+		// does), so there is nothing to deduplicate here.
 		return c.forward(out)
+	}
+	if err := p.layout.check(p.kv.rw); err != nil {
+		return err
 	}
 	kb, err := p.kv.encodeKey(k)
 	if err != nil {
 		return err
+	}
+	if p.versions != nil {
+		return p.processVersioned(c, kb, out)
+	}
+	if p.fromVersioned {
+		// A plain store keeps the last update it was given, out of order
+		// or not, as Kafka Streams' does: the update becomes this table's
+		// latest, and the old value is what the store held, which an
+		// earlier out-of-order update may have replaced.
+		out.notLatest = false
+		if c.node.sendOld {
+			if out.old, err = p.kv.prior(kb); err != nil {
+				return err
+			}
+		}
 	}
 	if out.valueNull {
 		err = p.kv.rw.Delete(kb)
@@ -225,3 +272,36 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 func (p *derivedTableProc[K, V, V2]) flush(c *nodeInstance) error { return p.updates.flush(c) }
 
 func (p *derivedTableProc[K, V, V2]) close() error { return nil }
+
+// processVersioned puts out, the result of one update, as a version of
+// its key in the table's versioned store and forwards it as a versioned
+// table's source does (tableProc.processVersioned): at once, unless too
+// late to be put, marked notLatest when it went into the history, with
+// the key's latest value before it as its old value.
+func (p *derivedTableProc[K, V, V2]) processVersioned(c *nodeInstance, kb []byte, out record) error {
+	if c.node.sendOld {
+		v, found, err := p.versions.Get(kb)
+		if err != nil {
+			return err
+		}
+		out.old = &prior{value: zero[V2](), null: !found}
+		if found {
+			if out.old.value, err = p.kv.decodeValue(v.Value); err != nil {
+				return err
+			}
+		}
+	}
+	var vb []byte
+	if !out.valueNull {
+		var err error
+		if vb, err = encodeStoreValue(p.valueSerde, as[V2](out.value)); err != nil {
+			return err
+		}
+	}
+	validTo, put, err := p.versions.Put(kb, vb, out.ts.UnixMilli())
+	if err != nil || !put {
+		return err
+	}
+	out.notLatest = validTo != statestore.OpenEnded
+	return c.forward(out)
+}

@@ -13,17 +13,84 @@ import (
 	"github.com/eddystreams/eddy/statestore"
 )
 
-// Versioned materializes a table read with Table in a versioned store
-// (KIP-889): besides each key's latest value it keeps the values it had
+// Versioned materializes a table read with Table, or one derived with
+// Filter, FilterNot or MapTableValues given Materialized, in a versioned
+// store (KIP-889): besides each key's latest value it keeps the values it had
 // over the last history (statestore.VersionedStore), so that interactive
 // queries can ask for a value as of a time, and a stream joined with the
 // table (Join, LeftJoin) meets the value its key had at each record's
-// timestamp. An update older than the key's latest (out of order) goes
-// into the history without being forwarded downstream, and one older than
-// the table's stream time minus history is dropped. Other operations
-// ignore it.
+// timestamp. As in Kafka Streams (KIP-914), an update older than the
+// key's latest (out of order) goes into the history and is forwarded
+// marked as not the latest: table joins (JoinTables and the others,
+// JoinByForeignKey on either side) and GroupTableBy drop it, while
+// ToStream, Filter, FilterNot and MapTableValues pass it on (a derived
+// table materialized in a plain store takes it as its latest, as Kafka
+// Streams' does). An update older than the table's stream time minus
+// history is dropped. A versioned table, and one derived from it without
+// Materialized, cannot be suppressed. Its updates are forwarded as they
+// are applied, never held by the record cache: Kafka Streams does not
+// cache versioned stores. Aggregations and table joins refuse it: as
+// Kafka Streams documents, their results keep no version history. So do
+// global tables, as in Kafka Streams.
 func Versioned(history time.Duration) Option {
 	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
+}
+
+// StoreLayoutError is the error a table's first record meets when its
+// store was written in the other layout: as a plain key-value store for a
+// table now read with Versioned, or the reverse (a table read with Table,
+// or derived with Filter, FilterNot or MapTableValues in a store of its
+// own). Either layout read as the
+// other would be misread, and the store's changelog holds the same
+// layout, so the store must be rebuilt from the table's topic: reset the
+// application (runtime.Reset) and start it again. The runtime stops the
+// stream thread on it, whatever its processing error handling.
+type StoreLayoutError struct {
+	Store string
+	// Versioned is true when the table is read with Versioned and the
+	// store was written plain.
+	Versioned bool
+	Err       error
+}
+
+func (e *StoreLayoutError) Error() string {
+	was, now := "a versioned store", "plain (without Versioned)"
+	if e.Versioned {
+		was, now = "a plain key-value store", "Versioned"
+	}
+	return fmt.Sprintf("topology: store %q was written as %s but its table is now read %s (%v): reset the application so that the store and its changelog are rebuilt from the table's topic, or go back to the store's layout", e.Store, was, now, e.Err)
+}
+
+func (e *StoreLayoutError) Unwrap() error { return e.Err }
+
+// layoutCheck is a materialized table's check, before its first record,
+// that its store holds the layout the table reads (versioned or plain).
+// It runs on the first record rather than at init, since a store is
+// restored from its changelog after init. Until the store passes, every
+// record checks again, so that a processing error handler that skips
+// records cannot get past it.
+type layoutCheck struct {
+	store     string
+	versioned bool
+	passed    bool
+}
+
+func (l *layoutCheck) check(rw statestore.ReadWriter) error {
+	if l.passed {
+		return nil
+	}
+	check := statestore.CheckPlainLayout
+	if l.versioned {
+		check = statestore.CheckVersionedLayout
+	}
+	if err := check(rw); err != nil {
+		if errors.Is(err, statestore.ErrLayoutMismatch) {
+			return &StoreLayoutError{Store: l.store, Versioned: l.versioned, Err: err}
+		}
+		return err
+	}
+	l.passed = true
+	return nil
 }
 
 // versionedStoreInfo declares the store of a versioned table.
@@ -183,8 +250,10 @@ func (t KTable[K, V]) latestValues(open func(string) (statestore.ReadWriter, err
 
 // processVersioned applies one record of a versioned table: a version of
 // its key at the record's time (a tombstone for a null value), forwarded
-// only when it becomes the key's latest, as Kafka Streams' table sources
-// over versioned stores do.
+// at once unless it was too late to be put, marked notLatest when it
+// went into the key's history, as Kafka Streams' table sources over
+// versioned stores do. The old value sent with it is the key's latest
+// before the put, which an out-of-order put leaves as it was.
 func (p *tableProc[K, V]) processVersioned(c *nodeInstance, kb []byte, r record) error {
 	var old *prior
 	if c.node.sendOld {
@@ -208,11 +277,14 @@ func (p *tableProc[K, V]) processVersioned(c *nodeInstance, kb []byte, r record)
 		}
 	}
 	validTo, put, err := p.versions.Put(kb, vb, r.ts.UnixMilli())
-	if err != nil || !put || validTo != statestore.OpenEnded {
+	if err != nil || !put {
 		return err
 	}
-	r.old = old
-	return p.updates.emit(c, kb, r)
+	r.old, r.notLatest = old, validTo != statestore.OpenEnded
+	// Not held for the task's flush: a held update is replaced by the
+	// key's next one, which an update of the history must not replace
+	// nor be replaced by.
+	return c.forward(r)
 }
 
 // joinBuffer is a stream-table join's grace period (JoinGrace) and the

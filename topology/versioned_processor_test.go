@@ -114,3 +114,50 @@ func TestJoinDerivedVersionedTable(t *testing.T) {
 	}
 	require.Equal(t, []string{"X-a", "Z-c", "V-a"}, got, "Y and W meet b, which the filter drops; U comes before any price")
 }
+
+// With the record cache (topologytest's Commits), a plain table forwards
+// each key's latest value at the commit, but a versioned table forwards
+// every update at once, out-of-order ones included, as Kafka Streams,
+// which does not cache versioned stores.
+func TestVersionedTableBypassesTheRecordCache(t *testing.T) {
+	for _, versioned := range []bool{false, true} {
+		b := topology.NewBuilder()
+		var opt topology.Option
+		if versioned {
+			opt = topology.Versioned(time.Minute)
+		}
+		topology.Table(b, "in", serde.String, serde.String, "in-store", opt).ToStream().To("out", serde.String, serde.String)
+		topo, err := b.Build()
+		require.NoError(t, err)
+		d, err := topologytest.New(topo, topologytest.Config{Commits: true})
+		require.NoError(t, err)
+		in := topologytest.NewInputTopic(d, "in", serde.String, serde.String)
+		outTopic := topologytest.NewOutputTopic(d, "out", serde.String, serde.String)
+		for _, r := range []struct {
+			v  string
+			ms int64
+		}{{"a", 10}, {"b", 20}, {"c", 15}} {
+			require.NoError(t, in.PipeAt("k", r.v, time.UnixMilli(r.ms)))
+		}
+		values := func() []string {
+			kvs, err := outTopic.ReadKeyValues()
+			require.NoError(t, err)
+			var vs []string
+			for _, kv := range kvs {
+				vs = append(vs, kv.Value)
+			}
+			return vs
+		}
+		before := values()
+		require.NoError(t, d.Commit())
+		after := values()
+		if versioned {
+			require.Equal(t, []string{"a", "b", "c"}, before)
+			require.Empty(t, after)
+		} else {
+			require.Empty(t, before)
+			require.Equal(t, []string{"c"}, after)
+		}
+		require.NoError(t, d.Close())
+	}
+}

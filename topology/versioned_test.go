@@ -68,3 +68,78 @@ func TestJoinGraceChecks(t *testing.T) {
 		{Name: "j-buffer", Persistent: true, Logged: true},
 	}, stores)
 }
+
+// A versioned table forwards out-of-order updates, which a suppression
+// cannot hold as latest values: Kafka Streams refuses it, and so does
+// the Builder, for the table and what derives from it without a store.
+func TestSuppressRefusesVersionedTables(t *testing.T) {
+	build := func(versioned bool, opts ...Option) error {
+		b := NewBuilder()
+		var topt Option
+		if versioned {
+			topt = Versioned(time.Minute)
+		}
+		tbl := Table(b, "in", serde.String, serde.String, "in-store", topt).Filter(func(string, string) bool { return true }, opts...)
+		tbl.Suppress(UntilTimeLimit(time.Second, Unbounded()), "held").ToStream().To("out", serde.String, serde.String)
+		_, err := b.Build()
+		return err
+	}
+	require.NoError(t, build(false))
+	require.ErrorContains(t, build(true), "versioned table, or one derived from it without Materialized, cannot be suppressed")
+	require.NoError(t, build(true, Materialized("filtered")), "a store of its own keeps no history")
+}
+
+// Versioned applies to a derived table given Materialized, whose store
+// is then declared versioned and which joins a stream as of each record's
+// time; it needs Materialized, and aggregations and table joins refuse it
+// (Kafka Streams documents that their results keep no history).
+func TestVersionedDerivedTables(t *testing.T) {
+	build := func(f func(b *Builder, tbl KTable[string, string])) (*Topology, error) {
+		b := NewBuilder()
+		f(b, Table(b, "in", serde.String, serde.String, "in-store"))
+		return b.Build()
+	}
+	topo, err := build(func(b *Builder, tbl KTable[string, string]) {
+		f := tbl.Filter(func(_, v string) bool { return v != "x" }, Materialized("f"), Versioned(time.Minute))
+		Join(Stream(b, "s", serde.String, serde.String), f, func(l, r string) string { return l + r },
+			JoinGrace(time.Second), JoinValueSerde(serde.String)).To("out", serde.String, serde.String)
+	})
+	require.NoError(t, err)
+	var found bool
+	for _, st := range topo.Describe().SubTopologies {
+		for _, s := range st.Stores {
+			if s.Name == "f" {
+				found = true
+				require.Equal(t, StoreInfo{Name: "f", Persistent: true, Logged: true, Kind: VersionedKind, Retention: 60_000}, s)
+			}
+		}
+	}
+	require.True(t, found)
+
+	_, err = build(func(_ *Builder, tbl KTable[string, string]) {
+		MapTableValues(tbl, func(_, v string) string { return v }, Versioned(time.Minute))
+	})
+	require.ErrorContains(t, err, "Versioned needs Materialized")
+	_, err = build(func(_ *Builder, tbl KTable[string, string]) {
+		GroupTableBy(tbl, func(k, v string) (string, string) { return v, k }, "", serde.String, serde.String).Count("counts", Versioned(time.Minute))
+	})
+	require.ErrorContains(t, err, `store "counts": Versioned applies to tables read with Table`)
+	_, err = build(func(b *Builder, tbl KTable[string, string]) {
+		JoinTables(tbl, Table(b, "other", serde.String, serde.String, "other-store"), func(l, r string) string { return l + r }, "joined", serde.String, Versioned(time.Minute))
+	})
+	require.ErrorContains(t, err, `store "joined": Versioned applies`)
+	_, err = build(func(b *Builder, _ KTable[string, string]) {
+		Stream(b, "s", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("c", Versioned(time.Minute))
+	})
+	require.ErrorContains(t, err, `store "c": Versioned applies`)
+}
+
+// As in Kafka Streams' StreamsBuilderTest
+// shouldThrowOnVersionedStoreSupplierForGlobalTable, a global table
+// cannot be versioned.
+func TestGlobalTableRefusesVersioned(t *testing.T) {
+	b := NewBuilder()
+	GlobalTable(b, "g", serde.String, serde.String, "g-store", Versioned(time.Minute))
+	_, err := b.Build()
+	require.ErrorContains(t, err, "a global table cannot be Versioned")
+}

@@ -85,6 +85,7 @@ type Result struct {
 	LongestUnavailable time.Duration // longest a partition gave no active answer
 	UnavailableWhere   string
 	Converged          time.Duration // from healing to counts checked
+	Rereads            int           // times the changelog was read from its start and compared
 	Damaged, Wiped     int
 	Refused            []string // instances that refused damaged state
 	UnaskedExits       int
@@ -124,8 +125,8 @@ func (r *Result) Summary() string {
 	}
 	fmt.Fprintf(&b, "  longest a partition had no active answer: %s (%s); counts checked %s after healing\n",
 		r.LongestUnavailable.Round(time.Millisecond), r.UnavailableWhere, r.Converged.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  stores damaged %d, wiped %d; refusals on damaged state %d; unasked exits %d; failed starts %d\n",
-		r.Damaged, r.Wiped, len(r.Refused), r.UnaskedExits, r.StartFailures)
+	fmt.Fprintf(&b, "  stores damaged %d, wiped %d; refusals on damaged state %d; unasked exits %d; failed starts %d; changelog rereads %d\n",
+		r.Damaged, r.Wiped, len(r.Refused), r.UnaskedExits, r.StartFailures, r.Rereads)
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
@@ -340,6 +341,12 @@ func (r *run) settleAndCheck(ctx context.Context, res *Result) {
 	}
 	r.compare("the stores (asked with staleness=active)", want, got, failed, bound, res)
 	r.traceLow(want, got, failed)
+	rereadCtx, cancelReread := context.WithTimeout(ctx, time.Minute)
+	r.checkReread(rereadCtx, true)
+	cancelReread()
+	r.mu.Lock()
+	res.Rereads = r.rereads
+	r.mu.Unlock()
 	outCtx, cancelOut := context.WithTimeout(ctx, time.Minute)
 	defer cancelOut()
 	out, err := latestCommitted(outCtx, r.c.addr, outputTopic, r.o.Partitions)

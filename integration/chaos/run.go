@@ -94,6 +94,7 @@ type run struct {
 	refused  []string       // instances that refused damaged state
 	notes    []string       // faults that could not be applied as drawn
 	findings []string
+	rereads  int // checkReread runs that compared
 	// bound is the at-least-once redo bound per word, once known.
 	bound   map[string]int64
 	commits []commitObs
@@ -232,7 +233,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	qWG.Go(func() { r.queries.run(qCtx) })
 	defer func() { stopQueries(); qWG.Wait() }()
 
+	rereadCtx, stopReread := context.WithCancel(ctx)
+	var rereadWG sync.WaitGroup
+	rereadWG.Go(func() { r.rereadEvery(rereadCtx, 10*time.Second) })
 	r.runSchedule(ctx, res.Schedule)
+	stopReread()
+	rereadWG.Wait()
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -178,23 +180,26 @@ type committedWatcher struct {
 	// hist is every changelog record of each word as read, regressions
 	// included: what a final count below the input's is traced through.
 	hist map[string][]changelogRecord
+	// next is, per partition, the offset after the last record read.
+	next map[int32]int64
 }
 
 // changelogRecord is one changelog record of a word as the watcher read it.
 type changelogRecord struct {
-	at     time.Time
-	offset int64
-	value  int64
+	at        time.Time
+	partition int32
+	offset    int64
+	value     int64
 }
 
 func newCommittedWatcher(seeds string) (*committedWatcher, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds), kgo.ConsumeTopics(changelog),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(100*time.Millisecond), kgo.MetadataMinAge(250*time.Millisecond))
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(100*time.Millisecond), kgo.MetadataMinAge(250*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
-	return &committedWatcher{cl: cl, seen: make(map[string]*timeline), hist: make(map[string][]changelogRecord)}, nil
+	return &committedWatcher{cl: cl, seen: make(map[string]*timeline), hist: make(map[string][]changelogRecord), next: make(map[int32]int64)}, nil
 }
 
 func (c *committedWatcher) run(ctx context.Context) {
@@ -203,13 +208,17 @@ func (c *committedWatcher) run(ctx context.Context) {
 		now := time.Now()
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
+			c.next[r.Partition] = r.Offset + 1
+			if r.Attrs.IsControl() {
+				return // kept to know how far the partition was read
+			}
 			// The store keeps each count with its time.
 			cv, _ := statestore.SplitTimestamped(r.Value)
 			v, err := serde.Int64.Decode(cv)
 			if err != nil {
 				return
 			}
-			c.hist[string(r.Key)] = append(c.hist[string(r.Key)], changelogRecord{at: now, offset: r.Offset, value: v})
+			c.hist[string(r.Key)] = append(c.hist[string(r.Key)], changelogRecord{at: now, partition: r.Partition, offset: r.Offset, value: v})
 			tl := c.seen[string(r.Key)]
 			if tl == nil {
 				tl = &timeline{}
@@ -223,6 +232,36 @@ func (c *committedWatcher) run(ctx context.Context) {
 		})
 		c.mu.Unlock()
 	}
+}
+
+// readTo reports whether the watcher has read, in every partition, the
+// record at the given offset.
+func (c *committedWatcher) readTo(last map[int32]int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, o := range last {
+		if c.next[p] <= o {
+			return false
+		}
+	}
+	return true
+}
+
+// lastTo returns, per word, the last record the watcher read at or below
+// the given offset of its partition.
+func (c *committedWatcher) lastTo(last map[int32]int64) map[string]changelogRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]changelogRecord)
+	for w, h := range c.hist {
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].offset <= last[h[i].partition] {
+				out[w] = h[i]
+				break
+			}
+		}
+	}
+	return out
 }
 
 // committedBy returns the highest value of word seen by t.
@@ -395,4 +434,123 @@ func (g *groupWatcher) roleFalse(host string, partition int32, role string, from
 			first.epoch, partition, host, first.at.Format("15:04:05.000"), to.Format("15:04:05.000"))
 	}
 	return false, ""
+}
+
+// checkReread reads the counts changelog from its start up to its
+// committed end, as a replica rebuilt from nothing restores it, and
+// compares each word's last value there with the last one the watcher
+// read, up to the same offset, while the records were being written. A
+// difference is the log changing under its readers (a compaction or a
+// broker restart losing or reviving records), which every store rebuilt
+// from it inherits, and not an application's fault. Run while the
+// schedule goes on, it catches a loss that later writes of the same words
+// would hide from a check at the end.
+//
+// Only the final check (final) reports failing to read: while faults go on
+// the broker may be down, and a check that cannot finish is skipped.
+func (r *run) checkReread(ctx context.Context, final bool) {
+	fresh, last, err := readFromStart(ctx, r.c.addr, r.adm)
+	if err != nil {
+		if final {
+			r.finding("reading %s from its start: %v", changelog, err)
+		}
+		return
+	}
+	for !r.watch.readTo(last) {
+		if ctx.Err() != nil {
+			if final {
+				r.finding("the changelog watcher did not reach the offsets read from the start (%v)", last)
+			}
+			return
+		}
+		r.sleep(ctx, 100*time.Millisecond)
+	}
+	live := r.watch.lastTo(last)
+	var diffs []string
+	for _, w := range slices.Sorted(maps.Keys(live)) {
+		l := live[w]
+		if f, ok := fresh[w]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%q written %d at %d[%d], absent", w, l.value, l.partition, l.offset))
+		} else if f.value != l.value || f.offset != l.offset {
+			diffs = append(diffs, fmt.Sprintf("%q written %d at %d[%d], read %d at %d[%d]", w, l.value, l.partition, l.offset, f.value, f.partition, f.offset))
+		}
+	}
+	for _, w := range slices.Sorted(maps.Keys(fresh)) {
+		if _, ok := live[w]; !ok {
+			f := fresh[w]
+			diffs = append(diffs, fmt.Sprintf("%q never read as written, read %d at %d[%d]", w, f.value, f.partition, f.offset))
+		}
+	}
+	r.mu.Lock()
+	r.rereads++
+	r.mu.Unlock()
+	if len(diffs) > 0 {
+		r.finding("%d words of %s read from its start to offsets %v differ from the records read as they were written, e.g. %s",
+			len(diffs), changelog, last, strings.Join(diffs[:min(3, len(diffs))], "; "))
+	}
+}
+
+// rereadEvery runs checkReread every period until ctx ends, each given
+// at most a period.
+func (r *run) rereadEvery(ctx context.Context, period time.Duration) {
+	for {
+		r.sleep(ctx, period)
+		if ctx.Err() != nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, period)
+		r.checkReread(cctx, false)
+		cancel()
+	}
+}
+
+// readFromStart reads the counts changelog read-committed from its start
+// to its committed end as listed first, and returns each word's last
+// record and the offset each partition was read to. Transaction markers
+// are kept, so that a partition is known to be read to its end even when
+// its last records are markers.
+func readFromStart(ctx context.Context, seeds string, adm *kadm.Client) (map[string]changelogRecord, map[int32]int64, error) {
+	ends, err := adm.ListCommittedOffsets(ctx, changelog)
+	if err != nil {
+		return nil, nil, err
+	}
+	until := make(map[int32]int64)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			until[o.Partition] = o.Offset - 1
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds), kgo.ConsumeTopics(changelog),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cl.Close()
+	words := make(map[string]changelogRecord)
+	last := make(map[int32]int64)
+	for done := 0; done < len(until); {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			end, ok := until[rec.Partition]
+			if !ok || rec.Offset > end {
+				return
+			}
+			last[rec.Partition] = rec.Offset
+			if rec.Offset == end {
+				done++
+			}
+			if rec.Attrs.IsControl() {
+				return
+			}
+			cv, _ := statestore.SplitTimestamped(rec.Value)
+			if v, err := serde.Int64.Decode(cv); err == nil {
+				words[string(rec.Key)] = changelogRecord{partition: rec.Partition, offset: rec.Offset, value: v}
+			}
+		})
+	}
+	return words, last, nil
 }

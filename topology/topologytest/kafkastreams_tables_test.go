@@ -111,10 +111,10 @@ func TestKafkaStreamsTableJoins(t *testing.T) {
 // tableAgg builds Kafka Streams' KTableAggregateTest topologies: the table
 // of "in" grouped by selector and aggregated with Kafka Streams' test
 // adder and remover from "0" (op "aggregate") or counted ("count"), into
-// "out".
-func tableAgg(op string, selector func(k, v string) (string, string)) func(b *topology.Builder) {
+// "out". opts are the table's.
+func tableAgg(op string, selector func(k, v string) (string, string), opts ...topology.Option) func(b *topology.Builder) {
 	return func(b *topology.Builder) {
-		g := topology.GroupTableBy(topology.Table(b, "in", serde.String, serde.String, "in-store"), selector, "", serde.String, serde.String)
+		g := topology.GroupTableBy(topology.Table(b, "in", serde.String, serde.String, "in-store", opts...), selector, "", serde.String, serde.String)
 		if op == "count" {
 			g.Count("count").ToStream().To("out", serde.String, serde.Int64)
 			return

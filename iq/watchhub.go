@@ -1,0 +1,411 @@
+package iq
+
+// The hub between the writers of an instance's stores and its watches.
+// Writers publish from their own paths (a stream thread's commit, a
+// changelog reader's batch), so publishing costs them an append to a queue:
+// the fan-out to the watches, each a lock and a wake-up, runs on a
+// dispatching goroutine, which asks each partition's replica about itself
+// once per round however many batches and watches the round holds.
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Hub hands the changes written to the local replicas of an instance to
+// the watches that follow them. Watches of one key share one subscription,
+// found with one map lookup per change; range, prefix and window watches
+// are matched against every change of their partition. A store nobody
+// watches costs the writers an atomic load per batch. Publishing never
+// blocks: a watcher that does not keep up is coalesced or dropped (see
+// WatchOptions). Whether a replica may still serve its watches is checked
+// once per partition for all of them (see check). The zero value is ready
+// to use.
+type Hub struct {
+	watching atomic.Int64 // feeds subscribed, for the writers' fast path
+	// stores counts the feeds per store; it is replaced, never changed,
+	// so that writers read it without a lock.
+	stores atomic.Pointer[map[string]int]
+
+	mu    sync.RWMutex
+	parts map[partKey]*partWatches
+	// checking is set while the check goroutine runs.
+	checking bool
+
+	qmu   sync.Mutex
+	queue []published
+	// dispatching is set while a goroutine empties queue.
+	dispatching bool
+}
+
+// published is one Publish call waiting for the dispatcher.
+type published struct {
+	pk      partKey
+	changes []Change
+}
+
+type partKey struct {
+	store     string
+	partition int32
+}
+
+// partWatches are the feeds of one local store partition and the replica
+// they are checked against: the one the latest watch found, which
+// describes the partition as it is held here now.
+type partWatches struct {
+	r     Replica
+	feeds map[*feed]struct{}
+	// keys are the feeds of key watches, by key.
+	keys map[string][]*feed
+	// ranges are the feeds of range, prefix and window watches, which
+	// every change of the partition is matched against.
+	ranges []*feed
+}
+
+// HasWatchers reports whether any watch is subscribed, at the cost of one
+// atomic load.
+func (h *Hub) HasWatchers() bool { return h.watching.Load() > 0 }
+
+// Watching reports whether any watch follows a key of store. Writers call
+// it before building the changes of a batch.
+func (h *Hub) Watching(store string) bool {
+	if h.watching.Load() == 0 {
+		return false
+	}
+	m := h.stores.Load()
+	return m != nil && (*m)[store] > 0
+}
+
+// Publish hands the changes of one store partition, in changelog order, to
+// the watches of their keys and of the ranges holding them. It must be
+// called once the changes are in the replica's store and its position
+// (ReplicaInfo.Position) is past them, and the changes must not be
+// modified afterwards. It queues them and returns: a watch subscribed
+// before the call receives them, in the order of the calls; one
+// subscribed later may too, and drops what its start position covers.
+func (h *Hub) Publish(store string, partition int32, changes []Change) {
+	if h.watching.Load() == 0 || len(changes) == 0 {
+		return
+	}
+	h.qmu.Lock()
+	h.queue = append(h.queue, published{partKey{store, partition}, changes})
+	start := !h.dispatching
+	h.dispatching = true
+	h.qmu.Unlock()
+	if start {
+		go h.dispatch()
+	}
+}
+
+// dispatch delivers the queued batches, round after round, until the
+// queue is empty.
+func (h *Hub) dispatch() {
+	var spare []published
+	for {
+		h.qmu.Lock()
+		round := h.queue
+		if len(round) == 0 {
+			h.dispatching = false
+			h.qmu.Unlock()
+			return
+		}
+		h.queue = spare
+		h.qmu.Unlock()
+		h.deliver(round)
+		clear(round)
+		spare = round[:0]
+	}
+}
+
+// deliver hands batches to the feeds that follow their changes, with what
+// each partition's replica says about itself now (once per partition for
+// the updates' provenance, asked after the changes were in its store).
+func (h *Hub) deliver(batches []published) {
+	type hit struct {
+		f    *feed
+		c    Change
+		info int // index in infos
+	}
+	type partInfo struct {
+		pk   partKey
+		r    Replica
+		info ReplicaInfo
+	}
+	var hits []hit
+	var infos []partInfo
+	h.mu.RLock()
+	for _, b := range batches {
+		pw := h.parts[b.pk]
+		if pw == nil {
+			continue
+		}
+		i := slices.IndexFunc(infos, func(pi partInfo) bool { return pi.pk == b.pk })
+		if i < 0 {
+			i = len(infos)
+			infos = append(infos, partInfo{pk: b.pk, r: pw.r})
+		}
+		for _, c := range b.changes {
+			for _, f := range pw.keys[string(c.Key)] {
+				hits = append(hits, hit{f, c, i})
+			}
+			for _, f := range pw.ranges {
+				if f.holds(c.Key) {
+					hits = append(hits, hit{f, c, i})
+				}
+			}
+		}
+	}
+	h.mu.RUnlock()
+	if len(hits) == 0 {
+		return
+	}
+	for i := range infos {
+		infos[i].info = infos[i].r.Info()
+	}
+	for _, x := range hits {
+		x.f.offer(x.c, &infos[x.info].info)
+	}
+}
+
+// countStore adds n to the feeds of store, replacing the map writers read.
+func (h *Hub) countStore(store string, n int) {
+	next := map[string]int{}
+	if m := h.stores.Load(); m != nil {
+		for s, k := range *m {
+			next[s] = k
+		}
+	}
+	next[store] += n
+	if next[store] <= 0 {
+		delete(next, store)
+	}
+	h.stores.Store(&next)
+}
+
+func (h *Hub) subscribe(f *feed, r Replica) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.parts == nil {
+		h.parts = make(map[partKey]*partWatches)
+	}
+	pw := h.parts[f.pk]
+	if pw == nil {
+		pw = &partWatches{feeds: make(map[*feed]struct{}), keys: make(map[string][]*feed)}
+		h.parts[f.pk] = pw
+	}
+	if f.matched() {
+		pw.ranges = append(pw.ranges, f)
+	} else {
+		pw.keys[f.key] = append(pw.keys[f.key], f)
+	}
+	pw.r = r
+	pw.feeds[f] = struct{}{}
+	h.countStore(f.pk.store, 1)
+	h.watching.Add(1)
+	if !h.checking {
+		h.checking = true
+		go h.check()
+	}
+}
+
+func (h *Hub) unsubscribe(f *feed) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pw := h.parts[f.pk]
+	if pw == nil {
+		return
+	}
+	if _, ok := pw.feeds[f]; !ok {
+		return
+	}
+	delete(pw.feeds, f)
+	if f.matched() {
+		pw.ranges = slices.DeleteFunc(pw.ranges, func(g *feed) bool { return g == f })
+	} else if fs := slices.DeleteFunc(pw.keys[f.key], func(g *feed) bool { return g == f }); len(fs) == 0 {
+		delete(pw.keys, f.key)
+	} else {
+		pw.keys[f.key] = fs
+	}
+	if len(pw.feeds) == 0 {
+		delete(h.parts, f.pk)
+	}
+	h.countStore(f.pk.store, -1)
+	h.watching.Add(-1)
+}
+
+// watchCheckEvery is how often the hub checks that the replicas watched
+// may still serve their watches.
+const watchCheckEvery = 200 * time.Millisecond
+
+// check runs while any watch is subscribed: every watchCheckEvery it asks
+// each watched partition's replica about itself once, and fails the feeds
+// whose bound it no longer meets, or all of them when the replica closed
+// or changed hands (its position went away). One look per partition, not
+// per watch, keeps thousands of watches from weighing on the replica's
+// bookkeeping, which stream threads share.
+func (h *Hub) check() {
+	t := time.NewTicker(watchCheckEvery)
+	defer t.Stop()
+	type look struct {
+		pk    partKey
+		r     Replica
+		feeds []*feed
+	}
+	for range t.C {
+		h.mu.Lock()
+		if len(h.parts) == 0 {
+			h.checking = false
+			h.mu.Unlock()
+			return
+		}
+		looks := make([]look, 0, len(h.parts))
+		for pk, pw := range h.parts {
+			l := look{pk: pk, r: pw.r, feeds: make([]*feed, 0, len(pw.feeds))}
+			for f := range pw.feeds {
+				l.feeds = append(l.feeds, f)
+			}
+			looks = append(looks, l)
+		}
+		h.mu.Unlock()
+		for _, l := range looks {
+			info := l.r.Info()
+			for _, f := range l.feeds {
+				if info.Position < 0 {
+					f.failWith(fmt.Errorf("%w: store %q partition %d closed or moved", ErrNotHostedHere, l.pk.store, l.pk.partition))
+				} else if err := f.bound.Check(info); err != nil {
+					f.failWith(err)
+				}
+			}
+		}
+	}
+}
+
+// buffered is a change waiting for its reader, with what the replica said
+// about itself when it was published.
+type buffered struct {
+	c    Change
+	info *ReplicaInfo
+}
+
+// feed is one watch's buffer between the writers and its reader.
+type feed struct {
+	pk partKey
+	// key is the key a key or window watch follows; rng the keys a
+	// range watch follows, win the windows a window watch follows (both
+	// nil for a key watch).
+	key string
+	rng *KeyRange
+	win *windowSel
+
+	limit    int
+	coalesce bool
+	bound    Staleness
+
+	mu  sync.Mutex
+	buf []buffered
+	// skipped is set when changes were dropped from buf for a slow
+	// reader; the next change delivered says so.
+	skipped bool
+	// slow is set when the buffer overflowed and the watch does not
+	// coalesce: it ends with ErrWatcherTooSlow.
+	slow bool
+	// failed is why the replica may no longer serve the watch (see
+	// Hub.check).
+	failed error
+	notify chan struct{}
+}
+
+// matched reports whether the feed's changes are found by matching every
+// change of its partition rather than by looking its key up.
+func (f *feed) matched() bool { return f.rng != nil || f.win != nil }
+
+// holds reports whether a matched feed follows the changelog key k.
+func (f *feed) holds(k []byte) bool {
+	if f.win != nil {
+		return f.win.holds(k)
+	}
+	return f.rng.Contains(k)
+}
+
+func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
+	limit := opts.Buffer
+	if limit <= 0 {
+		limit = DefaultWatchBuffer
+	}
+	return &feed{pk: pk, key: string(key), rng: rng, limit: limit, coalesce: opts.Coalesce, bound: opts.Staleness, notify: make(chan struct{}, 1)}
+}
+
+func (f *feed) failWith(err error) {
+	f.mu.Lock()
+	if f.failed == nil {
+		f.failed = err
+	}
+	f.mu.Unlock()
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (f *feed) offer(c Change, info *ReplicaInfo) {
+	f.mu.Lock()
+	switch {
+	case f.slow:
+	case len(f.buf) < f.limit:
+		f.buf = append(f.buf, buffered{c, info})
+	case f.coalesce:
+		// The newest change of a key supersedes every buffered one of
+		// it. A range whose reader is behind on more keys than the
+		// buffer holds cannot be coalesced any further.
+		f.buf = latestPerKey(append(f.buf, buffered{c, info}))
+		f.skipped = true
+		if len(f.buf) > f.limit {
+			f.slow = true
+			f.buf = nil
+		}
+	default:
+		f.slow = true
+		f.buf = nil
+	}
+	f.mu.Unlock()
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
+}
+
+// latestPerKey keeps the last change of each key in buf, in the order of
+// those changes, reusing buf's array.
+func latestPerKey(buf []buffered) []buffered {
+	seen := make(map[string]struct{}, len(buf))
+	keep := len(buf)
+	for i := len(buf) - 1; i >= 0; i-- {
+		k := string(buf[i].c.Key)
+		if _, ok := seen[k]; ok {
+			continue
+		}
+		seen[k] = struct{}{}
+		keep--
+		buf[keep] = buf[i]
+	}
+	n := copy(buf, buf[keep:])
+	clear(buf[n:])
+	return buf[:n]
+}
+
+// take empties the buffer. The reader hands back spare, the changes it
+// took last and no longer needs, for the buffer to reuse.
+func (f *feed) take(spare []buffered) (changes []buffered, skipped, slow bool, failed error) {
+	clear(spare)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failed
+	f.buf, f.skipped = spare[:0], false
+	if f.slow {
+		f.buf = nil
+	}
+	return changes, skipped, slow, failed
+}
