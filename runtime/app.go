@@ -140,7 +140,7 @@ type App struct {
 	watchDone chan struct{}
 	rewires   atomic.Int64
 	// recreatedResets counts stores deleted because their changelog was
-	// recreated; StoreResets includes them.
+	// recreated; Stats.StoreResets includes them.
 	recreatedResets atomic.Int64
 
 	closeOnce   sync.Once

@@ -36,7 +36,7 @@ const (
 	// is committed, so a fixed deployment resumes at the bad record.
 	DeserializationFail DeserializationHandling = iota
 	// DeserializationLogAndSkip logs the record's coordinates, counts it
-	// (see App.Skipped) and carries on past it.
+	// (see Stats.Skipped) and carries on past it.
 	DeserializationLogAndSkip
 )
 

@@ -24,7 +24,7 @@ const (
 	// task over.
 	ProcessingFail ProcessingErrorHandling = iota
 	// ProcessingLogAndContinue logs the error (at most a few lines a
-	// second), counts it (App.ProcessingErrors and the metric
+	// second), counts it (Stats.ProcessingErrors and the metric
 	// eddy_processing_errors_total), sends the record to DeadLetterTopic
 	// when one is set, and carries on past it. What the record did before
 	// it failed (store writes, records forwarded) is kept: a task cannot

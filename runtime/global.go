@@ -301,7 +301,7 @@ type globalThread struct {
 	// the gate opens, how long the first restoration took.
 	started time.Time
 	took    atomic.Int64
-	// rebuilds counts the stores emptied and read again (App.StoreResets).
+	// rebuilds counts the stores emptied and read again (Stats.StoreResets).
 	rebuilds atomic.Int64
 	// read counts, per partition, the records applied by registrations
 	// that ended (finished restorations, released partitions); the

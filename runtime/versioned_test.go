@@ -369,7 +369,7 @@ func TestVersionedSwitchOfAPlainTableStopsTheInstance(t *testing.T) {
 	plain := start()
 	waitFor(t, 30*time.Second, "the plain table holding every key", func() bool {
 		for _, k := range []string{"a", "b", "c", "d"} {
-			if _, found, _, err := plain.LocalGet("prices", []byte(k)); err != nil || !found {
+			if _, found, _, err := activeGet(plain, "prices", []byte(k)); err != nil || !found {
 				return false
 			}
 		}
@@ -391,5 +391,5 @@ func TestVersionedSwitchOfAPlainTableStopsTheInstance(t *testing.T) {
 	require.ErrorAs(t, versioned.Err(), &le)
 	require.Equal(t, "prices", le.Store)
 	require.True(t, le.Versioned)
-	require.Zero(t, versioned.ProcessingErrors(), "no record skipped")
+	require.Zero(t, versioned.Stats().ProcessingErrors, "no record skipped")
 }

@@ -154,7 +154,7 @@ func TestWatchRangeHTTPStream(t *testing.T) {
 	defer app.Close(context.Background())
 	c.produce(t, 50, want)
 	waitCounts(t, app, want)
-	api := iq.NewServer(app.Queries(), iq.CodecFor("counts", serde.String, serde.Int64, nil))
+	api := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor("counts", serde.String, serde.Int64, nil))
 	defer api.Close()
 	srv := httptest.NewServer(api)
 	defer srv.Close()
@@ -301,7 +301,7 @@ func TestWatchRangeClientThroughFailover(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
-		api := iq.NewServer(app.Queries(), iq.CodecFor("counts", serde.String, serde.Int64, nil))
+		api := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor("counts", serde.String, serde.Int64, nil))
 		srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		t.Cleanup(func() {
@@ -373,14 +373,14 @@ func TestWatchRangeClientThroughFailover(t *testing.T) {
 	require.True(t, hosts[nodes[victim].addr], "the active served updates")
 	clear(servedP0)
 	nodes[victim].srv.Close()
-	nodes[victim].app.kill()
+	nodes[victim].app.Kill()
 	survivor := nodes[1-victim].app
 	for range 4 {
 		c.produce(t, 30, want)
 	}
 	waitFor(t, time.Minute, "the survivor counting everything", func() bool {
 		for k, n := range want {
-			v, found, _, err := survivor.LocalGet("counts", []byte(k))
+			v, found, _, err := activeGet(survivor, "counts", []byte(k))
 			if err != nil || !found {
 				return false
 			}

@@ -95,7 +95,7 @@ func TestWatchWindowsOfAKey(t *testing.T) {
 		require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(key), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}).FirstErr())
 	}
 	total := func(key string) int64 {
-		v, found, _, err := app.LocalGet("counts", []byte(key))
+		v, found, _, err := activeGet(app, "counts", []byte(key))
 		if err != nil || !found {
 			return 0
 		}
@@ -113,7 +113,7 @@ func TestWatchWindowsOfAKey(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Close()
 
-	api := iq.NewServer(app.Queries(), iq.CodecFor("wcounts", serde.String, serde.Int64, nil), iq.CodecFor("counts", serde.String, serde.Int64, nil))
+	api := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor("wcounts", serde.String, serde.Int64, nil), iq.CodecFor("counts", serde.String, serde.Int64, nil))
 	defer api.Close()
 	srv := httptest.NewUnstartedServer(api)
 	srv.Listener.Close()

@@ -79,7 +79,7 @@ func (g GlobalKTable[K, V]) TypedStore(rw statestore.ReadWriter) *KeyValueStore[
 // record is forwarded as joiner(value, tableValue) under its own key,
 // timestamp and headers. A record whose key g does not hold is dropped.
 // Updates of g change what later records find but produce no output. A
-// record with a null value is dropped and counted (App.DroppedJoinRecords);
+// record with a null value is dropped and counted (runtime.TaskInfo.DroppedJoin);
 // one with a null key is given to keySelector with the zero K. No
 // co-partitioning is needed and s is never repartitioned for the join; a
 // re-keyed s stays re-keyed for later groupings. Named names the join node.

@@ -13,7 +13,7 @@ import (
 // A record whose key t does not hold is dropped. Updates of t change what
 // later records find but produce no output themselves; a tombstone in t
 // deletes its key. Records of s with a null key or value are dropped and
-// counted (runtime.App.DroppedJoinRecords). t may be a table derived
+// counted (runtime.TaskInfo.DroppedJoin). t may be a table derived
 // without Materialized: its values are then read through the store of the
 // table it derives from, with the operators in between applied. A table
 // read with Versioned, or derived from one without Materialized, is looked

@@ -24,7 +24,7 @@ import (
 // TimestampExtractor says) places it in its windows, and the task's stream
 // time, the largest timestamp it has read, closes them. A record arriving
 // for a window that closed (stream time at or past window end plus grace)
-// is left out of it and counted (runtime.App.DroppedLateRecords); a record
+// is left out of it and counted (runtime.TaskInfo.DroppedLate); a record
 // without a timestamp (the zero time.Time) fails as a processing error.
 type TimeWindowedKStream[K, V any] struct {
 	g     *grouping[K, V]
