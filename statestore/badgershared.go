@@ -505,6 +505,12 @@ func (d *SharedBadger) Has(name string) bool {
 // Dir returns the directory the DB is in.
 func (d *SharedBadger) Dir() string { return d.dir }
 
+// Holds reports whether s is a store of d, which Commit can write.
+func (d *SharedBadger) Holds(s Store) bool {
+	b, ok := s.(*badgerStore)
+	return ok && b.home == d
+}
+
 // StoreWrite is one store's part of a Commit: what its Write would apply.
 type StoreWrite struct {
 	Store    Store
@@ -570,47 +576,54 @@ func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 		defer s.endChange()
 	}
 
-	var (
-		wg   sync.WaitGroup
-		errs = make([]error, len(groups))
-		sent = make([]bool, len(groups))
-		err  error
-	)
+	// Every group's transaction is made before the first is sent: badger
+	// makes a new transaction wait until every one sent before it has
+	// been applied, so making them one after another's commit would send
+	// them one trip of the write loop apart.
+	txns := make([]*badger.Txn, len(groups))
+	ops := make([][][]op, len(groups))
+	var err error
 	first := 0 // of the group's stores in ss
 	for i, g := range groups {
 		gs := ss[first : first+len(g)]
 		first += len(g)
-		var (
-			txn *badger.Txn
-			ops [][]op
-		)
-		if txn, ops, err = d.groupTxn(gs, g); err != nil {
+		if txns[i], ops[i], err = d.groupTxn(gs, g); err != nil {
 			break
 		}
-		if txn != nil {
-			wg.Add(1)
-			sent[i] = true
-			txn.CommitWith(func(err error) {
-				errs[i] = err
-				wg.Done()
-			})
-			continue
-		}
-		for j, w := range g {
-			if err = gs[j].writeOps(ops[j], w.Position); err != nil {
-				break
+	}
+	if err != nil {
+		for _, txn := range txns {
+			if txn != nil {
+				txn.Discard()
 			}
 		}
-		if err != nil {
-			break
+		return err
+	}
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, len(groups))
+	)
+	for i, txn := range txns {
+		if txn == nil {
+			continue
 		}
+		wg.Add(1)
+		txn.CommitWith(func(err error) {
+			errs[i] = err
+			wg.Done()
+		})
 	}
 	wg.Wait()
 	first = 0
 	for i, g := range groups {
 		gs := ss[first : first+len(g)]
 		first += len(g)
-		if !sent[i] {
+		if txns[i] == nil {
+			// Too big for one transaction: each store's write as its
+			// Write would make it.
+			for j, w := range g {
+				err = cmp.Or(err, gs[j].writeOps(ops[i][j], w.Position))
+			}
 			continue
 		}
 		if errs[i] != nil {
