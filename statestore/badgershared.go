@@ -75,15 +75,30 @@ func catalogKey(name string) []byte { return append(append([]byte{}, catalogPref
 
 // DefaultSharedBadgerOptions returns the options OpenSharedBadger uses for
 // zero fields. Where DefaultBadgerOptions keeps each of many DBs small, one
-// DB holds every store of an instance under one memory budget: 16 MiB
-// memtables (so one transaction may hold ~2.4 MB, some 25,000 small
-// entries), of which 3 may exist while the oldest is flushed, 2 MiB
-// tables and a 32 MiB level 1.
+// DB holds every store of an instance under one memory budget, and what
+// it holds in the Go heap is sized for an instance of many keys:
+//
+//   - 4 MiB memtables, ~5.3 MiB of arena each: the one written, and up
+//     to NumMemtables (2) full ones queued while another is flushed. One
+//     transaction holds 15% of a memtable, ~630 KB or 6,550 small
+//     entries: a changelog reader's batch (3,000 records) fits; a larger
+//     store write is torn (badgertorn.go).
+//   - 512 KiB base tables. Badger builds every table in a buffer of twice
+//     the level's table size that grows to the table (a level-0 table is
+//     a whole memtable), keeps up to 8 such buffers for reuse, whatever
+//     their size, and builds 8 or more tables at once in a compaction.
+//     These buffers dominated the Go heap at the peak of 12 tasks counting
+//     4,000,000 keys (eddybench -only c): 96-140 MiB with 16 MiB
+//     memtables and 2 MiB tables, 37-40 MiB with these sizes. The price
+//     is about twice as many tables, and descriptors, as 1 MiB tables
+//     (a table per ~0.5-1 MiB of data).
+//   - Level 0 compacted at 5 tables (20 MiB), writes stalled at 15; a 32
+//     MiB level 1.
 func DefaultSharedBadgerOptions() BadgerOptions {
 	o := DefaultBadgerOptions()
-	o.MemTableSize = 16 << 20
-	o.NumMemtables = 3
-	o.BaseTableSize = 2 << 20
+	o.MemTableSize = 4 << 20
+	o.NumMemtables = 2
+	o.BaseTableSize = 512 << 10
 	o.BaseLevelSize = 32 << 20
 	o.NumLevelZeroTables = 5
 	o.NumLevelZeroTablesStall = 15
