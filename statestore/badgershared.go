@@ -88,10 +88,11 @@ func catalogKey(name string) []byte { return append(append([]byte{}, catalogPref
 //     a whole memtable), keeps up to 8 such buffers for reuse, whatever
 //     their size, and builds 8 or more tables at once in a compaction.
 //     These buffers dominated the Go heap at the peak of 12 tasks counting
-//     4,000,000 keys (eddybench -only c): 96-140 MiB with 16 MiB
-//     memtables and 2 MiB tables, 37-40 MiB with these sizes. The price
-//     is about twice as many tables, and descriptors, as 1 MiB tables
-//     (a table per ~0.5-1 MiB of data).
+//     4,000,000 keys (eddybench -only c): 96-164 MiB with 16 MiB
+//     memtables and 2 MiB tables, 37-44 MiB with these sizes (and a peak
+//     RSS of 495-513 MiB against 587-692 MiB). The price is about twice
+//     as many tables, and descriptors, as 1 MiB tables (a table per
+//     ~0.5-1 MiB of data), and four times as many flushes.
 //   - Level 0 compacted at 5 tables (20 MiB), writes stalled at 15; a 32
 //     MiB level 1.
 func DefaultSharedBadgerOptions() BadgerOptions {
