@@ -22,6 +22,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/internal/threadcore"
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // committer is a commit protocol. Its methods run on the thread's
@@ -101,22 +102,46 @@ func (th *thread) cause(err error) threadcore.Cause {
 }
 
 // completeCommits writes the tasks' committed writes into their stores, all
-// tasks at once: every store is a database of its own whose write waits for
-// its own disk work, so writing them one after another would add those
-// waits up on every commit.
-func completeCommits(tasks []*taskrun.Active, last taskrun.LastOffsetFunc) error {
-	if len(tasks) == 1 {
+// tasks at once: a store with a database of its own waits for that
+// database's disk work, so writing them one after another would add those
+// waits up on every commit. The stores of the shared database (shared, nil
+// in the per-store layout) go to it in one Commit, a task's stores in one
+// transaction: badger makes each new transaction wait until every one sent
+// before it has been applied, so the tasks' writes made apart would each
+// wait for the others'.
+func completeCommits(tasks []*taskrun.Active, last taskrun.LastOffsetFunc, shared *statestore.SharedBadger) error {
+	if shared == nil && len(tasks) == 1 {
 		if err := tasks[0].CompleteCommit(last); err != nil {
 			return fmt.Errorf("runtime: commit: %w", err)
 		}
 		return nil
 	}
+	grouped := func(statestore.Store) bool { return false }
+	if shared != nil {
+		grouped = shared.Holds
+	}
 	errs := make([]error, len(tasks))
+	pending := make([]*taskrun.PendingCommit, len(tasks))
 	var wg sync.WaitGroup
 	for i, t := range tasks {
-		wg.Go(func() { errs[i] = t.CompleteCommit(last) })
+		wg.Go(func() { pending[i], errs[i] = t.BeginCommit(last, grouped) })
 	}
 	wg.Wait()
+	var groups [][]statestore.StoreWrite
+	for _, p := range pending {
+		if p != nil && len(p.Writes) > 0 {
+			groups = append(groups, p.Writes)
+		}
+	}
+	var err error
+	if len(groups) > 0 {
+		err = shared.Commit(groups...)
+	}
+	for i, p := range pending {
+		if p != nil {
+			errs[i] = p.Finish(err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("runtime: commit: %w", err)
 	}

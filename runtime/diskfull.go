@@ -42,7 +42,7 @@ func (th *thread) writeStores(tasks []*taskrun.Active, last taskrun.LastOffsetFu
 	wait := diskFullFirstWait
 	var since, logged time.Time
 	for attempt := 1; ; attempt++ {
-		err := completeCommits(tasks, last)
+		err := completeCommits(tasks, last, th.app.shared)
 		if err == nil || !errors.Is(err, statestore.ErrDiskFull) {
 			if err == nil && attempt > 1 {
 				th.log.Info("disk space freed; store writes resumed", "waited", time.Since(since).Round(time.Millisecond), "attempts", attempt)

@@ -75,15 +75,31 @@ func catalogKey(name string) []byte { return append(append([]byte{}, catalogPref
 
 // DefaultSharedBadgerOptions returns the options OpenSharedBadger uses for
 // zero fields. Where DefaultBadgerOptions keeps each of many DBs small, one
-// DB holds every store of an instance under one memory budget: 16 MiB
-// memtables (so one transaction may hold ~2.4 MB, some 25,000 small
-// entries), of which 3 may exist while the oldest is flushed, 2 MiB
-// tables and a 32 MiB level 1.
+// DB holds every store of an instance under one memory budget, and what
+// it holds in the Go heap is sized for an instance of many keys:
+//
+//   - 4 MiB memtables, ~5.3 MiB of arena each: the one written, and up
+//     to NumMemtables (2) full ones queued while another is flushed. One
+//     transaction holds 15% of a memtable, ~630 KB or 6,550 small
+//     entries: a changelog reader's batch (3,000 records) fits; a larger
+//     store write is torn (badgertorn.go).
+//   - 512 KiB base tables. Badger builds every table in a buffer of twice
+//     the level's table size that grows to the table (a level-0 table is
+//     a whole memtable), keeps up to 8 such buffers for reuse, whatever
+//     their size, and builds 8 or more tables at once in a compaction.
+//     These buffers dominated the Go heap at the peak of 12 tasks counting
+//     4,000,000 keys (eddybench -only c): 96-164 MiB with 16 MiB
+//     memtables and 2 MiB tables, 37-44 MiB with these sizes (and a peak
+//     RSS of 495-513 MiB against 587-692 MiB). The price is about twice
+//     as many tables, and descriptors, as 1 MiB tables (a table per
+//     ~0.5-1 MiB of data), and four times as many flushes.
+//   - Level 0 compacted at 5 tables (20 MiB), writes stalled at 15; a 32
+//     MiB level 1.
 func DefaultSharedBadgerOptions() BadgerOptions {
 	o := DefaultBadgerOptions()
-	o.MemTableSize = 16 << 20
-	o.NumMemtables = 3
-	o.BaseTableSize = 2 << 20
+	o.MemTableSize = 4 << 20
+	o.NumMemtables = 2
+	o.BaseTableSize = 512 << 10
 	o.BaseLevelSize = 32 << 20
 	o.NumLevelZeroTables = 5
 	o.NumLevelZeroTablesStall = 15
@@ -505,6 +521,12 @@ func (d *SharedBadger) Has(name string) bool {
 // Dir returns the directory the DB is in.
 func (d *SharedBadger) Dir() string { return d.dir }
 
+// Holds reports whether s is a store of d, which Commit can write.
+func (d *SharedBadger) Holds(s Store) bool {
+	b, ok := s.(*badgerStore)
+	return ok && b.home == d
+}
+
 // StoreWrite is one store's part of a Commit: what its Write would apply.
 type StoreWrite struct {
 	Store    Store
@@ -570,47 +592,54 @@ func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 		defer s.endChange()
 	}
 
-	var (
-		wg   sync.WaitGroup
-		errs = make([]error, len(groups))
-		sent = make([]bool, len(groups))
-		err  error
-	)
+	// Every group's transaction is made before the first is sent: badger
+	// makes a new transaction wait until every one sent before it has
+	// been applied, so making them one after another's commit would send
+	// them one trip of the write loop apart.
+	txns := make([]*badger.Txn, len(groups))
+	ops := make([][][]op, len(groups))
+	var err error
 	first := 0 // of the group's stores in ss
 	for i, g := range groups {
 		gs := ss[first : first+len(g)]
 		first += len(g)
-		var (
-			txn *badger.Txn
-			ops [][]op
-		)
-		if txn, ops, err = d.groupTxn(gs, g); err != nil {
+		if txns[i], ops[i], err = d.groupTxn(gs, g); err != nil {
 			break
 		}
-		if txn != nil {
-			wg.Add(1)
-			sent[i] = true
-			txn.CommitWith(func(err error) {
-				errs[i] = err
-				wg.Done()
-			})
-			continue
-		}
-		for j, w := range g {
-			if err = gs[j].writeOps(ops[j], w.Position); err != nil {
-				break
+	}
+	if err != nil {
+		for _, txn := range txns {
+			if txn != nil {
+				txn.Discard()
 			}
 		}
-		if err != nil {
-			break
+		return err
+	}
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, len(groups))
+	)
+	for i, txn := range txns {
+		if txn == nil {
+			continue
 		}
+		wg.Add(1)
+		txn.CommitWith(func(err error) {
+			errs[i] = err
+			wg.Done()
+		})
 	}
 	wg.Wait()
 	first = 0
 	for i, g := range groups {
 		gs := ss[first : first+len(g)]
 		first += len(g)
-		if !sent[i] {
+		if txns[i] == nil {
+			// Too big for one transaction: each store's write as its
+			// Write would make it.
+			for j, w := range g {
+				err = cmp.Or(err, gs[j].writeOps(ops[i][j], w.Position))
+			}
 			continue
 		}
 		if errs[i] != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -14,9 +15,9 @@ import (
 //
 //  1. One transaction writes the torn marker: the position the store must
 //     reach before it is consistent again (the Write's position).
-//  2. The entries go to their keys through a badger WriteBatch (several
-//     transactions) with new reads held back, as a staged apply is, so
-//     readers of the running store see the whole Write or none of it.
+//  2. The entries go to their keys in several transactions (writeBatch)
+//     with new reads held back, as a staged apply is, so readers of the
+//     running store see the whole Write or none of it.
 //  3. One transaction writes the position and removes the marker.
 //
 // A crash between 1 and 3 leaves some of the entries applied under the old
@@ -89,23 +90,59 @@ func (s *badgerStore) applyTorn(ops []op, position int64) error {
 	return s.db.Update(func(txn *badger.Txn) error { return s.setPosition(txn, position) })
 }
 
-// writeBatch writes ops through a badger WriteBatch: several transactions.
+// writeBatch writes ops in as many badger transactions as they need,
+// committed in order, and waits for them all. The transactions are all
+// made before the first is committed: badger makes every new transaction
+// wait until each transaction committed before it has been applied, so a
+// transaction begun after one was sent (as a badger WriteBatch begins
+// each) waits a whole trip through the write loop, and in a shared DB
+// that trip carries the commits of every other store too.
 func (s *badgerStore) writeBatch(ops []op) error {
-	wb := s.db.NewWriteBatch()
+	txns, err := batchTxns(s.db, ops)
+	if err != nil {
+		return err
+	}
+	return commitAll(txns)
+}
+
+// batchTxns puts ops into transactions of db, in order, starting a new one
+// whenever badger finds the current one full.
+func batchTxns(db *badger.DB, ops []op) ([]*badger.Txn, error) {
 	es := entries(ops)
-	for i, o := range ops {
-		var err error
-		if o.value == nil {
-			err = wb.Delete(o.key)
-		} else {
-			err = wb.SetEntry(&es[i])
+	txn := db.NewTransaction(true)
+	txns := []*badger.Txn{txn}
+	for i := 0; i < len(ops); i++ {
+		err := setOp(txn, ops[i], &es[i])
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			txn = db.NewTransaction(true)
+			txns = append(txns, txn)
+			err = setOp(txn, ops[i], &es[i])
 		}
 		if err != nil {
-			wb.Cancel()
-			return err
+			for _, t := range txns {
+				t.Discard()
+			}
+			return nil, err
 		}
 	}
-	return wb.Flush()
+	return txns, nil
+}
+
+// commitAll commits txns in order without waiting for one before sending
+// the next, waits for them all and returns their errors. Badger writes
+// them to its log in that order, as their commit timestamps are.
+func commitAll(txns []*badger.Txn) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(txns))
+	for i, txn := range txns {
+		wg.Add(1)
+		txn.CommitWith(func(err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // setPosition writes position in txn and, if it reaches the torn

@@ -469,31 +469,46 @@ func (c *Store) DirtyLen() int {
 // their budget. With nothing dirty it does nothing, not even record the
 // position. If the write fails the entries stay dirty.
 func (c *Store) Commit(position int64) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.mu.Lock()
-	entries := c.dirtyLocked()
-	c.mu.Unlock()
+	entries, done := c.BeginCommit()
 	if len(entries) == 0 {
 		return nil
+	}
+	err := c.inner.Write(entries, position)
+	done(err)
+	return err
+}
+
+// BeginCommit is Commit for a caller that writes the entries to the inner
+// store itself, with other stores' in one write (statestore.SharedBadger's
+// Commit): it returns the dirty entries and done, to call with the
+// outcome of their write once it is over. Mutators wait until then; with
+// nothing dirty, there is nothing to write and done is not to be called.
+func (c *Store) BeginCommit() (entries []statestore.Entry, done func(error)) {
+	c.wmu.Lock()
+	c.mu.Lock()
+	entries = c.dirtyLocked()
+	c.mu.Unlock()
+	if len(entries) == 0 {
+		c.wmu.Unlock()
+		return nil, nil
 	}
 	// Readers keep running during the write: until the entries are
 	// dropped they shadow the inner store with the same values it is
 	// receiving, so they read the same whether the write has landed yet
 	// or not.
-	if err := c.inner.Write(entries, position); err != nil {
-		// Part of the write may have landed: the clean entries no
-		// longer say what the inner store holds.
+	return entries, func(err error) {
+		defer c.wmu.Unlock()
 		c.mu.Lock()
-		c.dropCleanLocked()
-		c.mu.Unlock()
-		return err
+		defer c.mu.Unlock()
+		if err != nil {
+			// Part of the write may have landed: the clean entries no
+			// longer say what the inner store holds.
+			c.dropCleanLocked()
+			return
+		}
+		c.commitCleanLocked(entries)
+		c.clearLocked()
 	}
-	c.mu.Lock()
-	c.commitCleanLocked(entries)
-	c.clearLocked()
-	c.mu.Unlock()
-	return nil
 }
 
 // Discard drops every dirty entry without writing it and releases its

@@ -208,6 +208,44 @@ func TestCacheCommitFailureKeepsDirty(t *testing.T) {
 	require.Zero(t, budget.Used())
 }
 
+func TestCacheBeginCommit(t *testing.T) {
+	budget := NewBudget(1 << 20)
+	c, inner := newTestCache(t, budget)
+	entries, done := c.BeginCommit()
+	require.Empty(t, entries, "nothing dirty: nothing to write")
+	require.Nil(t, done)
+
+	put(t, c, "b", "2", "a", "1")
+	entries, done = c.BeginCommit()
+	require.Equal(t, []kv{{"a", "1"}, {"b", "2"}}, entryStrings(entries))
+	// The caller writes the entries; until done, readers see them through
+	// the cache and writers wait.
+	require.NoError(t, inner.Store.Write(entries, 5))
+	written := make(chan error)
+	go func() { written <- c.Put([]byte("c"), []byte("3")) }()
+	select {
+	case <-written:
+		t.Fatal("a Put went through while the commit's write was being made")
+	case <-time.After(50 * time.Millisecond):
+	}
+	v, found, err := c.Get([]byte("a"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "1", string(v))
+	done(errors.New("boom"))
+	require.NoError(t, <-written)
+	require.Equal(t, 3, c.DirtyLen(), "a failed write leaves the entries dirty")
+
+	entries, done = c.BeginCommit()
+	require.Len(t, entries, 3)
+	require.NoError(t, inner.Store.Write(entries, 6))
+	done(nil)
+	require.Zero(t, c.DirtyLen())
+	require.Zero(t, budget.Used())
+	require.Empty(t, inner.writes, "BeginCommit leaves the write to its caller")
+	require.Equal(t, []kv{{"a", "1"}, {"b", "2"}, {"c", "3"}}, collectAll(t, inner))
+}
+
 func TestCacheDiscard(t *testing.T) {
 	budget := NewBudget(1 << 20)
 	c, inner := newTestCache(t, budget)

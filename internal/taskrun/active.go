@@ -305,6 +305,35 @@ type LastOffsetFunc func(topic string, partition int32) (offset int64, ok bool)
 // with its new changelog position. It must be called only after every record
 // returned by PendingChangelog has been acknowledged by the broker.
 func (t *Active) CompleteCommit(last LastOffsetFunc) error {
+	p, err := t.BeginCommit(last, func(statestore.Store) bool { return false })
+	if err != nil {
+		return err
+	}
+	return p.Finish(nil)
+}
+
+// PendingCommit is a commit of a task's stores begun by BeginCommit: the
+// writes its caller makes, with other tasks' writes, before Finish.
+type PendingCommit struct {
+	// Writes are the writes of the stores BeginCommit's grouped accepted,
+	// each with the changelog position it brings its store to.
+	Writes []statestore.StoreWrite
+	t      *Active
+	dones  []func(error)
+}
+
+// errNotWritten releases the stores of a commit abandoned before their
+// write was made.
+var errNotWritten = errors.New("not written")
+
+// BeginCommit is CompleteCommit for a caller that writes some of the
+// stores itself, in one write with other tasks' stores
+// (statestore.SharedBadger's Commit): the stores grouped accepts are
+// returned in Writes, not written, and the others are written as
+// CompleteCommit writes them. The caller then makes the writes and calls
+// Finish with their outcome; the stores in Writes take no write before.
+func (t *Active) BeginCommit(last LastOffsetFunc, grouped func(statestore.Store) bool) (*PendingCommit, error) {
+	p := &PendingCommit{t: t}
 	for _, n := range t.order {
 		h := t.stores[n]
 		pos := statestore.NoPosition
@@ -314,19 +343,46 @@ func (t *Active) CompleteCommit(last LastOffsetFunc) error {
 			}
 			off, ok := last(h.Changelog, t.cfg.ID.Partition)
 			if !ok {
-				return fmt.Errorf("task %s: store %q has pending writes but no acknowledged changelog offset", t.cfg.ID, n)
+				p.release(errNotWritten)
+				return nil, fmt.Errorf("task %s: store %q has pending writes but no acknowledged changelog offset", t.cfg.ID, n)
 			}
 			pos = off + 1
 		}
+		if grouped(h.Inner) {
+			if entries, done := h.Cache.BeginCommit(); len(entries) > 0 {
+				p.Writes = append(p.Writes, statestore.StoreWrite{Store: h.Inner, Entries: entries, Position: pos})
+				p.dones = append(p.dones, done)
+			}
+			continue
+		}
 		if err := h.Cache.Commit(pos); err != nil {
-			return fmt.Errorf("task %s: write store %q: %w", t.cfg.ID, n, err)
+			p.release(errNotWritten)
+			return nil, fmt.Errorf("task %s: write store %q: %w", t.cfg.ID, n, err)
 		}
 	}
+	return p, nil
+}
+
+// Finish ends the commit with the outcome of the write of Writes, err.
+// Without error the task's commit is complete, as after CompleteCommit;
+// with one, the writes stay pending and Finish returns it.
+func (p *PendingCommit) Finish(err error) error {
+	p.release(err)
+	if err != nil {
+		return fmt.Errorf("task %s: write stores: %w", p.t.cfg.ID, err)
+	}
 	// An abort from here on returns the graph to this point.
-	if d, ok := t.graph.(graph.Discarder); ok {
+	if d, ok := p.t.graph.(graph.Discarder); ok {
 		d.Committed()
 	}
 	return nil
+}
+
+func (p *PendingCommit) release(err error) {
+	for _, done := range p.dones {
+		done(err)
+	}
+	p.dones = nil
 }
 
 // Abort drops the task's writes since its last commit: its transaction did

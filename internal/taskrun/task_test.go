@@ -359,3 +359,42 @@ func bareValue(b []byte) []byte {
 	v, _ := statestore.SplitTimestamped(b)
 	return v
 }
+
+// BeginCommit hands the writes of the stores its caller groups to the
+// caller, with their positions, and writes nothing of them; Finish with an
+// error leaves them pending for the next commit.
+func TestActiveBeginCommitHandsOverGroupedStores(t *testing.T) {
+	topo := countTopology(t)
+	opened := 0
+	a, _ := newActive(t, topo, nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: 10, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
+	require.NoError(t, a.Flush())
+	h, _ := a.Store("counts")
+	last := func(topic string, p int32) (int64, bool) { return 41, topic == "app-counts-changelog" && p == 3 }
+	all := func(statestore.Store) bool { return true }
+
+	p, err := a.BeginCommit(last, all)
+	require.NoError(t, err)
+	require.Len(t, p.Writes, 1)
+	require.Same(t, h.Inner, p.Writes[0].Store)
+	require.Equal(t, int64(42), p.Writes[0].Position)
+	require.Len(t, p.Writes[0].Entries, 1)
+	pos, err := h.Inner.Position()
+	require.NoError(t, err)
+	require.Equal(t, statestore.NoPosition, pos, "BeginCommit leaves the grouped stores to its caller")
+	require.Error(t, p.Finish(fmt.Errorf("disk full")))
+	require.Len(t, h.Cache.Dirty(), 1, "a failed write stays pending")
+
+	p, err = a.BeginCommit(last, all)
+	require.NoError(t, err)
+	require.Len(t, p.Writes, 1)
+	w := p.Writes[0]
+	require.NoError(t, w.Store.Write(w.Entries, w.Position))
+	require.NoError(t, p.Finish(nil))
+	require.Empty(t, h.Cache.Dirty())
+	pos, err = h.Inner.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(42), pos)
+}
