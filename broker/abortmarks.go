@@ -25,8 +25,9 @@ import (
 //
 // So each compaction lists the ABORT markers of the compacted partitions
 // before and after, while transactional writes are held (see
-// holdProduce), and writes a fresh ABORT marker for each producer whose
-// marker the compaction removed above the log start. A reader then stops
+// holdProduce), and writes a fresh ABORT marker for each marker the
+// compaction removed above the log start: a reader pops one of a
+// producer's aborted transactions per marker it meets. A reader then stops
 // dropping at it; nothing of that producer lies between the two, as it had
 // no data left and could not write meanwhile.
 
@@ -103,9 +104,9 @@ func (ls *logStarts) abortMarkers(ctx context.Context, names []string) (map[part
 	return out, nil
 }
 
-// keepAbortMarkers writes an ABORT marker for every producer one of whose
-// markers in before, at or above its partition's log start, the log no
-// longer holds (after). It reports how many it wrote.
+// keepAbortMarkers writes an ABORT marker again for every marker in
+// before, at or above its partition's log start, that the log no longer
+// holds (after), in offset order. It reports how many it wrote.
 func (ls *logStarts) keepAbortMarkers(ctx context.Context, before, after map[partKey][]abortMarker) (int, error) {
 	req := kmsg.NewPtrWriteTxnMarkersRequest()
 	for _, k := range slices.SortedFunc(maps.Keys(before), func(a, b partKey) int {
@@ -125,19 +126,18 @@ func (ls *logStarts) keepAbortMarkers(ctx context.Context, before, after map[par
 		for _, m := range after[k] {
 			kept[m.offset] = true
 		}
-		lost := make(map[int64]int16) // producer → epoch of its marker
+		// One marker again for each one removed: a reader pops one
+		// aborted transaction of the producer at each marker it meets.
 		for _, m := range before[k] {
-			if m.offset >= pi.LogStartOffset && !kept[m.offset] {
-				lost[m.pid] = max(lost[m.pid], m.epoch)
+			if m.offset < pi.LogStartOffset || kept[m.offset] {
+				continue
 			}
-		}
-		for _, pid := range slices.Sorted(maps.Keys(lost)) {
-			m := kmsg.NewWriteTxnMarkersRequestMarker()
-			m.ProducerID, m.ProducerEpoch, m.Committed = pid, lost[pid], false
+			rm := kmsg.NewWriteTxnMarkersRequestMarker()
+			rm.ProducerID, rm.ProducerEpoch, rm.Committed = m.pid, m.epoch, false
 			t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
 			t.Topic, t.Partitions = k.topic, []int32{k.partition}
-			m.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{t}
-			req.Markers = append(req.Markers, m)
+			rm.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{t}
+			req.Markers = append(req.Markers, rm)
 		}
 	}
 	if len(req.Markers) == 0 {

@@ -108,7 +108,9 @@ func TestCompactionKeepsCommittedAfterAnAbortWhoseMarkerWasCleaned(t *testing.T)
 	// Never superseded: the log start stays before x's transactions.
 	write(y, true, "keep", "-")
 	write(x, true, "k", "1")
+	// Two aborts: a reader pops one of them at each marker it meets.
 	write(x, false, "k", "aborted")
+	write(x, false, "k", "aborted again")
 	write(y, true, "k", "2")
 	write(y, true, "pad", "-")
 	b.Compact()
