@@ -110,7 +110,7 @@ func TestWindowLayoutFileKeepsInterval(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(5), pos)
 	require.NoError(t, store.Close())
-	require.Zero(t, a.Stats().StoresWiped)
+	require.Zero(t, a.storesWiped.Load())
 
 	// Reopened under the wrong interval, the store refuses rather than
 	// misreads.
@@ -126,7 +126,7 @@ func TestWindowLayoutFileKeepsInterval(t *testing.T) {
 	iv, err = a.checkWindowLayout(id, info)
 	require.NoError(t, err)
 	require.Equal(t, segmentInterval(info.WindowOptions()), iv)
-	require.Equal(t, int64(1), a.Stats().StoresWiped)
+	require.Equal(t, int64(1), a.storesWiped.Load())
 	s, err = a.openPersistent(id, "w")
 	require.NoError(t, err)
 	pos, err = s.Position()
