@@ -33,7 +33,9 @@ import (
 // balanced per client by capacity (a level λ with λ·cap ≤ n ≤ λ·cap+1 for
 // every client), every round's active load must be within one task per
 // thread of that balance for clients holding stateless tasks
-// (checkMigrationBalance), each sub-topology must be spread in the first
+// (checkMigrationBalance), a standby that restores must leave its active's
+// zone while the task spans fewer zones than it could (checkRestoringZones),
+// each sub-topology must be spread in the first
 // round of a new group (at most one active above a client's share), and
 // while the group converges after one event no stateful task's active may
 // change owner more than moveLimit times, no stateless task more than
@@ -373,6 +375,9 @@ func (s *sim) converge() error {
 		}
 		if start == nil {
 			start = prev
+		}
+		if err := s.checkRestoringZones(in, out); err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
 		}
 		if err := s.checkMigrationBalance(in, out); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
