@@ -1641,16 +1641,50 @@ func (r *run) settleTask(i int, load []int) []int {
 		}
 		picks = append(picks, c)
 	}
-	// Too few clients are caught up: the target's clients restore.
-	for _, c := range r.sf[i].holders {
-		if len(picks) == 1+r.k {
+	// Too few clients are caught up: the target's clients restore, those
+	// that add tag values to the replicas as they run this round first.
+	// The target spread its replicas around the target active, which may
+	// not run the task yet; this round's active shares its tag values with
+	// at most one of them.
+	for len(picks) < 1+r.k {
+		c := r.restoringHolder(i, picks)
+		if c < 0 {
 			break
 		}
-		if !slices.Contains(picks, c) {
-			picks = append(picks, c)
-		}
+		picks = append(picks, c)
 	}
 	return picks
+}
+
+// restoringHolder returns the client of task i's target outside picks
+// that adds the most valuable tag values to picks (the first in the
+// target's order among equals), or -1. A new value of an earlier key of
+// RackAwareTags outweighs new values of all later ones, so a restoring
+// standby first leaves the zone of the active as it runs this round.
+func (r *run) restoringHolder(i int, picks []int) int {
+	best, bestScore := -1, -1
+	for _, c := range r.sf[i].holders {
+		if slices.Contains(picks, c) {
+			continue
+		}
+		if score := r.rankedTagScore(picks, c); score > bestScore {
+			best, bestScore = c, score
+		}
+	}
+	return best
+}
+
+// rankedTagScore is tagScoreAmong with key j weighted 2^(keys-1-j).
+func (r *run) rankedTagScore(holders []int, c int) int {
+	score := 0
+	for j, v := range r.clients[c].tags {
+		score <<= 1
+		used := slices.ContainsFunc(holders, func(h int) bool { return r.clients[h].tags[j] == v })
+		if !used {
+			score |= 1
+		}
+	}
+	return score
 }
 
 // caughtOutside returns the best client caught up on task i that holds none

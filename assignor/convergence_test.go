@@ -33,7 +33,9 @@ import (
 // balanced per client by capacity (a level λ with λ·cap ≤ n ≤ λ·cap+1 for
 // every client), every round's active load must be within one task per
 // thread of that balance for clients holding stateless tasks
-// (checkMigrationBalance), each sub-topology must be spread in the first
+// (checkMigrationBalance), a standby that restores must leave its active's
+// zone while the task spans fewer zones than it could (checkRestoringZones),
+// each sub-topology must be spread in the first
 // round of a new group (at most one active above a client's share), and
 // while the group converges after one event no stateful task's active may
 // change owner more than moveLimit times, no stateless task more than
@@ -80,8 +82,8 @@ func TestConvergence(t *testing.T) {
 			t.Fatalf("seed %d (replay with EDDY_ASSIGNOR_SIM_SEED=%d): %v", seed, seed, err)
 		}
 	}
-	t.Logf("joins %d: above ceil(T·cap/Σcap)+1 moved actives %d times, by at most %d (hand-overs by at most %d); leaves %d: others' actives moved %d times, at most %d",
-		st.joins, st.joinBad, st.joinExcess, st.joinHandovers, st.leaves, st.leaveBad, st.leaveMoved)
+	t.Logf("joins %d: above ceil(T·cap/Σcap)+1 moved actives %d times, by at most %d (hand-overs by at most %d), stateful actives alone %d times, by at most %d; leaves %d: others' actives moved %d times, at most %d",
+		st.joins, st.joinBad, st.joinExcess, st.joinHandovers, st.joinStatefulBad, st.joinStatefulExcess, st.leaves, st.leaveBad, st.leaveMoved)
 	t.Logf("replicas waiting on a warmup did not fall from one round to the next %d times", st.phiUp)
 	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
 		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d (stateless %d); "+
@@ -112,6 +114,8 @@ type simStats struct {
 	leaveMoved, leaveBad     int // most actives of others moved on a leave, leaves that moved any
 	joins, leaves            int
 	joinHandovers            int // most hand-overs above the bound on a join
+	joinStatefulBad          int // joins moving more stateful actives than the bound
+	joinStatefulExcess       int // by at most
 }
 
 // staleDrift is how far state on disk that is no longer assigned falls
@@ -373,6 +377,12 @@ func (s *sim) converge() error {
 		}
 		if start == nil {
 			start = prev
+			if err := s.joinFirstRound(prev, owners(out)); err != nil {
+				return fmt.Errorf("round %d: %w", round, err)
+			}
+		}
+		if err := s.checkRestoringZones(in, out); err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
 		}
 		if err := s.checkMigrationBalance(in, out); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
@@ -450,7 +460,9 @@ func (s *sim) converge() error {
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("converged after %d rounds: %w", round, err)
 		}
-		s.stickiness(start, owners(out), moves)
+		if err := s.stickiness(start, owners(out), moves); err != nil {
+			return fmt.Errorf("converged after %d rounds: %w", round, err)
+		}
 		s.log = append(s.log, fmt.Sprintf("  converged in %d rounds (limit %d)", round, limit))
 		return nil
 	}
@@ -671,45 +683,4 @@ func potential(cfg Config, in Input) int {
 		}
 	}
 	return n
-}
-
-// stickiness compares the owners of actives before an event and once the
-// group settled with Kafka Streams' bounds, and records how far they are
-// exceeded: a client joining moves at most its share of the T actives by
-// capacity, rounded up, plus one (ceil(T/(N+1))+1 when N clients of equal
-// capacity were there before), and a client leaving moves only its own.
-// Assign does not meet them yet: balancing stateful actives and all actives
-// separately moves stateless tasks between the clients that were there.
-func (s *sim) stickiness(before, after map[task.ID]string, handovers map[task.ID]int) {
-	moved, others, hand := 0, 0, 0
-	for t, o := range before {
-		if after[t] != o {
-			moved++
-			if o != s.left {
-				others++
-			}
-		}
-		hand += handovers[t]
-	}
-	switch {
-	case s.joined != "":
-		s.st.joins++
-		sum := 0
-		for _, c := range s.clients {
-			sum += c.cap
-		}
-		share := len(s.tasks) * s.clients[s.joined].cap
-		bound := (share+sum-1)/sum + 1
-		if moved > bound {
-			s.st.joinBad++
-			s.st.joinExcess = max(s.st.joinExcess, moved-bound)
-		}
-		s.st.joinHandovers = max(s.st.joinHandovers, hand-bound)
-	case s.left != "":
-		s.st.leaves++
-		if others > 0 {
-			s.st.leaveBad++
-			s.st.leaveMoved = max(s.st.leaveMoved, others)
-		}
-	}
 }

@@ -1,6 +1,10 @@
 package assignor
 
 import (
+	"fmt"
+	"slices"
+
+	"github.com/eddystreams/eddy/task"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,4 +29,49 @@ func TestShouldDistributeStatelessTasksToBalanceTotalTaskLoad(t *testing.T) {
 	require.Equal(t, sf, out.Clients["p1"].Active)
 	require.Equal(t, sl, out.Clients["p2"].Active)
 	require.Equal(t, sf, out.Clients["p2"].Standby)
+}
+
+// Nine clients over three zones and three clusters, the actives of two
+// sub-topologies on the three clients of zone 1 (one per cluster), two
+// standbys each over both tag keys. Assign spreads the actives out through
+// warmups, but already in this first round no standby is in zone 1, where
+// every active runs: each task's replicas span the three zones, and the six
+// clients outside zone 1 hold two standbys each.
+func TestShouldDistributeStandbyTasksWhenActiveTasksAreLocatedOnSameZone(t *testing.T) {
+	cfg := cfgWith(func(c *Config) {
+		c.NumStandbys = 2
+		c.RackAwareTags = []string{"zone", "cluster"}
+	})
+	t0, t1 := tasks(0, 3), tasks(1, 3)
+	clients := map[string]ClientState{}
+	for z := 1; z <= 3; z++ {
+		for c := 1; c <= 3; c++ {
+			cs := ClientState{Capacity: 2, Tags: map[string]string{"zone": fmt.Sprintf("z%d", z), "cluster": fmt.Sprintf("c%d", c)}}
+			if z == 1 {
+				cs.PrevActive = []task.ID{t0[c-1], t1[c-1]}
+			}
+			clients[fmt.Sprintf("p%d", (c-1)*3+z)] = cs
+		}
+	}
+	in := Input{Tasks: taskMap(slices.Concat(t0, t1), nil), Clients: clients}
+	out := Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	zones := map[task.ID]map[string]bool{}
+	for id, a := range out.Clients {
+		z := clients[id].Tags["zone"]
+		if z == "z1" {
+			require.Empty(t, a.Standby, "client %s in the actives' zone", id)
+		} else {
+			require.Len(t, a.Standby, 2, "client %s", id)
+		}
+		for _, tk := range slices.Concat(a.Active, a.Standby) {
+			if zones[tk] == nil {
+				zones[tk] = map[string]bool{}
+			}
+			zones[tk][z] = true
+		}
+	}
+	for tk, zs := range zones {
+		require.Len(t, zs, 3, "task %v", tk)
+	}
 }
