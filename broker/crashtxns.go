@@ -66,15 +66,29 @@ const (
 // offset>.dat, record batches back to back), reading them as kfake's
 // replay does: it stops at the first batch cut short.
 func scanOpenTxns(dataDir string) ([]openTxn, error) {
+	var out []openTxn
+	err := eachPartitionDir(dataDir, func(topic string, partition int32, dir string) error {
+		open, err := scanPartition(dir)
+		for pid, epoch := range open {
+			out = append(out, openTxn{topic: topic, partition: partition, pid: pid, epoch: epoch})
+		}
+		return err
+	})
+	return out, err
+}
+
+// eachPartitionDir calls fn with every partition directory kfake keeps
+// under dataDir (partitions/<escaped topic>-<partition>), stopping at the
+// first error.
+func eachPartitionDir(dataDir string, fn func(topic string, partition int32, dir string) error) error {
 	root := filepath.Join(dataDir, "partitions")
 	dirs, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []openTxn
 	for _, d := range dirs {
 		dash := strings.LastIndexByte(d.Name(), '-')
 		if !d.IsDir() || dash < 0 {
@@ -88,15 +102,11 @@ func scanOpenTxns(dataDir string) ([]openTxn, error) {
 		if err != nil {
 			continue
 		}
-		open, err := scanPartition(filepath.Join(root, d.Name()))
-		if err != nil {
-			return nil, err
-		}
-		for pid, epoch := range open {
-			out = append(out, openTxn{topic: topic, partition: int32(p), pid: pid, epoch: epoch})
+		if err := fn(topic, int32(p), filepath.Join(root, d.Name())); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // scanPartition returns the producers (and their epochs) whose last

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -155,49 +154,26 @@ func compareSeqKeys(a, b seqKey) int {
 // scanSeqWindows builds, from the batch headers of every partition's
 // segments, each producer's window of its last batches.
 func scanSeqWindows(dataDir string) (map[seqKey]*seqWindow, error) {
-	root := filepath.Join(dataDir, "partitions")
-	dirs, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	out := make(map[seqKey]*seqWindow)
-	for _, d := range dirs {
-		dash := strings.LastIndexByte(d.Name(), '-')
-		if !d.IsDir() || dash < 0 {
-			continue
-		}
-		topic, err := url.PathUnescape(d.Name()[:dash])
-		if err != nil {
-			continue
-		}
-		p, err := strconv.ParseInt(d.Name()[dash+1:], 10, 32)
-		if err != nil {
-			continue
-		}
-		err = eachBatchHeader(filepath.Join(root, d.Name()), func(hdr []byte) {
+	err := eachPartitionDir(dataDir, func(topic string, partition int32, dir string) error {
+		return eachBatchHeader(dir, func(hdr []byte) {
 			attrs := binary.BigEndian.Uint16(hdr[batchAttrsAt:])
 			pid := int64(binary.BigEndian.Uint64(hdr[batchPIDAt:]))
 			seq := int32(binary.BigEndian.Uint32(hdr[batchBaseSeqAt:]))
 			if attrs&attrControl != 0 || pid < 0 || seq < 0 {
 				return
 			}
-			k := seqKey{pid, topic, int32(p)}
+			k := seqKey{pid, topic, partition}
 			w := out[k]
 			if w == nil {
-				w = &seqWindow{PID: pid, Topic: topic, Part: int32(p)}
+				w = &seqWindow{PID: pid, Topic: topic, Part: partition}
 				out[k] = w
 			}
 			w.add(int16(binary.BigEndian.Uint16(hdr[batchEpochAt:])), seq,
 				int32(binary.BigEndian.Uint32(hdr[batchCountAt:])), int64(binary.BigEndian.Uint64(hdr[0:])))
 		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // add puts a batch at the head of the window, as kfake does on accepting

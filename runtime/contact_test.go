@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -178,16 +179,28 @@ func (c *holeConn) SetWriteDeadline(t time.Time) error {
 // delivered, also for a connection closed meanwhile (its kernel goes on
 // sending after an orderly close), unless the connection was reset: closed
 // with linger 0, which drops its queue.
+//
+// With produceOnly it holds only Produce requests (and whatever a
+// connection writes behind one), as a path to a partition leader that
+// drops packets does, while every other request and every read goes
+// through, so the member hears from its coordinator meanwhile.
 type tcpHole struct {
 	*blackhole
-	mu    sync.Mutex
-	conns []*tcpHoleConn
+	produceOnly bool
+	mu          sync.Mutex
+	conns       []*tcpHoleConn
 }
 
 func newTCPHole() *tcpHole { return &tcpHole{blackhole: newBlackhole()} }
 
+func newProduceHole() *tcpHole { return &tcpHole{blackhole: newBlackhole(), produceOnly: true} }
+
+// isProduce reports whether p starts a Produce request: a 4-byte size,
+// then API key 0. The client writes each request whole.
+func isProduce(p []byte) bool { return len(p) >= 6 && binary.BigEndian.Uint16(p[4:6]) == 0 }
+
 func (h *tcpHole) wrap(c net.Conn) net.Conn {
-	hc := &tcpHoleConn{holeConn: holeConn{Conn: c, hole: h.blackhole, closed: make(chan struct{})}}
+	hc := &tcpHoleConn{holeConn: holeConn{Conn: c, hole: h.blackhole, closed: make(chan struct{})}, produceOnly: h.produceOnly}
 	h.mu.Lock()
 	h.conns = append(h.conns, hc)
 	h.mu.Unlock()
@@ -209,10 +222,18 @@ func (h *tcpHole) heal() {
 
 type tcpHoleConn struct {
 	holeConn
-	mu      sync.Mutex
-	queued  []byte
-	linger0 bool
-	closing bool
+	produceOnly bool
+	mu          sync.Mutex
+	queued      []byte
+	linger0     bool
+	closing     bool
+}
+
+func (c *tcpHoleConn) Read(p []byte) (int, error) {
+	if c.produceOnly {
+		return c.Conn.Read(p)
+	}
+	return c.holeConn.Read(p)
 }
 
 func (c *tcpHoleConn) on() bool {
@@ -227,7 +248,8 @@ func (c *tcpHoleConn) Write(p []byte) (int, error) {
 	if c.closing {
 		return 0, net.ErrClosed
 	}
-	if !c.on() && len(c.queued) == 0 {
+	hold := c.on() && (!c.produceOnly || len(c.queued) > 0 || isProduce(p))
+	if !hold && len(c.queued) == 0 {
 		return c.Conn.Write(p)
 	}
 	c.queued = append(c.queued, p...)

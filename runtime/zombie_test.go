@@ -3,13 +3,11 @@ package runtime
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -520,7 +518,7 @@ func TestAtLeastOnceZombieRequestInFlightNeverLands(t *testing.T) {
 // is back, though its session bound has not passed: it hears of the loss
 // from its coordinator while its produce requests are held.
 func TestAtLeastOnceZombieDroppedEarlySendsNothing(t *testing.T) {
-	hole := &produceHole{}
+	hole := newProduceHole()
 	aloZombie(t, zombieCase{wrap: hole.wrap, cut: func() { hole.set(true) }, heal: hole.heal, dropEarly: true})
 }
 
@@ -731,110 +729,4 @@ func readPartition(t *testing.T, addrs []string, topic string, partition int32) 
 		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
 	}
 	return out
-}
-
-// produceHole holds the produce requests of the connections it wraps while
-// on, as a path to the partition leader that drops packets does: a request
-// stays in the sender's queue of unacknowledged bytes and is delivered
-// when the path heals, unless the connection was reset (closed with linger
-// 0). Every other request (heartbeats, commits, fetches) goes through, so
-// the member hears from its coordinator meanwhile.
-type produceHole struct {
-	mu    sync.Mutex
-	on    bool
-	conns []*produceHoleConn
-}
-
-func (h *produceHole) set(on bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.on = on
-}
-
-func (h *produceHole) isOn() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.on
-}
-
-func (h *produceHole) wrap(c net.Conn) net.Conn {
-	hc := &produceHoleConn{Conn: c, h: h}
-	h.mu.Lock()
-	h.conns = append(h.conns, hc)
-	h.mu.Unlock()
-	return hc
-}
-
-// heal lets produce requests through again and delivers every queue.
-func (h *produceHole) heal() {
-	h.set(false)
-	h.mu.Lock()
-	conns := slices.Clone(h.conns)
-	h.mu.Unlock()
-	for _, c := range conns {
-		c.mu.Lock()
-		c.deliverLocked()
-		c.mu.Unlock()
-	}
-}
-
-type produceHoleConn struct {
-	net.Conn
-	h       *produceHole
-	mu      sync.Mutex
-	queued  []byte
-	linger0 bool
-	closing bool
-}
-
-// isProduce reports whether p starts a Produce request: a 4-byte size,
-// then API key 0. The client writes each request whole.
-func isProduce(p []byte) bool { return len(p) >= 6 && binary.BigEndian.Uint16(p[4:6]) == 0 }
-
-func (c *produceHoleConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return 0, net.ErrClosed
-	}
-	if c.h.isOn() && (len(c.queued) > 0 || isProduce(p)) {
-		c.queued = append(c.queued, p...)
-		return len(p), nil
-	}
-	c.deliverLocked()
-	return c.Conn.Write(p)
-}
-
-func (c *produceHoleConn) deliverLocked() {
-	if c.h.isOn() {
-		return
-	}
-	if len(c.queued) > 0 {
-		c.Conn.Write(c.queued)
-		c.queued = nil
-	}
-	if c.closing {
-		c.Conn.Close()
-	}
-}
-
-func (c *produceHoleConn) SetLinger(sec int) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.linger0 = sec == 0
-	return nil
-}
-
-func (c *produceHoleConn) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closing = true
-	if c.linger0 {
-		c.queued = nil
-	}
-	if len(c.queued) > 0 && c.h.isOn() {
-		return nil // sent, then closed, once the path heals
-	}
-	c.queued = nil
-	return c.Conn.Close()
 }
