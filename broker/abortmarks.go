@@ -7,9 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // kfake's compaction drops a producer's transaction markers once none of
@@ -108,7 +106,7 @@ func (ls *logStarts) abortMarkers(ctx context.Context, names []string) (map[part
 // before, at or above its partition's log start, that the log no longer
 // holds (after), in offset order. It reports how many it wrote.
 func (ls *logStarts) keepAbortMarkers(ctx context.Context, before, after map[partKey][]abortMarker) (int, error) {
-	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	var aborts []openTxn
 	for _, k := range slices.SortedFunc(maps.Keys(before), func(a, b partKey) int {
 		if a.topic != b.topic {
 			if a.topic < b.topic {
@@ -132,30 +130,8 @@ func (ls *logStarts) keepAbortMarkers(ctx context.Context, before, after map[par
 			if m.offset < pi.LogStartOffset || kept[m.offset] {
 				continue
 			}
-			rm := kmsg.NewWriteTxnMarkersRequestMarker()
-			rm.ProducerID, rm.ProducerEpoch, rm.Committed = m.pid, m.epoch, false
-			t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
-			t.Topic, t.Partitions = k.topic, []int32{k.partition}
-			rm.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{t}
-			req.Markers = append(req.Markers, rm)
+			aborts = append(aborts, openTxn{topic: k.topic, partition: k.partition, pid: m.pid, epoch: m.epoch})
 		}
 	}
-	if len(req.Markers) == 0 {
-		return 0, nil
-	}
-	resp, err := req.RequestWith(ctx, ls.cl)
-	if err != nil {
-		return 0, fmt.Errorf("write ABORT markers again: %w", err)
-	}
-	var errs []error
-	for _, m := range resp.Markers {
-		for _, t := range m.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					errs = append(errs, fmt.Errorf("ABORT marker for producer %d in %s/%d: %w", m.ProducerID, t.Topic, p.Partition, err))
-				}
-			}
-		}
-	}
-	return len(req.Markers), errors.Join(errs...)
+	return len(aborts), writeAbortMarkers(ctx, ls.cl, aborts)
 }

@@ -189,29 +189,35 @@ func abortCrashedTxns(dataDir string, opts []kfake.Opt, secure func(net.Listener
 		}
 	}
 
-	markers := kmsg.NewPtrWriteTxnMarkersRequest()
-	written := 0
+	var aborts []openTxn
 	for _, o := range open {
-		if held[tpp{o.topic, o.partition, o.pid}] {
-			continue
+		if !held[tpp{o.topic, o.partition, o.pid}] {
+			aborts = append(aborts, o)
 		}
+	}
+	return len(aborts), writeAbortMarkers(ctx, cl, aborts)
+}
+
+// writeAbortMarkers writes an ABORT marker for each of aborts, in order.
+func writeAbortMarkers(ctx context.Context, cl *kgo.Client, aborts []openTxn) error {
+	if len(aborts) == 0 {
+		return nil
+	}
+	req := kmsg.NewPtrWriteTxnMarkersRequest()
+	for _, o := range aborts {
 		m := kmsg.NewWriteTxnMarkersRequestMarker()
 		m.ProducerID, m.ProducerEpoch, m.Committed = o.pid, o.epoch, false
 		t := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
 		t.Topic, t.Partitions = o.topic, []int32{o.partition}
 		m.Topics = []kmsg.WriteTxnMarkersRequestMarkerTopic{t}
-		markers.Markers = append(markers.Markers, m)
-		written++
+		req.Markers = append(req.Markers, m)
 	}
-	if written == 0 {
-		return 0, nil
-	}
-	mresp, err := markers.RequestWith(ctx, cl)
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return 0, fmt.Errorf("write abort markers: %w", err)
+		return fmt.Errorf("write abort markers: %w", err)
 	}
 	var errs []error
-	for _, m := range mresp.Markers {
+	for _, m := range resp.Markers {
 		for _, t := range m.Topics {
 			for _, p := range t.Partitions {
 				// A topic deleted since has no log left to mend.
@@ -221,5 +227,5 @@ func abortCrashedTxns(dataDir string, opts []kfake.Opt, secure func(net.Listener
 			}
 		}
 	}
-	return written, errors.Join(errs...)
+	return errors.Join(errs...)
 }
