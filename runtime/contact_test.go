@@ -180,10 +180,12 @@ func (c *holeConn) SetWriteDeadline(t time.Time) error {
 // sending after an orderly close), unless the connection was reset: closed
 // with linger 0, which drops its queue.
 //
-// With produceOnly it holds only Produce requests (and whatever a
-// connection writes behind one), as a path to a partition leader that
-// drops packets does, while every other request and every read goes
-// through, so the member hears from its coordinator meanwhile.
+// With produceOnly it holds only Produce and JoinGroup requests (and
+// whatever a connection writes behind one), while every other request
+// and every read goes through: the member hears from its coordinator
+// meanwhile (that it was removed, say), but its records wait, as on a
+// path to a partition leader that drops packets, and it cannot join again
+// before the hole heals.
 type tcpHole struct {
 	*blackhole
 	produceOnly bool
@@ -195,9 +197,16 @@ func newTCPHole() *tcpHole { return &tcpHole{blackhole: newBlackhole()} }
 
 func newProduceHole() *tcpHole { return &tcpHole{blackhole: newBlackhole(), produceOnly: true} }
 
-// isProduce reports whether p starts a Produce request: a 4-byte size,
-// then API key 0. The client writes each request whole.
-func isProduce(p []byte) bool { return len(p) >= 6 && binary.BigEndian.Uint16(p[4:6]) == 0 }
+// isProduceOrJoin reports whether p starts a Produce or JoinGroup request:
+// a 4-byte size, then API key 0 or 11. The client writes each request
+// whole.
+func isProduceOrJoin(p []byte) bool {
+	if len(p) < 6 {
+		return false
+	}
+	key := binary.BigEndian.Uint16(p[4:6])
+	return key == 0 || key == 11
+}
 
 func (h *tcpHole) wrap(c net.Conn) net.Conn {
 	hc := &tcpHoleConn{holeConn: holeConn{Conn: c, hole: h.blackhole, closed: make(chan struct{})}, produceOnly: h.produceOnly}
@@ -248,7 +257,7 @@ func (c *tcpHoleConn) Write(p []byte) (int, error) {
 	if c.closing {
 		return 0, net.ErrClosed
 	}
-	hold := c.on() && (!c.produceOnly || len(c.queued) > 0 || isProduce(p))
+	hold := c.on() && (!c.produceOnly || len(c.queued) > 0 || isProduceOrJoin(p))
 	if !hold && len(c.queued) == 0 {
 		return c.Conn.Write(p)
 	}
