@@ -167,19 +167,29 @@ func parseBool(v url.Values, name string) (bool, error) {
 // watchQuery is the query of a key watch request to another instance.
 func watchQuery(o WatchOptions, from int64) url.Values {
 	q := watchFlags(o)
+	setWatchStart(q, "from", o, from, formatPosition)
+	return q
+}
+
+// setWatchStart sets where a watch request to another instance starts:
+// param names the parameter ("from", or "resume" where from is a time),
+// and at renders a position.
+func setWatchStart(q url.Values, param string, o WatchOptions, from int64, at func(int64) string) {
 	switch from {
 	case FromNow:
-		q.Set("from", "now")
+		q.Set(param, "now")
 		if o.Current {
 			q.Set("current", "true")
 		}
 	case FromStart:
-		q.Set("from", "start")
+		q.Set(param, "start")
 	default:
-		q.Set("from", strconv.FormatInt(from, 10))
+		q.Set(param, at(from))
 	}
-	return q
 }
+
+// formatPosition renders a changelog position as a watch request gives it.
+func formatPosition(p int64) string { return strconv.FormatInt(p, 10) }
 
 // watchFlags is the query of a watch request to another instance but for
 // where it starts.

@@ -74,17 +74,7 @@ func rangeWatchPath(store string, t textRange, part int32, o WatchOptions, from 
 	q := watchFlags(o)
 	t.set(q)
 	q.Set("partition", strconv.Itoa(int(part)))
-	switch from {
-	case FromNow:
-		q.Set("resume", "now")
-		if o.Current {
-			q.Set("current", "true")
-		}
-	case FromStart:
-		q.Set("resume", "start")
-	default:
-		q.Set("resume", RangeResume{part: from}.String())
-	}
+	setWatchStart(q, "resume", o, from, func(p int64) string { return RangeResume{part: p}.String() })
 	return "/v1/stores/" + url.PathEscape(store) + "/range/watch?" + q.Encode()
 }
 

@@ -116,17 +116,7 @@ func windowWatchPath(store, keyText string, tFrom, tTo int64, o WatchOptions, fr
 	q.Set("key", keyText)
 	q.Set("from", strconv.FormatInt(tFrom, 10))
 	q.Set("to", strconv.FormatInt(tTo, 10))
-	switch from {
-	case FromNow:
-		q.Set("resume", "now")
-		if o.Current {
-			q.Set("current", "true")
-		}
-	case FromStart:
-		q.Set("resume", "start")
-	default:
-		q.Set("resume", strconv.FormatInt(from, 10))
-	}
+	setWatchStart(q, "resume", o, from, formatPosition)
 	return "/v1/stores/" + url.PathEscape(store) + "/windows/watch?" + q.Encode()
 }
 
