@@ -86,6 +86,13 @@
 //     SASL_AUTHENTICATION_FAILED before closing. An adapter between the
 //     listener and kfake does the same until a connection has
 //     authenticated (see saslconn.go).
+//   - Group members outlive a broker that was killed. kfake saves members
+//     only on Close, so after a kill the first member to rejoin formed a
+//     generation alone and was given partitions that members still within
+//     their session held and went on writing to; Kafka reloads a group with
+//     its members and drops each a session timeout after its last
+//     heartbeat. The broker keeps the members in the DataDir as they change
+//     and hands them to kfake at the next start (see members.go).
 //   - __consumer_offsets exists and holds every group's commits. kfake keeps
 //     groups in memory only; lag monitors such as Burrow learn groups and
 //     their offsets from that topic. The broker writes it with Kafka's
@@ -108,13 +115,6 @@
 //     segments, each up to the first unstable offset (segment.ms 7 days,
 //     segment.bytes 1 GiB) past min.cleanable.dirty.ratio, so superseded
 //     records stay readable far longer on a real cluster.
-//   - A broker restarted after a kill has no group members. kfake keeps
-//     members only across a Close, so the first member to rejoin forms a
-//     new generation alone and may be given partitions that members still
-//     within their session held; Kafka reloads a group with its members
-//     and drops each a session timeout after the load. Eddy's
-//     at-least-once threads fail what they hold once they learn they left
-//     the group (see runtime), which covers most of the gap, not all.
 //   - Transactional writes wait out each compaction run: they are answered
 //     REQUEST_TIMED_OUT from the check that no transaction is open until
 //     kfake has compacted, and producers retry after their backoff.
@@ -417,6 +417,17 @@ func Start(cfg Config) (*Broker, error) {
 			cfg.Logger.Warn("wrote ABORT markers after transactions left open when the broker stopped without closing", "markers", n)
 		}
 	}
+	var restored map[string]sessionClassicGroup
+	if cfg.DataDir != "" {
+		var n int
+		restored, n, err = restoreKeptMembers(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("broker: group members kept by the broker that stopped: %w", err)
+		}
+		if n > 0 {
+			cfg.Logger.Info("restored group members, as the broker stopped without closing", "members", n)
+		}
+	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("broker: start on %s: %w", cfg.Listen, err)
@@ -434,7 +445,14 @@ func Start(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("broker: ACLs: %w", err)
 		}
 	}
-	if b.groups, err = newGroupGuard(c, internal, cfg.MessageMaxBytes); err != nil {
+	var members *memberFile
+	if cfg.DataDir != "" {
+		members = newMemberFile(c, cfg.DataDir, restored, b.logger)
+	}
+	if b.groups, err = newGroupGuard(c, internal, cfg.MessageMaxBytes, members); err != nil {
+		if members != nil {
+			members.close()
+		}
 		c.Close()
 		return nil, fmt.Errorf("broker: group guard: %w", err)
 	}

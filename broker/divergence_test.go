@@ -109,28 +109,6 @@ func TestDocumentedDivergences(t *testing.T) {
 			// segment, are cleaned all the same.
 			requireRecordAt(ctx, t, b, "log", 0, 1)
 		}},
-		{"A broker restarted after a kill has no group members.", func(t *testing.T) {
-			ctx := testCtx(t)
-			dir := t.TempDir()
-			b1 := start(t, Config{DataDir: dir, Partitions: 1})
-			createTopic(ctx, t, b1, "in", 1, nil)
-			member := newClient(t, b1, kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"), kgo.SessionTimeout(time.Minute))
-			adm := kadm.NewClient(newClient(t, b1))
-			for {
-				poll, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-				member.PollFetches(poll)
-				cancel()
-				require.NoError(t, ctx.Err(), "the member never joined")
-				groups, err := adm.DescribeGroups(ctx, "g")
-				if err == nil && len(groups["g"].Members) == 1 {
-					break
-				}
-			}
-			b2 := start(t, Config{DataDir: crashImage(t, dir), Partitions: 1})
-			groups, err := kadm.NewClient(newClient(t, b2)).DescribeGroups(ctx, "g")
-			require.NoError(t, err)
-			require.Empty(t, groups["g"].Members, "members of a group whose session timeout is a minute")
-		}},
 		{"Transactional writes wait out each compaction run", func(t *testing.T) {
 			ctx := testCtx(t)
 			b := start(t, Config{Partitions: 1})

@@ -27,8 +27,11 @@ import (
 //     exceeds message.max.bytes fails with UNKNOWN_SERVER_ERROR, the code
 //     Kafka turns MESSAGE_TOO_LARGE into for group metadata; kfake accepts
 //     any size.
+//   - Members outlive a broker that was killed (see memberFile): the guard
+//     tells the member file what the hooks see.
 type groupGuard struct {
 	cluster  *kfake.Cluster
+	members  *memberFile // nil without a data directory
 	maxBytes int
 	cl       *kgo.Client
 	stop     context.CancelFunc
@@ -65,7 +68,7 @@ const keepAliveEvery = 150 * time.Millisecond
 // and instance IDs, host, timeouts).
 const groupMetadataOverhead = 128
 
-func newGroupGuard(c *kfake.Cluster, clientOpts []kgo.Opt, maxBytes int) (*groupGuard, error) {
+func newGroupGuard(c *kfake.Cluster, clientOpts []kgo.Opt, maxBytes int, members *memberFile) (*groupGuard, error) {
 	cl, err := kgo.NewClient(clientOpts...)
 	if err != nil {
 		return nil, err
@@ -73,6 +76,7 @@ func newGroupGuard(c *kfake.Cluster, clientOpts []kgo.Opt, maxBytes int) (*group
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &groupGuard{
 		cluster:  c,
+		members:  members,
 		maxBytes: maxBytes,
 		cl:       cl,
 		stop:     cancel,
@@ -87,6 +91,9 @@ func newGroupGuard(c *kfake.Cluster, clientOpts []kgo.Opt, maxBytes int) (*group
 		c.KeepControl()
 		req := r.(*kmsg.JoinGroupRequest)
 		g.joined(req)
+		if members != nil {
+			members.joined(req)
+		}
 		return nil, nil, false
 	})
 	c.ControlKey(int16(kmsg.SyncGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
@@ -95,8 +102,18 @@ func newGroupGuard(c *kfake.Cluster, clientOpts []kgo.Opt, maxBytes int) (*group
 		if resp := g.synced(req); resp != nil {
 			return resp, nil, true
 		}
+		if members != nil {
+			members.synced(req)
+		}
 		return nil, nil, false
 	})
+	if members != nil {
+		c.ControlKey(int16(kmsg.Heartbeat), func(r kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			members.heartbeat(r.(*kmsg.HeartbeatRequest))
+			return nil, nil, false
+		})
+	}
 	go g.keepAlive(ctx)
 	return g, nil
 }
@@ -105,6 +122,9 @@ func (g *groupGuard) close() {
 	g.stop()
 	<-g.done
 	g.cl.Close()
+	if g.members != nil {
+		g.members.close()
+	}
 }
 
 func (g *groupGuard) joined(req *kmsg.JoinGroupRequest) {
