@@ -50,6 +50,19 @@ type groupContact struct {
 	settled time.Time
 	// syncSent is when the thread's client last wrote a SyncGroup.
 	syncSent time.Time
+	// awaiting is set from a JoinGroup or SyncGroup written until a
+	// SyncGroup is answered with an assignment, and awaitingFrom is when
+	// the first of those requests was written. Meanwhile the coordinator
+	// may settle a new balance whose answer does not reach the thread (a
+	// network cut), moving the standbys it follows elsewhere: unlike an
+	// active, which the cooperative protocol leaves with its thread until
+	// the thread revokes it, a standby is the assignor's to move in any
+	// rebalance.
+	awaiting     bool
+	awaitingFrom time.Time
+	// rebalancing is the latest send time of a heartbeat answered
+	// REBALANCE_IN_PROGRESS: the group had not settled a new balance then.
+	rebalancing time.Time
 	// refuted is set when the coordinator answered that it knows the
 	// member no longer, or not in its generation (the group rebalanced
 	// without it), and cleared by the next confirmation: until then the
@@ -78,6 +91,9 @@ func (c *groupContact) confirm(sent time.Time) {
 func (c *groupContact) confirmRebalancing(sent time.Time, limit time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if sent.After(c.rebalancing) {
+		c.rebalancing = sent
+	}
 	if c.settled.IsZero() {
 		return
 	}
@@ -130,11 +146,38 @@ func (c *groupContact) last() time.Time {
 	return c.at
 }
 
-// syncWritten records that the client sent a SyncGroup now.
+// syncWritten records that the client sent a SyncGroup at at.
 func (c *groupContact) syncWritten(at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.syncSent = at
+	c.awaitLocked(at)
+}
+
+// joinWritten records that the client sent a JoinGroup at at.
+func (c *groupContact) joinWritten(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.awaitLocked(at)
+}
+
+func (c *groupContact) awaitLocked(at time.Time) {
+	if !c.awaiting {
+		c.awaiting, c.awaitingFrom = true, at
+	}
+}
+
+// assignmentVouched reports whether the thread awaits its assignment (see
+// groupContact.awaiting) and, if so, the latest time the group is known
+// not to have settled a balance the thread has not heard: when it began
+// waiting, or a later heartbeat answered REBALANCE_IN_PROGRESS.
+func (c *groupContact) assignmentVouched() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.awaiting {
+		return time.Time{}, false
+	}
+	return later(c.awaitingFrom, c.rebalancing), true
 }
 
 // synced confirms the last SyncGroup sent: its answer carried an
@@ -142,6 +185,7 @@ func (c *groupContact) syncWritten(at time.Time) {
 func (c *groupContact) synced() {
 	c.mu.Lock()
 	sent := c.syncSent
+	c.awaiting = false
 	c.mu.Unlock()
 	if !sent.IsZero() {
 		c.confirm(sent)

@@ -741,3 +741,41 @@ func TestConnectionsResetAtEveryContactTheSessionOutlives(t *testing.T) {
 	require.False(t, tracked(second), "a later contact the session outlived resets again, with the same client")
 	require.True(t, peerSeesReset(secondPeer))
 }
+
+// A thread awaiting its share of a rebalance vouches for the standbys it
+// follows only up to when the group is known not to have settled without
+// telling it: the first JoinGroup or SyncGroup it wrote since its last
+// assignment, or a later heartbeat answered as rebalancing. Past the
+// contact window from there, a standby is refused as on the move: the
+// assignor may have placed it elsewhere in a balance whose answer the
+// network lost.
+func TestStandbyAwaitingItsAssignmentStepsAside(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var c groupContact
+	_, awaiting := c.assignmentVouched()
+	require.False(t, awaiting)
+	c.joinWritten(at(0))
+	v, awaiting := c.assignmentVouched()
+	require.True(t, awaiting)
+	require.Equal(t, at(0), v)
+	c.confirmRebalancing(at(300), 0)
+	c.syncWritten(at(400))
+	v, _ = c.assignmentVouched()
+	require.Equal(t, at(300), v, "a rebalancing answer, not a later request, moves it")
+	c.synced()
+	_, awaiting = c.assignmentVouched()
+	require.False(t, awaiting, "an assignment ends the wait")
+	c.joinWritten(at(1000))
+	v, _ = c.assignmentVouched()
+	require.Equal(t, at(1000), v, "a new wait starts from its own first request")
+
+	a := &App{cfg: Config{SessionTimeout: 3 * time.Second}}
+	now := at(5000)
+	standby := ReplicaInfo{Store: "counts", Partition: 2, State: task.Standby, Contact: now.Add(-500 * time.Millisecond)}
+	require.NoError(t, a.expiredReplica(standby, now), "not awaiting an assignment")
+	standby.AssignmentVouched = now.Add(-contactWindow(a.cfg) / 2)
+	require.NoError(t, a.expiredReplica(standby, now), "awaiting, within the contact window")
+	standby.AssignmentVouched = now.Add(-contactWindow(a.cfg) - time.Millisecond)
+	require.ErrorIs(t, a.expiredReplica(standby, now), iq.ErrRebalancing, "awaiting past the contact window")
+}

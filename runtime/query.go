@@ -290,13 +290,19 @@ func toIQAt(ri ReplicaInfo, now time.Time, window time.Duration) iq.ReplicaInfo 
 // which may be writing it now, a standby maybe elsewhere too. It is
 // refused as a partition on the move (ErrRebalancing), so that routers ask
 // the others. So is one whose thread's member the coordinator has since
-// refuted (ReplicaInfo.Refuted), at once. A replica never confirmed at all is left to toIQ, which
+// refuted (ReplicaInfo.Refuted), at once, and a standby whose thread has
+// awaited its share of a rebalance for longer than the contact window
+// (ReplicaInfo.AssignmentVouched). A replica never confirmed at all is left to toIQ, which
 // reports a running active unconfirmed.
 func (a *App) expiredReplica(ri ReplicaInfo, now time.Time) error {
 	_, role := edgeRoles(ri.State)
 	if ri.Refuted {
 		return fmt.Errorf("%w: store %q partition %d: the group coordinator no longer counts this instance's member as a host of the partition (%s) in the group as it stands: it has most likely moved the partition",
 			iq.ErrRebalancing, ri.Store, ri.Partition, role)
+	}
+	if w := contactWindow(a.cfg); !ri.AssignmentVouched.IsZero() && now.Sub(ri.AssignmentVouched) > w {
+		return fmt.Errorf("%w: store %q partition %d: this instance has awaited its share of a rebalance for %s, past the contact window (%s): the group may have moved the partition's %s elsewhere",
+			iq.ErrRebalancing, ri.Store, ri.Partition, now.Sub(ri.AssignmentVouched).Round(time.Millisecond), w, role)
 	}
 	if ri.Contact.IsZero() || now.Sub(ri.Contact) < a.cfg.SessionTimeout {
 		return nil

@@ -1027,6 +1027,15 @@ type ReplicaInfo struct {
 	// Refuted is set when the coordinator has since answered that it no
 	// longer counts that thread's member in the group as it stands.
 	Refuted bool
+	// AssignmentVouched is set, for a standby, warmup or parked replica,
+	// while the thread it is held for awaits the answer to a JoinGroup or
+	// SyncGroup: it is the latest time the coordinator is known not to
+	// have settled a new balance since (the first such request's sending,
+	// or a later heartbeat answered as rebalancing). A balance settled
+	// after it may have moved the replica without the thread hearing.
+	// Zero otherwise, and always for a thread's own active, which stays
+	// its own until it revokes it.
+	AssignmentVouched time.Time
 	// Opened is when this instance opened the replica's stores.
 	Opened time.Time
 	// Thread is the index of the stream thread the replica is held for:
@@ -1141,6 +1150,7 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 	}
 	ri.Contact = r.contactLocked(rep)
 	ri.Refuted = r.refutedLocked(rep)
+	ri.AssignmentVouched = r.assignmentVouchedLocked(rep)
 	ri.Thread = r.threadLocked(rep)
 	if h.Changelog != "" {
 		if rep.owner != nil {
@@ -1175,6 +1185,35 @@ func (r *registry) contactLocked(rep *replica) time.Time {
 		return anyThread
 	}
 	return named
+}
+
+// assignmentVouchedLocked is ReplicaInfo.AssignmentVouched of rep: for a
+// replica without an owner, the latest time vouched among the threads
+// whose latest assignment names its task (every thread when none does),
+// zero if any of them awaits no assignment.
+func (r *registry) assignmentVouchedLocked(rep *replica) time.Time {
+	if rep.owner != nil || !r.app.threadsUp.Load() {
+		return time.Time{}
+	}
+	var named, all []*thread
+	for _, th := range r.app.threads {
+		all = append(all, th)
+		if sh, ok := r.shares[th.idx]; ok && (slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id)) {
+			named = append(named, th)
+		}
+	}
+	if len(named) == 0 {
+		named = all
+	}
+	var vouched time.Time
+	for _, th := range named {
+		at, awaiting := th.contact.assignmentVouched()
+		if !awaiting {
+			return time.Time{}
+		}
+		vouched = later(vouched, at)
+	}
+	return vouched
 }
 
 // threadLocked is ReplicaInfo.Thread of rep.

@@ -303,6 +303,7 @@ func (h *joinHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, time
 	if key != int16(kmsg.JoinGroup) || err != nil {
 		return
 	}
+	h.th.contact.joinWritten(time.Now().Add(-timeToWrite))
 	cl := h.cl.Load()
 	if cl == nil {
 		return
