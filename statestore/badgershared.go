@@ -111,9 +111,10 @@ func DefaultSharedBadgerOptions() BadgerOptions {
 // stores opened with OpenBadger do, Reset included; closing one leaves the
 // DB open. Only one process may hold the directory open at a time.
 type SharedBadger struct {
-	db   *badger.DB
-	dir  string
-	opts BadgerOptions
+	db    *badger.DB
+	dir   string
+	opts  BadgerOptions
+	alloc *preallocator
 
 	// mu guards the catalog as held in memory and the open stores. It is
 	// taken before any store's locks, never after.
@@ -159,6 +160,7 @@ func OpenSharedBadger(dir string, opts BadgerOptions) (*SharedBadger, error) {
 		_ = db.Close()
 		return nil, openError(dir, opts.DiskReserve, err)
 	}
+	d.alloc = startPrealloc(dir, opts)
 	go d.sweepLoop()
 	d.wakeSweeper()
 	if opts.ValueLogGCInterval > 0 {
@@ -390,6 +392,7 @@ func (d *SharedBadger) store(name string, id uint32) *badgerStore {
 		home:           d,
 		name:           name,
 		opts:           d.opts,
+		alloc:          d.alloc,
 		valueThreshold: d.opts.ValueThreshold,
 		iters:          make(map[*badgerIter]struct{}),
 		stopGC:         make(chan struct{}),
@@ -584,7 +587,13 @@ func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 			s.exit()
 		}
 	}()
-	if err := checkRoom(d.dir, d.opts.DiskReserve); err != nil {
+	var vlog int64
+	for _, g := range groups {
+		for _, w := range g {
+			vlog += valueLogBytes(w.Entries, d.opts.ValueThreshold)
+		}
+	}
+	if err := roomFor(d.dir, d.opts.DiskReserve, d.alloc, vlog); err != nil {
 		return err
 	}
 	for _, s := range order {
@@ -830,7 +839,8 @@ func (d *SharedBadger) collectGarbage() error {
 	if d.shut {
 		return ErrClosed
 	}
-	if err := checkRoom(d.dir, d.opts.DiskReserve); err != nil {
+	// As a store's collectGarbage.
+	if err := roomFor(d.dir, d.opts.DiskReserve, d.alloc, d.opts.ValueLogFileSize); err != nil {
 		return err
 	}
 	for _, s := range d.stores {
@@ -861,6 +871,7 @@ func (d *SharedBadger) Close() error {
 	for _, s := range open {
 		errs = append(errs, s.Close())
 	}
+	d.alloc.stop()
 	if err := closeWhenRoom(d.db, d.dir, d.opts); err != nil {
 		errs = append(errs, fmt.Errorf("statestore: close shared badger %s: %w", d.dir, err))
 	}
