@@ -251,7 +251,8 @@ func (d *SharedBadger) dropPrefix(db *badger.DB, prefix []byte) error {
 
 // deleteKeys deletes every key with prefix, in batches of sweepBatch keys,
 // and reports whether it got to the end: it stops early once stop is
-// closed.
+// closed. Given a stop (the sweeper), it waits for room before each batch
+// (waitRoom).
 func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, error) {
 	// Each batch starts after the last key deleted: from the prefix, it
 	// would read every tombstone written so far again.
@@ -261,6 +262,9 @@ func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, er
 		case <-stop:
 			return false, nil
 		default:
+		}
+		if stop != nil && !d.waitRoom(stop) {
+			return false, nil
 		}
 		var keys [][]byte
 		err := d.db.View(func(txn *badger.Txn) error {
@@ -284,6 +288,31 @@ func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, er
 		}
 		if err := wb.Flush(); err != nil {
 			return false, err
+		}
+	}
+}
+
+// waitRoom waits until the DB may be written (roomFor), or stop is closed,
+// and reports which. The sweeper's tombstones are writes like any other:
+// on a full filesystem they would fill the memtable, whose next log and
+// flushed table badger writes through maps of unallocated files.
+func (d *SharedBadger) waitRoom(stop <-chan struct{}) bool {
+	var logged time.Time
+	for wait := closeWaitFirst; ; wait = min(2*wait, closeWaitMax) {
+		err := roomFor(d.dir, d.opts.DiskReserve, d.alloc, 0)
+		if err == nil {
+			return true
+		}
+		if time.Since(logged) >= diskFullLogEvery {
+			logged = time.Now()
+			d.opts.Logger.Warn("disk full: the deletion of a dropped store's keys waits for space", "dir", d.dir, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stop:
+			t.Stop()
+			return false
+		case <-t.C:
 		}
 	}
 }
