@@ -77,6 +77,10 @@ const vlogAhead = 1 << 20
 // fallocate a one-off: every database on it would repeat it.
 var fallocateUnsupportedLogged atomic.Bool
 
+// watchFailureLogged likewise: with the per-store layout, every database
+// opened past the limit would repeat it.
+var watchFailureLogged atomic.Bool
+
 // discardBytes is the length of badger's DISCARD file (discard.go).
 const discardBytes = 1 << 20
 
@@ -94,8 +98,9 @@ func startPrealloc(dir string, opts BadgerOptions) *preallocator {
 		wd:        -1,
 	}
 	// The watch comes first, so no file created during the scan is missed.
-	if err := watcher.add(p); err != nil {
-		p.log.Warn("statestore: cannot watch a badger directory; only the files present at open are preallocated", "dir", dir, "err", err)
+	if err := watcher.add(p); err != nil && !watchFailureLogged.Swap(true) {
+		p.log.Warn("statestore: cannot watch a badger directory (fs.inotify limits?); only the files present at open are preallocated; further failures are not logged",
+			"dir", dir, "err", err)
 	}
 	p.scan()
 	return p
