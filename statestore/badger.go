@@ -113,7 +113,7 @@ type BadgerOptions struct {
 	// the table into its map at once, before anything outside badger can
 	// allocate it), the first pages of a memtable log or value-log file
 	// badger starts in the middle of a write (it writes them as it creates
-	// the file; the allocation follows within milliseconds), and a
+	// the file, before the directory watch reports it), and a
 	// filesystem without fallocate (logged once). Writing the tables for
 	// the writes the store accepted is what the reserve is for, so a full
 	// filesystem of Eddy's own making cannot fault there.
