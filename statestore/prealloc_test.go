@@ -77,6 +77,8 @@ func TestBadgerPreallocatesMappedFiles(t *testing.T) {
 	dir := filepath.Join(fs, "store")
 	s, err := OpenBadger(dir, o)
 	require.NoError(t, err)
+	// Closed before the tmpfs is unmounted, should the test fail.
+	t.Cleanup(func() { _ = s.Close() })
 	requireAllocated(t, dir, ".mem", 2*o.MemTableSize)
 	require.GreaterOrEqual(t, allocated(t, filepath.Join(dir, "DISCARD")), int64(discardBytes))
 	requireAllocated(t, dir, ".vlog", min(2*o.ValueLogFileSize, vlogAhead))
@@ -102,6 +104,7 @@ func TestBadgerPreallocatesMappedFiles(t *testing.T) {
 	// One watch serves every database; closing one leaves the others'.
 	d, err := OpenSharedBadger(filepath.Join(fs, "shared"), o)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
 	requireAllocated(t, d.Dir(), ".mem", 2*o.MemTableSize)
 	require.True(t, watching())
 	require.NoError(t, s.Close())
