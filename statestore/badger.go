@@ -97,9 +97,26 @@ type BadgerOptions struct {
 	// for the work badger may still do for writes it has accepted: its
 	// memtable logs, their flush, one level-0 compaction and a value-log
 	// file. Zero means that sum for these options (about 72 MiB with the
-	// defaults); negative disables the check. The reserve guards against
-	// this store's own growth: space taken by others while badger flushes
-	// or compacts can still crash it.
+	// defaults); negative disables the check.
+	//
+	// The reserve guards against this store's own growth. Against space
+	// taken by another process, on Linux, the files badger writes through
+	// its maps are allocated ahead of its writes (fallocate; see
+	// prealloc_linux.go): its memtable logs in full as they appear, its
+	// DISCARD file, and its newest value-log file for each write's large
+	// values before the write is handed to badger; an allocation refused
+	// for lack of space refuses the database's writes with ErrDiskFull
+	// until it succeeds. A write accepted before the filesystem filled up
+	// then lands in blocks it owns. What remains exposed to a filesystem
+	// filled by another process: the table files of flushes and
+	// compactions (badger creates each table file at its size and copies
+	// the table into its map at once, before anything outside badger can
+	// allocate it), the first pages of a memtable log or value-log file
+	// badger starts in the middle of a write (it writes them as it creates
+	// the file, before the directory watch reports it), and a
+	// filesystem without fallocate (logged once). Writing the tables for
+	// the writes the store accepted is what the reserve is for, so a full
+	// filesystem of Eddy's own making cannot fault there.
 	DiskReserve int64
 	// Tune, if set, may adjust the final badger options (an escape hatch;
 	// the store's correctness does not depend on any option it sets).
@@ -321,6 +338,7 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 		_ = db.Close()
 		return nil, openError(dir, opts.DiskReserve, err)
 	}
+	s.alloc = startPrealloc(dir, opts)
 	if opts.ValueLogGCInterval > 0 {
 		go s.gcLoop(opts.ValueLogGCInterval, opts.Logger)
 	} else {
@@ -351,6 +369,9 @@ type badgerStore struct {
 	name           string        // in home
 	opts           BadgerOptions // with defaults applied; Reset reopens with them
 	valueThreshold int64
+	// alloc preallocates db's mapped files (home's, for a store of a
+	// shared DB). Replaced, like db, by Reset.
+	alloc *preallocator
 
 	// mu guards closed and db. Every operation holds it for reading while
 	// it uses db, so Close and Reset (which take it for writing) wait for
@@ -516,6 +537,54 @@ func checkRoom(dir string, reserve int64) error {
 	}
 }
 
+// room refuses a write to the store below its reserve, or while its
+// preallocator finds the filesystem full, and has the preallocator
+// allocate the value log for the write's vlog bytes (see valueLogBytes).
+func (s *badgerStore) room(vlog int64) error {
+	return roomFor(s.dir, s.opts.DiskReserve, s.alloc, vlog)
+}
+
+// roomFor refuses a write to the badger database in dir, kept with
+// reserve and alloc, as badgerStore's room describes.
+func roomFor(dir string, reserve int64, alloc *preallocator, vlog int64) error {
+	if err := checkRoom(dir, reserve); err != nil {
+		return err
+	}
+	if err := alloc.check(); err != nil {
+		return err
+	}
+	if vlog > 0 {
+		if err := alloc.ahead(vlog); err != nil {
+			return err
+		}
+	}
+	if roomChecked != nil {
+		roomChecked(dir)
+	}
+	return nil
+}
+
+// valueLogBytes bounds what entries add to the value log: badger keeps a
+// value there, with its key and a header, from threshold bytes on.
+func valueLogBytes(entries []Entry, threshold int64) int64 {
+	var n int64
+	for _, e := range entries {
+		if int64(len(e.Value)) >= threshold {
+			n += int64(len(e.Key)+len(e.Value)) + vlogEntryOverhead
+		}
+	}
+	return n
+}
+
+// vlogEntryOverhead bounds a value-log entry's header, checksum and key
+// prefix.
+const vlogEntryOverhead = 64
+
+// roomChecked, when set by a test, runs after a write passed the room
+// checks and before badger is given it: where another process may fill
+// the filesystem.
+var roomChecked func(dir string)
+
 // diskError marks err as a full disk if the filesystem said so.
 func diskError(dir string, reserve int64, err error) error {
 	if err == nil || !isNoSpace(err) || errors.Is(err, ErrDiskFull) {
@@ -560,7 +629,7 @@ func (s *badgerStore) update(e Entry) error {
 	defer s.exit()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
+	if err := s.room(valueLogBytes([]Entry{e}, s.valueThreshold)); err != nil {
 		return err
 	}
 	s.beginChange()
@@ -638,7 +707,7 @@ func (s *badgerStore) Write(entries []Entry, position int64) error {
 
 	// Checked before anything is written, so a refused Write leaves the
 	// store exactly as it was and may simply be retried.
-	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
+	if err := s.room(valueLogBytes(entries, s.valueThreshold)); err != nil {
 		return err
 	}
 	s.beginChange()
@@ -875,7 +944,8 @@ func (s *badgerStore) ApproximateCount() (int64, error) {
 }
 
 // DiskSize implements Sizer. A store with a DB of its own counts the space
-// allocated to the files in its directory. One in a shared DB counts the tables that hold its keys
+// allocated to the files in its directory, its memtable logs' preallocated
+// blocks included (see preallocator). One in a shared DB counts the tables that hold its keys
 // alone, which leaves out its share of tables mixed with other stores' keys
 // and of the memtables and value log: an underestimate, of a store that has
 // been written to disk at all.
@@ -936,8 +1006,9 @@ func (s *badgerStore) collectGarbage() error {
 		return err
 	}
 	defer s.exit()
-	// GC writes a new value-log file before deleting the old one.
-	if err := checkRoom(s.dir, s.opts.DiskReserve); err != nil {
+	// GC writes a new value-log file before deleting the old one, moving
+	// at most one file's values into the newest.
+	if err := s.room(s.opts.ValueLogFileSize); err != nil {
 		return err
 	}
 	// A rewritten value-log file is deleted once no iterator is open,
@@ -1013,7 +1084,10 @@ const (
 // reserve, stores close one at a time, each waiting (for as long as it
 // takes, logging) until the filesystem has room for two tables per
 // memtable.
-func (s *badgerStore) closeDB() error { return closeWhenRoom(s.db, s.dir, s.opts) }
+func (s *badgerStore) closeDB() error {
+	s.alloc.stop()
+	return closeWhenRoom(s.db, s.dir, s.opts)
+}
 
 // closeWhenRoom closes db, kept in dir with opts, as closeDB describes.
 func closeWhenRoom(db *badger.DB, dir string, opts BadgerOptions) error {
@@ -1124,6 +1198,7 @@ func (s *badgerStore) reopenLocked() error {
 		_ = db.Close()
 		return err
 	}
+	s.alloc = startPrealloc(s.dir, s.opts)
 	s.failed.Store(nil)
 	return nil
 }

@@ -571,15 +571,19 @@ func TestBadgerDiskSize(t *testing.T) {
 	empty, err := s.(Sizer).DiskSize()
 	require.NoError(t, err)
 	require.Positive(t, empty, "badger's manifest and value log exist from the start")
+	// More than the memtable log allocated from the start (see
+	// preallocator) holds.
 	value := bytes.Repeat([]byte("v"), 4096)
-	var entries []Entry
-	for i := range 200 {
-		entries = append(entries, Entry{Key: []byte(fmt.Sprint("k", i)), Value: value})
+	for b := range 10 {
+		var entries []Entry
+		for i := range 200 {
+			entries = append(entries, Entry{Key: []byte(fmt.Sprint("k", b, "-", i)), Value: value})
+		}
+		require.NoError(t, s.Write(entries, int64(b)))
 	}
-	require.NoError(t, s.Write(entries, 1))
 	full, err := s.(Sizer).DiskSize()
 	require.NoError(t, err)
-	require.Greater(t, full, empty+100*4096, "the values written are on disk")
+	require.Greater(t, full, empty+1000*4096, "the values written are on disk")
 	require.NoError(t, s.Close())
 	_, err = s.(Sizer).DiskSize()
 	require.ErrorIs(t, err, ErrClosed)

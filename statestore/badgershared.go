@@ -111,9 +111,10 @@ func DefaultSharedBadgerOptions() BadgerOptions {
 // stores opened with OpenBadger do, Reset included; closing one leaves the
 // DB open. Only one process may hold the directory open at a time.
 type SharedBadger struct {
-	db   *badger.DB
-	dir  string
-	opts BadgerOptions
+	db    *badger.DB
+	dir   string
+	opts  BadgerOptions
+	alloc *preallocator
 
 	// mu guards the catalog as held in memory and the open stores. It is
 	// taken before any store's locks, never after.
@@ -159,6 +160,7 @@ func OpenSharedBadger(dir string, opts BadgerOptions) (*SharedBadger, error) {
 		_ = db.Close()
 		return nil, openError(dir, opts.DiskReserve, err)
 	}
+	d.alloc = startPrealloc(dir, opts)
 	go d.sweepLoop()
 	d.wakeSweeper()
 	if opts.ValueLogGCInterval > 0 {
@@ -249,7 +251,8 @@ func (d *SharedBadger) dropPrefix(db *badger.DB, prefix []byte) error {
 
 // deleteKeys deletes every key with prefix, in batches of sweepBatch keys,
 // and reports whether it got to the end: it stops early once stop is
-// closed.
+// closed. Given a stop (the sweeper), it waits for room before each batch
+// (waitRoom).
 func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, error) {
 	// Each batch starts after the last key deleted: from the prefix, it
 	// would read every tombstone written so far again.
@@ -259,6 +262,9 @@ func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, er
 		case <-stop:
 			return false, nil
 		default:
+		}
+		if stop != nil && !d.waitRoom(stop) {
+			return false, nil
 		}
 		var keys [][]byte
 		err := d.db.View(func(txn *badger.Txn) error {
@@ -282,6 +288,31 @@ func (d *SharedBadger) deleteKeys(prefix []byte, stop <-chan struct{}) (bool, er
 		}
 		if err := wb.Flush(); err != nil {
 			return false, err
+		}
+	}
+}
+
+// waitRoom waits until the DB may be written (roomFor), or stop is closed,
+// and reports which. The sweeper's tombstones are writes like any other:
+// on a full filesystem they would fill the memtable, whose next log and
+// flushed table badger writes through maps of unallocated files.
+func (d *SharedBadger) waitRoom(stop <-chan struct{}) bool {
+	var logged time.Time
+	for wait := closeWaitFirst; ; wait = min(2*wait, closeWaitMax) {
+		err := roomFor(d.dir, d.opts.DiskReserve, d.alloc, 0)
+		if err == nil {
+			return true
+		}
+		if time.Since(logged) >= diskFullLogEvery {
+			logged = time.Now()
+			d.opts.Logger.Warn("disk full: the deletion of a dropped store's keys waits for space", "dir", d.dir, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-stop:
+			t.Stop()
+			return false
+		case <-t.C:
 		}
 	}
 }
@@ -390,6 +421,7 @@ func (d *SharedBadger) store(name string, id uint32) *badgerStore {
 		home:           d,
 		name:           name,
 		opts:           d.opts,
+		alloc:          d.alloc,
 		valueThreshold: d.opts.ValueThreshold,
 		iters:          make(map[*badgerIter]struct{}),
 		stopGC:         make(chan struct{}),
@@ -584,7 +616,13 @@ func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 			s.exit()
 		}
 	}()
-	if err := checkRoom(d.dir, d.opts.DiskReserve); err != nil {
+	var vlog int64
+	for _, g := range groups {
+		for _, w := range g {
+			vlog += valueLogBytes(w.Entries, d.opts.ValueThreshold)
+		}
+	}
+	if err := roomFor(d.dir, d.opts.DiskReserve, d.alloc, vlog); err != nil {
 		return err
 	}
 	for _, s := range order {
@@ -830,7 +868,8 @@ func (d *SharedBadger) collectGarbage() error {
 	if d.shut {
 		return ErrClosed
 	}
-	if err := checkRoom(d.dir, d.opts.DiskReserve); err != nil {
+	// As a store's collectGarbage.
+	if err := roomFor(d.dir, d.opts.DiskReserve, d.alloc, d.opts.ValueLogFileSize); err != nil {
 		return err
 	}
 	for _, s := range d.stores {
@@ -861,6 +900,7 @@ func (d *SharedBadger) Close() error {
 	for _, s := range open {
 		errs = append(errs, s.Close())
 	}
+	d.alloc.stop()
 	if err := closeWhenRoom(d.db, d.dir, d.opts); err != nil {
 		errs = append(errs, fmt.Errorf("statestore: close shared badger %s: %w", d.dir, err))
 	}

@@ -1,12 +1,15 @@
 package statestore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -211,6 +214,54 @@ func closeOnFullDisk(t *testing.T, fs string) {
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, fmt.Sprintf("%0200d", 2999), string(v))
+}
+
+// The sweeper of a shared DB deletes a dropped store's keys only while the
+// filesystem has room, as writes do: its tombstones would otherwise fill
+// the memtable on a full disk. It finishes once space is freed.
+func TestSharedSweepWaitsForRoom(t *testing.T) {
+	fs := mountTmpfs(t, 32<<20)
+	o := diskFullOptions()
+	var logs syncBuffer
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	d, err := OpenSharedBadger(filepath.Join(fs, "db"), o)
+	require.NoError(t, err)
+	defer d.Close()
+	s, err := d.Open("gone")
+	require.NoError(t, err)
+	require.NoError(t, s.Write(words(1000, "v"), 1))
+	require.NoError(t, s.Close())
+	id := sharedID(t, d, "gone")
+	keys := rawKeys(t, d, storeNS(id))
+	ballast := fillTo(t, fs, o.withDefaults().DiskReserve/2)
+	t.Cleanup(func() { _ = os.Remove(ballast) })
+
+	require.NoError(t, d.Drop("gone"))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "dropped store's keys waits for space") },
+		5*time.Second, 5*time.Millisecond, "the sweeper did not wait for space")
+	require.Equal(t, keys, rawKeys(t, d, storeNS(id)), "keys deleted on a full disk")
+
+	require.NoError(t, os.Remove(ballast))
+	waitSwept(t, d)
+	require.Zero(t, rawKeys(t, d, storeNS(id)))
+}
+
+// syncBuffer is a bytes.Buffer that a logger's goroutines may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func firstLines(s string, n int) string {
