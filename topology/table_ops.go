@@ -271,6 +271,9 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 			}
 		}
 	}
+	if skip, err := p.updates.unheldTombstone(c, p.kv.rw, kb, out); skip || err != nil {
+		return err
+	}
 	if out.valueNull {
 		err = p.kv.rw.Delete(kb)
 	} else {

@@ -191,6 +191,20 @@ func acceptOnly(_, v string) bool { return strings.EqualFold(v, "accept") }
 // even is KTableFilterTest's predicate.
 func even(_, v string) bool { n, _ := strconv.Atoi(v); return n%2 == 0 }
 
+// cachedTable builds the topology of Kafka Streams' caching store tests
+// as a table sees them: the table of "in" written to "out"; with
+// oldValues, also counted by value, which makes it send old values.
+func cachedTable(oldValues bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		t := topology.Table(b, "in", serde.String, serde.String, "in-store")
+		t.ToStream().To("out", serde.String, serde.String)
+		if oldValues {
+			topology.GroupTableBy(t, func(_, v string) (string, string) { return v, v }, "", serde.String, serde.String).
+				Count("by-value").ToStream().To("counted", serde.String, serde.Int64)
+		}
+	}
+}
+
 var tableFilterInput = []ksIn{in("A", "1", 10), in("B", "2", 5), in("C", "3", 8), in("D", "4", 14), in("A", ksNull, 18), in("B", ksNull, 15)}
 
 // streamTableJoin builds KStreamKTableJoinTest's topology: the stream
@@ -275,6 +289,32 @@ var ksTableOps = []ksScenario{
 			step(out("A 2 @15", "B 2 @8"), in("A", "2", 15), in("B", "2", 8)),
 			step(out("A null @20"), in("A", "3", 20)),
 			step(out("B null @20"), in("A", ksNull, 10), in("B", ksNull, 20)),
+		},
+	},
+	{
+		// The store test's puts, each step ending in a flush, through a
+		// table; the timestamps are the driver's, the test has none.
+		name:    "CachingInMemoryKeyValueStoreTest.shouldForwardOldValuesWhenEnabled",
+		build:   cachedTable(true),
+		commits: true,
+		steps: []ksStep{
+			step(out("1 a @1"), in("1", "a", 1)),
+			step(out("1 c @3"), in("1", "b", 2), in("1", "c", 3)),
+			step(out("1 null @4"), in("1", ksNull, 4)),
+			step(nil, in("1", "a", 5), in("1", "b", 6), in("1", ksNull, 7)),
+		},
+	},
+	{
+		// CachingKeyValueStore.putAndMaybeForward: a key absent from the
+		// store at its flush and deleted again is neither written nor
+		// forwarded.
+		name:    "CachingKeyValueStore (table source): a tombstone for a key the table does not hold is not forwarded",
+		build:   cachedTable(false),
+		commits: true,
+		steps: []ksStep{
+			step(nil, in("1", ksNull, 1)),
+			step(out("1 a @2"), in("1", "a", 2), in("2", ksNull, 3)),
+			step(out("1 null @4"), in("1", ksNull, 4), in("2", ksNull, 5)),
 		},
 	},
 	{
