@@ -16,24 +16,35 @@ import (
 )
 
 // A suppressed table's buffer goes through everything a store goes
-// through, under both guarantees: while updates are held, the table it
+// through, in memory and in badger, under both guarantees: while updates
+// are held, the table it
 // suppresses answers queries from its active and its standby alike; the
 // standby, made active when the active's instance dies, releases the held
 // updates when stream time passes them, each once; and an instance with an
 // empty state directory restores what is still held, and releases it.
 func TestSuppressedTableFailoverAndRestore(t *testing.T) {
-	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
-		t.Run(g.String(), func(t *testing.T) { testSuppressedFailoverAndRestore(t, g) })
+	for _, inMemory := range []bool{false, true} {
+		for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+			name := "badger-" + g.String()
+			if inMemory {
+				name = "memory-" + g.String()
+			}
+			t.Run(name, func(t *testing.T) { testSuppressedFailoverAndRestore(t, g, inMemory) })
+		}
 	}
 }
 
-func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
+func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemory bool) {
 	b, adm := startBroker(t, "in", "out")
 	id := "suppress-failover-" + g.String()
+	var bufferOpts []topology.Option
+	if inMemory {
+		bufferOpts = append(bufferOpts, topology.InMemory())
+	}
 	build := func() *topology.Topology {
 		tb := topology.NewBuilder()
 		topology.Stream(tb, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("counts").
-			Suppress(topology.UntilTimeLimit(time.Second, topology.Unbounded()).PersistStreamTime(), "held").
+			Suppress(topology.UntilTimeLimit(time.Second, topology.Unbounded()).PersistStreamTime(), "held", bufferOpts...).
 			ToStream().To("out", serde.String, serde.Int64)
 		topo, err := tb.Build()
 		require.NoError(t, err)
