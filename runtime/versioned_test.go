@@ -77,23 +77,33 @@ func versionedAnswer(res iq.Result[string]) string {
 }
 
 // A table read Versioned keeps its history through everything a store
-// goes through, under both guarantees: queries as of a time answer alike
+// goes through, in memory and in badger, under both guarantees: queries as of a time answer alike
 // from the active and, within the bound, its standby, history cut off at
 // the same time; the standby, made active when the active's instance dies,
 // goes on from the same history; and an instance with an empty state
 // directory restores it all from the changelog, out-of-order versions,
 // tombstones and the cut-off included.
 func TestVersionedTableFailoverAndRestore(t *testing.T) {
-	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
-		t.Run(g.String(), func(t *testing.T) { testVersionedFailoverAndRestore(t, g) })
+	for _, inMemory := range []bool{false, true} {
+		for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+			name := "badger-" + g.String()
+			if inMemory {
+				name = "memory-" + g.String()
+			}
+			t.Run(name, func(t *testing.T) { testVersionedFailoverAndRestore(t, g, inMemory) })
+		}
 	}
 }
 
-func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee) {
+func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemory bool) {
 	b, _ := startBroker(t, "prices")
+	opts := []topology.Option{topology.Versioned(3 * time.Second)}
+	if inMemory {
+		opts = append(opts, topology.InMemory())
+	}
 	build := func() *topology.Topology {
 		tb := topology.NewBuilder()
-		topology.Table(tb, "prices", serde.String, serde.String, "prices", topology.Versioned(3*time.Second))
+		topology.Table(tb, "prices", serde.String, serde.String, "prices", opts...)
 		topo, err := tb.Build()
 		require.NoError(t, err)
 		return topo

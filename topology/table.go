@@ -483,6 +483,9 @@ func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
 			return err
 		}
 	}
+	if skip, err := p.updates.unheldTombstone(c, p.kv.rw, kb, r); skip || err != nil {
+		return err
+	}
 	if r.valueNull {
 		err = p.kv.rw.Delete(kb)
 	} else {

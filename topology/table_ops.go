@@ -53,7 +53,10 @@ func (t KTable[K, V]) view() ([]string, tableLookup[K, V]) {
 // Every update of t is forwarded: unchanged when keep accepts the new
 // value, else as a tombstone (as is a tombstone of t), so that a table or
 // aggregation downstream deletes a key whose value stopped passing. keep
-// is not called for tombstones. Named names the node; Materialized (with
+// is not called for tombstones. When an operator downstream needs old
+// values (GroupTableBy, a join, Suppress), a tombstone for a key the
+// result did not hold either is not forwarded, unless t is versioned or
+// derives from a versioned table without a store, as in Kafka Streams. Named names the node; Materialized (with
 // InMemory, WithoutLogging) gives the result a queryable store.
 func (t KTable[K, V]) Filter(keep func(K, V) bool, opts ...Option) KTable[K, V] {
 	return filterTable(t, "table-filter", keep, false, collect(opts))
@@ -70,7 +73,7 @@ func filterTable[K, V any](t KTable[K, V], op string, pred func(K, V) bool, nega
 	if pred != nil {
 		fn = func(k K, v V) (V, bool) { return v, pred(k, v) != negate }
 	}
-	return deriveTable(t, op, fn, t.valueSerde, o)
+	return deriveTable(t, op, fn, true, t.valueSerde, o)
 }
 
 // MapTableValues returns the table of t's keys with each value replaced by
@@ -91,7 +94,7 @@ func MapTableValues[K, V, V2 any](t KTable[K, V], fn func(K, V) V2, opts ...Opti
 			t.builder().errorf("MapTableValues after %s: TableValueSerde is %T, want a serde.Serde[%T]", t.n.label(), o.tableValueSerde, zero[V2]())
 		}
 	}
-	return deriveTable(t, "table-mapvalues", f, vs, o)
+	return deriveTable(t, "table-mapvalues", f, false, vs, o)
 }
 
 func (t KTable[K, V]) builder() *Builder {
@@ -103,8 +106,8 @@ func (t KTable[K, V]) builder() *Builder {
 
 // deriveTable adds the node of a table whose value for each key is fn of
 // t's value (absent when fn reports false or t has none), materialized in
-// o.store when it is set.
-func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, bool), vs serde.Serde[V2], o options) KTable[K, V2] {
+// o.store when it is set; filters says fn is a filter's.
+func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, bool), filters bool, vs serde.Serde[V2], o options) KTable[K, V2] {
 	b := t.builder()
 	n := b.addNode(kindProcessor, op, o, t.n)
 	n.olds = parentOldValues
@@ -169,7 +172,7 @@ func deriveTable[K, V, V2 any](t KTable[K, V], op string, fn func(K, V) (V2, boo
 	versioned, history := out.versioned, out.history
 	n.newProc = func() (procImpl, error) {
 		return &derivedTableProc[K, V, V2]{store: store, keySerde: ks, valueSerde: vs, fn: fn, fromVersioned: fromVersioned,
-			versioned: versioned, history: history, layout: layoutCheck{store: store, versioned: versioned}}, nil
+			filters: filters, versioned: versioned, history: history, layout: layoutCheck{store: store, versioned: versioned}}, nil
 	}
 	return out
 }
@@ -186,6 +189,8 @@ type derivedTableProc[K, V, V2 any] struct {
 	// fromVersioned: the parent is a versioned table, or derives from one
 	// without a store, and so forwards out-of-order updates too.
 	fromVersioned bool
+	// filters: the operator is Filter or FilterNot.
+	filters bool
 	// versioned: the store, given Versioned, keeps history milliseconds
 	// of versions, in versions.
 	versioned bool
@@ -230,6 +235,14 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 			}
 		}
 	}
+	if p.filters && c.node.sendOld && !p.fromVersioned && out.valueNull && (out.old == nil || out.old.null) {
+		// Kafka Streams' KTableFilter sends nothing for a key that
+		// neither held nor holds a value once old values are sent: the
+		// operators that asked for them have nothing to retract. A
+		// versioned parent's tombstones all go on, since an
+		// out-of-order one may end a version the result still serves.
+		return nil
+	}
 	if p.kv == nil {
 		// The parent table already holds back its updates until the
 		// task flushes (a versioned one forwards each, as Kafka Streams
@@ -257,6 +270,9 @@ func (p *derivedTableProc[K, V, V2]) process(c *nodeInstance, r record) error {
 				return err
 			}
 		}
+	}
+	if skip, err := p.updates.unheldTombstone(c, p.kv.rw, kb, out); skip || err != nil {
+		return err
 	}
 	if out.valueNull {
 		err = p.kv.rw.Delete(kb)

@@ -177,6 +177,27 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 	return nil
 }
 
+// holdsKey reports whether an update of key (as given to emit) is
+// pending.
+func (u *tableUpdates) holdsKey(key []byte) bool {
+	_, ok := u.index[string(key)]
+	return ok
+}
+
+// unheldTombstone reports whether r, an update of the key kb of the
+// store rw whose updates u holds, is a tombstone for a key that held no
+// value at the last flush and has no update pending since: one that Kafka
+// Streams' caching stores neither write nor forward. It reads the store
+// for tombstones only, and only when c holds updates and r carries no old
+// value (which the flush checks instead).
+func (u *tableUpdates) unheldTombstone(c *nodeInstance, rw statestore.ReadWriter, kb []byte, r record) (bool, error) {
+	if !r.valueNull || r.old != nil || !c.holds() || u.holdsKey(kb) {
+		return false, nil
+	}
+	_, found, err := rw.Get(kb)
+	return !found, err
+}
+
 // emitAt is emit for a key written to the record cache, which reported the
 // key's slot and its own copy of the key (cache.Store.UpdateAt): the
 // pending update of the key is found by slot, which costs no hashing. The
@@ -299,11 +320,18 @@ func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.T
 }
 
 // flush forwards the pending updates in the order their keys were first
-// updated.
+// updated, but for a tombstone of a key that held no value at the last
+// flush either (its old value, when sent, is none): as Kafka Streams'
+// caching stores at their flush, nothing downstream holds the key.
 func (u *tableUpdates) flush(c *nodeInstance) error {
 	u.resetIndex(u.held.n)
 	if u.values == nil {
-		return u.held.drain(func(p *pendingUpdate) error { return c.forward(p.r) })
+		return u.held.drain(func(p *pendingUpdate) error {
+			if p.r.valueNull && p.r.old != nil && p.r.old.null {
+				return nil
+			}
+			return c.forward(p.r)
+		})
 	}
 	// Nothing a table forwards comes back to it, so no update is held
 	// while these go out.

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
@@ -156,13 +157,51 @@ func TestKafkaStreamsTableAggregations(t *testing.T) {
 func tableFilter(not bool) func(b *topology.Builder) {
 	return func(b *topology.Builder) {
 		t := topology.Table(b, "in", serde.String, serde.String, "in-store")
-		even := func(_, v string) bool { n, _ := strconv.Atoi(v); return n%2 == 0 }
 		if not {
 			t = t.FilterNot(even)
 		} else {
 			t = t.Filter(even)
 		}
 		t.ToStream().To("out", serde.String, serde.String)
+	}
+}
+
+// filterToRepartition builds KTableFilterTest's topologies with old values
+// sent: the table of "in" (with sourceOpts) filtered by keep (with
+// filterOpts), its updates written to "out" as Kafka Streams' test
+// processor on the filtered table sees them, and grouped by its own key
+// and reduced, which makes the filter send old values.
+func filterToRepartition(keep func(k, v string) bool, sourceOpts, filterOpts []topology.Option) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		t := topology.Table(b, "in", serde.String, serde.String, "in-store", sourceOpts...)
+		f := t.Filter(keep, filterOpts...)
+		f.ToStream().To("out", serde.String, serde.String)
+		topology.GroupTableBy(f, func(k, v string) (string, string) { return k, v }, "", serde.String, serde.String).
+			Reduce(func(agg, v string) string { return agg + v }, func(agg, v string) string { return strings.TrimSuffix(agg, v) }, "mock-result").
+			ToStream().To("reduced", serde.String, serde.String)
+	}
+}
+
+// filterRejects are doTestSkipNullOnMaterialization's inputs: three keys
+// whose values its filter, accepting "accept", rejects.
+var filterRejects = []ksIn{in("A", "reject", 5), in("B", "reject", 10), in("C", "reject", 20)}
+
+func acceptOnly(_, v string) bool { return strings.EqualFold(v, "accept") }
+
+// even is KTableFilterTest's predicate.
+func even(_, v string) bool { n, _ := strconv.Atoi(v); return n%2 == 0 }
+
+// cachedTable builds the topology of Kafka Streams' caching store tests
+// as a table sees them: the table of "in" written to "out"; with
+// oldValues, also counted by value, which makes it send old values.
+func cachedTable(oldValues bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		t := topology.Table(b, "in", serde.String, serde.String, "in-store")
+		t.ToStream().To("out", serde.String, serde.String)
+		if oldValues {
+			topology.GroupTableBy(t, func(_, v string) (string, string) { return v, v }, "", serde.String, serde.String).
+				Count("by-value").ToStream().To("counted", serde.String, serde.Int64)
+		}
 	}
 }
 
@@ -208,6 +247,75 @@ var ksTableOps = []ksScenario{
 		name:  "KTableFilterTest.shouldPassThroughWithoutMaterialization(filterNot)",
 		build: tableFilter(true),
 		steps: []ksStep{step(out("A 1 @10", "B null @5", "C 3 @8", "D null @14", "A null @18", "B null @15"), tableFilterInput...)},
+	},
+	{
+		name:  "KTableFilterTest.shouldSkipNullToRepartitionWithoutMaterialization",
+		build: filterToRepartition(acceptOnly, nil, nil),
+		steps: []ksStep{step(nil, filterRejects...)},
+	},
+	{
+		name:  "KTableFilterTest.shouldSkipNullToRepartitionOnMaterialization",
+		build: filterToRepartition(acceptOnly, nil, []topology.Option{topology.Materialized("store2")}),
+		steps: []ksStep{step(nil, filterRejects...)},
+	},
+	{
+		name:  "KTableFilterTest.shouldNotSkipNullIfVersionedUpstream",
+		build: filterToRepartition(acceptOnly, []topology.Option{topology.Versioned(5 * time.Minute)}, nil),
+		steps: []ksStep{step(out("A null @5", "B null @10", "C null @20"), filterRejects...)},
+	},
+	{
+		name:  "KTableFilterTest.shouldSkipNullIfVersionedDownstream",
+		build: filterToRepartition(acceptOnly, nil, []topology.Option{topology.Materialized("versioned"), topology.Versioned(5 * time.Minute)}),
+		steps: []ksStep{step(nil, filterRejects...)},
+	},
+	{
+		// The filter is materialized and sends old values (here because
+		// it is grouped): a tombstone for a key it never held (A at 10,
+		// whose 3 it rejected) goes nowhere.
+		name:  "KTableFilterTest.shouldEnableSendOldValuesWhenMaterializedAlreadyAndForcedToMaterialize",
+		build: filterToRepartition(even, nil, []topology.Option{topology.Materialized("store2")}),
+		steps: []ksStep{
+			step(nil, in("A", "1", 5), in("B", "1", 10), in("C", "1", 15)),
+			step(out("A 2 @15", "B 2 @8"), in("A", "2", 15), in("B", "2", 8)),
+			step(out("A null @20"), in("A", "3", 20)),
+			step(out("B null @20"), in("A", ksNull, 10), in("B", ksNull, 20)),
+		},
+	},
+	{
+		name:  "KTableFilterTest.shouldEnableSendOldValuesWhenNotMaterializedAlreadyButForcedToMaterialize",
+		build: filterToRepartition(even, nil, nil),
+		steps: []ksStep{
+			step(nil, in("A", "1", 5), in("B", "1", 10), in("C", "1", 15)),
+			step(out("A 2 @15", "B 2 @8"), in("A", "2", 15), in("B", "2", 8)),
+			step(out("A null @20"), in("A", "3", 20)),
+			step(out("B null @20"), in("A", ksNull, 10), in("B", ksNull, 20)),
+		},
+	},
+	{
+		// The store test's puts, each step ending in a flush, through a
+		// table; the timestamps are the driver's, the test has none.
+		name:    "CachingInMemoryKeyValueStoreTest.shouldForwardOldValuesWhenEnabled",
+		build:   cachedTable(true),
+		commits: true,
+		steps: []ksStep{
+			step(out("1 a @1"), in("1", "a", 1)),
+			step(out("1 c @3"), in("1", "b", 2), in("1", "c", 3)),
+			step(out("1 null @4"), in("1", ksNull, 4)),
+			step(nil, in("1", "a", 5), in("1", "b", 6), in("1", ksNull, 7)),
+		},
+	},
+	{
+		// CachingKeyValueStore.putAndMaybeForward: a key absent from the
+		// store at its flush and deleted again is neither written nor
+		// forwarded.
+		name:    "CachingKeyValueStore (table source): a tombstone for a key the table does not hold is not forwarded",
+		build:   cachedTable(false),
+		commits: true,
+		steps: []ksStep{
+			step(nil, in("1", ksNull, 1)),
+			step(out("1 a @2"), in("1", "a", 2), in("2", ksNull, 3)),
+			step(out("1 null @4"), in("1", ksNull, 4), in("2", ksNull, 5)),
+		},
 	},
 	{
 		name: "KTableMapValuesTest.testKTable",

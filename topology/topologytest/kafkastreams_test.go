@@ -64,6 +64,9 @@ type ksScenario struct {
 	byKey bool
 	// late is how many records the topology drops as late, in all.
 	late int64
+	// commits runs the driver with Config.Commits, as Kafka Streams'
+	// tests with caching on, and commits after each step's inputs.
+	commits bool
 	// differs, when set, says why Eddy's result differs from Kafka
 	// Streams': the scenario is skipped until Eddy matches it.
 	differs string
@@ -78,7 +81,7 @@ func runKS(t *testing.T, sc ksScenario) {
 	sc.build(b)
 	topo, err := b.Build()
 	require.NoError(t, err)
-	d, err := topologytest.New(topo, topologytest.Config{})
+	d, err := topologytest.New(topo, topologytest.Config{Commits: sc.commits})
 	require.NoError(t, err)
 	defer d.Close()
 	key, value := sc.key, sc.value
@@ -98,6 +101,9 @@ func runKS(t *testing.T, sc ksScenario) {
 				vb = []byte(in.value)
 			}
 			require.NoError(t, d.Pipe(in.topic, kb, vb, time.UnixMilli(in.ts)), "step %d", i)
+		}
+		if sc.commits {
+			require.NoError(t, d.Commit(), "step %d", i)
 		}
 		got := []string{}
 		for _, r := range d.ReadOutput("out") {
