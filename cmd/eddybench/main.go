@@ -29,7 +29,7 @@
 //	    steady cluster's (target ≤ 2×);
 //	(m) high-cardinality counting (not run by default): --keys distinct keys,
 //	    one record each, counted by an App into badger stores, against a
-//	    bare consume→produce loop over the same records (target ≥ 0.5×);
+//	    bare consume→produce loop over the same records (target ≥ 0.35×);
 //	(w) windows (not run by default): a tumbling-window count against the
 //	    key-value count over the same input (target ≥ 0.7×); restoring a
 //	    window store against a bare badger WriteBatch (target ≥ 0.8×); disk
