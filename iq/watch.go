@@ -391,6 +391,7 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 		case <-ctx.Done():
 			return Update{}, ctx.Err()
 		case <-w.f.notify:
+		case <-w.f.ready():
 		}
 	}
 }
