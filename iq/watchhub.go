@@ -180,7 +180,7 @@ func (h *Hub) deliver(batches []published) {
 		}
 	}
 	for _, s := range woken {
-		s.wakeReaders()
+		s.pokeReaders()
 	}
 }
 
@@ -340,8 +340,8 @@ type feed struct {
 	// failed is why the replica may no longer serve the watch (see
 	// Hub.check).
 	failed error
-	// notify is signalled when failed is set, and for a range or window
-	// watch when its buffer changed.
+	// notify is signalled when failed is set, when the context of the
+	// reader's wait ends, and when there may be changes to take.
 	notify chan struct{}
 }
 
@@ -371,6 +371,12 @@ func (f *feed) failWith(err error) {
 		f.failed = err
 	}
 	f.mu.Unlock()
+	f.poke()
+}
+
+// poke wakes the feed's reader if it waits, or makes its next wait return
+// at once.
+func (f *feed) poke() {
 	select {
 	case f.notify <- struct{}{}:
 	default:
@@ -398,10 +404,7 @@ func (f *feed) offer(c Change, info *ReplicaInfo) {
 		f.buf = nil
 	}
 	f.mu.Unlock()
-	select {
-	case f.notify <- struct{}{}:
-	default:
-	}
+	f.poke()
 }
 
 // latestPerKey keeps the last change of each key in buf, in the order of
@@ -442,14 +445,4 @@ func (f *feed) take(spare []buffered) (changes []buffered, skipped, slow bool, f
 		f.buf = nil
 	}
 	return changes, skipped, slow, failed
-}
-
-// ready returns a channel that is ready once a key watch's subscription
-// holds a change its reader has not taken; nil (never ready) for other
-// watches, whose changes signal notify.
-func (f *feed) ready() <-chan struct{} {
-	if f.sub == nil {
-		return nil
-	}
-	return f.sub.ready(f)
 }

@@ -147,64 +147,6 @@ func TestRangeFeedCoalescesPerKey(t *testing.T) {
 
 }
 
-// Key watches of one key share a subscription: each reads every change
-// while it keeps within its buffer; one further behind coalesces to the
-// key's latest change or ends as too slow, which holds back neither the
-// others nor the changes appended later.
-func TestKeyWatchesShareOneSubscription(t *testing.T) {
-	var h Hub
-	r := &fakeReplica{info: ReplicaInfo{Store: "s", Role: RoleActive, Position: 100}}
-	pk := partKey{"s", 0}
-	reader := newFeed(pk, []byte("a"), nil, WatchOptions{Buffer: 2})
-	coalescing := newFeed(pk, []byte("a"), nil, WatchOptions{Buffer: 2, Coalesce: true})
-	stalled := newFeed(pk, []byte("a"), nil, WatchOptions{Buffer: 2})
-	for _, f := range []*feed{reader, coalescing, stalled} {
-		h.subscribe(f, r)
-		defer h.unsubscribe(f)
-	}
-	require.Len(t, h.parts[pk].keys, 1)
-	publish := func(from, n int) {
-		for i := range n {
-			h.deliver([]published{{pk, []Change{{Key: []byte("a"), Position: int64(from + i)}, {Key: []byte("b"), Position: int64(from + i + 100)}}}})
-		}
-	}
-	publish(10, 2)
-	require.Equal(t, []string{"a@10", "a@11"}, feedKeys(reader))
-	select {
-	case <-reader.ready():
-		t.Fatal("a reader that took everything is not ready")
-	default:
-	}
-	publish(12, 1)
-	select {
-	case <-reader.ready():
-	default:
-		t.Fatal("a reader with a change to take is ready")
-	}
-	require.Equal(t, []string{"a@12"}, feedKeys(reader))
-
-	_, skipped, slow, _ := coalescing.take(nil)
-	require.True(t, skipped, "three behind a buffer of two")
-	require.False(t, slow)
-	publish(13, 1)
-	changes, skipped, _, _ := coalescing.take(nil)
-	require.False(t, skipped)
-	require.Len(t, changes, 1)
-	require.Equal(t, int64(13), changes[0].c.Position)
-
-	_, _, slow, _ = stalled.take(nil)
-	require.True(t, slow)
-	_, _, slow, _ = stalled.take(nil)
-	require.True(t, slow, "a watch too slow stays so")
-	require.Equal(t, []string{"a@13"}, feedKeys(reader))
-
-	// The log keeps only what the watches still read.
-	publish(14, 50)
-	require.Equal(t, []string{"a@63"}, feedKeys(coalescing), "coalesced to the latest")
-	s := h.parts[pk].keys["a"]
-	require.LessOrEqual(t, len(s.log)-s.head, 2)
-}
-
 // Publish queues what it is given and returns; the watches receive every
 // batch, in the order of the calls, with the replica's description.
 func TestHubPublishQueuesInOrder(t *testing.T) {
@@ -233,7 +175,6 @@ func TestHubPublishQueuesInOrder(t *testing.T) {
 			if len(got) < n {
 				select {
 				case <-f.notify:
-				case <-f.ready():
 				case <-deadline:
 					t.Fatalf("%d of %d changes delivered", len(got), n)
 				}

@@ -3,13 +3,12 @@ package iq
 import "sync"
 
 // keySub is the subscription the key watches of one key of one partition
-// share. The hub appends each change of the key to it once and wakes its
-// waiting readers with one close, however many watches follow the key, so
-// a round costs the hub a lock per key changed rather than one per watch;
-// each watch then reads from the shared log at its own pace, from where it
-// last stopped (feed.next), and a reader that falls further behind than
-// its buffer is coalesced or ended when it reads again, as with a buffer
-// of its own.
+// share. The hub appends each change of the key to it once, however many
+// watches follow the key, and pokes each watch once per round; each watch
+// then reads from the shared log at its own pace, from where it last
+// stopped (feed.next), and a reader that falls further behind than its
+// buffer is coalesced or ended when it reads again, as with a buffer of
+// its own.
 type keySub struct {
 	mu sync.Mutex
 	// log[head:] are the changes some watch may still read, oldest
@@ -20,20 +19,10 @@ type keySub struct {
 	first uint64
 	// feeds are the watches sharing the sub.
 	feeds []*feed
-	// wake is closed by the next append; nil while nobody waits.
-	wake chan struct{}
 	// round is the hub round that last appended (Hub.deliver), so that
 	// the round wakes each sub once.
 	round uint64
 }
-
-// closedChan is ready at once: what a reader waits on when there is
-// already something for it to read.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // end is the sequence number the next change appended will have. Called
 // with s.mu held.
@@ -63,7 +52,7 @@ func (s *keySub) leave(f *feed) int {
 }
 
 // add appends a change for the sub's watches and reports whether it is
-// the first of round, whose end wakes the readers (wakeReaders).
+// the first of round, whose end pokes the readers (pokeReaders).
 func (s *keySub) add(b buffered, round uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,14 +94,16 @@ func (s *keySub) trim() {
 	}
 }
 
-// wakeReaders wakes the readers waiting for the sub's next change.
-func (s *keySub) wakeReaders() {
+// pokeReaders tells the sub's readers it has changed. Each reader waits
+// on its own feed's notify alone, not on a channel of the sub's as well:
+// a wait on one channel costs a reader much less than a select, and the
+// readers are many.
+func (s *keySub) pokeReaders() {
 	s.mu.Lock()
-	if s.wake != nil {
-		close(s.wake)
-		s.wake = nil
+	defer s.mu.Unlock()
+	for _, f := range s.feeds {
+		f.poke()
 	}
-	s.mu.Unlock()
 }
 
 // read hands f what it has not read yet, copied into spare: every change
@@ -140,18 +131,4 @@ func (s *keySub) read(f *feed, spare []buffered) (changes []buffered, skipped, s
 	from := s.head + int(f.next-s.first)
 	f.next = end
 	return append(spare[:0], s.log[from:]...), false, false
-}
-
-// ready returns a channel that is ready once there is something for f to
-// read.
-func (s *keySub) ready(f *feed) <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f.slow || f.next != s.end() {
-		return closedChan
-	}
-	if s.wake == nil {
-		s.wake = make(chan struct{})
-	}
-	return s.wake
 }
