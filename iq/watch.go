@@ -167,6 +167,13 @@ type Watch struct {
 	truncated, coalesced bool
 	closeOnce            sync.Once
 	ended                error
+
+	// wakeMu guards the registration that wakes a waiting Next when
+	// its context ends (wakeOn), which Close stops.
+	wakeMu   sync.Mutex
+	wakeCtx  context.Context
+	stopWake func() bool
+	closed   bool
 }
 
 // WatchBytes watches a serialized key of a key-value store on the local
@@ -387,12 +394,30 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 			}
 			return Update{}, w.end(failed)
 		}
-		select {
-		case <-ctx.Done():
-			return Update{}, ctx.Err()
-		case <-w.f.notify:
+		w.wakeOn(ctx)
+		if err := ctx.Err(); err != nil {
+			return Update{}, err
 		}
+		<-w.f.notify
 	}
+}
+
+// wakeOn makes the end of ctx wake a waiting Next (through the feed's
+// notify) rather than having Next wait on ctx.Done: thousands of watches
+// read under one context would otherwise all lock its channel at each
+// wait and each wake. The registration is made once per context, the
+// same one being passed to Next after Next.
+func (w *Watch) wakeOn(ctx context.Context) {
+	w.wakeMu.Lock()
+	defer w.wakeMu.Unlock()
+	if w.closed || w.wakeCtx == ctx {
+		return
+	}
+	if w.stopWake != nil {
+		w.stopWake()
+	}
+	w.wakeCtx = ctx
+	w.stopWake = context.AfterFunc(ctx, w.f.poke)
 }
 
 func (w *Watch) end(err error) error {
@@ -403,7 +428,15 @@ func (w *Watch) end(err error) error {
 
 // Close ends the watch and frees its subscription.
 func (w *Watch) Close() {
-	w.closeOnce.Do(func() { w.hub.unsubscribe(w.f) })
+	w.closeOnce.Do(func() {
+		w.hub.unsubscribe(w.f)
+		w.wakeMu.Lock()
+		defer w.wakeMu.Unlock()
+		w.closed = true
+		if w.stopWake != nil {
+			w.stopWake()
+		}
+	})
 }
 
 // Resume returns the position to resume the watch from elsewhere: that of

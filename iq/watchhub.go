@@ -3,9 +3,10 @@ package iq
 // The hub between the writers of an instance's stores and its watches.
 // Writers publish from their own paths (a stream thread's commit, a
 // changelog reader's batch), so publishing costs them an append to a queue:
-// the fan-out to the watches, each a lock and a wake-up, runs on a
-// dispatching goroutine, which asks each partition's replica about itself
-// once per round however many batches and watches the round holds.
+// the fan-out to the watches runs on a dispatching goroutine, which asks
+// each partition's replica about itself once per round however many
+// batches and watches the round holds, and hands each change of a watched
+// key once to the subscription its watches share (keySub).
 
 import (
 	"fmt"
@@ -39,6 +40,9 @@ type Hub struct {
 	queue []published
 	// dispatching is set while a goroutine empties queue.
 	dispatching bool
+	// rounds counts the rounds delivered; only the dispatcher (or a
+	// test standing in for it) touches it.
+	rounds uint64
 }
 
 // published is one Publish call waiting for the dispatcher.
@@ -58,8 +62,8 @@ type partKey struct {
 type partWatches struct {
 	r     Replica
 	feeds map[*feed]struct{}
-	// keys are the feeds of key watches, by key.
-	keys map[string][]*feed
+	// keys are the subscriptions of key watches, by key.
+	keys map[string]*keySub
 	// ranges are the feeds of range, prefix and window watches, which
 	// every change of the partition is matched against.
 	ranges []*feed
@@ -125,7 +129,8 @@ func (h *Hub) dispatch() {
 // the updates' provenance, asked after the changes were in its store).
 func (h *Hub) deliver(batches []published) {
 	type hit struct {
-		f    *feed
+		f    *feed   // a range feed, or nil
+		s    *keySub // else the key's subscription
 		c    Change
 		info int // index in infos
 	}
@@ -148,12 +153,12 @@ func (h *Hub) deliver(batches []published) {
 			infos = append(infos, partInfo{pk: b.pk, r: pw.r})
 		}
 		for _, c := range b.changes {
-			for _, f := range pw.keys[string(c.Key)] {
-				hits = append(hits, hit{f, c, i})
+			if s := pw.keys[string(c.Key)]; s != nil {
+				hits = append(hits, hit{s: s, c: c, info: i})
 			}
 			for _, f := range pw.ranges {
 				if f.holds(c.Key) {
-					hits = append(hits, hit{f, c, i})
+					hits = append(hits, hit{f: f, c: c, info: i})
 				}
 			}
 		}
@@ -165,8 +170,17 @@ func (h *Hub) deliver(batches []published) {
 	for i := range infos {
 		infos[i].info = infos[i].r.Info()
 	}
+	h.rounds++
+	var woken []*keySub
 	for _, x := range hits {
-		x.f.offer(x.c, &infos[x.info].info)
+		if x.f != nil {
+			x.f.offer(x.c, &infos[x.info].info)
+		} else if x.s.add(buffered{x.c, &infos[x.info].info}, h.rounds) {
+			woken = append(woken, x.s)
+		}
+	}
+	for _, s := range woken {
+		s.pokeReaders()
 	}
 }
 
@@ -193,13 +207,18 @@ func (h *Hub) subscribe(f *feed, r Replica) {
 	}
 	pw := h.parts[f.pk]
 	if pw == nil {
-		pw = &partWatches{feeds: make(map[*feed]struct{}), keys: make(map[string][]*feed)}
+		pw = &partWatches{feeds: make(map[*feed]struct{}), keys: make(map[string]*keySub)}
 		h.parts[f.pk] = pw
 	}
 	if f.matched() {
 		pw.ranges = append(pw.ranges, f)
 	} else {
-		pw.keys[f.key] = append(pw.keys[f.key], f)
+		s := pw.keys[f.key]
+		if s == nil {
+			s = &keySub{}
+			pw.keys[f.key] = s
+		}
+		s.join(f)
 	}
 	pw.r = r
 	pw.feeds[f] = struct{}{}
@@ -224,10 +243,8 @@ func (h *Hub) unsubscribe(f *feed) {
 	delete(pw.feeds, f)
 	if f.matched() {
 		pw.ranges = slices.DeleteFunc(pw.ranges, func(g *feed) bool { return g == f })
-	} else if fs := slices.DeleteFunc(pw.keys[f.key], func(g *feed) bool { return g == f }); len(fs) == 0 {
+	} else if f.sub.leave(f) == 0 {
 		delete(pw.keys, f.key)
-	} else {
-		pw.keys[f.key] = fs
 	}
 	if len(pw.feeds) == 0 {
 		delete(h.parts, f.pk)
@@ -290,7 +307,9 @@ type buffered struct {
 	info *ReplicaInfo
 }
 
-// feed is one watch's buffer between the writers and its reader.
+// feed is one watch's place between the writers and its reader: for a
+// key watch, where it stands in the subscription its key's watches share;
+// for a range or window watch, a buffer of its own.
 type feed struct {
 	pk partKey
 	// key is the key a key or window watch follows; rng the keys a
@@ -304,6 +323,12 @@ type feed struct {
 	coalesce bool
 	bound    Staleness
 
+	// sub is the subscription a key watch shares, set when it
+	// subscribes; next is the sequence number of the first change of
+	// sub it has not read. next and slow are guarded by sub.mu.
+	sub  *keySub
+	next uint64
+
 	mu  sync.Mutex
 	buf []buffered
 	// skipped is set when changes were dropped from buf for a slow
@@ -315,6 +340,8 @@ type feed struct {
 	// failed is why the replica may no longer serve the watch (see
 	// Hub.check).
 	failed error
+	// notify is signalled when failed is set, when the context of the
+	// reader's wait ends, and when there may be changes to take.
 	notify chan struct{}
 }
 
@@ -344,6 +371,12 @@ func (f *feed) failWith(err error) {
 		f.failed = err
 	}
 	f.mu.Unlock()
+	f.poke()
+}
+
+// poke wakes the feed's reader if it waits, or makes its next wait return
+// at once.
+func (f *feed) poke() {
 	select {
 	case f.notify <- struct{}{}:
 	default:
@@ -371,10 +404,7 @@ func (f *feed) offer(c Change, info *ReplicaInfo) {
 		f.buf = nil
 	}
 	f.mu.Unlock()
-	select {
-	case f.notify <- struct{}{}:
-	default:
-	}
+	f.poke()
 }
 
 // latestPerKey keeps the last change of each key in buf, in the order of
@@ -400,6 +430,13 @@ func latestPerKey(buf []buffered) []buffered {
 // took last and no longer needs, for the buffer to reuse.
 func (f *feed) take(spare []buffered) (changes []buffered, skipped, slow bool, failed error) {
 	clear(spare)
+	if f.sub != nil {
+		changes, skipped, slow = f.sub.read(f, spare)
+		f.mu.Lock()
+		failed = f.failed
+		f.mu.Unlock()
+		return changes, skipped, slow, failed
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failed

@@ -145,11 +145,6 @@ func TestRangeFeedCoalescesPerKey(t *testing.T) {
 	_, _, slow, _ = f.take(nil)
 	require.True(t, slow, "four keys behind a buffer of three")
 
-	one := newFeed(partKey{"s", 0}, []byte("a"), nil, WatchOptions{Buffer: 2, Coalesce: true})
-	for i := range 5 {
-		one.offer(Change{Key: []byte("a"), Position: int64(30 + i)}, info)
-	}
-	require.Equal(t, []string{"a@34"}, feedKeys(one), "a key watch coalesces to its latest change")
 }
 
 // Publish queues what it is given and returns; the watches receive every

@@ -1,0 +1,134 @@
+package iq
+
+import "sync"
+
+// keySub is the subscription the key watches of one key of one partition
+// share. The hub appends each change of the key to it once, however many
+// watches follow the key, and pokes each watch once per round; each watch
+// then reads from the shared log at its own pace, from where it last
+// stopped (feed.next), and a reader that falls further behind than its
+// buffer is coalesced or ended when it reads again, as with a buffer of
+// its own.
+type keySub struct {
+	mu sync.Mutex
+	// log[head:] are the changes some watch may still read, oldest
+	// first; the one at log[head] has sequence number first. Sequence
+	// numbers count the changes appended since the sub was made.
+	log   []buffered
+	head  int
+	first uint64
+	// feeds are the watches sharing the sub.
+	feeds []*feed
+	// round is the hub round that last appended (Hub.deliver), so that
+	// the round wakes each sub once.
+	round uint64
+}
+
+// end is the sequence number the next change appended will have. Called
+// with s.mu held.
+func (s *keySub) end() uint64 { return s.first + uint64(len(s.log)-s.head) }
+
+// join makes f read the changes appended from now on.
+func (s *keySub) join(f *feed) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f.sub, f.next = s, s.end()
+	s.feeds = append(s.feeds, f)
+}
+
+// leave removes f and reports how many watches still share the sub.
+func (s *keySub) leave(f *feed) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, g := range s.feeds {
+		if g == f {
+			s.feeds[i] = s.feeds[len(s.feeds)-1]
+			s.feeds[len(s.feeds)-1] = nil
+			s.feeds = s.feeds[:len(s.feeds)-1]
+			break
+		}
+	}
+	return len(s.feeds)
+}
+
+// add appends a change for the sub's watches and reports whether it is
+// the first of round, whose end pokes the readers (pokeReaders).
+func (s *keySub) add(b buffered, round uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, b)
+	s.trim()
+	first := s.round != round
+	s.round = round
+	return first
+}
+
+// trim drops the changes no watch will read: those every watch has read,
+// and those beyond the largest buffer, which a watch that far behind
+// skips (coalescing to the latest) or never reads (too slow). Called with
+// s.mu held.
+func (s *keySub) trim() {
+	end := s.end()
+	low, limit := end, 0
+	for _, f := range s.feeds {
+		low = min(low, f.next)
+		limit = max(limit, f.limit)
+	}
+	if end-low > uint64(limit) {
+		low = end - uint64(limit)
+	}
+	if low <= s.first {
+		return
+	}
+	drop := int(low - s.first)
+	clear(s.log[s.head : s.head+drop])
+	s.head += drop
+	s.first = low
+	// The live changes move back to the start of the array once they
+	// are at most half of it, so that a log whose readers keep up
+	// reuses one small array.
+	if live := len(s.log) - s.head; live <= s.head {
+		copy(s.log, s.log[s.head:])
+		clear(s.log[live:])
+		s.log, s.head = s.log[:live], 0
+	}
+}
+
+// pokeReaders tells the sub's readers it has changed. Each reader waits
+// on its own feed's notify alone, not on a channel of the sub's as well:
+// a wait on one channel costs a reader much less than a select, and the
+// readers are many.
+func (s *keySub) pokeReaders() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.feeds {
+		f.poke()
+	}
+}
+
+// read hands f what it has not read yet, copied into spare: every change
+// while it is within its buffer, else the latest one (skipped set) when it
+// coalesces, else nothing and slow, for good.
+func (s *keySub) read(f *feed, spare []buffered) (changes []buffered, skipped, slow bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f.slow {
+		return nil, false, true
+	}
+	end := s.end()
+	behind := end - f.next
+	switch {
+	case behind == 0:
+		return spare[:0], false, false
+	case behind > uint64(f.limit) || f.next < s.first:
+		f.next = end
+		if !f.coalesce {
+			f.slow = true
+			return nil, false, true
+		}
+		return append(spare[:0], s.log[len(s.log)-1]), true, false
+	}
+	from := s.head + int(f.next-s.first)
+	f.next = end
+	return append(spare[:0], s.log[from:]...), false, false
+}

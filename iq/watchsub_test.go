@@ -1,0 +1,104 @@
+package iq
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Key watches of one key share a subscription: each reads every change
+// while it keeps within its buffer; one further behind coalesces to the
+// key's latest change or ends as too slow, which holds back neither the
+// others nor the changes appended later.
+func TestKeyWatchesShareOneSubscription(t *testing.T) {
+	var h Hub
+	r := &fakeReplica{info: ReplicaInfo{Store: "s", Role: RoleActive, Position: 100}}
+	pk := partKey{"s", 0}
+	reader := newFeed(pk, []byte("a"), nil, WatchOptions{Buffer: 2})
+	coalescing := newFeed(pk, []byte("a"), nil, WatchOptions{Buffer: 2, Coalesce: true})
+	stalled := newFeed(pk, []byte("a"), nil, WatchOptions{Buffer: 2})
+	for _, f := range []*feed{reader, coalescing, stalled} {
+		h.subscribe(f, r)
+		defer h.unsubscribe(f)
+	}
+	require.Len(t, h.parts[pk].keys, 1)
+	publish := func(from, n int) {
+		for i := range n {
+			h.deliver([]published{{pk, []Change{{Key: []byte("a"), Position: int64(from + i)}, {Key: []byte("b"), Position: int64(from + i + 100)}}}})
+		}
+	}
+	publish(10, 2)
+	require.Equal(t, []string{"a@10", "a@11"}, feedKeys(reader))
+	<-reader.notify
+	publish(12, 1)
+	select {
+	case <-reader.notify:
+	default:
+		t.Fatal("a reader with a change to take is poked")
+	}
+	require.Equal(t, []string{"a@12"}, feedKeys(reader))
+
+	_, skipped, slow, _ := coalescing.take(nil)
+	require.True(t, skipped, "three behind a buffer of two")
+	require.False(t, slow)
+	publish(13, 1)
+	changes, skipped, _, _ := coalescing.take(nil)
+	require.False(t, skipped)
+	require.Len(t, changes, 1)
+	require.Equal(t, int64(13), changes[0].c.Position)
+
+	_, _, slow, _ = stalled.take(nil)
+	require.True(t, slow)
+	_, _, slow, _ = stalled.take(nil)
+	require.True(t, slow, "a watch too slow stays so")
+	require.Equal(t, []string{"a@13"}, feedKeys(reader))
+
+	// The log keeps only what the watches still read.
+	publish(14, 50)
+	require.Equal(t, []string{"a@63"}, feedKeys(coalescing), "coalesced to the latest")
+	s := h.parts[pk].keys["a"]
+	require.LessOrEqual(t, len(s.log)-s.head, 2)
+}
+
+// A Next waiting for a change returns when its context ends, and a later
+// Next under another context waits for, and gets, the next change.
+func TestWatchNextEndsWithItsContext(t *testing.T) {
+	fb := &watchingBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1})}
+	fb.add("s", 0, RoleActive).set(func(i *ReplicaInfo) { i.Position, i.End = 100, 100 })
+	w, err := NewQuerier(fb).WatchBytes(context.Background(), "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	defer w.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	go func() {
+		_, err := w.Next(ctx)
+		ended <- err
+	}()
+	cancel()
+	select {
+	case err := <-ended:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Next did not return when its context was cancelled")
+	}
+
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	got := make(chan Update, 1)
+	go func() {
+		u, err := w.Next(ctx2)
+		if err == nil {
+			got <- u
+		}
+	}()
+	fb.hub.Publish("s", 0, []Change{{Key: []byte("k"), Value: []byte("v"), Position: 100}})
+	select {
+	case u := <-got:
+		require.Equal(t, int64(100), u.Position)
+	case <-ctx2.Done():
+		t.Fatal("no update after a cancelled Next")
+	}
+}
