@@ -25,11 +25,19 @@ type fakeReplica struct {
 	mu    sync.Mutex
 	info  ReplicaInfo
 	store statestore.Store
+	// onInfo, when set, may change the description at each Info call
+	// (calls counts them from 1): a replica changing under a query.
+	onInfo func(calls int, i *ReplicaInfo)
+	calls  int
 }
 
 func (r *fakeReplica) Info() ReplicaInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.onInfo != nil {
+		r.calls++
+		r.onInfo(r.calls, &r.info)
+	}
 	return r.info
 }
 

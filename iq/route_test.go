@@ -573,3 +573,26 @@ func TestProvenanceWireRoundTrip(t *testing.T) {
 	require.Equal(t, int64(9), old.ServedBy.Position)
 	require.Equal(t, int64(2), old.ServedBy.Lag)
 }
+
+// A local replica routing settled on is checked again before it answers:
+// here the freshest standby, chosen with the active unreachable, is
+// promoted to a restoring active (lag unknown) while routing ran. The
+// query then goes to the other replicas rather than being refused.
+func TestRoutingAsksOthersWhenTheLocalReplicaChangedMeanwhile(t *testing.T) {
+	noLeaks(t)
+	c, reps := freshness(t, ServerConfig{RebalanceWait: time.Second, SuspectFor: time.Minute})
+	c.kill(0)
+	reps[2].mu.Lock()
+	reps[2].onInfo = func(calls int, i *ReplicaInfo) {
+		if calls > 1 {
+			i.Role, i.Lag, i.LagConfirmedAgo = RoleRestoring, -1, Unknown
+		}
+	}
+	reps[2].mu.Unlock()
+	status, body := getJSON(t, keyURL(c.ins[2], "w", "staleness=lag:10000&prefer=freshest"))
+	require.Equal(t, 200, status, "answered by another replica within the bound: %v", body)
+	host, role := servedBody(t, body)
+	require.Equal(t, c.ins[3].addr(), host)
+	require.Equal(t, "standby", role)
+	require.EqualValues(t, 70, body["value"])
+}

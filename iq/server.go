@@ -703,7 +703,7 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		status int
 		body   []byte
 	}
-	ch, err := routeFor(ctx, s, store, part, p, local, localErr, keyPath(store, keyText, p.forwardQuery()), func(st int, body []byte) (keyAnswer, Provenance, error) {
+	ch, rep, info, err := routeRechecked(ctx, s, store, part, p, &o, local, localErr, keyPath(store, keyText, p.forwardQuery()), func(st int, body []byte) (keyAnswer, Provenance, error) {
 		if st == http.StatusOK || st == http.StatusNotFound {
 			var k wireKey
 			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
@@ -717,12 +717,6 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		return
 	}
 	if ch.local {
-		// Routing took a while: the local replica must still be within
-		// the bound now.
-		if rep, info, err = s.q.replica(store, part, &o); err != nil {
-			s.refuseKey(w, store, &UnavailableError{Store: store, Partition: part, Bound: p.bound, Tried: append(ch.tried, Attempt{Host: s.self(), Err: err})})
-			return
-		}
 		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, o.at(), ch.tried)
 		return
 	}
@@ -792,6 +786,28 @@ func routeFor[T any](ctx context.Context, s *Server, store string, part int32, p
 			lp := provenanceOf(s.b.Self(), part, info)
 			local = &lp
 		}
+	}
+}
+
+// routeRechecked is routeFor, checking again a local replica it settles
+// on, which it returns: routing can take a while, and the replica may have
+// changed meanwhile (a standby promoted to a restoring active knows no lag
+// until the broker confirms its changelog's end). If that replica no longer
+// answers within the bound, the other replicas are asked instead, once.
+func routeRechecked[T any](ctx context.Context, s *Server, store string, part int32, p params, o *queryOptions, local *Provenance, localErr error, pathQuery string, decode decodeFn[T]) (routed[T], Replica, ReplicaInfo, error) {
+	for again := true; ; again = false {
+		ch, err := routeFor(ctx, s, store, part, p, local, localErr, pathQuery, decode)
+		if err != nil || !ch.local {
+			return ch, nil, ReplicaInfo{}, err
+		}
+		rep, info, lerr := s.q.replica(store, part, o)
+		if lerr == nil {
+			return ch, rep, info, nil
+		}
+		if !again || !reroutable(lerr) {
+			return ch, nil, ReplicaInfo{}, &UnavailableError{Store: store, Partition: part, Bound: p.bound, Tried: append(ch.tried, Attempt{Host: s.self(), Err: lerr})}
+		}
+		local, localErr = nil, lerr
 	}
 }
 

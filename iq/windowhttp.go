@@ -247,7 +247,7 @@ func (s *Server) handleKeyWindows(w http.ResponseWriter, r *http.Request, keyTex
 		status int
 		body   []byte
 	}
-	ch, err := routeFor(ctx, s, store, part, p, local, localErr, windowsPath(store, kind, keyText, q), func(st int, body []byte) (answer, Provenance, error) {
+	ch, rep, info, err := routeRechecked(ctx, s, store, part, p, &o, local, localErr, windowsPath(store, kind, keyText, q), func(st int, body []byte) (answer, Provenance, error) {
 		if st == http.StatusOK || st == http.StatusNotFound {
 			var k wireKeyWindows
 			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
@@ -261,12 +261,6 @@ func (s *Server) handleKeyWindows(w http.ResponseWriter, r *http.Request, keyTex
 		return
 	}
 	if ch.local {
-		// Routing took a while: the local replica must still be within
-		// the bound now.
-		if rep, info, err = s.q.replica(store, part, &o); err != nil {
-			writeErr(w, &UnavailableError{Store: store, Partition: part, Bound: p.bound, Tried: append(ch.tried, Attempt{Host: s.self(), Err: err})})
-			return
-		}
 		answerLocally(rep, info, ch.tried)
 		return
 	}
