@@ -44,6 +44,7 @@ func TestBrokerRestartAtCommitKeepsTheInstance(t *testing.T) {
 		{ExactlyOnce, kmsg.EndTxn},
 	} {
 		t.Run(tc.guarantee.String()+"/"+tc.at.Name(), func(t *testing.T) {
+			t.Parallel() // each has a broker of its own, and mostly waits
 			testBrokerRestartAtCommit(t, tc.guarantee, tc.at)
 		})
 	}

@@ -29,7 +29,10 @@ func TestSuppressedTableFailoverAndRestore(t *testing.T) {
 			if inMemory {
 				name = "memory-" + g.String()
 			}
-			t.Run(name, func(t *testing.T) { testSuppressedFailoverAndRestore(t, g, inMemory) })
+			t.Run(name, func(t *testing.T) {
+				t.Parallel() // each has a broker of its own, and mostly waits
+				testSuppressedFailoverAndRestore(t, g, inMemory)
+			})
 		}
 	}
 }

@@ -90,7 +90,10 @@ func TestVersionedTableFailoverAndRestore(t *testing.T) {
 			if inMemory {
 				name = "memory-" + g.String()
 			}
-			t.Run(name, func(t *testing.T) { testVersionedFailoverAndRestore(t, g, inMemory) })
+			t.Run(name, func(t *testing.T) {
+				t.Parallel() // each has a broker of its own, and mostly waits
+				testVersionedFailoverAndRestore(t, g, inMemory)
+			})
 		}
 	}
 }
@@ -258,7 +261,10 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemo
 // update included, under both guarantees.
 func TestJoinGraceSurvivesTakeover(t *testing.T) {
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
-		t.Run(g.String(), func(t *testing.T) { testJoinGraceTakeover(t, g) })
+		t.Run(g.String(), func(t *testing.T) {
+			t.Parallel() // each has a broker of its own, and mostly waits
+			testJoinGraceTakeover(t, g)
+		})
 	}
 }
 
