@@ -23,18 +23,7 @@ import (
 // updates when stream time passes them, each once; and an instance with an
 // empty state directory restores what is still held, and releases it.
 func TestSuppressedTableFailoverAndRestore(t *testing.T) {
-	for _, inMemory := range []bool{false, true} {
-		for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
-			name := "badger-" + g.String()
-			if inMemory {
-				name = "memory-" + g.String()
-			}
-			t.Run(name, func(t *testing.T) {
-				t.Parallel() // each has a broker of its own, and mostly waits
-				testSuppressedFailoverAndRestore(t, g, inMemory)
-			})
-		}
-	}
+	eachBackendAndGuarantee(t, testSuppressedFailoverAndRestore)
 }
 
 func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemory bool) {

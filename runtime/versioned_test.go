@@ -84,6 +84,13 @@ func versionedAnswer(res iq.Result[string]) string {
 // directory restores it all from the changelog, out-of-order versions,
 // tombstones and the cut-off included.
 func TestVersionedTableFailoverAndRestore(t *testing.T) {
+	eachBackendAndGuarantee(t, testVersionedFailoverAndRestore)
+}
+
+// eachBackendAndGuarantee runs test as parallel subtests, one for each
+// store backend (badger, or in memory when inMemory) and guarantee. Each
+// starts a broker of its own and mostly waits on the group.
+func eachBackendAndGuarantee(t *testing.T, test func(t *testing.T, g ProcessingGuarantee, inMemory bool)) {
 	for _, inMemory := range []bool{false, true} {
 		for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 			name := "badger-" + g.String()
@@ -91,8 +98,8 @@ func TestVersionedTableFailoverAndRestore(t *testing.T) {
 				name = "memory-" + g.String()
 			}
 			t.Run(name, func(t *testing.T) {
-				t.Parallel() // each has a broker of its own, and mostly waits
-				testVersionedFailoverAndRestore(t, g, inMemory)
+				t.Parallel()
+				test(t, g, inMemory)
 			})
 		}
 	}
