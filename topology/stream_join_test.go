@@ -262,6 +262,44 @@ func TestStreamJoinKeylessRecords(t *testing.T) {
 	require.Empty(t, read("inner-out"))
 }
 
+// leftJoinRuns builds a left join of "in" with "right" (10 ms windows,
+// store "j", "l|r" or "l|null" to "out") with opts, and returns its fake
+// environment, a function taking what it sent so far as "value@ms", and one
+// running records through a task of it started afresh over the same stores,
+// as a restart would.
+func leftJoinRuns(t *testing.T, opts ...topology.Option) (*fakeEnv, func() []string, func(...graph.InputRecord)) {
+	t.Helper()
+	b := topology.NewBuilder()
+	topology.LeftJoinStreams(topology.Stream(b, "in", serde.String, serde.String), topology.Stream(b, "right", serde.String, serde.String),
+		func(l, r string, found bool) string {
+			if !found {
+				r = "null"
+			}
+			return l + "|" + r
+		}, topology.JoinTimeDifference(10*time.Millisecond), "j", serde.String, serde.String, serde.String, opts...).
+		To("out", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	env := newFakeEnv(0)
+	sent := func() []string {
+		var out []string
+		for _, r := range env.sent {
+			out = append(out, string(r.Value)+"@"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+		}
+		env.sent = nil
+		return out
+	}
+	run := func(recs ...graph.InputRecord) {
+		g, err := graph.Of(topo).NewTaskGraph(0, env)
+		require.NoError(t, err)
+		for _, r := range recs {
+			require.NoError(t, g.Process(r))
+		}
+		require.NoError(t, g.Close())
+	}
+	return env, sent, run
+}
+
 // A left join's task started again over its stores knows no stream time
 // until its next record, as Kafka Streams' join, whose stream time lives
 // in memory: an unmatched record behind the time reached before the
@@ -277,34 +315,7 @@ func TestStreamJoinStreamTimeAfterRestart(t *testing.T) {
 		{name: "restored", opts: []topology.Option{topology.RestoreJoinStreamTime()}, wantNow: []string{"c|null@50"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := topology.NewBuilder()
-			topology.LeftJoinStreams(topology.Stream(b, "in", serde.String, serde.String), topology.Stream(b, "right", serde.String, serde.String),
-				func(l, r string, found bool) string {
-					if !found {
-						r = "null"
-					}
-					return l + "|" + r
-				}, topology.JoinTimeDifference(10*time.Millisecond), "j", serde.String, serde.String, serde.String, tc.opts...).
-				To("out", serde.String, serde.String)
-			topo, err := b.Build()
-			require.NoError(t, err)
-			env := newFakeEnv(0)
-			sent := func() []string {
-				var out []string
-				for _, r := range env.sent {
-					out = append(out, string(r.Value)+"@"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
-				}
-				env.sent = nil
-				return out
-			}
-			run := func(recs ...graph.InputRecord) {
-				g, err := graph.Of(topo).NewTaskGraph(0, env)
-				require.NoError(t, err)
-				for _, r := range recs {
-					require.NoError(t, g.Process(r))
-				}
-				require.NoError(t, g.Close())
-			}
+			_, sent, run := leftJoinRuns(t, tc.opts...)
 			rec := func(v string, ms int64) graph.InputRecord {
 				return graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte(v), Timestamp: time.UnixMilli(ms)}
 			}
@@ -330,34 +341,7 @@ func TestStreamJoinStreamTimeAfterRestart(t *testing.T) {
 // deletes its record there, and a record without one is emitted when its
 // window passes, once.
 func TestStreamJoinUnmatchedOfOlderStores(t *testing.T) {
-	b := topology.NewBuilder()
-	topology.LeftJoinStreams(topology.Stream(b, "in", serde.String, serde.String), topology.Stream(b, "right", serde.String, serde.String),
-		func(l, r string, found bool) string {
-			if !found {
-				r = "null"
-			}
-			return l + "|" + r
-		}, topology.JoinTimeDifference(10*time.Millisecond), "j", serde.String, serde.String, serde.String).
-		To("out", serde.String, serde.String)
-	topo, err := b.Build()
-	require.NoError(t, err)
-	env := newFakeEnv(0)
-	sent := func() []string {
-		var out []string
-		for _, r := range env.sent {
-			out = append(out, string(r.Value)+"@"+strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
-		}
-		env.sent = nil
-		return out
-	}
-	run := func(recs ...graph.InputRecord) {
-		g, err := graph.Of(topo).NewTaskGraph(0, env)
-		require.NoError(t, err)
-		for _, r := range recs {
-			require.NoError(t, g.Process(r))
-		}
-		require.NoError(t, g.Close())
-	}
+	env, sent, run := leftJoinRuns(t)
 	rec := func(topic, k, v string, ms int64) graph.InputRecord {
 		return graph.InputRecord{Topic: topic, Key: []byte(k), Value: []byte(v), Timestamp: time.UnixMilli(ms)}
 	}
