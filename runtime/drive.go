@@ -1,9 +1,10 @@
 package runtime
 
-// How a stream thread drives its core (internal/threadcore): the loop and
-// the rebalance callbacks turn what they observe into events, and step
-// carries out the actions the core answers with, feeding the outcomes of
-// claims, commits, aborts and reconnections back to it.
+// How a stream thread drives its core (internal/threadcore): the loop, the
+// rebalance callbacks and the sender turn what they observe into events,
+// and step, the one way in, carries out the actions the core answers with,
+// feeding the outcomes of claims, processing, commits, aborts and
+// reconnections back to it.
 
 import (
 	"context"
@@ -19,13 +20,22 @@ import (
 )
 
 // step feeds an event to the core and carries out the actions it calls
-// for. It is called with mu held. ctx bounds commits and aborts; when nil,
+// for: every event reaches the core here. It is called with mu held. ctx bounds commits and aborts; when nil,
 // they are bounded by RebalanceTimeout rather than the thread's context, so
 // that a stop request does not cut a commit in half while a broker that
 // stopped answering cannot hang the thread either. The error is the one
 // that stops the loop, if any: the core is then Failed, or the error came
 // from an action without an outcome (the loop's exit feeds EvFailed).
 func (th *thread) step(ctx context.Context, e threadcore.Event) error {
+	out, err := th.core.Step(e)
+	if err != nil {
+		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+	}
+	if e.Kind == threadcore.EvSent {
+		// Every sink record: the core answers nothing and changes
+		// nothing publish mirrors.
+		return nil
+	}
 	// Made when a commit or abort first needs it: most steps have
 	// neither.
 	var cancel context.CancelFunc
@@ -40,19 +50,10 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 		}
 		return ctx
 	}
-	queue := []threadcore.Event{e}
+	var queue []threadcore.Event
 	var stopErr error
-	for len(queue) > 0 {
-		e := queue[0]
-		queue = queue[1:]
-		out, err := th.core.Step(e)
-		if err != nil {
-			return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
-		}
+	for {
 		th.publish()
-		if len(out) == 0 {
-			continue
-		}
 		// Actions may unlock mu (a reconnection closes the old client,
 		// whose callbacks step the core): keep this batch.
 		for _, a := range slices.Clone(out) {
@@ -60,15 +61,22 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 			if err != nil {
 				stopErr = err
 			}
-			if next != nil {
-				queue = append(queue, *next)
+			if len(next) > 0 {
+				queue = append(queue, next...)
 				if a.Kind != threadcore.ActClaim {
 					break
 				}
 			}
-			if err != nil && next == nil {
+			if err != nil && len(next) == 0 {
 				return err
 			}
+		}
+		if len(queue) == 0 {
+			break
+		}
+		e, queue = queue[0], queue[1:]
+		if out, err = th.core.Step(e); err != nil {
+			return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
 		}
 	}
 	th.publish()
@@ -120,15 +128,15 @@ func (th *thread) activeTasks(ids []task.ID) []*taskrun.Active {
 
 // do carries out one action; next is its outcome, for actions that have
 // one. err stops the loop.
-func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next *threadcore.Event, err error) {
-	outcome := func(k threadcore.EventKind) *threadcore.Event { return &threadcore.Event{Kind: k, Task: a.Task} }
-	failed := func(k threadcore.EventKind, err error) (*threadcore.Event, error) {
+func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []threadcore.Event, err error) {
+	outcome := func(k threadcore.EventKind) []threadcore.Event { return []threadcore.Event{{Kind: k, Task: a.Task}} }
+	failed := func(k threadcore.EventKind, err error) ([]threadcore.Event, error) {
 		cause := th.cause(err)
 		if cause == threadcore.CauseFatal {
-			return &threadcore.Event{Kind: k, Cause: cause}, err
+			return []threadcore.Event{{Kind: k, Cause: cause}}, err
 		}
 		th.log.Warn("commit or abort failed", "cause", cause, "err", err)
-		return &threadcore.Event{Kind: k, Cause: cause}, nil
+		return []threadcore.Event{{Kind: k, Cause: cause}}, nil
 	}
 	switch a.Kind {
 	case threadcore.ActClaim:
@@ -167,7 +175,8 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next *thr
 		}
 	case threadcore.ActProcess:
 		th.processing = true
-		return nil, th.processPolled()
+		err := th.processPolled()
+		return th.processed, err
 	case threadcore.ActFlush:
 		th.noteCommitStart(time.Now())
 		th.commits.Add(1)
@@ -211,6 +220,10 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next *thr
 		return outcome(threadcore.EvReconnected), nil
 	case threadcore.ActExit:
 		th.exit(a)
+	case threadcore.ActOpenAhead:
+		th.openAhead(a.Tasks)
+	case threadcore.ActTakeShare:
+		th.takeShare()
 	}
 	return nil, nil
 }

@@ -44,15 +44,18 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, _ map[string][]in
 		th.app.fail(errors.New("runtime: assigned partitions without an assignment from the balancer"))
 		return
 	}
-	if th.core.Mode() == threadcore.Exited {
-		return
-	}
 	if err := th.drainSynced(); err != nil {
 		th.app.fail(err)
 		return
 	}
-	th.openAhead(info.Active)
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvAssigned, Tasks: info.Active})
+}
+
+// takeShare gives the registry the thread's share of the assignment
+// (ActTakeShare): its standbys and warmups, and the stores opened ahead
+// that no claim took.
+func (th *thread) takeShare() {
+	info := th.info.Load()
 	th.app.registry.setShare(th.idx, *info)
 	th.app.registry.releaseAhead()
 	th.app.metrics.rebalances.Inc()
@@ -144,9 +147,6 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, lost map[string]
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	if th.core.Mode() == threadcore.Exited {
-		return
-	}
 	if err := th.drainSynced(); err != nil {
 		th.app.fail(err)
 		return
@@ -198,9 +198,6 @@ func (th *thread) onLost(_ context.Context, cl *kgo.Client, _ map[string][]int32
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	if th.core.Mode() == threadcore.Exited {
-		return
-	}
 	if err := th.drainSynced(); err != nil {
 		th.app.fail(err)
 		return

@@ -60,8 +60,10 @@ func (th *thread) Send(rec graph.OutputRecord) error {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
 	}
-	// The open transaction holds work now; the core's hot path.
-	th.core.Step(threadcore.Event{Kind: threadcore.EvSent})
+	// The open transaction holds work now.
+	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvSent}); err != nil {
+		return err
+	}
 	th.out.send(kr)
 	return nil
 }

@@ -71,9 +71,11 @@ type thread struct {
 	// did.
 	fetches    kgo.Fetches
 	processing bool
-	// parts and partNext are processPolled's scratch, kept between polls.
-	parts    []kgo.FetchTopicPartition
-	partNext []int
+	// parts and partNext are processPolled's scratch, kept between polls;
+	// processed is its outcome, what each task consumed.
+	parts     []kgo.FetchTopicPartition
+	partNext  []int
+	processed []threadcore.Event
 	// rewiring is the request a rewire reconnection waits on.
 	rewiring                *rewire
 	lastCommit, commitStart time.Time
@@ -419,14 +421,12 @@ func (th *thread) run() {
 	close(th.exited)
 }
 
-// failed tells the core that the loop stopped on an error, unless the error
-// came from a commit or abort that already told it.
+// failed tells the core that the loop stopped on an error (a commit or
+// abort that failed may have told it already).
 func (th *thread) failed() {
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	if threadcore.Accepts(th.core.Mode(), threadcore.EvFailed) {
-		th.stepLogged(threadcore.Event{Kind: threadcore.EvFailed})
-	}
+	th.stepLogged(threadcore.Event{Kind: threadcore.EvFailed})
 }
 
 // stepLogged steps the core where nothing can return an error: one is
@@ -634,6 +634,7 @@ func (th *thread) notePollCost(n int, d time.Duration) {
 // (ActProcess).
 func (th *thread) processPolled() error {
 	start := time.Now()
+	th.processed = th.processed[:0]
 	var fatal error
 	doomed := false
 	taken := 0
@@ -723,9 +724,7 @@ func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool, tak
 	*taken += consumed
 	if consumed > 0 {
 		id := task.ID{SubTopology: th.app.plan.topicSub[parts[0].Topic], Partition: parts[0].Partition}
-		if _, err := th.core.Step(threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed}); err != nil && fatal == nil {
-			fatal = fmt.Errorf("runtime: thread %d: %w", th.idx, err)
-		}
+		th.processed = append(th.processed, threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed})
 	}
 	for _, p := range parts {
 		th.noteFetched(p)
@@ -1098,11 +1097,6 @@ func (th *thread) die() {
 // closes every task.
 func (th *thread) shutdown(clean bool) {
 	th.mu.Lock()
-	if m := th.core.Mode(); !threadcore.Accepts(m, threadcore.EvStop) && threadcore.Accepts(m, threadcore.EvFailed) {
-		// A reconnection the stop cut short.
-		th.stepLogged(threadcore.Event{Kind: threadcore.EvFailed})
-		clean = false
-	}
 	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvStop, Clean: clean}); err != nil {
 		th.log.Warn("final commit failed", "err", err)
 	}

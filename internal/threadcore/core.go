@@ -145,6 +145,19 @@ var accepts = func() [numModes][numEventKinds]bool {
 	set(Failed, EvRebalanceRequested, EvReplace, EvHalt, EvStop)
 	set(Halted, callbacks...)
 	set(Halted, EvPolled, EvRebalanceRequested, EvFailed, EvRewire, EvStop)
+	// A failed loop may be reported twice: by the commit or abort that
+	// failed it and by the loop's end; the second changes nothing.
+	set(Failed, EvFailed)
+	// A stop cuts a reconnection short: the thread exits without a client
+	// to commit through.
+	set(Reconnecting, EvStop)
+	// Records sent while an abort is carried out are part of the
+	// transaction it ends.
+	set(Aborting, EvSent)
+	// The group client's callbacks still run while the exited thread's
+	// client closes; they change nothing, and neither do sends of the
+	// commits they would make.
+	set(Exited, EvSynced, EvAssigned, EvSessionEnded, EvRevoked, EvRevokedAll, EvLost, EvSent)
 	return t
 }()
 
@@ -154,14 +167,17 @@ const numModes = int(Exited) + 1
 func Accepts(m Mode, k EventKind) bool { return accepts[m][k] }
 
 // Step applies an event and returns the actions it calls for, in the order
-// they must run. When an action has an outcome (Claim, Commit, AbortTxn,
-// Reconnect), it ends its batch unless it is a Claim, and the thread feeds
-// the outcome back before anything else. The returned slice is only valid
+// they must run. When an action has an outcome (Claim, Process, Commit,
+// AbortTxn, Reconnect), it ends its batch unless it is a Claim, and the
+// thread feeds the outcome back before anything else. The returned slice is only valid
 // until the next Step.
 func (c *Core) Step(e Event) ([]Action, error) {
-	if e.Kind == EvSent && c.mode != Exited {
-		// The hot path: every sink record.
-		c.dirty = true
+	if e.Kind == EvSent {
+		// The hot path: every sink record. Every mode takes it; it calls
+		// for no action and changes neither the phase nor a slot.
+		if c.mode != Exited {
+			c.dirty = true
+		}
 		return nil, nil
 	}
 	if e.Kind >= numEventKinds || !accepts[c.mode][e.Kind] {
@@ -178,6 +194,10 @@ func (c *Core) Step(e Event) ([]Action, error) {
 // check refuses, before anything changes, an event whose effect the
 // transition tables forbid.
 func (c *Core) check(e Event) error {
+	if c.mode == Exited {
+		// Only events without effect are accepted.
+		return nil
+	}
 	switch e.Kind {
 	case EvAssigned:
 		if to := c.assignedPhase(); c.mode != Reconnecting && !PhaseMoveAllowed(c.phase, to) {
@@ -254,23 +274,14 @@ func (c *Core) held() []task.ID {
 func (c *Core) running() []task.ID { return c.Tasks(Running) }
 
 func (c *Core) apply(e Event) {
+	if c.mode == Exited {
+		return
+	}
 	switch e.Kind {
 	case EvSynced:
 		c.synced(e.Tasks)
 	case EvAssigned:
-		if c.mode == Reconnecting {
-			// The old client, closing, completed a session: its
-			// assignment no longer concerns the thread.
-			return
-		}
-		c.setPhase(c.assignedPhase())
-		for _, id := range e.Tasks {
-			if _, ok := c.slots[id]; ok {
-				continue
-			}
-			c.slots[id] = &slot{state: Claiming}
-			c.emit(Action{Kind: ActClaim, Task: id})
-		}
+		c.assigned(e.Tasks)
 	case EvClaimed:
 		c.setSlot(e.Task, c.slots[e.Task], Restoring)
 	case EvHeld:
@@ -376,7 +387,7 @@ func (c *Core) apply(e Event) {
 		c.emit(Action{Kind: ActRegistryRevoked})
 		c.reconnect(CauseRewire, c.rest())
 	case EvStop:
-		if !e.Clean {
+		if !e.Clean || c.mode == Reconnecting {
 			c.closeAll()
 			c.exit(false, false)
 			return
@@ -390,6 +401,33 @@ func (c *Core) apply(e Event) {
 		c.closeAll()
 		c.exit(false, true)
 	}
+}
+
+// assigned takes an assignment: the stores of the tasks new to the thread
+// are opened ahead, several at once, then each is claimed; the registry
+// then takes the thread's share of standbys and warmups. While the thread
+// reconnects, the assignment is the closing client's last: its tasks no
+// longer concern the thread, but its share still concerns the registry.
+func (c *Core) assigned(ids []task.ID) {
+	if c.mode == Reconnecting {
+		c.emit(Action{Kind: ActTakeShare})
+		return
+	}
+	c.setPhase(c.assignedPhase())
+	var fresh []task.ID
+	for _, id := range ids {
+		if _, ok := c.slots[id]; !ok && !slices.Contains(fresh, id) {
+			fresh = append(fresh, id)
+		}
+	}
+	if len(fresh) > 0 {
+		c.emit(Action{Kind: ActOpenAhead, Tasks: fresh})
+	}
+	for _, id := range fresh {
+		c.slots[id] = &slot{state: Claiming}
+		c.emit(Action{Kind: ActClaim, Task: id})
+	}
+	c.emit(Action{Kind: ActTakeShare})
 }
 
 // synced is the balancer's sync: the join is over. A cooperative member

@@ -59,7 +59,7 @@ func running(t *testing.T, cfg Config) *Core {
 	c := New(cfg)
 	script(t, c,
 		step{ev: evTasks(EvSynced, t0, t1)},
-		step{ev: evTasks(EvAssigned, t0, t1), want: "Claim(0_0) Claim(0_1)"},
+		step{ev: evTasks(EvAssigned, t0, t1), want: "OpenAhead[0_0 0_1] Claim(0_0) Claim(0_1) TakeShare"},
 		step{ev: evTask(EvClaimed, t0)},
 		step{ev: evTask(EvClaimed, t1)},
 		step{ev: evTask(EvRestored, t0), want: "Resume(0_0)"},
@@ -170,7 +170,7 @@ func TestCooperativeRevocationAtLeastOnce(t *testing.T) {
 		step{ev: ev(EvCommitted), want: "Purge Punctuate"},
 		step{ev: evTasks(EvRevoked, t1), want: "Unsettle RegistryRevoked Flush[0_0 0_1] Commit[0_0 0_1]"},
 		step{ev: ev(EvCommitted), want: "Park[0_1]"},
-		step{ev: evTasks(EvAssigned, t0)},
+		step{ev: evTasks(EvAssigned, t0), want: "TakeShare"},
 	)
 	wantState(t, c, Processing, Rejoining)
 	if c.Settled() {
@@ -179,7 +179,7 @@ func TestCooperativeRevocationAtLeastOnce(t *testing.T) {
 	script(t, c,
 		step{ev: ev(EvSessionEnded), want: "Unsettle"},
 		step{ev: evTasks(EvSynced, t0, t2)},
-		step{ev: evTasks(EvAssigned, t0, t2), want: "Claim(1_0)"},
+		step{ev: evTasks(EvAssigned, t0, t2), want: "OpenAhead[1_0] Claim(1_0) TakeShare"},
 		step{ev: evTask(EvClaimed, t2)},
 	)
 	wantState(t, c, Processing, Assigned)
@@ -307,7 +307,7 @@ func TestCommitFailures(t *testing.T) {
 			// The old client may complete a session as it closes; its
 			// leave revokes what it still had.
 			script(t, c,
-				step{ev: evTasks(EvAssigned, t0, t1)},
+				step{ev: evTasks(EvAssigned, t0, t1), want: "TakeShare"},
 				step{ev: evTasks(EvRevoked, t0, t1), want: "Unsettle RegistryRevoked"},
 				step{ev: ev(EvReconnected)},
 				step{ev: ev(EvPolled), want: "Process"},
@@ -357,7 +357,7 @@ func TestHalt(t *testing.T) {
 		step{ev: ev(EvHalt), want: "Close[0_0 0_1](clean=false) AbortTxn"},
 		step{ev: ev(EvAborted), want: "Begin"},
 		step{ev: ev(EvPolled)},
-		step{ev: evTasks(EvAssigned, t2), want: "Claim(1_0)"},
+		step{ev: evTasks(EvAssigned, t2), want: "OpenAhead[1_0] Claim(1_0) TakeShare"},
 		step{ev: evTask(EvClaimed, t2)},
 		step{ev: evTasks(EvRevoked, t2), want: "Unsettle RegistryRevoked Close[1_0](clean=false)"},
 		step{ev: Event{Kind: EvStop, Clean: true}, want: "Exit[](clean=true,killed=false)"},
@@ -370,7 +370,7 @@ func TestHeldTaskWaits(t *testing.T) {
 	c := New(aloCoop)
 	script(t, c,
 		step{ev: evTasks(EvSynced, t0)},
-		step{ev: evTasks(EvAssigned, t0), want: "Claim(0_0)"},
+		step{ev: evTasks(EvAssigned, t0), want: "OpenAhead[0_0] Claim(0_0) TakeShare"},
 		step{ev: evTask(EvHeld, t0), want: "Pause(0_0)"},
 	)
 	if c.Settled() {
@@ -458,4 +458,52 @@ func TestProduceFailureEndsTheTransaction(t *testing.T) {
 		step{ev: processed(t0)},
 		step{ev: tick(failed), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
 	)
+}
+
+// The events the driver once checked the mode for before stepping are the
+// core's to take: after the exit the closing client's callbacks change
+// nothing, a loop failure reported twice is one failure, and a stop during
+// a reconnection exits without committing.
+func TestEventsTheDriverNeedNotGuard(t *testing.T) {
+	exited := func(t *testing.T) *Core {
+		c := running(t, aloCoop)
+		script(t, c, step{ev: ev(EvKill), want: "Close[0_0 0_1](clean=false) Exit[](clean=false,killed=true)"})
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		core  func(*testing.T) *Core
+		steps []step
+		mode  Mode
+	}{
+		{"assigned after the exit", exited, []step{{ev: evTasks(EvAssigned, t0)}}, Exited},
+		{"synced after the exit", exited, []step{{ev: evTasks(EvSynced, t0)}}, Exited},
+		{"revoked after the exit", exited, []step{{ev: evTasks(EvRevoked, t0)}, {ev: ev(EvSessionEnded)}}, Exited},
+		{"lost after the exit", exited, []step{{ev: ev(EvLost)}}, Exited},
+		{"sent after the exit", exited, []step{{ev: ev(EvSent)}}, Exited},
+		{"failed twice", func(t *testing.T) *Core { return running(t, eosCoop) },
+			[]step{{ev: ev(EvFailed)}, {ev: ev(EvFailed)}}, Failed},
+		{"stop during a reconnection", func(t *testing.T) *Core { return running(t, aloCoop) }, []step{
+			{ev: tick(interval), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+			{ev: failed(EvCommitFailed, CauseRefused), want: "Close[0_0 0_1](clean=false) Reconnect(refused)"},
+			{ev: Event{Kind: EvStop, Clean: true}, want: "Exit[](clean=false,killed=false)"},
+		}, Exited},
+		{"assigned again while held", func(t *testing.T) *Core { return running(t, aloEager) },
+			[]step{{ev: evTasks(EvAssigned, t0, t1, t1), want: "TakeShare"}}, Processing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.core(t)
+			wasExited, before := c.Mode() == Exited, c.key()
+			script(t, c, tc.steps...)
+			if c.Mode() != tc.mode {
+				t.Fatalf("mode %s, want %s", c.Mode(), tc.mode)
+			}
+			if wasExited && c.key() != before {
+				t.Fatalf("an exited core changed: %s to %s", before, c.key())
+			}
+			if _, err := c.Step(ev(EvPolled)); tc.mode != Processing && !errors.Is(err, ErrRefused) {
+				t.Fatalf("polled in %s: %v", c.Mode(), err)
+			}
+		})
+	}
 }

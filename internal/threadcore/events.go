@@ -35,9 +35,11 @@ const (
 	EvLost
 	// EvPolled: a poll returned.
 	EvPolled
-	// EvProcessed: Task consumed N input records or transaction markers.
+	// EvProcessed: Task consumed N input records or transaction markers;
+	// the outcome of ActProcess, one per task that consumed any.
 	EvProcessed
-	// EvSent: a task sent a sink record.
+	// EvSent: a task sent a sink record. Every mode takes it, and it
+	// calls for no action: the thread's hot path.
 	EvSent
 	// EvPollDone: the polled records are processed.
 	EvPollDone
@@ -194,7 +196,8 @@ const (
 	// ActDiscard: drop Tasks' uncommitted work (cache and pending
 	// changelog writes) because their transaction is aborted.
 	ActDiscard
-	// ActProcess: run the polled records through their tasks.
+	// ActProcess: run the polled records through their tasks. Outcome:
+	// an EvProcessed for each task that consumed input, maybe none.
 	ActProcess
 	// ActFlush: flush Tasks' caches, the outbox and their changelog
 	// writes (at-least-once: also the producer, then the stores).
@@ -225,11 +228,18 @@ const (
 	// ActExit: leave the group and close the client; close Tasks, Clean
 	// when committed. Killed: the network is already cut.
 	ActExit
+	// ActOpenAhead: open the stores of Tasks, new to the thread, several
+	// at once, before the Claims that follow take them.
+	ActOpenAhead
+	// ActTakeShare: an assignment is taken: the registry takes the
+	// thread's share of standbys and warmups, and the instance may be
+	// running.
+	ActTakeShare
 	numActionKinds
 )
 
 var actionNames = [...]string{"Claim", "Pause", "Resume", "Park", "Close", "Discard", "Process", "Flush", "Commit", "AbortTxn", "Begin",
-	"Punctuate", "Purge", "Unsettle", "RegistryRevoked", "Reconnect", "Exit"}
+	"Punctuate", "Purge", "Unsettle", "RegistryRevoked", "Reconnect", "Exit", "OpenAhead", "TakeShare"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) {
@@ -242,7 +252,7 @@ func (k ActionKind) String() string {
 type Action struct {
 	Kind   ActionKind
 	Task   task.ID   // Claim, Pause, Resume
-	Tasks  []task.ID // Park, Close, Discard, Flush, Commit, Exit
+	Tasks  []task.ID // Park, Close, Discard, Flush, Commit, Exit, OpenAhead
 	Clean  bool      // Close, Exit
 	Killed bool      // Exit
 	Cause  Cause     // Reconnect
@@ -254,7 +264,7 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s(%s)", a.Kind, a.Task)
 	case ActClose:
 		return fmt.Sprintf("%s%v(clean=%t)", a.Kind, a.Tasks, a.Clean)
-	case ActPark, ActDiscard, ActFlush, ActCommit:
+	case ActPark, ActDiscard, ActFlush, ActCommit, ActOpenAhead:
 		return fmt.Sprintf("%s%v", a.Kind, a.Tasks)
 	case ActReconnect:
 		return fmt.Sprintf("%s(%s)", a.Kind, a.Cause)
