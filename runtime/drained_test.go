@@ -140,34 +140,6 @@ func (r *committedReader) latestEquals(want map[string]int64) bool {
 	return true
 }
 
-// A thread may begin drainedBurst commits back to back, one per stage of a
-// topology whose results cross repartition topics; the next early commit
-// waits until the oldest of those is drainedBurst×DrainedCommitDelay old, so
-// a trickle of input is held to one early commit per delay on average.
-func TestEarlyCommitBurst(t *testing.T) {
-	const delay = 100 * time.Millisecond
-	th := &thread{app: &App{cfg: Config{DrainedCommitDelay: delay, CommitInterval: time.Second}}}
-	require.LessOrEqual(t, th.earlyCommitWait(), time.Duration(0), "a thread that never committed")
-
-	now := time.Now()
-	for i := range drainedBurst {
-		require.LessOrEqual(t, th.earlyCommitWait(), time.Duration(0), "commit %d of a burst", i+1)
-		th.noteCommitStart(now)
-	}
-	wait := th.earlyCommitWait()
-	require.Greater(t, wait, drainedBurst*delay-time.Second/10, "after a full burst")
-	require.LessOrEqual(t, wait, drainedBurst*delay)
-
-	// Commits spaced by the delay keep one early commit per delay open.
-	th = &thread{app: th.app}
-	for i := range 10 {
-		th.noteCommitStart(now.Add(-time.Duration(10-i) * delay))
-	}
-	require.LessOrEqual(t, th.earlyCommitWait(), time.Duration(0), "the oldest of the last %d commits is %s old", drainedBurst, drainedBurst*delay)
-	th.noteCommitStart(now)
-	require.Greater(t, th.earlyCommitWait(), time.Duration(0), "a fourth commit inside the window")
-}
-
 // A poll asks for no more records than the record cache's budget has room
 // for, so that a poll of records that are each a new key cannot overrun the
 // budget many times over before the commit it triggers; never fewer than

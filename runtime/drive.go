@@ -27,6 +27,10 @@ import (
 // that stops the loop, if any: the core is then Failed, or the error came
 // from an action without an outcome (the loop's exit feeds EvFailed).
 func (th *thread) step(ctx context.Context, e threadcore.Event) error {
+	if e.Kind != threadcore.EvSent && e.At.IsZero() {
+		// The core's only clock; a send needs none.
+		e.At = time.Now()
+	}
 	out, err := th.core.Step(e)
 	if err != nil {
 		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
@@ -75,6 +79,7 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 			break
 		}
 		e, queue = queue[0], queue[1:]
+		e.At = time.Now()
 		if out, err = th.core.Step(e); err != nil {
 			return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
 		}
@@ -178,7 +183,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		err := th.processPolled()
 		return th.processed, err
 	case threadcore.ActFlush:
-		th.noteCommitStart(time.Now())
+		th.commitStart = time.Now()
 		th.commits.Add(1)
 		if err := th.committer.flush(ctx(), th.activeTasks(a.Tasks)); err != nil {
 			return failed(threadcore.EvCommitFailed, err)

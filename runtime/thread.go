@@ -77,21 +77,15 @@ type thread struct {
 	partNext  []int
 	processed []threadcore.Event
 	// rewiring is the request a rewire reconnection waits on.
-	rewiring                *rewire
-	lastCommit, commitStart time.Time
-	// recent holds the start times of the thread's last drainedBurst
-	// commits, oldest at recentNext: early commits are allowed while
-	// fewer than drainedBurst commits began in the last
-	// drainedBurst×DrainedCommitDelay.
-	recent     [drainedBurst]time.Time
-	recentNext int
+	rewiring *rewire
+	// commitStart is when the commit in flight began, for its latency.
+	commitStart time.Time
 	// recordCost is what processing one record has cost the thread lately
 	// (see timedPollCap); zero until a poll gave its tasks records.
 	recordCost time.Duration
 	// lagging holds the input partitions whose last fetch stopped short of
-	// the partition's end: with input consumed since the last commit (the
-	// core knows) and lagging empty the thread is drained and commits
-	// early.
+	// the partition's end: with input consumed since the last commit and
+	// lagging empty the thread is drained, and the core commits early.
 	lagging map[inputPartition]struct{}
 	// commits counts the thread's commits begun, whatever their outcome,
 	// for tests that bound how often an idle thread commits.
@@ -215,7 +209,7 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 	th.ctx, th.cancel = context.WithCancel(context.Background())
 	// Until connect knows how the group rebalances: a thread that never
 	// connects (tests) is driven as an eager member.
-	th.core = threadcore.New(threadcore.Config{Guarantee: th.guarantee()})
+	th.core = threadcore.New(th.coreConfig(false))
 	th.committer = newCommitter(th)
 	return th
 }
@@ -249,7 +243,7 @@ func (th *thread) connect() error {
 	th.cooperative = bal.IsCooperative()
 	if !th.connected {
 		th.connected = true
-		th.core = threadcore.New(threadcore.Config{Guarantee: th.guarantee(), Cooperative: th.cooperative})
+		th.core = threadcore.New(th.coreConfig(th.cooperative))
 	}
 	// The coordinator may complete a round before this thread's join
 	// arrives; a leader waits for it (see localJoins).
@@ -327,6 +321,21 @@ func (th *thread) connect() error {
 		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
 	}
 	return nil
+}
+
+// coreConfig is what the thread's core is told of it. An interval commit
+// during a cooperative join waits as long as the other members can take to
+// notice the rebalance and join (a couple of heartbeats) and no longer: the
+// group client holds a commit until the sync, stopping the thread.
+func (th *thread) coreConfig(cooperative bool) threadcore.Config {
+	cfg := th.app.cfg
+	return threadcore.Config{
+		Guarantee:          th.guarantee(),
+		Cooperative:        cooperative,
+		CommitInterval:     cfg.CommitInterval,
+		JoinGrace:          2 * cfg.HeartbeatInterval,
+		DrainedCommitDelay: cfg.DrainedCommitDelay,
+	}
 }
 
 // instanceID is the thread's static group membership ID (KIP-345): stable
@@ -782,27 +791,17 @@ func (m *timestampMerge) run() (part, end int) {
 	return part, end
 }
 
-// commitClock is what the clock and the cache say about commit deadlines.
-// While a cooperative rebalance is between its join and its sync the group
-// client would hold a commit until the sync, stopping the thread, so the
-// core lets an interval commit wait as long as the other members can take
-// to notice the rebalance and join (a couple of heartbeats) and no longer.
-// A drained thread commits early (see earlyCommitWait), which spends a
-// commit (under exactly-once a transaction) to make results final once input
-// stops, rather than a commit interval later.
+// commitClock is what the thread's input, cache and producer say at the end
+// of an iteration; the core, ticked with it, decides whether to commit. A
+// drained thread commits early, which spends a commit (under exactly-once a
+// transaction) to make results final once input stops, rather than a commit
+// interval later.
 func (th *thread) commitClock() threadcore.CommitClock {
-	since, cfg := time.Since(th.lastCommit), th.app.cfg
-	k := threadcore.CommitClock{
-		IntervalDue:   since >= cfg.CommitInterval,
-		JoinGraceOver: since >= cfg.CommitInterval+2*cfg.HeartbeatInterval,
-		DrainedDue:    cfg.DrainedCommitDelay < cfg.CommitInterval && th.earlyCommitWait() <= 0,
+	return threadcore.CommitClock{
+		InputAtEnd:    th.inputAtEnd(),
 		BudgetFull:    th.budget.Full(),
 		ProduceFailed: th.doomedByProduce(),
 	}
-	if k.DrainedDue {
-		k.InputAtEnd = th.inputAtEnd()
-	}
-	return k
 }
 
 // inputPartition names a partition of an input topic.
@@ -852,54 +851,16 @@ func (th *thread) inputAtEnd() bool {
 	return true
 }
 
-// drained reports whether the thread consumed input since its last commit
-// and its input is at its end: it then commits early (see commitClock). An
-// idle thread has consumed nothing since its last commit, so it never
-// commits early, and a thread that keeps consuming a trickle of input
-// commits on average at most once per DrainedCommitDelay.
-func (th *thread) drained() bool { return th.core.Consumed() && th.inputAtEnd() }
-
-// drainedBurst is how many commits a thread may begin back to back before
-// early commits wait for DrainedCommitDelay. Results through repartition
-// topics become final only after one drained commit per stage: the upstream
-// sub-topology's commit sends its last records (with combining, its partial
-// aggregates) to the repartition topic, and only the downstream commit that
-// follows makes them state. Spacing those commits DrainedCommitDelay apart
-// would add that delay per stage to every result; a burst lets a topology
-// of up to drainedBurst stages settle at once, while the sliding window
-// still bounds a trickle of input to drainedBurst commits per
-// drainedBurst×DrainedCommitDelay.
-const drainedBurst = 3
-
-// noteCommitStart records that a commit begins, for earlyCommitWait.
-func (th *thread) noteCommitStart(now time.Time) {
-	th.lastCommit, th.commitStart = now, now
-	th.recent[th.recentNext] = now
-	th.recentNext = (th.recentNext + 1) % drainedBurst
-}
-
-// earlyCommitWait is how long the thread must still wait before a drained
-// commit: until the oldest of its last drainedBurst commits is
-// drainedBurst×DrainedCommitDelay old. Zero or less means now.
-func (th *thread) earlyCommitWait() time.Duration {
-	window := drainedBurst * th.app.cfg.DrainedCommitDelay
-	return window - time.Since(th.recent[th.recentNext])
-}
-
 // pollWait bounds a poll so that commits and restoration are not starved
-// when no input arrives: it ends when the next commit is due, the interval
-// commit's or, for a drained thread, the early one's.
+// when no input arrives: it ends when the core's next commit may be due,
+// the interval commit's or, for a drained thread, the early one's.
 func (th *thread) pollWait() time.Duration {
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	if th.rest.active() {
 		return 20 * time.Millisecond
 	}
-	cfg := th.app.cfg
-	wait := cfg.CommitInterval - time.Since(th.lastCommit)
-	if cfg.DrainedCommitDelay < cfg.CommitInterval && th.drained() {
-		wait = min(wait, th.earlyCommitWait())
-	}
+	wait := th.core.CommitWait(time.Now(), th.inputAtEnd())
 	return max(10*time.Millisecond, min(wait, 500*time.Millisecond))
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -19,7 +20,30 @@ type Config struct {
 	// Cooperative is set when the thread's group member rebalances
 	// cooperatively (KIP-429).
 	Cooperative bool
+	// CommitInterval is how long after a commit began the next one is
+	// due.
+	CommitInterval time.Duration
+	// JoinGrace is how long past CommitInterval an interval commit
+	// waits for a cooperative join's sync: long enough for the other
+	// members to notice the rebalance and join (the thread sets two
+	// heartbeat intervals).
+	JoinGrace time.Duration
+	// DrainedCommitDelay spaces a drained thread's early commits (see
+	// drainedBurst); at or above CommitInterval there are none.
+	DrainedCommitDelay time.Duration
 }
+
+// drainedBurst is how many commits a thread may begin back to back before
+// an early commit waits for DrainedCommitDelay. Results through repartition
+// topics become final only after one drained commit per stage: the upstream
+// sub-topology's commit sends its last records (with combining, its
+// partial aggregates) to the repartition topic, and only the downstream
+// commit that follows makes them state. Spacing those commits
+// DrainedCommitDelay apart would add the delay per stage to every result;
+// a burst lets a topology of up to drainedBurst stages settle at once,
+// while the sliding window still bounds a trickle of input to drainedBurst
+// commits per drainedBurst×DrainedCommitDelay.
+const drainedBurst = 3
 
 // purpose is what a commit in flight is for, which decides what follows
 // its outcome.
@@ -60,6 +84,13 @@ type Core struct {
 	dirty, consumed bool
 	// rebalance: commit before letting a waiting rebalance go on.
 	rebalance bool
+	// now is the latest At of an event. lastCommit is when the last
+	// commit began (the first event's time before any); recent holds the
+	// start times of the last drainedBurst commits, oldest at
+	// recentNext.
+	now, lastCommit time.Time
+	recent          [drainedBurst]time.Time
+	recentNext      int
 	// active is the last sync's actives, nil before the first.
 	active []task.ID
 	out    []Action
@@ -182,6 +213,14 @@ func (c *Core) Step(e Event) ([]Action, error) {
 	}
 	if e.Kind >= numEventKinds || !accepts[c.mode][e.Kind] {
 		return nil, fmt.Errorf("%w: %s in mode %s", ErrRefused, e, c.mode)
+	}
+	if !e.At.IsZero() {
+		if c.now.IsZero() {
+			c.lastCommit = e.At
+		}
+		if e.At.After(c.now) {
+			c.now = e.At
+		}
 	}
 	c.out = c.out[:0]
 	if err := c.check(e); err != nil {
@@ -552,14 +591,15 @@ func (c *Core) discard(ids []task.ID) {
 }
 
 // tick decides whether the iteration ends with a commit: the interval has
-// passed (while joining, only once the other members had time to join),
-// a drained thread's early delay has passed, the cache budget is full, a
-// produce failure dooms the transaction, or the group waits to rebalance. The rebalance request is only consumed
-// when no other reason commits.
+// passed (while joining, only once the other members had time to join), a
+// drained thread may commit early, the cache budget is full, a produce
+// failure dooms the transaction, or the group waits to rebalance. The
+// rebalance request is only consumed when no other reason commits.
 func (c *Core) tick(k CommitClock) {
 	joining := c.phase == Joining || c.phase == RejoinJoining
-	due := k.IntervalDue && (!joining || k.JoinGraceOver) ||
-		k.DrainedDue && !joining && c.consumed && k.InputAtEnd ||
+	since := c.now.Sub(c.lastCommit)
+	due := since >= c.cfg.CommitInterval && (!joining || since >= c.cfg.CommitInterval+c.cfg.JoinGrace) ||
+		!joining && c.drained(k.InputAtEnd) && c.earlyWait(c.now) <= 0 ||
 		k.BudgetFull ||
 		k.ProduceFailed
 	if !due && c.rebalance {
@@ -572,8 +612,39 @@ func (c *Core) tick(k CommitClock) {
 	c.commit(forTick, nil)
 }
 
+// drained reports whether a drained thread's early commits are on and the
+// thread is drained: it consumed input since its last commit and its input
+// is at its end. An idle thread never commits early, and one consuming a
+// trickle of input commits early at most drainedBurst times per
+// drainedBurst×DrainedCommitDelay.
+func (c *Core) drained(inputAtEnd bool) bool {
+	return c.cfg.DrainedCommitDelay < c.cfg.CommitInterval && c.consumed && inputAtEnd
+}
+
+// earlyWait is how long from now a drained thread must still wait before an
+// early commit: until the oldest of its last drainedBurst commits is
+// drainedBurst×DrainedCommitDelay old. Zero or less means at once.
+func (c *Core) earlyWait(now time.Time) time.Duration {
+	return drainedBurst*c.cfg.DrainedCommitDelay - now.Sub(c.recent[c.recentNext])
+}
+
+// CommitWait is how long from now the thread may wait (in a poll) before a
+// commit may be due: the interval's end or, for a drained thread (inputAtEnd:
+// every input partition it fetched from is at its end), the early commit's.
+// Zero or less means at once. It changes nothing.
+func (c *Core) CommitWait(now time.Time, inputAtEnd bool) time.Duration {
+	wait := c.cfg.CommitInterval - now.Sub(c.lastCommit)
+	if c.drained(inputAtEnd) {
+		wait = min(wait, c.earlyWait(now))
+	}
+	return wait
+}
+
 // commit flushes and commits every running task.
 func (c *Core) commit(p purpose, release []task.ID) {
+	c.lastCommit = c.now
+	c.recent[c.recentNext] = c.now
+	c.recentNext = (c.recentNext + 1) % drainedBurst
 	c.back = c.mode
 	if c.back == AbortPending {
 		// A commit after a revocation ends the transaction the group

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -48,17 +49,28 @@ func ev(k EventKind) Event                      { return Event{Kind: k} }
 func evTask(k EventKind, id task.ID) Event      { return Event{Kind: k, Task: id} }
 func evTasks(k EventKind, ids ...task.ID) Event { return Event{Kind: k, Tasks: ids} }
 func processed(id task.ID) Event                { return Event{Kind: EvProcessed, Task: id, N: 1} }
-func tick(k CommitClock) Event                  { return Event{Kind: EvTick, Clock: k} }
 func failed(k EventKind, c Cause) Event         { return Event{Kind: k, Cause: c} }
 
-var interval = CommitClock{IntervalDue: true, JoinGraceOver: true}
+// base is when running's cores start; tick(d, k) is a tick d later.
+var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func tick(d time.Duration, k CommitClock) Event {
+	return Event{Kind: EvTick, At: base.Add(d), Clock: k}
+}
+
+const (
+	commitInterval = time.Second
+	joinGrace      = 200 * time.Millisecond
+	drainedDelay   = 100 * time.Millisecond
+	commitsBoth    = "Flush[0_0 0_1] Commit[0_0 0_1]"
+)
 
 // running brings a core to two running tasks, t0 and t1.
 func running(t *testing.T, cfg Config) *Core {
 	t.Helper()
 	c := New(cfg)
 	script(t, c,
-		step{ev: evTasks(EvSynced, t0, t1)},
+		step{ev: Event{Kind: EvSynced, Tasks: []task.ID{t0, t1}, At: base}},
 		step{ev: evTasks(EvAssigned, t0, t1), want: "OpenAhead[0_0 0_1] Claim(0_0) Claim(0_1) TakeShare"},
 		step{ev: evTask(EvClaimed, t0)},
 		step{ev: evTask(EvClaimed, t1)},
@@ -79,11 +91,16 @@ func wantState(t *testing.T, c *Core, m Mode, p Phase) {
 }
 
 var (
-	aloCoop  = Config{Guarantee: AtLeastOnce, Cooperative: true}
-	eosCoop  = Config{Guarantee: ExactlyOnce, Cooperative: true}
-	aloEager = Config{Guarantee: AtLeastOnce}
-	eosEager = Config{Guarantee: ExactlyOnce}
+	aloCoop  = timed(Config{Guarantee: AtLeastOnce, Cooperative: true})
+	eosCoop  = timed(Config{Guarantee: ExactlyOnce, Cooperative: true})
+	aloEager = timed(Config{Guarantee: AtLeastOnce})
+	eosEager = timed(Config{Guarantee: ExactlyOnce})
 )
+
+func timed(cfg Config) Config {
+	cfg.CommitInterval, cfg.JoinGrace, cfg.DrainedCommitDelay = commitInterval, joinGrace, drainedDelay
+	return cfg
+}
 
 func TestIntervalCommit(t *testing.T) {
 	for _, tc := range []struct {
@@ -96,8 +113,8 @@ func TestIntervalCommit(t *testing.T) {
 				step{ev: ev(EvPolled), want: "Process"},
 				step{ev: processed(t0)},
 				step{ev: ev(EvPollDone)},
-				step{ev: tick(CommitClock{}), want: "Punctuate"},
-				step{ev: tick(interval), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+				step{ev: tick(commitInterval-time.Millisecond, CommitClock{}), want: "Punctuate"},
+				step{ev: tick(commitInterval, CommitClock{}), want: commitsBoth},
 			)
 			wantState(t, c, Committing, Assigned)
 			script(t, c, step{ev: ev(EvCommitted), want: tc.done})
@@ -118,9 +135,9 @@ func TestCommitWaitsOutTheJoin(t *testing.T) {
 		step{ev: ev(EvPolled), want: "Process"},
 		step{ev: processed(t0)},
 		step{ev: ev(EvSessionEnded), want: "Unsettle"},
-		step{ev: tick(CommitClock{IntervalDue: true}), want: "Punctuate"},
-		step{ev: tick(CommitClock{DrainedDue: true, InputAtEnd: true}), want: "Punctuate"},
-		step{ev: tick(interval), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: tick(commitInterval, CommitClock{}), want: "Punctuate"},
+		step{ev: tick(commitInterval+joinGrace/2, CommitClock{InputAtEnd: true}), want: "Punctuate"},
+		step{ev: tick(commitInterval+joinGrace, CommitClock{}), want: commitsBoth},
 		step{ev: ev(EvCommitted), want: "Purge Punctuate"},
 	)
 	wantState(t, c, Processing, Joining)
@@ -130,15 +147,15 @@ func TestCommitWaitsOutTheJoin(t *testing.T) {
 // and its input is at its end.
 func TestDrainedEarlyCommit(t *testing.T) {
 	c := running(t, aloCoop)
-	drained := CommitClock{DrainedDue: true, InputAtEnd: true}
+	drained := CommitClock{InputAtEnd: true}
 	script(t, c,
-		step{ev: tick(drained), want: "Punctuate"}, // idle: nothing consumed
+		step{ev: tick(10*time.Millisecond, drained), want: "Punctuate"}, // idle: nothing consumed
 		step{ev: ev(EvPolled), want: "Process"},
 		step{ev: processed(t1)},
-		step{ev: tick(CommitClock{DrainedDue: true}), want: "Punctuate"}, // lagging
-		step{ev: tick(drained), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: tick(20*time.Millisecond, CommitClock{}), want: "Punctuate"}, // lagging
+		step{ev: tick(30*time.Millisecond, drained), want: commitsBoth},
 		step{ev: ev(EvCommitted), want: "Purge Punctuate"},
-		step{ev: tick(drained), want: "Punctuate"},
+		step{ev: tick(40*time.Millisecond, drained), want: "Punctuate"},
 	)
 }
 
@@ -148,11 +165,11 @@ func TestRebalanceRequestCommits(t *testing.T) {
 	c := running(t, aloEager)
 	script(t, c,
 		step{ev: ev(EvRebalanceRequested)},
-		step{ev: tick(CommitClock{BudgetFull: true}), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: tick(0, CommitClock{BudgetFull: true}), want: commitsBoth},
 		step{ev: ev(EvCommitted), want: "Purge Punctuate"},
-		step{ev: tick(CommitClock{}), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: tick(0, CommitClock{}), want: commitsBoth},
 		step{ev: ev(EvCommitted), want: "Purge Punctuate"},
-		step{ev: tick(CommitClock{}), want: "Punctuate"},
+		step{ev: tick(0, CommitClock{}), want: "Punctuate"},
 	)
 }
 
@@ -166,7 +183,7 @@ func TestCooperativeRevocationAtLeastOnce(t *testing.T) {
 		step{ev: processed(t1)},
 		step{ev: ev(EvSessionEnded), want: "Unsettle"},
 		step{ev: evTasks(EvSynced, t0)},
-		step{ev: tick(CommitClock{}), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: tick(0, CommitClock{}), want: commitsBoth},
 		step{ev: ev(EvCommitted), want: "Purge Punctuate"},
 		step{ev: evTasks(EvRevoked, t1), want: "Unsettle RegistryRevoked Flush[0_0 0_1] Commit[0_0 0_1]"},
 		step{ev: ev(EvCommitted), want: "Park[0_1]"},
@@ -294,7 +311,7 @@ func TestCommitFailures(t *testing.T) {
 			script(t, c,
 				step{ev: ev(EvPolled), want: "Process"},
 				step{ev: processed(t0)},
-				step{ev: tick(interval), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+				step{ev: tick(commitInterval, CommitClock{}), want: commitsBoth},
 				step{ev: tc.ev, want: tc.want},
 			)
 			wantState(t, c, tc.mode, Assigned)
@@ -411,7 +428,7 @@ func TestRefusedEvents(t *testing.T) {
 		{"commit aborted under at-least-once", aloCoop, nil, ev(EvCommitAborted)},
 		{"eager revocation of a cooperative member", aloCoop, nil, ev(EvRevokedAll)},
 		{"cooperative revocation of an eager member", aloEager, nil, evTasks(EvRevoked, t0)},
-		{"tick while committing", aloCoop, []Event{tick(interval)}, tick(interval)},
+		{"tick while committing", aloCoop, []Event{{Kind: EvSynced, At: base}, tick(commitInterval, CommitClock{})}, tick(commitInterval, CommitClock{})},
 		{"poll while aborting", eosCoop, []Event{ev(EvLost), ev(EvPolled)}, ev(EvPolled)},
 		{"processed while abort owed", eosCoop, []Event{ev(EvLost)}, processed(t0)},
 		{"claimed twice", aloCoop, []Event{evTasks(EvAssigned, t0), evTask(EvClaimed, t0)}, evTask(EvClaimed, t0)},
@@ -447,7 +464,7 @@ func TestProduceFailureEndsTheTransaction(t *testing.T) {
 		step{ev: ev(EvPolled), want: "Process"},
 		step{ev: processed(t0)},
 		step{ev: ev(EvSessionEnded), want: "Unsettle"},
-		step{ev: tick(failed), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: tick(0, failed), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
 		step{ev: ev(EvCommitAborted), want: "Discard[0_0 0_1] Begin Purge Punctuate"},
 	)
 	wantState(t, c, Processing, Joining)
@@ -456,7 +473,7 @@ func TestProduceFailureEndsTheTransaction(t *testing.T) {
 	script(t, c,
 		step{ev: ev(EvPolled), want: "Process"},
 		step{ev: processed(t0)},
-		step{ev: tick(failed), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+		step{ev: tick(0, failed), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
 	)
 }
 
@@ -484,7 +501,7 @@ func TestEventsTheDriverNeedNotGuard(t *testing.T) {
 		{"failed twice", func(t *testing.T) *Core { return running(t, eosCoop) },
 			[]step{{ev: ev(EvFailed)}, {ev: ev(EvFailed)}}, Failed},
 		{"stop during a reconnection", func(t *testing.T) *Core { return running(t, aloCoop) }, []step{
-			{ev: tick(interval), want: "Flush[0_0 0_1] Commit[0_0 0_1]"},
+			{ev: tick(commitInterval, CommitClock{}), want: commitsBoth},
 			{ev: failed(EvCommitFailed, CauseRefused), want: "Close[0_0 0_1](clean=false) Reconnect(refused)"},
 			{ev: Event{Kind: EvStop, Clean: true}, want: "Exit[](clean=false,killed=false)"},
 		}, Exited},

@@ -2,6 +2,7 @@ package threadcore
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -48,8 +49,9 @@ const (
 	// EvRebalanceRequested: the group wants to rebalance while the thread
 	// holds it off; the thread commits before letting it go on.
 	EvRebalanceRequested
-	// EvTick: the end of an iteration; Clock says which commit deadlines
-	// have passed.
+	// EvTick: the end of an iteration, at At; Clock says what the
+	// thread's input, cache and producer call for. The core decides
+	// whether a commit is due.
 	EvTick
 	// EvCommitted: the commit went through.
 	EvCommitted
@@ -121,18 +123,9 @@ func (c Cause) String() string {
 	return fmt.Sprintf("Cause(%d)", c)
 }
 
-// CommitClock is what the loop's clock and cache say about commit deadlines
-// at the end of an iteration.
+// CommitClock is what the thread's input, cache and producer say at the end
+// of an iteration; the time is the tick's At.
 type CommitClock struct {
-	// IntervalDue: CommitInterval has passed since the last commit.
-	IntervalDue bool
-	// JoinGraceOver: CommitInterval plus two heartbeat intervals have
-	// passed: long enough for the other members to join, so a commit
-	// no longer waits for the sync.
-	JoinGraceOver bool
-	// DrainedDue: early commits are on and DrainedCommitDelay has passed
-	// since the last commit.
-	DrainedDue bool
 	// InputAtEnd: every input partition of a running task the thread
 	// fetched from was at its end in the last fetch.
 	InputAtEnd bool
@@ -148,7 +141,11 @@ type CommitClock struct {
 
 // Event is one input of the core.
 type Event struct {
-	Kind  EventKind
+	Kind EventKind
+	// At is the driver's clock when the event happened; the core reads
+	// no clock of its own, and keeps the latest At it was given as its
+	// now. A zero At leaves it as it was.
+	At    time.Time
 	Task  task.ID   // Claimed, Held, ClaimFailed, Processed, Restored
 	Tasks []task.ID // Synced, Assigned, Revoked
 	N     int       // Processed

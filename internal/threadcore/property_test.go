@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -41,6 +42,8 @@ type model struct {
 	owner map[task.ID]int // the registry: which thread holds a task's stores
 	ths   [2]*mthread
 	trace []string
+	// elapsed is the model's clock since base, which ticks advance.
+	elapsed time.Duration
 }
 
 type mthread struct {
@@ -323,9 +326,9 @@ func (m *model) iterate(th *mthread) {
 	if m.rng.IntN(8) == 0 {
 		m.feed(th, ev(EvRebalanceRequested))
 	}
-	k := CommitClock{IntervalDue: m.rng.IntN(3) == 0, JoinGraceOver: m.rng.IntN(2) == 0, DrainedDue: m.rng.IntN(3) == 0,
-		InputAtEnd: m.rng.IntN(2) == 0, BudgetFull: m.rng.IntN(10) == 0}
-	m.feed(th, tick(k))
+	m.elapsed += []time.Duration{0, drainedDelay / 2, commitInterval / 2, commitInterval + joinGrace}[m.rng.IntN(4)]
+	k := CommitClock{InputAtEnd: m.rng.IntN(2) == 0, BudgetFull: m.rng.IntN(10) == 0}
+	m.feed(th, tick(m.elapsed, k))
 }
 
 // failure plays an error stopping the loop and OnStreamThreadError.
