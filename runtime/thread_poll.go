@@ -1,0 +1,234 @@
+package runtime
+
+// The stream thread's loop: each poll handed to the core, and how much the next may take and wait.
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/internal/threadcore"
+	"github.com/eddystreams/eddy/task"
+)
+
+func (th *thread) loop() error {
+	for !th.stopping.Load() {
+		if err := th.iteration(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drainSynced feeds the core the assignment of a sync the balancer left in
+// its mailbox, if any. Every holder of mu calls it first, so that the core
+// sees the sync before the callbacks that follow it. It is called with mu
+// held.
+func (th *thread) drainSynced() error {
+	if info := th.synced.Swap(nil); info != nil {
+		return th.step(nil, threadcore.Event{Kind: threadcore.EvSynced, Tasks: info.Active})
+	}
+	return nil
+}
+
+// drainMailboxes also feeds the core a rebalance the group client waits
+// for: only the loop does, since only it commits for it. It is called with
+// mu held.
+func (th *thread) drainMailboxes() error {
+	if err := th.drainSynced(); err != nil {
+		return err
+	}
+	if th.rebalancePending.Swap(false) {
+		return th.step(nil, threadcore.Event{Kind: threadcore.EvRebalanceRequested})
+	}
+	return nil
+}
+
+// iteration is one pass of the loop: poll, process, restore, commit.
+func (th *thread) iteration() error {
+	if r := th.rewireReq.Swap(nil); r != nil {
+		th.mu.Lock()
+		defer th.mu.Unlock()
+		th.rewiring = r
+		return th.step(nil, threadcore.Event{Kind: threadcore.EvRewire})
+	}
+	pollCtx, cancel := context.WithTimeout(th.ctx, th.pollWait())
+	fetches := th.cl.PollRecords(pollCtx, th.pollCap())
+	cancel()
+	defer th.cl.AllowRebalance()
+	if fetches.IsClientClosed() || th.stopping.Load() {
+		return nil
+	}
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	th.sendCtx = th.sendContext()
+	if err := th.drainMailboxes(); err != nil {
+		return err
+	}
+	// The core processes the poll, or, with an abort owed, aborts first:
+	// the records just polled may predate the rewind the abort makes, and
+	// will be fetched again. A halted thread does nothing.
+	th.fetches, th.processing = fetches, false
+	err := th.step(nil, threadcore.Event{Kind: threadcore.EvPolled})
+	th.fetches = nil
+	if err != nil || !th.processing {
+		return err
+	}
+	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvPollDone}); err != nil {
+		return err
+	}
+	if err := th.restoreStep(); err != nil {
+		return err
+	}
+	th.app.maybeRunning()
+	if err := th.drainMailboxes(); err != nil {
+		return err
+	}
+	return th.step(nil, threadcore.Event{Kind: threadcore.EvTick, Clock: th.commitClock()})
+}
+
+// minPollRecords is the fewest records a poll asks for while the record
+// cache's budget is nearly spent: what one poll may overrun the budget by.
+const minPollRecords = 1000
+
+// pollCap is how many records the next poll may return: MaxPollRecords, or
+// fewer when processing them would take longer than the thread's poll time
+// budget (timedPollCap) or while the record cache's budget is filling up.
+// The cache budget is checked between polls, so a poll of MaxPollRecords
+// records that are each a new key would overrun a budget of a few MiB
+// several times over (100,000 records of 100 bytes each against a thread's
+// 5 MiB share of the default); asking for no more records than the budget
+// has room for, at the least each can be charged, keeps the cache near its
+// bound.
+func (th *thread) pollCap() int {
+	maxRecs := min(th.app.cfg.MaxPollRecords, th.timedPollCap())
+	left, bounded := th.budget.EntriesLeft()
+	if !bounded || left >= maxRecs {
+		return maxRecs
+	}
+	return min(maxRecs, max(left, minPollRecords))
+}
+
+// firstPollRecords caps a thread's polls until it knows what its records
+// cost to process (see timedPollCap).
+const firstPollRecords = 1000
+
+// pollTimeBudget is how long processing one poll may take: a quarter of the
+// shortest timeout that runs while a thread processes a poll. Nothing is
+// committed in the middle of a poll, so under exactly-once the transaction
+// the poll's first output record opened stays open until the commit after
+// the poll, and the broker aborts a transaction open for TransactionTimeout
+// (the thread is then fenced, and processes the same poll again); and a
+// rebalance waits for the poll to end, for RebalanceTimeout at most.
+func (th *thread) pollTimeBudget() time.Duration {
+	cfg := th.app.cfg
+	d := cfg.RebalanceTimeout
+	if cfg.ProcessingGuarantee == ExactlyOnce {
+		d = min(d, cfg.TransactionTimeout)
+	}
+	return d / 4
+}
+
+// timedPollCap is how many records the thread can process within its
+// pollTimeBudget at what its records have cost lately, or
+// firstPollRecords before it knows. A slow topology (stores on a slow
+// disk, a loaded machine, a producer held back by its broker) then takes
+// smaller polls and commits between them, where a whole fetch of backlog
+// in one poll (tens of thousands of small records) could outlast the
+// transaction every time it was processed again.
+func (th *thread) timedPollCap() int {
+	if th.recordCost <= 0 {
+		return firstPollRecords
+	}
+	return int(max(1, th.pollTimeBudget()/th.recordCost))
+}
+
+// notePollCost updates recordCost after a poll whose tasks took n records
+// in d. A dearer cost is taken at once and a cheaper one halfway, so that a
+// cheap poll (records a filter drops, say) does not let the next one grow
+// far past the budget if its records are dear again.
+func (th *thread) notePollCost(n int, d time.Duration) {
+	if n <= 0 {
+		return
+	}
+	c := max(d/time.Duration(n), 1)
+	if c >= th.recordCost {
+		th.recordCost = c
+	} else {
+		th.recordCost = (th.recordCost + c) / 2
+	}
+}
+
+// commitClock is what the thread's input, cache and producer say at the end
+// of an iteration; the core, ticked with it, decides whether to commit. A
+// drained thread commits early, which spends a commit (under exactly-once a
+// transaction) to make results final once input stops, rather than a commit
+// interval later.
+func (th *thread) commitClock() threadcore.CommitClock {
+	return threadcore.CommitClock{
+		InputAtEnd:    th.inputAtEnd(),
+		BudgetFull:    th.budget.Full(),
+		ProduceFailed: th.doomedByProduce(),
+	}
+}
+
+// inputPartition names a partition of an input topic.
+type inputPartition struct {
+	topic     string
+	partition int32
+}
+
+// noteFetched records whether the records a poll returned for a partition
+// reach the partition's end as the fetch saw it: the high watermark, or
+// under exactly-once the last stable offset, past which a read-committed
+// fetch returns nothing yet. Transaction markers are records here (see
+// passControl), so a drained partition's position does reach that end. A
+// partition whose last record is not its end's predecessor (a poll cut
+// short by MaxPollRecords, a fetch capped in bytes, a compacted tail) is
+// lagging until a later fetch reaches the end.
+func (th *thread) noteFetched(p kgo.FetchTopicPartition) {
+	if len(p.Records) == 0 {
+		return
+	}
+	end := p.HighWatermark
+	if th.sess != nil {
+		end = p.LastStableOffset
+	}
+	key := inputPartition{p.Topic, p.Partition}
+	if p.Records[len(p.Records)-1].Offset+1 >= end {
+		delete(th.lagging, key)
+	} else {
+		th.lagging[key] = struct{}{}
+	}
+}
+
+// inputAtEnd reports whether every input partition of the thread's running
+// tasks it has fetched from is at its end. A poll that returns nothing
+// leaves this as it was: the next fetch may simply still be on its way.
+// Partitions whose task no longer runs here are forgotten, so a revoked
+// partition cannot hold early commits off for good.
+func (th *thread) inputAtEnd() bool {
+	for p := range th.lagging {
+		id := task.ID{SubTopology: th.app.plan.topicSub[p.topic], Partition: p.partition}
+		if t := th.tasks[id]; t == nil || t.State() != task.Running {
+			delete(th.lagging, p)
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// pollWait bounds a poll so that commits and restoration are not starved
+// when no input arrives: it ends when the core's next commit may be due,
+// the interval commit's or, for a drained thread, the early one's.
+func (th *thread) pollWait() time.Duration {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if th.rest.active() {
+		return 20 * time.Millisecond
+	}
+	wait := th.core.CommitWait(time.Now(), th.inputAtEnd())
+	return max(10*time.Millisecond, min(wait, 500*time.Millisecond))
+}
