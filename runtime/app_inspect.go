@@ -1,0 +1,144 @@
+package runtime
+
+// What an App reports of its tasks, replicas and assignment.
+
+import (
+	"slices"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// TaskInfo describes one task this instance holds.
+type TaskInfo struct {
+	ID    task.ID
+	State task.State
+	// Restored counts changelog records restoration applied to the task's
+	// stores since this instance started.
+	Restored int64
+	// Remaining is the number of changelog records still to restore, summed
+	// over the task's stores; 0 once the task runs.
+	Remaining int64
+	// Processed and Punctuations count the records the task processed and
+	// the punctuator calls it made since this instance last opened it.
+	Processed, Punctuations int64
+	// DroppedLate counts the records the task's windowed aggregations
+	// left out of windows that had closed (later than window end plus
+	// grace), since this instance last opened the task.
+	DroppedLate int64
+	// DroppedJoin counts the stream records the task's stream-table joins
+	// dropped for a null key or value, since this instance last opened
+	// the task.
+	DroppedJoin int64
+}
+
+// Tasks lists the tasks this instance holds, ordered by ID.
+func (a *App) Tasks() []TaskInfo {
+	var out []TaskInfo
+	for _, th := range a.threads {
+		th.mu.Lock()
+		out = append(out, th.taskInfos()...)
+		th.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
+	return out
+}
+
+// taskInfos describes the thread's tasks; th.mu must be held.
+func (th *thread) taskInfos() []TaskInfo {
+	var out []TaskInfo
+	for _, t := range th.tasks {
+		info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
+			Processed: t.Processed(), Punctuations: t.Punctuations(), DroppedLate: t.DroppedLate(), DroppedJoin: t.DroppedJoin()}
+		if t.State() == task.Restoring {
+			for _, h := range t.Stores() {
+				if h.Changelog == "" {
+					continue
+				}
+				if p, ok := th.rest.progress(h.Changelog, t.ID().Partition); ok && p.Lag > 0 {
+					info.Remaining += p.Lag
+				}
+			}
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// storeResets sums the store resets of every reader (Stats.StoreResets).
+func (a *App) storeResets() int64 {
+	n := a.recreatedResets.Load()
+	for _, th := range a.threads {
+		n += th.rest.storeResets()
+	}
+	if r := a.registry; r != nil {
+		r.mu.Lock()
+		n += r.follower.StoreResets()
+		r.mu.Unlock()
+	}
+	if a.global != nil {
+		n += a.global.rebuilds.Load()
+	}
+	return n
+}
+
+// Replicas lists every store partition this instance holds — running and
+// restoring actives, standbys, warmups, and parked stores between a
+// revocation and the next assignment — with its role, position and lag.
+// It asks the broker nothing: lags come from what the changelog readers last
+// fetched or listed, with the time the broker last confirmed them (see
+// ReplicaInfo for what each figure vouches for).
+func (a *App) Replicas() []ReplicaInfo {
+	if a.registry == nil {
+		return nil
+	}
+	return a.registry.replicas()
+}
+
+// Assignment is what an instance holds in the group's latest balance: its
+// own tasks over all its stream threads, and the group-wide maps of which
+// hosts hold which tasks in which role.
+type Assignment struct {
+	// Active, Standby and Warmup are the instance's tasks, sorted.
+	Active, Standby, Warmup []task.ID
+	// NextProbingRebalanceMs is the Unix time in milliseconds at which the
+	// group rebalances again to check on warmups, or 0.
+	NextProbingRebalanceMs int64
+	// PartitionsByHost maps each query endpoint of the group to the tasks
+	// it runs as active, StandbyPartitionsByHost to those it holds as
+	// standby, WarmupPartitionsByHost to those it holds as warmup.
+	// Instances without an endpoint are left out.
+	PartitionsByHost        map[string][]task.ID
+	StandbyPartitionsByHost map[string][]task.ID
+	WarmupPartitionsByHost  map[string][]task.ID
+	// Epoch names the balance: every member of one balance has the same
+	// non-zero epoch, and each balance a different one; 0 when some member
+	// speaks a version of the group protocol that carries none.
+	Epoch int64
+	// Version is the version of the group protocol the assignment came in:
+	// the latest every member of the group can read, so below this
+	// build's during a rolling upgrade.
+	Version int32
+}
+
+// Assignment returns the latest assignment this instance received; false
+// before the first. When the group protocol carries the group-wide maps
+// only in DescribeGroups (version 3 on), they are those of the routing
+// table rebuilt from the group for the assignment's epoch, and nil until it
+// is (see routing.go).
+func (a *App) Assignment() (Assignment, bool) {
+	p := a.assignment.Load()
+	if p == nil {
+		return Assignment{}, false
+	}
+	info := Assignment{Active: p.Active, Standby: p.Standby, Warmup: p.Warmup, NextProbingRebalanceMs: p.NextProbingRebalanceMs,
+		PartitionsByHost: p.PartitionsByHost, StandbyPartitionsByHost: p.StandbyPartitionsByHost, WarmupPartitionsByHost: p.WarmupPartitionsByHost,
+		Epoch: p.Epoch, Version: p.Version}
+	if info.Epoch != 0 {
+		r, _ := a.router.groupTable(info.Epoch)
+		info.PartitionsByHost, info.StandbyPartitionsByHost, info.WarmupPartitionsByHost = r.Active, r.Standby, r.Warmup
+	}
+	if a.registry != nil && len(a.threads) > 1 {
+		info.Active, info.Standby, info.Warmup = a.registry.instanceShare()
+	}
+	return info, true
+}
