@@ -4,7 +4,7 @@
 //	(a) word-count throughput, Eddy vs a bare franz-go consume→produce loop
 //	    over the same input on the same embedded broker (target ≥ 1.0×
 //	    combining before the repartition, ≥ 0.6× with --no-combine);
-//	(b) restoration rate from a changelog, changelog.Reader into a badger
+//	(b) restoration rate from a changelog, runtime.RestoreStore into a badger
 //	    store vs a bare badger WriteBatch of the same records (target ≥ 0.8×),
 //	    and, for information, a whole App restoring a wiped state directory;
 //	(c) peak RSS (VmHWM) of one instance holding 12 tasks and 1,000,000
@@ -185,7 +185,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.IntVar(&cfg.keys, "keys", 1_000_000, "(c, m) distinct keys held by the instance")
 	fs.IntVar(&cfg.tasks, "tasks", 12, "(b e2e, c, m) tasks, i.e. partitions of the input topic")
 	fs.IntVar(&cfg.fetchPartBytes, "fetch-partition-bytes", 0, "(c) experiment: give the instance's clients kgo.FetchMaxPartitionBytes(`N`); 0 keeps the runtime's choice")
-	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: changelog.ReaderConfig.MaxBatchRecords for the Reader side; 0 keeps the default")
+	fs.IntVar(&cfg.restoreBatch, "restore-batch", 0, "(b) experiment: runtime.RestoreConfig.MaxBatchRecords for the restoring side; 0 keeps the default")
 	ladder := fs.String("task-ladder", "64,256,1024,2048", "(t) comma-separated task counts, each measured in turn")
 	layout := fs.String("store-layout", "shared", "(a, b, c, m) the instances' Config.StoreLayout: shared or per-store")
 	taskLayouts := fs.String("task-layouts", "shared", "(t) comma-separated store layouts (shared, per-store), each measured in turn at every task count")

@@ -41,7 +41,7 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 	n := cfg.records
 	fmt.Fprintf(cfg.out, "\n(b) restore: %d records (10-byte keys, 8-byte values), in-process broker\n", n)
 	if cfg.restoreBatch > 0 {
-		fmt.Fprintf(cfg.out, "  experiment: ReaderConfig.MaxBatchRecords = %d\n", cfg.restoreBatch)
+		fmt.Fprintf(cfg.out, "  experiment: RestoreConfig.MaxBatchRecords = %d\n", cfg.restoreBatch)
 	}
 	// The broker stands in for a Kafka cluster on other machines. Its
 	// compaction (every 30 s by default) walks the whole changelog on the
@@ -100,7 +100,7 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 		return rate(int64(n), d), err
 	}
 	sides := []side{
-		{"changelog.Reader", func(i int) (float64, error) {
+		{"runtime.RestoreStore", func(i int) (float64, error) {
 			dir := filepath.Join(root, fmt.Sprintf("reader-%d", i))
 			// The directories hold ~100 MiB each at the default size.
 			defer os.RemoveAll(dir)
@@ -132,7 +132,7 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 	entries = nil
 	fmt.Fprintf(cfg.out, "  CPU time of the process (user+sys, for a loaded machine), medians: reader %.3f s, bare %.3f s; bare/reader %.3f×\n",
 		eddyCPU.median(), bareCPU.median(), bareCPU.median()/eddyCPU.median())
-	fmt.Fprintf(cfg.out, "  eddy     = Reader.Register(Mode: Restore) on an opened store until Poll reports it Completed\n"+
+	fmt.Fprintf(cfg.out, "  eddy     = runtime.RestoreStore on an opened store, timed as it reports (Duration)\n"+
 		"             (end-offset listing, fetches from the broker, store writes of ≤ %d records + position).\n"+
 		"  baseline = badger.Open with the options OpenBadger derives from DefaultBadgerOptions, then one\n"+
 		"             NewWriteBatch: Set every record (already in memory), Flush. Opening and closing are untimed.\n",
@@ -146,8 +146,8 @@ func benchRestore(ctx context.Context, cfg *config) ([]row, error) {
 	return rows, nil
 }
 
-// restoreWithReader restores the changelog into a fresh store with a
-// changelog.Reader and returns how long that took.
+// restoreWithReader restores the changelog into a fresh store with
+// runtime.RestoreStore and returns how long that took.
 func restoreWithReader(ctx context.Context, addrs []string, dir string, want int64, batch int) (time.Duration, error) {
 	store, err := statestore.OpenBadger(dir, statestore.DefaultBadgerOptions())
 	if err != nil {

@@ -355,7 +355,7 @@ func benchWindowRestore(ctx context.Context, cfg *config) ([]row, error) {
 
 	nn := int64(n)
 	runs, err := alternate(cfg,
-		side{"changelog.Reader → NewSegmentedStore(OpenBadger)", func(i int) (float64, error) {
+		side{"runtime.RestoreStore → NewSegmentedStore(OpenBadger)", func(i int) (float64, error) {
 			dir := filepath.Join(root, fmt.Sprintf("window-%d", i))
 			defer os.RemoveAll(dir)
 			d, err := restoreWindowStore(ctx, addrs, dir, opts, nn, cfg.restoreBatch)
