@@ -5,12 +5,14 @@
 // resume its input, flush and commit, abort a transaction, reconnect, exit).
 //
 // The core does no I/O, reads no clock and starts no goroutine, so it can be
-// driven step by step by tests and by the thread's loop alike. Whatever
-// depends on time or on the broker is decided by the loop and reported as an
-// event (CommitClock says which commit deadlines have passed; CommitFailed
-// says why a commit did not go through). The thread executes the actions in
-// order and feeds back the outcome of those that have one (Claim, Commit,
-// AbortTxn, Reconnect) as events.
+// driven step by step by tests and by the thread's loop alike. Time comes in
+// on the events (Event.At, the driver's clock), from which the core decides
+// when commits are due (Config holds the interval, the join grace and the
+// early commits' delay); what the broker and the thread's input say is
+// reported as events (CommitClock says whether input is at its end or the
+// cache full; CommitFailed says why a commit did not go through). The thread
+// executes the actions in order and feeds back the outcome of those that
+// have one (Claim, Process, Commit, AbortTxn, Reconnect) as events.
 package threadcore
 
 import "fmt"
