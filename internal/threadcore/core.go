@@ -114,10 +114,6 @@ func (c *Core) Halted() bool { return c.halted }
 // Dirty reports whether the open transaction holds work.
 func (c *Core) Dirty() bool { return c.dirty }
 
-// Consumed reports whether a running task consumed input since the last
-// commit.
-func (c *Core) Consumed() bool { return c.consumed }
-
 // Slot returns the state of a task the thread holds or waits for.
 func (c *Core) Slot(id task.ID) (Slot, bool) {
 	s, ok := c.slots[id]
