@@ -20,10 +20,11 @@ import (
 )
 
 // step feeds an event to the core and carries out the actions it calls
-// for: every event reaches the core here. It is called with mu held. ctx bounds commits and aborts; when nil,
-// they are bounded by RebalanceTimeout rather than the thread's context, so
-// that a stop request does not cut a commit in half while a broker that
-// stopped answering cannot hang the thread either. The error is the one
+// for: every event reaches the core here, stamped with the time. It is
+// called with mu held. ctx bounds commits and aborts; when nil, they are
+// bounded by RebalanceTimeout rather than the thread's context, so that a
+// stop request does not cut a commit in half while a broker that stopped
+// answering cannot hang the thread either. The error is the one
 // that stops the loop, if any: the core is then Failed, or the error came
 // from an action without an outcome (the loop's exit feeds EvFailed).
 func (th *thread) step(ctx context.Context, e threadcore.Event) error {
