@@ -12,23 +12,32 @@ import (
 
 // Cases of Kafka Streams' own assignor tests, named after them.
 
-// p1 runs four stateful tasks that p2, as new, must restore first, and
-// there are three stateless tasks and one standby each: p1 keeps its
-// stateful actives while p2 warms up, and p2 takes all three stateless
-// tasks, so that the total load is four against three, not five against
-// two.
+// HighAvailabilityTaskAssignorTest.shouldDistributeStatelessTasksToBalanceTotalTaskLoad
+// (Kafka Streams 3.9): acceptable lag 100, two warmups, one standby; p1 ran
+// and is caught up on the four stateful tasks, p2 holds nothing, both have
+// one thread, and there are three stateless tasks. p1 keeps its stateful
+// actives while p2 warms up, p2 takes all three stateless tasks, so that
+// the actives are four against three, not five against two, and the
+// stateful replicas four against four (p2's standbys); a probing rebalance
+// follows.
 func TestShouldDistributeStatelessTasksToBalanceTotalTaskLoad(t *testing.T) {
 	sf, sl := tasks(0, 4), tasks(1, 3)
-	cfg := cfgWith(func(c *Config) { c.NumStandbys = 1 })
+	cfg := cfgWith(func(c *Config) {
+		c.AcceptableRecoveryLag = 100
+		c.MaxWarmups = 2
+		c.NumStandbys = 1
+	})
 	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
-		"p1": {Capacity: 1, PrevActive: sf},
+		"p1": {Capacity: 1, PrevActive: sf, Lags: lagsOf(0, sf...)},
 		"p2": {Capacity: 1},
 	}}
 	out := Assign(cfg, in)
 	require.NoError(t, validate(cfg, in, out))
 	require.Equal(t, sf, out.Clients["p1"].Active)
+	require.Empty(t, out.Clients["p1"].Standby)
 	require.Equal(t, sl, out.Clients["p2"].Active)
 	require.Equal(t, sf, out.Clients["p2"].Standby)
+	require.True(t, out.FollowupRebalance)
 }
 
 // Nine clients over three zones and three clusters, the actives of two

@@ -432,6 +432,7 @@ func (sp *spreading) raiseLow() {
 			}
 			k := raiseKey{
 				within: sp.load[b] <= sp.hi[b],
+				kept:   b == sp.prev[i],
 				aff:    sp.aff(i, low),
 				gain:   sp.gl(i, b) - sp.gl(i, low),
 				load:   ratio{sp.load[b], sp.caps[b]},
@@ -453,6 +454,7 @@ func (sp *spreading) raiseLow() {
 // the one to move lowest.
 type raiseKey struct {
 	within bool   // its bin is within its upper limit (one over must give items up anyway)
+	kept   bool   // it is on its previous bin: moving one that moves anyway changes no more owners
 	aff    int    // its affinity for the low bin
 	gain   int    // its group's items on its bin less those on the low bin, higher first
 	load   ratio  // its bin's load per capacity, higher first
@@ -461,6 +463,9 @@ type raiseKey struct {
 
 func (k raiseKey) compare(o raiseKey) int {
 	if c := cmpBool(k.within, o.within); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.kept, o.kept); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(k.aff, o.aff); c != 0 {

@@ -1,0 +1,90 @@
+package assignor
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// migration is what one round's input says of where Assign is heading: the
+// target's replicas of every stateful task and the potential Φ, the number
+// of those replicas whose client is not caught up on the task.
+//
+// Φ is what the probing rebalances work off. With the target unchanged from
+// one round to the next, Φ falls in every round that asks for a follow-up:
+//   - a round asks for a follow-up only while Φ > 0: it does so for a target
+//     active its client is not caught up on, or for a target replica it
+//     could not place, and every caught-up target replica is placed (the
+//     active goes to its target client whenever that client is caught up,
+//     and caught-up target clients hold the task's replicas before any
+//     other);
+//   - a caught-up target replica therefore keeps its client caught up into
+//     the next round, so no term of Φ comes back;
+//   - each target replica that is not caught up either restores this round
+//     as a standby (a task short of caught-up clients) or waits for a warmup,
+//     and at least one warmup starts (MaxWarmups ≥ 1, warmups for the
+//     target's replicas first); a replica that restored or warmed up is
+//     caught up in the next round.
+//
+// So once the target holds still the group settles within Φ ≤ stateful
+// tasks × (1+standbys) rounds, half of Kafka Streams' bound. The target is
+// recomputed in every round from where tasks run, and it can move: a
+// completed warmup changes loads, and a client left with one replica more
+// than a slot for it gives it up by its own ties, not by the ones that
+// chose the target before. A round whose target moved need not lower Φ;
+// the simulation counts those rounds and still holds every migration to
+// the bound.
+type migration struct {
+	target map[task.ID][]string // per stateful task: its target active, then its standbys sorted
+	phi    int
+}
+
+func migrationOf(cfg Config, in Input) migration {
+	r := newRun(cfg.WithDefaults(), in)
+	r.assignStatefulActives()
+	r.assignStandbys()
+	m := migration{target: make(map[task.ID][]string, len(r.sf))}
+	for i, t := range r.sf {
+		holders := make([]string, 0, len(t.holders))
+		for _, c := range t.holders {
+			holders = append(holders, r.clients[c].id)
+			if !r.caught(i, c) {
+				m.phi++
+			}
+		}
+		slices.Sort(holders[1:])
+		m.target[t.id] = holders
+	}
+	return m
+}
+
+func (m migration) sameTarget(o migration) bool {
+	return maps.EqualFunc(m.target, o.target, slices.Equal)
+}
+
+// checkPotential checks one round's potential against the output and the
+// round before, which asked for a follow-up (nil for an event's first
+// round): a follow-up is asked for only while Φ > 0, and under an unchanged
+// target Φ fell.
+func (s *sim) checkPotential(last *migration, now migration, out Output) error {
+	if out.FollowupRebalance && now.phi == 0 {
+		return fmt.Errorf("a follow-up with every target replica caught up")
+	}
+	if last == nil {
+		return nil
+	}
+	same := now.sameTarget(*last)
+	if !same {
+		s.st.targetMoves++
+	}
+	if now.phi < last.phi {
+		return nil
+	}
+	if same {
+		return fmt.Errorf("the target stayed and the replicas it waits on did not fall: %d, then %d", last.phi, now.phi)
+	}
+	s.st.potentialStalls++
+	return nil
+}
