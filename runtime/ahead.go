@@ -204,7 +204,7 @@ func (th *thread) openAhead(ids []task.ID) {
 		_, held := r.reps[id]
 		_, moving := r.moving[id]
 		_, onDisk := r.onDisk[id]
-		if _, own := th.tasks[id]; own || held || moving || onDisk || id.SubTopology >= len(subs) {
+		if own := th.task(id) != nil; own || held || moving || onDisk || id.SubTopology >= len(subs) {
 			continue
 		}
 		for _, info := range subs[id.SubTopology].Stores {

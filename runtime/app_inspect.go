@@ -46,7 +46,7 @@ func (a *App) Tasks() []TaskInfo {
 // taskInfos describes the thread's tasks; th.mu must be held.
 func (th *thread) taskInfos() []TaskInfo {
 	var out []TaskInfo
-	for _, t := range th.tasks {
+	for _, t := range th.heldTasks() {
 		info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
 			Processed: t.Processed(), Punctuations: t.Punctuations(), DroppedLate: t.DroppedLate(), DroppedJoin: t.DroppedJoin()}
 		if t.State() == task.Restoring {

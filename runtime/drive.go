@@ -9,14 +9,10 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"sync/atomic"
 	"time"
 
-	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/internal/threadcore"
-	"github.com/eddystreams/eddy/task"
 )
 
 // step feeds an event to the core and carries out the actions it calls
@@ -37,8 +33,7 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
 	}
 	if e.Kind == threadcore.EvSent {
-		// Every sink record: the core answers nothing and changes
-		// nothing publish mirrors.
+		// Every sink record: the core answers nothing.
 		return nil
 	}
 	// Made when a commit or abort first needs it: most steps have
@@ -58,7 +53,6 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 	var queue []threadcore.Event
 	var stopErr error
 	for {
-		th.publish()
 		// Actions may unlock mu (a reconnection closes the old client,
 		// whose callbacks step the core): keep this batch.
 		for _, a := range slices.Clone(out) {
@@ -85,51 +79,7 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 			return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
 		}
 	}
-	th.publish()
-	if coreChecked.Load() {
-		th.checkCore()
-	}
 	return stopErr
-}
-
-// coreChecked makes every step check that the core and the thread agree on
-// the tasks the thread holds. The package's tests set it.
-var coreChecked atomic.Bool
-
-// checkCore fails the App when the tasks the core holds (restoring or
-// running) are not exactly the thread's tasks.
-func (th *thread) checkCore() {
-	held := append(th.core.Tasks(threadcore.Restoring), th.core.Tasks(threadcore.Running)...)
-	slices.SortFunc(held, task.ID.Compare)
-	have := slices.SortedFunc(maps.Keys(th.tasks), task.ID.Compare)
-	if !slices.Equal(held, have) {
-		th.app.fail(fmt.Errorf("runtime: thread %d: its core holds %v, the thread %v", th.idx, held, have))
-	}
-}
-
-// publish mirrors what other goroutines read of the core: whether the
-// thread holds a settled assignment, and whether a task waits for another
-// thread (App.settled).
-func (th *thread) publish() {
-	th.phase.Store(uint32(th.core.Phase()))
-	th.waitingAny.Store(th.core.Waiting())
-}
-
-// isAssigned reports, from any goroutine, whether the thread holds its
-// assignment with no rejoin owed.
-func (th *thread) isAssigned() bool {
-	return threadcore.Phase(th.phase.Load()) == threadcore.Assigned
-}
-
-// activeTasks returns the thread's tasks of ids.
-func (th *thread) activeTasks(ids []task.ID) []*taskrun.Active {
-	out := make([]*taskrun.Active, 0, len(ids))
-	for _, id := range ids {
-		if t := th.tasks[id]; t != nil {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // do carries out one action; next is its outcome, for actions that have
@@ -146,17 +96,11 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	}
 	switch a.Kind {
 	case threadcore.ActClaim:
-		switch {
-		case !th.startActive(a.Task):
-			return outcome(threadcore.EvHeld), nil
-		case th.tasks[a.Task] == nil:
-			return outcome(threadcore.EvClaimFailed), nil
-		}
-		return outcome(threadcore.EvClaimed), nil
+		return []threadcore.Event{th.startActive(a.Task)}, nil
 	case threadcore.ActPause:
 		th.cl.PauseFetchPartitions(th.inputPartitions(a.Task))
 	case threadcore.ActResume:
-		t := th.tasks[a.Task]
+		t := th.task(a.Task)
 		if t == nil {
 			return nil, fmt.Errorf("runtime: thread %d: task %s restored but not held", th.idx, a.Task)
 		}
@@ -167,14 +111,12 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		th.cl.ResumeFetchPartitions(th.inputPartitions(a.Task))
 	case threadcore.ActPark:
 		th.revokedTasks.Add(int64(len(a.Tasks)))
-		for _, t := range th.activeTasks(a.Tasks) {
+		for _, t := range released(a) {
 			th.rest.unregister(t)
 			th.app.registry.park(t)
-			delete(th.tasks, t.ID())
 		}
-		th.lastTask = nil
 	case threadcore.ActClose:
-		th.closeTasks(th.activeTasks(a.Tasks), a.Clean)
+		th.closeTasks(released(a), a.Clean)
 	case threadcore.ActDiscard:
 		for _, t := range th.activeTasks(a.Tasks) {
 			t.Abort()
@@ -208,7 +150,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		return nil, th.committer.begin()
 	case threadcore.ActPunctuate:
 		now := time.Now()
-		for _, t := range th.tasks {
+		for _, t := range th.heldTasks() {
 			if err := t.Punctuate(now); err != nil {
 				return nil, fmt.Errorf("runtime: task %s punctuate: %w", t.ID(), err)
 			}
@@ -230,6 +172,8 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		th.openAhead(a.Tasks)
 	case threadcore.ActTakeShare:
 		th.takeShare()
+	case threadcore.ActPublish:
+		th.settled.Store(a.Settled)
 	}
 	return nil, nil
 }

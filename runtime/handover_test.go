@@ -83,7 +83,7 @@ func newHandoverRig(t *testing.T) *handoverRig {
 // contact counts from every assignment.
 func (r *handoverRig) assign(i int, info groupproto.AssignmentInfo) {
 	r.th[i].contact.confirm(time.Now())
-	r.th[i].info.Store(&info)
+	r.th[i].synced.Store(&info)
 	r.th[i].onAssigned(context.Background(), nil, nil)
 }
 
@@ -118,8 +118,8 @@ func (r *handoverRig) waitRunning(t *testing.T, i int, id task.ID) {
 		defer th.mu.Unlock()
 		th.startWaiting()
 		require.NoError(t, th.restoreStep())
-		tk, ok := th.tasks[id]
-		return ok && tk.State() == task.Running
+		tk := th.task(id)
+		return tk != nil && tk.State() == task.Running
 	})
 }
 
@@ -129,8 +129,8 @@ func (r *handoverRig) backing(t *testing.T, i int, id task.ID) statestore.Store 
 	th := r.th[i]
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	tk, ok := th.tasks[id]
-	require.True(t, ok, "thread %d has no task %s", i, id)
+	tk := th.task(id)
+	require.NotNil(t, tk, "thread %d has no task %s", i, id)
 	h, ok := tk.Store("counts")
 	require.True(t, ok)
 	return h.Inner
@@ -240,7 +240,7 @@ func TestTaskHeldByAnotherThreadStartsWhenReleased(t *testing.T) {
 	for range 3 {
 		th1.mu.Lock()
 		th1.startWaiting()
-		_, started := th1.tasks[task00]
+		started := th1.task(task00) != nil
 		th1.mu.Unlock()
 		require.False(t, started, "thread 1 started 0_0 while thread 0 runs it")
 	}

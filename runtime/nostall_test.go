@@ -299,7 +299,7 @@ func TestTaskClaimedWhileItsStandbyOpensWaits(t *testing.T) {
 	})
 	th0 := r.th[0]
 	th0.mu.Lock()
-	_, started := th0.tasks[task00]
+	started := th0.task(task00) != nil
 	slot, _ := th0.core.Slot(task00)
 	th0.mu.Unlock()
 	require.False(t, started, "thread 0 started 0_0 while its standby was opening")

@@ -25,7 +25,6 @@ import (
 func (th *thread) onAssignment(info groupproto.AssignmentInfo) {
 	// Only a SyncGroup answered without error carries an assignment.
 	th.contact.synced()
-	th.info.Store(&info)
 	th.synced.Store(&info)
 	th.app.assignmentReceived(th, info)
 }
@@ -39,23 +38,22 @@ func (th *thread) onAssignment(info groupproto.AssignmentInfo) {
 func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	info := th.info.Load()
-	if info == nil {
-		th.app.fail(errors.New("runtime: assigned partitions without an assignment from the balancer"))
-		return
-	}
 	if err := th.drainSynced(); err != nil {
 		th.app.fail(err)
 		return
 	}
-	th.stepLogged(threadcore.Event{Kind: threadcore.EvAssigned, Tasks: info.Active})
+	if th.assignment == nil {
+		th.app.fail(errors.New("runtime: assigned partitions without an assignment from the balancer"))
+		return
+	}
+	th.stepLogged(threadcore.Event{Kind: threadcore.EvAssigned, Tasks: th.assignment.Active})
 }
 
 // takeShare gives the registry the thread's share of the assignment
 // (ActTakeShare): its standbys and warmups, and the stores opened ahead
 // that no claim took.
 func (th *thread) takeShare() {
-	info := th.info.Load()
+	info := th.assignment
 	th.app.registry.setShare(th.idx, *info)
 	th.app.registry.releaseAhead()
 	th.app.metrics.rebalances.Inc()
@@ -65,12 +63,13 @@ func (th *thread) takeShare() {
 }
 
 // startActive creates an active task around the stores the registry hands
-// over (or opens them) and starts restoring it. It returns false, doing
-// nothing, when another thread of this instance still holds the task.
-func (th *thread) startActive(id task.ID) bool {
+// over (or opens them) and starts restoring it: the claim's outcome for the
+// core. Another thread of this instance still holding the task is EvHeld,
+// and a task that could not be built EvClaimFailed (the App fails).
+func (th *thread) startActive(id task.ID) threadcore.Event {
 	stores, held := th.app.registry.claimActive(th, id)
 	if held {
-		return false
+		return threadcore.Event{Kind: threadcore.EvHeld, Task: id}
 	}
 	t, err := taskrun.NewActive(taskrun.Config{
 		ID:        id,
@@ -88,16 +87,14 @@ func (th *thread) startActive(id task.ID) bool {
 	if err != nil {
 		th.app.registry.forget(th, id)
 		th.app.fail(err)
-		return true
+		return threadcore.Event{Kind: threadcore.EvClaimFailed, Task: id}
 	}
-	th.tasks[id] = t
-	th.lastTask = nil
 	err = th.startRestoring(t)
 	th.app.registry.activeStarted(th, t)
 	if err != nil {
 		th.app.fail(err)
 	}
-	return true
+	return threadcore.Event{Kind: threadcore.EvClaimed, Task: id, Handle: t}
 }
 
 // startWaiting claims again the assigned tasks that another thread held
@@ -152,11 +149,11 @@ func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, lost map[string]
 		return
 	}
 	e := threadcore.Event{Kind: threadcore.EvRevokedAll}
-	if th.cooperative {
+	if th.core.Cooperative() {
 		e.Kind = threadcore.EvSessionEnded
 		if len(lost) > 0 {
 			e = threadcore.Event{Kind: threadcore.EvRevoked, Tasks: th.tasksOf(lost)}
-			th.log.Info("revoking tasks", "tasks", len(e.Tasks), "held", len(th.tasks))
+			th.log.Info("revoking tasks", "tasks", len(e.Tasks), "held", len(th.core.Held()))
 		}
 	}
 	if err := th.step(ctx, e); err != nil {
@@ -213,8 +210,4 @@ func (th *thread) closeTasks(ts []*taskrun.Active, clean bool) {
 		th.rest.unregister(t)
 	}
 	forStores(len(ts), func(i int) { th.app.registry.closeActive(ts[i], clean) })
-	for _, t := range ts {
-		delete(th.tasks, t.ID())
-	}
-	th.lastTask = nil
 }

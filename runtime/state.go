@@ -119,8 +119,9 @@ func (a *App) setStateLocked(to State, from ...State) bool {
 
 // rebalanceStarted moves a running instance to Rebalancing: one of its
 // threads has just given up its partitions, or lost them, or left the
-// group. Called after the thread cleared its assigned flag, so that a
-// concurrent settled check cannot see it still assigned.
+// group. Called after the thread published that it is not settled
+// (ActPublish comes first in its batch), so that a concurrent settled check
+// cannot see it still settled.
 func (a *App) rebalanceStarted() {
 	a.setState(StateRebalancing, StateRunning)
 }
@@ -151,7 +152,7 @@ func (a *App) settled() bool {
 		return false
 	}
 	for _, th := range a.threads {
-		if !th.isAssigned() || th.waitingAny.Load() || th.rest.active() {
+		if !th.settled.Load() || th.rest.active() {
 			return false
 		}
 	}

@@ -232,7 +232,7 @@ func testNotRunningWhileRestoring(t *testing.T, threads int) {
 		if s != StateRunning {
 			return
 		}
-		atRunning.assigned = app.assignment.Load() != nil && !slices.ContainsFunc(app.threads, func(th *thread) bool { return !th.isAssigned() })
+		atRunning.assigned = app.assignment.Load() != nil && !slices.ContainsFunc(app.threads, func(th *thread) bool { return !th.settled.Load() })
 		atRunning.restored = app.Stats().RestoredRecords
 	}
 	app, err = New(countTopology(t), Config{ApplicationID: "rs", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: threads,

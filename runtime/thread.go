@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,18 +51,18 @@ type thread struct {
 	budget *cache.Budget
 	rest   *restorer
 
-	mu    sync.Mutex
-	tasks map[task.ID]*taskrun.Active
+	mu sync.Mutex
 	// core decides, from the events the loop and the callbacks feed it,
 	// what the thread does: its mode (processing, committing, an abort
 	// owed, reconnecting, halted...), its group phase, and which tasks it
-	// holds, waits for or restores. Only stepped with mu held.
+	// holds, waits for or restores. It keeps each held task's
+	// *taskrun.Active (task). Only used with mu held.
 	core      *threadcore.Core
 	committer committer
-	// phase and waitingAny mirror the core's group phase and whether a
-	// task waits for another thread, for readers without mu (App.settled).
-	phase      atomic.Uint32
-	waitingAny atomic.Bool
+	// settled is what the core last published (ActPublish): whether the
+	// thread holds its assignment with no task waiting for another
+	// thread, for readers without mu (App.settled).
+	settled atomic.Bool
 	// connected is set once the core knows how the group rebalances.
 	connected bool
 	// fetches is the poll ActProcess processes; processing is set when it
@@ -117,15 +115,12 @@ type thread struct {
 	// whenever it takes mu.
 	rebalancePending atomic.Bool
 	synced           atomic.Pointer[groupproto.AssignmentInfo]
-	// cooperative is set when the thread's group member rebalances
-	// cooperatively (see onRevoked).
-	cooperative bool
+	// assignment is the last assignment taken from synced, which
+	// onAssigned and takeShare apply. Only used with mu held.
+	assignment *groupproto.AssignmentInfo
 	// revokedTasks counts the tasks the thread gave up in revocations,
 	// and assignments the assignments it received.
 	revokedTasks, assignments atomic.Int64
-	// info is the assignment the balancer decoded at the last sync, read
-	// by onAssigned right after.
-	info atomic.Pointer[groupproto.AssignmentInfo]
 	// contact is when the coordinator last confirmed the thread's member
 	// (contact.go), whichever client it had.
 	contact groupContact
@@ -164,8 +159,8 @@ type thread struct {
 	srcTopic      string
 	srcSub        int
 	// lastTask is the task of lastID, the previous record's: records come
-	// in runs per partition. Nil when unknown; any change to tasks
-	// clears it.
+	// in runs per partition. Nil when unknown; processPolled clears it
+	// first, and nothing changes the core's tasks while it runs.
 	lastID   task.ID
 	lastTask *taskrun.Active
 	// recs is the unused tail of a block of producer records. Records
@@ -200,7 +195,6 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 		idx:     idx,
 		log:     a.log.With("thread", idx),
 		budget:  budget,
-		tasks:   make(map[task.ID]*taskrun.Active),
 		rr:      make(map[string]int32),
 		lagging: make(map[inputPartition]struct{}),
 		exited:  make(chan struct{}),
@@ -240,10 +234,9 @@ func (th *thread) connect() error {
 	if err != nil {
 		return fmt.Errorf("runtime: balancer: %w", err)
 	}
-	th.cooperative = bal.IsCooperative()
 	if !th.connected {
 		th.connected = true
-		th.core = threadcore.New(th.coreConfig(th.cooperative))
+		th.core = threadcore.New(th.coreConfig(bal.IsCooperative()))
 	}
 	// The coordinator may complete a round before this thread's join
 	// arrives; a leader waits for it (see localJoins).
@@ -432,8 +425,43 @@ func (th *thread) run() {
 
 func (th *thread) runningTasks() []*taskrun.Active {
 	var out []*taskrun.Active
-	for _, id := range slices.SortedFunc(maps.Keys(th.tasks), task.ID.Compare) {
-		if t := th.tasks[id]; t.State() == task.Running {
+	for _, t := range th.heldTasks() {
+		if t.State() == task.Running {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// task returns the thread's task id, which the core holds (restoring or
+// running), or nil.
+func (th *thread) task(id task.ID) *taskrun.Active {
+	t, _ := th.core.Handle(id).(*taskrun.Active)
+	return t
+}
+
+// heldTasks returns the tasks the core holds, sorted by ID.
+func (th *thread) heldTasks() []*taskrun.Active {
+	return th.activeTasks(th.core.Held())
+}
+
+// activeTasks returns the thread's tasks of ids.
+func (th *thread) activeTasks(ids []task.ID) []*taskrun.Active {
+	out := make([]*taskrun.Active, 0, len(ids))
+	for _, id := range ids {
+		if t := th.task(id); t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// released returns the tasks an action lets go of, whose handles the
+// core hands back with it (ActPark, ActClose, ActExit).
+func released(a threadcore.Action) []*taskrun.Active {
+	out := make([]*taskrun.Active, 0, len(a.Handles))
+	for _, h := range a.Handles {
+		if t, ok := h.(*taskrun.Active); ok {
 			out = append(out, t)
 		}
 	}

@@ -155,5 +155,5 @@ func (th *thread) exit(a threadcore.Action) {
 	// After the close: a revocation callback may have committed through
 	// the outbox.
 	th.out.close()
-	th.closeTasks(th.activeTasks(a.Tasks), a.Clean)
+	th.closeTasks(released(a), a.Clean)
 }

@@ -27,6 +27,7 @@ func (th *thread) loop() error {
 // held.
 func (th *thread) drainSynced() error {
 	if info := th.synced.Swap(nil); info != nil {
+		th.assignment = info
 		return th.step(nil, threadcore.Event{Kind: threadcore.EvSynced, Tasks: info.Active})
 	}
 	return nil
@@ -211,7 +212,7 @@ func (th *thread) noteFetched(p kgo.FetchTopicPartition) {
 func (th *thread) inputAtEnd() bool {
 	for p := range th.lagging {
 		id := task.ID{SubTopology: th.app.plan.topicSub[p.topic], Partition: p.partition}
-		if t := th.tasks[id]; t == nil || t.State() != task.Running {
+		if t := th.task(id); t == nil || t.State() != task.Running {
 			delete(th.lagging, p)
 			continue
 		}

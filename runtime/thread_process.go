@@ -23,6 +23,7 @@ import (
 func (th *thread) processPolled() error {
 	start := time.Now()
 	th.processed = th.processed[:0]
+	th.lastTask = nil
 	var fatal error
 	doomed := false
 	taken := 0
@@ -178,7 +179,7 @@ func (th *thread) taskOf(r *kgo.Record) (task.ID, *taskrun.Active) {
 	id := task.ID{SubTopology: th.srcSub, Partition: r.Partition}
 	t := th.lastTask
 	if t == nil || id != th.lastID {
-		t = th.tasks[id]
+		t = th.task(id)
 		th.lastID, th.lastTask = id, t
 	}
 	if t == nil || t.State() != task.Running {

@@ -59,6 +59,9 @@ const (
 type slot struct {
 	state  Slot
 	paused bool // Waiting: its input was paused once
+	// handle is the driver's object for the task, given with EvClaimed;
+	// the core only hands it back.
+	handle any
 	// work: the task consumed input since its last commit or discard;
 	// unflushed: since the last flush.
 	work, unflushed bool
@@ -93,7 +96,9 @@ type Core struct {
 	recentNext      int
 	// active is the last sync's actives, nil before the first.
 	active []task.ID
-	out    []Action
+	// settled is the last Settled an ActPublish carried.
+	settled bool
+	out     []Action
 }
 
 // New returns the core of a thread that just connected: no assignment, no
@@ -107,6 +112,10 @@ func (c *Core) Mode() Mode { return c.mode }
 
 // Phase is the thread's current group phase.
 func (c *Core) Phase() Phase { return c.phase }
+
+// Cooperative reports whether the thread's group member rebalances
+// cooperatively.
+func (c *Core) Cooperative() bool { return c.cfg.Cooperative }
 
 // Halted reports whether the thread stopped processing for good.
 func (c *Core) Halted() bool { return c.halted }
@@ -122,6 +131,20 @@ func (c *Core) Slot(id task.ID) (Slot, bool) {
 	}
 	return s.state, true
 }
+
+// Handle returns the driver's object for a task the thread holds stores
+// for (restoring or running), the one its EvClaimed carried; nil for any
+// other task.
+func (c *Core) Handle(id task.ID) any {
+	if s, ok := c.slots[id]; ok {
+		return s.handle
+	}
+	return nil
+}
+
+// Held lists the tasks the thread holds stores for (restoring or
+// running), sorted.
+func (c *Core) Held() []task.ID { return c.held() }
 
 // Tasks lists the tasks in a slot state, sorted.
 func (c *Core) Tasks(st Slot) []task.ID {
@@ -223,7 +246,20 @@ func (c *Core) Step(e Event) ([]Action, error) {
 		return nil, err
 	}
 	c.apply(e)
+	c.publish()
 	return c.out, nil
+}
+
+// publish puts an ActPublish first in the batch when the step changed
+// Settled: readers on other goroutines see the change before any of the
+// batch's actions run (ActUnsettle, ActTakeShare).
+func (c *Core) publish() {
+	settled := c.Settled()
+	if settled == c.settled {
+		return
+	}
+	c.settled = settled
+	c.out = slices.Insert(c.out, 0, Action{Kind: ActPublish, Settled: settled})
 }
 
 // check refuses, before anything changes, an event whose effect the
@@ -318,7 +354,9 @@ func (c *Core) apply(e Event) {
 	case EvAssigned:
 		c.assigned(e.Tasks)
 	case EvClaimed:
-		c.setSlot(e.Task, c.slots[e.Task], Restoring)
+		s := c.slots[e.Task]
+		c.setSlot(e.Task, s, Restoring)
+		s.handle = e.Handle
 	case EvHeld:
 		s := c.slots[e.Task]
 		c.setSlot(e.Task, s, Waiting)
@@ -738,20 +776,22 @@ func (c *Core) park(ids []task.ID) {
 	if len(ids) == 0 {
 		return
 	}
+	hs := c.handles(ids)
 	for _, id := range ids {
 		delete(c.slots, id)
 	}
-	c.emit(Action{Kind: ActPark, Tasks: ids})
+	c.emit(Action{Kind: ActPark, Tasks: ids, Handles: hs})
 }
 
 func (c *Core) close(ids []task.ID, clean bool) {
 	if len(ids) == 0 {
 		return
 	}
+	hs := c.handles(ids)
 	for _, id := range ids {
 		delete(c.slots, id)
 	}
-	c.emit(Action{Kind: ActClose, Tasks: ids, Clean: clean})
+	c.emit(Action{Kind: ActClose, Tasks: ids, Handles: hs, Clean: clean})
 }
 
 func (c *Core) closeAll() { c.close(c.held(), false) }
@@ -768,10 +808,23 @@ func (c *Core) forgetWaiting() {
 
 func (c *Core) exit(clean, killed bool) {
 	held := c.held()
+	hs := c.handles(held)
 	clear(c.slots)
 	c.committed, c.releasing = nil, nil
 	c.setMode(Exited)
-	c.emit(Action{Kind: ActExit, Tasks: held, Clean: clean, Killed: killed})
+	c.emit(Action{Kind: ActExit, Tasks: held, Handles: hs, Clean: clean, Killed: killed})
+}
+
+// handles lists the handles of ids, which the core is about to let go of:
+// the action that releases them carries them to the driver.
+func (c *Core) handles(ids []task.ID) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		if s := c.slots[id]; s != nil {
+			out[i] = s.handle
+		}
+	}
+	return out
 }
 
 // Work reports, for tests, which held tasks consumed input since their last

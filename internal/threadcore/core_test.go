@@ -3,6 +3,7 @@ package threadcore
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +24,13 @@ type step struct {
 	want string
 }
 
+// acts leaves ActPublish out: TestPublish and the property test check it.
 func acts(as []Action) string {
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
+	s := make([]string, 0, len(as))
+	for _, a := range as {
+		if a.Kind != ActPublish {
+			s = append(s, a.String())
+		}
 	}
 	return strings.Join(s, " ")
 }
@@ -523,4 +527,70 @@ func TestEventsTheDriverNeedNotGuard(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Settled reaches other goroutines through ActPublish, first in the batch
+// of the step that changed it, and only then.
+func TestPublish(t *testing.T) {
+	c := New(aloCoop)
+	all := func(e Event) string {
+		t.Helper()
+		out, err := c.Step(e)
+		if err != nil {
+			t.Fatalf("%s: %v", e, err)
+		}
+		s := make([]string, len(out))
+		for i, a := range out {
+			s[i] = a.String()
+		}
+		return strings.Join(s, " ")
+	}
+	for _, s := range []step{
+		{ev: evTasks(EvSynced, t0)},
+		{ev: evTasks(EvAssigned, t0), want: "OpenAhead[0_0] Claim(0_0) TakeShare"},
+		{ev: evTask(EvHeld, t0), want: "Pause(0_0)"},
+		{ev: ev(EvPollDone), want: "Claim(0_0)"},
+		{ev: evTask(EvClaimed, t0), want: "Publish(settled=true)"},
+		{ev: evTask(EvRestored, t0), want: "Resume(0_0)"},
+		{ev: ev(EvSessionEnded), want: "Publish(settled=false) Unsettle"},
+		{ev: evTasks(EvSynced, t0)},
+		{ev: evTasks(EvAssigned, t0), want: "Publish(settled=true) TakeShare"},
+	} {
+		if got := all(s.ev); got != s.want {
+			t.Fatalf("%s: got %q, want %q", s.ev, got, s.want)
+		}
+	}
+}
+
+// The core keeps the handle a claim gave with the task's slot, and the
+// action that lets the task go hands it back.
+func TestHandles(t *testing.T) {
+	c := New(aloCoop)
+	h0, h1 := new(int), new(int)
+	script(t, c,
+		step{ev: evTasks(EvSynced, t0, t1)},
+		step{ev: evTasks(EvAssigned, t0, t1), want: "OpenAhead[0_0 0_1] Claim(0_0) Claim(0_1) TakeShare"},
+		step{ev: Event{Kind: EvClaimed, Task: t0, Handle: h0}},
+	)
+	if c.Handle(t0) != h0 || c.Handle(t1) != nil || c.Handle(t2) != nil {
+		t.Fatalf("handles %v %v %v", c.Handle(t0), c.Handle(t1), c.Handle(t2))
+	}
+	script(t, c, step{ev: Event{Kind: EvClaimed, Task: t1, Handle: h1}})
+	if got := c.Held(); len(got) != 2 || got[0] != t0 || got[1] != t1 {
+		t.Fatalf("held %v", got)
+	}
+	let := func(e Event, k ActionKind, want any) {
+		t.Helper()
+		out, err := c.Step(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(out, func(a Action) bool { return a.Kind == k })
+		if i < 0 || len(out[i].Handles) != 1 || out[i].Handles[0] != want {
+			t.Fatalf("%s: %s, want %s handing back %v", e, acts(out), k, want)
+		}
+	}
+	script(t, c, step{ev: evTasks(EvRevoked, t1), want: "Unsettle RegistryRevoked Flush[] Commit[]"})
+	let(ev(EvCommitted), ActPark, h1)
+	let(ev(EvKill), ActClose, h0)
 }

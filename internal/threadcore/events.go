@@ -18,7 +18,9 @@ const (
 	EvSynced EventKind = iota
 	// EvAssigned: the assignment callback; Tasks are the actives to hold.
 	EvAssigned
-	// EvClaimed: a Claim got the task's stores; it is restoring.
+	// EvClaimed: a Claim got the task's stores; it is restoring. Handle
+	// is the driver's object for the task, which the core keeps with its
+	// slot (Core.Handle) and hands back in the action that releases it.
 	EvClaimed
 	// EvHeld: a Claim found the task still held by another thread of
 	// the instance.
@@ -152,6 +154,9 @@ type Event struct {
 	Clock CommitClock
 	Cause Cause // CommitFailed, AbortFailed
 	Clean bool  // Stop
+	// Handle is the driver's object for Task (Claimed); opaque to the
+	// core.
+	Handle any
 }
 
 func (e Event) String() string {
@@ -232,11 +237,15 @@ const (
 	// thread's share of standbys and warmups, and the instance may be
 	// running.
 	ActTakeShare
+	// ActPublish: Settled changed; readers on other goroutines (whether
+	// the instance is settled) take the new value. It comes first in its
+	// batch.
+	ActPublish
 	numActionKinds
 )
 
 var actionNames = [...]string{"Claim", "Pause", "Resume", "Park", "Close", "Discard", "Process", "Flush", "Commit", "AbortTxn", "Begin",
-	"Punctuate", "Purge", "Unsettle", "RegistryRevoked", "Reconnect", "Exit", "OpenAhead", "TakeShare"}
+	"Punctuate", "Purge", "Unsettle", "RegistryRevoked", "Reconnect", "Exit", "OpenAhead", "TakeShare", "Publish"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) {
@@ -253,6 +262,10 @@ type Action struct {
 	Clean  bool      // Close, Exit
 	Killed bool      // Exit
 	Cause  Cause     // Reconnect
+	// Handles are the handles of Tasks (Park, Close, Exit), in the same
+	// order, which the core lets go of: nil for a task never claimed.
+	Handles []any
+	Settled bool // Publish
 }
 
 func (a Action) String() string {
@@ -267,6 +280,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s(%s)", a.Kind, a.Cause)
 	case ActExit:
 		return fmt.Sprintf("%s%v(clean=%t,killed=%t)", a.Kind, a.Tasks, a.Clean, a.Killed)
+	case ActPublish:
+		return fmt.Sprintf("%s(settled=%t)", a.Kind, a.Settled)
 	}
 	return a.Kind.String()
 }

@@ -28,7 +28,7 @@ func (c *Core) clone() *Core {
 
 func (c *Core) key() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %t %s %d %v %v %t %t %t %v|", c.mode, c.phase, c.halted, c.back, c.purpose, c.committed, c.releasing, c.dirty, c.consumed, c.rebalance, c.active)
+	fmt.Fprintf(&b, "%s %s %t %s %d %v %v %t %t %t %v %t|", c.mode, c.phase, c.halted, c.back, c.purpose, c.committed, c.releasing, c.dirty, c.consumed, c.rebalance, c.active, c.settled)
 	for _, id := range slices.SortedFunc(maps.Keys(c.slots), task.ID.Compare) {
 		s := c.slots[id]
 		fmt.Fprintf(&b, "%s:%s:%t:%t:%t ", id, s.state, s.paused, s.work, s.unflushed)

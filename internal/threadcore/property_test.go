@@ -26,6 +26,8 @@ import (
 //     claimed it from the registry and has not released it;
 //   - a task is parked or closed cleanly only with its work committed or
 //     discarded;
+//   - the action releasing a task hands back the handle its claim gave;
+//   - what ActPublish last said, first in its batch, is Settled;
 //   - modes, phases and slots move only as their tables allow (the core
 //     panics otherwise).
 //
@@ -56,6 +58,13 @@ type mthread struct {
 	abortOwed              bool // exactly-once revocation or loss fed; no processing until an abort
 	assigned               []task.ID
 	processing             bool // the last poll was processed
+	published              bool // what the last ActPublish said
+}
+
+// mhandle is the handle a claim gives the core: whose claim, of what.
+type mhandle struct {
+	thread int
+	id     task.ID
 }
 
 func (m *model) fail(format string, args ...any) {
@@ -86,6 +95,17 @@ func (m *model) feed(th *mthread, e Event) {
 		}
 		as := slices.Clone(out)
 		m.trace = append(m.trace, fmt.Sprintf("t%d -> %s", th.idx, acts(as)))
+		for i, a := range as {
+			if a.Kind == ActPublish {
+				if i != 0 {
+					m.fail("thread %d: %s not first in %v", th.idx, a, as)
+				}
+				th.published = a.Settled
+			}
+		}
+		if th.published != th.c.Settled() {
+			m.fail("thread %d settled %t, published %t", th.idx, th.c.Settled(), th.published)
+		}
 		for _, a := range as {
 			if next, ok := m.do(th, a); ok {
 				queue = append(queue, next...)
@@ -124,7 +144,7 @@ func (m *model) do(th *mthread, a Action) ([]Event, bool) {
 			return []Event{evTask(EvClaimFailed, a.Task)}, true
 		}
 		m.owner[a.Task] = th.idx
-		return []Event{evTask(EvClaimed, a.Task)}, true
+		return []Event{{Kind: EvClaimed, Task: a.Task, Handle: &mhandle{th.idx, a.Task}}}, true
 	case ActPark, ActClose:
 		for _, id := range a.Tasks {
 			m.release(th, id, a.Kind == ActPark || a.Clean, a)
@@ -237,6 +257,13 @@ func (m *model) do(th *mthread, a Action) ([]Event, bool) {
 
 // release is a task leaving a thread: parked or closed.
 func (m *model) release(th *mthread, id task.ID, committed bool, a Action) {
+	i := slices.Index(a.Tasks, id)
+	if len(a.Handles) != len(a.Tasks) {
+		m.fail("thread %d: %s carries %d handles", th.idx, a, len(a.Handles))
+	}
+	if h, ok := a.Handles[i].(*mhandle); !ok || *h != (mhandle{th.idx, id}) {
+		m.fail("thread %d releases %s (%s) with handle %v", th.idx, id, a, a.Handles[i])
+	}
 	if o, ok := m.owner[id]; !ok || o != th.idx {
 		m.fail("thread %d releases %s (%s) owned by %d (owned: %t)", th.idx, id, a, o, ok)
 	}
