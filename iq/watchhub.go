@@ -338,8 +338,9 @@ type feed struct {
 	// coalesce: it ends with ErrWatcherTooSlow.
 	slow bool
 	// failed is why the replica may no longer serve the watch (see
-	// Hub.check).
-	failed error
+	// Hub.check). It is read at every take, outside mu, so that a key
+	// watch's take locks its subscription alone.
+	failed atomic.Pointer[error]
 	// notify is signalled when failed is set, when the context of the
 	// reader's wait ends, and when there may be changes to take.
 	notify chan struct{}
@@ -366,12 +367,16 @@ func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
 }
 
 func (f *feed) failWith(err error) {
-	f.mu.Lock()
-	if f.failed == nil {
-		f.failed = err
-	}
-	f.mu.Unlock()
+	f.failed.CompareAndSwap(nil, &err)
 	f.poke()
+}
+
+// failure returns why the feed failed, nil while it has not.
+func (f *feed) failure() error {
+	if err := f.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // poke wakes the feed's reader if it waits, or makes its next wait return
@@ -432,14 +437,11 @@ func (f *feed) take(spare []buffered) (changes []buffered, skipped, slow bool, f
 	clear(spare)
 	if f.sub != nil {
 		changes, skipped, slow = f.sub.read(f, spare)
-		f.mu.Lock()
-		failed = f.failed
-		f.mu.Unlock()
-		return changes, skipped, slow, failed
+		return changes, skipped, slow, f.failure()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failed
+	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failure()
 	f.buf, f.skipped = spare[:0], false
 	if f.slow {
 		f.buf = nil
