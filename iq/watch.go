@@ -170,12 +170,12 @@ type Watch struct {
 	waitFirst bool
 	// wakeCtx is the context whose end wakes a waiting Next (wakeOn);
 	// only Next sets it, so that it compares it without wakeMu.
-	wakeCtx context.Context
-
+	wakeCtx   context.Context
 	q         *Querier
-	hub       *Hub
-	r         Replica
 	timestamp bool
+
+	hub *Hub
+	r   Replica
 
 	// pending are the updates Next delivers before any change taken
 	// from the feed: those read back from the changelog or the current
@@ -406,7 +406,9 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 			<-w.f.notify
 		}
 		changes, skipped, slow, failed := w.f.take(w.live)
-		w.live, w.liveNext, w.waitFirst = changes, 0, true
+		// A failure found with changes still to deliver is returned
+		// by a take after them: its poke is spent.
+		w.live, w.liveNext, w.waitFirst = changes, 0, failed == nil
 		if slow {
 			return Update{}, w.end(ErrWatcherTooSlow)
 		}
