@@ -173,6 +173,9 @@ type Watch struct {
 	wakeCtx   context.Context
 	q         *Querier
 	timestamp bool
+	// host is the instance's endpoint (Backend.Self), which every
+	// update's provenance names.
+	host string
 
 	hub *Hub
 	r   Replica
@@ -251,7 +254,7 @@ func (q *Querier) watch(ctx context.Context, wb WatchBackend, f *feed, opts Watc
 	if info.Position < 0 {
 		return nil, fmt.Errorf("%w: store %q partition %d is rebuilding and has no position to watch from", ErrRebalancing, f.pk.store, f.pk.partition)
 	}
-	w := &Watch{q: q, hub: wb.Hub(), f: f, r: r, timestamp: timestamped}
+	w := &Watch{q: q, hub: wb.Hub(), f: f, r: r, timestamp: timestamped, host: q.b.Self()}
 	// Subscribed before the position is read: a change the subscription
 	// misses is one whose replica position was already past it, so the
 	// read back below covers it.
@@ -363,7 +366,7 @@ func (w *Watch) update(c Change, info ReplicaInfo) Update {
 		ts = c.Timestamp
 	}
 	u := Update{Key: c.Key, Value: v, Deleted: c.Value == nil, Timestamp: ts, Position: c.Position,
-		Provenance: provenanceOf(w.q.b.Self(), w.f.pk.partition, info)}
+		Provenance: provenanceOf(w.host, w.f.pk.partition, info)}
 	if w.f.win != nil {
 		u.Key, u.Window = []byte(w.f.key), w.f.win.window(c.Key)
 	}
