@@ -151,27 +151,46 @@ type WatchBackend interface {
 // Watch is a live query of one key, or of the keys of a range in one
 // partition. Next is called from one goroutine at a time; Close from any.
 type Watch struct {
-	q         *Querier
-	hub       *Hub
-	f         *feed
-	r         Replica
-	timestamp bool
-
-	pending []Update
-	next    int // the first of pending not delivered yet
-	// spare is what the feed's buffer last held, handed back for reuse.
-	spare []buffered
+	// The fields Next reads at every wake come first, together: with
+	// thousands of watches each woken once per commit, a reader finds
+	// its watch out of the processor's caches, and each line it touches
+	// costs a miss.
+	f     *feed
+	ended error
 	last  int64 // position of the last update delivered, or the start
+	// live are the changes Next last took from the feed, the first
+	// liveNext of them delivered; the feed reuses the array.
+	live     []buffered
+	liveNext int
 	// truncated and coalesced mark the next update delivered (see
 	// Update).
 	truncated, coalesced bool
-	closeOnce            sync.Once
-	ended                error
+	// waitFirst is set once Next has taken the feed: until the feed's
+	// next poke, it holds nothing Next has not taken.
+	waitFirst bool
+	// wakeCtx is the context whose end wakes a waiting Next (wakeOn);
+	// only Next sets it, so that it compares it without wakeMu.
+	wakeCtx   context.Context
+	q         *Querier
+	timestamp bool
+	// host is the instance's endpoint (Backend.Self), which every
+	// update's provenance names.
+	host string
 
+	hub *Hub
+	r   Replica
+
+	// pending are the updates Next delivers before any change taken
+	// from the feed: those read back from the changelog or the current
+	// value, made when the watch started. next is the first of them not
+	// delivered yet.
+	pending []Update
+	next    int
+
+	closeOnce sync.Once
 	// wakeMu guards the registration that wakes a waiting Next when
 	// its context ends (wakeOn), which Close stops.
 	wakeMu   sync.Mutex
-	wakeCtx  context.Context
 	stopWake func() bool
 	closed   bool
 }
@@ -235,7 +254,7 @@ func (q *Querier) watch(ctx context.Context, wb WatchBackend, f *feed, opts Watc
 	if info.Position < 0 {
 		return nil, fmt.Errorf("%w: store %q partition %d is rebuilding and has no position to watch from", ErrRebalancing, f.pk.store, f.pk.partition)
 	}
-	w := &Watch{q: q, hub: wb.Hub(), f: f, r: r, timestamp: timestamped}
+	w := &Watch{q: q, hub: wb.Hub(), f: f, r: r, timestamp: timestamped, host: q.b.Self()}
 	// Subscribed before the position is read: a change the subscription
 	// misses is one whose replica position was already past it, so the
 	// read back below covers it.
@@ -347,7 +366,7 @@ func (w *Watch) update(c Change, info ReplicaInfo) Update {
 		ts = c.Timestamp
 	}
 	u := Update{Key: c.Key, Value: v, Deleted: c.Value == nil, Timestamp: ts, Position: c.Position,
-		Provenance: provenanceOf(w.q.b.Self(), w.f.pk.partition, info)}
+		Provenance: provenanceOf(w.host, w.f.pk.partition, info)}
 	if w.f.win != nil {
 		u.Key, u.Window = []byte(w.f.key), w.f.win.window(c.Key)
 	}
@@ -362,55 +381,87 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 		if w.ended != nil {
 			return Update{}, w.ended
 		}
-		for w.next < len(w.pending) {
-			u := w.pending[w.next]
-			w.pending[w.next] = Update{}
-			w.next++
-			if u.Position <= w.last && !u.Current {
-				continue // read back and delivered live both
-			}
-			u.Truncated, u.Coalesced = w.truncated, w.coalesced
-			w.truncated, w.coalesced = false, false
-			w.last = u.Position
+		if u, ok := w.nextPending(); ok {
 			return u, nil
 		}
-		w.pending, w.next = w.pending[:0], 0
-		changes, skipped, slow, failed := w.f.take(w.spare)
-		w.spare = changes
+		// Changes taken from the feed become updates only as they
+		// are delivered, so that a wake writes no array of updates.
+		for w.liveNext < len(w.live) {
+			b := &w.live[w.liveNext]
+			w.liveNext++
+			if b.c.Position <= w.last {
+				continue // read back and delivered live both
+			}
+			return w.deliver(w.update(b.c, *b.info)), nil
+		}
+		if w.waitFirst {
+			// The feed was taken since the last wake: whatever
+			// reached it since was followed by a poke, so a take
+			// now would most likely find nothing, at the price of
+			// the subscription's lock, which the other readers of
+			// the key and the hub contend for.
+			if ctx != w.wakeCtx {
+				w.wakeOn(ctx)
+			}
+			if err := ctx.Err(); err != nil {
+				return Update{}, err
+			}
+			<-w.f.notify
+		}
+		changes, skipped, slow, failed := w.f.take(w.live)
+		// A failure found with changes still to deliver is returned
+		// by a take after them: its poke is spent.
+		w.live, w.liveNext, w.waitFirst = changes, 0, failed == nil
 		if slow {
 			return Update{}, w.end(ErrWatcherTooSlow)
 		}
 		w.coalesced = w.coalesced || skipped
-		if len(changes) > 0 {
-			for _, b := range changes {
-				w.pending = append(w.pending, w.update(b.c, *b.info))
-			}
-			continue
-		}
-		if failed != nil {
+		if len(changes) == 0 && failed != nil {
 			var se *StaleError
 			if errors.As(failed, &se) {
 				se.Store, se.Partition, se.Host = w.f.pk.store, w.f.pk.partition, w.q.b.Self()
 			}
 			return Update{}, w.end(failed)
 		}
-		w.wakeOn(ctx)
-		if err := ctx.Err(); err != nil {
-			return Update{}, err
-		}
-		<-w.f.notify
 	}
+}
+
+// nextPending returns the next of the updates the watch started with,
+// if any is left to deliver.
+func (w *Watch) nextPending() (Update, bool) {
+	for w.next < len(w.pending) {
+		u := w.pending[w.next]
+		w.next++
+		if u.Position <= w.last && !u.Current {
+			continue
+		}
+		if w.next == len(w.pending) {
+			w.pending, w.next = nil, 0
+		}
+		return w.deliver(u), true
+	}
+	w.pending, w.next = nil, 0
+	return Update{}, false
+}
+
+// deliver marks u as the update Next returns.
+func (w *Watch) deliver(u Update) Update {
+	u.Truncated, u.Coalesced = w.truncated, w.coalesced
+	w.truncated, w.coalesced = false, false
+	w.last = u.Position
+	return u
 }
 
 // wakeOn makes the end of ctx wake a waiting Next (through the feed's
 // notify) rather than having Next wait on ctx.Done: thousands of watches
 // read under one context would otherwise all lock its channel at each
 // wait and each wake. The registration is made once per context, the
-// same one being passed to Next after Next.
+// same one being passed to Next after Next; only Next sets wakeCtx, so
+// that it compares it without the lock.
 func (w *Watch) wakeOn(ctx context.Context) {
 	w.wakeMu.Lock()
 	defer w.wakeMu.Unlock()
-	if w.closed || w.wakeCtx == ctx {
+	if w.closed {
 		return
 	}
 	if w.stopWake != nil {

@@ -311,38 +311,41 @@ type buffered struct {
 // key watch, where it stands in the subscription its key's watches share;
 // for a range or window watch, a buffer of its own.
 type feed struct {
-	pk partKey
-	// key is the key a key or window watch follows; rng the keys a
-	// range watch follows, win the windows a window watch follows (both
-	// nil for a key watch).
-	key string
-	rng *KeyRange
-	win *windowSel
-
-	limit    int
-	coalesce bool
-	bound    Staleness
+	// The fields the hub and the reader touch at every change come
+	// first, within one cache line: the feeds of a commit are many and
+	// out of the processor's caches by the next.
 
 	// sub is the subscription a key watch shares, set when it
 	// subscribes; next is the sequence number of the first change of
 	// sub it has not read. next and slow are guarded by sub.mu.
 	sub  *keySub
 	next uint64
-
-	mu  sync.Mutex
-	buf []buffered
-	// skipped is set when changes were dropped from buf for a slow
-	// reader; the next change delivered says so.
-	skipped bool
-	// slow is set when the buffer overflowed and the watch does not
-	// coalesce: it ends with ErrWatcherTooSlow.
-	slow bool
-	// failed is why the replica may no longer serve the watch (see
-	// Hub.check).
-	failed error
 	// notify is signalled when failed is set, when the context of the
 	// reader's wait ends, and when there may be changes to take.
 	notify chan struct{}
+	// failed is why the replica may no longer serve the watch (see
+	// Hub.check). It is read at every take, outside mu, so that a key
+	// watch's take locks its subscription alone.
+	failed   atomic.Pointer[error]
+	limit    int
+	coalesce bool
+	// slow is set when the buffer overflowed and the watch does not
+	// coalesce: it ends with ErrWatcherTooSlow.
+	slow bool
+	// skipped is set when changes were dropped from buf for a slow
+	// reader; the next change delivered says so.
+	skipped bool
+	// win is the windows a window watch follows, rng the keys a range
+	// watch follows (both nil for a key watch); key is the key a key or
+	// window watch follows.
+	win   *windowSel
+	pk    partKey
+	rng   *KeyRange
+	key   string
+	bound Staleness
+
+	mu  sync.Mutex
+	buf []buffered
 }
 
 // matched reports whether the feed's changes are found by matching every
@@ -366,12 +369,16 @@ func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
 }
 
 func (f *feed) failWith(err error) {
-	f.mu.Lock()
-	if f.failed == nil {
-		f.failed = err
-	}
-	f.mu.Unlock()
+	f.failed.CompareAndSwap(nil, &err)
 	f.poke()
+}
+
+// failure returns why the feed failed, nil while it has not.
+func (f *feed) failure() error {
+	if err := f.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // poke wakes the feed's reader if it waits, or makes its next wait return
@@ -432,14 +439,11 @@ func (f *feed) take(spare []buffered) (changes []buffered, skipped, slow bool, f
 	clear(spare)
 	if f.sub != nil {
 		changes, skipped, slow = f.sub.read(f, spare)
-		f.mu.Lock()
-		failed = f.failed
-		f.mu.Unlock()
-		return changes, skipped, slow, failed
+		return changes, skipped, slow, f.failure()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failed
+	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failure()
 	f.buf, f.skipped = spare[:0], false
 	if f.slow {
 		f.buf = nil

@@ -331,7 +331,11 @@ type RangeWatchOptions struct {
 // partition is followed on its own replicas, and resumed on another
 // whenever the one serving it ends or stops answering, as Watch does for
 // one key; updates come in changelog order per partition. It fails at
-// once for what is wrong with the query itself.
+// once for what is wrong with the query itself. From now, it returns once
+// every partition's watch has started on some replica, waiting for those
+// none of whose replicas serves yet as long as ctx allows: the resume
+// point names a position for every partition from the first, and a watch
+// resumed from it skips nothing committed after this one began.
 func (c *Client) WatchRange(ctx context.Context, store, from, to string, opts RangeWatchOptions) (*RangeWatch, error) {
 	return c.watchRange(ctx, store, textRange{from: from, to: to}, opts)
 }
@@ -372,7 +376,7 @@ func (c *Client) watchRange(ctx context.Context, store string, t textRange, opts
 		po.From = starts[part]
 		rw := c.remoteWatch(store, part, po, prefer, func(from int64) string { return rangeWatchPath(store, t, part, po, from) })
 		rws = append(rws, rw)
-		if err := rw.connect(ctx); err != nil && !reroutable(err) {
+		if err := rw.start(ctx); err != nil {
 			for _, rw := range rws {
 				rw.Close()
 			}

@@ -45,7 +45,9 @@ func watchCandidates(km KeyQueryMetadata, prefer Preference, skip string) []stri
 // the server rendered. It fails at once for what is wrong with the query
 // itself; otherwise a replica that cannot serve is a pause: Next keeps
 // trying the partition's replicas, refreshing the routing table, for as
-// long as its context allows.
+// long as its context allows. A watch from now returns only once a replica
+// has started it, so that Resume is a position from the first: Watch
+// itself keeps trying the replicas, as long as ctx allows.
 func (c *Client) Watch(ctx context.Context, store, keyText string, keyBytes []byte, opts WatchOptions) (*RemoteWatch, error) {
 	return c.watchKey(ctx, store, keyBytes, opts, func(from int64) string { return watchPath(store, keyText, watchQuery(opts, from)) })
 }
@@ -67,10 +69,8 @@ func (c *Client) watchKey(ctx context.Context, store string, keyBytes []byte, op
 		prefer = c.opts.Prefer
 	}
 	rw := c.remoteWatch(store, part, opts, prefer, path)
-	if err := rw.connect(ctx); err != nil {
-		if !reroutable(err) {
-			return nil, err
-		}
+	if err := rw.start(ctx); err != nil {
+		return nil, err
 	}
 	return &RemoteWatch{rw}, nil
 }
@@ -201,6 +201,33 @@ func (rw *remoteWatch) connect(ctx context.Context) error {
 		ue.Cause = errors.New("the routing table names no replica of the partition")
 	}
 	return ue
+}
+
+// start makes the watch's first connection. A watch from a position that
+// no replica serves yet is handed out all the same, Next connecting it
+// later from that position. A watch from now is not: until a replica
+// says where it starts, nothing records which changes came after the
+// watch began, and a later connection from now, or a resume from a "now"
+// left in its place, would skip those committed meanwhile. So start keeps
+// trying the partition's replicas, as Next does, until one serves the
+// watch or ctx ends.
+func (rw *remoteWatch) start(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := rw.connect(ctx)
+		if err == nil || !reroutable(err) {
+			return err
+		}
+		if rw.last != FromNow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("iq: watch of store %q partition %d from now did not start: %w (last: %w)", rw.store, rw.part, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // open starts a watch on host from the last delivered position, and reads

@@ -1,6 +1,9 @@
 package iq
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // keySub is the subscription the key watches of one key of one partition
 // share. The hub appends each change of the key to it once, however many
@@ -17,7 +20,11 @@ type keySub struct {
 	log   []buffered
 	head  int
 	first uint64
-	// feeds are the watches sharing the sub.
+	// feeds are the watches sharing the sub. The slice is replaced,
+	// never changed in place, so that pokeReaders wakes its readers
+	// from a copy taken under mu but without holding it: a reader woken
+	// takes mu at once, and would otherwise wait for the wakes of all
+	// the others.
 	feeds []*feed
 	// round is the hub round that last appended (Hub.deliver), so that
 	// the round wakes each sub once.
@@ -33,21 +40,14 @@ func (s *keySub) join(f *feed) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f.sub, f.next = s, s.end()
-	s.feeds = append(s.feeds, f)
+	s.feeds = append(slices.Clip(s.feeds), f)
 }
 
 // leave removes f and reports how many watches still share the sub.
 func (s *keySub) leave(f *feed) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, g := range s.feeds {
-		if g == f {
-			s.feeds[i] = s.feeds[len(s.feeds)-1]
-			s.feeds[len(s.feeds)-1] = nil
-			s.feeds = s.feeds[:len(s.feeds)-1]
-			break
-		}
-	}
+	s.feeds = slices.DeleteFunc(slices.Clone(s.feeds), func(g *feed) bool { return g == f })
 	return len(s.feeds)
 }
 
@@ -57,11 +57,20 @@ func (s *keySub) add(b buffered, round uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log = append(s.log, b)
-	s.trim()
+	if len(s.log)-s.head >= trimAt {
+		s.trim()
+	}
 	first := s.round != round
 	s.round = round
 	return first
 }
+
+// trimAt is how many changes a sub's log holds before add trims it. Trim
+// looks at every reader's place, which the readers keep changing: once per
+// change, those looks would cost the hub about as much as waking the
+// readers does. What a reader finds behind it is decided when it reads
+// (read), however late the log is trimmed.
+const trimAt = 8
 
 // trim drops the changes no watch will read: those every watch has read,
 // and those beyond the largest buffer, which a watch that far behind
@@ -100,8 +109,9 @@ func (s *keySub) trim() {
 // readers are many.
 func (s *keySub) pokeReaders() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, f := range s.feeds {
+	feeds := s.feeds
+	s.mu.Unlock()
+	for _, f := range feeds {
 		f.poke()
 	}
 }

@@ -55,10 +55,15 @@ func TestKeyWatchesShareOneSubscription(t *testing.T) {
 	require.True(t, slow, "a watch too slow stays so")
 	require.Equal(t, []string{"a@13"}, feedKeys(reader))
 
-	// The log keeps only what the watches still read.
+	// The log keeps only what the watches still read, trimmed to it
+	// whenever it reaches trimAt changes.
 	publish(14, 50)
 	require.Equal(t, []string{"a@63"}, feedKeys(coalescing), "coalesced to the latest")
 	s := h.parts[pk].keys["a"]
+	require.Less(t, len(s.log)-s.head, trimAt)
+	s.mu.Lock()
+	s.trim()
+	s.mu.Unlock()
 	require.LessOrEqual(t, len(s.log)-s.head, 2)
 }
 
@@ -101,4 +106,44 @@ func TestWatchNextEndsWithItsContext(t *testing.T) {
 	case <-ctx2.Done():
 		t.Fatal("no update after a cancelled Next")
 	}
+}
+
+// A watch whose replica fails while a change waits for its reader
+// delivers the change, then ends at the next Next, with nothing else to
+// wake it.
+func TestWatchEndsAfterTheChangesTakenWithItsFailure(t *testing.T) {
+	fb := &watchingBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1})}
+	fb.add("s", 0, RoleActive).set(func(i *ReplicaInfo) { i.Position, i.End = 100, 100 })
+	w, err := NewQuerier(fb).WatchBytes(context.Background(), "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	fb.hub.deliver([]published{{partKey{"s", 0}, []Change{{Key: []byte("k"), Value: []byte("v"), Position: 100}}}})
+	u, err := w.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), u.Position)
+
+	fb.hub.deliver([]published{{partKey{"s", 0}, []Change{{Key: []byte("k"), Value: []byte("w"), Position: 101}}}})
+	w.f.failWith(ErrNotHostedHere)
+	u, err = w.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(101), u.Position)
+	// Under a context that never ends, so that only the failure can
+	// end the wait.
+	ends := make(chan error, 1)
+	go func() {
+		_, err := w.Next(context.Background())
+		ends <- err
+	}()
+	select {
+	case err = <-ends:
+	case <-ctx.Done():
+		t.Fatal("Next waits for a poke already spent")
+	}
+	var ended *WatchEndedError
+	require.ErrorAs(t, err, &ended)
+	require.ErrorIs(t, err, ErrNotHostedHere)
+	require.Equal(t, int64(101), ended.Resume)
 }

@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -398,4 +400,109 @@ func TestWatchRangeClientThroughFailover(t *testing.T) {
 		require.Equal(t, committedRangeChanges(t, c.b.Addrs(), p, inRange, from[p], changes[len(changes)-1].pos), changes, "partition %d", p)
 	}
 	require.Len(t, got, 2)
+}
+
+// A range watch from now through the Client, one of whose partitions no
+// replica serves at first, returns only once that partition has started
+// too: its resume point names a position for every partition, never
+// "now", so that the watch, and a watch resumed from its resume point,
+// deliver every change committed after it began.
+func TestWatchRangeClientStartsEveryPartitionFirst(t *testing.T) {
+	c := newEOSCluster(t)
+	want := map[string]int64{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	app, err := New(countTopology(t), Config{
+		ApplicationID: "eos", Brokers: c.b.Addrs(), StateDir: t.TempDir(),
+		ProcessingGuarantee: ExactlyOnce, SessionTimeout: 2 * time.Second,
+		NumStreamThreads: 1, Endpoint: ln.Addr().String(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	defer app.Close(context.Background())
+	api := iq.NewServer(app.Queries(), iq.ServerConfig{}, iq.CodecFor("counts", serde.String, serde.Int64, nil))
+	defer api.Close()
+	// Partition 1's watches are cut off, as by a replica that cannot
+	// serve, until refusing is cleared.
+	var refusing atomic.Bool
+	var refused atomic.Int64
+	refusing.Store(true)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refusing.Load() && strings.HasSuffix(r.URL.Path, "/range/watch") && r.URL.Query().Get("partition") == "1" {
+			refused.Add(1)
+			panic(http.ErrAbortHandler)
+		}
+		api.ServeHTTP(w, r)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c.produce(t, 40, want)
+	waitCounts(t, app, want)
+
+	cl, err := iq.NewClient([]string{ln.Addr().String()}, iq.ClientOptions{})
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type started struct {
+		w   *iq.RangeWatch
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		w, err := cl.WatchRange(ctx, "counts", "k3", "k7", iq.RangeWatchOptions{WatchOptions: iq.WatchOptions{From: iq.FromNow}})
+		ch <- started{w, err}
+	}()
+	waitFor(t, 30*time.Second, "partition 1's watch refused three times", func() bool { return refused.Load() >= 3 || len(ch) > 0 })
+	select {
+	case s := <-ch:
+		require.NoError(t, s.err)
+		s.w.Close()
+		t.Fatalf("the watch started with partition 1 refused: resume point %s", s.w.Resume())
+	default:
+	}
+	// Committed while partition 1 has not started: before the watch
+	// began, as far as partition 1 goes.
+	c.produce(t, 20, want)
+	waitCounts(t, app, want)
+	refusing.Store(false)
+	s := <-ch
+	require.NoError(t, s.err)
+	w := s.w
+	from := w.Resume()
+	require.Len(t, from, 2)
+	for p, pos := range from {
+		require.GreaterOrEqual(t, pos, int64(0), "partition %d starts at a position", p)
+	}
+
+	got := map[int32][]keyChange{}
+	last := map[string]int64{}
+	follow := func(w *iq.RangeWatch) {
+		for !reached(last, want) {
+			u, err := w.Next(ctx)
+			require.NoError(t, err)
+			n, err := strconv.ParseInt(string(u.Value), 10, 64)
+			require.NoError(t, err)
+			p := u.Provenance.Partition
+			got[p] = append(got[p], keyChange{u.Position, string(u.Key), n})
+			last[string(u.Key)] = n
+		}
+	}
+	c.produce(t, 40, want)
+	follow(w)
+	at := w.Resume()
+	w.Close()
+	// Committed while nobody watches: the watch resumed from at
+	// delivers them.
+	c.produce(t, 40, want)
+	waitCounts(t, app, want)
+	w, err = cl.WatchRange(ctx, "counts", "k3", "k7", iq.RangeWatchOptions{Resume: at})
+	require.NoError(t, err)
+	defer w.Close()
+	follow(w)
+	for p := range int32(2) {
+		changes := got[p]
+		require.NotEmpty(t, changes, "partition %d", p)
+		require.Equal(t, committedRangeChanges(t, c.b.Addrs(), p, inRange, from[p], changes[len(changes)-1].pos), changes, "partition %d", p)
+	}
 }
