@@ -167,6 +167,7 @@ func (p *tableJoinResult[K, VR]) init(c *nodeInstance) error {
 		return err
 	}
 	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
+	p.updates.committed = readsCommitted(rw)
 	return nil
 }
 

@@ -40,7 +40,7 @@ func TestDriverBasics(t *testing.T) {
 }
 
 func TestMemStore(t *testing.T) {
-	s := newMemStore()
+	s := newMemStore(false)
 	require.Error(t, s.Put([]byte("k"), nil))
 	for _, k := range []string{"b", "a", "d", "c"} {
 		require.NoError(t, s.Put([]byte(k), []byte(k)))
@@ -59,4 +59,30 @@ func TestMemStore(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, []byte("a"), v)
+}
+
+// Under Config.Commits a store reads as of the last commit beneath the
+// writes made since, as the runtime's record cache does.
+func TestMemStoreGetCommitted(t *testing.T) {
+	s := newMemStore(true)
+	require.NoError(t, s.Put([]byte("kept"), []byte("1")))
+	s.commit()
+	require.NoError(t, s.Put([]byte("kept"), []byte("2")))
+	require.NoError(t, s.Delete([]byte("kept")))
+	require.NoError(t, s.Put([]byte("new"), []byte("3")))
+	v, found, err := s.GetCommitted([]byte("kept"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, []byte("1"), v)
+	_, found, err = s.GetCommitted([]byte("new"))
+	require.NoError(t, err)
+	require.False(t, found)
+	s.commit()
+	_, found, err = s.GetCommitted([]byte("kept"))
+	require.NoError(t, err)
+	require.False(t, found)
+	v, found, err = s.GetCommitted([]byte("new"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, []byte("3"), v)
 }
