@@ -396,3 +396,19 @@ func TestBareStoreValues(t *testing.T) {
 		require.Equal(t, binary64(2), v)
 	}
 }
+
+// BenchmarkTableJoinTask is BenchmarkCountTask's input as updates of the
+// left table of each table-table join, every key held by the right table:
+// the left table's write (and, for left and outer joins, its old-value
+// read), the right lookup, the result's read and write, per record.
+func BenchmarkTableJoinTask(b *testing.B) {
+	for _, kind := range tableJoinKinds {
+		b.Run(kind.name, func(b *testing.B) {
+			bld := topology.NewBuilder()
+			l := topology.Table(bld, "in", serde.String, serde.String, "l-store")
+			r := topology.Table(bld, "t", serde.String, serde.String, "r-store")
+			kind.join(l, r, "joined").ToStream().To("out", serde.String, serde.String)
+			benchTask(b, bld, benchKeys(), "t")
+		})
+	}
+}
