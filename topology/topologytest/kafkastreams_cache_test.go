@@ -24,6 +24,21 @@ var ksCachedSessions = []ksScenario{
 			in("a", "2", sessionGap+1), in("b", "2", sessionGap+1), in("a", "3", sessionGap+1+sessionGap/2),
 			in("c", "3", sessionGap+1+sessionGap/2))},
 	},
+	{
+		// A session the last flush forwarded is retracted when a later
+		// interval merges it away; SessionCacheFlushListener stamps
+		// what the cache flushes with the session's end.
+		name:    "CachingSessionStore.putAndMaybeForward: a merged-away session that was flushed goes out as a tombstone",
+		build:   sessionAgg("count", sessionGap, 0, false),
+		key:     sessionKey,
+		value:   longValue,
+		commits: true,
+		steps: []ksStep{
+			step(out("a@[0,0] 1 @0"), in("a", "1", 0)),
+			step(out("a@[0,0] null @0", "a@[0,1000] 2 @1000"), in("a", "2", 1000)),
+			step(out("a@[0,1000] 3 @1000"), in("a", "3", 500)),
+		},
+	},
 }
 
 func TestKafkaStreamsCachedSessions(t *testing.T) {
