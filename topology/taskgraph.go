@@ -115,7 +115,7 @@ type tableUpdates struct {
 // Config.Commits. A task flushes its table updates just before it commits,
 // so at the flush the committed values are those of the last flush.
 type committedReader interface {
-	GetCommitted(key []byte) ([]byte, bool, error)
+	HasCommitted(key []byte) (bool, error)
 }
 
 // readsCommitted returns rw as a committedReader, or nil when it is none.
@@ -385,8 +385,7 @@ func (u *tableUpdates) heldAtLastFlush(p *pendingUpdate) (bool, error) {
 	if u.committed == nil || p.key == nil {
 		return true, nil
 	}
-	_, found, err := u.committed.GetCommitted(p.key)
-	return found, err
+	return u.committed.HasCommitted(p.key)
 }
 
 // maxRetainedUpdates bounds the index of pending updates a table keeps

@@ -12,8 +12,9 @@ import (
 // memStore is a map-backed statestore.ReadWriter, enough for tests. Its
 // iterators walk a snapshot, so writes during iteration are not seen.
 //
-// Under Config.Commits it also answers GetCommitted, as the runtime's
-// record cache does: what a key held when its task last flushed, which
+// Under Config.Commits it also answers HasCommitted, as the runtime's
+// record cache does: whether a key held a value when its task last
+// flushed, which
 // decides whether a tombstone held since goes out (a key that held nothing
 // then is deleted unseen, as by Kafka Streams' caching stores).
 type memStore struct {
@@ -28,12 +29,13 @@ func newMemStore(tracking bool) *memStore {
 	return &memStore{m: make(map[string][]byte), tracking: tracking, before: make(map[string][]byte)}
 }
 
-// GetCommitted returns what key held at the last commit.
-func (s *memStore) GetCommitted(key []byte) ([]byte, bool, error) {
+// HasCommitted reports whether key held a value at the last commit.
+func (s *memStore) HasCommitted(key []byte) (bool, error) {
 	if v, ok := s.before[string(key)]; ok {
-		return slices.Clone(v), v != nil, nil
+		return v != nil, nil
 	}
-	return s.Get(key)
+	_, ok := s.m[string(key)]
+	return ok, nil
 }
 
 // commit makes the store's values the committed ones.
