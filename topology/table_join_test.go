@@ -416,3 +416,28 @@ func BenchmarkTableJoinTask(b *testing.B) {
 		})
 	}
 }
+
+// A session-windowed count cannot send old values, so a left join of it
+// still builds, and its side, unsure whether the count held a retracted
+// session, lets the result decide: the result it holds for the session is
+// deleted.
+func TestLeftJoinOfTableWithoutOldValues(t *testing.T) {
+	b := topology.NewBuilder()
+	ks := topology.SessionWindowedSerde(serde.String)
+	counts := topology.SessionWindowedBy(topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String),
+		topology.NewSessionWindows(10*time.Millisecond)).Count("counts")
+	r := topology.Table(b, "right", ks, serde.String, "right-store")
+	topology.LeftJoinTables(counts, r, func(n int64, rv string, ok bool) string {
+		return strconv.FormatInt(n, 10) + "+" + rv
+	}, "joined", serde.String).ToStream().To("out", ks, serde.String)
+	d, _ := start(t, b)
+	in := strIn(d, "in")
+	require.NoError(t, in.PipeAt("a", "x", time.UnixMilli(0)))
+	require.NoError(t, in.PipeAt("a", "x", time.UnixMilli(5)))
+	kvs := readKVs(t, d, "out", ks, serde.String)
+	var got []string
+	for _, kv := range kvs {
+		got = append(got, fmt.Sprintf("%s@[%d,%d]=%s", kv.Key.Key, kv.Key.Window.Start, kv.Key.Window.End, kv.Value))
+	}
+	require.Equal(t, []string{"a@[0,0]=1+", "a@[0,0]=", "a@[0,5]=2+"}, got)
+}
