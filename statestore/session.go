@@ -29,7 +29,12 @@ func NewSessionStore(rw ReadWriter, opts WindowOptions) (*SessionStore, error) {
 // ErrBadSession is returned for a session whose end precedes its start.
 var ErrBadSession = errors.New("statestore: session ends before it starts")
 
-func (s *SessionStore) key(key []byte, start, end int64) []byte {
+func (s *SessionStore) key(key []byte, start, end int64) []byte { return SessionKey(key, start, end) }
+
+// SessionKey returns the key under which a SessionStore keeps key's
+// session [start, end] in its ReadWriter, for a reader beneath the
+// store's own methods (a record cache's committed values).
+func SessionKey(key []byte, start, end int64) []byte {
 	return appendTime(appendTime(prefix(key), end), start)
 }
 

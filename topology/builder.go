@@ -163,6 +163,10 @@ type node struct {
 	// each update; sendOld, set by requireOldValues, says it must.
 	olds    oldValues
 	sendOld bool
+	// oldsToo are the table nodes that send old values whenever this one
+	// must: a table join's two tables, as Kafka Streams' joins enable
+	// sending old values upstream when their result must send them.
+	oldsToo []*node
 }
 
 // oldValues is how a table node knows a key's previous value.
@@ -186,6 +190,9 @@ func (b *Builder) requireOldValues(n *node, user string) {
 		switch n.olds {
 		case ownOldValues:
 			n.sendOld = true
+			for _, t := range n.oldsToo {
+				b.offerOldValues(t)
+			}
 			return
 		case parentOldValues:
 			n.sendOld = true
@@ -195,6 +202,20 @@ func (b *Builder) requireOldValues(n *node, user string) {
 			return
 		}
 	}
+}
+
+// offerOldValues makes the table node n send old values as
+// requireOldValues does, if it can: a node that only follows Kafka
+// Streams more closely with them (a table join's side, which then knows
+// whether its table held the key) does without them from a table that
+// cannot send them (a windowed aggregation).
+func (b *Builder) offerOldValues(n *node) {
+	for m := n; m.olds != ownOldValues; m = m.parents[0] {
+		if m.olds != parentOldValues {
+			return
+		}
+	}
+	b.requireOldValues(n, "")
 }
 
 // label names the node in error messages.
@@ -221,8 +242,13 @@ type record struct {
 	// result (table joins, re-grouping) drop it; the others pass it on.
 	// Beside the other flags, it takes no room of its own.
 	notLatest bool
-	ts        time.Time
-	headers   []Header
+	// oldUnknown marks a table join side's tombstone sent without knowing
+	// whether its table held the key (its table sends no old values):
+	// the join's result drops it for a key the result does not hold.
+	// It takes no room of its own either.
+	oldUnknown bool
+	ts         time.Time
+	headers    []Header
 	// srcKey is the key's bytes as a source read them, set by the source
 	// and meaningful only to the source's own children: an aggregation
 	// reading a repartition topic, whose key serde is its store's, uses

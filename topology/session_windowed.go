@@ -2,7 +2,6 @@ package topology
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
@@ -166,6 +165,12 @@ func (p *sessionAggProc[K, V, A]) init(c *nodeInstance) error {
 	if p.ss, err = statestore.NewSessionStore(rw, p.wopts); err != nil {
 		return err
 	}
+	// A session's pending updates are held under its store key, so the
+	// flush reads whether the last commit left it in the store, as Kafka
+	// Streams' caching session store reads its underlying store for a
+	// tombstone: a session created and merged away within one interval
+	// goes out neither as a result nor as a tombstone.
+	p.updates.committed = readsCommitted(rw)
 	p.log.node = c.node.name
 	return p.clock.open(c, p.store, p.final, p.ss.ObservedTime)
 }
@@ -258,7 +263,7 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			}
 		}
 		if !p.final {
-			if err := p.updates.emit(c, sessionID(kb, s.win), record{key: Windowed[K]{Key: k, Window: s.win}, value: zero[A](), valueNull: true, ts: time.UnixMilli(s.win.End), headers: r.headers}); err != nil {
+			if err := p.updates.emit(c, statestore.SessionKey(kb, s.win.Start, s.win.End), record{key: Windowed[K]{Key: k, Window: s.win}, value: zero[A](), valueNull: true, ts: time.UnixMilli(s.win.End), headers: r.headers}); err != nil {
 				return err
 			}
 		}
@@ -272,14 +277,9 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return err
 	}
 	if !p.final {
-		return p.updates.emit(c, sessionID(kb, merged), record{key: Windowed[K]{Key: k, Window: merged}, value: agg, ts: time.UnixMilli(merged.End), headers: r.headers})
+		return p.updates.emit(c, statestore.SessionKey(kb, merged.Start, merged.End), record{key: Windowed[K]{Key: k, Window: merged}, value: agg, ts: time.UnixMilli(merged.End), headers: r.headers})
 	}
 	return p.clock.pending.add(p.w.CloseTime(merged), merged.Start, kb, merged.End)
-}
-
-func sessionID(kb []byte, w Window) []byte {
-	id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(w.End))
-	return binary.BigEndian.AppendUint64(id, uint64(w.Start))
 }
 
 // emit forwards the final result of a closed session. The pending entry's

@@ -457,6 +457,7 @@ func (p *tableProc[K, V]) init(c *nodeInstance) error {
 		return err
 	}
 	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
+	p.updates.committed = readsCommitted(rw)
 	if p.versioned {
 		p.versions, err = statestore.NewVersionedStore(rw, statestore.VersionedOptions{HistoryRetention: p.history})
 	}

@@ -9,11 +9,16 @@ import (
 // store (persistent and logged unless InMemory or WithoutLogging is given),
 // its values encoded with valueSerde, so it can be queried, and it is
 // updated on every update of either side: an update of l looks up r's
-// current value for the key, and the other way round. When a key's result
-// goes away (a tombstone on either side, or for Filter'ed tables a value
-// that stops passing) the result table deletes it and forwards a
-// tombstone; a side update that leaves the key absent from a result that
-// never held it forwards nothing.
+// current value for the key, and the other way round. As in Kafka
+// Streams, an update of one side forwards the key's new result, or a
+// tombstone when there is none (a tombstone on either side, or for
+// Filter'ed tables a value that stops passing), unless the other side
+// holds no value for the key and the join needs one (both sides of
+// JoinTables, the right side of LeftJoinTables), or neither side holds
+// one: so a side's tombstone goes out while the other side holds a value
+// even when the result never held the key. Under the record cache the
+// result store, like Kafka Streams' caching store, forwards no tombstone
+// of a key it held no value of at the last commit.
 //
 // l and r must be co-partitioned, as for a stream-table Join: the join
 // runs in the task of their partition, and the runtime checks their
@@ -87,16 +92,23 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	n.olds = ownOldValues
 	b.declareStore(b.tableStoreInfo(store, o), n.label())
 
+	lRule, rRule := needsOther, needsOther
+	switch op {
+	case "table-leftjoin":
+		lRule = keepsOwn
+	case "table-outerjoin":
+		lRule, rRule = keepsOwn, keepsOwn
+	}
 	rStores, rLookup := r.view()
 	left := b.addProcessor("", options{name: n.name + "-left", derived: true}, func() procImpl {
-		return &tableJoinSide[K, LV, RV]{lookup: rLookup, join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
+		return &tableJoinSide[K, LV, RV]{lookup: rLookup, rule: lRule, join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
 			return fn(lv, lok, rv, rok)
 		}}
 	}, l.n)
 	left.stores = rStores
 	lStores, lLookup := l.view()
 	right := b.addProcessor("", options{name: n.name + "-right", derived: true}, func() procImpl {
-		return &tableJoinSide[K, RV, LV]{lookup: lLookup, join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
+		return &tableJoinSide[K, RV, LV]{lookup: lLookup, rule: rRule, join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
 			return fn(lv, lok, rv, rok)
 		}}
 	}, r.n)
@@ -105,6 +117,16 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 		side.children = append(side.children, n)
 		n.parents = append(n.parents, side)
 	}
+	// As Kafka Streams' joins, a side that keeps its own keys reads its
+	// table's old values, and a result that must send old values makes
+	// both tables send theirs.
+	if lRule == keepsOwn {
+		b.offerOldValues(l.n)
+	}
+	if rRule == keepsOwn {
+		b.offerOldValues(r.n)
+	}
+	n.oldsToo = []*node{l.n, r.n}
 	ks := l.keySerde
 	n.newProc = func() (procImpl, error) {
 		return &tableJoinResult[K, VR]{store: store, keySerde: ks, valueSerde: vs}, nil
@@ -113,13 +135,35 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 }
 
 // tableJoinSide receives the updates of one side of a table-table join and
-// forwards the key's new result: its value, or a tombstone for none.
+// forwards the key's new result: its value, or a tombstone for none. It
+// follows Kafka Streams' KTableKTable*Join processors, which send nothing
+// for an update when the other side holds no value for its key and the
+// join needs one, or when neither side holds one, and otherwise send the
+// result even when it is a tombstone of a key the join never held (the
+// result node forwards what it is sent).
 type tableJoinSide[K, V, OV any] struct {
 	lookup tableLookup[K, OV]
 	get    func(K) (OV, int64, bool, error)
+	rule   sideRule
 	// join computes the result from this side's value and the other's.
 	join func(k K, v V, ok bool, ov OV, ook bool) (any, bool)
 }
+
+// sideRule is what a table join's side sends for an update of a key the
+// other side holds no value for.
+type sideRule int
+
+const (
+	// needsOther: nothing (the sides of an inner join and the right side
+	// of a left join: KTableKTableInnerJoin, KTableKTableRightJoin).
+	needsOther sideRule = iota
+	// keepsOwn: the update's result, but nothing for a tombstone of a
+	// key this side did not hold either (the left side of a left join
+	// and the sides of an outer join: KTableKTableLeftJoin,
+	// KTableKTableOuterJoin), which it learns from its table's old
+	// values (see offerOldValues).
+	keepsOwn
+)
 
 func (p *tableJoinSide[K, V, OV]) init(c *nodeInstance) error {
 	var err error
@@ -138,6 +182,9 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
+	if !ook && (p.rule == needsOther || r.valueNull && r.old != nil && r.old.null) {
+		return nil
+	}
 	v, ok := p.join(k, as[V](r.value), !r.valueNull, ov, ook)
 	// Stamped, as Kafka Streams stamps it, with the later of the update's
 	// time and the other side's value's.
@@ -146,13 +193,19 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 		ts = stamp(r.ts, max(r.ts.UnixMilli(), ots))
 	}
 	out := record{key: r.key, value: v, valueNull: !ok, ts: ts, headers: r.headers}
+	// Only a keepsOwn side whose table sends no old values (it cannot)
+	// sends a tombstone it is unsure of; the result decides by its own.
+	out.oldUnknown = !ok && !ook && r.old == nil
 	return c.forward(out)
 }
 
 func (p *tableJoinSide[K, V, OV]) close() error { return nil }
 
 // tableJoinResult keeps a table-table join's result in its store and
-// forwards the updates that change it.
+// forwards the updates its sides send, as Kafka Streams'
+// KTableKTableJoinMerger: a tombstone even for a key the result does not
+// hold, unless it holds its updates (the record cache), whose flush then
+// drops such a tombstone as Kafka Streams' caching store does.
 type tableJoinResult[K, VR any] struct {
 	store      string
 	keySerde   serde.Serde[K]
@@ -167,6 +220,7 @@ func (p *tableJoinResult[K, VR]) init(c *nodeInstance) error {
 		return err
 	}
 	p.kv = newTableStore(rw, p.keySerde, p.valueSerde, c.timestamped(p.store))
+	p.updates.committed = readsCommitted(rw)
 	return nil
 }
 
@@ -181,13 +235,16 @@ func (p *tableJoinResult[K, VR]) process(c *nodeInstance, r record) error {
 	}
 	if r.valueNull {
 		if old.null {
-			// Absent before and after: nothing changed.
-			return nil
-		}
-		if err := p.kv.rw.Delete(kb); err != nil {
+			// Absent before and after: a cached result with no update
+			// pending held nothing at the last flush either, so the
+			// flush would drop it.
+			if r.oldUnknown || c.holds() && !p.updates.holdsKey(kb) {
+				return nil
+			}
+		} else if err := p.kv.rw.Delete(kb); err != nil {
 			return err
 		}
-		r.value = zero[VR]()
+		r.value, r.oldUnknown = zero[VR](), false
 	} else if err := p.kv.putEncodedAt(kb, as[VR](r.value), r.ts.UnixMilli()); err != nil {
 		return err
 	}

@@ -103,6 +103,25 @@ type tableUpdates struct {
 	// allocation in an interface), a key's value would be boxed again for
 	// each record, though only its last box goes out.
 	values heldValues
+	// committed, when set, reads the table's store as of the last commit,
+	// beneath the writes of the pending updates: the flush asks it whether
+	// a key whose pending update is a tombstone without an old value held
+	// a value then.
+	committed committedReader
+}
+
+// committedReader is a store that reads beneath its uncommitted writes:
+// the runtime's record cache (cache.Store) and topologytest's stores under
+// Config.Commits. A task flushes its table updates just before it commits,
+// so at the flush the committed values are those of the last flush.
+type committedReader interface {
+	HasCommitted(key []byte) (bool, error)
+}
+
+// readsCommitted returns rw as a committedReader, or nil when it is none.
+func readsCommitted(rw statestore.ReadWriter) committedReader {
+	cr, _ := rw.(committedReader)
+	return cr
 }
 
 // heldValues holds a table node's pending values unboxed (see
@@ -136,7 +155,8 @@ func (b *valueBuf[A]) box(i int) any { return *b.vals.at(i) }
 func (b *valueBuf[A]) empty()        { b.vals.empty() }
 
 // pendingUpdate is a held update, with the cache's copy of its key when it
-// came through emitAt.
+// came through emitAt, or a copy of its key when it came through emit as a
+// tombstone (for the flush's committed read).
 type pendingUpdate struct {
 	r   record
 	key []byte
@@ -165,15 +185,22 @@ func (u *tableUpdates) emit(c *nodeInstance, key []byte, r record) error {
 	if i, ok := u.index[string(key)]; ok {
 		// Collapsed updates go out as one, from the value before the
 		// first to the latest.
-		p := &u.held.at(i).r
+		p := u.held.at(i)
 		if r.old != nil {
-			r.old = p.old
+			r.old = p.r.old
 		}
-		*p = r
+		p.r = r
+		if r.valueNull && p.key == nil {
+			p.key = bytes.Clone(key)
+		}
 		return nil
 	}
 	u.index[string(key)] = u.held.n
-	u.add(c, nil, r)
+	var kept []byte
+	if r.valueNull {
+		kept = bytes.Clone(key)
+	}
+	u.add(c, kept, r)
 	return nil
 }
 
@@ -321,14 +348,18 @@ func (u *tableUpdates) replace(c *nodeInstance, key []byte, value any, ts time.T
 
 // flush forwards the pending updates in the order their keys were first
 // updated, but for a tombstone of a key that held no value at the last
-// flush either (its old value, when sent, is none): as Kafka Streams'
-// caching stores at their flush, nothing downstream holds the key.
+// flush either: as Kafka Streams' caching stores at their flush, nothing
+// downstream holds the key. The old value, when sent, tells; otherwise the
+// store as of the last commit does (u.committed), read for tombstones only,
+// as Kafka Streams reads its underlying store for them.
 func (u *tableUpdates) flush(c *nodeInstance) error {
 	u.resetIndex(u.held.n)
 	if u.values == nil {
 		return u.held.drain(func(p *pendingUpdate) error {
-			if p.r.valueNull && p.r.old != nil && p.r.old.null {
-				return nil
+			if p.r.valueNull {
+				if held, err := u.heldAtLastFlush(p); err != nil || !held {
+					return err
+				}
 			}
 			return c.forward(p.r)
 		})
@@ -342,6 +373,19 @@ func (u *tableUpdates) flush(c *nodeInstance) error {
 		i++
 		return c.forward(p.r)
 	})
+}
+
+// heldAtLastFlush reports whether the key of p, a pending tombstone, held
+// a value at the last flush. Without an old value or a committed reader it
+// cannot tell, and says it did, so that the tombstone goes out.
+func (u *tableUpdates) heldAtLastFlush(p *pendingUpdate) (bool, error) {
+	if p.r.old != nil {
+		return !p.r.old.null, nil
+	}
+	if u.committed == nil || p.key == nil {
+		return true, nil
+	}
+	return u.committed.HasCommitted(p.key)
 }
 
 // maxRetainedUpdates bounds the index of pending updates a table keeps

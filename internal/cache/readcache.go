@@ -61,6 +61,21 @@ func (c *Store) GetCommitted(key []byte) ([]byte, bool, error) {
 	return c.getCommittedRLocked(key)
 }
 
+// HasCommitted reports whether the inner store holds key as of its last
+// Commit, from the read cache when it holds the key. Unlike GetCommitted it
+// copies and keeps nothing: a table's flush asks it about keys it is about
+// to delete, whose values nobody reads again.
+func (c *Store) HasCommitted(key []byte) (bool, error) {
+	c.mu.RLock()
+	_, ok := c.cleanGetLocked(key)
+	c.mu.RUnlock()
+	if ok {
+		return true, nil
+	}
+	_, found, err := c.inner.Get(key)
+	return found, err
+}
+
 // getCommittedRLocked is GetCommitted for a caller holding mu shared; it
 // releases mu.
 func (c *Store) getCommittedRLocked(key []byte) ([]byte, bool, error) {

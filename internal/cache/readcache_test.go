@@ -164,6 +164,33 @@ func TestGetCommitted(t *testing.T) {
 	require.Equal(t, "2", v)
 }
 
+// HasCommitted answers as GetCommitted does, from a kept entry without a
+// read, and keeps nothing it read.
+func TestHasCommitted(t *testing.T) {
+	c, inner := newReadCache(t, NewBudget(1<<20), "old", "1", "gone", "2")
+	has := func(key string) bool {
+		t.Helper()
+		found, err := c.HasCommitted([]byte(key))
+		require.NoError(t, err)
+		return found
+	}
+	put(t, c, "new", "dirty")
+	require.NoError(t, c.Delete([]byte("gone")))
+	require.False(t, has("new"), "a dirty value is not committed")
+	require.True(t, has("gone"), "a dirty delete is not committed")
+	require.EqualValues(t, 2, inner.gets.Load())
+	require.True(t, has("old"))
+	require.True(t, has("old"))
+	require.EqualValues(t, 4, inner.gets.Load(), "nothing read is kept")
+	get(t, c, "old")
+	require.EqualValues(t, 5, inner.gets.Load())
+	require.True(t, has("old"))
+	require.EqualValues(t, 5, inner.gets.Load(), "a kept entry answers")
+	require.NoError(t, c.Commit(1))
+	require.True(t, has("new"))
+	require.False(t, has("gone"))
+}
+
 func TestReadCacheDiscardKeepsCleanEntries(t *testing.T) {
 	c, inner := newReadCache(t, NewBudget(1<<20), "a", "committed")
 	get(t, c, "a")

@@ -227,3 +227,76 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkTableTombstones measures a table through the record cache whose
+// keys are all written in one commit interval, then each written again and
+// deleted in the next: every tombstone the flush forwards is first checked
+// against the store as of the last commit, the cost of dropping those of
+// keys written and deleted within one interval.
+func BenchmarkTableTombstones(b *testing.B) {
+	bld := topology.NewBuilder()
+	topology.Table(bld, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
+	topo, err := bld.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opened := 0
+	out := &sink{}
+	a, err := NewActive(Config{
+		ID: task.ID{}, AppID: "app", Topology: topo,
+		Changelog: func(s string) string { return "app-" + s + "-changelog" },
+		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
+			opened++
+			return statestore.NewMemory(), nil
+		},
+		Budget: cache.NewBudget(64 << 20),
+		Sender: out,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close(true)
+	if err := a.StartRestoring(); err != nil {
+		b.Fatal(err)
+	}
+	if err := a.Restored(); err != nil {
+		b.Fatal(err)
+	}
+	const keys = 1000
+	kb := make([][]byte, keys)
+	for i := range kb {
+		kb[i] = []byte("key-" + strconv.Itoa(i))
+	}
+	var off, n int64
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		// Rounds of 3,000 records: every key written, then every key
+		// written and deleted.
+		i := n % (3 * keys)
+		var value []byte
+		if i < keys || (i-keys)%2 == 0 {
+			value = []byte("v")
+		}
+		k := kb[i%keys]
+		if i >= keys {
+			k = kb[(i-keys)/2]
+		}
+		if err := a.Process(graph.InputRecord{Topic: "in", Offset: off, Key: k, Value: value, Timestamp: time.Unix(1, 0)}); err != nil {
+			b.Fatal(err)
+		}
+		off++
+		n++
+		if i == keys-1 || i == 3*keys-1 {
+			out.out = out.out[:0]
+			if err := a.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			a.PendingChangelog()
+			if err := a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+}

@@ -398,3 +398,42 @@ func TestActiveBeginCommitHandsOverGroupedStores(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(42), pos)
 }
+
+// Through the record cache, a table's tombstone goes out only for a key the
+// last commit left in its store, as Kafka Streams' caching store reads its
+// underlying store for a tombstone at its flush: a key written and deleted
+// within one interval sends nothing downstream.
+func TestTableDropsTombstoneOfKeyWrittenAndDeletedWithinInterval(t *testing.T) {
+	b := topology.NewBuilder()
+	topology.Table(b, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	opened := 0
+	a, out := newActive(t, topo, nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	off := int64(0)
+	pipe := func(key string, value []byte) {
+		t.Helper()
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: value, Timestamp: time.Unix(1, 0)}))
+		off++
+	}
+	commit := func() []string {
+		t.Helper()
+		out.out = nil
+		require.NoError(t, a.Flush())
+		require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+		var got []string
+		for _, r := range out.out {
+			got = append(got, fmt.Sprintf("%s=%s", r.Key, r.Value))
+		}
+		return got
+	}
+	pipe("kept", []byte("1"))
+	require.Equal(t, []string{"kept=1"}, commit())
+	pipe("kept", []byte("2"))
+	pipe("kept", nil)
+	pipe("new", []byte("3"))
+	pipe("new", nil)
+	require.Equal(t, []string{"kept="}, commit(), "only the key the store held goes out, as a tombstone")
+}

@@ -54,7 +54,9 @@ type Driver struct {
 	commits bool
 	now     time.Time
 	tasks   []graph.TaskGraph
-	stores  map[string]*memStore
+	// taskStores holds each task's stores, which its flush commits.
+	taskStores [][]*memStore
+	stores     map[string]*memStore
 	// timestamped names the stores of timestamped values (see Store).
 	timestamped map[string]bool
 	readers     map[string]int // full topic name -> sub-topology
@@ -88,7 +90,7 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 		outputs:     make(map[string][]graph.OutputRecord),
 	}
 	for _, gs := range graph.Of(topo).GlobalStores() {
-		s := newMemStore()
+		s := newMemStore(false)
 		d.stores[gs.Store.Name] = s
 		d.globals[gs.Topic] = s
 	}
@@ -96,8 +98,11 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 		for _, src := range st.Sources {
 			d.readers[src.FullName(d.app)] = st.ID
 		}
+		var own []*memStore
 		for _, s := range st.Stores {
-			d.stores[s.Name] = newMemStore()
+			ms := newMemStore(cfg.Commits)
+			d.stores[s.Name] = ms
+			own = append(own, ms)
 			if s.Timestamped {
 				d.timestamped[s.Name] = true
 			}
@@ -107,6 +112,7 @@ func New(topo *topology.Topology, cfg Config) (*Driver, error) {
 			return nil, errors.Join(err, d.Close())
 		}
 		d.tasks = append(d.tasks, g)
+		d.taskStores = append(d.taskStores, own)
 	}
 	return d, nil
 }
@@ -255,10 +261,13 @@ func (d *Driver) Commit() error {
 	// then has something to forward: one round per task reaches the end
 	// of the longest chain.
 	for range d.tasks {
-		for _, g := range d.tasks {
+		for i, g := range d.tasks {
 			if err := g.Flush(); err != nil {
 				d.queue = nil
 				return err
+			}
+			for _, s := range d.taskStores[i] {
+				s.commit()
 			}
 			if err := d.drain(); err != nil {
 				return err

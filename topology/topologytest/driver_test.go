@@ -40,7 +40,7 @@ func TestDriverBasics(t *testing.T) {
 }
 
 func TestMemStore(t *testing.T) {
-	s := newMemStore()
+	s := newMemStore(false)
 	require.Error(t, s.Put([]byte("k"), nil))
 	for _, k := range []string{"b", "a", "d", "c"} {
 		require.NoError(t, s.Put([]byte(k), []byte(k)))
@@ -59,4 +59,26 @@ func TestMemStore(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, []byte("a"), v)
+}
+
+// Under Config.Commits a store tells what the last commit left in it,
+// beneath the writes made since, as the runtime's record cache does.
+func TestMemStoreHasCommitted(t *testing.T) {
+	s := newMemStore(true)
+	require.NoError(t, s.Put([]byte("kept"), []byte("1")))
+	s.commit()
+	require.NoError(t, s.Put([]byte("kept"), []byte("2")))
+	require.NoError(t, s.Delete([]byte("kept")))
+	require.NoError(t, s.Put([]byte("new"), []byte("3")))
+	has := func(key string) bool {
+		t.Helper()
+		found, err := s.HasCommitted([]byte(key))
+		require.NoError(t, err)
+		return found
+	}
+	require.True(t, has("kept"))
+	require.False(t, has("new"))
+	s.commit()
+	require.False(t, has("kept"))
+	require.True(t, has("new"))
 }

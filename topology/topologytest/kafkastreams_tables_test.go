@@ -305,6 +305,65 @@ var ksTableOps = []ksScenario{
 		},
 	},
 	{
+		// The same puts without old values: Kafka Streams reads its
+		// underlying store for the tombstone, which holds nothing for
+		// a key written and deleted since the last flush.
+		name:    "CachingInMemoryKeyValueStoreTest.shouldNotForwardOldValuesWhenDisabled",
+		build:   cachedTable(false),
+		commits: true,
+		steps: []ksStep{
+			step(out("1 a @1"), in("1", "a", 1)),
+			step(out("1 b @2"), in("1", "b", 2)),
+			step(out("1 null @3"), in("1", ksNull, 3)),
+			step(nil, in("1", "a", 4), in("1", "b", 5), in("1", ksNull, 6)),
+		},
+	},
+	{
+		name:    "CachingInMemoryKeyValueStoreTest.shouldAvoidFlushingDeletionsWithoutDirtyKeys",
+		build:   cachedTable(false),
+		commits: true,
+		steps: []ksStep{
+			step(out("a 1 @1", "b 2 @2"), in("a", "1", 1), in("b", "2", 2)),
+			step(nil, in("key", "value", 3), in("key", ksNull, 4)),
+		},
+	},
+	{
+		// A materialized MapTableValues keeps its results in a caching
+		// store of its own; under a versioned table, which forwards every
+		// update at once, that store is what collapses a result written
+		// and deleted within one interval, and drops it at its flush.
+		name: "CachingKeyValueStore.putAndMaybeForward (materialized KTableMapValues of a versioned table)",
+		build: func(b *topology.Builder) {
+			t := topology.Table(b, "in", serde.String, serde.String, "in-store", topology.Versioned(time.Minute))
+			topology.MapTableValues(t, func(_, v string) string { return v + "!" }, topology.Materialized("mapped"), topology.TableValueSerde(serde.String)).
+				ToStream().To("out", serde.String, serde.String)
+		},
+		commits: true,
+		steps: []ksStep{
+			step(out("1 a! @1"), in("1", "a", 1)),
+			step(nil, in("2", "b", 2), in("2", ksNull, 3)),
+			step(out("1 null @4"), in("1", ksNull, 4), in("2", "c", 5), in("2", ksNull, 6)),
+		},
+	},
+	{
+		// The join's result store is a caching store too: joined and
+		// deleted again within one interval (the sides, versioned,
+		// forward each update at once), the key is not forwarded.
+		name: "CachingKeyValueStore.putAndMaybeForward (KTableKTableJoinMerger of versioned tables)",
+		build: func(b *topology.Builder) {
+			l := topology.Table(b, "left", serde.String, serde.String, "left-store", topology.Versioned(time.Minute))
+			r := topology.Table(b, "right", serde.String, serde.String, "right-store", topology.Versioned(time.Minute))
+			topology.JoinTables(l, r, func(lv, rv string) string { return lv + "+" + rv }, "joined", serde.String).
+				ToStream().To("out", serde.String, serde.String)
+		},
+		commits: true,
+		steps: []ksStep{
+			step(out("1 a+x @2"), left("1", "a", 1), right("1", "x", 2)),
+			step(nil, left("2", "b", 3), right("2", "y", 4), left("2", ksNull, 5)),
+			step(out("1 null @6"), left("1", ksNull, 6)),
+		},
+	},
+	{
 		// CachingKeyValueStore.putAndMaybeForward: a key absent from the
 		// store at its flush and deleted again is neither written nor
 		// forwarded.
