@@ -2,6 +2,8 @@ package statestore
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -110,4 +112,52 @@ func TestSharedBadgerAbsentKeysSkipTheRead(t *testing.T) {
 	require.True(t, found)
 	require.NoError(t, a.Close())
 	require.NoError(t, d.Close())
+}
+
+// Readers of a store whose filter grows under a writer find every key
+// written before their Get began.
+func TestBadgerAbsentKeysWhileWriting(t *testing.T) {
+	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
+	key := func(i int64) []byte { return fmt.Appendf(nil, "key-%07d", i) }
+	const batch, batches = 1000, 30
+	var written atomic.Int64
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	var readers sync.WaitGroup
+	for r := range 3 {
+		readers.Go(func() {
+			for i := int64(r); ; i += 7 {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				n := written.Load()
+				if n == 0 {
+					continue
+				}
+				k := key(i % n)
+				if _, found, err := s.Get(k); err != nil || !found {
+					errs <- fmt.Errorf("%s written before the Get: found %v, %v", k, found, err)
+					return
+				}
+			}
+		})
+	}
+	for b := range int64(batches) {
+		es := make([]Entry, batch)
+		for j := range es {
+			es[j] = Entry{Key: key(b*batch + int64(j)), Value: []byte("v")}
+		}
+		require.NoError(t, s.Write(es, b+1))
+		written.Store((b + 1) * batch)
+	}
+	close(done)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Greater(t, len(*s.(*badgerStore).absent.Load().layers.Load()), 1, "the filter grew meanwhile")
 }
