@@ -378,6 +378,11 @@ type badgerStore struct {
 	// operations in flight, and later ones see ErrClosed or the new db.
 	mu     sync.RWMutex
 	closed bool
+	// absent, when set, has been shown every key the store holds (see
+	// keyFilter): a Get of a key it does not pass finds nothing without
+	// reading badger. Set by load for a store that holds no key, and by a
+	// Reset; a store opened on keys has none.
+	absent atomic.Pointer[keyFilter]
 	// position mirrors the position record, so Position needs no read.
 	position atomic.Int64
 	// torn mirrors the torn-write marker: the position the store must
@@ -598,6 +603,9 @@ func (s *badgerStore) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer s.exit()
+	if f := s.absent.Load(); f != nil && !f.mayHave(key) {
+		return nil, false, nil
+	}
 	r := s.reader()
 	v, found, err := getIn(r.txn, s.keys, key)
 	s.done(r)
@@ -634,6 +642,9 @@ func (s *badgerStore) update(e Entry) error {
 	}
 	s.beginChange()
 	defer s.endChange()
+	if f := s.absent.Load(); f != nil {
+		f.add([]Entry{e})
+	}
 	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := s.check(e); err != nil {
 			return &EntryError{Index: 0, Err: err}
@@ -747,8 +758,13 @@ func (s *badgerStore) writeOps(ops []op, position int64) error {
 
 // plan turns a batch into badger ops. Short keys, nearly always all of
 // them, get their namespaced keys from one allocation; long keys go
-// through a planner, which reads their slots.
+// through a planner, which reads their slots. Every write of a batch plans
+// it first, so plan shows the batch's keys to the store's filter, before
+// badger holds them.
 func (s *badgerStore) plan(entries []Entry) ([]op, error) {
+	if f := s.absent.Load(); f != nil {
+		f.add(entries)
+	}
 	n, ns, maxRaw := 0, s.keys.ns, s.keys.maxRaw()
 	for _, e := range entries {
 		if len(e.Key) <= maxRaw {
@@ -1219,7 +1235,21 @@ func (s *badgerStore) load() error {
 		return err
 	}
 	s.torn.Store(torn)
+	s.absent.Store(nil)
+	if s.empty() {
+		s.absent.Store(newKeyFilter())
+	}
 	return nil
+}
+
+// empty reports whether the store holds no key, as a new or reset one.
+func (s *badgerStore) empty() bool {
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: s.keys.users()})
+	defer it.Close()
+	it.Rewind()
+	return !it.Valid()
 }
 
 // breakLocked leaves the store closed after a Reset that lost its DB.

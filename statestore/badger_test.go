@@ -284,10 +284,14 @@ func TestBadgerLongKeySlotCollision(t *testing.T) {
 // unslotted in an existing store: it is read, listed and counted, and
 // writing or deleting it moves or removes it.
 func TestBadgerLegacyLongestKey(t *testing.T) {
-	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
-	bs := s.(*badgerStore)
+	dir := t.TempDir()
+	s := openTestBadger(t, dir, testBadgerOptions())
 	k := bytes.Repeat([]byte("q"), legacyRawKey)
-	require.NoError(t, bs.db.Update(func(txn *badger.Txn) error { return txn.Set(ownKeys.user(k), []byte("old")) }))
+	require.NoError(t, s.(*badgerStore).db.Update(func(txn *badger.Txn) error { return txn.Set(ownKeys.user(k), []byte("old")) }))
+	// An older binary left the key: the store is opened on it.
+	require.NoError(t, s.Close())
+	s = openTestBadger(t, dir, testBadgerOptions())
+	bs := s.(*badgerStore)
 	v, found, err := s.Get(k)
 	require.NoError(t, err)
 	require.True(t, found)

@@ -466,6 +466,7 @@ func (d *SharedBadger) reset(s *badgerStore) error {
 		d.ids[s.name] = id
 		d.dropping = append(d.dropping, old)
 		s.keys = newKeyspace(storeNS(id))
+		s.absent.Store(newKeyFilter())
 		s.position.Store(NoPosition)
 		s.torn.Store(NoPosition)
 		s.failed.Store(nil)

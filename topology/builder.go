@@ -324,6 +324,10 @@ func addSource[K, V any](b *Builder, topic TopicRef, ks serde.Serde[K], vs serde
 		n.decode = decodeStrings
 		return n
 	}
+	if isBytesSerde(ks) && isBytesSerde(vs) {
+		n.decode = decodeBytes
+		return n
+	}
 	n.decode = func(in graph.InputRecord) (record, error) {
 		r := record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key}
 		var err error
@@ -404,6 +408,29 @@ func decodeStrings(in graph.InputRecord) (record, error) {
 	return r, nil
 }
 
+// decodeBytes is a source's decode when key and value are both
+// serde.Bytes: the copies serde.Bytes.Decode makes of them, in one
+// allocation. The key's copy is capped at its length, so an append to it
+// cannot reach the value.
+func decodeBytes(in graph.InputRecord) (record, error) {
+	r := record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key}
+	buf := make([]byte, len(in.Key)+len(in.Value))
+	n := copy(buf, in.Key)
+	copy(buf[n:], in.Value)
+	r.key, r.keyNull = decodedBytes(in.Key, buf[:n:n])
+	r.value, r.valueNull = decodedBytes(in.Value, buf[n:])
+	return r, nil
+}
+
+// decodedBytes is what a source holds for in, given its copy: as
+// serde.Bytes.Decode, nil for an empty input, and null for a nil one.
+func decodedBytes(in, copied []byte) (v any, null bool) {
+	if len(in) == 0 {
+		return []byte(nil), in == nil
+	}
+	return copied, false
+}
+
 // decodeKeyOnly is a repartition source's decode for aggregations that
 // read only the key's bytes (keyOnlyDecode): the word count's Count needs
 // a word's bytes as its store key and nothing else, and a word decoded
@@ -427,9 +454,10 @@ func keyOnlyDecode[K, V any](topic string, ks serde.Serde[K], vs serde.Serde[V])
 // infallibleDecode reports whether s is a serde whose Decode never fails:
 // serde.String or serde.Bytes.
 func infallibleDecode[T any](s serde.Serde[T]) bool {
-	if isStringSerde(s) {
-		return true
-	}
+	return isStringSerde(s) || isBytesSerde(s)
+}
+
+func isBytesSerde[T any](s serde.Serde[T]) bool {
 	bs, ok := any(s).(serde.Serde[[]byte])
 	return ok && bs == serde.Bytes
 }

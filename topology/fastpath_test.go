@@ -64,6 +64,51 @@ func TestStringFastPathsMatchGeneric(t *testing.T) {
 	}
 }
 
+// A source of serde.Bytes keys and values decodes them as the generic
+// path through serde.Bytes does, Kafka nulls and empty slices included,
+// with one copy for both: appending to the key leaves the value alone, and
+// nothing written to them reaches the input.
+func TestBytesSourceMatchesGeneric(t *testing.T) {
+	b := NewBuilder()
+	src := addSource(b, TopicRef{Name: "s"}, serde.Bytes, serde.Bytes, options{})
+	wrapped := serde.Funcs[[]byte]{EncodeFn: serde.Bytes.Encode, DecodeFn: serde.Bytes.Decode}
+	gsrc := addSource(b, TopicRef{Name: "g"}, wrapped, wrapped, options{})
+	for name, c := range map[string]struct{ key, value []byte }{
+		"both null":   {nil, nil},
+		"null key":    {nil, []byte("v")},
+		"null value":  {[]byte("k"), nil},
+		"empty key":   {[]byte{}, []byte("v")},
+		"both empty":  {[]byte{}, []byte{}},
+		"empty value": {[]byte("k"), []byte{}},
+		"different":   {[]byte("key"), []byte("a value")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := graph.InputRecord{Topic: "s", Key: c.key, Value: c.value}
+			got, err := src.decode(in)
+			require.NoError(t, err)
+			want, err := gsrc.decode(in)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+			require.Equal(t, want.key == nil, got.key == nil)
+			k, v := got.key.([]byte), got.value.([]byte)
+			if len(k) > 0 {
+				_ = append(k, 'x')
+				k[0]++
+				require.Equal(t, want.value, got.value, "the key reaches into the value")
+				require.Equal(t, c.key[0]+1, k[0])
+				require.NotEqual(t, c.key[0], k[0], "the key is the input's")
+			}
+			if len(v) > 0 {
+				v[0]++
+				require.NotEqual(t, c.value[0], v[0], "the value is the input's")
+			}
+		})
+	}
+	in := graph.InputRecord{Topic: "s", Key: []byte("key"), Value: []byte("value")}
+	generic := testing.AllocsPerRun(100, func() { _, _ = gsrc.decode(in) })
+	require.Equal(t, generic-1, testing.AllocsPerRun(100, func() { _, _ = src.decode(in) }), "one copy for key and value")
+}
+
 func TestBoxReusesIdenticalStrings(t *testing.T) {
 	s := "hello world"
 	boxed := any(s)

@@ -256,6 +256,35 @@ func BenchmarkCountTask(b *testing.B) {
 	}
 }
 
+// BenchmarkCountNewBytesKeysTask is BenchmarkCountTask over serde.Bytes
+// keys and values, every record a key the task has not seen, as eddybench
+// (m) counts them.
+func BenchmarkCountNewBytesKeysTask(b *testing.B) {
+	bld := topology.NewBuilder()
+	topology.Stream(bld, "in", serde.Bytes, serde.Bytes).GroupByKey(serde.Bytes, serde.Bytes).
+		Count("c").ToStream().To("out", serde.Bytes, serde.Int64)
+	topo, err := bld.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newFakeEnv(0)
+	g, err := graph.Of(topo).NewTaskGraph(0, e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := make([]byte, 0, 20)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e.sent = e.sent[:0]
+		key = strconv.AppendInt(append(key[:0], "key-"...), int64(i), 10)
+		if err := g.Process(graph.InputRecord{Topic: "in", Key: key, Value: []byte("x"), Timestamp: time.Unix(1, 0)}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
 // bufferingEnv buffers table updates until Flush, as the runtime does with
 // its record cache on.
 type bufferingEnv struct{ *fakeEnv }

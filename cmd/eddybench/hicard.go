@@ -15,6 +15,7 @@ import (
 
 	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -131,8 +132,8 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 		"             ToStream → %s. Timed from its first record until the group's committed offsets reach\n"+
 		"             the input's end (the runtime commits only after stores and outputs hold the records).\n",
 		wcLinger, wcCommitPeriod, cfg.threads, hcStore, hcEddyOut)
-	fmt.Fprintf(cfg.out, "  floor    = informational, not a target: one kgo group client and %d badger DBs opened with the\n"+
-		"             store's options; per record Set key→count in its partition's WriteBatch, produce one\n"+
+	fmt.Fprintf(cfg.out, "  floor    = informational, not a target: one kgo group client and badger laid out as the stores are\n"+
+		"             (--store-layout %s, %d partitions); per record Set key→count in its partition's WriteBatch, produce one\n"+
 		"             changelog record and one output record; every %s and at the end flush the WriteBatches\n"+
 		"             and the producer, then commit. No read of the key's old count, no cache, no position\n"+
 		"             record. Timed like the baseline.\n"+
@@ -140,7 +141,7 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 		"             (one record in, a changelog record and an output record out); no durable store can beat it.\n"+
 		"  eddy, in-memory store = informational: eddy's topology with Count(%q, InMemory()): changelogged\n"+
 		"             like the badger store and restored from its changelog on every start, no local files.\n",
-		cfg.tasks, wcCommitPeriod, hcStore)
+		cfg.layout, cfg.tasks, wcCommitPeriod, hcStore)
 	return []row{
 		ratioRow("(m) count, distinct keys", "records/s", eddys, bases, 0.35),
 		infoRow("(m) info: floor loop vs baseline", "records/s", spread{rate(n, floor)}, bases),
@@ -153,10 +154,13 @@ func benchHighCardinality(ctx context.Context, cfg *config) ([]row, error) {
 // runFloor is the informational floor of (m): the least any design with a
 // durable local store and a changelog must do per record. It consumes the
 // input with a group of its own; per record it sets the key in a badger
-// WriteBatch of the record's partition's DB and produces one changelog
-// record and one output record; periodically, and at the end, it flushes
-// the WriteBatches and the producer and commits. It returns the time from
-// the first record to the final commit. Without withStore it opens no
+// WriteBatch of the record's partition and produces one changelog record
+// and one output record; periodically, and at the end, it flushes the
+// WriteBatches and the producer and commits. The partitions' keys go to one
+// DB opened with the shared layout's options, each under a prefix of its
+// own, or with --store-layout per-store to a DB per partition opened with
+// a store's options, as Eddy's stores are laid out. It returns the time
+// from the first record to the final commit. Without withStore it opens no
 // badger DB and writes nothing locally: what is left is the Kafka traffic a
 // changelogged count cannot avoid.
 func runFloor(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string, n int64, withStore bool) (time.Duration, error) {
@@ -168,14 +172,20 @@ func runFloor(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	opts, err := storeBadgerOptions(filepath.Join(dir, "probe"))
+	shared := cfg.layout != runtime.StoreLayoutPerStore
+	bo := statestore.DefaultBadgerOptions()
+	if shared {
+		bo = statestore.DefaultSharedBadgerOptions()
+	}
+	opts, err := badgerOptionsOf(bo, filepath.Join(dir, "probe"))
 	if err != nil {
 		return 0, err
 	}
+	// dbs[p] is partition p's DB: one for all of them when shared.
 	dbs := make([]*badger.DB, cfg.tasks)
 	defer func() {
-		for _, db := range dbs {
-			if db != nil {
+		for i, db := range dbs {
+			if db != nil && (i == 0 || !shared) {
 				db.Close()
 			}
 		}
@@ -183,6 +193,10 @@ func runFloor(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string
 	for i := range dbs {
 		if !withStore {
 			break
+		}
+		if shared && i > 0 {
+			dbs[i] = dbs[0]
+			continue
 		}
 		d := filepath.Join(dir, fmt.Sprintf(hcFloorStores, i))
 		if dbs[i], err = badger.Open(opts.WithDir(d).WithValueDir(d)); err != nil {
@@ -237,7 +251,12 @@ func runFloor(ctx context.Context, cfg *config, adm *kadm.Client, addrs []string
 				}
 				// The WriteBatch keeps the key until it commits; the
 				// fetched record is never reused.
-				if err := wb.Set(r.Key, count); err != nil && setErr == nil {
+				key := r.Key
+				if shared {
+					key = binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(r.Key)), uint32(r.Partition))
+					key = append(key, r.Key...)
+				}
+				if err := wb.Set(key, count); err != nil && setErr == nil {
 					setErr = err
 				}
 			}

@@ -115,9 +115,14 @@ func profile(dir, name string) (stop func(), err error) {
 			_ = pprof.Lookup("block").WriteTo(bf, 0)
 			bf.Close()
 		}
-		// Block events accumulate over the process's life, so a later
-		// phase's file includes earlier phases too: read it focused on
-		// the phase's own goroutines (e.g. -focus 'thread\).iteration').
+		// Allocations, like block events, accumulate over the process's
+		// life, so a later phase's file includes earlier phases too: read
+		// it against the previous phase's (pprof -base) or focused on the
+		// phase's own goroutines (e.g. -focus 'thread\).iteration').
+		if af, err := os.Create(filepath.Join(dir, name+"-allocs.pprof")); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(af, 0)
+			af.Close()
+		}
 		runtime.SetBlockProfileRate(0)
 	}, nil
 }

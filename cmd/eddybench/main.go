@@ -392,8 +392,18 @@ func fmtNum(v float64) string {
 // against a minimum ratio of their medians.
 func ratioRow(name, unit string, eddy, base spread, min float64) row {
 	r := infoRow(name, unit, eddy, base)
-	r.target, r.hasCheck, r.pass = fmt.Sprintf("≥ %.1f×", min), true, r.base > 0 && r.eddy/r.base >= min
+	r.target, r.hasCheck, r.pass = "≥ "+fmtRatio(min)+"×", true, r.base > 0 && r.eddy/r.base >= min
 	return r
+}
+
+// fmtRatio prints a target ratio with as many decimals as it has, at least
+// one: 0.35 is not 0.3.
+func fmtRatio(v float64) string {
+	s := strconv.FormatFloat(v, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
 }
 
 // infoRow builds an unchecked row of one side's runs against another's.

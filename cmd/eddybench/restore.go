@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -172,14 +171,7 @@ func bareBadgerWrite(dir string, entries []statestore.Entry) (time.Duration, err
 // default options. They are captured through the Tune hook rather than
 // rebuilt here, so the baseline cannot drift from the store's settings.
 func storeBadgerOptions(probeDir string) (badger.Options, error) {
-	var got badger.Options
-	bo := statestore.DefaultBadgerOptions()
-	bo.Tune = func(o badger.Options) badger.Options { got = o; return o }
-	s, err := statestore.OpenBadger(probeDir, bo)
-	if err != nil {
-		return got, err
-	}
-	return got, errors.Join(s.Close(), statestore.DestroyBadger(probeDir))
+	return badgerOptionsOf(statestore.DefaultBadgerOptions(), probeDir)
 }
 
 // loadAppChangelog fills the changelog of restoreWithApp's Count store

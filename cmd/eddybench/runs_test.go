@@ -66,3 +66,11 @@ func TestSpread(t *testing.T) {
 	lo, hi := spread{4, 1, 3, 2}.bounds()
 	require.Equal(t, [2]float64{1, 4}, [2]float64{lo, hi})
 }
+
+func TestTargetRatioKeepsItsDecimals(t *testing.T) {
+	for v, want := range map[float64]string{0.35: "≥ 0.35×", 1: "≥ 1.0×", 0.7: "≥ 0.7×"} {
+		if got := ratioRow("x", "u", spread{1}, spread{1}, v).target; got != want {
+			t.Errorf("target %v printed %q, want %q", v, got, want)
+		}
+	}
+}
