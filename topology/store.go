@@ -137,11 +137,23 @@ func (s *KeyValueStore[K, V]) prior(kb []byte) (*prior, error) {
 // priorPresence is prior for a reader of the old value's presence alone:
 // it neither decodes nor keeps the value (see node.fullOld).
 func (s *KeyValueStore[K, V]) priorPresence(kb []byte) (*prior, error) {
-	_, found, err := s.rw.Get(kb)
+	var found bool
+	var err error
+	if h, ok := s.rw.(keyChecker); ok {
+		found, err = h.Has(kb)
+	} else {
+		_, found, err = s.rw.Get(kb)
+	}
 	if err != nil || !found {
 		return absent, err
 	}
 	return present, nil
+}
+
+// keyChecker is a store that tells whether it holds a key without copying
+// its value, as the runtime's record cache (cache.Store) does.
+type keyChecker interface {
+	Has(key []byte) (bool, error)
 }
 
 // absent and present are the old values that say only whether the table

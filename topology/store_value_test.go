@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/eddystreams/eddy/serde"
@@ -59,4 +60,25 @@ func TestPriorPresence(t *testing.T) {
 	p, err = kv.prior([]byte("k"))
 	require.NoError(t, err)
 	require.Equal(t, &prior{value: "v"}, p)
+}
+
+// hasStore answers Has alone: its Get fails.
+type hasStore struct {
+	statestore.ReadWriter
+	keys map[string]bool
+}
+
+func (s hasStore) Has(k []byte) (bool, error)         { return s.keys[string(k)], nil }
+func (s hasStore) Get(k []byte) ([]byte, bool, error) { return nil, false, errors.New("Get called") }
+
+// A store that tells whether it holds a key without copying the value (the
+// record cache) is asked that rather than read.
+func TestPriorPresenceAsksHas(t *testing.T) {
+	kv := newTableStore(hasStore{keys: map[string]bool{"k": true}}, serde.String, serde.String, true)
+	p, err := kv.priorPresence([]byte("k"))
+	require.NoError(t, err)
+	require.False(t, p.null)
+	p, err = kv.priorPresence([]byte("other"))
+	require.NoError(t, err)
+	require.True(t, p.null)
 }
