@@ -163,6 +163,11 @@ type node struct {
 	// each update; sendOld, set by requireOldValues, says it must.
 	olds    oldValues
 	sendOld bool
+	// fullOld, with sendOld, says a node downstream reads the old values'
+	// contents; without it, each old value need only say whether the
+	// table held the key (all a table join's side asks), which a table
+	// reading its own store tells without decoding the value.
+	fullOld bool
 	// oldsToo are the table nodes that send old values whenever this one
 	// must: a table join's two tables, as Kafka Streams' joins enable
 	// sending old values upstream when their result must send them.
@@ -186,7 +191,17 @@ const (
 // to retract it. user names the node that needs them, for the error when n
 // cannot.
 func (b *Builder) requireOldValues(n *node, user string) {
+	b.sendOldValues(n, user, true)
+}
+
+// sendOldValues is requireOldValues, full saying whether n's old values
+// must carry their contents (see node.fullOld). A node that computes its
+// old values from its parent's needs the parent's in full whatever its
+// own readers need, since the operator decides whether it held the key.
+func (b *Builder) sendOldValues(n *node, user string, full bool) {
 	for {
+		n.fullOld = n.fullOld || full
+		full = true
 		switch n.olds {
 		case ownOldValues:
 			n.sendOld = true
@@ -215,7 +230,7 @@ func (b *Builder) offerOldValues(n *node) {
 			return
 		}
 	}
-	b.requireOldValues(n, "")
+	b.sendOldValues(n, "", false)
 }
 
 // label names the node in error messages.

@@ -1,7 +1,9 @@
 package topology
 
 import (
+	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
@@ -126,11 +128,42 @@ func (s *KeyValueStore[K, V]) getAt(k K) (V, int64, bool, error) {
 // prior returns the value stored under kb as a table update's old value.
 func (s *KeyValueStore[K, V]) prior(kb []byte) (*prior, error) {
 	v, found, err := s.getEncoded(kb)
-	if err != nil {
-		return nil, err
+	if err != nil || !found {
+		return absent, err
 	}
-	return &prior{value: v, null: !found}, nil
+	return &prior{value: v, null: false}, nil
 }
+
+// priorPresence is prior for a reader of the old value's presence alone:
+// it neither decodes nor keeps the value (see node.fullOld).
+func (s *KeyValueStore[K, V]) priorPresence(kb []byte) (*prior, error) {
+	var found bool
+	var err error
+	if h, ok := s.rw.(keyChecker); ok {
+		found, err = h.Has(kb)
+	} else {
+		_, found, err = s.rw.Get(kb)
+	}
+	if err != nil || !found {
+		return absent, err
+	}
+	return present, nil
+}
+
+// keyChecker is a store that tells whether it holds a key without copying
+// its value, as the runtime's record cache (cache.Store) does.
+type keyChecker interface {
+	Has(key []byte) (bool, error)
+}
+
+// absent and present are the old values that say only whether the table
+// held the key, shared since no prior is modified once made: absent
+// stands for every key a table did not hold, present (its value unset)
+// for a held key whose value no reader needs.
+var (
+	absent  = &prior{null: true}
+	present = &prior{}
+)
 
 func (s *KeyValueStore[K, V]) decodeValue(vb []byte) (V, error) {
 	v, err := s.valueSerde.Decode(vb)
@@ -177,6 +210,11 @@ func (s *KeyValueStore[K, V]) putEncoded(kb []byte, v V) error {
 // putEncodedAt is putEncoded of a value with timestamp ts, which a store
 // not timestamped drops.
 func (s *KeyValueStore[K, V]) putEncodedAt(kb []byte, v V, ts int64) error {
+	if s.timestamped {
+		if vb, ok := appendBuiltin(s.valueSerde, v, ts); ok {
+			return s.rw.Put(kb, vb)
+		}
+	}
 	vb, err := s.encodeValue(v)
 	if err != nil {
 		return err
@@ -185,6 +223,31 @@ func (s *KeyValueStore[K, V]) putEncodedAt(kb []byte, v V, ts int64) error {
 		vb = statestore.AppendTimestamped(nil, ts, vb)
 	}
 	return s.rw.Put(kb, vb)
+}
+
+// appendBuiltin returns the timestamped value of v for a value serde of
+// package serde whose encoding it knows (String, Bytes, Int64), made in
+// one allocation rather than one for the encoding and one for the
+// timestamped copy. It reports false for any other serde, and for a nil
+// []byte, which encodeValue refuses.
+func appendBuiltin[V any](vs serde.Serde[V], v V, ts int64) ([]byte, bool) {
+	switch x := any(v).(type) {
+	case string:
+		if any(vs) == any(serde.String) {
+			return statestore.AppendTimestamped(nil, ts, unsafe.Slice(unsafe.StringData(x), len(x))), true
+		}
+	case []byte:
+		if x != nil && any(vs) == any(serde.Bytes) {
+			return statestore.AppendTimestamped(nil, ts, x), true
+		}
+	case int64:
+		if any(vs) == any(serde.Int64) {
+			var b [8]byte
+			binary.BigEndian.PutUint64(b[:], uint64(x))
+			return statestore.AppendTimestamped(nil, ts, b[:]), true
+		}
+	}
+	return nil, false
 }
 
 // Delete removes k. Deleting an absent key is not an error.

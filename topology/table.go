@@ -479,10 +479,13 @@ func (p *tableProc[K, V]) process(c *nodeInstance, r record) error {
 	if p.versions != nil {
 		return p.processVersioned(c, kb, r)
 	}
-	if c.node.sendOld {
-		if r.old, err = p.kv.prior(kb); err != nil {
-			return err
-		}
+	if c.node.sendOld && c.node.fullOld {
+		r.old, err = p.kv.prior(kb)
+	} else if c.node.sendOld {
+		r.old, err = p.kv.priorPresence(kb)
+	}
+	if err != nil {
+		return err
 	}
 	if skip, err := p.updates.unheldTombstone(c, p.kv.rw, kb, r); skip || err != nil {
 		return err

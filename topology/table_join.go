@@ -229,7 +229,14 @@ func (p *tableJoinResult[K, VR]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	old, err := p.kv.prior(kb)
+	// Only a result that sends old values needs the value; otherwise
+	// whether it held the key decides.
+	var old *prior
+	if c.node.sendOld {
+		old, err = p.kv.prior(kb)
+	} else {
+		old, err = p.kv.priorPresence(kb)
+	}
 	if err != nil {
 		return err
 	}

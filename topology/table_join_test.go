@@ -441,3 +441,46 @@ func TestLeftJoinOfTableWithoutOldValues(t *testing.T) {
 	}
 	require.Equal(t, []string{"a@[0,0]=1+", "a@[0,0]=", "a@[0,5]=2+"}, got)
 }
+
+// A table that is a left join's left side and is also grouped sends its
+// old values in full, whichever was built first: the grouping retracts
+// them, and the join's side still learns whether the table held a key.
+func TestLeftJoinedTableAlsoGrouped(t *testing.T) {
+	for _, joinFirst := range []bool{true, false} {
+		t.Run(strconv.FormatBool(joinFirst), func(t *testing.T) {
+			b := topology.NewBuilder()
+			l := topology.Table(b, "left", serde.String, serde.String, "left-store")
+			r := topology.Table(b, "right", serde.String, serde.String, "right-store")
+			join := func() {
+				tableJoinKinds[1].join(l, r, "joined-store").ToStream().To("joined", serde.String, serde.String)
+			}
+			group := func() {
+				topology.GroupTableBy(l, func(k, v string) (string, string) { return v, k }, "by-value", serde.String, serde.String).
+					Count("counts").ToStream().To("counts", serde.String, serde.Int64)
+			}
+			if joinFirst {
+				join()
+				group()
+			} else {
+				group()
+				join()
+			}
+			d, _ := start(t, b)
+			in := strIn(d, "left")
+			require.NoError(t, in.Pipe("a", "x"))
+			require.NoError(t, in.Pipe("b", "x"))
+			require.NoError(t, in.Pipe("a", "y"))
+			require.NoError(t, in.PipeTombstone("a"))
+			require.NoError(t, in.PipeTombstone("a"))
+			require.NoError(t, in.Pipe("c", "y"))
+			require.Equal(t, []update{
+				{"a", ptr("x+-")}, {"b", ptr("x+-")}, {"a", ptr("y+-")}, {key: "a"}, {"c", ptr("y+-")},
+			}, readUpdates(d, "joined"))
+			last := map[string]int64{}
+			for _, kv := range readKVs(t, d, "counts", serde.String, serde.Int64) {
+				last[kv.Key] = kv.Value
+			}
+			require.Equal(t, map[string]int64{"x": 1, "y": 1}, last)
+		})
+	}
+}

@@ -76,6 +76,20 @@ func (c *Store) HasCommitted(key []byte) (bool, error) {
 	return found, err
 }
 
+// Has reports whether key holds a value, dirty or committed, copying
+// nothing: a table that needs only whether it held a key (an old value
+// offered to a join) asks it instead of Get, which copies the value.
+func (c *Store) Has(key []byte) (bool, error) {
+	c.mu.RLock()
+	if i, ok := c.index[string(key)]; ok {
+		found := c.entries[i].Value != nil
+		c.mu.RUnlock()
+		return found, nil
+	}
+	c.mu.RUnlock()
+	return c.HasCommitted(key)
+}
+
 // getCommittedRLocked is GetCommitted for a caller holding mu shared; it
 // releases mu.
 func (c *Store) getCommittedRLocked(key []byte) ([]byte, bool, error) {

@@ -191,6 +191,29 @@ func TestHasCommitted(t *testing.T) {
 	require.False(t, has("gone"))
 }
 
+// Has answers as Get does, dirty values and deletes first, reading the
+// inner store only for a key without a dirty entry.
+func TestHas(t *testing.T) {
+	c, inner := newReadCache(t, NewBudget(1<<20), "old", "1", "gone", "2")
+	has := func(key string) bool {
+		t.Helper()
+		found, err := c.Has([]byte(key))
+		require.NoError(t, err)
+		return found
+	}
+	put(t, c, "new", "dirty")
+	require.NoError(t, c.Delete([]byte("gone")))
+	require.True(t, has("new"))
+	require.False(t, has("gone"))
+	require.EqualValues(t, 0, inner.gets.Load(), "a dirty entry answers")
+	require.True(t, has("old"))
+	require.False(t, has("never"))
+	require.EqualValues(t, 2, inner.gets.Load())
+	require.NoError(t, c.Commit(1))
+	require.True(t, has("new"))
+	require.False(t, has("gone"))
+}
+
 func TestReadCacheDiscardKeepsCleanEntries(t *testing.T) {
 	c, inner := newReadCache(t, NewBudget(1<<20), "a", "committed")
 	get(t, c, "a")
