@@ -170,9 +170,10 @@ type Input struct {
 	// does not fill it yet: the runtime has to pass leader racks in.
 	TaskRacks map[task.ID][]string
 	// Target is optionally the previous round's Output.Target. Assign
-	// heads for it again while it still fits the group (see Target), so
-	// that a migration's probing rounds work towards one placement.
-	// Pass it only from the round just before, with no event between.
+	// heads for it again while it names every stateful task on clients of
+	// the group and a target computed anew is not closer to balance, so
+	// that a migration's probing rounds work towards one placement. Pass
+	// it only from the round just before, with no event between.
 	Target Target
 }
 

@@ -21,9 +21,9 @@ import (
 //     and caught-up target clients hold the task's replicas before any
 //     other);
 //   - the next round's input carries the target (Input.Target), and with no
-//     event between the two rounds Assign keeps it: the clients, tasks and
-//     capacities are the same, so it fits the group as well as a target
-//     computed anew;
+//     event between the two rounds Assign keeps it unless a target computed
+//     anew is closer to balance; as each change of target is to one closer
+//     to balance, there are finitely many, and in the simulation none;
 //   - a caught-up target replica therefore keeps its client caught up into
 //     the next round, so no term of Φ comes back;
 //   - each target replica that is not caught up either restores this round
@@ -32,8 +32,8 @@ import (
 //     target's replicas first); a replica that restored or warmed up is
 //     caught up in the next round.
 //
-// So the group settles within Φ ≤ stateful tasks × (1+standbys) rounds of
-// an event's first, half of Kafka Streams' bound.
+// So a group whose target holds settles within Φ ≤ stateful tasks ×
+// (1+standbys) rounds of an event's first, half of Kafka Streams' bound.
 type migration struct {
 	target map[task.ID][]string // per stateful task: its target active, then its standbys sorted
 	phi    int

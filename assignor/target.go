@@ -44,10 +44,12 @@ func (r *run) target() Target {
 // and standbys' clients, and then keeps prev, the previous round's target,
 // instead where prev still fits the group at least as well: it names every
 // stateful task with an active and the run's number of standbys on
-// distinct clients of the group, and its stateful actives and replicas per
-// client are no further outside their bounds than the new target's. A
-// client that joined or left, a change of capacity that unbalances prev, or
-// a change of tasks therefore make the new target count.
+// distinct clients of the group, and the new target is not closer to
+// balance (how far stateful actives per client lie outside their bounds,
+// then how far replicas do). A client that joined or left, a change of
+// capacity that unbalances prev, or a change of tasks therefore make the
+// new target count. Since a target is dropped only for one closer to
+// balance, a group without events changes target finitely often.
 func (r *run) assignTarget(prev Target) {
 	if len(r.clients) == 0 {
 		return
@@ -63,8 +65,9 @@ func (r *run) assignTarget(prev Target) {
 	rLo, rHi := bounds(ns*(1+r.k), r.caps, ns)
 	newActives, newReplicas := r.targetCounts(nil)
 	keptActives, keptReplicas := r.targetCounts(kept)
-	if outside(keptActives, aLo, aHi) > outside(newActives, aLo, aHi) ||
-		outside(keptReplicas, rLo, rHi) > outside(newReplicas, rLo, rHi) {
+	keptGap := [2]int{outside(keptActives, aLo, aHi), outside(keptReplicas, rLo, rHi)}
+	newGap := [2]int{outside(newActives, aLo, aHi), outside(newReplicas, rLo, rHi)}
+	if slices.Compare(newGap[:], keptGap[:]) < 0 {
 		return
 	}
 	for c := range r.clients {
