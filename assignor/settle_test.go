@@ -163,6 +163,15 @@ func TestRegressionSeedsSettle(t *testing.T) {
 	}
 }
 
+// A simulation seed in which, with the target handed on, a stateless task
+// forced off its final client (whose capacity fell) passed through three
+// temporary clients, each receiving stateful actives in turn, before the
+// final one had room: five owner changes in one event, above the
+// simulation's four. Such a task is now the last its client gives up.
+func TestRegressionSeedsStatelessMoves(t *testing.T) {
+	require.NoError(t, simulate(7618, &simStats{}))
+}
+
 // Simulation seeds whose events once moved more actives than Kafka Streams'
 // bound as the simulation counts it: the first round after a leave moved a
 // stateful active of another client (77, 92, 94), a leave moved more
