@@ -169,6 +169,12 @@ type Input struct {
 	// missing here, or with no racks, has no rack preference. The runtime's balancer
 	// does not fill it yet: the runtime has to pass leader racks in.
 	TaskRacks map[task.ID][]string
+	// Target is optionally the previous round's Output.Target. Assign
+	// heads for it again while it names every stateful task on clients of
+	// the group and a target computed anew is not closer to balance, so
+	// that a migration's probing rounds work towards one placement. Pass
+	// it only from the round just before, with no event between.
+	Target Target
 }
 
 // ClientAssignment is one client's share. All lists are sorted.
@@ -198,6 +204,9 @@ type Output struct {
 	FollowupRebalance bool
 	// ProbingRebalanceInterval echoes the configuration.
 	ProbingRebalanceInterval time.Duration
+	// Target is where the stateful replicas are heading, set with
+	// FollowupRebalance: the next round's Input.Target.
+	Target Target
 }
 
 // Assign computes an assignment. It is a pure function: the same input always
@@ -205,10 +214,11 @@ type Output struct {
 // With no clients, every client map in the output is empty and no task is
 // assigned.
 //
-// Assign first computes a target, the balanced assignment it is heading for,
-// and then this round's assignment, which differs from the target only
-// where the target would restore state that exists elsewhere. The rules, in
-// priority order:
+// Assign first computes a target, the balanced assignment it is heading for
+// (or keeps Input.Target, the one the round before handed on in
+// Output.Target, where that still fits the group), and then this round's
+// assignment, which differs from the target only where the target would
+// restore state that exists elsewhere. The rules, in priority order:
 //   - every task gets exactly one active; every stateful task gets
 //     min(NumStandbys, clients-1) standbys on distinct clients other than
 //     its active's, spread over distinct RackAwareTags values where possible;
@@ -254,8 +264,8 @@ type Output struct {
 //     movement.
 func Assign(cfg Config, in Input) Output {
 	r := newRun(cfg.WithDefaults(), in)
-	r.assignStatefulActives()
-	r.assignStandbys()
+	r.assignTarget(in.Target)
+	r.placeStatefulActives()
 	r.settleReplicas()
 	r.assignStatelessActives()
 	return r.output()
@@ -650,9 +660,9 @@ func (r *run) offRack(racks []string, c int) int {
 	return 1
 }
 
-// assignStatefulActives computes the balanced target of every stateful
-// active and then where it actually goes this round.
-func (r *run) assignStatefulActives() {
+// spreadStatefulActives computes the balanced target of every stateful
+// active.
+func (r *run) spreadStatefulActives() {
 	ns, nc := len(r.sf), len(r.clients)
 	if nc == 0 {
 		return
@@ -699,10 +709,21 @@ func (r *run) assignStatefulActives() {
 	}
 	target, targetLoad := sp.spread(prev, make([]int, nc))
 	r.targetLoad = targetLoad
-	r.activeLoad = make([]int, nc)
 	for i, c := range target {
 		r.sf[i].target = c
-		if r.isEligible(i, c) {
+	}
+}
+
+// placeStatefulActives decides where each stateful active goes this round:
+// to its target when that client is caught up, else where it ran or to the
+// freshest client.
+func (r *run) placeStatefulActives() {
+	if len(r.clients) == 0 {
+		return
+	}
+	r.activeLoad = make([]int, len(r.clients))
+	for i, t := range r.sf {
+		if c := t.target; r.isEligible(i, c) {
 			r.sf[i].active = c
 			r.activeLoad[c]++
 		}
@@ -1768,7 +1789,9 @@ func (k warmupKey) compare(o warmupKey) int {
 // against the target's stateful loads) wants them, so that most move to
 // their final owner once. A client short of load while its stateful
 // actives warm up (a joining one) takes stateless tasks now that it gives
-// up as its actives arrive, so those move twice or more.
+// up as its actives arrive, so those move twice or more. A task whose
+// final client is full is the last its temporary client gives up, so that
+// it waits there rather than pass from one temporary client to the next.
 func (r *run) assignStatelessActives() {
 	if len(r.clients) == 0 {
 		return
@@ -1800,12 +1823,25 @@ func (r *run) assignStatelessActives() {
 	sp.lo, sp.hi = loadBounds(len(r.sl), r.caps, r.targetLoad)
 	final, _ := sp.spread(prev, r.targetLoad)
 	sp.uniform = nil
+	// held counts each client's stateless tasks as they ran.
+	held := make([]int, len(r.clients))
+	for _, t := range r.sl {
+		if t.prev >= 0 {
+			held[t.prev]++
+		}
+	}
 	sp = spreaderWith(lo, hi,
 		func(i int) int {
-			// Tasks the final placement moves anyway go first.
+			// Tasks whose final client has room now go first, then
+			// those the final placement keeps, and last those whose
+			// final client is full: moved now, they would only pass on
+			// to another temporary client.
 			rank := r.offRack(r.sl[i].racks, r.sl[i].prev)
-			if final[i] != r.sl[i].prev {
+			switch f := final[i]; {
+			case f == r.sl[i].prev:
 				rank += 2
+			case r.activeLoad[f]+held[f] < hi[f]:
+				rank += 4
 			}
 			return rank
 		},
@@ -1853,6 +1889,9 @@ func (r *run) output() Output {
 		slices.SortFunc(as[c].Standby, byID)
 		slices.SortFunc(as[c].Warmup, byID)
 		out.Clients[cl.id] = as[c]
+	}
+	if r.followup {
+		out.Target = r.target()
 	}
 	return out
 }

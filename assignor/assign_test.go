@@ -50,9 +50,9 @@ func cfgWith(f func(*Config)) Config {
 
 // next returns the input of the following round: every replica of out
 // reported as caught up (actives running, standbys and warmups at lag 0),
-// and earlier state kept as it was.
+// earlier state kept as it was, and out's target handed on.
 func next(in Input, out Output) Input {
-	nin := Input{Tasks: in.Tasks, Clients: map[string]ClientState{}, Ends: in.Ends}
+	nin := Input{Tasks: in.Tasks, Clients: map[string]ClientState{}, Ends: in.Ends, Target: out.Target}
 	for id, cs := range in.Clients {
 		a := out.Clients[id]
 		lags := map[task.ID]int64{}

@@ -80,10 +80,12 @@ func BenchmarkAssign(b *testing.B) {
 	delete(lost.Clients, "client-0042")
 	joined := next(fresh, Assign(cfg, fresh))
 	joined.Clients["client-new"] = ClientState{Capacity: 2, Tags: map[string]string{"zone": "0"}}
+	// The round after the join, its target handed on.
+	probing := next(joined, Assign(cfg, joined))
 	for _, sc := range []struct {
 		name string
 		in   Input
-	}{{"new-group", fresh}, {"stable", stable}, {"client-lost", lost}, {"client-joined", joined}} {
+	}{{"new-group", fresh}, {"stable", stable}, {"client-lost", lost}, {"client-joined", joined}, {"probing", probing}} {
 		run("1000x10000x2/zones=3/"+sc.name, cfg, sc.in)
 	}
 }

@@ -138,7 +138,8 @@ func (c BalancerConfig) Validate() error {
 // AssignmentInfo as assignment, each carried as the user data of the
 // standard consumer protocol (see Framing). Each kgo client (group member)
 // needs its own Balancer, since it remembers that member's last assignment
-// and protocol version. Several members may share a process ID, one per stream thread:
+// and protocol version (and, as leader, its last balance's target, which a
+// migration's next balance heads for again). Several members may share a process ID, one per stream thread:
 // Assign places tasks on processes and the Balancer spreads each process's
 // tasks over its members, whole tasks to one member, balanced by the members'
 // capacities and sticky to what each member held.
@@ -156,6 +157,21 @@ type Balancer struct {
 	last    AssignmentInfo
 	// epoch is the last epoch this member gave a balance as leader.
 	epoch int64
+	// handed is the target of this member's last balance as leader, for
+	// the next one.
+	handed handedTarget
+}
+
+// handedTarget is a balance's assignor.Output.Target, kept by the leader
+// for the next balance's assignor.Input.Target. It is handed on only to
+// the balance right after its own with the same members: a member that
+// joins, leaves or restarts (a new member ID), a thread count that changes,
+// or another leader's balance between the two make the next one compute
+// its target anew.
+type handedTarget struct {
+	epoch   int64
+	members []string // the balance's member IDs, sorted
+	target  assignor.Target
 }
 
 var _ kgo.GroupBalancer = (*Balancer)(nil)
@@ -413,6 +429,7 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	b.checkPartitions(topics)
 
 	in, byProcess := mb.input()
+	in.Target = b.handedOn(mb.memberIDs())
 	assign := b.cfg.AssignFunc
 	if assign == nil {
 		assign = assignor.Assign
@@ -430,6 +447,7 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	}
 
 	epoch := b.nextEpoch()
+	b.handOn(handedTarget{epoch: epoch, members: mb.memberIDs(), target: out.Target})
 	var nextProbe int64
 	if out.FollowupRebalance {
 		nextProbe = b.cfg.Now().Add(out.ProbingRebalanceInterval).UnixMilli()
@@ -468,6 +486,34 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 	b.log.Info("balanced group", "members", len(mb.members), "processes", len(byProcess),
 		"tasks", len(in.Tasks), "followup", out.FollowupRebalance, "version", mb.version, "epoch", epoch, "held_back", held)
 	return mb.encode(infos)
+}
+
+// memberIDs lists the balance's member IDs, sorted.
+func (mb *memberBalancer) memberIDs() []string {
+	ids := make([]string, len(mb.members))
+	for i, m := range mb.members {
+		ids[i] = m.id
+	}
+	return ids
+}
+
+func (b *Balancer) handOn(h handedTarget) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.handed = h
+}
+
+// handedOn returns the target of this member's last balance as leader if
+// that balance gave this member its last assignment (no other leader has
+// balanced since) and had the same members, or nil.
+func (b *Balancer) handedOn(members []string) assignor.Target {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.handed
+	if h.target == nil || b.last.Epoch != h.epoch || !slices.Equal(h.members, members) {
+		return nil
+	}
+	return h.target
 }
 
 // nextEpoch names a new balance. Members only compare epochs for equality,

@@ -669,3 +669,42 @@ func TestBalancerTaskRacks(t *testing.T) {
 }
 
 func tid(sub int, part int32) task.ID { return task.ID{SubTopology: sub, Partition: part} }
+
+// A leader hands its balance's target to the next balance of the same
+// members, so that a migration's probing rounds head for one placement,
+// and computes it anew once the members change.
+func TestBalancerHandsTheTargetOn(t *testing.T) {
+	g := newFixture(t, 4, 0)
+	var seen []assignor.Target
+	var handed []assignor.Target
+	g.assign = func(cfg assignor.Config, in assignor.Input) assignor.Output {
+		seen = append(seen, in.Target)
+		out := assignor.Assign(cfg, in)
+		handed = append(handed, out.Target)
+		return out
+	}
+	a := g.add("m-a", "proc-a", "a:1", defaultFormat)
+	g.add("m-b", "proc-b", "b:1", defaultFormat)
+	for p := range 4 {
+		a.sub.Tasks = append(a.sub.Tasks, TaskOffsets{Task: tid(0, int32(p)), Role: RoleActive})
+	}
+	g.ends = map[string]map[int32]int64{changelog: {0: 1e6, 1: 1e6, 2: 1e6, 3: 1e6}}
+
+	g.rebalance()
+	require.Nil(t, seen[0])
+	require.NotNil(t, handed[0], "a warmup starts: the balance has a target to hand on")
+	g.rebalance()
+	require.Equal(t, handed[0], seen[1])
+
+	// b leads one balance: a's target is no longer the last one.
+	g.members[0], g.members[1] = g.members[1], g.members[0]
+	g.rebalance()
+	g.members[0], g.members[1] = g.members[1], g.members[0]
+	g.rebalance()
+	require.Nil(t, seen[3], "another leader balanced since")
+	require.NotNil(t, handed[3])
+
+	g.add("m-c", "proc-c", "c:1", defaultFormat)
+	g.rebalance()
+	require.Nil(t, seen[4], "a member joined")
+}

@@ -1,0 +1,146 @@
+package assignor
+
+import (
+	"slices"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// Target is the placement a migration heads for: per stateful task, the
+// clients of its target active and standbys.
+//
+// Assign recomputes its target in every round from where tasks run, and
+// the replicas that move shift the loads and the ties that chose it, so a
+// target computed anew can point a replica elsewhere while the warmup
+// towards the old one is done. Handing the target from one round to the
+// next keeps the migration on one placement: every round then places the
+// target's caught-up replicas, starts at least one warmup towards the
+// others, and so has one replica fewer to wait on than the round before.
+type Target map[task.ID]TargetReplicas
+
+// TargetReplicas is one stateful task's target.
+type TargetReplicas struct {
+	// Active is the client the task's active heads for.
+	Active string
+	// Standby lists the clients of its standbys, sorted.
+	Standby []string
+}
+
+// target returns the run's target.
+func (r *run) target() Target {
+	t := make(Target, len(r.sf))
+	for _, st := range r.sf {
+		standby := make([]string, 0, len(st.holders)-1)
+		for _, c := range st.holders[1:] {
+			standby = append(standby, r.clients[c].id)
+		}
+		slices.Sort(standby)
+		t[st.id] = TargetReplicas{Active: r.clients[st.target].id, Standby: standby}
+	}
+	return t
+}
+
+// assignTarget computes the target of every stateful task, its active's
+// and standbys' clients, and then keeps prev, the previous round's target,
+// instead where prev still fits the group at least as well: it names every
+// stateful task with an active and the run's number of standbys on
+// distinct clients of the group, and the new target is not closer to
+// balance (how far stateful actives per client lie outside their bounds,
+// then how far replicas do). A client that joined or left, a change of
+// capacity that unbalances prev, or a change of tasks therefore make the
+// new target count. Since a target is dropped only for one closer to
+// balance, a group without events changes target finitely often.
+func (r *run) assignTarget(prev Target) {
+	if len(r.clients) == 0 {
+		return
+	}
+	r.spreadStatefulActives()
+	r.assignStandbys()
+	kept, ok := r.readTarget(prev)
+	if !ok {
+		return
+	}
+	ns := len(r.sf)
+	aLo, aHi := bounds(ns, r.caps, ns)
+	rLo, rHi := bounds(ns*(1+r.k), r.caps, ns)
+	newActives, newReplicas := r.targetCounts(nil)
+	keptActives, keptReplicas := r.targetCounts(kept)
+	keptGap := [2]int{outside(keptActives, aLo, aHi), outside(keptReplicas, rLo, rHi)}
+	newGap := [2]int{outside(newActives, aLo, aHi), outside(newReplicas, rLo, rHi)}
+	if slices.Compare(newGap[:], keptGap[:]) < 0 {
+		return
+	}
+	for c := range r.clients {
+		r.clients[c].standbys = r.clients[c].standbys[:0]
+		r.clients[c].replicas = keptActives[c]
+	}
+	r.targetLoad = keptActives
+	for i := range r.sf {
+		r.sf[i].target = kept[i][0]
+		r.sf[i].holders = kept[i][:1]
+		for _, c := range kept[i][1:] {
+			r.addStandby(i, c)
+		}
+	}
+}
+
+// readTarget returns prev's replicas of each stateful task as client
+// indexes, its active first, or false when prev does not name every
+// stateful task with an active and r.k standbys on distinct clients of the
+// group.
+func (r *run) readTarget(prev Target) ([][]int, bool) {
+	if len(prev) != len(r.sf) {
+		return nil, false
+	}
+	index := make(map[string]int, len(r.clients))
+	for c, cl := range r.clients {
+		index[cl.id] = c
+	}
+	holders := make([][]int, len(r.sf))
+	for i, st := range r.sf {
+		tr, ok := prev[st.id]
+		if !ok || len(tr.Standby) != r.k {
+			return nil, false
+		}
+		hs := make([]int, 0, 1+r.k)
+		for j := -1; j < len(tr.Standby); j++ {
+			id := tr.Active
+			if j >= 0 {
+				id = tr.Standby[j]
+			}
+			c, ok := index[id]
+			if !ok || slices.Contains(hs, c) {
+				return nil, false
+			}
+			hs = append(hs, c)
+		}
+		holders[i] = hs
+	}
+	return holders, true
+}
+
+// targetCounts counts stateful actives and replicas per client in holders,
+// per task its active first, or in the run's target when holders is nil.
+func (r *run) targetCounts(holders [][]int) (actives, replicas []int) {
+	actives, replicas = make([]int, len(r.clients)), make([]int, len(r.clients))
+	for i := range r.sf {
+		hs := r.sf[i].holders
+		if holders != nil {
+			hs = holders[i]
+		}
+		actives[hs[0]]++
+		for _, c := range hs {
+			replicas[c]++
+		}
+	}
+	return actives, replicas
+}
+
+// outside sums how far counts lie outside their bounds.
+func outside(counts []int, lo, hi []int) int {
+	d := 0
+	for c, n := range counts {
+		d += max(0, lo[c]-n, n-hi[c])
+	}
+	return d
+}
