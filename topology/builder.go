@@ -184,6 +184,10 @@ const (
 	ownOldValues
 	// parentOldValues: the node computes it from its parent's.
 	parentOldValues
+	// joinedOldValues: the node, a table join's result without a store,
+	// is sent it by the join's sides, which compute it from the old
+	// values of both joined tables (oldsToo).
+	joinedOldValues
 )
 
 // requireOldValues makes the table node n, and the nodes it derives old
@@ -212,6 +216,12 @@ func (b *Builder) sendOldValues(n *node, user string, full bool) {
 		case parentOldValues:
 			n.sendOld = true
 			n = n.parents[0]
+		case joinedOldValues:
+			n.sendOld = true
+			for _, t := range n.oldsToo {
+				b.sendOldValues(t, user, true)
+			}
+			return
 		default:
 			b.errorf("%s: %s cannot send the old values of its updates, which it needs", user, n.label())
 			return
@@ -225,12 +235,31 @@ func (b *Builder) sendOldValues(n *node, user string, full bool) {
 // whether its table held the key) does without them from a table that
 // cannot send them (a windowed aggregation).
 func (b *Builder) offerOldValues(n *node) {
-	for m := n; m.olds != ownOldValues; m = m.parents[0] {
-		if m.olds != parentOldValues {
-			return
+	if canSendOldValues(n) {
+		b.sendOldValues(n, "", false)
+	}
+}
+
+// canSendOldValues tells whether the table node n, and every node it
+// would derive old values from, can send them.
+func canSendOldValues(n *node) bool {
+	for {
+		switch n.olds {
+		case ownOldValues:
+			return true
+		case parentOldValues:
+			n = n.parents[0]
+		case joinedOldValues:
+			for _, t := range n.oldsToo {
+				if !canSendOldValues(t) {
+					return false
+				}
+			}
+			return true
+		default:
+			return false
 		}
 	}
-	b.sendOldValues(n, "", false)
 }
 
 // label names the node in error messages.

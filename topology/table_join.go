@@ -1,24 +1,31 @@
 package topology
 
 import (
+	"slices"
+
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // JoinTables joins the tables l and r on their keys into a table holding,
-// for each key both hold, joiner(lv, rv). It is kept in the store named
-// store (persistent and logged unless InMemory or WithoutLogging is given),
-// its values encoded with valueSerde, so it can be queried, and it is
-// updated on every update of either side: an update of l looks up r's
-// current value for the key, and the other way round. As in Kafka
-// Streams, an update of one side forwards the key's new result, or a
-// tombstone when there is none (a tombstone on either side, or for
-// Filter'ed tables a value that stops passing), unless the other side
-// holds no value for the key and the join needs one (both sides of
-// JoinTables, the right side of LeftJoinTables), or neither side holds
-// one: so a side's tombstone goes out while the other side holds a value
-// even when the result never held the key. Under the record cache the
-// result store, like Kafka Streams' caching store, forwards no tombstone
-// of a key it held no value of at the last commit.
+// for each key both hold, joiner(lv, rv). Given a store name, the result is
+// kept in that store (persistent and logged unless InMemory or
+// WithoutLogging is given), its values encoded with valueSerde, so it can
+// be queried; given "", as Kafka Streams' join without Materialized, it
+// keeps no store: valueSerde may then be nil (Suppress needs it), the
+// result cannot be queried, and a join or lookup of it reads both sides'
+// current values and joins them. Either way it is updated on every update
+// of either side: an update of l looks up r's current value for the key,
+// and the other way round. As in Kafka Streams, an update of one side
+// forwards the key's new result, or a tombstone when there is none (a
+// tombstone on either side, or for Filter'ed tables a value that stops
+// passing), unless the other side holds no value for the key and the join
+// needs one (both sides of JoinTables, the right side of LeftJoinTables),
+// or neither side holds one: so a side's tombstone goes out while the
+// other side holds a value even when the result never held the key. Under
+// the record cache a result store, like Kafka Streams' caching store,
+// forwards no tombstone of a key it held no value of at the last commit;
+// a result without one forwards each update as the sides' tables flush it.
 //
 // l and r must be co-partitioned, as for a stream-table Join: the join
 // runs in the task of their partition, and the runtime checks their
@@ -73,7 +80,8 @@ func OuterJoinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], joiner
 // joinTables adds the three nodes of a table-table join: one under each
 // side, which looks the key up on the other side and computes the result
 // (fn reports false for no result), and the result node under both, which
-// keeps the result in store and forwards what changed.
+// keeps the result in store and forwards what changed, or, without a
+// store, forwards what the sides send.
 func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, fn func(LV, bool, RV, bool) (VR, bool), store string, vs serde.Serde[VR], o options) KTable[K, VR] {
 	b := l.builder()
 	r.builder()
@@ -85,12 +93,20 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 		return KTable[K, VR]{b: b, n: n}
 	}
 	b.checkFunc(n, fn == nil, "joiner")
-	if vs == nil {
-		b.errorf("%s: store %q: value serde is nil", n.label(), store)
+	materialized := store != ""
+	if materialized {
+		if vs == nil {
+			b.errorf("%s: store %q: value serde is nil", n.label(), store)
+		}
+		n.stores = []string{store}
+		n.olds = ownOldValues
+		b.declareStore(b.tableStoreInfo(store, o), n.label())
+	} else {
+		if o.versioned {
+			b.errorf("%s: Versioned needs a store, and a table join's result keeps no history", n.label())
+		}
+		n.olds = joinedOldValues
 	}
-	n.stores = []string{store}
-	n.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), n.label())
 
 	lRule, rRule := needsOther, needsOther
 	switch op {
@@ -101,16 +117,18 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	}
 	rStores, rLookup := r.view()
 	left := b.addProcessor("", options{name: n.name + "-left", derived: true}, func() procImpl {
-		return &tableJoinSide[K, LV, RV]{lookup: rLookup, rule: lRule, join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
-			return fn(lv, lok, rv, rok)
-		}}
+		return &tableJoinSide[K, LV, RV]{lookup: rLookup, rule: lRule, olds: !materialized && n.sendOld,
+			join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
+				return fn(lv, lok, rv, rok)
+			}}
 	}, l.n)
 	left.stores = rStores
 	lStores, lLookup := l.view()
 	right := b.addProcessor("", options{name: n.name + "-right", derived: true}, func() procImpl {
-		return &tableJoinSide[K, RV, LV]{lookup: lLookup, rule: rRule, join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
-			return fn(lv, lok, rv, rok)
-		}}
+		return &tableJoinSide[K, RV, LV]{lookup: lLookup, rule: rRule, olds: !materialized && n.sendOld,
+			join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
+				return fn(lv, lok, rv, rok)
+			}}
 	}, r.n)
 	right.stores = lStores
 	for _, side := range []*node{left, right} {
@@ -128,10 +146,65 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	}
 	n.oldsToo = []*node{l.n, r.n}
 	ks := l.keySerde
+	if !materialized {
+		n.newProc = func() (procImpl, error) { return tableJoinPass{}, nil }
+		return KTable[K, VR]{b: b, n: n, keySerde: ks, valueSerde: vs,
+			lookupStores: joinedStores(lStores, rStores), lookup: joinedLookup(lLookup, rLookup, fn)}
+	}
 	n.newProc = func() (procImpl, error) {
 		return &tableJoinResult[K, VR]{store: store, keySerde: ks, valueSerde: vs}, nil
 	}
 	return KTable[K, VR]{b: b, n: n, store: store, keySerde: ks, valueSerde: vs}
+}
+
+// joinedStores lists the stores of both sides' views once each (a
+// self-join reads one store twice).
+func joinedStores(l, r []string) []string {
+	out := slices.Clone(l)
+	for _, s := range r {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// joinedLookup reads a table join's result without a store, as Kafka
+// Streams' join value getters do: both sides' current values joined by
+// fn, stamped with the later of the timestamps of the values found.
+func joinedLookup[K, LV, RV, VR any](l tableLookup[K, LV], r tableLookup[K, RV], fn func(LV, bool, RV, bool) (VR, bool)) tableLookup[K, VR] {
+	return func(open func(string) (statestore.ReadWriter, error)) (func(K) (VR, int64, bool, error), error) {
+		lget, err := l(open)
+		if err != nil {
+			return nil, err
+		}
+		rget, err := r(open)
+		if err != nil {
+			return nil, err
+		}
+		return func(k K) (VR, int64, bool, error) {
+			lv, lts, lok, err := lget(k)
+			if err != nil {
+				return zero[VR](), statestore.NoTimestamp, false, err
+			}
+			rv, rts, rok, err := rget(k)
+			if err != nil {
+				return zero[VR](), statestore.NoTimestamp, false, err
+			}
+			v, ok := fn(lv, lok, rv, rok)
+			if !ok {
+				return zero[VR](), statestore.NoTimestamp, false, nil
+			}
+			ts := statestore.NoTimestamp
+			if lok {
+				ts = lts
+			}
+			if rok {
+				ts = max(ts, rts)
+			}
+			return v, ts, true, nil
+		}, nil
+	}
 }
 
 // tableJoinSide receives the updates of one side of a table-table join and
@@ -145,6 +218,10 @@ type tableJoinSide[K, V, OV any] struct {
 	lookup tableLookup[K, OV]
 	get    func(K) (OV, int64, bool, error)
 	rule   sideRule
+	// olds: the join's result keeps no store and must send old values,
+	// which this side then computes, as Kafka Streams' join processors
+	// do, from its table's old value and the other side's current one.
+	olds bool
 	// join computes the result from this side's value and the other's.
 	join func(k K, v V, ok bool, ov OV, ook bool) (any, bool)
 }
@@ -193,6 +270,15 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 		ts = stamp(r.ts, max(r.ts.UnixMilli(), ots))
 	}
 	out := record{key: r.key, value: v, valueNull: !ok, ts: ts, headers: r.headers}
+	if p.olds {
+		var oldV V
+		oldOK := r.old != nil && !r.old.null
+		if oldOK {
+			oldV = as[V](r.old.value)
+		}
+		was, held := p.join(k, oldV, oldOK, ov, ook)
+		out.old = &prior{value: was, null: !held}
+	}
 	// Only a keepsOwn side whose table sends no old values (it cannot)
 	// sends a tombstone it is unsure of; the result decides by its own.
 	out.oldUnknown = !ok && !ook && r.old == nil
@@ -200,6 +286,23 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 }
 
 func (p *tableJoinSide[K, V, OV]) close() error { return nil }
+
+// tableJoinPass is the result node of a table-table join without a
+// store, as Kafka Streams' KTableKTableJoinMerger without one: it forwards
+// what its sides send at once, old values included when it must send
+// them (the sides then compute them). A side unsure whether its table held
+// a key (record.oldUnknown) has its tombstone forwarded, since nothing here
+// tells whether the result held the key.
+type tableJoinPass struct{}
+
+func (tableJoinPass) init(*nodeInstance) error { return nil }
+
+func (tableJoinPass) process(c *nodeInstance, r record) error {
+	r.oldUnknown = false
+	return c.forward(r)
+}
+
+func (tableJoinPass) close() error { return nil }
 
 // tableJoinResult keeps a table-table join's result in its store and
 // forwards the updates its sides send, as Kafka Streams'

@@ -1,0 +1,126 @@
+package topology_test
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
+)
+
+// TestTableJoinWithoutStore feeds random updates to both sides of each
+// table-table join without a store (the right side filtered, as in
+// TestTableJoinsMatchReference) and checks the three things its readers
+// see: the updates it forwards, which are Kafka Streams'; a stream joined
+// with it, which reads both sides' current values joined; and a count
+// grouped from it, whose retractions need the old values its sides
+// compute, so that it ends equal to the number of keys the join holds.
+func TestTableJoinWithoutStore(t *testing.T) {
+	for _, kind := range tableJoinKinds {
+		for seed := range uint64(4) {
+			t.Run(kind.name+"/"+strconv.FormatUint(seed, 10), func(t *testing.T) {
+				b := topology.NewBuilder()
+				l := topology.Table(b, "left", serde.String, serde.String, "left-store")
+				r := topology.Table(b, "right", serde.String, serde.String, "right-store").Filter(even)
+				j := kind.join(l, r, "", topology.Named("j"))
+				require.Empty(t, j.StoreName())
+				j.ToStream().To("joined", serde.String, serde.String)
+				topology.LeftJoin(topology.Stream(b, "probe", serde.String, serde.String), j, func(_, jv string, found bool) string {
+					if !found {
+						return "none"
+					}
+					return jv
+				}).To("probed", serde.String, serde.String)
+				topology.GroupTableBy(j, func(_, v string) (string, string) { return "n", v }, "all", serde.String, serde.String).
+					Count("counts").ToStream().To("counts", serde.String, serde.Int64)
+				d, _ := start(t, b)
+				lin, rin, probe := strIn(d, "left"), strIn(d, "right"), strIn(d, "probe")
+
+				rng := rand.New(rand.NewPCG(seed, 7))
+				left, right := map[string]string{}, map[string]string{}
+				holds := func(leftSide bool, k string) bool {
+					if leftSide {
+						_, ok := left[k]
+						return ok
+					}
+					v, ok := right[k]
+					return ok && even(k, v)
+				}
+				result := func(k string) (string, bool) {
+					lv, lok := left[k]
+					rv := right[k]
+					return kind.want(lv, lok, rv, holds(false, k))
+				}
+				var want []update
+				var wantProbed []string
+				base := time.Unix(1000, 0)
+				for i := range 300 {
+					k := "k" + strconv.Itoa(rng.IntN(4))
+					side, in, leftSide := left, lin, true
+					if rng.IntN(2) == 0 {
+						side, in, leftSide = right, rin, false
+					}
+					sOld := holds(leftSide, k)
+					if rng.IntN(4) == 0 {
+						require.NoError(t, in.PipeTombstone(k))
+						delete(side, k)
+					} else {
+						v := strconv.Itoa(rng.IntN(100))
+						require.NoError(t, in.PipeAt(k, v, base.Add(time.Duration(i)*time.Millisecond)))
+						side[k] = v
+					}
+					// The grouping makes both tables send old values, as
+					// Kafka Streams' joins do when their result must send
+					// them, so the right filter sends nothing for an update
+					// that neither passed before nor passes now.
+					sNew := holds(leftSide, k)
+					filtered := !leftSide && !sOld && !sNew
+					if !filtered && ksTableJoinForwards(kind.name, leftSide, sOld, sNew, holds(!leftSide, k)) {
+						if v, ok := result(k); ok {
+							want = append(want, update{k, ptr(v)})
+						} else {
+							want = append(want, update{key: k})
+						}
+					}
+					pk := "k" + strconv.Itoa(rng.IntN(4))
+					require.NoError(t, probe.Pipe(pk, "p"))
+					if v, ok := result(pk); ok {
+						wantProbed = append(wantProbed, pk+"="+v)
+					} else {
+						wantProbed = append(wantProbed, pk+"=none")
+					}
+				}
+				require.Equal(t, want, readUpdates(d, "joined"))
+				var probed []string
+				for _, kv := range readKVs(t, d, "probed", serde.String, serde.String) {
+					probed = append(probed, kv.Key+"="+kv.Value)
+				}
+				require.Equal(t, wantProbed, probed)
+				held := 0
+				for i := range 4 {
+					if _, ok := result("k" + strconv.Itoa(i)); ok {
+						held++
+					}
+				}
+				counts := readKVs(t, d, "counts", serde.String, serde.Int64)
+				require.NotEmpty(t, counts)
+				require.Equal(t, int64(held), counts[len(counts)-1].Value)
+			})
+		}
+	}
+}
+
+// A table join without a store keeps no history, so Versioned, which
+// needs a store, is refused when the topology is built.
+func TestTableJoinWithoutStoreRefusesVersioned(t *testing.T) {
+	b := topology.NewBuilder()
+	l := topology.Table(b, "left", serde.String, serde.String, "left-store")
+	r := topology.Table(b, "right", serde.String, serde.String, "right-store")
+	tableJoinKinds[0].join(l, r, "", topology.Versioned(time.Minute)).ToStream().To("out", serde.String, serde.String)
+	_, err := b.Build()
+	require.ErrorContains(t, err, "Versioned needs a store")
+}
