@@ -49,6 +49,52 @@ func ttSteps(want [23][]string) []ksStep {
 	return steps
 }
 
+// ttMultiJoin builds TableTableJoinIntegrationTest's multi-joins: the
+// tables of "left" and "right" joined (first, "inner", "left" or
+// "outer") with the test's joiner and no Materialized, so keeping no
+// store, and that result joined (second) with the right table again into
+// the store "store", caching off, into "out".
+func ttMultiJoin(first, second string) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		l := topology.Table(b, "left", serde.String, serde.String, "left")
+		r := topology.Table(b, "right", serde.String, serde.String, "right")
+		ttJoinOp(ttJoinOp(l, r, first, ""), r, second, "store").ToStream().To("out", serde.String, serde.String)
+	}
+}
+
+// ttJoinOp joins l and r as op with the test's joiner, which prints
+// "<left>-<right>", into store ("" for none).
+func ttJoinOp(l, r topology.KTable[string, string], op, store string) topology.KTable[string, string] {
+	switch op {
+	case "inner":
+		return topology.JoinTables(l, r, func(lv, rv string) string { return lv + "-" + rv }, store, serde.String)
+	case "left":
+		return topology.LeftJoinTables(l, r, func(lv, rv string, ok bool) string { return lv + "-" + orNull(rv, ok) }, store, serde.String)
+	default:
+		return topology.OuterJoinTables(l, r, func(lv string, lok bool, rv string, rok bool) string {
+			return orNull(lv, lok) + "-" + orNull(rv, rok)
+		}, store, serde.String)
+	}
+}
+
+// ttMultiSteps pairs AbstractJoinIntegrationTest's input without
+// out-of-order data (key 0, then a record with a null key on each side)
+// with the output expected after each record; a nil entry expects none.
+func ttMultiSteps(want [17][]string) []ksStep {
+	ins := []ksIn{
+		left("0", ksNull, 1), right("0", ksNull, 2), left("0", "A", 3), right("0", "a", 4),
+		left("0", "B", 5), right("0", "b", 6), left("0", ksNull, 7), right("0", ksNull, 8),
+		left("0", "C", 9), right("0", "c", 10), right("0", ksNull, 11), left("0", ksNull, 12),
+		right("0", ksNull, 13), right("0", "d", 14), left("0", "D", 15),
+		left(ksNull, "E", 16), right(ksNull, "e", 17),
+	}
+	steps := make([]ksStep, len(ins))
+	for i, in := range ins {
+		steps[i] = step(want[i], in)
+	}
+	return steps
+}
+
 // tombstoneJoin builds a join of op whose right table is filtered to even
 // values (KTableFilterTest's predicate) before the join, printing as
 // KTableKTable*JoinTest's joiner does.
@@ -100,6 +146,90 @@ var ksTableTableJoins = []ksScenario{
 			nil, nil, out("0 A-null @3"), out("0 A-a @4"), out("0 B-a @5"), out("0 B-b @6"), out("0 null-b @7"), out("0 null @8"),
 			out("0 C-null @9"), out("0 C-c @10"), out("0 C-null @11"), out("0 null @12"), nil, out("0 null-d @7"), out("0 D-d @7"), out("0 null-d @7"),
 			out("0 null @3"), out("0 null-e @14"), out("0 E-e @15"), out("0 null-e @14"), out("0 null @9"), out("0 F-null @4"), out("0 F-f @4"),
+		}),
+	},
+	{
+		// Both outputs of records 4, 6 and 10 are KAFKA-6443's
+		// duplicates: the right update reaches the second join through
+		// the first and through its own right side, whose lookup of the
+		// first join's result joins both tables' current values. Record
+		// 11 sends nothing, as the test notes, because of the self-join.
+		name:  "TableTableJoinIntegrationTest.testInnerInner(cacheEnabled=false)",
+		build: ttMultiJoin("inner", "inner"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, nil, out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null @7"), nil, nil, out("0 C-c-c @10", "0 C-c-c @10"), nil, nil, nil, nil, out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		name:  "TableTableJoinIntegrationTest.testInnerLeft(cacheEnabled=false)",
+		build: ttMultiJoin("inner", "left"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, nil, out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null @7"), nil, nil, out("0 C-c-c @10", "0 C-c-c @10"), out("0 null @11"), nil, nil, nil, out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		// Record 14's null-d comes of the self-join, as the test notes.
+		name:  "TableTableJoinIntegrationTest.testInnerOuter(cacheEnabled=false)",
+		build: ttMultiJoin("inner", "outer"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, nil, out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null-b @7"), out("0 null @8"), nil, out("0 C-c-c @10", "0 C-c-c @10"), out("0 null @11", "0 null @11"), nil, nil,
+			out("0 null-d @14"), out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		name:  "TableTableJoinIntegrationTest.testLeftInner(cacheEnabled=false)",
+		build: ttMultiJoin("left", "inner"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, nil, out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null @7"), nil, nil, out("0 C-c-c @10", "0 C-c-c @10"), out("0 null @11"), nil, nil, nil, out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		name:  "TableTableJoinIntegrationTest.testLeftLeft(cacheEnabled=false)",
+		build: ttMultiJoin("left", "left"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, out("0 A-null-null @3"), out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null @7"), nil, out("0 C-null-null @9"), out("0 C-c-c @10", "0 C-c-c @10"), out("0 C-null-null @11", "0 C-null-null @11"),
+			out("0 null @12"), nil, nil, out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		name:  "TableTableJoinIntegrationTest.testLeftOuter(cacheEnabled=false)",
+		build: ttMultiJoin("left", "outer"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, out("0 A-null-null @3"), out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null-b @7"), out("0 null @8"), out("0 C-null-null @9"), out("0 C-c-c @10", "0 C-c-c @10"),
+			out("0 C-null-null @11", "0 C-null-null @11"), out("0 null @12"), nil, out("0 null-d @14"), out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		name:  "TableTableJoinIntegrationTest.testOuterInner(cacheEnabled=false)",
+		build: ttMultiJoin("outer", "inner"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, nil, out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null-b-b @7"), nil, nil, out("0 C-c-c @10", "0 C-c-c @10"), out("0 null @11"), nil, nil,
+			out("0 null-d-d @14", "0 null-d-d @14"), out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		name:  "TableTableJoinIntegrationTest.testOuterLeft(cacheEnabled=false)",
+		build: ttMultiJoin("outer", "left"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, out("0 A-null-null @3"), out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null-b-b @7"), out("0 null @8"), out("0 C-null-null @9"), out("0 C-c-c @10", "0 C-c-c @10"),
+			out("0 C-null-null @11", "0 C-null-null @11"), out("0 null @12"), nil, out("0 null-d-d @14", "0 null-d-d @14"), out("0 D-d-d @15"), nil, nil,
+		}),
+	},
+	{
+		name:  "TableTableJoinIntegrationTest.testOuterOuter(cacheEnabled=false)",
+		build: ttMultiJoin("outer", "outer"),
+		steps: ttMultiSteps([17][]string{
+			nil, nil, out("0 A-null-null @3"), out("0 A-a-a @4", "0 A-a-a @4"), out("0 B-a-a @5"), out("0 B-b-b @6", "0 B-b-b @6"),
+			out("0 null-b-b @7"), out("0 null @8", "0 null @8"), out("0 C-null-null @9"), out("0 C-c-c @10", "0 C-c-c @10"),
+			out("0 C-null-null @11", "0 C-null-null @11"), out("0 null @12"), nil, out("0 null-d-d @14", "0 null-d-d @14"), out("0 D-d-d @15"), nil, nil,
 		}),
 	},
 	{
