@@ -10,6 +10,7 @@ import (
 
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
+	"github.com/eddystreams/eddy/topology/topologytest"
 )
 
 // TestTableJoinWithoutStore feeds random updates to both sides of each
@@ -123,4 +124,34 @@ func TestTableJoinWithoutStoreRefusesVersioned(t *testing.T) {
 	tableJoinKinds[0].join(l, r, "", topology.Versioned(time.Minute)).ToStream().To("out", serde.String, serde.String)
 	_, err := b.Build()
 	require.ErrorContains(t, err, "Versioned needs a store")
+}
+
+// Under the record cache a join without a store forwards each update as a
+// side's table flushes it, as Kafka Streams' join without Materialized,
+// whose caching is the tables' stores': both sides updated within one
+// commit send the result twice, once per table's flush, where a result
+// store sends it once.
+func TestTableJoinWithoutStoreUnderCache(t *testing.T) {
+	for _, store := range []string{"", "joined-store"} {
+		t.Run("store="+store, func(t *testing.T) {
+			b := topology.NewBuilder()
+			l := topology.Table(b, "left", serde.String, serde.String, "left-store")
+			r := topology.Table(b, "right", serde.String, serde.String, "right-store")
+			tableJoinKinds[0].join(l, r, store).ToStream().To("joined", serde.String, serde.String)
+			topo, err := b.Build()
+			require.NoError(t, err)
+			d, err := topologytest.New(topo, topologytest.Config{AppID: app, Commits: true})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, d.Close()) }()
+			require.NoError(t, strIn(d, "left").Pipe("a", "A"))
+			require.NoError(t, strIn(d, "right").Pipe("a", "x"))
+			require.Empty(t, readUpdates(d, "joined"))
+			require.NoError(t, d.Commit())
+			want := []update{{"a", ptr("A+x")}, {"a", ptr("A+x")}}
+			if store != "" {
+				want = want[:1]
+			}
+			require.Equal(t, want, readUpdates(d, "joined"))
+		})
+	}
 }
