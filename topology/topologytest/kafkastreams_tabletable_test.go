@@ -321,3 +321,27 @@ func TestKafkaStreamsTableTableJoins(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
+
+// TestKafkaStreamsTableTableMultiJoinsCached replays the nine multi-joins
+// of TableTableJoinIntegrationTest with caching on: the whole input, out
+// of order records included, committed after each record as Kafka
+// Streams' test driver does, where the test checks only the last output,
+// F-f-f at 4.
+func TestKafkaStreamsTableTableMultiJoinsCached(t *testing.T) {
+	ops := []string{"inner", "left", "outer"}
+	names := map[string]string{"inner": "Inner", "left": "Left", "outer": "Outer"}
+	for _, first := range ops {
+		for _, second := range ops {
+			var want [23][]string
+			want[22] = out("0 F-f-f @4")
+			sc := ksScenario{
+				name:       "TableTableJoinIntegrationTest.test" + names[first] + names[second] + "(cacheEnabled=true)",
+				build:      ttMultiJoin(first, second),
+				commits:    true,
+				lastPerKey: true,
+				steps:      ttSteps(want),
+			}
+			t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+		}
+	}
+}
