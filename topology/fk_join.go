@@ -82,7 +82,7 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 		b.errorf("%s: store %q: value serde is nil", res.label(), store)
 	}
 	if l.valueSerde == nil || r.valueSerde == nil {
-		b.errorf("%s: both tables need a value serde (give a derived table one with TableValueSerde)", res.label())
+		b.errorf("%s: both tables need a value serde (give a derived table one with TableValueSerde, a table join without a store its valueSerde)", res.label())
 	}
 	res.stores = []string{store}
 	res.olds = ownOldValues

@@ -127,7 +127,7 @@ func (t KTable[K, V]) Suppress(s Suppressed, store string, opts ...Option) KTabl
 		b.errorf("%s: zero BufferConfig; use Unbounded, MaxRecords or MaxBytes", n.label())
 	}
 	if t.keySerde == nil || t.valueSerde == nil {
-		b.errorf("%s: the table needs a key and a value serde (give a derived table one with TableValueSerde)", n.label())
+		b.errorf("%s: the table needs a key and a value serde (give a derived table one with TableValueSerde, a table join without a store its valueSerde)", n.label())
 	}
 	if t.asOf != nil {
 		// Refused as Kafka Streams refuses it: a suppressed table emits

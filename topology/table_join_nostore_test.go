@@ -155,3 +155,22 @@ func TestTableJoinWithoutStoreUnderCache(t *testing.T) {
 		})
 	}
 }
+
+// Suppress keeps the held updates' values, so it needs the value serde a
+// join without a store may be given nil.
+func TestTableJoinWithoutStoreSuppressNeedsValueSerde(t *testing.T) {
+	for _, vs := range []serde.Serde[string]{nil, serde.String} {
+		b := topology.NewBuilder()
+		l := topology.Table(b, "left", serde.String, serde.String, "left-store")
+		r := topology.Table(b, "right", serde.String, serde.String, "right-store")
+		topology.JoinTables(l, r, func(lv, rv string) string { return lv + rv }, "", vs).
+			Suppress(topology.UntilTimeLimit(time.Second, topology.Unbounded()), "held").
+			ToStream().To("out", serde.String, serde.String)
+		_, err := b.Build()
+		if vs == nil {
+			require.ErrorContains(t, err, "a table join without a store its valueSerde")
+		} else {
+			require.NoError(t, err)
+		}
+	}
+}
