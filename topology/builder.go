@@ -172,6 +172,9 @@ type node struct {
 	// must: a table join's two tables, as Kafka Streams' joins enable
 	// sending old values upstream when their result must send them.
 	oldsToo []*node
+	// fullOldsToo makes the oldsToo send their old values in full, which
+	// a table join's sides read to compute the result's.
+	fullOldsToo bool
 }
 
 // oldValues is how a table node knows a key's previous value.
@@ -210,7 +213,9 @@ func (b *Builder) sendOldValues(n *node, user string, full bool) {
 		case ownOldValues:
 			n.sendOld = true
 			for _, t := range n.oldsToo {
-				b.offerOldValues(t)
+				if canSendOldValues(t) {
+					b.sendOldValues(t, "", n.fullOldsToo)
+				}
 			}
 			return
 		case parentOldValues:

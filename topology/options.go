@@ -39,6 +39,9 @@ type options struct {
 	// restoreJoinTime: a stream-stream join starts from the stream time
 	// its window stores reached (RestoreJoinStreamTime).
 	restoreJoinTime bool
+	// storedOlds: a materialized table-table join sends its store's old
+	// values (StoredOldValues).
+	storedOlds bool
 }
 
 func collect(opts []Option) options {

@@ -77,6 +77,17 @@ func OuterJoinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], joiner
 	return joinTables(l, r, "table-outerjoin", fn, store, valueSerde, collect(opts))
 }
 
+// StoredOldValues makes a table-table join with a store send, as the old
+// value of each update (to a grouping, a further left or outer join, or
+// anything else that reads old values), what its store held for the key.
+// Without it the old value is Kafka Streams': the updated side's old value
+// joined with the other side's current one (under the record cache, what
+// the store held at the last commit, as in Kafka Streams). The two differ
+// only where the stored result no longer follows from the sides, as after
+// a self-join, and there only the stored value retracts what the result
+// really held.
+func StoredOldValues() Option { return func(o *options) { o.storedOlds = true } }
+
 // joinTables adds the three nodes of a table-table join: one under each
 // side, which looks the key up on the other side and computes the result
 // (fn reports false for no result), and the result node under both, which
@@ -100,8 +111,14 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 		}
 		n.stores = []string{store}
 		n.olds = ownOldValues
+		// Without StoredOldValues the sides compute the old values, from
+		// their tables' in full, as for a join without a store.
+		n.fullOldsToo = !o.storedOlds
 		b.declareStore(b.tableStoreInfo(store, o), n.label())
 	} else {
+		if o.storedOlds {
+			b.errorf("%s: StoredOldValues needs a store", n.label())
+		}
 		if o.versioned {
 			b.errorf("%s: Versioned needs a store, and a table join's result keeps no history", n.label())
 		}
@@ -117,7 +134,7 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	}
 	rStores, rLookup := r.view()
 	left := b.addProcessor("", options{name: n.name + "-left", derived: true}, func() procImpl {
-		return &tableJoinSide[K, LV, RV]{lookup: rLookup, rule: lRule, olds: !materialized && n.sendOld,
+		return &tableJoinSide[K, LV, RV]{lookup: rLookup, rule: lRule, olds: n.sendOld && !o.storedOlds, storeless: !materialized,
 			join: func(k K, lv LV, lok bool, rv RV, rok bool) (any, bool) {
 				return fn(lv, lok, rv, rok)
 			}}
@@ -125,7 +142,7 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	left.stores = rStores
 	lStores, lLookup := l.view()
 	right := b.addProcessor("", options{name: n.name + "-right", derived: true}, func() procImpl {
-		return &tableJoinSide[K, RV, LV]{lookup: lLookup, rule: rRule, olds: !materialized && n.sendOld,
+		return &tableJoinSide[K, RV, LV]{lookup: lLookup, rule: rRule, olds: n.sendOld && !o.storedOlds, storeless: !materialized,
 			join: func(k K, rv RV, rok bool, lv LV, lok bool) (any, bool) {
 				return fn(lv, lok, rv, rok)
 			}}
@@ -218,10 +235,11 @@ type tableJoinSide[K, V, OV any] struct {
 	lookup tableLookup[K, OV]
 	get    func(K) (OV, int64, bool, error)
 	rule   sideRule
-	// olds: the join's result keeps no store and must send old values,
-	// which this side then computes, as Kafka Streams' join processors
-	// do, from its table's old value and the other side's current one.
-	olds bool
+	// olds: the join's result must send old values computed here, as
+	// Kafka Streams' join processors compute them: from this side's
+	// table's old value and the other side's current one. A result with
+	// a store (storeless unset) uses its store's when the table sent none.
+	olds, storeless bool
 	// join computes the result from this side's value and the other's.
 	join func(k K, v V, ok bool, ov OV, ook bool) (any, bool)
 }
@@ -270,7 +288,7 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 		ts = stamp(r.ts, max(r.ts.UnixMilli(), ots))
 	}
 	out := record{key: r.key, value: v, valueNull: !ok, ts: ts, headers: r.headers}
-	if p.olds {
+	if p.olds && (r.old != nil || p.storeless) {
 		var oldV V
 		oldOK := r.old != nil && !r.old.null
 		if oldOK {
@@ -358,7 +376,10 @@ func (p *tableJoinResult[K, VR]) process(c *nodeInstance, r record) error {
 	} else if err := p.kv.putEncodedAt(kb, as[VR](r.value), r.ts.UnixMilli()); err != nil {
 		return err
 	}
-	if c.node.sendOld {
+	// The sides' old values, when they sent them, are Kafka Streams'
+	// without the record cache; under it, what the store held at the last
+	// commit, as Kafka Streams' caching store sends.
+	if c.node.sendOld && (r.old == nil || c.holds()) {
 		r.old = old
 	}
 	return p.updates.emit(c, kb, r)
