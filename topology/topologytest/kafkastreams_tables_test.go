@@ -14,19 +14,26 @@ import (
 // tables of "left" and "right" joined (op "inner", "left" or "outer") with
 // Kafka Streams' MockValueJoiner.TOSTRING_JOINER into "out".
 func tableJoin(op string) func(b *topology.Builder) {
+	return tableJoinOf(op, "+", "left-store", "right-store", "joined")
+}
+
+// tableJoinOf builds a join of the tables of "left" and "right" (op
+// "inner", "left" or "outer", in stores ls, rs and joined) whose joiner
+// writes both sides' values, or "null", separated by sep, into "out".
+func tableJoinOf(op, sep, ls, rs, joined string) func(b *topology.Builder) {
 	return func(b *topology.Builder) {
-		l := topology.Table(b, "left", serde.String, serde.String, "left-store")
-		r := topology.Table(b, "right", serde.String, serde.String, "right-store")
+		l := topology.Table(b, "left", serde.String, serde.String, ls)
+		r := topology.Table(b, "right", serde.String, serde.String, rs)
 		var j topology.KTable[string, string]
 		switch op {
 		case "inner":
-			j = topology.JoinTables(l, r, func(lv, rv string) string { return lv + "+" + rv }, "joined", serde.String)
+			j = topology.JoinTables(l, r, func(lv, rv string) string { return lv + sep + rv }, joined, serde.String)
 		case "left":
-			j = topology.LeftJoinTables(l, r, func(lv, rv string, ok bool) string { return lv + "+" + orNull(rv, ok) }, "joined", serde.String)
+			j = topology.LeftJoinTables(l, r, func(lv, rv string, ok bool) string { return lv + sep + orNull(rv, ok) }, joined, serde.String)
 		default:
 			j = topology.OuterJoinTables(l, r, func(lv string, lok bool, rv string, rok bool) string {
-				return orNull(lv, lok) + "+" + orNull(rv, rok)
-			}, "joined", serde.String)
+				return orNull(lv, lok) + sep + orNull(rv, rok)
+			}, joined, serde.String)
 		}
 		j.ToStream().To("out", serde.String, serde.String)
 	}

@@ -12,22 +12,7 @@ import (
 // test's joiner, which prints "<left>-<right>", into "out". The result
 // store has caching off in that test; the driver runs without commits.
 func ttJoin(op string) func(b *topology.Builder) {
-	return func(b *topology.Builder) {
-		l := topology.Table(b, "left", serde.String, serde.String, "left")
-		r := topology.Table(b, "right", serde.String, serde.String, "right")
-		var j topology.KTable[string, string]
-		switch op {
-		case "inner":
-			j = topology.JoinTables(l, r, func(lv, rv string) string { return lv + "-" + rv }, "store", serde.String)
-		case "left":
-			j = topology.LeftJoinTables(l, r, func(lv, rv string, ok bool) string { return lv + "-" + orNull(rv, ok) }, "store", serde.String)
-		default:
-			j = topology.OuterJoinTables(l, r, func(lv string, lok bool, rv string, rok bool) string {
-				return orNull(lv, lok) + "-" + orNull(rv, rok)
-			}, "store", serde.String)
-		}
-		j.ToStream().To("out", serde.String, serde.String)
-	}
+	return tableJoinOf(op, "-", "left", "right", "store")
 }
 
 // ttSteps pairs AbstractJoinIntegrationTest's input (key 0 throughout,
