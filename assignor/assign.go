@@ -172,10 +172,8 @@ type Input struct {
 	// Target is optionally the previous round's Output.Target. Assign
 	// heads for it again while it names every stateful task on clients of
 	// the group and a target computed anew is not closer to balance, so
-	// that a migration's probing rounds work towards one placement; the
-	// final clients it names for stateless tasks are kept while they
-	// balance. Pass it only from the round just before, with no event
-	// between.
+	// that a migration's probing rounds work towards one placement. Pass
+	// it only from the round just before, with no event between.
 	Target Target
 }
 
@@ -206,8 +204,8 @@ type Output struct {
 	FollowupRebalance bool
 	// ProbingRebalanceInterval echoes the configuration.
 	ProbingRebalanceInterval time.Duration
-	// Target is where the stateful replicas and the stateless tasks are
-	// heading, set with FollowupRebalance: the next round's Input.Target.
+	// Target is where the stateful replicas are heading, set with
+	// FollowupRebalance: the next round's Input.Target.
 	Target Target
 }
 
@@ -374,10 +372,6 @@ type statelessTask struct {
 	racks []string // input leaders' racks, sorted
 	prev  int      // previous owner, or -1
 	owner int
-	// final is the client the final placement wants the task on while a
-	// migration runs: read from the handed target (-1 if it names none),
-	// then as this round's final placement chose it.
-	final int
 }
 
 type clientLag struct {
@@ -498,7 +492,7 @@ func (r *run) readTasks(in Input) {
 	r.sl = make([]statelessTask, len(sl))
 	for i, id := range sl {
 		t := &r.sl[i]
-		t.id, t.prev, t.owner, t.final = id, -1, -1, -1
+		t.id, t.prev, t.owner = id, -1, -1
 		t.group, t.racks = intern(id)
 	}
 	r.groups = len(subs)
@@ -1826,24 +1820,8 @@ func (r *run) assignStatelessActives() {
 		r.setStatelessOwners(sp.spread(prev, r.activeLoad))
 		return
 	}
-	// The final placement starts from where tasks run, but a task on the
-	// final client handed on stays there first and one elsewhere heads
-	// there first: recomputed freely, the final placement could follow a
-	// task that moved there and send it away again.
-	away := func(i, c int) int {
-		if f := r.sl[i].final; f >= 0 && f != c {
-			return 2
-		}
-		return 0
-	}
-	flo, fhi := loadBounds(len(r.sl), r.caps, r.targetLoad)
-	sp = spreaderWith(flo, fhi,
-		func(i int) int { return away(i, r.sl[i].prev) + r.offRack(r.sl[i].racks, r.sl[i].prev) },
-		func(i, c int) int { return away(i, c) + r.offRack(r.sl[i].racks, c) })
+	sp.lo, sp.hi = loadBounds(len(r.sl), r.caps, r.targetLoad)
 	final, _ := sp.spread(prev, r.targetLoad)
-	for i, c := range final {
-		r.sl[i].final = c
-	}
 	sp.uniform = nil
 	// held counts each client's stateless tasks as they ran.
 	held := make([]int, len(r.clients))

@@ -7,9 +7,7 @@ import (
 )
 
 // Target is the placement a migration heads for: per stateful task, the
-// clients of its target active and standbys, and per stateless task the
-// client the final placement (balanced against the target's stateful
-// loads) chose for it.
+// clients of its target active and standbys.
 //
 // Assign recomputes its target in every round from where tasks run, and
 // the replicas that move shift the loads and the ties that chose it, so a
@@ -18,26 +16,19 @@ import (
 // next keeps the migration on one placement: every round then places the
 // target's caught-up replicas, starts at least one warmup towards the
 // others, and so has one replica fewer to wait on than the round before.
-// A stateless task's final client is handed on for a like reason: chosen
-// anew from where tasks run, it would follow a task that moved, and a
-// task could pass back and forth between two clients.
 type Target map[task.ID]TargetReplicas
 
-// TargetReplicas is one task's target.
+// TargetReplicas is one stateful task's target.
 type TargetReplicas struct {
 	// Active is the client the task's active heads for.
 	Active string
-	// Standby lists the clients of a stateful task's standbys, sorted;
-	// it is empty for a stateless task.
+	// Standby lists the clients of its standbys, sorted.
 	Standby []string
 }
 
 // target returns the run's target.
 func (r *run) target() Target {
-	t := make(Target, len(r.sf)+len(r.sl))
-	for _, st := range r.sl {
-		t[st.id] = TargetReplicas{Active: r.clients[st.final].id}
-	}
+	t := make(Target, len(r.sf))
 	for _, st := range r.sf {
 		standby := make([]string, 0, len(st.holders)-1)
 		for _, c := range st.holders[1:] {
@@ -69,7 +60,6 @@ func (r *run) assignTarget(prev Target) {
 	if !ok {
 		return
 	}
-	r.readFinal(prev)
 	ns := len(r.sf)
 	aLo, aHi := bounds(ns, r.caps, ns)
 	rLo, rHi := bounds(ns*(1+r.k), r.caps, ns)
@@ -97,20 +87,14 @@ func (r *run) assignTarget(prev Target) {
 // readTarget returns prev's replicas of each stateful task as client
 // indexes, its active first, or false when prev does not name every
 // stateful task with an active and r.k standbys on distinct clients of the
-// group, or names a task that is not the group's.
+// group.
 func (r *run) readTarget(prev Target) ([][]int, bool) {
-	if len(prev) < len(r.sf) || len(prev) > len(r.sf)+len(r.sl) {
+	if len(prev) != len(r.sf) {
 		return nil, false
 	}
-	index := r.clientIndex()
-	stateless := 0
-	for _, t := range r.sl {
-		if _, ok := prev[t.id]; ok {
-			stateless++
-		}
-	}
-	if len(prev) != len(r.sf)+stateless {
-		return nil, false
+	index := make(map[string]int, len(r.clients))
+	for c, cl := range r.clients {
+		index[cl.id] = c
 	}
 	holders := make([][]int, len(r.sf))
 	for i, st := range r.sf {
@@ -133,30 +117,6 @@ func (r *run) readTarget(prev Target) ([][]int, bool) {
 		holders[i] = hs
 	}
 	return holders, true
-}
-
-// readFinal reads prev's final client of each stateless task that it
-// names on a client of the group.
-func (r *run) readFinal(prev Target) {
-	index := r.clientIndex()
-	for i, t := range r.sl {
-		tr, ok := prev[t.id]
-		if !ok {
-			continue
-		}
-		if c, ok := index[tr.Active]; ok {
-			r.sl[i].final = c
-		}
-	}
-}
-
-// clientIndex maps client IDs to their indexes.
-func (r *run) clientIndex() map[string]int {
-	index := make(map[string]int, len(r.clients))
-	for c, cl := range r.clients {
-		index[cl.id] = c
-	}
-	return index
 }
 
 // targetCounts counts stateful actives and replicas per client in holders,

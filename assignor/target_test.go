@@ -98,30 +98,3 @@ func TestAssignHandsOnATargetOnlyWithAFollowup(t *testing.T) {
 	require.False(t, out.FollowupRebalance)
 	require.Nil(t, out.Target)
 }
-
-// TestAssignKeepsAHandedStatelessFinalClient checks that a stateless task's
-// final client is handed on with the target and kept while it balances, so
-// that the final placement does not follow the task as it moves.
-func TestAssignKeepsAHandedStatelessFinalClient(t *testing.T) {
-	sf, sl := tasks(0, 4), tasks(1, 2)
-	cfg := cfgWith(func(c *Config) { c.NumStandbys, c.MaxWarmups = 0, 1 })
-	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
-		"a": {Capacity: 1, PrevActive: slices.Concat(sf, sl), Lags: lagsOf(LagRunning, sf...)},
-		"b": {Capacity: 1},
-	}}
-	out := Assign(cfg, in)
-	require.True(t, out.FollowupRebalance)
-	require.Len(t, out.Target, len(sf)+len(sl), "the target names every task")
-	// The two stateless tasks end one on each client; swapped, the final
-	// placement is as balanced.
-	first, second := out.Target[sl[0]].Active, out.Target[sl[1]].Active
-	require.NotEqual(t, first, second)
-	handed := maps.Clone(out.Target)
-	handed[sl[0]], handed[sl[1]] = TargetReplicas{Active: second}, TargetReplicas{Active: first}
-
-	in.Target = handed
-	out = Assign(cfg, in)
-	require.NoError(t, validate(cfg, in, out))
-	require.Equal(t, second, out.Target[sl[0]].Active, "the handed final client is kept")
-	require.Equal(t, first, out.Target[sl[1]].Active, "the handed final client is kept")
-}
