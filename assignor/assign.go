@@ -172,8 +172,10 @@ type Input struct {
 	// Target is optionally the previous round's Output.Target. Assign
 	// heads for it again while it names every stateful task on clients of
 	// the group and a target computed anew is not closer to balance, so
-	// that a migration's probing rounds work towards one placement. Pass
-	// it only from the round just before, with no event between.
+	// that a migration's probing rounds work towards one placement; the
+	// stateless tasks it marks as moved keep their clients in the final
+	// placement first. Pass it only from the round just before, with no
+	// event between.
 	Target Target
 }
 
@@ -204,8 +206,8 @@ type Output struct {
 	FollowupRebalance bool
 	// ProbingRebalanceInterval echoes the configuration.
 	ProbingRebalanceInterval time.Duration
-	// Target is where the stateful replicas are heading, set with
-	// FollowupRebalance: the next round's Input.Target.
+	// Target is where the stateful replicas and the stateless tasks are
+	// heading, set with FollowupRebalance: the next round's Input.Target.
 	Target Target
 }
 
@@ -372,6 +374,12 @@ type statelessTask struct {
 	racks []string // input leaders' racks, sorted
 	prev  int      // previous owner, or -1
 	owner int
+	// final is the client the final placement wants the task on while a
+	// migration runs.
+	final int
+	// moved tells whether the task changed owner in an earlier round of
+	// the migration, as the handed target says.
+	moved bool
 }
 
 type clientLag struct {
@@ -492,7 +500,7 @@ func (r *run) readTasks(in Input) {
 	r.sl = make([]statelessTask, len(sl))
 	for i, id := range sl {
 		t := &r.sl[i]
-		t.id, t.prev, t.owner = id, -1, -1
+		t.id, t.prev, t.owner, t.final = id, -1, -1, -1
 		t.group, t.racks = intern(id)
 	}
 	r.groups = len(subs)
@@ -1820,8 +1828,25 @@ func (r *run) assignStatelessActives() {
 		r.setStatelessOwners(sp.spread(prev, r.activeLoad))
 		return
 	}
-	sp.lo, sp.hi = loadBounds(len(r.sl), r.caps, r.targetLoad)
+	// The final placement keeps first the tasks that already moved in
+	// this migration where they run, so that it follows them instead of
+	// sending them on; it moves tasks still on their first client. Without
+	// that order it could send away a task that had just reached its
+	// final client, and the task passed back and forth between two.
+	moved := func(i int) int {
+		if r.sl[i].moved {
+			return 0
+		}
+		return 2
+	}
+	flo, fhi := loadBounds(len(r.sl), r.caps, r.targetLoad)
+	sp = spreaderWith(flo, fhi,
+		func(i int) int { return moved(i) + r.offRack(r.sl[i].racks, r.sl[i].prev) },
+		func(i, c int) int { return r.offRack(r.sl[i].racks, c) })
 	final, _ := sp.spread(prev, r.targetLoad)
+	for i, c := range final {
+		r.sl[i].final = c
+	}
 	sp.uniform = nil
 	// held counts each client's stateless tasks as they ran.
 	held := make([]int, len(r.clients))

@@ -7,7 +7,9 @@ import (
 )
 
 // Target is the placement a migration heads for: per stateful task, the
-// clients of its target active and standbys.
+// clients of its target active and standbys, and per stateless task the
+// client the final placement (balanced against the target's stateful
+// loads) chose for it and whether it moved in the migration.
 //
 // Assign recomputes its target in every round from where tasks run, and
 // the replicas that move shift the loads and the ties that chose it, so a
@@ -16,19 +18,30 @@ import (
 // next keeps the migration on one placement: every round then places the
 // target's caught-up replicas, starts at least one warmup towards the
 // others, and so has one replica fewer to wait on than the round before.
+// Stateless tasks' moves are handed on for a like reason: the final
+// placement, recomputed each round from where tasks run, keeps those that
+// moved where they are, so that it does not send a task that reached its
+// final client away again.
 type Target map[task.ID]TargetReplicas
 
-// TargetReplicas is one stateful task's target.
+// TargetReplicas is one task's target.
 type TargetReplicas struct {
 	// Active is the client the task's active heads for.
 	Active string
-	// Standby lists the clients of its standbys, sorted.
+	// Standby lists the clients of a stateful task's standbys, sorted;
+	// it is empty for a stateless task.
 	Standby []string
+	// Moved tells whether a stateless task changed owner in a round of
+	// the migration.
+	Moved bool
 }
 
 // target returns the run's target.
 func (r *run) target() Target {
-	t := make(Target, len(r.sf))
+	t := make(Target, len(r.sf)+len(r.sl))
+	for _, st := range r.sl {
+		t[st.id] = TargetReplicas{Active: r.clients[st.final].id, Moved: st.moved || st.owner != st.prev}
+	}
 	for _, st := range r.sf {
 		standby := make([]string, 0, len(st.holders)-1)
 		for _, c := range st.holders[1:] {
@@ -60,6 +73,7 @@ func (r *run) assignTarget(prev Target) {
 	if !ok {
 		return
 	}
+	r.readMoved(prev)
 	ns := len(r.sf)
 	aLo, aHi := bounds(ns, r.caps, ns)
 	rLo, rHi := bounds(ns*(1+r.k), r.caps, ns)
@@ -87,14 +101,23 @@ func (r *run) assignTarget(prev Target) {
 // readTarget returns prev's replicas of each stateful task as client
 // indexes, its active first, or false when prev does not name every
 // stateful task with an active and r.k standbys on distinct clients of the
-// group.
+// group, or names a task that is not the group's.
 func (r *run) readTarget(prev Target) ([][]int, bool) {
-	if len(prev) != len(r.sf) {
+	if len(prev) < len(r.sf) || len(prev) > len(r.sf)+len(r.sl) {
 		return nil, false
 	}
 	index := make(map[string]int, len(r.clients))
 	for c, cl := range r.clients {
 		index[cl.id] = c
+	}
+	stateless := 0
+	for _, t := range r.sl {
+		if _, ok := prev[t.id]; ok {
+			stateless++
+		}
+	}
+	if len(prev) != len(r.sf)+stateless {
+		return nil, false
 	}
 	holders := make([][]int, len(r.sf))
 	for i, st := range r.sf {
@@ -117,6 +140,13 @@ func (r *run) readTarget(prev Target) ([][]int, bool) {
 		holders[i] = hs
 	}
 	return holders, true
+}
+
+// readMoved reads which stateless tasks prev marks as moved.
+func (r *run) readMoved(prev Target) {
+	for i, t := range r.sl {
+		r.sl[i].moved = prev[t.id].Moved
+	}
 }
 
 // targetCounts counts stateful actives and replicas per client in holders,

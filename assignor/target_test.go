@@ -98,3 +98,36 @@ func TestAssignHandsOnATargetOnlyWithAFollowup(t *testing.T) {
 	require.False(t, out.FollowupRebalance)
 	require.Nil(t, out.Target)
 }
+
+// TestAssignHandsOnWhichStatelessTasksMoved checks that the target marks
+// the stateless tasks that changed owner, and that the next round's final
+// placement keeps those where they run: it sends on a task still on its
+// first client rather than one that moved.
+func TestAssignHandsOnWhichStatelessTasksMoved(t *testing.T) {
+	sf, sl := tasks(0, 6), tasks(1, 6)
+	cfg := cfgWith(func(c *Config) { c.MaxWarmups = 1 })
+	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
+		"a": {Capacity: 1, PrevActive: slices.Concat(sf, sl[:3])},
+		"b": {Capacity: 1, PrevActive: sl[3:]},
+	}}
+	out := Assign(cfg, in)
+	require.True(t, out.FollowupRebalance)
+	first := owners(out)
+	movedFirst := 0
+	for _, tk := range sl {
+		moved := (first[tk] == "b") != slices.Contains(sl[3:], tk)
+		require.Equal(t, moved, out.Target[tk].Moved, "task %v", tk)
+		if moved {
+			movedFirst++
+		}
+	}
+	require.Positive(t, movedFirst, "b, without stateful actives yet, takes stateless tasks")
+	in = next(in, out)
+	out = Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	for tk, c := range owners(out) {
+		if out.Target[tk].Moved && in.Target[tk].Moved {
+			require.Equal(t, first[tk], c, "task %v moved again", tk)
+		}
+	}
+}
