@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/eddystreams/eddy/task"
 	"testing"
+
+	"github.com/eddystreams/eddy/task"
 
 	"github.com/stretchr/testify/require"
 )
