@@ -437,3 +437,68 @@ func TestTableDropsTombstoneOfKeyWrittenAndDeletedWithinInterval(t *testing.T) {
 	pipe("new", nil)
 	require.Equal(t, []string{"kept="}, commit(), "only the key the store held goes out, as a tombstone")
 }
+
+// A key written and deleted within one interval, absent from the store at
+// the last commit, leaves nothing in the table's changelog either, as Kafka
+// Streams' caching store writes neither its underlying store nor the
+// changelog behind it for a key with neither a new nor an old value:
+// whether the table tells from its committed store (no old values) or
+// from the old value it sends (a grouping downstream asks for them).
+func TestTableWritesNoChangelogTombstoneForKeyWrittenAndDeletedWithinInterval(t *testing.T) {
+	plain := func(b *topology.Builder) topology.KTable[string, string] {
+		tb := topology.Table(b, "in", serde.String, serde.String, "table")
+		tb.ToStream().To("out", serde.String, serde.String)
+		return tb
+	}
+	for name, build := range map[string]func(*topology.Builder){
+		"committed store": func(b *topology.Builder) { plain(b) },
+		"old values": func(b *topology.Builder) {
+			topology.GroupTableBy(plain(b), func(k, v string) (string, string) { return v, k }, "byValue", serde.String, serde.String).Count("counts")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := topology.NewBuilder()
+			build(b)
+			topo, err := b.Build()
+			require.NoError(t, err)
+			opened := 0
+			a, _ := newActive(t, topo, nil, &opened)
+			require.NoError(t, a.StartRestoring())
+			require.NoError(t, a.Restored())
+			off := int64(0)
+			pipe := func(key string, value []byte) {
+				t.Helper()
+				require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: value, Timestamp: time.Unix(1, 0)}))
+				off++
+			}
+			commit := func() []string {
+				t.Helper()
+				require.NoError(t, a.Flush())
+				var got []string
+				for _, w := range a.PendingChangelog() {
+					if w.Store != "table" {
+						continue
+					}
+					for _, e := range w.Entries {
+						got = append(got, fmt.Sprintf("%s=%s", e.Key, bareValue(e.Value)))
+					}
+				}
+				require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+				return got
+			}
+			pipe("kept", []byte("1"))
+			require.Equal(t, []string{"kept=1"}, commit())
+			pipe("kept", []byte("2"))
+			pipe("kept", nil)
+			pipe("new", []byte("3"))
+			pipe("new", nil)
+			pipe("put", []byte("4"))
+			require.Equal(t, []string{"kept=", "put=4"}, commit(), "only the key the store held is deleted")
+			pipe("new", []byte("5"))
+			pipe("new", nil)
+			require.Empty(t, commit(), "nothing to write, nothing sent")
+			pipe("new", []byte("6"))
+			require.Equal(t, []string{"new=6"}, commit(), "a skipped key is written again later")
+		})
+	}
+}
