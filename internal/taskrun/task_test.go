@@ -502,3 +502,49 @@ func TestTableWritesNoChangelogTombstoneForKeyWrittenAndDeletedWithinInterval(t 
 		})
 	}
 }
+
+// Sessions merged away within the interval they were made in leave no
+// tombstone in the session store's changelog, as Kafka Streams' caching
+// session store writes nothing for a session absent from its store.
+func TestSessionMergeWritesNoChangelogTombstoneForSessionMadeWithinInterval(t *testing.T) {
+	b := topology.NewBuilder()
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	topology.SessionWindowedBy(g, topology.NewSessionWindows(10*time.Millisecond)).Count("sessions").
+		ToStream().Peek(func(topology.Windowed[string], int64) {})
+	topo, err := b.Build()
+	require.NoError(t, err)
+	opened := 0
+	a, _ := newActive(t, topo, nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	off := int64(0)
+	pipe := func(ms int64) {
+		t.Helper()
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}))
+		off++
+	}
+	commit := func() (puts, dels int) {
+		t.Helper()
+		require.NoError(t, a.Flush())
+		for _, w := range a.PendingChangelog() {
+			for _, e := range w.Entries {
+				if e.Deleted() {
+					dels++
+				} else {
+					puts++
+				}
+			}
+		}
+		require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+		return puts, dels
+	}
+	pipe(100)
+	pipe(105) // merges [100,100] away, within the interval
+	puts, dels := commit()
+	require.Equal(t, 1, puts, "the merged session [100,105]")
+	require.Zero(t, dels, "[100,100] never reached the store")
+	pipe(110) // merges the committed [100,105] away
+	puts, dels = commit()
+	require.Equal(t, 1, puts)
+	require.Equal(t, 1, dels, "[100,105] was committed, so its delete is logged")
+}
