@@ -303,9 +303,11 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) (slot int, store
 	if dirty {
 		prev := c.entries[i].Value
 		delta -= int64(len(prev))
-		if _, ok := c.skipped[i]; ok {
-			delete(c.skipped, i)
-			c.dels++
+		if len(c.skipped) > 0 {
+			if _, ok := c.skipped[i]; ok {
+				delete(c.skipped, i)
+				c.dels++
+			}
 		}
 		c.countEntry(prev, -1)
 		c.entries[i].Value = value
