@@ -548,3 +548,33 @@ func TestSessionMergeWritesNoChangelogTombstoneForSessionMadeWithinInterval(t *t
 	require.Equal(t, 1, puts)
 	require.Equal(t, 1, dels, "[100,105] was committed, so its delete is logged")
 }
+
+// A commit whose only writes to a logged store are skipped tombstones
+// sends nothing to its changelog and still releases them, so that a table
+// whose keys never outlive an interval does not fill the cache budget.
+func TestCommitReleasesSkippedTombstones(t *testing.T) {
+	b := topology.NewBuilder()
+	topology.Table(b, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	budget := cache.NewBudget(1 << 20)
+	a, err := NewActive(Config{
+		ID: task.ID{SubTopology: 0, Partition: 3}, AppID: "app", Topology: topo,
+		Changelog: func(s string) string { return "app-" + s + "-changelog" },
+		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
+			return statestore.NewMemory(), nil
+		},
+		Budget: budget,
+		Sender: &sink{},
+	})
+	require.NoError(t, err)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	for off, v := range [][]byte{[]byte("1"), nil} {
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: int64(off), Key: []byte("k"), Value: v, Timestamp: time.Unix(1, 0)}))
+	}
+	require.NoError(t, a.Flush())
+	require.Empty(t, a.PendingChangelog())
+	require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return 0, false }))
+	require.Zero(t, budget.Used(), "the skipped tombstone is released")
+}
