@@ -114,8 +114,14 @@ type tableUpdates struct {
 // the runtime's record cache (cache.Store) and topologytest's stores under
 // Config.Commits. A task flushes its table updates just before it commits,
 // so at the flush the committed values are those of the last flush.
+//
+// A key found absent there whose pending update is a tombstone is one
+// Kafka Streams' caching stores neither forward nor write: SkipTombstone
+// leaves the store's delete of it, and so its changelog record, out of the
+// commit.
 type committedReader interface {
 	HasCommitted(key []byte) (bool, error)
+	SkipTombstone(key []byte)
 }
 
 // readsCommitted returns rw as a committedReader, or nil when it is none.
@@ -376,16 +382,26 @@ func (u *tableUpdates) flush(c *nodeInstance) error {
 }
 
 // heldAtLastFlush reports whether the key of p, a pending tombstone, held
-// a value at the last flush. Without an old value or a committed reader it
-// cannot tell, and says it did, so that the tombstone goes out.
+// a value at the last flush: the old value tells when sent, else the store
+// as of the last commit; with neither it cannot tell, and says it did, so
+// that the tombstone goes out. A key the committed store lacks has its
+// delete left out of the commit, even when an old value decided already:
+// only the store's answer is safe to skip a write on.
 func (u *tableUpdates) heldAtLastFlush(p *pendingUpdate) (bool, error) {
-	if p.r.old != nil {
-		return !p.r.old.null, nil
-	}
-	if u.committed == nil || p.key == nil {
+	if p.r.old != nil && !p.r.old.null {
 		return true, nil
 	}
-	return u.committed.HasCommitted(p.key)
+	if u.committed == nil || p.key == nil {
+		return p.r.old == nil, nil
+	}
+	held, err := u.committed.HasCommitted(p.key)
+	if err != nil {
+		return false, err
+	}
+	if !held {
+		u.committed.SkipTombstone(p.key)
+	}
+	return held && p.r.old == nil, nil
 }
 
 // maxRetainedUpdates bounds the index of pending updates a table keeps

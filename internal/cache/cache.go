@@ -152,8 +152,12 @@ type Store struct {
 	// the last one grows them through no doubling.
 	hint  int
 	puts  int64 // dirty entries that are puts
-	dels  int64 // dirty entries that are tombstones
+	dels  int64 // dirty entries that are tombstones, but for skipped ones
 	bytes int64 // bytes charged to budget
+	// skipped holds the slots of tombstones of keys the inner store does
+	// not hold (SkipTombstone): they stay as entries, hiding nothing, but
+	// Dirty and Commit leave them out.
+	skipped map[int]struct{}
 
 	// The read cache (readcache.go): clean entries, copies of inner
 	// values, kept while readCache is on; cleanBytes are charged to the
@@ -299,6 +303,12 @@ func (c *Store) setLocked(key, value []byte, i int, dirty bool) (slot int, store
 	if dirty {
 		prev := c.entries[i].Value
 		delta -= int64(len(prev))
+		if len(c.skipped) > 0 {
+			if _, ok := c.skipped[i]; ok {
+				delete(c.skipped, i)
+				c.dels++
+			}
+		}
 		c.countEntry(prev, -1)
 		c.entries[i].Value = value
 		slot, stored = i, c.entries[i].Key
@@ -448,13 +458,55 @@ func (c *Store) sortLocked() {
 	if c.sorted != nil || len(c.entries) == 0 {
 		return
 	}
-	if c.ordered {
-		c.sorted, _ = c.order.collect(c.entries, nil, nil, len(c.entries))
+	if len(c.skipped) == len(c.entries) {
+		// An empty, non-nil slice: sorted, with nothing to write.
+		c.sorted = []statestore.Entry{}
 		return
 	}
-	out := slices.Clone(c.entries)
-	slices.SortFunc(out, func(a, b statestore.Entry) int { return bytes.Compare(a.Key, b.Key) })
+	var out []statestore.Entry
+	if c.ordered {
+		out, _ = c.order.collect(c.entries, nil, nil, len(c.entries))
+	} else {
+		out = slices.Clone(c.entries)
+		slices.SortFunc(out, func(a, b statestore.Entry) int { return bytes.Compare(a.Key, b.Key) })
+	}
+	if len(c.skipped) > 0 {
+		out = slices.DeleteFunc(out, func(e statestore.Entry) bool {
+			if e.Value != nil {
+				return false
+			}
+			_, skip := c.skipped[c.index[string(e.Key)]]
+			return skip
+		})
+	}
 	c.sorted = out
+}
+
+// SkipTombstone leaves the dirty tombstone of key, if it has one, out of
+// the next commit: neither the changelog nor the inner store gets it. The
+// caller knows that the inner store does not hold key as of its last
+// commit, so the delete would change nothing there, and a table whose
+// update of key comes to nothing writes nothing for it, as Kafka Streams'
+// caching stores write nothing for a key absent from their store and
+// deleted in the cache. A later write of key makes its entry dirty again.
+func (c *Store) SkipTombstone(key []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.index[string(key)]
+	if !ok || c.entries[i].Value != nil {
+		return
+	}
+	if _, done := c.skipped[i]; done {
+		return
+	}
+	if c.skipped == nil {
+		c.skipped = make(map[int]struct{})
+	}
+	c.skipped[i] = struct{}{}
+	c.dels--
+	c.sorted = nil
 }
 
 // DirtyLen returns the number of dirty entries.
@@ -487,11 +539,17 @@ func (c *Store) BeginCommit() (entries []statestore.Entry, done func(error)) {
 	c.wmu.Lock()
 	c.mu.Lock()
 	entries = c.dirtyLocked()
-	c.mu.Unlock()
 	if len(entries) == 0 {
+		if len(c.entries) > 0 {
+			// Skipped tombstones alone leave nothing to write, yet their
+			// entries go as a commit's would.
+			c.clearLocked()
+		}
+		c.mu.Unlock()
 		c.wmu.Unlock()
 		return nil, nil
 	}
+	c.mu.Unlock()
 	// Readers keep running during the write: until the entries are
 	// dropped they shadow the inner store with the same values it is
 	// receiving, so they read the same whether the write has landed yet
@@ -548,6 +606,7 @@ func (c *Store) clearLocked() {
 	}
 	c.sorted = nil
 	c.order.reset()
+	clear(c.skipped)
 	c.puts, c.dels, c.bytes = 0, 0, 0
 }
 

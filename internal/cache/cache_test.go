@@ -721,3 +721,44 @@ func TestCacheOrderedRangesAgainstModel(t *testing.T) {
 	require.NoError(t, c.Commit(1<<40))
 	require.Equal(t, want("", ""), collectAll(t, inner))
 }
+
+func TestCacheSkipTombstone(t *testing.T) {
+	c, inner := newTestCache(t, NewBudget(1<<20))
+	put(t, inner, "kept", "old")
+
+	// "gone" was written and deleted within the interval, absent below:
+	// its tombstone is skipped; "kept"'s tombstone and the puts are not.
+	put(t, c, "gone", "1", "b", "2")
+	require.NoError(t, c.Delete([]byte("gone")))
+	require.NoError(t, c.Delete([]byte("kept")))
+	c.SkipTombstone([]byte("gone"))
+	c.SkipTombstone([]byte("gone"))
+	c.SkipTombstone([]byte("b")) // a put: not skipped
+	require.Equal(t, []kv{{"b", "2"}, {"kept", "<tombstone>"}}, entryStrings(c.Dirty()))
+	require.Equal(t, 2, c.DirtyLen())
+	_, found, err := c.Get([]byte("gone"))
+	require.NoError(t, err)
+	require.False(t, found)
+	require.Equal(t, []kv{{"b", "2"}}, collectAll(t, c))
+	require.NoError(t, c.Commit(5))
+	require.Len(t, inner.writes, 1)
+	require.Equal(t, []kv{{"b", "2"}, {"kept", "<tombstone>"}}, entryStrings(inner.writes[0].entries))
+
+	// A write after the skip makes the key's entry dirty again.
+	put(t, c, "x", "1")
+	require.NoError(t, c.Delete([]byte("x")))
+	c.SkipTombstone([]byte("x"))
+	put(t, c, "x", "2")
+	require.Equal(t, []kv{{"x", "2"}}, entryStrings(c.Dirty()))
+	require.NoError(t, c.Commit(6))
+
+	// Skipped tombstones alone write nothing, and leave the cache empty.
+	require.NoError(t, c.Delete([]byte("y")))
+	c.SkipTombstone([]byte("y"))
+	require.Empty(t, c.Dirty())
+	require.NoError(t, c.Commit(7))
+	require.Len(t, inner.writes, 2)
+	require.Zero(t, c.DirtyLen())
+	require.NoError(t, c.Delete([]byte("z")))
+	require.Equal(t, []kv{{"z", "<tombstone>"}}, entryStrings(c.Dirty()))
+}

@@ -339,6 +339,14 @@ func (t *Active) BeginCommit(last LastOffsetFunc, grouped func(statestore.Store)
 		pos := statestore.NoPosition
 		if h.Info.Logged {
 			if len(h.Cache.Dirty()) == 0 {
+				// Nothing went to the changelog, so there is no position
+				// to record, but tombstones the cache skipped
+				// (cache.Store.SkipTombstone) are still to be released,
+				// which a commit with nothing to write does.
+				if err := h.Cache.Commit(statestore.NoPosition); err != nil {
+					p.release(errNotWritten)
+					return nil, fmt.Errorf("task %s: write store %q: %w", t.cfg.ID, n, err)
+				}
 				continue
 			}
 			off, ok := last(h.Changelog, t.cfg.ID.Partition)

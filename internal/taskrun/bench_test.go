@@ -300,3 +300,68 @@ func BenchmarkTableTombstones(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkTableTombstonesUnseen measures a table through the record cache
+// whose keys are each written and deleted within every commit interval,
+// never reaching the store: the flush forwards none of the tombstones, and
+// the commit writes none of them to the store or the changelog.
+func BenchmarkTableTombstonesUnseen(b *testing.B) {
+	bld := topology.NewBuilder()
+	topology.Table(bld, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
+	topo, err := bld.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opened := 0
+	out := &sink{}
+	a, err := NewActive(Config{
+		ID: task.ID{}, AppID: "app", Topology: topo,
+		Changelog: func(s string) string { return "app-" + s + "-changelog" },
+		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
+			opened++
+			return statestore.NewMemory(), nil
+		},
+		Budget: cache.NewBudget(64 << 20),
+		Sender: out,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close(true)
+	if err := a.StartRestoring(); err != nil {
+		b.Fatal(err)
+	}
+	if err := a.Restored(); err != nil {
+		b.Fatal(err)
+	}
+	const keys = 1000
+	kb := make([][]byte, keys)
+	for i := range kb {
+		kb[i] = []byte("key-" + strconv.Itoa(i))
+	}
+	var off, n int64
+	b.ReportAllocs()
+	for b.Loop() {
+		// Rounds of 2,000 records: every key written, then deleted.
+		i := n % (2 * keys)
+		var value []byte
+		if i < keys {
+			value = []byte("v")
+		}
+		if err := a.Process(graph.InputRecord{Topic: "in", Offset: off, Key: kb[i%keys], Value: value, Timestamp: time.Unix(1, 0)}); err != nil {
+			b.Fatal(err)
+		}
+		off++
+		n++
+		if i == 2*keys-1 {
+			out.out = out.out[:0]
+			if err := a.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			a.PendingChangelog()
+			if err := a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -437,3 +437,144 @@ func TestTableDropsTombstoneOfKeyWrittenAndDeletedWithinInterval(t *testing.T) {
 	pipe("new", nil)
 	require.Equal(t, []string{"kept="}, commit(), "only the key the store held goes out, as a tombstone")
 }
+
+// A key written and deleted within one interval, absent from the store at
+// the last commit, leaves nothing in the table's changelog either, as Kafka
+// Streams' caching store writes neither its underlying store nor the
+// changelog behind it for a key with neither a new nor an old value:
+// whether the table tells from its committed store (no old values) or
+// from the old value it sends (a grouping downstream asks for them).
+func TestTableWritesNoChangelogTombstoneForKeyWrittenAndDeletedWithinInterval(t *testing.T) {
+	plain := func(b *topology.Builder) topology.KTable[string, string] {
+		tb := topology.Table(b, "in", serde.String, serde.String, "table")
+		tb.ToStream().To("out", serde.String, serde.String)
+		return tb
+	}
+	for name, build := range map[string]func(*topology.Builder){
+		"committed store": func(b *topology.Builder) { plain(b) },
+		"old values": func(b *topology.Builder) {
+			topology.GroupTableBy(plain(b), func(k, v string) (string, string) { return v, k }, "byValue", serde.String, serde.String).Count("counts")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := topology.NewBuilder()
+			build(b)
+			topo, err := b.Build()
+			require.NoError(t, err)
+			opened := 0
+			a, _ := newActive(t, topo, nil, &opened)
+			require.NoError(t, a.StartRestoring())
+			require.NoError(t, a.Restored())
+			off := int64(0)
+			pipe := func(key string, value []byte) {
+				t.Helper()
+				require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: value, Timestamp: time.Unix(1, 0)}))
+				off++
+			}
+			commit := func() []string {
+				t.Helper()
+				require.NoError(t, a.Flush())
+				var got []string
+				for _, w := range a.PendingChangelog() {
+					if w.Store != "table" {
+						continue
+					}
+					for _, e := range w.Entries {
+						got = append(got, fmt.Sprintf("%s=%s", e.Key, bareValue(e.Value)))
+					}
+				}
+				require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+				return got
+			}
+			pipe("kept", []byte("1"))
+			require.Equal(t, []string{"kept=1"}, commit())
+			pipe("kept", []byte("2"))
+			pipe("kept", nil)
+			pipe("new", []byte("3"))
+			pipe("new", nil)
+			pipe("put", []byte("4"))
+			require.Equal(t, []string{"kept=", "put=4"}, commit(), "only the key the store held is deleted")
+			pipe("new", []byte("5"))
+			pipe("new", nil)
+			require.Empty(t, commit(), "nothing to write, nothing sent")
+			pipe("new", []byte("6"))
+			require.Equal(t, []string{"new=6"}, commit(), "a skipped key is written again later")
+		})
+	}
+}
+
+// Sessions merged away within the interval they were made in leave no
+// tombstone in the session store's changelog, as Kafka Streams' caching
+// session store writes nothing for a session absent from its store.
+func TestSessionMergeWritesNoChangelogTombstoneForSessionMadeWithinInterval(t *testing.T) {
+	b := topology.NewBuilder()
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	topology.SessionWindowedBy(g, topology.NewSessionWindows(10*time.Millisecond)).Count("sessions").
+		ToStream().Peek(func(topology.Windowed[string], int64) {})
+	topo, err := b.Build()
+	require.NoError(t, err)
+	opened := 0
+	a, _ := newActive(t, topo, nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	off := int64(0)
+	pipe := func(ms int64) {
+		t.Helper()
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}))
+		off++
+	}
+	commit := func() (puts, dels int) {
+		t.Helper()
+		require.NoError(t, a.Flush())
+		for _, w := range a.PendingChangelog() {
+			for _, e := range w.Entries {
+				if e.Deleted() {
+					dels++
+				} else {
+					puts++
+				}
+			}
+		}
+		require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+		return puts, dels
+	}
+	pipe(100)
+	pipe(105) // merges [100,100] away, within the interval
+	puts, dels := commit()
+	require.Equal(t, 1, puts, "the merged session [100,105]")
+	require.Zero(t, dels, "[100,100] never reached the store")
+	pipe(110) // merges the committed [100,105] away
+	puts, dels = commit()
+	require.Equal(t, 1, puts)
+	require.Equal(t, 1, dels, "[100,105] was committed, so its delete is logged")
+}
+
+// A commit whose only writes to a logged store are skipped tombstones
+// sends nothing to its changelog and still releases them, so that a table
+// whose keys never outlive an interval does not fill the cache budget.
+func TestCommitReleasesSkippedTombstones(t *testing.T) {
+	b := topology.NewBuilder()
+	topology.Table(b, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	budget := cache.NewBudget(1 << 20)
+	a, err := NewActive(Config{
+		ID: task.ID{SubTopology: 0, Partition: 3}, AppID: "app", Topology: topo,
+		Changelog: func(s string) string { return "app-" + s + "-changelog" },
+		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
+			return statestore.NewMemory(), nil
+		},
+		Budget: budget,
+		Sender: &sink{},
+	})
+	require.NoError(t, err)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	for off, v := range [][]byte{[]byte("1"), nil} {
+		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: int64(off), Key: []byte("k"), Value: v, Timestamp: time.Unix(1, 0)}))
+	}
+	require.NoError(t, a.Flush())
+	require.Empty(t, a.PendingChangelog())
+	require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return 0, false }))
+	require.Zero(t, budget.Used(), "the skipped tombstone is released")
+}
