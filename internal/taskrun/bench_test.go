@@ -228,25 +228,21 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkTableTombstones measures a table through the record cache whose
-// keys are all written in one commit interval, then each written again and
-// deleted in the next: every tombstone the flush forwards is first checked
-// against the store as of the last commit, the cost of dropping those of
-// keys written and deleted within one interval.
-func BenchmarkTableTombstones(b *testing.B) {
+// cachedTableTask is the task of a table read from "in" into a memory
+// store under a record cache of 64 MiB and written on to "out", restored
+// and ready, with the 1,000 keys the table benchmarks write.
+func cachedTableTask(b *testing.B) (*Active, *sink, [][]byte) {
 	bld := topology.NewBuilder()
 	topology.Table(bld, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
 	topo, err := bld.Build()
 	if err != nil {
 		b.Fatal(err)
 	}
-	opened := 0
 	out := &sink{}
 	a, err := NewActive(Config{
 		ID: task.ID{}, AppID: "app", Topology: topo,
 		Changelog: func(s string) string { return "app-" + s + "-changelog" },
 		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
-			opened++
 			return statestore.NewMemory(), nil
 		},
 		Budget: cache.NewBudget(64 << 20),
@@ -255,18 +251,41 @@ func BenchmarkTableTombstones(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer a.Close(true)
 	if err := a.StartRestoring(); err != nil {
 		b.Fatal(err)
 	}
 	if err := a.Restored(); err != nil {
 		b.Fatal(err)
 	}
-	const keys = 1000
-	kb := make([][]byte, keys)
+	kb := make([][]byte, 1000)
 	for i := range kb {
 		kb[i] = []byte("key-" + strconv.Itoa(i))
 	}
+	b.Cleanup(func() { a.Close(true) })
+	return a, out, kb
+}
+
+// commitCachedTable flushes the task and completes its commit with every
+// record up to off written, dropping what the flush forwarded.
+func commitCachedTable(b *testing.B, a *Active, out *sink, off int64) {
+	out.out = out.out[:0]
+	if err := a.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	a.PendingChangelog()
+	if err := a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkTableTombstones measures a table through the record cache whose
+// keys are all written in one commit interval, then each written again and
+// deleted in the next: every tombstone the flush forwards is first checked
+// against the store as of the last commit, the cost of dropping those of
+// keys written and deleted within one interval.
+func BenchmarkTableTombstones(b *testing.B) {
+	a, out, kb := cachedTableTask(b)
+	const keys = 1000 // len(kb)
 	var off, n int64
 	b.ReportAllocs()
 	cpu0 := cpuTime()
@@ -288,14 +307,7 @@ func BenchmarkTableTombstones(b *testing.B) {
 		off++
 		n++
 		if i == keys-1 || i == 3*keys-1 {
-			out.out = out.out[:0]
-			if err := a.Flush(); err != nil {
-				b.Fatal(err)
-			}
-			a.PendingChangelog()
-			if err := a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }); err != nil {
-				b.Fatal(err)
-			}
+			commitCachedTable(b, a, out, off)
 		}
 	}
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
@@ -306,39 +318,8 @@ func BenchmarkTableTombstones(b *testing.B) {
 // never reaching the store: the flush forwards none of the tombstones, and
 // the commit writes none of them to the store or the changelog.
 func BenchmarkTableTombstonesUnseen(b *testing.B) {
-	bld := topology.NewBuilder()
-	topology.Table(bld, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
-	topo, err := bld.Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	opened := 0
-	out := &sink{}
-	a, err := NewActive(Config{
-		ID: task.ID{}, AppID: "app", Topology: topo,
-		Changelog: func(s string) string { return "app-" + s + "-changelog" },
-		Open: func(task.ID, topology.StoreInfo) (statestore.Store, error) {
-			opened++
-			return statestore.NewMemory(), nil
-		},
-		Budget: cache.NewBudget(64 << 20),
-		Sender: out,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close(true)
-	if err := a.StartRestoring(); err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Restored(); err != nil {
-		b.Fatal(err)
-	}
-	const keys = 1000
-	kb := make([][]byte, keys)
-	for i := range kb {
-		kb[i] = []byte("key-" + strconv.Itoa(i))
-	}
+	a, out, kb := cachedTableTask(b)
+	const keys = 1000 // len(kb)
 	var off, n int64
 	b.ReportAllocs()
 	for b.Loop() {
@@ -354,14 +335,7 @@ func BenchmarkTableTombstonesUnseen(b *testing.B) {
 		off++
 		n++
 		if i == 2*keys-1 {
-			out.out = out.out[:0]
-			if err := a.Flush(); err != nil {
-				b.Fatal(err)
-			}
-			a.PendingChangelog()
-			if err := a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }); err != nil {
-				b.Fatal(err)
-			}
+			commitCachedTable(b, a, out, off)
 		}
 	}
 }
