@@ -166,6 +166,13 @@ func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindow
 	b.declareStore(info, n.label())
 	if final {
 		declarePending(b, n, store, o)
+	} else {
+		// Each update reads its window's aggregate before folding in the
+		// record, so it knows the old value, as Kafka Streams'
+		// KStreamWindowAggregate forwards it when asked. A final result
+		// has none to send (Kafka Streams sends it with a null old value),
+		// so an operator needing old values stays refused at Build.
+		n.olds = ownOldValues
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -208,6 +215,13 @@ type windowAggProc[K, V, A any] struct {
 	// timestamped: the store keeps timestamps (not BareStoreValues).
 	timestamped bool
 	wins        []Window
+	// prev and prevFound are, when the node sends old values, the
+	// window's aggregate before update's step (see node.sendOld).
+	prev      A
+	prevFound bool
+	// sendOld and fullOld are the node's (see node.fullOld): without
+	// fullOld an old value need only tell whether the window existed.
+	sendOld, fullOld bool
 }
 
 func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
@@ -219,6 +233,7 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	p.updateFn = p.update
 	p.decodeCopies, _ = serdeCopies(p.aggSerde)
 	p.timestamped = c.timestamped(p.store)
+	p.sendOld, p.fullOld = c.node.sendOld, c.node.fullOld
 	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
 
@@ -260,15 +275,19 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 	p.key, p.value, p.ts = k, v, r.ts.UnixMilli()
 	slot, stored, err := p.ws.UpdateAt(kb, win.Start, p.updateFn)
 	next, ts := p.next, stamp(r.ts, p.nextTs)
-	p.key, p.value, p.next = zero[K](), zero[V](), zero[A]()
+	var old *prior
+	if p.sendOld {
+		old = &prior{value: p.prev, null: !p.prevFound}
+	}
+	p.key, p.value, p.next, p.prev = zero[K](), zero[V](), zero[A](), zero[A]()
 	if err != nil {
 		return err
 	}
 	if !p.final {
 		if !c.holds() {
-			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: ts, headers: r.headers})
+			return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: next, ts: ts, headers: r.headers, old: old})
 		}
-		p.updates.add(slot, stored, kb, k, win, next, ts, r.headers)
+		p.updates.add(slot, stored, kb, k, win, next, old, ts, r.headers)
 		return nil
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, r.ts.UnixMilli())
@@ -295,6 +314,16 @@ func (p *windowAggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) 
 		if cur, err = p.aggSerde.Decode(old); err != nil {
 			return nil, fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
+	}
+	p.prevFound = found
+	if p.sendOld && p.fullOld && found {
+		// The step may change cur in place (an adder appending to a
+		// slice or filling a map), so the old value is decoded apart.
+		prev, err := p.aggSerde.Decode(bytes.Clone(old))
+		if err != nil {
+			return nil, fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+		}
+		p.prev = prev
 	}
 	p.next = p.step(p.key, p.value, cur, found)
 	return encodeTimestamped(p.aggSerde, p.next, p.nextTs, p.timestamped)
@@ -685,9 +714,12 @@ type windowUpdate[K, A any] struct {
 	// entry is the first byte of the cache's copy of the window's key, or
 	// nil for a window without a slot. Held here, that copy cannot be
 	// freed and its address reused by another entry's.
-	entry   *byte
-	win     Window
-	value   A
+	entry *byte
+	win   Window
+	value A
+	// old is the window's old value at its first update since the last
+	// flush, which the flushed update replaces (nil without old values).
+	old     *prior
 	ts      time.Time
 	headers []Header
 }
@@ -696,8 +728,9 @@ type windowUpdate[K, A any] struct {
 const maxRetainedSlots = 1 << 14
 
 // add records value as window win's pending update for key (kb encoded),
-// whose cache entry has slot and stored key stored (slot -1 if none).
-func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win Window, value A, ts time.Time, headers []Header) {
+// whose cache entry has slot and stored key stored (slot -1 if none), old
+// its old value. A window already pending keeps the old value it had then.
+func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win Window, value A, old *prior, ts time.Time, headers []Header) {
 	var entry *byte
 	if slot >= 0 && len(stored) > 0 {
 		entry = unsafe.SliceData(stored)
@@ -720,7 +753,7 @@ func (u *windowUpdates[K, A]) add(slot int, stored []byte, kb []byte, k K, win W
 		}
 		u.byWindow[id] = int32(u.held.n)
 	}
-	u.held.push(windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, ts: ts, headers: headers})
+	u.held.push(windowUpdate[K, A]{key: k, entry: entry, win: win, value: value, old: old, ts: ts, headers: headers})
 }
 
 // discard drops the pending updates: the input that made them is to be
@@ -742,7 +775,7 @@ func (u *windowUpdates[K, A]) resetIndex() {
 func (u *windowUpdates[K, A]) flush(c *nodeInstance) error {
 	u.resetIndex()
 	return u.held.drain(func(p *windowUpdate[K, A]) error {
-		return c.forward(record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, ts: p.ts, headers: p.headers})
+		return c.forward(record{key: Windowed[K]{Key: p.key, Window: p.win}, value: p.value, old: p.old, ts: p.ts, headers: p.headers})
 	})
 }
 

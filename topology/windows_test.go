@@ -330,7 +330,7 @@ func TestWindowUpdatesBySlot(t *testing.T) {
 	entry := func(k string, start int64) []byte { return []byte(k + "/" + strconv.FormatInt(start, 10)) }
 	a0, b0, a1 := entry("a", 0), entry("b", 0), entry("a", 10)
 	add := func(slot int, stored []byte, k string, start, v int64) {
-		u.add(slot, stored, []byte(k), k, Window{Start: start, End: start + 10}, v, time.UnixMilli(start), nil)
+		u.add(slot, stored, []byte(k), k, Window{Start: start, End: start + 10}, v, nil, time.UnixMilli(start), nil)
 	}
 	add(0, a0, "a", 0, 1)
 	add(1, b0, "b", 0, 1)
