@@ -129,6 +129,12 @@ func sessionWindowAggregate[K, V, A any](b *Builder, op, store string, w Session
 	b.declareStore(info, n.label())
 	if final {
 		declarePending(b, n, store, o)
+	} else {
+		// Each session a record joins is read before it is retracted, so
+		// its tombstone can carry it as the old value, as Kafka Streams'
+		// KStreamSessionWindowAggregate sends it when asked. Final results
+		// carry none, so an operator needing them stays refused at Build.
+		n.olds = ownOldValues
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -179,6 +185,9 @@ func (p *sessionAggProc[K, V, A]) init(c *nodeInstance) error {
 type session[A any] struct {
 	win Window
 	agg A
+	// old is agg decoded apart, when the node sends old values: the
+	// merger and adder may change agg in place.
+	old A
 }
 
 func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
@@ -218,7 +227,14 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			it.Close()
 			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
-		joined = append(joined, session[A]{win: win, agg: agg})
+		var old A
+		if c.node.sendOld {
+			if old, err = p.aggSerde.Decode(bytes.Clone(it.Value())); err != nil {
+				it.Close()
+				return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+			}
+		}
+		joined = append(joined, session[A]{win: win, agg: agg, old: old})
 	}
 	if err := it.Err(); err != nil {
 		it.Close()
@@ -237,6 +253,15 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		p.log.dropped(c.task, t, st)
 		return nil
 	}
+	// The merged session's result goes out as new (Kafka Streams sends
+	// it with no old value), but for a record at the time of a one-point
+	// session, which retracts nothing: under the record cache its old
+	// value is the session's stored aggregate, which Kafka Streams'
+	// caching store reads from its underlying store.
+	var resultOld *prior
+	if c.node.sendOld {
+		resultOld = &prior{null: true}
+	}
 	agg, have := p.start()
 	for _, s := range joined {
 		sa := s.agg
@@ -250,6 +275,9 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		// Kafka Streams does; a record at the time of a one-point session
 		// retracts nothing.
 		if merged == (Window{Start: t, End: t}) {
+			if resultOld != nil && c.holds() {
+				resultOld = &prior{value: s.old}
+			}
 			continue
 		}
 		if p.final {
@@ -263,7 +291,11 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			}
 		}
 		if !p.final {
-			if err := p.updates.emit(c, statestore.SessionKey(kb, s.win.Start, s.win.End), record{key: Windowed[K]{Key: k, Window: s.win}, value: zero[A](), valueNull: true, ts: time.UnixMilli(s.win.End), headers: r.headers}); err != nil {
+			tomb := record{key: Windowed[K]{Key: k, Window: s.win}, value: zero[A](), valueNull: true, ts: time.UnixMilli(s.win.End), headers: r.headers}
+			if c.node.sendOld {
+				tomb.old = &prior{value: s.old}
+			}
+			if err := p.updates.emit(c, statestore.SessionKey(kb, s.win.Start, s.win.End), tomb); err != nil {
 				return err
 			}
 		}
@@ -277,7 +309,7 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		return err
 	}
 	if !p.final {
-		return p.updates.emit(c, statestore.SessionKey(kb, merged.Start, merged.End), record{key: Windowed[K]{Key: k, Window: merged}, value: agg, ts: time.UnixMilli(merged.End), headers: r.headers})
+		return p.updates.emit(c, statestore.SessionKey(kb, merged.Start, merged.End), record{key: Windowed[K]{Key: k, Window: merged}, value: agg, ts: time.UnixMilli(merged.End), headers: r.headers, old: resultOld})
 	}
 	return p.clock.pending.add(p.w.CloseTime(merged), merged.Start, kb, merged.End)
 }

@@ -58,3 +58,64 @@ func TestKafkaStreamsWindowedOldValues(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
+
+// sessionRegroup is windowedRegroup over a session aggregation (gap 10,
+// grace 100, Kafka Streams' toString adder and merger): a merged-away
+// session is retracted by its tombstone's old value, as Kafka Streams'
+// KStreamSessionWindowAggregate forwards Change(null, old), and the merged
+// session is added with no old value, Change(new, null).
+func sessionRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	sw := topology.SessionWindowedBy(g, topology.NewSessionWindows(ms(10)).Grace(ms(100)))
+	sessions := topology.SessionAggregate(sw, toStringInit, toStringAdder, sessionMerger, "sessions", serde.String)
+	grouped := topology.GroupTableBy(sessions, func(k topology.Windowed[string], v string) (string, string) { return k.Key, v },
+		"regroup", serde.String, serde.String)
+	topology.TableAggregate(grouped, emptyInit,
+		func(_, v, agg string) string { return agg + "+" + v },
+		func(_, v, agg string) string { return agg + "-" + v },
+		"regrouped", serde.String).
+		ToStream().To("out", serde.String, serde.String)
+}
+
+var ksSessionOldValues = []ksScenario{
+	{
+		name:  "KStreamSessionWindowAggregate(sendOldValues) regrouped",
+		build: sessionRegroup,
+		steps: []ksStep{
+			step(out("A +0+1 @0"), in("A", "1", 0)),
+			step(out("A +0+1-0+1 @0", "A +0+1-0+1+0+0+1+2 @5"), in("A", "2", 5)),
+			// A record within a session retracts it and adds it again.
+			step(out("A +0+1-0+1+0+0+1+2-0+0+1+2 @5", "A +0+1-0+1+0+0+1+2-0+0+1+2+0+0+0+1+2+3 @5"), in("A", "3", 3)),
+			step(out("A +0+1-0+1+0+0+1+2-0+0+1+2+0+0+0+1+2+3+0+4 @30"), in("A", "4", 30)),
+			step(out("A +0+1-0+1+0+0+1+2-0+0+1+2+0+0+0+1+2+3+0+4-0+4 @30", "A +0+1-0+1+0+0+1+2-0+0+1+2+0+0+0+1+2+3+0+4-0+4+0+0+4+5 @30"), in("A", "5", 20)),
+			step(out("B +0+1 @50"), in("B", "1", 50)),
+			// A record at the time of a one-point session retracts
+			// nothing: Kafka Streams sends Change(new, null) alone.
+			step(out("B +0+1+0+0+1+2 @50"), in("B", "2", 50)),
+		},
+	},
+	{
+		name:    "KStreamSessionWindowAggregate(sendOldValues) regrouped, caching",
+		build:   sessionRegroup,
+		commits: true,
+		steps: []ksStep{
+			step(out("A +0+1 @0"), in("A", "1", 0)),
+			step(out("A +0+1-0+1+0+0+0+1+2+3 @5"), in("A", "2", 5), in("A", "3", 3)),
+			// A session made and merged away within one commit interval is
+			// neither added nor retracted.
+			step(out("A +0+1-0+1+0+0+0+1+2+3+0+0+4+5 @30"), in("A", "4", 30), in("A", "5", 20)),
+			step(out("A +0+1-0+1+0+0+0+1+2+3+0+0+4+5-0+0+4+5+0+0+0+4+5+6 @30"), in("A", "6", 20)),
+			step(out("B +0+1 @50"), in("B", "1", 50)),
+			// A record at the time of a one-point session retracts
+			// nothing, but the cache's flush sends the stored session
+			// as the old value.
+			step(out("B +0+1-0+1+0+0+1+2 @50"), in("B", "2", 50)),
+		},
+	},
+}
+
+func TestKafkaStreamsSessionOldValues(t *testing.T) {
+	for _, sc := range ksSessionOldValues {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
