@@ -26,6 +26,23 @@ func windowedRegroup(b *topology.Builder) {
 		ToStream().To("out", serde.String, serde.String)
 }
 
+// cogroupedWindowedRegroup is windowedRegroup over a co-grouped tumbling
+// window aggregation (size 10, grace 100) of "left" and "right", which
+// Kafka Streams runs through KStreamWindowAggregate as well.
+func cogroupedWindowedRegroup(b *topology.Builder) {
+	l := topology.Stream(b, "left", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	r := topology.Stream(b, "right", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	c := topology.CogroupWith(topology.Cogroup(l, toStringAdder), r, func(_, v, agg string) string { return agg + "*" + v })
+	windowed := c.WindowedBy(topology.TumblingWindows(ms(10)).Grace(ms(100))).Aggregate(toStringInit, "agg", serde.String)
+	grouped := topology.GroupTableBy(windowed, func(k topology.Windowed[string], v string) (string, string) { return k.Key, v },
+		"regroup", serde.String, serde.String)
+	topology.TableAggregate(grouped, emptyInit,
+		func(_, v, agg string) string { return agg + "+" + v },
+		func(_, v, agg string) string { return agg + "-" + v },
+		"regrouped", serde.String).
+		ToStream().To("out", serde.String, serde.String)
+}
+
 var ksWindowedOldValues = []ksScenario{
 	{
 		name:  "KStreamWindowAggregate(sendOldValues) regrouped",
@@ -49,6 +66,16 @@ var ksWindowedOldValues = []ksScenario{
 			// flushed update retracts the aggregate of the last flush,
 			// and the regrouped table's cache forwards only its last.
 			step(out("A +0+1-0+1+0+1+2+3+0+2 @5"), in("A", "2", 5), in("A", "3", 3)),
+		},
+	},
+	{
+		name:  "KStreamWindowAggregate(sendOldValues) co-grouped, regrouped",
+		build: cogroupedWindowedRegroup,
+		steps: []ksStep{
+			step(out("A +0+1 @0"), left("A", "1", 0)),
+			step(out("A +0+1-0+1+0+1*2 @4"), right("A", "2", 4)),
+			// A new window of the key adds without retracting.
+			step(out("A +0+1-0+1+0+1*2+0*3 @12"), right("A", "3", 12)),
 		},
 	},
 }
