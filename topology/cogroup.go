@@ -213,7 +213,7 @@ func (s TimeWindowedCogroupedKStream[K, A]) Aggregate(init func() A, store strin
 		missing = append([]string{"initializer"}, missing...)
 	}
 	inputOf := func(v cogrouped) int { return v.input }
-	return timeWindowAggregate(s.c.b, "cogroup-windowed-aggregate", store, s.w, false, s.c.inputs[0].keySerde, aggSerde, o, missing, step, inputOf, parents...)
+	return timeWindowAggregate(s.c.b, "cogroup-windowed-aggregate", store, s.w, false, s.c.inputs[0].keySerde, aggSerde, o, missing, initialOf(init), step, inputOf, parents...)
 }
 
 // SlidingWindowedCogroupedKStream is a co-grouping cut into sliding

@@ -70,7 +70,7 @@ func (s TimeWindowedKStream[K, V]) grouping() *grouping[K, V] {
 // grouping's key serde. Named, InMemory and WithoutLogging apply.
 func (s TimeWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
 	return windowedAggregate(s, "windowed-count", store, serde.Int64, collect(opts), "",
-		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+		func() (int64, bool) { return 0, true }, func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
 }
 
 // Reduce combines the values of each key in each window with fn, starting
@@ -81,7 +81,7 @@ func (s TimeWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, opt
 	if fn == nil {
 		missing = "reducer"
 	}
-	return windowedAggregate(s, "windowed-reduce", store, gr.valueSerde, collect(opts), missing, reduceStep[K](fn))
+	return windowedAggregate(s, "windowed-reduce", store, gr.valueSerde, collect(opts), missing, nil, reduceStep[K](fn))
 }
 
 // WindowedAggregate folds the values of each key in each window into an
@@ -96,7 +96,7 @@ func WindowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], init func() A, 
 	case adder == nil:
 		missing = "adder"
 	}
-	return windowedAggregate(s, "windowed-aggregate", store, aggSerde, collect(opts), missing, aggregateStep(init, adder))
+	return windowedAggregate(s, "windowed-aggregate", store, aggSerde, collect(opts), missing, initialOf(init), aggregateStep(init, adder))
 }
 
 // PendingStoreName is the name of the store in which an EmitFinal
@@ -122,6 +122,16 @@ func reduceStep[K, V any](fn func(agg, v V) V) func(K, V, V, bool) V {
 	}
 }
 
+// initialOf is the initial value of a window an Aggregate with init
+// creates: the old value Kafka Streams' KStreamWindowAggregate sends with
+// a new window's first result, as it starts the window from it.
+func initialOf[A any](init func() A) func() (A, bool) {
+	if init == nil {
+		return nil
+	}
+	return func() (A, bool) { return init(), true }
+}
+
 // aggregateStep is the step of an Aggregate, windowed or not: init gives
 // a key's (or window's) starting aggregate and adder folds in each value.
 func aggregateStep[K, V, A any](init func() A, adder func(K, V, A) A) func(K, V, A, bool) A {
@@ -133,19 +143,21 @@ func aggregateStep[K, V, A any](init func() A, adder func(K, V, A) A) func(K, V,
 	}
 }
 
-func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
+func windowedAggregate[K, V, A any](s TimeWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, initial func() (A, bool), step func(K, V, A, bool) A) KTable[Windowed[K], A] {
 	g := s.grouping()
 	var missing []string
 	if missingFunc != "" {
 		missing = []string{missingFunc}
 	}
-	return timeWindowAggregate(g.b, op, store, s.w, s.final, g.keySerde, aggSerde, o, missing, step, nil, g.input(store))
+	return timeWindowAggregate(g.b, op, store, s.w, s.final, g.keySerde, aggSerde, o, missing, initial, step, nil, g.input(store))
 }
 
 // timeWindowAggregate adds the processor of a time-windowed aggregation
 // reading parents. inputOf, given with several parents, tells which parent
-// a value came from: each parent has a stream time of its own.
-func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, missing []string, step func(K, V, A, bool) A, inputOf func(V) int, parents ...*node) KTable[Windowed[K], A] {
+// a value came from: each parent has a stream time of its own. initial,
+// nil for a Reduce, gives the old value sent with a new window's first
+// result (see windowAggProc.initial).
+func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, missing []string, initial func() (A, bool), step func(K, V, A, bool) A, inputOf func(V) int, parents ...*node) KTable[Windowed[K], A] {
 	info := StoreInfo{
 		Name: store, Persistent: !o.inMemory, Logged: !o.unlogged,
 		Kind: graph.Window, Retention: max(w.MinRetention(), 1), WindowSize: w.size,
@@ -157,7 +169,7 @@ func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindow
 	n := b.addProcessor(op, o, func() procImpl {
 		return &windowAggProc[K, V, A]{
 			store: store, w: w, wopts: wopts, final: final,
-			keySerde: keySerde, aggSerde: aggSerde, step: step,
+			keySerde: keySerde, aggSerde: aggSerde, step: step, initial: initial,
 			updates: windowUpdates[K, A]{held: chunked[windowUpdate[K, A]]{pool: pool}},
 			clock:   newInputClocks(len(parents)), inputOf: inputOf,
 		}
@@ -192,6 +204,12 @@ type windowAggProc[K, V, A any] struct {
 	keySerde serde.Serde[K]
 	aggSerde serde.Serde[A]
 	step     func(K, V, A, bool) A
+	// initial is the old value a new window's first result carries
+	// without the record cache, the aggregate Kafka Streams starts it
+	// from (its initializer's; none for a Reduce, nil). Under the cache
+	// the old value is the store's, as Kafka Streams' caching window
+	// store reads it from its underlying store: none for a new window.
+	initial func() (A, bool)
 
 	ws      *statestore.WindowStore
 	updates windowUpdates[K, A]
@@ -278,6 +296,10 @@ func (p *windowAggProc[K, V, A]) add(c *nodeInstance, k K, kb []byte, v V, win W
 	var old *prior
 	if p.sendOld {
 		old = &prior{value: p.prev, null: !p.prevFound}
+		if !p.prevFound && p.initial != nil && !c.holds() {
+			v, ok := p.initial()
+			old = &prior{value: v, null: !ok}
+		}
 	}
 	p.key, p.value, p.next, p.prev = zero[K](), zero[V](), zero[A](), zero[A]()
 	if err != nil {

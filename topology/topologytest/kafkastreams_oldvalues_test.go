@@ -48,12 +48,14 @@ var ksWindowedOldValues = []ksScenario{
 		name:  "KStreamWindowAggregate(sendOldValues) regrouped",
 		build: windowedRegroup,
 		steps: []ksStep{
-			// A new window has no old value: only its aggregate is added.
+			// A new window's old value is the initializer's, which the
+			// regrouped table does not subtract before it has an aggregate.
 			step(out("A +0+1 @0"), in("A", "1", 0)),
-			// [0,10) replaces 0+1; [5,15) is new.
-			step(out("A +0+1-0+1+0+1+2 @5", "A +0+1-0+1+0+1+2+0+2 @5"), in("A", "2", 5)),
+			// [0,10) replaces 0+1; [5,15) is new, and its initial 0 is
+			// subtracted.
+			step(out("A +0+1-0+1+0+1+2 @5", "A +0+1-0+1+0+1+2-0+0+2 @5"), in("A", "2", 5)),
 			// An out-of-order record updates [0,10) only.
-			step(out("A +0+1-0+1+0+1+2+0+2-0+1+2+0+1+2+3 @5"), in("A", "3", 3)),
+			step(out("A +0+1-0+1+0+1+2-0+0+2-0+1+2+0+1+2+3 @5"), in("A", "3", 3)),
 		},
 	},
 	{
@@ -61,6 +63,8 @@ var ksWindowedOldValues = []ksScenario{
 		build:   windowedRegroup,
 		commits: true,
 		steps: []ksStep{
+			// Under the cache a new window's old value is the store's:
+			// none, as Kafka Streams' caching window store reads it.
 			step(out("A +0+1 @0"), in("A", "1", 0)),
 			// Within one commit interval [0,10) is updated twice: its
 			// flushed update retracts the aggregate of the last flush,
@@ -74,8 +78,8 @@ var ksWindowedOldValues = []ksScenario{
 		steps: []ksStep{
 			step(out("A +0+1 @0"), left("A", "1", 0)),
 			step(out("A +0+1-0+1+0+1*2 @4"), right("A", "2", 4)),
-			// A new window of the key adds without retracting.
-			step(out("A +0+1-0+1+0+1*2+0*3 @12"), right("A", "3", 12)),
+			// A new window of the key retracts the initializer's value.
+			step(out("A +0+1-0+1+0+1*2-0+0*3 @12"), right("A", "3", 12)),
 		},
 	},
 }
