@@ -1,6 +1,7 @@
 package topologytest_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/eddystreams/eddy/serde"
@@ -43,6 +44,20 @@ func cogroupedWindowedRegroup(b *topology.Builder) {
 		ToStream().To("out", serde.String, serde.String)
 }
 
+// windowedCountRegroup is windowedRegroup over a tumbling windowed
+// count (size 10, grace 100), whose new windows start from 0.
+func windowedCountRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	counts := topology.WindowedBy(g, topology.TumblingWindows(ms(10)).Grace(ms(100))).Count("counts")
+	grouped := topology.GroupTableBy(counts, func(k topology.Windowed[string], n int64) (string, int64) { return k.Key, n },
+		"regroup", serde.String, serde.Int64)
+	topology.TableAggregate(grouped, emptyInit,
+		func(_ string, n int64, agg string) string { return agg + "+" + strconv.FormatInt(n, 10) },
+		func(_ string, n int64, agg string) string { return agg + "-" + strconv.FormatInt(n, 10) },
+		"regrouped", serde.String).
+		ToStream().To("out", serde.String, serde.String)
+}
+
 var ksWindowedOldValues = []ksScenario{
 	{
 		name:  "KStreamWindowAggregate(sendOldValues) regrouped",
@@ -70,6 +85,16 @@ var ksWindowedOldValues = []ksScenario{
 			// flushed update retracts the aggregate of the last flush,
 			// and the regrouped table's cache forwards only its last.
 			step(out("A +0+1-0+1+0+1+2+3+0+2 @5"), in("A", "2", 5), in("A", "3", 3)),
+		},
+	},
+	{
+		name:  "KStreamWindowAggregate(sendOldValues) count, regrouped",
+		build: windowedCountRegroup,
+		steps: []ksStep{
+			step(out("A +1 @0"), in("A", "x", 0)),
+			step(out("A +1-1+2 @4"), in("A", "y", 4)),
+			// A new window's old value is the count's initial 0.
+			step(out("A +1-1+2-0+1 @12"), in("A", "z", 12)),
 		},
 	},
 	{
