@@ -45,6 +45,37 @@ func newActive(t *testing.T, topo *topology.Topology, stores []*StoreHandle, ope
 	return a, out
 }
 
+// feeder is a restored active task fed records of "in", partition 3, at
+// increasing offsets, as the table and session tests below drive it.
+type feeder struct {
+	t   *testing.T
+	a   *Active
+	off int64
+}
+
+// restoredActive opens topo's task with fresh stores and restores it.
+func restoredActive(t *testing.T, topo *topology.Topology) (*feeder, *sink) {
+	t.Helper()
+	opened := 0
+	a, out := newActive(t, topo, nil, &opened)
+	require.NoError(t, a.StartRestoring())
+	require.NoError(t, a.Restored())
+	return &feeder{t: t, a: a}, out
+}
+
+// pipe processes one record at the next offset.
+func (f *feeder) pipe(key string, value []byte, ts time.Time) {
+	f.t.Helper()
+	require.NoError(f.t, f.a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: f.off, Key: []byte(key), Value: value, Timestamp: ts}))
+	f.off++
+}
+
+// completeCommit completes a commit of every record piped so far.
+func (f *feeder) completeCommit() {
+	f.t.Helper()
+	require.NoError(f.t, f.a.CompleteCommit(func(string, int32) (int64, bool) { return f.off, true }))
+}
+
 func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	topo := countTopology(t)
 	opened := 0
@@ -408,21 +439,13 @@ func TestTableDropsTombstoneOfKeyWrittenAndDeletedWithinInterval(t *testing.T) {
 	topology.Table(b, "in", serde.String, serde.String, "table").ToStream().To("out", serde.String, serde.String)
 	topo, err := b.Build()
 	require.NoError(t, err)
-	opened := 0
-	a, out := newActive(t, topo, nil, &opened)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
-	off := int64(0)
-	pipe := func(key string, value []byte) {
-		t.Helper()
-		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: value, Timestamp: time.Unix(1, 0)}))
-		off++
-	}
+	f, out := restoredActive(t, topo)
+	pipe := func(key string, value []byte) { t.Helper(); f.pipe(key, value, time.Unix(1, 0)) }
 	commit := func() []string {
 		t.Helper()
 		out.out = nil
-		require.NoError(t, a.Flush())
-		require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+		require.NoError(t, f.a.Flush())
+		f.completeCommit()
 		var got []string
 		for _, r := range out.out {
 			got = append(got, fmt.Sprintf("%s=%s", r.Key, r.Value))
@@ -461,21 +484,13 @@ func TestTableWritesNoChangelogTombstoneForKeyWrittenAndDeletedWithinInterval(t 
 			build(b)
 			topo, err := b.Build()
 			require.NoError(t, err)
-			opened := 0
-			a, _ := newActive(t, topo, nil, &opened)
-			require.NoError(t, a.StartRestoring())
-			require.NoError(t, a.Restored())
-			off := int64(0)
-			pipe := func(key string, value []byte) {
-				t.Helper()
-				require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: value, Timestamp: time.Unix(1, 0)}))
-				off++
-			}
+			f, _ := restoredActive(t, topo)
+			pipe := func(key string, value []byte) { t.Helper(); f.pipe(key, value, time.Unix(1, 0)) }
 			commit := func() []string {
 				t.Helper()
-				require.NoError(t, a.Flush())
+				require.NoError(t, f.a.Flush())
 				var got []string
-				for _, w := range a.PendingChangelog() {
+				for _, w := range f.a.PendingChangelog() {
 					if w.Store != "table" {
 						continue
 					}
@@ -483,7 +498,7 @@ func TestTableWritesNoChangelogTombstoneForKeyWrittenAndDeletedWithinInterval(t 
 						got = append(got, fmt.Sprintf("%s=%s", e.Key, bareValue(e.Value)))
 					}
 				}
-				require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+				f.completeCommit()
 				return got
 			}
 			pipe("kept", []byte("1"))
@@ -513,20 +528,12 @@ func TestSessionMergeWritesNoChangelogTombstoneForSessionMadeWithinInterval(t *t
 		ToStream().Peek(func(topology.Windowed[string], int64) {})
 	topo, err := b.Build()
 	require.NoError(t, err)
-	opened := 0
-	a, _ := newActive(t, topo, nil, &opened)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
-	off := int64(0)
-	pipe := func(ms int64) {
-		t.Helper()
-		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(ms)}))
-		off++
-	}
+	f, _ := restoredActive(t, topo)
+	pipe := func(ms int64) { t.Helper(); f.pipe("k", []byte("v"), time.UnixMilli(ms)) }
 	commit := func() (puts, dels int) {
 		t.Helper()
-		require.NoError(t, a.Flush())
-		for _, w := range a.PendingChangelog() {
+		require.NoError(t, f.a.Flush())
+		for _, w := range f.a.PendingChangelog() {
 			for _, e := range w.Entries {
 				if e.Deleted() {
 					dels++
@@ -535,7 +542,7 @@ func TestSessionMergeWritesNoChangelogTombstoneForSessionMadeWithinInterval(t *t
 				}
 			}
 		}
-		require.NoError(t, a.CompleteCommit(func(string, int32) (int64, bool) { return off, true }))
+		f.completeCommit()
 		return puts, dels
 	}
 	pipe(100)
