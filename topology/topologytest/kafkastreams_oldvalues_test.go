@@ -18,13 +18,7 @@ func windowedRegroup(b *topology.Builder) {
 	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
 	tw := topology.WindowedBy(g, topology.HoppingWindows(ms(10), ms(5)).Grace(ms(100)))
 	windowed := topology.WindowedAggregate(tw, toStringInit, toStringAdder, "agg", serde.String)
-	grouped := topology.GroupTableBy(windowed, func(k topology.Windowed[string], v string) (string, string) { return k.Key, v },
-		"regroup", serde.String, serde.String)
-	topology.TableAggregate(grouped, emptyInit,
-		func(_, v, agg string) string { return agg + "+" + v },
-		func(_, v, agg string) string { return agg + "-" + v },
-		"regrouped", serde.String).
-		ToStream().To("out", serde.String, serde.String)
+	regroupTraced(windowed, func(v string) string { return v })
 }
 
 // cogroupedWindowedRegroup is windowedRegroup over a co-grouped tumbling
@@ -35,13 +29,7 @@ func cogroupedWindowedRegroup(b *topology.Builder) {
 	r := topology.Stream(b, "right", serde.String, serde.String).GroupByKey(serde.String, serde.String)
 	c := topology.CogroupWith(topology.Cogroup(l, toStringAdder), r, func(_, v, agg string) string { return agg + "*" + v })
 	windowed := c.WindowedBy(topology.TumblingWindows(ms(10)).Grace(ms(100))).Aggregate(toStringInit, "agg", serde.String)
-	grouped := topology.GroupTableBy(windowed, func(k topology.Windowed[string], v string) (string, string) { return k.Key, v },
-		"regroup", serde.String, serde.String)
-	topology.TableAggregate(grouped, emptyInit,
-		func(_, v, agg string) string { return agg + "+" + v },
-		func(_, v, agg string) string { return agg + "-" + v },
-		"regrouped", serde.String).
-		ToStream().To("out", serde.String, serde.String)
+	regroupTraced(windowed, func(v string) string { return v })
 }
 
 // windowedCountRegroup is windowedRegroup over a tumbling windowed
@@ -49,13 +37,7 @@ func cogroupedWindowedRegroup(b *topology.Builder) {
 func windowedCountRegroup(b *topology.Builder) {
 	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
 	counts := topology.WindowedBy(g, topology.TumblingWindows(ms(10)).Grace(ms(100))).Count("counts")
-	grouped := topology.GroupTableBy(counts, func(k topology.Windowed[string], n int64) (string, int64) { return k.Key, n },
-		"regroup", serde.String, serde.Int64)
-	topology.TableAggregate(grouped, emptyInit,
-		func(_ string, n int64, agg string) string { return agg + "+" + strconv.FormatInt(n, 10) },
-		func(_ string, n int64, agg string) string { return agg + "-" + strconv.FormatInt(n, 10) },
-		"regrouped", serde.String).
-		ToStream().To("out", serde.String, serde.String)
+	regroupTraced(counts, func(n int64) string { return strconv.FormatInt(n, 10) })
 }
 
 var ksWindowedOldValues = []ksScenario{
@@ -124,13 +106,7 @@ func sessionRegroup(b *topology.Builder) {
 	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
 	sw := topology.SessionWindowedBy(g, topology.NewSessionWindows(ms(10)).Grace(ms(100)))
 	sessions := topology.SessionAggregate(sw, toStringInit, toStringAdder, sessionMerger, "sessions", serde.String)
-	grouped := topology.GroupTableBy(sessions, func(k topology.Windowed[string], v string) (string, string) { return k.Key, v },
-		"regroup", serde.String, serde.String)
-	topology.TableAggregate(grouped, emptyInit,
-		func(_, v, agg string) string { return agg + "+" + v },
-		func(_, v, agg string) string { return agg + "-" + v },
-		"regrouped", serde.String).
-		ToStream().To("out", serde.String, serde.String)
+	regroupTraced(sessions, func(v string) string { return v })
 }
 
 var ksSessionOldValues = []ksScenario{
@@ -174,4 +150,18 @@ func TestKafkaStreamsSessionOldValues(t *testing.T) {
 	for _, sc := range ksSessionOldValues {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
+}
+
+// regroupTraced regroups a windowed table by its plain key, its values as
+// text gives them, into a table aggregation that writes "+v" for each
+// window aggregate added and "-v" for each retracted: the retractions are
+// the old values the windowed table sends once the grouping asks for them.
+func regroupTraced[V any](windowed topology.KTable[topology.Windowed[string], V], text func(V) string) {
+	grouped := topology.GroupTableBy(windowed, func(k topology.Windowed[string], v V) (string, string) { return k.Key, text(v) },
+		"regroup", serde.String, serde.String)
+	topology.TableAggregate(grouped, emptyInit,
+		func(_, v, agg string) string { return agg + "+" + v },
+		func(_, v, agg string) string { return agg + "-" + v },
+		"regrouped", serde.String).
+		ToStream().To("out", serde.String, serde.String)
 }
