@@ -107,7 +107,7 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 	parents, step, missing := c.wire(init, store, o)
 	keySerde := c.inputs[0].keySerde
 	n := b.addProcessor("cogroup-aggregate", o, func() procImpl {
-		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, step: step, srcKey: true}
+		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, initial: initialOf(init), step: step, srcKey: true}
 	}, parents...)
 	n.stores = []string{store}
 	n.olds = ownOldValues

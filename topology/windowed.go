@@ -70,7 +70,7 @@ func (s TimeWindowedKStream[K, V]) grouping() *grouping[K, V] {
 // grouping's key serde. Named, InMemory and WithoutLogging apply.
 func (s TimeWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
 	return windowedAggregate(s, "windowed-count", store, serde.Int64, collect(opts), "",
-		func() (int64, bool) { return 0, true }, func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+		countInitial, func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
 }
 
 // Reduce combines the values of each key in each window with fn, starting
@@ -122,9 +122,10 @@ func reduceStep[K, V any](fn func(agg, v V) V) func(K, V, V, bool) V {
 	}
 }
 
-// initialOf is the initial value of a window an Aggregate with init
-// creates: the old value Kafka Streams' KStreamWindowAggregate sends with
-// a new window's first result, as it starts the window from it.
+// initialOf is the initial value of a key or window an Aggregate with
+// init creates: the old value Kafka Streams' KStreamAggregate and
+// KStreamWindowAggregate send with its first result, as they start it
+// from that value.
 func initialOf[A any](init func() A) func() (A, bool) {
 	if init == nil {
 		return nil

@@ -165,3 +165,154 @@ func regroupTraced[V any](windowed topology.KTable[topology.Windowed[string], V]
 		"regrouped", serde.String).
 		ToStream().To("out", serde.String, serde.String)
 }
+
+// regroupAllTraced regroups a table under the one key "all", its values as
+// text gives them, into a table aggregation that writes "+v" for each
+// value added and "-v" for each retracted, so that the old value of every
+// update after the first key's shows as a retraction.
+func regroupAllTraced[K, V any](t topology.KTable[K, V], text func(V) string) {
+	grouped := topology.GroupTableBy(t, func(_ K, v V) (string, string) { return "all", text(v) },
+		"regroup", serde.String, serde.String)
+	topology.TableAggregate(grouped, emptyInit,
+		func(_, v, agg string) string { return agg + "+" + v },
+		func(_, v, agg string) string { return agg + "-" + v },
+		"regrouped", serde.String).
+		ToStream().To("out", serde.String, serde.String)
+}
+
+func countText(n int64) string { return strconv.FormatInt(n, 10) }
+
+func identity(v string) string { return v }
+
+// countRegroup counts "in" by key and regroups the counts.
+func countRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	regroupAllTraced(g.Count("counts"), countText)
+}
+
+// rekeyedCountRegroup is countRegroup after a GroupBy, so that the count
+// combines per task before the repartition.
+func rekeyedCountRegroup(b *topology.Builder) {
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	g := topology.GroupBy(s, func(k, _ string) string { return k }, "rekeyed", serde.String, serde.String)
+	regroupAllTraced(g.Count("counts"), countText)
+}
+
+// aggregateRegroup aggregates "in" by key with Kafka Streams' toString
+// initializer and adder, and regroups the aggregates.
+func aggregateRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	regroupAllTraced(topology.Aggregate(g, toStringInit, toStringAdder, "agg", serde.String), identity)
+}
+
+// reduceRegroup reduces "in" by key and regroups the reductions.
+func reduceRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	regroupAllTraced(g.Reduce(func(a, v string) string { return a + "+" + v }, "reduced"), identity)
+}
+
+// cogroupedRegroup co-groups "left" and "right" into one aggregate by key
+// and regroups the aggregates.
+func cogroupedRegroup(b *topology.Builder) {
+	l := topology.Stream(b, "left", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	r := topology.Stream(b, "right", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	c := topology.CogroupWith(topology.Cogroup(l, toStringAdder), r, func(_, v, agg string) string { return agg + "*" + v })
+	regroupAllTraced(c.Aggregate(toStringInit, "agg", serde.String), identity)
+}
+
+// tableAggregateRegroup sums a table's values by their key's first letter
+// (Kafka Streams' KTableAggregate) and regroups the sums.
+func tableAggregateRegroup(b *topology.Builder) {
+	t := topology.Table(b, "in", serde.String, serde.String, "table")
+	g := topology.GroupTableBy(t, func(k, v string) (string, string) { return k[:1], v }, "bylead", serde.String, serde.String)
+	sums := topology.TableAggregate(g, toStringInit, toStringAdder,
+		func(_, v, agg string) string { return agg + "-" + v }, "sums", serde.String)
+	regroupAllTraced(sums, identity)
+}
+
+var ksKeyValueOldValues = []ksScenario{
+	{
+		// KStreamAggregate forwards Change(new, old) with old the
+		// initializer's value (0 for a count) when the key is new.
+		name:  "KStreamAggregate(sendOldValues) count, regrouped",
+		build: countRegroup,
+		steps: []ksStep{
+			// The regrouped table has no aggregate yet: nothing to retract from.
+			step(out("all +1 @0"), in("A", "x", 0)),
+			step(out("all +1-0+1 @1"), in("B", "y", 1)),
+			step(out("all +1-0+1-1+2 @2"), in("A", "z", 2)),
+		},
+	},
+	{
+		name:    "KStreamAggregate(sendOldValues) count, regrouped, caching",
+		build:   countRegroup,
+		commits: true,
+		steps: []ksStep{
+			// Kafka Streams' caching store reads the old value from its
+			// underlying store, which holds nothing for a new key.
+			step(out("all +1 @0"), in("A", "x", 0)),
+			step(out("all +1+1 @1"), in("B", "y", 1)),
+			step(out("all +1+1-1+2 @2"), in("A", "z", 2)),
+		},
+	},
+	{
+		// Eddy combines a re-keyed count before the repartition; without
+		// the cache each record is a partial of one, and the result is
+		// KStreamAggregate's.
+		name:  "KStreamAggregate(sendOldValues) count after a re-key, regrouped",
+		build: rekeyedCountRegroup,
+		steps: []ksStep{
+			step(out("all +1 @0"), in("A", "x", 0)),
+			step(out("all +1-0+1 @1"), in("B", "y", 1)),
+			step(out("all +1-0+1-1+2 @2"), in("A", "z", 2)),
+		},
+	},
+	{
+		name:  "KStreamAggregate(sendOldValues) aggregate, regrouped",
+		build: aggregateRegroup,
+		steps: []ksStep{
+			step(out("all +0+x @0"), in("A", "x", 0)),
+			step(out("all +0+x-0+0+y @1"), in("B", "y", 1)),
+			step(out("all +0+x-0+0+y-0+x+0+x+z @2"), in("A", "z", 2)),
+		},
+	},
+	{
+		// KStreamReduce starts a key from its first value: the first
+		// update's old value is null.
+		name:  "KStreamReduce(sendOldValues), regrouped",
+		build: reduceRegroup,
+		steps: []ksStep{
+			step(out("all +x @0"), in("A", "x", 0)),
+			step(out("all +x+y @1"), in("B", "y", 1)),
+			step(out("all +x+y-x+x+z @2"), in("A", "z", 2)),
+		},
+	},
+	{
+		// Kafka Streams co-groups through one KStreamAggregate per
+		// grouped stream over the shared store.
+		name:  "KStreamAggregate(sendOldValues) co-grouped, regrouped",
+		build: cogroupedRegroup,
+		steps: []ksStep{
+			step(out("all +0+1 @0"), left("A", "1", 0)),
+			step(out("all +0+1-0+0*2 @1"), right("B", "2", 1)),
+			step(out("all +0+1-0+0*2-0+1+0+1*3 @2"), right("A", "3", 2)),
+		},
+	},
+	{
+		// KTableAggregate reads its old value from its store: null for
+		// a new group, not the initializer's.
+		name:  "KTableAggregate(sendOldValues), regrouped",
+		build: tableAggregateRegroup,
+		steps: []ksStep{
+			step(out("all +0+1 @0"), in("a1", "1", 0)),
+			step(out("all +0+1+0+2 @1"), in("b1", "2", 1)),
+			step(out("all +0+1+0+2-0+1+0+1+3 @2"), in("a2", "3", 2)),
+		},
+	},
+}
+
+func TestKafkaStreamsKeyValueOldValues(t *testing.T) {
+	for _, sc := range ksKeyValueOldValues {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
