@@ -316,3 +316,50 @@ func TestKafkaStreamsKeyValueOldValues(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
+
+// windowedFinalRegroup is windowedRegroup over a tumbling windowed
+// aggregation (size 10, no grace) emitting final results.
+func windowedFinalRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	tw := topology.WindowedBy(g, topology.TumblingWindows(ms(10))).EmitFinal()
+	regroupTraced(topology.WindowedAggregate(tw, toStringInit, toStringAdder, "agg", serde.String), identity)
+}
+
+// sessionFinalRegroup is sessionRegroup (gap 10, no grace) emitting final
+// results.
+func sessionFinalRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	sw := topology.SessionWindowedBy(g, topology.NewSessionWindows(ms(10))).EmitFinal()
+	regroupTraced(topology.SessionAggregate(sw, toStringInit, toStringAdder, sessionMerger, "sessions", serde.String), identity)
+}
+
+// A final result goes out as Change(aggregate, null), the old value null
+// (AbstractKStreamTimeWindowAggregateProcessor and
+// KStreamSessionWindowAggregate emitting on window close): the regrouped
+// table only adds it.
+var ksFinalOldValues = []ksScenario{
+	{
+		name:  "KStreamWindowAggregate(ON_WINDOW_CLOSE, sendOldValues) regrouped",
+		build: windowedFinalRegroup,
+		steps: []ksStep{
+			step(out(), in("A", "1", 0), in("A", "2", 5)),
+			step(out("A +0+1+2 @5"), in("A", "3", 10)),
+			step(out("A +0+1+2+0+3 @10"), in("A", "4", 20)),
+		},
+	},
+	{
+		name:  "KStreamSessionWindowAggregate(ON_WINDOW_CLOSE, sendOldValues) regrouped",
+		build: sessionFinalRegroup,
+		steps: []ksStep{
+			step(out(), in("A", "1", 0), in("A", "2", 5)),
+			step(out("A +0+0+1+2 @5"), in("A", "3", 30)),
+			step(out("A +0+0+1+2+0+3 @30"), in("B", "1", 50)),
+		},
+	},
+}
+
+func TestKafkaStreamsFinalOldValues(t *testing.T) {
+	for _, sc := range ksFinalOldValues {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
