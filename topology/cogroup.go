@@ -256,7 +256,7 @@ func (s SlidingWindowedCogroupedKStream[K, A]) Aggregate(init func() A, store st
 	}
 	keySerde := s.c.inputs[0].keySerde
 	inputOf := func(v cogrouped) int { return v.input }
-	n := derivedSlidingNode(b, "cogroup-sliding-aggregate", store, s.w, false, keySerde, aggSerde, o, step, inputOf, parents...)
+	n := derivedSlidingNode(b, "cogroup-sliding-aggregate", store, s.w, false, keySerde, aggSerde, o, initialOf(init), step, inputOf, parents...)
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}

@@ -363,3 +363,180 @@ func TestKafkaStreamsFinalOldValues(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
 	}
 }
+
+// slidingRegroup is windowedRegroup over a sliding-window aggregation
+// (time difference 10, grace 100, Kafka Streams' toString initializer and
+// adder); fold chooses FoldKeptRecords, final EmitFinal with no grace.
+func slidingRegroup(fold, final bool) func(b *topology.Builder) {
+	return func(b *topology.Builder) {
+		g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+		w := topology.NewSlidingWindows(ms(10)).Grace(ms(100))
+		if final {
+			w = topology.NewSlidingWindows(ms(10))
+		}
+		sw := topology.SlidingWindowedBy(g, w)
+		if fold {
+			sw = sw.FoldKeptRecords()
+		}
+		if final {
+			sw = sw.EmitFinal()
+		}
+		regroupTraced(topology.SlidingAggregate(sw, toStringInit, toStringAdder, "agg", serde.String), identity)
+	}
+}
+
+// slidingCountRegroup is slidingRegroup over a sliding-window count.
+func slidingCountRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	counts := topology.SlidingWindowedBy(g, topology.NewSlidingWindows(ms(10)).Grace(ms(100))).Count("counts")
+	regroupTraced(counts, countText)
+}
+
+// slidingReduceRegroup is slidingRegroup over a sliding-window reduction,
+// whose windows Kafka Streams starts from a null aggregate.
+func slidingReduceRegroup(b *topology.Builder) {
+	g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	reduced := topology.SlidingWindowedBy(g, topology.NewSlidingWindows(ms(10)).Grace(ms(100))).
+		Reduce(func(a, v string) string { return a + "+" + v }, "reduced")
+	regroupTraced(reduced, identity)
+}
+
+// cogroupedSlidingRegroup is slidingRegroup over a co-grouped sliding
+// aggregation of "left" and "right".
+func cogroupedSlidingRegroup(b *topology.Builder) {
+	l := topology.Stream(b, "left", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	r := topology.Stream(b, "right", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+	c := topology.CogroupWith(topology.Cogroup(l, toStringAdder), r, func(_, v, agg string) string { return agg + "*" + v })
+	windowed := c.SlidingWindowedBy(topology.NewSlidingWindows(ms(10)).Grace(ms(100))).Aggregate(toStringInit, "agg", serde.String)
+	regroupTraced(windowed, identity)
+}
+
+// slidingTrace is the regrouped output of KStreamSlidingWindowAggregate
+// with sendOldValues over A:1@10, A:2@15, A:3@12.
+const (
+	slidingTrace1 = "+0+1"
+	// 2@15 creates 10's right window [11,21] from the initializer and its
+	// own left window [5,15] from its left neighbour [0,10].
+	slidingTrace2 = slidingTrace1 + "-0+0+2" + "-0+1+0+1+2"
+	// 3@12 updates [11,21] and [5,15], creates its left window [2,12]
+	// from [0,10] and its right window [13,23] as a copy of [11,21]
+	// before the update, with a null old value.
+	slidingTrace3 = slidingTrace2 + "-0+2+0+2+3" + "-0+1+2+0+1+2+3" + "-0+1+0+1+3" + "+0+2"
+)
+
+var ksSlidingOldValues = []ksScenario{
+	{
+		// Each update's old value is the aggregate it started from: a
+		// window's stored one, the left neighbour's for a new left window,
+		// the initializer's for a window derived from none, and null for
+		// the record's right window (createCurrentRecordRightWindow).
+		name:  "KStreamSlidingWindowAggregate(sendOldValues) regrouped",
+		build: slidingRegroup(false, false),
+		steps: []ksStep{
+			step(out("A "+slidingTrace1+" @10"), in("A", "1", 10)),
+			step(out("A +0+1-0+0+2 @15", "A "+slidingTrace2+" @15"), in("A", "2", 15)),
+			step(out(
+				"A "+slidingTrace2+"-0+2+0+2+3 @15",
+				"A "+slidingTrace2+"-0+2+0+2+3-0+1+2+0+1+2+3 @15",
+				"A "+slidingTrace2+"-0+2+0+2+3-0+1+2+0+1+2+3-0+1+0+1+3 @15",
+				"A "+slidingTrace3+" @15",
+			), in("A", "3", 12)),
+		},
+	},
+	{
+		// Under the cache a new window's old value is the store's, null,
+		// as Kafka Streams' caching window store reads it from its
+		// underlying store; an updated window's is the one last flushed.
+		name:    "KStreamSlidingWindowAggregate(sendOldValues) regrouped, caching",
+		build:   slidingRegroup(false, false),
+		commits: true,
+		steps: []ksStep{
+			step(out("A +0+1 @10"), in("A", "1", 10)),
+			step(out("A +0+1+0+2+0+1+2 @15"), in("A", "2", 15)),
+			step(out("A +0+1+0+2+0+1+2-0+2+0+2+3-0+1+2+0+1+2+3+0+1+3+0+2 @15"), in("A", "3", 12)),
+		},
+	},
+	{
+		// Records before the time difference share the window [0,10],
+		// which starts from the initializer (processEarly).
+		name:  "KStreamSlidingWindowAggregate(sendOldValues) early records, regrouped",
+		build: slidingRegroup(false, false),
+		steps: []ksStep{
+			step(out("A +0+1 @3"), in("A", "1", 3)),
+			step(out("A +0+1-0+0+2 @5", "A +0+1-0+0+2-0+1+0+1+2 @5"), in("A", "2", 5)),
+		},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregate(sendOldValues) count, regrouped",
+		build: slidingCountRegroup,
+		steps: []ksStep{
+			step(out("A +1 @10"), in("A", "x", 10)),
+			step(out("A +1-0+1 @15", "A +1-0+1-1+2 @15"), in("A", "y", 15)),
+		},
+	},
+	{
+		// A reduction's windows start from null: a window derived from
+		// none is only added.
+		name:  "KStreamSlidingWindowAggregate(sendOldValues) reduce, regrouped",
+		build: slidingReduceRegroup,
+		steps: []ksStep{
+			step(out("A +1 @10"), in("A", "1", 10)),
+			step(out("A +1+2 @15", "A +1+2-1+1+2 @15"), in("A", "2", 15)),
+		},
+	},
+	{
+		name:  "KStreamSlidingWindowAggregate(sendOldValues) co-grouped, regrouped",
+		build: cogroupedSlidingRegroup,
+		steps: []ksStep{
+			step(out("A +0+1 @10"), left("A", "1", 10)),
+			step(out("A +0+1-0+0*2 @15", "A +0+1-0+0*2-0+1+0+1*2 @15"), right("A", "2", 15)),
+		},
+	},
+	{
+		// A final result goes out with a null old value
+		// (AbstractKStreamTimeWindowAggregateProcessor emitting on window
+		// close).
+		name:  "KStreamSlidingWindowAggregate(ON_WINDOW_CLOSE, sendOldValues) regrouped",
+		build: slidingRegroup(false, true),
+		steps: []ksStep{
+			step(out(), in("A", "1", 10)),
+			step(out("A +0+1 @10"), in("A", "2", 15)),
+			step(out("A +0+1+0+1+2 @15", "A +0+1+0+1+2+0+2 @15"), in("A", "3", 30)),
+		},
+	},
+	{
+		// Eddy's FoldKeptRecords: a new window's old value is its
+		// aggregate without the record (the initializer's when it holds
+		// no other), as Kafka Streams derives it from the aggregate
+		// before the record, and null for the record's right window.
+		// Windows go out in start order.
+		name:  "FoldKeptRecords (sendOldValues) regrouped",
+		build: slidingRegroup(true, false),
+		steps: []ksStep{
+			step(out("A +0+1 @10"), in("A", "1", 10)),
+			step(out("A +0+1-0+1+0+1+2 @15", "A +0+1-0+1+0+1+2-0+0+2 @15"), in("A", "2", 15)),
+			step(out(
+				"A +0+1-0+1+0+1+2-0+0+2-0+1+2+0+1+2+3 @15",
+				"A +0+1-0+1+0+1+2-0+0+2-0+1+2+0+1+2+3-0+2+0+2+3 @15",
+				"A +0+1-0+1+0+1+2-0+0+2-0+1+2+0+1+2+3-0+2+0+2+3-0+1+0+1+3 @15",
+				"A +0+1-0+1+0+1+2-0+0+2-0+1+2+0+1+2+3-0+2+0+2+3-0+1+0+1+3+0+2 @15",
+			), in("A", "3", 12)),
+		},
+	},
+	{
+		name:    "FoldKeptRecords (sendOldValues) regrouped, caching",
+		build:   slidingRegroup(true, false),
+		commits: true,
+		steps: []ksStep{
+			step(out("A +0+1 @10"), in("A", "1", 10)),
+			step(out("A +0+1+0+1+2+0+2 @15"), in("A", "2", 15)),
+			step(out("A +0+1+0+1+2+0+2-0+1+2+0+1+2+3-0+2+0+2+3+0+1+3+0+2 @15"), in("A", "3", 12)),
+		},
+	},
+}
+
+func TestKafkaStreamsSlidingOldValues(t *testing.T) {
+	for _, sc := range ksSlidingOldValues {
+		t.Run(sc.name, func(t *testing.T) { runKS(t, sc) })
+	}
+}
