@@ -230,6 +230,15 @@ func tableAggregateRegroup(b *topology.Builder) {
 	regroupAllTraced(sums, identity)
 }
 
+// tableReduceRegroup is tableAggregateRegroup reducing (Kafka Streams'
+// KTableReduce) instead.
+func tableReduceRegroup(b *topology.Builder) {
+	t := topology.Table(b, "in", serde.String, serde.String, "table")
+	g := topology.GroupTableBy(t, func(k, v string) (string, string) { return k[:1], v }, "bylead", serde.String, serde.String)
+	reduced := g.Reduce(func(agg, v string) string { return agg + "+" + v }, func(agg, v string) string { return agg + "-" + v }, "reduced")
+	regroupAllTraced(reduced, identity)
+}
+
 var ksKeyValueOldValues = []ksScenario{
 	{
 		// KStreamAggregate forwards Change(new, old) with old the
@@ -307,6 +316,16 @@ var ksKeyValueOldValues = []ksScenario{
 			step(out("all +0+1 @0"), in("a1", "1", 0)),
 			step(out("all +0+1+0+2 @1"), in("b1", "2", 1)),
 			step(out("all +0+1+0+2-0+1+0+1+3 @2"), in("a2", "3", 2)),
+		},
+	},
+	{
+		// KTableReduce reads its old value from its store too.
+		name:  "KTableReduce(sendOldValues), regrouped",
+		build: tableReduceRegroup,
+		steps: []ksStep{
+			step(out("all +1 @0"), in("a1", "1", 0)),
+			step(out("all +1+2 @1"), in("b1", "2", 1)),
+			step(out("all +1+2-1+1+3 @2"), in("a2", "3", 2)),
 		},
 	},
 }
