@@ -69,16 +69,24 @@ type Core struct {
 	// failed holds the standbys that could not start since the last
 	// share: opened again only once the assignment changes, not at once
 	// and for ever.
-	failed  map[task.ID]bool
-	closing bool
-	out     []Action
+	failed map[task.ID]bool
+	// received holds, for each thread, the tasks named by the assignment
+	// its latest SyncGroup answered with, before the thread takes it in
+	// (its Share): what queries may read (Servable).
+	received map[int]map[task.ID]bool
+	mode     Mode
+	out      []Action
+	// OnMove, if set, is told of every state change of a replica, in
+	// order, as the step makes it.
+	OnMove func(id task.ID, from, to task.State)
 }
 
 // New returns the core of an instance of threads stream threads, with the
 // task directories found on disk.
 func New(threads int, onDisk []task.ID) *Core {
 	c := &Core{threads: threads, reps: make(map[task.ID]*Replica), onDisk: make(map[task.ID]bool),
-		shares: make(map[int]Share), current: make(map[int]bool), failed: make(map[task.ID]bool)}
+		shares: make(map[int]Share), current: make(map[int]bool), failed: make(map[task.ID]bool),
+		received: make(map[int]map[task.ID]bool)}
 	for _, id := range onDisk {
 		c.onDisk[id] = true
 	}
@@ -108,10 +116,13 @@ func (c *Core) Step(e Event) ([]Action, error) {
 	}
 	c.out = c.out[:0]
 	c.apply(e)
-	if c.closing {
-		c.closeIdle()
-	} else {
+	if c.mode == ModeOpen {
 		c.reconcile()
+	} else {
+		c.closeIdle()
+	}
+	if e.Kind == EvShare {
+		c.releaseAhead()
 	}
 	return c.out, nil
 }
@@ -131,9 +142,17 @@ func owned(r *Replica, th int, states ...task.State) bool {
 func (c *Core) check(e Event) error {
 	r := c.reps[e.Task]
 	switch e.Kind {
-	case EvShare, EvRevoked, EvClaim:
-		if c.closing {
+	case EvShare, EvRevoked, EvClaim, EvPause:
+		if c.mode == ModeClosing {
 			return c.refuse(e, "the instance is closing")
+		}
+	case EvResume:
+		if c.mode != ModePaused {
+			return c.refuse(e, "not paused")
+		}
+	case EvWipe:
+		if c.mode != ModePaused {
+			return c.refuse(e, "wipes wait for a pause")
 		}
 	case EvStarted:
 		if !owned(r, e.Thread, task.Created, task.Restoring) {
@@ -169,7 +188,7 @@ func (c *Core) check(e Event) error {
 				return c.refuse(e, fmt.Sprintf("the thread still owns %s", id))
 			}
 		}
-	case EvExpired, EvClose:
+	case EvExpired, EvClose, EvReceived, EvAheadClosed:
 	default:
 		return c.refuse(e, "unknown event")
 	}
@@ -180,11 +199,15 @@ func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 
 // move changes a replica's state along task's transition table; a move
 // outside it is a bug in the core.
-func move(id task.ID, r *Replica, to task.State) {
+func (c *Core) move(id task.ID, r *Replica, to task.State) {
 	if !task.CanTransition(r.State, to) {
 		panic(fmt.Sprintf("instancecore: replica %s %s → %s is not in the table", id, r.State, to))
 	}
+	from := r.State
 	r.State = to
+	if c.OnMove != nil {
+		c.OnMove(id, from, to)
+	}
 }
 
 func (c *Core) apply(e Event) {
@@ -194,24 +217,32 @@ func (c *Core) apply(e Event) {
 		c.shares[e.Thread] = e.Share
 		c.current[e.Thread] = true
 		clear(c.failed)
+	case EvReceived:
+		c.received[e.Thread] = named(e.Share)
+	case EvAheadClosed:
+		if _, open := c.reps[id]; !open && c.mode != ModeClosing {
+			// Opened ahead for an assignment that moved on before the
+			// task started.
+			c.onDisk[id] = true
+		}
 	case EvRevoked:
 		delete(c.current, e.Thread)
 	case EvClaim:
 		c.claim(e.Thread, id, r)
 	case EvStarted:
 		if r.State == task.Created {
-			move(id, r, task.Restoring)
+			c.move(id, r, task.Restoring)
 		}
 	case EvClaimFailed:
-		move(id, r, task.Closed)
+		c.move(id, r, task.Closed)
 		delete(c.reps, id)
 	case EvRestored:
-		move(id, r, task.Running)
+		c.move(id, r, task.Running)
 	case EvRelease:
 		if e.Committed && e.Demoted {
 			// Its stores hold only committed state: kept open for
 			// whoever the next assignment names.
-			move(id, r, task.Parked)
+			c.move(id, r, task.Parked)
 			r.Owner = -1
 			c.emit(Action{Kind: ActPark, Task: id, Thread: e.Thread})
 			return
@@ -221,11 +252,11 @@ func (c *Core) apply(e Event) {
 		c.closeActive(e.Thread, id, r, e.Committed)
 	case EvOpened:
 		if e.OK {
-			move(id, r, r.As)
+			c.move(id, r, r.As)
 			r.Work = Idle
 			return
 		}
-		move(id, r, task.Closed)
+		c.move(id, r, task.Closed)
 		delete(c.reps, id)
 		c.failed[id] = true
 	case EvClosed:
@@ -234,11 +265,11 @@ func (c *Core) apply(e Event) {
 			c.onDisk[id] = true
 		}
 	case EvExpired:
-		if c.onDisk[id] && r == nil && !c.closing {
-			delete(c.onDisk, id)
-			c.reps[id] = &Replica{State: task.Closed, Owner: -1, Work: Deleting}
-			c.emit(Action{Kind: ActDelete, Task: id})
+		if c.mode == ModeOpen {
+			c.delete(id)
 		}
+	case EvWipe:
+		c.delete(id)
 	case EvDeleted:
 		delete(c.reps, id)
 		if !e.OK {
@@ -248,8 +279,21 @@ func (c *Core) apply(e Event) {
 	case EvThreadExit:
 		delete(c.shares, e.Thread)
 		delete(c.current, e.Thread)
+	case EvPause:
+		c.mode = ModePaused
+	case EvResume:
+		c.mode = ModeOpen
 	case EvClose:
-		c.closing = true
+		c.mode = ModeClosing
+	}
+}
+
+// delete deletes a task's directory if it is open nowhere.
+func (c *Core) delete(id task.ID) {
+	if c.onDisk[id] && c.reps[id] == nil {
+		delete(c.onDisk, id)
+		c.reps[id] = &Replica{State: task.Closed, Owner: -1, Work: Deleting}
+		c.emit(Action{Kind: ActDelete, Task: id})
 	}
 }
 
@@ -267,11 +311,11 @@ func (c *Core) claim(th int, id task.ID, r *Replica) {
 	case r.Work != Idle:
 		c.emit(Action{Kind: ActHeld, Task: id, Thread: th})
 	case r.State == task.Parked:
-		move(id, r, task.Restoring)
+		c.move(id, r, task.Restoring)
 		r.Owner = th
 		c.emit(Action{Kind: ActHandOver, Task: id, Thread: th})
 	case r.State.Following():
-		move(id, r, task.Restoring)
+		c.move(id, r, task.Restoring)
 		r.Owner = th
 		c.emit(Action{Kind: ActPromote, Task: id, Thread: th})
 	default:
@@ -280,7 +324,7 @@ func (c *Core) claim(th int, id task.ID, r *Replica) {
 }
 
 func (c *Core) closeActive(th int, id task.ID, r *Replica, clean bool) {
-	move(id, r, task.Closed)
+	c.move(id, r, task.Closed)
 	r.Owner, r.Work = -1, Closing
 	c.emit(Action{Kind: ActCloseActive, Task: id, Thread: th, Clean: clean})
 }
@@ -333,17 +377,17 @@ func (c *Core) reconcile() {
 		want, wantStandby := standby[id]
 		switch {
 		case r.State.Following() && wantStandby && r.State != want:
-			move(id, r, want)
+			c.move(id, r, want)
 			c.emit(Action{Kind: ActRetag, Task: id, As: want})
 		case r.State.Following() && !wantStandby && settled && !active[id]:
-			move(id, r, task.Closed)
+			c.move(id, r, task.Closed)
 			r.Work = Closing
 			c.emit(Action{Kind: ActCloseStandby, Task: id})
 		case r.State == task.Parked && wantStandby:
 			r.Work, r.As = Adopting, want
 			c.emit(Action{Kind: ActAdopt, Task: id, As: want})
 		case r.State == task.Parked && settled && !active[id]:
-			move(id, r, task.Closed)
+			c.move(id, r, task.Closed)
 			r.Work = Closing
 			c.emit(Action{Kind: ActCloseParked, Task: id})
 		}
@@ -369,11 +413,11 @@ func (c *Core) closeIdle() {
 		r := c.reps[id]
 		switch {
 		case r.State.Following():
-			move(id, r, task.Closed)
+			c.move(id, r, task.Closed)
 			r.Work = Closing
 			c.emit(Action{Kind: ActCloseStandby, Task: id})
 		case r.State == task.Parked:
-			move(id, r, task.Closed)
+			c.move(id, r, task.Closed)
 			r.Work = Closing
 			c.emit(Action{Kind: ActCloseParked, Task: id})
 		}

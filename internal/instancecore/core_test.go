@@ -79,7 +79,7 @@ func running(t *testing.T) *Core {
 		step{ev: restored(t0)},
 		step{ev: restored(t1)},
 		step{ev: share(0, ids(t0, t1), nil, nil)},
-		step{ev: share(1, nil, nil, nil)},
+		step{ev: share(1, nil, nil, nil), want: "ReleaseAhead(keep[0_0 0_1])"},
 	)
 	wantReplica(t, c, t0, task.Running, 0, Idle)
 	return c
@@ -104,12 +104,12 @@ func TestClaim(t *testing.T) {
 
 	c = New(1, nil)
 	script(t, c,
-		step{ev: share(0, nil, ids(t2), nil), want: "OpenStandby(1_0,standby)"},
+		step{ev: share(0, nil, ids(t2), nil), want: "OpenStandby(1_0,standby) ReleaseAhead(keep[1_0])"},
 		step{ev: claim(0, t2), want: "Held(t0,1_0)"},
 		step{ev: opened(t2, true)},
 		step{ev: revoked(0)},
 		step{ev: claim(0, t2), want: "Promote(t0,1_0)"},
-		step{ev: share(0, ids(t2), nil, nil)},
+		step{ev: share(0, ids(t2), nil, nil), want: "ReleaseAhead(keep[1_0])"},
 	)
 	wantReplica(t, c, t2, task.Restoring, 0, Idle)
 }
@@ -156,7 +156,7 @@ func TestParked(t *testing.T) {
 		step{ev: share(1, nil, ids(t0), nil), want: "Adopt(0_0,standby)"},
 		step{ev: claim(1, t0), want: "Held(t1,0_0)"},
 		step{ev: opened(t0, true)},
-		step{ev: share(0, ids(t2), nil, nil), want: "CloseParked(0_1)"},
+		step{ev: share(0, ids(t2), nil, nil), want: "CloseParked(0_1) ReleaseAhead(keep[0_0 1_0])"},
 		step{ev: closed(t1, true)},
 	)
 	wantReplica(t, c, t0, task.Standby, -1, Idle)
@@ -174,19 +174,19 @@ func TestStandbys(t *testing.T) {
 		step{ev: share(0, nil, ids(t0), ids(t1)), want: "OpenStandby(0_0,standby) OpenStandby(0_1,warmup)"},
 		step{ev: opened(t0, true)},
 		step{ev: opened(t1, false)},
-		step{ev: share(1, nil, ids(t1), nil), want: "OpenStandby(0_1,standby)"},
+		step{ev: share(1, nil, ids(t1), nil), want: "OpenStandby(0_1,standby) ReleaseAhead(keep[0_0 0_1])"},
 		step{ev: opened(t1, true)},
-		step{ev: share(0, nil, nil, ids(t0)), want: "Retag(0_0,warmup)"},
+		step{ev: share(0, nil, nil, ids(t0)), want: "Retag(0_0,warmup) ReleaseAhead(keep[0_0 0_1])"},
 		// Wanted as active by thread 1: kept for its claim.
-		step{ev: share(1, ids(t0), nil, nil), want: "CloseStandby(0_1)"},
+		step{ev: share(1, ids(t0), nil, nil), want: "CloseStandby(0_1) ReleaseAhead(keep[0_0])"},
 		step{ev: closed(t1, true)},
-		step{ev: share(0, nil, nil, nil)},
+		step{ev: share(0, nil, nil, nil), want: "ReleaseAhead(keep[0_0])"},
 	)
 	wantReplica(t, c, t0, task.Warmup, -1, Idle)
 	if c.OnDisk(t1) != true {
 		t.Fatal("closed standby not on disk")
 	}
-	script(t, c, step{ev: share(1, nil, nil, nil), want: "CloseStandby(0_0)"})
+	script(t, c, step{ev: share(1, nil, nil, nil), want: "CloseStandby(0_0) ReleaseAhead(keep[])"})
 }
 
 // Directories left on disk are deleted when they expire, unless opened
@@ -213,7 +213,7 @@ func TestClose(t *testing.T) {
 	c := New(1, nil)
 	script(t, c,
 		step{ev: claim(0, t2), want: "OpenActive(t0,1_0)"},
-		step{ev: share(0, ids(t2), ids(t0), ids(t1)), want: "OpenStandby(0_0,standby) OpenStandby(0_1,warmup)"},
+		step{ev: share(0, ids(t2), ids(t0), ids(t1)), want: "OpenStandby(0_0,standby) OpenStandby(0_1,warmup) ReleaseAhead(keep[0_0 0_1 1_0])"},
 		step{ev: opened(t0, true)},
 		step{ev: Event{Kind: EvClose}},
 		step{ev: opened(t1, true), want: "CloseStandby(0_0) CloseStandby(0_1)"},

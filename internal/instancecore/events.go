@@ -68,11 +68,26 @@ const (
 	// EvClose: the instance closes: once nothing is in flight, every
 	// replica no thread owns is closed, and nothing new is planned.
 	EvClose
+	// EvReceived: Thread's SyncGroup answered with an assignment naming
+	// the tasks of Share, which the thread has not taken in yet: what
+	// queries may read follows it at once (Servable).
+	EvReceived
+	// EvAheadClosed: the stores opened ahead for Task were closed
+	// (ActReleaseAhead); its directory is left on disk unless open.
+	EvAheadClosed
+	// EvPause: the instance replaces its clients: as EvClose, until
+	// EvResume.
+	EvPause
+	// EvWipe: Task's changelogs were recreated while paused: its
+	// directory is deleted if open nowhere (ActDelete).
+	EvWipe
+	// EvResume: the pause is over; replicas follow the shares again.
+	EvResume
 	numEventKinds
 )
 
 var eventNames = [...]string{"Share", "Revoked", "Claim", "Started", "ClaimFailed", "Restored", "Release", "CloseActive",
-	"Opened", "Closed", "Expired", "Deleted", "ThreadExit", "Close"}
+	"Opened", "Closed", "Expired", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -86,14 +101,15 @@ type Event struct {
 	Kind   EventKind
 	Thread int
 	Task   task.ID
-	Share  Share
 	// Committed, Demoted: Release. OK: Opened, Deleted. LeftOnDisk: Closed.
 	Committed, Demoted, OK, LeftOnDisk bool
+	// Share: EvShare, EvReceived.
+	Share Share
 }
 
 func (e Event) String() string {
 	switch e.Kind {
-	case EvShare:
+	case EvShare, EvReceived:
 		return fmt.Sprintf("%s(t%d,a%v,s%v,w%v)", e.Kind, e.Thread, e.Share.Active, e.Share.Standby, e.Share.Warmup)
 	case EvRevoked, EvThreadExit:
 		return fmt.Sprintf("%s(t%d)", e.Kind, e.Thread)
@@ -105,7 +121,7 @@ func (e Event) String() string {
 		return fmt.Sprintf("%s(%s,ok=%t)", e.Kind, e.Task, e.OK)
 	case EvClosed:
 		return fmt.Sprintf("%s(%s,disk=%t)", e.Kind, e.Task, e.LeftOnDisk)
-	case EvRestored, EvExpired:
+	case EvRestored, EvExpired, EvAheadClosed, EvWipe:
 		return fmt.Sprintf("%s(%s)", e.Kind, e.Task)
 	}
 	return e.Kind.String()
@@ -148,11 +164,14 @@ const (
 	ActCloseParked
 	// ActDelete: delete Task's directory. Outcome: EvDeleted.
 	ActDelete
+	// ActReleaseAhead: close the stores opened ahead of claims for tasks
+	// not in Keep. Outcome: EvAheadClosed for each task closed.
+	ActReleaseAhead
 	numActionKinds
 )
 
 var actionNames = [...]string{"OpenActive", "HandOver", "Promote", "Held", "Park", "CloseActive", "OpenStandby", "Adopt", "Retag",
-	"CloseStandby", "CloseParked", "Delete"}
+	"CloseStandby", "CloseParked", "Delete", "ReleaseAhead"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) {
@@ -168,6 +187,7 @@ type Action struct {
 	Thread int        // OpenActive, HandOver, Promote, Held, Park, CloseActive
 	As     task.State // OpenStandby, Adopt, Retag
 	Clean  bool       // CloseActive
+	Keep   []task.ID  // ReleaseAhead
 }
 
 func (a Action) String() string {
@@ -178,6 +198,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s(t%d,%s,clean=%t)", a.Kind, a.Thread, a.Task, a.Clean)
 	case ActOpenStandby, ActAdopt, ActRetag:
 		return fmt.Sprintf("%s(%s,%s)", a.Kind, a.Task, a.As)
+	case ActReleaseAhead:
+		return fmt.Sprintf("%s(keep%v)", a.Kind, a.Keep)
 	}
 	return fmt.Sprintf("%s(%s)", a.Kind, a.Task)
 }
