@@ -6,7 +6,10 @@
 // the stores: an active claimed from a parked or standby replica, an active
 // parked or closed at its revocation, a parked replica adopted as a standby
 // or warmup, a standby retagged as a warmup, stores closed and directories
-// deleted.
+// deleted, the stores opened ahead of claims let go, and, while the
+// instance replaces its clients (a pause) or closes, every replica no
+// thread owns closed and the directories of recreated changelogs wiped. It
+// also answers which replicas queries may read (Core.Servable).
 //
 // The core does no I/O and reads no clock. Its driver carries out the
 // actions a step returns, without holding the core's lock across the
