@@ -11,29 +11,28 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// park takes the stores of an active task that was just revoked (and
-// committed), demoting it: they stay open, Parked, until the next
-// assignment says where the task goes. A task that cannot be demoted is
-// closed instead.
+// park releases an active task that was just revoked (and committed),
+// demoting it: its stores stay open, Parked, until the next assignment says
+// where the task goes. The core closes a task that cannot be demoted.
 func (r *registry) park(th *thread, t *taskrun.Active) {
 	stores, err := t.Demote()
 	if err != nil {
 		r.log.Warn("demote task", "task", t.ID(), "err", err)
-		if stores == nil {
-			r.closeActive(th, t, false)
-			return
-		}
 	}
 	id := t.ID()
-	parked := false
+	var answer instancecore.ActionKind
+	answered := false
 	r.mu.Lock()
 	ran := r.stateLocked(id) == task.Running
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRelease, Thread: th.idx, Task: id, Committed: true, Demoted: true},
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRelease, Thread: th.idx, Task: id, Committed: true, Demoted: stores != nil},
 		func(a instancecore.Action) {
-			if a.Kind != instancecore.ActPark || a.Task != id {
+			if a.Task != id {
 				return
 			}
-			parked = true
+			answer, answered = a.Kind, true
+			if a.Kind != instancecore.ActPark {
+				return
+			}
 			rep := r.reps[id]
 			rep.stores, rep.standby = stores, nil
 			rep.opened, rep.caughtUp = time.Now(), time.Time{}
@@ -48,16 +47,19 @@ func (r *registry) park(th *thread, t *taskrun.Active) {
 		})
 	r.mu.Unlock()
 	r.carry(acts)
-	if parked {
-		return
-	}
-	// A thread parks only tasks it started, which the core records as
-	// its own, restoring or running: anything else is a bug (logged by
-	// the refused event). The stores are not kept.
-	r.log.Error("cannot park task; closing its stores", "task", id)
-	for _, h := range stores {
-		if err := h.Inner.Close(); err != nil {
-			r.log.Warn("close store", "task", id, "store", h.Info.Name, "err", err)
+	switch {
+	case answered && answer == instancecore.ActPark:
+	case answered && answer == instancecore.ActCloseActive:
+		r.closeTask(t, false)
+	default:
+		// A thread parks only tasks it started, which the core records
+		// as its own, restoring or running: anything else is a bug
+		// (logged by the refused event). The stores are not kept.
+		r.log.Error("cannot park task; closing its stores", "task", id)
+		for _, h := range stores {
+			if err := h.Inner.Close(); err != nil {
+				r.log.Warn("close store", "task", id, "store", h.Info.Name, "err", err)
+			}
 		}
 	}
 }
@@ -195,14 +197,26 @@ func (r *registry) closeActive(th *thread, t *taskrun.Active, clean bool) {
 	})
 	r.mu.Unlock()
 	r.carry(acts)
+	if !closing {
+		// Refused (a bug, logged): the task's stores are closed all the
+		// same.
+		if err := t.Close(clean); err != nil {
+			r.log.Warn("close task", "task", id, "err", err)
+		}
+		return
+	}
+	r.closeTask(t, clean)
+}
+
+// closeTask carries out the core's ActCloseActive for t and reports its
+// outcome.
+func (r *registry) closeTask(t *taskrun.Active, clean bool) {
+	id := t.ID()
 	if err := t.Close(clean); err != nil {
 		r.log.Warn("close task", "task", id, "err", err)
 	}
-	if !closing {
-		return
-	}
 	r.mu.Lock()
-	acts = r.closedLocked(id, r.reps[id].positions)
+	acts := r.closedLocked(id, r.reps[id].positions)
 	r.mu.Unlock()
 	r.carry(acts)
 }
