@@ -158,6 +158,12 @@ func (m *model) check() {
 		if _, owed := m.owed[id]; owed != (open && r.Work != Idle) {
 			m.fail("%s %+v: outcome owed %t", id, r, owed)
 		}
+		if m.c.Visible(id) != (open && (r.Work == Idle || r.Work == Adopting)) || (m.c.Servable(id) && !m.c.Visible(id)) {
+			m.fail("%s %+v: visible %t, servable %t", id, r, m.c.Visible(id), m.c.Servable(id))
+		}
+		if open && r.State == task.Running && r.Work == Idle && !m.c.Servable(id) {
+			m.fail("%s running but not servable", id)
+		}
 	}
 }
 
@@ -185,6 +191,8 @@ func (m *model) rebalance() {
 	}
 	order := m.rng.Perm(propThreads)
 	for _, i := range order {
+		// The SyncGroup answers before the thread lets its tasks go.
+		m.feed(Event{Kind: EvReceived, Thread: i, Share: shares[i]})
 		m.revoke(i, func(id task.ID) bool { o, ok := owner[id]; return ok && o == i })
 	}
 	for _, i := range order {
