@@ -170,10 +170,9 @@ type Input struct {
 	// Target is optionally the previous round's Output.Target. Assign
 	// heads for it again while it names every stateful task on clients of
 	// the group and a target computed anew is not closer to balance, so
-	// that a migration's probing rounds work towards one placement; the
-	// stateless tasks it marks as moved keep their clients in the final
-	// placement first. Pass it only from the round just before, with no
-	// event between.
+	// that a migration's probing rounds work towards one placement, the
+	// stateless tasks' included. Pass it only from the round just before,
+	// with no event between.
 	Target Target
 }
 
@@ -330,6 +329,9 @@ type run struct {
 
 	warmups  []warmup
 	followup bool
+	// finalsHanded tells that the stateless tasks' final clients are the
+	// kept target's.
+	finalsHanded bool
 }
 
 // client is what one Assign call knows and decides of one client.
@@ -372,12 +374,9 @@ type statelessTask struct {
 	racks []string // input leaders' racks, sorted
 	prev  int      // previous owner, or -1
 	owner int
-	// final is the client the final placement wants the task on while a
-	// migration runs.
+	// final is the client the final placement wants the task on, the
+	// handed target's while the target is kept.
 	final int
-	// moved tells whether the task changed owner in an earlier round of
-	// the migration, as the handed target says.
-	moved bool
 }
 
 type clientLag struct {
