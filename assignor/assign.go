@@ -316,6 +316,8 @@ type run struct {
 	clients []client
 	caps    []int // per client: its capacity, as bounds and the spreader take it
 	classes int   // tag classes
+	// keyValues counts, per RackAwareTags key, its values in the group.
+	keyValues []int
 	// classMembers lists each tag class's clients in order.
 	classMembers [][]int
 	sf           []statefulTask
@@ -377,6 +379,9 @@ type statelessTask struct {
 	// final is the client the final placement wants the task on, the
 	// handed target's while the target is kept.
 	final int
+	// moved tells whether the task changed owner in an earlier round of
+	// the migration, as the handed target says.
+	moved bool
 }
 
 type clientLag struct {
@@ -433,6 +438,14 @@ func (r *run) readClients(in Input) {
 	}
 	if len(r.clients) > 0 {
 		r.k = min(cfg.NumStandbys, len(r.clients)-1)
+	}
+	r.keyValues = make([]int, len(cfg.RackAwareTags))
+	for j := range cfg.RackAwareTags {
+		seen := map[int]bool{}
+		for _, c := range r.clients {
+			seen[c.tags[j]] = true
+		}
+		r.keyValues[j] = len(seen)
 	}
 	r.classify()
 }

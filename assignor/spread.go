@@ -168,6 +168,9 @@ type spreader struct {
 	// in the ones it would give up last, so that an item moved in one
 	// round is not the one moved on in the next.
 	pref func(item, bin int) uint64
+	// moveRank, if set, ranks the items a bin gives up to a bin below its
+	// lower limit, lower first, among items alike kept or not.
+	moveRank func(item int) int
 	// besides, if set, is load each bin carries that the limits do not
 	// count (the stateless tasks a client runs, when stateful actives are
 	// spread): an item placed anew goes, among bins otherwise as good, to
@@ -249,6 +252,13 @@ func (s *spreader) begin(prev, base []int) *spreading {
 		}
 	}
 	return sp
+}
+
+func (sp *spreading) rankMove(i int) int {
+	if sp.moveRank == nil {
+		return 0
+	}
+	return sp.moveRank(i)
 }
 
 func (sp *spreading) beside(b int) int {
@@ -461,6 +471,7 @@ func (sp *spreading) raiseLow() {
 			k := raiseKey{
 				within: sp.load[b] <= sp.hi[b],
 				kept:   b == sp.prev[i],
+				rank:   sp.rankMove(i),
 				aff:    sp.aff(i, low),
 				gain:   sp.gl(i, b) - sp.gl(i, low),
 				load:   ratio{sp.load[b], sp.caps[b]},
@@ -483,6 +494,7 @@ func (sp *spreading) raiseLow() {
 type raiseKey struct {
 	within bool   // its bin is within its upper limit (one over must give items up anyway)
 	kept   bool   // it is on its previous bin: moving one that moves anyway changes no more owners
+	rank   int    // moveRank
 	aff    int    // its affinity for the low bin
 	gain   int    // its group's items on its bin less those on the low bin, higher first
 	load   ratio  // its bin's load per capacity, higher first
@@ -494,6 +506,9 @@ func (k raiseKey) compare(o raiseKey) int {
 		return c
 	}
 	if c := cmpBool(k.kept, o.kept); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.rank, o.rank); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(k.aff, o.aff); c != 0 {

@@ -80,7 +80,7 @@ func (r *run) statelessSpreader(prev, base []int) *spreader {
 // leave first, then those on their final client, and last those whose final
 // client is full (moved now, they would only pass on to another temporary
 // client); a task that moves goes to its final client where balance lets
-// it.
+// it, and tasks that moved already in the migration move last.
 func (r *run) migratingSpreader(prev []int) *spreader {
 	sp := r.statelessSpreader(prev, r.activeLoad)
 	held := make([]int, len(r.clients))
@@ -90,16 +90,26 @@ func (r *run) migratingSpreader(prev []int) *spreader {
 		}
 	}
 	sp.uniform = nil
+	// A task that moved in an earlier round of the migration is given up
+	// after those that did not, so that the loans a client must make pass
+	// from task to task rather than send one task back and forth.
+	moved := func(i int) int {
+		if r.sl[i].moved {
+			return 0
+		}
+		return 2
+	}
 	sp.keepRank = func(i int) int {
-		rank := r.offRack(r.sl[i].racks, r.sl[i].prev)
+		rank := moved(i) + r.offRack(r.sl[i].racks, r.sl[i].prev)
 		switch f := r.sl[i].final; {
 		case f == r.sl[i].prev:
-			rank += 2
-		case r.activeLoad[f]+held[f] < sp.hi[f]:
 			rank += 4
+		case r.activeLoad[f]+held[f] < sp.hi[f]:
+			rank += 8
 		}
 		return rank
 	}
+	sp.moveRank = moved
 	sp.affinity = func(i, c int) int {
 		aff := r.offRack(r.sl[i].racks, c)
 		if c != r.sl[i].final {

@@ -9,7 +9,7 @@ import (
 // Target is the placement a migration heads for: per stateful task, the
 // clients of its target active and standbys, and per stateless task the
 // client of the final placement, balanced against the target's stateful
-// loads.
+// loads, and whether it moved in the migration.
 //
 // Assign recomputes its target in every round from where tasks run, and
 // the replicas that move shift the loads and the ties that chose it, so a
@@ -33,13 +33,16 @@ type TargetReplicas struct {
 	// Standby lists the clients of a stateful task's standbys, sorted;
 	// it is empty for a stateless task.
 	Standby []string
+	// Moved tells whether a stateless task changed owner in a round of
+	// the migration.
+	Moved bool
 }
 
 // target returns the run's target.
 func (r *run) target() Target {
 	t := make(Target, len(r.sf)+len(r.sl))
 	for _, st := range r.sl {
-		t[st.id] = TargetReplicas{Active: r.clients[st.final].id}
+		t[st.id] = TargetReplicas{Active: r.clients[st.final].id, Moved: st.moved || st.owner != st.prev}
 	}
 	for _, st := range r.sf {
 		standby := make([]string, 0, len(st.holders)-1)
@@ -142,7 +145,8 @@ func (r *run) readTarget(prev Target) ([][]int, bool) {
 }
 
 // readFinals reads each stateless task's final client from prev, the kept
-// target, and reports whether it names one of the group for every one.
+// target, and whether it moved in the migration, and reports whether prev
+// names a client of the group for every one.
 func (r *run) readFinals(prev Target) bool {
 	index := make(map[string]int, len(r.clients))
 	for c, cl := range r.clients {
@@ -152,11 +156,12 @@ func (r *run) readFinals(prev Target) bool {
 		c, ok := index[prev[t.id].Active]
 		if !ok {
 			for j := range r.sl {
-				r.sl[j].final = -1
+				r.sl[j].final, r.sl[j].moved = -1, false
 			}
 			return false
 		}
 		r.sl[i].final = c
+		r.sl[i].moved = prev[t.id].Moved
 	}
 	return true
 }
