@@ -366,17 +366,17 @@ func (vr valueRoom) mayGain(i int, lo, hi []int) bool {
 	holders := r.sf[i].holders
 	pinnedSet := vr.pinned >= 0 && r.spreadOf(holders)[vr.pinned] == len(holders)
 	for _, x := range holders[1:] {
-		v := 0
-		if pinnedSet {
-			v = vr.value(x)
-		}
+		v := vr.value(x)
 		n := r.clients[x].replicas
 		// Holders below a limit cannot take the standby: discount them.
 		free := func(count map[int]int, limit []int) int {
 			if pinnedSet {
 				return count[v]
 			}
-			f := count[0]
+			f := 0
+			for _, n := range count {
+				f += n
+			}
 			for _, h := range holders {
 				if r.clients[h].replicas < limit[h] {
 					f--
