@@ -246,10 +246,11 @@ type Output struct {
 //     not as the target will have it once warmups finish, as Kafka Streams
 //     does: given the stateful actives, there is a level λ with every
 //     client at λ·capacity or above and every client holding a stateless
-//     task at most at λ·capacity+1. While a migration runs, those that
-//     move go where the final placement wants them; a stateless task given
-//     to a client short of load while that client's stateful actives warm
-//     up moves again as they arrive;
+//     task at most at λ·capacity+1. Within that they stay where they ran,
+//     at the level that lets the most stay. A migration heads for a final
+//     placement computed from where they ran before it; a stateless task
+//     lent to a client short of load while that client's stateful actives
+//     warm up goes back as they arrive;
 //   - assignments are sticky: previous owners keep what balance allows, and
 //     a client over its share gives up first the tasks that have other warm
 //     homes, that are off their input leaders' rack (ActiveRackTag), and
