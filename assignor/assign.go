@@ -246,8 +246,8 @@ type Output struct {
 //     not as the target will have it once warmups finish, as Kafka Streams
 //     does: given the stateful actives, there is a level λ with every
 //     client at λ·capacity or above and every client holding a stateless
-//     task at most at λ·capacity+1. Within that they stay where they ran,
-//     at the level that lets the most stay. A migration heads for a final
+//     task at most at λ·capacity+1. Within that they stay where they ran.
+//     A migration heads for a final
 //     placement computed from where they ran before it; a stateless task
 //     lent to a client short of load while that client's stateful actives
 //     warm up goes back as they arrive;

@@ -12,9 +12,10 @@ import "slices"
 // λ at or below which no client is (n ≥ λ·cap) and above which no client
 // holding a stateless task is by more than one task (n ≤ λ·cap+1), which is
 // what placing each stateless task on the least loaded client reaches.
-// Within that, tasks stay where they ran: the level is the one that lets
-// the most of them stay (stickyBounds), and a client below it takes tasks
-// from those above.
+// Within that, tasks stay where they ran: at the lowest such level
+// (loadBounds), clients above their upper limit give tasks up, clients
+// below their lower limit take them, the lost client's first, and the
+// rest stay.
 //
 // The final placement is the one balanced against the target's stateful
 // loads, computed from where the tasks ran when the target was set (the
@@ -35,7 +36,7 @@ func (r *run) assignStatelessActives() {
 		prev[i] = t.prev
 	}
 	if !r.finalsHanded || !r.balancedTotal(r.finals(), r.targetLoad) {
-		sp := r.statelessSpreader(prev, r.targetLoad)
+		sp := r.statelessSpreader(r.targetLoad)
 		final, _ := sp.spread(prev, r.targetLoad)
 		for i, c := range final {
 			r.sl[i].final = c
@@ -52,18 +53,12 @@ func (r *run) assignStatelessActives() {
 
 // statelessSpreader spreads stateless tasks over clients holding base
 // stateful actives, sticky within the balance of total load.
-func (r *run) statelessSpreader(prev, base []int) *spreader {
+func (r *run) statelessSpreader(base []int) *spreader {
 	groups := make([]int, len(r.sl))
 	for i, t := range r.sl {
 		groups[i] = t.group
 	}
-	kept := make([]int, len(r.clients))
-	for _, c := range prev {
-		if c >= 0 {
-			kept[c]++
-		}
-	}
-	lo, hi := stickyBounds(len(r.sl), r.caps, base, kept)
+	lo, hi := loadBounds(len(r.sl), r.caps, base)
 	return &spreader{
 		caps: r.caps, lo: lo, hi: hi,
 		keepRank: func(i int) int { return r.offRack(r.sl[i].racks, r.sl[i].prev) },
@@ -82,7 +77,7 @@ func (r *run) statelessSpreader(prev, base []int) *spreader {
 // client); a task that moves goes to its final client where balance lets
 // it, and tasks that moved already in the migration move last.
 func (r *run) migratingSpreader(prev []int) *spreader {
-	sp := r.statelessSpreader(prev, r.activeLoad)
+	sp := r.statelessSpreader(r.activeLoad)
 	held := make([]int, len(r.clients))
 	for _, c := range prev {
 		if c >= 0 {
@@ -161,67 +156,4 @@ func (r *run) balancedTotal(owner, base []int) bool {
 		}
 	}
 	return true
-}
-
-// stickyBounds returns limits for items added to bins holding base, of
-// which kept[b] are on bin b already, as loadBounds does but at the level
-// that lets the most items stay. Any level λ gives limits Kafka Streams'
-// balance meets (every bin at λ·cap or above, every bin that takes an item
-// at most at λ·cap+1), between loadBounds' level, the lowest, and the
-// highest whose lower limits the items can still fill, at most one task
-// per thread above it. Bins above their upper limit must give items up
-// and bins below their lower limit take them; items not kept fill the
-// latter first. Of the levels that move the fewest items, the lowest.
-func stickyBounds(items int, caps, base, kept []int) (lo, hi []int) {
-	num, den := loadLevel(items, caps, base)
-	total, free := items, items
-	for b := range caps {
-		total += base[b]
-		free -= kept[b]
-	}
-	type candidate struct {
-		num, den int
-		above    bool
-	}
-	cands := []candidate{{num, den, false}}
-	var seen []int
-	for _, c := range caps {
-		if slices.Contains(seen, c) {
-			continue
-		}
-		seen = append(seen, c)
-		for m := num * c / den; m <= num*c/den+c+1; m++ {
-			if cmpRatio(m, c, num, den) >= 0 {
-				cands = append(cands, candidate{m, c, false}, candidate{m, c, true})
-			}
-		}
-	}
-	slices.SortStableFunc(cands, func(a, b candidate) int {
-		if x := cmpRatio(a.num, a.den, b.num, b.den); x != 0 {
-			return x
-		}
-		return cmpBool(a.above, b.above)
-	})
-	best, bestMoves := -1, 0
-	for x, cd := range cands {
-		l, h := limitsAt(cd.num, cd.den, cd.above, caps, base)
-		sumLo, sumHi, leave, arrive := 0, 0, 0, 0
-		for b := range caps {
-			sumLo += l[b]
-			sumHi += h[b]
-			leave += max(0, base[b]+kept[b]-h[b])
-			arrive += max(0, l[b]-base[b]-kept[b])
-		}
-		if sumLo > total || sumHi < total {
-			continue
-		}
-		if moves := max(leave, arrive-free); best < 0 || moves < bestMoves {
-			best, bestMoves = x, moves
-			lo, hi = l, h
-		}
-	}
-	if best < 0 {
-		return loadBounds(items, caps, base)
-	}
-	return lo, hi
 }
