@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -40,18 +41,18 @@ func TestKeyWatchesShareOneSubscription(t *testing.T) {
 	}
 	require.Equal(t, []string{"a@12"}, feedKeys(reader))
 
-	_, skipped, slow, _ := coalescing.take(nil)
+	_, skipped, slow := takeAll(coalescing)
 	require.True(t, skipped, "three behind a buffer of two")
 	require.False(t, slow)
 	publish(13, 1)
-	changes, skipped, _, _ := coalescing.take(nil)
+	updates, skipped, _ := takeAll(coalescing)
 	require.False(t, skipped)
-	require.Len(t, changes, 1)
-	require.Equal(t, int64(13), changes[0].c.Position)
+	require.Len(t, updates, 1)
+	require.Equal(t, int64(13), updates[0].Position)
 
-	_, _, slow, _ = stalled.take(nil)
+	_, _, slow = takeAll(stalled)
 	require.True(t, slow)
-	_, _, slow, _ = stalled.take(nil)
+	_, _, slow = takeAll(stalled)
 	require.True(t, slow, "a watch too slow stays so")
 	require.Equal(t, []string{"a@13"}, feedKeys(reader))
 
@@ -146,4 +147,24 @@ func TestWatchEndsAfterTheChangesTakenWithItsFailure(t *testing.T) {
 	require.ErrorAs(t, err, &ended)
 	require.ErrorIs(t, err, ErrNotHostedHere)
 	require.Equal(t, int64(101), ended.Resume)
+}
+
+// newFeed makes a feed standing alone, for the hub's tests.
+func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
+	f := new(feed)
+	f.init(pk, key, rng, opts)
+	return f
+}
+
+// The fields a woken reader touches, its watch's and its feed's, fill the
+// first two 64-byte lines of the watch, and the watch's size is one the
+// allocator hands out whole, without a header, at a multiple of 64 bytes
+// from a page: a reader's wake then costs two misses on its own state.
+// A field added to Watch or feed shows here, to be placed and paid for in
+// watchPad.
+func TestWatchHotFieldsFillTwoLines(t *testing.T) {
+	var w Watch
+	hotEnd := unsafe.Offsetof(w.f) + unsafe.Offsetof(w.f.skipped) + unsafe.Sizeof(w.f.skipped)
+	require.LessOrEqual(t, hotEnd, uintptr(128), "the hot fields end within two lines")
+	require.Contains(t, []uintptr{256, 320, 384, 448, 512}, unsafe.Sizeof(w), "a watch's size is a line-aligned allocation class")
 }
