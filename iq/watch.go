@@ -185,27 +185,13 @@ type Watch struct {
 	hub *Hub
 	r   Replica
 
-	// pending are the updates Next delivers before any change taken
-	// from the feed: those read back from the changelog or the current
-	// value, made when the watch started. next is the first of them not
-	// delivered yet.
-	pending []Update
-	next    int
-
 	closeOnce sync.Once
 	// wakeMu guards the registration that wakes a waiting Next when
 	// its context ends (wakeOn), which Close stops.
 	wakeMu   sync.Mutex
 	stopWake func() bool
 	closed   bool
-	// pad makes the watch's size that of an allocation class whose
-	// objects start at a line's start.
-	_ [watchPad]byte
 }
-
-// watchPad rounds the size of a Watch up to 448 bytes, a multiple of the
-// 64-byte line that the allocator hands out exactly, with no header.
-const watchPad = 32
 
 // newWatch makes the watch of the keys its feed follows (see
 // feed.init).
@@ -318,13 +304,15 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) e
 				continue
 			}
 			w.last = after.Position - 1
+			updates := make([]Update, 0, len(current))
 			for _, c := range current {
 				found := c.Value != nil
 				c.Position = w.last
 				u := w.update(c, after)
 				u.Current, u.Deleted = true, !found
-				w.pending = append(w.pending, u)
+				updates = append(updates, u)
 			}
+			w.startWith(updates)
 			return nil
 		}
 	}
@@ -345,10 +333,20 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) e
 	}
 	w.truncated = logStart > w.last+1
 	info := w.r.Info()
+	updates := make([]Update, 0, len(changes))
 	for _, c := range changes {
-		w.pending = append(w.pending, w.update(c, info))
+		updates = append(updates, w.update(c, info))
 	}
+	w.startWith(updates)
 	return nil
+}
+
+// startWith makes updates, made as the watch started, the first that Next
+// delivers, before any it takes from the feed.
+func (w *Watch) startWith(updates []Update) {
+	for i := range updates {
+		w.live = append(w.live, &updates[i])
+	}
 }
 
 // current reads what the replica holds of the watched keys: the key's
@@ -408,56 +406,68 @@ func (w *Watch) update(c Change, info ReplicaInfo) Update {
 // later call.
 func (w *Watch) Next(ctx context.Context) (Update, error) {
 	for {
-		if w.ended != nil {
-			return Update{}, w.ended
-		}
-		if u, ok := w.nextPending(); ok {
-			return u, nil
-		}
+		// The updates taken last are delivered on a path of their
+		// own, as short as it can be: a reader woken with an update
+		// finds its stack out of the processor's caches too.
 		for int(w.liveNext) < len(w.live) {
 			u := w.live[w.liveNext]
 			w.liveNext++
-			if u.Position <= w.last {
-				continue // read back and delivered live both
+			// A change read back and delivered live both is
+			// delivered once; the current values a watch starts
+			// with are at the position it starts after.
+			if u.Position > w.last || u.Current {
+				return w.deliver(u), nil
 			}
-			return w.deliver(*u), nil
 		}
-		if w.waitFirst {
-			// The feed was taken since the last wake: whatever
-			// reached it since was followed by a poke, so a take
-			// now would most likely find nothing, at the price of
-			// the subscription's lock, which the other readers of
-			// the key and the hub contend for.
-			if ctx != w.wakeCtx {
-				w.wakeOn(ctx)
-			}
-			if err := ctx.Err(); err != nil {
-				return Update{}, err
-			}
-			<-w.f.notify
-		}
-		var skipped, slow bool
-		var failed error
-		if w.f.sub != nil {
-			w.live, skipped, slow, failed = w.f.takeUpdates(w.live)
-		} else {
-			skipped, slow, failed = w.takeMatched()
-		}
-		// A failure found with changes still to deliver is returned
-		// by a take after them: its poke is spent.
-		w.liveNext, w.waitFirst = 0, failed == nil
-		if slow {
-			return Update{}, w.end(ErrWatcherTooSlow)
-		}
-		w.coalesced = w.coalesced || skipped
-		if len(w.live) == 0 && failed != nil {
-			var se *StaleError
-			if errors.As(failed, &se) {
-				se.Store, se.Partition, se.Host = w.f.pk.store, w.f.pk.partition, w.q.b.Self()
-			}
-			return Update{}, w.end(failed)
+		if err := w.refill(ctx); err != nil {
+			return Update{}, err
 		}
 	}
+}
+
+// refill makes what the feed holds the updates Next delivers, waiting for
+// its next poke unless it may hold what Next has not taken. It returns
+// why the watch cannot go on, or the end of ctx.
+func (w *Watch) refill(ctx context.Context) error {
+	if w.ended != nil {
+		return w.ended
+	}
+	if w.waitFirst {
+		// The feed was taken since the last wake: whatever reached
+		// it since was followed by a poke, so a take now would most
+		// likely find nothing, at the price of the subscription's
+		// lock, which the other readers of the key and the hub
+		// contend for.
+		if ctx != w.wakeCtx {
+			w.wakeOn(ctx)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		<-w.f.notify
+	}
+	var skipped, slow bool
+	var failed error
+	if w.f.sub != nil {
+		w.live, skipped, slow, failed = w.f.takeUpdates(w.live)
+	} else {
+		skipped, slow, failed = w.takeMatched()
+	}
+	// A failure found with changes still to deliver is returned by a
+	// take after them: its poke is spent.
+	w.liveNext, w.waitFirst = 0, failed == nil
+	if slow {
+		return w.end(ErrWatcherTooSlow)
+	}
+	w.coalesced = w.coalesced || skipped
+	if len(w.live) == 0 && failed != nil {
+		var se *StaleError
+		if errors.As(failed, &se) {
+			se.Store, se.Partition, se.Host = w.f.pk.store, w.f.pk.partition, w.q.b.Self()
+		}
+		return w.end(failed)
+	}
+	return nil
 }
 
 // takeMatched takes the changes of a range or window watch's feed and
@@ -478,30 +488,13 @@ func (w *Watch) takeMatched() (skipped, slow bool, failed error) {
 	return skipped, slow, failed
 }
 
-// nextPending returns the next of the updates the watch started with,
-// if any is left to deliver.
-func (w *Watch) nextPending() (Update, bool) {
-	for w.next < len(w.pending) {
-		u := w.pending[w.next]
-		w.next++
-		if u.Position <= w.last && !u.Current {
-			continue
-		}
-		if w.next == len(w.pending) {
-			w.pending, w.next = nil, 0
-		}
-		return w.deliver(u), true
-	}
-	w.pending, w.next = nil, 0
-	return Update{}, false
-}
-
 // deliver marks u as the update Next returns.
-func (w *Watch) deliver(u Update) Update {
-	u.Truncated, u.Coalesced = w.truncated, w.coalesced
+func (w *Watch) deliver(u *Update) Update {
+	d := *u
+	d.Truncated, d.Coalesced = w.truncated, w.coalesced
 	w.truncated, w.coalesced = false, false
-	w.last = u.Position
-	return u
+	w.last = d.Position
+	return d
 }
 
 // wakeOn makes the end of ctx wake a waiting Next (through the feed's

@@ -160,8 +160,8 @@ func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
 // first two 64-byte lines of the watch, and the watch's size is one the
 // allocator hands out whole, without a header, at a multiple of 64 bytes
 // from a page: a reader's wake then costs two misses on its own state.
-// A field added to Watch or feed shows here, to be placed and paid for in
-// watchPad.
+// A field added to Watch or feed shows here, to be placed, and the watch
+// padded to the next such size if need be.
 func TestWatchHotFieldsFillTwoLines(t *testing.T) {
 	var w Watch
 	hotEnd := unsafe.Offsetof(w.f) + unsafe.Offsetof(w.f.skipped) + unsafe.Sizeof(w.f.skipped)
