@@ -419,32 +419,34 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 				return w.deliver(u), nil
 			}
 		}
-		if err := w.refill(ctx); err != nil {
+		// A parked reader waits here rather than in a call of its
+		// own: each collection scans every parked reader's stack,
+		// frame by frame.
+		if w.ended == nil && w.waitFirst {
+			// The feed was taken since the last wake: whatever
+			// reached it since was followed by a poke, so a take
+			// now would most likely find nothing, at the price of
+			// the subscription's lock, which the other readers of
+			// the key and the hub contend for.
+			if ctx != w.wakeCtx {
+				w.wakeOn(ctx)
+			}
+			if err := ctx.Err(); err != nil {
+				return Update{}, err
+			}
+			<-w.f.notify
+		}
+		if err := w.refill(); err != nil {
 			return Update{}, err
 		}
 	}
 }
 
-// refill makes what the feed holds the updates Next delivers, waiting for
-// its next poke unless it may hold what Next has not taken. It returns
-// why the watch cannot go on, or the end of ctx.
-func (w *Watch) refill(ctx context.Context) error {
+// refill makes what the feed holds the updates Next delivers. It returns
+// why the watch cannot go on.
+func (w *Watch) refill() error {
 	if w.ended != nil {
 		return w.ended
-	}
-	if w.waitFirst {
-		// The feed was taken since the last wake: whatever reached
-		// it since was followed by a poke, so a take now would most
-		// likely find nothing, at the price of the subscription's
-		// lock, which the other readers of the key and the hub
-		// contend for.
-		if ctx != w.wakeCtx {
-			w.wakeOn(ctx)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		<-w.f.notify
 	}
 	var skipped, slow bool
 	var failed error
