@@ -68,6 +68,37 @@ func TestKeyWatchesShareOneSubscription(t *testing.T) {
 	require.LessOrEqual(t, len(s.log)-s.head, 2)
 }
 
+// The hub makes each change of a key the update its watches deliver once:
+// the watches of the key take the same one, which describes the replica
+// as it was when the change was published.
+func TestKeyWatchesTakeOneUpdate(t *testing.T) {
+	var h Hub
+	r := &fakeReplica{info: ReplicaInfo{Store: "s", Partition: 2, Role: RoleStandby, Position: 101, Lag: 3}}
+	pk := partKey{"s", 2}
+	a := newFeed(pk, []byte("k"), nil, WatchOptions{})
+	b := newFeed(pk, []byte("k"), nil, WatchOptions{})
+	for _, f := range []*feed{a, b} {
+		f.host = "h:1"
+		h.subscribe(f, r)
+		defer h.unsubscribe(f)
+	}
+	h.deliver([]published{{pk, []Change{{Key: []byte("k"), Value: []byte("v"), Timestamp: 7, Position: 100}}}})
+	r.set(func(i *ReplicaInfo) { i.Lag = 9 })
+	fromA, _, _, _ := a.takeUpdates(nil)
+	fromB, _, _, _ := b.takeUpdates(nil)
+	require.Len(t, fromA, 1)
+	require.Len(t, fromB, 1)
+	require.Same(t, fromA[0], fromB[0], "one update for both watches")
+	u := fromA[0]
+	require.Equal(t, "v", string(u.Value))
+	require.Equal(t, int64(7), u.Timestamp)
+	require.Equal(t, int64(100), u.Position)
+	require.Equal(t, "h:1", u.Provenance.Host)
+	require.Equal(t, int32(2), u.Provenance.Partition)
+	require.Equal(t, RoleStandby, u.Provenance.Role)
+	require.Equal(t, int64(3), u.Provenance.Lag, "the replica as it was at the change")
+}
+
 // A Next waiting for a change returns when its context ends, and a later
 // Next under another context waits for, and gets, the next change.
 func TestWatchNextEndsWithItsContext(t *testing.T) {
