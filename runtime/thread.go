@@ -74,6 +74,14 @@ type thread struct {
 	parts     []kgo.FetchTopicPartition
 	partNext  []int
 	processed []threadcore.Event
+	// inputs holds, per running task reading several partitions, the
+	// records it received and has not processed (thread_buffer.go);
+	// inputOrder is processInputs' scratch.
+	inputs     map[task.ID]*taskInput
+	inputOrder []task.ID
+	// fullPauses counts the partitions paused for holding more than
+	// BufferedRecordsPerPartition, for tests.
+	fullPauses atomic.Int64
 	// rewiring is the request a rewire reconnection waits on.
 	rewiring *rewire
 	// commitStart is when the commit in flight began, for its latency.
