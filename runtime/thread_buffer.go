@@ -58,6 +58,16 @@ type partInput struct {
 
 func (p *partInput) len() int { return len(p.recs) - p.head }
 
+// holds reports whether any of the task's partitions holds records.
+func (in *taskInput) holds() bool {
+	for _, p := range in.parts {
+		if p.len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // lag is how far the partition's end lies past the records received, and
 // whether that is known.
 func (p *partInput) lag() (int64, bool) {
@@ -341,11 +351,7 @@ func (th *thread) lookUpEnds() {
 	var want []*partInput
 	topics := map[string]bool{}
 	for _, in := range th.inputs {
-		held := false
-		for _, p := range in.parts {
-			held = held || p.len() > 0
-		}
-		if !held {
+		if !in.holds() {
 			continue
 		}
 		for _, p := range in.parts {
@@ -363,7 +369,9 @@ func (th *thread) lookUpEnds() {
 	for t := range topics {
 		names = append(names, t)
 	}
-	ctx, cancel := context.WithTimeout(th.ctx, th.app.cfg.RebalanceTimeout/4)
+	// The loop waits for the answer: a broker that does not answer
+	// holds it no longer than a poll that brings nothing would.
+	ctx, cancel := context.WithTimeout(th.ctx, time.Second)
 	defer cancel()
 	adm := kadm.NewClient(th.cl)
 	list := adm.ListEndOffsets
@@ -406,17 +414,18 @@ func (th *thread) lookUpEnds() {
 	}
 }
 
-// lookupPending reports whether a task waits for a partition whose end the
-// thread has still to look up, and idleUntil the earliest time a task stops
-// waiting for a caught-up partition (zero if none), which bound the next
+// inputWaits reports whether a task holding records waits for a partition
+// whose end the thread is to look up, and the earliest time a task stops
+// waiting for a caught-up partition (zero if none): both bound the next
 // poll.
 func (th *thread) inputWaits() (lookupPending bool, idleUntil time.Time) {
 	for _, in := range th.inputs {
+		held := in.holds()
 		for _, p := range in.parts {
 			if p.len() > 0 {
 				continue
 			}
-			if _, known := p.lag(); !known {
+			if _, known := p.lag(); !known && held {
 				lookupPending = true
 			}
 			if !p.idleUntil.IsZero() && (idleUntil.IsZero() || p.idleUntil.Before(idleUntil)) {
