@@ -34,9 +34,10 @@ const threadFetchMaxBytes = 1 << 20
 // partitions, runs records through the tasks that own them, and commits.
 // What it does when is decided by its core (internal/threadcore), which it
 // drives in drive.go; its loop is in thread_poll.go, its processing in
-// thread_process.go, its error policy and end in thread_end.go, its commit
-// protocols in commit*.go, its sender in send.go, its rebalance callbacks
-// and task starts and releases in rebalance.go.
+// thread_process.go, the input tasks reading several partitions hold across
+// polls in thread_buffer.go, its error policy and end in thread_end.go, its
+// commit protocols in commit*.go, its sender in send.go, its rebalance
+// callbacks and task starts and releases in rebalance.go.
 //
 // The group client blocks rebalances while the thread processes
 // (BlockRebalanceOnPoll), so rebalance callbacks and processing never run at
