@@ -152,7 +152,7 @@ func TestIdleNeverWaitForInputTakesEachPollAsItComes(t *testing.T) {
 func TestIdleTimeWaitsThenEnforces(t *testing.T) {
 	brokers, cl := idleSetup(t, AtLeastOnce)
 	produceEach(t, cl, "a", 100*time.Millisecond)
-	app := startIdleApp(t, brokers, AtLeastOnce, 4*time.Second, 0)
+	app := startIdleApp(t, brokers, AtLeastOnce, 6*time.Second, 0)
 	waitFor(t, 30*time.Second, "the app running", func() bool { return app.State() == StateRunning })
 	produceEach(t, cl, "b", 50*time.Millisecond)
 	require.Equal(t, []string{"b0", "a0"}, readOut(t, cl, 2, 30*time.Second))

@@ -197,9 +197,8 @@ func (th *thread) inputOf(id task.ID, t *taskrun.Active) *taskInput {
 }
 
 // bufferInput adds the records one poll returned for one task's partitions
-// to what the task holds, pausing the fetches of a partition that holds more
-// than BufferedRecordsPerPartition. Records of a task that is not running are
-// left alone, as processTask leaves them.
+// to what the task holds (processInput bounds it). Records of a task that is
+// not running are left alone, as processTask leaves them.
 func (th *thread) bufferInput(parts []kgo.FetchTopicPartition) {
 	id := task.ID{SubTopology: th.app.plan.topicSub[parts[0].Topic], Partition: parts[0].Partition}
 	for _, fp := range parts {
@@ -216,11 +215,6 @@ func (th *thread) bufferInput(parts []kgo.FetchTopicPartition) {
 				continue
 			}
 			p.add(fp.Records, th.fetchEnd(fp))
-			if !p.paused && p.len() > th.app.cfg.BufferedRecordsPerPartition {
-				p.paused = true
-				th.fullPauses.Add(1)
-				in.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
-			}
 		}
 	}
 }
@@ -328,16 +322,34 @@ func (th *thread) processInput(id task.ID, in *taskInput, now time.Time, doomed 
 		if enforced {
 			th.app.enforced.Add(int64(processed))
 		}
-		if p.paused && p.len() <= th.app.cfg.BufferedRecordsPerPartition {
-			p.paused = false
-			in.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
-		}
 	}
+	th.bound(in)
 	*taken += consumed
 	if consumed > 0 {
 		th.processed = append(th.processed, threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed})
 	}
 	return fatal
+}
+
+// bound pauses the fetches of a task's partitions that still hold more than
+// BufferedRecordsPerPartition records once the task has processed what it
+// could, and resumes those back within it. Deciding after processing rather
+// than as records arrive leaves alone a partition whose whole poll the task
+// took at once: pausing it would drop what the client had fetched ahead for
+// it, to be fetched again.
+func (th *thread) bound(in *taskInput) {
+	limit := th.app.cfg.BufferedRecordsPerPartition
+	for _, p := range in.parts {
+		switch {
+		case !p.paused && p.len() > limit:
+			p.paused = true
+			th.fullPauses.Add(1)
+			in.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+		case p.paused && p.len() <= limit:
+			p.paused = false
+			in.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+		}
+	}
 }
 
 // lookUpEnds asks the brokers for the ends of the empty partitions whose lag
