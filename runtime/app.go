@@ -75,6 +75,9 @@ type App struct {
 	skipped atomic.Int64
 	// processingErrors counts records skipped by ProcessingLogAndContinue.
 	processingErrors atomic.Int64
+	// enforced counts records processed past an empty input partition
+	// whose TaskIdleTime had run out (Stats.EnforcedProcessing).
+	enforced atomic.Int64
 	// replaced counts stream threads replaced by ReplaceThread.
 	replaced atomic.Int64
 	// rejoins counts stream threads that joined the group again after it

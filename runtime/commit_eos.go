@@ -31,6 +31,7 @@ type exactlyOnce struct {
 func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
 	th := c.th
 	c.acks = new(changelog.Offsets)
+	th.returnInput()
 	if len(tasks) == 0 {
 		return nil
 	}

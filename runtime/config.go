@@ -37,10 +37,13 @@ const (
 	DefaultRebalanceTimeout   = 30 * time.Second
 	DefaultHeartbeatInterval  = time.Second
 	DefaultMaxPollRecords     = 100_000
-	DefaultNumStreamThreads   = 1
-	DefaultReplicationFactor  = -1
-	DefaultStateCleanupDelay  = 10 * time.Minute
-	DefaultPartitions         = -1
+	// DefaultBufferedRecordsPerPartition is Kafka Streams' default
+	// buffered.records.per.partition.
+	DefaultBufferedRecordsPerPartition = 1000
+	DefaultNumStreamThreads            = 1
+	DefaultReplicationFactor           = -1
+	DefaultStateCleanupDelay           = 10 * time.Minute
+	DefaultPartitions                  = -1
 	// DefaultRepartitionPurgeInterval is Kafka Streams' default
 	// repartition.purge.interval.ms.
 	DefaultRepartitionPurgeInterval = 30 * time.Second
@@ -50,6 +53,12 @@ const (
 // off: the repartition topics then keep every record for ever. It is meant
 // for audits that read a repartition topic after the fact.
 const NoRepartitionPurge time.Duration = -1
+
+// NeverWaitForInput, as Config.TaskIdleTime, lets a task reading several
+// partitions process whatever it holds without waiting for an empty partition
+// (Kafka Streams' max.task.idle.ms of -1): records of a partition that arrive
+// in a later poll may then go after later-stamped records of the others.
+const NeverWaitForInput time.Duration = -1
 
 // Config configures one instance of an application. The zero value of every
 // optional field selects the default documented on it.
@@ -116,6 +125,27 @@ type Config struct {
 	// entry, at least 1,000): the budget is checked between polls, and a
 	// whole poll of new keys would overrun it several times over.
 	MaxPollRecords int
+	// TaskIdleTime is how long a task that reads several partitions (a
+	// join, a merge, a stream–table join) waits for input on an empty
+	// partition before it processes the records of the others, as Kafka
+	// Streams' max.task.idle.ms. Such a task always takes the earliest
+	// stamped of its partitions' next records; while one partition holds
+	// none, it waits as long as the partition's lag is unknown (no fetch
+	// nor end-offset lookup has answered for it yet) or positive (records
+	// are on the broker that it has not fetched), whatever TaskIdleTime
+	// says. Once every empty partition is known to be at its end, the task
+	// waits TaskIdleTime more for records to be produced to them, then
+	// processes the others anyway (enforced processing, counted in
+	// Stats.EnforcedProcessing). Default 0: no wait beyond fetching what
+	// the broker holds. NeverWaitForInput never waits. Tasks of one
+	// partition never wait.
+	TaskIdleTime time.Duration
+	// BufferedRecordsPerPartition bounds the records a task reading several
+	// partitions holds unprocessed per partition, as Kafka Streams'
+	// buffered.records.per.partition: a partition holding more is not
+	// fetched until its task has processed it back down to the bound. One
+	// poll may add up to MaxPollRecords beyond it. Default 1,000.
+	BufferedRecordsPerPartition int
 	// SessionTimeout is the group session timeout: how long the group waits
 	// for a silent member before moving its tasks. Default 10s.
 	SessionTimeout time.Duration
@@ -337,6 +367,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPollRecords == 0 {
 		c.MaxPollRecords = DefaultMaxPollRecords
 	}
+	if c.BufferedRecordsPerPartition == 0 {
+		c.BufferedRecordsPerPartition = DefaultBufferedRecordsPerPartition
+	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
 	}
@@ -419,6 +452,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPollRecords < 0 {
 		errs = append(errs, fmt.Errorf("MaxPollRecords must not be negative, got %d", c.MaxPollRecords))
+	}
+	if c.TaskIdleTime < 0 && c.TaskIdleTime != NeverWaitForInput {
+		errs = append(errs, fmt.Errorf("TaskIdleTime must not be negative other than NeverWaitForInput, got %s", c.TaskIdleTime))
+	}
+	if c.BufferedRecordsPerPartition < 0 {
+		errs = append(errs, fmt.Errorf("BufferedRecordsPerPartition must not be negative, got %d", c.BufferedRecordsPerPartition))
 	}
 	if c.SessionTimeout < 0 || c.RebalanceTimeout < 0 || c.HeartbeatInterval < 0 {
 		errs = append(errs, errors.New("SessionTimeout, HeartbeatInterval and RebalanceTimeout must be positive"))

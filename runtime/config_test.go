@@ -19,6 +19,8 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, int64(DefaultCacheMaxBytes), c.CacheMaxBytes)
 	require.Equal(t, DefaultSessionTimeout, c.SessionTimeout)
 	require.Equal(t, DefaultNumStreamThreads, c.NumStreamThreads)
+	require.Zero(t, c.TaskIdleTime, "Kafka Streams' max.task.idle.ms default")
+	require.Equal(t, DefaultBufferedRecordsPerPartition, c.BufferedRecordsPerPartition)
 	require.Equal(t, int16(-1), c.ReplicationFactor)
 	require.Equal(t, filepath.Join(os.TempDir(), "eddy"), c.StateDir)
 	require.NotNil(t, c.Logger)
@@ -45,6 +47,8 @@ func TestConfigValidate(t *testing.T) {
 		{"cache", func(c *Config) { c.CacheMaxBytes = -1 }, "CacheMaxBytes"},
 		{"handler", func(c *Config) { c.DeserializationErrors = 7 }, "DeserializationErrors"},
 		{"rf", func(c *Config) { c.ReplicationFactor = -3 }, "ReplicationFactor"},
+		{"task idle", func(c *Config) { c.TaskIdleTime = -time.Second }, "TaskIdleTime"},
+		{"buffered", func(c *Config) { c.BufferedRecordsPerPartition = -1 }, "BufferedRecordsPerPartition"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
@@ -56,6 +60,9 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	require.NoError(t, ok.Validate())
+	never := ok
+	never.TaskIdleTime = NeverWaitForInput
+	require.NoError(t, never.Validate())
 }
 
 func TestStateDirLockAndProcessID(t *testing.T) {

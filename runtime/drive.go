@@ -112,13 +112,20 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	case threadcore.ActPark:
 		th.revokedTasks.Add(int64(len(a.Tasks)))
 		for _, t := range released(a) {
+			th.dropInput(t.ID())
 			th.rest.unregister(t)
 			th.app.registry.park(th, t)
 		}
 	case threadcore.ActClose:
+		for _, t := range released(a) {
+			th.dropInput(t.ID())
+		}
 		th.closeTasks(released(a), a.Clean)
 	case threadcore.ActDiscard:
+		// The consumer goes back to the last commit: what the tasks
+		// hold comes again.
 		for _, t := range th.activeTasks(a.Tasks) {
+			th.dropInput(t.ID())
 			t.Abort()
 		}
 	case threadcore.ActProcess:
@@ -162,11 +169,13 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	case threadcore.ActRegistryRevoked:
 		th.app.registry.revoked(th.idx)
 	case threadcore.ActReconnect:
+		th.dropInputs()
 		if err := th.reconnect(a.Cause); err != nil {
 			return nil, err
 		}
 		return outcome(threadcore.EvReconnected), nil
 	case threadcore.ActExit:
+		th.dropInputs()
 		th.exit(a)
 	case threadcore.ActOpenAhead:
 		th.openAhead(a.Tasks)

@@ -15,6 +15,12 @@ type Stats struct {
 	// ProcessingErrors counts the records skipped because a processor
 	// failed on them (ProcessingLogAndContinue).
 	ProcessingErrors int64
+	// EnforcedProcessing counts the records tasks reading several
+	// partitions processed while one of their partitions was empty and
+	// known to be at its end, once Config.TaskIdleTime had passed for it
+	// (Kafka Streams' enforced processing): their order against records
+	// produced later to that partition is not by timestamp.
+	EnforcedProcessing int64
 
 	// ThreadsReplaced counts the stream threads ReplaceThread replaced.
 	ThreadsReplaced int64
@@ -73,6 +79,7 @@ func (a *App) Stats() Stats {
 	return Stats{
 		Skipped:               a.skipped.Load(),
 		ProcessingErrors:      a.processingErrors.Load(),
+		EnforcedProcessing:    a.enforced.Load(),
 		ThreadsReplaced:       a.replaced.Load(),
 		Rejoins:               a.rejoins.Load(),
 		Rewires:               a.rewires.Load(),

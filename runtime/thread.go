@@ -34,9 +34,10 @@ const threadFetchMaxBytes = 1 << 20
 // partitions, runs records through the tasks that own them, and commits.
 // What it does when is decided by its core (internal/threadcore), which it
 // drives in drive.go; its loop is in thread_poll.go, its processing in
-// thread_process.go, its error policy and end in thread_end.go, its commit
-// protocols in commit*.go, its sender in send.go, its rebalance callbacks
-// and task starts and releases in rebalance.go.
+// thread_process.go, the input tasks reading several partitions hold across
+// polls in thread_buffer.go, its error policy and end in thread_end.go, its
+// commit protocols in commit*.go, its sender in send.go, its rebalance
+// callbacks and task starts and releases in rebalance.go.
 //
 // The group client blocks rebalances while the thread processes
 // (BlockRebalanceOnPoll), so rebalance callbacks and processing never run at
@@ -74,6 +75,14 @@ type thread struct {
 	parts     []kgo.FetchTopicPartition
 	partNext  []int
 	processed []threadcore.Event
+	// inputs holds, per running task reading several partitions, the
+	// records it received and has not processed (thread_buffer.go);
+	// inputOrder is processInputs' scratch.
+	inputs     map[task.ID]*taskInput
+	inputOrder []task.ID
+	// fullPauses counts the partitions paused for holding more than
+	// BufferedRecordsPerPartition, for tests.
+	fullPauses atomic.Int64
 	// rewiring is the request a rewire reconnection waits on.
 	rewiring *rewire
 	// commitStart is when the commit in flight began, for its latency.

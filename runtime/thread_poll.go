@@ -230,6 +230,16 @@ func (th *thread) pollWait() time.Duration {
 	if th.rest.active() {
 		return 20 * time.Millisecond
 	}
-	wait := th.core.CommitWait(time.Now(), th.inputAtEnd())
-	return max(10*time.Millisecond, min(wait, 500*time.Millisecond))
+	now := time.Now()
+	wait := min(th.core.CommitWait(now, th.inputAtEnd()), 500*time.Millisecond)
+	// A task waiting for input stops waiting at a time of its own, or
+	// once a lookup tells it where an empty partition ends.
+	lookup, idleUntil := th.inputWaits()
+	if lookup {
+		wait = min(wait, lookupInterval)
+	}
+	if !idleUntil.IsZero() {
+		wait = min(wait, idleUntil.Sub(now))
+	}
+	return max(10*time.Millisecond, wait)
 }

@@ -50,12 +50,17 @@ func (th *thread) processPolled() error {
 		th.parts = parts[:0]
 		return err
 	}
+	wait := th.waitsForInput()
 	for i := 0; i < len(parts) && fatal == nil; {
 		// A task reading several topics takes the records of all its
-		// partitions in this poll together (see processTask); they need
-		// not be next to each other in the fetch.
+		// partitions in this poll together; they need not be next to
+		// each other in the fetch. It holds them until it is ready to
+		// process them (bufferInput), or with NeverWaitForInput merges
+		// them at once (processTask).
 		j := i + 1
-		if sub := th.app.plan.topicSub[parts[i].Topic]; th.app.plan.subSources[sub] > 1 {
+		sub := th.app.plan.topicSub[parts[i].Topic]
+		several := th.app.plan.subSources[sub] > 1
+		if several {
 			for k := j; k < len(parts); k++ {
 				if th.app.plan.topicSub[parts[k].Topic] == sub && parts[k].Partition == parts[i].Partition {
 					parts[j], parts[k] = parts[k], parts[j]
@@ -63,11 +68,19 @@ func (th *thread) processPolled() error {
 				}
 			}
 		}
-		fatal = th.processTask(parts[i:j], &doomed, &taken)
+		if several && wait {
+			th.bufferInput(parts[i:j])
+		} else {
+			fatal = th.processTask(parts[i:j], &doomed, &taken)
+		}
 		i = j
 	}
 	clear(parts)
 	th.parts = parts[:0]
+	if fatal == nil && wait {
+		th.noteEnds()
+		fatal = th.processInputs(&doomed, &taken)
+	}
 	th.notePollCost(taken, time.Since(start))
 	return fatal
 }
@@ -122,13 +135,11 @@ func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool, tak
 }
 
 // timestampMerge orders the records one poll returned for one task's
-// partitions as Kafka Streams does: of the partitions' next records the
-// earliest goes first, the first partition's on a tie, so records of a
-// table that precede a stream's in time are in the table before the
-// stream's records are joined with it. Records of one partition keep their
-// order. Only the records of one poll are merged: a partition that
-// returned none does not hold the others back, as Kafka Streams'
-// max.task.idle.ms can.
+// partitions with NeverWaitForInput: of the partitions' next records the
+// earliest goes first, the first partition's on a tie. Only the records of
+// one poll are merged: a partition that returned none does not hold the
+// others back, as Kafka Streams' max.task.idle.ms of -1. Otherwise a task
+// reading several partitions holds its records across polls (taskInput).
 type timestampMerge struct {
 	parts []kgo.FetchTopicPartition
 	// next[i] is the index of parts[i]'s next record; the caller advances
