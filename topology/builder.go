@@ -182,7 +182,8 @@ type oldValues int
 
 const (
 	// noOldValues: the node cannot tell. Every DSL table node can; the
-	// zero value is for the nodes that are no tables.
+	// zero value is for the nodes that are no tables, and for the result
+	// of a join refused for joining tables of two Builders.
 	noOldValues oldValues = iota
 	// ownOldValues: the node reads it from its store.
 	ownOldValues
@@ -197,7 +198,7 @@ const (
 // requireOldValues makes the table node n, and the nodes it derives old
 // values from, send each update's old value, as a table aggregation needs
 // to retract it. user names the node that needs them, for the error when n
-// cannot.
+// is no table that can (a Builder misused, which Build reports anyway).
 func (b *Builder) requireOldValues(n *node, user string) {
 	b.sendOldValues(n, user, true)
 }
@@ -214,9 +215,7 @@ func (b *Builder) sendOldValues(n *node, user string, full bool) {
 		case ownOldValues:
 			n.sendOld = true
 			for _, t := range n.oldsToo {
-				if canSendOldValues(t) {
-					b.sendOldValues(t, "", n.fullOldsToo)
-				}
+				b.sendOldValues(t, user, n.fullOldsToo)
 			}
 			return
 		case parentOldValues:
@@ -231,39 +230,6 @@ func (b *Builder) sendOldValues(n *node, user string, full bool) {
 		default:
 			b.errorf("%s: %s cannot send the old values of its updates, which it needs", user, n.label())
 			return
-		}
-	}
-}
-
-// offerOldValues makes the table node n send old values as
-// requireOldValues does, if it can: a node that only follows Kafka
-// Streams more closely with them (a table join's side, which then knows
-// whether its table held the key) does without them from a table that
-// cannot send them (none of the DSL's tables).
-func (b *Builder) offerOldValues(n *node) {
-	if canSendOldValues(n) {
-		b.sendOldValues(n, "", false)
-	}
-}
-
-// canSendOldValues tells whether the table node n, and every node it
-// would derive old values from, can send them.
-func canSendOldValues(n *node) bool {
-	for {
-		switch n.olds {
-		case ownOldValues:
-			return true
-		case parentOldValues:
-			n = n.parents[0]
-		case joinedOldValues:
-			for _, t := range n.oldsToo {
-				if !canSendOldValues(t) {
-					return false
-				}
-			}
-			return true
-		default:
-			return false
 		}
 	}
 }
@@ -292,13 +258,8 @@ type record struct {
 	// result (table joins, re-grouping) drop it; the others pass it on.
 	// Beside the other flags, it takes no room of its own.
 	notLatest bool
-	// oldUnknown marks a table join side's tombstone sent without knowing
-	// whether its table held the key (its table sends no old values):
-	// the join's result drops it for a key the result does not hold.
-	// It takes no room of its own either.
-	oldUnknown bool
-	ts         time.Time
-	headers    []Header
+	ts        time.Time
+	headers   []Header
 	// srcKey is the key's bytes as a source read them, set by the source
 	// and meaningful only to the source's own children: an aggregation
 	// reading a repartition topic, whose key serde is its store's, uses

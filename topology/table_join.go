@@ -153,13 +153,13 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 		n.parents = append(n.parents, side)
 	}
 	// As Kafka Streams' joins, a side that keeps its own keys reads its
-	// table's old values, and a result that must send old values makes
-	// both tables send theirs.
+	// table's old values, only to tell whether the table held the key;
+	// a result that must send old values makes both tables send theirs.
 	if lRule == keepsOwn {
-		b.offerOldValues(l.n)
+		b.sendOldValues(l.n, n.label(), false)
 	}
 	if rRule == keepsOwn {
-		b.offerOldValues(r.n)
+		b.sendOldValues(r.n, n.label(), false)
 	}
 	n.oldsToo = []*node{l.n, r.n}
 	ks := l.keySerde
@@ -256,7 +256,7 @@ const (
 	// key this side did not hold either (the left side of a left join
 	// and the sides of an outer join: KTableKTableLeftJoin,
 	// KTableKTableOuterJoin), which it learns from its table's old
-	// values (see offerOldValues).
+	// values (every tombstone of a table sending them carries one).
 	keepsOwn
 )
 
@@ -277,7 +277,7 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 	if err != nil {
 		return err
 	}
-	if !ook && (p.rule == needsOther || r.valueNull && r.old != nil && r.old.null) {
+	if !ook && (p.rule == needsOther || r.valueNull && r.old.null) {
 		return nil
 	}
 	v, ok := p.join(k, as[V](r.value), !r.valueNull, ov, ook)
@@ -297,9 +297,6 @@ func (p *tableJoinSide[K, V, OV]) process(c *nodeInstance, r record) error {
 		was, held := p.join(k, oldV, oldOK, ov, ook)
 		out.old = &prior{value: was, null: !held}
 	}
-	// Only a keepsOwn side whose table sends no old values (it cannot)
-	// sends a tombstone it is unsure of; the result decides by its own.
-	out.oldUnknown = !ok && !ook && r.old == nil
 	return c.forward(out)
 }
 
@@ -308,15 +305,12 @@ func (p *tableJoinSide[K, V, OV]) close() error { return nil }
 // tableJoinPass is the result node of a table-table join without a
 // store, as Kafka Streams' KTableKTableJoinMerger without one: it forwards
 // what its sides send at once, old values included when it must send
-// them (the sides then compute them). A side unsure whether its table held
-// a key (record.oldUnknown) has its tombstone forwarded, since nothing here
-// tells whether the result held the key.
+// them (the sides then compute them).
 type tableJoinPass struct{}
 
 func (tableJoinPass) init(*nodeInstance) error { return nil }
 
 func (tableJoinPass) process(c *nodeInstance, r record) error {
-	r.oldUnknown = false
 	return c.forward(r)
 }
 
@@ -366,13 +360,13 @@ func (p *tableJoinResult[K, VR]) process(c *nodeInstance, r record) error {
 			// Absent before and after: a cached result with no update
 			// pending held nothing at the last flush either, so the
 			// flush would drop it.
-			if r.oldUnknown || c.holds() && !p.updates.holdsKey(kb) {
+			if c.holds() && !p.updates.holdsKey(kb) {
 				return nil
 			}
 		} else if err := p.kv.rw.Delete(kb); err != nil {
 			return err
 		}
-		r.value, r.oldUnknown = zero[VR](), false
+		r.value = zero[VR]()
 	} else if err := p.kv.putEncodedAt(kb, as[VR](r.value), r.ts.UnixMilli()); err != nil {
 		return err
 	}
