@@ -321,6 +321,7 @@ func (p *tableAggProc[K, V, A]) init(c *nodeInstance) error {
 		return err
 	}
 	p.kv = newTableStore(rw, p.keySerde, p.aggSerde, c.timestamped(p.store))
+	p.updates.committed = readsCommitted(rw)
 	return nil
 }
 
@@ -343,9 +344,7 @@ func (p *tableAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	}
 	ch := as[change[V]](r.value)
 	if !found && !ch.hasNew {
-		// A retraction from a group with no aggregate (its store lost
-		// state, say): nothing to take it from, as in Kafka Streams.
-		return nil
+		return p.retractUnheld(c, kb, r)
 	}
 	next := p.step(k, ch, cur, found)
 	// Stamped, as Kafka Streams stamps it, with the latest time of the
@@ -357,6 +356,27 @@ func (p *tableAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	out := record{key: r.key, value: next, ts: stamp(r.ts, ts), headers: r.headers}
 	if c.node.sendOld {
 		out.old = &prior{value: cur, null: !found}
+	}
+	return p.updates.emit(c, kb, out)
+}
+
+// retractUnheld handles a retraction from a group with no aggregate, which
+// arrives when the store lost the group (an unlogged in-memory store after
+// a restart, say) or when the old value retracted was never added (a new
+// window's initial aggregate, regrouped by value). Kafka Streams'
+// KTableAggregate and KTableReduce subtract nothing then but still put the
+// null aggregate and forward it: a tombstone of the group stamped with the
+// record's time, with no old value. Under the record cache their caching
+// store neither writes nor forwards the delete of a key it never held,
+// which tableUpdates.flush matches by checking the tombstone against the
+// committed store.
+func (p *tableAggProc[K, V, A]) retractUnheld(c *nodeInstance, kb []byte, r record) error {
+	if err := p.kv.rw.Delete(kb); err != nil {
+		return err
+	}
+	out := record{key: r.key, value: zero[A](), valueNull: true, ts: r.ts, headers: r.headers}
+	if c.node.sendOld {
+		out.old = &prior{null: true}
 	}
 	return p.updates.emit(c, kb, out)
 }

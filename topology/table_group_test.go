@@ -11,6 +11,7 @@ import (
 
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
+	"github.com/eddystreams/eddy/topology/topologytest"
 )
 
 // member parses a "<group>:<amount>" value.
@@ -117,7 +118,9 @@ func TestTableAggregationRetracts(t *testing.T) {
 
 // TestTableAggregationOfAnAggregation regroups a stream aggregation (a
 // table whose old values come from its own store): the number of words
-// seen n times, as the counts of words change.
+// seen n times, as the counts of words change. A word's first count
+// retracts the initial 0 from group 0, which holds no aggregate: as Kafka
+// Streams' KTableAggregate, the group is deleted and its tombstone sent.
 func TestTableAggregationOfAnAggregation(t *testing.T) {
 	b := topology.NewBuilder()
 	words := topology.Stream(b, "words", serde.String, serde.String)
@@ -129,12 +132,31 @@ func TestTableAggregationOfAnAggregation(t *testing.T) {
 	for _, w := range []string{"a", "b", "a", "c", "a", "b"} {
 		require.NoError(t, in.Pipe("", w))
 	}
-	// a:1 -> {1:1}; b:1 -> {1:2}; a:2 -> {1:1, 2:1}; c:1 -> {1:2};
-	// a:3 -> {2:0, 3:1}; b:2 -> {1:1, 2:1}.
-	require.Equal(t, kvs[int64, int64](
-		int64(1), int64(1), int64(1), int64(2), int64(1), int64(1), int64(2), int64(1), int64(1), int64(2),
-		int64(2), int64(0), int64(3), int64(1), int64(1), int64(1), int64(2), int64(1),
-	), readKVs(t, d, "out", serde.Int64, serde.Int64))
+	// a:1 -> {0:null, 1:1}; b:1 -> {0:null, 1:2}; a:2 -> {1:1, 2:1};
+	// c:1 -> {0:null, 1:2}; a:3 -> {2:0, 3:1}; b:2 -> {1:1, 2:1}.
+	require.Equal(t, []string{
+		"0=null", "1=1", "0=null", "1=2", "1=1", "2=1",
+		"0=null", "1=2", "2=0", "3=1", "1=1", "2=1",
+	}, int64Updates(t, d, "out"))
+}
+
+// int64Updates renders the records of topic, keys and values int64s, as
+// "key=value", a null value as "null".
+func int64Updates(t *testing.T, d *topologytest.Driver, topic string) []string {
+	t.Helper()
+	var got []string
+	for _, r := range d.ReadOutput(topic) {
+		k, err := serde.Int64.Decode(r.Key)
+		require.NoError(t, err)
+		v := "null"
+		if r.Value != nil {
+			n, err := serde.Int64.Decode(r.Value)
+			require.NoError(t, err)
+			v = strconv.FormatInt(n, 10)
+		}
+		got = append(got, strconv.FormatInt(k, 10)+"="+v)
+	}
+	return got
 }
 
 // TestTableGroupByBuildErrors: the functions and serdes must be given.
@@ -154,18 +176,23 @@ func TestTableGroupByBuildErrors(t *testing.T) {
 	}
 }
 
-// TestTableAggregationIgnoresRetractionFromUnknownGroup pipes a retraction
-// alone, for a group with no aggregate, into the repartition topic (as
-// after a store lost its state): the aggregations neither create the
-// group nor emit anything.
-func TestTableAggregationIgnoresRetractionFromUnknownGroup(t *testing.T) {
+// TestTableAggregationRetractionFromUnknownGroup pipes a retraction alone,
+// for a group with no aggregate, into the repartition topic (as after a
+// store lost its state): each aggregation, as Kafka Streams' KTableAggregate
+// and KTableReduce, keeps no group but sends its tombstone, stamped with
+// the retraction's time.
+func TestTableAggregationRetractionFromUnknownGroup(t *testing.T) {
 	d, _ := start(t, groupedTopology())
 	old, err := serde.Int64.Encode(5)
 	require.NoError(t, err)
 	retraction := append([]byte{2}, old...) // flags: old value only
 	require.NoError(t, d.Pipe(app+"-by-group-repartition", []byte("gx"), retraction, time.Unix(1, 0)))
 	for _, topic := range []string{"counts", "sums", "reduced"} {
-		require.Empty(t, readKVs(t, d, topic, serde.String, serde.Int64), topic)
+		recs := d.ReadOutput(topic)
+		require.Len(t, recs, 1, topic)
+		require.Equal(t, "gx", string(recs[0].Key), topic)
+		require.Nil(t, recs[0].Value, topic)
+		require.Equal(t, time.Unix(1, 0), recs[0].Timestamp, topic)
 		require.Empty(t, storeContents(t, d, topic, serde.Int64), topic)
 	}
 }
