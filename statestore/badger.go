@@ -381,7 +381,8 @@ type badgerStore struct {
 	// absent, when set, has been shown every key the store holds (see
 	// keyFilter): a Get of a key it does not pass finds nothing without
 	// reading badger. Set by load for a store that holds no key, and by a
-	// Reset; a store opened on keys has none.
+	// Reset; a store opened on keys has none, nor one written from its
+	// changelog (Restoring).
 	absent atomic.Pointer[keyFilter]
 	// position mirrors the position record, so Position needs no read.
 	position atomic.Int64
@@ -614,6 +615,10 @@ func (s *badgerStore) Get(key []byte) ([]byte, bool, error) {
 	}
 	return v, found, nil
 }
+
+// restoring drops the filter of new keys (see Restoring). A Get that
+// loaded it before answers as it would have before the write that follows.
+func (s *badgerStore) restoring() { s.absent.Store(nil) }
 
 func (s *badgerStore) Put(key, value []byte) error {
 	if value == nil {

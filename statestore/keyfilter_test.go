@@ -161,3 +161,89 @@ func TestBadgerAbsentKeysWhileWriting(t *testing.T) {
 	}
 	require.Greater(t, len(*s.(*badgerStore).absent.Load().layers.Load()), 1, "the filter grew meanwhile")
 }
+
+// wrapped hides a store behind a wrapper, as the runtime's stores are.
+type wrapped struct{ Store }
+
+func (w wrapped) Inner() Store { return w.Store }
+
+// A store written from its changelog drops its filter before the first
+// restored key lands: every restored key is then found, by Gets that ran
+// while it was written as by later ones, and a reset store starts with a
+// filter again.
+func TestBadgerRestoredStoreFindsEveryKey(t *testing.T) {
+	for _, layout := range []string{"own", "shared"} {
+		t.Run(layout, func(t *testing.T) {
+			var s Store
+			if layout == "own" {
+				s = openTestBadger(t, t.TempDir(), testBadgerOptions())
+			} else {
+				s = openTestShared(t, openTestSharedDB(t, t.TempDir()), "0_0/counts")
+			}
+			bs := s.(*badgerStore)
+			require.NotNil(t, bs.absent.Load(), "a new store has a filter")
+			key := func(i int64) []byte { return fmt.Appendf(nil, "key-%07d", i) }
+			var written atomic.Int64
+			done := make(chan struct{})
+			errs := make(chan error, 3)
+			var readers sync.WaitGroup
+			for r := range 2 {
+				readers.Go(func() {
+					for i := int64(r); ; i += 5 {
+						select {
+						case <-done:
+							errs <- nil
+							return
+						default:
+						}
+						n := written.Load()
+						if n == 0 {
+							continue
+						}
+						k := key(i % n)
+						if _, found, err := s.Get(k); err != nil || !found {
+							errs <- fmt.Errorf("%s restored before the Get: found %v, %v", k, found, err)
+							return
+						}
+					}
+				})
+			}
+			// Batches as the changelog reader writes them, then one too
+			// big for a badger transaction (torn).
+			sizes := []int64{3000, 3000, 3000, 20_000}
+			var pos int64
+			for _, size := range sizes {
+				es := make([]Entry, size)
+				for j := range es {
+					es[j] = Entry{Key: key(pos + int64(j)), Value: []byte("v")}
+				}
+				Restoring(wrapped{s})
+				require.NoError(t, s.Write(es, pos+size))
+				pos += size
+				written.Store(pos)
+			}
+			close(done)
+			readers.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			require.Nil(t, bs.absent.Load(), "restored keys were shown to the filter")
+			for i := range pos {
+				_, found, err := s.Get(key(i))
+				require.NoError(t, err)
+				require.True(t, found, "restored key %d", i)
+			}
+
+			require.NoError(t, s.Reset())
+			require.NotNil(t, bs.absent.Load(), "a reset store is empty")
+			Restoring(s)
+			require.NoError(t, s.Write([]Entry{{Key: key(1), Value: []byte("again")}}, 1))
+			require.Nil(t, bs.absent.Load())
+			v, found, err := s.Get(key(1))
+			require.NoError(t, err)
+			require.True(t, found)
+			require.Equal(t, "again", string(v))
+		})
+	}
+}

@@ -1180,6 +1180,11 @@ const (
 // task, and with it its stream thread, for a condition that passes once
 // space is freed.
 func (r *Reader) writeWaitingForSpace(st *partState, entries []statestore.Entry, pos int64) error {
+	if len(entries) > 0 {
+		// Before every write, as a Reset in between gives the store a
+		// new filter.
+		statestore.Restoring(st.reg.Store)
+	}
 	wait := diskFullFirstWait
 	var since, logged time.Time
 	for attempt := 1; ; attempt++ {

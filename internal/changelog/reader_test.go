@@ -578,3 +578,28 @@ func TestApplyGuards(t *testing.T) {
 	require.Empty(t, apply(fetch(0, 20, 6, 7), epoch()))
 	require.Zero(t, store.len())
 }
+
+// A new badger store restored by a Reader, whose writes pass no filter of
+// new keys, finds every restored key afterwards, and still finds nothing
+// for a key it was never given.
+func TestRestoredBadgerStoreFindsEveryKey(t *testing.T) {
+	history := numbered(0, 2500)
+	c := newCluster(t, 1, clTopic)
+	produce(t, newProducer(t, c), clTopic, 0, history...)
+	store, err := statestore.OpenBadger(t.TempDir(), statestore.DefaultBadgerOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	r := newReader(t, c, func(cfg *ReaderConfig) { cfg.MaxBatchRecords = 700 })
+	require.NoError(t, r.Register(Partition{Topic: clTopic, Partition: 0, Store: store, Mode: Restore, Task: "0_0"}))
+	done := pollUntil(t, r, completedFor(clTopic, 0))
+	require.NoError(t, done[0].Err)
+	for _, e := range history {
+		v, found, err := store.Get(e.Key)
+		require.NoError(t, err)
+		require.True(t, found, "restored key %s", e.Key)
+		require.Equal(t, string(e.Value), string(v))
+	}
+	_, found, err := store.Get([]byte("never-written"))
+	require.NoError(t, err)
+	require.False(t, found)
+}
