@@ -66,7 +66,12 @@ const (
 	EvExpired
 	// EvDeleted: the directory of an ActDelete is deleted (OK) or not.
 	EvDeleted
-	// EvThreadExit: Thread exited; it owns nothing any more.
+	// EvThreadExit: Thread exited. The actives it still owns are let go:
+	// one it claimed but had not started is dropped (its stores were the
+	// thread's, closed with it), one it started is closed uncleanly
+	// (ActCloseActive). Replaced: a new thread takes the index and will
+	// hear its own assignment; otherwise the index is gone for good and
+	// the instance waits for no share of it.
 	EvThreadExit
 	// EvClose: the instance closes: once nothing is in flight, every
 	// replica no thread owns is closed, and nothing new is planned.
@@ -104,8 +109,9 @@ type Event struct {
 	Kind   EventKind
 	Thread int
 	Task   task.ID
-	// Committed, Demoted: Release. OK: Opened, Deleted. LeftOnDisk: Closed.
-	Committed, Demoted, OK, LeftOnDisk bool
+	// Committed, Demoted: Release. OK: Opened, Deleted. LeftOnDisk:
+	// Closed. Replaced: ThreadExit.
+	Committed, Demoted, OK, LeftOnDisk, Replaced bool
 	// Share: EvShare, EvReceived.
 	Share Share
 }
@@ -114,8 +120,10 @@ func (e Event) String() string {
 	switch e.Kind {
 	case EvShare, EvReceived:
 		return fmt.Sprintf("%s(t%d,a%v,s%v,w%v)", e.Kind, e.Thread, e.Share.Active, e.Share.Standby, e.Share.Warmup)
-	case EvRevoked, EvThreadExit:
+	case EvRevoked:
 		return fmt.Sprintf("%s(t%d)", e.Kind, e.Thread)
+	case EvThreadExit:
+		return fmt.Sprintf("%s(t%d,replaced=%t)", e.Kind, e.Thread, e.Replaced)
 	case EvClaim, EvStarted, EvClaimFailed, EvCloseActive:
 		return fmt.Sprintf("%s(t%d,%s)", e.Kind, e.Thread, e.Task)
 	case EvRelease:
