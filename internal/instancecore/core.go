@@ -146,7 +146,7 @@ func (c *Core) check(e Event) error {
 	r := c.reps[e.Task]
 	if c.gone[e.Thread] {
 		switch e.Kind {
-		case EvShare, EvReceived, EvRevoked, EvClaim, EvStarted, EvClaimFailed, EvRelease, EvCloseActive, EvThreadExit:
+		case EvShare, EvReceived, EvRevoked, EvClaim, EvStarted, EvClaimFailed, EvRelease, EvCloseActive, EvThreadExit, EvAhead:
 			return c.refuse(e, "the thread exited for good")
 		}
 	}
@@ -195,7 +195,7 @@ func (c *Core) check(e Event) error {
 		if e.Thread < 0 || e.Thread >= c.threads {
 			return c.refuse(e, "no such thread")
 		}
-	case EvExpired, EvClose, EvReceived, EvAheadClosed:
+	case EvExpired, EvClose, EvReceived, EvAheadClosed, EvAhead:
 	default:
 		return c.refuse(e, "unknown event")
 	}
@@ -285,6 +285,8 @@ func (c *Core) apply(e Event) {
 		}
 	case EvThreadExit:
 		c.exit(e.Thread, e.Replaced)
+	case EvAhead:
+		c.ahead(e.Thread, e.Stores)
 	case EvPause:
 		c.mode = ModePaused
 	case EvResume:

@@ -296,3 +296,29 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+// Stores are opened ahead of their claims only for tasks the instance
+// holds no state of, and never window stores; nothing is opened ahead
+// while paused or closing.
+func TestOpenAhead(t *testing.T) {
+	s := func(id task.ID, name string, windowed bool) AheadStore {
+		return AheadStore{Task: id, Name: name, Windowed: windowed}
+	}
+	ahead := func(th int, stores ...AheadStore) Event { return Event{Kind: EvAhead, Thread: th, Stores: stores} }
+	c := New(2, ids(t1))
+	script(t, c,
+		step{ev: claim(0, t0), want: "OpenActive(t0,0_0)"},
+		// t0 is thread 0's, t1 left on disk: only t2's plain store.
+		step{ev: ahead(1, s(t0, "counts", false), s(t1, "counts", false), s(t2, "joined", false), s(t2, "windows", true)),
+			want: "OpenAhead(t1,[1_0/joined])"},
+		step{ev: ahead(1, s(t0, "counts", false), s(t2, "windows", true))},
+		step{ev: Event{Kind: EvPause}},
+		step{ev: ahead(1, s(t2, "joined", false))},
+		step{ev: Event{Kind: EvResume}},
+		step{ev: ahead(1, s(t2, "joined", false)), want: "OpenAhead(t1,[1_0/joined])"},
+		step{ev: exit(1, false)},
+	)
+	if _, err := c.Step(ahead(1, s(t2, "joined", false))); !errors.Is(err, ErrRefused) {
+		t.Fatalf("ahead for a thread gone for good: %v", err)
+	}
+}

@@ -28,6 +28,8 @@ import (
 //   - a task is parked, or closed cleanly, only with its work committed
 //     or discarded;
 //   - a thread that exited owns no replica;
+//   - stores are opened ahead only for tasks the instance holds nothing
+//     of, and never window stores;
 //   - replicas move only as task's transition table allows (the core
 //     panics otherwise);
 //   - once the instance is closed and every outcome delivered, nothing is
@@ -124,6 +126,12 @@ func (m *model) do(a Action) {
 	case ActDelete:
 		m.owe(a.Task, Event{Kind: EvDeleted, Task: a.Task})
 	case ActRetag:
+	case ActOpenAhead:
+		for _, s := range a.Stores {
+			if s.Windowed || m.c.Holds(s.Task) {
+				m.fail("%s opens %s, windowed or held here", a, s)
+			}
+		}
 	case ActReleaseAhead:
 		// Stores opened ahead are not modelled: one closed for a task no
 		// share keeps, now and then.
@@ -198,6 +206,12 @@ func (m *model) rebalance() {
 		m.revoke(i, func(id task.ID) bool { o, ok := owner[id]; return ok && o == i })
 	}
 	for _, i := range order {
+		// The thread opens stores ahead before it takes the share in.
+		var stores []AheadStore
+		for _, id := range shares[i].Active {
+			stores = append(stores, AheadStore{Task: id, Name: "s"}, AheadStore{Task: id, Name: "w", Windowed: true})
+		}
+		m.feed(Event{Kind: EvAhead, Thread: i, Stores: stores})
 		m.feed(Event{Kind: EvShare, Thread: i, Share: shares[i]})
 		th := m.ths[i]
 		th.active = shares[i].Active
