@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
@@ -15,14 +16,15 @@ import (
 // each task; a restart opens every store on disk once to read its
 // position (scanDisk) and then again for its task. Instead the thread
 // opens its assignment's new stores several at once (openAll, see
-// thread.openAhead) before building the tasks, scanDisk keeps the stores
-// it opened (hold), and openStore takes the store from here when it is
-// held (take). What no task takes is closed once every thread has its
-// assignment (instancecore.ActReleaseAhead), before a task directory is deleted
+// thread.openAhead; the instance's core names them) before building the
+// tasks, scanDisk keeps the stores it opened (hold), and openStore takes
+// the store from here when it is held (take). What no task takes is
+// closed once every thread has its assignment
+// (instancecore.ActReleaseAhead), before a task directory is deleted
 // (registry.removeDir), and when the App stops.
 //
-// Only stores of no window layout are held: opening a window store may
-// delete it first (checkWindowLayout).
+// Only stores of no window layout are opened ahead: opening a window
+// store may delete it first (checkWindowLayout).
 type aheadStores struct {
 	mu     sync.Mutex
 	stores map[aheadKey]*aheadStore
@@ -156,28 +158,45 @@ func (r *registry) removeDir(id task.ID) error {
 	return r.app.removeTaskState(id)
 }
 
-// openAhead opens, several at once, the stores of the tasks of an
-// assignment that nothing on this instance holds or left on disk, before
-// the thread builds them one at a time (see aheadStores).
+// openAhead opens, several at once, the stores the instance's core names
+// (instancecore.ActOpenAhead) among the persistent stores of the tasks of
+// an assignment, before the thread builds them one at a time (see
+// aheadStores).
 func (th *thread) openAhead(ids []task.ID) {
-	r := th.app.registry
 	subs := graph.Of(th.app.topo).SubTopologies()
-	var keys []aheadKey
+	var stores []instancecore.AheadStore
 	infos := make(map[aheadKey]topology.StoreInfo)
-	r.mu.Lock()
 	for _, id := range ids {
-		if own := th.task(id) != nil; own || r.core.Holds(id) || id.SubTopology >= len(subs) {
+		if id.SubTopology >= len(subs) {
 			continue
 		}
 		for _, info := range subs[id.SubTopology].Stores {
-			if info.Persistent && !info.Windowed() {
-				k := aheadKey{id, info.Name}
-				keys, infos[k] = append(keys, k), info
+			if info.Persistent {
+				stores = append(stores, instancecore.AheadStore{Task: id, Name: info.Name, Windowed: info.Windowed()})
+				infos[aheadKey{id, info.Name}] = info
 			}
 		}
 	}
-	r.mu.Unlock()
+	var keys []aheadKey
+	for _, s := range th.app.registry.ahead(th.idx, stores) {
+		keys = append(keys, aheadKey{s.Task, s.Name})
+	}
 	th.app.ahead.openAll(keys, func(k aheadKey) (statestore.Store, error) {
 		return th.app.hooked(k.id, infos[k], func() (statestore.Store, error) { return th.app.openPersistent(k.id, k.name) })
 	})
+}
+
+// ahead asks the core which of a thread's stores to open ahead of their
+// tasks' claims.
+func (r *registry) ahead(idx int, stores []instancecore.AheadStore) []instancecore.AheadStore {
+	var open []instancecore.AheadStore
+	r.mu.Lock()
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvAhead, Thread: idx, Stores: stores}, func(a instancecore.Action) {
+		if a.Kind == instancecore.ActOpenAhead && a.Thread == idx {
+			open = append(open, a.Stores...)
+		}
+	})
+	r.mu.Unlock()
+	r.carry(acts)
+	return open
 }

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -167,5 +168,29 @@ func TestEdgeRoles(t *testing.T) {
 		require.Equal(t, w, roles{a, q}, "%s", s)
 		now := time.Now()
 		require.Equal(t, w.query, toIQAt(ReplicaInfo{State: s, End: -1, Lag: -1, Contact: now}, now, time.Second).Role, "queries see %s through edgeRoles", s)
+	}
+}
+
+// A stopping instance's threads report their exits to the registry's core
+// once they have closed their actives: it forgets their shares and owns
+// nothing on their behalf.
+func TestStoppedThreadsReportTheirExit(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "exits", Brokers: b.Addrs(), StateDir: t.TempDir(),
+		NumStreamThreads: 2, Logger: testLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, app.Start(context.Background()))
+	waitFor(t, 30*time.Second, "both tasks running", func() bool { return runningTasks(app) == 2 })
+	require.NoError(t, app.Close(context.Background()))
+	r := app.registry
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for th := range 2 {
+		_, known := r.core.Share(th)
+		require.False(t, known, "thread %d's share outlives its exit", th)
+	}
+	for _, id := range r.core.Tasks() {
+		c, _ := r.core.Replica(id)
+		require.Negative(t, c.Owner, "%s still owned after the threads exited: %+v", id, c)
 	}
 }

@@ -220,3 +220,35 @@ func (r *registry) closeTask(t *taskrun.Active, clean bool) {
 	r.mu.Unlock()
 	r.carry(acts)
 }
+
+// threadExited tells the core that a thread exited, replaced by a new
+// thread of the same index or for good. The thread closed its actives
+// first; any the core still records as its own are let go here: their
+// stores, the ones the registry knows of, closed uncleanly.
+func (r *registry) threadExited(idx int, replaced bool) {
+	r.mu.Lock()
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvThreadExit, Thread: idx, Replaced: replaced}, nil)
+	var left []task.ID
+	for _, a := range acts {
+		if a.Kind == instancecore.ActCloseActive {
+			left = append(left, a.Task)
+		}
+	}
+	r.mu.Unlock()
+	r.carry(acts)
+	for _, id := range left {
+		r.log.Error("stream thread exited still owning a task; closing its stores", "task", id, "thread", idx)
+		r.mu.Lock()
+		rep := r.reps[id]
+		r.mu.Unlock()
+		for _, h := range rep.stores {
+			if err := h.Inner.Close(); err != nil {
+				r.log.Warn("close store", "task", id, "store", h.Info.Name, "err", err)
+			}
+		}
+		r.mu.Lock()
+		acts := r.closedLocked(id, rep.positions)
+		r.mu.Unlock()
+		r.carry(acts)
+	}
+}

@@ -42,7 +42,7 @@ func (r *registry) stepLocked(e instancecore.Event, own func(instancecore.Action
 func ownKind(k instancecore.ActionKind) bool {
 	switch k {
 	case instancecore.ActOpenActive, instancecore.ActHandOver, instancecore.ActPromote, instancecore.ActHeld,
-		instancecore.ActPark, instancecore.ActCloseActive:
+		instancecore.ActPark, instancecore.ActCloseActive, instancecore.ActOpenAhead:
 		return true
 	}
 	return false

@@ -424,10 +424,12 @@ func (th *thread) run() {
 	}
 	if th.killed.Load() {
 		th.die()
+		th.app.registry.threadExited(th.idx, false)
 		close(th.exited)
 		return
 	}
 	th.shutdown(err == nil)
+	th.app.registry.threadExited(th.idx, false)
 	th.exitErr = err
 	close(th.exited)
 }

@@ -51,6 +51,7 @@ func (th *thread) recover(err error) (bool, error) {
 			return false, errors.Join(err, rerr)
 		}
 		th.app.replaced.Add(1)
+		th.app.registry.threadExited(th.idx, true)
 		return true, nil
 	case ShutdownApplication:
 		th.halt()

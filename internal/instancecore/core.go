@@ -74,8 +74,11 @@ type Core struct {
 	// its latest SyncGroup answered with, before the thread takes it in
 	// (its Share): what queries may read (Servable).
 	received map[int]map[task.ID]bool
-	mode     Mode
-	out      []Action
+	// gone holds the threads that exited for good: no share of theirs
+	// is waited for, and no event of theirs is taken.
+	gone map[int]bool
+	mode Mode
+	out  []Action
 	// OnMove, if set, is told of every state change of a replica, in
 	// order, as the step makes it.
 	OnMove func(id task.ID, from, to task.State)
@@ -86,7 +89,7 @@ type Core struct {
 func New(threads int, onDisk []task.ID) *Core {
 	c := &Core{threads: threads, reps: make(map[task.ID]*Replica), onDisk: make(map[task.ID]bool),
 		shares: make(map[int]Share), current: make(map[int]bool), failed: make(map[task.ID]bool),
-		received: make(map[int]map[task.ID]bool)}
+		received: make(map[int]map[task.ID]bool), gone: make(map[int]bool)}
 	for _, id := range onDisk {
 		c.onDisk[id] = true
 	}
@@ -141,6 +144,12 @@ func owned(r *Replica, th int, states ...task.State) bool {
 // not allow.
 func (c *Core) check(e Event) error {
 	r := c.reps[e.Task]
+	if c.gone[e.Thread] {
+		switch e.Kind {
+		case EvShare, EvReceived, EvRevoked, EvClaim, EvStarted, EvClaimFailed, EvRelease, EvCloseActive, EvThreadExit, EvAhead:
+			return c.refuse(e, "the thread exited for good")
+		}
+	}
 	switch e.Kind {
 	case EvShare, EvRevoked, EvClaim, EvPause:
 		if c.mode == ModeClosing {
@@ -183,12 +192,10 @@ func (c *Core) check(e Event) error {
 			return c.refuse(e, "nothing deleting")
 		}
 	case EvThreadExit:
-		for id, r := range c.reps {
-			if r.Owner == e.Thread {
-				return c.refuse(e, fmt.Sprintf("the thread still owns %s", id))
-			}
+		if e.Thread < 0 || e.Thread >= c.threads {
+			return c.refuse(e, "no such thread")
 		}
-	case EvExpired, EvClose, EvReceived, EvAheadClosed:
+	case EvExpired, EvClose, EvReceived, EvAheadClosed, EvAhead:
 	default:
 		return c.refuse(e, "unknown event")
 	}
@@ -277,8 +284,9 @@ func (c *Core) apply(e Event) {
 			c.onDisk[id] = true
 		}
 	case EvThreadExit:
-		delete(c.shares, e.Thread)
-		delete(c.current, e.Thread)
+		c.exit(e.Thread, e.Replaced)
+	case EvAhead:
+		c.ahead(e.Thread, e.Stores)
 	case EvPause:
 		c.mode = ModePaused
 	case EvResume:
@@ -323,14 +331,41 @@ func (c *Core) claim(th int, id task.ID, r *Replica) {
 	}
 }
 
+// exit lets go what an exited thread still owns, and forgets its share
+// and the assignment it received.
+func (c *Core) exit(th int, replaced bool) {
+	for _, id := range c.Tasks() {
+		r := c.reps[id]
+		if r.Owner != th {
+			continue
+		}
+		if r.State == task.Created {
+			// Claimed, not started: no store of it is the registry's.
+			c.move(id, r, task.Closed)
+			delete(c.reps, id)
+			continue
+		}
+		c.closeActive(th, id, r, false)
+	}
+	delete(c.shares, th)
+	delete(c.current, th)
+	delete(c.received, th)
+	if !replaced {
+		c.gone[th] = true
+	}
+}
+
 func (c *Core) closeActive(th int, id task.ID, r *Replica, clean bool) {
 	c.move(id, r, task.Closed)
 	r.Owner, r.Work = -1, Closing
 	c.emit(Action{Kind: ActCloseActive, Task: id, Thread: th, Clean: clean})
 }
 
-// settled reports whether every thread's share is current.
-func (c *Core) settled() bool { return len(c.current) >= c.threads }
+// live is the number of threads not gone for good.
+func (c *Core) live() int { return c.threads - len(c.gone) }
+
+// settled reports whether every live thread's share is current.
+func (c *Core) settled() bool { return len(c.current) >= c.live() }
 
 // wanted is what the current shares want of standbys: Standby or Warmup
 // for each task no current share wants as active (a task one thread wants

@@ -221,8 +221,54 @@ func TestClose(t *testing.T) {
 	if _, err := c.Step(claim(0, t0)); !errors.Is(err, ErrRefused) {
 		t.Fatalf("claim while closing: %v", err)
 	}
-	if _, err := c.Step(Event{Kind: EvThreadExit, Thread: 0}); !errors.Is(err, ErrRefused) {
-		t.Fatalf("exit of a thread owning a replica: %v", err)
+}
+
+func exit(th int, replaced bool) Event {
+	return Event{Kind: EvThreadExit, Thread: th, Replaced: replaced}
+}
+
+// A thread that exits lets go what it still owns: a claim it had not
+// started is dropped, a started active closed uncleanly. A replaced
+// thread's share no longer counts as current; a thread gone for good is
+// no longer waited for.
+func TestThreadExit(t *testing.T) {
+	c := running(t)
+	script(t, c,
+		step{ev: claim(0, t2), want: "OpenActive(t0,1_0)"},
+		step{ev: exit(0, true), want: "CloseActive(t0,0_0,clean=false) CloseActive(t0,0_1,clean=false)"},
+	)
+	if _, ok := c.Replica(t2); ok {
+		t.Fatal("the exited thread's unstarted claim is still recorded")
+	}
+	for _, id := range c.Tasks() {
+		if r, _ := c.Replica(id); r.Owner == 0 {
+			t.Fatalf("%s still owned by the exited thread: %+v", id, r)
+		}
+	}
+	script(t, c,
+		step{ev: closed(t0, true)},
+		step{ev: closed(t1, true)},
+		// The replaced thread hears its assignment again.
+		step{ev: share(0, ids(t2), nil, nil), want: "ReleaseAhead(keep[1_0])"},
+		step{ev: claim(0, t2), want: "OpenActive(t0,1_0)"},
+		step{ev: started(0, t2)},
+	)
+
+	// Thread 1 holds a standby; thread 0 exits for good: the standby
+	// no share wants any more is closed once thread 1 alone is current.
+	c = New(2, nil)
+	script(t, c,
+		step{ev: share(0, nil, ids(t0), nil), want: "OpenStandby(0_0,standby)"},
+		step{ev: opened(t0, true)},
+		step{ev: share(1, nil, nil, nil), want: "ReleaseAhead(keep[0_0])"},
+		step{ev: revoked(1)},
+		step{ev: exit(0, false)},
+		step{ev: share(1, nil, nil, nil), want: "CloseStandby(0_0) ReleaseAhead(keep[])"},
+	)
+	for _, e := range []Event{share(0, nil, nil, nil), claim(0, t1), revoked(0), exit(0, false)} {
+		if _, err := c.Step(e); !errors.Is(err, ErrRefused) {
+			t.Errorf("%s from a thread gone for good: %v", e, err)
+		}
 	}
 }
 
@@ -248,5 +294,31 @@ func TestRefused(t *testing.T) {
 		if after, _ := c.Replica(t0); after != before {
 			t.Errorf("%s: changed %+v to %+v", tc.name, before, after)
 		}
+	}
+}
+
+// Stores are opened ahead of their claims only for tasks the instance
+// holds no state of, and never window stores; nothing is opened ahead
+// while paused or closing.
+func TestOpenAhead(t *testing.T) {
+	s := func(id task.ID, name string, windowed bool) AheadStore {
+		return AheadStore{Task: id, Name: name, Windowed: windowed}
+	}
+	ahead := func(th int, stores ...AheadStore) Event { return Event{Kind: EvAhead, Thread: th, Stores: stores} }
+	c := New(2, ids(t1))
+	script(t, c,
+		step{ev: claim(0, t0), want: "OpenActive(t0,0_0)"},
+		// t0 is thread 0's, t1 left on disk: only t2's plain store.
+		step{ev: ahead(1, s(t0, "counts", false), s(t1, "counts", false), s(t2, "joined", false), s(t2, "windows", true)),
+			want: "OpenAhead(t1,[1_0/joined])"},
+		step{ev: ahead(1, s(t0, "counts", false), s(t2, "windows", true))},
+		step{ev: Event{Kind: EvPause}},
+		step{ev: ahead(1, s(t2, "joined", false))},
+		step{ev: Event{Kind: EvResume}},
+		step{ev: ahead(1, s(t2, "joined", false)), want: "OpenAhead(t1,[1_0/joined])"},
+		step{ev: exit(1, false)},
+	)
+	if _, err := c.Step(ahead(1, s(t2, "joined", false))); !errors.Is(err, ErrRefused) {
+		t.Fatalf("ahead for a thread gone for good: %v", err)
 	}
 }

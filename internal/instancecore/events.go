@@ -6,7 +6,8 @@
 // the stores: an active claimed from a parked or standby replica, an active
 // parked or closed at its revocation, a parked replica adopted as a standby
 // or warmup, a standby retagged as a warmup, stores closed and directories
-// deleted, the stores opened ahead of claims let go, and, while the
+// deleted, which stores a thread opens ahead of its claims and when they
+// are let go, what a thread that exits leaves behind, and, while the
 // instance replaces its clients (a pause) or closes, every replica no
 // thread owns closed and the directories of recreated changelogs wiped. It
 // also answers which replicas queries may read (Core.Servable).
@@ -66,7 +67,12 @@ const (
 	EvExpired
 	// EvDeleted: the directory of an ActDelete is deleted (OK) or not.
 	EvDeleted
-	// EvThreadExit: Thread exited; it owns nothing any more.
+	// EvThreadExit: Thread exited. The actives it still owns are let go:
+	// one it claimed but had not started is dropped (its stores were the
+	// thread's, closed with it), one it started is closed uncleanly
+	// (ActCloseActive). Replaced: a new thread takes the index and will
+	// hear its own assignment; otherwise the index is gone for good and
+	// the instance waits for no share of it.
 	EvThreadExit
 	// EvClose: the instance closes: once nothing is in flight, every
 	// replica no thread owns is closed, and nothing new is planned.
@@ -86,11 +92,15 @@ const (
 	EvWipe
 	// EvResume: the pause is over; replicas follow the shares again.
 	EvResume
+	// EvAhead: Thread is about to build the tasks of its assignment, whose
+	// persistent stores are Stores. Answered by ActOpenAhead when any is
+	// worth opening ahead.
+	EvAhead
 	numEventKinds
 )
 
 var eventNames = [...]string{"Share", "Revoked", "Claim", "Started", "ClaimFailed", "Restored", "Release", "CloseActive",
-	"Opened", "Closed", "Expired", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume"}
+	"Opened", "Closed", "Expired", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume", "Ahead"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -104,18 +114,23 @@ type Event struct {
 	Kind   EventKind
 	Thread int
 	Task   task.ID
-	// Committed, Demoted: Release. OK: Opened, Deleted. LeftOnDisk: Closed.
-	Committed, Demoted, OK, LeftOnDisk bool
+	// Committed, Demoted: Release. OK: Opened, Deleted. LeftOnDisk:
+	// Closed. Replaced: ThreadExit.
+	Committed, Demoted, OK, LeftOnDisk, Replaced bool
 	// Share: EvShare, EvReceived.
 	Share Share
+	// Stores: EvAhead.
+	Stores []AheadStore
 }
 
 func (e Event) String() string {
 	switch e.Kind {
 	case EvShare, EvReceived:
 		return fmt.Sprintf("%s(t%d,a%v,s%v,w%v)", e.Kind, e.Thread, e.Share.Active, e.Share.Standby, e.Share.Warmup)
-	case EvRevoked, EvThreadExit:
+	case EvRevoked:
 		return fmt.Sprintf("%s(t%d)", e.Kind, e.Thread)
+	case EvThreadExit:
+		return fmt.Sprintf("%s(t%d,replaced=%t)", e.Kind, e.Thread, e.Replaced)
 	case EvClaim, EvStarted, EvClaimFailed, EvCloseActive:
 		return fmt.Sprintf("%s(t%d,%s)", e.Kind, e.Thread, e.Task)
 	case EvRelease:
@@ -126,6 +141,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("%s(%s,disk=%t)", e.Kind, e.Task, e.LeftOnDisk)
 	case EvRestored, EvExpired, EvAheadClosed, EvWipe:
 		return fmt.Sprintf("%s(%s)", e.Kind, e.Task)
+	case EvAhead:
+		return fmt.Sprintf("%s(t%d,%v)", e.Kind, e.Thread, e.Stores)
 	}
 	return e.Kind.String()
 }
@@ -170,11 +187,14 @@ const (
 	// ActReleaseAhead: close the stores opened ahead of claims for tasks
 	// not in Keep. Outcome: EvAheadClosed for each task closed.
 	ActReleaseAhead
+	// ActOpenAhead: Thread opens Stores, several at once, to be taken by
+	// the tasks it builds next; no outcome is owed.
+	ActOpenAhead
 	numActionKinds
 )
 
 var actionNames = [...]string{"OpenActive", "HandOver", "Promote", "Held", "Park", "CloseActive", "OpenStandby", "Adopt", "Retag",
-	"CloseStandby", "CloseParked", "Delete", "ReleaseAhead"}
+	"CloseStandby", "CloseParked", "Delete", "ReleaseAhead", "OpenAhead"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) {
@@ -187,10 +207,11 @@ func (k ActionKind) String() string {
 type Action struct {
 	Kind   ActionKind
 	Task   task.ID
-	Thread int        // OpenActive, HandOver, Promote, Held, Park, CloseActive
-	As     task.State // OpenStandby, Adopt, Retag
-	Clean  bool       // CloseActive
-	Keep   []task.ID  // ReleaseAhead
+	Thread int          // OpenActive, HandOver, Promote, Held, Park, CloseActive, OpenAhead
+	As     task.State   // OpenStandby, Adopt, Retag
+	Clean  bool         // CloseActive
+	Keep   []task.ID    // ReleaseAhead
+	Stores []AheadStore // OpenAhead
 }
 
 func (a Action) String() string {
@@ -203,6 +224,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s(%s,%s)", a.Kind, a.Task, a.As)
 	case ActReleaseAhead:
 		return fmt.Sprintf("%s(keep%v)", a.Kind, a.Keep)
+	case ActOpenAhead:
+		return fmt.Sprintf("%s(t%d,%v)", a.Kind, a.Thread, a.Stores)
 	}
 	return fmt.Sprintf("%s(%s)", a.Kind, a.Task)
 }

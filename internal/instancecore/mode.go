@@ -63,7 +63,7 @@ func (c *Core) Servable(id task.ID) bool {
 	if !c.Visible(id) {
 		return false
 	}
-	if c.reps[id].State == task.Running || len(c.received) < c.threads {
+	if c.reps[id].State == task.Running || len(c.received) < c.live() {
 		return true
 	}
 	for _, named := range c.received {

@@ -14,9 +14,10 @@ import (
 
 // The property test drives one core as the registry of an instance of
 // three threads, under a random schedule of assignments, revocations,
-// claims, processing, commits, crashes, store outcomes (opens that fail
-// included) and expiries, then closes the instance. After every step it
-// checks:
+// claims, processing, commits, crashes, threads exiting and replaced at
+// any point, store outcomes (opens that fail included) and expiries, then
+// closes the instance, some threads exiting with their actives held. After
+// every step it checks:
 //
 //   - a task is held (claimed, restoring or running) by one thread at
 //     most, and the core names that thread its owner;
@@ -26,6 +27,9 @@ import (
 //   - a replica is busy exactly while one outcome of its I/O is owed;
 //   - a task is parked, or closed cleanly, only with its work committed
 //     or discarded;
+//   - a thread that exited owns no replica;
+//   - stores are opened ahead only for tasks the instance holds nothing
+//     of, and never window stores;
 //   - replicas move only as task's transition table allows (the core
 //     panics otherwise);
 //   - once the instance is closed and every outcome delivered, nothing is
@@ -122,6 +126,12 @@ func (m *model) do(a Action) {
 	case ActDelete:
 		m.owe(a.Task, Event{Kind: EvDeleted, Task: a.Task})
 	case ActRetag:
+	case ActOpenAhead:
+		for _, s := range a.Stores {
+			if s.Windowed || m.c.Holds(s.Task) {
+				m.fail("%s opens %s, windowed or held here", a, s)
+			}
+		}
 	case ActReleaseAhead:
 		// Stores opened ahead are not modelled: one closed for a task no
 		// share keeps, now and then.
@@ -196,6 +206,12 @@ func (m *model) rebalance() {
 		m.revoke(i, func(id task.ID) bool { o, ok := owner[id]; return ok && o == i })
 	}
 	for _, i := range order {
+		// The thread opens stores ahead before it takes the share in.
+		var stores []AheadStore
+		for _, id := range shares[i].Active {
+			stores = append(stores, AheadStore{Task: id, Name: "s"}, AheadStore{Task: id, Name: "w", Windowed: true})
+		}
+		m.feed(Event{Kind: EvAhead, Thread: i, Stores: stores})
 		m.feed(Event{Kind: EvShare, Thread: i, Share: shares[i]})
 		th := m.ths[i]
 		th.active = shares[i].Active
@@ -276,6 +292,31 @@ func (m *model) crash(i int) {
 	th.claims = nil
 }
 
+// exit is a thread exiting at any point, with whatever it holds, and
+// maybe replaced by a new thread of the same index: afterwards the core
+// names it the owner of nothing.
+func (m *model) exit(i int, replaced bool) {
+	th := m.ths[i]
+	for id := range th.held {
+		if !th.built[id] {
+			// Its stores were the thread's own.
+			delete(th.held, id)
+		}
+	}
+	m.feed(Event{Kind: EvThreadExit, Thread: i, Replaced: replaced})
+	for _, id := range m.c.Tasks() {
+		if r, _ := m.c.Replica(id); r.Owner == i {
+			m.fail("thread %d exited, still owns %s: %+v", i, id, r)
+		}
+	}
+	if len(th.held) > 0 {
+		m.fail("thread %d exited, its actives %v not let go", i, th.held)
+	}
+	th.claims, th.active = nil, nil
+	clear(th.dirty)
+	clear(th.built)
+}
+
 // deliver feeds one owed outcome.
 func (m *model) deliver() {
 	if len(m.owed) == 0 {
@@ -334,8 +375,10 @@ func runSequence(t *testing.T, seed uint64, steps int) {
 			}
 		case n < 16:
 			clear(th.dirty) // a commit
-		case n < 17:
+		case n < 17 && m.rng.IntN(2) == 0:
 			m.crash(i)
+		case n < 17:
+			m.exit(i, true)
 		case n < 18:
 			m.feed(Event{Kind: EvExpired, Task: pid(m.rng.IntN(propTasks))})
 		case n < 19 && m.rng.IntN(4) == 0:
@@ -344,8 +387,12 @@ func runSequence(t *testing.T, seed uint64, steps int) {
 			m.revoke(i, func(id task.ID) bool { return slices.Contains(th.active, id) && m.rng.IntN(3) != 0 })
 		}
 	}
-	// The instance closes: threads close their actives and exit.
+	// The instance closes: threads close their actives and exit, or some
+	// exit holding them.
 	for i, th := range m.ths {
+		if m.rng.IntN(3) == 0 {
+			continue
+		}
 		for _, id := range slices.SortedFunc(mapKeys(th.held), task.ID.Compare) {
 			if !th.built[id] {
 				m.build(i, id)
@@ -359,7 +406,7 @@ func runSequence(t *testing.T, seed uint64, steps int) {
 		m.deliver()
 	}
 	for i := range m.ths {
-		m.feed(Event{Kind: EvThreadExit, Thread: i})
+		m.exit(i, false)
 	}
 	m.feed(Event{Kind: EvClose})
 	for len(m.owed) > 0 {
