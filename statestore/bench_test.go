@@ -312,15 +312,16 @@ func BenchmarkVersionedGet(b *testing.B) {
 }
 
 // BenchmarkVersionedRestore restores a versioned store's changelog
-// (b.N versions of 10,000 keys, as written by in-order puts) into badger
-// through Store.Write in restoration-sized batches, to compare with
-// BenchmarkBadgerWriteBatch. One op is one changelog record.
+// (b.N versions of 10,000 keys, as logged by in-order puts) into badger:
+// the records are put again through VersionedChangelog in
+// restoration-sized batches, to compare with BenchmarkBadgerWriteBatch.
+// One op is one changelog record.
 func BenchmarkVersionedRestore(b *testing.B) {
-	log := &changeLog{ReadWriter: NewMemory()}
+	log := &versionLog{ReadWriter: NewMemory()}
 	s, err := NewVersionedStore(log, VersionedOptions{HistoryRetention: 1 << 40})
 	require.NoError(b, err)
 	val := make([]byte, 8)
-	for i := 0; len(log.entries) < b.N; i++ {
+	for i := 0; len(log.records) < b.N; i++ {
 		binary.BigEndian.PutUint64(val, uint64(i))
 		_, _, err := s.Put(fmt.Appendf(nil, "%010d", i%10000), val, int64(i))
 		require.NoError(b, err)
@@ -330,11 +331,12 @@ func BenchmarkVersionedRestore(b *testing.B) {
 	st, err := OpenBadger(b.TempDir(), o)
 	require.NoError(b, err)
 	defer st.Close()
-	entries := log.entries[:b.N]
+	vs := NewVersionedChangelog(st, VersionedOptions{HistoryRetention: 1 << 40})
+	records := log.records[:b.N]
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < len(entries); i += 2000 {
-		if err := st.Write(entries[i:min(i+2000, len(entries))], int64(i)); err != nil {
+	for i := 0; i < len(records); i += 2000 {
+		if err := vs.Write(records[i:min(i+2000, len(records))], int64(i)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -28,6 +28,13 @@ const NoPosition int64 = -1
 type Entry struct {
 	Key   []byte
 	Value []byte
+	// Time, in milliseconds, is the timestamp of a changelog record: the
+	// version's time in a versioned store's changelog, which replaying it
+	// needs (see VersionedChangelog). Timed says the record was written
+	// with that time; an untimed record's Time, if any, is when it was
+	// produced, which says nothing of the value.
+	Time  int64
+	Timed bool
 }
 
 // Deleted reports whether e is a delete (a tombstone).

@@ -1,0 +1,207 @@
+package statestore
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// versionLog is a task's store as a versioned store's processor sees it:
+// writes go to the store, and every version put is recorded as the
+// changelog record it becomes.
+type versionLog struct {
+	ReadWriter
+	records []Entry
+}
+
+func (l *versionLog) LogVersion(key, value []byte, ts int64) {
+	l.records = append(l.records, VersionRecord(key, value, ts))
+}
+
+// replayAll writes records into s in batches of the given size, with the
+// positions a changelog reader gives them.
+func replayAll(t *testing.T, s Store, records []Entry, batch int) {
+	t.Helper()
+	for i := 0; i < len(records); i += batch {
+		end := min(i+batch, len(records))
+		require.NoError(t, s.Write(records[i:end], int64(end)))
+	}
+}
+
+// randomPuts puts n random versions of five keys into s, out of order
+// and with tombstones, starting at time from.
+func randomPuts(t *testing.T, s *VersionedStore, r *rand.Rand, n int, from int64) {
+	t.Helper()
+	for i := range n {
+		var v any = fmt.Sprint(from + int64(i))
+		if r.IntN(7) == 0 {
+			v = nil
+		}
+		vput(t, s, fmt.Sprint(r.IntN(5)), v, from+int64(i)-r.Int64N(40))
+	}
+}
+
+func TestVersionedChangelog(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("Records", func(t *testing.T) { testVersionedChangelogRecords(t) })
+			t.Run("Replay", func(t *testing.T) { testVersionedChangelogReplay(t, b) })
+			t.Run("OldFormat", func(t *testing.T) { testVersionedChangelogOldFormat(t, b) })
+			t.Run("PlainRecords", func(t *testing.T) { testVersionedChangelogPlainRecords(t, b) })
+			t.Run("ReadByPlainStore", func(t *testing.T) { testVersionedChangelogReadByPlain(t, b) })
+		})
+	}
+}
+
+// A version put is logged as Kafka Streams logs it: the record key, the
+// value (timestamped, as a plain table's store holds it) or a tombstone,
+// and the version's time; an out-of-order put is followed by the key's
+// latest version again.
+func testVersionedChangelogRecords(t *testing.T) {
+	log := &versionLog{ReadWriter: NewMemory()}
+	s := openVersioned(t, log, 100)
+	vput(t, s, "k", "a", 10)
+	vput(t, s, "k", nil, 20)
+	vput(t, s, "k", "b", 15)
+	_, put := vput(t, s, "k", "old", -500)
+	require.False(t, put)
+	type rec struct {
+		key, value string
+		null       bool
+		ts         int64
+	}
+	var got []rec
+	for _, e := range log.records {
+		require.True(t, e.Timed)
+		v, ts := SplitTimestamped(e.Value)
+		if e.Value != nil {
+			require.Equal(t, e.Time, ts, "the value carries the record's time")
+		}
+		got = append(got, rec{string(e.Key), string(v), e.Value == nil, e.Time})
+	}
+	require.Equal(t, []rec{
+		{"k", "a", false, 10},
+		{"k", "", true, 20},
+		{"k", "b", false, 15},
+		{"k", "", true, 20},
+	}, got)
+}
+
+// Putting the changelog's records again, in order and in batches of any
+// size, rebuilds the store the active holds: the same entries, so the
+// same versions, observed time and expirations.
+func testVersionedChangelogReplay(t *testing.T, b backend) {
+	for _, batch := range []int{1, 7, 64, 100000} {
+		log := &versionLog{ReadWriter: b.open(t)}
+		s := openVersioned(t, log, 30)
+		randomPuts(t, s, rand.New(rand.NewPCG(3, 4)), 500, 0)
+		restored := NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 30})
+		replayAll(t, restored, log.records, batch)
+		require.Equal(t, collectAll(t, log), collectAll(t, restored), "batches of %d", batch)
+		pos, err := restored.Position()
+		require.NoError(t, err)
+		require.Equal(t, int64(len(log.records)), pos)
+	}
+}
+
+// A changelog written as the store's own keys, as it was before records
+// were puts, restores with every version, and so does one that holds
+// such records followed by puts logged since: the store's state
+// directory and its changelog need no conversion.
+func testVersionedChangelogOldFormat(t *testing.T, b backend) {
+	// The old format: the store's own writes, as the record cache sent
+	// them.
+	old := &changeLog{ReadWriter: b.open(t)}
+	s := openVersioned(t, old, 30)
+	r := rand.New(rand.NewPCG(5, 6))
+	randomPuts(t, s, r, 300, 0)
+
+	restored := NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 30})
+	replayAll(t, restored, old.entries, 50)
+	require.Equal(t, collectAll(t, old), collectAll(t, restored))
+
+	// Upgraded, the active goes on over the same store and logs puts.
+	log := &versionLog{ReadWriter: old.ReadWriter}
+	s = openVersioned(t, log, 30)
+	randomPuts(t, s, r, 300, 300)
+	mixed := append(append([]Entry(nil), old.entries...), log.records...)
+	restored = NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 30})
+	replayAll(t, restored, mixed, 64)
+	require.Equal(t, collectAll(t, log), collectAll(t, restored))
+	rs := openVersioned(t, restored, 30)
+	for k := range 5 {
+		for at := int64(560); at <= 610; at++ {
+			require.Equal(t, asOf(t, s, fmt.Sprint(k), at), asOf(t, rs, fmt.Sprint(k), at))
+		}
+	}
+}
+
+// A plain table's changelog (timestamped values, deletes without a time)
+// restores into a versioned store with each key's latest value, each
+// value at its own time, and each delete after the key's versions.
+func testVersionedChangelogPlainRecords(t *testing.T, b backend) {
+	plain := []Entry{
+		{Key: []byte("a"), Value: AppendTimestamped(nil, 10, []byte("a10")), Time: 1e12},
+		{Key: []byte("b"), Value: AppendTimestamped(nil, 12, []byte("b12")), Time: 1e12},
+		{Key: []byte("a"), Value: AppendTimestamped(nil, 30, []byte("a30")), Time: 1e12},
+		{Key: []byte("b"), Time: 1e12},
+		{Key: []byte("c"), Value: []byte("bare"), Time: 40},
+		{Key: []byte{0, 0}, Value: AppendTimestamped(nil, 41, []byte("zero")), Time: 1e12},
+	}
+	restored := NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 100})
+	replayAll(t, restored, plain, 2)
+	rs := openVersioned(t, restored, 100)
+	require.Equal(t, "a30[30,∞)", asOf(t, rs, "a", math.MaxInt64))
+	require.Equal(t, "a10[10,30)", asOf(t, rs, "a", 20))
+	require.Equal(t, "-", asOf(t, rs, "b", math.MaxInt64))
+	require.Equal(t, "b12[12,30)", asOf(t, rs, "b", 29), "the delete is dated at the observed time then")
+	require.Equal(t, "bare[40,∞)", asOf(t, rs, "c", math.MaxInt64))
+	require.Equal(t, "zero[41,∞)", asOf(t, rs, "\x00\x00", math.MaxInt64))
+	obs, err := rs.ObservedTime()
+	require.NoError(t, err)
+	require.Equal(t, int64(41), obs, "a produce time never becomes a version's")
+}
+
+// A plain table's store restored from a versioned store's changelog
+// holds each key's latest value with its time, out-of-order puts
+// included.
+func testVersionedChangelogReadByPlain(t *testing.T, b backend) {
+	log := &versionLog{ReadWriter: NewMemory()}
+	s := openVersioned(t, log, 30)
+	randomPuts(t, s, rand.New(rand.NewPCG(7, 8)), 400, 0)
+	plain := b.open(t)
+	replayAll(t, plain, log.records, 64)
+	for k := range 5 {
+		key := fmt.Sprint(k)
+		want, found, err := s.Get([]byte(key))
+		require.NoError(t, err)
+		got, ok, err := plain.Get([]byte(key))
+		require.NoError(t, err)
+		require.Equal(t, found, ok, key)
+		if found {
+			v, ts := SplitTimestamped(got)
+			require.Equal(t, string(want.Value), string(v), key)
+			require.Equal(t, want.ValidFrom, ts, key)
+		}
+	}
+}
+
+// The store's own writes (a record cache's commit) pass through as they
+// are, in the one write of the inner store.
+func TestVersionedChangelogOwnWrites(t *testing.T) {
+	inner := NewMemory()
+	via := NewVersionedChangelog(inner, VersionedOptions{HistoryRetention: 10})
+	log := &changeLog{ReadWriter: NewMemory()}
+	s := openVersioned(t, log, 10)
+	vput(t, s, "k", "a", 5)
+	vput(t, s, "k", "b", 30)
+	require.NoError(t, via.Write(log.entries, 9))
+	require.Equal(t, collectAll(t, log), collectAll(t, inner))
+	pos, err := inner.Position()
+	require.NoError(t, err)
+	require.Equal(t, int64(9), pos)
+}
