@@ -65,6 +65,15 @@ func NewVersionedChangelog(s Store, opts VersionedOptions) *VersionedChangelog {
 // Inner returns the wrapped store (see TornUntil).
 func (v *VersionedChangelog) Inner() Store { return v.Store }
 
+// DiskSize implements Sizer for an inner store that does; 0 for one that
+// keeps no files.
+func (v *VersionedChangelog) DiskSize() (int64, error) {
+	if sz, ok := v.Store.(Sizer); ok {
+		return sz.DiskSize()
+	}
+	return 0, nil
+}
+
 // Write applies entries in order with position, in one write of the inner
 // store: the store's own entries as they are, changelog records as puts,
 // through a buffer over the store, so that a record sees the versions the
