@@ -321,10 +321,13 @@ func CheckVersionedLayout(rw ReadWriter) error {
 
 // CheckPlainLayout returns an error wrapping ErrLayoutMismatch if rw,
 // opened as a plain key-value store, holds a versioned store's entries:
-// an 8-byte observed time, followed by a version key (ending in the key
-// terminator 00 01 and a timestamp). A table's plain store cannot hold
-// both: its values under the key 00 00 would be timestamped, at least 12
-// bytes.
+// an 8-byte observed time, with a version key (ending in the key
+// terminator 00 01 and a timestamp, its value flagged) among the keys
+// that follow it. A plain table's store restored from a changelog that
+// holds a versioned store's keys and then puts has both kinds, so the
+// first keys after the observed time may be plain. A table's plain store
+// cannot hold the observed time: its values under the key 00 00 would be
+// timestamped, at least 12 bytes.
 func CheckPlainLayout(rw ReadWriter) error {
 	obs, found, err := rw.Get(observedKey)
 	if err != nil || !found || len(obs) != 8 {
@@ -335,9 +338,8 @@ func CheckPlainLayout(rw ReadWriter) error {
 		return err
 	}
 	var versionKey bool
-	if it.Next() {
-		k := it.Key()
-		versionKey = len(k) >= 10 && k[len(k)-10] == 0 && k[len(k)-9] == 1
+	for n := 0; n < plainLayoutScan && !versionKey && it.Next(); n++ {
+		versionKey = ownEntry(Entry{Key: it.Key(), Value: it.Value()}) && it.Value() != nil
 	}
 	if err := errors.Join(it.Err(), it.Close()); err != nil {
 		return err
@@ -347,3 +349,7 @@ func CheckPlainLayout(rw ReadWriter) error {
 	}
 	return nil
 }
+
+// plainLayoutScan bounds how many keys CheckPlainLayout reads after an
+// observed time for a version key.
+const plainLayoutScan = 64

@@ -37,28 +37,31 @@ func Versioned(history time.Duration) Option {
 }
 
 // StoreLayoutError is the error a table's first record meets when its
-// store was written in the other layout: as a plain key-value store for a
-// table now read with Versioned, or the reverse (a table read with Table,
-// or derived with Filter, FilterNot or MapTableValues in a store of its
-// own). Either layout read as the
-// other would be misread, and the store's changelog holds the same
-// layout, so the store must be rebuilt from the table's topic: reset the
-// application (runtime.Reset) and start it again. The runtime stops the
-// stream thread on it, whatever its processing error handling.
+// store holds the other layout's entries, which would be misread: read
+// plain, a versioned store's own keys (a table read with Table, or derived
+// with Filter, FilterNot or MapTableValues in a store of its own), or read
+// with Versioned, a plain store's entries. The runtime empties a store
+// found in the other layout and restores it from its changelog, which
+// both kinds read alike, so what remains is a changelog written before
+// versioned stores logged their puts: it holds a versioned store's own
+// keys, which a plain store cannot read. Then the store must be rebuilt
+// from the table's topic: reset the application (runtime.Reset) and start
+// it again, or read the table with Versioned until the changelog holds
+// puts only. The runtime stops the stream thread on it, whatever its
+// processing error handling.
 type StoreLayoutError struct {
 	Store string
 	// Versioned is true when the table is read with Versioned and the
-	// store was written plain.
+	// store holds a plain store's entries.
 	Versioned bool
 	Err       error
 }
 
 func (e *StoreLayoutError) Error() string {
-	was, now := "a versioned store", "plain (without Versioned)"
 	if e.Versioned {
-		was, now = "a plain key-value store", "Versioned"
+		return fmt.Sprintf("topology: store %q holds a plain key-value store's entries but its table is read Versioned (%v): reset the application so that the store and its changelog are rebuilt from the table's topic", e.Store, e.Err)
 	}
-	return fmt.Sprintf("topology: store %q was written as %s but its table is now read %s (%v): reset the application so that the store and its changelog are rebuilt from the table's topic, or go back to the store's layout", e.Store, was, now, e.Err)
+	return fmt.Sprintf("topology: store %q holds a versioned store's own keys, restored from a changelog written before versioned stores logged their puts, but its table is now read plain (%v): reset the application so that the store and its changelog are rebuilt from the table's topic, or read the table Versioned again", e.Store, e.Err)
 }
 
 func (e *StoreLayoutError) Unwrap() error { return e.Err }
