@@ -86,7 +86,7 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	}
 	res.stores = []string{store}
 	res.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), res.label())
+	b.declareResultStore(res, store, o)
 	lks, lvs, rks, rvs := l.keySerde, l.valueSerde, r.keySerde, r.valueSerde
 	res.newProc = func() (procImpl, error) {
 		return &tableJoinResult[K, VR]{store: store, keySerde: lks, valueSerde: vs}, nil
