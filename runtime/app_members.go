@@ -170,7 +170,6 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 	return wrapWindowed(s, info, interval)
 }
 
-
 // hooked runs a store's opening through openStoreHook when a test set
 // one.
 func (a *App) hooked(id task.ID, info topology.StoreInfo, open func() (statestore.Store, error)) (statestore.Store, error) {
