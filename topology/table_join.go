@@ -120,7 +120,7 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 			b.errorf("%s: StoredOldValues needs a store", n.label())
 		}
 		if o.versioned {
-			b.errorf("%s: Versioned needs Materialized, the store the versions are kept in", n.label())
+			b.errorf("%s: Versioned needs a store, the one its results' versions are kept in", n.label())
 		}
 		n.olds = joinedOldValues
 	}

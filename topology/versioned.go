@@ -13,9 +13,10 @@ import (
 	"github.com/eddystreams/eddy/statestore"
 )
 
-// Versioned materializes a table read with Table, or one derived with
-// Filter, FilterNot or MapTableValues given Materialized, in a versioned
-// store (KIP-889): besides each key's latest value it keeps the values it had
+// Versioned materializes a table read with Table, one derived with
+// Filter, FilterNot or MapTableValues given Materialized, or the results
+// of an aggregation or a table join (see below), in a versioned store
+// (KIP-889): besides each key's latest value it keeps the values it had
 // over the last history (statestore.VersionedStore), so that interactive
 // queries can ask for a value as of a time, and a stream joined with the
 // table (Join, LeftJoin) meets the value its key had at each record's
@@ -29,9 +30,23 @@ import (
 // history is dropped. A versioned table, and one derived from it without
 // Materialized, cannot be suppressed. Its updates are forwarded as they
 // are applied, never held by the record cache: Kafka Streams does not
-// cache versioned stores. Aggregations and table joins refuse it: as
-// Kafka Streams documents, their results keep no version history. So do
-// global tables, as in Kafka Streams.
+// cache versioned stores. Global tables refuse it, as in Kafka Streams.
+//
+// An aggregation (Aggregate, Count, Reduce, of streams, co-grouped
+// streams or tables) or a table join (JoinTables and the others, given a
+// store, and the foreign-key joins) given Versioned keeps its results as
+// versions, each at its own time (an aggregate's is the latest of its
+// records', a join result's the later of its sides'); a result older than
+// the store's history is neither kept nor forwarded, and one older than
+// its key's latest is forwarded marked as not the latest. As Kafka
+// Streams documents, such a history is not the results as of each time
+// but the results as they were computed from the records that had
+// arrived: a query as of a time answers with what was known then.
+//
+// A table's changelog holds the same records whether its store is plain
+// or versioned, so a table can be switched from one to the other without
+// a reset: the runtime finds the store in the other layout, empties it
+// and restores it from the changelog.
 func Versioned(history time.Duration) Option {
 	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
 }

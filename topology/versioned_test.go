@@ -148,7 +148,7 @@ func TestVersionedDerivedTables(t *testing.T) {
 	_, err = build(func(b *Builder, tbl KTable[string, string]) {
 		JoinTables(tbl, Table(b, "other", serde.String, serde.String, "other-store"), func(l, r string) string { return l + r }, "", serde.String, Versioned(time.Minute))
 	})
-	require.ErrorContains(t, err, "Versioned needs Materialized")
+	require.ErrorContains(t, err, "Versioned needs a store")
 }
 
 // As in Kafka Streams' StreamsBuilderTest

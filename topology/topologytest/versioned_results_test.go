@@ -129,3 +129,44 @@ func TestVersionedTableJoinResults(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, "l2r0", v.Value)
 }
+
+// A foreign-key join given Versioned keeps its results as versions too,
+// and a stream joined with it meets, for each record, the result its key
+// had at the record's time.
+func TestVersionedForeignKeyJoinResults(t *testing.T) {
+	b := topology.NewBuilder()
+	l := topology.Table(b, "l", serde.String, serde.String, "l-store")
+	r := topology.Table(b, "r", serde.String, serde.String, "r-store")
+	joined := topology.JoinByForeignKey(l, r, func(_, v string) string { return v }, func(lv, rv string) string { return lv + "=" + rv },
+		"fk", serde.String, topology.Versioned(time.Minute))
+	topology.Join(topology.Stream(b, "s", serde.String, serde.String), joined, func(sv, jv string) string { return sv + ":" + jv }).
+		To("out", serde.String, serde.String)
+	topo, err := b.Build()
+	require.NoError(t, err)
+	d, err := topologytest.New(topo, topologytest.Config{})
+	require.NoError(t, err)
+	defer d.Close()
+	li := topologytest.NewInputTopic(d, "l", serde.String, serde.String)
+	ri := topologytest.NewInputTopic(d, "r", serde.String, serde.String)
+	si := topologytest.NewInputTopic(d, "s", serde.String, serde.String)
+	out := topologytest.NewOutputTopic(d, "out", serde.String, serde.String)
+
+	require.NoError(t, ri.PipeAt("x", "X1", at(10)))
+	require.NoError(t, ri.PipeAt("y", "Y1", at(10)))
+	require.NoError(t, li.PipeAt("k", "x", at(20))) // k=x=X1 at 20
+	require.NoError(t, li.PipeAt("k", "y", at(40))) // k=y=Y1 at 40
+	require.NoError(t, si.PipeAt("k", "s30", at(30)))
+	require.NoError(t, si.PipeAt("k", "s50", at(50)))
+	kvs, err := out.ReadKeyValues()
+	require.NoError(t, err)
+	var got []string
+	for _, kv := range kvs {
+		got = append(got, kv.Value)
+	}
+	require.Equal(t, []string{"s30:x=X1", "s50:y=Y1"}, got)
+	s := versionedStore(t, d, topo, "fk", serde.String)
+	v, found, err := s.GetAsOf("k", 25)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "x=X1", v.Value)
+}
