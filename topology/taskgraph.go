@@ -543,9 +543,8 @@ func (in *nodeInstance) send(r record) error {
 // nothing would read them (its store is read by queries, which see the
 // store), and a table of millions of keys that is only queried would
 // otherwise hold an update for every key written since the last commit.
-// holds reports whether the node's table updates wait for the flush: not
-// those of versioned results, which, as Kafka Streams does not cache
-// versioned stores, go out as they are put.
+// Nor does a node keeping versioned results: Kafka Streams does not cache
+// versioned stores, so each result goes out as it is put.
 func (in *nodeInstance) holds() bool {
 	return in.task.buffered && len(in.children) > 0 && in.node.versionedResults == ""
 }
