@@ -55,6 +55,9 @@ func VersionRecord(key, value []byte, ts int64) Entry {
 type VersionedChangelog struct {
 	Store
 	opts VersionedOptions
+	// known is what the replayed writes read of the store, nil until the
+	// next one (see knownVersions).
+	known *knownVersions
 }
 
 // NewVersionedChangelog wraps s, a versioned store's backing store.
@@ -80,16 +83,47 @@ func (v *VersionedChangelog) DiskSize() (int64, error) {
 // ones before it in the batch put, and the write holds their outcome.
 func (v *VersionedChangelog) Write(entries []Entry, position int64) error {
 	if !slices.ContainsFunc(entries, isPut) {
+		v.known = nil
 		return v.Store.Write(entries, position)
 	}
+	if v.known == nil {
+		v.known = newKnownVersions()
+	}
 	buf := newVersionBuffer(v.Store)
+	buf.known = v.known
 	vs := &VersionedStore{rw: buf, retention: v.opts.HistoryRetention}
 	for i, e := range entries {
 		if err := replay(vs, buf, e); err != nil {
+			v.known = nil
 			return &EntryError{Index: i, Err: err}
 		}
 	}
-	return v.Store.Write(buf.entries(), position)
+	if err := v.Store.Write(buf.entries(), position); err != nil {
+		v.known = nil
+		return err
+	}
+	if !v.known.apply(buf) {
+		v.known = nil
+	}
+	return nil
+}
+
+// Put writes the inner store, and forgets what replay knew of it.
+func (v *VersionedChangelog) Put(key, value []byte) error {
+	v.known = nil
+	return v.Store.Put(key, value)
+}
+
+// Delete writes the inner store, and forgets what replay knew of it.
+func (v *VersionedChangelog) Delete(key []byte) error {
+	v.known = nil
+	return v.Store.Delete(key)
+}
+
+// Reset empties the store, and forgets what replay knew of it.
+func (v *VersionedChangelog) Reset() error {
+	v.known = nil
+	return v.Store.Reset()
 }
 
 // isPut reports whether e is a changelog record to put, not one of the
@@ -157,7 +191,10 @@ func replay(vs *VersionedStore, buf *versionBuffer, e Entry) error {
 // rest. Its Range serves VersionedStore's walks of one key's versions,
 // from the key's prefix to the end of it, and nothing else.
 type versionBuffer struct {
-	inner  ReadWriter
+	inner ReadWriter
+	// known, if set, holds versions of the inner store, read from it
+	// once.
+	known  *knownVersions
 	writes map[string]pendingWrite
 	order  []string
 	// byPrefix holds the written version keys of each record key, by its
@@ -214,9 +251,18 @@ func (b *versionBuffer) Range(from, to []byte) (Iterator, error) {
 	if len(from) < 2 || len(to) != len(from) || !bytes.Equal(from[:len(from)-1], to[:len(to)-1]) {
 		return nil, errBufferRange
 	}
-	it, err := b.inner.Range(from, to)
-	if err != nil {
-		return nil, err
+	var it Iterator
+	if b.known != nil {
+		vs, err := b.known.versions(b.inner, from, to)
+		if err != nil {
+			return nil, err
+		}
+		it = &knownIter{vs: vs}
+	} else {
+		var err error
+		if it, err = b.inner.Range(from, to); err != nil {
+			return nil, err
+		}
 	}
 	return &bufferIter{b: b, pending: b.byPrefix[string(from)], inner: it, needInner: true}, nil
 }

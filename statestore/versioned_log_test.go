@@ -205,3 +205,49 @@ func TestVersionedChangelogOwnWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(9), pos)
 }
+
+// What replay has read of the store between writes is forgotten when
+// the store is written otherwise (an active task's puts, through its
+// record cache or not) or reset, so replay after them sees the store as
+// it is.
+func TestVersionedChangelogReplayAfterOtherWrites(t *testing.T) {
+	log := &versionLog{ReadWriter: NewMemory()}
+	s := openVersioned(t, log, 30)
+	r := rand.New(rand.NewPCG(9, 10))
+	randomPuts(t, s, r, 200, 0)
+	part1 := len(log.records)
+
+	restored := NewVersionedChangelog(NewMemory(), VersionedOptions{HistoryRetention: 30})
+	replayAll(t, restored, log.records[:part1], 16)
+	// The store becomes an active's for a while: its puts go to the
+	// store directly, or, as a record cache commits them, as its own
+	// entries through Write.
+	direct := openVersioned(t, restored, 30)
+	for i := range 50 {
+		k, v, ts := fmt.Sprint(r.IntN(5)), fmt.Sprint(i), int64(200+i)-r.Int64N(40)
+		vput(t, s, k, v, ts)
+		vput(t, direct, k, v, ts)
+	}
+	scratch := NewMemory()
+	var entries []Entry
+	for _, e := range collectAll(t, restored) {
+		entries = append(entries, Entry{Key: []byte(e.k), Value: []byte(e.v)})
+	}
+	require.NoError(t, scratch.Write(entries, 0))
+	cached := &changeLog{ReadWriter: scratch}
+	viaCache := openVersioned(t, cached, 30)
+	for i := range 50 {
+		k, v, ts := fmt.Sprint(r.IntN(5)), fmt.Sprint(i), int64(250+i)-r.Int64N(40)
+		vput(t, s, k, v, ts)
+		vput(t, viaCache, k, v, ts)
+	}
+	require.NoError(t, restored.Write(cached.entries, 1000))
+	part2 := len(log.records)
+	randomPuts(t, s, r, 200, 300)
+	replayAll(t, restored, log.records[part2:], 16)
+	require.Equal(t, collectAll(t, log), collectAll(t, restored))
+
+	require.NoError(t, restored.Reset())
+	replayAll(t, restored, log.records, 64)
+	require.Equal(t, collectAll(t, log), collectAll(t, restored))
+}
