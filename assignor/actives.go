@@ -1,6 +1,6 @@
 package assignor
 
-// Placing actives: the balanced target of stateful actives, and stateless actives spread by total load.
+// Placing stateful actives: their balanced target, and where each runs this round.
 
 import "slices"
 
@@ -50,6 +50,14 @@ func (r *run) spreadStatefulActives() {
 		group:   groups,
 		groups:  r.groups,
 		pref:    func(i, c int) uint64 { return rendezvous(r.sf[i].id, r.clients[c].hash) },
+	}
+	// Stateless tasks stay where they run where balance lets them, so the
+	// stateful actives placed anew go where the total load is least.
+	sp.besides = make([]int, nc)
+	for _, t := range r.sl {
+		if t.prev >= 0 {
+			sp.besides[t.prev]++
+		}
 	}
 	target, targetLoad := sp.spread(prev, make([]int, nc))
 	r.targetLoad = targetLoad
@@ -102,102 +110,4 @@ func (r *run) betterSource(i, a, b int) bool {
 		return c < 0
 	}
 	return a < b
-}
-
-// assignStatelessActives places stateless tasks so that the total active
-// load is balanced given the stateful actives as they run this round.
-//
-// The limits come from loadBounds over the stateful actives as they run.
-// While a migration runs (some stateful active waits on a warmup), the
-// stateless tasks that must move go where the final placement (balanced
-// against the target's stateful loads) wants them, so that most move to
-// their final owner once. A client short of load while its stateful
-// actives warm up (a joining one) takes stateless tasks now that it gives
-// up as its actives arrive, so those move twice or more. A task whose
-// final client is full is the last its temporary client gives up, so that
-// it waits there rather than pass from one temporary client to the next.
-func (r *run) assignStatelessActives() {
-	if len(r.clients) == 0 {
-		return
-	}
-	groups := make([]int, len(r.sl))
-	prev := make([]int, len(r.sl))
-	for i, t := range r.sl {
-		groups[i], prev[i] = t.group, t.prev
-	}
-	lo, hi := loadBounds(len(r.sl), r.caps, r.activeLoad)
-	spreaderWith := func(lo, hi []int, keepRank func(int) int, affinity func(int, int) int) spreader {
-		return spreader{
-			caps: r.caps, lo: lo, hi: hi,
-			keepRank: keepRank,
-			affinity: affinity,
-			group:    groups,
-			groups:   r.groups,
-			pref:     func(i, c int) uint64 { return rendezvous(r.sl[i].id, r.clients[c].hash) },
-		}
-	}
-	sp := spreaderWith(lo, hi,
-		func(i int) int { return r.offRack(r.sl[i].racks, r.sl[i].prev) },
-		func(i, c int) int { return r.offRack(r.sl[i].racks, c) })
-	sp.uniform = func(i int) bool { return len(r.sl[i].racks) == 0 }
-	if !r.followup {
-		r.setStatelessOwners(sp.spread(prev, r.activeLoad))
-		return
-	}
-	// The final placement keeps first the tasks that already moved in
-	// this migration where they run, so that it follows them instead of
-	// sending them on; it moves tasks still on their first client. Without
-	// that order it could send away a task that had just reached its
-	// final client, and the task passed back and forth between two.
-	moved := func(i int) int {
-		if r.sl[i].moved {
-			return 0
-		}
-		return 2
-	}
-	flo, fhi := loadBounds(len(r.sl), r.caps, r.targetLoad)
-	sp = spreaderWith(flo, fhi,
-		func(i int) int { return moved(i) + r.offRack(r.sl[i].racks, r.sl[i].prev) },
-		func(i, c int) int { return r.offRack(r.sl[i].racks, c) })
-	final, _ := sp.spread(prev, r.targetLoad)
-	for i, c := range final {
-		r.sl[i].final = c
-	}
-	sp.uniform = nil
-	// held counts each client's stateless tasks as they ran.
-	held := make([]int, len(r.clients))
-	for _, t := range r.sl {
-		if t.prev >= 0 {
-			held[t.prev]++
-		}
-	}
-	sp = spreaderWith(lo, hi,
-		func(i int) int {
-			// Tasks whose final client has room now go first, then
-			// those the final placement keeps, and last those whose
-			// final client is full: moved now, they would only pass on
-			// to another temporary client.
-			rank := r.offRack(r.sl[i].racks, r.sl[i].prev)
-			switch f := final[i]; {
-			case f == r.sl[i].prev:
-				rank += 2
-			case r.activeLoad[f]+held[f] < hi[f]:
-				rank += 4
-			}
-			return rank
-		},
-		func(i, c int) int {
-			aff := r.offRack(r.sl[i].racks, c)
-			if c != final[i] {
-				aff += 2
-			}
-			return aff
-		})
-	r.setStatelessOwners(sp.spread(prev, r.activeLoad))
-}
-
-func (r *run) setStatelessOwners(owner, _ []int) {
-	for i, c := range owner {
-		r.sl[i].owner = c
-	}
 }

@@ -170,10 +170,9 @@ type Input struct {
 	// Target is optionally the previous round's Output.Target. Assign
 	// heads for it again while it names every stateful task on clients of
 	// the group and a target computed anew is not closer to balance, so
-	// that a migration's probing rounds work towards one placement; the
-	// stateless tasks it marks as moved keep their clients in the final
-	// placement first. Pass it only from the round just before, with no
-	// event between.
+	// that a migration's probing rounds work towards one placement, the
+	// stateless tasks' included. Pass it only from the round just before,
+	// with no event between.
 	Target Target
 }
 
@@ -247,10 +246,11 @@ type Output struct {
 //     not as the target will have it once warmups finish, as Kafka Streams
 //     does: given the stateful actives, there is a level λ with every
 //     client at λ·capacity or above and every client holding a stateless
-//     task at most at λ·capacity+1. While a migration runs, those that
-//     move go where the final placement wants them; a stateless task given
-//     to a client short of load while that client's stateful actives warm
-//     up moves again as they arrive;
+//     task at most at λ·capacity+1. Within that they stay where they ran.
+//     A migration heads for a final
+//     placement computed from where they ran before it; a stateless task
+//     lent to a client short of load while that client's stateful actives
+//     warm up goes back as they arrive;
 //   - assignments are sticky: previous owners keep what balance allows, and
 //     a client over its share gives up first the tasks that have other warm
 //     homes, that are off their input leaders' rack (ActiveRackTag), and
@@ -317,6 +317,8 @@ type run struct {
 	clients []client
 	caps    []int // per client: its capacity, as bounds and the spreader take it
 	classes int   // tag classes
+	// keyValues counts, per RackAwareTags key, its values in the group.
+	keyValues []int
 	// classMembers lists each tag class's clients in order.
 	classMembers [][]int
 	sf           []statefulTask
@@ -330,6 +332,9 @@ type run struct {
 
 	warmups  []warmup
 	followup bool
+	// finalsHanded tells that the stateless tasks' final clients are the
+	// kept target's.
+	finalsHanded bool
 }
 
 // client is what one Assign call knows and decides of one client.
@@ -372,8 +377,8 @@ type statelessTask struct {
 	racks []string // input leaders' racks, sorted
 	prev  int      // previous owner, or -1
 	owner int
-	// final is the client the final placement wants the task on while a
-	// migration runs.
+	// final is the client the final placement wants the task on, the
+	// handed target's while the target is kept.
 	final int
 	// moved tells whether the task changed owner in an earlier round of
 	// the migration, as the handed target says.
@@ -434,6 +439,14 @@ func (r *run) readClients(in Input) {
 	}
 	if len(r.clients) > 0 {
 		r.k = min(cfg.NumStandbys, len(r.clients)-1)
+	}
+	r.keyValues = make([]int, len(cfg.RackAwareTags))
+	for j := range cfg.RackAwareTags {
+		seen := map[int]bool{}
+		for _, c := range r.clients {
+			seen[c.tags[j]] = true
+		}
+		r.keyValues[j] = len(seen)
 	}
 	r.classify()
 }

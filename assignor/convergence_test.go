@@ -85,9 +85,9 @@ func TestConvergence(t *testing.T) {
 			t.Fatalf("seed %d (replay with EDDY_ASSIGNOR_SIM_SEED=%d): %v", seed, seed, err)
 		}
 	}
-	t.Logf("joins %d: the most stateful actives moved, less the bound ceil(T·cap/Σcap)+1, %d; all actives above it %d times, by at most %d (hand-overs by at most %d)",
+	t.Logf("joins %d: the most stateful actives moved, less the bound ceil(T·cap/Σcap)+1, %d; all actives above it %d times, by at most %d, each time by stateless moves the balance of the final stateful actives forces (hand-overs by at most %d)",
 		st.joins, st.joinStatefulMax, st.joinBad, st.joinExcess, st.joinHandovers)
-	t.Logf("leaves %d: other clients' stateful actives moved in %d, at most %d; their actives, stateless included, in %d, at most %d",
+	t.Logf("leaves %d: other clients' stateful actives moved in %d, at most %d; their stateless ones in %d, at most %d, each time as many as the balance of the final stateful actives forces",
 		st.leaves, st.leaveStatefulBad, st.leaveStatefulMoved, st.leaveBad, st.leaveMoved)
 	t.Logf("the target moved in %d rounds after the first of an event", st.targetMoves)
 	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
@@ -660,11 +660,11 @@ func subTopologyExcessWhere(in Input, out Output, counts func(client string, sub
 // while the group converges after one event (nearly always once, from where
 // it runs to its target after a warmup), and statelessMoveLimit one
 // stateless task's. Stateless tasks balance the total load of every round,
-// so one handed to a client that is short of load while its stateful
-// actives warm up (a joining client) moves on as they arrive, and the final
-// placement, recomputed each round from where tasks run, can shift under a
-// task that already moved: in 20,000 clusters 179 of 300,000 stateless
-// tasks moved three times or four in one event, none more.
+// so one lent to a client that is short of load while its stateful actives
+// warm up (a joining client) goes back as they arrive, and can be lent
+// again while other clients' loads shift: in 20,000 clusters from seed 1,
+// 5,814 of the 292,177 stateless tasks that moved in an event moved three
+// times, none more.
 const (
 	moveLimit          = 2
 	statelessMoveLimit = 4

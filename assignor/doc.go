@@ -11,7 +11,8 @@
 // movement of state happens through warmups (at most MaxWarmups at once)
 // followed by a probing rebalance. Load is balanced across clients by
 // capacity (a small client gets its share too), stateless tasks balance the
-// total load as it runs in every round (as in Kafka Streams), each
+// total load as it runs in every round (as in Kafka Streams) and stay
+// where they ran where that balance lets them, each
 // sub-topology is spread where that costs no movement, standbys spread over
 // the values of one or more tag keys, and actives can prefer the rack of
 // their input partitions' leaders (Config.ActiveRackTag, Input.TaskRacks).

@@ -45,8 +45,10 @@ func TestShouldDistributeStatelessTasksToBalanceTotalTaskLoad(t *testing.T) {
 // sub-topologies on the three clients of zone 1 (one per cluster), two
 // standbys each over both tag keys. Assign spreads the actives out through
 // warmups, but already in this first round no standby is in zone 1, where
-// every active runs: each task's replicas span the three zones, and the six
-// clients outside zone 1 hold two standbys each.
+// every active runs: each task's replicas span the three zones and, as
+// Kafka Streams' rule places them (a standby goes to a client new on every
+// key that still has values unused by the task's replicas), the three
+// clusters, and the six clients outside zone 1 hold two standbys each.
 func TestShouldDistributeStandbyTasksWhenActiveTasksAreLocatedOnSameZone(t *testing.T) {
 	cfg := cfgWith(func(c *Config) {
 		c.NumStandbys = 2
@@ -67,8 +69,15 @@ func TestShouldDistributeStandbyTasksWhenActiveTasksAreLocatedOnSameZone(t *test
 	out := Assign(cfg, in)
 	require.NoError(t, validate(cfg, in, out))
 	zones := map[task.ID]map[string]bool{}
+	clusters := map[task.ID]map[string]bool{}
 	for id, a := range out.Clients {
 		z := clients[id].Tags["zone"]
+		for _, tk := range slices.Concat(a.Active, a.Standby) {
+			if clusters[tk] == nil {
+				clusters[tk] = map[string]bool{}
+			}
+			clusters[tk][clients[id].Tags["cluster"]] = true
+		}
 		if z == "z1" {
 			require.Empty(t, a.Standby, "client %s in the actives' zone", id)
 		} else {
@@ -83,5 +92,6 @@ func TestShouldDistributeStandbyTasksWhenActiveTasksAreLocatedOnSameZone(t *test
 	}
 	for tk, zs := range zones {
 		require.Len(t, zs, 3, "task %v", tk)
+		require.Len(t, clusters[tk], 3, "task %v spans clusters %v", tk, clusters[tk])
 	}
 }

@@ -104,10 +104,14 @@ func TestRegressionSmallClientGetsShare(t *testing.T) {
 }
 
 // While warmups run, stateless tasks balance the load as it is: no client
-// runs 9 tasks while another runs 3 (placing them by the target did), nor
-// does one of them move twice, since those that move go where the final
-// placement wants them (without that, a's three went to b at once and some
-// came back).
+// runs 9 tasks while another runs 3 (placing them by the target did). The
+// final placement is the one balanced against the target, reached from
+// where the tasks ran before the migration: b's stateful actives arrive
+// one by one, so a lends b the stateless tasks it cannot run beside its
+// stateful ones and takes them back as those leave, and every stateless
+// task ends where it started, having moved at most there and back (the
+// final placement following the tasks that moved instead ended with all
+// six stateless tasks on other clients).
 func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
 	sf, sl := tasks(0, 6), tasks(1, 6)
 	cfg := cfgWith(func(c *Config) { c.MaxWarmups = 1 })
@@ -123,6 +127,7 @@ func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
 	for _, tk := range sl[3:] {
 		prev[tk] = "b"
 	}
+	start := maps.Clone(prev)
 	for round := 0; ; round++ {
 		require.Less(t, round, 20)
 		out := Assign(cfg, in)
@@ -132,7 +137,7 @@ func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
 		for tk, o := range owners(out) {
 			if prev[tk] != o {
 				changes[tk]++
-				require.LessOrEqual(t, changes[tk], 1, "round %d: %v moved again", round, tk)
+				require.LessOrEqual(t, changes[tk], 2, "round %d: %v moved a third time", round, tk)
 			}
 		}
 		prev = owners(out)
@@ -140,6 +145,9 @@ func TestRegressionLoadBalancedDuringMigration(t *testing.T) {
 			break
 		}
 		in = next(in, out)
+	}
+	for _, tk := range sl {
+		require.Equal(t, start[tk], prev[tk], "stateless task %v", tk)
 	}
 }
 

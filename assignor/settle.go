@@ -210,13 +210,13 @@ func (r *run) settleTask(i int, load []int) []int {
 		}
 		picks = append(picks, c)
 	}
-	// Too few clients are caught up: the target's clients restore, those
-	// that add tag values to the replicas as they run this round first.
+	// Too few clients are caught up: the target's clients restore, placed
+	// by Kafka Streams' rule around the replicas as they run this round.
 	// The target spread its replicas around the target active, which may
 	// not run the task yet; this round's active shares its tag values with
 	// at most one of them.
 	for len(picks) < 1+r.k {
-		c := r.restoringHolder(i, picks)
+		c := r.restoringHolder(i, picks, load)
 		if c < 0 {
 			break
 		}
@@ -225,13 +225,41 @@ func (r *run) settleTask(i int, load []int) []int {
 	return picks
 }
 
-// restoringHolder returns the client of task i's target outside picks
-// that adds the most valuable tag values to picks (the first in the
-// target's order among equals), or -1. A new value of an earlier key of
+// restoringHolder returns the client that restores the next replica of task
+// i beside picks, its replicas so far, or -1. While the task's active runs
+// away from its target client, the target's standbys are spread around a
+// client that does not run it, so, as Kafka Streams places a standby, it
+// goes to a client whose value is new among picks on every tag key that
+// has values picks do not use (spreadsRule), ranked by restoringKey: one
+// with room for it first, then a client of the target, then the least
+// loaded. Otherwise (the target's spread is around the active as it runs),
+// without tags, or where no client meets the rule, it goes to the
+// target's client that adds the most valuable tag values (the first in the
+// target's order among equals): a new value of an earlier key of
 // RackAwareTags outweighs new values of all later ones, so a restoring
-// standby first leaves the zone of the active as it runs this round.
-func (r *run) restoringHolder(i int, picks []int) int {
-	best, bestScore := -1, -1
+// standby first leaves the zone of the active as it runs.
+func (r *run) restoringHolder(i int, picks, load []int) int {
+	best, bestKey := -1, restoringKey{}
+	for c := range r.clients {
+		if len(r.cfg.RackAwareTags) == 0 || r.sf[i].active == r.sf[i].target {
+			break
+		}
+		if slices.Contains(picks, c) || !r.spreadsRule(picks, c) {
+			continue
+		}
+		k := restoringKey{
+			full:  load[c] >= r.clients[c].replicas,
+			other: !slices.Contains(r.sf[i].holders, c),
+			load:  ratio{load[c] + 1, r.caps[c]},
+		}
+		if best < 0 || k.compare(bestKey) < 0 {
+			best, bestKey = c, k
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	bestScore := -1
 	for _, c := range r.sf[i].holders {
 		if slices.Contains(picks, c) {
 			continue
@@ -241,6 +269,50 @@ func (r *run) restoringHolder(i int, picks []int) int {
 		}
 	}
 	return best
+}
+
+// restoringKey ranks the clients that may restore a replica of a task, the
+// best lowest. A client of the target keeps the replica once it is caught
+// up; another one restores it now and hands it to the target later
+// through a warmup.
+type restoringKey struct {
+	full  bool  // the client holds this round as many replicas as the target gives it
+	other bool  // the client holds none of the task's target replicas
+	load  ratio // its replicas this round with this one, per capacity
+}
+
+func (k restoringKey) compare(o restoringKey) int {
+	if c := cmpBool(k.full, o.full); c != 0 {
+		return c
+	}
+	if c := cmpBool(k.other, o.other); c != 0 {
+		return c
+	}
+	return k.load.compare(o.load)
+}
+
+// spreadsRule reports whether client c may hold the next replica beside
+// picks by Kafka Streams' rule for standbys over client tags: on every tag
+// key with values no replica in picks has, c's value is one of those. Kafka
+// Streams stops applying a key once the replicas are as many as its values;
+// counting the values they use instead keeps a key whose values two
+// replicas share, so a restoring standby still leaves its active's zone
+// where a zone is unused.
+func (r *run) spreadsRule(picks []int, c int) bool {
+	for j, v := range r.clients[c].tags {
+		used, dup := 0, false
+		for x, h := range picks {
+			w := r.clients[h].tags[j]
+			dup = dup || w == v
+			if !slices.ContainsFunc(picks[:x], func(g int) bool { return r.clients[g].tags[j] == w }) {
+				used++
+			}
+		}
+		if used < r.keyValues[j] && dup {
+			return false
+		}
+	}
+	return true
 }
 
 // rankedTagScore is tagScoreAmong with key j weighted 2^(keys-1-j).

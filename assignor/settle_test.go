@@ -168,10 +168,10 @@ func TestRegressionSeedsSettle(t *testing.T) {
 // 7618 a task forced off its final client (whose capacity fell) passed
 // through three temporary clients, each receiving stateful actives in
 // turn, before the final one had room; such a task is the last its client
-// gives up. In 10003619 the final placement, recomputed from where tasks
-// ran, sent a task away from the client it had just reached, so it passed
-// back and forth between two clients; the final placement keeps tasks the
-// target marks as moved where they run first.
+// gives up. In 10003619 a final placement recomputed from where tasks ran
+// would send a task away from the client it had just reached, so it passed
+// back and forth between two clients; the final placement is computed in
+// an event's first round and handed on with the target.
 func TestRegressionSeedsStatelessMoves(t *testing.T) {
 	for _, seed := range []uint64{7618, 10003619} {
 		require.NoError(t, simulate(seed, &simStats{}), "seed %d", seed)
@@ -187,6 +187,18 @@ func TestRegressionSeedsStatelessMoves(t *testing.T) {
 // rather than one that was to move anyway.
 func TestRegressionSeedsStickiness(t *testing.T) {
 	for _, seed := range []uint64{77, 92, 94, 1965, 9366, 2793} {
+		require.NoError(t, simulate(seed, &simStats{}), "seed %d", seed)
+	}
+}
+
+// Simulation seeds whose events moved stateless tasks beyond Kafka Streams'
+// bounds and beyond what balance forces, while the final placement was
+// recomputed each round from where the tasks ran: a leave moved another
+// client's stateless task (1, 15) and a join moved more actives than the
+// joiner's share plus one (9, 26), the extra ones lent to the joiner and
+// handed on to clients other than their first.
+func TestRegressionSeedsStatelessStickiness(t *testing.T) {
+	for _, seed := range []uint64{1, 9, 15, 26} {
 		require.NoError(t, simulate(seed, &simStats{}), "seed %d", seed)
 	}
 }

@@ -60,7 +60,12 @@ func bounds(total int, caps []int, limit int) (lo, hi []int) {
 // takes no item; every bin is then at λ·cap or above, and one that takes an
 // item at most at λ·cap+1.
 func loadBounds(items int, caps, base []int) (lo, hi []int) {
-	lo, hi = slices.Clone(base), slices.Clone(base)
+	num, den := loadLevel(items, caps, base)
+	return limitsAt(num, den, false, caps, base)
+}
+
+// loadLevel returns loadBounds' level λ as num/den.
+func loadLevel(items int, caps, base []int) (num, den int) {
 	total, room := items, 0
 	h := &levelHeap{caps: caps}
 	for b := range caps {
@@ -70,7 +75,7 @@ func loadBounds(items int, caps, base []int) (lo, hi []int) {
 		h.items = append(h.items, level{m: max(base[b], 1), bin: b})
 	}
 	heap.Init(h)
-	num, den := 0, 1 // λ = num/den
+	num, den = 0, 1
 	for room < total && h.Len() > 0 {
 		top := h.items[0]
 		num, den = top.m, caps[top.bin]
@@ -80,9 +85,20 @@ func loadBounds(items int, caps, base []int) (lo, hi []int) {
 			heap.Push(h, level{m: l.m + 1, bin: l.bin})
 		}
 	}
+	return num, den
+}
+
+// limitsAt returns the limits of bins holding base at the level num/den:
+// lo = max(base, ⌈λ·cap⌉) and hi = max(base, ⌊λ·cap⌋+1), or, with above,
+// both at max(base, ⌊λ·cap⌋+1), the limits at any level just above λ.
+func limitsAt(num, den int, above bool, caps, base []int) (lo, hi []int) {
+	lo, hi = make([]int, len(caps)), make([]int, len(caps))
 	for b, c := range caps {
-		lo[b] = max(base[b], (num*c+den-1)/den)
 		hi[b] = max(base[b], num*c/den+1)
+		lo[b] = max(base[b], (num*c+den-1)/den)
+		if above {
+			lo[b] = hi[b]
+		}
 	}
 	return lo, hi
 }
@@ -152,6 +168,14 @@ type spreader struct {
 	// in the ones it would give up last, so that an item moved in one
 	// round is not the one moved on in the next.
 	pref func(item, bin int) uint64
+	// moveRank, if set, ranks the items a bin gives up to a bin below its
+	// lower limit, lower first, among items alike kept or not.
+	moveRank func(item int) int
+	// besides, if set, is load each bin carries that the limits do not
+	// count (the stateless tasks a client runs, when stateful actives are
+	// spread): an item placed anew goes, among bins otherwise as good, to
+	// the one with the least load in all.
+	besides []int
 }
 
 // spread returns each item's bin and each bin's final load, base included.
@@ -228,6 +252,20 @@ func (s *spreader) begin(prev, base []int) *spreading {
 		}
 	}
 	return sp
+}
+
+func (sp *spreading) rankMove(i int) int {
+	if sp.moveRank == nil {
+		return 0
+	}
+	return sp.moveRank(i)
+}
+
+func (sp *spreading) beside(b int) int {
+	if sp.besides == nil {
+		return 0
+	}
+	return sp.besides[b]
 }
 
 func (sp *spreading) aff(i, b int) int {
@@ -366,7 +404,7 @@ func (sp *spreading) placeOne(i int, onlyBest bool) {
 	// The key is built here rather than by a method: this loop runs for
 	// every item and bin of a new group.
 	for b := range nb {
-		k := placeKey{full: sp.load[b] >= sp.hi[b], aff: sameAff, load: ratio{sp.load[b] + 1, sp.caps[b]}}
+		k := placeKey{full: sp.load[b] >= sp.hi[b], aff: sameAff, load: ratio{sp.load[b] + 1 + sp.beside(b), sp.caps[b]}}
 		if !uniform {
 			k.aff = sp.aff(i, b)
 		}
@@ -433,6 +471,7 @@ func (sp *spreading) raiseLow() {
 			k := raiseKey{
 				within: sp.load[b] <= sp.hi[b],
 				kept:   b == sp.prev[i],
+				rank:   sp.rankMove(i),
 				aff:    sp.aff(i, low),
 				gain:   sp.gl(i, b) - sp.gl(i, low),
 				load:   ratio{sp.load[b], sp.caps[b]},
@@ -455,6 +494,7 @@ func (sp *spreading) raiseLow() {
 type raiseKey struct {
 	within bool   // its bin is within its upper limit (one over must give items up anyway)
 	kept   bool   // it is on its previous bin: moving one that moves anyway changes no more owners
+	rank   int    // moveRank
 	aff    int    // its affinity for the low bin
 	gain   int    // its group's items on its bin less those on the low bin, higher first
 	load   ratio  // its bin's load per capacity, higher first
@@ -466,6 +506,9 @@ func (k raiseKey) compare(o raiseKey) int {
 		return c
 	}
 	if c := cmpBool(k.kept, o.kept); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.rank, o.rank); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(k.aff, o.aff); c != 0 {

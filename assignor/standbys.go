@@ -233,26 +233,31 @@ func (h *clientHeap) Pop() any {
 // while its two standbys can trade places with another pair (from zone b
 // rack 2 and zone c rack 3 to zone b rack 3 and zone c rack 2). Each
 // accepted re-placement keeps every key's spread and strictly lowers the
-// total distance of clients from their limits, so the loop ends.
+// total distance of clients from their limits, so the loop ends. Only
+// tasks whose re-placement could lower that distance (mayGain) are tried:
+// where a key has no more values than a task has replicas, each value's
+// clients hold a fixed number of replicas, the limits can be out of reach,
+// and trying every task each pass would cost as much as the rest of Assign
+// many times over.
 func (r *run) respread(lo, hi []int) {
 	off := func(c int) int { return max(0, r.clients[c].replicas-hi[c]) + max(0, lo[c]-r.clients[c].replicas) }
+	pinned := r.pinnedKey()
 	budget := exchangeBudget
 	for {
-		total, low := 0, false
+		total := 0
 		for c := range r.clients {
 			total += off(c)
-			low = low || r.clients[c].replicas < lo[c]
 		}
 		if total == 0 {
 			return
 		}
+		room := r.roomByValue(lo, hi, pinned)
+		if room.settled() {
+			return
+		}
 		improved := false
 		for i := range r.sf {
-			touches := low
-			for _, c := range r.sf[i].holders[1:] {
-				touches = touches || r.clients[c].replicas > hi[c]
-			}
-			if touches && r.replaceStandbys(i, lo, hi, off) {
+			if room.mayGain(i, lo, hi) && r.replaceStandbys(i, lo, hi, off) {
 				improved = true
 			}
 		}
@@ -260,4 +265,128 @@ func (r *run) respread(lo, hi []int) {
 			return
 		}
 	}
+}
+
+// pinnedKey returns a tag key with exactly as many values in the group as a
+// task has replicas, or -1. Every task whose replicas span all of that key's
+// values holds one replica on each value, and keeps doing so through any
+// re-placement that keeps the spread.
+func (r *run) pinnedKey() int {
+	for j := range r.cfg.RackAwareTags {
+		var seen []int
+		for _, members := range r.classMembers {
+			if v := r.clients[members[0]].tags[j]; !slices.Contains(seen, v) {
+				seen = append(seen, v)
+			}
+		}
+		if len(seen) == 1+r.k {
+			return j
+		}
+	}
+	return -1
+}
+
+// valueRoom counts the clients below and above their lower and their
+// upper limits, per value of the pinned key (all in one count without
+// one).
+type valueRoom struct {
+	r                *run
+	pinned           int
+	belowLo, belowHi map[int]int
+	aboveLo, aboveHi map[int]int
+}
+
+func (r *run) roomByValue(lo, hi []int, pinned int) valueRoom {
+	vr := valueRoom{r: r, pinned: pinned,
+		belowLo: map[int]int{}, belowHi: map[int]int{}, aboveLo: map[int]int{}, aboveHi: map[int]int{}}
+	for c := range r.clients {
+		v, n := vr.value(c), r.clients[c].replicas
+		switch {
+		case n < lo[c]:
+			vr.belowLo[v]++
+		case n > lo[c]:
+			vr.aboveLo[v]++
+		}
+		switch {
+		case n < hi[c]:
+			vr.belowHi[v]++
+		case n > hi[c]:
+			vr.aboveHi[v]++
+		}
+	}
+	return vr
+}
+
+// settled reports that no re-placement, nor any chain of them, can lower
+// the clients' distance from their limits: every task's replicas span every
+// value of the pinned key, so each value's clients keep the replicas they
+// hold between them, and within no value does a client above a limit face
+// one below it. The distance of each value's clients is then the least
+// their total allows.
+func (vr valueRoom) settled() bool {
+	if vr.pinned < 0 {
+		return false
+	}
+	for v := range vr.aboveHi {
+		if vr.belowHi[v] > 0 {
+			return false
+		}
+	}
+	for v := range vr.aboveLo {
+		if vr.belowLo[v] > 0 {
+			return false
+		}
+	}
+	for i := range vr.r.sf {
+		if vr.r.spreadOf(vr.r.sf[i].holders)[vr.pinned] != len(vr.r.sf[i].holders) {
+			return false
+		}
+	}
+	return true
+}
+
+func (vr valueRoom) value(c int) int {
+	if vr.pinned < 0 {
+		return 0
+	}
+	return vr.r.clients[c].tags[vr.pinned]
+}
+
+// mayGain reports whether re-placing task i's standbys could lower the
+// clients' distance from their limits. A re-placement moves each standby
+// that leaves a client x to a client y, and lowers the distance only if
+// some such pair does: x above its upper limit and y below it, or x above
+// its lower limit and y below that. Where the task's replicas span every
+// value of the pinned key, they keep doing so, so y has x's value. Trying
+// only those tasks matters where a pinned key fixes how many replicas each
+// of its values holds: the limits can then be out of reach, and trying
+// every task in every pass would cost many times the rest of Assign.
+func (vr valueRoom) mayGain(i int, lo, hi []int) bool {
+	r := vr.r
+	holders := r.sf[i].holders
+	pinnedSet := vr.pinned >= 0 && r.spreadOf(holders)[vr.pinned] == len(holders)
+	for _, x := range holders[1:] {
+		v := vr.value(x)
+		n := r.clients[x].replicas
+		// Holders below a limit cannot take the standby: discount them.
+		free := func(count map[int]int, limit []int) int {
+			if pinnedSet {
+				return count[v]
+			}
+			f := 0
+			for _, n := range count {
+				f += n
+			}
+			for _, h := range holders {
+				if r.clients[h].replicas < limit[h] {
+					f--
+				}
+			}
+			return f
+		}
+		if (n > hi[x] && free(vr.belowHi, hi) > 0) || (n > lo[x] && free(vr.belowLo, lo) > 0) {
+			return true
+		}
+	}
+	return false
 }

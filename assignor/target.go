@@ -8,8 +8,8 @@ import (
 
 // Target is the placement a migration heads for: per stateful task, the
 // clients of its target active and standbys, and per stateless task the
-// client the final placement (balanced against the target's stateful
-// loads) chose for it and whether it moved in the migration.
+// client of the final placement, balanced against the target's stateful
+// loads, and whether it moved in the migration.
 //
 // Assign recomputes its target in every round from where tasks run, and
 // the replicas that move shift the loads and the ties that chose it, so a
@@ -18,10 +18,12 @@ import (
 // next keeps the migration on one placement: every round then places the
 // target's caught-up replicas, starts at least one warmup towards the
 // others, and so has one replica fewer to wait on than the round before.
-// Stateless tasks' moves are handed on for a like reason: the final
-// placement, recomputed each round from where tasks run, keeps those that
-// moved where they are, so that it does not send a task that reached its
-// final client away again.
+// Stateless tasks' final clients are handed on for a like reason and one
+// more: computed from where the tasks ran before the event, the final
+// placement leaves each where it started unless balance moves it, while
+// one recomputed each round from where they run would keep the moves the
+// migration made on the way (a task lent to a joining client and handed on
+// to another).
 type Target map[task.ID]TargetReplicas
 
 // TargetReplicas is one task's target.
@@ -73,7 +75,6 @@ func (r *run) assignTarget(prev Target) {
 	if !ok {
 		return
 	}
-	r.readMoved(prev)
 	ns := len(r.sf)
 	aLo, aHi := bounds(ns, r.caps, ns)
 	rLo, rHi := bounds(ns*(1+r.k), r.caps, ns)
@@ -96,6 +97,7 @@ func (r *run) assignTarget(prev Target) {
 			r.addStandby(i, c)
 		}
 	}
+	r.finalsHanded = r.readFinals(prev)
 }
 
 // readTarget returns prev's replicas of each stateful task as client
@@ -142,11 +144,26 @@ func (r *run) readTarget(prev Target) ([][]int, bool) {
 	return holders, true
 }
 
-// readMoved reads which stateless tasks prev marks as moved.
-func (r *run) readMoved(prev Target) {
+// readFinals reads each stateless task's final client from prev, the kept
+// target, and whether it moved in the migration, and reports whether prev
+// names a client of the group for every one.
+func (r *run) readFinals(prev Target) bool {
+	index := make(map[string]int, len(r.clients))
+	for c, cl := range r.clients {
+		index[cl.id] = c
+	}
 	for i, t := range r.sl {
+		c, ok := index[prev[t.id].Active]
+		if !ok {
+			for j := range r.sl {
+				r.sl[j].final, r.sl[j].moved = -1, false
+			}
+			return false
+		}
+		r.sl[i].final = c
 		r.sl[i].moved = prev[t.id].Moved
 	}
+	return true
 }
 
 // targetCounts counts stateful actives and replicas per client in holders,

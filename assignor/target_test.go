@@ -99,11 +99,12 @@ func TestAssignHandsOnATargetOnlyWithAFollowup(t *testing.T) {
 	require.Nil(t, out.Target)
 }
 
-// TestAssignHandsOnWhichStatelessTasksMoved checks that the target marks
-// the stateless tasks that changed owner, and that the next round's final
-// placement keeps those where they run: it sends on a task still on its
-// first client rather than one that moved.
-func TestAssignHandsOnWhichStatelessTasksMoved(t *testing.T) {
+// TestAssignHandsOnTheStatelessFinalPlacement checks that the target names
+// each stateless task's final client, chosen from where the tasks ran
+// before the migration, and that the rounds after head for it: a lends b
+// the stateless tasks it cannot run beside its stateful actives, and the
+// target still gives them back to a, where they end.
+func TestAssignHandsOnTheStatelessFinalPlacement(t *testing.T) {
 	sf, sl := tasks(0, 6), tasks(1, 6)
 	cfg := cfgWith(func(c *Config) { c.MaxWarmups = 1 })
 	in := Input{Tasks: taskMap(sf, sl), Clients: map[string]ClientState{
@@ -112,22 +113,18 @@ func TestAssignHandsOnWhichStatelessTasksMoved(t *testing.T) {
 	}}
 	out := Assign(cfg, in)
 	require.True(t, out.FollowupRebalance)
-	first := owners(out)
-	movedFirst := 0
-	for _, tk := range sl {
-		moved := (first[tk] == "b") != slices.Contains(sl[3:], tk)
-		require.Equal(t, moved, out.Target[tk].Moved, "task %v", tk)
-		if moved {
-			movedFirst++
+	require.Len(t, out.Clients["b"].Active, 6, "b runs six stateless tasks while its stateful actives warm up")
+	for x, tk := range sl {
+		want := "a"
+		if x >= 3 {
+			want = "b"
 		}
+		require.Equal(t, want, out.Target[tk].Active, "final client of %v", tk)
 	}
-	require.Positive(t, movedFirst, "b, without stateful actives yet, takes stateless tasks")
 	in = next(in, out)
 	out = Assign(cfg, in)
 	require.NoError(t, validate(cfg, in, out))
-	for tk, c := range owners(out) {
-		if out.Target[tk].Moved && in.Target[tk].Moved {
-			require.Equal(t, first[tk], c, "task %v moved again", tk)
-		}
+	for _, tk := range sl {
+		require.Equal(t, in.Target[tk].Active, out.Target[tk].Active, "final client of %v handed on", tk)
 	}
 }

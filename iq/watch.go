@@ -151,17 +151,18 @@ type WatchBackend interface {
 // Watch is a live query of one key, or of the keys of a range in one
 // partition. Next is called from one goroutine at a time; Close from any.
 type Watch struct {
-	// The fields Next reads at every wake come first, together: with
-	// thousands of watches each woken once per commit, a reader finds
-	// its watch out of the processor's caches, and each line it touches
-	// costs a miss.
-	f     *feed
-	ended error
+	// The fields Next reads at every wake come first, followed by the
+	// feed's, whose own come first: with thousands of watches each woken
+	// once per commit, a reader finds its watch out of the processor's
+	// caches, and each line it touches costs a miss. Those fields fill
+	// the first two lines of the watch, which its size keeps aligned to
+	// lines (TestWatchHotFieldsFillTwoLines).
+	ended *WatchEndedError
 	last  int64 // position of the last update delivered, or the start
-	// live are the changes Next last took from the feed, the first
-	// liveNext of them delivered; the feed reuses the array.
-	live     []buffered
-	liveNext int
+	// live are the updates Next last took from the feed, the first
+	// liveNext of them delivered. The take reuses their array.
+	live     []*Update
+	liveNext int32
 	// truncated and coalesced mark the next update delivered (see
 	// Update).
 	truncated, coalesced bool
@@ -170,22 +171,19 @@ type Watch struct {
 	waitFirst bool
 	// wakeCtx is the context whose end wakes a waiting Next (wakeOn);
 	// only Next sets it, so that it compares it without wakeMu.
-	wakeCtx   context.Context
-	q         *Querier
-	timestamp bool
-	// host is the instance's endpoint (Backend.Self), which every
-	// update's provenance names.
-	host string
+	wakeCtx context.Context
+	// inline is live's array while a take finds at most two updates, as
+	// it does for a reader that keeps up.
+	inline [2]*Update
+	f      feed
+
+	q *Querier
+	// matched are the updates a range or window watch's take made last
+	// (live points into it), reused by the next.
+	matched []Update
 
 	hub *Hub
 	r   Replica
-
-	// pending are the updates Next delivers before any change taken
-	// from the feed: those read back from the changelog or the current
-	// value, made when the watch started. next is the first of them not
-	// delivered yet.
-	pending []Update
-	next    int
 
 	closeOnce sync.Once
 	// wakeMu guards the registration that wakes a waiting Next when
@@ -193,6 +191,15 @@ type Watch struct {
 	wakeMu   sync.Mutex
 	stopWake func() bool
 	closed   bool
+}
+
+// newWatch makes the watch of the keys its feed follows (see
+// feed.init).
+func newWatch(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *Watch {
+	w := new(Watch)
+	w.f.init(pk, key, rng, opts)
+	w.live = w.inline[:0]
+	return w
 }
 
 // WatchBytes watches a serialized key of a key-value store on the local
@@ -209,7 +216,7 @@ func (q *Querier) WatchBytes(ctx context.Context, store string, key []byte, opts
 	if err != nil {
 		return nil, err
 	}
-	return q.watch(ctx, wb, newFeed(partKey{store, p}, key, nil, opts), opts)
+	return q.watch(ctx, wb, newWatch(partKey{store, p}, key, nil, opts), opts)
 }
 
 // watchable checks that store is of the kind a watch follows, want, and
@@ -239,9 +246,10 @@ func (q *Querier) watchKind(store string, want StoreKind) (StoreLayout, error) {
 	return l, invalidf("store %q is a %s store: watches follow key-value and window stores only", store, l.Kind)
 }
 
-// watch starts the watch of f's keys on the local replica of its
+// watch starts w, made by newWatch, on the local replica of its
 // partition.
-func (q *Querier) watch(ctx context.Context, wb WatchBackend, f *feed, opts WatchOptions) (*Watch, error) {
+func (q *Querier) watch(ctx context.Context, wb WatchBackend, w *Watch, opts WatchOptions) (*Watch, error) {
+	f := &w.f
 	timestamped, err := q.timestamped(f.pk.store)
 	if err != nil {
 		return nil, err
@@ -254,11 +262,12 @@ func (q *Querier) watch(ctx context.Context, wb WatchBackend, f *feed, opts Watc
 	if info.Position < 0 {
 		return nil, fmt.Errorf("%w: store %q partition %d is rebuilding and has no position to watch from", ErrRebalancing, f.pk.store, f.pk.partition)
 	}
-	w := &Watch{q: q, hub: wb.Hub(), f: f, r: r, timestamp: timestamped, host: q.b.Self()}
+	f.host, f.timestamped = q.b.Self(), timestamped
+	w.q, w.hub, w.r = q, wb.Hub(), r
 	// Subscribed before the position is read: a change the subscription
 	// misses is one whose replica position was already past it, so the
 	// read back below covers it.
-	w.hub.subscribe(w.f, r)
+	w.hub.subscribe(f, r)
 	if err := w.start(ctx, wb, opts); err != nil {
 		w.Close()
 		return nil, err
@@ -295,13 +304,15 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) e
 				continue
 			}
 			w.last = after.Position - 1
+			updates := make([]Update, 0, len(current))
 			for _, c := range current {
 				found := c.Value != nil
 				c.Position = w.last
 				u := w.update(c, after)
 				u.Current, u.Deleted = true, !found
-				w.pending = append(w.pending, u)
+				updates = append(updates, u)
 			}
+			w.startWith(updates)
 			return nil
 		}
 	}
@@ -322,10 +333,20 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) e
 	}
 	w.truncated = logStart > w.last+1
 	info := w.r.Info()
+	updates := make([]Update, 0, len(changes))
 	for _, c := range changes {
-		w.pending = append(w.pending, w.update(c, info))
+		updates = append(updates, w.update(c, info))
 	}
+	w.startWith(updates)
 	return nil
+}
+
+// startWith makes updates, made as the watch started, the first that Next
+// delivers, before any it takes from the feed.
+func (w *Watch) startWith(updates []Update) {
+	for i := range updates {
+		w.live = append(w.live, &updates[i])
+	}
 }
 
 // current reads what the replica holds of the watched keys: the key's
@@ -359,14 +380,21 @@ func (w *Watch) current() ([]Change, error) {
 	return out, it.Err()
 }
 
-// update describes a change as delivered from a replica that said info.
-func (w *Watch) update(c Change, info ReplicaInfo) Update {
-	v, ts := splitValue(c.Value, w.timestamp)
-	if !w.timestamp || ts == 0 {
+// updateOf describes a change of partition p as the instance host
+// delivers it from a replica that said info about itself; timestamped is
+// set for a store that keeps each value's timestamp beside it.
+func updateOf(c Change, host string, p int32, info *ReplicaInfo, timestamped bool) Update {
+	v, ts := splitValue(c.Value, timestamped)
+	if !timestamped || ts == 0 {
 		ts = c.Timestamp
 	}
-	u := Update{Key: c.Key, Value: v, Deleted: c.Value == nil, Timestamp: ts, Position: c.Position,
-		Provenance: provenanceOf(w.host, w.f.pk.partition, info)}
+	return Update{Key: c.Key, Value: v, Deleted: c.Value == nil, Timestamp: ts, Position: c.Position,
+		Provenance: provenanceOf(host, p, *info)}
+}
+
+// update describes a change as delivered from a replica that said info.
+func (w *Watch) update(c Change, info ReplicaInfo) Update {
+	u := updateOf(c, w.f.host, w.f.pk.partition, &info, w.f.timestamped)
 	if w.f.win != nil {
 		u.Key, u.Window = []byte(w.f.key), w.f.win.window(c.Key)
 	}
@@ -378,23 +406,23 @@ func (w *Watch) update(c Change, info ReplicaInfo) Update {
 // later call.
 func (w *Watch) Next(ctx context.Context) (Update, error) {
 	for {
-		if w.ended != nil {
-			return Update{}, w.ended
-		}
-		if u, ok := w.nextPending(); ok {
-			return u, nil
-		}
-		// Changes taken from the feed become updates only as they
-		// are delivered, so that a wake writes no array of updates.
-		for w.liveNext < len(w.live) {
-			b := &w.live[w.liveNext]
+		// The updates taken last are delivered on a path of their
+		// own, as short as it can be: a reader woken with an update
+		// finds its stack out of the processor's caches too.
+		for int(w.liveNext) < len(w.live) {
+			u := w.live[w.liveNext]
 			w.liveNext++
-			if b.c.Position <= w.last {
-				continue // read back and delivered live both
+			// A change read back and delivered live both is
+			// delivered once; the current values a watch starts
+			// with are at the position it starts after.
+			if u.Position > w.last || u.Current {
+				return w.deliver(u), nil
 			}
-			return w.deliver(w.update(b.c, *b.info)), nil
 		}
-		if w.waitFirst {
+		// A parked reader waits here rather than in a call of its
+		// own: each collection scans every parked reader's stack,
+		// frame by frame.
+		if w.ended == nil && w.waitFirst {
 			// The feed was taken since the last wake: whatever
 			// reached it since was followed by a poke, so a take
 			// now would most likely find nothing, at the price of
@@ -408,48 +436,67 @@ func (w *Watch) Next(ctx context.Context) (Update, error) {
 			}
 			<-w.f.notify
 		}
-		changes, skipped, slow, failed := w.f.take(w.live)
-		// A failure found with changes still to deliver is returned
-		// by a take after them: its poke is spent.
-		w.live, w.liveNext, w.waitFirst = changes, 0, failed == nil
-		if slow {
-			return Update{}, w.end(ErrWatcherTooSlow)
-		}
-		w.coalesced = w.coalesced || skipped
-		if len(changes) == 0 && failed != nil {
-			var se *StaleError
-			if errors.As(failed, &se) {
-				se.Store, se.Partition, se.Host = w.f.pk.store, w.f.pk.partition, w.q.b.Self()
-			}
-			return Update{}, w.end(failed)
+		if err := w.refill(); err != nil {
+			return Update{}, err
 		}
 	}
 }
 
-// nextPending returns the next of the updates the watch started with,
-// if any is left to deliver.
-func (w *Watch) nextPending() (Update, bool) {
-	for w.next < len(w.pending) {
-		u := w.pending[w.next]
-		w.next++
-		if u.Position <= w.last && !u.Current {
-			continue
-		}
-		if w.next == len(w.pending) {
-			w.pending, w.next = nil, 0
-		}
-		return w.deliver(u), true
+// refill makes what the feed holds the updates Next delivers. It returns
+// why the watch cannot go on.
+func (w *Watch) refill() error {
+	if w.ended != nil {
+		return w.ended
 	}
-	w.pending, w.next = nil, 0
-	return Update{}, false
+	var skipped, slow bool
+	var failed error
+	if w.f.sub != nil {
+		w.live, skipped, slow, failed = w.f.takeUpdates(w.live)
+	} else {
+		skipped, slow, failed = w.takeMatched()
+	}
+	// A failure found with changes still to deliver is returned by a
+	// take after them: its poke is spent.
+	w.liveNext, w.waitFirst = 0, failed == nil
+	if slow {
+		return w.end(ErrWatcherTooSlow)
+	}
+	w.coalesced = w.coalesced || skipped
+	if len(w.live) == 0 && failed != nil {
+		var se *StaleError
+		if errors.As(failed, &se) {
+			se.Store, se.Partition, se.Host = w.f.pk.store, w.f.pk.partition, w.q.b.Self()
+		}
+		return w.end(failed)
+	}
+	return nil
+}
+
+// takeMatched takes the changes of a range or window watch's feed and
+// makes them the updates live points to.
+func (w *Watch) takeMatched() (skipped, slow bool, failed error) {
+	var changes []buffered
+	changes, skipped, slow, failed = w.f.take(w.f.spare)
+	w.matched = w.matched[:0]
+	for _, b := range changes {
+		w.matched = append(w.matched, w.update(b.c, *b.info))
+	}
+	w.f.spare = changes
+	clear(w.live)
+	w.live = w.live[:0]
+	for i := range w.matched {
+		w.live = append(w.live, &w.matched[i])
+	}
+	return skipped, slow, failed
 }
 
 // deliver marks u as the update Next returns.
-func (w *Watch) deliver(u Update) Update {
-	u.Truncated, u.Coalesced = w.truncated, w.coalesced
+func (w *Watch) deliver(u *Update) Update {
+	d := *u
+	d.Truncated, d.Coalesced = w.truncated, w.coalesced
 	w.truncated, w.coalesced = false, false
-	w.last = u.Position
-	return u
+	w.last = d.Position
+	return d
 }
 
 // wakeOn makes the end of ctx wake a waiting Next (through the feed's
@@ -471,7 +518,7 @@ func (w *Watch) wakeOn(ctx context.Context) {
 	w.stopWake = context.AfterFunc(ctx, w.f.poke)
 }
 
-func (w *Watch) end(err error) error {
+func (w *Watch) end(err error) *WatchEndedError {
 	w.ended = &WatchEndedError{Store: w.f.pk.store, Partition: w.f.pk.partition, Host: w.q.b.Self(), Resume: w.last, Err: err}
 	w.Close()
 	return w.ended
@@ -480,7 +527,7 @@ func (w *Watch) end(err error) error {
 // Close ends the watch and frees its subscription.
 func (w *Watch) Close() {
 	w.closeOnce.Do(func() {
-		w.hub.unsubscribe(w.f)
+		w.hub.unsubscribe(&w.f)
 		w.wakeMu.Lock()
 		defer w.wakeMu.Unlock()
 		w.closed = true

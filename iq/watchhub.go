@@ -175,7 +175,7 @@ func (h *Hub) deliver(batches []published) {
 	for _, x := range hits {
 		if x.f != nil {
 			x.f.offer(x.c, &infos[x.info].info)
-		} else if x.s.add(buffered{x.c, &infos[x.info].info}, h.rounds) {
+		} else if x.s.add(x.c, infos[x.info].pk.partition, &infos[x.info].info, h.rounds) {
 			woken = append(woken, x.s)
 		}
 	}
@@ -215,7 +215,7 @@ func (h *Hub) subscribe(f *feed, r Replica) {
 	} else {
 		s := pw.keys[f.key]
 		if s == nil {
-			s = &keySub{}
+			s = newKeySub(f)
 			pw.keys[f.key] = s
 		}
 		s.join(f)
@@ -309,11 +309,12 @@ type buffered struct {
 
 // feed is one watch's place between the writers and its reader: for a
 // key watch, where it stands in the subscription its key's watches share;
-// for a range or window watch, a buffer of its own.
+// for a range or window watch, a buffer of its own. It lives within its
+// Watch.
 type feed struct {
 	// The fields the hub and the reader touch at every change come
-	// first, within one cache line: the feeds of a commit are many and
-	// out of the processor's caches by the next.
+	// first, within one cache line (the watch's second): the feeds of a
+	// commit are many and out of the processor's caches by the next.
 
 	// sub is the subscription a key watch shares, set when it
 	// subscribes; next is the sequence number of the first change of
@@ -343,9 +344,16 @@ type feed struct {
 	rng   *KeyRange
 	key   string
 	bound Staleness
+	// host and timestamped are how the watch describes its updates (see
+	// updateOf), for the sub of a key watch to make them.
+	host        string
+	timestamped bool
 
 	mu  sync.Mutex
 	buf []buffered
+	// spare is the array of the changes the reader of a range or window
+	// watch took last, for the next take to reuse.
+	spare []buffered
 }
 
 // matched reports whether the feed's changes are found by matching every
@@ -360,12 +368,15 @@ func (f *feed) holds(k []byte) bool {
 	return f.rng.Contains(k)
 }
 
-func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
-	limit := opts.Buffer
-	if limit <= 0 {
-		limit = DefaultWatchBuffer
+// init makes f the feed of a watch of key, or of the keys of rng, in
+// partition pk.
+func (f *feed) init(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) {
+	f.limit = opts.Buffer
+	if f.limit <= 0 {
+		f.limit = DefaultWatchBuffer
 	}
-	return &feed{pk: pk, key: string(key), rng: rng, limit: limit, coalesce: opts.Coalesce, bound: opts.Staleness, notify: make(chan struct{}, 1)}
+	f.pk, f.key, f.rng, f.coalesce, f.bound = pk, string(key), rng, opts.Coalesce, opts.Staleness
+	f.notify = make(chan struct{}, 1)
 }
 
 func (f *feed) failWith(err error) {
@@ -433,14 +444,20 @@ func latestPerKey(buf []buffered) []buffered {
 	return buf[:n]
 }
 
-// take empties the buffer. The reader hands back spare, the changes it
-// took last and no longer needs, for the buffer to reuse.
+// takeUpdates hands a key watch what it has not read of its key's
+// subscription. The reader hands back spare, the updates it took last and
+// no longer needs, for the read to reuse.
+func (f *feed) takeUpdates(spare []*Update) (updates []*Update, skipped, slow bool, failed error) {
+	clear(spare)
+	updates, skipped, slow = f.sub.read(f, spare)
+	return updates, skipped, slow, f.failure()
+}
+
+// take empties the buffer of a range or window watch. The reader hands
+// back spare, the changes it took last and no longer needs, for the
+// buffer to reuse.
 func (f *feed) take(spare []buffered) (changes []buffered, skipped, slow bool, failed error) {
 	clear(spare)
-	if f.sub != nil {
-		changes, skipped, slow = f.sub.read(f, spare)
-		return changes, skipped, slow, f.failure()
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	changes, skipped, slow, failed = f.buf, f.skipped, f.slow, f.failure()

@@ -30,18 +30,18 @@ func BenchmarkHubWriterCost(b *testing.B) {
 				h.subscribe(f, r)
 				defer h.unsubscribe(f)
 				readers.Go(func() {
-					var spare []buffered
+					var spare []*Update
 					for {
 						select {
 						case <-stop:
 							return
 						case <-f.notify:
 						}
-						changes, _, _, _ := f.take(spare)
-						for range changes {
+						updates, _, _, _ := f.takeUpdates(spare)
+						for range updates {
 							got.Done()
 						}
-						spare = changes
+						spare = updates
 					}
 				})
 			}

@@ -186,5 +186,5 @@ func (q *Querier) WatchRangeBytes(ctx context.Context, store string, partition i
 		return nil, fmt.Errorf("%w: store %q has %d partitions, asked for %d", ErrUnknownPartition, store, n, partition)
 	}
 	rng = KeyRange{From: bytes.Clone(rng.From), To: bytes.Clone(rng.To), Prefix: bytes.Clone(rng.Prefix)}
-	return q.watch(ctx, wb, newFeed(partKey{store, partition}, nil, &rng, opts), opts)
+	return q.watch(ctx, wb, newWatch(partKey{store, partition}, nil, &rng, opts), opts)
 }

@@ -72,12 +72,29 @@ func TestRangeResumeToken(t *testing.T) {
 
 // feedKeys drains a feed and returns its changes as key@position.
 func feedKeys(f *feed) []string {
-	changes, _, _, _ := f.take(nil)
+	updates, _, _ := takeAll(f)
 	var out []string
-	for _, b := range changes {
-		out = append(out, string(b.c.Key)+"@"+strconv.FormatInt(b.c.Position, 10))
+	for _, u := range updates {
+		out = append(out, string(u.Key)+"@"+strconv.FormatInt(u.Position, 10))
 	}
 	return out
+}
+
+// takeAll takes what a feed of any kind holds, as updates of their
+// changelog keys.
+func takeAll(f *feed) (updates []Update, skipped, slow bool) {
+	if f.sub != nil {
+		taken, skipped, slow, _ := f.takeUpdates(nil)
+		for _, u := range taken {
+			updates = append(updates, *u)
+		}
+		return updates, skipped, slow
+	}
+	changes, skipped, slow, _ := f.take(nil)
+	for _, b := range changes {
+		updates = append(updates, updateOf(b.c, f.host, f.pk.partition, b.info, f.timestamped))
+	}
+	return updates, skipped, slow
 }
 
 // A hub hands each change of a partition to the range and prefix watches
@@ -166,11 +183,11 @@ func TestHubPublishQueuesInOrder(t *testing.T) {
 		var got []int64
 		deadline := time.After(10 * time.Second)
 		for len(got) < n {
-			changes, _, slow, _ := f.take(nil)
+			updates, _, slow := takeAll(f)
 			require.False(t, slow)
-			for _, b := range changes {
-				require.Equal(t, RoleStandby, b.info.Role)
-				got = append(got, b.c.Position)
+			for _, u := range updates {
+				require.Equal(t, RoleStandby, u.Provenance.Role)
+				got = append(got, u.Position)
 			}
 			if len(got) < n {
 				select {

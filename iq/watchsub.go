@@ -7,17 +7,19 @@ import (
 
 // keySub is the subscription the key watches of one key of one partition
 // share. The hub appends each change of the key to it once, however many
-// watches follow the key, and pokes each watch once per round; each watch
-// then reads from the shared log at its own pace, from where it last
-// stopped (feed.next), and a reader that falls further behind than its
-// buffer is coalesced or ended when it reads again, as with a buffer of
-// its own.
+// watches follow the key, as the update every one of them delivers, and
+// pokes each watch once per round; each watch then reads from the shared
+// log at its own pace, from where it last stopped (feed.next), and a
+// reader that falls further behind than its buffer is coalesced or ended
+// when it reads again, as with a buffer of its own.
 type keySub struct {
 	mu sync.Mutex
-	// log[head:] are the changes some watch may still read, oldest
+	// log[head:] are the updates some watch may still read, oldest
 	// first; the one at log[head] has sequence number first. Sequence
-	// numbers count the changes appended since the sub was made.
-	log   []buffered
+	// numbers count the updates appended since the sub was made. An
+	// update is shared by the watches reading it and never changed: each
+	// delivers a copy.
+	log   []*Update
 	head  int
 	first uint64
 	// feeds are the watches sharing the sub. The slice is replaced,
@@ -29,6 +31,16 @@ type keySub struct {
 	// round is the hub round that last appended (Hub.deliver), so that
 	// the round wakes each sub once.
 	round uint64
+	// host and timestamped describe the updates as the sub's watches
+	// deliver them (see updateOf); they hold for every watch of a key
+	// of the instance's hub, so the first one's are taken.
+	host        string
+	timestamped bool
+}
+
+// newKeySub makes the sub of f's key.
+func newKeySub(f *feed) *keySub {
+	return &keySub{host: f.host, timestamped: f.timestamped}
 }
 
 // end is the sequence number the next change appended will have. Called
@@ -51,12 +63,17 @@ func (s *keySub) leave(f *feed) int {
 	return len(s.feeds)
 }
 
-// add appends a change for the sub's watches and reports whether it is
-// the first of round, whose end pokes the readers (pokeReaders).
-func (s *keySub) add(b buffered, round uint64) bool {
+// add appends a change of partition p for the sub's watches, as the
+// replica described itself in info, and reports whether it is the first
+// of round, whose end pokes the readers (pokeReaders). The update is made
+// here, once for all the watches, rather than by each reader at each
+// wake.
+func (s *keySub) add(c Change, p int32, info *ReplicaInfo, round uint64) bool {
+	u := new(Update)
+	*u = updateOf(c, s.host, p, info, s.timestamped)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.log = append(s.log, b)
+	s.log = append(s.log, u)
 	if len(s.log)-s.head >= trimAt {
 		s.trim()
 	}
@@ -116,10 +133,10 @@ func (s *keySub) pokeReaders() {
 	}
 }
 
-// read hands f what it has not read yet, copied into spare: every change
+// read hands f what it has not read yet, copied into spare: every update
 // while it is within its buffer, else the latest one (skipped set) when it
 // coalesces, else nothing and slow, for good.
-func (s *keySub) read(f *feed, spare []buffered) (changes []buffered, skipped, slow bool) {
+func (s *keySub) read(f *feed, spare []*Update) (updates []*Update, skipped, slow bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f.slow {

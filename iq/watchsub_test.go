@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -40,18 +41,18 @@ func TestKeyWatchesShareOneSubscription(t *testing.T) {
 	}
 	require.Equal(t, []string{"a@12"}, feedKeys(reader))
 
-	_, skipped, slow, _ := coalescing.take(nil)
+	_, skipped, slow := takeAll(coalescing)
 	require.True(t, skipped, "three behind a buffer of two")
 	require.False(t, slow)
 	publish(13, 1)
-	changes, skipped, _, _ := coalescing.take(nil)
+	updates, skipped, _ := takeAll(coalescing)
 	require.False(t, skipped)
-	require.Len(t, changes, 1)
-	require.Equal(t, int64(13), changes[0].c.Position)
+	require.Len(t, updates, 1)
+	require.Equal(t, int64(13), updates[0].Position)
 
-	_, _, slow, _ = stalled.take(nil)
+	_, _, slow = takeAll(stalled)
 	require.True(t, slow)
-	_, _, slow, _ = stalled.take(nil)
+	_, _, slow = takeAll(stalled)
 	require.True(t, slow, "a watch too slow stays so")
 	require.Equal(t, []string{"a@13"}, feedKeys(reader))
 
@@ -65,6 +66,37 @@ func TestKeyWatchesShareOneSubscription(t *testing.T) {
 	s.trim()
 	s.mu.Unlock()
 	require.LessOrEqual(t, len(s.log)-s.head, 2)
+}
+
+// The hub makes each change of a key the update its watches deliver once:
+// the watches of the key take the same one, which describes the replica
+// as it was when the change was published.
+func TestKeyWatchesTakeOneUpdate(t *testing.T) {
+	var h Hub
+	r := &fakeReplica{info: ReplicaInfo{Store: "s", Partition: 2, Role: RoleStandby, Position: 101, Lag: 3}}
+	pk := partKey{"s", 2}
+	a := newFeed(pk, []byte("k"), nil, WatchOptions{})
+	b := newFeed(pk, []byte("k"), nil, WatchOptions{})
+	for _, f := range []*feed{a, b} {
+		f.host = "h:1"
+		h.subscribe(f, r)
+		defer h.unsubscribe(f)
+	}
+	h.deliver([]published{{pk, []Change{{Key: []byte("k"), Value: []byte("v"), Timestamp: 7, Position: 100}}}})
+	r.set(func(i *ReplicaInfo) { i.Lag = 9 })
+	fromA, _, _, _ := a.takeUpdates(nil)
+	fromB, _, _, _ := b.takeUpdates(nil)
+	require.Len(t, fromA, 1)
+	require.Len(t, fromB, 1)
+	require.Same(t, fromA[0], fromB[0], "one update for both watches")
+	u := fromA[0]
+	require.Equal(t, "v", string(u.Value))
+	require.Equal(t, int64(7), u.Timestamp)
+	require.Equal(t, int64(100), u.Position)
+	require.Equal(t, "h:1", u.Provenance.Host)
+	require.Equal(t, int32(2), u.Provenance.Partition)
+	require.Equal(t, RoleStandby, u.Provenance.Role)
+	require.Equal(t, int64(3), u.Provenance.Lag, "the replica as it was at the change")
 }
 
 // A Next waiting for a change returns when its context ends, and a later
@@ -146,4 +178,24 @@ func TestWatchEndsAfterTheChangesTakenWithItsFailure(t *testing.T) {
 	require.ErrorAs(t, err, &ended)
 	require.ErrorIs(t, err, ErrNotHostedHere)
 	require.Equal(t, int64(101), ended.Resume)
+}
+
+// newFeed makes a feed standing alone, for the hub's tests.
+func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
+	f := new(feed)
+	f.init(pk, key, rng, opts)
+	return f
+}
+
+// The fields a woken reader touches, its watch's and its feed's, fill the
+// first two 64-byte lines of the watch, and the watch's size is one the
+// allocator hands out whole, without a header, at a multiple of 64 bytes
+// from a page: a reader's wake then costs two misses on its own state.
+// A field added to Watch or feed shows here, to be placed, and the watch
+// padded to the next such size if need be.
+func TestWatchHotFieldsFillTwoLines(t *testing.T) {
+	var w Watch
+	hotEnd := unsafe.Offsetof(w.f) + unsafe.Offsetof(w.f.skipped) + unsafe.Sizeof(w.f.skipped)
+	require.LessOrEqual(t, hotEnd, uintptr(128), "the hot fields end within two lines")
+	require.Contains(t, []uintptr{256, 320, 384, 448, 512}, unsafe.Sizeof(w), "a watch's size is a line-aligned allocation class")
 }

@@ -105,9 +105,9 @@ func (q *Querier) WatchWindowBytes(ctx context.Context, store string, key []byte
 	if err != nil {
 		return nil, err
 	}
-	f := newFeed(partKey{store, p}, key, nil, opts)
-	f.win = newWindowSel(key, from, to, l.Window)
-	return q.watch(ctx, wb, f, opts)
+	w := newWatch(partKey{store, p}, key, nil, opts)
+	w.f.win = newWindowSel(key, from, to, l.Window)
+	return q.watch(ctx, wb, w, opts)
 }
 
 // windowWatchPath is the request of a window watch from position from.

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"sync"
-	"time"
 
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/statestore"
@@ -19,7 +18,7 @@ import (
 // thread.openAhead) before building the tasks, scanDisk keeps the stores
 // it opened (hold), and openStore takes the store from here when it is
 // held (take). What no task takes is closed once every thread has its
-// assignment (registry.releaseAhead), before a task directory is deleted
+// assignment (instancecore.ActReleaseAhead), before a task directory is deleted
 // (registry.removeDir), and when the App stops.
 //
 // Only stores of no window layout are held: opening a window store may
@@ -149,43 +148,9 @@ func (p *aheadStores) close() {
 	}
 }
 
-// releaseAhead closes the stores opened ahead for tasks that no thread's
-// assignment holds, once every thread has its assignment (until then, a
-// thread still to hear may be given any task), and records their
-// directories as left on disk.
-func (r *registry) releaseAhead() {
-	r.mu.Lock()
-	if len(r.current) < r.app.cfg.NumStreamThreads {
-		r.mu.Unlock()
-		return
-	}
-	wanted := make(map[task.ID]bool)
-	for _, info := range r.shares {
-		for _, ids := range [][]task.ID{info.Active, info.Standby, info.Warmup} {
-			for _, id := range ids {
-				wanted[id] = true
-			}
-		}
-	}
-	r.mu.Unlock()
-	closed := r.app.ahead.release(func(id task.ID) bool { return wanted[id] })
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, id := range closed {
-		_, held := r.reps[id]
-		_, moving := r.moving[id]
-		_, known := r.onDisk[id]
-		if !held && !moving && !known {
-			// Opened ahead for an assignment that moved on before the
-			// task started: empty, so no position.
-			r.onDisk[id] = diskState{positions: map[string]int64{}, since: time.Now()}
-		}
-	}
-}
-
 // removeDir deletes a task's stores and directory, closing first the
-// stores opened ahead for it. The caller has marked the task moving, so
-// nothing opens it meanwhile.
+// stores opened ahead for it. The core holds the task as being deleted
+// (ActDelete), so nothing opens it meanwhile.
 func (r *registry) removeDir(id task.ID) error {
 	r.app.ahead.release(func(x task.ID) bool { return x != id })
 	return r.app.removeTaskState(id)
@@ -201,10 +166,7 @@ func (th *thread) openAhead(ids []task.ID) {
 	infos := make(map[aheadKey]topology.StoreInfo)
 	r.mu.Lock()
 	for _, id := range ids {
-		_, held := r.reps[id]
-		_, moving := r.moving[id]
-		_, onDisk := r.onDisk[id]
-		if own := th.task(id) != nil; own || held || moving || onDisk || id.SubTopology >= len(subs) {
+		if own := th.task(id) != nil; own || r.core.Holds(id) || id.SubTopology >= len(subs) {
 			continue
 		}
 		for _, info := range subs[id.SubTopology].Stores {

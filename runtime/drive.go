@@ -113,7 +113,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		th.revokedTasks.Add(int64(len(a.Tasks)))
 		for _, t := range released(a) {
 			th.rest.unregister(t)
-			th.app.registry.park(t)
+			th.app.registry.park(th, t)
 		}
 	case threadcore.ActClose:
 		th.closeTasks(released(a), a.Clean)

@@ -138,7 +138,7 @@ func TestStandbyGivenAwayStopsAnsweringBeforeItCloses(t *testing.T) {
 	_, ok := standbyInfo(app)
 	require.False(t, ok, "a standby the group gave away still answers as one")
 	app.registry.mu.Lock()
-	_, open := app.registry.reps[task00]
+	_, open := app.registry.core.Replica(task00)
 	app.registry.mu.Unlock()
 	require.True(t, open, "the replica is closed only once the thread takes the assignment in")
 
@@ -161,10 +161,11 @@ func TestRestoringActiveGivenAwayStopsAnswering(t *testing.T) {
 	th.rest, err = newRestorer(app, th.log)
 	require.NoError(t, err)
 	t.Cleanup(th.rest.close)
+	stores, held := app.registry.claimActive(th, task00)
+	require.False(t, held, "promote the standby")
+	require.NotEmpty(t, stores)
 	app.registry.mu.Lock()
-	rep := app.registry.reps[task00]
-	require.True(t, app.registry.moveLocked(rep, task.Restoring), "promote the standby")
-	rep.owner = th
+	require.Equal(t, task.Restoring, app.registry.stateLocked(task00))
 	app.registry.mu.Unlock()
 	app.assignmentReceived(th, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	info, ok := standbyInfo(app)

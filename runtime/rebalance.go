@@ -55,7 +55,6 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, _ map[string][]in
 func (th *thread) takeShare() {
 	info := th.assignment
 	th.app.registry.setShare(th.idx, *info)
-	th.app.registry.releaseAhead()
 	th.app.metrics.rebalances.Inc()
 	th.assignments.Add(1)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
@@ -209,5 +208,5 @@ func (th *thread) closeTasks(ts []*taskrun.Active, clean bool) {
 	for _, t := range ts {
 		th.rest.unregister(t)
 	}
-	forStores(len(ts), func(i int) { th.app.registry.closeActive(ts[i], clean) })
+	forStores(len(ts), func(i int) { th.app.registry.closeActive(th, ts[i], clean) })
 }

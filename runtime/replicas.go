@@ -14,6 +14,7 @@ import (
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/groupproto"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
@@ -42,15 +43,13 @@ func edgeRoles(s task.State) (groupproto.TaskRole, iq.Role) {
 	}
 }
 
-// replica is one task's state held open by this instance.
+// replica is what the registry keeps, beside the core's record of its
+// state (instancecore.Replica), of one task's replica: its open stores and
+// the figures queries report.
 type replica struct {
-	id task.ID
-	// life is the replica's state; it changes only under the registry's
-	// mu, through moveLocked.
-	life    taskrun.Lifecycle
+	id      task.ID
 	stores  []*taskrun.StoreHandle
 	standby *taskrun.Standby // Standby, Warmup
-	owner   *thread          // Created (claimed), Restoring, Running
 	// caughtUp is when the replica was last known to have no lag.
 	caughtUp time.Time
 	// opened is when this instance opened the replica's stores (for a
@@ -66,21 +65,10 @@ type replica struct {
 	// standby's end stays as trustworthy as it was until its restoration
 	// lists the end again. Zero when ends were not confirmed.
 	endsConfirmed time.Time
-}
-
-func (rep *replica) state() task.State { return rep.life.State() }
-
-// newReplica starts the record of a replica whose stores are about to be
-// opened here.
-func (r *registry) newReplica(id task.ID) *replica {
-	return &replica{id: id, life: taskrun.NewLifecycle(id, r.app.transitionObserver("replica"))}
-}
-
-// moveLocked moves a replica to another state. A move the transition
-// table forbids is a bug: it is logged and refused, the replica keeping
-// its state.
-func (r *registry) moveLocked(rep *replica, to task.State) bool {
-	return rep.life.To(to) == nil
+	// positions are the changelog positions of the replica's stores when
+	// they began to open or close, reported in the subscription while
+	// that I/O is in flight.
+	positions map[string]int64
 }
 
 // transitionObserver returns the observer of the lifecycles of one kind:
@@ -98,21 +86,6 @@ func (a *App) transitionObserver(kind string) taskrun.Observer {
 	}
 }
 
-// move is a task whose stores or directory are being opened, closed or
-// deleted outside the registry's lock.
-type move struct {
-	// positions are the changelog positions of the task's stores when the
-	// move began, reported in the subscription meanwhile.
-	positions map[string]int64
-	// deleting is set while the task's directory is deleted: the
-	// instance holds its state no more.
-	deleting bool
-	// adopting is set while a standby or warmup adopts a parked
-	// replica's open stores: the replica stays in reps, Parked, so that
-	// queries keep reading it until it follows its changelogs.
-	adopting bool
-}
-
 // diskState is a task directory left on disk by a task no longer held.
 type diskState struct {
 	positions map[string]int64 // changelog topic → position
@@ -122,22 +95,20 @@ type diskState struct {
 // registry is the instance's record of every task whose state it holds:
 // actives (owned by stream threads), standbys (followed by the registry's
 // own changelog reader), parked stores between a revocation and the next
-// assignment, and directories left on disk. It is the one place that
-// decides when stores open and close, so that state moving between roles —
-// a standby promoted, an active demoted, a task moving between threads —
-// keeps its open stores and never rereads what it has. Each replica's
-// state (task.State) changes only under mu, along the transition table
-// (moveLocked).
+// assignment, and directories left on disk. It drives the instance's core
+// (instancecore), which decides when stores open and close, so that state
+// moving between roles — a standby promoted, an active demoted, a task
+// moving between threads — keeps its open stores and never rereads what it
+// has. The registry steps the core under mu with what the threads and its
+// own goroutines report, carries out the actions a step returns with mu
+// released, and steps the core with each outcome (replicas_drive.go).
 //
 // Queries, metrics and the subscription read the registry under mu, which
-// is never held while a store opens, closes or waits for a write: the
-// registry decides under mu (planReconcile for the standbys and parked
-// stores, claimActive and closeActive for the threads' tasks), marks the
-// tasks concerned as moving, does the I/O without mu, then publishes the
-// outcome under mu. A replica moving is not listed, so a query finds it
-// absent rather than waiting for it — except a parked replica being adopted
-// as a standby or warmup, whose stores stay open throughout: it stays
-// listed, parked, until it follows its changelogs.
+// is never held while a store opens, closes or waits for a write. A
+// replica whose stores are being opened, closed or deleted is not listed,
+// so a query finds it absent rather than waiting for it — except a parked
+// replica being adopted as a standby or warmup, whose stores stay open
+// throughout: it stays listed, parked, until it follows its changelogs.
 type registry struct {
 	app      *App
 	log      *slog.Logger
@@ -147,35 +118,20 @@ type registry struct {
 
 	// mu guards what follows. Queries and metrics take it, so it is never
 	// held across store I/O.
-	mu     sync.Mutex
-	reps   map[task.ID]*replica
-	shares map[int]groupproto.AssignmentInfo // latest assignment of each thread
-	// current holds the threads whose share is an assignment received
-	// since their last revocation or loss. Threads learn a new assignment
-	// one at a time; until every one has, a thread still to hear may be
-	// about to claim any replica, so none is closed.
-	current map[int]bool
-	// synced holds, for each thread, the tasks the assignment of its
-	// latest answered SyncGroup names (active, standby or warmup),
-	// recorded at once, without waiting for the thread: queries stop
-	// treating a replica (but a running active) as one as soon as every
-	// thread has heard that none of them keeps it, though closing it waits
-	// for the thread and the reconciliation (see servableLocked).
-	synced map[int]map[task.ID]bool
-	// moving holds the tasks whose stores are being opened or closed
-	// outside mu. They are in neither reps nor onDisk (but for a parked
-	// replica being adopted, which stays in reps: move.adopting): queries
-	// do not see them, plans leave them alone, and a thread claiming one
-	// waits until the move is over, so no directory is ever opened twice.
-	moving map[task.ID]move
-	// reconciling is set while a reconciliation runs; stale, when the
-	// threads' assignments changed since it planned.
-	reconciling, stale bool
-	// moved is signalled, under mu, whenever a task leaves moving or a
-	// reconciliation ends.
-	moved  *sync.Cond
-	onDisk map[task.ID]diskState
-	closed bool
+	mu   sync.Mutex
+	core *instancecore.Core
+	// reps holds the stores and figures of each replica the core records.
+	reps map[task.ID]*replica
+	// disk holds the positions of each directory the core records as left
+	// on disk, and since when.
+	disk map[task.ID]diskState
+	// threads are the stream threads that claimed tasks, by index: the
+	// owner of an active, as the core names it, restores it and vouches
+	// for its group membership.
+	threads map[int]*thread
+	// quiet is signalled, under mu, whenever an outcome is stepped, for
+	// a pause or a close waiting for the core to be quiet.
+	quiet *sync.Cond
 }
 
 func newRegistry(a *App) (*registry, error) {
@@ -190,17 +146,17 @@ func newRegistry(a *App) (*registry, error) {
 	r.cancel = cancel
 	r.exited = make(chan struct{})
 	r.reps = make(map[task.ID]*replica)
-	r.shares = make(map[int]groupproto.AssignmentInfo)
-	r.current = make(map[int]bool)
-	r.synced = make(map[int]map[task.ID]bool)
-	r.moving = make(map[task.ID]move)
-	r.onDisk = make(map[task.ID]diskState)
-	r.moved = sync.NewCond(&r.mu)
+	r.disk = make(map[task.ID]diskState)
+	r.threads = make(map[int]*thread)
+	r.quiet = sync.NewCond(&r.mu)
 	if err := r.scanDisk(); err != nil {
 		cancel()
 		rd.Close()
 		return nil, err
 	}
+	r.core = instancecore.New(a.cfg.NumStreamThreads, slices.Collect(maps.Keys(r.disk)))
+	observe := a.transitionObserver("replica")
+	r.core.OnMove = func(id task.ID, from, to task.State) { observe(id, from, to, nil) }
 	go r.follow(ctx)
 	go r.janitor(ctx)
 	return r, nil
@@ -252,128 +208,87 @@ func positions(stores []*taskrun.StoreHandle) map[string]int64 {
 }
 
 // subscription is the part of the member's subscription that describes the
-// state this instance holds.
+// state this instance holds: each replica in its role, a task whose stores
+// are opening or closing with the positions they had, and the directories
+// left on disk.
 func (r *registry) subscription() []groupproto.TaskOffsets {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []groupproto.TaskOffsets
-	for id, rep := range r.reps {
-		role, _ := edgeRoles(rep.state())
-		out = append(out, groupproto.TaskOffsets{Task: id, Role: role, Positions: positions(rep.stores)})
+	for _, id := range r.core.Tasks() {
+		c, _ := r.core.Replica(id)
+		rep := r.reps[id]
+		switch c.Work {
+		case instancecore.Idle, instancecore.Adopting:
+			role, _ := edgeRoles(c.State)
+			out = append(out, groupproto.TaskOffsets{Task: id, Role: role, Positions: positions(rep.stores)})
+		case instancecore.Opening, instancecore.Closing:
+			pos := maps.Clone(rep.positions)
+			if pos == nil {
+				pos = make(map[string]int64)
+			}
+			out = append(out, groupproto.TaskOffsets{Task: id, Role: groupproto.RoleNone, Positions: pos})
+		}
 	}
-	for id, d := range r.onDisk {
-		if _, open := r.reps[id]; !open {
+	for id, d := range r.disk {
+		if r.core.OnDisk(id) {
 			out = append(out, groupproto.TaskOffsets{Task: id, Role: groupproto.RoleNone, Positions: maps.Clone(d.positions)})
 		}
-	}
-	// A task whose stores are opening or closing is here either way.
-	for id, m := range r.moving {
-		if m.deleting || m.adopting {
-			continue
-		}
-		pos := maps.Clone(m.positions)
-		if pos == nil {
-			pos = make(map[string]int64)
-		}
-		out = append(out, groupproto.TaskOffsets{Task: id, Role: groupproto.RoleNone, Positions: pos})
 	}
 	slices.SortFunc(out, func(a, b groupproto.TaskOffsets) int { return a.Task.Compare(b.Task) })
 	return out
 }
 
-// setShare records a thread's new assignment and brings the standbys in
-// line with what the threads' assignments want.
+// setShare records a thread's new assignment and brings the standbys and
+// parked stores in line with what the threads' assignments want.
 func (r *registry) setShare(idx int, info groupproto.AssignmentInfo) {
 	r.mu.Lock()
-	r.shares[idx] = info
-	r.current[idx] = true
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvShare, Thread: idx, Share: shareOf(info)}, nil)
 	r.mu.Unlock()
-	r.reconcile()
+	r.carry(acts)
+}
+
+// shareOf is the part of an assignment the core reads.
+func shareOf(info groupproto.AssignmentInfo) instancecore.Share {
+	return instancecore.Share{Active: info.Active, Standby: info.Standby, Warmup: info.Warmup}
 }
 
 // received records the assignment a thread's SyncGroup just answered with,
-// before the thread takes it in (setShare), which may wait for a commit.
+// before the thread takes it in (setShare), which may wait for a commit:
+// queries stop treating a replica (but a running active) as one as soon as
+// every thread has heard that none of them keeps it, though closing it
+// waits for the thread (instancecore.Core.Servable).
 func (r *registry) received(idx int, info groupproto.AssignmentInfo) {
-	named := make(map[task.ID]bool, len(info.Active)+len(info.Standby)+len(info.Warmup))
-	for _, ids := range [][]task.ID{info.Active, info.Standby, info.Warmup} {
-		for _, id := range ids {
-			named[id] = true
-		}
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.synced[idx] = named
-}
-
-// servableLocked reports whether queries may read rep. A replica no
-// thread's latest assignment names is no longer one: the group has given
-// its role away, and it is only waiting to be closed or parked. A running
-// active is the exception: it stays its partition's one writer until its
-// thread has committed and revoked it, and answers as such until then.
-func (r *registry) servableLocked(rep *replica) bool {
-	if rep.state() == task.Running || len(r.synced) < r.app.cfg.NumStreamThreads {
-		return true
-	}
-	for _, named := range r.synced {
-		if named[rep.id] {
-			return true
-		}
-	}
-	return false
+	r.stepLocked(instancecore.Event{Kind: instancecore.EvReceived, Thread: idx, Share: shareOf(info)}, nil)
 }
 
 // revoked records that a thread gave up its assignment (revoked or lost)
 // and will learn a new one.
 func (r *registry) revoked(idx int) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.current, idx)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRevoked, Thread: idx}, nil)
+	r.mu.Unlock()
+	r.carry(acts)
 }
 
-// close stops following and closes every standby, warmup and parked replica, once
-// the reconciliation and the moves under way are over. Threads must have
-// closed their actives first.
+// close closes every standby, warmup and parked replica once the I/O under
+// way is over, then stops following. Threads must have closed their
+// actives first.
 func (r *registry) close() {
 	r.mu.Lock()
-	if r.closed {
+	if r.core.Mode() == instancecore.ModeClosing {
 		r.mu.Unlock()
 		return
 	}
-	r.closed = true
-	for r.reconciling || len(r.moving) > 0 {
-		r.moved.Wait()
-	}
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClose}, nil)
 	r.mu.Unlock()
+	r.carry(acts)
+	r.awaitQuiet()
 	r.cancel()
 	r.follower.Close()
 	<-r.exited
-	r.mu.Lock()
-	closing := r.takeIdleLocked()
-	r.mu.Unlock()
-	forStores(len(closing), func(i int) {
-		if rep := closing[i]; rep.standby != nil {
-			rep.standby.Close()
-		} else {
-			for _, h := range rep.stores {
-				h.Inner.Close()
-			}
-		}
-	})
-}
-
-// takeIdleLocked takes out of the registry, Closed, every replica no
-// thread owns (standbys, warmups, parked stores), for the caller to close
-// their stores.
-func (r *registry) takeIdleLocked() []*replica {
-	var out []*replica
-	for id, rep := range r.reps {
-		if st := rep.state(); st.Following() || st == task.Parked {
-			r.moveLocked(rep, task.Closed)
-			delete(r.reps, id)
-			out = append(out, rep)
-		}
-	}
-	return out
 }
 
 // instanceShare is the union of every thread's latest share of the
@@ -381,7 +296,8 @@ func (r *registry) takeIdleLocked() []*replica {
 func (r *registry) instanceShare() (active, standby, warmup []task.ID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, sh := range r.shares {
+	for th := range r.app.cfg.NumStreamThreads {
+		sh, _ := r.core.Share(th)
 		active = append(active, sh.Active...)
 		standby = append(standby, sh.Standby...)
 		warmup = append(warmup, sh.Warmup...)

@@ -3,109 +3,122 @@ package runtime
 // The registry's side of the threads' active tasks: claimed, started, parked between threads and closed.
 
 import (
+	"slices"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/task"
 )
 
-// park takes the stores of an active task that was just revoked (and
-// committed), demoting it: they stay open, Parked, until the next
-// assignment says where the task goes. A task that cannot be demoted is
-// closed instead.
-func (r *registry) park(t *taskrun.Active) {
+// park releases an active task that was just revoked (and committed),
+// demoting it: its stores stay open, Parked, until the next assignment says
+// where the task goes. The core closes a task that cannot be demoted.
+func (r *registry) park(th *thread, t *taskrun.Active) {
 	stores, err := t.Demote()
 	if err != nil {
 		r.log.Warn("demote task", "task", t.ID(), "err", err)
-		if stores == nil {
-			r.closeActive(t, false)
-			return
-		}
 	}
+	id := t.ID()
+	var answer instancecore.ActionKind
+	answered := false
 	r.mu.Lock()
-	rep, ok := r.reps[t.ID()]
-	ran := ok && rep.state() == task.Running
-	if ok && r.moveLocked(rep, task.Parked) {
-		rep.stores, rep.owner, rep.standby = stores, nil, nil
-		rep.opened, rep.caughtUp = time.Now(), time.Time{}
-		rep.ends, rep.endsConfirmed = nil, time.Time{}
-		if ran {
-			// A running task was its changelogs' only writer, and
-			// committed before it was parked: it stands at their ends.
-			// One still restoring stands wherever its restoration got.
-			rep.ends = positions(stores)
-		}
-		r.mu.Unlock()
-		return
-	}
+	ran := r.stateLocked(id) == task.Running
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRelease, Thread: th.idx, Task: id, Committed: true, Demoted: stores != nil},
+		func(a instancecore.Action) {
+			if a.Task != id {
+				return
+			}
+			answer, answered = a.Kind, true
+			if a.Kind != instancecore.ActPark {
+				return
+			}
+			rep := r.reps[id]
+			rep.stores, rep.standby = stores, nil
+			rep.opened, rep.caughtUp = time.Now(), time.Time{}
+			rep.ends, rep.endsConfirmed = nil, time.Time{}
+			if ran {
+				// A running task was its changelogs' only writer, and
+				// committed before it was parked: it stands at their
+				// ends. One still restoring stands wherever its
+				// restoration got.
+				rep.ends = positions(stores)
+			}
+		})
 	r.mu.Unlock()
-	// A thread parks only tasks it started, which the registry records
-	// as restoring or running: anything else is a bug (logged by the
-	// refused transition). The stores are not kept.
-	r.log.Error("cannot park task; closing its stores", "task", t.ID(), "recorded", ok)
-	for _, h := range stores {
-		if err := h.Inner.Close(); err != nil {
-			r.log.Warn("close store", "task", t.ID(), "store", h.Info.Name, "err", err)
+	r.carry(acts)
+	switch {
+	case answered && answer == instancecore.ActPark:
+	case answered && answer == instancecore.ActCloseActive:
+		r.closeTask(t, false)
+	default:
+		// A thread parks only tasks it started, which the core records
+		// as its own, restoring or running: anything else is a bug
+		// (logged by the refused event). The stores are not kept.
+		r.log.Error("cannot park task; closing its stores", "task", id)
+		for _, h := range stores {
+			if err := h.Inner.Close(); err != nil {
+				r.log.Warn("close store", "task", id, "store", h.Info.Name, "err", err)
+			}
 		}
 	}
 }
 
 // claimActive hands a thread the open stores of a task it is to run as
-// active, moving the replica to Restoring: parked stores (claimed back) or
-// a standby's or warmup's (promotion). It returns no stores when the
-// task's stores are not open here: the caller opens them, and until it
-// reports the task started the registry holds the task for it, Created, so
-// nothing else opens the same directory. It returns held when another
-// thread of this instance still owns the task (that thread has not yet
-// learnt that it lost it: it fell out of the group and has not noticed),
-// or while a reconciliation opens or closes the task's stores; the caller
-// must try again once they are let go.
+// active, as the core answers its claim: parked stores (ActHandOver) or a
+// standby's or warmup's (ActPromote). It returns no stores when the task's
+// stores are not open here (ActOpenActive): the caller opens them, and
+// until it reports the task started the core holds the task for it,
+// Created, so nothing else opens the same directory. It returns held
+// (ActHeld) when another thread of this instance still owns the task (that
+// thread has not yet learnt that it lost it: it fell out of the group and
+// has not noticed), or while the task's stores are being opened or closed;
+// the caller must try again once they are let go.
 //
 // A promoted standby's reader may be writing a batch to its stores; that
 // write is waited for outside mu, with the replica already the caller's, so
-// queries keep reading it meanwhile and no plan acts on it.
+// queries keep reading it meanwhile and no decision acts on it.
 func (r *registry) claimActive(th *thread, id task.ID) (stores []*taskrun.StoreHandle, held bool) {
+	var answer instancecore.Action
+	var promoted *taskrun.Standby
+	var from task.State
+	answered := false
 	r.mu.Lock()
-	if _, moving := r.moving[id]; moving {
-		r.mu.Unlock()
-		r.log.Info("task assigned while its stores are being opened or closed; waiting for them", "task", id, "thread", th.idx)
-		return nil, true
-	}
-	rep, ok := r.reps[id]
-	if !ok {
-		delete(r.onDisk, id)
-		rep = r.newReplica(id)
-		rep.owner, rep.opened = th, time.Now()
-		r.reps[id] = rep
-		r.mu.Unlock()
-		return nil, false
-	}
-	promoted := rep.standby
-	from := rep.state()
+	r.threads[th.idx] = th
+	holder := r.ownerLocked(id)
+	from = r.stateLocked(id)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClaim, Thread: th.idx, Task: id}, func(a instancecore.Action) {
+		if a.Task != id || a.Thread != th.idx {
+			return
+		}
+		answer, answered = a, true
+		rep := r.reps[id]
+		switch a.Kind {
+		case instancecore.ActHandOver:
+			// A parked active committed right before it was parked: its
+			// position was the changelog's end then.
+			rep.endsConfirmed = rep.opened
+			stores = rep.stores
+		case instancecore.ActPromote:
+			rep.ends, rep.endsConfirmed = r.followedEndsLocked(rep)
+			promoted, rep.standby = rep.standby, nil
+			stores = rep.stores
+		}
+	})
+	r.mu.Unlock()
+	r.carry(acts)
 	switch {
-	case from == task.Parked:
-		// A parked active committed right before it was parked: its
-		// position was the changelog's end then.
-		rep.endsConfirmed = rep.opened
-	case from.Following():
-		rep.ends, rep.endsConfirmed = r.followedEndsLocked(rep)
-	default:
-		r.mu.Unlock()
-		if rep.owner != th {
-			r.log.Info("task assigned while another thread still holds it; waiting for its release", "task", id, "holder", rep.owner.idx, "thread", th.idx)
+	case !answered:
+		return nil, true
+	case answer.Kind == instancecore.ActHeld && holder != nil && holder != th:
+		r.log.Info("task assigned while another thread still holds it; waiting for its release", "task", id, "holder", holder.idx, "thread", th.idx)
+		return nil, true
+	case answer.Kind == instancecore.ActHeld:
+		if holder == nil {
+			r.log.Info("task assigned while its stores are being opened or closed; waiting for them", "task", id, "thread", th.idx)
 		}
 		return nil, true
-	}
-	// The replica stays visible to queries, now restoring, while the
-	// thread builds the task around its stores.
-	if !r.moveLocked(rep, task.Restoring) {
-		r.mu.Unlock()
-		return nil, true
-	}
-	rep.owner, rep.standby = th, nil
-	stores = rep.stores
-	r.mu.Unlock()
-	if promoted != nil {
+	case promoted != nil:
 		r.unfollow(id, stores)
 		r.log.Info("promoting standby", "task", id, "thread", th.idx, "from", from.String())
 		return promoted.Release(), false
@@ -141,63 +154,69 @@ func (r *registry) followedEndsLocked(rep *replica) (map[string]int64, time.Time
 func (r *registry) activeStarted(th *thread, t *taskrun.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep, ok := r.reps[t.ID()]
-	if !ok || rep.owner != th {
-		rep = r.newReplica(t.ID())
-		rep.owner, rep.opened = th, time.Now()
-		r.reps[t.ID()] = rep
+	if rep := r.reps[t.ID()]; rep != nil && r.ownerLocked(t.ID()) == th {
+		rep.stores = t.Stores()
 	}
-	if rep.state() == task.Created {
-		r.moveLocked(rep, task.Restoring)
-	}
-	rep.stores = t.Stores()
+	r.stepLocked(instancecore.Event{Kind: instancecore.EvStarted, Thread: th.idx, Task: t.ID()}, nil)
 }
 
 // forget drops a replica a thread claimed but could not start; its stores
 // are closed by the caller.
 func (r *registry) forget(th *thread, id task.ID) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if rep, ok := r.reps[id]; ok && rep.owner == th {
-		r.moveLocked(rep, task.Closed)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClaimFailed, Thread: th.idx, Task: id}, nil)
+	if _, ok := r.core.Replica(id); !ok {
 		delete(r.reps, id)
 	}
+	r.mu.Unlock()
+	r.carry(acts)
 }
 
 // activeRunning records that a task finished restoring and runs.
 func (r *registry) activeRunning(t *taskrun.Active) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if rep, ok := r.reps[t.ID()]; ok && r.moveLocked(rep, task.Running) {
+	if r.stateLocked(t.ID()) != task.Restoring {
+		return
+	}
+	r.stepLocked(instancecore.Event{Kind: instancecore.EvRestored, Task: t.ID()}, nil)
+	if rep := r.reps[t.ID()]; rep != nil {
 		rep.caughtUp = time.Now()
 	}
 }
 
 // closeActive closes a task a thread owns, for good; its directory is left
 // on disk with its positions recorded. The task leaves the replicas queries
-// see before its stores close, and stays moving until they have.
-func (r *registry) closeActive(t *taskrun.Active, clean bool) {
+// see before its stores close.
+func (r *registry) closeActive(th *thread, t *taskrun.Active, clean bool) {
 	id := t.ID()
-	pos := positions(t.Stores())
 	r.mu.Lock()
-	if rep, ok := r.reps[id]; ok {
-		r.moveLocked(rep, task.Closed)
-		delete(r.reps, id)
-	}
-	r.moving[id] = move{positions: pos}
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvCloseActive, Thread: th.idx, Task: id, Committed: clean}, nil)
+	closing := slices.ContainsFunc(acts, func(a instancecore.Action) bool {
+		return a.Kind == instancecore.ActCloseActive && a.Task == id
+	})
 	r.mu.Unlock()
+	r.carry(acts)
+	if !closing {
+		// Refused (a bug, logged): the task's stores are closed all the
+		// same.
+		if err := t.Close(clean); err != nil {
+			r.log.Warn("close task", "task", id, "err", err)
+		}
+		return
+	}
+	r.closeTask(t, clean)
+}
+
+// closeTask carries out the core's ActCloseActive for t and reports its
+// outcome.
+func (r *registry) closeTask(t *taskrun.Active, clean bool) {
+	id := t.ID()
 	if err := t.Close(clean); err != nil {
 		r.log.Warn("close task", "task", id, "err", err)
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.doneMovingLocked(id)
-	r.leftOnDiskLocked(id, pos)
-}
-
-func (r *registry) leftOnDiskLocked(id task.ID, pos map[string]int64) {
-	if len(r.persistentLogged(id.SubTopology)) == 0 {
-		return
-	}
-	r.onDisk[id] = diskState{positions: pos, since: time.Now()}
+	acts := r.closedLocked(id, r.reps[id].positions)
+	r.mu.Unlock()
+	r.carry(acts)
 }

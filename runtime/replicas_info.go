@@ -3,7 +3,6 @@ package runtime
 // What the registry tells queries and metrics of each replica it holds, and how far to trust it.
 
 import (
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -98,7 +97,10 @@ func (r *registry) replicas() []ReplicaInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []ReplicaInfo
-	for _, rep := range r.reps {
+	for id, rep := range r.reps {
+		if !r.core.Visible(id) {
+			continue
+		}
 		for _, h := range rep.stores {
 			out = append(out, r.infoLocked(rep, h))
 		}
@@ -117,7 +119,7 @@ func (r *registry) replica(id task.ID, store string) (ReplicaInfo, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep, ok := r.reps[id]
-	if !ok || !r.servableLocked(rep) {
+	if !ok || !r.core.Servable(id) {
 		return ReplicaInfo{}, false
 	}
 	for _, h := range rep.stores {
@@ -130,7 +132,7 @@ func (r *registry) replica(id task.ID, store string) (ReplicaInfo, bool) {
 
 func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo {
 	now := time.Now()
-	ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, State: rep.state(), Lag: -1, End: -1,
+	ri := ReplicaInfo{Task: rep.id, Store: h.Info.Name, Partition: rep.id.Partition, State: r.stateLocked(rep.id), Lag: -1, End: -1,
 		CaughtUp: rep.caughtUp, Opened: rep.opened, Backing: h.Inner}
 	pos, err := h.Inner.Position()
 	if err != nil || pos == statestore.NoPosition {
@@ -142,8 +144,9 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 		ri.End, ri.Lag, ri.CaughtUp = pos, 0, now
 		ri.EndConfirmed, ri.InputCommitted = now, now
 	case task.Created, task.Restoring:
-		switch p, ok := rep.owner.rest.progress(h.Changelog, rep.id.Partition); {
-		case h.Changelog == "" || rep.owner.rest.isDone(rep.id):
+		owner := r.ownerLocked(rep.id)
+		switch p, ok := owner.rest.progress(h.Changelog, rep.id.Partition); {
+		case h.Changelog == "" || owner.rest.isDone(rep.id):
 			// Nothing to restore, or restored and about to run: the task
 			// is the changelog's only writer now.
 			ri.End, ri.Lag, ri.EndConfirmed = pos, 0, now
@@ -195,8 +198,8 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 	ri.AssignmentVouched = r.assignmentVouchedLocked(rep)
 	ri.Thread = r.threadLocked(rep)
 	if h.Changelog != "" {
-		if rep.owner != nil {
-			ri.Restored = rep.owner.rest.restoredInto(h.Changelog, rep.id.Partition)
+		if owner := r.ownerLocked(rep.id); owner != nil {
+			ri.Restored = owner.rest.restoredInto(h.Changelog, rep.id.Partition)
 		} else {
 			ri.Restored = r.app.restored.get(changelog.TopicPartition{Topic: h.Changelog, Partition: rep.id.Partition})
 		}
@@ -209,8 +212,8 @@ func (r *registry) infoLocked(rep *replica, h *taskrun.StoreHandle) ReplicaInfo 
 // warmup or parked replica, whichever thread's latest assignment names
 // its task, else any thread of the instance. Zero if never.
 func (r *registry) contactLocked(rep *replica) time.Time {
-	if rep.owner != nil {
-		return rep.owner.contact.last()
+	if owner := r.ownerLocked(rep.id); owner != nil {
+		return owner.contact.last()
 	}
 	if !r.app.threadsUp.Load() {
 		return time.Time{}
@@ -219,7 +222,7 @@ func (r *registry) contactLocked(rep *replica) time.Time {
 	for _, th := range r.app.threads {
 		at := th.contact.last()
 		anyThread = later(anyThread, at)
-		if sh, ok := r.shares[th.idx]; ok && (slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id)) {
+		if r.namesLocked(th.idx, rep.id) {
 			named = later(named, at)
 		}
 	}
@@ -234,13 +237,13 @@ func (r *registry) contactLocked(rep *replica) time.Time {
 // whose latest assignment names its task (every thread when none does),
 // zero if any of them awaits no assignment.
 func (r *registry) assignmentVouchedLocked(rep *replica) time.Time {
-	if rep.owner != nil || !r.app.threadsUp.Load() {
+	if r.ownerLocked(rep.id) != nil || !r.app.threadsUp.Load() {
 		return time.Time{}
 	}
 	var named, all []*thread
 	for _, th := range r.app.threads {
 		all = append(all, th)
-		if sh, ok := r.shares[th.idx]; ok && (slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id)) {
+		if r.namesLocked(th.idx, rep.id) {
 			named = append(named, th)
 		}
 	}
@@ -260,12 +263,11 @@ func (r *registry) assignmentVouchedLocked(rep *replica) time.Time {
 
 // threadLocked is ReplicaInfo.Thread of rep.
 func (r *registry) threadLocked(rep *replica) int {
-	if rep.owner != nil {
-		return rep.owner.idx
+	if owner := r.ownerLocked(rep.id); owner != nil {
+		return owner.idx
 	}
-	for _, idx := range slices.Sorted(maps.Keys(r.shares)) {
-		sh := r.shares[idx]
-		if slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id) {
+	for idx := range r.app.cfg.NumStreamThreads {
+		if r.namesLocked(idx, rep.id) {
 			return idx
 		}
 	}
@@ -277,8 +279,8 @@ func (r *registry) threadLocked(rep *replica) int {
 // or every thread whose assignment names its task (every thread when none
 // does).
 func (r *registry) refutedLocked(rep *replica) bool {
-	if rep.owner != nil {
-		return rep.owner.contact.isRefuted()
+	if owner := r.ownerLocked(rep.id); owner != nil {
+		return owner.contact.isRefuted()
 	}
 	if !r.app.threadsUp.Load() {
 		return false
@@ -287,7 +289,7 @@ func (r *registry) refutedLocked(rep *replica) bool {
 	for _, th := range r.app.threads {
 		refuted := th.contact.isRefuted()
 		all = all && refuted
-		if sh, ok := r.shares[th.idx]; ok && (slices.Contains(sh.Active, rep.id) || slices.Contains(sh.Standby, rep.id) || slices.Contains(sh.Warmup, rep.id)) {
+		if r.namesLocked(th.idx, rep.id) {
 			if !refuted {
 				return false
 			}
@@ -295,6 +297,12 @@ func (r *registry) refutedLocked(rep *replica) bool {
 		}
 	}
 	return named || all
+}
+
+// namesLocked reports whether a thread's latest share names a task.
+func (r *registry) namesLocked(idx int, id task.ID) bool {
+	sh, ok := r.core.Share(idx)
+	return ok && (slices.Contains(sh.Active, id) || slices.Contains(sh.Standby, id) || slices.Contains(sh.Warmup, id))
 }
 
 // later returns the later of two times.

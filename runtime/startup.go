@@ -60,7 +60,7 @@ func (r *registry) scanDisk() error {
 		return err
 	}
 	for i, d := range dirs {
-		r.onDisk[d.id] = diskState{positions: positions[i], since: d.since}
+		r.disk[d.id] = diskState{positions: positions[i], since: d.since}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
@@ -233,76 +234,61 @@ func (th *thread) pauseForRewire() error {
 	return th.connect()
 }
 
-// rewire resets what the registry holds for recreated changelogs: standby
-// and parked stores are closed, task directories with a store on a recreated
-// changelog are deleted, and the standby reader is replaced, since its
-// client knows the old topic IDs. Threads must have let go of their tasks.
+// rewire resets what the registry holds for recreated changelogs: the
+// core is paused, which closes every standby and parked replica; the task
+// directories with a store on a recreated changelog are wiped, and the
+// standby reader is replaced, since its client knows the old topic IDs.
+// Threads must have let go of their tasks.
 func (r *registry) rewire(recreated map[string]bool) error {
 	r.mu.Lock()
-	for r.reconciling || len(r.moving) > 0 {
-		r.moved.Wait()
-	}
-	closing := r.takeIdleLocked()
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvPause}, nil)
 	r.mu.Unlock()
+	r.carry(acts)
+	r.awaitQuiet()
 	r.cancel()
 	r.follower.Close()
 	<-r.exited
-	for _, rep := range closing {
-		if rep.standby != nil {
-			rep.standby.Close()
-			continue
-		}
-		for _, h := range rep.stores {
-			h.Inner.Close()
-		}
-	}
 	rd, err := r.newFollower()
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	var wipe []task.ID
-	for id := range r.onDisk {
-		if r.onRecreated(id, recreated) {
-			delete(r.onDisk, id)
-			r.moving[id] = move{deleting: true}
-			wipe = append(wipe, id)
-		}
-	}
-	for _, rep := range closing {
-		if r.onRecreated(rep.id, recreated) {
-			r.moving[rep.id] = move{deleting: true}
-			wipe = append(wipe, rep.id)
-		} else {
-			r.leftOnDiskLocked(rep.id, positions(rep.stores))
+	var wipe []instancecore.Action
+	for _, id := range slices.SortedFunc(maps.Keys(r.disk), task.ID.Compare) {
+		if r.core.OnDisk(id) && r.onRecreated(id, recreated) {
+			wipe = append(wipe, r.stepLocked(instancecore.Event{Kind: instancecore.EvWipe, Task: id}, nil)...)
 		}
 	}
 	r.mu.Unlock()
 	var errs []error
-	for _, id := range wipe {
-		n := storesOnRecreated(r.app, id, recreated)
-		err := r.removeDir(id)
+	wiped := 0
+	for _, a := range wipe {
+		if a.Kind != instancecore.ActDelete {
+			continue
+		}
+		n := storesOnRecreated(r.app, a.Task, recreated)
+		err := r.removeDir(a.Task)
 		if err == nil {
 			r.app.recreatedResets.Add(n)
+			wiped++
+		} else {
+			errs = append(errs, fmt.Errorf("runtime: delete the state of task %s, whose changelog was recreated: %w", a.Task, err))
 		}
-		r.mu.Lock()
-		r.doneMovingLocked(id)
-		r.mu.Unlock()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("runtime: delete the state of task %s, whose changelog was recreated: %w", id, err))
-		}
+		r.carry(r.deletedLocking(a.Task, err))
 	}
-	if len(wipe) > 0 {
-		r.log.Warn("deleted the state of tasks whose changelogs were recreated; it is rebuilt from the new changelogs", "tasks", len(wipe))
+	if wiped > 0 {
+		r.log.Warn("deleted the state of tasks whose changelogs were recreated; it is rebuilt from the new changelogs", "tasks", wiped)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.mu.Lock()
 	r.follower = rd
 	r.cancel = cancel
 	r.exited = make(chan struct{})
+	acts = r.stepLocked(instancecore.Event{Kind: instancecore.EvResume}, nil)
 	r.mu.Unlock()
 	go r.follow(ctx)
 	go r.janitor(ctx)
+	r.carry(acts)
 	return errors.Join(errs...)
 }
 

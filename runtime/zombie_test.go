@@ -82,11 +82,11 @@ func snapshotStore(app *App, id task.ID) (storeSnapshot, bool) {
 	r := app.registry
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, open := r.reps[id]; open {
+	if _, open := r.core.Replica(id); open {
 		return storeSnapshot{}, false
 	}
-	d, ok := r.onDisk[id]
-	if !ok {
+	d, ok := r.disk[id]
+	if !ok || !r.core.OnDisk(id) {
 		return storeSnapshot{}, false
 	}
 	pos, ok := d.positions[app.changelogTopic("counts")]

@@ -186,8 +186,8 @@ type node struct {
 type oldValues int
 
 const (
-	// noOldValues: the node cannot tell (a sliding aggregation, or a
-	// windowed one emitting final results).
+	// noOldValues: the node cannot tell. Every DSL table node can; the
+	// zero value is for the nodes that are no tables.
 	noOldValues oldValues = iota
 	// ownOldValues: the node reads it from its store.
 	ownOldValues
@@ -244,8 +244,7 @@ func (b *Builder) sendOldValues(n *node, user string, full bool) {
 // requireOldValues does, if it can: a node that only follows Kafka
 // Streams more closely with them (a table join's side, which then knows
 // whether its table held the key) does without them from a table that
-// cannot send them (a sliding aggregation, or a windowed one emitting
-// final results).
+// cannot send them (none of the DSL's tables).
 func (b *Builder) offerOldValues(n *node) {
 	if canSendOldValues(n) {
 		b.sendOldValues(n, "", false)

@@ -107,7 +107,7 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 	parents, step, missing := c.wire(init, store, o)
 	keySerde := c.inputs[0].keySerde
 	n := b.addProcessor("cogroup-aggregate", o, func() procImpl {
-		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, step: step, srcKey: true}
+		return &aggProc[K, cogrouped, A]{store: store, keySerde: keySerde, aggSerde: aggSerde, initial: initialOf(init), step: step, srcKey: true}
 	}, parents...)
 	n.stores = []string{store}
 	n.olds = ownOldValues
@@ -256,7 +256,7 @@ func (s SlidingWindowedCogroupedKStream[K, A]) Aggregate(init func() A, store st
 	}
 	keySerde := s.c.inputs[0].keySerde
 	inputOf := func(v cogrouped) int { return v.input }
-	n := derivedSlidingNode(b, "cogroup-sliding-aggregate", store, s.w, false, keySerde, aggSerde, o, step, inputOf, parents...)
+	n := derivedSlidingNode(b, "cogroup-sliding-aggregate", store, s.w, false, keySerde, aggSerde, o, initialOf(init), step, inputOf, parents...)
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}

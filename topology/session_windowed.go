@@ -127,14 +127,14 @@ func sessionWindowAggregate[K, V, A any](b *Builder, op, store string, w Session
 	}, parents...)
 	n.stores = []string{store}
 	b.declareStore(info, n.label())
+	// Each session a record joins is read before it is retracted, so its
+	// tombstone can carry it as the old value, as Kafka Streams'
+	// KStreamSessionWindowAggregate sends it when asked; a final result
+	// goes out with a null old value, as Kafka Streams sends it
+	// (emitFinal).
+	n.olds = ownOldValues
 	if final {
 		declarePending(b, n, store, o)
-	} else {
-		// Each session a record joins is read before it is retracted, so
-		// its tombstone can carry it as the old value, as Kafka Streams'
-		// KStreamSessionWindowAggregate sends it when asked. Final results
-		// carry none, so an operator needing them stays refused at Build.
-		n.olds = ownOldValues
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -228,7 +228,7 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
 		var old A
-		if c.node.sendOld {
+		if c.node.sendOld && !p.final {
 			if old, err = p.aggSerde.Decode(bytes.Clone(it.Value())); err != nil {
 				it.Close()
 				return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
@@ -259,7 +259,7 @@ func (p *sessionAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 	// value is the session's stored aggregate, which Kafka Streams'
 	// caching store reads from its underlying store.
 	var resultOld *prior
-	if c.node.sendOld {
+	if c.node.sendOld && !p.final {
 		resultOld = &prior{null: true}
 	}
 	agg, have := p.start()

@@ -55,6 +55,7 @@ func (p *derivedSlidingProc[K, V, A]) init(c *nodeInstance) error {
 	if p.times, err = openWindowStore(c, TimesStoreName(p.store), p.wopts); err != nil {
 		return err
 	}
+	p.openOlds(c)
 	p.log.node = c.node.name
 	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
@@ -63,10 +64,12 @@ func (p *derivedSlidingProc[K, V, A]) init(c *nodeInstance) error {
 // twice MaxDiff plus grace, measured from window starts.
 func (w SlidingWindows) derivedRetention() int64 { return addSat(addSat(w.diff, w.diff), w.grace) }
 
-// slidingWindow is a window read from the stores.
+// slidingWindow is a window read from the stores, vb its stored
+// aggregate.
 type slidingWindow[A any] struct {
 	win Window
 	val slidingValue[A]
+	vb  []byte
 }
 
 // neighbours reads k's windows starting in [from, to], by ascending or
@@ -111,7 +114,7 @@ func (p *derivedSlidingProc[K, V, A]) neighbours(kb []byte, from, to int64, back
 			return nil, fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
 		win := Window{Start: rw.start, End: addSat(rw.start, p.w.diff)}
-		out = append(out, slidingWindow[A]{win: win, val: slidingValue[A]{agg: agg, have: true}})
+		out = append(out, slidingWindow[A]{win: win, val: slidingValue[A]{agg: agg, have: true}, vb: rw.vb})
 		if last != nil && last(win) {
 			break
 		}
@@ -186,7 +189,7 @@ func (p *derivedSlidingProc[K, V, A]) processLater(c *nodeInstance, in derivedIn
 		return err
 	}
 	starts := make(map[int64]bool, len(ws))
-	var left, right *slidingValue[A]
+	var left, right *slidingWindow[A]
 	var leftCreated, rightCreated bool
 	prev, hasPrev := int64(0), false
 	for _, w := range ws {
@@ -196,15 +199,15 @@ func (p *derivedSlidingProc[K, V, A]) processLater(c *nodeInstance, in derivedIn
 			rightCreated = true
 		case w.win.End > t:
 			if right == nil {
-				v := w.val
-				right = &v
+				rw := w
+				right = &rw
 			}
-			if err := p.update(c, in, w.win, w.val); err != nil {
+			if err := p.updateStored(c, in, w); err != nil {
 				return err
 			}
 		case w.win.End == t:
 			leftCreated = true
-			if err := p.update(c, in, w.win, w.val); err != nil {
+			if err := p.updateStored(c, in, w); err != nil {
 				return err
 			}
 			if w.val.ts >= t {
@@ -213,8 +216,8 @@ func (p *derivedSlidingProc[K, V, A]) processLater(c *nodeInstance, in derivedIn
 			}
 			prev, hasPrev = w.val.ts, true
 		default: // ends before t: the left neighbour
-			v := w.val
-			left = &v
+			lw := w
+			left = &lw
 			prev, hasPrev = w.val.ts, true
 		}
 		if left != nil {
@@ -223,22 +226,29 @@ func (p *derivedSlidingProc[K, V, A]) processLater(c *nodeInstance, in derivedIn
 	}
 	if hasPrev {
 		if s := prev + 1; !starts[s] && addSat(s, d) >= t {
-			if err := p.update(c, in, Window{Start: s, End: addSat(s, d)}, slidingValue[A]{ts: t}); err != nil {
+			if err := p.update(c, in, Window{Start: s, End: addSat(s, d)}, slidingValue[A]{ts: t}, p.initialOld(c)); err != nil {
 				return err
 			}
 		}
 	}
 	if !leftCreated {
-		base := slidingValue[A]{ts: t}
+		// A left window derived from its neighbour starts from, and
+		// sends as its old value, the neighbour's aggregate, as Kafka
+		// Streams' sliding aggregate does.
+		base, old := slidingValue[A]{ts: t}, p.initialOld(c)
 		if hasPrev && left != nil && t-d <= prev {
-			base = slidingValue[A]{agg: left.agg, have: true, ts: t}
+			base = slidingValue[A]{agg: left.val.agg, have: true, ts: t}
+			var err error
+			if old, err = p.derivedOld(c, left.vb); err != nil {
+				return err
+			}
 		}
-		if err := p.update(c, in, Window{Start: t - d, End: t}, base); err != nil {
+		if err := p.update(c, in, Window{Start: t - d, End: t}, base, old); err != nil {
 			return err
 		}
 	}
-	if !rightCreated && right != nil && right.ts > t {
-		return p.put(c, in, Window{Start: t + 1, End: addSat(t+1, d)}, *right)
+	if !rightCreated && right != nil && right.val.ts > t {
+		return p.putRight(c, in, *right)
 	}
 	return nil
 }
@@ -254,7 +264,7 @@ func (p *derivedSlidingProc[K, V, A]) processEarly(c *nodeInstance, in derivedIn
 	}
 	starts := make(map[int64]bool, len(ws))
 	var combined *slidingWindow[A]
-	var right *slidingValue[A]
+	var right *slidingWindow[A]
 	var rightCreated bool
 	prev, hasPrev := int64(0), false
 	for _, w := range ws {
@@ -267,9 +277,9 @@ func (p *derivedSlidingProc[K, V, A]) processEarly(c *nodeInstance, in derivedIn
 				prev, hasPrev = w.val.ts, true
 			}
 		case w.win.Start <= t:
-			v := w.val
-			right = &v
-			if err := p.update(c, in, w.win, w.val); err != nil {
+			rw := w
+			right = &rw
+			if err := p.updateStored(c, in, w); err != nil {
 				return err
 			}
 		case w.win.Start == t+1:
@@ -277,28 +287,50 @@ func (p *derivedSlidingProc[K, V, A]) processEarly(c *nodeInstance, in derivedIn
 		}
 	}
 	if right == nil && combined != nil && combined.val.ts > t {
-		v := combined.val
-		right = &v
+		right = combined
 	}
-	if !rightCreated && right != nil && right.ts > t {
-		if err := p.put(c, in, Window{Start: t + 1, End: addSat(t+1, d)}, *right); err != nil {
+	if !rightCreated && right != nil && right.val.ts > t {
+		if err := p.putRight(c, in, *right); err != nil {
 			return err
 		}
 	}
 	if hasPrev && !starts[prev+1] {
-		if err := p.update(c, in, Window{Start: prev + 1, End: addSat(prev+1, d)}, slidingValue[A]{ts: t}); err != nil {
+		if err := p.update(c, in, Window{Start: prev + 1, End: addSat(prev+1, d)}, slidingValue[A]{ts: t}, p.initialOld(c)); err != nil {
 			return err
 		}
 	}
 	if combined == nil {
-		return p.update(c, in, Window{Start: 0, End: d}, slidingValue[A]{ts: t})
+		return p.update(c, in, Window{Start: 0, End: d}, slidingValue[A]{ts: t}, p.initialOld(c))
 	}
-	return p.update(c, in, combined.win, combined.val)
+	return p.updateStored(c, in, *combined)
+}
+
+// putRight creates the record's right window as a copy of w, the first
+// window after the record as it was before the record: its aggregate
+// decoded again, since the update of w may have changed it in place. As
+// Kafka Streams creates it, it goes out with a null old value.
+func (p *derivedSlidingProc[K, V, A]) putRight(c *nodeInstance, in derivedInput[K, V], w slidingWindow[A]) error {
+	agg, err := p.aggSerde.Decode(bytes.Clone(w.vb))
+	if err != nil {
+		return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
+	}
+	win := Window{Start: in.t + 1, End: addSat(in.t+1, p.w.diff)}
+	return p.put(c, in, win, slidingValue[A]{agg: agg, have: true, ts: w.val.ts}, p.newOld())
+}
+
+// updateStored folds the record into w, a window read from the store,
+// whose stored aggregate is the update's old value.
+func (p *derivedSlidingProc[K, V, A]) updateStored(c *nodeInstance, in derivedInput[K, V], w slidingWindow[A]) error {
+	old, err := p.storedOld(w.vb)
+	if err != nil {
+		return err
+	}
+	return p.update(c, in, w.win, w.val, old)
 }
 
 // update folds the record into win, whose value was cur, unless win has
-// closed.
-func (p *derivedSlidingProc[K, V, A]) update(c *nodeInstance, in derivedInput[K, V], win Window, cur slidingValue[A]) error {
+// closed; old is the update's old value, nil when the node sends none.
+func (p *derivedSlidingProc[K, V, A]) update(c *nodeInstance, in derivedInput[K, V], win Window, cur slidingValue[A], old *prior) error {
 	if p.w.IsClosed(win, in.st) {
 		// Counted once per closed window the record is left out of, as
 		// Kafka Streams' dropped-records sensor counts it.
@@ -310,19 +342,20 @@ func (p *derivedSlidingProc[K, V, A]) update(c *nodeInstance, in derivedInput[K,
 	if cur.have {
 		ts = max(ts, cur.ts)
 	}
-	return p.put(c, in, win, slidingValue[A]{agg: p.step(in.k, in.v, cur.agg, cur.have), have: true, ts: ts})
+	return p.put(c, in, win, slidingValue[A]{agg: p.step(in.k, in.v, cur.agg, cur.have), have: true, ts: ts}, old)
 }
 
 // put stores win's value and emits it, stamped with its latest record
-// time, or records the window as pending its final result.
-func (p *derivedSlidingProc[K, V, A]) put(c *nodeInstance, in derivedInput[K, V], win Window, val slidingValue[A]) error {
+// time and carrying old, or records the window as pending its final
+// result.
+func (p *derivedSlidingProc[K, V, A]) put(c *nodeInstance, in derivedInput[K, V], win Window, val slidingValue[A], old *prior) error {
 	if err := p.putAggregate(in.kb, win, val.agg); err != nil {
 		return err
 	}
 	if err := p.times.Put(in.kb, win.Start, binary.BigEndian.AppendUint64(nil, uint64(val.ts))); err != nil {
 		return err
 	}
-	return p.result(c, in.k, in.kb, win, val.agg, val.ts, in.r.headers)
+	return p.result(c, in.k, in.kb, win, val.agg, val.ts, in.r.headers, old)
 }
 
 func (p *derivedSlidingProc[K, V, A]) rewind() {

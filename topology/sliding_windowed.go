@@ -89,7 +89,7 @@ func (s SlidingWindowedKStream[K, V]) grouping() *grouping[K, V] {
 // Start+MaxDiff], both ends included). Named, InMemory and WithoutLogging
 // apply, to both stores.
 func (s SlidingWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
-	return slidingAggregate(s, "sliding-count", store, serde.Int64, nil, collect(opts), "",
+	return slidingAggregate(s, "sliding-count", store, serde.Int64, nil, collect(opts), "", countInitial,
 		func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
 }
 
@@ -102,7 +102,7 @@ func (s SlidingWindowedKStream[K, V]) Reduce(fn func(agg, v V) V, store string, 
 	if fn == nil {
 		missing = "reducer"
 	}
-	return slidingAggregate(s, "sliding-reduce", store, gr.valueSerde, gr.valueSerde, collect(opts), missing, reduceStep[K](fn))
+	return slidingAggregate(s, "sliding-reduce", store, gr.valueSerde, gr.valueSerde, collect(opts), missing, nil, reduceStep[K](fn))
 }
 
 // SlidingAggregate folds the values of each key in each sliding window into
@@ -117,7 +117,7 @@ func SlidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], init func() A
 	case adder == nil:
 		missing = "adder"
 	}
-	return slidingAggregate(s, "sliding-aggregate", store, aggSerde, s.grouping().valueSerde, collect(opts), missing, aggregateStep(init, adder))
+	return slidingAggregate(s, "sliding-aggregate", store, aggSerde, s.grouping().valueSerde, collect(opts), missing, initialOf(init), aggregateStep(init, adder))
 }
 
 // RecordStoreName is the name of the store in which a sliding-window
@@ -126,7 +126,9 @@ func RecordStoreName(store string) string { return store + "-records" }
 
 // slidingAggregate builds the processor. valueSerde encodes the kept
 // records; nil keeps only their number (the step ignores values).
-func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], valueSerde serde.Serde[V], o options, missingFunc string, step func(K, V, A, bool) A) KTable[Windowed[K], A] {
+// initial, nil for a Reduce, is a window's initial aggregate
+// (slidingResults.initial).
+func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], valueSerde serde.Serde[V], o options, missingFunc string, initial func() (A, bool), step func(K, V, A, bool) A) KTable[Windowed[K], A] {
 	g := s.grouping()
 	b := g.b
 	in := g.input(store)
@@ -134,9 +136,9 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 	final := s.final
 	var n *node
 	if s.fold {
-		n = foldSlidingNode(s, op, store, aggSerde, valueSerde, o, step, in)
+		n = foldSlidingNode(s, op, store, aggSerde, valueSerde, o, initial, step, in)
 	} else {
-		n = derivedSlidingNode(b, op, store, w, final, g.keySerde, aggSerde, o, step, nil, in)
+		n = derivedSlidingNode(b, op, store, w, final, g.keySerde, aggSerde, o, initial, step, nil, in)
 	}
 	if final {
 		declarePending(b, n, store, o)
@@ -157,7 +159,7 @@ func slidingAggregate[K, V, A any](s SlidingWindowedKStream[K, V], op, store str
 // windows as Kafka Streams does, reading parents, and declares its stores.
 // inputOf, given with several parents, tells which parent a value came
 // from: each parent has a stream time of its own (inputClocks).
-func derivedSlidingNode[K, V, A any](b *Builder, op, store string, w SlidingWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, step func(K, V, A, bool) A, inputOf func(V) int, parents ...*node) *node {
+func derivedSlidingNode[K, V, A any](b *Builder, op, store string, w SlidingWindows, final bool, keySerde serde.Serde[K], aggSerde serde.Serde[A], o options, initial func() (A, bool), step func(K, V, A, bool) A, inputOf func(V) int, parents ...*node) *node {
 	// One past Kafka Streams' retention: the window a record closes
 	// must still be there to emit with EmitFinal, while lookups keep
 	// to Kafka Streams' (derivedSlidingProc.neighbours).
@@ -170,13 +172,14 @@ func derivedSlidingNode[K, V, A any](b *Builder, op, store string, w SlidingWind
 	wopts := info.WindowOptions()
 	n := b.addProcessor(op, o, func() procImpl {
 		return &derivedSlidingProc[K, V, A]{
-			slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: keySerde, aggSerde: aggSerde, clock: newInputClocks(len(parents))},
+			slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: keySerde, aggSerde: aggSerde, initial: initial, clock: newInputClocks(len(parents))},
 			wopts:          wopts,
 			step:           step,
 			inputOf:        inputOf,
 		}
 	}, parents...)
 	n.stores = []string{store, timesInfo.Name}
+	n.olds = ownOldValues
 	b.declareStore(info, n.label())
 	b.declareStore(timesInfo, n.label())
 	return n
@@ -184,7 +187,7 @@ func derivedSlidingNode[K, V, A any](b *Builder, op, store string, w SlidingWind
 
 // foldSlidingNode adds the processor of an aggregation with
 // FoldKeptRecords and declares its stores.
-func foldSlidingNode[K, V, A any](s SlidingWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], valueSerde serde.Serde[V], o options, step func(K, V, A, bool) A, in *node) *node {
+func foldSlidingNode[K, V, A any](s SlidingWindowedKStream[K, V], op, store string, aggSerde serde.Serde[A], valueSerde serde.Serde[V], o options, initial func() (A, bool), step func(K, V, A, bool) A, in *node) *node {
 	g, w := s.grouping(), s.w
 	b := g.b
 	// The store's observed time is the latest window start written, which
@@ -203,7 +206,7 @@ func foldSlidingNode[K, V, A any](s SlidingWindowedKStream[K, V], op, store stri
 	final := s.final
 	n := b.addProcessor(op, o, func() procImpl {
 		return &slidingAggProc[K, V, A]{
-			slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: g.keySerde, aggSerde: aggSerde},
+			slidingResults: slidingResults[K, A]{store: store, w: w, final: final, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial},
 			wopts:          wopts,
 			ropts:          ropts,
 			valueSerde:     valueSerde,
@@ -211,6 +214,7 @@ func foldSlidingNode[K, V, A any](s SlidingWindowedKStream[K, V], op, store stri
 		}
 	}, in)
 	n.stores = []string{store, recInfo.Name}
+	n.olds = ownOldValues
 	b.declareStore(info, n.label())
 	b.declareStore(recInfo, n.label())
 	return n
@@ -237,11 +241,20 @@ type slidingResults[K, A any] struct {
 	final    bool
 	keySerde serde.Serde[K]
 	aggSerde serde.Serde[A]
+	// initial is the aggregate Kafka Streams starts a window from when
+	// it derives it from no neighbour (its initializer's; none for a
+	// Reduce, nil), which the window's first update carries as its old
+	// value without the record cache (initialOld).
+	initial func() (A, bool)
 
 	ws      *statestore.WindowStore // aggregates by window start
 	updates tableUpdates
 	clock   inputClocks
 	log     lateLog
+	// sendOld and fullOld are the node's (see node.fullOld), sendOld
+	// false with EmitFinal, whose results carry a null old value
+	// (emitFinal) and whose updates read none.
+	sendOld, fullOld bool
 }
 
 // putAggregate stores win's aggregate for key kb.
@@ -254,12 +267,12 @@ func (p *slidingResults[K, A]) putAggregate(kb []byte, win Window, agg A) error 
 }
 
 // result emits win's aggregate for k (kb encoded), stamped with maxTs, the
-// window's latest record time, or records the window as pending its final
-// result.
-func (p *slidingResults[K, A]) result(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, headers []Header) error {
+// window's latest record time, with the old value old (nil when the node
+// sends none), or records the window as pending its final result.
+func (p *slidingResults[K, A]) result(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, headers []Header, old *prior) error {
 	if !p.final {
 		id := binary.BigEndian.AppendUint64(bytes.Clone(kb), uint64(win.Start))
-		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(maxTs), headers: headers})
+		return p.updates.emit(c, id, record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(maxTs), headers: headers, old: old})
 	}
 	return p.clock.pending.add(p.w.CloseTime(win), win.Start, kb, maxTs)
 }
@@ -287,6 +300,7 @@ func (p *slidingAggProc[K, V, A]) init(c *nodeInstance) error {
 	if p.rs, err = openWindowStore(c, RecordStoreName(p.store), p.ropts); err != nil {
 		return err
 	}
+	p.openOlds(c)
 	p.log.node = c.node.name
 	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
@@ -341,7 +355,11 @@ func (p *slidingAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if err != nil {
 			return fmt.Errorf("decode aggregate in store %q: %w", p.store, err)
 		}
-		if err := p.put(c, k, kb, win, p.step(k, v, cur, true), latest(recs, win, t), r); err != nil {
+		prev, err := p.storedOld(old)
+		if err != nil {
+			return err
+		}
+		if err := p.put(c, k, kb, win, p.step(k, v, cur, true), latest(recs, win, t), r, prev); err != nil {
 			return err
 		}
 	}
@@ -367,21 +385,47 @@ func (p *slidingAggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if _, ok := existing[win.Start]; ok || p.w.IsClosed(win, st) {
 			continue
 		}
-		var agg A
-		have := false
-		for _, kr := range recs {
-			if !p.w.Contains(win, kr.ts) {
-				continue
-			}
-			for _, kv := range kr.values {
-				agg, have = p.step(k, kv, agg, have), true
-			}
-		}
-		if err := p.put(c, k, kb, win, agg, latest(recs, win, math.MinInt64), r); err != nil {
+		agg, _ := p.fold(k, recs, win, false, t)
+		if err := p.put(c, k, kb, win, agg, latest(recs, win, math.MinInt64), r, p.createdOld(c, k, recs, win, t)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fold folds the kept records in win in time order; without leaves out
+// the record being processed, the last one kept at t. have is false when
+// no record was folded.
+func (p *slidingAggProc[K, V, A]) fold(k K, recs []keptRecords[V], win Window, without bool, t int64) (agg A, have bool) {
+	for _, kr := range recs {
+		if !p.w.Contains(win, kr.ts) {
+			continue
+		}
+		values := kr.values
+		if without && kr.ts == t {
+			values = values[:len(values)-1]
+		}
+		for _, kv := range values {
+			agg, have = p.step(k, kv, agg, have), true
+		}
+	}
+	return agg, have
+}
+
+// createdOld is the old value of a window created by the record at t:
+// the window without the record, as Kafka Streams derives a new window
+// from the aggregate before the record (a neighbour's, or the initial
+// one when it holds no other record), and null for a window not holding
+// it (the record's right window), which Kafka Streams sends with none.
+func (p *slidingAggProc[K, V, A]) createdOld(c *nodeInstance, k K, recs []keptRecords[V], win Window, t int64) *prior {
+	if !p.sendOld || c.holds() || !p.w.Contains(win, t) {
+		return p.newOld()
+	}
+	agg, have := p.fold(k, recs, win, true, t)
+	if !have {
+		return p.initialOld(c)
+	}
+	return &prior{value: agg}
 }
 
 // latest is the latest time of the kept records in win, or at least
@@ -399,11 +443,11 @@ func latest[V any](recs []keptRecords[V], win Window, floor int64) int64 {
 // put stores win's aggregate and emits it, stamped with maxTs, the
 // window's latest record time, or records the window as pending its final
 // result.
-func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, r record) error {
+func (p *slidingAggProc[K, V, A]) put(c *nodeInstance, k K, kb []byte, win Window, agg A, maxTs int64, r record, old *prior) error {
 	if err := p.putAggregate(kb, win, agg); err != nil {
 		return err
 	}
-	return p.result(c, k, kb, win, agg, maxTs, r.headers)
+	return p.result(c, k, kb, win, agg, maxTs, r.headers, old)
 }
 
 // existing reads k's windows starting in [from, to], raw aggregates by

@@ -325,3 +325,50 @@ func TestSlidingDerivedMissesWhatFoldingFinds(t *testing.T) {
 		require.Equal(t, want, latest(t, out.counts, 10), "derived %v", derived)
 	}
 }
+
+// A sliding aggregation whose adder changes its aggregate in place sends
+// each update's old value as it was before the record, for derived and
+// folded windows alike, and a record's right window copies the window
+// after it as it was before the record. A grouping subtracts every old
+// value's size and adds every new one's: [0,10] +1, [11,21] +1, [5,15]
+// 2-1 (derived from {x}), then [11,21] 2-1, [5,15] 3-2, [2,12] 2-1
+// (derived from {x}) and [13,23] +1, the copy {y} with a null old value.
+func TestSlidingOldValuesSurviveInPlaceAdders(t *testing.T) {
+	for _, fold := range []bool{false, true} {
+		t.Run(map[bool]string{false: "derived", true: "fold"}[fold], func(t *testing.T) {
+			b := topology.NewBuilder()
+			g := topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String)
+			sw := topology.SlidingWindowedBy(g, topology.NewSlidingWindows(10*time.Millisecond).Grace(time.Second))
+			if fold {
+				sw = sw.FoldKeptRecords()
+			}
+			seen := topology.SlidingAggregate(sw, func() map[string]int { return map[string]int{} },
+				func(_ string, v string, agg map[string]int) map[string]int { agg[v]++; return agg },
+				"seen", serde.JSON[map[string]int]())
+			size := func(m map[string]int) int64 {
+				n := 0
+				for _, c := range m {
+					n += c
+				}
+				return int64(n)
+			}
+			grouped := topology.GroupTableBy(seen, func(k topology.Windowed[string], m map[string]int) (string, int64) { return k.Key, size(m) },
+				"by-key", serde.String, serde.Int64)
+			topology.TableAggregate(grouped, func() int64 { return 0 },
+				func(_ string, n, sum int64) int64 { return sum + n },
+				func(_ string, n, sum int64) int64 { return sum - n },
+				"sizes", serde.Int64).ToStream().To("out", serde.String, serde.Int64)
+			d, _ := start(t, b)
+			in := strIn(d, "in")
+			for _, r := range []struct {
+				v  string
+				ts int64
+			}{{"x", 10}, {"y", 15}, {"z", 12}} {
+				require.NoError(t, in.PipeAt("A", r.v, time.UnixMilli(r.ts)))
+			}
+			kvs := readKVs(t, d, "out", serde.String, serde.Int64)
+			require.NotEmpty(t, kvs)
+			require.Equal(t, int64(7), kvs[len(kvs)-1].Value)
+		})
+	}
+}

@@ -124,10 +124,15 @@ func (g KGroupedStream[K, V]) grouping() *grouping[K, V] {
 // GroupByKey of a re-keyed stream, counts are combined before the
 // repartition unless WithoutCombining is given (see WithoutCombining).
 func (g KGroupedStream[K, V]) Count(store string, opts ...Option) KTable[K, int64] {
-	return aggregate(g.grouping(), "count", store, serde.Int64, collect(opts), "",
+	return aggregate(g.grouping(), "count", store, serde.Int64, collect(opts), "", countInitial,
 		countStep[K, V],
 		func(_ K, n, partial int64) int64 { return n + partial })
 }
+
+// countInitial is the initial value of a count, a key's or a window's:
+// the old value Kafka Streams sends with its first update, as its counts
+// are aggregations starting from 0.
+func countInitial() (int64, bool) { return 0, true }
 
 // countStep is Count's step. It reads neither key nor value, which lets a
 // plain count read its repartition topic without decoding either
@@ -151,7 +156,7 @@ func (g KGroupedStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...
 	} else {
 		merge = func(_ K, agg, partial V) V { return fn(agg, partial) }
 	}
-	return aggregate(gr, "reduce", store, gr.valueSerde, collect(opts), missing, reduceStep[K](fn), merge)
+	return aggregate(gr, "reduce", store, gr.valueSerde, collect(opts), missing, nil, reduceStep[K](fn), merge)
 }
 
 // Aggregate folds the values of each key into an aggregate: init gives a
@@ -173,15 +178,16 @@ func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K,
 	if o.merger != nil && (!ok || merge == nil) {
 		g.grouping().b.errorf("Aggregate into store %q: merger is %T, want a non-nil func(%T, %T, %T) %T", store, o.merger, zero[K](), zero[A](), zero[A](), zero[A]())
 	}
-	return aggregate(g.grouping(), "aggregate", store, aggSerde, o, missing, aggregateStep(init, adder), merge)
+	return aggregate(g.grouping(), "aggregate", store, aggSerde, o, missing, initialOf(init), aggregateStep(init, adder), merge)
 }
 
 // aggregate adds a node that applies step to each record and its key's
 // current aggregate (found is false for a new key) and forwards the result.
-// With merge, which merges two aggregates, the aggregation of a re-keyed
+// initial, nil for a Reduce, gives the old value sent with a key's first
+// update (see aggProc.initial). With merge, which merges two aggregates, the aggregation of a re-keyed
 // stream combines before the repartition (combine.go) unless o says not to
 // or another aggregation of the grouping already reads the topic.
-func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, step func(K, V, A, bool) A, merge func(K, A, A) A) KTable[K, A] {
+func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, initial func() (A, bool), step func(K, V, A, bool) A, merge func(K, A, A) A) KTable[K, A] {
 	b := g.b
 	// Records read back from the repartition topic carry their key encoded
 	// with g.keySerde, the store's key serde.
@@ -192,14 +198,14 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 	// cache's copy only for the first update of the key in a commit.
 	keyOnly := srcKey && op == "count" && isStringSerde(g.keySerde)
 	plain := func() procImpl {
-		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: step, srcKey: srcKey, keyOnly: keyOnly}
+		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial, step: step, srcKey: srcKey, keyOnly: keyOnly}
 	}
 	var n *node
 	if merge != nil && !o.noCombine && !o.versioned && g.repartition && g.source == nil && missingFunc == "" && aggSerde != nil {
 		in := combinedInput(g, store, aggSerde, step)
 		ms := mergeStep(step, merge)
 		n = b.addProcessor(op, o, func() procImpl {
-			return &aggProc[K, any, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, step: ms, srcKey: true}
+			return &aggProc[K, any, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial, step: ms, srcKey: true}
 		}, in)
 		g.combined.agg = n
 		g.combined.rawNewProc = func() (procImpl, error) { return plain(), nil }
@@ -225,6 +231,13 @@ type aggProc[K, V, A any] struct {
 	keySerde serde.Serde[K]
 	aggSerde serde.Serde[A]
 	step     func(K, V, A, bool) A
+	// initial is the old value a key's first update carries without the
+	// record cache, the aggregate Kafka Streams' KStreamAggregate starts
+	// the key from (its initializer's; none for a Reduce, nil, as
+	// KStreamReduce starts from the first value). Under the cache the old
+	// value is the store's, as Kafka Streams' caching store reads it from
+	// its underlying store: none for a new key.
+	initial func() (A, bool)
 	// srcKey: the aggregation reads its repartition topic's source
 	// directly, so a record's srcKey is its store key.
 	srcKey bool
@@ -368,6 +381,10 @@ func (p *aggProc[K, V, A]) output(c *nodeInstance, r record, prev A, prevFound b
 	out := record{key: r.key, ts: r.ts, headers: r.headers}
 	if c.node.sendOld {
 		out.old = &prior{value: prev, null: !prevFound}
+		if !prevFound && p.initial != nil && !c.holds() {
+			v, ok := p.initial()
+			out.old = &prior{value: v, null: !ok}
+		}
 	}
 	return out
 }

@@ -40,8 +40,9 @@ type tableGrouping[K, V any] struct {
 // NumPartitions applies.
 //
 // The table, and the tables it derives from, send their old values for
-// this (a source table reads its store before each write); a windowed
-// table cannot be grouped.
+// this (a source table reads its store before each write), a windowed
+// table as Kafka Streams' windowed aggregations send them (a result
+// emitted with EmitFinal carries a null one, so it is only added).
 func GroupTableBy[K, V, K2, V2 any](t KTable[K, V], selector func(K, V) (K2, V2), name string, keySerde serde.Serde[K2], valueSerde serde.Serde[V2], opts ...Option) KGroupedTable[K2, V2] {
 	b := t.builder()
 	o := collect(opts)

@@ -425,10 +425,9 @@ func BenchmarkTableJoinTask(b *testing.B) {
 	}
 }
 
-// A session-windowed count cannot send old values, so a left join of it
-// still builds, and its side, unsure whether the count held a retracted
-// session, lets the result decide: the result it holds for the session is
-// deleted.
+// A left join of a session-windowed count: the count's old values tell
+// its side that the count held the session a record merges away, so the
+// result it holds for the session is deleted.
 func TestLeftJoinOfTableWithoutOldValues(t *testing.T) {
 	b := topology.NewBuilder()
 	ks := topology.SessionWindowedSerde(serde.String)

@@ -70,7 +70,7 @@ func (s TimeWindowedKStream[K, V]) grouping() *grouping[K, V] {
 // grouping's key serde. Named, InMemory and WithoutLogging apply.
 func (s TimeWindowedKStream[K, V]) Count(store string, opts ...Option) KTable[Windowed[K], int64] {
 	return windowedAggregate(s, "windowed-count", store, serde.Int64, collect(opts), "",
-		func() (int64, bool) { return 0, true }, func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
+		countInitial, func(_ K, _ V, n int64, _ bool) int64 { return n + 1 })
 }
 
 // Reduce combines the values of each key in each window with fn, starting
@@ -122,9 +122,10 @@ func reduceStep[K, V any](fn func(agg, v V) V) func(K, V, V, bool) V {
 	}
 }
 
-// initialOf is the initial value of a window an Aggregate with init
-// creates: the old value Kafka Streams' KStreamWindowAggregate sends with
-// a new window's first result, as it starts the window from it.
+// initialOf is the initial value of a key or window an Aggregate with
+// init creates: the old value Kafka Streams' KStreamAggregate and
+// KStreamWindowAggregate send with its first result, as they start it
+// from that value.
 func initialOf[A any](init func() A) func() (A, bool) {
 	if init == nil {
 		return nil
@@ -176,15 +177,13 @@ func timeWindowAggregate[K, V, A any](b *Builder, op, store string, w TimeWindow
 	}, parents...)
 	n.stores = []string{store}
 	b.declareStore(info, n.label())
+	// Each update reads its window's aggregate before folding in the
+	// record, so it knows the old value, as Kafka Streams'
+	// KStreamWindowAggregate forwards it when asked; a final result goes
+	// out with a null old value, as Kafka Streams sends it (emitFinal).
+	n.olds = ownOldValues
 	if final {
 		declarePending(b, n, store, o)
-	} else {
-		// Each update reads its window's aggregate before folding in the
-		// record, so it knows the old value, as Kafka Streams'
-		// KStreamWindowAggregate forwards it when asked. A final result
-		// has none to send (Kafka Streams sends it with a null old value),
-		// so an operator needing old values stays refused at Build.
-		n.olds = ownOldValues
 	}
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
@@ -251,7 +250,8 @@ func (p *windowAggProc[K, V, A]) init(c *nodeInstance) error {
 	p.updateFn = p.update
 	p.decodeCopies, _ = serdeCopies(p.aggSerde)
 	p.timestamped = c.timestamped(p.store)
-	p.sendOld, p.fullOld = c.node.sendOld, c.node.fullOld
+	// Final results read no old value: they carry none (emitFinal).
+	p.sendOld, p.fullOld = c.node.sendOld && !p.final, c.node.fullOld
 	return p.clock.open(c, p.store, p.final, p.ws.ObservedTime)
 }
 
@@ -372,7 +372,10 @@ func (p *windowAggProc[K, V, A]) emit(c *nodeInstance, d pendingWindow) error {
 }
 
 // emitFinal decodes a closed window's key and aggregate and forwards them,
-// stamped with the window's latest record time.
+// stamped with the window's latest record time. When the node sends old
+// values the result's is null, as Kafka Streams forwards a final result
+// (Change(aggregate, null)): a window's result goes out once, so nothing
+// downstream holds an earlier one to retract.
 func emitFinal[K, A any](c *nodeInstance, store string, ks serde.Serde[K], as serde.Serde[A], d pendingWindow, win Window, vb []byte) error {
 	k, err := ks.Decode(bytes.Clone(d.kb))
 	if err != nil {
@@ -382,7 +385,11 @@ func emitFinal[K, A any](c *nodeInstance, store string, ks serde.Serde[K], as se
 	if err != nil {
 		return fmt.Errorf("decode aggregate in store %q: %w", store, err)
 	}
-	return c.forward(record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(d.ts)})
+	out := record{key: Windowed[K]{Key: k, Window: win}, value: agg, ts: time.UnixMilli(d.ts)}
+	if c.node.sendOld {
+		out.old = &prior{null: true}
+	}
+	return c.forward(out)
 }
 
 // eventClock is a windowed processor's view of stream time and, with

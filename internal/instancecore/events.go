@@ -1,0 +1,208 @@
+// Package instancecore is the pure registry of an instance's replicas: for
+// every task whose state the instance holds it keeps the replica's one
+// state (task.State) and who owns it, and decides, from the events its
+// driver reports (a thread's share of the assignment, revocations, claims,
+// the outcomes of opening, closing and deleting stores), what happens to
+// the stores: an active claimed from a parked or standby replica, an active
+// parked or closed at its revocation, a parked replica adopted as a standby
+// or warmup, a standby retagged as a warmup, stores closed and directories
+// deleted, the stores opened ahead of claims let go, and, while the
+// instance replaces its clients (a pause) or closes, every replica no
+// thread owns closed and the directories of recreated changelogs wiped. It
+// also answers which replicas queries may read (Core.Servable).
+//
+// The core does no I/O and reads no clock. Its driver carries out the
+// actions a step returns, without holding the core's lock across the
+// stores' I/O, and reports each outcome as an event. A replica whose I/O
+// is in flight is busy: no decision touches it until its outcome arrives.
+package instancecore
+
+import (
+	"fmt"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// Share is a thread's share of the assignment.
+type Share struct {
+	Active, Standby, Warmup []task.ID
+}
+
+// EventKind names what the driver reports.
+type EventKind uint8
+
+const (
+	// EvShare: Thread took its assignment, Share.
+	EvShare EventKind = iota
+	// EvRevoked: Thread gave up its assignment (revoked or lost); its
+	// next one is not known yet.
+	EvRevoked
+	// EvClaim: Thread is to run Task as active. Answered by ActOpenActive,
+	// ActHandOver, ActPromote or ActHeld.
+	EvClaim
+	// EvStarted: Thread built Task around its stores and restores it.
+	EvStarted
+	// EvClaimFailed: Thread could not build the Task it claimed; its
+	// stores are closed by the thread.
+	EvClaimFailed
+	// EvRestored: Task's active caught up and runs.
+	EvRestored
+	// EvRelease: Thread let Task go at a revocation. Committed: its work
+	// is committed (otherwise it is discarded). Demoted: its stores could
+	// be kept open.
+	EvRelease
+	// EvCloseActive: Thread closes Task for good (a loss, a stop, a
+	// failure).
+	EvCloseActive
+	// EvOpened: the standby or warmup of an ActOpenStandby or ActAdopt
+	// follows its changelogs (OK), or could not start (its stores are
+	// closed).
+	EvOpened
+	// EvClosed: the stores of an ActClose* are closed; LeftOnDisk when
+	// the task's directory holds state worth keeping.
+	EvClosed
+	// EvExpired: Task's directory has been left on disk past the cleanup
+	// delay.
+	EvExpired
+	// EvDeleted: the directory of an ActDelete is deleted (OK) or not.
+	EvDeleted
+	// EvThreadExit: Thread exited; it owns nothing any more.
+	EvThreadExit
+	// EvClose: the instance closes: once nothing is in flight, every
+	// replica no thread owns is closed, and nothing new is planned.
+	EvClose
+	// EvReceived: Thread's SyncGroup answered with an assignment naming
+	// the tasks of Share, which the thread has not taken in yet: what
+	// queries may read follows it at once (Servable).
+	EvReceived
+	// EvAheadClosed: the stores opened ahead for Task were closed
+	// (ActReleaseAhead); its directory is left on disk unless open.
+	EvAheadClosed
+	// EvPause: the instance replaces its clients: as EvClose, until
+	// EvResume.
+	EvPause
+	// EvWipe: Task's changelogs were recreated while paused: its
+	// directory is deleted if open nowhere (ActDelete).
+	EvWipe
+	// EvResume: the pause is over; replicas follow the shares again.
+	EvResume
+	numEventKinds
+)
+
+var eventNames = [...]string{"Share", "Revoked", "Claim", "Started", "ClaimFailed", "Restored", "Release", "CloseActive",
+	"Opened", "Closed", "Expired", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", k)
+}
+
+// Event is one input of the core.
+type Event struct {
+	Kind   EventKind
+	Thread int
+	Task   task.ID
+	// Committed, Demoted: Release. OK: Opened, Deleted. LeftOnDisk: Closed.
+	Committed, Demoted, OK, LeftOnDisk bool
+	// Share: EvShare, EvReceived.
+	Share Share
+}
+
+func (e Event) String() string {
+	switch e.Kind {
+	case EvShare, EvReceived:
+		return fmt.Sprintf("%s(t%d,a%v,s%v,w%v)", e.Kind, e.Thread, e.Share.Active, e.Share.Standby, e.Share.Warmup)
+	case EvRevoked, EvThreadExit:
+		return fmt.Sprintf("%s(t%d)", e.Kind, e.Thread)
+	case EvClaim, EvStarted, EvClaimFailed, EvCloseActive:
+		return fmt.Sprintf("%s(t%d,%s)", e.Kind, e.Thread, e.Task)
+	case EvRelease:
+		return fmt.Sprintf("%s(t%d,%s,committed=%t,demoted=%t)", e.Kind, e.Thread, e.Task, e.Committed, e.Demoted)
+	case EvOpened, EvDeleted:
+		return fmt.Sprintf("%s(%s,ok=%t)", e.Kind, e.Task, e.OK)
+	case EvClosed:
+		return fmt.Sprintf("%s(%s,disk=%t)", e.Kind, e.Task, e.LeftOnDisk)
+	case EvRestored, EvExpired, EvAheadClosed, EvWipe:
+		return fmt.Sprintf("%s(%s)", e.Kind, e.Task)
+	}
+	return e.Kind.String()
+}
+
+// ActionKind names what the driver must do.
+type ActionKind uint8
+
+const (
+	// ActOpenActive: no stores of Task are open here; Thread opens them.
+	// The replica is Created, Thread's, until EvStarted.
+	ActOpenActive ActionKind = iota
+	// ActHandOver: Thread takes Task's parked stores; the replica is
+	// Restoring.
+	ActHandOver
+	// ActPromote: Thread takes the stores of Task's standby or warmup,
+	// once the standby reader lets them go; the replica is Restoring.
+	ActPromote
+	// ActHeld: another thread holds Task, or its stores are being opened
+	// or closed; Thread claims it again later.
+	ActHeld
+	// ActPark: keep the stores of Thread's revoked Task open, Parked.
+	ActPark
+	// ActCloseActive: close Thread's Task; Clean when its work is
+	// committed. Outcome: EvClosed.
+	ActCloseActive
+	// ActOpenStandby: open Task's stores and follow its changelogs, As a
+	// standby or warmup. Outcome: EvOpened.
+	ActOpenStandby
+	// ActAdopt: follow the changelogs of Task's parked stores, As a
+	// standby or warmup. Outcome: EvOpened.
+	ActAdopt
+	// ActRetag: Task's standby is now As (standby or warmup); no state
+	// moves.
+	ActRetag
+	// ActCloseStandby: stop following Task and close its stores.
+	// Outcome: EvClosed.
+	ActCloseStandby
+	// ActCloseParked: close Task's parked stores. Outcome: EvClosed.
+	ActCloseParked
+	// ActDelete: delete Task's directory. Outcome: EvDeleted.
+	ActDelete
+	// ActReleaseAhead: close the stores opened ahead of claims for tasks
+	// not in Keep. Outcome: EvAheadClosed for each task closed.
+	ActReleaseAhead
+	numActionKinds
+)
+
+var actionNames = [...]string{"OpenActive", "HandOver", "Promote", "Held", "Park", "CloseActive", "OpenStandby", "Adopt", "Retag",
+	"CloseStandby", "CloseParked", "Delete", "ReleaseAhead"}
+
+func (k ActionKind) String() string {
+	if int(k) < len(actionNames) {
+		return actionNames[k]
+	}
+	return fmt.Sprintf("ActionKind(%d)", k)
+}
+
+// Action is one output of the core.
+type Action struct {
+	Kind   ActionKind
+	Task   task.ID
+	Thread int        // OpenActive, HandOver, Promote, Held, Park, CloseActive
+	As     task.State // OpenStandby, Adopt, Retag
+	Clean  bool       // CloseActive
+	Keep   []task.ID  // ReleaseAhead
+}
+
+func (a Action) String() string {
+	switch a.Kind {
+	case ActOpenActive, ActHandOver, ActPromote, ActHeld, ActPark:
+		return fmt.Sprintf("%s(t%d,%s)", a.Kind, a.Thread, a.Task)
+	case ActCloseActive:
+		return fmt.Sprintf("%s(t%d,%s,clean=%t)", a.Kind, a.Thread, a.Task, a.Clean)
+	case ActOpenStandby, ActAdopt, ActRetag:
+		return fmt.Sprintf("%s(%s,%s)", a.Kind, a.Task, a.As)
+	case ActReleaseAhead:
+		return fmt.Sprintf("%s(keep%v)", a.Kind, a.Keep)
+	}
+	return fmt.Sprintf("%s(%s)", a.Kind, a.Task)
+}
