@@ -321,13 +321,10 @@ func CheckVersionedLayout(rw ReadWriter) error {
 
 // CheckPlainLayout returns an error wrapping ErrLayoutMismatch if rw,
 // opened as a plain key-value store, holds a versioned store's entries:
-// an 8-byte observed time, with a version key (ending in the key
-// terminator 00 01 and a timestamp, its value flagged) among the keys
-// that follow it. A plain table's store restored from a changelog that
-// holds a versioned store's keys and then puts has both kinds, so the
-// first keys after the observed time may be plain. A table's plain store
-// cannot hold the observed time: its values under the key 00 00 would be
-// timestamped, at least 12 bytes.
+// an 8-byte observed time followed by a version key (ending in the key
+// terminator 00 01 and a timestamp, its value flagged). A table's plain
+// store cannot hold such an observed time: its values under the key 00 00
+// would be timestamped, at least 12 bytes.
 func CheckPlainLayout(rw ReadWriter) error {
 	obs, found, err := rw.Get(observedKey)
 	if err != nil || !found || len(obs) != 8 {
@@ -337,19 +334,28 @@ func CheckPlainLayout(rw ReadWriter) error {
 	if err != nil {
 		return err
 	}
-	var versionKey bool
-	for n := 0; n < plainLayoutScan && !versionKey && it.Next(); n++ {
-		versionKey = ownEntry(Entry{Key: it.Key(), Value: it.Value()}) && it.Value() != nil
-	}
+	versioned := it.Next() && isVersionEntry(it.Key(), it.Value())
 	if err := errors.Join(it.Err(), it.Close()); err != nil {
 		return err
 	}
-	if versionKey {
+	if versioned {
 		return fmt.Errorf("%w: a versioned store's observed time and versions", ErrLayoutMismatch)
 	}
 	return nil
 }
 
-// plainLayoutScan bounds how many keys CheckPlainLayout reads after an
-// observed time for a version key.
-const plainLayoutScan = 64
+// isVersionEntry reports whether key and value are a version's, as a
+// versioned store writes them.
+func isVersionEntry(key, value []byte) bool {
+	n, rest, err := splitRest(key)
+	if err != nil || n+8 != len(key) || len(rest) != 8 || len(value) == 0 {
+		return false
+	}
+	switch value[0] {
+	case versionTombstone:
+		return len(value) == 1
+	case versionValue:
+		return true
+	}
+	return false
+}

@@ -15,17 +15,10 @@ import (
 // table's changelog as puts, so a table moves between the two kinds by
 // restoring its store from the changelog it has.
 //
-// Changelogs written before held the store's own keys instead (version
-// keys and the observed time, see versioned.go), and a versioned store
-// must still restore from them, as from one that holds such records
-// followed by puts. VersionedChangelog tells them apart record by record:
-// a record written as a put carries its time (Entry.Timed, a header in
-// the changelog) and is put; an untimed record whose key and value have
-// the shape of the store's own entries is written as it is; any other
-// untimed record is a plain table's, and is put. Only a plain table's
-// record under a record key that looks like a version key (ending in
-// 00 01 and eight bytes, any other 00 followed by ff) whose value is
-// absent or starts with 00 or 01 would be taken for the store's own.
+// VersionedChangelog reads each entry by its Origin and nothing else: a
+// TimedRecord is put at its time, a LoggedRecord (a plain table's write)
+// is put at the time its value carries, and an OwnWrite (the record
+// cache's commit of the store's own keys) is written as it is.
 
 // VersionLogger is implemented by the ReadWriter a task hands a versioned
 // store's processor: the store tells it of every version it puts, in put
@@ -40,7 +33,7 @@ type VersionLogger interface {
 // VersionRecord returns the changelog record of a version put: key (a
 // copy), the timestamped value or a tombstone, and ts as its time.
 func VersionRecord(key, value []byte, ts int64) Entry {
-	e := Entry{Key: bytes.Clone(key), Time: ts, Timed: true}
+	e := Entry{Key: bytes.Clone(key), Time: ts, Origin: TimedRecord}
 	if value != nil {
 		e.Value = AppendTimestamped(nil, ts, value)
 	}
@@ -128,28 +121,7 @@ func (v *VersionedChangelog) Reset() error {
 
 // isPut reports whether e is a changelog record to put, not one of the
 // store's own entries.
-func isPut(e Entry) bool { return e.Timed || !ownEntry(e) }
-
-// ownEntry reports whether e has the shape of a versioned store's own
-// entry: its observed time, or a version key with a flagged value or none.
-func ownEntry(e Entry) bool {
-	if bytes.Equal(e.Key, observedKey) {
-		return len(e.Value) == 8
-	}
-	n, rest, err := splitRest(e.Key)
-	if err != nil || n+8 != len(e.Key) || len(rest) != 8 {
-		return false
-	}
-	switch {
-	case e.Value == nil:
-		return true
-	case len(e.Value) == 0:
-		return false
-	case e.Value[0] == versionTombstone:
-		return len(e.Value) == 1
-	}
-	return e.Value[0] == versionValue
-}
+func isPut(e Entry) bool { return e.Origin != OwnWrite }
 
 // replay applies one record to vs, whose store is buf.
 func replay(vs *VersionedStore, buf *versionBuffer, e Entry) error {
@@ -170,7 +142,7 @@ func replay(vs *VersionedStore, buf *versionBuffer, e Entry) error {
 		return err
 	}
 	ts := e.Time
-	if !e.Timed {
+	if e.Origin != TimedRecord {
 		// A plain table's delete: its record carries no time of the
 		// table's, only when it was produced. The delete came after
 		// every version of the key, so it is dated at the store's

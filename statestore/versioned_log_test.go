@@ -50,7 +50,6 @@ func TestVersionedChangelog(t *testing.T) {
 			t.Parallel()
 			t.Run("Records", func(t *testing.T) { testVersionedChangelogRecords(t) })
 			t.Run("Replay", func(t *testing.T) { testVersionedChangelogReplay(t, b) })
-			t.Run("OldFormat", func(t *testing.T) { testVersionedChangelogOldFormat(t, b) })
 			t.Run("PlainRecords", func(t *testing.T) { testVersionedChangelogPlainRecords(t, b) })
 			t.Run("ReadByPlainStore", func(t *testing.T) { testVersionedChangelogReadByPlain(t, b) })
 		})
@@ -76,7 +75,7 @@ func testVersionedChangelogRecords(t *testing.T) {
 	}
 	var got []rec
 	for _, e := range log.records {
-		require.True(t, e.Timed)
+		require.Equal(t, TimedRecord, e.Origin)
 		v, ts := SplitTimestamped(e.Value)
 		if e.Value != nil {
 			require.Equal(t, e.Time, ts, "the value carries the record's time")
@@ -108,49 +107,17 @@ func testVersionedChangelogReplay(t *testing.T, b backend) {
 	}
 }
 
-// A changelog written as the store's own keys, as it was before records
-// were puts, restores with every version, and so does one that holds
-// such records followed by puts logged since: the store's state
-// directory and its changelog need no conversion.
-func testVersionedChangelogOldFormat(t *testing.T, b backend) {
-	// The old format: the store's own writes, as the record cache sent
-	// them.
-	old := &changeLog{ReadWriter: b.open(t)}
-	s := openVersioned(t, old, 30)
-	r := rand.New(rand.NewPCG(5, 6))
-	randomPuts(t, s, r, 300, 0)
-
-	restored := NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 30})
-	replayAll(t, restored, old.entries, 50)
-	require.Equal(t, collectAll(t, old), collectAll(t, restored))
-
-	// Upgraded, the active goes on over the same store and logs puts.
-	log := &versionLog{ReadWriter: old.ReadWriter}
-	s = openVersioned(t, log, 30)
-	randomPuts(t, s, r, 300, 300)
-	mixed := append(append([]Entry(nil), old.entries...), log.records...)
-	restored = NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 30})
-	replayAll(t, restored, mixed, 64)
-	require.Equal(t, collectAll(t, log), collectAll(t, restored))
-	rs := openVersioned(t, restored, 30)
-	for k := range 5 {
-		for at := int64(560); at <= 610; at++ {
-			require.Equal(t, asOf(t, s, fmt.Sprint(k), at), asOf(t, rs, fmt.Sprint(k), at))
-		}
-	}
-}
-
 // A plain table's changelog (timestamped values, deletes without a time)
 // restores into a versioned store with each key's latest value, each
 // value at its own time, and each delete after the key's versions.
 func testVersionedChangelogPlainRecords(t *testing.T, b backend) {
 	plain := []Entry{
-		{Key: []byte("a"), Value: AppendTimestamped(nil, 10, []byte("a10")), Time: 1e12},
-		{Key: []byte("b"), Value: AppendTimestamped(nil, 12, []byte("b12")), Time: 1e12},
-		{Key: []byte("a"), Value: AppendTimestamped(nil, 30, []byte("a30")), Time: 1e12},
-		{Key: []byte("b"), Time: 1e12},
-		{Key: []byte("c"), Value: []byte("bare"), Time: 40},
-		{Key: []byte{0, 0}, Value: AppendTimestamped(nil, 41, []byte("zero")), Time: 1e12},
+		{Key: []byte("a"), Value: AppendTimestamped(nil, 10, []byte("a10")), Time: 1e12, Origin: LoggedRecord},
+		{Key: []byte("b"), Value: AppendTimestamped(nil, 12, []byte("b12")), Time: 1e12, Origin: LoggedRecord},
+		{Key: []byte("a"), Value: AppendTimestamped(nil, 30, []byte("a30")), Time: 1e12, Origin: LoggedRecord},
+		{Key: []byte("b"), Time: 1e12, Origin: LoggedRecord},
+		{Key: []byte("c"), Value: []byte("bare"), Time: 40, Origin: LoggedRecord},
+		{Key: []byte{0, 0}, Value: AppendTimestamped(nil, 41, []byte("zero")), Time: 1e12, Origin: LoggedRecord},
 	}
 	restored := NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 100})
 	replayAll(t, restored, plain, 2)
@@ -250,4 +217,30 @@ func TestVersionedChangelogReplayAfterOtherWrites(t *testing.T) {
 	require.NoError(t, restored.Reset())
 	replayAll(t, restored, log.records, 64)
 	require.Equal(t, collectAll(t, log), collectAll(t, restored))
+}
+
+// A plain table's record is put whatever its key and value look like: a
+// value or a delete under a key shaped as a version key, or a value under
+// the observed time's key, is a version of that key like any other.
+func TestVersionedChangelogPlainRecordShapedAsOwn(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			shaped := versionKey([]byte("k"), 7)
+			records := []Entry{
+				{Key: shaped, Value: AppendTimestamped(nil, 20, []byte{versionValue, 'x'}), Time: 1e12, Origin: LoggedRecord},
+				{Key: []byte{0, 0}, Value: AppendTimestamped(nil, 30, nil), Time: 1e12, Origin: LoggedRecord},
+				{Key: shaped, Time: 1e12, Origin: LoggedRecord},
+			}
+			restored := NewVersionedChangelog(b.open(t), VersionedOptions{HistoryRetention: 100})
+			replayAll(t, restored, records, 2)
+			rs := openVersioned(t, restored, 100)
+			require.Equal(t, "-", asOf(t, rs, "k", math.MaxInt64), "no version of k is made from a record under another key")
+			require.Equal(t, "-", asOf(t, rs, string(shaped), math.MaxInt64), "the plain delete is put")
+			require.Equal(t, "\x01x[20,30)", asOf(t, rs, string(shaped), 29))
+			require.Equal(t, "[30,∞)", asOf(t, rs, "\x00\x00", math.MaxInt64))
+			obs, err := rs.ObservedTime()
+			require.NoError(t, err)
+			require.Equal(t, int64(30), obs)
+		})
+	}
 }

@@ -56,14 +56,10 @@ func Versioned(history time.Duration) Option {
 // plain, a versioned store's own keys (a table read with Table, or derived
 // with Filter, FilterNot or MapTableValues in a store of its own), or read
 // with Versioned, a plain store's entries. The runtime empties a store
-// found in the other layout and restores it from its changelog, which
-// both kinds read alike, so what remains is a changelog written before
-// versioned stores logged their puts: it holds a versioned store's own
-// keys, which a plain store cannot read. Then the store must be rebuilt
-// from the table's topic: reset the application (runtime.Reset) and start
-// it again, or read the table with Versioned until the changelog holds
-// puts only. The runtime stops the stream thread on it, whatever its
-// processing error handling.
+// found in the other layout when it opens it and restores it from its
+// changelog, whose records both kinds read, so this error means a store
+// given to the table by other means. The runtime stops the stream thread
+// on it, whatever its processing error handling.
 type StoreLayoutError struct {
 	Store string
 	// Versioned is true when the table is read with Versioned and the

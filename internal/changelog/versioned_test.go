@@ -44,15 +44,15 @@ func TestTimedEntriesRoundTrip(t *testing.T) {
 	done := pollUntil(t, r, completedFor(clTopic, 0))
 	require.NoError(t, done[0].Err)
 	require.Len(t, store.got, 3)
-	require.True(t, store.got[0].Timed)
+	require.Equal(t, statestore.TimedRecord, store.got[0].Origin)
 	require.Equal(t, int64(1234), store.got[0].Time)
 	v, ts := statestore.SplitTimestamped(store.got[0].Value)
 	require.Equal(t, "v", string(v))
 	require.Equal(t, int64(1234), ts)
-	require.True(t, store.got[1].Timed)
+	require.Equal(t, statestore.TimedRecord, store.got[1].Origin)
 	require.Nil(t, store.got[1].Value)
 	require.Equal(t, int64(1300), store.got[1].Time)
-	require.False(t, store.got[2].Timed)
+	require.Equal(t, statestore.LoggedRecord, store.got[2].Origin)
 }
 
 // As Kafka Streams sets them: compacted, nothing compacted younger than
