@@ -3,7 +3,6 @@ package statestore
 import (
 	"bytes"
 	"errors"
-	"math"
 	"slices"
 )
 
@@ -48,9 +47,9 @@ func VersionRecord(key, value []byte, ts int64) Entry {
 type VersionedChangelog struct {
 	Store
 	opts VersionedOptions
-	// known is what the replayed writes read of the store, nil until the
-	// next one (see knownVersions).
-	known *knownVersions
+	// replay is what the replayed writes know of the store, nil until
+	// the next one (see replayState).
+	replay *replayState
 }
 
 // NewVersionedChangelog wraps s, a versioned store's backing store.
@@ -70,233 +69,57 @@ func (v *VersionedChangelog) DiskSize() (int64, error) {
 	return 0, nil
 }
 
-// Write applies entries in order with position, in one write of the inner
-// store: the store's own entries as they are, changelog records as puts,
-// through a buffer over the store, so that a record sees the versions the
-// ones before it in the batch put, and the write holds their outcome.
+// errMixedWrite is returned for a Write holding both the store's own
+// entries and changelog records: each comes from one writer.
+var errMixedWrite = errors.New("statestore: a versioned store's write holds both its own entries and changelog records")
+
+// Write applies entries with position, in one write of the inner store:
+// the store's own entries (OwnWrite) as they are; changelog records put
+// in order as versions, the write holding their outcome.
 func (v *VersionedChangelog) Write(entries []Entry, position int64) error {
-	if !slices.ContainsFunc(entries, isPut) {
-		v.known = nil
+	puts := slices.ContainsFunc(entries, isPut)
+	if !puts {
+		v.replay = nil
 		return v.Store.Write(entries, position)
 	}
-	if v.known == nil {
-		v.known = newKnownVersions()
+	if slices.ContainsFunc(entries, func(e Entry) bool { return !isPut(e) }) {
+		return errMixedWrite
 	}
-	buf := newVersionBuffer(v.Store)
-	buf.known = v.known
-	vs := &VersionedStore{rw: buf, retention: v.opts.HistoryRetention}
-	for i, e := range entries {
-		if err := replay(vs, buf, e); err != nil {
-			v.known = nil
-			return &EntryError{Index: i, Err: err}
+	if v.replay == nil {
+		r, err := newReplayState(v.Store, v.opts.HistoryRetention)
+		if err != nil {
+			return err
 		}
+		v.replay = r
 	}
-	if err := v.Store.Write(buf.entries(), position); err != nil {
-		v.known = nil
-		return err
+	out, err := v.replay.apply(v.Store, entries)
+	if err == nil {
+		err = v.Store.Write(out, position)
 	}
-	if !v.known.apply(buf) {
-		v.known = nil
+	if err != nil || v.replay.n > maxKnownVersions {
+		v.replay = nil
 	}
-	return nil
+	return err
 }
 
 // Put writes the inner store, and forgets what replay knew of it.
 func (v *VersionedChangelog) Put(key, value []byte) error {
-	v.known = nil
+	v.replay = nil
 	return v.Store.Put(key, value)
 }
 
 // Delete writes the inner store, and forgets what replay knew of it.
 func (v *VersionedChangelog) Delete(key []byte) error {
-	v.known = nil
+	v.replay = nil
 	return v.Store.Delete(key)
 }
 
 // Reset empties the store, and forgets what replay knew of it.
 func (v *VersionedChangelog) Reset() error {
-	v.known = nil
+	v.replay = nil
 	return v.Store.Reset()
 }
 
 // isPut reports whether e is a changelog record to put, not one of the
 // store's own entries.
 func isPut(e Entry) bool { return e.Origin != OwnWrite }
-
-// replay applies one record to vs, whose store is buf.
-func replay(vs *VersionedStore, buf *versionBuffer, e Entry) error {
-	if !isPut(e) {
-		if e.Value == nil {
-			return buf.Delete(e.Key)
-		}
-		return buf.Put(e.Key, e.Value)
-	}
-	if e.Value != nil {
-		value, ts := SplitTimestamped(e.Value)
-		if ts == NoTimestamp {
-			// A bare value, from a store that kept no timestamps: its
-			// record's time is the best there is.
-			ts = e.Time
-		}
-		_, _, err := vs.Put(e.Key, value, ts)
-		return err
-	}
-	ts := e.Time
-	if e.Origin != TimedRecord {
-		// A plain table's delete: its record carries no time of the
-		// table's, only when it was produced. The delete came after
-		// every version of the key, so it is dated at the store's
-		// observed time, which keeps the history before it and moves
-		// no cut-off.
-		obs, err := vs.ObservedTime()
-		if err != nil || obs == math.MinInt64 {
-			return err
-		}
-		ts = obs
-	}
-	_, _, err := vs.Put(e.Key, nil, ts)
-	return err
-}
-
-// versionBuffer is a write buffer over a store for VersionedStore puts: it
-// holds the writes of one batch and reads through to the store for the
-// rest. Its Range serves VersionedStore's walks of one key's versions,
-// from the key's prefix to the end of it, and nothing else.
-type versionBuffer struct {
-	inner ReadWriter
-	// known, if set, holds versions of the inner store, read from it
-	// once.
-	known  *knownVersions
-	writes map[string]pendingWrite
-	order  []string
-	// byPrefix holds the written version keys of each record key, by its
-	// prefix (see prefix), sorted.
-	byPrefix map[string][]string
-}
-
-type pendingWrite struct {
-	value   []byte
-	deleted bool
-}
-
-var errBufferRange = errors.New("statestore: a version buffer ranges over one key's versions only")
-
-func newVersionBuffer(inner ReadWriter) *versionBuffer {
-	return &versionBuffer{inner: inner, writes: make(map[string]pendingWrite), byPrefix: make(map[string][]string)}
-}
-
-func (b *versionBuffer) Get(key []byte) ([]byte, bool, error) {
-	if w, ok := b.writes[string(key)]; ok {
-		return w.value, !w.deleted, nil
-	}
-	return b.inner.Get(key)
-}
-
-func (b *versionBuffer) Put(key, value []byte) error {
-	if value == nil {
-		return ErrNilValue
-	}
-	b.write(key, pendingWrite{value: value})
-	return nil
-}
-
-func (b *versionBuffer) Delete(key []byte) error {
-	b.write(key, pendingWrite{deleted: true})
-	return nil
-}
-
-func (b *versionBuffer) write(key []byte, w pendingWrite) {
-	k := string(key)
-	if _, ok := b.writes[k]; !ok {
-		b.order = append(b.order, k)
-		if len(key) > 8 && !bytes.Equal(key, observedKey) {
-			p := k[:len(k)-8]
-			keys := b.byPrefix[p]
-			i, _ := slices.BinarySearch(keys, k)
-			b.byPrefix[p] = slices.Insert(keys, i, k)
-		}
-	}
-	b.writes[k] = w
-}
-
-func (b *versionBuffer) Range(from, to []byte) (Iterator, error) {
-	if len(from) < 2 || len(to) != len(from) || !bytes.Equal(from[:len(from)-1], to[:len(to)-1]) {
-		return nil, errBufferRange
-	}
-	var it Iterator
-	if b.known != nil {
-		vs, err := b.known.versions(b.inner, from, to)
-		if err != nil {
-			return nil, err
-		}
-		it = &knownIter{vs: vs}
-	} else {
-		var err error
-		if it, err = b.inner.Range(from, to); err != nil {
-			return nil, err
-		}
-	}
-	return &bufferIter{b: b, pending: b.byPrefix[string(from)], inner: it, needInner: true}, nil
-}
-
-func (b *versionBuffer) All() (Iterator, error) { return nil, errBufferRange }
-
-func (b *versionBuffer) ApproximateCount() (int64, error) { return b.inner.ApproximateCount() }
-
-// entries returns the buffered writes, one per key, in the order the keys
-// were first written.
-func (b *versionBuffer) entries() []Entry {
-	out := make([]Entry, 0, len(b.order))
-	for _, k := range b.order {
-		w := b.writes[k]
-		e := Entry{Key: []byte(k)}
-		if !w.deleted {
-			e.Value = w.value
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// bufferIter merges a key's buffered version keys over the inner store's,
-// the buffer's writes winning and its deletes hiding keys.
-type bufferIter struct {
-	b         *versionBuffer
-	pending   []string
-	inner     Iterator
-	needInner bool
-	innerOK   bool
-	key       []byte
-	value     []byte
-}
-
-func (i *bufferIter) Next() bool {
-	for {
-		if i.needInner {
-			i.innerOK, i.needInner = i.inner.Next(), false
-		}
-		var k string
-		switch {
-		case len(i.pending) > 0 && (!i.innerOK || i.pending[0] <= string(i.inner.Key())):
-			k = i.pending[0]
-			i.pending = i.pending[1:]
-			if i.innerOK && k == string(i.inner.Key()) {
-				i.needInner = true
-			}
-		case i.innerOK:
-			i.key, i.value, i.needInner = i.inner.Key(), i.inner.Value(), true
-			return true
-		default:
-			return false
-		}
-		if w := i.b.writes[k]; !w.deleted {
-			i.key, i.value = []byte(k), w.value
-			return true
-		}
-	}
-}
-
-func (i *bufferIter) Key() []byte   { return i.key }
-func (i *bufferIter) Value() []byte { return i.value }
-func (i *bufferIter) Err() error    { return i.inner.Err() }
-func (i *bufferIter) Close() error  { return i.inner.Close() }

@@ -244,3 +244,16 @@ func TestVersionedChangelogPlainRecordShapedAsOwn(t *testing.T) {
 		})
 	}
 }
+
+// A write holding both the store's own entries and changelog records is
+// refused and writes nothing: each writer sends one kind.
+func TestVersionedChangelogMixedWrite(t *testing.T) {
+	inner := NewMemory()
+	via := NewVersionedChangelog(inner, VersionedOptions{HistoryRetention: 10})
+	err := via.Write([]Entry{
+		VersionRecord([]byte("k"), []byte("v"), 5),
+		{Key: []byte{0, 0}, Value: make([]byte, 8)},
+	}, 3)
+	require.ErrorIs(t, err, errMixedWrite)
+	require.Empty(t, collectAll(t, inner))
+}
