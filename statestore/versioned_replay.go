@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -31,6 +32,32 @@ type replayState struct {
 	touched []*keyVersions
 	// scratch holds the prefix of the key being looked up.
 	scratch []byte
+	// slab is where stored values are copied, many to an array, so that
+	// a restoration allocates and the collector scans few objects.
+	slab []byte
+}
+
+// slabSize is the size of the arrays replayState copies values into; a
+// value above a quarter of it gets its own.
+const slabSize = 64 << 10
+
+// stored returns value as a version stores it, copied into the slab.
+func (r *replayState) stored(value []byte, tombstone bool) []byte {
+	n := 1 + len(value)
+	var b []byte
+	if n > slabSize/4 {
+		b = make([]byte, 0, n)
+	} else {
+		if cap(r.slab)-len(r.slab) < n {
+			r.slab = make([]byte, 0, slabSize)
+		}
+		b = r.slab[len(r.slab) : len(r.slab) : len(r.slab)+n]
+		r.slab = r.slab[:len(r.slab)+n]
+	}
+	if tombstone {
+		return append(b, versionTombstone)
+	}
+	return append(append(b, versionValue), value...)
 }
 
 // keyVersions are one key's versions, oldest first.
@@ -139,12 +166,7 @@ func (r *replayState) replay(s ReadWriter, e Entry) error {
 		return err
 	}
 	r.obs = max(r.obs, ts)
-	stored := make([]byte, 1, 1+len(value))
-	if e.Value != nil {
-		stored[0] = versionValue
-		stored = append(stored, value...)
-	}
-	r.put(k, ts, stored)
+	r.put(k, ts, r.stored(value, e.Value == nil))
 	return nil
 }
 
@@ -216,7 +238,14 @@ func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
 		r.n -= n
 	}
 	v := knownVersion{ts: ts, stored: stored, dirty: true}
-	switch i, found := slices.BinarySearchFunc(k.vs, ts, func(v knownVersion, ts int64) int { return cmpInt64(v.ts, ts) }); {
+	if len(k.vs) == 0 || k.vs[len(k.vs)-1].ts < ts {
+		// In order, as nearly every record of a restoration is.
+		k.vs = append(k.vs, v)
+		r.n++
+		r.touch(k)
+		return
+	}
+	switch i, found := slices.BinarySearchFunc(k.vs, ts, cmpVersion); {
 	case found:
 		v.written = k.vs[i].written
 		k.vs[i] = v
@@ -227,41 +256,40 @@ func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
 		k.vs = slices.Insert(k.vs, i, v)
 		r.n++
 	}
+	r.touch(k)
+}
+
+// touch lists k among the keys the current write changed.
+func (r *replayState) touch(k *keyVersions) {
 	if !k.touched {
 		k.touched = true
 		r.touched = append(r.touched, k)
 	}
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
+func cmpVersion(v knownVersion, ts int64) int { return cmp.Compare(v.ts, ts) }
 
 // flush returns the store entries of the changes since the last flush
 // and marks them written: for each key changed, its removed versions no
 // longer there, then the versions put; then the observed time if moved.
 func (r *replayState) flush(moved bool) []Entry {
-	var n int
+	var n, size int
 	for _, k := range r.touched {
-		n += len(k.removed)
+		m := len(k.removed)
 		for _, v := range k.vs {
 			if v.dirty {
-				n++
+				m++
 			}
 		}
+		n += m
+		size += m * (len(k.prefix) + 8)
 	}
 	out := make([]Entry, 0, n+1)
-	// The version keys of a key share one array per key.
+	// The version keys share one array, which holds them all.
+	keys := make([]byte, 0, size)
 	for _, k := range r.touched {
-		keys := make([]byte, 0, (len(k.prefix)+8)*(len(k.removed)+len(k.vs)))
 		for _, t := range k.removed {
-			if _, there := slices.BinarySearchFunc(k.vs, t, func(v knownVersion, ts int64) int { return cmpInt64(v.ts, ts) }); there {
+			if _, there := slices.BinarySearchFunc(k.vs, t, cmpVersion); there {
 				continue
 			}
 			keys = appendVersionKey(keys, k.prefix, t)
