@@ -67,6 +67,9 @@ type keyVersions struct {
 	// removed holds the times of versions the current write removed that
 	// the store holds.
 	removed []int64
+	// dirty counts the versions the current write put; in a restoration
+	// they are the newest, so flush finds them from the end.
+	dirty   int
 	touched bool
 }
 
@@ -231,6 +234,9 @@ func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
 		if k.vs[n].written {
 			k.removed = append(k.removed, t)
 		}
+		if k.vs[n].dirty {
+			k.dirty--
+		}
 		n++
 	}
 	if n > 0 {
@@ -241,6 +247,7 @@ func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
 	if len(k.vs) == 0 || k.vs[len(k.vs)-1].ts < ts {
 		// In order, as nearly every record of a restoration is.
 		k.vs = append(k.vs, v)
+		k.dirty++
 		r.n++
 		r.touch(k)
 		return
@@ -248,12 +255,13 @@ func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
 	switch i, found := slices.BinarySearchFunc(k.vs, ts, cmpVersion); {
 	case found:
 		v.written = k.vs[i].written
+		if !k.vs[i].dirty {
+			k.dirty++
+		}
 		k.vs[i] = v
-	case i == len(k.vs):
-		k.vs = append(k.vs, v)
-		r.n++
 	default:
 		k.vs = slices.Insert(k.vs, i, v)
+		k.dirty++
 		r.n++
 	}
 	r.touch(k)
@@ -275,12 +283,7 @@ func cmpVersion(v knownVersion, ts int64) int { return cmp.Compare(v.ts, ts) }
 func (r *replayState) flush(moved bool) []Entry {
 	var n, size int
 	for _, k := range r.touched {
-		m := len(k.removed)
-		for _, v := range k.vs {
-			if v.dirty {
-				m++
-			}
-		}
+		m := len(k.removed) + k.dirty
 		n += m
 		size += m * (len(k.prefix) + 8)
 	}
@@ -295,7 +298,7 @@ func (r *replayState) flush(moved bool) []Entry {
 			keys = appendVersionKey(keys, k.prefix, t)
 			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)]})
 		}
-		for i := range k.vs {
+		for i := len(k.vs) - 1; i >= 0 && k.dirty > 0; i-- {
 			v := &k.vs[i]
 			if !v.dirty {
 				continue
@@ -303,6 +306,7 @@ func (r *replayState) flush(moved bool) []Entry {
 			keys = appendVersionKey(keys, k.prefix, v.ts)
 			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)], Value: v.stored})
 			v.dirty, v.written = false, true
+			k.dirty--
 		}
 		k.removed, k.touched = k.removed[:0], false
 	}
