@@ -140,11 +140,12 @@ func (a *App) assignmentReceived(th *thread, info groupproto.AssignmentInfo) {
 // it from those opened ahead (aheadStores). Every replica (active,
 // restoring, standby, warmup) opens its stores here, so a window or
 // session store is wrapped in its segmented layout (see windowstore.go)
-// whatever writes to it.
+// whatever writes to it, and a versioned store in the reader of its
+// changelog's puts (statestore.VersionedChangelog).
 func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, error) {
 	if info.Persistent && !info.Windowed() {
 		if s, ok := a.ahead.take(aheadKey{id, info.Name}); ok {
-			return s, nil
+			return a.versionedOrPlain(id, info, s)
 		}
 	}
 	interval := segmentInterval(info.WindowOptions())
@@ -160,8 +161,11 @@ func (a *App) openStore(id task.ID, info topology.StoreInfo) (statestore.Store, 
 		}
 		return a.openPersistent(id, info.Name)
 	})
-	if err != nil || !info.Windowed() {
-		return s, err
+	if err != nil {
+		return nil, err
+	}
+	if !info.Windowed() {
+		return a.versionedOrPlain(id, info, s)
 	}
 	return wrapWindowed(s, info, interval)
 }

@@ -414,6 +414,11 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 				// only the log's retention removes them from the topic.
 				spec.Configs = changelog.WindowedTopicConfigs(time.Duration(s.Retention)*time.Millisecond, cfg.WindowedChangelogRetentionMargin)
 			}
+			if s.Kind == graph.Versioned {
+				// Its records are versions: compaction must leave those
+				// within the history retention.
+				spec.Configs = changelog.VersionedTopicConfigs(s.Retention)
+			}
 			specs = append(specs, spec)
 		}
 	}

@@ -28,7 +28,32 @@ const NoPosition int64 = -1
 type Entry struct {
 	Key   []byte
 	Value []byte
+	// Time, in milliseconds, is the timestamp of a changelog record: the
+	// version's time in a versioned store's changelog, which replaying it
+	// needs (see VersionedChangelog). For a LoggedRecord it is when the
+	// record was produced, which says nothing of the value.
+	Time int64
+	// Origin says whether the entry is a store's own write or a
+	// changelog record, which a versioned store reads as a put.
+	Origin Origin
 }
+
+// Origin is where an Entry comes from. A plain store writes every entry
+// as it is; a versioned store (VersionedChangelog) writes its own entries
+// as they are and puts changelog records as versions.
+type Origin uint8
+
+const (
+	// OwnWrite is a store's own write: a record cache's commit, a
+	// task's put. It is the zero Origin.
+	OwnWrite Origin = iota
+	// LoggedRecord is a changelog record without its value's time: a
+	// plain table's write.
+	LoggedRecord
+	// TimedRecord is a changelog record whose Time is its value's time:
+	// a versioned store's put (see VersionRecord).
+	TimedRecord
+)
 
 // Deleted reports whether e is a delete (a tombstone).
 func (e Entry) Deleted() bool { return e.Value == nil }

@@ -11,9 +11,10 @@ import (
 // values still within its history retention, each version valid from its
 // own timestamp until the next version's (KIP-889). Like window stores it
 // is a key-value store with a composite key layout, so the record cache,
-// the changelog, restoration, standbys and resets treat it as any other:
-// VersionedStore translates its operations into Get, Put, Delete and Range
-// on a ReadWriter (the task's cache, or a replica's store for a query).
+// the store backends and resets treat it as any other: VersionedStore
+// translates its operations into Get, Put, Delete and Range on a
+// ReadWriter (the task's cache, or a replica's store for a query). Only
+// its changelog differs (see below).
 //
 // Keys. Each version is one key,
 //
@@ -32,16 +33,23 @@ import (
 //
 // Observed time. The store's observed time, the largest timestamp put, is
 // kept under the key 00 00 (which no escaped key starts with) as 8 bytes,
-// written with every put. It is thus logged, restored and replicated with
-// the versions it governs, so a standby answers as-of queries with the
-// same cut-off as the active at the same changelog position.
+// written by every put that raises it. A replica rebuilt from the
+// changelog puts the same versions in the same order, so it has the same
+// observed time, and a standby answers as-of queries with the same
+// cut-off as the active at the same changelog position.
 //
 // Retention. A version whose validity ended at or before observed time
 // minus the history retention can no longer be asked for; a put removes
-// those of its own key, through the changelog as deletes, so the changelog,
-// compacted as a key-value store's, stays bounded by what the store holds.
-// A key that is never written again keeps its last expired versions, which
-// reads ignore.
+// those of its own key. A key that is never written again keeps its last
+// expired versions, which reads ignore.
+//
+// Changelog. The changelog does not hold these keys but the puts, as
+// Kafka Streams' does (versioned_log.go): one record per version put, its
+// key the record key, its value what a plain table's store holds (the
+// timestamped value, see AppendTimestamped) or a tombstone, its timestamp
+// the version's. A plain store reads those records as its own, and a
+// versioned store is rebuilt by putting them again in changelog order,
+// which yields the same versions, observed time and expirations.
 
 // VersionedOptions configure a versioned store.
 type VersionedOptions struct {
@@ -80,14 +88,19 @@ var errCorruptVersion = errors.New("statestore: corrupt versioned store entry")
 type VersionedStore struct {
 	rw        ReadWriter
 	retention int64
+	// log, when rw is a VersionLogger, is told of every version put.
+	log VersionLogger
 }
 
-// NewVersionedStore returns a versioned store over rw.
+// NewVersionedStore returns a versioned store over rw. If rw is a
+// VersionLogger, each version put is also handed to it, for the
+// changelog.
 func NewVersionedStore(rw ReadWriter, opts VersionedOptions) (*VersionedStore, error) {
 	if opts.HistoryRetention < 0 {
 		return nil, fmt.Errorf("statestore: versioned store history retention must not be negative, got %d", opts.HistoryRetention)
 	}
-	return &VersionedStore{rw: rw, retention: opts.HistoryRetention}, nil
+	log, _ := rw.(VersionLogger)
+	return &VersionedStore{rw: rw, retention: opts.HistoryRetention, log: log}, nil
 }
 
 func versionKey(key []byte, ts int64) []byte {
@@ -212,6 +225,10 @@ func (s *VersionedStore) Put(key, value []byte, ts int64) (validTo int64, put bo
 	validTo = OpenEnded
 	newer := OpenEnded
 	var expired [][]byte
+	// latest is the key's latest version as stored (flag and value), kept
+	// for the log when the put is out of order.
+	var latest []byte
+	var latestTs int64
 	for it.Next() {
 		t, terr := versionTime(it.Key())
 		if terr != nil {
@@ -221,6 +238,9 @@ func (s *VersionedStore) Put(key, value []byte, ts int64) (validTo int64, put bo
 		end := newer
 		switch {
 		case t > ts:
+			if newer == OpenEnded && s.log != nil {
+				latest, latestTs = append([]byte(nil), it.Value()...), t
+			}
 			validTo = t
 		case t < ts:
 			end = min(end, ts)
@@ -244,7 +264,25 @@ func (s *VersionedStore) Put(key, value []byte, ts int64) (validTo int64, put bo
 		b[0] = versionValue
 		b = append(b, value...)
 	}
-	return validTo, true, s.rw.Put(versionKey(key, ts), b)
+	if err := s.rw.Put(versionKey(key, ts), b); err != nil {
+		return 0, false, err
+	}
+	if s.log != nil {
+		s.log.LogVersion(key, value, ts)
+		if validTo != OpenEnded && len(latest) > 0 {
+			// An out-of-order put is not the key's latest, but a
+			// compacted changelog keeps a key's last record only, and a
+			// plain store takes the last as the value: logging the
+			// latest again after it keeps both right. Put again, it
+			// changes nothing.
+			var v []byte
+			if latest[0] == versionValue {
+				v = latest[1:]
+			}
+			s.log.LogVersion(key, v, latestTs)
+		}
+	}
+	return validTo, true, nil
 }
 
 // ErrLayoutMismatch is returned by CheckVersionedLayout and
@@ -283,10 +321,10 @@ func CheckVersionedLayout(rw ReadWriter) error {
 
 // CheckPlainLayout returns an error wrapping ErrLayoutMismatch if rw,
 // opened as a plain key-value store, holds a versioned store's entries:
-// an 8-byte observed time, followed by a version key (ending in the key
-// terminator 00 01 and a timestamp). A table's plain store cannot hold
-// both: its values under the key 00 00 would be timestamped, at least 12
-// bytes.
+// an 8-byte observed time followed by a version key (ending in the key
+// terminator 00 01 and a timestamp, its value flagged). A table's plain
+// store cannot hold such an observed time: its values under the key 00 00
+// would be timestamped, at least 12 bytes.
 func CheckPlainLayout(rw ReadWriter) error {
 	obs, found, err := rw.Get(observedKey)
 	if err != nil || !found || len(obs) != 8 {
@@ -296,16 +334,28 @@ func CheckPlainLayout(rw ReadWriter) error {
 	if err != nil {
 		return err
 	}
-	var versionKey bool
-	if it.Next() {
-		k := it.Key()
-		versionKey = len(k) >= 10 && k[len(k)-10] == 0 && k[len(k)-9] == 1
-	}
+	versioned := it.Next() && isVersionEntry(it.Key(), it.Value())
 	if err := errors.Join(it.Err(), it.Close()); err != nil {
 		return err
 	}
-	if versionKey {
+	if versioned {
 		return fmt.Errorf("%w: a versioned store's observed time and versions", ErrLayoutMismatch)
 	}
 	return nil
+}
+
+// isVersionEntry reports whether key and value are a version's, as a
+// versioned store writes them.
+func isVersionEntry(key, value []byte) bool {
+	n, rest, err := splitRest(key)
+	if err != nil || n+8 != len(key) || len(rest) != 8 || len(value) == 0 {
+		return false
+	}
+	switch value[0] {
+	case versionTombstone:
+		return len(value) == 1
+	case versionValue:
+		return true
+	}
+	return false
 }

@@ -122,6 +122,11 @@ type node struct {
 	parents  []*node
 	children []*node
 	stores   []string
+	// versionedResults names the versioned store an aggregation or table
+	// join keeps its results in (declareResultStore), "" for none, and
+	// resultHistory its history retention in milliseconds.
+	versionedResults string
+	resultHistory    int64
 	// sub is the node's sub-topology, set by Build.
 	sub int
 

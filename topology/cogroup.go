@@ -111,7 +111,7 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 	}, parents...)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), n.label())
+	b.declareResultStore(n, store, o)
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
@@ -121,7 +121,7 @@ func (c CogroupedKStream[K, A]) Aggregate(init func() A, store string, aggSerde 
 	for _, m := range missing {
 		b.errorf("%s: %s is nil", n.label(), m)
 	}
-	return KTable[K, A]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: aggSerde}
+	return versionedResult(KTable[K, A]{b: b, n: n, store: store, keySerde: keySerde, valueSerde: aggSerde}, o)
 }
 
 // wire adds the nodes that tag each input's records with the input's

@@ -71,7 +71,7 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	r.builder()
 	// The result node comes first so that its name names the rest.
 	res := b.addNode(kindProcessor, op, o)
-	out := KTable[K, VR]{b: b, n: res, store: store, keySerde: l.keySerde, valueSerde: vs}
+	out := versionedResult(KTable[K, VR]{b: b, n: res, store: store, keySerde: l.keySerde, valueSerde: vs}, o)
 	if r.b != b {
 		b.errorf("%s joins a table from another Builder", res.label())
 		return out
@@ -86,7 +86,7 @@ func fkJoin[K, V, KO, VO, VR any](l KTable[K, V], r KTable[KO, VO], op string, f
 	}
 	res.stores = []string{store}
 	res.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), res.label())
+	b.declareResultStore(res, store, o)
 	lks, lvs, rks, rvs := l.keySerde, l.valueSerde, r.keySerde, r.valueSerde
 	res.newProc = func() (procImpl, error) {
 		return &tableJoinResult[K, VR]{store: store, keySerde: lks, valueSerde: vs}, nil

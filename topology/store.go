@@ -40,12 +40,6 @@ func newTableStore[K, V any](rw statestore.ReadWriter, keySerde serde.Serde[K], 
 // stores do, so that a join stamps its result with the later of its two
 // sides' times and an aggregation with the latest of its records'.
 func (b *Builder) tableStoreInfo(name string, o options) StoreInfo {
-	if o.versioned {
-		// Kafka Streams accepts a versioned store here but documents that
-		// aggregations and table joins do not produce a version history,
-		// so that such a store's contents are unpredictable.
-		b.errorf("store %q: Versioned applies to tables read with Table and to Filter, FilterNot and MapTableValues given Materialized, not to aggregations or table joins, whose results keep no history", name)
-	}
 	return StoreInfo{Name: name, Persistent: !o.inMemory, Logged: !o.unlogged, Timestamped: !b.bareValues}
 }
 

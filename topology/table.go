@@ -201,7 +201,7 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial, step: step, srcKey: srcKey, keyOnly: keyOnly}
 	}
 	var n *node
-	if merge != nil && !o.noCombine && g.repartition && g.source == nil && missingFunc == "" && aggSerde != nil {
+	if merge != nil && !o.noCombine && !o.versioned && g.repartition && g.source == nil && missingFunc == "" && aggSerde != nil {
 		in := combinedInput(g, store, aggSerde, step)
 		ms := mergeStep(step, merge)
 		n = b.addProcessor(op, o, func() procImpl {
@@ -216,14 +216,14 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), n.label())
+	b.declareResultStore(n, store, o)
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
 	if missingFunc != "" {
 		b.errorf("%s: %s is nil", n.label(), missingFunc)
 	}
-	return KTable[K, A]{b: b, n: n, store: store, keySerde: g.keySerde, valueSerde: aggSerde}
+	return versionedResult(KTable[K, A]{b: b, n: n, store: store, keySerde: g.keySerde, valueSerde: aggSerde}, o)
 }
 
 type aggProc[K, V, A any] struct {

@@ -296,14 +296,14 @@ func tableAggregate[K, V, A any](g *tableGrouping[K, V], op, store string, aggSe
 	}, in)
 	n.stores = []string{store}
 	n.olds = ownOldValues
-	b.declareStore(b.tableStoreInfo(store, o), n.label())
+	b.declareResultStore(n, store, o)
 	if aggSerde == nil {
 		b.errorf("%s: store %q: value serde is nil", n.label(), store)
 	}
 	if missingFunc != "" {
 		b.errorf("%s: %s is nil", n.label(), missingFunc)
 	}
-	return KTable[K, A]{b: b, n: n, store: store, keySerde: g.keySerde, valueSerde: aggSerde}
+	return versionedResult(KTable[K, A]{b: b, n: n, store: store, keySerde: g.keySerde, valueSerde: aggSerde}, o)
 }
 
 type tableAggProc[K, V, A any] struct {

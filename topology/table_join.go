@@ -114,13 +114,13 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 		// Without StoredOldValues the sides compute the old values, from
 		// their tables' in full, as for a join without a store.
 		n.fullOldsToo = !o.storedOlds
-		b.declareStore(b.tableStoreInfo(store, o), n.label())
+		b.declareResultStore(n, store, o)
 	} else {
 		if o.storedOlds {
 			b.errorf("%s: StoredOldValues needs a store", n.label())
 		}
 		if o.versioned {
-			b.errorf("%s: Versioned needs a store, and a table join's result keeps no history", n.label())
+			b.errorf("%s: Versioned needs a store, the one its results' versions are kept in", n.label())
 		}
 		n.olds = joinedOldValues
 	}
@@ -171,7 +171,7 @@ func joinTables[K, LV, RV, VR any](l KTable[K, LV], r KTable[K, RV], op string, 
 	n.newProc = func() (procImpl, error) {
 		return &tableJoinResult[K, VR]{store: store, keySerde: ks, valueSerde: vs}, nil
 	}
-	return KTable[K, VR]{b: b, n: n, store: store, keySerde: ks, valueSerde: vs}
+	return versionedResult(KTable[K, VR]{b: b, n: n, store: store, keySerde: ks, valueSerde: vs}, o)
 }
 
 // joinedStores lists the stores of both sides' views once each (a

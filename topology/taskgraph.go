@@ -436,6 +436,9 @@ type nodeInstance struct {
 	topic string
 	// pos is the node's index in its task's nodes plus one.
 	pos int32
+	// results is the store of the node's versioned results
+	// (node.versionedResults), opened by the processor's init.
+	results *resultVersions
 }
 
 // NodeError attributes an error to the processor node it arose in. Every
@@ -504,6 +507,8 @@ func (in *nodeInstance) process(r record) error {
 		// procImpl: one call less, with its copy of r, per record.
 		if in.fn != nil {
 			err = in.fn(in, r)
+		} else if in.results != nil {
+			err = in.processResult(r)
 		} else {
 			err = in.proc.process(in, r)
 		}
@@ -538,9 +543,16 @@ func (in *nodeInstance) send(r record) error {
 // nothing would read them (its store is read by queries, which see the
 // store), and a table of millions of keys that is only queried would
 // otherwise hold an update for every key written since the last commit.
-func (in *nodeInstance) holds() bool { return in.task.buffered && len(in.children) > 0 }
+// Nor does a node keeping versioned results: Kafka Streams does not cache
+// versioned stores, so each result goes out as it is put.
+func (in *nodeInstance) holds() bool {
+	return in.task.buffered && len(in.children) > 0 && in.node.versionedResults == ""
+}
 
 func (in *nodeInstance) forward(r record) error {
+	if in.results != nil && in.results.notLatest {
+		r.notLatest = true
+	}
 	for _, c := range in.children {
 		if err := c.process(r); err != nil {
 			return err
@@ -572,6 +584,9 @@ func (in *nodeInstance) store(name string) (statestore.ReadWriter, error) {
 	}
 	if slices.Contains(in.node.globals, name) {
 		return readOnlyStore{rw}, nil
+	}
+	if name == in.node.versionedResults {
+		return in.resultStore(rw)
 	}
 	return rw, nil
 }

@@ -13,9 +13,10 @@ import (
 	"github.com/eddystreams/eddy/statestore"
 )
 
-// Versioned materializes a table read with Table, or one derived with
-// Filter, FilterNot or MapTableValues given Materialized, in a versioned
-// store (KIP-889): besides each key's latest value it keeps the values it had
+// Versioned materializes a table read with Table, one derived with
+// Filter, FilterNot or MapTableValues given Materialized, or the results
+// of an aggregation or a table join (see below), in a versioned store
+// (KIP-889): besides each key's latest value it keeps the values it had
 // over the last history (statestore.VersionedStore), so that interactive
 // queries can ask for a value as of a time, and a stream joined with the
 // table (Join, LeftJoin) meets the value its key had at each record's
@@ -29,36 +30,49 @@ import (
 // history is dropped. A versioned table, and one derived from it without
 // Materialized, cannot be suppressed. Its updates are forwarded as they
 // are applied, never held by the record cache: Kafka Streams does not
-// cache versioned stores. Aggregations and table joins refuse it: as
-// Kafka Streams documents, their results keep no version history. So do
-// global tables, as in Kafka Streams.
+// cache versioned stores. Global tables refuse it, as in Kafka Streams.
+//
+// An aggregation (Aggregate, Count, Reduce, of streams, co-grouped
+// streams or tables) or a table join (JoinTables and the others, given a
+// store, and the foreign-key joins) given Versioned keeps its results as
+// versions, each at its own time (an aggregate's is the latest of its
+// records', a join result's the later of its sides'); a result older than
+// the store's history is neither kept nor forwarded, and one older than
+// its key's latest is forwarded marked as not the latest. As Kafka
+// Streams documents, such a history is not the results as of each time
+// but the results as they were computed from the records that had
+// arrived: a query as of a time answers with what was known then.
+//
+// A table's changelog holds the same records whether its store is plain
+// or versioned, so a table can be switched from one to the other without
+// a reset: the runtime finds the store in the other layout, empties it
+// and restores it from the changelog.
 func Versioned(history time.Duration) Option {
 	return func(o *options) { o.versioned, o.history = true, history.Milliseconds() }
 }
 
 // StoreLayoutError is the error a table's first record meets when its
-// store was written in the other layout: as a plain key-value store for a
-// table now read with Versioned, or the reverse (a table read with Table,
-// or derived with Filter, FilterNot or MapTableValues in a store of its
-// own). Either layout read as the
-// other would be misread, and the store's changelog holds the same
-// layout, so the store must be rebuilt from the table's topic: reset the
-// application (runtime.Reset) and start it again. The runtime stops the
-// stream thread on it, whatever its processing error handling.
+// store holds the other layout's entries, which would be misread: read
+// plain, a versioned store's own keys (a table read with Table, or derived
+// with Filter, FilterNot or MapTableValues in a store of its own), or read
+// with Versioned, a plain store's entries. The runtime empties a store
+// found in the other layout when it opens it and restores it from its
+// changelog, whose records both kinds read, so this error means a store
+// given to the table by other means. The runtime stops the stream thread
+// on it, whatever its processing error handling.
 type StoreLayoutError struct {
 	Store string
 	// Versioned is true when the table is read with Versioned and the
-	// store was written plain.
+	// store holds a plain store's entries.
 	Versioned bool
 	Err       error
 }
 
 func (e *StoreLayoutError) Error() string {
-	was, now := "a versioned store", "plain (without Versioned)"
 	if e.Versioned {
-		was, now = "a plain key-value store", "Versioned"
+		return fmt.Sprintf("topology: store %q holds a plain key-value store's entries but its table is read Versioned (%v): reset the application so that the store and its changelog are rebuilt from the table's topic", e.Store, e.Err)
 	}
-	return fmt.Sprintf("topology: store %q was written as %s but its table is now read %s (%v): reset the application so that the store and its changelog are rebuilt from the table's topic, or go back to the store's layout", e.Store, was, now, e.Err)
+	return fmt.Sprintf("topology: store %q holds a versioned store's own keys, restored from a changelog written before versioned stores logged their puts, but its table is now read plain (%v): reset the application so that the store and its changelog are rebuilt from the table's topic, or read the table Versioned again", e.Store, e.Err)
 }
 
 func (e *StoreLayoutError) Unwrap() error { return e.Err }
@@ -421,4 +435,145 @@ func (p *joinProc[K, V, TV, VR]) release(c *nodeInstance, until int64) error {
 		}
 	}
 	return nil
+}
+
+// Results of aggregations and table joins. Given Versioned, as Kafka
+// Streams accepts it, such a table keeps its results in a versioned store:
+// each result is put as a version at its own time (an aggregate's is the
+// latest of its records', a join result's the later of its two sides'),
+// and a result older than the store's history is neither put nor
+// forwarded. The processors are those of a plain store: they read the
+// key's latest version as the key's value, and the node forwards each
+// result as it is put, marked as not the latest when it went into the
+// history (a join result whose sides' times are older than the key's
+// latest). As Kafka Streams documents, such results form no meaningful
+// history of their own: a version stands for when a result was computed
+// from the inputs as they had arrived, not for what the inputs were at
+// that time, so queries as of a time answer with the results then known.
+
+// declareResultStore declares the store of an aggregation's or table
+// join's results, node n's, versioned if o says so.
+func (b *Builder) declareResultStore(n *node, store string, o options) {
+	if !o.versioned {
+		b.declareStore(b.tableStoreInfo(store, o), n.label())
+		return
+	}
+	info := b.versionedStoreInfo(store, o)
+	// The processor reads and writes values as a plain table's store
+	// holds them, with their times (resultVersions).
+	info.Timestamped = !b.bareValues
+	n.versionedResults, n.resultHistory = store, info.Retention
+	b.declareStore(info, n.label())
+}
+
+// versionedResult is t, the table of an aggregation's or table join's
+// results, as a versioned table when o says so: joins read it as of
+// their records' times, and it cannot be suppressed.
+func versionedResult[K, V any](t KTable[K, V], o options) KTable[K, V] {
+	if o.versioned {
+		t.versioned, t.history = true, max(o.history, 0)
+		t.asOf = t.valuesAsOf
+	}
+	return t
+}
+
+// errNotPut stops a result processor at a result older than its
+// versioned store's history, before it forwards it; the node then
+// reports no error.
+var errNotPut = errors.New("topology: result older than the versioned store's history: not put")
+
+// resultVersions is the store a result processor writes as a plain
+// table's store (timestamped values), kept as versions: Get returns the
+// key's latest version, Put puts a version at the value's time, Delete a
+// tombstone at the time of the record being processed.
+type resultVersions struct {
+	vs    *statestore.VersionedStore
+	inner statestore.ReadWriter
+	// timestamped: Get returns values with their times, as the store of a
+	// topology that keeps them does (BareStoreValues).
+	timestamped bool
+	// ts is the time of the record being processed, in milliseconds.
+	ts int64
+	// notLatest: the last put went into the key's history.
+	notLatest bool
+}
+
+var errResultRange = errors.New("topology: a versioned result store is read by key only")
+
+func newResultVersions(rw statestore.ReadWriter, history int64, timestamped bool) (*resultVersions, error) {
+	vs, err := statestore.NewVersionedStore(rw, statestore.VersionedOptions{HistoryRetention: history})
+	if err != nil {
+		return nil, err
+	}
+	return &resultVersions{vs: vs, inner: rw, timestamped: timestamped}, nil
+}
+
+// begin readies r for the processing of a record at ts.
+func (r *resultVersions) begin(ts time.Time) { r.ts, r.notLatest = ts.UnixMilli(), false }
+
+func (r *resultVersions) Get(key []byte) ([]byte, bool, error) {
+	v, found, err := r.vs.Get(key)
+	if !found {
+		return nil, false, err
+	}
+	if !r.timestamped {
+		return v.Value, true, nil
+	}
+	return statestore.AppendTimestamped(nil, v.ValidFrom, v.Value), true, nil
+}
+
+func (r *resultVersions) Put(key, value []byte) error {
+	if value == nil {
+		return statestore.ErrNilValue
+	}
+	v, ts := statestore.SplitTimestamped(value)
+	if ts == statestore.NoTimestamp {
+		ts = r.ts // a store kept bare (BareStoreValues)
+	}
+	return r.put(key, v, ts)
+}
+
+func (r *resultVersions) Delete(key []byte) error { return r.put(key, nil, r.ts) }
+
+func (r *resultVersions) put(key, value []byte, ts int64) error {
+	validTo, put, err := r.vs.Put(key, value, ts)
+	if err != nil {
+		return err
+	}
+	if !put {
+		return errNotPut
+	}
+	r.notLatest = validTo != statestore.OpenEnded
+	return nil
+}
+
+func (r *resultVersions) Range(from, to []byte) (statestore.Iterator, error) {
+	return nil, errResultRange
+}
+
+func (r *resultVersions) All() (statestore.Iterator, error) { return nil, errResultRange }
+
+func (r *resultVersions) ApproximateCount() (int64, error) { return r.inner.ApproximateCount() }
+
+// resultStore returns the store of in's versioned results over rw, the
+// task's store.
+func (in *nodeInstance) resultStore(rw statestore.ReadWriter) (statestore.ReadWriter, error) {
+	if in.results == nil {
+		var err error
+		if in.results, err = newResultVersions(rw, in.node.resultHistory, in.timestamped(in.node.versionedResults)); err != nil {
+			return nil, err
+		}
+	}
+	return in.results, nil
+}
+
+// processResult runs in's processor on r over its versioned results: a
+// result too old to be put ends the record without error, unforwarded.
+func (in *nodeInstance) processResult(r record) error {
+	in.results.begin(r.ts)
+	err := in.proc.process(in, r)
+	if errors.Is(err, errNotPut) {
+		return nil
+	}
+	return err
 }

@@ -1097,7 +1097,7 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 			if rec.Attrs.IsControl() {
 				continue // a transaction marker: moves the position, holds no data
 			}
-			entries = append(entries, statestore.Entry{Key: rec.Key, Value: rec.Value})
+			entries = append(entries, entryOf(rec))
 			offsets = append(offsets, rec.Offset)
 			if applied != nil {
 				applied = append(applied, rec)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -125,7 +126,8 @@ func (o *Offsets) acked(p *acked, r *kgo.Record, err error) {
 
 // Send produces entries, in order, to one changelog partition through cl
 // and returns without waiting for acknowledgements; the outcome lands in
-// track. An entry with a nil value becomes a tombstone.
+// track. An entry with a nil value becomes a tombstone; a timed one
+// (statestore.TimedRecord) is stamped with its time and TimedHeader.
 //
 // cl must be configured with kgo.RecordPartitioner(kgo.ManualPartitioner())
 // so that each record goes to the partition named here (the task's
@@ -151,6 +153,30 @@ func Send(ctx context.Context, cl *kgo.Client, topic string, partition int32, en
 	for i, e := range entries {
 		r := &recs[i]
 		r.Topic, r.Partition, r.Key, r.Value = topic, partition, e.Key, e.Value
+		if e.Origin == statestore.TimedRecord {
+			r.Timestamp = time.UnixMilli(e.Time)
+			r.Headers = timedHeaders
+		}
 		cl.Produce(ctx, r, done)
 	}
+}
+
+// TimedHeader marks a record whose timestamp is its value's time, not when
+// it was produced: a versioned store's puts (statestore.TimedRecord), which
+// a restoration needs to date even when they are tombstones.
+const TimedHeader = "eddy.timed"
+
+// timedHeaders is shared by every timed record: the producer only reads
+// headers.
+var timedHeaders = []kgo.RecordHeader{{Key: TimedHeader}}
+
+// entryOf is the store entry of a changelog record.
+func entryOf(rec *kgo.Record) statestore.Entry {
+	e := statestore.Entry{Key: rec.Key, Value: rec.Value, Time: rec.Timestamp.UnixMilli(), Origin: statestore.LoggedRecord}
+	for _, h := range rec.Headers {
+		if h.Key == TimedHeader {
+			e.Origin = statestore.TimedRecord
+		}
+	}
+	return e
 }

@@ -61,6 +61,9 @@ type StoreHandle struct {
 	Cache *cache.Store
 	// Changelog is the changelog topic of a logged store, "" otherwise.
 	Changelog string
+	// versions logs the puts of a logged versioned store, which its
+	// changelog holds; nil for any other store.
+	versions *versionLog
 }
 
 // ChangelogWrite is a batch of pending writes of one store, bound for one
@@ -138,6 +141,9 @@ func NewActive(cfg Config) (t *Active, err error) {
 		h := &StoreHandle{Info: info, Inner: inner, Cache: cache.New(inner, cfg.Budget)}
 		if info.Logged {
 			h.Changelog = cfg.Changelog(info.Name)
+			if info.Kind == topology.VersionedKind {
+				h.versions = new(versionLog)
+			}
 		}
 		t.stores[info.Name] = h
 		t.order = append(t.order, info.Name)
@@ -290,7 +296,11 @@ func (t *Active) PendingChangelog() []ChangelogWrite {
 		if !h.Info.Logged {
 			continue
 		}
-		if d := h.Cache.Dirty(); len(d) > 0 {
+		d := h.Cache.Dirty()
+		if h.versions != nil {
+			d = h.versions.records
+		}
+		if len(d) > 0 {
 			out = append(out, ChangelogWrite{Store: n, Topic: h.Changelog, Partition: t.cfg.ID.Partition, Entries: d})
 		}
 	}
@@ -356,6 +366,10 @@ func (t *Active) BeginCommit(last LastOffsetFunc, grouped func(statestore.Store)
 			}
 			pos = off + 1
 		}
+		if h.versions != nil {
+			// Sent with this commit's changelog records.
+			h.versions.take()
+		}
 		if grouped(h.Inner) {
 			if entries, done := h.Cache.BeginCommit(); len(entries) > 0 {
 				p.Writes = append(p.Writes, statestore.StoreWrite{Store: h.Inner, Entries: entries, Position: pos})
@@ -402,7 +416,7 @@ func (t *Active) Abort() {
 		d.Discard()
 	}
 	for _, n := range t.order {
-		t.stores[n].Cache.Discard()
+		t.stores[n].discard()
 	}
 	clear(t.consumed)
 	t.lastTopic, t.lastNext = "", nil
@@ -449,7 +463,7 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 	out := make([]*StoreHandle, 0, len(t.order))
 	for _, n := range t.order {
 		h := t.stores[n]
-		h.Cache.Discard()
+		h.discard()
 		// Whoever takes the stores next may write them directly.
 		h.Cache.SetReadCache(false)
 		out = append(out, h)
@@ -477,7 +491,7 @@ func (t *Active) Close(clean bool) error {
 	}
 	if !clean {
 		for _, h := range t.stores {
-			h.Cache.Discard()
+			h.discard()
 		}
 	}
 	errs = append(errs, t.closeStores()...)
@@ -488,7 +502,7 @@ func (t *Active) closeStores() []error {
 	var errs []error
 	for _, n := range t.order {
 		h := t.stores[n]
-		h.Cache.Discard()
+		h.discard()
 		h.Cache.SetReadCache(false) // returns its share of the budget
 		if err := h.Inner.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("task %s: close store %q: %w", t.cfg.ID, n, err))
@@ -524,6 +538,9 @@ func (e env) Store(name string) (statestore.ReadWriter, error) {
 			}
 		}
 		return nil, fmt.Errorf("task %s: no store %q", e.t.cfg.ID, name)
+	}
+	if h.versions != nil {
+		return versionLogged{h.Cache, h.versions}, nil
 	}
 	return h.Cache, nil
 }
