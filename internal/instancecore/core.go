@@ -77,6 +77,10 @@ type Core struct {
 	// gone holds the threads that exited for good: no share of theirs
 	// is waited for, and no event of theirs is taken.
 	gone map[int]bool
+	// want caches wanted's answer, nil once a share, a revocation or a
+	// thread's exit changes it: every step reconciles, and an instance of
+	// thousands of replicas must not rebuild it each time.
+	want *wantSet
 	mode Mode
 	out  []Action
 	// OnMove, if set, is told of every state change of a replica, in
@@ -223,6 +227,7 @@ func (c *Core) apply(e Event) {
 	case EvShare:
 		c.shares[e.Thread] = e.Share
 		c.current[e.Thread] = true
+		c.want = nil
 		clear(c.failed)
 	case EvReceived:
 		c.received[e.Thread] = named(e.Share)
@@ -234,6 +239,7 @@ func (c *Core) apply(e Event) {
 		}
 	case EvRevoked:
 		delete(c.current, e.Thread)
+		c.want = nil
 	case EvClaim:
 		c.claim(e.Thread, id, r)
 	case EvStarted:
@@ -350,6 +356,7 @@ func (c *Core) exit(th int, replaced bool) {
 	delete(c.shares, th)
 	delete(c.current, th)
 	delete(c.received, th)
+	c.want = nil
 	if !replaced {
 		c.gone[th] = true
 	}
@@ -367,32 +374,60 @@ func (c *Core) live() int { return c.threads - len(c.gone) }
 // settled reports whether every live thread's share is current.
 func (c *Core) settled() bool { return len(c.current) >= c.live() }
 
-// wanted is what the current shares want of standbys: Standby or Warmup
+// wantSet is what the current shares want: the actives, Standby or Warmup
 // for each task no current share wants as active (a task one thread wants
-// as a standby and another as a warmup is a standby), and the actives.
-func (c *Core) wanted() (active map[task.ID]bool, standby map[task.ID]task.State) {
-	active, standby = make(map[task.ID]bool), make(map[task.ID]task.State)
+// as a standby and another as a warmup is a standby), and those standbys'
+// tasks sorted.
+type wantSet struct {
+	active   map[task.ID]bool
+	standby  map[task.ID]task.State
+	standbys []task.ID
+}
+
+// wanted returns what the current shares want, computed once per change
+// of the shares.
+func (c *Core) wanted() *wantSet {
+	if c.want != nil {
+		return c.want
+	}
+	w := &wantSet{active: make(map[task.ID]bool), standby: make(map[task.ID]task.State)}
 	threads := slices.Sorted(maps.Keys(c.current))
 	for _, th := range threads {
 		for _, id := range c.shares[th].Active {
-			active[id] = true
+			w.active[id] = true
 		}
 	}
 	for _, th := range threads {
 		for _, id := range c.shares[th].Standby {
-			if !active[id] {
-				standby[id] = task.Standby
+			if !w.active[id] {
+				w.standby[id] = task.Standby
 			}
 		}
 	}
 	for _, th := range threads {
 		for _, id := range c.shares[th].Warmup {
-			if _, dup := standby[id]; !active[id] && !dup {
-				standby[id] = task.Warmup
+			if _, dup := w.standby[id]; !w.active[id] && !dup {
+				w.standby[id] = task.Warmup
 			}
 		}
 	}
-	return active, standby
+	w.standbys = slices.SortedFunc(maps.Keys(w.standby), task.ID.Compare)
+	c.want = w
+	return w
+}
+
+// idleFollowers lists, sorted, the idle replicas reconcile and closeIdle
+// may act on: standbys, warmups and parked ones. Actives are most of an
+// instance's replicas and are left out before sorting.
+func (c *Core) idleFollowers() []task.ID {
+	var ids []task.ID
+	for id, r := range c.reps {
+		if r.Work == Idle && (r.State.Following() || r.State == task.Parked) {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, task.ID.Compare)
+	return ids
 }
 
 // reconcile brings the idle standbys and parked replicas in line with the
@@ -402,13 +437,11 @@ func (c *Core) wanted() (active map[task.ID]bool, standby map[task.ID]task.State
 // may be about to claim it), and a standby wanted but open nowhere is
 // opened. A standby wanted as active stays for the thread that claims it.
 func (c *Core) reconcile() {
-	active, standby := c.wanted()
+	w := c.wanted()
+	active, standby := w.active, w.standby
 	settled := c.settled()
-	for _, id := range c.Tasks() {
+	for _, id := range c.idleFollowers() {
 		r := c.reps[id]
-		if r.Work != Idle {
-			continue
-		}
 		want, wantStandby := standby[id]
 		switch {
 		case r.State.Following() && wantStandby && r.State != want:
@@ -427,7 +460,7 @@ func (c *Core) reconcile() {
 			c.emit(Action{Kind: ActCloseParked, Task: id})
 		}
 	}
-	for _, id := range slices.SortedFunc(maps.Keys(standby), task.ID.Compare) {
+	for _, id := range w.standbys {
 		if _, open := c.reps[id]; !open && !c.failed[id] {
 			delete(c.onDisk, id)
 			c.reps[id] = &Replica{State: task.Created, Owner: -1, Work: Opening, As: standby[id]}
@@ -444,7 +477,7 @@ func (c *Core) closeIdle() {
 			return
 		}
 	}
-	for _, id := range c.Tasks() {
+	for _, id := range c.idleFollowers() {
 		r := c.reps[id]
 		switch {
 		case r.State.Following():
