@@ -1,139 +1,34 @@
 package instancecore
 
 import (
-	"bufio"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/eddystreams/eddy/internal/story"
 	"github.com/eddystreams/eddy/task"
 )
 
-// The interaction tests are the registry's stories told as text:
-// testdata/*.txt holds blocks of one command, a line "----", and what the
-// core answered, each block ended by a blank line; lines starting with #
-// before a command say what the block shows. A command is "new" with the
+// The interaction tests are the registry's stories told as text
+// (testdata/*.txt, read by internal/story). A command is "new" with the
 // number of threads and the directories on disk, or an event by its name
 // (as EventKind prints it) with its arguments. The answer lists the
 // actions, one a line, then the state the core is left in: its mode, each
 // replica (state, owning thread, I/O in flight) and the directories left
-// on disk. -update rewrites the answers from what the core now does, for
-// a reader to check against DESIGN before committing them.
-var update = flag.Bool("update", false, "rewrite testdata answers from the core's behaviour")
-
-// story is one command of a file and its answer.
-type story struct {
-	comments []string
-	cmd      string
-	want     []string
-	line     int
-}
-
+// on disk. Check rewritten answers against DESIGN before committing them.
 func TestInteractions(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no interaction files (%v)", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			blocks := readStories(t, f)
-			var c *Core
-			for i := range blocks {
-				b := &blocks[i]
-				got, next := interact(c, b.cmd)
-				if next != nil {
-					c = next
-				}
-				if *update {
-					b.want = got
-					continue
-				}
-				if !slices.Equal(got, b.want) {
-					t.Errorf("%s:%d: %s\n got:\n  %s\n want:\n  %s", f, b.line, b.cmd,
-						strings.Join(got, "\n  "), strings.Join(b.want, "\n  "))
-					return // the blocks after it start from its state
-				}
+	story.Run(t, "testdata", func() func(string) []string {
+		var c *Core
+		return func(cmd string) []string {
+			got, next := interact(c, cmd)
+			if next != nil {
+				c = next
 			}
-			if *update {
-				writeStories(t, f, blocks)
-			}
-		})
-	}
-}
-
-func readStories(t *testing.T, name string) []story {
-	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []story
-	var cur story
-	var comments []string
-	answering := false
-	flush := func(n int) {
-		if cur.cmd == "" {
-			return
+			return got
 		}
-		if !answering && !*update {
-			t.Fatalf("%s:%d: %q has no answer", name, n, cur.cmd)
-		}
-		out, cur, answering = append(out, cur), story{}, false
-	}
-	sc := bufio.NewScanner(f)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		switch {
-		case answering && line == "":
-			flush(n)
-		case answering:
-			cur.want = append(cur.want, line)
-		case line == "":
-		case strings.HasPrefix(line, "#"):
-			comments = append(comments, line)
-		case line == "----":
-			if cur.cmd == "" {
-				t.Fatalf("%s:%d: an answer with no command", name, n)
-			}
-			answering = true
-		default:
-			flush(n)
-			cur, comments = story{comments: comments, cmd: line, line: n}, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	flush(n)
-	return out
-}
-
-func writeStories(t *testing.T, name string, blocks []story) {
-	t.Helper()
-	var sb strings.Builder
-	for i, b := range blocks {
-		if i > 0 {
-			sb.WriteString("\n")
-		}
-		for _, c := range b.comments {
-			sb.WriteString(c + "\n")
-		}
-		sb.WriteString(b.cmd + "\n----\n")
-		for _, w := range b.want {
-			sb.WriteString(w + "\n")
-		}
-	}
-	if err := os.WriteFile(name, []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // interact runs one command against c and says what came of it; "new"

@@ -1,141 +1,33 @@
 package threadcore
 
 import (
-	"bufio"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/story"
 	"github.com/eddystreams/eddy/task"
 )
 
-// The interaction tests are stories told as text: testdata/*.txt holds
-// blocks of one command, a line "----", and what the core answered, each
-// block ended by a blank line. A command is either "new" with the core's
-// configuration or an event by its name (as EventKind prints it) with its
-// arguments; the answer lists the actions, one a line, then the mode,
-// phase and slots the core is left in. -update rewrites the answers from
-// what the core now does, for a reader to check in review.
-var update = flag.Bool("update", false, "rewrite testdata answers from the core's behaviour")
-
-// block is one command and its answer as the file has them.
-type block struct {
-	comments []string // lines starting with # before the command
-	cmd      string
-	want     []string
-	line     int
-}
-
+// The interaction tests are the thread's stories told as text
+// (testdata/*.txt, read by internal/story). A command is either "new" with
+// the core's configuration or an event by its name (as EventKind prints
+// it) with its arguments; the answer lists the actions, one a line, then
+// the mode, phase and slots the core is left in.
 func TestInteractions(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no interaction files (%v)", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			blocks := readBlocks(t, f)
-			var c *Core
-			for i := range blocks {
-				b := &blocks[i]
-				got, next := interact(c, b.cmd)
-				if next != nil {
-					c = next
-				}
-				if *update {
-					b.want = got
-					continue
-				}
-				if !slices.Equal(got, b.want) {
-					t.Errorf("%s:%d: %s\n got:\n  %s\n want:\n  %s", f, b.line, b.cmd,
-						strings.Join(got, "\n  "), strings.Join(b.want, "\n  "))
-					return // later blocks follow from this one's state
-				}
+	story.Run(t, "testdata", func() func(string) []string {
+		var c *Core
+		return func(cmd string) []string {
+			got, next := interact(c, cmd)
+			if next != nil {
+				c = next
 			}
-			if *update {
-				writeBlocks(t, f, blocks)
-			}
-		})
-	}
-}
-
-func readBlocks(t *testing.T, name string) []block {
-	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var (
-		out     []block
-		cur     block
-		inWant  bool
-		comment []string
-	)
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		switch {
-		case inWant && line == "":
-			out, cur, inWant = append(out, cur), block{}, false
-		case inWant:
-			cur.want = append(cur.want, line)
-		case line == "":
-		case strings.HasPrefix(line, "#"):
-			comment = append(comment, line)
-		case line == "----":
-			if cur.cmd == "" {
-				t.Fatalf("%s:%d: an answer with no command", name, n)
-			}
-			inWant = true
-		default:
-			if cur.cmd != "" {
-				if !*update {
-					t.Fatalf("%s:%d: a second command before %q's answer", name, n, cur.cmd)
-				}
-				out = append(out, cur) // its answer is to be written
-			}
-			cur = block{comments: comment, cmd: line, line: n}
-			comment = nil
+			return got
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if inWant {
-		out = append(out, cur)
-	} else if cur.cmd != "" {
-		if !*update {
-			t.Fatalf("%s:%d: %q has no answer", name, cur.line, cur.cmd)
-		}
-		out = append(out, cur)
-	}
-	return out
-}
-
-func writeBlocks(t *testing.T, name string, blocks []block) {
-	t.Helper()
-	var sb strings.Builder
-	for i, b := range blocks {
-		if i > 0 {
-			sb.WriteString("\n")
-		}
-		for _, c := range b.comments {
-			sb.WriteString(c + "\n")
-		}
-		sb.WriteString(b.cmd + "\n----\n")
-		for _, w := range b.want {
-			sb.WriteString(w + "\n")
-		}
-	}
-	if err := os.WriteFile(name, []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // interact runs one command against c and says what came of it; for
