@@ -118,26 +118,44 @@ func TestSharedBadgerAbsentKeysSkipTheRead(t *testing.T) {
 // written before their Get began.
 func TestBadgerAbsentKeysWhileWriting(t *testing.T) {
 	s := openTestBadger(t, t.TempDir(), testBadgerOptions())
-	key := func(i int64) []byte { return fmt.Appendf(nil, "key-%07d", i) }
 	const batch, batches = 1000, 30
 	var written atomic.Int64
+	stop := readWritten(t, s, 3, &written)
+	for b := range int64(batches) {
+		es := make([]Entry, batch)
+		for j := range es {
+			es[j] = Entry{Key: growKey(b*batch + int64(j)), Value: []byte("v")}
+		}
+		require.NoError(t, s.Write(es, b+1))
+		written.Store((b + 1) * batch)
+	}
+	stop()
+	require.Greater(t, len(*s.(*badgerStore).absent.Load().layers.Load()), 1, "the filter grew meanwhile")
+}
+
+// growKey is the i-th key the tests of a growing store write.
+func growKey(i int64) []byte { return fmt.Appendf(nil, "key-%07d", i) }
+
+// readWritten starts n readers that Get keys below written, as it grows,
+// until stop, which fails the test if any of them missed one.
+func readWritten(t *testing.T, s Store, n int, written *atomic.Int64) (stop func()) {
+	t.Helper()
 	done := make(chan struct{})
-	errs := make(chan error, 4)
+	errs := make(chan error, n)
 	var readers sync.WaitGroup
-	for r := range 3 {
+	for r := range n {
 		readers.Go(func() {
 			for i := int64(r); ; i += 7 {
 				select {
 				case <-done:
-					errs <- nil
 					return
 				default:
 				}
-				n := written.Load()
-				if n == 0 {
+				w := written.Load()
+				if w == 0 {
 					continue
 				}
-				k := key(i % n)
+				k := growKey(i % w)
 				if _, found, err := s.Get(k); err != nil || !found {
 					errs <- fmt.Errorf("%s written before the Get: found %v, %v", k, found, err)
 					return
@@ -145,21 +163,15 @@ func TestBadgerAbsentKeysWhileWriting(t *testing.T) {
 			}
 		})
 	}
-	for b := range int64(batches) {
-		es := make([]Entry, batch)
-		for j := range es {
-			es[j] = Entry{Key: key(b*batch + int64(j)), Value: []byte("v")}
+	return func() {
+		t.Helper()
+		close(done)
+		readers.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
 		}
-		require.NoError(t, s.Write(es, b+1))
-		written.Store((b + 1) * batch)
 	}
-	close(done)
-	readers.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.Greater(t, len(*s.(*badgerStore).absent.Load().layers.Load()), 1, "the filter grew meanwhile")
 }
 
 // wrapped hides a store behind a wrapper, as the runtime's stores are.
@@ -182,32 +194,8 @@ func TestBadgerRestoredStoreFindsEveryKey(t *testing.T) {
 			}
 			bs := s.(*badgerStore)
 			require.NotNil(t, bs.absent.Load(), "a new store has a filter")
-			key := func(i int64) []byte { return fmt.Appendf(nil, "key-%07d", i) }
 			var written atomic.Int64
-			done := make(chan struct{})
-			errs := make(chan error, 3)
-			var readers sync.WaitGroup
-			for r := range 2 {
-				readers.Go(func() {
-					for i := int64(r); ; i += 5 {
-						select {
-						case <-done:
-							errs <- nil
-							return
-						default:
-						}
-						n := written.Load()
-						if n == 0 {
-							continue
-						}
-						k := key(i % n)
-						if _, found, err := s.Get(k); err != nil || !found {
-							errs <- fmt.Errorf("%s restored before the Get: found %v, %v", k, found, err)
-							return
-						}
-					}
-				})
-			}
+			stop := readWritten(t, s, 2, &written)
 			// Batches as the changelog reader writes them, then one too
 			// big for a badger transaction (torn).
 			sizes := []int64{3000, 3000, 3000, 20_000}
@@ -215,22 +203,17 @@ func TestBadgerRestoredStoreFindsEveryKey(t *testing.T) {
 			for _, size := range sizes {
 				es := make([]Entry, size)
 				for j := range es {
-					es[j] = Entry{Key: key(pos + int64(j)), Value: []byte("v")}
+					es[j] = Entry{Key: growKey(pos + int64(j)), Value: []byte("v")}
 				}
 				Restoring(wrapped{s})
 				require.NoError(t, s.Write(es, pos+size))
 				pos += size
 				written.Store(pos)
 			}
-			close(done)
-			readers.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+			stop()
 			require.Nil(t, bs.absent.Load(), "restored keys were shown to the filter")
 			for i := range pos {
-				_, found, err := s.Get(key(i))
+				_, found, err := s.Get(growKey(i))
 				require.NoError(t, err)
 				require.True(t, found, "restored key %d", i)
 			}
@@ -238,9 +221,9 @@ func TestBadgerRestoredStoreFindsEveryKey(t *testing.T) {
 			require.NoError(t, s.Reset())
 			require.NotNil(t, bs.absent.Load(), "a reset store is empty")
 			Restoring(s)
-			require.NoError(t, s.Write([]Entry{{Key: key(1), Value: []byte("again")}}, 1))
+			require.NoError(t, s.Write([]Entry{{Key: growKey(1), Value: []byte("again")}}, 1))
 			require.Nil(t, bs.absent.Load())
-			v, found, err := s.Get(key(1))
+			v, found, err := s.Get(growKey(1))
 			require.NoError(t, err)
 			require.True(t, found)
 			require.Equal(t, "again", string(v))
