@@ -178,7 +178,7 @@ func (th *thread) openAhead(ids []task.ID) {
 		}
 	}
 	var keys []aheadKey
-	for _, s := range th.app.registry.ahead(th.idx, stores) {
+	for _, s := range th.app.registry.ahead(th.idx, th.incarnationNow(), stores) {
 		keys = append(keys, aheadKey{s.Task, s.Name})
 	}
 	th.app.ahead.openAll(keys, func(k aheadKey) (statestore.Store, error) {
@@ -188,10 +188,10 @@ func (th *thread) openAhead(ids []task.ID) {
 
 // ahead asks the core which of a thread's stores to open ahead of their
 // tasks' claims.
-func (r *registry) ahead(idx int, stores []instancecore.AheadStore) []instancecore.AheadStore {
+func (r *registry) ahead(idx, incarnation int, stores []instancecore.AheadStore) []instancecore.AheadStore {
 	var open []instancecore.AheadStore
 	r.mu.Lock()
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvAhead, Thread: idx, Stores: stores}, func(a instancecore.Action) {
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvAhead, Thread: idx, Incarnation: incarnation, Stores: stores}, func(a instancecore.Action) {
 		if a.Kind == instancecore.ActOpenAhead && a.Thread == idx {
 			open = append(open, a.Stores...)
 		}

@@ -118,7 +118,7 @@ func (a *App) assignmentReceived(th *thread, info groupproto.AssignmentInfo) {
 		return
 	}
 	a.assignment.Store(&info)
-	a.registry.received(th.idx, info)
+	a.registry.received(th.idx, th.incarnationNow(), info)
 	a.router.assigned(th.idx, info)
 	a.probeMu.Lock()
 	defer a.probeMu.Unlock()

@@ -167,7 +167,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	case threadcore.ActUnsettle:
 		th.app.rebalanceStarted()
 	case threadcore.ActRegistryRevoked:
-		th.app.registry.revoked(th.idx)
+		th.app.registry.revoked(th.idx, th.incarnationNow())
 	case threadcore.ActReconnect:
 		th.dropInputs()
 		if err := th.reconnect(a.Cause); err != nil {

@@ -45,7 +45,7 @@ func newStandbyRig(t *testing.T, records int) *App {
 	}
 	require.NoError(t, cl.Flush(context.Background()))
 
-	app.registry.setShare(0, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
+	app.registry.setShare(0, 0, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
 	return app
 }
 

@@ -54,7 +54,7 @@ func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, _ map[string][]in
 // that no claim took.
 func (th *thread) takeShare() {
 	info := th.assignment
-	th.app.registry.setShare(th.idx, *info)
+	th.app.registry.setShare(th.idx, th.incarnationNow(), *info)
 	th.app.metrics.rebalances.Inc()
 	th.assignments.Add(1)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))

@@ -89,7 +89,6 @@ func (a *App) transitionObserver(kind string) taskrun.Observer {
 // diskState is a task directory left on disk by a task no longer held.
 type diskState struct {
 	positions map[string]int64 // changelog topic → position
-	since     time.Time
 }
 
 // registry is the instance's record of every task whose state it holds:
@@ -123,7 +122,7 @@ type registry struct {
 	// reps holds the stores and figures of each replica the core records.
 	reps map[task.ID]*replica
 	// disk holds the positions of each directory the core records as left
-	// on disk, and since when.
+	// on disk.
 	disk map[task.ID]diskState
 	// threads are the stream threads that claimed tasks, by index: the
 	// owner of an active, as the core names it, restores it and vouches
@@ -149,16 +148,17 @@ func newRegistry(a *App) (*registry, error) {
 	r.disk = make(map[task.ID]diskState)
 	r.threads = make(map[int]*thread)
 	r.quiet = sync.NewCond(&r.mu)
-	if err := r.scanDisk(); err != nil {
+	dirs, err := r.scanDisk()
+	if err != nil {
 		cancel()
 		rd.Close()
 		return nil, err
 	}
-	r.core = instancecore.New(a.cfg.NumStreamThreads, slices.Collect(maps.Keys(r.disk)))
+	r.core = instancecore.New(instancecore.Config{Threads: a.cfg.NumStreamThreads, CleanupDelay: a.cfg.StateCleanupDelay, OnDisk: dirs})
 	observe := a.transitionObserver("replica")
 	r.core.OnMove = func(id task.ID, from, to task.State) { observe(id, from, to, nil) }
 	go r.follow(ctx)
-	go r.janitor(ctx)
+	go r.tick(ctx)
 	return r, nil
 }
 
@@ -241,9 +241,9 @@ func (r *registry) subscription() []groupproto.TaskOffsets {
 
 // setShare records a thread's new assignment and brings the standbys and
 // parked stores in line with what the threads' assignments want.
-func (r *registry) setShare(idx int, info groupproto.AssignmentInfo) {
+func (r *registry) setShare(idx, incarnation int, info groupproto.AssignmentInfo) {
 	r.mu.Lock()
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvShare, Thread: idx, Share: shareOf(info)}, nil)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvShare, Thread: idx, Incarnation: incarnation, Share: shareOf(info)}, nil)
 	r.mu.Unlock()
 	r.carry(acts)
 }
@@ -258,17 +258,17 @@ func shareOf(info groupproto.AssignmentInfo) instancecore.Share {
 // queries stop treating a replica (but a running active) as one as soon as
 // every thread has heard that none of them keeps it, though closing it
 // waits for the thread (instancecore.Core.Servable).
-func (r *registry) received(idx int, info groupproto.AssignmentInfo) {
+func (r *registry) received(idx, incarnation int, info groupproto.AssignmentInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.stepLocked(instancecore.Event{Kind: instancecore.EvReceived, Thread: idx, Share: shareOf(info)}, nil)
+	r.stepLocked(instancecore.Event{Kind: instancecore.EvReceived, Thread: idx, Incarnation: incarnation, Share: shareOf(info)}, nil)
 }
 
 // revoked records that a thread gave up its assignment (revoked or lost)
 // and will learn a new one.
-func (r *registry) revoked(idx int) {
+func (r *registry) revoked(idx, incarnation int) {
 	r.mu.Lock()
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRevoked, Thread: idx}, nil)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRevoked, Thread: idx, Incarnation: incarnation}, nil)
 	r.mu.Unlock()
 	r.carry(acts)
 }

@@ -24,7 +24,7 @@ func (r *registry) park(th *thread, t *taskrun.Active) {
 	answered := false
 	r.mu.Lock()
 	ran := r.stateLocked(id) == task.Running
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRelease, Thread: th.idx, Task: id, Committed: true, Demoted: stores != nil},
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRelease, Thread: th.idx, Incarnation: th.incarnationNow(), Task: id, Committed: true, Demoted: stores != nil},
 		func(a instancecore.Action) {
 			if a.Task != id {
 				return
@@ -87,7 +87,7 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*taskrun.StoreH
 	r.threads[th.idx] = th
 	holder := r.ownerLocked(id)
 	from = r.stateLocked(id)
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClaim, Thread: th.idx, Task: id}, func(a instancecore.Action) {
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClaim, Thread: th.idx, Incarnation: th.incarnationNow(), Task: id}, func(a instancecore.Action) {
 		if a.Task != id || a.Thread != th.idx {
 			return
 		}
@@ -157,14 +157,14 @@ func (r *registry) activeStarted(th *thread, t *taskrun.Active) {
 	if rep := r.reps[t.ID()]; rep != nil && r.ownerLocked(t.ID()) == th {
 		rep.stores = t.Stores()
 	}
-	r.stepLocked(instancecore.Event{Kind: instancecore.EvStarted, Thread: th.idx, Task: t.ID()}, nil)
+	r.stepLocked(instancecore.Event{Kind: instancecore.EvStarted, Thread: th.idx, Incarnation: th.incarnationNow(), Task: t.ID()}, nil)
 }
 
 // forget drops a replica a thread claimed but could not start; its stores
 // are closed by the caller.
 func (r *registry) forget(th *thread, id task.ID) {
 	r.mu.Lock()
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClaimFailed, Thread: th.idx, Task: id}, nil)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClaimFailed, Thread: th.idx, Incarnation: th.incarnationNow(), Task: id}, nil)
 	if _, ok := r.core.Replica(id); !ok {
 		delete(r.reps, id)
 	}
@@ -191,7 +191,7 @@ func (r *registry) activeRunning(t *taskrun.Active) {
 func (r *registry) closeActive(th *thread, t *taskrun.Active, clean bool) {
 	id := t.ID()
 	r.mu.Lock()
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvCloseActive, Thread: th.idx, Task: id, Committed: clean}, nil)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvCloseActive, Thread: th.idx, Incarnation: th.incarnationNow(), Task: id, Committed: clean}, nil)
 	closing := slices.ContainsFunc(acts, func(a instancecore.Action) bool {
 		return a.Kind == instancecore.ActCloseActive && a.Task == id
 	})
@@ -221,13 +221,13 @@ func (r *registry) closeTask(t *taskrun.Active, clean bool) {
 	r.carry(acts)
 }
 
-// threadExited tells the core that a thread exited, replaced by a new
-// thread of the same index or for good. The thread closed its actives
+// threadExited tells the core that a thread's incarnation exited,
+// replaced by the next one or for good. The thread closed its actives
 // first; any the core still records as its own are let go here: their
 // stores, the ones the registry knows of, closed uncleanly.
-func (r *registry) threadExited(idx int, replaced bool) {
+func (r *registry) threadExited(idx, incarnation int, replaced bool) {
 	r.mu.Lock()
-	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvThreadExit, Thread: idx, Replaced: replaced}, nil)
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvThreadExit, Thread: idx, Incarnation: incarnation, Replaced: replaced}, nil)
 	var left []task.ID
 	for _, a := range acts {
 		if a.Kind == instancecore.ActCloseActive {

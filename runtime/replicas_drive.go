@@ -13,13 +13,17 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// stepLocked steps the core with e and begins the actions it returns, in
-// order: what each needs recorded at once, under mu, before its I/O (a
+// stepLocked steps the core with e, stamped with the time, and begins the
+// actions it returns, in order: what each needs recorded at once, under mu, before its I/O (a
 // replica's record made, the positions it reports while its stores close).
 // own, if not nil, begins the caller's own actions: a claim's answer, or
 // the park or close of its active, which only its caller can carry out. A
 // refused event is a bug in the driver, logged; it changes nothing.
 func (r *registry) stepLocked(e instancecore.Event, own func(instancecore.Action)) []instancecore.Action {
+	if e.At.IsZero() {
+		// The core's only clock.
+		e.At = time.Now()
+	}
 	out, err := r.core.Step(e)
 	r.quiet.Broadcast()
 	if err != nil {
@@ -174,21 +178,18 @@ func (r *registry) closedLocked(id task.ID, left map[string]int64) []instancecor
 	delete(r.reps, id)
 	kept := len(r.persistentLogged(id.SubTopology)) > 0
 	if kept {
-		r.disk[id] = diskState{positions: left, since: time.Now()}
+		r.disk[id] = diskState{positions: left}
 	}
 	return r.stepLocked(instancecore.Event{Kind: instancecore.EvClosed, Task: id, LeftOnDisk: kept}, nil)
 }
 
 // deletedLocking records a task directory deleted, or kept because its
-// deletion failed: tried again at the janitor's next tick.
+// deletion failed: the core tries again at its next tick.
 func (r *registry) deletedLocking(id task.ID, err error) []instancecore.Action {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
 		r.log.Warn("cannot delete task directory", "task", id, "err", err)
-		d := r.disk[id]
-		d.since = time.Now().Add(-r.app.cfg.StateCleanupDelay)
-		r.disk[id] = d
 	} else {
 		delete(r.disk, id)
 	}
@@ -209,7 +210,7 @@ func (r *registry) releaseAhead(keep []task.ID) []instancecore.Action {
 		acts = append(acts, r.stepLocked(instancecore.Event{Kind: instancecore.EvAheadClosed, Task: id}, nil)...)
 		if _, known := r.disk[id]; !known && r.core.OnDisk(id) {
 			// Empty, so no position.
-			r.disk[id] = diskState{positions: map[string]int64{}, since: time.Now()}
+			r.disk[id] = diskState{positions: map[string]int64{}}
 		}
 	}
 	return acts

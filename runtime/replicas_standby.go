@@ -5,8 +5,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/eddystreams/eddy/internal/changelog"
@@ -115,25 +113,22 @@ func (r *registry) standbyCaughtUpLocked(rep *replica) (time.Time, bool) {
 	return at, !at.IsZero()
 }
 
-// janitor tells the core of the task directories left on disk longer
-// than StateCleanupDelay: it deletes those still open nowhere.
-func (r *registry) janitor(ctx context.Context) {
+// tick steps the core with the time, often enough that a directory left
+// on disk is deleted within half a StateCleanupDelay (or 30s) of its
+// expiry: the core decides which have expired.
+func (r *registry) tick(ctx context.Context) {
 	every := min(r.app.cfg.StateCleanupDelay/2, 30*time.Second)
 	tick := time.NewTicker(max(every, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case now = <-tick.C:
 		}
 		r.mu.Lock()
-		var acts []instancecore.Action
-		for _, id := range slices.SortedFunc(maps.Keys(r.disk), task.ID.Compare) {
-			if r.core.OnDisk(id) && time.Since(r.disk[id].since) >= r.app.cfg.StateCleanupDelay {
-				acts = append(acts, r.stepLocked(instancecore.Event{Kind: instancecore.EvExpired, Task: id}, nil)...)
-			}
-		}
+		acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvTick, At: now}, nil)
 		r.mu.Unlock()
 		for _, a := range acts {
 			if a.Kind == instancecore.ActDelete {

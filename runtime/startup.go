@@ -17,27 +17,25 @@ import (
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/groupproto"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
 )
 
-// scanDisk finds the task directories a previous run left and reads their
+// scanDisk finds the task directories a previous run left, each with when
+// it was last written (whence its cleanup delay runs), and reads their
 // stores' positions, so the first subscription can report them. Reading a
 // position means opening the store, which for badger costs tens of
 // milliseconds each (manifest, value log, memtable): on a restart with a
 // dozen tasks that was most of Start, so the stores are opened by a few
 // workers at once (forStores).
-func (r *registry) scanDisk() error {
+func (r *registry) scanDisk() ([]instancecore.Dir, error) {
 	entries, err := os.ReadDir(r.app.appDir())
 	if err != nil {
-		return fmt.Errorf("runtime: read state directory: %w", err)
+		return nil, fmt.Errorf("runtime: read state directory: %w", err)
 	}
 	subs := graph.Of(r.app.topo).SubTopologies()
-	type found struct {
-		id    task.ID
-		since time.Time
-	}
-	var dirs []found
+	var dirs []instancecore.Dir
 	for _, e := range entries {
 		if !e.IsDir() || e.Name() == globalDirName || e.Name() == sharedDirName {
 			continue
@@ -47,22 +45,22 @@ func (r *registry) scanDisk() error {
 			r.log.Warn("ignoring unknown folder in the state directory", "folder", e.Name())
 			continue
 		}
-		since := time.Now()
+		left := time.Now()
 		if info, err := e.Info(); err == nil {
-			since = info.ModTime()
+			left = info.ModTime()
 		}
-		dirs = append(dirs, found{id: id, since: since})
+		dirs = append(dirs, instancecore.Dir{Task: id, Left: left})
 	}
 	positions := make([]map[string]int64, len(dirs))
 	errs := make([]error, len(dirs))
-	forStores(len(dirs), func(i int) { positions[i], errs[i] = r.diskPositions(dirs[i].id) })
+	forStores(len(dirs), func(i int) { positions[i], errs[i] = r.diskPositions(dirs[i].Task) })
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, err
 	}
 	for i, d := range dirs {
-		r.disk[d.id] = diskState{positions: positions[i], since: d.since}
+		r.disk[d.Task] = diskState{positions: positions[i]}
 	}
-	return nil
+	return dirs, nil
 }
 
 // forStores calls fn(0) … fn(n-1), each opening or closing the stores of

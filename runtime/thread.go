@@ -145,8 +145,14 @@ type thread struct {
 	// the application's topics are back (see wipe.go).
 	rewireReq atomic.Pointer[rewire]
 	killed    atomic.Bool // set by Kill: no commit, no leave-group
-	exited    chan struct{}
-	exitErr   error
+	// incarnation counts the thread's replacements (ReplaceThread): the
+	// registry's core tells a replacement's events from those of the
+	// thread it replaces by it, since the replacement's client may hear
+	// from the group before that thread's exit is reported. It moves once
+	// the old client is closed and before the new one exists.
+	incarnation atomic.Int64
+	exited      chan struct{}
+	exitErr     error
 
 	// Hot-path caches of process and Send, used, like rr, only with mu
 	// held.
@@ -424,15 +430,18 @@ func (th *thread) run() {
 	}
 	if th.killed.Load() {
 		th.die()
-		th.app.registry.threadExited(th.idx, false)
+		th.app.registry.threadExited(th.idx, th.incarnationNow(), false)
 		close(th.exited)
 		return
 	}
 	th.shutdown(err == nil)
-	th.app.registry.threadExited(th.idx, false)
+	th.app.registry.threadExited(th.idx, th.incarnationNow(), false)
 	th.exitErr = err
 	close(th.exited)
 }
+
+// incarnationNow is the thread's incarnation (instancecore.Event).
+func (th *thread) incarnationNow() int { return int(th.incarnation.Load()) }
 
 func (th *thread) runningTasks() []*taskrun.Active {
 	var out []*taskrun.Active

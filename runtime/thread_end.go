@@ -44,14 +44,19 @@ func (th *thread) recover(err error) (bool, error) {
 			return false, fmt.Errorf("runtime: stream thread failed %d times in a row on the same %s; not replacing it again: %w", n, key, err)
 		}
 		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", n)
+		was := th.incarnationNow()
 		th.mu.Lock()
 		rerr := th.step(nil, threadcore.Event{Kind: threadcore.EvReplace})
 		th.mu.Unlock()
+		if th.incarnationNow() != was {
+			// Its client closed: the thread it was has exited, whether
+			// or not its replacement could connect.
+			th.app.registry.threadExited(th.idx, was, true)
+		}
 		if rerr != nil {
 			return false, errors.Join(err, rerr)
 		}
 		th.app.replaced.Add(1)
-		th.app.registry.threadExited(th.idx, true)
 		return true, nil
 	case ShutdownApplication:
 		th.halt()
@@ -95,6 +100,10 @@ func (th *thread) reconnect(cause threadcore.Cause) error {
 		return th.pauseForRewire()
 	}
 	th.releaseClient()
+	if cause == threadcore.CauseReplace {
+		// What the group tells from now on is the replacement's.
+		th.incarnation.Add(1)
+	}
 	return th.connect()
 }
 

@@ -287,7 +287,7 @@ func (r *registry) rewire(recreated map[string]bool) error {
 	acts = r.stepLocked(instancecore.Event{Kind: instancecore.EvResume}, nil)
 	r.mu.Unlock()
 	go r.follow(ctx)
-	go r.janitor(ctx)
+	go r.tick(ctx)
 	r.carry(acts)
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -56,11 +57,13 @@ type Replica struct {
 // use: the driver steps it under its own lock, which it never holds
 // across the actions' I/O.
 type Core struct {
-	threads int
-	reps    map[task.ID]*Replica
+	cfg  Config
+	reps map[task.ID]*Replica
 	// onDisk holds the tasks whose directory is left on disk, open
-	// nowhere.
-	onDisk map[task.ID]bool
+	// nowhere, and when each expires.
+	onDisk map[task.ID]time.Time
+	// now is the latest time an event carried (Event.At).
+	now    time.Time
 	shares map[int]Share
 	// current holds the threads whose share is an assignment received
 	// since their last revocation: until every thread's is, a replica no
@@ -77,6 +80,11 @@ type Core struct {
 	// gone holds the threads that exited for good: no share of theirs
 	// is waited for, and no event of theirs is taken.
 	gone map[int]bool
+	// incarnation holds each thread index's incarnation whose events are
+	// taken (absent: 0); held holds, in order, the events of the next one
+	// that wait for its predecessor's exit (Event.Incarnation).
+	incarnation map[int]int
+	held        map[int][]Event
 	// want caches wanted's answer, nil once a share, a revocation or a
 	// thread's exit changes it: every step reconciles, and an instance of
 	// thousands of replicas must not rebuild it each time.
@@ -88,14 +96,14 @@ type Core struct {
 	OnMove func(id task.ID, from, to task.State)
 }
 
-// New returns the core of an instance of threads stream threads, with the
-// task directories found on disk.
-func New(threads int, onDisk []task.ID) *Core {
-	c := &Core{threads: threads, reps: make(map[task.ID]*Replica), onDisk: make(map[task.ID]bool),
+// New returns the core of an instance as cfg describes it.
+func New(cfg Config) *Core {
+	c := &Core{cfg: cfg, reps: make(map[task.ID]*Replica), onDisk: make(map[task.ID]time.Time),
 		shares: make(map[int]Share), current: make(map[int]bool), failed: make(map[task.ID]bool),
-		received: make(map[int]map[task.ID]bool), gone: make(map[int]bool)}
-	for _, id := range onDisk {
-		c.onDisk[id] = true
+		received: make(map[int]map[task.ID]bool), gone: make(map[int]bool),
+		incarnation: make(map[int]int), held: make(map[int][]Event)}
+	for _, d := range cfg.OnDisk {
+		c.onDisk[d.Task] = d.Left.Add(cfg.CleanupDelay)
 	}
 	return c
 }
@@ -110,7 +118,10 @@ func (c *Core) Replica(id task.ID) (Replica, bool) {
 }
 
 // OnDisk reports whether a task's directory is left on disk, open nowhere.
-func (c *Core) OnDisk(id task.ID) bool { return c.onDisk[id] }
+func (c *Core) OnDisk(id task.ID) bool {
+	_, ok := c.onDisk[id]
+	return ok
+}
 
 // Tasks lists every task with a replica, sorted.
 func (c *Core) Tasks() []task.ID { return slices.SortedFunc(maps.Keys(c.reps), task.ID.Compare) }
@@ -122,13 +133,19 @@ func (c *Core) Step(e Event) ([]Action, error) {
 		return nil, err
 	}
 	c.out = c.out[:0]
-	c.apply(e)
+	c.advance(e.At)
+	shared := false
+	if c.early(e) {
+		c.held[e.Thread] = append(c.held[e.Thread], e)
+	} else {
+		shared = c.apply(e)
+	}
 	if c.mode == ModeOpen {
 		c.reconcile()
 	} else {
 		c.closeIdle()
 	}
-	if e.Kind == EvShare {
+	if shared {
 		c.releaseAhead()
 	}
 	return c.out, nil
@@ -148,11 +165,8 @@ func owned(r *Replica, th int, states ...task.State) bool {
 // not allow.
 func (c *Core) check(e Event) error {
 	r := c.reps[e.Task]
-	if c.gone[e.Thread] {
-		switch e.Kind {
-		case EvShare, EvReceived, EvRevoked, EvClaim, EvStarted, EvClaimFailed, EvRelease, EvCloseActive, EvThreadExit, EvAhead:
-			return c.refuse(e, "the thread exited for good")
-		}
+	if err := c.checkThread(e); err != nil {
+		return err
 	}
 	switch e.Kind {
 	case EvShare, EvRevoked, EvClaim, EvPause:
@@ -195,11 +209,11 @@ func (c *Core) check(e Event) error {
 		if r == nil || r.Work != Deleting {
 			return c.refuse(e, "nothing deleting")
 		}
-	case EvThreadExit:
-		if e.Thread < 0 || e.Thread >= c.threads {
-			return c.refuse(e, "no such thread")
+	case EvTick:
+		if e.At.IsZero() {
+			return c.refuse(e, "a tick without a time")
 		}
-	case EvExpired, EvClose, EvReceived, EvAheadClosed, EvAhead:
+	case EvThreadExit, EvClose, EvReceived, EvAheadClosed, EvAhead:
 	default:
 		return c.refuse(e, "unknown event")
 	}
@@ -221,7 +235,9 @@ func (c *Core) move(id task.ID, r *Replica, to task.State) {
 	}
 }
 
-func (c *Core) apply(e Event) {
+// apply applies an event the core takes, and reports whether it was a
+// thread's share (after which the stores opened ahead are let go).
+func (c *Core) apply(e Event) (shared bool) {
 	id, r := e.Task, c.reps[e.Task]
 	switch e.Kind {
 	case EvShare:
@@ -229,18 +245,25 @@ func (c *Core) apply(e Event) {
 		c.current[e.Thread] = true
 		c.want = nil
 		clear(c.failed)
+		return true
 	case EvReceived:
 		c.received[e.Thread] = named(e.Share)
 	case EvAheadClosed:
-		if _, open := c.reps[id]; !open && c.mode != ModeClosing {
+		if _, open := c.reps[id]; !open && !c.OnDisk(id) && c.mode != ModeClosing {
 			// Opened ahead for an assignment that moved on before the
 			// task started.
-			c.onDisk[id] = true
+			c.leave(id)
 		}
 	case EvRevoked:
 		delete(c.current, e.Thread)
 		c.want = nil
 	case EvClaim:
+		if e.Incarnation != c.incarnation[e.Thread] {
+			// Its predecessor's exit has not landed: the task may still
+			// be the predecessor's.
+			c.emit(Action{Kind: ActHeld, Task: id, Thread: e.Thread})
+			break
+		}
 		c.claim(e.Thread, id, r)
 	case EvStarted:
 		if r.State == task.Created {
@@ -258,7 +281,7 @@ func (c *Core) apply(e Event) {
 			c.move(id, r, task.Parked)
 			r.Owner = -1
 			c.emit(Action{Kind: ActPark, Task: id, Thread: e.Thread})
-			return
+			return false
 		}
 		c.closeActive(e.Thread, id, r, false)
 	case EvCloseActive:
@@ -267,7 +290,7 @@ func (c *Core) apply(e Event) {
 		if e.OK {
 			c.move(id, r, r.As)
 			r.Work = Idle
-			return
+			return false
 		}
 		c.move(id, r, task.Closed)
 		delete(c.reps, id)
@@ -275,22 +298,20 @@ func (c *Core) apply(e Event) {
 	case EvClosed:
 		delete(c.reps, id)
 		if e.LeftOnDisk {
-			c.onDisk[id] = true
+			c.leave(id)
 		}
-	case EvExpired:
-		if c.mode == ModeOpen {
-			c.delete(id)
-		}
+	case EvTick:
+		c.expire()
 	case EvWipe:
 		c.delete(id)
 	case EvDeleted:
 		delete(c.reps, id)
 		if !e.OK {
-			// Kept, to be tried again.
-			c.onDisk[id] = true
+			// Kept, to be tried again at the next tick.
+			c.onDisk[id] = c.now
 		}
 	case EvThreadExit:
-		c.exit(e.Thread, e.Replaced)
+		return c.exit(e.Thread, e.Replaced)
 	case EvAhead:
 		c.ahead(e.Thread, e.Stores)
 	case EvPause:
@@ -300,11 +321,12 @@ func (c *Core) apply(e Event) {
 	case EvClose:
 		c.mode = ModeClosing
 	}
+	return false
 }
 
 // delete deletes a task's directory if it is open nowhere.
 func (c *Core) delete(id task.ID) {
-	if c.onDisk[id] && c.reps[id] == nil {
+	if _, ok := c.onDisk[id]; ok && c.reps[id] == nil {
 		delete(c.onDisk, id)
 		c.reps[id] = &Replica{State: task.Closed, Owner: -1, Work: Deleting}
 		c.emit(Action{Kind: ActDelete, Task: id})
@@ -337,39 +359,11 @@ func (c *Core) claim(th int, id task.ID, r *Replica) {
 	}
 }
 
-// exit lets go what an exited thread still owns, and forgets its share
-// and the assignment it received.
-func (c *Core) exit(th int, replaced bool) {
-	for _, id := range c.Tasks() {
-		r := c.reps[id]
-		if r.Owner != th {
-			continue
-		}
-		if r.State == task.Created {
-			// Claimed, not started: no store of it is the registry's.
-			c.move(id, r, task.Closed)
-			delete(c.reps, id)
-			continue
-		}
-		c.closeActive(th, id, r, false)
-	}
-	delete(c.shares, th)
-	delete(c.current, th)
-	delete(c.received, th)
-	c.want = nil
-	if !replaced {
-		c.gone[th] = true
-	}
-}
-
 func (c *Core) closeActive(th int, id task.ID, r *Replica, clean bool) {
 	c.move(id, r, task.Closed)
 	r.Owner, r.Work = -1, Closing
 	c.emit(Action{Kind: ActCloseActive, Task: id, Thread: th, Clean: clean})
 }
-
-// live is the number of threads not gone for good.
-func (c *Core) live() int { return c.threads - len(c.gone) }
 
 // settled reports whether every live thread's share is current.
 func (c *Core) settled() bool { return len(c.current) >= c.live() }

@@ -2,8 +2,10 @@ package instancecore
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -59,6 +61,26 @@ func closed(id task.ID, disk bool) Event {
 
 func ids(xs ...task.ID) []task.ID { return xs }
 
+// testDelay is the cleanup delay of the tests' cores, whose clock starts
+// at the zero time.
+const testDelay = 10 * time.Minute
+
+// newCore is the core of an instance of threads, with the directories of
+// disk on disk, left at the zero time.
+func newCore(threads int, disk ...task.ID) *Core {
+	cfg := Config{Threads: threads, CleanupDelay: testDelay}
+	for _, id := range disk {
+		cfg.OnDisk = append(cfg.OnDisk, Dir{Task: id})
+	}
+	return New(cfg)
+}
+
+// clock is the time d past the zero time.
+func clock(d time.Duration) time.Time { return time.Time{}.Add(d) }
+
+// tick is the driver's clock at d past the zero time.
+func tick(d time.Duration) Event { return Event{Kind: EvTick, At: clock(d)} }
+
 func wantReplica(t *testing.T, c *Core, id task.ID, st task.State, owner int, w Work) {
 	t.Helper()
 	r, ok := c.Replica(id)
@@ -70,7 +92,7 @@ func wantReplica(t *testing.T, c *Core, id task.ID, st task.State, owner int, w 
 // running brings a two-thread instance to thread 0 running t0, t1.
 func running(t *testing.T) *Core {
 	t.Helper()
-	c := New(2, nil)
+	c := newCore(2)
 	script(t, c,
 		step{ev: claim(0, t0), want: "OpenActive(t0,0_0)"},
 		step{ev: claim(0, t1), want: "OpenActive(t0,0_1)"},
@@ -102,7 +124,7 @@ func TestClaim(t *testing.T) {
 	)
 	wantReplica(t, c, t0, task.Restoring, 1, Idle)
 
-	c = New(1, nil)
+	c = newCore(1)
 	script(t, c,
 		step{ev: share(0, nil, ids(t2), nil), want: "OpenStandby(1_0,standby) ReleaseAhead(keep[1_0])"},
 		step{ev: claim(0, t2), want: "Held(t0,1_0)"},
@@ -169,7 +191,7 @@ func TestParked(t *testing.T) {
 // without moving state, kept while wanted as active, and closed once no
 // current share wants them.
 func TestStandbys(t *testing.T) {
-	c := New(2, ids(t1))
+	c := newCore(2, t1)
 	script(t, c,
 		step{ev: share(0, nil, ids(t0), ids(t1)), want: "OpenStandby(0_0,standby) OpenStandby(0_1,warmup)"},
 		step{ev: opened(t0, true)},
@@ -189,28 +211,90 @@ func TestStandbys(t *testing.T) {
 	script(t, c, step{ev: share(1, nil, nil, nil), want: "CloseStandby(0_0) ReleaseAhead(keep[])"})
 }
 
-// Directories left on disk are deleted when they expire, unless opened
-// meanwhile; a failed deletion is tried again.
+// Directories left on disk are deleted at the first tick a cleanup delay
+// after they were left, unless opened meanwhile; a failed deletion is
+// tried again at the next tick; a tick without a time is refused.
 func TestExpiry(t *testing.T) {
-	c := New(1, ids(t0, t1))
+	c := newCore(1, t0, t1)
 	script(t, c,
 		step{ev: claim(0, t1), want: "OpenActive(t0,0_1)"},
-		step{ev: Event{Kind: EvExpired, Task: t1}},
-		step{ev: Event{Kind: EvExpired, Task: t0}, want: "Delete(0_0)"},
+		step{ev: tick(testDelay - time.Second)},
+		step{ev: tick(testDelay), want: "Delete(0_0)"},
 		step{ev: claim(0, t0), want: "Held(t0,0_0)"},
 		step{ev: Event{Kind: EvDeleted, Task: t0}},
-		step{ev: Event{Kind: EvExpired, Task: t0}, want: "Delete(0_0)"},
+		step{ev: tick(testDelay + time.Second), want: "Delete(0_0)"},
 		step{ev: Event{Kind: EvDeleted, Task: t0, OK: true}},
 	)
 	if c.OnDisk(t0) {
 		t.Fatal("deleted directory still on disk")
+	}
+	if _, err := c.Step(Event{Kind: EvTick}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("tick without a time: %v", err)
+	}
+}
+
+// A directory's delay runs from the time of the event that left it on
+// disk, and the clock never goes back: an event stamped earlier than the
+// latest does not make a directory younger or older.
+func TestExpiryDatesDirectoriesByTheirEvents(t *testing.T) {
+	at := func(e Event, d time.Duration) Event { e.At = clock(d); return e }
+	cases := []struct {
+		name   string
+		disk   bool // the directory was found on disk
+		steps  []Event
+		expiry time.Duration
+	}{
+		{"closed", false, []Event{at(claim(0, t0), time.Minute), started(0, t0), Event{Kind: EvCloseActive, Thread: 0, Task: t0},
+			at(closed(t0, true), 3*time.Minute)}, 3*time.Minute + testDelay},
+		{"closed with an older stamp", false, []Event{at(claim(0, t0), 5*time.Minute), started(0, t0), Event{Kind: EvCloseActive, Thread: 0, Task: t0},
+			at(closed(t0, true), 2*time.Minute)}, 5*time.Minute + testDelay},
+		{"ahead closed", false, []Event{at(Event{Kind: EvAheadClosed, Task: t0}, 7*time.Minute)}, 7*time.Minute + testDelay},
+		{"found on disk", true, nil, testDelay},
+		{"deletion failed", true, []Event{tick(testDelay), at(Event{Kind: EvDeleted, Task: t0}, testDelay+time.Minute)}, testDelay + time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCore(1)
+			if tc.disk {
+				c = newCore(1, t0)
+			}
+			for _, e := range tc.steps {
+				if _, err := c.Step(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, ok := c.Expiry(t0)
+			if !ok || !got.Equal(clock(tc.expiry)) {
+				t.Fatalf("expiry %v (on disk %t), want %v", got.Sub(clock(0)), ok, tc.expiry)
+			}
+		})
+	}
+}
+
+// An expired directory waits while the instance is paused or closing; the
+// first tick once it is open again deletes it.
+func TestExpiryWaitsWhilePaused(t *testing.T) {
+	c := newCore(1, t0)
+	script(t, c,
+		step{ev: Event{Kind: EvPause}},
+		step{ev: tick(2 * testDelay)},
+		step{ev: Event{Kind: EvResume}},
+		step{ev: tick(2*testDelay + time.Second), want: "Delete(0_0)"},
+	)
+	c = newCore(1, t0)
+	script(t, c,
+		step{ev: Event{Kind: EvClose}},
+		step{ev: tick(2 * testDelay)},
+	)
+	if !c.OnDisk(t0) {
+		t.Fatal("a closing instance deleted a directory")
 	}
 }
 
 // Closing the instance waits for what is in flight, then closes every
 // replica no thread owns.
 func TestClose(t *testing.T) {
-	c := New(1, nil)
+	c := newCore(1)
 	script(t, c,
 		step{ev: claim(0, t2), want: "OpenActive(t0,1_0)"},
 		step{ev: share(0, ids(t2), ids(t0), ids(t1)), want: "OpenStandby(0_0,standby) OpenStandby(0_1,warmup) ReleaseAhead(keep[0_0 0_1 1_0])"},
@@ -232,6 +316,7 @@ func exit(th int, replaced bool) Event {
 // thread's share no longer counts as current; a thread gone for good is
 // no longer waited for.
 func TestThreadExit(t *testing.T) {
+	next := func(e Event) Event { e.Incarnation = 1; return e }
 	c := running(t)
 	script(t, c,
 		step{ev: claim(0, t2), want: "OpenActive(t0,1_0)"},
@@ -248,15 +333,16 @@ func TestThreadExit(t *testing.T) {
 	script(t, c,
 		step{ev: closed(t0, true)},
 		step{ev: closed(t1, true)},
-		// The replaced thread hears its assignment again.
-		step{ev: share(0, ids(t2), nil, nil), want: "ReleaseAhead(keep[1_0])"},
-		step{ev: claim(0, t2), want: "OpenActive(t0,1_0)"},
-		step{ev: started(0, t2)},
+		// The replaced thread's next incarnation hears its assignment
+		// again.
+		step{ev: next(share(0, ids(t2), nil, nil)), want: "ReleaseAhead(keep[1_0])"},
+		step{ev: next(claim(0, t2)), want: "OpenActive(t0,1_0)"},
+		step{ev: next(started(0, t2))},
 	)
 
 	// Thread 1 holds a standby; thread 0 exits for good: the standby
 	// no share wants any more is closed once thread 1 alone is current.
-	c = New(2, nil)
+	c = newCore(2)
 	script(t, c,
 		step{ev: share(0, nil, ids(t0), nil), want: "OpenStandby(0_0,standby)"},
 		step{ev: opened(t0, true)},
@@ -305,7 +391,7 @@ func TestOpenAhead(t *testing.T) {
 		return AheadStore{Task: id, Name: name, Windowed: windowed}
 	}
 	ahead := func(th int, stores ...AheadStore) Event { return Event{Kind: EvAhead, Thread: th, Stores: stores} }
-	c := New(2, ids(t1))
+	c := newCore(2, t1)
 	script(t, c,
 		step{ev: claim(0, t0), want: "OpenActive(t0,0_0)"},
 		// t0 is thread 0's, t1 left on disk: only t2's plain store.
@@ -320,5 +406,48 @@ func TestOpenAhead(t *testing.T) {
 	)
 	if _, err := c.Step(ahead(1, s(t2, "joined", false))); !errors.Is(err, ErrRefused) {
 		t.Fatalf("ahead for a thread gone for good: %v", err)
+	}
+}
+
+// A replaced thread's next incarnation is heard before its predecessor's
+// exit only in what does not presume a claim: its share, received
+// assignment and revocation are held for the exit, its claims wait; an
+// incarnation that exited, or one two ahead, is not heard at all.
+func TestIncarnations(t *testing.T) {
+	as := func(inc int, e Event) Event { e.Incarnation = inc; return e }
+	c := newCore(2)
+	script(t, c,
+		step{ev: share(0, ids(t0), nil, nil)},
+		step{ev: share(1, nil, nil, nil), want: "ReleaseAhead(keep[0_0])"},
+		step{ev: claim(0, t0), want: "OpenActive(t0,0_0)"},
+		step{ev: started(0, t0)},
+		step{ev: as(1, share(0, ids(t0, t1), ids(t2), nil))},
+		step{ev: as(1, claim(0, t1)), want: "Held(t0,0_1)"},
+	)
+	for _, e := range []Event{
+		as(1, started(0, t0)),
+		as(1, release(0, t0, true, true)),
+		as(1, Event{Kind: EvCloseActive, Thread: 0, Task: t0}),
+		as(1, Event{Kind: EvThreadExit, Thread: 0, Replaced: true}),
+		as(2, share(0, nil, nil, nil)),
+	} {
+		if _, err := c.Step(e); !errors.Is(err, ErrRefused) {
+			t.Fatalf("%s (incarnation %d): %v, want refused", e, e.Incarnation, err)
+		}
+	}
+	if s, _ := c.Share(0); !slices.Equal(s.Active, ids(t0)) {
+		t.Fatalf("before the exit, thread 0's share is %+v, want the predecessor's", s)
+	}
+	script(t, c,
+		step{ev: Event{Kind: EvThreadExit, Thread: 0, Replaced: true},
+			want: "CloseActive(t0,0_0,clean=false) OpenStandby(1_0,standby) ReleaseAhead(keep[0_0 0_1 1_0])"},
+		step{ev: closed(t0, true)},
+		step{ev: as(1, claim(0, t1)), want: "OpenActive(t0,0_1)"},
+	)
+	if s, _ := c.Share(0); !slices.Equal(s.Active, ids(t0, t1)) {
+		t.Fatalf("after the exit, thread 0's share is %+v, want the replacement's", s)
+	}
+	if _, err := c.Step(claim(0, t0)); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a claim of the exited incarnation: %v, want refused", err)
 	}
 }

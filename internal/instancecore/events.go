@@ -12,14 +12,17 @@
 // thread owns closed and the directories of recreated changelogs wiped. It
 // also answers which replicas queries may read (Core.Servable).
 //
-// The core does no I/O and reads no clock. Its driver carries out the
-// actions a step returns, without holding the core's lock across the
+// The core does no I/O and reads no clock: the driver stamps events with
+// its time (Event.At) and ticks the core (EvTick), and the core deletes the
+// directories left on disk past the cleanup delay. Its driver carries out
+// the actions a step returns, without holding the core's lock across the
 // stores' I/O, and reports each outcome as an event. A replica whose I/O
 // is in flight is busy: no decision touches it until its outcome arrives.
 package instancecore
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -62,17 +65,19 @@ const (
 	// EvClosed: the stores of an ActClose* are closed; LeftOnDisk when
 	// the task's directory holds state worth keeping.
 	EvClosed
-	// EvExpired: Task's directory has been left on disk past the cleanup
-	// delay.
-	EvExpired
+	// EvTick: the driver's clock reads At. Every directory left on disk,
+	// open nowhere, for Config.CleanupDelay is deleted (ActDelete) while
+	// the instance is open.
+	EvTick
 	// EvDeleted: the directory of an ActDelete is deleted (OK) or not.
 	EvDeleted
-	// EvThreadExit: Thread exited. The actives it still owns are let go:
-	// one it claimed but had not started is dropped (its stores were the
-	// thread's, closed with it), one it started is closed uncleanly
-	// (ActCloseActive). Replaced: a new thread takes the index and will
-	// hear its own assignment; otherwise the index is gone for good and
-	// the instance waits for no share of it.
+	// EvThreadExit: Thread's Incarnation exited. The actives it still
+	// owns are let go: one it claimed but had not started is dropped (its
+	// stores were the thread's, closed with it), one it started is closed
+	// uncleanly (ActCloseActive). Replaced: the next incarnation takes the
+	// index, and what it reported before this exit (see Event.Incarnation)
+	// is applied now; otherwise the index is gone for good and the
+	// instance waits for no share of it.
 	EvThreadExit
 	// EvClose: the instance closes: once nothing is in flight, every
 	// replica no thread owns is closed, and nothing new is planned.
@@ -100,7 +105,7 @@ const (
 )
 
 var eventNames = [...]string{"Share", "Revoked", "Claim", "Started", "ClaimFailed", "Restored", "Release", "CloseActive",
-	"Opened", "Closed", "Expired", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume", "Ahead"}
+	"Opened", "Closed", "Tick", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume", "Ahead"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -113,7 +118,20 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind   EventKind
 	Thread int
-	Task   task.ID
+	// Incarnation is which of the successive threads of index Thread the
+	// event comes from: 0 for the first, one more after each replacement
+	// (EvThreadExit with Replaced). A replacement's client may hear from
+	// the group before its predecessor's exit is reported: until then its
+	// Share, Received and Revoked are held and applied when the exit
+	// lands, its Claim is answered ActHeld (its predecessor may still own
+	// the task), and its other events, which presume a claim, are
+	// refused, as is any event of an incarnation that has exited.
+	Incarnation int
+	// At is the driver's clock when the event happened: the core keeps
+	// the latest At it was given as its now (a zero At leaves it), and
+	// dates the directories left on disk by it. Required for EvTick.
+	At   time.Time
+	Task task.ID
 	// Committed, Demoted: Release. OK: Opened, Deleted. LeftOnDisk:
 	// Closed. Replaced: ThreadExit.
 	Committed, Demoted, OK, LeftOnDisk, Replaced bool
@@ -124,25 +142,31 @@ type Event struct {
 }
 
 func (e Event) String() string {
+	th := fmt.Sprintf("t%d", e.Thread)
+	if e.Incarnation != 0 {
+		th = fmt.Sprintf("t%d#%d", e.Thread, e.Incarnation)
+	}
 	switch e.Kind {
 	case EvShare, EvReceived:
-		return fmt.Sprintf("%s(t%d,a%v,s%v,w%v)", e.Kind, e.Thread, e.Share.Active, e.Share.Standby, e.Share.Warmup)
+		return fmt.Sprintf("%s(%s,a%v,s%v,w%v)", e.Kind, th, e.Share.Active, e.Share.Standby, e.Share.Warmup)
 	case EvRevoked:
-		return fmt.Sprintf("%s(t%d)", e.Kind, e.Thread)
+		return fmt.Sprintf("%s(%s)", e.Kind, th)
 	case EvThreadExit:
-		return fmt.Sprintf("%s(t%d,replaced=%t)", e.Kind, e.Thread, e.Replaced)
+		return fmt.Sprintf("%s(%s,replaced=%t)", e.Kind, th, e.Replaced)
+	case EvTick:
+		return fmt.Sprintf("%s(%s)", e.Kind, e.At.Format(time.RFC3339Nano))
 	case EvClaim, EvStarted, EvClaimFailed, EvCloseActive:
-		return fmt.Sprintf("%s(t%d,%s)", e.Kind, e.Thread, e.Task)
+		return fmt.Sprintf("%s(%s,%s)", e.Kind, th, e.Task)
 	case EvRelease:
-		return fmt.Sprintf("%s(t%d,%s,committed=%t,demoted=%t)", e.Kind, e.Thread, e.Task, e.Committed, e.Demoted)
+		return fmt.Sprintf("%s(%s,%s,committed=%t,demoted=%t)", e.Kind, th, e.Task, e.Committed, e.Demoted)
 	case EvOpened, EvDeleted:
 		return fmt.Sprintf("%s(%s,ok=%t)", e.Kind, e.Task, e.OK)
 	case EvClosed:
 		return fmt.Sprintf("%s(%s,disk=%t)", e.Kind, e.Task, e.LeftOnDisk)
-	case EvRestored, EvExpired, EvAheadClosed, EvWipe:
+	case EvRestored, EvAheadClosed, EvWipe:
 		return fmt.Sprintf("%s(%s)", e.Kind, e.Task)
 	case EvAhead:
-		return fmt.Sprintf("%s(t%d,%v)", e.Kind, e.Thread, e.Stores)
+		return fmt.Sprintf("%s(%s,%v)", e.Kind, th, e.Stores)
 	}
 	return e.Kind.String()
 }

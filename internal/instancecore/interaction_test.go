@@ -2,10 +2,12 @@ package instancecore
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddystreams/eddy/internal/story"
 	"github.com/eddystreams/eddy/task"
@@ -61,7 +63,7 @@ func interact(c *Core, cmd string) (answer []string, next *Core) {
 
 // describe is the core's state on one line: its mode, each replica as
 // id=State, its owner (tN) and its work in flight in brackets, then the
-// directories left on disk.
+// directories left on disk, each with when it expires.
 func describe(c *Core) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "> %s", c.Mode())
@@ -80,8 +82,9 @@ func describe(c *Core) string {
 		}
 	}
 	var disk []string
-	for _, id := range slices.SortedFunc(mapKeys(c.onDisk), task.ID.Compare) {
-		disk = append(disk, id.String())
+	for _, id := range slices.SortedFunc(maps.Keys(c.onDisk), task.ID.Compare) {
+		at, _ := c.Expiry(id)
+		disk = append(disk, fmt.Sprintf("%s@%s", id, at.Sub(clock(0))))
 	}
 	if len(disk) > 0 {
 		fmt.Fprintf(&sb, " disk[%s]", strings.Join(disk, " "))
@@ -89,18 +92,25 @@ func describe(c *Core) string {
 	return sb.String()
 }
 
-// parseNew reads "threads=N [disk=ID,ID...]".
+// parseNew reads "threads=N [delay=DURATION] [disk=ID,ID...]": the
+// directories on disk were left at the zero time, where the core's clock
+// starts; the cleanup delay is testDelay unless given.
 func parseNew(args []string) (*Core, error) {
-	threads := 1
-	var disk []task.ID
+	cfg := Config{Threads: 1, CleanupDelay: testDelay}
 	for _, a := range args {
 		k, v, _ := strings.Cut(a, "=")
 		var err error
 		switch k {
 		case "threads":
-			threads, err = strconv.Atoi(v)
+			cfg.Threads, err = strconv.Atoi(v)
+		case "delay":
+			cfg.CleanupDelay, err = time.ParseDuration(v)
 		case "disk":
+			var disk []task.ID
 			disk, err = parseIDs(v)
+			for _, id := range disk {
+				cfg.OnDisk = append(cfg.OnDisk, Dir{Task: id})
+			}
 		default:
 			err = fmt.Errorf("unknown setting")
 		}
@@ -108,7 +118,7 @@ func parseNew(args []string) (*Core, error) {
 			return nil, fmt.Errorf("%s: %w", a, err)
 		}
 	}
-	return New(threads, disk), nil
+	return New(cfg), nil
 }
 
 func parseIDs(s string) ([]task.ID, error) {
@@ -126,9 +136,10 @@ func parseIDs(s string) ([]task.ID, error) {
 	return out, nil
 }
 
-// parseEvent reads "Kind [tN] [ID] [active=IDs] [standby=IDs]
-// [warmup=IDs] [store=ID/name] [window=ID/name] [committed] [demoted]
-// [ok] [disk] [replaced]".
+// parseEvent reads "Kind [tN[#incarnation]] [ID] [at=DURATION]
+// [active=IDs] [standby=IDs] [warmup=IDs] [store=ID/name]
+// [window=ID/name] [committed] [demoted] [ok] [disk] [replaced]"; at is
+// the event's time past the zero time.
 func parseEvent(f []string) (Event, error) {
 	var e Event
 	kind := -1
@@ -156,7 +167,15 @@ func parseEvent(f []string) (Event, error) {
 		case !hasValue && a == "replaced":
 			e.Replaced = true
 		case !hasValue && strings.HasPrefix(a, "t"):
-			e.Thread, err = strconv.Atoi(a[1:])
+			th, inc, hasInc := strings.Cut(a[1:], "#")
+			e.Thread, err = strconv.Atoi(th)
+			if err == nil && hasInc {
+				e.Incarnation, err = strconv.Atoi(inc)
+			}
+		case k == "at":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			e.At = clock(d)
 		case !hasValue:
 			e.Task, err = task.ParseID(a)
 		case k == "active":

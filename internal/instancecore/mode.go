@@ -43,7 +43,7 @@ func (c *Core) Share(th int) (Share, bool) {
 
 // Holds reports whether the instance holds a task's state: a replica, or
 // its directory left on disk.
-func (c *Core) Holds(id task.ID) bool { return c.reps[id] != nil || c.onDisk[id] }
+func (c *Core) Holds(id task.ID) bool { return c.reps[id] != nil || c.OnDisk(id) }
 
 // Visible reports whether a task's replica has stores open to read: it is
 // not being opened, closed or deleted (a parked replica being adopted

@@ -12,7 +12,7 @@ import (
 // opens nothing, lets recreated directories be wiped, and ends with the
 // replicas following the shares again.
 func TestPause(t *testing.T) {
-	c := New(1, ids(t2))
+	c := newCore(1, t2)
 	script(t, c,
 		step{ev: share(0, nil, ids(t0), nil), want: "OpenStandby(0_0,standby) ReleaseAhead(keep[0_0])"},
 		step{ev: Event{Kind: EvPause}},
@@ -24,7 +24,7 @@ func TestPause(t *testing.T) {
 	}
 	script(t, c,
 		step{ev: closed(t0, true)},
-		step{ev: Event{Kind: EvExpired, Task: t2}},
+		step{ev: tick(2 * testDelay)},
 		step{ev: Event{Kind: EvWipe, Task: t0}, want: "Delete(0_0)"},
 		step{ev: Event{Kind: EvDeleted, Task: t0, OK: true}},
 	)
@@ -44,7 +44,7 @@ func TestPause(t *testing.T) {
 // but those a share names; a task they leave behind is on disk unless
 // open.
 func TestAhead(t *testing.T) {
-	c := New(2, nil)
+	c := newCore(2)
 	script(t, c,
 		step{ev: share(0, ids(t0), nil, nil)},
 		step{ev: claim(0, t0), want: "OpenActive(t0,0_0)"},
@@ -96,7 +96,7 @@ func TestServable(t *testing.T) {
 
 // Every state change is reported, in order.
 func TestOnMove(t *testing.T) {
-	c := New(1, nil)
+	c := newCore(1)
 	var moves []string
 	c.OnMove = func(id task.ID, from, to task.State) {
 		moves = append(moves, id.String()+" "+from.String()+">"+to.String())

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -15,9 +16,11 @@ import (
 // The property test drives one core as the registry of an instance of
 // three threads, under a random schedule of assignments, revocations,
 // claims, processing, commits, crashes, threads exiting and replaced at
-// any point, store outcomes (opens that fail included) and expiries, then
-// closes the instance, some threads exiting with their actives held. After
-// every step it checks:
+// any point (a replacement's assignment and claims coming before its
+// predecessor's exit is reported included), store outcomes (opens and
+// deletions that fail included) and the clock's ticks, then closes the
+// instance, some threads exiting with their actives held. After every
+// step it checks:
 //
 //   - a task is held (claimed, restoring or running) by one thread at
 //     most, and the core names that thread its owner;
@@ -32,6 +35,12 @@ import (
 //     of, and never window stores;
 //   - replicas move only as task's transition table allows (the core
 //     panics otherwise);
+//   - a directory is deleted by a tick only once its cleanup delay has
+//     passed since it was left on disk (or its deletion failed), and an
+//     open instance's tick leaves no such directory behind;
+//   - the core records as a thread's share the last one the thread's
+//     current incarnation took, and a replacement claims nothing before
+//     its predecessor's exit;
 //   - once the instance is closed and every outcome delivered, nothing is
 //     open.
 //
@@ -41,9 +50,16 @@ import (
 const (
 	propThreads = 3
 	propTasks   = 5
+	propDelay   = 10 * time.Minute
 )
 
 type mthread struct {
+	// incarnation is the thread's current one; exitOwed is set while the
+	// exit of the one before it is not reported yet.
+	incarnation int
+	exitOwed    bool
+	// share is the last share the incarnation took, if any.
+	share  *Share
 	held   map[task.ID]bool // claimed and not yet let go
 	dirty  map[task.ID]bool // processed since the last commit
 	claims []task.ID        // to claim (again)
@@ -59,6 +75,12 @@ type model struct {
 	ths   [propThreads]*mthread
 	owed  map[task.ID]Event // the outcome each busy replica owes
 	trace []string
+	// now is the driver's clock; left holds when each directory on disk
+	// became one the core may delete at a tick.
+	now  time.Time
+	left map[task.ID]time.Time
+	// cur is the event being stepped.
+	cur Event
 }
 
 func (m *model) fail(format string, args ...any) {
@@ -73,19 +95,47 @@ func (m *model) fail(format string, args ...any) {
 
 func pid(i int) task.ID { return task.ID{SubTopology: 0, Partition: int32(i)} }
 
+// feed steps the core with e, stamped with the model's clock and, but an
+// exit (which names its incarnation), the thread's current incarnation.
 func (m *model) feed(e Event) {
 	m.t.Helper()
+	e.At = m.now
+	if threadEvent(e.Kind) && e.Kind != EvThreadExit {
+		e.Incarnation = m.ths[e.Thread].incarnation
+	}
 	m.trace = append(m.trace, "<- "+e.String())
+	var before [propTasks]bool
+	for i := range propTasks {
+		before[i] = m.c.OnDisk(pid(i))
+	}
 	out, err := m.c.Step(e)
 	if err != nil {
 		m.fail("refused %s: %v", e, err)
 	}
 	as := slices.Clone(out)
 	m.trace = append(m.trace, "-> "+acts(as))
+	for i := range propTasks {
+		if id := pid(i); m.c.OnDisk(id) && !before[i] {
+			m.left[id] = m.now
+			if e.Kind == EvDeleted {
+				m.left[id] = m.now.Add(-propDelay)
+			}
+		}
+	}
+	outer := m.cur
+	m.cur = e
 	for _, a := range as {
 		m.do(a)
 	}
+	m.cur = outer
 	m.check()
+	if e.Kind == EvTick && m.c.Mode() == ModeOpen {
+		for i := range propTasks {
+			if id := pid(i); m.c.OnDisk(id) && !m.now.Before(m.left[id].Add(propDelay)) {
+				m.fail("%s left on disk at %v, past its delay at %v", id, m.left[id], m.now)
+			}
+		}
+	}
 }
 
 func (m *model) owe(id task.ID, e Event) {
@@ -99,6 +149,9 @@ func (m *model) do(a Action) {
 	switch a.Kind {
 	case ActOpenActive, ActHandOver, ActPromote:
 		th := m.ths[a.Thread]
+		if th.exitOwed {
+			m.fail("%s for a replacement before its predecessor's exit", a)
+		}
 		for i, o := range m.ths {
 			if i != a.Thread && o.held[a.Task] {
 				m.fail("%s while thread %d holds it", a, i)
@@ -124,6 +177,9 @@ func (m *model) do(a Action) {
 	case ActCloseStandby, ActCloseParked:
 		m.owe(a.Task, Event{Kind: EvClosed, Task: a.Task, LeftOnDisk: m.rng.IntN(2) == 0})
 	case ActDelete:
+		if m.cur.Kind == EvTick && m.now.Before(m.left[a.Task].Add(propDelay)) {
+			m.fail("%s at %v, left on disk at %v", a, m.now, m.left[a.Task])
+		}
 		m.owe(a.Task, Event{Kind: EvDeleted, Task: a.Task})
 	case ActRetag:
 	case ActOpenAhead:
@@ -175,6 +231,15 @@ func (m *model) check() {
 			m.fail("%s running but not servable", id)
 		}
 	}
+	for i, th := range m.ths {
+		got, ok := m.c.Share(i)
+		if th.exitOwed {
+			continue // the core still records the predecessor's
+		}
+		if ok != (th.share != nil) || ok && !slices.Equal(got.Active, th.share.Active) {
+			m.fail("thread %d: the core records the share %+v (%t), the thread took %+v", i, got, ok, th.share)
+		}
+	}
 }
 
 // rebalance hands every thread a random share: each is revoked first (its
@@ -212,8 +277,9 @@ func (m *model) rebalance() {
 			stores = append(stores, AheadStore{Task: id, Name: "s"}, AheadStore{Task: id, Name: "w", Windowed: true})
 		}
 		m.feed(Event{Kind: EvAhead, Thread: i, Stores: stores})
-		m.feed(Event{Kind: EvShare, Thread: i, Share: shares[i]})
 		th := m.ths[i]
+		th.share = &shares[i]
+		m.feed(Event{Kind: EvShare, Thread: i, Share: shares[i]})
 		th.active = shares[i].Active
 		for _, id := range th.active {
 			if !th.held[id] && !slices.Contains(th.claims, id) {
@@ -303,7 +369,11 @@ func (m *model) exit(i int, replaced bool) {
 			delete(th.held, id)
 		}
 	}
-	m.feed(Event{Kind: EvThreadExit, Thread: i, Replaced: replaced})
+	th.share = nil
+	m.feed(Event{Kind: EvThreadExit, Thread: i, Incarnation: th.incarnation, Replaced: replaced})
+	if replaced {
+		th.incarnation++
+	}
 	for _, id := range m.c.Tasks() {
 		if r, _ := m.c.Replica(id); r.Owner == i {
 			m.fail("thread %d exited, still owns %s: %+v", i, id, r)
@@ -313,6 +383,58 @@ func (m *model) exit(i int, replaced bool) {
 		m.fail("thread %d exited, its actives %v not let go", i, th.held)
 	}
 	th.claims, th.active = nil, nil
+	clear(th.dirty)
+	clear(th.built)
+}
+
+// replaceLate is a thread replaced whose replacement hears from the group
+// before the exit of the thread it replaces is reported: the replacement
+// receives and takes a share, and claims its actives (which wait), then
+// the exit lands, and the replacement's share is the one the core keeps.
+func (m *model) replaceLate(i int) {
+	th := m.ths[i]
+	for id := range th.held {
+		if !th.built[id] {
+			delete(th.held, id)
+		}
+	}
+	th.incarnation++
+	th.exitOwed = true
+	var s Share
+	for id := range propTasks {
+		id := pid(id)
+		taken := false
+		for j, o := range m.ths {
+			taken = taken || j != i && slices.Contains(o.active, id)
+		}
+		switch n := m.rng.IntN(4); {
+		case n == 0 && !taken:
+			s.Active = append(s.Active, id)
+		case n == 1:
+			s.Standby = append(s.Standby, id)
+		}
+	}
+	m.feed(Event{Kind: EvReceived, Thread: i, Share: s})
+	if m.rng.IntN(3) == 0 {
+		m.feed(Event{Kind: EvRevoked, Thread: i})
+	}
+	m.feed(Event{Kind: EvShare, Thread: i, Share: s})
+	th.claims = slices.Clone(s.Active)
+	m.claims(i)
+	for range m.rng.IntN(3) {
+		m.deliver()
+	}
+	th.exitOwed = false
+	th.share, th.active = &s, s.Active
+	m.feed(Event{Kind: EvThreadExit, Thread: i, Incarnation: th.incarnation - 1, Replaced: true})
+	for _, id := range m.c.Tasks() {
+		if r, _ := m.c.Replica(id); r.Owner == i {
+			m.fail("thread %d's predecessor exited, it still owns %s: %+v", i, id, r)
+		}
+	}
+	if len(th.held) > 0 {
+		m.fail("thread %d's predecessor exited, its actives %v not let go", i, th.held)
+	}
 	clear(th.dirty)
 	clear(th.built)
 }
@@ -339,14 +461,18 @@ func (m *model) deliver() {
 }
 
 func runSequence(t *testing.T, seed uint64, steps int) {
-	m := &model{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 33)), owed: make(map[task.ID]Event)}
-	var disk []task.ID
+	m := &model{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 33)), owed: make(map[task.ID]Event),
+		now: time.Unix(1e9, 0), left: make(map[task.ID]time.Time)}
+	cfg := Config{Threads: propThreads, CleanupDelay: propDelay}
 	for id := range propTasks {
 		if m.rng.IntN(2) == 0 {
-			disk = append(disk, pid(id))
+			// Found on disk, last written up to twice the delay ago.
+			left := m.now.Add(-time.Duration(m.rng.Int64N(int64(2 * propDelay))))
+			cfg.OnDisk = append(cfg.OnDisk, Dir{Task: pid(id), Left: left})
+			m.left[pid(id)] = left
 		}
 	}
-	m.c = New(propThreads, disk)
+	m.c = New(cfg)
 	for i := range m.ths {
 		m.ths[i] = &mthread{held: map[task.ID]bool{}, dirty: map[task.ID]bool{}, built: map[task.ID]bool{}}
 	}
@@ -377,10 +503,13 @@ func runSequence(t *testing.T, seed uint64, steps int) {
 			clear(th.dirty) // a commit
 		case n < 17 && m.rng.IntN(2) == 0:
 			m.crash(i)
-		case n < 17:
+		case n < 17 && m.rng.IntN(2) == 0:
 			m.exit(i, true)
+		case n < 17:
+			m.replaceLate(i)
 		case n < 18:
-			m.feed(Event{Kind: EvExpired, Task: pid(m.rng.IntN(propTasks))})
+			m.now = m.now.Add(time.Duration(m.rng.Int64N(int64(propDelay / 2))))
+			m.feed(Event{Kind: EvTick})
 		case n < 19 && m.rng.IntN(4) == 0:
 			m.pause()
 		default:

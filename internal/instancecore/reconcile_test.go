@@ -113,7 +113,7 @@ func TestReconcile(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := New(2, nil)
+			c := newCore(2)
 			for id, st := range tc.held {
 				owner := -1
 				if st.Active() || st == task.Created {
