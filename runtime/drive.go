@@ -15,6 +15,21 @@ import (
 	"github.com/eddystreams/eddy/internal/threadcore"
 )
 
+// coreConfig is what the thread's core is told of it. An interval commit
+// during a cooperative join waits as long as the other members can take to
+// notice the rebalance and join (a couple of heartbeats) and no longer: the
+// group client holds a commit until the sync, stopping the thread.
+func (th *thread) coreConfig(cooperative bool) threadcore.Config {
+	cfg := th.app.cfg
+	return threadcore.Config{
+		Guarantee:          th.guarantee(),
+		Cooperative:        cooperative,
+		CommitInterval:     cfg.CommitInterval,
+		JoinGrace:          2 * cfg.HeartbeatInterval,
+		DrainedCommitDelay: cfg.DrainedCommitDelay,
+	}
+}
+
 // step feeds an event to the core and carries out the actions it calls
 // for: every event reaches the core here, stamped with the time. It is
 // called with mu held. ctx bounds commits and aborts; when nil, they are

@@ -1,6 +1,6 @@
 package runtime
 
-// A stream thread: its state, its group client, and its run from start to stop.
+// A stream thread: its state, and its run from start to stop.
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/cache"
-	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/internal/taskrun"
@@ -21,21 +20,13 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// threadFetchMaxBytes bounds one fetch of a stream thread's consumer. It is
-// a quarter of a changelog Reader's (changelog.FetchMaxBytes) because the
-// records of a buffered fetch are held decoded until polled: with small
-// records a fetch of 4 MiB on the wire is ~50 MiB of kgo.Records, and one
-// is being polled while the next is buffered. A smaller fetch also means
-// less garbage per poll; counting throughput did not drop (eddybench
-// -only m, c).
-const threadFetchMaxBytes = 1 << 20
-
 // thread is a stream thread: one group member that polls its input
 // partitions, runs records through the tasks that own them, and commits.
 // What it does when is decided by its core (internal/threadcore), which it
 // drives in drive.go; its loop is in thread_poll.go, its processing in
 // thread_process.go, the input tasks reading several partitions hold across
-// polls in thread_buffer.go, its error policy and end in thread_end.go, its
+// polls in thread_buffer.go, its group client, error policy and end in
+// thread_end.go, its
 // commit protocols in commit*.go, its sender in send.go, its rebalance
 // callbacks and task starts and releases in rebalance.go.
 //
@@ -133,6 +124,12 @@ type thread struct {
 	// contact is when the coordinator last confirmed the thread's member
 	// (contact.go), whichever client it had.
 	contact groupContact
+	// incarnation counts the thread's replacements (ReplaceThread): the
+	// registry's core tells a replacement's events from those of the
+	// thread it replaces by it, since the replacement's client may hear
+	// from the group before that thread's exit is reported. It moves once
+	// the old client is closed and before the new one exists.
+	incarnation atomic.Int64
 
 	// ctx is cancelled to stop the thread; it bounds polls and restoration
 	// but never produce requests, which must finish for a clean commit.
@@ -145,14 +142,8 @@ type thread struct {
 	// the application's topics are back (see wipe.go).
 	rewireReq atomic.Pointer[rewire]
 	killed    atomic.Bool // set by Kill: no commit, no leave-group
-	// incarnation counts the thread's replacements (ReplaceThread): the
-	// registry's core tells a replacement's events from those of the
-	// thread it replaces by it, since the replacement's client may hear
-	// from the group before that thread's exit is reported. It moves once
-	// the old client is closed and before the new one exists.
-	incarnation atomic.Int64
-	exited      chan struct{}
-	exitErr     error
+	exited    chan struct{}
+	exitErr   error
 
 	// Hot-path caches of process and Send, used, like rr, only with mu
 	// held.
@@ -221,157 +212,6 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 	th.core = threadcore.New(th.coreConfig(false))
 	th.committer = newCommitter(th)
 	return th
-}
-
-// connect creates the thread's group client: a consumer and producer in
-// one, and under exactly-once a transactional session whose transactional
-// ID is stable across restarts, so a restarted instance fences its former
-// self and aborts whatever transaction it left open.
-func (th *thread) connect() error {
-	a, cfg := th.app, th.app.cfg
-	bal, err := groupproto.NewBalancer(groupproto.BalancerConfig{
-		Subscription: a.subscription,
-		Tasks:        a.plan.taskTopics,
-		Changelogs:   a.plan.changelogs,
-		EndOffsets:   a.endOffsets,
-		Assignor:     cfg.assignorConfig(),
-		OnAssignment: th.onAssignment,
-		// The group cannot settle while its metadata does not fit: stop
-		// with the reason rather than retry for ever.
-		MaxGroupMetadataBytes: cfg.MaxGroupMetadataBytes,
-		OnError:               func(err error) { a.fail(err) },
-		Logger:                th.log,
-		BareFraming:           cfg.BareGroupFormat,
-		AssignFunc:            cfg.AssignFunc,
-		TaskRacks:             a.taskRacks,
-		Eager:                 cfg.EagerRebalancing,
-	})
-	if err != nil {
-		return fmt.Errorf("runtime: balancer: %w", err)
-	}
-	if !th.connected {
-		th.connected = true
-		th.core = threadcore.New(th.coreConfig(bal.IsCooperative()))
-	}
-	// The coordinator may complete a round before this thread's join
-	// arrives; a leader waits for it (see localJoins).
-	instance := ""
-	if cfg.StaticMembership {
-		instance = th.instanceID()
-	}
-	a.joins.connecting(th.idx, instance)
-	hook := &joinHook{th: th, static: cfg.StaticMembership}
-	opts := a.clientOpts(
-		kgo.WithHooks(hook),
-		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
-		kgo.ConsumerGroup(cfg.ApplicationID),
-		kgo.ConsumeTopics(a.plan.sources...),
-		kgo.Balancers(leaderBalancer{Balancer: bal, th: th}),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(th.onAssigned),
-		kgo.OnPartitionsRevoked(th.onRevoked),
-		kgo.OnPartitionsLost(th.onLost),
-		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { th.rebalancePending.Store(true) }),
-		kgo.SessionTimeout(cfg.SessionTimeout),
-		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
-		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// Transaction markers come back as records, so that a task's
-		// consumed offset moves past them (see passControl): a drained
-		// task then commits its partition's end offset, not one below
-		// the last marker for ever, which is how the freshness tracker
-		// tells that the active covered its input.
-		kgo.KeepControlRecords(),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.FetchMaxPartitionBytes(changelog.FetchPartitionBytes),
-		kgo.FetchMaxBytes(threadFetchMaxBytes),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond),
-	)
-	// After clientOpts' dialer, which it replaces (Config refuses one of
-	// the user's): the same network, with connections the thread can
-	// reset (abortIfSessionGone).
-	opts = append(opts, kgo.Dialer(a.net.dialerFor(th.conns)))
-	if cfg.StaticMembership {
-		opts = append(opts, kgo.InstanceID(th.instanceID()))
-	}
-	if cfg.ProcessingGuarantee != ExactlyOnce {
-		// A record whose sessionBound has passed is failed even when
-		// the producer had already tried to send it (over a connection
-		// that died, say): sent again later, it could land after the
-		// records of its task's new owner. Under at-least-once the
-		// record is produced again after the rejoin, as a duplicate if
-		// the first send did land.
-		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
-		}
-		hook.cl.Store(cl)
-		th.attach(cl)
-		return nil
-	}
-	opts = append(opts,
-		kgo.TransactionalID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
-		kgo.TransactionTimeout(cfg.TransactionTimeout),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
-	)
-	if th.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
-		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
-	}
-	hook.cl.Store(th.sess.Client())
-	th.attach(th.sess.Client())
-	if err := th.committer.begin(); err != nil {
-		th.sess.Close()
-		th.out.close()
-		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
-	}
-	return nil
-}
-
-// coreConfig is what the thread's core is told of it. An interval commit
-// during a cooperative join waits as long as the other members can take to
-// notice the rebalance and join (a couple of heartbeats) and no longer: the
-// group client holds a commit until the sync, stopping the thread.
-func (th *thread) coreConfig(cooperative bool) threadcore.Config {
-	cfg := th.app.cfg
-	return threadcore.Config{
-		Guarantee:          th.guarantee(),
-		Cooperative:        cooperative,
-		CommitInterval:     cfg.CommitInterval,
-		JoinGrace:          2 * cfg.HeartbeatInterval,
-		DrainedCommitDelay: cfg.DrainedCommitDelay,
-	}
-}
-
-// instanceID is the thread's static group membership ID (KIP-345): stable
-// across restarts with the same state directory, like the transactional
-// ID, so a restarted thread takes its own place in the group back.
-func (th *thread) instanceID() string {
-	return fmt.Sprintf("%s-%s-%d", th.app.cfg.ApplicationID, th.app.dir.processID, th.idx)
-}
-
-// attach makes cl the thread's client, with an outbox of its own.
-func (th *thread) attach(cl *kgo.Client) {
-	th.cl = cl
-	th.group.Store(cl)
-	if v, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok {
-		th.maxBatchBytes = int(v)
-	}
-	// A client being replaced fails the records it still holds, maybe
-	// after its successor is attached: only the current client's failures
-	// concern the thread.
-	th.out = newOutbox(cl, func(r *kgo.Record, err error) { th.onProduced(cl, r, err) })
-}
-
-// forceRebalance asks the group to rebalance through the thread's current
-// client. It may be called from any goroutine.
-func (th *thread) forceRebalance() {
-	if cl := th.group.Load(); cl != nil {
-		cl.ForceRebalance()
-	}
 }
 
 // stop asks the thread to finish its loop; wait waits for it.

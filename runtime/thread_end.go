@@ -1,6 +1,6 @@
 package runtime
 
-// How a stream thread's loop ends: its error policy, its client's replacement, stop, kill and exit.
+// A stream thread's group client, made and replaced, and how its loop ends: its error policy, stop, kill and exit.
 
 import (
 	"context"
@@ -8,8 +8,157 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/internal/changelog"
+	"github.com/eddystreams/eddy/internal/groupproto"
 	"github.com/eddystreams/eddy/internal/threadcore"
 )
+
+// threadFetchMaxBytes bounds one fetch of a stream thread's consumer. It is
+// a quarter of a changelog Reader's (changelog.FetchMaxBytes) because the
+// records of a buffered fetch are held decoded until polled: with small
+// records a fetch of 4 MiB on the wire is ~50 MiB of kgo.Records, and one
+// is being polled while the next is buffered. A smaller fetch also means
+// less garbage per poll; counting throughput did not drop (eddybench
+// -only m, c).
+const threadFetchMaxBytes = 1 << 20
+
+// connect creates the thread's group client: a consumer and producer in
+// one, and under exactly-once a transactional session whose transactional
+// ID is stable across restarts, so a restarted instance fences its former
+// self and aborts whatever transaction it left open.
+func (th *thread) connect() error {
+	a, cfg := th.app, th.app.cfg
+	bal, err := groupproto.NewBalancer(groupproto.BalancerConfig{
+		Subscription: a.subscription,
+		Tasks:        a.plan.taskTopics,
+		Changelogs:   a.plan.changelogs,
+		EndOffsets:   a.endOffsets,
+		Assignor:     cfg.assignorConfig(),
+		OnAssignment: th.onAssignment,
+		// The group cannot settle while its metadata does not fit: stop
+		// with the reason rather than retry for ever.
+		MaxGroupMetadataBytes: cfg.MaxGroupMetadataBytes,
+		OnError:               func(err error) { a.fail(err) },
+		Logger:                th.log,
+		BareFraming:           cfg.BareGroupFormat,
+		AssignFunc:            cfg.AssignFunc,
+		TaskRacks:             a.taskRacks,
+		Eager:                 cfg.EagerRebalancing,
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: balancer: %w", err)
+	}
+	if !th.connected {
+		th.connected = true
+		th.core = threadcore.New(th.coreConfig(bal.IsCooperative()))
+	}
+	// The coordinator may complete a round before this thread's join
+	// arrives; a leader waits for it (see localJoins).
+	instance := ""
+	if cfg.StaticMembership {
+		instance = th.instanceID()
+	}
+	a.joins.connecting(th.idx, instance)
+	hook := &joinHook{th: th, static: cfg.StaticMembership}
+	opts := a.clientOpts(
+		kgo.WithHooks(hook),
+		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
+		kgo.ConsumerGroup(cfg.ApplicationID),
+		kgo.ConsumeTopics(a.plan.sources...),
+		kgo.Balancers(leaderBalancer{Balancer: bal, th: th}),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(th.onAssigned),
+		kgo.OnPartitionsRevoked(th.onRevoked),
+		kgo.OnPartitionsLost(th.onLost),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { th.rebalancePending.Store(true) }),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
+		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Transaction markers come back as records, so that a task's
+		// consumed offset moves past them (see passControl): a drained
+		// task then commits its partition's end offset, not one below
+		// the last marker for ever, which is how the freshness tracker
+		// tells that the active covered its input.
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.FetchMaxPartitionBytes(changelog.FetchPartitionBytes),
+		kgo.FetchMaxBytes(threadFetchMaxBytes),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond),
+	)
+	// After clientOpts' dialer, which it replaces (Config refuses one of
+	// the user's): the same network, with connections the thread can
+	// reset (abortIfSessionGone).
+	opts = append(opts, kgo.Dialer(a.net.dialerFor(th.conns)))
+	if cfg.StaticMembership {
+		opts = append(opts, kgo.InstanceID(th.instanceID()))
+	}
+	if cfg.ProcessingGuarantee != ExactlyOnce {
+		// A record whose sessionBound has passed is failed even when
+		// the producer had already tried to send it (over a connection
+		// that died, say): sent again later, it could land after the
+		// records of its task's new owner. Under at-least-once the
+		// record is produced again after the rejoin, as a duplicate if
+		// the first send did land.
+		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
+		}
+		hook.cl.Store(cl)
+		th.attach(cl)
+		return nil
+	}
+	opts = append(opts,
+		kgo.TransactionalID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
+		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+	)
+	if th.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
+		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
+	}
+	hook.cl.Store(th.sess.Client())
+	th.attach(th.sess.Client())
+	if err := th.committer.begin(); err != nil {
+		th.sess.Close()
+		th.out.close()
+		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+	}
+	return nil
+}
+
+// instanceID is the thread's static group membership ID (KIP-345): stable
+// across restarts with the same state directory, like the transactional
+// ID, so a restarted thread takes its own place in the group back.
+func (th *thread) instanceID() string {
+	return fmt.Sprintf("%s-%s-%d", th.app.cfg.ApplicationID, th.app.dir.processID, th.idx)
+}
+
+// attach makes cl the thread's client, with an outbox of its own.
+func (th *thread) attach(cl *kgo.Client) {
+	th.cl = cl
+	th.group.Store(cl)
+	if v, ok := cl.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok {
+		th.maxBatchBytes = int(v)
+	}
+	// A client being replaced fails the records it still holds, maybe
+	// after its successor is attached: only the current client's failures
+	// concern the thread.
+	th.out = newOutbox(cl, func(r *kgo.Record, err error) { th.onProduced(cl, r, err) })
+}
+
+// forceRebalance asks the group to rebalance through the thread's current
+// client. It may be called from any goroutine.
+func (th *thread) forceRebalance() {
+	if cl := th.group.Load(); cl != nil {
+		cl.ForceRebalance()
+	}
+}
 
 // failed tells the core that the loop stopped on an error (a commit or
 // abort that failed may have told it already).
