@@ -330,3 +330,29 @@ func TestRefutedMemberStopsAnswering(t *testing.T) {
 	_, err = q.Replica("counts", 0)
 	require.NoError(t, err, "confirmed again")
 }
+
+// A replaced thread's new client may hear its assignment before the exit
+// of the thread it replaces is reported: the registry keeps what the
+// replacement took for when that exit lands, rather than the exit
+// forgetting it, and opens the standby it names then.
+func TestReplacementsShareHeardBeforeItsPredecessorsExitIsKept(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "repl", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1})
+	require.NoError(t, err)
+	require.NoError(t, app.prepare(context.Background()))
+	t.Cleanup(app.releaseResources)
+	r := app.registry
+
+	r.setShare(0, 0, groupproto.AssignmentInfo{})
+	// The replacement (incarnation 1) takes its share: held for the exit.
+	r.setShare(0, 1, groupproto.AssignmentInfo{Standby: []task.ID{task00}})
+	_, standby, _ := r.instanceShare()
+	require.Empty(t, standby, "applied before the predecessor's exit")
+	r.threadExited(0, 0, true)
+	_, standby, _ = r.instanceShare()
+	require.Equal(t, []task.ID{task00}, standby)
+	r.mu.Lock()
+	_, open := r.core.Replica(task00)
+	r.mu.Unlock()
+	require.True(t, open, "the replacement's standby is not opened")
+}
