@@ -14,7 +14,12 @@
 //
 // The core does no I/O and reads no clock: the driver stamps events with
 // its time (Event.At) and ticks the core (EvTick), and the core deletes the
-// directories left on disk past the cleanup delay. Its driver carries out
+// directories left on disk past the cleanup delay. Facts of the topology
+// and the disk are the driver's, given as inputs: which directories sit on
+// changelogs recreated while paused (EvWipe), whether a closed replica's
+// directory holds state worth keeping (EvClosed), which stores of a task
+// are persistent or windowed (EvAhead), and when a directory found at
+// start was last written (Config.OnDisk). Its driver carries out
 // the actions a step returns, without holding the core's lock across the
 // stores' I/O, and reports each outcome as an event. A replica whose I/O
 // is in flight is busy: no decision touches it until its outcome arrives.
