@@ -92,7 +92,8 @@ const (
 	// queries may read follows it at once (Servable).
 	EvReceived
 	// EvAheadClosed: the stores opened ahead for Task were closed
-	// (ActReleaseAhead); its directory is left on disk unless open.
+	// (ActReleaseAhead); its directory is left on disk unless open (one
+	// on disk already keeps its expiry).
 	EvAheadClosed
 	// EvPause: the instance replaces its clients: as EvClose, until
 	// EvResume.
