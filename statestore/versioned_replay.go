@@ -25,43 +25,23 @@ type replayState struct {
 	// complete says every key the store holds is in keys: the store was
 	// empty when the state began, so a key not there has no versions.
 	complete bool
-	keys     map[string]*keyVersions
-	n        int
+	// keys holds each key's versions by the record key.
+	keys map[string]*keyVersions
+	n    int
 	// touched lists the keys the current write changed, in the order it
 	// first changed them.
 	touched []*keyVersions
-	// scratch holds the prefix of the key being looked up.
-	scratch []byte
-	// slab is where stored values are copied, many to an array, so that
-	// a restoration allocates and the collector scans few objects.
-	slab []byte
-}
-
-// slabSize is the size of the arrays replayState copies values into; a
-// value above a quarter of it gets its own.
-const slabSize = 64 << 10
-
-// stored returns value as a version stores it, copied into the slab.
-func (r *replayState) stored(value []byte, tombstone bool) []byte {
-	n := 1 + len(value)
-	var b []byte
-	if n > slabSize/4 {
-		b = make([]byte, 0, n)
-	} else {
-		if cap(r.slab)-len(r.slab) < n {
-			r.slab = make([]byte, 0, slabSize)
-		}
-		b = r.slab[len(r.slab) : len(r.slab) : len(r.slab)+n]
-		r.slab = r.slab[:len(r.slab)+n]
-	}
-	if tombstone {
-		return append(b, versionTombstone)
-	}
-	return append(append(b, versionValue), value...)
+	// vals holds the stored values (flag byte and value) of the versions
+	// the current write put, one array for the whole write. A version's
+	// value is only needed until the write that put it has written it, so
+	// the versions kept from one write to the next hold no pointers, and
+	// the collector skips them.
+	vals []byte
 }
 
 // keyVersions are one key's versions, oldest first.
 type keyVersions struct {
+	// prefix is the key as its versions' keys begin (see prefix).
 	prefix string
 	vs     []knownVersion
 	// removed holds the times of versions the current write removed that
@@ -73,11 +53,11 @@ type keyVersions struct {
 	touched bool
 }
 
-// knownVersion is one version: its time and its stored value (the flag
-// byte and the value).
+// knownVersion is one version: its time and, if the current write put
+// it, where its stored value (the flag byte and the value) lies in vals.
 type knownVersion struct {
-	ts     int64
-	stored []byte
+	ts       int64
+	off, end int
 	// written says the store holds this version at ts (not necessarily
 	// with this value: see dirty).
 	written bool
@@ -130,6 +110,12 @@ func (r *replayState) minLive() int64 {
 // observed time if it moved.
 func (r *replayState) apply(s ReadWriter, entries []Entry) ([]Entry, error) {
 	obs := r.obs
+	// A new array each write: the store may hold the last one's values.
+	size := 0
+	for _, e := range entries {
+		size += 1 + len(e.Value)
+	}
+	r.vals = make([]byte, 0, size)
 	for i, e := range entries {
 		if err := r.replay(s, e); err != nil {
 			return nil, &EntryError{Index: i, Err: err}
@@ -169,17 +155,22 @@ func (r *replayState) replay(s ReadWriter, e Entry) error {
 		return err
 	}
 	r.obs = max(r.obs, ts)
-	r.put(k, ts, r.stored(value, e.Value == nil))
+	off := len(r.vals)
+	if e.Value == nil {
+		r.vals = append(r.vals, versionTombstone)
+	} else {
+		r.vals = append(append(r.vals, versionValue), value...)
+	}
+	r.put(k, knownVersion{ts: ts, off: off, end: len(r.vals), dirty: true})
 	return nil
 }
 
 // versionsOf returns key's versions, read from s if they are not known.
 func (r *replayState) versionsOf(s ReadWriter, key []byte) (*keyVersions, error) {
-	r.scratch = appendKey(r.scratch[:0], key)
-	if k, ok := r.keys[string(r.scratch)]; ok {
+	if k, ok := r.keys[string(key)]; ok {
 		return k, nil
 	}
-	k := &keyVersions{prefix: string(r.scratch)}
+	k := &keyVersions{prefix: string(prefix(key))}
 	if !r.complete {
 		p := []byte(k.prefix)
 		it, err := s.Range(p, afterKey(bytes.Clone(p)))
@@ -192,7 +183,7 @@ func (r *replayState) versionsOf(s ReadWriter, key []byte) (*keyVersions, error)
 				it.Close()
 				return nil, err
 			}
-			k.vs = append(k.vs, knownVersion{ts: t, stored: bytes.Clone(it.Value()), written: true})
+			k.vs = append(k.vs, knownVersion{ts: t, written: true})
 		}
 		if err := it.Err(); err != nil {
 			it.Close()
@@ -205,16 +196,16 @@ func (r *replayState) versionsOf(s ReadWriter, key []byte) (*keyVersions, error)
 		slices.Reverse(k.vs)
 		r.n += len(k.vs)
 	}
-	r.keys[k.prefix] = k
+	r.keys[string(key)] = k
 	return k, nil
 }
 
-// put stores stored as k's version at ts, as VersionedStore.Put does: a
-// version at ts is replaced, and the versions whose validity ended at or
-// before the cut-off are removed. Their ends rise with their times, so
-// those are the oldest ones.
-func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
-	minLive := r.minLive()
+// put stores v, a version the current write put, as k's, as
+// VersionedStore.Put does: a version at v.ts is replaced, and the
+// versions whose validity ended at or before the cut-off are removed.
+// Their ends rise with their times, so those are the oldest ones.
+func (r *replayState) put(k *keyVersions, v knownVersion) {
+	ts, minLive := v.ts, r.minLive()
 	n := 0
 	for n < len(k.vs) {
 		t := k.vs[n].ts
@@ -243,7 +234,6 @@ func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
 		k.vs = slices.Delete(k.vs, 0, n)
 		r.n -= n
 	}
-	v := knownVersion{ts: ts, stored: stored, dirty: true}
 	if len(k.vs) == 0 || k.vs[len(k.vs)-1].ts < ts {
 		// In order, as nearly every record of a restoration is.
 		k.vs = append(k.vs, v)
@@ -304,13 +294,13 @@ func (r *replayState) flush(moved bool) []Entry {
 				continue
 			}
 			keys = appendVersionKey(keys, k.prefix, v.ts)
-			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)], Value: v.stored})
+			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)], Value: r.vals[v.off:v.end:v.end]})
 			v.dirty, v.written = false, true
 			k.dirty--
 		}
 		k.removed, k.touched = k.removed[:0], false
 	}
-	r.touched = r.touched[:0]
+	r.touched, r.vals = r.touched[:0], nil
 	if moved {
 		out = append(out, Entry{Key: bytes.Clone(observedKey), Value: binary.BigEndian.AppendUint64(nil, uint64(r.obs))})
 	}
