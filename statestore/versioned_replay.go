@@ -31,12 +31,6 @@ type replayState struct {
 	// touched lists the keys the current write changed, in the order it
 	// first changed them.
 	touched []*keyVersions
-	// vals holds the stored values (flag byte and value) of the versions
-	// the current write put, one array for the whole write. A version's
-	// value is only needed until the write that put it has written it, so
-	// the versions kept from one write to the next hold no pointers, and
-	// the collector skips them.
-	vals []byte
 }
 
 // keyVersions are one key's versions, oldest first.
@@ -54,10 +48,13 @@ type keyVersions struct {
 }
 
 // knownVersion is one version: its time and, if the current write put
-// it, where its stored value (the flag byte and the value) lies in vals.
+// it, the index of the record it came from. A version's value is only
+// needed until the write that put it has written it, so the versions kept
+// from one write to the next hold no pointers, and the collector skips
+// them; kept small, they also take few cache lines to walk.
 type knownVersion struct {
-	ts       int64
-	off, end int
+	ts    int64
+	entry int32
 	// written says the store holds this version at ts (not necessarily
 	// with this value: see dirty).
 	written bool
@@ -110,31 +107,23 @@ func (r *replayState) minLive() int64 {
 // observed time if it moved.
 func (r *replayState) apply(s ReadWriter, entries []Entry) ([]Entry, error) {
 	obs := r.obs
-	// A new array each write: the store may hold the last one's values.
-	size := 0
-	for _, e := range entries {
-		size += 1 + len(e.Value)
-	}
-	r.vals = make([]byte, 0, size)
 	for i, e := range entries {
-		if err := r.replay(s, e); err != nil {
+		if err := r.replay(s, e, int32(i)); err != nil {
 			return nil, &EntryError{Index: i, Err: err}
 		}
 	}
-	return r.flush(obs != r.obs), nil
+	return r.flush(entries, obs != r.obs), nil
 }
 
 // replay puts one changelog record: a TimedRecord at its time, a
 // LoggedRecord at the time its value carries (a bare value at the
-// record's), its delete at the observed time.
-func (r *replayState) replay(s ReadWriter, e Entry) error {
-	var value []byte
+// record's), its delete at the observed time. i is e's index in the
+// write.
+func (r *replayState) replay(s ReadWriter, e Entry, i int32) error {
 	ts := e.Time
 	switch {
 	case e.Value != nil:
-		var vts int64
-		value, vts = SplitTimestamped(e.Value)
-		if vts != NoTimestamp {
+		if _, vts := SplitTimestamped(e.Value); vts != NoTimestamp {
 			ts = vts
 		}
 	case e.Origin != TimedRecord:
@@ -155,13 +144,7 @@ func (r *replayState) replay(s ReadWriter, e Entry) error {
 		return err
 	}
 	r.obs = max(r.obs, ts)
-	off := len(r.vals)
-	if e.Value == nil {
-		r.vals = append(r.vals, versionTombstone)
-	} else {
-		r.vals = append(append(r.vals, versionValue), value...)
-	}
-	r.put(k, knownVersion{ts: ts, off: off, end: len(r.vals), dirty: true})
+	r.put(k, knownVersion{ts: ts, entry: i, dirty: true})
 	return nil
 }
 
@@ -267,19 +250,25 @@ func (r *replayState) touch(k *keyVersions) {
 
 func cmpVersion(v knownVersion, ts int64) int { return cmp.Compare(v.ts, ts) }
 
-// flush returns the store entries of the changes since the last flush
-// and marks them written: for each key changed, its removed versions no
-// longer there, then the versions put; then the observed time if moved.
-func (r *replayState) flush(moved bool) []Entry {
-	var n, size int
+// flush returns the store entries of the changes entries made and marks
+// them written: for each key changed, its removed versions no longer
+// there, then the versions put; then the observed time if moved.
+func (r *replayState) flush(entries []Entry, moved bool) []Entry {
+	var n, size, valSize int
 	for _, k := range r.touched {
 		m := len(k.removed) + k.dirty
 		n += m
 		size += m * (len(k.prefix) + 8)
 	}
+	for _, e := range entries {
+		valSize += 1 + len(e.Value)
+	}
 	out := make([]Entry, 0, n+1)
-	// The version keys share one array, which holds them all.
+	// The version keys share one array, which holds them all, and their
+	// stored values (flag byte and value) another. Both are new at each
+	// write, since the store may keep the last one's.
 	keys := make([]byte, 0, size)
+	vals := make([]byte, 0, valSize)
 	for _, k := range r.touched {
 		for _, t := range k.removed {
 			if _, there := slices.BinarySearchFunc(k.vs, t, cmpVersion); there {
@@ -294,17 +283,29 @@ func (r *replayState) flush(moved bool) []Entry {
 				continue
 			}
 			keys = appendVersionKey(keys, k.prefix, v.ts)
-			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)], Value: r.vals[v.off:v.end:v.end]})
+			off := len(vals)
+			vals = appendStored(vals, entries[v.entry].Value)
+			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)], Value: vals[off:len(vals):len(vals)]})
 			v.dirty, v.written = false, true
 			k.dirty--
 		}
 		k.removed, k.touched = k.removed[:0], false
 	}
-	r.touched, r.vals = r.touched[:0], nil
+	r.touched = r.touched[:0]
 	if moved {
 		out = append(out, Entry{Key: bytes.Clone(observedKey), Value: binary.BigEndian.AppendUint64(nil, uint64(r.obs))})
 	}
 	return out
+}
+
+// appendStored appends what a version stores for a changelog record's
+// value: the flag byte, then the value without its timestamp.
+func appendStored(b, value []byte) []byte {
+	if value == nil {
+		return append(b, versionTombstone)
+	}
+	v, _ := SplitTimestamped(value)
+	return append(append(b, versionValue), v...)
 }
 
 func appendVersionKey(b []byte, prefix string, ts int64) []byte {
