@@ -3,7 +3,6 @@ package statestore
 import (
 	"bytes"
 	"errors"
-	"slices"
 )
 
 // A versioned store's changelog holds one record per version put, as
@@ -77,12 +76,17 @@ var errMixedWrite = errors.New("statestore: a versioned store's write holds both
 // the store's own entries (OwnWrite) as they are; changelog records put
 // in order as versions, the write holding their outcome.
 func (v *VersionedChangelog) Write(entries []Entry, position int64) error {
-	puts := slices.ContainsFunc(entries, isPut)
-	if !puts {
+	puts := 0
+	for _, e := range entries {
+		if isPut(e) {
+			puts++
+		}
+	}
+	if puts == 0 {
 		v.replay = nil
 		return v.Store.Write(entries, position)
 	}
-	if slices.ContainsFunc(entries, func(e Entry) bool { return !isPut(e) }) {
+	if puts < len(entries) {
 		return errMixedWrite
 	}
 	if v.replay == nil {

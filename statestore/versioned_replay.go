@@ -25,43 +25,17 @@ type replayState struct {
 	// complete says every key the store holds is in keys: the store was
 	// empty when the state began, so a key not there has no versions.
 	complete bool
-	keys     map[string]*keyVersions
-	n        int
+	// keys holds each key's versions by the record key.
+	keys map[string]*keyVersions
+	n    int
 	// touched lists the keys the current write changed, in the order it
 	// first changed them.
 	touched []*keyVersions
-	// scratch holds the prefix of the key being looked up.
-	scratch []byte
-	// slab is where stored values are copied, many to an array, so that
-	// a restoration allocates and the collector scans few objects.
-	slab []byte
-}
-
-// slabSize is the size of the arrays replayState copies values into; a
-// value above a quarter of it gets its own.
-const slabSize = 64 << 10
-
-// stored returns value as a version stores it, copied into the slab.
-func (r *replayState) stored(value []byte, tombstone bool) []byte {
-	n := 1 + len(value)
-	var b []byte
-	if n > slabSize/4 {
-		b = make([]byte, 0, n)
-	} else {
-		if cap(r.slab)-len(r.slab) < n {
-			r.slab = make([]byte, 0, slabSize)
-		}
-		b = r.slab[len(r.slab) : len(r.slab) : len(r.slab)+n]
-		r.slab = r.slab[:len(r.slab)+n]
-	}
-	if tombstone {
-		return append(b, versionTombstone)
-	}
-	return append(append(b, versionValue), value...)
 }
 
 // keyVersions are one key's versions, oldest first.
 type keyVersions struct {
+	// prefix is the key as its versions' keys begin (see prefix).
 	prefix string
 	vs     []knownVersion
 	// removed holds the times of versions the current write removed that
@@ -73,11 +47,14 @@ type keyVersions struct {
 	touched bool
 }
 
-// knownVersion is one version: its time and its stored value (the flag
-// byte and the value).
+// knownVersion is one version: its time and, if the current write put
+// it, the index of the record it came from. A version's value is only
+// needed until the write that put it has written it, so the versions kept
+// from one write to the next hold no pointers, and the collector skips
+// them; kept small, they also take few cache lines to walk.
 type knownVersion struct {
-	ts     int64
-	stored []byte
+	ts    int64
+	entry int32
 	// written says the store holds this version at ts (not necessarily
 	// with this value: see dirty).
 	written bool
@@ -131,24 +108,22 @@ func (r *replayState) minLive() int64 {
 func (r *replayState) apply(s ReadWriter, entries []Entry) ([]Entry, error) {
 	obs := r.obs
 	for i, e := range entries {
-		if err := r.replay(s, e); err != nil {
+		if err := r.replay(s, e, int32(i)); err != nil {
 			return nil, &EntryError{Index: i, Err: err}
 		}
 	}
-	return r.flush(obs != r.obs), nil
+	return r.flush(entries, obs != r.obs), nil
 }
 
 // replay puts one changelog record: a TimedRecord at its time, a
 // LoggedRecord at the time its value carries (a bare value at the
-// record's), its delete at the observed time.
-func (r *replayState) replay(s ReadWriter, e Entry) error {
-	var value []byte
+// record's), its delete at the observed time. i is e's index in the
+// write.
+func (r *replayState) replay(s ReadWriter, e Entry, i int32) error {
 	ts := e.Time
 	switch {
 	case e.Value != nil:
-		var vts int64
-		value, vts = SplitTimestamped(e.Value)
-		if vts != NoTimestamp {
+		if _, vts := SplitTimestamped(e.Value); vts != NoTimestamp {
 			ts = vts
 		}
 	case e.Origin != TimedRecord:
@@ -169,17 +144,16 @@ func (r *replayState) replay(s ReadWriter, e Entry) error {
 		return err
 	}
 	r.obs = max(r.obs, ts)
-	r.put(k, ts, r.stored(value, e.Value == nil))
+	r.put(k, knownVersion{ts: ts, entry: i, dirty: true})
 	return nil
 }
 
 // versionsOf returns key's versions, read from s if they are not known.
 func (r *replayState) versionsOf(s ReadWriter, key []byte) (*keyVersions, error) {
-	r.scratch = appendKey(r.scratch[:0], key)
-	if k, ok := r.keys[string(r.scratch)]; ok {
+	if k, ok := r.keys[string(key)]; ok {
 		return k, nil
 	}
-	k := &keyVersions{prefix: string(r.scratch)}
+	k := &keyVersions{prefix: string(prefix(key))}
 	if !r.complete {
 		p := []byte(k.prefix)
 		it, err := s.Range(p, afterKey(bytes.Clone(p)))
@@ -192,7 +166,7 @@ func (r *replayState) versionsOf(s ReadWriter, key []byte) (*keyVersions, error)
 				it.Close()
 				return nil, err
 			}
-			k.vs = append(k.vs, knownVersion{ts: t, stored: bytes.Clone(it.Value()), written: true})
+			k.vs = append(k.vs, knownVersion{ts: t, written: true})
 		}
 		if err := it.Err(); err != nil {
 			it.Close()
@@ -205,16 +179,16 @@ func (r *replayState) versionsOf(s ReadWriter, key []byte) (*keyVersions, error)
 		slices.Reverse(k.vs)
 		r.n += len(k.vs)
 	}
-	r.keys[k.prefix] = k
+	r.keys[string(key)] = k
 	return k, nil
 }
 
-// put stores stored as k's version at ts, as VersionedStore.Put does: a
-// version at ts is replaced, and the versions whose validity ended at or
-// before the cut-off are removed. Their ends rise with their times, so
-// those are the oldest ones.
-func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
-	minLive := r.minLive()
+// put stores v, a version the current write put, as k's, as
+// VersionedStore.Put does: a version at v.ts is replaced, and the
+// versions whose validity ended at or before the cut-off are removed.
+// Their ends rise with their times, so those are the oldest ones.
+func (r *replayState) put(k *keyVersions, v knownVersion) {
+	ts, minLive := v.ts, r.minLive()
 	n := 0
 	for n < len(k.vs) {
 		t := k.vs[n].ts
@@ -243,7 +217,6 @@ func (r *replayState) put(k *keyVersions, ts int64, stored []byte) {
 		k.vs = slices.Delete(k.vs, 0, n)
 		r.n -= n
 	}
-	v := knownVersion{ts: ts, stored: stored, dirty: true}
 	if len(k.vs) == 0 || k.vs[len(k.vs)-1].ts < ts {
 		// In order, as nearly every record of a restoration is.
 		k.vs = append(k.vs, v)
@@ -277,19 +250,25 @@ func (r *replayState) touch(k *keyVersions) {
 
 func cmpVersion(v knownVersion, ts int64) int { return cmp.Compare(v.ts, ts) }
 
-// flush returns the store entries of the changes since the last flush
-// and marks them written: for each key changed, its removed versions no
-// longer there, then the versions put; then the observed time if moved.
-func (r *replayState) flush(moved bool) []Entry {
-	var n, size int
+// flush returns the store entries of the changes entries made and marks
+// them written: for each key changed, its removed versions no longer
+// there, then the versions put; then the observed time if moved.
+func (r *replayState) flush(entries []Entry, moved bool) []Entry {
+	var n, size, valSize int
 	for _, k := range r.touched {
 		m := len(k.removed) + k.dirty
 		n += m
 		size += m * (len(k.prefix) + 8)
 	}
+	for _, e := range entries {
+		valSize += 1 + len(e.Value)
+	}
 	out := make([]Entry, 0, n+1)
-	// The version keys share one array, which holds them all.
+	// The version keys share one array, which holds them all, and their
+	// stored values (flag byte and value) another. Both are new at each
+	// write, since the store may keep the last one's.
 	keys := make([]byte, 0, size)
+	vals := make([]byte, 0, valSize)
 	for _, k := range r.touched {
 		for _, t := range k.removed {
 			if _, there := slices.BinarySearchFunc(k.vs, t, cmpVersion); there {
@@ -304,7 +283,9 @@ func (r *replayState) flush(moved bool) []Entry {
 				continue
 			}
 			keys = appendVersionKey(keys, k.prefix, v.ts)
-			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)], Value: v.stored})
+			off := len(vals)
+			vals = appendStored(vals, entries[v.entry].Value)
+			out = append(out, Entry{Key: keys[len(keys)-len(k.prefix)-8 : len(keys) : len(keys)], Value: vals[off:len(vals):len(vals)]})
 			v.dirty, v.written = false, true
 			k.dirty--
 		}
@@ -315,6 +296,16 @@ func (r *replayState) flush(moved bool) []Entry {
 		out = append(out, Entry{Key: bytes.Clone(observedKey), Value: binary.BigEndian.AppendUint64(nil, uint64(r.obs))})
 	}
 	return out
+}
+
+// appendStored appends what a version stores for a changelog record's
+// value: the flag byte, then the value without its timestamp.
+func appendStored(b, value []byte) []byte {
+	if value == nil {
+		return append(b, versionTombstone)
+	}
+	v, _ := SplitTimestamped(value)
+	return append(append(b, versionValue), v...)
 }
 
 func appendVersionKey(b []byte, prefix string, ts int64) []byte {
