@@ -308,7 +308,7 @@ func (a *App) prepare(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	a.fresh = newFreshness(a, FreshnessInterval)
+	a.fresh = newFreshness(a, FreshnessInterval, FreshnessQuietInterval)
 	a.purge = newPurger(a.killCtx, a.admin, a.cfg.ApplicationID, a.plan.repartitions, a.cfg.RepartitionPurgeInterval, a.log)
 	a.router = newRouter(a)
 	return nil

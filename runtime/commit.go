@@ -53,6 +53,21 @@ func newCommitter(th *thread) committer {
 	return &atLeastOnce{th: th}
 }
 
+// needingCommit returns the tasks a commit has anything to do for
+// (taskrun.Active.CommitNeeded). The core names every running task in a
+// commit; of an idle instance's thousands, none needs one, and flushing,
+// listing offsets and writing stores for each would cost a share of a core
+// for nothing.
+func needingCommit(tasks []*taskrun.Active) []*taskrun.Active {
+	var out []*taskrun.Active
+	for _, t := range tasks {
+		if t.CommitNeeded() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // guarantee is the core's name for the thread's processing guarantee.
 func (th *thread) guarantee() threadcore.Guarantee {
 	if th.app.cfg.ProcessingGuarantee == ExactlyOnce {

@@ -42,6 +42,7 @@ type atLeastOnce struct {
 func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error {
 	th := c.th
 	c.acks = nil
+	tasks = needingCommit(tasks)
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -77,6 +78,8 @@ func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error 
 func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool, error) {
 	th, acks := c.th, c.acks
 	c.acks = nil
+	// The tasks its flush took: nothing changed them since.
+	tasks = needingCommit(tasks)
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
 	perTask := make(map[task.ID]map[string]int64)
 	for _, t := range tasks {

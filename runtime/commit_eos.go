@@ -32,6 +32,7 @@ func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
 	th := c.th
 	c.acks = new(changelog.Offsets)
 	th.returnInput()
+	tasks = needingCommit(tasks)
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -67,6 +68,9 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 	if len(tasks) == 0 {
 		return false, nil
 	}
+	// The transaction ends whatever the tasks did, since the core begins
+	// the next one; only the tasks the flush took have writes to land.
+	tasks = needingCommit(tasks)
 	if err := th.maybeCrash("before-commit"); err != nil {
 		return false, err
 	}

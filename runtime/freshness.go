@@ -2,14 +2,10 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
@@ -19,8 +15,19 @@ import (
 // FreshnessInterval is how often an instance lists its topology's source
 // partitions' end offsets and the group's committed offsets, to tell how
 // long ago each task's active last covered its input
-// (ReplicaInfo.InputCommitted).
+// (ReplicaInfo.InputCommitted), while any of them moves. While listings
+// find nothing moved, each waits twice as long as the one before, up to
+// FreshnessQuietInterval.
 const FreshnessInterval = 500 * time.Millisecond
+
+// FreshnessQuietInterval is the longest wait between two freshness
+// listings, reached while no source partition's end or committed offset
+// moves. A listing dates what it finds, so waiting longer never makes an
+// age short: an idle partition's InputCommitted is then at most this much
+// (and a listing's time) older than the truth, where it would be
+// FreshnessInterval older. It stays under LagConfirmWindow, so the active
+// tasks' consumer lags, taken from the same listings, stay confirmed.
+const FreshnessQuietInterval = 4 * FreshnessInterval
 
 // freshnessHistory caps the end offsets remembered per source partition
 // that its committed offset has not reached yet: at FreshnessInterval, two
@@ -48,14 +55,23 @@ const freshnessHistory = 240
 // The end is what the stream threads read up to: the last stable offset
 // under exactly-once, the high watermark otherwise. A drained task commits
 // exactly its partition's end, markers included (see thread.passControl).
+//
+// Listings are spaced by a listPace: an idle instance of thousands of
+// tasks would otherwise spend a share of a core listing thousands of
+// unchanged offsets twice a second.
 type freshness struct {
 	a      *App
-	every  time.Duration
+	pace   listPace
 	cancel context.CancelFunc
 	exited chan struct{}
+	// topics are the topology's source topics, fixed for the App's life.
+	topics []string
 
-	mu    sync.Mutex
-	parts map[changelog.TopicPartition]*inputWatch
+	mu sync.Mutex
+	// watches holds each source topic's partitions, indexed by partition.
+	watches map[string][]*inputWatch
+	// rounds counts the listings made.
+	rounds int
 }
 
 // inputWatch is what is known of one source partition.
@@ -66,10 +82,17 @@ type inputWatch struct {
 	// covered is the latest time whose end the committed offset is known
 	// to cover; zero if never.
 	covered time.Time
-	// lag is the end minus the committed offset at the last listing, at
-	// listed.
-	lag    int64
-	listed time.Time
+	// end and committed are what the last listing found, at listed; lag
+	// is the end minus the committed offset then.
+	end, committed int64
+	lag            int64
+	listed         time.Time
+	// fetched is the committed offset the listing round fetchedRound
+	// fetched (fetchErr: it failed for this partition), for the same
+	// round's ends to be compared with.
+	fetchedRound int
+	fetched      int64
+	fetchErr     bool
 }
 
 type endSample struct {
@@ -77,11 +100,24 @@ type endSample struct {
 	end int64
 }
 
-func newFreshness(a *App, every time.Duration) *freshness {
+// newFreshness starts a freshness tracker listing every, and up to quiet
+// while nothing moves.
+func newFreshness(a *App, every, quiet time.Duration) *freshness {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &freshness{a: a, every: every, cancel: cancel, exited: make(chan struct{}),
-		parts: make(map[changelog.TopicPartition]*inputWatch)}
+	f := newFreshnessIdle(a, every, quiet)
+	f.cancel = cancel
 	go f.run(ctx)
+	return f
+}
+
+// newFreshnessIdle returns a freshness tracker that lists nothing until
+// round is called.
+func newFreshnessIdle(a *App, every, quiet time.Duration) *freshness {
+	f := &freshness{a: a, pace: listPace{base: every, longest: quiet}, exited: make(chan struct{}),
+		topics: a.sourceTopics(), watches: make(map[string][]*inputWatch)}
+	for _, t := range f.topics {
+		f.watches[t] = nil
+	}
 	return f
 }
 
@@ -92,16 +128,37 @@ func (f *freshness) close() {
 
 func (f *freshness) run(ctx context.Context) {
 	defer close(f.exited)
-	tick := time.NewTicker(f.every)
-	defer tick.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
-		f.round(ctx)
+		began := time.Now()
+		moved := f.round(ctx)
+		timer.Reset(f.pace.next(moved) - time.Since(began))
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
+}
+
+// listPace is the wait before the next freshness listing: the base while
+// listings find ends or commits moving, and while they find nothing moved,
+// twice the last wait, up to longest.
+type listPace struct {
+	base, longest time.Duration
+	wait          time.Duration
+}
+
+// next returns the wait after a listing that found something moved, or
+// not.
+func (p *listPace) next(moved bool) time.Duration {
+	if moved || p.wait == 0 {
+		p.wait = p.base
+	} else {
+		p.wait = min(2*p.wait, p.longest)
+	}
+	return p.wait
 }
 
 // sourceTopics lists the full names of the topology's source topics, user
@@ -125,62 +182,6 @@ func (a *App) sourcePartitions(id task.ID) []changelog.TopicPartition {
 	return out
 }
 
-// round lists ends and commits once and updates what each source partition
-// has covered.
-func (f *freshness) round(ctx context.Context) {
-	names := f.a.sourceTopics()
-	if len(names) == 0 {
-		return
-	}
-	lctx, cancel := context.WithTimeout(ctx, f.every*4)
-	defer cancel()
-	// Taken before the request: the ends listed were reached by then at
-	// the latest, so covering them covers the input present at this time.
-	at := time.Now()
-	var ends kadm.ListedOffsets
-	var err error
-	if f.a.cfg.ProcessingGuarantee == ExactlyOnce {
-		ends, err = f.a.admin.ListCommittedOffsets(lctx, names...)
-	} else {
-		ends, err = f.a.admin.ListEndOffsets(lctx, names...)
-	}
-	if err != nil && len(ends) == 0 {
-		return
-	}
-	commits, err := f.a.admin.FetchOffsets(lctx, f.a.cfg.ApplicationID)
-	switch {
-	case errors.Is(err, kerr.GroupIDNotFound):
-		// Some brokers answer so for a group that never committed;
-		// Kafka lists no offsets. Either way nothing was committed.
-		commits = nil
-	case err != nil:
-		return
-	}
-
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ends.Each(func(lo kadm.ListedOffset) {
-		if lo.Err != nil {
-			return
-		}
-		committed := int64(0) // never committed: the group starts at the log's start
-		if c, ok := commits.Lookup(lo.Topic, lo.Partition); ok {
-			if c.Err != nil {
-				return
-			}
-			committed = max(c.At, 0)
-		}
-		tp := changelog.TopicPartition{Topic: lo.Topic, Partition: lo.Partition}
-		w := f.parts[tp]
-		if w == nil {
-			w = &inputWatch{}
-			f.parts[tp] = w
-		}
-		w.observe(at, lo.Offset, committed)
-		w.lag, w.listed = max(lo.Offset-committed, 0), at
-	})
-}
-
 // consumerLags returns, for each of the given source partitions listed in
 // the last lagWindow, its end minus the group's committed offset.
 func (f *freshness) consumerLags(tps []changelog.TopicPartition, lagWindow time.Duration) map[changelog.TopicPartition]int64 {
@@ -188,11 +189,21 @@ func (f *freshness) consumerLags(tps []changelog.TopicPartition, lagWindow time.
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, tp := range tps {
-		if w := f.parts[tp]; w != nil && !w.listed.IsZero() && time.Since(w.listed) <= lagWindow {
+		if w := f.watch(tp); w != nil && !w.listed.IsZero() && time.Since(w.listed) <= lagWindow {
 			out[tp] = w.lag
 		}
 	}
 	return out
+}
+
+// watch returns what is known of a source partition, nil if nothing. It
+// is called with mu held.
+func (f *freshness) watch(tp changelog.TopicPartition) *inputWatch {
+	ws := f.watches[tp.Topic]
+	if tp.Partition < 0 || int(tp.Partition) >= len(ws) {
+		return nil
+	}
+	return ws[tp.Partition]
 }
 
 // observe records the end seen at a time and the committed offset seen
@@ -228,13 +239,15 @@ func (w *inputWatch) observe(at time.Time, end, committed int64) {
 
 // inputCommitted returns the latest time by which the task's active had
 // committed all the input then present on every source partition, and
-// false if that was never observed.
+// false if that was never observed. It is a listing's time, so it errs
+// early, never late: by up to a listing's wait (FreshnessQuietInterval
+// while nothing moves) for input that was committed since.
 func (f *freshness) inputCommitted(id task.ID) (time.Time, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var oldest time.Time
 	for _, tp := range f.a.sourcePartitions(id) {
-		w := f.parts[tp]
+		w := f.watch(tp)
 		if w == nil || w.covered.IsZero() {
 			return time.Time{}, false
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
@@ -50,17 +52,36 @@ type rewire struct {
 }
 
 // topicIDs describes the topics the App uses with a fresh metadata request
-// and returns the ID of each that exists.
+// and returns the ID of each that exists. The answer is read in place:
+// kadm's ListTopics maps every partition of every topic, which at
+// thousands of partitions, every topicWatchInterval, is a share of an
+// idle instance's CPU.
 func (a *App) topicIDs(ctx context.Context) (map[string]kadm.TopicID, error) {
 	names := slices.Sorted(maps.Keys(a.plan.partitions))
-	details, err := a.admin.ListTopics(kadm.WithAuthorizedOps(ctx), names...)
+	req := kmsg.NewPtrMetadataRequest()
+	for _, name := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, t)
+	}
+	// Sent as it is, not answered from the client's cache: a recreated
+	// topic shows only in a fresh answer.
+	resp, err := req.RequestWith(ctx, a.adminCl)
 	if err != nil {
 		return nil, err
 	}
 	ids := make(map[string]kadm.TopicID, len(names))
-	for _, name := range names {
-		if d, ok := details[name]; ok && d.Err == nil && len(d.Partitions) > 0 {
-			ids[name] = d.ID
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		switch err := kerr.ErrorForCode(t.ErrorCode); {
+		case errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed):
+			return nil, fmt.Errorf("topic %s: %w", *t.Topic, err)
+		case err == nil && len(t.Partitions) > 0:
+			if _, ok := a.plan.partitions[*t.Topic]; ok {
+				ids[*t.Topic] = t.TopicID
+			}
 		}
 	}
 	return ids, nil

@@ -95,7 +95,13 @@ type Active struct {
 	committed map[string]int64
 	// processed counts the records Process was given while running.
 	processed int64
-	log       *slog.Logger
+	// uncommitted: since its last complete commit the task processed or
+	// skipped a record or ran a punctuator, the only ways its caches,
+	// held table updates, graph times and consumed offsets change. A
+	// commit leaves out a task without it (CommitNeeded), so an idle
+	// thread's commit costs nothing per task.
+	uncommitted bool
+	log         *slog.Logger
 }
 
 // NewActive opens the task's stores and instantiates its processors. The
@@ -219,6 +225,7 @@ func (t *Active) Process(rec graph.InputRecord) error {
 		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, st)
 	}
 	t.processed++
+	t.uncommitted = true
 	if err := t.graph.Process(rec); err != nil {
 		return err
 	}
@@ -227,6 +234,7 @@ func (t *Active) Process(rec graph.InputRecord) error {
 }
 
 func (t *Active) markConsumed(topic string, next int64) {
+	t.uncommitted = true
 	if t.lastNext == nil || topic != t.lastTopic {
 		p, ok := t.consumed[topic]
 		if !ok {
@@ -273,8 +281,21 @@ func (t *Active) Punctuate(now time.Time) error {
 	if t.life.State() != task.Running {
 		return nil
 	}
-	return t.graph.Punctuate(now)
+	before := t.graph.Punctuations()
+	err := t.graph.Punctuate(now)
+	if t.graph.Punctuations() != before {
+		t.uncommitted = true
+	}
+	return err
 }
+
+// CommitNeeded reports whether a commit has anything to do for the task:
+// it processed or skipped a record, or ran a punctuator, since its last
+// complete commit (Kafka Streams' StreamTask.commitNeeded). A task without
+// need holds no dirty cache entry, no held table update and no consumed
+// offset its last commit did not cover, so a commit may leave it out
+// altogether.
+func (t *Active) CommitNeeded() bool { return t.uncommitted }
 
 // Flush forwards the task's buffered table updates downstream (see
 // graph.TableBuffering). Call it at every commit, before
@@ -397,6 +418,7 @@ func (p *PendingCommit) Finish(err error) error {
 	if d, ok := p.t.graph.(graph.Discarder); ok {
 		d.Committed()
 	}
+	p.t.uncommitted = false
 	return nil
 }
 
