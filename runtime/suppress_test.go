@@ -45,7 +45,9 @@ func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMem
 	start := func() *App {
 		app, err := New(build(), Config{ApplicationID: id, Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
 			NumStandbys: 1, ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
-			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			// The takeover after a Kill waits out the killed
+			// member's session, so it is short.
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		return app

@@ -121,7 +121,9 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemo
 	start := func(dir string) *App {
 		app, err := New(build(), Config{ApplicationID: "versioned", Brokers: b.Addrs(), StateDir: dir, NumStreamThreads: 1,
 			NumStandbys: 1, ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
-			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			// The takeover after a Kill waits out the killed
+			// member's session, so it is short.
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		return app
@@ -291,7 +293,9 @@ func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
 	start := func() *App {
 		app, err := New(build(), Config{ApplicationID: "grace", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
 			ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
-			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			// The takeover after a Kill waits out the killed
+			// member's session, so it is short.
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		return app
