@@ -109,7 +109,11 @@ func testBrokerRestartAtCommit(t *testing.T, guarantee ProcessingGuarantee, at k
 	}
 
 	app, err := New(topo, Config{ApplicationID: "brokerrestart", Brokers: []string{addr}, StateDir: t.TempDir(),
-		NumStreamThreads: 1, ProcessingGuarantee: guarantee, CommitInterval: 100 * time.Millisecond})
+		NumStreamThreads: 1, ProcessingGuarantee: guarantee, CommitInterval: 100 * time.Millisecond,
+		// The restarted broker keeps the thread's member until its
+		// session runs out, which a thread rejoining with a new member
+		// waits for; the session still outlasts brokerDownFor.
+		SessionTimeout: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(context.Background()))
 	t.Cleanup(func() { app.Close(context.Background()) })
