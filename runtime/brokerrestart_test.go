@@ -31,6 +31,7 @@ import (
 // sent exactly once, under at-least-once at least once and at most once
 // more for each record that followed the last commit.
 func TestBrokerRestartAtCommitKeepsTheInstance(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		guarantee ProcessingGuarantee
 		// at is the request the broker goes down at.
@@ -234,6 +235,7 @@ func testBrokerRestartAtCommit(t *testing.T, guarantee ProcessingGuarantee, at k
 // replaces a producer with a fatal error, and the instance keeps running:
 // every record is still counted exactly once.
 func TestExactlyOnceProducerThatCannotBeginIsReplaced(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	const keys, each = 10, 30
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))

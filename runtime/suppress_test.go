@@ -23,6 +23,7 @@ import (
 // updates when stream time passes them, each once; and an instance with an
 // empty state directory restores what is still held, and releases it.
 func TestSuppressedTableFailoverAndRestore(t *testing.T) {
+	t.Parallel()
 	eachBackendAndGuarantee(t, testSuppressedFailoverAndRestore)
 }
 

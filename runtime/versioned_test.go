@@ -84,6 +84,7 @@ func versionedAnswer(res iq.Result[string]) string {
 // directory restores it all from the changelog, out-of-order versions,
 // tombstones and the cut-off included.
 func TestVersionedTableFailoverAndRestore(t *testing.T) {
+	t.Parallel()
 	eachBackendAndGuarantee(t, testVersionedFailoverAndRestore)
 }
 
@@ -269,6 +270,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemo
 // passes it, with the table as it was at the record's time, a late table
 // update included, under both guarantees.
 func TestJoinGraceSurvivesTakeover(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			t.Parallel() // each has a broker of its own, and mostly waits
