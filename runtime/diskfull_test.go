@@ -112,7 +112,6 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 // Per store, the tasks' stores wait; shared, Start waits to open the
 // database.
 func TestDiskFullAtOpenWaitsForSpace(t *testing.T) {
-	t.Parallel()
 	for _, layout := range []StoreLayout{StoreLayoutShared, StoreLayoutPerStore} {
 		t.Run(layout.String(), func(t *testing.T) { testDiskFullAtOpen(t, layout) })
 	}
