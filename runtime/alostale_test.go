@@ -28,6 +28,7 @@ import (
 // just before the flush whose offset commit is refused: the store must end
 // up holding it.
 func TestAtLeastOnceRefusedCommitLeavesStoreToReadOtherWriters(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	const group = "alo-refused-store"
 	app, err := New(countTopology(t), Config{ApplicationID: group, Brokers: b.Addrs(), StateDir: t.TempDir(),

@@ -27,6 +27,15 @@ func countTopology(t testing.TB) *topology.Topology {
 	return topo
 }
 
+// startBroker starts a broker of the test's own with topics of two
+// partitions.
+//
+// A test whose brokers and state directories are all its own, which mostly
+// waits on them, calls t.Parallel. A test that sets a process-wide seam
+// (crashAt, the open-file limit), counts the process's open files, or
+// asserts a tight wall-clock bound does not: the testing package starts
+// parallel tests only once every serial one has finished, so none of them
+// runs while such a seam is set.
 func startBroker(t *testing.T, topics ...string) (*broker.Broker, *kadm.Client) {
 	b, err := broker.Start(broker.Config{Partitions: 2})
 	require.NoError(t, err)

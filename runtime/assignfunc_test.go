@@ -21,6 +21,7 @@ import (
 // function. ActiveRackTag with brokers that report no racks places as
 // without it.
 func TestConfigAssignFunc(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	var calls atomic.Int64
 	app, err := New(countTopology(t), Config{ApplicationID: "af", Brokers: b.Addrs(), StateDir: t.TempDir(),

@@ -312,6 +312,7 @@ func (c *tcpHoleConn) Close() error {
 // gives it to another instance, which then answers as the active. Once
 // the network is back it rejoins and answers as an active again.
 func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	hole := newBlackhole()
 	logs := &logSink{}
@@ -478,6 +479,7 @@ func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
 // for the partition at all, refusing as a partition on the move. Back on
 // the network it answers as a standby again for what it is given.
 func TestBlackholedStandbyAgesHonestlyAndStepsAside(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	hole := newBlackhole()
 	logs := &logSink{}
@@ -631,6 +633,7 @@ func TestBlackholedStandbyAgesHonestlyAndStepsAside(t *testing.T) {
 // the client reaches the broker again, while a record whose bound is still
 // ahead goes through.
 func TestSessionBoundRecordsAreNotSentPastTheBound(t *testing.T) {
+	t.Parallel()
 	b, err := broker.Start(broker.Config{Partitions: 1})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)

@@ -14,6 +14,7 @@ import (
 // under cooperative rebalancing: the tasks keep running, with their
 // counters, through it. Eager rebalancing, the control, revokes them all.
 func TestProbingRebalanceWithoutMovesRevokesNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		eager bool

@@ -28,6 +28,7 @@ import (
 // the one store; in the shared layout, every store of the instance (the
 // database cannot tell which stores a damaged table held).
 func TestUnreadableStoreIsWipedAndRestored(t *testing.T) {
+	t.Parallel()
 	for _, layout := range []StoreLayout{StoreLayoutShared, StoreLayoutPerStore} {
 		t.Run(layout.String(), func(t *testing.T) { testUnreadableStore(t, layout) })
 	}
@@ -142,6 +143,7 @@ func damageTables(t *testing.T, dir string, damage func(path string, size int64)
 // their own (StoreLayoutPerStore), whose files the test damages one by one;
 // in the shared layout they are one database, damaged or not as a whole.
 func TestManyDamagedStoresStopTheInstance(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	b, err := broker.Start(broker.Config{Partitions: 2})
 	require.NoError(t, err)

@@ -62,6 +62,7 @@ func fillTo(t *testing.T, dir string, leave int64) string {
 // the instance carries on by itself, and the counts are exact, also after
 // a restart that reads them back from the stores.
 func TestDiskFullPausesAndResumes(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			reserve := statestore.DefaultSharedBadgerOptions().EffectiveDiskReserve()

@@ -23,6 +23,7 @@ import (
 // first, then the downstream one once the repartition records reach it.
 // An idle thread commits nothing further.
 func TestDrainedThreadCommitsEarly(t *testing.T) {
+	t.Parallel()
 	const interval = 30 * time.Second
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {

@@ -179,6 +179,7 @@ func TestTableJoinGroupAndRepartitionUnderRuntime(t *testing.T) {
 // answered by different tasks in any order, so an answer to an older
 // value of the order can arrive last and must be recognized as stale.
 func TestForeignKeyJoinUnderRuntime(t *testing.T) {
+	t.Parallel()
 	b, adm := startBroker(t, "orders")
 	_, err := adm.CreateTopics(context.Background(), 3, -1, nil, "customers")
 	require.NoError(t, err)

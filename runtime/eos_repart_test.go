@@ -16,6 +16,7 @@ import (
 )
 
 func TestExactlyOnceThroughRepartition(t *testing.T) {
+	t.Parallel()
 	c := newEOSCluster(t)
 	b := topology.NewBuilder()
 	s := topology.Stream(b, "in", serde.String, serde.String)

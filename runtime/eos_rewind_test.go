@@ -21,6 +21,7 @@ import (
 // time of the last commit, so a record it put in that window before the
 // jump still counts, and nothing is dropped as late.
 func TestExactlyOnceAbortRewindsWindowTime(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in", "out")
 	bld := topology.NewBuilder()
 	w := topology.TumblingWindows(10 * time.Second).Grace(2 * time.Second)

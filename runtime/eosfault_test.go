@@ -23,6 +23,7 @@ import (
 // instance: the transaction aborts (or the thread starts again with a new
 // producer) and the input is processed again, exactly once in the end.
 func TestExactlyOnceSurvivesATransactionTheBrokerDropped(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		fault kfake.Fault

@@ -84,6 +84,7 @@ func count(app *App, key string) int64 {
 }
 
 func TestProcessingLogAndContinueWithDeadLetterTopic(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			b, adm := startBroker(t, "in", "dead-letters")
@@ -142,6 +143,7 @@ func TestProcessingLogAndContinueWithDeadLetterTopic(t *testing.T) {
 // naming the task, node and record, and the record's offset is not
 // committed: the instance that takes over meets it again.
 func TestProcessingFailShutsDownInstanceWithoutCommittingTheRecord(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"fail", "panic"} {
 		t.Run(bad, func(t *testing.T) {
 			b, adm := startBroker(t, "in")
@@ -179,6 +181,7 @@ func TestProcessingFailShutsDownInstanceWithoutCommittingTheRecord(t *testing.T)
 // ReplaceThread gets past a failure that does not come back, and gives up
 // on one that does, after MaxThreadReplacements tries.
 func TestReplaceThread(t *testing.T) {
+	t.Parallel()
 	t.Run("transient failure: replaced once, nothing lost", func(t *testing.T) {
 		b, _ := startBroker(t, "in")
 		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
@@ -221,6 +224,7 @@ func TestReplaceThread(t *testing.T) {
 // ShutdownApplication stops every instance, not only the one that failed,
 // and each says why.
 func TestShutdownApplication(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
 	require.NoError(t, err)
@@ -266,6 +270,7 @@ func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return le
 // An assignment the brokers could not store stops the leader's instance
 // with the sizes and the limit, instead of a group that never settles.
 func TestGroupMetadataTooLargeStopsWithTheSizes(t *testing.T) {
+	t.Parallel()
 	b, err := broker.Start(broker.Config{Partitions: 2, MessageMaxBytes: 400})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)

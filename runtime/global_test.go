@@ -51,6 +51,7 @@ func globalJoinApp(opts ...topology.Option) *topology.Topology {
 // later update of the table reaches later orders, and that queries answer
 // it locally as a global store.
 func TestGlobalJoinRestoredBeforeProcessing(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			b, adm := startBroker(t, "gorders", "ginner", "gleft")
@@ -272,6 +273,7 @@ func scan(t *testing.T, rw statestore.ReadWriter) [][2]string {
 // store is emptied and every partition read again, leaving exactly what
 // the topic still holds.
 func TestGlobalStoreRebuiltWhenTopicTruncated(t *testing.T) {
+	t.Parallel()
 	b, adm := startBroker(t, "gorders", "ginner", "gleft")
 	ctx := context.Background()
 	_, err := adm.CreateTopics(ctx, 2, -1, nil, "gcustomers")
@@ -369,6 +371,7 @@ func (p *globalEnrich) Close() error { return nil }
 // and the per-partition global metrics, checked against docs/operations.md's
 // metrics table both ways.
 func TestGlobalStoreProcessorQueriesAndMetrics(t *testing.T) {
+	t.Parallel()
 	b, adm := startBroker(t, "porders", "pout")
 	ctx := context.Background()
 	_, err := adm.CreateTopics(ctx, 3, -1, nil, "pcustomers")
@@ -478,6 +481,7 @@ func readTopic(t *testing.T, cl *kgo.Client, n int) []string {
 // with its topic later than the cut, however recently it noticed a lag of
 // 0 to the ends it last had confirmed.
 func TestCutOffGlobalStoreClaimsNoCatchUpAfterTheCut(t *testing.T) {
+	t.Parallel()
 	b, adm := startBroker(t, "gorders", "ginner", "gleft")
 	ctx := context.Background()
 	_, err := adm.CreateTopics(ctx, 2, -1, nil, "gcustomers")

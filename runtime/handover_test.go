@@ -142,6 +142,7 @@ func (r *handoverRig) backing(t *testing.T, i int, id task.ID) statestore.Store 
 // the one that does. The ordering is forced here; in a group it is a race
 // between the threads' callbacks.
 func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
+	t.Parallel()
 	for _, order := range [][]int{{0, 1}, {1, 0}} {
 		t.Run(fmt.Sprintf("thread %d assigned first", order[0]), func(t *testing.T) {
 			r := newHandoverRig(t)
@@ -183,6 +184,7 @@ func TestStandbyPromotedOnAnotherThreadKeepsItsStore(t *testing.T) {
 // assignment first; a replica nobody claims is closed once every thread has
 // its assignment, not before.
 func TestActiveMovesBetweenThreadsWithoutReopening(t *testing.T) {
+	t.Parallel()
 	for _, order := range [][]int{{0, 1}, {1, 0}} {
 		t.Run(fmt.Sprintf("thread %d assigned first", order[0]), func(t *testing.T) {
 			r := newHandoverRig(t)

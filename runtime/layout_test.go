@@ -74,6 +74,7 @@ func waitRunning(t *testing.T, app *App) {
 // restored, the counts carry on exactly, and no per-store database is
 // left. Restarting in the shared layout again restores nothing either.
 func TestPerStoreStateMovesIntoSharedLayout(t *testing.T) {
+	t.Parallel()
 	c := newEOSCluster(t)
 	dir := t.TempDir()
 	appDir := filepath.Join(dir, "upgrade")
@@ -109,6 +110,7 @@ func TestPerStoreStateMovesIntoSharedLayout(t *testing.T) {
 // it and rebuilds its stores from their changelogs: the counts carry on
 // exactly.
 func TestSharedStateRebuiltInPerStoreLayout(t *testing.T) {
+	t.Parallel()
 	c := newEOSCluster(t)
 	dir := t.TempDir()
 	start := func(layout StoreLayout) *App {
@@ -132,6 +134,7 @@ func TestSharedStateRebuiltInPerStoreLayout(t *testing.T) {
 // position) is deleted alone and rebuilt from its changelog: the other
 // stores of the database keep their state and restore nothing.
 func TestSharedStoreDamagedRecordRebuildsThatStoreAlone(t *testing.T) {
+	t.Parallel()
 	c := newEOSCluster(t)
 	dir := t.TempDir()
 	start := func() *App { return startCounting(t, c, "record", dir, Config{StoreLayout: StoreLayoutShared}) }
@@ -184,6 +187,7 @@ func damagePosition(t *testing.T, dir, name string) {
 // rebuilds every store from its changelog, under either guarantee, and the
 // counts carry on exactly.
 func TestSharedDatabaseDeletedIsRebuilt(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			c := newEOSCluster(t)

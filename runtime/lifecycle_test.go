@@ -175,6 +175,7 @@ func TestEdgeRoles(t *testing.T) {
 // once they have closed their actives: it forgets their shares and owns
 // nothing on their behalf.
 func TestStoppedThreadsReportTheirExit(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	app, err := New(countTopology(t), Config{ApplicationID: "exits", Brokers: b.Addrs(), StateDir: t.TempDir(),
 		NumStreamThreads: 2, Logger: testLogger(t)})

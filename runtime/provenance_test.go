@@ -97,6 +97,7 @@ func TestRebuildingReplicaPassesNoLagOrAgeBound(t *testing.T) {
 // passing lag bounds within a bounded time and reports its lag as unknown,
 // with how long ago it was last confirmed; it recovers once reachable.
 func TestCutOffStandbyReportsUnknownLag(t *testing.T) {
+	t.Parallel()
 	app := newStandbyRig(t, 100)
 	bound := iq.MaxLag(1_000_000)
 	waitFor(t, 20*time.Second, "standby caught up with a confirmed lag", func() bool {
@@ -265,6 +266,7 @@ func TestStandbyOfKilledActiveAges(t *testing.T) {
 // transaction markers are consumed too, so the committed offset does not sit
 // one below the last marker for ever.
 func TestExactlyOnceCommitsPastMarkers(t *testing.T) {
+	t.Parallel()
 	c := newEOSCluster(t)
 	b := topology.NewBuilder()
 	s := topology.Stream(b, "in", serde.String, serde.String)

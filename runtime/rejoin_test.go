@@ -23,6 +23,7 @@ import (
 // refused commit replays its work at most once more: with two refusals a
 // record is counted at most three times.
 func TestRefusedCommitRejoinsInsteadOfFailing(t *testing.T) {
+	t.Parallel()
 	for _, code := range []*kerr.Error{kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.RebalanceInProgress} {
 		t.Run(code.Message, func(t *testing.T) {
 			b, _ := startBroker(t, "in")

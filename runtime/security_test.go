@@ -70,6 +70,7 @@ func securedBroker(t *testing.T) (*broker.Broker, *broker.Certs, *kadm.Client) {
 // Kill severs TLS connections as it severs plain ones: the handshake runs
 // over the connection Eddy's dialer tracks.
 func TestKillSeversTLSConnections(t *testing.T) {
+	t.Parallel()
 	b, certs, adm := securedBroker(t)
 	tc, err := certs.ClientTLS(false)
 	require.NoError(t, err)

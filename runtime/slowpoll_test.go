@@ -26,6 +26,7 @@ import (
 // takes at least 4 s against a 3 s transaction timeout: the thread must take
 // polls it can process in time and commit between them.
 func TestExactlyOnceSlowBacklogCommitsWithinTransactionTimeout(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in", "out")
 	bld := topology.NewBuilder()
 	topology.Stream(bld, "in", serde.String, serde.String).

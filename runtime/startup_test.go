@@ -22,6 +22,7 @@ import (
 // fresh instances (each its own group) are started in turn, since one
 // start could be lucky.
 func TestThreadsJoinTogether(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name  string
 		eager bool

@@ -135,6 +135,7 @@ func TestStateCloseUnstartedAndFailedStart(t *testing.T) {
 // second member joins, and Running → PendingShutdown → NotRunning when it
 // closes; every transition once, in order.
 func TestStateListenerAcrossSecondMemberAndClose(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	start := func(log *stateLog) *App {
 		app, err := New(countTopology(t), Config{ApplicationID: "sl", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
@@ -198,6 +199,7 @@ func (s gatedStore) Write(entries []statestore.Entry, position int64) error {
 // assignment, nor while an active task restores a long changelog; it is
 // Running once the restoration is complete, and only then.
 func TestStateNotRunningBeforeAssignmentOrWhileRestoring(t *testing.T) {
+	t.Parallel()
 	for _, threads := range []int{1, 2} {
 		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) { testNotRunningWhileRestoring(t, threads) })
 	}

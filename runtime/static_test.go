@@ -13,6 +13,7 @@ import (
 // here), keeps exactly-once counts exact, and a clean Close still leaves
 // the group at once.
 func TestStaticMembershipRestartAfterKill(t *testing.T) {
+	t.Parallel()
 	c := newEOSCluster(t)
 	dir := t.TempDir()
 	start := func() *App {

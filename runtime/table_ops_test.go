@@ -21,6 +21,7 @@ import (
 // whose new value fails and a deleted key are gone, and the store has its
 // changelog topic.
 func TestMaterializedDerivedTableQueryable(t *testing.T) {
+	t.Parallel()
 	b, adm := startBroker(t, "prices")
 	tb := topology.NewBuilder()
 	prices := topology.Table(tb, "prices", serde.String, serde.String, "prices-store", topology.InMemory())

@@ -38,6 +38,7 @@ type tasksAnswer struct {
 // standbys, each with its state and thread, and its stores with the role,
 // position and lag /v1/lags gives them and their size.
 func TestTasksEndpoint(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	cfg := Config{ApplicationID: "tk", Brokers: b.Addrs(), StateDir: t.TempDir(), CommitInterval: 50 * time.Millisecond,
 		NumStandbys: 1, NumStreamThreads: 1, Endpoint: "a:1"}

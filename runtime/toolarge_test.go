@@ -59,6 +59,7 @@ func readValues(t *testing.T, addrs []string, topic string, want int) []string {
 // silently); with ProcessingLogAndContinue the record is skipped and the
 // records after it go through.
 func TestOutputRecordTooLargeIsAProcessingError(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String()+"/fail", func(t *testing.T) {
 			b, _ := startBroker(t, "in", "out")

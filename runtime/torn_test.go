@@ -81,6 +81,7 @@ func (r *changelogReader) poll(t *testing.T) map[string]int64 {
 // store ends up as its changelog says, under both guarantees, and under
 // exactly-once the counts are exact.
 func TestCrashBetweenStoreDataAndPosition(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			c := newEOSCluster(t)

@@ -101,6 +101,7 @@ func readChangelog(t *testing.T, addrs []string, topic string, keys int) map[str
 // an instance with an empty directory restores them all from the
 // changelogs, whose older records are bare.
 func TestPreTimestampStateOpensUnderTimestampedStores(t *testing.T) {
+	t.Parallel()
 	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) { testPreTimestampState(t, g) })
 	}

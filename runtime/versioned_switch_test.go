@@ -80,6 +80,7 @@ func awaitAnswers(t *testing.T, app *App, what string, want map[string]string, a
 // store's history holds the plain table's values at their times, and
 // what it learns out of order or deletes reaches the plain table again.
 func TestVersionedSwitchBothWaysKeepsLatestValues(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "prices")
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("prices"))
 	require.NoError(t, err)

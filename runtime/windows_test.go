@@ -56,6 +56,7 @@ func sessionsOf(keys []string, times []int64, gap int64) map[sessionKey]int64 {
 // replacement instance with an empty state directory restores the sessions
 // from the changelog and goes on merging into them.
 func TestSessionCountRestoredFromChangelog(t *testing.T) {
+	t.Parallel()
 	const gap = 5_000
 	b, adm := startBroker(t, "in", "out")
 	build := func() *topology.Topology {
@@ -168,6 +169,7 @@ func TestSessionCountRestoredFromChangelog(t *testing.T) {
 // the first instance left pending exactly once, and drops as late what the
 // first instance's stream time had closed.
 func TestEmitFinalRestoredFromChangelog(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in", "out")
 	ks := topology.TimeWindowedSerde(serde.String, 1000)
 	build := func() *topology.Topology {
@@ -236,6 +238,7 @@ func TestEmitFinalRestoredFromChangelog(t *testing.T) {
 // the first instance's stream time is held until the new instance's
 // stream time passes it.
 func TestSuppressionRestoredFromChangelog(t *testing.T) {
+	t.Parallel()
 	testSuppressionRestored(t, false)
 }
 
@@ -243,6 +246,7 @@ func TestSuppressionRestoredFromChangelog(t *testing.T) {
 // its held updates: a record the first instance would have released at
 // once is released at once.
 func TestSuppressionRestoredFromChangelogWithStreamTime(t *testing.T) {
+	t.Parallel()
 	testSuppressionRestored(t, true)
 }
 
@@ -340,6 +344,7 @@ func testSuppressionRestored(t *testing.T, keepTime bool) {
 // them: a count restored bare is read and extended, and written back with
 // its time.
 func TestBareChangelogRestoredAndExtended(t *testing.T) {
+	t.Parallel()
 	b, adm := startBroker(t, "in", "out")
 	topic := changelog.TopicName("upgraded", "counts")
 	_, err := adm.CreateTopics(context.Background(), 2, -1, nil, topic)

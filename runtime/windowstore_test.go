@@ -65,6 +65,7 @@ func TestWindowStoreRestoresSegmentPrefixedChangelog(t *testing.T) {
 // its windows read back and new ones land beside them. A store recorded as
 // another kind is deleted.
 func TestWindowLayoutFileKeepsInterval(t *testing.T) {
+	t.Parallel()
 	a := &App{log: slog.New(slog.DiscardHandler), dir: &stateDir{path: t.TempDir()}}
 	id := task.ID{SubTopology: 0, Partition: 1}
 	info := graph.StoreInfo{Name: "w", Persistent: true, Kind: graph.Window, Retention: 10_000, WindowSize: 100}

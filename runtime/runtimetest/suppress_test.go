@@ -1,4 +1,4 @@
-package runtime
+package runtimetest
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -23,10 +24,11 @@ import (
 // updates when stream time passes them, each once; and an instance with an
 // empty state directory restores what is still held, and releases it.
 func TestSuppressedTableFailoverAndRestore(t *testing.T) {
+	t.Parallel()
 	eachBackendAndGuarantee(t, testSuppressedFailoverAndRestore)
 }
 
-func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemory bool) {
+func testSuppressedFailoverAndRestore(t *testing.T, g runtime.ProcessingGuarantee, inMemory bool) {
 	b, adm := startBroker(t, "in", "out")
 	id := "suppress-failover-" + g.String()
 	var bufferOpts []topology.Option
@@ -42,10 +44,12 @@ func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMem
 		require.NoError(t, err)
 		return topo
 	}
-	start := func() *App {
-		app, err := New(build(), Config{ApplicationID: id, Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
+	start := func() *runtime.App {
+		app, err := runtime.New(build(), runtime.Config{ApplicationID: id, Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
 			NumStandbys: 1, ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
-			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			// The takeover after a Kill waits out the killed
+			// member's session, so it is short.
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		return app
@@ -99,7 +103,7 @@ func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMem
 	// count is key's count as the replica of app in role answers it, -1
 	// when it does not.
 	ctx := context.Background()
-	count := func(app *App, role iq.Role, key string) int64 {
+	count := func(app *runtime.App, role iq.Role, key string) int64 {
 		bound := iq.WithStaleness(iq.ActiveOnly())
 		if role == iq.RoleStandby {
 			bound = iq.WithStaleness(iq.MaxLag(0))
@@ -123,10 +127,10 @@ func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMem
 
 	// Both replicas of partition 0 answer the counts the held updates
 	// stand for.
-	var active, standby *App
+	var active, standby *runtime.App
 	waitFor(t, 60*time.Second, "an active and a standby answering every count", func() bool {
 		active, standby = nil, nil
-		for _, app := range []*App{first, second} {
+		for _, app := range []*runtime.App{first, second} {
 			if count(app, iq.RoleActive, "a") == 2 {
 				active = app
 			}
@@ -137,7 +141,7 @@ func testSuppressedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMem
 		if active == nil || standby == nil || active == standby {
 			return false
 		}
-		for _, app := range []*App{active, standby} {
+		for _, app := range []*runtime.App{active, standby} {
 			role := iq.RoleActive
 			if app == standby {
 				role = iq.RoleStandby

@@ -1,4 +1,4 @@
-package runtime
+package runtimetest
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -84,15 +85,16 @@ func versionedAnswer(res iq.Result[string]) string {
 // directory restores it all from the changelog, out-of-order versions,
 // tombstones and the cut-off included.
 func TestVersionedTableFailoverAndRestore(t *testing.T) {
+	t.Parallel()
 	eachBackendAndGuarantee(t, testVersionedFailoverAndRestore)
 }
 
 // eachBackendAndGuarantee runs test as parallel subtests, one for each
 // store backend (badger, or in memory when inMemory) and guarantee. Each
 // starts a broker of its own and mostly waits on the group.
-func eachBackendAndGuarantee(t *testing.T, test func(t *testing.T, g ProcessingGuarantee, inMemory bool)) {
+func eachBackendAndGuarantee(t *testing.T, test func(t *testing.T, g runtime.ProcessingGuarantee, inMemory bool)) {
 	for _, inMemory := range []bool{false, true} {
-		for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+		for _, g := range []runtime.ProcessingGuarantee{runtime.AtLeastOnce, runtime.ExactlyOnce} {
 			name := "badger-" + g.String()
 			if inMemory {
 				name = "memory-" + g.String()
@@ -105,7 +107,7 @@ func eachBackendAndGuarantee(t *testing.T, test func(t *testing.T, g ProcessingG
 	}
 }
 
-func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemory bool) {
+func testVersionedFailoverAndRestore(t *testing.T, g runtime.ProcessingGuarantee, inMemory bool) {
 	b, _ := startBroker(t, "prices")
 	opts := []topology.Option{topology.Versioned(3 * time.Second)}
 	if inMemory {
@@ -118,10 +120,12 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemo
 		require.NoError(t, err)
 		return topo
 	}
-	start := func(dir string) *App {
-		app, err := New(build(), Config{ApplicationID: "versioned", Brokers: b.Addrs(), StateDir: dir, NumStreamThreads: 1,
+	start := func(dir string) *runtime.App {
+		app, err := runtime.New(build(), runtime.Config{ApplicationID: "versioned", Brokers: b.Addrs(), StateDir: dir, NumStreamThreads: 1,
 			NumStandbys: 1, ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
-			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			// The takeover after a Kill waits out the killed
+			// member's session, so it is short.
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		return app
@@ -158,7 +162,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemo
 	// key whose partition app holds in no such role is left to the other
 	// instances, unless all is set.
 	ctx := context.Background()
-	mismatch := func(app *App, role iq.Role, all bool) string {
+	mismatch := func(app *runtime.App, role iq.Role, all bool) string {
 		q := iq.NewQuerier(app.Queries())
 		bound := iq.WithStaleness(iq.ActiveOnly())
 		if role != iq.RoleActive {
@@ -189,7 +193,7 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemo
 	}
 	// uncovered is a key not answered by exactly one instance's active and
 	// one's standby, "" if none.
-	uncovered := func(apps ...*App) string {
+	uncovered := func(apps ...*runtime.App) string {
 		for _, k := range keys {
 			actives, standbys := 0, 0
 			for _, app := range apps {
@@ -267,7 +271,8 @@ func testVersionedFailoverAndRestore(t *testing.T, g ProcessingGuarantee, inMemo
 // passes it, with the table as it was at the record's time, a late table
 // update included, under both guarantees.
 func TestJoinGraceSurvivesTakeover(t *testing.T) {
-	for _, g := range []ProcessingGuarantee{AtLeastOnce, ExactlyOnce} {
+	t.Parallel()
+	for _, g := range []runtime.ProcessingGuarantee{runtime.AtLeastOnce, runtime.ExactlyOnce} {
 		t.Run(g.String(), func(t *testing.T) {
 			t.Parallel() // each has a broker of its own, and mostly waits
 			testJoinGraceTakeover(t, g)
@@ -275,7 +280,7 @@ func TestJoinGraceSurvivesTakeover(t *testing.T) {
 	}
 }
 
-func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
+func testJoinGraceTakeover(t *testing.T, g runtime.ProcessingGuarantee) {
 	b, adm := startBroker(t, "prices", "orders", "lines")
 	build := func() *topology.Topology {
 		tb := topology.NewBuilder()
@@ -288,10 +293,12 @@ func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
 		require.NoError(t, err)
 		return topo
 	}
-	start := func() *App {
-		app, err := New(build(), Config{ApplicationID: "grace", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
+	start := func() *runtime.App {
+		app, err := runtime.New(build(), runtime.Config{ApplicationID: "grace", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
 			ProcessingGuarantee: g, CommitInterval: 100 * time.Millisecond,
-			SessionTimeout: 6 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+			// The takeover after a Kill waits out the killed
+			// member's session, so it is short.
+			SessionTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, app.Start(context.Background()))
 		return app
@@ -341,7 +348,7 @@ func testJoinGraceTakeover(t *testing.T, g ProcessingGuarantee) {
 		return slices.Contains(got, "k o2@p2 @16000") && slices.Contains(got, "k o3@p2 @20000")
 	})
 	require.NotContains(t, lines, "k o2@p1 @16000", "o2 waited for the late price")
-	if g == ExactlyOnce {
+	if g == runtime.ExactlyOnce {
 		require.Equal(t, []string{"k o1@p1 @5000", "k o2@p2 @16000", "k o3@p2 @20000"}, lines, "each order joined once")
 	}
 }

@@ -1,4 +1,4 @@
-package runtime
+package runtimetest
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/eddystreams/eddy/broker"
 	"github.com/eddystreams/eddy/iq"
+	"github.com/eddystreams/eddy/runtime"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -31,17 +32,18 @@ import (
 // sent exactly once, under at-least-once at least once and at most once
 // more for each record that followed the last commit.
 func TestBrokerRestartAtCommitKeepsTheInstance(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
-		guarantee ProcessingGuarantee
+		guarantee runtime.ProcessingGuarantee
 		// at is the request the broker goes down at.
 		at kmsg.Key
 	}{
-		{AtLeastOnce, kmsg.OffsetCommit},
+		{runtime.AtLeastOnce, kmsg.OffsetCommit},
 		// The broker goes down with the transaction open, its records
 		// written: the restarted broker aborts it and bumps the
 		// producer's epoch.
-		{ExactlyOnce, kmsg.TxnOffsetCommit},
-		{ExactlyOnce, kmsg.EndTxn},
+		{runtime.ExactlyOnce, kmsg.TxnOffsetCommit},
+		{runtime.ExactlyOnce, kmsg.EndTxn},
 	} {
 		t.Run(tc.guarantee.String()+"/"+tc.at.Name(), func(t *testing.T) {
 			t.Parallel() // each has a broker of its own, and mostly waits
@@ -54,7 +56,7 @@ func TestBrokerRestartAtCommitKeepsTheInstance(t *testing.T) {
 // takes.
 const brokerDownFor = 1500 * time.Millisecond
 
-func testBrokerRestartAtCommit(t *testing.T, guarantee ProcessingGuarantee, at kmsg.Key) {
+func testBrokerRestartAtCommit(t *testing.T, guarantee runtime.ProcessingGuarantee, at kmsg.Key) {
 	dataDir := t.TempDir()
 	// The restarted broker runs on a copy of the data taken when the
 	// commit's request arrived, as a broker killed at that moment would
@@ -108,8 +110,12 @@ func testBrokerRestartAtCommit(t *testing.T, guarantee ProcessingGuarantee, at k
 		require.NoError(t, cl.Flush(ctx))
 	}
 
-	app, err := New(topo, Config{ApplicationID: "brokerrestart", Brokers: []string{addr}, StateDir: t.TempDir(),
-		NumStreamThreads: 1, ProcessingGuarantee: guarantee, CommitInterval: 100 * time.Millisecond})
+	app, err := runtime.New(topo, runtime.Config{ApplicationID: "brokerrestart", Brokers: []string{addr}, StateDir: t.TempDir(),
+		NumStreamThreads: 1, ProcessingGuarantee: guarantee, CommitInterval: 100 * time.Millisecond,
+		// The restarted broker keeps the thread's member until its
+		// session runs out, which a thread rejoining with a new member
+		// waits for; the session still outlasts brokerDownFor.
+		SessionTimeout: 3 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(context.Background()))
 	t.Cleanup(func() { app.Close(context.Background()) })
@@ -175,13 +181,13 @@ func testBrokerRestartAtCommit(t *testing.T, guarantee ProcessingGuarantee, at k
 	}
 	produce(300)
 	waitFor(t, 120*time.Second, "every record counted after the restart", func() bool {
-		return app.Err() != nil || (countedAll() && app.State() == StateRunning)
+		return app.Err() != nil || (countedAll() && app.State() == runtime.StateRunning)
 	})
 	require.NoError(t, app.Err(), "the instance stopped")
 
 	got := counts()
 	for k, n := range sent {
-		if guarantee == ExactlyOnce {
+		if guarantee == runtime.ExactlyOnce {
 			require.Equal(t, n, got[k], "key %s counted exactly once", k)
 			continue
 		}
@@ -189,7 +195,7 @@ func testBrokerRestartAtCommit(t *testing.T, guarantee ProcessingGuarantee, at k
 		// counted twice, nothing more.
 		require.LessOrEqual(t, got[k], n+(n-atFirstRestart[k]), "key %s counted at most twice", k)
 	}
-	if guarantee != ExactlyOnce {
+	if guarantee != runtime.ExactlyOnce {
 		return
 	}
 	// Read the whole of "out" as a read-committed consumer, markers
@@ -230,6 +236,7 @@ func testBrokerRestartAtCommit(t *testing.T, guarantee ProcessingGuarantee, at k
 // replaces a producer with a fatal error, and the instance keeps running:
 // every record is still counted exactly once.
 func TestExactlyOnceProducerThatCannotBeginIsReplaced(t *testing.T) {
+	t.Parallel()
 	b, _ := startBroker(t, "in")
 	const keys, each = 10, 30
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.DefaultProduceTopic("in"))
@@ -243,8 +250,8 @@ func TestExactlyOnceProducerThatCannotBeginIsReplaced(t *testing.T) {
 	}
 	produce(0, keys*each/2)
 
-	app, err := New(countTopology(t), Config{ApplicationID: "cannotbegin", Brokers: b.Addrs(), StateDir: t.TempDir(),
-		NumStreamThreads: 1, ProcessingGuarantee: ExactlyOnce, CommitInterval: 100 * time.Millisecond})
+	app, err := runtime.New(countTopology(t), runtime.Config{ApplicationID: "cannotbegin", Brokers: b.Addrs(), StateDir: t.TempDir(),
+		NumStreamThreads: 1, ProcessingGuarantee: runtime.ExactlyOnce, CommitInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, app.Start(context.Background()))
 	t.Cleanup(func() { app.Close(context.Background()) })
@@ -273,7 +280,7 @@ func TestExactlyOnceProducerThatCannotBeginIsReplaced(t *testing.T) {
 	produce(keys*each/2, keys*each)
 	waitFor(t, 60*time.Second, "every record counted after the producer was replaced", func() bool {
 		n, _ := counted()
-		return app.Err() != nil || initPID.Hits() >= 1 && n == keys*each && app.State() == StateRunning
+		return app.Err() != nil || initPID.Hits() >= 1 && n == keys*each && app.State() == runtime.StateRunning
 	})
 	require.NoError(t, app.Err(), "the instance stopped")
 	_, hi := counted()
