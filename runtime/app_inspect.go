@@ -67,8 +67,16 @@ func (th *thread) taskInfos() []TaskInfo {
 // storeResets sums the store resets of every reader (Stats.StoreResets).
 func (a *App) storeResets() int64 {
 	n := a.recreatedResets.Load()
-	for _, th := range a.threads {
-		n += th.rest.storeResets()
+	// Start builds the threads, the registry and the global thread while
+	// Stats may be called; each is read only once the flag Start sets
+	// after it was built says so.
+	if a.threadsUp.Load() {
+		for _, th := range a.threads {
+			n += th.rest.storeResets()
+		}
+	}
+	if !a.serving.Load() {
+		return n
 	}
 	if r := a.registry; r != nil {
 		r.mu.Lock()
@@ -88,7 +96,7 @@ func (a *App) storeResets() int64 {
 // fetched or listed, with the time the broker last confirmed them (see
 // ReplicaInfo for what each figure vouches for).
 func (a *App) Replicas() []ReplicaInfo {
-	if a.registry == nil {
+	if !a.serving.Load() || a.registry == nil {
 		return nil
 	}
 	return a.registry.replicas()

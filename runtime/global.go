@@ -455,7 +455,7 @@ func (r globalReplica) Store() statestore.Store { return r.g }
 
 // globalRestoredRecords is Stats.GlobalRestoredRecords.
 func (a *App) globalRestoredRecords() int64 {
-	if a.global == nil {
+	if !a.serving.Load() || a.global == nil {
 		return 0
 	}
 	return a.global.restored.Load()
@@ -463,7 +463,7 @@ func (a *App) globalRestoredRecords() int64 {
 
 // globalRestoreDuration is Stats.GlobalRestoreDuration.
 func (a *App) globalRestoreDuration() time.Duration {
-	if a.global == nil {
+	if !a.serving.Load() || a.global == nil {
 		return 0
 	}
 	return time.Duration(a.global.took.Load())
@@ -471,6 +471,9 @@ func (a *App) globalRestoreDuration() time.Duration {
 
 // globalFollowedRecords is Stats.GlobalFollowedRecords.
 func (a *App) globalFollowedRecords() int64 {
+	if !a.serving.Load() {
+		return 0
+	}
 	t := a.global
 	if t == nil || t.reader == nil {
 		return 0

@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -45,4 +47,35 @@ func droppedJoin(a *App) (n int64) {
 		n += t.DroppedJoin
 	}
 	return n
+}
+
+// TestStatsAndReplicasDuringStart reads the snapshot and the replica list
+// while Start builds what they read (the registry, the threads); under
+// -race a read of a half-built App fails the test.
+func TestStatsAndReplicasDuringStart(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	app, err := New(countTopology(t), Config{ApplicationID: "stats-start", Brokers: b.Addrs(), StateDir: t.TempDir()})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	reads := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				reads <- n
+				return
+			default:
+			}
+			_ = app.Stats()
+			_ = app.Replicas()
+			n++
+		}
+	}()
+	require.NoError(t, app.Start(context.Background()))
+	waitFor(t, 10*time.Second, "ready", app.Ready)
+	close(stop)
+	require.Positive(t, <-reads)
+	require.NoError(t, app.Close(context.Background()))
+	require.EqualValues(t, 0, app.Stats().StoreResets)
 }
