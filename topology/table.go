@@ -205,8 +205,11 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 			return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial, step: step, merge: merge, srcKey: srcKey, keyOnly: keyOnly}
 		}
 	}
+	// shared: another aggregation of the grouping already reads the
+	// topic, which must then carry raw records for both.
+	shared := g.repartition && g.source != nil
 	var n *node
-	if merge != nil && !o.versioned && g.repartition && g.source == nil && missingFunc == "" && aggSerde != nil {
+	if merge != nil && !o.versioned && g.repartition && !shared && missingFunc == "" && aggSerde != nil {
 		in := mergingInput(g, store, aggSerde, o.combine, step)
 		n = b.addProcessor(op, o, newProc(merge), in)
 		g.merging.agg = n
@@ -222,7 +225,7 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 			b.errorf("%s: WithCombining needs WithMerger", n.label())
 		case o.versioned:
 			b.errorf("%s: WithCombining does not apply to a versioned result", n.label())
-		case g.merging == nil || g.merging.agg != n:
+		case shared:
 			b.errorf("%s: WithCombining: the grouping is aggregated more than once, and its aggregations share one repartition topic of raw records", n.label())
 		}
 	}
@@ -265,7 +268,8 @@ type aggProc[K, V, A any] struct {
 
 	// With a store that can update a key in place (the runtime's record
 	// cache), each record is one Update with updateFn, a method value made
-	// once; key, value and ts carry its input, next and nextTs its result
+	// once; key, value, partial and ts carry its input (value a V, or an
+	// A when partial: see fold), next and nextTs its result
 	// (the aggregate and the latest time of its records, as Kafka Streams
 	// stamps an aggregate), and decodeCopies says whether aggSerde's
 	// decode copies its input, so that the store's bytes need no defensive
