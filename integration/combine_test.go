@@ -14,7 +14,8 @@ import (
 )
 
 // TestCombinedCountExactThroughKillExactlyOnce counts with two instances
-// under exactly-once while the word count combines before its repartition,
+// under exactly-once while the word count combines before its repartition
+// (WithCombining),
 // kills one instance in the middle of the input, and requires exact counts
 // in the stores and the output: partials of aborted transactions never
 // reach the counts, and those a killed instance held in memory are rebuilt
@@ -26,7 +27,7 @@ func TestCombinedCountExactThroughKillExactlyOnce(t *testing.T) {
 	gen := newCorpus(17, 2000)
 	want := make(map[string]int64)
 	cfg := func() instanceConfig {
-		return instanceConfig{stateDir: t.TempDir(), guarantee: runtime.ExactlyOnce, keepRepartition: true}
+		return instanceConfig{stateDir: t.TempDir(), guarantee: runtime.ExactlyOnce, keepRepartition: true, combine: true}
 	}
 	a := c.start(t, "a", cfg())
 	b := c.start(t, "b", cfg())
@@ -73,8 +74,8 @@ func TestCombinedCountExactThroughHandOverAtLeastOnce(t *testing.T) {
 	c := newCluster(t, 4)
 	gen := newCorpus(18, 2000)
 	want := make(map[string]int64)
-	a := c.start(t, "a", instanceConfig{stateDir: t.TempDir()})
-	b := c.start(t, "b", instanceConfig{stateDir: t.TempDir()})
+	a := c.start(t, "a", instanceConfig{stateDir: t.TempDir(), combine: true})
+	b := c.start(t, "b", instanceConfig{stateDir: t.TempDir(), combine: true})
 	c.waitSettled(t, "wc", a, b)
 	c.produceLines(t, gen.Lines(20_000, want))
 	b.close(t)

@@ -280,14 +280,14 @@ var lineSplitValues serde.Serde[string] = serde.Funcs[string]{
 var poisonMarker = []byte{0xff}
 
 // wordCount builds Stream(text) → FlatMapValues(words) → GroupBy(word) →
-// Count(counts) → ToStream → To(word-counts).
-func wordCount(t *testing.T) *topology.Topology {
+// Count(counts, countOpts...) → ToStream → To(word-counts).
+func wordCount(t *testing.T, countOpts ...topology.Option) *topology.Topology {
 	t.Helper()
 	b := topology.NewBuilder()
 	lines := topology.Stream(b, inputTopic, serde.String, lineSplitValues)
 	words := topology.FlatMapValues(lines, func(_, line string) []string { return tokenize(line) })
 	counts := topology.GroupBy(words, func(_, w string) string { return w },
-		groupByName, serde.String, serde.String).Count(countsStore)
+		groupByName, serde.String, serde.String).Count(countsStore, countOpts...)
 	counts.ToStream().To(outputTopic, serde.String, serde.Int64)
 	topo, err := b.Build()
 	require.NoError(t, err)
@@ -362,6 +362,8 @@ type instanceConfig struct {
 	eagerRebalancing bool
 	stateListener    func(old, new runtime.State)
 	assign           assignor.AssignFunc
+	// combine counts with topology.WithCombining.
+	combine bool
 }
 
 // start creates and starts an App for the word-count topology. The test's
@@ -380,7 +382,11 @@ func (c *cluster) start(t *testing.T, name string, cfg instanceConfig) *instance
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})).With("instance", name)
-	app, err := runtime.New(wordCount(t), runtime.Config{
+	var countOpts []topology.Option
+	if cfg.combine {
+		countOpts = append(countOpts, topology.WithCombining())
+	}
+	app, err := runtime.New(wordCount(t, countOpts...), runtime.Config{
 		ApplicationID:         cfg.appID,
 		Brokers:               c.b.Addrs(),
 		StateDir:              cfg.stateDir,

@@ -139,10 +139,10 @@ func gatedCount(t *testing.T, release <-chan struct{}) *topology.Topology {
 	gated := topology.Process(s, "gate", func() topology.Processor[string, string, string, string] {
 		return &gatekeeper{release: release}
 	})
-	// Without combining, so that every input record becomes one
-	// repartition record and the per-source counts are known.
+	// Without combining, every input record becomes one repartition
+	// record, so the per-source counts are known.
 	topology.GroupBy(gated, func(_, v string) string { return v }, "values", serde.String, serde.String).
-		Count("counts", topology.WithoutCombining())
+		Count("counts")
 	topo, err := b.Build()
 	require.NoError(t, err)
 	return topo

@@ -263,8 +263,13 @@ type record struct {
 	// result (table joins, re-grouping) drop it; the others pass it on.
 	// Beside the other flags, it takes no room of its own.
 	notLatest bool
-	ts        time.Time
-	headers   []Header
+	// partial marks a record read from a repartition topic that carries a
+	// partial aggregate (CombinedHeader) rather than a raw value: only the
+	// mergeable aggregation reading the topic receives it (see
+	// acceptPartials).
+	partial bool
+	ts      time.Time
+	headers []Header
 	// srcKey is the key's bytes as a source read them, set by the source
 	// and meaningful only to the source's own children: an aggregation
 	// reading a repartition topic, whose key serde is its store's, uses
@@ -455,16 +460,17 @@ func decodeKeyOnly(in graph.InputRecord) (record, error) {
 	return record{ts: in.Timestamp, headers: in.Headers, srcKey: in.Key, keyNull: in.Key == nil, valueNull: in.Value == nil}, nil
 }
 
-// keyOnlyDecode returns the decode a repartition source of topic may use
-// when only keyOnly aggregations read it, or nil: the key serde must be
-// serde.String, whose key an aggregation can make from the bytes later,
-// and the value serde one whose Decode never fails, so that skipping it
-// hides no deserialization error.
-func keyOnlyDecode[K, V any](topic string, ks serde.Serde[K], vs serde.Serde[V]) func(graph.InputRecord) (record, error) {
+// keyOnlyDecode returns the decode of raw records a repartition source may
+// use when only keyOnly aggregations read it, or nil: the key serde must
+// be serde.String, whose key an aggregation can make from the bytes
+// later, and the value serde one whose Decode never fails, so that
+// skipping it hides no deserialization error. The caller wraps it to
+// refuse or accept partial aggregates.
+func keyOnlyDecode[K, V any](ks serde.Serde[K], vs serde.Serde[V]) func(graph.InputRecord) (record, error) {
 	if !isStringSerde(ks) || !infallibleDecode(vs) {
 		return nil
 	}
-	return refusePartials(topic, decodeKeyOnly)
+	return decodeKeyOnly
 }
 
 // infallibleDecode reports whether s is a serde whose Decode never fails:

@@ -1,10 +1,13 @@
 package topology
 
-// Combining before the repartition: an associative aggregation of a
-// re-keyed stream folds the records of each key into a partial aggregate in
-// the sub-topology that writes the repartition topic, and sends partials
-// instead of raw records; the aggregation merges them into its store. See
-// DESIGN.md, "Combining before the repartition".
+// Combining before the repartition: given WithCombining, an associative
+// aggregation of a re-keyed stream folds the records of each key into a
+// partial aggregate in the sub-topology that writes the repartition topic,
+// and sends partials instead of raw records; the aggregation merges them
+// into its store. Such an aggregation reads partials whether it combines
+// or not, so that combining can be turned on or off over a topic holding
+// records of the other kind. See DESIGN.md, "Combining before the
+// repartition".
 
 import (
 	"fmt"
@@ -32,113 +35,97 @@ const CombinedVersion = "1"
 // however many keys arrive between two commits.
 const CombineLimit = 1 << 14
 
-// WithoutCombining turns combining off for an aggregation of a re-keyed
-// stream (Count, Reduce, Aggregate): raw records go through the
-// repartition topic, as in Kafka Streams. Combining is on by default for
-// Count and Reduce and for Aggregate given WithMerger; use this for a
-// reducer that is not associative.
-func WithoutCombining() Option { return func(o *options) { o.noCombine = true } }
+// WithCombining makes an aggregation of a re-keyed stream (Count, Reduce,
+// Aggregate given WithMerger, after GroupBy or GroupByKey of a re-keyed
+// stream) combine before the repartition: each task folds the records of
+// a key into one partial aggregate between two commits and sends the
+// partials through the repartition topic instead of the raw records.
+// Final results are those of the plain aggregation, but a downstream
+// operator sees fewer updates than Kafka Streams sends, as with the record
+// cache, and Reduce's reducer must be associative. Without a repartition
+// there is nothing to combine and the option does nothing. Build fails if
+// the aggregation is an Aggregate without WithMerger, has a versioned
+// result, or shares its grouping with another aggregation (which needs
+// the raw records). See DESIGN.md, "Combining before the repartition".
+func WithCombining() Option { return func(o *options) { o.combine = true } }
 
 // WithMerger gives Aggregate the function that merges two partial
-// aggregates of one key, which lets it combine before the repartition.
-// K and A must be the aggregation's key and aggregate types. merge must
-// satisfy merge(k, fold(init(), xs), fold(init(), ys)) == fold(init(),
-// xs ++ ys), where fold applies the adder to each value in turn.
+// aggregates of one key, which lets it combine before the repartition
+// (WithCombining) and read partials from its repartition topic. K and A
+// must be the aggregation's key and aggregate types. merge must satisfy
+// merge(k, fold(init(), xs), fold(init(), ys)) == fold(init(), xs ++ ys),
+// where fold applies the adder to each value in turn.
 func WithMerger[K, A any](merge func(key K, agg, partial A) A) Option {
 	return func(o *options) { o.merger = merge }
 }
 
-// combining is a grouping's combined aggregation, kept so that it can be
-// undone when a second aggregation of the grouping needs raw records.
-type combining struct {
-	b       *Builder
+// merging is a grouping's only aggregation while it can merge partial
+// aggregates (Count, Reduce, Aggregate given WithMerger): its repartition
+// source accepts partials as well as raw records, so that partials a
+// combining build left in the topic are still counted after combining is
+// turned off. It is kept so that it can be undone when a second
+// aggregation of the grouping needs the records as raw values.
+type merging struct {
+	b *Builder
+	// combine is the combiner (WithCombining), nil without one.
 	combine *node
-	sink    *node
 	source  *node
 	agg     *node
-	// raw* are what the sink, source and aggregation use without
-	// combining.
-	rawEncode  func(record) ([]byte, []byte, error)
+	// raw* are what the source and aggregation use when they read raw
+	// records only.
 	rawDecode  func(graph.InputRecord) (record, error)
 	rawKeyOnly func(graph.InputRecord) (record, error)
 	rawNewProc func() (procImpl, error)
-	// rawAggKeyOnly is the plain aggregation's keyOnly.
-	rawAggKeyOnly bool
 }
 
-// undo turns the combined aggregation back into a plain one: the combiner
-// leaves the graph, the sink writes raw values, the source refuses partials
-// and the aggregation applies its step to each record.
-func (c *combining) undo() {
-	parent := c.combine.parents[0]
-	i := slices.Index(parent.children, c.combine)
-	parent.children[i] = c.sink
-	c.sink.parents = []*node{parent}
-	c.b.nodes = slices.DeleteFunc(c.b.nodes, func(n *node) bool { return n == c.combine })
-	c.b.combiners--
-	for i, n := range c.b.nodes {
-		n.id = i
+// undo makes the source refuse partials and the aggregation apply its
+// step to raw values only. A combiner cannot be undone: the aggregation
+// asked for it explicitly, so the topology is refused.
+func (m *merging) undo() {
+	if m.combine != nil {
+		m.b.errorf("%s: WithCombining: the grouping is aggregated more than once, and its aggregations share one repartition topic of raw records", m.agg.label())
+		return
 	}
-	c.sink.encode = c.rawEncode
-	c.source.decode = c.rawDecode
-	c.source.keyOnlyDecode = c.rawKeyOnly
-	c.agg.newProc = c.rawNewProc
-	c.agg.keyOnly = c.rawAggKeyOnly
+	m.source.decode = m.rawDecode
+	m.source.keyOnlyDecode = m.rawKeyOnly
+	m.agg.newProc = m.rawNewProc
 }
 
-// rawValue wraps a raw record's value read from a combined aggregation's
-// repartition topic (one written before combining was turned on), so that
-// the aggregation tells it from a partial aggregate of the same type.
-type rawValue[V any] struct{ v V }
-
-// combinedInput adds the combiner, repartition sink and source of a
-// combined aggregation and returns the source. step folds one value into a
-// partial; the caller builds the aggregation on the source with
-// mergeStep.
-func combinedInput[K, V, A any](g *grouping[K, V], store string, aggSerde serde.Serde[A], step func(K, V, A, bool) A) *node {
+// mergingInput adds the repartition sink and source of a mergeable
+// aggregation, the first of its grouping, and returns the source, which
+// reads raw records and partial aggregates alike (acceptPartials). With
+// combine, a combiner folding values with step sits before the sink, which
+// then writes partials. The caller builds the aggregation on the source
+// and completes g.merging.
+func mergingInput[K, V, A any](g *grouping[K, V], store string, aggSerde serde.Serde[A], combine bool, step func(K, V, A, bool) A) *node {
 	topic := g.topic(store)
-	comb := g.b.addProcessor("combine", options{name: topic.Name + "-combine", derived: true}, func() procImpl {
-		return &combineProc[K, V, A]{keySerde: g.keySerde, step: step}
-	}, g.parent)
-	g.b.combiners++
-	sink := addSink(g.b, comb, topic, g.keySerde, aggSerde, options{name: topic.Name + "-sink", derived: true})
+	sinkOpts := options{name: topic.Name + "-sink", derived: true}
+	m := &merging{b: g.b}
+	var sink *node
+	if combine {
+		m.combine = g.b.addProcessor("combine", options{name: topic.Name + "-combine", derived: true}, func() procImpl {
+			return &combineProc[K, V, A]{keySerde: g.keySerde, step: step}
+		}, g.parent)
+		g.b.combiners++
+		sink = addSink(g.b, m.combine, topic, g.keySerde, aggSerde, sinkOpts)
+	} else {
+		sink = addSink(g.b, g.parent, topic, g.keySerde, g.valueSerde, sinkOpts)
+	}
 	sink.partitions = g.partitions
 	if g.partitions < 0 {
 		g.b.errorf("%s: partition count %d is negative", sink.label(), g.partitions)
 	}
-	src := addSource(g.b, topic, g.keySerde, aggSerde, options{name: topic.Name + "-source", derived: true})
-	src.decode = decodeCombined(topic.Name, g.keySerde, g.valueSerde, aggSerde)
+	src := addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source", derived: true})
+	m.source = src
+	m.rawDecode = refusePartials(topic.Name, src.decode)
+	src.decode = acceptPartials(topic.Name, g.keySerde, aggSerde, src.decode)
+	if kd := keyOnlyDecode(g.keySerde, g.valueSerde); kd != nil {
+		m.rawKeyOnly = refusePartials(topic.Name, kd)
+		src.keyOnlyDecode = acceptPartials(topic.Name, g.keySerde, aggSerde, kd)
+	}
 	g.source = src
-
-	// The plain encoder and decoder, in case a second aggregation undoes
-	// the combining: built on a scratch builder so that this one gains no
-	// nodes.
-	var scratch Builder
-	rawSink := addSink(&scratch, &node{}, topic, g.keySerde, g.valueSerde, options{})
-	rawSrc := addSource(&scratch, topic, g.keySerde, g.valueSerde, options{})
-	g.combined = &combining{
-		b: g.b, combine: comb, sink: sink, source: src,
-		rawEncode: rawSink.encode, rawDecode: refusePartials(topic.Name, rawSrc.decode),
-		rawKeyOnly: keyOnlyDecode(topic.Name, g.keySerde, g.valueSerde),
-	}
+	g.merging = m
 	return src
-}
-
-// mergeStep is the step of a combined aggregation: a partial aggregate is
-// merged into the key's aggregate (or becomes it), and a raw record, which
-// the topic may still hold from before combining was turned on, is folded
-// in with the plain step.
-func mergeStep[K, V, A any](step func(K, V, A, bool) A, merge func(K, A, A) A) func(K, any, A, bool) A {
-	return func(k K, v any, agg A, found bool) A {
-		if raw, ok := v.(rawValue[V]); ok {
-			return step(k, raw.v, agg, found)
-		}
-		p := as[A](v)
-		if !found {
-			return p
-		}
-		return merge(k, agg, p)
-	}
 }
 
 // combinedVersion returns the value of the CombinedHeader among hs and the
@@ -153,15 +140,25 @@ func combinedVersion(hs []Header) (version string, found bool, rest []Header) {
 	return "", false, hs
 }
 
-// decodeCombined decodes the records of a combined aggregation's
-// repartition topic: partials (marked with CombinedHeader) with the
-// aggregate serde, unmarked raw records with the value serde.
-func decodeCombined[K, V, A any](topic string, ks serde.Serde[K], vs serde.Serde[V], as serde.Serde[A]) func(graph.InputRecord) (record, error) {
+// acceptPartials wraps the decoder of a mergeable aggregation's
+// repartition topic: a record marked with CombinedHeader is a partial
+// aggregate, decoded with the aggregate serde, its marker removed and
+// its partial flag set; any other record is raw and goes to raw.
+func acceptPartials[K, A any](topic string, ks serde.Serde[K], as serde.Serde[A], raw func(graph.InputRecord) (record, error)) func(graph.InputRecord) (record, error) {
 	return func(in graph.InputRecord) (record, error) {
+		if len(in.Headers) == 0 {
+			return raw(in)
+		}
 		version, partial, headers := combinedVersion(in.Headers)
-		r := record{ts: in.Timestamp, headers: headers, srcKey: in.Key}
-		if partial && version != CombinedVersion {
+		if !partial {
+			return raw(in)
+		}
+		r := record{ts: in.Timestamp, headers: headers, srcKey: in.Key, partial: true}
+		if version != CombinedVersion {
 			return r, fmt.Errorf("repartition topic %q: record carries partial aggregate format %s=%q; this build reads format %q only", topic, CombinedHeader, version, CombinedVersion)
+		}
+		if in.Value == nil {
+			return r, fmt.Errorf("repartition topic %q: partial aggregate with a null value", topic)
 		}
 		var err error
 		if in.Key == nil {
@@ -169,35 +166,21 @@ func decodeCombined[K, V, A any](topic string, ks serde.Serde[K], vs serde.Serde
 		} else if r.key, err = ks.Decode(in.Key); err != nil {
 			return r, fmt.Errorf("key: %w", err)
 		}
-		switch {
-		case in.Value == nil && partial:
-			return r, fmt.Errorf("repartition topic %q: partial aggregate with a null value", topic)
-		case in.Value == nil:
-			r.value, r.valueNull = rawValue[V]{}, true
-		case partial:
-			if r.value, err = as.Decode(in.Value); err != nil {
-				return r, fmt.Errorf("partial aggregate: %w", err)
-			}
-		default:
-			v, err := vs.Decode(in.Value)
-			if err != nil {
-				return r, fmt.Errorf("value: %w", err)
-			}
-			r.value = rawValue[V]{v}
+		if r.value, err = as.Decode(in.Value); err != nil {
+			return r, fmt.Errorf("partial aggregate: %w", err)
 		}
 		return r, nil
 	}
 }
 
-// refusePartials wraps the decoder of a plain aggregation's repartition
-// topic so that partial aggregates, which it cannot decode as values, are
-// refused with an error that says what they are, instead of being read as
-// garbage.
+// refusePartials wraps the decoder of a repartition topic whose readers
+// cannot merge partial aggregates, so that partials are refused with an
+// error that says what they are instead of being decoded as raw values.
 func refusePartials(topic string, decode func(graph.InputRecord) (record, error)) func(graph.InputRecord) (record, error) {
 	return func(in graph.InputRecord) (record, error) {
 		if len(in.Headers) > 0 {
 			if version, ok, _ := combinedVersion(in.Headers); ok {
-				return record{ts: in.Timestamp}, fmt.Errorf("repartition topic %q: record carries a partial aggregate (%s=%q) but the aggregation reading it does not combine; turn combining back on, or let the topic drain before turning it off", topic, CombinedHeader, version)
+				return record{ts: in.Timestamp}, fmt.Errorf("repartition topic %q: record carries a partial aggregate (%s=%q), which the aggregations reading it cannot merge (only a grouping's single Count, Reduce or Aggregate given WithMerger can); let the topic drain before such a change", topic, CombinedHeader, version)
 			}
 		}
 		return decode(in)

@@ -127,9 +127,9 @@ func must[T any](v T, err error) T {
 func TestCombiningMatchesUncombined(t *testing.T) {
 	for seed := range uint64(60) {
 		n := 50 + int(seed)*7
-		combined := runCombinable(t, combinable(), true, seed, n)
-		plain := runCombinable(t, combinable(topology.WithoutCombining()), true, seed, n)
-		eager := runCombinable(t, combinable(topology.WithoutCombining()), false, seed, n)
+		combined := runCombinable(t, combinable(topology.WithCombining()), true, seed, n)
+		plain := runCombinable(t, combinable(), true, seed, n)
+		eager := runCombinable(t, combinable(), false, seed, n)
 		require.Equal(t, plain, combined, "seed %d: combined vs uncombined, same commits", seed)
 		require.Equal(t, eager, combined, "seed %d: combined vs uncombined without commits", seed)
 		require.NotEmpty(t, combined.stores["count"])
@@ -142,7 +142,7 @@ func TestCombinerSendsPartialsAtCommit(t *testing.T) {
 	b := topology.NewBuilder()
 	topology.GroupBy(topology.Stream(b, "in", serde.String, serde.String),
 		func(_, v string) string { return v }, "words", serde.String, serde.String).
-		Count("counts").ToStream().To("out", serde.String, serde.Int64)
+		Count("counts", topology.WithCombining()).ToStream().To("out", serde.String, serde.Int64)
 	topo, err := b.Build()
 	require.NoError(t, err)
 	d, err := topologytest.New(topo, topologytest.Config{AppID: app, Commits: true})
@@ -173,7 +173,7 @@ func TestCombinerSendsPartialsAtCommit(t *testing.T) {
 func TestCombinerFlushesAtItsLimit(t *testing.T) {
 	b := topology.NewBuilder()
 	topology.GroupBy(topology.Stream(b, "in", serde.String, serde.String),
-		func(_, v string) string { return v }, "words", serde.String, serde.String).Count("counts")
+		func(_, v string) string { return v }, "words", serde.String, serde.String).Count("counts", topology.WithCombining())
 	topo, err := b.Build()
 	require.NoError(t, err)
 	d, err := topologytest.New(topo, topologytest.Config{AppID: app, Commits: true})
@@ -204,49 +204,78 @@ func describe(t *testing.T, b *topology.Builder) string {
 	return topo.Describe().String()
 }
 
-// TestDescribeShowsTheCombiner covers when a combiner is added: by default
-// after GroupBy, not with WithoutCombining, not for Aggregate without a
-// merger, not without a repartition, and not (any more) once a second
-// aggregation shares the grouping's topic.
+// TestDescribeShowsTheCombiner covers when a combiner is added: after
+// GroupBy given WithCombining, not by default, not without a repartition;
+// and when WithCombining fails Build: an Aggregate without a merger, a
+// versioned result, a grouping aggregated more than once.
 func TestDescribeShowsTheCombiner(t *testing.T) {
 	words := func(b *topology.Builder) topology.KGroupedStream[string, string] {
 		return topology.GroupBy(topology.Stream(b, "in", serde.String, serde.String),
 			func(_, v string) string { return v }, "words", serde.String, serde.String)
 	}
 	b := topology.NewBuilder()
-	words(b).Count("c")
-	require.Contains(t, describe(t, b), "Processor: words-repartition-combine\n    --> words-repartition-sink")
+	words(b).Count("c", topology.WithCombining()).ToStream().To("out", serde.String, serde.Int64)
+	combined := describe(t, b)
+	require.Contains(t, combined, "Processor: groupby-1\n    --> words-repartition-combine")
+	require.Contains(t, combined, "Processor: words-repartition-combine\n    --> words-repartition-sink\n    <-- groupby-1")
+	require.Contains(t, combined, "Sink: words-repartition-sink (topic: words-repartition, internal)\n    <-- words-repartition-combine")
 
 	b = topology.NewBuilder()
-	words(b).Count("c", topology.WithoutCombining())
-	require.NotContains(t, describe(t, b), "combine")
+	words(b).Count("c").ToStream().To("out", serde.String, serde.Int64)
+	plain := describe(t, b)
+	require.NotContains(t, plain, "combine")
+	require.Contains(t, plain, "Processor: groupby-1\n    --> words-repartition-sink")
+	require.Equal(t, plain, strings.NewReplacer(
+		"    --> words-repartition-combine\n", "    --> words-repartition-sink\n",
+		"  Processor: words-repartition-combine\n    --> words-repartition-sink\n    <-- groupby-1\n", "",
+		"    <-- words-repartition-combine\n", "    <-- groupby-1\n",
+	).Replace(combined), "the combiner is the only difference; generated names do not count it")
 
 	b = topology.NewBuilder()
-	topology.Aggregate(words(b), func() int64 { return 0 }, func(string, string, int64) int64 { return 1 }, "a", serde.Int64)
-	require.NotContains(t, describe(t, b), "combine")
+	topology.Aggregate(words(b), func() int64 { return 0 }, func(string, string, int64) int64 { return 1 }, "a", serde.Int64,
+		topology.WithMerger(func(_ string, a, b int64) int64 { return a + b }), topology.WithCombining())
+	require.Contains(t, describe(t, b), "Processor: words-repartition-combine")
 
 	b = topology.NewBuilder()
-	topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("c")
-	require.NotContains(t, describe(t, b), "combine")
+	topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("c", topology.WithCombining())
+	require.NotContains(t, describe(t, b), "combine", "no repartition, nothing to combine")
 
-	// A second aggregation of the grouping needs raw records: the first
-	// one's combiner goes, and both count right.
+	buildErr := func(b *topology.Builder) error {
+		_, err := b.Build()
+		return err
+	}
+	b = topology.NewBuilder()
+	topology.Aggregate(words(b), func() int64 { return 0 }, func(string, string, int64) int64 { return 1 }, "a", serde.Int64, topology.WithCombining())
+	require.ErrorContains(t, buildErr(b), "WithCombining needs WithMerger")
+
+	b = topology.NewBuilder()
+	words(b).Count("c", topology.WithCombining(), topology.Versioned(time.Hour))
+	require.ErrorContains(t, buildErr(b), "WithCombining does not apply to a versioned result")
+
+	for _, second := range []func(g topology.KGroupedStream[string, string]){
+		func(g topology.KGroupedStream[string, string]) { g.Count("c2") },
+		func(g topology.KGroupedStream[string, string]) {
+			topology.WindowedBy(g, topology.TumblingWindows(time.Minute)).Count("w")
+		},
+	} {
+		b = topology.NewBuilder()
+		g := words(b)
+		g.Count("c1", topology.WithCombining())
+		second(g)
+		require.ErrorContains(t, buildErr(b), "WithCombining: the grouping is aggregated more than once")
+	}
 	b = topology.NewBuilder()
 	g := words(b)
-	g.Count("c1").ToStream().To("out1", serde.String, serde.Int64)
-	require.Contains(t, describe(t, b), "combine")
-	g.Count("c2").ToStream().To("out2", serde.String, serde.Int64)
-	desc := describe(t, b)
-	require.NotContains(t, desc, "combine")
-	require.Contains(t, desc, "Processor: groupby-1\n    --> words-repartition-sink")
-	require.Contains(t, desc, "Processor: count-4 (stores: c1)", "generated names do not count the combiner")
-	// So does a windowed aggregation of the grouping.
-	b2 := topology.NewBuilder()
-	g2 := words(b2)
-	g2.Count("c")
-	topology.WindowedBy(g2, topology.TumblingWindows(time.Minute)).Count("w")
-	require.NotContains(t, describe(t, b2), "combine")
+	g.Count("c1")
+	g.Count("c2", topology.WithCombining())
+	require.ErrorContains(t, buildErr(b), `processor "count-5": WithCombining: the grouping is aggregated more than once`)
 
+	// Two plain aggregations of one grouping share its topic and both
+	// count right.
+	b = topology.NewBuilder()
+	g = words(b)
+	g.Count("c1").ToStream().To("out1", serde.String, serde.Int64)
+	g.Count("c2").ToStream().To("out2", serde.String, serde.Int64)
 	d, _ := start(t, b)
 	for _, w := range []string{"a", "b", "a"} {
 		require.NoError(t, strIn(d, "in").PipeValue(w))
@@ -256,12 +285,14 @@ func TestDescribeShowsTheCombiner(t *testing.T) {
 	}
 }
 
-// TestCombinedRepartitionFormatMismatches covers records of the other
-// format on a repartition topic: raw records reach a combined count (a
-// topic written before combining was turned on) and are counted; a
-// partial of an unknown format, or any partial reaching an aggregation
-// that does not combine, is refused with an error naming the header.
-func TestCombinedRepartitionFormatMismatches(t *testing.T) {
+// TestRepartitionRecordsOfTheOtherKind covers records of the other format
+// on a repartition topic, as an application finds them after turning
+// combining on or off: raw records reach a combining count and are
+// counted one each; partials reach a count that does not combine (the
+// topic a combining build wrote) and are merged. A partial of an unknown
+// format, or any partial reaching aggregations that cannot merge it, is
+// refused with an error naming the header.
+func TestRepartitionRecordsOfTheOtherKind(t *testing.T) {
 	build := func(opts ...topology.Option) *topologytest.Driver {
 		b := topology.NewBuilder()
 		topology.GroupBy(topology.Stream(b, "in", serde.String, serde.String),
@@ -271,29 +302,39 @@ func TestCombinedRepartitionFormatMismatches(t *testing.T) {
 		return d
 	}
 	rep := app + "-words-repartition"
-	partial := func(n int64, version string) []topology.Header {
+	partial := func(version string) []topology.Header {
 		return []topology.Header{{Key: "trace", Value: []byte("t")}, {Key: topology.CombinedHeader, Value: []byte(version)}}
 	}
 	ts := time.UnixMilli(5)
 
-	d := build()
-	require.NoError(t, d.Pipe(rep, []byte("a"), []byte("raw value"), ts))
-	require.NoError(t, d.Pipe(rep, []byte("a"), must(serde.Int64.Encode(5)), ts, partial(5, topology.CombinedVersion)...))
-	out, err := topologytest.NewOutputTopic(d, "out", serde.String, serde.Int64).ReadRecords()
-	require.NoError(t, err)
-	require.Len(t, out, 2)
-	require.Equal(t, int64(1), out[0].Value, "a raw record counts one")
-	require.Equal(t, int64(6), out[1].Value, "a partial is merged")
-	require.Equal(t, []topology.Header{{Key: "trace", Value: []byte("t")}}, out[1].Headers, "the marker stays on the repartition topic")
+	for _, opts := range [][]topology.Option{{topology.WithCombining()}, nil} {
+		d := build(opts...)
+		require.NoError(t, d.Pipe(rep, []byte("a"), []byte("raw value"), ts))
+		require.NoError(t, d.Pipe(rep, []byte("a"), must(serde.Int64.Encode(5)), ts, partial(topology.CombinedVersion)...))
+		require.NoError(t, d.Pipe(rep, []byte("a"), []byte("raw value"), ts))
+		out, err := topologytest.NewOutputTopic(d, "out", serde.String, serde.Int64).ReadRecords()
+		require.NoError(t, err)
+		require.Len(t, out, 3)
+		require.Equal(t, int64(1), out[0].Value, "a raw record counts one")
+		require.Equal(t, int64(6), out[1].Value, "a partial is merged")
+		require.Equal(t, []topology.Header{{Key: "trace", Value: []byte("t")}}, out[1].Headers, "the marker stays on the repartition topic")
+		require.Equal(t, int64(7), out[2].Value)
 
-	err = d.Pipe(rep, []byte("a"), must(serde.Int64.Encode(5)), ts, partial(5, "2")...)
-	require.ErrorContains(t, err, `eddy.combined="2"; this build reads format "1" only`)
-	var de *topology.DeserializationError
-	require.ErrorAs(t, err, &de)
+		err = d.Pipe(rep, []byte("a"), must(serde.Int64.Encode(5)), ts, partial("2")...)
+		require.ErrorContains(t, err, `eddy.combined="2"; this build reads format "1" only`)
+		var de *topology.DeserializationError
+		require.ErrorAs(t, err, &de)
+	}
 
-	d = build(topology.WithoutCombining())
-	err = d.Pipe(rep, []byte("a"), must(serde.Int64.Encode(5)), ts, partial(5, topology.CombinedVersion)...)
+	b := topology.NewBuilder()
+	g := topology.GroupBy(topology.Stream(b, "in", serde.String, serde.String),
+		func(_, v string) string { return v }, "words", serde.String, serde.String)
+	g.Count("counts")
+	g.Count("counts2")
+	d, _ := start(t, b)
+	err := d.Pipe(rep, []byte("a"), must(serde.Int64.Encode(5)), ts, partial(topology.CombinedVersion)...)
 	require.ErrorContains(t, err, "carries a partial aggregate")
+	var de *topology.DeserializationError
 	require.ErrorAs(t, err, &de)
 }
 
@@ -302,7 +343,7 @@ func TestCombinedRepartitionFormatMismatches(t *testing.T) {
 func TestDiscardDropsPartials(t *testing.T) {
 	b := topology.NewBuilder()
 	topology.GroupBy(topology.Stream(b, "in", serde.String, serde.String),
-		func(_, v string) string { return v }, "words", serde.String, serde.String).Count("counts")
+		func(_, v string) string { return v }, "words", serde.String, serde.String).Count("counts", topology.WithCombining())
 	topo, err := b.Build()
 	require.NoError(t, err)
 	env := &captureEnv{}

@@ -18,10 +18,11 @@
 // GroupBy re-keys every word and sends it through the repartition topic
 // "<app>-words-repartition", so Build yields two sub-topologies: one splits
 // lines, the other counts words into the store "counts". Describe prints
-// that structure. The first also combines: it counts each word between two
-// commits and sends the partial count once per commit, marked with the
-// header CombinedHeader, and the second adds partials up (see
-// WithoutCombining, WithMerger).
+// that structure. Every word crosses the topic, as in Kafka Streams; given
+// Count("counts", WithCombining()), the first would instead count each word
+// between two commits and send the partial count once per commit, marked
+// with the header CombinedHeader, and the second would add partials up
+// (see WithCombining, WithMerger).
 //
 // # Types
 //

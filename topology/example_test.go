@@ -64,13 +64,10 @@ func ExampleTopology_Describe() {
 	//     --> groupby-2
 	//     <-- source-0
 	//   Processor: groupby-2
-	//     --> words-repartition-combine
-	//     <-- split
-	//   Processor: words-repartition-combine
 	//     --> words-repartition-sink
-	//     <-- groupby-2
+	//     <-- split
 	//   Sink: words-repartition-sink (topic: words-repartition, internal)
-	//     <-- words-repartition-combine
+	//     <-- groupby-2
 	//
 	// Sub-topology 1
 	//   Source: words-repartition-source (topic: words-repartition, internal)

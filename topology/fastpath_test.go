@@ -243,10 +243,11 @@ func TestKeyOnlyDecodeChoice(t *testing.T) {
 	decoded := graph.InputRecord{Key: []byte("k"), Value: []byte("v")}
 
 	b := NewBuilder()
-	words(b, serde.String).Count("c", WithoutCombining())
+	words(b, serde.String).Count("c")
 	require.Equal(t, undecoded, decodeOf(t, b))
 
-	// A combined count undone by a second count: both plain counts.
+	// A count reading partials undone by a second count: both plain
+	// counts.
 	b = NewBuilder()
 	g := words(b, serde.String)
 	g.Count("c1")
@@ -255,14 +256,14 @@ func TestKeyOnlyDecodeChoice(t *testing.T) {
 
 	b = NewBuilder()
 	g = words(b, serde.String)
-	g.Count("c", WithoutCombining())
-	g.Reduce(func(a, v string) string { return a + v }, "r", WithoutCombining())
+	g.Count("c")
+	g.Reduce(func(a, v string) string { return a + v }, "r")
 	require.Equal(t, decoded, decodeOf(t, b), "a reducer reads the values")
 
 	// A value serde that may fail: its errors must still be seen.
 	b = NewBuilder()
 	wrapped := serde.Funcs[string]{EncodeFn: serde.String.Encode, DecodeFn: serde.String.Decode}
-	words(b, wrapped).Count("c", WithoutCombining())
+	words(b, wrapped).Count("c")
 	require.Equal(t, decoded, decodeOf(t, b))
 }
 

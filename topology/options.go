@@ -24,10 +24,10 @@ type options struct {
 	// and tableValueSerde its serde.Serde[V] (TableValueSerde).
 	store           string
 	tableValueSerde any
-	// noCombine turns combining off for an aggregation (WithoutCombining);
+	// combine turns combining on for an aggregation (WithCombining);
 	// merger is Aggregate's func(K, A, A) A (WithMerger), see combine.go.
-	noCombine bool
-	merger    any
+	combine bool
+	merger  any
 	// versioned materializes a source table in a versioned store keeping
 	// history milliseconds of history (Versioned).
 	versioned bool

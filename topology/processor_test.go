@@ -182,10 +182,8 @@ func TestRecordMetadata(t *testing.T) {
 		require.True(t, g.ok)
 	}
 	require.Equal(t, topology.RecordMetadata{Topic: "in", Partition: 0, Offset: 0, Timestamp: ts, Headers: hdrs}, got[0].md)
-	// The count combines before the repartition: what the topic holds is
-	// a partial aggregate, marked as one.
-	require.Equal(t, topology.RecordMetadata{Topic: "test-app-r2-repartition", Partition: 0, Offset: 0, Timestamp: ts,
-		Headers: append(hdrs, topology.Header{Key: topology.CombinedHeader, Value: []byte(topology.CombinedVersion)})}, got[1].md)
+	// The repartition topic holds the raw record, headers and all.
+	require.Equal(t, topology.RecordMetadata{Topic: "test-app-r2-repartition", Partition: 0, Offset: 0, Timestamp: ts, Headers: hdrs}, got[1].md)
 	require.Equal(t, topology.RecordMetadata{Topic: "in", Partition: 0, Offset: 1, Timestamp: ts.Add(time.Second)}, got[2].md)
 	require.Equal(t, int64(1), got[3].md.Offset)
 	require.Equal(t, "test-app-r2-repartition", got[3].md.Topic)

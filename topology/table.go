@@ -29,9 +29,9 @@ type grouping[K, V any] struct {
 	partitions  int32
 	// source reads the repartition topic once it has been created.
 	source *node
-	// combined is the grouping's only aggregation while it combines (see
-	// combine.go).
-	combined *combining
+	// merging is the grouping's only aggregation while it reads partial
+	// aggregates (see combine.go).
+	merging *merging
 }
 
 // GroupByKey groups s by its current key. If an upstream operator may have
@@ -86,16 +86,16 @@ func (g *grouping[K, V]) topic(store string) TopicRef {
 }
 
 // input returns the node an aggregation reads from, creating the
-// repartition sink and source the first time it is needed. A combined
-// aggregation already reading the topic is turned into a plain one, since
-// the topic must now carry raw records for both.
+// repartition sink and source the first time it is needed. A mergeable
+// aggregation already reading the topic is made to read raw records only,
+// as the records now go to two aggregations.
 func (g *grouping[K, V]) input(store string) *node {
 	if !g.repartition {
 		return g.parent
 	}
-	if g.combined != nil {
-		g.combined.undo()
-		g.combined = nil
+	if g.merging != nil {
+		g.merging.undo()
+		g.merging = nil
 	}
 	if g.source == nil {
 		topic := g.topic(store)
@@ -106,7 +106,9 @@ func (g *grouping[K, V]) input(store string) *node {
 		}
 		g.source = addSource(g.b, topic, g.keySerde, g.valueSerde, options{name: topic.Name + "-source", derived: true})
 		g.source.decode = refusePartials(topic.Name, g.source.decode)
-		g.source.keyOnlyDecode = keyOnlyDecode(topic.Name, g.keySerde, g.valueSerde)
+		if kd := keyOnlyDecode(g.keySerde, g.valueSerde); kd != nil {
+			g.source.keyOnlyDecode = refusePartials(topic.Name, kd)
+		}
 	}
 	return g.source
 }
@@ -121,8 +123,8 @@ func (g KGroupedStream[K, V]) grouping() *grouping[K, V] {
 // Count counts the records of each key into the store named store
 // (persistent and logged unless InMemory or WithoutLogging is given; values
 // are encoded with serde.Int64). Named names the node. After GroupBy, or
-// GroupByKey of a re-keyed stream, counts are combined before the
-// repartition unless WithoutCombining is given (see WithoutCombining).
+// GroupByKey of a re-keyed stream, every record crosses the repartition
+// topic, as in Kafka Streams, unless WithCombining is given.
 func (g KGroupedStream[K, V]) Count(store string, opts ...Option) KTable[K, int64] {
 	return aggregate(g.grouping(), "count", store, serde.Int64, collect(opts), "", countInitial,
 		countStep[K, V],
@@ -143,10 +145,10 @@ func countStep[K, V any](_ K, _ V, n int64, _ bool) int64 { return n + 1 }
 // first value, into the store named store (persistent and logged unless
 // InMemory or WithoutLogging is given; values encoded with the grouping's
 // value serde). Named names the node. After GroupBy, or GroupByKey of a
-// re-keyed stream, values are combined before the repartition unless
-// WithoutCombining is given: fn must then be associative, fn(fn(a, b), c)
-// == fn(a, fn(b, c)), as sums, minimums, maximums and "keep the latest"
-// are.
+// re-keyed stream, every record crosses the repartition topic, as in Kafka
+// Streams, unless WithCombining is given: fn must then be associative,
+// fn(fn(a, b), c) == fn(a, fn(b, c)), as sums, minimums, maximums and
+// "keep the latest" are.
 func (g KGroupedStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...Option) KTable[K, V] {
 	gr := g.grouping()
 	var missing string
@@ -163,8 +165,8 @@ func (g KGroupedStream[K, V]) Reduce(fn func(agg, v V) V, store string, opts ...
 // key's starting aggregate and adder folds in one value. Aggregates live in
 // the store named store (persistent and logged unless InMemory or
 // WithoutLogging is given), encoded with aggSerde. Named names the node.
-// Given WithMerger, after GroupBy or GroupByKey of a re-keyed stream, it
-// combines before the repartition unless WithoutCombining is given.
+// Given WithMerger and WithCombining, after GroupBy or GroupByKey of a
+// re-keyed stream, it combines before the repartition.
 func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K, V, A) A, store string, aggSerde serde.Serde[A], opts ...Option) KTable[K, A] {
 	o := collect(opts)
 	var missing string
@@ -184,9 +186,10 @@ func Aggregate[K, V, A any](g KGroupedStream[K, V], init func() A, adder func(K,
 // aggregate adds a node that applies step to each record and its key's
 // current aggregate (found is false for a new key) and forwards the result.
 // initial, nil for a Reduce, gives the old value sent with a key's first
-// update (see aggProc.initial). With merge, which merges two aggregates, the aggregation of a re-keyed
-// stream combines before the repartition (combine.go) unless o says not to
-// or another aggregation of the grouping already reads the topic.
+// update (see aggProc.initial). With merge, which merges two aggregates,
+// the first aggregation of a re-keyed stream's grouping also reads partial
+// aggregates from its repartition topic, and combines before it given
+// WithCombining (combine.go).
 func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.Serde[A], o options, missingFunc string, initial func() (A, bool), step func(K, V, A, bool) A, merge func(K, A, A) A) KTable[K, A] {
 	b := g.b
 	// Records read back from the repartition topic carry their key encoded
@@ -197,22 +200,34 @@ func aggregate[K, V, A any](g *grouping[K, V], op, store string, aggSerde serde.
 	// nor value, and the key of a table update is made from the record
 	// cache's copy only for the first update of the key in a commit.
 	keyOnly := srcKey && op == "count" && isStringSerde(g.keySerde)
-	plain := func() procImpl {
-		return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial, step: step, srcKey: srcKey, keyOnly: keyOnly}
+	newProc := func(merge func(K, A, A) A) func() procImpl {
+		return func() procImpl {
+			return &aggProc[K, V, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial, step: step, merge: merge, srcKey: srcKey, keyOnly: keyOnly}
+		}
 	}
+	// shared: another aggregation of the grouping already reads the
+	// topic, which must then carry raw records for both.
+	shared := g.repartition && g.source != nil
 	var n *node
-	if merge != nil && !o.noCombine && !o.versioned && g.repartition && g.source == nil && missingFunc == "" && aggSerde != nil {
-		in := combinedInput(g, store, aggSerde, step)
-		ms := mergeStep(step, merge)
-		n = b.addProcessor(op, o, func() procImpl {
-			return &aggProc[K, any, A]{store: store, keySerde: g.keySerde, aggSerde: aggSerde, initial: initial, step: ms, srcKey: true}
-		}, in)
-		g.combined.agg = n
-		g.combined.rawNewProc = func() (procImpl, error) { return plain(), nil }
-		g.combined.rawAggKeyOnly = keyOnly
+	if merge != nil && !o.versioned && g.repartition && !shared && missingFunc == "" && aggSerde != nil {
+		in := mergingInput(g, store, aggSerde, o.combine, step)
+		n = b.addProcessor(op, o, newProc(merge), in)
+		g.merging.agg = n
+		plain := newProc(nil)
+		g.merging.rawNewProc = func() (procImpl, error) { return plain(), nil }
 	} else {
-		n = b.addProcessor(op, o, plain, g.input(store))
-		n.keyOnly = keyOnly
+		n = b.addProcessor(op, o, newProc(nil), g.input(store))
+	}
+	n.keyOnly = keyOnly
+	if o.combine && g.repartition {
+		switch {
+		case merge == nil && missingFunc == "":
+			b.errorf("%s: WithCombining needs WithMerger", n.label())
+		case o.versioned:
+			b.errorf("%s: WithCombining does not apply to a versioned result", n.label())
+		case shared:
+			b.errorf("%s: WithCombining: the grouping is aggregated more than once, and its aggregations share one repartition topic of raw records", n.label())
+		}
 	}
 	n.stores = []string{store}
 	n.olds = ownOldValues
@@ -231,6 +246,9 @@ type aggProc[K, V, A any] struct {
 	keySerde serde.Serde[K]
 	aggSerde serde.Serde[A]
 	step     func(K, V, A, bool) A
+	// merge, set on a mergeable aggregation whose source accepts partial
+	// aggregates, merges a partial into the key's aggregate.
+	merge func(K, A, A) A
 	// initial is the old value a key's first update carries without the
 	// record cache, the aggregate Kafka Streams' KStreamAggregate starts
 	// the key from (its initializer's; none for a Reduce, nil, as
@@ -250,7 +268,8 @@ type aggProc[K, V, A any] struct {
 
 	// With a store that can update a key in place (the runtime's record
 	// cache), each record is one Update with updateFn, a method value made
-	// once; key, value and ts carry its input, next and nextTs its result
+	// once; key, value, partial and ts carry its input (value a V, or an
+	// A when partial: see fold), next and nextTs its result
 	// (the aggregate and the latest time of its records, as Kafka Streams
 	// stamps an aggregate), and decodeCopies says whether aggSerde's
 	// decode copies its input, so that the store's bytes need no defensive
@@ -259,7 +278,8 @@ type aggProc[K, V, A any] struct {
 	values       *valueBuf[A]           // with up: updates.values
 	updateFn     func(old []byte, found bool) ([]byte, error)
 	key          K
-	value        V
+	value        any
+	partial      bool
 	ts           int64
 	next         A
 	nextTs       int64
@@ -316,7 +336,7 @@ func (p *aggProc[K, V, A]) update(old []byte, found bool) ([]byte, error) {
 			return nil, err
 		}
 	}
-	p.next = p.step(p.key, p.value, cur, found)
+	p.next = p.fold(p.key, p.value, p.partial, cur, found)
 	p.prev, p.prevFound = cur, found
 	return encodeTimestamped(p.aggSerde, p.next, p.nextTs, p.kv.timestamped)
 }
@@ -347,7 +367,7 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		if err != nil {
 			return err
 		}
-		next := p.step(k, as[V](r.value), cur, found)
+		next := p.fold(k, r.value, r.partial, cur, found)
 		ts = max(ts, r.ts.UnixMilli())
 		if err := p.kv.putEncodedAt(kb, next, ts); err != nil {
 			return err
@@ -356,10 +376,10 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		out.value, out.ts = next, stamp(r.ts, ts)
 		return p.updates.emit(c, kb, out)
 	}
-	p.key, p.value, p.ts = k, as[V](r.value), r.ts.UnixMilli()
+	p.key, p.value, p.partial, p.ts = k, r.value, r.partial, r.ts.UnixMilli()
 	slot, stored, err := p.up.UpdateAt(kb, p.updateFn)
 	next, prev, prevFound := p.next, p.prev, p.prevFound
-	p.key, p.value, p.next, p.prev = zero[K](), zero[V](), zero[A](), zero[A]()
+	p.key, p.value, p.next, p.prev = zero[K](), nil, zero[A](), zero[A]()
 	if err != nil {
 		return err
 	}
@@ -373,6 +393,19 @@ func (p *aggProc[K, V, A]) process(c *nodeInstance, r record) error {
 		p.values.set(i, next)
 	}
 	return err
+}
+
+// fold applies one record to the key's aggregate cur: a partial aggregate
+// is merged into it, or becomes it for a new key; a raw value is folded in
+// with the step.
+func (p *aggProc[K, V, A]) fold(k K, v any, partial bool, cur A, found bool) A {
+	if !partial {
+		return p.step(k, as[V](v), cur, found)
+	}
+	if !found {
+		return as[A](v)
+	}
+	return p.merge(k, cur, as[A](v))
 }
 
 // output is the table update for r, but for its value, the key's new

@@ -61,6 +61,9 @@ func wordCount() (*topology.Topology, error) {
 	b := topology.NewBuilder()
 	lines := topology.Stream(b, inputTopic, serde.Bytes, serde.String)
 	ws := topology.FlatMapValues(lines, func(_ []byte, line string) []string { return words(line) })
+	// The three counts share the grouping's repartition topic, which
+	// therefore carries every word: topology.WithCombining does not apply
+	// to a grouping aggregated more than once.
 	grouped := topology.GroupBy(ws, func(_ []byte, w string) string { return w }, "words", serde.String, serde.String)
 	counts := grouped.Count(countsStore)
 	counts.ToStream().To(outputTopic, serde.String, serde.Int64)

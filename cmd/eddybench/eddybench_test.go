@@ -106,7 +106,7 @@ func TestSmokeUncombined(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"--only", "a", "--runs", "1", "--no-combine", "--lines", "3000", "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
+	err := run(ctx, []string{"--only", "a", "--runs", "1", "--combine=false", "--lines", "3000", "--partitions", "3"}, strings.NewReader(""), &out, &errOut)
 	t.Log(out.String())
 	require.NoError(t, err, errOut.String())
 	require.Contains(t, out.String(), "(a) info: two-stage loop vs baseline")

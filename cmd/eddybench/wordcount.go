@@ -63,9 +63,9 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	if cfg.corpus != "" {
 		source = cfg.corpus
 	}
-	combining := "combining before the repartition"
-	if cfg.noCombine {
-		combining = "without combining"
+	combining := "combining before the repartition (topology.WithCombining)"
+	if !cfg.combine {
+		combining = "without combining, every word through the repartition topic as in Kafka Streams"
 	}
 	fmt.Fprintf(cfg.out, "\n(a) word count: %d lines (%s), %d partitions, in-process broker, Eddy %s\n", cfg.lines, source, cfg.partitions, combining)
 	addrs, admCl, adm, closeAll, err := startBenchBroker(ctx, int32(cfg.partitions), wcInput, wcEddyOut)
@@ -136,7 +136,7 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	baseRates, eddyRates, eosRates := sides[0], sides[1], sides[2]
 
 	var twoStage phase
-	if cfg.noCombine {
+	if !cfg.combine {
 		if twoStage, err = twoStageRun(ctx, cfg, adm, addrs, totalWords, int64(len(ref))); err != nil {
 			return nil, fmt.Errorf("two-stage loop: %w", err)
 		}
@@ -147,8 +147,8 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	fmt.Fprintf(cfg.out, "  CPU µs per 1,000 lines (whole process, broker included, start to done), medians: baseline %s, eddy %s, eddy exactly-once %s\n",
 		fmtNum(baseCPU.median()), fmtNum(eddyCPU.median()), fmtNum(eosCPU.median()))
 	fmt.Fprintf(cfg.out, "  eddy exactly-once: commit interval %s, one transaction per commit\n", runtime.DefaultEOSCommitInterval)
-	hop := "combined, partial counts through the repartition topic"
-	if cfg.noCombine {
+	hop := "WithCombining, partial counts through the repartition topic"
+	if !cfg.combine {
 		hop = "repartition, one record per word"
 	}
 	fmt.Fprintf(cfg.out, "  baseline = one kgo group client: poll lines, split each into words, produce word→\"1\" per word\n"+
@@ -167,7 +167,7 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 	// Issue 17's targets: faster than the bare loop when combining, 0.6×
 	// of it when every word crosses the repartition topic.
 	target := 1.0
-	if cfg.noCombine {
+	if !cfg.combine {
 		target = 0.6
 	}
 	rows := []row{
@@ -175,7 +175,7 @@ func benchWordCount(ctx context.Context, cfg *config) ([]row, error) {
 		infoRow("(a) … from start", "lines/s", eddyStart, baseStart),
 		ratioRow("(e) exactly-once vs at-least-once", "lines/s", eosRates, eddyRates, 0.7),
 	}
-	if cfg.noCombine {
+	if !cfg.combine {
 		fmt.Fprintf(cfg.out, "  two-stage loop: %s lines/s from first record; CPU per 1,000 lines %s (informational, run after the baseline)\n"+
 			"             = the baseline loop producing to a repartition topic, and beside it a second kgo group client\n"+
 			"             consuming that topic as it fills, counting words in a map and, every %s and at the end,\n"+
@@ -339,8 +339,8 @@ func runEddyWordCount(ctx context.Context, cfg *config, addrs []string, adm *kad
 		return appendWords(nil, line)
 	})
 	var countOpts []topology.Option
-	if cfg.noCombine {
-		countOpts = append(countOpts, topology.WithoutCombining())
+	if cfg.combine {
+		countOpts = append(countOpts, topology.WithCombining())
 	}
 	topology.GroupBy(words, func(_, w string) string { return w }, "words", serde.String, serde.String).
 		Count(wcCountsStore, countOpts...).ToStream().Peek(func(string, int64) { lastEmit.Store(time.Now().UnixNano()) }).To(wcEddyOut, serde.String, serde.Int64)

@@ -29,8 +29,8 @@ func BenchmarkWordCountTasks(b *testing.B) {
 
 func benchWordCountTasks(b *testing.B, combine bool) {
 	var countOpts []topology.Option
-	if !combine {
-		countOpts = append(countOpts, topology.WithoutCombining())
+	if combine {
+		countOpts = append(countOpts, topology.WithCombining())
 	}
 	bld := topology.NewBuilder()
 	lines := topology.Stream(bld, "text", serde.String, serde.String)

@@ -25,7 +25,7 @@ func TestUncombinedCountWithUndecodedKeys(t *testing.T) {
 		lines := topology.Stream(bld, "text", serde.String, serde.String)
 		words := topology.FlatMapValues(lines, func(_, line string) []string { return strings.Split(line, " ") })
 		topology.GroupBy(words, func(_, w string) string { return w }, "words", keySerde, serde.String).
-			Count("counts", topology.WithoutCombining()).ToStream().To("out", serde.String, serde.Int64)
+			Count("counts").ToStream().To("out", serde.String, serde.Int64)
 		topo, err := bld.Build()
 		require.NoError(t, err)
 		b := cache.NewBudget(budget)

@@ -14,7 +14,7 @@
 //	kvs, err := out.ReadKeyValues()
 //
 // With Config.Commits the driver holds table updates and combined partials
-// (see topology.WithoutCombining) until Commit, as the runtime does until
+// (see topology.WithCombining) until Commit, as the runtime does until
 // its commits; without it they pass at once.
 //
 // Stream-time punctuators run after every record a task processes;

@@ -190,12 +190,19 @@ func countRegroup(b *topology.Builder) {
 	regroupAllTraced(g.Count("counts"), countText)
 }
 
-// rekeyedCountRegroup is countRegroup after a GroupBy, so that the count
-// combines per task before the repartition.
+// rekeyedCountRegroup is countRegroup after a GroupBy.
 func rekeyedCountRegroup(b *topology.Builder) {
 	s := topology.Stream(b, "in", serde.String, serde.String)
 	g := topology.GroupBy(s, func(k, _ string) string { return k }, "rekeyed", serde.String, serde.String)
 	regroupAllTraced(g.Count("counts"), countText)
+}
+
+// rekeyedCombinedCountRegroup is rekeyedCountRegroup combining before the
+// repartition.
+func rekeyedCombinedCountRegroup(b *topology.Builder) {
+	s := topology.Stream(b, "in", serde.String, serde.String)
+	g := topology.GroupBy(s, func(k, _ string) string { return k }, "rekeyed", serde.String, serde.String)
+	regroupAllTraced(g.Count("counts", topology.WithCombining()), countText)
 }
 
 // aggregateRegroup aggregates "in" by key with Kafka Streams' toString
@@ -265,11 +272,19 @@ var ksKeyValueOldValues = []ksScenario{
 		},
 	},
 	{
-		// Eddy combines a re-keyed count before the repartition; without
-		// the cache each record is a partial of one, and the result is
-		// KStreamAggregate's.
 		name:  "KStreamAggregate(sendOldValues) count after a re-key, regrouped",
 		build: rekeyedCountRegroup,
+		steps: []ksStep{
+			step(out("all +1 @0"), in("A", "x", 0)),
+			step(out("all +1-0+1 @1"), in("B", "y", 1)),
+			step(out("all +1-0+1-1+2 @2"), in("A", "z", 2)),
+		},
+	},
+	{
+		// Combining, without the cache each record is a partial of one,
+		// and the result is KStreamAggregate's too.
+		name:  "KStreamAggregate(sendOldValues) count after a re-key, combined, regrouped",
+		build: rekeyedCombinedCountRegroup,
 		steps: []ksStep{
 			step(out("all +1 @0"), in("A", "x", 0)),
 			step(out("all +1-0+1 @1"), in("B", "y", 1)),
