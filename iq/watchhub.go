@@ -10,6 +10,7 @@ package iq
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -179,10 +180,25 @@ func (h *Hub) deliver(batches []published) {
 			woken = append(woken, x.s)
 		}
 	}
+	// The readers are let run every readersPerYield wakes, rather than
+	// once all are woken: a wake readies a reader on the hub's
+	// processor, whose run queue holds 256 goroutines before it spills
+	// them to the scheduler's global queue under its lock; and a reader
+	// run soon after its wake finds its goroutine and its channel still
+	// in the processor's caches, where the hub left them.
+	poked := 0
 	for _, s := range woken {
-		s.pokeReaders()
+		poked += s.pokeReaders()
+		if poked >= readersPerYield {
+			goruntime.Gosched()
+			poked = 0
+		}
 	}
 }
+
+// readersPerYield is how many readers the hub wakes (Hub.deliver) before it
+// yields to them: well within a processor's run queue.
+const readersPerYield = 128
 
 // countStore adds n to the feeds of store, replacing the map writers read.
 func (h *Hub) countStore(store string, n int) {

@@ -123,14 +123,15 @@ func (s *keySub) trim() {
 // pokeReaders tells the sub's readers it has changed. Each reader waits
 // on its own feed's notify alone, not on a channel of the sub's as well:
 // a wait on one channel costs a reader much less than a select, and the
-// readers are many.
-func (s *keySub) pokeReaders() {
+// readers are many. It returns how many it poked.
+func (s *keySub) pokeReaders() int {
 	s.mu.Lock()
 	feeds := s.feeds
 	s.mu.Unlock()
 	for _, f := range feeds {
 		f.poke()
 	}
+	return len(feeds)
 }
 
 // read hands f what it has not read yet, copied into spare: every update

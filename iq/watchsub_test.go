@@ -2,6 +2,10 @@ package iq
 
 import (
 	"context"
+	goruntime "runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -198,4 +202,39 @@ func TestWatchHotFieldsFillTwoLines(t *testing.T) {
 	hotEnd := unsafe.Offsetof(w.f) + unsafe.Offsetof(w.f.skipped) + unsafe.Sizeof(w.f.skipped)
 	require.LessOrEqual(t, hotEnd, uintptr(128), "the hot fields end within two lines")
 	require.Contains(t, []uintptr{256, 320, 384, 448, 512}, unsafe.Sizeof(w), "a watch's size is a line-aligned allocation class")
+}
+
+// A round that wakes many readers lets them run while it goes on waking
+// the others: with one processor, readers have taken their changes
+// before the round is over.
+func TestHubRoundLetsWokenReadersRun(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1))
+	const keys = 4 * readersPerYield
+	var h Hub
+	r := &fakeReplica{info: ReplicaInfo{Store: "s", Role: RoleActive, Position: 1 << 20}}
+	pk := partKey{"s", 0}
+	var took atomic.Int64
+	var readers sync.WaitGroup
+	changes := make([]Change, keys)
+	for i := range keys {
+		key := []byte("k" + strconv.Itoa(i))
+		changes[i] = Change{Key: key, Position: int64(i)}
+		f := newFeed(pk, key, nil, WatchOptions{})
+		h.subscribe(f, r)
+		defer h.unsubscribe(f)
+		readers.Go(func() {
+			<-f.notify
+			updates, _, _, _ := f.takeUpdates(nil)
+			took.Add(int64(len(updates)))
+		})
+	}
+	// Every reader is parked on its feed before the round.
+	for range 100 {
+		goruntime.Gosched()
+	}
+	h.deliver([]published{{pk, changes}})
+	ranDuring := took.Load()
+	readers.Wait()
+	require.Equal(t, int64(keys), took.Load())
+	require.Positive(t, ranDuring, "no reader ran before the round woke the last")
 }
