@@ -99,6 +99,10 @@ type Core struct {
 	// settled is the last Settled an ActPublish carried.
 	settled bool
 	out     []Action
+	// moved, when set, is told of every move of the mode, the phase or a
+	// slot, by table name, so that tests can tell that each table's moves
+	// are all made.
+	moved func(table string, from, to uint8)
 }
 
 // New returns the core of a thread that just connected: no assignment, no
@@ -304,6 +308,9 @@ func (c *Core) setMode(m Mode) {
 	if !ModeMoveAllowed(c.mode, m) {
 		panic(fmt.Sprintf("threadcore: mode %s → %s is not in the table", c.mode, m))
 	}
+	if c.moved != nil && c.mode != m {
+		c.moved("mode", uint8(c.mode), uint8(m))
+	}
 	c.mode = m
 }
 
@@ -311,12 +318,18 @@ func (c *Core) setPhase(p Phase) {
 	if !PhaseMoveAllowed(c.phase, p) {
 		panic(fmt.Sprintf("threadcore: phase %s → %s is not in the table", c.phase, p))
 	}
+	if c.moved != nil && c.phase != p {
+		c.moved("phase", uint8(c.phase), uint8(p))
+	}
 	c.phase = p
 }
 
 func (c *Core) setSlot(id task.ID, s *slot, st Slot) {
 	if !SlotMoveAllowed(s.state, st) {
 		panic(fmt.Sprintf("threadcore: task %s slot %s → %s is not in the table", id, s.state, st))
+	}
+	if c.moved != nil && s.state != st {
+		c.moved("slot", uint8(s.state), uint8(st))
 	}
 	s.state = st
 }
