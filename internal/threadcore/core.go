@@ -275,7 +275,7 @@ func (c *Core) check(e Event) error {
 	}
 	switch e.Kind {
 	case EvAssigned:
-		if to := c.assignedPhase(); c.mode != Reconnecting && !PhaseMoveAllowed(c.phase, to) {
+		if to := c.assignedPhase(); c.mode != Reconnecting && !allowed(phaseMoves, c.phase, to) {
 			return fmt.Errorf("%w: %s in phase %s", ErrRefused, e, c.phase)
 		}
 	case EvClaimed, EvHeld, EvClaimFailed:
@@ -305,7 +305,7 @@ func (c *Core) check(e Event) error {
 func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 
 func (c *Core) setMode(m Mode) {
-	if !ModeMoveAllowed(c.mode, m) {
+	if !allowed(modeMoves, c.mode, m) {
 		panic(fmt.Sprintf("threadcore: mode %s → %s is not in the table", c.mode, m))
 	}
 	if c.moved != nil && c.mode != m {
@@ -315,7 +315,7 @@ func (c *Core) setMode(m Mode) {
 }
 
 func (c *Core) setPhase(p Phase) {
-	if !PhaseMoveAllowed(c.phase, p) {
+	if !allowed(phaseMoves, c.phase, p) {
 		panic(fmt.Sprintf("threadcore: phase %s → %s is not in the table", c.phase, p))
 	}
 	if c.moved != nil && c.phase != p {
@@ -325,7 +325,7 @@ func (c *Core) setPhase(p Phase) {
 }
 
 func (c *Core) setSlot(id task.ID, s *slot, st Slot) {
-	if !SlotMoveAllowed(s.state, st) {
+	if !allowed(slotMoves, s.state, st) {
 		panic(fmt.Sprintf("threadcore: task %s slot %s → %s is not in the table", id, s.state, st))
 	}
 	if c.moved != nil && s.state != st {

@@ -178,6 +178,8 @@ var slotMoves = map[Slot][]Slot{
 	Running:   nil,
 }
 
+// allowed reports whether table lets a state move from → to; staying is
+// always allowed.
 func allowed[S comparable](table map[S][]S, from, to S) bool {
 	if from == to {
 		return true
@@ -189,12 +191,3 @@ func allowed[S comparable](table map[S][]S, from, to S) bool {
 	}
 	return false
 }
-
-// ModeMoveAllowed reports whether the transition table allows from → to.
-func ModeMoveAllowed(from, to Mode) bool { return allowed(modeMoves, from, to) }
-
-// PhaseMoveAllowed reports whether the transition table allows from → to.
-func PhaseMoveAllowed(from, to Phase) bool { return allowed(phaseMoves, from, to) }
-
-// SlotMoveAllowed reports whether the transition table allows from → to.
-func SlotMoveAllowed(from, to Slot) bool { return allowed(slotMoves, from, to) }
