@@ -275,13 +275,9 @@ func (r *registry) revoked(idx, incarnation int) {
 
 // close closes every standby, warmup and parked replica once the I/O under
 // way is over, then stops following. Threads must have closed their
-// actives first.
+// actives first. It is called once (App.release).
 func (r *registry) close() {
 	r.mu.Lock()
-	if r.core.Mode() == instancecore.ModeClosing {
-		r.mu.Unlock()
-		return
-	}
 	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClose}, nil)
 	r.mu.Unlock()
 	r.carry(acts)

@@ -65,6 +65,14 @@ type router struct {
 	complete bool
 	running  bool
 	closed   bool
+	// unsaved is the latest complete table use took that keepTable has
+	// not written to the state directory yet.
+	unsaved *groupproto.Routing
+
+	// saveMu orders keepTable's writes, so the file ends with the latest
+	// table; it guards nothing else, and mu is never taken across a write,
+	// which must not hold up the group goroutine or App.Assignment.
+	saveMu sync.Mutex
 }
 
 func newRouter(a *App) *router {
@@ -75,8 +83,10 @@ func newRouter(a *App) *router {
 }
 
 // assigned takes a thread's new assignment (ErrorCode ErrNone). It runs on
-// the thread's group goroutine and does not block.
+// the thread's group goroutine and waits for nothing but the write of a
+// complete table to the state directory.
 func (r *router) assigned(idx int, info groupproto.AssignmentInfo) {
+	defer r.keepTable() // once mu is released
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.shares[idx] = info
@@ -98,16 +108,31 @@ func (r *router) assigned(idx int, info groupproto.AssignmentInfo) {
 	}
 }
 
-// use makes table the one queries route on, and keeps a complete one in
-// the state directory for the next start (learnGroup). Called with r.mu
-// held.
+// use makes table the one queries route on, and marks a complete one to
+// be kept in the state directory for the next start (learnGroup): the
+// caller calls keepTable once it has released r.mu. Called with r.mu held.
 func (r *router) use(table groupproto.Routing, complete bool) {
 	r.table, r.complete = table, complete
 	r.a.routing.Store(r.a.routingTable(table))
-	if complete && r.a.dir != nil {
-		if err := saveRouting(r.a.dir.path, table); err != nil {
-			r.a.log.Debug("cannot keep the routing table in the state directory", "err", err)
-		}
+	if complete {
+		r.unsaved = &table
+	}
+}
+
+// keepTable writes the table use last marked, if any, to the state
+// directory. Called without r.mu.
+func (r *router) keepTable() {
+	r.saveMu.Lock()
+	defer r.saveMu.Unlock()
+	r.mu.Lock()
+	table := r.unsaved
+	r.unsaved = nil
+	r.mu.Unlock()
+	if table == nil || r.a.dir == nil {
+		return
+	}
+	if err := saveRouting(r.a.dir.path, *table); err != nil {
+		r.a.log.Debug("cannot keep the routing table in the state directory", "err", err)
 	}
 }
 
@@ -249,17 +274,19 @@ func (r *router) local(epoch int64) groupproto.Routing {
 // itself and names its own role, so an old table costs only refusals
 // from hosts that no longer hold a partition.
 func (r *router) learnGroup(start *groupproto.Routing) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || len(r.shares) > 0 {
-		return
-	}
 	if start == nil {
+		// Read before mu is taken: the file may be slow to read, and is
+		// only wanted if no assignment arrives meanwhile.
 		if last, err := loadRouting(r.a.dir.path); err == nil {
 			start = &last
 		} else if !errors.Is(err, os.ErrNotExist) {
 			r.a.log.Warn("ignoring the routing table saved in the state directory", "err", err)
 		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || len(r.shares) > 0 {
+		return
 	}
 	if start != nil {
 		r.useUnassigned(*start)
@@ -321,6 +348,7 @@ func (r *router) refresh() {
 				r.a.log.Debug("routing table rebuilt from the group", "epoch", epoch, "hosts", len(table.Active), "tries", tries+1)
 			}
 			r.mu.Unlock()
+			r.keepTable()
 			wait, tries = routingRetryMin, 0
 			continue
 		}

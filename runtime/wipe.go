@@ -38,7 +38,7 @@ import (
 
 // topicWatchInterval is how often the App compares the topic IDs the
 // broker reports with those it started with.
-var topicWatchInterval = 2 * time.Second
+const topicWatchInterval = 2 * time.Second
 
 // missingLogEvery rate-limits the warning naming user topics that are
 // missing.

@@ -99,6 +99,10 @@ type Core struct {
 	// settled is the last Settled an ActPublish carried.
 	settled bool
 	out     []Action
+	// moved, when set, is told of every move of the mode, the phase or a
+	// slot, by table name, so that tests can tell that each table's moves
+	// are all made.
+	moved func(table string, from, to uint8)
 }
 
 // New returns the core of a thread that just connected: no assignment, no
@@ -271,7 +275,7 @@ func (c *Core) check(e Event) error {
 	}
 	switch e.Kind {
 	case EvAssigned:
-		if to := c.assignedPhase(); c.mode != Reconnecting && !PhaseMoveAllowed(c.phase, to) {
+		if to := c.assignedPhase(); c.mode != Reconnecting && !allowed(phaseMoves, c.phase, to) {
 			return fmt.Errorf("%w: %s in phase %s", ErrRefused, e, c.phase)
 		}
 	case EvClaimed, EvHeld, EvClaimFailed:
@@ -301,22 +305,31 @@ func (c *Core) check(e Event) error {
 func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 
 func (c *Core) setMode(m Mode) {
-	if !ModeMoveAllowed(c.mode, m) {
+	if !allowed(modeMoves, c.mode, m) {
 		panic(fmt.Sprintf("threadcore: mode %s → %s is not in the table", c.mode, m))
+	}
+	if c.moved != nil && c.mode != m {
+		c.moved("mode", uint8(c.mode), uint8(m))
 	}
 	c.mode = m
 }
 
 func (c *Core) setPhase(p Phase) {
-	if !PhaseMoveAllowed(c.phase, p) {
+	if !allowed(phaseMoves, c.phase, p) {
 		panic(fmt.Sprintf("threadcore: phase %s → %s is not in the table", c.phase, p))
+	}
+	if c.moved != nil && c.phase != p {
+		c.moved("phase", uint8(c.phase), uint8(p))
 	}
 	c.phase = p
 }
 
 func (c *Core) setSlot(id task.ID, s *slot, st Slot) {
-	if !SlotMoveAllowed(s.state, st) {
+	if !allowed(slotMoves, s.state, st) {
 		panic(fmt.Sprintf("threadcore: task %s slot %s → %s is not in the table", id, s.state, st))
+	}
+	if c.moved != nil && s.state != st {
+		c.moved("slot", uint8(s.state), uint8(st))
 	}
 	s.state = st
 }
