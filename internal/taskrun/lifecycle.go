@@ -8,10 +8,10 @@ import (
 // is set, and the state left as it was, when the table forbids it.
 type Observer func(id task.ID, from, to task.State, err error)
 
-// Lifecycle is a replica's state, changed only along the transitions
-// task.CanTransition allows. Active tasks and the runtime's replica
-// registry each keep one; the zero value is a Created replica of task 0_0
-// with no observer.
+// Lifecycle is an active task's state, changed only along the transitions
+// task.CanTransition allows. Only active tasks keep one: every other
+// replica's state is the instance core's (internal/instancecore). The zero
+// value is a Created task 0_0 with no observer.
 type Lifecycle struct {
 	id      task.ID
 	state   task.State
