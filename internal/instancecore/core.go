@@ -89,8 +89,11 @@ type Core struct {
 	// thread's exit changes it: every step reconciles, and an instance of
 	// thousands of replicas must not rebuild it each time.
 	want *wantSet
-	mode Mode
-	out  []Action
+	// streak is the instance's run of the same thread failure, which
+	// ReplaceThread's budget counts.
+	streak streak
+	mode   Mode
+	out    []Action
 	// OnMove, if set, is told of every state change of a replica, in
 	// order, as the step makes it.
 	OnMove func(id task.ID, from, to task.State)
@@ -213,6 +216,12 @@ func (c *Core) check(e Event) error {
 		if e.At.IsZero() {
 			return c.refuse(e, "a tick without a time")
 		}
+	case EvThreadFailed:
+		if e.At.IsZero() {
+			// The budget counts failures in a window of the driver's
+			// time.
+			return c.refuse(e, "a failure without a time")
+		}
 	case EvThreadExit, EvClose, EvReceived, EvAheadClosed, EvAhead:
 	default:
 		return c.refuse(e, "unknown event")
@@ -314,6 +323,8 @@ func (c *Core) apply(e Event) (shared bool) {
 		return c.exit(e.Thread, e.Replaced)
 	case EvAhead:
 		c.ahead(e.Thread, e.Stores)
+	case EvThreadFailed:
+		c.threadFailed(e)
 	case EvPause:
 		c.mode = ModePaused
 	case EvResume:

@@ -107,11 +107,18 @@ const (
 	// persistent stores are Stores. Answered by ActOpenAhead when any is
 	// worth opening ahead.
 	EvAhead
+	// EvThreadFailed: Thread's Incarnation stopped on an error it cannot
+	// get past, Failure naming it; At is required. Answered by one of
+	// ActReplaceThread, ActShutdownApplication or ActStopThread, as
+	// Config.OnThreadFailure says. Replicas are untouched: the thread's
+	// exit (EvThreadExit) lets go what it owns.
+	EvThreadFailed
 	numEventKinds
 )
 
 var eventNames = [...]string{"Share", "Revoked", "Claim", "Started", "ClaimFailed", "Restored", "Release", "CloseActive",
-	"Opened", "Closed", "Tick", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume", "Ahead"}
+	"Opened", "Closed", "Tick", "Deleted", "ThreadExit", "Close", "Received", "AheadClosed", "Pause", "Wipe", "Resume", "Ahead",
+	"ThreadFailed"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -145,6 +152,9 @@ type Event struct {
 	Share Share
 	// Stores: EvAhead.
 	Stores []AheadStore
+	// Failure names what stopped the thread (EvThreadFailed): the same
+	// failure again within Config.ReplacementWindow counts as in a row.
+	Failure string
 }
 
 func (e Event) String() string {
@@ -173,6 +183,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("%s(%s)", e.Kind, e.Task)
 	case EvAhead:
 		return fmt.Sprintf("%s(%s,%v)", e.Kind, th, e.Stores)
+	case EvThreadFailed:
+		return fmt.Sprintf("%s(%s,%q)", e.Kind, th, e.Failure)
 	}
 	return e.Kind.String()
 }
@@ -220,11 +232,23 @@ const (
 	// ActOpenAhead: Thread opens Stores, several at once, to be taken by
 	// the tasks it builds next; no outcome is owed.
 	ActOpenAhead
+	// ActReplaceThread: Thread's client is replaced by a new incarnation's
+	// (whose exit the driver reports, EvThreadExit with Replaced); its
+	// failure has now happened Failures times in a row.
+	ActReplaceThread
+	// ActShutdownApplication: Thread halts (its tasks close without
+	// committing, and it keeps its place in the group), and the instance
+	// asks every instance of the application to shut down.
+	ActShutdownApplication
+	// ActStopThread: Thread stops for good with its error. Failures is
+	// how many times in a row the failure has happened when the
+	// replacement budget is spent, 0 when the policy is to stop.
+	ActStopThread
 	numActionKinds
 )
 
 var actionNames = [...]string{"OpenActive", "HandOver", "Promote", "Held", "Park", "CloseActive", "OpenStandby", "Adopt", "Retag",
-	"CloseStandby", "CloseParked", "Delete", "ReleaseAhead", "OpenAhead"}
+	"CloseStandby", "CloseParked", "Delete", "ReleaseAhead", "OpenAhead", "ReplaceThread", "ShutdownApplication", "StopThread"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) {
@@ -237,11 +261,13 @@ func (k ActionKind) String() string {
 type Action struct {
 	Kind   ActionKind
 	Task   task.ID
-	Thread int          // OpenActive, HandOver, Promote, Held, Park, CloseActive, OpenAhead
+	Thread int          // OpenActive, HandOver, Promote, Held, Park, CloseActive, OpenAhead, ReplaceThread, ShutdownApplication, StopThread
 	As     task.State   // OpenStandby, Adopt, Retag
 	Clean  bool         // CloseActive
 	Keep   []task.ID    // ReleaseAhead
 	Stores []AheadStore // OpenAhead
+	// Failures: ReplaceThread, StopThread.
+	Failures int
 }
 
 func (a Action) String() string {
@@ -256,6 +282,10 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s(keep%v)", a.Kind, a.Keep)
 	case ActOpenAhead:
 		return fmt.Sprintf("%s(t%d,%v)", a.Kind, a.Thread, a.Stores)
+	case ActReplaceThread, ActStopThread:
+		return fmt.Sprintf("%s(t%d,failures=%d)", a.Kind, a.Thread, a.Failures)
+	case ActShutdownApplication:
+		return fmt.Sprintf("%s(t%d)", a.Kind, a.Thread)
 	}
 	return fmt.Sprintf("%s(%s)", a.Kind, a.Task)
 }

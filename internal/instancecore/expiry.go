@@ -16,6 +16,15 @@ type Config struct {
 	CleanupDelay time.Duration
 	// OnDisk are the task directories found on disk.
 	OnDisk []Dir
+	// OnThreadFailure is what becomes of a thread that fails
+	// (EvThreadFailed).
+	OnThreadFailure ThreadPolicy
+	// MaxReplacements is how many times in a row ReplaceThread replaces
+	// a thread for the same failure; the next time it stops the thread.
+	MaxReplacements int
+	// ReplacementWindow is how far apart two failures may be to count as
+	// in a row.
+	ReplacementWindow time.Duration
 }
 
 // Dir is a task directory left on disk.

@@ -92,9 +92,11 @@ func describe(c *Core) string {
 	return sb.String()
 }
 
-// parseNew reads "threads=N [delay=DURATION] [disk=ID,ID...]": the
-// directories on disk were left at the zero time, where the core's clock
-// starts; the cleanup delay is testDelay unless given.
+// parseNew reads "threads=N [delay=DURATION] [disk=ID,ID...]
+// [policy=POLICY] [replacements=N] [window=DURATION]": the directories on
+// disk were left at the zero time, where the core's clock starts; the
+// cleanup delay is testDelay unless given; the policy is named as
+// ThreadPolicy prints it.
 func parseNew(args []string) (*Core, error) {
 	cfg := Config{Threads: 1, CleanupDelay: testDelay}
 	for _, a := range args {
@@ -111,6 +113,17 @@ func parseNew(args []string) (*Core, error) {
 			for _, id := range disk {
 				cfg.OnDisk = append(cfg.OnDisk, Dir{Task: id})
 			}
+		case "policy":
+			err = fmt.Errorf("unknown policy")
+			for p := range ThreadPolicy(len(policyNames)) {
+				if p.String() == v {
+					cfg.OnThreadFailure, err = p, nil
+				}
+			}
+		case "replacements":
+			cfg.MaxReplacements, err = strconv.Atoi(v)
+		case "window":
+			cfg.ReplacementWindow, err = time.ParseDuration(v)
 		default:
 			err = fmt.Errorf("unknown setting")
 		}
@@ -138,8 +151,8 @@ func parseIDs(s string) ([]task.ID, error) {
 
 // parseEvent reads "Kind [tN[#incarnation]] [ID] [at=DURATION]
 // [active=IDs] [standby=IDs] [warmup=IDs] [store=ID/name]
-// [window=ID/name] [committed] [demoted] [ok] [disk] [replaced]"; at is
-// the event's time past the zero time.
+// [window=ID/name] [failure=TEXT] [committed] [demoted] [ok] [disk]
+// [replaced]"; at is the event's time past the zero time.
 func parseEvent(f []string) (Event, error) {
 	var e Event
 	kind := -1
@@ -184,6 +197,8 @@ func parseEvent(f []string) (Event, error) {
 			e.Share.Standby, err = parseIDs(v)
 		case k == "warmup":
 			e.Share.Warmup, err = parseIDs(v)
+		case k == "failure":
+			e.Failure = v
 		case k == "store" || k == "window":
 			id, name, _ := strings.Cut(v, "/")
 			var s AheadStore

@@ -6,7 +6,8 @@ import "github.com/eddystreams/eddy/task"
 // its index and incarnation.
 func threadEvent(k EventKind) bool {
 	switch k {
-	case EvShare, EvReceived, EvRevoked, EvClaim, EvStarted, EvClaimFailed, EvRelease, EvCloseActive, EvThreadExit, EvAhead:
+	case EvShare, EvReceived, EvRevoked, EvClaim, EvStarted, EvClaimFailed, EvRelease, EvCloseActive, EvThreadExit, EvAhead,
+		EvThreadFailed:
 		return true
 	}
 	return false
