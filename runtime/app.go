@@ -96,7 +96,6 @@ type App struct {
 	// diskFullWaits counts store writes refused for a full disk and
 	// retried (see thread.writeStores).
 	diskFullWaits atomic.Int64
-	replacements  replacements
 	errLogs       logLimiter
 	// shutdownReason, once set, asks the group to shut the application
 	// down (ShutdownApplication); every subscription carries it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/internal/graph"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
 )
@@ -87,6 +88,18 @@ const MaxThreadReplacements = 3
 // replacementWindow is how far apart two failures may be to count as in a
 // row.
 const replacementWindow = 10 * time.Minute
+
+// threadPolicy is the instance core's name for p: the core decides what
+// becomes of a failed thread (instancecore.EvThreadFailed).
+func threadPolicy(p StreamThreadErrorPolicy) instancecore.ThreadPolicy {
+	switch p {
+	case ReplaceThread:
+		return instancecore.ReplaceThread
+	case ShutdownApplication:
+		return instancecore.ShutdownApplication
+	}
+	return instancecore.StopThread
+}
 
 // ProcessingError is a record a processor failed on (an error it returned
 // or a panic it raised). errors.As finds the underlying error; a panic is
@@ -208,29 +221,6 @@ func failureKey(err error) string {
 		return fmt.Sprintf("record %s/%d@%d", de.Topic, de.Partition, de.Offset)
 	}
 	return err.Error()
-}
-
-// replacements counts, per instance, thread failures in a row, so that
-// ReplaceThread gives up on a failure that keeps coming back whichever
-// thread meets it.
-type replacements struct {
-	mu    sync.Mutex
-	key   string
-	count int
-	last  time.Time
-}
-
-// allow records a failure and reports whether the thread may be replaced
-// once more, with the number of times this failure has now happened.
-func (r *replacements) allow(key string, now time.Time) (bool, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if key != r.key || now.Sub(r.last) > replacementWindow {
-		r.key, r.count = key, 0
-	}
-	r.count++
-	r.last = now
-	return r.count <= MaxThreadReplacements, r.count
 }
 
 // logLimiter lets through a few log lines a second and counts the rest, so

@@ -154,7 +154,8 @@ func newRegistry(a *App) (*registry, error) {
 		rd.Close()
 		return nil, err
 	}
-	r.core = instancecore.New(instancecore.Config{Threads: a.cfg.NumStreamThreads, CleanupDelay: a.cfg.StateCleanupDelay, OnDisk: dirs})
+	r.core = instancecore.New(instancecore.Config{Threads: a.cfg.NumStreamThreads, CleanupDelay: a.cfg.StateCleanupDelay, OnDisk: dirs,
+		OnThreadFailure: threadPolicy(a.cfg.OnStreamThreadError), MaxReplacements: MaxThreadReplacements, ReplacementWindow: replacementWindow})
 	observe := a.transitionObserver("replica")
 	r.core.OnMove = func(id task.ID, from, to task.State) { observe(id, from, to, nil) }
 	go r.follow(ctx)

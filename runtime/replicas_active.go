@@ -252,3 +252,22 @@ func (r *registry) threadExited(idx, incarnation int, replaced bool) {
 		r.carry(acts)
 	}
 }
+
+// threadFailed asks the core what becomes of a thread's incarnation that
+// stopped on an error, failure naming it (failureKey): its answer is one
+// of ActReplaceThread, ActShutdownApplication and ActStopThread, which
+// the thread carries out. ok is false when the core refused the event (a
+// bug, logged).
+func (r *registry) threadFailed(idx, incarnation int, failure string) (decided instancecore.Action, ok bool) {
+	r.mu.Lock()
+	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvThreadFailed, Thread: idx, Incarnation: incarnation,
+		Failure: failure, At: time.Now()}, func(a instancecore.Action) {
+		switch a.Kind {
+		case instancecore.ActReplaceThread, instancecore.ActShutdownApplication, instancecore.ActStopThread:
+			decided, ok = a, true
+		}
+	})
+	r.mu.Unlock()
+	r.carry(acts)
+	return decided, ok
+}

@@ -46,7 +46,8 @@ func (r *registry) stepLocked(e instancecore.Event, own func(instancecore.Action
 func ownKind(k instancecore.ActionKind) bool {
 	switch k {
 	case instancecore.ActOpenActive, instancecore.ActHandOver, instancecore.ActPromote, instancecore.ActHeld,
-		instancecore.ActPark, instancecore.ActCloseActive, instancecore.ActOpenAhead:
+		instancecore.ActPark, instancecore.ActCloseActive, instancecore.ActOpenAhead,
+		instancecore.ActReplaceThread, instancecore.ActShutdownApplication, instancecore.ActStopThread:
 		return true
 	}
 	return false

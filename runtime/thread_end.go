@@ -12,6 +12,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/groupproto"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/internal/threadcore"
 )
 
@@ -180,19 +181,20 @@ func (th *thread) stepLogged(e threadcore.Event) {
 	}
 }
 
-// recover applies OnStreamThreadError to an error that stopped the loop.
-// It reports whether the loop should run again, and the error the thread
-// stops with otherwise.
+// recover carries out what the instance core decides for an error that
+// stopped the loop (OnStreamThreadError and the replacement budget, see
+// registry.threadFailed). It reports whether the loop should run again,
+// and the error the thread stops with otherwise.
 func (th *thread) recover(err error) (bool, error) {
 	th.failed()
-	switch th.app.cfg.OnStreamThreadError {
-	case ReplaceThread:
-		key := failureKey(err)
-		ok, n := th.app.replacements.allow(key, time.Now())
-		if !ok {
-			return false, fmt.Errorf("runtime: stream thread failed %d times in a row on the same %s; not replacing it again: %w", n, key, err)
-		}
-		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", n)
+	key := failureKey(err)
+	a, ok := th.app.registry.threadFailed(th.idx, th.incarnationNow(), key)
+	if !ok {
+		return false, err
+	}
+	switch a.Kind {
+	case instancecore.ActReplaceThread:
+		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", a.Failures)
 		was := th.incarnationNow()
 		th.mu.Lock()
 		rerr := th.step(nil, threadcore.Event{Kind: threadcore.EvReplace})
@@ -207,10 +209,13 @@ func (th *thread) recover(err error) (bool, error) {
 		}
 		th.app.replaced.Add(1)
 		return true, nil
-	case ShutdownApplication:
+	case instancecore.ActShutdownApplication:
 		th.halt()
 		th.app.requestApplicationShutdown(err)
 		return true, nil
+	}
+	if a.Failures > 0 {
+		return false, fmt.Errorf("runtime: stream thread failed %d times in a row on the same %s; not replacing it again: %w", a.Failures, key, err)
 	}
 	return false, err
 }
