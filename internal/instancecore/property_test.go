@@ -17,7 +17,9 @@ import (
 // three threads, under a random schedule of assignments, revocations,
 // claims, processing, commits, crashes, threads exiting and replaced at
 // any point (a replacement's assignment and claims coming before its
-// predecessor's exit is reported included), store outcomes (opens and
+// predecessor's exit is reported included), threads failing under
+// ReplaceThread (replaced while the budget lasts; a stop ends the
+// schedule and the instance closes), store outcomes (opens and
 // deletions that fail included) and the clock's ticks, then closes the
 // instance, some threads exiting with their actives held. After every
 // step it checks:
@@ -41,6 +43,8 @@ import (
 //   - the core records as a thread's share the last one the thread's
 //     current incarnation took, and a replacement claims nothing before
 //     its predecessor's exit;
+//   - a failed thread is answered by one decision, the one the model's
+//     own count of the same failure in a row within the window gives;
 //   - once the instance is closed and every outcome delivered, nothing is
 //     open.
 //
@@ -51,6 +55,9 @@ const (
 	propThreads = 3
 	propTasks   = 5
 	propDelay   = 10 * time.Minute
+	// propReplacements is the budget of replacements in a row, within
+	// a window of propDelay.
+	propReplacements = 2
 )
 
 type mthread struct {
@@ -81,6 +88,13 @@ type model struct {
 	left map[task.ID]time.Time
 	// cur is the event being stepped.
 	cur Event
+	// failure is the last thread failure, failures how many times in a
+	// row it happened, the last at lastFailure; decided collects the
+	// core's answers to a failure.
+	failure     string
+	failures    int
+	lastFailure time.Time
+	decided     []Action
 }
 
 func (m *model) fail(format string, args ...any) {
@@ -182,6 +196,8 @@ func (m *model) do(a Action) {
 		}
 		m.owe(a.Task, Event{Kind: EvDeleted, Task: a.Task})
 	case ActRetag:
+	case ActReplaceThread, ActShutdownApplication, ActStopThread:
+		m.decided = append(m.decided, a)
 	case ActOpenAhead:
 		for _, s := range a.Stores {
 			if s.Windowed || m.c.Holds(s.Task) {
@@ -387,6 +403,36 @@ func (m *model) exit(i int, replaced bool) {
 	clear(th.built)
 }
 
+// threadFails is a thread stopping on an error, mostly the same one (a
+// poison record): the core's answer must be the one the model's own count
+// gives. Replaced, the thread exits and its index is its next
+// incarnation's; stopped, the instance is to close, which it reports.
+func (m *model) threadFails(i int) (stopped bool) {
+	failure := "poison"
+	if m.rng.IntN(4) == 0 {
+		failure = "other"
+	}
+	if failure != m.failure || m.now.Sub(m.lastFailure) > propDelay {
+		m.failure, m.failures = failure, 0
+	}
+	m.failures++
+	m.lastFailure = m.now
+	want := Action{Kind: ActReplaceThread, Thread: i, Failures: m.failures}
+	if m.failures > propReplacements {
+		want.Kind = ActStopThread
+	}
+	m.decided = nil
+	m.feed(Event{Kind: EvThreadFailed, Thread: i, Failure: failure})
+	if len(m.decided) != 1 || m.decided[0].String() != want.String() {
+		m.fail("thread %d failed on %s: the core decided %v, want %s", i, failure, m.decided, want)
+	}
+	if want.Kind == ActStopThread {
+		return true
+	}
+	m.exit(i, true)
+	return false
+}
+
 // replaceLate is a thread replaced whose replacement hears from the group
 // before the exit of the thread it replaces is reported: the replacement
 // receives and takes a share, and claims its actives (which wait), then
@@ -463,7 +509,8 @@ func (m *model) deliver() {
 func runSequence(t *testing.T, seed uint64, steps int) {
 	m := &model{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 33)), owed: make(map[task.ID]Event),
 		now: time.Unix(1e9, 0), left: make(map[task.ID]time.Time)}
-	cfg := Config{Threads: propThreads, CleanupDelay: propDelay}
+	cfg := Config{Threads: propThreads, CleanupDelay: propDelay,
+		OnThreadFailure: ReplaceThread, MaxReplacements: propReplacements, ReplacementWindow: propDelay}
 	for id := range propTasks {
 		if m.rng.IntN(2) == 0 {
 			// Found on disk, last written up to twice the delay ago.
@@ -476,6 +523,7 @@ func runSequence(t *testing.T, seed uint64, steps int) {
 	for i := range m.ths {
 		m.ths[i] = &mthread{held: map[task.ID]bool{}, dirty: map[task.ID]bool{}, built: map[task.ID]bool{}}
 	}
+steps:
 	for range steps {
 		i := m.rng.IntN(propThreads)
 		th := m.ths[i]
@@ -504,7 +552,11 @@ func runSequence(t *testing.T, seed uint64, steps int) {
 		case n < 17 && m.rng.IntN(2) == 0:
 			m.crash(i)
 		case n < 17 && m.rng.IntN(2) == 0:
-			m.exit(i, true)
+			if m.rng.IntN(2) == 0 {
+				m.exit(i, true)
+			} else if m.threadFails(i) {
+				break steps
+			}
 		case n < 17:
 			m.replaceLate(i)
 		case n < 18:
