@@ -290,3 +290,68 @@ func BenchmarkSharedDrop(b *testing.B) {
 	b.ReportMetric(float64(dropping.Microseconds())/1e3/float64(b.N), "drop-ms")
 	b.ReportMetric(float64(maxStall.Load())/1e6, "max-stall-ms")
 }
+
+// BenchmarkSharedCountNewKeys is the shared DB's share of counting
+// distinct keys (eddybench mode m): two writers, as two stream threads,
+// each commit six tasks of one store, every commit 3,000 keys per store
+// that the store never held, increasing within a store as a partition's
+// keys do there. One op is one record; cpu-ns/record is the process's CPU,
+// flushes and compactions included, and tables the tables badger made
+// (flushes and compactions). Keep b.N fixed (-benchtime 1000000x, or
+// 4000000x for eddybench (c)'s keys): each run starts from an empty DB.
+func BenchmarkSharedCountNewKeys(b *testing.B) {
+	const (
+		writers = 2
+		tasks   = 6 // per writer
+		batch   = 3000
+	)
+	d, err := OpenSharedBadger(b.TempDir(), BadgerOptions{Logger: discardLogger()})
+	require.NoError(b, err)
+	ss := make([]Store, writers*tasks)
+	for i := range ss {
+		ss[i], err = d.Open(fmt.Sprintf("0_%d/counts", i))
+		require.NoError(b, err)
+	}
+	value := []byte{0, 0, 0, 0, 0, 0, 0, 1}
+	runtime.GC()
+	b.ResetTimer()
+	cpu := cpuTime(b)
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			mine := ss[w*tasks : (w+1)*tasks]
+			groups := make([][]StoreWrite, len(mine))
+			for round, pos := 0, int64(1); round*len(mine)*batch < b.N/writers; pos++ {
+				for i, s := range mine {
+					es := make([]Entry, batch)
+					for j := range es {
+						// Store s holds every len(ss)-th key, as a
+						// partition of a keyed topic does.
+						k := (round*batch+j)*len(ss) + w*tasks + i
+						es[j] = Entry{Key: fmt.Appendf(nil, "k%09d", k), Value: value}
+					}
+					groups[i] = []StoreWrite{{Store: s, Entries: es, Position: pos}}
+				}
+				if errs[w] = d.Commit(groups...); errs[w] != nil {
+					return
+				}
+				round++
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu = cpuTime(b) - cpu
+	for _, err := range errs {
+		require.NoError(b, err)
+	}
+	var made uint64
+	for _, t := range d.db.Tables() {
+		made = max(made, t.ID)
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/record")
+	b.ReportMetric(float64(made), "tables")
+	b.ReportMetric(float64(procStatus(b, "VmHWM"))/1024, "peak-rss-MiB")
+	require.NoError(b, d.Close())
+}
