@@ -63,6 +63,7 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	defer th.publishTasks()
 	th.sendCtx = th.sendContext()
 	if err := th.drainMailboxes(); err != nil {
 		return err
