@@ -26,7 +26,6 @@ func TestTasksDoNotWaitForAThreadInAProcessor(t *testing.T) {
 	release := make(chan struct{})
 	var enterOnce, releaseOnce sync.Once
 	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
 	bld := topology.NewBuilder()
 	s := topology.Stream(bld, "in", serde.String, serde.String).Peek(func(_, v string) {
 		if v == "block" {
@@ -43,6 +42,7 @@ func TestTasksDoNotWaitForAThreadInAProcessor(t *testing.T) {
 	require.NoError(t, reg.Register(app.Metrics()))
 	require.NoError(t, app.Start(context.Background()))
 	t.Cleanup(func() { _ = app.Close(context.Background()) })
+	t.Cleanup(unblock) // first: Close waits for the processor
 	waitFor(t, 20*time.Second, "running", func() bool { return app.State() == StateRunning })
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
