@@ -130,8 +130,9 @@ type stateNotice struct{ from, to State }
 
 // stateNotices delivers the moves of the App's State to the listener
 // exactly once each, in the order they happened, without any lock held
-// while the listener runs: a listener may call State, Stats or Close, or
-// block until the State moves on, and no change of State waits for it.
+// while the listener runs: a listener may call State or Stats, start Close
+// on another goroutine and block until the State moves on, and no change of
+// State waits for it.
 // Whichever goroutine finds nobody delivering becomes the deliverer and
 // calls the listener until the queue is empty, so one call runs at a time;
 // a goroutine that changes the State while another delivers (a listener
