@@ -78,10 +78,11 @@ func TestStateListenerHearsConcurrentMovesInOrder(t *testing.T) {
 	require.Equal(t, app.State(), seen[len(seen)-1].to)
 }
 
-// A listener that asks for the state and the counters on every transition,
-// and on Running starts Close on another goroutine and waits for the state
-// to move on, neither deadlocks nor stalls the change: it hears the move to
-// PendingShutdown while it waits, and every transition once, in order.
+// A listener that asks for the state, the counters and the tasks on every
+// transition, and on Running starts Close on another goroutine and waits
+// for the state to move on, neither deadlocks nor stalls the change: it
+// hears the move to PendingShutdown while it waits, and every transition
+// once, in order.
 func TestStateListenerWaitsForCloseToTakeEffect(t *testing.T) {
 	t.Parallel()
 	b, _ := startBroker(t, "in")
@@ -89,10 +90,21 @@ func TestStateListenerWaitsForCloseToTakeEffect(t *testing.T) {
 	var log stateLog
 	var sawShutdown bool
 	var states []State
+	var tasksStuck bool
 	closed := make(chan error, 1)
 	log.onEnter = func(s State) {
 		states = append(states, app.State())
 		_ = app.Stats()
+		listed := make(chan struct{})
+		go func() {
+			app.Tasks()
+			close(listed)
+		}()
+		select {
+		case <-listed:
+		case <-time.After(10 * time.Second):
+			tasksStuck = true
+		}
 		if s != StateRunning {
 			return
 		}
@@ -117,6 +129,7 @@ func TestStateListenerWaitsForCloseToTakeEffect(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("Close started by the listener did not return")
 	}
+	require.False(t, tasksStuck, "Tasks called in the listener waited for the thread calling it")
 	require.True(t, sawShutdown, "the listener waited for PendingShutdown in vain: Close waited for the listener")
 	require.Equal(t, []transition{{StateCreated, StateRebalancing}, {StateRebalancing, StateRunning},
 		{StateRunning, StatePendingShutdown}, {StatePendingShutdown, StateNotRunning}}, log.get())
