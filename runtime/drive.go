@@ -207,6 +207,9 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	case threadcore.ActTakeShare:
 		th.takeShare()
 	case threadcore.ActPublish:
+		// The tasks first: whoever sees the thread settled (and so the
+		// App Running) sees the tasks it settled with.
+		th.publishTasks()
 		th.settled.Store(a.Settled)
 	}
 	return nil, nil

@@ -57,8 +57,9 @@ type thread struct {
 	settled atomic.Bool
 	// tasksSeen is what App.Tasks reports of the thread, replaced whole
 	// with mu held after each pass of the loop and each other step of the
-	// core (publishTasks), and read without mu: a query must not wait for
-	// a thread running user code.
+	// core, and before the thread publishes settled or checks for Running
+	// (publishTasks); read without mu: a query must not wait for a thread
+	// running user code.
 	tasksSeen atomic.Pointer[[]TaskInfo]
 	// connected is set once the core knows how the group rebalances.
 	connected bool

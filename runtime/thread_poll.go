@@ -83,6 +83,7 @@ func (th *thread) iteration() error {
 	if err := th.restoreStep(); err != nil {
 		return err
 	}
+	th.publishTasks() // before Running: Tasks then shows what restoring started
 	th.app.maybeRunning()
 	if err := th.drainMailboxes(); err != nil {
 		return err
