@@ -162,6 +162,15 @@ func (n *stateNotices) deliver(l func(old, new State)) {
 		return
 	}
 	n.delivering = true
+	emptied := false
+	defer func() {
+		// A listener that panicked: the next move delivers what is left.
+		if !emptied {
+			n.mu.Lock()
+			n.delivering = false
+			n.mu.Unlock()
+		}
+	}()
 	for len(n.queue) > 0 {
 		next := n.queue[0]
 		n.queue = n.queue[1:]
@@ -169,7 +178,7 @@ func (n *stateNotices) deliver(l func(old, new State)) {
 		l(next.from, next.to)
 		n.mu.Lock()
 	}
-	n.delivering = false
+	n.delivering, emptied = false, true
 	n.mu.Unlock()
 }
 

@@ -140,3 +140,18 @@ func TestStateListenerWaitsForCloseToTakeEffect(t *testing.T) {
 	}
 	require.Zero(t, app.badTransitions.Load())
 }
+
+// A listener that panics does not silence it for the moves after.
+func TestStateListenerHearsMovesAfterItPanicked(t *testing.T) {
+	var log stateLog
+	log.onEnter = func(s State) {
+		if s == StateRebalancing {
+			panic("listener")
+		}
+	}
+	app, err := New(countTopology(t), Config{ApplicationID: "panic", Brokers: []string{"127.0.0.1:1"}, StateListener: log.listen})
+	require.NoError(t, err)
+	require.Panics(t, func() { app.setState(StateRebalancing, StateCreated) })
+	require.True(t, app.setState(StateRunning, StateRebalancing))
+	require.Equal(t, []transition{{StateCreated, StateRebalancing}, {StateRebalancing, StateRunning}}, log.get())
+}
