@@ -34,9 +34,11 @@ type App struct {
 	log  *slog.Logger
 
 	// state is the current State, read without locks; stateMu orders
-	// its changes and the listener's calls (see setState).
+	// its changes and the queue of the listener's calls (see setState).
 	state   atomic.Int32
 	stateMu sync.Mutex
+	// notices holds the moves of state the listener has yet to hear of.
+	notices stateNotices
 	// badTransitions counts transitions setState refused (bugs).
 	badTransitions atomic.Int64
 	// startMu is held by Start; Close and Kill take it to wait for a

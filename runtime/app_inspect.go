@@ -31,16 +31,29 @@ type TaskInfo struct {
 	DroppedJoin int64
 }
 
-// Tasks lists the tasks this instance holds, ordered by ID.
+// Tasks lists the tasks this instance holds, ordered by ID. Each stream
+// thread's part is as of the end of its last poll's processing, commit or
+// change of assignment: Tasks does not wait for a thread busy processing
+// or punctuating.
 func (a *App) Tasks() []TaskInfo {
+	if !a.threadsUp.Load() {
+		return nil
+	}
 	var out []TaskInfo
 	for _, th := range a.threads {
-		th.mu.Lock()
-		out = append(out, th.taskInfos()...)
-		th.mu.Unlock()
+		if seen := th.tasksSeen.Load(); seen != nil {
+			out = append(out, *seen...)
+		}
 	}
 	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
 	return out
+}
+
+// publishTasks replaces what App.Tasks reports of the thread; th.mu must
+// be held.
+func (th *thread) publishTasks() {
+	infos := th.taskInfos()
+	th.tasksSeen.Store(&infos)
 }
 
 // taskInfos describes the thread's tasks; th.mu must be held.

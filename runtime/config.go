@@ -302,12 +302,15 @@ type Config struct {
 	Logger *slog.Logger
 	// StateListener, when set, hears of every change of the App's State,
 	// exactly once and in the order they happen, with the state left and
-	// the state entered. It is called synchronously by the goroutine
-	// making the change (Start, Close, or a stream thread's group
-	// callback or loop) while the App holds its state lock, so it must
-	// return quickly and may call only State, Err, Done and ProcessID on
-	// the App: anything else (Close, Tasks, queries) may wait for the
-	// very thread that is calling it. Hand longer work to a goroutine.
+	// the state entered. It is called by the goroutine making the change
+	// (Start, Close, or a stream thread's group callback or loop) with no
+	// lock of the App held; while another goroutine is still calling it
+	// for an earlier change, that goroutine calls it for this change too,
+	// once the earlier call returns. It may call State, Err, Done,
+	// ProcessID, Stats and Tasks, start Close on another goroutine, and
+	// wait for the State to move on. It delays the goroutine calling it,
+	// often a stream thread, so hand long work to a goroutine; and never
+	// wait in it for Close to return: Close waits for the stream threads.
 	StateListener func(old, new State)
 	// TLS, when set, makes every client Eddy creates connect to the
 	// brokers over TLS with this configuration. The handshake runs inside

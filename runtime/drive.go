@@ -51,6 +51,9 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 		// Every sink record: the core answers nothing.
 		return nil
 	}
+	if !loopPass(e.Kind) {
+		defer th.publishTasks()
+	}
 	// Made when a commit or abort first needs it: most steps have
 	// neither.
 	var cancel context.CancelFunc
@@ -95,6 +98,13 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 		}
 	}
 	return stopErr
+}
+
+// loopPass reports whether the loop steps the core with events of kind k
+// in each of its passes, which publishes what App.Tasks reports once at
+// its end rather than after each of them.
+func loopPass(k threadcore.EventKind) bool {
+	return k == threadcore.EvPolled || k == threadcore.EvPollDone || k == threadcore.EvTick
 }
 
 // do carries out one action; next is its outcome, for actions that have
@@ -197,6 +207,9 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	case threadcore.ActTakeShare:
 		th.takeShare()
 	case threadcore.ActPublish:
+		// The tasks first: whoever sees the thread settled (and so the
+		// App Running) sees the tasks it settled with.
+		th.publishTasks()
 		th.settled.Store(a.Settled)
 	}
 	return nil, nil

@@ -1,11 +1,8 @@
 package runtime
 
 import (
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,10 +20,6 @@ import (
 // label is there from New on, zero until something happens.
 type metrics struct {
 	app *App
-	// lastTasks is each thread's tasks as last read; a scrape that finds a
-	// thread busy for longer than scrapeWait shows them rather than wait.
-	mu        sync.Mutex
-	lastTasks map[*thread][]TaskInfo
 	// repartition holds the full names of the repartition topics, which
 	// eddy_records_processed_total tells apart from the user's input.
 	repartition map[string]bool
@@ -81,7 +74,6 @@ func newMetrics(a *App) *metrics {
 	}
 	m := &metrics{
 		app:         a,
-		lastTasks:   make(map[*thread][]TaskInfo),
 		repartition: make(map[string]bool),
 		states:      appStates(),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -219,8 +211,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		replicas = a.Replicas()
 	}
 	// What is left to restore comes from the replicas, which read the
-	// restorations' progress as it is, not from the tasks, which a busy
-	// thread may only show as they were at an earlier scrape.
+	// restorations' progress as it is, not from the tasks, which show
+	// it as it was at the end of their thread's last poll.
 	remaining := restoreRemaining(replicas)
 	var total int64
 	for _, n := range remaining {
@@ -230,7 +222,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if !started {
 		return
 	}
-	for _, ti := range m.tasks() {
+	// What each thread published: a thread stuck in a processor does
+	// not stop the metrics that show it stuck.
+	for _, ti := range a.Tasks() {
 		id := ti.ID.String()
 		ch <- prometheus.MustNewConstMetric(m.taskProcessed, prometheus.CounterValue, float64(ti.Processed), id)
 		ch <- prometheus.MustNewConstMetric(m.taskPunctuations, prometheus.CounterValue, float64(ti.Punctuations), id)
@@ -277,44 +271,6 @@ func restoreRemaining(replicas []ReplicaInfo) map[task.ID]int64 {
 		}
 	}
 	return out
-}
-
-// scrapeWait bounds how long a scrape waits for a stream thread: a thread
-// holds its lock through a whole batch of records, and one stuck in a
-// processor must not stop the metrics that show it stuck.
-const scrapeWait = 100 * time.Millisecond
-
-// tasks lists the instance's tasks, taking a thread's from its last
-// reading when the thread stays busy past scrapeWait.
-func (m *metrics) tasks() []TaskInfo {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []TaskInfo
-	seen := make(map[*thread]bool, len(m.app.threads))
-	for _, th := range m.app.threads {
-		seen[th] = true
-		if lockWithin(&th.mu, scrapeWait) {
-			m.lastTasks[th] = th.taskInfos()
-			th.mu.Unlock()
-		}
-		out = append(out, m.lastTasks[th]...)
-	}
-	// Threads replaced (ReplaceThread) are forgotten.
-	maps.DeleteFunc(m.lastTasks, func(th *thread, _ []TaskInfo) bool { return !seen[th] })
-	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
-	return out
-}
-
-// lockWithin locks mu if it can within d.
-func lockWithin(mu *sync.Mutex, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for !mu.TryLock() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 // Metrics returns the App's metrics as a Prometheus collector; the

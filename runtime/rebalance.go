@@ -58,6 +58,7 @@ func (th *thread) takeShare() {
 	th.app.metrics.rebalances.Inc()
 	th.assignments.Add(1)
 	th.log.Info("assigned", "active", len(info.Active), "standby", len(info.Standby), "warmup", len(info.Warmup))
+	th.publishTasks() // before Running: Tasks then shows the tasks claimed
 	th.app.maybeRunning()
 }
 

@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // State is the lifecycle state of an App, in the spirit of Kafka Streams'
@@ -91,14 +92,21 @@ func validTransition(from, to State) bool {
 // setState moves the App to state to, if it is in one of the states from
 // (any state when from is empty), and reports whether it moved. A move the
 // table does not allow is a bug: it is refused, logged and counted
-// (badTransitions, which the tests check). The listener hears of each move
-// while stateMu is held, so it hears of them exactly once and in order.
+// (badTransitions, which the tests check). The move is queued for the
+// listener under stateMu, so the queue holds the moves in the order they
+// happened, and delivered once stateMu is released (see notices).
 func (a *App) setState(to State, from ...State) bool {
 	a.stateMu.Lock()
-	defer a.stateMu.Unlock()
-	return a.setStateLocked(to, from...)
+	moved := a.setStateLocked(to, from...)
+	a.stateMu.Unlock()
+	if moved {
+		a.notices.deliver(a.cfg.StateListener)
+	}
+	return moved
 }
 
+// setStateLocked is setState with stateMu held; the caller delivers the
+// notices once it has released it.
 func (a *App) setStateLocked(to State, from ...State) bool {
 	cur := State(a.state.Load())
 	if len(from) > 0 && !slices.Contains(from, cur) {
@@ -111,10 +119,67 @@ func (a *App) setStateLocked(to State, from ...State) bool {
 	}
 	a.state.Store(int32(to))
 	a.log.Info("state", "from", cur, "to", to)
-	if l := a.cfg.StateListener; l != nil {
-		l(cur, to)
+	if a.cfg.StateListener != nil {
+		a.notices.add(cur, to)
 	}
 	return true
+}
+
+// stateNotice is one move of the App's State owed to the listener.
+type stateNotice struct{ from, to State }
+
+// stateNotices delivers the moves of the App's State to the listener
+// exactly once each, in the order they happened, without any lock held
+// while the listener runs: a listener may call State or Stats, start Close
+// on another goroutine and block until the State moves on, and no change of
+// State waits for it.
+// Whichever goroutine finds nobody delivering becomes the deliverer and
+// calls the listener until the queue is empty, so one call runs at a time;
+// a goroutine that changes the State while another delivers (a listener
+// calling Close among them) leaves its move queued for that one and
+// returns at once.
+type stateNotices struct {
+	// mu guards queue and delivering. It is taken inside stateMu, by add,
+	// and never held across the listener.
+	mu         sync.Mutex
+	queue      []stateNotice
+	delivering bool
+}
+
+// add queues a move; stateMu is held, which orders the queue.
+func (n *stateNotices) add(from, to State) {
+	n.mu.Lock()
+	n.queue = append(n.queue, stateNotice{from, to})
+	n.mu.Unlock()
+}
+
+// deliver calls l for every queued move, unless another goroutine is
+// delivering them already. Called with no lock held.
+func (n *stateNotices) deliver(l func(old, new State)) {
+	n.mu.Lock()
+	if n.delivering {
+		n.mu.Unlock()
+		return
+	}
+	n.delivering = true
+	emptied := false
+	defer func() {
+		// A listener that panicked: the next move delivers what is left.
+		if !emptied {
+			n.mu.Lock()
+			n.delivering = false
+			n.mu.Unlock()
+		}
+	}()
+	for len(n.queue) > 0 {
+		next := n.queue[0]
+		n.queue = n.queue[1:]
+		n.mu.Unlock()
+		l(next.from, next.to)
+		n.mu.Lock()
+	}
+	n.delivering, emptied = false, true
+	n.mu.Unlock()
 }
 
 // rebalanceStarted moves a running instance to Rebalancing: one of its
@@ -136,9 +201,11 @@ func (a *App) maybeRunning() {
 		return
 	}
 	a.stateMu.Lock()
-	defer a.stateMu.Unlock()
-	if State(a.state.Load()) == StateRebalancing && a.settled() {
+	moved := State(a.state.Load()) == StateRebalancing && a.settled() &&
 		a.setStateLocked(StateRunning, StateRebalancing)
+	a.stateMu.Unlock()
+	if moved {
+		a.notices.deliver(a.cfg.StateListener)
 	}
 }
 

@@ -55,6 +55,12 @@ type thread struct {
 	// thread holds its assignment with no task waiting for another
 	// thread, for readers without mu (App.settled).
 	settled atomic.Bool
+	// tasksSeen is what App.Tasks reports of the thread, replaced whole
+	// with mu held after each pass of the loop and each other step of the
+	// core, and before the thread publishes settled or checks for Running
+	// (publishTasks); read without mu: a query must not wait for a thread
+	// running user code.
+	tasksSeen atomic.Pointer[[]TaskInfo]
 	// connected is set once the core knows how the group rebalances.
 	connected bool
 	// fetches is the poll ActProcess processes; processing is set when it

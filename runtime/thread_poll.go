@@ -63,6 +63,7 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	defer th.publishTasks()
 	th.sendCtx = th.sendContext()
 	if err := th.drainMailboxes(); err != nil {
 		return err
@@ -82,6 +83,7 @@ func (th *thread) iteration() error {
 	if err := th.restoreStep(); err != nil {
 		return err
 	}
+	th.publishTasks() // before Running: Tasks then shows what restoring started
 	th.app.maybeRunning()
 	if err := th.drainMailboxes(); err != nil {
 		return err
