@@ -49,6 +49,7 @@ func newHandoverRig(t *testing.T) *handoverRig {
 		r.th = append(r.th, th)
 	}
 	app.threads = r.th
+	app.threadsUp.Store(true)
 	app.state.Store(int32(StateRunning))
 	app.serving.Store(true)
 	t.Cleanup(func() {
@@ -118,6 +119,7 @@ func (r *handoverRig) waitRunning(t *testing.T, i int, id task.ID) {
 		defer th.mu.Unlock()
 		th.startWaiting()
 		require.NoError(t, th.restoreStep())
+		th.publishTasks() // as the loop's pass ends: App.Tasks reads what it published
 		tk := th.task(id)
 		return tk != nil && tk.State() == task.Running
 	})
