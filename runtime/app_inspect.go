@@ -4,6 +4,7 @@ package runtime
 
 import (
 	"slices"
+	"time"
 
 	"github.com/eddystreams/eddy/task"
 )
@@ -31,17 +32,21 @@ type TaskInfo struct {
 	DroppedJoin int64
 }
 
-// Tasks lists the tasks this instance holds, ordered by ID. Each stream
-// thread's part is as of the end of its last poll's processing, commit or
-// change of assignment: Tasks does not wait for a thread busy processing
-// or punctuating.
+// Tasks lists the tasks this instance holds, ordered by ID. Tasks does not
+// wait for a thread busy processing or punctuating: such a thread's part is
+// as it published it, at most tasksPublishEvery before the end of its last
+// pass that processed records, or when it last settled or checked for
+// Running; any other thread's part is as it is now.
 func (a *App) Tasks() []TaskInfo {
 	if !a.threadsUp.Load() {
 		return nil
 	}
 	var out []TaskInfo
 	for _, th := range a.threads {
-		if seen := th.tasksSeen.Load(); seen != nil {
+		if th.mu.TryLock() {
+			out = append(out, th.taskInfos()...)
+			th.mu.Unlock()
+		} else if seen := th.tasksSeen.Load(); seen != nil {
 			out = append(out, *seen...)
 		}
 	}
@@ -54,7 +59,13 @@ func (a *App) Tasks() []TaskInfo {
 func (th *thread) publishTasks() {
 	infos := th.taskInfos()
 	th.tasksSeen.Store(&infos)
+	th.tasksPublished = time.Now()
 }
+
+// tasksPublishEvery bounds how often a busy thread replaces what App.Tasks
+// reports of it: describing a thousand tasks after every poll would cost
+// a busy instance a share of a core.
+const tasksPublishEvery = 50 * time.Millisecond
 
 // taskInfos describes the thread's tasks; th.mu must be held.
 func (th *thread) taskInfos() []TaskInfo {

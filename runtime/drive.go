@@ -51,9 +51,6 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 		// Every sink record: the core answers nothing.
 		return nil
 	}
-	if !loopPass(e.Kind) {
-		defer th.publishTasks()
-	}
 	// Made when a commit or abort first needs it: most steps have
 	// neither.
 	var cancel context.CancelFunc
@@ -98,13 +95,6 @@ func (th *thread) step(ctx context.Context, e threadcore.Event) error {
 		}
 	}
 	return stopErr
-}
-
-// loopPass reports whether the loop steps the core with events of kind k
-// in each of its passes, which publishes what App.Tasks reports once at
-// its end rather than after each of them.
-func loopPass(k threadcore.EventKind) bool {
-	return k == threadcore.EvPolled || k == threadcore.EvPollDone || k == threadcore.EvTick
 }
 
 // do carries out one action; next is its outcome, for actions that have

@@ -55,12 +55,16 @@ type thread struct {
 	// thread holds its assignment with no task waiting for another
 	// thread, for readers without mu (App.settled).
 	settled atomic.Bool
-	// tasksSeen is what App.Tasks reports of the thread, replaced whole
-	// with mu held after each pass of the loop and each other step of the
-	// core, and before the thread publishes settled or checks for Running
-	// (publishTasks); read without mu: a query must not wait for a thread
-	// running user code.
+	// tasksSeen is what App.Tasks reports of the thread while the thread
+	// holds mu (a query must not wait for a thread running user code),
+	// replaced whole with mu held (publishTasks): before the thread
+	// publishes settled or checks for Running, and after a pass that
+	// processed records, at most every tasksPublishEvery. An idle thread
+	// publishes nothing: Tasks reads it under mu, which it does not hold
+	// while it waits for records.
 	tasksSeen atomic.Pointer[[]TaskInfo]
+	// tasksPublished is when tasksSeen was last replaced.
+	tasksPublished time.Time
 	// connected is set once the core knows how the group rebalances.
 	connected bool
 	// fetches is the poll ActProcess processes; processing is set when it

@@ -63,7 +63,13 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	defer th.publishTasks()
+	if fetches.NumRecords() > 0 {
+		defer func() {
+			if time.Since(th.tasksPublished) >= tasksPublishEvery {
+				th.publishTasks()
+			}
+		}()
+	}
 	th.sendCtx = th.sendContext()
 	if err := th.drainMailboxes(); err != nil {
 		return err
@@ -83,7 +89,9 @@ func (th *thread) iteration() error {
 	if err := th.restoreStep(); err != nil {
 		return err
 	}
-	th.publishTasks() // before Running: Tasks then shows what restoring started
+	if th.app.State() != StateRunning {
+		th.publishTasks() // before Running: Tasks then shows what restoring started
+	}
 	th.app.maybeRunning()
 	if err := th.drainMailboxes(); err != nil {
 		return err
