@@ -103,8 +103,11 @@ type ServerConfig struct {
 	// Client's ClientOptions.RebalanceWait does: a rebalance moving the
 	// partition, or the instance still learning the new table, is over
 	// within moments. A replica that refuses for staleness ends the wait
-	// at once, but for the active bound's two cases of a hand-over: the
-	// table's active still restoring, and this instance's own standby.
+	// at once, but for the active bound's two cases of a hand-over (the
+	// table's active still restoring, and this instance's own standby)
+	// and a replica refusing a lag or age bound because the broker has
+	// not confirmed its changelog's end since it opened: its refusal says
+	// nothing of the others, which are asked before the query is refused.
 	// Default 500ms; a negative value does not wait.
 	RebalanceWait time.Duration
 	// MaxConcurrentRanges caps the range queries the server works on at
