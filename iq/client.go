@@ -484,31 +484,16 @@ func lookupOnce[T any](ctx context.Context, c *Client, m Metadata, store string,
 	if o.hasPartition {
 		q.Set("partition", strconv.Itoa(int(part)))
 	}
-	minPos, hasMin := o.minPosition, o.hasMin
-	if !c.opts.DisableMonotonic {
-		if last, ok := c.LastPosition(store, part); ok && (!hasMin || last > minPos) {
-			minPos, hasMin = last, true
-		}
-	}
-	if hasMin {
-		q.Set("min_position", strconv.FormatInt(minPos, 10))
-	}
-	var fatal error
+	c.setMinPosition(q, store, part, o)
 	prefer := c.opts.Prefer
 	if o.hasPrefer {
 		prefer = o.prefer
 	}
 	pl := newRoutePlan(km, o.bound, "", nil, c.opts.ActiveFirstTimeout, memoFingerprint(m))
 	ch, tried, ok := routeBy(ctx, c.rt, prefer, pl, path(q), decode)
-	// What is wrong with the query itself is wrong everywhere: no other
-	// table will do better. (Decoders may run concurrently, so this is
+	// (Decoders may run concurrently, so what is wrong with the query is
 	// found after the fact.)
-	for _, a := range tried {
-		if errors.Is(a.Err, ErrInvalidQuery) || errors.Is(a.Err, ErrUnknownStore) {
-			fatal = a.Err
-			break
-		}
-	}
+	fatal := queryFault(tried)
 	if ok {
 		if !c.opts.DisableMonotonic {
 			c.saw(store, part, ch.prov.Position)
@@ -542,15 +527,7 @@ func globalLookup[T any](ctx context.Context, c *Client, m Metadata, store strin
 	var zero T
 	ue.Partition = 0
 	q := url.Values{"staleness": {o.bound.String()}, "route": {"false"}}
-	minPos, hasMin := o.minPosition, o.hasMin
-	if !c.opts.DisableMonotonic {
-		if last, ok := c.LastPosition(store, 0); ok && (!hasMin || last > minPos) {
-			minPos, hasMin = last, true
-		}
-	}
-	if hasMin {
-		q.Set("min_position", strconv.FormatInt(minPos, 10))
-	}
+	c.setMinPosition(q, store, 0, o)
 	hosts := slices.Clone(c.seeds)
 	for _, h := range m.Hosts {
 		hosts = append(hosts, h.Host)
@@ -573,12 +550,37 @@ func globalLookup[T any](ctx context.Context, c *Client, m Metadata, store strin
 		return val, false, nil
 	}
 	ue.Tried = append(ue.Tried, tried...)
-	for _, a := range tried {
-		if errors.Is(a.Err, ErrInvalidQuery) || errors.Is(a.Err, ErrUnknownStore) {
-			return zero, false, a.Err
-		}
+	if fatal := queryFault(tried); fatal != nil {
+		return zero, false, fatal
 	}
 	return zero, true, ue
+}
+
+// setMinPosition asks for a minimum position in q: the caller's, or,
+// with monotonic reads, the highest the client saw for the partition if
+// that is higher.
+func (c *Client) setMinPosition(q url.Values, store string, part int32, o *queryOptions) {
+	minPos, hasMin := o.minPosition, o.hasMin
+	if !c.opts.DisableMonotonic {
+		if last, ok := c.LastPosition(store, part); ok && (!hasMin || last > minPos) {
+			minPos, hasMin = last, true
+		}
+	}
+	if hasMin {
+		q.Set("min_position", strconv.FormatInt(minPos, 10))
+	}
+}
+
+// queryFault returns the first attempt's refusal of the query itself (an
+// invalid query, an unknown store), or nil. What is wrong with the query
+// is wrong everywhere: no other replica or table will do better.
+func queryFault(tried []Attempt) error {
+	for _, a := range tried {
+		if errors.Is(a.Err, ErrInvalidQuery) || errors.Is(a.Err, ErrUnknownStore) {
+			return a.Err
+		}
+	}
+	return nil
 }
 
 // ClientGet looks up a typed key through a Client. The key is written in

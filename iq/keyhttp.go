@@ -54,48 +54,58 @@ func (s *Server) refuseKey(w http.ResponseWriter, store string, err error) {
 	s.writeErr(w, err)
 }
 
-func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText string) {
-	store := r.PathValue("store")
-	v := r.URL.Query()
+// keyLookup is a key lookup as its request asks it.
+type keyLookup struct {
+	store   string
+	c       StoreCodec
+	keyText string
+	key     []byte
+	p       params
+	o       queryOptions
+	part    int32
+}
+
+// parseKeyLookup reads a key lookup of store from its request: the
+// store's codec, the parameters, the key and its partition.
+func (s *Server) parseKeyLookup(r *http.Request, store, keyText string) (keyLookup, error) {
 	c, ok := s.codecs[store]
 	if !ok {
-		s.refuseKey(w, store, fmt.Errorf("%w: %q is not served over HTTP", ErrUnknownStore, store))
-		return
+		return keyLookup{}, fmt.Errorf("%w: %q is not served over HTTP", ErrUnknownStore, store)
 	}
-	p, err := parseParams(v, true, 0)
+	p, err := parseParams(r.URL.Query(), true, 0)
 	if err != nil {
-		s.refuseKey(w, store, err)
-		return
+		return keyLookup{}, err
 	}
 	kb, err := c.EncodeKey(keyText)
 	if err != nil {
-		s.refuseKey(w, store, invalidf("malformed key %q for store %q: %v", keyText, store, err))
-		return
+		return keyLookup{}, invalidf("malformed key %q for store %q: %v", keyText, store, err)
 	}
-	o := buildOptions(p.options())
-	if err := s.q.checkKeyQuery(store, &o); err != nil {
+	kl := keyLookup{store: store, c: c, keyText: keyText, key: kb, p: p, o: buildOptions(p.options()), part: p.partition}
+	if err := s.q.checkKeyQuery(store, &kl.o); err != nil {
+		return keyLookup{}, err
+	}
+	if !p.hasPartition {
+		if kl.part, err = s.b.KeyPartition(store, kb); err != nil {
+			return keyLookup{}, err
+		}
+	}
+	return kl, nil
+}
+
+func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText string) {
+	store := r.PathValue("store")
+	kl, err := s.parseKeyLookup(r, store, keyText)
+	if err != nil {
 		s.refuseKey(w, store, err)
 		return
 	}
-	part := p.partition
-	if !p.hasPartition {
-		if part, err = s.b.KeyPartition(store, kb); err != nil {
-			s.refuseKey(w, store, err)
-			return
-		}
+	rep, info, localErr := s.q.replica(store, kl.part, &kl.o)
+	local, now := s.localFirst(kl.part, kl.p, info, localErr)
+	if now {
+		s.answerKeyLocally(w, kl, rep, info, nil)
+		return
 	}
-	ctx := r.Context()
-	rep, info, localErr := s.q.replica(store, part, &o)
-	var local *Provenance
-	if localErr == nil {
-		lp := provenanceOf(s.b.Self(), part, info)
-		local = &lp
-		if !p.route || lp.Role == RoleGlobal || (p.prefer == PreferFreshest && lp.caughtUp()) {
-			s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, o.at(), nil)
-			return
-		}
-	}
-	if !p.route || !reroutable(localErr) || s.isGlobal(store) {
+	if !kl.p.route || !reroutable(localErr) || s.isGlobal(store) {
 		s.refuseKey(w, store, localErr)
 		return
 	}
@@ -105,46 +115,32 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request, keyText strin
 		return
 	}
 	defer release()
-	type keyAnswer struct {
-		status int
-		body   []byte
-	}
-	ch, rep, info, err := routeRechecked(ctx, s, store, part, p, &o, local, localErr, keyPath(store, keyText, p.forwardQuery()), func(st int, body []byte) (keyAnswer, Provenance, error) {
-		if st == http.StatusOK || st == http.StatusNotFound {
-			var k wireKey
-			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
-				return keyAnswer{st, body}, k.ServedBy.provenance(k.Partition), nil
-			}
-		}
-		return keyAnswer{}, Provenance{}, decodeErrorAnswer(st, body)
-	})
-	if err != nil {
+	ch, rep, info, err := routeRechecked(r.Context(), s, store, kl.part, kl.p, &kl.o, local, localErr, keyPath(store, keyText, kl.p.forwardQuery()),
+		decodeForwarded(func(k wireKey) (*wireServedBy, int32) { return k.ServedBy, k.Partition }))
+	switch {
+	case err != nil:
 		s.refuseKey(w, store, err)
-		return
+	case ch.local:
+		s.answerKeyLocally(w, kl, rep, info, ch.tried)
+	default:
+		s.observe(w, KeyQuery{Store: store, ServedBy: ch.prov, Found: ch.val.status == http.StatusOK, Forwarded: true})
+		ch.val.write(w)
 	}
-	if ch.local {
-		s.answerKeyLocally(w, c, keyText, rep, info, part, kb, p.bound, o.at(), ch.tried)
-		return
-	}
-	s.observe(w, KeyQuery{Store: store, ServedBy: ch.prov, Found: ch.val.status == http.StatusOK, Forwarded: true})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ch.val.status)
-	w.Write(ch.val.body)
 }
 
 // answerKeyLocally reads a key from the local replica. tried, the
 // attempts of a router that fell back on it, make up the refusal if the
 // replica moved away meanwhile.
-func (s *Server) answerKeyLocally(w http.ResponseWriter, c StoreCodec, keyText string, rep Replica, info ReplicaInfo, part int32, kb []byte, bound Staleness, at int64, tried []Attempt) {
-	res, err := s.q.getFrom(rep, info, bound, c.Name, part, kb, at)
+func (s *Server) answerKeyLocally(w http.ResponseWriter, kl keyLookup, rep Replica, info ReplicaInfo, tried []Attempt) {
+	res, err := s.q.getFrom(rep, info, kl.o.bound, kl.store, kl.part, kl.key, kl.o.at())
 	if err != nil {
 		if tried != nil {
-			err = &UnavailableError{Store: c.Name, Partition: part, Bound: bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
+			err = &UnavailableError{Store: kl.store, Partition: kl.part, Bound: kl.o.bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
 		}
-		s.refuseKey(w, c.Name, err)
+		s.refuseKey(w, kl.store, err)
 		return
 	}
-	s.writeKey(w, c, keyText, res)
+	s.writeKey(w, kl.c, kl.keyText, res)
 }
 
 func (s *Server) writeKey(w http.ResponseWriter, c StoreCodec, keyText string, res Result[[]byte]) {

@@ -9,6 +9,50 @@ import (
 	"time"
 )
 
+// localFirst reads what the local replica of a key-like query's partition
+// (a key lookup, a key's windows or sessions) said about itself: its
+// provenance when it may answer within the bound, a fallback for routing,
+// and whether it answers at once: when the query is not routed, when it is
+// a global store's, or, preferring the freshest, when nothing is fresher.
+func (s *Server) localFirst(part int32, p params, info ReplicaInfo, localErr error) (local *Provenance, now bool) {
+	if localErr != nil {
+		return nil, false
+	}
+	lp := provenanceOf(s.b.Self(), part, info)
+	return &lp, !p.route || lp.Role == RoleGlobal || (p.prefer == PreferFreshest && lp.caughtUp())
+}
+
+// forwarded is another instance's answer to a key-like query, passed on
+// as it came.
+type forwarded struct {
+	status int
+	body   []byte
+}
+
+// decodeForwarded reads another instance's answer to a key-like query,
+// whose wire form W carries who served it (servedBy): a 200 or 404 that
+// names its replica is kept as it came, anything else is the refusal it
+// carries.
+func decodeForwarded[W any](servedBy func(W) (*wireServedBy, int32)) decodeFn[forwarded] {
+	return func(st int, body []byte) (forwarded, Provenance, error) {
+		if st == http.StatusOK || st == http.StatusNotFound {
+			var a W
+			if json.Unmarshal(body, &a) == nil {
+				if sb, part := servedBy(a); sb != nil {
+					return forwarded{st, body}, sb.provenance(part), nil
+				}
+			}
+		}
+		return forwarded{}, Provenance{}, decodeErrorAnswer(st, body)
+	}
+}
+
+func (f forwarded) write(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(f.status)
+	w.Write(f.body)
+}
+
 // routed is what routeFor settled on, with the attempts that failed on the
 // way (they explain a later failure of the local replica).
 type routed[T any] struct {

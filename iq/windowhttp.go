@@ -165,69 +165,83 @@ func (s *Server) registerWindows() {
 	})
 }
 
+// keyWindowsLookup is a key's windows (or sessions) as its request asks
+// them.
+type keyWindowsLookup struct {
+	store   string
+	c       StoreCodec
+	l       StoreLayout
+	keyText string
+	p       params
+	o       queryOptions
+	wq      windowQuery
+	part    int32
+}
+
+// parseKeyWindows reads a lookup of a key's windows (kind KindWindow) or
+// sessions in store from its request: the parameters, the store's
+// layout, the time range, the key and its partition.
+func (s *Server) parseKeyWindows(r *http.Request, c StoreCodec, store, keyText string, kind StoreKind) (keyWindowsLookup, error) {
+	v := r.URL.Query()
+	p, err := parseParams(v, true, s.cfg.MaxRangeEntries)
+	if err != nil {
+		return keyWindowsLookup{}, err
+	}
+	kw := keyWindowsLookup{store: store, c: c, keyText: keyText, p: p, wq: windowQuery{kind: kind}, part: p.partition}
+	if kw.l, err = s.q.requireKind(store, kind); err != nil {
+		return keyWindowsLookup{}, err
+	}
+	if kind == KindWindow {
+		if kw.wq.from, kw.wq.to, err = parseTimeRange(v); err != nil {
+			return keyWindowsLookup{}, err
+		}
+	}
+	if kw.wq.key, err = c.EncodeKey(keyText); err != nil {
+		return keyWindowsLookup{}, invalidf("malformed key %q for store %q: %v", keyText, store, err)
+	}
+	if !p.hasPartition {
+		if kw.part, err = s.b.KeyPartition(store, kw.wq.key); err != nil {
+			return keyWindowsLookup{}, err
+		}
+	}
+	kw.o = buildOptions(p.options())
+	return kw, nil
+}
+
+// forwardPath is the path and query of the lookup forwarded to another
+// instance.
+func (kw keyWindowsLookup) forwardPath() string {
+	q := kw.p.forwardQuery()
+	q.Set("limit", strconv.Itoa(kw.p.limit))
+	if kw.wq.kind == KindWindow {
+		q.Set("from", strconv.FormatInt(kw.wq.from, 10))
+		q.Set("to", strconv.FormatInt(kw.wq.to, 10))
+	}
+	return windowsPath(kw.store, kw.wq.kind, kw.keyText, q)
+}
+
 // handleKeyWindows answers a key's windows (or sessions), routed as a key
 // lookup is: the key decides the partition, and the freshest replica
 // within the bound answers.
 func (s *Server) handleKeyWindows(w http.ResponseWriter, r *http.Request, keyText string, kind StoreKind) {
 	store := r.PathValue("store")
-	v := r.URL.Query()
 	c, ok := s.codec(w, store)
 	if !ok {
 		return
 	}
-	p, err := parseParams(v, true, s.cfg.MaxRangeEntries)
+	kw, err := s.parseKeyWindows(r, c, store, keyText, kind)
 	if err != nil {
 		writeErr(w, err)
 		return
-	}
-	l, err := s.q.requireKind(store, kind)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	wq := windowQuery{kind: kind}
-	if kind == KindWindow {
-		if wq.from, wq.to, err = parseTimeRange(v); err != nil {
-			writeErr(w, err)
-			return
-		}
-	}
-	if wq.key, err = c.EncodeKey(keyText); err != nil {
-		writeErr(w, invalidf("malformed key %q for store %q: %v", keyText, store, err))
-		return
-	}
-	part := p.partition
-	if !p.hasPartition {
-		if part, err = s.b.KeyPartition(store, wq.key); err != nil {
-			writeErr(w, err)
-			return
-		}
 	}
 	ctx := r.Context()
-	o := buildOptions(p.options())
-	answerLocally := func(rep Replica, info ReplicaInfo, tried []Attempt) {
-		pw, err := s.q.readWindows(ctx, rep, info, o.bound, l, store, part, wq, p.limit)
-		if err == nil {
-			err = s.writeKeyWindows(w, c, keyText, part, pw)
-		}
-		if err != nil {
-			if tried != nil {
-				err = &UnavailableError{Store: store, Partition: part, Bound: p.bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
-			}
-			writeErr(w, err)
-		}
+	rep, info, localErr := s.q.replica(store, kw.part, &kw.o)
+	local, now := s.localFirst(kw.part, kw.p, info, localErr)
+	if now {
+		s.answerKeyWindowsLocally(ctx, w, kw, rep, info, nil)
+		return
 	}
-	rep, info, localErr := s.q.replica(store, part, &o)
-	var local *Provenance
-	if localErr == nil {
-		lp := provenanceOf(s.b.Self(), part, info)
-		local = &lp
-		if !p.route || (p.prefer == PreferFreshest && lp.caughtUp()) {
-			answerLocally(rep, info, nil)
-			return
-		}
-	}
-	if !p.route || !reroutable(localErr) {
+	if !kw.p.route || !reroutable(localErr) {
 		writeErr(w, localErr)
 		return
 	}
@@ -237,36 +251,32 @@ func (s *Server) handleKeyWindows(w http.ResponseWriter, r *http.Request, keyTex
 		return
 	}
 	defer release()
-	q := p.forwardQuery()
-	q.Set("limit", strconv.Itoa(p.limit))
-	if kind == KindWindow {
-		q.Set("from", strconv.FormatInt(wq.from, 10))
-		q.Set("to", strconv.FormatInt(wq.to, 10))
-	}
-	type answer struct {
-		status int
-		body   []byte
-	}
-	ch, rep, info, err := routeRechecked(ctx, s, store, part, p, &o, local, localErr, windowsPath(store, kind, keyText, q), func(st int, body []byte) (answer, Provenance, error) {
-		if st == http.StatusOK || st == http.StatusNotFound {
-			var k wireKeyWindows
-			if json.Unmarshal(body, &k) == nil && k.ServedBy != nil {
-				return answer{st, body}, k.ServedBy.provenance(k.Partition), nil
-			}
-		}
-		return answer{}, Provenance{}, decodeErrorAnswer(st, body)
-	})
-	if err != nil {
+	ch, rep, info, err := routeRechecked(ctx, s, store, kw.part, kw.p, &kw.o, local, localErr, kw.forwardPath(),
+		decodeForwarded(func(k wireKeyWindows) (*wireServedBy, int32) { return k.ServedBy, k.Partition }))
+	switch {
+	case err != nil:
 		writeErr(w, err)
-		return
+	case ch.local:
+		s.answerKeyWindowsLocally(ctx, w, kw, rep, info, ch.tried)
+	default:
+		ch.val.write(w)
 	}
-	if ch.local {
-		answerLocally(rep, info, ch.tried)
-		return
+}
+
+// answerKeyWindowsLocally reads a key's windows from the local replica.
+// tried, the attempts of a router that fell back on it, make up the
+// refusal if the replica moved away meanwhile.
+func (s *Server) answerKeyWindowsLocally(ctx context.Context, w http.ResponseWriter, kw keyWindowsLookup, rep Replica, info ReplicaInfo, tried []Attempt) {
+	pw, err := s.q.readWindows(ctx, rep, info, kw.o.bound, kw.l, kw.store, kw.part, kw.wq, kw.p.limit)
+	if err == nil {
+		err = s.writeKeyWindows(w, kw.c, kw.keyText, kw.part, pw)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ch.val.status)
-	w.Write(ch.val.body)
+	if err != nil {
+		if tried != nil {
+			err = &UnavailableError{Store: kw.store, Partition: kw.part, Bound: kw.p.bound, Tried: append(tried, Attempt{Host: s.self(), Err: err})}
+		}
+		writeErr(w, err)
+	}
 }
 
 // writeKeyWindows writes a key's windows: 200, or 404 (with the same
