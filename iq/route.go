@@ -501,6 +501,52 @@ func routeBy[T any](ctx context.Context, r *router, prefer Preference, pl routeP
 	return ch, slices.DeleteFunc(tried, func(a Attempt) bool { return a.Host == "" }), ok
 }
 
+// partitionMoving reports whether every attempt failed because the
+// partition is moving: not hosted there, skipped or unreachable,
+// rebalancing, restoring to become its active, not yet confirmed since it
+// opened (unconfirmedSinceOpened), or the table named nobody at all. Under
+// the active bound the asking instance's own replica (self; "" for a
+// Client) refusing for staleness is left out too: a standby there never
+// passes that bound, so its refusal says nothing of whether the active is
+// moving, and must not end the wait for the active a graceful hand-over is
+// promoting.
+func partitionMoving(tried []Attempt, self string, bound Staleness) bool {
+	for _, a := range tried {
+		var se *StaleError
+		var te *transportError
+		switch {
+		case errors.Is(a.Err, ErrNotHostedHere), errors.Is(a.Err, errSuspect), errors.As(a.Err, &te), errors.Is(a.Err, ErrRebalancing),
+			unconfirmedSinceOpened(a.Err):
+		case bound.AllowsNonActive():
+			return false
+		case errors.As(a.Err, &se) && se.Role == RoleRestoring:
+		case errors.Is(a.Err, ErrTooStale) && self != "" && a.Host == self:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// unconfirmedSinceOpened reports whether err is a replica's refusal of a
+// lag or age bound only because the broker has not confirmed its
+// changelog's end since the replica opened: a standby or restoring active
+// just assigned, or reopened after a restart. Its refusal is honest but
+// says nothing of the partition's other replicas, and the table that named
+// only it may be the instance's own share of a new balance, which an
+// instance routes on until it has read the group's table, moments later.
+// So it does not end a router's wait: the other replicas are asked before
+// a refusal. A replica whose confirmations stopped (cut off from the
+// broker) or that is rebuilding refuses for good.
+func unconfirmedSinceOpened(err error) bool {
+	var se *StaleError
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Bound.AllowsNonActive() && !se.Rebuilding && se.LagConfirmedAgo < 0 &&
+		se.Role != RoleActive && se.Role != RoleUnconfirmed
+}
+
 // keyPath is the path and query of a key lookup. The key travels as a
 // query parameter: as a path segment, keys such as ".." or "a/b" would be
 // cleaned or split on the way.
