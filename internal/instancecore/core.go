@@ -154,8 +154,23 @@ func (c *Core) Step(e Event) ([]Action, error) {
 	return c.out, nil
 }
 
+// Refusal is the error of a refused event; it matches ErrRefused.
+type Refusal struct {
+	Event Event
+	Why   string
+	// Closing is set when the instance was closing: the threads' last
+	// events may race the close, so the driver expects such refusals
+	// rather than treating them as bugs.
+	Closing bool
+}
+
+func (r *Refusal) Error() string { return fmt.Sprintf("%s: %s: %s", ErrRefused, r.Event, r.Why) }
+
+// Is makes a Refusal match ErrRefused.
+func (r *Refusal) Is(target error) bool { return target == ErrRefused }
+
 func (c *Core) refuse(e Event, why string) error {
-	return fmt.Errorf("%w: %s: %s", ErrRefused, e, why)
+	return &Refusal{Event: e, Why: why, Closing: c.mode == ModeClosing}
 }
 
 // owned reports whether thread th owns an idle active replica r in one of
