@@ -423,6 +423,24 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
+	errs = append(errs, c.validateConnection()...)
+	errs = append(errs, c.validateProcessing()...)
+	errs = append(errs, c.validateHandlers()...)
+	errs = append(errs, c.validateTopics()...)
+	errs = append(errs, c.validateState()...)
+	if err := c.validateClientOptions(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("runtime: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// validateConnection checks who the instance is and where it connects:
+// the application ID, the brokers and the endpoint.
+func (c Config) validateConnection() []error {
+	var errs []error
 	if c.ApplicationID == "" {
 		errs = append(errs, errors.New("ApplicationID is required"))
 	} else if !appIDPattern.MatchString(c.ApplicationID) {
@@ -441,6 +459,13 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("Endpoint %q is not host:port", c.Endpoint))
 		}
 	}
+	return errs
+}
+
+// validateProcessing checks the threads, commits, caches, polls, idling
+// and the group's timeouts.
+func (c Config) validateProcessing() []error {
+	var errs []error
 	if c.NumStreamThreads < 1 {
 		errs = append(errs, fmt.Errorf("NumStreamThreads must be at least 1, got %d", c.NumStreamThreads))
 	}
@@ -475,6 +500,13 @@ func (c Config) Validate() error {
 	if c.TransactionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("TransactionTimeout must be positive, got %s", c.TransactionTimeout))
 	}
+	return errs
+}
+
+// validateHandlers checks the error handlers and the dead-letter topic
+// they write to.
+func (c Config) validateHandlers() []error {
+	var errs []error
 	switch c.DeserializationErrors {
 	case DeserializationFail, DeserializationLogAndSkip:
 	default:
@@ -493,6 +525,13 @@ func (c Config) Validate() error {
 	if c.DeadLetterTopic != "" && c.ProcessingErrors == ProcessingFail && c.DeserializationErrors == DeserializationFail {
 		errs = append(errs, fmt.Errorf("DeadLetterTopic %q is set but no handler skips records (set ProcessingErrors to ProcessingLogAndContinue or DeserializationErrors to DeserializationLogAndSkip)", c.DeadLetterTopic))
 	}
+	return errs
+}
+
+// validateTopics checks how internal topics are created, purged and
+// written.
+func (c Config) validateTopics() []error {
+	var errs []error
 	if c.ReplicationFactor < -1 || c.ReplicationFactor == 0 {
 		errs = append(errs, fmt.Errorf("ReplicationFactor must be -1 or positive, got %d", c.ReplicationFactor))
 	}
@@ -505,6 +544,13 @@ func (c Config) Validate() error {
 	if c.Compression < CompressionNone || c.Compression > CompressionZstd {
 		errs = append(errs, fmt.Errorf("unknown Compression %d", int(c.Compression)))
 	}
+	return errs
+}
+
+// validateState checks the settings of standbys, the store layout and
+// the assignor.
+func (c Config) validateState() []error {
+	var errs []error
 	if c.NumStandbys < 0 {
 		errs = append(errs, fmt.Errorf("NumStandbys must not be negative, got %d", c.NumStandbys))
 	}
@@ -520,13 +566,7 @@ func (c Config) Validate() error {
 	if err := c.assignorConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.validateClientOptions(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("runtime: invalid config: %w", errors.Join(errs...))
-	}
-	return nil
+	return errs
 }
 
 // assignorConfig is the part of the configuration the assignor uses.
