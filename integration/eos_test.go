@@ -178,7 +178,7 @@ func TestExactlyOnceStandbysNeverHoldAbortedData(t *testing.T) {
 	var victims []string
 	perPartition := make(map[int32]int)
 	for _, word := range words {
-		p, err := a.KeyPartition(countsStore, []byte(word))
+		p, err := a.Queries().KeyPartition(countsStore, []byte(word))
 		require.NoError(t, err)
 		if perPartition[p] < 5 || word == neverCommitted {
 			perPartition[p]++
@@ -204,7 +204,7 @@ func TestExactlyOnceStandbysNeverHoldAbortedData(t *testing.T) {
 		require.NoError(t, intruder.BeginTransaction())
 		recs := make([]*kgo.Record, 0, len(victims))
 		for _, word := range victims {
-			p, err := a.KeyPartition(countsStore, []byte(word))
+			p, err := a.Queries().KeyPartition(countsStore, []byte(word))
 			require.NoError(t, err)
 			v, err := serde.Int64.Encode(absurdCount)
 			require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/internal/groupproto"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/task"
@@ -147,11 +148,10 @@ type App struct {
 	// recreated; Stats.StoreResets includes them.
 	recreatedResets atomic.Int64
 
-	closeOnce   sync.Once
-	releaseOnce sync.Once
-	done        chan struct{}
-	errMu       sync.Mutex
-	err         error
+	closeOnce sync.Once
+	done      chan struct{}
+	errMu     sync.Mutex
+	err       error
 }
 
 // New checks the configuration and the topology and returns an App that is
@@ -221,12 +221,8 @@ func (a *App) Start(ctx context.Context) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			a.closing.Store(true)
 			a.setErr(err)
-			a.setState(StatePendingError, StateRebalancing)
-			a.releaseResources()
-			a.setState(StateFailed)
-			a.closeOnce.Do(func() { close(a.done) })
+			a.shutdown(context.Background(), instancecore.ShutdownFailedStart)
 		}
 	}()
 	if err := a.prepare(ctx); err != nil {
@@ -354,33 +350,12 @@ func (a *App) checkCluster(ctx context.Context) error {
 // once and after a fatal error; a Close called while Start runs waits for
 // Start to return.
 func (a *App) Close(ctx context.Context) error {
-	a.closeAskedOnce.Do(func() { close(a.closeAsked) })
-	a.startMu.Lock()
-	threads := a.threads
-	a.startMu.Unlock()
-	if !a.closing.CompareAndSwap(false, true) {
-		<-a.done
+	won, err := a.shutdown(ctx, instancecore.ShutdownClose)
+	if !won {
 		return a.closeErr()
 	}
-	a.setState(StatePendingShutdown, StateCreated, StateRebalancing, StateRunning)
-	var errs []error
-	for _, th := range threads {
-		th.stop()
-	}
-	for _, th := range threads {
-		if err := th.wait(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if a.cfg.StaticMembership && len(threads) > 0 {
-		if err := a.leaveStatic(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	a.releaseResources()
-	a.stopped()
 	a.log.Info("closed")
-	return errors.Join(errs...)
+	return err
 }
 
 // stopped ends a shutdown: PendingShutdown becomes NotRunning and
@@ -425,48 +400,6 @@ func (a *App) closeErr() error {
 		return a.Err()
 	}
 	return nil
-}
-
-// releaseResources closes what the App holds, once, whichever of Close,
-// Kill or a failed Start gets there first.
-func (a *App) releaseResources() { a.releaseOnce.Do(a.release) }
-
-func (a *App) release() {
-	if a.stopWatch != nil {
-		// Before the threads and the registry it rewires are closed.
-		a.stopWatch()
-		<-a.watchDone
-	}
-	a.probeMu.Lock()
-	if a.probe != nil {
-		a.probe.Stop()
-	}
-	a.probeMu.Unlock()
-	if a.fresh != nil {
-		// Before the admin client it lists offsets with is closed.
-		a.fresh.close()
-	}
-	if a.registry != nil {
-		a.registry.close()
-	}
-	a.ahead.close()
-	if a.global != nil {
-		a.global.close()
-	}
-	// Before the admin client it deletes records with is closed.
-	a.purge.close()
-	// Before the admin client it describes the group with is closed.
-	a.router.close()
-	if a.adminCl != nil {
-		a.adminCl.Close()
-		a.adminCl = nil
-	}
-	// After everything that holds a store: the threads, the registry,
-	// the stores opened ahead.
-	a.closeLayout()
-	if a.dir != nil {
-		a.dir.close()
-	}
 }
 
 // requestApplicationShutdown asks the group to shut every instance down

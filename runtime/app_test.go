@@ -13,10 +13,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/broker"
+	"github.com/eddystreams/eddy/internal/instancecore"
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/topology"
 )
+
+// releaseResources closes what prepare opened, as a failed Start does, for
+// tests that drive an App's parts without starting it.
+func (a *App) releaseResources() {
+	a.shutdown(context.Background(), instancecore.ShutdownFailedStart)
+}
 
 func countTopology(t testing.TB) *topology.Topology {
 	b := topology.NewBuilder()

@@ -354,7 +354,7 @@ func TestBlackholedActiveTurnsUnconfirmedAndStepsAside(t *testing.T) {
 	key := ""
 	for i := 0; key == ""; i++ {
 		k := fmt.Sprintf("k%d", i)
-		p, err := a.KeyPartition("counts", []byte(k))
+		p, err := a.Queries().KeyPartition("counts", []byte(k))
 		require.NoError(t, err)
 		if p == held.Partition {
 			key = k
@@ -546,7 +546,7 @@ func TestBlackholedStandbyAgesHonestlyAndStepsAside(t *testing.T) {
 	key := ""
 	for i := 0; key == ""; i++ {
 		k := fmt.Sprintf("k%d", i)
-		p, err := a.KeyPartition("counts", []byte(k))
+		p, err := a.Queries().KeyPartition("counts", []byte(k))
 		require.NoError(t, err)
 		if p == followed.Partition {
 			key = k

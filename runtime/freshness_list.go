@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -43,7 +44,35 @@ func (f *freshness) round(ctx context.Context) (moved bool) {
 	if err != nil {
 		return true
 	}
-	list := kmsg.NewPtrListOffsetsRequest()
+	list, moved := f.endsRequest(mresp)
+	if len(list.Topics) == 0 {
+		return moved
+	}
+	// Taken before the request: the ends listed were reached by then at
+	// the latest, so covering them covers the input present at this time.
+	at := time.Now()
+	shards := cl.RequestSharded(lctx, list)
+	// The commits are fetched after the ends: a commit that covers an end
+	// covers the input present at at.
+	commits, ok := f.fetchCommits(lctx)
+	if !ok {
+		return true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rounds++
+	if commits != nil {
+		f.noteCommits(commits)
+	}
+	return f.noteEnds(shards, at) || moved
+}
+
+// endsRequest asks for the ends of every partition of the source topics
+// the metadata describes. unknown is set when a topic is not described
+// (not created yet: a repartition topic at start-up), so that the listing
+// keeps its base pace.
+func (f *freshness) endsRequest(mresp *kmsg.MetadataResponse) (list *kmsg.ListOffsetsRequest, unknown bool) {
+	list = kmsg.NewPtrListOffsetsRequest()
 	list.ReplicaID = -1
 	if f.a.cfg.ProcessingGuarantee == ExactlyOnce {
 		// The last stable offset, which a read-committed consumer
@@ -52,9 +81,7 @@ func (f *freshness) round(ctx context.Context) (moved bool) {
 	}
 	for _, mt := range mresp.Topics {
 		if mt.Topic == nil || kerr.ErrorForCode(mt.ErrorCode) != nil {
-			// Not created yet (a repartition topic at start-up):
-			// keep looking at the listing's base pace.
-			moved = true
+			unknown = true
 			continue
 		}
 		t := kmsg.NewListOffsetsRequestTopic()
@@ -67,20 +94,17 @@ func (f *freshness) round(ctx context.Context) (moved bool) {
 		}
 		list.Topics = append(list.Topics, t)
 	}
-	if len(list.Topics) == 0 {
-		return moved
-	}
-	// Taken before the request: the ends listed were reached by then at
-	// the latest, so covering them covers the input present at this time.
-	at := time.Now()
-	shards := cl.RequestSharded(lctx, list)
-	// The commits are fetched after the ends: a commit that covers an end
-	// covers the input present at at.
+	return list, unknown
+}
+
+// fetchCommits fetches the group's committed offsets: nil when the group
+// never committed, ok false when the fetch failed.
+func (f *freshness) fetchCommits(ctx context.Context) (commits *kmsg.OffsetFetchResponse, ok bool) {
 	fetch := kmsg.NewPtrOffsetFetchRequest()
 	fetch.Group = f.a.cfg.ApplicationID
-	commits, err := fetch.RequestWith(lctx, cl)
+	commits, err := fetch.RequestWith(ctx, f.a.adminCl)
 	if err != nil {
-		return true
+		return nil, false
 	}
 	groupErr := kerr.ErrorForCode(commits.ErrorCode)
 	if groupErr == nil && len(commits.Groups) > 0 {
@@ -90,17 +114,17 @@ func (f *freshness) round(ctx context.Context) (moved bool) {
 	case errors.Is(groupErr, kerr.GroupIDNotFound):
 		// Some brokers answer so for a group that never committed;
 		// Kafka lists no offsets. Either way nothing was committed.
-		commits = nil
+		return nil, true
 	case groupErr != nil:
-		return true
+		return nil, false
 	}
+	return commits, true
+}
 
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rounds++
-	if commits != nil {
-		f.noteCommits(commits)
-	}
+// noteEnds records the ends listed at at against this round's commits,
+// and reports whether anything moved (see round). It is called with mu
+// held.
+func (f *freshness) noteEnds(shards []kgo.ResponseShard, at time.Time) (moved bool) {
 	for _, shard := range shards {
 		if shard.Err != nil {
 			moved = true

@@ -489,9 +489,9 @@ func (a *App) globalFollowedRecords() int64 {
 	return n
 }
 
-// GlobalStores describes this instance's global stores, as queries see
-// them (iq.RoleGlobal).
-func (a *App) GlobalStores() []iq.ReplicaInfo {
+// globalStores describes this instance's global stores, as queries see
+// them (iq.RoleGlobal) among the local replicas.
+func (a *App) globalStores() []iq.ReplicaInfo {
 	if a.global == nil {
 		return nil
 	}

@@ -135,7 +135,7 @@ func TestGlobalJoinRestoredBeforeProcessing(t *testing.T) {
 			require.Equal(t, []string{"o-late=c125:o-late|late"}, inner)
 			require.Equal(t, []string{"o-late=c125:o-late|late"}, left)
 			waitFor(t, 10*time.Second, "the global lag to be confirmed 0", func() bool {
-				for _, ri := range app.GlobalStores() {
+				for _, ri := range globalReplicas(app) {
 					if ri.Store == "customers" && ri.Lag == 0 {
 						return true
 					}
@@ -502,7 +502,7 @@ func TestCutOffGlobalStoreClaimsNoCatchUpAfterTheCut(t *testing.T) {
 		app.Close(context.Background())
 	})
 	customers := func() (iq.ReplicaInfo, bool) {
-		for _, ri := range app.GlobalStores() {
+		for _, ri := range globalReplicas(app) {
 			if ri.Store == "customers" {
 				return ri, true
 			}
@@ -525,4 +525,15 @@ func TestCutOffGlobalStoreClaimsNoCatchUpAfterTheCut(t *testing.T) {
 		require.GreaterOrEqual(t, ri.LagConfirmedAgo, since, "topic ends confirmed after the cut: %+v", ri)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// globalReplicas lists the global stores among the replicas queries see.
+func globalReplicas(app *App) []iq.ReplicaInfo {
+	var out []iq.ReplicaInfo
+	for _, ri := range app.Queries().LocalReplicas() {
+		if ri.Role == iq.RoleGlobal {
+			out = append(out, ri)
+		}
+	}
+	return out
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/eddystreams/eddy/internal/instancecore"
 )
 
 // errSevered is what dials fail with after Kill.
@@ -226,27 +228,9 @@ func (c *trackedConn) Close() error {
 // Kill moves the App through PendingShutdown to NotRunning, or, when a
 // fatal error was already stopping it, to Failed.
 func (a *App) Kill() {
-	a.net.sever()
-	a.killCancel()
-	// A Start in progress, cut off from the network, returns soon.
-	a.startMu.Lock()
-	threads := a.threads
-	a.startMu.Unlock()
-	for _, th := range threads {
-		th.killed.Store(true)
-		th.stop()
+	if won, _ := a.shutdown(context.Background(), instancecore.ShutdownKill); won {
+		a.log.Info("killed")
 	}
-	if !a.closing.CompareAndSwap(false, true) {
-		<-a.done
-		return
-	}
-	a.setState(StatePendingShutdown, StateCreated, StateRebalancing, StateRunning)
-	for _, th := range threads {
-		<-th.exited
-	}
-	a.releaseResources()
-	a.stopped()
-	a.log.Info("killed")
 }
 
 // connOpts are the options by which every client of the App reaches the

@@ -77,7 +77,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 func keyOn(t *testing.T, a *App, p int32) []byte {
 	for i := range handoverRecords {
 		k := fmt.Appendf(nil, "k%d", i)
-		if got, err := a.KeyPartition("counts", k); err == nil && got == p {
+		if got, err := a.Queries().KeyPartition("counts", k); err == nil && got == p {
 			return k
 		}
 	}

@@ -24,9 +24,10 @@ func (a *App) storeSubTopology(store string) (int, bool) {
 	return graph.Of(a.topo).StoreSubTopology(store)
 }
 
-// KeyPartition returns the partition of a store that holds a serialized key,
-// computed as Kafka's default partitioner places the key.
-func (a *App) KeyPartition(store string, key []byte) (int32, error) {
+// keyPartition returns the partition of a store that holds a serialized key,
+// computed as Kafka's default partitioner places the key (queries reach it
+// through Queries).
+func (a *App) keyPartition(store string, key []byte) (int32, error) {
 	if a.isGlobalStore(store) {
 		// Held whole: its one partition in queries.
 		return 0, nil
@@ -61,7 +62,7 @@ type queryBackend struct{ a *App }
 func (q queryBackend) Self() string { return q.a.cfg.Endpoint }
 
 func (q queryBackend) KeyPartition(store string, key []byte) (int32, error) {
-	return q.a.KeyPartition(store, key)
+	return q.a.keyPartition(store, key)
 }
 
 // running says whether queries can be served: from the moment Start has
@@ -193,7 +194,7 @@ func (q queryBackend) LocalReplicas() []iq.ReplicaInfo {
 	for _, ri := range q.a.Replicas() {
 		out = append(out, q.a.toIQ(ri))
 	}
-	return append(out, q.a.GlobalStores()...)
+	return append(out, q.a.globalStores()...)
 }
 
 // localReplica is one local store partition as the query layer reads it;

@@ -276,7 +276,7 @@ func (r *registry) revoked(idx, incarnation int) {
 
 // close closes every standby, warmup and parked replica once the I/O under
 // way is over, then stops following. Threads must have closed their
-// actives first. It is called once (App.release).
+// actives first. It is called once, by the App's shutdown (StepCloseRegistry).
 func (r *registry) close() {
 	r.mu.Lock()
 	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClose}, nil)

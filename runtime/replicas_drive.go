@@ -4,6 +4,7 @@ package runtime
 // actions carried out with mu released, outcomes stepped back.
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -27,7 +28,7 @@ func (r *registry) stepLocked(e instancecore.Event, own func(instancecore.Action
 	out, err := r.core.Step(e)
 	r.quiet.Broadcast()
 	if err != nil {
-		if r.core.Mode() == instancecore.ModeClosing {
+		if ref, ok := errors.AsType[*instancecore.Refusal](err); ok && ref.Closing {
 			r.log.Debug("registry closed; event ignored", "event", e.String())
 		} else {
 			r.log.Error("registry event refused", "err", err)

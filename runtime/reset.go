@@ -219,60 +219,90 @@ func Reset(ctx context.Context, topo *topology.Topology, cfg Config, opts ResetO
 		return nil, AuthFailure(err, cfg.Brokers, cfg.SASL)
 	}
 
-	inputs, intermediate := userSources(topo, app)
-	rep.IntermediateTopics = intermediate
-	if rep.InternalTopics, err = internalTopics(ctx, adm, topo, app); err != nil {
+	if err := planReset(ctx, adm, topo, app, opts.ToTime, dir, rep); err != nil {
 		return nil, err
-	}
-	if rep.Offsets, err = resetOffsets(ctx, adm, inputs, intermediate, opts.ToTime); err != nil {
-		return nil, err
-	}
-	if dir != nil {
-		rep.StateDir = dir.path
-		if rep.StateEntries, err = stateEntries(dir.path); err != nil {
-			return nil, err
-		}
 	}
 	if opts.DryRun {
 		return rep, nil
 	}
-
-	if err := awaitStableOffsets(ctx, adm, app, log); err != nil {
+	if err := applyReset(ctx, adm, app, dir, rep, log); err != nil {
 		return nil, err
 	}
-	commit := make(kadm.Offsets)
-	for t, ps := range rep.Offsets {
-		for p, o := range ps {
-			commit.Add(kadm.Offset{Topic: t, Partition: p, At: o, LeaderEpoch: -1})
+	return rep, nil
+}
+
+// planReset fills rep with what the reset does: the offsets it commits on
+// the input topics, the internal topics it deletes and the entries of the
+// state directory it empties (dir, if it is to be emptied).
+func planReset(ctx context.Context, adm *kadm.Client, topo *topology.Topology, app string, toTime time.Time, dir *stateDir, rep *ResetReport) error {
+	inputs, intermediate := userSources(topo, app)
+	rep.IntermediateTopics = intermediate
+	var err error
+	if rep.InternalTopics, err = internalTopics(ctx, adm, topo, app); err != nil {
+		return err
+	}
+	if rep.Offsets, err = resetOffsets(ctx, adm, inputs, intermediate, toTime); err != nil {
+		return err
+	}
+	if dir != nil {
+		rep.StateDir = dir.path
+		if rep.StateEntries, err = stateEntries(dir.path); err != nil {
+			return err
 		}
 	}
-	if len(commit) > 0 {
-		resp, err := adm.CommitOffsets(ctx, app, commit)
-		if err == nil {
-			err = resp.Error()
-		}
-		if err != nil {
-			var busy *ActiveMembersError
-			if gerr := groupMembersError(ctx, adm, app); errors.As(gerr, &busy) {
-				return nil, busy // an instance started meanwhile
-			}
-			return nil, fmt.Errorf("runtime: commit the reset offsets of group %q: %w", app, err)
-		}
-		log.Info("input offsets reset", "topics", slices.Sorted(maps.Keys(rep.Offsets)))
+	return nil
+}
+
+// applyReset does what rep plans, once no transaction holds offsets of the
+// group: it commits the offsets, deletes the internal topics and empties
+// the state directory.
+func applyReset(ctx context.Context, adm *kadm.Client, app string, dir *stateDir, rep *ResetReport, log *slog.Logger) error {
+	if err := awaitStableOffsets(ctx, adm, app, log); err != nil {
+		return err
+	}
+	if err := commitResetOffsets(ctx, adm, app, rep.Offsets, log); err != nil {
+		return err
 	}
 	if err := deleteTopics(ctx, adm, rep.InternalTopics); err != nil {
-		return nil, err
+		return err
 	}
 	if len(rep.InternalTopics) > 0 {
 		log.Info("internal topics deleted", "topics", rep.InternalTopics)
 	}
 	if dir != nil {
 		if err := wipeStateDir(dir.path, rep.StateEntries); err != nil {
-			return nil, err
+			return err
 		}
 		log.Info("local state deleted", "dir", dir.path)
 	}
-	return rep, nil
+	return nil
+}
+
+// commitResetOffsets commits the group's offsets on the input topics,
+// refusing with an *ActiveMembersError if an instance joined meanwhile.
+func commitResetOffsets(ctx context.Context, adm *kadm.Client, app string, offsets map[string]map[int32]int64, log *slog.Logger) error {
+	commit := make(kadm.Offsets)
+	for t, ps := range offsets {
+		for p, o := range ps {
+			commit.Add(kadm.Offset{Topic: t, Partition: p, At: o, LeaderEpoch: -1})
+		}
+	}
+	if len(commit) == 0 {
+		return nil
+	}
+	resp, err := adm.CommitOffsets(ctx, app, commit)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err == nil {
+		log.Info("input offsets reset", "topics", slices.Sorted(maps.Keys(offsets)))
+		return nil
+	}
+	var busy *ActiveMembersError
+	if gerr := groupMembersError(ctx, adm, app); errors.As(gerr, &busy) {
+		return busy // an instance started meanwhile
+	}
+	return fmt.Errorf("runtime: commit the reset offsets of group %q: %w", app, err)
 }
 
 // lockStateDir takes the application's state directory lock without

@@ -276,10 +276,6 @@ type topicPlan struct {
 	specs []changelog.TopicSpec
 }
 
-// planTopics reads the partition counts of the user's topics (creating
-// missing ones if Config.CreateMissingTopics allows), derives those of the
-// internal topics, checks co-partitioning, and creates or verifies the
-// internal topics.
 // coSourcePartitions returns the largest partition count of the user
 // topics that a sub-topology reading repartition topic rp also reads, or 0
 // when there are none.
@@ -298,9 +294,49 @@ func coSourcePartitions(subs []graph.SubTopology, rp graph.TopicRef, partitions 
 	return n
 }
 
+// planTopics reads the partition counts of the user's topics (creating
+// missing ones if Config.CreateMissingTopics allows), derives those of the
+// internal topics, checks co-partitioning, and creates or verifies the
+// internal topics.
 func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, cfg Config) (*topicPlan, error) {
-	app := cfg.ApplicationID
 	subs := graph.Of(topo).SubTopologies()
+	external := externalTopics(topo, subs, cfg)
+	plan := &topicPlan{
+		subPartitions: make([]int32, len(subs)),
+		partitions:    make(map[string]int32),
+		topicSub:      make(map[string]int),
+	}
+	missing, err := userTopics(ctx, adm, topo, cfg, external, plan.partitions)
+	if err != nil {
+		return nil, err
+	}
+	if missing, err = createMissingSources(ctx, adm, topo, cfg, missing, plan.partitions); err != nil {
+		return nil, err
+	}
+	reparts := graph.Of(topo).RepartitionTopics()
+	plan.deriveCounts(subs, reparts, cfg.ApplicationID)
+	if err := graph.Of(topo).CheckCoPartitioning(plan.partitions, cfg.ApplicationID); err != nil {
+		return nil, err
+	}
+	if err := plan.mapSources(subs, cfg.ApplicationID); err != nil {
+		return nil, err
+	}
+	if err := createMissingSinks(ctx, adm, topo, cfg, missing, plan.subPartitions, plan.partitions); err != nil {
+		return nil, err
+	}
+	plan.mapTasks(subs, cfg.ApplicationID)
+	specs := plan.internalSpecs(subs, reparts, cfg)
+	if err := changelog.EnsureTopics(ctx, adm, specs); err != nil {
+		return nil, fmt.Errorf("runtime: internal topics: %w", err)
+	}
+	plan.external, plan.specs = external, specs
+	return plan, nil
+}
+
+// externalTopics lists the user's topics the app reads or writes, sorted:
+// the sub-topologies' sources and sinks that are not internal, the global
+// tables' topics and the dead-letter topic.
+func externalTopics(topo *topology.Topology, subs []graph.SubTopology, cfg Config) []string {
 	var external []string
 	for _, st := range subs {
 		for _, r := range append(slices.Clone(st.Sources), st.Sinks...) {
@@ -316,26 +352,17 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		external = append(external, cfg.DeadLetterTopic)
 	}
 	slices.Sort(external)
-	external = slices.Compact(external)
-	plan := &topicPlan{
-		subPartitions: make([]int32, len(subs)),
-		partitions:    make(map[string]int32),
-		topicSub:      make(map[string]int),
-	}
-	missing, err := userTopics(ctx, adm, topo, cfg, external, plan.partitions)
-	if err != nil {
-		return nil, err
-	}
-	if missing, err = createMissingSources(ctx, adm, topo, cfg, missing, plan.partitions); err != nil {
-		return nil, err
-	}
-	// Derive counts: a sub-topology has the count of its sources; a
-	// repartition topic without an explicit count has the count of the
-	// user topics read beside it (a re-keyed stream joined with a table
-	// must be co-partitioned with the table), else its writer's count.
-	// Repartition chains may run through several sub-topologies, so iterate
-	// until nothing changes.
-	reparts := graph.Of(topo).RepartitionTopics()
+	return slices.Compact(external)
+}
+
+// deriveCounts gives every repartition topic and sub-topology its
+// partition count: a sub-topology has the count of its sources; a
+// repartition topic without an explicit count has the count of the user
+// topics read beside it (a re-keyed stream joined with a table must be
+// co-partitioned with the table), else its writer's count. Repartition
+// chains may run through several sub-topologies, so it iterates until
+// nothing changes.
+func (plan *topicPlan) deriveCounts(subs []graph.SubTopology, reparts []graph.Repartition, app string) {
 	for range len(subs) + 1 {
 		for _, rp := range reparts {
 			name := rp.Topic.FullName(app)
@@ -358,12 +385,14 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 			}
 		}
 	}
-	if err := graph.Of(topo).CheckCoPartitioning(plan.partitions, app); err != nil {
-		return nil, err
-	}
+}
+
+// mapSources records which sub-topology reads each source topic, and
+// fails for a sub-topology whose count could not be derived.
+func (plan *topicPlan) mapSources(subs []graph.SubTopology, app string) error {
 	for i, st := range subs {
 		if plan.subPartitions[i] == 0 {
-			return nil, fmt.Errorf("runtime: cannot derive the partition count of sub-topology %d", st.ID)
+			return fmt.Errorf("runtime: cannot derive the partition count of sub-topology %d", st.ID)
 		}
 		plan.subSources = append(plan.subSources, len(st.Sources))
 		for _, r := range st.Sources {
@@ -373,9 +402,12 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 		}
 	}
 	slices.Sort(plan.sources)
-	if err := createMissingSinks(ctx, adm, topo, cfg, missing, plan.subPartitions, plan.partitions); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// mapTasks records every task's source topics and every stateful
+// sub-topology's changelogs.
+func (plan *topicPlan) mapTasks(subs []graph.SubTopology, app string) {
 	plan.taskTopics = make(map[task.ID][]string)
 	plan.changelogs = make(map[int][]string)
 	for i, st := range subs {
@@ -395,6 +427,13 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 			}
 		}
 	}
+}
+
+// internalSpecs describes the internal topics, repartition topics then
+// changelogs, and records the repartition topics and the changelogs'
+// counts in the plan.
+func (plan *topicPlan) internalSpecs(subs []graph.SubTopology, reparts []graph.Repartition, cfg Config) []changelog.TopicSpec {
+	app := cfg.ApplicationID
 	var specs []changelog.TopicSpec
 	for _, rp := range reparts {
 		name := rp.Topic.FullName(app)
@@ -408,23 +447,24 @@ func planTopics(ctx context.Context, adm *kadm.Client, topo *topology.Topology, 
 			}
 			name := changelog.TopicName(app, s.Name)
 			plan.partitions[name] = plan.subPartitions[i]
-			spec := changelog.TopicSpec{Name: name, Partitions: plan.subPartitions[i], Compacted: true, ReplicationFactor: cfg.ReplicationFactor}
-			if s.Windowed() {
-				// Expired windows leave the store without tombstones;
-				// only the log's retention removes them from the topic.
-				spec.Configs = changelog.WindowedTopicConfigs(time.Duration(s.Retention)*time.Millisecond, cfg.WindowedChangelogRetentionMargin)
-			}
-			if s.Kind == graph.Versioned {
-				// Its records are versions: compaction must leave those
-				// within the history retention.
-				spec.Configs = changelog.VersionedTopicConfigs(s.Retention)
-			}
-			specs = append(specs, spec)
+			specs = append(specs, changelogSpec(s, name, plan.subPartitions[i], cfg))
 		}
 	}
-	if err := changelog.EnsureTopics(ctx, adm, specs); err != nil {
-		return nil, fmt.Errorf("runtime: internal topics: %w", err)
+	return specs
+}
+
+// changelogSpec describes the changelog of a logged store.
+func changelogSpec(s graph.StoreInfo, name string, partitions int32, cfg Config) changelog.TopicSpec {
+	spec := changelog.TopicSpec{Name: name, Partitions: partitions, Compacted: true, ReplicationFactor: cfg.ReplicationFactor}
+	if s.Windowed() {
+		// Expired windows leave the store without tombstones; only the
+		// log's retention removes them from the topic.
+		spec.Configs = changelog.WindowedTopicConfigs(time.Duration(s.Retention)*time.Millisecond, cfg.WindowedChangelogRetentionMargin)
 	}
-	plan.external, plan.specs = external, specs
-	return plan, nil
+	if s.Kind == graph.Versioned {
+		// Its records are versions: compaction must leave those within
+		// the history retention.
+		spec.Configs = changelog.VersionedTopicConfigs(s.Retention)
+	}
+	return spec
 }

@@ -157,7 +157,7 @@ func BenchmarkWatchLatency(b *testing.B) {
 		apps = append(apps, app)
 	}
 	key := []byte("hot")
-	p, err := apps[0].KeyPartition("counts", key)
+	p, err := apps[0].Queries().KeyPartition("counts", key)
 	require.NoError(b, err)
 	cl.ProduceSync(context.Background(), &kgo.Record{Key: key, Value: []byte("v")})
 	roles := map[iq.Role]*App{}

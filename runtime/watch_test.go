@@ -117,7 +117,7 @@ func TestWatchActiveDeliversCommittedSequence(t *testing.T) {
 		require.Equal(t, iq.RoleActive, u.Provenance.Role)
 		require.Equal(t, []byte("k3"), u.Key)
 	}
-	p, err := app.KeyPartition("counts", []byte("k3"))
+	p, err := app.Queries().KeyPartition("counts", []byte("k3"))
 	require.NoError(t, err)
 	logged := committedChanges(t, c.b.Addrs(), changelog.TopicName("eos", "counts"), p, "k3", 3, got[len(got)-1].Position)
 	requireSequence(t, got, logged)
@@ -145,7 +145,7 @@ func TestWatchFromNowWithCurrentValue(t *testing.T) {
 
 	c.produce(t, 300, want)
 	got := watchUntil(t, w, want["k1"])
-	p, err := app.KeyPartition("counts", []byte("k1"))
+	p, err := app.Queries().KeyPartition("counts", []byte("k1"))
 	require.NoError(t, err)
 	requireSequence(t, got, committedChanges(t, c.b.Addrs(), changelog.TopicName("eos", "counts"), p, "k1", start, got[len(got)-1].Position))
 }
@@ -169,7 +169,7 @@ func TestWatchStandbyDeliversAppliedChanges(t *testing.T) {
 	apps := []*App{start(), start()}
 	c.produce(t, 100, want)
 	key := []byte("k7")
-	p, err := apps[0].KeyPartition("counts", key)
+	p, err := apps[0].Queries().KeyPartition("counts", key)
 	require.NoError(t, err)
 	var standby *App
 	waitFor(t, 60*time.Second, "a caught-up standby of the key's partition", func() bool {
@@ -212,7 +212,7 @@ func TestWatchSlowWatcher(t *testing.T) {
 	c.produce(t, 10, want)
 	waitCounts(t, app, want)
 	key := []byte("k2")
-	p, err := app.KeyPartition("counts", key)
+	p, err := app.Queries().KeyPartition("counts", key)
 	require.NoError(t, err)
 	q := iq.NewQuerier(app.Queries())
 

@@ -185,7 +185,7 @@ func TestWatchRoutedAndClient(t *testing.T) {
 	var other node
 	waitFor(t, 60*time.Second, "each instance running one active", func() bool {
 		for i, n := range nodes {
-			p, err := n.app.KeyPartition("counts", key)
+			p, err := n.app.Queries().KeyPartition("counts", key)
 			if err != nil {
 				return false
 			}

@@ -136,7 +136,7 @@ func TestWatchRangeLocalReadBackAndLive(t *testing.T) {
 // reachedIn is reached for the keys of one partition.
 func reachedIn(app *App, p int32, last, want map[string]int64) bool {
 	for k, n := range want {
-		kp, _ := app.KeyPartition("counts", []byte(k))
+		kp, _ := app.Queries().KeyPartition("counts", []byte(k))
 		if kp == p && inRange(k) && last[k] != n {
 			return false
 		}

@@ -156,7 +156,7 @@ func TestWatchWindowsOfAKey(t *testing.T) {
 		require.NoError(t, err)
 		got = append(got, windowChange{u.Position, u.Window.Start, n})
 	}
-	p, err := app.KeyPartition("wcounts", []byte("a"))
+	p, err := app.Queries().KeyPartition("wcounts", []byte("a"))
 	require.NoError(t, err)
 	require.Equal(t, committedWindowChanges(t, b.Addrs(), p, 1000, -1, got[len(got)-1].pos), got)
 	var counts []int64

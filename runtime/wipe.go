@@ -130,6 +130,45 @@ func (a *App) rewireAll(ctx context.Context, known map[string]kadm.TopicID, chan
 	a.log.Warn("topics this application uses were deleted or recreated (a broker that lost its data?): pausing, recreating the internal topics and rebuilding the state from their new changelogs",
 		"topics", changed)
 	a.rewires.Add(1)
+	resume, err := a.pauseThreads(ctx)
+	defer resume()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.awaitUserTopics(ctx); err != nil {
+		return nil, err
+	}
+	// Internal topics: created again if missing. Which changelogs are new
+	// is decided after, by ID: a missing changelog another instance
+	// recreated meanwhile is new all the same.
+	if err := changelog.EnsureTopics(ctx, a.admin, a.plan.specs); err != nil {
+		return nil, fmt.Errorf("runtime: recreating internal topics: %w", err)
+	}
+	ids, err := a.topicIDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: describing topics after recreating them: %w", err)
+	}
+	recreated := make(map[string]bool)
+	for name, id := range known {
+		if ids[name] != id {
+			recreated[name] = true
+		}
+	}
+	all := slices.Sorted(maps.Keys(a.plan.partitions))
+	a.adminCl.PurgeTopicsFromClient(all...)
+	if err := a.registry.rewire(recreated); err != nil {
+		return nil, err
+	}
+	if err := a.recordChangelogIDs(ids); err != nil {
+		return nil, err
+	}
+	a.log.Info("topics back; threads rejoin the group with new clients", "recreated", slices.Sorted(maps.Keys(recreated)))
+	return ids, nil
+}
+
+// pauseThreads asks every thread to pause for a rewire and waits until
+// each has; resume lets them all go on, whether or not they paused.
+func (a *App) pauseThreads(ctx context.Context) (resume func(), err error) {
 	req := &rewire{paused: make(chan struct{}), resume: make(chan struct{})}
 	var paused []chan struct{}
 	for _, th := range a.threads {
@@ -137,29 +176,25 @@ func (a *App) rewireAll(ctx context.Context, known map[string]kadm.TopicID, chan
 		th.rewireReq.Store(r)
 		paused = append(paused, r.paused)
 	}
-	defer close(req.resume)
+	resume = func() { close(req.resume) }
 	for _, p := range paused {
 		select {
 		case <-p:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return resume, ctx.Err()
 		}
 	}
+	return resume, nil
+}
 
+// awaitUserTopics waits until every user topic the App reads or writes
+// exists again (creating them if Config.CreateMissingTopics allows) with
+// the partition count the App started with.
+func (a *App) awaitUserTopics(ctx context.Context) error {
 	external := a.plan.external
 	var lastLog time.Time
-	var ids map[string]kadm.TopicID
 	for {
-		var err error
-		ids, err = a.topicIDs(ctx)
-		var missing []string
-		if err == nil {
-			for _, name := range external {
-				if _, ok := ids[name]; !ok {
-					missing = append(missing, name)
-				}
-			}
-		}
+		missing, err := a.missingUserTopics(ctx)
 		if err == nil && len(missing) == 0 {
 			break
 		}
@@ -180,43 +215,33 @@ func (a *App) rewireAll(ctx context.Context, known map[string]kadm.TopicID, chan
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-t.C:
 		}
 	}
 	for _, name := range external {
 		if want := a.plan.partitions[name]; want > 0 {
 			if err := a.checkPartitionCount(ctx, name, want); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	// Internal topics: created again if missing. Which changelogs are new
-	// is decided after, by ID: a missing changelog another instance
-	// recreated meanwhile is new all the same.
-	if err := changelog.EnsureTopics(ctx, a.admin, a.plan.specs); err != nil {
-		return nil, fmt.Errorf("runtime: recreating internal topics: %w", err)
+	return nil
+}
+
+// missingUserTopics lists the user topics the broker does not describe.
+func (a *App) missingUserTopics(ctx context.Context) ([]string, error) {
+	ids, err := a.topicIDs(ctx)
+	if err != nil {
+		return nil, err
 	}
-	var err error
-	if ids, err = a.topicIDs(ctx); err != nil {
-		return nil, fmt.Errorf("runtime: describing topics after recreating them: %w", err)
-	}
-	recreated := make(map[string]bool)
-	for name, id := range known {
-		if ids[name] != id {
-			recreated[name] = true
+	var missing []string
+	for _, name := range a.plan.external {
+		if _, ok := ids[name]; !ok {
+			missing = append(missing, name)
 		}
 	}
-	all := slices.Sorted(maps.Keys(a.plan.partitions))
-	a.adminCl.PurgeTopicsFromClient(all...)
-	if err := a.registry.rewire(recreated); err != nil {
-		return nil, err
-	}
-	if err := a.recordChangelogIDs(ids); err != nil {
-		return nil, err
-	}
-	a.log.Info("topics back; threads rejoin the group with new clients", "recreated", slices.Sorted(maps.Keys(recreated)))
-	return ids, nil
+	return missing, nil
 }
 
 // checkPartitionCount requires a user topic to have the partition count

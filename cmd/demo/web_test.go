@@ -173,7 +173,7 @@ func minuteCounts(ctx context.Context, t *testing.T, brokers []string, n int) ma
 // which instance to ask from this.
 func (c *testCluster) activeOf(t *testing.T, word string) int {
 	for i, in := range c.ins {
-		part, err := in.app.KeyPartition(countsStore, []byte(word))
+		part, err := in.app.Queries().KeyPartition(countsStore, []byte(word))
 		require.NoError(t, err)
 		for _, r := range in.app.Queries().LocalReplicas() {
 			if r.Store == countsStore && r.Partition == part && r.Role.String() == "active" {

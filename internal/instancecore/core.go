@@ -154,8 +154,23 @@ func (c *Core) Step(e Event) ([]Action, error) {
 	return c.out, nil
 }
 
+// Refusal is the error of a refused event; it matches ErrRefused.
+type Refusal struct {
+	Event Event
+	Why   string
+	// Closing is set when the instance was closing: the threads' last
+	// events may race the close, so the driver expects such refusals
+	// rather than treating them as bugs.
+	Closing bool
+}
+
+func (r *Refusal) Error() string { return fmt.Sprintf("%s: %s: %s", ErrRefused, r.Event, r.Why) }
+
+// Is makes a Refusal match ErrRefused.
+func (r *Refusal) Is(target error) bool { return target == ErrRefused }
+
 func (c *Core) refuse(e Event, why string) error {
-	return fmt.Errorf("%w: %s: %s", ErrRefused, e, why)
+	return &Refusal{Event: e, Why: why, Closing: c.mode == ModeClosing}
 }
 
 // owned reports whether thread th owns an idle active replica r in one of
@@ -247,7 +262,26 @@ func (c *Core) move(id task.ID, r *Replica, to task.State) {
 // apply applies an event the core takes, and reports whether it was a
 // thread's share (after which the stores opened ahead are let go).
 func (c *Core) apply(e Event) (shared bool) {
-	id, r := e.Task, c.reps[e.Task]
+	switch e.Kind {
+	case EvShare, EvReceived, EvRevoked, EvClaim, EvThreadExit, EvAhead, EvThreadFailed:
+		return c.applyThread(e)
+	case EvStarted, EvClaimFailed, EvRestored, EvRelease, EvCloseActive:
+		c.applyActive(e)
+	case EvAheadClosed, EvOpened, EvClosed, EvTick, EvWipe, EvDeleted:
+		c.applyStores(e)
+	case EvPause:
+		c.mode = ModePaused
+	case EvResume:
+		c.mode = ModeOpen
+	case EvClose:
+		c.mode = ModeClosing
+	}
+	return false
+}
+
+// applyThread applies what a thread reports of the group and of itself,
+// and reports whether it was a share (see apply).
+func (c *Core) applyThread(e Event) (shared bool) {
 	switch e.Kind {
 	case EvShare:
 		c.shares[e.Thread] = e.Share
@@ -257,12 +291,6 @@ func (c *Core) apply(e Event) (shared bool) {
 		return true
 	case EvReceived:
 		c.received[e.Thread] = named(e.Share)
-	case EvAheadClosed:
-		if _, open := c.reps[id]; !open && !c.OnDisk(id) && c.mode != ModeClosing {
-			// Opened ahead for an assignment that moved on before the
-			// task started.
-			c.leave(id)
-		}
 	case EvRevoked:
 		delete(c.current, e.Thread)
 		c.want = nil
@@ -270,10 +298,24 @@ func (c *Core) apply(e Event) (shared bool) {
 		if e.Incarnation != c.incarnation[e.Thread] {
 			// Its predecessor's exit has not landed: the task may still
 			// be the predecessor's.
-			c.emit(Action{Kind: ActHeld, Task: id, Thread: e.Thread})
+			c.emit(Action{Kind: ActHeld, Task: e.Task, Thread: e.Thread})
 			break
 		}
-		c.claim(e.Thread, id, r)
+		c.claim(e.Thread, e.Task, c.reps[e.Task])
+	case EvThreadExit:
+		return c.exit(e.Thread, e.Replaced)
+	case EvAhead:
+		c.ahead(e.Thread, e.Stores)
+	case EvThreadFailed:
+		c.threadFailed(e)
+	}
+	return false
+}
+
+// applyActive applies what a thread reports of an active it claimed.
+func (c *Core) applyActive(e Event) {
+	id, r := e.Task, c.reps[e.Task]
+	switch e.Kind {
 	case EvStarted:
 		if r.State == task.Created {
 			c.move(id, r, task.Restoring)
@@ -290,16 +332,30 @@ func (c *Core) apply(e Event) (shared bool) {
 			c.move(id, r, task.Parked)
 			r.Owner = -1
 			c.emit(Action{Kind: ActPark, Task: id, Thread: e.Thread})
-			return false
+			return
 		}
 		c.closeActive(e.Thread, id, r, false)
 	case EvCloseActive:
 		c.closeActive(e.Thread, id, r, e.Committed)
+	}
+}
+
+// applyStores applies the outcomes of the stores' I/O and the clock's
+// ticks.
+func (c *Core) applyStores(e Event) {
+	id, r := e.Task, c.reps[e.Task]
+	switch e.Kind {
+	case EvAheadClosed:
+		if _, open := c.reps[id]; !open && !c.OnDisk(id) && c.mode != ModeClosing {
+			// Opened ahead for an assignment that moved on before the
+			// task started.
+			c.leave(id)
+		}
 	case EvOpened:
 		if e.OK {
 			c.move(id, r, r.As)
 			r.Work = Idle
-			return false
+			return
 		}
 		c.move(id, r, task.Closed)
 		delete(c.reps, id)
@@ -319,20 +375,7 @@ func (c *Core) apply(e Event) (shared bool) {
 			// Kept, to be tried again at the next tick.
 			c.onDisk[id] = c.now
 		}
-	case EvThreadExit:
-		return c.exit(e.Thread, e.Replaced)
-	case EvAhead:
-		c.ahead(e.Thread, e.Stores)
-	case EvThreadFailed:
-		c.threadFailed(e)
-	case EvPause:
-		c.mode = ModePaused
-	case EvResume:
-		c.mode = ModeOpen
-	case EvClose:
-		c.mode = ModeClosing
 	}
-	return false
 }
 
 // delete deletes a task's directory if it is open nowhere.

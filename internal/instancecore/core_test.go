@@ -383,6 +383,25 @@ func TestRefused(t *testing.T) {
 	}
 }
 
+// A refusal says whether the instance was closing, so that the driver
+// can tell an event that raced the close from a bug.
+func TestRefusalSaysWhetherClosing(t *testing.T) {
+	c := running(t)
+	_, err := c.Step(restored(t0))
+	ref, ok := errors.AsType[*Refusal](err)
+	if !ok || ref.Closing {
+		t.Fatalf("refused while open: %v, want a Refusal not closing", err)
+	}
+	if _, err := c.Step(Event{Kind: EvClose}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Step(Event{Kind: EvClaim, Thread: 1, Task: t1})
+	ref, ok = errors.AsType[*Refusal](err)
+	if !ok || !ref.Closing || !errors.Is(err, ErrRefused) {
+		t.Fatalf("refused while closing: %v, want a Refusal that is closing", err)
+	}
+}
+
 // Stores are opened ahead of their claims only for tasks the instance
 // holds no state of, and never window stores; nothing is opened ahead
 // while paused or closing.

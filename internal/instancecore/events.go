@@ -23,6 +23,10 @@
 // the actions a step returns, without holding the core's lock across the
 // stores' I/O, and reports each outcome as an event. A replica whose I/O
 // is in flight is busy: no decision touches it until its outcome arrives.
+//
+// Beside the core, Shutdown decides the order in which the instance stops
+// (a clean close, a kill or a failed start), one step at a time, each
+// carried out and reported by the driver.
 package instancecore
 
 import (

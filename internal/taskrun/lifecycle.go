@@ -18,8 +18,9 @@ type Lifecycle struct {
 	observe Observer
 }
 
-// NewLifecycle starts a replica's lifecycle, Created: every replica
-// begins with stores opened (or about to be) and no role.
+// NewLifecycle starts an active task's lifecycle, Created: its thread has
+// taken the replica's stores (or is about to open them) and it has no role
+// yet.
 func NewLifecycle(id task.ID, observe Observer) Lifecycle {
 	return Lifecycle{id: id, state: task.Created, observe: observe}
 }

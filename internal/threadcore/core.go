@@ -217,9 +217,6 @@ var accepts = func() [numModes][numEventKinds]bool {
 
 const numModes = int(Exited) + 1
 
-// Accepts reports whether the core takes an event of kind k in mode m.
-func Accepts(m Mode, k EventKind) bool { return accepts[m][k] }
-
 // Step applies an event and returns the actions it calls for, in the order
 // they must run. When an action has an outcome (Claim, Process, Commit,
 // AbortTxn, Reconnect), it ends its batch unless it is a Claim, and the
