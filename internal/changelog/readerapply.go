@@ -29,11 +29,6 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	var batches []*batch
 	byTP := make(map[TopicPartition]*batch)
 
-	type lost struct {
-		st         *partState
-		err        error
-		start, end int64
-	}
 	var losses []lost
 	r.mu.Lock()
 	var reseek []*partState
@@ -107,6 +102,24 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	// A lost partition's batches were dropped above, so its reset need
 	// not wait for the others' writes; it goes first, as nothing else
 	// writes while it runs.
+	done = append(done, r.resetLost(losses)...)
+	r.startRound(batches)
+	return done
+}
+
+// lost is a partition whose changelog moved away under its position while
+// it was fetched: err is the fetch's, start and end the log's (-1 if
+// unknown).
+type lost struct {
+	st         *partState
+	err        error
+	start, end int64
+}
+
+// resetLost resets the stores of losses, stopped already, and has each
+// listed again to be read from the start of its log.
+func (r *Reader) resetLost(losses []lost) []Completed {
+	var done []Completed
 	for _, l := range losses {
 		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end)
 		if failed != nil {
@@ -123,7 +136,6 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 			r.mu.Unlock()
 		}
 	}
-	r.startRound(batches)
 	return done
 }
 
@@ -146,38 +158,11 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 		}
 		// Only this partition's writes change pos, one at a time, and
 		// this goroutine makes them: no lock needed to read it.
-		pos := st.pos
-		last := int64(-1)
-		n := min(len(recs), r.cfg.MaxBatchRecords)
-		entries := make([]statestore.Entry, 0, n)
-		offsets := make([]int64, 0, n)
-		var applied []*kgo.Record
-		if r.cfg.Applied != nil {
-			applied = make([]*kgo.Record, 0, n)
-		}
-		taken := 0
-		for _, rec := range recs {
-			if taken == r.cfg.MaxBatchRecords {
-				break
-			}
-			taken++
-			if rec.Offset < pos {
-				continue // already applied
-			}
-			last = rec.Offset
-			if rec.Attrs.IsControl() {
-				continue // a transaction marker: moves the position, holds no data
-			}
-			entries = append(entries, entryOf(rec))
-			offsets = append(offsets, rec.Offset)
-			if applied != nil {
-				applied = append(applied, rec)
-			}
-		}
-		recs = recs[taken:]
+		w := r.nextWrite(recs, st.pos)
+		recs = recs[w.taken:]
 		var werr error
-		if last >= 0 {
-			werr = r.writeWaitingForSpace(st, entries, last+1)
+		if w.last >= 0 {
+			werr = r.writeWaitingForSpace(st, w.entries, w.last+1)
 		}
 
 		r.mu.Lock()
@@ -187,15 +172,15 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 				return Completed{}, false
 			}
 			where := ""
-			if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(offsets) {
-				where = fmt.Sprintf(" (the record at offset %d cannot be stored)", offsets[ee.Index])
+			if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(w.offsets) {
+				where = fmt.Sprintf(" (the record at offset %d cannot be stored)", w.offsets[ee.Index])
 			}
 			return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
-				len(entries), st.tp.Topic, st.tp.Partition, where, werr)), true
+				len(w.entries), st.tp.Topic, st.tp.Partition, where, werr)), true
 		}
-		if last >= 0 {
-			st.pos = last + 1
-			st.restored += int64(len(entries))
+		if w.last >= 0 {
+			st.pos = w.last + 1
+			st.restored += int64(len(w.entries))
 		}
 		if r.parts[st.tp] != st {
 			r.mu.Unlock()
@@ -205,11 +190,11 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 			st.rebuilding = false
 			r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
 		}
-		if len(applied) > 0 {
+		if len(w.applied) > 0 {
 			// After the position is in and outside mu: a live query
 			// that missed these records sees a position past them.
 			r.mu.Unlock()
-			r.cfg.Applied(st.tp.Topic, st.tp.Partition, applied)
+			r.cfg.Applied(st.tp.Topic, st.tp.Partition, w.applied)
 			r.mu.Lock()
 			if r.parts[st.tp] != st {
 				r.mu.Unlock()
@@ -230,6 +215,56 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 		}
 		return Completed{}, false
 	}
+}
+
+// storeWrite is one store write of a batch.
+type storeWrite struct {
+	entries []statestore.Entry
+	// offsets are the entries' offsets, to name a record the store
+	// refuses.
+	offsets []int64
+	// applied are the entries' records for ReaderConfig.Applied; nil
+	// without it.
+	applied []*kgo.Record
+	// last is the offset of the last record taken at or past the
+	// position, -1 if there is none: the write moves the position past it.
+	last int64
+	// taken counts the records of the batch the write used up.
+	taken int
+}
+
+// nextWrite takes the next store write from recs, the rest of a batch: up
+// to MaxBatchRecords records, of which those below pos are already applied
+// and transaction markers move the position without holding data.
+func (r *Reader) nextWrite(recs []*kgo.Record, pos int64) storeWrite {
+	n := min(len(recs), r.cfg.MaxBatchRecords)
+	w := storeWrite{
+		entries: make([]statestore.Entry, 0, n),
+		offsets: make([]int64, 0, n),
+		last:    -1,
+	}
+	if r.cfg.Applied != nil {
+		w.applied = make([]*kgo.Record, 0, n)
+	}
+	for _, rec := range recs {
+		if w.taken == r.cfg.MaxBatchRecords {
+			break
+		}
+		w.taken++
+		if rec.Offset < pos {
+			continue // already applied
+		}
+		w.last = rec.Offset
+		if rec.Attrs.IsControl() {
+			continue // a transaction marker: moves the position, holds no data
+		}
+		w.entries = append(w.entries, entryOf(rec))
+		w.offsets = append(w.offsets, rec.Offset)
+		if w.applied != nil {
+			w.applied = append(w.applied, rec)
+		}
+	}
+	return w
 }
 
 // A store write refused for a full disk is retried after diskFullFirstWait,

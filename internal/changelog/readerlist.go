@@ -46,46 +46,19 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	// (a store may back several partitions, as a global store does).
 	done = r.waitRound()
 
-	// Only writes change pos, and none is under way: no lock needed to
-	// read it.
-	starts, startErr := r.listOffsets(ctx, tps, -2, false)
-	ends, endErr := r.listOffsets(ctx, tps, -1, r.cfg.ReadCommitted)
-	// Under read committed the end is the last stable offset, which an
-	// open transaction holds back, maybe below positions that are fine:
-	// whether a position is past the log is a question for the high
-	// watermark, and so is a restoration's end through open
-	// transactions.
-	var hwms map[TopicPartition]int64
-	var hwmErr error
-	if r.cfg.ReadCommitted {
-		var need []TopicPartition
-		for _, st := range pending {
-			if end, ok := ends[st.tp]; ok && st.fitPos() > end || r.throughOpen(st) {
-				need = append(need, st.tp)
-			}
-		}
-		if len(need) > 0 {
-			hwms, hwmErr = r.listOffsets(ctx, need, -1, false)
-		}
-	}
+	l := r.listPendingOffsets(ctx, pending, tps)
 
-	type unfit struct {
-		st         *partState
-		why        string
-		start, end int64
-		readTo     int64 // the end reading starts towards after the reset
-	}
 	var resets []unfit
 	r.mu.Lock()
 	for _, st := range pending {
 		if r.parts[st.tp] != st {
 			continue // unregistered meanwhile
 		}
-		start, sok := starts[st.tp]
-		end, eok := ends[st.tp]
+		start, sok := l.starts[st.tp]
+		end, eok := l.ends[st.tp]
 		hwm, hok := end, true
 		if r.cfg.ReadCommitted && eok && (st.fitPos() > end || r.throughOpen(st)) {
-			hwm, hok = hwms[st.tp]
+			hwm, hok = l.hwms[st.tp]
 		}
 		lso := end
 		if r.throughOpen(st) {
@@ -95,7 +68,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			st.retryAt = now.Add(r.cfg.RetryBackoff)
 			retry = true
 			r.log.Warn("changelog offset listing failed; will retry",
-				logAttrs(st, slog.Any("error", errors.Join(startErr, endErr, hwmErr)))...)
+				logAttrs(st, slog.Any("error", l.err))...)
 			continue
 		}
 		switch {
@@ -126,6 +99,62 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	}
 	r.mu.Unlock()
 
+	done = append(done, r.resetUnfit(resets, now)...)
+	return done, retry
+}
+
+// pendingListing is what listPending learns of the changelogs of the
+// partitions it lists. A partition missing from a map could not be listed;
+// err says why.
+type pendingListing struct {
+	starts, ends map[TopicPartition]int64
+	// hwms holds high watermarks under read committed, only of the
+	// partitions whose check needs one.
+	hwms map[TopicPartition]int64
+	err  error
+}
+
+// listPendingOffsets lists the start and end offsets of pending (whose
+// partitions are tps), and the high watermarks they need. The caller has
+// waited for the last round.
+func (r *Reader) listPendingOffsets(ctx context.Context, pending []*partState, tps []TopicPartition) pendingListing {
+	// Only writes change pos, and none is under way: no lock needed to
+	// read it.
+	starts, startErr := r.listOffsets(ctx, tps, -2, false)
+	ends, endErr := r.listOffsets(ctx, tps, -1, r.cfg.ReadCommitted)
+	// Under read committed the end is the last stable offset, which an
+	// open transaction holds back, maybe below positions that are fine:
+	// whether a position is past the log is a question for the high
+	// watermark, and so is a restoration's end through open
+	// transactions.
+	var hwms map[TopicPartition]int64
+	var hwmErr error
+	if r.cfg.ReadCommitted {
+		var need []TopicPartition
+		for _, st := range pending {
+			if end, ok := ends[st.tp]; ok && st.fitPos() > end || r.throughOpen(st) {
+				need = append(need, st.tp)
+			}
+		}
+		if len(need) > 0 {
+			hwms, hwmErr = r.listOffsets(ctx, need, -1, false)
+		}
+	}
+	return pendingListing{starts: starts, ends: ends, hwms: hwms, err: errors.Join(startErr, endErr, hwmErr)}
+}
+
+// unfit is a partition listPending found its store's position does not fit.
+type unfit struct {
+	st         *partState
+	why        string
+	start, end int64
+	readTo     int64 // the end reading starts towards after the reset
+}
+
+// resetUnfit resets the stores of resets and starts reading each from the
+// start of its changelog, as listed at listed.
+func (r *Reader) resetUnfit(resets []unfit, listed time.Time) []Completed {
+	var done []Completed
 	for _, u := range resets {
 		failed, ready := r.resetStore(u.st, u.why, u.start, u.end)
 		if failed != nil {
@@ -137,13 +166,13 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		r.mu.Lock()
 		if r.parts[u.st.tp] == u.st {
 			// The log did not change with the store: this listing holds.
-			if c, ok := r.startLocked(u.st, u.start, u.readTo, now); ok {
+			if c, ok := r.startLocked(u.st, u.start, u.readTo, listed); ok {
 				done = append(done, c)
 			}
 		}
 		r.mu.Unlock()
 	}
-	return done, retry
+	return done
 }
 
 // throughOpen reports whether st's restoration reads up to the high
