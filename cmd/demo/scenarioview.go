@@ -218,14 +218,14 @@ func (sc *scenario) summary(now time.Time, diffs []string, runErr error) {
 		processed += sl.totalProcessed()
 	}
 	t := d.queries.totals()
-	row := func(key, format string, args ...any) {
+	row := summaryRow(func(key, format string, args ...any) {
 		for i, l := range wrap(fmt.Sprintf(format, args...), summaryWidth-16) {
 			if i > 0 {
 				key = ""
 			}
 			fmt.Fprintf(w, "  %-13s %s\n", key, l)
 		}
-	}
+	})
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "summary")
 	row("run", "%.1fs: %s, exactly-once, %d lines/s", now.Sub(d.start).Seconds(), d.shape(), d.cfg.rate)
@@ -263,6 +263,18 @@ func (sc *scenario) summary(now time.Time, diffs []string, runErr error) {
 	} else {
 		row("monotonic", "%d answers were lower than an earlier answer for the same word", t.regressions)
 	}
+	sc.summaryRounds(row)
+	sc.summaryCounts(row, diffs, runErr)
+}
+
+// summaryRow prints one row of the summary, its text wrapped, the key
+// on its first line only.
+type summaryRow func(key, format string, args ...any)
+
+// summaryRounds prints a row for each kill: the failover, and the restart
+// with its catch-up.
+func (sc *scenario) summaryRounds(row summaryRow) {
+	d := sc.d
 	for i, r := range sc.rounds {
 		key := "failover"
 		if len(sc.rounds) > 1 {
@@ -294,6 +306,11 @@ func (sc *scenario) summary(now time.Time, diffs []string, runErr error) {
 	if len(sc.rounds) > 0 {
 		row("", "(failover time: from the kill until every partition the killed instance ran is running as active on a survivor, seen by polling the replicas every %s; the group's session timeout is %s)", pollInterval, demoSessionTimeout)
 	}
+}
+
+// summaryCounts prints the verdict of the count check: exact, or the
+// counts that differ, or why they were not checked.
+func (sc *scenario) summaryCounts(row summaryRow, diffs []string, runErr error) {
 	switch {
 	case sc.checkEnd.IsZero():
 		row("counts", "not checked: %v", runErr)
