@@ -91,13 +91,36 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 	if tb, ok := env.(graph.TableBuffering); ok {
 		g.buffered = tb.BufferTableUpdates()
 	}
+	if err := g.openStores(st); err != nil {
+		return nil, err
+	}
+	if err := g.instantiate(st); err != nil {
+		return nil, err
+	}
+	for _, in := range g.nodes {
+		if in.proc == nil {
+			continue
+		}
+		if err := in.proc.init(in); err != nil {
+			err = fmt.Errorf("topology: task %s: init %s: %w", env.TaskID(), in.node.label(), err)
+			return nil, errors.Join(err, g.Close())
+		}
+		g.inited = append(g.inited, in)
+	}
+	return g, nil
+}
+
+// openStores opens from the task's env the stores of st and the global
+// stores its nodes read.
+func (g *taskGraph) openStores(st *subTopology) error {
+	env := g.env
 	for _, s := range st.info.Stores {
 		rw, err := env.Store(s.Name)
 		if err != nil {
-			return nil, fmt.Errorf("topology: task %s: open store %q: %w", env.TaskID(), s.Name, err)
+			return fmt.Errorf("topology: task %s: open store %q: %w", env.TaskID(), s.Name, err)
 		}
 		if rw == nil {
-			return nil, fmt.Errorf("topology: task %s: store %q is nil", env.TaskID(), s.Name)
+			return fmt.Errorf("topology: task %s: store %q is nil", env.TaskID(), s.Name)
 		}
 		g.stores[s.Name] = rw
 		if s.Timestamped {
@@ -114,18 +137,24 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 			}
 			rw, err := env.Store(name)
 			if err != nil {
-				return nil, fmt.Errorf("topology: task %s: open global store %q: %w", env.TaskID(), name, err)
+				return fmt.Errorf("topology: task %s: open global store %q: %w", env.TaskID(), name, err)
 			}
 			g.stores[name] = rw
 		}
 	}
+	return nil
+}
+
+// instantiate makes the task's instance of every node of st, with a fresh
+// processor from each supplier, and links each to its children's.
+func (g *taskGraph) instantiate(st *subTopology) error {
 	byNode := make(map[*node]*nodeInstance, len(st.nodes))
 	for _, n := range st.nodes {
 		in := &nodeInstance{node: n, task: g, pos: int32(len(g.nodes) + 1)}
 		if n.kind == kindProcessor {
 			p, err := n.newProc()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			in.proc = p
 			in.fn, _ = p.(statelessProc)
@@ -145,17 +174,7 @@ func (t *runtimeView) NewTaskGraph(id int, env graph.TaskEnv) (graph.TaskGraph, 
 			in.children = append(in.children, byNode[c])
 		}
 	}
-	for _, in := range g.nodes {
-		if in.proc == nil {
-			continue
-		}
-		if err := in.proc.init(in); err != nil {
-			err = fmt.Errorf("topology: task %s: init %s: %w", env.TaskID(), in.node.label(), err)
-			return nil, errors.Join(err, g.Close())
-		}
-		g.inited = append(g.inited, in)
-	}
-	return g, nil
+	return nil
 }
 
 // recovered turns a panic recovered while the graph ran into an error
