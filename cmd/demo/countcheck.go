@@ -46,41 +46,7 @@ func (d *demo) checkCounts(ctx context.Context, want map[string]int64, wantMin m
 	})
 	diffs := make(map[string]string)
 	for {
-		var mu sync.Mutex
-		var next []string
-		work := make(chan string)
-		var wg sync.WaitGroup
-		for range checkWorkers {
-			wg.Go(func() {
-				for w := range work {
-					a, err := d.query(ctx, c, w)
-					var got map[int64]int64
-					if err == nil && a.count == want[w] {
-						got, err = d.queryMinutes(ctx, c, w, from)
-					}
-					mu.Lock()
-					switch {
-					case err != nil:
-						diffs[w] = fmt.Sprintf("%s: %s", w, shortRefusal(err))
-						next = append(next, w)
-					case a.count != want[w]:
-						diffs[w] = fmt.Sprintf("%s: counted %d, produced %d", w, a.count, want[w])
-						next = append(next, w)
-					case !maps.Equal(got, wantMin[w]):
-						diffs[w] = fmt.Sprintf("%s: counted per minute %s, produced %s", w, minuteList(got), minuteList(wantMin[w]))
-						next = append(next, w)
-					default:
-						delete(diffs, w)
-					}
-					mu.Unlock()
-				}
-			})
-		}
-		for _, w := range pending {
-			work <- w
-		}
-		close(work)
-		wg.Wait()
+		next := d.checkPass(ctx, c, pending, want, wantMin, from, diffs)
 		progress(len(want) - len(next))
 		if len(next) == 0 {
 			return nil
@@ -98,6 +64,49 @@ func (d *demo) checkCounts(ctx context.Context, want map[string]int64, wantMin m
 		slices.Sort(next)
 		pending = next
 	}
+}
+
+// checkPass queries each word of pending once, checkWorkers at a time, and
+// returns the words whose counts still differ from want or wantMin. diffs
+// says how each word differs: the pass records the differences it finds
+// and drops the words that now match.
+func (d *demo) checkPass(ctx context.Context, c *iq.Client, pending []string, want map[string]int64, wantMin map[string]map[int64]int64, from int64, diffs map[string]string) []string {
+	var mu sync.Mutex
+	var next []string
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range checkWorkers {
+		wg.Go(func() {
+			for w := range work {
+				a, err := d.query(ctx, c, w)
+				var got map[int64]int64
+				if err == nil && a.count == want[w] {
+					got, err = d.queryMinutes(ctx, c, w, from)
+				}
+				mu.Lock()
+				switch {
+				case err != nil:
+					diffs[w] = fmt.Sprintf("%s: %s", w, shortRefusal(err))
+					next = append(next, w)
+				case a.count != want[w]:
+					diffs[w] = fmt.Sprintf("%s: counted %d, produced %d", w, a.count, want[w])
+					next = append(next, w)
+				case !maps.Equal(got, wantMin[w]):
+					diffs[w] = fmt.Sprintf("%s: counted per minute %s, produced %s", w, minuteList(got), minuteList(wantMin[w]))
+					next = append(next, w)
+				default:
+					delete(diffs, w)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, w := range pending {
+		work <- w
+	}
+	close(work)
+	wg.Wait()
+	return next
 }
 
 // lookup reads a word's count from an instance's running active of the
