@@ -30,7 +30,7 @@ import (
 	"github.com/eddystreams/eddy/topology"
 )
 
-// Helpers of the query-layer tests (iq_test.go): instances serving the HTTP
+// Helpers of the query-layer tests (iq_*_test.go): instances serving the HTTP
 // query API, the replica layout they settle into, a gate that holds a
 // changelog partition's fetches so restoring and standby replicas can be
 // caught mid-way, and decoding of HTTP answers.
