@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Change is one committed write of a key, as its changelog record holds
@@ -190,7 +191,10 @@ type Watch struct {
 	// its context ends (wakeOn), which Close stops.
 	wakeMu   sync.Mutex
 	stopWake func() bool
-	closed   bool
+	// stopped is set by Close, so that a watch that receives (Receive)
+	// has its function called no more.
+	stopped atomic.Bool
+	closed  bool
 }
 
 // newWatch makes the watch of the keys its feed follows (see
@@ -527,7 +531,10 @@ func (w *Watch) end(err error) *WatchEndedError {
 // Close ends the watch and frees its subscription.
 func (w *Watch) Close() {
 	w.closeOnce.Do(func() {
+		w.stopped.Store(true)
 		w.hub.unsubscribe(&w.f)
+		// A watch that receives on a goroutine of its own waits there.
+		w.f.poke()
 		w.wakeMu.Lock()
 		defer w.wakeMu.Unlock()
 		w.closed = true

@@ -398,6 +398,9 @@ func (f *feed) init(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) {
 func (f *feed) failWith(err error) {
 	f.failed.CompareAndSwap(nil, &err)
 	f.poke()
+	if f.sub != nil {
+		f.sub.pokeReceivers()
+	}
 }
 
 // failure returns why the feed failed, nil while it has not.

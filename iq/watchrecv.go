@@ -1,0 +1,272 @@
+package iq
+
+// Receiving watches: a watch whose updates are handed to a function
+// rather than read with Next. A watch read with Next costs its reader a
+// goroutine of its own, woken at every commit that changes its key, and
+// that goroutine's stack, which every garbage collection scans: with
+// thousands of watches, those wakes and scans are most of what watching
+// costs an instance. The key watches of one key that receive share one
+// delivery goroutine instead, poked once per hub round however many they
+// are; a function that holds that goroutine too long is moved off it (see
+// ReceiveBudget), so that it delays the others once and briefly.
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// ReceiveBudget is how long a function a watch receives with
+// (Watch.Receive) may run before the watch is moved off the goroutine its
+// key's receiving watches share, to one of its own: the other watches of
+// the key then wait at most about twice this for the call that overran.
+const ReceiveBudget = 20 * time.Millisecond
+
+// Receive hands the watch's updates to fn, in the order and with the
+// guarantees Next has, instead of Next: fn is called with each update and
+// a nil error, or once with the error that ended the watch (a
+// *WatchEndedError), and then no more. fn returning false closes the
+// watch. Receive returns at once, and is called at most once, with no
+// Next before or after it; once Close has returned, fn is called no more,
+// save a call already under way.
+//
+// The receiving key watches of one key share one goroutine of the
+// instance's, which calls their functions one after the other, so a
+// function should return quickly: one that runs longer than
+// ReceiveBudget is moved, with its watch, to a goroutine of its own for
+// good. Different watches' functions may run at the same time, one
+// watch's never. A range or window watch receives on a goroutine of its
+// own.
+func (w *Watch) Receive(fn func(Update, error) bool) {
+	if w.f.sub == nil {
+		go w.receiveAlone(fn)
+		return
+	}
+	w.f.sub.receive(receiver{w, fn})
+}
+
+// receiver is a watch that receives, and the function it receives with.
+type receiver struct {
+	w  *Watch
+	fn func(Update, error) bool
+}
+
+// receive makes the sub's delivery goroutine deliver w's updates, starting
+// the goroutine if none runs.
+func (s *keySub) receive(w receiver) {
+	s.mu.Lock()
+	s.readers = without(s.readers, &w.w.f)
+	r := s.recv
+	start := r == nil
+	if start {
+		r = &receivers{sub: s, notify: make(chan struct{}, 1)}
+		s.recv = r
+	}
+	r.watches = append(slices.Clip(r.watches), w)
+	s.mu.Unlock()
+	if start {
+		go r.run(0)
+	}
+	// What reached w before it joined may have poked its feed alone.
+	r.poke()
+}
+
+// receivers is the delivery goroutine of the receiving watches of one key
+// (keySub.recv). A function overrunning ReceiveBudget is noticed by a
+// timer armed while a round runs (tick), which hands the round's other
+// watches to a new goroutine and leaves the overrunning one's to the
+// goroutine running it.
+type receivers struct {
+	sub    *keySub
+	notify chan struct{}
+	// watches are the watches delivered to; guarded by sub.mu, replaced
+	// rather than changed in place.
+	watches []receiver
+
+	mu sync.Mutex
+	// gen numbers the goroutine delivering now: a goroutine whose
+	// number it is no longer has had its watch moved off it.
+	gen uint64
+	// calling is the watch whose function runs, nil between calls;
+	// calls counts the calls begun; seen is calls at the timer's last
+	// look; busy is set while a round runs.
+	calling *Watch
+	calls   uint64
+	seen    uint64
+	busy    bool
+	timer   *time.Timer
+}
+
+func (r *receivers) poke() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// leave stops delivering to the watch of f. Called with sub.mu held.
+func (r *receivers) leave(f *feed) {
+	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(v receiver) bool { return &v.w.f == f })
+}
+
+// run delivers, at each poke, what each watch holds, as goroutine gen. It
+// returns when no watch is left, or goes on with the one watch moved to
+// it (tick).
+func (r *receivers) run(gen uint64) {
+	for range r.notify {
+		watches := r.round()
+		if watches == nil {
+			return
+		}
+		for _, w := range watches {
+			if r.deliver(w, gen) {
+				w.w.receiveAlone(w.fn)
+				return
+			}
+		}
+		r.mu.Lock()
+		r.busy = false
+		r.mu.Unlock()
+	}
+}
+
+// round starts a round, returning the watches to deliver to, or nil when
+// none is left and the goroutine is to end.
+func (r *receivers) round() []receiver {
+	s := r.sub
+	s.mu.Lock()
+	watches := r.watches
+	if len(watches) == 0 && s.recv == r {
+		s.recv = nil
+	}
+	s.mu.Unlock()
+	if len(watches) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	r.busy, r.seen = true, r.calls
+	if r.timer == nil {
+		r.timer = time.AfterFunc(ReceiveBudget, r.tick)
+	} else {
+		r.timer.Reset(ReceiveBudget)
+	}
+	r.mu.Unlock()
+	return watches
+}
+
+// deliver hands w's function what w holds now, as goroutine gen, and
+// reports whether w was moved to this goroutine, the others to another,
+// while its function ran.
+func (r *receivers) deliver(v receiver, gen uint64) (moved bool) {
+	w := v.w
+	// The goroutine was poked: anything appended since w's last take
+	// was followed by this poke.
+	w.waitFirst = false
+	for {
+		if w.stopped.Load() {
+			return false
+		}
+		// An end is handed over although the watch is closed by now:
+		// ending closed it.
+		u, ok, err := w.poll()
+		if !ok || (err == nil && w.stopped.Load()) {
+			return false
+		}
+		r.mu.Lock()
+		r.calling = w
+		r.calls++
+		r.mu.Unlock()
+		more := v.fn(u, err)
+		r.mu.Lock()
+		moved = r.gen != gen
+		if !moved {
+			r.calling = nil
+		}
+		r.mu.Unlock()
+		if err != nil {
+			return moved
+		}
+		if !more {
+			w.Close()
+			return moved
+		}
+		if moved {
+			return true
+		}
+	}
+}
+
+// tick looks at a running round every ReceiveBudget: a call that was under
+// way at the previous look too has overrun its budget, and its watch is
+// moved off the shared goroutine, which a new goroutine takes over.
+func (r *receivers) tick() {
+	s := r.sub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.busy {
+		return
+	}
+	if r.calling == nil || r.calls != r.seen {
+		r.seen = r.calls
+		r.timer.Reset(ReceiveBudget)
+		return
+	}
+	w := r.calling
+	r.gen++
+	r.calling, r.busy = nil, false
+	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(v receiver) bool { return v.w == w })
+	// From now on the hub pokes the moved watch's feed itself.
+	s.readers = append(slices.Clip(s.readers), &w.f)
+	go r.run(r.gen)
+	r.poke()
+}
+
+// receiveAlone delivers w's updates to fn on the calling
+// goroutine, waking at its feed's pokes, until the watch ends, is closed
+// or fn returns false.
+func (w *Watch) receiveAlone(fn func(Update, error) bool) {
+	// Taken again at once: pokes before the watch was read here may
+	// have gone elsewhere.
+	w.waitFirst = false
+	for {
+		if w.stopped.Load() {
+			return
+		}
+		u, ok, err := w.poll()
+		if err == nil && w.stopped.Load() {
+			return
+		}
+		if !ok {
+			<-w.f.notify
+			w.waitFirst = false
+			continue
+		}
+		if more := fn(u, err); err != nil || !more {
+			w.Close()
+			return
+		}
+	}
+}
+
+// poll returns the next update, as Next does but without waiting: ok is
+// false when the watch holds none until its feed's next poke. An error is
+// returned with ok set.
+func (w *Watch) poll() (u Update, ok bool, err error) {
+	for {
+		for int(w.liveNext) < len(w.live) {
+			u := w.live[w.liveNext]
+			w.liveNext++
+			if u.Position > w.last || u.Current {
+				return w.deliver(u), true, nil
+			}
+		}
+		if w.ended == nil && w.waitFirst {
+			return Update{}, false, nil
+		}
+		if err := w.refill(); err != nil {
+			return Update{}, true, err
+		}
+	}
+}
