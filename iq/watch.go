@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 )
 
 // Change is one committed write of a key, as its changelog record holds
@@ -191,10 +190,7 @@ type Watch struct {
 	// its context ends (wakeOn), which Close stops.
 	wakeMu   sync.Mutex
 	stopWake func() bool
-	// stopped is set by Close, so that a watch that receives (Receive)
-	// has its function called no more.
-	stopped atomic.Bool
-	closed  bool
+	closed   bool
 }
 
 // newWatch makes the watch of the keys its feed follows (see
@@ -531,7 +527,7 @@ func (w *Watch) end(err error) *WatchEndedError {
 // Close ends the watch and frees its subscription.
 func (w *Watch) Close() {
 	w.closeOnce.Do(func() {
-		w.stopped.Store(true)
+		w.f.stopped.Store(true)
 		w.hub.unsubscribe(&w.f)
 		// A watch that receives on a goroutine of its own waits there.
 		w.f.poke()

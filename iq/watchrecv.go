@@ -163,13 +163,13 @@ func (r *receivers) deliver(v receiver, gen uint64) (moved bool) {
 	// was followed by this poke.
 	w.waitFirst = false
 	for {
-		if w.stopped.Load() {
+		if w.f.stopped.Load() {
 			return false
 		}
 		// An end is handed over although the watch is closed by now:
 		// ending closed it.
 		u, ok, err := w.poll()
-		if !ok || (err == nil && w.stopped.Load()) {
+		if !ok || (err == nil && w.f.stopped.Load()) {
 			return false
 		}
 		r.mu.Lock()
@@ -231,11 +231,11 @@ func (w *Watch) receiveAlone(fn func(Update, error) bool) {
 	// have gone elsewhere.
 	w.waitFirst = false
 	for {
-		if w.stopped.Load() {
+		if w.f.stopped.Load() {
 			return
 		}
 		u, ok, err := w.poll()
-		if err == nil && w.stopped.Load() {
+		if err == nil && w.f.stopped.Load() {
 			return
 		}
 		if !ok {

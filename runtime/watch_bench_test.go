@@ -232,7 +232,8 @@ func BenchmarkWatchLatency(b *testing.B) {
 
 // BenchmarkWatchersThroughput counts records over 1,000 keys on one
 // instance, once with no watchers and once with 10,000 (ten per key, each
-// read on a goroutine of its own), and reports the throughput ratio (the
+// read with Next on a goroutine of its own, or, under "receive", each
+// receiving its updates in a function: iq.Watch.Receive), and reports the throughput ratio (the
 // mean of four alternating pairs, and the lowest and highest pair), by the
 // clock and per CPU second of the process, the CPU each update delivered
 // cost beyond the unwatched run's, and the memory each watcher takes (heap
@@ -241,6 +242,12 @@ func BenchmarkWatchLatency(b *testing.B) {
 // whose other load slows a run down, a run spans more commits and the
 // ratios fall, while the CPU per update holds.
 func BenchmarkWatchersThroughput(b *testing.B) {
+	for _, mode := range []string{"next", "receive"} {
+		b.Run(mode, func(b *testing.B) { watchersThroughput(b, mode == "receive") })
+	}
+}
+
+func watchersThroughput(b *testing.B, receive bool) {
 	// A run lasts seconds: its end is seen at a commit, so a run of a
 	// few commit intervals would be measured to within a large part of
 	// one.
@@ -298,6 +305,15 @@ func BenchmarkWatchersThroughput(b *testing.B) {
 				w, err := q.WatchBytes(ctx, "counts", []byte("key"+strconv.Itoa(i%keys)), iq.WatchOptions{From: iq.FromNow, Coalesce: true, Buffer: 16})
 				require.NoError(b, err)
 				ws = append(ws, w)
+				if receive {
+					w.Receive(func(_ iq.Update, err error) bool {
+						if err == nil {
+							delivered.Add(1)
+						}
+						return err == nil
+					})
+					continue
+				}
 				wg.Go(func() {
 					for {
 						if _, err := w.Next(ctx); err != nil {
