@@ -13,6 +13,7 @@ package iq
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -72,10 +73,10 @@ func (s *keySub) receive(w receiver) {
 }
 
 // receivers is the delivery goroutine of the receiving watches of one key
-// (keySub.recv). A function overrunning ReceiveBudget is noticed by a
-// timer armed while a round runs (tick), which hands the round's other
-// watches to a new goroutine and leaves the overrunning one's to the
-// goroutine running it.
+// (keySub.recv). A watch whose function holds a round up beyond
+// ReceiveBudget is noticed by a timer armed while the round runs (tick),
+// which hands the other watches to a new goroutine and leaves the slow one
+// to the goroutine running its function.
 type receivers struct {
 	sub    *keySub
 	notify chan struct{}
@@ -83,18 +84,18 @@ type receivers struct {
 	// rather than changed in place.
 	watches []receiver
 
-	mu sync.Mutex
 	// gen numbers the goroutine delivering now: a goroutine whose
-	// number it is no longer has had its watch moved off it.
-	gen uint64
-	// calling is the watch whose function runs, nil between calls;
-	// calls counts the calls begun; seen is calls at the timer's last
-	// look; busy is set while a round runs.
-	calling *Watch
-	calls   uint64
-	seen    uint64
-	busy    bool
-	timer   *time.Timer
+	// number it is no longer has had its watch moved off it. It changes
+	// under mu.
+	gen atomic.Uint64
+
+	mu sync.Mutex
+	// busy is set while a round runs; delivering is the watch it
+	// delivers to now, nil between watches; seen is the one it was at
+	// the timer's last look.
+	busy             bool
+	delivering, seen *Watch
+	timer            *time.Timer
 }
 
 func (r *receivers) poke() {
@@ -118,14 +119,14 @@ func (r *receivers) run(gen uint64) {
 		if watches == nil {
 			return
 		}
-		for _, w := range watches {
-			if r.deliver(w, gen) {
-				w.w.receiveAlone(w.fn)
+		for _, v := range watches {
+			if r.deliver(v, gen) {
+				v.w.receiveAlone(v.fn)
 				return
 			}
 		}
 		r.mu.Lock()
-		r.busy = false
+		r.busy, r.seen = false, nil
 		r.mu.Unlock()
 	}
 }
@@ -144,7 +145,7 @@ func (r *receivers) round() []receiver {
 		return nil
 	}
 	r.mu.Lock()
-	r.busy, r.seen = true, r.calls
+	r.busy = true
 	if r.timer == nil {
 		r.timer = time.AfterFunc(ReceiveBudget, r.tick)
 	} else {
@@ -154,51 +155,53 @@ func (r *receivers) round() []receiver {
 	return watches
 }
 
-// deliver hands w's function what w holds now, as goroutine gen, and
-// reports whether w was moved to this goroutine, the others to another,
-// while its function ran.
+// deliver hands v's function what its watch holds now, as goroutine gen,
+// and reports whether the watch was moved to this goroutine, the others
+// to another, while it was delivered to.
 func (r *receivers) deliver(v receiver, gen uint64) (moved bool) {
 	w := v.w
+	r.mu.Lock()
+	r.delivering = w
+	r.mu.Unlock()
 	// The goroutine was poked: anything appended since w's last take
 	// was followed by this poke.
 	w.waitFirst = false
 	for {
 		if w.f.stopped.Load() {
-			return false
+			break
 		}
 		// An end is handed over although the watch is closed by now:
 		// ending closed it.
 		u, ok, err := w.poll()
 		if !ok || (err == nil && w.f.stopped.Load()) {
-			return false
+			break
 		}
-		r.mu.Lock()
-		r.calling = w
-		r.calls++
-		r.mu.Unlock()
 		more := v.fn(u, err)
-		r.mu.Lock()
-		moved = r.gen != gen
-		if !moved {
-			r.calling = nil
-		}
-		r.mu.Unlock()
 		if err != nil {
-			return moved
+			break
 		}
 		if !more {
 			w.Close()
-			return moved
+			break
 		}
-		if moved {
+		if r.gen.Load() != gen {
 			return true
 		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen.Load() != gen {
+		return true
+	}
+	// Between watches, none can be moved off this goroutine.
+	r.delivering = nil
+	return false
 }
 
-// tick looks at a running round every ReceiveBudget: a call that was under
-// way at the previous look too has overrun its budget, and its watch is
-// moved off the shared goroutine, which a new goroutine takes over.
+// tick looks at a running round every ReceiveBudget: a watch that was
+// delivered to at the previous look too has held the round up beyond its
+// budget, in one call of its function or many, and is moved off the
+// shared goroutine, which a new goroutine takes over.
 func (r *receivers) tick() {
 	s := r.sub
 	s.mu.Lock()
@@ -208,18 +211,18 @@ func (r *receivers) tick() {
 	if !r.busy {
 		return
 	}
-	if r.calling == nil || r.calls != r.seen {
-		r.seen = r.calls
+	w := r.delivering
+	if w == nil || w != r.seen {
+		r.seen = w
 		r.timer.Reset(ReceiveBudget)
 		return
 	}
-	w := r.calling
-	r.gen++
-	r.calling, r.busy = nil, false
+	r.busy, r.delivering, r.seen = false, nil, nil
+	r.gen.Add(1)
 	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(v receiver) bool { return v.w == w })
 	// From now on the hub pokes the moved watch's feed itself.
 	s.readers = append(slices.Clip(s.readers), &w.f)
-	go r.run(r.gen)
+	go r.run(r.gen.Load())
 	r.poke()
 }
 

@@ -242,3 +242,32 @@ func TestWatchRangeReceives(t *testing.T) {
 	fb.hub.deliver([]published{{partKey{"s", 0}, []Change{{Key: []byte("b"), Position: 104}}}})
 	require.Equal(t, []int64{101, 102}, l.positions())
 }
+
+// A function whose calls each keep within ReceiveBudget but together hold
+// a round up beyond it has its watch moved off as well.
+func TestWatchReceiveManySlowCallsMovedOff(t *testing.T) {
+	q, fb := newWatchingQuerier()
+	ctx := context.Background()
+	var slow receiveLog
+	w, err := q.WatchBytes(ctx, "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	defer w.Close()
+	w.Receive(func(u Update, err error) bool {
+		time.Sleep(ReceiveBudget / 2) // a function slow at its work
+		return slow.fn(u, err)
+	})
+	var fast receiveLog
+	w2, err := q.WatchBytes(ctx, "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	defer w2.Close()
+	w2.Receive(fast.fn)
+	var batch []Change
+	for p := range int64(40) {
+		batch = append(batch, Change{Key: []byte("k"), Position: 100 + p})
+	}
+	fb.hub.deliver([]published{{partKey{"s", 0}, batch}})
+	within(t, "the other watch gets the changes before the slow one", func() bool { return len(fast.positions()) == 40 })
+	require.Less(t, len(slow.positions()), 40)
+	within(t, "the slow one gets them all", func() bool { return len(slow.positions()) == 40 })
+	require.Equal(t, fast.positions(), slow.positions())
+}
