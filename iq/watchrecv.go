@@ -17,10 +17,11 @@ import (
 	"time"
 )
 
-// ReceiveBudget is how long a function a watch receives with
-// (Watch.Receive) may run before the watch is moved off the goroutine its
-// key's receiving watches share, to one of its own: the other watches of
-// the key then wait at most about twice this for the call that overran.
+// ReceiveBudget is how long the function a watch receives with
+// (Watch.Receive) may hold up a round of the goroutine its key's receiving
+// watches share, in one call or several, before the watch is moved off it
+// to a goroutine of its own: the other watches of the key then wait at
+// most about twice this for it, once.
 const ReceiveBudget = 20 * time.Millisecond
 
 // Receive hands the watch's updates to fn, in the order and with the
@@ -32,12 +33,12 @@ const ReceiveBudget = 20 * time.Millisecond
 // save a call already under way.
 //
 // The receiving key watches of one key share one goroutine of the
-// instance's, which calls their functions one after the other, so a
-// function should return quickly: one that runs longer than
-// ReceiveBudget is moved, with its watch, to a goroutine of its own for
-// good. Different watches' functions may run at the same time, one
-// watch's never. A range or window watch receives on a goroutine of its
-// own.
+// instance's, which calls their functions one after the other at each
+// commit, so a function should return quickly: one that holds the others
+// up beyond ReceiveBudget is moved, with its watch, to a goroutine of its
+// own for good. Different watches' functions may run at the same time,
+// one watch's never. A range or window watch receives on a goroutine of
+// its own.
 func (w *Watch) Receive(fn func(Update, error) bool) {
 	if w.f.sub == nil {
 		go w.receiveAlone(fn)
@@ -56,6 +57,12 @@ type receiver struct {
 // the goroutine if none runs.
 func (s *keySub) receive(w receiver) {
 	s.mu.Lock()
+	// A watch closed already has left the sub, or leaves it once mu
+	// is free.
+	if w.w.f.stopped.Load() {
+		s.mu.Unlock()
+		return
+	}
 	s.readers = without(s.readers, &w.w.f)
 	r := s.recv
 	start := r == nil

@@ -271,3 +271,28 @@ func TestWatchReceiveManySlowCallsMovedOff(t *testing.T) {
 	within(t, "the slow one gets them all", func() bool { return len(slow.positions()) == 40 })
 	require.Equal(t, fast.positions(), slow.positions())
 }
+
+// A watch closed before it receives is delivered nothing: it does not
+// join its key's delivery goroutine.
+func TestWatchReceiveAfterClose(t *testing.T) {
+	q, fb := newWatchingQuerier()
+	ctx := context.Background()
+	reader, err := q.WatchBytes(ctx, "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	defer reader.Close()
+	w, err := q.WatchBytes(ctx, "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	w.Close()
+	w.Receive(func(Update, error) bool {
+		t.Error("a closed watch's function was called")
+		return true
+	})
+	s := fb.hub.parts[partKey{"s", 0}].keys["k"]
+	s.mu.Lock()
+	require.Nil(t, s.recv)
+	s.mu.Unlock()
+	fb.hub.deliver([]published{{partKey{"s", 0}, []Change{{Key: []byte("k"), Position: 100}}}})
+	u, err := reader.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), u.Position)
+}
