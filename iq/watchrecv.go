@@ -73,7 +73,7 @@ func (s *keySub) receive(w receiver) {
 	r.watches = append(slices.Clip(r.watches), w)
 	s.mu.Unlock()
 	if start {
-		go r.run(0)
+		go r.run()
 	}
 	// What reached w before it joined may have poked its feed alone.
 	r.poke()
@@ -91,18 +91,19 @@ type receivers struct {
 	// rather than changed in place.
 	watches []receiver
 
-	// gen numbers the goroutine delivering now: a goroutine whose
-	// number it is no longer has had its watch moved off it. It changes
-	// under mu.
-	gen atomic.Uint64
+	// delivering is the watch the round delivers to now, nil between
+	// watches. A move off (tick) swaps it from the watch to nil, which
+	// tells the goroutine delivering to it that the watch is all it has
+	// left: the goroutine swaps it back to nil itself after each watch,
+	// and looks at it after each call of the watch's function.
+	delivering atomic.Pointer[Watch]
 
 	mu sync.Mutex
-	// busy is set while a round runs; delivering is the watch it
-	// delivers to now, nil between watches; seen is the one it was at
+	// busy is set while a round runs; seen is the watch delivered to at
 	// the timer's last look.
-	busy             bool
-	delivering, seen *Watch
-	timer            *time.Timer
+	busy  bool
+	seen  *Watch
+	timer *time.Timer
 }
 
 func (r *receivers) poke() {
@@ -117,17 +118,16 @@ func (r *receivers) leave(f *feed) {
 	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(v receiver) bool { return &v.w.f == f })
 }
 
-// run delivers, at each poke, what each watch holds, as goroutine gen. It
-// returns when no watch is left, or goes on with the one watch moved to
-// it (tick).
-func (r *receivers) run(gen uint64) {
+// run delivers, at each poke, what each watch holds. It returns when no
+// watch is left, or goes on with the one watch moved to it (tick).
+func (r *receivers) run() {
 	for range r.notify {
 		watches := r.round()
 		if watches == nil {
 			return
 		}
 		for _, v := range watches {
-			if r.deliver(v, gen) {
+			if r.deliver(v) {
 				v.w.receiveAlone(v.fn)
 				return
 			}
@@ -162,14 +162,12 @@ func (r *receivers) round() []receiver {
 	return watches
 }
 
-// deliver hands v's function what its watch holds now, as goroutine gen,
-// and reports whether the watch was moved to this goroutine, the others
-// to another, while it was delivered to.
-func (r *receivers) deliver(v receiver, gen uint64) (moved bool) {
+// deliver hands v's function what its watch holds now, and reports
+// whether the watch was moved to this goroutine, the others to another,
+// while it was delivered to.
+func (r *receivers) deliver(v receiver) (moved bool) {
 	w := v.w
-	r.mu.Lock()
-	r.delivering = w
-	r.mu.Unlock()
+	r.delivering.Store(w)
 	// The goroutine was poked: anything appended since w's last take
 	// was followed by this poke.
 	w.waitFirst = false
@@ -191,18 +189,11 @@ func (r *receivers) deliver(v receiver, gen uint64) (moved bool) {
 			w.Close()
 			break
 		}
-		if r.gen.Load() != gen {
+		if r.delivering.Load() != w {
 			return true
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gen.Load() != gen {
-		return true
-	}
-	// Between watches, none can be moved off this goroutine.
-	r.delivering = nil
-	return false
+	return !r.delivering.CompareAndSwap(w, nil)
 }
 
 // tick looks at a running round every ReceiveBudget: a watch that was
@@ -218,18 +209,17 @@ func (r *receivers) tick() {
 	if !r.busy {
 		return
 	}
-	w := r.delivering
-	if w == nil || w != r.seen {
+	w := r.delivering.Load()
+	if w == nil || w != r.seen || !r.delivering.CompareAndSwap(w, nil) {
 		r.seen = w
 		r.timer.Reset(ReceiveBudget)
 		return
 	}
-	r.busy, r.delivering, r.seen = false, nil, nil
-	r.gen.Add(1)
+	r.busy, r.seen = false, nil
 	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(v receiver) bool { return v.w == w })
 	// From now on the hub pokes the moved watch's feed itself.
 	s.readers = append(slices.Clip(s.readers), &w.f)
-	go r.run(r.gen.Load())
+	go r.run()
 	r.poke()
 }
 
