@@ -216,9 +216,12 @@ func (r *receivers) tick() {
 		return
 	}
 	r.busy, r.seen = false, nil
-	r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(v receiver) bool { return v.w == w })
-	// From now on the hub pokes the moved watch's feed itself.
-	s.readers = append(slices.Clip(s.readers), &w.f)
+	// From now on the hub pokes the moved watch's feed itself, unless
+	// the watch was closed (its function may close it and go on).
+	if slices.ContainsFunc(r.watches, func(v receiver) bool { return v.w == w }) {
+		r.watches = slices.DeleteFunc(slices.Clone(r.watches), func(v receiver) bool { return v.w == w })
+		s.readers = append(slices.Clip(s.readers), &w.f)
+	}
 	go r.run()
 	r.poke()
 }

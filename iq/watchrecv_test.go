@@ -296,3 +296,36 @@ func TestWatchReceiveAfterClose(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(100), u.Position)
 }
+
+// A function that closes its watch and then overruns ReceiveBudget leaves
+// the hub poking nothing of it.
+func TestWatchReceiveClosedWhileOverrunning(t *testing.T) {
+	q, fb := newWatchingQuerier()
+	ctx := context.Background()
+	reader, err := q.WatchBytes(ctx, "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	defer reader.Close()
+	w, err := q.WatchBytes(ctx, "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	w.Receive(func(Update, error) bool {
+		w.Close()
+		<-release
+		close(returned)
+		return true
+	})
+	var other receiveLog
+	w2, err := q.WatchBytes(ctx, "s", []byte("k"), WatchOptions{From: FromNow})
+	require.NoError(t, err)
+	defer w2.Close()
+	w2.Receive(other.fn)
+	fb.hub.deliver([]published{{partKey{"s", 0}, []Change{{Key: []byte("k"), Position: 100}}}})
+	within(t, "the other watch gets the change once the closing one is moved off", func() bool { return len(other.positions()) == 1 })
+	s := fb.hub.parts[partKey{"s", 0}].keys["k"]
+	s.mu.Lock()
+	require.Equal(t, []*feed{&reader.f}, s.readers, "the closed watch is poked no more")
+	s.mu.Unlock()
+	close(release)
+	<-returned
+}
