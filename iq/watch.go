@@ -527,7 +527,10 @@ func (w *Watch) end(err error) *WatchEndedError {
 // Close ends the watch and frees its subscription.
 func (w *Watch) Close() {
 	w.closeOnce.Do(func() {
+		w.f.stopped.Store(true)
 		w.hub.unsubscribe(&w.f)
+		// A watch that receives on a goroutine of its own waits there.
+		w.f.poke()
 		w.wakeMu.Lock()
 		defer w.wakeMu.Unlock()
 		w.closed = true

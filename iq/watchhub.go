@@ -352,6 +352,11 @@ type feed struct {
 	// skipped is set when changes were dropped from buf for a slow
 	// reader; the next change delivered says so.
 	skipped bool
+	// stopped is set when the watch is closed, so that a watch that
+	// receives (Watch.Receive) has its function called no more. It
+	// fills the line's last bytes, read with the others at every
+	// delivery.
+	stopped atomic.Bool
 	// win is the windows a window watch follows, rng the keys a range
 	// watch follows (both nil for a key watch); key is the key a key or
 	// window watch follows.
@@ -398,6 +403,9 @@ func (f *feed) init(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) {
 func (f *feed) failWith(err error) {
 	f.failed.CompareAndSwap(nil, &err)
 	f.poke()
+	if f.sub != nil {
+		f.sub.pokeReceivers()
+	}
 }
 
 // failure returns why the feed failed, nil while it has not.

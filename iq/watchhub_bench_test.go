@@ -91,10 +91,17 @@ func (b *watchingBackend) ReadChangelog(context.Context, string, int32, func([]b
 // BenchmarkWatchRound measures a round of delivery as a benchmark of
 // processing with watchers sees it: a commit changes each of 1,000 keys
 // once, and each of 10,000 watches of those keys, read through Watch.Next
-// on a goroutine of its own under one context, takes its update. ns/op is
-// the whole round, from Publish to the last reader's update; cpu-ns/update
-// the CPU time the process spent on it.
+// on a goroutine of its own under one context ("next") or receiving in a
+// function (Watch.Receive, "receive"), takes its update. ns/op is the
+// whole round, from Publish to the last watch's update; cpu-ns/update the
+// CPU time the process spent on it.
 func BenchmarkWatchRound(b *testing.B) {
+	for _, mode := range []string{"next", "receive"} {
+		b.Run(mode, func(b *testing.B) { watchRound(b, mode == "receive") })
+	}
+}
+
+func watchRound(b *testing.B, receive bool) {
 	const keys, watchers = 1000, 10_000
 	fb := &watchingBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1})}
 	fb.add("s", 0, RoleActive).set(func(i *ReplicaInfo) { i.Position, i.End = 1<<40, 1<<40 })
@@ -108,6 +115,15 @@ func BenchmarkWatchRound(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer w.Close()
+		if receive {
+			w.Receive(func(_ Update, err error) bool {
+				if err == nil {
+					got.Done()
+				}
+				return err == nil
+			})
+			continue
+		}
 		readers.Go(func() {
 			for {
 				if _, err := w.Next(ctx); err != nil {

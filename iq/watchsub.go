@@ -22,12 +22,19 @@ type keySub struct {
 	log   []*Update
 	head  int
 	first uint64
-	// feeds are the watches sharing the sub. The slice is replaced,
-	// never changed in place, so that pokeReaders wakes its readers
-	// from a copy taken under mu but without holding it: a reader woken
-	// takes mu at once, and would otherwise wait for the wakes of all
-	// the others.
-	feeds []*feed
+	// feeds are the watches sharing the sub; readers are those of them
+	// the hub pokes one by one, each read by a goroutine of its own
+	// (Next, or a receiver moved off its key's delivery goroutine).
+	// Both slices are replaced, never changed in place, so that
+	// pokeReaders wakes its readers from a copy taken under mu but
+	// without holding it: a reader woken takes mu at once, and would
+	// otherwise wait for the wakes of all the others.
+	feeds   []*feed
+	readers []*feed
+	// recv delivers to the watches that receive (Watch.Receive) on one
+	// goroutine for all of them, poked once per round; nil while none
+	// does.
+	recv *receivers
 	// round is the hub round that last appended (Hub.deliver), so that
 	// the round wakes each sub once.
 	round uint64
@@ -53,14 +60,24 @@ func (s *keySub) join(f *feed) {
 	defer s.mu.Unlock()
 	f.sub, f.next = s, s.end()
 	s.feeds = append(slices.Clip(s.feeds), f)
+	s.readers = append(slices.Clip(s.readers), f)
 }
 
 // leave removes f and reports how many watches still share the sub.
 func (s *keySub) leave(f *feed) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.feeds = slices.DeleteFunc(slices.Clone(s.feeds), func(g *feed) bool { return g == f })
+	s.feeds = without(s.feeds, f)
+	s.readers = without(s.readers, f)
+	if s.recv != nil {
+		s.recv.leave(f)
+	}
 	return len(s.feeds)
+}
+
+// without returns a copy of feeds without f.
+func without(feeds []*feed, f *feed) []*feed {
+	return slices.DeleteFunc(slices.Clone(feeds), func(g *feed) bool { return g == f })
 }
 
 // add appends a change of partition p for the sub's watches, as the
@@ -123,15 +140,31 @@ func (s *keySub) trim() {
 // pokeReaders tells the sub's readers it has changed. Each reader waits
 // on its own feed's notify alone, not on a channel of the sub's as well:
 // a wait on one channel costs a reader much less than a select, and the
-// readers are many. It returns how many it poked.
+// readers are many. The watches that receive are told with one poke of
+// their delivery goroutine. It returns how many goroutines it poked.
 func (s *keySub) pokeReaders() int {
 	s.mu.Lock()
-	feeds := s.feeds
+	readers, recv := s.readers, s.recv
 	s.mu.Unlock()
-	for _, f := range feeds {
+	for _, f := range readers {
 		f.poke()
 	}
-	return len(feeds)
+	if recv == nil {
+		return len(readers)
+	}
+	recv.poke()
+	return len(readers) + 1
+}
+
+// pokeReceivers wakes the delivery goroutine of the watches that receive,
+// if any: a failure found by the hub's check reaches them through it.
+func (s *keySub) pokeReceivers() {
+	s.mu.Lock()
+	recv := s.recv
+	s.mu.Unlock()
+	if recv != nil {
+		recv.poke()
+	}
 }
 
 // read hands f what it has not read yet, copied into spare: every update

@@ -199,7 +199,7 @@ func newFeed(pk partKey, key []byte, rng *KeyRange, opts WatchOptions) *feed {
 // padded to the next such size if need be.
 func TestWatchHotFieldsFillTwoLines(t *testing.T) {
 	var w Watch
-	hotEnd := unsafe.Offsetof(w.f) + unsafe.Offsetof(w.f.skipped) + unsafe.Sizeof(w.f.skipped)
+	hotEnd := unsafe.Offsetof(w.f) + unsafe.Offsetof(w.f.stopped) + unsafe.Sizeof(w.f.stopped)
 	require.LessOrEqual(t, hotEnd, uintptr(128), "the hot fields end within two lines")
 	require.Contains(t, []uintptr{256, 320, 384, 448, 512}, unsafe.Sizeof(w), "a watch's size is a line-aligned allocation class")
 }

@@ -138,8 +138,10 @@ func TestWatchSlowWatcherHoldsNothingBack(t *testing.T) {
 
 // BenchmarkWatchLatency measures the time from an input record's
 // production to its count reaching a watcher, on the active and on a
-// standby, under exactly-once with the default commit interval (100 ms).
-// It reports p50 and p99 of each in milliseconds.
+// standby, under exactly-once with the default commit interval (100 ms),
+// for a watch read with Next and one receiving in a function
+// (iq.Watch.Receive, the metrics named receive-). It reports p50 and p99
+// of each in milliseconds.
 func BenchmarkWatchLatency(b *testing.B) {
 	bc, err := startBenchBroker(b, 2)
 	require.NoError(b, err)
@@ -173,8 +175,9 @@ func BenchmarkWatchLatency(b *testing.B) {
 		return roles[iq.RoleActive] != nil && roles[iq.RoleStandby] != nil
 	})
 	type sample struct {
-		role iq.Role
-		d    time.Duration
+		role    iq.Role
+		receive bool
+		d       time.Duration
 	}
 	var mu sync.Mutex
 	var samples []sample
@@ -186,20 +189,32 @@ func BenchmarkWatchLatency(b *testing.B) {
 		w, err := iq.NewQuerier(roles[role].Queries()).WatchBytes(ctx, "counts", key, iq.WatchOptions{From: iq.FromNow, Staleness: iq.MaxLag(1 << 30)})
 		require.NoError(b, err)
 		defer w.Close()
+		record := func(u iq.Update, receive bool) {
+			at := time.Now()
+			n, _ := serde.Int64.Decode(u.Value)
+			if t0, ok := sent.Load(n); ok {
+				mu.Lock()
+				samples = append(samples, sample{role, receive, at.Sub(t0.(time.Time))})
+				mu.Unlock()
+			}
+		}
 		wg.Go(func() {
 			for {
 				u, err := w.Next(ctx)
 				if err != nil {
 					return
 				}
-				at := time.Now()
-				n, _ := serde.Int64.Decode(u.Value)
-				if t0, ok := sent.Load(n); ok {
-					mu.Lock()
-					samples = append(samples, sample{role, at.Sub(t0.(time.Time))})
-					mu.Unlock()
-				}
+				record(u, false)
 			}
+		})
+		rw, err := iq.NewQuerier(roles[role].Queries()).WatchBytes(ctx, "counts", key, iq.WatchOptions{From: iq.FromNow, Staleness: iq.MaxLag(1 << 30)})
+		require.NoError(b, err)
+		defer rw.Close()
+		rw.Receive(func(u iq.Update, err error) bool {
+			if err == nil {
+				record(u, true)
+			}
+			return err == nil
 		})
 	}
 	// One record every 10 ms: each commit carries a few, and the latency
@@ -216,23 +231,33 @@ func BenchmarkWatchLatency(b *testing.B) {
 	b.StopTimer()
 	cancel()
 	wg.Wait()
+	// The receiving watches may still be handed a count.
+	mu.Lock()
+	defer mu.Unlock()
 	for _, role := range []iq.Role{iq.RoleActive, iq.RoleStandby} {
-		var ds []time.Duration
-		for _, s := range samples {
-			if s.role == role {
-				ds = append(ds, s.d)
+		for _, receive := range []bool{false, true} {
+			var ds []time.Duration
+			for _, s := range samples {
+				if s.role == role && s.receive == receive {
+					ds = append(ds, s.d)
+				}
 			}
+			name := role.String()
+			if receive {
+				name = "receive-" + name
+			}
+			require.NotEmpty(b, ds, name)
+			slices.Sort(ds)
+			b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, name+"-p50-ms")
+			b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, name+"-p99-ms")
 		}
-		require.NotEmpty(b, ds, role.String())
-		slices.Sort(ds)
-		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, role.String()+"-p50-ms")
-		b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, role.String()+"-p99-ms")
 	}
 }
 
 // BenchmarkWatchersThroughput counts records over 1,000 keys on one
 // instance, once with no watchers and once with 10,000 (ten per key, each
-// read on a goroutine of its own), and reports the throughput ratio (the
+// read with Next on a goroutine of its own, or, under "receive", each
+// receiving its updates in a function: iq.Watch.Receive), and reports the throughput ratio (the
 // mean of four alternating pairs, and the lowest and highest pair), by the
 // clock and per CPU second of the process, the CPU each update delivered
 // cost beyond the unwatched run's, and the memory each watcher takes (heap
@@ -241,6 +266,12 @@ func BenchmarkWatchLatency(b *testing.B) {
 // whose other load slows a run down, a run spans more commits and the
 // ratios fall, while the CPU per update holds.
 func BenchmarkWatchersThroughput(b *testing.B) {
+	for _, mode := range []string{"next", "receive"} {
+		b.Run(mode, func(b *testing.B) { watchersThroughput(b, mode == "receive") })
+	}
+}
+
+func watchersThroughput(b *testing.B, receive bool) {
 	// A run lasts seconds: its end is seen at a commit, so a run of a
 	// few commit intervals would be measured to within a large part of
 	// one.
@@ -298,6 +329,15 @@ func BenchmarkWatchersThroughput(b *testing.B) {
 				w, err := q.WatchBytes(ctx, "counts", []byte("key"+strconv.Itoa(i%keys)), iq.WatchOptions{From: iq.FromNow, Coalesce: true, Buffer: 16})
 				require.NoError(b, err)
 				ws = append(ws, w)
+				if receive {
+					w.Receive(func(_ iq.Update, err error) bool {
+						if err == nil {
+							delivered.Add(1)
+						}
+						return err == nil
+					})
+					continue
+				}
 				wg.Go(func() {
 					for {
 						if _, err := w.Next(ctx); err != nil {

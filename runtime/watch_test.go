@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,6 +124,68 @@ func TestWatchActiveDeliversCommittedSequence(t *testing.T) {
 	logged := committedChanges(t, c.b.Addrs(), changelog.TopicName("eos", "counts"), p, "k3", 3, got[len(got)-1].Position)
 	requireSequence(t, got, logged)
 	require.GreaterOrEqual(t, len(got), 9, "changes read back and followed live")
+}
+
+// Watches receiving in a function, sharing their key's delivery
+// goroutine, get what a watch read with Next gets: the changes read back,
+// then those committed live, each once, in the changelog's order.
+func TestWatchReceiveDeliversCommittedSequence(t *testing.T) {
+	c := newEOSCluster(t)
+	want := map[string]int64{}
+	app := c.start(t, t.TempDir())
+	defer app.Close(context.Background())
+	for range 5 {
+		c.produce(t, 40, want)
+		waitCounts(t, app, want)
+	}
+	q := iq.NewQuerier(app.Queries())
+	type received struct {
+		mu   sync.Mutex
+		got  []iq.Update
+		errs []error
+	}
+	rs := make([]*received, 3)
+	for i := range rs {
+		w, err := q.WatchBytes(context.Background(), "counts", []byte("k3"), iq.WatchOptions{From: 3})
+		require.NoError(t, err)
+		defer w.Close()
+		r := new(received)
+		rs[i] = r
+		w.Receive(func(u iq.Update, err error) bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if err != nil {
+				r.errs = append(r.errs, err)
+			} else {
+				r.got = append(r.got, u)
+			}
+			return true
+		})
+	}
+	for range 5 {
+		c.produce(t, 100, want)
+		waitCounts(t, app, want)
+	}
+	p, err := app.KeyPartition("counts", []byte("k3"))
+	require.NoError(t, err)
+	for _, r := range rs {
+		waitFor(t, 60*time.Second, "a receiving watch reaches the count", func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if len(r.got) == 0 {
+				return false
+			}
+			n, _ := serde.Int64.Decode(r.got[len(r.got)-1].Value)
+			return n == want["k3"]
+		})
+		r.mu.Lock()
+		got := slices.Clone(r.got)
+		require.Empty(t, r.errs)
+		r.mu.Unlock()
+		logged := committedChanges(t, c.b.Addrs(), changelog.TopicName("eos", "counts"), p, "k3", 3, got[len(got)-1].Position)
+		requireSequence(t, got, logged)
+		require.GreaterOrEqual(t, len(got), 9, "changes read back and followed live")
+	}
 }
 
 // A watch from now with the current value first starts with the value
