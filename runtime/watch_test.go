@@ -166,7 +166,7 @@ func TestWatchReceiveDeliversCommittedSequence(t *testing.T) {
 		c.produce(t, 100, want)
 		waitCounts(t, app, want)
 	}
-	p, err := app.KeyPartition("counts", []byte("k3"))
+	p, err := app.Queries().KeyPartition("counts", []byte("k3"))
 	require.NoError(t, err)
 	for _, r := range rs {
 		waitFor(t, 60*time.Second, "a receiving watch reaches the count", func() bool {
