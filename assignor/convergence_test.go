@@ -91,8 +91,8 @@ func TestConvergence(t *testing.T) {
 		st.leaves, st.leaveBad, st.leaveMoved)
 	t.Logf("joins and leaves %d: the clients that stay lost %d stateless tasks, each event as many as the balance of its final stateful actives forces; Kafka Streams' placement from the same assignment moves %d, from its own placement before the event %d (more than Eddy in %d events, by at most %d)",
 		st.ks.events, st.ks.ours, st.ks.ksFromOurs, st.ks.ks, st.ks.above, st.ks.worst)
-	t.Logf("of the %d joins above the bound and leaves that moved other clients' stateless tasks, %d would have needed fewer stateless moves (by at most %d) with other counts of stateful actives per client within their balance",
-		st.forcedChecked, st.forcedByChoice, st.forcedByChoiceGap)
+	t.Logf("of the %d joins above the bound and leaves that moved other clients' stateless tasks, %d would have needed fewer stateless moves (by at most %d) with other counts of stateful actives per client within their balance, %d (%d joins) with every stateful active on a client as warm as Assign's",
+		st.forcedChecked, st.forcedByChoice, st.forcedByChoiceGap, st.forcedByWarmChoice, st.forcedByWarmChoiceJoins)
 	t.Logf("the target moved in %d rounds after the first of an event", st.targetMoves)
 	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
 		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d (stateless %d); "+
@@ -128,6 +128,8 @@ type simStats struct {
 	forcedChecked            int // joins above the bound and leaves moving others' stateless tasks
 	forcedByChoice           int // of those, how many another choice of stateful actives forces fewer stateless moves
 	forcedByChoiceGap        int // by at most
+	forcedByWarmChoice       int // of those, how many with every stateful active on a client as warm
+	forcedByWarmChoiceJoins  int // of those, joins
 	ksErr                    error
 }
 
@@ -151,6 +153,8 @@ type sim struct {
 	clients   map[string]*simClient
 	gone      map[string]*simClient // clients that left, with the state they left with
 	ends      map[task.ID]int64
+	// eventIn is the input of the last event's first round.
+	eventIn Input
 	// target is the last round's Output.Target, dropped by every event.
 	target Target
 	// dropState makes a client forget the state of a task it no longer
@@ -372,6 +376,7 @@ func (s *sim) converge() error {
 		s.traceLoads(round, out)
 		if start == nil {
 			start = prev
+			s.eventIn = in
 			if err := s.eventFirstRound(prev, owners(out)); err != nil {
 				return fmt.Errorf("round %d: %w", round, err)
 			}
