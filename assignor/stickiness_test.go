@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"testing"
 
 	"github.com/eddystreams/eddy/task"
+	"github.com/stretchr/testify/require"
 )
 
 // Kafka Streams asserts stickiness only of its assignor without state
@@ -127,4 +129,28 @@ func (s *sim) eventName() string {
 		return "join of " + s.joined
 	}
 	return "leave of " + s.left
+}
+
+// A leave places the lost client's stateful active on a client as warm for
+// it that can take it beside the stateless tasks it runs, rather than on
+// one that would then have to give a stateless task up. a, b and c run one
+// stateful active each, a also the stateless x; l ran on the lost client,
+// and a and c have its state, lag 0. Balance puts l on a or c (each may hold
+// two stateful actives); sub-topology spread alone prefers a (c runs the
+// other task of l's sub-topology), where x would have to move to b, as the
+// total load balances.
+func TestLeaveSparesOtherClientsStatelessTasks(t *testing.T) {
+	s1, s2, s3, l, x := tid(1, 0), tid(2, 0), tid(0, 0), tid(0, 1), tid(3, 0)
+	in := Input{Tasks: taskMap([]task.ID{s1, s2, s3, l}, []task.ID{x}), Clients: map[string]ClientState{
+		"a": {Capacity: 1, PrevActive: []task.ID{s1, x}, Lags: map[task.ID]int64{l: 0}},
+		"b": {Capacity: 1, PrevActive: []task.ID{s2}},
+		"c": {Capacity: 1, PrevActive: []task.ID{s3}, Lags: map[task.ID]int64{l: 0}},
+	}}
+	cfg := DefaultConfig()
+	out := Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	require.False(t, out.FollowupRebalance)
+	require.Equal(t, []task.ID{s1, x}, out.Clients["a"].Active)
+	require.Equal(t, []task.ID{s2}, out.Clients["b"].Active)
+	require.Equal(t, []task.ID{s3, l}, out.Clients["c"].Active)
 }
