@@ -154,3 +154,21 @@ func TestLeaveSparesOtherClientsStatelessTasks(t *testing.T) {
 	require.Equal(t, []task.ID{s2}, out.Clients["b"].Active)
 	require.Equal(t, []task.ID{s3, l}, out.Clients["c"].Active)
 }
+
+// A joining client takes its stateful active from the client with the most
+// load in all, stateless tasks included: a and b run two stateful actives
+// each, a also the stateless x. Each may keep only one beside the joiner's
+// share; taken from b, it would leave a three actives against b's one and
+// x would have to move, taken from a, only the stateful active moves.
+func TestJoinTakesFromTheMostLoadedInAll(t *testing.T) {
+	a1, a2, b1, b2, x := tid(0, 0), tid(1, 0), tid(2, 0), tid(3, 0), tid(4, 0)
+	in := Input{Tasks: taskMap([]task.ID{a1, a2, b1, b2}, []task.ID{x}), Clients: map[string]ClientState{
+		"a":   {Capacity: 1, PrevActive: []task.ID{a1, a2, x}},
+		"b":   {Capacity: 1, PrevActive: []task.ID{b1, b2}},
+		"new": {Capacity: 1},
+	}}
+	out, _, _ := converge(t, DefaultConfig(), in, 20)
+	require.Contains(t, out.Clients["a"].Active, x)
+	require.Equal(t, []task.ID{b1, b2}, out.Clients["b"].Active)
+	require.Len(t, out.Clients["new"].Active, 1)
+}
