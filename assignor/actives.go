@@ -146,14 +146,22 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 				movable[c] = append(movable[c], i)
 			}
 		}
-		_, slHi := loadBounds(len(r.sl), r.caps, load)
+		slLo, slHi := loadBounds(len(r.sl), r.caps, load)
+		short := 0
+		for c := range r.clients {
+			short += max(0, slLo[c]-load[c]-kept[c])
+		}
+		// A chain lowers the count only by unloading a client above its
+		// upper limit into one it fits, or by loading one below its lower
+		// limit; the others are not worth the count's computation.
+		needy := short > free
 		var best *transferChain
 		for from := range r.clients {
-			if len(movable[from]) == 0 || load[from] <= lo[from] {
+			if len(movable[from]) == 0 || load[from] <= lo[from] || !needy && load[from]+kept[from] <= slHi[from] {
 				continue
 			}
 			ch := r.transferChain(from, movable, load, hi, kept, slHi, aff)
-			if ch == nil {
+			if ch == nil || !needy && ch.over > 0 {
 				continue
 			}
 			load[from]--
@@ -181,6 +189,7 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 // one from client from to client to.
 type transferChain struct {
 	from, to int
+	over     int            // how far the chain takes to's total load above its upper limit
 	steps    []transferStep // in order from the end at to
 	moves    int            // statelessMovesAt after the chain
 }
@@ -225,7 +234,7 @@ func (r *run) transferChain(from int, movable [][]int, load, hi, kept, slHi []in
 	if best < 0 {
 		return nil
 	}
-	ch := &transferChain{from: from, to: best}
+	ch := &transferChain{from: from, to: best, over: bestKey.over}
 	for v := best; v != from; v = parent[v] {
 		ch.steps = append(ch.steps, transferStep{task: via[v], to: v})
 	}
