@@ -207,14 +207,23 @@ func placeable(homes [][]int, base, kept []int) bool {
 func (s *sim) recordLeastForced(before, after map[task.ID]string) {
 	forced := s.forcedStatelessMoves(before, after)
 	s.st.forcedChecked++
-	if least := s.leastForcedStatelessMoves(before, after, false); least < forced {
+	least := s.leastForcedStatelessMoves(before, after, false)
+	if least < forced {
 		s.st.forcedByChoice++
 		s.st.forcedByChoiceGap = max(s.st.forcedByChoiceGap, forced-least)
 	}
-	if least := s.leastForcedStatelessMoves(before, after, true); least < forced {
+	warm := s.leastForcedStatelessMoves(before, after, true)
+	if warm < forced {
 		s.st.forcedByWarmChoice++
 		if s.joined != "" {
 			s.st.forcedByWarmChoiceJoins++
+		}
+	}
+	if s.left != "" && least == 0 {
+		// Another choice would have moved only the lost client's tasks.
+		s.st.leaveOnlyLost++
+		if warm == 0 {
+			s.st.leaveOnlyLostWarm++
 		}
 	}
 }
