@@ -127,11 +127,14 @@ func (r *run) betterSource(i, a, b int) bool {
 // chain (transferChain): the first client gives one such task up, each
 // next one takes it and gives up another, the last only takes, so only the
 // ends change load. Each chain lowers the count, so there are at most as
-// many chains as it was.
+// many chains as it was. The searches ask for at most a fixed number of
+// affinities per client and stateful task (spareBudget), so that a group
+// where many clients restart at once does not search for ever.
 func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, c int) int) {
 	if len(r.sl) == 0 {
 		return
 	}
+	budget := spareBudget * (len(r.clients) + len(r.sf))
 	free := 0
 	for _, t := range r.sl {
 		if t.prev < 0 {
@@ -139,7 +142,7 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 		}
 	}
 	moves := statelessMovesAt(len(r.sl), r.caps, load, kept, free)
-	for moves > 0 {
+	for moves > 0 && budget > 0 {
 		movable := make([][]int, len(r.clients)) // per client, its targets that move anyway
 		for i, c := range target {
 			if r.sf[i].prevActive < 0 {
@@ -160,7 +163,7 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 			if len(movable[from]) == 0 || load[from] <= lo[from] || !needy && load[from]+kept[from] <= slHi[from] {
 				continue
 			}
-			ch := r.transferChain(from, movable, load, hi, kept, slHi, aff)
+			ch := r.transferChain(from, movable, load, hi, kept, slHi, aff, &budget)
 			if ch == nil || !needy && ch.over > 0 {
 				continue
 			}
@@ -185,6 +188,10 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 	}
 }
 
+// spareBudget is how many affinities spareStatelessMoves may ask for per
+// client and stateful task of the group.
+const spareBudget = 64
+
 // transferChain is a chain of re-targets of stateful actives that moves
 // one from client from to client to.
 type transferChain struct {
@@ -201,16 +208,18 @@ type transferStep struct{ task, to int }
 // the one before) reaches, and returns the chain to the one below its
 // limit hi that ranks first by transferKey, or nil; slHi is the upper
 // limit of each client's total load as the stateless tasks balance it now.
-func (r *run) transferChain(from int, movable [][]int, load, hi, kept, slHi []int, aff func(i, c int) int) *transferChain {
+// Each affinity it asks for spends one of budget; with none left it stops.
+func (r *run) transferChain(from int, movable [][]int, load, hi, kept, slHi []int, aff func(i, c int) int, budget *int) *transferChain {
 	nc := len(r.clients)
 	parent, via := filled(nc, -1), filled(nc, -1)
 	parent[from] = from
 	queue := []int{from}
 	best, bestKey := -1, transferKey{}
-	for head := 0; head < len(queue); head++ {
+	for head := 0; head < len(queue) && *budget > 0; head++ {
 		u := queue[head]
 		for _, i := range movable[u] {
 			was := aff(i, u)
+			*budget -= nc
 			for v := range nc {
 				if parent[v] >= 0 || aff(i, v) > was {
 					continue
