@@ -2,7 +2,10 @@ package assignor
 
 // Placing stateful actives: their balanced target, and where each runs this round.
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // spreadStatefulActives computes the balanced target of every stateful
 // active.
@@ -60,6 +63,7 @@ func (r *run) spreadStatefulActives() {
 		}
 	}
 	target, targetLoad := sp.spread(prev, make([]int, nc))
+	r.spareStatelessMoves(target, targetLoad, lo, hi, sp.besides, sp.affinity)
 	r.targetLoad = targetLoad
 	for i, c := range target {
 		r.sf[i].target = c
@@ -110,4 +114,172 @@ func (r *run) betterSource(i, a, b int) bool {
 		return c < 0
 	}
 	return a < b
+}
+
+// spareStatelessMoves re-targets stateful actives whose client left (or
+// that are new) to clients as warm for them, within the stateful actives'
+// limits lo and hi, where that lowers the stateless tasks the balance of
+// the total load forces off the clients that ran them (statelessMovesAt,
+// with kept the stateless tasks each client ran). Balance alone chooses
+// which clients take such tasks among the warm ones, and a client that
+// runs stateless tasks beside the one it takes may have to give a
+// stateless task up where another as warm would not. A re-target is a
+// chain (transferChain): the first client gives one such task up, each
+// next one takes it and gives up another, the last only takes, so only the
+// ends change load. Each chain lowers the count, so there are at most as
+// many chains as it was. The searches ask for at most a fixed number of
+// affinities per client and stateful task (spareBudget), so that a group
+// where many clients restart at once does not search for ever.
+func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, c int) int) {
+	if len(r.sl) == 0 {
+		return
+	}
+	budget := spareBudget * (len(r.clients) + len(r.sf))
+	free := 0
+	for _, t := range r.sl {
+		if t.prev < 0 {
+			free++
+		}
+	}
+	moves := statelessMovesAt(len(r.sl), r.caps, load, kept, free)
+	for moves > 0 && budget > 0 {
+		movable := make([][]int, len(r.clients)) // per client, its targets that move anyway
+		for i, c := range target {
+			if r.sf[i].prevActive < 0 {
+				movable[c] = append(movable[c], i)
+			}
+		}
+		slLo, slHi := loadBounds(len(r.sl), r.caps, load)
+		short := 0
+		for c := range r.clients {
+			short += max(0, slLo[c]-load[c]-kept[c])
+		}
+		// A chain lowers the count only by unloading a client above its
+		// upper limit into one it fits, or by loading one below its lower
+		// limit; the others are not worth the count's computation.
+		needy := short > free
+		var best *transferChain
+		for from := range r.clients {
+			if len(movable[from]) == 0 || load[from] <= lo[from] || !needy && load[from]+kept[from] <= slHi[from] {
+				continue
+			}
+			ch := r.transferChain(from, movable, load, hi, kept, slHi, aff, &budget)
+			if ch == nil || !needy && ch.over > 0 {
+				continue
+			}
+			load[from]--
+			load[ch.to]++
+			ch.moves = statelessMovesAt(len(r.sl), r.caps, load, kept, free)
+			load[from]++
+			load[ch.to]--
+			if ch.moves < moves && (best == nil || ch.moves < best.moves) {
+				best = ch
+			}
+		}
+		if best == nil {
+			return
+		}
+		load[best.from]--
+		load[best.to]++
+		for _, st := range best.steps {
+			target[st.task] = st.to
+		}
+		moves = best.moves
+	}
+}
+
+// spareBudget is how many affinities spareStatelessMoves may ask for per
+// client and stateful task of the group.
+const spareBudget = 64
+
+// transferChain is a chain of re-targets of stateful actives that moves
+// one from client from to client to.
+type transferChain struct {
+	from, to int
+	over     int            // how far the chain takes to's total load above its upper limit
+	steps    []transferStep // in order from the end at to
+	moves    int            // statelessMovesAt after the chain
+}
+
+type transferStep struct{ task, to int }
+
+// transferChain finds, breadth first from client from, the clients that a
+// chain of re-targets of movable tasks (each to a client as warm for it as
+// the one before) reaches, and returns the chain to the one below its
+// limit hi that ranks first by transferKey, or nil; slHi is the upper
+// limit of each client's total load as the stateless tasks balance it now.
+// Each affinity it asks for spends one of budget; with none left it stops.
+func (r *run) transferChain(from int, movable [][]int, load, hi, kept, slHi []int, aff func(i, c int) int, budget *int) *transferChain {
+	nc := len(r.clients)
+	parent, via := filled(nc, -1), filled(nc, -1)
+	parent[from] = from
+	queue := []int{from}
+	best, bestKey := -1, transferKey{}
+	for head := 0; head < len(queue) && *budget > 0; head++ {
+		u := queue[head]
+		for _, i := range movable[u] {
+			was := aff(i, u)
+			*budget -= nc
+			for v := range nc {
+				if parent[v] >= 0 || aff(i, v) > was {
+					continue
+				}
+				parent[v], via[v] = u, i
+				queue = append(queue, v)
+				if load[v] >= hi[v] {
+					continue
+				}
+				k := transferKey{
+					over:  max(0, load[v]+1+kept[v]-slHi[v]),
+					load:  ratio{load[v] + 1 + kept[v], r.caps[v]},
+					steps: len(queue),
+				}
+				if best < 0 || k.compare(bestKey) < 0 {
+					best, bestKey = v, k
+				}
+			}
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	ch := &transferChain{from: from, to: best, over: bestKey.over}
+	for v := best; v != from; v = parent[v] {
+		ch.steps = append(ch.steps, transferStep{task: via[v], to: v})
+	}
+	return ch
+}
+
+// transferKey ranks the clients a chain of re-targets could end at, the
+// best lowest.
+type transferKey struct {
+	over  int   // how far the task takes the client's total load above its upper limit
+	load  ratio // the client's stateful and stateless actives with the task, per capacity
+	steps int   // how early the search reached it
+}
+
+func (k transferKey) compare(o transferKey) int {
+	if c := cmp.Compare(k.over, o.over); c != 0 {
+		return c
+	}
+	if c := k.load.compare(o.load); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.steps, o.steps)
+}
+
+// statelessMovesAt is how many of the stateless tasks that clients ran
+// (kept per client; free more ran on no client of the group) the
+// stateless spread moves over clients holding base stateful actives: at
+// loadBounds' level, clients above their upper limit give up the excess
+// and clients below their lower limit take the shortfall, from the free
+// tasks and those given up first.
+func statelessMovesAt(items int, caps, base, kept []int, free int) int {
+	lo, hi := loadBounds(items, caps, base)
+	give, short := 0, 0
+	for c := range caps {
+		give += max(0, base[c]+kept[c]-hi[c])
+		short += max(0, lo[c]-base[c]-kept[c])
+	}
+	return max(give, short-free)
 }

@@ -88,4 +88,15 @@ func BenchmarkAssign(b *testing.B) {
 	}{{"new-group", fresh}, {"stable", stable}, {"client-lost", lost}, {"client-joined", joined}, {"probing", probing}} {
 		run("1000x10000x2/zones=3/"+sc.name, cfg, sc.in)
 	}
+	// The same with 1,000 stateless tasks beside, one client lost: the
+	// stateless tasks balance the total load and the lost client's
+	// stateful actives are re-targeted where that spares stateless moves.
+	for sub := range 100 {
+		for p := range 10 {
+			fresh.Tasks[tid(1000+sub, int32(p))] = TaskInfo{}
+		}
+	}
+	lost = next(fresh, Assign(cfg, fresh))
+	delete(lost.Clients, "client-0042")
+	run("1000x10000x2/zones=3,stateless=1000/client-lost", cfg, lost)
 }

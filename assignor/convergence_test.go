@@ -85,10 +85,16 @@ func TestConvergence(t *testing.T) {
 			t.Fatalf("seed %d (replay with EDDY_ASSIGNOR_SIM_SEED=%d): %v", seed, seed, err)
 		}
 	}
-	t.Logf("joins %d: the most stateful actives moved, less the bound ceil(T·cap/Σcap)+1, %d; all actives above it %d times, by at most %d, each time by stateless moves the balance of the final stateful actives forces (hand-overs by at most %d)",
+	t.Logf("joins %d: the most stateful actives moved, less the bound ceil(T·cap/Σcap)+1, %d; all actives above it %d times, by at most %d (hand-overs by at most %d)",
 		st.joins, st.joinStatefulMax, st.joinBad, st.joinExcess, st.joinHandovers)
-	t.Logf("leaves %d: other clients' stateful actives moved in %d, at most %d; their stateless ones in %d, at most %d, each time as many as the balance of the final stateful actives forces",
-		st.leaves, st.leaveStatefulBad, st.leaveStatefulMoved, st.leaveBad, st.leaveMoved)
+	t.Logf("leaves %d: other clients' stateless actives moved in %d, at most %d",
+		st.leaves, st.leaveBad, st.leaveMoved)
+	t.Logf("joins and leaves %d: the clients that stay lost %d stateless tasks, each event as many as the balance of its final stateful actives forces; Kafka Streams' placement from the same assignment moves %d, from its own placement before the event %d (more than Eddy in %d events, by at most %d)",
+		st.ks.events, st.ks.ours, st.ks.ksFromOurs, st.ks.ks, st.ks.above, st.ks.worst)
+	t.Logf("of the %d joins above the bound and leaves that moved other clients' stateless tasks, %d would have needed fewer stateless moves (by at most %d) with other counts of stateful actives per client within their balance, %d (%d joins) with every stateful active on a client as warm as Assign's",
+		st.forcedChecked, st.forcedByChoice, st.forcedByChoiceGap, st.forcedByWarmChoice, st.forcedByWarmChoiceJoins)
+	t.Logf("of the %d leaves that moved other clients' stateless tasks, %d would have moved only the lost client's tasks with other counts of stateful actives per client, %d with every stateful active on a client as warm",
+		st.leaveBad, st.leaveOnlyLost, st.leaveOnlyLostWarm)
 	t.Logf("the target moved in %d rounds after the first of an event", st.targetMoves)
 	t.Logf("%d clusters, %d rounds: restorations per round max %d mean %.2f; from scratch max %d mean %.2f; "+
 		"restorations above the shortfall (warmups) max %d; owner changes per task per event max %d (stateless %d); "+
@@ -120,8 +126,15 @@ type simStats struct {
 	joins, leaves            int
 	joinHandovers            int // most hand-overs above the bound on a join
 	joinStatefulMax          int // most stateful actives moved on a join less the bound
-	leaveStatefulBad         int // leaves that moved other clients' stateful actives
-	leaveStatefulMoved       int // most of those moved on one leave
+	ks                       ksStats
+	forcedChecked            int // joins above the bound and leaves moving others' stateless tasks
+	forcedByChoice           int // of those, how many another choice of stateful actives forces fewer stateless moves
+	forcedByChoiceGap        int // by at most
+	forcedByWarmChoice       int // of those, how many with every stateful active on a client as warm
+	forcedByWarmChoiceJoins  int // of those, joins
+	leaveOnlyLost            int // leaves that another choice of stateful actives would have kept to the lost client's tasks
+	leaveOnlyLostWarm        int // of those, with every stateful active on a client as warm
+	ksErr                    error
 }
 
 // staleDrift is how far state on disk that is no longer assigned falls
@@ -144,6 +157,8 @@ type sim struct {
 	clients   map[string]*simClient
 	gone      map[string]*simClient // clients that left, with the state they left with
 	ends      map[task.ID]int64
+	// eventIn is the input of the last event's first round.
+	eventIn Input
 	// target is the last round's Output.Target, dropped by every event.
 	target Target
 	// dropState makes a client forget the state of a task it no longer
@@ -339,6 +354,8 @@ func (s *sim) apply(out Output) {
 	}
 }
 
+// converge rebalances the group after an event until no follow-up is asked
+// for, checking every round and then the settled assignment.
 func (s *sim) converge() error {
 	ns := 0
 	for _, ti := range s.tasks {
@@ -354,128 +371,177 @@ func (s *sim) converge() error {
 	for round := 1; ; round++ {
 		in := s.input()
 		out := Assign(s.cfg, in)
-		if err := validate(s.cfg, in, out); err != nil {
-			return fmt.Errorf("round %d invalid: %w", round, err)
-		}
 		now := migrationOf(s.cfg, in)
-		if err := s.checkPotential(last, now, out); err != nil {
+		if err := s.checkRound(in, out, last, now); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
 		last = &now
-		if err := s.checkRestoration(in, out); err != nil {
-			return fmt.Errorf("round %d: %w", round, err)
-		}
-		prev := owners(Output{Clients: func() map[string]ClientAssignment {
-			m := map[string]ClientAssignment{}
-			for id, cs := range in.Clients {
-				m[id] = ClientAssignment{Active: cs.PrevActive}
-			}
-			return m
-		}()})
-		if s.trace {
-			line := fmt.Sprintf("    round %d loads:", round)
-			for _, id := range slices.Sorted(maps.Keys(out.Clients)) {
-				a, sfn := out.Clients[id], 0
-				for _, t := range a.Active {
-					if s.tasks[t].Stateful {
-						sfn++
-					}
-				}
-				line += fmt.Sprintf(" %s(cap %d %s): %d sf + %d sl, %d warm;", id[len(id)-3:], s.clients[id].cap, s.clients[id].tags["rack"], sfn, len(a.Active)-sfn, len(a.Warmup))
-			}
-			s.log = append(s.log, line)
-		}
+		prev := prevOwners(in)
+		s.traceLoads(round, out)
 		if start == nil {
 			start = prev
+			s.eventIn = in
 			if err := s.eventFirstRound(prev, owners(out)); err != nil {
 				return fmt.Errorf("round %d: %w", round, err)
 			}
 		}
-		if err := s.checkRestoringZones(in, out); err != nil {
+		if err := s.countMoves(round, prev, owners(out), moves); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
-		}
-		if err := s.checkMigrationBalance(in, out); err != nil {
-			return fmt.Errorf("round %d: %w", round, err)
-		}
-		for t, o := range owners(out) {
-			if p, ok := prev[t]; ok && p != o {
-				if s.trace {
-					s.log = append(s.log, fmt.Sprintf("    round %d: %v %s -> %s (stateful %v)", round, t, p, o, s.tasks[t].Stateful))
-				}
-				moves[t]++
-				limit := moveLimit
-				if s.tasks[t].Stateful {
-					s.st.maxMoves = max(s.st.maxMoves, moves[t])
-				} else {
-					s.st.maxStatelessMoves = max(s.st.maxStatelessMoves, moves[t])
-					limit = statelessMoveLimit
-				}
-				if moves[t] > limit {
-					return fmt.Errorf("round %d: task %v (stateful %v) changed owner %d times since the event", round, t, s.tasks[t].Stateful, moves[t])
-				}
-			}
 		}
 		s.apply(out)
-		if !out.FollowupRebalance {
-			fin := owners(out)
-			for t, n := range moves {
-				if !s.tasks[t].Stateful {
-					s.st.statelessMoved[min(n, 3)]++
-					if n >= 2 && fin[t] == start[t] {
-						s.st.statelessBack++
-					}
-				}
-			}
-		}
 		if out.FollowupRebalance {
 			if round >= limit {
 				return fmt.Errorf("no convergence after %d rounds", round)
 			}
 			continue
 		}
-		if w := warmupsOf(out); len(w) > 0 {
-			return fmt.Errorf("round %d: no follow-up but warmups %v", round, w)
-		}
-		var errs []error
-		errs = append(errs, balanced(in, out, s.zones == 0))
-		errs = append(errs, balancedByClient(in, out, s.zones == 0))
-		ex := subTopologyExcess(in, out)
-		s.st.maxSubExcess = max(s.st.maxSubExcess, ex)
-		if ex > convergedSubExcessLimit {
-			errs = append(errs, fmt.Errorf("a client holds %d actives of one sub-topology above its share rounded up", ex))
-		}
-		type pair struct {
-			client string
-			sub    int
-		}
-		received := map[pair]bool{}
-		for t, o := range owners(out) {
-			if start[t] != o {
-				received[pair{o, t.SubTopology}] = true
-			}
-		}
-		moved := subTopologyExcessWhere(in, out, func(c string, sub int) bool {
-			return received[pair{c, sub}] && s.tasks[task.ID{SubTopology: sub}].Stateful
-		})
-		s.st.maxSubExcessMoved = max(s.st.maxSubExcessMoved, moved)
-		movedSL := subTopologyExcessWhere(in, out, func(c string, sub int) bool {
-			return received[pair{c, sub}] && !s.tasks[task.ID{SubTopology: sub}].Stateful
-		})
-		s.st.maxSubExcessMovedSL = max(s.st.maxSubExcessMovedSL, movedSL)
-		errs = append(errs, s.checkSpread(out))
-		// A converged group that rebalances again keeps its assignment.
-		if again := Assign(s.cfg, s.input()); !equalOutputs(again, out) {
-			errs = append(errs, fmt.Errorf("converged assignment not stable:\n%v\nthen\n%v", out, again))
-		}
-		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("converged after %d rounds: %w", round, err)
-		}
-		if err := s.stickiness(start, owners(out), moves); err != nil {
+		s.recordStatelessMoves(start, owners(out), moves)
+		if err := s.checkSettled(in, out, start, moves); err != nil {
 			return fmt.Errorf("converged after %d rounds: %w", round, err)
 		}
 		s.log = append(s.log, fmt.Sprintf("  converged in %d rounds (limit %d)", round, limit))
 		return nil
 	}
+}
+
+// checkRound checks what every round must meet: validity, the potential
+// (last is the round before's migration, nil in an event's first), the
+// bound on restorations, the zones of restoring standbys and the balance
+// of the total load.
+func (s *sim) checkRound(in Input, out Output, last *migration, now migration) error {
+	if err := validate(s.cfg, in, out); err != nil {
+		return fmt.Errorf("invalid: %w", err)
+	}
+	if err := s.checkPotential(last, now, out); err != nil {
+		return err
+	}
+	if err := s.checkRestoration(in, out); err != nil {
+		return err
+	}
+	if err := s.checkRestoringZones(in, out); err != nil {
+		return err
+	}
+	return s.checkMigrationBalance(in, out)
+}
+
+// prevOwners returns the owner of every active the clients of in ran.
+func prevOwners(in Input) map[task.ID]string {
+	m := map[task.ID]string{}
+	for id, cs := range in.Clients {
+		for _, t := range cs.PrevActive {
+			m[t] = id
+		}
+	}
+	return m
+}
+
+// traceLoads logs each client's loads in a replayed cluster.
+func (s *sim) traceLoads(round int, out Output) {
+	if !s.trace {
+		return
+	}
+	line := fmt.Sprintf("    round %d loads:", round)
+	for _, id := range slices.Sorted(maps.Keys(out.Clients)) {
+		a, sfn := out.Clients[id], 0
+		for _, t := range a.Active {
+			if s.tasks[t].Stateful {
+				sfn++
+			}
+		}
+		line += fmt.Sprintf(" %s(cap %d %s): %d sf + %d sl, %d warm;", id[len(id)-3:], s.clients[id].cap, s.clients[id].tags["rack"], sfn, len(a.Active)-sfn, len(a.Warmup))
+	}
+	s.log = append(s.log, line)
+}
+
+// countMoves adds the round's changes of owner, from prev to now, to
+// moves and fails where a task changed owner more often than its limit
+// since the event.
+func (s *sim) countMoves(round int, prev, now map[task.ID]string, moves map[task.ID]int) error {
+	for _, t := range slices.SortedFunc(maps.Keys(now), task.ID.Compare) {
+		o := now[t]
+		p, ok := prev[t]
+		if !ok || p == o {
+			continue
+		}
+		if s.trace {
+			s.log = append(s.log, fmt.Sprintf("    round %d: %v %s -> %s (stateful %v)", round, t, p, o, s.tasks[t].Stateful))
+		}
+		moves[t]++
+		limit := moveLimit
+		if s.tasks[t].Stateful {
+			s.st.maxMoves = max(s.st.maxMoves, moves[t])
+		} else {
+			s.st.maxStatelessMoves = max(s.st.maxStatelessMoves, moves[t])
+			limit = statelessMoveLimit
+		}
+		if moves[t] > limit {
+			return fmt.Errorf("task %v (stateful %v) changed owner %d times since the event", t, s.tasks[t].Stateful, moves[t])
+		}
+	}
+	return nil
+}
+
+// recordStatelessMoves counts the stateless tasks by how often they moved
+// in the event, and those that moved and ended where they started.
+func (s *sim) recordStatelessMoves(start, fin map[task.ID]string, moves map[task.ID]int) {
+	for t, n := range moves {
+		if !s.tasks[t].Stateful {
+			s.st.statelessMoved[min(n, 3)]++
+			if n >= 2 && fin[t] == start[t] {
+				s.st.statelessBack++
+			}
+		}
+	}
+}
+
+// checkSettled checks a settled group: no warmups, balance per thread and
+// per client, sub-topology spread, tag spread, stability and the event's
+// stickiness against start, the owners before it.
+func (s *sim) checkSettled(in Input, out Output, start map[task.ID]string, moves map[task.ID]int) error {
+	if w := warmupsOf(out); len(w) > 0 {
+		return fmt.Errorf("no follow-up but warmups %v", w)
+	}
+	var errs []error
+	errs = append(errs, balanced(in, out, s.zones == 0))
+	errs = append(errs, balancedByClient(in, out, s.zones == 0))
+	ex := subTopologyExcess(in, out)
+	s.st.maxSubExcess = max(s.st.maxSubExcess, ex)
+	if ex > convergedSubExcessLimit {
+		errs = append(errs, fmt.Errorf("a client holds %d actives of one sub-topology above its share rounded up", ex))
+	}
+	s.recordReceivedExcess(in, out, start)
+	errs = append(errs, s.checkSpread(out))
+	// A converged group that rebalances again keeps its assignment.
+	if again := Assign(s.cfg, s.input()); !equalOutputs(again, out) {
+		errs = append(errs, fmt.Errorf("converged assignment not stable:\n%v\nthen\n%v", out, again))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return s.stickiness(start, owners(out), moves)
+}
+
+// recordReceivedExcess records how far above its share a client holds a
+// sub-topology it received a task of in the event, stateful and stateless
+// apart.
+func (s *sim) recordReceivedExcess(in Input, out Output, start map[task.ID]string) {
+	type pair struct {
+		client string
+		sub    int
+	}
+	received := map[pair]bool{}
+	for t, o := range owners(out) {
+		if start[t] != o {
+			received[pair{o, t.SubTopology}] = true
+		}
+	}
+	excess := func(stateful bool) int {
+		return subTopologyExcessWhere(in, out, func(c string, sub int) bool {
+			return received[pair{c, sub}] && s.tasks[task.ID{SubTopology: sub}].Stateful == stateful
+		})
+	}
+	s.st.maxSubExcessMoved = max(s.st.maxSubExcessMoved, excess(true))
+	s.st.maxSubExcessMovedSL = max(s.st.maxSubExcessMovedSL, excess(false))
 }
 
 // checkMigrationBalance checks the balance of total load in every round,

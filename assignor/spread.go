@@ -174,7 +174,9 @@ type spreader struct {
 	// besides, if set, is load each bin carries that the limits do not
 	// count (the stateless tasks a client runs, when stateful actives are
 	// spread): an item placed anew goes, among bins otherwise as good, to
-	// the one with the least load in all.
+	// the one with the least load in all, and a bin below its lower limit
+	// takes, among items otherwise alike, from the bin with the most load
+	// in all, so that fewer of those other loads must move.
 	besides []int
 }
 
@@ -474,7 +476,7 @@ func (sp *spreading) raiseLow() {
 				rank:   sp.rankMove(i),
 				aff:    sp.aff(i, low),
 				gain:   sp.gl(i, b) - sp.gl(i, low),
-				load:   ratio{sp.load[b], sp.caps[b]},
+				load:   ratio{sp.load[b] + sp.beside(b), sp.caps[b]},
 				pref:   sp.prefer(i, low),
 			}
 			if pick < 0 || k.compare(pickKey) < 0 {
@@ -497,7 +499,7 @@ type raiseKey struct {
 	rank   int    // moveRank
 	aff    int    // its affinity for the low bin
 	gain   int    // its group's items on its bin less those on the low bin, higher first
-	load   ratio  // its bin's load per capacity, higher first
+	load   ratio  // its bin's load per capacity, besides included, higher first
 	pref   uint64 // its preference for the low bin, higher first
 }
 

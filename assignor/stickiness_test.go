@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"testing"
 
 	"github.com/eddystreams/eddy/task"
+	"github.com/stretchr/testify/require"
 )
 
 // Kafka Streams asserts stickiness only of its assignor without state
@@ -44,21 +46,28 @@ func (s *sim) eventFirstRound(before, after map[task.ID]string) error {
 // stickiness compares the owners of actives before an event and once the
 // group settled, stateful and stateless ones alike.
 //
-// A join moves at most the joiner's share of all actives by capacity,
-// rounded up, plus one (⌈T/(N+1)⌉+1 when N clients of equal capacity were
-// there before), and at most that share of the stateful actives. A leave
-// moves no active of the remaining clients: only the lost client's are
-// placed, as in Kafka Streams.
+// A join moves at most the joiner's share of the stateful actives by
+// capacity, rounded up, plus one (⌈T/(N+1)⌉+1 when N clients of equal
+// capacity were there before). A leave moves no stateful active of the
+// remaining clients: only the lost client's are placed, as in Kafka
+// Streams.
 //
 // Stateless tasks balance the total load, as in Kafka Streams, and the
 // stateful actives are balanced by themselves, so the two together can
 // force a stateless task off a client that keeps its own: a one-thread
 // client that must take a second stateful active beside a stateless task
-// gives the stateless one up. Where they do, the check holds the event to
-// the fewest stateless moves that any such balance of the final stateful
-// actives needs (forcedStatelessMoves), and counts the event.
+// gives the stateless one up. On every join and leave the check holds the
+// stateless tasks of the clients that stay to the fewest moves any such
+// balance of the final stateful actives needs (forcedStatelessMoves), and
+// so to no more than Kafka Streams' placement of them moves
+// (checkKafkaStreamsStateless). It counts the joins that move more actives
+// in all than the bound and the leaves that move other clients' stateless
+// tasks.
 func (s *sim) stickiness(before, after map[task.ID]string, handovers map[task.ID]int) error {
-	moved, others, hand, sfMoved, sfOthers, sfTasks := 0, 0, 0, 0, 0, 0
+	if s.joined == "" && s.left == "" {
+		return nil
+	}
+	moved, sfMoved, sfOthers, sfTasks, hand := 0, 0, 0, 0, 0
 	for t, o := range before {
 		if s.tasks[t].Stateful {
 			sfTasks++
@@ -68,9 +77,6 @@ func (s *sim) stickiness(before, after map[task.ID]string, handovers map[task.ID
 			continue
 		}
 		moved++
-		if after[t] != s.joined {
-			others++
-		}
 		if s.tasks[t].Stateful {
 			sfMoved++
 			if after[t] != s.joined {
@@ -78,93 +84,91 @@ func (s *sim) stickiness(before, after map[task.ID]string, handovers map[task.ID
 			}
 		}
 	}
-	switch {
-	case s.joined != "":
-		s.st.joins++
-		sum := 0
-		for _, c := range s.clients {
-			sum += c.cap
-		}
-		joinBound := func(n int) int { return (n*s.clients[s.joined].cap+sum-1)/sum + 1 }
-		bound := joinBound(len(s.tasks))
-		s.st.joinHandovers = max(s.st.joinHandovers, hand-bound)
-		s.st.joinStatefulMax = max(s.st.joinStatefulMax, sfMoved-joinBound(sfTasks))
-		if b := joinBound(sfTasks); sfMoved > b {
-			return fmt.Errorf("join of %s moved %d stateful actives, bound %d", s.joined, sfMoved, b)
-		}
-		if moved > bound {
-			s.st.joinBad++
-			s.st.joinExcess = max(s.st.joinExcess, moved-bound)
-			if forced := s.forcedStatelessMoves(before, after); moved-sfMoved > forced {
-				return fmt.Errorf("join of %s moved %d actives (%d stateless), bound %d, and balance forces %d stateless moves", s.joined, moved, moved-sfMoved, bound, forced)
-			}
-		}
-	case s.left != "":
+	slMoved := moved - sfMoved
+	if forced := s.forcedStatelessMoves(before, after); slMoved > forced {
+		return fmt.Errorf("%s moved %d stateless actives of the clients that stay, balance forces %d", s.eventName(), slMoved, forced)
+	}
+	if err := s.checkKafkaStreamsStateless(before, after); err != nil {
+		return fmt.Errorf("%s %w", s.eventName(), err)
+	}
+	if s.left != "" {
 		s.st.leaves++
 		if sfOthers > 0 {
-			s.st.leaveStatefulBad++
-			s.st.leaveStatefulMoved = max(s.st.leaveStatefulMoved, sfOthers)
 			return fmt.Errorf("leave of %s moved %d stateful actives of other clients", s.left, sfOthers)
 		}
-		if others > 0 {
+		if slMoved > 0 {
 			s.st.leaveBad++
-			s.st.leaveMoved = max(s.st.leaveMoved, others)
-			if forced := s.forcedStatelessMoves(before, after); others > forced {
-				return fmt.Errorf("leave of %s moved %d stateless actives of other clients, balance forces %d", s.left, others, forced)
-			}
+			s.st.leaveMoved = max(s.st.leaveMoved, slMoved)
+			s.recordLeastForced(before, after)
 		}
+		return nil
+	}
+	s.st.joins++
+	sum := 0
+	for _, c := range s.clients {
+		sum += c.cap
+	}
+	joinBound := func(n int) int { return (n*s.clients[s.joined].cap+sum-1)/sum + 1 }
+	bound := joinBound(len(s.tasks))
+	s.st.joinHandovers = max(s.st.joinHandovers, hand-bound)
+	s.st.joinStatefulMax = max(s.st.joinStatefulMax, sfMoved-joinBound(sfTasks))
+	if b := joinBound(sfTasks); sfMoved > b {
+		return fmt.Errorf("join of %s moved %d stateful actives, bound %d", s.joined, sfMoved, b)
+	}
+	if moved > bound {
+		s.st.joinBad++
+		s.st.joinExcess = max(s.st.joinExcess, moved-bound)
+		s.recordLeastForced(before, after)
 	}
 	return nil
 }
 
-// forcedStatelessMoves is the fewest stateless tasks of before, the owners
-// before an event, that must change client for the stateless tasks to
-// balance the total load over the stateful actives of after, as Kafka
-// Streams balances it: a level M = min n/cap over the clients below which
-// no client is and above which no client holding a stateless task is by
-// more than one task. At that level a client whose stateful actives and
-// old stateless tasks exceed ⌊M·cap⌋+1 gives the excess up, and a client
-// below ⌈M·cap⌉ takes the shortfall from the new tasks (the lost client's)
-// or from moves, so the moves are at least the larger of the two; M is
-// one of the levels m/cap, and the least over them bounds every balance.
-func (s *sim) forcedStatelessMoves(before, after map[task.ID]string) int {
-	ids := slices.Sorted(maps.Keys(s.clients))
-	at := map[string]int{}
-	for x, id := range ids {
-		at[id] = x
+// eventName names the join or leave that just settled.
+func (s *sim) eventName() string {
+	if s.joined != "" {
+		return "join of " + s.joined
 	}
-	caps := make([]int, len(ids))
-	base := make([]int, len(ids))
-	kept := make([]int, len(ids))
-	total, free := 0, 0
-	for x, id := range ids {
-		caps[x] = s.clients[id].cap
-	}
-	for t, ti := range s.tasks {
-		total++
-		if ti.Stateful {
-			base[at[after[t]]]++
-		} else if o, ok := before[t]; ok {
-			kept[at[o]]++
-		} else {
-			free++
-		}
-	}
-	best := total
-	for _, c := range slices.Compact(slices.Sorted(slices.Values(caps))) {
-		for m := 0; m <= total; m++ {
-			sumLo, sumHi, leave, arrive := 0, 0, 0, 0
-			for x, cx := range caps {
-				lo, hi := max(base[x], (m*cx+c-1)/c), max(base[x], m*cx/c+1)
-				sumLo += lo
-				sumHi += hi
-				leave += max(0, base[x]+kept[x]-hi)
-				arrive += max(0, lo-base[x]-kept[x])
-			}
-			if sumLo <= total && total <= sumHi {
-				best = min(best, max(leave, arrive-free))
-			}
-		}
-	}
-	return best
+	return "leave of " + s.left
+}
+
+// A leave places the lost client's stateful active on a client as warm for
+// it that can take it beside the stateless tasks it runs, rather than on
+// one that would then have to give a stateless task up. a, b and c run one
+// stateful active each, a also the stateless x; l ran on the lost client,
+// and a and c have its state, lag 0. Balance puts l on a or c (each may hold
+// two stateful actives); sub-topology spread alone prefers a (c runs the
+// other task of l's sub-topology), where x would have to move to b, as the
+// total load balances.
+func TestLeaveSparesOtherClientsStatelessTasks(t *testing.T) {
+	s1, s2, s3, l, x := tid(1, 0), tid(2, 0), tid(0, 0), tid(0, 1), tid(3, 0)
+	in := Input{Tasks: taskMap([]task.ID{s1, s2, s3, l}, []task.ID{x}), Clients: map[string]ClientState{
+		"a": {Capacity: 1, PrevActive: []task.ID{s1, x}, Lags: map[task.ID]int64{l: 0}},
+		"b": {Capacity: 1, PrevActive: []task.ID{s2}},
+		"c": {Capacity: 1, PrevActive: []task.ID{s3}, Lags: map[task.ID]int64{l: 0}},
+	}}
+	cfg := DefaultConfig()
+	out := Assign(cfg, in)
+	require.NoError(t, validate(cfg, in, out))
+	require.False(t, out.FollowupRebalance)
+	require.Equal(t, []task.ID{s1, x}, out.Clients["a"].Active)
+	require.Equal(t, []task.ID{s2}, out.Clients["b"].Active)
+	require.Equal(t, []task.ID{s3, l}, out.Clients["c"].Active)
+}
+
+// A joining client takes its stateful active from the client with the most
+// load in all, stateless tasks included: a and b run two stateful actives
+// each, a also the stateless x. Each may keep only one beside the joiner's
+// share; taken from b, it would leave a three actives against b's one and
+// x would have to move, taken from a, only the stateful active moves.
+func TestJoinTakesFromTheMostLoadedInAll(t *testing.T) {
+	a1, a2, b1, b2, x := tid(0, 0), tid(1, 0), tid(2, 0), tid(3, 0), tid(4, 0)
+	in := Input{Tasks: taskMap([]task.ID{a1, a2, b1, b2}, []task.ID{x}), Clients: map[string]ClientState{
+		"a":   {Capacity: 1, PrevActive: []task.ID{a1, a2, x}},
+		"b":   {Capacity: 1, PrevActive: []task.ID{b1, b2}},
+		"new": {Capacity: 1},
+	}}
+	out, _, _ := converge(t, DefaultConfig(), in, 20)
+	require.Contains(t, out.Clients["a"].Active, x)
+	require.Equal(t, []task.ID{b1, b2}, out.Clients["b"].Active)
+	require.Len(t, out.Clients["new"].Active, 1)
 }

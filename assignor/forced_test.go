@@ -1,0 +1,229 @@
+package assignor
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/eddystreams/eddy/task"
+)
+
+// forcedStatelessMoves is the fewest stateless tasks of before, the owners
+// before an event, that must change client for the stateless tasks to
+// balance the total load over the stateful actives of after, as Kafka
+// Streams balances it: a level M = min n/cap over the clients below which
+// no client is and above which no client holding a stateless task is by
+// more than one task. At that level a client whose stateful actives and
+// old stateless tasks exceed ⌊M·cap⌋+1 gives the excess up, and a client
+// below ⌈M·cap⌉ takes the shortfall from the new tasks (the lost client's)
+// or from moves, so the moves are at least the larger of the two; M is
+// one of the levels m/cap, and the least over them bounds every balance.
+func (s *sim) forcedStatelessMoves(before, after map[task.ID]string) int {
+	l := s.statelessLoads(before, after)
+	return l.forced(l.base)
+}
+
+// statelessLoads is what forcedStatelessMoves reads of an event, per
+// client in ID order.
+type statelessLoads struct {
+	ids              []string
+	caps, base, kept []int // capacity, stateful actives after, stateless tasks before
+	sfBefore         []int // stateful actives before
+	total, free, nsf int   // all tasks, stateless tasks without an owner before, stateful tasks
+}
+
+func (s *sim) statelessLoads(before, after map[task.ID]string) statelessLoads {
+	ids := slices.Sorted(maps.Keys(s.clients))
+	n := len(ids)
+	l := statelessLoads{ids: ids, caps: make([]int, n), base: make([]int, n), kept: make([]int, n), sfBefore: make([]int, n)}
+	at := map[string]int{}
+	for x, id := range ids {
+		at[id] = x
+		l.caps[x] = s.clients[id].cap
+	}
+	for t, ti := range s.tasks {
+		l.total++
+		o, ok := before[t]
+		switch {
+		case ti.Stateful:
+			l.nsf++
+			l.base[at[after[t]]]++
+			if ok {
+				l.sfBefore[at[o]]++
+			}
+		case ok:
+			l.kept[at[o]]++
+		default:
+			l.free++
+		}
+	}
+	return l
+}
+
+// forced is forcedStatelessMoves with base stateful actives per client.
+func (l statelessLoads) forced(base []int) int {
+	best := l.total
+	for _, c := range slices.Compact(slices.Sorted(slices.Values(l.caps))) {
+		for m := 0; m <= l.total; m++ {
+			sumLo, sumHi, leave, arrive := 0, 0, 0, 0
+			for x, cx := range l.caps {
+				lo, hi := max(base[x], (m*cx+c-1)/c), max(base[x], m*cx/c+1)
+				sumLo += lo
+				sumHi += hi
+				leave += max(0, base[x]+l.kept[x]-hi)
+				arrive += max(0, lo-base[x]-l.kept[x])
+			}
+			if sumLo <= l.total && l.total <= sumHi {
+				best = min(best, max(leave, arrive-l.free))
+			}
+		}
+	}
+	return best
+}
+
+// leastForcedStatelessMoves is forcedStatelessMoves at its least over every
+// count of stateful actives per client that the balance of stateful actives
+// allows (bounds) and that keeps the event's stickiness: on a leave every
+// remaining client keeps its stateful actives, on a join every old client
+// only gives some up. Where it is below forcedStatelessMoves, another
+// choice of the clients that take stateful actives would have forced fewer
+// stateless moves. With warm, a leave's counts must also let each of the
+// lost client's stateful actives go to a client as warm as the one Assign
+// chose (caught up as the event's first round found it, if that one was);
+// a join's choice is always as warm, the joiner having no state.
+func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, warm bool) int {
+	l := s.statelessLoads(before, after)
+	lo, hi := bounds(l.nsf, l.caps, l.nsf)
+	for x, id := range l.ids {
+		switch {
+		case s.left != "":
+			lo[x] = max(lo[x], l.sfBefore[x])
+		case id != s.joined:
+			hi[x] = min(hi[x], l.sfBefore[x])
+		}
+	}
+	var lost [][]int // per lost stateful task, the clients it may go to
+	if warm && s.left != "" {
+		lost = s.lostTaskHomes(l.ids, before, after)
+	}
+	best := l.total
+	base := make([]int, len(l.ids))
+	var choose func(x, left int)
+	choose = func(x, left int) {
+		if x == len(base) {
+			if left == 0 {
+				if f := l.forced(base); f < best && (lost == nil || placeable(lost, base, l.sfBefore)) {
+					best = f
+				}
+			}
+			return
+		}
+		for n := lo[x]; n <= hi[x] && n <= left; n++ {
+			base[x] = n
+			choose(x+1, left-n)
+		}
+	}
+	choose(0, l.nsf)
+	return best
+}
+
+// lostTaskHomes lists, per stateful task the lost client ran, the clients
+// (indexes into ids) as warm for it as the one it settled on, as the
+// event's first round found them and as Assign ranks warmth: running it or
+// without lag, then within the acceptable lag, then caught up only by a
+// short changelog, then with some state, then any.
+func (s *sim) lostTaskHomes(ids []string, before, after map[task.ID]string) [][]int {
+	cfg := s.cfg.WithDefaults()
+	warmth := func(id string, t task.ID) int {
+		lag, ok := effectiveLag(s.eventIn.Clients[id], t)
+		switch {
+		case !ok:
+			if end, known := s.eventIn.Ends[t]; known && max(end, 0) <= cfg.AcceptableRecoveryLag {
+				return 2
+			}
+			return 4
+		case lag == LagRunning || lag == 0:
+			return 0
+		case lag <= cfg.AcceptableRecoveryLag:
+			return 1
+		}
+		return 3
+	}
+	var homes [][]int
+	for _, t := range slices.SortedFunc(maps.Keys(s.tasks), task.ID.Compare) {
+		if _, ok := before[t]; ok || !s.tasks[t].Stateful {
+			continue
+		}
+		var h []int
+		for x, id := range ids {
+			if warmth(id, t) <= warmth(after[t], t) {
+				h = append(h, x)
+			}
+		}
+		homes = append(homes, h)
+	}
+	return homes
+}
+
+// placeable reports whether the lost tasks can go each to one of its homes
+// so that every client x takes base[x]-kept[x] of them: a matching of tasks
+// to client slots, found by augmenting paths.
+func placeable(homes [][]int, base, kept []int) bool {
+	room := make([]int, len(base))
+	for x := range base {
+		room[x] = base[x] - kept[x]
+	}
+	holder := make([][]int, len(base)) // per client, the tasks placed on it
+	var try func(j int, seen []bool) bool
+	try = func(j int, seen []bool) bool {
+		for _, x := range homes[j] {
+			if seen[x] {
+				continue
+			}
+			seen[x] = true
+			if len(holder[x]) < room[x] {
+				holder[x] = append(holder[x], j)
+				return true
+			}
+			for k, other := range holder[x] {
+				if try(other, seen) {
+					holder[x][k] = j
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for j := range homes {
+		if !try(j, make([]bool, len(base))) {
+			return false
+		}
+	}
+	return true
+}
+
+// recordLeastForced counts the events whose stateless moves another
+// choice of stateful actives could have lowered, and those where it could
+// without a colder home for any stateful active.
+func (s *sim) recordLeastForced(before, after map[task.ID]string) {
+	forced := s.forcedStatelessMoves(before, after)
+	s.st.forcedChecked++
+	least := s.leastForcedStatelessMoves(before, after, false)
+	if least < forced {
+		s.st.forcedByChoice++
+		s.st.forcedByChoiceGap = max(s.st.forcedByChoiceGap, forced-least)
+	}
+	warm := s.leastForcedStatelessMoves(before, after, true)
+	if warm < forced {
+		s.st.forcedByWarmChoice++
+		if s.joined != "" {
+			s.st.forcedByWarmChoiceJoins++
+		}
+	}
+	if s.left != "" && least == 0 {
+		// Another choice would have moved only the lost client's tasks.
+		s.st.leaveOnlyLost++
+		if warm == 0 {
+			s.st.leaveOnlyLostWarm++
+		}
+	}
+}
