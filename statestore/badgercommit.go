@@ -32,34 +32,13 @@ type StoreWrite struct {
 // memtable, cost markedly more to insert than the same entries store by
 // store.
 func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
-	var ss []*badgerStore
-	for _, g := range groups {
-		for _, w := range g {
-			s, ok := w.Store.(*badgerStore)
-			if !ok || s.home != d {
-				return fmt.Errorf("statestore: commit to shared badger %s: a store that is not one of its stores", d.dir)
-			}
-			ss = append(ss, s)
-		}
+	ss, err := d.commitStores(groups)
+	if err != nil {
+		return err
 	}
-	// Stores are locked in name order, so commits of overlapping sets of
-	// stores cannot deadlock.
-	order := slices.Clone(ss)
-	slices.SortFunc(order, func(a, b *badgerStore) int { return cmp.Compare(a.name, b.name) })
-	for i := 1; i < len(order); i++ {
-		if order[i] == order[i-1] {
-			return fmt.Errorf("statestore: commit to shared badger %s: store %q written twice", d.dir, order[i].name)
-		}
-	}
-	for i, s := range order {
-		if err := s.enter(); err != nil {
-			for _, s := range order[:i] {
-				s.wmu.Unlock()
-				s.exit()
-			}
-			return err
-		}
-		s.wmu.Lock()
+	order, err := d.lockStores(ss)
+	if err != nil {
+		return err
 	}
 	defer func() {
 		for _, s := range order {
@@ -80,7 +59,57 @@ func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 		s.beginChange()
 		defer s.endChange()
 	}
+	txns, ops, err := d.groupTxns(ss, groups)
+	if err != nil {
+		return err
+	}
+	return d.finishGroups(ss, groups, txns, ops, sendTxns(txns))
+}
 
+// commitStores returns the store of every write of groups, in order, each
+// one of d's.
+func (d *SharedBadger) commitStores(groups [][]StoreWrite) ([]*badgerStore, error) {
+	var ss []*badgerStore
+	for _, g := range groups {
+		for _, w := range g {
+			s, ok := w.Store.(*badgerStore)
+			if !ok || s.home != d {
+				return nil, fmt.Errorf("statestore: commit to shared badger %s: a store that is not one of its stores", d.dir)
+			}
+			ss = append(ss, s)
+		}
+	}
+	return ss, nil
+}
+
+// lockStores enters and write-locks every store of ss and returns them in
+// the order locked; a store named twice is an error.
+func (d *SharedBadger) lockStores(ss []*badgerStore) ([]*badgerStore, error) {
+	// Stores are locked in name order, so commits of overlapping sets of
+	// stores cannot deadlock.
+	order := slices.Clone(ss)
+	slices.SortFunc(order, func(a, b *badgerStore) int { return cmp.Compare(a.name, b.name) })
+	for i := 1; i < len(order); i++ {
+		if order[i] == order[i-1] {
+			return nil, fmt.Errorf("statestore: commit to shared badger %s: store %q written twice", d.dir, order[i].name)
+		}
+	}
+	for i, s := range order {
+		if err := s.enter(); err != nil {
+			for _, s := range order[:i] {
+				s.wmu.Unlock()
+				s.exit()
+			}
+			return nil, err
+		}
+		s.wmu.Lock()
+	}
+	return order, nil
+}
+
+// groupTxns makes every group's transaction (groupTxn), discarding them
+// all on an error.
+func (d *SharedBadger) groupTxns(ss []*badgerStore, groups [][]StoreWrite) ([]*badger.Txn, [][][]op, error) {
 	// Every group's transaction is made before the first is sent: badger
 	// makes a new transaction wait until every one sent before it has
 	// been applied, so making them one after another's commit would send
@@ -102,11 +131,17 @@ func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 				txn.Discard()
 			}
 		}
-		return err
+		return nil, nil, err
 	}
+	return txns, ops, nil
+}
+
+// sendTxns sends every transaction of txns (nil ones aside) to badger's
+// write loop and returns, once all are written, each one's error.
+func sendTxns(txns []*badger.Txn) []error {
 	var (
 		wg   sync.WaitGroup
-		errs = make([]error, len(groups))
+		errs = make([]error, len(txns))
 	)
 	for i, txn := range txns {
 		if txn == nil {
@@ -119,7 +154,15 @@ func (d *SharedBadger) Commit(groups ...[]StoreWrite) error {
 		})
 	}
 	wg.Wait()
-	first = 0
+	return errs
+}
+
+// finishGroups writes the groups too big for one transaction store by
+// store and sets the positions of the groups committed; errs holds each
+// group's transaction's error.
+func (d *SharedBadger) finishGroups(ss []*badgerStore, groups [][]StoreWrite, txns []*badger.Txn, ops [][][]op, errs []error) error {
+	var err error
+	first := 0
 	for i, g := range groups {
 		gs := ss[first : first+len(g)]
 		first += len(g)
