@@ -184,6 +184,17 @@ type thread struct {
 	// until its promise runs, and the block stays alive until the last of
 	// its records is released. One allocation then serves recBlock sends.
 	recs []kgo.Record
+
+	// worked holds the tasks that took input or ran a punctuator since
+	// their last commit, puncts which tasks a pass asks to punctuate, and
+	// commitBuf the tasks of the commit in flight (thread_idle.go): no
+	// pass or commit walks every task the thread holds.
+	worked    map[*taskrun.Active]struct{}
+	puncts    taskrun.Punctuations
+	commitBuf []*taskrun.Active
+	// passes counts the loop's passes, for tests that bound how often an
+	// idle thread wakes.
+	passes atomic.Int64
 }
 
 func newThread(a *App, idx int, budget *cache.Budget) (*thread, error) {

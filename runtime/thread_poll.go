@@ -63,6 +63,7 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	th.passes.Add(1)
 	if fetches.NumRecords() > 0 {
 		defer func() {
 			if time.Since(th.tasksPublished) >= tasksPublishEvery {
@@ -231,9 +232,11 @@ func (th *thread) inputAtEnd() bool {
 	return true
 }
 
-// pollWait bounds a poll so that commits and restoration are not starved
-// when no input arrives: it ends when the core's next commit may be due,
-// the interval commit's or, for a drained thread, the early one's.
+// pollWait bounds a poll so that commits, punctuations and restoration
+// are not starved when no input arrives: it ends when the core's next
+// commit may be due (the interval commit's or, for a drained thread, the
+// early one's) or a task's next wall-clock punctuator is. An idle thread
+// sleeps until then, or until a fetch brings records.
 func (th *thread) pollWait() time.Duration {
 	th.mu.Lock()
 	defer th.mu.Unlock()
@@ -241,7 +244,13 @@ func (th *thread) pollWait() time.Duration {
 		return 20 * time.Millisecond
 	}
 	now := time.Now()
-	wait := min(th.core.CommitWait(now, th.inputAtEnd()), 500*time.Millisecond)
+	wait := min(th.core.CommitWait(now, th.inputAtEnd()), maxPollWait)
+	if th.core.Waiting() {
+		wait = min(wait, waitingPollWait)
+	}
+	if d, ok := th.nextPunctuation(now); ok {
+		wait = min(wait, d)
+	}
 	// A task waiting for input stops waiting at a time of its own, or
 	// once a lookup tells it where an empty partition ends.
 	lookup, idleUntil := th.inputWaits()
