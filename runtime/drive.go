@@ -111,6 +111,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	}
 	switch a.Kind {
 	case threadcore.ActClaim:
+		th.wakePoll()
 		return []threadcore.Event{th.startActive(a.Task)}, nil
 	case threadcore.ActPause:
 		th.cl.PauseFetchPartitions(th.inputPartitions(a.Task))
@@ -197,6 +198,8 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		// App Running) sees the tasks it settled with.
 		th.publishTasks()
 		th.settled.Store(a.Settled)
+		th.wakePoll() // the loop's pass moves the App to Running
+
 	}
 	return nil, nil
 }

@@ -135,3 +135,43 @@ func TestIdleTasksPunctuateAndCommit(t *testing.T) {
 	require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte("stream"), Value: []byte("v"), Timestamp: time.UnixMilli(5000)}).FirstErr())
 	waitFor(t, 20*time.Second, "a committed stream-time punctuation", func() bool { return committed("stream") >= 1 })
 }
+
+// A thread whose poll waits for a commit far off still follows the
+// restoration of tasks a rebalance gives it at once: the assignment's
+// claims end the poll, so the tasks run long before that wait (up to
+// maxPollWait) would be over.
+func TestAssignmentEndsALongPoll(t *testing.T) {
+	t.Parallel()
+	const tasks = 4
+	b := topology.NewBuilder()
+	topology.Stream(b, "in", serde.String, serde.String).GroupByKey(serde.String, serde.String).Count("counts")
+	topo, err := b.Build()
+	require.NoError(t, err)
+	app, _ := startIdleCount(t, tasks, time.Minute, topo)
+	second, err := New(topo, Config{
+		ApplicationID: "idlepass", Brokers: app.cfg.Brokers, StateDir: t.TempDir(),
+		NumStreamThreads: 1, CommitInterval: time.Minute,
+	})
+	require.NoError(t, err)
+	require.NoError(t, second.Start(context.Background()))
+	running := func(a *App) int {
+		n := 0
+		for _, ti := range a.Tasks() {
+			if ti.State == task.Running {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "the second instance running tasks", func() bool {
+		return second.State() == StateRunning && running(second) > 0 && running(app)+running(second) == tasks
+	})
+	// Let the first instance's thread settle into a long poll.
+	th := app.threads[0]
+	p0, _, _ := passesOf(th)
+	waitFor(t, 30*time.Second, "a pass of the first instance", func() bool { p, _, _ := passesOf(th); return p > p0 })
+	closed := time.Now()
+	require.NoError(t, second.Close(context.Background()))
+	waitFor(t, 30*time.Second, "the first instance running every task", func() bool { return running(app) == tasks })
+	require.Less(t, time.Since(closed), maxPollWait-time.Second, "second instance's Close → the first runs every task")
+}

@@ -195,6 +195,9 @@ type thread struct {
 	// passes counts the loop's passes, for tests that bound how often an
 	// idle thread wakes.
 	passes atomic.Int64
+	// pollStop ends the last poll the loop began (wakePoll). Only used
+	// with mu held.
+	pollStop context.CancelFunc
 }
 
 func newThread(a *App, idx int, budget *cache.Budget) (*thread, error) {

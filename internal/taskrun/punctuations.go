@@ -2,6 +2,7 @@ package taskrun
 
 import (
 	"container/heap"
+	"fmt"
 	"time"
 )
 
@@ -86,7 +87,7 @@ func (p *Punctuations) Run(now time.Time, owns func(*Active) bool) ([]*Active, e
 		p.asked++
 		before := t.Punctuations()
 		if err := t.Punctuate(now); err != nil {
-			return p.ran, err
+			return p.ran, fmt.Errorf("task %s punctuate: %w", t.ID(), err)
 		}
 		if t.Punctuations() != before {
 			p.ran = append(p.ran, t)
