@@ -61,6 +61,7 @@ func (p *Punctuations) Check(t *Active) { p.check = append(p.check, t) }
 // punctuator. It returns the tasks whose punctuators ran (which need a
 // commit), valid until the next Run, and stops at the first error.
 func (p *Punctuations) Run(now time.Time, owns func(*Active) bool) ([]*Active, error) {
+	clear(p.ran)
 	p.ran = p.ran[:0]
 	// The due tasks are taken out of the heap before any is asked, so
 	// that one rescheduled at or before now is not asked again.
