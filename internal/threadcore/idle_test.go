@@ -1,6 +1,7 @@
 package threadcore
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -114,5 +115,31 @@ func TestKeptListsFollowSlots(t *testing.T) {
 	out = mustStep(Event{Kind: EvTick})
 	if len(out) != 2 || out[0].Kind != ActFlush || len(out[0].Tasks) != 7 || slices.Contains(out[0].Tasks, task.ID{Partition: 5}) {
 		t.Fatalf("interval commit: %v", out)
+	}
+}
+
+// BenchmarkIdlePass is one idle pass of a thread holding tasks (poll,
+// poll done, tick), one in four ending in an interval commit: its cost
+// does not grow with the tasks held.
+func BenchmarkIdlePass(b *testing.B) {
+	for _, n := range []int{64, 2048} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			c := runningMany(&testing.T{}, aloCoop, n)
+			at := base
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				at = at.Add(aloCoop.CommitInterval / 4)
+				for _, k := range []EventKind{EvPolled, EvPollDone, EvTick} {
+					if _, err := c.Step(Event{Kind: k, At: at}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if c.Mode() == Committing {
+					if _, err := c.Step(Event{Kind: EvCommitted, At: at}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }
