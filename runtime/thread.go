@@ -63,8 +63,10 @@ type thread struct {
 	// publishes nothing: Tasks reads it under mu, which it does not hold
 	// while it waits for records.
 	tasksSeen atomic.Pointer[[]TaskInfo]
-	// tasksPublished is when tasksSeen was last replaced.
+	// tasksPublished is when tasksSeen was last replaced; tasksChanged is
+	// set when a pass processed records since.
 	tasksPublished time.Time
+	tasksChanged   bool
 	// connected is set once the core knows how the group rebalances.
 	connected bool
 	// fetches is the poll ActProcess processes; processing is set when it

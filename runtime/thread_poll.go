@@ -64,7 +64,12 @@ func (th *thread) iteration() error {
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	th.passes.Add(1)
-	if fetches.NumRecords() > 0 {
+	// A pass that processed records publishes the tasks unless the last
+	// publish is too recent; a later pass then does, so that what Tasks
+	// reports of a thread kept busy (exactly-once commits hold mu) does
+	// not stay behind its last processed records.
+	th.tasksChanged = th.tasksChanged || fetches.NumRecords() > 0
+	if th.tasksChanged {
 		defer func() {
 			if time.Since(th.tasksPublished) >= tasksPublishEvery {
 				th.publishTasks()
