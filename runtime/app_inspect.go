@@ -34,9 +34,11 @@ type TaskInfo struct {
 
 // Tasks lists the tasks this instance holds, ordered by ID. Tasks does not
 // wait for a thread busy processing or punctuating: such a thread's part is
-// as it published it, at most tasksPublishEvery before the end of its last
-// pass that processed records, or when it last settled or checked for
-// Running; any other thread's part is as it is now.
+// as it published it, at the end of its last pass that processed records
+// or, if that pass came less than tasksPublishEvery after the publish
+// before, of the first pass after it that came later, or when it last
+// settled or checked for Running; any other thread's part is as it is
+// now.
 func (a *App) Tasks() []TaskInfo {
 	if !a.threadsUp.Load() {
 		return nil
@@ -59,7 +61,7 @@ func (a *App) Tasks() []TaskInfo {
 func (th *thread) publishTasks() {
 	infos := th.taskInfos()
 	th.tasksSeen.Store(&infos)
-	th.tasksPublished = time.Now()
+	th.tasksPublished, th.tasksChanged = time.Now(), false
 }
 
 // tasksPublishEvery bounds how often a busy thread replaces what App.Tasks

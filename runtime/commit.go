@@ -31,13 +31,16 @@ type committer interface {
 	// flush makes what tasks hold leave them: caches are flushed, the
 	// outbox drained and the stores' dirty entries sent to their
 	// changelogs. At-least-once also waits for every acknowledgement.
+	// The tasks are those of the core's commit that need one
+	// (thread.commitTasks): of an idle instance's thousands, none does.
 	flush(ctx context.Context, tasks []*taskrun.Active) error
 	// commit commits the tasks' consumed offsets; it follows a flush of
 	// the same tasks. At-least-once then writes the flushed entries into
 	// the stores with their new positions; exactly-once ends the
-	// transaction and then writes the stores; aborted reports that the
+	// transaction, when the core's commit names any running task
+	// (running), and then writes the stores; aborted reports that the
 	// group client aborted it instead, dropping the tasks' work.
-	commit(ctx context.Context, tasks []*taskrun.Active) (aborted bool, err error)
+	commit(ctx context.Context, tasks []*taskrun.Active, running bool) (aborted bool, err error)
 	// abort aborts the open transaction (exactly-once).
 	abort(ctx context.Context) error
 	// begin begins the next transaction (exactly-once), clearing a produce
@@ -51,21 +54,6 @@ func newCommitter(th *thread) committer {
 		return &exactlyOnce{th: th}
 	}
 	return &atLeastOnce{th: th}
-}
-
-// needingCommit returns the tasks a commit has anything to do for
-// (taskrun.Active.CommitNeeded). The core names every running task in a
-// commit; of an idle instance's thousands, none needs one, and flushing,
-// listing offsets and writing stores for each would cost a share of a core
-// for nothing.
-func needingCommit(tasks []*taskrun.Active) []*taskrun.Active {
-	var out []*taskrun.Active
-	for _, t := range tasks {
-		if t.CommitNeeded() {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // guarantee is the core's name for the thread's processing guarantee.

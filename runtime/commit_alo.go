@@ -42,7 +42,6 @@ type atLeastOnce struct {
 func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error {
 	th := c.th
 	c.acks = nil
-	tasks = needingCommit(tasks)
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -75,11 +74,9 @@ func (c *atLeastOnce) flush(ctx context.Context, tasks []*taskrun.Active) error 
 	return nil
 }
 
-func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool, error) {
+func (c *atLeastOnce) commit(ctx context.Context, tasks []*taskrun.Active, _ bool) (bool, error) {
 	th, acks := c.th, c.acks
 	c.acks = nil
-	// The tasks its flush took: nothing changed them since.
-	tasks = needingCommit(tasks)
 	offsets := make(map[string]map[int32]kgo.EpochOffset)
 	perTask := make(map[task.ID]map[string]int64)
 	for _, t := range tasks {

@@ -32,7 +32,6 @@ func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
 	th := c.th
 	c.acks = new(changelog.Offsets)
 	th.returnInput()
-	tasks = needingCommit(tasks)
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -57,7 +56,7 @@ func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
 	return nil
 }
 
-func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool, error) {
+func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active, running bool) (bool, error) {
 	th, acks := c.th, c.acks
 	c.acks = nil
 	if c.cannotBegin != nil {
@@ -65,12 +64,11 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active) (bool
 		// drops it and starts again with a new producer.
 		return false, c.cannotBegin
 	}
-	if len(tasks) == 0 {
+	if !running {
 		return false, nil
 	}
 	// The transaction ends whatever the tasks did, since the core begins
 	// the next one; only the tasks the flush took have writes to land.
-	tasks = needingCommit(tasks)
 	if err := th.maybeCrash("before-commit"); err != nil {
 		return false, err
 	}

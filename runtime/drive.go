@@ -111,6 +111,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	}
 	switch a.Kind {
 	case threadcore.ActClaim:
+		th.wakePoll()
 		return []threadcore.Event{th.startActive(a.Task)}, nil
 	case threadcore.ActPause:
 		th.cl.PauseFetchPartitions(th.inputPartitions(a.Task))
@@ -123,6 +124,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 			return nil, err
 		}
 		th.app.registry.activeRunning(t)
+		th.puncts.Check(t)
 		th.cl.ResumeFetchPartitions(th.inputPartitions(a.Task))
 	case threadcore.ActPark:
 		th.revokedTasks.Add(int64(len(a.Tasks)))
@@ -150,11 +152,11 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	case threadcore.ActFlush:
 		th.commitStart = time.Now()
 		th.commits.Add(1)
-		if err := th.committer.flush(ctx(), th.activeTasks(a.Tasks)); err != nil {
+		if err := th.committer.flush(ctx(), th.commitTasks()); err != nil {
 			return failed(threadcore.EvCommitFailed, err)
 		}
 	case threadcore.ActCommit:
-		aborted, err := th.committer.commit(ctx(), th.activeTasks(a.Tasks))
+		aborted, err := th.committer.commit(ctx(), th.commitTasks(), len(a.Tasks) > 0)
 		th.app.metrics.commitLatency.Observe(time.Since(th.commitStart).Seconds())
 		switch {
 		case err != nil:
@@ -171,12 +173,7 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 	case threadcore.ActBegin:
 		return nil, th.committer.begin()
 	case threadcore.ActPunctuate:
-		now := time.Now()
-		for _, t := range th.heldTasks() {
-			if err := t.Punctuate(now); err != nil {
-				return nil, fmt.Errorf("runtime: task %s punctuate: %w", t.ID(), err)
-			}
-		}
+		return nil, th.punctuate()
 	case threadcore.ActPurge:
 		th.app.purge.afterCommit(th.idx, th.cl)
 	case threadcore.ActUnsettle:
@@ -201,6 +198,8 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		// App Running) sees the tasks it settled with.
 		th.publishTasks()
 		th.settled.Store(a.Settled)
+		th.wakePoll() // the loop's pass moves the App to Running
+
 	}
 	return nil, nil
 }

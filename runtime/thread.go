@@ -63,8 +63,10 @@ type thread struct {
 	// publishes nothing: Tasks reads it under mu, which it does not hold
 	// while it waits for records.
 	tasksSeen atomic.Pointer[[]TaskInfo]
-	// tasksPublished is when tasksSeen was last replaced.
+	// tasksPublished is when tasksSeen was last replaced; tasksChanged is
+	// set when a pass processed records since.
 	tasksPublished time.Time
+	tasksChanged   bool
 	// connected is set once the core knows how the group rebalances.
 	connected bool
 	// fetches is the poll ActProcess processes; processing is set when it
@@ -184,6 +186,20 @@ type thread struct {
 	// until its promise runs, and the block stays alive until the last of
 	// its records is released. One allocation then serves recBlock sends.
 	recs []kgo.Record
+
+	// worked holds the tasks that took input or ran a punctuator since
+	// their last commit, puncts which tasks a pass asks to punctuate, and
+	// commitBuf the tasks of the commit in flight (thread_idle.go): no
+	// pass or commit walks every task the thread holds.
+	worked    map[*taskrun.Active]struct{}
+	puncts    taskrun.Punctuations
+	commitBuf []*taskrun.Active
+	// passes counts the loop's passes, for tests that bound how often an
+	// idle thread wakes.
+	passes atomic.Int64
+	// pollStop ends the last poll the loop began (wakePoll). Only used
+	// with mu held.
+	pollStop context.CancelFunc
 }
 
 func newThread(a *App, idx int, budget *cache.Budget) (*thread, error) {

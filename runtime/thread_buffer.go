@@ -327,6 +327,7 @@ func (th *thread) processInput(id task.ID, in *taskInput, now time.Time, doomed 
 	*taken += consumed
 	if consumed > 0 {
 		th.processed = append(th.processed, threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed})
+		th.tookInput(id)
 	}
 	return fatal
 }

@@ -54,7 +54,7 @@ func (th *thread) iteration() error {
 		th.rewiring = r
 		return th.step(nil, threadcore.Event{Kind: threadcore.EvRewire})
 	}
-	pollCtx, cancel := context.WithTimeout(th.ctx, th.pollWait())
+	pollCtx, cancel := th.pollContext()
 	fetches := th.cl.PollRecords(pollCtx, th.pollCap())
 	cancel()
 	defer th.cl.AllowRebalance()
@@ -63,7 +63,13 @@ func (th *thread) iteration() error {
 	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	if fetches.NumRecords() > 0 {
+	th.passes.Add(1)
+	// A pass that processed records publishes the tasks unless the last
+	// publish is too recent; a later pass then does, so that what Tasks
+	// reports of a thread kept busy (exactly-once commits hold mu) does
+	// not stay behind its last processed records.
+	th.tasksChanged = th.tasksChanged || fetches.NumRecords() > 0
+	if th.tasksChanged {
 		defer func() {
 			if time.Since(th.tasksPublished) >= tasksPublishEvery {
 				th.publishTasks()
@@ -231,17 +237,44 @@ func (th *thread) inputAtEnd() bool {
 	return true
 }
 
-// pollWait bounds a poll so that commits and restoration are not starved
-// when no input arrives: it ends when the core's next commit may be due,
-// the interval commit's or, for a drained thread, the early one's.
-func (th *thread) pollWait() time.Duration {
+// pollContext bounds the next poll by pollWait. A claim or a change of
+// settledness made while the poll waits (an assignment's) ends it
+// (wakePoll), so that the tasks' restoration, and the App's move to
+// Running, follow at once rather than once the wait is over.
+func (th *thread) pollContext() (context.Context, context.CancelFunc) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	ctx, cancel := context.WithTimeout(th.ctx, th.pollWait())
+	th.pollStop = cancel
+	return ctx, cancel
+}
+
+// wakePoll ends the poll the thread waits in, if any. It is called with
+// mu held.
+func (th *thread) wakePoll() {
+	if th.pollStop != nil {
+		th.pollStop()
+	}
+}
+
+// pollWait bounds a poll so that commits, punctuations and restoration
+// are not starved when no input arrives: it ends when the core's next
+// commit may be due (the interval commit's or, for a drained thread, the
+// early one's) or a task's next wall-clock punctuator is. An idle thread
+// sleeps until then, or until a fetch brings records. It is called with
+// mu held.
+func (th *thread) pollWait() time.Duration {
 	if th.rest.active() {
 		return 20 * time.Millisecond
 	}
 	now := time.Now()
-	wait := min(th.core.CommitWait(now, th.inputAtEnd()), 500*time.Millisecond)
+	wait := min(th.core.CommitWait(now, th.inputAtEnd()), maxPollWait)
+	if th.core.Waiting() {
+		wait = min(wait, waitingPollWait)
+	}
+	if d, ok := th.nextPunctuation(now); ok {
+		wait = min(wait, d)
+	}
 	// A task waiting for input stops waiting at a time of its own, or
 	// once a lookup tells it where an empty partition ends.
 	lookup, idleUntil := th.inputWaits()

@@ -127,6 +127,7 @@ func (th *thread) processTask(parts []kgo.FetchTopicPartition, doomed *bool, tak
 	if consumed > 0 {
 		id := task.ID{SubTopology: th.app.plan.topicSub[parts[0].Topic], Partition: parts[0].Partition}
 		th.processed = append(th.processed, threadcore.Event{Kind: threadcore.EvProcessed, Task: id, N: consumed})
+		th.tookInput(id)
 	}
 	for _, p := range parts {
 		th.noteFetched(p)

@@ -360,6 +360,17 @@ func (g *taskGraph) DroppedLate() int64 { return g.droppedLate }
 // Punctuations implements TaskGraph.
 func (g *taskGraph) Punctuations() int64 { return g.punctuated }
 
+// NextWallClock implements TaskGraph.
+func (g *taskGraph) NextWallClock() (time.Time, bool) {
+	var at time.Time
+	for _, p := range g.puncts {
+		if p.typ == WallClockTime && !p.cancelled && (at.IsZero() || p.next.Before(at)) {
+			at = p.next
+		}
+	}
+	return at, !at.IsZero()
+}
+
 // Punctuate runs the punctuators that are due, in the order they were
 // scheduled. Each fires at most once per call.
 func (g *taskGraph) Punctuate(now time.Time) (err error) {

@@ -171,6 +171,10 @@ type TaskGraph interface {
 	Punctuate(now time.Time) error
 	// Punctuations counts the punctuator calls Punctuate made so far.
 	Punctuations() int64
+	// NextWallClock is when the earliest of the graph's wall-clock
+	// punctuators is next due; false without one. Stream-time
+	// punctuators fall due only as processed records move stream time.
+	NextWallClock() (time.Time, bool)
 	// Flush forwards the latest value of every table key updated since
 	// the last Flush, when the task buffers table updates (see
 	// TableBuffering); otherwise it does nothing. The runtime calls it at

@@ -289,6 +289,11 @@ func (t *Active) Punctuate(now time.Time) error {
 	return err
 }
 
+// NextWallClockPunctuation is when the earliest of the task's wall-clock
+// punctuators is next due; false without one. Its stream-time punctuators
+// fall due only as it processes records.
+func (t *Active) NextWallClockPunctuation() (time.Time, bool) { return t.graph.NextWallClock() }
+
 // CommitNeeded reports whether a commit has anything to do for the task:
 // it processed or skipped a record, or ran a punctuator, since its last
 // complete commit (Kafka Streams' StreamTask.commitNeeded). A task without

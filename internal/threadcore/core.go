@@ -81,6 +81,17 @@ type Core struct {
 	committed []task.ID
 	releasing []task.ID
 	slots     map[task.ID]*slot
+	// heldIDs and runningIDs list the slots Restoring or Running, and Running,
+	// sorted, and claiming and waiting count the slots Claiming and
+	// Waiting: they are kept as slots move, so that an idle thread's
+	// steps cost nothing per task it holds. worked lists the slots whose
+	// work was set since the last commit (some may have lost it since).
+	heldIDs, runningIDs []task.ID
+	claiming, waiting   int
+	worked              []task.ID
+	// commitBuf holds committed's tasks from one commit to the next, so
+	// that an idle thread's interval commit allocates nothing.
+	commitBuf []task.ID
 	// dirty: the open transaction holds work (records processed or
 	// sent); consumed: a running task consumed input since the last
 	// commit (for early commits of a drained thread).
@@ -164,14 +175,7 @@ func (c *Core) Tasks(st Slot) []task.ID {
 
 // Waiting reports whether a task assigned to the thread waits for another
 // thread of the instance to let it go.
-func (c *Core) Waiting() bool {
-	for _, s := range c.slots {
-		if s.state == Waiting || s.state == Claiming {
-			return true
-		}
-	}
-	return false
-}
+func (c *Core) Waiting() bool { return c.claiming+c.waiting > 0 }
 
 // Settled reports whether the thread holds its assignment with nothing
 // owed to the group (the instance may be Running as far as this thread's
@@ -328,7 +332,51 @@ func (c *Core) setSlot(id task.ID, s *slot, st Slot) {
 	if c.moved != nil && s.state != st {
 		c.moved("slot", uint8(s.state), uint8(st))
 	}
+	c.count(id, s.state, -1)
 	s.state = st
+	c.count(id, st, +1)
+}
+
+// addSlot makes a task's slot, Claiming.
+func (c *Core) addSlot(id task.ID) {
+	c.slots[id] = &slot{state: Claiming}
+	c.count(id, Claiming, +1)
+}
+
+// dropSlot lets go of a task's slot, if the thread has one.
+func (c *Core) dropSlot(id task.ID) {
+	if s, ok := c.slots[id]; ok {
+		c.count(id, s.state, -1)
+		delete(c.slots, id)
+	}
+}
+
+// count moves a task into (by +1) or out of (by -1) the lists and counts
+// of a slot state.
+func (c *Core) count(id task.ID, st Slot, by int) {
+	switch st {
+	case Claiming:
+		c.claiming += by
+	case Waiting:
+		c.waiting += by
+	case Restoring:
+		c.heldIDs = listed(c.heldIDs, id, by)
+	case Running:
+		c.heldIDs = listed(c.heldIDs, id, by)
+		c.runningIDs = listed(c.runningIDs, id, by)
+	}
+}
+
+// listed adds id to (by +1) or removes it from (by -1) the sorted list ids.
+func listed(ids []task.ID, id task.ID, by int) []task.ID {
+	i, found := slices.BinarySearchFunc(ids, id, task.ID.Compare)
+	switch {
+	case by > 0 && !found:
+		return slices.Insert(ids, i, id)
+	case by < 0 && found:
+		return slices.Delete(ids, i, i+1)
+	}
+	return ids
 }
 
 // rest is the mode the thread returns to once nothing is in flight.
@@ -340,19 +388,12 @@ func (c *Core) rest() Mode {
 }
 
 // held lists the tasks the thread holds stores for (restoring or
-// running), sorted.
-func (c *Core) held() []task.ID {
-	var out []task.ID
-	for id, s := range c.slots {
-		if s.state == Restoring || s.state == Running {
-			out = append(out, id)
-		}
-	}
-	slices.SortFunc(out, task.ID.Compare)
-	return out
-}
+// running), sorted: a copy, for the actions that carry it, as heldIDs
+// changes while the slots it names are let go.
+func (c *Core) held() []task.ID { return slices.Clone(c.heldIDs) }
 
-func (c *Core) running() []task.ID { return c.Tasks(Running) }
+// running lists the running tasks, sorted: a copy of runningIDs.
+func (c *Core) running() []task.ID { return slices.Clone(c.runningIDs) }
 
 func (c *Core) apply(e Event) {
 	if c.mode == Exited {
@@ -375,7 +416,7 @@ func (c *Core) apply(e Event) {
 			c.emit(Action{Kind: ActPause, Task: e.Task})
 		}
 	case EvClaimFailed:
-		delete(c.slots, e.Task)
+		c.dropSlot(e.Task)
 	case EvSessionEnded:
 		if c.rejoinOwed() {
 			c.setPhase(RejoinJoining)
@@ -406,10 +447,16 @@ func (c *Core) apply(e Event) {
 	case EvProcessed:
 		if e.N > 0 {
 			s := c.slots[e.Task]
+			if !s.work {
+				c.worked = append(c.worked, e.Task)
+			}
 			s.work, s.unflushed = true, true
 			c.dirty, c.consumed = true, true
 		}
 	case EvPollDone:
+		if c.waiting == 0 {
+			break
+		}
 		for _, id := range c.Tasks(Waiting) {
 			c.setSlot(id, c.slots[id], Claiming)
 			c.emit(Action{Kind: ActClaim, Task: id})
@@ -431,6 +478,7 @@ func (c *Core) apply(e Event) {
 		for _, s := range c.slots {
 			s.work, s.unflushed = false, false
 		}
+		c.worked = c.worked[:0]
 		c.dirty = false
 		c.emit(Action{Kind: ActBegin})
 		c.setMode(c.back)
@@ -475,7 +523,7 @@ func (c *Core) apply(e Event) {
 			c.exit(false, false)
 			return
 		}
-		if len(c.running()) == 0 {
+		if len(c.runningIDs) == 0 {
 			c.exit(true, false)
 			return
 		}
@@ -507,7 +555,7 @@ func (c *Core) assigned(ids []task.ID) {
 		c.emit(Action{Kind: ActOpenAhead, Tasks: fresh})
 	}
 	for _, id := range fresh {
-		c.slots[id] = &slot{state: Claiming}
+		c.addSlot(id)
 		c.emit(Action{Kind: ActClaim, Task: id})
 	}
 	c.emit(Action{Kind: ActTakeShare})
@@ -567,7 +615,7 @@ func (c *Core) revoked(ids []task.ID) {
 		switch {
 		case s == nil:
 		case s.state == Waiting || s.state == Claiming:
-			delete(c.slots, id)
+			c.dropSlot(id)
 		default:
 			if !slices.Contains(release, id) {
 				release = append(release, id)
@@ -585,7 +633,7 @@ func (c *Core) revoked(ids []task.ID) {
 			c.setMode(AbortPending)
 		}
 		c.park(release)
-	case len(release) == 0 && len(c.running()) == 0:
+	case len(release) == 0 && len(c.runningIDs) == 0:
 		// Nothing to commit and nothing to release.
 	default:
 		c.commit(forRevoke, release)
@@ -604,14 +652,14 @@ func (c *Core) revokedAll() {
 	case c.halted:
 		c.closeAll()
 	case c.cfg.Guarantee == ExactlyOnce:
-		if r := c.running(); len(r) > 0 {
-			c.discard(r)
+		if len(c.runningIDs) > 0 {
+			c.discard(c.running())
 		}
 		if c.mode == Processing {
 			c.setMode(AbortPending)
 		}
 		c.park(c.held())
-	case len(c.running()) == 0:
+	case len(c.runningIDs) == 0:
 		c.park(c.held())
 	default:
 		c.commit(forRevokeAll, c.held())
@@ -619,10 +667,8 @@ func (c *Core) revokedAll() {
 }
 
 func (c *Core) discardIfDirty() {
-	if c.dirty {
-		if r := c.running(); len(r) > 0 {
-			c.discard(r)
-		}
+	if c.dirty && len(c.runningIDs) > 0 {
+		c.discard(c.running())
 	}
 }
 
@@ -698,20 +744,32 @@ func (c *Core) commit(p purpose, release []task.ID) {
 	c.setMode(Committing)
 	c.purpose, c.releasing = p, release
 	c.consumed = false
-	c.committed = c.running()
-	for _, id := range c.committed {
-		c.slots[id].unflushed = false
+	c.committed = append(c.commitBuf[:0], c.runningIDs...)
+	c.commitBuf = c.committed
+	for _, id := range c.worked {
+		if s := c.slots[id]; s != nil {
+			s.unflushed = false
+		}
 	}
 	c.emit(Action{Kind: ActFlush, Tasks: c.committed})
 	c.emit(Action{Kind: ActCommit, Tasks: c.committed})
 }
 
 func (c *Core) commitEnded(aborted bool) {
-	for _, id := range c.committed {
-		if s := c.slots[id]; s != nil {
-			s.work = false
+	// Only the tasks in worked may have work, and every one of them that
+	// still runs here was running when the commit began, so it is
+	// among those committed.
+	kept := c.worked[:0]
+	for _, id := range c.worked {
+		if s := c.slots[id]; s != nil && s.work {
+			if s.state == Running {
+				s.work = false
+			} else {
+				kept = append(kept, id)
+			}
 		}
 	}
+	c.worked = kept
 	switch {
 	case c.cfg.Guarantee == AtLeastOnce:
 		c.dirty = false
@@ -770,8 +828,8 @@ func (c *Core) abort() {
 	c.back = c.rest()
 	c.setMode(Aborting)
 	c.consumed = false
-	if r := c.running(); len(r) > 0 {
-		c.discard(r)
+	if len(c.runningIDs) > 0 {
+		c.discard(c.running())
 	}
 	c.emit(Action{Kind: ActAbortTxn})
 }
@@ -788,7 +846,7 @@ func (c *Core) park(ids []task.ID) {
 	}
 	hs := c.handles(ids)
 	for _, id := range ids {
-		delete(c.slots, id)
+		c.dropSlot(id)
 	}
 	c.emit(Action{Kind: ActPark, Tasks: ids, Handles: hs})
 }
@@ -799,7 +857,7 @@ func (c *Core) close(ids []task.ID, clean bool) {
 	}
 	hs := c.handles(ids)
 	for _, id := range ids {
-		delete(c.slots, id)
+		c.dropSlot(id)
 	}
 	c.emit(Action{Kind: ActClose, Tasks: ids, Handles: hs, Clean: clean})
 }
@@ -809,9 +867,12 @@ func (c *Core) closeAll() { c.close(c.held(), false) }
 // forgetWaiting drops the tasks waiting for another thread: the next
 // assignment says again what the thread runs.
 func (c *Core) forgetWaiting() {
+	if c.claiming+c.waiting == 0 {
+		return
+	}
 	for id, s := range c.slots {
 		if s.state == Waiting || s.state == Claiming {
-			delete(c.slots, id)
+			c.dropSlot(id)
 		}
 	}
 }
@@ -820,6 +881,8 @@ func (c *Core) exit(clean, killed bool) {
 	held := c.held()
 	hs := c.handles(held)
 	clear(c.slots)
+	c.heldIDs, c.runningIDs, c.worked = nil, nil, nil
+	c.claiming, c.waiting = 0, 0
 	c.committed, c.releasing = nil, nil
 	c.setMode(Exited)
 	c.emit(Action{Kind: ActExit, Tasks: held, Handles: hs, Clean: clean, Killed: killed})

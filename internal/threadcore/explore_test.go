@@ -20,6 +20,10 @@ func (c *Core) clone() *Core {
 		d.slots[id] = &cp
 	}
 	d.committed = slices.Clone(c.committed)
+	d.heldIDs = slices.Clone(c.heldIDs)
+	d.runningIDs = slices.Clone(c.runningIDs)
+	d.worked = slices.Clone(c.worked)
+	d.commitBuf = nil
 	d.releasing = slices.Clone(c.releasing)
 	d.active = slices.Clone(c.active)
 	d.out = nil
