@@ -277,6 +277,8 @@ func testNotRunningWhileRestoring(t *testing.T, threads int) {
 
 	release()
 	waitFor(t, 30*time.Second, "running after the restoration", func() bool { return app.State() == StateRunning })
+	// The listener hears of a move after State shows it.
+	waitFor(t, 10*time.Second, "the listener told of Running", func() bool { return len(log.get()) >= 2 })
 	require.Equal(t, []transition{{StateCreated, StateRebalancing}, {StateRebalancing, StateRunning}}, log.get())
 	log.mu.Lock()
 	defer log.mu.Unlock()
