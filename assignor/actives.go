@@ -14,7 +14,8 @@ func (r *run) spreadStatefulActives() {
 	if nc == 0 {
 		return
 	}
-	lo, hi := bounds(ns, r.caps, ns)
+	caps := r.capacities()
+	lo, hi := bounds(ns, caps, ns)
 	groups := make([]int, ns)
 	prev := make([]int, ns)
 	for i, t := range r.sf {
@@ -25,7 +26,7 @@ func (r *run) spreadStatefulActives() {
 	// have room.
 	slices.SortStableFunc(order, func(a, b int) int { return r.numEligible(a) - r.numEligible(b) })
 	sp := spreader{
-		caps: r.caps, lo: lo, hi: hi,
+		caps: caps, lo: lo, hi: hi,
 		// A client over its share gives up first the tasks that have other
 		// warm homes, so the moves it must make need no warmup, and then
 		// those off their leaders' rack.
@@ -64,7 +65,9 @@ func (r *run) spreadStatefulActives() {
 	}
 	target, targetLoad := sp.spread(prev, make([]int, nc))
 	r.spareStatelessMoves(target, targetLoad, lo, hi, sp.besides, sp.affinity)
-	r.targetLoad = targetLoad
+	for c := range r.clients {
+		r.clients[c].targetLoad = targetLoad[c]
+	}
 	for i, c := range target {
 		r.sf[i].target = c
 	}
@@ -77,11 +80,10 @@ func (r *run) placeStatefulActives() {
 	if len(r.clients) == 0 {
 		return
 	}
-	r.activeLoad = make([]int, len(r.clients))
 	for i, t := range r.sf {
 		if c := t.target; r.isEligible(i, c) {
 			r.sf[i].active = c
-			r.activeLoad[c]++
+			r.clients[c].activeLoad++
 		}
 	}
 	for i := range r.sf {
@@ -99,7 +101,7 @@ func (r *run) placeStatefulActives() {
 			}
 		}
 		r.sf[i].active = src
-		r.activeLoad[src]++
+		r.clients[src].activeLoad++
 	}
 }
 
@@ -110,7 +112,7 @@ func (r *run) betterSource(i, a, b int) bool {
 	if la != lb {
 		return la < lb
 	}
-	if c := cmpRatio(r.activeLoad[a]+1, r.caps[a], r.activeLoad[b]+1, r.caps[b]); c != 0 {
+	if c := cmpRatio(r.clients[a].activeLoad+1, r.clients[a].capacity, r.clients[b].activeLoad+1, r.clients[b].capacity); c != 0 {
 		return c < 0
 	}
 	return a < b
@@ -141,7 +143,8 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 			free++
 		}
 	}
-	moves := statelessMovesAt(len(r.sl), r.caps, load, kept, free)
+	caps := r.capacities()
+	moves := statelessMovesAt(len(r.sl), caps, load, kept, free)
 	for moves > 0 && budget > 0 {
 		movable := make([][]int, len(r.clients)) // per client, its targets that move anyway
 		for i, c := range target {
@@ -149,7 +152,7 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 				movable[c] = append(movable[c], i)
 			}
 		}
-		slLo, slHi := loadBounds(len(r.sl), r.caps, load)
+		slLo, slHi := loadBounds(len(r.sl), caps, load)
 		short := 0
 		for c := range r.clients {
 			short += max(0, slLo[c]-load[c]-kept[c])
@@ -169,7 +172,7 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 			}
 			load[from]--
 			load[ch.to]++
-			ch.moves = statelessMovesAt(len(r.sl), r.caps, load, kept, free)
+			ch.moves = statelessMovesAt(len(r.sl), caps, load, kept, free)
 			load[from]++
 			load[ch.to]--
 			if ch.moves < moves && (best == nil || ch.moves < best.moves) {
@@ -231,7 +234,7 @@ func (r *run) transferChain(from int, movable [][]int, load, hi, kept, slHi []in
 				}
 				k := transferKey{
 					over:  max(0, load[v]+1+kept[v]-slHi[v]),
-					load:  ratio{load[v] + 1 + kept[v], r.caps[v]},
+					load:  ratio{load[v] + 1 + kept[v], r.clients[v].capacity},
 					steps: len(queue),
 				}
 				if best < 0 || k.compare(bestKey) < 0 {

@@ -315,8 +315,7 @@ type run struct {
 	cfg     Config
 	k       int // standbys per stateful task
 	clients []client
-	caps    []int // per client: its capacity, as bounds and the spreader take it
-	classes int   // tag classes
+	classes int // tag classes
 	// keyValues counts, per RackAwareTags key, its values in the group.
 	keyValues []int
 	// classMembers lists each tag class's clients in order.
@@ -325,10 +324,6 @@ type run struct {
 	sl           []statelessTask
 	sfIndex      map[task.ID]int
 	groups       int // distinct sub-topologies
-
-	// Stateful actives per client, as the spreader takes and gives them.
-	targetLoad []int // as balance wants them
-	activeLoad []int // as they run this round
 
 	warmups  []warmup
 	followup bool
@@ -344,10 +339,14 @@ type client struct {
 	rack  string // its ActiveRackTag value, or ""
 	hash  uint64 // hash of its ID
 	class int    // its tag class, the same for the same tag values
+	// capacity is its stream threads, at least 1.
+	capacity int
 
-	prevLoad int   // stateful replicas in the previous round
-	replicas int   // target stateful actives plus standbys
-	standbys []int // target standbys
+	prevLoad   int   // stateful replicas in the previous round
+	targetLoad int   // stateful actives in the target
+	activeLoad int   // stateful actives as they run this round
+	replicas   int   // target stateful actives plus standbys
+	standbys   []int // target standbys
 }
 
 // statefulTask is what one Assign call knows and decides of one stateful
@@ -412,13 +411,12 @@ func (r *run) readClients(in Input) {
 	ids := slices.Sorted(maps.Keys(in.Clients))
 	values := map[string]int{}
 	r.clients = make([]client, len(ids))
-	r.caps = make([]int, len(ids))
 	for i, id := range ids {
 		cs := in.Clients[id]
 		c := &r.clients[i]
 		c.id = id
 		c.hash = clientHash(id)
-		r.caps[i] = max(cs.Capacity, 1)
+		c.capacity = max(cs.Capacity, 1)
 		if cfg.ActiveRackTag != "" {
 			c.rack = cs.Tags[cfg.ActiveRackTag]
 		}
@@ -609,6 +607,21 @@ func filled(n, v int) []int {
 		s[i] = v
 	}
 	return s
+}
+
+// capacities, targetLoads and activeLoads list one fact of every client, in
+// client order: the bounds and the spreader work on bins given as slices,
+// not on clients.
+func (r *run) capacities() []int  { return r.perClient(func(c *client) int { return c.capacity }) }
+func (r *run) targetLoads() []int { return r.perClient(func(c *client) int { return c.targetLoad }) }
+func (r *run) activeLoads() []int { return r.perClient(func(c *client) int { return c.activeLoad }) }
+
+func (r *run) perClient(fact func(*client) int) []int {
+	out := make([]int, len(r.clients))
+	for c := range r.clients {
+		out[c] = fact(&r.clients[c])
+	}
+	return out
 }
 
 func (r *run) caughtUpLag(lag int64) bool {

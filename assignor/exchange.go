@@ -321,7 +321,7 @@ func (r *run) respreadKey(i, c int, lo, hi, old []int) respreadKey {
 	n := r.clients[c].replicas
 	return respreadKey{
 		spread: r.tagScore(i, c), atLo: n >= lo[c], full: n >= hi[c],
-		load: ratio{n + 1, r.caps[c]}, newcom: !slices.Contains(old, c), client: c,
+		load: ratio{n + 1, r.clients[c].capacity}, newcom: !slices.Contains(old, c), client: c,
 	}
 }
 

@@ -28,13 +28,13 @@ func TestRespreadSkipsOnlyTasksThatCannotGain(t *testing.T) {
 		r := newRun(cfg.WithDefaults(), Input{Tasks: taskMap(tasks(0, 1+rng.IntN(30)), nil), Clients: clients})
 		r.spreadStatefulActives()
 		for c := range r.clients {
-			r.clients[c].replicas = r.targetLoad[c]
+			r.clients[c].replicas = r.clients[c].targetLoad
 		}
 		for i := range r.sf {
 			r.sf[i].holders = append(make([]int, 0, 1+r.k), r.sf[i].target)
 		}
 		ns := len(r.sf)
-		lo, hi := bounds(ns*(1+r.k), r.caps, ns)
+		lo, hi := bounds(ns*(1+r.k), r.capacities(), ns)
 		r.keepStandbys(hi)
 		r.fillStandbys(hi)
 		off := func(c int) int { return max(0, r.clients[c].replicas-hi[c]) + max(0, lo[c]-r.clients[c].replicas) }

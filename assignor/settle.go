@@ -172,7 +172,7 @@ func (r *run) settleReplicas() {
 	if len(r.clients) == 0 {
 		return
 	}
-	load := slices.Clone(r.activeLoad)
+	load := r.activeLoads()
 	var want []warmup
 	for i := range r.sf {
 		picks := r.settleTask(i, load)
@@ -250,7 +250,7 @@ func (r *run) restoringHolder(i int, picks, load []int) int {
 		k := restoringKey{
 			full:  load[c] >= r.clients[c].replicas,
 			other: !slices.Contains(r.sf[i].holders, c),
-			load:  ratio{load[c] + 1, r.caps[c]},
+			load:  ratio{load[c] + 1, r.clients[c].capacity},
 		}
 		if best < 0 || k.compare(bestKey) < 0 {
 			best, bestKey = c, k
@@ -339,7 +339,7 @@ func (r *run) caughtOutside(i int, picks, load []int) int {
 		if slices.Contains(picks, c) || !r.caughtUpLag(cl.lag) {
 			continue
 		}
-		k := outsideKey{spread: r.tagScoreAmong(picks, c), lag: cl.lag, load: ratio{load[c] + 1, r.caps[c]}}
+		k := outsideKey{spread: r.tagScoreAmong(picks, c), lag: cl.lag, load: ratio{load[c] + 1, r.clients[c].capacity}}
 		if best < 0 || k.compare(bestKey) < 0 {
 			best, bestKey = c, k
 		}

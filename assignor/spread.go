@@ -182,23 +182,26 @@ type spreader struct {
 
 // spread returns each item's bin and each bin's final load, base included.
 // prev gives each item's previous bin or -1. With no bins, every item gets
-// -1. It runs four phases: previous bins keep what their limits allow, the
-// rest is placed, bins below their lower limit are raised and bins above
-// their upper limit drained; then items that move anyway swap bins where
-// that spreads their groups.
+// -1. It runs five phases, each a method of spreading: previous bins keep
+// what their limits allow, the rest is placed, bins below their lower limit
+// are raised and bins above their upper limit drained; then items that move
+// anyway swap bins where that spreads their groups.
 func (s *spreader) spread(prev []int, base []int) (owner, load []int) {
 	sp := s.begin(prev, base)
-	if len(s.caps) == 0 {
-		return sp.owner, sp.load
+	if len(s.caps) > 0 {
+		sp.keep()
+		sp.place()
+		sp.raiseLow()
+		sp.drainHigh()
+		if sp.shares != nil {
+			sp.swapGroups()
+		}
 	}
-	sp.keep()
-	sp.place()
-	sp.raiseLow()
-	sp.drainHigh()
-	if sp.shares != nil {
-		s.swapGroups(prev, sp.owner, sp.gload, sp.share, sp.aff)
+	load = make([]int, len(sp.bins))
+	for b := range sp.bins {
+		load[b] = sp.bins[b].load
 	}
-	return sp.owner, sp.load
+	return sp.owner, load
 }
 
 // spreading is the working state of one spread.
@@ -206,23 +209,34 @@ type spreading struct {
 	*spreader
 	prev  []int
 	owner []int   // per item: its bin, or -1
-	load  []int   // per bin: base plus the items placed on it
-	count []int   // per bin: the items of this spread placed on it
+	bins  []bin   // per bin, in the spreader's order
 	gload []int32 // per group and bin (group·bins+bin); nil without groups
 	// shares holds each group's share of a bin (see share) per capacity
-	// kind: group·kinds+kind[bin]. Nil without groups.
+	// kind: group·kinds+bin.kind. Nil without groups.
 	shares []int
 	kinds  int
-	kind   []int // per bin: index of its capacity among the kinds
+}
+
+// bin is what one spread knows of one bin. The phases read a bin's limits
+// and load together, so they sit in one value.
+type bin struct {
+	cap    int // capacity, at least 1
+	lo, hi int // the spreader's limits
+	load   int // base plus the items placed on it
+	count  int // the items of this spread placed on it
+	kind   int // index of its capacity among the kinds; 0 without groups
 }
 
 // share is bin b's share of group g: the group's size times the bin's part
 // of the capacity, rounded up.
-func (sp *spreading) share(b, g int) int { return sp.shares[g*sp.kinds+sp.kind[b]] }
+func (sp *spreading) share(b, g int) int { return sp.shares[g*sp.kinds+sp.bins[b].kind] }
 
 func (s *spreader) begin(prev, base []int) *spreading {
 	nb := len(s.caps)
-	sp := &spreading{spreader: s, prev: prev, owner: filled(len(prev), -1), load: slices.Clone(base), count: make([]int, nb)}
+	sp := &spreading{spreader: s, prev: prev, owner: filled(len(prev), -1), bins: make([]bin, nb)}
+	for b := range sp.bins {
+		sp.bins[b] = bin{cap: s.caps[b], lo: s.lo[b], hi: s.hi[b], load: base[b]}
+	}
 	if s.group == nil || nb == 0 {
 		return sp
 	}
@@ -235,7 +249,6 @@ func (s *spreader) begin(prev, base []int) *spreading {
 	// are few, so shares are computed once per group and capacity: placing
 	// asks for one per item and bin.
 	sum := 0
-	sp.kind = make([]int, nb)
 	var kinds []int
 	for b, c := range s.caps {
 		sum += c
@@ -244,7 +257,7 @@ func (s *spreader) begin(prev, base []int) *spreading {
 			k = len(kinds)
 			kinds = append(kinds, c)
 		}
-		sp.kind[b] = k
+		sp.bins[b].kind = k
 	}
 	sp.kinds = len(kinds)
 	sp.shares = make([]int, s.groups*len(kinds))
@@ -289,25 +302,30 @@ func (sp *spreading) gl(i, b int) int {
 	if sp.gload == nil {
 		return 0
 	}
-	return int(sp.gload[sp.group[i]*len(sp.caps)+b])
+	return int(sp.gload[sp.group[i]*len(sp.bins)+b])
+}
+
+// perCap is bin b's load plus extra, per capacity.
+func (sp *spreading) perCap(b, extra int) ratio {
+	return ratio{sp.bins[b].load + extra, sp.bins[b].cap}
 }
 
 func (sp *spreading) put(i, b int) {
 	sp.owner[i] = b
-	sp.load[b]++
-	sp.count[b]++
+	sp.bins[b].load++
+	sp.bins[b].count++
 	if sp.gload != nil {
-		sp.gload[sp.group[i]*len(sp.caps)+b]++
+		sp.gload[sp.group[i]*len(sp.bins)+b]++
 	}
 }
 
 func (sp *spreading) take(i int) {
 	b := sp.owner[i]
 	sp.owner[i] = -1
-	sp.load[b]--
-	sp.count[b]--
+	sp.bins[b].load--
+	sp.bins[b].count--
 	if sp.gload != nil {
-		sp.gload[sp.group[i]*len(sp.caps)+b]--
+		sp.gload[sp.group[i]*len(sp.bins)+b]--
 	}
 }
 
@@ -316,9 +334,9 @@ func (sp *spreading) take(i int) {
 // each group before the second of any, so that what it must give up
 // spreads groups.
 func (sp *spreading) keep() {
-	byBin := make([][]int, len(sp.caps))
+	byBin := make([][]int, len(sp.bins))
 	for i, b := range sp.prev {
-		if b >= 0 && b < len(sp.caps) {
+		if b >= 0 && b < len(sp.bins) {
 			byBin[b] = append(byBin[b], i)
 		}
 	}
@@ -344,7 +362,7 @@ func (sp *spreading) keep() {
 		}
 		slices.SortStableFunc(items, func(x, y int) int { return key(x).compare(key(y)) })
 		for _, i := range items {
-			if sp.load[b] >= sp.hi[b] {
+			if sp.bins[b].load >= sp.bins[b].hi {
 				break
 			}
 			sp.put(i, b)
@@ -401,12 +419,13 @@ func (sp *spreading) placeOne(i int, onlyBest bool) {
 	if sp.group != nil {
 		g = sp.group[i]
 	}
-	nb := len(sp.caps)
+	nb := len(sp.bins)
 	best, bestKey := -1, placeKey{}
 	// The key is built here rather than by a method: this loop runs for
 	// every item and bin of a new group.
 	for b := range nb {
-		k := placeKey{full: sp.load[b] >= sp.hi[b], aff: sameAff, load: ratio{sp.load[b] + 1 + sp.beside(b), sp.caps[b]}}
+		bn := &sp.bins[b]
+		k := placeKey{full: bn.load >= bn.hi, aff: sameAff, load: ratio{bn.load + 1 + sp.beside(b), bn.cap}}
 		if !uniform {
 			k.aff = sp.aff(i, b)
 		}
@@ -415,7 +434,7 @@ func (sp *spreading) placeOne(i int, onlyBest bool) {
 			gn = int(sp.gload[g*nb+b])
 			k.over = max(0, gn+1-sp.share(b, g))
 		}
-		k.groupLoad = ratio{gn + 1, sp.caps[b]}
+		k.groupLoad = ratio{gn + 1, bn.cap}
 		if best < 0 || k.compare(&bestKey) < 0 {
 			best, bestKey = b, k
 		}
@@ -457,8 +476,8 @@ func (k *placeKey) compare(o *placeKey) int {
 func (sp *spreading) raiseLow() {
 	for {
 		low := -1
-		for b := range sp.caps {
-			if sp.load[b] < sp.lo[b] && (low < 0 || cmpRatio(sp.load[b], sp.caps[b], sp.load[low], sp.caps[low]) < 0) {
+		for b, bn := range sp.bins {
+			if bn.load < bn.lo && (low < 0 || sp.perCap(b, 0).compare(sp.perCap(low, 0)) < 0) {
 				low = b
 			}
 		}
@@ -467,16 +486,16 @@ func (sp *spreading) raiseLow() {
 		}
 		pick, pickKey := -1, raiseKey{}
 		for i, b := range sp.owner {
-			if b == low || sp.load[b] <= sp.lo[b] {
+			if b == low || sp.bins[b].load <= sp.bins[b].lo {
 				continue
 			}
 			k := raiseKey{
-				within: sp.load[b] <= sp.hi[b],
+				within: sp.bins[b].load <= sp.bins[b].hi,
 				kept:   b == sp.prev[i],
 				rank:   sp.rankMove(i),
 				aff:    sp.aff(i, low),
 				gain:   sp.gl(i, b) - sp.gl(i, low),
-				load:   ratio{sp.load[b] + sp.beside(b), sp.caps[b]},
+				load:   sp.perCap(b, sp.beside(b)),
 				pref:   sp.prefer(i, low),
 			}
 			if pick < 0 || k.compare(pickKey) < 0 {
@@ -531,8 +550,8 @@ func (k raiseKey) compare(o raiseKey) int {
 func (sp *spreading) drainHigh() {
 	for {
 		high := -1
-		for b := range sp.caps {
-			if sp.load[b] > sp.hi[b] && sp.count[b] > 0 && (high < 0 || cmpRatio(sp.load[b], sp.caps[b], sp.load[high], sp.caps[high]) > 0) {
+		for b, bn := range sp.bins {
+			if bn.load > bn.hi && bn.count > 0 && (high < 0 || sp.perCap(b, 0).compare(sp.perCap(high, 0)) > 0) {
 				high = b
 			}
 		}
@@ -540,8 +559,8 @@ func (sp *spreading) drainHigh() {
 			return
 		}
 		low := -1
-		for b := range sp.caps {
-			if sp.load[b] < sp.hi[b] && (low < 0 || cmpRatio(sp.load[b]+1, sp.caps[b], sp.load[low]+1, sp.caps[low]) < 0) {
+		for b, bn := range sp.bins {
+			if bn.load < bn.hi && (low < 0 || sp.perCap(b, 1).compare(sp.perCap(low, 1)) < 0) {
 				low = b
 			}
 		}
@@ -595,53 +614,6 @@ func cmpBool(a, b bool) int {
 		return -1
 	}
 	return 1
-}
-
-// swapGroups lowers the groups' excess over their shares by swapping the
-// bins of two items that move in this spread anyway (new, or not on their
-// previous bin), of different groups, where each is as good on the other's
-// bin: the loads stay, no item moves that would have stayed, and each
-// swap takes one group of one bin back within its share without taking any
-// other above it.
-func (s *spreader) swapGroups(prev, owner []int, gload []int32, share func(b, g int) int, aff func(i, b int) int) {
-	nb := len(s.caps)
-	movers := make([][]int, nb) // per bin, items that move to it
-	for i, b := range owner {
-		if b >= 0 && prev[i] != b {
-			movers[b] = append(movers[b], i)
-		}
-	}
-	at := func(b, g int) int { return g*nb + b }
-	overAt := func(b, g int) bool { return int(gload[at(b, g)]) > share(b, g) }
-	roomAt := func(b, g int) bool { return int(gload[at(b, g)]) < share(b, g) }
-	for b := range nb {
-		for x := 0; x < len(movers[b]); x++ {
-			i := movers[b][x]
-			g := s.group[i]
-			if !overAt(b, g) {
-				continue
-			}
-		search:
-			for b2 := range nb {
-				if b2 == b || !roomAt(b2, g) || aff(i, b2) != aff(i, b) {
-					continue
-				}
-				for y, j := range movers[b2] {
-					h := s.group[j]
-					if h == g || !roomAt(b, h) || aff(j, b) != aff(j, b2) {
-						continue
-					}
-					owner[i], owner[j] = b2, b
-					gload[at(b, g)]--
-					gload[at(b2, g)]++
-					gload[at(b2, h)]--
-					gload[at(b, h)]++
-					movers[b][x], movers[b2][y] = j, i
-					break search
-				}
-			}
-		}
-	}
 }
 
 // interleave returns the items 0..n-1 in the order in which they should

@@ -15,7 +15,7 @@ func (r *run) assignStandbys() {
 		return
 	}
 	for c := range r.clients {
-		r.clients[c].replicas = r.targetLoad[c]
+		r.clients[c].replicas = r.clients[c].targetLoad
 	}
 	for i := range r.sf {
 		r.sf[i].holders = append(make([]int, 0, 1+r.k), r.sf[i].target)
@@ -23,7 +23,7 @@ func (r *run) assignStandbys() {
 	if r.k == 0 {
 		return
 	}
-	lo, hi := bounds(ns*(1+r.k), r.caps, ns)
+	lo, hi := bounds(ns*(1+r.k), r.capacities(), ns)
 
 	r.keepStandbys(hi)
 	r.fillStandbys(hi)
@@ -46,7 +46,7 @@ func (r *run) keepStandbys(hi []int) {
 			cands = append(cands, p)
 		}
 		key := func(c int) keepHolderKey {
-			return keepHolderKey{lag: r.lag(i, c), over: r.clients[c].prevLoad > hi[c], load: ratio{r.clients[c].prevLoad, r.caps[c]}, client: c}
+			return keepHolderKey{lag: r.lag(i, c), over: r.clients[c].prevLoad > hi[c], load: ratio{r.clients[c].prevLoad, r.clients[c].capacity}, client: c}
 		}
 		slices.SortFunc(cands, func(a, b int) int { return key(a).compare(key(b)) })
 		for len(cands) > 0 && len(r.sf[i].holders) < 1+r.k {
@@ -108,7 +108,7 @@ func (r *run) fillStandbys(hi []int) {
 		if x, y := r.stateRank(i, c), r.stateRank(i, pick); x != y {
 			return x < y
 		}
-		if x := cmpRatio(r.clients[c].replicas+1, r.caps[c], r.clients[pick].replicas+1, r.caps[pick]); x != 0 {
+		if x := cmpRatio(r.clients[c].replicas+1, r.clients[c].capacity, r.clients[pick].replicas+1, r.clients[pick].capacity); x != 0 {
 			return x < 0
 		}
 		return c < pick
@@ -208,7 +208,7 @@ func (h *clientHeap) Less(x, y int) bool {
 	if fa, fb := r.clients[a].replicas >= h.hi[a], r.clients[b].replicas >= h.hi[b]; fa != fb {
 		return !fa
 	}
-	if c := cmpRatio(r.clients[a].replicas+1, r.caps[a], r.clients[b].replicas+1, r.caps[b]); c != 0 {
+	if c := cmpRatio(r.clients[a].replicas+1, r.clients[a].capacity, r.clients[b].replicas+1, r.clients[b].capacity); c != 0 {
 		return c < 0
 	}
 	return a < b

@@ -35,9 +35,9 @@ func (r *run) assignStatelessActives() {
 	for i, t := range r.sl {
 		prev[i] = t.prev
 	}
-	if !r.finalsHanded || !r.balancedTotal(r.finals(), r.targetLoad) {
-		sp := r.statelessSpreader(r.targetLoad)
-		final, _ := sp.spread(prev, r.targetLoad)
+	if targetLoads := r.targetLoads(); !r.finalsHanded || !r.balancedTotal(r.finals(), targetLoads) {
+		sp := r.statelessSpreader(targetLoads)
+		final, _ := sp.spread(prev, targetLoads)
 		for i, c := range final {
 			r.sl[i].final = c
 		}
@@ -48,7 +48,8 @@ func (r *run) assignStatelessActives() {
 		}
 		return
 	}
-	r.setStatelessOwners(r.migratingSpreader(prev).spread(prev, r.activeLoad))
+	activeLoads := r.activeLoads()
+	r.setStatelessOwners(r.migratingSpreader(prev, activeLoads).spread(prev, activeLoads))
 }
 
 // statelessSpreader spreads stateless tasks over clients holding base
@@ -58,9 +59,10 @@ func (r *run) statelessSpreader(base []int) *spreader {
 	for i, t := range r.sl {
 		groups[i] = t.group
 	}
-	lo, hi := loadBounds(len(r.sl), r.caps, base)
+	caps := r.capacities()
+	lo, hi := loadBounds(len(r.sl), caps, base)
 	return &spreader{
-		caps: r.caps, lo: lo, hi: hi,
+		caps: caps, lo: lo, hi: hi,
 		keepRank: func(i int) int { return r.offRack(r.sl[i].racks, r.sl[i].prev) },
 		affinity: func(i, c int) int { return r.offRack(r.sl[i].racks, c) },
 		uniform:  func(i int) bool { return len(r.sl[i].racks) == 0 },
@@ -76,8 +78,8 @@ func (r *run) statelessSpreader(base []int) *spreader {
 // client is full (moved now, they would only pass on to another temporary
 // client); a task that moves goes to its final client where balance lets
 // it, and tasks that moved already in the migration move last.
-func (r *run) migratingSpreader(prev []int) *spreader {
-	sp := r.statelessSpreader(r.activeLoad)
+func (r *run) migratingSpreader(prev, activeLoads []int) *spreader {
+	sp := r.statelessSpreader(activeLoads)
 	held := make([]int, len(r.clients))
 	for _, c := range prev {
 		if c >= 0 {
@@ -99,7 +101,7 @@ func (r *run) migratingSpreader(prev []int) *spreader {
 		switch f := r.sl[i].final; {
 		case f == r.sl[i].prev:
 			rank += 4
-		case r.activeLoad[f]+held[f] < sp.hi[f]:
+		case r.clients[f].activeLoad+held[f] < sp.hi[f]:
 			rank += 8
 		}
 		return rank
@@ -146,12 +148,12 @@ func (r *run) balancedTotal(owner, base []int) bool {
 	}
 	least := 0
 	for c := range r.clients {
-		if cmpRatio(load[c], r.caps[c], load[least], r.caps[least]) < 0 {
+		if cmpRatio(load[c], r.clients[c].capacity, load[least], r.clients[least].capacity) < 0 {
 			least = c
 		}
 	}
 	for c := range r.clients {
-		if holds[c] && cmpRatio(load[c]-1, r.caps[c], load[least], r.caps[least]) > 0 {
+		if holds[c] && cmpRatio(load[c]-1, r.clients[c].capacity, load[least], r.clients[least].capacity) > 0 {
 			return false
 		}
 	}

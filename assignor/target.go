@@ -76,8 +76,9 @@ func (r *run) assignTarget(prev Target) {
 		return
 	}
 	ns := len(r.sf)
-	aLo, aHi := bounds(ns, r.caps, ns)
-	rLo, rHi := bounds(ns*(1+r.k), r.caps, ns)
+	caps := r.capacities()
+	aLo, aHi := bounds(ns, caps, ns)
+	rLo, rHi := bounds(ns*(1+r.k), caps, ns)
 	newActives, newReplicas := r.targetCounts(nil)
 	keptActives, keptReplicas := r.targetCounts(kept)
 	keptGap := [2]int{outside(keptActives, aLo, aHi), outside(keptReplicas, rLo, rHi)}
@@ -88,8 +89,8 @@ func (r *run) assignTarget(prev Target) {
 	for c := range r.clients {
 		r.clients[c].standbys = r.clients[c].standbys[:0]
 		r.clients[c].replicas = keptActives[c]
+		r.clients[c].targetLoad = keptActives[c]
 	}
-	r.targetLoad = keptActives
 	for i := range r.sf {
 		r.sf[i].target = kept[i][0]
 		r.sf[i].holders = kept[i][:1]
