@@ -164,21 +164,25 @@ func (th *thread) forceRebalance() {
 // failed tells the core that the loop stopped on an error (a commit or
 // abort that failed may have told it already).
 func (th *thread) failed() {
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvFailed})
 }
 
 // stepLogged steps the core where nothing can return an error: one is
 // logged, and fails the App when the core refused the event (a bug).
 func (th *thread) stepLogged(e threadcore.Event) {
-	if err := th.step(nil, e); err != nil {
-		if errors.Is(err, threadcore.ErrRefused) {
-			th.app.fail(err)
-			return
-		}
-		th.log.Warn("stream thread step failed", "event", e.String(), "err", err)
+	th.logStepErr(e, th.step(nil, e))
+}
+
+// logStepErr is what stepLogged does with the error of stepping e.
+func (th *thread) logStepErr(e threadcore.Event, err error) {
+	if err == nil {
+		return
 	}
+	if errors.Is(err, threadcore.ErrRefused) {
+		th.app.fail(err)
+		return
+	}
+	th.log.Warn("stream thread step failed", "event", e.String(), "err", err)
 }
 
 // recover carries out what the instance core decides for an error that
@@ -196,9 +200,7 @@ func (th *thread) recover(err error) (bool, error) {
 	case instancecore.ActReplaceThread:
 		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", a.Failures)
 		was := th.incarnationNow()
-		th.mu.Lock()
 		rerr := th.step(nil, threadcore.Event{Kind: threadcore.EvReplace})
-		th.mu.Unlock()
 		if th.incarnationNow() != was {
 			// Its client closed: the thread it was has exited, whether
 			// or not its replacement could connect.
@@ -225,8 +227,6 @@ func (th *thread) recover(err error) (bool, error) {
 // from now on it only polls, so that it keeps its place in the group for
 // the rebalance that carries ShutdownApplication to every member.
 func (th *thread) halt() {
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvHalt}); err != nil {
 		th.log.Warn("halting the thread: aborting its transaction failed", "err", err)
 	}
@@ -235,9 +235,10 @@ func (th *thread) halt() {
 // reconnect replaces the thread's client (ActReconnect): it leaves the
 // group and joins it again as a new member, so every partition it is given
 // again is read from the group's committed offset rather than from where
-// the old client had got to. The core closed the thread's tasks first. It
-// is called with mu held, and releases it while the old client closes,
-// since closing runs the revocation callback, which takes mu.
+// the old client had got to. The core closed the thread's tasks first.
+// Closing the old client runs its revocation callbacks, which the core
+// takes while this batch is in flight (threadcore.Event.Closing); the new
+// client's wait until it has landed.
 func (th *thread) reconnect(cause threadcore.Cause) error {
 	switch cause {
 	case threadcore.CauseRefused:
@@ -261,11 +262,11 @@ func (th *thread) reconnect(cause threadcore.Cause) error {
 	return th.connect()
 }
 
-// releaseClient closes the thread's client, which leaves the group. It is
-// called with mu held, and releases it while the client closes.
+// releaseClient closes the thread's client, which leaves the group; its
+// callbacks are marked as the closing client's while it closes.
 func (th *thread) releaseClient() {
 	oldSess, oldCl := th.sess, th.cl
-	th.mu.Unlock()
+	th.markClosing(oldCl)
 	if oldSess != nil {
 		oldSess.AllowRebalance()
 		oldSess.Close()
@@ -273,7 +274,7 @@ func (th *thread) releaseClient() {
 		oldCl.AllowRebalance()
 		oldCl.Close()
 	}
-	th.mu.Lock()
+	th.markClosing(nil)
 	th.out.close()
 	th.sess = nil
 }
@@ -281,30 +282,26 @@ func (th *thread) releaseClient() {
 // die is shutdown after Kill: the network is already cut, so leaving the
 // group cannot reach the broker; tasks close without committing.
 func (th *thread) die() {
-	th.mu.Lock()
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvKill})
-	th.mu.Unlock()
 	th.rest.close()
 }
 
 // shutdown commits (when the thread stopped cleanly), leaves the group and
 // closes every task.
 func (th *thread) shutdown(clean bool) {
-	th.mu.Lock()
 	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvStop, Clean: clean}); err != nil {
 		th.log.Warn("final commit failed", "err", err)
 	}
-	th.mu.Unlock()
 	th.rest.close()
 }
 
 // exit leaves the group and closes the client and the tasks the core
-// names (ActExit). It is called with mu held, and releases it while the
-// client closes: leaving runs the revocation callback, which takes mu (and
-// returns at once, the thread being stopped).
+// names (ActExit). Leaving runs the revocation callback, marked as the
+// closing client's (it changes nothing: the core has exited).
 func (th *thread) exit(a threadcore.Action) {
 	cl := th.cl
-	th.mu.Unlock()
+	th.markClosing(cl)
+	defer th.markClosing(nil)
 	if a.Killed {
 		// A cancelled context makes the leave-group attempt return at once.
 		ctx, cancel := context.WithCancel(context.Background())
@@ -315,7 +312,6 @@ func (th *thread) exit(a threadcore.Action) {
 	} else {
 		cl.CloseAllowingRebalance()
 	}
-	th.mu.Lock()
 	// After the close: a revocation callback may have committed through
 	// the outbox.
 	th.out.close()

@@ -22,22 +22,25 @@ func (th *thread) loop() error {
 }
 
 // drainSynced feeds the core the assignment of a sync the balancer left in
-// its mailbox, if any. Every holder of mu calls it first, so that the core
-// sees the sync before the callbacks that follow it. It is called with mu
-// held.
-func (th *thread) drainSynced() error {
+// its mailbox, if any. The loop and the callbacks call it before their own
+// events, so that the core sees the sync before the callbacks that follow
+// it; cl is the client whose callback drains it, nil for the loop (see
+// enter). It is called without mu.
+func (th *thread) drainSynced(cl *kgo.Client) error {
 	if info := th.synced.Swap(nil); info != nil {
+		e := threadcore.Event{Kind: threadcore.EvSynced, Tasks: info.Active}
+		th.enter(&e, cl)
 		th.assignment = info
-		return th.step(nil, threadcore.Event{Kind: threadcore.EvSynced, Tasks: info.Active})
+		return th.stepEntered(nil, e)
 	}
 	return nil
 }
 
 // drainMailboxes also feeds the core a rebalance the group client waits
-// for: only the loop does, since only it commits for it. It is called with
-// mu held.
+// for: only the loop does, since only it commits for it. It is called
+// without mu.
 func (th *thread) drainMailboxes() error {
-	if err := th.drainSynced(); err != nil {
+	if err := th.drainSynced(nil); err != nil {
 		return err
 	}
 	if th.rebalancePending.Swap(false) {
@@ -49,8 +52,6 @@ func (th *thread) drainMailboxes() error {
 // iteration is one pass of the loop: poll, process, restore, commit.
 func (th *thread) iteration() error {
 	if r := th.rewireReq.Swap(nil); r != nil {
-		th.mu.Lock()
-		defer th.mu.Unlock()
 		th.rewiring = r
 		return th.step(nil, threadcore.Event{Kind: threadcore.EvRewire})
 	}
@@ -61,8 +62,6 @@ func (th *thread) iteration() error {
 	if fetches.IsClientClosed() || th.stopping.Load() {
 		return nil
 	}
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	if fetches.NumRecords() > 0 {
 		defer func() {
 			if time.Since(th.tasksPublished) >= tasksPublishEvery {
@@ -235,7 +234,9 @@ func (th *thread) inputAtEnd() bool {
 // when no input arrives: it ends when the core's next commit may be due,
 // the interval commit's or, for a drained thread, the early one's.
 func (th *thread) pollWait() time.Duration {
-	th.mu.Lock()
+	// A callback let through by the last AllowRebalance may be carrying
+	// out a batch: the restorer and the inputs are its until it lands.
+	th.lockIdle()
 	defer th.mu.Unlock()
 	if th.rest.active() {
 		return 20 * time.Millisecond
