@@ -194,15 +194,51 @@ func (th *thread) lockIdle() {
 // do carries out one action; next is its outcome, for actions that have
 // one. err stops the loop.
 func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []threadcore.Event, err error) {
-	outcome := func(k threadcore.EventKind) []threadcore.Event { return []threadcore.Event{{Kind: k, Task: a.Task}} }
-	failed := func(k threadcore.EventKind, err error) ([]threadcore.Event, error) {
-		cause := th.cause(err)
-		if cause == threadcore.CauseFatal {
-			return []threadcore.Event{{Kind: k, Cause: cause}}, err
+	switch a.Kind {
+	case threadcore.ActClaim, threadcore.ActPause, threadcore.ActResume, threadcore.ActPark, threadcore.ActClose,
+		threadcore.ActDiscard, threadcore.ActOpenAhead:
+		return th.doTasks(a)
+	case threadcore.ActFlush, threadcore.ActCommit, threadcore.ActAbortTxn, threadcore.ActBegin:
+		return th.doCommit(ctx, a)
+	case threadcore.ActProcess:
+		th.processing = true
+		err := th.processPolled()
+		return th.processed, err
+	case threadcore.ActPunctuate:
+		now := time.Now()
+		for _, t := range th.heldTasks() {
+			if err := t.Punctuate(now); err != nil {
+				return nil, fmt.Errorf("runtime: task %s punctuate: %w", t.ID(), err)
+			}
 		}
-		th.log.Warn("commit or abort failed", "cause", cause, "err", err)
-		return []threadcore.Event{{Kind: k, Cause: cause}}, nil
+	case threadcore.ActPurge:
+		th.app.purge.afterCommit(th.idx, th.cl)
+	case threadcore.ActUnsettle:
+		th.app.rebalanceStarted()
+	case threadcore.ActRegistryRevoked:
+		th.app.registry.revoked(th.idx, th.incarnationNow())
+	case threadcore.ActReconnect:
+		th.dropInputs()
+		if err := th.reconnect(a.Cause); err != nil {
+			return nil, err
+		}
+		return []threadcore.Event{{Kind: threadcore.EvReconnected}}, nil
+	case threadcore.ActExit:
+		th.dropInputs()
+		th.exit(a)
+	case threadcore.ActTakeShare:
+		th.takeShare()
+	case threadcore.ActPublish:
+		// The tasks first: whoever sees the thread settled (and so the
+		// App Running) sees the tasks it settled with.
+		th.publishTasks()
+		th.settled.Store(a.Settled)
 	}
+	return nil, nil
+}
+
+// doTasks carries out an action that starts, moves or lets go of tasks.
+func (th *thread) doTasks(a threadcore.Action) ([]threadcore.Event, error) {
 	switch a.Kind {
 	case threadcore.ActClaim:
 		return []threadcore.Event{th.startActive(a.Task)}, nil
@@ -237,10 +273,26 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 			th.dropInput(t.ID())
 			t.Abort()
 		}
-	case threadcore.ActProcess:
-		th.processing = true
-		err := th.processPolled()
-		return th.processed, err
+	case threadcore.ActOpenAhead:
+		th.openAhead(a.Tasks)
+	}
+	return nil, nil
+}
+
+// doCommit carries out a step of the commit protocol (the committer's);
+// a commit's or abort's outcome says whether it went through, and why not
+// (threadcore.Cause), a fatal cause stopping the loop.
+func (th *thread) doCommit(ctx func() context.Context, a threadcore.Action) ([]threadcore.Event, error) {
+	outcome := func(k threadcore.EventKind) []threadcore.Event { return []threadcore.Event{{Kind: k}} }
+	failed := func(k threadcore.EventKind, err error) ([]threadcore.Event, error) {
+		cause := th.cause(err)
+		if cause == threadcore.CauseFatal {
+			return []threadcore.Event{{Kind: k, Cause: cause}}, err
+		}
+		th.log.Warn("commit or abort failed", "cause", cause, "err", err)
+		return []threadcore.Event{{Kind: k, Cause: cause}}, nil
+	}
+	switch a.Kind {
 	case threadcore.ActFlush:
 		th.commitStart = time.Now()
 		th.commits.Add(1)
@@ -264,37 +316,6 @@ func (th *thread) do(ctx func() context.Context, a threadcore.Action) (next []th
 		return outcome(threadcore.EvAborted), nil
 	case threadcore.ActBegin:
 		return nil, th.committer.begin()
-	case threadcore.ActPunctuate:
-		now := time.Now()
-		for _, t := range th.heldTasks() {
-			if err := t.Punctuate(now); err != nil {
-				return nil, fmt.Errorf("runtime: task %s punctuate: %w", t.ID(), err)
-			}
-		}
-	case threadcore.ActPurge:
-		th.app.purge.afterCommit(th.idx, th.cl)
-	case threadcore.ActUnsettle:
-		th.app.rebalanceStarted()
-	case threadcore.ActRegistryRevoked:
-		th.app.registry.revoked(th.idx, th.incarnationNow())
-	case threadcore.ActReconnect:
-		th.dropInputs()
-		if err := th.reconnect(a.Cause); err != nil {
-			return nil, err
-		}
-		return outcome(threadcore.EvReconnected), nil
-	case threadcore.ActExit:
-		th.dropInputs()
-		th.exit(a)
-	case threadcore.ActOpenAhead:
-		th.openAhead(a.Tasks)
-	case threadcore.ActTakeShare:
-		th.takeShare()
-	case threadcore.ActPublish:
-		// The tasks first: whoever sees the thread settled (and so the
-		// App Running) sees the tasks it settled with.
-		th.publishTasks()
-		th.settled.Store(a.Settled)
 	}
 	return nil, nil
 }

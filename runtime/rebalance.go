@@ -17,10 +17,10 @@ import (
 )
 
 // onAssignment receives the balancer's decoded assignment, just before
-// onAssigned runs. It must not block, and must not take mu: the thread may
-// hold it in a commit that waits for this sync. It leaves the assignment in
-// a mailbox the thread empties into its core (EvSynced) before anything
-// else: a cooperative member losing tasks then commits before it lets the
+// onAssigned runs. It must not block, nor wait for a batch in flight: the
+// thread's commit in flight may wait for this sync. It leaves the
+// assignment in a mailbox the thread empties into its core (EvSynced)
+// before its next event: a cooperative member losing tasks then commits before it lets the
 // revocation run.
 func (th *thread) onAssignment(info groupproto.AssignmentInfo) {
 	// Only a SyncGroup answered without error carries an assignment.

@@ -140,12 +140,12 @@ type thread struct {
 	// rebalance timer), which may run while a fenced thread replaces its
 	// client; nil until the first client exists.
 	group atomic.Pointer[kgo.Client]
-	// Mailboxes from the group client's goroutines, which must not take
-	// mu (a commit holding it may wait for them): rebalancePending is set
-	// when the group wants to rebalance while the thread holds it off,
-	// synced holds an assignment the balancer decoded at a sync. The
-	// thread empties them into the core (EvRebalanceRequested, EvSynced)
-	// whenever it takes mu.
+	// Mailboxes from the group client's goroutines, which must not wait
+	// for a batch in flight (a commit in flight may wait for them):
+	// rebalancePending is set when the group wants to rebalance while the
+	// thread holds it off, synced holds an assignment the balancer decoded
+	// at a sync. The loop empties them into the core (EvRebalanceRequested,
+	// EvSynced), and the callbacks the sync, before their own events.
 	rebalancePending atomic.Bool
 	synced           atomic.Pointer[groupproto.AssignmentInfo]
 	// assignment is the last assignment taken from synced, which

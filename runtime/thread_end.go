@@ -31,6 +31,63 @@ const threadFetchMaxBytes = 1 << 20
 // self and aborts whatever transaction it left open.
 func (th *thread) connect() error {
 	a, cfg := th.app, th.app.cfg
+	bal, err := th.balancer()
+	if err != nil {
+		return err
+	}
+	if !th.connected {
+		th.connected = true
+		th.core = threadcore.New(th.coreConfig(bal.IsCooperative()))
+	}
+	// The coordinator may complete a round before this thread's join
+	// arrives; a leader waits for it (see localJoins).
+	instance := ""
+	if cfg.StaticMembership {
+		instance = th.instanceID()
+	}
+	a.joins.connecting(th.idx, instance)
+	hook := &joinHook{th: th, static: cfg.StaticMembership}
+	opts := th.clientOpts(bal, hook)
+	if cfg.ProcessingGuarantee != ExactlyOnce {
+		// A record whose sessionBound has passed is failed even when
+		// the producer had already tried to send it (over a connection
+		// that died, say): sent again later, it could land after the
+		// records of its task's new owner. Under at-least-once the
+		// record is produced again after the rejoin, as a duplicate if
+		// the first send did land.
+		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
+		}
+		hook.cl.Store(cl)
+		th.attach(cl)
+		return nil
+	}
+	opts = append(opts,
+		kgo.TransactionalID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
+		kgo.TransactionTimeout(cfg.TransactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+	)
+	if th.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
+		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
+	}
+	hook.cl.Store(th.sess.Client())
+	th.attach(th.sess.Client())
+	if err := th.committer.begin(); err != nil {
+		th.sess.Close()
+		th.out.close()
+		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+	}
+	return nil
+}
+
+// balancer is the thread's group balancer: the application's assignor,
+// and the callback through which the sync's assignment reaches the
+// thread (onAssignment).
+func (th *thread) balancer() (*groupproto.Balancer, error) {
+	a, cfg := th.app, th.app.cfg
 	bal, err := groupproto.NewBalancer(groupproto.BalancerConfig{
 		Subscription: a.subscription,
 		Tasks:        a.plan.taskTopics,
@@ -49,20 +106,15 @@ func (th *thread) connect() error {
 		Eager:                 cfg.EagerRebalancing,
 	})
 	if err != nil {
-		return fmt.Errorf("runtime: balancer: %w", err)
+		return nil, fmt.Errorf("runtime: balancer: %w", err)
 	}
-	if !th.connected {
-		th.connected = true
-		th.core = threadcore.New(th.coreConfig(bal.IsCooperative()))
-	}
-	// The coordinator may complete a round before this thread's join
-	// arrives; a leader waits for it (see localJoins).
-	instance := ""
-	if cfg.StaticMembership {
-		instance = th.instanceID()
-	}
-	a.joins.connecting(th.idx, instance)
-	hook := &joinHook{th: th, static: cfg.StaticMembership}
+	return bal, nil
+}
+
+// clientOpts are the options of the thread's group client, whichever the
+// guarantee: its group, callbacks, fetching and producing.
+func (th *thread) clientOpts(bal *groupproto.Balancer, hook *joinHook) []kgo.Opt {
+	a, cfg := th.app, th.app.cfg
 	opts := a.clientOpts(
 		kgo.WithHooks(hook),
 		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
@@ -98,39 +150,7 @@ func (th *thread) connect() error {
 	if cfg.StaticMembership {
 		opts = append(opts, kgo.InstanceID(th.instanceID()))
 	}
-	if cfg.ProcessingGuarantee != ExactlyOnce {
-		// A record whose sessionBound has passed is failed even when
-		// the producer had already tried to send it (over a connection
-		// that died, say): sent again later, it could land after the
-		// records of its task's new owner. Under at-least-once the
-		// record is produced again after the rejoin, as a duplicate if
-		// the first send did land.
-		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return fmt.Errorf("runtime: thread %d client: %w", th.idx, err)
-		}
-		hook.cl.Store(cl)
-		th.attach(cl)
-		return nil
-	}
-	opts = append(opts,
-		kgo.TransactionalID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
-		kgo.TransactionTimeout(cfg.TransactionTimeout),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
-	)
-	if th.sess, err = kgo.NewGroupTransactSession(opts...); err != nil {
-		return fmt.Errorf("runtime: thread %d transactional client: %w", th.idx, err)
-	}
-	hook.cl.Store(th.sess.Client())
-	th.attach(th.sess.Client())
-	if err := th.committer.begin(); err != nil {
-		th.sess.Close()
-		th.out.close()
-		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
-	}
-	return nil
+	return opts
 }
 
 // instanceID is the thread's static group membership ID (KIP-345): stable
