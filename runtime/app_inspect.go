@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/taskrun"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -33,33 +34,49 @@ type TaskInfo struct {
 }
 
 // Tasks lists the tasks this instance holds, ordered by ID. Tasks does not
-// wait for a thread busy processing or punctuating: such a thread's part is
-// as it published it, at the end of its last pass that processed records
-// or, if that pass came less than tasksPublishEvery after the publish
-// before, of the first pass after it that came later, or when it last
-// settled or checked for Running; any other thread's part is as it is
-// now.
+// wait for a thread carrying out a batch of its core (processing,
+// punctuating, committing): such a thread's part is as it published it, at
+// the end of its last pass that processed records or, if that pass came
+// less than tasksPublishEvery after the publish before, of the first pass
+// after it that came later, or when it last settled or checked for
+// Running; any other thread's part is as it is now.
 func (a *App) Tasks() []TaskInfo {
 	if !a.threadsUp.Load() {
 		return nil
 	}
 	var out []TaskInfo
 	for _, th := range a.threads {
-		if th.mu.TryLock() {
-			out = append(out, th.taskInfos()...)
-			th.mu.Unlock()
-		} else if seen := th.tasksSeen.Load(); seen != nil {
-			out = append(out, *seen...)
-		}
+		out = append(out, th.tasksNow()...)
 	}
 	slices.SortFunc(out, func(x, y TaskInfo) int { return x.ID.Compare(y.ID) })
 	return out
 }
 
-// publishTasks replaces what App.Tasks reports of the thread; th.mu must
-// be held.
+// tasksNow is the thread's part of App.Tasks: its tasks as they are when
+// nothing is in flight (a batch begins only under mu, so they stay still
+// while Tasks holds it), and what it last published otherwise, since the
+// batch in flight may be running them.
+func (th *thread) tasksNow() []TaskInfo {
+	if th.mu.TryLock() {
+		defer th.mu.Unlock()
+		if !th.core.Busy() {
+			return th.taskInfos(th.heldTasks())
+		}
+	}
+	if seen := th.tasksSeen.Load(); seen != nil {
+		return *seen
+	}
+	return nil
+}
+
+// publishTasks replaces what App.Tasks reports of the thread. It is called
+// without mu, by the goroutine that carries out a batch or, between
+// batches, by the loop: no other goroutine moves the tasks meanwhile.
 func (th *thread) publishTasks() {
-	infos := th.taskInfos()
+	th.mu.Lock()
+	ts := th.heldTasks()
+	th.mu.Unlock()
+	infos := th.taskInfos(ts)
 	th.tasksSeen.Store(&infos)
 	th.tasksPublished, th.tasksChanged = time.Now(), false
 }
@@ -69,10 +86,11 @@ func (th *thread) publishTasks() {
 // a busy instance a share of a core.
 const tasksPublishEvery = 50 * time.Millisecond
 
-// taskInfos describes the thread's tasks; th.mu must be held.
-func (th *thread) taskInfos() []TaskInfo {
+// taskInfos describes tasks of the thread, which must stay still
+// meanwhile.
+func (th *thread) taskInfos(ts []*taskrun.Active) []TaskInfo {
 	var out []TaskInfo
-	for _, t := range th.heldTasks() {
+	for _, t := range ts {
 		info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
 			Processed: t.Processed(), Punctuations: t.Punctuations(), DroppedLate: t.DroppedLate(), DroppedJoin: t.DroppedJoin()}
 		if t.State() == task.Restoring {

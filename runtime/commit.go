@@ -64,44 +64,20 @@ func (th *thread) guarantee() threadcore.Guarantee {
 	return threadcore.AtLeastOnce
 }
 
-// cause classifies a commit or abort error for the core. A transaction
-// that cannot end in time belongs to a member the group has most likely
-// dropped while it was cut off (the session waits for a heartbeat that a
-// blocked rebalance never delivers): it is treated like fencing, and
-// reconnecting with the same transactional ID aborts it.
-//
-// Under at-least-once, a commit that could not reach the broker in time
-// (its flush or its offset commit) is treated like a task migration: the
-// changelog records it sent are at worst applied again, and the input
-// since the last commit is processed again, which at-least-once allows.
+// cause is what the core makes of a commit or abort error
+// (threadcore.CauseOf): the thread reports what it knows of the error.
 func (th *thread) cause(err error) threadcore.Cause {
-	transient := !th.stopping.Load() && th.app.killCtx.Err() == nil
-	switch {
-	case errors.Is(err, errGroupMovedOn):
-		return threadcore.CauseRefused
-	case errors.Is(err, errCrashed):
-		return threadcore.CauseFatal
-	case isFenced(err):
-		return threadcore.CauseFenced
-	case errors.Is(err, kgo.ErrAborting) && th.app.cfg.ProcessingGuarantee != ExactlyOnce && transient:
-		// Records failed by abortIfSessionGone: the member's session
-		// had expired.
-		return threadcore.CauseRefused
-	case errors.Is(err, errCannotBegin) && transient:
-		return threadcore.CauseFenced
-	case th.app.cfg.ProcessingGuarantee != ExactlyOnce && transient && (errors.Is(err, context.DeadlineExceeded) || lostBroker(err)):
-		return threadcore.CauseRefused
-	case errors.Is(err, context.DeadlineExceeded) && transient && th.sess != nil:
-		return threadcore.CauseFenced
-	case lostBroker(err) && transient && th.sess != nil:
-		// The transaction's end never got an answer: it may have
-		// committed or not. Reconnecting aborts it if it is still
-		// open, the group's committed offsets say where the input
-		// resumes, and the stores restore what their changelogs hold,
-		// whichever way it ended.
-		return threadcore.CauseFenced
-	}
-	return threadcore.CauseFatal
+	return threadcore.CauseOf(threadcore.Failure{
+		MovedOn:       errors.Is(err, errGroupMovedOn),
+		Crashed:       errors.Is(err, errCrashed),
+		Fenced:        isFenced(err),
+		SessionGone:   errors.Is(err, kgo.ErrAborting),
+		CannotBegin:   errors.Is(err, errCannotBegin),
+		TimedOut:      errors.Is(err, context.DeadlineExceeded),
+		LostBroker:    lostBroker(err),
+		Transient:     !th.stopping.Load() && th.app.killCtx.Err() == nil,
+		Transactional: th.sess != nil,
+	}, th.guarantee())
 }
 
 // completeCommits writes the tasks' committed writes into their stores, all

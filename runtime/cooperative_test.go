@@ -50,7 +50,7 @@ func TestProbingRebalanceWithoutMovesRevokesNothing(t *testing.T) {
 			}
 			waitFor(t, 30*time.Second, "one task running on each thread", func() bool {
 				for _, th := range app.threads {
-					th.mu.Lock()
+					th.lockIdle()
 					n := len(th.runningTasks())
 					th.mu.Unlock()
 					if n != 1 {

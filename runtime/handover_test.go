@@ -54,7 +54,7 @@ func newHandoverRig(t *testing.T) *handoverRig {
 	app.serving.Store(true)
 	t.Cleanup(func() {
 		for _, th := range r.th {
-			th.mu.Lock()
+			th.lockIdle()
 			th.dropAll()
 			th.mu.Unlock()
 			th.cl.Close()
@@ -115,11 +115,11 @@ func (r *handoverRig) waitRunning(t *testing.T, i int, id task.ID) {
 	t.Helper()
 	th := r.th[i]
 	waitFor(t, 10*time.Second, fmt.Sprintf("task %s running on thread %d", id, i), func() bool {
-		th.mu.Lock()
-		defer th.mu.Unlock()
-		th.startWaiting()
+		require.NoError(t, th.startWaiting())
 		require.NoError(t, th.restoreStep())
 		th.publishTasks() // as the loop's pass ends: App.Tasks reads what it published
+		th.lockIdle()
+		defer th.mu.Unlock()
 		tk := th.task(id)
 		return tk != nil && tk.State() == task.Running
 	})
@@ -129,7 +129,7 @@ func (r *handoverRig) waitRunning(t *testing.T, i int, id task.ID) {
 func (r *handoverRig) backing(t *testing.T, i int, id task.ID) statestore.Store {
 	t.Helper()
 	th := r.th[i]
-	th.mu.Lock()
+	th.lockIdle()
 	defer th.mu.Unlock()
 	tk := th.task(id)
 	require.NotNil(t, tk, "thread %d has no task %s", i, id)
@@ -242,8 +242,8 @@ func TestTaskHeldByAnotherThreadStartsWhenReleased(t *testing.T) {
 	in := r.th[1].inputPartitions(task00)
 	th1 := r.th[1]
 	for range 3 {
-		th1.mu.Lock()
-		th1.startWaiting()
+		require.NoError(t, th1.startWaiting())
+		th1.lockIdle()
 		started := th1.task(task00) != nil
 		th1.mu.Unlock()
 		require.False(t, started, "thread 1 started 0_0 while thread 0 runs it")

@@ -45,9 +45,9 @@ func startIdleCount(t *testing.T, n int, interval time.Duration, topo *topology.
 }
 
 // passesOf reads what a thread counted of its passes, commits and
-// punctuation requests, under its lock.
+// punctuation requests, under its lock once nothing is in flight.
 func passesOf(th *thread) (passes, commits, asked int64) {
-	th.mu.Lock()
+	th.lockIdle()
 	defer th.mu.Unlock()
 	return th.passes.Load(), th.commits.Load(), th.puncts.Asked()
 }

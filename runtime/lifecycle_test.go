@@ -100,7 +100,7 @@ func TestReplicaLifecycleTransitions(t *testing.T) {
 
 	// Close.
 	th := r.th[1]
-	th.mu.Lock()
+	th.lockIdle()
 	th.dropAll()
 	th.mu.Unlock()
 	_, open = r.app.registry.replica(task00, "counts")

@@ -16,13 +16,13 @@ import (
 // livesDisagree lists where the three records of an active task's life
 // disagree: the instance core's replica (state and owner), the thread
 // core's slot and the task's own lifecycle (taskrun.Active), which the
-// hot paths read without a lookup. Each thread is checked under its lock,
-// which it holds while it moves all three, so a check never falls between
-// the moves of one step.
+// hot paths read without a lookup. Each thread is checked under its lock
+// once nothing is in flight (lockIdle): a batch moves all three, so a
+// check never falls between the moves of one step.
 func livesDisagree(app *App) []string {
 	var bad []string
 	for _, th := range app.threads {
-		th.mu.Lock()
+		th.lockIdle()
 		held := make(map[task.ID]bool)
 		for _, id := range th.core.Held() {
 			held[id] = true

@@ -179,7 +179,7 @@ func TestTaskClaimedWhileItsStandbyOpensWaits(t *testing.T) {
 		r.assign(0, groupproto.AssignmentInfo{Active: []task.ID{task00}})
 	})
 	th0 := r.th[0]
-	th0.mu.Lock()
+	th0.lockIdle()
 	started := th0.task(task00) != nil
 	slot, _ := th0.core.Slot(task00)
 	th0.mu.Unlock()

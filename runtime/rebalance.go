@@ -17,10 +17,10 @@ import (
 )
 
 // onAssignment receives the balancer's decoded assignment, just before
-// onAssigned runs. It must not block, and must not take mu: the thread may
-// hold it in a commit that waits for this sync. It leaves the assignment in
-// a mailbox the thread empties into its core (EvSynced) before anything
-// else: a cooperative member losing tasks then commits before it lets the
+// onAssigned runs. It must not block, nor wait for a batch in flight: the
+// thread's commit in flight may wait for this sync. It leaves the
+// assignment in a mailbox the thread empties into its core (EvSynced)
+// before its next event: a cooperative member losing tasks then commits before it lets the
 // revocation run.
 func (th *thread) onAssignment(info groupproto.AssignmentInfo) {
 	// Only a SyncGroup answered without error carries an assignment.
@@ -35,25 +35,29 @@ func (th *thread) onAssignment(info groupproto.AssignmentInfo) {
 // lack; one another thread still holds waits. The stores of tasks new to
 // the instance are opened first, several at once (openAhead). Then the
 // registry brings standbys in line.
-func (th *thread) onAssigned(_ context.Context, _ *kgo.Client, _ map[string][]int32) {
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	if err := th.drainSynced(); err != nil {
+func (th *thread) onAssigned(_ context.Context, cl *kgo.Client, _ map[string][]int32) {
+	if err := th.drainSynced(cl); err != nil {
 		th.app.fail(err)
 		return
 	}
+	e := threadcore.Event{Kind: threadcore.EvAssigned}
+	th.enter(&e, cl)
 	if th.assignment == nil {
+		th.mu.Unlock()
 		th.app.fail(errors.New("runtime: assigned partitions without an assignment from the balancer"))
 		return
 	}
-	th.stepLogged(threadcore.Event{Kind: threadcore.EvAssigned, Tasks: th.assignment.Active})
+	e.Tasks = th.assignment.Active
+	th.logStepErr(e, th.stepEntered(nil, e))
 }
 
 // takeShare gives the registry the thread's share of the assignment
 // (ActTakeShare): its standbys and warmups, and the stores opened ahead
 // that no claim took.
 func (th *thread) takeShare() {
+	th.mu.Lock()
 	info := th.assignment
+	th.mu.Unlock()
 	th.app.registry.setShare(th.idx, th.incarnationNow(), *info)
 	th.app.metrics.rebalances.Inc()
 	th.assignments.Add(1)
@@ -133,30 +137,31 @@ func (th *thread) restoreStep() error {
 // the end of every group session it gets nothing: it keeps its tasks and
 // processes them through the rebalance. The core decides what a
 // revocation commits, discards, parks or closes (threadcore.Core.revoked).
-func (th *thread) onRevoked(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
+func (th *thread) onRevoked(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
 	if th.stopping.Load() {
-		// The thread is shutting down: it closes its tasks itself, and may
-		// be holding mu right now while its final commit waits for the
+		// The thread is shutting down: it closes its tasks itself, and its
+		// final commit may be in flight right now, waiting for the
 		// transactional session's lock, which the session holds while it
 		// runs this callback (a rebalance the last poll let through).
-		// Waiting for mu here would deadlock Close.
+		// Waiting for that flight to land here would deadlock Close.
 		return
 	}
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	if err := th.drainSynced(); err != nil {
+	if err := th.drainSynced(cl); err != nil {
 		th.app.fail(err)
 		return
 	}
+	// Which revocation it is needs the core, read under mu once admitted;
+	// all three come in, or wait, alike (threadcore's inFlight).
 	e := threadcore.Event{Kind: threadcore.EvRevokedAll}
+	th.enter(&e, cl)
 	if th.core.Cooperative() {
 		e.Kind = threadcore.EvSessionEnded
 		if len(lost) > 0 {
-			e = threadcore.Event{Kind: threadcore.EvRevoked, Tasks: th.tasksOf(lost)}
+			e.Kind, e.Tasks = threadcore.EvRevoked, th.tasksOf(lost)
 			th.log.Info("revoking tasks", "tasks", len(e.Tasks), "held", len(th.core.Held()))
 		}
 	}
-	if err := th.step(ctx, e); err != nil {
+	if err := th.stepEntered(ctx, e); err != nil {
 		if errors.Is(err, threadcore.ErrRefused) {
 			th.app.fail(err)
 			return
@@ -193,14 +198,14 @@ func (th *thread) onLost(_ context.Context, cl *kgo.Client, _ map[string][]int32
 		// be acknowledged holds.
 		th.dropUnsent(cl)
 	}
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	if err := th.drainSynced(); err != nil {
+	if err := th.drainSynced(cl); err != nil {
 		th.app.fail(err)
 		return
 	}
 	th.log.Warn("partitions lost; closing tasks without committing")
-	th.stepLogged(threadcore.Event{Kind: threadcore.EvLost})
+	e := threadcore.Event{Kind: threadcore.EvLost}
+	th.enter(&e, cl)
+	th.logStepErr(e, th.stepEntered(nil, e))
 }
 
 // closeTasks closes tasks for good, their stores several at once

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/graph"
-	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/topology"
 )
 
@@ -60,9 +59,10 @@ func (th *thread) Send(rec graph.OutputRecord) error {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}
 	}
-	// The open transaction holds work now.
-	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvSent}); err != nil {
-		return err
+	// The open transaction holds work now; the core hears it (EvSent)
+	// with its next event, since Send runs inside an action, without mu.
+	if !th.sent.Load() {
+		th.sent.Store(true)
 	}
 	th.out.send(kr)
 	return nil

@@ -58,7 +58,7 @@ func startTogether(t *testing.T, b *broker.Broker, appID string, eager bool) {
 		}
 		running := 0
 		for _, th := range app.threads {
-			th.mu.Lock()
+			th.lockIdle()
 			n := len(th.runningTasks())
 			th.mu.Unlock()
 			if n == 0 {

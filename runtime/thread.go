@@ -30,10 +30,18 @@ import (
 // commit protocols in commit*.go, its sender in send.go, its rebalance
 // callbacks and task starts and releases in rebalance.go.
 //
-// The group client blocks rebalances while the thread processes
-// (BlockRebalanceOnPoll), so rebalance callbacks and processing never run at
-// the same time; mu makes that explicit for readers of the code and for the
-// race detector.
+// mu guards the core while it is stepped, never while its actions run:
+// a batch the core answers with is carried out with mu released, and is in
+// flight until the driver lands it; meanwhile the core holds back every
+// event but the batch's outcomes (threadcore.Core.Admits), so batches of
+// the loop and of the rebalance callbacks never run at the same time, and
+// whoever carries one out owns the thread's tasks, inputs and restorer
+// until it lands. The group client blocks rebalances while the loop
+// processes (BlockRebalanceOnPoll: callbacks run only inside PollRecords
+// or after AllowRebalance), so a callback rarely waits for a batch of the
+// loop; the flight marks order the rest (a callback let through by the
+// last AllowRebalance against the loop's rewire, failure, stop or kill;
+// the new client's callbacks against the reconnection that made it).
 type thread struct {
 	app    *App
 	idx    int
@@ -44,29 +52,44 @@ type thread struct {
 	rest   *restorer
 
 	mu sync.Mutex
+	// landed is signalled, with mu, when a batch in flight lands or a
+	// client starts closing: events the core held back may come in
+	// (enter), and readers that need the tasks still may read them
+	// (lockIdle).
+	landed sync.Cond
 	// core decides, from the events the loop and the callbacks feed it,
 	// what the thread does: its mode (processing, committing, an abort
 	// owed, reconnecting, halted...), its group phase, and which tasks it
 	// holds, waits for or restores. It keeps each held task's
-	// *taskrun.Active (task). Only used with mu held.
+	// *taskrun.Active (task). It is stepped with mu held; the goroutine
+	// carrying out a batch reads it without mu (task, heldTasks), since
+	// only that batch's outcomes step it meanwhile, but for the callbacks
+	// of a client a Reconnect or Exit closes, whose batches read it only
+	// under mu.
 	core      *threadcore.Core
 	committer committer
 	// settled is what the core last published (ActPublish): whether the
 	// thread holds its assignment with no task waiting for another
 	// thread, for readers without mu (App.settled).
 	settled atomic.Bool
-	// tasksSeen is what App.Tasks reports of the thread while the thread
-	// holds mu (a query must not wait for a thread running user code),
-	// replaced whole with mu held (publishTasks): before the thread
-	// publishes settled or checks for Running, and after a pass that
-	// processed records, at most every tasksPublishEvery. An idle thread
-	// publishes nothing: Tasks reads it under mu, which it does not hold
-	// while it waits for records.
+	// tasksSeen is what App.Tasks reports of the thread while a batch is
+	// in flight (a query must not wait for a thread running user code),
+	// replaced whole (publishTasks): before the thread publishes settled
+	// or checks for Running, and after a pass that processed records, at
+	// most every tasksPublishEvery. An idle thread publishes nothing:
+	// Tasks reads its tasks under mu, with nothing in flight.
 	tasksSeen atomic.Pointer[[]TaskInfo]
 	// tasksPublished is when tasksSeen was last replaced; tasksChanged is
 	// set when a pass processed records since.
 	tasksPublished time.Time
 	tasksChanged   bool
+	// sent is set by Send, inside actions, and reported to the core as
+	// EvSent under mu before its next event.
+	sent atomic.Bool
+	// closing is the group client a Reconnect or Exit is closing: its
+	// callbacks are marked (threadcore.Event.Closing), and the core takes
+	// them while that batch is in flight. Only used with mu held.
+	closing *kgo.Client
 	// connected is set once the core knows how the group rebalances.
 	connected bool
 	// fetches is the poll ActProcess processes; processing is set when it
@@ -119,16 +142,18 @@ type thread struct {
 	// rebalance timer), which may run while a fenced thread replaces its
 	// client; nil until the first client exists.
 	group atomic.Pointer[kgo.Client]
-	// Mailboxes from the group client's goroutines, which must not take
-	// mu (a commit holding it may wait for them): rebalancePending is set
-	// when the group wants to rebalance while the thread holds it off,
-	// synced holds an assignment the balancer decoded at a sync. The
-	// thread empties them into the core (EvRebalanceRequested, EvSynced)
-	// whenever it takes mu.
+	// Mailboxes from the group client's goroutines, which must not wait
+	// for a batch in flight (a commit in flight may wait for them):
+	// rebalancePending is set when the group wants to rebalance while the
+	// thread holds it off, synced holds an assignment the balancer decoded
+	// at a sync. The loop empties them into the core (EvRebalanceRequested,
+	// EvSynced), and the callbacks the sync, before their own events.
 	rebalancePending atomic.Bool
 	synced           atomic.Pointer[groupproto.AssignmentInfo]
 	// assignment is the last assignment taken from synced, which
-	// onAssigned and takeShare apply. Only used with mu held.
+	// onAssigned and takeShare apply. Only used with mu held: the
+	// closing client's callbacks may drain a sync during the batch of
+	// another goroutine.
 	assignment *groupproto.AssignmentInfo
 	// revokedTasks counts the tasks the thread gave up in revocations,
 	// and assignments the assignments it received.
@@ -157,8 +182,8 @@ type thread struct {
 	exited    chan struct{}
 	exitErr   error
 
-	// Hot-path caches of process and Send, used, like rr, only with mu
-	// held.
+	// Hot-path caches of process and Send, used, like rr, only by the
+	// goroutine carrying out a batch.
 	//
 	// sendCtx is the context of the records the thread sends (Send),
 	// set from sendContext at every poll; sendBound is the last
@@ -205,8 +230,9 @@ type thread struct {
 func newThread(a *App, idx int, budget *cache.Budget) (*thread, error) {
 	th := unconnectedThread(a, idx, budget)
 	// The client joins the group as soon as it exists, and its rebalance
-	// callbacks may run before it is stored: hold mu (which they take)
-	// until the thread is whole.
+	// callbacks may run before it is stored: hold mu (which they take to
+	// step the core) until the thread is whole. Nothing here runs user
+	// code or waits for the broker.
 	th.mu.Lock()
 	defer th.mu.Unlock()
 	var err error
@@ -232,6 +258,7 @@ func unconnectedThread(a *App, idx int, budget *cache.Budget) *thread {
 		exited:  make(chan struct{}),
 		conns:   &connGroup{name: fmt.Sprintf("thread %d", idx)},
 	}
+	th.landed.L = &th.mu
 	th.ctx, th.cancel = context.WithCancel(context.Background())
 	// Until connect knows how the group rebalances: a thread that never
 	// connects (tests) is driven as an eager member.

@@ -31,25 +31,9 @@ const threadFetchMaxBytes = 1 << 20
 // self and aborts whatever transaction it left open.
 func (th *thread) connect() error {
 	a, cfg := th.app, th.app.cfg
-	bal, err := groupproto.NewBalancer(groupproto.BalancerConfig{
-		Subscription: a.subscription,
-		Tasks:        a.plan.taskTopics,
-		Changelogs:   a.plan.changelogs,
-		EndOffsets:   a.endOffsets,
-		Assignor:     cfg.assignorConfig(),
-		OnAssignment: th.onAssignment,
-		// The group cannot settle while its metadata does not fit: stop
-		// with the reason rather than retry for ever.
-		MaxGroupMetadataBytes: cfg.MaxGroupMetadataBytes,
-		OnError:               func(err error) { a.fail(err) },
-		Logger:                th.log,
-		BareFraming:           cfg.BareGroupFormat,
-		AssignFunc:            cfg.AssignFunc,
-		TaskRacks:             a.taskRacks,
-		Eager:                 cfg.EagerRebalancing,
-	})
+	bal, err := th.balancer()
 	if err != nil {
-		return fmt.Errorf("runtime: balancer: %w", err)
+		return err
 	}
 	if !th.connected {
 		th.connected = true
@@ -63,41 +47,7 @@ func (th *thread) connect() error {
 	}
 	a.joins.connecting(th.idx, instance)
 	hook := &joinHook{th: th, static: cfg.StaticMembership}
-	opts := a.clientOpts(
-		kgo.WithHooks(hook),
-		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
-		kgo.ConsumerGroup(cfg.ApplicationID),
-		kgo.ConsumeTopics(a.plan.sources...),
-		kgo.Balancers(leaderBalancer{Balancer: bal, th: th}),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(th.onAssigned),
-		kgo.OnPartitionsRevoked(th.onRevoked),
-		kgo.OnPartitionsLost(th.onLost),
-		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { th.rebalancePending.Store(true) }),
-		kgo.SessionTimeout(cfg.SessionTimeout),
-		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
-		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// Transaction markers come back as records, so that a task's
-		// consumed offset moves past them (see passControl): a drained
-		// task then commits its partition's end offset, not one below
-		// the last marker for ever, which is how the freshness tracker
-		// tells that the active covered its input.
-		kgo.KeepControlRecords(),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.FetchMaxPartitionBytes(changelog.FetchPartitionBytes),
-		kgo.FetchMaxBytes(threadFetchMaxBytes),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond),
-	)
-	// After clientOpts' dialer, which it replaces (Config refuses one of
-	// the user's): the same network, with connections the thread can
-	// reset (abortIfSessionGone).
-	opts = append(opts, kgo.Dialer(a.net.dialerFor(th.conns)))
-	if cfg.StaticMembership {
-		opts = append(opts, kgo.InstanceID(th.instanceID()))
-	}
+	opts := th.clientOpts(bal, hook)
 	if cfg.ProcessingGuarantee != ExactlyOnce {
 		// A record whose sessionBound has passed is failed even when
 		// the producer had already tried to send it (over a connection
@@ -133,6 +83,76 @@ func (th *thread) connect() error {
 	return nil
 }
 
+// balancer is the thread's group balancer: the application's assignor,
+// and the callback through which the sync's assignment reaches the
+// thread (onAssignment).
+func (th *thread) balancer() (*groupproto.Balancer, error) {
+	a, cfg := th.app, th.app.cfg
+	bal, err := groupproto.NewBalancer(groupproto.BalancerConfig{
+		Subscription: a.subscription,
+		Tasks:        a.plan.taskTopics,
+		Changelogs:   a.plan.changelogs,
+		EndOffsets:   a.endOffsets,
+		Assignor:     cfg.assignorConfig(),
+		OnAssignment: th.onAssignment,
+		// The group cannot settle while its metadata does not fit: stop
+		// with the reason rather than retry for ever.
+		MaxGroupMetadataBytes: cfg.MaxGroupMetadataBytes,
+		OnError:               func(err error) { a.fail(err) },
+		Logger:                th.log,
+		BareFraming:           cfg.BareGroupFormat,
+		AssignFunc:            cfg.AssignFunc,
+		TaskRacks:             a.taskRacks,
+		Eager:                 cfg.EagerRebalancing,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: balancer: %w", err)
+	}
+	return bal, nil
+}
+
+// clientOpts are the options of the thread's group client, whichever the
+// guarantee: its group, callbacks, fetching and producing.
+func (th *thread) clientOpts(bal *groupproto.Balancer, hook *joinHook) []kgo.Opt {
+	a, cfg := th.app, th.app.cfg
+	opts := a.clientOpts(
+		kgo.WithHooks(hook),
+		kgo.ClientID(fmt.Sprintf("%s-%s-%d", cfg.ApplicationID, a.dir.processID, th.idx)),
+		kgo.ConsumerGroup(cfg.ApplicationID),
+		kgo.ConsumeTopics(a.plan.sources...),
+		kgo.Balancers(leaderBalancer{Balancer: bal, th: th}),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(th.onAssigned),
+		kgo.OnPartitionsRevoked(th.onRevoked),
+		kgo.OnPartitionsLost(th.onLost),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { th.rebalancePending.Store(true) }),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
+		kgo.HeartbeatInterval(cfg.HeartbeatInterval),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Transaction markers come back as records, so that a task's
+		// consumed offset moves past them (see passControl): a drained
+		// task then commits its partition's end offset, not one below
+		// the last marker for ever, which is how the freshness tracker
+		// tells that the active covered its input.
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.FetchMaxPartitionBytes(changelog.FetchPartitionBytes),
+		kgo.FetchMaxBytes(threadFetchMaxBytes),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond),
+	)
+	// After clientOpts' dialer, which it replaces (Config refuses one of
+	// the user's): the same network, with connections the thread can
+	// reset (abortIfSessionGone).
+	opts = append(opts, kgo.Dialer(a.net.dialerFor(th.conns)))
+	if cfg.StaticMembership {
+		opts = append(opts, kgo.InstanceID(th.instanceID()))
+	}
+	return opts
+}
+
 // instanceID is the thread's static group membership ID (KIP-345): stable
 // across restarts with the same state directory, like the transactional
 // ID, so a restarted thread takes its own place in the group back.
@@ -164,21 +184,25 @@ func (th *thread) forceRebalance() {
 // failed tells the core that the loop stopped on an error (a commit or
 // abort that failed may have told it already).
 func (th *thread) failed() {
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvFailed})
 }
 
 // stepLogged steps the core where nothing can return an error: one is
 // logged, and fails the App when the core refused the event (a bug).
 func (th *thread) stepLogged(e threadcore.Event) {
-	if err := th.step(nil, e); err != nil {
-		if errors.Is(err, threadcore.ErrRefused) {
-			th.app.fail(err)
-			return
-		}
-		th.log.Warn("stream thread step failed", "event", e.String(), "err", err)
+	th.logStepErr(e, th.step(nil, e))
+}
+
+// logStepErr is what stepLogged does with the error of stepping e.
+func (th *thread) logStepErr(e threadcore.Event, err error) {
+	if err == nil {
+		return
 	}
+	if errors.Is(err, threadcore.ErrRefused) {
+		th.app.fail(err)
+		return
+	}
+	th.log.Warn("stream thread step failed", "event", e.String(), "err", err)
 }
 
 // recover carries out what the instance core decides for an error that
@@ -196,9 +220,7 @@ func (th *thread) recover(err error) (bool, error) {
 	case instancecore.ActReplaceThread:
 		th.log.Error("stream thread failed; replacing it: its uncommitted work is dropped and it joins the group again", "err", err, "failures_in_a_row", a.Failures)
 		was := th.incarnationNow()
-		th.mu.Lock()
 		rerr := th.step(nil, threadcore.Event{Kind: threadcore.EvReplace})
-		th.mu.Unlock()
 		if th.incarnationNow() != was {
 			// Its client closed: the thread it was has exited, whether
 			// or not its replacement could connect.
@@ -225,8 +247,6 @@ func (th *thread) recover(err error) (bool, error) {
 // from now on it only polls, so that it keeps its place in the group for
 // the rebalance that carries ShutdownApplication to every member.
 func (th *thread) halt() {
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvHalt}); err != nil {
 		th.log.Warn("halting the thread: aborting its transaction failed", "err", err)
 	}
@@ -235,9 +255,10 @@ func (th *thread) halt() {
 // reconnect replaces the thread's client (ActReconnect): it leaves the
 // group and joins it again as a new member, so every partition it is given
 // again is read from the group's committed offset rather than from where
-// the old client had got to. The core closed the thread's tasks first. It
-// is called with mu held, and releases it while the old client closes,
-// since closing runs the revocation callback, which takes mu.
+// the old client had got to. The core closed the thread's tasks first.
+// Closing the old client runs its revocation callbacks, which the core
+// takes while this batch is in flight (threadcore.Event.Closing); the new
+// client's wait until it has landed.
 func (th *thread) reconnect(cause threadcore.Cause) error {
 	switch cause {
 	case threadcore.CauseRefused:
@@ -261,11 +282,11 @@ func (th *thread) reconnect(cause threadcore.Cause) error {
 	return th.connect()
 }
 
-// releaseClient closes the thread's client, which leaves the group. It is
-// called with mu held, and releases it while the client closes.
+// releaseClient closes the thread's client, which leaves the group; its
+// callbacks are marked as the closing client's while it closes.
 func (th *thread) releaseClient() {
 	oldSess, oldCl := th.sess, th.cl
-	th.mu.Unlock()
+	th.markClosing(oldCl)
 	if oldSess != nil {
 		oldSess.AllowRebalance()
 		oldSess.Close()
@@ -273,7 +294,7 @@ func (th *thread) releaseClient() {
 		oldCl.AllowRebalance()
 		oldCl.Close()
 	}
-	th.mu.Lock()
+	th.markClosing(nil)
 	th.out.close()
 	th.sess = nil
 }
@@ -281,30 +302,26 @@ func (th *thread) releaseClient() {
 // die is shutdown after Kill: the network is already cut, so leaving the
 // group cannot reach the broker; tasks close without committing.
 func (th *thread) die() {
-	th.mu.Lock()
 	th.stepLogged(threadcore.Event{Kind: threadcore.EvKill})
-	th.mu.Unlock()
 	th.rest.close()
 }
 
 // shutdown commits (when the thread stopped cleanly), leaves the group and
 // closes every task.
 func (th *thread) shutdown(clean bool) {
-	th.mu.Lock()
 	if err := th.step(nil, threadcore.Event{Kind: threadcore.EvStop, Clean: clean}); err != nil {
 		th.log.Warn("final commit failed", "err", err)
 	}
-	th.mu.Unlock()
 	th.rest.close()
 }
 
 // exit leaves the group and closes the client and the tasks the core
-// names (ActExit). It is called with mu held, and releases it while the
-// client closes: leaving runs the revocation callback, which takes mu (and
-// returns at once, the thread being stopped).
+// names (ActExit). Leaving runs the revocation callback, marked as the
+// closing client's (it changes nothing: the core has exited).
 func (th *thread) exit(a threadcore.Action) {
 	cl := th.cl
-	th.mu.Unlock()
+	th.markClosing(cl)
+	defer th.markClosing(nil)
 	if a.Killed {
 		// A cancelled context makes the leave-group attempt return at once.
 		ctx, cancel := context.WithCancel(context.Background())
@@ -315,7 +332,6 @@ func (th *thread) exit(a threadcore.Action) {
 	} else {
 		cl.CloseAllowingRebalance()
 	}
-	th.mu.Lock()
 	// After the close: a revocation callback may have committed through
 	// the outbox.
 	th.out.close()

@@ -22,22 +22,25 @@ func (th *thread) loop() error {
 }
 
 // drainSynced feeds the core the assignment of a sync the balancer left in
-// its mailbox, if any. Every holder of mu calls it first, so that the core
-// sees the sync before the callbacks that follow it. It is called with mu
-// held.
-func (th *thread) drainSynced() error {
+// its mailbox, if any. The loop and the callbacks call it before their own
+// events, so that the core sees the sync before the callbacks that follow
+// it; cl is the client whose callback drains it, nil for the loop (see
+// enter). It is called without mu.
+func (th *thread) drainSynced(cl *kgo.Client) error {
 	if info := th.synced.Swap(nil); info != nil {
+		e := threadcore.Event{Kind: threadcore.EvSynced, Tasks: info.Active}
+		th.enter(&e, cl)
 		th.assignment = info
-		return th.step(nil, threadcore.Event{Kind: threadcore.EvSynced, Tasks: info.Active})
+		return th.stepEntered(nil, e)
 	}
 	return nil
 }
 
 // drainMailboxes also feeds the core a rebalance the group client waits
-// for: only the loop does, since only it commits for it. It is called with
-// mu held.
+// for: only the loop does, since only it commits for it. It is called
+// without mu.
 func (th *thread) drainMailboxes() error {
-	if err := th.drainSynced(); err != nil {
+	if err := th.drainSynced(nil); err != nil {
 		return err
 	}
 	if th.rebalancePending.Swap(false) {
@@ -49,8 +52,6 @@ func (th *thread) drainMailboxes() error {
 // iteration is one pass of the loop: poll, process, restore, commit.
 func (th *thread) iteration() error {
 	if r := th.rewireReq.Swap(nil); r != nil {
-		th.mu.Lock()
-		defer th.mu.Unlock()
 		th.rewiring = r
 		return th.step(nil, threadcore.Event{Kind: threadcore.EvRewire})
 	}
@@ -61,13 +62,11 @@ func (th *thread) iteration() error {
 	if fetches.IsClientClosed() || th.stopping.Load() {
 		return nil
 	}
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	th.passes.Add(1)
 	// A pass that processed records publishes the tasks unless the last
 	// publish is too recent; a later pass then does, so that what Tasks
-	// reports of a thread kept busy (exactly-once commits hold mu) does
-	// not stay behind its last processed records.
+	// reports of a thread kept busy (exactly-once commits keep a batch in
+	// flight) does not stay behind its last processed records.
 	th.tasksChanged = th.tasksChanged || fetches.NumRecords() > 0
 	if th.tasksChanged {
 		defer func() {
@@ -240,17 +239,20 @@ func (th *thread) inputAtEnd() bool {
 // pollContext bounds the next poll by pollWait. A claim or a change of
 // settledness made while the poll waits (an assignment's) ends it
 // (wakePoll), so that the tasks' restoration, and the App's move to
-// Running, follow at once rather than once the wait is over.
+// Running, follow at once rather than once the wait is over. A callback let
+// through by the last AllowRebalance may be carrying out a batch: the
+// restorer and the inputs are its until it lands.
 func (th *thread) pollContext() (context.Context, context.CancelFunc) {
-	th.mu.Lock()
+	th.lockIdle()
 	defer th.mu.Unlock()
 	ctx, cancel := context.WithTimeout(th.ctx, th.pollWait())
 	th.pollStop = cancel
 	return ctx, cancel
 }
 
-// wakePoll ends the poll the thread waits in, if any. It is called with
-// mu held.
+// wakePoll ends the poll the thread waits in, if any. It is called by a
+// batch of the core's, which pollContext, the only writer of pollStop,
+// waits for.
 func (th *thread) wakePoll() {
 	if th.pollStop != nil {
 		th.pollStop()

@@ -259,21 +259,22 @@ func (a *App) checkPartitionCount(ctx context.Context, name string, want int32) 
 
 // pauseForRewire is run by a thread that was asked to let go, once its core
 // dropped its tasks (EvRewire, then ActReconnect): it closes its client and
-// restorer, waits for the App and connects again. It is called with mu
-// held.
+// restorer, waits for the App and connects again. The batch stays in
+// flight meanwhile, which holds back every event but the closing client's
+// callbacks; App.Tasks reads what the thread published.
 func (th *thread) pauseForRewire() error {
 	r := th.rewiring
 	th.rewiring = nil
 	th.log.Warn("letting go of tasks and client until the application's topics are back")
 	th.releaseClient()
 	th.rest.stop()
-	th.mu.Unlock()
+	// It holds no task now; Tasks reads that here while the pause lasts.
+	th.publishTasks()
 	close(r.paused)
 	select {
 	case <-r.resume:
 	case <-th.ctx.Done():
 	}
-	th.mu.Lock()
 	if err := th.rest.start(th.app, th.log); err != nil {
 		return err
 	}

@@ -269,7 +269,7 @@ func testZombie(t *testing.T, midCommit bool) {
 		return ok && s.position > 0
 	})
 	// A's transactional producer, to tell its changelog records from B's.
-	a.threads[0].mu.Lock()
+	a.threads[0].lockIdle()
 	aCl := a.threads[0].cl
 	a.threads[0].mu.Unlock()
 	pidCtx, cancelPID := context.WithTimeout(context.Background(), 10*time.Second)
@@ -611,7 +611,7 @@ func aloZombie(t *testing.T, zc zombieCase) {
 		s, ok := snapshotStore(a, heldID)
 		return ok && s.position > 0
 	})
-	a.threads[0].mu.Lock()
+	a.threads[0].lockIdle()
 	aCl := a.threads[0].cl
 	a.threads[0].mu.Unlock()
 	require.Equal(t, true, aCl.OptValue(kgo.AllowIdempotentProduceCancellation),

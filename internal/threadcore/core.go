@@ -68,7 +68,9 @@ type slot struct {
 }
 
 // Core is the task manager of one stream thread. It is not safe for
-// concurrent use: the thread steps it under its own lock.
+// concurrent use: the thread steps it under its own lock, which it releases
+// while it carries the answered batch out; the core marks the batch in
+// flight until the driver lands it (flight.go).
 type Core struct {
 	cfg    Config
 	mode   Mode
@@ -109,7 +111,9 @@ type Core struct {
 	active []task.ID
 	// settled is the last Settled an ActPublish carried.
 	settled bool
-	out     []Action
+	// flight is what the driver is carrying out (flight.go).
+	flight flight
+	out    []Action
 	// moved, when set, is told of every move of the mode, the phase or a
 	// slot, by table name, so that tests can tell that each table's moves
 	// are all made.
@@ -224,8 +228,10 @@ const numModes = int(Exited) + 1
 // Step applies an event and returns the actions it calls for, in the order
 // they must run. When an action has an outcome (Claim, Process, Commit,
 // AbortTxn, Reconnect), it ends its batch unless it is a Claim, and the
-// thread feeds the outcome back before anything else. The returned slice is only valid
-// until the next Step.
+// thread feeds the outcome back before anything else. A non-empty batch is
+// in flight until the driver lands it (Land); meanwhile an event the
+// flight does not admit is held back with ErrBusy. The returned slice is
+// only valid until the next Step.
 func (c *Core) Step(e Event) ([]Action, error) {
 	if e.Kind == EvSent {
 		// The hot path: every sink record. Every mode takes it; it calls
@@ -235,7 +241,14 @@ func (c *Core) Step(e Event) ([]Action, error) {
 		}
 		return nil, nil
 	}
-	if e.Kind >= numEventKinds || !accepts[c.mode][e.Kind] {
+	if e.Kind >= numEventKinds {
+		return nil, fmt.Errorf("%w: %s", ErrRefused, e)
+	}
+	if !c.Admits(e) {
+		// Whether the mode takes it is for the mode the flight lands in.
+		return nil, fmt.Errorf("%w: %s", ErrBusy, e)
+	}
+	if !accepts[c.mode][e.Kind] {
 		return nil, fmt.Errorf("%w: %s in mode %s", ErrRefused, e, c.mode)
 	}
 	if !e.At.IsZero() {
@@ -252,6 +265,7 @@ func (c *Core) Step(e Event) ([]Action, error) {
 	}
 	c.apply(e)
 	c.publish()
+	c.fly(e)
 	return c.out, nil
 }
 

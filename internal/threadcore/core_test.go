@@ -39,7 +39,7 @@ func acts(as []Action) string {
 func script(t *testing.T, c *Core, steps ...step) {
 	t.Helper()
 	for i, s := range steps {
-		got, err := c.Step(s.ev)
+		got, err := landed(c, s.ev)
 		if err != nil {
 			t.Fatalf("step %d %s: %v", i, s.ev, err)
 		}
@@ -322,7 +322,7 @@ func TestCommitFailures(t *testing.T) {
 			if tc.mode != Reconnecting {
 				return
 			}
-			if _, err := c.Step(ev(EvPolled)); !errors.Is(err, ErrRefused) {
+			if _, err := landed(c, ev(EvPolled)); !errors.Is(err, ErrRefused) {
 				t.Fatalf("polled while reconnecting: %v", err)
 			}
 			// The old client may complete a session as it closes; its
@@ -363,7 +363,7 @@ func TestStop(t *testing.T) {
 	t.Run("kill", func(t *testing.T) {
 		c := running(t, eosCoop)
 		script(t, c, step{ev: ev(EvKill), want: "Close[0_0 0_1](clean=false) Exit[](clean=false,killed=true)"})
-		if _, err := c.Step(ev(EvPolled)); !errors.Is(err, ErrRefused) {
+		if _, err := landed(c, ev(EvPolled)); !errors.Is(err, ErrRefused) {
 			t.Fatalf("polled after exit: %v", err)
 		}
 	})
@@ -441,12 +441,12 @@ func TestRefusedEvents(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := New(tc.cfg)
 			for _, e := range tc.prep {
-				if _, err := c.Step(e); err != nil {
+				if _, err := landed(c, e); err != nil {
 					t.Fatalf("prep %s: %v", e, err)
 				}
 			}
 			before := fmt.Sprintf("%s %s %v", c.Mode(), c.Phase(), c.Tasks(Running))
-			if _, err := c.Step(tc.ev); !errors.Is(err, ErrRefused) {
+			if _, err := landed(c, tc.ev); !errors.Is(err, ErrRefused) {
 				t.Fatalf("%s accepted: %v", tc.ev, err)
 			}
 			if after := fmt.Sprintf("%s %s %v", c.Mode(), c.Phase(), c.Tasks(Running)); after != before {
@@ -522,7 +522,7 @@ func TestEventsTheDriverNeedNotGuard(t *testing.T) {
 			if wasExited && c.key() != before {
 				t.Fatalf("an exited core changed: %s to %s", before, c.key())
 			}
-			if _, err := c.Step(ev(EvPolled)); tc.mode != Processing && !errors.Is(err, ErrRefused) {
+			if _, err := landed(c, ev(EvPolled)); tc.mode != Processing && !errors.Is(err, ErrRefused) {
 				t.Fatalf("polled in %s: %v", c.Mode(), err)
 			}
 		})
@@ -535,7 +535,7 @@ func TestPublish(t *testing.T) {
 	c := New(aloCoop)
 	all := func(e Event) string {
 		t.Helper()
-		out, err := c.Step(e)
+		out, err := landed(c, e)
 		if err != nil {
 			t.Fatalf("%s: %v", e, err)
 		}
@@ -581,7 +581,7 @@ func TestHandles(t *testing.T) {
 	}
 	let := func(e Event, k ActionKind, want any) {
 		t.Helper()
-		out, err := c.Step(e)
+		out, err := landed(c, e)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -154,6 +154,10 @@ type Event struct {
 	Clock CommitClock
 	Cause Cause // CommitFailed, AbortFailed
 	Clean bool  // Stop
+	// Closing marks a callback of the group client that a Reconnect or
+	// Exit in flight is closing (Synced, Assigned, SessionEnded, Revoked,
+	// RevokedAll, Lost): the core takes it while that batch is in flight.
+	Closing bool
 	// Handle is the driver's object for Task (Claimed); opaque to the
 	// core.
 	Handle any

@@ -25,7 +25,7 @@ func runningMany(t *testing.T, cfg Config, n int) *Core {
 		steps = append(steps, Event{Kind: EvClaimed, Task: id}, Event{Kind: EvRestored, Task: id})
 	}
 	for _, e := range steps {
-		if _, err := c.Step(e); err != nil {
+		if _, err := landed(c, e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,12 +54,12 @@ func TestIdlePassesAllocateNothing(t *testing.T) {
 					{Kind: EvPollDone, At: at},
 					{Kind: EvTick, At: at},
 				} {
-					if _, err := c.Step(e); err != nil {
+					if _, err := landed(c, e); err != nil {
 						t.Fatal(err)
 					}
 				}
 				if c.Mode() == Committing {
-					if _, err := c.Step(Event{Kind: EvCommitted, At: at}); err != nil {
+					if _, err := landed(c, Event{Kind: EvCommitted, At: at}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -84,7 +84,7 @@ func TestKeptListsFollowSlots(t *testing.T) {
 	mustStep := func(e Event) []Action {
 		t.Helper()
 		e.At = at
-		out, err := c.Step(e)
+		out, err := landed(c, e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,12 +130,12 @@ func BenchmarkIdlePass(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				at = at.Add(aloCoop.CommitInterval / 4)
 				for _, k := range []EventKind{EvPolled, EvPollDone, EvTick} {
-					if _, err := c.Step(Event{Kind: k, At: at}); err != nil {
+					if _, err := landed(c, Event{Kind: k, At: at}); err != nil {
 						b.Fatal(err)
 					}
 				}
 				if c.Mode() == Committing {
-					if _, err := c.Step(Event{Kind: EvCommitted, At: at}); err != nil {
+					if _, err := landed(c, Event{Kind: EvCommitted, At: at}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -49,7 +49,7 @@ func interact(c *Core, cmd string) (answer []string, next *Core) {
 	if err != nil {
 		return []string{"error: " + err.Error()}, nil
 	}
-	acts, err := c.Step(e)
+	acts, err := landed(c, e)
 	if err != nil {
 		answer = append(answer, "error: "+err.Error())
 	}

@@ -1,6 +1,7 @@
 package threadcore
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -29,7 +30,11 @@ import (
 //   - the action releasing a task hands back the handle its claim gave;
 //   - what ActPublish last said, first in its batch, is Settled;
 //   - modes, phases and slots move only as their tables allow (the core
-//     panics otherwise).
+//     panics otherwise);
+//   - a batch is in flight from the step that answered it until the
+//     harness lands it, and meanwhile the core holds back every other
+//     goroutine's event (ErrBusy, nothing changed) but the closing
+//     client's callbacks during a reconnection.
 //
 // EDDY_THREADCORE_SEEDS sets the number of sequences per configuration
 // (default 2000), EDDY_THREADCORE_SEED replays one.
@@ -59,6 +64,13 @@ type mthread struct {
 	assigned               []task.ID
 	processing             bool // the last poll was processed
 	published              bool // what the last ActPublish said
+	flights                int  // batches the harness is carrying out
+}
+
+// closingEvent marks a callback of the client a reconnection closes.
+func closingEvent(e Event) Event {
+	e.Closing = true
+	return e
 }
 
 // mhandle is the handle a claim gives the core: whose claim, of what.
@@ -80,32 +92,26 @@ func (m *model) fail(format string, args ...any) {
 
 func propID(i int) task.ID { return task.ID{SubTopology: 0, Partition: int32(i)} }
 
-// feed steps a thread's core with e and carries out the actions, feeding
-// their outcomes back.
+// feed steps a thread's core with e and, when it answers with a batch,
+// carries the batch out as the driver does: the batch is in flight, the
+// outcomes of its actions are stepped back in it, and it lands at the end.
+// While it is in flight, other goroutines' events are tried now and then
+// (intrude), and a closing client's callbacks come in as flights of their
+// own.
 func (m *model) feed(th *mthread, e Event) {
-	queue := []Event{e}
-	for len(queue) > 0 {
-		e := queue[0]
-		queue = queue[1:]
-		m.note(th, e)
-		m.trace = append(m.trace, fmt.Sprintf("t%d %s/%s <- %s", th.idx, th.c.Mode(), th.c.Phase(), e))
-		out, err := th.c.Step(e)
-		if err != nil {
-			m.fail("thread %d refused %s: %v", th.idx, e, err)
+	as := m.step(th, e)
+	if len(as) == 0 {
+		if th.c.Busy() && th.flights == 0 {
+			m.fail("thread %d busy after %s answered nothing", th.idx, e)
 		}
-		as := slices.Clone(out)
-		m.trace = append(m.trace, fmt.Sprintf("t%d -> %s", th.idx, acts(as)))
-		for i, a := range as {
-			if a.Kind == ActPublish {
-				if i != 0 {
-					m.fail("thread %d: %s not first in %v", th.idx, a, as)
-				}
-				th.published = a.Settled
-			}
-		}
-		if th.published != th.c.Settled() {
-			m.fail("thread %d settled %t, published %t", th.idx, th.c.Settled(), th.published)
-		}
+		return
+	}
+	if !th.c.Busy() {
+		m.fail("thread %d: the batch of %s is not in flight", th.idx, e)
+	}
+	th.flights++
+	var queue []Event
+	for {
 		for _, a := range as {
 			if next, ok := m.do(th, a); ok {
 				queue = append(queue, next...)
@@ -114,7 +120,77 @@ func (m *model) feed(th *mthread, e Event) {
 				}
 			}
 		}
-		m.check(th)
+		if len(queue) == 0 {
+			break
+		}
+		m.intrude(th)
+		e, queue = queue[0], queue[1:]
+		if e.Closing {
+			m.feed(th, e)
+			as = nil
+			continue
+		}
+		as = m.step(th, e)
+	}
+	th.flights--
+	if err := th.c.Land(); err != nil {
+		m.fail("thread %d: %v", th.idx, err)
+	}
+	if th.c.Busy() != (th.flights > 0) {
+		m.fail("thread %d busy %t with %d flights open", th.idx, th.c.Busy(), th.flights)
+	}
+}
+
+// step feeds one event to a thread's core and checks what it published.
+func (m *model) step(th *mthread, e Event) []Action {
+	m.note(th, e)
+	m.trace = append(m.trace, fmt.Sprintf("t%d %s/%s <- %s", th.idx, th.c.Mode(), th.c.Phase(), e))
+	out, err := th.c.Step(e)
+	if err != nil {
+		m.fail("thread %d refused %s: %v", th.idx, e, err)
+	}
+	as := slices.Clone(out)
+	m.trace = append(m.trace, fmt.Sprintf("t%d -> %s", th.idx, acts(as)))
+	for i, a := range as {
+		if a.Kind == ActPublish {
+			if i != 0 {
+				m.fail("thread %d: %s not first in %v", th.idx, a, as)
+			}
+			th.published = a.Settled
+		}
+	}
+	if th.published != th.c.Settled() {
+		m.fail("thread %d settled %t, published %t", th.idx, th.c.Settled(), th.published)
+	}
+	m.check(th)
+	return as
+}
+
+// intruders are events other goroutines bring while a batch is in flight:
+// the group client's callbacks (let through by AllowRebalance, or the new
+// client's during a reconnection), and the loop's own events after a stop
+// request, a failure or a kill.
+var intruders = []Event{
+	ev(EvPolled), ev(EvPollDone), evTask(EvRestored, propID(0)), ev(EvRebalanceRequested), {Kind: EvTick},
+	ev(EvFailed), ev(EvReplace), ev(EvHalt), ev(EvRewire), {Kind: EvStop, Clean: true}, ev(EvKill),
+	ev(EvSessionEnded), evTasks(EvSynced, propID(0)), evTasks(EvAssigned, propID(0)), evTasks(EvRevoked, propID(0)),
+	ev(EvRevokedAll), ev(EvLost),
+}
+
+// intrude tries, now and then, an event from another goroutine while a
+// batch is in flight: the core holds it back with ErrBusy and changes
+// nothing.
+func (m *model) intrude(th *mthread) {
+	if m.rng.IntN(4) != 0 {
+		return
+	}
+	e := intruders[m.rng.IntN(len(intruders))]
+	before := th.c.clone().key()
+	if _, err := th.c.Step(e); !errors.Is(err, ErrBusy) {
+		m.fail("thread %d took %s in flight (%s/%s): %v", th.idx, e, th.c.Mode(), th.c.Phase(), err)
+	}
+	if k := th.c.key(); k != before {
+		m.fail("thread %d: held %s changed %s to %s", th.idx, e, before, k)
 	}
 }
 
@@ -240,14 +316,14 @@ func (m *model) do(th *mthread, a Action) ([]Event, bool) {
 		// leaves the group; its revocation callback runs.
 		var evs []Event
 		if m.rng.IntN(4) == 0 {
-			evs = append(evs, evTasks(EvAssigned, th.assigned...))
+			evs = append(evs, closingEvent(evTasks(EvAssigned, th.assigned...)))
 		}
 		if m.cfg.Cooperative {
 			if len(th.assigned) > 0 {
-				evs = append(evs, evTasks(EvRevoked, th.assigned...))
+				evs = append(evs, closingEvent(evTasks(EvRevoked, th.assigned...)))
 			}
 		} else {
-			evs = append(evs, ev(EvRevokedAll))
+			evs = append(evs, closingEvent(ev(EvRevokedAll)))
 		}
 		th.assigned = nil
 		return append(evs, ev(EvReconnected)), true

@@ -11,8 +11,11 @@
 // early commits' delay); what the broker and the thread's input say is
 // reported as events (CommitClock says whether input is at its end or the
 // cache full; CommitFailed says why a commit did not go through). The thread
-// executes the actions in order and feeds back the outcome of those that
-// have one (Claim, Process, Commit, AbortTxn, Reconnect) as events.
+// executes the actions in order, without holding the core, and feeds back
+// the outcome of those that have one (Claim, Process, Commit, AbortTxn,
+// Reconnect) as events; the batch is in flight until the thread lands it,
+// and meanwhile the core holds back the events of other goroutines
+// (flight.go).
 package threadcore
 
 import "fmt"
