@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/cache"
+	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/statestore"
 	"github.com/eddystreams/eddy/topology"
@@ -144,7 +145,7 @@ func (r *committedReader) latestEquals(want map[string]int64) bool {
 // A poll asks for no more records than the record cache's budget has room
 // for, so that a poll of records that are each a new key cannot overrun the
 // budget many times over before the commit it triggers; never fewer than
-// minPollRecords, and MaxPollRecords while no budget bounds the cache. (The
+// threadcore.MinPollRecords, and MaxPollRecords while no budget bounds the cache. (The
 // records here cost a microsecond each, so the poll time budget allows far
 // more.)
 func TestPollCapFollowsCacheBudget(t *testing.T) {
@@ -166,7 +167,7 @@ func TestPollCapFollowsCacheBudget(t *testing.T) {
 			require.Less(t, th.pollCap(), left)
 		}
 	}
-	require.Equal(t, minPollRecords, th.pollCap(), "a full budget")
+	require.Equal(t, threadcore.MinPollRecords, th.pollCap(), "a full budget")
 	require.NoError(t, c.Commit(1))
 	require.Equal(t, left, th.pollCap(), "after the commit")
 
@@ -179,16 +180,16 @@ func TestPollCapFollowsCacheBudget(t *testing.T) {
 // A poll asks for no more records than the thread can process in its poll
 // time budget, a quarter of the transaction timeout under exactly-once (of
 // the rebalance timeout if that is shorter, and under at-least-once), at
-// what its records have cost lately: firstPollRecords before it knows, a
+// what its records have cost lately: threadcore.FirstPollRecords before it knows, a
 // dearer cost at once, a cheaper one halfway, one record at a time if one
 // takes longer than the budget, and never more than MaxPollRecords.
 func TestPollCapFollowsRecordCost(t *testing.T) {
 	app := &App{cfg: Config{MaxPollRecords: 100_000, ProcessingGuarantee: ExactlyOnce,
 		TransactionTimeout: 10 * time.Second, RebalanceTimeout: 30 * time.Second}}
 	th := &thread{app: app}
-	require.Equal(t, firstPollRecords, th.pollCap(), "before any poll")
+	require.Equal(t, threadcore.FirstPollRecords, th.pollCap(), "before any poll")
 	th.notePollCost(0, time.Second)
-	require.Equal(t, firstPollRecords, th.pollCap(), "a poll that gave the tasks nothing")
+	require.Equal(t, threadcore.FirstPollRecords, th.pollCap(), "a poll that gave the tasks nothing")
 	th.notePollCost(1000, time.Second)
 	require.Equal(t, 2500, th.pollCap(), "1 ms a record in 2.5 s")
 	th.notePollCost(1000, 2*time.Second)

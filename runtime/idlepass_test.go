@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/serde"
 	"github.com/eddystreams/eddy/task"
 	"github.com/eddystreams/eddy/topology"
@@ -139,7 +140,7 @@ func TestIdleTasksPunctuateAndCommit(t *testing.T) {
 // A thread whose poll waits for a commit far off still follows the
 // restoration of tasks a rebalance gives it at once: the assignment's
 // claims end the poll, so the tasks run long before that wait (up to
-// maxPollWait) would be over.
+// threadcore.MaxPollWait) would be over.
 func TestAssignmentEndsALongPoll(t *testing.T) {
 	t.Parallel()
 	const tasks = 4
@@ -173,5 +174,5 @@ func TestAssignmentEndsALongPoll(t *testing.T) {
 	closed := time.Now()
 	require.NoError(t, second.Close(context.Background()))
 	waitFor(t, 30*time.Second, "the first instance running every task", func() bool { return running(app) == tasks })
-	require.Less(t, time.Since(closed), maxPollWait-time.Second, "second instance's Close → the first runs every task")
+	require.Less(t, time.Since(closed), threadcore.MaxPollWait-time.Second, "second instance's Close → the first runs every task")
 }

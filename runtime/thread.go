@@ -114,7 +114,7 @@ type thread struct {
 	// commitStart is when the commit in flight began, for its latency.
 	commitStart time.Time
 	// recordCost is what processing one record has cost the thread lately
-	// (see timedPollCap); zero until a poll gave its tasks records.
+	// (see threadcore.PollSize); zero until a poll gave its tasks records.
 	recordCost time.Duration
 	// lagging holds the input partitions whose last fetch stopped short of
 	// the partition's end: with input consumed since the last commit and

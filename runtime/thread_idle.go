@@ -13,16 +13,6 @@ import (
 	"github.com/eddystreams/eddy/task"
 )
 
-// maxPollWait bounds an idle thread's poll when no commit, punctuation,
-// restoration or input deadline comes sooner (a long CommitInterval): it
-// is how late the thread may notice a request that does not end its poll
-// (a rewire).
-const maxPollWait = 5 * time.Second
-
-// waitingPollWait bounds the poll while a task waits for another thread
-// to let it go: the thread claims it again after every poll.
-const waitingPollWait = 500 * time.Millisecond
-
 // tookInput notes that the running task id took input in the poll being
 // processed: the next commit covers it, and the next pass asks it to
 // punctuate (its stream time may have moved).

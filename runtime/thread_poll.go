@@ -104,31 +104,19 @@ func (th *thread) iteration() error {
 	return th.step(nil, threadcore.Event{Kind: threadcore.EvTick, Clock: th.commitClock()})
 }
 
-// minPollRecords is the fewest records a poll asks for while the record
-// cache's budget is nearly spent: what one poll may overrun the budget by.
-const minPollRecords = 1000
-
-// pollCap is how many records the next poll may return: MaxPollRecords, or
-// fewer when processing them would take longer than the thread's poll time
-// budget (timedPollCap) or while the record cache's budget is filling up.
-// The cache budget is checked between polls, so a poll of MaxPollRecords
-// records that are each a new key would overrun a budget of a few MiB
-// several times over (100,000 records of 100 bytes each against a thread's
-// 5 MiB share of the default); asking for no more records than the budget
-// has room for, at the least each can be charged, keeps the cache near its
-// bound.
+// pollCap is how many records the next poll may return, as the core
+// decides it (threadcore.PollSize) from the thread's poll time budget,
+// what its records have cost lately and the record cache's room.
 func (th *thread) pollCap() int {
-	maxRecs := min(th.app.cfg.MaxPollRecords, th.timedPollCap())
 	left, bounded := th.budget.EntriesLeft()
-	if !bounded || left >= maxRecs {
-		return maxRecs
-	}
-	return min(maxRecs, max(left, minPollRecords))
+	return threadcore.PollSize(threadcore.PollFacts{
+		MaxPollRecords: th.app.cfg.MaxPollRecords,
+		TimeBudget:     th.pollTimeBudget(),
+		RecordCost:     th.recordCost,
+		EntriesLeft:    left,
+		Bounded:        bounded,
+	})
 }
-
-// firstPollRecords caps a thread's polls until it knows what its records
-// cost to process (see timedPollCap).
-const firstPollRecords = 1000
 
 // pollTimeBudget is how long processing one poll may take: a quarter of the
 // shortest timeout that runs while a thread processes a poll. Nothing is
@@ -144,20 +132,6 @@ func (th *thread) pollTimeBudget() time.Duration {
 		d = min(d, cfg.TransactionTimeout)
 	}
 	return d / 4
-}
-
-// timedPollCap is how many records the thread can process within its
-// pollTimeBudget at what its records have cost lately, or
-// firstPollRecords before it knows. A slow topology (stores on a slow
-// disk, a loaded machine, a producer held back by its broker) then takes
-// smaller polls and commits between them, where a whole fetch of backlog
-// in one poll (tens of thousands of small records) could outlast the
-// transaction every time it was processed again.
-func (th *thread) timedPollCap() int {
-	if th.recordCost <= 0 {
-		return firstPollRecords
-	}
-	return int(max(1, th.pollTimeBudget()/th.recordCost))
 }
 
 // notePollCost updates recordCost after a poll whose tasks took n records
@@ -259,32 +233,19 @@ func (th *thread) wakePoll() {
 	}
 }
 
-// pollWait bounds a poll so that commits, punctuations and restoration
-// are not starved when no input arrives: it ends when the core's next
-// commit may be due (the interval commit's or, for a drained thread, the
-// early one's) or a task's next wall-clock punctuator is. An idle thread
-// sleeps until then, or until a fetch brings records. It is called with
-// mu held.
+// pollWait bounds a poll, as the core decides it (threadcore.Core.PollWait)
+// from what the thread observes: whether it restores, whether its input is
+// at its end, its next wall-clock punctuation and its tasks' waits for
+// input. While it restores nothing else counts, and walking its inputs
+// would be wasted. It is called with mu held.
 func (th *thread) pollWait() time.Duration {
-	if th.rest.active() {
-		return 20 * time.Millisecond
-	}
 	now := time.Now()
-	wait := min(th.core.CommitWait(now, th.inputAtEnd()), maxPollWait)
-	if th.core.Waiting() {
-		wait = min(wait, waitingPollWait)
+	f := threadcore.WaitFacts{Restoring: th.rest.active()}
+	if !f.Restoring {
+		f.InputAtEnd = th.inputAtEnd()
+		f.Punctuation, f.HasPunctuation = th.nextPunctuation(now)
+		f.LookupPending, f.IdleUntil = th.inputWaits()
+		f.Lookup = lookupInterval
 	}
-	if d, ok := th.nextPunctuation(now); ok {
-		wait = min(wait, d)
-	}
-	// A task waiting for input stops waiting at a time of its own, or
-	// once a lookup tells it where an empty partition ends.
-	lookup, idleUntil := th.inputWaits()
-	if lookup {
-		wait = min(wait, lookupInterval)
-	}
-	if !idleUntil.IsZero() {
-		wait = min(wait, idleUntil.Sub(now))
-	}
-	return max(10*time.Millisecond, wait)
+	return th.core.PollWait(now, f)
 }
