@@ -85,12 +85,16 @@ type WaitFacts struct {
 	// from is at its end (see CommitWait).
 	InputAtEnd bool
 	// Punctuation is how long from now until a task's next wall-clock
-	// punctuator is due, when HasPunctuation.
-	Punctuation    time.Duration
+	// punctuator is due; it counts only when HasPunctuation.
+	Punctuation time.Duration
+	// HasPunctuation reports whether any task has a wall-clock
+	// punctuator scheduled.
 	HasPunctuation bool
-	// Lookup is how long until the driver looks up again where an empty
-	// partition a task waits on ends, when LookupPending.
-	Lookup        time.Duration
+	// Lookup is how often the driver looks up where an empty partition a
+	// task waits on ends; it counts only when LookupPending.
+	Lookup time.Duration
+	// LookupPending reports whether a task waits on an empty partition
+	// whose end the driver has yet to learn.
 	LookupPending bool
 	// IdleUntil is when the first task waiting for input stops waiting;
 	// zero when none waits with a deadline.
