@@ -119,8 +119,8 @@ type App struct {
 	// tests replace it to stand for a low limit.
 	fileLimit func() (uint64, error)
 	// transitionHook, set only by tests before Start, is told of every
-	// state transition the registry's replicas ("replica") and the
-	// threads' tasks ("task") make or are refused.
+	// state transition the instance core's replicas make (kind
+	// "replica"; the core refuses illegal ones itself, so err is nil).
 	transitionHook func(kind string, id task.ID, from, to task.State, err error)
 
 	// watches hands the replicas' writes to live queries (watch.go).

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eddystreams/eddy/internal/taskrun"
+	"github.com/eddystreams/eddy/internal/threadcore"
 	"github.com/eddystreams/eddy/task"
 )
 
@@ -60,7 +61,7 @@ func (th *thread) tasksNow() []TaskInfo {
 	if th.mu.TryLock() {
 		defer th.mu.Unlock()
 		if !th.core.Busy() {
-			return th.taskInfos(th.heldTasks())
+			return th.taskInfos(th.heldStates())
 		}
 	}
 	if seen := th.tasksSeen.Load(); seen != nil {
@@ -74,7 +75,7 @@ func (th *thread) tasksNow() []TaskInfo {
 // batches, by the loop: no other goroutine moves the tasks meanwhile.
 func (th *thread) publishTasks() {
 	th.mu.Lock()
-	ts := th.heldTasks()
+	ts := th.heldStates()
 	th.mu.Unlock()
 	infos := th.taskInfos(ts)
 	th.tasksSeen.Store(&infos)
@@ -86,14 +87,41 @@ func (th *thread) publishTasks() {
 // a busy instance a share of a core.
 const tasksPublishEvery = 50 * time.Millisecond
 
+// heldTask is a task the thread holds and its state as the thread's core
+// records it in the task's slot.
+type heldTask struct {
+	t     *taskrun.Active
+	state task.State
+}
+
+// heldStates returns the tasks the core holds, sorted by ID, with the
+// states of their slots; the caller holds mu.
+func (th *thread) heldStates() []heldTask {
+	ids := th.core.Held()
+	out := make([]heldTask, 0, len(ids))
+	for _, id := range ids {
+		t := th.task(id)
+		if t == nil {
+			continue
+		}
+		st := task.Restoring
+		if s, _ := th.core.Slot(id); s == threadcore.Running {
+			st = task.Running
+		}
+		out = append(out, heldTask{t, st})
+	}
+	return out
+}
+
 // taskInfos describes tasks of the thread, which must stay still
 // meanwhile.
-func (th *thread) taskInfos(ts []*taskrun.Active) []TaskInfo {
+func (th *thread) taskInfos(ts []heldTask) []TaskInfo {
 	var out []TaskInfo
-	for _, t := range ts {
-		info := TaskInfo{ID: t.ID(), State: t.State(), Restored: th.rest.restoredRecords(t),
+	for _, h := range ts {
+		t := h.t
+		info := TaskInfo{ID: t.ID(), State: h.state, Restored: th.rest.restoredRecords(t),
 			Processed: t.Processed(), Punctuations: t.Punctuations(), DroppedLate: t.DroppedLate(), DroppedJoin: t.DroppedJoin()}
-		if t.State() == task.Restoring {
+		if h.state == task.Restoring {
 			for _, h := range t.Stores() {
 				if h.Changelog == "" {
 					continue

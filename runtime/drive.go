@@ -246,9 +246,7 @@ func (th *thread) doTasks(a threadcore.Action) ([]threadcore.Event, error) {
 		if t == nil {
 			return nil, fmt.Errorf("runtime: thread %d: task %s restored but not held", th.idx, a.Task)
 		}
-		if err := t.Restored(); err != nil {
-			return nil, err
-		}
+		t.Restored()
 		th.app.registry.activeRunning(t)
 		th.puncts.Check(t)
 		th.cl.ResumeFetchPartitions(th.inputPartitions(a.Task))

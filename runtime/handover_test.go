@@ -120,8 +120,7 @@ func (r *handoverRig) waitRunning(t *testing.T, i int, id task.ID) {
 		th.publishTasks() // as the loop's pass ends: App.Tasks reads what it published
 		th.lockIdle()
 		defer th.mu.Unlock()
-		tk := th.task(id)
-		return tk != nil && tk.State() == task.Running
+		return th.running(id) != nil
 	})
 }
 

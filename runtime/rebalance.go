@@ -86,7 +86,6 @@ func (th *thread) startActive(id task.ID) threadcore.Event {
 		Budget:    th.budget,
 		Sender:    th,
 		Logger:    th.log,
-		Observe:   th.app.transitionObserver("task"),
 	})
 	if err != nil {
 		th.app.registry.forget(th, id)
@@ -110,9 +109,6 @@ func (th *thread) startWaiting() error {
 // startRestoring pauses a task's input and hands its changelogs to the
 // restorer; the task runs once they are caught up.
 func (th *thread) startRestoring(t *taskrun.Active) error {
-	if err := t.StartRestoring(); err != nil {
-		return err
-	}
 	th.cl.PauseFetchPartitions(th.inputPartitions(t.ID()))
 	return th.rest.register(t)
 }

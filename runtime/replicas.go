@@ -71,21 +71,6 @@ type replica struct {
 	positions map[string]int64
 }
 
-// transitionObserver returns the observer of the lifecycles of one kind:
-// "replica" for the registry's replicas, "task" for the threads' active
-// tasks. An illegal transition is a bug, logged as an error (and refused by
-// the lifecycle).
-func (a *App) transitionObserver(kind string) taskrun.Observer {
-	return func(id task.ID, from, to task.State, err error) {
-		if err != nil {
-			a.log.Error("illegal state transition refused", "kind", kind, "task", id, "from", from.String(), "to", to.String())
-		}
-		if a.transitionHook != nil {
-			a.transitionHook(kind, id, from, to, err)
-		}
-	}
-}
-
 // diskState is a task directory left on disk by a task no longer held.
 type diskState struct {
 	positions map[string]int64 // changelog topic → position
@@ -156,8 +141,11 @@ func newRegistry(a *App) (*registry, error) {
 	}
 	r.core = instancecore.New(instancecore.Config{Threads: a.cfg.NumStreamThreads, CleanupDelay: a.cfg.StateCleanupDelay, OnDisk: dirs,
 		OnThreadFailure: threadPolicy(a.cfg.OnStreamThreadError), MaxReplacements: MaxThreadReplacements, ReplacementWindow: replacementWindow})
-	observe := a.transitionObserver("replica")
-	r.core.OnMove = func(id task.ID, from, to task.State) { observe(id, from, to, nil) }
+	r.core.OnMove = func(id task.ID, from, to task.State) {
+		if a.transitionHook != nil {
+			a.transitionHook("replica", id, from, to, nil)
+		}
+	}
 	go r.follow(ctx)
 	go r.tick(ctx)
 	return r, nil

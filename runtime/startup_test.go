@@ -74,7 +74,7 @@ func startTogether(t *testing.T, b *broker.Broker, appID string, eager bool) {
 	}
 	require.Zero(t, revoked, "%s: tasks revoked on the way to the first stable assignment", appID)
 	for _, id := range tasks {
-		require.Equal(t, []string{"created>restoring", "restoring>running"}, log.of("task", id),
+		require.Equal(t, []string{"created>restoring", "restoring>running"}, log.of("replica", id),
 			"%s: task %s started once, on its final thread", appID, id)
 	}
 	require.NoError(t, app.Err())

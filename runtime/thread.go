@@ -336,20 +336,22 @@ func (th *thread) run() {
 // incarnationNow is the thread's incarnation (instancecore.Event).
 func (th *thread) incarnationNow() int { return int(th.incarnation.Load()) }
 
+// runningTasks returns the tasks in a Running slot, sorted by ID.
 func (th *thread) runningTasks() []*taskrun.Active {
-	var out []*taskrun.Active
-	for _, t := range th.heldTasks() {
-		if t.State() == task.Running {
-			out = append(out, t)
-		}
-	}
-	return out
+	return th.activeTasks(th.core.Tasks(threadcore.Running))
 }
 
 // task returns the thread's task id, which the core holds (restoring or
 // running), or nil.
 func (th *thread) task(id task.ID) *taskrun.Active {
 	t, _ := th.core.Handle(id).(*taskrun.Active)
+	return t
+}
+
+// running returns the thread's task id if its slot is Running, or nil.
+// It costs what task does: the hot paths ask it once per task of a poll.
+func (th *thread) running(id task.ID) *taskrun.Active {
+	t, _ := th.core.Running(id).(*taskrun.Active)
 	return t
 }
 

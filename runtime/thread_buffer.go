@@ -204,8 +204,8 @@ func (th *thread) bufferInput(parts []kgo.FetchTopicPartition) {
 	for _, fp := range parts {
 		th.noteFetched(fp)
 	}
-	t := th.task(id)
-	if t == nil || t.State() != task.Running {
+	t := th.running(id)
+	if t == nil {
 		return
 	}
 	in := th.inputOf(id, t)
@@ -262,7 +262,7 @@ func (th *thread) processInputs(doomed *bool, taken *int) error {
 	now := time.Now()
 	for _, id := range th.inputIDs() {
 		in := th.inputs[id]
-		if t := th.task(id); t != in.t || t.State() != task.Running || in.cl != th.cl {
+		if th.running(id) != in.t || in.cl != th.cl {
 			th.dropInput(id)
 			continue
 		}
@@ -459,7 +459,7 @@ func (th *thread) dropInput(id task.ID) {
 		return
 	}
 	delete(th.inputs, id)
-	if t := th.task(id); t != nil && t != in.t && t.State() != task.Running {
+	if t := th.task(id); t != nil && t != in.t && th.running(id) == nil {
 		return
 	}
 	for _, p := range in.parts {

@@ -34,10 +34,10 @@ func (th *thread) noteWorked(t *taskrun.Active) {
 }
 
 // runs reports whether t is a task the thread runs: the one its core
-// holds under t's ID, and running. A task the thread let go may have gone
+// holds under t's ID, in a Running slot. A task the thread let go may have gone
 // to another thread, which alone may touch it.
 func (th *thread) runs(t *taskrun.Active) bool {
-	return th.task(t.ID()) == t && t.State() == task.Running
+	return th.running(t.ID()) == t
 }
 
 // punctuate carries out ActPunctuate: it asks the tasks that took input

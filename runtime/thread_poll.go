@@ -201,7 +201,7 @@ func (th *thread) noteFetched(p kgo.FetchTopicPartition) {
 func (th *thread) inputAtEnd() bool {
 	for p := range th.lagging {
 		id := task.ID{SubTopology: th.app.plan.topicSub[p.topic], Partition: p.partition}
-		if t := th.task(id); t == nil || t.State() != task.Running {
+		if th.running(id) == nil {
 			delete(th.lagging, p)
 			continue
 		}

@@ -191,10 +191,10 @@ func (th *thread) taskOf(r *kgo.Record) (task.ID, *taskrun.Active) {
 	id := task.ID{SubTopology: th.srcSub, Partition: r.Partition}
 	t := th.lastTask
 	if t == nil || id != th.lastID {
-		t = th.task(id)
+		t = th.running(id)
 		th.lastID, th.lastTask = id, t
 	}
-	if t == nil || t.State() != task.Running {
+	if t == nil {
 		// Partitions of tasks that are not running are paused, so this
 		// is a record fetched before the pause; it will be fetched again.
 		return id, nil

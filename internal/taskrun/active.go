@@ -48,8 +48,6 @@ type Config struct {
 	Sender Sender
 	Logger *slog.Logger
 	Now    func() time.Time
-	// Observe, if set, is told of every state transition of the task.
-	Observe Observer
 }
 
 // StoreHandle is one open store of a task.
@@ -78,11 +76,15 @@ type ChangelogWrite struct {
 // Active is an active task: one partition of one sub-topology, with its
 // processors, its stores and the offsets it has consumed.
 type Active struct {
-	cfg    Config
-	life   Lifecycle
-	stores map[string]*StoreHandle
-	order  []string // store names in declaration order
-	graph  graph.TaskGraph
+	cfg Config
+	// released: Close or Demote closed the task's processors and closed
+	// or handed on its stores. It keeps them from doing so twice, whichever
+	// of its thread's exit paths reaches the task first; it is no
+	// lifecycle, the thread core's slot is the task's state.
+	released bool
+	stores   map[string]*StoreHandle
+	order    []string // store names in declaration order
+	graph    graph.TaskGraph
 	// consumed maps an input topic to the offset of the next record to
 	// process on the task's partition. Records come in runs from one
 	// topic, so lastTopic and lastNext remember the entry of the previous
@@ -105,7 +107,10 @@ type Active struct {
 }
 
 // NewActive opens the task's stores and instantiates its processors. The
-// task starts in Created; call StartRestoring next.
+// task keeps no state of its own: its thread's core (threadcore.Slot)
+// records whether it restores or runs, and the driver calls Process,
+// Punctuate and Flush only while it runs, Restored once when its
+// restoration ends.
 func NewActive(cfg Config) (t *Active, err error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -119,7 +124,6 @@ func NewActive(cfg Config) (t *Active, err error) {
 	}
 	t = &Active{
 		cfg:       cfg,
-		life:      NewLifecycle(cfg.ID, cfg.Observe),
 		stores:    make(map[string]*StoreHandle),
 		consumed:  make(map[string]*int64),
 		committed: make(map[string]int64),
@@ -171,9 +175,6 @@ func NewActive(cfg Config) (t *Active, err error) {
 // ID returns the task's ID.
 func (t *Active) ID() task.ID { return t.cfg.ID }
 
-// State returns the task's state.
-func (t *Active) State() task.State { return t.life.State() }
-
 // Stores returns the task's stores in declaration order.
 func (t *Active) Stores() []*StoreHandle {
 	out := make([]*StoreHandle, 0, len(t.order))
@@ -189,41 +190,24 @@ func (t *Active) Store(name string) (*StoreHandle, bool) {
 	return h, ok
 }
 
-func (t *Active) transition(to task.State) error {
-	from := t.life.State()
-	if err := t.life.To(to); err != nil {
-		return err
-	}
-	t.log.Debug("task state", "from", from.String(), "to", to.String())
-	return nil
-}
-
-// StartRestoring moves a created task to Restoring.
-func (t *Active) StartRestoring() error { return t.transition(task.Restoring) }
-
-// Restored moves a restoring task to Running: its stores hold everything
-// their changelogs held when restoration began. From now on only commits
+// Restored tells the task its restoration ended and it is about to run:
+// its stores hold everything their changelogs held when restoration began. From now on only commits
 // write its stores, so their record caches may keep what they read (see
 // cache.Store.SetReadCache), as do versioned stores, whose expired versions
 // leave through the cache too; window and session stores drop expired
 // segments as they are written, so they (and any other kind) read through.
-func (t *Active) Restored() error {
-	if err := t.transition(task.Running); err != nil {
-		return err
-	}
+func (t *Active) Restored() {
 	for _, n := range t.order {
 		h := t.stores[n]
 		h.Cache.SetReadCache(h.Info.Kind == topology.KeyValueKind || h.Info.Kind == topology.VersionedKind)
 	}
-	return nil
 }
 
 // Process runs one input record through the task's processors. The record's
-// offset counts as consumed only if processing succeeds; see Skip.
+// offset counts as consumed only if processing succeeds; see Skip. The
+// task must be running: the thread checks its slot once per task of a poll,
+// not once per record.
 func (t *Active) Process(rec graph.InputRecord) error {
-	if st := t.life.State(); st != task.Running {
-		return fmt.Errorf("task %s: process in state %s", t.cfg.ID, st)
-	}
 	t.processed++
 	t.uncommitted = true
 	if err := t.graph.Process(rec); err != nil {
@@ -276,11 +260,8 @@ func (t *Active) DroppedJoin() int64 {
 // Punctuations counts the punctuator calls the task made.
 func (t *Active) Punctuations() int64 { return t.graph.Punctuations() }
 
-// Punctuate runs punctuators that are due.
+// Punctuate runs punctuators that are due. The task must be running.
 func (t *Active) Punctuate(now time.Time) error {
-	if t.life.State() != task.Running {
-		return nil
-	}
 	before := t.graph.Punctuations()
 	err := t.graph.Punctuate(now)
 	if t.graph.Punctuations() != before {
@@ -304,11 +285,9 @@ func (t *Active) CommitNeeded() bool { return t.uncommitted }
 
 // Flush forwards the task's buffered table updates downstream (see
 // graph.TableBuffering). Call it at every commit, before
-// PendingChangelog: forwarding may write further stores.
+// PendingChangelog: forwarding may write further stores. A task that has
+// not run yet buffers nothing, so flushing it is harmless.
 func (t *Active) Flush() error {
-	if t.life.State() != task.Running {
-		return nil
-	}
 	return t.graph.Flush()
 }
 
@@ -472,15 +451,17 @@ func (t *Active) MarkCommitted(offsets map[string]int64) {
 	}
 }
 
-// Demote moves a restoring or running task to Parked: it closes the
-// task's processors but keeps its stores open and returns them, for the
-// registry to hold until the next assignment says where the task goes. The
-// caller must have committed the task: uncommitted writes are dropped. A
-// task in any other state is left as it is, with an error and no stores.
+// Demote lets go of a restoring or running task for parking: it closes
+// the task's processors but keeps its stores open and returns them, for
+// the registry to hold until the next assignment says where the task goes.
+// The caller must have committed the task: uncommitted writes are dropped.
+// A task already demoted or closed is left as it is, with an error and no
+// stores.
 func (t *Active) Demote() ([]*StoreHandle, error) {
-	if err := t.transition(task.Parked); err != nil {
-		return nil, err
+	if t.released {
+		return nil, fmt.Errorf("task %s: demoted after it was let go", t.cfg.ID)
 	}
+	t.released = true
 	var err error
 	if t.graph != nil {
 		if cerr := t.graph.Close(); cerr != nil {
@@ -500,16 +481,15 @@ func (t *Active) Demote() ([]*StoreHandle, error) {
 	return out, err
 }
 
-// Close closes the task's processors and stores. A clean close assumes the
-// caller committed; an unclean one drops writes not yet committed, so the
-// stores keep exactly what their recorded positions say.
+// Close closes the task's processors and stores; closing a task again, or
+// one demoted, does nothing. A clean close assumes the caller committed; an
+// unclean one drops writes not yet committed, so the stores keep exactly
+// what their recorded positions say.
 func (t *Active) Close(clean bool) error {
-	if t.life.State() == task.Closed {
+	if t.released {
 		return nil
 	}
-	if err := t.transition(task.Closed); err != nil {
-		return err
-	}
+	t.released = true
 	var errs []error
 	if t.graph != nil {
 		if err := t.graph.Close(); err != nil {

@@ -55,12 +55,7 @@ func benchWordCountTasks(b *testing.B, combine bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := a.StartRestoring(); err != nil {
-			b.Fatal(err)
-		}
-		if err := a.Restored(); err != nil {
-			b.Fatal(err)
-		}
+		a.Restored()
 		return a
 	}
 	repart, output := &sink{}, &sink{}
@@ -181,12 +176,7 @@ func benchCount(b *testing.B, kind string) {
 		b.Fatal(err)
 	}
 	defer a.Close(true)
-	if err := a.StartRestoring(); err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Restored(); err != nil {
-		b.Fatal(err)
-	}
+	a.Restored()
 	const keys, perTask = 833, 1_000_000 / 12
 	kb := make([][]byte, keys)
 	for i := range kb {
@@ -251,12 +241,7 @@ func cachedTableTask(b *testing.B) (*Active, *sink, [][]byte) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := a.StartRestoring(); err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Restored(); err != nil {
-		b.Fatal(err)
-	}
+	a.Restored()
 	kb := make([][]byte, 1000)
 	for i := range kb {
 		kb[i] = []byte("key-" + strconv.Itoa(i))

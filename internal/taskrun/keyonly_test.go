@@ -39,8 +39,7 @@ func TestUncombinedCountWithUndecodedKeys(t *testing.T) {
 				Budget: b, Sender: out,
 			})
 			require.NoError(t, err)
-			require.NoError(t, a.StartRestoring())
-			require.NoError(t, a.Restored())
+			a.Restored()
 			return a
 		}
 		repart, output := &sink{}, &sink{}

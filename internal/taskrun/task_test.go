@@ -58,8 +58,7 @@ func restoredActive(t *testing.T, topo *topology.Topology) (*feeder, *sink) {
 	t.Helper()
 	opened := 0
 	a, out := newActive(t, topo, nil, &opened)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	a.Restored()
 	return &feeder{t: t, a: a}, out
 }
 
@@ -81,10 +80,7 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	opened := 0
 	a, out := newActive(t, topo, nil, &opened)
 	require.Equal(t, 1, opened)
-	require.Equal(t, task.Created, a.State())
-	require.Error(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k")}), "a created task must not process")
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	a.Restored()
 
 	for off := range int64(3) {
 		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: 10 + off, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
@@ -121,7 +117,6 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 	// Active → standby → active keeps the same open store.
 	stores, err := a.Demote()
 	require.NoError(t, err)
-	require.Equal(t, task.Parked, a.State())
 	sb, err := NewStandby(StandbyConfig{ID: task.ID{SubTopology: 0, Partition: 3}, Topology: topo, Stores: stores, Changelog: func(s string) string { return s }})
 	require.NoError(t, err)
 	require.Same(t, h.Inner, sb.Stores()[0].Inner)
@@ -140,8 +135,7 @@ func TestActiveLifecycleCommitAndPromotion(t *testing.T) {
 func TestAbortDropsHeldTableUpdates(t *testing.T) {
 	opened := 0
 	a, out := newActive(t, countTopology(t), nil, &opened)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	a.Restored()
 	process := func(off int64, key string) {
 		t.Helper()
 		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: off, Key: []byte(key), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
@@ -162,8 +156,7 @@ func TestAbortDropsHeldTableUpdates(t *testing.T) {
 func TestHeldUpdatesAcrossCommits(t *testing.T) {
 	opened := 0
 	a, out := newActive(t, countTopology(t), nil, &opened)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	a.Restored()
 	off := int64(0)
 	round := func(keys ...string) []string {
 		t.Helper()
@@ -211,11 +204,9 @@ func TestCloseWritesOnlyCommittedWork(t *testing.T) {
 			Sender:    &sink{},
 		})
 		require.NoError(t, err)
-		require.NoError(t, a.StartRestoring())
-		require.NoError(t, a.Restored())
+		a.Restored()
 		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Key: []byte("k"), Value: []byte("v")}))
 		require.NoError(t, a.Close(clean))
-		require.Equal(t, task.Closed, a.State())
 		require.Zero(t, inner.writes, "close (clean=%v) must not write uncommitted work: only a commit writes stores", clean)
 		require.NoError(t, a.Close(clean), "closing twice is a no-op")
 	}
@@ -229,8 +220,7 @@ func TestActiveConsumedOffsetsAcrossTopicsSkipAndAbort(t *testing.T) {
 	require.NoError(t, err)
 	opened := 0
 	a, _ := newActive(t, topo, nil, &opened)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	a.Restored()
 	rec := func(topic string, off int64) graph.InputRecord {
 		return graph.InputRecord{Topic: topic, Partition: 3, Offset: off, Value: []byte("v")}
 	}
@@ -254,63 +244,22 @@ func TestActiveConsumedOffsetsAcrossTopicsSkipAndAbort(t *testing.T) {
 	require.Equal(t, map[string]int64{"a": 8, "b": 10}, a.OffsetsToCommit())
 }
 
-// transitions records what an Observer is told.
-type transitions struct {
-	moves []string
-	bad   []error
-}
-
-func (tr *transitions) observe(id task.ID, from, to task.State, err error) {
-	if err != nil {
-		tr.bad = append(tr.bad, err)
-		return
-	}
-	tr.moves = append(tr.moves, from.String()+">"+to.String())
-}
-
-func TestActiveTransitionsGoThroughTheTable(t *testing.T) {
+// A task is let go of once: demoted, it hands its open stores on and
+// neither a second demotion nor a close touches them again.
+func TestActiveLetsGoOnce(t *testing.T) {
 	topo := countTopology(t)
-	newTask := func(tr *transitions) *Active {
-		a, err := NewActive(Config{
-			ID: task.ID{SubTopology: 0, Partition: 1}, AppID: "app", Topology: topo,
-			Changelog: func(s string) string { return s },
-			Open:      func(task.ID, topology.StoreInfo) (statestore.Store, error) { return statestore.NewMemory(), nil },
-			Sender:    &sink{},
-			Observe:   tr.observe,
-		})
-		require.NoError(t, err)
-		return a
-	}
-
-	var tr transitions
-	a := newTask(&tr)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	opened := 0
+	a, _ := newActive(t, topo, nil, &opened)
+	a.Restored()
 	stores, err := a.Demote()
 	require.NoError(t, err)
 	require.Len(t, stores, 1)
-	require.NoError(t, a.Close(true))
-	require.Equal(t, []string{"created>restoring", "restoring>running", "running>parked", "parked>closed"}, tr.moves)
-	require.Empty(t, tr.bad)
-
-	// Demote and the other moves refuse what the table forbids, leave the
-	// task as it was and surface the error.
-	tr = transitions{}
-	a = newTask(&tr)
-	stores, err = a.Demote()
-	var te *task.TransitionError
-	require.ErrorAs(t, err, &te)
-	require.Equal(t, task.TransitionError{Task: a.ID(), From: task.Created, To: task.Parked}, *te)
-	require.Nil(t, stores)
-	require.Equal(t, task.Created, a.State())
-	require.Error(t, a.Restored(), "created -> running skips restoration")
-	require.NoError(t, a.StartRestoring())
-	require.Error(t, a.StartRestoring())
-	require.NoError(t, a.Close(false))
-	require.NoError(t, a.Close(false), "closing a closed task is a no-op, not a transition")
-	require.Error(t, a.StartRestoring())
-	require.Equal(t, []string{"created>restoring", "restoring>closed"}, tr.moves)
-	require.Len(t, tr.bad, 4)
+	again, err := a.Demote()
+	require.Error(t, err, "a demoted task has no stores to hand on")
+	require.Nil(t, again)
+	require.NoError(t, a.Close(false), "closing a demoted task does nothing")
+	require.NoError(t, stores[0].Inner.Put([]byte("k"), []byte("v")), "the stores handed on stay open")
+	require.NoError(t, stores[0].Inner.Close())
 }
 
 // TestAbortRewindsWindowTime drives a windowed count with a grace period
@@ -341,8 +290,7 @@ func TestAbortRewindsWindowTime(t *testing.T) {
 			Sender: out,
 		})
 		require.NoError(t, err)
-		require.NoError(t, a.StartRestoring())
-		require.NoError(t, a.Restored())
+		a.Restored()
 		return a, out
 	}
 	offset := int64(0)
@@ -398,8 +346,7 @@ func TestActiveBeginCommitHandsOverGroupedStores(t *testing.T) {
 	topo := countTopology(t)
 	opened := 0
 	a, _ := newActive(t, topo, nil, &opened)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	a.Restored()
 	require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: 10, Key: []byte("k"), Value: []byte("v"), Timestamp: time.Unix(1, 0)}))
 	require.NoError(t, a.Flush())
 	h, _ := a.Store("counts")
@@ -575,8 +522,7 @@ func TestCommitReleasesSkippedTombstones(t *testing.T) {
 		Sender: &sink{},
 	})
 	require.NoError(t, err)
-	require.NoError(t, a.StartRestoring())
-	require.NoError(t, a.Restored())
+	a.Restored()
 	for off, v := range [][]byte{[]byte("1"), nil} {
 		require.NoError(t, a.Process(graph.InputRecord{Topic: "in", Partition: 3, Offset: int64(off), Key: []byte("k"), Value: v, Timestamp: time.Unix(1, 0)}))
 	}

@@ -161,6 +161,16 @@ func (c *Core) Handle(id task.ID) any {
 	return nil
 }
 
+// Running returns the driver's object for a task whose slot is Running,
+// nil for any other task. It costs one lookup, as Handle does, so a
+// driver may ask it where it would ask Handle.
+func (c *Core) Running(id task.ID) any {
+	if s, ok := c.slots[id]; ok && s.state == Running {
+		return s.handle
+	}
+	return nil
+}
+
 // Held lists the tasks the thread holds stores for (restoring or
 // running), sorted.
 func (c *Core) Held() []task.ID { return c.held() }

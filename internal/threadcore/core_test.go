@@ -562,8 +562,9 @@ func TestPublish(t *testing.T) {
 	}
 }
 
-// The core keeps the handle a claim gave with the task's slot, and the
-// action that lets the task go hands it back.
+// The core keeps the handle a claim gave with the task's slot, gives it
+// as a running task's once the slot runs, and the action that lets the
+// task go hands it back.
 func TestHandles(t *testing.T) {
 	c := New(aloCoop)
 	h0, h1 := new(int), new(int)
@@ -574,6 +575,13 @@ func TestHandles(t *testing.T) {
 	)
 	if c.Handle(t0) != h0 || c.Handle(t1) != nil || c.Handle(t2) != nil {
 		t.Fatalf("handles %v %v %v", c.Handle(t0), c.Handle(t1), c.Handle(t2))
+	}
+	if c.Running(t0) != nil {
+		t.Fatalf("a restoring task's handle is not a running one")
+	}
+	script(t, c, step{ev: evTask(EvRestored, t0), want: "Resume(0_0)"})
+	if c.Running(t0) != h0 || c.Running(t1) != nil {
+		t.Fatalf("running %v %v", c.Running(t0), c.Running(t1))
 	}
 	script(t, c, step{ev: Event{Kind: EvClaimed, Task: t1, Handle: h1}})
 	if got := c.Held(); len(got) != 2 || got[0] != t0 || got[1] != t1 {
@@ -590,7 +598,7 @@ func TestHandles(t *testing.T) {
 			t.Fatalf("%s: %s, want %s handing back %v", e, acts(out), k, want)
 		}
 	}
-	script(t, c, step{ev: evTasks(EvRevoked, t1), want: "Unsettle RegistryRevoked Flush[] Commit[]"})
+	script(t, c, step{ev: evTasks(EvRevoked, t1), want: "Unsettle RegistryRevoked Flush[0_0] Commit[0_0]"})
 	let(ev(EvCommitted), ActPark, h1)
 	let(ev(EvKill), ActClose, h0)
 }
