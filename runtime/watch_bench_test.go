@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/eddystreams/eddy/iq"
 	"github.com/eddystreams/eddy/serde"
+	"github.com/eddystreams/eddy/topology"
 )
 
 // countsReach waits until every key's count on app is at least want's.
@@ -254,28 +256,62 @@ func BenchmarkWatchLatency(b *testing.B) {
 	}
 }
 
-// BenchmarkWatchersThroughput counts records over 1,000 keys on one
-// instance, once with no watchers and once with 10,000 (ten per key, each
-// read with Next on a goroutine of its own, or, under "receive", each
-// receiving its updates in a function: iq.Watch.Receive), and reports the throughput ratio (the
-// mean of four alternating pairs, and the lowest and highest pair), by the
-// clock and per CPU second of the process, the CPU each update delivered
-// cost beyond the unwatched run's, and the memory each watcher takes (heap
-// and its reading goroutine's stack). The watchers' cost follows the
-// commits, one update per watcher each, not the records: on a machine
-// whose other load slows a run down, a run spans more commits and the
-// ratios fall, while the CPU per update holds.
+// BenchmarkWatchersThroughput runs a word count over 1,000 words on one
+// instance, once with no watchers and once with 10,000 (ten per word,
+// each read with Next on a goroutine of its own, or, under "receive", each
+// receiving its updates in a function: iq.Watch.Receive), and reports the
+// throughput ratio in lines (the mean of four alternating pairs, and the
+// lowest and highest pair), by the clock and per CPU second of the
+// process, the CPU each update delivered cost beyond the unwatched run's,
+// and the memory each watcher takes (heap and its reading goroutine's
+// stack). The watchers' cost follows the commits, one update per watcher
+// each, not the lines: on a machine whose other load slows a run down, a
+// run spans more commits and the ratios fall, while the CPU per update
+// holds.
 func BenchmarkWatchersThroughput(b *testing.B) {
 	for _, mode := range []string{"next", "receive"} {
 		b.Run(mode, func(b *testing.B) { watchersThroughput(b, mode == "receive") })
 	}
 }
 
+// wordCountTopology splits each line at spaces and counts the words in
+// "counts", through a repartition topic.
+func wordCountTopology(t testing.TB) *topology.Topology {
+	b := topology.NewBuilder()
+	lines := topology.Stream(b, "in", serde.String, serde.String)
+	words := topology.FlatMapValues(lines, func(_, line string) []string { return strings.Fields(line) })
+	topology.GroupBy(words, func(_, w string) string { return w }, "words", serde.String, serde.String).Count("counts")
+	topo, err := b.Build()
+	require.NoError(t, err)
+	return topo
+}
+
+// produceLines sends n lines of wordsPerLine words each, the words taken
+// in turn from key0..key(keys-1), and adds them to want.
+func produceLines(t testing.TB, cl *kgo.Client, n, keys int, want map[string]int64) {
+	const wordsPerLine = 8
+	var next int
+	for range n {
+		var line strings.Builder
+		for j := range wordsPerLine {
+			k := "key" + strconv.Itoa(next%keys)
+			next += 7 // coprime to the key count: every line's words differ
+			want[k]++
+			if j > 0 {
+				line.WriteByte(' ')
+			}
+			line.WriteString(k)
+		}
+		cl.Produce(context.Background(), &kgo.Record{Topic: "in", Value: []byte(line.String())}, nil)
+	}
+	require.NoError(t, cl.Flush(context.Background()))
+}
+
 func watchersThroughput(b *testing.B, receive bool) {
 	// A run lasts seconds: its end is seen at a commit, so a run of a
 	// few commit intervals would be measured to within a large part of
 	// one.
-	const keys, watchers, records, pairs = 1000, 10_000, 3_000_000, 4
+	const keys, watchers, lines, pairs = 1000, 10_000, 400_000, 4
 	bc, err := startBenchBroker(b, 1)
 	require.NoError(b, err)
 	defer bc.Close()
@@ -284,30 +320,30 @@ func watchersThroughput(b *testing.B, receive bool) {
 	defer cl.Close()
 	// Commits every 100 ms, so that the counts show how far processing
 	// got within a tenth of a second.
-	app, err := New(countTopology(b), Config{ApplicationID: "tput", Brokers: bc.Addrs(), StateDir: b.TempDir(), NumStreamThreads: 1,
+	app, err := New(wordCountTopology(b), Config{ApplicationID: "tput", Brokers: bc.Addrs(), StateDir: b.TempDir(), NumStreamThreads: 1,
 		CommitInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	require.NoError(b, app.Start(context.Background()))
 	defer app.Close(context.Background())
 	want := map[string]int64{}
-	produceKeys(b, cl, keys, keys, want)
+	produceLines(b, cl, keys, keys, want)
 	countsReach(b, app, want, time.Minute)
 
 	// A run's throughput is taken both by the clock and by the CPU the
-	// process spent (records per CPU second): the machine's other load
+	// process spent (lines per CPU second): the machine's other load
 	// moves the first a lot, the second little, and with the process
 	// using both cores as it does here they agree on what watchers cost.
 	type rate struct{ wall, cpu float64 }
 	measure := func(n int) rate {
 		start, cpu := time.Now(), processCPU()
-		produceKeys(b, cl, n, keys, want)
+		produceLines(b, cl, n, keys, want)
 		countsReach(b, app, want, 5*time.Minute)
 		return rate{float64(n) / time.Since(start).Seconds(), float64(n) / (processCPU() - cpu).Seconds()}
 	}
 	// A first run, not counted, warms the broker's log, the store and the
 	// producer, which would otherwise weigh on the first unwatched run
 	// alone.
-	_ = measure(records / 5)
+	_ = measure(lines / 5)
 	b.ResetTimer()
 	var perWatcher, without, with float64
 	var ratios, cpuRatios, perUpdate []float64
@@ -315,7 +351,7 @@ func watchersThroughput(b *testing.B, receive bool) {
 		// Unwatched and watched runs alternate, so that a neighbour's
 		// load on the machine falls on both alike.
 		for range pairs {
-			alone := measure(records)
+			alone := measure(lines)
 
 			goruntime.GC()
 			var before, after goruntime.MemStats
@@ -351,7 +387,7 @@ func watchersThroughput(b *testing.B, receive bool) {
 			goruntime.ReadMemStats(&after)
 			perWatcher = float64(after.HeapAlloc+after.StackInuse-before.HeapAlloc-before.StackInuse) / watchers
 
-			watched := measure(records)
+			watched := measure(lines)
 			cancel()
 			wg.Wait()
 			for _, w := range ws {
@@ -362,9 +398,9 @@ func watchersThroughput(b *testing.B, receive bool) {
 			with += watched.wall / float64(pairs*b.N)
 			ratios = append(ratios, watched.wall/alone.wall)
 			cpuRatios = append(cpuRatios, watched.cpu/alone.cpu)
-			extra := float64(records)/watched.cpu - float64(records)/alone.cpu // CPU seconds
+			extra := float64(lines)/watched.cpu - float64(lines)/alone.cpu // CPU seconds
 			perUpdate = append(perUpdate, extra/float64(delivered.Load())*1e6)
-			b.Logf("pair %d: %.0f records/s unwatched, %.0f watched (%d updates delivered): ratio %.2f; per CPU second %.0f and %.0f: ratio %.2f",
+			b.Logf("pair %d: %.0f lines/s unwatched, %.0f watched (%d updates delivered): ratio %.2f; per CPU second %.0f and %.0f: ratio %.2f",
 				len(ratios), alone.wall, watched.wall, delivered.Load(), watched.wall/alone.wall, alone.cpu, watched.cpu, watched.cpu/alone.cpu)
 		}
 	}
@@ -375,8 +411,8 @@ func watchersThroughput(b *testing.B, receive bool) {
 		}
 		return m
 	}
-	b.ReportMetric(without, "records/s-unwatched")
-	b.ReportMetric(with, "records/s-watched")
+	b.ReportMetric(without, "lines/s-unwatched")
+	b.ReportMetric(with, "lines/s-watched")
 	b.ReportMetric(mean(ratios), "ratio")
 	b.ReportMetric(slices.Min(ratios), "ratio-min")
 	b.ReportMetric(slices.Max(ratios), "ratio-max")
