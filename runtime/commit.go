@@ -46,6 +46,10 @@ type committer interface {
 	// begin begins the next transaction (exactly-once), clearing a produce
 	// error that belonged to the one just ended.
 	begin() error
+	// revoked hears that the group took partitions from the thread (a
+	// revocation or a loss), which the transactional session marks its
+	// open transaction for abort on. It may run on any goroutine.
+	revoked()
 }
 
 // newCommitter returns the thread's commit protocol.

@@ -170,3 +170,4 @@ func commitOffsets(ctx context.Context, cl *kgo.Client, offsets map[string]map[i
 // transaction.
 func (c *atLeastOnce) abort(context.Context) error { return nil }
 func (c *atLeastOnce) begin() error                { return nil }
+func (c *atLeastOnce) revoked()                    {}

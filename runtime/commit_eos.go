@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,7 +27,16 @@ type exactlyOnce struct {
 	// cannotBegin is set when the session could not begin a transaction
 	// (see begin): the next commit fails with it.
 	cannotBegin error
+	// openIn is the session whose transaction a commit left open because
+	// it held nothing (see commit): the next begin there has begun.
+	openIn *kgo.GroupTransactSession
+	// revokedSince is set when the group took partitions since the
+	// session last began or ended a transaction: the session then aborts
+	// the open one, and only ending it clears that mark.
+	revokedSince atomic.Bool
 }
+
+func (c *exactlyOnce) revoked() { c.revokedSince.Store(true) }
 
 func (c *exactlyOnce) flush(_ context.Context, tasks []*taskrun.Active) error {
 	th := c.th
@@ -85,9 +95,23 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active, runni
 	if perr == nil {
 		perr = acks.Err()
 	}
+	sent := th.out.takeSent()
+	if perr == nil && !sent && acks.Empty() && !c.revokedSince.Load() && th.cl.UncommittedOffsets() == nil {
+		// Nothing was sent and no input consumed since the transaction
+		// began: it stays open for the next work instead of ending.
+		// Ending it would not only be a round for nothing: the session
+		// holds its lock for 500 ms after committing a transaction
+		// without offsets (franz-go cannot then tell that the broker
+		// keeps the offsets of an open transaction from a new owner),
+		// which holds up the next commit and the group's next
+		// rebalance callbacks.
+		c.openIn = th.sess
+		return false, nil
+	}
 	if perr != nil {
 		try = kgo.TryAbort
 	}
+	c.revokedSince.Store(false)
 	committed, err := th.sess.End(ctx, try)
 	if err != nil {
 		return false, fmt.Errorf("runtime: end transaction: %w", err)
@@ -131,7 +155,10 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active, runni
 // abort aborts the open transaction after a revocation or loss dropped the
 // work it held (the core discards the tasks' work first).
 func (c *exactlyOnce) abort(ctx context.Context) error {
+	c.openIn = nil
+	c.revokedSince.Store(false)
 	c.th.out.flush()
+	c.th.out.takeSent()
 	if _, err := c.th.sess.End(ctx, kgo.TryAbort); err != nil {
 		return fmt.Errorf("runtime: end transaction: %w", err)
 	}
@@ -154,6 +181,12 @@ func (c *exactlyOnce) begin() error {
 	th := c.th
 	th.produceErr.Store(nil)
 	c.cannotBegin = nil
+	if c.openIn == th.sess {
+		c.openIn = nil
+		return nil
+	}
+	c.openIn = nil
+	c.revokedSince.Store(false)
 	err := th.sess.Begin()
 	if err == nil {
 		return nil

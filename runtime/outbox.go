@@ -32,6 +32,9 @@ type outbox struct {
 	pending sync.WaitGroup // batches handed over and not yet produced
 	done    chan struct{}
 	closed  bool
+	// sent is set by send and cleared by takeSent: whether the thread
+	// sent a record since it last asked.
+	sent bool
 }
 
 const (
@@ -80,6 +83,7 @@ func (o *outbox) send(r *kgo.Record) {
 			o.filling = make([]*kgo.Record, 0, outboxBatch)
 		}
 	}
+	o.sent = true
 	o.filling = append(o.filling, r)
 	if len(o.filling) == outboxBatch {
 		o.handOver()
@@ -93,6 +97,13 @@ func (o *outbox) handOver() {
 	o.pending.Add(1)
 	o.queue <- o.filling
 	o.filling = nil
+}
+
+// takeSent reports whether a record was sent since it was last called.
+func (o *outbox) takeSent() bool {
+	sent := o.sent
+	o.sent = false
+	return sent
 }
 
 // flush returns once every record sent so far has been given to the

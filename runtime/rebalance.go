@@ -142,6 +142,7 @@ func (th *thread) onRevoked(ctx context.Context, cl *kgo.Client, lost map[string
 		// Waiting for that flight to land here would deadlock Close.
 		return
 	}
+	th.committer.revoked()
 	if err := th.drainSynced(cl); err != nil {
 		th.app.fail(err)
 		return
@@ -189,6 +190,7 @@ func (th *thread) onLost(_ context.Context, cl *kgo.Client, _ map[string][]int32
 		// As in onRevoked.
 		return
 	}
+	th.committer.revoked()
 	if th.app.cfg.ProcessingGuarantee != ExactlyOnce {
 		// Before taking mu, which a commit waiting for these records to
 		// be acknowledged holds.

@@ -69,6 +69,14 @@ func (o *Offsets) Pending() int {
 	return o.pending
 }
 
+// Empty reports whether no record was sent through o since it was made or
+// last reset.
+func (o *Offsets) Empty() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.parts) == 0
+}
+
 // Records calls each with the records sent to every partition, in the
 // order they were sent. It must be called only once none is pending; each
 // record then carries the offset the broker gave it.
