@@ -503,8 +503,8 @@ func routeBy[T any](ctx context.Context, r *router, prefer Preference, pl routeP
 
 // partitionMoving reports whether every attempt failed because the
 // partition is moving: not hosted there, skipped or unreachable,
-// rebalancing, restoring to become its active, not yet confirmed since it
-// opened (unconfirmedSinceOpened), or the table named nobody at all. Under
+// rebalancing, restoring to become its active, its lag not confirmed for
+// now (lagUnconfirmedForNow), or the table named nobody at all. Under
 // the active bound the asking instance's own replica (self; "" for a
 // Client) refusing for staleness is left out too: a standby there never
 // passes that bound, so its refusal says nothing of whether the active is
@@ -516,7 +516,7 @@ func partitionMoving(tried []Attempt, self string, bound Staleness) bool {
 		var te *transportError
 		switch {
 		case errors.Is(a.Err, ErrNotHostedHere), errors.Is(a.Err, errSuspect), errors.As(a.Err, &te), errors.Is(a.Err, ErrRebalancing),
-			unconfirmedSinceOpened(a.Err):
+			lagUnconfirmedForNow(a.Err):
 		case bound.AllowsNonActive():
 			return false
 		case errors.As(a.Err, &se) && se.Role == RoleRestoring:
@@ -528,22 +528,33 @@ func partitionMoving(tried []Attempt, self string, bound Staleness) bool {
 	return true
 }
 
-// unconfirmedSinceOpened reports whether err is a replica's refusal of a
+// LateConfirmation is how long after a replica's lag confirmation lapsed
+// its refusal is still taken as a listing running late rather than
+// confirmations that stopped: a replica confirms its changelog's end
+// every second or so, and reports its lag unknown once the last
+// confirmation is a few seconds old, which a loaded machine or a slow
+// broker answer can reach for a moment.
+const LateConfirmation = 5 * time.Second
+
+// lagUnconfirmedForNow reports whether err is a replica's refusal of a
 // lag or age bound only because the broker has not confirmed its
-// changelog's end since the replica opened: a standby or restoring active
-// just assigned, or reopened after a restart. Its refusal is honest but
-// says nothing of the partition's other replicas, and the table that named
-// only it may be the instance's own share of a new balance, which an
-// instance routes on until it has read the group's table, moments later.
-// So it does not end a router's wait: the other replicas are asked before
-// a refusal. A replica whose confirmations stopped (cut off from the
-// broker) or that is rebuilding refuses for good.
-func unconfirmedSinceOpened(err error) bool {
+// changelog's end lately: never since the replica opened (a standby or
+// restoring active just assigned, or reopened after a restart), or not
+// for a moment past its confirmation window (less than
+// LateConfirmation ago). Its refusal is honest but says nothing of the
+// partition's other replicas, the table that named only it may be the
+// instance's own share of a new balance, which an instance routes on until
+// it has read the group's table, moments later, and its next confirmation
+// may be moments away. So it does not end a router's wait: the other
+// replicas, and it again, are asked before a refusal. A replica whose
+// confirmations stopped longer ago (cut off from the broker) or that is
+// rebuilding refuses for good.
+func lagUnconfirmedForNow(err error) bool {
 	var se *StaleError
 	if !errors.As(err, &se) {
 		return false
 	}
-	return se.Bound.AllowsNonActive() && !se.Rebuilding && se.LagConfirmedAgo < 0 &&
+	return se.Bound.AllowsNonActive() && !se.Rebuilding && se.Lag < 0 && se.LagConfirmedAgo < LateConfirmation &&
 		se.Role != RoleActive && se.Role != RoleUnconfirmed
 }
 
