@@ -1,0 +1,74 @@
+package runtime
+
+// Locks that other goroutines need are free while the I/O they once
+// spanned is in progress: each test holds the I/O with a seam and shows
+// the lock free meanwhile.
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// heldConn is a connection whose Close waits until release is closed,
+// after telling entered: a Close that blocks (a user's Config.Dial
+// connection, a stalled socket).
+type heldConn struct {
+	net.Conn
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (c *heldConn) Close() error {
+	c.once.Do(func() { close(c.entered) })
+	<-c.release
+	return c.Conn.Close()
+}
+
+// A cut of the network (Kill's sever, a test's partition) closes the open
+// connections with the network's lock released: a dial meanwhile is
+// refused at once rather than waiting for a connection's Close.
+func TestNetworkCutClosesConnectionsOutsideItsLock(t *testing.T) {
+	cuts := []struct {
+		name string
+		cut  func(*network)
+	}{
+		{"sever", (*network).sever},
+		{"partition", func(n *network) { n.partition(true) }},
+	}
+	for _, tc := range cuts {
+		t.Run(tc.name, func(t *testing.T) {
+			entered, release := make(chan struct{}), make(chan struct{})
+			var releaseOnce sync.Once
+			t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+			n := newNetwork(nil, func(context.Context, string, string) (net.Conn, error) {
+				a, b := net.Pipe()
+				t.Cleanup(func() { b.Close() })
+				return &heldConn{Conn: a, entered: entered, release: release}, nil
+			})
+			if _, err := n.dial(context.Background(), "tcp", "broker:9092"); err != nil {
+				t.Fatal(err)
+			}
+			cut := make(chan struct{})
+			go func() {
+				defer close(cut)
+				tc.cut(n)
+			}()
+			within(t, 10*time.Second, "the cut's Close of the open connection", func() { <-entered })
+			within(t, 10*time.Second, "a dial during the cut", func() {
+				if _, err := n.dial(context.Background(), "tcp", "broker:9092"); err == nil {
+					t.Error("a dial went through a cut network")
+				}
+			})
+			releaseOnce.Do(func() { close(release) })
+			within(t, 10*time.Second, "the cut", func() { <-cut })
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if len(n.conns) != 0 {
+				t.Fatalf("%d connections still tracked after the cut", len(n.conns))
+			}
+		})
+	}
+}
