@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // heldConn is a connection whose Close waits until release is closed,
@@ -70,5 +72,59 @@ func TestNetworkCutClosesConnectionsOutsideItsLock(t *testing.T) {
 				t.Fatalf("%d connections still tracked after the cut", len(n.conns))
 			}
 		})
+	}
+}
+
+// heldResetStore is a store whose Reset waits until release is closed,
+// after telling entered: a badger store emptied on a slow disk.
+type heldResetStore struct {
+	statestore.Store
+	entered, release chan struct{}
+}
+
+func (s *heldResetStore) Reset() error {
+	close(s.entered)
+	<-s.release
+	return s.Store.Reset()
+}
+
+// A global store being emptied (its topic's offsets no longer fit) answers
+// queries' Position at once, with no position, while its backing store is
+// reset; once emptied it holds nothing.
+func TestGlobalStoreEmptiesOutsideItsLock(t *testing.T) {
+	held := &heldResetStore{Store: statestore.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(held.release) }) })
+	g, err := newGlobalStore("g", "topic", held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(2) {
+		if err := g.write(p, []statestore.Entry{{Key: []byte{'k', byte(p)}, Value: []byte("v")}}, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pos, _ := g.Position(); pos != 10 {
+		t.Fatalf("position %d before emptying, want 10", pos)
+	}
+	emptied := make(chan error, 1)
+	go func() { emptied <- g.empty() }()
+	within(t, 10*time.Second, "the backing store's Reset", func() { <-held.entered })
+	within(t, 10*time.Second, "Position while the store is emptied", func() {
+		if pos, err := g.Position(); err != nil || pos != statestore.NoPosition {
+			t.Errorf("Position while emptied = %d, %v; want no position", pos, err)
+		}
+	})
+	releaseOnce.Do(func() { close(held.release) })
+	within(t, 10*time.Second, "emptying", func() {
+		if err := <-emptied; err != nil {
+			t.Error(err)
+		}
+	})
+	if pos, _ := g.Position(); pos != statestore.NoPosition {
+		t.Fatalf("position %d after emptying, want none", pos)
+	}
+	if _, ok, _ := g.Get([]byte{'k', 0}); ok {
+		t.Fatal("a record survived emptying")
 	}
 }
