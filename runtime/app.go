@@ -91,7 +91,7 @@ type App struct {
 	// damaged, or written with another layout.
 	storesWiped atomic.Int64
 	// damagedMu serialises admitDamaged's reading and writing of its
-	// record.
+	// record; it exists for that file's I/O alone, which it spans.
 	damagedMu sync.Mutex
 	// landings are the tasks whose exactly-once commit is ending (see
 	// landing.go): queries of their actives wait for the writes to land.
