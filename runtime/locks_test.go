@@ -128,3 +128,20 @@ func TestGlobalStoreEmptiesOutsideItsLock(t *testing.T) {
 		t.Fatal("a record survived emptying")
 	}
 }
+
+// A Close ends Start's wait for the global stores' restoration: Start
+// waits holding startMu, which the Close waits for in turn.
+func TestGlobalRestoreWaitEndsOnClose(t *testing.T) {
+	a := &App{closeAsked: make(chan struct{})}
+	a.killCtx, a.killCancel = context.WithCancel(context.Background())
+	defer a.killCancel()
+	g := &globalThread{a: a, ready: make(chan struct{}), failed: make(chan struct{})}
+	waited := make(chan error, 1)
+	go func() { waited <- g.waitReady(context.Background()) }()
+	a.closeAskedOnce.Do(func() { close(a.closeAsked) })
+	within(t, 10*time.Second, "the wait for the global stores once Close asked", func() {
+		if err := <-waited; err == nil {
+			t.Error("the wait for the global stores ended without an error on Close")
+		}
+	})
+}
