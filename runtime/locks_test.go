@@ -8,9 +8,13 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/internal/cache"
 	"github.com/eddystreams/eddy/statestore"
 )
 
@@ -144,4 +148,65 @@ func TestGlobalRestoreWaitEndsOnClose(t *testing.T) {
 			t.Error("the wait for the global stores ended without an error on Close")
 		}
 	})
+}
+
+// A thread makes its first client without holding mu: an exactly-once
+// thread's first transaction waits for the broker (its producer ID), and
+// meanwhile mu is free while the core holds the new client's callbacks
+// back; once the client is made, the connection lands.
+func TestFirstConnectionLeavesTheThreadsLockFree(t *testing.T) {
+	b, _ := startBroker(t, "in")
+	var hold atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	app, err := New(countTopology(t), Config{ApplicationID: "firstconn", Brokers: b.Addrs(), StateDir: t.TempDir(), NumStreamThreads: 1,
+		ProcessingGuarantee: ExactlyOnce,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			if hold.Load() {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, address)
+		}})
+	require.NoError(t, err)
+	require.NoError(t, app.prepare(context.Background()))
+	t.Cleanup(app.releaseResources)
+
+	th := unconnectedThread(app, 0, cache.NewBudget(0))
+	th.rest, err = newRestorer(app, th.log)
+	require.NoError(t, err)
+	hold.Store(true)
+	connected := make(chan error, 1)
+	go func() { connected <- th.connectFirst() }()
+	within(t, 30*time.Second, "the first client's dial", func() { <-entered })
+	waitFor(t, 10*time.Second, "the thread's lock free while its first client waits for the broker", func() bool {
+		if !th.mu.TryLock() {
+			return false
+		}
+		defer th.mu.Unlock()
+		if !th.core.Busy() {
+			t.Error("the first connection is not in flight while the client is made")
+		}
+		return true
+	})
+	releaseOnce.Do(func() { close(release) })
+	within(t, 30*time.Second, "the first connection", func() {
+		if err := <-connected; err != nil {
+			t.Error(err)
+		}
+	})
+	th.mu.Lock()
+	busy := th.core.Busy()
+	th.mu.Unlock()
+	require.False(t, busy, "the first connection did not land")
+	th.stopping.Store(true)
+	th.abort()
 }
