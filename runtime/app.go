@@ -42,9 +42,12 @@ type App struct {
 	notices stateNotices
 	// badTransitions counts transitions setState refused (bugs).
 	badTransitions atomic.Int64
-	// startMu is held by Start; Close and Kill take it to wait for a
-	// Start in progress. closing is set by whichever of Close, Kill or a
-	// failed Start stops the instance, so that it is stopped once.
+	// startMu is held by Start, across all its I/O; Close and Kill take
+	// it to wait for a Start in progress, whose clients and stores they
+	// must not release while it makes them. Nothing else takes it, and
+	// Start's long waits give up when Close asks (closeAsked) or Kill cuts
+	// the network. closing is set by whichever of Close, Kill or a failed
+	// Start stops the instance, so that it is stopped once.
 	startMu sync.Mutex
 	closing atomic.Bool
 	// closeAsked is closed by the first Close, before it waits for a
@@ -91,7 +94,7 @@ type App struct {
 	// damaged, or written with another layout.
 	storesWiped atomic.Int64
 	// damagedMu serialises admitDamaged's reading and writing of its
-	// record.
+	// record; it exists for that file's I/O alone, which it spans.
 	damagedMu sync.Mutex
 	// landings are the tasks whose exactly-once commit is ending (see
 	// landing.go): queries of their actives wait for the writes to land.
@@ -208,12 +211,14 @@ func (a *App) Err() error {
 // internal topics, raises the open-file limit to its hard limit (failing,
 // with ErrFileLimit, if that cannot hold the stores of every task),
 // restores the global stores (topology.GlobalTable) to the ends of their
-// topics, waiting for that as long as ctx allows, and starts the stream
-// threads. It moves the App from Created to Rebalancing at once; it
-// returns once the threads are running, and they join the group in the
-// background (the App is Running once they have their assignments and
-// restored their active tasks). A failed Start leaves the App Failed.
+// topics, waiting for that as long as ctx allows and no Close comes, and
+// starts the stream threads. It moves the App from Created to Rebalancing
+// at once; it returns once the threads are running, and they join the
+// group in the background (the App is Running once they have their
+// assignments and restored their active tasks). A failed Start leaves the
+// App Failed.
 func (a *App) Start(ctx context.Context) (err error) {
+	// Held across Start's I/O: it is what Close and Kill wait on.
 	a.startMu.Lock()
 	defer a.startMu.Unlock()
 	if a.closing.Load() || !a.setState(StateRebalancing, StateCreated) {

@@ -78,6 +78,8 @@ func (a *App) openBadgerOrRebuild(dir string, opts statestore.BadgerOptions, log
 // wherever the store is opened (see openStandby). A record that cannot be
 // written fails too: the store is kept.
 func (a *App) admitDamaged(dir string, cause error) error {
+	// The lock spans the file's read and write: two stores found damaged
+	// at once must each count the other. It guards nothing else.
 	a.damagedMu.Lock()
 	defer a.damagedMu.Unlock()
 	path := filepath.Join(a.appDir(), damagedStoresFile)

@@ -286,7 +286,8 @@ func (t *globalThread) fail(err error) {
 }
 
 // waitReady blocks until every global store is restored, the thread fails,
-// ctx ends or the App is killed.
+// ctx ends, or the App is closed or killed: Start waits here holding
+// startMu, which a Close waits for.
 func (t *globalThread) waitReady(ctx context.Context) error {
 	select {
 	case <-t.ready:
@@ -295,6 +296,8 @@ func (t *globalThread) waitReady(ctx context.Context) error {
 		return t.err
 	case <-ctx.Done():
 		return fmt.Errorf("runtime: restoring the global stores: %w", ctx.Err())
+	case <-t.a.closeAsked:
+		return errors.New("runtime: closed while restoring the global stores")
 	case <-t.a.killCtx.Done():
 		return errors.New("runtime: killed while restoring the global stores")
 	}

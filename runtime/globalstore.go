@@ -137,14 +137,19 @@ func (g *globalStore) position(p int32) int64 {
 	return statestore.NoPosition
 }
 
-// empty removes every record and position at once (Store.Reset).
+// empty removes every record and position (Store.Reset). The global
+// thread calls it with every partition released from its reader, so
+// nothing writes meanwhile. The positions go first, under mu, and the
+// backing store is emptied with mu released: queries reading Position
+// meanwhile see no position rather than wait for the disk, and never one
+// the emptied records no longer back.
 func (g *globalStore) empty() error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	clear(g.positions)
+	g.mu.Unlock()
 	if err := g.inner.Reset(); err != nil {
 		return err
 	}
-	clear(g.positions)
 	g.resetWanted.Store(false)
 	return nil
 }

@@ -174,9 +174,10 @@ func (n *network) blockedLocked(network string) error {
 
 func (n *network) sever() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.severed = true
-	n.closeAllLocked()
+	conns := n.untrackAllLocked()
+	n.mu.Unlock()
+	closeConns(conns)
 }
 
 // partition cuts the instance off from the brokers while on is true — open
@@ -185,18 +186,34 @@ func (n *network) sever() {
 // session timeout and then comes back (a zombie). It never undoes sever.
 func (n *network) partition(on bool) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.partitioned = on
+	var conns []net.Conn
 	if on {
-		n.closeAllLocked()
+		conns = n.untrackAllLocked()
 	}
+	n.mu.Unlock()
+	closeConns(conns)
 }
 
-func (n *network) closeAllLocked() {
+// untrackAllLocked forgets every open connection and returns them to be
+// closed once mu is released: a connection's Close may be the Config.Dial
+// caller's code or a test's held connection, and dials, resets and the
+// other connections' Close must not wait for it. No connection is tracked
+// after the cut (track refuses it), so every one the cut ends is among
+// those returned.
+func (n *network) untrackAllLocked() []net.Conn {
+	conns := make([]net.Conn, 0, len(n.conns))
 	for c := range n.conns {
-		c.(*trackedConn).Conn.Close()
+		conns = append(conns, c.(*trackedConn).Conn)
 	}
 	clear(n.conns)
+	return conns
+}
+
+func closeConns(conns []net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 type trackedConn struct {

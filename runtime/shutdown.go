@@ -50,6 +50,7 @@ func (r *shutdownRun) do(step instancecore.ShutdownStep) instancecore.ShutdownOu
 		a.net.sever()
 		a.killCancel()
 	case instancecore.StepAwaitStart:
+		// Start holds startMu until it returns.
 		a.startMu.Lock()
 		r.threads = a.threads
 		a.startMu.Unlock()

@@ -229,21 +229,41 @@ type thread struct {
 
 func newThread(a *App, idx int, budget *cache.Budget) (*thread, error) {
 	th := unconnectedThread(a, idx, budget)
-	// The client joins the group as soon as it exists, and its rebalance
-	// callbacks may run before it is stored: hold mu (which they take to
-	// step the core) until the thread is whole. Nothing here runs user
-	// code or waits for the broker.
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	var err error
 	if th.rest, err = newRestorer(a, th.log); err != nil {
 		return nil, err
 	}
-	if err := th.connect(); err != nil {
+	if err := th.connectFirst(); err != nil {
 		th.rest.close()
 		return nil, err
 	}
 	return th, nil
+}
+
+// connectFirst makes the thread's first client. The client joins the group
+// as soon as it exists, and its rebalance callbacks may run before the
+// thread is whole: the core holds their events back while the connection
+// is in flight (threadcore.Core.Connecting), as it holds a new client's
+// while a reconnection is, and they come in once it lands. So mu is free
+// while connect waits for the broker (an exactly-once thread's first
+// transaction needs its producer ID).
+func (th *thread) connectFirst() error {
+	// The core connect would make, made here so that it is in flight
+	// before the client exists.
+	bal, err := th.balancer()
+	if err != nil {
+		return err
+	}
+	th.connected = true
+	th.core = threadcore.New(th.coreConfig(bal.IsCooperative()))
+	if err := th.core.Connecting(); err != nil {
+		return fmt.Errorf("runtime: thread %d: %w", th.idx, err)
+	}
+	if err := th.connect(); err != nil {
+		return err
+	}
+	th.land()
+	return nil
 }
 
 // unconnectedThread is a thread without clients.

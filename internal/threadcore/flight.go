@@ -91,6 +91,21 @@ func (c *Core) Admits(e Event) bool {
 	return false
 }
 
+// Connecting puts the making of the thread's first client in flight, as a
+// batch of its own, until the driver lands it (Land). The client joins
+// the group as soon as it exists, and its callbacks may come before the
+// thread is whole; in flight, they are held back like any other event, so
+// the driver makes the client, which may wait for the broker, without
+// holding the lock it steps the core under. Only a core that has taken no
+// event and has nothing in flight may connect.
+func (c *Core) Connecting() error {
+	if c.flight.open > 0 || !c.now.IsZero() || c.mode != Processing || c.phase != Unassigned || len(c.slots) > 0 {
+		return fmt.Errorf("%w: Connecting a core that has taken events", ErrRefused)
+	}
+	c.flight.open++
+	return nil
+}
+
 // Land tells the core that the driver has carried out a batch, and
 // stepped the outcomes of its actions: the batch a step of an event that
 // was not an outcome began, with everything those outcomes added. Events

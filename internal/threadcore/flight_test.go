@@ -128,3 +128,36 @@ func TestOutcomesContinueTheirFlight(t *testing.T) {
 		t.Fatalf("one flight: busy %t, %v", c.Busy(), err)
 	}
 }
+
+// While the thread makes its first client (Connecting), the client's
+// callbacks are held back as in any flight, changing nothing; once the
+// driver lands it they come in. A core that took events cannot connect.
+func TestConnectingHoldsTheFirstClientsCallbacks(t *testing.T) {
+	c := New(aloCoop)
+	if err := c.Connecting(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Busy() {
+		t.Fatal("connecting is not in flight")
+	}
+	if err := c.Connecting(); !errors.Is(err, ErrRefused) {
+		t.Fatalf("connecting twice: %v", err)
+	}
+	before := c.clone().key()
+	for _, e := range []Event{evTasks(EvSynced, t0), evTasks(EvAssigned, t0), ev(EvSessionEnded), evTasks(EvRevoked, t0),
+		ev(EvLost), ev(EvPolled), ev(EvStop), ev(EvKill), ev(EvRebalanceRequested)} {
+		if _, err := c.Step(e); !errors.Is(err, ErrBusy) {
+			t.Fatalf("%s while connecting: %v", e, err)
+		}
+		if k := c.key(); k != before {
+			t.Fatalf("held %s changed %s to %s", e, before, k)
+		}
+	}
+	if err := c.Land(); err != nil || c.Busy() {
+		t.Fatalf("landed: busy %t, %v", c.Busy(), err)
+	}
+	script(t, c, step{ev: evTasks(EvSynced, t0)}, step{ev: evTasks(EvAssigned, t0), want: "OpenAhead[0_0] Claim(0_0) TakeShare"})
+	if err := c.Connecting(); !errors.Is(err, ErrRefused) {
+		t.Fatalf("connecting a core that took events: %v", err)
+	}
+}
