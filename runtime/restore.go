@@ -88,7 +88,8 @@ func newRestorer(a *App, log *slog.Logger) (*restorer, error) {
 
 // start gives the restorer a new changelog reader, with a client that knows
 // nothing of topics it read before, and nothing to restore. The thread
-// calls it with its mu held, after stop, when its topics were recreated.
+// calls it inside a batch in flight (pauseForRewire), after stop, when its
+// topics were recreated.
 func (r *restorer) start(a *App, log *slog.Logger) error {
 	rd, err := changelog.NewReader(changelog.ReaderConfig{
 		Seeds:         a.cfg.Brokers,
