@@ -65,6 +65,7 @@ func (r *run) spreadStatefulActives() {
 	}
 	target, targetLoad := sp.spread(prev, make([]int, nc))
 	r.spareStatelessMoves(target, targetLoad, lo, hi, sp.besides, sp.affinity)
+	r.spareByOtherGivers(target, targetLoad, lo, hi, sp.besides, sp.affinity)
 	for c := range r.clients {
 		r.clients[c].targetLoad = targetLoad[c]
 	}

@@ -173,6 +173,25 @@ func TestJoinTakesFromTheMostLoadedInAll(t *testing.T) {
 	require.Len(t, out.Clients["new"].Active, 1)
 }
 
+// A joining client takes its stateful active from a client whose stateless
+// tasks can then stay, even where the spread would take it elsewhere: b
+// runs two tasks of one sub-topology, a two of different ones and the
+// stateless x. Spreading sub-topologies, the joiner would take a task of
+// b's, leaving a three actives against b's one, so x would have to move;
+// a gives one up instead and only that stateful active moves.
+func TestJoinTakesFromTheGiverThatSparesStatelessTasks(t *testing.T) {
+	a1, a2, b1, b2, x := tid(0, 0), tid(1, 0), tid(2, 0), tid(2, 1), tid(3, 0)
+	in := Input{Tasks: taskMap([]task.ID{a1, a2, b1, b2}, []task.ID{x}), Clients: map[string]ClientState{
+		"a":   {Capacity: 1, PrevActive: []task.ID{a1, a2, x}},
+		"b":   {Capacity: 1, PrevActive: []task.ID{b1, b2}},
+		"new": {Capacity: 1},
+	}}
+	out, _, _ := converge(t, DefaultConfig(), in, 20)
+	require.Contains(t, out.Clients["a"].Active, x)
+	require.Equal(t, []task.ID{b1, b2}, out.Clients["b"].Active)
+	require.Len(t, out.Clients["new"].Active, 1)
+}
+
 // A leave's stateful active goes to the client as warm for it that spares
 // other clients' stateless tasks, even where another client ranks first as
 // a place for it by load (the case of seed 8896 of the simulation, made
