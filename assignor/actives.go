@@ -147,8 +147,8 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 		}
 	}
 	caps := r.capacities()
-	moves := statelessMovesAt(len(r.sl), caps, load, kept, free)
-	for moves > 0 && budget > 0 {
+	now := statelessCountAt(len(r.sl), caps, load, kept, free)
+	for now.moves > 0 && budget > 0 {
 		movable := make([][]int, len(r.clients)) // per client, its targets that move anyway
 		for i, c := range target {
 			if r.sf[i].prevActive < 0 {
@@ -178,10 +178,10 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 				budget -= len(r.clients)
 				load[from]--
 				load[ch.to]++
-				ch.moves = statelessMovesAt(len(r.sl), caps, load, kept, free)
+				ch.count = statelessCountAt(len(r.sl), caps, load, kept, free)
 				load[from]++
 				load[ch.to]--
-				if ch.moves < moves && (best == nil || ch.key().compare(best.key()) < 0) {
+				if ch.count.compare(now) < 0 && (best == nil || ch.key().compare(best.key()) < 0) {
 					best = ch
 				}
 			}
@@ -194,7 +194,7 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 		for _, st := range best.steps {
 			target[st.task] = st.to
 		}
-		moves = best.moves
+		now = best.count
 	}
 }
 
@@ -209,22 +209,22 @@ type transferChain struct {
 	from, to int
 	end      transferKey    // how to ranks as the chain's end
 	steps    []transferStep // in order from the end at to
-	moves    int            // statelessMovesAt after the chain
+	count    spareCount     // statelessCountAt after the chain
 }
 
 type transferStep struct{ task, to int }
 
 // key ranks the chain among those spareStatelessMoves weighs.
-func (ch *transferChain) key() chainKey { return chainKey{moves: ch.moves, end: ch.end} }
+func (ch *transferChain) key() chainKey { return chainKey{count: ch.count, end: ch.end} }
 
 // chainKey ranks chains of re-targets, the one made lowest.
 type chainKey struct {
-	moves int         // statelessMovesAt after the chain
+	count spareCount  // statelessCountAt after the chain
 	end   transferKey // how its end ranks
 }
 
 func (k chainKey) compare(o chainKey) int {
-	if c := cmp.Compare(k.moves, o.moves); c != 0 {
+	if c := k.count.compare(o.count); c != 0 {
 		return c
 	}
 	return k.end.compare(o.end)
@@ -303,18 +303,38 @@ func (k transferKey) compare(o transferKey) int {
 	return cmp.Compare(k.steps, o.steps)
 }
 
-// statelessMovesAt is how many of the stateless tasks that clients ran
+// spareCount is what spareStatelessMoves lowers, compared in order: the
+// stateless tasks the balance of the total load forces off the clients
+// that ran them (moves), then the tasks clients above their upper limit
+// must give up and those clients below their lower limit lack, together
+// (excess). Where two chains together spare a stateless move that neither
+// spares alone, the first lowers the excess.
+type spareCount struct{ moves, excess int }
+
+func (c spareCount) compare(o spareCount) int {
+	if x := cmp.Compare(c.moves, o.moves); x != 0 {
+		return x
+	}
+	return cmp.Compare(c.excess, o.excess)
+}
+
+// statelessMovesAt is statelessCountAt's count of moves.
+func statelessMovesAt(items int, caps, base, kept []int, free int) int {
+	return statelessCountAt(items, caps, base, kept, free).moves
+}
+
+// statelessCountAt counts how many of the stateless tasks that clients ran
 // (kept per client; free more ran on no client of the group) the
 // stateless spread moves over clients holding base stateful actives: at
 // loadBounds' level, clients above their upper limit give up the excess
 // and clients below their lower limit take the shortfall, from the free
 // tasks and those given up first.
-func statelessMovesAt(items int, caps, base, kept []int, free int) int {
+func statelessCountAt(items int, caps, base, kept []int, free int) spareCount {
 	lo, hi := loadBounds(items, caps, base)
 	give, short := 0, 0
 	for c := range caps {
 		give += max(0, base[c]+kept[c]-hi[c])
 		short += max(0, lo[c]-base[c]-kept[c])
 	}
-	return max(give, short-free)
+	return spareCount{moves: max(give, short-free), excess: give + short}
 }
