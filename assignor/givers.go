@@ -17,7 +17,8 @@ import "cmp"
 // limit, give up instead one of its own that i's new client is as good a
 // home for: as many stateful actives move, to the same client and as warm,
 // and only a and b change load. Each exchange lowers the count, and the
-// loads of at most giverBudget pairs of clients are tried per Assign.
+// loads of at most giverBudget pairs of kinds of client are tried per
+// Assign.
 func (r *run) spareByOtherGivers(target, load, lo, hi, kept []int, aff func(i, c int) int) {
 	if len(r.sl) == 0 {
 		return
@@ -44,9 +45,9 @@ func (r *run) spareByOtherGivers(target, load, lo, hi, kept []int, aff func(i, c
 	}
 }
 
-// giverBudget is how many pairs of a client that keeps a task and one that
-// gives another up spareByOtherGivers may weigh per Assign, each at the
-// cost of one statelessMovesAt.
+// giverBudget is how many pairs of a kind of client that keeps a task and
+// one that gives another up spareByOtherGivers may weigh per Assign, each
+// at the cost of one statelessMovesAt.
 const giverBudget = 256
 
 // giverSearch is the state of one spareByOtherGivers.
@@ -56,9 +57,9 @@ type giverSearch struct {
 	caps                       []int
 	aff                        func(i, c int) int
 	free, budget               int
-	keptBy                     [][]int        // per client, the stateful actives it keeps
-	tried                      map[[2]int]int // statelessMovesAt per pair of keeper and giver
-	found                      int            // exchanges weighed
+	keptBy                     [][]int            // per client, the stateful actives it keeps
+	tried                      map[[2]endKind]int // statelessMovesAt per kind of keeper and giver
+	found                      int                // exchanges weighed
 }
 
 // giverExchange is one candidate exchange: task keep stays on the client
@@ -103,7 +104,7 @@ func (g *giverSearch) best(moves int) (giverExchange, bool) {
 			g.keptBy[c] = append(g.keptBy[c], i)
 		}
 	}
-	g.tried = map[[2]int]int{}
+	g.tried = map[[2]endKind]int{}
 	var best giverExchange
 	found := false
 	for i, c := range g.target {
@@ -137,9 +138,11 @@ func (g *giverSearch) best(moves int) (giverExchange, bool) {
 }
 
 // movesAfter is statelessMovesAt with one stateful active more on a and
-// one fewer on b; false once the budget is spent.
+// one fewer on b; false once the budget is spent. Pairs of clients alike
+// (endKind) are alike, so a large group of few kinds of client weighs few.
 func (g *giverSearch) movesAfter(a, b int) (int, bool) {
-	if m, ok := g.tried[[2]int{a, b}]; ok {
+	pair := [2]endKind{g.kind(a), g.kind(b)}
+	if m, ok := g.tried[pair]; ok {
 		return m, true
 	}
 	if g.budget == 0 {
@@ -151,8 +154,12 @@ func (g *giverSearch) movesAfter(a, b int) (int, bool) {
 	m := statelessMovesAt(len(g.r.sl), g.caps, g.load, g.kept, g.free)
 	g.load[a]--
 	g.load[b]++
-	g.tried[[2]int{a, b}] = m
+	g.tried[pair] = m
 	return m, true
+}
+
+func (g *giverSearch) kind(c int) endKind {
+	return endKind{g.caps[c], g.load[c], g.kept[c]}
 }
 
 // replacement returns the task client b keeps that client c is the best
