@@ -65,6 +65,7 @@ func (r *run) spreadStatefulActives() {
 	}
 	target, targetLoad := sp.spread(prev, make([]int, nc))
 	r.spareStatelessMoves(target, targetLoad, lo, hi, sp.besides, sp.affinity)
+	r.spareByOtherGivers(target, targetLoad, lo, hi, sp.besides, sp.affinity)
 	for c := range r.clients {
 		r.clients[c].targetLoad = targetLoad[c]
 	}
@@ -126,12 +127,14 @@ func (r *run) betterSource(i, a, b int) bool {
 // which clients take such tasks among the warm ones, and a client that
 // runs stateless tasks beside the one it takes may have to give a
 // stateless task up where another as warm would not. A re-target is a
-// chain (transferChain): the first client gives one such task up, each
+// chain (transferChains): the first client gives one such task up, each
 // next one takes it and gives up another, the last only takes, so only the
-// ends change load. Each chain lowers the count, so there are at most as
-// many chains as it was. The searches ask for at most a fixed number of
-// affinities per client and stateful task (spareBudget), so that a group
-// where many clients restart at once does not search for ever.
+// ends change load. Of the chains from every client the one of the lowest
+// chainKey is made; each lowers the count, so there are at most as many
+// chains as it was. The searches ask for at most a fixed number of
+// affinities and counts per client and stateful task (spareBudget), so
+// that a group where many clients restart at once does not search for
+// ever.
 func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, c int) int) {
 	if len(r.sl) == 0 {
 		return
@@ -144,8 +147,8 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 		}
 	}
 	caps := r.capacities()
-	moves := statelessMovesAt(len(r.sl), caps, load, kept, free)
-	for moves > 0 && budget > 0 {
+	now := statelessCountAt(len(r.sl), caps, load, kept, free)
+	for now.moves > 0 && budget > 0 {
 		movable := make([][]int, len(r.clients)) // per client, its targets that move anyway
 		for i, c := range target {
 			if r.sf[i].prevActive < 0 {
@@ -166,17 +169,21 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 			if len(movable[from]) == 0 || load[from] <= lo[from] || !needy && load[from]+kept[from] <= slHi[from] {
 				continue
 			}
-			ch := r.transferChain(from, movable, load, hi, kept, slHi, aff, &budget)
-			if ch == nil || !needy && ch.over > 0 {
-				continue
-			}
-			load[from]--
-			load[ch.to]++
-			ch.moves = statelessMovesAt(len(r.sl), caps, load, kept, free)
-			load[from]++
-			load[ch.to]--
-			if ch.moves < moves && (best == nil || ch.moves < best.moves) {
-				best = ch
+			for _, ch := range r.transferChains(from, movable, load, hi, kept, slHi, aff, &budget) {
+				if !needy && ch.end.over > 0 || budget <= 0 {
+					continue
+				}
+				// Counting costs about as much as asking every client
+				// for an affinity.
+				budget -= len(r.clients)
+				load[from]--
+				load[ch.to]++
+				ch.count = statelessCountAt(len(r.sl), caps, load, kept, free)
+				load[from]++
+				load[ch.to]--
+				if ch.count.compare(now) < 0 && (best == nil || ch.key().compare(best.key()) < 0) {
+					best = ch
+				}
 			}
 		}
 		if best == nil {
@@ -187,37 +194,60 @@ func (r *run) spareStatelessMoves(target, load, lo, hi, kept []int, aff func(i, 
 		for _, st := range best.steps {
 			target[st.task] = st.to
 		}
-		moves = best.moves
+		now = best.count
 	}
 }
 
-// spareBudget is how many affinities spareStatelessMoves may ask for per
-// client and stateful task of the group.
+// spareBudget is how many affinities (or counts of stateless moves, each
+// as dear as asking every client for one) spareStatelessMoves may ask for
+// per client and stateful task of the group.
 const spareBudget = 64
 
 // transferChain is a chain of re-targets of stateful actives that moves
 // one from client from to client to.
 type transferChain struct {
 	from, to int
-	over     int            // how far the chain takes to's total load above its upper limit
+	end      transferKey    // how to ranks as the chain's end
 	steps    []transferStep // in order from the end at to
-	moves    int            // statelessMovesAt after the chain
+	count    spareCount     // statelessCountAt after the chain
 }
 
 type transferStep struct{ task, to int }
 
-// transferChain finds, breadth first from client from, the clients that a
-// chain of re-targets of movable tasks (each to a client as warm for it as
-// the one before) reaches, and returns the chain to the one below its
-// limit hi that ranks first by transferKey, or nil; slHi is the upper
-// limit of each client's total load as the stateless tasks balance it now.
-// Each affinity it asks for spends one of budget; with none left it stops.
-func (r *run) transferChain(from int, movable [][]int, load, hi, kept, slHi []int, aff func(i, c int) int, budget *int) *transferChain {
+// key ranks the chain among those spareStatelessMoves weighs.
+func (ch *transferChain) key() chainKey { return chainKey{count: ch.count, end: ch.end} }
+
+// chainKey ranks chains of re-targets, the one made lowest.
+type chainKey struct {
+	count spareCount  // statelessCountAt after the chain
+	end   transferKey // how its end ranks
+}
+
+func (k chainKey) compare(o chainKey) int {
+	if c := k.count.compare(o.count); c != 0 {
+		return c
+	}
+	return k.end.compare(o.end)
+}
+
+// endKind is what of a client decides how a chain ending at it changes
+// the count of stateless moves: clients alike in it are alike as ends.
+type endKind struct{ capacity, load, kept int }
+
+// transferChains finds, breadth first from client from, the clients that
+// a chain of re-targets of movable tasks (each to a client as warm for it
+// as the one before) reaches, and returns, per endKind, the chain to the
+// one below its limit hi that ranks first by transferKey; slHi is the
+// upper limit of each client's total load as the stateless tasks balance
+// it now. Each affinity it asks for spends one of budget; with none left
+// it stops.
+func (r *run) transferChains(from int, movable [][]int, load, hi, kept, slHi []int, aff func(i, c int) int, budget *int) []*transferChain {
 	nc := len(r.clients)
 	parent, via := filled(nc, -1), filled(nc, -1)
 	parent[from] = from
 	queue := []int{from}
-	best, bestKey := -1, transferKey{}
+	ends := map[endKind]int{} // per kind, its index in chains
+	var chains []*transferChain
 	for head := 0; head < len(queue) && *budget > 0; head++ {
 		u := queue[head]
 		for _, i := range movable[u] {
@@ -237,20 +267,22 @@ func (r *run) transferChain(from int, movable [][]int, load, hi, kept, slHi []in
 					load:  ratio{load[v] + 1 + kept[v], r.clients[v].capacity},
 					steps: len(queue),
 				}
-				if best < 0 || k.compare(bestKey) < 0 {
-					best, bestKey = v, k
+				kind := endKind{r.clients[v].capacity, load[v], kept[v]}
+				if x, ok := ends[kind]; !ok {
+					ends[kind] = len(chains)
+					chains = append(chains, &transferChain{from: from, to: v, end: k})
+				} else if k.compare(chains[x].end) < 0 {
+					chains[x].to, chains[x].end = v, k
 				}
 			}
 		}
 	}
-	if best < 0 {
-		return nil
+	for _, ch := range chains {
+		for v := ch.to; v != from; v = parent[v] {
+			ch.steps = append(ch.steps, transferStep{task: via[v], to: v})
+		}
 	}
-	ch := &transferChain{from: from, to: best, over: bestKey.over}
-	for v := best; v != from; v = parent[v] {
-		ch.steps = append(ch.steps, transferStep{task: via[v], to: v})
-	}
-	return ch
+	return chains
 }
 
 // transferKey ranks the clients a chain of re-targets could end at, the
@@ -271,18 +303,38 @@ func (k transferKey) compare(o transferKey) int {
 	return cmp.Compare(k.steps, o.steps)
 }
 
-// statelessMovesAt is how many of the stateless tasks that clients ran
+// spareCount is what spareStatelessMoves lowers, compared in order: the
+// stateless tasks the balance of the total load forces off the clients
+// that ran them (moves), then the tasks clients above their upper limit
+// must give up and those clients below their lower limit lack, together
+// (excess). Where two chains together spare a stateless move that neither
+// spares alone, the first lowers the excess.
+type spareCount struct{ moves, excess int }
+
+func (c spareCount) compare(o spareCount) int {
+	if x := cmp.Compare(c.moves, o.moves); x != 0 {
+		return x
+	}
+	return cmp.Compare(c.excess, o.excess)
+}
+
+// statelessMovesAt is statelessCountAt's count of moves.
+func statelessMovesAt(items int, caps, base, kept []int, free int) int {
+	return statelessCountAt(items, caps, base, kept, free).moves
+}
+
+// statelessCountAt counts how many of the stateless tasks that clients ran
 // (kept per client; free more ran on no client of the group) the
 // stateless spread moves over clients holding base stateful actives: at
 // loadBounds' level, clients above their upper limit give up the excess
 // and clients below their lower limit take the shortfall, from the free
 // tasks and those given up first.
-func statelessMovesAt(items int, caps, base, kept []int, free int) int {
+func statelessCountAt(items int, caps, base, kept []int, free int) spareCount {
 	lo, hi := loadBounds(items, caps, base)
 	give, short := 0, 0
 	for c := range caps {
 		give += max(0, base[c]+kept[c]-hi[c])
 		short += max(0, lo[c]-base[c]-kept[c])
 	}
-	return max(give, short-free)
+	return spareCount{moves: max(give, short-free), excess: give + short}
 }

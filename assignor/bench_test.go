@@ -99,4 +99,9 @@ func BenchmarkAssign(b *testing.B) {
 	lost = next(fresh, Assign(cfg, fresh))
 	delete(lost.Clients, "client-0042")
 	run("1000x10000x2/zones=3,stateless=1000/client-lost", cfg, lost)
+	// A client joins: which clients give up its share is chosen where
+	// that spares stateless moves.
+	joined = next(fresh, Assign(cfg, fresh))
+	joined.Clients["client-new"] = ClientState{Capacity: 2, Tags: map[string]string{"zone": "0"}}
+	run("1000x10000x2/zones=3,stateless=1000/client-joined", cfg, joined)
 }

@@ -1,6 +1,7 @@
 package assignor
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -86,11 +87,45 @@ func (l statelessLoads) forced(base []int) int {
 // remaining client keeps its stateful actives, on a join every old client
 // only gives some up. Where it is below forcedStatelessMoves, another
 // choice of the clients that take stateful actives would have forced fewer
-// stateless moves. With warm, a leave's counts must also let each of the
-// lost client's stateful actives go to a client as warm as the one Assign
-// chose (caught up as the event's first round found it, if that one was);
-// a join's choice is always as warm, the joiner having no state.
-func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, warm bool) int {
+// stateless moves. With homes other than anyHome, a leave's counts must
+// also let each of the lost client's stateful actives go to a client as
+// good for it as the one Assign chose (lostTaskHomes); a join's choice is
+// always as warm, the joiner having no state.
+func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, homes homeRule) int {
+	return s.leastOverCounts(before, after, homes, func(l statelessLoads, base []int) int { return l.forced(base) })
+}
+
+// homeRule says which clients may take a lost client's stateful active in
+// leastForcedStatelessMoves.
+type homeRule int
+
+const (
+	// anyHome allows every client.
+	anyHome homeRule = iota
+	// asWarm allows the clients as warm for the task as Assign's choice.
+	asWarm
+	// asWarmOnRack allows those as warm and, among as warm ones, as near
+	// the task's input leaders' rack (ActiveRackTag), as Assign ranks them.
+	asWarmOnRack
+)
+
+// leastJoinMoves is the fewest actives in all, stateful and stateless, a
+// join moves over the counts leastForcedStatelessMoves ranges over: the
+// joiner's stateful actives (each one an old client gave up) and the
+// stateless moves their balance forces.
+func (s *sim) leastJoinMoves(before, after map[task.ID]string) int {
+	joiner := -1
+	return s.leastOverCounts(before, after, anyHome, func(l statelessLoads, base []int) int {
+		if joiner < 0 {
+			joiner = slices.Index(l.ids, s.joined)
+		}
+		return base[joiner] + l.forced(base)
+	})
+}
+
+// leastOverCounts is the least of cost over the counts of stateful actives
+// per client that leastForcedStatelessMoves ranges over.
+func (s *sim) leastOverCounts(before, after map[task.ID]string, homes homeRule, cost func(l statelessLoads, base []int) int) int {
 	l := s.statelessLoads(before, after)
 	lo, hi := bounds(l.nsf, l.caps, l.nsf)
 	for x, id := range l.ids {
@@ -102,8 +137,8 @@ func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, warm b
 		}
 	}
 	var lost [][]int // per lost stateful task, the clients it may go to
-	if warm && s.left != "" {
-		lost = s.lostTaskHomes(l.ids, before, after)
+	if homes != anyHome && s.left != "" {
+		lost = s.lostTaskHomes(l.ids, before, after, homes == asWarmOnRack)
 	}
 	best := l.total
 	base := make([]int, len(l.ids))
@@ -111,7 +146,7 @@ func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, warm b
 	choose = func(x, left int) {
 		if x == len(base) {
 			if left == 0 {
-				if f := l.forced(base); f < best && (lost == nil || placeable(lost, base, l.sfBefore)) {
+				if f := cost(l, base); f < best && (lost == nil || placeable(lost, base, l.sfBefore)) {
 					best = f
 				}
 			}
@@ -130,8 +165,9 @@ func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, warm b
 // (indexes into ids) as warm for it as the one it settled on, as the
 // event's first round found them and as Assign ranks warmth: running it or
 // without lag, then within the acceptable lag, then caught up only by a
-// short changelog, then with some state, then any.
-func (s *sim) lostTaskHomes(ids []string, before, after map[task.ID]string) [][]int {
+// short changelog, then with some state, then any. With rack, a client
+// exactly as warm must also be as near the task's input leaders' rack.
+func (s *sim) lostTaskHomes(ids []string, before, after map[task.ID]string, rack bool) [][]int {
 	cfg := s.cfg.WithDefaults()
 	warmth := func(id string, t task.ID) int {
 		lag, ok := effectiveLag(s.eventIn.Clients[id], t)
@@ -153,15 +189,31 @@ func (s *sim) lostTaskHomes(ids []string, before, after map[task.ID]string) [][]
 		if _, ok := before[t]; ok || !s.tasks[t].Stateful {
 			continue
 		}
+		key := func(id string) int {
+			if !rack {
+				return warmth(id, t)
+			}
+			return 2*warmth(id, t) + s.offRack(id, t)
+		}
 		var h []int
 		for x, id := range ids {
-			if warmth(id, t) <= warmth(after[t], t) {
+			if key(id) <= key(after[t]) {
 				h = append(h, x)
 			}
 		}
 		homes = append(homes, h)
 	}
 	return homes
+}
+
+// offRack is 1 where actives prefer their input leaders' rack and client
+// id is on none of task t's, else 0.
+func (s *sim) offRack(id string, t task.ID) int {
+	racks := s.taskRacks[t]
+	if s.cfg.ActiveRackTag == "" || len(racks) == 0 || slices.Contains(racks, s.clients[id].tags[s.cfg.ActiveRackTag]) {
+		return 0
+	}
+	return 1
 }
 
 // placeable reports whether the lost tasks can go each to one of its homes
@@ -203,27 +255,69 @@ func placeable(homes [][]int, base, kept []int) bool {
 
 // recordLeastForced counts the events whose stateless moves another
 // choice of stateful actives could have lowered, and those where it could
-// without a colder home for any stateful active.
-func (s *sim) recordLeastForced(before, after map[task.ID]string) {
+// without a colder home for any stateful active, and sorts the leaves that
+// moved other clients' stateless tasks by what could have spared them. It
+// fails a leave whose lost stateful actives could have gone to clients as
+// warm and as near their racks as Assign's without any such move.
+func (s *sim) recordLeastForced(before, after map[task.ID]string) error {
 	forced := s.forcedStatelessMoves(before, after)
 	s.st.forcedChecked++
-	least := s.leastForcedStatelessMoves(before, after, false)
+	least := s.leastForcedStatelessMoves(before, after, anyHome)
 	if least < forced {
 		s.st.forcedByChoice++
 		s.st.forcedByChoiceGap = max(s.st.forcedByChoiceGap, forced-least)
 	}
-	warm := s.leastForcedStatelessMoves(before, after, true)
+	warm := s.leastForcedStatelessMoves(before, after, asWarm)
 	if warm < forced {
 		s.st.forcedByWarmChoice++
 		if s.joined != "" {
 			s.st.forcedByWarmChoiceJoins++
 		}
 	}
-	if s.left != "" && least == 0 {
-		// Another choice would have moved only the lost client's tasks.
-		s.st.leaveOnlyLost++
+	if s.left != "" {
+		onRack := warm
 		if warm == 0 {
-			s.st.leaveOnlyLostWarm++
+			onRack = s.leastForcedStatelessMoves(before, after, asWarmOnRack)
 		}
+		s.st.leaveSplit.add(least, warm, onRack)
+		if onRack == 0 {
+			return fmt.Errorf("leave of %s moved %d stateless actives of other clients, a placement of its stateful actives as warm and as near their racks would move none", s.left, forced)
+		}
+	}
+	return nil
+}
+
+// leaveSplit sorts the leaves that moved another client's stateless task
+// by the least stateless moves of the remaining clients' tasks over the
+// balanced counts of stateful actives that keep every remaining client's
+// own (leastForcedStatelessMoves).
+type leaveSplit struct {
+	// forced counts the leaves where every such count moves one.
+	forced int
+	// restoring counts those where only counts that put a lost stateful
+	// active on a colder client than Assign's (one that restores more)
+	// move none.
+	restoring int
+	// offRack counts those where counts that keep every lost stateful
+	// active on a client as warm as Assign's move none, but only with one
+	// off its input leaders' rack where Assign's is on it: actives prefer
+	// that rack among equally warm clients (ActiveRackTag).
+	offRack int
+	// equalWarmth counts those where counts that keep every lost stateful
+	// active on a client as warm and as near its rack as Assign's move
+	// none: Assign should have found them, and the simulation fails them.
+	equalWarmth int
+}
+
+func (l *leaveSplit) add(least, warm, onRack int) {
+	switch {
+	case least > 0:
+		l.forced++
+	case warm > 0:
+		l.restoring++
+	case onRack > 0:
+		l.offRack++
+	default:
+		l.equalWarmth++
 	}
 }

@@ -107,8 +107,8 @@ func (s *sim) ksStatelessMoves(before, after map[task.ID]string) ksEvent {
 
 // checkKafkaStreamsStateless records one event's stateless moves against
 // Kafka Streams' and fails where Eddy moved more than Kafka Streams would
-// from the same assignment.
-func (s *sim) checkKafkaStreamsStateless(before, after map[task.ID]string) error {
+// from the same assignment; it returns the comparison.
+func (s *sim) checkKafkaStreamsStateless(before, after map[task.ID]string) (ksEvent, error) {
 	ev := s.ksStatelessMoves(before, after)
 	st := &s.st.ks
 	st.events++
@@ -120,9 +120,9 @@ func (s *sim) checkKafkaStreamsStateless(before, after map[task.ID]string) error
 		st.worst = max(st.worst, ev.ours-ev.ks)
 	}
 	if ev.ours > ev.ksFromOurs {
-		return fmt.Errorf("moved %d stateless tasks of the clients that stay, Kafka Streams' placement from the same assignment %d", ev.ours, ev.ksFromOurs)
+		return ev, fmt.Errorf("moved %d stateless tasks of the clients that stay, Kafka Streams' placement from the same assignment %d", ev.ours, ev.ksFromOurs)
 	}
-	return nil
+	return ev, nil
 }
 
 // ksStats sums the comparison with Kafka Streams' stateless placement over
