@@ -104,35 +104,36 @@ func (c *exactlyOnce) commit(ctx context.Context, tasks []*taskrun.Active, runni
 		// without offsets (franz-go cannot then tell that the broker
 		// keeps the offsets of an open transaction from a new owner),
 		// which holds up the next commit and the group's next
-		// rebalance callbacks.
+		// rebalance callbacks. The stores still complete the commit
+		// below: a store without a changelog may hold a punctuator's
+		// writes, and skipped tombstones are released.
 		c.openIn = th.sess
-		return false, nil
-	}
-	if perr != nil {
-		try = kgo.TryAbort
-	}
-	c.revokedSince.Store(false)
-	committed, err := th.sess.End(ctx, try)
-	if err != nil {
-		return false, fmt.Errorf("runtime: end transaction: %w", err)
-	}
-	if committed {
+	} else {
+		if perr != nil {
+			try = kgo.TryAbort
+		}
+		c.revokedSince.Store(false)
+		committed, err := th.sess.End(ctx, try)
+		if err != nil {
+			return false, fmt.Errorf("runtime: end transaction: %w", err)
+		}
+		if !committed {
+			if perr != nil && permanentProduceError(perr) {
+				// Processing the same input again would produce the
+				// same record and fail the same way: abort and retry
+				// would loop for ever, silently. The thread fails
+				// instead, with the policy of
+				// Config.OnStreamThreadError.
+				return false, fmt.Errorf("runtime: commit: %w", perr)
+			}
+			th.log.Info("transaction aborted; dropping uncommitted work", "tasks", len(tasks))
+			return true, nil
+		}
 		// Queries of the tasks' actives wait from here until the writes
 		// are in the stores (landing.go): the broker shows the commit
-		// first. Marked only once End returned: End can take as long as a
-		// rebalance, and every query would wait on it.
+		// first. Marked only once End returned: End can take as long as
+		// a rebalance, and every query would wait on it.
 		defer th.app.landings.begin(tasks)()
-	}
-	if !committed {
-		if perr != nil && permanentProduceError(perr) {
-			// Processing the same input again would produce the same
-			// record and fail the same way: abort and retry would loop
-			// for ever, silently. The thread fails instead, with the
-			// policy of Config.OnStreamThreadError.
-			return false, fmt.Errorf("runtime: commit: %w", perr)
-		}
-		th.log.Info("transaction aborted; dropping uncommitted work", "tasks", len(tasks))
-		return true, nil
 	}
 	if err := th.maybeCrash("after-commit"); err != nil {
 		return false, err
