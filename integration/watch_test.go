@@ -247,13 +247,19 @@ func TestWatchThroughFailover(t *testing.T) {
 		final[w] += n
 	}
 	waitFor(t, settleTimeout, "every watcher at its word's final count", func() (bool, string) {
+		var probs []string
 		for _, w := range watchers {
 			n, _, err := w.last()
 			if err != nil || n != final[w.word] {
-				return false, fmt.Sprintf("%s at %d, want %d, err %v", w.name, n, final[w.word], err)
+				w.mu.Lock()
+				probs = append(probs, fmt.Sprintf("%s at %d, want %d, err %v, served by %v", w.name, n, final[w.word], err, w.hosts))
+				w.mu.Unlock()
 			}
 		}
-		return true, ""
+		if len(probs) > 0 {
+			probs = append(probs, fmt.Sprintf("changelog ends %v", c.endOffsets(t, changelogTopic("wc"))))
+		}
+		return len(probs) == 0, strings.Join(probs, "; ")
 	})
 	for _, w := range watchers {
 		w.stop()
