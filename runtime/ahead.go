@@ -196,7 +196,7 @@ func (r *registry) ahead(idx, incarnation int, stores []instancecore.AheadStore)
 			open = append(open, a.Stores...)
 		}
 	})
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	return open
 }

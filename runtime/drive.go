@@ -79,8 +79,16 @@ func (th *thread) markClosing(cl *kgo.Client) {
 // stepEntered steps e, which enter admitted, releases mu and carries out
 // the batch the core answers with.
 func (th *thread) stepEntered(ctx context.Context, e threadcore.Event) error {
+	return th.stepEnteredLogging(ctx, e, nil)
+}
+
+// stepEnteredLogging is stepEntered for a caller that gathered log lines
+// while it held mu: they are written once mu is released, before the
+// batch is carried out, since the logger is user code.
+func (th *thread) stepEnteredLogging(ctx context.Context, e threadcore.Event, logs heldLogs) error {
 	out, err := th.stepLocked(e)
 	th.mu.Unlock()
+	logs.write(th.log)
 	if err != nil || len(out) == 0 {
 		return err
 	}
@@ -170,15 +178,18 @@ func (th *thread) carry(ctx context.Context, out []threadcore.Action) error {
 }
 
 // land tells the core that the batch in flight is carried out, and wakes
-// the goroutines waiting to step an event it held back.
+// the goroutines waiting to step an event it held back. A refused landing
+// fails the App once mu is released: failing logs and tells the state
+// listener, user code both.
 func (th *thread) land() {
 	th.mu.Lock()
-	defer th.mu.Unlock()
 	th.reportSent()
-	if err := th.core.Land(); err != nil {
+	err := th.core.Land()
+	th.landed.Broadcast()
+	th.mu.Unlock()
+	if err != nil {
 		th.app.fail(fmt.Errorf("runtime: thread %d: %w", th.idx, err))
 	}
-	th.landed.Broadcast()
 }
 
 // lockIdle takes mu once nothing is in flight: the thread's tasks, inputs

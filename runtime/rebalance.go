@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -151,14 +152,15 @@ func (th *thread) onRevoked(ctx context.Context, cl *kgo.Client, lost map[string
 	// all three come in, or wait, alike (threadcore's inFlight).
 	e := threadcore.Event{Kind: threadcore.EvRevokedAll}
 	th.enter(&e, cl)
+	var logs heldLogs
 	if th.core.Cooperative() {
 		e.Kind = threadcore.EvSessionEnded
 		if len(lost) > 0 {
 			e.Kind, e.Tasks = threadcore.EvRevoked, th.tasksOf(lost)
-			th.log.Info("revoking tasks", "tasks", len(e.Tasks), "held", len(th.core.Held()))
+			logs.add(slog.LevelInfo, "revoking tasks", "tasks", len(e.Tasks), "held", len(th.core.Held()))
 		}
 	}
-	if err := th.stepEntered(ctx, e); err != nil {
+	if err := th.stepEnteredLogging(ctx, e, logs); err != nil {
 		if errors.Is(err, threadcore.ErrRefused) {
 			th.app.fail(err)
 			return

@@ -116,6 +116,19 @@ type registry struct {
 	// quiet is signalled, under mu, whenever an outcome is stepped, for
 	// a pause or a close waiting for the core to be quiet.
 	quiet *sync.Cond
+	// logs are the log lines of the section holding mu, written by
+	// unlock once mu is released.
+	logs heldLogs
+}
+
+// unlock releases mu, then writes the log lines gathered while it was
+// held: every section that steps the core ends with it, so that the
+// logger, user code, never runs under mu.
+func (r *registry) unlock() {
+	logs := r.logs
+	r.logs = nil
+	r.mu.Unlock()
+	logs.write(r.log)
 }
 
 func newRegistry(a *App) (*registry, error) {
@@ -142,6 +155,7 @@ func newRegistry(a *App) (*registry, error) {
 	r.core = instancecore.New(instancecore.Config{Threads: a.cfg.NumStreamThreads, CleanupDelay: a.cfg.StateCleanupDelay, OnDisk: dirs,
 		OnThreadFailure: threadPolicy(a.cfg.OnStreamThreadError), MaxReplacements: MaxThreadReplacements, ReplacementWindow: replacementWindow})
 	r.core.OnMove = func(id task.ID, from, to task.State) {
+		// Runs under mu: the hook is only ever a test's.
 		if a.transitionHook != nil {
 			a.transitionHook("replica", id, from, to, nil)
 		}
@@ -202,7 +216,7 @@ func positions(stores []*taskrun.StoreHandle) map[string]int64 {
 // left on disk.
 func (r *registry) subscription() []groupproto.TaskOffsets {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	var out []groupproto.TaskOffsets
 	for _, id := range r.core.Tasks() {
 		c, _ := r.core.Replica(id)
@@ -233,7 +247,7 @@ func (r *registry) subscription() []groupproto.TaskOffsets {
 func (r *registry) setShare(idx, incarnation int, info groupproto.AssignmentInfo) {
 	r.mu.Lock()
 	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvShare, Thread: idx, Incarnation: incarnation, Share: shareOf(info)}, nil)
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 }
 
@@ -249,7 +263,7 @@ func shareOf(info groupproto.AssignmentInfo) instancecore.Share {
 // waits for the thread (instancecore.Core.Servable).
 func (r *registry) received(idx, incarnation int, info groupproto.AssignmentInfo) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	r.stepLocked(instancecore.Event{Kind: instancecore.EvReceived, Thread: idx, Incarnation: incarnation, Share: shareOf(info)}, nil)
 }
 
@@ -258,7 +272,7 @@ func (r *registry) received(idx, incarnation int, info groupproto.AssignmentInfo
 func (r *registry) revoked(idx, incarnation int) {
 	r.mu.Lock()
 	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvRevoked, Thread: idx, Incarnation: incarnation}, nil)
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 }
 
@@ -268,7 +282,7 @@ func (r *registry) revoked(idx, incarnation int) {
 func (r *registry) close() {
 	r.mu.Lock()
 	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvClose}, nil)
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	r.awaitQuiet()
 	r.cancel()
@@ -280,7 +294,7 @@ func (r *registry) close() {
 // assignment, sorted.
 func (r *registry) instanceShare() (active, standby, warmup []task.ID) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	for th := range r.app.cfg.NumStreamThreads {
 		sh, _ := r.core.Share(th)
 		active = append(active, sh.Active...)

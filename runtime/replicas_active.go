@@ -45,7 +45,7 @@ func (r *registry) park(th *thread, t *taskrun.Active) {
 				rep.ends = positions(stores)
 			}
 		})
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	switch {
 	case answered && answer == instancecore.ActPark:
@@ -105,7 +105,7 @@ func (r *registry) claimActive(th *thread, id task.ID) (stores []*taskrun.StoreH
 			stores = rep.stores
 		}
 	})
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	switch {
 	case !answered:
@@ -153,7 +153,7 @@ func (r *registry) followedEndsLocked(rep *replica) (map[string]int64, time.Time
 // Restoring already).
 func (r *registry) activeStarted(th *thread, t *taskrun.Active) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	if rep := r.reps[t.ID()]; rep != nil && r.ownerLocked(t.ID()) == th {
 		rep.stores = t.Stores()
 	}
@@ -168,14 +168,14 @@ func (r *registry) forget(th *thread, id task.ID) {
 	if _, ok := r.core.Replica(id); !ok {
 		delete(r.reps, id)
 	}
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 }
 
 // activeRunning records that a task finished restoring and runs.
 func (r *registry) activeRunning(t *taskrun.Active) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	if r.stateLocked(t.ID()) != task.Restoring {
 		return
 	}
@@ -195,7 +195,7 @@ func (r *registry) closeActive(th *thread, t *taskrun.Active, clean bool) {
 	closing := slices.ContainsFunc(acts, func(a instancecore.Action) bool {
 		return a.Kind == instancecore.ActCloseActive && a.Task == id
 	})
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	if !closing {
 		// Refused (a bug, logged): the task's stores are closed all the
@@ -217,7 +217,7 @@ func (r *registry) closeTask(t *taskrun.Active, clean bool) {
 	}
 	r.mu.Lock()
 	acts := r.closedLocked(id, r.reps[id].positions)
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 }
 
@@ -234,13 +234,13 @@ func (r *registry) threadExited(idx, incarnation int, replaced bool) {
 			left = append(left, a.Task)
 		}
 	}
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	for _, id := range left {
 		r.log.Error("stream thread exited still owning a task; closing its stores", "task", id, "thread", idx)
 		r.mu.Lock()
 		rep := r.reps[id]
-		r.mu.Unlock()
+		r.unlock()
 		for _, h := range rep.stores {
 			if err := h.Inner.Close(); err != nil {
 				r.log.Warn("close store", "task", id, "store", h.Info.Name, "err", err)
@@ -248,7 +248,7 @@ func (r *registry) threadExited(idx, incarnation int, replaced bool) {
 		}
 		r.mu.Lock()
 		acts := r.closedLocked(id, rep.positions)
-		r.mu.Unlock()
+		r.unlock()
 		r.carry(acts)
 	}
 }
@@ -267,7 +267,7 @@ func (r *registry) threadFailed(idx, incarnation int, failure string) (decided i
 			decided, ok = a, true
 		}
 	})
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	return decided, ok
 }

@@ -5,6 +5,7 @@ package runtime
 
 import (
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -19,7 +20,8 @@ import (
 // replica's record made, the positions it reports while its stores close).
 // own, if not nil, begins the caller's own actions: a claim's answer, or
 // the park or close of its active, which only its caller can carry out. A
-// refused event is a bug in the driver, logged; it changes nothing.
+// refused event is a bug in the driver, logged (once mu is released, see
+// unlock); it changes nothing.
 func (r *registry) stepLocked(e instancecore.Event, own func(instancecore.Action)) []instancecore.Action {
 	if e.At.IsZero() {
 		// The core's only clock.
@@ -29,9 +31,9 @@ func (r *registry) stepLocked(e instancecore.Event, own func(instancecore.Action
 	r.quiet.Broadcast()
 	if err != nil {
 		if ref, ok := errors.AsType[*instancecore.Refusal](err); ok && ref.Closing {
-			r.log.Debug("registry closed; event ignored", "event", e.String())
+			r.logs.add(slog.LevelDebug, "registry closed; event ignored", "event", e.String())
 		} else {
-			r.log.Error("registry event refused", "err", err)
+			r.logs.add(slog.LevelError, "registry event refused", "err", err)
 		}
 		return nil
 	}
@@ -64,7 +66,7 @@ func (r *registry) beginLocked(a instancecore.Action, own func(instancecore.Acti
 		r.reps[a.Task] = &replica{id: a.Task, positions: r.disk[a.Task].positions}
 		delete(r.disk, a.Task)
 	case instancecore.ActRetag:
-		r.log.Info("standby retagged", "task", a.Task, "as", a.As.String())
+		r.logs.add(slog.LevelInfo, "standby retagged", "task", a.Task, "as", a.As.String())
 	}
 	if ownKind(a.Kind) && own != nil {
 		own(a)
@@ -117,17 +119,17 @@ func (r *registry) do(a instancecore.Action) []instancecore.Action {
 	case instancecore.ActAdopt:
 		r.mu.Lock()
 		stores := r.reps[id].stores
-		r.mu.Unlock()
+		r.unlock()
 		return r.openedLocking(id, r.openStandby(id, stores, a.As), true)
 	case instancecore.ActCloseStandby:
 		r.mu.Lock()
 		rep := r.reps[id]
-		r.mu.Unlock()
+		r.unlock()
 		return r.closedLocking(id, r.closeStandby(rep))
 	case instancecore.ActCloseParked:
 		r.mu.Lock()
 		rep := r.reps[id]
-		r.mu.Unlock()
+		r.unlock()
 		for _, h := range rep.stores {
 			if err := h.Inner.Close(); err != nil {
 				r.log.Warn("close parked store", "task", id, "store", h.Info.Name, "err", err)
@@ -149,7 +151,7 @@ func (r *registry) do(a instancecore.Action) []instancecore.Action {
 // or could not start (sb nil: its stores are closed).
 func (r *registry) openedLocking(id task.ID, sb *taskrun.Standby, adopted bool) []instancecore.Action {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	rep := r.reps[id]
 	switch {
 	case sb == nil:
@@ -172,7 +174,7 @@ func (r *registry) openedLocking(id task.ID, sb *taskrun.Standby, adopted bool) 
 // left on disk at positions left.
 func (r *registry) closedLocking(id task.ID, left map[string]int64) []instancecore.Action {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	return r.closedLocked(id, left)
 }
 
@@ -189,9 +191,9 @@ func (r *registry) closedLocked(id task.ID, left map[string]int64) []instancecor
 // deletion failed: the core tries again at its next tick.
 func (r *registry) deletedLocking(id task.ID, err error) []instancecore.Action {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	if err != nil {
-		r.log.Warn("cannot delete task directory", "task", id, "err", err)
+		r.logs.add(slog.LevelWarn, "cannot delete task directory", "task", id, "err", err)
 	} else {
 		delete(r.disk, id)
 	}
@@ -206,7 +208,7 @@ func (r *registry) releaseAhead(keep []task.ID) []instancecore.Action {
 		return found
 	})
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	var acts []instancecore.Action
 	for _, id := range closed {
 		acts = append(acts, r.stepLocked(instancecore.Event{Kind: instancecore.EvAheadClosed, Task: id}, nil)...)
@@ -221,7 +223,7 @@ func (r *registry) releaseAhead(keep []task.ID) []instancecore.Action {
 // awaitQuiet waits until the core is quiet (instancecore.Core.Quiet).
 func (r *registry) awaitQuiet() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlock()
 	for !r.core.Quiet() {
 		r.quiet.Wait()
 	}

@@ -71,7 +71,7 @@ func (r *registry) closeStandby(rep *replica) map[string]int64 {
 func (r *registry) follow(ctx context.Context) {
 	r.mu.Lock()
 	rd, exited := r.follower, r.exited
-	r.mu.Unlock()
+	r.unlock()
 	defer close(exited)
 	for {
 		completed, err := rd.Poll(ctx)
@@ -91,7 +91,7 @@ func (r *registry) follow(ctx context.Context) {
 				}
 			}
 		}
-		r.mu.Unlock()
+		r.unlock()
 	}
 }
 
@@ -129,7 +129,7 @@ func (r *registry) tick(ctx context.Context) {
 		}
 		r.mu.Lock()
 		acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvTick, At: now}, nil)
-		r.mu.Unlock()
+		r.unlock()
 		for _, a := range acts {
 			if a.Kind == instancecore.ActDelete {
 				r.log.Info("deleting task directory left unassigned", "task", a.Task, "after", r.app.cfg.StateCleanupDelay)

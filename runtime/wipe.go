@@ -289,7 +289,7 @@ func (th *thread) pauseForRewire() error {
 func (r *registry) rewire(recreated map[string]bool) error {
 	r.mu.Lock()
 	acts := r.stepLocked(instancecore.Event{Kind: instancecore.EvPause}, nil)
-	r.mu.Unlock()
+	r.unlock()
 	r.carry(acts)
 	r.awaitQuiet()
 	r.cancel()
@@ -306,7 +306,7 @@ func (r *registry) rewire(recreated map[string]bool) error {
 			wipe = append(wipe, r.stepLocked(instancecore.Event{Kind: instancecore.EvWipe, Task: id}, nil)...)
 		}
 	}
-	r.mu.Unlock()
+	r.unlock()
 	var errs []error
 	wiped := 0
 	for _, a := range wipe {
@@ -332,7 +332,7 @@ func (r *registry) rewire(recreated map[string]bool) error {
 	r.cancel = cancel
 	r.exited = make(chan struct{})
 	acts = r.stepLocked(instancecore.Event{Kind: instancecore.EvResume}, nil)
-	r.mu.Unlock()
+	r.unlock()
 	go r.follow(ctx)
 	go r.tick(ctx)
 	r.carry(acts)
