@@ -146,3 +146,27 @@ func TestRegistryLogsWithoutItsLock(t *testing.T) {
 		t.Fatal("setShare did not return once the logger let go")
 	}
 }
+
+// A move of the App's State is logged with stateMu released: State
+// changes of other goroutines do not wait for the handler.
+func TestStateMoveLogsWithoutTheStateLock(t *testing.T) {
+	h := newBlockingHandler()
+	defer h.let()
+	app, err := New(countTopology(t), Config{ApplicationID: "statelog", Brokers: []string{"127.0.0.1:1"}, StateDir: t.TempDir(), Logger: slog.New(h)})
+	require.NoError(t, err)
+	h.arm("state")
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		app.setState(StateRebalancing, StateCreated)
+	}()
+	h.waitEntered(t, 10*time.Second)
+	requireFree(t, &app.stateMu, "stateMu")
+	require.Equal(t, StateRebalancing, app.State(), "the move is made before it is logged")
+	h.let()
+	select {
+	case <-moved:
+	case <-time.After(10 * time.Second):
+		t.Fatal("setState did not return once the logger let go")
+	}
+}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 )
@@ -94,31 +95,34 @@ func validTransition(from, to State) bool {
 // table does not allow is a bug: it is refused, logged and counted
 // (badTransitions, which the tests check). The move is queued for the
 // listener under stateMu, so the queue holds the moves in the order they
-// happened, and delivered once stateMu is released (see notices).
+// happened, and delivered once stateMu is released (see notices); it is
+// logged then too, since the logger is user code as well.
 func (a *App) setState(to State, from ...State) bool {
+	var logs heldLogs
 	a.stateMu.Lock()
-	moved := a.setStateLocked(to, from...)
+	moved := a.setStateLocked(&logs, to, from...)
 	a.stateMu.Unlock()
+	logs.write(a.log)
 	if moved {
 		a.notices.deliver(a.cfg.StateListener)
 	}
 	return moved
 }
 
-// setStateLocked is setState with stateMu held; the caller delivers the
-// notices once it has released it.
-func (a *App) setStateLocked(to State, from ...State) bool {
+// setStateLocked is setState with stateMu held; the caller writes logs and
+// delivers the notices once it has released it.
+func (a *App) setStateLocked(logs *heldLogs, to State, from ...State) bool {
 	cur := State(a.state.Load())
 	if len(from) > 0 && !slices.Contains(from, cur) {
 		return false
 	}
 	if !validTransition(cur, to) {
 		a.badTransitions.Add(1)
-		a.log.Error("refusing an illegal application state transition (a bug)", "from", cur, "to", to)
+		logs.add(slog.LevelError, "refusing an illegal application state transition (a bug)", "from", cur, "to", to)
 		return false
 	}
 	a.state.Store(int32(to))
-	a.log.Info("state", "from", cur, "to", to)
+	logs.add(slog.LevelInfo, "state", "from", cur, "to", to)
 	if a.cfg.StateListener != nil {
 		a.notices.add(cur, to)
 	}
@@ -200,10 +204,12 @@ func (a *App) maybeRunning() {
 	if a.State() != StateRebalancing || !a.threadsUp.Load() {
 		return
 	}
+	var logs heldLogs
 	a.stateMu.Lock()
 	moved := State(a.state.Load()) == StateRebalancing && a.settled() &&
-		a.setStateLocked(StateRunning, StateRebalancing)
+		a.setStateLocked(&logs, StateRunning, StateRebalancing)
 	a.stateMu.Unlock()
+	logs.write(a.log)
 	if moved {
 		a.notices.deliver(a.cfg.StateListener)
 	}
