@@ -218,7 +218,8 @@ func (a *App) Err() error {
 // assignments and restored their active tasks). A failed Start leaves the
 // App Failed.
 func (a *App) Start(ctx context.Context) (err error) {
-	// Held across Start's I/O: it is what Close and Kill wait on.
+	// Held across Start's I/O and log lines: it is what Close and Kill
+	// wait on, for the whole of Start.
 	a.startMu.Lock()
 	defer a.startMu.Unlock()
 	if a.closing.Load() || !a.setState(StateRebalancing, StateCreated) {

@@ -121,18 +121,22 @@ func (a *App) assignmentReceived(th *thread, info groupproto.AssignmentInfo) {
 	a.registry.received(th.idx, th.incarnationNow(), info)
 	a.router.assigned(th.idx, info)
 	a.probeMu.Lock()
-	defer a.probeMu.Unlock()
 	if a.probe != nil {
 		a.probe.Stop()
 		a.probe = nil
 	}
+	var wait time.Duration
 	if info.NextProbingRebalanceMs > 0 {
-		wait := time.Until(time.UnixMilli(info.NextProbingRebalanceMs))
-		a.log.Info("probing rebalance scheduled", "in", wait.Round(time.Millisecond))
+		wait = time.Until(time.UnixMilli(info.NextProbingRebalanceMs))
 		a.probe = time.AfterFunc(max(wait, 0), func() {
 			a.log.Info("probing rebalance")
 			th.forceRebalance()
 		})
+	}
+	a.probeMu.Unlock()
+	// The logger is user code: it runs with probeMu released.
+	if info.NextProbingRebalanceMs > 0 {
+		a.log.Info("probing rebalance scheduled", "in", wait.Round(time.Millisecond))
 	}
 }
 

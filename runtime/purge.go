@@ -130,15 +130,17 @@ func (p *purger) purge(tp *threadPurge, offsets kadm.Offsets) {
 		return
 	}
 	resp, err := p.adm.DeleteRecords(ctx, offsets)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	tp.inFlight = false
 	if err != nil {
+		p.mu.Lock()
+		tp.inFlight = false
+		p.mu.Unlock()
 		p.log.Warn("purging repartition topics failed; trying again at the next interval", "err", err)
 		return
 	}
 	var failed int
 	var firstErr error
+	p.mu.Lock()
+	tp.inFlight = false
 	resp.Each(func(r kadm.DeleteRecordsResponse) {
 		if r.Err != nil {
 			failed++
@@ -151,6 +153,8 @@ func (p *purger) purge(tp *threadPurge, offsets kadm.Offsets) {
 		at, _ := offsets.Lookup(r.Topic, r.Partition)
 		tp.purged[r.Topic][r.Partition] = at.At
 	})
+	p.mu.Unlock()
+	// The logger is user code: it runs with mu released.
 	if failed > 0 {
 		p.log.Warn("purging repartition partitions failed; trying again at the next interval", "partitions", failed, "err", firstErr)
 	}

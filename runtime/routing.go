@@ -132,6 +132,8 @@ func (r *router) keepTable() {
 		return
 	}
 	if err := saveRouting(r.a.dir.path, *table); err != nil {
+		// Under saveMu, which only the next save waits for, as it waits
+		// for this one's write.
 		r.a.log.Debug("cannot keep the routing table in the state directory", "err", err)
 	}
 }
@@ -342,12 +344,16 @@ func (r *router) refresh() {
 		}
 		if err == nil {
 			r.mu.Lock()
-			if r.want == epoch && !r.closed {
+			rebuilt := r.want == epoch && !r.closed
+			if rebuilt {
 				r.want, r.accepted = 0, epoch
 				r.use(table, true)
-				r.a.log.Debug("routing table rebuilt from the group", "epoch", epoch, "hosts", len(table.Active), "tries", tries+1)
 			}
 			r.mu.Unlock()
+			// The logger is user code: it runs with mu released.
+			if rebuilt {
+				r.a.log.Debug("routing table rebuilt from the group", "epoch", epoch, "hosts", len(table.Active), "tries", tries+1)
+			}
 			r.keepTable()
 			wait, tries = routingRetryMin, 0
 			continue
