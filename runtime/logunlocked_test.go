@@ -170,3 +170,70 @@ func TestStateMoveLogsWithoutTheStateLock(t *testing.T) {
 		t.Fatal("setState did not return once the logger let go")
 	}
 }
+
+// A standby is opened and closed, and logged, with the registry's lock
+// released.
+func TestStandbyLinesLogWithoutTheRegistrysLock(t *testing.T) {
+	t.Parallel()
+	b, _ := startBroker(t, "in")
+	start := func(logger *slog.Logger) *App {
+		app, err := New(countTopology(t), Config{ApplicationID: "sblog", Brokers: b.Addrs(), StateDir: t.TempDir(),
+			NumStreamThreads: 1, NumStandbys: 1, Logger: logger})
+		require.NoError(t, err)
+		require.NoError(t, app.Start(context.Background()))
+		t.Cleanup(func() { app.Close(context.Background()) })
+		return app
+	}
+	first := start(slog.New(slog.DiscardHandler))
+	waitFor(t, 30*time.Second, "the first instance running both tasks", func() bool {
+		return first.State() == StateRunning && len(first.Tasks()) == 2
+	})
+
+	opened := newBlockingHandler()
+	defer opened.let()
+	opened.arm("standby opened")
+	closed := newBlockingHandler()
+	defer closed.let()
+	second := start(slog.New(fanOut{opened, closed}))
+	opened.waitEntered(t, 60*time.Second)
+	requireFree(t, &second.registry.mu, "the registry's lock")
+	opened.let()
+	waitFor(t, 60*time.Second, "the second instance running with a standby", func() bool {
+		if second.State() != StateRunning {
+			return false
+		}
+		_, standby, _ := second.registry.instanceShare()
+		return len(standby) == 1
+	})
+
+	closed.arm("standby closed")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		second.Close(context.Background())
+	}()
+	closed.waitEntered(t, 60*time.Second)
+	requireFree(t, &second.registry.mu, "the registry's lock")
+	closed.let()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close did not return once the logger let go")
+	}
+}
+
+// fanOut hands every record to each of its handlers in turn.
+type fanOut []*blockingHandler
+
+func (f fanOut) Enabled(context.Context, slog.Level) bool { return true }
+
+func (f fanOut) Handle(ctx context.Context, rec slog.Record) error {
+	for _, h := range f {
+		_ = h.Handle(ctx, rec)
+	}
+	return nil
+}
+
+func (f fanOut) WithAttrs([]slog.Attr) slog.Handler { return f }
+
+func (f fanOut) WithGroup(string) slog.Handler { return f }
