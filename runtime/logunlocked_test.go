@@ -237,3 +237,51 @@ func (f fanOut) Handle(ctx context.Context, rec slog.Record) error {
 func (f fanOut) WithAttrs([]slog.Attr) slog.Handler { return f }
 
 func (f fanOut) WithGroup(string) slog.Handler { return f }
+
+// recordingHandler keeps the records it is handed, at Info and above.
+type recordingHandler struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *recordingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h *recordingHandler) WithGroup(string) slog.Handler { return h }
+
+// Lines gathered under a lock are written later as they would have been
+// then: in order, with their levels and fields, the time they were
+// gathered and the place that gathered them; lines below the logger's
+// level are dropped.
+func TestHeldLogsWriteLinesAsGathered(t *testing.T) {
+	var logs heldLogs
+	logs.add(slog.LevelWarn, "first", "task", "0_1", "n", 2)
+	logs.add(slog.LevelDebug, "dropped")
+	logs.add(slog.LevelInfo, "second")
+	gathered := time.Now()
+	h := &recordingHandler{}
+	logs.write(slog.New(h))
+
+	require.Len(t, h.recs, 2)
+	first, second := h.recs[0], h.recs[1]
+	require.Equal(t, "first", first.Message)
+	require.Equal(t, slog.LevelWarn, first.Level)
+	var attrs []string
+	first.Attrs(func(a slog.Attr) bool {
+		attrs = append(attrs, a.String())
+		return true
+	})
+	require.Equal(t, []string{"task=0_1", "n=2"}, attrs)
+	require.Equal(t, "second", second.Message)
+	require.Equal(t, slog.LevelInfo, second.Level)
+	require.False(t, first.Time.After(gathered), "a line keeps the time it was gathered")
+	require.Contains(t, first.Source().Function, "TestHeldLogsWriteLinesAsGathered")
+}
