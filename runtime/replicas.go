@@ -122,8 +122,9 @@ type registry struct {
 }
 
 // unlock releases mu, then writes the log lines gathered while it was
-// held: every section that steps the core ends with it, so that the
-// logger, user code, never runs under mu.
+// held (r.logs): the sections that step the core, and those beside them
+// in the registry's files, end with it, so that the logger, user code,
+// never runs under mu. Queries, which step nothing, unlock mu itself.
 func (r *registry) unlock() {
 	logs := r.logs
 	r.logs = nil
