@@ -327,7 +327,7 @@ func (th *thread) run() {
 	var err error
 	for {
 		err = th.loop()
-		if err == nil || th.stopping.Load() || th.killed.Load() {
+		if err == nil || th.stopping.Load() || th.killed.Load() || th.app.killCtx.Err() != nil {
 			break
 		}
 		var again bool
@@ -338,7 +338,10 @@ func (th *thread) run() {
 	stopProbe()
 	<-probed
 	th.app.joins.stopped(th.idx)
-	if err != nil && !th.stopping.Load() && !th.killed.Load() {
+	// Kill severs the network before it marks the threads killed: an error
+	// in between (a commit that could not dial) is the kill's doing, not a
+	// failure of the App, whose state Kill leaves at not-running.
+	if err != nil && !th.stopping.Load() && !th.killed.Load() && th.app.killCtx.Err() == nil {
 		th.app.fail(err)
 	}
 	if th.killed.Load() {
