@@ -30,6 +30,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	byTP := make(map[TopicPartition]*batch)
 
 	var losses []lost
+	var logs heldLines
 	r.mu.Lock()
 	var reseek []*partState
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -64,7 +65,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 			}
 			// Dropping st also voids any batch already gathered for it:
 			// applyBatch skips partitions no longer registered.
-			done = append(done, r.completeLocked(st, fmt.Errorf("changelog: fetching %s[%d]: %w", p.Topic, p.Partition, p.Err)))
+			done = append(done, r.completeLocked(st, fmt.Errorf("changelog: fetching %s[%d]: %w", p.Topic, p.Partition, p.Err), &logs))
 			return
 		}
 		b := byTP[st.tp]
@@ -98,6 +99,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		}
 	}
 	r.mu.Unlock()
+	logs.write(r.log)
 
 	// A lost partition's batches were dropped above, so its reset need
 	// not wait for the others' writes; it goes first, as nothing else
@@ -121,7 +123,9 @@ type lost struct {
 func (r *Reader) resetLost(losses []lost) []Completed {
 	var done []Completed
 	for _, l := range losses {
-		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end)
+		var logs heldLines
+		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end, &logs)
+		logs.write(r.log)
 		if failed != nil {
 			done = append(done, *failed)
 		}
@@ -140,8 +144,9 @@ func (r *Reader) resetLost(losses []lost) []Completed {
 }
 
 // applyBatch writes b's records in order, in writes of at most
-// MaxBatchRecords records, each with its position.
-func (r *Reader) applyBatch(b *batch) (Completed, bool) {
+// MaxBatchRecords records, each with its position. Its log lines go to
+// logs, to be written once st.applyMu is released.
+func (r *Reader) applyBatch(b *batch, logs *heldLines) (Completed, bool) {
 	st := b.st
 	st.applyMu.Lock()
 	defer st.applyMu.Unlock()
@@ -176,7 +181,7 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 				where = fmt.Sprintf(" (the record at offset %d cannot be stored)", w.offsets[ee.Index])
 			}
 			return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
-				len(w.entries), st.tp.Topic, st.tp.Partition, where, werr)), true
+				len(w.entries), st.tp.Topic, st.tp.Partition, where, werr), logs), true
 		}
 		if w.last >= 0 {
 			st.pos = w.last + 1
@@ -188,7 +193,7 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 		}
 		if st.rebuilding && st.target >= 0 && st.pos >= st.target {
 			st.rebuilding = false
-			r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
+			logs.add(slog.LevelInfo, "changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
 		}
 		if len(w.applied) > 0 {
 			// After the position is in and outside mu: a live query
@@ -211,7 +216,7 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 			return Completed{}, false
 		}
 		if st.pos >= st.end {
-			return r.completeLocked(st, nil), true
+			return r.completeLocked(st, nil, logs), true
 		}
 		return Completed{}, false
 	}

@@ -138,7 +138,10 @@ func (r *Reader) startRound(batches []*batch) {
 		defer close(ch)
 		var done []Completed
 		for _, b := range batches {
-			if c, ok := r.applyBatch(b); ok {
+			var logs heldLines
+			c, ok := r.applyBatch(b, &logs)
+			logs.write(r.log)
+			if ok {
 				done = append(done, c)
 			}
 		}
