@@ -138,10 +138,7 @@ func (r *Reader) startRound(batches []*batch) {
 		defer close(ch)
 		var done []Completed
 		for _, b := range batches {
-			var logs heldLines
-			c, ok := r.applyBatch(b, &logs)
-			logs.write(r.log)
-			if ok {
+			if c, ok := r.applyBatch(b); ok {
 				done = append(done, c)
 			}
 		}
