@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/statestore"
 )
 
 // blockingHandler blocks on the first record of its message until released
@@ -107,6 +109,9 @@ func TestReaderLogsWithLocksFree(t *testing.T) {
 		topic    string // clTopic if empty
 		failWith error
 		readComm bool
+		// refusals, if set, is how many writes the store refuses for a
+		// full disk.
+		refusals int32
 	}{
 		{name: "restore started", msg: "changelog restore started", mode: Restore},
 		{name: "follow started", msg: "changelog follow started", mode: Follow},
@@ -119,6 +124,9 @@ func TestReaderLogsWithLocksFree(t *testing.T) {
 			mode: Follow, preload: 100},
 		{name: "position past the end", msg: "changelog store position is past the changelog end; listing again before resetting the store",
 			mode: Follow, preload: 100, readComm: true},
+		{name: "disk full", msg: "disk full: changelog records cannot enter their store; the write is retried until space is freed",
+			mode: Follow, refusals: 3},
+		{name: "disk space freed", msg: "disk space freed; changelog records stored", mode: Follow, refusals: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +137,12 @@ func TestReaderLogsWithLocksFree(t *testing.T) {
 				require.NoError(t, store.Write(nil, tc.preload))
 			}
 			store.failWith = tc.failWith
+			var registered statestore.Store = store
+			if tc.refusals > 0 {
+				full := &fullDiskStore{fakeStore: store}
+				full.refusals.Store(tc.refusals)
+				registered = full
+			}
 			topic := tc.topic
 			if topic == "" {
 				topic = clTopic
@@ -139,7 +153,7 @@ func TestReaderLogsWithLocksFree(t *testing.T) {
 				cfg.Logger = slog.New(h)
 				cfg.ReadCommitted = tc.readComm
 			})
-			require.NoError(t, r.Register(Partition{Topic: topic, Partition: 0, Store: store, Mode: tc.mode, Task: "0_0"}))
+			require.NoError(t, r.Register(Partition{Topic: topic, Partition: 0, Store: registered, Mode: tc.mode, Task: "0_0"}))
 			runPolling(t, r)
 			t.Cleanup(h.let) // before the polling stops, which waits for it
 
