@@ -30,6 +30,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	byTP := make(map[TopicPartition]*batch)
 
 	var losses []lost
+	var logs heldLines
 	r.mu.Lock()
 	var reseek []*partState
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -64,7 +65,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 			}
 			// Dropping st also voids any batch already gathered for it:
 			// applyBatch skips partitions no longer registered.
-			done = append(done, r.completeLocked(st, fmt.Errorf("changelog: fetching %s[%d]: %w", p.Topic, p.Partition, p.Err)))
+			done = append(done, r.completeLocked(st, fmt.Errorf("changelog: fetching %s[%d]: %w", p.Topic, p.Partition, p.Err), &logs))
 			return
 		}
 		b := byTP[st.tp]
@@ -98,6 +99,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		}
 	}
 	r.mu.Unlock()
+	logs.write(r.log)
 
 	// A lost partition's batches were dropped above, so its reset need
 	// not wait for the others' writes; it goes first, as nothing else
@@ -121,7 +123,9 @@ type lost struct {
 func (r *Reader) resetLost(losses []lost) []Completed {
 	var done []Completed
 	for _, l := range losses {
-		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end)
+		var logs heldLines
+		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end, &logs)
+		logs.write(r.log)
 		if failed != nil {
 			done = append(done, *failed)
 		}
@@ -140,81 +144,141 @@ func (r *Reader) resetLost(losses []lost) []Completed {
 }
 
 // applyBatch writes b's records in order, in writes of at most
-// MaxBatchRecords records, each with its position.
+// MaxBatchRecords records, each with its position. Each write holds
+// st.applyMu, released between writes, and while a full disk is waited
+// out, so that neither Unregister nor a log line waits on the other.
 func (r *Reader) applyBatch(b *batch) (Completed, bool) {
+	recs := b.recs
+	var full diskFullWait
+	for {
+		var logs heldLines
+		res := r.applyWrite(b, recs, &full, &logs)
+		logs.write(r.log)
+		switch res.step {
+		case stepNext:
+			recs = recs[res.taken:]
+		case stepRetry:
+			full.sleep()
+		case stepOver:
+			return res.done, res.finished
+		}
+	}
+}
+
+// batchStep is what a batch has left to do after one of its writes.
+type batchStep int
+
+const (
+	// stepNext: the write is in; the batch goes on past the records it
+	// took.
+	stepNext batchStep = iota
+	// stepRetry: the store refused the write for a full disk and is
+	// unchanged; the same write is tried again after a wait.
+	stepRetry
+	// stepOver: the batch is written, or its partition is no longer
+	// registered (unregistered, or completed by this write).
+	stepOver
+)
+
+// writeResult is the outcome of one write of a batch: what is left to do,
+// how many of the batch's records the write took (stepNext), and the
+// partition's completion if the write finished it.
+type writeResult struct {
+	step     batchStep
+	taken    int
+	done     Completed
+	finished bool
+}
+
+// applyWrite makes the next store write of b, whose records left are recs,
+// under st.applyMu. Its log lines go to logs.
+func (r *Reader) applyWrite(b *batch, recs []*kgo.Record, full *diskFullWait, logs *heldLines) writeResult {
 	st := b.st
 	st.applyMu.Lock()
 	defer st.applyMu.Unlock()
-	recs := b.recs
-	for {
-		// Unregister drops st from the map before waiting on applyMu,
-		// so checking here, under applyMu, means a write never starts
-		// after Unregister has returned.
-		r.mu.Lock()
-		live := r.parts[st.tp] == st
-		r.mu.Unlock()
-		if !live {
-			return Completed{}, false
+	// Unregister drops st from the map before waiting on applyMu, so
+	// checking here, under applyMu, means a write never starts after
+	// Unregister has returned.
+	r.mu.Lock()
+	live := r.parts[st.tp] == st
+	r.mu.Unlock()
+	if !live {
+		return writeResult{step: stepOver}
+	}
+	// Only this partition's writes change pos, one at a time, and this
+	// goroutine makes them: no lock needed to read it.
+	w := r.nextWrite(recs, st.pos)
+	var werr error
+	if w.last >= 0 {
+		if len(w.entries) > 0 {
+			// Before every write, as a Reset in between gives the
+			// store a new filter.
+			statestore.Restoring(st.reg.Store)
 		}
-		// Only this partition's writes change pos, one at a time, and
-		// this goroutine makes them: no lock needed to read it.
-		w := r.nextWrite(recs, st.pos)
-		recs = recs[w.taken:]
-		var werr error
-		if w.last >= 0 {
-			werr = r.writeWaitingForSpace(st, w.entries, w.last+1)
+		werr = st.reg.Store.Write(w.entries, w.last+1)
+		switch {
+		case werr == nil:
+			full.stored(st, logs)
+		case errors.Is(werr, statestore.ErrDiskFull):
+			r.mu.Lock()
+			live := r.parts[st.tp] == st && !r.closed
+			r.mu.Unlock()
+			if live {
+				full.refused(st, werr, logs)
+				return writeResult{step: stepRetry}
+			}
 		}
+	}
 
+	r.mu.Lock()
+	if werr != nil {
+		defer r.mu.Unlock()
+		if r.parts[st.tp] != st {
+			return writeResult{step: stepOver}
+		}
+		where := ""
+		if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(w.offsets) {
+			where = fmt.Sprintf(" (the record at offset %d cannot be stored)", w.offsets[ee.Index])
+		}
+		c := r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
+			len(w.entries), st.tp.Topic, st.tp.Partition, where, werr), logs)
+		return writeResult{step: stepOver, done: c, finished: true}
+	}
+	if w.last >= 0 {
+		st.pos = w.last + 1
+		st.restored += int64(len(w.entries))
+	}
+	if r.parts[st.tp] != st {
+		r.mu.Unlock()
+		return writeResult{step: stepOver} // unregistered during the write
+	}
+	if st.rebuilding && st.target >= 0 && st.pos >= st.target {
+		st.rebuilding = false
+		logs.add(slog.LevelInfo, "changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
+	}
+	if len(w.applied) > 0 {
+		// After the position is in and outside mu: a live query that
+		// missed these records sees a position past them.
+		r.mu.Unlock()
+		r.cfg.Applied(st.tp.Topic, st.tp.Partition, w.applied)
 		r.mu.Lock()
-		if werr != nil {
-			defer r.mu.Unlock()
-			if r.parts[st.tp] != st {
-				return Completed{}, false
-			}
-			where := ""
-			if ee := (*statestore.EntryError)(nil); errors.As(werr, &ee) && ee.Index < len(w.offsets) {
-				where = fmt.Sprintf(" (the record at offset %d cannot be stored)", w.offsets[ee.Index])
-			}
-			return r.completeLocked(st, fmt.Errorf("changelog: writing %d records from %s[%d] to store%s: %w",
-				len(w.entries), st.tp.Topic, st.tp.Partition, where, werr)), true
-		}
-		if w.last >= 0 {
-			st.pos = w.last + 1
-			st.restored += int64(len(w.entries))
-		}
 		if r.parts[st.tp] != st {
 			r.mu.Unlock()
-			return Completed{}, false // unregistered during the write
+			return writeResult{step: stepOver}
 		}
-		if st.rebuilding && st.target >= 0 && st.pos >= st.target {
-			st.rebuilding = false
-			r.log.Info("changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
-		}
-		if len(w.applied) > 0 {
-			// After the position is in and outside mu: a live query
-			// that missed these records sees a position past them.
-			r.mu.Unlock()
-			r.cfg.Applied(st.tp.Topic, st.tp.Partition, w.applied)
-			r.mu.Lock()
-			if r.parts[st.tp] != st {
-				r.mu.Unlock()
-				return Completed{}, false
-			}
-		}
-		if len(recs) > 0 {
-			r.mu.Unlock()
-			continue
-		}
-		defer r.mu.Unlock()
-		if st.reg.Mode == Follow {
-			st.end = max(st.end, b.hwm)
-			return Completed{}, false
-		}
-		if st.pos >= st.end {
-			return r.completeLocked(st, nil), true
-		}
-		return Completed{}, false
 	}
+	defer r.mu.Unlock()
+	if w.taken < len(recs) {
+		return writeResult{step: stepNext, taken: w.taken}
+	}
+	if st.reg.Mode == Follow {
+		st.end = max(st.end, b.hwm)
+		return writeResult{step: stepOver}
+	}
+	if st.pos >= st.end {
+		return writeResult{step: stepOver, done: r.completeLocked(st, nil, logs), finished: true}
+	}
+	return writeResult{step: stepOver}
 }
 
 // storeWrite is one store write of a batch.
@@ -268,8 +332,7 @@ func (r *Reader) nextWrite(recs []*kgo.Record, pos int64) storeWrite {
 }
 
 // A store write refused for a full disk is retried after diskFullFirstWait,
-// doubling up to diskFullMaxWait (kept short so that Close and Unregister,
-// which wait for the write, are not held long), and logged at most once per
+// doubling up to diskFullMaxWait, and logged at most once per
 // diskFullLogEvery.
 const (
 	diskFullFirstWait = 100 * time.Millisecond
@@ -277,46 +340,46 @@ const (
 	diskFullLogEvery  = 30 * time.Second
 )
 
-// writeWaitingForSpace writes entries into st's store at position pos, and
-// writes them again for as long as the store refuses them for a full disk,
-// the partition is registered and the reader open. A refusal for a full
-// disk leaves the store unchanged (statestore.ErrDiskFull), so the same
-// write is simply tried again; failing instead would stop a standby
+// diskFullWait is a batch's waiting out of a full disk. A refusal for a
+// full disk leaves the store unchanged (statestore.ErrDiskFull), so the
+// same write is simply tried again for as long as the partition is
+// registered and the reader open; failing instead would stop a standby
 // following its changelog for good, or fail the restoration of an active
 // task, and with it its stream thread, for a condition that passes once
 // space is freed.
-func (r *Reader) writeWaitingForSpace(st *partState, entries []statestore.Entry, pos int64) error {
-	if len(entries) > 0 {
-		// Before every write, as a Reset in between gives the store a
-		// new filter.
-		statestore.Restoring(st.reg.Store)
+type diskFullWait struct {
+	since  time.Time // of the first refusal of the write; zero if none
+	logged time.Time
+	wait   time.Duration
+}
+
+// refused notes a refusal of st's write for a full disk.
+func (d *diskFullWait) refused(st *partState, err error, logs *heldLines) {
+	now := time.Now()
+	if d.since.IsZero() {
+		d.since, d.wait = now, diskFullFirstWait
 	}
-	wait := diskFullFirstWait
-	var since, logged time.Time
-	for attempt := 1; ; attempt++ {
-		err := st.reg.Store.Write(entries, pos)
-		if err == nil || !errors.Is(err, statestore.ErrDiskFull) {
-			if err == nil && attempt > 1 {
-				r.log.Info("disk space freed; changelog records stored", logAttrs(st, slog.Duration("waited", time.Since(since).Round(time.Millisecond)))...)
-			}
-			return err
-		}
-		r.mu.Lock()
-		live := r.parts[st.tp] == st && !r.closed
-		r.mu.Unlock()
-		if !live {
-			return err
-		}
-		now := time.Now()
-		if attempt == 1 {
-			since = now
-		}
-		if now.Sub(logged) >= diskFullLogEvery {
-			logged = now
-			r.log.Error("disk full: changelog records cannot enter their store; the write is retried until space is freed",
-				logAttrs(st, slog.Any("error", err), slog.Duration("waited", now.Sub(since).Round(time.Millisecond)))...)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, diskFullMaxWait)
+	if now.Sub(d.logged) >= diskFullLogEvery {
+		d.logged = now
+		logs.add(slog.LevelError, "disk full: changelog records cannot enter their store; the write is retried until space is freed",
+			logAttrs(st, slog.Any("error", err), slog.Duration("waited", now.Sub(d.since).Round(time.Millisecond)))...)
 	}
+}
+
+// sleep waits before the refused write is tried again, each wait twice the
+// last up to diskFullMaxWait (short, so that Close, which waits for the
+// batch, is not held long).
+func (d *diskFullWait) sleep() {
+	time.Sleep(d.wait)
+	d.wait = min(2*d.wait, diskFullMaxWait)
+}
+
+// stored notes that st's write went in, after refusals or not.
+func (d *diskFullWait) stored(st *partState, logs *heldLines) {
+	if d.since.IsZero() {
+		return
+	}
+	logs.add(slog.LevelInfo, "disk space freed; changelog records stored",
+		logAttrs(st, slog.Duration("waited", time.Since(d.since).Round(time.Millisecond)))...)
+	*d = diskFullWait{}
 }

@@ -50,7 +50,11 @@ type ReaderConfig struct {
 	// the partitions it reads: the listings are what confirms an end
 	// (see Progress.EndConfirmed). Default 1s.
 	ConfirmInterval time.Duration
-	// Logger receives progress logs. Nil discards them.
+	// Logger receives progress logs. Nil discards them. Its handler is
+	// never called with a lock of the Reader held, so a handler that
+	// blocks holds up Poll (and Close, which waits for it) or a round's
+	// writes, but not Register, Unregister, Release or Progress; each line
+	// keeps the time and call site of the event it reports.
 	Logger *slog.Logger
 	// Applied, when set, receives the data records of each store write
 	// once the write and its position are in (Progress shows the new

@@ -49,6 +49,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	l := r.listPendingOffsets(ctx, pending, tps)
 
 	var resets []unfit
+	var logs heldLines
 	r.mu.Lock()
 	for _, st := range pending {
 		if r.parts[st.tp] != st {
@@ -67,7 +68,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		if !sok || !eok || !hok {
 			st.retryAt = now.Add(r.cfg.RetryBackoff)
 			retry = true
-			r.log.Warn("changelog offset listing failed; will retry",
+			logs.add(slog.LevelWarn, "changelog offset listing failed; will retry",
 				logAttrs(st, slog.Any("error", l.err))...)
 			continue
 		}
@@ -81,7 +82,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			st.pastEnd = true
 			st.retryAt = now.Add(r.cfg.RetryBackoff)
 			retry = true
-			r.log.Info("changelog store position is past the changelog end; listing again before resetting the store",
+			logs.add(slog.LevelInfo, "changelog store position is past the changelog end; listing again before resetting the store",
 				logAttrs(st, slog.Int64("position", st.pos), slog.Int64("end", hwm))...)
 		case st.fitPos() > hwm:
 			resets = append(resets, unfit{st, "position beyond the changelog end", start, hwm, end})
@@ -89,15 +90,16 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			resets = append(resets, unfit{st, "position below the changelog start", start, hwm, end})
 		default:
 			if lso < end && st.fitPos() < end {
-				r.log.Info("changelog restore waits for the transactions open on the changelog",
+				logs.add(slog.LevelInfo, "changelog restore waits for the transactions open on the changelog",
 					logAttrs(st, slog.Int64("position", st.pos), slog.Int64("last_stable", lso), slog.Int64("end", end))...)
 			}
-			if c, ok := r.startLocked(st, start, end, now); ok {
+			if c, ok := r.startLocked(st, start, end, now, &logs); ok {
 				done = append(done, c)
 			}
 		}
 	}
 	r.mu.Unlock()
+	logs.write(r.log)
 
 	done = append(done, r.resetUnfit(resets, now)...)
 	return done, retry
@@ -156,21 +158,22 @@ type unfit struct {
 func (r *Reader) resetUnfit(resets []unfit, listed time.Time) []Completed {
 	var done []Completed
 	for _, u := range resets {
-		failed, ready := r.resetStore(u.st, u.why, u.start, u.end)
+		var logs heldLines
+		failed, ready := r.resetStore(u.st, u.why, u.start, u.end, &logs)
 		if failed != nil {
 			done = append(done, *failed)
 		}
-		if !ready {
-			continue
-		}
-		r.mu.Lock()
-		if r.parts[u.st.tp] == u.st {
-			// The log did not change with the store: this listing holds.
-			if c, ok := r.startLocked(u.st, u.start, u.readTo, listed); ok {
-				done = append(done, c)
+		if ready {
+			r.mu.Lock()
+			if r.parts[u.st.tp] == u.st {
+				// The log did not change with the store: this listing holds.
+				if c, ok := r.startLocked(u.st, u.start, u.readTo, listed, &logs); ok {
+					done = append(done, c)
+				}
 			}
+			r.mu.Unlock()
 		}
-		r.mu.Unlock()
+		logs.write(r.log)
 	}
 	return done
 }
@@ -187,8 +190,8 @@ func (st *partState) fitPos() int64 { return max(st.pos, st.torn) }
 
 // startLocked starts reading a listed partition whose position fits its
 // changelog, or completes a Restore partition with nothing to read. listed
-// is when the offsets were listed.
-func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time) (Completed, bool) {
+// is when the offsets were listed. Its log lines go to logs.
+func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time, logs *heldLines) (Completed, bool) {
 	st.needOffs = false
 	st.pastEnd = false
 	st.confirmed = listed
@@ -205,15 +208,15 @@ func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time) 
 	}
 	if st.reg.Mode == Follow {
 		st.end = max(st.end, end)
-		r.log.Info("changelog follow started", logAttrs(st, slog.Int64("from", from))...)
+		logs.add(slog.LevelInfo, "changelog follow started", logAttrs(st, slog.Int64("from", from))...)
 		r.consumeLocked(st, from)
 		return Completed{}, false
 	}
 	st.end = end
 	if from >= end {
-		return r.completeLocked(st, nil), true
+		return r.completeLocked(st, nil, logs), true
 	}
-	r.log.Info("changelog restore started", logAttrs(st, slog.Int64("from", from), slog.Int64("to", end))...)
+	logs.add(slog.LevelInfo, "changelog restore started", logAttrs(st, slog.Int64("from", from), slog.Int64("to", end))...)
 	r.consumeLocked(st, from)
 	return Completed{}, false
 }
@@ -221,11 +224,14 @@ func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time) 
 // resetStore empties st's store because its position does not fit the
 // changelog, and reports whether st is still registered and ready to read
 // from the start. A failed reset drops st and is returned as its
-// completion. The caller must have stopped consumption of st and must not
-// hold r.mu. start and end are for the log (-1 if unknown).
-func (r *Reader) resetStore(st *partState, why string, start, end int64) (failed *Completed, ready bool) {
-	st.applyMu.Lock()
-	defer st.applyMu.Unlock()
+// completion. The caller must have stopped consumption of st, must have no
+// round under way, and must hold none of the Reader's locks. start and end
+// are for the log (-1 if unknown). The lines logged after the reset go to
+// logs.
+func (r *Reader) resetStore(st *partState, why string, start, end int64, logs *heldLines) (failed *Completed, ready bool) {
+	// No write is under way, so the position read here is the store's
+	// when it is reset; the warning is written before taking applyMu,
+	// which Unregister waits for.
 	r.mu.Lock()
 	live := r.parts[st.tp] == st
 	pos := st.pos
@@ -235,6 +241,16 @@ func (r *Reader) resetStore(st *partState, why string, start, end int64) (failed
 	}
 	r.log.Warn("changelog store does not fit its changelog; resetting the store and reading the changelog from its start",
 		logAttrs(st, slog.String("reason", why), slog.Int64("position", pos), slog.Int64("start", start), slog.Int64("end", end))...)
+	st.applyMu.Lock()
+	defer st.applyMu.Unlock()
+	// Unregistered since the warning: once Unregister has returned, the
+	// store is the caller's, and no reset may reach it.
+	r.mu.Lock()
+	live = r.parts[st.tp] == st
+	r.mu.Unlock()
+	if !live {
+		return nil, false
+	}
 	err := st.reg.Store.Reset()
 	if err == nil {
 		r.resets.Add(1)
@@ -245,7 +261,7 @@ func (r *Reader) resetStore(st *partState, why string, start, end int64) (failed
 		return nil, false
 	}
 	if err != nil {
-		c := r.completeLocked(st, fmt.Errorf("changelog: resetting the store of %s[%d]: %w", st.tp.Topic, st.tp.Partition, err))
+		c := r.completeLocked(st, fmt.Errorf("changelog: resetting the store of %s[%d]: %w", st.tp.Topic, st.tp.Partition, err), logs)
 		return &c, false
 	}
 	st.pos = statestore.NoPosition
@@ -255,8 +271,8 @@ func (r *Reader) resetStore(st *partState, why string, start, end int64) (failed
 	return nil, true
 }
 
-// completeLocked drops st and describes it.
-func (r *Reader) completeLocked(st *partState, err error) Completed {
+// completeLocked drops st and describes it. Its log line goes to logs.
+func (r *Reader) completeLocked(st *partState, err error, logs *heldLines) Completed {
 	r.dropLocked(st)
 	c := Completed{
 		Topic:     st.tp.Topic,
@@ -270,9 +286,9 @@ func (r *Reader) completeLocked(st *partState, err error) Completed {
 		Err:       err,
 	}
 	if err != nil {
-		r.log.Error("changelog reading failed", logAttrs(st, slog.Any("error", err))...)
+		logs.add(slog.LevelError, "changelog reading failed", logAttrs(st, slog.Any("error", err))...)
 	} else {
-		r.log.Info("changelog restore completed", logAttrs(st,
+		logs.add(slog.LevelInfo, "changelog restore completed", logAttrs(st,
 			slog.Int64("records", c.Restored), slog.Int64("position", c.Position),
 			slog.Duration("duration", c.Duration))...)
 	}
