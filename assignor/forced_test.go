@@ -89,8 +89,10 @@ func (l statelessLoads) forced(base []int) int {
 // choice of the clients that take stateful actives would have forced fewer
 // stateless moves. With homes other than anyHome, a leave's counts must
 // also let each of the lost client's stateful actives go to a client as
-// good for it as the one Assign chose (lostTaskHomes); a join's choice is
-// always as warm, the joiner having no state.
+// good for it as the one Assign chose (lostTaskHomes), and a join's must
+// give the joiner actives it is as good a home for as those it took
+// (joinHomes): it has no state, but a short changelog or its rack can
+// make it a better home for some than for others.
 func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, homes homeRule) int {
 	return s.leastOverCounts(before, after, homes, func(l statelessLoads, base []int) int { return l.forced(base) })
 }
@@ -248,16 +250,18 @@ func (s *sim) joinHomes(ids []string, before, after map[task.ID]string, rack boo
 
 // allows reports whether the old clients can give up the stateful actives
 // base leaves them without, each its best for the joiner, so that the
-// joiner is as good a home for the k-th best of them as for the k-th best
-// it took (or for the worst it took, past their number).
+// joiner is as good a home for them as for those it took: the k-th worst
+// of them no worse than the k-th worst it took, and any beyond their
+// number no worse than the best it took.
 func (h joinHomes) allows(base, kept []int) bool {
 	var gave []int
 	for x, g := range h.given {
 		gave = append(gave, g[:max(0, kept[x]-base[x])]...)
 	}
 	slices.Sort(gave)
-	for k, key := range gave {
-		if len(h.took) > 0 && key > h.took[min(k, len(h.took)-1)] {
+	for k := range gave {
+		key := gave[len(gave)-1-k]
+		if n := len(h.took); n > 0 && key > h.took[max(0, n-1-k)] {
 			return false
 		}
 	}

@@ -342,3 +342,19 @@ func TestRegressionSeedsKeepActivesOnTheirRack(t *testing.T) {
 		require.NoError(t, simulate(seed, &simStats{}), "seed %d", seed)
 	}
 }
+
+// A join's counts of stateful actives per client are as good as Assign's
+// only where the joiner is as good a home for what they give it: the
+// joiner took actives of keys 0 and 1 (on a's rack, then one off it); b's
+// actives are all off the joiner's rack (key 1), a's on it (key 0).
+func TestJoinHomesAllowCountsAsGoodForTheJoiner(t *testing.T) {
+	h := joinHomes{given: [][]int{{0, 0, 0}, {1, 1}, nil}, took: []int{0, 1}}
+	kept := []int{3, 2, 0}
+	require.True(t, h.allows([]int{2, 1, 2}, kept), "one from each, as Assign")
+	require.True(t, h.allows([]int{1, 2, 2}, kept), "both from a, on the rack")
+	require.False(t, h.allows([]int{3, 0, 2}, kept), "both from b, one more off the rack")
+	require.True(t, h.allows([]int{3, 1, 1}, kept), "one fewer, off the rack as Assign's worst")
+	require.True(t, h.allows([]int{1, 2, 1}, kept), "one fewer, on the rack")
+	require.False(t, h.allows([]int{2, 0, 3}, kept), "one more, off the rack twice")
+	require.True(t, h.allows([]int{0, 2, 3}, kept), "one more, on the rack")
+}
