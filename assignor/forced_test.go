@@ -89,8 +89,10 @@ func (l statelessLoads) forced(base []int) int {
 // choice of the clients that take stateful actives would have forced fewer
 // stateless moves. With homes other than anyHome, a leave's counts must
 // also let each of the lost client's stateful actives go to a client as
-// good for it as the one Assign chose (lostTaskHomes); a join's choice is
-// always as warm, the joiner having no state.
+// good for it as the one Assign chose (lostTaskHomes), and a join's must
+// give the joiner actives it is as good a home for as those it took
+// (joinHomes): it has no state, but a short changelog or its rack can
+// make it a better home for some than for others.
 func (s *sim) leastForcedStatelessMoves(before, after map[task.ID]string, homes homeRule) int {
 	return s.leastOverCounts(before, after, homes, func(l statelessLoads, base []int) int { return l.forced(base) })
 }
@@ -110,12 +112,12 @@ const (
 )
 
 // leastJoinMoves is the fewest actives in all, stateful and stateless, a
-// join moves over the counts leastForcedStatelessMoves ranges over: the
-// joiner's stateful actives (each one an old client gave up) and the
-// stateless moves their balance forces.
-func (s *sim) leastJoinMoves(before, after map[task.ID]string) int {
+// join moves over the counts leastForcedStatelessMoves ranges over with
+// homes: the joiner's stateful actives (each one an old client gave up)
+// and the stateless moves their balance forces.
+func (s *sim) leastJoinMoves(before, after map[task.ID]string, homes homeRule) int {
 	joiner := -1
-	return s.leastOverCounts(before, after, anyHome, func(l statelessLoads, base []int) int {
+	return s.leastOverCounts(before, after, homes, func(l statelessLoads, base []int) int {
 		if joiner < 0 {
 			joiner = slices.Index(l.ids, s.joined)
 		}
@@ -137,8 +139,14 @@ func (s *sim) leastOverCounts(before, after map[task.ID]string, homes homeRule, 
 		}
 	}
 	var lost [][]int // per lost stateful task, the clients it may go to
-	if homes != anyHome && s.left != "" {
+	var join *joinHomes
+	switch {
+	case homes == anyHome:
+	case s.left != "":
 		lost = s.lostTaskHomes(l.ids, before, after, homes == asWarmOnRack)
+	case s.joined != "":
+		h := s.joinHomes(l.ids, before, after, homes == asWarmOnRack)
+		join = &h
 	}
 	best := l.total
 	base := make([]int, len(l.ids))
@@ -146,7 +154,7 @@ func (s *sim) leastOverCounts(before, after map[task.ID]string, homes homeRule, 
 	choose = func(x, left int) {
 		if x == len(base) {
 			if left == 0 {
-				if f := cost(l, base); f < best && (lost == nil || placeable(lost, base, l.sfBefore)) {
+				if f := cost(l, base); f < best && (lost == nil || placeable(lost, base, l.sfBefore)) && (join == nil || join.allows(base, l.sfBefore)) {
 					best = f
 				}
 			}
@@ -162,48 +170,102 @@ func (s *sim) leastOverCounts(before, after map[task.ID]string, homes homeRule, 
 }
 
 // lostTaskHomes lists, per stateful task the lost client ran, the clients
-// (indexes into ids) as warm for it as the one it settled on, as the
-// event's first round found them and as Assign ranks warmth: running it or
-// without lag, then within the acceptable lag, then caught up only by a
-// short changelog, then with some state, then any. With rack, a client
-// exactly as warm must also be as near the task's input leaders' rack.
+// (indexes into ids) as good a home for it as the one it settled on
+// (homeKey).
 func (s *sim) lostTaskHomes(ids []string, before, after map[task.ID]string, rack bool) [][]int {
-	cfg := s.cfg.WithDefaults()
-	warmth := func(id string, t task.ID) int {
-		lag, ok := effectiveLag(s.eventIn.Clients[id], t)
-		switch {
-		case !ok:
-			if end, known := s.eventIn.Ends[t]; known && max(end, 0) <= cfg.AcceptableRecoveryLag {
-				return 2
-			}
-			return 4
-		case lag == LagRunning || lag == 0:
-			return 0
-		case lag <= cfg.AcceptableRecoveryLag:
-			return 1
-		}
-		return 3
-	}
 	var homes [][]int
 	for _, t := range slices.SortedFunc(maps.Keys(s.tasks), task.ID.Compare) {
 		if _, ok := before[t]; ok || !s.tasks[t].Stateful {
 			continue
 		}
-		key := func(id string) int {
-			if !rack {
-				return warmth(id, t)
-			}
-			return 2*warmth(id, t) + s.offRack(id, t)
-		}
 		var h []int
 		for x, id := range ids {
-			if key(id) <= key(after[t]) {
+			if s.homeKey(id, t, rack) <= s.homeKey(after[t], t, rack) {
 				h = append(h, x)
 			}
 		}
 		homes = append(homes, h)
 	}
 	return homes
+}
+
+// homeKey ranks client id as a home for stateful task t, the best lowest,
+// as the event's first round found it and as Assign ranks warmth: running
+// it or without lag, then within the acceptable lag, then caught up only
+// by a short changelog, then with some state, then any. With rack, of
+// clients exactly as warm one on the task's input leaders' rack ranks
+// first.
+func (s *sim) homeKey(id string, t task.ID, rack bool) int {
+	cfg := s.cfg.WithDefaults()
+	warmth := 3
+	lag, ok := effectiveLag(s.eventIn.Clients[id], t)
+	switch {
+	case !ok:
+		warmth = 4
+		if end, known := s.eventIn.Ends[t]; known && max(end, 0) <= cfg.AcceptableRecoveryLag {
+			warmth = 2
+		}
+	case lag == LagRunning || lag == 0:
+		warmth = 0
+	case lag <= cfg.AcceptableRecoveryLag:
+		warmth = 1
+	}
+	if !rack {
+		return warmth
+	}
+	return 2*warmth + s.offRack(id, t)
+}
+
+// joinHomes is what a join's counts of stateful actives per client must
+// keep in leastForcedStatelessMoves: every stateful active an old client
+// gives up goes to the joiner, and the joiner must be as good a home
+// (homeKey) for those as for the ones it took in Assign's.
+type joinHomes struct {
+	// given lists, per old client (indexes into ids), the joiner's keys
+	// for the stateful actives the client ran before the join, best first.
+	given [][]int
+	// took lists the joiner's keys for those it took, best first.
+	took []int
+}
+
+func (s *sim) joinHomes(ids []string, before, after map[task.ID]string, rack bool) joinHomes {
+	h := joinHomes{given: make([][]int, len(ids))}
+	for t, o := range before {
+		if !s.tasks[t].Stateful {
+			continue
+		}
+		k := s.homeKey(s.joined, t, rack)
+		x := slices.Index(ids, o)
+		h.given[x] = append(h.given[x], k)
+		if after[t] == s.joined {
+			h.took = append(h.took, k)
+		}
+	}
+	for _, g := range h.given {
+		slices.Sort(g)
+	}
+	slices.Sort(h.took)
+	return h
+}
+
+// allows reports whether the old clients can give up the stateful actives
+// base leaves them without, each its best for the joiner, so that the
+// joiner is as good a home for them as for those it took: the k-th worst
+// of them no worse than the k-th worst it took, and any beyond their
+// number no worse than the best it took.
+func (h joinHomes) allows(base, kept []int) bool {
+	var gave []int
+	for x, g := range h.given {
+		gave = append(gave, g[:max(0, kept[x]-base[x])]...)
+	}
+	slices.Sort(gave)
+	for k := range gave {
+		key := gave[len(gave)-1-k]
+		if n := len(h.took); n > 0 && key > h.took[max(0, n-1-k)] {
+			return false
+		}
+	}
+	return true
 }
 
 // offRack is 1 where actives prefer their input leaders' rack and client
@@ -276,12 +338,12 @@ func (s *sim) recordLeastForced(before, after map[task.ID]string) error {
 	}
 	if s.left != "" {
 		onRack := warm
-		if warm == 0 {
+		if warm < forced {
 			onRack = s.leastForcedStatelessMoves(before, after, asWarmOnRack)
 		}
-		s.st.leaveSplit.add(least, warm, onRack)
-		if onRack == 0 {
-			return fmt.Errorf("leave of %s moved %d stateless actives of other clients, a placement of its stateful actives as warm and as near their racks would move none", s.left, forced)
+		s.st.leaveSplit.add(forced, least, warm, onRack)
+		if onRack < forced {
+			return fmt.Errorf("leave of %s moved %d stateless actives of other clients, a placement of its stateful actives as warm and as near their racks would move %d", s.left, forced, onRack)
 		}
 	}
 	return nil
@@ -307,9 +369,17 @@ type leaveSplit struct {
 	// active on a client as warm and as near its rack as Assign's move
 	// none: Assign should have found them, and the simulation fails them.
 	equalWarmth int
+	// someOffRack counts, across the others, those where counts as warm
+	// as Assign's move some but fewer than it: all such counts put an
+	// active off its input leaders' rack where Assign keeps it on it (the
+	// simulation fails those that move fewer at equal warmth and rack).
+	someOffRack int
 }
 
-func (l *leaveSplit) add(least, warm, onRack int) {
+func (l *leaveSplit) add(forced, least, warm, onRack int) {
+	if warm > 0 && warm < forced {
+		l.someOffRack++
+	}
 	switch {
 	case least > 0:
 		l.forced++
