@@ -13,6 +13,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/heldlog"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/threadcore"
@@ -85,10 +87,10 @@ func (th *thread) stepEntered(ctx context.Context, e threadcore.Event) error {
 // stepEnteredLogging is stepEntered for a caller that gathered log lines
 // while it held mu: they are written once mu is released, before the
 // batch is carried out, since the logger is user code.
-func (th *thread) stepEnteredLogging(ctx context.Context, e threadcore.Event, logs heldLogs) error {
+func (th *thread) stepEnteredLogging(ctx context.Context, e threadcore.Event, logs heldlog.Lines) error {
 	out, err := th.stepLocked(e)
 	th.mu.Unlock()
-	logs.write(th.log)
+	logs.Write(th.log)
 	if err != nil || len(out) == 0 {
 		return err
 	}

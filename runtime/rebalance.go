@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/eddystreams/eddy/internal/heldlog"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/eddystreams/eddy/internal/groupproto"
@@ -152,12 +154,12 @@ func (th *thread) onRevoked(ctx context.Context, cl *kgo.Client, lost map[string
 	// all three come in, or wait, alike (threadcore's inFlight).
 	e := threadcore.Event{Kind: threadcore.EvRevokedAll}
 	th.enter(&e, cl)
-	var logs heldLogs
+	var logs heldlog.Lines
 	if th.core.Cooperative() {
 		e.Kind = threadcore.EvSessionEnded
 		if len(lost) > 0 {
 			e.Kind, e.Tasks = threadcore.EvRevoked, th.tasksOf(lost)
-			logs.add(slog.LevelInfo, "revoking tasks", "tasks", len(e.Tasks), "held", len(th.core.Held()))
+			logs.Add(slog.LevelInfo, "revoking tasks", "tasks", len(e.Tasks), "held", len(th.core.Held()))
 		}
 	}
 	if err := th.stepEnteredLogging(ctx, e, logs); err != nil {

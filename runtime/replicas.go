@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/heldlog"
+
 	"github.com/eddystreams/eddy/internal/changelog"
 	"github.com/eddystreams/eddy/internal/graph"
 	"github.com/eddystreams/eddy/internal/groupproto"
@@ -118,7 +120,7 @@ type registry struct {
 	quiet *sync.Cond
 	// logs are the log lines of the section holding mu, written by
 	// unlock once mu is released.
-	logs heldLogs
+	logs heldlog.Lines
 }
 
 // unlock releases mu, then writes the log lines gathered while it was
@@ -129,7 +131,7 @@ func (r *registry) unlock() {
 	logs := r.logs
 	r.logs = nil
 	r.mu.Unlock()
-	logs.write(r.log)
+	logs.Write(r.log)
 }
 
 func newRegistry(a *App) (*registry, error) {

@@ -31,9 +31,9 @@ func (r *registry) stepLocked(e instancecore.Event, own func(instancecore.Action
 	r.quiet.Broadcast()
 	if err != nil {
 		if ref, ok := errors.AsType[*instancecore.Refusal](err); ok && ref.Closing {
-			r.logs.add(slog.LevelDebug, "registry closed; event ignored", "event", e.String())
+			r.logs.Add(slog.LevelDebug, "registry closed; event ignored", "event", e.String())
 		} else {
-			r.logs.add(slog.LevelError, "registry event refused", "err", err)
+			r.logs.Add(slog.LevelError, "registry event refused", "err", err)
 		}
 		return nil
 	}
@@ -66,7 +66,7 @@ func (r *registry) beginLocked(a instancecore.Action, own func(instancecore.Acti
 		r.reps[a.Task] = &replica{id: a.Task, positions: r.disk[a.Task].positions}
 		delete(r.disk, a.Task)
 	case instancecore.ActRetag:
-		r.logs.add(slog.LevelInfo, "standby retagged", "task", a.Task, "as", a.As.String())
+		r.logs.Add(slog.LevelInfo, "standby retagged", "task", a.Task, "as", a.As.String())
 	}
 	if ownKind(a.Kind) && own != nil {
 		own(a)
@@ -193,7 +193,7 @@ func (r *registry) deletedLocking(id task.ID, err error) []instancecore.Action {
 	r.mu.Lock()
 	defer r.unlock()
 	if err != nil {
-		r.logs.add(slog.LevelWarn, "cannot delete task directory", "task", id, "err", err)
+		r.logs.Add(slog.LevelWarn, "cannot delete task directory", "task", id, "err", err)
 	} else {
 		delete(r.disk, id)
 	}

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+
+	"github.com/eddystreams/eddy/internal/heldlog"
 )
 
 // State is the lifecycle state of an App, in the spirit of Kafka Streams'
@@ -98,11 +100,11 @@ func validTransition(from, to State) bool {
 // happened, and delivered once stateMu is released (see notices); it is
 // logged then too, since the logger is user code as well.
 func (a *App) setState(to State, from ...State) bool {
-	var logs heldLogs
+	var logs heldlog.Lines
 	a.stateMu.Lock()
 	moved := a.setStateLocked(&logs, to, from...)
 	a.stateMu.Unlock()
-	logs.write(a.log)
+	logs.Write(a.log)
 	if moved {
 		a.notices.deliver(a.cfg.StateListener)
 	}
@@ -111,18 +113,18 @@ func (a *App) setState(to State, from ...State) bool {
 
 // setStateLocked is setState with stateMu held; the caller writes logs and
 // delivers the notices once it has released it.
-func (a *App) setStateLocked(logs *heldLogs, to State, from ...State) bool {
+func (a *App) setStateLocked(logs *heldlog.Lines, to State, from ...State) bool {
 	cur := State(a.state.Load())
 	if len(from) > 0 && !slices.Contains(from, cur) {
 		return false
 	}
 	if !validTransition(cur, to) {
 		a.badTransitions.Add(1)
-		logs.add(slog.LevelError, "refusing an illegal application state transition (a bug)", "from", cur, "to", to)
+		logs.Add(slog.LevelError, "refusing an illegal application state transition (a bug)", "from", cur, "to", to)
 		return false
 	}
 	a.state.Store(int32(to))
-	logs.add(slog.LevelInfo, "state", "from", cur, "to", to)
+	logs.Add(slog.LevelInfo, "state", "from", cur, "to", to)
 	if a.cfg.StateListener != nil {
 		a.notices.add(cur, to)
 	}
@@ -204,12 +206,12 @@ func (a *App) maybeRunning() {
 	if a.State() != StateRebalancing || !a.threadsUp.Load() {
 		return
 	}
-	var logs heldLogs
+	var logs heldlog.Lines
 	a.stateMu.Lock()
 	moved := State(a.state.Load()) == StateRebalancing && a.settled() &&
 		a.setStateLocked(&logs, StateRunning, StateRebalancing)
 	a.stateMu.Unlock()
-	logs.write(a.log)
+	logs.Write(a.log)
 	if moved {
 		a.notices.deliver(a.cfg.StateListener)
 	}

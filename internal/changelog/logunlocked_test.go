@@ -171,37 +171,9 @@ func TestReaderLogsWithLocksFree(t *testing.T) {
 			require.NotZero(t, rec.PC, "the line keeps its call site")
 			fn := callerFunc(rec.PC)
 			require.Contains(t, fn, "eddy/internal/changelog.", "the call site is %s", fn)
-			require.NotContains(t, fn, "heldLines", "the call site is %s", fn)
+			require.NotContains(t, fn, "heldlog", "the call site is %s", fn)
 		})
 	}
-}
-
-// Lines gathered under a lock keep their order, level, attributes, the
-// time they were gathered and their call site, whenever they are written.
-func TestHeldLinesKeepTimeOrderAndCallSite(t *testing.T) {
-	var got []slog.Record
-	var logs heldLines
-	logs.add(slog.LevelInfo, "first", slog.Int("n", 1))
-	logs.add(slog.LevelWarn, "second")
-	gathered := time.Now()
-	for !time.Now().After(gathered) {
-		// The clock moves on before the lines are written.
-	}
-	logs.write(slog.New(recordingHandler{out: &got}))
-
-	require.Len(t, got, 2)
-	require.Equal(t, "first", got[0].Message)
-	require.Equal(t, slog.LevelInfo, got[0].Level)
-	require.Equal(t, "second", got[1].Message)
-	require.Equal(t, slog.LevelWarn, got[1].Level)
-	for _, rec := range got {
-		require.False(t, rec.Time.After(gathered), "a line's time is when it was gathered")
-		require.Contains(t, callerFunc(rec.PC), "TestHeldLinesKeepTimeOrderAndCallSite")
-	}
-	var attrs []string
-	got[0].Attrs(func(a slog.Attr) bool { attrs = append(attrs, a.String()); return true })
-	require.Equal(t, []string{"n=1"}, attrs)
-	require.Empty(t, logs, "written lines are forgotten")
 }
 
 // callerFunc names the function of a record's call site.
@@ -209,16 +181,3 @@ func callerFunc(pc uintptr) string {
 	f, _ := runtime.CallersFrames([]uintptr{pc}).Next()
 	return f.Function
 }
-
-type recordingHandler struct{ out *[]slog.Record }
-
-func (h recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h recordingHandler) Handle(_ context.Context, rec slog.Record) error {
-	*h.out = append(*h.out, rec)
-	return nil
-}
-
-func (h recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-
-func (h recordingHandler) WithGroup(string) slog.Handler { return h }

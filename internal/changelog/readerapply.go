@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/heldlog"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -30,7 +32,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 	byTP := make(map[TopicPartition]*batch)
 
 	var losses []lost
-	var logs heldLines
+	var logs heldlog.Lines
 	r.mu.Lock()
 	var reseek []*partState
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -99,7 +101,7 @@ func (r *Reader) apply(fetches kgo.Fetches, epoch uint64) []Completed {
 		}
 	}
 	r.mu.Unlock()
-	logs.write(r.log)
+	logs.Write(r.log)
 
 	// A lost partition's batches were dropped above, so its reset need
 	// not wait for the others' writes; it goes first, as nothing else
@@ -123,9 +125,9 @@ type lost struct {
 func (r *Reader) resetLost(losses []lost) []Completed {
 	var done []Completed
 	for _, l := range losses {
-		var logs heldLines
+		var logs heldlog.Lines
 		failed, ready := r.resetStore(l.st, "the changelog no longer holds the position: "+l.err.Error(), l.start, l.end, &logs)
-		logs.write(r.log)
+		logs.Write(r.log)
 		if failed != nil {
 			done = append(done, *failed)
 		}
@@ -151,9 +153,9 @@ func (r *Reader) applyBatch(b *batch) (Completed, bool) {
 	recs := b.recs
 	var full diskFullWait
 	for {
-		var logs heldLines
+		var logs heldlog.Lines
 		res := r.applyWrite(b, recs, &full, &logs)
-		logs.write(r.log)
+		logs.Write(r.log)
 		switch res.step {
 		case stepNext:
 			recs = recs[res.taken:]
@@ -192,7 +194,7 @@ type writeResult struct {
 
 // applyWrite makes the next store write of b, whose records left are recs,
 // under st.applyMu. Its log lines go to logs.
-func (r *Reader) applyWrite(b *batch, recs []*kgo.Record, full *diskFullWait, logs *heldLines) writeResult {
+func (r *Reader) applyWrite(b *batch, recs []*kgo.Record, full *diskFullWait, logs *heldlog.Lines) writeResult {
 	st := b.st
 	st.applyMu.Lock()
 	defer st.applyMu.Unlock()
@@ -254,7 +256,7 @@ func (r *Reader) applyWrite(b *batch, recs []*kgo.Record, full *diskFullWait, lo
 	}
 	if st.rebuilding && st.target >= 0 && st.pos >= st.target {
 		st.rebuilding = false
-		logs.add(slog.LevelInfo, "changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
+		logs.Add(slog.LevelInfo, "changelog store rebuilt: consistent from here on", logAttrs(st, slog.Int64("position", st.pos))...)
 	}
 	if len(w.applied) > 0 {
 		// After the position is in and outside mu: a live query that
@@ -354,14 +356,14 @@ type diskFullWait struct {
 }
 
 // refused notes a refusal of st's write for a full disk.
-func (d *diskFullWait) refused(st *partState, err error, logs *heldLines) {
+func (d *diskFullWait) refused(st *partState, err error, logs *heldlog.Lines) {
 	now := time.Now()
 	if d.since.IsZero() {
 		d.since, d.wait = now, diskFullFirstWait
 	}
 	if now.Sub(d.logged) >= diskFullLogEvery {
 		d.logged = now
-		logs.add(slog.LevelError, "disk full: changelog records cannot enter their store; the write is retried until space is freed",
+		logs.Add(slog.LevelError, "disk full: changelog records cannot enter their store; the write is retried until space is freed",
 			logAttrs(st, slog.Any("error", err), slog.Duration("waited", now.Sub(d.since).Round(time.Millisecond)))...)
 	}
 }
@@ -375,11 +377,11 @@ func (d *diskFullWait) sleep() {
 }
 
 // stored notes that st's write went in, after refusals or not.
-func (d *diskFullWait) stored(st *partState, logs *heldLines) {
+func (d *diskFullWait) stored(st *partState, logs *heldlog.Lines) {
 	if d.since.IsZero() {
 		return
 	}
-	logs.add(slog.LevelInfo, "disk space freed; changelog records stored",
+	logs.Add(slog.LevelInfo, "disk space freed; changelog records stored",
 		logAttrs(st, slog.Duration("waited", time.Since(d.since).Round(time.Millisecond)))...)
 	*d = diskFullWait{}
 }

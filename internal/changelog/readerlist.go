@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/eddystreams/eddy/internal/heldlog"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -49,7 +51,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 	l := r.listPendingOffsets(ctx, pending, tps)
 
 	var resets []unfit
-	var logs heldLines
+	var logs heldlog.Lines
 	r.mu.Lock()
 	for _, st := range pending {
 		if r.parts[st.tp] != st {
@@ -68,7 +70,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		if !sok || !eok || !hok {
 			st.retryAt = now.Add(r.cfg.RetryBackoff)
 			retry = true
-			logs.add(slog.LevelWarn, "changelog offset listing failed; will retry",
+			logs.Add(slog.LevelWarn, "changelog offset listing failed; will retry",
 				logAttrs(st, slog.Any("error", l.err))...)
 			continue
 		}
@@ -82,7 +84,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			st.pastEnd = true
 			st.retryAt = now.Add(r.cfg.RetryBackoff)
 			retry = true
-			logs.add(slog.LevelInfo, "changelog store position is past the changelog end; listing again before resetting the store",
+			logs.Add(slog.LevelInfo, "changelog store position is past the changelog end; listing again before resetting the store",
 				logAttrs(st, slog.Int64("position", st.pos), slog.Int64("end", hwm))...)
 		case st.fitPos() > hwm:
 			resets = append(resets, unfit{st, "position beyond the changelog end", start, hwm, end})
@@ -90,7 +92,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 			resets = append(resets, unfit{st, "position below the changelog start", start, hwm, end})
 		default:
 			if lso < end && st.fitPos() < end {
-				logs.add(slog.LevelInfo, "changelog restore waits for the transactions open on the changelog",
+				logs.Add(slog.LevelInfo, "changelog restore waits for the transactions open on the changelog",
 					logAttrs(st, slog.Int64("position", st.pos), slog.Int64("last_stable", lso), slog.Int64("end", end))...)
 			}
 			if c, ok := r.startLocked(st, start, end, now, &logs); ok {
@@ -99,7 +101,7 @@ func (r *Reader) listPending(ctx context.Context) (done []Completed, retry bool)
 		}
 	}
 	r.mu.Unlock()
-	logs.write(r.log)
+	logs.Write(r.log)
 
 	done = append(done, r.resetUnfit(resets, now)...)
 	return done, retry
@@ -158,7 +160,7 @@ type unfit struct {
 func (r *Reader) resetUnfit(resets []unfit, listed time.Time) []Completed {
 	var done []Completed
 	for _, u := range resets {
-		var logs heldLines
+		var logs heldlog.Lines
 		failed, ready := r.resetStore(u.st, u.why, u.start, u.end, &logs)
 		if failed != nil {
 			done = append(done, *failed)
@@ -173,7 +175,7 @@ func (r *Reader) resetUnfit(resets []unfit, listed time.Time) []Completed {
 			}
 			r.mu.Unlock()
 		}
-		logs.write(r.log)
+		logs.Write(r.log)
 	}
 	return done
 }
@@ -191,7 +193,7 @@ func (st *partState) fitPos() int64 { return max(st.pos, st.torn) }
 // startLocked starts reading a listed partition whose position fits its
 // changelog, or completes a Restore partition with nothing to read. listed
 // is when the offsets were listed. Its log lines go to logs.
-func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time, logs *heldLines) (Completed, bool) {
+func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time, logs *heldlog.Lines) (Completed, bool) {
 	st.needOffs = false
 	st.pastEnd = false
 	st.confirmed = listed
@@ -208,7 +210,7 @@ func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time, 
 	}
 	if st.reg.Mode == Follow {
 		st.end = max(st.end, end)
-		logs.add(slog.LevelInfo, "changelog follow started", logAttrs(st, slog.Int64("from", from))...)
+		logs.Add(slog.LevelInfo, "changelog follow started", logAttrs(st, slog.Int64("from", from))...)
 		r.consumeLocked(st, from)
 		return Completed{}, false
 	}
@@ -216,7 +218,7 @@ func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time, 
 	if from >= end {
 		return r.completeLocked(st, nil, logs), true
 	}
-	logs.add(slog.LevelInfo, "changelog restore started", logAttrs(st, slog.Int64("from", from), slog.Int64("to", end))...)
+	logs.Add(slog.LevelInfo, "changelog restore started", logAttrs(st, slog.Int64("from", from), slog.Int64("to", end))...)
 	r.consumeLocked(st, from)
 	return Completed{}, false
 }
@@ -228,7 +230,7 @@ func (r *Reader) startLocked(st *partState, start, end int64, listed time.Time, 
 // round under way, and must hold none of the Reader's locks. start and end
 // are for the log (-1 if unknown). The lines logged after the reset go to
 // logs.
-func (r *Reader) resetStore(st *partState, why string, start, end int64, logs *heldLines) (failed *Completed, ready bool) {
+func (r *Reader) resetStore(st *partState, why string, start, end int64, logs *heldlog.Lines) (failed *Completed, ready bool) {
 	// No write is under way, so the position read here is the store's
 	// when it is reset; the warning is written before taking applyMu,
 	// which Unregister waits for.
@@ -272,7 +274,7 @@ func (r *Reader) resetStore(st *partState, why string, start, end int64, logs *h
 }
 
 // completeLocked drops st and describes it. Its log line goes to logs.
-func (r *Reader) completeLocked(st *partState, err error, logs *heldLines) Completed {
+func (r *Reader) completeLocked(st *partState, err error, logs *heldlog.Lines) Completed {
 	r.dropLocked(st)
 	c := Completed{
 		Topic:     st.tp.Topic,
@@ -286,9 +288,9 @@ func (r *Reader) completeLocked(st *partState, err error, logs *heldLines) Compl
 		Err:       err,
 	}
 	if err != nil {
-		logs.add(slog.LevelError, "changelog reading failed", logAttrs(st, slog.Any("error", err))...)
+		logs.Add(slog.LevelError, "changelog reading failed", logAttrs(st, slog.Any("error", err))...)
 	} else {
-		logs.add(slog.LevelInfo, "changelog restore completed", logAttrs(st,
+		logs.Add(slog.LevelInfo, "changelog restore completed", logAttrs(st,
 			slog.Int64("records", c.Restored), slog.Int64("position", c.Position),
 			slog.Duration("duration", c.Duration))...)
 	}
