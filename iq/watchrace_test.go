@@ -1,0 +1,155 @@
+package iq
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// changelogBackend is an instance whose one replica commits changes to a
+// changelog it keeps, as an active does: the change is in the store and
+// the position past it before it is published.
+type changelogBackend struct {
+	*fakeBackend
+	hub Hub
+	r   *fakeReplica
+
+	mu  sync.Mutex
+	log []Change
+}
+
+func (b *changelogBackend) Hub() *Hub { return &b.hub }
+
+func (b *changelogBackend) ReadChangelog(_ context.Context, _ string, _ int32, match func([]byte) bool, from, to int64) ([]Change, int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Change
+	for _, c := range b.log[from:min(to, int64(len(b.log)))] {
+		if match(c.Key) {
+			out = append(out, c)
+		}
+	}
+	return out, 0, nil
+}
+
+// commit appends changes to the changelog, moves the replica past them and
+// publishes them.
+func (b *changelogBackend) commit(keys []string) {
+	b.mu.Lock()
+	changes := make([]Change, len(keys))
+	for i, k := range keys {
+		pos := int64(len(b.log))
+		changes[i] = Change{Key: []byte(k), Value: []byte(strconv.FormatInt(pos, 10)), Position: pos}
+		b.log = append(b.log, changes[i])
+	}
+	end := int64(len(b.log))
+	b.mu.Unlock()
+	b.r.set(func(i *ReplicaInfo) { i.Position, i.End = end, end })
+	b.hub.Publish(b.r.info.Store, 0, changes)
+}
+
+// Watches started, and resumed from where they stopped, at any moment of
+// a stream of commits each receive every change of their key after their
+// start position, once and in order: a change is either read back or
+// delivered live, whatever the interleaving.
+func TestWatchesStartedDuringCommitsMissNothing(t *testing.T) {
+	const commits, watchers = 400, 24
+	keys := []string{"a", "b", "c"}
+	fb := &changelogBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1})}
+	fb.r = fb.add("s", 0, RoleActive)
+	fb.r.set(func(i *ReplicaInfo) { i.Position, i.End = 0, 0 })
+	fb.commit(keys) // a position to watch from
+	q := NewQuerier(fb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// last holds each key's last position once the commits are over.
+	var last atomic.Pointer[map[string]int64]
+	type result struct {
+		key  string
+		from int64
+		got  []int64
+		err  error
+	}
+	results := make([]result, watchers)
+	var wg sync.WaitGroup
+	for i := range watchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			res := &results[i]
+			res.key = keys[i%len(keys)]
+			res.from = FromStart
+			if i%2 == 1 {
+				res.from = int64(rng.IntN(3))
+			}
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+			from := res.from
+			for {
+				w, err := q.WatchBytes(ctx, "s", []byte(res.key), WatchOptions{From: from, Buffer: 1 << 20})
+				if err != nil {
+					res.err = err
+					return
+				}
+				// Each watch takes a few updates, then the watcher
+				// resumes from where it stopped, as after a failover.
+				for n := rng.IntN(20); n >= 0; n-- {
+					if m := last.Load(); m != nil && len(res.got) > 0 && res.got[len(res.got)-1] == (*m)[res.key] {
+						w.Close()
+						return
+					}
+					nctx, ncancel := context.WithTimeout(ctx, 20*time.Millisecond)
+					u, err := w.Next(nctx)
+					ncancel()
+					if ctx.Err() != nil {
+						res.err = fmt.Errorf("at %v: %w", res.got, ctx.Err())
+						w.Close()
+						return
+					}
+					if err == nil {
+						res.got = append(res.got, u.Position)
+					}
+				}
+				from = w.Resume()
+				w.Close()
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range commits {
+		batch := make([]string, 1+rng.IntN(3))
+		for j := range batch {
+			batch[j] = keys[rng.IntN(len(keys))]
+		}
+		fb.commit(batch)
+		time.Sleep(time.Duration(rng.IntN(100)) * time.Microsecond)
+	}
+	fb.mu.Lock()
+	log := slices.Clone(fb.log)
+	fb.mu.Unlock()
+	ends := map[string]int64{}
+	for _, c := range log {
+		ends[string(c.Key)] = c.Position
+	}
+	last.Store(&ends)
+	wg.Wait()
+	for i, res := range results {
+		require.NoError(t, res.err, "watcher %d of %q from %d", i, res.key, res.from)
+		var want []int64
+		for _, c := range log {
+			if string(c.Key) == res.key && c.Position > res.from {
+				want = append(want, c.Position)
+			}
+		}
+		require.Equal(t, want, res.got, "watcher %d of %q from %d", i, res.key, res.from)
+	}
+}
