@@ -290,11 +290,18 @@ func (s *Server) serveKeyWatch(w http.ResponseWriter, r *http.Request, c StoreCo
 	s.streamWatch(ctx, sse, c, keyText, rw.Next)
 }
 
-// relayBy follows a watch asked with path on the partition's other
-// replicas from position from, leaving out the instance skip names.
+// relayBy follows a watch asked with path on the partition's replicas from
+// position from, leaving out of its first connection the instance skip
+// names, whose local replica just refused it. Only the first: that replica
+// may serve later (this instance's standby becomes the active when the
+// active's instance dies), and on a two-instance cluster it is the only
+// one left.
 func (s *Server) relayBy(store string, part int32, o WatchOptions, from int64, skip string, path func(from int64) string) *remoteWatch {
 	return &remoteWatch{rt: s.rt, store: store, path: path, opts: o, last: from, part: part,
-		hosts: func(context.Context, bool) ([]string, error) {
+		hosts: func(_ context.Context, again bool) ([]string, error) {
+			if again {
+				skip = ""
+			}
 			m, err := s.b.Metadata()
 			if err != nil {
 				return nil, err

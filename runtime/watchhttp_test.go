@@ -159,6 +159,7 @@ func TestWatchRoutedAndClient(t *testing.T) {
 	type node struct {
 		app  *App
 		addr string
+		kill func()
 	}
 	start := func() node {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -178,7 +179,12 @@ func TestWatchRoutedAndClient(t *testing.T) {
 			api.Close()
 			app.Close(context.Background())
 		})
-		return node{app, ln.Addr().String()}
+		kill := func() {
+			srv.Close()
+			api.Close()
+			app.Kill()
+		}
+		return node{app, ln.Addr().String(), kill}
 	}
 	nodes := []node{start(), start()}
 	key := []byte("k5")
@@ -260,6 +266,39 @@ func TestWatchRoutedAndClient(t *testing.T) {
 		require.Equal(t, "active", u.ServedBy.Role)
 		require.NotEqual(t, other.addr, u.ServedBy.Host, "relayed from the active's instance")
 		if u.Value == want["k5"] {
+			break
+		}
+	}
+
+	// The active's instance dies: the partition's only replica left is
+	// the relaying instance's own, once it has restored it, and the
+	// routed watch goes on from there, with nothing skipped or repeated.
+	w.Close()
+	before := want["k5"]
+	for _, n := range nodes {
+		if n.addr != other.addr {
+			n.kill()
+		}
+	}
+	c.produce(t, 20, want)
+	require.Greater(t, want["k5"], before)
+	// A stream that never goes on fails the read below rather than
+	// hanging the test.
+	giveUp := time.AfterFunc(60*time.Second, func() { relayed.Body.Close() })
+	defer giveUp.Stop()
+	for {
+		ev := readEvent(t, br)
+		require.Equal(t, "update", ev.name, ev.data)
+		var u struct {
+			Value    int64
+			ServedBy struct{ Host, Role string } `json:"served_by"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &u))
+		require.Greater(t, u.Value, before, "after the last count relayed before the kill")
+		before = u.Value
+		if u.Value == want["k5"] {
+			require.Equal(t, other.addr, u.ServedBy.Host, "the survivor serves the watch")
+			require.Equal(t, "active", u.ServedBy.Role)
 			break
 		}
 	}
