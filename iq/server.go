@@ -1,6 +1,7 @@
 package iq
 
 import (
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"errors"
@@ -193,6 +194,9 @@ type Server struct {
 	// ranges and forwards hold one token per range query and per routed
 	// key lookup in progress.
 	ranges, forwards chan struct{}
+	// closing ends when Close is called, and with it every watch stream.
+	closing     context.Context
+	closeStream context.CancelFunc
 }
 
 // NewServer returns the HTTP API of the instance b describes, for the
@@ -210,6 +214,7 @@ func NewServer(b Backend, cfg ServerConfig, codecs ...StoreCodec) *Server {
 		ranges:   make(chan struct{}, cfg.MaxConcurrentRanges),
 		forwards: make(chan struct{}, cfg.MaxConcurrentForwards),
 	}
+	s.closing, s.closeStream = context.WithCancel(context.Background())
 	for _, c := range codecs {
 		s.codecs[c.Name] = c
 	}
@@ -289,9 +294,11 @@ func bearerMatches(r *http.Request, token string) bool {
 
 // HTTPServer returns an http.Server serving s on addr with the timeouts of
 // the ServerConfig, so that slow or idle clients cannot hold connections
-// open. Replace its Handler to serve more than the query API (wrapping s).
+// open, and whose Shutdown closes s first (Close), ending its watch
+// streams rather than waiting for their clients. Replace its Handler to
+// serve more than the query API (wrapping s).
 func (s *Server) HTTPServer(addr string) *http.Server {
-	return &http.Server{
+	srv := &http.Server{
 		Addr:              addr,
 		Handler:           s,
 		TLSConfig:         s.cfg.TLS,
@@ -300,6 +307,8 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 	}
+	srv.RegisterOnShutdown(s.Close)
+	return srv
 }
 
 // acquire takes a token of sem, or fails with ErrOverloaded at once.
@@ -324,9 +333,20 @@ func (s *Server) writeErr(w http.ResponseWriter, err error) {
 // Querier returns the in-process query API the server answers from.
 func (s *Server) Querier() *Querier { return s.q }
 
-// Close releases the idle connections the server keeps to other
-// instances. The server stays usable; call Close when the instance stops.
-func (s *Server) Close() { s.rt.close() }
+// Close ends the watch streams in progress, each with an end event that
+// says the server is shutting down and where to resume (a client resumes
+// on another replica), and releases the idle connections the server keeps
+// to other instances. An http.Server's Shutdown waits for its handlers, a
+// watch stream's included, so Close must come first: register it with
+// RegisterOnShutdown, or call it before. Other queries are still answered
+// after Close; a watch started later ends at once.
+func (s *Server) Close() {
+	s.closeStream()
+	s.rt.close()
+}
+
+// errServerClosing ends the watch streams when the server closes.
+var errServerClosing = fmt.Errorf("%w: the query server is closing", ErrShuttingDown)
 
 func (s *Server) self() string {
 	if h := s.b.Self(); h != "" {

@@ -276,7 +276,7 @@ func (s *Server) serveKeyWatch(w http.ResponseWriter, r *http.Request, c StoreCo
 				return rw.Next(ctx)
 			}
 		}
-		s.streamWatch(ctx, sse, c, keyText, next)
+		s.streamWatch(ctx, sse, c, keyText, lw.Resume(), next)
 		return
 	}
 	rw = s.relayBy(store, part, o, o.From, s.b.Self(), path)
@@ -287,7 +287,7 @@ func (s *Server) serveKeyWatch(w http.ResponseWriter, r *http.Request, c StoreCo
 	}
 	sse := startEvents(w, s.cfg.WriteTimeout)
 	sse.send("start", "", map[string]int64{"position": rw.last})
-	s.streamWatch(ctx, sse, c, keyText, rw.Next)
+	s.streamWatch(ctx, sse, c, keyText, rw.last, rw.Next)
 }
 
 // relayBy follows a watch asked with path on the partition's replicas from
@@ -318,10 +318,13 @@ func (s *Server) relayBy(store string, part int32, o WatchOptions, from int64, s
 // reader fell behind its buffer (ErrWatcherTooSlow).
 const reasonWatcherTooSlow = "too_slow"
 
-// streamWatch sends a watch's updates as events until it ends or the
-// reader goes away.
-func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, keyText string, next func(context.Context) (Update, error)) {
+// streamWatch sends a watch's updates as events until it ends, the reader
+// goes away or the server closes. from is the position the stream started
+// after.
+func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, keyText string, from int64, next func(context.Context) (Update, error)) {
 	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(s.closing, cancel)()
+	last := from
 	pinging := make(chan struct{})
 	go func() {
 		defer close(pinging)
@@ -336,6 +339,10 @@ func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, key
 		u, err := next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
+				if s.closing.Err() != nil {
+					_, we := toWireError(errServerClosing)
+					sse.send("end", "", wireWatchEnd{wireError: we, Resume: last})
+				}
 				return
 			}
 			_, we := toWireError(err)
@@ -358,6 +365,7 @@ func (s *Server) streamWatch(ctx context.Context, sse *events, c StoreCodec, key
 		if !sse.send("update", strconv.FormatInt(u.Position, 10), wu) {
 			return
 		}
+		last = u.Position
 	}
 }
 

@@ -1,17 +1,24 @@
 package iq
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/eddystreams/eddy/serde"
 )
 
 // changelogBackend is an instance whose one replica commits changes to a
@@ -152,4 +159,64 @@ func TestWatchesStartedDuringCommitsMissNothing(t *testing.T) {
 		}
 		require.Equal(t, want, res.got, "watcher %d of %q from %d", i, res.key, res.from)
 	}
+}
+
+// An http.Server made by HTTPServer ends its watch streams when it shuts
+// down, each with an end event saying where to resume, rather than
+// waiting for the watchers to hang up.
+func TestShutdownEndsWatchStreams(t *testing.T) {
+	fb := &changelogBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1})}
+	fb.r = fb.add("s", 0, RoleActive)
+	fb.r.set(func(i *ReplicaInfo) { i.Position, i.End = 0, 0 })
+	fb.commit([]string{"a", "b"})
+	api := NewServer(fb, ServerConfig{}, CodecFor("s", serde.String, serde.String, nil))
+	srv := api.HTTPServer("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	// A stream that never ends fails the reads below, not the whole run.
+	hc := &http.Client{Timeout: 20 * time.Second}
+	resp, err := hc.Get("http://" + ln.Addr().String() + "/v1/stores/s/watch?key=a&from=start")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	br := bufio.NewReader(resp.Body)
+	event := func() (name, data string) {
+		t.Helper()
+		for {
+			line, err := br.ReadString('\n')
+			require.NoError(t, err, "reading the stream")
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case line == "" && name != "":
+				return name, data
+			case strings.HasPrefix(line, "event: "):
+				name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				data = strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}
+	name, _ := event()
+	require.Equal(t, "start", name)
+	name, data := event()
+	require.Equal(t, "update", name)
+	require.Contains(t, data, `"position":0`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(ctx) }()
+	name, data = event()
+	require.Equal(t, "end", name)
+	var end struct {
+		Reason string
+		Resume int64
+	}
+	require.NoError(t, json.Unmarshal([]byte(data), &end))
+	require.Equal(t, "shutting_down", end.Reason, data)
+	require.Equal(t, int64(0), end.Resume, "the last position sent")
+	require.NoError(t, <-shut, "Shutdown returned once the streams ended, within its deadline")
 }

@@ -254,6 +254,7 @@ func mergeWatches(ctx context.Context, wg *sync.WaitGroup, pws []*partitionWatch
 // until one ends or the reader goes away.
 func (s *Server) streamRangeWatch(ctx context.Context, sse *events, c StoreCodec, at RangeResume, pws []*partitionWatch) {
 	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(s.closing, cancel)()
 	pinging := make(chan struct{})
 	go func() {
 		defer close(pinging)
@@ -273,13 +274,16 @@ func (s *Server) streamRangeWatch(ctx context.Context, sse *events, c StoreCodec
 		var pu partUpdate
 		select {
 		case <-ctx.Done():
-			return
 		case pu = <-ups:
 		}
-		if pu.err != nil {
-			if ctx.Err() != nil {
-				return
+		if ctx.Err() != nil {
+			if s.closing.Err() != nil {
+				_, we := toWireError(errServerClosing)
+				sse.send("end", "", wireRangeWatchEnd{wireError: we, Resume: at.String()})
 			}
+			return
+		}
+		if pu.err != nil {
 			_, we := toWireError(pu.err)
 			if errors.Is(pu.err, ErrWatcherTooSlow) {
 				we.Reason = reasonWatcherTooSlow
