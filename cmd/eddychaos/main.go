@@ -133,7 +133,7 @@ func run(seed uint64, schedules int, duration time.Duration, guarantee string, i
 func total(rs []*chaos.Result) string {
 	faults := map[chaos.Kind]int{}
 	answers, refusals, dishonest := map[string]int{}, map[string]int{}, map[string]int{}
-	var lost, dup, exits, wrong, damaged, wiped int
+	var lost, dup, exits, wrong, damaged, wiped, watchUpdates, watchMissed int
 	var longest time.Duration
 	var where string
 	var failed []string
@@ -150,6 +150,8 @@ func total(rs []*chaos.Result) string {
 		wrong += r.WrongWords
 		damaged += r.Damaged
 		wiped += r.Wiped
+		watchUpdates += r.WatchUpdates
+		watchMissed += r.WatchMissed
 		if r.LongestUnavailable > longest {
 			longest, where = r.LongestUnavailable, fmt.Sprintf("seed %d %s, %s", r.Seed, r.Guarantee, r.UnavailableWhere)
 		}
@@ -172,6 +174,7 @@ func total(rs []*chaos.Result) string {
 	fmt.Fprintf(&b, "answers checked: %s\nrefused: %s\ndishonest answers: %s\n", counts(answers), counts(refusals), counts(dishonest))
 	fmt.Fprintf(&b, "acknowledged lines lost %d, duplicated %d; words with a wrong final count %d\n", lost, dup, wrong)
 	fmt.Fprintf(&b, "longest a partition had no active answer: %s (%s)\n", longest.Round(time.Millisecond), where)
+	fmt.Fprintf(&b, "live watches: %d updates, %d changelog records not delivered (compacted before a resume read them back)\n", watchUpdates, watchMissed)
 	fmt.Fprintf(&b, "stores damaged %d, wiped %d; instances that exited unasked %d\n", damaged, wiped, exits)
 	return b.String()
 }

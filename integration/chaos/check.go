@@ -60,6 +60,10 @@ const (
 //     active to another instance (a claimed active) or no replica of it
 //     to this one (any other role). Lag bounds are not checked, only the
 //     age each answer reports along with its lag;
+//   - live watches of a hot and a cold word, on the active and spread
+//     over replicas, followed from outside through every fault, receive
+//     their word's committed changelog records only, each once and in
+//     order, up to the last (checkWatches);
 //   - no store wiped that was not damaged;
 //   - no process exits unless asked.
 type Result struct {
@@ -85,6 +89,8 @@ type Result struct {
 	LongestUnavailable time.Duration // longest a partition gave no active answer
 	UnavailableWhere   string
 	Converged          time.Duration // from healing to counts checked
+	WatchUpdates       int           // updates the live watches received
+	WatchMissed        int           // changelog records of their words the watches did not receive (compacted before a resume read them back)
 	Rereads            int           // times the changelog was read from its start and compared
 	Damaged, Wiped     int
 	Refused            []string // instances that refused damaged state
@@ -125,6 +131,7 @@ func (r *Result) Summary() string {
 	}
 	fmt.Fprintf(&b, "  longest a partition had no active answer: %s (%s); counts checked %s after healing\n",
 		r.LongestUnavailable.Round(time.Millisecond), r.UnavailableWhere, r.Converged.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  live watches: %d updates; %d changelog records not delivered (compacted before a resume read them back)\n", r.WatchUpdates, r.WatchMissed)
 	fmt.Fprintf(&b, "  stores damaged %d, wiped %d; refusals on damaged state %d; unasked exits %d; failed starts %d; changelog rereads %d\n",
 		r.Damaged, r.Wiped, len(r.Refused), r.UnaskedExits, r.StartFailures, r.Rereads)
 	for _, n := range r.Notes {

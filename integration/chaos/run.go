@@ -233,6 +233,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	qWG.Go(func() { r.queries.run(qCtx) })
 	defer func() { stopQueries(); qWG.Wait() }()
 
+	watches, err := r.startWatches(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		for _, lw := range watches {
+			lw.close()
+		}
+	}()
+
 	rereadCtx, stopReread := context.WithCancel(ctx)
 	var rereadWG sync.WaitGroup
 	rereadWG.Go(func() { r.rereadEvery(rereadCtx, 10*time.Second) })
@@ -248,6 +258,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	prodWG.Wait()
 	r.logf("schedule over after %s; healed; text stopped", time.Since(r.start).Round(time.Millisecond))
 	r.settleAndCheck(ctx, res)
+	r.checkWatches(ctx, res, watches)
 	stopQueries()
 	qWG.Wait()
 	stopBG()
