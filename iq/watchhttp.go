@@ -99,6 +99,25 @@ func refuseWatch(w http.ResponseWriter, err error) {
 	writeJSON(w, status, we)
 }
 
+// resumeFromLastEvent makes a key or window watch resume after the
+// position a reconnecting EventSource sends back as Last-Event-ID (the id
+// of the last update it received), whatever the URL says: the browser
+// reconnects to the same URL, whose from= (or resume=) would start the
+// watch again from now or from the start, skipping or repeating changes.
+// A fresh EventSource sends no Last-Event-ID.
+func resumeFromLastEvent(r *http.Request, o *WatchOptions) error {
+	id := r.Header.Get("Last-Event-ID")
+	if id == "" {
+		return nil
+	}
+	pos, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || pos < 0 {
+		return invalidf("Last-Event-ID %q: want the changelog position of an update event", id)
+	}
+	o.From, o.Current = pos, false
+	return nil
+}
+
 // parseWatch reads a key watch's parameters.
 func parseWatch(v url.Values) (WatchOptions, bool, error) {
 	o, route, err := parseWatchFlags(v)
@@ -217,6 +236,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 		return
 	}
 	o, route, err := parseWatch(r.URL.Query())
+	if err == nil {
+		err = resumeFromLastEvent(r, &o)
+	}
 	if err != nil {
 		refuseWatch(w, err)
 		return

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -219,4 +221,79 @@ func TestShutdownEndsWatchStreams(t *testing.T) {
 	require.Equal(t, "shutting_down", end.Reason, data)
 	require.Equal(t, int64(0), end.Resume, "the last position sent")
 	require.NoError(t, <-shut, "Shutdown returned once the streams ended, within its deadline")
+}
+
+// A reconnecting EventSource sends back the id of the last update it got
+// as Last-Event-ID, to the URL it first asked: the watch resumes after
+// that update, whatever the URL's from= (or a range watch's resume=)
+// says, and without the current value a from=now&current=true URL asks
+// for.
+func TestWatchResumesFromLastEventID(t *testing.T) {
+	fb := &changelogBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1})}
+	fb.r = fb.add("s", 0, RoleActive)
+	fb.r.set(func(i *ReplicaInfo) { i.Position, i.End = 0, 0 })
+	fb.commit([]string{"a", "b", "a", "b", "a"}) // a at 0, 2 and 4
+	api := NewServer(fb, ServerConfig{}, CodecFor("s", serde.String, serde.String, nil))
+	srv := httptest.NewServer(api)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	fb.mu.Lock()
+	fb.self = host
+	fb.mu.Unlock()
+	fb.setMeta(Metadata{Partitions: map[string]int32{"s": 1}, Hosts: []HostMetadata{{Host: host, Active: []StorePartition{{"s", 0}}}}}, nil)
+	defer srv.Close()
+	defer api.Close()
+	hc := &http.Client{Timeout: 20 * time.Second}
+	open := func(path, lastID string) (*http.Response, func() (string, string)) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		resp, err := hc.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		br := bufio.NewReader(resp.Body)
+		return resp, func() (name, id string) {
+			t.Helper()
+			for {
+				line, err := br.ReadString('\n')
+				require.NoError(t, err, "reading the stream")
+				line = strings.TrimSuffix(line, "\n")
+				switch {
+				case line == "" && name != "":
+					return name, id
+				case strings.HasPrefix(line, "event: "):
+					name = strings.TrimPrefix(line, "event: ")
+				case strings.HasPrefix(line, "id: "):
+					id = strings.TrimPrefix(line, "id: ")
+				}
+			}
+		}
+	}
+	for _, path := range []string{"/v1/stores/s/watch?key=a&from=now&current=true", "/v1/stores/s/watch?key=a&from=start"} {
+		resp, event := open(path, "0")
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		name, _ := event()
+		require.Equal(t, "start", name, path)
+		for _, want := range []string{"2", "4"} {
+			name, id := event()
+			require.Equal(t, "update", name, path)
+			require.Equal(t, want, id, "%s: the updates after the last event's, and only those", path)
+		}
+	}
+	resp, _ := open("/v1/stores/s/watch?key=a&from=start", "x")
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a Last-Event-ID that is no position")
+
+	// A range watch's id is its resume token.
+	resp, event := open("/v1/stores/s/range/watch?prefix=a&resume=start", RangeResume{0: 2}.String())
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("range watch: %d %s", resp.StatusCode, b)
+	}
+	name, _ := event()
+	require.Equal(t, "start", name)
+	name, id := event()
+	require.Equal(t, "update", name)
+	require.Equal(t, RangeResume{0: 4}.String(), id, "the range's updates after the token, not from the start")
 }

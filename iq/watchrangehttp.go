@@ -9,8 +9,8 @@ package iq
 // The stream is a key watch's but for where it stands: the "start" event's
 // data is {"resume","positions"} (the resume token and each partition's
 // start position), each "update" event's id is the resume token after it
-// (an EventSource sends it back as Last-Event-ID, which a request without
-// resume= resumes from), and the "end" event's "resume" is the token to
+// (an EventSource sends it back as Last-Event-ID when it reconnects, and a
+// request that carries one resumes from it, whatever its resume= says), and the "end" event's "resume" is the token to
 // resume from, its "partition" the partition that ended the watch. Every
 // partition of the store is watched, or the one partition= names; each is
 // served by the local replica or, routed, relayed from another instance's
@@ -85,9 +85,14 @@ func parseRangeWatch(r *http.Request) (WatchOptions, RangeResume, bool, error) {
 	if err != nil {
 		return o, nil, false, err
 	}
-	token := v.Get("resume")
-	if token == "" {
-		token = r.Header.Get("Last-Event-ID")
+	// A reconnecting EventSource sends back the id of the last update it
+	// received, and reconnects to the same URL: the id wins over the
+	// URL's resume=, which would start again from where the stream began.
+	token := r.Header.Get("Last-Event-ID")
+	if token != "" {
+		o.Current = false
+	} else {
+		token = v.Get("resume")
 	}
 	var resume RangeResume
 	switch token {

@@ -156,6 +156,9 @@ func (s *Server) handleWindowWatch(w http.ResponseWriter, r *http.Request, keyTe
 		return
 	}
 	o, from, to, route, err := parseWindowWatch(r.URL.Query())
+	if err == nil {
+		err = resumeFromLastEvent(r, &o)
+	}
 	if err != nil {
 		refuseWatch(w, err)
 		return
