@@ -250,6 +250,13 @@ func snippet(b []byte) string {
 // reroutable reports whether another replica might answer where this error
 // came back: everything except what is wrong with the query itself.
 func reroutable(err error) bool {
+	if _, ok := errors.AsType[*transportError](err); ok {
+		// A host that did not answer, whatever the cause: its own
+		// time-outs (a paused process keeps the connection and sends
+		// no headers) wrap context.DeadlineExceeded, which is not the
+		// caller's deadline. Callers check their own context apart.
+		return true
+	}
 	return !(errors.Is(err, ErrInvalidQuery) || errors.Is(err, ErrUnknownStore) ||
 		errors.Is(err, ErrUnknownPartition) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, context.DeadlineExceeded))

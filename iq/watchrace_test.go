@@ -297,3 +297,67 @@ func TestWatchResumesFromLastEventID(t *testing.T) {
 	require.Equal(t, "update", name)
 	require.Equal(t, RangeResume{0: 4}.String(), id, "the range's updates after the token, not from the start")
 }
+
+// A watch whose first replica's host takes the connection and never
+// answers (a paused process) is served by the next replica: the host's
+// own time-out is no reason to give the watch up.
+func TestWatchGoesPastAHostThatNeverAnswers(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer hung.Close()
+	var conns []net.Conn
+	var connsMu sync.Mutex
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			connsMu.Lock()
+			conns = append(conns, c) // held open, never answered
+			connsMu.Unlock()
+		}
+	}()
+	defer func() {
+		connsMu.Lock()
+		defer connsMu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+
+	fb := &changelogBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1})}
+	fb.r = fb.add("s", 0, RoleActive)
+	fb.r.set(func(i *ReplicaInfo) { i.Position, i.End = 0, 0 })
+	fb.commit([]string{"a", "b", "a"})
+	api := NewServer(fb, ServerConfig{}, CodecFor("s", serde.String, serde.String, nil))
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	defer api.Close()
+	serving := strings.TrimPrefix(srv.URL, "http://")
+	fb.mu.Lock()
+	fb.self = serving
+	fb.mu.Unlock()
+	// The routing table names the hung host as the active, asked first.
+	fb.setMeta(Metadata{Partitions: map[string]int32{"s": 1}, Hosts: []HostMetadata{
+		{Host: hung.Addr().String(), Active: []StorePartition{{"s", 0}}},
+		{Host: serving, Standby: []StorePartition{{"s", 0}}},
+	}}, nil)
+
+	tr := &http.Transport{ResponseHeaderTimeout: 200 * time.Millisecond}
+	defer tr.CloseIdleConnections()
+	cl, err := NewClient([]string{serving}, ClientOptions{Transport: tr})
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := cl.Watch(ctx, "s", "a", []byte("a"), WatchOptions{From: FromStart, Staleness: AnyStaleness()})
+	require.NoError(t, err)
+	defer w.Close()
+	for _, want := range []int64{0, 2} {
+		u, err := w.Next(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, u.Position)
+		require.Equal(t, serving, u.Provenance.Host)
+	}
+}
