@@ -184,26 +184,11 @@ func TestShutdownEndsWatchStreams(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	br := bufio.NewReader(resp.Body)
-	event := func() (name, data string) {
-		t.Helper()
-		for {
-			line, err := br.ReadString('\n')
-			require.NoError(t, err, "reading the stream")
-			line = strings.TrimSuffix(line, "\n")
-			switch {
-			case line == "" && name != "":
-				return name, data
-			case strings.HasPrefix(line, "event: "):
-				name = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				data = strings.TrimPrefix(line, "data: ")
-			}
-		}
-	}
-	name, _ := event()
-	require.Equal(t, "start", name)
-	name, data := event()
+	next := streamEvents(t, resp.Body)
+	ev := next()
+	require.Equal(t, "start", ev.name)
+	ev = next()
+	name, data := ev.name, ev.data
 	require.Equal(t, "update", name)
 	require.Contains(t, data, `"position":0`)
 
@@ -211,7 +196,8 @@ func TestShutdownEndsWatchStreams(t *testing.T) {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(ctx) }()
-	name, data = event()
+	ev = next()
+	name, data = ev.name, ev.data
 	require.Equal(t, "end", name)
 	var end struct {
 		Reason string
@@ -253,22 +239,11 @@ func TestWatchResumesFromLastEventID(t *testing.T) {
 		resp, err := hc.Do(req)
 		require.NoError(t, err)
 		t.Cleanup(func() { resp.Body.Close() })
-		br := bufio.NewReader(resp.Body)
-		return resp, func() (name, id string) {
+		next := streamEvents(t, resp.Body)
+		return resp, func() (string, string) {
 			t.Helper()
-			for {
-				line, err := br.ReadString('\n')
-				require.NoError(t, err, "reading the stream")
-				line = strings.TrimSuffix(line, "\n")
-				switch {
-				case line == "" && name != "":
-					return name, id
-				case strings.HasPrefix(line, "event: "):
-					name = strings.TrimPrefix(line, "event: ")
-				case strings.HasPrefix(line, "id: "):
-					id = strings.TrimPrefix(line, "id: ")
-				}
-			}
+			ev := next()
+			return ev.name, ev.id
 		}
 	}
 	for _, path := range []string{"/v1/stores/s/watch?key=a&from=now&current=true", "/v1/stores/s/watch?key=a&from=start"} {
@@ -359,5 +334,32 @@ func TestWatchGoesPastAHostThatNeverAnswers(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, u.Position)
 		require.Equal(t, serving, u.Provenance.Host)
+	}
+}
+
+// streamEvent is one event of a stream as a plain HTTP client reads it.
+type streamEvent struct{ name, id, data string }
+
+// streamEvents returns a function that reads the next event of body.
+func streamEvents(t *testing.T, body io.Reader) func() streamEvent {
+	br := bufio.NewReader(body)
+	return func() streamEvent {
+		t.Helper()
+		var ev streamEvent
+		for {
+			line, err := br.ReadString('\n')
+			require.NoError(t, err, "reading the stream")
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case line == "" && ev.name != "":
+				return ev
+			case strings.HasPrefix(line, "event: "):
+				ev.name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "id: "):
+				ev.id = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				ev.data += strings.TrimPrefix(line, "data: ")
+			}
+		}
 	}
 }
