@@ -10,8 +10,9 @@ package iq
 // data is {"resume","positions"} (the resume token and each partition's
 // start position), each "update" event's id is the resume token after it
 // (an EventSource sends it back as Last-Event-ID when it reconnects, and a
-// request that carries one resumes from it, whatever its resume= says), and the "end" event's "resume" is the token to
-// resume from, its "partition" the partition that ended the watch. Every
+// request that carries one resumes from it, whatever its resume= says),
+// and the "end" event's "resume" is the token to resume from, its
+// "partition" the partition that ended the watch. Every
 // partition of the store is watched, or the one partition= names; each is
 // served by the local replica or, routed, relayed from another instance's
 // and resumed elsewhere as a key watch is.
