@@ -60,8 +60,9 @@ const (
 //     active to another instance (a claimed active) or no replica of it
 //     to this one (any other role). Lag bounds are not checked, only the
 //     age each answer reports along with its lag;
-//   - live watches of a hot and a cold word, on the active and spread
-//     over replicas, followed from outside through every fault, receive
+//   - live watches of a hot and a cold word (through iq.Client on the
+//     active and spread over replicas, and as routed event streams),
+//     followed from outside through every fault, receive
 //     their word's committed changelog records only, each once and in
 //     order, up to the last (checkWatches);
 //   - no store wiped that was not damaged;

@@ -1,10 +1,15 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,8 +41,9 @@ type watchUpdate struct {
 	host, role      string
 }
 
-// startWatches starts a watch of a hot and a cold word, each once on the
-// active only and once spread over every replica within a lag bound.
+// startWatches starts watches of a hot and a cold word: through
+// iq.Client, each once on the active only and once spread over every
+// replica within a lag bound, and each as a routed event stream.
 func (r *run) startWatches(ctx context.Context) ([]*liveWatch, error) {
 	var addrs []string
 	for _, in := range r.c.insts {
@@ -69,6 +75,9 @@ func (r *run) startWatches(ctx context.Context) ([]*liveWatch, error) {
 		}
 		out = append(out, lw)
 	}
+	for _, w := range []struct{ name, word string }{{"hot, routed", hot}, {"cold, routed", cold}} {
+		out = append(out, startRoutedWatch(ctx, w.name, w.word, addrs))
+	}
 	go func() {
 		for _, lw := range out {
 			<-lw.exited
@@ -76,6 +85,93 @@ func (r *run) startWatches(ctx context.Context) ([]*liveWatch, error) {
 		cl.Close()
 	}()
 	return out, nil
+}
+
+// startRoutedWatch follows word as a browser's page does: an event stream
+// asked of one instance, which routes it (route=true, the default) to the
+// partition's active and relays it, resuming it elsewhere itself; when the
+// stream ends or breaks, or sends nothing for 5 s (servers send a comment
+// every second), it is asked again of the next instance from the last
+// position received. Nothing is dropped on this side: a position sent
+// twice is a finding.
+func startRoutedWatch(ctx context.Context, name, word string, addrs []string) *liveWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	lw := &liveWatch{name: name, word: word, stop: cancel, exited: make(chan struct{})}
+	hc := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 10 * time.Second}}
+	go func() {
+		defer close(lw.exited)
+		defer hc.CloseIdleConnections()
+		from := "start"
+		for i := 0; ctx.Err() == nil; i++ {
+			u := "http://" + addrs[i%len(addrs)] + "/v1/stores/" + countsStore + "/watch?key=" + url.QueryEscape(word) + "&from=" + from
+			lw.stream(ctx, hc, u, &from)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return lw
+}
+
+// stream reads one routed watch stream until it ends, breaks or stalls,
+// recording its updates and moving from past each.
+func (lw *liveWatch) stream(ctx context.Context, hc *http.Client, u string, from *string) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return
+	}
+	// A stream that sends nothing for 5 s is given up.
+	stall := time.AfterFunc(5*time.Second, cancel)
+	defer stall.Stop()
+	br := bufio.NewReader(resp.Body)
+	var event, data string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		stall.Reset(5 * time.Second)
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data += strings.TrimPrefix(line, "data: ")
+		case line == "" && event != "":
+			if event == "end" {
+				return
+			}
+			if event == "update" {
+				var wu struct {
+					Value    int64
+					Position int64
+					ServedBy struct{ Host, Role string } `json:"served_by"`
+				}
+				if err := json.Unmarshal([]byte(data), &wu); err != nil {
+					lw.mu.Lock()
+					lw.err = fmt.Errorf("update %q from %s: %w", data, u, err)
+					lw.mu.Unlock()
+					return
+				}
+				lw.mu.Lock()
+				lw.got = append(lw.got, watchUpdate{wu.Position, wu.Value, wu.ServedBy.Host, wu.ServedBy.Role})
+				lw.mu.Unlock()
+				*from = strconv.FormatInt(wu.Position, 10)
+			}
+			event, data = "", ""
+		}
+	}
 }
 
 func startWatch(ctx context.Context, cl *iq.Client, name, word string, opts iq.WatchOptions) (*liveWatch, error) {
@@ -172,6 +268,11 @@ func (r *run) checkWatches(ctx context.Context, res *Result, watches []*liveWatc
 		hist := append([]changelogRecord(nil), r.watch.hist[lw.word]...)
 		r.watch.mu.Unlock()
 		res.WatchUpdates += len(got)
+		roles := map[string]int{}
+		for _, u := range got {
+			roles[u.role]++
+		}
+		r.logf("watch %s of %q: %d updates, by role %v", lw.name, lw.word, len(got), roles)
 		if werr != nil {
 			r.finding("watch %s of %q ended: %v", lw.name, lw.word, werr)
 		}
