@@ -99,6 +99,12 @@ type WatchOptions struct {
 	Coalesce bool
 	// Prefer is how a routing Client chooses the serving replica.
 	Prefer Preference
+
+	// lateReadBack, set by the HTTP server, leaves a start position's
+	// read back of the changelog to finishStart, so that the stream's
+	// headers go out first: a long read back would otherwise look like a
+	// host that does not answer.
+	lateReadBack bool
 }
 
 // Update is one change delivered by a watch.
@@ -188,9 +194,14 @@ type Watch struct {
 	closeOnce sync.Once
 	// wakeMu guards the registration that wakes a waiting Next when
 	// its context ends (wakeOn), which Close stops.
+	// (closed sits in the padding after wakeMu.)
 	wakeMu   sync.Mutex
-	stopWake func() bool
 	closed   bool
+	stopWake func() bool
+
+	// readBack is the read back of the changelog a watch started with
+	// WatchOptions.lateReadBack still owes (finishStart), nil otherwise.
+	readBack func(context.Context) error
 }
 
 // newWatch makes the watch of the keys its feed follows (see
@@ -327,18 +338,42 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) e
 	if w.last+1 == pos {
 		return nil
 	}
-	changes, logStart, err := wb.ReadChangelog(ctx, store, part, w.match, w.last+1, pos)
-	if err != nil {
-		return fmt.Errorf("iq: watch of store %q partition %d: reading back the changelog from %d: %w", store, part, w.last+1, err)
+	from := w.last + 1
+	readBack := func(ctx context.Context) error {
+		changes, logStart, err := wb.ReadChangelog(ctx, store, part, w.match, from, pos)
+		if err != nil {
+			return fmt.Errorf("iq: watch of store %q partition %d: reading back the changelog from %d: %w", store, part, from, err)
+		}
+		w.truncated = logStart > from
+		info := w.r.Info()
+		updates := make([]Update, 0, len(changes))
+		for _, c := range changes {
+			updates = append(updates, w.update(c, info))
+		}
+		w.startWith(updates)
+		return nil
 	}
-	w.truncated = logStart > w.last+1
-	info := w.r.Info()
-	updates := make([]Update, 0, len(changes))
-	for _, c := range changes {
-		updates = append(updates, w.update(c, info))
+	if opts.lateReadBack {
+		w.readBack = readBack
+		return nil
 	}
-	w.startWith(updates)
-	return nil
+	return readBack(ctx)
+}
+
+// finishStart reads back what a watch started with lateReadBack owes, if
+// anything: the changes from its start position to where the replica
+// stood then, which Next delivers before the live ones. A failed read
+// back ends the watch, whose Next then returns the *WatchEndedError, with
+// the start position to resume from. Called from Next's goroutine.
+func (w *Watch) finishStart(ctx context.Context) {
+	if w.readBack == nil {
+		return
+	}
+	rb := w.readBack
+	w.readBack = nil
+	if err := rb(ctx); err != nil {
+		w.end(err)
+	}
 }
 
 // startWith makes updates, made as the watch started, the first that Next

@@ -239,6 +239,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, keyText str
 	if err == nil {
 		err = resumeFromLastEvent(r, &o)
 	}
+	o.lateReadBack = true
 	if err != nil {
 		refuseWatch(w, err)
 		return
@@ -281,11 +282,17 @@ func (s *Server) serveKeyWatch(w http.ResponseWriter, r *http.Request, c StoreCo
 		defer lw.Close()
 		sse := startEvents(w, s.cfg.WriteTimeout)
 		sse.send("start", "", map[string]int64{"position": lw.Resume()})
-		next := lw.Next
+		// The read back the watch owes runs once the stream is open,
+		// with its pings going.
+		next := func(ctx context.Context) (Update, error) {
+			lw.finishStart(ctx)
+			return lw.Next(ctx)
+		}
 		if route {
+			localNext := next
 			next = func(ctx context.Context) (Update, error) {
 				if rw == nil {
-					u, err := lw.Next(ctx)
+					u, err := localNext(ctx)
 					var ee *WatchEndedError
 					if !errors.As(err, &ee) || errors.Is(err, ErrWatcherTooSlow) {
 						return u, err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -33,11 +34,25 @@ type changelogBackend struct {
 
 	mu  sync.Mutex
 	log []Change
+	// gate, when set, holds every read back of the changelog until it is
+	// closed, and readBackErr then fails it.
+	gate        chan struct{}
+	readBackErr error
 }
 
 func (b *changelogBackend) Hub() *Hub { return &b.hub }
 
-func (b *changelogBackend) ReadChangelog(_ context.Context, _ string, _ int32, match func([]byte) bool, from, to int64) ([]Change, int64, error) {
+func (b *changelogBackend) ReadChangelog(ctx context.Context, _ string, _ int32, match func([]byte) bool, from, to int64) ([]Change, int64, error) {
+	if b.gate != nil {
+		select {
+		case <-b.gate:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+		if b.readBackErr != nil {
+			return nil, 0, b.readBackErr
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []Change
@@ -361,5 +376,47 @@ func streamEvents(t *testing.T, body io.Reader) func() streamEvent {
 				ev.data += strings.TrimPrefix(line, "data: ")
 			}
 		}
+	}
+}
+
+// A watch over HTTP from a position opens its stream before it reads the
+// changelog back: the headers and the start event come at once however
+// long the read back takes (a client gives up on a host that sends no
+// headers), and a read back that fails ends the stream with where to
+// resume.
+func TestWatchStreamOpensBeforeItsReadBack(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		fb := &changelogBackend{fakeBackend: newFakeBackend("h", map[string]int32{"s": 1}), gate: make(chan struct{})}
+		if fail {
+			fb.readBackErr = errors.New("the broker is away")
+		}
+		fb.r = fb.add("s", 0, RoleActive)
+		fb.r.set(func(i *ReplicaInfo) { i.Position, i.End = 0, 0 })
+		fb.commit([]string{"a", "b", "a"})
+		api := NewServer(fb, ServerConfig{}, CodecFor("s", serde.String, serde.String, nil))
+		srv := httptest.NewServer(api)
+		hc := &http.Client{Timeout: 20 * time.Second}
+		resp, err := hc.Get(srv.URL + "/v1/stores/s/watch?key=a&from=start&route=false")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "answered while the read back waits")
+		next := streamEvents(t, resp.Body)
+		ev := next()
+		require.Equal(t, "start", ev.name)
+		close(fb.gate)
+		if fail {
+			ev = next()
+			require.Equal(t, "end", ev.name)
+			require.Contains(t, ev.data, `"resume":-1`, "resumed from the start: nothing was delivered")
+			require.Contains(t, ev.data, "the broker is away")
+		} else {
+			for _, want := range []string{"0", "2"} {
+				ev = next()
+				require.Equal(t, "update", ev.name)
+				require.Equal(t, want, ev.id)
+			}
+		}
+		resp.Body.Close()
+		srv.Close()
+		api.Close()
 	}
 }

@@ -198,9 +198,17 @@ func (s *Server) watchPartition(ctx context.Context, store string, t textRange, 
 	po := o
 	po.From = from
 	path := func(from int64) string { return rangeWatchPath(store, t, part, po, from) }
-	lw, err := s.q.WatchRangeBytes(ctx, store, part, rng, po)
+	local := po
+	local.lateReadBack = true
+	lw, err := s.q.WatchRangeBytes(ctx, store, part, rng, local)
 	if err == nil {
-		pw := &partitionWatch{part: part, start: lw.Resume(), next: lw.Next, close: lw.Close}
+		// The read back the watch owes runs once the stream is open, on
+		// the partition's goroutine (mergeWatches).
+		localNext := func(ctx context.Context) (Update, error) {
+			lw.finishStart(ctx)
+			return lw.Next(ctx)
+		}
+		pw := &partitionWatch{part: part, start: lw.Resume(), next: localNext, close: lw.Close}
 		if !route {
 			return pw, nil
 		}
@@ -213,7 +221,7 @@ func (s *Server) watchPartition(ctx context.Context, store string, t textRange, 
 		}
 		pw.next = func(ctx context.Context) (Update, error) {
 			if rw == nil {
-				u, err := lw.Next(ctx)
+				u, err := localNext(ctx)
 				var ee *WatchEndedError
 				if !errors.As(err, &ee) || errors.Is(err, ErrWatcherTooSlow) {
 					return u, err

@@ -159,6 +159,7 @@ func (s *Server) handleWindowWatch(w http.ResponseWriter, r *http.Request, keyTe
 	if err == nil {
 		err = resumeFromLastEvent(r, &o)
 	}
+	o.lateReadBack = true
 	if err != nil {
 		refuseWatch(w, err)
 		return
