@@ -317,6 +317,7 @@ func (r *run) checkWatches(ctx context.Context, res *Result, watches []*liveWatc
 		if err != nil {
 			r.logf("watch %s of %q: changelog not read back (%v): records not delivered counted, not checked", lw.name, lw.word, err)
 		}
+		var missed []int64
 		for _, h := range hist {
 			if h.offset > last.position || delivered[h.offset] {
 				continue
@@ -324,8 +325,12 @@ func (r *run) checkWatches(ctx context.Context, res *Result, watches []*liveWatc
 			if present[h.offset] {
 				r.finding("watch %s of %q skipped the committed record at position %d (%d), which compaction left in the changelog", lw.name, lw.word, h.offset, h.value)
 			} else {
-				res.WatchMissed++
+				missed = append(missed, h.offset)
 			}
+		}
+		if len(missed) > 0 {
+			res.WatchMissed += len(missed)
+			r.logf("watch %s of %q did not get the records at %v, compacted away by the end", lw.name, lw.word, missed)
 		}
 	}
 }
