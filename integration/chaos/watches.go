@@ -20,10 +20,11 @@ import (
 	"github.com/eddystreams/eddy/serde"
 )
 
-// liveWatch follows one word's count from outside the cluster, through
-// iq.Client.Watch from the start of its changelog, for the whole run, and
-// keeps every update. The client resumes on another replica whenever the
-// one serving it dies, pauses, is cut off or gives the partition up.
+// liveWatch follows one word's count from outside the cluster, from the
+// start of its changelog, for the whole run, and keeps every update: through
+// iq.Client.Watch (startWatch), which resumes on another replica whenever
+// the one serving it dies, pauses, is cut off or gives the partition up, or
+// as a routed event stream (startRoutedWatch).
 type liveWatch struct {
 	name string
 	word string
