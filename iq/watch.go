@@ -133,7 +133,8 @@ type Update struct {
 	// Truncated is set when the changelog no longer held some of the
 	// records between the previous update (or the start position) and
 	// this one: compaction or retention removed them before they could
-	// be read back.
+	// be read back. Those records' keys are not known: changes of the
+	// watched keys may be missing before this update.
 	Truncated bool
 	// Provenance is the serving replica as it described itself when the
 	// update was delivered.
@@ -149,9 +150,11 @@ type WatchBackend interface {
 	Hub() *Hub
 	// ReadChangelog reads back the committed changes of the keys match
 	// accepts in the changelog of a store partition at positions from
-	// (inclusive) to to (exclusive), in order, and the log start offset
-	// it found: changes before it are gone.
-	ReadChangelog(ctx context.Context, store string, partition int32, match func(key []byte) bool, from, to int64) (changes []Change, logStart int64, err error)
+	// (inclusive) to to (exclusive), in order, and the offset from which
+	// the log held every record of the range: above from when retention
+	// or compaction removed records after from, changes of the keys may
+	// be missing before it.
+	ReadChangelog(ctx context.Context, store string, partition int32, match func(key []byte) bool, from, to int64) (changes []Change, heldFrom int64, err error)
 }
 
 // Watch is a live query of one key, or of the keys of a range in one
@@ -340,11 +343,11 @@ func (w *Watch) start(ctx context.Context, wb WatchBackend, opts WatchOptions) e
 	}
 	from := w.last + 1
 	readBack := func(ctx context.Context) error {
-		changes, logStart, err := wb.ReadChangelog(ctx, store, part, w.match, from, pos)
+		changes, heldFrom, err := wb.ReadChangelog(ctx, store, part, w.match, from, pos)
 		if err != nil {
 			return fmt.Errorf("iq: watch of store %q partition %d: reading back the changelog from %d: %w", store, part, from, err)
 		}
-		w.truncated = logStart > from
+		w.truncated = heldFrom > from
 		info := w.r.Info()
 		updates := make([]Update, 0, len(changes))
 		for _, c := range changes {

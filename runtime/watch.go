@@ -78,57 +78,81 @@ func (q queryBackend) Hub() *iq.Hub { return &q.a.watches }
 const readBackLimit = 30 * time.Second
 
 // ReadChangelog reads back the committed changes of the keys match accepts
-// from a store's changelog partition in [from, to) (iq.WatchBackend). Transaction markers
-// are kept so that the read knows when it reached to: under exactly-once
-// the record before a position is a commit marker.
+// from a store's changelog partition in [from, to) (iq.WatchBackend), and
+// the offset from which the log held every record of that range (above
+// from when retention or compaction removed records after from, which may
+// have been changes of the watched keys). The changes are read committed;
+// which records the log no longer holds, a second pass finds reading
+// uncommitted, in which only a record the broker removed leaves a hole
+// (read committed, an aborted one does too). Transaction markers are kept
+// so that each pass knows when it reached to: under exactly-once the
+// record before a position is a commit marker.
 func (q queryBackend) ReadChangelog(ctx context.Context, store string, partition int32, match func(key []byte) bool, from, to int64) ([]iq.Change, int64, error) {
-	a := q.a
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, readBackLimit)
 		defer cancel()
 	}
+	var out []iq.Change
+	committed := q.a.cfg.ProcessingGuarantee == ExactlyOnce
+	err := q.readChangelog(ctx, store, partition, from, to, committed, func(r *kgo.Record) {
+		if !r.Attrs.IsControl() && match(r.Key) {
+			out = append(out, iq.Change{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli(), Position: r.Offset})
+		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	heldFrom, next := from, from
+	err = q.readChangelog(ctx, store, partition, from, to, false, func(r *kgo.Record) {
+		if r.Offset > next {
+			heldFrom = r.Offset
+		}
+		next = r.Offset + 1
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, heldFrom, nil
+}
+
+// readChangelog hands visit every record of a store's changelog partition
+// in [from, to), markers included, read committed or not.
+func (q queryBackend) readChangelog(ctx context.Context, store string, partition int32, from, to int64, committed bool, visit func(*kgo.Record)) error {
+	a := q.a
 	topic := a.changelogTopic(store)
 	opts := a.clientOpts(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.KeepControlRecords(),
 	)
-	if a.cfg.ProcessingGuarantee == ExactlyOnce {
+	if committed {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
 	defer cl.Close()
-	var out []iq.Change
-	logStart := int64(-1)
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, 0, fmt.Errorf("runtime: reading back %s[%d] from %d to %d: %w", topic, partition, from, to, err)
+			return fmt.Errorf("runtime: reading back %s[%d] from %d to %d: %w", topic, partition, from, to, err)
 		}
 		if err := fs.Err(); err != nil {
-			return nil, 0, fmt.Errorf("runtime: reading back %s[%d]: %w", topic, partition, err)
+			return fmt.Errorf("runtime: reading back %s[%d]: %w", topic, partition, err)
 		}
 		done := false
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if logStart < 0 || p.LogStartOffset > logStart {
-				logStart = p.LogStartOffset
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= to {
+				done = true
+				return
 			}
-			for _, r := range p.Records {
-				if r.Offset >= to-1 {
-					done = true
-				}
-				if r.Offset >= to || r.Attrs.IsControl() || !match(r.Key) {
-					continue
-				}
-				out = append(out, iq.Change{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli(), Position: r.Offset})
-			}
+			visit(r)
+			done = done || r.Offset >= to-1
 		})
 		if done {
-			return out, logStart, nil
+			return nil
 		}
 	}
 }
