@@ -174,7 +174,7 @@ func total(rs []*chaos.Result) string {
 	fmt.Fprintf(&b, "answers checked: %s\nrefused: %s\ndishonest answers: %s\n", counts(answers), counts(refusals), counts(dishonest))
 	fmt.Fprintf(&b, "acknowledged lines lost %d, duplicated %d; words with a wrong final count %d\n", lost, dup, wrong)
 	fmt.Fprintf(&b, "longest a partition had no active answer: %s (%s)\n", longest.Round(time.Millisecond), where)
-	fmt.Fprintf(&b, "live watches: %d updates, %d changelog records not delivered (compacted before a resume read them back)\n", watchUpdates, watchMissed)
+	fmt.Fprintf(&b, "live watches: %d updates, %d changelog records not delivered (compacted before a resume read them back; the update after each marked truncated)\n", watchUpdates, watchMissed)
 	fmt.Fprintf(&b, "stores damaged %d, wiped %d; instances that exited unasked %d\n", damaged, wiped, exits)
 	return b.String()
 }

@@ -91,7 +91,7 @@ type Result struct {
 	UnavailableWhere   string
 	Converged          time.Duration // from healing to counts checked
 	WatchUpdates       int           // updates the live watches received
-	WatchMissed        int           // changelog records of their words the watches did not receive (compacted before a resume read them back)
+	WatchMissed        int           // changelog records of their words the watches did not receive (compacted before a resume read them back, the update after each marked truncated)
 	Rereads            int           // times the changelog was read from its start and compared
 	Damaged, Wiped     int
 	Refused            []string // instances that refused damaged state
@@ -132,7 +132,7 @@ func (r *Result) Summary() string {
 	}
 	fmt.Fprintf(&b, "  longest a partition had no active answer: %s (%s); counts checked %s after healing\n",
 		r.LongestUnavailable.Round(time.Millisecond), r.UnavailableWhere, r.Converged.Round(time.Millisecond))
-	fmt.Fprintf(&b, "  live watches: %d updates; %d changelog records not delivered (compacted before a resume read them back)\n", r.WatchUpdates, r.WatchMissed)
+	fmt.Fprintf(&b, "  live watches: %d updates; %d changelog records not delivered (compacted before a resume read them back; the update after each marked truncated)\n", r.WatchUpdates, r.WatchMissed)
 	fmt.Fprintf(&b, "  stores damaged %d, wiped %d; refusals on damaged state %d; unasked exits %d; failed starts %d; changelog rereads %d\n",
 		r.Damaged, r.Wiped, len(r.Refused), r.UnaskedExits, r.StartFailures, r.Rereads)
 	for _, n := range r.Notes {

@@ -41,6 +41,10 @@ type liveWatch struct {
 type watchUpdate struct {
 	position, value int64
 	host, role      string
+	at              time.Time // when the watch received it
+	// truncated: the update says changes before it may be missing, the
+	// log no longer holding every record it read back.
+	truncated bool
 }
 
 // startWatches starts watches of a hot and a cold word: through
@@ -156,9 +160,10 @@ func (lw *liveWatch) stream(ctx context.Context, hc *http.Client, u string, from
 			}
 			if event == "update" {
 				var wu struct {
-					Value    int64
-					Position int64
-					ServedBy struct{ Host, Role string } `json:"served_by"`
+					Value     int64
+					Position  int64
+					Truncated bool
+					ServedBy  struct{ Host, Role string } `json:"served_by"`
 				}
 				if err := json.Unmarshal([]byte(data), &wu); err != nil {
 					lw.mu.Lock()
@@ -167,7 +172,7 @@ func (lw *liveWatch) stream(ctx context.Context, hc *http.Client, u string, from
 					return
 				}
 				lw.mu.Lock()
-				lw.got = append(lw.got, watchUpdate{wu.Position, wu.Value, wu.ServedBy.Host, wu.ServedBy.Role})
+				lw.got = append(lw.got, watchUpdate{wu.Position, wu.Value, wu.ServedBy.Host, wu.ServedBy.Role, time.Now(), wu.Truncated})
 				lw.mu.Unlock()
 				*from = strconv.FormatInt(wu.Position, 10)
 			}
@@ -199,7 +204,7 @@ func startWatch(ctx context.Context, cl *iq.Client, name, word string, opts iq.W
 					err = fmt.Errorf("update %q at %d: %w", u.Value, u.Position, err)
 				} else {
 					lw.mu.Lock()
-					lw.got = append(lw.got, watchUpdate{u.Position, v, u.Provenance.Host, u.Provenance.Role.String()})
+					lw.got = append(lw.got, watchUpdate{u.Position, v, u.Provenance.Host, u.Provenance.Role.String(), time.Now(), u.Truncated})
 					lw.mu.Unlock()
 					continue
 				}
@@ -318,20 +323,43 @@ func (r *run) checkWatches(ctx context.Context, res *Result, watches []*liveWatc
 		if err != nil {
 			r.logf("watch %s of %q: changelog not read back (%v): records not delivered counted, not checked", lw.name, lw.word, err)
 		}
-		var missed []int64
+		var missed []changelogRecord
 		for _, h := range hist {
 			if h.offset > last.position || delivered[h.offset] {
 				continue
 			}
-			if present[h.offset] {
+			next := -1
+			for i, u := range got {
+				if u.position > h.offset {
+					next = i
+					break
+				}
+			}
+			switch {
+			case present[h.offset]:
 				r.finding("watch %s of %q skipped the committed record at position %d (%d), which compaction left in the changelog", lw.name, lw.word, h.offset, h.value)
-			} else {
-				missed = append(missed, h.offset)
+			case next < 0 || !got[next].truncated:
+				r.finding("watch %s of %q skipped the committed record at position %d (%d), which compaction removed, and the update after it does not say changes may be missing", lw.name, lw.word, h.offset, h.value)
+			default:
+				missed = append(missed, h)
 			}
 		}
 		if len(missed) > 0 {
 			res.WatchMissed += len(missed)
-			r.logf("watch %s of %q did not get the records at %v, compacted away by the end", lw.name, lw.word, missed)
+			// When they were read committed, and when and from whom
+			// the watch got the update after the first: a resume that
+			// read the changelog back after a compaction.
+			first := missed[0]
+			var after watchUpdate
+			for _, u := range got {
+				if u.position > first.offset {
+					after = u
+					break
+				}
+			}
+			r.logf("watch %s of %q did not get %d records, compacted away by the end, the first at %d (committed by %s), the last at %d (by %s); the next update it got, at %d, came at %s from %s (%s)",
+				lw.name, lw.word, len(missed), first.offset, first.at.Format("15:04:05.000"), missed[len(missed)-1].offset, missed[len(missed)-1].at.Format("15:04:05.000"),
+				after.position, after.at.Format("15:04:05.000"), r.c.nameOf(after.host), after.role)
 		}
 	}
 }
